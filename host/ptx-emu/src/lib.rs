@@ -1,0 +1,198 @@
+//! A PTX interpreter: parses and validates the PTX that nvcc and NVRTC emit, and runs its kernels on
+//! the CPU with CUDA's execution model (grids of CTAs, warps of 32 lanes, shared memory, barriers).
+//!
+//! Every memory access is bounds-checked against the allocations of a [`DeviceMemory`]; a kernel
+//! can fault, deadlock or run past its step limit, and each of those is an [`ExecError`], never a
+//! panic or an access outside the emulator's own buffers.
+//!
+//! API SKELETON: agreed between the worker and the emulator. Bodies are filled in by the emulator work.
+
+use std::fmt;
+
+/// A parse or validation failure, naming the PTX line (1-based) and the offending construct.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}: {message}")]
+pub struct LoadError {
+    pub line: u32,
+    pub message: String,
+}
+
+/// One `.param` of an `.entry`, as the launch argument block lays it out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParamInfo {
+    pub name: String,
+    /// Bytes (for `.b8 name[N]` arrays: N times the element size).
+    pub size: u32,
+    /// Alignment in bytes (from `.align`, else the element size).
+    pub align: u32,
+    /// True when the parameter is declared `.u64`/`.b64`/`.s64` and may carry a device pointer.
+    pub pointer_sized: bool,
+}
+
+/// A kernel (`.entry`) of a module.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelInfo {
+    pub name: String,
+    pub params: Vec<ParamInfo>,
+}
+
+impl KernelInfo {
+    /// Byte offset of each parameter in the argument block, and the block's total size.
+    pub fn param_layout(&self) -> (Vec<u32>, u32) {
+        let mut offsets = Vec::with_capacity(self.params.len());
+        let mut end = 0u32;
+        for p in &self.params {
+            let align = p.align.max(1);
+            let at = end.div_ceil(align) * align;
+            offsets.push(at);
+            end = at + p.size;
+        }
+        (offsets, end)
+    }
+}
+
+/// A parsed, validated PTX module, ready to launch. Immutable and shareable between threads.
+pub struct Module {
+    _private: (),
+}
+
+impl Module {
+    /// Parses and validates a whole module. An unsupported instruction or modifier anywhere is an
+    /// error naming its line, even in a kernel never launched.
+    pub fn parse(ptx: &str) -> Result<Module, LoadError> {
+        let _ = ptx;
+        unimplemented!("emulator work")
+    }
+
+    /// The module's kernels, in source order.
+    pub fn kernels(&self) -> &[KernelInfo] {
+        unimplemented!("emulator work")
+    }
+}
+
+/// Device memory: allocations at stable, distinct device addresses, zeroed when made.
+///
+/// Addresses are never 0 and never reused within one `DeviceMemory`, so a stale pointer faults
+/// instead of reading another allocation. Safe to use from many CTAs at once.
+pub struct DeviceMemory {
+    _private: (),
+}
+
+/// Why a memory operation on [`DeviceMemory`] failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MemError {
+    #[error("no allocation covers device address {addr:#x}..+{len}")]
+    OutOfBounds { addr: u64, len: u64 },
+    #[error("{addr:#x} is not the start of an allocation")]
+    NotAllocated { addr: u64 },
+    #[error("cannot allocate {bytes} bytes: {reason}")]
+    AllocFailed { bytes: u64, reason: String },
+}
+
+impl DeviceMemory {
+    pub fn new() -> Self {
+        unimplemented!("emulator work")
+    }
+    /// Allocates `bytes` (> 0) of zeroed memory, 256-byte aligned; returns its device address.
+    pub fn alloc(&self, bytes: u64) -> Result<u64, MemError> {
+        let _ = bytes;
+        unimplemented!("emulator work")
+    }
+    pub fn free(&self, addr: u64) -> Result<(), MemError> {
+        let _ = addr;
+        unimplemented!("emulator work")
+    }
+    /// Frees every allocation.
+    pub fn clear(&self) {
+        unimplemented!("emulator work")
+    }
+    pub fn write(&self, addr: u64, data: &[u8]) -> Result<(), MemError> {
+        let _ = (addr, data);
+        unimplemented!("emulator work")
+    }
+    pub fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), MemError> {
+        let _ = (addr, out);
+        unimplemented!("emulator work")
+    }
+    pub fn copy(&self, dst: u64, src: u64, len: u64) -> Result<(), MemError> {
+        let _ = (dst, src, len);
+        unimplemented!("emulator work")
+    }
+}
+
+impl Default for DeviceMemory {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// How to launch one kernel.
+#[derive(Debug, Clone)]
+pub struct LaunchParams<'a> {
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    /// Dynamic shared memory bytes per CTA (for `.extern .shared` arrays).
+    pub shared_mem_bytes: u32,
+    /// The argument block, laid out as [`KernelInfo::param_layout`] says.
+    pub args: &'a [u8],
+    /// Most lane-instructions the whole launch may execute before it stops with
+    /// [`ExecError::StepLimit`]; stands in for a GPU kernel deadline.
+    pub step_limit: u64,
+    /// Worker threads for CTAs (0: one per available core).
+    pub threads: usize,
+}
+
+/// Where in a launch something happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Site {
+    /// PTX source line (1-based).
+    pub line: u32,
+    pub ctaid: [u32; 3],
+    pub tid: [u32; 3],
+}
+
+impl fmt::Display for Site {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "PTX line {}, block ({},{},{}), thread ({},{},{})",
+            self.line, self.ctaid[0], self.ctaid[1], self.ctaid[2], self.tid[0], self.tid[1], self.tid[2]
+        )
+    }
+}
+
+/// Why a launch failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExecError {
+    /// Refused before running: unknown kernel, bad grid/block, argument block of the wrong size,
+    /// too much shared memory.
+    #[error("invalid launch: {0}")]
+    InvalidLaunch(String),
+    /// The kernel faulted: out-of-bounds or misaligned access, barrier deadlock, warp-op
+    /// membership error, trap.
+    #[error("kernel fault at {site}: {message}")]
+    Fault { site: Site, message: String },
+    /// The launch executed `step_limit` lane-instructions without finishing.
+    #[error("step limit of {limit} lane-instructions reached at {site}")]
+    StepLimit { site: Site, limit: u64 },
+}
+
+/// What a finished launch did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LaunchStats {
+    /// Lane-instructions executed.
+    pub lane_instructions: u64,
+}
+
+impl Module {
+    /// Runs `kernel` to completion against `memory`. Text printed by `vprintf` goes to the process's stderr.
+    pub fn launch(
+        &self,
+        kernel: &str,
+        memory: &DeviceMemory,
+        params: &LaunchParams<'_>,
+    ) -> Result<LaunchStats, ExecError> {
+        let _ = (kernel, memory, params);
+        unimplemented!("emulator work")
+    }
+}

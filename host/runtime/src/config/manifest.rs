@@ -1,0 +1,193 @@
+//! `tasklet.toml`: what a tasklet asks for. It sits beside the tasklet; paths in it are relative
+//! to it.
+
+use super::rights::Rights;
+use super::value::{locate, Size, Time};
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub const MANIFEST_FILE: &str = "tasklet.toml";
+
+/// A validated manifest.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Manifest {
+    pub name: String,
+    /// The component (.wasm), resolved against the manifest's folder.
+    pub component: PathBuf,
+    pub limits: Limits,
+    pub gpu: GpuRequest,
+}
+
+/// Limits of the wasm instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Most bytes of linear memory (all memories together).
+    pub memory: u64,
+    /// Longest a single `run` may take, host calls included.
+    pub wall_time: Duration,
+}
+
+/// What the tasklet asks of the GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GpuRequest {
+    /// Most device memory granted to all its leases at once.
+    pub max_vram: u64,
+    /// Most leases held at once.
+    pub max_leases: u32,
+    /// Longest a lease may last, renewals included.
+    pub max_lease_time: Duration,
+    pub rights: Rights,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { memory: 64 << 20, wall_time: Duration::from_secs(30) }
+    }
+}
+
+impl Default for GpuRequest {
+    /// A manifest without `[gpu]` asks for no GPU at all.
+    fn default() -> Self {
+        GpuRequest { max_vram: 0, max_leases: 0, max_lease_time: Duration::ZERO, rights: Rights::NONE }
+    }
+}
+
+/// Why a manifest was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    #[error("cannot read {path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{path}{}: {message}", line.map(|l| format!(":{l}")).unwrap_or_default())]
+    Invalid { path: PathBuf, line: Option<u32>, message: String },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawManifest {
+    name: String,
+    component: PathBuf,
+    #[serde(default)]
+    limits: RawLimits,
+    gpu: Option<RawGpu>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawLimits {
+    memory: Option<Size>,
+    wall_time: Option<Time>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawGpu {
+    max_vram: Size,
+    #[serde(default = "one")]
+    max_leases: u32,
+    max_lease_secs: Time,
+    rights: Rights,
+}
+
+fn one() -> u32 {
+    1
+}
+
+impl Manifest {
+    /// Reads `tasklet.toml` from a tasklet folder, or a manifest file named directly.
+    pub fn load(path: &Path) -> Result<Manifest, ManifestError> {
+        let file = if path.is_dir() { path.join(MANIFEST_FILE) } else { path.to_path_buf() };
+        let text = std::fs::read_to_string(&file).map_err(|source| ManifestError::Io { path: file.clone(), source })?;
+        let dir = file.parent().unwrap_or(Path::new("."));
+        Manifest::parse(&text, dir).map_err(|(line, message)| ManifestError::Invalid { path: file, line, message })
+    }
+
+    /// Parses manifest text; relative paths resolve against `dir`. Errors carry the line.
+    pub fn parse(text: &str, dir: &Path) -> Result<Manifest, (Option<u32>, String)> {
+        let raw: RawManifest = toml::from_str(text).map_err(|e| locate(text, &e))?;
+        let line_of = |key: &str| {
+            text.lines()
+                .position(|l| l.trim_start().starts_with(key))
+                .map(|i| i as u32 + 1)
+        };
+        if raw.name.trim().is_empty() {
+            return Err((line_of("name"), "`name` must not be empty".into()));
+        }
+        let defaults = Limits::default();
+        let limits = Limits {
+            memory: raw.limits.memory.map_or(defaults.memory, |s| s.0),
+            wall_time: raw.limits.wall_time.map_or(defaults.wall_time, |t| t.0),
+        };
+        if limits.memory == 0 || limits.wall_time.is_zero() {
+            return Err((line_of("memory").or(line_of("wall-time")), "`[limits]` values must be greater than zero".into()));
+        }
+        let gpu = raw.gpu.map_or(GpuRequest::default(), |g| GpuRequest {
+            max_vram: g.max_vram.0,
+            max_leases: g.max_leases,
+            max_lease_time: g.max_lease_secs.0,
+            rights: g.rights,
+        });
+        Ok(Manifest { name: raw.name, component: dir.join(raw.component), limits, gpu })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+name = "iota"
+component = "out/iota.wasm"
+
+[limits]
+memory = "32MiB"
+wall-time = "10s"
+
+[gpu]
+max-vram = "256MiB"
+max-leases = 2
+max-lease-secs = "60s"
+rights = ["alloc", "read", "launch"]
+"#;
+
+    #[test]
+    fn parses_a_full_manifest() {
+        let m = Manifest::parse(GOOD, Path::new("/t")).unwrap();
+        assert_eq!(m.name, "iota");
+        assert_eq!(m.component, Path::new("/t/out/iota.wasm"));
+        assert_eq!(m.limits.memory, 32 << 20);
+        assert_eq!(m.limits.wall_time, Duration::from_secs(10));
+        assert_eq!(m.gpu.max_vram, 256 << 20);
+        assert_eq!(m.gpu.max_leases, 2);
+        assert!(m.gpu.rights.contains(super::super::rights::Right::Launch));
+        assert!(!m.gpu.rights.contains(super::super::rights::Right::Write));
+    }
+
+    #[test]
+    fn unknown_key_names_key_and_line() {
+        let text = GOOD.replace("max-leases = 2", "max-leases = 2\nmax-gpus = 3");
+        let (line, msg) = Manifest::parse(&text, Path::new(".")).unwrap_err();
+        assert_eq!(line, Some(12), "{msg}");
+        assert!(msg.contains("max-gpus"), "{msg}");
+    }
+
+    #[test]
+    fn bad_value_names_key_and_line() {
+        let text = GOOD.replace("\"256MiB\"", "\"256 parsecs\"");
+        let (line, msg) = Manifest::parse(&text, Path::new(".")).unwrap_err();
+        assert_eq!(line, Some(10), "{msg}");
+        assert!(msg.contains("max-vram") && msg.contains("unknown size unit"), "{msg}");
+
+        let text = GOOD.replace("\"launch\"]", "\"fly\"]");
+        let (line, msg) = Manifest::parse(&text, Path::new(".")).unwrap_err();
+        assert_eq!(line, Some(13), "{msg}");
+        assert!(msg.contains("fly"), "{msg}");
+    }
+
+    #[test]
+    fn missing_gpu_section_means_no_gpu() {
+        let m = Manifest::parse("name = \"x\"\ncomponent = \"x.wasm\"\n", Path::new(".")).unwrap();
+        assert_eq!(m.gpu, GpuRequest::default());
+        assert_eq!(m.limits, Limits::default());
+    }
+}

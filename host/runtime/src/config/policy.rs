@@ -1,0 +1,187 @@
+//! The node's policy: the most any tasklet gets, and how the node runs its GPU workers. A tasklet
+//! is granted the intersection of its manifest and this policy.
+
+use super::manifest::{GpuRequest, Limits, Manifest};
+use super::rights::Rights;
+use super::value::{locate, Size, Time};
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Policy {
+    /// Caps on every tasklet's limits.
+    pub limits: Limits,
+    /// Caps on every tasklet's GPU request.
+    pub gpu: GpuRequest,
+    pub workers: WorkerPolicy,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkerPolicy {
+    /// Workers kept started and idle so that a lease never waits for a process start.
+    pub warm: usize,
+    /// Most workers (hence leases) at once on the node.
+    pub max: usize,
+    /// Longest a kernel may run before its worker is killed (`deadline-exceeded`).
+    pub kernel_deadline: Duration,
+    /// Longest any other worker operation may take before the worker counts as lost.
+    pub op_timeout: Duration,
+    /// Device memory of the emulated device (`emu` backend).
+    pub emu_memory: u64,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            limits: Limits { memory: 1 << 30, wall_time: Duration::from_secs(600) },
+            gpu: GpuRequest {
+                max_vram: u64::MAX,
+                max_leases: 8,
+                max_lease_time: Duration::from_secs(3600),
+                rights: Rights::ALL,
+            },
+            workers: WorkerPolicy {
+                warm: 2,
+                max: 8,
+                kernel_deadline: Duration::from_secs(10),
+                op_timeout: Duration::from_secs(30),
+                emu_memory: 4 << 30,
+            },
+        }
+    }
+}
+
+/// What one tasklet may do: its manifest cut down by the policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Grant {
+    pub limits: Limits,
+    pub gpu: GpuRequest,
+    pub kernel_deadline: Duration,
+}
+
+impl Policy {
+    pub fn grant(&self, manifest: &Manifest) -> Grant {
+        let (want, cap) = (&manifest.gpu, &self.gpu);
+        Grant {
+            limits: Limits {
+                memory: manifest.limits.memory.min(self.limits.memory),
+                wall_time: manifest.limits.wall_time.min(self.limits.wall_time),
+            },
+            gpu: GpuRequest {
+                max_vram: want.max_vram.min(cap.max_vram),
+                max_leases: want.max_leases.min(cap.max_leases),
+                max_lease_time: want.max_lease_time.min(cap.max_lease_time),
+                rights: want.rights.intersect(cap.rights),
+            },
+            kernel_deadline: self.workers.kernel_deadline,
+        }
+    }
+
+    pub fn load(path: &Path) -> Result<Policy, PolicyError> {
+        let text = std::fs::read_to_string(path).map_err(|source| PolicyError::Io { path: path.into(), source })?;
+        Policy::parse(&text).map_err(|(line, message)| PolicyError::Invalid { path: path.into(), line, message })
+    }
+
+    /// Parses a policy file. Every key is optional; what is left out keeps its default.
+    pub fn parse(text: &str) -> Result<Policy, (Option<u32>, String)> {
+        let raw: RawPolicy = toml::from_str(text).map_err(|e| locate(text, &e))?;
+        let mut p = Policy::default();
+        let t = raw.tasklets;
+        set(&mut p.limits.memory, t.max_memory.map(|s| s.0));
+        set(&mut p.limits.wall_time, t.max_wall_time.map(|t| t.0));
+        set(&mut p.gpu.max_vram, t.max_vram.map(|s| s.0));
+        set(&mut p.gpu.max_leases, t.max_leases);
+        set(&mut p.gpu.max_lease_time, t.max_lease_secs.map(|t| t.0));
+        set(&mut p.gpu.rights, t.rights);
+        let w = raw.workers;
+        set(&mut p.workers.warm, w.warm);
+        set(&mut p.workers.max, w.max);
+        set(&mut p.workers.kernel_deadline, w.kernel_deadline.map(|t| t.0));
+        set(&mut p.workers.op_timeout, w.op_timeout.map(|t| t.0));
+        set(&mut p.workers.emu_memory, w.emu_memory.map(|s| s.0));
+        if p.workers.max == 0 {
+            return Err((None, "`[workers] max` must be at least 1".into()));
+        }
+        if p.workers.kernel_deadline.is_zero() || p.workers.op_timeout.is_zero() {
+            return Err((None, "`[workers]` deadlines must be greater than zero".into()));
+        }
+        Ok(p)
+    }
+}
+
+fn set<T>(slot: &mut T, value: Option<T>) {
+    if let Some(v) = value {
+        *slot = v;
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    #[error("cannot read policy {path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("policy {path}{}: {message}", line.map(|l| format!(":{l}")).unwrap_or_default())]
+    Invalid { path: PathBuf, line: Option<u32>, message: String },
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawPolicy {
+    #[serde(default)]
+    tasklets: RawTaskletCaps,
+    #[serde(default)]
+    workers: RawWorkers,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawTaskletCaps {
+    max_memory: Option<Size>,
+    max_wall_time: Option<Time>,
+    max_vram: Option<Size>,
+    max_leases: Option<u32>,
+    max_lease_secs: Option<Time>,
+    rights: Option<Rights>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawWorkers {
+    warm: Option<usize>,
+    max: Option<usize>,
+    kernel_deadline: Option<Time>,
+    op_timeout: Option<Time>,
+    emu_memory: Option<Size>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::rights::Right;
+    use super::*;
+
+    #[test]
+    fn grant_is_the_intersection() {
+        let policy = Policy::parse(
+            "[tasklets]\nmax-vram = \"1GiB\"\nmax-leases = 1\nrights = [\"alloc\", \"launch\"]\n[workers]\nwarm = 1\n",
+        )
+        .unwrap();
+        assert_eq!(policy.workers.warm, 1);
+        let manifest = Manifest::parse(
+            "name='t'\ncomponent='t.wasm'\n[gpu]\nmax-vram='4GiB'\nmax-leases=3\nmax-lease-secs='10s'\nrights=['alloc','read','launch']\n",
+            Path::new("."),
+        )
+        .unwrap();
+        let g = policy.grant(&manifest);
+        assert_eq!(g.gpu.max_vram, 1 << 30);
+        assert_eq!(g.gpu.max_leases, 1);
+        assert_eq!(g.gpu.max_lease_time, Duration::from_secs(10));
+        assert!(g.gpu.rights.contains(Right::Launch) && !g.gpu.rights.contains(Right::Read));
+    }
+
+    #[test]
+    fn unknown_policy_key_is_an_error_with_line() {
+        let (line, msg) = Policy::parse("[workers]\nwarm = 1\nspare = 2\n").unwrap_err();
+        assert_eq!(line, Some(3));
+        assert!(msg.contains("spare"), "{msg}");
+    }
+}

@@ -1,0 +1,93 @@
+//! Human sizes ("64MiB") and durations ("30s") as manifests and policies write them.
+
+use std::time::Duration;
+
+/// Parses a byte size: a non-negative integer with an optional unit (B, KiB, MiB, GiB, TiB, or the
+/// decimal KB, MB, GB, TB). A bare number is bytes.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let (number, unit) = split_number(text)?;
+    let scale: u64 = match unit {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        "TiB" => 1 << 40,
+        "KB" | "kB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        "TB" => 1_000_000_000_000,
+        other => {
+            return Err(format!(
+                "unknown size unit {other:?} in {text:?}; use B, KiB, MiB, GiB or TiB (e.g. \"64MiB\")"
+            ))
+        }
+    };
+    number.checked_mul(scale).ok_or_else(|| format!("size {text:?} is too large"))
+}
+
+/// Parses a duration: a non-negative integer with a unit (ms, s, m, h). A bare number is seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let (number, unit) = split_number(text)?;
+    let millis: u64 = match unit {
+        "ms" => 1,
+        "" | "s" => 1_000,
+        "m" | "min" => 60_000,
+        "h" => 3_600_000,
+        other => {
+            return Err(format!("unknown time unit {other:?} in {text:?}; use ms, s, m or h (e.g. \"30s\")"))
+        }
+    };
+    number
+        .checked_mul(millis)
+        .map(Duration::from_millis)
+        .ok_or_else(|| format!("duration {text:?} is too large"))
+}
+
+fn split_number(text: &str) -> Result<(u64, &str), String> {
+    let text = text.trim();
+    let digits = text.find(|c: char| !c.is_ascii_digit() && c != '_').unwrap_or(text.len());
+    if digits == 0 {
+        return Err(format!("{text:?} does not start with a number"));
+    }
+    let number: String = text[..digits].chars().filter(|&c| c != '_').collect();
+    let number = number.parse::<u64>().map_err(|_| format!("{text:?} is too large"))?;
+    Ok((number, text[digits..].trim_start()))
+}
+
+/// Formats a byte count the way a person would write it back into a manifest.
+pub fn format_size(bytes: u64) -> String {
+    const UNITS: [(&str, u64); 4] = [("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
+    for (name, scale) in UNITS {
+        if bytes >= scale && bytes % scale == 0 {
+            return format!("{}{name}", bytes / scale);
+        }
+    }
+    format!("{bytes}B")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("64MiB"), Ok(64 << 20));
+        assert_eq!(parse_size("1 GiB"), Ok(1 << 30));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("2MB"), Ok(2_000_000));
+        assert!(parse_size("MiB").is_err());
+        assert!(parse_size("12XB").unwrap_err().contains("unknown size unit"));
+        assert!(parse_size("99999999999TiB").unwrap_err().contains("too large"));
+        assert_eq!(format_size(64 << 20), "64MiB");
+        assert_eq!(format_size(1000), "1000B");
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
+        assert!(parse_duration("3 weeks").is_err());
+    }
+}

@@ -1,1 +1,92 @@
+//! Shared support for the integration tests: hosts wired to the test worker binary, the built
+//! tasklets, and the baseline check every test ends with.
 
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use tasklet_runtime::{Accounting, BackendKind, Host, HostConfig, Manifest, Policy, Tasklet, WorkerCommand};
+
+/// The repository root.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// A tasklet folder under tasklets/ (e.g. "iota", "testing/probe").
+pub fn tasklet_dir(name: &str) -> PathBuf {
+    repo().join("tasklets").join(name)
+}
+
+/// The backend the suite runs on: `TASKLET_TEST_BACKEND=cuda` selects the GPU.
+pub fn backend() -> BackendKind {
+    match std::env::var("TASKLET_TEST_BACKEND").as_deref() {
+        Ok("cuda") => BackendKind::Cuda,
+        _ => BackendKind::Emu,
+    }
+}
+
+/// A policy for tests: small pool, short deadlines.
+pub fn test_policy() -> Policy {
+    let mut p = Policy::default();
+    p.workers.warm = 1;
+    p.workers.max = 4;
+    p.workers.kernel_deadline = Duration::from_secs(2);
+    p.workers.op_timeout = Duration::from_secs(10);
+    p.workers.emu_memory = 256 << 20;
+    p
+}
+
+pub fn host_with(policy: Policy, worker: &str) -> Host {
+    let worker = WorkerCommand { program: PathBuf::from(worker), args: Vec::new() };
+    Host::new(HostConfig { policy, worker, backend: backend() }).expect("host starts")
+}
+
+pub fn manifest(name: &str) -> Manifest {
+    Manifest::load(&tasklet_dir(name)).expect("manifest loads")
+}
+
+pub fn load(host: &Host, manifest: Manifest) -> Tasklet {
+    host.load(manifest).expect("component loads")
+}
+
+/// Runs and returns stdout as text, panicking with the error otherwise.
+pub fn run_ok(host: &Host, tasklet: &Tasklet, input: &str) -> String {
+    let out = host.run(tasklet, input.as_bytes()).unwrap_or_else(|e| panic!("run failed: {e}"));
+    String::from_utf8(out).expect("utf-8 output")
+}
+
+/// Asserts that every lease is gone and every byte returned: the invariant every test ends on.
+pub fn assert_baseline(host: &Host) {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let now = host.accounting();
+        if now == Accounting::default() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "accounting not back at baseline: {now:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The probe tasklet's result lines as (status, kind) pairs: `ok …` → ("ok", ""), `error K …` → ("error", K).
+pub fn probe_lines(output: &str) -> Vec<(String, String, String)> {
+    output
+        .lines()
+        .map(|l| {
+            let mut parts = l.splitn(3, ' ');
+            let status = parts.next().unwrap_or("").to_string();
+            let kind = parts.next().unwrap_or("").to_string();
+            let rest = parts.next().unwrap_or("").to_string();
+            (status, kind, rest)
+        })
+        .collect()
+}
+
+/// A host on the suite's backend whose workers are this package's `tasklet-test-worker` binary.
+#[macro_export]
+macro_rules! test_host {
+    () => {
+        $crate::host_with($crate::test_policy(), env!("CARGO_BIN_EXE_tasklet-test-worker"))
+    };
+    ($policy:expr) => {
+        $crate::host_with($policy, env!("CARGO_BIN_EXE_tasklet-test-worker"))
+    };
+}

@@ -1,1 +1,56 @@
-fn main(){}
+//! `tasklet`: run, check and inspect GPU tasklets.
+
+mod backend;
+mod build;
+mod cmd;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "tasklet",
+    version,
+    about = "Run sandboxed WebAssembly tasklets on leased GPUs",
+    long_about = "Run sandboxed WebAssembly tasklets on leased GPUs.\n\n\
+        A tasklet is a wasm32-wasip2 component plus a tasklet.toml manifest naming the VRAM, time and \
+        rights it needs. The host checks every GPU call against that grant and runs the GPU work in \
+        supervised worker processes, on a CUDA device or, where there is none, on the built-in PTX emulator.",
+    after_help = "Examples:\n  tasklet run tasklets/iota <<< 10        build (if needed) and run the iota example\n  \
+        tasklet run tasklets/scale --input nums.txt\n  tasklet check tasklets/vector-add        validate a manifest and show the grant\n  \
+        tasklet inventory --json"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    Run(cmd::run::RunArgs),
+    Check(cmd::check::CheckArgs),
+    Inventory(cmd::inventory::InventoryArgs),
+    /// Serves as a GPU worker process (started by the host, not by hand).
+    #[command(hide = true)]
+    Worker {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Worker { args } => return ExitCode::from(tasklet_worker::serve_main(args.into_iter()) as u8),
+        Command::Run(args) => cmd::run::run(args),
+        Command::Check(args) => cmd::check::run(args),
+        Command::Inventory(args) => cmd::inventory::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -5,9 +5,22 @@
 //! can fault, deadlock or run past its step limit, and each of those is an [`ExecError`], never a
 //! panic or an access outside the emulator's own buffers.
 //!
-//! API SKELETON: agreed between the worker and the emulator. Bodies are filled in by the emulator work.
+//! Layout: `lexer` → `parser` (AST in `ast`) → `lower` (validation, pre-decoded IR in `ir`) →
+//! `exec` (CTA scheduling, warps, per-op semantics; IEEE rounding in `float`). Device memory is in
+//! `memory`.
+
+mod ast;
+mod exec;
+mod float;
+mod ir;
+mod lexer;
+mod lower;
+mod memory;
+mod parser;
 
 use std::fmt;
+
+pub use memory::DeviceMemory;
 
 /// A parse or validation failure, naming the PTX line (1-based) and the offending construct.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -52,30 +65,35 @@ impl KernelInfo {
 }
 
 /// A parsed, validated PTX module, ready to launch. Immutable and shareable between threads.
+///
+/// The module's own `.global` variables live with the module (as they live with a loaded module
+/// in a CUDA context): they keep their values from one launch to the next.
 pub struct Module {
-    _private: (),
+    prog: ir::Program,
+    kernels: Vec<KernelInfo>,
+    /// Argument-block size of each kernel, parallel to `kernels`.
+    arg_sizes: Vec<u32>,
+    module_data: memory::Region,
 }
 
 impl Module {
     /// Parses and validates a whole module. An unsupported instruction or modifier anywhere is an
     /// error naming its line, even in a kernel never launched.
     pub fn parse(ptx: &str) -> Result<Module, LoadError> {
-        let _ = ptx;
-        unimplemented!("emulator work")
+        let toks = lexer::lex(ptx)?;
+        let ast = parser::parse(&toks)?;
+        let (prog, kernels) = lower::lower(&ast)?;
+        let module_data = memory::Region::zeroed(prog.module_data.len().max(8) as u64)
+            .map_err(|e| LoadError { line: 1, message: format!("module variables: {e}") })?;
+        module_data.write_bytes(0, &prog.module_data);
+        let arg_sizes = kernels.iter().map(|k| k.param_layout().1).collect();
+        Ok(Module { prog, kernels, arg_sizes, module_data })
     }
 
     /// The module's kernels, in source order.
     pub fn kernels(&self) -> &[KernelInfo] {
-        unimplemented!("emulator work")
+        &self.kernels
     }
-}
-
-/// Device memory: allocations at stable, distinct device addresses, zeroed when made.
-///
-/// Addresses are never 0 and never reused within one `DeviceMemory`, so a stale pointer faults
-/// instead of reading another allocation. Safe to use from many CTAs at once.
-pub struct DeviceMemory {
-    _private: (),
 }
 
 /// Why a memory operation on [`DeviceMemory`] failed.
@@ -89,43 +107,6 @@ pub enum MemError {
     AllocFailed { bytes: u64, reason: String },
 }
 
-impl DeviceMemory {
-    pub fn new() -> Self {
-        unimplemented!("emulator work")
-    }
-    /// Allocates `bytes` (> 0) of zeroed memory, 256-byte aligned; returns its device address.
-    pub fn alloc(&self, bytes: u64) -> Result<u64, MemError> {
-        let _ = bytes;
-        unimplemented!("emulator work")
-    }
-    pub fn free(&self, addr: u64) -> Result<(), MemError> {
-        let _ = addr;
-        unimplemented!("emulator work")
-    }
-    /// Frees every allocation.
-    pub fn clear(&self) {
-        unimplemented!("emulator work")
-    }
-    pub fn write(&self, addr: u64, data: &[u8]) -> Result<(), MemError> {
-        let _ = (addr, data);
-        unimplemented!("emulator work")
-    }
-    pub fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), MemError> {
-        let _ = (addr, out);
-        unimplemented!("emulator work")
-    }
-    pub fn copy(&self, dst: u64, src: u64, len: u64) -> Result<(), MemError> {
-        let _ = (dst, src, len);
-        unimplemented!("emulator work")
-    }
-}
-
-impl Default for DeviceMemory {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 /// How to launch one kernel.
 #[derive(Debug, Clone)]
 pub struct LaunchParams<'a> {
@@ -136,7 +117,8 @@ pub struct LaunchParams<'a> {
     /// The argument block, laid out as [`KernelInfo::param_layout`] says.
     pub args: &'a [u8],
     /// Most lane-instructions the whole launch may execute before it stops with
-    /// [`ExecError::StepLimit`]; stands in for a GPU kernel deadline.
+    /// [`ExecError::StepLimit`]; stands in for a GPU kernel deadline. `u64::MAX` for no limit.
+    /// An instruction executed by k lanes of a warp counts k.
     pub step_limit: u64,
     /// Worker threads for CTAs (0: one per available core).
     pub threads: usize,
@@ -192,7 +174,12 @@ impl Module {
         memory: &DeviceMemory,
         params: &LaunchParams<'_>,
     ) -> Result<LaunchStats, ExecError> {
-        let _ = (kernel, memory, params);
-        unimplemented!("emulator work")
+        let idx = self
+            .kernels
+            .iter()
+            .position(|k| k.name == kernel)
+            .ok_or_else(|| ExecError::InvalidLaunch(format!("no kernel named `{kernel}` in this module")))?;
+        let arg_size = self.arg_sizes.get(idx).copied().unwrap_or(0);
+        exec::launch(&self.prog, &self.module_data, idx, memory, params, arg_size)
     }
 }

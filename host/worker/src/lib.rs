@@ -1,1 +1,47 @@
+//! GPU worker processes.
+//!
+//! All GPU state lives in worker processes, one per lease (DESIGN.md, invariant 1): a fault or a
+//! runaway kernel can only be contained by killing the process that owns the context. This crate
+//! holds both ends of that arrangement:
+//!
+//! - host side: [`Pool`] keeps warm workers and hands them out as [`Worker`]s, each an RPC client
+//!   over shared memory that treats its process as untrusted and killable;
+//! - worker side: [`serve_main`] turns any binary into a worker serving one [`Backend`].
+//!
+//! The layers, each its own module: [`protocol`] (sans-IO codec), [`transport`] (memfd ring +
+//! futex wake-ups), [`backend`] (emu now, cuda later), [`serve`] (worker loop),
+//! [`supervisor`] (one worker process) and [`pool`].
+//!
+//! # Using it from a host
+//!
+//! - Make the host binary able to be a worker: on `tasklet worker <flags…>` call
+//!   `std::process::exit(tasklet_worker::serve_main(std::env::args().skip(2)))` *before* starting
+//!   any runtime machinery, and give the pool `WorkerCommand { program: current_exe, args:
+//!   ["worker"] }`; the pool appends its own flags (`--shm-fd`, `--backend`, …).
+//! - `Pool` is `Send + Sync` behind an `Arc`; a `Worker` is `Send` (not `Sync`: one lease drives
+//!   it, from any thread, one op at a time).
+//! - Every op is a synchronous RPC: when it returns, the worker has finished it.
+//! - `WorkerError::Op` leaves the worker usable unless its kind poisons it (`KernelFault`,
+//!   `DeadlineExceeded`); `Lost` means the process is gone. Either way `Pool::release` does the
+//!   right thing (reset + keep, or kill + replace). Dropping a leased worker also frees its slot.
+//! - Workers are our children, reaped by `waitpid(pid)`: the host must not reap children
+//!   wholesale (`waitpid(-1)`) or set `SIGCHLD` to `SIG_IGN`.
+//! - Workers die with the *thread* that spawned them (`PR_SET_PDEATHSIG`); the pool spawns from
+//!   its own long-lived thread. `Worker::spawn` used directly inherits that caveat.
+//! - Worker stderr is the host's stderr (emulated `printf` output lands there); stdout is null.
 
+pub mod backend;
+pub mod pool;
+pub mod protocol;
+pub mod serve;
+pub mod supervisor;
+pub mod transport;
+
+mod error;
+
+pub use backend::{Backend, BackendError, BackendKind, EmuBackend, LoadedModule, WorkerInfo};
+pub use error::{ErrorKind, WorkerError};
+pub use pool::{Pool, PoolConfig};
+pub use serve::serve_main;
+pub use supervisor::{Launch, Worker, WorkerCommand, EMU_LANE_INSTRUCTIONS_PER_SECOND};
+pub use tasklet_ptx::{KernelInfo, ParamInfo};

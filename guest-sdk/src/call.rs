@@ -1,0 +1,248 @@
+//! The one-shot helper for the pure-function pattern.
+
+use bytemuck::Pod;
+
+use crate::error::{Error, Result};
+use crate::launch::{Arg, KernelArg, LaunchConfig};
+use crate::lease::Lease;
+
+/// One kernel over one buffer, start to finish: acquires a lease sized for the data, opens a
+/// session, copies the input to the device, loads the module, runs the kernel over it in place,
+/// reads the buffer back and drops the lease.
+///
+/// The kernel's arguments are given in parameter order: [`GpuCall::data`] for the device buffer
+/// holding the input, [`GpuCall::len_arg`] for its element count as a `u32`, and
+/// [`GpuCall::arg`] for scalars. The launch configuration defaults to
+/// [`LaunchConfig::for_num_elems`] of the input length.
+///
+/// ```no_run
+/// use tasklet_gpu::GpuCall;
+///
+/// // extern "C" __global__ void scale(float* x, float factor, unsigned n)
+/// const SCALE_PTX: &str = "..."; // e.g. include_str!("../kernels/scale.ptx")
+///
+/// fn scale(xs: &[f32], factor: f32) -> Result<Vec<f32>, tasklet_gpu::Error> {
+///     GpuCall::new(SCALE_PTX, "scale").data().arg(factor).len_arg().run(xs)
+/// }
+/// ```
+///
+/// An empty input returns an empty output without acquiring a lease.
+#[derive(Debug, Clone)]
+#[must_use = "a GpuCall does nothing until .run(input)"]
+pub struct GpuCall<'p> {
+    source: Source<'p>,
+    kernel: &'p str,
+    args: Vec<CallArg>,
+    config: Option<LaunchConfig>,
+    min_vram: Option<u64>,
+    secs: u32,
+    device: Option<u32>,
+}
+
+#[derive(Debug, Clone)]
+enum Source<'p> {
+    Ptx(&'p str),
+    Cuda(&'p str, Vec<String>),
+}
+
+#[derive(Debug, Clone)]
+enum CallArg {
+    Data,
+    Len,
+    Scalar(ScalarArg),
+}
+
+/// A scalar (owned, lifetime-free) kernel argument.
+#[derive(Debug, Clone)]
+enum ScalarArg {
+    I32(i32),
+    U32(u32),
+    I64(i64),
+    U64(u64),
+    F32(f32),
+    F64(f64),
+    Bytes(Vec<u8>),
+}
+
+impl<'p> GpuCall<'p> {
+    /// Lease time [`GpuCall::run`] asks for unless [`GpuCall::secs`] says otherwise.
+    pub const DEFAULT_SECS: u32 = 30;
+
+    /// A call of `kernel` from the PTX module `ptx`.
+    pub fn new(ptx: &'p str, kernel: &'p str) -> Self {
+        GpuCall::with_source(Source::Ptx(ptx), kernel)
+    }
+
+    /// A call of `kernel` from CUDA C `source`, compiled on the host with `options`.
+    pub fn cuda(source: &'p str, options: &[&str], kernel: &'p str) -> Self {
+        let options = options.iter().map(|o| (*o).to_owned()).collect();
+        GpuCall::with_source(Source::Cuda(source, options), kernel)
+    }
+
+    fn with_source(source: Source<'p>, kernel: &'p str) -> Self {
+        GpuCall {
+            source,
+            kernel,
+            args: Vec::new(),
+            config: None,
+            min_vram: None,
+            secs: Self::DEFAULT_SECS,
+            device: None,
+        }
+    }
+
+    /// The next parameter is the device buffer holding the input (a pointer to its element 0).
+    pub fn data(mut self) -> Self {
+        self.args.push(CallArg::Data);
+        self
+    }
+
+    /// The next parameter is the number of input elements, as a `u32`.
+    pub fn len_arg(mut self) -> Self {
+        self.args.push(CallArg::Len);
+        self
+    }
+
+    /// The next parameter is a scalar (`i32`, `u32`, `i64`, `u64`, `f32`, `f64`) or a by-value
+    /// struct ([`Arg::bytes_of`]). Buffers cannot be passed: the call owns the only one.
+    ///
+    /// # Panics
+    ///
+    /// When given an [`Arg`] that refers to a buffer.
+    pub fn arg(mut self, arg: impl KernelArg<'static>) -> Self {
+        use crate::raw::sessions::KernelArg as K;
+        let scalar = match arg.into_arg().into_raw() {
+            K::I32(v) => ScalarArg::I32(v),
+            K::U32(v) => ScalarArg::U32(v),
+            K::I64(v) => ScalarArg::I64(v),
+            K::U64(v) => ScalarArg::U64(v),
+            K::F32(v) => ScalarArg::F32(v),
+            K::F64(v) => ScalarArg::F64(v),
+            K::Bytes(v) => ScalarArg::Bytes(v),
+            K::Buffer(_) => panic!("GpuCall::arg takes scalars; use .data() for the buffer"),
+        };
+        self.args.push(CallArg::Scalar(scalar));
+        self
+    }
+
+    /// Sets the launch configuration (default: [`LaunchConfig::for_num_elems`] of the input
+    /// length).
+    pub fn config(mut self, config: LaunchConfig) -> Self {
+        self.config = Some(config);
+        self
+    }
+
+    /// Asks for a lease of at least `bytes` (default: the input's size rounded up to whole MiBs,
+    /// as [`LeaseBuilder::min_vram_for`](crate::LeaseBuilder::min_vram_for) does).
+    pub fn min_vram(mut self, bytes: u64) -> Self {
+        self.min_vram = Some(bytes);
+        self
+    }
+
+    /// Asks for the lease for `secs` seconds (default [`GpuCall::DEFAULT_SECS`]).
+    pub fn secs(mut self, secs: u32) -> Self {
+        self.secs = secs;
+        self
+    }
+
+    /// Runs on this device (default: any).
+    pub fn device(mut self, index: u32) -> Self {
+        self.device = Some(index);
+        self
+    }
+
+    /// Runs the kernel over a device copy of `input` and returns the buffer's contents afterwards.
+    pub fn run<T: Pod>(&self, input: &[T]) -> Result<Vec<T>> {
+        if input.is_empty() {
+            return Ok(Vec::new());
+        }
+        let n = u32::try_from(input.len()).map_err(|_| {
+            Error::invalid_input(format!(
+                "{} elements do not fit a kernel's u32 count",
+                input.len()
+            ))
+        })?;
+        let mut lease = Lease::builder()
+            .min_vram_for::<T>(input.len())
+            .secs(self.secs);
+        if let Some(bytes) = self.min_vram {
+            lease = lease.min_vram(bytes);
+        }
+        if let Some(d) = self.device {
+            lease = lease.device(d);
+        }
+        let lease = lease.acquire()?;
+        let session = lease.session()?;
+        let module = match &self.source {
+            Source::Ptx(ptx) => session.load_ptx(ptx)?,
+            Source::Cuda(src, opts) => {
+                let opts: Vec<&str> = opts.iter().map(String::as_str).collect();
+                session.load_cuda(src, &opts)?
+            }
+        };
+        let data = session.alloc_from(input)?;
+        let mut launch = session
+            .launch(&module, self.kernel)
+            .config(self.config.unwrap_or(LaunchConfig::for_num_elems(n)));
+        for a in &self.args {
+            launch = match a {
+                CallArg::Data => launch.arg(&data),
+                CallArg::Len => launch.arg(n),
+                CallArg::Scalar(s) => launch.arg(s.to_arg()),
+            };
+        }
+        launch.run()?;
+        // A read waits for the kernel and reports its faults.
+        data.read()
+    }
+}
+
+impl ScalarArg {
+    fn to_arg(&self) -> Arg<'static> {
+        use crate::raw::sessions::KernelArg as K;
+        Arg::from_raw(match self {
+            ScalarArg::I32(v) => K::I32(*v),
+            ScalarArg::U32(v) => K::U32(*v),
+            ScalarArg::I64(v) => K::I64(*v),
+            ScalarArg::U64(v) => K::U64(*v),
+            ScalarArg::F32(v) => K::F32(*v),
+            ScalarArg::F64(v) => K::F64(*v),
+            ScalarArg::Bytes(v) => K::Bytes(v.clone()),
+        })
+    }
+}
+
+/// [`GpuCall`] as a function: `build` adds the arguments (and any options) to the call.
+///
+/// ```no_run
+/// # const SCALE_PTX: &str = "";
+/// let xs = [1.0f32, 2.0, 3.0];
+/// let ys = tasklet_gpu::gpu_call(SCALE_PTX, "scale", &xs, |c| c.data().arg(2.0f32).len_arg())?;
+/// # Ok::<(), tasklet_gpu::Error>(())
+/// ```
+pub fn gpu_call<'p, T: Pod>(
+    ptx: &'p str,
+    kernel: &'p str,
+    input: &[T],
+    build: impl FnOnce(GpuCall<'p>) -> GpuCall<'p>,
+) -> Result<Vec<T>> {
+    build(GpuCall::new(ptx, kernel)).run(input)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arguments_keep_their_order_and_types() {
+        let c = GpuCall::new("", "k").data().arg(2.0f32).len_arg().arg(7u64);
+        let kinds: Vec<String> = c.args.iter().map(|a| format!("{a:?}")).collect();
+        assert_eq!(kinds, ["Data", "Scalar(F32(2.0))", "Len", "Scalar(U64(7))"]);
+    }
+
+    #[test]
+    fn empty_input_needs_no_gpu() {
+        let out: Vec<f32> = GpuCall::new("", "k").data().run(&[]).unwrap();
+        assert!(out.is_empty());
+    }
+}

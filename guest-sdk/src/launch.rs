@@ -1,0 +1,370 @@
+//! Kernel launches: configuration, arguments and the launch builder.
+
+use bytemuck::Pod;
+
+use crate::buffer::DeviceBuffer;
+use crate::error::{Error, Result};
+use crate::raw::sessions as raw;
+use crate::session::{Module, Session};
+
+/// Grid and block dimensions of a launch, and its dynamic shared memory.
+///
+/// ```
+/// use tasklet_gpu::LaunchConfig;
+///
+/// let c = LaunchConfig::for_num_elems(1000);
+/// assert_eq!((c.grid, c.block, c.shared_mem_bytes), ((4, 1, 1), (256, 1, 1), 0));
+///
+/// let tiled = LaunchConfig { grid: (8, 8, 1), block: (16, 16, 1), shared_mem_bytes: 0 }
+///     .with_shared_mem(2 * 16 * 16 * 4);
+/// assert_eq!(tiled.shared_mem_bytes, 2048);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LaunchConfig {
+    /// Blocks in the grid, (x, y, z).
+    pub grid: (u32, u32, u32),
+    /// Threads in a block, (x, y, z).
+    pub block: (u32, u32, u32),
+    /// Bytes of dynamic shared memory per block.
+    pub shared_mem_bytes: u32,
+}
+
+impl LaunchConfig {
+    /// The block size [`LaunchConfig::for_num_elems`] uses.
+    pub const BLOCK: u32 = 256;
+
+    /// One thread per element in one dimension: blocks of [`LaunchConfig::BLOCK`] (256) threads,
+    /// and enough blocks to cover `n` (at least one, so that `n = 0` is still a valid launch; the
+    /// kernel must guard `i < n`, as it must for the last partial block anyway).
+    pub const fn for_num_elems(n: u32) -> LaunchConfig {
+        let blocks = n.div_ceil(Self::BLOCK);
+        LaunchConfig {
+            grid: (if blocks == 0 { 1 } else { blocks }, 1, 1),
+            block: (Self::BLOCK, 1, 1),
+            shared_mem_bytes: 0,
+        }
+    }
+
+    /// `grid` blocks of `block` threads, in one dimension.
+    pub const fn linear(grid: u32, block: u32) -> LaunchConfig {
+        LaunchConfig {
+            grid: (grid, 1, 1),
+            block: (block, 1, 1),
+            shared_mem_bytes: 0,
+        }
+    }
+
+    /// The same, with `bytes` of dynamic shared memory per block.
+    pub const fn with_shared_mem(mut self, bytes: u32) -> LaunchConfig {
+        self.shared_mem_bytes = bytes;
+        self
+    }
+
+    /// Threads per block.
+    pub const fn threads_per_block(&self) -> u64 {
+        self.block.0 as u64 * self.block.1 as u64 * self.block.2 as u64
+    }
+
+    /// Threads in the whole grid.
+    pub const fn total_threads(&self) -> u128 {
+        self.grid.0 as u128
+            * self.grid.1 as u128
+            * self.grid.2 as u128
+            * self.threads_per_block() as u128
+    }
+
+    /// The WIT record.
+    pub const fn to_raw(self) -> raw::LaunchConfig {
+        raw::LaunchConfig {
+            grid: self.grid,
+            block: self.block,
+            shared_mem_bytes: self.shared_mem_bytes,
+        }
+    }
+}
+
+impl From<LaunchConfig> for raw::LaunchConfig {
+    fn from(c: LaunchConfig) -> Self {
+        c.to_raw()
+    }
+}
+
+/// One kernel argument, ready to launch: a typed scalar, a buffer (at a byte offset), or a by-value
+/// struct as bytes. Usually made implicitly through [`KernelArg`] by [`Launch::arg`].
+#[derive(Debug)]
+pub struct Arg<'a> {
+    pub(crate) raw: raw::KernelArg<'a>,
+    /// The session a buffer argument belongs to, checked at launch.
+    pub(crate) owner: Option<&'a Session<'a>>,
+}
+
+impl<'a> Arg<'a> {
+    /// A pointer to element 0 of `buf`.
+    pub fn buffer<T: Pod>(buf: &'a DeviceBuffer<'_, T>) -> Arg<'a> {
+        Arg::buffer_at(buf, 0)
+    }
+
+    /// A pointer `byte_offset` bytes into `buf` (the host checks the offset).
+    pub fn buffer_at<T: Pod>(buf: &'a DeviceBuffer<'_, T>, byte_offset: u64) -> Arg<'a> {
+        Arg {
+            raw: raw::KernelArg::Buffer(raw::BufferArg {
+                buffer: buf.raw(),
+                offset: byte_offset,
+            }),
+            owner: Some(buf.session()),
+        }
+    }
+
+    /// A by-value parameter given as the bytes of a `#[repr(C)]` plain-old-data value; the host
+    /// checks the length against the kernel's declared parameter.
+    pub fn bytes_of<P: Pod>(value: &P) -> Arg<'a> {
+        Arg::from_raw(raw::KernelArg::Bytes(bytemuck::bytes_of(value).to_vec()))
+    }
+
+    /// Wraps a WIT argument as is (no ownership check by the SDK; the host still checks).
+    pub fn from_raw(raw: raw::KernelArg<'a>) -> Arg<'a> {
+        Arg { raw, owner: None }
+    }
+
+    /// The WIT argument.
+    pub fn into_raw(self) -> raw::KernelArg<'a> {
+        self.raw
+    }
+}
+
+/// A value that can be passed as a kernel parameter: the scalars `i32`, `u32`, `i64`, `u64`,
+/// `f32`, `f64` (typed, so the host can check them against the kernel's parameters), a
+/// `&DeviceBuffer` (a pointer to its first element), or an [`Arg`].
+///
+/// A pointer parameter (`float*`) takes a buffer; an `unsigned` takes a `u32`, an
+/// `unsigned long long` or `size_t` a `u64`. Implement it for your own types by returning one of
+/// these (e.g. `Arg::bytes_of(self)` for a by-value struct).
+pub trait KernelArg<'a> {
+    /// The argument.
+    fn into_arg(self) -> Arg<'a>;
+}
+
+macro_rules! scalar_args {
+    ($($t:ty => $case:ident),* $(,)?) => {$(
+        impl<'a> KernelArg<'a> for $t {
+            fn into_arg(self) -> Arg<'a> {
+                Arg::from_raw(raw::KernelArg::$case(self))
+            }
+        }
+    )*};
+}
+
+scalar_args!(i32 => I32, u32 => U32, i64 => I64, u64 => U64, f32 => F32, f64 => F64);
+
+impl<'a, 's, T: Pod> KernelArg<'a> for &'a DeviceBuffer<'s, T> {
+    fn into_arg(self) -> Arg<'a> {
+        Arg::buffer(self)
+    }
+}
+
+impl<'a> KernelArg<'a> for Arg<'a> {
+    fn into_arg(self) -> Arg<'a> {
+        self
+    }
+}
+
+/// A kernel launch being built, from [`Session::launch`]; nothing happens until [`Launch::run`].
+///
+/// Arguments are given in the kernel's parameter order. The SDK checks that buffers and the module
+/// belong to the launching session; the host checks everything again, and the arguments against
+/// the kernel's declared parameters.
+///
+/// ```no_run
+/// use tasklet_gpu::{Arg, LaunchConfig};
+/// # let lease = tasklet_gpu::Lease::acquire(1 << 20, 10)?; let session = lease.session()?;
+/// # let module = session.load_ptx("")?;
+/// #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+/// #[repr(C)]
+/// struct Params { scale: f32, bias: f32 }
+///
+/// let x = session.alloc::<f32>(4096)?;
+/// session
+///     .launch(&module, "affine")
+///     .config(LaunchConfig::for_num_elems(2048))
+///     .arg(&x)                     // float* x
+///     .arg_at(&x, 2048 * 4)        // float* y = x + 2048
+///     .arg_bytes(&Params { scale: 2.0, bias: 1.0 })
+///     .arg(2048u32)                // unsigned n
+///     .run()?;
+/// session.sync()?;
+/// # Ok::<(), tasklet_gpu::Error>(())
+/// ```
+#[must_use = "a launch does nothing until .run()"]
+pub struct Launch<'a> {
+    session: &'a Session<'a>,
+    module: &'a Module<'a>,
+    kernel: &'a str,
+    config: Option<LaunchConfig>,
+    args: Vec<raw::KernelArg<'a>>,
+    /// The first mistake found while building, reported by `run`.
+    error: Option<Error>,
+}
+
+impl<'a> Launch<'a> {
+    pub(crate) fn new(session: &'a Session<'a>, module: &'a Module<'a>, kernel: &'a str) -> Self {
+        let mut launch = Launch {
+            session,
+            module,
+            kernel,
+            config: None,
+            args: Vec::new(),
+            error: None,
+        };
+        if !session.is(module.session()) {
+            launch.fail(Error::InvalidArgument(format!(
+                "launch of {kernel:?}: the module belongs to another session"
+            )));
+        }
+        launch
+    }
+
+    fn fail(&mut self, e: Error) {
+        self.error.get_or_insert(e);
+    }
+
+    /// Sets the grid, block and shared memory (required).
+    pub fn config(mut self, config: LaunchConfig) -> Self {
+        self.config = Some(config);
+        self
+    }
+
+    /// Appends an argument (see [`KernelArg`]).
+    pub fn arg(mut self, arg: impl KernelArg<'a>) -> Self {
+        let Arg { raw, owner } = arg.into_arg();
+        if let Some(owner) = owner {
+            if !self.session.is(owner) {
+                let i = self.args.len();
+                self.fail(Error::InvalidArgument(format!(
+                    "launch of {:?}: argument {i} is a buffer of another session",
+                    self.kernel
+                )));
+            }
+        }
+        self.args.push(raw);
+        self
+    }
+
+    /// Appends a pointer `byte_offset` bytes into `buf`; the offset may be at most the buffer's
+    /// size.
+    pub fn arg_at<T: Pod>(mut self, buf: &'a DeviceBuffer<'_, T>, byte_offset: u64) -> Self {
+        if byte_offset > buf.size_bytes() {
+            let i = self.args.len();
+            self.fail(Error::OutOfBounds(format!(
+                "launch of {:?}: argument {i} points {byte_offset} bytes into a buffer of {} bytes",
+                self.kernel,
+                buf.size_bytes()
+            )));
+        }
+        self.arg(Arg::buffer_at(buf, byte_offset))
+    }
+
+    /// Appends a by-value parameter given as the bytes of `value` (a `#[repr(C)]` struct).
+    pub fn arg_bytes<P: Pod>(self, value: &P) -> Self {
+        self.arg(Arg::bytes_of(value))
+    }
+
+    /// Appends several arguments of one type.
+    pub fn args<A: KernelArg<'a>>(mut self, args: impl IntoIterator<Item = A>) -> Self {
+        for a in args {
+            self = self.arg(a);
+        }
+        self
+    }
+
+    /// Queues the launch. It may return before the kernel completes: a kernel's faults surface at
+    /// the next [`Session::sync`] or read. Fails at once with
+    /// [`Error::LaunchFailed`](crate::Error::LaunchFailed) for an unknown kernel or a bad grid or
+    /// block, and with [`Error::InvalidInput`] when no [`LaunchConfig`] was given.
+    pub fn run(self) -> Result<()> {
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        let config = self.config.ok_or_else(|| {
+            Error::invalid_input(format!(
+                "launch of {:?} has no LaunchConfig; call .config(..)",
+                self.kernel
+            ))
+        })?;
+        Ok(self.session.raw().launch(
+            self.module.raw(),
+            self.kernel,
+            config.to_raw(),
+            &self.args,
+        )?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn for_num_elems_covers_n_with_256_thread_blocks() {
+        let cases = [
+            (0, 1),
+            (1, 1),
+            (255, 1),
+            (256, 1),
+            (257, 2),
+            (1000, 4),
+            (1024, 4),
+            (1025, 5),
+        ];
+        for (n, blocks) in cases {
+            let c = LaunchConfig::for_num_elems(n);
+            assert_eq!(c.grid, (blocks, 1, 1), "n = {n}");
+            assert_eq!(c.block, (256, 1, 1));
+            assert_eq!(c.shared_mem_bytes, 0);
+            assert!(c.total_threads() >= n as u128);
+        }
+        let max = LaunchConfig::for_num_elems(u32::MAX);
+        assert_eq!(max.grid.0, 16_777_216);
+        assert!(max.total_threads() >= u32::MAX as u128);
+    }
+
+    #[test]
+    fn config_helpers() {
+        let c = LaunchConfig::linear(3, 64).with_shared_mem(512);
+        assert_eq!(
+            c,
+            LaunchConfig {
+                grid: (3, 1, 1),
+                block: (64, 1, 1),
+                shared_mem_bytes: 512
+            }
+        );
+        assert_eq!(c.threads_per_block(), 64);
+        assert_eq!(c.total_threads(), 192);
+        let r: raw::LaunchConfig = c.into();
+        assert_eq!(
+            (r.grid, r.block, r.shared_mem_bytes),
+            (c.grid, c.block, 512)
+        );
+    }
+
+    #[test]
+    fn scalars_become_typed_args() {
+        assert!(matches!(3i32.into_arg().raw, raw::KernelArg::I32(3)));
+        assert!(matches!(3u32.into_arg().raw, raw::KernelArg::U32(3)));
+        assert!(matches!((-3i64).into_arg().raw, raw::KernelArg::I64(-3)));
+        assert!(matches!((1u64 << 40).into_arg().raw, raw::KernelArg::U64(v) if v == 1 << 40));
+        assert!(matches!(1.5f32.into_arg().raw, raw::KernelArg::F32(v) if v == 1.5));
+        assert!(matches!(2.5f64.into_arg().raw, raw::KernelArg::F64(v) if v == 2.5));
+        #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+        #[repr(C)]
+        struct P {
+            a: u32,
+            b: f32,
+        }
+        let a = Arg::bytes_of(&P { a: 1, b: 1.0 });
+        match a.raw {
+            raw::KernelArg::Bytes(b) => assert_eq!(b, [1, 0, 0, 0, 0, 0, 0x80, 0x3f]),
+            other => panic!("{other:?}"),
+        }
+    }
+}

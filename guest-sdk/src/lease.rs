@@ -1,0 +1,271 @@
+//! Leases (grants of device memory for a time) and the device inventory.
+
+use core::time::Duration;
+
+use crate::error::Result;
+use crate::raw::{inventory as raw_inventory, leases as raw};
+use crate::session::Session;
+
+/// A device this tasklet may lease, from [`inventory`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// Index to pass to [`LeaseBuilder::device`].
+    pub index: u32,
+    /// The device's name.
+    pub name: String,
+    /// `"cuda"` or `"emu"`.
+    pub backend: String,
+    /// Bytes of device memory in all.
+    pub total_memory: u64,
+    /// Bytes not yet granted to leases.
+    pub free_memory: u64,
+    /// Compute capability as (major, minor); the emulator reports the PTX target it emulates.
+    pub compute_capability: (u32, u32),
+}
+
+/// The devices this tasklet may lease.
+///
+/// ```no_run
+/// for d in tasklet_gpu::inventory() {
+///     println!("{}: {} ({}), {} of {} bytes free", d.index, d.name, d.backend, d.free_memory, d.total_memory);
+/// }
+/// ```
+pub fn inventory() -> Vec<DeviceInfo> {
+    raw_inventory::devices()
+        .into_iter()
+        .map(|d| DeviceInfo {
+            index: d.index,
+            name: d.name,
+            backend: d.backend,
+            total_memory: d.total_memory,
+            free_memory: d.free_memory,
+            compute_capability: d.compute_capability,
+        })
+        .collect()
+}
+
+/// The state of a lease, from [`Lease::info`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseInfo {
+    /// The device index the lease is on.
+    pub device: u32,
+    /// Bytes granted: the most the sessions under this lease may hold at once.
+    pub granted_bytes: u64,
+    /// Bytes held now by buffers under this lease.
+    pub used_bytes: u64,
+    /// Milliseconds until the lease expires.
+    pub remaining_ms: u64,
+}
+
+impl LeaseInfo {
+    /// Time until the lease expires.
+    pub fn remaining(&self) -> Duration {
+        Duration::from_millis(self.remaining_ms)
+    }
+
+    /// Bytes still free under the lease.
+    pub fn free_bytes(&self) -> u64 {
+        self.granted_bytes.saturating_sub(self.used_bytes)
+    }
+}
+
+/// A grant of at least some bytes of device memory, for a time.
+///
+/// Acquired with [`Lease::builder`]. Dropping the lease releases it and everything under it; the
+/// borrow checker makes sure its sessions (and their buffers and modules) are dropped first. When
+/// the lease expires instead, every operation under it fails with
+/// [`Error::LeaseExpired`](crate::Error::LeaseExpired).
+///
+/// ```no_run
+/// use tasklet_gpu::Lease;
+///
+/// let lease = Lease::builder().min_vram(64 << 20).secs(30).acquire()?;
+/// let info = lease.info()?;
+/// assert!(info.granted_bytes >= 64 << 20);
+/// lease.renew(60)?; // 60 s from now
+/// # Ok::<(), tasklet_gpu::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct Lease {
+    raw: raw::Lease,
+}
+
+impl Lease {
+    /// Starts a lease request: by default 0 bytes (the host's minimum) for
+    /// [`LeaseBuilder::DEFAULT_SECS`] seconds, on any device.
+    pub fn builder() -> LeaseBuilder {
+        LeaseBuilder::default()
+    }
+
+    /// Acquires a lease of at least `min_vram` bytes for `secs` seconds on any device; short for
+    /// `Lease::builder().min_vram(min_vram).secs(secs).acquire()`.
+    pub fn acquire(min_vram: u64, secs: u32) -> Result<Lease> {
+        Lease::builder().min_vram(min_vram).secs(secs).acquire()
+    }
+
+    /// Extends the lease to `secs` seconds from now, within the tasklet's ceiling.
+    pub fn renew(&self, secs: u32) -> Result<()> {
+        Ok(self.raw.renew(secs)?)
+    }
+
+    /// The lease's device, grant, usage and remaining time.
+    pub fn info(&self) -> Result<LeaseInfo> {
+        let i = self.raw.info()?;
+        Ok(LeaseInfo {
+            device: i.device,
+            granted_bytes: i.granted_bytes,
+            used_bytes: i.used_bytes,
+            remaining_ms: i.remaining_ms,
+        })
+    }
+
+    /// Opens a session on this lease; the same as [`Session::open`].
+    pub fn session(&self) -> Result<Session<'_>> {
+        Session::open(self)
+    }
+
+    /// The underlying WIT handle.
+    pub fn raw(&self) -> &raw::Lease {
+        &self.raw
+    }
+
+    /// Wraps a WIT handle.
+    pub fn from_raw(raw: raw::Lease) -> Lease {
+        Lease { raw }
+    }
+
+    /// Unwraps the WIT handle.
+    pub fn into_raw(self) -> raw::Lease {
+        self.raw
+    }
+}
+
+/// A lease request, from [`Lease::builder`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "a lease builder does nothing until .acquire()"]
+pub struct LeaseBuilder {
+    min_vram: u64,
+    secs: u32,
+    device: Option<u32>,
+}
+
+impl Default for LeaseBuilder {
+    fn default() -> Self {
+        LeaseBuilder {
+            min_vram: 0,
+            secs: Self::DEFAULT_SECS,
+            device: None,
+        }
+    }
+}
+
+impl LeaseBuilder {
+    /// The lease time when [`LeaseBuilder::secs`] is not called.
+    pub const DEFAULT_SECS: u32 = 60;
+    /// The granularity of [`LeaseBuilder::min_vram_for`].
+    pub const VRAM_GRANULE: u64 = 1 << 20;
+
+    /// At least this many bytes of device memory.
+    pub fn min_vram(mut self, bytes: u64) -> Self {
+        self.min_vram = bytes;
+        self
+    }
+
+    /// At least enough device memory for `count` elements of `T`, rounded up to whole
+    /// [`LeaseBuilder::VRAM_GRANULE`]s (1 MiB; at least one) to leave room for the host's
+    /// allocation granularity. A size past `u64::MAX` saturates (and the host refuses it).
+    ///
+    /// ```
+    /// use tasklet_gpu::Lease;
+    /// assert_eq!(Lease::builder().min_vram_for::<u32>(3 * 1024).request().min_vram, 1 << 20);
+    /// assert_eq!(Lease::builder().min_vram_for::<f64>(1 << 20).request().min_vram, 8 << 20);
+    /// ```
+    pub fn min_vram_for<T>(self, count: usize) -> Self {
+        let bytes = (count as u64).saturating_mul(core::mem::size_of::<T>() as u64);
+        self.min_vram(round_vram(bytes))
+    }
+
+    /// For this many seconds from now.
+    pub fn secs(mut self, secs: u32) -> Self {
+        self.secs = secs;
+        self
+    }
+
+    /// On this device (an index from [`inventory`]); any device when not called.
+    pub fn device(mut self, index: u32) -> Self {
+        self.device = Some(index);
+        self
+    }
+
+    /// The WIT request this builder describes.
+    pub fn request(&self) -> raw::LeaseRequest {
+        raw::LeaseRequest {
+            min_vram: self.min_vram,
+            secs: self.secs,
+            device: self.device,
+        }
+    }
+
+    /// Asks the host for the lease. Fails with
+    /// [`CapacityExceeded`](crate::Error::CapacityExceeded) when the node cannot serve it and
+    /// [`QuotaExceeded`](crate::Error::QuotaExceeded) when the tasklet's grant does not allow it.
+    pub fn acquire(self) -> Result<Lease> {
+        Ok(Lease {
+            raw: raw::Lease::acquire(self.request())?,
+        })
+    }
+}
+
+/// `bytes` rounded up to whole [`LeaseBuilder::VRAM_GRANULE`]s, at least one (saturating).
+pub(crate) fn round_vram(bytes: u64) -> u64 {
+    let g = LeaseBuilder::VRAM_GRANULE;
+    bytes.div_ceil(g).max(1).saturating_mul(g)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vram_rounds_up_to_whole_mib() {
+        assert_eq!(round_vram(0), 1 << 20);
+        assert_eq!(round_vram(1), 1 << 20);
+        assert_eq!(round_vram(1 << 20), 1 << 20);
+        assert_eq!(round_vram((1 << 20) + 1), 2 << 20);
+        assert_eq!(round_vram(u64::MAX), u64::MAX);
+        assert_eq!(
+            Lease::builder()
+                .min_vram_for::<u64>(usize::MAX)
+                .request()
+                .min_vram,
+            u64::MAX
+        );
+    }
+
+    #[test]
+    fn builder_fills_the_request() {
+        let r = Lease::builder()
+            .min_vram(1 << 20)
+            .secs(5)
+            .device(2)
+            .request();
+        assert_eq!((r.min_vram, r.secs, r.device), (1 << 20, 5, Some(2)));
+        let d = Lease::builder().request();
+        assert_eq!(
+            (d.min_vram, d.secs, d.device),
+            (0, LeaseBuilder::DEFAULT_SECS, None)
+        );
+    }
+
+    #[test]
+    fn info_helpers() {
+        let i = LeaseInfo {
+            device: 0,
+            granted_bytes: 100,
+            used_bytes: 30,
+            remaining_ms: 1500,
+        };
+        assert_eq!(i.free_bytes(), 70);
+        assert_eq!(i.remaining(), Duration::from_millis(1500));
+    }
+}

@@ -1,0 +1,309 @@
+//! Running a launch: CTAs are handed out to worker threads one at a time; each worker runs all
+//! warps of its CTA on its own thread, so shared memory and barriers need no locking. Only global
+//! memory (atomic storage) and the step budget are shared between workers.
+
+pub(crate) mod mem;
+pub(crate) mod ops;
+pub(crate) mod printf;
+pub(crate) mod warp;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use crate::ir::{Program, ReduxOp};
+use crate::memory::{DeviceMemory, GlobalMap, Region};
+use crate::{ExecError, LaunchParams, LaunchStats, Site};
+use warp::Warp;
+
+/// Largest shared memory per block (static + dynamic), as on sm_90.
+const MAX_SHARED: u64 = 227 * 1024;
+/// Upper bound on the per-thread state one CTA may need (local and param areas), so a
+/// declaration cannot make the worker allocate unbounded host memory.
+const MAX_CTA_PRIVATE: u64 = 512 << 20;
+/// Instructions a warp issues before the CTA scheduler moves to the next warp; lets warps that
+/// spin on each other's shared-memory writes make progress.
+const SLICE: u32 = 4096;
+/// Step budget taken from the launch-wide pool at a time.
+const CHUNK: u64 = 1 << 16;
+
+pub(crate) struct Launch<'a> {
+    pub prog: &'a Program,
+    pub module_data: &'a Region,
+    pub globals: GlobalMap,
+    pub args: &'a [u8],
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub nthreads: u32,
+    pub nwarps: u32,
+    pub dyn_shared: u32,
+    pub shared_size: usize,
+    pub entry: u32,
+    pub limit: u64,
+    pub remaining: AtomicU64,
+    pub abort: AtomicBool,
+}
+
+impl Launch<'_> {
+    pub(crate) fn fault(&self, line: u32, ctaid: [u32; 3], tid: [u32; 3], message: String) -> ExecError {
+        ExecError::Fault { site: Site { line, ctaid, tid }, message }
+    }
+}
+
+pub(crate) struct Budget {
+    pub local: u64,
+    pub used: u64,
+}
+
+impl Budget {
+    /// Takes more of the launch's step budget; false when it cannot cover `need`.
+    pub(crate) fn refill(&mut self, cx: &Launch<'_>, need: u64) -> bool {
+        let want = CHUNK.max(need);
+        let prev = cx
+            .remaining
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |r| Some(r - r.min(want)))
+            .unwrap_or_else(|v| v);
+        self.local += prev.min(want);
+        self.local >= need
+    }
+
+    fn give_back(&mut self, cx: &Launch<'_>) {
+        cx.remaining.fetch_add(self.local, Ordering::Relaxed);
+        self.local = 0;
+    }
+}
+
+/// Barrier state of one CTA, per barrier id.
+#[derive(Default)]
+pub(crate) struct Bars {
+    pub arrived: [u32; 16],
+    pub count: [Option<u32>; 16],
+    pub red: [Option<ReduxOp>; 16],
+    pub acc: [u32; 16],
+    pub line: [u32; 16],
+}
+
+pub(crate) struct CtaCtx<'s> {
+    pub shared: &'s mut [u8],
+    pub bars: &'s mut Bars,
+    pub ctaid: [u32; 3],
+}
+
+/// What a worker thread keeps between CTAs so that it allocates once per launch.
+struct Worker {
+    warps: Vec<Warp>,
+    shared: Vec<u8>,
+    bars: Bars,
+}
+
+static CLOCK_START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+
+pub(crate) fn clock_ticks() -> u64 {
+    CLOCK_START.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64
+}
+
+pub(crate) fn launch(
+    prog: &Program,
+    module_data: &Region,
+    kernel: usize,
+    memory: &DeviceMemory,
+    p: &LaunchParams<'_>,
+    arg_size: u32,
+) -> Result<LaunchStats, ExecError> {
+    let inv = |m: String| Err(ExecError::InvalidLaunch(m));
+    let [gx, gy, gz] = p.grid;
+    let [bx, by, bz] = p.block;
+    if gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0 {
+        return inv(format!("grid {:?} and block {:?} must have every dimension at least 1", p.grid, p.block));
+    }
+    if gx > i32::MAX as u32 || gy > 65535 || gz > 65535 {
+        return inv(format!("grid {:?} exceeds the limits (2^31-1, 65535, 65535)", p.grid));
+    }
+    if bx > 1024 || by > 1024 || bz > 64 || (bx as u64 * by as u64 * bz as u64) > 1024 {
+        return inv(format!("block {:?} exceeds the limits (1024 threads; x,y <= 1024, z <= 64)", p.block));
+    }
+    if p.args.len() != arg_size as usize {
+        return inv(format!("argument block is {} bytes, the kernel's parameters take {arg_size}", p.args.len()));
+    }
+    let shared_size = prog.shared_dyn_off as u64 + p.shared_mem_bytes as u64;
+    let shared_size = shared_size.max(prog.shared_static as u64);
+    if shared_size > MAX_SHARED {
+        return inv(format!("{shared_size} bytes of shared memory per block exceed the {MAX_SHARED}-byte limit"));
+    }
+    let nthreads = bx * by * bz;
+    let nwarps = nthreads.div_ceil(32);
+    let private = (prog.local_size as u64 + prog.tparam_size as u64) * nwarps as u64 * 32;
+    if private > MAX_CTA_PRIVATE {
+        return inv(format!("per-thread local memory ({} bytes) is too large for this block size", prog.local_size));
+    }
+    let func = prog.kernel_funcs.get(kernel).and_then(|&f| prog.funcs.get(f));
+    let Some(func) = func else { return inv("unknown kernel".into()) };
+    let cx = Launch {
+        prog,
+        module_data,
+        globals: GlobalMap::new(memory.snapshot()),
+        args: p.args,
+        grid: p.grid,
+        block: p.block,
+        nthreads,
+        nwarps,
+        dyn_shared: p.shared_mem_bytes,
+        shared_size: shared_size as usize,
+        entry: func.entry_pc,
+        limit: p.step_limit,
+        remaining: AtomicU64::new(p.step_limit),
+        abort: AtomicBool::new(false),
+    };
+    let n_ctas = gx as u64 * gy as u64 * gz as u64;
+    let threads = if p.threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { p.threads };
+    let workers = (threads as u64).min(n_ctas).max(1) as usize;
+    let next = AtomicU64::new(0);
+    let first_err: Mutex<Option<(u64, ExecError)>> = Mutex::new(None);
+    let total = AtomicU64::new(0);
+    let work = || {
+        let mut w = Worker {
+            warps: (0..nwarps).map(|_| Warp::new(prog)).collect(),
+            shared: vec![0u8; cx.shared_size],
+            bars: Bars::default(),
+        };
+        let mut budget = Budget { local: 0, used: 0 };
+        loop {
+            if cx.abort.load(Ordering::Relaxed) {
+                break;
+            }
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            if i >= n_ctas {
+                break;
+            }
+            if let Err(e) = run_cta(&cx, &mut w, i, &mut budget) {
+                cx.abort.store(true, Ordering::Relaxed);
+                let mut g = first_err.lock().unwrap_or_else(|e| e.into_inner());
+                // Keep the error of the lowest-numbered CTA so single-threaded runs are
+                // deterministic and parallel ones mostly agree with them.
+                if g.as_ref().is_none_or(|(j, _)| i < *j) {
+                    *g = Some((i, e));
+                }
+                break;
+            }
+        }
+        budget.give_back(&cx);
+        total.fetch_add(budget.used, Ordering::Relaxed);
+    };
+    if workers == 1 {
+        work();
+    } else {
+        std::thread::scope(|s| {
+            for _ in 1..workers {
+                s.spawn(work);
+            }
+            work();
+        });
+    }
+    if let Some((_, e)) = first_err.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        return Err(e);
+    }
+    Ok(LaunchStats { lane_instructions: total.load(Ordering::Relaxed) })
+}
+
+fn run_cta(cx: &Launch<'_>, w: &mut Worker, i: u64, budget: &mut Budget) -> Result<(), ExecError> {
+    let [gx, gy, _] = cx.grid;
+    let ctaid = [(i % gx as u64) as u32, ((i / gx as u64) % gy as u64) as u32, (i / (gx as u64 * gy as u64)) as u32];
+    w.shared.iter_mut().for_each(|b| *b = 0);
+    w.bars = Bars::default();
+    for (k, warp) in w.warps.iter_mut().enumerate() {
+        warp.reset(cx, k as u32, ctaid);
+    }
+    loop {
+        let mut progressed = false;
+        for k in 0..w.warps.len() {
+            if w.warps[k].runnable() != 0 {
+                let mut cta = CtaCtx { shared: &mut w.shared, bars: &mut w.bars, ctaid };
+                w.warps[k].run(cx, &mut cta, budget, SLICE)?;
+                progressed = true;
+            }
+        }
+        if w.warps.iter().all(|x| x.live == 0) {
+            return Ok(());
+        }
+        if cx.abort.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let released = release_barriers(cx, w);
+        if !progressed && !released {
+            return Err(deadlock(cx, w, ctaid));
+        }
+    }
+}
+
+fn release_barriers(cx: &Launch<'_>, w: &mut Worker) -> bool {
+    let live: u32 = w.warps.iter().map(|x| x.live.count_ones()).sum();
+    let mut any = false;
+    for id in 0..16 {
+        let arrived = w.bars.arrived[id];
+        if arrived == 0 {
+            continue;
+        }
+        let expected = w.bars.count[id].unwrap_or(live).min(live.max(1));
+        if arrived < expected {
+            continue;
+        }
+        let acc = w.bars.acc[id];
+        for warp in w.warps.iter_mut() {
+            let mut m = warp.bar_wait;
+            while m != 0 {
+                let l = m.trailing_zeros() as usize;
+                m &= m - 1;
+                if warp.bar_id[l] as usize != id {
+                    continue;
+                }
+                warp.bar_wait &= !(1 << l);
+                if let Some((d, is_int)) = warp.bar_dst[l].take() {
+                    if is_int {
+                        if let Some(r) = warp.regs.get_mut(d as usize) {
+                            r[l] = acc as u64;
+                        }
+                    } else if let Some(p) = warp.preds.get_mut(d as usize) {
+                        *p = (*p & !(1 << l)) | (((acc != 0) as u32) << l);
+                    }
+                }
+            }
+            warp.try_converge();
+        }
+        w.bars.arrived[id] = 0;
+        any = true;
+    }
+    let _ = cx;
+    any
+}
+
+fn deadlock(cx: &Launch<'_>, w: &Worker, ctaid: [u32; 3]) -> ExecError {
+    let live: u32 = w.warps.iter().map(|x| x.live.count_ones()).sum();
+    for warp in &w.warps {
+        if warp.bar_wait != 0 {
+            let l = warp.bar_wait.trailing_zeros();
+            let id = warp.bar_id[l as usize] as usize;
+            let pc = warp.pc_of(l);
+            let line = cx.prog.code.get(pc.wrapping_sub(1) as usize).map_or(0, |i| i.line);
+            let expected = w.bars.count[id].unwrap_or(live);
+            return cx.fault(
+                line,
+                ctaid,
+                warp.tid_of(cx, l),
+                format!(
+                    "barrier deadlock: barrier {id} has {} of {expected} threads arrived and no other thread of the block can run",
+                    w.bars.arrived[id]
+                ),
+            );
+        }
+    }
+    cx.fault(0, ctaid, [0, 0, 0], "deadlock: no thread of the block can make progress".into())
+}
+
+impl Warp {
+    pub(crate) fn pc_of(&self, l: u32) -> u32 {
+        if self.converged {
+            self.cpc
+        } else {
+            self.pc[l as usize & 31]
+        }
+    }
+}

@@ -1,0 +1,345 @@
+//! The pre-decoded instruction form the executor runs: registers are indices, symbols are
+//! addresses, modifiers are enums, and every instruction has been validated.
+
+/// Generic-address windows for the per-CTA and per-thread state spaces. Global allocations lie
+/// below `memory::GLOBAL_LIMIT`; these lie above it, so one comparison routes a generic access.
+pub(crate) const SHARED_WIN: u64 = 0x7100_0000_0000;
+pub(crate) const LOCAL_WIN: u64 = 0x7200_0000_0000;
+pub(crate) const PARAM_WIN: u64 = 0x7300_0000_0000;
+/// Module `.global`/`.const` variables. Their state-space addresses equal their generic ones.
+pub(crate) const MODULE_WIN: u64 = 0x7400_0000_0000;
+pub(crate) const WIN_SIZE: u64 = 0x0100_0000_0000;
+/// Param-space addresses at or above this are the per-thread call area; below, the kernel's
+/// argument block.
+pub(crate) const TPARAM_FLAG: u64 = 0x8000_0000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Src {
+    R(u32),
+    I(u64),
+}
+
+/// A predicate source: register (optionally negated) or constant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PSrc {
+    R(u32, bool),
+    I(bool),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Addr {
+    pub base: Option<u32>,
+    pub off: i64,
+    /// The base register is 32 bits wide: only its low half is the address.
+    pub base32: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Space {
+    Generic,
+    Global,
+    Shared,
+    Local,
+    Param,
+    Const,
+}
+
+/// Integer type: width and signedness (`.b` types count as unsigned).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct IT {
+    pub bits: u8,
+    pub signed: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FT {
+    F16,
+    BF16,
+    F32,
+    F64,
+}
+
+/// Any scalar type as it appears in a `cvt` or `setp`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ty {
+    I(IT),
+    F(FT),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Rnd {
+    N,
+    Z,
+    M,
+    P,
+    /// Round to nearest, ties away from zero (`cvt.rna`).
+    A,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum I2 {
+    Add,
+    Sub,
+    MulLo,
+    MulHi,
+    Mul24Lo,
+    Div,
+    Rem,
+    And,
+    Or,
+    Xor,
+    Shl,
+    Shr,
+    Min,
+    Max,
+    AddSat,
+    SubSat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum I1 {
+    Not,
+    CNot,
+    Neg,
+    Abs,
+    Popc,
+    Clz,
+    Brev,
+    /// Bit index of the most significant non-sign bit (`bfind`), 0xffffffff if none.
+    Bfind,
+    BfindShift,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum I3 {
+    MadLo,
+    MadHi,
+    MadWide,
+    Mad24Lo,
+    MadLoCC,
+    Bfe,
+    Prmt,
+    /// `shf.l.wrap`/`shf.r.clamp`: funnel shifts (bit 0: right, bit 1: clamp).
+    Shf(u8),
+    Szext,
+    Dp4a,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum F2 {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Min,
+    Max,
+    MinNaN,
+    MaxNaN,
+    Copysign,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum F1 {
+    Neg,
+    Abs,
+    Sqrt,
+    Rcp,
+    Rsqrt,
+    Sin,
+    Cos,
+    Ex2,
+    Lg2,
+    Tanh,
+    /// testp variants write a predicate; handled by `Op::Testp`.
+    Mov,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cmp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    Equ,
+    Neu,
+    Ltu,
+    Leu,
+    Gtu,
+    Geu,
+    Num,
+    Nan,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BoolOp {
+    And,
+    Or,
+    Xor,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AtomOp {
+    Add,
+    Min,
+    Max,
+    Inc,
+    Dec,
+    And,
+    Or,
+    Xor,
+    Exch,
+    Cas,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AtomTy {
+    U32,
+    S32,
+    U64,
+    S64,
+    F32,
+    F64,
+    B32,
+    B64,
+    F16x2,
+    F16,
+    BF16,
+    BF16x2,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ShflMode {
+    Up,
+    Down,
+    Bfly,
+    Idx,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum VoteMode {
+    Ballot,
+    Any,
+    All,
+    Uni,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReduxOp {
+    Add,
+    Min,
+    Max,
+    And,
+    Or,
+    Xor,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TestpKind {
+    Finite,
+    Infinite,
+    Number,
+    NotANumber,
+    Normal,
+    Subnormal,
+}
+
+/// A byte copy within the per-thread param area (call argument/return passing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Copy3 {
+    pub from: u32,
+    pub to: u32,
+    pub len: u32,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Op {
+    Nop,
+    Mov { d: u32, a: Src },
+    MovP { d: u32, a: PSrc },
+    /// `mov.b64 %rd, {%r1, %r2}`: little-endian concatenation of `n` `bits`-wide parts.
+    Pack { d: u32, a: [Src; 4], n: u8, bits: u8 },
+    Unpack { d: [Option<u32>; 4], n: u8, bits: u8, a: Src },
+    Int2 { op: I2, t: IT, d: u32, a: Src, b: Src },
+    Int1 { op: I1, t: IT, d: u32, a: Src },
+    Int3 { op: I3, t: IT, d: u32, a: Src, b: Src, c: Src },
+    Bfi { t: IT, d: u32, a: Src, b: Src, c: Src, e: Src },
+    MulWide { t: IT, d: u32, a: Src, b: Src },
+    F2 { op: F2, f: FT, rnd: Rnd, ftz: bool, sat: bool, d: u32, a: Src, b: Src },
+    F1 { op: F1, f: FT, rnd: Rnd, ftz: bool, sat: bool, approx: bool, d: u32, a: Src },
+    Fma { f: FT, rnd: Rnd, ftz: bool, sat: bool, d: u32, a: Src, b: Src, c: Src },
+    /// Packed `f16x2`/`bf16x2` arithmetic: the scalar op applied to both halves.
+    F2x2 { op: F2, f: FT, rnd: Rnd, ftz: bool, sat: bool, d: u32, a: Src, b: Src },
+    Fmax2 { f: FT, rnd: Rnd, ftz: bool, sat: bool, d: u32, a: Src, b: Src, c: Src },
+    Cvt { dt: Ty, st: Ty, rnd: Option<Rnd>, int_rnd: bool, ftz: bool, sat: bool, d: u32, a: Src },
+    /// `cvt.rn.f16x2.f32 d, a, b`: d = {hi: a, lo: b}.
+    CvtPack { f: FT, rnd: Rnd, d: u32, a: Src, b: Src },
+    Setp { t: Ty, cmp: Cmp, ftz: bool, d: Option<u32>, d2: Option<u32>, a: Src, b: Src, comb: Option<(BoolOp, PSrc)> },
+    /// `set.cmp.dtype.stype`: writes all-ones (or 1.0f) / zero.
+    Set { t: Ty, cmp: Cmp, ftz: bool, float_out: bool, d: u32, a: Src, b: Src, comb: Option<(BoolOp, PSrc)> },
+    Selp { d: u32, a: Src, b: Src, p: PSrc },
+    Slct { t: Ty, ftz: bool, d: u32, a: Src, b: Src, c: Src },
+    PBool { op: BoolOp, d: u32, a: PSrc, b: PSrc },
+    PNot { d: u32, a: PSrc },
+    Testp { kind: TestpKind, f: FT, d: u32, a: Src },
+    Ld { sp: Space, size: u8, sign: bool, n: u8, d: [Option<u32>; 4], addr: Addr },
+    St { sp: Space, size: u8, n: u8, s: [Src; 4], addr: Addr },
+    Atom { sp: Space, op: AtomOp, t: AtomTy, d: Option<u32>, addr: Addr, b: Src, c: Src },
+    Bra { target: u32 },
+    Call { target: u32, args: Box<[Copy3]> },
+    /// Placed right after every `Call`: copies the callee's return values into the caller's
+    /// `.param` variables when the call returns here.
+    CallRet { rets: Box<[Copy3]> },
+    Ret,
+    Exit,
+    Trap,
+    /// `bar.sync id{, count}` (and `barrier.sync`, `bar.red`): `red` reduces `p` over the CTA.
+    Bar { id: Src, count: Option<Src>, red: Option<(ReduxOp, u32, PSrc, bool)> },
+    BarWarp { mask: Src },
+    Shfl { mode: ShflMode, d: u32, p: Option<u32>, a: Src, b: Src, c: Src, mask: Src },
+    Vote { mode: VoteMode, d: u32, p: PSrc, mask: Src },
+    Activemask { d: u32 },
+    Redux { op: ReduxOp, signed: bool, d: u32, a: Src, mask: Src },
+    Match { all: bool, bits: u8, d: u32, p: Option<u32>, a: Src, mask: Src },
+    Vprintf { ret: Option<u32>, fmt: u32, args: u32 },
+    AssertFail { args: u32 },
+    Clock { d: u32, bits: u8 },
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Inst {
+    pub op: Op,
+    pub guard: Option<(u32, bool)>,
+    pub line: u32,
+}
+
+/// Special registers that live in fixed register slots, filled in per warp.
+pub(crate) const SPECIAL_REGS: &[&str] = &[
+    "%tid.x", "%tid.y", "%tid.z", "%ntid.x", "%ntid.y", "%ntid.z", "%ctaid.x", "%ctaid.y", "%ctaid.z",
+    "%nctaid.x", "%nctaid.y", "%nctaid.z", "%laneid", "%warpid", "%nwarpid", "%smid", "%nsmid",
+    "%gridid", "%lanemask_eq", "%lanemask_le", "%lanemask_lt", "%lanemask_ge", "%lanemask_gt",
+    "%dynamic_smem_size", "%total_smem_size",
+];
+
+pub(crate) struct FuncInfo {
+    pub name: String,
+    pub entry_pc: u32,
+    pub is_kernel: bool,
+}
+
+/// A lowered module.
+pub(crate) struct Program {
+    pub code: Vec<Inst>,
+    pub funcs: Vec<FuncInfo>,
+    /// Index into `funcs` of each kernel, parallel to `Module::kernels`.
+    pub kernel_funcs: Vec<usize>,
+    pub num_regs: u32,
+    pub num_preds: u32,
+    pub shared_static: u32,
+    /// Offset of `.extern .shared` arrays (after the static ones, aligned).
+    pub shared_dyn_off: u32,
+    pub local_size: u32,
+    pub tparam_size: u32,
+    pub module_data: Vec<u8>,
+}

@@ -1,0 +1,117 @@
+//! `tasklet:gpu` on the host: one module per interface, all reaching the tasklet's [`GpuCtx`]
+//! through [`GpuView`].
+//!
+//! Ownership is checked by unique ids, never by table index (indices are reused): a buffer or module
+//! is usable only in the session that made it, a session only while its lease lives.
+
+pub mod error;
+mod inventory;
+mod leases;
+mod sessions;
+
+pub use error::{GpuFailure, GpuResult};
+
+use crate::config::Grant;
+use crate::lease::{EndReason, Lease, LeaseManager};
+use std::collections::HashMap;
+use std::sync::Arc;
+use wasmtime::component::{HasData, ResourceTable};
+
+/// A tasklet's GPU state: its grant, its leases, and the sessions under them.
+pub struct GpuCtx {
+    grant: Grant,
+    manager: Arc<LeaseManager>,
+    leases: HashMap<u64, Arc<Lease>>,
+    sessions: HashMap<u64, SessionState>,
+    next_id: u64,
+}
+
+/// What the host remembers of a session, keyed by its unique id.
+struct SessionState {
+    lease: Arc<Lease>,
+    /// Buffer id → (device address, size).
+    buffers: HashMap<u64, (u64, u64)>,
+    /// Module id → the worker's module and its kernels.
+    modules: HashMap<u64, tasklet_worker::LoadedModule>,
+}
+
+/// The guest's handle types as stored in the resource table.
+pub struct LeaseHandle {
+    id: u64,
+}
+pub struct SessionHandle {
+    id: u64,
+}
+pub struct BufferHandle {
+    id: u64,
+    session: u64,
+    size: u64,
+}
+pub struct ModuleHandle {
+    id: u64,
+    session: u64,
+}
+
+impl GpuCtx {
+    pub fn new(grant: Grant, manager: Arc<LeaseManager>) -> GpuCtx {
+        GpuCtx { grant, manager, leases: HashMap::new(), sessions: HashMap::new(), next_id: 1 }
+    }
+
+    fn fresh_id(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+}
+
+impl Drop for GpuCtx {
+    /// However the tasklet ended (returned, trapped, ran out of time), everything it leased goes back.
+    fn drop(&mut self) {
+        for lease in self.leases.values() {
+            self.manager.end(lease, EndReason::TaskletEnded);
+        }
+    }
+}
+
+/// Reaches the GPU state and the resource table from a store's data.
+pub trait GpuView: Send {
+    fn gpu(&mut self) -> GpuState<'_>;
+}
+
+/// The borrowed halves the host functions work on.
+pub struct GpuState<'a> {
+    pub ctx: &'a mut GpuCtx,
+    pub table: &'a mut ResourceTable,
+}
+
+/// `HasData` marker for the generated `add_to_linker`.
+pub struct Gpu;
+
+impl HasData for Gpu {
+    type Data<'a> = GpuState<'a>;
+}
+
+/// Adds `tasklet:gpu` to a linker whose store data implements [`GpuView`].
+pub fn add_to_linker<T: GpuView + 'static>(linker: &mut wasmtime::component::Linker<T>) -> wasmtime::Result<()> {
+    use crate::bindings::tasklet::gpu;
+    fn get<T: GpuView>(t: &mut T) -> GpuState<'_> {
+        t.gpu()
+    }
+    gpu::types::add_to_linker::<T, Gpu>(linker, get)?;
+    gpu::inventory::add_to_linker::<T, Gpu>(linker, get)?;
+    gpu::leases::add_to_linker::<T, Gpu>(linker, get)?;
+    gpu::sessions::add_to_linker::<T, Gpu>(linker, get)?;
+    Ok(())
+}
+
+impl crate::bindings::tasklet::gpu::types::Host for GpuState<'_> {
+    fn convert_gpu_error(
+        &mut self,
+        err: GpuFailure,
+    ) -> wasmtime::Result<crate::bindings::tasklet::gpu::types::GpuError> {
+        match err {
+            GpuFailure::Gpu(e) => Ok(e),
+            GpuFailure::Trap(t) => Err(t),
+        }
+    }
+}

@@ -1,0 +1,349 @@
+//! `tasklet:gpu/sessions`: device memory, modules and launches, each checked against the tasklet's
+//! rights, the lease's quota, and the ownership of every handle before anything reaches a worker.
+
+use super::error::{invalid, out_of_bounds, quota, unauthorized, GpuFailure, GpuResult};
+use super::{BufferHandle, GpuState, LeaseHandle, ModuleHandle, SessionHandle, SessionState};
+use crate::bindings::tasklet::gpu::sessions::{
+    Host, HostBuffer, HostModule, HostSession, KernelArg, LaunchConfig,
+};
+use crate::bindings::tasklet::gpu::types::GpuError;
+use crate::config::Right;
+use crate::lease::Lease;
+use std::collections::HashMap;
+use std::sync::Arc;
+use tasklet_worker::{Launch, WorkerError};
+use wasmtime::component::Resource;
+
+impl Host for GpuState<'_> {}
+
+fn trap(what: String) -> GpuFailure {
+    GpuFailure::Trap(wasmtime::format_err!(what))
+}
+
+impl GpuState<'_> {
+    fn need(&self, right: Right) -> GpuResult<()> {
+        if self.ctx.grant.gpu.rights.contains(right) {
+            return Ok(());
+        }
+        let name = right.name();
+        Err(unauthorized(format!(
+            "missing right `{name}`: add \"{name}\" to `rights` under [gpu] in the tasklet's manifest (the node policy must allow it too)"
+        )))
+    }
+
+    fn session(&self, handle: &Resource<SessionHandle>) -> GpuResult<(u64, Arc<Lease>)> {
+        let id = self.table.get(handle)?.id;
+        let state = self.ctx.sessions.get(&id).ok_or_else(|| trap(format!("session {id} has no state")))?;
+        Ok((id, Arc::clone(&state.lease)))
+    }
+
+    fn state(&mut self, session: u64) -> GpuResult<&mut SessionState> {
+        self.ctx.sessions.get_mut(&session).ok_or_else(|| trap(format!("session {session} has no state")))
+    }
+
+    /// The device address and size of a buffer, if it belongs to `session`.
+    fn buffer(&self, session: u64, handle: &Resource<BufferHandle>) -> GpuResult<(u64, u64)> {
+        let b = self.table.get(handle)?;
+        if b.session != session {
+            return Err(invalid(format!(
+                "buffer {} belongs to another session; a buffer is usable only in the session that allocated it",
+                b.id
+            )));
+        }
+        let state = self.ctx.sessions.get(&session).ok_or_else(|| trap(format!("session {session} has no state")))?;
+        let &(addr, size) = state
+            .buffers
+            .get(&b.id)
+            .ok_or_else(|| GpuError::LeaseExpired("the buffer's memory was freed when its lease ended".into()))?;
+        Ok((addr, size))
+    }
+
+    fn run<T>(&self, lease: &Lease, op: impl FnOnce(crate::lease::LeaseAccess<'_>) -> Result<T, WorkerError>) -> GpuResult<T> {
+        Ok(self.ctx.manager.with_worker(lease, op)?)
+    }
+}
+
+/// `offset..offset+len` within a buffer of `size` bytes, as a device address.
+fn span(addr: u64, size: u64, offset: u64, len: u64) -> GpuResult<u64> {
+    match offset.checked_add(len) {
+        Some(end) if end <= size => Ok(addr + offset),
+        _ => Err(out_of_bounds(format!(
+            "bytes {offset}..{} are outside the buffer's {size} bytes",
+            offset as u128 + len as u128
+        ))),
+    }
+}
+
+impl HostSession for GpuState<'_> {
+    fn open(&mut self, lease: Resource<LeaseHandle>) -> GpuResult<Resource<SessionHandle>> {
+        let lease = self.lease(&lease)?;
+        // Refuse sessions on ended leases now rather than at their first operation.
+        self.ctx.manager.with_worker(&lease, |_| Ok(()))?;
+        let id = self.ctx.fresh_id();
+        self.ctx.sessions.insert(id, SessionState { lease, buffers: HashMap::new(), modules: HashMap::new() });
+        Ok(self.table.push(SessionHandle { id })?)
+    }
+
+    fn mem_alloc(&mut self, this: Resource<SessionHandle>, bytes: u64) -> GpuResult<Resource<BufferHandle>> {
+        self.need(Right::Alloc)?;
+        let (session, lease) = self.session(&this)?;
+        if bytes == 0 {
+            return Err(invalid("cannot allocate 0 bytes"));
+        }
+        let used = lease.used();
+        if used.saturating_add(bytes) > lease.granted {
+            return Err(quota(format!(
+                "allocating {bytes} bytes would bring the lease to {} of its {} granted bytes; acquire a larger lease",
+                used.saturating_add(bytes),
+                lease.granted
+            )));
+        }
+        let addr = self.run(&lease, |a| {
+            let addr = a.worker.alloc(bytes)?;
+            *a.used += bytes;
+            Ok(addr)
+        })?;
+        let id = self.ctx.fresh_id();
+        self.state(session)?.buffers.insert(id, (addr, bytes));
+        Ok(self.table.push(BufferHandle { id, session, size: bytes })?)
+    }
+
+    fn mem_write(
+        &mut self,
+        this: Resource<SessionHandle>,
+        dst: Resource<BufferHandle>,
+        offset: u64,
+        data: Vec<u8>,
+    ) -> GpuResult<()> {
+        self.need(Right::Write)?;
+        let (session, lease) = self.session(&this)?;
+        let (addr, size) = self.buffer(session, &dst)?;
+        let at = span(addr, size, offset, data.len() as u64)?;
+        self.run(&lease, |a| a.worker.write(at, &data))
+    }
+
+    fn mem_read(
+        &mut self,
+        this: Resource<SessionHandle>,
+        src: Resource<BufferHandle>,
+        offset: u64,
+        len: u64,
+    ) -> GpuResult<Vec<u8>> {
+        self.need(Right::Read)?;
+        let (session, lease) = self.session(&this)?;
+        let (addr, size) = self.buffer(session, &src)?;
+        let at = span(addr, size, offset, len)?;
+        // `len` fits in the buffer, which fits in the lease's grant; the guest's memory limit bounds
+        // what it can receive, and lowering the result checks that.
+        let len = usize::try_from(len).map_err(|_| out_of_bounds("read too large for this host"))?;
+        let mut out = vec![0u8; len];
+        self.run(&lease, |a| a.worker.read(at, &mut out))?;
+        Ok(out)
+    }
+
+    fn mem_copy(
+        &mut self,
+        this: Resource<SessionHandle>,
+        dst: Resource<BufferHandle>,
+        dst_offset: u64,
+        src: Resource<BufferHandle>,
+        src_offset: u64,
+        len: u64,
+    ) -> GpuResult<()> {
+        self.need(Right::Write)?;
+        let (session, lease) = self.session(&this)?;
+        let (daddr, dsize) = self.buffer(session, &dst)?;
+        let (saddr, ssize) = self.buffer(session, &src)?;
+        let to = span(daddr, dsize, dst_offset, len)?;
+        let from = span(saddr, ssize, src_offset, len)?;
+        self.run(&lease, |a| a.worker.copy(to, from, len))
+    }
+
+    fn module_load(&mut self, this: Resource<SessionHandle>, ptx: String) -> GpuResult<Resource<ModuleHandle>> {
+        self.need(Right::Load)?;
+        let (session, lease) = self.session(&this)?;
+        let module = self.run(&lease, |a| a.worker.load_module(&ptx))?;
+        self.add_module(session, module)
+    }
+
+    fn module_load_source(
+        &mut self,
+        this: Resource<SessionHandle>,
+        source: String,
+        options: Vec<String>,
+    ) -> GpuResult<Resource<ModuleHandle>> {
+        self.need(Right::Load)?;
+        let (session, lease) = self.session(&this)?;
+        let module = self.run(&lease, |a| a.worker.load_source(&source, &options))?;
+        self.add_module(session, module)
+    }
+
+    fn launch(
+        &mut self,
+        this: Resource<SessionHandle>,
+        module: Resource<ModuleHandle>,
+        kernel: String,
+        config: LaunchConfig,
+        args: Vec<KernelArg>,
+    ) -> GpuResult<()> {
+        self.need(Right::Launch)?;
+        let (session, lease) = self.session(&this)?;
+        let m = self.table.get(&module)?;
+        if m.session != session {
+            return Err(invalid("the module belongs to another session; load it in this one"));
+        }
+        let module_id = m.id;
+        let loaded = self
+            .ctx
+            .sessions
+            .get(&session)
+            .and_then(|s| s.modules.get(&module_id))
+            .ok_or_else(|| GpuError::LeaseExpired("the module was unloaded when its lease ended".into()))?;
+        let Some(info) = loaded.kernels.iter().find(|k| k.name == kernel) else {
+            let names: Vec<&str> = loaded.kernels.iter().map(|k| k.name.as_str()).collect();
+            return Err(GpuError::LaunchFailed(format!(
+                "no kernel named {kernel:?} in the module; it has: {}",
+                names.join(", ")
+            ))
+            .into());
+        };
+        let block = self.argument_block(session, info, &args)?;
+        let (g, b) = (config.grid, config.block);
+        if [g.0, g.1, g.2, b.0, b.1, b.2].contains(&0) {
+            return Err(GpuError::LaunchFailed("grid and block dimensions must all be at least 1".into()).into());
+        }
+        let launch = Launch {
+            module: loaded.id,
+            kernel: &kernel,
+            grid: [g.0, g.1, g.2],
+            block: [b.0, b.1, b.2],
+            shared_mem_bytes: config.shared_mem_bytes,
+            args: &block,
+            deadline: self.ctx.grant.kernel_deadline,
+        };
+        self.run(&lease, |a| a.worker.launch(&launch))
+    }
+
+    fn sync(&mut self, this: Resource<SessionHandle>) -> GpuResult<()> {
+        let (_, lease) = self.session(&this)?;
+        self.run(&lease, |a| a.worker.sync())
+    }
+
+    fn drop(&mut self, this: Resource<SessionHandle>) -> wasmtime::Result<()> {
+        let id = self.table.delete(this)?.id;
+        if let Some(state) = self.ctx.sessions.remove(&id) {
+            // Free what the session still holds; if its lease already ended, that is done.
+            let _ = self.ctx.manager.with_worker(&state.lease, |a| {
+                for (addr, size) in state.buffers.values() {
+                    a.worker.free(*addr)?;
+                    *a.used -= size;
+                }
+                for m in state.modules.values() {
+                    a.worker.unload_module(m.id)?;
+                }
+                Ok(())
+            });
+        }
+        Ok(())
+    }
+}
+
+impl GpuState<'_> {
+    fn add_module(&mut self, session: u64, module: tasklet_worker::LoadedModule) -> GpuResult<Resource<ModuleHandle>> {
+        let id = self.ctx.fresh_id();
+        self.state(session)?.modules.insert(id, module);
+        Ok(self.table.push(ModuleHandle { id, session })?)
+    }
+
+    /// Builds the kernel's argument block from typed arguments. Buffer arguments become device
+    /// addresses of the caller's own allocations; every argument must match its parameter's size.
+    fn argument_block(&self, session: u64, kernel: &tasklet_worker::KernelInfo, args: &[KernelArg]) -> GpuResult<Vec<u8>> {
+        if args.len() != kernel.params.len() {
+            return Err(invalid(format!(
+                "kernel {} takes {} argument(s), {} given",
+                kernel.name,
+                kernel.params.len(),
+                args.len()
+            )));
+        }
+        let (offsets, total) = kernel.param_layout();
+        let mut block = vec![0u8; total as usize];
+        for (i, ((arg, param), at)) in args.iter().zip(&kernel.params).zip(offsets).enumerate() {
+            let bytes: Vec<u8> = match arg {
+                KernelArg::Buffer(b) => {
+                    let (addr, size) = self.buffer(session, &b.buffer)?;
+                    if b.offset > size {
+                        return Err(out_of_bounds(format!(
+                            "argument {i}: offset {} is past the end of its {size}-byte buffer",
+                            b.offset
+                        )));
+                    }
+                    (addr + b.offset).to_le_bytes().to_vec()
+                }
+                KernelArg::I32(v) => v.to_le_bytes().to_vec(),
+                KernelArg::U32(v) => v.to_le_bytes().to_vec(),
+                KernelArg::I64(v) => v.to_le_bytes().to_vec(),
+                KernelArg::U64(v) => v.to_le_bytes().to_vec(),
+                KernelArg::F32(v) => v.to_le_bytes().to_vec(),
+                KernelArg::F64(v) => v.to_le_bytes().to_vec(),
+                KernelArg::Bytes(v) => v.clone(),
+            };
+            if bytes.len() != param.size as usize {
+                return Err(invalid(format!(
+                    "argument {i} ({}) of kernel {} is {} bytes, the parameter takes {}",
+                    param.name,
+                    kernel.name,
+                    bytes.len(),
+                    param.size
+                )));
+            }
+            let at = at as usize;
+            block[at..at + bytes.len()].copy_from_slice(&bytes);
+        }
+        Ok(block)
+    }
+}
+
+impl HostBuffer for GpuState<'_> {
+    fn size(&mut self, this: Resource<BufferHandle>) -> wasmtime::Result<u64> {
+        Ok(self.table.get(&this)?.size)
+    }
+
+    fn drop(&mut self, this: Resource<BufferHandle>) -> wasmtime::Result<()> {
+        let b = self.table.delete(this)?;
+        let Some(state) = self.ctx.sessions.get_mut(&b.session) else { return Ok(()) };
+        if let Some((addr, size)) = state.buffers.remove(&b.id) {
+            let lease = Arc::clone(&state.lease);
+            let _ = self.ctx.manager.with_worker(&lease, |a| {
+                a.worker.free(addr)?;
+                *a.used -= size;
+                Ok(())
+            });
+        }
+        Ok(())
+    }
+}
+
+impl HostModule for GpuState<'_> {
+    fn kernels(&mut self, this: Resource<ModuleHandle>) -> wasmtime::Result<Vec<String>> {
+        let m = self.table.get(&this)?;
+        let names = self
+            .ctx
+            .sessions
+            .get(&m.session)
+            .and_then(|s| s.modules.get(&m.id))
+            .map(|loaded| loaded.kernels.iter().map(|k| k.name.clone()).collect())
+            .unwrap_or_default();
+        Ok(names)
+    }
+
+    fn drop(&mut self, this: Resource<ModuleHandle>) -> wasmtime::Result<()> {
+        let m = self.table.delete(this)?;
+        let Some(state) = self.ctx.sessions.get_mut(&m.session) else { return Ok(()) };
+        if let Some(loaded) = state.modules.remove(&m.id) {
+            let lease = Arc::clone(&state.lease);
+            let _ = self.ctx.manager.with_worker(&lease, |a| a.worker.unload_module(loaded.id));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,333 @@
+//! The lease manager: node-wide VRAM accounting, lease lifetimes, and the reaper that ends expired
+//! leases whether or not their tasklet is running.
+//!
+//! A lease owns one worker process for its lifetime. Ending a lease (drop, expiry, a lost or
+//! faulted worker, the tasklet's end) gives the worker back to the pool, which resets and reuses a
+//! healthy one and kills a suspect one, and returns the lease's grant to the device's free memory.
+
+use crate::bindings::tasklet::gpu::types::GpuError;
+use crate::gpu::error::from_worker;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use tasklet_worker::{ErrorKind, Pool, Worker, WorkerError};
+
+/// A device as leases see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Device {
+    pub index: u32,
+    pub name: String,
+    /// `emu` or `cuda`.
+    pub backend: &'static str,
+    pub total_memory: u64,
+    pub compute_capability: (u32, u32),
+}
+
+/// Node-wide totals; after every tasklet has ended they return to zero.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Accounting {
+    pub leases: usize,
+    pub granted_bytes: u64,
+    pub used_bytes: u64,
+}
+
+/// Why a lease ended; what later operations under it are told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EndReason {
+    Dropped,
+    Expired,
+    WorkerLost(String),
+    Poisoned(String),
+    TaskletEnded,
+}
+
+impl EndReason {
+    fn describe(&self) -> String {
+        match self {
+            EndReason::Dropped => "the lease was dropped".into(),
+            EndReason::Expired => "the lease expired; acquire a new one, or renew before it runs out".into(),
+            EndReason::WorkerLost(why) => format!("the lease ended when its GPU worker was lost ({why})"),
+            EndReason::Poisoned(why) => format!("the lease ended after a fatal kernel error ({why})"),
+            EndReason::TaskletEnded => "the tasklet that held the lease has ended".into(),
+        }
+    }
+}
+
+pub struct Lease {
+    pub id: u64,
+    pub device: u32,
+    /// Bytes granted; allocations under the lease may hold at most this much at once.
+    pub granted: u64,
+    acquired: Instant,
+    state: Mutex<LeaseState>,
+}
+
+struct LeaseState {
+    /// Present until the lease ends.
+    worker: Option<Worker>,
+    used: u64,
+    expires: Instant,
+    ended: Option<EndReason>,
+}
+
+/// What an operation under a lease may touch: its worker and its usage counter.
+pub struct LeaseAccess<'a> {
+    pub worker: &'a mut Worker,
+    pub used: &'a mut u64,
+    pub granted: u64,
+}
+
+impl Lease {
+    fn lock(&self) -> MutexGuard<'_, LeaseState> {
+        // A panic while holding the lock cannot leave the state half-updated in a way that matters
+        // more than refusing service, so keep serving.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn is_live(&self) -> bool {
+        self.lock().ended.is_none()
+    }
+
+    pub fn used(&self) -> u64 {
+        self.lock().used
+    }
+
+    pub fn remaining(&self) -> Duration {
+        self.lock().expires.saturating_duration_since(Instant::now())
+    }
+
+    pub fn worker_pid(&self) -> Option<u32> {
+        self.lock().worker.as_ref().map(Worker::pid)
+    }
+}
+
+/// Serves leases on one device from one worker pool.
+pub struct LeaseManager {
+    pool: Arc<Pool>,
+    device: Device,
+    book: Mutex<Book>,
+    wake: Condvar,
+    next_id: AtomicU64,
+    stopping: AtomicBool,
+    reaper: Mutex<Option<JoinHandle<()>>>,
+}
+
+#[derive(Default)]
+struct Book {
+    live: HashMap<u64, Arc<Lease>>,
+    granted: u64,
+}
+
+impl LeaseManager {
+    pub fn start(pool: Arc<Pool>, device: Device) -> Arc<LeaseManager> {
+        let mgr = Arc::new(LeaseManager {
+            pool,
+            device,
+            book: Mutex::new(Book::default()),
+            wake: Condvar::new(),
+            next_id: AtomicU64::new(1),
+            stopping: AtomicBool::new(false),
+            reaper: Mutex::new(None),
+        });
+        let reaper_mgr = Arc::clone(&mgr);
+        let handle = std::thread::Builder::new()
+            .name("tasklet-lease-reaper".into())
+            .spawn(move || reaper_mgr.reap_until_stopped())
+            .ok();
+        *mgr.reaper.lock().unwrap_or_else(|p| p.into_inner()) = handle;
+        mgr
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    pub fn pool(&self) -> &Arc<Pool> {
+        &self.pool
+    }
+
+    fn book(&self) -> MutexGuard<'_, Book> {
+        self.book.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn free_memory(&self) -> u64 {
+        self.device.total_memory.saturating_sub(self.book().granted)
+    }
+
+    /// Grants `bytes` for `ttl` from a warm worker.
+    pub fn acquire(&self, bytes: u64, ttl: Duration) -> Result<Arc<Lease>, GpuError> {
+        {
+            // Reserve the memory first, so two racing acquires cannot both pass the check.
+            let mut book = self.book();
+            let free = self.device.total_memory.saturating_sub(book.granted);
+            if bytes > free {
+                return Err(GpuError::CapacityExceeded(format!(
+                    "device {} has {free} bytes free for leases, {bytes} asked; ask for less or retry later",
+                    self.device.index
+                )));
+            }
+            book.granted += bytes;
+        }
+        let worker = match self.pool.acquire() {
+            Ok(w) => w,
+            Err(e) => {
+                self.book().granted -= bytes;
+                return Err(match e {
+                    WorkerError::NoCapacity(m) => GpuError::CapacityExceeded(format!("no free GPU worker: {m}")),
+                    other => from_worker(other),
+                });
+            }
+        };
+        let now = Instant::now();
+        let lease = Arc::new(Lease {
+            id: self.next_id.fetch_add(1, Ordering::Relaxed),
+            device: self.device.index,
+            granted: bytes,
+            acquired: now,
+            state: Mutex::new(LeaseState { worker: Some(worker), used: 0, expires: now + ttl, ended: None }),
+        });
+        self.book().live.insert(lease.id, Arc::clone(&lease));
+        self.wake.notify_all();
+        Ok(lease)
+    }
+
+    /// Moves the lease's expiry to `ttl` from now, if that stays within `ceiling` of its start.
+    pub fn renew(&self, lease: &Lease, ttl: Duration, ceiling: Duration) -> Result<(), GpuError> {
+        let mut st = self.live_state(lease)?;
+        let new_expiry = Instant::now() + ttl;
+        if new_expiry > lease.acquired + ceiling {
+            return Err(GpuError::QuotaExceeded(format!(
+                "renewing for {}s would make the lease last longer than the granted {}s (max-lease-secs)",
+                ttl.as_secs(),
+                ceiling.as_secs()
+            )));
+        }
+        st.expires = new_expiry;
+        drop(st);
+        self.wake.notify_all();
+        Ok(())
+    }
+
+    /// Runs one worker operation under a live lease. A lost or poisoned worker ends the lease.
+    pub fn with_worker<T>(
+        &self,
+        lease: &Lease,
+        op: impl FnOnce(LeaseAccess<'_>) -> Result<T, WorkerError>,
+    ) -> Result<T, GpuError> {
+        let mut st = self.live_state(lease)?;
+        let LeaseState { worker, used, .. } = &mut *st;
+        let Some(worker) = worker.as_mut() else {
+            return Err(GpuError::LeaseExpired("the lease has no worker".into()));
+        };
+        match op(LeaseAccess { worker, used, granted: lease.granted }) {
+            Ok(v) => Ok(v),
+            Err(e) => {
+                let end = match &e {
+                    WorkerError::Lost(why) => Some(EndReason::WorkerLost(why.clone())),
+                    WorkerError::Op { kind: ErrorKind::KernelFault | ErrorKind::DeadlineExceeded, message } => {
+                        Some(EndReason::Poisoned(message.clone()))
+                    }
+                    _ => None,
+                };
+                drop(st);
+                if let Some(reason) = end {
+                    self.end(lease, reason);
+                }
+                Err(from_worker(e))
+            }
+        }
+    }
+
+    /// The lease's state, if it is still live; ends it here if its time is up.
+    fn live_state<'l>(&self, lease: &'l Lease) -> Result<MutexGuard<'l, LeaseState>, GpuError> {
+        let st = lease.lock();
+        if let Some(reason) = &st.ended {
+            return Err(GpuError::LeaseExpired(reason.describe()));
+        }
+        if Instant::now() >= st.expires {
+            drop(st);
+            self.end(lease, EndReason::Expired);
+            return Err(GpuError::LeaseExpired(EndReason::Expired.describe()));
+        }
+        Ok(st)
+    }
+
+    /// Ends a lease: its worker goes back to the pool and its grant back to the device.
+    pub fn end(&self, lease: &Lease, reason: EndReason) {
+        let worker = {
+            let mut st = lease.lock();
+            if st.ended.is_some() {
+                return;
+            }
+            st.ended = Some(reason);
+            st.used = 0;
+            st.worker.take()
+        };
+        if let Some(worker) = worker {
+            self.pool.release(worker);
+        }
+        let mut book = self.book();
+        if book.live.remove(&lease.id).is_some() {
+            book.granted -= lease.granted;
+        }
+    }
+
+    pub fn accounting(&self) -> Accounting {
+        let live: Vec<Arc<Lease>> = self.book().live.values().cloned().collect();
+        Accounting {
+            leases: live.len(),
+            granted_bytes: live.iter().map(|l| l.granted).sum(),
+            used_bytes: live.iter().map(|l| l.used()).sum(),
+        }
+    }
+
+    /// Worker process ids of live leases (for operators and tests).
+    pub fn worker_pids(&self) -> Vec<u32> {
+        let live: Vec<Arc<Lease>> = self.book().live.values().cloned().collect();
+        live.iter().filter_map(|l| l.worker_pid()).collect()
+    }
+
+    fn reap_until_stopped(&self) {
+        let mut book = self.book();
+        while !self.stopping.load(Ordering::Acquire) {
+            let now = Instant::now();
+            let mut due = Vec::new();
+            let mut next = now + Duration::from_secs(1);
+            for lease in book.live.values() {
+                // try_lock: a lease busy in an operation is checked on its next operation instead.
+                if let Ok(st) = lease.state.try_lock() {
+                    if st.expires <= now {
+                        due.push(Arc::clone(lease));
+                    } else {
+                        next = next.min(st.expires);
+                    }
+                }
+            }
+            if !due.is_empty() {
+                drop(book);
+                for lease in due {
+                    self.end(&lease, EndReason::Expired);
+                }
+                book = self.book();
+                continue;
+            }
+            let wait = next.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+            book = self.wake.wait_timeout(book, wait).map(|(g, _)| g).unwrap_or_else(|p| p.into_inner().0);
+        }
+    }
+
+    /// Stops the reaper; live leases are ended.
+    pub fn shutdown(&self) {
+        self.stopping.store(true, Ordering::Release);
+        self.wake.notify_all();
+        if let Some(h) = self.reaper.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            let _ = h.join();
+        }
+        let live: Vec<Arc<Lease>> = self.book().live.values().cloned().collect();
+        for lease in live {
+            self.end(&lease, EndReason::TaskletEnded);
+        }
+    }
+}

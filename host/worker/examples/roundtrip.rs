@@ -1,0 +1,81 @@
+//! Host→worker→host round-trip latency through the real spawn path and shared-memory channel.
+//!
+//!     cargo build -p tasklet-worker --release --bins --examples
+//!     target/release/examples/roundtrip [path/to/tasklet-worker] [iterations]
+//!
+//! Prints medians (and p90/p99) of: a ping on the device-less null backend (pure IPC), a ping on
+//! the emu backend, and alloc + write 4 KiB + read 4 KiB + free on the emu backend.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use tasklet_worker::{BackendKind, Worker, WorkerCommand};
+
+fn stats(mut v: Vec<Duration>) -> (f64, f64, f64) {
+    v.sort();
+    let at = |q: f64| v[((v.len() - 1) as f64 * q) as usize].as_secs_f64() * 1e6;
+    (at(0.5), at(0.9), at(0.99))
+}
+
+fn row(name: &str, v: Vec<Duration>) {
+    let n = v.len();
+    let (p50, p90, p99) = stats(v);
+    println!("| {name:<44} | {n:>7} | {p50:>9.2} | {p90:>9.2} | {p99:>9.2} |");
+}
+
+fn time(iters: usize, mut f: impl FnMut()) -> Vec<Duration> {
+    for _ in 0..iters / 10 {
+        f();
+    }
+    (0..iters)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed()
+        })
+        .collect()
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let program = args.next().map(PathBuf::from).unwrap_or_else(|| {
+        let exe = std::env::current_exe().expect("current_exe");
+        // target/<profile>/examples/roundtrip → target/<profile>/tasklet-worker
+        exe.parent().and_then(|p| p.parent()).expect("target dir").join("tasklet-worker")
+    });
+    let iters: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(100_000);
+    let cmd = |null: bool| WorkerCommand {
+        program: program.clone(),
+        args: if null { vec!["--null-backend".into()] } else { vec![] },
+    };
+    let timeout = Duration::from_secs(10);
+
+    println!("| {:<44} | {:>7} | {:>9} | {:>9} | {:>9} |", "op", "n", "p50 µs", "p90 µs", "p99 µs");
+    println!("|{:-<46}|{:-<9}|{:-<11}|{:-<11}|{:-<11}|", "", "", "", "", "");
+
+    let mut w = Worker::spawn(&cmd(true), BackendKind::Emu, 1 << 30, timeout).expect("spawn null worker");
+    row("ping (null backend: IPC only)", time(iters, || w.ping().expect("ping")));
+    drop(w);
+
+    let mut w = match Worker::spawn(&cmd(false), BackendKind::Emu, 1 << 30, timeout) {
+        Ok(w) => w,
+        Err(e) => {
+            println!("emu backend unavailable: {e}");
+            return;
+        }
+    };
+    row("ping (emu backend)", time(iters, || w.ping().expect("ping")));
+    let data = vec![0xa5u8; 4096];
+    let mut back = vec![0u8; 4096];
+    let r = time(iters / 4, || {
+        let a = w.alloc(4096).expect("alloc");
+        w.write(a, &data).expect("write");
+        w.read(a, &mut back).expect("read");
+        w.free(a).expect("free");
+    });
+    assert_eq!(back, data);
+    row("alloc + write 4 KiB + read 4 KiB + free (emu)", r);
+    let a = w.alloc(4096).expect("alloc");
+    row("write 4 KiB (emu)", time(iters / 4, || w.write(a, &data).expect("write")));
+    row("read 4 KiB (emu)", time(iters / 4, || w.read(a, &mut back).expect("read")));
+}

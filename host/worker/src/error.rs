@@ -1,0 +1,110 @@
+use std::fmt;
+
+/// Why the backend refused or failed an operation. Travels over the wire as one byte
+/// (see [`ErrorKind::to_wire`]), so the numbering is part of the protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// The device (or the worker's configured cap) has no room for the allocation.
+    OutOfMemory,
+    /// An address range that no allocation covers.
+    OutOfBounds,
+    /// Malformed or meaningless arguments: unknown module id, freeing a non-allocation, zero sizes…
+    InvalidArgument,
+    /// The module did not parse/compile; the message names the line.
+    LoadFailed,
+    /// The launch was refused before running (unknown kernel, bad dimensions, wrong argument block).
+    LaunchFailed,
+    /// The kernel faulted. The worker is poisoned: on a GPU the context is unusable afterwards.
+    KernelFault,
+    /// The kernel ran past its deadline. The worker is poisoned (or already killed).
+    DeadlineExceeded,
+    /// The backend cannot do this at all (e.g. CUDA C source on the emulator).
+    Unsupported,
+}
+
+impl ErrorKind {
+    pub const ALL: [ErrorKind; 8] = [
+        ErrorKind::OutOfMemory,
+        ErrorKind::OutOfBounds,
+        ErrorKind::InvalidArgument,
+        ErrorKind::LoadFailed,
+        ErrorKind::LaunchFailed,
+        ErrorKind::KernelFault,
+        ErrorKind::DeadlineExceeded,
+        ErrorKind::Unsupported,
+    ];
+
+    pub fn to_wire(self) -> u8 {
+        match self {
+            ErrorKind::OutOfMemory => 1,
+            ErrorKind::OutOfBounds => 2,
+            ErrorKind::InvalidArgument => 3,
+            ErrorKind::LoadFailed => 4,
+            ErrorKind::LaunchFailed => 5,
+            ErrorKind::KernelFault => 6,
+            ErrorKind::DeadlineExceeded => 7,
+            ErrorKind::Unsupported => 8,
+        }
+    }
+
+    pub fn from_wire(b: u8) -> Option<ErrorKind> {
+        ErrorKind::ALL.into_iter().find(|k| k.to_wire() == b)
+    }
+
+    /// Kinds after which the worker must never serve another op or lease: on a GPU, a fault
+    /// poisons the whole context and a runaway kernel can only be stopped by killing the process.
+    pub fn poisons_worker(self) -> bool {
+        matches!(self, ErrorKind::KernelFault | ErrorKind::DeadlineExceeded)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::OutOfMemory => "out-of-memory",
+            ErrorKind::OutOfBounds => "out-of-bounds",
+            ErrorKind::InvalidArgument => "invalid-argument",
+            ErrorKind::LoadFailed => "load-failed",
+            ErrorKind::LaunchFailed => "launch-failed",
+            ErrorKind::KernelFault => "kernel-fault",
+            ErrorKind::DeadlineExceeded => "deadline-exceeded",
+            ErrorKind::Unsupported => "unsupported",
+        }
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a host-side operation on a worker (or the pool) can fail with.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WorkerError {
+    /// The backend refused or failed the op. The worker is still usable unless
+    /// `kind.poisons_worker()`; then every later op fails the same way and `Pool::release` kills it.
+    #[error("{kind}: {message}")]
+    Op { kind: ErrorKind, message: String },
+    /// The worker died, was killed, stopped answering or broke the protocol; it is unusable.
+    #[error("worker lost: {0}")]
+    Lost(String),
+    /// A worker process could not be started.
+    #[error("cannot start worker: {0}")]
+    Spawn(String),
+    /// Every worker the pool may run is leased out (or the pool is shut down).
+    #[error("no worker capacity: {0}")]
+    NoCapacity(String),
+}
+
+impl WorkerError {
+    pub fn op(kind: ErrorKind, message: impl Into<String>) -> WorkerError {
+        WorkerError::Op { kind, message: message.into() }
+    }
+
+    /// The error kind when this is an [`WorkerError::Op`].
+    pub fn kind(&self) -> Option<ErrorKind> {
+        match self {
+            WorkerError::Op { kind, .. } => Some(*kind),
+            _ => None,
+        }
+    }
+}

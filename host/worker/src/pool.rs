@@ -1,0 +1,361 @@
+//! The warm pool: worker processes started ahead of demand (a CUDA context takes ~170 ms to
+//! create), handed out one per lease, reset and reused when healthy, killed and replaced when not.
+//!
+//! One long-lived spawner thread forks every worker. That matters: `PR_SET_PDEATHSIG` fires when
+//! the *thread* that forked a process exits, so forking from whatever thread calls `acquire`
+//! would kill workers when that thread ends. Start handshakes (which can take a while on a GPU)
+//! run on short-lived threads so several workers start at once.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use crate::backend::BackendKind;
+use crate::error::WorkerError;
+use crate::supervisor::{Proc, Starting, Worker, WorkerCommand, START_TIMEOUT};
+
+/// How a pool runs its workers.
+#[derive(Debug, Clone)]
+pub struct PoolConfig {
+    pub command: WorkerCommand,
+    pub backend: BackendKind,
+    /// Workers kept started and idle, ready for the next `acquire`.
+    pub warm: usize,
+    /// Most workers leased out at once.
+    pub max_workers: usize,
+    /// Device memory cap per worker (emu: the emulated device's size).
+    pub device_memory: u64,
+    /// A worker that does not answer a non-launch op within this is lost.
+    pub op_timeout: Duration,
+}
+
+/// A pool of worker processes. Share it as `Arc<Pool>`; all methods take `&self`.
+pub struct Pool {
+    shared: Arc<Shared>,
+    spawner: Mutex<Option<JoinHandle<()>>>,
+}
+
+pub(crate) struct Shared {
+    cfg: PoolConfig,
+    st: Mutex<State>,
+    /// Signalled on every state change; the spawner and waiting acquirers both wait on it.
+    cv: Condvar,
+}
+
+#[derive(Default)]
+struct State {
+    idle: VecDeque<Worker>,
+    busy: usize,
+    /// Processes of leased workers, so that shutdown can kill them too.
+    busy_procs: Vec<Weak<Proc>>,
+    starting: usize,
+    /// Acquirers waiting for a worker; each counts toward what the spawner starts.
+    waiters: usize,
+    /// Dead or surplus workers for the spawner to kill and reap off the callers' path.
+    reap: Vec<Worker>,
+    shutdown: bool,
+    /// Consecutive failed starts, the last one's message, a counter that waiting acquirers
+    /// watch, and when the spawner may try again (exponential backoff).
+    failures: u32,
+    last_error: String,
+    error_gen: u64,
+    retry_at: Option<Instant>,
+}
+
+/// Held by a leased [`Worker`]; gives the slot back if the worker is dropped without `release`.
+pub(crate) struct LeaseToken {
+    shared: Weak<Shared>,
+    proc: Weak<Proc>,
+}
+
+impl Drop for LeaseToken {
+    fn drop(&mut self) {
+        if let Some(s) = self.shared.upgrade() {
+            let mut g = s.lock();
+            g.busy = g.busy.saturating_sub(1);
+            g.busy_procs.retain(|p| !p.ptr_eq(&self.proc) && p.strong_count() > 0);
+            s.cv.notify_all();
+        }
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Nothing under this lock can leave the state half-updated, so a panic elsewhere while
+        // holding it does not make the state unusable.
+        self.st.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn backoff(failures: u32) -> Duration {
+    Duration::from_millis(50u64.saturating_mul(1 << failures.min(16).saturating_sub(1))).min(Duration::from_secs(5))
+}
+
+impl Pool {
+    /// Starts the pool and, in the background, its `warm` workers.
+    pub fn start(cfg: PoolConfig) -> Result<Arc<Pool>, WorkerError> {
+        if cfg.max_workers == 0 {
+            return Err(WorkerError::Spawn("max_workers must be at least 1".into()));
+        }
+        if cfg.op_timeout.is_zero() {
+            return Err(WorkerError::Spawn("op_timeout must be above zero".into()));
+        }
+        let shared = Arc::new(Shared { cfg, st: Mutex::new(State::default()), cv: Condvar::new() });
+        let s = shared.clone();
+        let handle = thread::Builder::new()
+            .name("tasklet-worker-spawner".into())
+            .spawn(move || spawner(s))
+            .map_err(|e| WorkerError::Spawn(format!("cannot start the spawner thread: {e}")))?;
+        Ok(Arc::new(Pool { shared, spawner: Mutex::new(Some(handle)) }))
+    }
+
+    pub fn config(&self) -> &PoolConfig {
+        &self.shared.cfg
+    }
+
+    /// Takes a ready worker, waiting for one being started if none is idle. Starts a
+    /// replacement in the background so the next acquire does not wait for a process start.
+    pub fn acquire(&self) -> Result<Worker, WorkerError> {
+        let s = &self.shared;
+        let max = s.cfg.max_workers;
+        let mut g = s.lock();
+        let start_gen = g.error_gen;
+        let deadline = Instant::now() + START_TIMEOUT + Duration::from_secs(1);
+        let mut waiting = false;
+        let result = loop {
+            if g.shutdown {
+                break Err(WorkerError::NoCapacity("the worker pool is shut down".into()));
+            }
+            if g.busy >= max {
+                break Err(WorkerError::NoCapacity(format!("all {max} workers are leased")));
+            }
+            let mut found = None;
+            while let Some(w) = g.idle.pop_front() {
+                // Killed from outside while idle: skip it (the sweep would catch it later).
+                if w.proc.poll().is_some() {
+                    g.reap.push(w);
+                    continue;
+                }
+                found = Some(w);
+                break;
+            }
+            if let Some(w) = found {
+                break Ok(w);
+            }
+            if g.error_gen != start_gen {
+                break Err(WorkerError::Spawn(g.last_error.clone()));
+            }
+            let now = Instant::now();
+            // Starts keep failing and the next try is a while off: say so now.
+            if !waiting && g.starting == 0 && g.retry_at.is_some_and(|t| now < t) {
+                break Err(WorkerError::Spawn(g.last_error.clone()));
+            }
+            if now >= deadline {
+                break Err(WorkerError::Spawn(format!("no worker became ready within {:?}", START_TIMEOUT)));
+            }
+            if !waiting {
+                waiting = true;
+                g.waiters += 1;
+                s.cv.notify_all();
+            }
+            g = s.cv.wait_timeout(g, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
+        };
+        if waiting {
+            g.waiters -= 1;
+        }
+        let result = result.map(|mut w| {
+            g.busy += 1;
+            g.busy_procs.push(Arc::downgrade(&w.proc));
+            w.lease = Some(LeaseToken { shared: Arc::downgrade(s), proc: Arc::downgrade(&w.proc) });
+            w
+        });
+        // Wake the spawner to top the warm set back up.
+        s.cv.notify_all();
+        result
+    }
+
+    /// Gives a worker back. A healthy one is reset and kept warm (up to `warm` idle); a lost,
+    /// poisoned or unresettable one is killed and reaped, and a replacement starts in the
+    /// background.
+    pub fn release(&self, mut w: Worker) {
+        let token = w.lease.take();
+        let ours = token.as_ref().is_some_and(|t| std::ptr::eq(t.shared.as_ptr(), Arc::as_ptr(&self.shared)));
+        let healthy = ours && !w.is_lost() && !w.is_poisoned() && w.reset().is_ok();
+        if !healthy {
+            // Kill before giving the slot back, so busy + idle never undercounts live processes.
+            drop(w);
+            drop(token);
+            return;
+        }
+        drop(token);
+        let s = &self.shared;
+        let mut g = s.lock();
+        if g.shutdown {
+            drop(g);
+            drop(w);
+            return;
+        }
+        // The reused worker goes first; surplus (typically the replacement started when it was
+        // acquired) is trimmed from the back.
+        g.idle.push_front(w);
+        while g.idle.len() > s.cfg.warm + g.waiters {
+            if let Some(extra) = g.idle.pop_back() {
+                g.reap.push(extra);
+            }
+        }
+        s.cv.notify_all();
+    }
+
+    /// Workers leased out now.
+    pub fn busy(&self) -> usize {
+        self.shared.lock().busy
+    }
+
+    /// Workers started and idle now.
+    pub fn idle(&self) -> usize {
+        self.shared.lock().idle.len()
+    }
+
+    /// Kills every worker (idle and leased; leased ones then fail every op with `Lost`) and
+    /// stops the spawner. Idempotent; also done on drop.
+    pub fn shutdown(&self) {
+        {
+            let mut g = self.shared.lock();
+            g.shutdown = true;
+            self.shared.cv.notify_all();
+        }
+        let h = self.spawner.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(h) = h {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn spawner(s: Arc<Shared>) {
+    let cfg = &s.cfg;
+    let sweep_every = Duration::from_secs(1);
+    let mut last_sweep = Instant::now();
+    let mut g = s.lock();
+    loop {
+        if g.shutdown {
+            break;
+        }
+        if !g.reap.is_empty() {
+            let dead = std::mem::take(&mut g.reap);
+            drop(g);
+            drop(dead); // Worker::drop kills and reaps
+            g = s.lock();
+            continue;
+        }
+        let now = Instant::now();
+        if now.duration_since(last_sweep) >= sweep_every {
+            last_sweep = now;
+            // Idle workers killed from outside are replaced without waiting for an acquire.
+            let idle = std::mem::take(&mut g.idle);
+            let (alive, dead): (VecDeque<Worker>, Vec<Worker>) = idle.into_iter().fold(
+                (VecDeque::new(), Vec::new()),
+                |(mut a, mut d), w| {
+                    if w.proc.poll().is_none() {
+                        a.push_back(w)
+                    } else {
+                        d.push(w)
+                    }
+                    (a, d)
+                },
+            );
+            g.idle = alive;
+            g.reap.extend(dead);
+            continue;
+        }
+        let have = g.idle.len() + g.starting;
+        let total = g.busy + have;
+        let may_retry = g.retry_at.is_none_or(|t| now >= t);
+        if have < cfg.warm + g.waiters && total < cfg.max_workers + cfg.warm && may_retry {
+            g.starting += 1;
+            drop(g);
+            let started = Worker::start(&cfg.command, cfg.backend, cfg.device_memory, cfg.op_timeout);
+            let failed = match started {
+                Ok(st) => {
+                    let s2 = s.clone();
+                    let pid = st.pid();
+                    match thread::Builder::new()
+                        .name(format!("tasklet-worker-start-{pid}"))
+                        .spawn(move || finish_start(s2, st))
+                    {
+                        Ok(_) => None,
+                        Err(e) => Some(format!("cannot start a handshake thread: {e}")),
+                    }
+                }
+                Err(e) => Some(e.to_string()),
+            };
+            g = s.lock();
+            if let Some(msg) = failed {
+                g.starting -= 1;
+                record_failure(&mut g, msg);
+                s.cv.notify_all();
+            }
+            continue;
+        }
+        let mut wait = sweep_every.saturating_sub(now.duration_since(last_sweep));
+        if let Some(t) = g.retry_at {
+            if t > now {
+                wait = wait.min(t - now);
+            }
+        }
+        g = s.cv.wait_timeout(g, wait.max(Duration::from_millis(1))).unwrap_or_else(|p| p.into_inner()).0;
+    }
+    let idle = std::mem::take(&mut g.idle);
+    let reap = std::mem::take(&mut g.reap);
+    let busy = std::mem::take(&mut g.busy_procs);
+    drop(g);
+    drop(idle);
+    drop(reap);
+    for p in busy {
+        if let Some(p) = p.upgrade() {
+            p.kill();
+        }
+    }
+}
+
+fn finish_start(s: Arc<Shared>, st: Starting) {
+    let r = st.wait_ready(START_TIMEOUT);
+    let mut g = s.lock();
+    g.starting -= 1;
+    let surplus = match r {
+        Ok(w) => {
+            g.failures = 0;
+            g.retry_at = None;
+            if g.shutdown {
+                Some(w)
+            } else if g.idle.len() >= s.cfg.warm + g.waiters {
+                // Released workers filled the warm set while this one started.
+                g.reap.push(w);
+                None
+            } else {
+                g.idle.push_back(w);
+                None
+            }
+        }
+        Err(e) => {
+            record_failure(&mut g, e.to_string());
+            None
+        }
+    };
+    s.cv.notify_all();
+    drop(g);
+    drop(surplus);
+}
+
+fn record_failure(g: &mut State, msg: String) {
+    g.failures = g.failures.saturating_add(1);
+    g.last_error = msg;
+    g.error_gen += 1;
+    g.retry_at = Some(Instant::now() + backoff(g.failures));
+}

@@ -1,0 +1,258 @@
+//! The worker process: map the channel the host made, open the backend, serve until the host goes.
+//!
+//! Any binary can become a worker by calling [`serve_main`] with the arguments the pool appended
+//! (the CLI runs itself as `tasklet worker …`; this crate ships `tasklet-worker`).
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use crate::backend::{self, Backend, BackendKind, BackendOptions};
+use crate::error::ErrorKind;
+use crate::protocol::{decode_request, encode_response, Request, Response};
+use crate::transport::{Incoming, SharedRegion, WorkerEnd};
+
+const USAGE: &str = "usage: <worker> --shm-fd N [--backend emu|cuda] [--device-memory BYTES] [--host-pid PID] [--emu-threads N] [--null-backend]";
+
+/// Exit codes of a worker process.
+pub const EXIT_OK: i32 = 0;
+/// The channel or the backend could not be opened (the host is told why through the channel
+/// when it can be).
+pub const EXIT_START_FAILED: i32 = 1;
+pub const EXIT_USAGE: i32 = 2;
+
+/// What the pool passes a worker. [`WorkerArgs::to_args`] and [`WorkerArgs::parse`] are inverses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerArgs {
+    pub shm_fd: i32,
+    pub backend: BackendKind,
+    pub device_memory: u64,
+    /// The host's pid: a worker whose parent is no longer this exits (the parent died before the
+    /// worker could arm its parent-death signal).
+    pub host_pid: Option<i32>,
+    pub emu_threads: usize,
+    /// Serve with the device-less null backend (see `backend::NullBackend`); for tests and IPC
+    /// benchmarks, passed through `WorkerCommand::args`.
+    pub null_backend: bool,
+}
+
+impl WorkerArgs {
+    pub fn to_args(&self) -> Vec<String> {
+        let mut v = vec![
+            "--shm-fd".into(),
+            self.shm_fd.to_string(),
+            "--backend".into(),
+            self.backend.as_str().into(),
+            "--device-memory".into(),
+            self.device_memory.to_string(),
+            "--emu-threads".into(),
+            self.emu_threads.to_string(),
+        ];
+        if let Some(p) = self.host_pid {
+            v.push("--host-pid".into());
+            v.push(p.to_string());
+        }
+        if self.null_backend {
+            v.push("--null-backend".into());
+        }
+        v
+    }
+
+    pub fn parse(args: impl Iterator<Item = String>) -> Result<WorkerArgs, String> {
+        let mut shm_fd = None;
+        let mut out = WorkerArgs {
+            shm_fd: -1,
+            backend: BackendKind::Emu,
+            device_memory: 1 << 30,
+            host_pid: None,
+            emu_threads: 0,
+            null_backend: false,
+        };
+        let mut args = args;
+        while let Some(flag) = args.next() {
+            let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
+            fn num<T: std::str::FromStr>(name: &str, v: String) -> Result<T, String> {
+                v.parse().map_err(|_| format!("{name}: `{v}` is not a valid number"))
+            }
+            match flag.as_str() {
+                "--shm-fd" => shm_fd = Some(num::<i32>("--shm-fd", value("--shm-fd")?)?),
+                "--backend" => {
+                    let v = value("--backend")?;
+                    out.backend = BackendKind::parse(&v).ok_or_else(|| format!("unknown backend `{v}`"))?;
+                }
+                "--device-memory" => out.device_memory = num("--device-memory", value("--device-memory")?)?,
+                "--host-pid" => out.host_pid = Some(num("--host-pid", value("--host-pid")?)?),
+                "--emu-threads" => out.emu_threads = num("--emu-threads", value("--emu-threads")?)?,
+                "--null-backend" => out.null_backend = true,
+                other => return Err(format!("unexpected argument `{other}`")),
+            }
+        }
+        out.shm_fd = shm_fd.ok_or("--shm-fd is required")?;
+        Ok(out)
+    }
+}
+
+/// Runs a worker process: parses `args` (the flags only: strip the program name and any
+/// subcommand first), serves requests until the host closes the channel or dies, and returns
+/// the process exit code.
+pub fn serve_main(args: impl Iterator<Item = String>) -> i32 {
+    let a = match WorkerArgs::parse(args) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("tasklet worker: {e}\n{USAGE}");
+            return EXIT_USAGE;
+        }
+    };
+    // The pool also arms this between fork and exec; arming it again covers workers started
+    // some other way. Either way a host that dies takes its workers with it.
+    // SAFETY: plain prctl.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
+    let host_alive = move || a.host_pid.is_none_or(|p| unsafe { libc::getppid() } == p);
+    if !host_alive() {
+        return EXIT_OK;
+    }
+    let region = match SharedRegion::from_fd(a.shm_fd) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("tasklet worker: {e}");
+            return EXIT_START_FAILED;
+        }
+    };
+    let mut end = WorkerEnd::new(region);
+    let opts = BackendOptions { device_memory: a.device_memory, emu_threads: a.emu_threads, null: a.null_backend };
+    let mut backend = match catch_unwind(|| backend::open(a.backend, &opts)) {
+        Ok(Ok(b)) => b,
+        Ok(Err(msg)) => {
+            end.fail(&msg);
+            return EXIT_START_FAILED;
+        }
+        Err(p) => {
+            end.fail(&format!("{} backend panicked while starting: {}", a.backend.as_str(), panic_message(&*p)));
+            return EXIT_START_FAILED;
+        }
+    };
+    end.ready();
+    serve(&mut end, backend.as_mut(), &mut { host_alive });
+    EXIT_OK
+}
+
+/// Serves requests on `end` until the host closes it or `host_alive` says it is gone.
+pub fn serve(end: &mut WorkerEnd, backend: &mut dyn Backend, host_alive: &mut dyn FnMut() -> bool) {
+    let mut frame = Vec::with_capacity(4096);
+    let mut out = Vec::with_capacity(4096);
+    loop {
+        match end.wait_request(&mut frame, host_alive) {
+            Incoming::Request => {}
+            Incoming::Closed | Incoming::HostGone => return,
+        }
+        let (id, resp) = match decode_request(&frame) {
+            Ok((id, req)) => {
+                // A panic in the backend leaves its state unknown: report it as a fault, which
+                // poisons this worker so the host never reuses it.
+                let r = catch_unwind(AssertUnwindSafe(|| dispatch(end, backend, &req)));
+                (id, r.unwrap_or_else(|p| error(ErrorKind::KernelFault, format!("worker internal error: {}", panic_message(&*p)))))
+            }
+            Err(e) => (0, error(ErrorKind::InvalidArgument, format!("malformed request: {e}"))),
+        };
+        out.clear();
+        encode_response(id, &resp, &mut out);
+        if end.respond(&out).is_err() {
+            out.clear();
+            encode_response(id, &error(ErrorKind::InvalidArgument, "response too large for the channel".into()), &mut out);
+            // A short error frame always fits the message area.
+            let _ = end.respond(&out);
+        }
+    }
+}
+
+fn error(kind: ErrorKind, message: String) -> Response {
+    Response::Error { kind, message }
+}
+
+fn dispatch(end: &mut WorkerEnd, b: &mut dyn Backend, req: &Request<'_>) -> Response {
+    let done = |r: Result<(), backend::BackendError>| match r {
+        Ok(()) => Response::Ok,
+        Err(e) => Response::Error { kind: e.kind, message: e.message },
+    };
+    let too_big = |what: &str, len: u64, cap: usize| {
+        error(ErrorKind::InvalidArgument, format!("{what} of {len} bytes exceeds the {cap}-byte data region"))
+    };
+    match req {
+        Request::Ping => Response::Ok,
+        Request::Alloc { bytes } => match b.alloc(*bytes) {
+            Ok(addr) => Response::Allocated { addr },
+            Err(e) => Response::Error { kind: e.kind, message: e.message },
+        },
+        Request::Free { addr } => done(b.free(*addr)),
+        Request::Write { addr, len } => {
+            let cap = end.data_size();
+            match usize::try_from(*len).ok().and_then(|n| end.data(n)) {
+                Some(data) => done(b.write(*addr, data)),
+                None => too_big("write", *len, cap),
+            }
+        }
+        Request::Read { addr, len } => {
+            let cap = end.data_size();
+            match usize::try_from(*len).ok().and_then(|n| end.data_mut(n)) {
+                Some(data) => done(b.read(*addr, data)),
+                None => too_big("read", *len, cap),
+            }
+        }
+        Request::Copy { dst, src, len } => done(b.copy(*dst, *src, *len)),
+        Request::LoadModule { ptx } => match b.load_module(ptx) {
+            Ok(m) => Response::Module { id: m.id, kernels: m.kernels },
+            Err(e) => Response::Error { kind: e.kind, message: e.message },
+        },
+        Request::LoadSource { source, options } => match b.load_source(source, options) {
+            Ok(m) => Response::Module { id: m.id, kernels: m.kernels },
+            Err(e) => Response::Error { kind: e.kind, message: e.message },
+        },
+        Request::UnloadModule { id } => done(b.unload_module(*id)),
+        Request::Launch(l) => done(b.launch(l)),
+        Request::Sync => done(b.sync()),
+        Request::Reset => done(b.reset()),
+        Request::Info => Response::Info(b.info()),
+    }
+}
+
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "panic".to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn args_round_trip() {
+        let a = WorkerArgs {
+            shm_fd: 5,
+            backend: BackendKind::Emu,
+            device_memory: 123,
+            host_pid: Some(42),
+            emu_threads: 3,
+            null_backend: true,
+        };
+        assert_eq!(WorkerArgs::parse(a.to_args().into_iter()), Ok(a));
+    }
+
+    #[test]
+    fn bad_args_are_errors() {
+        let p = |v: &[&str]| WorkerArgs::parse(v.iter().map(|s| s.to_string()));
+        assert!(p(&[]).is_err());
+        assert!(p(&["--shm-fd"]).is_err());
+        assert!(p(&["--shm-fd", "x"]).is_err());
+        assert!(p(&["--shm-fd", "3", "--backend", "tpu"]).is_err());
+        assert!(p(&["--shm-fd", "3", "extra"]).is_err());
+        assert_eq!(p(&["--shm-fd", "3"]).unwrap().backend, BackendKind::Emu);
+    }
+
+    #[test]
+    fn serve_main_refuses_bad_usage() {
+        assert_eq!(serve_main(["--nope".to_string()].into_iter()), EXIT_USAGE);
+    }
+}

@@ -1,0 +1,509 @@
+//! One worker process, seen from the host: start it, talk to it, notice when it dies, kill it.
+//!
+//! A [`Worker`] is an RPC client over the shared-memory channel. Everything the process says is
+//! untrusted: responses are bounds-checked and decoded with typed errors, every wait has a
+//! deadline and a liveness check, and any violation makes the worker `Lost` (killed and reaped).
+
+use std::fmt;
+use std::io;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::backend::{BackendKind, LoadedModule, WorkerInfo};
+use crate::error::{ErrorKind, WorkerError};
+use crate::protocol::{decode_response, encode_request, LaunchRequest, Request, Response};
+use crate::serve::WorkerArgs;
+use crate::transport::{HostEnd, SharedRegion, WaitError, DEFAULT_DATA_SIZE};
+
+/// Estimated emulator speed, in lane-instructions per second, used to turn a launch deadline into
+/// the emulator's step limit (`deadline × this`). Measured on the 2-core dev machine, all CTA
+/// threads busy, with headroom; it only decides *which* guard stops a runaway kernel first: if
+/// the emulator is slower than this, the host's timer (deadline + slack) kills the worker instead
+/// of the step limit stopping the kernel, and the lease sees `DeadlineExceeded` either way.
+pub const EMU_LANE_INSTRUCTIONS_PER_SECOND: u64 = 100_000_000;
+
+/// How long a worker process may take from spawn to ready (a CUDA context takes ~170 ms).
+pub const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How to run a worker: `program args… <pool's own flags>`. For the CLI: `(tasklet, ["worker"])`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerCommand {
+    pub program: PathBuf,
+    pub args: Vec<String>,
+}
+
+/// One kernel launch.
+#[derive(Debug, Clone)]
+pub struct Launch<'a> {
+    pub module: u32,
+    pub kernel: &'a str,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub shared_mem_bytes: u32,
+    /// The argument block, laid out as `KernelInfo::param_layout` says.
+    pub args: &'a [u8],
+    /// How long the kernel may run. Past it the lease gets `DeadlineExceeded` and the worker is
+    /// never reused; if the worker does not report by `deadline + slack`, it is killed.
+    pub deadline: Duration,
+}
+
+/// A worker's OS process: reaped by us (never by `std::process::Child`) so that a kill from the
+/// pool's shutdown and the owner's liveness checks agree on whether the pid is still ours.
+pub(crate) struct Proc {
+    pid: i32,
+    /// Set once reaped, with how it ended. Holding this lock across kill+waitpid means nobody
+    /// signals a pid after it was reaped (and possibly reused).
+    exited: Mutex<Option<String>>,
+}
+
+impl Proc {
+    pub(crate) fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// None while running; how it ended once it has (reaping it).
+    pub(crate) fn poll(&self) -> Option<String> {
+        let mut g = self.exited.lock().unwrap_or_else(|p| p.into_inner());
+        if g.is_none() {
+            *g = reap(self.pid, libc::WNOHANG);
+        }
+        g.clone()
+    }
+
+    /// SIGKILL (if still running) and reap. Returns how it ended.
+    pub(crate) fn kill(&self) -> String {
+        let mut g = self.exited.lock().unwrap_or_else(|p| p.into_inner());
+        if g.is_none() {
+            // SAFETY: the pid is our unreaped child (the lock guarantees it), so it is not reused.
+            unsafe { libc::kill(self.pid, libc::SIGKILL) };
+            *g = reap(self.pid, 0);
+        }
+        g.clone().unwrap_or_else(|| "killed".into())
+    }
+
+    /// Sends `sig` if the process has not been reaped (for tests: SIGSTOP).
+    pub(crate) fn signal(&self, sig: i32) {
+        let g = self.exited.lock().unwrap_or_else(|p| p.into_inner());
+        if g.is_none() {
+            // SAFETY: as in `kill`.
+            unsafe { libc::kill(self.pid, sig) };
+        }
+    }
+}
+
+fn reap(pid: i32, flags: i32) -> Option<String> {
+    loop {
+        let mut status = 0;
+        // SAFETY: plain waitpid on our own child.
+        let r = unsafe { libc::waitpid(pid, &mut status, flags) };
+        if r == pid {
+            return Some(if libc::WIFEXITED(status) {
+                format!("exited with status {}", libc::WEXITSTATUS(status))
+            } else if libc::WIFSIGNALED(status) {
+                format!("was killed by signal {}", libc::WTERMSIG(status))
+            } else {
+                format!("ended with wait status {status:#x}")
+            });
+        }
+        if r == 0 {
+            return None;
+        }
+        match io::Error::last_os_error().raw_os_error() {
+            Some(libc::EINTR) => continue,
+            // Someone else reaped it (a waitpid(-1) elsewhere, or SIGCHLD ignored): it is gone.
+            _ => return Some("exited (reaped elsewhere)".into()),
+        }
+    }
+}
+
+/// A worker process and the channel to it. Owned by one lease at a time; `Send`, holds nothing
+/// tied to the thread that made it, so it may move between threads.
+pub struct Worker {
+    pub(crate) proc: Arc<Proc>,
+    chan: HostEnd,
+    backend: BackendKind,
+    op_timeout: Duration,
+    next_id: u64,
+    frame: Vec<u8>,
+    resp: Vec<u8>,
+    lost: Option<String>,
+    poisoned: Option<(ErrorKind, String)>,
+    /// Set while leased from a pool; tells the pool when the worker is dropped unreleased.
+    pub(crate) lease: Option<crate::pool::LeaseToken>,
+}
+
+/// A process that was spawned and has not said it is ready yet.
+pub(crate) struct Starting(Worker);
+
+/// How a call failed before it could be turned into a [`WorkerError`].
+enum CallError {
+    Timeout,
+    Err(WorkerError),
+}
+
+impl From<WorkerError> for CallError {
+    fn from(e: WorkerError) -> Self {
+        CallError::Err(e)
+    }
+}
+
+impl Worker {
+    /// Starts a worker process and waits until it is ready.
+    ///
+    /// The worker arms `PR_SET_PDEATHSIG`, which fires when the *thread* that spawned it exits:
+    /// spawn from a thread that lives as long as the worker should (the pool has one for this).
+    pub fn spawn(
+        command: &WorkerCommand,
+        backend: BackendKind,
+        device_memory: u64,
+        op_timeout: Duration,
+    ) -> Result<Worker, WorkerError> {
+        Self::start(command, backend, device_memory, op_timeout)?.wait_ready(START_TIMEOUT)
+    }
+
+    pub(crate) fn start(
+        command: &WorkerCommand,
+        backend: BackendKind,
+        device_memory: u64,
+        op_timeout: Duration,
+    ) -> Result<Starting, WorkerError> {
+        let region = SharedRegion::create(DEFAULT_DATA_SIZE)
+            .map_err(|e| WorkerError::Spawn(format!("cannot create the shared channel: {e}")))?;
+        let fd = region.fd();
+        let args = WorkerArgs {
+            shm_fd: fd,
+            backend,
+            device_memory,
+            host_pid: Some(std::process::id() as i32),
+            emu_threads: 0,
+            null_backend: false,
+        };
+        let mut cmd = Command::new(&command.program);
+        cmd.args(&command.args)
+            .args(args.to_args())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            // Its own process group: a terminal's Ctrl-C goes to the host, which decides.
+            .process_group(0);
+        // SAFETY: runs between fork and exec; only async-signal-safe syscalls, no allocation.
+        // The memfd is close-on-exec so other children never inherit it; only this one does.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::fcntl(fd, libc::F_SETFD, 0) == -1 {
+                    return Err(io::Error::last_os_error());
+                }
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) == -1 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd
+            .spawn()
+            .map_err(|e| WorkerError::Spawn(format!("cannot run {}: {e}", command.program.display())))?;
+        let pid = child.id() as i32;
+        // We reap it ourselves (see `Proc`); dropping a `Child` neither waits nor kills.
+        drop(child);
+        Ok(Starting(Worker {
+            proc: Arc::new(Proc { pid, exited: Mutex::new(None) }),
+            chan: HostEnd::new(region),
+            backend,
+            op_timeout,
+            next_id: 0,
+            frame: Vec::with_capacity(4096),
+            resp: Vec::with_capacity(4096),
+            lost: None,
+            poisoned: None,
+            lease: None,
+        }))
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.proc.pid() as u32
+    }
+
+    pub fn backend(&self) -> BackendKind {
+        self.backend
+    }
+
+    /// True once the worker died, was killed or broke the protocol: every op now fails `Lost`.
+    pub fn is_lost(&self) -> bool {
+        self.lost.is_some()
+    }
+
+    /// True once a kernel faulted or ran past its deadline: every op now fails with that kind,
+    /// and the pool kills the worker on release (on a GPU the context is unusable).
+    pub fn is_poisoned(&self) -> bool {
+        self.poisoned.is_some()
+    }
+
+    /// SIGKILL and reap. Afterwards every op is `Lost`.
+    pub fn kill(&mut self) {
+        if self.lost.is_none() {
+            self.lost = Some("killed by the host".into());
+        }
+        self.chan.close();
+        self.proc.kill();
+    }
+
+    pub fn ping(&mut self) -> Result<(), WorkerError> {
+        self.call_ok(&Request::Ping)
+    }
+
+    pub fn info(&mut self) -> Result<WorkerInfo, WorkerError> {
+        match self.call(&Request::Info, self.op_timeout)? {
+            Response::Info(i) => Ok(i),
+            other => Err(self.unexpected("info", &other)),
+        }
+    }
+
+    pub fn alloc(&mut self, bytes: u64) -> Result<u64, WorkerError> {
+        match self.call(&Request::Alloc { bytes }, self.op_timeout)? {
+            Response::Allocated { addr } => Ok(addr),
+            other => Err(self.unexpected("alloc", &other)),
+        }
+    }
+
+    pub fn free(&mut self, addr: u64) -> Result<(), WorkerError> {
+        self.call_ok(&Request::Free { addr })
+    }
+
+    /// Writes `data` at device address `addr`, through the data region in chunks of its size.
+    pub fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), WorkerError> {
+        self.usable()?;
+        let chunk = self.chan.data_size();
+        if data.is_empty() {
+            return self.call_ok(&Request::Write { addr, len: 0 });
+        }
+        for (i, part) in data.chunks(chunk).enumerate() {
+            let at = offset(addr, i * chunk)?;
+            self.chan
+                .write_data(part)
+                .map_err(|e| WorkerError::op(ErrorKind::InvalidArgument, e.to_string()))?;
+            self.call_ok(&Request::Write { addr: at, len: part.len() as u64 })?;
+        }
+        Ok(())
+    }
+
+    /// Reads `out.len()` bytes at device address `addr`, in chunks of the data region's size.
+    pub fn read(&mut self, addr: u64, out: &mut [u8]) -> Result<(), WorkerError> {
+        self.usable()?;
+        let chunk = self.chan.data_size();
+        if out.is_empty() {
+            return self.call_ok(&Request::Read { addr, len: 0 });
+        }
+        for (i, part) in out.chunks_mut(chunk).enumerate() {
+            let at = offset(addr, i * chunk)?;
+            self.call_ok(&Request::Read { addr: at, len: part.len() as u64 })?;
+            self.chan
+                .read_data(part)
+                .map_err(|e| WorkerError::op(ErrorKind::InvalidArgument, e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    pub fn copy(&mut self, dst: u64, src: u64, len: u64) -> Result<(), WorkerError> {
+        self.call_ok(&Request::Copy { dst, src, len })
+    }
+
+    pub fn load_module(&mut self, ptx: &str) -> Result<LoadedModule, WorkerError> {
+        match self.call(&Request::LoadModule { ptx }, self.op_timeout)? {
+            Response::Module { id, kernels } => Ok(LoadedModule { id, kernels }),
+            other => Err(self.unexpected("load-module", &other)),
+        }
+    }
+
+    pub fn load_source(&mut self, source: &str, options: &[String]) -> Result<LoadedModule, WorkerError> {
+        let options = options.iter().map(String::as_str).collect();
+        match self.call(&Request::LoadSource { source, options }, self.op_timeout)? {
+            Response::Module { id, kernels } => Ok(LoadedModule { id, kernels }),
+            other => Err(self.unexpected("load-source", &other)),
+        }
+    }
+
+    pub fn unload_module(&mut self, id: u32) -> Result<(), WorkerError> {
+        self.call_ok(&Request::UnloadModule { id })
+    }
+
+    /// Runs a kernel to completion (or to its deadline).
+    pub fn launch(&mut self, l: &Launch<'_>) -> Result<(), WorkerError> {
+        if l.deadline.is_zero() {
+            return Err(WorkerError::op(ErrorKind::InvalidArgument, "a launch needs a deadline above zero"));
+        }
+        let (step_limit, slack) = match self.backend {
+            BackendKind::Emu => (
+                emu_step_limit(l.deadline),
+                // Room for the emulator to notice its step limit and say so itself.
+                Duration::from_millis(100) + l.deadline / 4,
+            ),
+            BackendKind::Cuda => (u64::MAX, Duration::from_millis(20)),
+        };
+        let req = Request::Launch(LaunchRequest {
+            module: l.module,
+            kernel: l.kernel,
+            grid: l.grid,
+            block: l.block,
+            shared_mem_bytes: l.shared_mem_bytes,
+            args: l.args,
+            step_limit,
+        });
+        let wait = l.deadline.saturating_add(slack);
+        match self.call_inner(&req, wait) {
+            Ok(Response::Ok) => Ok(()),
+            Ok(other) => Err(self.unexpected("launch", &other)),
+            Err(CallError::Err(e)) => Err(e),
+            Err(CallError::Timeout) => {
+                let msg = format!(
+                    "kernel `{}` ran past its deadline of {:?} (no answer in {wait:?}); its worker was killed",
+                    l.kernel, l.deadline
+                );
+                self.lose(msg.clone());
+                Err(WorkerError::op(ErrorKind::DeadlineExceeded, msg))
+            }
+        }
+    }
+
+    pub fn sync(&mut self) -> Result<(), WorkerError> {
+        self.call_ok(&Request::Sync)
+    }
+
+    /// Frees every allocation and unloads every module (the pool does this on release).
+    pub fn reset(&mut self) -> Result<(), WorkerError> {
+        self.call_ok(&Request::Reset)
+    }
+
+    /// Fails the way the next op would if the worker cannot take one.
+    fn usable(&self) -> Result<(), WorkerError> {
+        if let Some(why) = &self.lost {
+            return Err(WorkerError::Lost(why.clone()));
+        }
+        if let Some((kind, msg)) = &self.poisoned {
+            return Err(WorkerError::op(*kind, format!("worker unusable after an earlier error: {msg}")));
+        }
+        Ok(())
+    }
+
+    fn call_ok(&mut self, req: &Request<'_>) -> Result<(), WorkerError> {
+        match self.call(req, self.op_timeout)? {
+            Response::Ok => Ok(()),
+            other => Err(self.unexpected(req.name(), &other)),
+        }
+    }
+
+    fn call(&mut self, req: &Request<'_>, timeout: Duration) -> Result<Response, WorkerError> {
+        match self.call_inner(req, timeout) {
+            Ok(r) => Ok(r),
+            Err(CallError::Err(e)) => Err(e),
+            Err(CallError::Timeout) => Err(self.lose(format!("no answer to {} within {timeout:?}", req.name()))),
+        }
+    }
+
+    fn call_inner(&mut self, req: &Request<'_>, timeout: Duration) -> Result<Response, CallError> {
+        self.usable()?;
+        self.next_id += 1;
+        let id = self.next_id;
+        self.frame.clear();
+        encode_request(id, req, &mut self.frame);
+        let seq = self.chan.send(&self.frame).map_err(|e| {
+            WorkerError::op(ErrorKind::InvalidArgument, format!("{} request too large: {e}", req.name()))
+        })?;
+        let deadline = Instant::now() + timeout;
+        let proc = &self.proc;
+        let waited = self.chan.wait(seq, deadline, &mut || proc.poll(), &mut self.resp);
+        match waited {
+            Ok(()) => {}
+            Err(WaitError::Timeout) => return Err(CallError::Timeout),
+            Err(WaitError::Dead(how)) => return Err(self.lose(format!("worker process {how}")).into()),
+            Err(WaitError::Protocol(m) | WaitError::Failed(m)) => {
+                return Err(self.lose(format!("protocol violation: {m}")).into())
+            }
+        }
+        let (rid, resp) = match decode_response(&self.resp) {
+            Ok(r) => r,
+            Err(e) => return Err(self.lose(format!("protocol violation: undecodable response: {e}")).into()),
+        };
+        if rid != id {
+            return Err(self.lose(format!("protocol violation: response to request {rid}, expected {id}")).into());
+        }
+        if let Response::Error { kind, message } = resp {
+            if kind.poisons_worker() {
+                self.poisoned = Some((kind, message.clone()));
+            }
+            return Err(WorkerError::Op { kind, message }.into());
+        }
+        Ok(resp)
+    }
+
+    fn unexpected(&mut self, op: &str, resp: &Response) -> WorkerError {
+        self.lose(format!("protocol violation: {op} answered with {resp:?}"))
+    }
+
+    /// Marks the worker lost, kills and reaps it.
+    pub(crate) fn lose(&mut self, why: String) -> WorkerError {
+        self.proc.kill();
+        self.lost = Some(why.clone());
+        WorkerError::Lost(why)
+    }
+
+    /// For tests: send a signal to the worker process (e.g. SIGSTOP to make it hang).
+    #[doc(hidden)]
+    pub fn signal_for_test(&self, sig: i32) {
+        self.proc.signal(sig);
+    }
+}
+
+impl Starting {
+    pub(crate) fn pid(&self) -> u32 {
+        self.0.pid()
+    }
+
+    /// Waits for the worker's start handshake; kills it on failure or timeout.
+    pub(crate) fn wait_ready(mut self, timeout: Duration) -> Result<Worker, WorkerError> {
+        let proc = self.0.proc.clone();
+        let r = self.0.chan.wait_ready(Instant::now() + timeout, &mut || proc.poll());
+        let why = match r {
+            Ok(()) => return Ok(self.0),
+            Err(WaitError::Failed(m)) => m,
+            Err(WaitError::Dead(how)) => format!("worker process {how} before it was ready"),
+            Err(WaitError::Timeout) => format!("worker not ready within {timeout:?}"),
+            Err(WaitError::Protocol(m)) => format!("protocol violation during start: {m}"),
+        };
+        self.0.lose(why.clone());
+        Err(WorkerError::Spawn(why))
+    }
+}
+
+fn offset(addr: u64, by: usize) -> Result<u64, WorkerError> {
+    addr.checked_add(by as u64)
+        .ok_or_else(|| WorkerError::op(ErrorKind::OutOfBounds, format!("{addr:#x}+{by} overflows the address space")))
+}
+
+/// The emulator step limit that stands in for `deadline`.
+pub fn emu_step_limit(deadline: Duration) -> u64 {
+    let steps = deadline.as_secs_f64() * EMU_LANE_INSTRUCTIONS_PER_SECOND as f64;
+    (steps as u64).max(1)
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.chan.close();
+        self.proc.kill();
+        // A leased worker dropped without `Pool::release`: its `LeaseToken` (dropped right after
+        // this) gives its slot back to the pool.
+    }
+}
+
+impl fmt::Debug for Worker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Worker")
+            .field("pid", &self.proc.pid())
+            .field("backend", &self.backend)
+            .field("lost", &self.lost)
+            .field("poisoned", &self.poisoned)
+            .finish()
+    }
+}

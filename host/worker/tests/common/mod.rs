@@ -1,0 +1,62 @@
+#![allow(dead_code)]
+
+use std::time::{Duration, Instant};
+
+use tasklet_worker::{BackendKind, PoolConfig, Worker, WorkerCommand};
+
+pub fn command(null_backend: bool) -> WorkerCommand {
+    WorkerCommand {
+        program: env!("CARGO_BIN_EXE_tasklet-worker").into(),
+        args: if null_backend { vec!["--null-backend".into()] } else { vec![] },
+    }
+}
+
+pub fn null_worker(op_timeout: Duration) -> Worker {
+    Worker::spawn(&command(true), BackendKind::Emu, 1 << 20, op_timeout).expect("spawn")
+}
+
+pub fn pool_config(null_backend: bool, warm: usize, max_workers: usize) -> PoolConfig {
+    PoolConfig {
+        command: command(null_backend),
+        backend: BackendKind::Emu,
+        warm,
+        max_workers,
+        device_memory: 64 << 20,
+        op_timeout: Duration::from_secs(5),
+    }
+}
+
+/// Whether a pid names a live (or zombie) process.
+pub fn pid_exists(pid: u32) -> bool {
+    // SAFETY: signal 0 only checks.
+    unsafe { libc::kill(pid as i32, 0) == 0 }
+}
+
+pub fn kill9(pid: u32) {
+    // SAFETY: test-owned child.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+}
+
+/// Polls `f` until true or `timeout`; says which.
+pub fn eventually(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + timeout;
+    while Instant::now() < end {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    f()
+}
+
+/// Waits until an unreaped child has died (is a zombie): a SIGKILL is delivered asynchronously.
+pub fn wait_dead(pid: u32) {
+    let dead = eventually(Duration::from_secs(5), || {
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            // The state follows the parenthesised command name.
+            Ok(s) => s.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+            Err(_) => true,
+        }
+    });
+    assert!(dead, "process {pid} did not die");
+}

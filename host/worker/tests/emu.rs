@@ -1,0 +1,243 @@
+//! End to end with the emulator: pool → worker process → emu backend → PTX from kernels/.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use tasklet_worker::{BackendKind, ErrorKind, Launch, Pool, Worker, WorkerError};
+
+fn kernel_source(name: &str) -> String {
+    let path = format!("{}/../../kernels/{name}.ptx", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+fn emu_worker(device_memory: u64) -> Worker {
+    Worker::spawn(&command(false), BackendKind::Emu, device_memory, Duration::from_secs(10)).expect("spawn emu worker")
+}
+
+fn op_kind<T: std::fmt::Debug>(r: Result<T, WorkerError>) -> ErrorKind {
+    match r {
+        Err(WorkerError::Op { kind, .. }) => kind,
+        other => panic!("expected an op error, got {other:?}"),
+    }
+}
+
+/// The argument block for `iota(u32* out, u32 n)`, built from the kernel's declared layout.
+fn iota_args(k: &tasklet_worker::KernelInfo, out: u64, n: u32) -> Vec<u8> {
+    let (offsets, size) = k.param_layout();
+    let mut args = vec![0u8; size as usize];
+    args[offsets[0] as usize..][..8].copy_from_slice(&out.to_le_bytes());
+    args[offsets[1] as usize..][..4].copy_from_slice(&n.to_le_bytes());
+    args
+}
+
+#[test]
+fn memory_round_trip() {
+    let mut w = emu_worker(256 << 20);
+    let a = w.alloc(4096).unwrap();
+    let b = w.alloc(4096).unwrap();
+    assert_ne!(a, b);
+    let data: Vec<u8> = (0..4096u32).map(|i| (i * 7) as u8).collect();
+    w.write(a, &data).unwrap();
+    let mut back = vec![0u8; 4096];
+    w.read(a, &mut back).unwrap();
+    assert_eq!(back, data);
+    // Fresh memory reads as zeros.
+    w.read(b, &mut back).unwrap();
+    assert!(back.iter().all(|&x| x == 0));
+    w.copy(b, a, 4096).unwrap();
+    w.read(b, &mut back).unwrap();
+    assert_eq!(back, data);
+    // Partial ranges at offsets.
+    w.write(a + 100, &[9, 9, 9]).unwrap();
+    let mut five = [0u8; 5];
+    w.read(a + 99, &mut five).unwrap();
+    assert_eq!(five, [data[99], 9, 9, 9, data[103]]);
+    w.free(a).unwrap();
+    w.free(b).unwrap();
+    assert_eq!(w.info().unwrap().allocations, 0);
+    assert_eq!(w.info().unwrap().memory_used, 0);
+}
+
+#[test]
+fn large_transfers_are_chunked() {
+    let mut w = emu_worker(256 << 20);
+    let len = 20 << 20; // 2.5 data regions
+    let a = w.alloc(len as u64).unwrap();
+    let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+    w.write(a, &data).unwrap();
+    let mut back = vec![0u8; len];
+    w.read(a, &mut back).unwrap();
+    assert!(back == data);
+}
+
+#[test]
+fn bad_memory_ops_are_typed_and_harmless() {
+    let mut w = emu_worker(1 << 20);
+    let a = w.alloc(256).unwrap();
+    assert_eq!(op_kind(w.write(a + 200, &[0u8; 100])), ErrorKind::OutOfBounds);
+    assert_eq!(op_kind(w.read(0x10, &mut [0u8; 4])), ErrorKind::OutOfBounds);
+    assert_eq!(op_kind(w.copy(a, a + 1_000_000, 16)), ErrorKind::OutOfBounds);
+    assert_eq!(op_kind(w.free(a + 8)), ErrorKind::InvalidArgument);
+    assert_eq!(op_kind(w.alloc(0)), ErrorKind::InvalidArgument);
+    assert_eq!(op_kind(w.write(u64::MAX - 4, &vec![0u8; 20 << 20])), ErrorKind::OutOfBounds);
+    w.free(a).unwrap();
+    assert_eq!(op_kind(w.free(a)), ErrorKind::InvalidArgument);
+    // Freed memory is gone: a stale pointer faults instead of reading someone else's data.
+    assert_eq!(op_kind(w.read(a, &mut [0u8; 4])), ErrorKind::OutOfBounds);
+    w.ping().unwrap();
+    assert!(!w.is_poisoned());
+}
+
+#[test]
+fn device_memory_cap_bites() {
+    let mut w = emu_worker(1 << 20);
+    assert_eq!(op_kind(w.alloc(2 << 20)), ErrorKind::OutOfMemory);
+    assert_eq!(op_kind(w.alloc(u64::MAX)), ErrorKind::OutOfMemory);
+    let a = w.alloc(512 << 10).unwrap();
+    let b = w.alloc(512 << 10).unwrap();
+    assert_eq!(op_kind(w.alloc(1)), ErrorKind::OutOfMemory);
+    w.free(a).unwrap();
+    let c = w.alloc(256 << 10).unwrap();
+    assert_eq!(w.info().unwrap().memory_used, (512 + 256) << 10);
+    w.free(b).unwrap();
+    w.free(c).unwrap();
+    assert_eq!(w.info().unwrap().memory_used, 0);
+}
+
+#[test]
+fn load_and_launch_iota() {
+    let mut w = emu_worker(64 << 20);
+    let m = w.load_module(&kernel_source("iota")).unwrap();
+    let k = m.kernels.iter().find(|k| k.name == "iota").expect("iota kernel");
+    assert_eq!(k.param_layout(), (vec![0, 8], 12));
+    let n = 1000u32;
+    let out = w.alloc(n as u64 * 4).unwrap();
+    let args = iota_args(k, out, n);
+    w.launch(&Launch {
+        module: m.id,
+        kernel: "iota",
+        grid: [n.div_ceil(128), 1, 1],
+        block: [128, 1, 1],
+        shared_mem_bytes: 0,
+        args: &args,
+        deadline: Duration::from_secs(10),
+    })
+    .unwrap();
+    w.sync().unwrap();
+    let mut back = vec![0u8; n as usize * 4];
+    w.read(out, &mut back).unwrap();
+    for (i, c) in back.chunks(4).enumerate() {
+        assert_eq!(u32::from_le_bytes(c.try_into().unwrap()), i as u32 + 1);
+    }
+    // Refused launches leave the worker healthy.
+    let bad = Launch { module: m.id, kernel: "iota", grid: [1, 1, 1], block: [1, 1, 1], shared_mem_bytes: 0, args: &args[..4], deadline: Duration::from_secs(1) };
+    assert_eq!(op_kind(w.launch(&bad)), ErrorKind::LaunchFailed);
+    assert_eq!(op_kind(w.launch(&Launch { kernel: "nope", args: &args, ..bad.clone() })), ErrorKind::LaunchFailed);
+    assert_eq!(op_kind(w.launch(&Launch { module: m.id + 100, args: &args, ..bad.clone() })), ErrorKind::InvalidArgument);
+    assert_eq!(op_kind(w.launch(&Launch { deadline: Duration::ZERO, args: &args, ..bad.clone() })), ErrorKind::InvalidArgument);
+    assert!(!w.is_poisoned());
+    w.unload_module(m.id).unwrap();
+    assert_eq!(op_kind(w.unload_module(m.id)), ErrorKind::InvalidArgument);
+    assert_eq!(op_kind(w.launch(&Launch { args: &args, ..bad })), ErrorKind::InvalidArgument);
+}
+
+#[test]
+fn bad_ptx_and_source_are_typed_errors() {
+    let mut w = emu_worker(1 << 20);
+    let bad = ".version 9.0\n.target sm_80\n.address_size 64\n.visible .entry k()\n{\n\tfrobnicate.u32 %r1;\n}\n";
+    match w.load_module(bad) {
+        Err(WorkerError::Op { kind: ErrorKind::LoadFailed, message }) => assert!(message.contains("line"), "{message}"),
+        other => panic!("{other:?}"),
+    }
+    match w.load_source("extern \"C\" __global__ void k() {}", &["-arch=sm_80".into()]) {
+        Err(WorkerError::Op { kind: ErrorKind::Unsupported, message }) => assert!(message.contains("NVRTC"), "{message}"),
+        other => panic!("{other:?}"),
+    }
+    w.ping().unwrap();
+}
+
+#[test]
+fn kernel_fault_poisons_the_worker_and_release_kills_it() {
+    let pool = Pool::start(pool_config(false, 1, 1)).unwrap();
+    let mut w = pool.acquire().unwrap();
+    let pid = w.pid();
+    let m = w.load_module(&kernel_source("faults")).unwrap();
+    let out = w.alloc(64).unwrap();
+    let mut args = Vec::new();
+    args.extend_from_slice(&out.to_le_bytes());
+    args.extend_from_slice(&(1u64 << 40).to_le_bytes());
+    let r = w.launch(&Launch {
+        module: m.id,
+        kernel: "write_out_of_bounds",
+        grid: [1, 1, 1],
+        block: [32, 1, 1],
+        shared_mem_bytes: 0,
+        args: &args,
+        deadline: Duration::from_secs(10),
+    });
+    assert_eq!(op_kind(r), ErrorKind::KernelFault);
+    assert!(w.is_poisoned());
+    // Like a faulted CUDA context: nothing more runs on it.
+    assert_eq!(op_kind(w.read(out, &mut [0u8; 4])), ErrorKind::KernelFault);
+    pool.release(w);
+    assert!(!pid_exists(pid), "a faulted worker is killed on release");
+    let mut w = pool.acquire().unwrap();
+    assert_ne!(w.pid(), pid);
+    w.ping().unwrap();
+}
+
+#[test]
+fn runaway_kernel_hits_its_deadline_and_the_worker_is_killed() {
+    let pool = Pool::start(pool_config(false, 1, 1)).unwrap();
+    let mut w = pool.acquire().unwrap();
+    let pid = w.pid();
+    let m = w.load_module(&kernel_source("faults")).unwrap();
+    let flag = w.alloc(4).unwrap();
+    let deadline = Duration::from_millis(300);
+    let t = Instant::now();
+    let r = w.launch(&Launch {
+        module: m.id,
+        kernel: "spin_forever",
+        grid: [1, 1, 1],
+        block: [1, 1, 1],
+        shared_mem_bytes: 0,
+        args: &flag.to_le_bytes(),
+        deadline,
+    });
+    let took = t.elapsed();
+    assert_eq!(op_kind(r), ErrorKind::DeadlineExceeded);
+    // The step limit or, failing that, the host's timer (deadline + slack) stops it.
+    assert!(took < deadline + Duration::from_millis(100) + deadline / 4 + Duration::from_millis(300), "{took:?}");
+    assert!(w.is_lost() || w.is_poisoned());
+    pool.release(w);
+    assert!(!pid_exists(pid), "the runaway's worker is killed");
+    let mut w = pool.acquire().unwrap();
+    w.ping().unwrap();
+}
+
+#[test]
+fn released_worker_is_reset_before_reuse() {
+    let pool = Pool::start(pool_config(false, 1, 1)).unwrap();
+    let mut w = pool.acquire().unwrap();
+    let pid = w.pid();
+    let a = w.alloc(4096).unwrap();
+    w.write(a, &[0xee; 4096]).unwrap();
+    let m = w.load_module(&kernel_source("iota")).unwrap();
+    assert!(eventually(Duration::from_secs(10), || pool.idle() == 1));
+    pool.release(w);
+
+    let mut w = pool.acquire().unwrap();
+    assert_eq!(w.pid(), pid, "same process, reused");
+    let info = w.info().unwrap();
+    assert_eq!((info.allocations, info.memory_used, info.modules), (0, 0, 0));
+    // The old tenant's allocation and module are gone, not readable.
+    assert_eq!(op_kind(w.read(a, &mut [0u8; 16])), ErrorKind::OutOfBounds);
+    assert_eq!(op_kind(w.unload_module(m.id)), ErrorKind::InvalidArgument);
+    // New memory reads zeros whatever the last tenant wrote.
+    let b = w.alloc(4096).unwrap();
+    let mut back = vec![1u8; 4096];
+    w.read(b, &mut back).unwrap();
+    assert!(back.iter().all(|&x| x == 0));
+}

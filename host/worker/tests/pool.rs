@@ -1,0 +1,199 @@
+//! The pool with real worker processes (null backend: no device needed).
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use tasklet_worker::{Pool, WorkerCommand, WorkerError};
+
+fn wait_idle(pool: &Pool, n: usize) {
+    assert!(eventually(Duration::from_secs(10), || pool.idle() == n), "idle stayed {}", pool.idle());
+}
+
+#[test]
+fn warm_workers_start_in_the_background() {
+    let pool = Pool::start(pool_config(true, 3, 4)).unwrap();
+    wait_idle(&pool, 3);
+    assert_eq!(pool.busy(), 0);
+    // Acquire is a hand-over, not a process start.
+    let t = Instant::now();
+    let mut w = pool.acquire().unwrap();
+    assert!(t.elapsed() < Duration::from_millis(50), "{:?}", t.elapsed());
+    w.ping().unwrap();
+    assert_eq!(pool.busy(), 1);
+    // The replacement tops the warm set back up.
+    wait_idle(&pool, 3);
+    pool.release(w);
+    assert_eq!(pool.busy(), 0);
+    assert_eq!(pool.idle(), 3);
+}
+
+#[test]
+fn no_capacity_when_max_workers_are_busy() {
+    let pool = Pool::start(pool_config(true, 1, 2)).unwrap();
+    let a = pool.acquire().unwrap();
+    let b = pool.acquire().unwrap();
+    assert_ne!(a.pid(), b.pid());
+    match pool.acquire() {
+        Err(WorkerError::NoCapacity(m)) => assert!(m.contains('2'), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    pool.release(a);
+    let mut c = pool.acquire().unwrap();
+    c.ping().unwrap();
+    // Dropping a leased worker without release also gives its slot back (and kills it).
+    let pid = b.pid();
+    drop(b);
+    assert!(!pid_exists(pid));
+    assert_eq!(pool.busy(), 1);
+    let mut d = pool.acquire().unwrap();
+    d.ping().unwrap();
+    assert_eq!(pool.busy(), 2);
+}
+
+#[test]
+fn healthy_workers_are_reused_after_release() {
+    let pool = Pool::start(pool_config(true, 1, 1)).unwrap();
+    let w = pool.acquire().unwrap();
+    let pid = w.pid();
+    wait_idle(&pool, 1);
+    pool.release(w);
+    assert_eq!(pool.idle(), 1);
+    let mut w = pool.acquire().unwrap();
+    assert_eq!(w.pid(), pid, "the released worker is handed out again");
+    w.ping().unwrap();
+}
+
+#[test]
+fn killed_worker_is_lost_and_replaced() {
+    let pool = Pool::start(pool_config(true, 1, 1)).unwrap();
+    let mut w = pool.acquire().unwrap();
+    w.ping().unwrap();
+    let pid = w.pid();
+    kill9(pid);
+    let t = Instant::now();
+    assert!(matches!(w.ping(), Err(WorkerError::Lost(_))));
+    assert!(t.elapsed() < Duration::from_millis(200));
+    pool.release(w);
+    assert_eq!(pool.busy(), 0);
+    let mut w = pool.acquire().unwrap();
+    assert_ne!(w.pid(), pid);
+    w.ping().unwrap();
+}
+
+#[test]
+fn idle_worker_killed_from_outside_is_skipped_and_replaced() {
+    let pool = Pool::start(pool_config(true, 2, 2)).unwrap();
+    let w = pool.acquire().unwrap();
+    let dead = w.pid();
+    wait_idle(&pool, 2);
+    pool.release(w); // goes to the front of the idle set
+    kill9(dead);
+    wait_dead(dead);
+    let mut w = pool.acquire().unwrap();
+    assert_ne!(w.pid(), dead);
+    w.ping().unwrap();
+    // The background sweep also notices idle deaths and restores the warm count.
+    pool.release(w);
+    wait_idle(&pool, 2);
+}
+
+#[test]
+fn hung_worker_is_lost_after_op_timeout_and_replaced() {
+    let mut cfg = pool_config(true, 1, 1);
+    cfg.op_timeout = Duration::from_millis(200);
+    let pool = Pool::start(cfg).unwrap();
+    let mut w = pool.acquire().unwrap();
+    let pid = w.pid();
+    w.signal_for_test(libc::SIGSTOP);
+    let t = Instant::now();
+    assert!(matches!(w.ping(), Err(WorkerError::Lost(_))));
+    assert!(t.elapsed() < Duration::from_millis(700));
+    assert!(!pid_exists(pid));
+    pool.release(w);
+    let mut w = pool.acquire().unwrap();
+    w.ping().unwrap();
+}
+
+#[test]
+fn spawn_failure_reaches_acquire() {
+    let mut cfg = pool_config(true, 0, 1);
+    cfg.command = WorkerCommand { program: "/nonexistent/tasklet".into(), args: vec![] };
+    let pool = Pool::start(cfg).unwrap();
+    let t = Instant::now();
+    match pool.acquire() {
+        Err(WorkerError::Spawn(m)) => assert!(m.contains("/nonexistent/tasklet"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(t.elapsed() < Duration::from_secs(1));
+    assert_eq!(pool.busy(), 0);
+}
+
+#[test]
+fn shutdown_kills_idle_and_leased_workers() {
+    let pool = Pool::start(pool_config(true, 2, 2)).unwrap();
+    let mut w = pool.acquire().unwrap();
+    wait_idle(&pool, 2);
+    let leased = w.pid();
+    pool.shutdown();
+    assert_eq!(pool.idle(), 0);
+    assert!(matches!(w.ping(), Err(WorkerError::Lost(_))));
+    assert!(!pid_exists(leased));
+    assert!(matches!(pool.acquire(), Err(WorkerError::NoCapacity(_))));
+    pool.release(w);
+    assert_eq!(pool.busy(), 0);
+}
+
+#[test]
+fn many_threads_share_a_pool() {
+    let pool = Pool::start(pool_config(true, 2, 4)).unwrap();
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let pool: Arc<Pool> = pool.clone();
+            std::thread::spawn(move || {
+                let mut got = 0;
+                for _ in 0..20 {
+                    match pool.acquire() {
+                        Ok(mut w) => {
+                            for _ in 0..50 {
+                                w.ping().unwrap();
+                            }
+                            pool.release(w);
+                            got += 1;
+                        }
+                        Err(WorkerError::NoCapacity(_)) => std::thread::sleep(Duration::from_millis(1)),
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+                got
+            })
+        })
+        .collect();
+    let total: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    assert!(total > 0);
+    assert_eq!(pool.busy(), 0);
+    assert!(pool.idle() <= 2);
+}
+
+#[test]
+fn cold_pool_starts_workers_on_demand() {
+    let pool = Pool::start(pool_config(true, 0, 2)).unwrap();
+    let mut w = pool.acquire().unwrap();
+    w.ping().unwrap();
+    assert_eq!(pool.idle(), 0);
+    pool.release(w);
+    // warm = 0: nothing is kept.
+    assert_eq!(pool.idle(), 0);
+    assert_eq!(pool.busy(), 0);
+}
+
+#[test]
+fn handles_are_thread_safe() {
+    fn send<T: Send>() {}
+    fn send_sync<T: Send + Sync>() {}
+    send::<tasklet_worker::Worker>();
+    send_sync::<Pool>();
+    send_sync::<Arc<Pool>>();
+}

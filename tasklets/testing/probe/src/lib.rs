@@ -1,0 +1,406 @@
+//! `probe`: misuses the GPU interface on purpose, for the host's test suite.
+//!
+//! It calls the WIT bindings directly (`tasklet_gpu::raw`) wherever the SDK's types would forbid
+//! the misuse. Input: `<command> [arg]`. Output: one line per checked step, either
+//! `ok <detail>` or `error <kind> <message>`, `<kind>` being the WIT `gpu-error` case name in
+//! kebab case (`quota-exceeded`). When a setup step (a lease, a session, an allocation that the
+//! command only needs) fails, its `error` line is printed and the command stops there.
+//!
+//! | command | steps (each `→` prints a line) |
+//! | --- | --- |
+//! | `alloc-past-lease` | lease 1 MiB for 10 s; session; alloc 2 MiB → `ok alloc 2097152` |
+//! | `foreign-buffer` | two 1 MiB leases, a session on each, a 64-byte buffer in A; B reads 4 bytes of it → ; B writes 4 bytes to it → ; B launches `iota` (loaded in B) with it → (`ok read 4`, `ok write 4`, `ok launch iota`) |
+//! | `expire` | lease 1 MiB for 1 s; session; alloc 4096 → `ok alloc 4096`; sleep 1500 ms; read it → `ok read 4096`; lease info → `ok info granted=<B> used=<B> remaining_ms=<ms>` |
+//! | `trap` | lease 1 MiB, session, alloc 4096, then `panic!("probe trap")` (a wasm trap; no output) |
+//! | `oob-read` | alloc 16 bytes; read 16 bytes at offset 8 → `ok read 16` |
+//! | `bad-ptx` | load a module whose line 7 is `bogus.instr %r1;` → `ok load <kernels>` |
+//! | `fault` | load `faults.ptx`; alloc 64; launch `write_out_of_bounds(buf, 1 << 40)` on 1×1 → `ok launch write_out_of_bounds`; sync → `ok sync` |
+//! | `spin` | load `faults.ptx`; alloc 4; launch `spin_forever(buf)` on 1×32 → `ok launch spin_forever`; sync → `ok sync` |
+//! | `hold <secs>` | lease 1 MiB for 60 s; session; alloc 4096; write it; sync and sleep 20 ms until an op fails or `<secs>` passed → `ok held` or the error |
+//! | `leases <n>` | acquire `n` leases of 1 MiB for 60 s, keeping them all → `ok lease <i> device=<d>` per acquire (failures do not stop it) |
+//! | `bench <n>` | `n` calls each of lease info, sync (idle session) and 4 KiB write+read pairs, timed in batches of 100 → `info_ns <ns>`, `sync_ns <ns>`, `rw4k_ns <ns>`: the median over batches of the mean time per call, in whole nanoseconds |
+//!
+//! An unknown command, or a missing or malformed argument, is an `Err`.
+
+use std::fmt::Write as _;
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use tasklet_gpu::raw::leases::{Lease, LeaseRequest};
+use tasklet_gpu::raw::sessions::{BufferArg, KernelArg, LaunchConfig, Session};
+use tasklet_gpu::Error;
+
+const IOTA_PTX: &str = include_str!("../../../../kernels/iota.ptx");
+const FAULTS_PTX: &str = include_str!("../../../../kernels/faults.ptx");
+
+/// Valid up to line 6; line 7 is an instruction that does not exist.
+const BAD_PTX: &str = "\
+.version 7.0
+.target sm_80
+.address_size 64
+.visible .entry bad()
+{
+\t.reg .b32 %r<2>;
+\tbogus.instr %r1;
+\tret;
+}
+";
+
+const MIB: u64 = 1 << 20;
+
+fn run(input: Vec<u8>) -> Result<Vec<u8>, String> {
+    let text =
+        std::str::from_utf8(&input).map_err(|e| format!("invalid input: not UTF-8 ({e})"))?;
+    let mut words = text.split_whitespace();
+    let command = words.next().unwrap_or("");
+    let arg = words.next();
+    let mut out = Out::default();
+    // `Err(Stopped)` only means a setup step failed and printed its line.
+    let _ = match command {
+        "alloc-past-lease" => alloc_past_lease(&mut out),
+        "foreign-buffer" => foreign_buffer(&mut out),
+        "expire" => expire(&mut out),
+        "trap" => trap(&mut out),
+        "oob-read" => oob_read(&mut out),
+        "bad-ptx" => bad_ptx(&mut out),
+        "fault" => fault(&mut out),
+        "spin" => spin(&mut out),
+        "hold" => hold(&mut out, number(command, arg)?),
+        "leases" => leases(&mut out, number(command, arg)?),
+        "bench" => bench(&mut out, number::<u32>(command, arg)?.max(1)),
+        _ => {
+            return Err(format!(
+                "unknown command {command:?}; expected one of alloc-past-lease, foreign-buffer, \
+                 expire, trap, oob-read, bad-ptx, fault, spin, hold <secs>, leases <n>, bench <n>"
+            ))
+        }
+    };
+    Ok(out.0.into_bytes())
+}
+
+tasklet_gpu::export!(run);
+
+fn number<T: std::str::FromStr>(command: &str, arg: Option<&str>) -> Result<T, String> {
+    let arg = arg.ok_or_else(|| format!("{command} needs a number argument"))?;
+    arg.parse()
+        .map_err(|_| format!("{command}: {arg:?} is not a valid number"))
+}
+
+/// The output being built.
+#[derive(Default)]
+struct Out(String);
+
+/// A setup step failed; its line is printed.
+struct Stopped;
+
+impl Out {
+    fn ok(&mut self, detail: impl std::fmt::Display) {
+        writeln!(self.0, "ok {detail}").unwrap();
+    }
+
+    fn error(&mut self, e: &Error) {
+        let message = e.message().replace(['\n', '\r'], " ");
+        writeln!(self.0, "error {} {message}", e.kind().as_str()).unwrap();
+    }
+
+    /// Prints the result of a checked step.
+    fn step<T, E: Into<Error>>(
+        &mut self,
+        r: Result<T, E>,
+        detail: impl FnOnce(&T) -> String,
+    ) -> Option<T> {
+        match r {
+            Ok(v) => {
+                let d = detail(&v);
+                self.ok(d);
+                Some(v)
+            }
+            Err(e) => {
+                self.error(&e.into());
+                None
+            }
+        }
+    }
+
+    /// Passes a setup step's value through, or prints its error and stops the command.
+    fn setup<T, E: Into<Error>>(&mut self, r: Result<T, E>) -> Result<T, Stopped> {
+        r.map_err(|e| {
+            self.error(&e.into());
+            Stopped
+        })
+    }
+}
+
+type Step = Result<(), Stopped>;
+
+fn acquire(out: &mut Out, bytes: u64, secs: u32) -> Result<Lease, Stopped> {
+    out.setup(Lease::acquire(LeaseRequest {
+        min_vram: bytes,
+        secs,
+        device: None,
+    }))
+}
+
+fn config(grid: u32, block: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid: (grid, 1, 1),
+        block: (block, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+fn buffer_arg(buffer: &tasklet_gpu::raw::sessions::Buffer) -> KernelArg<'_> {
+    KernelArg::Buffer(BufferArg { buffer, offset: 0 })
+}
+
+fn alloc_past_lease(out: &mut Out) -> Step {
+    let lease = acquire(out, MIB, 10)?;
+    let session = out.setup(Session::open(&lease))?;
+    out.step(session.mem_alloc(2 * MIB), |b| {
+        format!("alloc {}", b.size())
+    });
+    Ok(())
+}
+
+fn foreign_buffer(out: &mut Out) -> Step {
+    let lease_a = acquire(out, MIB, 10)?;
+    let lease_b = acquire(out, MIB, 10)?;
+    let a = out.setup(Session::open(&lease_a))?;
+    let b = out.setup(Session::open(&lease_b))?;
+    let buf_a = out.setup(a.mem_alloc(64))?;
+    out.step(b.mem_read(&buf_a, 0, 4), |d| format!("read {}", d.len()));
+    out.step(b.mem_write(&buf_a, 0, &[0; 4]), |_| "write 4".into());
+    let module = out.setup(b.module_load(IOTA_PTX))?;
+    let args = [buffer_arg(&buf_a), KernelArg::U32(16)];
+    out.step(b.launch(&module, "iota", config(1, 16), &args), |_| {
+        "launch iota".into()
+    });
+    Ok(())
+}
+
+fn expire(out: &mut Out) -> Step {
+    let lease = acquire(out, MIB, 1)?;
+    let session = out.setup(Session::open(&lease))?;
+    let Some(buf) = out.step(session.mem_alloc(4096), |b| format!("alloc {}", b.size())) else {
+        return Ok(());
+    };
+    sleep(Duration::from_millis(1500));
+    out.step(session.mem_read(&buf, 0, 4096), |d| {
+        format!("read {}", d.len())
+    });
+    out.step(lease.info(), |i| {
+        format!(
+            "info granted={} used={} remaining_ms={}",
+            i.granted_bytes, i.used_bytes, i.remaining_ms
+        )
+    });
+    Ok(())
+}
+
+fn trap(out: &mut Out) -> Step {
+    let lease = acquire(out, MIB, 10)?;
+    let session = out.setup(Session::open(&lease))?;
+    let buf = out.setup(session.mem_alloc(4096))?;
+    let _held = (&lease, &session, &buf);
+    panic!("probe trap");
+}
+
+fn oob_read(out: &mut Out) -> Step {
+    let lease = acquire(out, MIB, 10)?;
+    let session = out.setup(Session::open(&lease))?;
+    let buf = out.setup(session.mem_alloc(16))?;
+    out.step(session.mem_read(&buf, 8, 16), |d| {
+        format!("read {}", d.len())
+    });
+    Ok(())
+}
+
+fn bad_ptx(out: &mut Out) -> Step {
+    let lease = acquire(out, MIB, 10)?;
+    let session = out.setup(Session::open(&lease))?;
+    out.step(session.module_load(BAD_PTX), |m| {
+        format!("load {}", m.kernels().join(","))
+    });
+    Ok(())
+}
+
+fn fault(out: &mut Out) -> Step {
+    let lease = acquire(out, MIB, 10)?;
+    let session = out.setup(Session::open(&lease))?;
+    let module = out.setup(session.module_load(FAULTS_PTX))?;
+    let buf = out.setup(session.mem_alloc(64))?;
+    let args = [buffer_arg(&buf), KernelArg::U64(1 << 40)];
+    out.step(
+        session.launch(&module, "write_out_of_bounds", config(1, 1), &args),
+        |_| "launch write_out_of_bounds".into(),
+    );
+    out.step(session.sync(), |_| "sync".into());
+    Ok(())
+}
+
+fn spin(out: &mut Out) -> Step {
+    let lease = acquire(out, MIB, 10)?;
+    let session = out.setup(Session::open(&lease))?;
+    let module = out.setup(session.module_load(FAULTS_PTX))?;
+    let buf = out.setup(session.mem_alloc(4))?;
+    let args = [buffer_arg(&buf)];
+    out.step(
+        session.launch(&module, "spin_forever", config(1, 32), &args),
+        |_| "launch spin_forever".into(),
+    );
+    out.step(session.sync(), |_| "sync".into());
+    Ok(())
+}
+
+fn hold(out: &mut Out, secs: f64) -> Step {
+    let limit = Duration::try_from_secs_f64(secs).map_err(|_| {
+        out.error(&Error::InvalidInput(format!(
+            "hold: {secs} is not a duration in seconds"
+        )));
+        Stopped
+    })?;
+    let lease = acquire(out, MIB, 60)?;
+    let session = out.setup(Session::open(&lease))?;
+    let buf = out.setup(session.mem_alloc(4096))?;
+    out.setup(session.mem_write(&buf, 0, &[0xa5; 4096]))?;
+    let start = Instant::now();
+    loop {
+        if let Err(e) = session.sync() {
+            out.error(&e.into());
+            return Ok(());
+        }
+        if start.elapsed() >= limit {
+            break;
+        }
+        sleep(Duration::from_millis(20));
+    }
+    out.ok("held");
+    Ok(())
+}
+
+fn leases(out: &mut Out, n: u32) -> Step {
+    let mut held = Vec::new();
+    for i in 0..n {
+        let r = Lease::acquire(LeaseRequest {
+            min_vram: MIB,
+            secs: 60,
+            device: None,
+        });
+        if let Some(lease) = out.step(r, |l| match l.info() {
+            Ok(info) => format!("lease {i} device={}", info.device),
+            Err(_) => format!("lease {i}"),
+        }) {
+            held.push(lease);
+        }
+    }
+    drop(held);
+    Ok(())
+}
+
+fn bench(out: &mut Out, n: u32) -> Step {
+    let lease = acquire(out, MIB, 60)?;
+    let session = out.setup(Session::open(&lease))?;
+    let buf = out.setup(session.mem_alloc(4096))?;
+    let data = [0x5au8; 4096];
+    let results = [
+        ("info_ns", time_calls(n, || lease.info().map(drop))),
+        ("sync_ns", time_calls(n, || session.sync())),
+        (
+            "rw4k_ns",
+            time_calls(n, || {
+                session.mem_write(&buf, 0, &data)?;
+                session.mem_read(&buf, 0, 4096).map(drop)
+            }),
+        ),
+    ];
+    for (name, r) in results {
+        match r {
+            Ok(ns) => writeln!(out.0, "{name} {ns}").unwrap(),
+            Err(e) => out.error(&e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Calls `f` `n` times in batches of 100 and returns the median over batches of the mean time
+/// per call, in nanoseconds; stops at the first error.
+fn time_calls<E>(n: u32, mut f: impl FnMut() -> Result<(), E>) -> Result<u64, E> {
+    const BATCH: u32 = 100;
+    let mut means = Vec::new();
+    let mut left = n;
+    while left > 0 {
+        let size = left.min(BATCH);
+        let start = Instant::now();
+        for _ in 0..size {
+            f()?;
+        }
+        means.push(start.elapsed().as_nanos() / u128::from(size));
+        left -= size;
+    }
+    means.sort_unstable();
+    let mid = means.len() / 2;
+    let median = if means.len() % 2 == 1 {
+        means[mid]
+    } else {
+        (means[mid - 1] + means[mid]) / 2
+    };
+    Ok(u64::try_from(median).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_ptx_fails_on_line_7() {
+        let line7 = BAD_PTX.lines().nth(6).unwrap();
+        assert_eq!(line7.trim(), "bogus.instr %r1;");
+    }
+
+    #[test]
+    fn time_calls_counts_every_call_and_stops_at_errors() {
+        for n in [1, 99, 100, 101, 250] {
+            let mut calls = 0;
+            time_calls::<()>(n, || {
+                calls += 1;
+                Ok(())
+            })
+            .unwrap();
+            assert_eq!(calls, n);
+        }
+        let mut calls = 0;
+        let r = time_calls(500, || {
+            calls += 1;
+            if calls == 150 {
+                Err("boom")
+            } else {
+                Ok(())
+            }
+        });
+        assert_eq!((r, calls), (Err("boom"), 150));
+    }
+
+    #[test]
+    fn errors_print_one_line_with_the_kebab_kind() {
+        let mut out = Out::default();
+        out.error(&Error::QuotaExceeded("no\nroom".into()));
+        out.ok("alloc 16");
+        assert_eq!(out.0, "error quota-exceeded no room\nok alloc 16\n");
+    }
+
+    #[test]
+    fn unknown_commands_and_missing_arguments_are_errors() {
+        assert!(run(b"frobnicate".to_vec())
+            .unwrap_err()
+            .starts_with("unknown command \"frobnicate\""));
+        assert!(run(b"".to_vec())
+            .unwrap_err()
+            .starts_with("unknown command"));
+        assert!(run(b"hold".to_vec())
+            .unwrap_err()
+            .contains("needs a number"));
+        assert!(run(b"leases x".to_vec())
+            .unwrap_err()
+            .contains("not a valid number"));
+    }
+}

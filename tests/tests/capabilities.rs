@@ -1,0 +1,147 @@
+//! Rights, quotas and handle ownership: every limit shown biting, through real components.
+
+use std::time::{Duration, Instant};
+use tasklet_runtime::config::{Right, Rights};
+use tasklet_runtime::RunError;
+use tasklet_tests::{assert_baseline, load, manifest, probe_lines, run_ok, test_host, test_policy};
+
+fn probe(host: &tasklet_runtime::Host, command: &str) -> Vec<(String, String, String)> {
+    let probe = load(host, manifest("testing/probe"));
+    let out = run_ok(host, &probe, command);
+    probe_lines(&out)
+}
+
+#[test]
+fn missing_launch_right_is_unauthorized_naming_launch() {
+    let host = test_host!();
+    let mut m = manifest("iota");
+    m.gpu.rights = Rights::ALL.iter().filter(|r| *r != Right::Launch).collect();
+    let iota = load(&host, m);
+    let err = host.run(&iota, b"8").unwrap_err().to_string();
+    assert!(err.contains("unauthorized") && err.contains("`launch`"), "{err}");
+    assert_baseline(&host);
+}
+
+#[test]
+fn policy_can_withhold_a_right_the_manifest_asks_for() {
+    let mut policy = test_policy();
+    policy.gpu.rights = Rights::ALL.iter().filter(|r| *r != Right::Read).collect();
+    let host = test_host!(policy);
+    let iota = load(&host, manifest("iota"));
+    let err = host.run(&iota, b"8").unwrap_err().to_string();
+    assert!(err.contains("unauthorized") && err.contains("`read`"), "{err}");
+    assert_baseline(&host);
+}
+
+#[test]
+fn allocation_past_the_lease_is_quota_exceeded() {
+    let host = test_host!();
+    let lines = probe(&host, "alloc-past-lease");
+    assert_eq!(lines[0].0, "error", "{lines:?}");
+    assert_eq!(lines[0].1, "quota-exceeded", "{lines:?}");
+    assert_baseline(&host);
+}
+
+#[test]
+fn leases_past_the_grant_are_quota_exceeded() {
+    let host = test_host!();
+    // The probe's manifest grants two leases.
+    let lines = probe(&host, "leases 3");
+    let kinds: Vec<_> = lines.iter().map(|l| (l.0.as_str(), l.1.as_str())).collect();
+    assert_eq!(kinds[..2].iter().filter(|k| k.0 == "ok").count(), 2, "{lines:?}");
+    assert_eq!(kinds[2], ("error", "quota-exceeded"), "{lines:?}");
+    assert_baseline(&host);
+}
+
+#[test]
+fn leases_past_the_device_are_capacity_exceeded() {
+    let mut policy = test_policy();
+    policy.workers.emu_memory = 1 << 20; // room for exactly one 1 MiB lease
+    let host = test_host!(policy);
+    let lines = probe(&host, "leases 2");
+    assert_eq!(lines[0].0, "ok", "{lines:?}");
+    assert_eq!((lines[1].0.as_str(), lines[1].1.as_str()), ("error", "capacity-exceeded"), "{lines:?}");
+    assert_baseline(&host);
+}
+
+#[test]
+fn a_foreign_buffer_is_rejected() {
+    let host = test_host!();
+    let lines = probe(&host, "foreign-buffer");
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    for (status, kind, rest) in &lines {
+        assert_eq!((status.as_str(), kind.as_str()), ("error", "invalid-argument"), "{rest}");
+        assert!(rest.contains("another session"), "{rest}");
+    }
+    assert_baseline(&host);
+}
+
+#[test]
+fn out_of_range_read_is_out_of_bounds() {
+    let host = test_host!();
+    let lines = probe(&host, "oob-read");
+    assert_eq!((lines[0].0.as_str(), lines[0].1.as_str()), ("error", "out-of-bounds"), "{lines:?}");
+    assert_baseline(&host);
+}
+
+#[test]
+fn malformed_ptx_is_load_failed_naming_the_line() {
+    let host = test_host!();
+    let lines = probe(&host, "bad-ptx");
+    assert_eq!((lines[0].0.as_str(), lines[0].1.as_str()), ("error", "load-failed"), "{lines:?}");
+    assert!(lines[0].2.contains("line 7"), "{lines:?}");
+    assert_baseline(&host);
+}
+
+#[test]
+fn an_expiring_lease_frees_its_memory_mid_session() {
+    let host = std::sync::Arc::new(test_host!());
+    let probe = std::sync::Arc::new(load(&host, manifest("testing/probe")));
+    let started = Instant::now();
+    let run = {
+        let (host, probe) = (host.clone(), probe.clone());
+        std::thread::spawn(move || run_ok(&host, &probe, "expire"))
+    };
+    // The probe holds a 1 s lease, then sleeps 1.5 s: the reaper must free the lease while the
+    // tasklet is still running, not when it ends.
+    let mut freed_while_running = false;
+    while !run.is_finished() {
+        if started.elapsed() > Duration::from_millis(300) && host.accounting().leases == 0 {
+            freed_while_running = !run.is_finished();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let lines = probe_lines(&run.join().unwrap());
+    assert!(freed_while_running, "the expired lease was not freed while the tasklet ran");
+    assert_eq!(lines[0].0, "ok", "{lines:?}");
+    assert_eq!((lines[1].0.as_str(), lines[1].1.as_str()), ("error", "lease-expired"), "{lines:?}");
+    assert_eq!((lines[2].0.as_str(), lines[2].1.as_str()), ("error", "lease-expired"), "{lines:?}");
+    assert_baseline(&host);
+}
+
+#[test]
+fn a_trapping_tasklet_releases_its_leases() {
+    let host = test_host!();
+    let probe = load(&host, manifest("testing/probe"));
+    let err = host.run(&probe, b"trap").unwrap_err();
+    assert!(matches!(err, RunError::Trapped(_)), "{err}");
+    assert_baseline(&host);
+    // And the node still serves.
+    let iota = load(&host, manifest("iota"));
+    assert_eq!(run_ok(&host, &iota, "3"), "1\n2\n3\n");
+    assert_baseline(&host);
+}
+
+#[test]
+fn wall_time_limit_stops_a_tasklet_and_releases_its_leases() {
+    let host = test_host!();
+    let mut m = manifest("testing/probe");
+    m.limits.wall_time = Duration::from_millis(300);
+    let probe = load(&host, m);
+    let started = Instant::now();
+    let err = host.run(&probe, b"hold 20").unwrap_err();
+    assert!(matches!(err, RunError::WallTime(_)), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+    assert_baseline(&host);
+}

@@ -1,0 +1,59 @@
+//! Worker supervision: faults, runaway kernels and killed workers stay within their lease.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tasklet_tests::{assert_baseline, load, manifest, probe_lines, run_ok, test_host};
+
+#[test]
+fn a_faulting_kernel_is_kernel_fault_and_the_node_keeps_serving() {
+    let host = test_host!();
+    let probe = load(&host, manifest("testing/probe"));
+    let lines = probe_lines(&run_ok(&host, &probe, "fault"));
+    let fault = lines.iter().find(|l| l.0 == "error").expect("an error line");
+    assert_eq!(fault.1, "kernel-fault", "{lines:?}");
+    assert!(fault.2.contains("line"), "the fault names its PTX line: {lines:?}");
+    assert_baseline(&host);
+    let iota = load(&host, manifest("iota"));
+    assert_eq!(run_ok(&host, &iota, "4"), "1\n2\n3\n4\n");
+    assert_baseline(&host);
+}
+
+#[test]
+fn a_runaway_kernel_is_deadline_exceeded() {
+    let host = test_host!();
+    let probe = load(&host, manifest("testing/probe"));
+    let started = Instant::now();
+    let lines = probe_lines(&run_ok(&host, &probe, "spin"));
+    let deadline = host.policy().workers.kernel_deadline;
+    assert!(started.elapsed() < deadline + Duration::from_secs(3), "took {:?}", started.elapsed());
+    let err = lines.iter().find(|l| l.0 == "error").expect("an error line");
+    assert_eq!(err.1, "deadline-exceeded", "{lines:?}");
+    assert_baseline(&host);
+}
+
+#[test]
+fn a_killed_worker_is_device_lost_and_the_next_lease_works() {
+    let host = Arc::new(test_host!());
+    let probe = Arc::new(load(&host, manifest("testing/probe")));
+    let run = {
+        let (host, probe) = (host.clone(), probe.clone());
+        std::thread::spawn(move || run_ok(&host, &probe, "hold 20"))
+    };
+    let started = Instant::now();
+    let pid = loop {
+        if let Some(&pid) = host.lease_worker_pids().first() {
+            break pid;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "the probe never took a lease");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    // SAFETY: plain kill(2) on a process this test's host started.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGKILL) }, 0);
+    let lines = probe_lines(&run.join().unwrap());
+    assert_eq!((lines[0].0.as_str(), lines[0].1.as_str()), ("error", "device-lost"), "{lines:?}");
+    assert!(started.elapsed() < Duration::from_secs(15));
+    assert_baseline(&host);
+    let iota = load(&host, manifest("iota"));
+    assert_eq!(run_ok(&host, &iota, "5"), "1\n2\n3\n4\n5\n");
+    assert_baseline(&host);
+}

@@ -400,9 +400,10 @@ fn instruction(p: &mut P<'_, '_>) -> Result<Inst, LoadError> {
         return Err(err(line, format!("unknown directive `{opcode}`")));
     }
     let mut operands = Vec::new();
+    let ctx = |e: LoadError| LoadError { line: e.line, message: format!("{} (in `{opcode}`)", e.message) };
     if !p.eat(';') {
         loop {
-            operands.push(operand(p)?);
+            operands.push(operand(p).map_err(ctx)?);
             if p.eat(';') {
                 break;
             }

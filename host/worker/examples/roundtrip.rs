@@ -78,4 +78,42 @@ fn main() {
     let a = w.alloc(4096).expect("alloc");
     row("write 4 KiB (emu)", time(iters / 4, || w.write(a, &data).expect("write")));
     row("read 4 KiB (emu)", time(iters / 4, || w.read(a, &mut back).expect("read")));
+    drop(w);
+
+    if std::env::var_os("ROUNDTRIP_EMU_RATE").is_some() {
+        for cfg in [(1u32, 1u32), (1, 32), (8, 256)] {
+            let mut w = Worker::spawn(&cmd(false), BackendKind::Emu, 1 << 30, timeout).expect("spawn");
+            emu_rate(&mut w, cfg);
+        }
+    }
+}
+
+/// How fast the emulator runs a spinning kernel, to check `EMU_LANE_INSTRUCTIONS_PER_SECOND`
+/// (which turns launch deadlines into step limits).
+fn emu_rate(w: &mut Worker, (grid, block): (u32, u32)) {
+    let ptx = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../kernels/faults.ptx"));
+    let Ok(ptx) = ptx else { return };
+    let m = w.load_module(&ptx).expect("load faults.ptx");
+    let flag = w.alloc(4).expect("alloc");
+    {
+        let deadline = Duration::from_millis(500);
+        let t = Instant::now();
+        let r = w.launch(&tasklet_worker::Launch {
+            module: m.id,
+            kernel: "spin_forever",
+            grid: [grid, 1, 1],
+            block: [block, 1, 1],
+            shared_mem_bytes: 0,
+            args: &flag.to_le_bytes(),
+            deadline,
+        });
+        let took = t.elapsed();
+        let how = if w.is_lost() { "host timer killed it" } else { "step limit" };
+        let steps = tasklet_worker::supervisor::emu_step_limit(deadline) as f64;
+        println!(
+            "spin_forever grid {grid} block {block}: {:?} after {took:?} ({how}); ≥ {:.0} M lane-instructions/s",
+            r.err().and_then(|e| e.kind()),
+            if w.is_lost() { steps * (took.as_secs_f64() / deadline.as_secs_f64()).min(1.0) / took.as_secs_f64() / 1e6 } else { steps / took.as_secs_f64() / 1e6 },
+        );
+    }
 }

@@ -5,7 +5,7 @@
 #   kernels/regen.sh --check   regenerate into a temp dir; exit 1 naming any stale .ptx
 #
 # Pinned: nvidia-cuda-nvcc==13.0.88 with nvidia-nvvm, nvidia-cuda-runtime (headers) and
-# nvidia-cuda-crt of the same version (CUDA 13.0, PTX ISA 9.0). Chosen because driver 580 (the
+# nvidia-cuda-crt of the same version, and nvidia-cuda-cccl==13.0.85 (CUDA 13.0, PTX ISA 9.0). Chosen because driver 580 (the
 # GPU nodes' driver, see shared/DESIGN.md) JITs PTX up to ISA 9.0; a newer nvcc would emit a
 # .version the `cuda` backend cannot load there.
 # Target: -arch=sm_80 (the lowest architecture CUDA 13 still compiles for; runs on sm_80+ by JIT).
@@ -16,19 +16,25 @@
 set -euo pipefail
 
 NVCC_VERSION=13.0.88
+CCCL_VERSION=13.0.85 # <nv/target>, needed by cuda_fp16.h; CUDA 13.0's CCCL release
 ARCH=sm_80
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/.." && pwd)"
 cache="${TASKLET_NVCC_DIR:-$root/target/nvcc}"
 nvcc="$cache/$NVCC_VERSION/nvidia/cu13/bin/nvcc"
 
-if [[ ! -x "$nvcc" ]]; then
+if [[ ! -x "$nvcc" || ! -d "$cache/$NVCC_VERSION/nvidia/cu13/include/nv" ]]; then
     echo "installing nvidia-cuda-nvcc==$NVCC_VERSION into $cache/$NVCC_VERSION" >&2
-    # Every package pinned and --no-deps, so the toolchain is the same wherever this runs.
+    # Into a fresh directory, moved into place at the end, so an interrupted install is retried
+    # whole. Every package pinned and --no-deps, so the toolchain is the same wherever this runs.
+    rm -rf "$cache/$NVCC_VERSION" "$cache/$NVCC_VERSION.tmp"
+    mkdir -p "$cache"
     python3 -m pip install --quiet --disable-pip-version-check --no-deps \
-        --target "$cache/$NVCC_VERSION" \
+        --target "$cache/$NVCC_VERSION.tmp" \
         "nvidia-cuda-nvcc==$NVCC_VERSION" "nvidia-nvvm==$NVCC_VERSION" \
-        "nvidia-cuda-runtime==$NVCC_VERSION" "nvidia-cuda-crt==$NVCC_VERSION" >&2
+        "nvidia-cuda-runtime==$NVCC_VERSION" "nvidia-cuda-crt==$NVCC_VERSION" \
+        "nvidia-cuda-cccl==$CCCL_VERSION" >&2
+    mv "$cache/$NVCC_VERSION.tmp" "$cache/$NVCC_VERSION"
 fi
 if [[ ! -x "$nvcc" ]]; then
     echo "error: nvcc not found at $nvcc after install" >&2

@@ -22,8 +22,6 @@ fn main() {
     }
     let status = cargo.status().expect("cannot run cargo to build the test tasklets");
     assert!(status.success(), "building the tasklets for {TARGET} failed");
-    let out = root.join("tasklets/target").join(TARGET).join("release");
-    println!("cargo:rustc-env=TASKLET_WASM_DIR={}", out.display());
 }
 
 fn ensure_target() {

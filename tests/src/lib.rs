@@ -5,9 +5,13 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tasklet_runtime::{Accounting, BackendKind, Host, HostConfig, Manifest, Policy, Tasklet, WorkerCommand};
 
-/// The repository root.
+/// The repository root: `TASKLET_REPO` when set (the packaged GPU suite runs its prebuilt test
+/// binaries from another checkout), else where this crate was built.
 pub fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+    match std::env::var_os("TASKLET_REPO") {
+        Some(dir) => PathBuf::from(dir),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join(".."),
+    }
 }
 
 /// A tasklet folder under tasklets/ (e.g. "iota", "testing/probe").
@@ -34,8 +38,10 @@ pub fn test_policy() -> Policy {
     p
 }
 
+/// A host whose workers run `worker` (`TASKLET_TEST_WORKER` overrides it, for the packaged suite).
 pub fn host_with(policy: Policy, worker: &str) -> Host {
-    let worker = WorkerCommand { program: PathBuf::from(worker), args: Vec::new() };
+    let program = std::env::var_os("TASKLET_TEST_WORKER").map_or_else(|| PathBuf::from(worker), PathBuf::from);
+    let worker = WorkerCommand { program, args: Vec::new() };
     Host::new(HostConfig { policy, worker, backend: backend() }).expect("host starts")
 }
 

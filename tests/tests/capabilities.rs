@@ -145,3 +145,15 @@ fn wall_time_limit_stops_a_tasklet_and_releases_its_leases() {
     assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
     assert_baseline(&host);
 }
+
+#[test]
+fn memory_limit_stops_a_tasklet_that_grows_past_it() {
+    let host = test_host!();
+    let mut m = manifest("testing/probe");
+    m.limits.memory = 16 << 20;
+    let probe = load(&host, m);
+    assert_eq!(run_ok(&host, &probe, "grow 4"), "ok grew 4\n");
+    let err = host.run(&probe, b"grow 32").unwrap_err();
+    assert!(matches!(err, RunError::Trapped(_)), "{err}");
+    assert_baseline(&host);
+}

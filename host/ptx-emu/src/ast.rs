@@ -76,7 +76,7 @@ pub(crate) enum Stmt {
     Var(VarDecl),
     Label(u32, String),
     Inst(Inst),
-    Open(u32),
+    Open,
     Close(u32),
 }
 

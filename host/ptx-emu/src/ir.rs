@@ -123,6 +123,17 @@ pub(crate) enum I3 {
     Shf(u8),
     Szext,
     Dp4a,
+    /// `sad`: c + |a - b|.
+    Sad,
+}
+
+/// Carry-chain arithmetic (`add.cc`, `addc`, `mad.lo.cc`, `madc.hi`, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CarryKind {
+    Add,
+    Sub,
+    MadLo,
+    MadHi,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -150,8 +161,6 @@ pub(crate) enum F1 {
     Ex2,
     Lg2,
     Tanh,
-    /// testp variants write a predicate; handled by `Op::Testp`.
-    Mov,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -264,6 +273,7 @@ pub(crate) enum Op {
     Int2 { op: I2, t: IT, d: u32, a: Src, b: Src },
     Int1 { op: I1, t: IT, d: u32, a: Src },
     Int3 { op: I3, t: IT, d: u32, a: Src, b: Src, c: Src },
+    Carry { kind: CarryKind, bits: u8, cin: bool, cout: bool, d: u32, a: Src, b: Src, c: Src },
     Bfi { t: IT, d: u32, a: Src, b: Src, c: Src, e: Src },
     MulWide { t: IT, d: u32, a: Src, b: Src },
     F2 { op: F2, f: FT, rnd: Rnd, ftz: bool, sat: bool, d: u32, a: Src, b: Src },
@@ -323,9 +333,7 @@ pub(crate) const SPECIAL_REGS: &[&str] = &[
 ];
 
 pub(crate) struct FuncInfo {
-    pub name: String,
     pub entry_pc: u32,
-    pub is_kernel: bool,
 }
 
 /// A lowered module.

@@ -188,6 +188,9 @@ impl<'a> Mods<'a> {
     }
 }
 
+/// A function's `.param` formals and returns: (tparam address, size) each.
+type FormalLayout = (Vec<(u32, u32)>, Vec<(u32, u32)>);
+
 struct ModuleCtx {
     globals: HashMap<String, Sym>,
     func_ids: HashMap<String, u32>,
@@ -199,7 +202,7 @@ struct ModuleCtx {
     num_regs: u32,
     num_preds: u32,
     /// Functions' formal parameters: (offset, size) per param and per return, in tparam space.
-    func_params: Vec<(Vec<(u32, u32)>, Vec<(u32, u32)>)>,
+    func_params: Vec<FormalLayout>,
     func_entry: Vec<Option<u32>>,
     code: Vec<Inst>,
     /// (calling function, callee, line) for the recursion check.
@@ -355,7 +358,8 @@ pub(crate) fn lower(m: &ast::ModuleAst) -> Result<(Program, Vec<KernelInfo>), Lo
     // Entries are 0-based positions; an empty program still needs nothing past its end.
     let mut funcs = Vec::new();
     for (fi, f) in m.funcs.iter().enumerate() {
-        funcs.push(FuncInfo { name: f.name.clone(), entry_pc: cx.func_entry[fi].unwrap_or(u32::MAX), is_kernel: f.is_entry });
+        let _ = f;
+        funcs.push(FuncInfo { entry_pc: cx.func_entry[fi].unwrap_or(u32::MAX) });
     }
     check_recursion(&cx, m)?;
     let mut linked_code = std::mem::take(&mut cx.code);
@@ -525,7 +529,6 @@ struct FnLower<'c, 'm> {
     cx: &'c mut ModuleCtx,
     m: &'m ast::ModuleAst,
     fi: u32,
-    is_entry: bool,
     scopes: Vec<HashMap<String, Sym>>,
     labels: HashMap<String, u32>,
     /// (code index, label, line) to patch once all labels are known.
@@ -552,7 +555,6 @@ impl<'c, 'm> FnLower<'c, 'm> {
             cx,
             m,
             fi: fi as u32,
-            is_entry: f.is_entry,
             scopes: vec![HashMap::new()],
             labels: HashMap::new(),
             fixups: Vec::new(),
@@ -577,10 +579,8 @@ impl<'c, 'm> FnLower<'c, 'm> {
         let mut pc = fl.cx.code.len() as u32;
         for s in body {
             match s {
-                Stmt::Label(line, name) => {
-                    if fl.labels.insert(name.clone(), pc).is_some() {
-                        return Err(err(*line, format!("label `{name}` defined twice")));
-                    }
+                Stmt::Label(line, name) if fl.labels.insert(name.clone(), pc).is_some() => {
+                    return Err(err(*line, format!("label `{name}` defined twice")));
                 }
                 Stmt::Inst(i) => pc += inst_len(i),
                 _ => {}
@@ -588,7 +588,7 @@ impl<'c, 'm> FnLower<'c, 'm> {
         }
         for s in body {
             match s {
-                Stmt::Open(_) => fl.scopes.push(HashMap::new()),
+                Stmt::Open => fl.scopes.push(HashMap::new()),
                 Stmt::Close(line) => {
                     if fl.scopes.len() <= 1 {
                         return Err(err(*line, "unbalanced `}`"));
@@ -731,7 +731,7 @@ impl<'c, 'm> FnLower<'c, 'm> {
                 _ => Err(err(line, format!("`{n}` is not a predicate register"))),
             },
             (Operand::Name(n), _) => match self.name_sym(line, n)? {
-                Sym::Reg(i, _) if (i as usize) >= SPECIAL_REGS.len() + 1 => Ok(i),
+                Sym::Reg(i, _) if (i as usize) > SPECIAL_REGS.len() => Ok(i),
                 Sym::Reg(..) => Err(err(line, format!("cannot write special register `{n}`"))),
                 _ => Err(err(line, format!("`{n}` is not a data register"))),
             },
@@ -841,6 +841,23 @@ impl<'c, 'm> FnLower<'c, 'm> {
             "ld" | "ldu" => self.ld(i, &mut md)?,
             "st" => self.st(i, &mut md)?,
             "cvta" => self.cvta(i, &mut md)?,
+            "add" | "sub" | "addc" | "subc" if md.list.contains(&"cc") || md.base.ends_with('c') => self.carry(i, &mut md)?,
+            "madc" => self.carry(i, &mut md)?,
+            "mad" if md.list.contains(&"cc") => self.carry(i, &mut md)?,
+            "sad" => {
+                self.nops(i, 4)?;
+                let t = md.one_type()?;
+                let t = int_ty(&md, t)?;
+                let k = K::Int(t.bits);
+                Op::Int3 {
+                    op: I3::Sad,
+                    t,
+                    d: self.dst(line, self.op(i, 0)?, k)?,
+                    a: self.src(line, self.op(i, 1)?, k)?,
+                    b: self.src(line, self.op(i, 2)?, k)?,
+                    c: self.src(line, self.op(i, 3)?, k)?,
+                }
+            }
             "add" | "sub" | "mul" | "div" | "rem" | "and" | "or" | "xor" | "shl" | "shr" | "min" | "max"
             | "mul24" | "copysign" => self.binary(i, &mut md)?,
             "mad" | "fma" | "mad24" => self.ternary(i, &mut md)?,
@@ -1508,6 +1525,41 @@ impl<'c, 'm> FnLower<'c, 'm> {
             a: self.src(line, self.op(i, 1)?, k)?,
             b: self.src(line, self.op(i, 2)?, K::Int(32))?,
             c,
+        })
+    }
+
+    fn carry(&mut self, i: &'m ast::Inst, md: &mut Mods<'m>) -> Result<Op, LoadError> {
+        let line = i.line;
+        let base = md.base;
+        let cout = md.has("cc");
+        let cin = base.ends_with('c');
+        let kind = match base {
+            "add" | "addc" => CarryKind::Add,
+            "sub" | "subc" => CarryKind::Sub,
+            _ => match md.one_of(&["lo", "hi"]) {
+                Some("lo") => CarryKind::MadLo,
+                Some(_) => CarryKind::MadHi,
+                None => return Err(md.err("needs .lo or .hi")),
+            },
+        };
+        let t = md.one_type()?;
+        let bits = match t {
+            "u32" | "s32" | "b32" => 32,
+            "u64" | "s64" | "b64" => 64,
+            _ => return Err(md.err("carry arithmetic takes 32- or 64-bit integer types")),
+        };
+        let k = K::Int(bits);
+        let is_mad = matches!(kind, CarryKind::MadLo | CarryKind::MadHi);
+        self.nops(i, if is_mad { 4 } else { 3 })?;
+        Ok(Op::Carry {
+            kind,
+            bits,
+            cin,
+            cout,
+            d: self.dst(line, self.op(i, 0)?, k)?,
+            a: self.src(line, self.op(i, 1)?, k)?,
+            b: self.src(line, self.op(i, 2)?, k)?,
+            c: if is_mad { self.src(line, self.op(i, 3)?, k)? } else { Src::I(0) },
         })
     }
 

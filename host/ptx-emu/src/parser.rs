@@ -359,7 +359,7 @@ fn body(p: &mut P<'_, '_>) -> Result<Vec<Stmt>, LoadError> {
             Some(Tok::Punct('{')) => {
                 p.next()?;
                 depth += 1;
-                out.push(Stmt::Open(line));
+                out.push(Stmt::Open);
             }
             Some(Tok::Punct('}')) => {
                 p.next()?;

@@ -94,8 +94,11 @@ impl Lease {
         self.lock().used
     }
 
-    pub fn remaining(&self) -> Duration {
-        self.lock().expires.saturating_duration_since(Instant::now())
+    /// Usage and time left, read under one lock; `None` once the lease has ended or run out.
+    pub fn snapshot(&self) -> Option<(u64, Duration)> {
+        let st = self.lock();
+        let remaining = st.expires.saturating_duration_since(Instant::now());
+        (st.ended.is_none() && !remaining.is_zero()).then_some((st.used, remaining))
     }
 
     pub fn worker_pid(&self) -> Option<u32> {

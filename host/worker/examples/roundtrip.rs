@@ -110,10 +110,9 @@ fn emu_rate(w: &mut Worker, (grid, block): (u32, u32)) {
         let took = t.elapsed();
         let how = if w.is_lost() { "host timer killed it" } else { "step limit" };
         let steps = tasklet_worker::supervisor::emu_step_limit(deadline) as f64;
-        println!(
-            "spin_forever grid {grid} block {block}: {:?} after {took:?} ({how}); ≥ {:.0} M lane-instructions/s",
-            r.err().and_then(|e| e.kind()),
-            if w.is_lost() { steps * (took.as_secs_f64() / deadline.as_secs_f64()).min(1.0) / took.as_secs_f64() / 1e6 } else { steps / took.as_secs_f64() / 1e6 },
-        );
+        let rate = steps / took.as_secs_f64() / 1e6;
+        let bound = if w.is_lost() { "<" } else { "≈" };
+        println!("spin_forever grid {grid} block {block}, deadline {deadline:?}: {:?} after {took:?} ({how}); {bound} {rate:.0} M lane-instructions/s",
+            r.err().and_then(|e| e.kind()));
     }
 }

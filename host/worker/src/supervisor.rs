@@ -18,12 +18,16 @@ use crate::protocol::{decode_response, encode_request, LaunchRequest, Request, R
 use crate::serve::WorkerArgs;
 use crate::transport::{HostEnd, SharedRegion, WaitError, DEFAULT_DATA_SIZE};
 
-/// Estimated emulator speed, in lane-instructions per second, used to turn a launch deadline into
-/// the emulator's step limit (`deadline × this`). Measured on the 2-core dev machine, all CTA
-/// threads busy, with headroom; it only decides *which* guard stops a runaway kernel first: if
-/// the emulator is slower than this, the host's timer (deadline + slack) kills the worker instead
-/// of the step limit stopping the kernel, and the lease sees `DeadlineExceeded` either way.
-pub const EMU_LANE_INSTRUCTIONS_PER_SECOND: u64 = 100_000_000;
+/// Emulator speed per core, in lane-instructions per second, that turns a launch deadline into the
+/// emulator's step limit: `deadline × this × cores` (the emulator runs CTAs on every core).
+///
+/// Deliberately at or above the measured speed (release build, 2-core dev machine, spinning
+/// kernel: ~200 M/s for one CTA on one core, ~236 M/s for 8 CTAs on 2 cores; re-measure with
+/// `ROUNDTRIP_EMU_RATE=1 target/release/examples/roundtrip`): a legitimate kernel then always gets
+/// at least its deadline, and a runaway is stopped by whichever comes first, the step limit
+/// (≈ deadline × this/real speed) or the host's timer at deadline + slack, which kills the
+/// worker. The lease sees `DeadlineExceeded` either way and the worker is never reused.
+pub const EMU_LANE_INSTRUCTIONS_PER_SECOND: u64 = 250_000_000;
 
 /// How long a worker process may take from spawn to ready (a CUDA context takes ~170 ms).
 pub const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -482,10 +486,13 @@ fn offset(addr: u64, by: usize) -> Result<u64, WorkerError> {
         .ok_or_else(|| WorkerError::op(ErrorKind::OutOfBounds, format!("{addr:#x}+{by} overflows the address space")))
 }
 
-/// The emulator step limit that stands in for `deadline`.
+/// The emulator step limit that stands in for `deadline` (see [`EMU_LANE_INSTRUCTIONS_PER_SECOND`]).
 pub fn emu_step_limit(deadline: Duration) -> u64 {
-    let steps = deadline.as_secs_f64() * EMU_LANE_INSTRUCTIONS_PER_SECOND as f64;
-    (steps as u64).max(1)
+    static CORES: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let cores = *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u64));
+    let steps = deadline.as_secs_f64() * (EMU_LANE_INSTRUCTIONS_PER_SECOND * cores) as f64;
+    // `as` saturates; u64::MAX means "no limit" to the emulator, so stay below it.
+    (steps as u64).clamp(1, u64::MAX - 1)
 }
 
 impl Drop for Worker {

@@ -189,3 +189,26 @@ fn worker_exits_when_its_host_pid_is_not_its_parent() {
     let status = Command::new(env!("CARGO_BIN_EXE_tasklet-worker")).arg("--bogus").status().unwrap();
     assert_eq!(status.code(), Some(2));
 }
+
+fn cpu_ticks(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let rest = s.rsplit_once(')').unwrap().1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // Fields after the name start at field 3 (state); utime and stime are fields 14 and 15.
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+}
+
+#[test]
+fn idle_worker_sleeps_instead_of_spinning() {
+    let mut w = null_worker(Duration::from_secs(5));
+    for _ in 0..1000 {
+        w.ping().unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let before = cpu_ticks(w.pid());
+    std::thread::sleep(Duration::from_secs(1));
+    let used = cpu_ticks(w.pid()) - before;
+    // A clock tick is 10 ms; a spinning worker would use ~100 in this second.
+    assert!(used <= 2, "idle worker used {used} ticks in 1 s");
+    w.ping().unwrap();
+}

@@ -2,6 +2,7 @@
 //! warps of its CTA on its own thread, so shared memory and barriers need no locking. Only global
 //! memory (atomic storage) and the step budget are shared between workers.
 
+pub(crate) mod fastfma;
 pub(crate) mod mem;
 pub(crate) mod ops;
 pub(crate) mod printf;
@@ -154,7 +155,10 @@ pub(crate) fn launch(
         abort: AtomicBool::new(false),
     };
     let n_ctas = gx as u64 * gy as u64 * gz as u64;
-    let threads = if p.threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { p.threads };
+    // available_parallelism reads cgroup files on Linux; once per process is enough.
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let cores = *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let threads = if p.threads == 0 { cores } else { p.threads };
     let workers = (threads as u64).min(n_ctas).max(1) as usize;
     let next = AtomicU64::new(0);
     let first_err: Mutex<Option<(u64, ExecError)>> = Mutex::new(None);

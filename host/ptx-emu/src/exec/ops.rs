@@ -29,6 +29,17 @@ fn ival(x: u64, t: IT) -> i128 {
     }
 }
 
+/// The full product as 128-bit two's complement; bits [b, 2b) are the high half for either
+/// signedness.
+#[inline(always)]
+fn wide_mul(t: IT, x: u64, y: u64) -> u128 {
+    if t.signed {
+        ((sext(x, t.bits) as i128) * (sext(y, t.bits) as i128)) as u128
+    } else {
+        ((x & mask(t.bits)) as u128) * ((y & mask(t.bits)) as u128)
+    }
+}
+
 pub(crate) fn int2(op: I2, t: IT, x: u64, y: u64) -> u64 {
     let m = mask(t.bits);
     let b = t.bits as u32;
@@ -36,10 +47,7 @@ pub(crate) fn int2(op: I2, t: IT, x: u64, y: u64) -> u64 {
         I2::Add => x.wrapping_add(y) & m,
         I2::Sub => x.wrapping_sub(y) & m,
         I2::MulLo => x.wrapping_mul(y) & m,
-        I2::MulHi => {
-            let p = ival(x, t) * ival(y, t);
-            ((p >> b) as u64) & m
-        }
+        I2::MulHi => ((wide_mul(t, x, y) >> b) as u64) & m,
         I2::Mul24Lo => {
             let (a, c) = if t.signed { (sext(x, 24), sext(y, 24)) } else { ((x & 0xff_ffff) as i64, (y & 0xff_ffff) as i64) };
             (a.wrapping_mul(c) as u64) & m
@@ -135,15 +143,8 @@ pub(crate) fn int3(op: I3, t: IT, x: u64, y: u64, z: u64) -> u64 {
     let b = t.bits as u32;
     match op {
         I3::MadLo | I3::MadLoCC => x.wrapping_mul(y).wrapping_add(z) & m,
-        I3::MadHi => {
-            let p = ival(x, t) * ival(y, t);
-            ((p >> b) as u64).wrapping_add(z) & m
-        }
-        I3::MadWide => {
-            let p = ival(x, t) * ival(y, t);
-            let wm = mask(t.bits * 2);
-            (p as u64).wrapping_add(z) & wm
-        }
+        I3::MadHi => ((wide_mul(t, x, y) >> b) as u64).wrapping_add(z) & m,
+        I3::MadWide => (wide_mul(t, x, y) as u64).wrapping_add(z) & mask(t.bits.saturating_mul(2)),
         I3::Mad24Lo => int2(I2::Mul24Lo, t, x, y).wrapping_add(z) & m,
         I3::Bfe => {
             let msb = b - 1;
@@ -189,6 +190,10 @@ pub(crate) fn int3(op: I3, t: IT, x: u64, y: u64, z: u64) -> u64 {
                 x & mask(n as u8) & 0xffff_ffff
             }
         }
+        I3::Sad => {
+            let (a, c) = (ival(x, t), ival(y, t));
+            ((a - c).unsigned_abs() as u64).wrapping_add(z) & m
+        }
         I3::Dp4a => {
             let sa = (t.bits - 32) & 1 != 0;
             let sb = (t.bits - 32) & 2 != 0;
@@ -220,7 +225,7 @@ pub(crate) fn bfi(t: IT, a: u64, b: u64, pos: u64, len: u64) -> u64 {
 }
 
 pub(crate) fn mul_wide(t: IT, x: u64, y: u64) -> u64 {
-    (ival(x, t) * ival(y, t)) as u64 & mask(t.bits * 2)
+    wide_mul(t, x, y) as u64 & mask(t.bits.saturating_mul(2))
 }
 
 #[inline(always)]
@@ -274,7 +279,6 @@ pub(crate) fn f1(op: F1, f: FT, rnd: Rnd, ftz: bool, sat: bool, a: u64) -> u64 {
     let r = match op {
         F1::Neg => a ^ sign_bit(f),
         F1::Abs => a & !sign_bit(f),
-        F1::Mov => a,
         F1::Sqrt => float::sqrt(f, a, rnd),
         F1::Rcp => float::rcp(f, a, rnd),
         F1::Rsqrt => approx(1.0 / x.sqrt()),

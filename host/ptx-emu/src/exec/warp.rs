@@ -47,6 +47,8 @@ pub(crate) struct Warp {
     pub converged: bool,
     pub cpc: u32,
     pub bar_id: [u8; 32],
+    /// Per-lane carry flag (CC.CF) of the carry-chain instructions.
+    pub cc: u32,
     /// For `bar.red`: where each waiting lane gets the reduction (register, is-integer).
     pub bar_dst: [Option<(u32, bool)>; 32],
     pub stacks: Vec<Vec<u32>>,
@@ -84,6 +86,7 @@ impl Warp {
             converged: true,
             cpc: 0,
             bar_id: [0; 32],
+            cc: 0,
             bar_dst: [None; 32],
             stacks: vec![Vec::new(); 32],
             local: vec![0u8; prog.local_size as usize * 32],
@@ -111,6 +114,7 @@ impl Warp {
         self.bar_wait = 0;
         self.sync_wait = 0;
         self.bar_dst = [None; 32];
+        self.cc = 0;
         let [bx, by, bz] = cx.block;
         let mut live = 0u32;
         for l in 0..32u32 {
@@ -224,8 +228,15 @@ impl Warp {
 
     #[inline(always)]
     fn map1(&mut self, d: u32, a: Src, mask: u32, f: impl Fn(u64) -> u64) {
-        let av = self.v(a);
         let mut o = [0u64; 32];
+        let ta;
+        let av: &[u64; 32] = match a {
+            Src::R(r) => &self.regs[r as usize],
+            Src::I(x) => {
+                ta = [x; 32];
+                &ta
+            }
+        };
         for l in 0..32 {
             o[l] = f(av[l]);
         }
@@ -234,9 +245,22 @@ impl Warp {
 
     #[inline(always)]
     fn map2(&mut self, d: u32, a: Src, b: Src, mask: u32, f: impl Fn(u64, u64) -> u64) {
-        let av = self.v(a);
-        let bv = self.v(b);
         let mut o = [0u64; 32];
+        let (ta, tb);
+        let av: &[u64; 32] = match a {
+            Src::R(r) => &self.regs[r as usize],
+            Src::I(x) => {
+                ta = [x; 32];
+                &ta
+            }
+        };
+        let bv: &[u64; 32] = match b {
+            Src::R(r) => &self.regs[r as usize],
+            Src::I(x) => {
+                tb = [x; 32];
+                &tb
+            }
+        };
         for l in 0..32 {
             o[l] = f(av[l], bv[l]);
         }
@@ -245,10 +269,29 @@ impl Warp {
 
     #[inline(always)]
     fn map3(&mut self, d: u32, a: Src, b: Src, c: Src, mask: u32, f: impl Fn(u64, u64, u64) -> u64) {
-        let av = self.v(a);
-        let bv = self.v(b);
-        let cv = self.v(c);
         let mut o = [0u64; 32];
+        let (ta, tb, tc);
+        let av: &[u64; 32] = match a {
+            Src::R(r) => &self.regs[r as usize],
+            Src::I(x) => {
+                ta = [x; 32];
+                &ta
+            }
+        };
+        let bv: &[u64; 32] = match b {
+            Src::R(r) => &self.regs[r as usize],
+            Src::I(x) => {
+                tb = [x; 32];
+                &tb
+            }
+        };
+        let cv: &[u64; 32] = match c {
+            Src::R(r) => &self.regs[r as usize],
+            Src::I(x) => {
+                tc = [x; 32];
+                &tc
+            }
+        };
         for l in 0..32 {
             o[l] = f(av[l], bv[l], cv[l]);
         }
@@ -553,6 +596,33 @@ impl Warp {
                     }
                 }
             }
+            Op::Carry { kind, bits, cin, cout, d, a, b, c } => {
+                let mk = ops::mask(bits) as u128;
+                for l in lanes(m) {
+                    let cf = if cin { (self.cc >> l & 1) as u128 } else { 0 };
+                    let (x, y, z) = (self.v1(a, l) as u128 & mk, self.v1(b, l) as u128 & mk, self.v1(c, l) as u128 & mk);
+                    let (v, carry) = match kind {
+                        CarryKind::Add => {
+                            let s = x + y + cf;
+                            (s & mk, s > mk)
+                        }
+                        CarryKind::Sub => {
+                            let borrow = y + cf > x;
+                            (x.wrapping_sub(y + cf) & mk, borrow)
+                        }
+                        CarryKind::MadLo | CarryKind::MadHi => {
+                            let p = x * y;
+                            let p = if kind == CarryKind::MadLo { p & mk } else { p >> bits };
+                            let s = p + z + cf;
+                            (s & mk, s > mk)
+                        }
+                    };
+                    self.regs[d as usize][l] = v as u64;
+                    if cout {
+                        self.cc = (self.cc & !(1 << l)) | ((carry as u32) << l);
+                    }
+                }
+            }
             Op::Bfi { t, d, a, b, c, e } => {
                 for l in lanes(m) {
                     let v = ops::bfi(t, self.v1(a, l), self.v1(b, l), self.v1(c, l), self.v1(e, l));
@@ -596,7 +666,11 @@ impl Warp {
             },
             Op::Fma { f, rnd, ftz, sat, d, a, b, c } => {
                 if m != 0 {
-                    if f == FT::F32 && rnd == Rnd::N && !ftz && !sat {
+                    if f == FT::F32 && rnd == Rnd::N && !ftz && !sat && crate::exec::fastfma::available() {
+                        let mut o = [0u64; 32];
+                        crate::exec::fastfma::fma32(&self.v(a), &self.v(b), &self.v(c), &mut o);
+                        self.w(d, &o, m);
+                    } else if f == FT::F32 && rnd == Rnd::N && !ftz && !sat {
                         let fl = |x: u64| f32::from_bits(x as u32);
                         self.map3(d, a, b, c, m, |x, y, z| {
                             let r = fl(x).mul_add(fl(y), fl(z));
@@ -759,6 +833,8 @@ impl Warp {
                 }
                 self.wp(d, bits, m);
             }
+            Op::Ld { sp: Space::Shared, size: 4, sign: false, n: 1, d: [Some(dr), ..], addr } if self.ld_shared32(cta, dr, &addr, m) => {}
+            Op::St { sp: Space::Shared, size: 4, n: 1, s: [s0, ..], addr } if self.st_shared32(cta, s0, &addr, m) => {}
             Op::Ld { sp, size, sign, n, d, addr } => self.ld(cx, cta, sp, size, sign, n, &d, &addr, m)?,
             Op::St { sp, size, n, s, addr } => self.st(cx, cta, sp, size, n, &s, &addr, m)?,
             Op::Atom { sp, op, t, d, addr, b, c } => self.atom(cx, cta, sp, op, t, d, &addr, b, c, m)?,
@@ -958,6 +1034,45 @@ impl Warp {
         Ok(Flow::Next)
     }
 
+    /// The common 4-byte shared load. Returns false (having done nothing) if any lane's access
+    /// is misaligned or out of range, so the general path can report it.
+    #[inline(always)]
+    fn ld_shared32(&mut self, cta: &CtaCtx<'_>, d: u32, addr: &Addr, m: u32) -> bool {
+        let sh: &[u8] = cta.shared;
+        let mut o = [0u64; 32];
+        for l in lanes(m) {
+            let a = self.addr(addr, l);
+            if a & 3 != 0 {
+                return false;
+            }
+            match sh.get(a as usize..).and_then(|s| s.get(..4)) {
+                Some(b) => o[l] = u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as u64,
+                None => return false,
+            }
+        }
+        self.w(d, &o, m);
+        true
+    }
+
+    #[inline(always)]
+    fn st_shared32(&mut self, cta: &mut CtaCtx<'_>, s: Src, addr: &Addr, m: u32) -> bool {
+        let len = cta.shared.len() as u64;
+        for l in lanes(m) {
+            let a = self.addr(addr, l);
+            if a & 3 != 0 || a >= len || len - a < 4 {
+                return false;
+            }
+        }
+        for l in lanes(m) {
+            let a = self.addr(addr, l) as usize;
+            let v = self.v1(s, l) as u32;
+            if let Some(b) = cta.shared.get_mut(a..a + 4) {
+                b.copy_from_slice(&v.to_le_bytes());
+            }
+        }
+        true
+    }
+
     fn tparam_copy(&mut self, cp: &Copy3, m: u32) -> R<()> {
         let sz = self.tparam_size;
         let from = (cp.from as u64).wrapping_sub(TPARAM_FLAG) as usize;
@@ -985,7 +1100,7 @@ impl Warp {
         Ok(())
     }
 
-    #[allow(clippy::too_many_arguments)]
+    #[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
     fn ld(&mut self, cx: &Launch<'_>, cta: &mut CtaCtx<'_>, sp: Space, size: u8, sign: bool, n: u8, d: &[Option<u32>; 4], addr: &Addr, m: u32) -> R<()> {
         let total = size as u32 * n as u32;
         for l in lanes(m) {
@@ -1005,7 +1120,7 @@ impl Warp {
         Ok(())
     }
 
-    #[allow(clippy::too_many_arguments)]
+    #[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
     fn st(&mut self, cx: &Launch<'_>, cta: &mut CtaCtx<'_>, sp: Space, size: u8, n: u8, s: &[Src; 4], addr: &Addr, m: u32) -> R<()> {
         let total = size as u32 * n as u32;
         for l in lanes(m) {

@@ -3,6 +3,7 @@
 use super::error::{invalid, quota, unauthorized, GpuResult};
 use super::{GpuState, LeaseHandle};
 use crate::bindings::tasklet::gpu::leases::{Host, HostLease, LeaseInfo, LeaseRequest};
+use crate::bindings::tasklet::gpu::types::GpuError;
 use crate::lease::{EndReason, Lease};
 use std::sync::Arc;
 use std::time::Duration;
@@ -83,15 +84,16 @@ impl HostLease for GpuState<'_> {
 
     fn info(&mut self, this: Resource<LeaseHandle>) -> GpuResult<LeaseInfo> {
         let lease = self.lease(&this)?;
-        if !lease.is_live() || lease.remaining().is_zero() {
-            // Reuse the manager's check so expiry is reported, and acted on, in one place.
+        let Some((used, remaining)) = lease.snapshot() else {
+            // Report, and act on, the end of the lease in the one place that does both.
             self.ctx.manager.with_worker(&lease, |_| Ok(()))?;
-        }
+            return Err(GpuError::LeaseExpired("the lease has ended".into()).into());
+        };
         Ok(LeaseInfo {
             device: lease.device,
             granted_bytes: lease.granted,
-            used_bytes: lease.used(),
-            remaining_ms: lease.remaining().as_millis().try_into().unwrap_or(u64::MAX),
+            used_bytes: used,
+            remaining_ms: remaining.as_millis().try_into().unwrap_or(u64::MAX),
         })
     }
 

@@ -18,6 +18,7 @@
 //! | `spin` | load `faults.ptx`; alloc 4; launch `spin_forever(buf)` on 1×32 → `ok launch spin_forever`; sync → `ok sync` |
 //! | `hold <secs>` | lease 1 MiB for 60 s; session; alloc 4096; write it; sync and sleep 20 ms until an op fails or `<secs>` passed → `ok held` or the error |
 //! | `leases <n>` | acquire `n` leases of 1 MiB for 60 s, keeping them all → `ok lease <i> device=<d>` per acquire (failures do not stop it) |
+//! | `grow <mib>` | fill a `<mib>` MiB vector in linear memory → `ok grew <mib>` (or a trap past the memory limit) |
 //! | `bench <n>` | `n` calls each of lease info, sync (idle session) and 4 KiB write+read pairs, timed in batches of 100 → `info_ns <ns>`, `sync_ns <ns>`, `rw4k_ns <ns>`: the median over batches of the mean time per call, in whole nanoseconds |
 //!
 //! An unknown command, or a missing or malformed argument, is an `Err`.
@@ -67,6 +68,7 @@ fn run(input: Vec<u8>) -> Result<Vec<u8>, String> {
         "spin" => spin(&mut out),
         "hold" => hold(&mut out, number(command, arg)?),
         "leases" => leases(&mut out, number(command, arg)?),
+        "grow" => grow(&mut out, number(command, arg)?),
         "bench" => bench(&mut out, number::<u32>(command, arg)?.max(1)),
         _ => {
             return Err(format!(
@@ -203,6 +205,14 @@ fn trap(out: &mut Out) -> Step {
     let buf = out.setup(session.mem_alloc(4096))?;
     let _held = (&lease, &session, &buf);
     panic!("probe trap");
+}
+
+fn grow(out: &mut Out, mib: usize) -> Step {
+    // Touch every page, so the memory is really there.
+    let block = vec![1u8; mib << 20];
+    let sum: usize = block.iter().step_by(4096).map(|&b| b as usize).sum();
+    writeln!(out.0, "ok grew {}", sum * 4096 >> 20).unwrap();
+    Ok(())
 }
 
 fn oob_read(out: &mut Out) -> Step {

@@ -99,6 +99,20 @@ impl Module {
     }
 }
 
+/// Lists a module's `.entry` kernels and their parameters without validating (or even parsing)
+/// the instruction bodies: for PTX this emulator cannot run (e.g. `mma`, textures) whose argument
+/// blocks must still be laid out, as the CUDA backend does. Same code as [`Module::parse`] for
+/// everything it does read (lexer, module-level declarations, function headers, parameter
+/// layout), so for a module `Module::parse` accepts the result equals [`Module::kernels`].
+///
+/// Errors: malformed tokens anywhere, malformed declarations or headers, unbalanced braces in a
+/// body, kernel parameters of unknown type or bad size.
+pub fn entry_signatures(ptx: &str) -> Result<Vec<KernelInfo>, LoadError> {
+    let toks = lexer::lex(ptx)?;
+    let ast = parser::parse_signatures(&toks)?;
+    lower::entry_signatures(&ast)
+}
+
 /// Why a memory operation on [`DeviceMemory`] failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MemError {

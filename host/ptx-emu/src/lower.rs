@@ -233,6 +233,34 @@ fn decl_align(d: &VarDecl) -> u64 {
     d.align.map(|a| a as u64).unwrap_or_else(|| type_size(&d.ty).unwrap_or(1) as u64 * d.vec as u64).max(1)
 }
 
+/// The launch signature of an `.entry`: its parameters as the argument block lays them out.
+/// Shared by [`lower`] and [`entry_signatures`] so both report the same layout.
+fn kernel_info(f: &ast::Function) -> Result<KernelInfo, LoadError> {
+    let mut params = Vec::new();
+    for p in &f.params {
+        if p.space != StateSpace::Param {
+            return Err(err(p.line, format!("kernel parameter `{}` must be in .param space", p.name)));
+        }
+        let size = decl_size(p)?;
+        if size == 0 || size > 32 * 1024 {
+            return Err(err(p.line, format!("bad size for kernel parameter `{}`", p.name)));
+        }
+        params.push(ParamInfo {
+            name: p.name.clone(),
+            size: size as u32,
+            align: decl_align(p) as u32,
+            pointer_sized: matches!(p.ty.as_str(), "u64" | "b64" | "s64") && p.dims.is_empty() && p.vec == 1,
+        });
+    }
+    Ok(KernelInfo { name: f.name.clone(), params })
+}
+
+/// The defined `.entry` kernels of a module, in source order, without lowering any body (the
+/// module may use instructions [`lower`] refuses).
+pub(crate) fn entry_signatures(m: &ast::ModuleAst) -> Result<Vec<KernelInfo>, LoadError> {
+    m.funcs.iter().filter(|f| f.is_entry && f.body.is_some()).map(kernel_info).collect()
+}
+
 pub(crate) fn lower(m: &ast::ModuleAst) -> Result<(Program, Vec<KernelInfo>), LoadError> {
     let mut cx = ModuleCtx {
         globals: HashMap::new(),
@@ -333,23 +361,7 @@ pub(crate) fn lower(m: &ast::ModuleAst) -> Result<(Program, Vec<KernelInfo>), Lo
         let entry = cx.code.len() as u32;
         cx.func_entry[fi] = Some(entry);
         if f.is_entry {
-            let mut params = Vec::new();
-            for p in &f.params {
-                if p.space != StateSpace::Param {
-                    return Err(err(p.line, format!("kernel parameter `{}` must be in .param space", p.name)));
-                }
-                let size = decl_size(p)?;
-                if size == 0 || size > 32 * 1024 {
-                    return Err(err(p.line, format!("bad size for kernel parameter `{}`", p.name)));
-                }
-                params.push(ParamInfo {
-                    name: p.name.clone(),
-                    size: size as u32,
-                    align: decl_align(p) as u32,
-                    pointer_sized: matches!(p.ty.as_str(), "u64" | "b64" | "s64") && p.dims.is_empty() && p.vec == 1,
-                });
-            }
-            let info = KernelInfo { name: f.name.clone(), params };
+            let info = kernel_info(f)?;
             kernel_funcs.push(fi);
             kernels.push(info);
         }

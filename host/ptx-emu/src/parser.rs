@@ -7,6 +7,8 @@ use crate::LoadError;
 struct P<'a, 't> {
     toks: &'t [Token<'a>],
     i: usize,
+    /// Signatures only: function bodies are skipped by brace matching, not parsed.
+    skip_bodies: bool,
 }
 
 fn err(line: u32, message: impl Into<String>) -> LoadError {
@@ -98,7 +100,18 @@ fn show(t: Tok<'_>) -> String {
 }
 
 pub(crate) fn parse(toks: &[Token<'_>]) -> Result<ModuleAst, LoadError> {
-    let mut p = P { toks, i: 0 };
+    parse_module(toks, false)
+}
+
+/// Like [`parse`], but every function body is skipped (only its braces are matched) and comes back
+/// as `Some(vec![])`: module-level declarations and function signatures only, for
+/// [`crate::entry_signatures`].
+pub(crate) fn parse_signatures(toks: &[Token<'_>]) -> Result<ModuleAst, LoadError> {
+    parse_module(toks, true)
+}
+
+fn parse_module(toks: &[Token<'_>], skip_bodies: bool) -> Result<ModuleAst, LoadError> {
+    let mut p = P { toks, i: 0, skip_bodies };
     let mut m = ModuleAst::default();
     while let Some(t) = p.peek() {
         let line = p.line();
@@ -343,6 +356,14 @@ fn function(p: &mut P<'_, '_>) -> Result<Function, LoadError> {
     }
     if p.eat(';') {
         return Ok(Function { line, is_entry, name, rets, params, body: None });
+    }
+    if p.skip_bodies {
+        let open = p.line();
+        if p.peek() != Some(Tok::Punct('{')) {
+            p.expect('{')?;
+        }
+        p.skip_braces().map_err(|_| err(open, "unterminated function body"))?;
+        return Ok(Function { line, is_entry, name, rets, params, body: Some(Vec::new()) });
     }
     let body = body(p)?;
     Ok(Function { line, is_entry, name, rets, params, body: Some(body) })

@@ -236,7 +236,7 @@ impl HostSession for GpuState<'_> {
             let _ = self.ctx.manager.with_worker(&state.lease, |a| {
                 for (addr, size) in state.buffers.values() {
                     a.worker.free(*addr)?;
-                    *a.used -= size;
+                    *a.used = a.used.saturating_sub(*size);
                 }
                 for m in state.modules.values() {
                     a.worker.unload_module(m.id)?;
@@ -316,7 +316,7 @@ impl HostBuffer for GpuState<'_> {
             let lease = Arc::clone(&state.lease);
             let _ = self.ctx.manager.with_worker(&lease, |a| {
                 a.worker.free(addr)?;
-                *a.used -= size;
+                *a.used = a.used.saturating_sub(size);
                 Ok(())
             });
         }

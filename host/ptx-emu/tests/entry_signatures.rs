@@ -1,0 +1,93 @@
+//! `entry_signatures`: kernel parameter lists without validating instruction bodies.
+
+use tasklet_ptx::{entry_signatures, KernelInfo, Module, ParamInfo};
+
+#[test]
+fn matches_module_kernels_on_every_corpus_file() {
+    let dir = format!("{}/../../kernels", env!("CARGO_MANIFEST_DIR"));
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "ptx"))
+        .collect();
+    // NVRTC-compiled corpus entries live one level down.
+    if let Ok(rd) = std::fs::read_dir(format!("{dir}/nvrtc12")) {
+        files.extend(rd.map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "ptx")));
+    }
+    files.sort();
+    assert!(files.len() >= 14, "corpus not found in {dir}");
+    for path in files {
+        let src = std::fs::read_to_string(&path).unwrap();
+        let full = Module::parse(&src).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let sigs = entry_signatures(&src).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert!(!sigs.is_empty(), "{}", path.display());
+        assert_eq!(sigs, full.kernels(), "{}", path.display());
+    }
+}
+
+const MMA_MODULE: &str = r#"
+.version 8.0
+.target sm_80
+.address_size 64
+
+.func (.param .b32 r) helper(.param .b32 a) { ret; }
+
+.visible .entry tc_gemm(
+    .param .u64 tc_gemm_param_0,
+    .param .u64 tc_gemm_param_1,
+    .param .align 8 .b8 tc_gemm_param_2[12],
+    .param .u32 tc_gemm_param_3
+)
+.maxntid 128, 1, 1
+{
+    .reg .b32 %r<20>;
+    .reg .f32 %f<8>;
+    .reg .b64 %rd<4>;
+    .shared .align 16 .b8 tile[1024];
+    ld.param.u64 %rd1, [tc_gemm_param_0];
+    { // nested scope
+        ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r1, %r2, %r3, %r4}, [tile];
+    }
+    mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%f0,%f1,%f2,%f3}, {%r1,%r2,%r3,%r4}, {%r5,%r6}, {%f4,%f5,%f6,%f7};
+    cp.async.ca.shared.global [tile], [%rd1], 16;
+    ret;
+}
+
+.entry second(.param .f64 x, .param .s64 y) { ret; }
+.extern .entry declared_only(.param .u32 z);
+"#;
+
+#[test]
+fn lists_kernels_the_emulator_refuses() {
+    let refused = Module::parse(MMA_MODULE).err().expect("the emulator must refuse mma/ldmatrix");
+    assert!(refused.line > 0);
+    let sigs = entry_signatures(MMA_MODULE).unwrap();
+    let p = |name: &str, size, align, pointer_sized| ParamInfo { name: name.into(), size, align, pointer_sized };
+    assert_eq!(
+        sigs,
+        vec![
+            KernelInfo {
+                name: "tc_gemm".into(),
+                params: vec![
+                    p("tc_gemm_param_0", 8, 8, true),
+                    p("tc_gemm_param_1", 8, 8, true),
+                    p("tc_gemm_param_2", 12, 8, false),
+                    p("tc_gemm_param_3", 4, 4, false),
+                ],
+            },
+            KernelInfo { name: "second".into(), params: vec![p("x", 8, 8, false), p("y", 8, 8, true)] },
+        ]
+    );
+    assert_eq!(sigs[0].param_layout(), (vec![0, 8, 16, 28], 32));
+}
+
+#[test]
+fn reports_header_and_brace_errors_with_lines() {
+    let e = entry_signatures(".version 8.0\n.entry k(.param .u32 a) {\n  ret;\n").unwrap_err();
+    assert_eq!(e.line, 2, "{e}");
+    assert!(e.message.contains("unterminated"), "{e}");
+    let e = entry_signatures(".version 8.0\n\n.entry k(.param .q32 a) { ret; }\n").unwrap_err();
+    assert_eq!(e.line, 3, "{e}");
+    let e = entry_signatures(".entry k(.param .u32 a) { mov.u32 %r1, 0fZZ; }").unwrap_err();
+    assert_eq!(e.line, 1, "{e}");
+}

@@ -12,7 +12,7 @@
 # Output is deterministic: no -lineinfo/-G (no .file paths or timestamps), fixed flags, sorted
 # inputs, and the nvcc header comment (which names the compiler build) is kept as nvcc writes it.
 # nvcc is installed with `pip install --target` into target/nvcc (or $TASKLET_NVCC_DIR) if missing;
-# it needs gcc for preprocessing.
+# it needs gcc for preprocessing. kernels/nvrtc12/*.cu are compiled by NVRTC 12.8.93 instead (below).
 set -euo pipefail
 
 NVCC_VERSION=13.0.88
@@ -75,11 +75,31 @@ for cu in $(ls "$here"/*.cu | LC_ALL=C sort); do
     fi
 done
 
+# A few kernels compiled by NVRTC 12 instead (kernels/nvrtc12/): the PTX NVRTC makes (its own
+# front-end defaults, an older ISA) through the worker's own NVRTC loader (host/worker/src/nvrtc.rs,
+# via its `nvrtc` example), the pinned nvidia-cuda-nvrtc-cu12 from kernels/install-nvrtc.sh 12.
+NVRTC12_OPTIONS=(--gpu-architecture=compute_80 -default-device)
+nvrtc12_lib="$("$here/install-nvrtc.sh" 12)"
+nvrtc12_lib="$(ls "$nvrtc12_lib"/libnvrtc.so.12* | LC_ALL=C sort | head -n 1)"
+(cd "$root" && cargo build --quiet -p tasklet-worker --example nvrtc)
+nvrtc_bin="${CARGO_TARGET_DIR:-$root/target}/debug/examples/nvrtc"
+mkdir -p "$outdir/nvrtc12"
+for cu in $(ls "$here"/nvrtc12/*.cu | LC_ALL=C sort); do
+    name="$(basename "$cu" .cu)"
+    (cd "$here/nvrtc12" && TASKLET_NVRTC="$nvrtc12_lib" LC_ALL=C "$nvrtc_bin" "$name.cu" "${NVRTC12_OPTIONS[@]}" \
+        >"$outdir/nvrtc12/$name.ptx" 2>/dev/null) || { echo "NVRTC 12 failed on kernels/nvrtc12/$name.cu" >&2; exit 1; }
+    if [[ $check == 1 ]]; then
+        cmp -s "$outdir/nvrtc12/$name.ptx" "$here/nvrtc12/$name.ptx" || stale+=("kernels/nvrtc12/$name.ptx")
+    else
+        echo "wrote kernels/nvrtc12/$name.ptx"
+    fi
+done
+
 if [[ $check == 1 ]]; then
     # A committed .ptx without a .cu is stale too: nothing can regenerate it.
-    for ptx in "$here"/*.ptx; do
-        name="$(basename "$ptx" .ptx)"
-        [[ -f "$here/$name.cu" ]] || stale+=("kernels/$name.ptx (no $name.cu)")
+    for ptx in "$here"/*.ptx "$here"/nvrtc12/*.ptx; do
+        name="${ptx%.ptx}"
+        [[ -f "$name.cu" ]] || stale+=("kernels/${ptx#"$here/"} (no $(basename "$name").cu)")
     done
     if [[ ${#stale[@]} -gt 0 ]]; then
         echo "stale PTX (run kernels/regen.sh):" >&2

@@ -56,7 +56,7 @@ fn leases_past_the_grant_are_quota_exceeded() {
 #[test]
 fn leases_past_the_device_are_capacity_exceeded() {
     let mut policy = test_policy();
-    policy.workers.emu_memory = 1 << 20; // room for exactly one 1 MiB lease
+    policy.workers.max_device_memory = Some(1 << 20); // room for exactly one 1 MiB lease, on any backend
     let host = test_host!(policy);
     let lines = probe(&host, "leases 2");
     assert_eq!(lines[0].0, "ok", "{lines:?}");

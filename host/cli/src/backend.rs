@@ -1,9 +1,15 @@
 //! Choosing a backend and starting a host on it.
+//!
+//! `auto` starts the host on CUDA and falls back to the emulator when that fails, saying why:
+//! starting the host *is* the probe (its first worker opens a CUDA context and reports the
+//! device), so a usable GPU costs no extra context start. The host process itself never calls
+//! CUDA: whether the driver loads, and what the device is, is found out by a worker process.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, Context, Result};
 use clap::ValueEnum;
 use std::path::PathBuf;
-use tasklet_runtime::{BackendKind, Host, HostConfig, Policy, WorkerCommand};
+use tasklet_runtime::{BackendKind, Host, HostConfig, HostError, Policy, WorkerCommand};
+use tasklet_worker::WorkerError;
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 pub enum BackendChoice {
@@ -26,31 +32,103 @@ pub struct HostArgs {
     pub policy: Option<PathBuf>,
 }
 
-impl HostArgs {
-    /// Resolves `auto`, saying on stderr which backend it chose and why.
-    pub fn resolve(&self, quiet: bool) -> Result<BackendKind> {
-        match self.backend {
-            BackendChoice::Emu => Ok(BackendKind::Emu),
-            BackendChoice::Cuda => bail!(
-                "the cuda backend is not part of this build yet; use --backend emu (or auto) to run on the PTX emulator"
-            ),
-            BackendChoice::Auto => {
-                if !quiet {
-                    eprintln!("tasklet: backend emu (PTX emulator on the CPU; this build has no CUDA backend yet)");
-                }
-                Ok(BackendKind::Emu)
-            }
+/// A started host and, when `auto` fell back to the emulator, why CUDA was not used.
+pub struct Started {
+    pub host: Host,
+    pub cuda_unusable: Option<String>,
+}
+
+/// This program, as a worker command (`tasklet worker …`).
+pub fn worker_command() -> Result<WorkerCommand> {
+    let program = std::env::current_exe().context("cannot find this program to start workers from")?;
+    Ok(WorkerCommand { program, args: vec!["worker".into()] })
+}
+
+/// The reason a host could not start on a backend, in the worker's own words where there are
+/// some (e.g. "no CUDA driver found (libcuda.so.1 not loadable)").
+fn why(e: &HostError) -> String {
+    match e {
+        HostError::Workers(WorkerError::Spawn(m)) => m.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Bytes as a person reads them: `140.4 GiB`, `256 MiB`, `512 B`.
+pub fn human(bytes: u64) -> String {
+    const UNITS: [(&str, u64); 4] = [("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
+    for (name, scale) in UNITS {
+        if bytes >= scale {
+            let v = bytes as f64 / scale as f64;
+            return if bytes % scale == 0 { format!("{} {name}", bytes / scale) } else { format!("{v:.1} {name}") };
         }
     }
+    format!("{bytes} B")
+}
 
+/// One line describing the device a host serves, for stderr.
+pub fn describe(host: &Host) -> String {
+    let d = host.device();
+    match d.backend {
+        "cuda" => format!(
+            "backend cuda: {} (compute {}.{}, {} lent of {}, CUDA driver {}.{})",
+            d.name,
+            d.compute_capability.0,
+            d.compute_capability.1,
+            human(d.total_memory),
+            human(d.device_memory),
+            d.driver_version / 1000,
+            (d.driver_version % 1000) / 10
+        ),
+        other => format!("backend {other} ({}, {})", d.name, human(d.total_memory)),
+    }
+}
+
+impl HostArgs {
     pub fn start_host(&self, quiet: bool) -> Result<Host> {
-        let backend = self.resolve(quiet)?;
+        Ok(self.start(quiet)?.host)
+    }
+
+    /// Starts a host on the chosen backend, saying on stderr (unless `quiet`) which and why.
+    pub fn start(&self, quiet: bool) -> Result<Started> {
         let policy = match &self.policy {
             Some(path) => Policy::load(path)?,
             None => Policy::default(),
         };
-        let program = std::env::current_exe().context("cannot find this program to start workers from")?;
-        let worker = WorkerCommand { program, args: vec!["worker".into()] };
-        Ok(Host::new(HostConfig { policy, worker, backend })?)
+        let worker = worker_command()?;
+        let start = |backend| Host::new(HostConfig { policy: policy.clone(), worker: worker.clone(), backend });
+        let say = |line: String| {
+            if !quiet {
+                eprintln!("tasklet: {line}");
+            }
+        };
+        match self.backend {
+            BackendChoice::Emu => {
+                let host = start(BackendKind::Emu)?;
+                say(format!("{} (chosen with --backend emu)", describe(&host)));
+                Ok(Started { host, cuda_unusable: None })
+            }
+            BackendChoice::Cuda => match start(BackendKind::Cuda) {
+                Ok(host) => {
+                    say(describe(&host));
+                    Ok(Started { host, cuda_unusable: None })
+                }
+                Err(e) => Err(anyhow!(
+                    "the cuda backend is not usable on this machine: {}; use --backend emu (or auto) to run on the PTX emulator",
+                    why(&e)
+                )),
+            },
+            BackendChoice::Auto => match start(BackendKind::Cuda) {
+                Ok(host) => {
+                    say(describe(&host));
+                    Ok(Started { host, cuda_unusable: None })
+                }
+                Err(e) => {
+                    let why = why(&e);
+                    say(format!("backend emu: {why} (the PTX emulator runs the kernels on the CPU)"));
+                    let host = start(BackendKind::Emu)?;
+                    Ok(Started { host, cuda_unusable: Some(why) })
+                }
+            },
+        }
     }
 }

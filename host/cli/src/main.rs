@@ -30,6 +30,7 @@ enum Command {
     Run(cmd::run::RunArgs),
     Check(cmd::check::CheckArgs),
     Inventory(cmd::inventory::InventoryArgs),
+    Ptx(cmd::ptx::PtxArgs),
     /// Serves as a GPU worker process (started by the host, not by hand).
     #[command(hide = true)]
     Worker {
@@ -45,6 +46,7 @@ fn main() -> ExitCode {
         Command::Run(args) => cmd::run::run(args),
         Command::Check(args) => cmd::check::run(args),
         Command::Inventory(args) => cmd::inventory::run(args),
+        Command::Ptx(args) => cmd::ptx::run(args),
     };
     match result {
         Ok(code) => code,

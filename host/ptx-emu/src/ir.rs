@@ -83,6 +83,8 @@ pub(crate) enum I2 {
     MulLo,
     MulHi,
     Mul24Lo,
+    /// Bits 47..16 of the 48-bit product of the low 24 bits.
+    Mul24Hi,
     Div,
     Rem,
     And,
@@ -116,6 +118,7 @@ pub(crate) enum I3 {
     MadHi,
     MadWide,
     Mad24Lo,
+    Mad24Hi,
     MadLoCC,
     Bfe,
     Prmt,
@@ -123,6 +126,8 @@ pub(crate) enum I3 {
     Shf(u8),
     Szext,
     Dp4a,
+    /// `dp2a.lo` (false) / `dp2a.hi` (true): two 16x8-bit products plus c.
+    Dp2a(bool),
     /// `sad`: c + |a - b|.
     Sad,
 }
@@ -142,6 +147,9 @@ pub(crate) enum F2 {
     Sub,
     Mul,
     Div,
+    /// `div.approx.f32`: `a * (1/b)`; a sign-preserving zero (NaN for an infinite `a`) once
+    /// `|b| > 2^126`, as PTX documents. Otherwise correctly rounded (see APPROX.md).
+    DivApprox,
     Min,
     Max,
     MinNaN,

@@ -113,6 +113,15 @@ pub fn entry_signatures(ptx: &str) -> Result<Vec<KernelInfo>, LoadError> {
     lower::entry_signatures(&ast)
 }
 
+/// The declared type of every parameter of every `.entry`, as PTX writes it (`.u64`, `.f32`,
+/// `.align 8 .b8[12]`), parallel to [`entry_signatures`] (same kernels, same order). For showing
+/// signatures to people (`tasklet ptx check`); layouts come from [`KernelInfo`].
+pub fn entry_param_types(ptx: &str) -> Result<Vec<Vec<String>>, LoadError> {
+    let toks = lexer::lex(ptx)?;
+    let ast = parser::parse_signatures(&toks)?;
+    Ok(lower::entry_param_types(&ast))
+}
+
 /// Why a memory operation on [`DeviceMemory`] failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MemError {

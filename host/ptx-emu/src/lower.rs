@@ -261,6 +261,38 @@ pub(crate) fn entry_signatures(m: &ast::ModuleAst) -> Result<Vec<KernelInfo>, Lo
     m.funcs.iter().filter(|f| f.is_entry && f.body.is_some()).map(kernel_info).collect()
 }
 
+/// Each defined entry's parameter declarations as PTX writes them (`.u64`, `.align 8 .b8[12]`),
+/// parallel to [`entry_signatures`].
+pub(crate) fn entry_param_types(m: &ast::ModuleAst) -> Vec<Vec<String>> {
+    m.funcs
+        .iter()
+        .filter(|f| f.is_entry && f.body.is_some())
+        .map(|f| {
+            f.params
+                .iter()
+                .map(|p| {
+                    let mut s = String::new();
+                    if let Some(a) = p.align {
+                        s.push_str(&format!(".align {a} "));
+                    }
+                    if p.vec > 1 {
+                        s.push_str(&format!(".v{} ", p.vec));
+                    }
+                    s.push('.');
+                    s.push_str(&p.ty);
+                    for d in &p.dims {
+                        match d {
+                            Some(n) => s.push_str(&format!("[{n}]")),
+                            None => s.push_str("[]"),
+                        }
+                    }
+                    s
+                })
+                .collect()
+        })
+        .collect()
+}
+
 pub(crate) fn lower(m: &ast::ModuleAst) -> Result<(Program, Vec<KernelInfo>), LoadError> {
     let mut cx = ModuleCtx {
         globals: HashMap::new(),
@@ -875,7 +907,7 @@ impl<'c, 'm> FnLower<'c, 'm> {
             "mad" | "fma" | "mad24" => self.ternary(i, &mut md)?,
             "not" | "cnot" | "neg" | "abs" | "popc" | "clz" | "brev" | "bfind" | "sqrt" | "rcp" | "rsqrt"
             | "sin" | "cos" | "ex2" | "lg2" | "tanh" => self.unary(i, &mut md)?,
-            "bfe" | "prmt" | "shf" | "szext" | "dp4a" => self.bits3(i, &mut md)?,
+            "bfe" | "prmt" | "shf" | "szext" | "dp4a" | "dp2a" => self.bits3(i, &mut md)?,
             "bfi" => {
                 self.nops(i, 5)?;
                 let t = md.one_type()?;
@@ -1227,6 +1259,7 @@ impl<'c, 'm> FnLower<'c, 'm> {
                 if (approx || full) && (op != F2::Div || f != FT::F32) {
                     return Err(md.err(".approx/.full is only defined for div.f32 here"));
                 }
+                let op = if op == F2::Div && approx { F2::DivApprox } else { op };
                 let k = K::F(f);
                 Ok(Op::F2 {
                     op,
@@ -1250,10 +1283,14 @@ impl<'c, 'm> FnLower<'c, 'm> {
                     "mul" | "mul24" => {
                         let mode = md.one_of(&["lo", "hi", "wide"]).ok_or_else(|| md.err("needs .lo, .hi or .wide"))?;
                         if base == "mul24" {
-                            if mode != "lo" || it.bits != 32 {
-                                return Err(md.err("only mul24.lo on 32-bit types is supported"));
+                            if mode == "wide" || it.bits != 32 {
+                                return Err(md.err("mul24 takes .lo or .hi and a 32-bit type"));
                             }
-                            I2::Mul24Lo
+                            if mode == "hi" {
+                                I2::Mul24Hi
+                            } else {
+                                I2::Mul24Lo
+                            }
                         } else if mode == "wide" {
                             if it.bits == 64 || it.bits == 8 {
                                 return Err(md.err(".wide needs a 16- or 32-bit type"));
@@ -1353,7 +1390,8 @@ impl<'c, 'm> FnLower<'c, 'm> {
                 let mode = md.one_of(&["lo", "hi", "wide"]).ok_or_else(|| md.err("needs .lo, .hi or .wide"))?;
                 let op = match (md.base, mode) {
                     ("mad24", "lo") if it.bits == 32 => I3::Mad24Lo,
-                    ("mad24", _) => return Err(md.err("only mad24.lo on 32-bit types is supported")),
+                    ("mad24", "hi") if it.bits == 32 => I3::Mad24Hi,
+                    ("mad24", _) => return Err(md.err("mad24 takes .lo or .hi and a 32-bit type")),
                     (_, "lo") if md.has("cc") => I3::MadLoCC,
                     (_, "lo") => I3::MadLo,
                     (_, "hi") => I3::MadHi,
@@ -1511,13 +1549,22 @@ impl<'c, 'm> FnLower<'c, 'm> {
                 (I3::Szext, IT { bits: if m == "clamp" { 33 } else { 32 }, signed: t.signed })
             }
             _ => {
+                let op = if base == "dp2a" {
+                    match md.one_of(&["lo", "hi"]) {
+                        Some(m) => I3::Dp2a(m == "hi"),
+                        None => return Err(md.err("dp2a needs .lo or .hi")),
+                    }
+                } else {
+                    I3::Dp4a
+                };
                 let tys = md.types();
-                if tys.len() != 2 {
-                    return Err(md.err("dp4a needs two types"));
+                if tys.len() != 2 || tys.iter().any(|t| *t != "u32" && *t != "s32") {
+                    return Err(md.err(&format!("{base} needs two types, each .u32 or .s32")));
                 }
                 let s = (tys[0] == "s32") as u8 | (((tys[1] == "s32") as u8) << 1);
+                self.nops(i, 4)?;
                 return Ok(Op::Int3 {
-                    op: I3::Dp4a,
+                    op,
                     t: IT { bits: 32 + s, signed: false },
                     d: self.dst(line, self.op(i, 0)?, K::Int(32))?,
                     a: self.src(line, self.op(i, 1)?, K::Int(32))?,

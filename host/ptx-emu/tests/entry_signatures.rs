@@ -91,3 +91,9 @@ fn reports_header_and_brace_errors_with_lines() {
     let e = entry_signatures(".entry k(.param .u32 a) { mov.u32 %r1, 0fZZ; }").unwrap_err();
     assert_eq!(e.line, 1, "{e}");
 }
+
+#[test]
+fn param_types_as_declared() {
+    let types = tasklet_ptx::entry_param_types(MMA_MODULE).unwrap();
+    assert_eq!(types, vec![vec![".u64", ".u64", ".align 8 .b8[12]", ".u32"], vec![".f64", ".s64"]]);
+}

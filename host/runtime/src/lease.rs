@@ -4,6 +4,11 @@
 //! A lease owns one worker process for its lifetime. Ending a lease (drop, expiry, a lost or
 //! faulted worker, the tasklet's end) gives the worker back to the pool, which resets and reuses a
 //! healthy one and kills a suspect one, and returns the lease's grant to the device's free memory.
+//!
+//! Reconciliation (DESIGN invariant 4): when a lease ends with a healthy worker, the worker is
+//! asked what it really holds (`info`) and that is compared with the lease's own accounting. A
+//! worker that holds a different number of bytes than the lease thinks is not trusted again: it
+//! is killed instead of reused, the mismatch is logged, and [`Accounting::mismatches`] counts it.
 
 use crate::bindings::tasklet::gpu::types::GpuError;
 use crate::gpu::error::from_worker;
@@ -14,23 +19,36 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tasklet_worker::{ErrorKind, Pool, Worker, WorkerError};
 
-/// A device as leases see it.
+/// A device as leases see it, described by the backend (a worker's `info`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Device {
     pub index: u32,
     pub name: String,
     /// `emu` or `cuda`.
     pub backend: &'static str,
+    /// Bytes lent to leases in all: the device's memory less the workers' context reserve,
+    /// capped by the policy (`[workers] max-device-memory`). What tasklets see as total memory.
     pub total_memory: u64,
+    /// The device's own memory (emu: the emulated size).
+    pub device_memory: u64,
     pub compute_capability: (u32, u32),
+    /// `GPU-…` (empty for the emulator).
+    pub uuid: String,
+    /// The CUDA driver's version (12080 = 12.8; 0 for the emulator).
+    pub driver_version: u32,
+    /// Whether worker data regions are page-locked (pinned-speed copies).
+    pub pinned_data: bool,
 }
 
-/// Node-wide totals; after every tasklet has ended they return to zero.
+/// Node-wide totals; after every tasklet has ended they return to zero (`mismatches` stays zero
+/// unless a worker's real holdings ever disagreed with a lease's books).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Accounting {
     pub leases: usize,
     pub granted_bytes: u64,
     pub used_bytes: u64,
+    /// Leases that ended with their worker holding other than what the lease accounted for.
+    pub mismatches: u64,
 }
 
 /// Why a lease ended; what later operations under it are told.
@@ -115,6 +133,7 @@ pub struct LeaseManager {
     next_id: AtomicU64,
     stopping: AtomicBool,
     reaper: Mutex<Option<JoinHandle<()>>>,
+    mismatches: AtomicU64,
 }
 
 #[derive(Default)]
@@ -133,6 +152,7 @@ impl LeaseManager {
             next_id: AtomicU64::new(1),
             stopping: AtomicBool::new(false),
             reaper: Mutex::new(None),
+            mismatches: AtomicU64::new(0),
         });
         let reaper_mgr = Arc::clone(&mgr);
         let handle = std::thread::Builder::new()
@@ -257,23 +277,56 @@ impl LeaseManager {
         Ok(st)
     }
 
-    /// Ends a lease: its worker goes back to the pool and its grant back to the device.
+    /// Ends a lease: its worker goes back to the pool (after reconciling what it holds with the
+    /// lease's books) and its grant back to the device.
     pub fn end(&self, lease: &Lease, reason: EndReason) {
-        let worker = {
+        let (worker, used) = {
             let mut st = lease.lock();
             if st.ended.is_some() {
                 return;
             }
             st.ended = Some(reason);
-            st.used = 0;
-            st.worker.take()
+            let used = std::mem::take(&mut st.used);
+            (st.worker.take(), used)
         };
-        if let Some(worker) = worker {
-            self.pool.release(worker);
+        if let Some(mut worker) = worker {
+            if self.reconcile(lease, &mut worker, used) {
+                self.pool.release(worker);
+            } else {
+                // Killed, not reused; its slot goes back to the pool, which starts a replacement.
+                drop(worker);
+            }
         }
         let mut book = self.book();
         if book.live.remove(&lease.id).is_some() {
             book.granted -= lease.granted;
+        }
+    }
+
+    /// Compares what a healthy worker reports holding with the lease's books; false (and the
+    /// mismatch logged and counted) when they differ. A lost or poisoned worker is killed by
+    /// the pool anyway, and its memory freed with its process.
+    fn reconcile(&self, lease: &Lease, worker: &mut Worker, used: u64) -> bool {
+        if worker.is_lost() || worker.is_poisoned() {
+            return true;
+        }
+        match worker.info() {
+            Ok(info) if info.memory_requested == used && used <= lease.granted => true,
+            Ok(info) => {
+                self.mismatches.fetch_add(1, Ordering::Relaxed);
+                eprintln!(
+                    "tasklet: lease {} ended with its worker (pid {}) holding {} bytes in {} allocation(s), but the lease \
+                     accounted for {used} of its {} granted bytes; the worker is replaced, not reused",
+                    lease.id,
+                    worker.pid(),
+                    info.memory_requested,
+                    info.allocations,
+                    lease.granted
+                );
+                false
+            }
+            // The pool sees it lost and kills it.
+            Err(_) => true,
         }
     }
 
@@ -283,6 +336,7 @@ impl LeaseManager {
             leases: live.len(),
             granted_bytes: live.iter().map(|l| l.granted).sum(),
             used_bytes: live.iter().map(|l| l.used()).sum(),
+            mismatches: self.mismatches.load(Ordering::Relaxed),
         }
     }
 

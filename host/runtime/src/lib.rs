@@ -14,6 +14,6 @@ pub mod lease;
 mod state;
 
 pub use config::{Manifest, Policy};
-pub use host::{Host, HostConfig, HostError, RunError, Tasklet};
+pub use host::{Host, HostConfig, HostError, RunError, Sizing, Tasklet};
 pub use lease::{Accounting, Device};
-pub use tasklet_worker::{BackendKind, WorkerCommand};
+pub use tasklet_worker::{BackendKind, WorkerCommand, WorkerInfo};

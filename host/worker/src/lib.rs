@@ -9,8 +9,13 @@
 //! - worker side: [`serve_main`] turns any binary into a worker serving one [`Backend`].
 //!
 //! The layers, each its own module: [`protocol`] (sans-IO codec), [`transport`] (memfd ring +
-//! futex wake-ups), [`backend`] (emu now, cuda later), [`serve`] (worker loop),
-//! [`supervisor`] (one worker process) and [`pool`].
+//! futex wake-ups), [`backend`] (emu, cuda), [`serve`] (worker loop), [`supervisor`] (one
+//! worker process) and [`pool`]; beside them [`nvml`] (GPU inventory, through a worker process in
+//! its `--inventory` mode) and [`nvrtc`] (CUDA C → PTX).
+//!
+//! Finding out whether CUDA works here is a worker's job too: [`probe`] / [`probe_cuda`] start a
+//! short-lived worker on a backend and return its [`WorkerInfo`], or the worker's own reason it
+//! could not start (e.g. "no CUDA driver found (libcuda.so.1 not loadable)").
 //!
 //! # Using it from a host
 //!
@@ -20,7 +25,9 @@
 //!   ["worker"] }`; the pool appends its own flags (`--shm-fd`, `--backend`, …).
 //! - `Pool` is `Send + Sync` behind an `Arc`; a `Worker` is `Send` (not `Sync`: one lease drives
 //!   it, from any thread, one op at a time).
-//! - Every op is a synchronous RPC: when it returns, the worker has finished it.
+//! - Every op is a synchronous RPC: when it returns, the worker has finished it — except a
+//!   `launch` on CUDA, which returns once the kernel is queued (as in CUDA); its fault or missed
+//!   deadline comes back from `sync` or the next op that waits for it (see [`Worker::launch`]).
 //! - `WorkerError::Op` leaves the worker usable unless its kind poisons it (`KernelFault`,
 //!   `DeadlineExceeded`); `Lost` means the process is gone. Either way `Pool::release` does the
 //!   right thing (reset + keep, or kill + replace). Dropping a leased worker also frees its slot.
@@ -31,6 +38,8 @@
 //! - Worker stderr is the host's stderr (emulated `printf` output lands there); stdout is null.
 
 pub mod backend;
+pub mod nvml;
+pub mod nvrtc;
 pub mod pool;
 pub mod protocol;
 pub mod serve;
@@ -39,9 +48,9 @@ pub mod transport;
 
 mod error;
 
-pub use backend::{Backend, BackendError, BackendKind, EmuBackend, LoadedModule, WorkerInfo};
+pub use backend::{Backend, BackendError, BackendKind, CudaBackend, EmuBackend, LoadedModule, WorkerInfo};
 pub use error::{ErrorKind, WorkerError};
 pub use pool::{Pool, PoolConfig};
 pub use serve::serve_main;
-pub use supervisor::{Launch, Worker, WorkerCommand, EMU_LANE_INSTRUCTIONS_PER_SECOND};
+pub use supervisor::{probe, probe_cuda, Launch, Worker, WorkerCommand, EMU_LANE_INSTRUCTIONS_PER_SECOND};
 pub use tasklet_ptx::{KernelInfo, ParamInfo};

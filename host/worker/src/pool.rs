@@ -7,6 +7,7 @@
 //! run on short-lived threads so several workers start at once.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -26,8 +27,14 @@ pub struct PoolConfig {
     pub max_workers: usize,
     /// Device memory cap per worker (emu: the emulated device's size).
     pub device_memory: u64,
-    /// A worker that does not answer a non-launch op within this is lost.
+    /// A worker that does not answer a non-launch op within this (plus, on CUDA, the deadlines
+    /// of the kernels it must wait for first) is lost.
     pub op_timeout: Duration,
+    /// Reuse a worker whose lease ended cleanly (reset: every allocation freed, every module
+    /// unloaded). `false` kills every worker at its lease's end: a fresh CUDA context per lease,
+    /// so nothing a tenant left in context-wide state (device `malloc` heap, uninitialised local
+    /// or shared memory) can be seen by the next, at the cost of a context start per lease.
+    pub reuse: bool,
 }
 
 /// A pool of worker processes. Share it as `Arc<Pool>`; all methods take `&self`.
@@ -38,6 +45,9 @@ pub struct Pool {
 
 pub(crate) struct Shared {
     cfg: PoolConfig,
+    /// `cfg.warm` and `cfg.max_workers` as in force now (see [`Pool::set_limits`]).
+    warm: AtomicUsize,
+    max_workers: AtomicUsize,
     st: Mutex<State>,
     /// Signalled on every state change; the spawner and waiting acquirers both wait on it.
     cv: Condvar,
@@ -81,6 +91,14 @@ impl Drop for LeaseToken {
 }
 
 impl Shared {
+    fn warm(&self) -> usize {
+        self.warm.load(Ordering::Relaxed)
+    }
+
+    fn max_workers(&self) -> usize {
+        self.max_workers.load(Ordering::Relaxed)
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         // Nothing under this lock can leave the state half-updated, so a panic elsewhere while
         // holding it does not make the state unusable.
@@ -101,7 +119,13 @@ impl Pool {
         if cfg.op_timeout.is_zero() {
             return Err(WorkerError::Spawn("op_timeout must be above zero".into()));
         }
-        let shared = Arc::new(Shared { cfg, st: Mutex::new(State::default()), cv: Condvar::new() });
+        let shared = Arc::new(Shared {
+            warm: AtomicUsize::new(cfg.warm),
+            max_workers: AtomicUsize::new(cfg.max_workers),
+            cfg,
+            st: Mutex::new(State::default()),
+            cv: Condvar::new(),
+        });
         let s = shared.clone();
         let handle = thread::Builder::new()
             .name("tasklet-worker-spawner".into())
@@ -110,15 +134,40 @@ impl Pool {
         Ok(Arc::new(Pool { shared, spawner: Mutex::new(Some(handle)) }))
     }
 
+    /// The configuration the pool started with (see [`Pool::limits`] for the sizes in force).
     pub fn config(&self) -> &PoolConfig {
         &self.shared.cfg
+    }
+
+    /// (warm, max_workers) in force now.
+    pub fn limits(&self) -> (usize, usize) {
+        (self.shared.warm(), self.shared.max_workers())
+    }
+
+    /// Changes how many workers are kept warm and how many may be leased at once, e.g. once the
+    /// device's memory is known (each CUDA context costs device memory). Surplus idle workers are
+    /// trimmed in the background; leased ones are not touched (they count against the new
+    /// maximum as they are released).
+    pub fn set_limits(&self, warm: usize, max_workers: usize) {
+        let max_workers = max_workers.max(1);
+        self.shared.warm.store(warm, Ordering::Relaxed);
+        self.shared.max_workers.store(max_workers, Ordering::Relaxed);
+        let s = &self.shared;
+        let mut g = s.lock();
+        while g.idle.len() > warm + g.waiters {
+            match g.idle.pop_back() {
+                Some(extra) => g.reap.push(extra),
+                None => break,
+            }
+        }
+        s.cv.notify_all();
     }
 
     /// Takes a ready worker, waiting for one being started if none is idle. Starts a
     /// replacement in the background so the next acquire does not wait for a process start.
     pub fn acquire(&self) -> Result<Worker, WorkerError> {
         let s = &self.shared;
-        let max = s.cfg.max_workers;
+        let max = s.max_workers();
         let mut g = s.lock();
         let start_gen = g.error_gen;
         let deadline = Instant::now() + START_TIMEOUT + Duration::from_secs(1);
@@ -176,12 +225,21 @@ impl Pool {
     }
 
     /// Gives a worker back. A healthy one is reset and kept warm (up to `warm` idle); a lost,
-    /// poisoned or unresettable one is killed and reaped, and a replacement starts in the
-    /// background.
+    /// poisoned or unresettable one — or one that still holds anything after its reset, or any
+    /// one when the pool does not reuse workers — is killed and reaped, and a replacement starts
+    /// in the background. So is one whose launched kernels may still run (cuda, launched and not
+    /// waited for): their results can no longer be read, and waiting for them could hold up the
+    /// caller (a lease's end, the expiry reaper) for as long as their deadlines.
     pub fn release(&self, mut w: Worker) {
         let token = w.lease.take();
         let ours = token.as_ref().is_some_and(|t| std::ptr::eq(t.shared.as_ptr(), Arc::as_ptr(&self.shared)));
-        let healthy = ours && !w.is_lost() && !w.is_poisoned() && w.reset().is_ok();
+        let healthy = ours
+            && self.shared.cfg.reuse
+            && !w.is_lost()
+            && !w.is_poisoned()
+            && !w.has_pending_launches()
+            && w.reset().is_ok()
+            && back_at_baseline(&mut w);
         if !healthy {
             // Kill before giving the slot back, so busy + idle never undercounts live processes.
             drop(w);
@@ -199,7 +257,7 @@ impl Pool {
         // The reused worker goes first; surplus (typically the replacement started when it was
         // acquired) is trimmed from the back.
         g.idle.push_front(w);
-        while g.idle.len() > s.cfg.warm + g.waiters {
+        while g.idle.len() > s.warm() + g.waiters {
             if let Some(extra) = g.idle.pop_back() {
                 g.reap.push(extra);
             }
@@ -235,6 +293,25 @@ impl Pool {
 impl Drop for Pool {
     fn drop(&mut self) {
         self.shutdown();
+    }
+}
+
+/// Whether a reset worker reports holding nothing (its own accounting, over the protocol): a
+/// worker that says otherwise is not trusted with another lease.
+fn back_at_baseline(w: &mut Worker) -> bool {
+    match w.info() {
+        Ok(i) if i.allocations == 0 && i.memory_used == 0 && i.memory_requested == 0 && i.modules == 0 => true,
+        Ok(i) => {
+            eprintln!(
+                "tasklet: worker {} still holds {} allocation(s) ({} bytes) and {} module(s) after its reset; replacing it",
+                w.pid(),
+                i.allocations,
+                i.memory_used,
+                i.modules
+            );
+            false
+        }
+        Err(_) => false,
     }
 }
 
@@ -277,7 +354,8 @@ fn spawner(s: Arc<Shared>) {
         let have = g.idle.len() + g.starting;
         let total = g.busy + have;
         let may_retry = g.retry_at.is_none_or(|t| now >= t);
-        if have < cfg.warm + g.waiters && total < cfg.max_workers + cfg.warm && may_retry {
+        let (warm, max_workers) = (s.warm(), s.max_workers());
+        if have < warm + g.waiters && total < max_workers + warm && may_retry {
             g.starting += 1;
             drop(g);
             let started = Worker::start(&cfg.command, cfg.backend, cfg.device_memory, cfg.op_timeout);
@@ -293,6 +371,7 @@ fn spawner(s: Arc<Shared>) {
                         Err(e) => Some(format!("cannot start a handshake thread: {e}")),
                     }
                 }
+                Err(WorkerError::Spawn(m)) => Some(m),
                 Err(e) => Some(e.to_string()),
             };
             g = s.lock();
@@ -334,7 +413,7 @@ fn finish_start(s: Arc<Shared>, st: Starting) {
             g.retry_at = None;
             if g.shutdown {
                 Some(w)
-            } else if g.idle.len() >= s.cfg.warm + g.waiters {
+            } else if g.idle.len() >= s.warm() + g.waiters {
                 // Released workers filled the warm set while this one started.
                 g.reap.push(w);
                 None
@@ -344,7 +423,11 @@ fn finish_start(s: Arc<Shared>, st: Starting) {
             }
         }
         Err(e) => {
-            record_failure(&mut g, e.to_string());
+            // The worker's own words (acquire wraps them in `WorkerError::Spawn` again).
+            record_failure(&mut g, match e {
+                WorkerError::Spawn(m) => m,
+                other => other.to_string(),
+            });
             None
         }
     };

@@ -51,8 +51,14 @@ pub struct LaunchRequest<'a> {
     /// The kernel's argument block, laid out as `KernelInfo::param_layout` says.
     pub args: &'a [u8],
     /// Most lane-instructions the emulator may run (backends without a step counter ignore it and
-    /// rely on the host's deadline, which kills the process).
+    /// use `deadline_ns`).
     pub step_limit: u64,
+    /// How long the kernel may run, in nanoseconds (> 0). Asynchronous backends (cuda) enqueue the
+    /// launch, answer at once, and enforce this when they wait for the kernel: at `sync` and at any
+    /// later op that must wait for it, a kernel still running this long after it could start fails
+    /// with `DeadlineExceeded`; a worker-side watchdog ends the process shortly after, synced or
+    /// not. The emulator uses `step_limit` instead.
+    pub deadline_ns: u64,
 }
 
 impl Request<'_> {
@@ -88,6 +94,19 @@ pub struct WorkerInfo {
     pub memory_used: u64,
     pub allocations: u32,
     pub modules: u32,
+    /// Bytes asked for by the live allocations, exactly (what the host's lease accounting counts).
+    pub memory_requested: u64,
+    /// The device's own memory in all (emu: the emulated size; cuda: `cuDeviceTotalMem`).
+    pub device_memory: u64,
+    /// Compute capability (major, minor); the emulator reports the target it emulates (8.0).
+    pub compute_capability: (u32, u32),
+    /// The device's UUID as NVML and nvidia-smi print it (`GPU-…`); empty for the emulator.
+    pub uuid: String,
+    /// The driver's CUDA version as `cuDriverGetVersion` reports it (12080 = 12.8); 0 for emu.
+    pub driver_version: u32,
+    /// Whether the data region is page-locked for the device (cuda with `cuMemHostRegister`
+    /// succeeded), so writes and reads are DMA at pinned speed.
+    pub pinned_data: bool,
 }
 
 /// A response from worker to host. Owned: the host decodes it out of a buffer it reuses.
@@ -191,6 +210,7 @@ pub fn encode_request(id: u64, req: &Request<'_>, out: &mut Vec<u8>) {
             w.u32(l.shared_mem_bytes);
             w.bytes(l.args);
             w.u64(l.step_limit);
+            w.u64(l.deadline_ns);
         }
         Request::Sync => w.head(REQ_SYNC, id),
         Request::Reset => w.head(REQ_RESET, id),
@@ -236,6 +256,7 @@ pub fn decode_request(frame: &[u8]) -> Result<(u64, Request<'_>), DecodeError> {
             let shared_mem_bytes = r.u32("shared memory size")?;
             let args = r.bytes("argument block")?;
             let step_limit = r.u64("step limit")?;
+            let deadline_ns = r.u64("deadline")?;
             Request::Launch(LaunchRequest {
                 module,
                 kernel,
@@ -244,6 +265,7 @@ pub fn decode_request(frame: &[u8]) -> Result<(u64, Request<'_>), DecodeError> {
                 shared_mem_bytes,
                 args,
                 step_limit,
+                deadline_ns,
             })
         }
         REQ_SYNC => Request::Sync,
@@ -287,6 +309,13 @@ pub fn encode_response(id: u64, resp: &Response, out: &mut Vec<u8>) {
             w.u64(i.memory_used);
             w.u32(i.allocations);
             w.u32(i.modules);
+            w.u64(i.memory_requested);
+            w.u64(i.device_memory);
+            w.u32(i.compute_capability.0);
+            w.u32(i.compute_capability.1);
+            w.bytes(i.uuid.as_bytes());
+            w.u32(i.driver_version);
+            w.u8(i.pinned_data as u8);
         }
         Response::Error { kind, message } => {
             w.head(RESP_ERROR, id);
@@ -337,6 +366,16 @@ pub fn decode_response(frame: &[u8]) -> Result<(u64, Response), DecodeError> {
             memory_used: r.u64("memory used")?,
             allocations: r.u32("allocation count")?,
             modules: r.u32("module count")?,
+            memory_requested: r.u64("memory requested")?,
+            device_memory: r.u64("device memory")?,
+            compute_capability: (r.u32("compute capability major")?, r.u32("compute capability minor")?),
+            uuid: r.str("device uuid")?.to_owned(),
+            driver_version: r.u32("driver version")?,
+            pinned_data: match r.u8("pinned flag")? {
+                0 => false,
+                1 => true,
+                v => return Err(DecodeError::InvalidValue { what: "pinned flag", value: v as u64 }),
+            },
         }),
         RESP_ERROR => {
             let k = r.u8("error kind")?;
@@ -481,6 +520,7 @@ mod tests {
                 shared_mem_bytes: 1024,
                 args: &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12],
                 step_limit: 123_456_789,
+                deadline_ns: 2_000_000_000,
             }),
             Request::Sync,
             Request::Reset,
@@ -513,6 +553,26 @@ mod tests {
                 memory_used: 512,
                 allocations: 2,
                 modules: 1,
+                memory_requested: 300,
+                device_memory: 1 << 30,
+                compute_capability: (8, 0),
+                uuid: String::new(),
+                driver_version: 0,
+                pinned_data: false,
+            }),
+            Response::Info(WorkerInfo {
+                backend: "cuda".into(),
+                device: "NVIDIA H200".into(),
+                memory_total: 140 << 30,
+                memory_used: 1 << 21,
+                allocations: 1,
+                modules: 3,
+                memory_requested: 1 << 20,
+                device_memory: 141 << 30,
+                compute_capability: (9, 0),
+                uuid: "GPU-01234567-89ab-cdef-0123-456789abcdef".into(),
+                driver_version: 13000,
+                pinned_data: true,
             }),
         ]
         .into_iter()

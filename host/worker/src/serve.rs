@@ -10,7 +10,7 @@ use crate::error::ErrorKind;
 use crate::protocol::{decode_request, encode_response, Request, Response};
 use crate::transport::{Incoming, SharedRegion, WorkerEnd};
 
-const USAGE: &str = "usage: <worker> --shm-fd N [--backend emu|cuda] [--device-memory BYTES] [--host-pid PID] [--emu-threads N] [--null-backend]";
+const USAGE: &str = "usage: <worker> --shm-fd N [--backend emu|cuda] [--device-memory BYTES] [--host-pid PID] [--emu-threads N] [--null-backend]\n       <worker> --inventory   (print the NVML GPU inventory and exit)";
 
 /// Exit codes of a worker process.
 pub const EXIT_OK: i32 = 0;
@@ -18,6 +18,9 @@ pub const EXIT_OK: i32 = 0;
 /// when it can be).
 pub const EXIT_START_FAILED: i32 = 1;
 pub const EXIT_USAGE: i32 = 2;
+/// The cuda backend's watchdog ended the process because a kernel ran past its deadline with no
+/// `sync` waiting for it (the host reports `DeadlineExceeded`).
+pub const EXIT_DEADLINE: i32 = 3;
 
 /// What the pool passes a worker. [`WorkerArgs::to_args`] and [`WorkerArgs::parse`] are inverses.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,6 +97,10 @@ impl WorkerArgs {
 /// subcommand first), serves requests until the host closes the channel or dies, and returns
 /// the process exit code.
 pub fn serve_main(args: impl Iterator<Item = String>) -> i32 {
+    let mut args = args.peekable();
+    if args.peek().is_some_and(|a| a == "--inventory") {
+        return crate::nvml::inventory_main();
+    }
     let a = match WorkerArgs::parse(args) {
         Ok(a) => a,
         Err(e) => {
@@ -117,7 +124,13 @@ pub fn serve_main(args: impl Iterator<Item = String>) -> i32 {
         }
     };
     let mut end = WorkerEnd::new(region);
-    let opts = BackendOptions { device_memory: a.device_memory, emu_threads: a.emu_threads, null: a.null_backend };
+    let (data_ptr, data_len) = end.data_region();
+    let opts = BackendOptions {
+        device_memory: a.device_memory,
+        emu_threads: a.emu_threads,
+        null: a.null_backend,
+        data_region: Some((data_ptr as usize, data_len)),
+    };
     let mut backend = match catch_unwind(|| backend::open(a.backend, &opts)) {
         Ok(Ok(b)) => b,
         Ok(Err(msg)) => {

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use crate::backend::{BackendKind, LoadedModule, WorkerInfo};
 use crate::error::{ErrorKind, WorkerError};
 use crate::protocol::{decode_response, encode_request, LaunchRequest, Request, Response};
-use crate::serve::WorkerArgs;
+use crate::serve::{WorkerArgs, EXIT_DEADLINE};
 use crate::transport::{HostEnd, SharedRegion, WaitError, DEFAULT_DATA_SIZE};
 
 /// Emulator speed per core, in lane-instructions per second, that turns a launch deadline into the
@@ -60,7 +60,15 @@ pub(crate) struct Proc {
     pid: i32,
     /// Set once reaped, with how it ended. Holding this lock across kill+waitpid means nobody
     /// signals a pid after it was reaped (and possibly reused).
-    exited: Mutex<Option<String>>,
+    exited: Mutex<Option<Exit>>,
+}
+
+/// How a reaped process ended.
+#[derive(Debug, Clone)]
+struct Exit {
+    how: String,
+    /// It exited with [`EXIT_DEADLINE`]: its watchdog ended it over a runaway kernel.
+    deadline: bool,
 }
 
 impl Proc {
@@ -74,7 +82,12 @@ impl Proc {
         if g.is_none() {
             *g = reap(self.pid, libc::WNOHANG);
         }
-        g.clone()
+        g.as_ref().map(|e| e.how.clone())
+    }
+
+    /// Whether it has ended by its watchdog over a kernel past its deadline.
+    pub(crate) fn ended_by_watchdog(&self) -> bool {
+        self.exited.lock().unwrap_or_else(|p| p.into_inner()).as_ref().is_some_and(|e| e.deadline)
     }
 
     /// SIGKILL (if still running) and reap. Returns how it ended.
@@ -85,7 +98,7 @@ impl Proc {
             unsafe { libc::kill(self.pid, libc::SIGKILL) };
             *g = reap(self.pid, 0);
         }
-        g.clone().unwrap_or_else(|| "killed".into())
+        g.as_ref().map_or_else(|| "killed".into(), |e| e.how.clone())
     }
 
     /// Sends `sig` if the process has not been reaped (for tests: SIGSTOP).
@@ -98,19 +111,23 @@ impl Proc {
     }
 }
 
-fn reap(pid: i32, flags: i32) -> Option<String> {
+fn reap(pid: i32, flags: i32) -> Option<Exit> {
     loop {
         let mut status = 0;
         // SAFETY: plain waitpid on our own child.
         let r = unsafe { libc::waitpid(pid, &mut status, flags) };
         if r == pid {
-            return Some(if libc::WIFEXITED(status) {
+            let deadline = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == EXIT_DEADLINE;
+            let how = if deadline {
+                "ended itself: its watchdog stopped a kernel that ran past its deadline".to_string()
+            } else if libc::WIFEXITED(status) {
                 format!("exited with status {}", libc::WEXITSTATUS(status))
             } else if libc::WIFSIGNALED(status) {
                 format!("was killed by signal {}", libc::WTERMSIG(status))
             } else {
                 format!("ended with wait status {status:#x}")
-            });
+            };
+            return Some(Exit { how, deadline });
         }
         if r == 0 {
             return None;
@@ -118,7 +135,7 @@ fn reap(pid: i32, flags: i32) -> Option<String> {
         match io::Error::last_os_error().raw_os_error() {
             Some(libc::EINTR) => continue,
             // Someone else reaped it (a waitpid(-1) elsewhere, or SIGCHLD ignored): it is gone.
-            _ => return Some("exited (reaped elsewhere)".into()),
+            _ => return Some(Exit { how: "exited (reaped elsewhere)".into(), deadline: false }),
         }
     }
 }
@@ -135,6 +152,11 @@ pub struct Worker {
     resp: Vec<u8>,
     lost: Option<String>,
     poisoned: Option<(ErrorKind, String)>,
+    /// Asynchronous launches (cuda) not yet known finished: by when the worker must have reported
+    /// on all of them, each kernel getting its whole deadline from when the previous one could
+    /// have ended (see [`Worker::launch`]). Every op that makes the worker wait for its kernels
+    /// may take this much longer than `op_timeout`.
+    pending_until: Option<Instant>,
     /// Set while leased from a pool; tells the pool when the worker is dropped unreleased.
     pub(crate) lease: Option<crate::pool::LeaseToken>,
 }
@@ -222,6 +244,7 @@ impl Worker {
             resp: Vec::with_capacity(4096),
             lost: None,
             poisoned: None,
+            pending_until: None,
             lease: None,
         }))
     }
@@ -237,6 +260,12 @@ impl Worker {
     /// True once the worker died, was killed or broke the protocol: every op now fails `Lost`.
     pub fn is_lost(&self) -> bool {
         self.lost.is_some()
+    }
+
+    /// True while launched kernels (cuda) may still be running: no op that waits for them has
+    /// answered since they were launched.
+    pub fn has_pending_launches(&self) -> bool {
+        self.pending_until.is_some()
     }
 
     /// True once a kernel faulted or ran past its deadline: every op now fails with that kind,
@@ -333,44 +362,66 @@ impl Worker {
         self.call_ok(&Request::UnloadModule { id })
     }
 
-    /// Runs a kernel to completion (or to its deadline).
+    /// Launches a kernel.
+    ///
+    /// On the emulator this runs it to completion (or to its step limit, which stands in for the
+    /// deadline). On CUDA it is asynchronous, as in CUDA itself: it returns once the worker has
+    /// queued the kernel, and the kernel's fault or missed deadline is reported by `sync` or by
+    /// the next op that waits for it (every op but `ping`, `info` and `launch`). The host keeps a
+    /// bound on how long those waits may legitimately take — each queued kernel its whole deadline
+    /// from when the one before it could have ended — and only a worker silent past
+    /// `op_timeout` beyond that bound counts as lost.
     pub fn launch(&mut self, l: &Launch<'_>) -> Result<(), WorkerError> {
         if l.deadline.is_zero() {
             return Err(WorkerError::op(ErrorKind::InvalidArgument, "a launch needs a deadline above zero"));
         }
-        let (step_limit, slack) = match self.backend {
-            BackendKind::Emu => (
-                emu_step_limit(l.deadline),
-                // Room for the emulator to notice its step limit and say so itself.
-                Duration::from_millis(100) + l.deadline / 4,
-            ),
-            BackendKind::Cuda => (u64::MAX, Duration::from_millis(20)),
+        let deadline_ns = u64::try_from(l.deadline.as_nanos()).unwrap_or(u64::MAX);
+        let req = |step_limit| {
+            Request::Launch(LaunchRequest {
+                module: l.module,
+                kernel: l.kernel,
+                grid: l.grid,
+                block: l.block,
+                shared_mem_bytes: l.shared_mem_bytes,
+                args: l.args,
+                step_limit,
+                deadline_ns,
+            })
         };
-        let req = Request::Launch(LaunchRequest {
-            module: l.module,
-            kernel: l.kernel,
-            grid: l.grid,
-            block: l.block,
-            shared_mem_bytes: l.shared_mem_bytes,
-            args: l.args,
-            step_limit,
-        });
-        let wait = l.deadline.saturating_add(slack);
-        match self.call_inner(&req, wait) {
-            Ok(Response::Ok) => Ok(()),
-            Ok(other) => Err(self.unexpected("launch", &other)),
-            Err(CallError::Err(e)) => Err(e),
-            Err(CallError::Timeout) => {
-                let msg = format!(
-                    "kernel `{}` ran past its deadline of {:?} (no answer in {wait:?}); its worker was killed",
-                    l.kernel, l.deadline
-                );
-                self.lose(msg.clone());
-                Err(WorkerError::op(ErrorKind::DeadlineExceeded, msg))
+        match self.backend {
+            BackendKind::Emu => {
+                // Room for the emulator to notice its step limit and say so itself.
+                let slack = Duration::from_millis(100) + l.deadline / 4;
+                let wait = l.deadline.saturating_add(slack);
+                match self.call_inner(&req(emu_step_limit(l.deadline)), wait) {
+                    Ok(Response::Ok) => Ok(()),
+                    Ok(other) => Err(self.unexpected("launch", &other)),
+                    Err(CallError::Err(e)) => Err(e),
+                    Err(CallError::Timeout) => {
+                        let msg = format!(
+                            "kernel `{}` ran past its deadline of {:?} (no answer in {wait:?}); its worker was killed",
+                            l.kernel, l.deadline
+                        );
+                        self.lose(msg.clone());
+                        Err(WorkerError::op(ErrorKind::DeadlineExceeded, msg))
+                    }
+                }
+            }
+            BackendKind::Cuda => {
+                let sent = Instant::now();
+                match self.call(&req(u64::MAX), self.op_timeout)? {
+                    Response::Ok => {
+                        let from = self.pending_until.map_or(sent, |p| p.max(sent));
+                        self.pending_until = Some(from + l.deadline);
+                        Ok(())
+                    }
+                    other => Err(self.unexpected("launch", &other)),
+                }
             }
         }
     }
 
+    /// Waits for every launched kernel; reports the first fault or missed deadline.
     pub fn sync(&mut self) -> Result<(), WorkerError> {
         self.call_ok(&Request::Sync)
     }
@@ -398,10 +449,33 @@ impl Worker {
         }
     }
 
+    /// One request with `timeout`, extended by the time queued kernels may still legitimately
+    /// take when the request makes the worker wait for them.
     fn call(&mut self, req: &Request<'_>, timeout: Duration) -> Result<Response, WorkerError> {
+        let waits = !matches!(req, Request::Ping | Request::Info);
+        let queued = match self.pending_until {
+            Some(t) if waits => t.saturating_duration_since(Instant::now()),
+            _ => Duration::ZERO,
+        };
+        let timeout = timeout.saturating_add(queued);
         match self.call_inner(req, timeout) {
-            Ok(r) => Ok(r),
+            Ok(r) => {
+                // The worker waited for every queued kernel before answering this.
+                if waits && !matches!(req, Request::Launch(_)) {
+                    self.pending_until = None;
+                }
+                Ok(r)
+            }
             Err(CallError::Err(e)) => Err(e),
+            Err(CallError::Timeout) if self.pending_until.is_some() && waits => {
+                let msg = format!(
+                    "no answer to {} within {timeout:?}, which covers every queued kernel's deadline: a kernel ran \
+                     past its deadline and its worker did not report it; the worker was killed",
+                    req.name()
+                );
+                self.lose(msg.clone());
+                Err(WorkerError::op(ErrorKind::DeadlineExceeded, msg))
+            }
             Err(CallError::Timeout) => Err(self.lose(format!("no answer to {} within {timeout:?}", req.name()))),
         }
     }
@@ -421,7 +495,17 @@ impl Worker {
         match waited {
             Ok(()) => {}
             Err(WaitError::Timeout) => return Err(CallError::Timeout),
-            Err(WaitError::Dead(how)) => return Err(self.lose(format!("worker process {how}")).into()),
+            Err(WaitError::Dead(how)) => {
+                let lost = self.lose(format!("worker process {how}"));
+                if self.proc.ended_by_watchdog() {
+                    return Err(WorkerError::op(
+                        ErrorKind::DeadlineExceeded,
+                        format!("a kernel ran past its deadline with no sync waiting, and its worker process {how}"),
+                    )
+                    .into());
+                }
+                return Err(lost.into());
+            }
             Err(WaitError::Protocol(m) | WaitError::Failed(m)) => {
                 return Err(self.lose(format!("protocol violation: {m}")).into())
             }
@@ -484,6 +568,24 @@ impl Starting {
 fn offset(addr: u64, by: usize) -> Result<u64, WorkerError> {
     addr.checked_add(by as u64)
         .ok_or_else(|| WorkerError::op(ErrorKind::OutOfBounds, format!("{addr:#x}+{by} overflows the address space")))
+}
+
+/// Starts a short-lived worker on `backend`, asks it what it serves, and ends it: whether the
+/// backend works on this machine, and its device. The error says why not, in the worker's words
+/// (e.g. [`crate::backend::cuda::NO_DRIVER`]). Takes a CUDA context's start (~150 ms) on a GPU.
+pub fn probe(command: &WorkerCommand, backend: BackendKind) -> Result<WorkerInfo, String> {
+    let mut w = Worker::spawn(command, backend, u64::MAX, Duration::from_secs(10)).map_err(|e| match e {
+        WorkerError::Spawn(m) => m,
+        other => other.to_string(),
+    })?;
+    let info = w.info().map_err(|e| e.to_string());
+    w.kill();
+    info
+}
+
+/// [`probe`] for the cuda backend.
+pub fn probe_cuda(command: &WorkerCommand) -> Result<WorkerInfo, String> {
+    probe(command, BackendKind::Cuda)
 }
 
 /// The emulator step limit that stands in for `deadline` (see [`EMU_LANE_INSTRUCTIONS_PER_SECOND`]).

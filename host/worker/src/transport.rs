@@ -35,7 +35,9 @@ pub const MSG_AREA: usize = 64 * 1024;
 pub const DEFAULT_DATA_SIZE: usize = 8 * 1024 * 1024;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"TASKLETW");
-const VERSION: u32 = 1;
+/// Bumped whenever the frames in `protocol` change, so a host and a worker built from different
+/// sources refuse each other at start instead of misreading frames. 2: launch deadline, richer info.
+const VERSION: u32 = 2;
 const HEADER: usize = 4096;
 
 const OFF_MAGIC: usize = 0;
@@ -522,6 +524,14 @@ impl WorkerEnd {
 
     pub fn data_size(&self) -> usize {
         self.region.data_size
+    }
+
+    /// Where the data region lies in this process and its size: page-aligned, for registering it
+    /// with a device (`cuMemHostRegister`) so copies from and to it are DMA. Valid as long as this
+    /// `WorkerEnd` lives.
+    pub fn data_region(&self) -> (*mut u8, usize) {
+        // SAFETY: in bounds of the mapping (data_off + data_size == len).
+        (unsafe { self.region.base.as_ptr().add(self.region.data_off()) }, self.region.data_size)
     }
 
     /// The first `len` bytes of the data region, as the host wrote them for this request.

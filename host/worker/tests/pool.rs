@@ -197,3 +197,29 @@ fn handles_are_thread_safe() {
     send_sync::<Pool>();
     send_sync::<Arc<Pool>>();
 }
+
+#[test]
+fn without_reuse_every_released_worker_is_replaced() {
+    let mut cfg = pool_config(true, 1, 2);
+    cfg.reuse = false;
+    let pool = Pool::start(cfg).unwrap();
+    let w = pool.acquire().unwrap();
+    let pid = w.pid();
+    pool.release(w);
+    wait_dead(pid);
+    let w = pool.acquire().unwrap();
+    assert_ne!(w.pid(), pid);
+    pool.release(w);
+}
+
+#[test]
+fn limits_can_change_after_start() {
+    let pool = Pool::start(pool_config(true, 3, 4)).unwrap();
+    wait_idle(&pool, 3);
+    pool.set_limits(1, 1);
+    assert_eq!(pool.limits(), (1, 1));
+    assert!(eventually(Duration::from_secs(5), || pool.idle() == 1), "idle {}", pool.idle());
+    let w = pool.acquire().unwrap();
+    assert!(matches!(pool.acquire(), Err(WorkerError::NoCapacity(_))), "max is now 1");
+    pool.release(w);
+}

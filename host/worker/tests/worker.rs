@@ -212,3 +212,29 @@ fn idle_worker_sleeps_instead_of_spinning() {
     assert!(used <= 2, "idle worker used {used} ticks in 1 s");
     w.ping().unwrap();
 }
+
+#[test]
+fn cuda_backend_starts_or_says_clearly_why_not() {
+    match tasklet_worker::probe_cuda(&command(false)) {
+        Ok(info) => {
+            // A GPU machine: the worker reports the device.
+            assert_eq!(info.backend, "cuda");
+            assert!(info.device_memory > 0 && info.compute_capability.0 >= 5, "{info:?}");
+            assert!(info.uuid.starts_with("GPU-"), "{info:?}");
+        }
+        Err(why) => assert!(why.contains("CUDA") || why.contains("cuda"), "{why}"),
+    }
+    // Without a driver the message is exactly the documented one.
+    // SAFETY: only checks whether the library loads.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        assert_eq!(tasklet_worker::probe_cuda(&command(false)).unwrap_err(), tasklet_worker::backend::cuda::NO_DRIVER);
+    }
+}
+
+#[test]
+fn inventory_mode_prints_the_inventory_or_why_not() {
+    match tasklet_worker::nvml::inventory_via_worker(&command(false), Duration::from_secs(20)) {
+        Ok(inv) => assert!(!inv.driver_version.is_empty(), "{inv:?}"),
+        Err(why) => assert!(why.contains("NVML"), "{why}"),
+    }
+}

@@ -1,39 +1,202 @@
-//! `tasklet inventory`: the devices this node lends.
+//! `tasklet inventory`: the devices this node lends, and the GPUs NVML sees.
+//!
+//! The lent device comes from the host (a worker's report of its device, with what the node lends
+//! of it). NVML details (UUID, free memory, MIG) come from a short-lived worker process in its
+//! `--inventory` mode, so the host process never loads NVIDIA libraries.
 
-use crate::backend::HostArgs;
+use crate::backend::{human, worker_command, HostArgs};
 use anyhow::Result;
+use std::fmt::Write as _;
 use std::process::ExitCode;
-use tasklet_runtime::config::units::format_size;
+use std::time::Duration;
+use tasklet_worker::nvml::{self, Gpu, Inventory, MigMode};
 
-/// List the devices this node lends to tasklets.
+/// List the devices this node lends to tasklets, and the GPUs NVML sees.
 #[derive(clap::Args, Debug)]
 pub struct InventoryArgs {
-    /// Print JSON instead of a table.
+    /// Print JSON instead of a table: an array of devices, the lent one first (`"lent": true`),
+    /// then any GPU NVML lists that this node does not lend.
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
     pub host: HostArgs,
 }
 
+/// How long NVML may take to answer.
+const NVML_TIMEOUT: Duration = Duration::from_secs(20);
+
 pub fn run(args: InventoryArgs) -> Result<ExitCode> {
-    let host = args.host.start_host(args.json)?;
+    let started = args.host.start(args.json)?;
+    let host = &started.host;
     let d = host.device();
+    let nvml = worker_command().map_err(|e| e.to_string()).and_then(|c| nvml::inventory_via_worker(&c, NVML_TIMEOUT));
+    // The NVML GPU (or MIG instance) the lent device is.
+    let lent_gpu: Option<&Gpu> = match (&nvml, d.backend) {
+        (Ok(inv), "cuda") => inv.gpus.iter().find(|g| {
+            nvml::same_uuid(&g.uuid, &d.uuid) || g.mig_instances.iter().any(|m| nvml::same_uuid(&m.uuid, &d.uuid))
+        }),
+        _ => None,
+    };
     if args.json {
-        println!(
-            "[{{\"index\":{},\"name\":{:?},\"backend\":{:?},\"total_memory\":{},\"free_memory\":{},\"compute_capability\":[{},{}]}}]",
-            d.index, d.name, d.backend, d.total_memory, host.free_memory(), d.compute_capability.0, d.compute_capability.1
-        );
-    } else {
-        println!("{:<6} {:<8} {:<12} {:<12} {:<6} NAME", "INDEX", "BACKEND", "MEMORY", "FREE", "CC");
-        println!(
-            "{:<6} {:<8} {:<12} {:<12} {:<6} {}",
+        let mut out = String::from("[");
+        let _ = write!(
+            out,
+            "{{\"index\":{},\"lent\":true,\"name\":{},\"backend\":{},\"total_memory\":{},\"free_memory\":{},\"compute_capability\":[{},{}],\"device_memory\":{},\"uuid\":{},\"driver_version\":{},\"pinned_data\":{}",
             d.index,
-            d.backend,
-            format_size(d.total_memory),
-            format_size(host.free_memory()),
-            format!("{}.{}", d.compute_capability.0, d.compute_capability.1),
-            d.name
+            json_str(&d.name),
+            json_str(d.backend),
+            d.total_memory,
+            host.free_memory(),
+            d.compute_capability.0,
+            d.compute_capability.1,
+            d.device_memory,
+            json_str(&d.uuid),
+            d.driver_version,
+            d.pinned_data
+        );
+        if let Some(g) = lent_gpu {
+            let _ = write!(out, ",\"nvml\":{}", gpu_json(g, nvml.as_ref().ok()));
+        }
+        if let Some(why) = &started.cuda_unusable {
+            let _ = write!(out, ",\"cuda_unusable\":{}", json_str(why));
+        }
+        if let Err(why) = &nvml {
+            let _ = write!(out, ",\"nvml_error\":{}", json_str(why));
+        }
+        out.push('}');
+        if let Ok(inv) = &nvml {
+            for g in inv.gpus.iter().filter(|g| lent_gpu.is_none_or(|l| l.index != g.index)) {
+                let _ = write!(
+                    out,
+                    ",{{\"index\":{},\"lent\":false,\"name\":{},\"backend\":\"cuda\",\"uuid\":{},\"nvml\":{}}}",
+                    g.index,
+                    json_str(&g.name),
+                    json_str(&g.uuid),
+                    gpu_json(g, Some(inv))
+                );
+            }
+        }
+        out.push(']');
+        println!("{out}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("{:<6} {:<8} {:<12} {:<12} {:<6} NAME", "INDEX", "BACKEND", "MEMORY", "FREE", "CC");
+    println!(
+        "{:<6} {:<8} {:<12} {:<12} {:<6} {}",
+        d.index,
+        d.backend,
+        human(d.total_memory),
+        human(host.free_memory()),
+        format!("{}.{}", d.compute_capability.0, d.compute_capability.1),
+        d.name
+    );
+    if d.backend == "cuda" {
+        println!(
+            "       device memory {}; lent {} (the rest is reserved for worker contexts or withheld by the policy); {}",
+            human(d.device_memory),
+            human(d.total_memory),
+            if d.pinned_data { "pinned data region" } else { "pageable data region (cuMemHostRegister failed)" }
         );
     }
+    if let Some(why) = &started.cuda_unusable {
+        println!("CUDA not used: {why}");
+    }
+    match &nvml {
+        Err(why) => println!("GPUs: none listed ({why})"),
+        Ok(inv) if inv.gpus.is_empty() => println!("GPUs: NVML (driver {}) lists none", inv.driver_version),
+        Ok(inv) => {
+            println!("GPUs (NVML, driver {}, CUDA {}):", inv.driver_version, cuda_version(inv.cuda_version));
+            for g in &inv.gpus {
+                let lent = if lent_gpu.is_some_and(|l| l.index == g.index) { "  [lent]" } else { "" };
+                let cc = g.compute_capability.map_or("?".into(), |(a, b)| format!("{a}.{b}"));
+                println!(
+                    "  GPU {}  {}  {}  compute {cc}  memory {}, {} free  MIG {}{lent}",
+                    g.index,
+                    g.name,
+                    g.uuid,
+                    human(g.memory_total),
+                    human(g.memory_free),
+                    g.mig.as_str()
+                );
+                for m in &g.mig_instances {
+                    println!("    MIG {}  {}  {}  memory {}, {} free", m.index, m.name, m.uuid, human(m.memory_total), human(m.memory_free));
+                }
+                if g.mig == MigMode::Enabled && g.mig_instances.is_empty() {
+                    println!("    (MIG enabled, no instances created)");
+                }
+            }
+        }
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+fn cuda_version(v: u32) -> String {
+    format!("{}.{}", v / 1000, (v % 1000) / 10)
+}
+
+fn gpu_json(g: &Gpu, inv: Option<&Inventory>) -> String {
+    let mut s = format!(
+        "{{\"uuid\":{},\"pci_bus_id\":{},\"memory_total\":{},\"memory_free\":{},\"memory_used\":{},\"mig_mode\":{}",
+        json_str(&g.uuid),
+        json_str(&g.pci_bus_id),
+        g.memory_total,
+        g.memory_free,
+        g.memory_used,
+        json_str(g.mig.as_str())
+    );
+    match g.compute_capability {
+        Some((a, b)) => {
+            let _ = write!(s, ",\"compute_capability\":[{a},{b}]");
+        }
+        None => s.push_str(",\"compute_capability\":null"),
+    }
+    if let Some(inv) = inv {
+        let _ = write!(s, ",\"driver\":{},\"cuda_version\":{}", json_str(&inv.driver_version), inv.cuda_version);
+    }
+    s.push_str(",\"mig_instances\":[");
+    for (i, m) in g.mig_instances.iter().enumerate() {
+        if i > 0 {
+            s.push(',');
+        }
+        let _ = write!(
+            s,
+            "{{\"index\":{},\"name\":{},\"uuid\":{},\"memory_total\":{},\"memory_free\":{}}}",
+            m.index,
+            json_str(&m.name),
+            json_str(&m.uuid),
+            m.memory_total,
+            m.memory_free
+        );
+    }
+    s.push_str("]}");
+    s
+}
+
+/// A JSON string literal.
+fn json_str(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn json_strings_are_escaped() {
+        assert_eq!(super::json_str("a\"b\\c\n\u{1}é"), "\"a\\\"b\\\\c\\n\\u0001é\"");
+    }
 }

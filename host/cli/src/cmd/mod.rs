@@ -1,3 +1,4 @@
 pub mod check;
 pub mod inventory;
+pub mod ptx;
 pub mod run;

@@ -48,9 +48,12 @@ pub(crate) fn int2(op: I2, t: IT, x: u64, y: u64) -> u64 {
         I2::Sub => x.wrapping_sub(y) & m,
         I2::MulLo => x.wrapping_mul(y) & m,
         I2::MulHi => ((wide_mul(t, x, y) >> b) as u64) & m,
-        I2::Mul24Lo => {
+        I2::Mul24Lo | I2::Mul24Hi => {
             let (a, c) = if t.signed { (sext(x, 24), sext(y, 24)) } else { ((x & 0xff_ffff) as i64, (y & 0xff_ffff) as i64) };
-            (a.wrapping_mul(c) as u64) & m
+            // The 48-bit product fits an i64 exactly; .hi is its bits 47..16.
+            let p = a.wrapping_mul(c);
+            let p = if op == I2::Mul24Hi { p >> 16 } else { p };
+            (p as u64) & m
         }
         I2::Div => {
             let (a, c) = (ival(x, t), ival(y, t));
@@ -146,6 +149,7 @@ pub(crate) fn int3(op: I3, t: IT, x: u64, y: u64, z: u64) -> u64 {
         I3::MadHi => ((wide_mul(t, x, y) >> b) as u64).wrapping_add(z) & m,
         I3::MadWide => (wide_mul(t, x, y) as u64).wrapping_add(z) & mask(t.bits.saturating_mul(2)),
         I3::Mad24Lo => int2(I2::Mul24Lo, t, x, y).wrapping_add(z) & m,
+        I3::Mad24Hi => int2(I2::Mul24Hi, t, x, y).wrapping_add(z) & m,
         I3::Bfe => {
             let msb = b - 1;
             let pos = (y & 0xff) as u32;
@@ -207,6 +211,19 @@ pub(crate) fn int3(op: I3, t: IT, x: u64, y: u64, z: u64) -> u64 {
             }
             acc as u64
         }
+        I3::Dp2a(hi) => {
+            let sa = (t.bits - 32) & 1 != 0;
+            let sb = (t.bits - 32) & 2 != 0;
+            let mut acc = z as u32;
+            for k in 0..2 {
+                let a = (x >> (16 * k)) & 0xffff;
+                let c = (y >> (8 * (k + 2 * hi as u64))) & 0xff;
+                let a = if sa { a as u16 as i16 as i32 } else { a as i32 };
+                let c = if sb { c as u8 as i8 as i32 } else { c as i32 };
+                acc = acc.wrapping_add(a.wrapping_mul(c) as u32);
+            }
+            acc as u64
+        }
     }
 }
 
@@ -244,6 +261,19 @@ pub(crate) fn f2(op: F2, f: FT, rnd: Rnd, ftz: bool, sat: bool, a: u64, b: u64) 
         F2::Sub => float::add(f, a, b ^ sign_bit(f), rnd),
         F2::Mul => float::mul(f, a, b, rnd),
         F2::Div => float::div(f, a, b, rnd),
+        F2::DivApprox => {
+            let (x, y) = (to_f64(f, a), to_f64(f, b));
+            if y.abs() > 2f64.powi(126) {
+                // 1/b is below the normal range and flushed: a * 0.
+                if x.is_infinite() || x.is_nan() {
+                    float::canonical_nan(f)
+                } else {
+                    (a ^ b) & sign_bit(f)
+                }
+            } else {
+                float::div(f, a, b, rnd)
+            }
+        }
         F2::Min => float::minmax(f, a, b, false, false),
         F2::Max => float::minmax(f, a, b, true, false),
         F2::MinNaN => float::minmax(f, a, b, false, true),

@@ -29,7 +29,21 @@ pub struct WorkerPolicy {
     pub op_timeout: Duration,
     /// Device memory of the emulated device (`emu` backend).
     pub emu_memory: u64,
+    /// Most device memory lent to leases in all; `None`: the device's memory less
+    /// `context_reserve` per worker (and for emu, `emu_memory`).
+    pub max_device_memory: Option<u64>,
+    /// Device memory set aside for each worker's CUDA context (code, stacks, printf buffer),
+    /// which leases cannot use. Also bounds the pool: contexts may take at most half the device.
+    pub context_reserve: u64,
+    /// Reuse a worker (reset) after its lease ends cleanly; `false` gives every lease a fresh
+    /// process and CUDA context (see docs/operating.md).
+    pub reuse: bool,
 }
+
+/// Default [`WorkerPolicy::context_reserve`]: a CUDA context on a current datacenter GPU takes
+/// roughly 300-600 MiB of device memory (local-memory stacks for every resident thread, the
+/// printf FIFO and malloc heap, loaded code).
+pub const DEFAULT_CONTEXT_RESERVE: u64 = 512 << 20;
 
 impl Default for Policy {
     fn default() -> Self {
@@ -47,6 +61,9 @@ impl Default for Policy {
                 kernel_deadline: Duration::from_secs(10),
                 op_timeout: Duration::from_secs(30),
                 emu_memory: 4 << 30,
+                max_device_memory: None,
+                context_reserve: DEFAULT_CONTEXT_RESERVE,
+                reuse: true,
             },
         }
     }
@@ -100,6 +117,11 @@ impl Policy {
         set(&mut p.workers.kernel_deadline, w.kernel_deadline.map(|t| t.0));
         set(&mut p.workers.op_timeout, w.op_timeout.map(|t| t.0));
         set(&mut p.workers.emu_memory, w.emu_memory.map(|s| s.0));
+        if let Some(m) = w.max_device_memory {
+            p.workers.max_device_memory = Some(m.0);
+        }
+        set(&mut p.workers.context_reserve, w.context_reserve.map(|s| s.0));
+        set(&mut p.workers.reuse, w.reuse);
         if p.workers.max == 0 {
             return Err((None, "`[workers] max` must be at least 1".into()));
         }
@@ -152,6 +174,9 @@ struct RawWorkers {
     kernel_deadline: Option<Time>,
     op_timeout: Option<Time>,
     emu_memory: Option<Size>,
+    max_device_memory: Option<Size>,
+    context_reserve: Option<Size>,
+    reuse: Option<bool>,
 }
 
 #[cfg(test)]
@@ -176,6 +201,16 @@ mod tests {
         assert_eq!(g.gpu.max_leases, 1);
         assert_eq!(g.gpu.max_lease_time, Duration::from_secs(10));
         assert!(g.gpu.rights.contains(Right::Launch) && !g.gpu.rights.contains(Right::Read));
+    }
+
+    #[test]
+    fn worker_memory_keys_parse() {
+        let p = Policy::parse("[workers]\nmax-device-memory = \"8GiB\"\ncontext-reserve = \"256MiB\"\nreuse = false\n").unwrap();
+        assert_eq!(p.workers.max_device_memory, Some(8 << 30));
+        assert_eq!(p.workers.context_reserve, 256 << 20);
+        assert!(!p.workers.reuse);
+        let d = Policy::parse("").unwrap();
+        assert_eq!((d.workers.max_device_memory, d.workers.context_reserve, d.workers.reuse), (None, DEFAULT_CONTEXT_RESERVE, true));
     }
 
     #[test]

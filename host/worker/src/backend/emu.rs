@@ -6,6 +6,7 @@ use tasklet_ptx::{DeviceMemory, ExecError, LaunchParams, MemError, Module};
 
 use super::{Backend, BackendError, LaunchRequest, LoadedModule, WorkerInfo};
 use crate::error::ErrorKind;
+use crate::nvrtc::{self, NvrtcError};
 
 /// Allocation granularity the cap is accounted in (the emulator aligns allocations to this).
 const GRANULE: u64 = 256;
@@ -16,9 +17,12 @@ pub struct EmuBackend {
     mem: DeviceMemory,
     modules: HashMap<u32, Module>,
     next_module: u32,
-    /// Start address → accounted bytes, for the cap and for `free` of a non-allocation.
-    allocs: HashMap<u64, u64>,
+    /// Start address → (accounted, requested) bytes, for the cap and for `free` of a
+    /// non-allocation.
+    allocs: HashMap<u64, (u64, u64)>,
     used: u64,
+    /// Sum of the requested sizes of live allocations.
+    requested: u64,
     cap: u64,
     threads: usize,
 }
@@ -33,6 +37,7 @@ impl EmuBackend {
             next_module: 1,
             allocs: HashMap::new(),
             used: 0,
+            requested: 0,
             cap: device_memory,
             threads,
         }
@@ -63,6 +68,12 @@ impl Backend for EmuBackend {
             memory_used: self.used,
             allocations: self.allocs.len() as u32,
             modules: self.modules.len() as u32,
+            memory_requested: self.requested,
+            device_memory: self.cap,
+            compute_capability: (8, 0),
+            uuid: String::new(),
+            driver_version: 0,
+            pinned_data: false,
         }
     }
 
@@ -78,13 +89,14 @@ impl Backend for EmuBackend {
             ));
         }
         let addr = self.mem.alloc(bytes).map_err(mem_error)?;
-        self.allocs.insert(addr, accounted);
+        self.allocs.insert(addr, (accounted, bytes));
         self.used += accounted;
+        self.requested += bytes;
         Ok(addr)
     }
 
     fn free(&mut self, addr: u64) -> Result<(), BackendError> {
-        let Some(&accounted) = self.allocs.get(&addr) else {
+        let Some(&(accounted, requested)) = self.allocs.get(&addr) else {
             return Err(BackendError::new(
                 ErrorKind::InvalidArgument,
                 format!("{addr:#x} is not the start of an allocation"),
@@ -93,6 +105,7 @@ impl Backend for EmuBackend {
         self.mem.free(addr).map_err(mem_error)?;
         self.allocs.remove(&addr);
         self.used -= accounted;
+        self.requested -= requested;
         Ok(())
     }
 
@@ -127,12 +140,21 @@ impl Backend for EmuBackend {
         Ok(LoadedModule { id, kernels })
     }
 
-    fn load_source(&mut self, _source: &str, _options: &[&str]) -> Result<LoadedModule, BackendError> {
-        Err(BackendError::new(
-            ErrorKind::Unsupported,
-            "the emu backend runs PTX only: compiling CUDA C needs NVRTC (the cuda backend with the \
-             nvidia-cuda-nvrtc package installed); load the PTX instead",
-        ))
+    /// Compiles with NVRTC (found at run time, see [`crate::nvrtc`]; `compute_80` unless the
+    /// options name an architecture) and loads the PTX like `load_module`.
+    fn load_source(&mut self, source: &str, options: &[&str]) -> Result<LoadedModule, BackendError> {
+        let options: Vec<String> = options.iter().map(|o| o.to_string()).collect();
+        let ptx = nvrtc::compile(source, &options).map_err(|e| match e {
+            NvrtcError::NotFound { .. } => BackendError::new(
+                ErrorKind::Unsupported,
+                format!("the emu backend compiles CUDA C with NVRTC, which is not installed: {e}"),
+            ),
+            // Compile errors (with NVRTC's log), bad options, a broken NVRTC install.
+            _ => BackendError::new(ErrorKind::LoadFailed, e.to_string()),
+        })?;
+        self.load_module(&ptx).map_err(|e| {
+            BackendError::new(e.kind, format!("{} (in the PTX NVRTC made of the source)", e.message))
+        })
     }
 
     fn unload_module(&mut self, id: u32) -> Result<(), BackendError> {
@@ -172,6 +194,7 @@ impl Backend for EmuBackend {
         self.modules.clear();
         self.allocs.clear();
         self.used = 0;
+        self.requested = 0;
         Ok(())
     }
 }

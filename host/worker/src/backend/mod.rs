@@ -1,24 +1,26 @@
 //! What a worker process executes requests against.
 //!
 //! One trait, [`Backend`], with one implementation per device kind: [`EmuBackend`] (the PTX
-//! emulator, for CI and machines without a GPU) and, later, a `cuda` backend over cudarc. Both
-//! sit behind the same protocol, supervisor and pool, so the whole path is tested everywhere.
+//! emulator, for CI and machines without a GPU) and [`CudaBackend`] (an NVIDIA GPU through the
+//! CUDA driver API, loaded at run time). Both sit behind the same protocol, supervisor and pool,
+//! so the whole path is tested everywhere.
 //!
-//! Seam for the `cuda` backend (not built yet): add `backend/cuda.rs` implementing [`Backend`]
-//! (one context per worker process; dynamic loading so the binary starts without CUDA), and
-//! construct it in [`open`]. Things it must honour that the emulator gets for free:
-//! - new allocations read as zeros (DESIGN.md invariant 6): `cuMemsetD8` after `cuMemAlloc`;
+//! What every backend honours (the emulator gets most for free; see `cuda/mod.rs` for how the
+//! GPU does):
+//! - new allocations read as zeros (DESIGN.md invariant 6);
 //! - `reset` frees everything and unloads every module, returning to the state at start;
-//! - `load_source` runs NVRTC and can report kernel signatures by parsing the resulting PTX with
-//!   `tasklet_ptx::Module::parse` (for `KernelInfo::param_layout`);
-//! - `launch` ignores `step_limit`: the host's deadline kills the process instead;
-//! - the transport's data region is plain shared memory; registering it with
-//!   `cuMemHostRegister` makes writes and reads run at pinned speed.
+//! - module loads report each kernel's parameter layout (`KernelInfo::param_layout`), from which
+//!   the host builds argument blocks;
+//! - a kernel that runs past its deadline fails with `DeadlineExceeded` (emu: the step limit;
+//!   cuda: `LaunchRequest::deadline_ns`, enforced when the worker waits for the kernel and by a
+//!   watchdog), a fault with `KernelFault`; both poison the worker.
 
+pub mod cuda;
 mod emu;
 mod null;
 
 pub use crate::protocol::{LaunchRequest, WorkerInfo};
+pub use cuda::CudaBackend;
 pub use emu::EmuBackend;
 pub use null::NullBackend;
 
@@ -73,7 +75,8 @@ impl BackendError {
 }
 
 /// A device as one worker process sees it. Calls are synchronous: when one returns, its effect is
-/// complete (an asynchronous backend may instead queue and report errors at `sync`).
+/// complete — except `launch` on an asynchronous backend (cuda), which queues the kernel and
+/// reports its errors at `sync` (or at the next op that waits for it).
 pub trait Backend {
     fn info(&self) -> WorkerInfo;
     /// Allocates `bytes` (> 0) of zeroed device memory; returns its device address.
@@ -103,6 +106,9 @@ pub struct BackendOptions {
     pub emu_threads: usize,
     /// Serve with [`NullBackend`] whatever the kind says (tests and IPC benchmarks).
     pub null: bool,
+    /// The host/worker data region (address, bytes) in this process, for the cuda backend to
+    /// page-lock (`cuMemHostRegister`) so writes and reads are DMA.
+    pub data_region: Option<(usize, usize)>,
 }
 
 /// Opens the backend a worker was asked for. Errors are for people: the worker reports them to
@@ -113,6 +119,6 @@ pub fn open(kind: BackendKind, opts: &BackendOptions) -> Result<Box<dyn Backend>
     }
     match kind {
         BackendKind::Emu => Ok(Box::new(EmuBackend::new(opts.device_memory, opts.emu_threads))),
-        BackendKind::Cuda => Err("the cuda backend is not built into this worker yet; use the emu backend".into()),
+        BackendKind::Cuda => Ok(Box::new(CudaBackend::open(opts)?)),
     }
 }

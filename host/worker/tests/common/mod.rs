@@ -23,6 +23,7 @@ pub fn pool_config(null_backend: bool, warm: usize, max_workers: usize) -> PoolC
         max_workers,
         device_memory: 64 << 20,
         op_timeout: Duration::from_secs(5),
+        reuse: true,
     }
 }
 

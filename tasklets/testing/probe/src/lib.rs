@@ -19,6 +19,11 @@
 //! | `hold <secs>` | lease 1 MiB for 60 s; session; alloc 4096; write it; sync and sleep 20 ms until an op fails or `<secs>` passed → `ok held` or the error |
 //! | `leases <n>` | acquire `n` leases of 1 MiB for 60 s, keeping them all → `ok lease <i> device=<d>` per acquire (failures do not stop it) |
 //! | `grow <mib>` | fill a `<mib>` MiB vector in linear memory → `ok grew <mib>` (or a trap past the memory limit) |
+//! | `verify <secs>` | lease 1 MiB; session; load `iota`; alloc 16 KiB; until `<secs>` pass: zero it, launch `iota(buf, n)` with `n` varying, sync, read it all and check `i + 1` below `n` and zeros above, sleep 5 ms → `ok verified <rounds>`, or the first failing step's `error` line, or `error wrong-result <where>` |
+//! | `pattern <mib>` | lease `<mib>` MiB; alloc it all; write `0xa5` everywhere (1 MiB writes); read it back and check → `ok pattern <bytes>`; then drop everything |
+//! | `zeros <mib>` | lease `<mib>` MiB; alloc it all; read it back (1 MiB reads) and check every byte is 0 → `ok zeros <bytes>` or `error nonzero offset <o> byte <b>` |
+//! | `spin-big <mib>` | lease `<mib>` MiB + 1 MiB; alloc `<mib>` MiB; then as `spin` (its lines) |
+//! | `lease <mib>` | acquire one lease of `<mib>` MiB for 10 s → `ok lease <granted bytes>` |
 //! | `bench <n>` | `n` calls each of lease info, sync (idle session) and 4 KiB write+read pairs, timed in batches of 100 → `info_ns <ns>`, `sync_ns <ns>`, `rw4k_ns <ns>`: the median over batches of the mean time per call, in whole nanoseconds |
 //!
 //! An unknown command, or a missing or malformed argument, is an `Err`.
@@ -70,10 +75,16 @@ fn run(input: Vec<u8>) -> Result<Vec<u8>, String> {
         "leases" => leases(&mut out, number(command, arg)?),
         "grow" => grow(&mut out, number(command, arg)?),
         "bench" => bench(&mut out, number::<u32>(command, arg)?.max(1)),
+        "verify" => verify(&mut out, number(command, arg)?),
+        "pattern" => pattern(&mut out, number(command, arg)?),
+        "zeros" => zeros(&mut out, number(command, arg)?),
+        "spin-big" => spin_big(&mut out, number(command, arg)?),
+        "lease" => lease_mib(&mut out, number(command, arg)?),
         _ => {
             return Err(format!(
                 "unknown command {command:?}; expected one of alloc-past-lease, foreign-buffer, \
-                 expire, trap, oob-read, bad-ptx, fault, spin, hold <secs>, leases <n>, bench <n>"
+                 expire, trap, oob-read, bad-ptx, fault, spin, hold <secs>, leases <n>, bench <n>, \
+                 verify <secs>, pattern <mib>, zeros <mib>, spin-big <mib>, lease <mib>"
             ))
         }
     };
@@ -285,6 +296,103 @@ fn hold(out: &mut Out, secs: f64) -> Step {
         sleep(Duration::from_millis(20));
     }
     out.ok("held");
+    Ok(())
+}
+
+fn verify(out: &mut Out, secs: f64) -> Step {
+    const N: u32 = 4096;
+    let limit = Duration::try_from_secs_f64(secs).map_err(|_| {
+        out.error(&Error::InvalidInput(format!("verify: {secs} is not a duration in seconds")));
+        Stopped
+    })?;
+    let lease = acquire(out, MIB, 60)?;
+    let session = out.setup(Session::open(&lease))?;
+    let module = out.setup(session.module_load(IOTA_PTX))?;
+    let buf = out.setup(session.mem_alloc(4 * u64::from(N)))?;
+    let zeros = vec![0u8; 4 * N as usize];
+    let start = Instant::now();
+    let mut rounds = 0u32;
+    while start.elapsed() < limit {
+        let n = 1 + rounds.wrapping_mul(37) % N;
+        out.setup(session.mem_write(&buf, 0, &zeros))?;
+        let args = [buffer_arg(&buf), KernelArg::U32(n)];
+        out.setup(session.launch(&module, "iota", config(n.div_ceil(128), 128), &args))?;
+        out.setup(session.sync())?;
+        let data = out.setup(session.mem_read(&buf, 0, 4 * u64::from(N)))?;
+        for (i, c) in data.chunks_exact(4).enumerate() {
+            let got = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            let want = if (i as u32) < n { i as u32 + 1 } else { 0 };
+            if got != want {
+                writeln!(out.0, "error wrong-result round {rounds} n={n} index {i}: got {got}, want {want}").unwrap();
+                return Ok(());
+            }
+        }
+        rounds += 1;
+        sleep(Duration::from_millis(5));
+    }
+    out.ok(format!("verified {rounds}"));
+    Ok(())
+}
+
+fn pattern(out: &mut Out, mib: u64) -> Step {
+    let lease = acquire(out, mib * MIB, 60)?;
+    let session = out.setup(Session::open(&lease))?;
+    let buf = out.setup(session.mem_alloc(mib * MIB))?;
+    let chunk = vec![0xa5u8; MIB as usize];
+    for i in 0..mib {
+        out.setup(session.mem_write(&buf, i * MIB, &chunk))?;
+    }
+    for i in 0..mib {
+        let data = out.setup(session.mem_read(&buf, i * MIB, MIB))?;
+        if let Some(at) = data.iter().position(|&b| b != 0xa5) {
+            writeln!(out.0, "error wrong-result offset {} byte {}", i * MIB + at as u64, data[at]).unwrap();
+            return Ok(());
+        }
+    }
+    out.ok(format!("pattern {}", mib * MIB));
+    Ok(())
+}
+
+fn zeros(out: &mut Out, mib: u64) -> Step {
+    let lease = acquire(out, mib * MIB, 60)?;
+    let session = out.setup(Session::open(&lease))?;
+    let buf = out.setup(session.mem_alloc(mib * MIB))?;
+    for i in 0..mib {
+        let data = out.setup(session.mem_read(&buf, i * MIB, MIB))?;
+        if let Some(at) = data.iter().position(|&b| b != 0) {
+            writeln!(out.0, "error nonzero offset {} byte {}", i * MIB + at as u64, data[at]).unwrap();
+            return Ok(());
+        }
+    }
+    out.ok(format!("zeros {}", mib * MIB));
+    Ok(())
+}
+
+fn spin_big(out: &mut Out, mib: u64) -> Step {
+    let lease = acquire(out, (mib + 1) * MIB, 60)?;
+    let session = out.setup(Session::open(&lease))?;
+    let _big = out.setup(session.mem_alloc(mib * MIB))?;
+    let module = out.setup(session.module_load(FAULTS_PTX))?;
+    let buf = out.setup(session.mem_alloc(4))?;
+    let args = [buffer_arg(&buf)];
+    out.step(
+        session.launch(&module, "spin_forever", config(1, 32), &args),
+        |_| "launch spin_forever".into(),
+    );
+    out.step(session.sync(), |_| "sync".into());
+    Ok(())
+}
+
+fn lease_mib(out: &mut Out, mib: u64) -> Step {
+    let r = Lease::acquire(LeaseRequest {
+        min_vram: mib.saturating_mul(MIB),
+        secs: 10,
+        device: None,
+    });
+    out.step(r, |l| match l.info() {
+        Ok(info) => format!("lease {}", info.granted_bytes),
+        Err(_) => "lease".into(),
+    });
     Ok(())
 }
 

@@ -1,0 +1,480 @@
+//! The CUDA backend: one CUDA context per worker process, over the driver API (cudarc's loader,
+//! see [`driver`]).
+//!
+//! - [`context`]: the device and its primary context;
+//! - [`memory`]: allocation books (cap, bounds of every copy) and the pinned data region;
+//! - [`modules`]: PTX through the driver JIT, kernel signatures from `tasklet_ptx`, a module cache;
+//! - [`launch`]: asynchronous launches with deadlines and the watchdog;
+//! - [`errors`]: driver results → typed kinds with the driver's words.
+//!
+//! Ordering: everything runs on the legacy default stream, so an allocation's zeroing, copies and
+//! kernels execute in the order the host sent them. Launches are asynchronous (the worker answers
+//! once the kernel is queued); every other op except `info` first waits for the queued kernels,
+//! deadline-aware, so an op never blocks behind a runaway kernel: it fails with
+//! `DeadlineExceeded` at the kernel's deadline instead. `sync` is exactly that wait plus a check
+//! that the stream finished without error.
+//!
+//! After a fault or a missed deadline the backend is poisoned: every op but `info` fails with that
+//! error, without touching the driver (the host kills the process on seeing it).
+
+mod context;
+pub mod driver;
+mod errors;
+mod launch;
+mod memory;
+mod modules;
+
+use std::ffi::c_void;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{Backend, BackendError, BackendOptions, LaunchRequest, LoadedModule, WorkerInfo};
+use crate::error::ErrorKind;
+use crate::nvrtc::{self, NvrtcError};
+use driver::*;
+use errors::{LaunchContext, LoadTarget};
+use launch::Timeline;
+use memory::{Allocations, Pinned};
+use modules::Modules;
+
+pub use driver::NO_DRIVER;
+pub use launch::{MAX_PENDING, WATCHDOG_GRACE};
+
+/// Dynamic shared memory a kernel may use without opting in.
+const DEFAULT_SHARED_LIMIT: u32 = 48 * 1024;
+const CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: i32 = 0;
+const CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: i32 = 8;
+
+/// 16-byte aligned scratch for argument blocks (parameters declared `.align 16`).
+#[derive(Clone, Copy)]
+#[repr(C, align(16))]
+struct Chunk([u8; 16]);
+
+pub struct CudaBackend {
+    drv: &'static Driver,
+    dev: context::Device,
+    mem: Allocations,
+    modules: Modules,
+    timeline: Arc<Timeline>,
+    args: Vec<Chunk>,
+    poisoned: Option<BackendError>,
+    pinned: Option<Pinned>,
+    /// Asynchronous work outside the launch queue (zeroing of new memory, device-to-device
+    /// copies) issued since the last `sync`: `sync` then also checks the stream itself.
+    unchecked_async: bool,
+}
+
+impl CudaBackend {
+    /// Loads the driver, opens device 0 and its context, registers the data region, starts the
+    /// watchdog. Errors are for people: the host shows them when the worker cannot start.
+    pub fn open(opts: &BackendOptions) -> Result<CudaBackend, String> {
+        let drv = driver::driver()?;
+        let dev = context::open(drv)?;
+        let timeline = Timeline::start(drv, dev.ctx)?;
+        let pinned = match opts.data_region {
+            Some((addr, len)) => match Pinned::register(drv, addr as *mut u8, len) {
+                Ok(p) => Some(p),
+                Err(why) => {
+                    eprintln!(
+                        "tasklet worker {}: {why}; writes and reads go through pageable memory (slower)",
+                        std::process::id()
+                    );
+                    None
+                }
+            },
+            None => None,
+        };
+        // Device printf output goes to this process's stdout; send it where emulated printf
+        // goes (stderr, which is the host's).
+        // SAFETY: plain dup2 of our own standard descriptors.
+        unsafe { libc::dup2(libc::STDERR_FILENO, libc::STDOUT_FILENO) };
+        let cap = opts.device_memory.min(dev.total_memory);
+        Ok(CudaBackend {
+            drv,
+            dev,
+            mem: Allocations::new(cap),
+            modules: Modules::new(),
+            timeline,
+            args: vec![Chunk([0; 16]); 64],
+            poisoned: None,
+            pinned,
+            unchecked_async: false,
+        })
+    }
+
+    /// Keeps a poisoning error so every later op fails the same way.
+    fn fail(&mut self, e: BackendError) -> BackendError {
+        if e.kind.poisons_worker() && self.poisoned.is_none() {
+            self.poisoned = Some(e.clone());
+        }
+        e
+    }
+
+    fn usable(&self) -> Result<(), BackendError> {
+        match &self.poisoned {
+            Some(e) => Err(BackendError::new(e.kind, format!("worker unusable after an earlier error: {}", e.message))),
+            None => Ok(()),
+        }
+    }
+
+    /// Usable, and every queued kernel finished within its deadline.
+    fn ready(&mut self) -> Result<(), BackendError> {
+        self.usable()?;
+        self.timeline.drain().map_err(|e| self.fail(e))
+    }
+
+    fn call(&mut self, r: Result<(), CallError>, what: &str) -> Result<(), BackendError> {
+        r.map_err(|e| {
+            let err = errors::call_error(self.drv, e, what);
+            self.fail(err)
+        })
+    }
+
+    fn load_target(&self) -> LoadTarget {
+        LoadTarget { compute_capability: self.dev.compute_capability, driver_version: self.dev.driver_version }
+    }
+
+    fn unload(&mut self, module: CuModule) -> Result<(), BackendError> {
+        // SAFETY: a module this backend loaded and no longer refers to; the queue is drained.
+        let r = unsafe { (self.drv.module_unload)(module) };
+        self.call(check("cuModuleUnload", r), "unloading a module")
+    }
+}
+
+impl Backend for CudaBackend {
+    fn info(&self) -> WorkerInfo {
+        WorkerInfo {
+            backend: "cuda".into(),
+            device: self.dev.name.clone(),
+            memory_total: self.mem.cap,
+            memory_used: self.mem.used,
+            allocations: self.mem.len() as u32,
+            modules: self.modules.len() as u32,
+            memory_requested: self.mem.requested,
+            device_memory: self.dev.total_memory,
+            compute_capability: self.dev.compute_capability,
+            uuid: self.dev.uuid.clone(),
+            driver_version: self.dev.driver_version,
+            pinned_data: self.pinned.is_some(),
+        }
+    }
+
+    fn alloc(&mut self, bytes: u64) -> Result<u64, BackendError> {
+        self.ready()?;
+        let accounted = self.mem.admit(bytes)?;
+        let size = usize::try_from(bytes)
+            .map_err(|_| BackendError::new(ErrorKind::OutOfMemory, format!("{bytes} bytes do not fit this host's address size")))?;
+        let mut addr: CuDevicePtr = 0;
+        // SAFETY: valid out-pointer; context current.
+        let r = unsafe { (self.drv.mem_alloc)(&mut addr, size) };
+        if r == CUDA_ERROR_OUT_OF_MEMORY {
+            return Err(BackendError::new(
+                ErrorKind::OutOfMemory,
+                format!("the device has no {bytes} bytes free (cuMemAlloc: {})", self.drv.describe(r)),
+            ));
+        }
+        self.call(check("cuMemAlloc", r), "allocating device memory")?;
+        // New memory reads as zeros whatever an earlier tenant left there (DESIGN invariant 6).
+        // On the default stream: ordered before every later copy and kernel.
+        // SAFETY: the allocation just made, whole.
+        let r = unsafe { (self.drv.memset_d8)(addr, 0, size) };
+        if let Err(e) = self.call(check("cuMemsetD8", r), "zeroing new device memory") {
+            // SAFETY: ours, unused.
+            unsafe { (self.drv.mem_free)(addr) };
+            return Err(e);
+        }
+        self.mem.insert(addr, bytes, accounted);
+        self.unchecked_async = true;
+        Ok(addr)
+    }
+
+    fn free(&mut self, addr: u64) -> Result<(), BackendError> {
+        self.ready()?;
+        if self.mem.get(addr).is_none() {
+            return Err(BackendError::new(ErrorKind::InvalidArgument, format!("{addr:#x} is not the start of an allocation")));
+        }
+        // SAFETY: a live allocation of ours; no queued kernel uses it (drained).
+        let r = unsafe { (self.drv.mem_free)(addr) };
+        self.call(check("cuMemFree", r), "freeing device memory")?;
+        self.mem.remove(addr);
+        Ok(())
+    }
+
+    fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), BackendError> {
+        self.ready()?;
+        self.mem.check_range(addr, data.len() as u64)?;
+        if data.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: `data` is valid for its length (the data region, pinned when registration
+        // worked: DMA); the range lies in one allocation. Synchronous for pinned memory.
+        let r = unsafe { (self.drv.memcpy_htod)(addr, data.as_ptr().cast::<c_void>(), data.len()) };
+        // From pageable memory the call returns once the data is staged, before the DMA is done.
+        self.unchecked_async |= self.pinned.is_none();
+        self.call(check("cuMemcpyHtoD", r), "writing device memory")
+    }
+
+    fn read(&mut self, addr: u64, out: &mut [u8]) -> Result<(), BackendError> {
+        self.ready()?;
+        self.mem.check_range(addr, out.len() as u64)?;
+        if out.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: `out` is valid for writes of its length; the range lies in one allocation.
+        // Returns once the copy has completed.
+        let r = unsafe { (self.drv.memcpy_dtoh)(out.as_mut_ptr().cast::<c_void>(), addr, out.len()) };
+        self.call(check("cuMemcpyDtoH", r), "reading device memory")
+    }
+
+    fn copy(&mut self, dst: u64, src: u64, len: u64) -> Result<(), BackendError> {
+        self.ready()?;
+        self.mem.check_range(src, len)?;
+        self.mem.check_range(dst, len)?;
+        if len == 0 || dst == src {
+            return Ok(());
+        }
+        let n = usize::try_from(len).map_err(|_| BackendError::new(ErrorKind::OutOfBounds, "copy too large"))?;
+        let overlap = src < dst.saturating_add(len) && dst < src.saturating_add(len);
+        self.unchecked_async = true;
+        if !overlap {
+            // SAFETY: both ranges lie in live allocations and do not overlap.
+            let r = unsafe { (self.drv.memcpy_dtod)(dst, src, n) };
+            return self.call(check("cuMemcpyDtoD", r), "copying device memory");
+        }
+        // Overlapping ranges (memmove, as the emulator does): stage through a scratch allocation.
+        let mut tmp: CuDevicePtr = 0;
+        // SAFETY: valid out-pointer.
+        let r = unsafe { (self.drv.mem_alloc)(&mut tmp, n) };
+        if r == CUDA_ERROR_OUT_OF_MEMORY {
+            return Err(BackendError::new(
+                ErrorKind::OutOfMemory,
+                format!("an overlapping copy of {len} bytes needs as much scratch memory, and the device has none free"),
+            ));
+        }
+        self.call(check("cuMemAlloc", r), "allocating scratch for an overlapping copy")?;
+        // SAFETY: scratch and source/destination are live and of `n` bytes; ordered on the default stream.
+        let r1 = unsafe { (self.drv.memcpy_dtod)(tmp, src, n) };
+        let r2 = if r1 == CUDA_SUCCESS { unsafe { (self.drv.memcpy_dtod)(dst, tmp, n) } } else { r1 };
+        // cuMemFree waits for the copies that use the scratch.
+        // SAFETY: ours.
+        let r3 = unsafe { (self.drv.mem_free)(tmp) };
+        self.call(check("cuMemcpyDtoD", r1), "copying device memory")?;
+        self.call(check("cuMemcpyDtoD", r2), "copying device memory")?;
+        self.call(check("cuMemFree", r3), "freeing copy scratch")
+    }
+
+    fn load_module(&mut self, ptx: &str) -> Result<LoadedModule, BackendError> {
+        self.usable()?;
+        if let Some((id, kernels)) = self.modules.lookup(ptx)? {
+            return Ok(LoadedModule { id, kernels });
+        }
+        self.ready()?;
+        let target = self.load_target();
+        match self.modules.load(self.drv, ptx, &target) {
+            Ok((id, kernels)) => Ok(LoadedModule { id, kernels }),
+            Err(e) => Err(self.fail(e)),
+        }
+    }
+
+    fn load_source(&mut self, source: &str, options: &[&str]) -> Result<LoadedModule, BackendError> {
+        self.usable()?;
+        let mut opts: Vec<String> = options.iter().map(|o| o.to_string()).collect();
+        let names_arch = opts.iter().any(|o| {
+            let o = o.trim_start_matches('-');
+            o.starts_with("gpu-architecture") || o.starts_with("arch")
+        });
+        if !names_arch {
+            // PTX for exactly this device's architecture (compute_XY: NVRTC then returns PTX, which
+            // the driver JIT turns into this GPU's code).
+            let (major, minor) = self.dev.compute_capability;
+            opts.push(format!("--gpu-architecture=compute_{major}{minor}"));
+        }
+        let ptx = nvrtc::compile(source, &opts).map_err(|e| match e {
+            NvrtcError::NotFound { .. } => BackendError::new(
+                ErrorKind::Unsupported,
+                format!("compiling CUDA C needs NVRTC, which this node does not have: {e}; or load PTX instead"),
+            ),
+            other => BackendError::new(ErrorKind::LoadFailed, other.to_string()),
+        })?;
+        self.load_module(&ptx)
+            .map_err(|e| BackendError::new(e.kind, format!("{} (in the PTX NVRTC made of the source)", e.message)))
+    }
+
+    fn unload_module(&mut self, id: u32) -> Result<(), BackendError> {
+        self.usable()?;
+        if let Some(module) = self.modules.release(id)? {
+            self.ready()?;
+            self.unload(module)?;
+        }
+        Ok(())
+    }
+
+    fn launch(&mut self, l: &LaunchRequest<'_>) -> Result<(), BackendError> {
+        self.usable()?;
+        if l.deadline_ns == 0 {
+            return Err(BackendError::new(ErrorKind::InvalidArgument, "a launch needs a deadline above zero"));
+        }
+        let deadline = Duration::from_nanos(l.deadline_ns);
+        let drv = self.drv;
+        let limits = self.dev.limits;
+        let k = self.modules.kernel(l.module, l.kernel)?;
+        if l.args.len() != k.arg_bytes as usize {
+            return Err(BackendError::new(
+                ErrorKind::LaunchFailed,
+                format!("kernel `{}` takes a {}-byte argument block, {} bytes given", l.kernel, k.arg_bytes, l.args.len()),
+            ));
+        }
+        if l.grid.contains(&0) || l.block.contains(&0) {
+            return Err(BackendError::new(ErrorKind::LaunchFailed, "grid and block dimensions must all be at least 1"));
+        }
+        let (function, name) = (k.function, Arc::clone(&k.name));
+        let refuse = |code: CuResult, kernel_max_threads: Option<u32>| {
+            errors::launch_error(
+                drv,
+                code,
+                &LaunchContext {
+                    kernel: l.kernel,
+                    grid: l.grid,
+                    block: l.block,
+                    shared_mem_bytes: l.shared_mem_bytes,
+                    kernel_max_threads,
+                    limits,
+                },
+            )
+        };
+        if l.shared_mem_bytes > DEFAULT_SHARED_LIMIT && l.shared_mem_bytes > k.shared_optin {
+            // SAFETY: a function of a loaded module.
+            let r = unsafe {
+                (drv.func_set_attribute)(function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, l.shared_mem_bytes as i32)
+            };
+            if r != CUDA_SUCCESS {
+                return Err(refuse(r, None));
+            }
+            k.shared_optin = l.shared_mem_bytes;
+        }
+        // The argument block, copied into aligned scratch (the frame it came in is byte-aligned).
+        let chunks = l.args.len().div_ceil(16);
+        if self.args.len() < chunks {
+            self.args.resize(chunks, Chunk([0; 16]));
+        }
+        // SAFETY: `args` has at least `chunks * 16` bytes; plain byte copy.
+        unsafe { std::ptr::copy_nonoverlapping(l.args.as_ptr(), self.args.as_mut_ptr().cast::<u8>(), l.args.len()) };
+        let mut size = l.args.len();
+        let mut extra: [*mut c_void; 5] = [
+            CU_LAUNCH_PARAM_BUFFER_POINTER,
+            self.args.as_mut_ptr().cast(),
+            CU_LAUNCH_PARAM_BUFFER_SIZE,
+            (&mut size as *mut usize).cast(),
+            CU_LAUNCH_PARAM_END,
+        ];
+        let extra_ptr = if l.args.is_empty() { std::ptr::null_mut() } else { extra.as_mut_ptr() };
+        let launched = self.timeline.launch(&name, deadline, || {
+            // SAFETY: a resolved function; `extra` (and what it points to) lives across the call,
+            // which copies the argument block before returning.
+            let r = unsafe {
+                (drv.launch_kernel)(
+                    function,
+                    l.grid[0],
+                    l.grid[1],
+                    l.grid[2],
+                    l.block[0],
+                    l.block[1],
+                    l.block[2],
+                    l.shared_mem_bytes,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    extra_ptr,
+                )
+            };
+            if r == CUDA_SUCCESS {
+                Ok(())
+            } else {
+                Err(r)
+            }
+        });
+        match launched {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(code)) => {
+                let kernel_max = (code == CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES).then(|| {
+                    let mut v = 0;
+                    // SAFETY: a resolved function, valid out-pointer.
+                    let ok = unsafe { (drv.func_get_attribute)(&mut v, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, function) };
+                    (ok == CUDA_SUCCESS).then_some(v.max(0) as u32)
+                });
+                let e = refuse(code, kernel_max.flatten());
+                Err(self.fail(e))
+            }
+            Err(e) => Err(self.fail(e)),
+        }
+    }
+
+    fn sync(&mut self) -> Result<(), BackendError> {
+        self.ready()?;
+        if !self.unchecked_async {
+            // Every kernel's completion event reported success; writes and reads are synchronous.
+            return Ok(());
+        }
+        // Zeroing and device-to-device copies are not in the queue: check they finished without
+        // error too.
+        self.unchecked_async = false;
+        // SAFETY: the default stream of the current context.
+        let r = unsafe { (self.drv.stream_query)(std::ptr::null_mut()) };
+        match r {
+            CUDA_SUCCESS => Ok(()),
+            CUDA_ERROR_NOT_READY => {
+                // Only copies are left (the kernels are done), so this wait is bounded.
+                // SAFETY: as above.
+                let r = unsafe { (self.drv.stream_synchronize)(std::ptr::null_mut()) };
+                self.sync_result(r)
+            }
+            r => self.sync_result(r),
+        }
+    }
+
+    fn reset(&mut self) -> Result<(), BackendError> {
+        self.ready()?;
+        let mut first: Option<BackendError> = None;
+        for addr in self.mem.drain() {
+            // SAFETY: a live allocation of ours; the queue is drained.
+            let r = unsafe { (self.drv.mem_free)(addr) };
+            if let Err(e) = self.call(check("cuMemFree", r), "freeing device memory at reset") {
+                first.get_or_insert(e);
+            }
+        }
+        for module in self.modules.take_all() {
+            if let Err(e) = self.unload(module) {
+                first.get_or_insert(e);
+            }
+        }
+        // SAFETY: plain driver call; nothing is queued, so this returns promptly.
+        let r = unsafe { (self.drv.ctx_synchronize)() };
+        if let Err(e) = self.call(check("cuCtxSynchronize", r), "resetting the worker") {
+            first.get_or_insert(e);
+        }
+        match first {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+impl CudaBackend {
+    fn sync_result(&mut self, r: CuResult) -> Result<(), BackendError> {
+        if r == CUDA_SUCCESS {
+            return Ok(());
+        }
+        let e = errors::async_error(self.drv, r, "(a copy)");
+        Err(self.fail(e))
+    }
+}
+
+impl Drop for CudaBackend {
+    fn drop(&mut self) {
+        // Only when nothing can block: a poisoned context may still run a kernel.
+        if self.poisoned.is_none() && self.timeline.pending() == 0 {
+            if let Some(p) = self.pinned.take() {
+                p.unregister(self.drv);
+            }
+        }
+    }
+}

@@ -1,0 +1,334 @@
+//! Loaded modules: the driver JIT, kernel signatures, and a cache keyed by the PTX text so that
+//! loading the same PTX again in a lease is a lookup.
+//!
+//! Each `load_module` gets its own worker module id (ids are never reused). Ids whose PTX is the
+//! same share one `CUmodule` when the PTX declares no module-scope `.global` variables: such a
+//! module has no state a kernel can change, so sharing it is invisible. A module with `.global`
+//! variables is loaded afresh every time, as CUDA itself would (each load has its own variables).
+//! A shared module whose last id is unloaded stays cached (up to [`MAX_IDLE`]) until `reset`,
+//! which unloads everything: nothing loaded by one lease is seen by the next.
+
+use std::collections::HashMap;
+use std::ffi::{c_int, c_void, CString};
+use std::sync::Arc;
+
+use cudarc::driver::sys::CUjit_option as J;
+use tasklet_ptx::KernelInfo;
+
+use super::driver::*;
+use super::errors::{self, LoadTarget, PtxHeader};
+use crate::backend::BackendError;
+use crate::error::ErrorKind;
+
+/// Module ids a worker may hold at once (as the emulator).
+pub const MAX_MODULES: usize = 4096;
+/// Shared modules kept loaded with no id referring to them.
+const MAX_IDLE: usize = 32;
+/// Bytes of each JIT log buffer.
+const LOG_BYTES: usize = 16 * 1024;
+
+/// One kernel of a loaded module, resolved at load so a launch is a lookup.
+pub struct Kernel {
+    pub function: CuFunction,
+    pub name: Arc<str>,
+    /// Size of its argument block (`KernelInfo::param_layout`).
+    pub arg_bytes: u32,
+    /// Dynamic shared memory the function has been opted in to (above the 48 KiB default).
+    pub shared_optin: u32,
+}
+
+/// One `CUmodule`.
+struct Loaded {
+    module: CuModule,
+    kernels: Vec<KernelInfo>,
+    by_name: HashMap<Box<str>, usize>,
+    functions: Vec<Kernel>,
+    /// Worker ids referring to it.
+    refs: u32,
+    /// Shareable modules are in the cache under `hash`, with their text for the equality check.
+    shared: Option<(u64, Box<str>)>,
+}
+
+#[derive(Default)]
+pub struct Modules {
+    slots: Vec<Option<Loaded>>,
+    /// Worker module id → slot.
+    ids: HashMap<u32, usize>,
+    /// PTX hash → slots of shareable modules with that hash.
+    cache: HashMap<u64, Vec<usize>>,
+    next_id: u32,
+    idle: usize,
+}
+
+// SAFETY: module and function handles are plain driver handles usable from any thread.
+unsafe impl Send for Modules {}
+
+impl Modules {
+    pub fn new() -> Modules {
+        Modules { next_id: 1, ..Modules::default() }
+    }
+
+    /// Module ids held.
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// The kernel `name` of module `id`.
+    pub fn kernel(&mut self, id: u32, name: &str) -> Result<&mut Kernel, BackendError> {
+        let slot = *self
+            .ids
+            .get(&id)
+            .ok_or_else(|| BackendError::new(ErrorKind::InvalidArgument, format!("no module with id {id}")))?;
+        let m = self.slots[slot].as_mut().ok_or_else(|| BackendError::new(ErrorKind::InvalidArgument, format!("no module with id {id}")))?;
+        match m.by_name.get(name) {
+            Some(&i) => Ok(&mut m.functions[i]),
+            None => {
+                let names: Vec<&str> = m.kernels.iter().map(|k| k.name.as_str()).collect();
+                Err(BackendError::new(
+                    ErrorKind::LaunchFailed,
+                    format!("no kernel named {name:?} in module {id}; it has: {}", names.join(", ")),
+                ))
+            }
+        }
+    }
+
+    fn fresh_id(&mut self) -> Result<u32, BackendError> {
+        if self.ids.len() >= MAX_MODULES {
+            return Err(BackendError::new(ErrorKind::OutOfMemory, format!("a worker holds at most {MAX_MODULES} modules")));
+        }
+        let id = self.next_id;
+        self.next_id = id
+            .checked_add(1)
+            .ok_or_else(|| BackendError::new(ErrorKind::OutOfMemory, "module ids exhausted"))?;
+        Ok(id)
+    }
+
+    /// A cached module with exactly this text, as a new id. No driver call.
+    pub fn lookup(&mut self, ptx: &str) -> Result<Option<(u32, Vec<KernelInfo>)>, BackendError> {
+        let h = fast_hash(ptx.as_bytes());
+        let Some(slots) = self.cache.get(&h) else { return Ok(None) };
+        let Some(&slot) = slots.iter().find(|&&s| {
+            self.slots[s].as_ref().and_then(|m| m.shared.as_ref()).is_some_and(|(_, text)| &**text == ptx)
+        }) else {
+            return Ok(None);
+        };
+        let id = self.fresh_id()?;
+        let Some(m) = self.slots[slot].as_mut() else { return Ok(None) };
+        if m.refs == 0 {
+            self.idle -= 1;
+        }
+        m.refs += 1;
+        self.ids.insert(id, slot);
+        Ok(Some((id, m.kernels.clone())))
+    }
+
+    /// JIT-loads `ptx` (not in the cache) and gives it a new id. The caller has drained the queue.
+    pub fn load(&mut self, drv: &Driver, ptx: &str, target: &LoadTarget) -> Result<(u32, Vec<KernelInfo>), BackendError> {
+        let id = self.fresh_id()?;
+        let module = jit(drv, ptx, target)?;
+        let loaded = match resolve(drv, module, ptx) {
+            Ok(l) => l,
+            Err(e) => {
+                // SAFETY: the module just loaded; nothing refers to it.
+                unsafe { (drv.module_unload)(module) };
+                return Err(e);
+            }
+        };
+        let shared = (!declares_module_globals(ptx)).then(|| (fast_hash(ptx.as_bytes()), Box::<str>::from(ptx)));
+        let kernels = loaded.kernels.clone();
+        let slot = match self.slots.iter().position(Option::is_none) {
+            Some(s) => s,
+            None => {
+                self.slots.push(None);
+                self.slots.len() - 1
+            }
+        };
+        if let Some((h, _)) = &shared {
+            self.cache.entry(*h).or_default().push(slot);
+        }
+        self.slots[slot] = Some(Loaded { shared, refs: 1, ..loaded });
+        self.ids.insert(id, slot);
+        Ok((id, kernels))
+    }
+
+    /// Drops id `id`. Returns a module the caller must unload (after draining the queue), if this
+    /// was its last id and it is not kept in the cache.
+    pub fn release(&mut self, id: u32) -> Result<Option<CuModule>, BackendError> {
+        let slot = self
+            .ids
+            .remove(&id)
+            .ok_or_else(|| BackendError::new(ErrorKind::InvalidArgument, format!("no module with id {id}")))?;
+        let Some(m) = self.slots[slot].as_mut() else { return Ok(None) };
+        m.refs -= 1;
+        if m.refs > 0 {
+            return Ok(None);
+        }
+        if m.shared.is_some() && self.idle < MAX_IDLE {
+            self.idle += 1;
+            return Ok(None);
+        }
+        Ok(self.evict(slot))
+    }
+
+    fn evict(&mut self, slot: usize) -> Option<CuModule> {
+        let m = self.slots[slot].take()?;
+        if let Some((h, _)) = &m.shared {
+            if let Some(v) = self.cache.get_mut(h) {
+                v.retain(|&s| s != slot);
+                if v.is_empty() {
+                    self.cache.remove(h);
+                }
+            }
+        }
+        Some(m.module)
+    }
+
+    /// Forgets every module and returns them all for the caller to unload.
+    pub fn take_all(&mut self) -> Vec<CuModule> {
+        let all = self.slots.iter_mut().filter_map(|s| s.take().map(|m| m.module)).collect();
+        self.slots.clear();
+        self.ids.clear();
+        self.cache.clear();
+        self.idle = 0;
+        all
+    }
+}
+
+/// `cuModuleLoadDataEx` with the JIT's error and info logs captured.
+fn jit(drv: &Driver, ptx: &str, target: &LoadTarget) -> Result<CuModule, BackendError> {
+    let text = CString::new(ptx).map_err(|e| {
+        BackendError::new(ErrorKind::LoadFailed, format!("the PTX contains a NUL byte at offset {}", e.nul_position()))
+    })?;
+    let mut error_log = vec![0u8; LOG_BYTES];
+    let mut info_log = vec![0u8; LOG_BYTES];
+    let mut options: [c_int; 4] = [
+        J::CU_JIT_ERROR_LOG_BUFFER as c_int,
+        J::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES as c_int,
+        J::CU_JIT_INFO_LOG_BUFFER as c_int,
+        J::CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES as c_int,
+    ];
+    // Size options are passed by value in the pointer slot (cuda.h: "option values are cast to
+    // void*"); the driver writes the bytes used back into them.
+    let mut values: [*mut c_void; 4] = [
+        error_log.as_mut_ptr().cast(),
+        LOG_BYTES as *mut c_void,
+        info_log.as_mut_ptr().cast(),
+        LOG_BYTES as *mut c_void,
+    ];
+    let mut module: CuModule = std::ptr::null_mut();
+    // SAFETY: NUL-terminated image; option arrays of equal length; log buffers live across the call.
+    let r = unsafe {
+        (drv.module_load_data_ex)(&mut module, text.as_ptr().cast(), options.len() as u32, options.as_mut_ptr(), values.as_mut_ptr())
+    };
+    if r == CUDA_SUCCESS {
+        return Ok(module);
+    }
+    let log = log_text(&error_log, values[1] as usize);
+    let info = log_text(&info_log, values[3] as usize);
+    let log = match (log.trim().is_empty(), info.trim().is_empty()) {
+        (true, _) => info,
+        (false, true) => log,
+        (false, false) => format!("{log}\n{info}"),
+    };
+    Err(errors::load_error(drv, r, &log, &PtxHeader::parse(ptx), target))
+}
+
+fn log_text(buf: &[u8], used: usize) -> String {
+    let used = used.min(buf.len());
+    let end = buf[..used].iter().position(|&b| b == 0).unwrap_or(used);
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+/// Reads the kernels' signatures and resolves each to a function.
+fn resolve(drv: &Driver, module: CuModule, ptx: &str) -> Result<Loaded, BackendError> {
+    let kernels = tasklet_ptx::entry_signatures(ptx).map_err(|e| {
+        BackendError::new(
+            ErrorKind::LoadFailed,
+            format!("the driver loaded the module, but its kernel signatures cannot be read (needed to lay out arguments): PTX line {}: {}", e.line, e.message),
+        )
+    })?;
+    let mut functions = Vec::with_capacity(kernels.len());
+    let mut by_name = HashMap::with_capacity(kernels.len());
+    for (i, k) in kernels.iter().enumerate() {
+        let cname = CString::new(k.name.as_str())
+            .map_err(|_| BackendError::new(ErrorKind::LoadFailed, format!("kernel name {:?} contains a NUL byte", k.name)))?;
+        let mut f: CuFunction = std::ptr::null_mut();
+        // SAFETY: a loaded module, a NUL-terminated name, a valid out-pointer.
+        let r = unsafe { (drv.module_get_function)(&mut f, module, cname.as_ptr()) };
+        if r != CUDA_SUCCESS {
+            return Err(BackendError::new(
+                ErrorKind::LoadFailed,
+                format!("kernel `{}` is declared in the PTX but the driver cannot find it: {}", k.name, drv.describe(r)),
+            ));
+        }
+        functions.push(Kernel { function: f, name: Arc::from(k.name.as_str()), arg_bytes: k.param_layout().1, shared_optin: 0 });
+        by_name.insert(Box::from(k.name.as_str()), i);
+    }
+    Ok(Loaded { module, kernels, by_name, functions, refs: 0, shared: None })
+}
+
+/// Whether the PTX declares module-scope `.global` variables (kernel-writable state).
+/// Conservative: anything it cannot rule out counts as yes.
+pub fn declares_module_globals(ptx: &str) -> bool {
+    if ptx.contains("/*") {
+        return true;
+    }
+    for line in ptx.lines() {
+        let code = line.split("//").next().unwrap_or("");
+        let mut words = code.split_whitespace().skip_while(|w| matches!(*w, ".visible" | ".extern" | ".weak" | ".common"));
+        if words.next().is_some_and(|w| w == ".global" || w.starts_with(".global")) {
+            return true;
+        }
+    }
+    false
+}
+
+/// A fast 64-bit hash of the PTX text (the cache confirms hits by comparing the text).
+pub fn fast_hash(bytes: &[u8]) -> u64 {
+    const K: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut h = (bytes.len() as u64).wrapping_mul(K);
+    let mut chunks = bytes.chunks_exact(8);
+    for c in &mut chunks {
+        let w = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+        h = (h.rotate_left(23) ^ w).wrapping_mul(K);
+    }
+    for &b in chunks.remainder() {
+        h = (h.rotate_left(23) ^ b as u64).wrapping_mul(K);
+    }
+    h ^ (h >> 29)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn module_globals_are_spotted() {
+        assert!(declares_module_globals(".version 8.0\n.target sm_80\n.global .align 4 .u32 counter;\n"));
+        assert!(declares_module_globals(".visible .global .align 4 .b8 table[16];"));
+        assert!(declares_module_globals("  .extern .global .u32 x; // comment"));
+        assert!(declares_module_globals("/* block comment */ .entry k() { ret; }"));
+        assert!(!declares_module_globals(
+            ".version 8.0\n.target sm_80\n.visible .entry k(.param .u64 p)\n{\n\tld.param.u64 %rd1, [p];\n\tcvta.to.global.u64 %rd2, %rd1;\n\tst.global.u32 [%rd2], 1;\n\tret;\n}\n// .global in a comment\n"
+        ));
+        assert!(!declares_module_globals(".const .align 4 .u32 c = 1;\n.shared .u32 s;"));
+    }
+
+    #[test]
+    fn every_committed_kernel_is_classified() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../kernels");
+        let misc = std::fs::read_to_string(dir.join("misc.ptx")).unwrap();
+        assert!(declares_module_globals(&misc), "misc.cu has a __device__ global");
+        let iota = std::fs::read_to_string(dir.join("iota.ptx")).unwrap();
+        assert!(!declares_module_globals(&iota));
+    }
+
+    #[test]
+    fn hash_differs_on_small_changes() {
+        let a = fast_hash(b".version 8.0\n.target sm_80\n");
+        let b = fast_hash(b".version 8.0\n.target sm_90\n");
+        assert_ne!(a, b);
+        assert_ne!(fast_hash(b""), fast_hash(b"\0"));
+        assert_eq!(a, fast_hash(b".version 8.0\n.target sm_80\n"));
+    }
+}

@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# Runs the packaged test suite (.gpu-suite/, made by scripts/gpu-suite.sh) on a machine with an
+# NVIDIA driver and no Rust. Run it from anywhere; it expects to sit in .gpu-suite/ inside a
+# checkout of the commit it was built from (tests read kernels/ and tasklets/*/tasklet.toml):
+#
+#   bash .gpu-suite/run.sh            every test executable on cuda, then on emu, then the inventory
+#   bash .gpu-suite/run.sh cuda       only the cuda pass (or: emu)
+#
+# Environment: OUT (default /tmp): logs go to $OUT/tasklet-gpu-suite/ — env.txt (machine, driver,
+# nvidia-smi), cuda.log and emu.log (every test executable's output, in order), inventory.txt
+# (`tasklet inventory`, its --json, and a `tasklet run` smoke test), summary.txt (counts, failed
+# and skipped tests, per-executable results). TASKLET_REPO overrides the checkout (default: the
+# directory above this one). SUITE_TIMEOUT: seconds per test executable (default 300).
+#
+# The last line printed is `N passed, M failed` over both passes; an executable that crashed or
+# timed out without reporting counts as one failure. Exit status 0 only when M is 0.
+set -uo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="${TASKLET_REPO:-$(cd "$here/.." && pwd)}"
+logs="${OUT:-/tmp}/tasklet-gpu-suite"
+per_exe_timeout="${SUITE_TIMEOUT:-300}"
+phases=("${@:-cuda emu}")
+read -r -a phases <<<"${phases[*]}"
+mkdir -p "$logs"
+rm -f "$logs"/{env.txt,cuda.log,emu.log,inventory.txt,summary.txt}
+
+say() { echo "gpu-suite: $*" >&2; }
+
+work="$(mktemp -d "${TMPDIR:-/tmp}/tasklet-gpu-suite.XXXXXX")"
+made_link=""
+cleanup() {
+    rm -rf "$work"
+    if [ -n "$made_link" ]; then rm -f "$made_link"; fi
+}
+trap cleanup EXIT
+
+# --- unpack -------------------------------------------------------------------------------------
+mkdir -p "$work/tests" "$work/bin"
+for f in "$here"/tests/*.gz; do gunzip -c "$f" >"$work/tests/$(basename "$f" .gz)"; done
+for f in "$here"/bin/*.gz; do gunzip -c "$f" >"$work/bin/$(basename "$f" .gz)"; done
+chmod +x "$work"/tests/* "$work"/bin/*
+
+# The executables have the build machine's checkout path compiled in (CARGO_MANIFEST_DIR for
+# kernels/*.ptx, CARGO_BIN_EXE_* for the binaries they start): make that path lead here.
+build_root="$(cat "$here/BUILD_ROOT")"
+if [ "$build_root" != "$repo" ]; then
+    if [ -e "$build_root" ]; then
+        if [ "$(cd "$build_root" && pwd -P)" != "$(cd "$repo" && pwd -P)" ]; then
+            say "warning: the build-time checkout path $build_root exists here and is another directory; tests that read files by it may fail"
+        fi
+    elif mkdir -p "$(dirname "$build_root")" 2>/dev/null && ln -s "$repo" "$build_root" 2>/dev/null; then
+        made_link="$build_root"
+    else
+        say "warning: cannot link $build_root to $repo; tests that read files by their build-time path may fail"
+    fi
+fi
+mkdir -p "$repo/target/release" "$repo/tasklets/target/wasm32-wasip2/release"
+cp "$work"/bin/* "$repo/target/release/"
+# Fresh copies: newer than the tasklets' sources, so `tasklet run` does not try to rebuild them.
+cp "$here"/wasm/*.wasm "$repo/tasklets/target/wasm32-wasip2/release/"
+export TASKLET_REPO="$repo"
+export TASKLET_TEST_WORKER="$repo/target/release/tasklet-test-worker"
+unset CI
+
+# --- the machine --------------------------------------------------------------------------------
+{
+    echo "date: $(date -u)"
+    echo "suite commit: $(cat "$here/COMMIT" 2>/dev/null)"
+    echo "checkout: $repo (built at $build_root)"
+    echo "uname: $(uname -a)"
+    echo "cpus: $(nproc 2>/dev/null)"
+    echo "driver: $(head -1 /proc/driver/nvidia/version 2>/dev/null || echo 'no /proc/driver/nvidia/version')"
+    echo "libcuda: $(ldconfig -p 2>/dev/null | grep -m1 'libcuda.so.1' || echo 'not in the ldconfig cache')"
+    echo "CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-<unset>}"
+    echo
+    nvidia-smi 2>&1 || echo "(no nvidia-smi)"
+} >"$logs/env.txt"
+
+# --- test passes --------------------------------------------------------------------------------
+total_pass=0
+total_fail=0
+summary="$work/summary"
+: >"$summary"
+
+run_pass() { # run_pass BACKEND
+    local backend="$1" log="$logs/$1.log" pass=0 fail=0 skipped started
+    started=$(date +%s)
+    : >"$log"
+    for exe in "$work"/tests/*; do
+        local name args=() out rc p f
+        name="$(basename "$exe")"
+        # The containment tests time latencies and share one GPU: one at a time.
+        case "$name" in gpu-*) args=(--test-threads=1) ;; esac
+        out="$work/out"
+        local t0 t1
+        t0=$(date +%s)
+        (cd "$repo" && TASKLET_TEST_BACKEND="$backend" timeout "$per_exe_timeout" "$exe" "${args[@]}") >"$out" 2>&1
+        rc=$?
+        t1=$(date +%s)
+        {
+            echo "===== $name [$backend] exit $rc, $((t1 - t0)) s"
+            cat "$out"
+            echo
+        } >>"$log"
+        p=$(sed -nE 's/^test result: [a-zA-Z]+\. ([0-9]+) passed; ([0-9]+) failed.*/\1/p' "$out" | awk '{s+=$1} END {print s+0}')
+        f=$(sed -nE 's/^test result: [a-zA-Z]+\. ([0-9]+) passed; ([0-9]+) failed.*/\2/p' "$out" | awk '{s+=$1} END {print s+0}')
+        local note=""
+        if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+            f=1
+            if [ "$rc" -eq 124 ]; then note=" (timed out after ${per_exe_timeout} s)"; else note=" (exited $rc without a failing test: crashed?)"; fi
+        fi
+        pass=$((pass + p))
+        fail=$((fail + f))
+        printf '  %-44s %4d passed, %d failed%s\n' "$name" "$p" "$f" "$note" >>"$summary.$backend"
+        grep -E '^test .* FAILED$' "$out" | sed "s/^/    [$backend] /" >>"$summary.failed" || true
+    done
+    skipped=$(grep -c '^skipped:' "$log" || true)
+    {
+        echo "$backend: $pass passed, $fail failed, $skipped 'skipped:' lines, $(($(date +%s) - started)) s"
+        cat "$summary.$backend"
+        if [ "$skipped" -gt 0 ]; then
+            echo "  skipped:"
+            grep '^skipped:' "$log" | sort | uniq -c | sed 's/^/   /'
+        fi
+    } >>"$summary"
+    total_pass=$((total_pass + pass))
+    total_fail=$((total_fail + fail))
+    say "$backend: $pass passed, $fail failed"
+}
+
+: >"$summary.failed"
+for phase in "${phases[@]}"; do
+    case "$phase" in
+        cuda | emu) : >"$summary.$phase"; run_pass "$phase" ;;
+        *) say "unknown pass '$phase' (cuda or emu)"; exit 2 ;;
+    esac
+done
+
+# --- inventory and a smoke run ------------------------------------------------------------------
+{
+    echo "\$ tasklet inventory"
+    (cd "$repo" && timeout 120 target/release/tasklet inventory) 2>&1
+    echo "exit $?"
+    echo
+    echo "\$ tasklet inventory --json"
+    (cd "$repo" && timeout 120 target/release/tasklet inventory --json) 2>&1
+    echo "exit $?"
+    echo
+    echo "\$ echo 5 | tasklet run tasklets/iota --backend cuda"
+    (cd "$repo" && echo 5 | timeout 120 target/release/tasklet run tasklets/iota --backend cuda) 2>&1
+    echo "exit $?"
+} >"$logs/inventory.txt"
+
+{
+    echo "tasklet GPU suite, $(date -u), commit $(head -1 "$here/COMMIT" 2>/dev/null)"
+    cat "$summary"
+    if [ -s "$summary.failed" ]; then
+        echo "failed tests:"
+        cat "$summary.failed"
+    fi
+    echo "logs: $logs/{env.txt,cuda.log,emu.log,inventory.txt,summary.txt}"
+    echo "$total_pass passed, $total_fail failed"
+} >"$logs/summary.txt"
+cat "$logs/summary.txt"
+[ "$total_fail" -eq 0 ]

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Packages the whole test suite for a GPU machine that has an NVIDIA driver but no Rust:
+#
+#   scripts/gpu-suite.sh            build (release) and fill .gpu-suite/
+#   bash .gpu-suite/run.sh          on the GPU machine, from a checkout of the same commit
+#
+# What goes in .gpu-suite/ (git-ignored):
+#   tests/      every test executable of the workspace (`cargo test --workspace --release --no-run`,
+#               paths read from cargo's JSON messages), debuginfo stripped, gzipped
+#   bin/        tasklet, tasklet-worker, tasklet-test-worker (the binaries tests start), same treatment
+#   wasm/       the tasklet components (tasklets/target/wasm32-wasip2/release/*.wasm)
+#   BUILD_ROOT  this checkout's absolute path: test executables have it compiled in
+#               (CARGO_MANIFEST_DIR, CARGO_BIN_EXE_*); run.sh maps it onto the GPU machine's checkout
+#   run.sh      the runner (see its header)
+#
+# Size: kept under ~60 MiB (the device tool carries at most 64 MiB); the script says the total and
+# fails if it is over SUITE_MAX_MIB (default 62).
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+suite="$root/.gpu-suite"
+max_mib="${SUITE_MAX_MIB:-62}"
+
+for tool in cargo objcopy gzip; do
+    command -v "$tool" >/dev/null || { echo "gpu-suite: $tool is needed to package the suite" >&2; exit 2; }
+done
+
+echo "== building the test executables (release)" >&2
+json="$(mktemp)"
+trap 'rm -f "$json"' EXIT
+# Also builds the tasklet components (tests/build.rs) and the binaries the tests start.
+cargo test --workspace --release --no-run --message-format=json >"$json"
+cargo build --release -p tasklet-cli -p tasklet-worker -p tasklet-tests --bins >&2
+
+# Test executables: compiler artifacts built in test mode that have an executable.
+mapfile -t tests < <(grep '"reason":"compiler-artifact"' "$json" | grep '"test":true' \
+    | grep -o '"executable":"[^"]*"' | sed 's/^"executable":"//; s/"$//' | sort -u)
+if [ "${#tests[@]}" -eq 0 ]; then
+    echo "gpu-suite: cargo reported no test executables" >&2
+    exit 1
+fi
+
+rm -rf "$suite"
+mkdir -p "$suite/tests" "$suite/bin" "$suite/wasm"
+pack() { # pack SRC DEST_DIR: a debuginfo-stripped, gzipped copy
+    local name
+    name="$(basename "$1")"
+    objcopy --strip-debug "$1" "$2/$name"
+    gzip -9 -n "$2/$name"
+}
+for t in "${tests[@]}"; do
+    pack "$t" "$suite/tests"
+done
+for b in tasklet tasklet-worker tasklet-test-worker; do
+    pack "$root/target/release/$b" "$suite/bin"
+done
+wasm_dir="$root/tasklets/target/wasm32-wasip2/release"
+cp "$wasm_dir"/*.wasm "$suite/wasm/"
+printf '%s\n' "$root" >"$suite/BUILD_ROOT"
+git -C "$root" rev-parse HEAD >"$suite/COMMIT" 2>/dev/null || echo unknown >"$suite/COMMIT"
+if ! git -C "$root" diff --quiet HEAD 2>/dev/null; then
+    echo "(built from a work tree with uncommitted changes)" >>"$suite/COMMIT"
+fi
+cp "$root/scripts/gpu-suite-run.sh" "$suite/run.sh"
+chmod +x "$suite/run.sh"
+
+size_kib="$(du -sk "$suite" | cut -f1)"
+echo "== .gpu-suite: ${#tests[@]} test executables, $(ls "$suite/wasm" | wc -l) components, $((size_kib / 1024)) MiB" >&2
+for t in "${tests[@]}"; do echo "   $(basename "$t")" >&2; done
+if [ "$size_kib" -gt $((max_mib * 1024)) ]; then
+    echo "gpu-suite: .gpu-suite is $((size_kib / 1024)) MiB, over the ${max_mib} MiB limit" >&2
+    exit 1
+fi
+echo "run it on the GPU machine, from the repository root of the same commit: bash .gpu-suite/run.sh" >&2

@@ -1,0 +1,36 @@
+//! The speed benchmark's tasklet (`tasklets/testing/gpubench`, driven by benches/gpu_speed.rs):
+//! every command runs with tiny counts and prints all its figures, so that the benchmark cannot
+//! rot unnoticed between GPU runs.
+
+use tasklet_tests::{assert_baseline, load, manifest, run_ok, test_host};
+
+#[test]
+fn every_gpubench_command_prints_its_figures() {
+    let host = test_host!();
+    let bench = load(&host, manifest("testing/gpubench"));
+    let cases: [(&str, &[&str]); 6] = [
+        ("launch-sync 3", &["launch_sync_ns", "launch_sync_p99_ns"]),
+        ("launch-async 3", &["launch_async_ns"]),
+        ("rw4k 3", &["rw4k_ns", "rw4k_p99_ns"]),
+        ("bulk 65536 2", &["bulk_bytes", "bulk_write_bps", "bulk_read_bps"]),
+        ("lease 3", &["lease_acquire_p50_ns", "lease_acquire_p99_ns", "lease_cycle_p50_ns", "lease_cycle_p99_ns"]),
+        ("module-load 3 settle=1", &["module_load_ns", "module_load_p99_ns"]),
+    ];
+    for (command, names) in cases {
+        let out = run_ok(&host, &bench, command);
+        let figures: Vec<(&str, u64)> = out
+            .lines()
+            .map(|l| {
+                let (name, value) = l.split_once(' ').unwrap_or_else(|| panic!("`{command}`: bad line {l:?}"));
+                (name, value.parse().unwrap_or_else(|_| panic!("`{command}`: bad line {l:?}")))
+            })
+            .collect();
+        let got: Vec<&str> = figures.iter().map(|f| f.0).collect();
+        assert_eq!(got, names, "`{command}` printed:\n{out}");
+        assert!(figures.iter().all(|f| f.1 > 0), "`{command}` printed a zero:\n{out}");
+        assert_baseline(&host);
+    }
+    assert_eq!(run_ok(&host, &bench, "bulk 4096 1").lines().next(), Some("bulk_bytes 4096"));
+    let err = host.run(&bench, b"warp-speed 3").expect_err("an unknown command fails");
+    assert!(err.to_string().contains("unknown command"), "{err}");
+}

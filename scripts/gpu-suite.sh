@@ -33,28 +33,39 @@ trap 'rm -f "$json"' EXIT
 cargo test --workspace --release --no-run --message-format=json >"$json"
 cargo build --release -p tasklet-cli -p tasklet-worker -p tasklet-tests --bins >&2
 
-# Test executables: compiler artifacts built in test mode that have an executable.
-mapfile -t tests < <(grep '"reason":"compiler-artifact"' "$json" | grep '"test":true' \
+# Test executables: compiler artifacts built with the test profile (`"profile":{…"test":true}`;
+# the target's own "test" flag only says it could be) that have an executable.
+mapfile -t tests < <(grep '"reason":"compiler-artifact"' "$json" | grep -E '"profile":\{[^}]*"test":true' \
     | grep -o '"executable":"[^"]*"' | sed 's/^"executable":"//; s/"$//' | sort -u)
 if [ "${#tests[@]}" -eq 0 ]; then
     echo "gpu-suite: cargo reported no test executables" >&2
     exit 1
 fi
 
-rm -rf "$suite"
-mkdir -p "$suite/tests" "$suite/bin" "$suite/wasm"
-pack() { # pack SRC DEST_DIR: a debuginfo-stripped, gzipped copy
+pack() { # pack STRIP SRC DEST_DIR: a stripped, gzipped copy
     local name
-    name="$(basename "$1")"
-    objcopy --strip-debug "$1" "$2/$name"
-    gzip -9 -n "$2/$name"
+    name="$(basename "$2")"
+    objcopy "$1" "$2" "$3/$name"
+    gzip -9 -n -f "$3/$name"
 }
-for t in "${tests[@]}"; do
-    pack "$t" "$suite/tests"
-done
-for b in tasklet tasklet-worker tasklet-test-worker; do
-    pack "$root/target/release/$b" "$suite/bin"
-done
+pack_all() { # pack_all STRIP
+    rm -rf "$suite"
+    mkdir -p "$suite/tests" "$suite/bin" "$suite/wasm"
+    for t in "${tests[@]}"; do
+        pack "$1" "$t" "$suite/tests"
+    done
+    for b in tasklet tasklet-worker tasklet-test-worker; do
+        pack "$1" "$root/target/release/$b" "$suite/bin"
+    done
+}
+# Debuginfo out, symbols kept (names in backtraces); all symbols out if that is too big.
+strip=--strip-debug
+pack_all "$strip"
+if [ "$(du -sk "$suite" | cut -f1)" -gt $((max_mib * 1024 - 1024)) ]; then
+    strip=--strip-all
+    echo "== over $((max_mib - 1)) MiB with symbols: packing with $strip" >&2
+    pack_all "$strip"
+fi
 wasm_dir="$root/tasklets/target/wasm32-wasip2/release"
 cp "$wasm_dir"/*.wasm "$suite/wasm/"
 printf '%s\n' "$root" >"$suite/BUILD_ROOT"
@@ -66,7 +77,7 @@ cp "$root/scripts/gpu-suite-run.sh" "$suite/run.sh"
 chmod +x "$suite/run.sh"
 
 size_kib="$(du -sk "$suite" | cut -f1)"
-echo "== .gpu-suite: ${#tests[@]} test executables, $(ls "$suite/wasm" | wc -l) components, $((size_kib / 1024)) MiB" >&2
+echo "== .gpu-suite: ${#tests[@]} test executables, $(ls "$suite/wasm" | wc -l) components, $((size_kib / 1024)) MiB (objcopy $strip, gzip)" >&2
 for t in "${tests[@]}"; do echo "   $(basename "$t")" >&2; done
 if [ "$size_kib" -gt $((max_mib * 1024)) ]; then
     echo "gpu-suite: .gpu-suite is $((size_kib / 1024)) MiB, over the ${max_mib} MiB limit" >&2

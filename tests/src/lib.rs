@@ -80,7 +80,8 @@ pub fn gpu_for_tests(worker: &str) -> Result<WorkerInfo, String> {
 
 /// Says loudly (past the test harness's output capture) that a test did not run, and why.
 pub fn say_skipped(test: &str, why: &str) {
-    let _ = writeln!(std::io::stderr(), "skipped: no CUDA device: {test}: {why}");
+    // On a line of its own: the harness has printed "test name ... " without a newline.
+    let _ = writeln!(std::io::stderr(), "\nskipped: no CUDA device: {test}: {why}");
 }
 
 pub fn manifest(name: &str) -> Manifest {

@@ -36,9 +36,15 @@ cleanup() {
 trap cleanup EXIT
 
 # --- unpack -------------------------------------------------------------------------------------
-mkdir -p "$work/tests" "$work/bin"
-for f in "$here"/tests/*.gz; do gunzip -c "$f" >"$work/tests/$(basename "$f" .gz)"; done
-for f in "$here"/bin/*.gz; do gunzip -c "$f" >"$work/bin/$(basename "$f" .gz)"; done
+if command -v xz >/dev/null; then
+    xz -dc "$here/executables.tar.xz" | tar -C "$work" -xf - || { say "cannot unpack $here/executables.tar.xz"; exit 2; }
+elif command -v python3 >/dev/null; then
+    python3 -c 'import lzma, sys, tarfile; tarfile.open(fileobj=lzma.open(sys.argv[1])).extractall(sys.argv[2])' \
+        "$here/executables.tar.xz" "$work" || { say "cannot unpack $here/executables.tar.xz"; exit 2; }
+else
+    say "unpacking needs xz or python3, and this machine has neither"
+    exit 2
+fi
 chmod +x "$work"/tests/* "$work"/bin/*
 
 # The executables have the build machine's checkout path compiled in (CARGO_MANIFEST_DIR for

@@ -59,7 +59,8 @@ pub fn human(bytes: u64) -> String {
     for (name, scale) in UNITS {
         if bytes >= scale {
             let v = bytes as f64 / scale as f64;
-            return if bytes % scale == 0 { format!("{} {name}", bytes / scale) } else { format!("{v:.1} {name}") };
+            let whole = bytes / scale;
+            return if whole * scale == bytes { format!("{whole} {name}") } else { format!("{v:.1} {name}") };
         }
     }
     format!("{bytes} B")

@@ -196,20 +196,27 @@ impl Sizing {
     /// - emu: capacity is the emulated device (`emu-memory`), capped by `max-device-memory`.
     /// - cuda: every worker process holds a CUDA context, which costs `context-reserve` of device
     ///   memory that leases cannot use. Contexts may take at most half the device: `warm + max`
-    ///   workers are cut to fit (warm first kept at one, then max). Capacity is the device's memory
-    ///   less `(warm + max) × context-reserve`, capped by `max-device-memory`.
+    ///   workers are cut to fit (max first, keeping one warm worker; with room for a single
+    ///   context, one worker and none warm). Capacity is the device's memory less
+    ///   `(warm + max) × context-reserve`, capped by `max-device-memory`.
     pub fn new(backend: BackendKind, w: &WorkerPolicy, info: &WorkerInfo) -> Sizing {
         let cap = w.max_device_memory.unwrap_or(u64::MAX);
         if backend == BackendKind::Emu {
             return Sizing { capacity: info.memory_total.min(cap), warm: w.warm, max_workers: w.max.max(1), note: None };
         }
         let reserve = w.context_reserve.max(1);
-        let budget = usize::try_from(info.device_memory / 2 / reserve).unwrap_or(usize::MAX).max(2);
+        // Worker processes whose contexts fit in half the device.
+        let budget = usize::try_from(info.device_memory / 2 / reserve).unwrap_or(usize::MAX);
         let (mut warm, mut max) = (w.warm, w.max.max(1));
         let mut note = None;
-        if warm + max > budget {
-            max = max.min(budget - warm.min(1)).max(1);
-            warm = warm.min(budget - max);
+        if warm + max > budget.max(1) {
+            if budget <= 1 {
+                // Room for one context only: one worker, started on demand.
+                (warm, max) = (0, 1);
+            } else {
+                max = max.min(budget - warm.min(1)).max(1);
+                warm = warm.min(budget - max);
+            }
             note = Some(format!(
                 "the device has {} bytes and each worker's CUDA context is reserved {reserve} bytes \
                  (`context-reserve`); at most half the device goes to contexts, so the pool runs {max} worker(s) \
@@ -292,9 +299,12 @@ mod tests {
         assert_eq!((s.warm, s.max_workers), (1, 3));
         assert!(s.note.as_deref().is_some_and(|n| n.contains("context-reserve")));
         assert_eq!(s.capacity, (4u64 << 30) - 4 * (512 << 20));
-        // Even a tiny device gets one worker.
+        // 1 GiB: one context fits in half of it; one worker, none warm, half the device lent.
+        let s = Sizing::new(BackendKind::Cuda, &p, &info(1 << 30));
+        assert_eq!((s.warm, s.max_workers, s.capacity), (0, 1, 512 << 20));
+        // Even a tiny device gets one worker (and lends what the context leaves, if anything).
         let s = Sizing::new(BackendKind::Cuda, &p, &info(256 << 20));
-        assert!(s.max_workers >= 1);
+        assert_eq!((s.warm, s.max_workers, s.capacity), (0, 1, 0));
     }
 
     #[test]

@@ -412,7 +412,7 @@ impl Worker {
                 match self.call(&req(u64::MAX), self.op_timeout)? {
                     Response::Ok => {
                         let from = self.pending_until.map_or(sent, |p| p.max(sent));
-                        self.pending_until = Some(from + l.deadline);
+                        self.pending_until = Some(later(from, l.deadline));
                         Ok(())
                     }
                     other => Err(self.unexpected("launch", &other)),
@@ -489,7 +489,7 @@ impl Worker {
         let seq = self.chan.send(&self.frame).map_err(|e| {
             WorkerError::op(ErrorKind::InvalidArgument, format!("{} request too large: {e}", req.name()))
         })?;
-        let deadline = Instant::now() + timeout;
+        let deadline = later(Instant::now(), timeout);
         let proc = &self.proc;
         let waited = self.chan.wait(seq, deadline, &mut || proc.poll(), &mut self.resp);
         match waited {
@@ -563,6 +563,11 @@ impl Starting {
         self.0.lose(why.clone());
         Err(WorkerError::Spawn(why))
     }
+}
+
+/// `t + d`, saturating at a century from `t` (an absurd configured deadline must not panic).
+fn later(t: Instant, d: Duration) -> Instant {
+    t.checked_add(d).unwrap_or_else(|| t + Duration::from_secs(100 * 365 * 86_400))
 }
 
 fn offset(addr: u64, by: usize) -> Result<u64, WorkerError> {

@@ -44,19 +44,22 @@ pub fn is_sticky(code: CuResult) -> bool {
 const FAULT_CONSEQUENCE: &str = "the GPU context of this lease is lost: the lease ends and its worker is replaced";
 
 /// An error reported while waiting for queued work (sync, or an op that waits for the queue):
-/// it comes from the kernels, so it is a fault whatever the code (except out-of-memory).
-pub fn async_error(drv: &Driver, code: CuResult, kernel: &str) -> BackendError {
+/// it comes from the device's execution, so it is a fault whatever the code. `work` says what
+/// was running, e.g. "kernel `iota` (or work queued before it)".
+pub fn async_error(drv: &Driver, code: CuResult, work: &str) -> BackendError {
     let words = drv.describe(code);
     if code == CUDA_ERROR_LAUNCH_TIMEOUT {
         return BackendError::new(
             ErrorKind::DeadlineExceeded,
-            format!("kernel `{kernel}` was stopped by the display driver's watchdog: {words}"),
+            format!("{work} was stopped by the display driver's watchdog: {words}"),
         );
     }
-    BackendError::new(
-        ErrorKind::KernelFault,
-        format!("kernel `{kernel}` (or work queued before it) faulted: {words}; {FAULT_CONSEQUENCE}"),
-    )
+    BackendError::new(ErrorKind::KernelFault, format!("{work} faulted: {words}; {FAULT_CONSEQUENCE}"))
+}
+
+/// [`async_error`] for a kernel at the head of the launch queue.
+pub fn kernel_error(drv: &Driver, code: CuResult, kernel: &str) -> BackendError {
+    async_error(drv, code, &format!("kernel `{kernel}` (or work queued before it)"))
 }
 
 /// A failed synchronous call other than a launch or a module load (memory ops, sync).
@@ -181,7 +184,8 @@ pub fn load_error(drv: &Driver, code: CuResult, log: &str, ptx: &PtxHeader, t: &
     let wrong_arch = code == CUDA_ERROR_NO_BINARY_FOR_GPU
         || (code == CUDA_ERROR_INVALID_PTX
             && (log_lower.contains("unsupported .target")
-                || (log_lower.contains(".target") && log_lower.contains("not supported"))
+                || (log_lower.contains(".target") && (log_lower.contains("not supported") || log_lower.contains("higher than")))
+                || log_lower.contains("is not defined for option 'gpu-name'")
                 || (log_lower.contains("not supported on") && log_lower.contains("target"))));
     let log_part = if log.trim().is_empty() { String::new() } else { format!("\nJIT log:\n{}", log.trim_end()) };
     let (kind, explain) = if code == CUDA_ERROR_OUT_OF_MEMORY {

@@ -79,7 +79,9 @@ impl Queue {
                 }
                 CUDA_ERROR_NOT_READY => {
                     let start = head.enqueued.max(self.last_done);
-                    return Head::Busy(start + head.deadline);
+                    // (A deadline is at most u64::MAX ns, ~584 years: this does not overflow.)
+                    let due = start.checked_add(head.deadline).unwrap_or(start + Duration::from_secs(1 << 34));
+                    return Head::Busy(due);
                 }
                 err => return Head::Fault(err),
             }
@@ -174,7 +176,7 @@ impl Timeline {
         let r = unsafe { (self.drv.event_record)(event, std::ptr::null_mut()) };
         if r != CUDA_SUCCESS {
             q.free_events.push(event);
-            let mut e = errors::async_error(self.drv, r, kernel);
+            let mut e = errors::kernel_error(self.drv, r, kernel);
             e.kind = ErrorKind::KernelFault;
             return Err(e);
         }
@@ -203,7 +205,7 @@ impl Timeline {
                     Head::Idle => return Ok(()),
                     Head::Busy(due) if now < due => (Some(due), None, Duration::ZERO),
                     Head::Busy(_) => (None, Some(q.head_kernel()), q.head_deadline()),
-                    Head::Fault(code) => return Err(errors::async_error(self.drv, code, &q.head_kernel())),
+                    Head::Fault(code) => return Err(errors::kernel_error(self.drv, code, &q.head_kernel())),
                 }
             };
             if let Some(kernel) = kernel {
@@ -240,7 +242,7 @@ impl Timeline {
                 continue;
             }
             match q.poll(self.drv, now) {
-                Head::Busy(due) if now >= due + WATCHDOG_GRACE => {
+                Head::Busy(due) if now.checked_sub(WATCHDOG_GRACE).is_some_and(|t| t >= due) => {
                     let kernel = q.head_kernel();
                     let deadline = q.head_deadline();
                     eprintln!(

@@ -446,8 +446,9 @@ impl Backend for CudaBackend {
                 first.get_or_insert(e);
             }
         }
-        // SAFETY: plain driver call; nothing is queued, so this returns promptly.
+        // SAFETY: plain driver call; no kernel is queued, so this returns promptly.
         let r = unsafe { (self.drv.ctx_synchronize)() };
+        self.unchecked_async = false;
         if let Err(e) = self.call(check("cuCtxSynchronize", r), "resetting the worker") {
             first.get_or_insert(e);
         }
@@ -463,7 +464,7 @@ impl CudaBackend {
         if r == CUDA_SUCCESS {
             return Ok(());
         }
-        let e = errors::async_error(self.drv, r, "(a copy)");
+        let e = errors::async_error(self.drv, r, "a device-to-device copy or the zeroing of new memory");
         Err(self.fail(e))
     }
 }

@@ -1,0 +1,250 @@
+//! The cuda backend's own logic — driver loading through cudarc, device and context setup, zeroed
+//! allocations, bounds, the JIT's error log, argument blocks, asynchronous launches, deadlines at
+//! sync and by the watchdog, fault poisoning, the module cache — against a fake `libcuda`
+//! (tests/fake_cuda/libcuda.c, built here with `cc`), so it runs on machines without a GPU. What
+//! it cannot show is the real driver's behaviour: tests/tests/gpu.rs does that on a GPU.
+//!
+//! Without a C compiler each test prints "skipped: no C compiler for the fake libcuda" and returns.
+
+mod common;
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use common::*;
+use tasklet_worker::{BackendKind, ErrorKind, Launch, Pool, PoolConfig, Worker, WorkerCommand, WorkerError};
+
+const IOTA_PTX: &str = include_str!("../../../kernels/iota.ptx");
+const FAULTS_PTX: &str = include_str!("../../../kernels/faults.ptx");
+
+/// Builds the fake driver once per test process; None (and a skip line) without `cc`.
+fn fake_driver_dir() -> Option<PathBuf> {
+    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("tasklet-fake-cuda-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).ok()?;
+        let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake_cuda/libcuda.c");
+        let lib = dir.join("libcuda.so.1");
+        let built = std::process::Command::new("cc")
+            .args(["-shared", "-fPIC", "-O1", "-o"])
+            .arg(&lib)
+            .arg(src)
+            .status();
+        match built {
+            Ok(s) if s.success() => {}
+            Ok(s) => panic!("building the fake libcuda failed: {s}"),
+            Err(_) => return None,
+        }
+        let _ = std::os::unix::fs::symlink(&lib, dir.join("libcuda.so"));
+        Some(dir)
+    })
+    .clone()
+}
+
+/// `env LD_LIBRARY_PATH=<fake> tasklet-worker`: a worker that loads the fake driver.
+fn fake_command() -> Option<WorkerCommand> {
+    let Some(dir) = fake_driver_dir() else {
+        eprintln!("skipped: no C compiler for the fake libcuda");
+        return None;
+    };
+    Some(WorkerCommand {
+        program: "env".into(),
+        args: vec![format!("LD_LIBRARY_PATH={}", dir.display()), env!("CARGO_BIN_EXE_tasklet-worker").into()],
+    })
+}
+
+fn fake_worker() -> Option<Worker> {
+    let cmd = fake_command()?;
+    Some(Worker::spawn(&cmd, BackendKind::Cuda, u64::MAX, Duration::from_secs(10)).expect("a worker on the fake driver"))
+}
+
+fn op_kind<T: std::fmt::Debug>(r: Result<T, WorkerError>) -> (ErrorKind, String) {
+    match r {
+        Err(WorkerError::Op { kind, message }) => (kind, message),
+        other => panic!("expected an op error, got {other:?}"),
+    }
+}
+
+fn iota_args(out: u64, n: u32) -> Vec<u8> {
+    out.to_le_bytes().into_iter().chain(n.to_le_bytes()).collect()
+}
+
+fn launch<'a>(module: u32, kernel: &'a str, block: u32, args: &'a [u8], deadline: Duration) -> Launch<'a> {
+    Launch { module, kernel, grid: [1, 1, 1], block: [block, 1, 1], shared_mem_bytes: 0, args, deadline }
+}
+
+#[test]
+fn starts_and_describes_the_device() {
+    let Some(mut w) = fake_worker() else { return };
+    let i = w.info().unwrap();
+    assert_eq!((i.backend.as_str(), i.device.as_str()), ("cuda", "Fake GPU"));
+    assert_eq!((i.device_memory, i.memory_total, i.compute_capability, i.driver_version), (1 << 30, 1 << 30, (9, 0), 12080));
+    assert_eq!(i.uuid, "GPU-10111213-1415-1617-1819-1a1b1c1d1e1f");
+    assert!(i.pinned_data, "the data region is registered");
+    let info = tasklet_worker::probe_cuda(&fake_command().unwrap()).unwrap();
+    assert_eq!(info.device, "Fake GPU");
+}
+
+#[test]
+fn allocations_read_as_zeros_and_copies_are_bounded() {
+    let Some(mut w) = fake_worker() else { return };
+    let a = w.alloc(4096).unwrap();
+    let mut buf = vec![1u8; 4096];
+    w.read(a, &mut buf).unwrap();
+    assert!(buf.iter().all(|&b| b == 0), "the fake driver fills new memory with 0xAB; the backend must zero it");
+    let pattern: Vec<u8> = (0..4096u32).map(|i| i as u8).collect();
+    w.write(a, &pattern).unwrap();
+    // Overlapping copy: memmove semantics.
+    w.copy(a + 1, a, 100).unwrap();
+    w.read(a, &mut buf).unwrap();
+    assert_eq!(buf[0], 0);
+    assert_eq!(&buf[1..101], &pattern[..100]);
+    let info = w.info().unwrap();
+    assert_eq!((info.allocations, info.memory_requested, info.memory_used), (1, 4096, 4096));
+    assert_eq!(op_kind(w.read(a + 4000, &mut buf[..200])).0, ErrorKind::OutOfBounds);
+    assert_eq!(op_kind(w.write(a + 8192, &[1])).0, ErrorKind::OutOfBounds);
+    assert_eq!(op_kind(w.copy(a, a + 4000, 200)).0, ErrorKind::OutOfBounds);
+    assert_eq!(op_kind(w.alloc(0)).0, ErrorKind::InvalidArgument);
+    assert_eq!(op_kind(w.alloc(2 << 30)).0, ErrorKind::OutOfMemory);
+    w.free(a).unwrap();
+    assert_eq!(op_kind(w.free(a)).0, ErrorKind::InvalidArgument);
+    w.sync().unwrap();
+    w.reset().unwrap();
+    let info = w.info().unwrap();
+    assert_eq!((info.allocations, info.memory_requested, info.modules), (0, 0, 0));
+}
+
+#[test]
+fn load_errors_carry_the_jit_log_and_the_fix() {
+    let Some(mut w) = fake_worker() else { return };
+    let bad = ".version 7.0\n.target sm_80\n.address_size 64\n.visible .entry bad()\n{\n\t.reg .b32 %r<2>;\n\tbogus.instr %r1;\n\tret;\n}\n";
+    let (k, m) = op_kind(w.load_module(bad));
+    assert_eq!(k, ErrorKind::LoadFailed);
+    assert!(m.contains("line 7") && m.contains("JIT log") && m.contains("CUDA_ERROR_INVALID_PTX"), "{m}");
+    let (k, m) = op_kind(w.load_module(&IOTA_PTX.replacen(".version 9.0", ".version 99.0", 1)));
+    assert_eq!(k, ErrorKind::LoadFailed);
+    assert!(m.contains("99.0") && m.contains("newer than this driver (CUDA 12.8)"), "{m}");
+    let (k, m) = op_kind(w.load_module("garbage with a NUL \0 byte"));
+    assert_eq!(k, ErrorKind::LoadFailed, "{m}");
+    // Still usable.
+    w.load_module(IOTA_PTX).unwrap();
+}
+
+#[test]
+fn launches_pass_the_argument_block_and_reuse_cached_modules() {
+    let Some(mut w) = fake_worker() else { return };
+    let m = w.load_module(IOTA_PTX).unwrap();
+    assert_eq!(m.kernels[0].name, "iota");
+    let out = w.alloc(4 * 128).unwrap();
+    let args = iota_args(out, 100);
+    w.launch(&launch(m.id, "iota", 128, &args, Duration::from_secs(5))).unwrap();
+    w.sync().unwrap();
+    let mut data = vec![0u8; 4 * 128];
+    w.read(out, &mut data).unwrap();
+    let vals: Vec<u32> = data.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    assert_eq!(&vals[..100], &(1..=100).collect::<Vec<u32>>()[..]);
+    assert!(vals[100..].iter().all(|&v| v == 0));
+    // The same PTX again: a new id on the cached module; it outlives the first id.
+    let again = w.load_module(IOTA_PTX).unwrap();
+    assert_ne!(again.id, m.id);
+    w.unload_module(m.id).unwrap();
+    assert_eq!(op_kind(w.launch(&launch(m.id, "iota", 128, &args, Duration::from_secs(5)))).0, ErrorKind::InvalidArgument);
+    w.launch(&launch(again.id, "iota", 128, &args, Duration::from_secs(5))).unwrap();
+    // Refused launches leave the worker usable.
+    let (k, msg) = op_kind(w.launch(&launch(again.id, "iota", 2048, &args, Duration::from_secs(5))));
+    assert_eq!(k, ErrorKind::LaunchFailed);
+    assert!(msg.contains("1024 threads") && msg.contains("CUDA_ERROR_INVALID_VALUE"), "{msg}");
+    assert_eq!(op_kind(w.launch(&launch(again.id, "iota", 1, &args[..8], Duration::from_secs(5)))).0, ErrorKind::LaunchFailed);
+    assert_eq!(op_kind(w.launch(&launch(again.id, "nope", 1, &args, Duration::from_secs(5)))).0, ErrorKind::LaunchFailed);
+    w.sync().unwrap();
+    assert!(!w.is_poisoned());
+    assert_eq!(w.info().unwrap().modules, 1);
+    w.reset().unwrap();
+    assert_eq!(w.info().unwrap().modules, 0);
+}
+
+#[test]
+fn a_fault_is_reported_at_sync_and_poisons_the_worker() {
+    let Some(mut w) = fake_worker() else { return };
+    let m = w.load_module(FAULTS_PTX).unwrap();
+    let buf = w.alloc(64).unwrap();
+    let args: Vec<u8> = buf.to_le_bytes().into_iter().chain((1u64 << 40).to_le_bytes()).collect();
+    w.launch(&launch(m.id, "write_out_of_bounds", 1, &args, Duration::from_secs(5))).unwrap();
+    let (k, msg) = op_kind(w.sync());
+    assert_eq!(k, ErrorKind::KernelFault);
+    assert!(msg.contains("CUDA_ERROR_ILLEGAL_ADDRESS") && msg.contains("write_out_of_bounds"), "{msg}");
+    assert!(w.is_poisoned());
+    assert_eq!(op_kind(w.alloc(16)).0, ErrorKind::KernelFault);
+}
+
+#[test]
+fn a_runaway_kernel_is_deadline_exceeded_at_sync_and_launch_is_asynchronous() {
+    let Some(mut w) = fake_worker() else { return };
+    let m = w.load_module(FAULTS_PTX).unwrap();
+    let flag = w.alloc(4).unwrap();
+    let args = flag.to_le_bytes();
+    let t = Instant::now();
+    w.launch(&launch(m.id, "spin_forever", 32, &args, Duration::from_millis(300))).unwrap();
+    assert!(t.elapsed() < Duration::from_millis(100), "launch waited {:?}", t.elapsed());
+    let (k, msg) = op_kind(w.sync());
+    let took = t.elapsed();
+    assert_eq!(k, ErrorKind::DeadlineExceeded, "{msg}");
+    assert!(msg.contains("spin_forever"), "{msg}");
+    assert!(took >= Duration::from_millis(290) && took < Duration::from_millis(1000), "sync answered after {took:?}");
+    assert!(w.is_poisoned());
+}
+
+#[test]
+fn a_runaway_nobody_waits_for_is_ended_by_the_watchdog() {
+    let Some(mut w) = fake_worker() else { return };
+    let m = w.load_module(FAULTS_PTX).unwrap();
+    let flag = w.alloc(4).unwrap();
+    let args = flag.to_le_bytes();
+    w.launch(&launch(m.id, "spin_forever", 32, &args, Duration::from_millis(200))).unwrap();
+    let pid = w.pid();
+    // The watchdog ends the process ~250 ms after the deadline.
+    std::thread::sleep(Duration::from_millis(800));
+    let (k, msg) = op_kind(w.ping());
+    assert_eq!(k, ErrorKind::DeadlineExceeded, "{msg}");
+    assert!(msg.contains("watchdog"), "{msg}");
+    assert!(w.is_lost());
+    assert!(!pid_exists(pid));
+}
+
+#[test]
+fn a_worker_with_kernels_still_queued_is_replaced_not_reset() {
+    let Some(command) = fake_command() else { return };
+    let pool = Pool::start(PoolConfig {
+        command,
+        backend: BackendKind::Cuda,
+        warm: 1,
+        max_workers: 2,
+        device_memory: u64::MAX,
+        op_timeout: Duration::from_secs(5),
+        reuse: true,
+    })
+    .unwrap();
+    let mut w = pool.acquire().unwrap();
+    let m = w.load_module(FAULTS_PTX).unwrap();
+    let flag = w.alloc(4).unwrap();
+    let args = flag.to_le_bytes();
+    w.launch(&launch(m.id, "spin_forever", 32, &args, Duration::from_secs(30))).unwrap();
+    assert!(w.has_pending_launches());
+    let pid = w.pid();
+    let t = Instant::now();
+    pool.release(w);
+    assert!(t.elapsed() < Duration::from_secs(2), "release waited {:?} for the kernel", t.elapsed());
+    wait_dead(pid);
+    // A healthy one (nothing queued) is reset and reused.
+    let mut w = pool.acquire().unwrap();
+    let reused = w.pid();
+    let m = w.load_module(IOTA_PTX).unwrap();
+    let out = w.alloc(64).unwrap();
+    w.launch(&launch(m.id, "iota", 16, &iota_args(out, 16), Duration::from_secs(5))).unwrap();
+    w.sync().unwrap();
+    pool.release(w);
+    let w = pool.acquire().unwrap();
+    assert_eq!(w.pid(), reused);
+    pool.release(w);
+}

@@ -1,0 +1,172 @@
+// A stand-in for the NVIDIA driver's libcuda.so.1, for testing the cuda backend's logic on machines
+// without a GPU (tests/fake_cuda.rs builds it with `cc` and puts it first on the worker's library
+// path). It implements exactly the driver entry points the backend resolves, with "device" memory
+// in host memory (device pointers are host pointers) and a few kernels known by name:
+//
+//   iota(u32* out, u32 n)                out[i] = i + 1 for i < n   (checks the argument block)
+//   write_out_of_bounds(u32*, u64)       a sticky CUDA_ERROR_ILLEGAL_ADDRESS at the next wait
+//   spin_forever(u32*)                   never finishes: every later event stays not-ready
+//   empty()                              nothing
+//
+// New allocations are filled with 0xAB, so a backend that forgot to zero them is caught. PTX
+// containing "bogus" fails to JIT with an error log naming line 7; `.version 99` is
+// CUDA_ERROR_UNSUPPORTED_PTX_VERSION. A block of more than 1024 threads is CUDA_ERROR_INVALID_VALUE.
+// Not thread-safe beyond what the backend needs (it serialises launches and queries itself).
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <stdio.h>
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef void *CUcontext, *CUmodule, *CUfunction, *CUevent, *CUstream;
+typedef unsigned long long CUdeviceptr;
+
+enum { OK = 0, INVALID_VALUE = 1, OUT_OF_MEMORY = 2, INVALID_PTX = 218, UNSUPPORTED_PTX = 222,
+       NOT_FOUND = 500, NOT_READY = 600, ILLEGAL_ADDRESS = 700 };
+
+static int sticky = 0;       // a sticky error, once a kernel "faulted"
+static int spinning = 0;     // a never-ending kernel was launched
+static int registered = 0;
+
+struct module { char *ptx; };
+struct function { char name[128]; };
+struct event { int never; };
+
+CUresult cuInit(unsigned flags) { (void)flags; return OK; }
+CUresult cuDriverGetVersion(int *v) { *v = 12080; return OK; }
+
+static const char *name_of(CUresult r) {
+    switch (r) {
+    case OK: return "CUDA_SUCCESS";
+    case INVALID_VALUE: return "CUDA_ERROR_INVALID_VALUE";
+    case OUT_OF_MEMORY: return "CUDA_ERROR_OUT_OF_MEMORY";
+    case INVALID_PTX: return "CUDA_ERROR_INVALID_PTX";
+    case UNSUPPORTED_PTX: return "CUDA_ERROR_UNSUPPORTED_PTX_VERSION";
+    case NOT_FOUND: return "CUDA_ERROR_NOT_FOUND";
+    case NOT_READY: return "CUDA_ERROR_NOT_READY";
+    case ILLEGAL_ADDRESS: return "CUDA_ERROR_ILLEGAL_ADDRESS";
+    default: return 0;
+    }
+}
+CUresult cuGetErrorName(CUresult r, const char **s) { *s = name_of(r); return *s ? OK : INVALID_VALUE; }
+CUresult cuGetErrorString(CUresult r, const char **s) {
+    *s = r == ILLEGAL_ADDRESS ? "an illegal memory access was encountered" : name_of(r) ? "fake driver error" : 0;
+    return *s ? OK : INVALID_VALUE;
+}
+CUresult cuDeviceGetCount(int *n) { *n = 1; return OK; }
+CUresult cuDeviceGet(CUdevice *d, int i) { if (i != 0) return INVALID_VALUE; *d = 0; return OK; }
+CUresult cuDeviceGetName(char *name, int len, CUdevice d) { (void)d; snprintf(name, len, "Fake GPU"); return OK; }
+CUresult cuDeviceTotalMem_v2(size_t *b, CUdevice d) { (void)d; *b = (size_t)1 << 30; return OK; }
+CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d) {
+    (void)d;
+    switch (attr) {
+    case 75: *v = 9; break;               // compute capability major
+    case 76: *v = 0; break;               // minor
+    case 1: case 2: case 3: *v = 1024; break; // threads per block, block x, y
+    case 4: *v = 64; break;               // block z
+    case 5: *v = 2147483647; break;       // grid x
+    case 6: case 7: *v = 65535; break;    // grid y, z
+    case 97: *v = 232448; break;          // shared memory opt-in
+    default: *v = 0;
+    }
+    return OK;
+}
+CUresult cuDeviceGetUuid_v2(unsigned char *u, CUdevice d) { (void)d; for (int i = 0; i < 16; i++) u[i] = (unsigned char)(0x10 + i); return OK; }
+CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) { (void)d; *c = (CUcontext)0x1; return OK; }
+CUresult cuCtxSetCurrent(CUcontext c) { (void)c; return OK; }
+CUresult cuCtxSynchronize(void) { return sticky ? sticky : OK; }
+CUresult cuMemGetInfo_v2(size_t *f, size_t *t) { *f = (size_t)1 << 29; *t = (size_t)1 << 30; return OK; }
+
+CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
+    if (sticky) return sticky;
+    if (n > ((size_t)1 << 30)) return OUT_OF_MEMORY;
+    void *m = malloc(n);
+    if (!m) return OUT_OF_MEMORY;
+    memset(m, 0xAB, n); // what an earlier tenant left
+    *p = (CUdeviceptr)(uintptr_t)m;
+    return OK;
+}
+CUresult cuMemFree_v2(CUdeviceptr p) { if (sticky) return sticky; free((void *)(uintptr_t)p); return OK; }
+CUresult cuMemsetD8_v2(CUdeviceptr p, unsigned char v, size_t n) { if (sticky) return sticky; memset((void *)(uintptr_t)p, v, n); return OK; }
+CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *s, size_t n) { if (sticky) return sticky; memcpy((void *)(uintptr_t)d, s, n); return OK; }
+CUresult cuMemcpyDtoH_v2(void *d, CUdeviceptr s, size_t n) { if (sticky) return sticky; memcpy(d, (void *)(uintptr_t)s, n); return OK; }
+CUresult cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n) { if (sticky) return sticky; memmove((void *)(uintptr_t)d, (void *)(uintptr_t)s, n); return OK; }
+CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned f) { (void)p; (void)n; (void)f; registered = 1; return OK; }
+CUresult cuMemHostUnregister(void *p) { (void)p; registered = 0; return OK; }
+
+CUresult cuModuleLoadDataEx(CUmodule *m, const void *image, unsigned n, int *opts, void **vals) {
+    const char *ptx = image;
+    CUresult r = OK;
+    const char *log = "";
+    if (strstr(ptx, "bogus")) {
+        r = INVALID_PTX;
+        log = "ptxas application ptx input, line 7; error   : Not a name of any known instruction: 'bogus'";
+    } else if (strstr(ptx, ".version 99")) {
+        r = UNSUPPORTED_PTX;
+    }
+    for (unsigned i = 0; i + 1 < n; i++) {
+        if (opts[i] == 5 && opts[i + 1] == 6) { // error log buffer, its size
+            size_t cap = (size_t)(uintptr_t)vals[i + 1];
+            if (cap) {
+                snprintf(vals[i], cap, "%s", r ? log : "");
+                vals[i + 1] = (void *)(uintptr_t)strlen(vals[i]);
+            }
+        }
+    }
+    if (r) return r;
+    struct module *mod = malloc(sizeof *mod);
+    mod->ptx = strdup(ptx);
+    *m = mod;
+    return OK;
+}
+CUresult cuModuleUnload(CUmodule m) { struct module *mod = m; free(mod->ptx); free(mod); return OK; }
+CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name) {
+    struct module *mod = m;
+    char entry[160];
+    snprintf(entry, sizeof entry, ".entry %s(", name);
+    if (!strstr(mod->ptx, entry)) return NOT_FOUND;
+    struct function *fn = calloc(1, sizeof *fn);
+    snprintf(fn->name, sizeof fn->name, "%s", name);
+    *f = fn;
+    return OK;
+}
+CUresult cuFuncGetAttribute(int *v, int a, CUfunction f) { (void)a; (void)f; *v = 1024; return OK; }
+CUresult cuFuncSetAttribute(CUfunction f, int a, int v) { (void)f; (void)a; (void)v; return OK; }
+
+CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                        unsigned smem, CUstream s, void **params, void **extra) {
+    (void)smem; (void)s; (void)params;
+    struct function *fn = f;
+    if (sticky) return sticky;
+    if ((unsigned long long)bx * by * bz > 1024 || !gx || !gy || !gz) return INVALID_VALUE;
+    unsigned char *args = 0;
+    size_t size = 0;
+    for (int i = 0; extra && extra[i] != 0; i += 2) {
+        if (extra[i] == (void *)1) args = extra[i + 1];
+        else if (extra[i] == (void *)2) size = *(size_t *)extra[i + 1];
+        else return INVALID_VALUE;
+    }
+    if (!strcmp(fn->name, "iota")) {
+        if (size != 12 || !args) return INVALID_VALUE;
+        uint64_t out; uint32_t n;
+        memcpy(&out, args, 8); memcpy(&n, args + 8, 4);
+        unsigned long long threads = (unsigned long long)gx * gy * gz * bx * by * bz;
+        for (uint32_t i = 0; i < n && i < threads; i++) ((uint32_t *)(uintptr_t)out)[i] = i + 1;
+    } else if (!strcmp(fn->name, "write_out_of_bounds")) {
+        if (size != 16) return INVALID_VALUE;
+        sticky = ILLEGAL_ADDRESS;
+    } else if (!strcmp(fn->name, "spin_forever")) {
+        if (size != 8) return INVALID_VALUE;
+        spinning = 1;
+    }
+    return OK;
+}
+
+CUresult cuEventCreate(CUevent *e, unsigned flags) { (void)flags; *e = calloc(1, sizeof(struct event)); return OK; }
+CUresult cuEventRecord(CUevent e, CUstream s) { (void)s; ((struct event *)e)->never = spinning; return OK; }
+CUresult cuEventQuery(CUevent e) { if (sticky) return sticky; return ((struct event *)e)->never ? NOT_READY : OK; }
+CUresult cuEventDestroy_v2(CUevent e) { free(e); return OK; }
+CUresult cuStreamQuery(CUstream s) { (void)s; if (sticky) return sticky; return spinning ? NOT_READY : OK; }
+CUresult cuStreamSynchronize(CUstream s) { (void)s; if (sticky) return sticky; while (spinning) {} return OK; }

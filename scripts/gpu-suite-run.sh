@@ -5,6 +5,8 @@
 #
 #   bash .gpu-suite/run.sh            every test executable on cuda, then on emu, then the inventory
 #   bash .gpu-suite/run.sh cuda       only the cuda pass (or: emu)
+#   bash .gpu-suite/run.sh bench      the speed benchmark (tests/benches/gpu_speed.rs) and the
+#                                     emulator-vs-GPU corpus diff (kernels/diff/): bench.txt, diff.txt
 #
 # Environment: OUT (default /tmp): logs go to $OUT/tasklet-gpu-suite/ — env.txt (machine, driver,
 # nvidia-smi), cuda.log and emu.log (every test executable's output, in order), inventory.txt
@@ -23,7 +25,7 @@ per_exe_timeout="${SUITE_TIMEOUT:-300}"
 phases=("${@:-cuda emu}")
 read -r -a phases <<<"${phases[*]}"
 mkdir -p "$logs"
-rm -f "$logs"/{env.txt,cuda.log,emu.log,inventory.txt,summary.txt}
+rm -f "$logs"/{env.txt,cuda.log,emu.log,inventory.txt,summary.txt,bench.txt,diff.txt}
 
 say() { echo "gpu-suite: $*" >&2; }
 
@@ -45,7 +47,7 @@ else
     say "unpacking needs xz or python3, and this machine has neither"
     exit 2
 fi
-chmod +x "$work"/tests/* "$work"/bin/*
+chmod +x "$work"/tests/* "$work"/bin/* "$work"/tools/*
 
 # The executables have the build machine's checkout path compiled in (CARGO_MANIFEST_DIR for
 # kernels/*.ptx, CARGO_BIN_EXE_* for the binaries they start): make that path lead here.
@@ -136,11 +138,27 @@ run_pass() { # run_pass BACKEND
     say "$backend: $pass passed, $fail failed"
 }
 
+run_bench() { # the speed table, then the corpus diff; neither counts towards passed/failed
+    say "bench: gpu_speed (about two minutes)"
+    (cd "$repo" && timeout 420 "$work/tools/gpu_speed") >"$logs/bench.txt" 2>&1
+    echo "gpu_speed exit $?" >>"$logs/bench.txt"
+    say "diff: emulator vs GPU on the kernel corpus"
+    {
+        (cd "$repo" && "$work/tools/corpus_outputs" >"$work/emu.json") &&
+            (cd "$repo" && python3 kernels/diff/gpu_outputs.py "$work/emu.json" >"$work/gpu.json") &&
+            (cd "$repo" && python3 kernels/diff/compare.py "$work/emu.json" "$work/gpu.json")
+        echo "diff exit $?"
+    } >"$logs/diff.txt" 2>&1
+    tail -n 3 "$logs/diff.txt" >&2
+    echo "bench: see bench.txt and diff.txt" >>"$summary"
+}
+
 : >"$summary.failed"
 for phase in "${phases[@]}"; do
     case "$phase" in
+        bench) run_bench ;;
         cuda | emu) : >"$summary.$phase"; run_pass "$phase" ;;
-        *) say "unknown pass '$phase' (cuda or emu)"; exit 2 ;;
+        *) say "unknown pass '$phase' (cuda, emu or bench)"; exit 2 ;;
     esac
 done
 

@@ -33,6 +33,15 @@ trap 'rm -f "$json"' EXIT
 # Also builds the tasklet components (tests/build.rs) and the binaries the tests start.
 cargo test --workspace --release --no-run --message-format=json >"$json"
 cargo build --release -p tasklet-cli -p tasklet-worker -p tasklet-tests --bins >&2
+# The speed benchmark, the emulator's corpus outputs and their replay through a worker (for the
+# GPU diff, kernels/diff/) ride along as tools.
+bench_json="$(mktemp)"
+cargo build --release -p tasklet-tests --bench gpu_speed -p tasklet-ptx --example corpus_outputs \
+    -p tasklet-worker --example replay_corpus --message-format=json >"$bench_json"
+mapfile -t tools < <(grep '"reason":"compiler-artifact"' "$bench_json" \
+    | grep -o '"executable":"[^"]*"' | sed 's/^"executable":"//; s/"$//' \
+    | grep -E '/(gpu_speed|corpus_outputs|replay_corpus)[^/]*$' | sort -u)
+rm -f "$bench_json"
 
 # Test executables: compiler artifacts built with the test profile (`"profile":{…"test":true}`;
 # the target's own "test" flag only says it could be) that have an executable.
@@ -55,10 +64,15 @@ done
 for b in tasklet tasklet-worker tasklet-test-worker; do
     objcopy --strip-debug "$root/target/release/$b" "$stage/bin/$b"
 done
+mkdir -p "$stage/tools"
+for t in "${tools[@]}"; do
+    # Bench executables carry a hash suffix (gpu_speed-0123abcd): give them their plain names.
+    objcopy --strip-debug "$t" "$stage/tools/$(basename "$t" | sed -E 's/-[0-9a-f]{16}$//')"
+done
 rm -rf "$suite"
 mkdir -p "$suite/wasm"
 echo "== compressing (xz -9, a minute or two)" >&2
-tar -C "$stage" -cf - tests bin | xz -9 -T1 >"$suite/executables.tar.xz"
+tar -C "$stage" -cf - tests bin tools | xz -9 -T1 >"$suite/executables.tar.xz"
 wasm_dir="$root/tasklets/target/wasm32-wasip2/release"
 cp "$wasm_dir"/*.wasm "$suite/wasm/"
 printf '%s\n' "$root" >"$suite/BUILD_ROOT"

@@ -6,7 +6,8 @@
 #   bash .gpu-suite/run.sh            every test executable on cuda, then on emu, then the inventory
 #   bash .gpu-suite/run.sh cuda       only the cuda pass (or: emu)
 #   bash .gpu-suite/run.sh bench      the speed benchmark (tests/benches/gpu_speed.rs) and the
-#                                     emulator-vs-GPU corpus diff (kernels/diff/): bench.txt, diff.txt
+#                                     emulator-vs-GPU corpus diff (kernels/diff/), through CuPy and
+#                                     through the cuda backend: bench.txt, diff.txt
 #
 # Environment: OUT (default /tmp): logs go to $OUT/tasklet-gpu-suite/ — env.txt (machine, driver,
 # nvidia-smi), cuda.log and emu.log (every test executable's output, in order), inventory.txt
@@ -142,14 +143,25 @@ run_bench() { # the speed table, then the corpus diff; neither counts towards pa
     say "bench: gpu_speed (about two minutes)"
     (cd "$repo" && timeout 420 "$work/tools/gpu_speed") >"$logs/bench.txt" 2>&1
     echo "gpu_speed exit $?" >>"$logs/bench.txt"
-    say "diff: emulator vs GPU on the kernel corpus"
+    say "diff: emulator vs GPU on the kernel corpus (CuPy, then the cuda backend)"
     {
+        echo "== emulator vs GPU through CuPy (kernels/diff/gpu_outputs.py)"
         (cd "$repo" && "$work/tools/corpus_outputs" >"$work/emu.json") &&
             (cd "$repo" && python3 kernels/diff/gpu_outputs.py "$work/emu.json" >"$work/gpu.json") &&
             (cd "$repo" && python3 kernels/diff/compare.py "$work/emu.json" "$work/gpu.json")
         echo "diff exit $?"
     } >"$logs/diff.txt" 2>&1
     tail -n 3 "$logs/diff.txt" >&2
+    {
+        echo
+        echo "== emulator vs GPU through the cuda backend (tasklet-worker, replay_corpus)"
+        [ -s "$work/emu.json" ] &&
+            (cd "$repo" && "$work/tools/replay_corpus" --backend cuda --worker "$repo/target/release/tasklet-worker" \
+                "$work/emu.json" >"$work/cuda.json") &&
+            (cd "$repo" && python3 kernels/diff/compare.py "$work/emu.json" "$work/cuda.json")
+        echo "cuda diff exit $?"
+    } >>"$logs/diff.txt" 2>&1
+    tail -n 2 "$logs/diff.txt" >&2
     echo "bench: see bench.txt and diff.txt" >>"$summary"
 }
 

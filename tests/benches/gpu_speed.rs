@@ -762,10 +762,10 @@ fn probe_cuda() -> Result<Machine, String> {
 fn driver_version() -> String {
     if let Ok(text) = std::fs::read_to_string("/proc/driver/nvidia/version") {
         let first = text.lines().next().unwrap_or("");
-        if let Some(rest) = first.split("Kernel Module").nth(1) {
-            if let Some(v) = rest.split_whitespace().next() {
-                return v.to_string();
-            }
+        // "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build …"
+        let version = first.split_whitespace().find(|w| w.contains('.') && w.starts_with(|c: char| c.is_ascii_digit()));
+        if let Some(v) = version {
+            return v.to_string();
         }
     }
     Command::new("nvidia-smi")

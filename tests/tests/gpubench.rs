@@ -34,3 +34,16 @@ fn every_gpubench_command_prints_its_figures() {
     let err = host.run(&bench, b"warp-speed 3").expect_err("an unknown command fails");
     assert!(err.to_string().contains("unknown command"), "{err}");
 }
+
+#[test]
+fn a_single_write_larger_than_wasmtimes_default_hostcall_budget_goes_through() {
+    // wasmtime caps what one guest→host call may carry at 128 MiB unless the host raises it; the
+    // host raises it to the tasklet's memory limit, so a 160 MiB mem-write reaches the device.
+    let mut policy = tasklet_tests::test_policy();
+    policy.workers.emu_memory = 512 << 20;
+    let host = test_host!(policy);
+    let bench = load(&host, manifest("testing/gpubench"));
+    let out = run_ok(&host, &bench, &format!("bulk {} 1 settle=1", 160u64 << 20));
+    assert_eq!(out.lines().next(), Some(format!("bulk_bytes {}", 160u64 << 20).as_str()), "{out}");
+    assert_baseline(&host);
+}

@@ -148,6 +148,9 @@ impl Host {
         let state = TaskletState::new(tasklet.grant, Arc::clone(&self.leases));
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limits);
+        // One call may carry as much data as the tasklet's memory can hold (wasmtime's default is
+        // 128 MiB): a bulk mem-write is bounded by the memory limit, not by a second, smaller one.
+        store.set_hostcall_fuel(usize::try_from(tasklet.grant.limits.memory).unwrap_or(usize::MAX));
         let wall = tasklet.grant.limits.wall_time;
         store.set_epoch_deadline((wall.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64 + 1);
         store.epoch_deadline_trap();

@@ -157,3 +157,26 @@ fn memory_limit_stops_a_tasklet_that_grows_past_it() {
     assert!(matches!(err, RunError::Trapped(_)), "{err}");
     assert_baseline(&host);
 }
+
+#[test]
+fn many_tiny_allocations_are_charged_in_whole_units() {
+    let host = test_host!();
+    let lines = probe(&host, "tiny-allocs");
+    // A 1 MiB lease holds exactly 1 MiB / ALLOC_GRANULE one-byte buffers, not a million.
+    let expected = (1u64 << 20) / tasklet_worker::ALLOC_GRANULE;
+    assert_eq!(lines[0], ("ok".into(), "allocs".into(), expected.to_string()), "{lines:?}");
+    assert_eq!((lines[1].0.as_str(), lines[1].1.as_str()), ("error", "quota-exceeded"), "{lines:?}");
+    assert_baseline(&host);
+}
+
+#[test]
+fn a_read_larger_than_the_tasklets_memory_is_refused_before_the_host_allocates_it() {
+    let host = test_host!();
+    let mut m = manifest("testing/probe");
+    m.limits.memory = 8 << 20;
+    let probe = load(&host, m);
+    let lines = probe_lines(&run_ok(&host, &probe, "big-read 16"));
+    assert_eq!((lines[0].0.as_str(), lines[0].1.as_str()), ("error", "out-of-bounds"), "{lines:?}");
+    assert!(lines[0].2.contains("memory limit"), "{lines:?}");
+    assert_baseline(&host);
+}

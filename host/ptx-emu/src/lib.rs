@@ -25,6 +25,9 @@ use std::fmt;
 
 pub use memory::DeviceMemory;
 
+/// CUDA's limit on a kernel's parameter space, in bytes (32 KiB less 4 the driver keeps).
+pub const MAX_PARAM_BYTES: u32 = 32_764;
+
 /// A parse or validation failure, naming the PTX line (1-based) and the offending construct.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("line {line}: {message}")]
@@ -53,17 +56,24 @@ pub struct KernelInfo {
 }
 
 impl KernelInfo {
-    /// Byte offset of each parameter in the argument block, and the block's total size.
+    /// Byte offset of each parameter in the argument block, and the block's total size. Modules
+    /// from [`Module::parse`] and [`entry_signatures`] always fit in [`MAX_PARAM_BYTES`]; for a
+    /// hand-built list past that, see [`KernelInfo::checked_param_layout`].
     pub fn param_layout(&self) -> (Vec<u32>, u32) {
+        self.checked_param_layout(u32::MAX).unwrap_or_default()
+    }
+
+    /// As [`KernelInfo::param_layout`], or `None` when the block would pass `max_bytes` (or
+    /// overflow).
+    pub fn checked_param_layout(&self, max_bytes: u32) -> Option<(Vec<u32>, u32)> {
         let mut offsets = Vec::with_capacity(self.params.len());
         let mut end = 0u32;
         for p in &self.params {
-            let align = p.align.max(1);
-            let at = end.div_ceil(align) * align;
+            let at = end.checked_next_multiple_of(p.align.max(1))?;
             offsets.push(at);
-            end = at + p.size;
+            end = at.checked_add(p.size).filter(|&e| e <= max_bytes)?;
         }
-        (offsets, end)
+        Some((offsets, end))
     }
 }
 

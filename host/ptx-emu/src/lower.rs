@@ -252,7 +252,15 @@ fn kernel_info(f: &ast::Function) -> Result<KernelInfo, LoadError> {
             pointer_sized: matches!(p.ty.as_str(), "u64" | "b64" | "s64") && p.dims.is_empty() && p.vec == 1,
         });
     }
-    Ok(KernelInfo { name: f.name.clone(), params })
+    let info = KernelInfo { name: f.name.clone(), params };
+    // CUDA caps a kernel's parameter space; refusing more here keeps every later layout (the
+    // emulator's, the host's argument block) free of overflow.
+    if info.checked_param_layout(crate::MAX_PARAM_BYTES).is_none() {
+        return Err(err(f.line, format!(
+            "kernel `{}` declares more than {} bytes of parameters", f.name, crate::MAX_PARAM_BYTES
+        )));
+    }
+    Ok(info)
 }
 
 /// The defined `.entry` kernels of a module, in source order, without lowering any body (the

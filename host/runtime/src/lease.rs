@@ -311,7 +311,7 @@ impl LeaseManager {
             return true;
         }
         match worker.info() {
-            Ok(info) if info.memory_requested == used && used <= lease.granted => true,
+            Ok(info) if info.memory_used == used && used <= lease.granted => true,
             Ok(info) => {
                 self.mismatches.fetch_add(1, Ordering::Relaxed);
                 eprintln!(
@@ -319,7 +319,7 @@ impl LeaseManager {
                      accounted for {used} of its {} granted bytes; the worker is replaced, not reused",
                     lease.id,
                     worker.pid(),
-                    info.memory_requested,
+                    info.memory_used,
                     info.allocations,
                     lease.granted
                 );

@@ -9,8 +9,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use wasmtime::component::Resource;
 
-/// Leases are granted in whole allocation units, so that what is granted can be allocated.
-const GRANULE: u64 = 256;
 
 impl Host for GpuState<'_> {}
 
@@ -48,9 +46,10 @@ impl HostLease for GpuState<'_> {
                 grant.max_lease_time.as_secs()
             )));
         }
+        // Granted in whole allocation units, so that what is granted can be allocated.
         let bytes = request
             .min_vram
-            .checked_next_multiple_of(GRANULE)
+            .checked_next_multiple_of(tasklet_worker::ALLOC_GRANULE)
             .ok_or_else(|| invalid("min-vram is too large"))?;
         let live: Vec<&Arc<Lease>> = self.ctx.leases.values().filter(|l| l.is_live()).collect();
         if live.len() >= grant.max_leases as usize {

@@ -11,7 +11,7 @@ use crate::config::Right;
 use crate::lease::Lease;
 use std::collections::HashMap;
 use std::sync::Arc;
-use tasklet_worker::{Launch, WorkerError};
+use tasklet_worker::{charged_bytes, Launch, WorkerError, ALLOC_GRANULE, MAX_PARAM_BYTES};
 use wasmtime::component::Resource;
 
 impl Host for GpuState<'_> {}
@@ -90,17 +90,21 @@ impl HostSession for GpuState<'_> {
         if bytes == 0 {
             return Err(invalid("cannot allocate 0 bytes"));
         }
+        // Charged in whole allocation units, as the worker counts them, so that many tiny
+        // allocations cannot hold more of the device than the lease was granted.
+        let charge = charged_bytes(bytes);
         let used = lease.used();
-        if used.saturating_add(bytes) > lease.granted {
+        if used.saturating_add(charge) > lease.granted {
             return Err(quota(format!(
-                "allocating {bytes} bytes would bring the lease to {} of its {} granted bytes; acquire a larger lease",
-                used.saturating_add(bytes),
+                "allocating {bytes} bytes (charged {charge}: allocations count in units of {ALLOC_GRANULE}) would bring \
+                 the lease to {} of its {} granted bytes; acquire a larger lease",
+                used.saturating_add(charge),
                 lease.granted
             )));
         }
         let addr = self.run(&lease, |a| {
             let addr = a.worker.alloc(bytes)?;
-            *a.used += bytes;
+            *a.used += charge;
             Ok(addr)
         })?;
         let id = self.ctx.fresh_id();
@@ -133,8 +137,13 @@ impl HostSession for GpuState<'_> {
         let (session, lease) = self.session(&this)?;
         let (addr, size) = self.buffer(session, &src)?;
         let at = span(addr, size, offset, len)?;
-        // `len` fits in the buffer, which fits in the lease's grant; the guest's memory limit bounds
-        // what it can receive, and lowering the result checks that.
+        // The result must fit in the guest's memory: refuse before the host allocates it.
+        let limit = self.ctx.grant.limits.memory;
+        if len > limit {
+            return Err(out_of_bounds(format!(
+                "a read of {len} bytes cannot fit in the tasklet's {limit}-byte memory limit; read in pieces"
+            )));
+        }
         let len = usize::try_from(len).map_err(|_| out_of_bounds("read too large for this host"))?;
         let mut out = vec![0u8; len];
         self.run(&lease, |a| a.worker.read(at, &mut out))?;
@@ -236,7 +245,7 @@ impl HostSession for GpuState<'_> {
             let _ = self.ctx.manager.with_worker(&state.lease, |a| {
                 for (addr, size) in state.buffers.values() {
                     a.worker.free(*addr)?;
-                    *a.used = a.used.saturating_sub(*size);
+                    *a.used = a.used.saturating_sub(charged_bytes(*size));
                 }
                 for m in state.modules.values() {
                     a.worker.unload_module(m.id)?;
@@ -266,7 +275,12 @@ impl GpuState<'_> {
                 args.len()
             )));
         }
-        let (offsets, total) = kernel.param_layout();
+        // The parameter list comes from the worker: lay it out with checked arithmetic and within
+        // CUDA's limit on a kernel's parameter space, so no module can make the host panic or
+        // allocate without bound here.
+        let (offsets, total) = kernel
+            .checked_param_layout(MAX_PARAM_BYTES)
+            .ok_or_else(|| invalid(format!("kernel {} declares more than {MAX_PARAM_BYTES} bytes of parameters", kernel.name)))?;
         let mut block = vec![0u8; total as usize];
         for (i, ((arg, param), at)) in args.iter().zip(&kernel.params).zip(offsets).enumerate() {
             let bytes: Vec<u8> = match arg {
@@ -298,7 +312,10 @@ impl GpuState<'_> {
                 )));
             }
             let at = at as usize;
-            block[at..at + bytes.len()].copy_from_slice(&bytes);
+            block
+                .get_mut(at..at + bytes.len())
+                .ok_or_else(|| invalid(format!("argument {i} falls outside kernel {}'s parameter space", kernel.name)))?
+                .copy_from_slice(&bytes);
         }
         Ok(block)
     }
@@ -316,7 +333,7 @@ impl HostBuffer for GpuState<'_> {
             let lease = Arc::clone(&state.lease);
             let _ = self.ctx.manager.with_worker(&lease, |a| {
                 a.worker.free(addr)?;
-                *a.used = a.used.saturating_sub(size);
+                *a.used = a.used.saturating_sub(charged_bytes(size));
                 Ok(())
             });
         }

@@ -9,7 +9,6 @@ use crate::error::ErrorKind;
 use crate::nvrtc::{self, NvrtcError};
 
 /// Allocation granularity the cap is accounted in (the emulator aligns allocations to this).
-const GRANULE: u64 = 256;
 /// Modules a worker may hold at once: each costs host memory the device cap does not count.
 const MAX_MODULES: usize = 4096;
 
@@ -81,7 +80,7 @@ impl Backend for EmuBackend {
         if bytes == 0 {
             return Err(BackendError::new(ErrorKind::InvalidArgument, "cannot allocate 0 bytes"));
         }
-        let accounted = bytes.checked_next_multiple_of(GRANULE).unwrap_or(u64::MAX);
+        let accounted = crate::backend::charged_bytes(bytes);
         if accounted > self.cap - self.used {
             return Err(BackendError::new(
                 ErrorKind::OutOfMemory,

@@ -24,6 +24,8 @@
 //! | `zeros <mib>` | lease `<mib>` MiB; alloc it all; read it back (1 MiB reads) and check every byte is 0 → `ok zeros <bytes>` or `error nonzero offset <o> byte <b>` |
 //! | `spin-big <mib>` | lease `<mib>` MiB + 1 MiB; alloc `<mib>` MiB; then as `spin` (its lines) |
 //! | `lease <mib>` | acquire one lease of `<mib>` MiB for 10 s → `ok lease <granted bytes>` |
+//! | `tiny-allocs` | lease 1 MiB; allocate 1-byte buffers, keeping them all, until one fails → `ok allocs <count>` then that failure |
+//! | `big-read <mib>` | lease and allocate `<mib>` MiB; read all of it → `ok read <bytes>` (or the error) |
 //! | `bench <n>` | `n` calls each of lease info, sync (idle session) and 4 KiB write+read pairs, timed in batches of 100 → `info_ns <ns>`, `sync_ns <ns>`, `rw4k_ns <ns>`: the median over batches of the mean time per call, in whole nanoseconds |
 //!
 //! An unknown command, or a missing or malformed argument, is an `Err`.
@@ -74,6 +76,8 @@ fn run(input: Vec<u8>) -> Result<Vec<u8>, String> {
         "hold" => hold(&mut out, number(command, arg)?),
         "leases" => leases(&mut out, number(command, arg)?),
         "grow" => grow(&mut out, number(command, arg)?),
+        "tiny-allocs" => tiny_allocs(&mut out),
+        "big-read" => big_read(&mut out, number(command, arg)?),
         "bench" => bench(&mut out, number::<u32>(command, arg)?.max(1)),
         "verify" => verify(&mut out, number(command, arg)?),
         "pattern" => pattern(&mut out, number(command, arg)?),
@@ -223,6 +227,32 @@ fn grow(out: &mut Out, mib: usize) -> Step {
     let block = vec![1u8; mib << 20];
     let sum: usize = block.iter().step_by(4096).map(|&b| b as usize).sum();
     writeln!(out.0, "ok grew {}", sum * 4096 >> 20).unwrap();
+    Ok(())
+}
+
+fn tiny_allocs(out: &mut Out) -> Step {
+    let lease = acquire(out, MIB, 30)?;
+    let session = out.setup(Session::open(&lease))?;
+    let mut held = Vec::new();
+    let failure = loop {
+        match session.mem_alloc(1) {
+            Ok(buf) => held.push(buf),
+            Err(e) => break e,
+        }
+        if held.len() > 4 * MIB as usize {
+            break tasklet_gpu::raw::types::GpuError::InvalidArgument("no limit reached".into());
+        }
+    };
+    writeln!(out.0, "ok allocs {}", held.len()).unwrap();
+    out.error(&failure.into());
+    Ok(())
+}
+
+fn big_read(out: &mut Out, mib: u64) -> Step {
+    let lease = acquire(out, mib * MIB, 30)?;
+    let session = out.setup(Session::open(&lease))?;
+    let buf = out.setup(session.mem_alloc(mib * MIB))?;
+    out.step(session.mem_read(&buf, 0, mib * MIB), |d| format!("read {}", d.len()));
     Ok(())
 }
 

@@ -9,13 +9,12 @@ use crate::error::ErrorKind;
 
 /// Granularity allocations are accounted in (as the emulator does), so that a lease granted in
 /// these units can allocate what it was granted.
-pub const GRANULE: u64 = 256;
 
 #[derive(Debug, Clone, Copy)]
 pub struct Alloc {
     /// Bytes asked for.
     pub requested: u64,
-    /// Bytes counted against the cap (`requested` rounded up to [`GRANULE`]).
+    /// Bytes counted against the cap (`requested` rounded up to [`crate::backend::ALLOC_GRANULE`]).
     pub accounted: u64,
 }
 
@@ -43,7 +42,7 @@ impl Allocations {
         if bytes == 0 {
             return Err(BackendError::new(ErrorKind::InvalidArgument, "cannot allocate 0 bytes"));
         }
-        let accounted = bytes.checked_next_multiple_of(GRANULE).unwrap_or(u64::MAX);
+        let accounted = crate::backend::charged_bytes(bytes);
         if accounted > self.cap.saturating_sub(self.used) {
             return Err(BackendError::new(
                 ErrorKind::OutOfMemory,
@@ -127,7 +126,7 @@ mod tests {
     fn ranges_must_lie_inside_one_allocation() {
         let mut a = Allocations::new(1 << 20);
         let acc = a.admit(100).unwrap();
-        assert_eq!(acc, 256);
+        assert_eq!(acc, 512);
         a.insert(0x1000, 100, acc);
         a.insert(0x2000, 16, a.admit(16).unwrap());
         assert!(a.check_range(0x1000, 100).is_ok());
@@ -137,9 +136,9 @@ mod tests {
         assert!(a.check_range(0x1064, 1).is_err(), "in the accounting slack");
         assert!(a.check_range(0x2000, 16).is_ok());
         assert!(a.check_range(u64::MAX, 2).is_err());
-        assert_eq!((a.used, a.requested, a.len()), (512, 116, 2));
+        assert_eq!((a.used, a.requested, a.len()), (1024, 116, 2));
         assert_eq!(a.remove(0x1000).map(|x| x.requested), Some(100));
-        assert_eq!((a.used, a.requested), (256, 16));
+        assert_eq!((a.used, a.requested), (512, 16));
         assert!(a.admit(0).is_err());
         assert_eq!(a.admit(1 << 21).unwrap_err().kind, ErrorKind::OutOfMemory);
         assert_eq!(a.drain(), vec![0x2000]);

@@ -4,7 +4,9 @@
 //!     target/release/examples/roundtrip [path/to/tasklet-worker] [iterations]
 //!
 //! Prints medians (and p90/p99) of: a ping on the device-less null backend (pure IPC), a ping on
-//! the emu backend, and alloc + write 4 KiB + read 4 KiB + free on the emu backend.
+//! the emu backend, alloc + write 4 KiB + read 4 KiB + free on the emu backend, and a launch of
+//! the `empty` kernel on the emu backend: launch + sync each time, and posted launches back to
+//! back (each waits only for the previous one's answer; one sync at the end).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -78,6 +80,7 @@ fn main() {
     let a = w.alloc(4096).expect("alloc");
     row("write 4 KiB (emu)", time(iters / 4, || w.write(a, &data).expect("write")));
     row("read 4 KiB (emu)", time(iters / 4, || w.read(a, &mut back).expect("read")));
+    launch_rows(&mut w, iters / 4);
     drop(w);
 
     if std::env::var_os("ROUNDTRIP_EMU_RATE").is_some() {
@@ -115,4 +118,54 @@ fn emu_rate(w: &mut Worker, (grid, block): (u32, u32)) {
         println!("spin_forever grid {grid} block {block}, deadline {deadline:?}: {:?} after {took:?} ({how}); {bound} {rate:.0} M lane-instructions/s",
             r.err().and_then(|e| e.kind()));
     }
+}
+
+/// Launch of `empty` (1 thread) on the emu backend: synchronous (launch + sync) and posted.
+fn launch_rows(w: &mut Worker, iters: usize) {
+    let ptx = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../kernels/faults.ptx"));
+    let Ok(ptx) = ptx else { return };
+    let m = w.load_module(&ptx).expect("load faults.ptx");
+    let l = tasklet_worker::Launch {
+        module: m.id,
+        kernel: "empty",
+        grid: [1, 1, 1],
+        block: [1, 1, 1],
+        shared_mem_bytes: 0,
+        args: &[],
+        deadline: Duration::from_secs(10),
+    };
+    row("launch empty + sync (emu)", time(iters, || {
+        w.launch(&l).expect("launch");
+        w.sync().expect("sync");
+    }));
+    let posted = time(iters, || w.launch(&l).expect("launch"));
+    w.sync().expect("sync");
+    row("launch empty back to back, per launch (emu)", posted);
+    // With host work between launches (what a tasklet does between them): a posted launch
+    // overlaps the kernel with it, a synchronous one adds the two.
+    let busy = |d: Duration| {
+        let t = Instant::now();
+        while t.elapsed() < d {
+            std::hint::spin_loop();
+        }
+    };
+    let work = Duration::from_micros(5);
+    row("launch empty + 5 µs host work (emu)", time(iters, || {
+        w.launch(&l).expect("launch");
+        busy(work);
+    }));
+    w.sync().expect("sync");
+    // Throughput: `n` posted launches then one sync, per launch.
+    let n = 1000u32;
+    let samples = (0..(iters / n as usize).max(5))
+        .map(|_| {
+            let t = Instant::now();
+            for _ in 0..n {
+                w.launch(&l).expect("launch");
+            }
+            w.sync().expect("sync");
+            t.elapsed() / n
+        })
+        .collect();
+    row("1000 posted launches + sync, per launch (emu)", samples);
 }

@@ -157,8 +157,28 @@ pub struct Worker {
     /// have ended (see [`Worker::launch`]). Every op that makes the worker wait for its kernels
     /// may take this much longer than `op_timeout`.
     pending_until: Option<Instant>,
+    /// The launch that was sent and whose response is not collected yet (see [`Worker::launch`]).
+    /// There is one request slot: every later op collects it before sending its own request.
+    posted: Option<Posted>,
+    /// A posted launch's error that is still to be reported: collected by an op that does not
+    /// report it (`free`, `reset`), it goes to the next op that does.
+    deferred: Option<(ErrorKind, String)>,
     /// Set while leased from a pool; tells the pool when the worker is dropped unreleased.
     pub(crate) lease: Option<crate::pool::LeaseToken>,
+}
+
+/// A launch request on the channel whose response the host has not read yet.
+struct Posted {
+    seq: u32,
+    id: u64,
+    kernel: String,
+    deadline: Duration,
+    /// By when its response must have arrived.
+    wait_until: Instant,
+    /// Whether silence past `wait_until` means a kernel ran past its deadline (emu, where the
+    /// worker answers once the kernel ended; cuda with kernels already queued) rather than a hung
+    /// worker.
+    silence_is_deadline: bool,
 }
 
 /// A process that was spawned and has not said it is ready yet.
@@ -245,6 +265,8 @@ impl Worker {
             lost: None,
             poisoned: None,
             pending_until: None,
+            posted: None,
+            deferred: None,
             lease: None,
         }))
     }
@@ -262,10 +284,15 @@ impl Worker {
         self.lost.is_some()
     }
 
-    /// True while launched kernels (cuda) may still be running: no op that waits for them has
-    /// answered since they were launched.
-    pub fn has_pending_launches(&self) -> bool {
-        self.pending_until.is_some()
+    /// True while launched kernels may still be running: no op that waits for them has answered
+    /// since they were launched (cuda), or the last launch's response is still outstanding (a
+    /// posted launch, either backend). Never waits: a posted launch that has already answered is
+    /// collected here (an error it reports is kept for the next op, a fault poisons as usual).
+    pub fn has_pending_launches(&mut self) -> bool {
+        if self.posted.as_ref().is_some_and(|p| self.lost.is_none() && self.chan.answered(p.seq)) {
+            let _ = self.settle(false);
+        }
+        self.pending_until.is_some() || self.posted.is_some()
     }
 
     /// True once a kernel faulted or ran past its deadline: every op now fails with that kind,
@@ -307,7 +334,8 @@ impl Worker {
 
     /// Writes `data` at device address `addr`, through the data region in chunks of its size.
     pub fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), WorkerError> {
-        self.usable()?;
+        // Before the data region is touched: a posted request may still be using it.
+        self.settle(true)?;
         let chunk = self.chan.data_size();
         if data.is_empty() {
             return self.call_ok(&Request::Write { addr, len: 0 });
@@ -324,7 +352,7 @@ impl Worker {
 
     /// Reads `out.len()` bytes at device address `addr`, in chunks of the data region's size.
     pub fn read(&mut self, addr: u64, out: &mut [u8]) -> Result<(), WorkerError> {
-        self.usable()?;
+        self.settle(true)?;
         let chunk = self.chan.data_size();
         if out.is_empty() {
             return self.call_ok(&Request::Read { addr, len: 0 });
@@ -362,63 +390,108 @@ impl Worker {
         self.call_ok(&Request::UnloadModule { id })
     }
 
-    /// Launches a kernel.
+    /// Launches a kernel: posted, like a CUDA launch.
     ///
-    /// On the emulator this runs it to completion (or to its step limit, which stands in for the
-    /// deadline). On CUDA it is asynchronous, as in CUDA itself: it returns once the worker has
-    /// queued the kernel, and the kernel's fault or missed deadline is reported by `sync` or by
-    /// the next op that waits for it (every op but `ping`, `info` and `launch`). The host keeps a
-    /// bound on how long those waits may legitimately take — each queued kernel its whole deadline
-    /// from when the one before it could have ended — and only a worker silent past
-    /// `op_timeout` beyond that bound counts as lost.
+    /// The request is written to the channel and this returns without waiting for the worker's
+    /// answer (first collecting the previous posted launch's answer, if still outstanding: there
+    /// is one request slot). The worker serves requests in order. The next op that waits for an
+    /// answer (every op: `sync`, `read`, `alloc`, `info`, `ping`, another `launch` …) first
+    /// collects this one's; if the launch failed, that op is not performed and returns the
+    /// launch's error instead, its message saying it came from an earlier launch (`free` and
+    /// `reset` are performed regardless and leave the error to the op after them). A fault or a
+    /// missed deadline poisons the worker as always; a worker that dies is `Lost`.
+    ///
+    /// On the emulator the worker runs the kernel before it answers (or to its step limit, which
+    /// stands in for the deadline), so its answer may take up to the kernel's deadline (plus
+    /// slack); silence past that is `DeadlineExceeded` and the worker is killed. On CUDA the
+    /// worker answers once it has queued the kernel, and the kernel's fault or missed deadline is
+    /// reported by `sync` or by the next op that waits for it (every op but `ping`, `info` and
+    /// `launch`). The host keeps a bound on how long those waits may legitimately take — each
+    /// queued kernel its whole deadline from when the one before it could have ended — and only a
+    /// worker silent past `op_timeout` beyond that bound counts as lost.
     pub fn launch(&mut self, l: &Launch<'_>) -> Result<(), WorkerError> {
         if l.deadline.is_zero() {
             return Err(WorkerError::op(ErrorKind::InvalidArgument, "a launch needs a deadline above zero"));
         }
+        self.settle(true)?;
         let deadline_ns = u64::try_from(l.deadline.as_nanos()).unwrap_or(u64::MAX);
-        let req = |step_limit| {
-            Request::Launch(LaunchRequest {
-                module: l.module,
-                kernel: l.kernel,
-                grid: l.grid,
-                block: l.block,
-                shared_mem_bytes: l.shared_mem_bytes,
-                args: l.args,
-                step_limit,
-                deadline_ns,
-            })
+        let step_limit = match self.backend {
+            BackendKind::Emu => emu_step_limit(l.deadline),
+            BackendKind::Cuda => u64::MAX,
         };
-        match self.backend {
-            BackendKind::Emu => {
-                // Room for the emulator to notice its step limit and say so itself.
-                let slack = Duration::from_millis(100) + l.deadline / 4;
-                let wait = l.deadline.saturating_add(slack);
-                match self.call_inner(&req(emu_step_limit(l.deadline)), wait) {
-                    Ok(Response::Ok) => Ok(()),
-                    Ok(other) => Err(self.unexpected("launch", &other)),
-                    Err(CallError::Err(e)) => Err(e),
-                    Err(CallError::Timeout) => {
-                        let msg = format!(
-                            "kernel `{}` ran past its deadline of {:?} (no answer in {wait:?}); its worker was killed",
-                            l.kernel, l.deadline
-                        );
-                        self.lose(msg.clone());
-                        Err(WorkerError::op(ErrorKind::DeadlineExceeded, msg))
+        let req = Request::Launch(LaunchRequest {
+            module: l.module,
+            kernel: l.kernel,
+            grid: l.grid,
+            block: l.block,
+            shared_mem_bytes: l.shared_mem_bytes,
+            args: l.args,
+            step_limit,
+            deadline_ns,
+        });
+        let (seq, id) = self.post(&req)?;
+        let sent = Instant::now();
+        let (wait, silence_is_deadline) = match self.backend {
+            // Room for the emulator to notice its step limit and say so itself.
+            BackendKind::Emu => (l.deadline.saturating_add(Duration::from_millis(100) + l.deadline / 4), true),
+            BackendKind::Cuda => {
+                let queued = self.pending_until.map_or(Duration::ZERO, |t| t.saturating_duration_since(sent));
+                let silence = self.pending_until.is_some();
+                let from = self.pending_until.map_or(sent, |p| p.max(sent));
+                self.pending_until = Some(later(from, l.deadline));
+                (self.op_timeout.saturating_add(queued), silence)
+            }
+        };
+        self.posted = Some(Posted {
+            seq,
+            id,
+            kernel: l.kernel.to_owned(),
+            deadline: l.deadline,
+            wait_until: later(sent, wait),
+            silence_is_deadline,
+        });
+        Ok(())
+    }
+
+    /// Fails the way the next op would if the worker cannot take one; collects the posted
+    /// launch's answer if it is outstanding; and, when `report`, returns a posted launch's error
+    /// not yet reported.
+    fn settle(&mut self, report: bool) -> Result<(), WorkerError> {
+        self.usable()?;
+        if let Some(p) = self.posted.take() {
+            match self.receive(p.seq, p.id, p.wait_until) {
+                Ok(Response::Ok) => {}
+                Ok(other) => return Err(self.unexpected("launch", &other)),
+                Err(CallError::Err(WorkerError::Op { kind, message })) => {
+                    let message = format!("an earlier launch of kernel `{}` failed: {message}", p.kernel);
+                    if kind.poisons_worker() || self.lost.is_some() {
+                        return Err(WorkerError::Op { kind, message });
+                    }
+                    if self.deferred.is_none() {
+                        self.deferred = Some((kind, message));
                     }
                 }
-            }
-            BackendKind::Cuda => {
-                let sent = Instant::now();
-                match self.call(&req(u64::MAX), self.op_timeout)? {
-                    Response::Ok => {
-                        let from = self.pending_until.map_or(sent, |p| p.max(sent));
-                        self.pending_until = Some(later(from, l.deadline));
-                        Ok(())
-                    }
-                    other => Err(self.unexpected("launch", &other)),
+                Err(CallError::Err(e)) => return Err(e),
+                Err(CallError::Timeout) if p.silence_is_deadline => {
+                    let msg = format!(
+                        "kernel `{}` (an earlier launch) ran past its deadline of {:?} and its worker did not report \
+                         it in time; the worker was killed",
+                        p.kernel, p.deadline
+                    );
+                    self.lose(msg.clone());
+                    return Err(WorkerError::op(ErrorKind::DeadlineExceeded, msg));
+                }
+                Err(CallError::Timeout) => {
+                    return Err(self.lose(format!("no answer to the launch of kernel `{}` in time", p.kernel)));
                 }
             }
         }
+        if report {
+            if let Some((kind, message)) = self.deferred.take() {
+                return Err(WorkerError::Op { kind, message });
+            }
+        }
+        Ok(())
     }
 
     /// Waits for every launched kernel; reports the first fault or missed deadline.
@@ -461,7 +534,7 @@ impl Worker {
         match self.call_inner(req, timeout) {
             Ok(r) => {
                 // The worker waited for every queued kernel before answering this.
-                if waits && !matches!(req, Request::Launch(_)) {
+                if waits {
                     self.pending_until = None;
                 }
                 Ok(r)
@@ -481,7 +554,15 @@ impl Worker {
     }
 
     fn call_inner(&mut self, req: &Request<'_>, timeout: Duration) -> Result<Response, CallError> {
-        self.usable()?;
+        // `free` and `reset` release what the lease holds whatever an earlier launch did.
+        self.settle(!matches!(req, Request::Free { .. } | Request::Reset))?;
+        let (seq, id) = self.post(req)?;
+        self.receive(seq, id, later(Instant::now(), timeout))
+    }
+
+    /// Sends a request without waiting; the channel must be free (`settle` first).
+    fn post(&mut self, req: &Request<'_>) -> Result<(u32, u64), WorkerError> {
+        debug_assert!(self.posted.is_none());
         self.next_id += 1;
         let id = self.next_id;
         self.frame.clear();
@@ -489,7 +570,11 @@ impl Worker {
         let seq = self.chan.send(&self.frame).map_err(|e| {
             WorkerError::op(ErrorKind::InvalidArgument, format!("{} request too large: {e}", req.name()))
         })?;
-        let deadline = later(Instant::now(), timeout);
+        Ok((seq, id))
+    }
+
+    /// Waits until `deadline` for the response to the request sent as (`seq`, `id`) and decodes it.
+    fn receive(&mut self, seq: u32, id: u64, deadline: Instant) -> Result<Response, CallError> {
         let proc = &self.proc;
         let waited = self.chan.wait(seq, deadline, &mut || proc.poll(), &mut self.resp);
         match waited {
@@ -533,6 +618,7 @@ impl Worker {
     /// Marks the worker lost, kills and reaps it.
     pub(crate) fn lose(&mut self, why: String) -> WorkerError {
         self.proc.kill();
+        self.posted = None;
         self.lost = Some(why.clone());
         WorkerError::Lost(why)
     }

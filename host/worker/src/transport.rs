@@ -398,6 +398,12 @@ impl HostEnd {
         Ok(self.seq)
     }
 
+    /// Whether the response to `seq` has been published (never waits). A seq other than `seq`
+    /// or the one before it is left for [`HostEnd::wait`] to report as a protocol violation.
+    pub fn answered(&self, seq: u32) -> bool {
+        self.region.u32_at(OFF_RESP_SEQ).load(Acquire) != seq.wrapping_sub(1)
+    }
+
     /// Waits for the response to `seq` and copies its frame into `out`. Spins, then sleeps in
     /// slices that each end with `alive()` (None: alive; Some(why): gone) until `deadline`.
     pub fn wait(

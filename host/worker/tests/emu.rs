@@ -23,6 +23,12 @@ fn op_kind<T: std::fmt::Debug>(r: Result<T, WorkerError>) -> ErrorKind {
     }
 }
 
+/// Posts `l` (which must be accepted) and returns the kind of error the next `sync` reports.
+fn posted_err(w: &mut Worker, l: &Launch<'_>) -> ErrorKind {
+    w.launch(l).expect("a posted launch returns before the worker checks it");
+    op_kind(w.sync())
+}
+
 /// The argument block for `iota(u32* out, u32 n)`, built from the kernel's declared layout.
 fn iota_args(k: &tasklet_worker::KernelInfo, out: u64, n: u32) -> Vec<u8> {
     let (offsets, size) = k.param_layout();
@@ -131,16 +137,17 @@ fn load_and_launch_iota() {
     for (i, c) in back.chunks(4).enumerate() {
         assert_eq!(u32::from_le_bytes(c.try_into().unwrap()), i as u32 + 1);
     }
-    // Refused launches leave the worker healthy.
+    // Refused launches leave the worker healthy. Launches are posted: the worker's refusal is
+    // reported by the next op that waits (here `sync`).
     let bad = Launch { module: m.id, kernel: "iota", grid: [1, 1, 1], block: [1, 1, 1], shared_mem_bytes: 0, args: &args[..4], deadline: Duration::from_secs(1) };
-    assert_eq!(op_kind(w.launch(&bad)), ErrorKind::LaunchFailed);
-    assert_eq!(op_kind(w.launch(&Launch { kernel: "nope", args: &args, ..bad.clone() })), ErrorKind::LaunchFailed);
-    assert_eq!(op_kind(w.launch(&Launch { module: m.id + 100, args: &args, ..bad.clone() })), ErrorKind::InvalidArgument);
+    assert_eq!(posted_err(&mut w, &bad), ErrorKind::LaunchFailed);
+    assert_eq!(posted_err(&mut w, &Launch { kernel: "nope", args: &args, ..bad.clone() }), ErrorKind::LaunchFailed);
+    assert_eq!(posted_err(&mut w, &Launch { module: m.id + 100, args: &args, ..bad.clone() }), ErrorKind::InvalidArgument);
     assert_eq!(op_kind(w.launch(&Launch { deadline: Duration::ZERO, args: &args, ..bad.clone() })), ErrorKind::InvalidArgument);
     assert!(!w.is_poisoned());
     w.unload_module(m.id).unwrap();
     assert_eq!(op_kind(w.unload_module(m.id)), ErrorKind::InvalidArgument);
-    assert_eq!(op_kind(w.launch(&Launch { args: &args, ..bad })), ErrorKind::InvalidArgument);
+    assert_eq!(posted_err(&mut w, &Launch { args: &args, ..bad }), ErrorKind::InvalidArgument);
 }
 
 #[test]
@@ -179,7 +186,9 @@ fn kernel_fault_poisons_the_worker_and_release_kills_it() {
         args: &args,
         deadline: Duration::from_secs(10),
     });
-    assert_eq!(op_kind(r), ErrorKind::KernelFault);
+    r.unwrap();
+    // Posted: the fault is reported by the next op that waits.
+    assert_eq!(op_kind(w.sync()), ErrorKind::KernelFault);
     assert!(w.is_poisoned());
     // Like a faulted CUDA context: nothing more runs on it.
     assert_eq!(op_kind(w.read(out, &mut [0u8; 4])), ErrorKind::KernelFault);
@@ -208,6 +217,8 @@ fn runaway_kernel_hits_its_deadline_and_the_worker_is_killed() {
         args: &flag.to_le_bytes(),
         deadline,
     });
+    r.unwrap();
+    let r = w.sync();
     let took = t.elapsed();
     assert_eq!(op_kind(r), ErrorKind::DeadlineExceeded);
     // The step limit or, failing that, the host's timer (deadline + slack) stops it.
@@ -242,4 +253,134 @@ fn released_worker_is_reset_before_reuse() {
     let mut back = vec![1u8; 4096];
     w.read(b, &mut back).unwrap();
     assert!(back.iter().all(|&x| x == 0));
+}
+
+fn iota_launch<'a>(module: u32, args: &'a [u8], n: u32) -> Launch<'a> {
+    Launch {
+        module,
+        kernel: "iota",
+        grid: [n.div_ceil(64), 1, 1],
+        block: [64, 1, 1],
+        shared_mem_bytes: 0,
+        args,
+        deadline: Duration::from_secs(10),
+    }
+}
+
+fn spin_launch(module: u32, flag: &[u8; 8], deadline: Duration) -> Launch<'_> {
+    Launch { module, kernel: "spin_forever", grid: [1, 1, 1], block: [1, 1, 1], shared_mem_bytes: 0, args: flag, deadline }
+}
+
+#[test]
+fn posted_launches_then_sync_give_the_right_results() {
+    let mut w = emu_worker(64 << 20);
+    let m = w.load_module(&kernel_source("iota")).unwrap();
+    let k = m.kernels.iter().find(|k| k.name == "iota").unwrap().clone();
+    let bufs: Vec<(u64, u32)> = (1..=16u32).map(|i| (w.alloc(i as u64 * 40).unwrap(), i * 10)).collect();
+    let args: Vec<Vec<u8>> = bufs.iter().map(|&(b, n)| iota_args(&k, b, n)).collect();
+    for (a, &(_, n)) in args.iter().zip(&bufs) {
+        w.launch(&iota_launch(m.id, a, n)).unwrap();
+    }
+    w.sync().unwrap();
+    for &(b, n) in &bufs {
+        let mut back = vec![0u8; n as usize * 4];
+        w.read(b, &mut back).unwrap();
+        assert!(back.chunks(4).enumerate().all(|(i, c)| u32::from_le_bytes(c.try_into().unwrap()) == i as u32 + 1));
+    }
+    // A read right after a posted launch sees its result (the worker serves requests in order).
+    let (b, n) = bufs[0];
+    w.write(b, &vec![0u8; n as usize * 4]).unwrap();
+    w.launch(&iota_launch(m.id, &args[0], n)).unwrap();
+    let mut back = vec![0u8; n as usize * 4];
+    w.read(b, &mut back).unwrap();
+    assert_eq!(u32::from_le_bytes(back[(n as usize - 1) * 4..].try_into().unwrap()), n);
+    assert!(!w.has_pending_launches());
+}
+
+#[test]
+fn a_posted_launch_the_worker_refuses_is_reported_by_the_next_waiting_op() {
+    let mut w = emu_worker(64 << 20);
+    let m = w.load_module(&kernel_source("iota")).unwrap();
+    let k = m.kernels.iter().find(|k| k.name == "iota").unwrap().clone();
+    let out = w.alloc(400).unwrap();
+    let args = iota_args(&k, out, 100);
+    let before = w.info().unwrap();
+    let msg_of = |r: Result<(), WorkerError>| match r {
+        Err(WorkerError::Op { kind, message }) => (kind, message),
+        other => panic!("{other:?}"),
+    };
+    // An unknown kernel (the runtime checks names; the worker API does not): the launch returns,
+    // the next sync reports it as coming from the earlier launch.
+    w.launch(&Launch { kernel: "nope", ..iota_launch(m.id, &args, 100) }).unwrap();
+    let (kind, message) = msg_of(w.sync());
+    assert_eq!(kind, ErrorKind::LaunchFailed);
+    assert!(message.contains("earlier launch") && message.contains("nope"), "{message}");
+    // Reported once; the worker is as before.
+    w.sync().unwrap();
+    assert!(!w.is_poisoned() && !w.is_lost());
+    assert_eq!(w.info().unwrap(), before);
+    // A bad grid (over the block size limit), reported by a read, which is then not performed.
+    w.launch(&Launch { block: [4096, 1, 1], ..iota_launch(m.id, &args, 100) }).unwrap();
+    let mut back = vec![0u8; 400];
+    let (kind, message) = msg_of(w.read(out, &mut back));
+    assert_eq!(kind, ErrorKind::LaunchFailed, "{message}");
+    assert!(message.contains("earlier launch"), "{message}");
+    // … or by the next launch, which is then not sent.
+    w.launch(&Launch { kernel: "nope", ..iota_launch(m.id, &args, 100) }).unwrap();
+    assert_eq!(op_kind(w.launch(&iota_launch(m.id, &args, 100))), ErrorKind::LaunchFailed);
+    // `free` is performed regardless and leaves the error to the op after it.
+    let extra = w.alloc(64).unwrap();
+    w.launch(&Launch { kernel: "nope", ..iota_launch(m.id, &args, 100) }).unwrap();
+    w.free(extra).unwrap();
+    assert_eq!(op_kind(w.ping()), ErrorKind::LaunchFailed);
+    assert_eq!(w.info().unwrap(), before);
+    // Still fully usable.
+    w.launch(&iota_launch(m.id, &args, 100)).unwrap();
+    w.read(out, &mut back).unwrap();
+    assert_eq!(u32::from_le_bytes(back[396..].try_into().unwrap()), 100);
+    assert!(!w.is_poisoned() && !w.is_lost());
+}
+
+#[test]
+fn a_worker_killed_with_a_posted_launch_outstanding_is_lost_quickly() {
+    let mut w = emu_worker(64 << 20);
+    let m = w.load_module(&kernel_source("faults")).unwrap();
+    let flag = w.alloc(4).unwrap().to_le_bytes();
+    let t = Instant::now();
+    w.launch(&spin_launch(m.id, &flag, Duration::from_secs(60))).unwrap();
+    assert!(t.elapsed() < Duration::from_millis(100), "a posted launch returns at once: {:?}", t.elapsed());
+    assert!(w.has_pending_launches());
+    std::thread::sleep(Duration::from_millis(20));
+    kill9(w.pid());
+    let t = Instant::now();
+    match w.sync() {
+        Err(WorkerError::Lost(m)) => assert!(m.contains("signal 9"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(t.elapsed() < Duration::from_millis(300), "noticed after {:?}", t.elapsed());
+    assert!(w.is_lost());
+    assert!(matches!(w.ping(), Err(WorkerError::Lost(_))));
+}
+
+#[test]
+fn a_posted_runaway_is_reported_by_the_next_sync_within_its_deadline_and_slack() {
+    let mut w = emu_worker(64 << 20);
+    let m = w.load_module(&kernel_source("faults")).unwrap();
+    let flag = w.alloc(4).unwrap().to_le_bytes();
+    let deadline = Duration::from_millis(200);
+    let t = Instant::now();
+    w.launch(&spin_launch(m.id, &flag, deadline)).unwrap();
+    assert!(t.elapsed() < Duration::from_millis(100), "a posted launch returns at once: {:?}", t.elapsed());
+    let r = w.sync();
+    let took = t.elapsed();
+    match r {
+        Err(WorkerError::Op { kind: ErrorKind::DeadlineExceeded, message }) => {
+            assert!(message.contains("spin_forever"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+    // The step limit or, failing that, the host's timer (deadline + slack) stops it.
+    assert!(took < deadline + Duration::from_millis(100) + deadline / 4 + Duration::from_millis(300), "{took:?}");
+    assert!(w.is_lost() || w.is_poisoned());
+    assert!(w.ping().is_err());
 }

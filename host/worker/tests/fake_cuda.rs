@@ -131,6 +131,12 @@ fn load_errors_carry_the_jit_log_and_the_fix() {
     w.load_module(IOTA_PTX).unwrap();
 }
 
+/// Posts `l` (which must be accepted) and returns the error the next `sync` reports.
+fn posted(w: &mut Worker, l: &Launch<'_>) -> (ErrorKind, String) {
+    w.launch(l).expect("a posted launch returns before the worker checks it");
+    op_kind(w.sync())
+}
+
 #[test]
 fn launches_pass_the_argument_block_and_reuse_cached_modules() {
     let Some(mut w) = fake_worker() else { return };
@@ -149,14 +155,15 @@ fn launches_pass_the_argument_block_and_reuse_cached_modules() {
     let again = w.load_module(IOTA_PTX).unwrap();
     assert_ne!(again.id, m.id);
     w.unload_module(m.id).unwrap();
-    assert_eq!(op_kind(w.launch(&launch(m.id, "iota", 128, &args, Duration::from_secs(5)))).0, ErrorKind::InvalidArgument);
+    assert_eq!(posted(&mut w, &launch(m.id, "iota", 128, &args, Duration::from_secs(5))).0, ErrorKind::InvalidArgument);
     w.launch(&launch(again.id, "iota", 128, &args, Duration::from_secs(5))).unwrap();
-    // Refused launches leave the worker usable.
-    let (k, msg) = op_kind(w.launch(&launch(again.id, "iota", 2048, &args, Duration::from_secs(5))));
+    // Refused launches leave the worker usable. Launches are posted: the refusal is reported by
+    // the next op that waits (here `sync`).
+    let (k, msg) = posted(&mut w, &launch(again.id, "iota", 2048, &args, Duration::from_secs(5)));
     assert_eq!(k, ErrorKind::LaunchFailed);
     assert!(msg.contains("1024 threads") && msg.contains("CUDA_ERROR_INVALID_VALUE"), "{msg}");
-    assert_eq!(op_kind(w.launch(&launch(again.id, "iota", 1, &args[..8], Duration::from_secs(5)))).0, ErrorKind::LaunchFailed);
-    assert_eq!(op_kind(w.launch(&launch(again.id, "nope", 1, &args, Duration::from_secs(5)))).0, ErrorKind::LaunchFailed);
+    assert_eq!(posted(&mut w, &launch(again.id, "iota", 1, &args[..8], Duration::from_secs(5))).0, ErrorKind::LaunchFailed);
+    assert_eq!(posted(&mut w, &launch(again.id, "nope", 1, &args, Duration::from_secs(5))).0, ErrorKind::LaunchFailed);
     w.sync().unwrap();
     assert!(!w.is_poisoned());
     assert_eq!(w.info().unwrap().modules, 1);

@@ -415,7 +415,8 @@ fn driver_errors_are_typed_with_the_drivers_words() {
             args: &args,
             deadline: Duration::from_secs(5),
         };
-        errors.push(("block 4096", w.launch(&big_block)));
+        // Launches are posted: a refused one surfaces at the next op that waits, as in CUDA.
+        errors.push(("block 4096", w.launch(&big_block).and_then(|()| w.sync())));
         // More memory than the device has.
         errors.push(("alloc past the device", w.alloc(info.device_memory - MIB).map(|_| ())));
         // The module cache: the same PTX again is a lookup, under a new id, and works.

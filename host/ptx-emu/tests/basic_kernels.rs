@@ -226,3 +226,17 @@ fn module_is_send_and_sync() {
     ok::<Module>();
     ok::<DeviceMemory>();
 }
+
+#[test]
+fn many_threads_do_not_stop_a_launch_that_fits_its_step_limit() {
+    // Budget is handed to threads in chunks; a thread's unspent chunk must not starve the others
+    // (seen on a 16-core machine: this launch of 384 lane-instructions stopped at a limit of 1000).
+    let m = module("faults");
+    let mem = DeviceMemory::new();
+    for threads in [1, 2, 16, 64] {
+        let st = m
+            .launch("empty", &mem, &LaunchParams { grid: [64, 1, 1], block: [32, 2, 1], shared_mem_bytes: 0, args: &[], step_limit: 64 * 64 + 300, threads })
+            .unwrap_or_else(|e| panic!("threads {threads}: {e}"));
+        assert_eq!(st.lane_instructions, 64 * 64);
+    }
+}

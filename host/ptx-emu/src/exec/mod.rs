@@ -24,7 +24,7 @@ const MAX_CTA_PRIVATE: u64 = 512 << 20;
 /// Instructions a warp issues before the CTA scheduler moves to the next warp; lets warps that
 /// spin on each other's shared-memory writes make progress.
 const SLICE: u32 = 4096;
-/// Step budget taken from the launch-wide pool at a time.
+/// Most step budget taken from the launch-wide pool at a time.
 const CHUNK: u64 = 1 << 16;
 
 pub(crate) struct Launch<'a> {
@@ -41,6 +41,8 @@ pub(crate) struct Launch<'a> {
     pub entry: u32,
     pub limit: u64,
     pub remaining: AtomicU64,
+    /// Step budget a thread takes from `remaining` at a time.
+    pub chunk: u64,
     pub abort: AtomicBool,
 }
 
@@ -58,7 +60,7 @@ pub(crate) struct Budget {
 impl Budget {
     /// Takes more of the launch's step budget; false when it cannot cover `need`.
     pub(crate) fn refill(&mut self, cx: &Launch<'_>, need: u64) -> bool {
-        let want = CHUNK.max(need);
+        let want = cx.chunk.max(need);
         let prev = cx
             .remaining
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |r| Some(r - r.min(want)))
@@ -138,6 +140,12 @@ pub(crate) fn launch(
     }
     let func = prog.kernel_funcs.get(kernel).and_then(|&f| prog.funcs.get(f));
     let Some(func) = func else { return inv("unknown kernel".into()) };
+    let n_ctas = gx as u64 * gy as u64 * gz as u64;
+    // available_parallelism reads cgroup files on Linux; once per process is enough.
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let cores = *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let threads = if p.threads == 0 { cores } else { p.threads };
+    let workers = (threads as u64).min(n_ctas).max(1) as usize;
     let cx = Launch {
         prog,
         module_data,
@@ -152,14 +160,11 @@ pub(crate) fn launch(
         entry: func.entry_pc,
         limit: p.step_limit,
         remaining: AtomicU64::new(p.step_limit),
+        // Budget a thread holds unspent is invisible to the others: keep all of it together under
+        // a sixteenth of the limit, so a launch is never stopped before 15/16 of its steps ran.
+        chunk: CHUNK.min(p.step_limit / (16 * workers as u64)).max(1),
         abort: AtomicBool::new(false),
     };
-    let n_ctas = gx as u64 * gy as u64 * gz as u64;
-    // available_parallelism reads cgroup files on Linux; once per process is enough.
-    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    let cores = *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let threads = if p.threads == 0 { cores } else { p.threads };
-    let workers = (threads as u64).min(n_ctas).max(1) as usize;
     let next = AtomicU64::new(0);
     let first_err: Mutex<Option<(u64, ExecError)>> = Mutex::new(None);
     let total = AtomicU64::new(0);

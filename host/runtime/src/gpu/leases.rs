@@ -82,18 +82,22 @@ impl HostLease for GpuState<'_> {
     }
 
     fn info(&mut self, this: Resource<LeaseHandle>) -> GpuResult<LeaseInfo> {
+        // The hot path borrows the lease: no reference-count traffic for a host-only call.
+        let id = self.table.get(&this)?.id;
+        if let Some(lease) = self.ctx.leases.get(&id) {
+            if let Some((used, remaining)) = lease.snapshot() {
+                return Ok(LeaseInfo {
+                    device: lease.device,
+                    granted_bytes: lease.granted,
+                    used_bytes: used,
+                    remaining_ms: remaining.as_millis().try_into().unwrap_or(u64::MAX),
+                });
+            }
+        }
+        // Ended or expired: report, and act on, the end of the lease in the one place that does both.
         let lease = self.lease(&this)?;
-        let Some((used, remaining)) = lease.snapshot() else {
-            // Report, and act on, the end of the lease in the one place that does both.
-            self.ctx.manager.with_worker(&lease, |_| Ok(()))?;
-            return Err(GpuError::LeaseExpired("the lease has ended".into()).into());
-        };
-        Ok(LeaseInfo {
-            device: lease.device,
-            granted_bytes: lease.granted,
-            used_bytes: used,
-            remaining_ms: remaining.as_millis().try_into().unwrap_or(u64::MAX),
-        })
+        self.ctx.manager.with_worker(&lease, |_| Ok(()))?;
+        Err(GpuError::LeaseExpired("the lease has ended".into()).into())
     }
 
     fn drop(&mut self, this: Resource<LeaseHandle>) -> wasmtime::Result<()> {

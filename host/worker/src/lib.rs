@@ -37,7 +37,10 @@
 //!   its own long-lived thread. `Worker::spawn` used directly inherits that caveat.
 //! - Worker stderr is the host's stderr (emulated `printf` output lands there); stdout is null.
 
+pub mod attach;
 pub mod backend;
+pub mod fdpass;
+pub mod guest_memory;
 pub mod nvml;
 pub mod nvrtc;
 pub mod pool;

@@ -38,6 +38,15 @@ pub enum Request<'a> {
     /// Free every allocation and unload every module: the worker goes back to its state at start.
     Reset,
     Info,
+    /// Map guest memory `id`, whose memfd the host has just sent on the control socket tagged
+    /// `id`, `capacity` bytes (`crate::guest_memory`). Replaces an earlier attachment of `id`.
+    AttachMemory { id: u64, capacity: u64 },
+    /// Drop the attachment of guest memory `id` (the host dropped the memory).
+    DetachMemory { id: u64 },
+    /// Write bytes `offset..offset+len` of attached guest memory `memory` at device `addr`.
+    WriteFrom { addr: u64, memory: u64, offset: u64, len: u64 },
+    /// Read `len` bytes at device `addr` into attached guest memory `memory` at `offset`.
+    ReadInto { addr: u64, memory: u64, offset: u64, len: u64 },
 }
 
 /// The fields of [`Request::Launch`]; also what [`crate::Backend::launch`] takes.
@@ -77,6 +86,10 @@ impl Request<'_> {
             Request::Sync => "sync",
             Request::Reset => "reset",
             Request::Info => "info",
+            Request::AttachMemory { .. } => "attach-memory",
+            Request::DetachMemory { .. } => "detach-memory",
+            Request::WriteFrom { .. } => "write-from",
+            Request::ReadInto { .. } => "read-into",
         }
     }
 }
@@ -148,6 +161,10 @@ const REQ_LAUNCH: u8 = 10;
 const REQ_SYNC: u8 = 11;
 const REQ_RESET: u8 = 12;
 const REQ_INFO: u8 = 13;
+const REQ_ATTACH_MEMORY: u8 = 14;
+const REQ_DETACH_MEMORY: u8 = 15;
+const REQ_WRITE_FROM: u8 = 16;
+const REQ_READ_INTO: u8 = 17;
 
 const RESP_OK: u8 = 1;
 const RESP_ALLOCATED: u8 = 2;
@@ -215,6 +232,29 @@ pub fn encode_request(id: u64, req: &Request<'_>, out: &mut Vec<u8>) {
         Request::Sync => w.head(REQ_SYNC, id),
         Request::Reset => w.head(REQ_RESET, id),
         Request::Info => w.head(REQ_INFO, id),
+        Request::AttachMemory { id: memory, capacity } => {
+            w.head(REQ_ATTACH_MEMORY, id);
+            w.u64(*memory);
+            w.u64(*capacity);
+        }
+        Request::DetachMemory { id: memory } => {
+            w.head(REQ_DETACH_MEMORY, id);
+            w.u64(*memory);
+        }
+        Request::WriteFrom { addr, memory, offset, len } => {
+            w.head(REQ_WRITE_FROM, id);
+            w.u64(*addr);
+            w.u64(*memory);
+            w.u64(*offset);
+            w.u64(*len);
+        }
+        Request::ReadInto { addr, memory, offset, len } => {
+            w.head(REQ_READ_INTO, id);
+            w.u64(*addr);
+            w.u64(*memory);
+            w.u64(*offset);
+            w.u64(*len);
+        }
     }
 }
 
@@ -271,6 +311,22 @@ pub fn decode_request(frame: &[u8]) -> Result<(u64, Request<'_>), DecodeError> {
         REQ_SYNC => Request::Sync,
         REQ_RESET => Request::Reset,
         REQ_INFO => Request::Info,
+        REQ_ATTACH_MEMORY => {
+            Request::AttachMemory { id: r.u64("memory id")?, capacity: r.u64("memory capacity")? }
+        }
+        REQ_DETACH_MEMORY => Request::DetachMemory { id: r.u64("memory id")? },
+        REQ_WRITE_FROM => Request::WriteFrom {
+            addr: r.u64("write address")?,
+            memory: r.u64("memory id")?,
+            offset: r.u64("memory offset")?,
+            len: r.u64("write length")?,
+        },
+        REQ_READ_INTO => Request::ReadInto {
+            addr: r.u64("read address")?,
+            memory: r.u64("memory id")?,
+            offset: r.u64("memory offset")?,
+            len: r.u64("read length")?,
+        },
         tag => return Err(DecodeError::UnknownTag { what: "request", tag }),
     };
     r.finish()?;
@@ -525,6 +581,10 @@ mod tests {
             Request::Sync,
             Request::Reset,
             Request::Info,
+            Request::AttachMemory { id: 9, capacity: 4 << 30 },
+            Request::DetachMemory { id: u64::MAX },
+            Request::WriteFrom { addr: 0x7000, memory: 3, offset: 65536, len: 1 << 28 },
+            Request::ReadInto { addr: u64::MAX, memory: 0, offset: u64::MAX, len: 0 },
         ]
     }
 

@@ -5,12 +5,15 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+use std::os::fd::{FromRawFd, OwnedFd};
+
+use crate::attach::Attachments;
 use crate::backend::{self, Backend, BackendKind, BackendOptions};
 use crate::error::ErrorKind;
 use crate::protocol::{decode_request, encode_response, Request, Response};
 use crate::transport::{Incoming, SharedRegion, WorkerEnd};
 
-const USAGE: &str = "usage: <worker> --shm-fd N [--backend emu|cuda] [--device-memory BYTES] [--host-pid PID] [--emu-threads N] [--null-backend]\n       <worker> --inventory   (print the NVML GPU inventory and exit)";
+const USAGE: &str = "usage: <worker> --shm-fd N [--ctl-fd N] [--backend emu|cuda] [--device-memory BYTES] [--host-pid PID] [--emu-threads N] [--null-backend]\n       <worker> --inventory   (print the NVML GPU inventory and exit)";
 
 /// Exit codes of a worker process.
 pub const EXIT_OK: i32 = 0;
@@ -26,6 +29,9 @@ pub const EXIT_DEADLINE: i32 = 3;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkerArgs {
     pub shm_fd: i32,
+    /// The worker's end of the control socket that carries guest memories' fds
+    /// (`crate::fdpass`); without one, the worker refuses to attach guest memory.
+    pub ctl_fd: Option<i32>,
     pub backend: BackendKind,
     pub device_memory: u64,
     /// The host's pid: a worker whose parent is no longer this exits (the parent died before the
@@ -56,6 +62,10 @@ impl WorkerArgs {
         if self.null_backend {
             v.push("--null-backend".into());
         }
+        if let Some(fd) = self.ctl_fd {
+            v.push("--ctl-fd".into());
+            v.push(fd.to_string());
+        }
         v
     }
 
@@ -63,6 +73,7 @@ impl WorkerArgs {
         let mut shm_fd = None;
         let mut out = WorkerArgs {
             shm_fd: -1,
+            ctl_fd: None,
             backend: BackendKind::Emu,
             device_memory: 1 << 30,
             host_pid: None,
@@ -85,6 +96,7 @@ impl WorkerArgs {
                 "--host-pid" => out.host_pid = Some(num("--host-pid", value("--host-pid")?)?),
                 "--emu-threads" => out.emu_threads = num("--emu-threads", value("--emu-threads")?)?,
                 "--null-backend" => out.null_backend = true,
+                "--ctl-fd" => out.ctl_fd = Some(num::<i32>("--ctl-fd", value("--ctl-fd")?)?),
                 other => return Err(format!("unexpected argument `{other}`")),
             }
         }
@@ -123,6 +135,13 @@ pub fn serve_main(args: impl Iterator<Item = String>) -> i32 {
             return EXIT_START_FAILED;
         }
     };
+    let ctl = match a.ctl_fd.map(owned_socket).transpose() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("tasklet worker: --ctl-fd: {e}");
+            return EXIT_START_FAILED;
+        }
+    };
     let mut end = WorkerEnd::new(region);
     let (data_ptr, data_len) = end.data_region();
     let opts = BackendOptions {
@@ -143,12 +162,26 @@ pub fn serve_main(args: impl Iterator<Item = String>) -> i32 {
         }
     };
     end.ready();
-    serve(&mut end, backend.as_mut(), &mut { host_alive });
+    let mut guests = Attachments::new(ctl);
+    serve_guests(&mut end, backend.as_mut(), &mut guests, &mut { host_alive });
+    // Before the backend goes: it is told to forget each mapping before it is unmapped.
+    guests.detach_all(backend.as_mut());
     EXIT_OK
 }
 
-/// Serves requests on `end` until the host closes it or `host_alive` says it is gone.
+/// Serves requests on `end` until the host closes it or `host_alive` says it is gone. Refuses to
+/// attach guest memory (no control socket): see [`serve_guests`].
 pub fn serve(end: &mut WorkerEnd, backend: &mut dyn Backend, host_alive: &mut dyn FnMut() -> bool) {
+    serve_guests(end, backend, &mut Attachments::new(None), host_alive)
+}
+
+/// [`serve`] with the guest memories attached through `guests`' control socket.
+pub fn serve_guests(
+    end: &mut WorkerEnd,
+    backend: &mut dyn Backend,
+    guests: &mut Attachments,
+    host_alive: &mut dyn FnMut() -> bool,
+) {
     let mut frame = Vec::with_capacity(4096);
     let mut out = Vec::with_capacity(4096);
     loop {
@@ -160,7 +193,7 @@ pub fn serve(end: &mut WorkerEnd, backend: &mut dyn Backend, host_alive: &mut dy
             Ok((id, req)) => {
                 // A panic in the backend leaves its state unknown: report it as a fault, which
                 // poisons this worker so the host never reuses it.
-                let r = catch_unwind(AssertUnwindSafe(|| dispatch(end, backend, &req)));
+                let r = catch_unwind(AssertUnwindSafe(|| dispatch(end, backend, guests, &req)));
                 (id, r.unwrap_or_else(|p| error(ErrorKind::KernelFault, format!("worker internal error: {}", panic_message(&*p)))))
             }
             Err(e) => (0, error(ErrorKind::InvalidArgument, format!("malformed request: {e}"))),
@@ -180,7 +213,7 @@ fn error(kind: ErrorKind, message: String) -> Response {
     Response::Error { kind, message }
 }
 
-fn dispatch(end: &mut WorkerEnd, b: &mut dyn Backend, req: &Request<'_>) -> Response {
+fn dispatch(end: &mut WorkerEnd, b: &mut dyn Backend, guests: &mut Attachments, req: &Request<'_>) -> Response {
     let done = |r: Result<(), backend::BackendError>| match r {
         Ok(()) => Response::Ok,
         Err(e) => Response::Error { kind: e.kind, message: e.message },
@@ -221,9 +254,54 @@ fn dispatch(end: &mut WorkerEnd, b: &mut dyn Backend, req: &Request<'_>) -> Resp
         Request::UnloadModule { id } => done(b.unload_module(*id)),
         Request::Launch(l) => done(b.launch(l)),
         Request::Sync => done(b.sync()),
-        Request::Reset => done(b.reset()),
+        Request::Reset => {
+            guests.detach_all(b);
+            done(b.reset())
+        }
         Request::Info => Response::Info(b.info()),
+        Request::AttachMemory { id, capacity } => done(guests.attach(b, *id, *capacity)),
+        Request::DetachMemory { id } => done(guests.detach(b, *id)),
+        Request::WriteFrom { addr, memory, offset, len } => match guest_range(b, guests, *memory, *offset, *len) {
+            // SAFETY: `range` checked that `len` bytes at `p` lie in the mapping and in the
+            // memfd's size; the slice lives only for this copy. The host (guest) may change the
+            // bytes meanwhile, which can only change what is copied.
+            Ok((p, n)) => done(b.write(*addr, unsafe { std::slice::from_raw_parts(p, n) })),
+            Err(e) => done(Err(e)),
+        },
+        Request::ReadInto { addr, memory, offset, len } => match guest_range(b, guests, *memory, *offset, *len) {
+            // SAFETY: as for `WriteFrom`; nothing else in this process refers to these bytes.
+            Ok((p, n)) => done(b.read(*addr, unsafe { std::slice::from_raw_parts_mut(p, n) })),
+            Err(e) => done(Err(e)),
+        },
     }
+}
+
+/// The checked range of an attached guest memory, as a pointer and a length.
+fn guest_range(
+    b: &mut dyn Backend,
+    guests: &mut Attachments,
+    memory: u64,
+    offset: u64,
+    len: u64,
+) -> Result<(*mut u8, usize), backend::BackendError> {
+    let p = guests.range(b, memory, offset, len)?;
+    // `range` bounded offset + len by a mapping in this address space: it fits a usize.
+    Ok((p, len as usize))
+}
+
+/// Takes ownership of the inherited control socket `fd`, checking it is an open socket.
+fn owned_socket(fd: i32) -> Result<OwnedFd, String> {
+    // SAFETY: fstat on an arbitrary number is harmless; ownership is taken only once it is known
+    // to be an open socket.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    if fd < 0 || unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return Err(format!("fd {fd} is not open"));
+    }
+    if st.st_mode & libc::S_IFMT != libc::S_IFSOCK {
+        return Err(format!("fd {fd} is not a socket"));
+    }
+    // SAFETY: open, and handed to this process for good.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
@@ -244,6 +322,7 @@ mod tests {
     fn args_round_trip() {
         let a = WorkerArgs {
             shm_fd: 5,
+            ctl_fd: Some(6),
             backend: BackendKind::Emu,
             device_memory: 123,
             host_pid: Some(42),

@@ -9,11 +9,14 @@ use std::io;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use crate::backend::{BackendKind, LoadedModule, WorkerInfo};
 use crate::error::{ErrorKind, WorkerError};
+use crate::guest_memory::{GuestSpan, Shared};
 use crate::protocol::{decode_response, encode_request, LaunchRequest, Request, Response};
 use crate::serve::{WorkerArgs, EXIT_DEADLINE};
 use crate::transport::{HostEnd, SharedRegion, WaitError, DEFAULT_DATA_SIZE};
@@ -165,6 +168,11 @@ pub struct Worker {
     deferred: Option<(ErrorKind, String)>,
     /// Set while leased from a pool; tells the pool when the worker is dropped unreleased.
     pub(crate) lease: Option<crate::pool::LeaseToken>,
+    /// The host's end of the control socket, which carries guest memories' fds.
+    ctl: OwnedFd,
+    /// Guest memories the worker has mapped (by memory id): weak, so that a memory the host
+    /// dropped is noticed and detached from the worker at the next attach.
+    attached: HashMap<u64, Weak<Shared>>,
 }
 
 /// A launch request on the channel whose response the host has not read yet.
@@ -219,8 +227,12 @@ impl Worker {
         let region = SharedRegion::create(DEFAULT_DATA_SIZE)
             .map_err(|e| WorkerError::Spawn(format!("cannot create the shared channel: {e}")))?;
         let fd = region.fd();
+        let (ctl, child_ctl) = crate::fdpass::socket_pair()
+            .map_err(|e| WorkerError::Spawn(format!("cannot create the control socket: {e}")))?;
+        let ctl_fd = child_ctl.as_raw_fd();
         let args = WorkerArgs {
             shm_fd: fd,
+            ctl_fd: Some(ctl_fd),
             backend,
             device_memory,
             host_pid: Some(std::process::id() as i32),
@@ -239,7 +251,7 @@ impl Worker {
         // The memfd is close-on-exec so other children never inherit it; only this one does.
         unsafe {
             cmd.pre_exec(move || {
-                if libc::fcntl(fd, libc::F_SETFD, 0) == -1 {
+                if libc::fcntl(fd, libc::F_SETFD, 0) == -1 || libc::fcntl(ctl_fd, libc::F_SETFD, 0) == -1 {
                     return Err(io::Error::last_os_error());
                 }
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) == -1 {
@@ -254,6 +266,8 @@ impl Worker {
         let pid = child.id() as i32;
         // We reap it ourselves (see `Proc`); dropping a `Child` neither waits nor kills.
         drop(child);
+        // The child has its copy; ours would keep the socket open after the worker dies.
+        drop(child_ctl);
         Ok(Starting(Worker {
             proc: Arc::new(Proc { pid, exited: Mutex::new(None) }),
             chan: HostEnd::new(region),
@@ -268,6 +282,8 @@ impl Worker {
             posted: None,
             deferred: None,
             lease: None,
+            ctl,
+            attached: HashMap::new(),
         }))
     }
 
@@ -365,6 +381,76 @@ impl Worker {
                 .map_err(|e| WorkerError::op(ErrorKind::InvalidArgument, e.to_string()))?;
         }
         Ok(())
+    }
+
+    /// Writes the guest bytes `src` at device address `addr`: the worker copies straight from its
+    /// own mapping of the memory (one pinned DMA on cuda). Attaches the memory to this worker on
+    /// first use (and detaches memories the host has dropped since). Errors as [`Worker::write`].
+    pub fn write_from(&mut self, addr: u64, src: &GuestSpan) -> Result<(), WorkerError> {
+        self.settle(true)?;
+        self.attach(src)?;
+        let req = Request::WriteFrom {
+            addr,
+            memory: src.memory_id(),
+            offset: src.offset() as u64,
+            len: src.len() as u64,
+        };
+        self.transfer(&req, src.len())
+    }
+
+    /// Reads `dst.len()` bytes at device address `addr` into the guest memory span `dst`, in
+    /// place. Attaches as [`Worker::write_from`]; errors as [`Worker::read`]. On an error the span
+    /// may hold part of the data.
+    pub fn read_into(&mut self, addr: u64, dst: &GuestSpan) -> Result<(), WorkerError> {
+        self.settle(true)?;
+        self.attach(dst)?;
+        let req = Request::ReadInto {
+            addr,
+            memory: dst.memory_id(),
+            offset: dst.offset() as u64,
+            len: dst.len() as u64,
+        };
+        self.transfer(&req, dst.len())
+    }
+
+    /// One bulk copy of `len` bytes: its timeout grows with the size, at a rate far below any
+    /// backend's (a copy in chunks gets `op_timeout` per 8 MiB chunk).
+    fn transfer(&mut self, req: &Request<'_>, len: usize) -> Result<(), WorkerError> {
+        const SLOWEST_BYTES_PER_SEC: u64 = 64 << 20;
+        let extra = Duration::from_secs((len as u64).div_ceil(SLOWEST_BYTES_PER_SEC));
+        match self.call(req, self.op_timeout.saturating_add(extra))? {
+            Response::Ok => Ok(()),
+            other => Err(self.unexpected(req.name(), &other)),
+        }
+    }
+
+    /// Makes sure the worker has mapped `span`'s memory: passes the memfd on the control socket,
+    /// then asks the worker to map it. First detaches memories the host has dropped, so a worker
+    /// serving a long lease does not keep every dead instance's memory alive.
+    fn attach(&mut self, span: &GuestSpan) -> Result<(), WorkerError> {
+        let dead: Vec<u64> = self.attached.iter().filter(|(_, w)| w.strong_count() == 0).map(|(&id, _)| id).collect();
+        for id in dead {
+            self.attached.remove(&id);
+            self.call_ok(&Request::DetachMemory { id })?;
+        }
+        let id = span.memory_id();
+        if self.attached.contains_key(&id) {
+            return Ok(());
+        }
+        self.usable()?;
+        if let Err(e) = crate::fdpass::send_fd(self.ctl.as_fd(), id, span.shared.fd.as_fd()) {
+            // Nothing was queued; but a socket that refuses a packet means a dead or wedged peer.
+            let how = self.proc.poll().map_or_else(String::new, |h| format!(" (worker process {h})"));
+            return Err(self.lose(format!("cannot pass guest memory to the worker: {e}{how}")));
+        }
+        self.call_ok(&Request::AttachMemory { id, capacity: span.shared.capacity as u64 })?;
+        self.attached.insert(id, Arc::downgrade(&span.shared));
+        Ok(())
+    }
+
+    /// Guest memories this worker has mapped now (for tests and accounting).
+    pub fn attached_memories(&self) -> usize {
+        self.attached.len()
     }
 
     pub fn copy(&mut self, dst: u64, src: u64, len: u64) -> Result<(), WorkerError> {
@@ -499,9 +585,14 @@ impl Worker {
         self.call_ok(&Request::Sync)
     }
 
-    /// Frees every allocation and unloads every module (the pool does this on release).
+    /// Frees every allocation, unloads every module and detaches every guest memory (the pool
+    /// does this on release).
     pub fn reset(&mut self) -> Result<(), WorkerError> {
-        self.call_ok(&Request::Reset)
+        let r = self.call_ok(&Request::Reset);
+        // Whatever the answer: the worker drops its attachments before resetting its backend, and
+        // a lost worker has none. A memory used again is attached again.
+        self.attached.clear();
+        r
     }
 
     /// Fails the way the next op would if the worker cannot take one.

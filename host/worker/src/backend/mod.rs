@@ -95,6 +95,19 @@ pub trait Backend {
     fn sync(&mut self) -> Result<(), BackendError>;
     /// Frees every allocation and unloads every module.
     fn reset(&mut self) -> Result<(), BackendError>;
+    /// Host memory `base..base+len` of this process (an attached guest memory) is mapped and
+    /// backed; later `write`s and `read`s may use slices inside it. Called again with the same
+    /// `base` and a larger `len` when the memory grew. Backends that can make copies from it
+    /// faster (cuda: page-locking) do so here or lazily; the default does nothing.
+    fn map_host(&mut self, base: *mut u8, len: usize) -> Result<(), BackendError> {
+        let _ = (base, len);
+        Ok(())
+    }
+    /// The mapping at `base` (as last given to `map_host`) is about to go away: drop whatever
+    /// `map_host` set up for it. No later copy uses it.
+    fn unmap_host(&mut self, base: *mut u8, len: usize) {
+        let _ = (base, len);
+    }
 }
 
 /// Options for opening a backend in a worker process.

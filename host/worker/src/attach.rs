@@ -1,0 +1,164 @@
+//! Worker side of guest memories: the memfds the host sent over the control socket, mapped here,
+//! and the byte ranges of them that `write-from` / `read-into` copy from and to.
+//!
+//! The host is trusted here but the guest's ranges are re-checked anyway, against the mapping and
+//! against the memfd's *current* size (`fstat`): pages past the file's end are mapped but would
+//! SIGBUS if touched. The host sealed the memfd against shrinking, so a size seen once stays valid.
+
+use std::collections::BTreeMap;
+use std::os::fd::{AsFd, OwnedFd};
+
+use crate::backend::{Backend, BackendError};
+use crate::error::ErrorKind;
+use crate::fdpass::{recv_fd, Received};
+use crate::guest_memory::fd_size;
+
+/// Every guest memory this worker has mapped, by the host's memory id.
+pub struct Attachments {
+    ctl: Option<OwnedFd>,
+    map: BTreeMap<u64, Attachment>,
+}
+
+struct Attachment {
+    fd: OwnedFd,
+    base: *mut u8,
+    /// Bytes mapped (the memory's capacity; at least one page's worth of address space).
+    mapped: usize,
+    /// Bytes last given to `Backend::map_host` (the valid size then).
+    told: usize,
+}
+
+impl Drop for Attachment {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `attach`; the backend was told to forget it first
+        // (`Attachments::remove`), and no slice into it outlives a request.
+        unsafe { libc::munmap(self.base.cast(), self.mapped) };
+    }
+}
+
+fn invalid(msg: String) -> BackendError {
+    BackendError::new(ErrorKind::InvalidArgument, msg)
+}
+
+impl Attachments {
+    /// `ctl`: the worker's end of the control socket (None: a worker started without one, which
+    /// refuses every attachment).
+    pub fn new(ctl: Option<OwnedFd>) -> Attachments {
+        Attachments { ctl, map: BTreeMap::new() }
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Maps memory `id`, taking its fd from the control socket, where the host queued it before
+    /// sending the request. Packets with other tags are stale (an attach the host gave up on)
+    /// and are dropped.
+    pub fn attach(&mut self, b: &mut dyn Backend, id: u64, capacity: u64) -> Result<(), BackendError> {
+        let ctl = self.ctl.as_ref().ok_or_else(|| invalid("this worker has no control socket".into()))?;
+        let fd = loop {
+            match recv_fd(ctl.as_fd()) {
+                Ok(Received::Fd { tag, fd }) if tag == id => break fd,
+                Ok(Received::Fd { .. } | Received::Malformed) => continue,
+                Ok(Received::Empty) => return Err(invalid(format!("no descriptor was sent for guest memory {id}"))),
+                Err(e) => return Err(invalid(format!("control socket: {e}"))),
+            }
+        };
+        let capacity = usize::try_from(capacity)
+            .ok()
+            .filter(|&c| c <= isize::MAX as usize)
+            .ok_or_else(|| invalid(format!("guest memory capacity {capacity}")))?;
+        let mapped = capacity.max(1);
+        // SAFETY: a fresh shared mapping of the memfd at an address the kernel picks. NORESERVE:
+        // it is only address space; the host's memfd holds the pages.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                mapped,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_NORESERVE,
+                std::os::fd::AsRawFd::as_raw_fd(&fd),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            let e = std::io::Error::last_os_error();
+            return Err(BackendError::new(ErrorKind::OutOfMemory, format!("cannot map guest memory {id}: {e}")));
+        }
+        self.remove(b, id);
+        let mut a = Attachment { fd, base: p.cast(), mapped, told: 0 };
+        let valid = valid_size(&a)?;
+        b.map_host(a.base, valid)?;
+        a.told = valid;
+        self.map.insert(id, a);
+        Ok(())
+    }
+
+    /// Unmaps memory `id`; not attached is an error (the host's books and ours disagree).
+    pub fn detach(&mut self, b: &mut dyn Backend, id: u64) -> Result<(), BackendError> {
+        if self.remove(b, id) {
+            Ok(())
+        } else {
+            Err(invalid(format!("guest memory {id} is not attached")))
+        }
+    }
+
+    /// Unmaps every memory (reset).
+    pub fn detach_all(&mut self, b: &mut dyn Backend) {
+        let ids: Vec<u64> = self.map.keys().copied().collect();
+        for id in ids {
+            self.remove(b, id);
+        }
+    }
+
+    fn remove(&mut self, b: &mut dyn Backend, id: u64) -> bool {
+        match self.map.remove(&id) {
+            Some(a) => {
+                b.unmap_host(a.base, a.told);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Bytes `offset..offset+len` of memory `id`, checked against the mapping and the memfd's
+    /// current size; tells the backend when the memory grew. The pointer is valid for `len` bytes
+    /// until the next call that detaches.
+    pub fn range(&mut self, b: &mut dyn Backend, id: u64, offset: u64, len: u64) -> Result<*mut u8, BackendError> {
+        let a = self.map.get_mut(&id).ok_or_else(|| invalid(format!("guest memory {id} is not attached")))?;
+        let end = offset.checked_add(len);
+        let in_told = end.is_some_and(|e| e <= a.told as u64);
+        if !in_told {
+            // Only past what we knew: look at the file again (the memory may have grown).
+            let valid = valid_size(a)?;
+            if end.is_none_or(|e| e > valid as u64) {
+                return Err(BackendError::new(
+                    ErrorKind::OutOfBounds,
+                    format!("bytes {offset}..+{len} are outside guest memory {id} ({valid} bytes)"),
+                ));
+            }
+            b.map_host(a.base, valid)?;
+            a.told = valid;
+        }
+        // SAFETY: offset + len <= told <= mapped, so the result stays inside the mapping.
+        Ok(unsafe { a.base.add(offset as usize) })
+    }
+}
+
+/// Bytes of the attachment that are backed by the file (and mapped).
+fn valid_size(a: &Attachment) -> Result<usize, BackendError> {
+    let size = fd_size(a.fd.as_fd()).map_err(|e| invalid(format!("guest memory: fstat: {e}")))?;
+    Ok(size.min(a.mapped))
+}
+
+impl Drop for Attachments {
+    fn drop(&mut self) {
+        // Without a backend to tell: the process is ending, and the backend's own drop
+        // unregisters what it registered.
+        self.map.clear();
+    }
+}

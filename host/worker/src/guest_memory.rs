@@ -1,0 +1,319 @@
+//! Guest linear memories that a worker can reach without a copy through the host.
+//!
+//! A [`SharedMemory`] is a memfd mapped `MAP_SHARED` at a fixed reservation in the host; the
+//! runtime hands it to wasmtime as a tasklet's linear memory. A worker maps the same memfd (passed
+//! over the control socket, see [`crate::fdpass`]) so that a `mem-write` is one copy (one DMA on
+//! cuda, where the worker page-locks its mapping) straight out of linear memory, and a `mem-read`
+//! one copy straight into it.
+//!
+//! Layout of the reservation (all page multiples):
+//!
+//! ```text
+//! base                 base+size           base+reserve           base+reserve+guard
+//! | memfd, read/write  | PROT_NONE (room)  | PROT_NONE (guard)    |
+//! ```
+//!
+//! The memory never moves (growth maps more of the memfd in place), so wasmtime may keep raw
+//! pointers into it. The memfd is sealed against shrinking: a worker holds the fd too and is
+//! untrusted, and a shrunk file would turn guest accesses into SIGBUS in the host.
+//!
+//! [`locate`] finds the memory behind a host address range (the runtime has a pointer into linear
+//! memory, not a handle) through a process-wide registry keyed by base address.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock, Weak};
+
+/// What a memory shares with the spans cut from it and with the workers it is attached to: its
+/// identity, its fd and how much of it is valid. Outlives the mapping when spans do; a span never
+/// dereferences host addresses, so that is safe.
+pub(crate) struct Shared {
+    pub(crate) id: u64,
+    pub(crate) fd: OwnedFd,
+    /// Bytes of the memfd (and of the host mapping) that are valid: only grows.
+    size: AtomicUsize,
+    pub(crate) capacity: usize,
+}
+
+/// Host side: a linear memory backed by a memfd, mapped `MAP_SHARED` at a fixed reservation so it
+/// never moves. See the module docs.
+pub struct SharedMemory {
+    shared: Arc<Shared>,
+    base: *mut u8,
+    /// `reserve + guard`: the whole reservation, unmapped at drop.
+    mapped: usize,
+}
+
+// SAFETY: the struct only owns the mapping (a raw pointer to process-wide memory) and an fd; it
+// hands out no references, and `grow_to` takes `&mut self`.
+unsafe impl Send for SharedMemory {}
+unsafe impl Sync for SharedMemory {}
+
+/// A byte range of a live [`SharedMemory`], found by address with [`locate`]. Cheap to clone;
+/// keeps the memory's fd (not its host mapping) alive, which is all a worker needs.
+#[derive(Clone)]
+pub struct GuestSpan {
+    pub(crate) shared: Arc<Shared>,
+    offset: usize,
+    len: usize,
+}
+
+impl GuestSpan {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The memory's id: unique in this process for its lifetime, never reused.
+    pub fn memory_id(&self) -> u64 {
+        self.shared.id
+    }
+
+    /// Where the span starts, in bytes from the memory's base.
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+}
+
+impl std::fmt::Debug for GuestSpan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GuestSpan")
+            .field("memory", &self.shared.id)
+            .field("offset", &self.offset)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for SharedMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedMemory")
+            .field("id", &self.shared.id)
+            .field("base", &self.base)
+            .field("size", &self.size())
+            .field("capacity", &self.capacity())
+            .finish()
+    }
+}
+
+struct Entry {
+    capacity: usize,
+    shared: Weak<Shared>,
+}
+
+/// Live memories by base address. A `Weak` so that the registry never keeps a memory alive; the
+/// entry is removed by `SharedMemory::drop` before the mapping goes.
+static REGISTRY: RwLock<BTreeMap<usize, Entry>> = RwLock::new(BTreeMap::new());
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+fn page_size() -> usize {
+    // SAFETY: plain sysconf.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if p > 0 {
+        p as usize
+    } else {
+        4096
+    }
+}
+
+fn invalid(msg: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, msg)
+}
+
+impl SharedMemory {
+    /// `size` accessible zero bytes now, room to grow in place up to `reserve` bytes, then `guard`
+    /// bytes that fault. All three are multiples of the page size; `size <= reserve`. Everything
+    /// past `size` is `PROT_NONE`.
+    pub fn create(size: usize, reserve: usize, guard: usize) -> io::Result<SharedMemory> {
+        let page = page_size();
+        if size % page != 0 || reserve % page != 0 || guard % page != 0 {
+            return Err(invalid(format!(
+                "size {size}, reserve {reserve} and guard {guard} must be multiples of the page size {page}"
+            )));
+        }
+        if size > reserve {
+            return Err(invalid(format!("size {size} exceeds the reservation {reserve}")));
+        }
+        let mapped = reserve
+            .checked_add(guard)
+            .filter(|&m| m > 0 && m <= isize::MAX as usize)
+            .ok_or_else(|| invalid(format!("a reservation of {reserve} + {guard} bytes")))?;
+        let fd = new_memfd()?;
+        // SAFETY: a fresh anonymous reservation; nothing can be accessed through it yet.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                mapped,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let shared = Arc::new(Shared {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            fd,
+            size: AtomicUsize::new(0),
+            capacity: reserve,
+        });
+        // From here on `drop` undoes everything (unmapping `mapped`, which the registry does not
+        // know yet: removal of a missing entry is a no-op).
+        let mut mem = SharedMemory { shared, base: p.cast(), mapped };
+        mem.grow_to(size)?;
+        REGISTRY
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(mem.base as usize, Entry { capacity: reserve, shared: Arc::downgrade(&mem.shared) });
+        Ok(mem)
+    }
+
+    /// Grows the accessible part in place to `new_size` bytes (a page multiple, at most the
+    /// capacity): the memfd is extended and the new pages mapped read/write. Never moves; the new
+    /// bytes read as zeros. Shrinking is refused.
+    pub fn grow_to(&mut self, new_size: usize) -> io::Result<()> {
+        let old = self.size();
+        if new_size == old {
+            return Ok(());
+        }
+        if new_size < old || new_size > self.capacity() || new_size % page_size() != 0 {
+            return Err(invalid(format!(
+                "cannot grow a {old}-byte shared memory of capacity {} to {new_size} bytes",
+                self.capacity()
+            )));
+        }
+        let fd = self.shared.fd.as_raw_fd();
+        let file_len = fd_size(self.shared.fd.as_fd())?;
+        if file_len < new_size {
+            // SAFETY: plain syscall on our fd.
+            if unsafe { libc::ftruncate(fd, new_size as libc::off_t) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        if file_len > old {
+            // A worker holds the fd and may have extended the file and written past our size (it
+            // cannot shrink it: sealed). New memory must read as zeros whatever it left there.
+            let end = file_len.min(new_size);
+            // SAFETY: plain syscall on our fd; the range is not mapped by us yet.
+            let r = unsafe {
+                libc::fallocate(
+                    fd,
+                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                    old as libc::off_t,
+                    (end - old) as libc::off_t,
+                )
+            };
+            if r != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        // SAFETY: `old..new_size` lies inside our own PROT_NONE reservation (new_size <= reserve),
+        // so MAP_FIXED replaces only pages of ours that nothing references; the file now covers
+        // the whole range, so no access through it can SIGBUS.
+        let p = unsafe {
+            libc::mmap(
+                self.base.add(old).cast(),
+                new_size - old,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_FIXED,
+                fd,
+                old as libc::off_t,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        // Release: a `locate` that sees the new size also sees the mapping.
+        self.shared.size.store(new_size, Ordering::Release);
+        Ok(())
+    }
+
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.base
+    }
+
+    /// Accessible bytes now.
+    pub fn size(&self) -> usize {
+        self.shared.size.load(Ordering::Acquire)
+    }
+
+    /// Most bytes it can grow to in place (the `reserve` it was created with).
+    pub fn capacity(&self) -> usize {
+        self.shared.capacity
+    }
+
+    /// Its id (what [`GuestSpan::memory_id`] reports).
+    pub fn id(&self) -> u64 {
+        self.shared.id
+    }
+}
+
+impl Drop for SharedMemory {
+    fn drop(&mut self) {
+        // Out of the registry first: from then on no new span can be cut from the mapping.
+        REGISTRY.write().unwrap_or_else(|e| e.into_inner()).remove(&(self.base as usize));
+        // SAFETY: the whole reservation is ours; the owner of a SharedMemory (wasmtime) does not
+        // use the memory past its drop. Spans hold the fd, not the mapping.
+        unsafe { libc::munmap(self.base.cast(), self.mapped) };
+    }
+}
+
+/// The current size of the file behind `fd`.
+pub(crate) fn fd_size(fd: BorrowedFd<'_>) -> io::Result<usize> {
+    // SAFETY: fstat into a zeroed struct on a valid fd.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    usize::try_from(st.st_size).map_err(|_| invalid(format!("file size {}", st.st_size)))
+}
+
+/// A close-on-exec memfd, sealed against shrinking (and against changing the seals), above fd 2.
+fn new_memfd() -> io::Result<OwnedFd> {
+    // SAFETY: plain syscalls; each fd is owned right after it is made.
+    unsafe {
+        let raw = libc::memfd_create(c"tasklet-guest-memory".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING);
+        if raw < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut fd = OwnedFd::from_raw_fd(raw);
+        // A host with closed stdio gets fd 0-2 here; a child's stdio setup would clobber it.
+        if raw < 3 {
+            let high = libc::fcntl(raw, libc::F_DUPFD_CLOEXEC, 3);
+            if high < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            fd = OwnedFd::from_raw_fd(high);
+        }
+        if libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(fd)
+    }
+}
+
+/// The live [`SharedMemory`] of this process that holds `ptr..ptr+len` entirely within its current
+/// size, if any. An empty range is located when `ptr` lies within (or at the end of) the size.
+pub fn locate(ptr: *const u8, len: usize) -> Option<GuestSpan> {
+    let addr = ptr as usize;
+    let end = addr.checked_add(len)?;
+    let reg = REGISTRY.read().unwrap_or_else(|e| e.into_inner());
+    let (&base, entry) = reg.range(..=addr).next_back()?;
+    let offset = addr - base;
+    if offset > entry.capacity {
+        return None;
+    }
+    let shared = entry.shared.upgrade()?;
+    let size = shared.size.load(Ordering::Acquire);
+    if end - base > size {
+        return None;
+    }
+    Some(GuestSpan { shared, offset, len })
+}

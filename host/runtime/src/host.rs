@@ -69,6 +69,11 @@ impl Host {
     pub fn new(config: HostConfig) -> Result<Host, HostError> {
         let mut wasm = wasmtime::Config::new();
         wasm.wasm_component_model(true).epoch_interruption(true);
+        // Every linear memory is a memfd mapping a worker can map too, so bulk transfers go
+        // between the device and guest memory in one copy. Copy-on-write initialisation would map
+        // a module's data image privately over that memory (and wasmtime only does it for its own
+        // mmap memories), so data segments are copied in instead.
+        wasm.with_host_memory(crate::guest_memory::creator()).memory_init_cow(false);
         let engine = Engine::new(&wasm).map_err(|e| HostError::Engine(format!("{e:#}")))?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| HostError::Engine(format!("{e:#}")))?;

@@ -134,6 +134,15 @@ pub struct LeaseManager {
     stopping: AtomicBool,
     reaper: Mutex<Option<JoinHandle<()>>>,
     mismatches: AtomicU64,
+    direct: DirectTransfers,
+}
+
+/// Bytes moved between the device and tasklet memory directly (the worker mapping the guest's
+/// memory), since the host started: what shows the zero-copy path is taken.
+#[derive(Debug, Default)]
+struct DirectTransfers {
+    written: AtomicU64,
+    read: AtomicU64,
 }
 
 #[derive(Default)]
@@ -153,6 +162,7 @@ impl LeaseManager {
             stopping: AtomicBool::new(false),
             reaper: Mutex::new(None),
             mismatches: AtomicU64::new(0),
+            direct: DirectTransfers::default(),
         });
         let reaper_mgr = Arc::clone(&mgr);
         let handle = std::thread::Builder::new()
@@ -338,6 +348,17 @@ impl LeaseManager {
             used_bytes: live.iter().map(|l| l.used()).sum(),
             mismatches: self.mismatches.load(Ordering::Relaxed),
         }
+    }
+
+    /// Bytes written to and read from devices straight from and into tasklet memory (no host
+    /// staging), since the host started: `(written, read)`.
+    pub fn direct_transfer_bytes(&self) -> (u64, u64) {
+        (self.direct.written.load(Ordering::Relaxed), self.direct.read.load(Ordering::Relaxed))
+    }
+
+    pub(crate) fn count_direct(&self, written: usize, read: usize) {
+        self.direct.written.fetch_add(written as u64, Ordering::Relaxed);
+        self.direct.read.fetch_add(read as u64, Ordering::Relaxed);
     }
 
     /// Worker process ids of live leases (for operators and tests).

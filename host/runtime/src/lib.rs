@@ -9,6 +9,7 @@
 mod bindings;
 pub mod config;
 pub mod gpu;
+pub mod guest_memory;
 mod host;
 pub mod lease;
 mod state;

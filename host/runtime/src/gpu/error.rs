@@ -40,6 +40,9 @@ pub fn out_of_bounds(m: impl Into<String>) -> GpuFailure {
 pub fn quota(m: impl Into<String>) -> GpuFailure {
     GpuError::QuotaExceeded(m.into()).into()
 }
+pub fn unsupported(m: impl Into<String>) -> GpuFailure {
+    GpuError::Unsupported(m.into()).into()
+}
 
 /// Maps a worker's failure to the guest's error. `Lost` means the lease is gone with its worker.
 pub fn from_worker(e: WorkerError) -> GpuError {

@@ -7,9 +7,10 @@
 pub mod error;
 mod inventory;
 mod leases;
-mod sessions;
+pub(crate) mod sessions;
 
 pub use error::{GpuFailure, GpuResult};
+pub use sessions::DIRECT_MIN_BYTES;
 
 use crate::config::Grant;
 use crate::lease::{EndReason, Lease, LeaseManager};
@@ -101,6 +102,8 @@ pub fn add_to_linker<T: GpuView + 'static>(linker: &mut wasmtime::component::Lin
     gpu::inventory::add_to_linker::<T, Gpu>(linker, get)?;
     gpu::leases::add_to_linker::<T, Gpu>(linker, get)?;
     gpu::sessions::add_to_linker::<T, Gpu>(linker, get)?;
+    // mem-write and mem-read-into see their lists in place in guest memory (see there why).
+    crate::bindings::add_list_views_to_linker(linker, get::<T>)?;
     Ok(())
 }
 

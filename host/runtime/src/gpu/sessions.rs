@@ -1,7 +1,7 @@
 //! `tasklet:gpu/sessions`: device memory, modules and launches, each checked against the tasklet's
 //! rights, the lease's quota, and the ownership of every handle before anything reaches a worker.
 
-use super::error::{invalid, out_of_bounds, quota, unauthorized, GpuFailure, GpuResult};
+use super::error::{invalid, out_of_bounds, quota, unauthorized, unsupported, GpuFailure, GpuResult};
 use super::{BufferHandle, GpuState, LeaseHandle, ModuleHandle, SessionHandle, SessionState};
 use crate::bindings::tasklet::gpu::sessions::{
     Host, HostBuffer, HostModule, HostSession, KernelArg, LaunchConfig,
@@ -11,8 +11,15 @@ use crate::config::Right;
 use crate::lease::Lease;
 use std::collections::HashMap;
 use std::sync::Arc;
+use tasklet_worker::guest_memory::{locate, GuestSpan};
 use tasklet_worker::{charged_bytes, Launch, WorkerError, ALLOC_GRANULE, MAX_PARAM_BYTES};
-use wasmtime::component::Resource;
+use wasmtime::component::{Resource, WasmList};
+use wasmtime::StoreContextMut;
+
+/// Transfers of at least this many bytes go between the device and linear memory directly (the
+/// worker maps the guest's memory); smaller ones go through the worker's message area, which costs
+/// less than a direct transfer's setup.
+pub const DIRECT_MIN_BYTES: usize = 64 << 10;
 
 impl Host for GpuState<'_> {}
 
@@ -60,6 +67,24 @@ impl GpuState<'_> {
 
     fn run<T>(&self, lease: &Lease, op: impl FnOnce(crate::lease::LeaseAccess<'_>) -> Result<T, WorkerError>) -> GpuResult<T> {
         Ok(self.ctx.manager.with_worker(lease, op)?)
+    }
+
+    /// The checks every transfer between the guest and a buffer passes, whichever way its bytes
+    /// travel: the right, the session (and through it the lease), the buffer's owner, and the span
+    /// within the buffer. Returns the span's device address and the lease to run it under; the
+    /// lease's liveness is checked when it runs.
+    fn transfer(
+        &self,
+        right: Right,
+        this: &Resource<SessionHandle>,
+        buf: &Resource<BufferHandle>,
+        offset: u64,
+        len: u64,
+    ) -> GpuResult<(u64, Arc<Lease>)> {
+        self.need(right)?;
+        let (session, lease) = self.session(this)?;
+        let (addr, size) = self.buffer(session, buf)?;
+        Ok((span(addr, size, offset, len)?, lease))
     }
 }
 
@@ -119,11 +144,27 @@ impl HostSession for GpuState<'_> {
         offset: u64,
         data: Vec<u8>,
     ) -> GpuResult<()> {
-        self.need(Right::Write)?;
-        let (session, lease) = self.session(&this)?;
-        let (addr, size) = self.buffer(session, &dst)?;
-        let at = span(addr, size, offset, data.len() as u64)?;
+        // The copy path: the linker routes `mem-write` through `mem_write_list`, which comes here
+        // for data it cannot hand to the worker in place.
+        let (at, lease) = self.transfer(Right::Write, &this, &dst, offset, data.len() as u64)?;
         self.run(&lease, |a| a.worker.write(at, &data))
+    }
+
+    fn mem_read_into(
+        &mut self,
+        this: Resource<SessionHandle>,
+        src: Resource<BufferHandle>,
+        offset: u64,
+        dst: Vec<u8>,
+    ) -> GpuResult<()> {
+        // The linker routes `mem-read-into` through `mem_read_into_list`, which sees the guest's
+        // list in place. Here the list arrived as a copy, and filling a copy reads nothing into
+        // the guest: refuse, after the same checks, rather than succeed without effect.
+        self.transfer(Right::Read, &this, &src, offset, dst.len() as u64)?;
+        Err(unsupported(
+            "mem-read-into needs the host to see the destination in place, and this host was linked without \
+             that; use mem-read",
+        ))
     }
 
     fn mem_read(
@@ -133,10 +174,7 @@ impl HostSession for GpuState<'_> {
         offset: u64,
         len: u64,
     ) -> GpuResult<Vec<u8>> {
-        self.need(Right::Read)?;
-        let (session, lease) = self.session(&this)?;
-        let (addr, size) = self.buffer(session, &src)?;
-        let at = span(addr, size, offset, len)?;
+        let (at, lease) = self.transfer(Right::Read, &this, &src, offset, len)?;
         // The result must fit in the guest's memory: refuse before the host allocates it.
         let limit = self.ctx.grant.limits.memory;
         if len > limit {
@@ -363,4 +401,68 @@ impl HostModule for GpuState<'_> {
         }
         Ok(())
     }
+}
+
+/// `mem-write` with its data seen in place in guest memory (a `WasmList`, not a lifted copy):
+/// a large span of a shared linear memory goes to the device in one copy by the worker, anything
+/// else through [`HostSession::mem_write`]. Same checks either way.
+pub(crate) fn mem_write_list<T>(
+    mut store: StoreContextMut<'_, T>,
+    get: fn(&mut T) -> GpuState<'_>,
+    this: Resource<SessionHandle>,
+    dst: Resource<BufferHandle>,
+    offset: u64,
+    data: WasmList<u8>,
+) -> GpuResult<()> {
+    let bytes = data.as_le_slice(&store);
+    let direct = if bytes.len() >= DIRECT_MIN_BYTES { locate(bytes.as_ptr(), bytes.len()) } else { None };
+    let Some(span) = direct else {
+        let copy = bytes.to_vec();
+        return get(store.data_mut()).mem_write(this, dst, offset, copy);
+    };
+    // No reference into guest memory is held from here on: the worker reads it through its own
+    // mapping, and returns only when it has.
+    let gpu = get(store.data_mut());
+    let (at, lease) = gpu.transfer(Right::Write, &this, &dst, offset, span.len() as u64)?;
+    gpu.run(&lease, |a| a.worker.write_from(at, &span))?;
+    gpu.ctx.manager.count_direct(span.len(), 0);
+    Ok(())
+}
+
+/// `mem-read-into`: fills the guest's list in place. A large span goes from the device into
+/// linear memory in one copy by the worker; a small one through the worker's message area into a
+/// host buffer, then into linear memory. The checks are `mem-read`'s.
+pub(crate) fn mem_read_into_list<T>(
+    mut store: StoreContextMut<'_, T>,
+    get: fn(&mut T) -> GpuState<'_>,
+    this: Resource<SessionHandle>,
+    src: Resource<BufferHandle>,
+    offset: u64,
+    dst: WasmList<u8>,
+) -> GpuResult<()> {
+    let bytes = dst.as_le_slice(&store);
+    let (addr, len) = (bytes.as_ptr(), bytes.len());
+    let span: Option<GuestSpan> = locate(addr, len);
+    // `bytes` is dead from here: the guest's bytes are written below, never through it.
+    let gpu = get(store.data_mut());
+    let (at, lease) = gpu.transfer(Right::Read, &this, &src, offset, len as u64)?;
+    let Some(span) = span else {
+        // Only reachable with a memory this host did not create (see guest_memory).
+        return Err(unsupported(
+            "the destination is not in memory the GPU worker can reach, so it cannot be filled in place; use mem-read",
+        ));
+    };
+    if len >= DIRECT_MIN_BYTES {
+        gpu.run(&lease, |a| a.worker.read_into(at, &span))?;
+        gpu.ctx.manager.count_direct(0, len);
+        return Ok(());
+    }
+    let mut staged = vec![0u8; len];
+    gpu.run(&lease, |a| a.worker.read(at, &mut staged))?;
+    // SAFETY: we are in a host call of the store that owns the memory, so no guest code runs, and
+    // no reference into that memory is live (`bytes` is dead; `gpu` borrows only store data).
+    if !unsafe { crate::guest_memory::copy_into_guest(addr as usize, &staged) } {
+        return Err(trap(format!("guest memory at {addr:p} (+{len}) vanished during mem-read-into")));
+    }
+    Ok(())
 }

@@ -255,3 +255,98 @@ fn a_worker_with_kernels_still_queued_is_replaced_not_reset() {
     assert_eq!(w.pid(), reused);
     pool.release(w);
 }
+
+mod guest {
+    //! Guest memories on the cuda backend: the fake driver refuses host copies that do not lie
+    //! inside one registration, and refuses overlapping registrations, as the real one treats the
+    //! first as pageable and refuses the second.
+
+    use super::*;
+    use tasklet_worker::guest_memory::{locate, GuestSpan, SharedMemory};
+
+    const MIB: usize = 1 << 20;
+
+    fn bytes(m: &SharedMemory, off: usize, len: usize) -> &mut [u8] {
+        assert!(off + len <= m.size());
+        // SAFETY: inside the accessible part of a live memory that this test alone uses.
+        unsafe { std::slice::from_raw_parts_mut(m.as_ptr().add(off), len) }
+    }
+
+    fn span(m: &SharedMemory, off: usize, len: usize) -> GuestSpan {
+        // SAFETY: only the address is formed.
+        locate(unsafe { m.as_ptr().add(off) }, len).expect("span inside the memory")
+    }
+
+    fn pattern(len: usize, seed: u8) -> Vec<u8> {
+        (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 12) as u8).collect()
+    }
+
+    #[test]
+    fn a_transfer_spanning_two_registration_chunks_is_split() {
+        let Some(mut w) = fake_worker() else { return };
+        let mem = SharedMemory::create(80 * MIB, 80 * MIB, 0).unwrap();
+        let (off, n) = (60 * MIB + 3, 10 * MIB);
+        let data = pattern(n, 1);
+        bytes(&mem, off, n).copy_from_slice(&data);
+        let dev = w.alloc(n as u64).unwrap();
+        w.write_from(dev, &span(&mem, off, n)).unwrap();
+        bytes(&mem, off, n).fill(0);
+        w.read_into(dev, &span(&mem, off, n)).unwrap();
+        assert!(bytes(&mem, off, n) == &data[..]);
+        // Through the data region too (the old path, still pinned).
+        let mut back = vec![0u8; n];
+        w.read(dev, &mut back).unwrap();
+        assert!(back == data);
+    }
+
+    #[test]
+    fn growth_after_registration_re_registers_the_chunk() {
+        let Some(mut w) = fake_worker() else { return };
+        let mut mem = SharedMemory::create(MIB, 128 * MIB, 64 * 1024).unwrap();
+        let dev = w.alloc(70 * MIB as u64).unwrap();
+        bytes(&mem, 0, 4096).fill(7);
+        // Registers the first chunk as far as the memory goes now: 1 MiB (the fake driver
+        // touches every page it registers, so registering past the memfd's end kills the worker).
+        w.write_from(dev, &span(&mem, 0, 4096)).unwrap();
+        mem.grow_to(100 * MIB).unwrap();
+        let data = pattern(68 * MIB, 9);
+        bytes(&mem, 2 * MIB, 68 * MIB).copy_from_slice(&data);
+        // Needs the first chunk again, now larger (an overlapping registration is refused, so it
+        // must be unregistered first), and part of the second.
+        w.write_from(dev, &span(&mem, 2 * MIB, 68 * MIB)).unwrap();
+        w.read_into(dev, &span(&mem, 30 * MIB, 68 * MIB)).unwrap();
+        assert!(bytes(&mem, 30 * MIB, 68 * MIB) == &data[..]);
+        // Growing again past what the second chunk registered.
+        mem.grow_to(128 * MIB).unwrap();
+        w.read_into(dev, &span(&mem, 100 * MIB, 20 * MIB)).unwrap();
+        assert!(bytes(&mem, 100 * MIB, 20 * MIB) == &data[..20 * MIB]);
+        assert!(!w.is_lost() && !w.is_poisoned());
+    }
+
+    #[test]
+    fn reset_unregisters_and_a_later_transfer_registers_again() {
+        let Some(mut w) = fake_worker() else { return };
+        let mem = SharedMemory::create(4 * MIB, 4 * MIB, 0).unwrap();
+        bytes(&mem, 0, 4 * MIB).fill(3);
+        for round in 0..3 {
+            let dev = w.alloc(4 * MIB as u64).unwrap();
+            w.write_from(dev, &span(&mem, 0, 4 * MIB)).unwrap();
+            let mut back = vec![0u8; 4 * MIB];
+            w.read(dev, &mut back).unwrap();
+            assert!(back.iter().all(|&b| b == 3), "round {round}");
+            w.reset().unwrap();
+            assert_eq!(w.attached_memories(), 0);
+        }
+        // Dropped memories are detached (and unregistered) when the next one attaches.
+        for i in 0..4u8 {
+            let m = SharedMemory::create(2 * MIB, 2 * MIB, 0).unwrap();
+            bytes(&m, 0, 2 * MIB).fill(i);
+            let dev = w.alloc(2 * MIB as u64).unwrap();
+            w.write_from(dev, &span(&m, 0, 2 * MIB)).unwrap();
+            let mut back = vec![0u8; 16];
+            w.read(dev, &mut back).unwrap();
+            assert_eq!(back, vec![i; 16]);
+            assert_eq!(w.attached_memories(), 1);
+        }
+    }
+}

@@ -90,11 +90,43 @@ CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
 }
 CUresult cuMemFree_v2(CUdeviceptr p) { if (sticky) return sticky; free((void *)(uintptr_t)p); return OK; }
 CUresult cuMemsetD8_v2(CUdeviceptr p, unsigned char v, size_t n) { if (sticky) return sticky; memset((void *)(uintptr_t)p, v, n); return OK; }
-CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *s, size_t n) { if (sticky) return sticky; memcpy((void *)(uintptr_t)d, s, n); return OK; }
-CUresult cuMemcpyDtoH_v2(void *d, CUdeviceptr s, size_t n) { if (sticky) return sticky; memcpy(d, (void *)(uintptr_t)s, n); return OK; }
+// Host registrations (cuMemHostRegister), refusing overlaps as the driver does. Copies between
+// host and device must lie entirely inside one registration: the backend promises pinned DMA for
+// the data region and attached guest memory, and a copy from pageable memory here means it broke
+// that promise (the real driver would silently run it at pageable speed).
+#define MAX_REG 256
+static struct { uintptr_t p; size_t n; } regs[MAX_REG];
+static int pinned_inside(const void *p, size_t n) {
+    uintptr_t a = (uintptr_t)p;
+    if (n == 0) return 1;
+    for (int i = 0; i < MAX_REG; i++)
+        if (regs[i].n && a >= regs[i].p && a - regs[i].p <= regs[i].n && n <= regs[i].n - (a - regs[i].p)) return 1;
+    return 0;
+}
+CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *s, size_t n) { if (sticky) return sticky; if (!pinned_inside(s, n)) return INVALID_VALUE; memcpy((void *)(uintptr_t)d, s, n); return OK; }
+CUresult cuMemcpyDtoH_v2(void *d, CUdeviceptr s, size_t n) { if (sticky) return sticky; if (!pinned_inside(d, n)) return INVALID_VALUE; memcpy(d, (void *)(uintptr_t)s, n); return OK; }
 CUresult cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n) { if (sticky) return sticky; memmove((void *)(uintptr_t)d, (void *)(uintptr_t)s, n); return OK; }
-CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned f) { (void)p; (void)n; (void)f; registered = 1; return OK; }
-CUresult cuMemHostUnregister(void *p) { (void)p; registered = 0; return OK; }
+CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned f) {
+    (void)f;
+    uintptr_t a = (uintptr_t)p;
+    if (n == 0) return INVALID_VALUE;
+    for (int i = 0; i < MAX_REG; i++)
+        if (regs[i].n && a < regs[i].p + regs[i].n && regs[i].p < a + n) return 712; // already registered
+    for (int i = 0; i < MAX_REG; i++)
+        if (!regs[i].n) {
+            // The driver pins the pages, faulting them in: touch each (a page past a file's end
+            // would SIGBUS the worker, as it must never be asked to register one).
+            for (size_t o = 0; o < n; o += 4096) (void)*(volatile const char *)(a + o);
+            regs[i].p = a; regs[i].n = n; registered++;
+            return OK;
+        }
+    return OUT_OF_MEMORY;
+}
+CUresult cuMemHostUnregister(void *p) {
+    for (int i = 0; i < MAX_REG; i++)
+        if (regs[i].n && regs[i].p == (uintptr_t)p) { regs[i].n = 0; registered--; return OK; }
+    return 713; // CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED
+}
 
 CUresult cuModuleLoadDataEx(CUmodule *m, const void *image, unsigned n, int *opts, void **vals) {
     const char *ptx = image;

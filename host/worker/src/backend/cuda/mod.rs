@@ -3,6 +3,7 @@
 //!
 //! - [`context`]: the device and its primary context;
 //! - [`memory`]: allocation books (cap, bounds of every copy) and the pinned data region;
+//! - [`host_memory`]: attached guest memories, page-locked lazily in chunks;
 //! - [`modules`]: PTX through the driver JIT, kernel signatures from `tasklet_ptx`, a module cache;
 //! - [`launch`]: asynchronous launches with deadlines and the watchdog;
 //! - [`errors`]: driver results → typed kinds with the driver's words.
@@ -20,6 +21,7 @@
 mod context;
 pub mod driver;
 mod errors;
+mod host_memory;
 mod launch;
 mod memory;
 mod modules;
@@ -34,6 +36,7 @@ use crate::nvrtc::{self, NvrtcError};
 use driver::*;
 use errors::{LaunchContext, LoadTarget};
 use launch::Timeline;
+use host_memory::HostMemory;
 use memory::{Allocations, Pinned};
 use modules::Modules;
 
@@ -59,6 +62,8 @@ pub struct CudaBackend {
     args: Vec<Chunk>,
     poisoned: Option<BackendError>,
     pinned: Option<Pinned>,
+    /// Attached guest memories (`Backend::map_host`), registered as copies use them.
+    host: HostMemory,
     /// Asynchronous work outside the launch queue (zeroing of new memory, device-to-device
     /// copies) issued since the last `sync`: `sync` then also checks the stream itself.
     unchecked_async: bool,
@@ -98,6 +103,7 @@ impl CudaBackend {
             args: vec![Chunk([0; 16]); 64],
             poisoned: None,
             pinned,
+            host: HostMemory::default(),
             unchecked_async: false,
         })
     }
@@ -206,12 +212,17 @@ impl Backend for CudaBackend {
         if data.is_empty() {
             return Ok(());
         }
-        // SAFETY: `data` is valid for its length (the data region, pinned when registration
-        // worked: DMA); the range lies in one allocation. Synchronous for pinned memory.
-        let r = unsafe { (self.drv.memcpy_htod)(addr, data.as_ptr().cast::<c_void>(), data.len()) };
-        // From pageable memory the call returns once the data is staged, before the DMA is done.
-        self.unchecked_async |= self.pinned.is_none();
-        self.call(check("cuMemcpyHtoD", r), "writing device memory")
+        for piece in self.host.pieces(self.drv, data.as_ptr(), data.len()) {
+            let chunk = &data[piece.offset..piece.offset + piece.len];
+            // SAFETY: `chunk` is valid for its length (the data region or an attached guest
+            // memory; pinned when registration worked: DMA); the range lies in one allocation.
+            // Synchronous for pinned memory.
+            let r = unsafe { (self.drv.memcpy_htod)(addr + piece.offset as u64, chunk.as_ptr().cast::<c_void>(), chunk.len()) };
+            // From pageable memory the call returns once the data is staged, before the DMA is done.
+            self.unchecked_async |= !(piece.pinned || self.pinned.is_some());
+            self.call(check("cuMemcpyHtoD", r), "writing device memory")?;
+        }
+        Ok(())
     }
 
     fn read(&mut self, addr: u64, out: &mut [u8]) -> Result<(), BackendError> {
@@ -220,10 +231,28 @@ impl Backend for CudaBackend {
         if out.is_empty() {
             return Ok(());
         }
-        // SAFETY: `out` is valid for writes of its length; the range lies in one allocation.
-        // Returns once the copy has completed.
-        let r = unsafe { (self.drv.memcpy_dtoh)(out.as_mut_ptr().cast::<c_void>(), addr, out.len()) };
-        self.call(check("cuMemcpyDtoH", r), "reading device memory")
+        for piece in self.host.pieces(self.drv, out.as_ptr(), out.len()) {
+            let chunk = &mut out[piece.offset..piece.offset + piece.len];
+            // SAFETY: `chunk` is valid for writes of its length; the range lies in one
+            // allocation. Returns once the copy has completed.
+            let r = unsafe { (self.drv.memcpy_dtoh)(chunk.as_mut_ptr().cast::<c_void>(), addr + piece.offset as u64, chunk.len()) };
+            self.call(check("cuMemcpyDtoH", r), "reading device memory")?;
+        }
+        Ok(())
+    }
+
+    fn map_host(&mut self, base: *mut u8, len: usize) -> Result<(), BackendError> {
+        // Registered lazily, by the copies that use it (see `host_memory`).
+        self.host.map(base, len);
+        Ok(())
+    }
+
+    fn unmap_host(&mut self, base: *mut u8, _len: usize) {
+        // Unregistering memory a queued kernel might reach through its host address would race
+        // it: wait for the queue first. A poisoned context is left alone (the process is about
+        // to be killed, and its registrations die with it).
+        let quiet = self.ready().is_ok();
+        self.host.unmap(self.drv, base, quiet);
     }
 
     fn copy(&mut self, dst: u64, src: u64, len: u64) -> Result<(), BackendError> {
@@ -476,6 +505,7 @@ impl Drop for CudaBackend {
             if let Some(p) = self.pinned.take() {
                 p.unregister(self.drv);
             }
+            self.host.clear(self.drv);
         }
     }
 }

@@ -115,6 +115,40 @@ impl<'s, T: Pod> DeviceBuffer<'s, T> {
         Ok(out)
     }
 
+    /// Fills `dst` with the buffer's first `dst.len()` elements, after all earlier work of the
+    /// session. The host writes straight into `dst` (large reads land there from the device in
+    /// one copy, with no allocation on either side), so reading into a buffer kept across calls
+    /// is the fast way to read large data.
+    ///
+    /// ```no_run
+    /// # let lease = tasklet_gpu::Lease::acquire(1 << 20, 10)?; let session = lease.session()?;
+    /// let buf = session.alloc_from(&[1u32, 2, 3, 4])?;
+    /// let mut out = [0u32; 3];
+    /// buf.read_into(&mut out)?;
+    /// assert_eq!(out, [1, 2, 3]);
+    /// # Ok::<(), tasklet_gpu::Error>(())
+    /// ```
+    pub fn read_into(&self, dst: &mut [T]) -> Result<()> {
+        self.read_range_into(0, dst)
+    }
+
+    /// Fills `dst` with elements `offset .. offset + dst.len()`, in place (as [`read_into`]).
+    ///
+    /// [`read_into`]: DeviceBuffer::read_into
+    pub fn read_range_into(&self, offset: usize, dst: &mut [T]) -> Result<()> {
+        let (off, _) = byte_span::<T>(offset, dst.len(), self.len)?;
+        if dst.is_empty() {
+            return Ok(());
+        }
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(dst);
+        Ok(crate::read_into::mem_read_into(
+            self.session.raw(),
+            &self.raw,
+            off,
+            bytes,
+        )?)
+    }
+
     /// The session the buffer belongs to.
     pub fn session(&self) -> &'s Session<'s> {
         self.session

@@ -74,6 +74,7 @@ mod call;
 mod error;
 mod launch;
 mod lease;
+mod read_into;
 mod session;
 
 pub use buffer::DeviceBuffer;
@@ -81,6 +82,7 @@ pub use call::{gpu_call, GpuCall};
 pub use error::{Error, ErrorKind, Result};
 pub use launch::{Arg, KernelArg, Launch, LaunchConfig};
 pub use lease::{inventory, DeviceInfo, Lease, LeaseBuilder, LeaseInfo};
+pub use read_into::mem_read_into;
 pub use session::{Module, Session};
 
 /// Re-export of `bytemuck`, whose [`Pod`](bytemuck::Pod) bounds the element types of device
@@ -106,6 +108,11 @@ pub use bytemuck;
 /// ```
 ///
 /// The typed wrappers give access to their handles with `raw()` (e.g. [`Session::raw`]).
+///
+/// Do not call the generated `sessions::Session::mem_read_into`: the host fills its `dst` in
+/// place, and it takes `&[u8]`, so that would write behind a shared reference (undefined
+/// behaviour). [`mem_read_into`] (or [`DeviceBuffer::read_into`]) is the same call, taking
+/// `&mut [u8]`.
 #[allow(missing_docs, clippy::all)]
 pub mod raw {
     wit_bindgen::generate!({

@@ -6,7 +6,7 @@
 //!
 //! Operations: empty-kernel launch + sync; async launches (N, then one sync; per launch); 4 KiB
 //! write + read + sync; 256 MiB write and read (native and CuPy: pinned and pageable host memory;
-//! tasklet: from and into guest memory); lease acquire from the warm pool (tasklet only: p50, p99);
+//! tasklet: from a guest `Vec` and into a guest buffer in place, and a read returning a new list); lease acquire from the warm pool (tasklet only: p50, p99);
 //! loading a PTX module that is already loaded.
 //!
 //! Native and tasklet measurements take turns per operation (A/B, B/A in the next round), CuPy
@@ -847,6 +847,7 @@ fn rows() -> Vec<Row> {
         row("bulk write host→device (native: pageable)", Some("bulk_write_pageable_bps"), "bulk_write_bps", Some("bulk_write_pageable_bps"), GBps, Report),
         row("bulk read device→host (native: pinned)", Some("bulk_read_pinned_bps"), "bulk_read_bps", Some("bulk_read_pinned_bps"), GBps, GBpsAtLeast(44.0)),
         row("bulk read device→host (native: pageable)", Some("bulk_read_pageable_bps"), "bulk_read_bps", Some("bulk_read_pageable_bps"), GBps, Report),
+        row("bulk read device→host, tasklet: returned list (native: pinned)", Some("bulk_read_pinned_bps"), "bulk_read_list_bps", Some("bulk_read_pinned_bps"), GBps, Report),
         row("lease acquire, warm pool, p50", None, "lease_acquire_p50_ns", None, Micros, MicrosAtMost(100.0)),
         row("lease acquire, warm pool, p99", None, "lease_acquire_p99_ns", None, Micros, Report),
         row("lease acquire + drop, p50", None, "lease_cycle_p50_ns", None, Micros, Report),
@@ -1066,7 +1067,7 @@ fn emu_smoke(opts: &Options) -> i32 {
         (Op::LaunchSync, &["launch_sync_ns", "launch_sync_p99_ns"]),
         (Op::LaunchAsync, &["launch_async_ns"]),
         (Op::Rw4k, &["rw4k_ns", "rw4k_p99_ns"]),
-        (Op::Bulk, &["bulk_bytes", "bulk_write_bps", "bulk_read_bps"]),
+        (Op::Bulk, &["bulk_bytes", "bulk_write_bps", "bulk_read_bps", "bulk_read_list_bps"]),
         (Op::Lease, &["lease_acquire_p50_ns", "lease_acquire_p99_ns", "lease_cycle_p50_ns", "lease_cycle_p99_ns"]),
         (Op::ModuleLoad, &["module_load_ns", "module_load_p99_ns"]),
     ];

@@ -12,7 +12,7 @@ fn every_gpubench_command_prints_its_figures() {
         ("launch-sync 3", &["launch_sync_ns", "launch_sync_p99_ns"]),
         ("launch-async 3", &["launch_async_ns"]),
         ("rw4k 3", &["rw4k_ns", "rw4k_p99_ns"]),
-        ("bulk 65536 2", &["bulk_bytes", "bulk_write_bps", "bulk_read_bps"]),
+        ("bulk 65536 2", &["bulk_bytes", "bulk_write_bps", "bulk_read_bps", "bulk_read_list_bps"]),
         ("lease 3", &["lease_acquire_p50_ns", "lease_acquire_p99_ns", "lease_cycle_p50_ns", "lease_cycle_p99_ns"]),
         ("module-load 3 settle=1", &["module_load_ns", "module_load_p99_ns"]),
     ];

@@ -17,7 +17,7 @@
 //! | `launch-sync N` | `N` × (launch `empty()` of `kernels/faults.ptx` on 1×1, then `sync`), each timed | `launch_sync_ns` (median), `launch_sync_p99_ns` |
 //! | `launch-async N` | 10 batches of (`N` launches, then one `sync`) | `launch_async_ns`: median over batches of batch time / `N` |
 //! | `rw4k N` | `N` × (write 4 KiB, read 4 KiB, `sync`), each timed | `rw4k_ns` (median), `rw4k_p99_ns` |
-//! | `bulk BYTES REPS` | `REPS` × (write `BYTES` from guest memory + `sync`; read `BYTES` back), each direction timed | `bulk_bytes`, `bulk_write_bps`, `bulk_read_bps` (medians) |
+//! | `bulk BYTES REPS` | `REPS` × (`mem-write` of `BYTES` from a guest `Vec` + `sync`; `mem-read-into` of `BYTES` into a guest buffer allocated beforehand; `mem-read` of `BYTES` returning a new list), each timed | `bulk_bytes`, `bulk_write_bps`, `bulk_read_bps` (in place), `bulk_read_list_bps` (returned list) (medians) |
 //! | `lease N` | `N` × (acquire a 1 MiB lease, drop it) | `lease_acquire_p50_ns`, `lease_acquire_p99_ns`, `lease_cycle_p50_ns`, `lease_cycle_p99_ns` (acquire + drop) |
 //! | `module-load N` | `N` × load `faults.ptx` again in a session where it stays loaded (the new module is dropped untimed) | `module_load_ns` (median), `module_load_p99_ns` |
 //!
@@ -297,7 +297,17 @@ fn bulk(out: &mut Out, bytes: u64, reps: u32) -> Step {
         return Err(Stopped);
     }
     drop(back);
-    let (mut write, mut read) = (Vec::new(), Vec::new());
+    // The in-place read's destination, allocated (and every page touched) before the timing.
+    let mut into = vec![0u8; len];
+    out.check(tasklet_gpu::mem_read_into(&session, &buf, 0, &mut into))?;
+    if into != data {
+        out.error(
+            "mismatch",
+            "bulk: the data read in place differ from what was written",
+        );
+        return Err(Stopped);
+    }
+    let (mut write, mut read, mut read_list) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..reps {
         let start = Instant::now();
         let r = session
@@ -308,15 +318,22 @@ fn bulk(out: &mut Out, bytes: u64, reps: u32) -> Step {
         write.push(bytes as f64 / t.as_secs_f64());
 
         let start = Instant::now();
+        let r = tasklet_gpu::mem_read_into(&session, &buf, 0, &mut into);
+        let t = start.elapsed();
+        out.check(r)?;
+        read.push(bytes as f64 / t.as_secs_f64());
+
+        let start = Instant::now();
         let r = session.mem_read(&buf, 0, bytes);
         let t = start.elapsed();
         let back = out.check(r)?;
-        read.push(bytes as f64 / t.as_secs_f64());
+        read_list.push(bytes as f64 / t.as_secs_f64());
         drop(back); // untimed
     }
     out.line("bulk_bytes", bytes);
     out.line("bulk_write_bps", median_f64(write).round() as u64);
     out.line("bulk_read_bps", median_f64(read).round() as u64);
+    out.line("bulk_read_list_bps", median_f64(read_list).round() as u64);
     Ok(())
 }
 

@@ -26,6 +26,9 @@
 //! | `lease <mib>` | acquire one lease of `<mib>` MiB for 10 s → `ok lease <granted bytes>` |
 //! | `tiny-allocs` | lease 1 MiB; allocate 1-byte buffers, keeping them all, until one fails → `ok allocs <count>` then that failure |
 //! | `big-read <mib>` | lease and allocate `<mib>` MiB; read all of it → `ok read <bytes>` (or the error) |
+//! | `read-into <kib>` | lease; alloc `<kib>` KiB; write a pattern from a guest `Vec` (one `mem-write`); `DeviceBuffer::read_into` a zeroed guest buffer → `ok read-into <bytes>` or `error mismatch <first offset>` |
+//! | `read-into-grown` | lease 32 MiB; a 1 MiB write + read-into round trip (`ok first 1048576`); then a 16 MiB guest buffer at least 15 MiB of which lie in memory grown since (`ok grown <pages before> <pages after>` or `error not-grown ..`); write a pattern from it, zero it, read into it, check → `ok round-trip 16777216` or `error mismatch ..` |
+//! | `read-into-misuse` | a 16-byte buffer: `mem-read-into` of 16 bytes at 8 into a 16-byte and into a 128 KiB guest buffer filled with `0x5a` → (out of bounds, both), then `ok untouched` or `error touched <offset>`; a buffer of another session read into (128 KiB) → |
 //! | `bench <n>` | `n` calls each of lease info, sync (idle session) and 4 KiB write+read pairs, timed in batches of 100 → `info_ns <ns>`, `sync_ns <ns>`, `rw4k_ns <ns>`: the median over batches of the mean time per call, in whole nanoseconds |
 //!
 //! An unknown command, or a missing or malformed argument, is an `Err`.
@@ -84,11 +87,15 @@ fn run(input: Vec<u8>) -> Result<Vec<u8>, String> {
         "zeros" => zeros(&mut out, number(command, arg)?),
         "spin-big" => spin_big(&mut out, number(command, arg)?),
         "lease" => lease_mib(&mut out, number(command, arg)?),
+        "read-into" => read_into(&mut out, number(command, arg)?),
+        "read-into-grown" => read_into_grown(&mut out),
+        "read-into-misuse" => read_into_misuse(&mut out),
         _ => {
             return Err(format!(
                 "unknown command {command:?}; expected one of alloc-past-lease, foreign-buffer, \
                  expire, trap, oob-read, bad-ptx, fault, spin, hold <secs>, leases <n>, bench <n>, \
-                 verify <secs>, pattern <mib>, zeros <mib>, spin-big <mib>, lease <mib>"
+                 verify <secs>, pattern <mib>, zeros <mib>, spin-big <mib>, lease <mib>, read-into <kib>, \
+                 read-into-grown, read-into-misuse"
             ))
         }
     };
@@ -551,4 +558,80 @@ mod tests {
             .unwrap_err()
             .contains("not a valid number"));
     }
+}
+
+/// A pattern that differs between neighbouring bytes and between pages.
+fn pattern_bytes(len: usize, seed: usize) -> Vec<u8> {
+    (0..len).map(|i| ((i * 7 + seed + i / 4096) % 251) as u8).collect()
+}
+
+/// `ok <what>` when `got` equals `want`, else `error mismatch <what> at <first differing offset>`.
+fn compare(out: &mut Out, what: &str, got: &[u8], want: &[u8]) {
+    match got.iter().zip(want).position(|(a, b)| a != b) {
+        None if got.len() == want.len() => out.ok(what),
+        at => writeln!(out.0, "error mismatch {what} at {}", at.unwrap_or(got.len().min(want.len()))).unwrap(),
+    }
+}
+
+fn read_into(out: &mut Out, kib: usize) -> Step {
+    let bytes = kib << 10;
+    let lease = out.setup(tasklet_gpu::Lease::acquire((bytes as u64).max(MIB), 10))?;
+    let session = out.setup(lease.session())?;
+    let buf = out.setup(session.alloc::<u8>(bytes))?;
+    let data = pattern_bytes(bytes, 1);
+    out.setup(buf.write(0, &data))?;
+    let mut back = vec![0u8; bytes];
+    out.setup(buf.read_into(&mut back))?;
+    compare(out, &format!("read-into {bytes}"), &back, &data);
+    Ok(())
+}
+
+fn read_into_grown(out: &mut Out) -> Step {
+    let lease = out.setup(tasklet_gpu::Lease::acquire(32 * MIB, 10))?;
+    let session = out.setup(lease.session())?;
+    let buf = out.setup(session.alloc::<u8>(16 << 20))?;
+    let first = pattern_bytes(1 << 20, 2);
+    out.setup(buf.write(0, &first))?;
+    let mut back = vec![0u8; 1 << 20];
+    out.setup(buf.read_into(&mut back))?;
+    compare(out, "first 1048576", &back, &first);
+
+    let pages_before = core::arch::wasm32::memory_size(0);
+    let mut big = vec![0u8; 16 << 20];
+    let pages_after = core::arch::wasm32::memory_size(0);
+    // The allocator may start it in free space at the old end; most of it must be new memory.
+    let old_end = pages_before * 65536;
+    let grown = (big.as_ptr() as usize + big.len()).saturating_sub(old_end.max(big.as_ptr() as usize));
+    if grown < 15 << 20 {
+        writeln!(out.0, "error not-grown only {grown} bytes of the 16 MiB buffer lie past the memory's earlier end").unwrap();
+        return Ok(());
+    }
+    writeln!(out.0, "ok grown {pages_before} {pages_after}").unwrap();
+    big.copy_from_slice(&pattern_bytes(16 << 20, 3));
+    let want = big.clone();
+    out.setup(buf.write(0, &big))?;
+    big.fill(0);
+    out.setup(buf.read_into(&mut big))?;
+    compare(out, "round-trip 16777216", &big, &want);
+    Ok(())
+}
+
+fn read_into_misuse(out: &mut Out) -> Step {
+    let lease_a = acquire(out, MIB, 10)?;
+    let lease_b = acquire(out, MIB, 10)?;
+    let a = out.setup(Session::open(&lease_a))?;
+    let b = out.setup(Session::open(&lease_b))?;
+    let buf = out.setup(a.mem_alloc(16))?;
+    // Below and above the host's direct-transfer threshold: both paths check bounds.
+    let mut small = vec![0x5au8; 16];
+    let mut large = vec![0x5au8; 128 << 10];
+    out.step(tasklet_gpu::mem_read_into(&a, &buf, 8, &mut small), |_| "read-into 16".into());
+    out.step(tasklet_gpu::mem_read_into(&a, &buf, 8, &mut large), |_| "read-into 131072".into());
+    match small.iter().chain(&large).position(|&x| x != 0x5a) {
+        None => out.ok("untouched"),
+        Some(at) => writeln!(out.0, "error touched {at}").unwrap(),
+    }
+    out.step(tasklet_gpu::mem_read_into(&b, &buf, 0, &mut large[..16]), |_| "read-into foreign 16".into());
+    out.step(tasklet_gpu::mem_read_into(&b, &buf, 0, &mut large), |_| "read-into foreign 131072".into());
+    Ok(())
 }

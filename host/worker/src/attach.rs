@@ -162,3 +162,58 @@ impl Drop for Attachments {
         self.map.clear();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::NullBackend;
+    use crate::fdpass::{send_fd, socket_pair};
+    use crate::guest_memory::SharedMemory;
+
+    const MIB: usize = 1 << 20;
+
+    fn memfd_of(m: &SharedMemory) -> std::os::fd::BorrowedFd<'_> {
+        // Through a span: the API keeps the fd crate-private.
+        let s = crate::guest_memory::locate(m.as_ptr(), 0).unwrap();
+        // SAFETY: the memory (and so its fd) outlives the borrow.
+        unsafe { std::os::fd::BorrowedFd::borrow_raw(std::os::fd::AsRawFd::as_raw_fd(&s.shared.fd)) }
+    }
+
+    #[test]
+    fn ranges_are_checked_against_the_mapping_and_the_current_size() {
+        let mut mem = SharedMemory::create(MIB, 8 * MIB, 0).unwrap();
+        let (host, worker) = socket_pair().unwrap();
+        let mut g = Attachments::new(Some(worker));
+        let b = &mut NullBackend;
+        // Nothing queued: refused, typed.
+        assert_eq!(g.attach(b, mem.id(), 8 * MIB as u64).unwrap_err().kind, ErrorKind::InvalidArgument);
+        // A stale packet for another memory is skipped.
+        send_fd(host.as_fd(), 12345, memfd_of(&mem)).unwrap();
+        send_fd(host.as_fd(), mem.id(), memfd_of(&mem)).unwrap();
+        g.attach(b, mem.id(), 8 * MIB as u64).unwrap();
+        assert_eq!(g.len(), 1);
+        // SAFETY: inside the host's accessible part.
+        unsafe { *mem.as_ptr().add(MIB - 1) = 42 };
+        let p = g.range(b, mem.id(), (MIB - 1) as u64, 1).unwrap();
+        // SAFETY: `range` vouched for one byte there.
+        assert_eq!(unsafe { *p }, 42, "the worker's mapping shows the host's bytes");
+        let oob = |g: &mut Attachments, off: u64, len: u64| g.range(&mut NullBackend, mem.id(), off, len).unwrap_err().kind;
+        assert_eq!(oob(&mut g, MIB as u64, 1), ErrorKind::OutOfBounds, "past the size");
+        assert_eq!(oob(&mut g, 0, MIB as u64 + 1), ErrorKind::OutOfBounds);
+        assert_eq!(oob(&mut g, u64::MAX, 2), ErrorKind::OutOfBounds, "overflow");
+        assert_eq!(oob(&mut g, 9 * MIB as u64, 0), ErrorKind::OutOfBounds, "past the mapping");
+        assert_eq!(g.range(b, 999_999, 0, 0).unwrap_err().kind, ErrorKind::InvalidArgument);
+        // Growth is seen without a new attach.
+        mem.grow_to(4 * MIB).unwrap();
+        assert!(g.range(b, mem.id(), MIB as u64, 3 * MIB as u64).is_ok());
+        g.detach(b, mem.id()).unwrap();
+        assert_eq!(g.detach(b, mem.id()).unwrap_err().kind, ErrorKind::InvalidArgument);
+        assert!(g.is_empty());
+    }
+
+    #[test]
+    fn without_a_control_socket_nothing_attaches() {
+        let mut g = Attachments::new(None);
+        assert_eq!(g.attach(&mut NullBackend, 1, 4096).unwrap_err().kind, ErrorKind::InvalidArgument);
+    }
+}

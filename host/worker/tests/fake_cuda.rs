@@ -266,6 +266,9 @@ mod guest {
 
     const MIB: usize = 1 << 20;
 
+    // Linear memory is shared mutable memory by nature (wasmtime and the worker write it through
+    // raw pointers); the tests do the same through short-lived slices.
+    #[allow(clippy::mut_from_ref)]
     fn bytes(m: &SharedMemory, off: usize, len: usize) -> &mut [u8] {
         assert!(off + len <= m.size());
         // SAFETY: inside the accessible part of a live memory that this test alone uses.

@@ -16,6 +16,9 @@ fn emu_worker() -> Worker {
 }
 
 /// Bytes `off..off+len` of `m`, as a slice (tests own the memory and nothing else touches it).
+// Linear memory is shared mutable memory by nature (wasmtime and the worker write it through
+// raw pointers); the tests do the same through short-lived slices.
+#[allow(clippy::mut_from_ref)]
 fn bytes(m: &SharedMemory, off: usize, len: usize) -> &mut [u8] {
     assert!(off + len <= m.size());
     // SAFETY: inside the accessible part of a live memory that this test alone uses.
@@ -133,7 +136,7 @@ fn locate_finds_only_ranges_inside_a_live_memory() {
     assert!(locate(b.wrapping_sub(1), 2).is_none(), "straddling the start");
     assert!(locate(b.wrapping_sub(4096), 1).is_none(), "before the memory");
     assert!(locate(b, usize::MAX).is_none(), "overflowing length");
-    let heap = vec![0u8; 64];
+    let heap = [0u8; 64];
     assert!(locate(heap.as_ptr(), 64).is_none(), "ordinary memory");
     // Two memories side by side are told apart.
     let other = SharedMemory::create(MIB, MIB, 0).unwrap();
@@ -335,4 +338,18 @@ fn find_memfd(mem: &SharedMemory) -> i32 {
         }
     }
     panic!("memfd not found")
+}
+
+#[test]
+fn growth_zeroes_what_a_worker_planted_past_the_size() {
+    // A worker holds the memfd and may extend it and write past the host's size; the guest must
+    // still see zeros when its memory grows there.
+    let mut mem = SharedMemory::create(MIB, 4 * MIB, 0).unwrap();
+    let fd = format!("/proc/self/fd/{}", find_memfd(&mem));
+    let f = std::fs::OpenOptions::new().write(true).open(fd).unwrap();
+    f.set_len(4 * MIB as u64).unwrap();
+    use std::os::unix::fs::FileExt;
+    f.write_all_at(&[0xee; 4096], 2 * MIB as u64).unwrap();
+    mem.grow_to(3 * MIB).unwrap();
+    assert!(bytes(&mem, MIB, 2 * MIB).iter().all(|&b| b == 0), "planted bytes showed through");
 }

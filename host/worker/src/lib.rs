@@ -13,6 +13,11 @@
 //! worker process) and [`pool`]; beside them [`nvml`] (GPU inventory, through a worker process in
 //! its `--inventory` mode) and [`nvrtc`] (CUDA C → PTX).
 //!
+//! Bulk data need not go through the channel: [`guest_memory`] gives tasklets linear memories
+//! backed by a memfd that workers map too (passed over a control socket, [`fdpass`]; mapped
+//! worker-side by [`attach`]), so [`Worker::write_from`] / [`Worker::read_into`] copy straight
+//! between linear memory and the device (one pinned DMA on cuda).
+//!
 //! Finding out whether CUDA works here is a worker's job too: [`probe`] / [`probe_cuda`] start a
 //! short-lived worker on a backend and return its [`WorkerInfo`], or the worker's own reason it
 //! could not start (e.g. "no CUDA driver found (libcuda.so.1 not loadable)").

@@ -18,12 +18,13 @@ use super::driver::*;
 /// Bytes per registration (the last chunk of a memory may be shorter).
 pub const CHUNK: usize = 64 << 20;
 
-/// One piece of a transfer: `len` bytes at `offset` into it, and whether they are page-locked.
+/// One piece of a transfer: `len` bytes at `offset` into it, and whether they are page-locked
+/// (`None`: not in an attached guest memory, so not this module's to say).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Piece {
     pub offset: usize,
     pub len: usize,
-    pub pinned: bool,
+    pub pinned: Option<bool>,
 }
 
 /// The host mappings the serve loop told the backend about, by base address.
@@ -74,10 +75,10 @@ impl HostMemory {
 
     /// Splits the host range `p..p+n` into pieces that each lie inside one registration,
     /// registering chunks as needed. A range outside every mapping (the data region) is one
-    /// piece, not pinned by this (the caller knows about the data region).
+    /// piece with `pinned: None` (the caller knows about the data region).
     pub fn pieces(&mut self, drv: &Driver, p: *const u8, n: usize) -> Vec<Piece> {
         let addr = p as usize;
-        let whole = vec![Piece { offset: 0, len: n, pinned: false }];
+        let whole = vec![Piece { offset: 0, len: n, pinned: None }];
         let Some((&base, m)) = self.maps.range_mut(..=addr).next_back() else { return whole };
         let Some(end) = addr.checked_add(n) else { return whole };
         if end > base + m.len || n == 0 {
@@ -91,7 +92,7 @@ impl HostMemory {
             let chunk_end = (chunk_start + CHUNK).min(base + m.len);
             let piece_end = end.min(chunk_end);
             let pinned = ensure_registered(drv, m, index, chunk_start, chunk_end, piece_end);
-            out.push(Piece { offset: at - addr, len: piece_end - at, pinned });
+            out.push(Piece { offset: at - addr, len: piece_end - at, pinned: Some(pinned) });
             at = piece_end;
         }
         out

@@ -219,7 +219,7 @@ impl Backend for CudaBackend {
             // Synchronous for pinned memory.
             let r = unsafe { (self.drv.memcpy_htod)(addr + piece.offset as u64, chunk.as_ptr().cast::<c_void>(), chunk.len()) };
             // From pageable memory the call returns once the data is staged, before the DMA is done.
-            self.unchecked_async |= !(piece.pinned || self.pinned.is_some());
+            self.unchecked_async |= !piece.pinned.unwrap_or(self.pinned.is_some());
             self.call(check("cuMemcpyHtoD", r), "writing device memory")?;
         }
         Ok(())

@@ -148,23 +148,35 @@ pub fn serve_main(args: impl Iterator<Item = String>) -> i32 {
 }
 
 /// Serves requests on `end` until the host closes it or `host_alive` says it is gone.
+///
+/// Posted frames (launches) get no response: the first one that fails is kept as the *deferred*
+/// error and later posted launches are dropped until it is reported. A call arriving while one is
+/// held is not performed: it is answered with that error instead — except `free`, which is
+/// performed and leaves the error for the next call, and `reset`, which is performed and drops it
+/// (it belongs to the lease that just ended). An error that poisons the worker (a fault, a missed
+/// deadline) is never dropped: every later call, `reset` included, is answered with it.
 pub fn serve(end: &mut WorkerEnd, backend: &mut dyn Backend, host_alive: &mut dyn FnMut() -> bool) {
     let mut frame = Vec::with_capacity(4096);
     let mut out = Vec::with_capacity(4096);
+    let mut deferred: Option<Response> = None;
     loop {
-        match end.wait_request(&mut frame, host_alive) {
-            Incoming::Request => {}
+        let posted = match end.wait_request(&mut frame, host_alive, &mut || backend.flush()) {
+            Incoming::Posted => true,
+            Incoming::Call => false,
             Incoming::Closed | Incoming::HostGone => return,
-        }
-        let (id, resp) = match decode_request(&frame) {
-            Ok((id, req)) => {
-                // A panic in the backend leaves its state unknown: report it as a fault, which
-                // poisons this worker so the host never reuses it.
-                let r = catch_unwind(AssertUnwindSafe(|| dispatch(end, backend, &req)));
-                (id, r.unwrap_or_else(|p| error(ErrorKind::KernelFault, format!("worker internal error: {}", panic_message(&*p)))))
+            Incoming::Corrupt(why) => {
+                // Nothing after this can be found; the host sees the worker gone (`Lost`).
+                eprintln!("tasklet worker {}: request ring corrupt: {why}", std::process::id());
+                return;
             }
-            Err(e) => (0, error(ErrorKind::InvalidArgument, format!("malformed request: {e}"))),
         };
+        if posted {
+            if deferred.is_none() {
+                deferred = serve_posted(end, backend, &frame);
+            }
+            continue;
+        }
+        let (id, resp) = serve_call(end, backend, &frame, &mut deferred);
         out.clear();
         encode_response(id, &resp, &mut out);
         if end.respond(&out).is_err() {
@@ -174,6 +186,55 @@ pub fn serve(end: &mut WorkerEnd, backend: &mut dyn Backend, host_alive: &mut dy
             let _ = end.respond(&out);
         }
     }
+}
+
+/// Runs a posted launch; its error, if any, to hold until the next call.
+fn serve_posted(end: &mut WorkerEnd, backend: &mut dyn Backend, frame: &[u8]) -> Option<Response> {
+    let req = match decode_request(frame) {
+        Ok((_, req)) => req,
+        Err(e) => return Some(error(ErrorKind::InvalidArgument, format!("malformed posted request: {e}"))),
+    };
+    let Request::Launch(launch) = &req else {
+        return Some(error(ErrorKind::InvalidArgument, format!("a {} request was posted; only launches may be", req.name())));
+    };
+    match guarded(end, backend, &req) {
+        Response::Error { kind, message } => Some(error(
+            kind,
+            format!("an earlier launch of kernel `{}` failed: {message}", launch.kernel),
+        )),
+        _ => None,
+    }
+}
+
+/// Performs a call, or answers it with the deferred error (see [`serve`]).
+fn serve_call(
+    end: &mut WorkerEnd,
+    backend: &mut dyn Backend,
+    frame: &[u8],
+    deferred: &mut Option<Response>,
+) -> (u64, Response) {
+    let (id, req) = match decode_request(frame) {
+        Ok(r) => r,
+        Err(e) => return (0, error(ErrorKind::InvalidArgument, format!("malformed request: {e}"))),
+    };
+    let poisoned = matches!(deferred, Some(Response::Error { kind, .. }) if kind.poisons_worker());
+    match (&req, deferred.is_some()) {
+        (_, false) => (id, guarded(end, backend, &req)),
+        (_, true) if poisoned => (id, deferred.clone().unwrap_or(Response::Ok)),
+        (Request::Free { .. }, true) => (id, guarded(end, backend, &req)),
+        (Request::Reset, true) => {
+            *deferred = None;
+            (id, guarded(end, backend, &req))
+        }
+        (_, true) => (id, deferred.take().unwrap_or(Response::Ok)),
+    }
+}
+
+/// Dispatches with the backend's panics caught: a panic leaves its state unknown, so it is
+/// reported as a fault, which poisons this worker so the host never reuses it.
+fn guarded(end: &mut WorkerEnd, backend: &mut dyn Backend, req: &Request<'_>) -> Response {
+    catch_unwind(AssertUnwindSafe(|| dispatch(end, backend, req)))
+        .unwrap_or_else(|p| error(ErrorKind::KernelFault, format!("worker internal error: {}", panic_message(&*p))))
 }
 
 fn error(kind: ErrorKind, message: String) -> Response {

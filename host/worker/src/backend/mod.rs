@@ -95,6 +95,10 @@ pub trait Backend {
     fn sync(&mut self) -> Result<(), BackendError>;
     /// Frees every allocation and unloads every module.
     fn reset(&mut self) -> Result<(), BackendError>;
+    /// The worker has nothing more to do for now and is about to wait for the host: finish
+    /// anything batched (cuda: record the completion event of the open launch group, so the
+    /// watchdog can see it).
+    fn flush(&mut self) {}
 }
 
 /// Options for opening a backend in a worker process.

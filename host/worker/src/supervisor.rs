@@ -405,8 +405,10 @@ impl Worker {
         self.encode(&req);
         let now = Instant::now();
         let timeout = self.op_timeout.saturating_add(self.queued_for(now));
+        // A full ring on the emulator past the queued kernels' bound: one of them overran.
+        let (first, _) = self.first_deadline(later(now, timeout));
         let proc = &self.proc;
-        match self.chan.post(&self.frame, later(now, timeout), &mut || proc.poll()) {
+        match self.chan.post(&self.frame, first, &mut || proc.poll()) {
             Ok(()) => {}
             Err(SendError::TooLarge(e)) => {
                 return Err(WorkerError::op(ErrorKind::InvalidArgument, format!("launch request too large: {e}")))
@@ -479,15 +481,16 @@ impl Worker {
         let timeout = timeout.saturating_add(self.queued_for(now));
         let deadline = later(now, timeout);
         let id = self.encode(req);
+        let (first, mark) = self.first_deadline(deadline);
         let proc = &self.proc;
-        let seq = match self.chan.send(&self.frame, deadline, &mut || proc.poll()) {
+        let seq = match self.chan.send(&self.frame, first, &mut || proc.poll()) {
             Ok(seq) => seq,
             Err(SendError::TooLarge(e)) => {
                 return Err(WorkerError::op(ErrorKind::InvalidArgument, format!("{} request too large: {e}", req.name())))
             }
             Err(SendError::Wait(w)) => return Err(self.wait_failed(req.name(), w, timeout)),
         };
-        let resp = self.receive(seq, id, deadline, req.name(), timeout)?;
+        let resp = self.receive(seq, id, (first, mark, deadline), req.name(), timeout)?;
         if self.drains(req) {
             self.pending_until = None;
         }
@@ -502,10 +505,35 @@ impl Worker {
         self.next_id
     }
 
-    /// Waits until `deadline` for the response to the call sent as (`seq`, `id`) and decodes it.
-    fn receive(&mut self, seq: u32, id: u64, deadline: Instant, op: &str, timeout: Duration) -> Result<Response, WorkerError> {
+    /// On the emulator with kernels queued, the worker runs them one by one before it takes the
+    /// next request: silence past their bound while it is still on them means one ran past its
+    /// deadline, however long `op_timeout` is. So a wait first ends when they are due; returns
+    /// that (or `deadline` where it does not apply) and the ring position that tells whether the
+    /// worker has got past them.
+    fn first_deadline(&self, deadline: Instant) -> (Instant, Option<u32>) {
+        match (self.backend, self.pending_until) {
+            (BackendKind::Emu, Some(due)) if due < deadline => (due, Some(self.chan.mark())),
+            _ => (deadline, None),
+        }
+    }
+
+    /// Waits for the response to the call sent as (`seq`, `id`) and decodes it: until `first`,
+    /// and on to `deadline` only if the worker has served everything before `mark` by then (see
+    /// [`Worker::first_deadline`]).
+    fn receive(
+        &mut self,
+        seq: u32,
+        id: u64,
+        (first, mark, deadline): (Instant, Option<u32>, Instant),
+        op: &str,
+        timeout: Duration,
+    ) -> Result<Response, WorkerError> {
         let proc = &self.proc;
-        if let Err(w) = self.chan.wait(seq, deadline, &mut || proc.poll(), &mut self.resp) {
+        let mut waited = self.chan.wait(seq, first, &mut || proc.poll(), &mut self.resp);
+        if waited == Err(WaitError::Timeout) && mark.is_some_and(|m| self.chan.served_past(m)) {
+            waited = self.chan.wait(seq, deadline, &mut || proc.poll(), &mut self.resp);
+        }
+        if let Err(w) = waited {
             return Err(self.wait_failed(op, w, timeout));
         }
         let (rid, resp) = match decode_response(&self.resp) {

@@ -556,6 +556,19 @@ impl HostEnd {
         self.region.u32_at(OFF_TAIL).load(Acquire) == self.head
     }
 
+    /// The ring position after everything sent so far: pass it to [`HostEnd::served_past`].
+    pub fn mark(&self) -> u32 {
+        self.head
+    }
+
+    /// Whether the worker says it has served everything sent before `mark` (never waits). As
+    /// with [`HostEnd::all_served`], a hint from an untrusted peer; a `tail` that cannot be right
+    /// reads as "not yet".
+    pub fn served_past(&self, mark: u32) -> bool {
+        let unserved = self.head.wrapping_sub(self.region.u32_at(OFF_TAIL).load(Acquire));
+        unserved as usize <= RING && unserved <= self.head.wrapping_sub(mark)
+    }
+
     /// Appends one record holding `inline` (after a wrap record if it would straddle the ring's
     /// end) and publishes it.
     fn append(

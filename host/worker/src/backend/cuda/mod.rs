@@ -38,7 +38,7 @@ use memory::{Allocations, Pinned};
 use modules::Modules;
 
 pub use driver::NO_DRIVER;
-pub use launch::{MAX_PENDING, WATCHDOG_GRACE};
+pub use launch::{GROUP_MAX, MAX_PENDING, WATCHDOG_GRACE};
 
 /// Dynamic shared memory a kernel may use without opting in.
 const DEFAULT_SHARED_LIMIT: u32 = 48 * 1024;
@@ -429,6 +429,10 @@ impl Backend for CudaBackend {
             }
             r => self.sync_result(r),
         }
+    }
+
+    fn flush(&mut self) {
+        self.timeline.flush();
     }
 
     fn reset(&mut self) -> Result<(), BackendError> {

@@ -52,8 +52,8 @@ pub const DEFAULT_DATA_SIZE: usize = 8 * 1024 * 1024;
 const MAGIC: u64 = u64::from_le_bytes(*b"TASKLETW");
 /// Bumped whenever the frames in `protocol` or this layout change, so a host and a worker built
 /// from different sources refuse each other at start instead of misreading frames.
-/// 2: launch deadline, richer info. 3: the request ring.
-const VERSION: u32 = 3;
+/// 2: launch deadline, richer info. 3: guest memory attachments (on main). 4: the request ring.
+const VERSION: u32 = 4;
 const HEADER: usize = 4096;
 
 const OFF_MAGIC: usize = 0;

@@ -8,9 +8,10 @@
 //! - [`errors`]: driver results → typed kinds with the driver's words.
 //!
 //! Ordering: everything runs on the legacy default stream, so an allocation's zeroing, copies and
-//! kernels execute in the order the host sent them. Launches are asynchronous (the worker answers
-//! once the kernel is queued); every other op except `info` first waits for the queued kernels,
-//! deadline-aware, so an op never blocks behind a runaway kernel: it fails with
+//! kernels execute in the order the host sent them. Launches are asynchronous (posted: the worker
+//! queues the kernel and takes the next request, tracking launches in groups under one event, see
+//! [`launch`]); every other op except `info` first waits for the queued kernels, deadline-aware,
+//! so an op never blocks behind a runaway kernel: it fails with
 //! `DeadlineExceeded` at the kernel's deadline instead. `sync` is exactly that wait plus a check
 //! that the stream finished without error.
 //!

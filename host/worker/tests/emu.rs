@@ -490,7 +490,8 @@ fn posting_slow_launches_returns_long_before_they_finish() {
     w.sync().unwrap();
     let total = t.elapsed();
     assert!(posting * 10 < total, "posting {burst} launches of ~{one:?} each took {posting:?} (all done after {total:?})");
-    assert!(total >= one * burst / 2, "{total:?} for {burst} launches of ~{one:?}");
+    // (Loosely: the calibrating launch may have been slowed by other tests on a busy machine.)
+    assert!(total >= one * burst / 4, "{total:?} for {burst} launches of ~{one:?}");
     let back = read_u32s(&mut w, out, 8);
     assert_eq!(back, (0..8).map(|i| i * burst).collect::<Vec<_>>(), "the last launch ran last");
 }

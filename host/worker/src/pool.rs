@@ -227,9 +227,10 @@ impl Pool {
     /// Gives a worker back. A healthy one is reset and kept warm (up to `warm` idle); a lost,
     /// poisoned or unresettable one — or one that still holds anything after its reset, or any
     /// one when the pool does not reuse workers — is killed and reaped, and a replacement starts
-    /// in the background. So is one whose launched kernels may still run (cuda, launched and not
-    /// waited for): their results can no longer be read, and waiting for them could hold up the
-    /// caller (a lease's end, the expiry reaper) for as long as their deadlines.
+    /// in the background. So is one whose launched kernels may still run (launched and not waited
+    /// for; on the emulator, not yet run): their results can no longer be read, and waiting for
+    /// them could hold up the caller (a lease's end, the expiry reaper) for as long as their
+    /// deadlines.
     pub fn release(&self, mut w: Worker) {
         let token = w.lease.take();
         let ours = token.as_ref().is_some_and(|t| std::ptr::eq(t.shared.as_ptr(), Arc::as_ptr(&self.shared)));

@@ -9,8 +9,9 @@
 //! exactly: trailing bytes are an error. Bulk data (write payloads, read results) does not travel
 //! in frames but in the transport's data region; frames only carry its length.
 //!
-//! `id` lets a response name its request, so posted (asynchronous) ops can be added later without
-//! changing the framing; today the host sends one request at a time and checks the echo.
+//! `id` lets a response name its request, so posted (asynchronous) ops need no change to the
+//! framing; the host queues launches (which get no response) and has one call at a time
+//! outstanding, whose echo it checks.
 
 use crate::error::ErrorKind;
 use tasklet_ptx::{KernelInfo, ParamInfo};

@@ -169,8 +169,16 @@ pub fn serve_main(args: impl Iterator<Item = String>) -> i32 {
     EXIT_OK
 }
 
-/// Serves requests on `end` until the host closes it or `host_alive` says it is gone. Refuses to
-/// attach guest memory (no control socket): see [`serve_guests`].
+/// Serves requests on `end` until the host closes it or `host_alive` says it is gone.
+///
+/// Posted frames (launches) get no response: the first one that fails is kept as the *deferred*
+/// error and later posted launches are dropped until it is reported. A call arriving while one is
+/// held is not performed: it is answered with that error instead — except `free`, which is
+/// performed and leaves the error for the next call, and `reset`, which is performed and drops it
+/// (it belongs to the lease that just ended). An error that poisons the worker (a fault, a missed
+/// deadline) is never dropped: every later call, `reset` included, is answered with it.
+///
+/// Refuses to attach guest memory (no control socket): see [`serve_guests`].
 pub fn serve(end: &mut WorkerEnd, backend: &mut dyn Backend, host_alive: &mut dyn FnMut() -> bool) {
     serve_guests(end, backend, &mut Attachments::new(None), host_alive)
 }
@@ -184,20 +192,25 @@ pub fn serve_guests(
 ) {
     let mut frame = Vec::with_capacity(4096);
     let mut out = Vec::with_capacity(4096);
+    let mut deferred: Option<Response> = None;
     loop {
-        match end.wait_request(&mut frame, host_alive) {
-            Incoming::Request => {}
+        let posted = match end.wait_request(&mut frame, host_alive, &mut || backend.flush()) {
+            Incoming::Posted => true,
+            Incoming::Call => false,
             Incoming::Closed | Incoming::HostGone => return,
-        }
-        let (id, resp) = match decode_request(&frame) {
-            Ok((id, req)) => {
-                // A panic in the backend leaves its state unknown: report it as a fault, which
-                // poisons this worker so the host never reuses it.
-                let r = catch_unwind(AssertUnwindSafe(|| dispatch(end, backend, guests, &req)));
-                (id, r.unwrap_or_else(|p| error(ErrorKind::KernelFault, format!("worker internal error: {}", panic_message(&*p)))))
+            Incoming::Corrupt(why) => {
+                // Nothing after this can be found; the host sees the worker gone (`Lost`).
+                eprintln!("tasklet worker {}: request ring corrupt: {why}", std::process::id());
+                return;
             }
-            Err(e) => (0, error(ErrorKind::InvalidArgument, format!("malformed request: {e}"))),
         };
+        if posted {
+            if deferred.is_none() {
+                deferred = serve_posted(end, backend, guests, &frame);
+            }
+            continue;
+        }
+        let (id, resp) = serve_call(end, backend, guests, &frame, &mut deferred);
         out.clear();
         encode_response(id, &resp, &mut out);
         if end.respond(&out).is_err() {
@@ -207,6 +220,56 @@ pub fn serve_guests(
             let _ = end.respond(&out);
         }
     }
+}
+
+/// Runs a posted launch; its error, if any, to hold until the next call.
+fn serve_posted(end: &mut WorkerEnd, backend: &mut dyn Backend, guests: &mut Attachments, frame: &[u8]) -> Option<Response> {
+    let req = match decode_request(frame) {
+        Ok((_, req)) => req,
+        Err(e) => return Some(error(ErrorKind::InvalidArgument, format!("malformed posted request: {e}"))),
+    };
+    let Request::Launch(launch) = &req else {
+        return Some(error(ErrorKind::InvalidArgument, format!("a {} request was posted; only launches may be", req.name())));
+    };
+    match guarded(end, backend, guests, &req) {
+        Response::Error { kind, message } => Some(error(
+            kind,
+            format!("an earlier launch of kernel `{}` failed: {message}", launch.kernel),
+        )),
+        _ => None,
+    }
+}
+
+/// Performs a call, or answers it with the deferred error (see [`serve`]).
+fn serve_call(
+    end: &mut WorkerEnd,
+    backend: &mut dyn Backend,
+    guests: &mut Attachments,
+    frame: &[u8],
+    deferred: &mut Option<Response>,
+) -> (u64, Response) {
+    let (id, req) = match decode_request(frame) {
+        Ok(r) => r,
+        Err(e) => return (0, error(ErrorKind::InvalidArgument, format!("malformed request: {e}"))),
+    };
+    let poisoned = matches!(deferred, Some(Response::Error { kind, .. }) if kind.poisons_worker());
+    match (&req, deferred.is_some()) {
+        (_, false) => (id, guarded(end, backend, guests, &req)),
+        (_, true) if poisoned => (id, deferred.clone().unwrap_or(Response::Ok)),
+        (Request::Free { .. }, true) => (id, guarded(end, backend, guests, &req)),
+        (Request::Reset, true) => {
+            *deferred = None;
+            (id, guarded(end, backend, guests, &req))
+        }
+        (_, true) => (id, deferred.take().unwrap_or(Response::Ok)),
+    }
+}
+
+/// Dispatches with the backend's panics caught: a panic leaves its state unknown, so it is
+/// reported as a fault, which poisons this worker so the host never reuses it.
+fn guarded(end: &mut WorkerEnd, backend: &mut dyn Backend, guests: &mut Attachments, req: &Request<'_>) -> Response {
+    catch_unwind(AssertUnwindSafe(|| dispatch(end, backend, guests, req)))
+        .unwrap_or_else(|p| error(ErrorKind::KernelFault, format!("worker internal error: {}", panic_message(&*p))))
 }
 
 fn error(kind: ErrorKind, message: String) -> Response {
@@ -346,5 +409,179 @@ mod tests {
     #[test]
     fn serve_main_refuses_bad_usage() {
         assert_eq!(serve_main(["--nope".to_string()].into_iter()), EXIT_USAGE);
+    }
+}
+
+#[cfg(test)]
+mod deferred_tests {
+    use super::*;
+    use crate::backend::{BackendError, LaunchRequest, LoadedModule, WorkerInfo};
+    use crate::protocol::{decode_response, encode_request};
+    use crate::transport::{HostEnd, DEFAULT_DATA_SIZE};
+    use std::time::{Duration, Instant};
+
+    /// Launches of kernel "bad" fail with `fail_kind`; every op is counted.
+    struct Scripted {
+        fail_kind: ErrorKind,
+        launched: Vec<String>,
+        frees: u32,
+        resets: u32,
+        allocs: u32,
+    }
+
+    impl Backend for Scripted {
+        fn info(&self) -> WorkerInfo {
+            WorkerInfo::default()
+        }
+        fn alloc(&mut self, _bytes: u64) -> Result<u64, BackendError> {
+            self.allocs += 1;
+            Ok(0x1000)
+        }
+        fn free(&mut self, _addr: u64) -> Result<(), BackendError> {
+            self.frees += 1;
+            Ok(())
+        }
+        fn write(&mut self, _: u64, _: &[u8]) -> Result<(), BackendError> {
+            Ok(())
+        }
+        fn read(&mut self, _: u64, _: &mut [u8]) -> Result<(), BackendError> {
+            Ok(())
+        }
+        fn copy(&mut self, _: u64, _: u64, _: u64) -> Result<(), BackendError> {
+            Ok(())
+        }
+        fn load_module(&mut self, _: &str) -> Result<LoadedModule, BackendError> {
+            Err(BackendError::new(ErrorKind::Unsupported, "no"))
+        }
+        fn load_source(&mut self, _: &str, _: &[&str]) -> Result<LoadedModule, BackendError> {
+            Err(BackendError::new(ErrorKind::Unsupported, "no"))
+        }
+        fn unload_module(&mut self, _: u32) -> Result<(), BackendError> {
+            Ok(())
+        }
+        fn launch(&mut self, l: &LaunchRequest<'_>) -> Result<(), BackendError> {
+            self.launched.push(l.kernel.to_owned());
+            if l.kernel == "bad" {
+                return Err(BackendError::new(self.fail_kind, "refused"));
+            }
+            Ok(())
+        }
+        fn sync(&mut self) -> Result<(), BackendError> {
+            Ok(())
+        }
+        fn reset(&mut self) -> Result<(), BackendError> {
+            self.resets += 1;
+            Ok(())
+        }
+    }
+
+    /// Runs `script` as the host against `serve` on a thread; returns the backend afterwards.
+    fn run(fail_kind: ErrorKind, script: impl FnOnce(&mut Host)) -> Scripted {
+        let region = SharedRegion::create(DEFAULT_DATA_SIZE).unwrap();
+        // SAFETY: dup of an fd we own, mapped independently as a child would.
+        let worker = SharedRegion::from_fd(unsafe { libc::dup(region.fd()) }).unwrap();
+        let t = std::thread::spawn(move || {
+            let mut b = Scripted { fail_kind, launched: vec![], frees: 0, resets: 0, allocs: 0 };
+            serve(&mut WorkerEnd::new(worker), &mut b, &mut || true);
+            b
+        });
+        let mut h = Host { end: HostEnd::new(region), id: 0 };
+        script(&mut h);
+        h.end.close();
+        t.join().unwrap()
+    }
+
+    struct Host {
+        end: HostEnd,
+        id: u64,
+    }
+
+    impl Host {
+        fn launch(&mut self, kernel: &str) {
+            let mut f = Vec::new();
+            let l = LaunchRequest {
+                module: 1,
+                kernel,
+                grid: [1; 3],
+                block: [1; 3],
+                shared_mem_bytes: 0,
+                args: &[],
+                step_limit: 1,
+                deadline_ns: 1,
+            };
+            encode_request(0, &Request::Launch(l), &mut f);
+            self.end.post(&f, Instant::now() + Duration::from_secs(5), &mut || None).unwrap();
+        }
+
+        fn call(&mut self, req: &Request<'_>) -> Response {
+            self.id += 1;
+            let mut f = Vec::new();
+            encode_request(self.id, req, &mut f);
+            let deadline = Instant::now() + Duration::from_secs(5);
+            let seq = self.end.send(&f, deadline, &mut || None).unwrap();
+            let mut out = Vec::new();
+            self.end.wait(seq, deadline, &mut || None, &mut out).unwrap();
+            let (id, resp) = decode_response(&out).unwrap();
+            assert_eq!(id, self.id);
+            resp
+        }
+    }
+
+    fn is_error(r: &Response, kind: ErrorKind, kernel: &str) -> bool {
+        matches!(r, Response::Error { kind: k, message } if *k == kind
+            && message.starts_with(&format!("an earlier launch of kernel `{kernel}` failed: ")))
+    }
+
+    #[test]
+    fn a_failed_launch_is_answered_to_the_next_call_instead_of_performing_it() {
+        let b = run(ErrorKind::LaunchFailed, |h| {
+            h.launch("a");
+            h.launch("bad");
+            h.launch("c");
+            let r = h.call(&Request::Alloc { bytes: 16 });
+            assert!(is_error(&r, ErrorKind::LaunchFailed, "bad"), "{r:?}");
+            // Reported once.
+            assert!(matches!(h.call(&Request::Alloc { bytes: 16 }), Response::Allocated { .. }));
+            // `free` is performed and leaves the error to the next call.
+            h.launch("bad");
+            assert_eq!(h.call(&Request::Free { addr: 1 }), Response::Ok);
+            assert!(is_error(&h.call(&Request::Ping), ErrorKind::LaunchFailed, "bad"));
+            // `reset` is performed and drops it.
+            h.launch("bad");
+            assert_eq!(h.call(&Request::Reset), Response::Ok);
+            assert_eq!(h.call(&Request::Ping), Response::Ok);
+            h.launch("d");
+            assert_eq!(h.call(&Request::Sync), Response::Ok);
+        });
+        // "c" was dropped behind the failure; the first alloc was not performed.
+        assert_eq!(b.launched, ["a", "bad", "bad", "bad", "d"]);
+        assert_eq!((b.allocs, b.frees, b.resets), (1, 1, 1));
+    }
+
+    #[test]
+    fn a_poisoning_launch_error_answers_every_later_call_reset_included() {
+        let b = run(ErrorKind::KernelFault, |h| {
+            h.launch("bad");
+            for req in [Request::Free { addr: 1 }, Request::Reset, Request::Ping, Request::Reset] {
+                let r = h.call(&req);
+                assert!(is_error(&r, ErrorKind::KernelFault, "bad"), "{req:?}: {r:?}");
+            }
+        });
+        assert_eq!((b.frees, b.resets), (0, 0));
+    }
+
+    #[test]
+    fn a_posted_frame_that_is_not_a_launch_is_refused_at_the_next_call() {
+        run(ErrorKind::LaunchFailed, |h| {
+            let mut f = Vec::new();
+            encode_request(0, &Request::Reset, &mut f);
+            h.end.post(&f, Instant::now() + Duration::from_secs(5), &mut || None).unwrap();
+            h.end.post(&[1, 2, 3], Instant::now() + Duration::from_secs(5), &mut || None).unwrap();
+            match h.call(&Request::Ping) {
+                Response::Error { kind: ErrorKind::InvalidArgument, message } => assert!(message.contains("posted"), "{message}"),
+                other => panic!("{other:?}"),
+            }
+            assert_eq!(h.call(&Request::Ping), Response::Ok);
+        });
     }
 }

@@ -19,7 +19,7 @@ use crate::error::{ErrorKind, WorkerError};
 use crate::guest_memory::{GuestSpan, Shared};
 use crate::protocol::{decode_response, encode_request, LaunchRequest, Request, Response};
 use crate::serve::{WorkerArgs, EXIT_DEADLINE};
-use crate::transport::{HostEnd, SharedRegion, WaitError, DEFAULT_DATA_SIZE};
+use crate::transport::{HostEnd, SendError, SharedRegion, WaitError, DEFAULT_DATA_SIZE};
 
 /// Emulator speed per core, in lane-instructions per second, that turns a launch deadline into the
 /// emulator's step limit: `deadline × this × cores` (the emulator runs CTAs on every core).
@@ -53,7 +53,8 @@ pub struct Launch<'a> {
     /// The argument block, laid out as `KernelInfo::param_layout` says.
     pub args: &'a [u8],
     /// How long the kernel may run. Past it the lease gets `DeadlineExceeded` and the worker is
-    /// never reused; if the worker does not report by `deadline + slack`, it is killed.
+    /// never reused; if the worker does not report by `deadline + slack` (counted from when the
+    /// kernels queued before it could have ended), it is killed.
     pub deadline: Duration,
 }
 
@@ -155,17 +156,14 @@ pub struct Worker {
     resp: Vec<u8>,
     lost: Option<String>,
     poisoned: Option<(ErrorKind, String)>,
-    /// Asynchronous launches (cuda) not yet known finished: by when the worker must have reported
-    /// on all of them, each kernel getting its whole deadline from when the previous one could
-    /// have ended (see [`Worker::launch`]). Every op that makes the worker wait for its kernels
-    /// may take this much longer than `op_timeout`.
+    /// Launches posted and not yet known finished: by when they may all legitimately have ended,
+    /// each kernel getting its whole deadline (plus the emulator's slack) from when the previous
+    /// one could have ended (see [`Worker::launch`]). Every op may take this much longer than
+    /// `op_timeout`: its request waits in the ring behind them.
     pending_until: Option<Instant>,
-    /// The launch that was sent and whose response is not collected yet (see [`Worker::launch`]).
-    /// There is one request slot: every later op collects it before sending its own request.
-    posted: Option<Posted>,
-    /// A posted launch's error that is still to be reported: collected by an op that does not
-    /// report it (`free`, `reset`), it goes to the next op that does.
-    deferred: Option<(ErrorKind, String)>,
+    /// The kernel of the latest launch, for messages about queued kernels (kept to reuse its
+    /// allocation).
+    last_kernel: String,
     /// Set while leased from a pool; tells the pool when the worker is dropped unreleased.
     pub(crate) lease: Option<crate::pool::LeaseToken>,
     /// The host's end of the control socket, which carries guest memories' fds.
@@ -175,34 +173,8 @@ pub struct Worker {
     attached: HashMap<u64, Weak<Shared>>,
 }
 
-/// A launch request on the channel whose response the host has not read yet.
-struct Posted {
-    seq: u32,
-    id: u64,
-    kernel: String,
-    deadline: Duration,
-    /// By when its response must have arrived.
-    wait_until: Instant,
-    /// Whether silence past `wait_until` means a kernel ran past its deadline (emu, where the
-    /// worker answers once the kernel ended; cuda with kernels already queued) rather than a hung
-    /// worker.
-    silence_is_deadline: bool,
-}
-
 /// A process that was spawned and has not said it is ready yet.
 pub(crate) struct Starting(Worker);
-
-/// How a call failed before it could be turned into a [`WorkerError`].
-enum CallError {
-    Timeout,
-    Err(WorkerError),
-}
-
-impl From<WorkerError> for CallError {
-    fn from(e: WorkerError) -> Self {
-        CallError::Err(e)
-    }
-}
 
 impl Worker {
     /// Starts a worker process and waits until it is ready.
@@ -279,8 +251,7 @@ impl Worker {
             lost: None,
             poisoned: None,
             pending_until: None,
-            posted: None,
-            deferred: None,
+            last_kernel: String::new(),
             lease: None,
             ctl,
             attached: HashMap::new(),
@@ -300,15 +271,16 @@ impl Worker {
         self.lost.is_some()
     }
 
-    /// True while launched kernels may still be running: no op that waits for them has answered
-    /// since they were launched (cuda), or the last launch's response is still outstanding (a
-    /// posted launch, either backend). Never waits: a posted launch that has already answered is
-    /// collected here (an error it reports is kept for the next op, a fault poisons as usual).
+    /// True while launched kernels may still be queued or running: no op that waits for them has
+    /// succeeded since they were launched, and (emu, where the worker runs each launch before
+    /// taking the next request) the worker has not yet served every request sent. Never waits.
+    /// A launch's error stays with the worker for the next op either way.
     pub fn has_pending_launches(&mut self) -> bool {
-        if self.posted.as_ref().is_some_and(|p| self.lost.is_none() && self.chan.answered(p.seq)) {
-            let _ = self.settle(false);
+        if self.pending_until.is_some() && self.backend == BackendKind::Emu && self.lost.is_none() && self.chan.all_served()
+        {
+            self.pending_until = None;
         }
-        self.pending_until.is_some() || self.posted.is_some()
+        self.pending_until.is_some()
     }
 
     /// True once a kernel faulted or ran past its deadline: every op now fails with that kind,
@@ -350,8 +322,8 @@ impl Worker {
 
     /// Writes `data` at device address `addr`, through the data region in chunks of its size.
     pub fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), WorkerError> {
-        // Before the data region is touched: a posted request may still be using it.
-        self.settle(true)?;
+        // The data region is free: the last call was answered, and launches never use it.
+        self.usable()?;
         let chunk = self.chan.data_size();
         if data.is_empty() {
             return self.call_ok(&Request::Write { addr, len: 0 });
@@ -368,7 +340,7 @@ impl Worker {
 
     /// Reads `out.len()` bytes at device address `addr`, in chunks of the data region's size.
     pub fn read(&mut self, addr: u64, out: &mut [u8]) -> Result<(), WorkerError> {
-        self.settle(true)?;
+        self.usable()?;
         let chunk = self.chan.data_size();
         if out.is_empty() {
             return self.call_ok(&Request::Read { addr, len: 0 });
@@ -387,7 +359,7 @@ impl Worker {
     /// own mapping of the memory (one pinned DMA on cuda). Attaches the memory to this worker on
     /// first use (and detaches memories the host has dropped since). Errors as [`Worker::write`].
     pub fn write_from(&mut self, addr: u64, src: &GuestSpan) -> Result<(), WorkerError> {
-        self.settle(true)?;
+        self.usable()?;
         self.attach(src)?;
         let req = Request::WriteFrom {
             addr,
@@ -402,7 +374,7 @@ impl Worker {
     /// place. Attaches as [`Worker::write_from`]; errors as [`Worker::read`]. On an error the span
     /// may hold part of the data.
     pub fn read_into(&mut self, addr: u64, dst: &GuestSpan) -> Result<(), WorkerError> {
-        self.settle(true)?;
+        self.usable()?;
         self.attach(dst)?;
         let req = Request::ReadInto {
             addr,
@@ -478,28 +450,29 @@ impl Worker {
 
     /// Launches a kernel: posted, like a CUDA launch.
     ///
-    /// The request is written to the channel and this returns without waiting for the worker's
-    /// answer (first collecting the previous posted launch's answer, if still outstanding: there
-    /// is one request slot). The worker serves requests in order. The next op that waits for an
-    /// answer (every op: `sync`, `read`, `alloc`, `info`, `ping`, another `launch` …) first
-    /// collects this one's; if the launch failed, that op is not performed and returns the
-    /// launch's error instead, its message saying it came from an earlier launch (`free` and
-    /// `reset` are performed regardless and leave the error to the op after them). A fault or a
-    /// missed deadline poisons the worker as always; a worker that dies is `Lost`.
+    /// The request is appended to the channel's ring and this returns without waiting for the
+    /// worker (only, when the ring is full, for room in it). The worker serves requests in order.
+    /// If the launch fails, the worker keeps the error and drops later launches; the next op that
+    /// waits for an answer (every op but `launch`: `sync`, `read`, `alloc`, `info`, `ping` …) is
+    /// then not performed and returns the launch's error instead, its message saying it came
+    /// from an earlier launch of that kernel (`free` and `reset` are performed regardless; `free`
+    /// leaves the error to the op after it, `reset` drops it with the rest of the lease's state).
+    /// A fault or a missed deadline poisons the worker as always; a worker that dies is `Lost`.
     ///
-    /// On the emulator the worker runs the kernel before it answers (or to its step limit, which
-    /// stands in for the deadline), so its answer may take up to the kernel's deadline (plus
-    /// slack); silence past that is `DeadlineExceeded` and the worker is killed. On CUDA the
-    /// worker answers once it has queued the kernel, and the kernel's fault or missed deadline is
-    /// reported by `sync` or by the next op that waits for it (every op but `ping`, `info` and
-    /// `launch`). The host keeps a bound on how long those waits may legitimately take — each
-    /// queued kernel its whole deadline from when the one before it could have ended — and only a
-    /// worker silent past `op_timeout` beyond that bound counts as lost.
+    /// On the emulator the worker runs each kernel before taking the next request (or to its
+    /// step limit, which stands in for the deadline); on CUDA it queues the kernel, and the
+    /// kernel's fault or missed deadline is reported by `sync` or by the next op that waits for
+    /// it (every op but `ping`, `info` and `launch`). Either way the host keeps a bound on how
+    /// long the queued kernels may legitimately take — each its whole deadline (on the emulator
+    /// plus a quarter and 100 ms of slack for the step limit) from when the one before it could
+    /// have ended — and every op may take that much longer than `op_timeout`. An op with no
+    /// answer by then is `DeadlineExceeded` while kernels are queued (a kernel ran past its
+    /// deadline unreported) and the worker is killed; with nothing queued it is `Lost`.
     pub fn launch(&mut self, l: &Launch<'_>) -> Result<(), WorkerError> {
         if l.deadline.is_zero() {
             return Err(WorkerError::op(ErrorKind::InvalidArgument, "a launch needs a deadline above zero"));
         }
-        self.settle(true)?;
+        self.usable()?;
         let deadline_ns = u64::try_from(l.deadline.as_nanos()).unwrap_or(u64::MAX);
         let step_limit = match self.backend {
             BackendKind::Emu => emu_step_limit(l.deadline),
@@ -515,69 +488,47 @@ impl Worker {
             step_limit,
             deadline_ns,
         });
-        let (seq, id) = self.post(&req)?;
-        let sent = Instant::now();
-        let (wait, silence_is_deadline) = match self.backend {
-            // Room for the emulator to notice its step limit and say so itself.
-            BackendKind::Emu => (l.deadline.saturating_add(Duration::from_millis(100) + l.deadline / 4), true),
-            BackendKind::Cuda => {
-                let queued = self.pending_until.map_or(Duration::ZERO, |t| t.saturating_duration_since(sent));
-                let silence = self.pending_until.is_some();
-                let from = self.pending_until.map_or(sent, |p| p.max(sent));
-                self.pending_until = Some(later(from, l.deadline));
-                (self.op_timeout.saturating_add(queued), silence)
+        self.encode(&req);
+        let now = Instant::now();
+        let timeout = self.op_timeout.saturating_add(self.queued_for(now));
+        // A full ring on the emulator past the queued kernels' bound: one of them overran.
+        let (first, _) = self.first_deadline(later(now, timeout));
+        let proc = &self.proc;
+        match self.chan.post(&self.frame, first, &mut || proc.poll()) {
+            Ok(()) => {}
+            Err(SendError::TooLarge(e)) => {
+                return Err(WorkerError::op(ErrorKind::InvalidArgument, format!("launch request too large: {e}")))
             }
-        };
-        self.posted = Some(Posted {
-            seq,
-            id,
-            kernel: l.kernel.to_owned(),
-            deadline: l.deadline,
-            wait_until: later(sent, wait),
-            silence_is_deadline,
-        });
+            Err(SendError::Wait(w)) => return Err(self.wait_failed("launch", w, timeout)),
+        }
+        let from = self.pending_until.map_or(now, |p| p.max(now));
+        self.pending_until = Some(later(from, self.launch_bound(l.deadline)));
+        self.last_kernel.clear();
+        self.last_kernel.push_str(l.kernel);
         Ok(())
     }
 
-    /// Fails the way the next op would if the worker cannot take one; collects the posted
-    /// launch's answer if it is outstanding; and, when `report`, returns a posted launch's error
-    /// not yet reported.
-    fn settle(&mut self, report: bool) -> Result<(), WorkerError> {
-        self.usable()?;
-        if let Some(p) = self.posted.take() {
-            match self.receive(p.seq, p.id, p.wait_until) {
-                Ok(Response::Ok) => {}
-                Ok(other) => return Err(self.unexpected("launch", &other)),
-                Err(CallError::Err(WorkerError::Op { kind, message })) => {
-                    let message = format!("an earlier launch of kernel `{}` failed: {message}", p.kernel);
-                    if kind.poisons_worker() || self.lost.is_some() {
-                        return Err(WorkerError::Op { kind, message });
-                    }
-                    if self.deferred.is_none() {
-                        self.deferred = Some((kind, message));
-                    }
-                }
-                Err(CallError::Err(e)) => return Err(e),
-                Err(CallError::Timeout) if p.silence_is_deadline => {
-                    let msg = format!(
-                        "kernel `{}` (an earlier launch) ran past its deadline of {:?} and its worker did not report \
-                         it in time; the worker was killed",
-                        p.kernel, p.deadline
-                    );
-                    self.lose(msg.clone());
-                    return Err(WorkerError::op(ErrorKind::DeadlineExceeded, msg));
-                }
-                Err(CallError::Timeout) => {
-                    return Err(self.lose(format!("no answer to the launch of kernel `{}` in time", p.kernel)));
-                }
-            }
+    /// How long one queued kernel may legitimately keep the worker busy.
+    fn launch_bound(&self, deadline: Duration) -> Duration {
+        match self.backend {
+            // Room for the emulator to reach its step limit (≈ the deadline at the assumed
+            // speed, see `EMU_LANE_INSTRUCTIONS_PER_SECOND`) and say so itself.
+            BackendKind::Emu => deadline.saturating_add(Duration::from_millis(100) + deadline / 4),
+            BackendKind::Cuda => deadline,
         }
-        if report {
-            if let Some((kind, message)) = self.deferred.take() {
-                return Err(WorkerError::Op { kind, message });
-            }
+    }
+
+    /// How much longer than `op_timeout` an op sent at `now` may legitimately take.
+    fn queued_for(&self, now: Instant) -> Duration {
+        self.pending_until.map_or(Duration::ZERO, |t| t.saturating_duration_since(now))
+    }
+
+    /// Whether the worker's answer to `req` means every launch before it has finished.
+    fn drains(&self, req: &Request<'_>) -> bool {
+        match self.backend {
+            BackendKind::Emu => true,
+            BackendKind::Cuda => !matches!(req, Request::Ping | Request::Info),
         }
-        Ok(())
     }
 
     /// Waits for every launched kernel; reports the first fault or missed deadline.
@@ -613,93 +564,112 @@ impl Worker {
         }
     }
 
-    /// One request with `timeout`, extended by the time queued kernels may still legitimately
-    /// take when the request makes the worker wait for them.
+    /// One call with `timeout`, extended by the time queued kernels may still legitimately take
+    /// (the call waits behind them in the ring, and most calls wait for them on the device).
     fn call(&mut self, req: &Request<'_>, timeout: Duration) -> Result<Response, WorkerError> {
-        let waits = !matches!(req, Request::Ping | Request::Info);
-        let queued = match self.pending_until {
-            Some(t) if waits => t.saturating_duration_since(Instant::now()),
-            _ => Duration::ZERO,
+        self.usable()?;
+        let now = Instant::now();
+        let timeout = timeout.saturating_add(self.queued_for(now));
+        let deadline = later(now, timeout);
+        let id = self.encode(req);
+        let (first, mark) = self.first_deadline(deadline);
+        let proc = &self.proc;
+        let seq = match self.chan.send(&self.frame, first, &mut || proc.poll()) {
+            Ok(seq) => seq,
+            Err(SendError::TooLarge(e)) => {
+                return Err(WorkerError::op(ErrorKind::InvalidArgument, format!("{} request too large: {e}", req.name())))
+            }
+            Err(SendError::Wait(w)) => return Err(self.wait_failed(req.name(), w, timeout)),
         };
-        let timeout = timeout.saturating_add(queued);
-        match self.call_inner(req, timeout) {
-            Ok(r) => {
-                // The worker waited for every queued kernel before answering this.
-                if waits {
-                    self.pending_until = None;
-                }
-                Ok(r)
-            }
-            Err(CallError::Err(e)) => Err(e),
-            Err(CallError::Timeout) if self.pending_until.is_some() && waits => {
-                let msg = format!(
-                    "no answer to {} within {timeout:?}, which covers every queued kernel's deadline: a kernel ran \
-                     past its deadline and its worker did not report it; the worker was killed",
-                    req.name()
-                );
-                self.lose(msg.clone());
-                Err(WorkerError::op(ErrorKind::DeadlineExceeded, msg))
-            }
-            Err(CallError::Timeout) => Err(self.lose(format!("no answer to {} within {timeout:?}", req.name()))),
+        let resp = self.receive(seq, id, (first, mark, deadline), req.name(), timeout)?;
+        if self.drains(req) {
+            self.pending_until = None;
+        }
+        Ok(resp)
+    }
+
+    /// Encodes `req` with a fresh id into `self.frame`; returns the id.
+    fn encode(&mut self, req: &Request<'_>) -> u64 {
+        self.next_id += 1;
+        self.frame.clear();
+        encode_request(self.next_id, req, &mut self.frame);
+        self.next_id
+    }
+
+    /// On the emulator with kernels queued, the worker runs them one by one before it takes the
+    /// next request: silence past their bound while it is still on them means one ran past its
+    /// deadline, however long `op_timeout` is. So a wait first ends when they are due; returns
+    /// that (or `deadline` where it does not apply) and the ring position that tells whether the
+    /// worker has got past them.
+    fn first_deadline(&self, deadline: Instant) -> (Instant, Option<u32>) {
+        match (self.backend, self.pending_until) {
+            (BackendKind::Emu, Some(due)) if due < deadline => (due, Some(self.chan.mark())),
+            _ => (deadline, None),
         }
     }
 
-    fn call_inner(&mut self, req: &Request<'_>, timeout: Duration) -> Result<Response, CallError> {
-        // `free` and `reset` release what the lease holds whatever an earlier launch did.
-        self.settle(!matches!(req, Request::Free { .. } | Request::Reset))?;
-        let (seq, id) = self.post(req)?;
-        self.receive(seq, id, later(Instant::now(), timeout))
-    }
-
-    /// Sends a request without waiting; the channel must be free (`settle` first).
-    fn post(&mut self, req: &Request<'_>) -> Result<(u32, u64), WorkerError> {
-        debug_assert!(self.posted.is_none());
-        self.next_id += 1;
-        let id = self.next_id;
-        self.frame.clear();
-        encode_request(id, req, &mut self.frame);
-        let seq = self.chan.send(&self.frame).map_err(|e| {
-            WorkerError::op(ErrorKind::InvalidArgument, format!("{} request too large: {e}", req.name()))
-        })?;
-        Ok((seq, id))
-    }
-
-    /// Waits until `deadline` for the response to the request sent as (`seq`, `id`) and decodes it.
-    fn receive(&mut self, seq: u32, id: u64, deadline: Instant) -> Result<Response, CallError> {
+    /// Waits for the response to the call sent as (`seq`, `id`) and decodes it: until `first`,
+    /// and on to `deadline` only if the worker has served everything before `mark` by then (see
+    /// [`Worker::first_deadline`]).
+    fn receive(
+        &mut self,
+        seq: u32,
+        id: u64,
+        (first, mark, deadline): (Instant, Option<u32>, Instant),
+        op: &str,
+        timeout: Duration,
+    ) -> Result<Response, WorkerError> {
         let proc = &self.proc;
-        let waited = self.chan.wait(seq, deadline, &mut || proc.poll(), &mut self.resp);
-        match waited {
-            Ok(()) => {}
-            Err(WaitError::Timeout) => return Err(CallError::Timeout),
-            Err(WaitError::Dead(how)) => {
-                let lost = self.lose(format!("worker process {how}"));
-                if self.proc.ended_by_watchdog() {
-                    return Err(WorkerError::op(
-                        ErrorKind::DeadlineExceeded,
-                        format!("a kernel ran past its deadline with no sync waiting, and its worker process {how}"),
-                    )
-                    .into());
-                }
-                return Err(lost.into());
-            }
-            Err(WaitError::Protocol(m) | WaitError::Failed(m)) => {
-                return Err(self.lose(format!("protocol violation: {m}")).into())
-            }
+        let mut waited = self.chan.wait(seq, first, &mut || proc.poll(), &mut self.resp);
+        if waited == Err(WaitError::Timeout) && mark.is_some_and(|m| self.chan.served_past(m)) {
+            waited = self.chan.wait(seq, deadline, &mut || proc.poll(), &mut self.resp);
+        }
+        if let Err(w) = waited {
+            return Err(self.wait_failed(op, w, timeout));
         }
         let (rid, resp) = match decode_response(&self.resp) {
             Ok(r) => r,
-            Err(e) => return Err(self.lose(format!("protocol violation: undecodable response: {e}")).into()),
+            Err(e) => return Err(self.lose(format!("protocol violation: undecodable response: {e}"))),
         };
         if rid != id {
-            return Err(self.lose(format!("protocol violation: response to request {rid}, expected {id}")).into());
+            return Err(self.lose(format!("protocol violation: response to request {rid}, expected {id}")));
         }
         if let Response::Error { kind, message } = resp {
             if kind.poisons_worker() {
                 self.poisoned = Some((kind, message.clone()));
             }
-            return Err(WorkerError::Op { kind, message }.into());
+            return Err(WorkerError::Op { kind, message });
         }
         Ok(resp)
+    }
+
+    /// The error for a wait on the channel (for room, or for an answer) that ended badly; the
+    /// worker is lost (killed and reaped) in every case.
+    fn wait_failed(&mut self, op: &str, w: WaitError, timeout: Duration) -> WorkerError {
+        match w {
+            WaitError::Timeout if self.pending_until.is_some() => {
+                let msg = format!(
+                    "no answer to {op} within {timeout:?}, which covers every queued kernel's deadline: a kernel \
+                     (the last one launched was `{}`) ran past its deadline and its worker did not report it; the \
+                     worker was killed",
+                    self.last_kernel
+                );
+                self.lose(msg.clone());
+                WorkerError::op(ErrorKind::DeadlineExceeded, msg)
+            }
+            WaitError::Timeout => self.lose(format!("no answer to {op} within {timeout:?}")),
+            WaitError::Dead(how) => {
+                let lost = self.lose(format!("worker process {how}"));
+                if self.proc.ended_by_watchdog() {
+                    return WorkerError::op(
+                        ErrorKind::DeadlineExceeded,
+                        format!("a kernel ran past its deadline with no sync waiting, and its worker process {how}"),
+                    );
+                }
+                lost
+            }
+            WaitError::Protocol(m) | WaitError::Failed(m) => self.lose(format!("protocol violation: {m}")),
+        }
     }
 
     fn unexpected(&mut self, op: &str, resp: &Response) -> WorkerError {
@@ -709,7 +679,6 @@ impl Worker {
     /// Marks the worker lost, kills and reaps it.
     pub(crate) fn lose(&mut self, why: String) -> WorkerError {
         self.proc.kill();
-        self.posted = None;
         self.lost = Some(why.clone());
         WorkerError::Lost(why)
     }

@@ -1,26 +1,38 @@
 //! Shared memory between a host and one worker: a memfd mapped `MAP_SHARED` by both processes.
 //!
 //! ```text
-//! 0      header page: magic/sizes, then atomics on their own cache lines
-//!        (request seq + frame location, worker-sleeping flag, response seq + frame location,
-//!         host-sleeping flag, start state, closed flag)
-//! 4 KiB  request message area  (MSG_AREA bytes)
-//!        response message area (MSG_AREA bytes)
-//!        data region           (data_size bytes: write payloads, read results, oversized frames)
+//! 0        header page: magic/sizes, then atomics on their own cache lines
+//!          (ring head, worker-sleeping flag, ring tail, host-waiting-for-space flag,
+//!           response seq + frame location, host-sleeping flag, start state, closed flag)
+//! 4 KiB    request ring          (RING bytes)
+//!          response message area (MSG_AREA bytes)
+//!          data region           (data_size bytes: write payloads, read results, oversized frames)
 //! ```
 //!
-//! One request is in flight at a time: the host writes a frame (and payload), publishes it by
-//! storing the next request seq, and waits for the response seq to match. Each side spins for a
-//! short, adaptive while (a round trip is a few hundred ns when both are on a core) and then sleeps
-//! on a futex, announcing that through its sleeping flag so the other side only pays for a
-//! `FUTEX_WAKE` syscall when someone is actually asleep. The flag protocol is Dekker-style: the
-//! sleeper stores its flag then re-reads the seq, the publisher stores the seq then reads the flag,
-//! all `SeqCst`, so at least one of them sees the other and no wake-up is lost.
+//! Requests go through a ring of frames so that the host can queue many *posted* frames (kernel
+//! launches, which get no response) while the worker is still working through earlier ones. Each
+//! record is a 16-byte header (kind, length, call seq) and the frame, padded to 16 bytes; a record
+//! that would straddle the ring's end is preceded by a wrap record that skips to its start. `head`
+//! (bytes ever published by the host) and `tail` (bytes the worker has *finished*, not merely
+//! read) are free-running `u32`s; the ring's size divides 2³², so `pos % RING` stays consistent
+//! across their wrap-around. Because `tail` only moves once a frame was served, `tail == head`
+//! means the worker has done everything it was sent.
 //!
-//! The worker is untrusted: the host copies a response frame out of the mapping before decoding
-//! it, bounds-checks every location and length the worker wrote, and never waits without a
-//! timeout and a liveness check. The memfd is sealed against resizing so a worker cannot truncate
-//! it under the host (which would turn host reads into SIGBUS).
+//! A *call* (every request but a launch) gets exactly one response, in the single response slot,
+//! tagged with the call's seq; only one call is outstanding at a time. A call frame too large for
+//! the ring goes to the data region, as before (only calls are ever that large: module text).
+//!
+//! Each waiting side spins for a short, adaptive while and then sleeps on a futex, announcing that
+//! through its sleeping flag so the other side only pays for a `FUTEX_WAKE` syscall when someone
+//! is actually asleep. The flag protocol is Dekker-style: the sleeper stores its flag then re-reads
+//! the word, the publisher stores the word then reads the flag, all `SeqCst`, so at least one of
+//! them sees the other and no wake-up is lost. There are three such pairs: the worker waiting for
+//! `head`, the host waiting for ring space (`tail`), and the host waiting for a response.
+//!
+//! The worker is untrusted: the host never reads the ring back, copies a response frame out of the
+//! mapping before decoding it, bounds-checks every location, length and counter the worker wrote,
+//! and never waits without a deadline and a liveness check. The memfd is sealed against resizing
+//! so a worker cannot truncate it under the host (which would turn host reads into SIGBUS).
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -28,33 +40,53 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
 use std::time::{Duration, Instant};
 
-/// Bytes of each message area. Frames that do not fit go to the data region instead (only
-/// frames without a payload can be that large: module text, kernel lists).
+/// Bytes of the response area, and the largest frame that goes through the ring. Larger call
+/// frames go to the data region instead (only frames without a payload can be that large: module
+/// text, kernel lists).
 pub const MSG_AREA: usize = 64 * 1024;
+/// Bytes of the request ring: room for a few thousand queued launches.
+pub const RING: usize = 256 * 1024;
 /// Default size of the data region; writes and reads larger than this are chunked by the host.
 pub const DEFAULT_DATA_SIZE: usize = 8 * 1024 * 1024;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"TASKLETW");
-/// Bumped whenever the frames in `protocol` change, so a host and a worker built from different
-/// sources refuse each other at start instead of misreading frames. 2: launch deadline, richer info.
-/// 3: guest memory attachments (attach/detach-memory, write-from, read-into).
-const VERSION: u32 = 3;
+/// Bumped whenever the frames in `protocol` or this layout change, so a host and a worker built
+/// from different sources refuse each other at start instead of misreading frames.
+/// 2: launch deadline, richer info. 3: guest memory attachments (attach/detach-memory, write-from, read-into). 4: the request ring.
+const VERSION: u32 = 4;
 const HEADER: usize = 4096;
 
 const OFF_MAGIC: usize = 0;
 const OFF_VERSION: usize = 8;
 const OFF_MSG_AREA: usize = 12;
 const OFF_DATA_SIZE: usize = 16;
-const OFF_REQ_SEQ: usize = 64;
-const OFF_REQ_LOC: usize = 68;
-const OFF_REQ_LEN: usize = 72;
+const OFF_RING: usize = 24;
+const OFF_HEAD: usize = 64;
 const OFF_WORKER_SLEEPING: usize = 128;
-const OFF_RESP_SEQ: usize = 192;
-const OFF_RESP_LOC: usize = 196;
-const OFF_RESP_LEN: usize = 200;
-const OFF_HOST_SLEEPING: usize = 256;
-const OFF_STATE: usize = 320;
-const OFF_CLOSED: usize = 384;
+const OFF_TAIL: usize = 192;
+const OFF_HOST_WANTS_SPACE: usize = 256;
+const OFF_RESP_SEQ: usize = 320;
+const OFF_RESP_LOC: usize = 324;
+const OFF_RESP_LEN: usize = 328;
+const OFF_HOST_SLEEPING: usize = 384;
+const OFF_STATE: usize = 448;
+const OFF_CLOSED: usize = 512;
+
+const RING_OFF: usize = HEADER;
+const RESP_OFF: usize = HEADER + RING;
+const DATA_OFF: usize = HEADER + RING + MSG_AREA;
+
+/// Ring records: a header, then (for inline kinds) the frame, padded to `ALIGN`.
+const REC_HEADER: usize = 16;
+const ALIGN: usize = 16;
+/// A frame the worker serves without responding.
+const KIND_POSTED: u32 = 1;
+/// A frame that gets a response tagged with the header's seq.
+const KIND_CALL: u32 = 2;
+/// A call whose frame lies at the start of the data region.
+const KIND_CALL_IN_DATA: u32 = 3;
+/// Nothing here: the next record starts at the ring's start.
+const KIND_WRAP: u32 = 4;
 
 const LOC_MSG: u32 = 0;
 const LOC_DATA: u32 = 1;
@@ -62,6 +94,8 @@ const LOC_DATA: u32 = 1;
 const STATE_STARTING: u32 = 0;
 const STATE_READY: u32 = 1;
 const STATE_FAILED: u32 = 2;
+
+const _: () = assert!(RING.is_power_of_two() && RING <= 1 << 31 && MSG_AREA + REC_HEADER <= RING / 2);
 
 #[derive(Debug, thiserror::Error)]
 pub enum TransportError {
@@ -86,15 +120,31 @@ pub enum WaitError {
     Failed(String),
 }
 
+/// Why a request could not be put on the channel.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    /// It can never fit (nothing was sent).
+    #[error(transparent)]
+    TooLarge(#[from] TransportError),
+    /// The ring stayed full until the deadline, or the worker died or broke the protocol while
+    /// the host waited for room.
+    #[error("waiting for room in the request ring: {0:?}")]
+    Wait(WaitError),
+}
+
 /// What the worker's wait for a request came back with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Incoming {
-    /// A request frame was copied into the caller's buffer.
-    Request,
+    /// A call's frame was copied into the caller's buffer; answer it with [`WorkerEnd::respond`].
+    Call,
+    /// A posted frame was copied into the caller's buffer; it gets no response.
+    Posted,
     /// The host closed the channel.
     Closed,
     /// The caller's idle check said the host is gone.
     HostGone,
+    /// The ring holds something the host could not have written: nothing after it can be found.
+    Corrupt(String),
 }
 
 /// The mapping itself. Both ends hold one; only raw pointers into it are ever handed out.
@@ -118,7 +168,7 @@ impl SharedRegion {
         if !(MSG_AREA..=1 << 30).contains(&data_size) {
             return Err(TransportError::Layout(format!("data region of {data_size} bytes")));
         }
-        let len = HEADER + 2 * MSG_AREA + data_size;
+        let len = DATA_OFF + data_size;
         // SAFETY: plain syscalls with valid arguments; the fd is owned right after.
         let fd = unsafe {
             let raw = libc::memfd_create(
@@ -154,6 +204,7 @@ impl SharedRegion {
         let region = Self::map(fd, len, data_size)?;
         region.u64_at(OFF_DATA_SIZE).store(data_size as u64, Relaxed);
         region.u32_at(OFF_MSG_AREA).store(MSG_AREA as u32, Relaxed);
+        region.u32_at(OFF_RING).store(RING as u32, Relaxed);
         region.u32_at(OFF_VERSION).store(VERSION, Relaxed);
         region.u64_at(OFF_MAGIC).store(MAGIC, Release);
         Ok(region)
@@ -171,7 +222,7 @@ impl SharedRegion {
         // SAFETY: the fd is open and handed to us for good.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         let len = st.st_size as usize;
-        if len < HEADER + 2 * MSG_AREA + MSG_AREA {
+        if len < DATA_OFF + MSG_AREA {
             return Err(TransportError::Layout(format!("region of {len} bytes is too small")));
         }
         let mut region = Self::map(fd, len, 0)?;
@@ -183,9 +234,12 @@ impl SharedRegion {
             return Err(TransportError::Layout(format!("protocol version {version}, this worker speaks {VERSION}")));
         }
         let msg = region.u32_at(OFF_MSG_AREA).load(Relaxed) as usize;
+        let ring = region.u32_at(OFF_RING).load(Relaxed) as usize;
         let data = region.u64_at(OFF_DATA_SIZE).load(Relaxed) as usize;
-        if msg != MSG_AREA || HEADER + 2 * MSG_AREA + data != len {
-            return Err(TransportError::Layout(format!("sizes msg={msg} data={data} do not match a {len}-byte region")));
+        if msg != MSG_AREA || ring != RING || DATA_OFF.checked_add(data) != Some(len) {
+            return Err(TransportError::Layout(format!(
+                "sizes msg={msg} ring={ring} data={data} do not match a {len}-byte region"
+            )));
         }
         region.data_size = data;
         Ok(region)
@@ -246,7 +300,23 @@ impl SharedRegion {
     }
 
     fn data_off(&self) -> usize {
-        HEADER + 2 * MSG_AREA
+        DATA_OFF
+    }
+
+    /// Writes a ring record header at ring position `pos` (already reduced mod `RING`).
+    fn put_record_header(&self, pos: usize, kind: u32, len: u32, seq: u32) {
+        let mut h = [0u8; REC_HEADER];
+        h[0..4].copy_from_slice(&kind.to_le_bytes());
+        h[4..8].copy_from_slice(&len.to_le_bytes());
+        h[8..12].copy_from_slice(&seq.to_le_bytes());
+        self.put(RING_OFF + pos, &h);
+    }
+
+    fn get_record_header(&self, pos: usize) -> (u32, u32, u32) {
+        let mut h = [0u8; REC_HEADER];
+        self.get(RING_OFF + pos, &mut h);
+        let word = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
+        (word(0), word(4), word(8))
     }
 }
 
@@ -276,6 +346,11 @@ fn futex_wake(word: &AtomicU32) {
     unsafe {
         libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX, 0usize, 0usize, 0u32);
     }
+}
+
+/// Bytes a record for a frame of `len` bytes takes in the ring (inline).
+fn record_size(len: usize) -> usize {
+    REC_HEADER + len.next_multiple_of(ALIGN)
 }
 
 /// Adaptive spin budget: grows while the other side keeps answering within it, shrinks when it
@@ -329,16 +404,80 @@ impl Spin {
     }
 }
 
+/// Host-side wait on one shared word: spin, then futex sleeps announced through `flag`, in
+/// slices that each end with `alive()`, until `check` says done (Ok(true)) or fails, or `deadline`.
+fn host_wait(
+    r: &SharedRegion,
+    spin: &mut Spin,
+    word_off: usize,
+    flag_off: usize,
+    deadline: Instant,
+    alive: &mut dyn FnMut() -> Option<String>,
+    mut check: impl FnMut(u32) -> Result<bool, WaitError>,
+) -> Result<(), WaitError> {
+    let word = r.u32_at(word_off);
+    let mut ok = Ok(false);
+    if spin.run(|| {
+        ok = check(word.load(Acquire));
+        !matches!(ok, Ok(false))
+    }) {
+        spin.hit();
+        return ok.map(|_| ());
+    }
+    spin.miss();
+    let mut slice = Duration::from_micros(500);
+    loop {
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(WaitError::Timeout);
+        }
+        r.u32_at(flag_off).store(1, SeqCst);
+        let v = word.load(SeqCst);
+        ok = check(v);
+        if matches!(ok, Ok(false)) {
+            futex_wait(word, v, slice.min(deadline - now));
+            ok = check(word.load(SeqCst));
+        }
+        r.u32_at(flag_off).store(0, Relaxed);
+        if !matches!(ok, Ok(false)) {
+            return ok.map(|_| ());
+        }
+        if let Some(why) = alive() {
+            // It may have done it just before dying; that still counts.
+            return match check(word.load(SeqCst)) {
+                Ok(true) => Ok(()),
+                _ => Err(WaitError::Dead(why)),
+            };
+        }
+        slice = (slice * 2).min(Duration::from_millis(20));
+    }
+}
+
 /// The host's end of one worker's channel.
 pub struct HostEnd {
     region: SharedRegion,
+    /// Bytes published to the ring (mirrors the shared `head`, which only we write).
+    head: u32,
+    /// The worker's `tail` when last read (checked then): while it shows enough room, sending
+    /// does not touch the cache line the worker writes.
+    tail_seen: u32,
+    /// Calls sent; the response to a call carries its number.
     seq: u32,
     spin: Spin,
+    space_spin: Spin,
 }
 
 impl HostEnd {
     pub fn new(region: SharedRegion) -> HostEnd {
-        HostEnd { region, seq: 0, spin: Spin::new(Duration::from_micros(5), Duration::from_micros(100)) }
+        let head = region.u32_at(OFF_HEAD).load(Acquire);
+        HostEnd {
+            region,
+            head,
+            tail_seen: head,
+            seq: 0,
+            spin: Spin::new(Duration::from_micros(5), Duration::from_micros(100)),
+            space_spin: Spin::new(Duration::from_micros(5), Duration::from_micros(50)),
+        }
     }
 
     pub fn region(&self) -> &SharedRegion {
@@ -349,7 +488,8 @@ impl HostEnd {
         self.region.data_size
     }
 
-    /// Copies a payload into the start of the data region.
+    /// Copies a payload into the start of the data region. Only while no call is outstanding
+    /// (posted frames never use the data region, so queued launches do not mind).
     pub fn write_data(&mut self, src: &[u8]) -> Result<(), TransportError> {
         if src.len() > self.region.data_size {
             return Err(TransportError::TooLarge { len: src.len(), cap: self.region.data_size });
@@ -367,7 +507,7 @@ impl HostEnd {
         Ok(())
     }
 
-    /// Whether a frame of `len` bytes can be sent at all, and whether it would need the data
+    /// Whether a call frame of `len` bytes can be sent at all, and whether it would need the data
     /// region (so it must not be combined with a payload).
     pub fn frame_needs_data_region(&self, len: usize) -> Result<bool, TransportError> {
         if len <= MSG_AREA {
@@ -379,34 +519,127 @@ impl HostEnd {
         }
     }
 
-    /// Publishes a request frame; returns the seq its response will carry.
-    pub fn send(&mut self, frame: &[u8]) -> Result<u32, TransportError> {
-        let r = &self.region;
-        let loc = if self.frame_needs_data_region(frame.len())? {
-            r.put(r.data_off(), frame);
-            LOC_DATA
-        } else {
-            r.put(HEADER, frame);
-            LOC_MSG
-        };
-        r.u32_at(OFF_REQ_LOC).store(loc, Relaxed);
-        r.u32_at(OFF_REQ_LEN).store(frame.len() as u32, Relaxed);
-        self.seq = self.seq.wrapping_add(1);
-        r.u32_at(OFF_REQ_SEQ).store(self.seq, SeqCst);
-        if r.u32_at(OFF_WORKER_SLEEPING).load(SeqCst) != 0 {
-            futex_wake(r.u32_at(OFF_REQ_SEQ));
+    /// Queues a frame the worker serves without responding. It must fit the ring ([`MSG_AREA`]):
+    /// posted frames stay queued while later calls use the data region, so they cannot live there.
+    /// Waits (until `deadline`, checking `alive`) while the ring is full.
+    pub fn post(
+        &mut self,
+        frame: &[u8],
+        deadline: Instant,
+        alive: &mut dyn FnMut() -> Option<String>,
+    ) -> Result<(), SendError> {
+        if frame.len() > MSG_AREA {
+            return Err(TransportError::TooLarge { len: frame.len(), cap: MSG_AREA }.into());
         }
-        Ok(self.seq)
+        self.append(KIND_POSTED, frame, frame.len() as u32, 0, deadline, alive)
     }
 
-    /// Whether the response to `seq` has been published (never waits). A seq other than `seq`
-    /// or the one before it is left for [`HostEnd::wait`] to report as a protocol violation.
-    pub fn answered(&self, seq: u32) -> bool {
-        self.region.u32_at(OFF_RESP_SEQ).load(Acquire) != seq.wrapping_sub(1)
+    /// Sends a call frame; returns the seq its response will carry (see [`HostEnd::wait`]).
+    /// Waits (until `deadline`, checking `alive`) while the ring is full.
+    pub fn send(
+        &mut self,
+        frame: &[u8],
+        deadline: Instant,
+        alive: &mut dyn FnMut() -> Option<String>,
+    ) -> Result<u32, SendError> {
+        let seq = self.seq.wrapping_add(1);
+        if self.frame_needs_data_region(frame.len())? {
+            self.region.put(self.region.data_off(), frame);
+            // The record's length says how much of the data region is the frame.
+            self.append(KIND_CALL_IN_DATA, &[], frame.len() as u32, seq, deadline, alive)?;
+        } else {
+            self.append(KIND_CALL, frame, frame.len() as u32, seq, deadline, alive)?;
+        }
+        self.seq = seq;
+        Ok(seq)
     }
 
-    /// Waits for the response to `seq` and copies its frame into `out`. Spins, then sleeps in
-    /// slices that each end with `alive()` (None: alive; Some(why): gone) until `deadline`.
+    /// Whether the worker has served everything sent so far (never waits). The worker says so
+    /// through `tail`, so this is a hint: a lying worker only makes the host wait where it need not.
+    pub fn all_served(&self) -> bool {
+        self.region.u32_at(OFF_TAIL).load(Acquire) == self.head
+    }
+
+    /// The ring position after everything sent so far: pass it to [`HostEnd::served_past`].
+    pub fn mark(&self) -> u32 {
+        self.head
+    }
+
+    /// Whether the worker says it has served everything sent before `mark` (never waits). As
+    /// with [`HostEnd::all_served`], a hint from an untrusted peer; a `tail` that cannot be right
+    /// reads as "not yet".
+    pub fn served_past(&self, mark: u32) -> bool {
+        let unserved = self.head.wrapping_sub(self.region.u32_at(OFF_TAIL).load(Acquire));
+        unserved as usize <= RING && unserved <= self.head.wrapping_sub(mark)
+    }
+
+    /// Appends one record holding `inline` (after a wrap record if it would straddle the ring's
+    /// end) and publishes it.
+    fn append(
+        &mut self,
+        kind: u32,
+        inline: &[u8],
+        len: u32,
+        seq: u32,
+        deadline: Instant,
+        alive: &mut dyn FnMut() -> Option<String>,
+    ) -> Result<(), SendError> {
+        let need = record_size(inline.len());
+        let pos = self.head as usize % RING;
+        let to_end = RING - pos;
+        let (skip, total) = if need > to_end { (to_end, to_end + need) } else { (0, need) };
+        self.wait_for_space(total, deadline, alive).map_err(SendError::Wait)?;
+        let r = &self.region;
+        let mut at = pos;
+        if skip > 0 {
+            r.put_record_header(at, KIND_WRAP, 0, 0);
+            at = 0;
+        }
+        r.put_record_header(at, kind, len, seq);
+        r.put(RING_OFF + at + REC_HEADER, inline);
+        self.head = self.head.wrapping_add(total as u32);
+        r.u32_at(OFF_HEAD).store(self.head, SeqCst);
+        if r.u32_at(OFF_WORKER_SLEEPING).load(SeqCst) != 0 {
+            futex_wake(r.u32_at(OFF_HEAD));
+        }
+        Ok(())
+    }
+
+    /// Waits until `bytes` more fit in the ring. The worker's `tail` is checked: it may never
+    /// claim to have served more than was sent.
+    fn wait_for_space(
+        &mut self,
+        bytes: usize,
+        deadline: Instant,
+        alive: &mut dyn FnMut() -> Option<String>,
+    ) -> Result<(), WaitError> {
+        let head = self.head;
+        let fits = |tail: u32| -> Result<bool, WaitError> {
+            let used = head.wrapping_sub(tail) as usize;
+            if used > RING {
+                return Err(WaitError::Protocol(format!("ring tail {tail} is not within {RING} bytes before head {head}")));
+            }
+            Ok(RING - used >= bytes)
+        };
+        // (A cached tail was checked when read and only understates the room since.)
+        if fits(self.tail_seen)? {
+            return Ok(());
+        }
+        let tail = self.region.u32_at(OFF_TAIL);
+        let mut seen = tail.load(Acquire);
+        if !fits(seen)? {
+            host_wait(&self.region, &mut self.space_spin, OFF_TAIL, OFF_HOST_WANTS_SPACE, deadline, alive, fits)?;
+            seen = tail.load(Acquire);
+            if !fits(seen)? {
+                return Err(WaitError::Protocol(format!("ring tail moved back to {seen}")));
+            }
+        }
+        self.tail_seen = seen;
+        Ok(())
+    }
+
+    /// Waits for the response to call `seq` and copies its frame into `out`. Spins, then sleeps
+    /// in slices that each end with `alive()` (None: alive; Some(why): gone) until `deadline`.
     pub fn wait(
         &mut self,
         seq: u32,
@@ -414,8 +647,6 @@ impl HostEnd {
         alive: &mut dyn FnMut() -> Option<String>,
         out: &mut Vec<u8>,
     ) -> Result<(), WaitError> {
-        let r = &self.region;
-        let resp = r.u32_at(OFF_RESP_SEQ);
         let prev = seq.wrapping_sub(1);
         let arrived = |v: u32| -> Result<bool, WaitError> {
             if v == seq {
@@ -426,48 +657,12 @@ impl HostEnd {
                 Err(WaitError::Protocol(format!("response seq {v} while waiting for {seq}")))
             }
         };
-        let mut ok = Ok(false);
-        if self.spin.run(|| {
-            ok = arrived(resp.load(Acquire));
-            !matches!(ok, Ok(false))
-        }) {
-            self.spin.hit();
-        } else {
-            self.spin.miss();
-            let mut slice = Duration::from_micros(500);
-            loop {
-                let now = Instant::now();
-                if now >= deadline {
-                    ok = Err(WaitError::Timeout);
-                    break;
-                }
-                r.u32_at(OFF_HOST_SLEEPING).store(1, SeqCst);
-                let v = resp.load(SeqCst);
-                ok = arrived(v);
-                if matches!(ok, Ok(false)) {
-                    futex_wait(resp, v, slice.min(deadline - now));
-                    ok = arrived(resp.load(SeqCst));
-                }
-                r.u32_at(OFF_HOST_SLEEPING).store(0, Relaxed);
-                if !matches!(ok, Ok(false)) {
-                    break;
-                }
-                if let Some(why) = alive() {
-                    // It may have answered just before dying; an answer is still an answer.
-                    ok = arrived(resp.load(SeqCst));
-                    if !matches!(ok, Ok(true)) {
-                        return Err(WaitError::Dead(why));
-                    }
-                    break;
-                }
-                slice = (slice * 2).min(Duration::from_millis(20));
-            }
-        }
-        ok?;
+        host_wait(&self.region, &mut self.spin, OFF_RESP_SEQ, OFF_HOST_SLEEPING, deadline, alive, arrived)?;
+        let r = &self.region;
         let loc = r.u32_at(OFF_RESP_LOC).load(Relaxed);
         let len = r.u32_at(OFF_RESP_LEN).load(Relaxed) as usize;
         let off = match loc {
-            LOC_MSG if len <= MSG_AREA => HEADER + MSG_AREA,
+            LOC_MSG if len <= MSG_AREA => RESP_OFF,
             LOC_DATA if len <= r.data_size => r.data_off(),
             _ => return Err(WaitError::Protocol(format!("response frame at location {loc} of {len} bytes"))),
         };
@@ -487,7 +682,7 @@ impl HostEnd {
                 STATE_FAILED => {
                     let len = (r.u32_at(OFF_RESP_LEN).load(Relaxed) as usize).min(MSG_AREA);
                     let mut msg = vec![0u8; len];
-                    r.get(HEADER + MSG_AREA, &mut msg);
+                    r.get(RESP_OFF, &mut msg);
                     return Err(WaitError::Failed(String::from_utf8_lossy(&msg).into_owned()));
                 }
                 STATE_STARTING => {}
@@ -512,21 +707,33 @@ impl HostEnd {
     pub fn close(&self) {
         let r = &self.region;
         r.u32_at(OFF_CLOSED).store(1, SeqCst);
-        futex_wake(r.u32_at(OFF_REQ_SEQ));
+        futex_wake(r.u32_at(OFF_HEAD));
     }
 }
 
 /// The worker's end of the channel.
 pub struct WorkerEnd {
     region: SharedRegion,
-    seen: u32,
+    /// Ring position of the next record to read.
+    read: u32,
+    /// Ring position up to which every frame has been served: published as `tail` (only then may
+    /// the host reuse the space, and `tail == head` tells it the worker is done).
+    served: u32,
+    /// The seq of the call being served, if the last frame was a call.
+    call: Option<u32>,
     spin: Spin,
 }
 
 impl WorkerEnd {
     pub fn new(region: SharedRegion) -> WorkerEnd {
-        let seen = region.u32_at(OFF_REQ_SEQ).load(Acquire);
-        WorkerEnd { region, seen, spin: Spin::new(Duration::from_micros(2), Duration::from_micros(50)) }
+        let tail = region.u32_at(OFF_TAIL).load(Acquire);
+        WorkerEnd {
+            region,
+            read: tail,
+            served: tail,
+            call: None,
+            spin: Spin::new(Duration::from_micros(2), Duration::from_micros(50)),
+        }
     }
 
     pub fn data_size(&self) -> usize {
@@ -541,8 +748,9 @@ impl WorkerEnd {
         (unsafe { self.region.base.as_ptr().add(self.region.data_off()) }, self.region.data_size)
     }
 
-    /// The first `len` bytes of the data region, as the host wrote them for this request.
-    /// The host is quiescent while a request is in flight, so handing out a slice is sound.
+    /// The first `len` bytes of the data region, as the host wrote them for this call.
+    /// The host leaves the data region alone while a call is outstanding, so handing out a slice
+    /// is sound (posted frames never use it).
     pub fn data(&self, len: usize) -> Option<&[u8]> {
         (len <= self.region.data_size)
             // SAFETY: in bounds; the host does not touch the region until we respond.
@@ -568,66 +776,141 @@ impl WorkerEnd {
     /// Announces that the worker could not start, with a message for the host.
     pub fn fail(&self, message: &str) {
         let m = crate::protocol::truncate_utf8(message, MSG_AREA).as_bytes();
-        self.region.put(HEADER + MSG_AREA, m);
+        self.region.put(RESP_OFF, m);
         self.region.u32_at(OFF_RESP_LEN).store(m.len() as u32, Relaxed);
         let s = self.region.u32_at(OFF_STATE);
         s.store(STATE_FAILED, Release);
         futex_wake(s);
     }
 
-    /// Waits for the next request and copies its frame into `out`. While idle it sleeps in
-    /// one-second slices, calling `host_alive()` after each.
-    pub fn wait_request(&mut self, out: &mut Vec<u8>, host_alive: &mut dyn FnMut() -> bool) -> Incoming {
+    /// Tells the host that every frame read so far has been served, waking it if it waits for room.
+    fn publish_served(&mut self) {
+        if self.served == self.read {
+            return;
+        }
+        self.served = self.read;
         let r = &self.region;
-        let req = r.u32_at(OFF_REQ_SEQ);
-        let closed = r.u32_at(OFF_CLOSED);
-        let seen = self.seen;
-        if self.spin.run(|| req.load(Acquire) != seen || closed.load(Relaxed) != 0) {
-            self.spin.hit();
-        } else {
-            self.spin.miss();
-            loop {
-                r.u32_at(OFF_WORKER_SLEEPING).store(1, SeqCst);
-                let v = req.load(SeqCst);
-                if v == seen && closed.load(SeqCst) == 0 {
-                    futex_wait(req, v, Duration::from_secs(1));
-                }
-                r.u32_at(OFF_WORKER_SLEEPING).store(0, Relaxed);
-                if req.load(Acquire) != seen || closed.load(Acquire) != 0 {
-                    break;
-                }
-                if !host_alive() {
+        r.u32_at(OFF_TAIL).store(self.served, SeqCst);
+        if r.u32_at(OFF_HOST_WANTS_SPACE).load(SeqCst) != 0 {
+            futex_wake(r.u32_at(OFF_TAIL));
+        }
+    }
+
+    /// [`WorkerEnd::publish_served`] while a call is being answered: the host waits for the
+    /// response then, never for room, so no wake-up (and no fence) is needed.
+    fn publish_served_in_call(&mut self) {
+        if self.served != self.read {
+            self.served = self.read;
+            self.region.u32_at(OFF_TAIL).store(self.served, Release);
+        }
+    }
+
+    /// Marks the previous frame served and waits for the next, copying it into `out`. Calls
+    /// `idle()` once whenever it finds the ring empty, before waiting; while idle it sleeps in
+    /// one-second slices, calling `host_alive()` after each.
+    pub fn wait_request(
+        &mut self,
+        out: &mut Vec<u8>,
+        host_alive: &mut dyn FnMut() -> bool,
+        idle: &mut dyn FnMut(),
+    ) -> Incoming {
+        self.publish_served();
+        self.call = None;
+        loop {
+            let head = self.region.u32_at(OFF_HEAD).load(Acquire);
+            if self.region.u32_at(OFF_CLOSED).load(Acquire) != 0 {
+                return Incoming::Closed;
+            }
+            if head == self.read {
+                idle();
+                if !self.wait_for_head(host_alive) {
                     return Incoming::HostGone;
                 }
+                continue;
+            }
+            match self.take_record(head, out) {
+                Some(Ok(incoming)) => return incoming,
+                // A wrap record: look again at the ring's start.
+                None => continue,
+                Some(Err(why)) => return Incoming::Corrupt(why),
             }
         }
-        if closed.load(Acquire) != 0 {
-            return Incoming::Closed;
+    }
+
+    /// Waits until `head` moves past what we read or the channel closes; false if the host is gone.
+    fn wait_for_head(&mut self, host_alive: &mut dyn FnMut() -> bool) -> bool {
+        let r = &self.region;
+        let head = r.u32_at(OFF_HEAD);
+        let closed = r.u32_at(OFF_CLOSED);
+        let read = self.read;
+        if self.spin.run(|| head.load(Acquire) != read || closed.load(Relaxed) != 0) {
+            self.spin.hit();
+            return true;
         }
-        self.seen = req.load(Acquire);
-        let loc = r.u32_at(OFF_REQ_LOC).load(Relaxed);
-        let len = r.u32_at(OFF_REQ_LEN).load(Relaxed) as usize;
-        let off = match loc {
-            LOC_MSG if len <= MSG_AREA => HEADER,
-            LOC_DATA if len <= r.data_size => r.data_off(),
-            // A corrupt descriptor: hand back an empty frame, which fails to decode and is
-            // answered with an error.
-            _ => {
-                out.clear();
-                return Incoming::Request;
+        self.spin.miss();
+        loop {
+            r.u32_at(OFF_WORKER_SLEEPING).store(1, SeqCst);
+            let v = head.load(SeqCst);
+            if v == read && closed.load(SeqCst) == 0 {
+                futex_wait(head, v, Duration::from_secs(1));
             }
+            r.u32_at(OFF_WORKER_SLEEPING).store(0, Relaxed);
+            if head.load(Acquire) != read || closed.load(Acquire) != 0 {
+                return true;
+            }
+            if !host_alive() {
+                return false;
+            }
+        }
+    }
+
+    /// Reads the record at `self.read` (there is at least one byte published before `head`):
+    /// None for a wrap record (skipped), else the frame copied into `out`, or why the ring cannot
+    /// be what the host wrote.
+    fn take_record(&mut self, head: u32, out: &mut Vec<u8>) -> Option<Result<Incoming, String>> {
+        let r = &self.region;
+        let avail = head.wrapping_sub(self.read) as usize;
+        let pos = self.read as usize % RING;
+        let to_end = RING - pos;
+        if avail > RING || avail < REC_HEADER || pos % ALIGN != 0 {
+            return Some(Err(format!("ring head {head} with the next record at {}", self.read)));
+        }
+        let (kind, len, seq) = r.get_record_header(pos);
+        let len = len as usize;
+        let (size, off, incoming) = match kind {
+            KIND_WRAP if to_end <= avail => {
+                self.read = self.read.wrapping_add(to_end as u32);
+                return None;
+            }
+            KIND_POSTED | KIND_CALL => {
+                let size = record_size(len);
+                if len > MSG_AREA || size > to_end.min(avail) {
+                    return Some(Err(format!("a {len}-byte frame at ring position {pos}")));
+                }
+                let incoming = if kind == KIND_CALL { Incoming::Call } else { Incoming::Posted };
+                (size, RING_OFF + pos + REC_HEADER, incoming)
+            }
+            KIND_CALL_IN_DATA if len <= r.data_size => (REC_HEADER, r.data_off(), Incoming::Call),
+            _ => return Some(Err(format!("a record of kind {kind} and {len} bytes at ring position {pos}"))),
         };
         out.clear();
         out.resize(len, 0);
         r.get(off, out);
-        Incoming::Request
+        self.read = self.read.wrapping_add(size as u32);
+        if incoming == Incoming::Call {
+            self.call = Some(seq);
+        }
+        Some(Ok(incoming))
     }
 
-    /// Publishes the response to the request last returned by `wait_request`.
+    /// Publishes the response to the call last returned by `wait_request`.
     pub fn respond(&mut self, frame: &[u8]) -> Result<(), TransportError> {
+        let Some(seq) = self.call else {
+            return Err(TransportError::Layout("no call to respond to".into()));
+        };
         let r = &self.region;
         let loc = if frame.len() <= MSG_AREA {
-            r.put(HEADER + MSG_AREA, frame);
+            r.put(RESP_OFF, frame);
             LOC_MSG
         } else if frame.len() <= r.data_size {
             r.put(r.data_off(), frame);
@@ -637,7 +920,11 @@ impl WorkerEnd {
         };
         r.u32_at(OFF_RESP_LOC).store(loc, Relaxed);
         r.u32_at(OFF_RESP_LEN).store(frame.len() as u32, Relaxed);
-        r.u32_at(OFF_RESP_SEQ).store(self.seen, SeqCst);
+        // The call is served once answered: the host may count on `tail` covering it then.
+        self.publish_served_in_call();
+        self.call = None;
+        let r = &self.region;
+        r.u32_at(OFF_RESP_SEQ).store(seq, SeqCst);
         if r.u32_at(OFF_HOST_SLEEPING).load(SeqCst) != 0 {
             futex_wake(r.u32_at(OFF_RESP_SEQ));
         }
@@ -658,55 +945,160 @@ mod tests {
         (HostEnd::new(host), WorkerEnd::new(worker))
     }
 
-    /// An echo worker: answers each frame with the frame reversed, and fills reads with a pattern.
-    fn echo(mut w: WorkerEnd) -> thread::JoinHandle<u32> {
+    fn soon() -> Instant {
+        Instant::now() + Duration::from_secs(5)
+    }
+
+    /// An echo worker: answers each call with the frame reversed; collects posted frames, and
+    /// answers a call with an empty frame by the number of posted frames seen so far.
+    fn echo(mut w: WorkerEnd) -> thread::JoinHandle<Vec<Vec<u8>>> {
         thread::spawn(move || {
             let mut buf = Vec::new();
-            let mut n = 0;
+            let mut posted = Vec::new();
             loop {
-                match w.wait_request(&mut buf, &mut || true) {
-                    Incoming::Request => {
-                        n += 1;
+                match w.wait_request(&mut buf, &mut || true, &mut || {}) {
+                    Incoming::Call if buf.is_empty() => w.respond(&(posted.len() as u32).to_le_bytes()).unwrap(),
+                    Incoming::Call => {
                         buf.reverse();
                         w.respond(&buf).unwrap();
                     }
-                    Incoming::Closed | Incoming::HostGone => return n,
+                    Incoming::Posted => posted.push(buf.clone()),
+                    Incoming::Closed | Incoming::HostGone => return posted,
+                    Incoming::Corrupt(why) => panic!("{why}"),
                 }
             }
         })
+    }
+
+    fn call(h: &mut HostEnd, frame: &[u8]) -> Vec<u8> {
+        let seq = h.send(frame, soon(), &mut || None).unwrap();
+        let mut out = Vec::new();
+        h.wait(seq, soon(), &mut || None, &mut out).unwrap();
+        out
+    }
+
+    /// A frame of `len` bytes that says which one it is.
+    fn numbered(i: u32, len: usize) -> Vec<u8> {
+        let mut f = i.to_le_bytes().repeat(len.div_ceil(4));
+        f.truncate(len.max(4));
+        f
     }
 
     #[test]
     fn ping_pong_between_threads() {
         let (mut h, w) = pair(DEFAULT_DATA_SIZE);
         let t = echo(w);
-        let mut out = Vec::new();
         for i in 0..10_000u32 {
             let frame = i.to_le_bytes();
-            let seq = h.send(&frame).unwrap();
-            h.wait(seq, Instant::now() + Duration::from_secs(5), &mut || None, &mut out).unwrap();
             let mut want = frame;
             want.reverse();
-            assert_eq!(out, want);
+            assert_eq!(call(&mut h, &frame), want);
         }
         h.close();
-        assert_eq!(t.join().unwrap(), 10_000);
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn many_posted_frames_arrive_in_order_across_wrap_around() {
+        let (mut h, w) = pair(DEFAULT_DATA_SIZE);
+        let t = echo(w);
+        // Sizes that do not divide the ring, so records land at every offset and wrap many times.
+        let sizes = [1usize, 7, 100, 333, 4000, 60_000];
+        let n = 20_000u32;
+        for i in 0..n {
+            h.post(&numbered(i, sizes[i as usize % sizes.len()]), soon(), &mut || None).unwrap();
+        }
+        assert_eq!(call(&mut h, &[]), n.to_le_bytes());
+        assert!(h.all_served());
+        h.close();
+        let posted = t.join().unwrap();
+        assert_eq!(posted.len(), n as usize);
+        for (i, f) in posted.iter().enumerate() {
+            assert_eq!(f, &numbered(i as u32, sizes[i % sizes.len()]), "frame {i}");
+        }
+    }
+
+    #[test]
+    fn a_full_ring_waits_for_the_worker_and_then_drains() {
+        let (mut h, mut w) = pair(DEFAULT_DATA_SIZE);
+        let frame = [7u8; 1000];
+        let per = record_size(frame.len());
+        // Nobody serves yet: fill the ring until a post times out.
+        let mut posted = 0;
+        loop {
+            match h.post(&frame, Instant::now() + Duration::from_millis(20), &mut || None) {
+                Ok(()) => posted += 1,
+                Err(SendError::Wait(WaitError::Timeout)) => break,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert_eq!(posted, RING / per);
+        assert!(!h.all_served());
+        // A worker that starts late: the blocked post goes through once it has made room.
+        let t = thread::spawn(move || {
+            thread::sleep(Duration::from_millis(30));
+            let mut buf = Vec::new();
+            let mut n = 0;
+            while let Incoming::Posted = w.wait_request(&mut buf, &mut || true, &mut || {}) {
+                assert_eq!(buf, [7u8; 1000]);
+                n += 1;
+            }
+            n
+        });
+        let start = Instant::now();
+        h.post(&frame, soon(), &mut || None).unwrap();
+        assert!(start.elapsed() >= Duration::from_millis(20));
+        let deadline = soon();
+        while !h.all_served() {
+            assert!(Instant::now() < deadline, "the worker never caught up");
+            thread::sleep(Duration::from_millis(1));
+        }
+        h.close();
+        assert_eq!(t.join().unwrap(), posted + 1);
+    }
+
+    #[test]
+    fn a_dead_worker_is_noticed_while_waiting_for_room() {
+        let (mut h, _w) = pair(DEFAULT_DATA_SIZE);
+        while h.post(&[1; 1000], Instant::now() + Duration::from_millis(5), &mut || None).is_ok() {}
+        let start = Instant::now();
+        match h.post(&[1; 1000], start + Duration::from_secs(10), &mut || Some("gone".into())) {
+            Err(SendError::Wait(WaitError::Dead(why))) => assert_eq!(why, "gone"),
+            other => panic!("{other:?}"),
+        }
+        assert!(start.elapsed() < Duration::from_millis(200));
     }
 
     #[test]
     fn sleeping_worker_is_woken() {
         let (mut h, w) = pair(DEFAULT_DATA_SIZE);
         let t = echo(w);
-        let mut out = Vec::new();
         for _ in 0..3 {
             // Long enough for the worker to give up spinning and sleep on the futex.
             thread::sleep(Duration::from_millis(5));
-            let seq = h.send(b"abc").unwrap();
-            h.wait(seq, Instant::now() + Duration::from_secs(5), &mut || None, &mut out).unwrap();
-            assert_eq!(out, b"cba");
+            assert_eq!(call(&mut h, b"abc"), b"cba");
+            thread::sleep(Duration::from_millis(5));
+            h.post(b"p", soon(), &mut || None).unwrap();
         }
+        assert_eq!(call(&mut h, &[]), 3u32.to_le_bytes());
         h.close();
         t.join().unwrap();
+    }
+
+    #[test]
+    fn idle_hook_runs_when_the_ring_empties() {
+        let (mut h, mut w) = pair(DEFAULT_DATA_SIZE);
+        for i in 0..5u32 {
+            h.post(&i.to_le_bytes(), soon(), &mut || None).unwrap();
+        }
+        let mut buf = Vec::new();
+        let mut idles = 0;
+        for _ in 0..5 {
+            assert_eq!(w.wait_request(&mut buf, &mut || true, &mut || idles += 1), Incoming::Posted);
+        }
+        assert_eq!(idles, 0, "frames were waiting: no idle");
+        h.close();
+        assert_eq!(w.wait_request(&mut buf, &mut || true, &mut || idles += 1), Incoming::Closed);
     }
 
     #[test]
@@ -714,20 +1106,22 @@ mod tests {
         let (mut h, w) = pair(MSG_AREA * 4);
         let t = echo(w);
         let big: Vec<u8> = (0..MSG_AREA * 2).map(|i| i as u8).collect();
-        let seq = h.send(&big).unwrap();
-        let mut out = Vec::new();
-        h.wait(seq, Instant::now() + Duration::from_secs(5), &mut || None, &mut out).unwrap();
+        let out = call(&mut h, &big);
         assert_eq!(out.len(), big.len());
         assert!(out.iter().rev().eq(big.iter()));
-        assert!(matches!(h.send(&vec![0; MSG_AREA * 5]), Err(TransportError::TooLarge { .. })));
+        assert!(matches!(h.send(&vec![0; MSG_AREA * 5], soon(), &mut || None), Err(SendError::TooLarge(_))));
+        // Posted frames never go there (a later call's payload would overwrite them).
+        assert!(matches!(h.post(&vec![0; MSG_AREA + 1], soon(), &mut || None), Err(SendError::TooLarge(_))));
+        h.post(&vec![9; MSG_AREA], soon(), &mut || None).unwrap();
+        assert_eq!(call(&mut h, &[]), 1u32.to_le_bytes());
         h.close();
-        t.join().unwrap();
+        assert_eq!(t.join().unwrap(), vec![vec![9; MSG_AREA]]);
     }
 
     #[test]
     fn silent_worker_times_out_and_dead_worker_is_noticed() {
         let (mut h, _w) = pair(DEFAULT_DATA_SIZE);
-        let seq = h.send(b"x").unwrap();
+        let seq = h.send(b"x", soon(), &mut || None).unwrap();
         let start = Instant::now();
         let mut out = Vec::new();
         let r = h.wait(seq, start + Duration::from_millis(30), &mut || None, &mut out);
@@ -737,7 +1131,7 @@ mod tests {
 
         // (After a timeout the host gives the channel up; a fresh one for the next case.)
         let (mut h, _w) = pair(DEFAULT_DATA_SIZE);
-        let seq = h.send(b"y").unwrap();
+        let seq = h.send(b"y", soon(), &mut || None).unwrap();
         let start = Instant::now();
         let r = h.wait(seq, start + Duration::from_secs(10), &mut || Some("gone".into()), &mut out);
         assert_eq!(r, Err(WaitError::Dead("gone".into())));
@@ -749,7 +1143,7 @@ mod tests {
         let (mut h, w) = pair(DEFAULT_DATA_SIZE);
         let mut out = Vec::new();
         // A response seq from nowhere.
-        let seq = h.send(b"x").unwrap();
+        let seq = h.send(b"x", soon(), &mut || None).unwrap();
         w.region.u32_at(OFF_RESP_SEQ).store(seq.wrapping_add(5), SeqCst);
         assert!(matches!(
             h.wait(seq, Instant::now() + Duration::from_secs(1), &mut || None, &mut out),
@@ -757,7 +1151,7 @@ mod tests {
         ));
         // A frame length past its area.
         w.region.u32_at(OFF_RESP_SEQ).store(seq, SeqCst);
-        let seq = h.send(b"x").unwrap();
+        let seq = h.send(b"x", soon(), &mut || None).unwrap();
         w.region.u32_at(OFF_RESP_LOC).store(LOC_MSG, Relaxed);
         w.region.u32_at(OFF_RESP_LEN).store(u32::MAX, Relaxed);
         w.region.u32_at(OFF_RESP_SEQ).store(seq, SeqCst);
@@ -766,7 +1160,7 @@ mod tests {
             Err(WaitError::Protocol(_))
         ));
         // An unknown location.
-        let seq = h.send(b"x").unwrap();
+        let seq = h.send(b"x", soon(), &mut || None).unwrap();
         w.region.u32_at(OFF_RESP_LOC).store(7, Relaxed);
         w.region.u32_at(OFF_RESP_LEN).store(1, Relaxed);
         w.region.u32_at(OFF_RESP_SEQ).store(seq, SeqCst);
@@ -774,6 +1168,56 @@ mod tests {
             h.wait(seq, Instant::now() + Duration::from_secs(1), &mut || None, &mut out),
             Err(WaitError::Protocol(_))
         ));
+    }
+
+    #[test]
+    fn garbage_ring_counters_from_the_worker_are_refused() {
+        // A tail the host never sent up to (ahead of head, or far behind it): a protocol
+        // violation as soon as the host looks, never an out-of-bounds write or a panic.
+        for forged in [1u32, 17, RING as u32 + 16, u32::MAX, u32::MAX / 2] {
+            let (mut h, w) = pair(DEFAULT_DATA_SIZE);
+            h.post(b"a", soon(), &mut || None).unwrap();
+            w.region.u32_at(OFF_TAIL).store(h.head.wrapping_add(forged), SeqCst);
+            let mut last = Ok(());
+            // A tail ahead of head by less than a ring's worth reads as "more room"; it must
+            // still never let the host write out of bounds, however much it posts.
+            for _ in 0..(RING / 1024 + 2) {
+                last = h.post(&[3; 1000], Instant::now() + Duration::from_millis(5), &mut || None);
+                if last.is_err() {
+                    break;
+                }
+            }
+            match last {
+                Err(SendError::Wait(WaitError::Protocol(_) | WaitError::Timeout)) => {}
+                other => panic!("tail head+{forged}: {other:?}"),
+            }
+        }
+        // Garbage everywhere else the worker may write: head/tail-adjacent words, response words.
+        let (mut h, w) = pair(DEFAULT_DATA_SIZE);
+        for off in [OFF_TAIL, OFF_HOST_WANTS_SPACE, OFF_RESP_LOC, OFF_RESP_LEN, OFF_HOST_SLEEPING] {
+            w.region.u32_at(off).store(0xdead_beef, SeqCst);
+        }
+        // (The host reads `tail` only when its last reading shows too little room.)
+        let refused = (0..RING / 1000 + 2)
+            .map(|_| h.post(&[1; 1000], Instant::now() + Duration::from_millis(5), &mut || None))
+            .find(|r| r.is_err());
+        assert!(matches!(refused, Some(Err(SendError::Wait(WaitError::Protocol(_))))), "{refused:?}");
+    }
+
+    #[test]
+    fn a_corrupt_ring_is_reported_by_the_worker_not_misread() {
+        let (h, mut w) = pair(DEFAULT_DATA_SIZE);
+        let r = &h.region;
+        // A record claiming more bytes than were published.
+        r.put_record_header(0, KIND_POSTED, 5000, 0);
+        r.u32_at(OFF_HEAD).store(64, SeqCst);
+        let mut buf = Vec::new();
+        assert!(matches!(w.wait_request(&mut buf, &mut || true, &mut || {}), Incoming::Corrupt(_)));
+        // An unknown kind.
+        let (h, mut w) = pair(DEFAULT_DATA_SIZE);
+        h.region.put_record_header(0, 99, 1, 0);
+        h.region.u32_at(OFF_HEAD).store(32, SeqCst);
+        assert!(matches!(w.wait_request(&mut buf, &mut || true, &mut || {}), Incoming::Corrupt(_)));
     }
 
     #[test]

@@ -54,6 +54,30 @@ fn fake_command() -> Option<WorkerCommand> {
     })
 }
 
+/// A worker on the fake driver that reports its launch and event-record counts to a file.
+fn counting_worker() -> Option<(Worker, PathBuf)> {
+    let mut cmd = fake_command()?;
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let file = std::env::temp_dir().join(format!(
+        "tasklet-fake-cuda-counts-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    cmd.args.insert(0, format!("FAKE_CUDA_COUNTS={}", file.display()));
+    let w = Worker::spawn(&cmd, BackendKind::Cuda, u64::MAX, Duration::from_secs(10)).expect("a worker on the fake driver");
+    Some((w, file))
+}
+
+/// (launches, event records) so far, as the fake driver wrote them.
+fn counts(file: &PathBuf) -> (u64, u64) {
+    let s = std::fs::read_to_string(file).unwrap_or_default();
+    let words: Vec<&str> = s.split_whitespace().collect();
+    match words.as_slice() {
+        ["launches", l, "records", r] => (l.parse().unwrap(), r.parse().unwrap()),
+        _ => (0, 0),
+    }
+}
+
 fn fake_worker() -> Option<Worker> {
     let cmd = fake_command()?;
     Some(Worker::spawn(&cmd, BackendKind::Cuda, u64::MAX, Duration::from_secs(10)).expect("a worker on the fake driver"))
@@ -254,6 +278,54 @@ fn a_worker_with_kernels_still_queued_is_replaced_not_reset() {
     let w = pool.acquire().unwrap();
     assert_eq!(w.pid(), reused);
     pool.release(w);
+}
+
+#[test]
+fn a_burst_of_launches_shares_one_event_per_group() {
+    let Some((mut w, file)) = counting_worker() else { return };
+    let m = w.load_module(FAULTS_PTX).unwrap();
+    w.sync().unwrap();
+    let (l0, r0) = counts(&file);
+    // Stopped, so all 20 are queued when it looks: groups of 8, 8, and 4 closed by the sync.
+    w.signal_for_test(libc::SIGSTOP);
+    for _ in 0..20 {
+        w.launch(&launch(m.id, "empty", 1, &[], Duration::from_secs(5))).unwrap();
+    }
+    w.signal_for_test(libc::SIGCONT);
+    w.sync().unwrap();
+    let (l1, r1) = counts(&file);
+    assert_eq!(l1 - l0, 20);
+    assert_eq!(r1 - r0, 3, "20 launches in groups of {}", tasklet_worker::backend::cuda::GROUP_MAX);
+    // A lone launch is closed when the worker idles (no sync), so the watchdog can see it.
+    w.launch(&launch(m.id, "empty", 1, &[], Duration::from_secs(5))).unwrap();
+    assert!(eventually(Duration::from_secs(2), || counts(&file).1 == r1 + 1), "{:?}", counts(&file));
+    let _ = std::fs::remove_file(file);
+}
+
+#[test]
+fn a_runaway_inside_a_burst_is_caught_within_its_groups_summed_deadline() {
+    let Some(mut w) = fake_worker() else { return };
+    let m = w.load_module(FAULTS_PTX).unwrap();
+    let flag = w.alloc(4).unwrap();
+    let args = flag.to_le_bytes();
+    let d = Duration::from_millis(100);
+    w.signal_for_test(libc::SIGSTOP);
+    let t = Instant::now();
+    for i in 0..7 {
+        if i == 3 {
+            w.launch(&launch(m.id, "spin_forever", 32, &args, d)).unwrap();
+        } else {
+            w.launch(&launch(m.id, "empty", 1, &[], d)).unwrap();
+        }
+    }
+    w.signal_for_test(libc::SIGCONT);
+    let (k, msg) = op_kind(w.sync());
+    let took = t.elapsed();
+    assert_eq!(k, ErrorKind::DeadlineExceeded, "{msg}");
+    assert!(msg.contains("spin_forever") && msg.contains("7 launched together"), "{msg}");
+    // The group's deadline is the sum of its 7 members' (a legitimate burst gets all of it).
+    assert!(took >= 7 * d - Duration::from_millis(20) && took < 7 * d + Duration::from_millis(700), "{took:?}");
+    assert!(w.is_poisoned());
 }
 
 mod guest {

@@ -155,7 +155,7 @@ fn worker_answers_malformed_requests_with_errors_and_keeps_serving() {
     let mut out = Vec::new();
     let deadline = || Instant::now() + Duration::from_secs(5);
     for garbage in [&[][..], &[0xff; 3][..], &[200, 0, 0, 0, 0, 0, 0, 0, 0][..], &[1; 40][..]] {
-        let seq = h.send(garbage).unwrap();
+        let seq = h.send(garbage, deadline(), &mut || None).unwrap();
         h.wait(seq, deadline(), &mut || None, &mut out).unwrap();
         match decode_response(&out).unwrap().1 {
             Response::Error { kind: ErrorKind::InvalidArgument, message } => assert!(message.contains("malformed"), "{message}"),
@@ -165,13 +165,13 @@ fn worker_answers_malformed_requests_with_errors_and_keeps_serving() {
     // A write whose length claims more than the data region.
     let mut frame = Vec::new();
     encode_request(7, &Request::Write { addr: 0, len: u64::MAX }, &mut frame);
-    let seq = h.send(&frame).unwrap();
+    let seq = h.send(&frame, deadline(), &mut || None).unwrap();
     h.wait(seq, deadline(), &mut || None, &mut out).unwrap();
     assert!(matches!(decode_response(&out).unwrap(), (7, Response::Error { kind: ErrorKind::InvalidArgument, .. })));
     // Still alive and well.
     frame.clear();
     encode_request(8, &Request::Ping, &mut frame);
-    let seq = h.send(&frame).unwrap();
+    let seq = h.send(&frame, deadline(), &mut || None).unwrap();
     h.wait(seq, deadline(), &mut || None, &mut out).unwrap();
     assert_eq!(decode_response(&out).unwrap(), (8, Response::Ok));
     // Closing the channel ends the worker cleanly.

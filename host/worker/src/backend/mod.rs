@@ -108,6 +108,10 @@ pub trait Backend {
     fn unmap_host(&mut self, base: *mut u8, len: usize) {
         let _ = (base, len);
     }
+    /// The worker has nothing more to do for now and is about to wait for the host: finish
+    /// anything batched (cuda: record the completion event of the open launch group, so the
+    /// watchdog can see it).
+    fn flush(&mut self) {}
 }
 
 /// Options for opening a backend in a worker process.

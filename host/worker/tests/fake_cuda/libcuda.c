@@ -11,6 +11,9 @@
 // New allocations are filled with 0xAB, so a backend that forgot to zero them is caught. PTX
 // containing "bogus" fails to JIT with an error log naming line 7; `.version 99` is
 // CUDA_ERROR_UNSUPPORTED_PTX_VERSION. A block of more than 1024 threads is CUDA_ERROR_INVALID_VALUE.
+// With FAKE_CUDA_COUNTS=<file> set, the counts of kernel launches and event records so far are
+// rewritten to that file after each ("launches N records M"), so tests can see how launches are
+// grouped under events.
 // Not thread-safe beyond what the backend needs (it serialises launches and queries itself).
 
 #include <stdint.h>
@@ -29,6 +32,17 @@ enum { OK = 0, INVALID_VALUE = 1, OUT_OF_MEMORY = 2, INVALID_PTX = 218, UNSUPPOR
 static int sticky = 0;       // a sticky error, once a kernel "faulted"
 static int spinning = 0;     // a never-ending kernel was launched
 static int registered = 0;
+
+static unsigned long launches = 0, records = 0;
+
+static void write_counts(void) {
+    const char *path = getenv("FAKE_CUDA_COUNTS");
+    if (!path) return;
+    FILE *f = fopen(path, "w");
+    if (!f) return;
+    fprintf(f, "launches %lu records %lu\n", launches, records);
+    fclose(f);
+}
 
 struct module { char *ptx; };
 struct function { char name[128]; };
@@ -193,11 +207,13 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
         if (size != 8) return INVALID_VALUE;
         spinning = 1;
     }
+    launches++;
+    write_counts();
     return OK;
 }
 
 CUresult cuEventCreate(CUevent *e, unsigned flags) { (void)flags; *e = calloc(1, sizeof(struct event)); return OK; }
-CUresult cuEventRecord(CUevent e, CUstream s) { (void)s; ((struct event *)e)->never = spinning; return OK; }
+CUresult cuEventRecord(CUevent e, CUstream s) { (void)s; ((struct event *)e)->never = spinning; records++; write_counts(); return OK; }
 CUresult cuEventQuery(CUevent e) { if (sticky) return sticky; return ((struct event *)e)->never ? NOT_READY : OK; }
 CUresult cuEventDestroy_v2(CUevent e) { free(e); return OK; }
 CUresult cuStreamQuery(CUstream s) { (void)s; if (sticky) return sticky; return spinning ? NOT_READY : OK; }

@@ -57,11 +57,6 @@ pub fn async_error(drv: &Driver, code: CuResult, work: &str) -> BackendError {
     BackendError::new(ErrorKind::KernelFault, format!("{work} faulted: {words}; {FAULT_CONSEQUENCE}"))
 }
 
-/// [`async_error`] for a kernel at the head of the launch queue.
-pub fn kernel_error(drv: &Driver, code: CuResult, kernel: &str) -> BackendError {
-    async_error(drv, code, &format!("kernel `{kernel}` (or work queued before it)"))
-}
-
 /// A failed synchronous call other than a launch or a module load (memory ops, sync).
 pub fn call_error(drv: &Driver, e: CallError, what: &str) -> BackendError {
     let words = drv.describe(e.code);

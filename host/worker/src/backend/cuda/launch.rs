@@ -2,11 +2,22 @@
 //! deadline-aware wait for it, and the watchdog thread that ends the process when a kernel runs
 //! past its deadline with nobody waiting.
 //!
-//! Every launch is followed by an event on the same (legacy default) stream; the queue holds the
-//! events in launch order. A kernel's deadline runs from when it could start: its launch, or the
-//! moment its predecessor was *seen* finished, whichever is later (seen: by a wait or by the
-//! watchdog, which looks every [`WATCHDOG_PERIOD`]). So a legitimate kernel always gets at least
-//! its deadline, and a runaway is caught within deadline + one period of becoming the head.
+//! Launches are tracked in *groups*: consecutive launches share one completion event, recorded
+//! on the same (legacy default) stream when the group closes — when the worker is about to idle
+//! ([`Timeline::flush`]), before any wait, or when the group reaches [`GROUP_MAX`] launches — so a
+//! burst of launches costs one `cuEventRecord` per [`GROUP_MAX`] instead of one each. The queue
+//! holds closed groups in launch order. A group's deadline clock starts when it could start: its
+//! first launch, or the moment the group before it was *seen* finished, whichever is later (seen:
+//! by a wait or by the watchdog, which looks every [`WATCHDOG_PERIOD`]); its deadline is the sum
+//! of its members' deadlines (plus any time between their launches). So a legitimate group always
+//! gets at least what its kernels were granted, and a runaway kernel inside a burst is caught
+//! within its group's summed deadline — the deadlines of at most [`GROUP_MAX`] kernels — plus one
+//! watchdog period of the group becoming the head; the error names the group's kernels, since
+//! the event cannot tell which of them overran.
+//!
+//! The open group has no event yet, so neither a wait nor the watchdog can see it: every wait
+//! closes it first, and the serving thread closes it before it idles, so it is never left open
+//! while nobody is looking.
 //!
 //! A wait (`sync`, and every op that must see the kernels finished first) polls the head event:
 //! tightly for [`SPIN`], then with sleeps growing to [`MAX_NAP`]. Past the head's deadline it
@@ -38,12 +49,58 @@ const MAX_NAP: Duration = Duration::from_millis(1);
 
 const CU_EVENT_DISABLE_TIMING: c_uint = 2;
 
-struct Pending {
-    event: CuEvent,
-    enqueued: Instant,
-    deadline: Duration,
-    /// The kernel's name, shared with its module (no allocation per launch).
-    kernel: Arc<str>,
+/// Most launches that share one completion event (see the module docs).
+pub const GROUP_MAX: usize = 8;
+
+/// The kernels of one group, in launch order (names shared with their modules: no allocation
+/// per launch).
+#[derive(Default)]
+struct Members {
+    names: [Option<Arc<str>>; GROUP_MAX],
+    n: usize,
+}
+
+impl Members {
+    fn push(&mut self, kernel: &Arc<str>) {
+        if let Some(slot) = self.names.get_mut(self.n) {
+            *slot = Some(Arc::clone(kernel));
+            self.n += 1;
+        }
+    }
+
+    /// For messages: "kernel `a`", or "one of the kernels `a`, `b` (3 launched together)".
+    fn describe(&self) -> String {
+        let mut names: Vec<&str> = Vec::with_capacity(self.n);
+        for name in self.names.iter().flatten() {
+            if !names.contains(&&**name) {
+                names.push(name);
+            }
+        }
+        match (self.n, names.as_slice()) {
+            (0, _) => "a kernel".into(),
+            (1, [one]) => format!("kernel `{one}`"),
+            (n, names) => format!("one of the kernels `{}` ({n} launched together)", names.join("`, `")),
+        }
+    }
+}
+
+/// Launches since the last group closed; no event yet.
+struct Open {
+    /// When its first kernel was launched.
+    start: Instant,
+    /// How long after `start` its kernels may legitimately take, all together.
+    budget: Duration,
+    members: Members,
+}
+
+/// A closed group: its kernels, then its event, on the stream.
+struct Group {
+    /// Its completion event, or what `cuEventRecord`/`cuEventCreate` answered instead (its
+    /// kernels then run untracked: reported as a fault at the next wait).
+    event: Result<CuEvent, CuResult>,
+    start: Instant,
+    budget: Duration,
+    members: Members,
 }
 
 /// The state of the head of the queue.
@@ -56,45 +113,64 @@ enum Head {
 }
 
 struct Queue {
-    items: VecDeque<Pending>,
+    items: VecDeque<Group>,
+    open: Option<Open>,
+    /// Kernels in `items` and `open`.
+    kernels: usize,
     free_events: Vec<CuEvent>,
-    /// When the last completion was seen; the next kernel's clock starts no earlier.
+    /// When the last completion was seen; the next group's clock starts no earlier.
     last_done: Instant,
 }
 
 // SAFETY: CUDA events are plain handles usable from any thread of the process.
 unsafe impl Send for Queue {}
 
+/// `t + d`, saturating far in the future (a deadline is at most u64::MAX ns, ~584 years).
+fn after(t: Instant, d: Duration) -> Instant {
+    t.checked_add(d).unwrap_or(t + Duration::from_secs(1 << 34))
+}
+
 impl Queue {
-    /// Pops every finished launch off the front and says what the head is doing.
+    /// Pops every finished group off the front and says what the head is doing.
     fn poll(&mut self, drv: &Driver, now: Instant) -> Head {
         while let Some(head) = self.items.front() {
+            let event = match head.event {
+                Ok(e) => e,
+                Err(code) => return Head::Fault(code),
+            };
             // SAFETY: a live event created by this queue.
-            match unsafe { (drv.event_query)(head.event) } {
+            match unsafe { (drv.event_query)(event) } {
                 CUDA_SUCCESS => {
-                    if let Some(p) = self.items.pop_front() {
-                        self.free_events.push(p.event);
+                    if let Some(g) = self.items.pop_front() {
+                        self.kernels -= g.members.n;
+                        self.free_events.push(event);
                     }
                     self.last_done = now;
                 }
-                CUDA_ERROR_NOT_READY => {
-                    let start = head.enqueued.max(self.last_done);
-                    // (A deadline is at most u64::MAX ns, ~584 years: this does not overflow.)
-                    let due = start.checked_add(head.deadline).unwrap_or(start + Duration::from_secs(1 << 34));
-                    return Head::Busy(due);
-                }
+                CUDA_ERROR_NOT_READY => return Head::Busy(after(head.start.max(self.last_done), head.budget)),
                 err => return Head::Fault(err),
             }
         }
         Head::Idle
     }
 
-    fn head_kernel(&self) -> Arc<str> {
-        self.items.front().map(|p| p.kernel.clone()).unwrap_or_else(|| Arc::from("?"))
+    /// Adds a kernel launched at `now` to the open group; says whether the group is full.
+    fn add(&mut self, kernel: &Arc<str>, deadline: Duration, now: Instant) -> bool {
+        let open = self.open.get_or_insert_with(|| Open { start: now, budget: Duration::ZERO, members: Members::default() });
+        // It may start no earlier than its launch: count any time since the group's start that
+        // the earlier members' budget does not cover.
+        open.budget = open.budget.max(now.saturating_duration_since(open.start)).saturating_add(deadline);
+        open.members.push(kernel);
+        self.kernels += 1;
+        open.members.n >= GROUP_MAX
     }
 
-    fn head_deadline(&self) -> Duration {
-        self.items.front().map_or(Duration::ZERO, |p| p.deadline)
+    fn head_kernels(&self) -> String {
+        self.items.front().map_or_else(|| "a kernel".into(), |g| g.members.describe())
+    }
+
+    fn head_budget(&self) -> (Duration, bool) {
+        self.items.front().map_or((Duration::ZERO, false), |g| (g.budget, g.members.n > 1))
     }
 }
 
@@ -111,6 +187,8 @@ impl Timeline {
             drv,
             q: Mutex::new(Queue {
                 items: VecDeque::with_capacity(MAX_PENDING),
+                open: None,
+                kernels: 0,
                 free_events: Vec::with_capacity(64),
                 last_done: Instant::now(),
             }),
@@ -144,14 +222,41 @@ impl Timeline {
         Ok(e)
     }
 
-    /// Launches in flight (not yet seen finished).
-    pub fn pending(&self) -> usize {
-        self.lock().items.len()
+    /// Closes the open group, if any: records its event after its kernels. A failure to record
+    /// leaves the group untracked, which the next wait reports as a fault.
+    fn close(&self, q: &mut Queue) {
+        let Some(open) = q.open.take() else { return };
+        let event = match q.free_events.pop() {
+            Some(e) => Ok(e),
+            None => self.new_event().map_err(|e| e.code),
+        };
+        let event = event.and_then(|e| {
+            // SAFETY: a live event; the default stream.
+            match unsafe { (self.drv.event_record)(e, std::ptr::null_mut()) } {
+                CUDA_SUCCESS => Ok(e),
+                r => {
+                    q.free_events.push(e);
+                    Err(r)
+                }
+            }
+        });
+        q.items.push_back(Group { event, start: open.start, budget: open.budget, members: open.members });
     }
 
-    /// Runs `launch` (which enqueues one kernel on the default stream) and records its completion
-    /// event. `launch`'s own error is returned as is; a failure to record the event after a
-    /// successful launch is a fault (the kernel would run untracked, beyond any deadline).
+    /// Launches in flight (not yet seen finished), counting the open group's.
+    pub fn pending(&self) -> usize {
+        self.lock().kernels
+    }
+
+    /// The worker is about to idle: closes the open group so the watchdog can see it.
+    pub fn flush(&self) {
+        let mut q = self.lock();
+        self.close(&mut q);
+    }
+
+    /// Runs `launch` (which enqueues one kernel on the default stream) and adds it to the open
+    /// group, closing the group when full. `launch`'s own error is returned as is (the kernel
+    /// is then not tracked); a failed wait for room in the queue is the error of that wait.
     pub fn launch<E>(
         &self,
         kernel: &Arc<str>,
@@ -159,43 +264,34 @@ impl Timeline {
         launch: impl FnOnce() -> Result<(), E>,
     ) -> Result<Result<(), E>, BackendError> {
         let mut q = self.lock();
-        if q.items.len() >= MAX_PENDING {
+        if q.kernels >= MAX_PENDING {
             drop(q);
-            self.wait_for(|q| q.items.len() < MAX_PENDING)?;
+            self.wait_for(|q| q.kernels < MAX_PENDING)?;
             q = self.lock();
         }
-        let event = match q.free_events.pop() {
-            Some(e) => e,
-            None => self.new_event().map_err(|e| errors::call_error(self.drv, e, "tracking a launch"))?,
-        };
         if let Err(e) = launch() {
-            q.free_events.push(event);
             return Ok(Err(e));
         }
-        // SAFETY: a live event; the default stream.
-        let r = unsafe { (self.drv.event_record)(event, std::ptr::null_mut()) };
-        if r != CUDA_SUCCESS {
-            q.free_events.push(event);
-            let mut e = errors::kernel_error(self.drv, r, kernel);
-            e.kind = ErrorKind::KernelFault;
-            return Err(e);
+        if q.add(kernel, deadline, Instant::now()) {
+            self.close(&mut q);
         }
-        q.items.push_back(Pending { event, enqueued: Instant::now(), deadline, kernel: Arc::clone(kernel) });
         Ok(Ok(()))
     }
 
-    /// Waits until every launch has finished, each within its deadline.
+    /// Waits until every launch has finished, each group within its deadline.
     pub fn drain(&self) -> Result<(), BackendError> {
         self.wait_for(|q| q.items.is_empty())
     }
 
-    /// Polls until `done(queue)`, failing at the first fault or missed deadline.
+    /// Closes the open group, then polls until `done(queue)`, failing at the first fault or
+    /// missed deadline.
     fn wait_for(&self, done: impl Fn(&Queue) -> bool) -> Result<(), BackendError> {
+        self.close(&mut self.lock());
         let started = Instant::now();
         let mut nap = Duration::from_micros(20);
         loop {
             let now = Instant::now();
-            let (head, kernel, deadline) = {
+            let (head, overran) = {
                 let mut q = self.lock();
                 let head = q.poll(self.drv, now);
                 if done(&q) {
@@ -203,20 +299,19 @@ impl Timeline {
                 }
                 match head {
                     Head::Idle => return Ok(()),
-                    Head::Busy(due) if now < due => (Some(due), None, Duration::ZERO),
-                    Head::Busy(_) => (None, Some(q.head_kernel()), q.head_deadline()),
-                    Head::Fault(code) => return Err(errors::kernel_error(self.drv, code, &q.head_kernel())),
+                    Head::Busy(due) if now < due => (Some(due), None),
+                    Head::Busy(_) => (None, Some((q.head_kernels(), q.head_budget()))),
+                    Head::Fault(code) => {
+                        return Err(errors::async_error(
+                            self.drv,
+                            code,
+                            &format!("{} (or work queued before it)", q.head_kernels()),
+                        ))
+                    }
                 }
             };
-            if let Some(kernel) = kernel {
-                return Err(BackendError::new(
-                    ErrorKind::DeadlineExceeded,
-                    format!(
-                        "kernel `{kernel}` ran past its deadline of {deadline:?}; a running kernel can only be stopped \
-                         with its process, so this lease's worker is ended (raise `kernel-deadline` in the node policy \
-                         if kernels legitimately run longer)"
-                    ),
-                ));
+            if let Some((kernels, budget)) = overran {
+                return Err(overran_error(&kernels, budget));
             }
             let due = head.unwrap_or(now);
             if now.duration_since(started) < SPIN {
@@ -237,18 +332,18 @@ impl Timeline {
         loop {
             std::thread::sleep(WATCHDOG_PERIOD);
             let now = Instant::now();
+            // Only closed groups are looked at: the open one has no event to tell whether it
+            // finished, and is closed before the worker idles.
             let mut q = self.lock();
             if q.items.is_empty() {
                 continue;
             }
             match q.poll(self.drv, now) {
                 Head::Busy(due) if now.checked_sub(WATCHDOG_GRACE).is_some_and(|t| t >= due) => {
-                    let kernel = q.head_kernel();
-                    let deadline = q.head_deadline();
                     eprintln!(
-                        "tasklet worker {}: kernel `{kernel}` ran past its deadline of {deadline:?} with no sync waiting for it; \
-                         ending this worker to stop it",
-                        std::process::id()
+                        "tasklet worker {}: {} with no sync waiting for it; ending this worker to stop it",
+                        std::process::id(),
+                        overran(&q.head_kernels(), q.head_budget())
                     );
                     // SAFETY: ends the process at once: no destructors or atexit handlers, which
                     // could block on the running kernel. The driver frees the context's memory.
@@ -260,4 +355,21 @@ impl Timeline {
             }
         }
     }
+}
+
+/// "kernel `k` ran past its deadline of …", or a group's "… their summed deadline …".
+fn overran(kernels: &str, (budget, group): (Duration, bool)) -> String {
+    let whose = if group { "their summed deadline" } else { "its deadline" };
+    format!("{kernels} ran past {whose} of {budget:?}")
+}
+
+fn overran_error(kernels: &str, budget: (Duration, bool)) -> BackendError {
+    BackendError::new(
+        ErrorKind::DeadlineExceeded,
+        format!(
+            "{}; a running kernel can only be stopped with its process, so this lease's worker is ended (raise \
+             `kernel-deadline` in the node policy if kernels legitimately run longer)",
+            overran(kernels, budget)
+        ),
+    )
 }

@@ -9,9 +9,10 @@
 //! - [`errors`]: driver results → typed kinds with the driver's words.
 //!
 //! Ordering: everything runs on the legacy default stream, so an allocation's zeroing, copies and
-//! kernels execute in the order the host sent them. Launches are asynchronous (the worker answers
-//! once the kernel is queued); every other op except `info` first waits for the queued kernels,
-//! deadline-aware, so an op never blocks behind a runaway kernel: it fails with
+//! kernels execute in the order the host sent them. Launches are asynchronous (posted: the worker
+//! queues the kernel and takes the next request, tracking launches in groups under one event, see
+//! [`launch`]); every other op except `info` first waits for the queued kernels, deadline-aware,
+//! so an op never blocks behind a runaway kernel: it fails with
 //! `DeadlineExceeded` at the kernel's deadline instead. `sync` is exactly that wait plus a check
 //! that the stream finished without error.
 //!
@@ -41,7 +42,7 @@ use memory::{Allocations, Pinned};
 use modules::Modules;
 
 pub use driver::NO_DRIVER;
-pub use launch::{MAX_PENDING, WATCHDOG_GRACE};
+pub use launch::{GROUP_MAX, MAX_PENDING, WATCHDOG_GRACE};
 
 /// Dynamic shared memory a kernel may use without opting in.
 const DEFAULT_SHARED_LIMIT: u32 = 48 * 1024;
@@ -458,6 +459,10 @@ impl Backend for CudaBackend {
             }
             r => self.sync_result(r),
         }
+    }
+
+    fn flush(&mut self) {
+        self.timeline.flush();
     }
 
     fn reset(&mut self) -> Result<(), BackendError> {

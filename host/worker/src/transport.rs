@@ -356,6 +356,12 @@ fn record_size(len: usize) -> usize {
 /// Adaptive spin budget: grows while the other side keeps answering within it, shrinks when it
 /// had to sleep anyway, so a chatty peer gets sub-microsecond hand-offs and an idle one costs no
 /// CPU beyond `min`.
+///
+/// A wait that missed the budget but still ended within `max` restores the full budget
+/// ([`Spin::late`]): without that, a peer whose answers take a little longer than the current
+/// budget (a GPU kernel launch + sync, ~9 µs) would make every wait miss, shrink the budget to
+/// `min`, and pay a futex sleep and wake-up (tens of µs on a VM) from then on. Seen on an H100:
+/// launch + sync in bimodal rounds of 11 and 27 µs.
 #[derive(Debug, Clone)]
 struct Spin {
     budget: Duration,
@@ -402,6 +408,14 @@ impl Spin {
     fn miss(&mut self) {
         self.budget = (self.budget / 2).max(self.min);
     }
+
+    /// After a miss: the wait ended `waited` after it began. Within `max`, spinning the whole
+    /// budget would have caught it, so the next wait spins that long.
+    fn late(&mut self, waited: Duration) {
+        if waited <= self.max {
+            self.budget = self.max;
+        }
+    }
 }
 
 /// Host-side wait on one shared word: spin, then futex sleeps announced through `flag`, in
@@ -417,6 +431,7 @@ fn host_wait(
 ) -> Result<(), WaitError> {
     let word = r.u32_at(word_off);
     let mut ok = Ok(false);
+    let began = Instant::now();
     if spin.run(|| {
         ok = check(word.load(Acquire));
         !matches!(ok, Ok(false))
@@ -440,6 +455,7 @@ fn host_wait(
         }
         r.u32_at(flag_off).store(0, Relaxed);
         if !matches!(ok, Ok(false)) {
+            spin.late(began.elapsed());
             return ok.map(|_| ());
         }
         if let Some(why) = alive() {
@@ -805,9 +821,9 @@ impl WorkerEnd {
         }
     }
 
-    /// Marks the previous frame served and waits for the next, copying it into `out`. Calls
-    /// `idle()` once whenever it finds the ring empty, before waiting; while idle it sleeps in
-    /// one-second slices, calling `host_alive()` after each.
+    /// Marks the previous frame served and waits for the next, copying it into `out`. When the
+    /// ring stays empty past the spin budget it calls `idle()` once, before sleeping; while idle
+    /// it sleeps in one-second slices, calling `host_alive()` after each.
     pub fn wait_request(
         &mut self,
         out: &mut Vec<u8>,
@@ -822,8 +838,7 @@ impl WorkerEnd {
                 return Incoming::Closed;
             }
             if head == self.read {
-                idle();
-                if !self.wait_for_head(host_alive) {
+                if !self.wait_for_head(host_alive, idle) {
                     return Incoming::HostGone;
                 }
                 continue;
@@ -838,16 +853,25 @@ impl WorkerEnd {
     }
 
     /// Waits until `head` moves past what we read or the channel closes; false if the host is gone.
-    fn wait_for_head(&mut self, host_alive: &mut dyn FnMut() -> bool) -> bool {
+    /// `idle` runs once the spin gave up, before the first sleep: a host that is merely a little
+    /// slower than us (a burst of launches) does not make the backend close a launch group per
+    /// launch, and one that went quiet still finds the group closed within the spin budget.
+    fn wait_for_head(&mut self, host_alive: &mut dyn FnMut() -> bool, idle: &mut dyn FnMut()) -> bool {
         let r = &self.region;
         let head = r.u32_at(OFF_HEAD);
         let closed = r.u32_at(OFF_CLOSED);
         let read = self.read;
+        let began = Instant::now();
         if self.spin.run(|| head.load(Acquire) != read || closed.load(Relaxed) != 0) {
             self.spin.hit();
             return true;
         }
         self.spin.miss();
+        idle();
+        if head.load(Acquire) != read || closed.load(Acquire) != 0 {
+            self.spin.late(began.elapsed());
+            return true;
+        }
         loop {
             r.u32_at(OFF_WORKER_SLEEPING).store(1, SeqCst);
             let v = head.load(SeqCst);
@@ -856,6 +880,7 @@ impl WorkerEnd {
             }
             r.u32_at(OFF_WORKER_SLEEPING).store(0, Relaxed);
             if head.load(Acquire) != read || closed.load(Acquire) != 0 {
+                self.spin.late(began.elapsed());
                 return true;
             }
             if !host_alive() {
@@ -1097,8 +1122,31 @@ mod tests {
             assert_eq!(w.wait_request(&mut buf, &mut || true, &mut || idles += 1), Incoming::Posted);
         }
         assert_eq!(idles, 0, "frames were waiting: no idle");
-        h.close();
+        let closer = thread::spawn(move || {
+            thread::sleep(Duration::from_millis(30));
+            h.close();
+            h
+        });
         assert_eq!(w.wait_request(&mut buf, &mut || true, &mut || idles += 1), Incoming::Closed);
+        assert_eq!(idles, 1, "once the spin gave up, before sleeping");
+        closer.join().unwrap();
+    }
+
+    #[test]
+    fn a_wait_that_ends_soon_after_the_spin_gave_up_restores_the_budget() {
+        let (min, max) = (Duration::from_micros(5), Duration::from_micros(100));
+        let mut s = Spin::new(min, max);
+        for _ in 0..10 {
+            s.miss();
+        }
+        assert_eq!(s.budget, min);
+        // A 9 µs answer (a kernel launch + sync) missed a 5 µs budget: spin the whole ceiling next.
+        s.late(Duration::from_micros(9));
+        assert_eq!(s.budget, max);
+        // An answer long after the ceiling (an idle peer) leaves the shrunk budget alone.
+        s.miss();
+        s.late(Duration::from_millis(3));
+        assert_eq!(s.budget, max / 2);
     }
 
     #[test]

@@ -37,16 +37,16 @@ fn every_gpubench_command_prints_its_figures() {
 
 #[test]
 fn the_benchmarks_full_size_bulk_fits_the_tasklet_and_one_call_carries_it() {
-    // The GPU benchmark's 256 MiB: the tasklet holds the data, the in-place read's buffer and a
-    // returned list at once, which must fit its memory limit (a fourth buffer did not, and the
-    // bench trapped on the GPU machine). And wasmtime caps what one guest→host call may carry at
+    // The GPU benchmark's 256 MiB × 5: the tasklet holds the data, the in-place read's buffer and
+    // a returned list at once, which must fit its memory limit, every repetition (a figures Vec
+    // growing at the fifth fragmented the heap, and the bench trapped on the GPU machine). And wasmtime caps what one guest→host call may carry at
     // 128 MiB unless the host raises it; the host raises it to the tasklet's memory limit, so a
     // 256 MiB mem-write reaches the device in one call.
     let mut policy = tasklet_tests::test_policy();
     policy.workers.emu_memory = 512 << 20;
     let host = test_host!(policy);
     let bench = load(&host, manifest("testing/gpubench"));
-    let out = run_ok(&host, &bench, &format!("bulk {} 1 settle=1", 256u64 << 20));
+    let out = run_ok(&host, &bench, &format!("bulk {} 5 settle=1", 256u64 << 20));
     assert_eq!(out.lines().next(), Some(format!("bulk_bytes {}", 256u64 << 20).as_str()), "{out}");
     assert_baseline(&host);
 }

@@ -300,7 +300,15 @@ fn bulk(out: &mut Out, bytes: u64, reps: u32) -> Step {
         );
         return Err(Stopped);
     }
-    let (mut write, mut read, mut read_list) = (Vec::new(), Vec::new(), Vec::new());
+    // Sized up front: a figures Vec growing mid-loop would take its new block from the space the
+    // freed returned list leaves, so the next 256 MiB list no longer fits there and memory grows
+    // past the limit (seen at the fifth repetition).
+    let reps_len = reps as usize;
+    let (mut write, mut read, mut read_list) = (
+        Vec::with_capacity(reps_len),
+        Vec::with_capacity(reps_len),
+        Vec::with_capacity(reps_len),
+    );
     for _ in 0..reps {
         let start = Instant::now();
         let r = session

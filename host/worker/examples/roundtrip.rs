@@ -7,12 +7,16 @@
 //! the emu backend, alloc + write 4 KiB + read 4 KiB + free on the emu backend, and a launch of
 //! the `empty` kernel on the emu backend: launch + sync each time, and posted launches back to
 //! back (appended to the request ring while the worker runs earlier ones; one sync at the end,
-//! and 1000 posted launches + one sync, per launch: the throughput of a burst).
+//! and 1000 posted launches + one sync, per launch: the throughput of a burst). Where a CUDA
+//! device is present, the ping and launch rows again on the cuda backend.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use tasklet_worker::{BackendKind, Worker, WorkerCommand};
+
+/// Compiled in, so the example runs from any directory (e.g. copied to a GPU machine).
+const FAULTS_PTX: &str = include_str!("../../../kernels/faults.ptx");
 
 fn stats(mut v: Vec<Duration>) -> (f64, f64, f64) {
     v.sort();
@@ -81,8 +85,17 @@ fn main() {
     let a = w.alloc(4096).expect("alloc");
     row("write 4 KiB (emu)", time(iters / 4, || w.write(a, &data).expect("write")));
     row("read 4 KiB (emu)", time(iters / 4, || w.read(a, &mut back).expect("read")));
-    launch_rows(&mut w, iters / 4);
+    launch_rows(&mut w, iters / 4, "emu");
     drop(w);
+
+    // The same on the cuda backend, where there is a device: the hand-off's share of a launch.
+    match Worker::spawn(&cmd(false), BackendKind::Cuda, 1 << 30, timeout) {
+        Ok(mut w) => {
+            row("ping (cuda backend)", time(iters, || w.ping().expect("ping")));
+            launch_rows(&mut w, iters / 4, "cuda");
+        }
+        Err(e) => println!("skipped: no CUDA device ({e})"),
+    }
 
     if std::env::var_os("ROUNDTRIP_EMU_RATE").is_some() {
         for cfg in [(1u32, 1u32), (1, 32), (8, 256)] {
@@ -95,9 +108,7 @@ fn main() {
 /// How fast the emulator runs a spinning kernel, to check `EMU_LANE_INSTRUCTIONS_PER_SECOND`
 /// (which turns launch deadlines into step limits).
 fn emu_rate(w: &mut Worker, (grid, block): (u32, u32)) {
-    let ptx = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../kernels/faults.ptx"));
-    let Ok(ptx) = ptx else { return };
-    let m = w.load_module(&ptx).expect("load faults.ptx");
+    let m = w.load_module(FAULTS_PTX).expect("load faults.ptx");
     let flag = w.alloc(4).expect("alloc");
     {
         let deadline = Duration::from_millis(500);
@@ -121,11 +132,9 @@ fn emu_rate(w: &mut Worker, (grid, block): (u32, u32)) {
     }
 }
 
-/// Launch of `empty` (1 thread) on the emu backend: synchronous (launch + sync) and posted.
-fn launch_rows(w: &mut Worker, iters: usize) {
-    let ptx = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../kernels/faults.ptx"));
-    let Ok(ptx) = ptx else { return };
-    let m = w.load_module(&ptx).expect("load faults.ptx");
+/// Launch of `empty` (1 thread) on `backend`: synchronous (launch + sync) and posted.
+fn launch_rows(w: &mut Worker, iters: usize, backend: &str) {
+    let m = w.load_module(FAULTS_PTX).expect("load faults.ptx");
     let l = tasklet_worker::Launch {
         module: m.id,
         kernel: "empty",
@@ -135,13 +144,13 @@ fn launch_rows(w: &mut Worker, iters: usize) {
         args: &[],
         deadline: Duration::from_secs(10),
     };
-    row("launch empty + sync (emu)", time(iters, || {
+    row(&format!("launch empty + sync ({backend})"), time(iters, || {
         w.launch(&l).expect("launch");
         w.sync().expect("sync");
     }));
     let posted = time(iters, || w.launch(&l).expect("launch"));
     w.sync().expect("sync");
-    row("launch empty back to back, per launch (emu)", posted);
+    row(&format!("launch empty back to back, per launch ({backend})"), posted);
     // With host work between launches (what a tasklet does between them): a posted launch
     // overlaps the kernel with it, a synchronous one adds the two.
     let busy = |d: Duration| {
@@ -151,7 +160,7 @@ fn launch_rows(w: &mut Worker, iters: usize) {
         }
     };
     let work = Duration::from_micros(5);
-    row("launch empty + 5 µs host work (emu)", time(iters, || {
+    row(&format!("launch empty + 5 µs host work ({backend})"), time(iters, || {
         w.launch(&l).expect("launch");
         busy(work);
     }));
@@ -168,5 +177,5 @@ fn launch_rows(w: &mut Worker, iters: usize) {
             t.elapsed() / n
         })
         .collect();
-    row("1000 posted launches + sync, per launch (emu)", samples);
+    row(&format!("1000 posted launches + sync, per launch ({backend})"), samples);
 }

@@ -138,6 +138,8 @@ driver_api! {
     event_destroy = "cuEventDestroy_v2": fn(CuEvent);
     stream_query = "cuStreamQuery": fn(CuStream);
     stream_synchronize = "cuStreamSynchronize": fn(CuStream);
+    stream_create = "cuStreamCreate": fn(*mut CuStream, c_uint);
+    stream_destroy = "cuStreamDestroy_v2": fn(CuStream);
 }
 
 // SAFETY: plain function pointers into a library that stays loaded; the driver API is

@@ -44,6 +44,12 @@ use modules::Modules;
 pub use driver::NO_DRIVER;
 pub use launch::{GROUP_MAX, MAX_PENDING, WATCHDOG_GRACE};
 
+/// Opens device 0's primary context and makes it current on this thread, as a worker does (for
+/// tools that measure the driver beside the backend, e.g. `examples/sync_paths.rs`).
+pub fn open_context(drv: &'static Driver) -> Result<CuContext, String> {
+    context::open(drv).map(|d| d.ctx)
+}
+
 /// Dynamic shared memory a kernel may use without opting in.
 const DEFAULT_SHARED_LIMIT: u32 = 48 * 1024;
 const CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: i32 = 0;

@@ -1,0 +1,320 @@
+//! Where the time of one launch + sync goes between the host and a cuda worker, phase by phase.
+//!
+//!     cargo build -p tasklet-worker --release --example launch_phases
+//!     target/release/examples/launch_phases [iterations] [rounds] [worker-cpu] [host-cpu]
+//!
+//! Runs the worker's real serving loop (`serve`) on a thread of this process over a real shared
+//! region, so host and worker timestamps share one clock, with the backend wrapped to note when
+//! `launch` and `sync` begin and end. Rows, per phase, medians over the iterations of each round
+//! and then over rounds:
+//!
+//! - the same empty kernel natively (launch + `cuStreamSynchronize`, non-blocking stream) and
+//!   straight into the backend on one thread (`CudaBackend::launch` + `sync`, no channel);
+//! - through the channel: host post → worker in `launch`; in `launch`; `launch` → `sync`;
+//!   in `sync`; `sync` returned → host has the answer; and the whole.
+//!
+//! Needs a CUDA device; says "skipped: no CUDA device" and exits 0 without one.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use tasklet_worker::backend::{Backend, BackendError, BackendOptions, LaunchRequest, LoadedModule, WorkerInfo};
+use tasklet_worker::protocol::{decode_response, encode_request, Request, Response};
+use tasklet_worker::transport::{HostEnd, SharedRegion, WorkerEnd, DEFAULT_DATA_SIZE};
+use tasklet_worker::backend::cuda::driver;
+use tasklet_worker::CudaBackend;
+
+const PTX: &str = include_str!("../../../kernels/faults.ptx");
+
+static EPOCH: OnceLock<Instant> = OnceLock::new();
+
+fn now_ns() -> u64 {
+    EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
+
+/// When the worker entered and left `launch` and `sync` last.
+#[derive(Default)]
+struct Marks {
+    launch_in: AtomicU64,
+    launch_out: AtomicU64,
+    sync_in: AtomicU64,
+    sync_out: AtomicU64,
+}
+
+struct Timed {
+    inner: CudaBackend,
+    marks: Arc<Marks>,
+}
+
+impl Backend for Timed {
+    fn info(&self) -> WorkerInfo {
+        self.inner.info()
+    }
+    fn alloc(&mut self, bytes: u64) -> Result<u64, BackendError> {
+        self.inner.alloc(bytes)
+    }
+    fn free(&mut self, addr: u64) -> Result<(), BackendError> {
+        self.inner.free(addr)
+    }
+    fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), BackendError> {
+        self.inner.write(addr, data)
+    }
+    fn read(&mut self, addr: u64, out: &mut [u8]) -> Result<(), BackendError> {
+        self.inner.read(addr, out)
+    }
+    fn copy(&mut self, dst: u64, src: u64, len: u64) -> Result<(), BackendError> {
+        self.inner.copy(dst, src, len)
+    }
+    fn load_module(&mut self, ptx: &str) -> Result<LoadedModule, BackendError> {
+        self.inner.load_module(ptx)
+    }
+    fn load_source(&mut self, source: &str, options: &[&str]) -> Result<LoadedModule, BackendError> {
+        self.inner.load_source(source, options)
+    }
+    fn unload_module(&mut self, id: u32) -> Result<(), BackendError> {
+        self.inner.unload_module(id)
+    }
+    fn launch(&mut self, l: &LaunchRequest<'_>) -> Result<(), BackendError> {
+        self.marks.launch_in.store(now_ns(), Relaxed);
+        let r = self.inner.launch(l);
+        self.marks.launch_out.store(now_ns(), Relaxed);
+        r
+    }
+    fn sync(&mut self) -> Result<(), BackendError> {
+        self.marks.sync_in.store(now_ns(), Relaxed);
+        let r = self.inner.sync();
+        self.marks.sync_out.store(now_ns(), Relaxed);
+        r
+    }
+    fn reset(&mut self) -> Result<(), BackendError> {
+        self.inner.reset()
+    }
+    fn flush(&mut self) {
+        self.inner.flush()
+    }
+}
+
+/// The backend's driver calls, made raw: `empty` from its own module on the same (primary)
+/// context, the legacy stream, one timing-disabled event.
+struct Raw {
+    d: &'static driver::Driver,
+    f: driver::CuFunction,
+    ev: driver::CuEvent,
+}
+
+impl Raw {
+    fn new() -> Raw {
+        let d = driver::driver().expect("driver loaded by the backend");
+        let src = std::ffi::CString::new(PTX).expect("PTX has no NUL");
+        let (mut m, mut f, mut ev) = (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
+        // SAFETY: valid out-pointers, NUL-terminated PTX; the backend made the context current.
+        unsafe {
+            assert_eq!((d.module_load_data_ex)(&mut m, src.as_ptr().cast(), 0, std::ptr::null_mut(), std::ptr::null_mut()), 0);
+            assert_eq!((d.module_get_function)(&mut f, m, c"empty".as_ptr()), 0);
+            assert_eq!((d.event_create)(&mut ev, 2), 0);
+        }
+        Raw { d, f, ev }
+    }
+
+    fn launch(&self) {
+        // SAFETY: a resolved function with no parameters, the legacy stream.
+        let r = unsafe { (self.d.launch_kernel)(self.f, 1, 1, 1, 1, 1, 1, 0, std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut()) };
+        assert_eq!(r, 0);
+    }
+
+    fn record_and_poll(&self) {
+        // SAFETY: a live event; the legacy stream.
+        unsafe {
+            assert_eq!((self.d.event_record)(self.ev, std::ptr::null_mut()), 0);
+            while (self.d.event_query)(self.ev) != 0 {}
+        }
+    }
+}
+
+/// Pins the calling thread to `cpu`, if given.
+fn pin(cpu: Option<usize>) {
+    let Some(cpu) = cpu else { return };
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; plain syscall on this thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        assert_eq!(libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set), 0, "pin to cpu {cpu}");
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn opts(data_region: Option<(usize, usize)>) -> BackendOptions {
+    BackendOptions { device_memory: 1 << 30, emu_threads: 0, null: false, data_region }
+}
+
+fn launch_req(module: u32) -> LaunchRequest<'static> {
+    LaunchRequest {
+        module,
+        kernel: "empty",
+        grid: [1, 1, 1],
+        block: [1, 1, 1],
+        shared_mem_bytes: 0,
+        args: &[],
+        step_limit: u64::MAX,
+        deadline_ns: 10_000_000_000,
+    }
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let iters: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(2000);
+    let rounds: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(5);
+    // Optional CPUs for the worker (and the direct runs) and for the host thread: on a VM whose
+    // vCPUs sit at different distances from the GPU, placement moves every figure by ~1 µs.
+    let worker_cpu: Option<usize> = args.next().and_then(|s| s.parse().ok());
+    let host_cpu: Option<usize> = args.next().and_then(|s| s.parse().ok());
+    pin(worker_cpu);
+    now_ns();
+
+    // Straight into the backend, on this thread.
+    let mut direct = match CudaBackend::open(&opts(None)) {
+        Ok(b) => b,
+        Err(e) => {
+            println!("skipped: no CUDA device ({e})");
+            return;
+        }
+    };
+    let m = direct.load_module(PTX).expect("load faults.ptx");
+    let l = launch_req(m.id);
+    // The same driver calls the backend makes (legacy stream; launch, record, poll), raw, on the
+    // same context, alternating with the backend round by round.
+    let raw = Raw::new();
+    let mut direct_rows: Vec<Vec<f64>> = vec![Vec::new(); 6];
+    for _ in 0..rounds {
+        let mut t: Vec<Vec<f64>> = (0..6).map(|_| Vec::with_capacity(iters)).collect();
+        for i in 0..iters + iters / 10 {
+            let t0 = Instant::now();
+            raw.launch();
+            let t1 = Instant::now();
+            raw.record_and_poll();
+            let t2 = Instant::now();
+            if i >= iters / 10 {
+                t[0].push((t1 - t0).as_secs_f64() * 1e6);
+                t[1].push((t2 - t1).as_secs_f64() * 1e6);
+                t[2].push((t2 - t0).as_secs_f64() * 1e6);
+            }
+        }
+        for i in 0..iters + iters / 10 {
+            let t0 = Instant::now();
+            direct.launch(&l).expect("launch");
+            let t1 = Instant::now();
+            direct.sync().expect("sync");
+            let t2 = Instant::now();
+            if i >= iters / 10 {
+                t[3].push((t1 - t0).as_secs_f64() * 1e6);
+                t[4].push((t2 - t1).as_secs_f64() * 1e6);
+                t[5].push((t2 - t0).as_secs_f64() * 1e6);
+            }
+        }
+        for (row, v) in direct_rows.iter_mut().zip(t) {
+            row.push(median(v));
+        }
+    }
+    drop(direct);
+
+    // Through the channel, with the worker's serving loop on a thread.
+    let region = SharedRegion::create(DEFAULT_DATA_SIZE).expect("shared region");
+    // SAFETY: dup of our own open fd; `from_fd` takes the copy.
+    let fd = unsafe { libc::dup(region.fd()) };
+    let marks = Arc::new(Marks::default());
+    let worker_marks = Arc::clone(&marks);
+    std::thread::spawn(move || {
+        pin(worker_cpu);
+        let mut end = WorkerEnd::new(SharedRegion::from_fd(fd).expect("map region"));
+        let (addr, len) = end.data_region();
+        let inner = CudaBackend::open(&opts(Some((addr as usize, len)))).expect("cuda backend in the worker thread");
+        end.ready();
+        let mut b = Timed { inner, marks: worker_marks };
+        tasklet_worker::serve::serve(&mut end, &mut b, &mut || true);
+    });
+    pin(host_cpu);
+    let mut host = HostEnd::new(region);
+    let far = || Instant::now() + Duration::from_secs(30);
+    host.wait_ready(far(), &mut || None).expect("worker thread ready");
+    let (mut frame, mut resp) = (Vec::new(), Vec::new());
+    let mut id = 0u64;
+    let mut call = |host: &mut HostEnd, req: &Request<'_>, frame: &mut Vec<u8>, resp: &mut Vec<u8>| -> Response {
+        id += 1;
+        frame.clear();
+        encode_request(id, req, frame);
+        let seq = host.send(frame, far(), &mut || None).expect("send");
+        host.wait(seq, far(), &mut || None, resp).expect("answer");
+        decode_response(resp).expect("decodable").1
+    };
+    let module = match call(&mut host, &Request::LoadModule { ptx: PTX }, &mut frame, &mut resp) {
+        Response::Module { id, .. } => id,
+        other => panic!("load-module answered {other:?}"),
+    };
+    let mut launch_frame = Vec::new();
+    encode_request(1 << 40, &Request::Launch(launch_req(module)), &mut launch_frame);
+
+    let names = [
+        "host post → worker in launch",
+        "in launch (cuLaunchKernel + books)",
+        "launch returned → worker in sync",
+        "in sync (event record + wait)",
+        "sync returned → host has the answer",
+        "whole launch + sync through the channel",
+    ];
+    let mut phase_rounds: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
+    for _ in 0..rounds {
+        let mut phases: Vec<Vec<f64>> = names.iter().map(|_| Vec::with_capacity(iters)).collect();
+        for i in 0..iters + iters / 10 {
+            let t0 = now_ns();
+            host.post(&launch_frame, far(), &mut || None).expect("post");
+            match call(&mut host, &Request::Sync, &mut frame, &mut resp) {
+                Response::Ok => {}
+                other => panic!("sync answered {other:?}"),
+            }
+            let t5 = now_ns();
+            if i < iters / 10 {
+                continue;
+            }
+            let m = [
+                t0,
+                marks.launch_in.load(Relaxed),
+                marks.launch_out.load(Relaxed),
+                marks.sync_in.load(Relaxed),
+                marks.sync_out.load(Relaxed),
+                t5,
+            ];
+            for p in 0..5 {
+                phases[p].push(m[p + 1].saturating_sub(m[p]) as f64 / 1e3);
+            }
+            phases[5].push((t5 - t0) as f64 / 1e3);
+        }
+        for (p, v) in phases.into_iter().enumerate() {
+            phase_rounds[p].push(median(v));
+        }
+    }
+
+    println!("| {:<44} | {:>8} |", "phase", "p50 µs");
+    println!("|{:-<46}|{:-<10}|", "", "");
+    let direct_names = [
+        "raw driver: cuLaunchKernel (legacy stream)",
+        "raw driver: cuEventRecord + poll cuEventQuery",
+        "raw driver: launch + record + poll",
+        "backend direct: launch",
+        "backend direct: sync",
+        "backend direct: launch + sync, one thread",
+    ];
+    for (name, v) in direct_names.iter().zip(direct_rows) {
+        println!("| {name:<44} | {:>8.2} |", median(v));
+    }
+    for (name, v) in names.iter().zip(phase_rounds) {
+        println!("| {name:<44} | {:>8.2} |", median(v));
+    }
+    println!(
+        "({rounds} rounds × {iters} iterations; worker cpu {worker_cpu:?}, host cpu {host_cpu:?}; phases are medians each, so they need not add up to the whole)"
+    );
+}

@@ -7,7 +7,8 @@
 #   bash .gpu-suite/run.sh cuda       only the cuda pass (or: emu)
 #   bash .gpu-suite/run.sh bench      the speed benchmark (tests/benches/gpu_speed.rs) and the
 #                                     emulator-vs-GPU corpus diff (kernels/diff/), through CuPy and
-#                                     through the cuda backend: bench.txt, diff.txt
+#                                     through the cuda backend: bench.txt, diff.txt. BENCH_PIN
+#                                     picks the CPUs (see run_bench; default: measured)
 #
 # Environment: OUT (default /tmp): logs go to $OUT/tasklet-gpu-suite/ — env.txt (machine, driver,
 # nvidia-smi), cuda.log and emu.log (every test executable's output, in order), inventory.txt
@@ -139,10 +140,41 @@ run_pass() { # run_pass BACKEND
     say "$backend: $pass passed, $fail failed"
 }
 
+# The vCPUs of a VM can sit at different distances from the GPU (launch + sync of an empty kernel
+# differs by ~1 µs between them). Measures it on every CPU and prints "G H": the fastest CPU, for
+# everything that calls the driver, and the next, for the tasklet's host thread.
+pick_cpus() {
+    local c best
+    for c in $(seq 0 $(($(nproc) - 1))); do
+        best="$(taskset -c "$c" "$work/tools/sync_paths" 400 2 2>/dev/null | awk -F'|' 'NR == 3 { gsub(/ /, "", $3); print $3 }')"
+        [ -n "$best" ] && echo "$best $c"
+    done | tee "$work/cpus.txt" | sort -n | awk 'NR <= 2 { printf "%s ", $2 }'
+}
+
 run_bench() { # the speed table, then the corpus diff; neither counts towards passed/failed
-    say "bench: gpu_speed (about two minutes)"
-    (cd "$repo" && timeout 420 "$work/tools/gpu_speed") >"$logs/bench.txt" 2>&1
-    echo "gpu_speed exit $?" >>"$logs/bench.txt"
+    # BENCH_PIN: "G,H" for gpu_speed --pin; "auto" (default) measures and picks; "none" leaves
+    # every thread where the scheduler puts it.
+    local pin="${BENCH_PIN:-auto}" args=()
+    if [ "$pin" = auto ] && command -v taskset >/dev/null; then
+        say "bench: launch + sync latency per CPU, to pick where to pin"
+        read -r g h <<<"$(pick_cpus)"
+        [ -n "${h:-}" ] && pin="$g,$h" || pin=none
+    fi
+    [ "$pin" != none ] && [ "$pin" != auto ] && args=(--pin "$pin")
+    say "bench: gpu_speed ${args[*]:-unpinned} (about two minutes)"
+    {
+        if [ -s "$work/cpus.txt" ]; then
+            echo "launch + sync of an empty kernel (µs, native, non-blocking stream) by CPU:"
+            sort -k2 -n "$work/cpus.txt" | awk '{ printf "  cpu %s: %s\n", $2, $1 }'
+        fi
+        (cd "$repo" && timeout 420 "$work/tools/gpu_speed" "${args[@]}")
+        echo "gpu_speed exit $?"
+        if [ "$pin" != none ] && [ "$pin" != auto ]; then
+            echo
+            echo "== launch + sync phase by phase (host/worker/examples/launch_phases.rs), worker CPU ${pin%,*}, host CPU ${pin#*,}"
+            "$work/tools/launch_phases" 3000 5 "${pin%,*}" "${pin#*,}"
+        fi
+    } >"$logs/bench.txt" 2>&1
     say "diff: emulator vs GPU on the kernel corpus (CuPy, then the cuda backend)"
     {
         echo "== emulator vs GPU through CuPy (kernels/diff/gpu_outputs.py)"

@@ -28,6 +28,12 @@
 //!                     its lines (no GPU needed; checks the tasklet side's logic)
 //!   --tasklet-backend emu|cuda
 //!                     the tasklet path's backend (default cuda; emu only tests this program)
+//!   --pin G,H         run every GPU-facing thread on CPU G — the native path's (this thread while
+//!                     it measures native), CuPy's, and the tasklet worker's serving thread (through
+//!                     TASKLET_WORKER_CPUS) — and the tasklet's host thread (this thread while it
+//!                     runs the tasklet) on CPU H. On VMs whose vCPUs sit at different distances
+//!                     from the GPU, unpinned figures move by ~1 µs with where the scheduler puts
+//!                     each path; pinned, native and tasklet make their driver calls from the same CPU
 //! ```
 //!
 //! Environment: `TASKLET_TEST_WORKER` (the worker binary; default: the one built beside this
@@ -119,6 +125,8 @@ struct Options {
     cupy: bool,
     python: String,
     emu_smoke: bool,
+    /// `--pin G,H`: the GPU-facing CPU and the tasklet host thread's CPU.
+    pin: Option<(usize, usize)>,
 }
 
 fn parse_options() -> Result<Options, String> {
@@ -129,6 +137,7 @@ fn parse_options() -> Result<Options, String> {
     let mut cupy = true;
     let mut python = "python3".to_string();
     let mut backend = BackendKind::Cuda;
+    let mut pin = None;
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         let mut value = |name: &str| it.next().cloned().ok_or_else(|| format!("{name} needs a value"));
@@ -139,6 +148,16 @@ fn parse_options() -> Result<Options, String> {
             "--rounds" => rounds = Some(positive(&value("--rounds")?, "--rounds")?),
             "--bulk-bytes" => bulk_bytes = Some(positive(&value("--bulk-bytes")?, "--bulk-bytes")?),
             "--python" => python = value("--python")?,
+            "--pin" => {
+                let v = value("--pin")?;
+                let cpu = |s: &str| s.trim().parse::<usize>().map_err(|_| format!("--pin: {v:?} is not two CPU numbers G,H"));
+                let (g, h) = v.split_once(',').ok_or_else(|| format!("--pin: {v:?} is not two CPU numbers G,H"))?;
+                let (g, h) = (cpu(g)?, cpu(h)?);
+                if g == h {
+                    return Err(format!("--pin: {v:?}: the two threads spin while they wait, so they need two CPUs"));
+                }
+                pin = Some((g, h));
+            }
             "--tasklet-backend" => {
                 let v = value("--tasklet-backend")?;
                 backend =
@@ -164,7 +183,7 @@ fn parse_options() -> Result<Options, String> {
     if let Some(b) = bulk_bytes {
         params.bulk_bytes = b;
     }
-    Ok(Options { params, backend, cupy, python, emu_smoke })
+    Ok(Options { params, backend, cupy, python, emu_smoke, pin })
 }
 
 fn positive(text: &str, name: &str) -> Result<usize, String> {
@@ -175,7 +194,7 @@ fn positive(text: &str, name: &str) -> Result<usize, String> {
 }
 
 fn usage() -> &'static str {
-    "usage: gpu_speed [--rounds R] [--quick] [--bulk-bytes B] [--no-cupy] [--python PATH] [--emu-smoke] [--tasklet-backend emu|cuda]"
+    "usage: gpu_speed [--rounds R] [--quick] [--bulk-bytes B] [--no-cupy] [--python PATH] [--emu-smoke] [--tasklet-backend emu|cuda] [--pin G,H]"
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -698,9 +717,16 @@ impl Cupy {
         Ok(Cupy { python: python.to_string(), script, version })
     }
 
-    fn run(&self, p: &Params) -> Result<Lines, String> {
+    /// Runs the peer script, on CPU `cpu` if given.
+    fn run(&self, p: &Params, cpu: Option<usize>) -> Result<Lines, String> {
         let ptx = repo().join("kernels/faults.ptx");
-        let out = Command::new(&self.python)
+        let mut cmd = Command::new(&self.python);
+        if let Some(cpu) = cpu {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: only a syscall between fork and exec.
+            unsafe { cmd.pre_exec(move || tasklet_worker::cpus::pin_current_thread(cpu)) };
+        }
+        let out = cmd
             .arg(&self.script)
             .arg("--ptx")
             .arg(&ptx)
@@ -935,6 +961,10 @@ fn main() {
     if opts.emu_smoke {
         std::process::exit(emu_smoke(&opts));
     }
+    if let Some((gpu_cpu, _)) = opts.pin {
+        // Before any thread exists: the pool's workers inherit it.
+        std::env::set_var(tasklet_worker::cpus::ENV, gpu_cpu.to_string());
+    }
     let machine = match probe_cuda() {
         Ok(m) => m,
         Err(why) => {
@@ -959,6 +989,10 @@ fn gpu(opts: &Options, m: &Machine) -> i32 {
     );
     println!("driver:   {} (CUDA driver API {})", m.driver, m.cuda_api);
     println!("cpu:      {}", cpu_model());
+    match opts.pin {
+        Some((g, h)) => println!("pinning:  native, CuPy and the tasklet worker's serving thread on CPU {g}; the tasklet's host thread on CPU {h}"),
+        None => println!("pinning:  none (where the scheduler puts each thread)"),
+    }
     println!(
         "counts:   {} rounds; launch-sync {}, launch-async {} x {} batches, rw4k {}, bulk {} B x {}, lease {}, module-load {}",
         p.rounds, p.launch_sync, p.launch_async, ASYNC_BATCHES, p.rw4k, p.bulk_bytes, p.bulk_reps, p.lease, p.module_load
@@ -1005,11 +1039,22 @@ fn gpu(opts: &Options, m: &Machine) -> i32 {
     // Warm-up, unrecorded: page in code, JIT caches, the workers' first contexts.
     let warm = Params { rounds: 1, bulk_reps: 1, ..Params::quick() };
     let warm = Params { bulk_bytes: p.bulk_bytes, settle_ms: p.settle_ms, ..warm };
+    let on = |which: Path3| {
+        if let Some((g, h)) = opts.pin {
+            let cpu = if which == Path3::Tasklet { h } else { g };
+            if let Err(e) = tasklet_worker::cpus::pin_current_thread(cpu) {
+                eprintln!("gpu_speed: --pin: cannot move to CPU {cpu}: {e}");
+                std::process::exit(2);
+            }
+        }
+    };
     for op in OPS {
         if let Some(n) = native.as_mut() {
+            on(Path3::Native);
             let _ = n.run(op, &warm);
         }
         if let Some(t) = &tasklet {
+            on(Path3::Tasklet);
             let _ = t.run(op, &warm);
         }
     }
@@ -1021,16 +1066,18 @@ fn gpu(opts: &Options, m: &Machine) -> i32 {
             for _ in 0..2 {
                 if native_first {
                     if let Some(n) = native.as_mut().filter(|_| op != Op::Lease) {
+                        on(Path3::Native);
                         figures.record(Path3::Native, &format!("{op:?}"), n.run(op, p));
                     }
                 } else if let Some(t) = &tasklet {
+                    on(Path3::Tasklet);
                     figures.record(Path3::Tasklet, &format!("{op:?}"), t.run(op, p));
                 }
                 native_first = !native_first;
             }
         }
         if let Some(c) = &cupy {
-            figures.record(Path3::Cupy, "cupy_peer.py", c.run(p));
+            figures.record(Path3::Cupy, "cupy_peer.py", c.run(p, opts.pin.map(|(g, _)| g)));
         }
     }
     drop(native);
@@ -1107,7 +1154,7 @@ fn emu_smoke(opts: &Options) -> i32 {
     let cupy = if opts.cupy { Cupy::detect(&opts.python).ok() } else { None };
     if let Some(c) = &cupy {
         println!("$ {} {} (cupy {})", c.python, tidy(&c.script), c.version);
-        match c.run(p) {
+        match c.run(p, None) {
             Ok(lines) => {
                 for (n, v) in &lines {
                     println!("{n} {v}");

@@ -134,12 +134,8 @@ impl Raw {
 
 /// Pins the calling thread to `cpu`, if given.
 fn pin(cpu: Option<usize>) {
-    let Some(cpu) = cpu else { return };
-    // SAFETY: a zeroed cpu_set_t is a valid empty set; plain syscall on this thread.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        assert_eq!(libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set), 0, "pin to cpu {cpu}");
+    if let Some(cpu) = cpu {
+        tasklet_worker::cpus::pin_current_thread(cpu).unwrap_or_else(|e| panic!("pin to cpu {cpu}: {e}"));
     }
 }
 

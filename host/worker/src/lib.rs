@@ -18,6 +18,8 @@
 //! worker-side by [`attach`]), so [`Worker::write_from`] / [`Worker::read_into`] copy straight
 //! between linear memory and the device (one pinned DMA on cuda).
 //!
+//! A worker's serving thread can be pinned to a CPU near its GPU ([`cpus`], `TASKLET_WORKER_CPUS`).
+//!
 //! Finding out whether CUDA works here is a worker's job too: [`probe`] / [`probe_cuda`] start a
 //! short-lived worker on a backend and return its [`WorkerInfo`], or the worker's own reason it
 //! could not start (e.g. "no CUDA driver found (libcuda.so.1 not loadable)").
@@ -44,6 +46,7 @@
 
 pub mod attach;
 pub mod backend;
+pub mod cpus;
 pub mod fdpass;
 pub mod guest_memory;
 pub mod nvml;

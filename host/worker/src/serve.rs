@@ -143,6 +143,13 @@ pub fn serve_main(args: impl Iterator<Item = String>) -> i32 {
         }
     };
     let mut end = WorkerEnd::new(region);
+    let cpu = match crate::cpus::from_env(std::process::id()) {
+        Ok(cpu) => cpu,
+        Err(msg) => {
+            end.fail(&msg);
+            return EXIT_START_FAILED;
+        }
+    };
     let (data_ptr, data_len) = end.data_region();
     let opts = BackendOptions {
         device_memory: a.device_memory,
@@ -161,6 +168,13 @@ pub fn serve_main(args: impl Iterator<Item = String>) -> i32 {
             return EXIT_START_FAILED;
         }
     };
+    // Only the serving thread: the driver's threads and the watchdog, started by now, stay free.
+    if let Some(cpu) = cpu {
+        if let Err(e) = crate::cpus::pin_current_thread(cpu) {
+            end.fail(&format!("{}: cannot pin the worker to CPU {cpu}: {e}", crate::cpus::ENV));
+            return EXIT_START_FAILED;
+        }
+    }
     end.ready();
     let mut guests = Attachments::new(ctl);
     serve_guests(&mut end, backend.as_mut(), &mut guests, &mut { host_alive });

@@ -112,6 +112,10 @@ const STATE_FAILED: u32 = 2;
 
 const _: () = assert!(RING.is_power_of_two() && RING <= 1 << 31 && MSG_AREA + REC_HEADER <= RING / 2);
 const _: () = assert!(OFF_RESP_INLINE % 64 + RESP_INLINE <= 64);
+/// Most bytes of served posted frames the worker leaves unpublished in `tail` (see
+/// [`WorkerEnd::wait_request`]): small beside the ring, so with the worker caught up every record
+/// still fits (the largest, wrap included, needs under half the ring).
+const PUBLISH_EVERY: usize = RING / 8;
 
 /// The stamp that marks a record at ring position `at` (free-running) as published: never zero,
 /// because positions are multiples of [`ALIGN`].
@@ -834,12 +838,13 @@ impl WorkerEnd {
         futex_wake(s);
     }
 
-    /// Tells the host that every frame read so far has been served, waking it if it waits for room.
-    fn publish_served(&mut self) {
-        if self.served == self.read {
+    /// Tells the host that every frame before ring position `upto` has been served, waking it if
+    /// it waits for room.
+    fn publish_served(&mut self, upto: u32) {
+        if self.served == upto {
             return;
         }
-        self.served = self.read;
+        self.served = upto;
         let r = &self.region;
         r.u32_at(OFF_TAIL).store(self.served, SeqCst);
         if r.u32_at(OFF_HOST_WANTS_SPACE).load(SeqCst) != 0 {
@@ -859,13 +864,20 @@ impl WorkerEnd {
     /// Marks the previous frame served and waits for the next, copying it into `out`. When the
     /// ring stays empty past the spin budget it calls `idle()` once, before sleeping; while idle
     /// it sleeps in one-second slices, calling `host_alive()` after each.
+    ///
+    /// `tail` is published lazily while posted frames keep coming — every [`PUBLISH_EVERY`]
+    /// bytes, when the ring runs empty, and before a call is performed — so a burst of launches
+    /// does not pay a fence per launch, while the host still learns what was served whenever it
+    /// could be waiting on it (for room, for an answer, or to see the worker idle).
     pub fn wait_request(
         &mut self,
         out: &mut Vec<u8>,
         host_alive: &mut dyn FnMut() -> bool,
         idle: &mut dyn FnMut(),
     ) -> Incoming {
-        self.publish_served();
+        if self.read.wrapping_sub(self.served) as usize >= PUBLISH_EVERY {
+            self.publish_served(self.read);
+        }
         self.call = None;
         loop {
             if self.region.u32_at(OFF_CLOSED).load(Acquire) != 0 {
@@ -896,6 +908,8 @@ impl WorkerEnd {
     /// little slower than us (a burst of launches) does not make the backend close a launch group
     /// per launch, and one that went quiet still finds the group closed within the spin budget.
     fn wait_for_record(&mut self, host_alive: &mut dyn FnMut() -> bool, idle: &mut dyn FnMut()) -> bool {
+        // Caught up: the host may be waiting for room (or to see everything served).
+        self.publish_served(self.read);
         let r = &self.region;
         let slot = r.stamp_at(self.read as usize % RING);
         let want = stamp(self.read);
@@ -959,8 +973,12 @@ impl WorkerEnd {
         out.clear();
         out.resize(len, 0);
         r.get(off, out);
+        let start = self.read;
         self.consume(pos, size);
         if incoming == Incoming::Call {
+            // Everything before the call is served: say so before performing it (the host's
+            // wait for the answer may ask, `HostEnd::served_past`).
+            self.publish_served(start);
             self.call = Some(seq);
         }
         Some(Ok(incoming))
@@ -1120,9 +1138,33 @@ mod tests {
                 sent += record_size(len);
                 i += 1;
             }
-            w.publish_served();
+            w.publish_served(w.read);
             assert!(!w.published(), "a stale stamp at ring position {} passed for a record", w.read as usize % RING);
         }
+    }
+
+    #[test]
+    fn tail_covers_the_frames_before_a_call_while_it_is_performed_and_the_call_once_answered() {
+        let (mut h, mut w) = pair(DEFAULT_DATA_SIZE);
+        let mut buf = Vec::new();
+        for i in 0..10 {
+            h.post(&numbered(i, 100), soon(), &mut || None).unwrap();
+        }
+        let mark = h.mark();
+        let seq = h.send(b"call", soon(), &mut || None).unwrap();
+        for _ in 0..10 {
+            assert_eq!(w.wait_request(&mut buf, &mut || true, &mut || {}), Incoming::Posted);
+        }
+        // Posted frames served, not yet published (lazily, while frames keep coming).
+        assert!(!h.served_past(mark));
+        assert_eq!(w.wait_request(&mut buf, &mut || true, &mut || {}), Incoming::Call);
+        assert!(h.served_past(mark), "the frames before a call are published before it is performed");
+        assert!(!h.all_served(), "a call is not served before it is answered");
+        w.respond(b"done").unwrap();
+        let mut out = Vec::new();
+        h.wait(seq, soon(), &mut || None, &mut out).unwrap();
+        assert_eq!(out, b"done");
+        assert!(h.all_served());
     }
 
     #[test]

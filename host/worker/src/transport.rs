@@ -24,7 +24,7 @@
 //! brings the news and the record's first 48 bytes together; reading `head` first would cost a
 //! transfer of its own (~0.2 µs between the vCPUs of the GPU machines we measured on). A stale
 //! stamp can never pass for a fresh one, because the worker zeroes every stamp slot of the span it
-//! consumed (one word per 16 bytes) before it hands the span back through `tail`, so the host only
+//! consumed (one word per 16 bytes) as it hands the span back through `tail`, so the host only
 //! ever writes into space whose stamp slots are zero. `head` still exists: for the host's own
 //! books, and as the futex word a sleeping worker waits on.
 //!
@@ -844,6 +844,7 @@ impl WorkerEnd {
         if self.served == upto {
             return;
         }
+        self.clear_stamps(upto);
         self.served = upto;
         let r = &self.region;
         r.u32_at(OFF_TAIL).store(self.served, SeqCst);
@@ -856,6 +857,7 @@ impl WorkerEnd {
     /// response then, never for room, so no wake-up (and no fence) is needed.
     fn publish_served_in_call(&mut self) {
         if self.served != self.read {
+            self.clear_stamps(self.read);
             self.served = self.read;
             self.region.u32_at(OFF_TAIL).store(self.served, Release);
         }
@@ -946,8 +948,7 @@ impl WorkerEnd {
     }
 
     /// Reads the published record at `self.read`: None for a wrap record (skipped), else the
-    /// frame copied into `out`, or why the ring cannot be what the host wrote. Zeroes the stamp
-    /// slots of what it consumed (see the module docs).
+    /// frame copied into `out`, or why the ring cannot be what the host wrote.
     fn take_record(&mut self, out: &mut Vec<u8>) -> Option<Result<Incoming, String>> {
         let r = &self.region;
         let pos = self.read as usize % RING;
@@ -956,7 +957,7 @@ impl WorkerEnd {
         let len = len as usize;
         let (size, off, incoming) = match kind {
             KIND_WRAP => {
-                self.consume(pos, to_end);
+                self.consume(to_end);
                 return None;
             }
             KIND_POSTED | KIND_CALL => {
@@ -974,7 +975,7 @@ impl WorkerEnd {
         out.resize(len, 0);
         r.get(off, out);
         let start = self.read;
-        self.consume(pos, size);
+        self.consume(size);
         if incoming == Incoming::Call {
             // Everything before the call is served: say so before performing it (the host's
             // wait for the answer may ask, `HostEnd::served_past`).
@@ -984,13 +985,21 @@ impl WorkerEnd {
         Some(Ok(incoming))
     }
 
-    /// Moves past `size` bytes at ring position `pos` (reduced), zeroing their stamp slots first:
-    /// the host may write there once `tail` covers them, and must find no stale stamp.
-    fn consume(&mut self, pos: usize, size: usize) {
-        for at in (pos..pos + size).step_by(ALIGN) {
-            self.region.stamp_at(at).store(0, Relaxed);
-        }
+    /// Moves past `size` bytes of the ring.
+    fn consume(&mut self, size: usize) {
         self.read = self.read.wrapping_add(size as u32);
+    }
+
+    /// Zeroes the stamp slots from `served` up to `upto`, which is about to be published: the host
+    /// may write there once `tail` covers it, and must find no stale stamp. Done here, not as each
+    /// record is read, so that the worker does not write to ring lines the host may be filling
+    /// right then (the next record often shares a cache line with the one just read).
+    fn clear_stamps(&self, upto: u32) {
+        let mut at = self.served;
+        while at != upto {
+            self.region.stamp_at(at as usize % RING).store(0, Relaxed);
+            at = at.wrapping_add(ALIGN as u32);
+        }
     }
 
     /// Publishes the response to the call last returned by `wait_request`.

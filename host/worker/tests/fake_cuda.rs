@@ -334,23 +334,9 @@ mod guest {
     //! first as pageable and refuses the second.
 
     use super::*;
-    use tasklet_worker::guest_memory::{locate, GuestSpan, SharedMemory};
+    use tasklet_worker::guest_memory::SharedMemory;
 
     const MIB: usize = 1 << 20;
-
-    // Linear memory is shared mutable memory by nature (wasmtime and the worker write it through
-    // raw pointers); the tests do the same through short-lived slices.
-    #[allow(clippy::mut_from_ref)]
-    fn bytes(m: &SharedMemory, off: usize, len: usize) -> &mut [u8] {
-        assert!(off + len <= m.size());
-        // SAFETY: inside the accessible part of a live memory that this test alone uses.
-        unsafe { std::slice::from_raw_parts_mut(m.as_ptr().add(off), len) }
-    }
-
-    fn span(m: &SharedMemory, off: usize, len: usize) -> GuestSpan {
-        // SAFETY: only the address is formed.
-        locate(unsafe { m.as_ptr().add(off) }, len).expect("span inside the memory")
-    }
 
     fn pattern(len: usize, seed: u8) -> Vec<u8> {
         (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 12) as u8).collect()

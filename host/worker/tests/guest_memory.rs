@@ -6,28 +6,13 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use tasklet_worker::guest_memory::{locate, GuestSpan, SharedMemory};
+use tasklet_worker::guest_memory::{locate, SharedMemory};
 use tasklet_worker::{BackendKind, ErrorKind, Launch, Worker, WorkerError};
 
 const MIB: usize = 1 << 20;
 
 fn emu_worker() -> Worker {
     Worker::spawn(&command(false), BackendKind::Emu, 512 << 20, Duration::from_secs(10)).expect("spawn")
-}
-
-/// Bytes `off..off+len` of `m`, as a slice (tests own the memory and nothing else touches it).
-// Linear memory is shared mutable memory by nature (wasmtime and the worker write it through
-// raw pointers); the tests do the same through short-lived slices.
-#[allow(clippy::mut_from_ref)]
-fn bytes(m: &SharedMemory, off: usize, len: usize) -> &mut [u8] {
-    assert!(off + len <= m.size());
-    // SAFETY: inside the accessible part of a live memory that this test alone uses.
-    unsafe { std::slice::from_raw_parts_mut(m.as_ptr().add(off), len) }
-}
-
-fn span(m: &SharedMemory, off: usize, len: usize) -> GuestSpan {
-    // SAFETY: only the address is formed, not dereferenced.
-    locate(unsafe { m.as_ptr().add(off) }, len).expect("span inside the memory")
 }
 
 fn pattern(len: usize, seed: u32) -> Vec<u8> {

@@ -2,6 +2,7 @@
 
 use std::time::{Duration, Instant};
 
+use tasklet_worker::guest_memory::{locate, GuestSpan, SharedMemory};
 use tasklet_worker::{BackendKind, PoolConfig, Worker, WorkerCommand};
 
 pub fn command(null_backend: bool) -> WorkerCommand {
@@ -60,4 +61,19 @@ pub fn wait_dead(pid: u32) {
         }
     });
     assert!(dead, "process {pid} did not die");
+}
+
+/// Bytes `off..off+len` of `m`, as a slice (tests own the memory and nothing else touches it).
+// Linear memory is shared mutable memory by nature (wasmtime and the worker write it through
+// raw pointers); the tests do the same through short-lived slices.
+#[allow(clippy::mut_from_ref)]
+pub fn bytes(m: &SharedMemory, off: usize, len: usize) -> &mut [u8] {
+    assert!(off + len <= m.size());
+    // SAFETY: inside the accessible part of a live memory that this test alone uses.
+    unsafe { std::slice::from_raw_parts_mut(m.as_ptr().add(off), len) }
+}
+
+pub fn span(m: &SharedMemory, off: usize, len: usize) -> GuestSpan {
+    // SAFETY: only the address is formed, not dereferenced.
+    locate(unsafe { m.as_ptr().add(off) }, len).expect("span inside the memory")
 }

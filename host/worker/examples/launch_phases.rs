@@ -145,7 +145,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn opts(data_region: Option<(usize, usize)>) -> BackendOptions {
-    BackendOptions { device_memory: 1 << 30, emu_threads: 0, null: false, data_region }
+    BackendOptions { device_memory: 1 << 30, emu_threads: 0, null: false, data_region, completion_word: None }
 }
 
 fn launch_req(module: u32) -> LaunchRequest<'static> {

@@ -156,6 +156,7 @@ pub fn serve_main(args: impl Iterator<Item = String>) -> i32 {
         emu_threads: a.emu_threads,
         null: a.null_backend,
         data_region: Some((data_ptr as usize, data_len)),
+        completion_word: Some(end.completion_word()),
     };
     let mut backend = match catch_unwind(|| backend::open(a.backend, &opts)) {
         Ok(Ok(b)) => b,
@@ -330,7 +331,10 @@ fn dispatch(end: &mut WorkerEnd, b: &mut dyn Backend, guests: &mut Attachments, 
         },
         Request::UnloadModule { id } => done(b.unload_module(*id)),
         Request::Launch(l) => done(b.launch(l)),
-        Request::Sync => done(b.sync()),
+        Request::Sync => done(match end.call_seq() {
+            Some(seq) => b.sync_signalling(seq),
+            None => b.sync(),
+        }),
         Request::Reset => {
             guests.detach_all(b);
             done(b.reset())

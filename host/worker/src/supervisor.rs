@@ -19,7 +19,7 @@ use crate::error::{ErrorKind, WorkerError};
 use crate::guest_memory::{GuestSpan, Shared};
 use crate::protocol::{decode_response, encode_request, LaunchRequest, Request, Response};
 use crate::serve::{WorkerArgs, EXIT_DEADLINE};
-use crate::transport::{HostEnd, SendError, SharedRegion, WaitError, DEFAULT_DATA_SIZE};
+use crate::transport::{Answer, HostEnd, SendError, SharedRegion, WaitError, DEFAULT_DATA_SIZE};
 
 /// Emulator speed per core, in lane-instructions per second, that turns a launch deadline into the
 /// emulator's step limit: `deadline × this × cores` (the emulator runs CTAs on every core).
@@ -164,6 +164,8 @@ pub struct Worker {
     /// The kernel of the latest launch, for messages about queued kernels (kept to reuse its
     /// allocation).
     last_kernel: String,
+    /// `sync`s answered through the completion word (see [`Worker::sync`]).
+    signalled_syncs: u64,
     /// Set while leased from a pool; tells the pool when the worker is dropped unreleased.
     pub(crate) lease: Option<crate::pool::LeaseToken>,
     /// The host's end of the control socket, which carries guest memories' fds.
@@ -252,6 +254,7 @@ impl Worker {
             poisoned: None,
             pending_until: None,
             last_kernel: String::new(),
+            signalled_syncs: 0,
             lease: None,
             ctl,
             attached: HashMap::new(),
@@ -532,8 +535,24 @@ impl Worker {
     }
 
     /// Waits for every launched kernel; reports the first fault or missed deadline.
+    ///
+    /// On a device that can signal (cuda), success may be seen in the channel's completion word,
+    /// stored by the device itself once the kernels finished, before the worker's answer (see
+    /// `transport`); a failure always comes as the worker's answer.
     pub fn sync(&mut self) -> Result<(), WorkerError> {
-        self.call_ok(&Request::Sync)
+        match self.call_answered(&Request::Sync, self.op_timeout, true)? {
+            (_, Answer::Signalled) => {
+                self.signalled_syncs += 1;
+                Ok(())
+            }
+            (Response::Ok, Answer::Response) => Ok(()),
+            (other, Answer::Response) => Err(self.unexpected("sync", &other)),
+        }
+    }
+
+    /// How many `sync`s so far were answered through the completion word.
+    pub fn signalled_syncs(&self) -> u64 {
+        self.signalled_syncs
     }
 
     /// Frees every allocation, unloads every module and detaches every guest memory (the pool
@@ -567,6 +586,17 @@ impl Worker {
     /// One call with `timeout`, extended by the time queued kernels may still legitimately take
     /// (the call waits behind them in the ring, and most calls wait for them on the device).
     fn call(&mut self, req: &Request<'_>, timeout: Duration) -> Result<Response, WorkerError> {
+        self.call_answered(req, timeout, false).map(|(resp, _)| resp)
+    }
+
+    /// [`Worker::call`], where `signalled` lets the completion word answer (then the response is
+    /// `Ok`, not decoded from any frame).
+    fn call_answered(
+        &mut self,
+        req: &Request<'_>,
+        timeout: Duration,
+        signalled: bool,
+    ) -> Result<(Response, Answer), WorkerError> {
         self.usable()?;
         let now = Instant::now();
         let timeout = timeout.saturating_add(self.queued_for(now));
@@ -581,11 +611,11 @@ impl Worker {
             }
             Err(SendError::Wait(w)) => return Err(self.wait_failed(req.name(), w, timeout)),
         };
-        let resp = self.receive(seq, id, (first, mark, deadline), req.name(), timeout)?;
+        let answered = self.receive(seq, id, (first, mark, deadline), req.name(), timeout, signalled)?;
         if self.drains(req) {
             self.pending_until = None;
         }
-        Ok(resp)
+        Ok(answered)
     }
 
     /// Encodes `req` with a fresh id into `self.frame`; returns the id.
@@ -618,14 +648,26 @@ impl Worker {
         (first, mark, deadline): (Instant, Option<u32>, Instant),
         op: &str,
         timeout: Duration,
-    ) -> Result<Response, WorkerError> {
+        signalled: bool,
+    ) -> Result<(Response, Answer), WorkerError> {
         let proc = &self.proc;
-        let mut waited = self.chan.wait(seq, first, &mut || proc.poll(), &mut self.resp);
+        let wait = |chan: &mut HostEnd, resp: &mut Vec<u8>, until: Instant| {
+            if signalled {
+                chan.wait_signalled(seq, until, &mut || proc.poll(), resp)
+            } else {
+                chan.wait(seq, until, &mut || proc.poll(), resp).map(|()| Answer::Response)
+            }
+        };
+        let mut waited = wait(&mut self.chan, &mut self.resp, first);
         if waited == Err(WaitError::Timeout) && mark.is_some_and(|m| self.chan.served_past(m)) {
-            waited = self.chan.wait(seq, deadline, &mut || proc.poll(), &mut self.resp);
+            waited = wait(&mut self.chan, &mut self.resp, deadline);
         }
-        if let Err(w) = waited {
-            return Err(self.wait_failed(op, w, timeout));
+        let answer = match waited {
+            Ok(a) => a,
+            Err(w) => return Err(self.wait_failed(op, w, timeout)),
+        };
+        if answer == Answer::Signalled {
+            return Ok((Response::Ok, answer));
         }
         let (rid, resp) = match decode_response(&self.resp) {
             Ok(r) => r,
@@ -640,7 +682,7 @@ impl Worker {
             }
             return Err(WorkerError::Op { kind, message });
         }
-        Ok(resp)
+        Ok((resp, Answer::Response))
     }
 
     /// The error for a wait on the channel (for room, or for an answer) that ended badly; the

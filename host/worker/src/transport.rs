@@ -3,7 +3,8 @@
 //! ```text
 //! 0        header page: magic/sizes, then atomics on their own cache lines
 //!          (ring head, worker-sleeping flag, ring tail, host-waiting-for-space flag,
-//!           response seq + frame location, host-sleeping flag, start state, closed flag)
+//!           response seq + frame location, host-sleeping flag, start state, closed flag,
+//!           completion word)
 //! 4 KiB    request ring          (RING bytes)
 //!          response message area (MSG_AREA bytes)
 //!          data region           (data_size bytes: write payloads, read results, oversized frames)
@@ -31,6 +32,17 @@
 //! A *call* (every request but a launch) gets exactly one response, in the single response slot,
 //! tagged with the call's seq; only one call is outstanding at a time. A call frame too large for
 //! the ring goes to the data region, as before (only calls are ever that large: module text).
+//!
+//! A `sync` may also be answered by the *completion word*, on a cache line of its own in the header
+//! page: a worker whose device can store into host memory in stream order (cuda:
+//! `cuStreamWriteValue32` into the page-locked header page) asks it to store the sync's seq there
+//! once every kernel before it has finished, and the host, spinning for the response, takes that
+//! store as the `Ok` (one hand-off fewer on the hottest path, launch + sync). The worker still
+//! answers the call as usual, later; the host then skips that answer while waiting for the next
+//! one, so responses may now lag behind the calls sent by one signalled sync (see
+//! [`HostEnd::wait`]). A sync that fails stores nothing: its error arrives as a response. The word
+//! is as untrusted as every response: a worker or a kernel of its own lease that stores a seq early
+//! only misleads its own tenant.
 //!
 //! Each waiting side spins for a short, adaptive while and then sleeps on a futex, announcing that
 //! through its sleeping flag so the other side only pays for a `FUTEX_WAKE` syscall when someone
@@ -63,7 +75,8 @@ const MAGIC: u64 = u64::from_le_bytes(*b"TASKLETW");
 /// Bumped whenever the frames in `protocol` or this layout change, so a host and a worker built
 /// from different sources refuse each other at start instead of misreading frames.
 /// 2: launch deadline, richer info. 3: guest memory attachments (attach/detach-memory, write-from, read-into). 4: the request ring.
-const VERSION: u32 = 5;
+/// 5: stamps, inline responses. 6: the completion word.
+const VERSION: u32 = 6;
 const HEADER: usize = 4096;
 
 const OFF_MAGIC: usize = 0;
@@ -85,6 +98,8 @@ const RESP_INLINE: usize = OFF_HOST_SLEEPING - OFF_RESP_INLINE;
 const OFF_HOST_SLEEPING: usize = 384;
 const OFF_STATE: usize = 448;
 const OFF_CLOSED: usize = 512;
+/// The completion word (see the module docs): its own cache line, since the device writes it.
+const OFF_SIGNAL: usize = 576;
 
 const RING_OFF: usize = HEADER;
 const RESP_OFF: usize = HEADER + RING;
@@ -112,6 +127,7 @@ const STATE_FAILED: u32 = 2;
 
 const _: () = assert!(RING.is_power_of_two() && RING <= 1 << 31 && MSG_AREA + REC_HEADER <= RING / 2);
 const _: () = assert!(OFF_RESP_INLINE % 64 + RESP_INLINE <= 64);
+const _: () = assert!(OFF_SIGNAL % 64 == 0 && OFF_SIGNAL > OFF_CLOSED && OFF_SIGNAL + 64 <= HEADER);
 /// Most bytes of served posted frames the worker leaves unpublished in `tail` (see
 /// [`WorkerEnd::wait_request`]): small beside the ring, so with the worker caught up every record
 /// still fits (the largest, wrap included, needs under half the ring).
@@ -144,6 +160,15 @@ pub enum WaitError {
     Protocol(String),
     /// The worker reported that it could not start (start handshake only).
     Failed(String),
+}
+
+/// How a call's wait ended (see [`HostEnd::wait_signalled`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    /// The worker's response was copied out.
+    Response,
+    /// The completion word carried the call's seq: the call succeeded; there is no frame.
+    Signalled,
 }
 
 /// Why a request could not be put on the channel.
@@ -514,6 +539,9 @@ pub struct HostEnd {
     tail_seen: u32,
     /// Calls sent; the response to a call carries its number.
     seq: u32,
+    /// The last call the worker answered with a response that we waited for: every call after it
+    /// up to `seq` may still be answered (a signalled sync's response comes late).
+    answered: u32,
     spin: Spin,
     space_spin: Spin,
 }
@@ -526,6 +554,7 @@ impl HostEnd {
             head,
             tail_seen: head,
             seq: 0,
+            answered: 0,
             spin: Spin::new(Duration::from_micros(5), Duration::from_micros(100)),
             space_spin: Spin::new(Duration::from_micros(5), Duration::from_micros(50)),
         }
@@ -694,6 +723,10 @@ impl HostEnd {
 
     /// Waits for the response to call `seq` and copies its frame into `out`. Spins, then sleeps
     /// in slices that each end with `alive()` (None: alive; Some(why): gone) until `deadline`.
+    ///
+    /// While it waits, the response slot may still show the answer to an earlier call that was
+    /// signalled (a sync answered through the completion word): any seq after the last answer
+    /// waited for and before `seq` means "not yet"; anything else is a protocol violation.
     pub fn wait(
         &mut self,
         seq: u32,
@@ -701,17 +734,51 @@ impl HostEnd {
         alive: &mut dyn FnMut() -> Option<String>,
         out: &mut Vec<u8>,
     ) -> Result<(), WaitError> {
-        let prev = seq.wrapping_sub(1);
+        self.wait_for(seq, false, deadline, alive, out).map(|_| ())
+    }
+
+    /// [`HostEnd::wait`] for a `sync`, which the completion word may answer first: then the call
+    /// succeeded, `out` is left alone, and the worker's own response is skipped later.
+    pub fn wait_signalled(
+        &mut self,
+        seq: u32,
+        deadline: Instant,
+        alive: &mut dyn FnMut() -> Option<String>,
+        out: &mut Vec<u8>,
+    ) -> Result<Answer, WaitError> {
+        self.wait_for(seq, true, deadline, alive, out)
+    }
+
+    fn wait_for(
+        &mut self,
+        seq: u32,
+        signalled: bool,
+        deadline: Instant,
+        alive: &mut dyn FnMut() -> Option<String>,
+        out: &mut Vec<u8>,
+    ) -> Result<Answer, WaitError> {
+        let open = seq.wrapping_sub(self.answered);
+        let signal = self.region.u32_at(OFF_SIGNAL);
+        let mut answer = Answer::Response;
         let arrived = |v: u32| -> Result<bool, WaitError> {
-            if v == seq {
+            let behind = seq.wrapping_sub(v);
+            if behind == 0 {
+                answer = Answer::Response;
                 Ok(true)
-            } else if v == prev {
-                Ok(false)
-            } else {
+            } else if behind > open {
                 Err(WaitError::Protocol(format!("response seq {v} while waiting for {seq}")))
+            } else if signalled && signal.load(Acquire) == seq {
+                answer = Answer::Signalled;
+                Ok(true)
+            } else {
+                Ok(false)
             }
         };
         host_wait(&self.region, &mut self.spin, OFF_RESP_SEQ, OFF_HOST_SLEEPING, deadline, alive, arrived)?;
+        if answer == Answer::Signalled {
+            return Ok(answer);
+        }
+        self.answered = seq;
         let r = &self.region;
         let loc = r.u32_at(OFF_RESP_LOC).load(Relaxed);
         let len = r.u32_at(OFF_RESP_LEN).load(Relaxed) as usize;
@@ -724,7 +791,7 @@ impl HostEnd {
         out.clear();
         out.resize(len, 0);
         r.get(off, out);
-        Ok(())
+        Ok(answer)
     }
 
     /// Waits for the worker to report that it started (or failed to, with its message).
@@ -801,6 +868,19 @@ impl WorkerEnd {
     pub fn data_region(&self) -> (*mut u8, usize) {
         // SAFETY: in bounds of the mapping (data_off + data_size == len).
         (unsafe { self.region.base.as_ptr().add(self.region.data_off()) }, self.region.data_size)
+    }
+
+    /// Where the completion word lies in this process, for a device to store a signalled sync's
+    /// seq into (see the module docs). It sits in the header page, which starts the mapping: the
+    /// page `(addr & !4095, 4096)` can be registered with a device on its own.
+    pub fn completion_word(&self) -> usize {
+        self.region.base.as_ptr() as usize + OFF_SIGNAL
+    }
+
+    /// The seq of the call being served (what its signal must carry), if the last frame taken was
+    /// a call.
+    pub fn call_seq(&self) -> Option<u32> {
+        self.call
     }
 
     /// The first `len` bytes of the data region, as the host wrote them for this call.
@@ -1317,6 +1397,63 @@ mod tests {
         let r = h.wait(seq, start + Duration::from_secs(10), &mut || Some("gone".into()), &mut out);
         assert_eq!(r, Err(WaitError::Dead("gone".into())));
         assert!(start.elapsed() < Duration::from_millis(100));
+    }
+
+    /// A worker that signals each call's seq through the completion word at once, then answers
+    /// `late` after `delay` (as a GPU worker does: the device's store lands first).
+    fn signalling_worker(mut w: WorkerEnd, delay: Duration) -> thread::JoinHandle<()> {
+        thread::spawn(move || {
+            let mut buf = Vec::new();
+            while let Incoming::Call = w.wait_request(&mut buf, &mut || true, &mut || {}) {
+                let seq = w.call_seq().unwrap();
+                // SAFETY: the word's address in this mapping, aligned (what a device would store to).
+                unsafe { &*(w.completion_word() as *const AtomicU32) }.store(seq, Release);
+                thread::sleep(delay);
+                buf.reverse();
+                w.respond(&buf).unwrap();
+            }
+        })
+    }
+
+    #[test]
+    fn a_signalled_sync_ends_before_its_response_which_is_then_skipped() {
+        let (mut h, w) = pair(DEFAULT_DATA_SIZE);
+        let worker = signalling_worker(w, Duration::from_millis(200));
+        let mut out = vec![7u8];
+        let t = Instant::now();
+        let seq = h.send(b"sync", soon(), &mut || None).unwrap();
+        assert_eq!(h.wait_signalled(seq, soon(), &mut || None, &mut out).unwrap(), Answer::Signalled);
+        assert!(t.elapsed() < Duration::from_millis(150), "{:?}: the signal, not the response, ended it", t.elapsed());
+        assert_eq!(out, [7], "a signalled answer has no frame");
+        // The next call's wait starts while the sync's response is still to come: it skips it.
+        assert_eq!(call(&mut h, b"abc"), b"cba");
+        assert!(t.elapsed() >= Duration::from_millis(400), "both responses were waited for in turn");
+        // Signalled twice in a row, then a plain wait, which ignores the word and takes the frame.
+        for _ in 0..2 {
+            let seq = h.send(b"s", soon(), &mut || None).unwrap();
+            assert_eq!(h.wait_signalled(seq, soon(), &mut || None, &mut out).unwrap(), Answer::Signalled);
+        }
+        let seq = h.send(b"xy", soon(), &mut || None).unwrap();
+        h.wait(seq, soon(), &mut || None, &mut out).unwrap();
+        assert_eq!(out, b"yx");
+        h.close();
+        worker.join().unwrap();
+    }
+
+    #[test]
+    fn a_response_from_before_the_last_answer_waited_for_is_refused() {
+        let (mut h, w) = pair(DEFAULT_DATA_SIZE);
+        let worker = echo(w);
+        assert_eq!(call(&mut h, b"ab"), b"ba");
+        let seq = h.send(b"x", soon(), &mut || None).unwrap();
+        h.wait(seq, soon(), &mut || None, &mut Vec::new()).unwrap();
+        h.close();
+        worker.join().unwrap();
+        // Answered up to `seq`: a response slot showing an older seq is a forgery.
+        h.region.u32_at(OFF_RESP_SEQ).store(seq.wrapping_sub(1), SeqCst);
+        h.seq = seq.wrapping_add(1);
+        let late = Instant::now() + Duration::from_millis(200);
+        assert!(matches!(h.wait(h.seq, late, &mut || None, &mut Vec::new()), Err(WaitError::Protocol(_))));
     }
 
     #[test]

@@ -73,7 +73,7 @@ fn counts(file: &PathBuf) -> (u64, u64) {
     let s = std::fs::read_to_string(file).unwrap_or_default();
     let words: Vec<&str> = s.split_whitespace().collect();
     match words.as_slice() {
-        ["launches", l, "records", r] => (l.parse().unwrap(), r.parse().unwrap()),
+        ["launches", l, "records", r, "signals", _] => (l.parse().unwrap(), r.parse().unwrap()),
         _ => (0, 0),
     }
 }
@@ -207,6 +207,40 @@ fn a_fault_is_reported_at_sync_and_poisons_the_worker() {
     assert!(msg.contains("CUDA_ERROR_ILLEGAL_ADDRESS") && msg.contains("write_out_of_bounds"), "{msg}");
     assert!(w.is_poisoned());
     assert_eq!(op_kind(w.alloc(16)).0, ErrorKind::KernelFault);
+}
+
+#[test]
+fn a_sync_is_seen_through_the_devices_completion_store_before_the_worker_answers() {
+    // The fake's events report done 300 ms after they were recorded, so the worker answers a sync
+    // that late; the fake device's store of the sync's seq lands at once.
+    let Some(mut cmd) = fake_command() else { return };
+    cmd.args.insert(0, "FAKE_CUDA_EVENT_DELAY_MS=300".into());
+    let mut w = Worker::spawn(&cmd, BackendKind::Cuda, u64::MAX, Duration::from_secs(10)).expect("a worker on the fake driver");
+    let m = w.load_module(IOTA_PTX).unwrap();
+    let out = w.alloc(64).unwrap();
+    for round in 1..=2u64 {
+        w.launch(&launch(m.id, "iota", 16, &iota_args(out, 16), Duration::from_secs(5))).unwrap();
+        let t = Instant::now();
+        w.sync().unwrap();
+        assert!(t.elapsed() < Duration::from_millis(200), "{:?}: answered by the worker, not the device", t.elapsed());
+        assert_eq!(w.signalled_syncs(), round);
+        // The next op queues behind the worker's own late answer to the sync, which is skipped.
+        let mut buf = vec![0u8; 64];
+        let t = Instant::now();
+        w.read(out, &mut buf).unwrap();
+        assert!(t.elapsed() >= Duration::from_millis(50), "the read waited for the worker to finish the sync");
+        let got: Vec<u32> = buf.chunks(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect();
+        assert_eq!(got, (1..=16).collect::<Vec<u32>>());
+    }
+    // With no kernel queued the worker answers by itself.
+    w.sync().unwrap();
+    assert_eq!(w.signalled_syncs(), 2);
+    // A faulting kernel's sync is never signalled: its error is the worker's answer.
+    let f = w.load_module(FAULTS_PTX).unwrap();
+    let args: Vec<u8> = out.to_le_bytes().into_iter().chain((1u64 << 40).to_le_bytes()).collect();
+    w.launch(&launch(f.id, "write_out_of_bounds", 1, &args, Duration::from_secs(5))).unwrap();
+    assert_eq!(op_kind(w.sync()).0, ErrorKind::KernelFault);
+    assert_eq!(w.signalled_syncs(), 2);
 }
 
 #[test]

@@ -93,6 +93,14 @@ pub trait Backend {
     fn launch(&mut self, launch: &LaunchRequest<'_>) -> Result<(), BackendError>;
     /// Waits for everything queued and reports the first deferred error.
     fn sync(&mut self) -> Result<(), BackendError>;
+    /// [`Backend::sync`] for the call numbered `seq`, where the device can first be asked to store
+    /// `seq` into the channel's completion word ([`BackendOptions::completion_word`]) once
+    /// everything queued before it has finished, so the host sees the success before this
+    /// process answers (cuda: `cuStreamWriteValue32`). A device that cannot just syncs.
+    fn sync_signalling(&mut self, seq: u32) -> Result<(), BackendError> {
+        let _ = seq;
+        self.sync()
+    }
     /// Frees every allocation and unloads every module.
     fn reset(&mut self) -> Result<(), BackendError>;
     /// Host memory `base..base+len` of this process (an attached guest memory) is mapped and
@@ -126,6 +134,9 @@ pub struct BackendOptions {
     /// The host/worker data region (address, bytes) in this process, for the cuda backend to
     /// page-lock (`cuMemHostRegister`) so writes and reads are DMA.
     pub data_region: Option<(usize, usize)>,
+    /// The channel's completion word (its address in this process, in a page of its own use),
+    /// for [`Backend::sync_signalling`].
+    pub completion_word: Option<usize>,
 }
 
 /// Opens the backend a worker was asked for. Errors are for people: the worker reports them to

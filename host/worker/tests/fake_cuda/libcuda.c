@@ -13,13 +13,17 @@
 // CUDA_ERROR_UNSUPPORTED_PTX_VERSION. A block of more than 1024 threads is CUDA_ERROR_INVALID_VALUE.
 // With FAKE_CUDA_COUNTS=<file> set, the counts of kernel launches and event records so far are
 // rewritten to that file after each ("launches N records M"), so tests can see how launches are
-// grouped under events.
+// grouped under events, and how many sync signals (cuStreamWriteValue32) were stored ("signals N").
+// With FAKE_CUDA_EVENT_DELAY_MS=<n>, an event reports finished only n ms after it was recorded (a
+// slow wait in the worker), while a stream memory write lands at once: the host must see the
+// worker's sync through the completion word, long before the worker answers.
 // Not thread-safe beyond what the backend needs (it serialises launches and queries itself).
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <stdio.h>
+#include <time.h>
 
 typedef int CUresult;
 typedef int CUdevice;
@@ -33,20 +37,30 @@ static int sticky = 0;       // a sticky error, once a kernel "faulted"
 static int spinning = 0;     // a never-ending kernel was launched
 static int registered = 0;
 
-static unsigned long launches = 0, records = 0;
+static unsigned long launches = 0, records = 0, signals = 0;
 
 static void write_counts(void) {
     const char *path = getenv("FAKE_CUDA_COUNTS");
     if (!path) return;
     FILE *f = fopen(path, "w");
     if (!f) return;
-    fprintf(f, "launches %lu records %lu\n", launches, records);
+    fprintf(f, "launches %lu records %lu signals %lu\n", launches, records, signals);
     fclose(f);
 }
 
 struct module { char *ptx; };
 struct function { char name[128]; };
-struct event { int never; };
+struct event { int never; long long ready_at_ms; };
+
+static long long now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+static long long event_delay_ms(void) {
+    const char *d = getenv("FAKE_CUDA_EVENT_DELAY_MS");
+    return d ? atoll(d) : 0;
+}
 
 CUresult cuInit(unsigned flags) { (void)flags; return OK; }
 CUresult cuDriverGetVersion(int *v) { *v = 12080; return OK; }
@@ -213,10 +227,39 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
 }
 
 CUresult cuEventCreate(CUevent *e, unsigned flags) { (void)flags; *e = calloc(1, sizeof(struct event)); return OK; }
-CUresult cuEventRecord(CUevent e, CUstream s) { (void)s; ((struct event *)e)->never = spinning; records++; write_counts(); return OK; }
-CUresult cuEventQuery(CUevent e) { if (sticky) return sticky; return ((struct event *)e)->never ? NOT_READY : OK; }
+CUresult cuEventRecord(CUevent e, CUstream s) {
+    (void)s;
+    struct event *ev = e;
+    ev->never = spinning;
+    ev->ready_at_ms = now_ms() + event_delay_ms();
+    records++;
+    write_counts();
+    return OK;
+}
+CUresult cuEventQuery(CUevent e) {
+    struct event *ev = e;
+    if (sticky) return sticky;
+    return ev->never || now_ms() < ev->ready_at_ms ? NOT_READY : OK;
+}
 CUresult cuEventDestroy_v2(CUevent e) { free(e); return OK; }
 CUresult cuStreamQuery(CUstream s) { (void)s; if (sticky) return sticky; return spinning ? NOT_READY : OK; }
 CUresult cuStreamSynchronize(CUstream s) { (void)s; if (sticky) return sticky; while (spinning) {} return OK; }
 CUresult cuStreamCreate(CUstream *s, unsigned flags) { (void)flags; *s = calloc(1, 8); return OK; }
 CUresult cuStreamDestroy_v2(CUstream s) { free(s); return OK; }
+// A stream memory write: behind a faulted or never-ending kernel it never lands.
+CUresult cuStreamWriteValue32_v2(CUstream s, CUdeviceptr addr, unsigned value, unsigned flags) {
+    (void)s; (void)flags;
+    if (sticky) return sticky;
+    if (!pinned_inside((void *)(uintptr_t)addr, 4)) return INVALID_VALUE;
+    if (!spinning) {
+        __atomic_store_n((unsigned *)(uintptr_t)addr, value, __ATOMIC_RELEASE);
+        signals++;
+        write_counts();
+    }
+    return OK;
+}
+CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *d, void *p, unsigned flags) {
+    if (flags != 0 || !pinned_inside(p, 1)) return INVALID_VALUE;
+    *d = (CUdeviceptr)(uintptr_t)p;
+    return OK;
+}

@@ -92,7 +92,7 @@ macro_rules! driver_api {
                         match sym {
                             Ok(f) => *f,
                             Err(e) => return Err(format!(
-                                "the CUDA driver (libcuda) lacks the entry point {}: {e}; the driver is too old for this worker (it needs CUDA 11.4 or newer)",
+                                "the CUDA driver (libcuda) lacks the entry point {}: {e}; the driver is too old for this worker (it needs CUDA 11.7 or newer)",
                                 $sym
                             )),
                         }
@@ -140,6 +140,8 @@ driver_api! {
     stream_synchronize = "cuStreamSynchronize": fn(CuStream);
     stream_create = "cuStreamCreate": fn(*mut CuStream, c_uint);
     stream_destroy = "cuStreamDestroy_v2": fn(CuStream);
+    stream_write_value32 = "cuStreamWriteValue32_v2": fn(CuStream, CuDevicePtr, c_uint, c_uint);
+    mem_host_get_device_pointer = "cuMemHostGetDevicePointer_v2": fn(*mut CuDevicePtr, *mut c_void, c_uint);
 }
 
 // SAFETY: plain function pointers into a library that stays loaded; the driver API is

@@ -2,6 +2,7 @@
 //! the registration of the host/worker data region with the driver.
 
 use std::collections::BTreeMap;
+use std::ffi::c_uint;
 
 use super::driver::*;
 use crate::backend::BackendError;
@@ -91,26 +92,31 @@ impl Allocations {
     }
 }
 
-/// The data region, page-locked for the device while this lives.
+/// Host memory of the shared channel (the data region; the header page with the completion
+/// word), page-locked for the device while this lives.
 pub struct Pinned {
     ptr: *mut u8,
 }
 
+/// `CU_MEMHOSTREGISTER_DEVICEMAP`: kernels and stream memory operations may address it.
+pub const REGISTER_DEVICEMAP: c_uint = 2;
+
 impl Pinned {
-    /// Registers `len` bytes at `ptr` with the driver. On failure the caller goes on with pageable
-    /// copies (slower, still correct); the error says why.
-    pub fn register(drv: &Driver, ptr: *mut u8, len: usize) -> Result<Pinned, String> {
+    /// Registers `len` bytes at `ptr` (`what`, for the error) with the driver, with `cuMemHostRegister`'s `flags`. On
+    /// failure the caller goes on without (slower, still correct); the error says why.
+    pub fn register(drv: &Driver, ptr: *mut u8, len: usize, flags: c_uint, what: &str) -> Result<Pinned, String> {
         if ptr.is_null() || len == 0 {
-            return Err("no data region".into());
+            return Err(format!("no {what}"));
         }
         // SAFETY: `ptr..ptr+len` is a live, page-aligned mapping owned by this process for as long
         // as the backend lives (the serve loop's `WorkerEnd` outlives it).
-        let r = unsafe { (drv.mem_host_register)(ptr.cast(), len, 0) };
+        let r = unsafe { (drv.mem_host_register)(ptr.cast(), len, flags) };
         if r != CUDA_SUCCESS && r != CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED {
-            return Err(format!("cuMemHostRegister of the {len}-byte data region failed: {}", drv.describe(r)));
+            return Err(format!("cuMemHostRegister of the {len}-byte {what} failed: {}", drv.describe(r)));
         }
         Ok(Pinned { ptr })
     }
+
 
     pub fn unregister(self, drv: &Driver) {
         // SAFETY: registered by `register`; failure only means it is already gone.

@@ -6,6 +6,7 @@
 //! - [`host_memory`]: attached guest memories, page-locked lazily in chunks;
 //! - [`modules`]: PTX through the driver JIT, kernel signatures from `tasklet_ptx`, a module cache;
 //! - [`launch`]: asynchronous launches with deadlines and the watchdog;
+//! - [`signal`]: the channel's completion word, stored by the device when a sync's kernels end;
 //! - [`errors`]: driver results → typed kinds with the driver's words.
 //!
 //! Ordering: everything runs on the legacy default stream, so an allocation's zeroing, copies and
@@ -26,6 +27,7 @@ mod host_memory;
 mod launch;
 mod memory;
 mod modules;
+mod signal;
 
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -40,6 +42,7 @@ use launch::Timeline;
 use host_memory::HostMemory;
 use memory::{Allocations, Pinned};
 use modules::Modules;
+use signal::CompletionWord;
 
 pub use driver::NO_DRIVER;
 pub use launch::{GROUP_MAX, MAX_PENDING, WATCHDOG_GRACE};
@@ -69,6 +72,8 @@ pub struct CudaBackend {
     args: Vec<Chunk>,
     poisoned: Option<BackendError>,
     pinned: Option<Pinned>,
+    /// Where a sync's success is signalled to the host (`Backend::sync_signalling`).
+    signal: Option<CompletionWord>,
     /// Attached guest memories (`Backend::map_host`), registered as copies use them.
     host: HostMemory,
     /// Asynchronous work outside the launch queue (zeroing of new memory, device-to-device
@@ -84,7 +89,7 @@ impl CudaBackend {
         let dev = context::open(drv)?;
         let timeline = Timeline::start(drv, dev.ctx)?;
         let pinned = match opts.data_region {
-            Some((addr, len)) => match Pinned::register(drv, addr as *mut u8, len) {
+            Some((addr, len)) => match Pinned::register(drv, addr as *mut u8, len, 0, "data region") {
                 Ok(p) => Some(p),
                 Err(why) => {
                     eprintln!(
@@ -96,6 +101,11 @@ impl CudaBackend {
             },
             None => None,
         };
+        let signal = opts.completion_word.and_then(|addr| {
+            CompletionWord::register(drv, addr)
+                .map_err(|why| eprintln!("tasklet worker {}: {why}; syncs are answered by the worker alone", std::process::id()))
+                .ok()
+        });
         // Device printf output goes to this process's stdout; send it where emulated printf
         // goes (stderr, which is the host's).
         // SAFETY: plain dup2 of our own standard descriptors.
@@ -110,6 +120,7 @@ impl CudaBackend {
             args: vec![Chunk([0; 16]); 64],
             poisoned: None,
             pinned,
+            signal,
             host: HostMemory::default(),
             unchecked_async: false,
         })
@@ -467,6 +478,28 @@ impl Backend for CudaBackend {
         }
     }
 
+    fn sync_signalling(&mut self, seq: u32) -> Result<(), BackendError> {
+        // Only kernels take long enough for the early signal to matter; it is one more driver
+        // call, made while they run.
+        if self.poisoned.is_none() && self.timeline.pending() > 0 {
+            if let Some(word) = &self.signal {
+                // A sticky fault refuses it too: the wait below reports that. Only a device that
+                // cannot do it at all makes us stop asking.
+                if let Err(r @ (CUDA_ERROR_NOT_SUPPORTED | CUDA_ERROR_INVALID_VALUE)) = word.store_when_done(self.drv, seq) {
+                    eprintln!(
+                        "tasklet worker {}: cuStreamWriteValue32 refused ({}); syncs are answered by the worker alone from now on",
+                        std::process::id(),
+                        self.drv.describe(r)
+                    );
+                    if let Some(w) = self.signal.take() {
+                        w.unregister(self.drv);
+                    }
+                }
+            }
+        }
+        self.sync()
+    }
+
     fn flush(&mut self) {
         self.timeline.flush();
     }
@@ -515,6 +548,9 @@ impl Drop for CudaBackend {
         if self.poisoned.is_none() && self.timeline.pending() == 0 {
             if let Some(p) = self.pinned.take() {
                 p.unregister(self.drv);
+            }
+            if let Some(w) = self.signal.take() {
+                w.unregister(self.drv);
             }
             self.host.clear(self.drv);
         }

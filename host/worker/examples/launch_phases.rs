@@ -11,7 +11,10 @@
 //! - the same empty kernel natively (launch + `cuStreamSynchronize`, non-blocking stream) and
 //!   straight into the backend on one thread (`CudaBackend::launch` + `sync`, no channel);
 //! - through the channel: host post → worker in `launch`; in `launch`; `launch` → `sync`;
-//!   in `sync`; `sync` returned → host has the answer; and the whole.
+//!   in `sync`; `sync` returned → host has the answer; and the whole (the host waits for the
+//!   worker's answer);
+//! - the whole again with the host taking the completion word the GPU stores (what `Worker::sync`
+//!   does): the hand-off back to the host is gone.
 //!
 //! Needs a CUDA device; says "skipped: no CUDA device" and exits 0 without one.
 
@@ -21,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use tasklet_worker::backend::{Backend, BackendError, BackendOptions, LaunchRequest, LoadedModule, WorkerInfo};
 use tasklet_worker::protocol::{decode_response, encode_request, Request, Response};
-use tasklet_worker::transport::{HostEnd, SharedRegion, WorkerEnd, DEFAULT_DATA_SIZE};
+use tasklet_worker::transport::{Answer, HostEnd, SharedRegion, WorkerEnd, DEFAULT_DATA_SIZE};
 use tasklet_worker::backend::cuda::driver;
 use tasklet_worker::CudaBackend;
 
@@ -87,6 +90,12 @@ impl Backend for Timed {
         self.marks.sync_out.store(now_ns(), Relaxed);
         r
     }
+    fn sync_signalling(&mut self, seq: u32) -> Result<(), BackendError> {
+        self.marks.sync_in.store(now_ns(), Relaxed);
+        let r = self.inner.sync_signalling(seq);
+        self.marks.sync_out.store(now_ns(), Relaxed);
+        r
+    }
     fn reset(&mut self) -> Result<(), BackendError> {
         self.inner.reset()
     }
@@ -144,8 +153,8 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn opts(data_region: Option<(usize, usize)>) -> BackendOptions {
-    BackendOptions { device_memory: 1 << 30, emu_threads: 0, null: false, data_region, completion_word: None }
+fn opts(data_region: Option<(usize, usize)>, completion_word: Option<usize>) -> BackendOptions {
+    BackendOptions { device_memory: 1 << 30, emu_threads: 0, null: false, data_region, completion_word }
 }
 
 fn launch_req(module: u32) -> LaunchRequest<'static> {
@@ -173,7 +182,7 @@ fn main() {
     now_ns();
 
     // Straight into the backend, on this thread.
-    let mut direct = match CudaBackend::open(&opts(None)) {
+    let mut direct = match CudaBackend::open(&opts(None, None)) {
         Ok(b) => b,
         Err(e) => {
             println!("skipped: no CUDA device ({e})");
@@ -228,7 +237,7 @@ fn main() {
         pin(worker_cpu);
         let mut end = WorkerEnd::new(SharedRegion::from_fd(fd).expect("map region"));
         let (addr, len) = end.data_region();
-        let inner = CudaBackend::open(&opts(Some((addr as usize, len)))).expect("cuda backend in the worker thread");
+        let inner = CudaBackend::open(&opts(Some((addr as usize, len)), Some(end.completion_word()))).expect("cuda backend in the worker thread");
         end.ready();
         let mut b = Timed { inner, marks: worker_marks };
         tasklet_worker::serve::serve(&mut end, &mut b, &mut || true);
@@ -263,6 +272,8 @@ fn main() {
         "whole launch + sync through the channel",
     ];
     let mut phase_rounds: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
+    let mut signalled_rounds = Vec::new();
+    let mut sync_id = 1u64 << 50;
     for _ in 0..rounds {
         let mut phases: Vec<Vec<f64>> = names.iter().map(|_| Vec::with_capacity(iters)).collect();
         for i in 0..iters + iters / 10 {
@@ -292,6 +303,22 @@ fn main() {
         for (p, v) in phases.into_iter().enumerate() {
             phase_rounds[p].push(median(v));
         }
+        let mut whole = Vec::with_capacity(iters);
+        for i in 0..iters + iters / 10 {
+            let t0 = now_ns();
+            host.post(&launch_frame, far(), &mut || None).expect("post");
+            sync_id += 1;
+            frame.clear();
+            encode_request(sync_id, &Request::Sync, &mut frame);
+            let seq = host.send(&frame, far(), &mut || None).expect("send");
+            if host.wait_signalled(seq, far(), &mut || None, &mut resp).expect("answer") == Answer::Response {
+                assert_eq!(decode_response(&resp).expect("decodable").1, Response::Ok);
+            }
+            if i >= iters / 10 {
+                whole.push((now_ns() - t0) as f64 / 1e3);
+            }
+        }
+        signalled_rounds.push(median(whole));
     }
 
     println!("| {:<44} | {:>8} |", "phase", "p50 µs");
@@ -310,6 +337,7 @@ fn main() {
     for (name, v) in names.iter().zip(phase_rounds) {
         println!("| {name:<44} | {:>8.2} |", median(v));
     }
+    println!("| {:<44} | {:>8.2} |", "whole, host takes the GPU's completion word", median(signalled_rounds));
     println!(
         "({rounds} rounds × {iters} iterations; worker cpu {worker_cpu:?}, host cpu {host_cpu:?}; phases are medians each, so they need not add up to the whole)"
     );

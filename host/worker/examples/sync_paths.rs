@@ -1,6 +1,7 @@
 //! How the ways of waiting for one empty kernel compare on this GPU, in one process, no worker:
 //! the stream (legacy default vs non-blocking) crossed with the wait (`cuStreamSynchronize`,
-//! polling `cuStreamQuery`, `cuEventRecord` + polling `cuEventQuery`). The cuda backend's
+//! polling `cuStreamQuery`, `cuEventRecord` + polling `cuEventQuery`, `cuStreamWriteValue32` into
+//! page-locked host memory + polling that word, as the worker's completion word does). The cuda backend's
 //! launch + sync is one of these plus the host↔worker hand-off; this says which one costs least.
 //!
 //!     cargo build -p tasklet-worker --release --example sync_paths
@@ -12,6 +13,7 @@
 //! without one.
 
 use std::ffi::CString;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use tasklet_worker::backend::cuda::driver::{self, CuEvent, CuFunction, CuModule, CuStream, Driver, CUDA_SUCCESS};
@@ -26,6 +28,9 @@ struct Gpu {
     d: &'static Driver,
     f: CuFunction,
     ev: CuEvent,
+    /// A page-locked, device-mapped word (host address, device address) and the last value stored.
+    word: (*const AtomicU32, u64),
+    seq: std::cell::Cell<u32>,
 }
 
 #[derive(Clone, Copy)]
@@ -34,6 +39,8 @@ enum Wait {
     PollStream,
     RecordPollEvent,
     RecordSyncEvent,
+    /// `cuStreamWriteValue32` of a fresh value into page-locked host memory, then poll the word.
+    WriteValuePollWord,
     /// Launch only (per launch of a back-to-back burst, no wait): the launch's own CPU cost.
     LaunchOnly,
 }
@@ -61,11 +68,22 @@ impl Gpu {
                     ok("cuEventRecord", (self.d.event_record)(self.ev, s));
                     ok("cuStreamSynchronize", (self.d.stream_synchronize)(s));
                 }
+                Wait::WriteValuePollWord => {
+                    let v = self.seq.get().wrapping_add(1);
+                    self.seq.set(v);
+                    ok("cuStreamWriteValue32", (self.d.stream_write_value32)(s, self.word.1, v, 0));
+                    while (*self.word.0).load(Ordering::Acquire) != v {
+                        std::hint::spin_loop();
+                    }
+                }
                 Wait::LaunchOnly => {}
             }
         }
     }
 }
+
+#[repr(C, align(4096))]
+struct Page([u32; 1024]);
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -103,7 +121,16 @@ fn main() {
         ok("cuStreamCreate", (d.stream_create)(&mut nb, 1));
         ok("cuEventCreate", (d.event_create)(&mut ev, 2));
     }
-    let g = Gpu { d, f, ev };
+    // The word: a page of its own, registered device-mapped, as the worker's channel header is.
+    let page = Box::leak(Box::new(Page([0; 1024])));
+    let host = page.0.as_mut_ptr();
+    let mut dev = 0u64;
+    // SAFETY: a live, page-aligned page of ours, never freed (leaked); valid out-pointer.
+    unsafe {
+        ok("cuMemHostRegister", (d.mem_host_register)(host.cast(), 4096, 2));
+        ok("cuMemHostGetDevicePointer", (d.mem_host_get_device_pointer)(&mut dev, host.cast(), 0));
+    }
+    let g = Gpu { d, f, ev, word: (host as *const AtomicU32, dev), seq: std::cell::Cell::new(0) };
     let legacy: CuStream = std::ptr::null_mut();
     let variants: Vec<(&str, CuStream, Wait)> = vec![
         ("non-blocking: launch + cuStreamSynchronize", nb, Wait::Synchronize),
@@ -113,6 +140,8 @@ fn main() {
         ("legacy: launch + cuStreamSynchronize", legacy, Wait::Synchronize),
         ("legacy: launch + poll cuStreamQuery", legacy, Wait::PollStream),
         ("legacy: launch + record + poll cuEventQuery", legacy, Wait::RecordPollEvent),
+        ("non-blocking: launch + write value + poll host word", nb, Wait::WriteValuePollWord),
+        ("legacy: launch + write value + poll host word", legacy, Wait::WriteValuePollWord),
         ("non-blocking: launch only (burst, per launch)", nb, Wait::LaunchOnly),
         ("legacy: launch only (burst, per launch)", legacy, Wait::LaunchOnly),
     ];

@@ -173,6 +173,9 @@ run_bench() { # the speed table, then the corpus diff; neither counts towards pa
             echo
             echo "== launch + sync phase by phase (host/worker/examples/launch_phases.rs), worker CPU ${pin%,*}, host CPU ${pin#*,}"
             "$work/tools/launch_phases" 3000 5 "${pin%,*}" "${pin#*,}"
+            echo
+            echo "== ways to wait for one empty kernel, natively (host/worker/examples/sync_paths.rs), CPU ${pin%,*}"
+            taskset -c "${pin%,*}" "$work/tools/sync_paths" 3000 5
         fi
     } >"$logs/bench.txt" 2>&1
     say "diff: emulator vs GPU on the kernel corpus (CuPy, then the cuda backend)"

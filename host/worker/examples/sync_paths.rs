@@ -41,6 +41,9 @@ enum Wait {
     RecordSyncEvent,
     /// `cuStreamWriteValue32` of a fresh value into page-locked host memory, then poll the word.
     WriteValuePollWord,
+    /// The same with an event recorded after the write and polled between looks at the word (a
+    /// worker that also tracks the kernel through the driver while the host polls the word).
+    WriteValueRecordPollBoth,
     /// Launch only (per launch of a back-to-back burst, no wait): the launch's own CPU cost.
     LaunchOnly,
 }
@@ -74,6 +77,15 @@ impl Gpu {
                     ok("cuStreamWriteValue32", (self.d.stream_write_value32)(s, self.word.1, v, 0));
                     while (*self.word.0).load(Ordering::Acquire) != v {
                         std::hint::spin_loop();
+                    }
+                }
+                Wait::WriteValueRecordPollBoth => {
+                    let v = self.seq.get().wrapping_add(1);
+                    self.seq.set(v);
+                    ok("cuStreamWriteValue32", (self.d.stream_write_value32)(s, self.word.1, v, 0));
+                    ok("cuEventRecord", (self.d.event_record)(self.ev, s));
+                    while (*self.word.0).load(Ordering::Acquire) != v {
+                        let _ = (self.d.event_query)(self.ev);
                     }
                 }
                 Wait::LaunchOnly => {}
@@ -142,6 +154,7 @@ fn main() {
         ("legacy: launch + record + poll cuEventQuery", legacy, Wait::RecordPollEvent),
         ("non-blocking: launch + write value + poll host word", nb, Wait::WriteValuePollWord),
         ("legacy: launch + write value + poll host word", legacy, Wait::WriteValuePollWord),
+        ("legacy: launch + write value + record, poll event & word", legacy, Wait::WriteValueRecordPollBoth),
         ("non-blocking: launch only (burst, per launch)", nb, Wait::LaunchOnly),
         ("legacy: launch only (burst, per launch)", legacy, Wait::LaunchOnly),
     ];

@@ -475,7 +475,12 @@ fn posting_slow_launches_returns_long_before_they_finish() {
         w.sync().unwrap();
         let took = t.elapsed();
         if took >= Duration::from_millis(10) || n == 1 << 22 {
-            break took;
+            // Once more, warm: the first launch of a size can be slower than the burst's will be
+            // (seen on a 16-core machine: 13.6 ms calibrated, 2.6 ms each in the burst).
+            let t = Instant::now();
+            w.launch(&k.launch(&k.fill, &args, n)).unwrap();
+            w.sync().unwrap();
+            break took.min(t.elapsed());
         }
         n *= 2;
     };

@@ -14,9 +14,11 @@
 // With FAKE_CUDA_COUNTS=<file> set, the counts of kernel launches and event records so far are
 // rewritten to that file after each ("launches N records M"), so tests can see how launches are
 // grouped under events, and how many sync signals (cuStreamWriteValue32) were stored ("signals N").
-// With FAKE_CUDA_EVENT_DELAY_MS=<n>, an event reports finished only n ms after it was recorded (a
-// slow wait in the worker), while a stream memory write lands at once: the host must see the
-// worker's sync through the completion word, long before the worker answers.
+// With FAKE_CUDA_EVENT_DELAY_MS=<n>, an event reports finished only n ms after it was recorded, and
+// the stream n ms after the last launch (a slow wait in the worker), while a stream memory write
+// lands at once: the host must see the worker's sync through the completion word, long before the
+// worker answers. The counts file is replaced whole (written beside it, then renamed), so a reader
+// never sees it half written.
 // Not thread-safe beyond what the backend needs (it serialises launches and queries itself).
 
 #include <stdint.h>
@@ -42,10 +44,13 @@ static unsigned long launches = 0, records = 0, signals = 0;
 static void write_counts(void) {
     const char *path = getenv("FAKE_CUDA_COUNTS");
     if (!path) return;
-    FILE *f = fopen(path, "w");
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) return;
+    FILE *f = fopen(tmp, "w");
     if (!f) return;
     fprintf(f, "launches %lu records %lu signals %lu\n", launches, records, signals);
     fclose(f);
+    rename(tmp, path);
 }
 
 struct module { char *ptx; };
@@ -57,6 +62,7 @@ static long long now_ms(void) {
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
 }
+static long long stream_busy_until_ms = 0;
 static long long event_delay_ms(void) {
     const char *d = getenv("FAKE_CUDA_EVENT_DELAY_MS");
     return d ? atoll(d) : 0;
@@ -222,6 +228,7 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
         spinning = 1;
     }
     launches++;
+    stream_busy_until_ms = now_ms() + event_delay_ms();
     write_counts();
     return OK;
 }
@@ -242,8 +249,17 @@ CUresult cuEventQuery(CUevent e) {
     return ev->never || now_ms() < ev->ready_at_ms ? NOT_READY : OK;
 }
 CUresult cuEventDestroy_v2(CUevent e) { free(e); return OK; }
-CUresult cuStreamQuery(CUstream s) { (void)s; if (sticky) return sticky; return spinning ? NOT_READY : OK; }
-CUresult cuStreamSynchronize(CUstream s) { (void)s; if (sticky) return sticky; while (spinning) {} return OK; }
+CUresult cuStreamQuery(CUstream s) {
+    (void)s;
+    if (sticky) return sticky;
+    return spinning || now_ms() < stream_busy_until_ms ? NOT_READY : OK;
+}
+CUresult cuStreamSynchronize(CUstream s) {
+    (void)s;
+    if (sticky) return sticky;
+    while (spinning || now_ms() < stream_busy_until_ms) {}
+    return OK;
+}
 CUresult cuStreamCreate(CUstream *s, unsigned flags) { (void)flags; *s = calloc(1, 8); return OK; }
 CUresult cuStreamDestroy_v2(CUstream s) { free(s); return OK; }
 // A stream memory write: behind a faulted or never-ending kernel it never lands.

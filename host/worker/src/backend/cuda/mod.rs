@@ -457,47 +457,37 @@ impl Backend for CudaBackend {
 
     fn sync(&mut self) -> Result<(), BackendError> {
         self.ready()?;
-        if !self.unchecked_async {
-            // Every kernel's completion event reported success; writes and reads are synchronous.
-            return Ok(());
-        }
-        // Zeroing and device-to-device copies are not in the queue: check they finished without
-        // error too.
-        self.unchecked_async = false;
-        // SAFETY: the default stream of the current context.
-        let r = unsafe { (self.drv.stream_query)(std::ptr::null_mut()) };
-        match r {
-            CUDA_SUCCESS => Ok(()),
-            CUDA_ERROR_NOT_READY => {
-                // Only copies are left (the kernels are done), so this wait is bounded.
-                // SAFETY: as above.
-                let r = unsafe { (self.drv.stream_synchronize)(std::ptr::null_mut()) };
-                self.sync_result(r)
-            }
-            r => self.sync_result(r),
-        }
+        self.check_unchecked_async()
     }
 
     fn sync_signalling(&mut self, seq: u32) -> Result<(), BackendError> {
         // Only kernels take long enough for the early signal to matter; it is one more driver
         // call, made while they run.
-        if self.poisoned.is_none() && self.timeline.pending() > 0 {
-            if let Some(word) = &self.signal {
-                // A sticky fault refuses it too: the wait below reports that. Only a device that
-                // cannot do it at all makes us stop asking.
-                if let Err(r @ (CUDA_ERROR_NOT_SUPPORTED | CUDA_ERROR_INVALID_VALUE)) = word.store_when_done(self.drv, seq) {
-                    eprintln!(
-                        "tasklet worker {}: cuStreamWriteValue32 refused ({}); syncs are answered by the worker alone from now on",
-                        std::process::id(),
-                        self.drv.describe(r)
-                    );
-                    if let Some(w) = self.signal.take() {
-                        w.unregister(self.drv);
-                    }
-                }
-            }
+        if self.poisoned.is_some() || self.timeline.pending() == 0 {
+            return self.sync();
         }
-        self.sync()
+        let Some(word) = &self.signal else { return self.sync() };
+        match word.store_when_done(self.drv, seq) {
+            Ok(()) => {
+                let drained = self.timeline.drain_signalled(word.word(), seq);
+                drained.map_err(|e| self.fail(e))?;
+                self.check_unchecked_async()
+            }
+            // A device that cannot do it at all: stop asking. (A sticky fault refuses it too; the
+            // wait in `sync` reports that.)
+            Err(r @ (CUDA_ERROR_NOT_SUPPORTED | CUDA_ERROR_INVALID_VALUE)) => {
+                eprintln!(
+                    "tasklet worker {}: cuStreamWriteValue32 refused ({}); syncs are answered by the worker alone from now on",
+                    std::process::id(),
+                    self.drv.describe(r)
+                );
+                if let Some(w) = self.signal.take() {
+                    w.unregister(self.drv);
+                }
+                self.sync()
+            }
+            Err(_) => self.sync(),
+        }
     }
 
     fn flush(&mut self) {
@@ -533,6 +523,30 @@ impl Backend for CudaBackend {
 }
 
 impl CudaBackend {
+    /// The end of every sync: asynchronous work outside the launch queue (zeroing, device-to-device
+    /// copies) finished without error too.
+    fn check_unchecked_async(&mut self) -> Result<(), BackendError> {
+        if !self.unchecked_async {
+            // Every kernel's completion event reported success; writes and reads are synchronous.
+            return Ok(());
+        }
+        // Zeroing and device-to-device copies are not in the queue: check they finished without
+        // error too.
+        self.unchecked_async = false;
+        // SAFETY: the default stream of the current context.
+        let r = unsafe { (self.drv.stream_query)(std::ptr::null_mut()) };
+        match r {
+            CUDA_SUCCESS => Ok(()),
+            CUDA_ERROR_NOT_READY => {
+                // Only copies are left (the kernels are done), so this wait is bounded.
+                // SAFETY: as above.
+                let r = unsafe { (self.drv.stream_synchronize)(std::ptr::null_mut()) };
+                self.sync_result(r)
+            }
+            r => self.sync_result(r),
+        }
+    }
+
     fn sync_result(&mut self, r: CuResult) -> Result<(), BackendError> {
         if r == CUDA_SUCCESS {
             return Ok(());

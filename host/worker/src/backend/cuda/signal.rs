@@ -9,6 +9,7 @@
 //! first. A faulted context executes nothing more, so a failing sync never stores its seq.
 
 use std::ffi::c_uint;
+use std::sync::atomic::AtomicU32;
 
 use super::driver::*;
 use super::memory::{Pinned, REGISTER_DEVICEMAP};
@@ -17,6 +18,8 @@ const PAGE: usize = 4096;
 
 pub struct CompletionWord {
     page: Pinned,
+    /// The word in this process (inside `page`, which the serve loop's channel keeps mapped).
+    host: *const AtomicU32,
     /// The word's address as the device sees it.
     device: CuDevicePtr,
 }
@@ -33,7 +36,7 @@ impl CompletionWord {
             page.unregister(drv);
             return Err(format!("cuMemHostGetDevicePointer of the completion word failed: {}", drv.describe(r)));
         }
-        Ok(CompletionWord { page, device })
+        Ok(CompletionWord { page, host: addr as *const AtomicU32, device })
     }
 
     /// Queues the store of `seq` behind everything queued so far. An error means the driver
@@ -46,6 +49,13 @@ impl CompletionWord {
         } else {
             Err(r)
         }
+    }
+
+    /// The word as this process reads it.
+    pub fn word(&self) -> &AtomicU32 {
+        // SAFETY: an aligned word of the channel's header page, mapped for as long as the backend
+        // (and so this) lives; only ever accessed atomically.
+        unsafe { &*self.host }
     }
 
     pub fn unregister(self, drv: &Driver) {

@@ -18,7 +18,7 @@
 //!
 //! Needs a CUDA device; says "skipped: no CUDA device" and exits 0 without one.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::{Acquire, Relaxed}};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -148,6 +148,9 @@ fn pin(cpu: Option<usize>) {
     }
 }
 
+#[repr(C, align(4096))]
+struct Page([u32; 1024]);
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -181,8 +184,11 @@ fn main() {
     pin(worker_cpu);
     now_ns();
 
-    // Straight into the backend, on this thread.
-    let mut direct = match CudaBackend::open(&opts(None, None)) {
+    // Straight into the backend, on this thread, with a completion word of its own (a page like
+    // the channel's header page) for the signalled rows.
+    let page: &'static mut Page = Box::leak(Box::new(Page([0; 1024])));
+    let word_addr = page.0.as_mut_ptr() as usize;
+    let mut direct = match CudaBackend::open(&opts(None, Some(word_addr))) {
         Ok(b) => b,
         Err(e) => {
             println!("skipped: no CUDA device ({e})");
@@ -194,9 +200,15 @@ fn main() {
     // The same driver calls the backend makes (legacy stream; launch, record, poll), raw, on the
     // same context, alternating with the backend round by round.
     let raw = Raw::new();
-    let mut direct_rows: Vec<Vec<f64>> = vec![Vec::new(); 6];
+    let mut direct_rows: Vec<Vec<f64>> = vec![Vec::new(); 10];
+    // SAFETY: the word lies in the page the backend registered (device-mapped) at open.
+    let word = unsafe { &*(word_addr as *const std::sync::atomic::AtomicU32) };
+    let mut dev_word = 0u64;
+    // SAFETY: valid out-pointer; a registered address.
+    assert_eq!(unsafe { (raw.d.mem_host_get_device_pointer)(&mut dev_word, word_addr as *mut _, 0) }, 0);
+    let mut seq = 0u32;
     for _ in 0..rounds {
-        let mut t: Vec<Vec<f64>> = (0..6).map(|_| Vec::with_capacity(iters)).collect();
+        let mut t: Vec<Vec<f64>> = (0..10).map(|_| Vec::with_capacity(iters)).collect();
         for i in 0..iters + iters / 10 {
             let t0 = Instant::now();
             raw.launch();
@@ -219,6 +231,34 @@ fn main() {
                 t[3].push((t1 - t0).as_secs_f64() * 1e6);
                 t[4].push((t2 - t1).as_secs_f64() * 1e6);
                 t[5].push((t2 - t0).as_secs_f64() * 1e6);
+            }
+        }
+        for i in 0..iters + iters / 10 {
+            seq = seq.wrapping_add(1);
+            let t0 = Instant::now();
+            raw.launch();
+            let t1 = Instant::now();
+            // SAFETY: a registered, device-mapped word; the legacy stream.
+            assert_eq!(unsafe { (raw.d.stream_write_value32)(std::ptr::null_mut(), dev_word, seq, 0) }, 0);
+            let t2 = Instant::now();
+            while word.load(Acquire) != seq {
+                std::hint::spin_loop();
+            }
+            let t3 = Instant::now();
+            if i >= iters / 10 {
+                t[6].push((t2 - t1).as_secs_f64() * 1e6);
+                t[7].push((t3 - t0).as_secs_f64() * 1e6);
+            }
+        }
+        for i in 0..iters + iters / 10 {
+            seq = seq.wrapping_add(1);
+            let t0 = Instant::now();
+            direct.launch(&l).expect("launch");
+            direct.sync_signalling(seq).expect("sync");
+            let t1 = Instant::now();
+            if i >= iters / 10 {
+                t[8].push((t1 - t0).as_secs_f64() * 1e6);
+                t[9].push(if word.load(Acquire) == seq { 1.0 } else { 0.0 });
             }
         }
         for (row, v) in direct_rows.iter_mut().zip(t) {
@@ -330,6 +370,10 @@ fn main() {
         "backend direct: launch",
         "backend direct: sync",
         "backend direct: launch + sync, one thread",
+        "raw driver: cuStreamWriteValue32 call",
+        "raw driver: launch + write value + poll word",
+        "backend direct: launch + signalled sync",
+        "(signalled sync stored its word: 1 = yes)",
     ];
     for (name, v) in direct_names.iter().zip(direct_rows) {
         println!("| {name:<44} | {:>8.2} |", median(v));

@@ -44,6 +44,8 @@ enum Wait {
     /// The same with an event recorded after the write and polled between looks at the word (a
     /// worker that also tracks the kernel through the driver while the host polls the word).
     WriteValueRecordPollBoth,
+    /// No kernel: `cuStreamWriteValue32` on an idle stream and poll the word (the store's own latency).
+    WriteValueOnlyPollWord,
     /// Launch only (per launch of a back-to-back burst, no wait): the launch's own CPU cost.
     LaunchOnly,
 }
@@ -57,7 +59,9 @@ impl Gpu {
     }
 
     fn once(&self, s: CuStream, w: Wait) {
-        self.launch(s);
+        if !matches!(w, Wait::WriteValueOnlyPollWord) {
+            self.launch(s);
+        }
         // SAFETY: live stream and event of the current context.
         unsafe {
             match w {
@@ -86,6 +90,14 @@ impl Gpu {
                     ok("cuEventRecord", (self.d.event_record)(self.ev, s));
                     while (*self.word.0).load(Ordering::Acquire) != v {
                         let _ = (self.d.event_query)(self.ev);
+                    }
+                }
+                Wait::WriteValueOnlyPollWord => {
+                    let v = self.seq.get().wrapping_add(1);
+                    self.seq.set(v);
+                    ok("cuStreamWriteValue32", (self.d.stream_write_value32)(s, self.word.1, v, 0));
+                    while (*self.word.0).load(Ordering::Acquire) != v {
+                        std::hint::spin_loop();
                     }
                 }
                 Wait::LaunchOnly => {}
@@ -155,6 +167,7 @@ fn main() {
         ("non-blocking: launch + write value + poll host word", nb, Wait::WriteValuePollWord),
         ("legacy: launch + write value + poll host word", legacy, Wait::WriteValuePollWord),
         ("legacy: launch + write value + record, poll event & word", legacy, Wait::WriteValueRecordPollBoth),
+        ("legacy: no kernel, write value + poll host word", legacy, Wait::WriteValueOnlyPollWord),
         ("non-blocking: launch only (burst, per launch)", nb, Wait::LaunchOnly),
         ("legacy: launch only (burst, per launch)", legacy, Wait::LaunchOnly),
     ];

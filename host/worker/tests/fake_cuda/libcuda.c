@@ -14,11 +14,10 @@
 // With FAKE_CUDA_COUNTS=<file> set, the counts of kernel launches and event records so far are
 // rewritten to that file after each ("launches N records M"), so tests can see how launches are
 // grouped under events, and how many sync signals (cuStreamWriteValue32) were stored ("signals N").
-// With FAKE_CUDA_EVENT_DELAY_MS=<n>, an event reports finished only n ms after it was recorded, and
-// the stream n ms after the last launch (a slow wait in the worker), while a stream memory write
-// lands at once: the host must see the worker's sync through the completion word, long before the
-// worker answers. The counts file is replaced whole (written beside it, then renamed), so a reader
-// never sees it half written.
+// With FAKE_CUDA_SIGNAL_STALL_MS=<n>, cuStreamWriteValue32 stores its value at once and then takes
+// n ms to return (a worker held up after the device's store landed): the host must see the
+// worker's sync through the completion word, long before the worker answers. The counts file is
+// replaced whole (written beside it, then renamed), so a reader never sees it half written.
 // Not thread-safe beyond what the backend needs (it serialises launches and queries itself).
 
 #include <stdint.h>
@@ -55,18 +54,7 @@ static void write_counts(void) {
 
 struct module { char *ptx; };
 struct function { char name[128]; };
-struct event { int never; long long ready_at_ms; };
-
-static long long now_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
-static long long stream_busy_until_ms = 0;
-static long long event_delay_ms(void) {
-    const char *d = getenv("FAKE_CUDA_EVENT_DELAY_MS");
-    return d ? atoll(d) : 0;
-}
+struct event { int never; };
 
 CUresult cuInit(unsigned flags) { (void)flags; return OK; }
 CUresult cuDriverGetVersion(int *v) { *v = 12080; return OK; }
@@ -228,38 +216,16 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
         spinning = 1;
     }
     launches++;
-    stream_busy_until_ms = now_ms() + event_delay_ms();
     write_counts();
     return OK;
 }
 
 CUresult cuEventCreate(CUevent *e, unsigned flags) { (void)flags; *e = calloc(1, sizeof(struct event)); return OK; }
-CUresult cuEventRecord(CUevent e, CUstream s) {
-    (void)s;
-    struct event *ev = e;
-    ev->never = spinning;
-    ev->ready_at_ms = now_ms() + event_delay_ms();
-    records++;
-    write_counts();
-    return OK;
-}
-CUresult cuEventQuery(CUevent e) {
-    struct event *ev = e;
-    if (sticky) return sticky;
-    return ev->never || now_ms() < ev->ready_at_ms ? NOT_READY : OK;
-}
+CUresult cuEventRecord(CUevent e, CUstream s) { (void)s; ((struct event *)e)->never = spinning; records++; write_counts(); return OK; }
+CUresult cuEventQuery(CUevent e) { if (sticky) return sticky; return ((struct event *)e)->never ? NOT_READY : OK; }
 CUresult cuEventDestroy_v2(CUevent e) { free(e); return OK; }
-CUresult cuStreamQuery(CUstream s) {
-    (void)s;
-    if (sticky) return sticky;
-    return spinning || now_ms() < stream_busy_until_ms ? NOT_READY : OK;
-}
-CUresult cuStreamSynchronize(CUstream s) {
-    (void)s;
-    if (sticky) return sticky;
-    while (spinning || now_ms() < stream_busy_until_ms) {}
-    return OK;
-}
+CUresult cuStreamQuery(CUstream s) { (void)s; if (sticky) return sticky; return spinning ? NOT_READY : OK; }
+CUresult cuStreamSynchronize(CUstream s) { (void)s; if (sticky) return sticky; while (spinning) {} return OK; }
 CUresult cuStreamCreate(CUstream *s, unsigned flags) { (void)flags; *s = calloc(1, 8); return OK; }
 CUresult cuStreamDestroy_v2(CUstream s) { free(s); return OK; }
 // A stream memory write: behind a faulted or never-ending kernel it never lands.
@@ -268,9 +234,14 @@ CUresult cuStreamWriteValue32_v2(CUstream s, CUdeviceptr addr, unsigned value, u
     if (sticky) return sticky;
     if (!pinned_inside((void *)(uintptr_t)addr, 4)) return INVALID_VALUE;
     if (!spinning) {
-        __atomic_store_n((unsigned *)(uintptr_t)addr, value, __ATOMIC_RELEASE);
         signals++;
         write_counts();
+        __atomic_store_n((unsigned *)(uintptr_t)addr, value, __ATOMIC_RELEASE);
+        const char *stall = getenv("FAKE_CUDA_SIGNAL_STALL_MS");
+        if (stall) {
+            struct timespec t = { atoll(stall) / 1000, (atoll(stall) % 1000) * 1000000L };
+            nanosleep(&t, 0);
+        }
     }
     return OK;
 }

@@ -166,18 +166,6 @@ impl Queue {
         open.members.n >= GROUP_MAX
     }
 
-    /// Everything queued is known finished (the stream is idle): empties the queue.
-    fn all_finished(&mut self, now: Instant) {
-        for g in self.items.drain(..) {
-            if let Ok(e) = g.event {
-                self.free_events.push(e);
-            }
-        }
-        self.open = None;
-        self.kernels = 0;
-        self.last_done = now;
-    }
-
     fn head_kernels(&self) -> String {
         self.items.front().map_or_else(|| "a kernel".into(), |g| g.members.describe())
     }
@@ -296,32 +284,27 @@ impl Timeline {
         self.wait_for(|q| q.items.is_empty())
     }
 
-    /// [`Timeline::drain`] when the device was asked to store `value` into `word` behind every
-    /// launch so far (the channel's completion word): first spins on the word for up to [`SPIN`]
-    /// without calling the driver (no event recorded, none polled: nothing of ours competes with
-    /// the device's store, which the host is waiting for too). A word that reads `value` is only a
-    /// hint — a kernel of this lease could forge it — so one `cuStreamQuery` confirms the stream
-    /// is idle before every launch counts as finished; otherwise, and past the spin, the wait is
-    /// [`Timeline::drain`]'s, with its deadlines.
+    /// [`Timeline::drain`] after [`Timeline::flush`] and a request to the device to store
+    /// `value` into `word` behind every launch so far (the channel's completion word): spins on
+    /// the word for up to [`SPIN`] without calling the driver — nothing of ours then competes with
+    /// the device's store, which the host is waiting for too, and the worker is ready for the next
+    /// request as soon as the device is. The groups stay queued with their events: a word that
+    /// reads `value` is only a hint (a kernel of this lease could forge it), and the next wait or
+    /// the watchdog still looks at every event, so a forged word cannot hide a runaway. Past the
+    /// spin, the wait is [`Timeline::drain`]'s, with its deadlines.
     pub fn drain_signalled(&self, word: &AtomicU32, value: u32) -> Result<(), BackendError> {
         let start = Instant::now();
         let mut turns = 0u32;
         loop {
             if word.load(Acquire) == value {
-                // SAFETY: the legacy stream of the current context.
-                if unsafe { (self.drv.stream_query)(std::ptr::null_mut()) } == CUDA_SUCCESS {
-                    self.lock().all_finished(Instant::now());
-                    return Ok(());
-                }
-                break;
+                return Ok(());
             }
             std::hint::spin_loop();
             turns = turns.wrapping_add(1);
             if turns % 64 == 0 && start.elapsed() >= SPIN {
-                break;
+                return self.drain();
             }
         }
-        self.drain()
     }
 
     /// Closes the open group, then polls until `done(queue)`, failing at the first fault or

@@ -467,6 +467,10 @@ impl Backend for CudaBackend {
             return self.sync();
         }
         let Some(word) = &self.signal else { return self.sync() };
+        // The open group's event goes first, so the word lands after it: once the word is seen,
+        // the event is done too, and the next wait's look at it is cheap. Both driver calls are
+        // made while the kernels run.
+        self.timeline.flush();
         match word.store_when_done(self.drv, seq) {
             Ok(()) => {
                 let drained = self.timeline.drain_signalled(word.word(), seq);

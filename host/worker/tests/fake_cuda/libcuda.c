@@ -111,7 +111,7 @@ CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
     return OK;
 }
 CUresult cuMemFree_v2(CUdeviceptr p) { if (sticky) return sticky; free((void *)(uintptr_t)p); return OK; }
-CUresult cuMemsetD8_v2(CUdeviceptr p, unsigned char v, size_t n) { if (sticky) return sticky; memset((void *)(uintptr_t)p, v, n); return OK; }
+CUresult cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, CUstream s) { (void)s; if (sticky) return sticky; memset((void *)(uintptr_t)p, v, n); return OK; }
 // Host registrations (cuMemHostRegister), refusing overlaps as the driver does. Copies between
 // host and device must lie entirely inside one registration: the backend promises pinned DMA for
 // the data region and attached guest memory, and a copy from pageable memory here means it broke
@@ -125,9 +125,9 @@ static int pinned_inside(const void *p, size_t n) {
         if (regs[i].n && a >= regs[i].p && a - regs[i].p <= regs[i].n && n <= regs[i].n - (a - regs[i].p)) return 1;
     return 0;
 }
-CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *s, size_t n) { if (sticky) return sticky; if (!pinned_inside(s, n)) return INVALID_VALUE; memcpy((void *)(uintptr_t)d, s, n); return OK; }
-CUresult cuMemcpyDtoH_v2(void *d, CUdeviceptr s, size_t n) { if (sticky) return sticky; if (!pinned_inside(d, n)) return INVALID_VALUE; memcpy(d, (void *)(uintptr_t)s, n); return OK; }
-CUresult cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n) { if (sticky) return sticky; memmove((void *)(uintptr_t)d, (void *)(uintptr_t)s, n); return OK; }
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *s, size_t n, CUstream st) { (void)st; if (sticky) return sticky; if (!pinned_inside(s, n)) return INVALID_VALUE; memcpy((void *)(uintptr_t)d, s, n); return OK; }
+CUresult cuMemcpyDtoHAsync_v2(void *d, CUdeviceptr s, size_t n, CUstream st) { (void)st; if (sticky) return sticky; if (!pinned_inside(d, n)) return INVALID_VALUE; memcpy(d, (void *)(uintptr_t)s, n); return OK; }
+CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { (void)st; if (sticky) return sticky; memmove((void *)(uintptr_t)d, (void *)(uintptr_t)s, n); return OK; }
 CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned f) {
     (void)f;
     uintptr_t a = (uintptr_t)p;

@@ -120,10 +120,10 @@ driver_api! {
     mem_get_info = "cuMemGetInfo_v2": fn(*mut usize, *mut usize);
     mem_alloc = "cuMemAlloc_v2": fn(*mut CuDevicePtr, usize);
     mem_free = "cuMemFree_v2": fn(CuDevicePtr);
-    memset_d8 = "cuMemsetD8_v2": fn(CuDevicePtr, u8, usize);
-    memcpy_htod = "cuMemcpyHtoD_v2": fn(CuDevicePtr, *const c_void, usize);
-    memcpy_dtoh = "cuMemcpyDtoH_v2": fn(*mut c_void, CuDevicePtr, usize);
-    memcpy_dtod = "cuMemcpyDtoD_v2": fn(CuDevicePtr, CuDevicePtr, usize);
+    memset_d8_async = "cuMemsetD8Async": fn(CuDevicePtr, u8, usize, CuStream);
+    memcpy_htod_async = "cuMemcpyHtoDAsync_v2": fn(CuDevicePtr, *const c_void, usize, CuStream);
+    memcpy_dtoh_async = "cuMemcpyDtoHAsync_v2": fn(*mut c_void, CuDevicePtr, usize, CuStream);
+    memcpy_dtod_async = "cuMemcpyDtoDAsync_v2": fn(CuDevicePtr, CuDevicePtr, usize, CuStream);
     mem_host_register = "cuMemHostRegister_v2": fn(*mut c_void, usize, c_uint);
     mem_host_unregister = "cuMemHostUnregister": fn(*mut c_void);
     module_load_data_ex = "cuModuleLoadDataEx": fn(*mut CuModule, *const c_void, c_uint, *mut c_int, *mut *mut c_void);
@@ -148,6 +148,17 @@ driver_api! {
 // thread-safe.
 unsafe impl Send for Driver {}
 unsafe impl Sync for Driver {}
+
+/// The worker's one stream, a plain handle the serving thread and the watchdog both use.
+#[derive(Debug, Clone, Copy)]
+pub struct WorkStream(pub CuStream);
+
+// SAFETY: a stream handle is a plain value the driver accepts from any thread of the process.
+unsafe impl Send for WorkStream {}
+unsafe impl Sync for WorkStream {}
+
+/// `CU_STREAM_NON_BLOCKING`: no implicit ordering with the legacy default stream.
+pub const CU_STREAM_NON_BLOCKING: c_uint = 1;
 
 /// What a worker on a machine without a usable driver says (the CLI prints it when `--backend
 /// auto` falls back to the emulator).

@@ -3,7 +3,7 @@
 //! past its deadline with nobody waiting.
 //!
 //! Launches are tracked in *groups*: consecutive launches share one completion event, recorded
-//! on the same (legacy default) stream when the group closes — when the worker is about to idle
+//! on the worker's stream when the group closes — when the worker is about to idle
 //! ([`Timeline::flush`]), before any wait, or when the group reaches [`GROUP_MAX`] launches — so a
 //! burst of launches costs one `cuEventRecord` per [`GROUP_MAX`] instead of one each. The queue
 //! holds closed groups in launch order. A group's deadline clock starts when it could start: its
@@ -178,14 +178,16 @@ impl Queue {
 /// The launch queue, shared by the serving thread and the watchdog.
 pub struct Timeline {
     drv: &'static Driver,
+    stream: WorkStream,
     q: Mutex<Queue>,
 }
 
 impl Timeline {
     /// A timeline with its watchdog thread running (made current on `ctx`).
-    pub fn start(drv: &'static Driver, ctx: CuContext) -> Result<Arc<Timeline>, String> {
+    pub fn start(drv: &'static Driver, ctx: CuContext, stream: WorkStream) -> Result<Arc<Timeline>, String> {
         let t = Arc::new(Timeline {
             drv,
+            stream,
             q: Mutex::new(Queue {
                 items: VecDeque::with_capacity(MAX_PENDING),
                 open: None,
@@ -232,8 +234,8 @@ impl Timeline {
             None => self.new_event().map_err(|e| e.code),
         };
         let event = event.and_then(|e| {
-            // SAFETY: a live event; the default stream.
-            match unsafe { (self.drv.event_record)(e, std::ptr::null_mut()) } {
+            // SAFETY: a live event; the worker's stream.
+            match unsafe { (self.drv.event_record)(e, self.stream.0) } {
                 CUDA_SUCCESS => Ok(e),
                 r => {
                     q.free_events.push(e);
@@ -255,7 +257,7 @@ impl Timeline {
         self.close(&mut q);
     }
 
-    /// Runs `launch` (which enqueues one kernel on the default stream) and adds it to the open
+    /// Runs `launch` (which enqueues one kernel on the worker's stream) and adds it to the open
     /// group, closing the group when full. `launch`'s own error is returned as is (the kernel
     /// is then not tracked); a failed wait for room in the queue is the error of that wait.
     pub fn launch<E>(

@@ -9,8 +9,9 @@
 //! - [`signal`]: the channel's completion word, stored by the device when a sync's kernels end;
 //! - [`errors`]: driver results → typed kinds with the driver's words.
 //!
-//! Ordering: everything runs on the legacy default stream, so an allocation's zeroing, copies and
-//! kernels execute in the order the host sent them. Launches are asynchronous (posted: the worker
+//! Ordering: everything runs on the worker's one (non-blocking) stream, so an allocation's zeroing,
+//! copies and kernels execute in the order the host sent them; writes and reads wait for their
+//! stream before they return (the host may reuse or read its memory then). Launches are asynchronous (posted: the worker
 //! queues the kernel and takes the next request, tracking launches in groups under one event, see
 //! [`launch`]); every other op except `info` first waits for the queued kernels, deadline-aware,
 //! so an op never blocks behind a runaway kernel: it fails with
@@ -87,7 +88,7 @@ impl CudaBackend {
     pub fn open(opts: &BackendOptions) -> Result<CudaBackend, String> {
         let drv = driver::driver()?;
         let dev = context::open(drv)?;
-        let timeline = Timeline::start(drv, dev.ctx)?;
+        let timeline = Timeline::start(drv, dev.ctx, dev.stream)?;
         let pinned = match opts.data_region {
             Some((addr, len)) => match Pinned::register(drv, addr as *mut u8, len, 0, "data region") {
                 Ok(p) => Some(p),
@@ -198,11 +199,11 @@ impl Backend for CudaBackend {
             ));
         }
         self.call(check("cuMemAlloc", r), "allocating device memory")?;
-        // New memory reads as zeros whatever an earlier tenant left there (DESIGN invariant 6).
-        // On the default stream: ordered before every later copy and kernel.
+        // New memory reads as zeros whatever an earlier tenant left there (DESIGN.md invariant 6).
+        // On the worker's stream: ordered before every later copy and kernel.
         // SAFETY: the allocation just made, whole.
-        let r = unsafe { (self.drv.memset_d8)(addr, 0, size) };
-        if let Err(e) = self.call(check("cuMemsetD8", r), "zeroing new device memory") {
+        let r = unsafe { (self.drv.memset_d8_async)(addr, 0, size, self.dev.stream.0) };
+        if let Err(e) = self.call(check("cuMemsetD8Async", r), "zeroing new device memory") {
             // SAFETY: ours, unused.
             unsafe { (self.drv.mem_free)(addr) };
             return Err(e);
@@ -233,14 +234,14 @@ impl Backend for CudaBackend {
         for piece in self.host.pieces(self.drv, data.as_ptr(), data.len()) {
             let chunk = &data[piece.offset..piece.offset + piece.len];
             // SAFETY: `chunk` is valid for its length (the data region or an attached guest
-            // memory; pinned when registration worked: DMA); the range lies in one allocation.
-            // Synchronous for pinned memory.
-            let r = unsafe { (self.drv.memcpy_htod)(addr + piece.offset as u64, chunk.as_ptr().cast::<c_void>(), chunk.len()) };
-            // From pageable memory the call returns once the data is staged, before the DMA is done.
-            self.unchecked_async |= !piece.pinned.unwrap_or(self.pinned.is_some());
-            self.call(check("cuMemcpyHtoD", r), "writing device memory")?;
+            // memory; pinned when registration worked: DMA) until the stream is synchronised
+            // below; the range lies in one allocation.
+            let r = unsafe {
+                (self.drv.memcpy_htod_async)(addr + piece.offset as u64, chunk.as_ptr().cast::<c_void>(), chunk.len(), self.dev.stream.0)
+            };
+            self.call(check("cuMemcpyHtoDAsync", r), "writing device memory")?;
         }
-        Ok(())
+        self.finish_transfer("writing device memory")
     }
 
     fn read(&mut self, addr: u64, out: &mut [u8]) -> Result<(), BackendError> {
@@ -251,12 +252,14 @@ impl Backend for CudaBackend {
         }
         for piece in self.host.pieces(self.drv, out.as_ptr(), out.len()) {
             let chunk = &mut out[piece.offset..piece.offset + piece.len];
-            // SAFETY: `chunk` is valid for writes of its length; the range lies in one
-            // allocation. Returns once the copy has completed.
-            let r = unsafe { (self.drv.memcpy_dtoh)(chunk.as_mut_ptr().cast::<c_void>(), addr + piece.offset as u64, chunk.len()) };
-            self.call(check("cuMemcpyDtoH", r), "reading device memory")?;
+            // SAFETY: `chunk` is valid for writes of its length until the stream is synchronised
+            // below; the range lies in one allocation.
+            let r = unsafe {
+                (self.drv.memcpy_dtoh_async)(chunk.as_mut_ptr().cast::<c_void>(), addr + piece.offset as u64, chunk.len(), self.dev.stream.0)
+            };
+            self.call(check("cuMemcpyDtoHAsync", r), "reading device memory")?;
         }
-        Ok(())
+        self.finish_transfer("reading device memory")
     }
 
     fn map_host(&mut self, base: *mut u8, len: usize) -> Result<(), BackendError> {
@@ -285,8 +288,8 @@ impl Backend for CudaBackend {
         self.unchecked_async = true;
         if !overlap {
             // SAFETY: both ranges lie in live allocations and do not overlap.
-            let r = unsafe { (self.drv.memcpy_dtod)(dst, src, n) };
-            return self.call(check("cuMemcpyDtoD", r), "copying device memory");
+            let r = unsafe { (self.drv.memcpy_dtod_async)(dst, src, n, self.dev.stream.0) };
+            return self.call(check("cuMemcpyDtoDAsync", r), "copying device memory");
         }
         // Overlapping ranges (memmove, as the emulator does): stage through a scratch allocation.
         let mut tmp: CuDevicePtr = 0;
@@ -299,15 +302,18 @@ impl Backend for CudaBackend {
             ));
         }
         self.call(check("cuMemAlloc", r), "allocating scratch for an overlapping copy")?;
-        // SAFETY: scratch and source/destination are live and of `n` bytes; ordered on the default stream.
-        let r1 = unsafe { (self.drv.memcpy_dtod)(tmp, src, n) };
-        let r2 = if r1 == CUDA_SUCCESS { unsafe { (self.drv.memcpy_dtod)(dst, tmp, n) } } else { r1 };
-        // cuMemFree waits for the copies that use the scratch.
-        // SAFETY: ours.
-        let r3 = unsafe { (self.drv.mem_free)(tmp) };
-        self.call(check("cuMemcpyDtoD", r1), "copying device memory")?;
-        self.call(check("cuMemcpyDtoD", r2), "copying device memory")?;
-        self.call(check("cuMemFree", r3), "freeing copy scratch")
+        let stream = self.dev.stream.0;
+        // SAFETY: scratch and source/destination are live and of `n` bytes; ordered on the stream.
+        let r1 = unsafe { (self.drv.memcpy_dtod_async)(tmp, src, n, stream) };
+        let r2 = if r1 == CUDA_SUCCESS { unsafe { (self.drv.memcpy_dtod_async)(dst, tmp, n, stream) } } else { r1 };
+        // The scratch is freed once the copies that use it are done.
+        // SAFETY: the worker's stream; then ours, unused.
+        let r3 = unsafe { (self.drv.stream_synchronize)(stream) };
+        let r4 = unsafe { (self.drv.mem_free)(tmp) };
+        self.call(check("cuMemcpyDtoDAsync", r1), "copying device memory")?;
+        self.call(check("cuMemcpyDtoDAsync", r2), "copying device memory")?;
+        self.call(check("cuStreamSynchronize", r3), "copying device memory")?;
+        self.call(check("cuMemFree", r4), "freeing copy scratch")
     }
 
     fn load_module(&mut self, ptx: &str) -> Result<LoadedModule, BackendError> {
@@ -415,6 +421,7 @@ impl Backend for CudaBackend {
             CU_LAUNCH_PARAM_END,
         ];
         let extra_ptr = if l.args.is_empty() { std::ptr::null_mut() } else { extra.as_mut_ptr() };
+        let stream = self.dev.stream.0;
         let launched = self.timeline.launch(&name, deadline, || {
             // SAFETY: a resolved function; `extra` (and what it points to) lives across the call,
             // which copies the argument block before returning.
@@ -428,7 +435,7 @@ impl Backend for CudaBackend {
                     l.block[1],
                     l.block[2],
                     l.shared_mem_bytes,
-                    std::ptr::null_mut(),
+                    stream,
                     std::ptr::null_mut(),
                     extra_ptr,
                 )
@@ -471,7 +478,7 @@ impl Backend for CudaBackend {
         // the event is done too, and the next wait's look at it is cheap. Both driver calls are
         // made while the kernels run.
         self.timeline.flush();
-        match word.store_when_done(self.drv, seq) {
+        match word.store_when_done(self.drv, self.dev.stream, seq) {
             Ok(()) => {
                 let drained = self.timeline.drain_signalled(word.word(), seq);
                 drained.map_err(|e| self.fail(e))?;
@@ -537,18 +544,26 @@ impl CudaBackend {
         // Zeroing and device-to-device copies are not in the queue: check they finished without
         // error too.
         self.unchecked_async = false;
-        // SAFETY: the default stream of the current context.
-        let r = unsafe { (self.drv.stream_query)(std::ptr::null_mut()) };
+        // SAFETY: the worker's stream.
+        let r = unsafe { (self.drv.stream_query)(self.dev.stream.0) };
         match r {
             CUDA_SUCCESS => Ok(()),
             CUDA_ERROR_NOT_READY => {
                 // Only copies are left (the kernels are done), so this wait is bounded.
                 // SAFETY: as above.
-                let r = unsafe { (self.drv.stream_synchronize)(std::ptr::null_mut()) };
+                let r = unsafe { (self.drv.stream_synchronize)(self.dev.stream.0) };
                 self.sync_result(r)
             }
             r => self.sync_result(r),
         }
+    }
+
+    /// Waits for the copies just queued (and the zeroing before them) to complete: the host
+    /// reads or reuses the memory they use as soon as the call returns.
+    fn finish_transfer(&mut self, what: &str) -> Result<(), BackendError> {
+        // SAFETY: the worker's stream; no kernel is queued on it (the caller drained them).
+        let r = unsafe { (self.drv.stream_synchronize)(self.dev.stream.0) };
+        self.call(check("cuStreamSynchronize", r), what)
     }
 
     fn sync_result(&mut self, r: CuResult) -> Result<(), BackendError> {
@@ -571,6 +586,8 @@ impl Drop for CudaBackend {
                 w.unregister(self.drv);
             }
             self.host.clear(self.drv);
+            // SAFETY: ours, idle (nothing pending); nothing uses it after this.
+            unsafe { (self.drv.stream_destroy)(self.dev.stream.0) };
         }
     }
 }

@@ -4,7 +4,7 @@
 //! process to the host on every launch + sync: the host sees the kernels finished as soon as the
 //! device does.
 //!
-//! The store is ordered after all earlier work on the legacy stream and, by default, fenced
+//! The store is ordered after all earlier work on the worker's stream and, by default, fenced
 //! (`cuStreamWriteValue32` without `NO_MEMORY_BARRIER`): the kernels' own writes are visible
 //! first. A faulted context executes nothing more, so a failing sync never stores its seq.
 
@@ -41,9 +41,9 @@ impl CompletionWord {
 
     /// Queues the store of `seq` behind everything queued so far. An error means the driver
     /// refused to queue it (nothing was queued).
-    pub fn store_when_done(&self, drv: &Driver, seq: u32) -> Result<(), CuResult> {
-        // SAFETY: a registered, device-mapped word of ours; the legacy stream of the current context.
-        let r = unsafe { (drv.stream_write_value32)(std::ptr::null_mut(), self.device, seq as c_uint, 0) };
+    pub fn store_when_done(&self, drv: &Driver, stream: WorkStream, seq: u32) -> Result<(), CuResult> {
+        // SAFETY: a registered, device-mapped word of ours; the worker's stream.
+        let r = unsafe { (drv.stream_write_value32)(stream.0, self.device, seq as c_uint, 0) };
         if r == CUDA_SUCCESS {
             Ok(())
         } else {

@@ -14,7 +14,9 @@
 //!   in `sync`; `sync` returned → host has the answer; and the whole (the host waits for the
 //!   worker's answer);
 //! - the whole again with the host taking the completion word the GPU stores (what `Worker::sync`
-//!   does): the hand-off back to the host is gone.
+//!   does): the hand-off back to the host is gone;
+//! - async launch throughput: bursts of 1000 launches and one wait, per launch, raw, straight into
+//!   the backend, and through the channel (which of host and worker bounds it).
 //!
 //! Needs a CUDA device; says "skipped: no CUDA device" and exits 0 without one.
 
@@ -151,6 +153,10 @@ fn pin(cpu: Option<usize>) {
 #[repr(C, align(4096))]
 struct Page([u32; 1024]);
 
+/// Async launch throughput: launches per burst (then one wait), bursts per round.
+const BURST: usize = 1000;
+const BATCHES: usize = 10;
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -200,7 +206,7 @@ fn main() {
     // The same driver calls the backend makes (legacy stream; launch, record, poll), raw, on the
     // same context, alternating with the backend round by round.
     let raw = Raw::new();
-    let mut direct_rows: Vec<Vec<f64>> = vec![Vec::new(); 10];
+    let mut direct_rows: Vec<Vec<f64>> = vec![Vec::new(); 12];
     // SAFETY: the word lies in the page the backend registered (device-mapped) at open.
     let word = unsafe { &*(word_addr as *const std::sync::atomic::AtomicU32) };
     let mut dev_word = 0u64;
@@ -208,7 +214,7 @@ fn main() {
     assert_eq!(unsafe { (raw.d.mem_host_get_device_pointer)(&mut dev_word, word_addr as *mut _, 0) }, 0);
     let mut seq = 0u32;
     for _ in 0..rounds {
-        let mut t: Vec<Vec<f64>> = (0..10).map(|_| Vec::with_capacity(iters)).collect();
+        let mut t: Vec<Vec<f64>> = (0..12).map(|_| Vec::with_capacity(iters)).collect();
         for i in 0..iters + iters / 10 {
             let t0 = Instant::now();
             raw.launch();
@@ -260,6 +266,21 @@ fn main() {
                 t[8].push((t1 - t0).as_secs_f64() * 1e6);
                 t[9].push(if word.load(Acquire) == seq { 1.0 } else { 0.0 });
             }
+        }
+        // Bursts (async launch throughput): BURST launches, then one wait; per launch.
+        for _ in 0..BATCHES {
+            let t0 = Instant::now();
+            for _ in 0..BURST {
+                raw.launch();
+            }
+            raw.record_and_poll();
+            t[11].push(t0.elapsed().as_secs_f64() * 1e6 / BURST as f64);
+            let t0 = Instant::now();
+            for _ in 0..BURST {
+                direct.launch(&l).expect("launch");
+            }
+            direct.sync().expect("sync");
+            t[10].push(t0.elapsed().as_secs_f64() * 1e6 / BURST as f64);
         }
         for (row, v) in direct_rows.iter_mut().zip(t) {
             row.push(median(v));
@@ -313,6 +334,7 @@ fn main() {
     ];
     let mut phase_rounds: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
     let mut signalled_rounds = Vec::new();
+    let mut burst_rounds = Vec::new();
     let mut sync_id = 1u64 << 50;
     for _ in 0..rounds {
         let mut phases: Vec<Vec<f64>> = names.iter().map(|_| Vec::with_capacity(iters)).collect();
@@ -359,6 +381,22 @@ fn main() {
             }
         }
         signalled_rounds.push(median(whole));
+        let mut bursts = Vec::with_capacity(BATCHES);
+        for _ in 0..BATCHES {
+            let t0 = now_ns();
+            for _ in 0..BURST {
+                host.post(&launch_frame, far(), &mut || None).expect("post");
+            }
+            sync_id += 1;
+            frame.clear();
+            encode_request(sync_id, &Request::Sync, &mut frame);
+            let seq = host.send(&frame, far(), &mut || None).expect("send");
+            if host.wait_signalled(seq, far(), &mut || None, &mut resp).expect("answer") == Answer::Response {
+                assert_eq!(decode_response(&resp).expect("decodable").1, Response::Ok);
+            }
+            bursts.push((now_ns() - t0) as f64 / 1e3 / BURST as f64);
+        }
+        burst_rounds.push(median(bursts));
     }
 
     println!("| {:<44} | {:>8} |", "phase", "p50 µs");
@@ -374,6 +412,8 @@ fn main() {
         "raw driver: launch + write value + poll word",
         "backend direct: launch + signalled sync",
         "(signalled sync stored its word: 1 = yes)",
+        "backend direct: burst, per launch",
+        "raw driver: burst (legacy stream), per launch",
     ];
     for (name, v) in direct_names.iter().zip(direct_rows) {
         println!("| {name:<44} | {:>8.2} |", median(v));
@@ -382,6 +422,7 @@ fn main() {
         println!("| {name:<44} | {:>8.2} |", median(v));
     }
     println!("| {:<44} | {:>8.2} |", "whole, host takes the GPU's completion word", median(signalled_rounds));
+    println!("| {:<44} | {:>8.2} |", "burst through the channel, per launch", median(burst_rounds));
     println!(
         "({rounds} rounds × {iters} iterations; worker cpu {worker_cpu:?}, host cpu {host_cpu:?}; phases are medians each, so they need not add up to the whole)"
     );

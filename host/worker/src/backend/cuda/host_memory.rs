@@ -18,13 +18,12 @@ use super::driver::*;
 /// Bytes per registration (the last chunk of a memory may be shorter).
 pub const CHUNK: usize = 64 << 20;
 
-/// One piece of a transfer: `len` bytes at `offset` into it, and whether they are page-locked
-/// (`None`: not in an attached guest memory, so not this module's to say).
+/// One piece of a transfer: `len` bytes at `offset` into it, inside one registration (or, where
+/// registering failed, pageable: slower, still correct).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Piece {
     pub offset: usize,
     pub len: usize,
-    pub pinned: Option<bool>,
 }
 
 /// The host mappings the serve loop told the backend about, by base address.
@@ -74,11 +73,11 @@ impl HostMemory {
     }
 
     /// Splits the host range `p..p+n` into pieces that each lie inside one registration,
-    /// registering chunks as needed. A range outside every mapping (the data region) is one
-    /// piece with `pinned: None` (the caller knows about the data region).
+    /// registering chunks as needed. A range outside every mapping (the data region, registered
+    /// on its own) is one piece.
     pub fn pieces(&mut self, drv: &Driver, p: *const u8, n: usize) -> Vec<Piece> {
         let addr = p as usize;
-        let whole = vec![Piece { offset: 0, len: n, pinned: None }];
+        let whole = vec![Piece { offset: 0, len: n }];
         let Some((&base, m)) = self.maps.range_mut(..=addr).next_back() else { return whole };
         let Some(end) = addr.checked_add(n) else { return whole };
         if end > base + m.len || n == 0 {
@@ -91,8 +90,8 @@ impl HostMemory {
             let chunk_start = base + index * CHUNK;
             let chunk_end = (chunk_start + CHUNK).min(base + m.len);
             let piece_end = end.min(chunk_end);
-            let pinned = ensure_registered(drv, m, index, chunk_start, chunk_end, piece_end);
-            out.push(Piece { offset: at - addr, len: piece_end - at, pinned: Some(pinned) });
+            ensure_registered(drv, m, index, chunk_start, chunk_end, piece_end);
+            out.push(Piece { offset: at - addr, len: piece_end - at });
             at = piece_end;
         }
         out
@@ -100,12 +99,13 @@ impl HostMemory {
 }
 
 /// Makes chunk `index` registered at least up to `need` (an address), registering it up to
-/// `chunk_end`, all that is valid of it now; says whether it is.
-fn ensure_registered(drv: &Driver, m: &mut Mapping, index: usize, chunk_start: usize, chunk_end: usize, need: usize) -> bool {
+/// `chunk_end`, all that is valid of it now (once a registration failed for as much, it is not
+/// tried again).
+fn ensure_registered(drv: &Driver, m: &mut Mapping, index: usize, chunk_start: usize, chunk_end: usize, need: usize) {
     let want = chunk_end - chunk_start;
     match m.chunks.get(&index) {
-        Some(Chunk::Registered(n)) if chunk_start + n >= need => return true,
-        Some(Chunk::Failed(n)) if *n >= want => return false,
+        Some(Chunk::Registered(n)) if chunk_start + n >= need => return,
+        Some(Chunk::Failed(n)) if *n >= want => return,
         Some(Chunk::Registered(_)) => {
             // Registered while the memory was smaller; the driver refuses overlapping ranges.
             // SAFETY: a registration of ours; no copy from it is in flight (copies are synchronous).
@@ -119,7 +119,6 @@ fn ensure_registered(drv: &Driver, m: &mut Mapping, index: usize, chunk_start: u
     let r = unsafe { (drv.mem_host_register)(chunk_start as *mut _, want, 0) };
     if r == CUDA_SUCCESS {
         m.chunks.insert(index, Chunk::Registered(want));
-        true
     } else {
         eprintln!(
             "tasklet worker {}: cuMemHostRegister of {want} bytes of guest memory failed: {}; copies from it go through \
@@ -128,7 +127,6 @@ fn ensure_registered(drv: &Driver, m: &mut Mapping, index: usize, chunk_start: u
             drv.describe(r)
         );
         m.chunks.insert(index, Chunk::Failed(want));
-        false
     }
 }
 

@@ -102,8 +102,9 @@ pub struct Pinned {
 pub const REGISTER_DEVICEMAP: c_uint = 2;
 
 impl Pinned {
-    /// Registers `len` bytes at `ptr` (`what`, for the error) with the driver, with `cuMemHostRegister`'s `flags`. On
-    /// failure the caller goes on without (slower, still correct); the error says why.
+    /// Registers `len` bytes at `ptr` (`what`, for the error) with the driver, with
+    /// `cuMemHostRegister`'s `flags`. On failure the caller goes on without (slower, still
+    /// correct); the error says why.
     pub fn register(drv: &Driver, ptr: *mut u8, len: usize, flags: c_uint, what: &str) -> Result<Pinned, String> {
         if ptr.is_null() || len == 0 {
             return Err(format!("no {what}"));
@@ -116,7 +117,6 @@ impl Pinned {
         }
         Ok(Pinned { ptr })
     }
-
 
     pub fn unregister(self, drv: &Driver) {
         // SAFETY: registered by `register`; failure only means it is already gone.

@@ -9,13 +9,13 @@
 //! - [`signal`]: the channel's completion word, stored by the device when a sync's kernels end;
 //! - [`errors`]: driver results → typed kinds with the driver's words.
 //!
-//! Ordering: everything runs on the worker's one (non-blocking) stream, so an allocation's zeroing,
-//! copies and kernels execute in the order the host sent them; writes and reads wait for their
-//! stream before they return (the host may reuse or read its memory then). Launches are asynchronous (posted: the worker
-//! queues the kernel and takes the next request, tracking launches in groups under one event, see
-//! [`launch`]); every other op except `info` first waits for the queued kernels, deadline-aware,
-//! so an op never blocks behind a runaway kernel: it fails with
-//! `DeadlineExceeded` at the kernel's deadline instead. `sync` is exactly that wait plus a check
+//! Ordering: everything runs on the worker's one (non-blocking) stream, so an allocation's
+//! zeroing, copies and kernels execute in the order the host sent them; writes and reads wait for
+//! their stream before they return (the host may reuse or read its memory then). Launches are
+//! asynchronous (posted: the worker queues the kernel and takes the next request, tracking
+//! launches in groups under one event, see [`launch`]); every other op except `info` first waits
+//! for the queued kernels, deadline-aware, so an op never blocks behind a runaway kernel: it fails
+//! with `DeadlineExceeded` at the kernel's deadline instead. `sync` is exactly that wait plus a check
 //! that the stream finished without error.
 //!
 //! After a fault or a missed deadline the backend is poisoned: every op but `info` fails with that

@@ -162,6 +162,18 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// One `sync` waited for the way `Worker::sync` does: the completion word or the worker's answer.
+fn signalled_sync(host: &mut HostEnd, id: &mut u64, frame: &mut Vec<u8>, resp: &mut Vec<u8>) {
+    let far = Instant::now() + Duration::from_secs(30);
+    *id += 1;
+    frame.clear();
+    encode_request(*id, &Request::Sync, frame);
+    let seq = host.send(frame, far, &mut || None).expect("send");
+    if host.wait_signalled(seq, far, &mut || None, resp).expect("answer") == Answer::Response {
+        assert_eq!(decode_response(resp).expect("decodable").1, Response::Ok);
+    }
+}
+
 fn opts(data_region: Option<(usize, usize)>, completion_word: Option<usize>) -> BackendOptions {
     BackendOptions { device_memory: 1 << 30, emu_threads: 0, null: false, data_region, completion_word }
 }
@@ -369,13 +381,7 @@ fn main() {
         for i in 0..iters + iters / 10 {
             let t0 = now_ns();
             host.post(&launch_frame, far(), &mut || None).expect("post");
-            sync_id += 1;
-            frame.clear();
-            encode_request(sync_id, &Request::Sync, &mut frame);
-            let seq = host.send(&frame, far(), &mut || None).expect("send");
-            if host.wait_signalled(seq, far(), &mut || None, &mut resp).expect("answer") == Answer::Response {
-                assert_eq!(decode_response(&resp).expect("decodable").1, Response::Ok);
-            }
+            signalled_sync(&mut host, &mut sync_id, &mut frame, &mut resp);
             if i >= iters / 10 {
                 whole.push((now_ns() - t0) as f64 / 1e3);
             }
@@ -387,13 +393,7 @@ fn main() {
             for _ in 0..BURST {
                 host.post(&launch_frame, far(), &mut || None).expect("post");
             }
-            sync_id += 1;
-            frame.clear();
-            encode_request(sync_id, &Request::Sync, &mut frame);
-            let seq = host.send(&frame, far(), &mut || None).expect("send");
-            if host.wait_signalled(seq, far(), &mut || None, &mut resp).expect("answer") == Answer::Response {
-                assert_eq!(decode_response(&resp).expect("decodable").1, Response::Ok);
-            }
+            signalled_sync(&mut host, &mut sync_id, &mut frame, &mut resp);
             bursts.push((now_ns() - t0) as f64 / 1e3 / BURST as f64);
         }
         burst_rounds.push(median(bursts));

@@ -58,6 +58,15 @@ impl Gpu {
         });
     }
 
+    /// Queues the store of a fresh value into the word on `s`; returns the value.
+    fn store_next(&self, s: CuStream) -> u32 {
+        let v = self.seq.get().wrapping_add(1);
+        self.seq.set(v);
+        // SAFETY: a registered, device-mapped word; a live stream.
+        ok("cuStreamWriteValue32", unsafe { (self.d.stream_write_value32)(s, self.word.1, v, 0) });
+        v
+    }
+
     fn once(&self, s: CuStream, w: Wait) {
         if !matches!(w, Wait::WriteValueOnlyPollWord) {
             self.launch(s);
@@ -75,29 +84,18 @@ impl Gpu {
                     ok("cuEventRecord", (self.d.event_record)(self.ev, s));
                     ok("cuStreamSynchronize", (self.d.stream_synchronize)(s));
                 }
-                Wait::WriteValuePollWord => {
-                    let v = self.seq.get().wrapping_add(1);
-                    self.seq.set(v);
-                    ok("cuStreamWriteValue32", (self.d.stream_write_value32)(s, self.word.1, v, 0));
+                // (Without a kernel for the second: `once` launched none.)
+                Wait::WriteValuePollWord | Wait::WriteValueOnlyPollWord => {
+                    let v = self.store_next(s);
                     while (*self.word.0).load(Ordering::Acquire) != v {
                         std::hint::spin_loop();
                     }
                 }
                 Wait::WriteValueRecordPollBoth => {
-                    let v = self.seq.get().wrapping_add(1);
-                    self.seq.set(v);
-                    ok("cuStreamWriteValue32", (self.d.stream_write_value32)(s, self.word.1, v, 0));
+                    let v = self.store_next(s);
                     ok("cuEventRecord", (self.d.event_record)(self.ev, s));
                     while (*self.word.0).load(Ordering::Acquire) != v {
                         let _ = (self.d.event_query)(self.ev);
-                    }
-                }
-                Wait::WriteValueOnlyPollWord => {
-                    let v = self.seq.get().wrapping_add(1);
-                    self.seq.set(v);
-                    ok("cuStreamWriteValue32", (self.d.stream_write_value32)(s, self.word.1, v, 0));
-                    while (*self.word.0).load(Ordering::Acquire) != v {
-                        std::hint::spin_loop();
                     }
                 }
                 Wait::LaunchOnly => {}

@@ -11,7 +11,10 @@ CuPy column; it can also be run alone:
 Prints `name value` lines, the same names the native path of gpu_speed prints (times in whole
 nanoseconds, throughputs in bytes per second):
 
-    launch_sync_ns, launch_sync_p99_ns   empty() on 1x1 + stream sync, each timed; median, p99
+    launch_sync_ns                       empty() on 1x1 + stream sync, in batches of 10 pairs; median batch / 10
+    launch_sync_each_ns,                 the same, each pair timed; median, p99
+      launch_sync_p99_ns
+    clock_read_ns                        one time.perf_counter_ns() call
     launch_async_ns                      10 batches of N launches + one sync; median of batch/N
     rw4k_pinned_ns, rw4k_pageable_ns     4 KiB set + get + sync, each timed; median
     bulk_bytes, bulk_{write,read}_{pinned,pageable}_bps
@@ -36,6 +39,7 @@ import numpy as np
 
 WARMUP = 10
 ASYNC_BATCHES = 10
+PAIRS_PER_BATCH = 10  # launch + sync pairs per timed batch (gpu_speed.rs's PAIRS_PER_BATCH)
 
 
 def median(values):
@@ -100,8 +104,25 @@ def main():
             stream.synchronize()
 
         t = time_each(WARMUP, a.launch_sync, launch_sync)
-        line("launch_sync_ns", median(t))
+
+        def launch_sync_batch():
+            for _ in range(PAIRS_PER_BATCH):
+                launch_sync()
+
+        batches = time_each(1, -(-a.launch_sync // PAIRS_PER_BATCH), launch_sync_batch)
+        line("launch_sync_ns", median(batches) // PAIRS_PER_BATCH)
+        line("launch_sync_each_ns", median(t))
         line("launch_sync_p99_ns", percentile(t, 99))
+
+        # One clock read (time.perf_counter_ns), as the timing above reads it.
+        clock = time.perf_counter_ns
+        reads = []
+        for _ in range(200):
+            start = clock()
+            for _ in range(100):
+                last = clock()
+            reads.append(last - start)
+        line("clock_read_ns", median(reads) / 100)
 
         # N launches, one sync.
         n = a.launch_async

@@ -8,17 +8,18 @@ use tasklet_tests::{assert_baseline, load, manifest, run_ok, test_host};
 fn every_gpubench_command_prints_its_figures() {
     let host = test_host!();
     let bench = load(&host, manifest("testing/gpubench"));
-    let cases: [(&str, &[&str]); 6] = [
-        ("launch-sync 3", &["launch_sync_ns", "launch_sync_p99_ns"]),
-        ("launch-async 3", &["launch_async_ns"]),
+    let cases: [(&str, &[&str]); 7] = [
+        ("launch-sync 3", &["launch_sync_ns", "launch_sync_each_ns", "launch_sync_p99_ns"]),
+        ("launch-async 3", &["launch_async_ns", "launch_async_posted_ns"]),
         ("rw4k 3", &["rw4k_ns", "rw4k_p99_ns"]),
         ("bulk 65536 2", &["bulk_bytes", "bulk_write_bps", "bulk_read_bps", "bulk_read_list_bps"]),
         ("lease 3", &["lease_acquire_p50_ns", "lease_acquire_p99_ns", "lease_cycle_p50_ns", "lease_cycle_p99_ns"]),
         ("module-load 3 settle=1", &["module_load_ns", "module_load_p99_ns"]),
+        ("clock 3", &["clock_read_ns"]),
     ];
     for (command, names) in cases {
         let out = run_ok(&host, &bench, command);
-        let figures: Vec<(&str, u64)> = out
+        let figures: Vec<(&str, f64)> = out
             .lines()
             .map(|l| {
                 let (name, value) = l.split_once(' ').unwrap_or_else(|| panic!("`{command}`: bad line {l:?}"));
@@ -27,7 +28,7 @@ fn every_gpubench_command_prints_its_figures() {
             .collect();
         let got: Vec<&str> = figures.iter().map(|f| f.0).collect();
         assert_eq!(got, names, "`{command}` printed:\n{out}");
-        assert!(figures.iter().all(|f| f.1 > 0), "`{command}` printed a zero:\n{out}");
+        assert!(figures.iter().all(|f| f.1 > 0.0), "`{command}` printed a zero:\n{out}");
         assert_baseline(&host);
     }
     assert_eq!(run_ok(&host, &bench, "bulk 4096 1").lines().next(), Some("bulk_bytes 4096"));

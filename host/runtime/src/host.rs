@@ -74,6 +74,11 @@ impl Host {
         // a module's data image privately over that memory (and wasmtime only does it for its own
         // mmap memories), so data segments are copied in instead.
         wasm.with_host_memory(crate::guest_memory::creator()).memory_init_cow(false);
+        // `TASKLET_PERF_MAP=1`: name the compiled guest code in /tmp/perf-<pid>.map, so `perf`
+        // attributes samples to guest functions instead of bare addresses.
+        if std::env::var_os("TASKLET_PERF_MAP").is_some_and(|v| v == "1") {
+            wasm.profiler(wasmtime::ProfilingStrategy::PerfMap);
+        }
         let engine = Engine::new(&wasm).map_err(|e| HostError::Engine(format!("{e:#}")))?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| HostError::Engine(format!("{e:#}")))?;

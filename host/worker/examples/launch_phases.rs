@@ -16,7 +16,8 @@
 //! - the whole again with the host taking the completion word the GPU stores (what `Worker::sync`
 //!   does): the hand-off back to the host is gone;
 //! - async launch throughput: bursts of 1000 launches and one wait, per launch, raw, straight into
-//!   the backend, and through the channel (which of host and worker bounds it).
+//!   the backend, and through the channel (which of host and worker bounds it), with the time the
+//!   worker spent inside the backend's `launch` (the rest is its serving loop and waiting).
 //!
 //! Needs a CUDA device; says "skipped: no CUDA device" and exits 0 without one.
 
@@ -38,13 +39,15 @@ fn now_ns() -> u64 {
     EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
 }
 
-/// When the worker entered and left `launch` and `sync` last.
+/// When the worker entered and left `launch` and `sync` last, and the time it spent in
+/// `launch` in all (for the share of a burst the backend takes).
 #[derive(Default)]
 struct Marks {
     launch_in: AtomicU64,
     launch_out: AtomicU64,
     sync_in: AtomicU64,
     sync_out: AtomicU64,
+    in_launch_total: AtomicU64,
 }
 
 struct Timed {
@@ -81,9 +84,12 @@ impl Backend for Timed {
         self.inner.unload_module(id)
     }
     fn launch(&mut self, l: &LaunchRequest<'_>) -> Result<(), BackendError> {
-        self.marks.launch_in.store(now_ns(), Relaxed);
+        let t0 = now_ns();
+        self.marks.launch_in.store(t0, Relaxed);
         let r = self.inner.launch(l);
-        self.marks.launch_out.store(now_ns(), Relaxed);
+        let t1 = now_ns();
+        self.marks.launch_out.store(t1, Relaxed);
+        self.marks.in_launch_total.fetch_add(t1 - t0, Relaxed);
         r
     }
     fn sync(&mut self) -> Result<(), BackendError> {
@@ -107,37 +113,46 @@ impl Backend for Timed {
 }
 
 /// The backend's driver calls, made raw: `empty` from its own module on the same (primary)
-/// context, the legacy stream, one timing-disabled event.
+/// context, a non-blocking stream of its own (as the backend's), one timing-disabled event.
 struct Raw {
     d: &'static driver::Driver,
     f: driver::CuFunction,
     ev: driver::CuEvent,
+    stream: driver::CuStream,
 }
 
 impl Raw {
     fn new() -> Raw {
         let d = driver::driver().expect("driver loaded by the backend");
         let src = std::ffi::CString::new(PTX).expect("PTX has no NUL");
-        let (mut m, mut f, mut ev) = (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
+        let (mut m, mut f, mut ev, mut stream) =
+            (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
         // SAFETY: valid out-pointers, NUL-terminated PTX; the backend made the context current.
         unsafe {
             assert_eq!((d.module_load_data_ex)(&mut m, src.as_ptr().cast(), 0, std::ptr::null_mut(), std::ptr::null_mut()), 0);
             assert_eq!((d.module_get_function)(&mut f, m, c"empty".as_ptr()), 0);
             assert_eq!((d.event_create)(&mut ev, 2), 0);
+            // CU_STREAM_NON_BLOCKING
+            assert_eq!((d.stream_create)(&mut stream, 1), 0);
         }
-        Raw { d, f, ev }
+        Raw { d, f, ev, stream }
     }
 
     fn launch(&self) {
-        // SAFETY: a resolved function with no parameters, the legacy stream.
-        let r = unsafe { (self.d.launch_kernel)(self.f, 1, 1, 1, 1, 1, 1, 0, std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut()) };
+        // SAFETY: a resolved function with no parameters, our stream.
+        let r = unsafe { (self.d.launch_kernel)(self.f, 1, 1, 1, 1, 1, 1, 0, self.stream, std::ptr::null_mut(), std::ptr::null_mut()) };
         assert_eq!(r, 0);
     }
 
+    fn record(&self) {
+        // SAFETY: a live event; our stream.
+        assert_eq!(unsafe { (self.d.event_record)(self.ev, self.stream) }, 0);
+    }
+
     fn record_and_poll(&self) {
-        // SAFETY: a live event; the legacy stream.
+        // SAFETY: a live event; our stream.
         unsafe {
-            assert_eq!((self.d.event_record)(self.ev, std::ptr::null_mut()), 0);
+            assert_eq!((self.d.event_record)(self.ev, self.stream), 0);
             while (self.d.event_query)(self.ev) != 0 {}
         }
     }
@@ -215,10 +230,10 @@ fn main() {
     };
     let m = direct.load_module(PTX).expect("load faults.ptx");
     let l = launch_req(m.id);
-    // The same driver calls the backend makes (legacy stream; launch, record, poll), raw, on the
+    // The same driver calls the backend makes (launch, record, poll), raw, on the
     // same context, alternating with the backend round by round.
     let raw = Raw::new();
-    let mut direct_rows: Vec<Vec<f64>> = vec![Vec::new(); 12];
+    let mut direct_rows: Vec<Vec<f64>> = vec![Vec::new(); 13];
     // SAFETY: the word lies in the page the backend registered (device-mapped) at open.
     let word = unsafe { &*(word_addr as *const std::sync::atomic::AtomicU32) };
     let mut dev_word = 0u64;
@@ -226,7 +241,7 @@ fn main() {
     assert_eq!(unsafe { (raw.d.mem_host_get_device_pointer)(&mut dev_word, word_addr as *mut _, 0) }, 0);
     let mut seq = 0u32;
     for _ in 0..rounds {
-        let mut t: Vec<Vec<f64>> = (0..12).map(|_| Vec::with_capacity(iters)).collect();
+        let mut t: Vec<Vec<f64>> = (0..13).map(|_| Vec::with_capacity(iters)).collect();
         for i in 0..iters + iters / 10 {
             let t0 = Instant::now();
             raw.launch();
@@ -256,8 +271,8 @@ fn main() {
             let t0 = Instant::now();
             raw.launch();
             let t1 = Instant::now();
-            // SAFETY: a registered, device-mapped word; the legacy stream.
-            assert_eq!(unsafe { (raw.d.stream_write_value32)(std::ptr::null_mut(), dev_word, seq, 0) }, 0);
+            // SAFETY: a registered, device-mapped word; our stream.
+            assert_eq!(unsafe { (raw.d.stream_write_value32)(raw.stream, dev_word, seq, 0) }, 0);
             let t2 = Instant::now();
             while word.load(Acquire) != seq {
                 std::hint::spin_loop();
@@ -287,6 +302,17 @@ fn main() {
             }
             raw.record_and_poll();
             t[11].push(t0.elapsed().as_secs_f64() * 1e6 / BURST as f64);
+            // The same with an event recorded after every GROUP_MAX launches, as the backend's
+            // launch groups do: what tracking the groups costs the driver.
+            let t0 = Instant::now();
+            for i in 0..BURST {
+                raw.launch();
+                if (i + 1) % tasklet_worker::backend::cuda::GROUP_MAX == 0 {
+                    raw.record();
+                }
+            }
+            raw.record_and_poll();
+            t[12].push(t0.elapsed().as_secs_f64() * 1e6 / BURST as f64);
             let t0 = Instant::now();
             for _ in 0..BURST {
                 direct.launch(&l).expect("launch");
@@ -347,6 +373,7 @@ fn main() {
     let mut phase_rounds: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
     let mut signalled_rounds = Vec::new();
     let mut burst_rounds = Vec::new();
+    let mut burst_in_launch_rounds = Vec::new();
     let mut sync_id = 1u64 << 50;
     for _ in 0..rounds {
         let mut phases: Vec<Vec<f64>> = names.iter().map(|_| Vec::with_capacity(iters)).collect();
@@ -388,21 +415,25 @@ fn main() {
         }
         signalled_rounds.push(median(whole));
         let mut bursts = Vec::with_capacity(BATCHES);
+        let mut in_launch = Vec::with_capacity(BATCHES);
         for _ in 0..BATCHES {
+            let before = marks.in_launch_total.load(Relaxed);
             let t0 = now_ns();
             for _ in 0..BURST {
                 host.post(&launch_frame, far(), &mut || None).expect("post");
             }
             signalled_sync(&mut host, &mut sync_id, &mut frame, &mut resp);
             bursts.push((now_ns() - t0) as f64 / 1e3 / BURST as f64);
+            in_launch.push((marks.in_launch_total.load(Relaxed) - before) as f64 / 1e3 / BURST as f64);
         }
         burst_rounds.push(median(bursts));
+        burst_in_launch_rounds.push(median(in_launch));
     }
 
     println!("| {:<44} | {:>8} |", "phase", "p50 µs");
     println!("|{:-<46}|{:-<10}|", "", "");
     let direct_names = [
-        "raw driver: cuLaunchKernel (legacy stream)",
+        "raw driver: cuLaunchKernel",
         "raw driver: cuEventRecord + poll cuEventQuery",
         "raw driver: launch + record + poll",
         "backend direct: launch",
@@ -413,7 +444,8 @@ fn main() {
         "backend direct: launch + signalled sync",
         "(signalled sync stored its word: 1 = yes)",
         "backend direct: burst, per launch",
-        "raw driver: burst (legacy stream), per launch",
+        "raw driver: burst, per launch",
+        "raw driver: burst, an event per 8 launches",
     ];
     for (name, v) in direct_names.iter().zip(direct_rows) {
         println!("| {name:<44} | {:>8.2} |", median(v));
@@ -423,6 +455,7 @@ fn main() {
     }
     println!("| {:<44} | {:>8.2} |", "whole, host takes the GPU's completion word", median(signalled_rounds));
     println!("| {:<44} | {:>8.2} |", "burst through the channel, per launch", median(burst_rounds));
+    println!("| {:<44} | {:>8.2} |", "  of which the worker in `launch`", median(burst_in_launch_rounds));
     println!(
         "({rounds} rounds × {iters} iterations; worker cpu {worker_cpu:?}, host cpu {host_cpu:?}; phases are medians each, so they need not add up to the whole)"
     );

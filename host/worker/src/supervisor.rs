@@ -492,18 +492,28 @@ impl Worker {
             deadline_ns,
         });
         self.encode(&req);
-        let now = Instant::now();
-        let timeout = self.op_timeout.saturating_add(self.queued_for(now));
-        // A full ring on the emulator past the queued kernels' bound: one of them overran.
-        let (first, _) = self.first_deadline(later(now, timeout));
-        let proc = &self.proc;
-        match self.chan.post(&self.frame, first, &mut || proc.poll()) {
+        // The clock is read after posting (a kernel starts no earlier than that anyway), not on the
+        // way to the worker; only a full ring, which must be waited on, needs a deadline first.
+        let posted = match self.chan.try_post(&self.frame) {
+            Ok(true) => Ok(()),
+            Ok(false) => {
+                let now = Instant::now();
+                let timeout = self.op_timeout.saturating_add(self.queued_for(now));
+                // A full ring on the emulator past the queued kernels' bound: one of them overran.
+                let (first, _) = self.first_deadline(later(now, timeout));
+                let proc = &self.proc;
+                self.chan.post(&self.frame, first, &mut || proc.poll()).map_err(|e| (e, timeout))
+            }
+            Err(e) => Err((e, self.op_timeout)),
+        };
+        match posted {
             Ok(()) => {}
-            Err(SendError::TooLarge(e)) => {
+            Err((SendError::TooLarge(e), _)) => {
                 return Err(WorkerError::op(ErrorKind::InvalidArgument, format!("launch request too large: {e}")))
             }
-            Err(SendError::Wait(w)) => return Err(self.wait_failed("launch", w, timeout)),
+            Err((SendError::Wait(w), timeout)) => return Err(self.wait_failed("launch", w, timeout)),
         }
+        let now = Instant::now();
         let from = self.pending_until.map_or(now, |p| p.max(now));
         self.pending_until = Some(later(from, self.launch_bound(l.deadline)));
         self.last_kernel.clear();

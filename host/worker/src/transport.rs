@@ -408,6 +408,16 @@ fn futex_wake(word: &AtomicU32) {
     }
 }
 
+/// Whether `bytes` more fit in the ring between the host's `head` and the worker's `tail`; an
+/// error if `tail` cannot be right (the worker claims to have served more than was sent).
+fn fits(head: u32, tail: u32, bytes: usize) -> Result<bool, WaitError> {
+    let used = head.wrapping_sub(tail) as usize;
+    if used > RING {
+        return Err(WaitError::Protocol(format!("ring tail {tail} is not within {RING} bytes before head {head}")));
+    }
+    Ok(RING - used >= bytes)
+}
+
 /// Bytes a record for a frame of `len` bytes takes in the ring (inline).
 fn record_size(len: usize) -> usize {
     REC_HEADER + len.next_multiple_of(ALIGN)
@@ -614,6 +624,21 @@ impl HostEnd {
         self.append(KIND_POSTED, frame, frame.len() as u32, 0, deadline, alive)
     }
 
+    /// [`HostEnd::post`] if the ring has room for the frame now; `Ok(false)` (nothing posted)
+    /// if it would have to wait. Needs no deadline, so a caller reads the clock only when the ring
+    /// is full.
+    pub fn try_post(&mut self, frame: &[u8]) -> Result<bool, SendError> {
+        if frame.len() > MSG_AREA {
+            return Err(TransportError::TooLarge { len: frame.len(), cap: MSG_AREA }.into());
+        }
+        let (skip, total) = self.placement(record_size(frame.len()));
+        if !self.has_room(total).map_err(SendError::Wait)? {
+            return Ok(false);
+        }
+        self.write_record(skip, total, KIND_POSTED, frame, frame.len() as u32, 0);
+        Ok(true)
+    }
+
     /// Sends a call frame; returns the seq its response will carry (see [`HostEnd::wait`]).
     /// Waits (until `deadline`, checking `alive`) while the ring is full.
     pub fn send(
@@ -664,13 +689,27 @@ impl HostEnd {
         deadline: Instant,
         alive: &mut dyn FnMut() -> Option<String>,
     ) -> Result<(), SendError> {
-        let need = record_size(inline.len());
-        let pos = self.head as usize % RING;
-        let to_end = RING - pos;
-        let (skip, total) = if need > to_end { (to_end, to_end + need) } else { (0, need) };
+        let (skip, total) = self.placement(record_size(inline.len()));
         self.wait_for_space(total, deadline, alive).map_err(SendError::Wait)?;
+        self.write_record(skip, total, kind, inline, len, seq);
+        Ok(())
+    }
+
+    /// Where a record of `need` bytes goes: the bytes to skip to the ring's start first (a wrap
+    /// record) if it would straddle the end, and the ring bytes it takes in all.
+    fn placement(&self, need: usize) -> (usize, usize) {
+        let to_end = RING - self.head as usize % RING;
+        if need > to_end {
+            (to_end, to_end + need)
+        } else {
+            (0, need)
+        }
+    }
+
+    /// Writes and publishes a record placed by [`HostEnd::placement`], once there is room.
+    fn write_record(&mut self, skip: usize, total: usize, kind: u32, inline: &[u8], len: u32, seq: u32) {
         let r = &self.region;
-        let mut at = pos;
+        let mut at = self.head as usize % RING;
         if skip > 0 {
             r.put_record_header(at, KIND_WRAP, 0, 0);
             r.stamp_at(at).store(stamp(self.head), Release);
@@ -685,37 +724,37 @@ impl HostEnd {
         if r.u32_at(OFF_WORKER_SLEEPING).load(SeqCst) != 0 {
             futex_wake(r.u32_at(OFF_HEAD));
         }
-        Ok(())
     }
 
-    /// Waits until `bytes` more fit in the ring. The worker's `tail` is checked: it may never
-    /// claim to have served more than was sent.
+    /// Whether `bytes` more fit in the ring now (never waits). The worker's `tail` is checked: it
+    /// may never claim to have served more than was sent.
+    fn has_room(&mut self, bytes: usize) -> Result<bool, WaitError> {
+        // (A cached tail was checked when read and only understates the room since.)
+        if fits(self.head, self.tail_seen, bytes)? {
+            return Ok(true);
+        }
+        let seen = self.region.u32_at(OFF_TAIL).load(Acquire);
+        let room = fits(self.head, seen, bytes)?;
+        self.tail_seen = seen;
+        Ok(room)
+    }
+
+    /// Waits until `bytes` more fit in the ring (see [`HostEnd::has_room`]).
     fn wait_for_space(
         &mut self,
         bytes: usize,
         deadline: Instant,
         alive: &mut dyn FnMut() -> Option<String>,
     ) -> Result<(), WaitError> {
-        let head = self.head;
-        let fits = |tail: u32| -> Result<bool, WaitError> {
-            let used = head.wrapping_sub(tail) as usize;
-            if used > RING {
-                return Err(WaitError::Protocol(format!("ring tail {tail} is not within {RING} bytes before head {head}")));
-            }
-            Ok(RING - used >= bytes)
-        };
-        // (A cached tail was checked when read and only understates the room since.)
-        if fits(self.tail_seen)? {
+        if self.has_room(bytes)? {
             return Ok(());
         }
-        let tail = self.region.u32_at(OFF_TAIL);
-        let mut seen = tail.load(Acquire);
-        if !fits(seen)? {
-            host_wait(&self.region, &mut self.space_spin, OFF_TAIL, OFF_HOST_WANTS_SPACE, deadline, alive, fits)?;
-            seen = tail.load(Acquire);
-            if !fits(seen)? {
-                return Err(WaitError::Protocol(format!("ring tail moved back to {seen}")));
-            }
+        let head = self.head;
+        let room = |tail: u32| fits(head, tail, bytes);
+        host_wait(&self.region, &mut self.space_spin, OFF_TAIL, OFF_HOST_WANTS_SPACE, deadline, alive, room)?;
+        let seen = self.region.u32_at(OFF_TAIL).load(Acquire);
+        if !fits(head, seen, bytes)? {
+            return Err(WaitError::Protocol(format!("ring tail moved back to {seen}")));
         }
         self.tail_seen = seen;
         Ok(())
@@ -1289,6 +1328,40 @@ mod tests {
         let deadline = soon();
         while !h.all_served() {
             assert!(Instant::now() < deadline, "the worker never caught up");
+            thread::sleep(Duration::from_millis(1));
+        }
+        h.close();
+        assert_eq!(t.join().unwrap(), posted + 1);
+    }
+
+    #[test]
+    fn try_post_posts_while_the_ring_has_room_and_otherwise_posts_nothing() {
+        let (mut h, mut w) = pair(DEFAULT_DATA_SIZE);
+        let frame = [3u8; 1000];
+        let mut posted = 0;
+        while h.try_post(&frame).unwrap() {
+            posted += 1;
+        }
+        assert_eq!(posted, RING / record_size(frame.len()));
+        assert!(!h.try_post(&frame).unwrap(), "a full ring stays full until the worker serves");
+        assert!(matches!(h.try_post(&vec![0u8; MSG_AREA + 1]), Err(SendError::TooLarge(_))));
+        let t = thread::spawn(move || {
+            let mut buf = Vec::new();
+            let mut n = 0;
+            while let Incoming::Posted = w.wait_request(&mut buf, &mut || true, &mut || {}) {
+                assert_eq!(buf, [3u8; 1000]);
+                n += 1;
+            }
+            n
+        });
+        let deadline = soon();
+        while !h.all_served() {
+            assert!(Instant::now() < deadline, "the worker never caught up");
+            thread::sleep(Duration::from_millis(1));
+        }
+        assert!(h.try_post(&frame).unwrap(), "room again once served");
+        while !h.all_served() {
+            assert!(Instant::now() < deadline, "the worker never took the last frame");
             thread::sleep(Duration::from_millis(1));
         }
         h.close();

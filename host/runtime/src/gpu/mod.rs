@@ -14,26 +14,55 @@ pub use sessions::DIRECT_MIN_BYTES;
 
 use crate::config::Grant;
 use crate::lease::{EndReason, Lease, LeaseManager};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::sync::Arc;
+use tasklet_worker::{KernelInfo, LoadedModule, MAX_PARAM_BYTES};
 use wasmtime::component::{HasData, ResourceTable};
 
-/// A tasklet's GPU state: its grant, its leases, and the sessions under them.
+/// A tasklet's GPU state: its grant, its leases, and the sessions under them. Maps are keyed by
+/// the host's own sequential ids, so they use a fast non-keyed hash (no key comes from a guest).
 pub struct GpuCtx {
     grant: Grant,
     manager: Arc<LeaseManager>,
-    leases: HashMap<u64, Arc<Lease>>,
-    sessions: HashMap<u64, SessionState>,
+    leases: FxHashMap<u64, Arc<Lease>>,
+    sessions: FxHashMap<u64, SessionState>,
     next_id: u64,
+    /// Where each launch's argument block is built (kept: no allocation per launch).
+    arg_block: Vec<u8>,
 }
 
 /// What the host remembers of a session, keyed by its unique id.
 struct SessionState {
     lease: Arc<Lease>,
     /// Buffer id → (device address, size).
-    buffers: HashMap<u64, (u64, u64)>,
+    buffers: FxHashMap<u64, (u64, u64)>,
     /// Module id → the worker's module and its kernels.
-    modules: HashMap<u64, tasklet_worker::LoadedModule>,
+    modules: FxHashMap<u64, ModuleState>,
+}
+
+/// A loaded module as launches need it: the worker's id and each kernel's argument layout,
+/// worked out once at load rather than at every launch.
+struct ModuleState {
+    id: u32,
+    kernels: Vec<KernelEntry>,
+}
+
+struct KernelEntry {
+    info: KernelInfo,
+    /// Each parameter's offset in the argument block and the block's size; `None` when the
+    /// parameters do not fit CUDA's parameter space (such a kernel cannot be launched).
+    layout: Option<(Vec<u32>, u32)>,
+}
+
+impl ModuleState {
+    fn new(module: LoadedModule) -> ModuleState {
+        let kernels = module
+            .kernels
+            .into_iter()
+            .map(|info| KernelEntry { layout: info.checked_param_layout(MAX_PARAM_BYTES), info })
+            .collect();
+        ModuleState { id: module.id, kernels }
+    }
 }
 
 /// The guest's handle types as stored in the resource table.
@@ -55,7 +84,14 @@ pub struct ModuleHandle {
 
 impl GpuCtx {
     pub fn new(grant: Grant, manager: Arc<LeaseManager>) -> GpuCtx {
-        GpuCtx { grant, manager, leases: HashMap::new(), sessions: HashMap::new(), next_id: 1 }
+        GpuCtx {
+            grant,
+            manager,
+            leases: FxHashMap::default(),
+            sessions: FxHashMap::default(),
+            next_id: 1,
+            arg_block: Vec::new(),
+        }
     }
 
     fn fresh_id(&mut self) -> u64 {

@@ -2,18 +2,18 @@
 //! rights, the lease's quota, and the ownership of every handle before anything reaches a worker.
 
 use super::error::{invalid, out_of_bounds, quota, unauthorized, unsupported, GpuFailure, GpuResult};
-use super::{BufferHandle, GpuState, LeaseHandle, ModuleHandle, SessionHandle, SessionState};
+use super::{BufferHandle, GpuState, KernelEntry, LeaseHandle, ModuleHandle, ModuleState, SessionHandle, SessionState};
 use crate::bindings::tasklet::gpu::sessions::{
     Host, HostBuffer, HostModule, HostSession, KernelArg, LaunchConfig,
 };
 use crate::bindings::tasklet::gpu::types::GpuError;
 use crate::config::Right;
 use crate::lease::Lease;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::sync::Arc;
 use tasklet_worker::guest_memory::{locate, GuestSpan};
 use tasklet_worker::{charged_bytes, Launch, WorkerError, ALLOC_GRANULE, MAX_PARAM_BYTES};
-use wasmtime::component::{Resource, WasmList};
+use wasmtime::component::{Resource, ResourceTable, WasmList};
 use wasmtime::StoreContextMut;
 
 /// Transfers of at least this many bytes go between the device and linear memory directly (the
@@ -38,31 +38,16 @@ impl GpuState<'_> {
         )))
     }
 
-    fn session(&self, handle: &Resource<SessionHandle>) -> GpuResult<(u64, Arc<Lease>)> {
+    /// The session's id and state (through which its lease), borrowed: no reference-count
+    /// traffic on the paths every launch and sync take.
+    fn session(&self, handle: &Resource<SessionHandle>) -> GpuResult<(u64, &SessionState)> {
         let id = self.table.get(handle)?.id;
         let state = self.ctx.sessions.get(&id).ok_or_else(|| trap(format!("session {id} has no state")))?;
-        Ok((id, Arc::clone(&state.lease)))
+        Ok((id, state))
     }
 
     fn state(&mut self, session: u64) -> GpuResult<&mut SessionState> {
         self.ctx.sessions.get_mut(&session).ok_or_else(|| trap(format!("session {session} has no state")))
-    }
-
-    /// The device address and size of a buffer, if it belongs to `session`.
-    fn buffer(&self, session: u64, handle: &Resource<BufferHandle>) -> GpuResult<(u64, u64)> {
-        let b = self.table.get(handle)?;
-        if b.session != session {
-            return Err(invalid(format!(
-                "buffer {} belongs to another session; a buffer is usable only in the session that allocated it",
-                b.id
-            )));
-        }
-        let state = self.ctx.sessions.get(&session).ok_or_else(|| trap(format!("session {session} has no state")))?;
-        let &(addr, size) = state
-            .buffers
-            .get(&b.id)
-            .ok_or_else(|| GpuError::LeaseExpired("the buffer's memory was freed when its lease ended".into()))?;
-        Ok((addr, size))
     }
 
     fn run<T>(&self, lease: &Lease, op: impl FnOnce(crate::lease::LeaseAccess<'_>) -> Result<T, WorkerError>) -> GpuResult<T> {
@@ -80,12 +65,33 @@ impl GpuState<'_> {
         buf: &Resource<BufferHandle>,
         offset: u64,
         len: u64,
-    ) -> GpuResult<(u64, Arc<Lease>)> {
+    ) -> GpuResult<(u64, &Lease)> {
         self.need(right)?;
-        let (session, lease) = self.session(this)?;
-        let (addr, size) = self.buffer(session, buf)?;
-        Ok((span(addr, size, offset, len)?, lease))
+        let (session, state) = self.session(this)?;
+        let (addr, size) = buffer_in(self.table, session, state, buf)?;
+        Ok((span(addr, size, offset, len)?, &state.lease))
     }
+}
+
+/// The device address and size of a buffer, if it belongs to `session` (whose state this is).
+fn buffer_in(
+    table: &ResourceTable,
+    session: u64,
+    state: &SessionState,
+    handle: &Resource<BufferHandle>,
+) -> GpuResult<(u64, u64)> {
+    let b = table.get(handle)?;
+    if b.session != session {
+        return Err(invalid(format!(
+            "buffer {} belongs to another session; a buffer is usable only in the session that allocated it",
+            b.id
+        )));
+    }
+    let &(addr, size) = state
+        .buffers
+        .get(&b.id)
+        .ok_or_else(|| GpuError::LeaseExpired("the buffer's memory was freed when its lease ended".into()))?;
+    Ok((addr, size))
 }
 
 /// `offset..offset+len` within a buffer of `size` bytes, as a device address.
@@ -105,13 +111,14 @@ impl HostSession for GpuState<'_> {
         // Refuse sessions on ended leases now rather than at their first operation.
         self.ctx.manager.with_worker(&lease, |_| Ok(()))?;
         let id = self.ctx.fresh_id();
-        self.ctx.sessions.insert(id, SessionState { lease, buffers: HashMap::new(), modules: HashMap::new() });
+        self.ctx.sessions.insert(id, SessionState { lease, buffers: FxHashMap::default(), modules: FxHashMap::default() });
         Ok(self.table.push(SessionHandle { id })?)
     }
 
     fn mem_alloc(&mut self, this: Resource<SessionHandle>, bytes: u64) -> GpuResult<Resource<BufferHandle>> {
         self.need(Right::Alloc)?;
-        let (session, lease) = self.session(&this)?;
+        let (session, state) = self.session(&this)?;
+        let lease = &state.lease;
         if bytes == 0 {
             return Err(invalid("cannot allocate 0 bytes"));
         }
@@ -127,7 +134,7 @@ impl HostSession for GpuState<'_> {
                 lease.granted
             )));
         }
-        let addr = self.run(&lease, |a| {
+        let addr = self.run(lease, |a| {
             let addr = a.worker.alloc(bytes)?;
             *a.used += charge;
             Ok(addr)
@@ -147,7 +154,7 @@ impl HostSession for GpuState<'_> {
         // The copy path: the linker routes `mem-write` through `mem_write_list`, which comes here
         // for data it cannot hand to the worker in place.
         let (at, lease) = self.transfer(Right::Write, &this, &dst, offset, data.len() as u64)?;
-        self.run(&lease, |a| a.worker.write(at, &data))
+        self.run(lease, |a| a.worker.write(at, &data))
     }
 
     fn mem_read_into(
@@ -184,7 +191,7 @@ impl HostSession for GpuState<'_> {
         }
         let len = usize::try_from(len).map_err(|_| out_of_bounds("read too large for this host"))?;
         let mut out = vec![0u8; len];
-        self.run(&lease, |a| a.worker.read(at, &mut out))?;
+        self.run(lease, |a| a.worker.read(at, &mut out))?;
         Ok(out)
     }
 
@@ -198,18 +205,18 @@ impl HostSession for GpuState<'_> {
         len: u64,
     ) -> GpuResult<()> {
         self.need(Right::Write)?;
-        let (session, lease) = self.session(&this)?;
-        let (daddr, dsize) = self.buffer(session, &dst)?;
-        let (saddr, ssize) = self.buffer(session, &src)?;
+        let (session, state) = self.session(&this)?;
+        let (daddr, dsize) = buffer_in(self.table, session, state, &dst)?;
+        let (saddr, ssize) = buffer_in(self.table, session, state, &src)?;
         let to = span(daddr, dsize, dst_offset, len)?;
         let from = span(saddr, ssize, src_offset, len)?;
-        self.run(&lease, |a| a.worker.copy(to, from, len))
+        self.run(&state.lease, |a| a.worker.copy(to, from, len))
     }
 
     fn module_load(&mut self, this: Resource<SessionHandle>, ptx: String) -> GpuResult<Resource<ModuleHandle>> {
         self.need(Right::Load)?;
-        let (session, lease) = self.session(&this)?;
-        let module = self.run(&lease, |a| a.worker.load_module(&ptx))?;
+        let (session, state) = self.session(&this)?;
+        let module = self.run(&state.lease, |a| a.worker.load_module(&ptx))?;
         self.add_module(session, module)
     }
 
@@ -220,8 +227,8 @@ impl HostSession for GpuState<'_> {
         options: Vec<String>,
     ) -> GpuResult<Resource<ModuleHandle>> {
         self.need(Right::Load)?;
-        let (session, lease) = self.session(&this)?;
-        let module = self.run(&lease, |a| a.worker.load_source(&source, &options))?;
+        let (session, state) = self.session(&this)?;
+        let module = self.run(&state.lease, |a| a.worker.load_source(&source, &options))?;
         self.add_module(session, module)
     }
 
@@ -234,46 +241,21 @@ impl HostSession for GpuState<'_> {
         args: Vec<KernelArg>,
     ) -> GpuResult<()> {
         self.need(Right::Launch)?;
-        let (session, lease) = self.session(&this)?;
-        let m = self.table.get(&module)?;
-        if m.session != session {
-            return Err(invalid("the module belongs to another session; load it in this one"));
-        }
-        let module_id = m.id;
-        let loaded = self
-            .ctx
-            .sessions
-            .get(&session)
-            .and_then(|s| s.modules.get(&module_id))
-            .ok_or_else(|| GpuError::LeaseExpired("the module was unloaded when its lease ended".into()))?;
-        let Some(info) = loaded.kernels.iter().find(|k| k.name == kernel) else {
-            let names: Vec<&str> = loaded.kernels.iter().map(|k| k.name.as_str()).collect();
-            return Err(GpuError::LaunchFailed(format!(
-                "no kernel named {kernel:?} in the module; it has: {}",
-                names.join(", ")
-            ))
-            .into());
-        };
-        let block = self.argument_block(session, info, &args)?;
         let (g, b) = (config.grid, config.block);
         if [g.0, g.1, g.2, b.0, b.1, b.2].contains(&0) {
             return Err(GpuError::LaunchFailed("grid and block dimensions must all be at least 1".into()).into());
         }
-        let launch = Launch {
-            module: loaded.id,
-            kernel: &kernel,
-            grid: [g.0, g.1, g.2],
-            block: [b.0, b.1, b.2],
-            shared_mem_bytes: config.shared_mem_bytes,
-            args: &block,
-            deadline: self.ctx.grant.kernel_deadline,
-        };
-        self.run(&lease, |a| a.worker.launch(&launch))
+        // The block is built in the context's buffer, taken out for the call (so the session's
+        // state can be borrowed beside it) and put back after: no allocation per launch.
+        let mut block = std::mem::take(&mut self.ctx.arg_block);
+        let r = self.launch_with(&this, &module, &kernel, &config, &args, &mut block);
+        self.ctx.arg_block = block;
+        r
     }
 
     fn sync(&mut self, this: Resource<SessionHandle>) -> GpuResult<()> {
-        let (_, lease) = self.session(&this)?;
-        self.run(&lease, |a| a.worker.sync())
+        let (_, state) = self.session(&this)?;
+        self.run(&state.lease, |a| a.worker.sync())
     }
 
     fn drop(&mut self, this: Resource<SessionHandle>) -> wasmtime::Result<()> {
@@ -296,67 +278,121 @@ impl HostSession for GpuState<'_> {
 }
 
 impl GpuState<'_> {
-    fn add_module(&mut self, session: u64, module: tasklet_worker::LoadedModule) -> GpuResult<Resource<ModuleHandle>> {
-        let id = self.ctx.fresh_id();
-        self.state(session)?.modules.insert(id, module);
-        Ok(self.table.push(ModuleHandle { id, session })?)
+    /// [`HostSession::launch`] past the right and dimension checks, building the argument block
+    /// in `block`.
+    fn launch_with(
+        &self,
+        this: &Resource<SessionHandle>,
+        module: &Resource<ModuleHandle>,
+        kernel: &str,
+        config: &LaunchConfig,
+        args: &[KernelArg],
+        block: &mut Vec<u8>,
+    ) -> GpuResult<()> {
+        let (session, state) = self.session(this)?;
+        let m = self.table.get(module)?;
+        if m.session != session {
+            return Err(invalid("the module belongs to another session; load it in this one"));
+        }
+        let loaded = state
+            .modules
+            .get(&m.id)
+            .ok_or_else(|| GpuError::LeaseExpired("the module was unloaded when its lease ended".into()))?;
+        let Some(entry) = loaded.kernels.iter().find(|k| k.info.name == kernel) else {
+            let names: Vec<&str> = loaded.kernels.iter().map(|k| k.info.name.as_str()).collect();
+            return Err(GpuError::LaunchFailed(format!(
+                "no kernel named {kernel:?} in the module; it has: {}",
+                names.join(", ")
+            ))
+            .into());
+        };
+        argument_block(self.table, session, state, entry, args, block)?;
+        let (g, b) = (config.grid, config.block);
+        let launch = Launch {
+            module: loaded.id,
+            kernel,
+            grid: [g.0, g.1, g.2],
+            block: [b.0, b.1, b.2],
+            shared_mem_bytes: config.shared_mem_bytes,
+            args: block,
+            deadline: self.ctx.grant.kernel_deadline,
+        };
+        self.run(&state.lease, |a| a.worker.launch(&launch))
     }
 
-    /// Builds the kernel's argument block from typed arguments. Buffer arguments become device
-    /// addresses of the caller's own allocations; every argument must match its parameter's size.
-    fn argument_block(&self, session: u64, kernel: &tasklet_worker::KernelInfo, args: &[KernelArg]) -> GpuResult<Vec<u8>> {
-        if args.len() != kernel.params.len() {
+    fn add_module(&mut self, session: u64, module: tasklet_worker::LoadedModule) -> GpuResult<Resource<ModuleHandle>> {
+        let id = self.ctx.fresh_id();
+        self.state(session)?.modules.insert(id, ModuleState::new(module));
+        Ok(self.table.push(ModuleHandle { id, session })?)
+    }
+}
+
+/// Builds a kernel's argument block from typed arguments into `block`. Buffer arguments become
+/// device addresses of the caller's own allocations; every argument must match its parameter's
+/// size.
+fn argument_block(
+    table: &ResourceTable,
+    session: u64,
+    state: &SessionState,
+    kernel: &KernelEntry,
+    args: &[KernelArg],
+    block: &mut Vec<u8>,
+) -> GpuResult<()> {
+    let info = &kernel.info;
+    if args.len() != info.params.len() {
+        return Err(invalid(format!(
+            "kernel {} takes {} argument(s), {} given",
+            info.name,
+            info.params.len(),
+            args.len()
+        )));
+    }
+    // The parameter list comes from the worker: its layout was worked out with checked
+    // arithmetic and within CUDA's limit on a kernel's parameter space when the module was
+    // loaded, so no module can make the host panic or allocate without bound here.
+    let Some((offsets, total)) = &kernel.layout else {
+        return Err(invalid(format!("kernel {} declares more than {MAX_PARAM_BYTES} bytes of parameters", info.name)));
+    };
+    block.clear();
+    block.resize(*total as usize, 0);
+    for (i, ((arg, param), &at)) in args.iter().zip(&info.params).zip(offsets).enumerate() {
+        let scalar;
+        let bytes: &[u8] = match arg {
+            KernelArg::Buffer(b) => {
+                let (addr, size) = buffer_in(table, session, state, &b.buffer)?;
+                if b.offset > size {
+                    return Err(out_of_bounds(format!(
+                        "argument {i}: offset {} is past the end of its {size}-byte buffer",
+                        b.offset
+                    )));
+                }
+                scalar = (addr + b.offset).to_le_bytes();
+                &scalar
+            }
+            KernelArg::I32(v) => &v.to_le_bytes()[..],
+            KernelArg::U32(v) => &v.to_le_bytes()[..],
+            KernelArg::I64(v) => &v.to_le_bytes()[..],
+            KernelArg::U64(v) => &v.to_le_bytes()[..],
+            KernelArg::F32(v) => &v.to_le_bytes()[..],
+            KernelArg::F64(v) => &v.to_le_bytes()[..],
+            KernelArg::Bytes(v) => v,
+        };
+        if bytes.len() != param.size as usize {
             return Err(invalid(format!(
-                "kernel {} takes {} argument(s), {} given",
-                kernel.name,
-                kernel.params.len(),
-                args.len()
+                "argument {i} ({}) of kernel {} is {} bytes, the parameter takes {}",
+                param.name,
+                info.name,
+                bytes.len(),
+                param.size
             )));
         }
-        // The parameter list comes from the worker: lay it out with checked arithmetic and within
-        // CUDA's limit on a kernel's parameter space, so no module can make the host panic or
-        // allocate without bound here.
-        let (offsets, total) = kernel
-            .checked_param_layout(MAX_PARAM_BYTES)
-            .ok_or_else(|| invalid(format!("kernel {} declares more than {MAX_PARAM_BYTES} bytes of parameters", kernel.name)))?;
-        let mut block = vec![0u8; total as usize];
-        for (i, ((arg, param), at)) in args.iter().zip(&kernel.params).zip(offsets).enumerate() {
-            let bytes: Vec<u8> = match arg {
-                KernelArg::Buffer(b) => {
-                    let (addr, size) = self.buffer(session, &b.buffer)?;
-                    if b.offset > size {
-                        return Err(out_of_bounds(format!(
-                            "argument {i}: offset {} is past the end of its {size}-byte buffer",
-                            b.offset
-                        )));
-                    }
-                    (addr + b.offset).to_le_bytes().to_vec()
-                }
-                KernelArg::I32(v) => v.to_le_bytes().to_vec(),
-                KernelArg::U32(v) => v.to_le_bytes().to_vec(),
-                KernelArg::I64(v) => v.to_le_bytes().to_vec(),
-                KernelArg::U64(v) => v.to_le_bytes().to_vec(),
-                KernelArg::F32(v) => v.to_le_bytes().to_vec(),
-                KernelArg::F64(v) => v.to_le_bytes().to_vec(),
-                KernelArg::Bytes(v) => v.clone(),
-            };
-            if bytes.len() != param.size as usize {
-                return Err(invalid(format!(
-                    "argument {i} ({}) of kernel {} is {} bytes, the parameter takes {}",
-                    param.name,
-                    kernel.name,
-                    bytes.len(),
-                    param.size
-                )));
-            }
-            let at = at as usize;
-            block
-                .get_mut(at..at + bytes.len())
-                .ok_or_else(|| invalid(format!("argument {i} falls outside kernel {}'s parameter space", kernel.name)))?
-                .copy_from_slice(&bytes);
-        }
-        Ok(block)
+        let at = at as usize;
+        block
+            .get_mut(at..at + bytes.len())
+            .ok_or_else(|| invalid(format!("argument {i} falls outside kernel {}'s parameter space", info.name)))?
+            .copy_from_slice(bytes);
     }
+    Ok(())
 }
 
 impl HostBuffer for GpuState<'_> {
@@ -387,7 +423,7 @@ impl HostModule for GpuState<'_> {
             .sessions
             .get(&m.session)
             .and_then(|s| s.modules.get(&m.id))
-            .map(|loaded| loaded.kernels.iter().map(|k| k.name.clone()).collect())
+            .map(|loaded| loaded.kernels.iter().map(|k| k.info.name.clone()).collect())
             .unwrap_or_default();
         Ok(names)
     }

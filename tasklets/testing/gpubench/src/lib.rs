@@ -14,11 +14,12 @@
 //!
 //! | command | what is timed | lines |
 //! | --- | --- | --- |
-//! | `launch-sync N` | `N` × (launch `empty()` of `kernels/faults.ptx` on 1×1, then `sync`), each timed | `launch_sync_ns` (median), `launch_sync_p99_ns` |
-//! | `launch-async N` | 10 batches of (`N` launches, then one `sync`) | `launch_async_ns`: median over batches of batch time / `N` |
+//! | `launch-sync N` | `N` × (launch `empty()` of `kernels/faults.ptx` on 1×1, then `sync`), each timed; then `N` more in batches of 10, each batch timed | `launch_sync_ns` (median batch / 10), `launch_sync_each_ns` (median pair), `launch_sync_p99_ns` (pairs) |
+//! | `launch-async N` | 10 batches of (`N` launches, then one `sync`) | `launch_async_ns`: median over batches of batch time / `N`; `launch_async_posted_ns`: the same for the launches alone (until the last returned) |
 //! | `rw4k N` | `N` × (write 4 KiB, read 4 KiB, `sync`), each timed | `rw4k_ns` (median), `rw4k_p99_ns` |
 //! | `bulk BYTES REPS` | `REPS` × (`mem-write` of `BYTES` from a guest `Vec` + `sync`; `mem-read-into` of `BYTES` into a guest buffer allocated beforehand; `mem-read` of `BYTES` returning a new list), each timed | `bulk_bytes`, `bulk_write_bps`, `bulk_read_bps` (in place), `bulk_read_list_bps` (returned list) (medians) |
 //! | `lease N` | `N` × (acquire a 1 MiB lease, drop it) | `lease_acquire_p50_ns`, `lease_acquire_p99_ns`, `lease_cycle_p50_ns`, `lease_cycle_p99_ns` (acquire + drop) |
+//! | `clock N` | `N` batches of 100 reads of the guest's monotonic clock (`Instant::now`, a WASI host call) | `clock_read_ns` (median batch / 100, one decimal) |
 //! | `module-load N` | `N` × load `faults.ptx` again in a session where it stays loaded (the new module is dropped untimed) | `module_load_ns` (median), `module_load_p99_ns` |
 //!
 //! Any command also takes a word `settle=MS`: after its setup and before its warm-up it sleeps
@@ -43,6 +44,10 @@ const LEASE_SECS: u32 = 600;
 const WARMUP: u32 = 10;
 /// Batches of `launch-async`.
 const ASYNC_BATCHES: u32 = 10;
+/// Launch + sync pairs timed together in `launch-sync`'s batches (see there).
+const PAIRS_PER_BATCH: u32 = 10;
+/// Clock reads timed together in `clock`.
+const CLOCK_READS_PER_BATCH: u32 = 100;
 
 fn run(input: Vec<u8>) -> Result<Vec<u8>, String> {
     let text =
@@ -76,10 +81,11 @@ fn run(input: Vec<u8>) -> Result<Vec<u8>, String> {
         "bulk" => bulk(&mut out, count(command, a)?, count(command, b)?),
         "lease" => lease(&mut out, count(command, a)?),
         "module-load" => module_load(&mut out, count(command, a)?),
+        "clock" => clock(&mut out, count(command, a)?),
         _ => {
             return Err(format!(
                 "unknown command {command:?}; expected one of launch-sync N, launch-async N, \
-                 rw4k N, bulk BYTES REPS, lease N, module-load N"
+                 rw4k N, bulk BYTES REPS, lease N, module-load N, clock N"
             ))
         }
     };
@@ -222,28 +228,48 @@ fn with_empty_kernel(out: &mut Out, f: impl FnOnce(&mut Out, &Session, &Module) 
     f(out, &session, &module)
 }
 
+/// Each pair timed alone (its median and p99), then in batches of [`PAIRS_PER_BATCH`] with one
+/// clock read at each end (the median batch over its pairs): a clock read in the guest is a host
+/// call (`clock` measures it), which would otherwise be charged to every pair.
 fn launch_sync(out: &mut Out, n: u32) -> Step {
     with_empty_kernel(out, |out, session, module| {
-        let times = time_each(out, WARMUP, n, || {
+        let pair = || -> Result<(), Error> {
             launch_empty(session, module)?;
             Ok(session.sync()?)
+        };
+        let each = time_each(out, WARMUP, n, pair)?;
+        let batches = time_each(out, 1, n.div_ceil(PAIRS_PER_BATCH), || {
+            for _ in 0..PAIRS_PER_BATCH {
+                pair()?;
+            }
+            Ok(())
         })?;
-        out.line("launch_sync_ns", median(&times));
-        out.line("launch_sync_p99_ns", percentile(&times, 99.0));
+        out.line("launch_sync_ns", median(&batches) / u64::from(PAIRS_PER_BATCH));
+        out.line("launch_sync_each_ns", median(&each));
+        out.line("launch_sync_p99_ns", percentile(&each, 99.0));
         Ok(())
     })
 }
 
+/// Also says how long the launches alone took to return (the host's share of a batch: the
+/// worker is still launching when they have all returned if it, not the host, bounds the batch).
 fn launch_async(out: &mut Out, n: u32) -> Step {
     with_empty_kernel(out, |out, session, module| {
-        let batch = || -> Result<(), Error> {
+        let mut posted = Vec::with_capacity(ASYNC_BATCHES as usize);
+        let mut batch = || -> Result<(), Error> {
+            let start = Instant::now();
             for _ in 0..n {
                 launch_empty(session, module)?;
             }
+            posted.push(nanos(start.elapsed()));
             Ok(session.sync()?)
         };
-        let batches = time_each(out, 1, ASYNC_BATCHES, batch)?;
+        let batches = time_each(out, 1, ASYNC_BATCHES, &mut batch)?;
+        // The warm-up batch's figure is left out.
+        let mut posted = posted.split_off(1);
+        posted.sort_unstable();
         out.line("launch_async_ns", median(&batches) / u64::from(n));
+        out.line("launch_async_posted_ns", median(&posted) / u64::from(n));
         Ok(())
     })
 }
@@ -394,6 +420,23 @@ fn module_load(out: &mut Out, n: u32) -> Step {
         out.line("module_load_p99_ns", percentile(&times, 99.0));
         Ok(())
     })
+}
+
+fn clock(out: &mut Out, n: u32) -> Step {
+    out.settle();
+    let mut batches = Vec::with_capacity(n as usize);
+    for _ in 0..n {
+        let start = Instant::now();
+        let mut last = start;
+        for _ in 0..CLOCK_READS_PER_BATCH {
+            last = std::hint::black_box(Instant::now());
+        }
+        batches.push(nanos(last - start));
+    }
+    batches.sort_unstable();
+    let per_read = median(&batches) as f64 / f64::from(CLOCK_READS_PER_BATCH);
+    out.line("clock_read_ns", format_args!("{per_read:.1}"));
+    Ok(())
 }
 
 #[cfg(test)]

@@ -9,7 +9,8 @@
 //! holds closed groups in launch order. A group's deadline clock starts when it could start: its
 //! first launch, or the moment the group before it was *seen* finished, whichever is later (seen:
 //! by a wait or by the watchdog, which looks every [`WATCHDOG_PERIOD`]); its deadline is the sum
-//! of its members' deadlines (plus any time between their launches). So a legitimate group always
+//! of its members' deadlines plus the time from its first launch to its closing (which covers any
+//! time between their launches; one clock read per group, not per launch). So a legitimate group always
 //! gets at least what its kernels were granted, and a runaway kernel inside a burst is caught
 //! within its group's summed deadline — the deadlines of at most [`GROUP_MAX`] kernels — plus one
 //! watchdog period of the group becoming the head; the error names the group's kernels, since
@@ -89,8 +90,8 @@ impl Members {
 struct Open {
     /// When its first kernel was launched.
     start: Instant,
-    /// How long after `start` its kernels may legitimately take, all together.
-    budget: Duration,
+    /// Its kernels' deadlines, summed.
+    deadlines: Duration,
     members: Members,
 }
 
@@ -155,12 +156,11 @@ impl Queue {
         Head::Idle
     }
 
-    /// Adds a kernel launched at `now` to the open group; says whether the group is full.
-    fn add(&mut self, kernel: &Arc<str>, deadline: Duration, now: Instant) -> bool {
-        let open = self.open.get_or_insert_with(|| Open { start: now, budget: Duration::ZERO, members: Members::default() });
-        // It may start no earlier than its launch: count any time since the group's start that
-        // the earlier members' budget does not cover.
-        open.budget = open.budget.max(now.saturating_duration_since(open.start)).saturating_add(deadline);
+    /// Adds a kernel just launched to the open group (opening one at `now()`); says whether the
+    /// group is full. The clock is read once per group, not per launch.
+    fn add(&mut self, kernel: &Arc<str>, deadline: Duration, now: impl FnOnce() -> Instant) -> bool {
+        let open = self.open.get_or_insert_with(|| Open { start: now(), deadlines: Duration::ZERO, members: Members::default() });
+        open.deadlines = open.deadlines.saturating_add(deadline);
         open.members.push(kernel);
         self.kernels += 1;
         open.members.n >= GROUP_MAX
@@ -243,7 +243,11 @@ impl Timeline {
                 }
             }
         });
-        q.items.push_back(Group { event, start: open.start, budget: open.budget, members: open.members });
+        // Each kernel may take its whole deadline, and none starts before it was launched: the
+        // time from the group's first launch to its closing (which covers every gap between its
+        // launches, and is microseconds) plus every deadline bounds the group from above.
+        let budget = Instant::now().saturating_duration_since(open.start).saturating_add(open.deadlines);
+        q.items.push_back(Group { event, start: open.start, budget, members: open.members });
     }
 
     /// Launches in flight (not yet seen finished), counting the open group's.
@@ -275,7 +279,7 @@ impl Timeline {
         if let Err(e) = launch() {
             return Ok(Err(e));
         }
-        if q.add(kernel, deadline, Instant::now()) {
+        if q.add(kernel, deadline, Instant::now) {
             self.close(&mut q);
         }
         Ok(Ok(()))

@@ -380,7 +380,7 @@ impl Backend for CudaBackend {
         if l.grid.contains(&0) || l.block.contains(&0) {
             return Err(BackendError::new(ErrorKind::LaunchFailed, "grid and block dimensions must all be at least 1"));
         }
-        let (function, name) = (k.function, Arc::clone(&k.name));
+        let function = k.function;
         let refuse = |code: CuResult, kernel_max_threads: Option<u32>| {
             errors::launch_error(
                 drv,
@@ -422,7 +422,7 @@ impl Backend for CudaBackend {
         ];
         let extra_ptr = if l.args.is_empty() { std::ptr::null_mut() } else { extra.as_mut_ptr() };
         let stream = self.dev.stream.0;
-        let launched = self.timeline.launch(&name, deadline, || {
+        let launched = self.timeline.launch(&k.name, deadline, || {
             // SAFETY: a resolved function; `extra` (and what it points to) lives across the call,
             // which copies the argument block before returning.
             let r = unsafe {

@@ -8,7 +8,7 @@
 //! A shared module whose last id is unloaded stays cached (up to [`MAX_IDLE`]) until `reset`,
 //! which unloads everything: nothing loaded by one lease is seen by the next.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::ffi::{c_int, c_void, CString};
 use std::sync::Arc;
 
@@ -41,7 +41,9 @@ pub struct Kernel {
 struct Loaded {
     module: CuModule,
     kernels: Vec<KernelInfo>,
-    by_name: HashMap<Box<str>, usize>,
+    /// Every launch looks its kernel up here: a fast hash (the names are the module's own; a
+    /// module that collides its names only slows its own lease).
+    by_name: FxHashMap<Box<str>, usize>,
     functions: Vec<Kernel>,
     /// Worker ids referring to it.
     refs: u32,
@@ -53,9 +55,9 @@ struct Loaded {
 pub struct Modules {
     slots: Vec<Option<Loaded>>,
     /// Worker module id → slot.
-    ids: HashMap<u32, usize>,
+    ids: FxHashMap<u32, usize>,
     /// PTX hash → slots of shareable modules with that hash.
-    cache: HashMap<u64, Vec<usize>>,
+    cache: FxHashMap<u64, Vec<usize>>,
     next_id: u32,
     idle: usize,
 }
@@ -248,7 +250,7 @@ fn resolve(drv: &Driver, module: CuModule, ptx: &str) -> Result<Loaded, BackendE
         )
     })?;
     let mut functions = Vec::with_capacity(kernels.len());
-    let mut by_name = HashMap::with_capacity(kernels.len());
+    let mut by_name = FxHashMap::with_capacity_and_hasher(kernels.len(), Default::default());
     for (i, k) in kernels.iter().enumerate() {
         let cname = CString::new(k.name.as_str())
             .map_err(|_| BackendError::new(ErrorKind::LoadFailed, format!("kernel name {:?} contains a NUL byte", k.name)))?;

@@ -118,6 +118,7 @@ struct Raw {
     d: &'static driver::Driver,
     f: driver::CuFunction,
     ev: driver::CuEvent,
+    pool: Vec<driver::CuEvent>,
     stream: driver::CuStream,
 }
 
@@ -135,13 +136,26 @@ impl Raw {
             // CU_STREAM_NON_BLOCKING
             assert_eq!((d.stream_create)(&mut stream, 1), 0);
         }
-        Raw { d, f, ev, stream }
+        let pool = (0..128)
+            .map(|_| {
+                let mut e = std::ptr::null_mut();
+                // SAFETY: valid out-pointer; the context is current.
+                assert_eq!(unsafe { (d.event_create)(&mut e, 2) }, 0);
+                e
+            })
+            .collect();
+        Raw { d, f, ev, pool, stream }
     }
 
     fn launch(&self) {
         // SAFETY: a resolved function with no parameters, our stream.
         let r = unsafe { (self.d.launch_kernel)(self.f, 1, 1, 1, 1, 1, 1, 0, self.stream, std::ptr::null_mut(), std::ptr::null_mut()) };
         assert_eq!(r, 0);
+    }
+
+    fn record_pooled(&self, group: usize) {
+        // SAFETY: a live event of the pool; our stream.
+        assert_eq!(unsafe { (self.d.event_record)(self.pool[group % self.pool.len()], self.stream) }, 0);
     }
 
     fn record(&self) {
@@ -233,7 +247,7 @@ fn main() {
     // The same driver calls the backend makes (launch, record, poll), raw, on the
     // same context, alternating with the backend round by round.
     let raw = Raw::new();
-    let mut direct_rows: Vec<Vec<f64>> = vec![Vec::new(); 13];
+    let mut direct_rows: Vec<Vec<f64>> = vec![Vec::new(); 14];
     // SAFETY: the word lies in the page the backend registered (device-mapped) at open.
     let word = unsafe { &*(word_addr as *const std::sync::atomic::AtomicU32) };
     let mut dev_word = 0u64;
@@ -241,7 +255,7 @@ fn main() {
     assert_eq!(unsafe { (raw.d.mem_host_get_device_pointer)(&mut dev_word, word_addr as *mut _, 0) }, 0);
     let mut seq = 0u32;
     for _ in 0..rounds {
-        let mut t: Vec<Vec<f64>> = (0..13).map(|_| Vec::with_capacity(iters)).collect();
+        let mut t: Vec<Vec<f64>> = (0..14).map(|_| Vec::with_capacity(iters)).collect();
         for i in 0..iters + iters / 10 {
             let t0 = Instant::now();
             raw.launch();
@@ -313,6 +327,16 @@ fn main() {
             }
             raw.record_and_poll();
             t[12].push(t0.elapsed().as_secs_f64() * 1e6 / BURST as f64);
+            // The same, each group's event a different one of a pool, as the backend's are.
+            let t0 = Instant::now();
+            for i in 0..BURST {
+                raw.launch();
+                if (i + 1) % tasklet_worker::backend::cuda::GROUP_MAX == 0 {
+                    raw.record_pooled(i / tasklet_worker::backend::cuda::GROUP_MAX);
+                }
+            }
+            raw.record_and_poll();
+            t[13].push(t0.elapsed().as_secs_f64() * 1e6 / BURST as f64);
             let t0 = Instant::now();
             for _ in 0..BURST {
                 direct.launch(&l).expect("launch");
@@ -446,6 +470,7 @@ fn main() {
         "backend direct: burst, per launch",
         "raw driver: burst, per launch",
         "raw driver: burst, an event per 8 launches",
+        "the same, the events from a pool of 128",
     ];
     for (name, v) in direct_names.iter().zip(direct_rows) {
         println!("| {name:<44} | {:>8.2} |", median(v));

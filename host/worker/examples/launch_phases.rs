@@ -172,6 +172,14 @@ impl Raw {
     }
 }
 
+/// Reads and writes every cache line of `data`.
+fn touch(data: &mut [u8]) {
+    for line in data.chunks_mut(64) {
+        line[0] = line[0].wrapping_add(1);
+    }
+    std::hint::black_box(data);
+}
+
 /// Pins the calling thread to `cpu`, if given.
 fn pin(cpu: Option<usize>) {
     if let Some(cpu) = cpu {
@@ -247,15 +255,18 @@ fn main() {
     // The same driver calls the backend makes (launch, record, poll), raw, on the
     // same context, alternating with the backend round by round.
     let raw = Raw::new();
-    let mut direct_rows: Vec<Vec<f64>> = vec![Vec::new(); 14];
+    let mut direct_rows: Vec<Vec<f64>> = vec![Vec::new(); 17];
     // SAFETY: the word lies in the page the backend registered (device-mapped) at open.
     let word = unsafe { &*(word_addr as *const std::sync::atomic::AtomicU32) };
     let mut dev_word = 0u64;
     // SAFETY: valid out-pointer; a registered address.
     assert_eq!(unsafe { (raw.d.mem_host_get_device_pointer)(&mut dev_word, word_addr as *mut _, 0) }, 0);
     let mut seq = 0u32;
+    let mut scratch = vec![0u8; 32 << 10];
+    let mut launch_frame = Vec::new();
+    encode_request(1, &Request::Launch(launch_req(m.id)), &mut launch_frame);
     for _ in 0..rounds {
-        let mut t: Vec<Vec<f64>> = (0..14).map(|_| Vec::with_capacity(iters)).collect();
+        let mut t: Vec<Vec<f64>> = (0..17).map(|_| Vec::with_capacity(iters)).collect();
         for i in 0..iters + iters / 10 {
             let t0 = Instant::now();
             raw.launch();
@@ -337,6 +348,25 @@ fn main() {
             }
             raw.record_and_poll();
             t[13].push(t0.elapsed().as_secs_f64() * 1e6 / BURST as f64);
+            // Does other work between launches slow the driver's own (its data and code pushed
+            // out of the caches)? Raw launches with, between them: 4 KiB and 32 KiB of other
+            // data touched, and the worker's own decoding of a launch record.
+            for (row, bytes) in [(14, 4 << 10), (15, 32 << 10)] {
+                let t0 = Instant::now();
+                for _ in 0..BURST {
+                    raw.launch();
+                    touch(&mut scratch[..bytes]);
+                }
+                raw.record_and_poll();
+                t[row].push(t0.elapsed().as_secs_f64() * 1e6 / BURST as f64);
+            }
+            let t0 = Instant::now();
+            for _ in 0..BURST {
+                raw.launch();
+                std::hint::black_box(tasklet_worker::protocol::decode_request(std::hint::black_box(&launch_frame)).is_ok());
+            }
+            raw.record_and_poll();
+            t[16].push(t0.elapsed().as_secs_f64() * 1e6 / BURST as f64);
             let t0 = Instant::now();
             for _ in 0..BURST {
                 direct.launch(&l).expect("launch");
@@ -471,6 +501,9 @@ fn main() {
         "raw driver: burst, per launch",
         "raw driver: burst, an event per 8 launches",
         "the same, the events from a pool of 128",
+        "raw burst, 4 KiB of other data touched between",
+        "raw burst, 32 KiB of other data touched between",
+        "raw burst, a launch record decoded between",
     ];
     for (name, v) in direct_names.iter().zip(direct_rows) {
         println!("| {name:<44} | {:>8.2} |", median(v));

@@ -153,6 +153,17 @@ impl Raw {
         assert_eq!(r, 0);
     }
 
+    /// `BURST` launches, `between(i)` after launch `i`, then one wait: µs per launch.
+    fn burst(&self, mut between: impl FnMut(usize)) -> f64 {
+        let t0 = Instant::now();
+        for i in 0..BURST {
+            self.launch();
+            between(i);
+        }
+        self.record_and_poll();
+        t0.elapsed().as_secs_f64() * 1e6 / BURST as f64
+    }
+
     fn record_pooled(&self, group: usize) {
         // SAFETY: a live event of the pool; our stream.
         assert_eq!(unsafe { (self.d.event_record)(self.pool[group % self.pool.len()], self.stream) }, 0);
@@ -321,52 +332,21 @@ fn main() {
         }
         // Bursts (async launch throughput): BURST launches, then one wait; per launch.
         for _ in 0..BATCHES {
-            let t0 = Instant::now();
-            for _ in 0..BURST {
-                raw.launch();
-            }
-            raw.record_and_poll();
-            t[11].push(t0.elapsed().as_secs_f64() * 1e6 / BURST as f64);
-            // The same with an event recorded after every GROUP_MAX launches, as the backend's
-            // launch groups do: what tracking the groups costs the driver.
-            let t0 = Instant::now();
-            for i in 0..BURST {
-                raw.launch();
-                if (i + 1) % tasklet_worker::backend::cuda::GROUP_MAX == 0 {
-                    raw.record();
-                }
-            }
-            raw.record_and_poll();
-            t[12].push(t0.elapsed().as_secs_f64() * 1e6 / BURST as f64);
-            // The same, each group's event a different one of a pool, as the backend's are.
-            let t0 = Instant::now();
-            for i in 0..BURST {
-                raw.launch();
-                if (i + 1) % tasklet_worker::backend::cuda::GROUP_MAX == 0 {
-                    raw.record_pooled(i / tasklet_worker::backend::cuda::GROUP_MAX);
-                }
-            }
-            raw.record_and_poll();
-            t[13].push(t0.elapsed().as_secs_f64() * 1e6 / BURST as f64);
+            let group = tasklet_worker::backend::cuda::GROUP_MAX;
+            t[11].push(raw.burst(|_| {}));
+            // With an event recorded after every GROUP_MAX launches, as the backend's launch
+            // groups do: what tracking the groups costs the driver. Then each group's event a
+            // different one of a pool, as the backend's are.
+            t[12].push(raw.burst(|i| if (i + 1) % group == 0 { raw.record() }));
+            t[13].push(raw.burst(|i| if (i + 1) % group == 0 { raw.record_pooled(i / group) }));
             // Does other work between launches slow the driver's own (its data and code pushed
             // out of the caches)? Raw launches with, between them: 4 KiB and 32 KiB of other
             // data touched, and the worker's own decoding of a launch record.
-            for (row, bytes) in [(14, 4 << 10), (15, 32 << 10)] {
-                let t0 = Instant::now();
-                for _ in 0..BURST {
-                    raw.launch();
-                    touch(&mut scratch[..bytes]);
-                }
-                raw.record_and_poll();
-                t[row].push(t0.elapsed().as_secs_f64() * 1e6 / BURST as f64);
-            }
-            let t0 = Instant::now();
-            for _ in 0..BURST {
-                raw.launch();
+            t[14].push(raw.burst(|_| touch(&mut scratch[..4 << 10])));
+            t[15].push(raw.burst(|_| touch(&mut scratch[..32 << 10])));
+            t[16].push(raw.burst(|_| {
                 std::hint::black_box(tasklet_worker::protocol::decode_request(std::hint::black_box(&launch_frame)).is_ok());
-            }
-            raw.record_and_poll();
-            t[16].push(t0.elapsed().as_secs_f64() * 1e6 / BURST as f64);
+            }));
             let t0 = Instant::now();
             for _ in 0..BURST {
                 direct.launch(&l).expect("launch");

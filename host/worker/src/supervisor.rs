@@ -492,33 +492,39 @@ impl Worker {
             deadline_ns,
         });
         self.encode(&req);
+        self.post_frame()?;
         // The clock is read after posting (a kernel starts no earlier than that anyway), not on the
-        // way to the worker; only a full ring, which must be waited on, needs a deadline first.
-        let posted = match self.chan.try_post(&self.frame) {
-            Ok(true) => Ok(()),
-            Ok(false) => {
-                let now = Instant::now();
-                let timeout = self.op_timeout.saturating_add(self.queued_for(now));
-                // A full ring on the emulator past the queued kernels' bound: one of them overran.
-                let (first, _) = self.first_deadline(later(now, timeout));
-                let proc = &self.proc;
-                self.chan.post(&self.frame, first, &mut || proc.poll()).map_err(|e| (e, timeout))
-            }
-            Err(e) => Err((e, self.op_timeout)),
-        };
-        match posted {
-            Ok(()) => {}
-            Err((SendError::TooLarge(e), _)) => {
-                return Err(WorkerError::op(ErrorKind::InvalidArgument, format!("launch request too large: {e}")))
-            }
-            Err((SendError::Wait(w), timeout)) => return Err(self.wait_failed("launch", w, timeout)),
-        }
+        // way to the worker.
         let now = Instant::now();
         let from = self.pending_until.map_or(now, |p| p.max(now));
         self.pending_until = Some(later(from, self.launch_bound(l.deadline)));
         self.last_kernel.clear();
         self.last_kernel.push_str(l.kernel);
         Ok(())
+    }
+
+    /// Posts the encoded frame: at once where the ring has room, without reading the clock; only a
+    /// full ring, which must be waited on, needs a deadline.
+    fn post_frame(&mut self) -> Result<(), WorkerError> {
+        let (posted, timeout) = match self.chan.try_post(&self.frame) {
+            Ok(true) => return Ok(()),
+            Ok(false) => {
+                let now = Instant::now();
+                let timeout = self.op_timeout.saturating_add(self.queued_for(now));
+                // A full ring on the emulator past the queued kernels' bound: one of them overran.
+                let (first, _) = self.first_deadline(later(now, timeout));
+                let proc = &self.proc;
+                (self.chan.post(&self.frame, first, &mut || proc.poll()), timeout)
+            }
+            Err(e) => (Err(e), self.op_timeout),
+        };
+        match posted {
+            Ok(()) => Ok(()),
+            Err(SendError::TooLarge(e)) => {
+                Err(WorkerError::op(ErrorKind::InvalidArgument, format!("launch request too large: {e}")))
+            }
+            Err(SendError::Wait(w)) => Err(self.wait_failed("launch", w, timeout)),
+        }
     }
 
     /// How long one queued kernel may legitimately keep the worker busy.

@@ -1295,6 +1295,29 @@ mod tests {
         assert!(h.all_served());
     }
 
+    /// A worker thread taking posted frames, each equal to `expect`, until the channel closes;
+    /// joins with how many it took.
+    fn count_posted(mut w: WorkerEnd, expect: Vec<u8>) -> thread::JoinHandle<usize> {
+        thread::spawn(move || {
+            let mut buf = Vec::new();
+            let mut n = 0;
+            while let Incoming::Posted = w.wait_request(&mut buf, &mut || true, &mut || {}) {
+                assert_eq!(buf, expect);
+                n += 1;
+            }
+            n
+        })
+    }
+
+    /// Waits (a few seconds at most) until the worker says it has served everything sent.
+    fn until_all_served(h: &HostEnd) {
+        let deadline = soon();
+        while !h.all_served() {
+            assert!(Instant::now() < deadline, "the worker never caught up");
+            thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     #[test]
     fn a_full_ring_waits_for_the_worker_and_then_drains() {
         let (mut h, mut w) = pair(DEFAULT_DATA_SIZE);
@@ -1314,22 +1337,12 @@ mod tests {
         // A worker that starts late: the blocked post goes through once it has made room.
         let t = thread::spawn(move || {
             thread::sleep(Duration::from_millis(30));
-            let mut buf = Vec::new();
-            let mut n = 0;
-            while let Incoming::Posted = w.wait_request(&mut buf, &mut || true, &mut || {}) {
-                assert_eq!(buf, [7u8; 1000]);
-                n += 1;
-            }
-            n
+            count_posted(w, vec![7u8; 1000]).join().unwrap()
         });
         let start = Instant::now();
         h.post(&frame, soon(), &mut || None).unwrap();
         assert!(start.elapsed() >= Duration::from_millis(20));
-        let deadline = soon();
-        while !h.all_served() {
-            assert!(Instant::now() < deadline, "the worker never caught up");
-            thread::sleep(Duration::from_millis(1));
-        }
+        until_all_served(&h);
         h.close();
         assert_eq!(t.join().unwrap(), posted + 1);
     }
@@ -1345,25 +1358,10 @@ mod tests {
         assert_eq!(posted, RING / record_size(frame.len()));
         assert!(!h.try_post(&frame).unwrap(), "a full ring stays full until the worker serves");
         assert!(matches!(h.try_post(&vec![0u8; MSG_AREA + 1]), Err(SendError::TooLarge(_))));
-        let t = thread::spawn(move || {
-            let mut buf = Vec::new();
-            let mut n = 0;
-            while let Incoming::Posted = w.wait_request(&mut buf, &mut || true, &mut || {}) {
-                assert_eq!(buf, [3u8; 1000]);
-                n += 1;
-            }
-            n
-        });
-        let deadline = soon();
-        while !h.all_served() {
-            assert!(Instant::now() < deadline, "the worker never caught up");
-            thread::sleep(Duration::from_millis(1));
-        }
+        let t = count_posted(w, frame.to_vec());
+        until_all_served(&h);
         assert!(h.try_post(&frame).unwrap(), "room again once served");
-        while !h.all_served() {
-            assert!(Instant::now() < deadline, "the worker never took the last frame");
-            thread::sleep(Duration::from_millis(1));
-        }
+        until_all_served(&h);
         h.close();
         assert_eq!(t.join().unwrap(), posted + 1);
     }

@@ -16,8 +16,9 @@
 //! - the whole again with the host taking the completion word the GPU stores (what `Worker::sync`
 //!   does): the hand-off back to the host is gone;
 //! - async launch throughput: bursts of 1000 launches and one wait, per launch, raw, straight into
-//!   the backend, and through the channel (which of host and worker bounds it), with the time the
-//!   worker spent inside the backend's `launch` (the rest is its serving loop and waiting).
+//!   the backend (one by one, and in batches of 16), and through the channel (which of host and
+//!   worker bounds it), with the time the worker spent inside the backend's `launch_batch` (the
+//!   rest is its serving loop and waiting) and how many launches it took together.
 //!
 //! Needs a CUDA device; says "skipped: no CUDA device" and exits 0 without one.
 
@@ -48,6 +49,8 @@ struct Marks {
     sync_in: AtomicU64,
     sync_out: AtomicU64,
     in_launch_total: AtomicU64,
+    /// Calls of `launch_batch` (the serving loop hands every posted launch over through it).
+    batches: AtomicU64,
 }
 
 struct Timed {
@@ -90,6 +93,16 @@ impl Backend for Timed {
         let t1 = now_ns();
         self.marks.launch_out.store(t1, Relaxed);
         self.marks.in_launch_total.fetch_add(t1 - t0, Relaxed);
+        r
+    }
+    fn launch_batch(&mut self, launches: &[LaunchRequest<'_>]) -> Result<(), (usize, BackendError)> {
+        let t0 = now_ns();
+        self.marks.launch_in.store(t0, Relaxed);
+        let r = self.inner.launch_batch(launches);
+        let t1 = now_ns();
+        self.marks.launch_out.store(t1, Relaxed);
+        self.marks.in_launch_total.fetch_add(t1 - t0, Relaxed);
+        self.marks.batches.fetch_add(1, Relaxed);
         r
     }
     fn sync(&mut self) -> Result<(), BackendError> {
@@ -266,7 +279,7 @@ fn main() {
     // The same driver calls the backend makes (launch, record, poll), raw, on the
     // same context, alternating with the backend round by round.
     let raw = Raw::new();
-    let mut direct_rows: Vec<Vec<f64>> = vec![Vec::new(); 17];
+    let mut direct_rows: Vec<Vec<f64>> = vec![Vec::new(); 18];
     // SAFETY: the word lies in the page the backend registered (device-mapped) at open.
     let word = unsafe { &*(word_addr as *const std::sync::atomic::AtomicU32) };
     let mut dev_word = 0u64;
@@ -277,7 +290,7 @@ fn main() {
     let mut launch_frame = Vec::new();
     encode_request(1, &Request::Launch(launch_req(m.id)), &mut launch_frame);
     for _ in 0..rounds {
-        let mut t: Vec<Vec<f64>> = (0..17).map(|_| Vec::with_capacity(iters)).collect();
+        let mut t: Vec<Vec<f64>> = (0..18).map(|_| Vec::with_capacity(iters)).collect();
         for i in 0..iters + iters / 10 {
             let t0 = Instant::now();
             raw.launch();
@@ -353,6 +366,14 @@ fn main() {
             }
             direct.sync().expect("sync");
             t[10].push(t0.elapsed().as_secs_f64() * 1e6 / BURST as f64);
+            // The same launches handed over 16 at a time, as the serving loop takes a burst.
+            let batch = [l; 16];
+            let t0 = Instant::now();
+            for _ in 0..BURST / batch.len() {
+                direct.launch_batch(&batch).unwrap_or_else(|(_, e)| panic!("launch batch: {e}"));
+            }
+            direct.sync().expect("sync");
+            t[17].push(t0.elapsed().as_secs_f64() * 1e6 / (BURST / batch.len() * batch.len()) as f64);
         }
         for (row, v) in direct_rows.iter_mut().zip(t) {
             row.push(median(v));
@@ -408,6 +429,7 @@ fn main() {
     let mut signalled_rounds = Vec::new();
     let mut burst_rounds = Vec::new();
     let mut burst_in_launch_rounds = Vec::new();
+    let mut burst_batch_rounds = Vec::new();
     let mut sync_id = 1u64 << 50;
     for _ in 0..rounds {
         let mut phases: Vec<Vec<f64>> = names.iter().map(|_| Vec::with_capacity(iters)).collect();
@@ -450,8 +472,10 @@ fn main() {
         signalled_rounds.push(median(whole));
         let mut bursts = Vec::with_capacity(BATCHES);
         let mut in_launch = Vec::with_capacity(BATCHES);
+        let mut per_batch = Vec::with_capacity(BATCHES);
         for _ in 0..BATCHES {
             let before = marks.in_launch_total.load(Relaxed);
+            let batches_before = marks.batches.load(Relaxed);
             let t0 = now_ns();
             for _ in 0..BURST {
                 host.post(&launch_frame, far(), &mut || None).expect("post");
@@ -459,7 +483,9 @@ fn main() {
             signalled_sync(&mut host, &mut sync_id, &mut frame, &mut resp);
             bursts.push((now_ns() - t0) as f64 / 1e3 / BURST as f64);
             in_launch.push((marks.in_launch_total.load(Relaxed) - before) as f64 / 1e3 / BURST as f64);
+            per_batch.push(BURST as f64 / (marks.batches.load(Relaxed) - batches_before).max(1) as f64);
         }
+        burst_batch_rounds.push(median(per_batch));
         burst_rounds.push(median(bursts));
         burst_in_launch_rounds.push(median(in_launch));
     }
@@ -484,6 +510,7 @@ fn main() {
         "raw burst, 4 KiB of other data touched between",
         "raw burst, 32 KiB of other data touched between",
         "raw burst, a launch record decoded between",
+        "backend direct: burst in batches of 16",
     ];
     for (name, v) in direct_names.iter().zip(direct_rows) {
         println!("| {name:<44} | {:>8.2} |", median(v));
@@ -493,7 +520,8 @@ fn main() {
     }
     println!("| {:<44} | {:>8.2} |", "whole, host takes the GPU's completion word", median(signalled_rounds));
     println!("| {:<44} | {:>8.2} |", "burst through the channel, per launch", median(burst_rounds));
-    println!("| {:<44} | {:>8.2} |", "  of which the worker in `launch`", median(burst_in_launch_rounds));
+    println!("| {:<44} | {:>8.2} |", "  of which the worker in `launch_batch`", median(burst_in_launch_rounds));
+    println!("| {:<44} | {:>8.2} |", "  launches the worker took together, mean", median(burst_batch_rounds));
     println!(
         "({rounds} rounds × {iters} iterations; worker cpu {worker_cpu:?}, host cpu {host_cpu:?}; phases are medians each, so they need not add up to the whole)"
     );

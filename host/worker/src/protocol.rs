@@ -51,7 +51,7 @@ pub enum Request<'a> {
 }
 
 /// The fields of [`Request::Launch`]; also what [`crate::Backend::launch`] takes.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LaunchRequest<'a> {
     pub module: u32,
     pub kernel: &'a str,

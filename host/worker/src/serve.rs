@@ -8,7 +8,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::os::fd::{FromRawFd, OwnedFd};
 
 use crate::attach::Attachments;
-use crate::backend::{self, Backend, BackendKind, BackendOptions};
+use crate::backend::{self, Backend, BackendError, BackendKind, BackendOptions, LaunchRequest};
 use crate::error::ErrorKind;
 use crate::protocol::{decode_request, encode_response, Request, Response};
 use crate::transport::{Incoming, SharedRegion, WorkerEnd};
@@ -205,11 +205,12 @@ pub fn serve_guests(
     guests: &mut Attachments,
     host_alive: &mut dyn FnMut() -> bool,
 ) {
-    let mut frame = Vec::with_capacity(4096);
+    // frames[0] takes every request; the rest, the launches taken with a first one.
+    let mut frames: Vec<Vec<u8>> = (0..POSTED_BATCH).map(|_| Vec::with_capacity(256)).collect();
     let mut out = Vec::with_capacity(4096);
     let mut deferred: Option<Response> = None;
     loop {
-        let posted = match end.wait_request(&mut frame, host_alive, &mut || backend.flush()) {
+        let posted = match end.wait_request(&mut frames[0], host_alive, &mut || backend.flush()) {
             Incoming::Posted => true,
             Incoming::Call => false,
             Incoming::Closed | Incoming::HostGone => return,
@@ -221,11 +222,11 @@ pub fn serve_guests(
         };
         if posted {
             if deferred.is_none() {
-                deferred = serve_posted(end, backend, guests, &frame);
+                deferred = serve_posted(end, backend, &mut frames);
             }
             continue;
         }
-        let (id, resp) = serve_call(end, backend, guests, &frame, &mut deferred);
+        let (id, resp) = serve_call(end, backend, guests, &frames[0], &mut deferred);
         out.clear();
         encode_response(id, &resp, &mut out);
         if end.respond(&out).is_err() {
@@ -237,21 +238,62 @@ pub fn serve_guests(
     }
 }
 
-/// Runs a posted launch; its error, if any, to hold until the next call.
-fn serve_posted(end: &mut WorkerEnd, backend: &mut dyn Backend, guests: &mut Attachments, frame: &[u8]) -> Option<Response> {
-    let req = match decode_request(frame) {
-        Ok((_, req)) => req,
-        Err(e) => return Some(error(ErrorKind::InvalidArgument, format!("malformed posted request: {e}"))),
-    };
-    let Request::Launch(launch) = &req else {
-        return Some(error(ErrorKind::InvalidArgument, format!("a {} request was posted; only launches may be", req.name())));
-    };
-    match guarded(end, backend, guests, &req) {
-        Response::Error { kind, message } => Some(error(
-            kind,
-            format!("an earlier launch of kernel `{}` failed: {message}", launch.kernel),
-        )),
-        _ => None,
+/// Most posted launches served together (see [`serve_posted`]).
+const POSTED_BATCH: usize = 16;
+
+/// What unused slots of a batch hold.
+const NO_LAUNCH: LaunchRequest<'static> = LaunchRequest {
+    module: 0,
+    kernel: "",
+    grid: [0; 3],
+    block: [0; 3],
+    shared_mem_bytes: 0,
+    args: &[],
+    step_limit: 0,
+    deadline_ns: 0,
+};
+
+/// Runs the posted launch in `frames[0]` together with the ones the host has already posted
+/// behind it (up to [`POSTED_BATCH`]), through [`Backend::launch_batch`]; the first error, if
+/// any, to hold until the next call. Launches behind a failed or malformed one are dropped, as
+/// they would be one by one.
+fn serve_posted(end: &mut WorkerEnd, backend: &mut dyn Backend, frames: &mut [Vec<u8>]) -> Option<Response> {
+    let mut taken = 1;
+    while taken < frames.len() && end.take_ready_posted(&mut frames[taken]) {
+        taken += 1;
+    }
+    let mut launches = [NO_LAUNCH; POSTED_BATCH];
+    let mut n = 0;
+    let mut refused = None;
+    for frame in &frames[..taken] {
+        match decode_request(frame) {
+            Ok((_, Request::Launch(l))) => {
+                launches[n] = l;
+                n += 1;
+            }
+            Ok((_, req)) => {
+                refused = Some(error(ErrorKind::InvalidArgument, format!("a {} request was posted; only launches may be", req.name())));
+                break;
+            }
+            Err(e) => {
+                refused = Some(error(ErrorKind::InvalidArgument, format!("malformed posted request: {e}")));
+                break;
+            }
+        }
+    }
+    let launches = &launches[..n];
+    if launches.is_empty() {
+        return refused;
+    }
+    // A panic leaves the backend's state unknown: a fault, as in `guarded`.
+    let launched = catch_unwind(AssertUnwindSafe(|| backend.launch_batch(launches)))
+        .unwrap_or_else(|p| Err((0, BackendError::new(ErrorKind::KernelFault, format!("worker internal error: {}", panic_message(&*p))))));
+    match launched {
+        Ok(()) => refused,
+        Err((i, e)) => {
+            let kernel = launches.get(i).map_or("?", |l| l.kernel);
+            Some(error(e.kind, format!("an earlier launch of kernel `{kernel}` failed: {}", e.message)))
+        }
     }
 }
 
@@ -433,7 +475,7 @@ mod tests {
 #[cfg(test)]
 mod deferred_tests {
     use super::*;
-    use crate::backend::{BackendError, LaunchRequest, LoadedModule, WorkerInfo};
+    use crate::backend::{LoadedModule, WorkerInfo};
     use crate::protocol::{decode_response, encode_request};
     use crate::transport::{HostEnd, DEFAULT_DATA_SIZE};
     use std::time::{Duration, Instant};
@@ -442,6 +484,8 @@ mod deferred_tests {
     struct Scripted {
         fail_kind: ErrorKind,
         launched: Vec<String>,
+        /// The length of each slice `launch_batch` was given.
+        batches: Vec<usize>,
         frees: u32,
         resets: u32,
         allocs: u32,
@@ -484,6 +528,13 @@ mod deferred_tests {
             }
             Ok(())
         }
+        fn launch_batch(&mut self, launches: &[LaunchRequest<'_>]) -> Result<(), (usize, BackendError)> {
+            self.batches.push(launches.len());
+            for (i, l) in launches.iter().enumerate() {
+                self.launch(l).map_err(|e| (i, e))?;
+            }
+            Ok(())
+        }
         fn sync(&mut self) -> Result<(), BackendError> {
             Ok(())
         }
@@ -495,15 +546,21 @@ mod deferred_tests {
 
     /// Runs `script` as the host against `serve` on a thread; returns the backend afterwards.
     fn run(fail_kind: ErrorKind, script: impl FnOnce(&mut Host)) -> Scripted {
+        run_after(fail_kind, |_| {}, script)
+    }
+
+    /// [`run`] with `before` run as the host before the worker starts serving.
+    fn run_after(fail_kind: ErrorKind, before: impl FnOnce(&mut Host), script: impl FnOnce(&mut Host)) -> Scripted {
         let region = SharedRegion::create(DEFAULT_DATA_SIZE).unwrap();
         // SAFETY: dup of an fd we own, mapped independently as a child would.
         let worker = SharedRegion::from_fd(unsafe { libc::dup(region.fd()) }).unwrap();
+        let mut h = Host { end: HostEnd::new(region), id: 0 };
+        before(&mut h);
         let t = std::thread::spawn(move || {
-            let mut b = Scripted { fail_kind, launched: vec![], frees: 0, resets: 0, allocs: 0 };
+            let mut b = Scripted { fail_kind, launched: vec![], batches: vec![], frees: 0, resets: 0, allocs: 0 };
             serve(&mut WorkerEnd::new(worker), &mut b, &mut || true);
             b
         });
-        let mut h = Host { end: HostEnd::new(region), id: 0 };
         script(&mut h);
         h.end.close();
         t.join().unwrap()
@@ -574,6 +631,46 @@ mod deferred_tests {
         // "c" was dropped behind the failure; the first alloc was not performed.
         assert_eq!(b.launched, ["a", "bad", "bad", "bad", "d"]);
         assert_eq!((b.allocs, b.frees, b.resets), (1, 1, 1));
+    }
+
+    #[test]
+    fn launches_the_host_got_ahead_with_are_handed_to_the_backend_together() {
+        let names: Vec<String> = (0..20).map(|i| if i == 18 { "bad".into() } else { format!("k{i}") }).collect();
+        let b = run_after(
+            ErrorKind::LaunchFailed,
+            |h| {
+                // All posted before the worker looks: it takes them POSTED_BATCH at a time.
+                for name in &names {
+                    h.launch(name);
+                }
+            },
+            |h| {
+                assert!(is_error(&h.call(&Request::Ping), ErrorKind::LaunchFailed, "bad"));
+                assert_eq!(h.call(&Request::Ping), Response::Ok);
+            },
+        );
+        assert_eq!(b.batches, [POSTED_BATCH, 20 - POSTED_BATCH]);
+        // In order, up to and including the failed one; the one behind it dropped.
+        assert_eq!(b.launched, names[..19]);
+    }
+
+    #[test]
+    fn a_malformed_launch_inside_a_batch_ends_it_after_the_launches_before_it() {
+        let b = run_after(
+            ErrorKind::LaunchFailed,
+            |h| {
+                h.launch("a");
+                h.launch("b");
+                h.end.post(&[9, 9, 9], Instant::now() + Duration::from_secs(5), &mut || None).unwrap();
+                h.launch("c");
+            },
+            |h| match h.call(&Request::Ping) {
+                Response::Error { kind: ErrorKind::InvalidArgument, message } => assert!(message.contains("malformed"), "{message}"),
+                other => panic!("{other:?}"),
+            },
+        );
+        assert_eq!(b.batches, [2]);
+        assert_eq!(b.launched, ["a", "b"]);
     }
 
     #[test]

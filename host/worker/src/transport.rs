@@ -1019,6 +1019,24 @@ impl WorkerEnd {
         }
     }
 
+    /// Takes the next record only if the host has already published it and it is a posted frame,
+    /// copying it into `out`; otherwise leaves it and returns false (a call, an empty ring, or
+    /// something [`WorkerEnd::wait_request`] will report). Never waits: the worker takes the
+    /// launches of a burst the host got ahead with together, after the first from `wait_request`.
+    pub fn take_ready_posted(&mut self, out: &mut Vec<u8>) -> bool {
+        loop {
+            if !self.published() {
+                return false;
+            }
+            let pos = self.read as usize % RING;
+            match self.region.get_record_header(pos).0 {
+                KIND_WRAP => self.consume(RING - pos),
+                KIND_POSTED => return matches!(self.take_record(out), Some(Ok(Incoming::Posted))),
+                _ => return false,
+            }
+        }
+    }
+
     /// Whether the host has published the record at `read` (its stamp is there).
     fn published(&self) -> bool {
         self.region.stamp_at(self.read as usize % RING).load(Acquire) == stamp(self.read)
@@ -1221,8 +1239,43 @@ mod tests {
 
     #[test]
     fn many_posted_frames_arrive_in_order_across_wrap_around() {
+        posted_frames_arrive_in_order_across_wrap_around(echo);
+    }
+
+    #[test]
+    fn posted_frames_taken_together_arrive_in_order_across_wrap_around() {
+        posted_frames_arrive_in_order_across_wrap_around(echo_taking_ready);
+    }
+
+    /// [`echo`], but after each posted frame it takes every posted frame already published.
+    fn echo_taking_ready(mut w: WorkerEnd) -> thread::JoinHandle<Vec<Vec<u8>>> {
+        thread::spawn(move || {
+            let mut buf = Vec::new();
+            let mut posted = Vec::new();
+            loop {
+                match w.wait_request(&mut buf, &mut || true, &mut || {}) {
+                    Incoming::Call => {
+                        assert!(buf.is_empty());
+                        w.respond(&(posted.len() as u32).to_le_bytes()).unwrap();
+                        // A call is never taken for a posted frame, and the ring is empty now.
+                        assert!(!w.take_ready_posted(&mut buf));
+                    }
+                    Incoming::Posted => {
+                        posted.push(buf.clone());
+                        while w.take_ready_posted(&mut buf) {
+                            posted.push(buf.clone());
+                        }
+                    }
+                    Incoming::Closed | Incoming::HostGone => return posted,
+                    Incoming::Corrupt(why) => panic!("{why}"),
+                }
+            }
+        })
+    }
+
+    fn posted_frames_arrive_in_order_across_wrap_around(worker: fn(WorkerEnd) -> thread::JoinHandle<Vec<Vec<u8>>>) {
         let (mut h, w) = pair(DEFAULT_DATA_SIZE);
-        let t = echo(w);
+        let t = worker(w);
         // Sizes that do not divide the ring, so records land at every offset and wrap many times.
         let sizes = [1usize, 7, 100, 333, 4000, 60_000];
         let n = 20_000u32;
@@ -1237,6 +1290,27 @@ mod tests {
         for (i, f) in posted.iter().enumerate() {
             assert_eq!(f, &numbered(i as u32, sizes[i % sizes.len()]), "frame {i}");
         }
+    }
+
+    #[test]
+    fn only_published_posted_frames_are_taken_without_waiting() {
+        let (mut h, mut w) = pair(DEFAULT_DATA_SIZE);
+        let mut buf = Vec::new();
+        assert!(!w.take_ready_posted(&mut buf), "an empty ring");
+        for f in [&b"a"[..], b"bb", b"ccc"] {
+            h.post(f, soon(), &mut || None).unwrap();
+        }
+        h.send(b"call", soon(), &mut || None).unwrap();
+        assert_eq!(w.wait_request(&mut buf, &mut || true, &mut || {}), Incoming::Posted);
+        assert_eq!(buf, b"a");
+        assert!(w.take_ready_posted(&mut buf));
+        assert_eq!(buf, b"bb");
+        assert!(w.take_ready_posted(&mut buf));
+        assert_eq!(buf, b"ccc");
+        // The call stays for `wait_request`.
+        assert!(!w.take_ready_posted(&mut buf));
+        assert_eq!(w.wait_request(&mut buf, &mut || true, &mut || {}), Incoming::Call);
+        assert_eq!(buf, b"call");
     }
 
     #[test]
@@ -1320,7 +1394,7 @@ mod tests {
 
     #[test]
     fn a_full_ring_waits_for_the_worker_and_then_drains() {
-        let (mut h, mut w) = pair(DEFAULT_DATA_SIZE);
+        let (mut h, w) = pair(DEFAULT_DATA_SIZE);
         let frame = [7u8; 1000];
         let per = record_size(frame.len());
         // Nobody serves yet: fill the ring until a post times out.
@@ -1349,7 +1423,7 @@ mod tests {
 
     #[test]
     fn try_post_posts_while_the_ring_has_room_and_otherwise_posts_nothing() {
-        let (mut h, mut w) = pair(DEFAULT_DATA_SIZE);
+        let (mut h, w) = pair(DEFAULT_DATA_SIZE);
         let frame = [3u8; 1000];
         let mut posted = 0;
         while h.try_post(&frame).unwrap() {

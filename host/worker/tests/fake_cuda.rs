@@ -196,6 +196,54 @@ fn launches_pass_the_argument_block_and_reuse_cached_modules() {
 }
 
 #[test]
+fn a_burst_taken_together_keeps_each_argument_block_and_stops_at_a_refusal() {
+    let Some(mut w) = fake_worker() else { return };
+    let m = w.load_module(IOTA_PTX).unwrap();
+    const SLOTS: usize = 12;
+    // Launch k writes 1..=k+1 into slot k of a fresh buffer: every launch needs its own argument
+    // block. The worker is stopped while the burst is posted, so it finds the whole burst ready
+    // and takes it together. `refuse`: (launch, its block size, its argument bytes).
+    let mut burst = |refuse: Option<(usize, u32, usize)>| -> (Result<(), WorkerError>, Vec<Vec<u32>>) {
+        let out = w.alloc(SLOTS as u64 * 64).unwrap();
+        w.signal_for_test(libc::SIGSTOP);
+        for k in 0..SLOTS {
+            let args = iota_args(out + k as u64 * 64, k as u32 + 1);
+            let (block, len) = match refuse {
+                Some((at, block, len)) if at == k => (block, len),
+                _ => (16, args.len()),
+            };
+            w.launch(&launch(m.id, "iota", block, &args[..len], Duration::from_secs(5))).unwrap();
+        }
+        w.signal_for_test(libc::SIGCONT);
+        let synced = w.sync();
+        let mut data = vec![0u8; SLOTS * 64];
+        w.read(out, &mut data).unwrap();
+        let slots = data.chunks_exact(64).map(|s| s.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()).collect();
+        (synced, slots)
+    };
+    let written = |k: usize, ran: bool| -> Vec<u32> { (1..=16).map(|v| if ran && v <= k as u32 + 1 { v } else { 0 }).collect() };
+
+    let (synced, slots) = burst(None);
+    synced.unwrap();
+    for (k, v) in slots.iter().enumerate() {
+        assert_eq!(*v, written(k, true), "slot {k}");
+    }
+    // Refused in the middle, by the backend's own check (a short argument block) and by the
+    // driver (too many threads per block): the launches before it ran, those behind it were
+    // dropped, and the worker stays usable.
+    for (refuse, says) in [((5, 16, 8), "8 bytes given"), ((7, 2048, 12), "1024 threads")] {
+        let (synced, slots) = burst(Some(refuse));
+        let (kind, msg) = op_kind(synced);
+        assert_eq!(kind, ErrorKind::LaunchFailed);
+        assert!(msg.contains(says), "{msg}");
+        for (k, v) in slots.iter().enumerate() {
+            assert_eq!(*v, written(k, k < refuse.0), "slot {k} of a burst refused at {}", refuse.0);
+        }
+    }
+    assert!(!w.is_poisoned());
+}
+
+#[test]
 fn a_fault_is_reported_at_sync_and_poisons_the_worker() {
     let Some(mut w) = fake_worker() else { return };
     let m = w.load_module(FAULTS_PTX).unwrap();

@@ -91,6 +91,16 @@ pub trait Backend {
     fn load_source(&mut self, source: &str, options: &[&str]) -> Result<LoadedModule, BackendError>;
     fn unload_module(&mut self, id: u32) -> Result<(), BackendError>;
     fn launch(&mut self, launch: &LaunchRequest<'_>) -> Result<(), BackendError>;
+    /// Launches `launches` in order, as [`Backend::launch`] each would, stopping at the first that
+    /// fails: its index and error (those before it were launched, those after it were not). The
+    /// worker hands a burst of posted launches over together, so a backend can check them all
+    /// before it makes its driver calls back to back.
+    fn launch_batch(&mut self, launches: &[LaunchRequest<'_>]) -> Result<(), (usize, BackendError)> {
+        for (i, l) in launches.iter().enumerate() {
+            self.launch(l).map_err(|e| (i, e))?;
+        }
+        Ok(())
+    }
     /// Waits for everything queued and reports the first deferred error.
     fn sync(&mut self) -> Result<(), BackendError>;
     /// [`Backend::sync`] for the call numbered `seq`, where the device can first be asked to store

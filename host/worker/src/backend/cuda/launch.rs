@@ -28,7 +28,7 @@
 //! [`crate::serve::EXIT_DEADLINE`], which the host reports as `DeadlineExceeded`.
 
 use std::collections::VecDeque;
-use std::ffi::c_uint;
+use std::ffi::{c_uint, c_void};
 use std::sync::atomic::{AtomicU32, Ordering::Acquire};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -63,9 +63,9 @@ struct Members {
 }
 
 impl Members {
-    fn push(&mut self, kernel: &Arc<str>) {
+    fn push(&mut self, kernel: Arc<str>) {
         if let Some(slot) = self.names.get_mut(self.n) {
-            *slot = Some(Arc::clone(kernel));
+            *slot = Some(kernel);
             self.n += 1;
         }
     }
@@ -103,6 +103,32 @@ struct Group {
     start: Instant,
     budget: Duration,
     members: Members,
+}
+
+/// One kernel launch, checked and resolved, ready for its driver call.
+pub struct Launch {
+    pub function: CuFunction,
+    pub kernel: Arc<str>,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub shared_mem_bytes: u32,
+    /// Its argument block, 16-byte aligned, valid until [`Timeline::launch_all`] returns; null
+    /// with `args_len` 0 for a kernel without parameters.
+    pub args: *mut c_void,
+    pub args_len: usize,
+    pub deadline: Duration,
+}
+
+// SAFETY: a `Launch` only lives within one `launch_batch` call of the backend that made it; its
+// pointers are plain handles and addresses of that backend's memory.
+unsafe impl Send for Launch {}
+
+/// Why [`Timeline::launch_all`] stopped.
+pub enum Refused {
+    /// `cuLaunchKernel` refused the launch.
+    Driver { code: CuResult, function: CuFunction },
+    /// Waiting for room in the queue failed (a fault or a missed deadline of earlier work).
+    Wait(BackendError),
 }
 
 /// The state of the head of the queue.
@@ -158,7 +184,7 @@ impl Queue {
 
     /// Adds a kernel just launched to the open group (opening one at `now()`); says whether the
     /// group is full. The clock is read once per group, not per launch.
-    fn add(&mut self, kernel: &Arc<str>, deadline: Duration, now: impl FnOnce() -> Instant) -> bool {
+    fn add(&mut self, kernel: Arc<str>, deadline: Duration, now: impl FnOnce() -> Instant) -> bool {
         let open = self.open.get_or_insert_with(|| Open { start: now(), deadlines: Duration::ZERO, members: Members::default() });
         open.deadlines = open.deadlines.saturating_add(deadline);
         open.members.push(kernel);
@@ -261,28 +287,53 @@ impl Timeline {
         self.close(&mut q);
     }
 
-    /// Runs `launch` (which enqueues one kernel on the worker's stream) and adds it to the open
-    /// group, closing the group when full. `launch`'s own error is returned as is (the kernel
-    /// is then not tracked); a failed wait for room in the queue is the error of that wait.
-    pub fn launch<E>(
-        &self,
-        kernel: &Arc<str>,
-        deadline: Duration,
-        launch: impl FnOnce() -> Result<(), E>,
-    ) -> Result<Result<(), E>, BackendError> {
+    /// Launches `launches` in order on the worker's stream, adding each to the open group and
+    /// closing groups as they fill. The queue's lock is taken once for them all, so the driver
+    /// calls follow each other with only the group's books between them. Stops at the first
+    /// failure, with its index: the driver's refusal (that kernel is then not tracked), or a failed
+    /// wait for room in the queue.
+    pub fn launch_all(&self, launches: impl IntoIterator<Item = Launch>) -> Result<(), (usize, Refused)> {
         let mut q = self.lock();
-        if q.kernels >= MAX_PENDING {
-            drop(q);
-            self.wait_for(|q| q.kernels < MAX_PENDING)?;
-            q = self.lock();
+        for (i, l) in launches.into_iter().enumerate() {
+            if q.kernels >= MAX_PENDING {
+                drop(q);
+                self.wait_for(|q| q.kernels < MAX_PENDING).map_err(|e| (i, Refused::Wait(e)))?;
+                q = self.lock();
+            }
+            let mut size = l.args_len;
+            let mut extra: [*mut c_void; 5] = [
+                CU_LAUNCH_PARAM_BUFFER_POINTER,
+                l.args,
+                CU_LAUNCH_PARAM_BUFFER_SIZE,
+                (&mut size as *mut usize).cast(),
+                CU_LAUNCH_PARAM_END,
+            ];
+            let extra = if l.args_len == 0 { std::ptr::null_mut() } else { extra.as_mut_ptr() };
+            // SAFETY: a resolved function; `extra` and what it points to live across the call,
+            // which copies the argument block before returning (`Launch::args`).
+            let r = unsafe {
+                (self.drv.launch_kernel)(
+                    l.function,
+                    l.grid[0],
+                    l.grid[1],
+                    l.grid[2],
+                    l.block[0],
+                    l.block[1],
+                    l.block[2],
+                    l.shared_mem_bytes,
+                    self.stream.0,
+                    std::ptr::null_mut(),
+                    extra,
+                )
+            };
+            if r != CUDA_SUCCESS {
+                return Err((i, Refused::Driver { code: r, function: l.function }));
+            }
+            if q.add(l.kernel, l.deadline, Instant::now) {
+                self.close(&mut q);
+            }
         }
-        if let Err(e) = launch() {
-            return Ok(Err(e));
-        }
-        if q.add(kernel, deadline, Instant::now) {
-            self.close(&mut q);
-        }
-        Ok(Ok(()))
+        Ok(())
     }
 
     /// Waits until every launch has finished, each group within its deadline.

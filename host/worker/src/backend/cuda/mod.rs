@@ -39,7 +39,7 @@ use crate::error::ErrorKind;
 use crate::nvrtc::{self, NvrtcError};
 use driver::*;
 use errors::{LaunchContext, LoadTarget};
-use launch::Timeline;
+use launch::{Launch, Refused, Timeline};
 use host_memory::HostMemory;
 use memory::{Allocations, Pinned};
 use modules::Modules;
@@ -71,6 +71,9 @@ pub struct CudaBackend {
     modules: Modules,
     timeline: Arc<Timeline>,
     args: Vec<Chunk>,
+    /// The launches of a `launch_batch` between its checks and its driver calls (kept: no
+    /// allocation per batch).
+    batch: Vec<Launch>,
     poisoned: Option<BackendError>,
     pinned: Option<Pinned>,
     /// Where a sync's success is signalled to the host (`Backend::sync_signalling`).
@@ -119,6 +122,7 @@ impl CudaBackend {
             modules: Modules::new(),
             timeline,
             args: vec![Chunk([0; 16]); 64],
+            batch: Vec::with_capacity(64),
             poisoned: None,
             pinned,
             signal,
@@ -163,6 +167,53 @@ impl CudaBackend {
         // SAFETY: a module this backend loaded and no longer refers to; the queue is drained.
         let r = unsafe { (self.drv.module_unload)(module) };
         self.call(check("cuModuleUnload", r), "unloading a module")
+    }
+
+    /// What launching `l` needs, or why it cannot be: its function and name, with the function
+    /// opted in to the dynamic shared memory asked for.
+    fn check_launch(&mut self, l: &LaunchRequest<'_>) -> Result<(CuFunction, Arc<str>), BackendError> {
+        if l.deadline_ns == 0 {
+            return Err(BackendError::new(ErrorKind::InvalidArgument, "a launch needs a deadline above zero"));
+        }
+        let k = self.modules.kernel(l.module, l.kernel)?;
+        if l.args.len() != k.arg_bytes as usize {
+            return Err(BackendError::new(
+                ErrorKind::LaunchFailed,
+                format!("kernel `{}` takes a {}-byte argument block, {} bytes given", l.kernel, k.arg_bytes, l.args.len()),
+            ));
+        }
+        if l.grid.contains(&0) || l.block.contains(&0) {
+            return Err(BackendError::new(ErrorKind::LaunchFailed, "grid and block dimensions must all be at least 1"));
+        }
+        let (function, kernel) = (k.function, Arc::clone(&k.name));
+        if l.shared_mem_bytes > DEFAULT_SHARED_LIMIT && l.shared_mem_bytes > k.shared_optin {
+            // SAFETY: a function of a loaded module.
+            let r = unsafe {
+                (self.drv.func_set_attribute)(function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, l.shared_mem_bytes as i32)
+            };
+            if r != CUDA_SUCCESS {
+                return Err(self.launch_refused(l, r, None));
+            }
+            if let Ok(k) = self.modules.kernel(l.module, l.kernel) {
+                k.shared_optin = l.shared_mem_bytes;
+            }
+        }
+        Ok((function, kernel))
+    }
+
+    fn launch_refused(&self, l: &LaunchRequest<'_>, code: CuResult, kernel_max_threads: Option<u32>) -> BackendError {
+        errors::launch_error(
+            self.drv,
+            code,
+            &LaunchContext {
+                kernel: l.kernel,
+                grid: l.grid,
+                block: l.block,
+                shared_mem_bytes: l.shared_mem_bytes,
+                kernel_max_threads,
+                limits: self.dev.limits,
+            },
+        )
     }
 }
 
@@ -363,102 +414,63 @@ impl Backend for CudaBackend {
     }
 
     fn launch(&mut self, l: &LaunchRequest<'_>) -> Result<(), BackendError> {
-        self.usable()?;
-        if l.deadline_ns == 0 {
-            return Err(BackendError::new(ErrorKind::InvalidArgument, "a launch needs a deadline above zero"));
-        }
-        let deadline = Duration::from_nanos(l.deadline_ns);
-        let drv = self.drv;
-        let limits = self.dev.limits;
-        let k = self.modules.kernel(l.module, l.kernel)?;
-        if l.args.len() != k.arg_bytes as usize {
-            return Err(BackendError::new(
-                ErrorKind::LaunchFailed,
-                format!("kernel `{}` takes a {}-byte argument block, {} bytes given", l.kernel, k.arg_bytes, l.args.len()),
-            ));
-        }
-        if l.grid.contains(&0) || l.block.contains(&0) {
-            return Err(BackendError::new(ErrorKind::LaunchFailed, "grid and block dimensions must all be at least 1"));
-        }
-        let function = k.function;
-        let refuse = |code: CuResult, kernel_max_threads: Option<u32>| {
-            errors::launch_error(
-                drv,
-                code,
-                &LaunchContext {
-                    kernel: l.kernel,
-                    grid: l.grid,
-                    block: l.block,
-                    shared_mem_bytes: l.shared_mem_bytes,
-                    kernel_max_threads,
-                    limits,
-                },
-            )
-        };
-        if l.shared_mem_bytes > DEFAULT_SHARED_LIMIT && l.shared_mem_bytes > k.shared_optin {
-            // SAFETY: a function of a loaded module.
-            let r = unsafe {
-                (drv.func_set_attribute)(function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, l.shared_mem_bytes as i32)
-            };
-            if r != CUDA_SUCCESS {
-                return Err(refuse(r, None));
-            }
-            k.shared_optin = l.shared_mem_bytes;
-        }
-        // The argument block, copied into aligned scratch (the frame it came in is byte-aligned).
-        let chunks = l.args.len().div_ceil(16);
+        self.launch_batch(std::slice::from_ref(l)).map_err(|(_, e)| e)
+    }
+
+    /// Checks and resolves every launch first, copying the argument blocks into aligned scratch,
+    /// then makes the driver calls back to back: anything run between two `cuLaunchKernel` calls
+    /// costs the next one more than its own time (docs/performance.md).
+    fn launch_batch(&mut self, launches: &[LaunchRequest<'_>]) -> Result<(), (usize, BackendError)> {
+        self.usable().map_err(|e| (0, e))?;
+        let chunks: usize = launches.iter().map(|l| l.args.len().div_ceil(16)).sum();
         if self.args.len() < chunks {
             self.args.resize(chunks, Chunk([0; 16]));
         }
-        // SAFETY: `args` has at least `chunks * 16` bytes; plain byte copy.
-        unsafe { std::ptr::copy_nonoverlapping(l.args.as_ptr(), self.args.as_mut_ptr().cast::<u8>(), l.args.len()) };
-        let mut size = l.args.len();
-        let mut extra: [*mut c_void; 5] = [
-            CU_LAUNCH_PARAM_BUFFER_POINTER,
-            self.args.as_mut_ptr().cast(),
-            CU_LAUNCH_PARAM_BUFFER_SIZE,
-            (&mut size as *mut usize).cast(),
-            CU_LAUNCH_PARAM_END,
-        ];
-        let extra_ptr = if l.args.is_empty() { std::ptr::null_mut() } else { extra.as_mut_ptr() };
-        let stream = self.dev.stream.0;
-        let launched = self.timeline.launch(&k.name, deadline, || {
-            // SAFETY: a resolved function; `extra` (and what it points to) lives across the call,
-            // which copies the argument block before returning.
-            let r = unsafe {
-                (drv.launch_kernel)(
-                    function,
-                    l.grid[0],
-                    l.grid[1],
-                    l.grid[2],
-                    l.block[0],
-                    l.block[1],
-                    l.block[2],
-                    l.shared_mem_bytes,
-                    stream,
-                    std::ptr::null_mut(),
-                    extra_ptr,
-                )
-            };
-            if r == CUDA_SUCCESS {
-                Ok(())
-            } else {
-                Err(r)
+        // Not moved again below: every block's pointer stays valid until the calls are made.
+        let scratch = self.args.as_mut_ptr();
+        let mut batch = std::mem::take(&mut self.batch);
+        let mut at = 0;
+        let mut refused = None;
+        for (i, l) in launches.iter().enumerate() {
+            match self.check_launch(l) {
+                Ok((function, kernel)) => {
+                    // SAFETY: `at` + this block's chunks ≤ `chunks` ≤ the scratch's length.
+                    let args = unsafe { scratch.add(at) }.cast::<u8>();
+                    // SAFETY: as above; plain byte copy (the frame it came in is byte-aligned).
+                    unsafe { std::ptr::copy_nonoverlapping(l.args.as_ptr(), args, l.args.len()) };
+                    at += l.args.len().div_ceil(16);
+                    batch.push(Launch {
+                        function,
+                        kernel,
+                        grid: l.grid,
+                        block: l.block,
+                        shared_mem_bytes: l.shared_mem_bytes,
+                        args: if l.args.is_empty() { std::ptr::null_mut() } else { args.cast() },
+                        args_len: l.args.len(),
+                        deadline: Duration::from_nanos(l.deadline_ns),
+                    });
+                }
+                Err(e) => {
+                    refused = Some((i, e));
+                    break;
+                }
             }
-        });
+        }
+        let launched = self.timeline.launch_all(batch.drain(..));
+        self.batch = batch;
         match launched {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(code)) => {
+            Ok(()) => refused.map_or(Ok(()), |(i, e)| Err((i, self.fail(e)))),
+            Err((i, Refused::Driver { code, function })) => {
                 let kernel_max = (code == CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES).then(|| {
                     let mut v = 0;
                     // SAFETY: a resolved function, valid out-pointer.
-                    let ok = unsafe { (drv.func_get_attribute)(&mut v, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, function) };
+                    let ok = unsafe { (self.drv.func_get_attribute)(&mut v, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, function) };
                     (ok == CUDA_SUCCESS).then_some(v.max(0) as u32)
                 });
-                let e = refuse(code, kernel_max.flatten());
-                Err(self.fail(e))
+                let e = self.launch_refused(&launches[i], code, kernel_max.flatten());
+                Err((i, self.fail(e)))
             }
-            Err(e) => Err(self.fail(e)),
+            Err((i, Refused::Wait(e))) => Err((i, self.fail(e))),
         }
     }
 

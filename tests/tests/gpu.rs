@@ -156,8 +156,18 @@ fn a_runaway_tenant_is_killed_within_its_deadline_and_the_other_recovers() {
         b.launch_sync();
     }
     let baseline = median((0..100).map(|_| b.launch_sync()).collect());
+    // B's lease took a worker from the warm set, and the pool starts its replacement in the
+    // background: the memory baseline must include that one's context (it is there after A).
+    let pool = host.pool();
+    let (warm, max) = pool.limits();
+    let settled = eventually(Duration::from_secs(10), || pool.idle() >= warm.min(max.saturating_sub(pool.busy())));
+    assert!(settled, "the pool did not top its warm set up: {} idle, {} busy, limits {warm}/{max}", pool.idle(), pool.busy());
     let mem_before = nvml::memory_used(Some(&info.uuid));
-    log(format!("B's launch+sync baseline: {baseline:?}; NVML memory in use before A: {mem_before:?}"));
+    log(format!(
+        "B's launch+sync baseline: {baseline:?}; NVML memory in use before A: {mem_before:?} ({} workers idle, {} leased)",
+        pool.idle(),
+        pool.busy()
+    ));
 
     let mut m = manifest("testing/probe");
     m.gpu.max_vram = 2 << 30;
@@ -231,7 +241,11 @@ fn a_runaway_tenant_is_killed_within_its_deadline_and_the_other_recovers() {
             last = nvml::memory_used(Some(&info.uuid)).unwrap_or(u64::MAX);
             last <= before + 128 * MIB
         });
-        log(format!("NVML memory in use: before {before}, during {during}, after {last}"));
+        log(format!(
+            "NVML memory in use: before {before}, during {during}, after {last} ({} workers idle, {} leased)",
+            pool.idle(),
+            pool.busy()
+        ));
         assert!(back, "device memory in use did not return to its baseline: before {before}, now {last}");
     } else {
         log(format!("NVML not usable here, memory check skipped: before {mem_before:?}, during {mem_during:?}"));

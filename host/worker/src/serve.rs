@@ -254,47 +254,60 @@ const NO_LAUNCH: LaunchRequest<'static> = LaunchRequest {
 };
 
 /// Runs the posted launch in `frames[0]` together with the ones the host has already posted
-/// behind it (up to [`POSTED_BATCH`]), through [`Backend::launch_batch`]; the first error, if
-/// any, to hold until the next call. Launches behind a failed or malformed one are dropped, as
-/// they would be one by one.
+/// behind it (up to [`POSTED_BATCH`], when the worker is behind: [`WorkerEnd::behind`]), through
+/// [`Backend::launch_batch`]; the first error, if any, to hold until the next call. Launches
+/// behind a failed or malformed one are dropped, as they would be one by one.
 fn serve_posted(end: &mut WorkerEnd, backend: &mut dyn Backend, frames: &mut [Vec<u8>]) -> Option<Response> {
     let mut taken = 1;
-    while taken < frames.len() && end.take_ready_posted(&mut frames[taken]) {
+    while end.behind() && taken < frames.len() && end.take_ready_posted(&mut frames[taken]) {
         taken += 1;
+    }
+    if taken == 1 {
+        // The hot path of a launch followed by its sync: no batch to fill.
+        return match decode_launch(&frames[0]) {
+            Ok(l) => launch_batch(backend, &[l]),
+            Err(refused) => Some(refused),
+        };
     }
     let mut launches = [NO_LAUNCH; POSTED_BATCH];
     let mut n = 0;
     let mut refused = None;
     for frame in &frames[..taken] {
-        match decode_request(frame) {
-            Ok((_, Request::Launch(l))) => {
+        match decode_launch(frame) {
+            Ok(l) => {
                 launches[n] = l;
                 n += 1;
             }
-            Ok((_, req)) => {
-                refused = Some(error(ErrorKind::InvalidArgument, format!("a {} request was posted; only launches may be", req.name())));
-                break;
-            }
-            Err(e) => {
-                refused = Some(error(ErrorKind::InvalidArgument, format!("malformed posted request: {e}")));
+            Err(r) => {
+                refused = Some(r);
                 break;
             }
         }
     }
-    let launches = &launches[..n];
-    if launches.is_empty() {
-        return refused;
+    launch_batch(backend, &launches[..n]).or(refused)
+}
+
+/// A posted frame's launch, or the error that refuses it.
+fn decode_launch(frame: &[u8]) -> Result<LaunchRequest<'_>, Response> {
+    match decode_request(frame) {
+        Ok((_, Request::Launch(l))) => Ok(l),
+        Ok((_, req)) => Err(error(ErrorKind::InvalidArgument, format!("a {} request was posted; only launches may be", req.name()))),
+        Err(e) => Err(error(ErrorKind::InvalidArgument, format!("malformed posted request: {e}"))),
     }
-    // A panic leaves the backend's state unknown: a fault, as in `guarded`.
+}
+
+/// [`Backend::launch_batch`] with its panics caught (a fault, as in [`guarded`]); the error to
+/// defer, naming the launch that failed.
+fn launch_batch(backend: &mut dyn Backend, launches: &[LaunchRequest<'_>]) -> Option<Response> {
+    if launches.is_empty() {
+        return None;
+    }
     let launched = catch_unwind(AssertUnwindSafe(|| backend.launch_batch(launches)))
         .unwrap_or_else(|p| Err((0, BackendError::new(ErrorKind::KernelFault, format!("worker internal error: {}", panic_message(&*p))))));
-    match launched {
-        Ok(()) => refused,
-        Err((i, e)) => {
-            let kernel = launches.get(i).map_or("?", |l| l.kernel);
-            Some(error(e.kind, format!("an earlier launch of kernel `{kernel}` failed: {}", e.message)))
-        }
-    }
+    launched.err().map(|(i, e)| {
+        let kernel = launches.get(i).map_or("?", |l| l.kernel);
+        error(e.kind, format!("an earlier launch of kernel `{kernel}` failed: {}", e.message))
+    })
 }
 
 /// Performs a call, or answers it with the deferred error (see [`serve`]).

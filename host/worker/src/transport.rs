@@ -882,6 +882,8 @@ pub struct WorkerEnd {
     served: u32,
     /// The seq of the call being served, if the last frame was a call.
     call: Option<u32>,
+    /// Whether the last `wait_request` had to wait for its record (see [`WorkerEnd::behind`]).
+    waited: bool,
     spin: Spin,
 }
 
@@ -893,6 +895,7 @@ impl WorkerEnd {
             read: tail,
             served: tail,
             call: None,
+            waited: false,
             spin: Spin::new(Duration::from_micros(2), Duration::from_micros(50)),
         }
     }
@@ -1000,11 +1003,13 @@ impl WorkerEnd {
             self.publish_served(self.read);
         }
         self.call = None;
+        self.waited = false;
         loop {
             if self.region.u32_at(OFF_CLOSED).load(Acquire) != 0 {
                 return Incoming::Closed;
             }
             if !self.published() {
+                self.waited = true;
                 if !self.wait_for_record(host_alive, idle) {
                     return Incoming::HostGone;
                 }
@@ -1017,6 +1022,14 @@ impl WorkerEnd {
                 Some(Err(why)) => return Incoming::Corrupt(why),
             }
         }
+    }
+
+    /// Whether the host was ahead of the worker: the record `wait_request` last returned was
+    /// already there when the worker came to it, so more may be waiting behind it. A worker that
+    /// had to wait for it was caught up, and looking for another would only cost the hot path (one
+    /// launch, then its sync) a cache-line transfer from the host before the launch is made.
+    pub fn behind(&self) -> bool {
+        !self.waited
     }
 
     /// Takes the next record only if the host has already published it and it is a posted frame,
@@ -1303,6 +1316,7 @@ mod tests {
         h.send(b"call", soon(), &mut || None).unwrap();
         assert_eq!(w.wait_request(&mut buf, &mut || true, &mut || {}), Incoming::Posted);
         assert_eq!(buf, b"a");
+        assert!(w.behind(), "it was there before the worker looked");
         assert!(w.take_ready_posted(&mut buf));
         assert_eq!(buf, b"bb");
         assert!(w.take_ready_posted(&mut buf));
@@ -1311,6 +1325,16 @@ mod tests {
         assert!(!w.take_ready_posted(&mut buf));
         assert_eq!(w.wait_request(&mut buf, &mut || true, &mut || {}), Incoming::Call);
         assert_eq!(buf, b"call");
+        // A record the worker had to wait for: it was caught up.
+        let poster = thread::spawn(move || {
+            thread::sleep(Duration::from_millis(20));
+            h.post(b"late", soon(), &mut || None).unwrap();
+            h
+        });
+        assert_eq!(w.wait_request(&mut buf, &mut || true, &mut || {}), Incoming::Posted);
+        assert_eq!(buf, b"late");
+        assert!(!w.behind());
+        drop(poster.join().unwrap());
     }
 
     #[test]

@@ -186,7 +186,9 @@ pub fn serve_main(args: impl Iterator<Item = String>) -> i32 {
 
 /// Serves requests on `end` until the host closes it or `host_alive` says it is gone.
 ///
-/// Posted frames (launches) get no response: the first one that fails is kept as the *deferred*
+/// Launches the host posted ahead of the worker are taken from the ring together and handed to
+/// the backend in one [`Backend::launch_batch`] (see `serve_posted`). Posted frames (launches)
+/// get no response: the first one that fails is kept as the *deferred*
 /// error and later posted launches are dropped until it is reported. A call arriving while one is
 /// held is not performed: it is answered with that error instead — except `free`, which is
 /// performed and leaves the error for the next call, and `reset`, which is performed and drops it

@@ -268,7 +268,7 @@ fn serve_posted(end: &mut WorkerEnd, backend: &mut dyn Backend, frames: &mut [Ve
         // The hot path of a launch followed by its sync: no batch to fill.
         return match decode_launch(&frames[0]) {
             Ok(l) => launch_batch(backend, &[l]),
-            Err(refused) => Some(refused),
+            Err(why) => Some(error(ErrorKind::InvalidArgument, why)),
         };
     }
     let mut launches = [NO_LAUNCH; POSTED_BATCH];
@@ -280,8 +280,8 @@ fn serve_posted(end: &mut WorkerEnd, backend: &mut dyn Backend, frames: &mut [Ve
                 launches[n] = l;
                 n += 1;
             }
-            Err(r) => {
-                refused = Some(r);
+            Err(why) => {
+                refused = Some(error(ErrorKind::InvalidArgument, why));
                 break;
             }
         }
@@ -289,12 +289,12 @@ fn serve_posted(end: &mut WorkerEnd, backend: &mut dyn Backend, frames: &mut [Ve
     launch_batch(backend, &launches[..n]).or(refused)
 }
 
-/// A posted frame's launch, or the error that refuses it.
-fn decode_launch(frame: &[u8]) -> Result<LaunchRequest<'_>, Response> {
+/// A posted frame's launch, or why it is refused (an invalid argument).
+fn decode_launch(frame: &[u8]) -> Result<LaunchRequest<'_>, String> {
     match decode_request(frame) {
         Ok((_, Request::Launch(l))) => Ok(l),
-        Ok((_, req)) => Err(error(ErrorKind::InvalidArgument, format!("a {} request was posted; only launches may be", req.name()))),
-        Err(e) => Err(error(ErrorKind::InvalidArgument, format!("malformed posted request: {e}"))),
+        Ok((_, req)) => Err(format!("a {} request was posted; only launches may be", req.name())),
+        Err(e) => Err(format!("malformed posted request: {e}")),
     }
 }
 

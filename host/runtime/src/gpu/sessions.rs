@@ -460,7 +460,7 @@ pub(crate) fn mem_write_list<T>(
     // mapping, and returns only when it has.
     let gpu = get(store.data_mut());
     let (at, lease) = gpu.transfer(Right::Write, &this, &dst, offset, span.len() as u64)?;
-    gpu.run(&lease, |a| a.worker.write_from(at, &span))?;
+    gpu.run(lease, |a| a.worker.write_from(at, &span))?;
     gpu.ctx.manager.count_direct(span.len(), 0);
     Ok(())
 }
@@ -489,12 +489,12 @@ pub(crate) fn mem_read_into_list<T>(
         ));
     };
     if len >= DIRECT_MIN_BYTES {
-        gpu.run(&lease, |a| a.worker.read_into(at, &span))?;
+        gpu.run(lease, |a| a.worker.read_into(at, &span))?;
         gpu.ctx.manager.count_direct(0, len);
         return Ok(());
     }
     let mut staged = vec![0u8; len];
-    gpu.run(&lease, |a| a.worker.read(at, &mut staged))?;
+    gpu.run(lease, |a| a.worker.read(at, &mut staged))?;
     // SAFETY: we are in a host call of the store that owns the memory, so no guest code runs, and
     // no reference into that memory is live (`bytes` is dead; `gpu` borrows only store data).
     if !unsafe { crate::guest_memory::copy_into_guest(addr as usize, &staged) } {

@@ -194,9 +194,7 @@ impl CudaBackend {
             if r != CUDA_SUCCESS {
                 return Err(self.launch_refused(l, r, None));
             }
-            if let Ok(k) = self.modules.kernel(l.module, l.kernel) {
-                k.shared_optin = l.shared_mem_bytes;
-            }
+            k.shared_optin = l.shared_mem_bytes;
         }
         Ok((function, kernel))
     }

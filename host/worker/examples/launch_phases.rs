@@ -247,7 +247,7 @@ fn launch_req(module: u32) -> LaunchRequest<'static> {
         block: [1, 1, 1],
         shared_mem_bytes: 0,
         args: &[],
-        step_limit: u64::MAX,
+        step_limit: 0,
         deadline_ns: 10_000_000_000,
     }
 }

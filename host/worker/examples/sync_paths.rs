@@ -44,6 +44,11 @@ enum Wait {
     /// The same with an event recorded after the write and polled between looks at the word (a
     /// worker that also tracks the kernel through the driver while the host polls the word).
     WriteValueRecordPollBoth,
+    /// The worker's signalled sync before 2026-11-24: the group's event recorded, then the store,
+    /// then poll the word.
+    RecordWriteValuePollWord,
+    /// The worker's signalled sync since: the store, then the group's event, then poll the word.
+    WriteValueRecordPollWord,
     /// No kernel: `cuStreamWriteValue32` on an idle stream and poll the word (the store's own latency).
     WriteValueOnlyPollWord,
     /// Launch only (per launch of a back-to-back burst, no wait): the launch's own CPU cost.
@@ -96,6 +101,20 @@ impl Gpu {
                     ok("cuEventRecord", (self.d.event_record)(self.ev, s));
                     while (*self.word.0).load(Ordering::Acquire) != v {
                         let _ = (self.d.event_query)(self.ev);
+                    }
+                }
+                Wait::RecordWriteValuePollWord => {
+                    ok("cuEventRecord", (self.d.event_record)(self.ev, s));
+                    let v = self.store_next(s);
+                    while (*self.word.0).load(Ordering::Acquire) != v {
+                        std::hint::spin_loop();
+                    }
+                }
+                Wait::WriteValueRecordPollWord => {
+                    let v = self.store_next(s);
+                    ok("cuEventRecord", (self.d.event_record)(self.ev, s));
+                    while (*self.word.0).load(Ordering::Acquire) != v {
+                        std::hint::spin_loop();
                     }
                 }
                 Wait::LaunchOnly => {}
@@ -163,6 +182,8 @@ fn main() {
         ("legacy: launch + poll cuStreamQuery", legacy, Wait::PollStream),
         ("legacy: launch + record + poll cuEventQuery", legacy, Wait::RecordPollEvent),
         ("non-blocking: launch + write value + poll host word", nb, Wait::WriteValuePollWord),
+        ("non-blocking: launch + record + write value, poll word", nb, Wait::RecordWriteValuePollWord),
+        ("non-blocking: launch + write value + record, poll word", nb, Wait::WriteValueRecordPollWord),
         ("legacy: launch + write value + poll host word", legacy, Wait::WriteValuePollWord),
         ("legacy: launch + write value + record, poll event & word", legacy, Wait::WriteValueRecordPollBoth),
         ("legacy: no kernel, write value + poll host word", legacy, Wait::WriteValueOnlyPollWord),

@@ -4,9 +4,15 @@
 //! serializer version can change it) and so that decoding bytes written by an untrusted worker is
 //! a bounds-checked walk that returns a [`DecodeError`], never a panic or an unbounded allocation.
 //!
-//! Frame layout: `tag: u8, id: u64, fields…`. Integers are little-endian; `str` and `bytes` are a
+//! Frame layout: `tag: u8, id: varint, fields…`. Integers are little-endian; `str` and `bytes` are a
 //! `u32` length then the bytes; lists are a `u32` count then the items. A frame must be consumed
-//! exactly: trailing bytes are an error. Bulk data (write payloads, read results) does not travel
+//! exactly: trailing bytes are an error.
+//!
+//! The id and a launch's fields are LEB128 varints instead (lengths included), because a launch is
+//! the one frame on a hot path whose size matters: the ring carries it in whole cache lines, each a
+//! transfer between the host's core and the worker's, and with varints a launch of a kernel with
+//! up to ~20 bytes of arguments and a short name is one line (`transport`). A varint longer than
+//! its type allows is an [`DecodeError::InvalidValue`]. Bulk data (write payloads, read results) does not travel
 //! in frames but in the transport's data region; frames only carry its length.
 //!
 //! `id` lets a response name its request, so posted (asynchronous) ops need no change to the
@@ -60,8 +66,8 @@ pub struct LaunchRequest<'a> {
     pub shared_mem_bytes: u32,
     /// The kernel's argument block, laid out as `KernelInfo::param_layout` says.
     pub args: &'a [u8],
-    /// Most lane-instructions the emulator may run (backends without a step counter ignore it and
-    /// use `deadline_ns`).
+    /// Most lane-instructions the emulator may run. Backends without a step counter ignore it
+    /// and use `deadline_ns`; their host sends 0 (one byte on the wire).
     pub step_limit: u64,
     /// How long the kernel may run, in nanoseconds (> 0). Asynchronous backends (cuda) enqueue the
     /// launch, answer at once, and enforce this when they wait for the kernel: at `sync` and at any
@@ -220,15 +226,15 @@ pub fn encode_request(id: u64, req: &Request<'_>, out: &mut Vec<u8>) {
         }
         Request::Launch(l) => {
             w.head(REQ_LAUNCH, id);
-            w.u32(l.module);
-            w.bytes(l.kernel.as_bytes());
+            w.var(l.module.into());
+            w.var_bytes(l.kernel.as_bytes());
             for d in l.grid.iter().chain(l.block.iter()) {
-                w.u32(*d);
+                w.var((*d).into());
             }
-            w.u32(l.shared_mem_bytes);
-            w.bytes(l.args);
-            w.u64(l.step_limit);
-            w.u64(l.deadline_ns);
+            w.var(l.shared_mem_bytes.into());
+            w.var_bytes(l.args);
+            w.var(l.step_limit);
+            w.var(l.deadline_ns);
         }
         Request::Sync => w.head(REQ_SYNC, id),
         Request::Reset => w.head(REQ_RESET, id),
@@ -263,7 +269,7 @@ pub fn encode_request(id: u64, req: &Request<'_>, out: &mut Vec<u8>) {
 pub fn decode_request(frame: &[u8]) -> Result<(u64, Request<'_>), DecodeError> {
     let mut r = Reader::new(frame);
     let tag = r.u8("request tag")?;
-    let id = r.u64("request id")?;
+    let id = r.var("request id")?;
     let req = match tag {
         REQ_PING => Request::Ping,
         REQ_ALLOC => Request::Alloc { bytes: r.u64("alloc size")? },
@@ -288,16 +294,16 @@ pub fn decode_request(frame: &[u8]) -> Result<(u64, Request<'_>), DecodeError> {
         }
         REQ_UNLOAD_MODULE => Request::UnloadModule { id: r.u32("module id")? },
         REQ_LAUNCH => {
-            let module = r.u32("module id")?;
-            let kernel = r.str("kernel name")?;
+            let module = r.var_u32("module id")?;
+            let kernel = r.var_str("kernel name")?;
             let mut dims = [0u32; 6];
             for d in &mut dims {
-                *d = r.u32("launch dimension")?;
+                *d = r.var_u32("launch dimension")?;
             }
-            let shared_mem_bytes = r.u32("shared memory size")?;
-            let args = r.bytes("argument block")?;
-            let step_limit = r.u64("step limit")?;
-            let deadline_ns = r.u64("deadline")?;
+            let shared_mem_bytes = r.var_u32("shared memory size")?;
+            let args = r.var_bytes("argument block")?;
+            let step_limit = r.var("step limit")?;
+            let deadline_ns = r.var("deadline")?;
             Request::Launch(LaunchRequest {
                 module,
                 kernel,
@@ -387,7 +393,7 @@ pub fn encode_response(id: u64, resp: &Response, out: &mut Vec<u8>) {
 pub fn decode_response(frame: &[u8]) -> Result<(u64, Response), DecodeError> {
     let mut r = Reader::new(frame);
     let tag = r.u8("response tag")?;
-    let id = r.u64("response id")?;
+    let id = r.var("response id")?;
     let resp = match tag {
         RESP_OK => Response::Ok,
         RESP_ALLOCATED => Response::Allocated { addr: r.u64("device address")? },
@@ -468,7 +474,7 @@ struct Writer<'a>(&'a mut Vec<u8>);
 impl Writer<'_> {
     fn head(&mut self, tag: u8, id: u64) {
         self.u8(tag);
-        self.u64(id);
+        self.var(id);
     }
     fn u8(&mut self, v: u8) {
         self.0.push(v);
@@ -481,6 +487,18 @@ impl Writer<'_> {
     }
     fn bytes(&mut self, b: &[u8]) {
         self.u32(len_u32(b.len()));
+        self.0.extend_from_slice(b);
+    }
+    /// LEB128: seven bits a byte, low first, the top bit set on all but the last.
+    fn var(&mut self, mut v: u64) {
+        while v >= 0x80 {
+            self.0.push(v as u8 | 0x80);
+            v >>= 7;
+        }
+        self.0.push(v as u8);
+    }
+    fn var_bytes(&mut self, b: &[u8]) {
+        self.var(b.len() as u64);
         self.0.extend_from_slice(b);
     }
 }
@@ -533,6 +551,40 @@ impl<'a> Reader<'a> {
         std::str::from_utf8(b).map_err(|_| DecodeError::InvalidUtf8 { what, at })
     }
 
+    /// A LEB128 varint (see [`Writer::var`]); more than 64 bits of value is `InvalidValue`.
+    fn var(&mut self, what: &'static str) -> Result<u64, DecodeError> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = self.u8(what)?;
+            let bits = u64::from(b & 0x7f);
+            if shift == 63 && bits > 1 {
+                return Err(DecodeError::InvalidValue { what, value: bits });
+            }
+            v |= bits << shift;
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err(DecodeError::InvalidValue { what, value: v })
+    }
+
+    fn var_u32(&mut self, what: &'static str) -> Result<u32, DecodeError> {
+        let v = self.var(what)?;
+        u32::try_from(v).map_err(|_| DecodeError::InvalidValue { what, value: v })
+    }
+
+    fn var_bytes(&mut self, what: &'static str) -> Result<&'a [u8], DecodeError> {
+        let n = self.var(what)?;
+        self.take(what, n)
+    }
+
+    fn var_str(&mut self, what: &'static str) -> Result<&'a str, DecodeError> {
+        let n = self.var(what)?;
+        let at = self.at;
+        let b = self.take(what, n)?;
+        std::str::from_utf8(b).map_err(|_| DecodeError::InvalidUtf8 { what, at })
+    }
+
     /// A list count, refused when even `min_item` bytes per item would overrun the frame, so a
     /// forged count cannot make the decoder reserve gigabytes.
     fn count(&mut self, what: &'static str, min_item: u64) -> Result<usize, DecodeError> {
@@ -578,6 +630,17 @@ mod tests {
                 args: &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12],
                 step_limit: 123_456_789,
                 deadline_ns: 2_000_000_000,
+            }),
+            // Every varint at its widest.
+            Request::Launch(LaunchRequest {
+                module: u32::MAX,
+                kernel: "ünïcode_kernel",
+                grid: [u32::MAX, 65_535, 1 << 21],
+                block: [1024, 127, 128],
+                shared_mem_bytes: 227 * 1024,
+                args: &[0xff; 300],
+                step_limit: u64::MAX,
+                deadline_ns: u64::MAX,
             }),
             Request::Sync,
             Request::Reset,
@@ -695,19 +758,19 @@ mod tests {
         assert_eq!(decode_request(&buf), Err(DecodeError::TrailingBytes { extra: 1 }));
 
         let mut buf = vec![200u8];
-        buf.extend_from_slice(&1u64.to_le_bytes());
+        buf.push(1); // id 1, a one-byte varint
         assert_eq!(decode_request(&buf), Err(DecodeError::UnknownTag { what: "request", tag: 200 }));
         assert_eq!(decode_response(&buf), Err(DecodeError::UnknownTag { what: "response", tag: 200 }));
 
         let mut buf = vec![RESP_ERROR];
-        buf.extend_from_slice(&1u64.to_le_bytes());
+        buf.push(1); // id 1, a one-byte varint
         buf.push(99);
         buf.extend_from_slice(&0u32.to_le_bytes());
         assert_eq!(decode_response(&buf), Err(DecodeError::UnknownTag { what: "error kind", tag: 99 }));
 
         // Invalid UTF-8 in a module's PTX.
         let mut buf = vec![REQ_LOAD_MODULE];
-        buf.extend_from_slice(&1u64.to_le_bytes());
+        buf.push(1); // id 1, a one-byte varint
         buf.extend_from_slice(&2u32.to_le_bytes());
         buf.extend_from_slice(&[0xff, 0xfe]);
         assert!(matches!(decode_request(&buf), Err(DecodeError::InvalidUtf8 { what: "ptx", .. })));
@@ -726,23 +789,75 @@ mod tests {
         assert!(matches!(decode_response(&buf), Err(DecodeError::InvalidValue { .. })));
     }
 
+    /// A launch frame as the host encodes it, for `empty()` with an argument block of `args`.
+    fn launch_frame(args: &[u8]) -> Vec<u8> {
+        let launch = LaunchRequest {
+            module: 1,
+            kernel: "empty",
+            grid: [1, 1, 1],
+            block: [256, 1, 1],
+            shared_mem_bytes: 0,
+            args,
+            step_limit: 0,
+            deadline_ns: 10_000_000_000,
+        };
+        let mut buf = Vec::new();
+        encode_request(1_000_000, &Request::Launch(launch), &mut buf);
+        buf
+    }
+
+    #[test]
+    fn a_launch_with_a_small_argument_block_is_one_cache_line_in_the_ring() {
+        // Two pointers and a u32: what a typical kernel takes.
+        assert_eq!(crate::transport::record_size(launch_frame(&[0; 20]).len()), 64);
+        assert_eq!(crate::transport::record_size(launch_frame(&[]).len()), 64);
+    }
+
+    #[test]
+    fn varints_past_their_type_are_refused() {
+        let frame = launch_frame(&[]);
+        // The module id is the varint after the tag and the id (1,000,000: three bytes).
+        let module_at = 4;
+        assert_eq!(frame[module_at], 1);
+        // Five bytes of value > u32::MAX for the module id.
+        let mut wide = frame[..module_at].to_vec();
+        wide.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0x1f]);
+        wide.extend_from_slice(&frame[module_at + 1..]);
+        assert!(matches!(decode_request(&wide), Err(DecodeError::InvalidValue { what: "module id", .. })));
+        // Eleven continuation bytes: longer than any u64.
+        let mut long = frame[..module_at].to_vec();
+        long.extend_from_slice(&[0x80; 11]);
+        long.extend_from_slice(&frame[module_at..]);
+        assert!(matches!(decode_request(&long), Err(DecodeError::InvalidValue { what: "module id", .. })));
+        // A tenth byte carrying more than the 64th bit.
+        let mut over = frame[..module_at].to_vec();
+        over.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02]);
+        over.extend_from_slice(&frame[module_at + 1..]);
+        assert!(matches!(decode_request(&over), Err(DecodeError::InvalidValue { .. })));
+        // A kernel name whose length runs past the frame.
+        let mut past = frame[..module_at + 1].to_vec();
+        past.push(0x7f);
+        past.extend_from_slice(b"empty");
+        assert!(matches!(decode_request(&past), Err(DecodeError::Truncated { what: "kernel name", .. })));
+    }
+
     #[test]
     fn forged_counts_do_not_allocate() {
         // A module response that claims 4 billion kernels in a 20-byte frame.
         let mut buf = vec![RESP_MODULE];
-        buf.extend_from_slice(&1u64.to_le_bytes());
+        buf.push(1); // id 1, a one-byte varint
         buf.extend_from_slice(&1u32.to_le_bytes());
         buf.extend_from_slice(&u32::MAX.to_le_bytes());
         assert!(matches!(decode_response(&buf), Err(DecodeError::Truncated { what: "kernel count", .. })));
         // A string length far past the end.
         let mut buf = vec![RESP_ERROR];
-        buf.extend_from_slice(&1u64.to_le_bytes());
+        buf.push(1); // id 1, a one-byte varint
         buf.push(ErrorKind::Unsupported.to_wire());
         buf.extend_from_slice(&u32::MAX.to_le_bytes());
         assert!(matches!(decode_response(&buf), Err(DecodeError::Truncated { .. })));
         // Options count in a load-source request.
         let mut buf = vec![REQ_LOAD_SOURCE];
-        buf.extend_from_slice(&1u64.to_le_bytes());
+        buf.push(1); // id 1, a one-byte varint
         buf.extend_from_slice(&0u32.to_le_bytes());
         buf.extend_from_slice(&u32::MAX.to_le_bytes());
         assert!(matches!(decode_request(&buf), Err(DecodeError::Truncated { what: "option count", .. })));

@@ -479,7 +479,8 @@ impl Worker {
         let deadline_ns = u64::try_from(l.deadline.as_nanos()).unwrap_or(u64::MAX);
         let step_limit = match self.backend {
             BackendKind::Emu => emu_step_limit(l.deadline),
-            BackendKind::Cuda => u64::MAX,
+            // Ignored there (the deadline is a clock); 0 is the shortest on the wire.
+            BackendKind::Cuda => 0,
         };
         let req = Request::Launch(LaunchRequest {
             module: l.module,

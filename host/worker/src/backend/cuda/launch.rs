@@ -341,8 +341,8 @@ impl Timeline {
         self.wait_for(|q| q.items.is_empty())
     }
 
-    /// [`Timeline::drain`] after a request to the device to store `value` into `word` behind
-    /// every launch so far (the channel's completion word) and [`Timeline::flush`]: spins on
+    /// [`Timeline::drain`] after [`Timeline::flush`] and a request to the device to store
+    /// `value` into `word` behind every launch so far (the channel's completion word): spins on
     /// the word for up to [`SPIN`] without calling the driver — nothing of ours then competes with
     /// the device's store, which the host is waiting for too, and the worker is ready for the next
     /// request as soon as the device is. The groups stay queued with their events: a word that

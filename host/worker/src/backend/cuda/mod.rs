@@ -484,14 +484,11 @@ impl Backend for CudaBackend {
             return self.sync();
         }
         let Some(word) = &self.signal else { return self.sync() };
-        // The store is queued first and the open group's event after it: the host is waiting for
-        // the word, and every driver call made before the store delays it when the kernels are
-        // short (an event record costs up to ~1 µs). The event still closes the group before the
-        // worker answers or idles, so the group's deadline stays watched; it is done a moment
-        // after the word lands, by the next wait.
-        let stored = word.store_when_done(self.drv, self.dev.stream, seq);
+        // The open group's event goes first, so the word lands after it: once the word is seen,
+        // the event is done too, and the next wait's look at it is cheap. Both driver calls are
+        // made while the kernels run.
         self.timeline.flush();
-        match stored {
+        match word.store_when_done(self.drv, self.dev.stream, seq) {
             Ok(()) => {
                 let drained = self.timeline.drain_signalled(word.word(), seq);
                 drained.map_err(|e| self.fail(e))?;

@@ -205,6 +205,7 @@ fn a_runaway_tenant_is_killed_within_its_deadline_and_the_other_recovers() {
     assert!(a_took < deadline + Duration::from_secs(1), "A's deadline-exceeded took {a_took:?}, deadline {deadline:?}");
     let a_pid = a_pid.expect("A's worker pid was seen");
     assert!(eventually(Duration::from_secs(2), || !pid_alive(a_pid)), "A's worker {a_pid} is still alive");
+    log(format!("A's worker {a_pid} gone {:?} after A ended", a_done.elapsed()));
 
     // B's latency is back within 2× its baseline within 2 s of A's end, and stays back: cut the
     // next 3 s of samples into 50 ms slices; from the first slice on which every later slice's
@@ -228,6 +229,9 @@ fn a_runaway_tenant_is_killed_within_its_deadline_and_the_other_recovers() {
         .map(|k| slices[k].0);
     let timeline: Vec<String> = slices.iter().step_by(4).map(|(t, m)| format!("+{t:.2?}: {m:?}")).collect();
     log(format!("B's launch+sync after A ended (median per 50 ms, every 4th): {}", timeline.join(", ")));
+    let over: Vec<String> =
+        slices.iter().filter(|s| s.1 > baseline * 2).map(|(t, m)| format!("+{t:.2?}: {m:?}")).collect();
+    log(format!("slices over 2x baseline: {} of {}: {}", over.len(), slices.len(), over.join(", ")));
     log(format!("B back within 2x baseline ({:?}) for good after: {recovered:?}", baseline * 2));
     let recovered = recovered.unwrap_or_else(|| panic!("B's latency did not come back within 2x its baseline {baseline:?} for good"));
     assert!(recovered <= Duration::from_secs(2), "B's latency came back only {recovered:?} after A ended");

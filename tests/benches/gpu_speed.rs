@@ -22,6 +22,8 @@
 //!   --rounds R        rounds of A/B measurements (default 5)
 //!   --quick           a short run: 2 rounds, small counts, 64 MiB transfers
 //!   --bulk-bytes B    bytes of the bulk transfers (default 268435456)
+//!   --settle-ms MS    untimed pause inside each tasklet command between its lease and its timing,
+//!                     for the replacement worker the lease starts (default 500)
 //!   --no-cupy         leave out the CuPy column
 //!   --python PATH     the Python that runs benches/cupy_peer.py (default python3)
 //!   --emu-smoke       run every gpubench command with tiny counts on the emu backend and print
@@ -133,7 +135,7 @@ fn parse_options() -> Result<Options, String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut quick = false;
     let mut emu_smoke = false;
-    let (mut rounds, mut bulk_bytes) = (None, None);
+    let (mut rounds, mut bulk_bytes, mut settle_ms) = (None, None, None);
     let mut cupy = true;
     let mut python = "python3".to_string();
     let mut backend = BackendKind::Cuda;
@@ -147,6 +149,7 @@ fn parse_options() -> Result<Options, String> {
             "--no-cupy" => cupy = false,
             "--rounds" => rounds = Some(positive(&value("--rounds")?, "--rounds")?),
             "--bulk-bytes" => bulk_bytes = Some(positive(&value("--bulk-bytes")?, "--bulk-bytes")?),
+            "--settle-ms" => settle_ms = Some(positive(&value("--settle-ms")?, "--settle-ms")?),
             "--python" => python = value("--python")?,
             "--pin" => {
                 let v = value("--pin")?;
@@ -183,6 +186,9 @@ fn parse_options() -> Result<Options, String> {
     if let Some(b) = bulk_bytes {
         params.bulk_bytes = b;
     }
+    if let Some(ms) = settle_ms {
+        params.settle_ms = ms as u64;
+    }
     Ok(Options { params, backend, cupy, python, emu_smoke, pin })
 }
 
@@ -194,7 +200,7 @@ fn positive(text: &str, name: &str) -> Result<usize, String> {
 }
 
 fn usage() -> &'static str {
-    "usage: gpu_speed [--rounds R] [--quick] [--bulk-bytes B] [--no-cupy] [--python PATH] [--emu-smoke] [--tasklet-backend emu|cuda] [--pin G,H]"
+    "usage: gpu_speed [--rounds R] [--quick] [--bulk-bytes B] [--settle-ms MS] [--no-cupy] [--python PATH] [--emu-smoke] [--tasklet-backend emu|cuda] [--pin G,H]"
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -639,6 +645,9 @@ impl Drop for Native {
 struct TaskletPath {
     host: Host,
     tasklet: Tasklet,
+    /// How long the pool took to start its first warm workers (process, CUDA context, handshake),
+    /// started together: what a replacement worker takes, to judge `--settle-ms` by.
+    warm_start: Option<Duration>,
 }
 
 impl TaskletPath {
@@ -657,7 +666,14 @@ impl TaskletPath {
             ));
         }
         let worker = WorkerCommand { program, args: Vec::new() };
+        let started = Instant::now();
         let host = Host::new(HostConfig { policy, worker, backend }).map_err(|e| e.to_string())?;
+        let pool = host.pool();
+        let warm = host.policy().workers.warm;
+        while pool.idle() < warm && started.elapsed() < Duration::from_secs(30) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let warm_start = (pool.idle() >= warm).then(|| started.elapsed());
         let m = manifest("testing/gpubench");
         if !m.component.exists() {
             return Err(format!(
@@ -666,7 +682,7 @@ impl TaskletPath {
             ));
         }
         let tasklet = host.load(m).map_err(|e| e.to_string())?;
-        Ok(TaskletPath { host, tasklet })
+        Ok(TaskletPath { host, tasklet, warm_start })
     }
 
     fn run_command(&self, command: &str) -> Result<String, String> {
@@ -1046,6 +1062,15 @@ fn gpu(opts: &Options, m: &Machine) -> i32 {
         Ok(t) => {
             let (c, w) = (tidy(&t.tasklet.manifest.component), tidy(&worker_program()));
             println!("tasklet:  {c} on worker {w}, backend {}", opts.backend.as_str());
+            match t.warm_start {
+                Some(d) => println!(
+                    "pool:     {} warm workers ready {:.0} ms after the host started (settle {} ms)",
+                    t.host.policy().workers.warm,
+                    d.as_secs_f64() * 1e3,
+                    p.settle_ms
+                ),
+                None => println!("pool:     the warm workers were not ready within 30 s"),
+            }
             Some(t)
         }
         Err(e) => {

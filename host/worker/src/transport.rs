@@ -17,9 +17,10 @@
 //! wrap record that skips to its start. Whole lines because every line of a record is a transfer
 //! from the host's core to the worker's on the way to the driver: a launch of a kernel with a
 //! small argument block is one line (see `protocol`'s launch encoding), which measured ~0.1 µs
-//! faster per hand-off than the two or three lines a 16-byte-aligned 96-byte record touched
-//! (H100 machine, Intel Xeon vCPUs), and records never share a line, so the host writing the
-//! next record never takes away the line the worker is reading.
+//! faster per hand-off than the two lines, shared with its neighbours, that a 96-byte record at
+//! 16-byte alignment touched (H100 machine, Intel Xeon vCPUs; `examples/ring_lines.rs`), and
+//! records never share a line, so the host writing the next record never takes away the line the
+//! worker is reading.
 //! `head` (bytes ever published by the host) and `tail` (bytes the worker has *finished*, not
 //! merely read) are free-running `u32`s; the ring's size divides 2³², so `pos % RING` stays
 //! consistent across their wrap-around. Because `tail` only moves once a frame was served,

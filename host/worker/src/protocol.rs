@@ -6,14 +6,14 @@
 //!
 //! Frame layout: `tag: u8, id: varint, fields…`. Integers are little-endian; `str` and `bytes` are a
 //! `u32` length then the bytes; lists are a `u32` count then the items. A frame must be consumed
-//! exactly: trailing bytes are an error.
+//! exactly: trailing bytes are an error. Bulk data (write payloads, read results) does not travel
+//! in frames but in the transport's data region; frames only carry its length.
 //!
 //! The id and a launch's fields are LEB128 varints instead (lengths included), because a launch is
 //! the one frame on a hot path whose size matters: the ring carries it in whole cache lines, each a
 //! transfer between the host's core and the worker's, and with varints a launch of a kernel with
 //! up to ~20 bytes of arguments and a short name is one line (`transport`). A varint longer than
-//! its type allows is an [`DecodeError::InvalidValue`]. Bulk data (write payloads, read results) does not travel
-//! in frames but in the transport's data region; frames only carry its length.
+//! its type allows is a [`DecodeError::InvalidValue`].
 //!
 //! `id` lets a response name its request, so posted (asynchronous) ops need no change to the
 //! framing; the host queues launches (which get no response) and has one call at a time

@@ -305,7 +305,7 @@ fn launch_batch(backend: &mut dyn Backend, launches: &[LaunchRequest<'_>]) -> Op
         return None;
     }
     let launched = catch_unwind(AssertUnwindSafe(|| backend.launch_batch(launches)))
-        .unwrap_or_else(|p| Err((0, BackendError::new(ErrorKind::KernelFault, format!("worker internal error: {}", panic_message(&*p))))));
+        .unwrap_or_else(|p| Err((0, BackendError::new(ErrorKind::KernelFault, internal_error(&*p)))));
     launched.err().map(|(i, e)| {
         let kernel = launches.get(i).map_or("?", |l| l.kernel);
         error(e.kind, format!("an earlier launch of kernel `{kernel}` failed: {}", e.message))
@@ -341,7 +341,7 @@ fn serve_call(
 /// reported as a fault, which poisons this worker so the host never reuses it.
 fn guarded(end: &mut WorkerEnd, backend: &mut dyn Backend, guests: &mut Attachments, req: &Request<'_>) -> Response {
     catch_unwind(AssertUnwindSafe(|| dispatch(end, backend, guests, req)))
-        .unwrap_or_else(|p| error(ErrorKind::KernelFault, format!("worker internal error: {}", panic_message(&*p))))
+        .unwrap_or_else(|p| error(ErrorKind::KernelFault, internal_error(&*p)))
 }
 
 fn error(kind: ErrorKind, message: String) -> Response {
@@ -440,6 +440,11 @@ fn owned_socket(fd: i32) -> Result<OwnedFd, String> {
     }
     // SAFETY: open, and handed to this process for good.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// What a panic while serving reports (as a fault: the worker's state is suspect).
+fn internal_error(p: &(dyn std::any::Any + Send)) -> String {
+    format!("worker internal error: {}", panic_message(p))
 }
 
 fn panic_message(p: &(dyn std::any::Any + Send)) -> String {

@@ -425,6 +425,14 @@ fn fits(head: u32, tail: u32, bytes: usize) -> Result<bool, WaitError> {
     Ok(RING - used >= bytes)
 }
 
+/// Whether `frame` may be posted: it must fit the ring (see [`HostEnd::post`]).
+fn postable(frame: &[u8]) -> Result<(), SendError> {
+    if frame.len() > MSG_AREA {
+        return Err(TransportError::TooLarge { len: frame.len(), cap: MSG_AREA }.into());
+    }
+    Ok(())
+}
+
 /// Bytes a record for a frame of `len` bytes takes in the ring when inline (whole cache lines):
 /// public for encoders that keep hot frames to one line.
 pub const fn record_size(len: usize) -> usize {
@@ -626,9 +634,7 @@ impl HostEnd {
         deadline: Instant,
         alive: &mut dyn FnMut() -> Option<String>,
     ) -> Result<(), SendError> {
-        if frame.len() > MSG_AREA {
-            return Err(TransportError::TooLarge { len: frame.len(), cap: MSG_AREA }.into());
-        }
+        postable(frame)?;
         self.append(KIND_POSTED, frame, frame.len() as u32, 0, deadline, alive)
     }
 
@@ -636,9 +642,7 @@ impl HostEnd {
     /// if it would have to wait. Needs no deadline, so a caller reads the clock only when the ring
     /// is full.
     pub fn try_post(&mut self, frame: &[u8]) -> Result<bool, SendError> {
-        if frame.len() > MSG_AREA {
-            return Err(TransportError::TooLarge { len: frame.len(), cap: MSG_AREA }.into());
-        }
+        postable(frame)?;
         let (skip, total) = self.placement(record_size(frame.len()));
         if !self.has_room(total).map_err(SendError::Wait)? {
             return Ok(false);

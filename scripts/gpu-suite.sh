@@ -35,14 +35,14 @@ cargo test --workspace --release --no-run --message-format=json >"$json"
 cargo build --release -p tasklet-cli -p tasklet-worker -p tasklet-tests --bins >&2
 # The speed benchmark, the emulator's corpus outputs and their replay through a worker (for the
 # GPU diff, kernels/diff/), and the launch-latency probes (host/worker/examples/sync_paths.rs,
-# launch_phases.rs, ring_lines.rs) ride along as tools.
+# launch_phases.rs, ring_lines.rs, graph_bursts.rs) ride along as tools.
 bench_json="$(mktemp)"
 cargo build --release -p tasklet-tests --bench gpu_speed -p tasklet-ptx --example corpus_outputs \
-    -p tasklet-worker --example replay_corpus --example sync_paths --example launch_phases --example ring_lines \
+    -p tasklet-worker --example replay_corpus --example sync_paths --example launch_phases --example ring_lines --example graph_bursts \
     --message-format=json >"$bench_json"
 mapfile -t tools < <(grep '"reason":"compiler-artifact"' "$bench_json" \
     | grep -o '"executable":"[^"]*"' | sed 's/^"executable":"//; s/"$//' \
-    | grep -E '/(gpu_speed|corpus_outputs|replay_corpus|sync_paths|launch_phases|ring_lines)[^/]*$' | sort -u)
+    | grep -E '/(gpu_speed|corpus_outputs|replay_corpus|sync_paths|launch_phases|ring_lines|graph_bursts)[^/]*$' | sort -u)
 rm -f "$bench_json"
 
 # Test executables: compiler artifacts built with the test profile (`"profile":{…"test":true}`;

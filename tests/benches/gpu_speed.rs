@@ -142,7 +142,11 @@ fn parse_options() -> Result<Options, String> {
     let mut pin = None;
     let mut it = args.iter();
     while let Some(arg) = it.next() {
-        let mut value = |name: &str| it.next().cloned().ok_or_else(|| format!("{name} needs a value"));
+        let mut value = |name: &str| {
+            it.next()
+                .cloned()
+                .ok_or_else(|| format!("{name} needs a value"))
+        };
         match arg.as_str() {
             "--quick" => quick = true,
             "--emu-smoke" => emu_smoke = true,
@@ -153,18 +157,26 @@ fn parse_options() -> Result<Options, String> {
             "--python" => python = value("--python")?,
             "--pin" => {
                 let v = value("--pin")?;
-                let cpu = |s: &str| s.trim().parse::<usize>().map_err(|_| format!("--pin: {v:?} is not two CPU numbers G,H"));
-                let (g, h) = v.split_once(',').ok_or_else(|| format!("--pin: {v:?} is not two CPU numbers G,H"))?;
+                let cpu = |s: &str| {
+                    s.trim()
+                        .parse::<usize>()
+                        .map_err(|_| format!("--pin: {v:?} is not two CPU numbers G,H"))
+                };
+                let (g, h) = v
+                    .split_once(',')
+                    .ok_or_else(|| format!("--pin: {v:?} is not two CPU numbers G,H"))?;
                 let (g, h) = (cpu(g)?, cpu(h)?);
                 if g == h {
-                    return Err(format!("--pin: {v:?}: the two threads spin while they wait, so they need two CPUs"));
+                    return Err(format!(
+                        "--pin: {v:?}: the two threads spin while they wait, so they need two CPUs"
+                    ));
                 }
                 pin = Some((g, h));
             }
             "--tasklet-backend" => {
                 let v = value("--tasklet-backend")?;
-                backend =
-                    BackendKind::parse(&v).ok_or_else(|| format!("--tasklet-backend: {v:?} is not emu or cuda"))?;
+                backend = BackendKind::parse(&v)
+                    .ok_or_else(|| format!("--tasklet-backend: {v:?} is not emu or cuda"))?;
             }
             // `cargo bench` passes `--bench` to every bench program.
             "--bench" => {}
@@ -189,7 +201,14 @@ fn parse_options() -> Result<Options, String> {
     if let Some(ms) = settle_ms {
         params.settle_ms = ms as u64;
     }
-    Ok(Options { params, backend, cupy, python, emu_smoke, pin })
+    Ok(Options {
+        params,
+        backend,
+        cupy,
+        python,
+        emu_smoke,
+        pin,
+    })
 }
 
 fn positive(text: &str, name: &str) -> Result<usize, String> {
@@ -264,7 +283,10 @@ fn parse_lines(text: &str) -> Result<Lines, String> {
     let mut errors = Vec::new();
     for l in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
         let mut parts = l.splitn(2, ' ');
-        let (name, value) = (parts.next().unwrap_or(""), parts.next().unwrap_or("").trim());
+        let (name, value) = (
+            parts.next().unwrap_or(""),
+            parts.next().unwrap_or("").trim(),
+        );
         if name == "error" {
             errors.push(l.to_string());
             continue;
@@ -340,7 +362,15 @@ enum Op {
     Clock,
 }
 
-const OPS: [Op; 7] = [Op::LaunchSync, Op::LaunchAsync, Op::Rw4k, Op::Bulk, Op::Lease, Op::ModuleLoad, Op::Clock];
+const OPS: [Op; 7] = [
+    Op::LaunchSync,
+    Op::LaunchAsync,
+    Op::Rw4k,
+    Op::Bulk,
+    Op::Lease,
+    Op::ModuleLoad,
+    Op::Clock,
+];
 
 /// Launch + sync pairs timed together per batch (gpubench's `PAIRS_PER_BATCH`, cupy_peer's too):
 /// one clock read pair per batch, so the cost of reading the clock (inside the guest a host call,
@@ -491,7 +521,10 @@ impl Native {
                     }
                     Ok::<(), DriverError>(())
                 })?;
-                out.push(("launch_sync_ns".into(), median_u64(&batches) / f64::from(PAIRS_PER_BATCH)));
+                out.push((
+                    "launch_sync_ns".into(),
+                    median_u64(&batches) / f64::from(PAIRS_PER_BATCH),
+                ));
                 out.push(("launch_sync_each_ns".into(), median_u64(&each)));
                 out.push(("launch_sync_p99_ns".into(), percentile(&each, 99.0)));
             }
@@ -581,7 +614,9 @@ impl Native {
                 for _ in 0..WARMUP.min(p.module_load) {
                     load()?;
                 }
-                let mut t = (0..p.module_load).map(|_| load()).collect::<Result<Vec<u64>, _>>()?;
+                let mut t = (0..p.module_load)
+                    .map(|_| load())
+                    .collect::<Result<Vec<u64>, _>>()?;
                 t.sort_unstable();
                 out.push(("module_load_ns".into(), median_u64(&t)));
                 out.push(("module_load_p99_ns".into(), percentile(&t, 99.0)));
@@ -598,7 +633,10 @@ impl Native {
                     })
                     .collect();
                 t.sort_unstable();
-                out.push(("clock_read_ns".into(), median_u64(&t) / f64::from(CLOCK_READS_PER_BATCH)));
+                out.push((
+                    "clock_read_ns".into(),
+                    median_u64(&t) / f64::from(CLOCK_READS_PER_BATCH),
+                ));
             }
         }
         Ok(out)
@@ -622,7 +660,9 @@ impl std::fmt::Display for Failure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Failure::Cuda(e) => write!(f, "{e}"),
-            Failure::Mismatch(what) => write!(f, "{what}: the data read back differ from what was written"),
+            Failure::Mismatch(what) => {
+                write!(f, "{what}: the data read back differ from what was written")
+            }
         }
     }
 }
@@ -665,9 +705,17 @@ impl TaskletPath {
                 program.display()
             ));
         }
-        let worker = WorkerCommand { program, args: Vec::new() };
+        let worker = WorkerCommand {
+            program,
+            args: Vec::new(),
+        };
         let started = Instant::now();
-        let host = Host::new(HostConfig { policy, worker, backend }).map_err(|e| e.to_string())?;
+        let host = Host::new(HostConfig {
+            policy,
+            worker,
+            backend,
+        })
+        .map_err(|e| e.to_string())?;
         let pool = host.pool();
         let warm = host.policy().workers.warm;
         while pool.idle() < warm && started.elapsed() < Duration::from_secs(30) {
@@ -682,17 +730,26 @@ impl TaskletPath {
             ));
         }
         let tasklet = host.load(m).map_err(|e| e.to_string())?;
-        Ok(TaskletPath { host, tasklet, warm_start })
+        Ok(TaskletPath {
+            host,
+            tasklet,
+            warm_start,
+        })
     }
 
     fn run_command(&self, command: &str) -> Result<String, String> {
-        let out = self.host.run(&self.tasklet, command.as_bytes()).map_err(|e| e.to_string())?;
+        let out = self
+            .host
+            .run(&self.tasklet, command.as_bytes())
+            .map_err(|e| e.to_string())?;
         String::from_utf8(out).map_err(|_| "output is not UTF-8".into())
     }
 
     fn run(&self, op: Op, p: &Params) -> Result<Lines, String> {
         let command = op.command(p);
-        let r = self.run_command(&command).and_then(|text| parse_lines(&text));
+        let r = self
+            .run_command(&command)
+            .and_then(|text| parse_lines(&text));
         self.settle();
         r.map_err(|e| format!("`{command}`: {e}"))
     }
@@ -715,7 +772,10 @@ impl TaskletPath {
 
 /// A path for people: canonical where it exists.
 fn tidy(path: &std::path::Path) -> String {
-    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()).display().to_string()
+    std::fs::canonicalize(path)
+        .unwrap_or_else(|_| path.to_path_buf())
+        .display()
+        .to_string()
 }
 
 /// `TASKLET_TEST_WORKER`, else the worker built with this bench, else one beside this program
@@ -759,10 +819,17 @@ impl Cupy {
             .map_err(|e| format!("cannot run {python}: {e}"))?;
         if !out.status.success() {
             let err = String::from_utf8_lossy(&out.stderr);
-            return Err(format!("`{python} -c 'import cupy'` failed: {}", err.lines().last().unwrap_or("")));
+            return Err(format!(
+                "`{python} -c 'import cupy'` failed: {}",
+                err.lines().last().unwrap_or("")
+            ));
         }
         let version = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        Ok(Cupy { python: python.to_string(), script, version })
+        Ok(Cupy {
+            python: python.to_string(),
+            script,
+            version,
+        })
     }
 
     /// Runs the peer script, on CPU `cpu` if given.
@@ -789,7 +856,12 @@ impl Cupy {
         if !out.status.success() {
             let err = String::from_utf8_lossy(&out.stderr);
             let tail: Vec<&str> = err.lines().rev().take(3).collect();
-            return Err(format!("{} exited with {}: {}", self.script.display(), out.status, tail.join(" / ")));
+            return Err(format!(
+                "{} exited with {}: {}",
+                self.script.display(),
+                out.status,
+                tail.join(" / ")
+            ));
         }
         parse_lines(&String::from_utf8_lossy(&out.stdout))
     }
@@ -829,7 +901,13 @@ fn probe_cuda() -> Result<Machine, String> {
         Ok(()) => format!("{}.{}", v / 1000, (v % 1000) / 10),
         Err(e) => format!("unknown ({e})"),
     };
-    Ok(Machine { gpu, compute_capability, memory, cuda_api, driver: driver_version() })
+    Ok(Machine {
+        gpu,
+        compute_capability,
+        memory,
+        cuda_api,
+        driver: driver_version(),
+    })
 }
 
 /// The kernel driver's version: /proc/driver/nvidia/version, else nvidia-smi.
@@ -837,7 +915,9 @@ fn driver_version() -> String {
     if let Ok(text) = std::fs::read_to_string("/proc/driver/nvidia/version") {
         let first = text.lines().next().unwrap_or("");
         // "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build …"
-        let version = first.split_whitespace().find(|w| w.contains('.') && w.starts_with(|c: char| c.is_ascii_digit()));
+        let version = first
+            .split_whitespace()
+            .find(|w| w.contains('.') && w.starts_with(|c: char| c.is_ascii_digit()));
         if let Some(v) = version {
             return v.to_string();
         }
@@ -847,7 +927,12 @@ fn driver_version() -> String {
         .output()
         .ok()
         .filter(|o| o.status.success())
-        .and_then(|o| String::from_utf8_lossy(&o.stdout).lines().next().map(|s| s.trim().to_string()))
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .next()
+                .map(|s| s.trim().to_string())
+        })
         .unwrap_or_else(|| "unknown".into())
 }
 
@@ -855,15 +940,20 @@ fn cpu_model() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|t| {
-            t.lines()
-                .find_map(|l| l.strip_prefix("model name").map(|r| r.trim_start_matches([' ', '\t', ':']).to_string()))
+            t.lines().find_map(|l| {
+                l.strip_prefix("model name")
+                    .map(|r| r.trim_start_matches([' ', '\t', ':']).to_string())
+            })
         })
         .unwrap_or_else(|| "unknown".into())
 }
 
 /// Now, UTC, as `YYYY-MM-DD HH:MM:SSZ`.
 fn utc_now() -> String {
-    let secs = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
     let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
     // Howard Hinnant's civil_from_days.
     let z = days + 719_468;
@@ -875,7 +965,12 @@ fn utc_now() -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -949,7 +1044,11 @@ fn table(f: &Figures, with_cupy: bool, bulk_bytes: usize) -> String {
     let mut s = String::new();
     let cupy_head = if with_cupy { " CuPy RawKernel |" } else { "" };
     let cupy_rule = if with_cupy { " --- |" } else { "" };
-    writeln!(s, "| operation | native (cudarc) | tasklet | tasklet ÷ native |{cupy_head} target | met |").unwrap();
+    writeln!(
+        s,
+        "| operation | native (cudarc) | tasklet | tasklet ÷ native |{cupy_head} target | met |"
+    )
+    .unwrap();
     writeln!(s, "| --- | --- | --- | --- |{cupy_rule} --- | --- |").unwrap();
     let bulk = match bulk_bytes {
         b if b % MIB == 0 => format!("{} MiB", b / MIB),
@@ -967,8 +1066,14 @@ fn table(f: &Figures, with_cupy: bool, bulk_bytes: usize) -> String {
         let (target, met) = match r.target {
             Target::Report => ("—".to_string(), None),
             Target::RatioAtMost(x) => (format!("≤ {x:.2}× native"), ratio.map(|q| q <= x)),
-            Target::MicrosAtMost(x) => (format!("≤ {x} µs"), tasklet.filter(|t| t.is_finite()).map(|t| t / 1e3 <= x)),
-            Target::GBpsAtLeast(x) => (format!("≥ {x} GB/s"), tasklet.filter(|t| t.is_finite()).map(|t| t / 1e9 >= x)),
+            Target::MicrosAtMost(x) => (
+                format!("≤ {x} µs"),
+                tasklet.filter(|t| t.is_finite()).map(|t| t / 1e3 <= x),
+            ),
+            Target::GBpsAtLeast(x) => (
+                format!("≥ {x} GB/s"),
+                tasklet.filter(|t| t.is_finite()).map(|t| t / 1e9 >= x),
+            ),
         };
         let met = match (&r.target, met) {
             (Target::Report, _) => "—",
@@ -977,15 +1082,30 @@ fn table(f: &Figures, with_cupy: bool, bulk_bytes: usize) -> String {
             (_, Some(false)) => "**no**",
         };
         let label = r.label.replace("bulk", &bulk);
-        let native_s = if r.native.is_some() { show(native, &r.unit) } else { "—".into() };
+        let native_s = if r.native.is_some() {
+            show(native, &r.unit)
+        } else {
+            "—".into()
+        };
         let ratio_s = ratio.map_or_else(|| "—".to_string(), |q| format!("{q:.2}×"));
         let cupy_s = if with_cupy {
-            format!(" {} |", if r.cupy.is_some() { show(cupy, &r.unit) } else { "—".into() })
+            format!(
+                " {} |",
+                if r.cupy.is_some() {
+                    show(cupy, &r.unit)
+                } else {
+                    "—".into()
+                }
+            )
         } else {
             String::new()
         };
-        writeln!(s, "| {label} | {native_s} | {} | {ratio_s} |{cupy_s} {target} | {met} |", show(tasklet, &r.unit))
-            .unwrap();
+        writeln!(
+            s,
+            "| {label} | {native_s} | {} | {ratio_s} |{cupy_s} {target} | {met} |",
+            show(tasklet, &r.unit)
+        )
+        .unwrap();
     }
     s
 }
@@ -1061,7 +1181,10 @@ fn gpu(opts: &Options, m: &Machine) -> i32 {
     let tasklet = match TaskletPath::start(opts.backend, 4 << 30) {
         Ok(t) => {
             let (c, w) = (tidy(&t.tasklet.manifest.component), tidy(&worker_program()));
-            println!("tasklet:  {c} on worker {w}, backend {}", opts.backend.as_str());
+            println!(
+                "tasklet:  {c} on worker {w}, backend {}",
+                opts.backend.as_str()
+            );
             match t.warm_start {
                 Some(d) => println!(
                     "pool:     {} warm workers ready {:.0} ms after the host started (settle {} ms)",
@@ -1097,8 +1220,16 @@ fn gpu(opts: &Options, m: &Machine) -> i32 {
     println!();
 
     // Warm-up, unrecorded: page in code, JIT caches, the workers' first contexts.
-    let warm = Params { rounds: 1, bulk_reps: 1, ..Params::quick() };
-    let warm = Params { bulk_bytes: p.bulk_bytes, settle_ms: p.settle_ms, ..warm };
+    let warm = Params {
+        rounds: 1,
+        bulk_reps: 1,
+        ..Params::quick()
+    };
+    let warm = Params {
+        bulk_bytes: p.bulk_bytes,
+        settle_ms: p.settle_ms,
+        ..warm
+    };
     let on = |which: Path3| {
         if let Some((g, h)) = opts.pin {
             let cpu = if which == Path3::Tasklet { h } else { g };
@@ -1137,7 +1268,11 @@ fn gpu(opts: &Options, m: &Machine) -> i32 {
             }
         }
         if let Some(c) = &cupy {
-            figures.record(Path3::Cupy, "cupy_peer.py", c.run(p, opts.pin.map(|(g, _)| g)));
+            figures.record(
+                Path3::Cupy,
+                "cupy_peer.py",
+                c.run(p, opts.pin.map(|(g, _)| g)),
+            );
         }
     }
     drop(native);
@@ -1171,11 +1306,37 @@ fn emu_smoke(opts: &Options) -> i32 {
         }
     };
     let expect: [(Op, &[&str]); 7] = [
-        (Op::LaunchSync, &["launch_sync_ns", "launch_sync_each_ns", "launch_sync_p99_ns"]),
-        (Op::LaunchAsync, &["launch_async_ns", "launch_async_posted_ns"]),
+        (
+            Op::LaunchSync,
+            &[
+                "launch_sync_ns",
+                "launch_sync_each_ns",
+                "launch_sync_p99_ns",
+            ],
+        ),
+        (
+            Op::LaunchAsync,
+            &["launch_async_ns", "launch_async_posted_ns"],
+        ),
         (Op::Rw4k, &["rw4k_ns", "rw4k_p99_ns"]),
-        (Op::Bulk, &["bulk_bytes", "bulk_write_bps", "bulk_read_bps", "bulk_read_list_bps"]),
-        (Op::Lease, &["lease_acquire_p50_ns", "lease_acquire_p99_ns", "lease_cycle_p50_ns", "lease_cycle_p99_ns"]),
+        (
+            Op::Bulk,
+            &[
+                "bulk_bytes",
+                "bulk_write_bps",
+                "bulk_read_bps",
+                "bulk_read_list_bps",
+            ],
+        ),
+        (
+            Op::Lease,
+            &[
+                "lease_acquire_p50_ns",
+                "lease_acquire_p99_ns",
+                "lease_cycle_p50_ns",
+                "lease_cycle_p99_ns",
+            ],
+        ),
         (Op::ModuleLoad, &["module_load_ns", "module_load_p99_ns"]),
         (Op::Clock, &["clock_read_ns"]),
     ];
@@ -1190,7 +1351,10 @@ fn emu_smoke(opts: &Options) -> i32 {
                 match parse_lines(&text) {
                     Ok(lines) => {
                         for k in keys {
-                            if !lines.iter().any(|(n, v)| n == k && v.is_finite() && *v > 0.0) {
+                            if !lines
+                                .iter()
+                                .any(|(n, v)| n == k && v.is_finite() && *v > 0.0)
+                            {
                                 println!("  MISSING: {k}");
                                 failures += 1;
                             }
@@ -1212,7 +1376,11 @@ fn emu_smoke(opts: &Options) -> i32 {
     }
     // The CuPy peer where it can run (on a machine without a GPU only with a stand-in for CuPy):
     // checks the subprocess and its lines, not CuPy.
-    let cupy = if opts.cupy { Cupy::detect(&opts.python).ok() } else { None };
+    let cupy = if opts.cupy {
+        Cupy::detect(&opts.python).ok()
+    } else {
+        None
+    };
     if let Some(c) = &cupy {
         println!("$ {} {} (cupy {})", c.python, tidy(&c.script), c.version);
         match c.run(p, None) {

@@ -9,14 +9,20 @@ use tasklet_tests::{load, manifest, run_ok, test_host};
 use tasklet_worker::Pool;
 
 fn main() {
-    let n: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(20_000);
+    let n: usize = std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(20_000);
     let host = test_host!();
     let probe = load(&host, manifest("testing/probe"));
     run_ok(&host, &probe, "bench 1000"); // warm-up: page in code, settle the worker
     let out = run_ok(&host, &probe, &format!("bench {n}"));
     let field = |name: &str| -> f64 {
         out.lines()
-            .find_map(|l| l.strip_prefix(name).map(|v| v.trim().parse::<f64>().unwrap_or(f64::NAN)))
+            .find_map(|l| {
+                l.strip_prefix(name)
+                    .map(|v| v.trim().parse::<f64>().unwrap_or(f64::NAN))
+            })
             .unwrap_or(f64::NAN)
             / 1000.0
     };
@@ -27,9 +33,16 @@ fn main() {
     println!("{:<44} {:>10}", "operation", "µs/call");
     println!("{:<44} {:>10.3}", "lease.info (host only)", info);
     println!("{:<44} {:>10.3}", "session.sync (reaches the worker)", sync);
-    println!("{:<44} {:>10.3}", "worker ping from the host, no wasm", direct);
+    println!(
+        "{:<44} {:>10.3}",
+        "worker ping from the host, no wasm", direct
+    );
     println!("{:<44} {:>10.3}", "mem-write 4 KiB + mem-read 4 KiB", rw);
-    println!("sandbox cost of a worker round trip: {:.3} µs ({:.2}x direct)", sync - direct, sync / direct);
+    println!(
+        "sandbox cost of a worker round trip: {:.3} µs ({:.2}x direct)",
+        sync - direct,
+        sync / direct
+    );
 }
 
 fn direct_round_trip(pool: &std::sync::Arc<Pool>, n: usize) -> f64 {

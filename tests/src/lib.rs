@@ -5,7 +5,9 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
-use tasklet_runtime::{Accounting, BackendKind, Host, HostConfig, Manifest, Policy, Tasklet, WorkerCommand, WorkerInfo};
+use tasklet_runtime::{
+    Accounting, BackendKind, Host, HostConfig, Manifest, Policy, Tasklet, WorkerCommand, WorkerInfo,
+};
 
 /// The repository root: `TASKLET_REPO` when set (the packaged GPU suite runs its prebuilt test
 /// binaries from another checkout), else where this crate was built.
@@ -45,8 +47,12 @@ pub fn test_policy() -> Policy {
 /// The worker command: `worker` (this package's test worker binary), or `TASKLET_TEST_WORKER`
 /// (for the packaged suite).
 pub fn worker_command(worker: &str) -> WorkerCommand {
-    let program = std::env::var_os("TASKLET_TEST_WORKER").map_or_else(|| PathBuf::from(worker), PathBuf::from);
-    WorkerCommand { program, args: Vec::new() }
+    let program = std::env::var_os("TASKLET_TEST_WORKER")
+        .map_or_else(|| PathBuf::from(worker), PathBuf::from);
+    WorkerCommand {
+        program,
+        args: Vec::new(),
+    }
 }
 
 /// A host on the suite's backend whose workers run `worker`.
@@ -57,7 +63,12 @@ pub fn host_with(policy: Policy, worker: &str) -> Host {
 /// A host on `backend` whose workers run `worker`.
 pub fn host_on(policy: Policy, worker: &str, backend: BackendKind) -> Host {
     let worker = worker_command(worker);
-    Host::new(HostConfig { policy, worker, backend }).unwrap_or_else(|e| panic!("the host does not start on {}: {e}", backend.as_str()))
+    Host::new(HostConfig {
+        policy,
+        worker,
+        backend,
+    })
+    .unwrap_or_else(|e| panic!("the host does not start on {}: {e}", backend.as_str()))
 }
 
 /// Whether the GPU tests (tests/gpu.rs) run here: the CUDA device a probe worker found, or why
@@ -67,13 +78,21 @@ pub fn gpu_for_tests(worker: &str) -> Result<WorkerInfo, String> {
     static PROBE: OnceLock<Result<WorkerInfo, String>> = OnceLock::new();
     let demanded = match std::env::var("TASKLET_TEST_BACKEND") {
         Ok(v) if v == "cuda" => true,
-        Ok(v) => return Err(format!("TASKLET_TEST_BACKEND={v} (set it to cuda, or leave it unset, to run them)")),
+        Ok(v) => {
+            return Err(format!(
+                "TASKLET_TEST_BACKEND={v} (set it to cuda, or leave it unset, to run them)"
+            ))
+        }
         Err(_) => false,
     };
-    let found = PROBE.get_or_init(|| tasklet_worker::probe_cuda(&worker_command(worker))).clone();
+    let found = PROBE
+        .get_or_init(|| tasklet_worker::probe_cuda(&worker_command(worker)))
+        .clone();
     match found {
         Ok(info) => Ok(info),
-        Err(why) if demanded => panic!("TASKLET_TEST_BACKEND=cuda, but the cuda backend does not start here: {why}"),
+        Err(why) if demanded => {
+            panic!("TASKLET_TEST_BACKEND=cuda, but the cuda backend does not start here: {why}")
+        }
         Err(why) => Err(why),
     }
 }
@@ -81,7 +100,10 @@ pub fn gpu_for_tests(worker: &str) -> Result<WorkerInfo, String> {
 /// Says loudly (past the test harness's output capture) that a test did not run, and why.
 pub fn say_skipped(test: &str, why: &str) {
     // On a line of its own: the harness has printed "test name ... " without a newline.
-    let _ = writeln!(std::io::stderr(), "\nskipped: no CUDA device: {test}: {why}");
+    let _ = writeln!(
+        std::io::stderr(),
+        "\nskipped: no CUDA device: {test}: {why}"
+    );
 }
 
 pub fn manifest(name: &str) -> Manifest {
@@ -94,7 +116,9 @@ pub fn load(host: &Host, manifest: Manifest) -> Tasklet {
 
 /// Runs and returns stdout as text, panicking with the error otherwise.
 pub fn run_ok(host: &Host, tasklet: &Tasklet, input: &str) -> String {
-    let out = host.run(tasklet, input.as_bytes()).unwrap_or_else(|e| panic!("run failed: {e}"));
+    let out = host
+        .run(tasklet, input.as_bytes())
+        .unwrap_or_else(|e| panic!("run failed: {e}"));
     String::from_utf8(out).expect("utf-8 output")
 }
 
@@ -106,7 +130,10 @@ pub fn assert_baseline(host: &Host) {
         if now == Accounting::default() {
             return;
         }
-        assert!(Instant::now() < deadline, "accounting not back at baseline: {now:?}");
+        assert!(
+            Instant::now() < deadline,
+            "accounting not back at baseline: {now:?}"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
 }
@@ -132,7 +159,11 @@ macro_rules! gpu_host_or_skip {
     ($test:expr, $policy:expr) => {
         match $crate::gpu_for_tests(env!("CARGO_BIN_EXE_tasklet-test-worker")) {
             Ok(info) => (
-                $crate::host_on($policy, env!("CARGO_BIN_EXE_tasklet-test-worker"), $crate::CUDA),
+                $crate::host_on(
+                    $policy,
+                    env!("CARGO_BIN_EXE_tasklet-test-worker"),
+                    $crate::CUDA,
+                ),
                 info,
             ),
             Err(why) => {
@@ -147,7 +178,10 @@ macro_rules! gpu_host_or_skip {
 #[macro_export]
 macro_rules! test_host {
     () => {
-        $crate::host_with($crate::test_policy(), env!("CARGO_BIN_EXE_tasklet-test-worker"))
+        $crate::host_with(
+            $crate::test_policy(),
+            env!("CARGO_BIN_EXE_tasklet-test-worker"),
+        )
     };
     ($policy:expr) => {
         $crate::host_with($policy, env!("CARGO_BIN_EXE_tasklet-test-worker"))

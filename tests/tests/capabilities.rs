@@ -18,7 +18,10 @@ fn missing_launch_right_is_unauthorized_naming_launch() {
     m.gpu.rights = Rights::ALL.iter().filter(|r| *r != Right::Launch).collect();
     let iota = load(&host, m);
     let err = host.run(&iota, b"8").unwrap_err().to_string();
-    assert!(err.contains("unauthorized") && err.contains("`launch`"), "{err}");
+    assert!(
+        err.contains("unauthorized") && err.contains("`launch`"),
+        "{err}"
+    );
     assert_baseline(&host);
 }
 
@@ -29,7 +32,10 @@ fn policy_can_withhold_a_right_the_manifest_asks_for() {
     let host = test_host!(policy);
     let iota = load(&host, manifest("iota"));
     let err = host.run(&iota, b"8").unwrap_err().to_string();
-    assert!(err.contains("unauthorized") && err.contains("`read`"), "{err}");
+    assert!(
+        err.contains("unauthorized") && err.contains("`read`"),
+        "{err}"
+    );
     assert_baseline(&host);
 }
 
@@ -48,7 +54,11 @@ fn leases_past_the_grant_are_quota_exceeded() {
     // The probe's manifest grants two leases.
     let lines = probe(&host, "leases 3");
     let kinds: Vec<_> = lines.iter().map(|l| (l.0.as_str(), l.1.as_str())).collect();
-    assert_eq!(kinds[..2].iter().filter(|k| k.0 == "ok").count(), 2, "{lines:?}");
+    assert_eq!(
+        kinds[..2].iter().filter(|k| k.0 == "ok").count(),
+        2,
+        "{lines:?}"
+    );
     assert_eq!(kinds[2], ("error", "quota-exceeded"), "{lines:?}");
     assert_baseline(&host);
 }
@@ -60,7 +70,11 @@ fn leases_past_the_device_are_capacity_exceeded() {
     let host = test_host!(policy);
     let lines = probe(&host, "leases 2");
     assert_eq!(lines[0].0, "ok", "{lines:?}");
-    assert_eq!((lines[1].0.as_str(), lines[1].1.as_str()), ("error", "capacity-exceeded"), "{lines:?}");
+    assert_eq!(
+        (lines[1].0.as_str(), lines[1].1.as_str()),
+        ("error", "capacity-exceeded"),
+        "{lines:?}"
+    );
     assert_baseline(&host);
 }
 
@@ -70,7 +84,11 @@ fn a_foreign_buffer_is_rejected() {
     let lines = probe(&host, "foreign-buffer");
     assert_eq!(lines.len(), 3, "{lines:?}");
     for (status, kind, rest) in &lines {
-        assert_eq!((status.as_str(), kind.as_str()), ("error", "invalid-argument"), "{rest}");
+        assert_eq!(
+            (status.as_str(), kind.as_str()),
+            ("error", "invalid-argument"),
+            "{rest}"
+        );
         assert!(rest.contains("another session"), "{rest}");
     }
     assert_baseline(&host);
@@ -80,7 +98,11 @@ fn a_foreign_buffer_is_rejected() {
 fn out_of_range_read_is_out_of_bounds() {
     let host = test_host!();
     let lines = probe(&host, "oob-read");
-    assert_eq!((lines[0].0.as_str(), lines[0].1.as_str()), ("error", "out-of-bounds"), "{lines:?}");
+    assert_eq!(
+        (lines[0].0.as_str(), lines[0].1.as_str()),
+        ("error", "out-of-bounds"),
+        "{lines:?}"
+    );
     assert_baseline(&host);
 }
 
@@ -88,7 +110,11 @@ fn out_of_range_read_is_out_of_bounds() {
 fn malformed_ptx_is_load_failed_naming_the_line() {
     let host = test_host!();
     let lines = probe(&host, "bad-ptx");
-    assert_eq!((lines[0].0.as_str(), lines[0].1.as_str()), ("error", "load-failed"), "{lines:?}");
+    assert_eq!(
+        (lines[0].0.as_str(), lines[0].1.as_str()),
+        ("error", "load-failed"),
+        "{lines:?}"
+    );
     assert!(lines[0].2.contains("line 7"), "{lines:?}");
     assert_baseline(&host);
 }
@@ -113,10 +139,21 @@ fn an_expiring_lease_frees_its_memory_mid_session() {
         std::thread::sleep(Duration::from_millis(10));
     }
     let lines = probe_lines(&run.join().unwrap());
-    assert!(freed_while_running, "the expired lease was not freed while the tasklet ran");
+    assert!(
+        freed_while_running,
+        "the expired lease was not freed while the tasklet ran"
+    );
     assert_eq!(lines[0].0, "ok", "{lines:?}");
-    assert_eq!((lines[1].0.as_str(), lines[1].1.as_str()), ("error", "lease-expired"), "{lines:?}");
-    assert_eq!((lines[2].0.as_str(), lines[2].1.as_str()), ("error", "lease-expired"), "{lines:?}");
+    assert_eq!(
+        (lines[1].0.as_str(), lines[1].1.as_str()),
+        ("error", "lease-expired"),
+        "{lines:?}"
+    );
+    assert_eq!(
+        (lines[2].0.as_str(), lines[2].1.as_str()),
+        ("error", "lease-expired"),
+        "{lines:?}"
+    );
     assert_baseline(&host);
 }
 
@@ -142,7 +179,11 @@ fn wall_time_limit_stops_a_tasklet_and_releases_its_leases() {
     let started = Instant::now();
     let err = host.run(&probe, b"hold 20").unwrap_err();
     assert!(matches!(err, RunError::WallTime(_)), "{err}");
-    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
     assert_baseline(&host);
 }
 
@@ -164,8 +205,16 @@ fn many_tiny_allocations_are_charged_in_whole_units() {
     let lines = probe(&host, "tiny-allocs");
     // A 1 MiB lease holds exactly 1 MiB / ALLOC_GRANULE one-byte buffers, not a million.
     let expected = (1u64 << 20) / tasklet_worker::ALLOC_GRANULE;
-    assert_eq!(lines[0], ("ok".into(), "allocs".into(), expected.to_string()), "{lines:?}");
-    assert_eq!((lines[1].0.as_str(), lines[1].1.as_str()), ("error", "quota-exceeded"), "{lines:?}");
+    assert_eq!(
+        lines[0],
+        ("ok".into(), "allocs".into(), expected.to_string()),
+        "{lines:?}"
+    );
+    assert_eq!(
+        (lines[1].0.as_str(), lines[1].1.as_str()),
+        ("error", "quota-exceeded"),
+        "{lines:?}"
+    );
     assert_baseline(&host);
 }
 
@@ -176,7 +225,11 @@ fn a_read_larger_than_the_tasklets_memory_is_refused_before_the_host_allocates_i
     m.limits.memory = 8 << 20;
     let probe = load(&host, m);
     let lines = probe_lines(&run_ok(&host, &probe, "big-read 16"));
-    assert_eq!((lines[0].0.as_str(), lines[0].1.as_str()), ("error", "out-of-bounds"), "{lines:?}");
+    assert_eq!(
+        (lines[0].0.as_str(), lines[0].1.as_str()),
+        ("error", "out-of-bounds"),
+        "{lines:?}"
+    );
     assert!(lines[0].2.contains("memory limit"), "{lines:?}");
     assert_baseline(&host);
 }

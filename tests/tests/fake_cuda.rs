@@ -13,9 +13,17 @@ use tasklet_tests::{assert_baseline, load, manifest, probe_lines, run_ok, test_p
 fn fake_driver_dir() -> Option<PathBuf> {
     let dir = std::env::temp_dir().join(format!("tasklet-fake-cuda-rt-{}", std::process::id()));
     std::fs::create_dir_all(&dir).ok()?;
-    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/../host/worker/tests/fake_cuda/libcuda.c");
+    let src = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../host/worker/tests/fake_cuda/libcuda.c"
+    );
     let lib = dir.join("libcuda.so.1");
-    match std::process::Command::new("cc").args(["-shared", "-fPIC", "-O1", "-o"]).arg(&lib).arg(src).status() {
+    match std::process::Command::new("cc")
+        .args(["-shared", "-fPIC", "-O1", "-o"])
+        .arg(&lib)
+        .arg(src)
+        .status()
+    {
         Ok(s) if s.success() => {}
         Ok(s) => panic!("building the fake libcuda failed: {s}"),
         Err(_) => {
@@ -36,13 +44,33 @@ fn tasklets_run_on_the_cuda_backend_over_a_fake_driver() {
     policy.workers.context_reserve = 16 << 20;
     let worker = WorkerCommand {
         program: "env".into(),
-        args: vec![format!("LD_LIBRARY_PATH={}", dir.display()), env!("CARGO_BIN_EXE_tasklet-test-worker").into()],
+        args: vec![
+            format!("LD_LIBRARY_PATH={}", dir.display()),
+            env!("CARGO_BIN_EXE_tasklet-test-worker").into(),
+        ],
     };
-    let host = Host::new(HostConfig { policy, worker, backend: BackendKind::Cuda }).expect("a host on the fake driver");
+    let host = Host::new(HostConfig {
+        policy,
+        worker,
+        backend: BackendKind::Cuda,
+    })
+    .expect("a host on the fake driver");
     let d = host.device().clone();
-    assert_eq!((d.backend, d.name.as_str(), d.compute_capability, d.driver_version), ("cuda", "Fake GPU", (9, 0), 12080));
+    assert_eq!(
+        (
+            d.backend,
+            d.name.as_str(),
+            d.compute_capability,
+            d.driver_version
+        ),
+        ("cuda", "Fake GPU", (9, 0), 12080)
+    );
     assert_eq!(d.device_memory, 1 << 30);
-    assert_eq!(d.total_memory, (1 << 30) - 5 * (16 << 20), "the device less warm + max context reserves");
+    assert_eq!(
+        d.total_memory,
+        (1 << 30) - 5 * (16 << 20),
+        "the device less warm + max context reserves"
+    );
     assert!(d.pinned_data);
 
     let iota = load(&host, manifest("iota"));
@@ -54,23 +82,52 @@ fn tasklets_run_on_the_cuda_backend_over_a_fake_driver() {
     let probe = load(&host, m);
     let out = run_ok(&host, &probe, "verify 0.3");
     assert!(out.starts_with("ok verified "), "{out}");
-    assert_eq!(run_ok(&host, &probe, "pattern 4"), format!("ok pattern {}\n", 4 << 20));
-    assert_eq!(run_ok(&host, &probe, "zeros 4"), format!("ok zeros {}\n", 4 << 20));
+    assert_eq!(
+        run_ok(&host, &probe, "pattern 4"),
+        format!("ok pattern {}\n", 4 << 20)
+    );
+    assert_eq!(
+        run_ok(&host, &probe, "zeros 4"),
+        format!("ok zeros {}\n", 4 << 20)
+    );
 
     let lines = probe_lines(&run_ok(&host, &probe, "fault"));
     assert_eq!(lines[0].0, "ok", "the launch itself is accepted: {lines:?}");
-    assert_eq!((lines[1].0.as_str(), lines[1].1.as_str()), ("error", "kernel-fault"), "{lines:?}");
-    assert!(lines[1].2.contains("CUDA_ERROR_ILLEGAL_ADDRESS"), "{lines:?}");
+    assert_eq!(
+        (lines[1].0.as_str(), lines[1].1.as_str()),
+        ("error", "kernel-fault"),
+        "{lines:?}"
+    );
+    assert!(
+        lines[1].2.contains("CUDA_ERROR_ILLEGAL_ADDRESS"),
+        "{lines:?}"
+    );
 
     let t = Instant::now();
     let lines = probe_lines(&run_ok(&host, &probe, "spin"));
-    assert_eq!((lines[1].0.as_str(), lines[1].1.as_str()), ("error", "deadline-exceeded"), "{lines:?}");
-    assert!(t.elapsed() < Duration::from_millis(500) + Duration::from_secs(1), "took {:?}", t.elapsed());
+    assert_eq!(
+        (lines[1].0.as_str(), lines[1].1.as_str()),
+        ("error", "deadline-exceeded"),
+        "{lines:?}"
+    );
+    assert!(
+        t.elapsed() < Duration::from_millis(500) + Duration::from_secs(1),
+        "took {:?}",
+        t.elapsed()
+    );
 
     let lines = probe_lines(&run_ok(&host, &probe, "alloc-past-lease"));
-    assert_eq!((lines[0].0.as_str(), lines[0].1.as_str()), ("error", "quota-exceeded"), "{lines:?}");
+    assert_eq!(
+        (lines[0].0.as_str(), lines[0].1.as_str()),
+        ("error", "quota-exceeded"),
+        "{lines:?}"
+    );
     let lines = probe_lines(&run_ok(&host, &probe, "bad-ptx"));
-    assert_eq!((lines[0].0.as_str(), lines[0].1.as_str()), ("error", "load-failed"), "{lines:?}");
+    assert_eq!(
+        (lines[0].0.as_str(), lines[0].1.as_str()),
+        ("error", "load-failed"),
+        "{lines:?}"
+    );
     assert!(lines[0].2.contains("line 7"), "{lines:?}");
     assert_baseline(&host);
 }

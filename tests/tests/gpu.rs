@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 
 use tasklet_runtime::gpu::error::kind_name;
 use tasklet_runtime::Host;
-use tasklet_tests::{assert_baseline, gpu_host_or_skip, load, manifest, probe_lines, run_ok, test_policy};
+use tasklet_tests::{
+    assert_baseline, gpu_host_or_skip, load, manifest, probe_lines, run_ok, test_policy,
+};
 use tasklet_worker::{nvml, ErrorKind, Launch, LoadedModule, WorkerError};
 
 const MIB: u64 = 1 << 20;
@@ -45,8 +47,14 @@ fn median_slices(samples: &[(Instant, Duration)], origin: Instant) -> Vec<(Durat
     let mut i = 0;
     while i < samples.len() {
         let start = samples[i].0;
-        let j = samples[i..].iter().position(|s| s.0 >= start + slice).map_or(samples.len(), |k| i + k);
-        slices.push((start.saturating_duration_since(origin), median(samples[i..j].iter().map(|s| s.1).collect())));
+        let j = samples[i..]
+            .iter()
+            .position(|s| s.0 >= start + slice)
+            .map_or(samples.len(), |k| i + k);
+        slices.push((
+            start.saturating_duration_since(origin),
+            median(samples[i..j].iter().map(|s| s.1).collect()),
+        ));
         i = j;
     }
     slices
@@ -83,7 +91,10 @@ struct Direct {
 
 impl Direct {
     fn new(host: &Arc<Host>) -> Direct {
-        let lease = host.leases().acquire(MIB, Duration::from_secs(120)).unwrap_or_else(|e| panic!("lease: {e:?}"));
+        let lease = host
+            .leases()
+            .acquire(MIB, Duration::from_secs(120))
+            .unwrap_or_else(|e| panic!("lease: {e:?}"));
         let (module, buf) = host
             .leases()
             .with_worker(&lease, |a| {
@@ -93,12 +104,22 @@ impl Direct {
                 Ok((m, buf))
             })
             .unwrap_or_else(|e| panic!("setup: {e:?}"));
-        Direct { host: host.clone(), lease, module, buf }
+        Direct {
+            host: host.clone(),
+            lease,
+            module,
+            buf,
+        }
     }
 
     /// One iota launch of 4096 elements and a sync; how long it took.
     fn launch_sync(&self) -> Duration {
-        let args: Vec<u8> = self.buf.to_le_bytes().into_iter().chain(4096u32.to_le_bytes()).collect();
+        let args: Vec<u8> = self
+            .buf
+            .to_le_bytes()
+            .into_iter()
+            .chain(4096u32.to_le_bytes())
+            .collect();
         let t = Instant::now();
         self.host
             .leases()
@@ -123,7 +144,9 @@ impl Direct {
     }
 
     fn end(self) {
-        self.host.leases().end(&self.lease, tasklet_runtime::lease::EndReason::Dropped);
+        self.host
+            .leases()
+            .end(&self.lease, tasklet_runtime::lease::EndReason::Dropped);
     }
 }
 
@@ -131,7 +154,10 @@ impl Direct {
 fn a_faulting_tenant_gets_kernel_fault_and_the_other_keeps_correct_results() {
     let _gpu = serial();
     let (host, info) = gpu_host_or_skip!("kernel fault containment", test_policy());
-    log(format!("device: {} ({}), cc {}.{}", info.device, info.uuid, info.compute_capability.0, info.compute_capability.1));
+    log(format!(
+        "device: {} ({}), cc {}.{}",
+        info.device, info.uuid, info.compute_capability.0, info.compute_capability.1
+    ));
     let host = Arc::new(host);
     let probe = Arc::new(load(&host, manifest("testing/probe")));
     let b_started = Instant::now();
@@ -142,24 +168,46 @@ fn a_faulting_tenant_gets_kernel_fault_and_the_other_keeps_correct_results() {
             (out, Instant::now())
         })
     };
-    assert!(eventually(Duration::from_secs(10), || host.accounting().leases >= 1), "B never took its lease");
+    assert!(
+        eventually(Duration::from_secs(10), || host.accounting().leases >= 1),
+        "B never took its lease"
+    );
     // B's ops before A.
     std::thread::sleep(Duration::from_millis(500));
     let a_out = run_ok(&host, &probe, "fault");
     let a_done = Instant::now();
-    log(format!("A (fault) after {:?}: {a_out:?}", a_done - b_started));
+    log(format!(
+        "A (fault) after {:?}: {a_out:?}",
+        a_done - b_started
+    ));
     let a = probe_lines(&a_out);
-    let fault = a.iter().find(|l| l.0 == "error").unwrap_or_else(|| panic!("A got no error: {a:?}"));
+    let fault = a
+        .iter()
+        .find(|l| l.0 == "error")
+        .unwrap_or_else(|| panic!("A got no error: {a:?}"));
     assert_eq!(fault.1, "kernel-fault", "{a:?}");
-    assert!(fault.2.contains("CUDA_ERROR_"), "the fault carries the driver's words: {a:?}");
+    assert!(
+        fault.2.contains("CUDA_ERROR_"),
+        "the fault carries the driver's words: {a:?}"
+    );
     let (b_out, b_done) = b.join().expect("B's thread");
-    log(format!("B (verify 4 s) ended {:?} after A: {b_out:?}", b_done - a_done));
+    log(format!(
+        "B (verify 4 s) ended {:?} after A: {b_out:?}",
+        b_done - a_done
+    ));
     let lines = probe_lines(&b_out);
     assert_eq!(lines.len(), 1, "B: {b_out}");
-    assert_eq!((lines[0].0.as_str(), lines[0].1.as_str()), ("ok", "verified"), "B: {b_out}");
+    assert_eq!(
+        (lines[0].0.as_str(), lines[0].1.as_str()),
+        ("ok", "verified"),
+        "B: {b_out}"
+    );
     let rounds: u32 = lines[0].2.parse().expect("round count");
     assert!(rounds >= 50, "B made only {rounds} verified rounds in 4 s");
-    assert!(b_done.duration_since(a_done) >= Duration::from_secs(1), "B's ops must also run after A's fault");
+    assert!(
+        b_done.duration_since(a_done) >= Duration::from_secs(1),
+        "B's ops must also run after A's fault"
+    );
     assert_baseline(&host);
 }
 
@@ -179,8 +227,15 @@ fn a_runaway_tenant_is_killed_within_its_deadline_and_the_other_recovers() {
     // background: the memory baseline must include that one's context (it is there after A).
     let pool = host.pool();
     let (warm, max) = pool.limits();
-    let settled = eventually(Duration::from_secs(10), || pool.idle() >= warm.min(max.saturating_sub(pool.busy())));
-    assert!(settled, "the pool did not top its warm set up: {} idle, {} busy, limits {warm}/{max}", pool.idle(), pool.busy());
+    let settled = eventually(Duration::from_secs(10), || {
+        pool.idle() >= warm.min(max.saturating_sub(pool.busy()))
+    });
+    assert!(
+        settled,
+        "the pool did not top its warm set up: {} idle, {} busy, limits {warm}/{max}",
+        pool.idle(),
+        pool.busy()
+    );
     let mem_before = nvml::memory_used(Some(&info.uuid));
     log(format!(
         "B's launch+sync baseline: {baseline:?}; NVML memory in use before A: {mem_before:?} ({} workers idle, {} leased)",
@@ -195,7 +250,11 @@ fn a_runaway_tenant_is_killed_within_its_deadline_and_the_other_recovers() {
         control.push((Instant::now(), b.launch_sync()));
     }
     let control = median_slices(&control, control_start);
-    log(format!("B alone, 50 ms slices over 2x baseline: {} of {}", over_bound(&control, baseline * 2), control.len()));
+    log(format!(
+        "B alone, 50 ms slices over 2x baseline: {} of {}",
+        over_bound(&control, baseline * 2),
+        control.len()
+    ));
 
     let mut m = manifest("testing/probe");
     m.gpu.max_vram = 2 << 30;
@@ -225,15 +284,32 @@ fn a_runaway_tenant_is_killed_within_its_deadline_and_the_other_recovers() {
     let a_took = a_done - a_started;
     log(format!("A (spin-big 1024) took {a_took:?} (deadline {deadline:?}), worker pid {a_pid:?}: {a_out:?}"));
     let during: Vec<Duration> = samples.iter().map(|s| s.1).collect();
-    log(format!("B's launch+sync while A spun: {} samples, median {:?}, max {:?}", during.len(), median(during.clone()), during.iter().max()));
+    log(format!(
+        "B's launch+sync while A spun: {} samples, median {:?}, max {:?}",
+        during.len(),
+        median(during.clone()),
+        during.iter().max()
+    ));
 
     let lines = probe_lines(&a_out);
-    let err = lines.iter().find(|l| l.0 == "error").unwrap_or_else(|| panic!("A got no error: {lines:?}"));
+    let err = lines
+        .iter()
+        .find(|l| l.0 == "error")
+        .unwrap_or_else(|| panic!("A got no error: {lines:?}"));
     assert_eq!(err.1, "deadline-exceeded", "{lines:?}");
-    assert!(a_took < deadline + Duration::from_secs(1), "A's deadline-exceeded took {a_took:?}, deadline {deadline:?}");
+    assert!(
+        a_took < deadline + Duration::from_secs(1),
+        "A's deadline-exceeded took {a_took:?}, deadline {deadline:?}"
+    );
     let a_pid = a_pid.expect("A's worker pid was seen");
-    assert!(eventually(Duration::from_secs(2), || !pid_alive(a_pid)), "A's worker {a_pid} is still alive");
-    log(format!("A's worker {a_pid} gone {:?} after A ended", a_done.elapsed()));
+    assert!(
+        eventually(Duration::from_secs(2), || !pid_alive(a_pid)),
+        "A's worker {a_pid} is still alive"
+    );
+    log(format!(
+        "A's worker {a_pid} gone {:?} after A ended",
+        a_done.elapsed()
+    ));
 
     // B's latency is back within 2× its baseline within 2 s of A's end, and stays back: cut the
     // next 3 s of samples into 50 ms slices; from the first slice on which every later slice's
@@ -247,21 +323,47 @@ fn a_runaway_tenant_is_killed_within_its_deadline_and_the_other_recovers() {
     let recovered = (0..slices.len())
         .find(|&k| slices[k..].iter().all(|s| s.1 <= baseline * 2))
         .map(|k| slices[k].0);
-    let timeline: Vec<String> = slices.iter().step_by(4).map(|(t, m)| format!("+{t:.2?}: {m:?}")).collect();
-    log(format!("B's launch+sync after A ended (median per 50 ms, every 4th): {}", timeline.join(", ")));
-    log(format!("slices over 2x baseline: {} of {}: {}", over_bound(&slices, baseline * 2), slices.len(), {
-        let over: Vec<String> =
-            slices.iter().filter(|s| s.1 > baseline * 2).map(|(t, m)| format!("+{t:.2?}: {m:?}")).collect();
-        over.join(", ")
-    }));
-    log(format!("B back within 2x baseline ({:?}) for good after: {recovered:?}", baseline * 2));
-    let recovered = recovered.unwrap_or_else(|| panic!("B's latency did not come back within 2x its baseline {baseline:?} for good"));
-    assert!(recovered <= Duration::from_secs(2), "B's latency came back only {recovered:?} after A ended");
+    let timeline: Vec<String> = slices
+        .iter()
+        .step_by(4)
+        .map(|(t, m)| format!("+{t:.2?}: {m:?}"))
+        .collect();
+    log(format!(
+        "B's launch+sync after A ended (median per 50 ms, every 4th): {}",
+        timeline.join(", ")
+    ));
+    log(format!(
+        "slices over 2x baseline: {} of {}: {}",
+        over_bound(&slices, baseline * 2),
+        slices.len(),
+        {
+            let over: Vec<String> = slices
+                .iter()
+                .filter(|s| s.1 > baseline * 2)
+                .map(|(t, m)| format!("+{t:.2?}: {m:?}"))
+                .collect();
+            over.join(", ")
+        }
+    ));
+    log(format!(
+        "B back within 2x baseline ({:?}) for good after: {recovered:?}",
+        baseline * 2
+    ));
+    let recovered = recovered.unwrap_or_else(|| {
+        panic!("B's latency did not come back within 2x its baseline {baseline:?} for good")
+    });
+    assert!(
+        recovered <= Duration::from_secs(2),
+        "B's latency came back only {recovered:?} after A ended"
+    );
 
     // Device memory in use returns to its baseline (A's 1 GiB and its context are gone; the pool's
     // replacement worker takes the context A's worker had taken from the warm set).
     if let (Ok(before), Some(Ok(during))) = (&mem_before, &mem_during) {
-        assert!(during >= &(before + (1 << 30)), "NVML did not see A's 1 GiB: before {before}, during {during}");
+        assert!(
+            during >= &(before + (1 << 30)),
+            "NVML did not see A's 1 GiB: before {before}, during {during}"
+        );
         let mut last = 0;
         let back = eventually(Duration::from_secs(5), || {
             last = nvml::memory_used(Some(&info.uuid)).unwrap_or(u64::MAX);
@@ -272,10 +374,16 @@ fn a_runaway_tenant_is_killed_within_its_deadline_and_the_other_recovers() {
             pool.idle(),
             pool.busy()
         ));
-        assert!(back, "device memory in use did not return to its baseline: before {before}, now {last}");
+        assert!(
+            back,
+            "device memory in use did not return to its baseline: before {before}, now {last}"
+        );
     } else {
         log(format!("NVML not usable here, memory check skipped: before {mem_before:?}, during {mem_during:?}"));
-        assert!(std::env::var_os("TASKLET_TEST_BACKEND").is_none(), "the GPU suite needs NVML: {mem_before:?}");
+        assert!(
+            std::env::var_os("TASKLET_TEST_BACKEND").is_none(),
+            "the GPU suite needs NVML: {mem_before:?}"
+        );
     }
     b.end();
     assert_baseline(&host);
@@ -315,7 +423,11 @@ fn allocation_past_a_lease_is_quota_exceeded_on_the_gpu() {
     let (host, _) = gpu_host_or_skip!("lease quota", test_policy());
     let probe = load(&host, manifest("testing/probe"));
     let lines = probe_lines(&run_ok(&host, &probe, "alloc-past-lease"));
-    assert_eq!((lines[0].0.as_str(), lines[0].1.as_str()), ("error", "quota-exceeded"), "{lines:?}");
+    assert_eq!(
+        (lines[0].0.as_str(), lines[0].1.as_str()),
+        ("error", "quota-exceeded"),
+        "{lines:?}"
+    );
     assert_baseline(&host);
 }
 
@@ -334,15 +446,28 @@ fn leases_past_the_device_are_capacity_exceeded_on_the_gpu() {
         d.driver_version,
         d.pinned_data
     ));
-    assert_eq!((d.backend, d.name.as_str(), d.device_memory), ("cuda", info.device.as_str(), info.device_memory));
-    assert!(d.total_memory < d.device_memory, "a context reserve is kept back");
-    assert!(d.pinned_data, "the data region is page-locked (cuMemHostRegister)");
+    assert_eq!(
+        (d.backend, d.name.as_str(), d.device_memory),
+        ("cuda", info.device.as_str(), info.device_memory)
+    );
+    assert!(
+        d.total_memory < d.device_memory,
+        "a context reserve is kept back"
+    );
+    assert!(
+        d.pinned_data,
+        "the data region is page-locked (cuMemHostRegister)"
+    );
     let mut m = manifest("testing/probe");
     m.gpu.max_vram = u64::MAX;
     let probe = load(&host, m);
     let over = d.total_memory / MIB + 1;
     let lines = probe_lines(&run_ok(&host, &probe, &format!("lease {over}")));
-    assert_eq!((lines[0].0.as_str(), lines[0].1.as_str()), ("error", "capacity-exceeded"), "{lines:?}");
+    assert_eq!(
+        (lines[0].0.as_str(), lines[0].1.as_str()),
+        ("error", "capacity-exceeded"),
+        "{lines:?}"
+    );
     let lines = probe_lines(&run_ok(&host, &probe, "lease 1"));
     assert_eq!(lines[0].0, "ok", "{lines:?}");
     assert_baseline(&host);
@@ -356,7 +481,11 @@ fn leases_past_the_device_are_capacity_exceeded_on_the_gpu() {
     let probe = load(&host, manifest("testing/probe"));
     let lines = probe_lines(&run_ok(&host, &probe, "leases 2"));
     assert_eq!(lines[0].0, "ok", "{lines:?}");
-    assert_eq!((lines[1].0.as_str(), lines[1].1.as_str()), ("error", "capacity-exceeded"), "{lines:?}");
+    assert_eq!(
+        (lines[1].0.as_str(), lines[1].1.as_str()),
+        ("error", "capacity-exceeded"),
+        "{lines:?}"
+    );
     assert_baseline(&host);
 }
 
@@ -366,7 +495,10 @@ fn launches_are_asynchronous_and_deadlines_hold_with_or_without_sync() {
     let (host, _) = gpu_host_or_skip!("asynchronous launches and deadlines", test_policy());
     let host = Arc::new(host);
     let spin = |deadline: Duration| {
-        let lease = host.leases().acquire(MIB, Duration::from_secs(60)).expect("lease");
+        let lease = host
+            .leases()
+            .acquire(MIB, Duration::from_secs(60))
+            .expect("lease");
         let (module, flag) = host
             .leases()
             .with_worker(&lease, |a| {
@@ -398,11 +530,19 @@ fn launches_are_asynchronous_and_deadlines_hold_with_or_without_sync() {
     let (lease, launch_took, t) = spin(Duration::from_millis(1000));
     let r = host.leases().with_worker(&lease, |a| a.worker.sync());
     let took = t.elapsed();
-    log(format!("spin with sync: launch returned in {launch_took:?}, sync answered after {took:?}: {r:?}"));
-    assert!(launch_took < Duration::from_millis(100), "a launch is asynchronous ({launch_took:?})");
+    log(format!(
+        "spin with sync: launch returned in {launch_took:?}, sync answered after {took:?}: {r:?}"
+    ));
+    assert!(
+        launch_took < Duration::from_millis(100),
+        "a launch is asynchronous ({launch_took:?})"
+    );
     let e = r.expect_err("sync fails");
     assert_eq!(kind_name(&e), "deadline-exceeded", "{e:?}");
-    assert!(took >= Duration::from_millis(950) && took < Duration::from_millis(1900), "sync answered after {took:?}");
+    assert!(
+        took >= Duration::from_millis(950) && took < Duration::from_millis(1900),
+        "sync answered after {took:?}"
+    );
     assert!(!lease.is_live(), "the lease ended with its worker");
 
     // Not synced: the worker's watchdog ends the process shortly after the deadline; the next op
@@ -410,14 +550,21 @@ fn launches_are_asynchronous_and_deadlines_hold_with_or_without_sync() {
     let (lease, _, t) = spin(Duration::from_millis(500));
     let pid = lease.worker_pid().expect("pid");
     let gone = eventually(Duration::from_secs(3), || {
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map_or(true, |s| s.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')))
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
+            s.rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+        })
     });
     let ended_after = t.elapsed();
     let r = host.leases().with_worker(&lease, |a| a.worker.sync());
-    log(format!("spin without sync: worker {pid} gone after {ended_after:?} (gone: {gone}); next op: {r:?}"));
+    log(format!(
+        "spin without sync: worker {pid} gone after {ended_after:?} (gone: {gone}); next op: {r:?}"
+    ));
     assert!(gone, "the watchdog did not end worker {pid}");
-    assert!(ended_after < Duration::from_millis(500) + Duration::from_secs(1), "ended only after {ended_after:?}");
+    assert!(
+        ended_after < Duration::from_millis(500) + Duration::from_secs(1),
+        "ended only after {ended_after:?}"
+    );
     let e = r.expect_err("the next op fails");
     assert_eq!(kind_name(&e), "deadline-exceeded", "{e:?}");
     assert_baseline(&host);
@@ -427,7 +574,10 @@ fn launches_are_asynchronous_and_deadlines_hold_with_or_without_sync() {
 fn driver_errors_are_typed_with_the_drivers_words() {
     let _gpu = serial();
     let (host, info) = gpu_host_or_skip!("typed driver errors", test_policy());
-    let lease = host.leases().acquire(MIB, Duration::from_secs(60)).expect("lease");
+    let lease = host
+        .leases()
+        .acquire(MIB, Duration::from_secs(60))
+        .expect("lease");
     let (cc0, cc1) = info.compute_capability;
     let mut errors = Vec::new();
     let _ = host.leases().with_worker(&lease, |a| {
@@ -500,7 +650,10 @@ fn driver_errors_are_typed_with_the_drivers_words() {
     };
     let (k, m) = kind(0);
     assert_eq!(k, ErrorKind::LoadFailed);
-    assert!(m.contains("99.9") && m.contains("newer than this driver"), "{m}");
+    assert!(
+        m.contains("99.9") && m.contains("newer than this driver"),
+        "{m}"
+    );
     let (k, m) = kind(1);
     assert_eq!(k, ErrorKind::LoadFailed);
     assert!(m.contains(&format!("sm_{cc0}{cc1}")), "{m}");
@@ -513,7 +666,8 @@ fn driver_errors_are_typed_with_the_drivers_words() {
     let (k, _) = kind(4);
     assert_eq!(k, ErrorKind::OutOfMemory);
     assert!(lease.is_live(), "none of these poisons the worker");
-    host.leases().end(&lease, tasklet_runtime::lease::EndReason::Dropped);
+    host.leases()
+        .end(&lease, tasklet_runtime::lease::EndReason::Dropped);
     assert_baseline(&host);
 }
 
@@ -521,12 +675,23 @@ fn driver_errors_are_typed_with_the_drivers_words() {
 fn gpu_and_emulator_agree_on_the_examples() {
     let _gpu = serial();
     let (gpu, _) = gpu_host_or_skip!("GPU vs emulator outputs", test_policy());
-    let emu = tasklet_tests::host_on(test_policy(), env!("CARGO_BIN_EXE_tasklet-test-worker"), tasklet_runtime::BackendKind::Emu);
-    for (name, input) in [("iota", "1000"), ("vector-add", "100000"), ("scale", "1.5 1 2.25 -3 0.1 1e30 16777217 3.4e38")] {
+    let emu = tasklet_tests::host_on(
+        test_policy(),
+        env!("CARGO_BIN_EXE_tasklet-test-worker"),
+        tasklet_runtime::BackendKind::Emu,
+    );
+    for (name, input) in [
+        ("iota", "1000"),
+        ("vector-add", "100000"),
+        ("scale", "1.5 1 2.25 -3 0.1 1e30 16777217 3.4e38"),
+    ] {
         let on_gpu = run_ok(&gpu, &load(&gpu, manifest(name)), input);
         let on_emu = run_ok(&emu, &load(&emu, manifest(name)), input);
         assert_eq!(on_gpu, on_emu, "{name} {input}");
-        log(format!("{name} {input}: {} output bytes agree", on_gpu.len()));
+        log(format!(
+            "{name} {input}: {} output bytes agree",
+            on_gpu.len()
+        ));
     }
     assert_baseline(&gpu);
     assert_baseline(&emu);

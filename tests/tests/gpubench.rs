@@ -9,12 +9,41 @@ fn every_gpubench_command_prints_its_figures() {
     let host = test_host!();
     let bench = load(&host, manifest("testing/gpubench"));
     let cases: [(&str, &[&str]); 7] = [
-        ("launch-sync 3", &["launch_sync_ns", "launch_sync_each_ns", "launch_sync_p99_ns"]),
-        ("launch-async 3", &["launch_async_ns", "launch_async_posted_ns"]),
+        (
+            "launch-sync 3",
+            &[
+                "launch_sync_ns",
+                "launch_sync_each_ns",
+                "launch_sync_p99_ns",
+            ],
+        ),
+        (
+            "launch-async 3",
+            &["launch_async_ns", "launch_async_posted_ns"],
+        ),
         ("rw4k 3", &["rw4k_ns", "rw4k_p99_ns"]),
-        ("bulk 65536 2", &["bulk_bytes", "bulk_write_bps", "bulk_read_bps", "bulk_read_list_bps"]),
-        ("lease 3", &["lease_acquire_p50_ns", "lease_acquire_p99_ns", "lease_cycle_p50_ns", "lease_cycle_p99_ns"]),
-        ("module-load 3 settle=1", &["module_load_ns", "module_load_p99_ns"]),
+        (
+            "bulk 65536 2",
+            &[
+                "bulk_bytes",
+                "bulk_write_bps",
+                "bulk_read_bps",
+                "bulk_read_list_bps",
+            ],
+        ),
+        (
+            "lease 3",
+            &[
+                "lease_acquire_p50_ns",
+                "lease_acquire_p99_ns",
+                "lease_cycle_p50_ns",
+                "lease_cycle_p99_ns",
+            ],
+        ),
+        (
+            "module-load 3 settle=1",
+            &["module_load_ns", "module_load_p99_ns"],
+        ),
         ("clock 3", &["clock_read_ns"]),
     ];
     for (command, names) in cases {
@@ -22,17 +51,32 @@ fn every_gpubench_command_prints_its_figures() {
         let figures: Vec<(&str, f64)> = out
             .lines()
             .map(|l| {
-                let (name, value) = l.split_once(' ').unwrap_or_else(|| panic!("`{command}`: bad line {l:?}"));
-                (name, value.parse().unwrap_or_else(|_| panic!("`{command}`: bad line {l:?}")))
+                let (name, value) = l
+                    .split_once(' ')
+                    .unwrap_or_else(|| panic!("`{command}`: bad line {l:?}"));
+                (
+                    name,
+                    value
+                        .parse()
+                        .unwrap_or_else(|_| panic!("`{command}`: bad line {l:?}")),
+                )
             })
             .collect();
         let got: Vec<&str> = figures.iter().map(|f| f.0).collect();
         assert_eq!(got, names, "`{command}` printed:\n{out}");
-        assert!(figures.iter().all(|f| f.1 > 0.0), "`{command}` printed a zero:\n{out}");
+        assert!(
+            figures.iter().all(|f| f.1 > 0.0),
+            "`{command}` printed a zero:\n{out}"
+        );
         assert_baseline(&host);
     }
-    assert_eq!(run_ok(&host, &bench, "bulk 4096 1").lines().next(), Some("bulk_bytes 4096"));
-    let err = host.run(&bench, b"warp-speed 3").expect_err("an unknown command fails");
+    assert_eq!(
+        run_ok(&host, &bench, "bulk 4096 1").lines().next(),
+        Some("bulk_bytes 4096")
+    );
+    let err = host
+        .run(&bench, b"warp-speed 3")
+        .expect_err("an unknown command fails");
     assert!(err.to_string().contains("unknown command"), "{err}");
 }
 
@@ -48,6 +92,10 @@ fn the_benchmarks_full_size_bulk_fits_the_tasklet_and_one_call_carries_it() {
     let host = test_host!(policy);
     let bench = load(&host, manifest("testing/gpubench"));
     let out = run_ok(&host, &bench, &format!("bulk {} 5 settle=1", 256u64 << 20));
-    assert_eq!(out.lines().next(), Some(format!("bulk_bytes {}", 256u64 << 20).as_str()), "{out}");
+    assert_eq!(
+        out.lines().next(),
+        Some(format!("bulk_bytes {}", 256u64 << 20).as_str()),
+        "{out}"
+    );
     assert_baseline(&host);
 }

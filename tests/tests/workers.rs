@@ -9,12 +9,21 @@ fn a_faulting_kernel_is_kernel_fault_and_the_node_keeps_serving() {
     let host = test_host!();
     let probe = load(&host, manifest("testing/probe"));
     let lines = probe_lines(&run_ok(&host, &probe, "fault"));
-    let fault = lines.iter().find(|l| l.0 == "error").expect("an error line");
+    let fault = lines
+        .iter()
+        .find(|l| l.0 == "error")
+        .expect("an error line");
     assert_eq!(fault.1, "kernel-fault", "{lines:?}");
     match tasklet_tests::backend() {
         // The emulator knows the faulting instruction; the GPU reports the driver's error.
-        tasklet_runtime::BackendKind::Emu => assert!(fault.2.contains("line"), "the fault names its PTX line: {lines:?}"),
-        tasklet_runtime::BackendKind::Cuda => assert!(fault.2.contains("CUDA_ERROR_"), "the driver's words: {lines:?}"),
+        tasklet_runtime::BackendKind::Emu => assert!(
+            fault.2.contains("line"),
+            "the fault names its PTX line: {lines:?}"
+        ),
+        tasklet_runtime::BackendKind::Cuda => assert!(
+            fault.2.contains("CUDA_ERROR_"),
+            "the driver's words: {lines:?}"
+        ),
     }
     assert_baseline(&host);
     let iota = load(&host, manifest("iota"));
@@ -29,8 +38,15 @@ fn a_runaway_kernel_is_deadline_exceeded() {
     let started = Instant::now();
     let lines = probe_lines(&run_ok(&host, &probe, "spin"));
     let deadline = host.policy().workers.kernel_deadline;
-    assert!(started.elapsed() < deadline + Duration::from_secs(3), "took {:?}", started.elapsed());
-    let err = lines.iter().find(|l| l.0 == "error").expect("an error line");
+    assert!(
+        started.elapsed() < deadline + Duration::from_secs(3),
+        "took {:?}",
+        started.elapsed()
+    );
+    let err = lines
+        .iter()
+        .find(|l| l.0 == "error")
+        .expect("an error line");
     assert_eq!(err.1, "deadline-exceeded", "{lines:?}");
     assert_baseline(&host);
 }
@@ -48,13 +64,20 @@ fn a_killed_worker_is_device_lost_and_the_next_lease_works() {
         if let Some(&pid) = host.lease_worker_pids().first() {
             break pid;
         }
-        assert!(started.elapsed() < Duration::from_secs(10), "the probe never took a lease");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the probe never took a lease"
+        );
         std::thread::sleep(Duration::from_millis(10));
     };
     // SAFETY: plain kill(2) on a process this test's host started.
     assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGKILL) }, 0);
     let lines = probe_lines(&run.join().unwrap());
-    assert_eq!((lines[0].0.as_str(), lines[0].1.as_str()), ("error", "device-lost"), "{lines:?}");
+    assert_eq!(
+        (lines[0].0.as_str(), lines[0].1.as_str()),
+        ("error", "device-lost"),
+        "{lines:?}"
+    );
     assert!(started.elapsed() < Duration::from_secs(15));
     assert_baseline(&host);
     let iota = load(&host, manifest("iota"));
@@ -69,9 +92,13 @@ fn a_worker_holding_other_than_its_lease_accounts_for_is_replaced_not_reused() {
     let leases = host.leases();
     // A worker that holds 4 KiB the lease never accounted for (as a host bug or a lying worker
     // would leave it): the mismatch is counted and the worker killed, not reused.
-    let lease = leases.acquire(1 << 20, Duration::from_secs(60)).expect("lease");
+    let lease = leases
+        .acquire(1 << 20, Duration::from_secs(60))
+        .expect("lease");
     let pid = lease.worker_pid().expect("pid");
-    leases.with_worker(&lease, |a| a.worker.alloc(4096).map(drop)).expect("alloc");
+    leases
+        .with_worker(&lease, |a| a.worker.alloc(4096).map(drop))
+        .expect("alloc");
     leases.end(&lease, EndReason::Dropped);
     assert_eq!(host.accounting().mismatches, 1);
     let gone = (0..200).any(|_| {
@@ -81,7 +108,9 @@ fn a_worker_holding_other_than_its_lease_accounts_for_is_replaced_not_reused() {
     });
     assert!(gone, "the mismatched worker {pid} is still alive");
     // Books that match: reconciled, and the worker is reused by the next lease.
-    let lease = leases.acquire(1 << 20, Duration::from_secs(60)).expect("lease");
+    let lease = leases
+        .acquire(1 << 20, Duration::from_secs(60))
+        .expect("lease");
     let pid = lease.worker_pid().expect("pid");
     leases
         .with_worker(&lease, |a| {
@@ -92,10 +121,22 @@ fn a_worker_holding_other_than_its_lease_accounts_for_is_replaced_not_reused() {
         .expect("alloc");
     leases.end(&lease, EndReason::Dropped);
     assert_eq!(host.accounting().mismatches, 1);
-    let next = leases.acquire(1 << 20, Duration::from_secs(60)).expect("lease");
-    assert_eq!(next.worker_pid(), Some(pid), "the reconciled worker is reused");
-    let info = leases.with_worker(&next, |a| a.worker.info()).expect("info");
-    assert_eq!((info.allocations, info.memory_requested), (0, 0), "and was reset");
+    let next = leases
+        .acquire(1 << 20, Duration::from_secs(60))
+        .expect("lease");
+    assert_eq!(
+        next.worker_pid(),
+        Some(pid),
+        "the reconciled worker is reused"
+    );
+    let info = leases
+        .with_worker(&next, |a| a.worker.info())
+        .expect("info");
+    assert_eq!(
+        (info.allocations, info.memory_requested),
+        (0, 0),
+        "and was reset"
+    );
     leases.end(&next, EndReason::Dropped);
     let a = host.accounting();
     assert_eq!((a.leases, a.granted_bytes, a.used_bytes), (0, 0, 0));

@@ -37,10 +37,17 @@ fn transfers_below_the_threshold_go_through_the_message_area_and_still_round_tri
         let lines = probe(&host, &format!("read-into {size}"));
         assert_eq!(lines, [line("ok", "read-into", &(size * 1024).to_string())]);
     }
-    assert_eq!(host.leases().direct_transfer_bytes(), (0, 0), "small transfers are staged");
+    assert_eq!(
+        host.leases().direct_transfer_bytes(),
+        (0, 0),
+        "small transfers are staged"
+    );
     // At the threshold the direct path takes over.
     let kib = DIRECT_MIN_BYTES / 1024;
-    assert_eq!(probe(&host, &format!("read-into {kib}")), [line("ok", "read-into", &DIRECT_MIN_BYTES.to_string())]);
+    assert_eq!(
+        probe(&host, &format!("read-into {kib}")),
+        [line("ok", "read-into", &DIRECT_MIN_BYTES.to_string())]
+    );
     let n = DIRECT_MIN_BYTES as u64;
     assert_eq!(host.leases().direct_transfer_bytes(), (n, n));
     assert_baseline(&host);
@@ -52,9 +59,16 @@ fn guest_memory_grown_after_the_first_transfer_is_reached_too() {
     let lines = probe(&host, "read-into-grown");
     assert_eq!(lines.len(), 3, "{lines:?}");
     assert_eq!(lines[0], line("ok", "first", "1048576"));
-    assert_eq!((lines[1].0.as_str(), lines[1].1.as_str()), ("ok", "grown"), "{lines:?}");
+    assert_eq!(
+        (lines[1].0.as_str(), lines[1].1.as_str()),
+        ("ok", "grown"),
+        "{lines:?}"
+    );
     let pages: Vec<u64> = lines[1].2.split(' ').map(|p| p.parse().unwrap()).collect();
-    assert!(pages[1] > pages[0], "the memory grew after the first transfer: {lines:?}");
+    assert!(
+        pages[1] > pages[0],
+        "the memory grew after the first transfer: {lines:?}"
+    );
     assert_eq!(lines[2], line("ok", "round-trip", "16777216"));
     assert_eq!(host.leases().direct_transfer_bytes(), (17 * MIB, 17 * MIB));
     assert_baseline(&host);
@@ -67,7 +81,11 @@ fn read_into_without_the_read_right_is_unauthorized() {
     m.gpu.rights = Rights::ALL.iter().filter(|r| *r != Right::Read).collect();
     let probe = load(&host, m);
     let lines = probe_lines(&run_ok(&host, &probe, "read-into 1024"));
-    assert_eq!((lines[0].0.as_str(), lines[0].1.as_str()), ("error", "unauthorized"), "{lines:?}");
+    assert_eq!(
+        (lines[0].0.as_str(), lines[0].1.as_str()),
+        ("error", "unauthorized"),
+        "{lines:?}"
+    );
     assert!(lines[0].2.contains("`read`"), "{lines:?}");
     // The write went through (it has its right); nothing was read.
     assert_eq!(host.leases().direct_transfer_bytes(), (MIB, 0));
@@ -91,7 +109,10 @@ fn read_into_out_of_bounds_or_from_a_foreign_buffer_is_refused_and_touches_nothi
         "{lines:?}"
     );
     assert!(lines[0].2.contains("outside the buffer"), "{lines:?}");
-    assert!(lines[3].2.contains("another session") && lines[4].2.contains("another session"), "{lines:?}");
+    assert!(
+        lines[3].2.contains("another session") && lines[4].2.contains("another session"),
+        "{lines:?}"
+    );
     assert_eq!(host.leases().direct_transfer_bytes(), (0, 0));
     assert_baseline(&host);
 }

@@ -40,8 +40,12 @@ pub struct Started {
 
 /// This program, as a worker command (`tasklet worker …`).
 pub fn worker_command() -> Result<WorkerCommand> {
-    let program = std::env::current_exe().context("cannot find this program to start workers from")?;
-    Ok(WorkerCommand { program, args: vec!["worker".into()] })
+    let program =
+        std::env::current_exe().context("cannot find this program to start workers from")?;
+    Ok(WorkerCommand {
+        program,
+        args: vec!["worker".into()],
+    })
 }
 
 /// The reason a host could not start on a backend, in the worker's own words where there are
@@ -55,12 +59,21 @@ fn why(e: &HostError) -> String {
 
 /// Bytes as a person reads them: `140.4 GiB`, `256 MiB`, `512 B`.
 pub fn human(bytes: u64) -> String {
-    const UNITS: [(&str, u64); 4] = [("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
+    const UNITS: [(&str, u64); 4] = [
+        ("TiB", 1 << 40),
+        ("GiB", 1 << 30),
+        ("MiB", 1 << 20),
+        ("KiB", 1 << 10),
+    ];
     for (name, scale) in UNITS {
         if bytes >= scale {
             let v = bytes as f64 / scale as f64;
             let whole = bytes / scale;
-            return if whole * scale == bytes { format!("{whole} {name}") } else { format!("{v:.1} {name}") };
+            return if whole * scale == bytes {
+                format!("{whole} {name}")
+            } else {
+                format!("{v:.1} {name}")
+            };
         }
     }
     format!("{bytes} B")
@@ -96,7 +109,13 @@ impl HostArgs {
             None => Policy::default(),
         };
         let worker = worker_command()?;
-        let start = |backend| Host::new(HostConfig { policy: policy.clone(), worker: worker.clone(), backend });
+        let start = |backend| {
+            Host::new(HostConfig {
+                policy: policy.clone(),
+                worker: worker.clone(),
+                backend,
+            })
+        };
         let say = |line: String| {
             if !quiet {
                 eprintln!("tasklet: {line}");

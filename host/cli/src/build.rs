@@ -22,7 +22,9 @@ fn newest_source(dir: &Path) -> Option<SystemTime> {
     let mut newest = None;
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
         for entry in entries.flatten() {
             let path = entry.path();
             let name = entry.file_name();
@@ -49,7 +51,10 @@ pub fn build(dir: &Path) -> Result<()> {
         .status()
         .context("cannot run cargo to build the tasklet")?;
     if !status.success() {
-        bail!("cargo could not build the tasklet in {} ({status})", dir.display());
+        bail!(
+            "cargo could not build the tasklet in {} ({status})",
+            dir.display()
+        );
     }
     Ok(())
 }
@@ -60,9 +65,16 @@ fn cargo() -> String {
 
 /// Adds the wasm32-wasip2 target through rustup when the toolchain lacks it.
 pub fn ensure_target() -> Result<()> {
-    let sysroot = Command::new("rustc").args(["--print", "sysroot"]).output().context("cannot run rustc")?;
+    let sysroot = Command::new("rustc")
+        .args(["--print", "sysroot"])
+        .output()
+        .context("cannot run rustc")?;
     let sysroot = String::from_utf8_lossy(&sysroot.stdout).trim().to_string();
-    if Path::new(&sysroot).join("lib/rustlib").join(WASM_TARGET).exists() {
+    if Path::new(&sysroot)
+        .join("lib/rustlib")
+        .join(WASM_TARGET)
+        .exists()
+    {
         return Ok(());
     }
     eprintln!("tasklet: installing the {WASM_TARGET} target with rustup (once)");

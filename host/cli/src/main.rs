@@ -42,7 +42,9 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Worker { args } => return ExitCode::from(tasklet_worker::serve_main(args.into_iter()) as u8),
+        Command::Worker { args } => {
+            return ExitCode::from(tasklet_worker::serve_main(args.into_iter()) as u8)
+        }
         Command::Run(args) => cmd::run::run(args),
         Command::Check(args) => cmd::check::run(args),
         Command::Inventory(args) => cmd::inventory::run(args),

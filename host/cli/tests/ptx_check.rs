@@ -8,7 +8,11 @@ fn repo() -> PathBuf {
 }
 
 fn tasklet(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tasklet")).args(args).current_dir(repo()).output().expect("tasklet starts")
+    Command::new(env!("CARGO_BIN_EXE_tasklet"))
+        .args(args)
+        .current_dir(repo())
+        .output()
+        .expect("tasklet starts")
 }
 
 fn text(b: &[u8]) -> String {
@@ -31,12 +35,18 @@ fn corpus() -> Vec<String> {
 fn every_corpus_file_checks_and_lists_its_kernels() {
     let files = corpus();
     assert!(files.len() >= 15);
-    let args: Vec<&str> = ["ptx", "check"].into_iter().chain(files.iter().map(|s| s.as_str())).collect();
+    let args: Vec<&str> = ["ptx", "check"]
+        .into_iter()
+        .chain(files.iter().map(|s| s.as_str()))
+        .collect();
     let out = tasklet(&args);
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{}\n{}", stdout, text(&out.stderr));
     for f in &files {
-        assert!(stdout.contains(&format!("{f}: ok, ")), "{f} missing from:\n{stdout}");
+        assert!(
+            stdout.contains(&format!("{f}: ok, ")),
+            "{f} missing from:\n{stdout}"
+        );
     }
     // Signatures with declared types and sizes, and the argument block size.
     assert!(
@@ -57,7 +67,13 @@ fn a_broken_file_fails_naming_file_and_line() {
     )
     .unwrap();
     let bad_s = bad.to_str().unwrap();
-    let out = tasklet(&["ptx", "check", "kernels/iota.ptx", bad_s, "kernels/does-not-exist.ptx"]);
+    let out = tasklet(&[
+        "ptx",
+        "check",
+        "kernels/iota.ptx",
+        bad_s,
+        "kernels/does-not-exist.ptx",
+    ]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(stdout.contains("kernels/iota.ptx: ok"), "{stdout}");

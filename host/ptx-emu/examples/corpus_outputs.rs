@@ -55,9 +55,20 @@ enum Cmp {
     /// Element-wise float comparison: an element passes if its ulp distance is at most
     /// `max_ulp[i % len]`, or its absolute difference at most `max_abs[i % len]`, or its relative
     /// difference at most `max_rel`; elements in `ignore` are skipped. NaN matches any NaN.
-    Float { elem: &'static str, max_ulp: Vec<u64>, max_abs: Vec<f64>, max_rel: f64, ignore: Vec<usize>, why: String },
+    Float {
+        elem: &'static str,
+        max_ulp: Vec<u64>,
+        max_abs: Vec<f64>,
+        max_rel: f64,
+        ignore: Vec<usize>,
+        why: String,
+    },
     /// Byte-exact except the listed elements (of `elem_bytes` each).
-    ExactExcept { elem_bytes: usize, ignore: Vec<usize>, why: String },
+    ExactExcept {
+        elem_bytes: usize,
+        ignore: Vec<usize>,
+        why: String,
+    },
 }
 
 struct Buf {
@@ -97,15 +108,30 @@ fn bytes_f64(v: &[f64]) -> Vec<u8> {
 }
 
 fn input(name: &'static str, init: Vec<u8>) -> Buf {
-    Buf { name, init, output: None }
+    Buf {
+        name,
+        init,
+        output: None,
+    }
 }
 fn output(name: &'static str, init: Vec<u8>, cmp: Cmp) -> Buf {
-    Buf { name, init, output: Some(cmp) }
+    Buf {
+        name,
+        init,
+        output: Some(cmp),
+    }
 }
 /// IEEE-rounded floats: bit-exact, except that any NaN matches any NaN (NaN payloads are not
 /// part of the emulator's contract).
 fn ieee(elem: &'static str) -> Cmp {
-    Cmp::Float { elem, max_ulp: vec![0], max_abs: vec![0.0], max_rel: 0.0, ignore: vec![], why: "IEEE-rounded: bit-exact up to NaN payloads".into() }
+    Cmp::Float {
+        elem,
+        max_ulp: vec![0],
+        max_abs: vec![0.0],
+        max_rel: 0.0,
+        ignore: vec![],
+        why: "IEEE-rounded: bit-exact up to NaN payloads".into(),
+    }
 }
 fn zeros(n: usize) -> Vec<u8> {
     vec![0; n]
@@ -181,13 +207,31 @@ fn cases() -> (Vec<Case>, Vec<(&'static str, &'static str)>) {
             grid: [4, 1, 1],
             block: [256, 1, 1],
             shared: 0,
-            bufs: vec![input("a", bytes_u32(&a)), input("b", bytes_u32(&b)), output("c", pattern(4000), Cmp::Exact)],
+            bufs: vec![
+                input("a", bytes_u32(&a)),
+                input("b", bytes_u32(&b)),
+                output("c", pattern(4000), Cmp::Exact),
+            ],
             args: vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(2), Arg::U32(1000)],
         });
     }
     {
         let mut g = r("scale");
-        let x = floats(&mut g, 1000, 1e3, &[0.0, -0.0, 1e-40, -1e-45, f32::MAX, f32::INFINITY, f32::NAN, 3.4e38]);
+        let x = floats(
+            &mut g,
+            1000,
+            1e3,
+            &[
+                0.0,
+                -0.0,
+                1e-40,
+                -1e-45,
+                f32::MAX,
+                f32::INFINITY,
+                f32::NAN,
+                3.4e38,
+            ],
+        );
         c.push(Case {
             module: "kernels/scale.ptx",
             kernel: "scale",
@@ -208,7 +252,10 @@ fn cases() -> (Vec<Case>, Vec<(&'static str, &'static str)>) {
             grid: [16, 1, 1],
             block: [256, 1, 1],
             shared: 256 * 4,
-            bufs: vec![input("in", bytes_u32(&v)), output("partial", pattern(16 * 4), Cmp::Exact)],
+            bufs: vec![
+                input("in", bytes_u32(&v)),
+                output("partial", pattern(16 * 4), Cmp::Exact),
+            ],
             args: vec![Arg::Buf(0), Arg::Buf(1), Arg::U32(n as u32)],
         });
         // Small integers: every partial sum is exact, so the blocks' atomicAdd order cannot matter.
@@ -219,7 +266,10 @@ fn cases() -> (Vec<Case>, Vec<(&'static str, &'static str)>) {
             grid: [8, 1, 1],
             block: [192, 1, 1],
             shared: 0,
-            bufs: vec![input("in", bytes_f32(&f)), output("out", zeros(4), Cmp::Exact)],
+            bufs: vec![
+                input("in", bytes_f32(&f)),
+                output("out", zeros(4), Cmp::Exact),
+            ],
             args: vec![Arg::Buf(0), Arg::Buf(1), Arg::U32(n as u32)],
         });
         let m: Vec<u32> = (0..n).map(|_| g.u32()).collect();
@@ -229,14 +279,19 @@ fn cases() -> (Vec<Case>, Vec<(&'static str, &'static str)>) {
             grid: [13, 1, 1],
             block: [96, 1, 1],
             shared: 0,
-            bufs: vec![input("in", bytes_u32(&m)), output("out", bytes_u32(&[i32::MIN as u32]), Cmp::Exact)],
+            bufs: vec![
+                input("in", bytes_u32(&m)),
+                output("out", bytes_u32(&[i32::MIN as u32]), Cmp::Exact),
+            ],
             args: vec![Arg::Buf(0), Arg::Buf(1), Arg::U32(n as u32)],
         });
     }
     {
         let mut g = r("histogram256");
         let n = 10_000;
-        let d: Vec<u8> = (0..n).map(|_| (g.u32() % 97 + g.u32() % 160) as u8).collect();
+        let d: Vec<u8> = (0..n)
+            .map(|_| (g.u32() % 97 + g.u32() % 160) as u8)
+            .collect();
         c.push(Case {
             module: "kernels/histogram.ptx",
             kernel: "histogram256",
@@ -282,8 +337,19 @@ fn cases() -> (Vec<Case>, Vec<(&'static str, &'static str)>) {
             grid: [n.div_ceil(16) as u32, m.div_ceil(16) as u32, 1],
             block: [16, 16, 1],
             shared: 0,
-            bufs: vec![input("A", bytes_f32(&a)), input("B", bytes_f32(&b)), output("C", pattern(m * n * 4), Cmp::Exact)],
-            args: vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(2), Arg::U32(m as u32), Arg::U32(n as u32), Arg::U32(k as u32)],
+            bufs: vec![
+                input("A", bytes_f32(&a)),
+                input("B", bytes_f32(&b)),
+                output("C", pattern(m * n * 4), Cmp::Exact),
+            ],
+            args: vec![
+                Arg::Buf(0),
+                Arg::Buf(1),
+                Arg::Buf(2),
+                Arg::U32(m as u32),
+                Arg::U32(n as u32),
+                Arg::U32(k as u32),
+            ],
         });
     }
     {
@@ -298,15 +364,32 @@ fn cases() -> (Vec<Case>, Vec<(&'static str, &'static str)>) {
                 grid: [w.div_ceil(16) as u32, h.div_ceil(16) as u32, 1],
                 block: [16, 16, 1],
                 shared: 0,
-                bufs: vec![input("in", data), output("out", pattern(w * h * 4), Cmp::Exact)],
-                args: vec![Arg::Buf(0), Arg::Buf(1), Arg::U32(w as u32), Arg::U32(h as u32)],
+                bufs: vec![
+                    input("in", data),
+                    output("out", pattern(w * h * 4), Cmp::Exact),
+                ],
+                args: vec![
+                    Arg::Buf(0),
+                    Arg::Buf(1),
+                    Arg::U32(w as u32),
+                    Arg::U32(h as u32),
+                ],
             });
         }
     }
     {
         let mut g = r("math64");
         let n = 256usize;
-        let edge = [0u64, 1, u64::MAX, i64::MIN as u64, i64::MAX as u64, 63, 64, 1 << 32];
+        let edge = [
+            0u64,
+            1,
+            u64::MAX,
+            i64::MIN as u64,
+            i64::MAX as u64,
+            63,
+            64,
+            1 << 32,
+        ];
         let pick = |g: &mut Rng, i: usize| -> u64 {
             match i {
                 _ if i < edge.len() * edge.len() && i % 3 == 0 => edge[(i / 3) % edge.len()],
@@ -322,10 +405,25 @@ fn cases() -> (Vec<Case>, Vec<(&'static str, &'static str)>) {
             grid: [2, 1, 1],
             block: [128, 1, 1],
             shared: 0,
-            bufs: vec![input("a", bytes_u64(&a)), input("b", bytes_u64(&b)), output("out", pattern(n * 80), Cmp::Exact)],
+            bufs: vec![
+                input("a", bytes_u64(&a)),
+                input("b", bytes_u64(&b)),
+                output("out", pattern(n * 80), Cmp::Exact),
+            ],
             args: vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(2), Arg::U32(n as u32)],
         });
-        let fspecial = [0.0, -0.0, 1.0, -1.0, f64::INFINITY, f64::NEG_INFINITY, 5e-324, -2.2250738585072014e-308, 1e308, 3.0];
+        let fspecial = [
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            5e-324,
+            -2.2250738585072014e-308,
+            1e308,
+            3.0,
+        ];
         let mut fa: Vec<f64> = fspecial.to_vec();
         let mut fb: Vec<f64> = fspecial.iter().rev().copied().collect();
         while fa.len() < n {
@@ -339,14 +437,49 @@ fn cases() -> (Vec<Case>, Vec<(&'static str, &'static str)>) {
             grid: [2, 1, 1],
             block: [128, 1, 1],
             shared: 0,
-            bufs: vec![input("a", bytes_f64(&fa)), input("b", bytes_f64(&fb)), output("out", pattern(n * 64), ieee("f64"))],
+            bufs: vec![
+                input("a", bytes_f64(&fa)),
+                input("b", bytes_f64(&fb)),
+                output("out", pattern(n * 64), ieee("f64")),
+            ],
             args: vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(2), Arg::U32(n as u32)],
         });
-        let f = floats(&mut g, n, 3e9, &[0.5, 1.5, 2.5, -0.5, -2.5, 2147483520.0, 2147483648.0, -2147483904.0, 4294967296.0, f32::NAN, 1e-40]);
+        let f = floats(
+            &mut g,
+            n,
+            3e9,
+            &[
+                0.5,
+                1.5,
+                2.5,
+                -0.5,
+                -2.5,
+                2147483520.0,
+                2147483648.0,
+                -2147483904.0,
+                4294967296.0,
+                f32::NAN,
+                1e-40,
+            ],
+        );
         let d: Vec<f64> = (0..n)
-            .map(|i| if i < 4 { [0.1, -3.5, 1e300, 2.5][i] } else { g.unit() * 10f64.powi((g.u32() % 24) as i32 - 4) })
+            .map(|i| {
+                if i < 4 {
+                    [0.1, -3.5, 1e300, 2.5][i]
+                } else {
+                    g.unit() * 10f64.powi((g.u32() % 24) as i32 - 4)
+                }
+            })
             .collect();
-        let k: Vec<u32> = (0..n).map(|i| if i < 3 { [i32::MIN as u32, i32::MAX as u32, 16777217][i] } else { g.u32() }).collect();
+        let k: Vec<u32> = (0..n)
+            .map(|i| {
+                if i < 3 {
+                    [i32::MIN as u32, i32::MAX as u32, 16777217][i]
+                } else {
+                    g.u32()
+                }
+            })
+            .collect();
         c.push(Case {
             module: "kernels/math64.ptx",
             kernel: "conversions",
@@ -359,7 +492,13 @@ fn cases() -> (Vec<Case>, Vec<(&'static str, &'static str)>) {
                 input("k", bytes_u32(&k)),
                 output("out", pattern(n * 64), Cmp::Exact),
             ],
-            args: vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(2), Arg::Buf(3), Arg::U32(n as u32)],
+            args: vec![
+                Arg::Buf(0),
+                Arg::Buf(1),
+                Arg::Buf(2),
+                Arg::Buf(3),
+                Arg::U32(n as u32),
+            ],
         });
     }
     {
@@ -388,8 +527,16 @@ fn cases() -> (Vec<Case>, Vec<(&'static str, &'static str)>) {
             grid: [3, 1, 1],
             block: [128, 1, 1],
             shared: 0,
-            bufs: vec![input("a", bytes_f32(&a)), output("out", pattern(n * 12), Cmp::Exact)],
-            args: vec![Arg::Buf(0), Arg::Bytes(bytes_f32(&[0.5, -1.25, 3.0])), Arg::Buf(1), Arg::U32(n as u32)],
+            bufs: vec![
+                input("a", bytes_f32(&a)),
+                output("out", pattern(n * 12), Cmp::Exact),
+            ],
+            args: vec![
+                Arg::Buf(0),
+                Arg::Bytes(bytes_f32(&[0.5, -1.25, 3.0])),
+                Arg::Buf(1),
+                Arg::U32(n as u32),
+            ],
         });
     }
     {
@@ -401,7 +548,9 @@ fn cases() -> (Vec<Case>, Vec<(&'static str, &'static str)>) {
         let h = |v: &[u16]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
         // outf = r + hdiv(a, b): __hdiv goes through rcp.approx.ftz.f32 and rounds to half, so it
         // may land one half-ulp away from the emulator's (correctly rounded) quotient.
-        let max_abs: Vec<f64> = (0..n).map(|i| (f16_to_f64(a[i]) / f16_to_f64(b[i])).abs() * 2f64.powi(-10) * 1.01).collect();
+        let max_abs: Vec<f64> = (0..n)
+            .map(|i| (f16_to_f64(a[i]) / f16_to_f64(b[i])).abs() * 2f64.powi(-10) * 1.01)
+            .collect();
         c.push(Case {
             module: "kernels/half.ptx",
             kernel: "half_ops",
@@ -436,13 +585,36 @@ fn cases() -> (Vec<Case>, Vec<(&'static str, &'static str)>) {
             grid: [2, 1, 1],
             block: [256, 1, 1],
             shared: 0,
-            bufs: vec![input("a", h(&a2)), input("b", h(&b2)), output("out", pattern(n * 4), Cmp::Exact)],
+            bufs: vec![
+                input("a", h(&a2)),
+                input("b", h(&b2)),
+                output("out", pattern(n * 4), Cmp::Exact),
+            ],
             args: vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(2), Arg::U32(n as u32)],
         });
     }
     {
         let mut g = r("transcendental");
-        let x = floats(&mut g, 256, 10.0, &[0.0, -0.0, 1.0, -1.0, std::f32::consts::PI, 1e-3, 9.9, -9.9, 100.0, -100.0, 1e4, -87.0, 88.0]);
+        let x = floats(
+            &mut g,
+            256,
+            10.0,
+            &[
+                0.0,
+                -0.0,
+                1.0,
+                -1.0,
+                std::f32::consts::PI,
+                1e-3,
+                9.9,
+                -9.9,
+                100.0,
+                -100.0,
+                1e4,
+                -87.0,
+                88.0,
+            ],
+        );
         let n = x.len();
         // libm: IEEE-op sequences except where noted; bounds are twice the CUDA Programming
         // Guide's (GPU and emulator each within it of the true value).
@@ -481,9 +653,27 @@ fn cases() -> (Vec<Case>, Vec<(&'static str, &'static str)>) {
                 ignore.extend([i * 6, i * 6 + 1]);
             }
             let p1 = (v.abs() as f32 + 1.0) as f64;
-            max_ulp.extend([1, 1, 3 + (1.173 * v).abs().floor() as u64, if (0.5..=2.0).contains(&p1) { 1 } else { 4 }, 3, 3]);
-            let log_abs = if (0.5..=2.0).contains(&p1) { 2f64.powf(-21.41) * 1.01 } else { 0.0 };
-            max_abs.extend([2f64.powf(-21.41) * 1.01, 2f64.powf(-21.19) * 1.01, 0.0, log_abs, 0.0, 0.0]);
+            max_ulp.extend([
+                1,
+                1,
+                3 + (1.173 * v).abs().floor() as u64,
+                if (0.5..=2.0).contains(&p1) { 1 } else { 4 },
+                3,
+                3,
+            ]);
+            let log_abs = if (0.5..=2.0).contains(&p1) {
+                2f64.powf(-21.41) * 1.01
+            } else {
+                0.0
+            };
+            max_abs.extend([
+                2f64.powf(-21.41) * 1.01,
+                2f64.powf(-21.19) * 1.01,
+                0.0,
+                log_abs,
+                0.0,
+                0.0,
+            ]);
         }
         c.push(Case {
             module: "kernels/transcendental.ptx",
@@ -508,7 +698,9 @@ fn cases() -> (Vec<Case>, Vec<(&'static str, &'static str)>) {
             ],
             args: vec![Arg::Buf(0), Arg::Buf(1), Arg::U32(n as u32)],
         });
-        let xd: Vec<f64> = (0..200).map(|_| g.unit() * 20.0 + g.unit() * 1e-7).collect();
+        let xd: Vec<f64> = (0..200)
+            .map(|_| g.unit() * 20.0 + g.unit() * 1e-7)
+            .collect();
         c.push(Case {
             module: "kernels/transcendental.ptx",
             kernel: "libm_f64",
@@ -544,14 +736,25 @@ fn cases() -> (Vec<Case>, Vec<(&'static str, &'static str)>) {
             args: vec![Arg::Buf(0)],
         });
         let mut g = r("votes");
-        let v: Vec<u32> = (0..128).map(|i| if i % 9 == 0 { 0 } else { (g.u32() % 301).wrapping_sub(100) }).collect();
+        let v: Vec<u32> = (0..128)
+            .map(|i| {
+                if i % 9 == 0 {
+                    0
+                } else {
+                    (g.u32() % 301).wrapping_sub(100)
+                }
+            })
+            .collect();
         c.push(Case {
             module: "kernels/warp.ptx",
             kernel: "votes",
             grid: [2, 1, 1],
             block: [64, 1, 1],
             shared: 0,
-            bufs: vec![input("in", bytes_u32(&v)), output("out", pattern(128 * 32), Cmp::Exact)],
+            bufs: vec![
+                input("in", bytes_u32(&v)),
+                output("out", pattern(128 * 32), Cmp::Exact),
+            ],
             args: vec![Arg::Buf(0), Arg::Buf(1)],
         });
         c.push(Case {
@@ -572,21 +775,34 @@ fn cases() -> (Vec<Case>, Vec<(&'static str, &'static str)>) {
             bufs: vec![output("out", pattern(96 * 4), Cmp::Exact)],
             args: vec![Arg::Buf(0)],
         });
-        let s: Vec<u32> = (0..128).map(|i| [7, 0, (i as u32).wrapping_sub(20), 3][i % 4]).collect();
+        let s: Vec<u32> = (0..128)
+            .map(|i| [7, 0, (i as u32).wrapping_sub(20), 3][i % 4])
+            .collect();
         c.push(Case {
             module: "kernels/warp.ptx",
             kernel: "sync_reduce",
             grid: [1, 1, 1],
             block: [128, 1, 1],
             shared: 0,
-            bufs: vec![input("in", bytes_u32(&s)), output("out", pattern(12), Cmp::Exact)],
+            bufs: vec![
+                input("in", bytes_u32(&s)),
+                output("out", pattern(12), Cmp::Exact),
+            ],
             args: vec![Arg::Buf(0), Arg::Buf(1)],
         });
     }
     {
         let mut g = r("bits");
         let n = 256;
-        let a: Vec<u32> = (0..n).map(|i| if i < 4 { [0, 1, u32::MAX, 0x8000_0000][i] } else { g.u32() >> (g.u32() % 32) }).collect();
+        let a: Vec<u32> = (0..n)
+            .map(|i| {
+                if i < 4 {
+                    [0, 1, u32::MAX, 0x8000_0000][i]
+                } else {
+                    g.u32() >> (g.u32() % 32)
+                }
+            })
+            .collect();
         let b: Vec<u32> = (0..n).map(|_| g.u32()).collect();
         c.push(Case {
             module: "kernels/misc.ptx",
@@ -594,7 +810,11 @@ fn cases() -> (Vec<Case>, Vec<(&'static str, &'static str)>) {
             grid: [2, 1, 1],
             block: [128, 1, 1],
             shared: 0,
-            bufs: vec![input("a", bytes_u32(&a)), input("b", bytes_u32(&b)), output("out", pattern(n * 40), Cmp::Exact)],
+            bufs: vec![
+                input("a", bytes_u32(&a)),
+                input("b", bytes_u32(&b)),
+                output("out", pattern(n * 40), Cmp::Exact),
+            ],
             args: vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(2), Arg::U32(n as u32)],
         });
         // `lookup` bumps the module's __device__ counter; `read_counter` then reads it (same
@@ -627,7 +847,15 @@ fn cases() -> (Vec<Case>, Vec<(&'static str, &'static str)>) {
             bufs: vec![input("in", bytes_u32(&ok))],
             args: vec![Arg::Buf(0)],
         });
-        c.push(Case { module: "kernels/faults.ptx", kernel: "empty", grid: [3, 1, 1], block: [33, 1, 1], shared: 0, bufs: vec![], args: vec![] });
+        c.push(Case {
+            module: "kernels/faults.ptx",
+            kernel: "empty",
+            grid: [3, 1, 1],
+            block: [33, 1, 1],
+            shared: 0,
+            bufs: vec![],
+            args: vec![],
+        });
     }
     {
         let mut g = r("nvrtc12");
@@ -639,7 +867,11 @@ fn cases() -> (Vec<Case>, Vec<(&'static str, &'static str)>) {
             grid: [n.div_ceil(256) as u32, 1, 1],
             block: [256, 1, 1],
             shared: 0,
-            bufs: vec![input("in", bytes_u32(&v)), output("out", pattern(n * 4), Cmp::Exact), output("totals", pattern(n.div_ceil(256) * 4), Cmp::Exact)],
+            bufs: vec![
+                input("in", bytes_u32(&v)),
+                output("out", pattern(n * 4), Cmp::Exact),
+                output("totals", pattern(n.div_ceil(256) * 4), Cmp::Exact),
+            ],
             args: vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(2), Arg::U32(n as u32)],
         });
         let keys: Vec<u64> = (0..n).map(|_| g.u64()).collect();
@@ -649,15 +881,34 @@ fn cases() -> (Vec<Case>, Vec<(&'static str, &'static str)>) {
             grid: [n.div_ceil(128) as u32, 1, 1],
             block: [128, 1, 1],
             shared: 0,
-            bufs: vec![input("keys", bytes_u64(&keys)), output("scaled", pattern(n * 4), Cmp::Exact), output("buckets", zeros(64), Cmp::Exact)],
-            args: vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(2), Arg::U32(n as u32), Arg::F32(1.0 / 1024.0 + 1e-7)],
+            bufs: vec![
+                input("keys", bytes_u64(&keys)),
+                output("scaled", pattern(n * 4), Cmp::Exact),
+                output("buckets", zeros(64), Cmp::Exact),
+            ],
+            args: vec![
+                Arg::Buf(0),
+                Arg::Buf(1),
+                Arg::Buf(2),
+                Arg::U32(n as u32),
+                Arg::F32(1.0 / 1024.0 + 1e-7),
+            ],
         });
     }
     let skipped = vec![
-        ("kernels/faults.ptx:write_out_of_bounds", "faults on purpose (a GPU fault ends the context)"),
+        (
+            "kernels/faults.ptx:write_out_of_bounds",
+            "faults on purpose (a GPU fault ends the context)",
+        ),
         ("kernels/faults.ptx:spin_forever", "never ends on purpose"),
-        ("kernels/warp.ptx:bad_shuffle", "warp-op membership error on purpose (undefined on a GPU)"),
-        ("kernels/warp.ptx:barrier_deadlock", "deadlocks on purpose (hangs a GPU)"),
+        (
+            "kernels/warp.ptx:bad_shuffle",
+            "warp-op membership error on purpose (undefined on a GPU)",
+        ),
+        (
+            "kernels/warp.ptx:barrier_deadlock",
+            "deadlocks on purpose (hangs a GPU)",
+        ),
     ];
     (c, skipped)
 }
@@ -732,10 +983,23 @@ fn main() {
             let m = Module::parse(&src).unwrap_or_else(|e| panic!("{path}: {e}"));
             modules.push((case.module, m));
         }
-        let module = &modules.iter().find(|(p, _)| *p == case.module).expect("loaded").1;
-        let info = module.kernels().iter().find(|k| k.name == case.kernel).unwrap_or_else(|| panic!("no kernel {}", case.kernel));
+        let module = &modules
+            .iter()
+            .find(|(p, _)| *p == case.module)
+            .expect("loaded")
+            .1;
+        let info = module
+            .kernels()
+            .iter()
+            .find(|k| k.name == case.kernel)
+            .unwrap_or_else(|| panic!("no kernel {}", case.kernel));
         let (offsets, size) = info.param_layout();
-        assert_eq!(offsets.len(), case.args.len(), "{}: argument count", case.kernel);
+        assert_eq!(
+            offsets.len(),
+            case.args.len(),
+            "{}: argument count",
+            case.kernel
+        );
 
         let mem = DeviceMemory::new();
         let addrs: Vec<u64> = case
@@ -763,7 +1027,11 @@ fn main() {
                 Arg::F32(v) => v.to_le_bytes().to_vec(),
                 Arg::Bytes(b) => b.clone(),
             };
-            assert!(bytes.len() <= info.params[k].size as usize, "{}: argument {k} too large", case.kernel);
+            assert!(
+                bytes.len() <= info.params[k].size as usize,
+                "{}: argument {k} too large",
+                case.kernel
+            );
             block[at..at + bytes.len()].copy_from_slice(&bytes);
             emu_block[at..at + bytes.len()].copy_from_slice(&bytes);
         }
@@ -786,7 +1054,12 @@ fn main() {
         let mut bufs = Vec::new();
         let mut outputs = Vec::new();
         for (bi, b) in case.bufs.iter().enumerate() {
-            let mut s = format!("{{\"name\":{},\"bytes\":{},\"input\":\"{}\"", json_str(b.name), b.init.len(), hex(&b.init));
+            let mut s = format!(
+                "{{\"name\":{},\"bytes\":{},\"input\":\"{}\"",
+                json_str(b.name),
+                b.init.len(),
+                hex(&b.init)
+            );
             if let Some(c) = &b.output {
                 let _ = write!(s, ",\"compare\":{}", cmp_json(c));
                 let mut got = vec![0u8; b.init.len()];
@@ -815,10 +1088,18 @@ fn main() {
     let _ = writeln!(
         out,
         "],\"skipped\":{}}}",
-        list(&skipped, |(k, why)| format!("{{\"kernel\":{},\"why\":{}}}", json_str(k), json_str(why)))
+        list(&skipped, |(k, why)| format!(
+            "{{\"kernel\":{},\"why\":{}}}",
+            json_str(k),
+            json_str(why)
+        ))
     );
     print!("{out}");
-    eprintln!("{} launches, {} skipped kernels, {failures} emulator errors", cases.len(), skipped.len());
+    eprintln!(
+        "{} launches, {} skipped kernels, {failures} emulator errors",
+        cases.len(),
+        skipped.len()
+    );
     if failures > 0 {
         std::process::exit(1);
     }

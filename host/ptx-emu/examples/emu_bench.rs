@@ -43,32 +43,54 @@ fn bench(name: &str, reps: usize, mut f: impl FnMut() -> LaunchStats) {
 }
 
 fn main() {
-    let threads: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let threads: usize = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
     let mem = DeviceMemory::new();
-    println!("threads: {} (0 = one per core; this machine has {})", threads, std::thread::available_parallelism().map_or(1, |n| n.get()));
+    println!(
+        "threads: {} (0 = one per core; this machine has {})",
+        threads,
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    );
 
     let m = Module::parse(MATMUL).expect("matmul.ptx");
     let n = 256usize;
-    let a: Vec<u8> = (0..n * n).flat_map(|i| ((i % 17) as f32 * 0.25).to_le_bytes()).collect();
+    let a: Vec<u8> = (0..n * n)
+        .flat_map(|i| ((i % 17) as f32 * 0.25).to_le_bytes())
+        .collect();
     let pa = mem.alloc((n * n * 4) as u64).unwrap();
     let pb = mem.alloc((n * n * 4) as u64).unwrap();
     let pc = mem.alloc((n * n * 4) as u64).unwrap();
     mem.write(pa, &a).unwrap();
     mem.write(pb, &a).unwrap();
     let k = kernel(&m, "matmul_tiled");
-    let ab = args(k, &[pa, pb, pc, n as u64, n as u64, n as u64], &[8, 8, 8, 4, 4, 4]);
+    let ab = args(
+        k,
+        &[pa, pb, pc, n as u64, n as u64, n as u64],
+        &[8, 8, 8, 4, 4, 4],
+    );
     bench("matmul_tiled 256x256x256", 5, || {
         m.launch(
             "matmul_tiled",
             &mem,
-            &LaunchParams { grid: [16, 16, 1], block: [16, 16, 1], shared_mem_bytes: 0, args: &ab, step_limit: u64::MAX, threads },
+            &LaunchParams {
+                grid: [16, 16, 1],
+                block: [16, 16, 1],
+                shared_mem_bytes: 0,
+                args: &ab,
+                step_limit: u64::MAX,
+                threads,
+            },
         )
         .unwrap()
     });
 
     let r = Module::parse(REDUCE).expect("reduce.ptx");
     let len = 1usize << 20;
-    let data: Vec<u8> = (0..len).flat_map(|i| ((i % 13) as u32).to_le_bytes()).collect();
+    let data: Vec<u8> = (0..len)
+        .flat_map(|i| ((i % 13) as u32).to_le_bytes())
+        .collect();
     let pin = mem.alloc((len * 4) as u64).unwrap();
     mem.write(pin, &data).unwrap();
     let blocks = 256u32;
@@ -78,7 +100,14 @@ fn main() {
         r.launch(
             "block_sum",
             &mem,
-            &LaunchParams { grid: [blocks, 1, 1], block: [256, 1, 1], shared_mem_bytes: 1024, args: &ab, step_limit: u64::MAX, threads },
+            &LaunchParams {
+                grid: [blocks, 1, 1],
+                block: [256, 1, 1],
+                shared_mem_bytes: 1024,
+                args: &ab,
+                step_limit: u64::MAX,
+                threads,
+            },
         )
         .unwrap()
     });
@@ -88,7 +117,14 @@ fn main() {
         r.launch(
             "shfl_sum",
             &mem,
-            &LaunchParams { grid: [blocks, 1, 1], block: [256, 1, 1], shared_mem_bytes: 0, args: &ab, step_limit: u64::MAX, threads },
+            &LaunchParams {
+                grid: [blocks, 1, 1],
+                block: [256, 1, 1],
+                shared_mem_bytes: 0,
+                args: &ab,
+                step_limit: u64::MAX,
+                threads,
+            },
         )
         .unwrap()
     });
@@ -97,8 +133,23 @@ fn main() {
     let t = Instant::now();
     let reps = 2000;
     for _ in 0..reps {
-        f.launch("empty", &mem, &LaunchParams { grid: [1, 1, 1], block: [1, 1, 1], shared_mem_bytes: 0, args: &[], step_limit: 100, threads })
-            .unwrap();
+        f.launch(
+            "empty",
+            &mem,
+            &LaunchParams {
+                grid: [1, 1, 1],
+                block: [1, 1, 1],
+                shared_mem_bytes: 0,
+                args: &[],
+                step_limit: 100,
+                threads,
+            },
+        )
+        .unwrap();
     }
-    println!("{:<34} {:>10.2} us per launch", "empty <<<1,1>>>", t.elapsed().as_secs_f64() * 1e6 / reps as f64);
+    println!(
+        "{:<34} {:>10.2} us per launch",
+        "empty <<<1,1>>>",
+        t.elapsed().as_secs_f64() * 1e6 / reps as f64
+    );
 }

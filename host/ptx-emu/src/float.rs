@@ -36,7 +36,11 @@ fn round_narrow(fmt: Fmt, r: f64, err: i8, mode: Rnd) -> u64 {
     let exp_all = (1u64 << fmt.exp) - 1;
     let inf = exp_all << fmt.mant;
     if r.is_nan() {
-        return if fmt.mant == 23 { NAN32 as u64 } else { NAN16 as u64 };
+        return if fmt.mant == 23 {
+            NAN32 as u64
+        } else {
+            NAN16 as u64
+        };
     }
     let neg = r.is_sign_negative();
     let s = if neg { sign_bit } else { 0 };
@@ -60,7 +64,11 @@ fn round_narrow(fmt: Fmt, r: f64, err: i8, mode: Rnd) -> u64 {
     } else {
         let bits = a.to_bits();
         let e64 = ((bits >> 52) & 0x7ff) as i64;
-        let (m, e) = if e64 == 0 { (bits & ((1 << 52) - 1), -1074i64) } else { ((bits & ((1 << 52) - 1)) | (1 << 52), e64 - 1075) };
+        let (m, e) = if e64 == 0 {
+            (bits & ((1 << 52) - 1), -1074i64)
+        } else {
+            ((bits & ((1 << 52) - 1)) | (1 << 52), e64 - 1075)
+        };
         // a = m * 2^e; its binary exponent:
         let x = 63 - m.leading_zeros() as i64 + e;
         if x > emax {
@@ -144,7 +152,11 @@ fn adjust64(r: f64, err: i8, mode: Rnd) -> f64 {
     };
     if r.is_infinite() {
         // Overflowed under round-to-nearest: the directed modes may clamp to the largest finite.
-        return if (r > 0.0 && toward_neg) || (r < 0.0 && !toward_neg) { f64::MAX.copysign(r) } else { r };
+        return if (r > 0.0 && toward_neg) || (r < 0.0 && !toward_neg) {
+            f64::MAX.copysign(r)
+        } else {
+            r
+        };
     }
     if toward_neg && err < 0 {
         next_down(r)
@@ -341,7 +353,11 @@ pub(crate) fn mul(f: FT, a: u64, b: u64, m: Rnd) -> u64 {
     let (x, y) = (to_f64(f, a), to_f64(f, b));
     let p = x * y;
     if f == FT::F64 {
-        let e = if p.is_finite() { sgn(x.mul_add(y, -p)) } else { 0 };
+        let e = if p.is_finite() {
+            sgn(x.mul_add(y, -p))
+        } else {
+            0
+        };
         return adjust64(p, e, m).to_bits();
     }
     // Products of two f32 (24-bit) significands are exact in f64.
@@ -351,7 +367,11 @@ pub(crate) fn mul(f: FT, a: u64, b: u64, m: Rnd) -> u64 {
 pub(crate) fn div(f: FT, a: u64, b: u64, m: Rnd) -> u64 {
     let (x, y) = (to_f64(f, a), to_f64(f, b));
     let q = x / y;
-    let e = if q.is_finite() && q != 0.0 && y.is_finite() { sgn((-q).mul_add(y, x)) * sgn(y) } else { 0 };
+    let e = if q.is_finite() && q != 0.0 && y.is_finite() {
+        sgn((-q).mul_add(y, x)) * sgn(y)
+    } else {
+        0
+    };
     if f == FT::F64 {
         return adjust64(q, e, m).to_bits();
     }
@@ -384,7 +404,11 @@ pub(crate) fn fma(f: FT, a: u64, b: u64, c: u64, m: Rnd) -> u64 {
 pub(crate) fn sqrt(f: FT, a: u64, m: Rnd) -> u64 {
     let x = to_f64(f, a);
     let r = x.sqrt();
-    let e = if r.is_finite() && r > 0.0 { sgn((-r).mul_add(r, x)) } else { 0 };
+    let e = if r.is_finite() && r > 0.0 {
+        sgn((-r).mul_add(r, x))
+    } else {
+        0
+    };
     if f == FT::F64 {
         return adjust64(r, e, m).to_bits();
     }
@@ -436,7 +460,17 @@ mod tests {
 
     #[test]
     fn narrow_rounding_matches_host_for_nearest() {
-        for &x in &[1.0f64, 1.0 + 1e-9, 3.25, -2.5e-40, 1e39, -1e-46, 6.0e-39, 65504.0, 1.0 / 3.0] {
+        for &x in &[
+            1.0f64,
+            1.0 + 1e-9,
+            3.25,
+            -2.5e-40,
+            1e39,
+            -1e-46,
+            6.0e-39,
+            65504.0,
+            1.0 / 3.0,
+        ] {
             assert_eq!(f32r(x, 0, Rnd::N).to_bits(), (x as f32).to_bits(), "{x}");
         }
     }
@@ -476,14 +510,41 @@ mod tests {
     fn f32_ops_are_correctly_rounded() {
         let a = 0.1f32.to_bits() as u64;
         let b = 0.2f32.to_bits() as u64;
-        assert_eq!(add(FT::F32, a, b, Rnd::N), (0.1f32 + 0.2f32).to_bits() as u64);
-        assert_eq!(mul(FT::F32, a, b, Rnd::N), (0.1f32 * 0.2f32).to_bits() as u64);
-        assert_eq!(div(FT::F32, a, b, Rnd::N), (0.1f32 / 0.2f32).to_bits() as u64);
-        assert_eq!(fma(FT::F32, a, b, a, Rnd::N), 0.1f32.mul_add(0.2, 0.1).to_bits() as u64);
-        let q_rz = f32::from_bits(div(FT::F32, 1f32.to_bits() as u64, 3f32.to_bits() as u64, Rnd::Z) as u32);
-        let q_rp = f32::from_bits(div(FT::F32, 1f32.to_bits() as u64, 3f32.to_bits() as u64, Rnd::P) as u32);
+        assert_eq!(
+            add(FT::F32, a, b, Rnd::N),
+            (0.1f32 + 0.2f32).to_bits() as u64
+        );
+        assert_eq!(
+            mul(FT::F32, a, b, Rnd::N),
+            (0.1f32 * 0.2f32).to_bits() as u64
+        );
+        assert_eq!(
+            div(FT::F32, a, b, Rnd::N),
+            (0.1f32 / 0.2f32).to_bits() as u64
+        );
+        assert_eq!(
+            fma(FT::F32, a, b, a, Rnd::N),
+            0.1f32.mul_add(0.2, 0.1).to_bits() as u64
+        );
+        let q_rz = f32::from_bits(div(
+            FT::F32,
+            1f32.to_bits() as u64,
+            3f32.to_bits() as u64,
+            Rnd::Z,
+        ) as u32);
+        let q_rp = f32::from_bits(div(
+            FT::F32,
+            1f32.to_bits() as u64,
+            3f32.to_bits() as u64,
+            Rnd::P,
+        ) as u32);
         assert!(q_rz < q_rp && (q_rz as f64) < 1.0 / 3.0 && (q_rp as f64) > 1.0 / 3.0);
-        let nan = add(FT::F32, f32::INFINITY.to_bits() as u64, f32::NEG_INFINITY.to_bits() as u64, Rnd::N);
+        let nan = add(
+            FT::F32,
+            f32::INFINITY.to_bits() as u64,
+            f32::NEG_INFINITY.to_bits() as u64,
+            Rnd::N,
+        );
         assert_eq!(nan, NAN32 as u64);
     }
 }

@@ -26,7 +26,10 @@ pub(crate) struct Token<'a> {
 }
 
 fn err(line: u32, message: impl Into<String>) -> LoadError {
-    LoadError { line, message: message.into() }
+    LoadError {
+        line,
+        message: message.into(),
+    }
 }
 
 fn is_word_start(c: u8) -> bool {
@@ -88,12 +91,16 @@ pub(crate) fn lex(src: &str) -> Result<Vec<Token<'_>>, LoadError> {
                 if i >= b.len() {
                     return Err(err(line, "unterminated string literal"));
                 }
-                out.push(Token { tok: Tok::Str(&src[start..i]), line });
+                out.push(Token {
+                    tok: Tok::Str(&src[start..i]),
+                    line,
+                });
                 i += 1;
             }
             c if c.is_ascii_digit() => {
                 let start = i;
-                while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'.' || b[i] == b'_') {
+                while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'.' || b[i] == b'_')
+                {
                     // An exponent sign belongs to a decimal float literal.
                     if (b[i] == b'e' || b[i] == b'E')
                         && matches!(b.get(i + 1), Some(b'+' | b'-'))
@@ -105,7 +112,10 @@ pub(crate) fn lex(src: &str) -> Result<Vec<Token<'_>>, LoadError> {
                     i += 1;
                 }
                 let text = &src[start..i];
-                out.push(Token { tok: number(text, line)?, line });
+                out.push(Token {
+                    tok: number(text, line)?,
+                    line,
+                });
             }
             c if is_word_start(c) => {
                 let start = i;
@@ -118,11 +128,17 @@ pub(crate) fn lex(src: &str) -> Result<Vec<Token<'_>>, LoadError> {
                         _ => break,
                     }
                 }
-                out.push(Token { tok: Tok::Word(&src[start..i]), line });
+                out.push(Token {
+                    tok: Tok::Word(&src[start..i]),
+                    line,
+                });
             }
-            b',' | b';' | b':' | b'{' | b'}' | b'[' | b']' | b'(' | b')' | b'<' | b'>' | b'+' | b'-'
-            | b'@' | b'!' | b'|' | b'=' | b'*' => {
-                out.push(Token { tok: Tok::Punct(c as char), line });
+            b',' | b';' | b':' | b'{' | b'}' | b'[' | b']' | b'(' | b')' | b'<' | b'>' | b'+'
+            | b'-' | b'@' | b'!' | b'|' | b'=' | b'*' => {
+                out.push(Token {
+                    tok: Tok::Punct(c as char),
+                    line,
+                });
                 i += 1;
             }
             _ => {
@@ -160,7 +176,9 @@ fn number(text: &str, line: u32) -> Result<Tok<'static>, LoadError> {
         return lower.parse::<f64>().map(Tok::Float).map_err(|_| bad());
     }
     if t.len() > 1 && t.starts_with('0') {
-        return u64::from_str_radix(&t[1..], 8).map(Tok::Int).map_err(|_| bad());
+        return u64::from_str_radix(&t[1..], 8)
+            .map(Tok::Int)
+            .map_err(|_| bad());
     }
     t.parse::<u64>().map(Tok::Int).map_err(|_| bad())
 }

@@ -96,11 +96,21 @@ impl Module {
         let toks = lexer::lex(ptx)?;
         let ast = parser::parse(&toks)?;
         let (prog, kernels) = lower::lower(&ast)?;
-        let module_data = memory::Region::zeroed(prog.module_data.len().max(8) as u64)
-            .map_err(|e| LoadError { line: 1, message: format!("module variables: {e}") })?;
+        let module_data =
+            memory::Region::zeroed(prog.module_data.len().max(8) as u64).map_err(|e| {
+                LoadError {
+                    line: 1,
+                    message: format!("module variables: {e}"),
+                }
+            })?;
         module_data.write_bytes(0, &prog.module_data);
         let arg_sizes = kernels.iter().map(|k| k.param_layout().1).collect();
-        Ok(Module { prog, kernels, arg_sizes, module_data })
+        Ok(Module {
+            prog,
+            kernels,
+            arg_sizes,
+            module_data,
+        })
     }
 
     /// The module's kernels, in source order.
@@ -174,7 +184,13 @@ impl fmt::Display for Site {
         write!(
             f,
             "PTX line {}, block ({},{},{}), thread ({},{},{})",
-            self.line, self.ctaid[0], self.ctaid[1], self.ctaid[2], self.tid[0], self.tid[1], self.tid[2]
+            self.line,
+            self.ctaid[0],
+            self.ctaid[1],
+            self.ctaid[2],
+            self.tid[0],
+            self.tid[1],
+            self.tid[2]
         )
     }
 }
@@ -214,7 +230,9 @@ impl Module {
             .kernels
             .iter()
             .position(|k| k.name == kernel)
-            .ok_or_else(|| ExecError::InvalidLaunch(format!("no kernel named `{kernel}` in this module")))?;
+            .ok_or_else(|| {
+                ExecError::InvalidLaunch(format!("no kernel named `{kernel}` in this module"))
+            })?;
         let arg_size = self.arg_sizes.get(idx).copied().unwrap_or(0);
         exec::launch(&self.prog, &self.module_data, idx, memory, params, arg_size)
     }

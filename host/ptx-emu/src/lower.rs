@@ -9,7 +9,10 @@ use crate::ir::*;
 use crate::{KernelInfo, LoadError, ParamInfo};
 
 fn err(line: u32, message: impl Into<String>) -> LoadError {
-    LoadError { line, message: message.into() }
+    LoadError {
+        line,
+        message: message.into(),
+    }
 }
 
 /// Per-thread local memory and per-CTA shared memory are laid out statically for the whole
@@ -50,14 +53,38 @@ pub(crate) fn type_size(ty: &str) -> Option<u32> {
 
 fn parse_ty(s: &str) -> Option<Ty> {
     Some(match s {
-        "b8" | "u8" => Ty::I(IT { bits: 8, signed: false }),
-        "s8" => Ty::I(IT { bits: 8, signed: true }),
-        "b16" | "u16" => Ty::I(IT { bits: 16, signed: false }),
-        "s16" => Ty::I(IT { bits: 16, signed: true }),
-        "b32" | "u32" => Ty::I(IT { bits: 32, signed: false }),
-        "s32" => Ty::I(IT { bits: 32, signed: true }),
-        "b64" | "u64" => Ty::I(IT { bits: 64, signed: false }),
-        "s64" => Ty::I(IT { bits: 64, signed: true }),
+        "b8" | "u8" => Ty::I(IT {
+            bits: 8,
+            signed: false,
+        }),
+        "s8" => Ty::I(IT {
+            bits: 8,
+            signed: true,
+        }),
+        "b16" | "u16" => Ty::I(IT {
+            bits: 16,
+            signed: false,
+        }),
+        "s16" => Ty::I(IT {
+            bits: 16,
+            signed: true,
+        }),
+        "b32" | "u32" => Ty::I(IT {
+            bits: 32,
+            signed: false,
+        }),
+        "s32" => Ty::I(IT {
+            bits: 32,
+            signed: true,
+        }),
+        "b64" | "u64" => Ty::I(IT {
+            bits: 64,
+            signed: false,
+        }),
+        "s64" => Ty::I(IT {
+            bits: 64,
+            signed: true,
+        }),
         "f16" => Ty::F(FT::F16),
         "bf16" => Ty::F(FT::BF16),
         "f32" => Ty::F(FT::F32),
@@ -97,7 +124,13 @@ impl<'a> Mods<'a> {
         let base = it.next().unwrap_or("");
         let list: Vec<&str> = it.collect();
         let used = vec![false; list.len()];
-        Mods { base, full, list, used, line }
+        Mods {
+            base,
+            full,
+            list,
+            used,
+            line,
+        }
     }
     fn has(&mut self, m: &str) -> bool {
         for (i, x) in self.list.iter().enumerate() {
@@ -137,13 +170,14 @@ impl<'a> Mods<'a> {
         }
     }
     fn rnd(&mut self) -> Option<Rnd> {
-        self.one_of(&["rn", "rz", "rm", "rp", "rna"]).map(|r| match r {
-            "rn" => Rnd::N,
-            "rz" => Rnd::Z,
-            "rm" => Rnd::M,
-            "rp" => Rnd::P,
-            _ => Rnd::A,
-        })
+        self.one_of(&["rn", "rz", "rm", "rp", "rna"])
+            .map(|r| match r {
+                "rn" => Rnd::N,
+                "rz" => Rnd::Z,
+                "rm" => Rnd::M,
+                "rp" => Rnd::P,
+                _ => Rnd::A,
+            })
     }
     fn int_rnd(&mut self) -> Option<Rnd> {
         self.one_of(&["rni", "rzi", "rmi", "rpi"]).map(|r| match r {
@@ -162,9 +196,27 @@ impl<'a> Mods<'a> {
             }
             let ignorable = matches!(
                 *x,
-                "volatile" | "relaxed" | "acquire" | "release" | "acq_rel" | "weak" | "sc" | "mmio"
-                    | "cta" | "gpu" | "sys" | "cluster" | "nc" | "ca" | "cg" | "cs" | "lu" | "cv" | "wb"
-                    | "wt" | "unified"
+                "volatile"
+                    | "relaxed"
+                    | "acquire"
+                    | "release"
+                    | "acq_rel"
+                    | "weak"
+                    | "sc"
+                    | "mmio"
+                    | "cta"
+                    | "gpu"
+                    | "sys"
+                    | "cluster"
+                    | "nc"
+                    | "ca"
+                    | "cg"
+                    | "cs"
+                    | "lu"
+                    | "cv"
+                    | "wb"
+                    | "wt"
+                    | "unified"
             ) || x.starts_with("L1::")
                 || x.starts_with("L2::");
             if ignorable {
@@ -180,7 +232,10 @@ impl<'a> Mods<'a> {
             if !self.used[i] {
                 return Err(err(
                     self.line,
-                    format!("unsupported modifier `.{x}` in `{}` (instruction `{}`)", self.full, self.base),
+                    format!(
+                        "unsupported modifier `.{x}` in `{}` (instruction `{}`)",
+                        self.full, self.base
+                    ),
                 ));
             }
         }
@@ -216,12 +271,15 @@ fn align_up(v: u64, a: u64) -> u64 {
 }
 
 fn decl_size(d: &VarDecl) -> Result<u64, LoadError> {
-    let el = type_size(&d.ty).ok_or_else(|| err(d.line, format!("unknown type `.{}`", d.ty)))? as u64;
+    let el =
+        type_size(&d.ty).ok_or_else(|| err(d.line, format!("unknown type `.{}`", d.ty)))? as u64;
     let mut n = el * d.vec as u64;
     for dim in &d.dims {
         match dim {
             Some(k) => {
-                n = n.checked_mul(*k).ok_or_else(|| err(d.line, "array too large"))?;
+                n = n
+                    .checked_mul(*k)
+                    .ok_or_else(|| err(d.line, "array too large"))?;
             }
             None => n = 0,
         }
@@ -230,7 +288,10 @@ fn decl_size(d: &VarDecl) -> Result<u64, LoadError> {
 }
 
 fn decl_align(d: &VarDecl) -> u64 {
-    d.align.map(|a| a as u64).unwrap_or_else(|| type_size(&d.ty).unwrap_or(1) as u64 * d.vec as u64).max(1)
+    d.align
+        .map(|a| a as u64)
+        .unwrap_or_else(|| type_size(&d.ty).unwrap_or(1) as u64 * d.vec as u64)
+        .max(1)
 }
 
 /// The launch signature of an `.entry`: its parameters as the argument block lays them out.
@@ -239,26 +300,42 @@ fn kernel_info(f: &ast::Function) -> Result<KernelInfo, LoadError> {
     let mut params = Vec::new();
     for p in &f.params {
         if p.space != StateSpace::Param {
-            return Err(err(p.line, format!("kernel parameter `{}` must be in .param space", p.name)));
+            return Err(err(
+                p.line,
+                format!("kernel parameter `{}` must be in .param space", p.name),
+            ));
         }
         let size = decl_size(p)?;
         if size == 0 || size > 32 * 1024 {
-            return Err(err(p.line, format!("bad size for kernel parameter `{}`", p.name)));
+            return Err(err(
+                p.line,
+                format!("bad size for kernel parameter `{}`", p.name),
+            ));
         }
         params.push(ParamInfo {
             name: p.name.clone(),
             size: size as u32,
             align: decl_align(p) as u32,
-            pointer_sized: matches!(p.ty.as_str(), "u64" | "b64" | "s64") && p.dims.is_empty() && p.vec == 1,
+            pointer_sized: matches!(p.ty.as_str(), "u64" | "b64" | "s64")
+                && p.dims.is_empty()
+                && p.vec == 1,
         });
     }
-    let info = KernelInfo { name: f.name.clone(), params };
+    let info = KernelInfo {
+        name: f.name.clone(),
+        params,
+    };
     // CUDA caps a kernel's parameter space; refusing more here keeps every later layout (the
     // emulator's, the host's argument block) free of overflow.
     if info.checked_param_layout(crate::MAX_PARAM_BYTES).is_none() {
-        return Err(err(f.line, format!(
-            "kernel `{}` declares more than {} bytes of parameters", f.name, crate::MAX_PARAM_BYTES
-        )));
+        return Err(err(
+            f.line,
+            format!(
+                "kernel `{}` declares more than {} bytes of parameters",
+                f.name,
+                crate::MAX_PARAM_BYTES
+            ),
+        ));
     }
     Ok(info)
 }
@@ -266,7 +343,11 @@ fn kernel_info(f: &ast::Function) -> Result<KernelInfo, LoadError> {
 /// The defined `.entry` kernels of a module, in source order, without lowering any body (the
 /// module may use instructions [`lower`] refuses).
 pub(crate) fn entry_signatures(m: &ast::ModuleAst) -> Result<Vec<KernelInfo>, LoadError> {
-    m.funcs.iter().filter(|f| f.is_entry && f.body.is_some()).map(kernel_info).collect()
+    m.funcs
+        .iter()
+        .filter(|f| f.is_entry && f.body.is_some())
+        .map(kernel_info)
+        .collect()
 }
 
 /// Each defined entry's parameter declarations as PTX writes them (`.u64`, `.align 8 .b8[12]`),
@@ -326,7 +407,10 @@ pub(crate) fn lower(m: &ast::ModuleAst) -> Result<(Program, Vec<KernelInfo>), Lo
     let mut shared_static = 0u64;
     let mut shared_dyn_align = 16u64;
     let shared_decls = m.vars.iter().chain(m.funcs.iter().flat_map(|f| {
-        f.body.iter().flatten().filter_map(|s| if let Stmt::Var(d) = s { Some(d) } else { None })
+        f.body
+            .iter()
+            .flatten()
+            .filter_map(|s| if let Stmt::Var(d) = s { Some(d) } else { None })
     }));
     for d in shared_decls.filter(|d| d.space == StateSpace::Shared) {
         if d.is_extern || d.dims.iter().any(|x| x.is_none()) {
@@ -361,7 +445,10 @@ pub(crate) fn lower(m: &ast::ModuleAst) -> Result<(Program, Vec<KernelInfo>), Lo
         }
         cx.func_ids.insert(f.name.clone(), i as u32);
         if cx.globals.contains_key(&f.name) {
-            return Err(err(f.line, format!("`{}` is both a variable and a function", f.name)));
+            return Err(err(
+                f.line,
+                format!("`{}` is both a variable and a function", f.name),
+            ));
         }
         let mut ps = Vec::new();
         let mut rs = Vec::new();
@@ -369,7 +456,10 @@ pub(crate) fn lower(m: &ast::ModuleAst) -> Result<(Program, Vec<KernelInfo>), Lo
             for (list, out) in [(&f.params, &mut ps), (&f.rets, &mut rs)] {
                 for p in list.iter() {
                     if p.space != StateSpace::Param {
-                        return Err(err(p.line, format!("function parameter `{}` must be in .param space", p.name)));
+                        return Err(err(
+                            p.line,
+                            format!("function parameter `{}` must be in .param space", p.name),
+                        ));
                     }
                     let size = decl_size(p)?;
                     let at = align_up(cx.tparam_next, decl_align(p));
@@ -391,7 +481,10 @@ pub(crate) fn lower(m: &ast::ModuleAst) -> Result<(Program, Vec<KernelInfo>), Lo
         }
     }
 
-    let mut shared_cursor = SharedCursor { next: 0, dyn_off: shared_dyn_off };
+    let mut shared_cursor = SharedCursor {
+        next: 0,
+        dyn_off: shared_dyn_off,
+    };
     // Module-level static shared vars took the first offsets in module_var; continue after them.
     shared_cursor.next = cx.shared_next;
     let mut kernels = Vec::new();
@@ -405,13 +498,23 @@ pub(crate) fn lower(m: &ast::ModuleAst) -> Result<(Program, Vec<KernelInfo>), Lo
             kernel_funcs.push(fi);
             kernels.push(info);
         }
-        FnLower::run(&mut cx, m, fi, f, body, &mut shared_cursor, kernels.last().filter(|_| f.is_entry))?;
+        FnLower::run(
+            &mut cx,
+            m,
+            fi,
+            f,
+            body,
+            &mut shared_cursor,
+            kernels.last().filter(|_| f.is_entry),
+        )?;
     }
     // Entries are 0-based positions; an empty program still needs nothing past its end.
     let mut funcs = Vec::new();
     for (fi, f) in m.funcs.iter().enumerate() {
         let _ = f;
-        funcs.push(FuncInfo { entry_pc: cx.func_entry[fi].unwrap_or(u32::MAX) });
+        funcs.push(FuncInfo {
+            entry_pc: cx.func_entry[fi].unwrap_or(u32::MAX),
+        });
     }
     check_recursion(&cx, m)?;
     let mut linked_code = std::mem::take(&mut cx.code);
@@ -430,7 +533,12 @@ pub(crate) fn lower(m: &ast::ModuleAst) -> Result<(Program, Vec<KernelInfo>), Lo
     for (off, size, name, add, line) in std::mem::take(&mut cx.sym_inits) {
         let v = match cx.globals.get(&name) {
             Some(Sym::Addr(sp, a)) => generic_of(*sp, *a).wrapping_add(add as u64),
-            _ => return Err(err(line, format!("initializer names unknown symbol `{name}`"))),
+            _ => {
+                return Err(err(
+                    line,
+                    format!("initializer names unknown symbol `{name}`"),
+                ))
+            }
         };
         let bytes = v.to_le_bytes();
         if let Some(dst) = cx.module_data.get_mut(off..off + size) {
@@ -483,7 +591,10 @@ fn check_recursion(cx: &ModuleCtx, m: &ast::ModuleAst) -> Result<(), LoadError> 
                 let v = v as usize;
                 match colour.get(v) {
                     Some(1) => {
-                        return Err(err(line, format!("recursive call to `{}` is not supported", m.funcs[v].name)))
+                        return Err(err(
+                            line,
+                            format!("recursive call to `{}` is not supported", m.funcs[v].name),
+                        ))
                     }
                     Some(0) => {
                         colour[v] = 1;
@@ -516,7 +627,14 @@ fn module_var(cx: &mut ModuleCtx, v: &VarDecl, dyn_off: u64) -> Result<(), LoadE
             if let Some(init) = &v.init {
                 write_init(cx, v, at as usize, size as usize, init)?;
             }
-            Sym::Addr(if v.space == StateSpace::Global { Space::Global } else { Space::Const }, MODULE_WIN + at)
+            Sym::Addr(
+                if v.space == StateSpace::Global {
+                    Space::Global
+                } else {
+                    Space::Const
+                },
+                MODULE_WIN + at,
+            )
         }
         StateSpace::Shared => {
             if v.init.is_some() {
@@ -530,18 +648,32 @@ fn module_var(cx: &mut ModuleCtx, v: &VarDecl, dyn_off: u64) -> Result<(), LoadE
                 Sym::Addr(Space::Shared, at)
             }
         }
-        _ => return Err(err(v.line, "only .global, .const and .shared variables may be declared at module level")),
+        _ => {
+            return Err(err(
+                v.line,
+                "only .global, .const and .shared variables may be declared at module level",
+            ))
+        }
     };
     cx.globals.insert(v.name.clone(), sym);
     Ok(())
 }
 
-fn write_init(cx: &mut ModuleCtx, v: &VarDecl, at: usize, size: usize, init: &[InitElem]) -> Result<(), LoadError> {
+fn write_init(
+    cx: &mut ModuleCtx,
+    v: &VarDecl,
+    at: usize,
+    size: usize,
+    init: &[InitElem],
+) -> Result<(), LoadError> {
     let el = type_size(&v.ty).unwrap_or(1) as usize;
     let is_f32 = v.ty == "f32";
     let is_f64 = v.ty == "f64";
     if init.len() * el > size.max(el) {
-        return Err(err(v.line, format!("too many initializers for `{}`", v.name)));
+        return Err(err(
+            v.line,
+            format!("too many initializers for `{}`", v.name),
+        ));
     }
     for (i, e) in init.iter().enumerate() {
         let off = at + i * el;
@@ -557,7 +689,10 @@ fn write_init(cx: &mut ModuleCtx, v: &VarDecl, at: usize, size: usize, init: &[I
             InitElem::Float(x) => x.to_bits(),
             InitElem::Sym(ref name, add) => {
                 if el != 8 {
-                    return Err(err(v.line, "symbol addresses need 64-bit initializer elements"));
+                    return Err(err(
+                        v.line,
+                        "symbol addresses need 64-bit initializer elements",
+                    ));
                 }
                 cx.sym_inits.push((off, el, name.clone(), add, v.line));
                 0
@@ -657,11 +792,32 @@ impl<'c, 'm> FnLower<'c, 'm> {
             }
         }
         // Falling off the end of a body returns (nvcc always ends with ret, hand-written PTX may not).
-        let line = body.iter().rev().find_map(|s| if let Stmt::Inst(i) = s { Some(i.line) } else { None }).unwrap_or(f.line);
-        fl.cx.code.push(Inst { op: Op::Ret, guard: None, line });
+        let line = body
+            .iter()
+            .rev()
+            .find_map(|s| {
+                if let Stmt::Inst(i) = s {
+                    Some(i.line)
+                } else {
+                    None
+                }
+            })
+            .unwrap_or(f.line);
+        fl.cx.code.push(Inst {
+            op: Op::Ret,
+            guard: None,
+            line,
+        });
         for (at, label, line) in std::mem::take(&mut fl.fixups) {
-            let t = *fl.labels.get(&label).ok_or_else(|| err(line, format!("unknown label `{label}`")))?;
-            if let Some(Inst { op: Op::Bra { target }, .. }) = fl.cx.code.get_mut(at) {
+            let t = *fl
+                .labels
+                .get(&label)
+                .ok_or_else(|| err(line, format!("unknown label `{label}`")))?;
+            if let Some(Inst {
+                op: Op::Bra { target },
+                ..
+            }) = fl.cx.code.get_mut(at)
+            {
                 *target = t;
             }
         }
@@ -669,7 +825,10 @@ impl<'c, 'm> FnLower<'c, 'm> {
     }
 
     fn declare(&mut self, line: u32, name: &str, s: Sym) -> Result<(), LoadError> {
-        let scope = self.scopes.last_mut().ok_or_else(|| err(line, "no scope"))?;
+        let scope = self
+            .scopes
+            .last_mut()
+            .ok_or_else(|| err(line, "no scope"))?;
         if scope.insert(name.to_string(), s).is_some() {
             return Err(err(line, format!("`{name}` declared twice in one scope")));
         }
@@ -698,11 +857,18 @@ impl<'c, 'm> FnLower<'c, 'm> {
                     None => return Err(err(d.line, format!("unknown register type `.{}`", d.ty))),
                 };
                 if d.vec != 1 || bits > 64 {
-                    return Err(err(d.line, "vector and 128-bit registers are not supported"));
+                    return Err(err(
+                        d.line,
+                        "vector and 128-bit registers are not supported",
+                    ));
                 }
                 let count = d.range.unwrap_or(1);
                 for k in 0..count {
-                    let name = if d.range.is_some() { format!("{}{}", d.name, k) } else { d.name.clone() };
+                    let name = if d.range.is_some() {
+                        format!("{}{}", d.name, k)
+                    } else {
+                        d.name.clone()
+                    };
                     let sym = if is_pred {
                         let i = self.cx.num_preds;
                         self.cx.num_preds += 1;
@@ -758,7 +924,11 @@ impl<'c, 'm> FnLower<'c, 'm> {
                 let mut g = d.clone();
                 g.name = format!("{}::{}", self.fi, name);
                 module_var(self.cx, &g, shared.dyn_off)?;
-                let s = *self.cx.globals.get(&g.name).ok_or_else(|| err(d.line, "internal: variable lost"))?;
+                let s = *self
+                    .cx
+                    .globals
+                    .get(&g.name)
+                    .ok_or_else(|| err(d.line, "internal: variable lost"))?;
                 self.declare(d.line, &name, s)
             }
         }
@@ -771,7 +941,8 @@ impl<'c, 'm> FnLower<'c, 'm> {
     // ---- operands ----
 
     fn name_sym(&self, line: u32, name: &str) -> Result<Sym, LoadError> {
-        self.lookup(name).ok_or_else(|| err(line, format!("unknown name `{name}`")))
+        self.lookup(name)
+            .ok_or_else(|| err(line, format!("unknown name `{name}`")))
     }
 
     fn dst(&mut self, line: u32, o: &Operand, k: K) -> Result<u32, LoadError> {
@@ -787,7 +958,10 @@ impl<'c, 'm> FnLower<'c, 'm> {
                 Sym::Reg(..) => Err(err(line, format!("cannot write special register `{n}`"))),
                 _ => Err(err(line, format!("`{n}` is not a data register"))),
             },
-            _ => Err(err(line, format!("expected a register destination, found {}", show_op(o)))),
+            _ => Err(err(
+                line,
+                format!("expected a register destination, found {}", show_op(o)),
+            )),
         }
     }
 
@@ -802,7 +976,10 @@ impl<'c, 'm> FnLower<'c, 'm> {
                 Sym::Pred(i) => Ok(PSrc::R(i, false)),
                 _ => Err(err(line, format!("`{n}` is not a predicate"))),
             },
-            _ => Err(err(line, format!("expected a predicate, found {}", show_op(o)))),
+            _ => Err(err(
+                line,
+                format!("expected a predicate, found {}", show_op(o)),
+            )),
         }
     }
 
@@ -813,7 +990,10 @@ impl<'c, 'm> FnLower<'c, 'm> {
                 Sym::Reg(i, _) => Ok(Src::R(i)),
                 Sym::Addr(_, a) => imm(a),
                 Sym::Pred(_) => Err(err(line, format!("predicate `{n}` used as a value"))),
-                Sym::Func(_) => Err(err(line, format!("function `{n}` used as a value (indirect calls are not supported)"))),
+                Sym::Func(_) => Err(err(
+                    line,
+                    format!("function `{n}` used as a value (indirect calls are not supported)"),
+                )),
             },
             Operand::SymOff(n, off) => match self.name_sym(line, n)? {
                 Sym::Addr(_, a) => imm(a.wrapping_add(*off as u64)),
@@ -839,7 +1019,10 @@ impl<'c, 'm> FnLower<'c, 'm> {
                 K::F(FT::F32) => imm((*x as f32).to_bits() as u64),
                 K::F(FT::F64) => imm(x.to_bits()),
                 K::F(FT::F16) => imm(crate::float::f64_to_f16(*x, Rnd::N) as u64),
-                _ => Err(err(line, "floating-point literal where an integer is expected")),
+                _ => Err(err(
+                    line,
+                    "floating-point literal where an integer is expected",
+                )),
             },
             _ => Err(err(line, format!("unexpected operand {}", show_op(o)))),
         }
@@ -847,20 +1030,51 @@ impl<'c, 'm> FnLower<'c, 'm> {
 
     fn addr(&mut self, line: u32, o: &Operand) -> Result<(Addr, Option<Space>), LoadError> {
         match o {
-            Operand::Addr(None, off) => Ok((Addr { base: None, off: *off, base32: false }, None)),
+            Operand::Addr(None, off) => Ok((
+                Addr {
+                    base: None,
+                    off: *off,
+                    base32: false,
+                },
+                None,
+            )),
             Operand::Addr(Some(n), off) => match self.name_sym(line, n)? {
-                Sym::Reg(i, bits) => Ok((Addr { base: Some(i), off: *off, base32: bits <= 32 }, None)),
-                Sym::Addr(sp, a) => Ok((Addr { base: None, off: (a as i64).wrapping_add(*off), base32: false }, Some(sp))),
+                Sym::Reg(i, bits) => Ok((
+                    Addr {
+                        base: Some(i),
+                        off: *off,
+                        base32: bits <= 32,
+                    },
+                    None,
+                )),
+                Sym::Addr(sp, a) => Ok((
+                    Addr {
+                        base: None,
+                        off: (a as i64).wrapping_add(*off),
+                        base32: false,
+                    },
+                    Some(sp),
+                )),
                 _ => Err(err(line, format!("`{n}` cannot be used as an address"))),
             },
             // `ld.param.u32 %r1, foo_param_1` is occasionally written without brackets.
-            _ => Err(err(line, format!("expected an address `[...]`, found {}", show_op(o)))),
+            _ => Err(err(
+                line,
+                format!("expected an address `[...]`, found {}", show_op(o)),
+            )),
         }
     }
 
     fn nops(&self, i: &ast::Inst, n: usize) -> Result<(), LoadError> {
         if i.operands.len() != n {
-            return Err(err(i.line, format!("`{}` takes {n} operands, found {}", i.opcode, i.operands.len())));
+            return Err(err(
+                i.line,
+                format!(
+                    "`{}` takes {n} operands, found {}",
+                    i.opcode,
+                    i.operands.len()
+                ),
+            ));
         }
         Ok(())
     }
@@ -869,7 +1083,9 @@ impl<'c, 'm> FnLower<'c, 'm> {
     where
         'm: 'm,
     {
-        i.operands.get(k).ok_or_else(|| err(i.line, format!("`{}`: missing operand {}", i.opcode, k + 1)))
+        i.operands
+            .get(k)
+            .ok_or_else(|| err(i.line, format!("`{}`: missing operand {}", i.opcode, k + 1)))
     }
 
     fn guard(&mut self, i: &ast::Inst) -> Result<Option<(u32, bool)>, LoadError> {
@@ -877,7 +1093,10 @@ impl<'c, 'm> FnLower<'c, 'm> {
             None => Ok(None),
             Some((name, neg)) => match self.name_sym(i.line, name)? {
                 Sym::Pred(p) => Ok(Some((p, *neg))),
-                _ => Err(err(i.line, format!("guard `{name}` is not a predicate register"))),
+                _ => Err(err(
+                    i.line,
+                    format!("guard `{name}` is not a predicate register"),
+                )),
             },
         }
     }
@@ -893,7 +1112,11 @@ impl<'c, 'm> FnLower<'c, 'm> {
             "ld" | "ldu" => self.ld(i, &mut md)?,
             "st" => self.st(i, &mut md)?,
             "cvta" => self.cvta(i, &mut md)?,
-            "add" | "sub" | "addc" | "subc" if md.list.contains(&"cc") || md.base.ends_with('c') => self.carry(i, &mut md)?,
+            "add" | "sub" | "addc" | "subc"
+                if md.list.contains(&"cc") || md.base.ends_with('c') =>
+            {
+                self.carry(i, &mut md)?
+            }
             "madc" => self.carry(i, &mut md)?,
             "mad" if md.list.contains(&"cc") => self.carry(i, &mut md)?,
             "sad" => {
@@ -910,11 +1133,11 @@ impl<'c, 'm> FnLower<'c, 'm> {
                     c: self.src(line, self.op(i, 3)?, k)?,
                 }
             }
-            "add" | "sub" | "mul" | "div" | "rem" | "and" | "or" | "xor" | "shl" | "shr" | "min" | "max"
-            | "mul24" | "copysign" => self.binary(i, &mut md)?,
+            "add" | "sub" | "mul" | "div" | "rem" | "and" | "or" | "xor" | "shl" | "shr"
+            | "min" | "max" | "mul24" | "copysign" => self.binary(i, &mut md)?,
             "mad" | "fma" | "mad24" => self.ternary(i, &mut md)?,
-            "not" | "cnot" | "neg" | "abs" | "popc" | "clz" | "brev" | "bfind" | "sqrt" | "rcp" | "rsqrt"
-            | "sin" | "cos" | "ex2" | "lg2" | "tanh" => self.unary(i, &mut md)?,
+            "not" | "cnot" | "neg" | "abs" | "popc" | "clz" | "brev" | "bfind" | "sqrt" | "rcp"
+            | "rsqrt" | "sin" | "cos" | "ex2" | "lg2" | "tanh" => self.unary(i, &mut md)?,
             "bfe" | "prmt" | "shf" | "szext" | "dp4a" | "dp2a" => self.bits3(i, &mut md)?,
             "bfi" => {
                 self.nops(i, 5)?;
@@ -951,7 +1174,9 @@ impl<'c, 'm> FnLower<'c, 'm> {
                     [d, c] => (parse_ty(d), parse_ty(c)),
                     _ => return Err(md.err("expects two types")),
                 };
-                let (Some(dt), Some(ct)) = (dt, ct) else { return Err(md.err("bad type")) };
+                let (Some(dt), Some(ct)) = (dt, ct) else {
+                    return Err(md.err("bad type"));
+                };
                 let k = kind_of(dt);
                 Op::Slct {
                     t: ct,
@@ -964,7 +1189,14 @@ impl<'c, 'm> FnLower<'c, 'm> {
             }
             "testp" => {
                 self.nops(i, 2)?;
-                let kind = match md.one_of(&["finite", "infinite", "number", "notanumber", "normal", "subnormal"]) {
+                let kind = match md.one_of(&[
+                    "finite",
+                    "infinite",
+                    "number",
+                    "notanumber",
+                    "normal",
+                    "subnormal",
+                ]) {
                     Some("finite") => TestpKind::Finite,
                     Some("infinite") => TestpKind::Infinite,
                     Some("number") => TestpKind::Number,
@@ -978,12 +1210,19 @@ impl<'c, 'm> FnLower<'c, 'm> {
                     "f64" => FT::F64,
                     _ => return Err(md.err("testp takes .f32 or .f64")),
                 };
-                Op::Testp { kind, f, d: self.dst(line, self.op(i, 0)?, K::Pred)?, a: self.src(line, self.op(i, 1)?, K::F(f))? }
+                Op::Testp {
+                    kind,
+                    f,
+                    d: self.dst(line, self.op(i, 0)?, K::Pred)?,
+                    a: self.src(line, self.op(i, 1)?, K::F(f))?,
+                }
             }
             "bra" => {
                 md.has("uni");
                 self.nops(i, 1)?;
-                let Operand::Name(l) = self.op(i, 0)? else { return Err(err(line, "bra needs a label")) };
+                let Operand::Name(l) = self.op(i, 0)? else {
+                    return Err(err(line, "bra needs a label"));
+                };
                 self.fixups.push((self.cx.code.len(), l.clone(), line));
                 Op::Bra { target: 0 }
             }
@@ -1004,7 +1243,10 @@ impl<'c, 'm> FnLower<'c, 'm> {
                 Op::Nop
             }
             "prefetch" | "prefetchu" | "nanosleep" | "pmevent" => {
-                md.list.iter().enumerate().for_each(|(k, _)| md.used[k] = true);
+                md.list
+                    .iter()
+                    .enumerate()
+                    .for_each(|(k, _)| md.used[k] = true);
                 Op::Nop
             }
             "shfl" => self.shfl(i, &mut md)?,
@@ -1012,7 +1254,9 @@ impl<'c, 'm> FnLower<'c, 'm> {
             "activemask" => {
                 md.has("b32");
                 self.nops(i, 1)?;
-                Op::Activemask { d: self.dst(line, self.op(i, 0)?, K::Int(32))? }
+                Op::Activemask {
+                    d: self.dst(line, self.op(i, 0)?, K::Int(32))?,
+                }
             }
             "redux" => self.redux(i, &mut md)?,
             "match" => self.match_(i, &mut md)?,
@@ -1031,7 +1275,10 @@ impl<'c, 'm> FnLower<'c, 'm> {
         let d = self.op(i, 0)?;
         let s = self.op(i, 1)?;
         if t == "pred" {
-            return Ok(Op::MovP { d: self.dst(line, d, K::Pred)?, a: self.psrc(line, s)? });
+            return Ok(Op::MovP {
+                d: self.dst(line, d, K::Pred)?,
+                a: self.psrc(line, s)?,
+            });
         }
         let size = type_size(t).ok_or_else(|| md.err("bad type"))? * 8;
         let k = match parse_ty(t) {
@@ -1051,7 +1298,12 @@ impl<'c, 'm> FnLower<'c, 'm> {
                         p => Some(self.dst(line, p, K::Int(bits as u8))?),
                     };
                 }
-                Ok(Op::Unpack { d: ds, n: parts.len() as u8, bits: bits as u8, a: self.src(line, s, K::Int(size as u8))? })
+                Ok(Op::Unpack {
+                    d: ds,
+                    n: parts.len() as u8,
+                    bits: bits as u8,
+                    a: self.src(line, s, K::Int(size as u8))?,
+                })
             }
             (_, Operand::Vec(parts)) => {
                 if parts.len() != 2 && parts.len() != 4 || size > 64 {
@@ -1062,29 +1314,43 @@ impl<'c, 'm> FnLower<'c, 'm> {
                 for (k2, p) in parts.iter().enumerate() {
                     a[k2] = self.src(line, p, K::Int(bits as u8))?;
                 }
-                Ok(Op::Pack { d: self.dst(line, d, K::Int(size as u8))?, a, n: parts.len() as u8, bits: bits as u8 })
+                Ok(Op::Pack {
+                    d: self.dst(line, d, K::Int(size as u8))?,
+                    a,
+                    n: parts.len() as u8,
+                    bits: bits as u8,
+                })
             }
-            (_, Operand::Name(n)) if n == "%clock" || n == "%clock64" => {
-                Ok(Op::Clock { d: self.dst(line, d, k)?, bits: if n == "%clock" { 32 } else { 64 } })
-            }
-            _ => Ok(Op::Mov { d: self.dst(line, d, k)?, a: self.src(line, s, k)? }),
+            (_, Operand::Name(n)) if n == "%clock" || n == "%clock64" => Ok(Op::Clock {
+                d: self.dst(line, d, k)?,
+                bits: if n == "%clock" { 32 } else { 64 },
+            }),
+            _ => Ok(Op::Mov {
+                d: self.dst(line, d, k)?,
+                a: self.src(line, s, k)?,
+            }),
         }
     }
 
     fn space(&self, md: &mut Mods<'_>) -> Option<Space> {
-        md.one_of(&["global", "shared", "local", "param", "const"]).map(|s| match s {
-            "global" => Space::Global,
-            "shared" => Space::Shared,
-            "local" => Space::Local,
-            "param" => Space::Param,
-            _ => Space::Const,
-        })
+        md.one_of(&["global", "shared", "local", "param", "const"])
+            .map(|s| match s {
+                "global" => Space::Global,
+                "shared" => Space::Shared,
+                "local" => Space::Local,
+                "param" => Space::Param,
+                _ => Space::Const,
+            })
     }
 
     fn ld(&mut self, i: &'m ast::Inst, md: &mut Mods<'m>) -> Result<Op, LoadError> {
         let line = i.line;
         self.nops(i, 2)?;
-        let sp = self.space(md).unwrap_or(if md.base == "ldu" { Space::Global } else { Space::Generic });
+        let sp = self.space(md).unwrap_or(if md.base == "ldu" {
+            Space::Global
+        } else {
+            Space::Generic
+        });
         md.has("cta");
         md.one_of(&["shared::cta", "shared::cluster"]);
         md.ignore_mem_hints();
@@ -1115,7 +1381,14 @@ impl<'c, 'm> FnLower<'c, 'm> {
         }
         let (addr, sym_sp) = self.addr(line, self.op(i, 1)?)?;
         let sp = self.check_space(line, sp, sym_sp)?;
-        Ok(Op::Ld { sp, size: size as u8, sign, n: n as u8, d, addr })
+        Ok(Op::Ld {
+            sp,
+            size: size as u8,
+            sign,
+            n: n as u8,
+            d,
+            addr,
+        })
     }
 
     /// A symbol's own space must agree with the instruction's (a generic access to a symbol uses
@@ -1126,7 +1399,10 @@ impl<'c, 'm> FnLower<'c, 'm> {
             Some(s) if s == sp => Ok(sp),
             Some(Space::Global) if sp == Space::Const || sp == Space::Generic => Ok(sp),
             Some(Space::Const) if sp == Space::Global || sp == Space::Generic => Ok(sp),
-            Some(s) => Err(err(line, format!("symbol in {s:?} space accessed as {sp:?}"))),
+            Some(s) => Err(err(
+                line,
+                format!("symbol in {s:?} space accessed as {sp:?}"),
+            )),
         }
     }
 
@@ -1162,21 +1438,32 @@ impl<'c, 'm> FnLower<'c, 'm> {
         }
         let (addr, sym_sp) = self.addr(line, self.op(i, 0)?)?;
         let sp = self.check_space(line, sp, sym_sp)?;
-        Ok(Op::St { sp, size: size as u8, n: n as u8, s, addr })
+        Ok(Op::St {
+            sp,
+            size: size as u8,
+            n: n as u8,
+            s,
+            addr,
+        })
     }
 
     fn cvta(&mut self, i: &'m ast::Inst, md: &mut Mods<'m>) -> Result<Op, LoadError> {
         let line = i.line;
         self.nops(i, 2)?;
         let to = md.has("to");
-        let sp = self.space(md).ok_or_else(|| md.err("missing state space"))?;
+        let sp = self
+            .space(md)
+            .ok_or_else(|| md.err("missing state space"))?;
         let t = md.one_type()?;
         let bits = match t {
             "u64" | "b64" => 64,
             "u32" | "b32" => 32,
             _ => return Err(md.err("cvta takes .u32 or .u64")),
         };
-        let it = IT { bits, signed: false };
+        let it = IT {
+            bits,
+            signed: false,
+        };
         let d = self.dst(line, self.op(i, 0)?, K::Int(bits))?;
         // A symbol operand is its state-space address.
         let a = self.src(line, self.op(i, 1)?, K::Int(bits))?;
@@ -1189,9 +1476,21 @@ impl<'c, 'm> FnLower<'c, 'm> {
         Ok(if win == 0 {
             Op::Mov { d, a }
         } else if to {
-            Op::Int2 { op: I2::Sub, t: it, d, a, b: Src::I(win) }
+            Op::Int2 {
+                op: I2::Sub,
+                t: it,
+                d,
+                a,
+                b: Src::I(win),
+            }
         } else {
-            Op::Int2 { op: I2::Add, t: it, d, a, b: Src::I(win) }
+            Op::Int2 {
+                op: I2::Add,
+                t: it,
+                d,
+                a,
+                b: Src::I(win),
+            }
         })
     }
 
@@ -1267,7 +1566,11 @@ impl<'c, 'm> FnLower<'c, 'm> {
                 if (approx || full) && (op != F2::Div || f != FT::F32) {
                     return Err(md.err(".approx/.full is only defined for div.f32 here"));
                 }
-                let op = if op == F2::Div && approx { F2::DivApprox } else { op };
+                let op = if op == F2::Div && approx {
+                    F2::DivApprox
+                } else {
+                    op
+                };
                 let k = K::F(f);
                 Ok(Op::F2 {
                     op,
@@ -1289,7 +1592,9 @@ impl<'c, 'm> FnLower<'c, 'm> {
                     "add" => I2::Add,
                     "sub" => I2::Sub,
                     "mul" | "mul24" => {
-                        let mode = md.one_of(&["lo", "hi", "wide"]).ok_or_else(|| md.err("needs .lo, .hi or .wide"))?;
+                        let mode = md
+                            .one_of(&["lo", "hi", "wide"])
+                            .ok_or_else(|| md.err("needs .lo, .hi or .wide"))?;
                         if base == "mul24" {
                             if mode == "wide" || it.bits != 32 {
                                 return Err(md.err("mul24 takes .lo or .hi and a 32-bit type"));
@@ -1395,7 +1700,9 @@ impl<'c, 'm> FnLower<'c, 'm> {
                 if md.base == "fma" {
                     return Err(md.err("fma needs a floating-point type"));
                 }
-                let mode = md.one_of(&["lo", "hi", "wide"]).ok_or_else(|| md.err("needs .lo, .hi or .wide"))?;
+                let mode = md
+                    .one_of(&["lo", "hi", "wide"])
+                    .ok_or_else(|| md.err("needs .lo, .hi or .wide"))?;
                 let op = match (md.base, mode) {
                     ("mad24", "lo") if it.bits == 32 => I3::Mad24Lo,
                     ("mad24", "hi") if it.bits == 32 => I3::Mad24Hi,
@@ -1439,17 +1746,27 @@ impl<'c, 'm> FnLower<'c, 'm> {
             if base != "not" {
                 return Err(md.err("not defined on .pred"));
             }
-            return Ok(Op::PNot { d: self.dst(line, self.op(i, 0)?, K::Pred)?, a: self.psrc(line, self.op(i, 1)?)? });
+            return Ok(Op::PNot {
+                d: self.dst(line, self.op(i, 0)?, K::Pred)?,
+                a: self.psrc(line, self.op(i, 1)?)?,
+            });
         }
         if matches!(t, "f16x2" | "bf16x2") && matches!(base, "neg" | "abs") {
             let f = if t == "f16x2" { FT::F16 } else { FT::BF16 };
             md.has("ftz");
             // Sign-bit operations on both halves: an integer xor/and does it exactly.
-            let (op, mask) = if base == "neg" { (I2::Xor, 0x8000_8000u64) } else { (I2::And, 0x7fff_7fffu64) };
+            let (op, mask) = if base == "neg" {
+                (I2::Xor, 0x8000_8000u64)
+            } else {
+                (I2::And, 0x7fff_7fffu64)
+            };
             let _ = f;
             return Ok(Op::Int2 {
                 op,
-                t: IT { bits: 32, signed: false },
+                t: IT {
+                    bits: 32,
+                    signed: false,
+                },
                 d: self.dst(line, self.op(i, 0)?, K::Int(32))?,
                 a: self.src(line, self.op(i, 1)?, K::Int(32))?,
                 b: Src::I(mask),
@@ -1475,14 +1792,19 @@ impl<'c, 'm> FnLower<'c, 'm> {
                 let rnd = md.rnd();
                 let ftz = md.has("ftz");
                 let sat = md.has("sat");
-                let needs_approx = matches!(op, F1::Sin | F1::Cos | F1::Ex2 | F1::Lg2 | F1::Tanh | F1::Rsqrt);
+                let needs_approx = matches!(
+                    op,
+                    F1::Sin | F1::Cos | F1::Ex2 | F1::Lg2 | F1::Tanh | F1::Rsqrt
+                );
                 if needs_approx && !approx {
                     return Err(md.err("needs .approx"));
                 }
                 if matches!(op, F1::Sqrt | F1::Rcp) && !approx && rnd.is_none() {
                     return Err(md.err("needs a rounding mode or .approx"));
                 }
-                if matches!(f, FT::F16 | FT::BF16) && !matches!(op, F1::Neg | F1::Abs | F1::Ex2 | F1::Tanh) {
+                if matches!(f, FT::F16 | FT::BF16)
+                    && !matches!(op, F1::Neg | F1::Abs | F1::Ex2 | F1::Tanh)
+                {
                     return Err(md.err("not supported on half types"));
                 }
                 let k = K::F(f);
@@ -1510,7 +1832,11 @@ impl<'c, 'm> FnLower<'c, 'm> {
                     "bfind" => I1::Bfind,
                     _ => return Err(md.err("not defined on integer types")),
                 };
-                let dk = if matches!(op, I1::Popc | I1::Clz | I1::Bfind | I1::BfindShift) { K::Int(32) } else { K::Int(it.bits) };
+                let dk = if matches!(op, I1::Popc | I1::Clz | I1::Bfind | I1::BfindShift) {
+                    K::Int(32)
+                } else {
+                    K::Int(it.bits)
+                };
                 Ok(Op::Int1 {
                     op,
                     t: it,
@@ -1530,7 +1856,10 @@ impl<'c, 'm> FnLower<'c, 'm> {
                 (I3::Bfe, int_ty(md, t)?)
             }
             "prmt" => {
-                if md.one_of(&["f4e", "b4e", "rc8", "ecl", "ecr", "rc16"]).is_some() {
+                if md
+                    .one_of(&["f4e", "b4e", "rc8", "ecl", "ecr", "rc16"])
+                    .is_some()
+                {
                     return Err(md.err("prmt modes are not supported"));
                 }
                 let t = md.one_type()?;
@@ -1551,10 +1880,18 @@ impl<'c, 'm> FnLower<'c, 'm> {
                 (I3::Shf(right | clamp), int_ty(md, t)?)
             }
             "szext" => {
-                let m = md.one_of(&["clamp", "wrap"]).ok_or_else(|| md.err("needs .clamp or .wrap"))?;
+                let m = md
+                    .one_of(&["clamp", "wrap"])
+                    .ok_or_else(|| md.err("needs .clamp or .wrap"))?;
                 let t = md.one_type()?;
                 let t = int_ty(md, t)?;
-                (I3::Szext, IT { bits: if m == "clamp" { 33 } else { 32 }, signed: t.signed })
+                (
+                    I3::Szext,
+                    IT {
+                        bits: if m == "clamp" { 33 } else { 32 },
+                        signed: t.signed,
+                    },
+                )
             }
             _ => {
                 let op = if base == "dp2a" {
@@ -1573,7 +1910,10 @@ impl<'c, 'm> FnLower<'c, 'm> {
                 self.nops(i, 4)?;
                 return Ok(Op::Int3 {
                     op,
-                    t: IT { bits: 32 + s, signed: false },
+                    t: IT {
+                        bits: 32 + s,
+                        signed: false,
+                    },
                     d: self.dst(line, self.op(i, 0)?, K::Int(32))?,
                     a: self.src(line, self.op(i, 1)?, K::Int(32))?,
                     b: self.src(line, self.op(i, 2)?, K::Int(32))?,
@@ -1584,7 +1924,11 @@ impl<'c, 'm> FnLower<'c, 'm> {
         let nops = if op == I3::Szext { 3 } else { 4 };
         self.nops(i, nops)?;
         let k = K::Int(t.bits.min(64));
-        let c = if nops == 4 { self.src(line, self.op(i, 3)?, K::Int(32))? } else { Src::I(0) };
+        let c = if nops == 4 {
+            self.src(line, self.op(i, 3)?, K::Int(32))?
+        } else {
+            Src::I(0)
+        };
         Ok(Op::Int3 {
             op,
             t,
@@ -1626,7 +1970,11 @@ impl<'c, 'm> FnLower<'c, 'm> {
             d: self.dst(line, self.op(i, 0)?, k)?,
             a: self.src(line, self.op(i, 1)?, k)?,
             b: self.src(line, self.op(i, 2)?, k)?,
-            c: if is_mad { self.src(line, self.op(i, 3)?, k)? } else { Src::I(0) },
+            c: if is_mad {
+                self.src(line, self.op(i, 3)?, k)?
+            } else {
+                Src::I(0)
+            },
         })
     }
 
@@ -1670,13 +2018,23 @@ impl<'c, 'm> FnLower<'c, 'm> {
                 if rnd.is_some() {
                     return Err(md.err("float-to-integer conversions need .rni/.rzi/.rmi/.rpi"));
                 }
-                (Some(irnd.ok_or_else(|| md.err("float-to-integer conversions need .rni/.rzi/.rmi/.rpi"))?), true)
+                (
+                    Some(irnd.ok_or_else(|| {
+                        md.err("float-to-integer conversions need .rni/.rzi/.rmi/.rpi")
+                    })?),
+                    true,
+                )
             }
             (Ty::F(_), Ty::I(_)) => {
                 if irnd.is_some() {
                     return Err(md.err("integer-to-float conversions need .rn/.rz/.rm/.rp"));
                 }
-                (Some(rnd.ok_or_else(|| md.err("integer-to-float conversions need .rn/.rz/.rm/.rp"))?), false)
+                (
+                    Some(rnd.ok_or_else(|| {
+                        md.err("integer-to-float conversions need .rn/.rz/.rm/.rp")
+                    })?),
+                    false,
+                )
             }
             (Ty::F(d), Ty::F(s)) => {
                 if irnd.is_some() {
@@ -1685,7 +2043,12 @@ impl<'c, 'm> FnLower<'c, 'm> {
                     }
                     (irnd, true)
                 } else if ft_bits(d) < ft_bits(s) || (ft_bits(d) == ft_bits(s) && d != s) {
-                    (Some(rnd.ok_or_else(|| md.err("narrowing float conversions need a rounding mode"))?), false)
+                    (
+                        Some(rnd.ok_or_else(|| {
+                            md.err("narrowing float conversions need a rounding mode")
+                        })?),
+                        false,
+                    )
                 } else {
                     (rnd, false)
                 }
@@ -1706,7 +2069,8 @@ impl<'c, 'm> FnLower<'c, 'm> {
     fn setp(&mut self, i: &'m ast::Inst, md: &mut Mods<'m>) -> Result<Op, LoadError> {
         let line = i.line;
         let cmp = match md.one_of(&[
-            "eq", "ne", "lt", "le", "gt", "ge", "lo", "ls", "hi", "hs", "equ", "neu", "ltu", "leu", "gtu", "geu", "num", "nan",
+            "eq", "ne", "lt", "le", "gt", "ge", "lo", "ls", "hi", "hs", "equ", "neu", "ltu", "leu",
+            "gtu", "geu", "num", "nan",
         ]) {
             Some("eq") => Cmp::Eq,
             Some("ne") => Cmp::Ne,
@@ -1724,7 +2088,10 @@ impl<'c, 'm> FnLower<'c, 'm> {
             Some(_) => Cmp::Nan,
             None => return Err(md.err("missing comparison")),
         };
-        let unsigned_cmp = md.list.iter().any(|m| matches!(*m, "lo" | "ls" | "hi" | "hs"));
+        let unsigned_cmp = md
+            .list
+            .iter()
+            .any(|m| matches!(*m, "lo" | "ls" | "hi" | "hs"));
         let comb = md.one_of(&["and", "or", "xor"]).map(|b| match b {
             "and" => BoolOp::And,
             "or" => BoolOp::Or,
@@ -1742,7 +2109,10 @@ impl<'c, 'm> FnLower<'c, 'm> {
             if unsigned_cmp {
                 it.signed = false;
             }
-            if !matches!(cmp, Cmp::Eq | Cmp::Ne | Cmp::Lt | Cmp::Le | Cmp::Gt | Cmp::Ge) {
+            if !matches!(
+                cmp,
+                Cmp::Eq | Cmp::Ne | Cmp::Lt | Cmp::Le | Cmp::Gt | Cmp::Ge
+            ) {
                 return Err(md.err("unordered comparisons need a float type"));
             }
         }
@@ -1760,13 +2130,31 @@ impl<'c, 'm> FnLower<'c, 'm> {
             if !matches!(dt, "u32" | "s32" | "b32" | "f32") {
                 return Err(md.err("set needs a 32-bit destination type"));
             }
-            return Ok(Op::Set { t, cmp, ftz, float_out, d: self.dst(line, self.op(i, 0)?, K::Int(32))?, a, b, comb });
+            return Ok(Op::Set {
+                t,
+                cmp,
+                ftz,
+                float_out,
+                d: self.dst(line, self.op(i, 0)?, K::Int(32))?,
+                a,
+                b,
+                comb,
+            });
         }
         let (d, d2) = match self.op(i, 0)? {
             Operand::Pair(x, y) => (self.pdst_opt(line, x)?, self.pdst_opt(line, y)?),
             o => (self.pdst_opt(line, o)?, None),
         };
-        Ok(Op::Setp { t, cmp, ftz, d, d2, a, b, comb })
+        Ok(Op::Setp {
+            t,
+            cmp,
+            ftz,
+            d,
+            d2,
+            a,
+            b,
+            comb,
+        })
     }
 
     fn pdst_opt(&mut self, line: u32, o: &Operand) -> Result<Option<u32>, LoadError> {
@@ -1776,7 +2164,12 @@ impl<'c, 'm> FnLower<'c, 'm> {
         }
     }
 
-    fn call(&mut self, i: &'m ast::Inst, md: &mut Mods<'m>, g: Option<(u32, bool)>) -> Result<(), LoadError> {
+    fn call(
+        &mut self,
+        i: &'m ast::Inst,
+        md: &mut Mods<'m>,
+        g: Option<(u32, bool)>,
+    ) -> Result<(), LoadError> {
         let line = i.line;
         md.has("uni");
         md.finish()?;
@@ -1789,7 +2182,12 @@ impl<'c, 'm> FnLower<'c, 'm> {
         let (fname, args): (&str, &[Operand]) = match rest {
             [Operand::Name(f)] => (f, &[]),
             [Operand::Name(f), Operand::List(a)] => (f, a.as_slice()),
-            [Operand::Name(_), Operand::List(_), _] => return Err(err(line, "indirect calls through prototypes are not supported")),
+            [Operand::Name(_), Operand::List(_), _] => {
+                return Err(err(
+                    line,
+                    "indirect calls through prototypes are not supported",
+                ))
+            }
             _ => return Err(err(line, "malformed call")),
         };
         let fid = match self.name_sym(line, fname)? {
@@ -1801,17 +2199,27 @@ impl<'c, 'm> FnLower<'c, 'm> {
             match o {
                 Operand::Name(n) => match s.name_sym(line, n)? {
                     Sym::Addr(Space::Param, a) if a >= TPARAM_FLAG => Ok(a as u32),
-                    _ => Err(err(line, format!("call argument `{n}` must be a .param variable"))),
+                    _ => Err(err(
+                        line,
+                        format!("call argument `{n}` must be a .param variable"),
+                    )),
                 },
                 _ => Err(err(line, "call arguments must be .param variable names")),
             }
         };
-        let callee = self.m.funcs.get(fid as usize).ok_or_else(|| err(line, "bad function"))?;
+        let callee = self
+            .m
+            .funcs
+            .get(fid as usize)
+            .ok_or_else(|| err(line, "bad function"))?;
         if callee.body.is_none() {
             match fname {
                 "vprintf" => {
                     if args.len() != 2 || rets.len() > 1 {
-                        return Err(err(line, "vprintf takes (format, args) and returns one value"));
+                        return Err(err(
+                            line,
+                            "vprintf takes (format, args) and returns one value",
+                        ));
                     }
                     let op = Op::Vprintf {
                         ret: rets.first().map(|r| param_off(self, r)).transpose()?,
@@ -1823,33 +2231,67 @@ impl<'c, 'm> FnLower<'c, 'm> {
                     return Ok(());
                 }
                 "__assertfail" => {
-                    let first = args.first().ok_or_else(|| err(line, "__assertfail needs arguments"))?;
-                    let op = Op::AssertFail { args: param_off(self, first)? };
+                    let first = args
+                        .first()
+                        .ok_or_else(|| err(line, "__assertfail needs arguments"))?;
+                    let op = Op::AssertFail {
+                        args: param_off(self, first)?,
+                    };
                     self.push(line, g, op);
                     self.push(line, None, Op::Nop);
                     return Ok(());
                 }
-                _ => return Err(err(line, format!("call to `{fname}`, which has no body and is not a supported built-in"))),
+                _ => {
+                    return Err(err(
+                        line,
+                        format!(
+                            "call to `{fname}`, which has no body and is not a supported built-in"
+                        ),
+                    ))
+                }
             }
         }
         if callee.is_entry {
             return Err(err(line, "cannot call a kernel"));
         }
-        let (fp, fr) = self.cx.func_params.get(fid as usize).cloned().unwrap_or_default();
+        let (fp, fr) = self
+            .cx
+            .func_params
+            .get(fid as usize)
+            .cloned()
+            .unwrap_or_default();
         if args.len() != fp.len() || rets.len() != fr.len() {
-            return Err(err(line, format!("call to `{fname}` with the wrong number of arguments or results")));
+            return Err(err(
+                line,
+                format!("call to `{fname}` with the wrong number of arguments or results"),
+            ));
         }
         let mut ac = Vec::new();
         for (a, (to, len)) in args.iter().zip(fp) {
-            ac.push(Copy3 { from: param_off(self, a)?, to, len });
+            ac.push(Copy3 {
+                from: param_off(self, a)?,
+                to,
+                len,
+            });
         }
         let mut rc = Vec::new();
         for (r, (from, len)) in rets.iter().zip(fr) {
-            rc.push(Copy3 { from, to: param_off(self, r)?, len });
+            rc.push(Copy3 {
+                from,
+                to: param_off(self, r)?,
+                len,
+            });
         }
         self.cx.calls.push((self.fi, fid, line));
         // The target is the callee's entry; it may not be lowered yet, so it is patched later.
-        self.push(line, g, Op::Call { target: fid, args: ac.into() });
+        self.push(
+            line,
+            g,
+            Op::Call {
+                target: fid,
+                args: ac.into(),
+            },
+        );
         self.push(line, None, Op::CallRet { rets: rc.into() });
         Ok(())
     }
@@ -1859,7 +2301,9 @@ impl<'c, 'm> FnLower<'c, 'm> {
         if md.has("warp") {
             md.has("sync");
             self.nops(i, 1)?;
-            return Ok(Op::BarWarp { mask: self.src(line, self.op(i, 0)?, K::Int(32))? });
+            return Ok(Op::BarWarp {
+                mask: self.src(line, self.op(i, 0)?, K::Int(32))?,
+            });
         }
         md.has("aligned");
         md.has("cta");
@@ -1876,10 +2320,22 @@ impl<'c, 'm> FnLower<'c, 'm> {
                 return Err(md.err("bar.red takes 3 or 4 operands"));
             }
             let id = self.src(line, self.op(i, 1)?, K::Int(32))?;
-            let count = if n == 4 { Some(self.src(line, self.op(i, 2)?, K::Int(32))?) } else { None };
+            let count = if n == 4 {
+                Some(self.src(line, self.op(i, 2)?, K::Int(32))?)
+            } else {
+                None
+            };
             let p = self.psrc(line, self.op(i, n - 1)?)?;
-            let d = self.dst(line, self.op(i, 0)?, if popc { K::Int(32) } else { K::Pred })?;
-            return Ok(Op::Bar { id, count, red: Some((op, d, p, popc)) });
+            let d = self.dst(
+                line,
+                self.op(i, 0)?,
+                if popc { K::Int(32) } else { K::Pred },
+            )?;
+            return Ok(Op::Bar {
+                id,
+                count,
+                red: Some((op, d, p, popc)),
+            });
         }
         if !md.has("sync") {
             return Err(md.err("only bar.sync, bar.red and bar.warp.sync are supported"));
@@ -1890,8 +2346,16 @@ impl<'c, 'm> FnLower<'c, 'm> {
             return Err(md.err("bar.sync takes 1 or 2 operands"));
         }
         let id = self.src(line, self.op(i, 0)?, K::Int(32))?;
-        let count = if n == 2 { Some(self.src(line, self.op(i, 1)?, K::Int(32))?) } else { None };
-        Ok(Op::Bar { id, count, red: None })
+        let count = if n == 2 {
+            Some(self.src(line, self.op(i, 1)?, K::Int(32))?)
+        } else {
+            None
+        };
+        Ok(Op::Bar {
+            id,
+            count,
+            red: None,
+        })
     }
 
     fn shfl(&mut self, i: &'m ast::Inst, md: &mut Mods<'m>) -> Result<Op, LoadError> {
@@ -1950,7 +2414,12 @@ impl<'c, 'm> FnLower<'c, 'm> {
             }
             self.dst(line, self.op(i, 0)?, K::Pred)?
         };
-        Ok(Op::Vote { mode, d, p: self.psrc(line, self.op(i, 1)?)?, mask: self.src(line, self.op(i, 2)?, K::Int(32))? })
+        Ok(Op::Vote {
+            mode,
+            d,
+            p: self.psrc(line, self.op(i, 1)?)?,
+            mask: self.src(line, self.op(i, 2)?, K::Int(32))?,
+        })
     }
 
     fn redux(&mut self, i: &'m ast::Inst, md: &mut Mods<'m>) -> Result<Op, LoadError> {
@@ -2020,7 +2489,9 @@ impl<'c, 'm> FnLower<'c, 'm> {
         }
         md.ignore_mem_hints();
         md.has("noftz");
-        let op = match md.one_of(&["add", "min", "max", "inc", "dec", "and", "or", "xor", "exch", "cas"]) {
+        let op = match md.one_of(&[
+            "add", "min", "max", "inc", "dec", "and", "or", "xor", "exch", "cas",
+        ]) {
             Some("add") => AtomOp::Add,
             Some("min") => AtomOp::Min,
             Some("max") => AtomOp::Max,
@@ -2048,15 +2519,26 @@ impl<'c, 'm> FnLower<'c, 'm> {
             "bf16x2" => AtomTy::BF16x2,
             _ => return Err(md.err("unsupported atomic type")),
         };
-        let float = matches!(t, AtomTy::F32 | AtomTy::F64 | AtomTy::F16 | AtomTy::F16x2 | AtomTy::BF16 | AtomTy::BF16x2);
+        let float = matches!(
+            t,
+            AtomTy::F32 | AtomTy::F64 | AtomTy::F16 | AtomTy::F16x2 | AtomTy::BF16 | AtomTy::BF16x2
+        );
         let ok = match op {
             AtomOp::Add => !matches!(t, AtomTy::B32 | AtomTy::B64),
             AtomOp::Min | AtomOp::Max => !float && !matches!(t, AtomTy::B32 | AtomTy::B64),
             AtomOp::Inc | AtomOp::Dec => t == AtomTy::U32,
             AtomOp::And | AtomOp::Or | AtomOp::Xor => matches!(t, AtomTy::B32 | AtomTy::B64),
-            AtomOp::Exch | AtomOp::Cas => matches!(t, AtomTy::B32 | AtomTy::B64 | AtomTy::U32 | AtomTy::U64 | AtomTy::S32 | AtomTy::S64),
+            AtomOp::Exch | AtomOp::Cas => matches!(
+                t,
+                AtomTy::B32 | AtomTy::B64 | AtomTy::U32 | AtomTy::U64 | AtomTy::S32 | AtomTy::S64
+            ),
         };
-        if !ok || (matches!(t, AtomTy::F16 | AtomTy::BF16 | AtomTy::F16x2 | AtomTy::BF16x2) && op != AtomOp::Add) {
+        if !ok
+            || (matches!(
+                t,
+                AtomTy::F16 | AtomTy::BF16 | AtomTy::F16x2 | AtomTy::BF16x2
+            ) && op != AtomOp::Add)
+        {
             return Err(md.err("operation not defined for this type"));
         }
         let bits = match t {
@@ -2072,12 +2554,28 @@ impl<'c, 'm> FnLower<'c, 'm> {
         let first = if is_red { 0 } else { 1 };
         let n = first + 2 + (op == AtomOp::Cas) as usize;
         self.nops(i, n)?;
-        let d = if is_red { None } else { Some(self.dst(line, self.op(i, 0)?, k)?) };
+        let d = if is_red {
+            None
+        } else {
+            Some(self.dst(line, self.op(i, 0)?, k)?)
+        };
         let (addr, sym_sp) = self.addr(line, self.op(i, first)?)?;
         let sp = self.check_space(line, sp, sym_sp)?;
         let b = self.src(line, self.op(i, first + 1)?, k)?;
-        let c = if op == AtomOp::Cas { self.src(line, self.op(i, first + 2)?, k)? } else { Src::I(0) };
-        Ok(Op::Atom { sp, op, t, d, addr, b, c })
+        let c = if op == AtomOp::Cas {
+            self.src(line, self.op(i, first + 2)?, k)?
+        } else {
+            Src::I(0)
+        };
+        Ok(Op::Atom {
+            sp,
+            op,
+            t,
+            d,
+            addr,
+            b,
+            c,
+        })
     }
 }
 
@@ -2109,4 +2607,3 @@ fn show_op(o: &Operand) -> String {
         _ => "an operand".into(),
     }
 }
-

@@ -33,7 +33,10 @@ unsafe impl Sync for Region {}
 
 impl Region {
     pub(crate) fn zeroed(len: u64) -> Result<Region, MemError> {
-        let fail = |reason: &str| MemError::AllocFailed { bytes: len, reason: reason.to_string() };
+        let fail = |reason: &str| MemError::AllocFailed {
+            bytes: len,
+            reason: reason.to_string(),
+        };
         if len == 0 {
             return Err(fail("size is zero"));
         }
@@ -43,7 +46,8 @@ impl Region {
         // Round to whole words so every access of up to 8 bytes stays inside the storage.
         let words = len.div_ceil(8);
         let bytes = usize::try_from(words * 8).map_err(|_| fail("too large for this host"))?;
-        let layout = Layout::from_size_align(bytes, 16).map_err(|_| fail("too large for this host"))?;
+        let layout =
+            Layout::from_size_align(bytes, 16).map_err(|_| fail("too large for this host"))?;
         // SAFETY: layout has non-zero size.
         let ptr = unsafe { alloc_zeroed(layout) };
         if ptr.is_null() {
@@ -172,7 +176,12 @@ pub struct DeviceMemory {
 
 impl DeviceMemory {
     pub fn new() -> Self {
-        DeviceMemory { state: Mutex::new(State { allocs: Vec::new(), next: GLOBAL_BASE }) }
+        DeviceMemory {
+            state: Mutex::new(State {
+                allocs: Vec::new(),
+                next: GLOBAL_BASE,
+            }),
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -195,7 +204,10 @@ impl DeviceMemory {
                 reason: "device address space exhausted".to_string(),
             })?;
         st.next = end;
-        st.allocs.push(Alloc { base, region: Arc::new(region) });
+        st.allocs.push(Alloc {
+            base,
+            region: Arc::new(region),
+        });
         Ok(base)
     }
 

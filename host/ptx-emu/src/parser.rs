@@ -12,7 +12,10 @@ struct P<'a, 't> {
 }
 
 fn err(line: u32, message: impl Into<String>) -> LoadError {
-    LoadError { line, message: message.into() }
+    LoadError {
+        line,
+        message: message.into(),
+    }
 }
 
 const LINKAGE: &[&str] = &[".visible", ".extern", ".weak", ".common"];
@@ -25,10 +28,16 @@ impl<'a> P<'a, '_> {
         self.toks.get(self.i + k).map(|t| t.tok)
     }
     fn line(&self) -> u32 {
-        self.toks.get(self.i).or(self.toks.last()).map_or(1, |t| t.line)
+        self.toks
+            .get(self.i)
+            .or(self.toks.last())
+            .map_or(1, |t| t.line)
     }
     fn next(&mut self) -> Result<Tok<'a>, LoadError> {
-        let t = self.toks.get(self.i).ok_or_else(|| err(self.line(), "unexpected end of input"))?;
+        let t = self
+            .toks
+            .get(self.i)
+            .ok_or_else(|| err(self.line(), "unexpected end of input"))?;
         self.i += 1;
         Ok(t.tok)
     }
@@ -111,7 +120,11 @@ pub(crate) fn parse_signatures(toks: &[Token<'_>]) -> Result<ModuleAst, LoadErro
 }
 
 fn parse_module(toks: &[Token<'_>], skip_bodies: bool) -> Result<ModuleAst, LoadError> {
-    let mut p = P { toks, i: 0, skip_bodies };
+    let mut p = P {
+        toks,
+        i: 0,
+        skip_bodies,
+    };
     let mut m = ModuleAst::default();
     while let Some(t) = p.peek() {
         let line = p.line();
@@ -125,7 +138,10 @@ fn parse_module(toks: &[Token<'_>], skip_bodies: bool) -> Result<ModuleAst, Load
                     p.next()?;
                     let bits = p.int()?;
                     if bits != 64 {
-                        return Err(err(line, format!(".address_size {bits} is not supported (only 64)")));
+                        return Err(err(
+                            line,
+                            format!(".address_size {bits} is not supported (only 64)"),
+                        ));
                     }
                 }
                 p.skip_line(line);
@@ -161,7 +177,12 @@ fn parse_module(toks: &[Token<'_>], skip_bodies: bool) -> Result<ModuleAst, Load
                         }
                         m.vars.extend(decls);
                     }
-                    Some(t) => return Err(err(line, format!("unknown module-level directive {}", show(t)))),
+                    Some(t) => {
+                        return Err(err(
+                            line,
+                            format!("unknown module-level directive {}", show(t)),
+                        ))
+                    }
                     None => return Err(err(line, "unexpected end of input")),
                 }
             }
@@ -192,7 +213,8 @@ fn var_decls(p: &mut P<'_, '_>) -> Result<Vec<VarDecl>, LoadError> {
 fn var_decl_list(p: &mut P<'_, '_>, is_param: bool) -> Result<Vec<VarDecl>, LoadError> {
     let line = p.line();
     let sw = p.word()?;
-    let space = space_of(sw).ok_or_else(|| err(line, format!("expected a state space, found `{sw}`")))?;
+    let space =
+        space_of(sw).ok_or_else(|| err(line, format!("expected a state space, found `{sw}`")))?;
     let mut align = None;
     let mut vec = 1;
     let mut ty = None;
@@ -306,7 +328,11 @@ fn initializer(p: &mut P<'_, '_>, out: &mut Vec<InitElem>) -> Result<(), LoadErr
             while let Some(Tok::Punct(c @ ('+' | '-'))) = p.peek() {
                 p.next()?;
                 let v = p.int()? as i64;
-                off = if c == '+' { off.wrapping_add(v) } else { off.wrapping_sub(v) };
+                off = if c == '+' {
+                    off.wrapping_add(v)
+                } else {
+                    off.wrapping_sub(v)
+                };
             }
             InitElem::Sym(name.to_string(), off)
         }
@@ -340,7 +366,11 @@ fn function(p: &mut P<'_, '_>) -> Result<Function, LoadError> {
         rets = param_list(p)?;
     }
     let name = p.word()?.to_string();
-    let params = if p.peek() == Some(Tok::Punct('(')) { param_list(p)? } else { Vec::new() };
+    let params = if p.peek() == Some(Tok::Punct('(')) {
+        param_list(p)?
+    } else {
+        Vec::new()
+    };
     // Performance directives and attributes between the header and the body.
     loop {
         match p.peek() {
@@ -355,18 +385,40 @@ fn function(p: &mut P<'_, '_>) -> Result<Function, LoadError> {
         }
     }
     if p.eat(';') {
-        return Ok(Function { line, is_entry, name, rets, params, body: None });
+        return Ok(Function {
+            line,
+            is_entry,
+            name,
+            rets,
+            params,
+            body: None,
+        });
     }
     if p.skip_bodies {
         let open = p.line();
         if p.peek() != Some(Tok::Punct('{')) {
             p.expect('{')?;
         }
-        p.skip_braces().map_err(|_| err(open, "unterminated function body"))?;
-        return Ok(Function { line, is_entry, name, rets, params, body: Some(Vec::new()) });
+        p.skip_braces()
+            .map_err(|_| err(open, "unterminated function body"))?;
+        return Ok(Function {
+            line,
+            is_entry,
+            name,
+            rets,
+            params,
+            body: Some(Vec::new()),
+        });
     }
     let body = body(p)?;
-    Ok(Function { line, is_entry, name, rets, params, body: Some(body) })
+    Ok(Function {
+        line,
+        is_entry,
+        name,
+        rets,
+        params,
+        body: Some(body),
+    })
 }
 
 fn body(p: &mut P<'_, '_>) -> Result<Vec<Stmt>, LoadError> {
@@ -404,7 +456,12 @@ fn body(p: &mut P<'_, '_>) -> Result<Vec<Stmt>, LoadError> {
                 out.push(Stmt::Label(line, w.to_string()));
             }
             Some(Tok::Punct('@')) | Some(Tok::Word(_)) => out.push(Stmt::Inst(instruction(p)?)),
-            Some(t) => return Err(err(line, format!("unexpected {} in function body", show(t)))),
+            Some(t) => {
+                return Err(err(
+                    line,
+                    format!("unexpected {} in function body", show(t)),
+                ))
+            }
         }
     }
 }
@@ -421,7 +478,10 @@ fn instruction(p: &mut P<'_, '_>) -> Result<Inst, LoadError> {
         return Err(err(line, format!("unknown directive `{opcode}`")));
     }
     let mut operands = Vec::new();
-    let ctx = |e: LoadError| LoadError { line: e.line, message: format!("{} (in `{opcode}`)", e.message) };
+    let ctx = |e: LoadError| LoadError {
+        line: e.line,
+        message: format!("{} (in `{opcode}`)", e.message),
+    };
     if !p.eat(';') {
         loop {
             operands.push(operand(p).map_err(ctx)?);
@@ -431,11 +491,22 @@ fn instruction(p: &mut P<'_, '_>) -> Result<Inst, LoadError> {
             let l = p.line();
             if !p.eat(',') {
                 let t = p.next()?;
-                return Err(err(l, format!("expected `,` or `;` after an operand of `{opcode}`, found {}", show(t))));
+                return Err(err(
+                    l,
+                    format!(
+                        "expected `,` or `;` after an operand of `{opcode}`, found {}",
+                        show(t)
+                    ),
+                ));
             }
         }
     }
-    Ok(Inst { line, guard, opcode: opcode.to_string(), operands })
+    Ok(Inst {
+        line,
+        guard,
+        opcode: opcode.to_string(),
+        operands,
+    })
 }
 
 fn signed_int(p: &mut P<'_, '_>) -> Result<i64, LoadError> {
@@ -460,7 +531,11 @@ fn operand(p: &mut P<'_, '_>) -> Result<Operand, LoadError> {
             while let Some(Tok::Punct(c @ ('+' | '-'))) = p.peek() {
                 p.next()?;
                 let v = signed_int(p)?;
-                off = if c == '+' { off.wrapping_add(v) } else { off.wrapping_sub(v) };
+                off = if c == '+' {
+                    off.wrapping_add(v)
+                } else {
+                    off.wrapping_sub(v)
+                };
             }
             p.expect(']')?;
             Ok(Operand::Addr(base, off))
@@ -477,7 +552,11 @@ fn operand(p: &mut P<'_, '_>) -> Result<Operand, LoadError> {
                     p.expect(',')?;
                 }
             }
-            Ok(if open == '{' { Operand::Vec(items) } else { Operand::List(items) })
+            Ok(if open == '{' {
+                Operand::Vec(items)
+            } else {
+                Operand::List(items)
+            })
         }
         Tok::Punct('!') => Ok(Operand::Not(Box::new(operand(p)?))),
         Tok::Punct('-') => match p.next()? {
@@ -485,7 +564,10 @@ fn operand(p: &mut P<'_, '_>) -> Result<Operand, LoadError> {
             Tok::Float(v) => Ok(Operand::Float(-v)),
             Tok::F32(b) => Ok(Operand::F32(b ^ 0x8000_0000)),
             Tok::F64(b) => Ok(Operand::F64(b ^ (1 << 63))),
-            t => Err(err(line, format!("expected a number after `-`, found {}", show(t)))),
+            t => Err(err(
+                line,
+                format!("expected a number after `-`, found {}", show(t)),
+            )),
         },
         Tok::Int(v) => Ok(Operand::Int(v)),
         Tok::F32(b) => Ok(Operand::F32(b)),
@@ -495,12 +577,18 @@ fn operand(p: &mut P<'_, '_>) -> Result<Operand, LoadError> {
         Tok::Word(w) => {
             if p.eat('|') {
                 let second = operand(p)?;
-                return Ok(Operand::Pair(Box::new(Operand::Name(w.to_string())), Box::new(second)));
+                return Ok(Operand::Pair(
+                    Box::new(Operand::Name(w.to_string())),
+                    Box::new(second),
+                ));
             }
             if let Some(Tok::Punct(c @ ('+' | '-'))) = p.peek() {
                 p.next()?;
                 let v = signed_int(p)?;
-                return Ok(Operand::SymOff(w.to_string(), if c == '+' { v } else { v.wrapping_neg() }));
+                return Ok(Operand::SymOff(
+                    w.to_string(),
+                    if c == '+' { v } else { v.wrapping_neg() },
+                ));
             }
             Ok(Operand::Name(w.to_string()))
         }

@@ -9,10 +9,24 @@ use tasklet_ptx::{DeviceMemory, ExecError, LaunchParams, Module, ParamInfo};
 fn iota_fills_one_based_indices() {
     let m = module("iota");
     let mem = DeviceMemory::new();
-    for &(n, block) in &[(1000u32, 128u32), (1u32, 32), (4096, 256), (33, 1024), (100, 7)] {
+    for &(n, block) in &[
+        (1000u32, 128u32),
+        (1u32, 32),
+        (4096, 256),
+        (33, 1024),
+        (100, 7),
+    ] {
         let out = mem.alloc(n as u64 * 4).unwrap();
         let grid = n.div_ceil(block);
-        let st = launch(&m, &mem, "iota", [grid, 1, 1], [block, 1, 1], &[A::U64(out), A::U32(n)]).unwrap();
+        let st = launch(
+            &m,
+            &mem,
+            "iota",
+            [grid, 1, 1],
+            [block, 1, 1],
+            &[A::U64(out), A::U32(n)],
+        )
+        .unwrap();
         assert!(st.lane_instructions > 0);
         let got = download_u32(&mem, out, n as usize);
         let want: Vec<u32> = (1..=n).collect();
@@ -27,9 +41,34 @@ fn iota_with_many_threads_and_one_thread_agree() {
     let n = 100_000u32;
     let a = mem.alloc(n as u64 * 4).unwrap();
     let b = mem.alloc(n as u64 * 4).unwrap();
-    let s1 = launch_full(&m, &mem, "iota", [n.div_ceil(256), 1, 1], [256, 1, 1], 0, &[A::U64(a), A::U32(n)], u64::MAX, 1).unwrap();
-    let s4 = launch_full(&m, &mem, "iota", [n.div_ceil(256), 1, 1], [256, 1, 1], 0, &[A::U64(b), A::U32(n)], u64::MAX, 4).unwrap();
-    assert_eq!(download_u32(&mem, a, n as usize), download_u32(&mem, b, n as usize));
+    let s1 = launch_full(
+        &m,
+        &mem,
+        "iota",
+        [n.div_ceil(256), 1, 1],
+        [256, 1, 1],
+        0,
+        &[A::U64(a), A::U32(n)],
+        u64::MAX,
+        1,
+    )
+    .unwrap();
+    let s4 = launch_full(
+        &m,
+        &mem,
+        "iota",
+        [n.div_ceil(256), 1, 1],
+        [256, 1, 1],
+        0,
+        &[A::U64(b), A::U32(n)],
+        u64::MAX,
+        4,
+    )
+    .unwrap();
+    assert_eq!(
+        download_u32(&mem, a, n as usize),
+        download_u32(&mem, b, n as usize)
+    );
     assert_eq!(s1.lane_instructions, s4.lane_instructions);
 }
 
@@ -42,9 +81,33 @@ fn fill_linear_and_vector_add() {
     let b = mem.alloc(n as u64 * 4).unwrap();
     let c = mem.alloc(n as u64 * 4).unwrap();
     let g = [n.div_ceil(256), 1, 1];
-    launch(&m, &mem, "fill_linear", g, [256, 1, 1], &[A::U64(a), A::U32(3), A::U32(n)]).unwrap();
-    launch(&m, &mem, "fill_linear", g, [256, 1, 1], &[A::U64(b), A::U32(0x9e37_79b9), A::U32(n)]).unwrap();
-    launch(&m, &mem, "vector_add", g, [256, 1, 1], &[A::U64(a), A::U64(b), A::U64(c), A::U32(n)]).unwrap();
+    launch(
+        &m,
+        &mem,
+        "fill_linear",
+        g,
+        [256, 1, 1],
+        &[A::U64(a), A::U32(3), A::U32(n)],
+    )
+    .unwrap();
+    launch(
+        &m,
+        &mem,
+        "fill_linear",
+        g,
+        [256, 1, 1],
+        &[A::U64(b), A::U32(0x9e37_79b9), A::U32(n)],
+    )
+    .unwrap();
+    launch(
+        &m,
+        &mem,
+        "vector_add",
+        g,
+        [256, 1, 1],
+        &[A::U64(a), A::U64(b), A::U64(c), A::U32(n)],
+    )
+    .unwrap();
     let got = download_u32(&mem, c, n as usize);
     for i in 0..n {
         let want = (3u32.wrapping_mul(i)).wrapping_add(0x9e37_79b9u32.wrapping_mul(i));
@@ -54,7 +117,15 @@ fn fill_linear_and_vector_add() {
     let x: Vec<u32> = (0..n).map(|i| i.wrapping_mul(2_654_435_761)).collect();
     let y: Vec<u32> = (0..n).map(|i| !i).collect();
     let (px, py) = (upload_u32(&mem, &x), upload_u32(&mem, &y));
-    launch(&m, &mem, "vector_add", g, [256, 1, 1], &[A::U64(px), A::U64(py), A::U64(c), A::U32(n)]).unwrap();
+    launch(
+        &m,
+        &mem,
+        "vector_add",
+        g,
+        [256, 1, 1],
+        &[A::U64(px), A::U64(py), A::U64(c), A::U32(n)],
+    )
+    .unwrap();
     let got = download_u32(&mem, c, n as usize);
     for i in 0..n as usize {
         assert_eq!(got[i], x[i].wrapping_add(y[i]));
@@ -67,25 +138,50 @@ fn scale_is_a_bit_exact_f32_multiply() {
     let mem = DeviceMemory::new();
     let mut rng = Rng(7);
     let mut x: Vec<f32> = (0..3000).map(|_| rng.f32() * 1e3).collect();
-    x.extend([0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::MIN_POSITIVE, 1e-45, f32::MAX, 3.0e38]);
+    x.extend([
+        0.0,
+        -0.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::MIN_POSITIVE,
+        1e-45,
+        f32::MAX,
+        3.0e38,
+    ]);
     let n = x.len() as u32;
     for &factor in &[1.5f32, -0.1, 3.0, 1e-40, f32::INFINITY] {
         let p = upload_f32(&mem, &x);
-        launch(&m, &mem, "scale", [n.div_ceil(128), 1, 1], [128, 1, 1], &[A::U64(p), A::F32(factor), A::U32(n)]).unwrap();
+        launch(
+            &m,
+            &mem,
+            "scale",
+            [n.div_ceil(128), 1, 1],
+            [128, 1, 1],
+            &[A::U64(p), A::F32(factor), A::U32(n)],
+        )
+        .unwrap();
         let got = download_f32(&mem, p, n as usize);
         for i in 0..n as usize {
             let want = x[i] * factor;
             if want.is_nan() {
                 assert_eq!(got[i].to_bits(), 0x7fff_ffff, "canonical NaN at {i}");
             } else {
-                assert_eq!(got[i].to_bits(), want.to_bits(), "x={} factor={factor}", x[i]);
+                assert_eq!(
+                    got[i].to_bits(),
+                    want.to_bits(),
+                    "x={} factor={factor}",
+                    x[i]
+                );
             }
         }
     }
 }
 
 fn line_of(src: &str, needle: &str) -> u32 {
-    src.lines().position(|l| l.contains(needle)).map(|i| i as u32 + 1).expect(needle)
+    src.lines()
+        .position(|l| l.contains(needle))
+        .map(|i| i as u32 + 1)
+        .expect(needle)
 }
 
 #[test]
@@ -95,7 +191,15 @@ fn write_out_of_bounds_faults_naming_the_line() {
     let mem = DeviceMemory::new();
     let out = mem.alloc(16).unwrap();
     let neighbour = mem.alloc(16).unwrap();
-    let err = launch(&m, &mem, "write_out_of_bounds", [2, 1, 1], [64, 1, 1], &[A::U64(out), A::U64(1 << 40)]).unwrap_err();
+    let err = launch(
+        &m,
+        &mem,
+        "write_out_of_bounds",
+        [2, 1, 1],
+        [64, 1, 1],
+        &[A::U64(out), A::U64(1 << 40)],
+    )
+    .unwrap_err();
     let st_line = line_of(&src, "st.global.u32");
     match err {
         ExecError::Fault { site, message } => {
@@ -109,19 +213,51 @@ fn write_out_of_bounds_faults_naming_the_line() {
     // Just past the end, and into the gap before the next allocation: both fault, and the
     // neighbour is untouched.
     for off in [4u64, 64, (neighbour - out) / 4 - 1] {
-        let e = launch(&m, &mem, "write_out_of_bounds", [1, 1, 1], [1, 1, 1], &[A::U64(out), A::U64(off)]).unwrap_err();
+        let e = launch(
+            &m,
+            &mem,
+            "write_out_of_bounds",
+            [1, 1, 1],
+            [1, 1, 1],
+            &[A::U64(out), A::U64(off)],
+        )
+        .unwrap_err();
         assert!(matches!(e, ExecError::Fault { .. }), "offset {off}: {e:?}");
     }
     assert_eq!(download_u32(&mem, neighbour, 4), vec![0; 4]);
     // In bounds it works.
-    launch(&m, &mem, "write_out_of_bounds", [1, 1, 1], [1, 1, 1], &[A::U64(out), A::U64(3)]).unwrap();
+    launch(
+        &m,
+        &mem,
+        "write_out_of_bounds",
+        [1, 1, 1],
+        [1, 1, 1],
+        &[A::U64(out), A::U64(3)],
+    )
+    .unwrap();
     assert_eq!(download_u32(&mem, out, 4), vec![0, 0, 0, 1]);
     // A freed allocation faults (stale pointer).
     mem.free(out).unwrap();
-    let e = launch(&m, &mem, "write_out_of_bounds", [1, 1, 1], [1, 1, 1], &[A::U64(out), A::U64(0)]).unwrap_err();
+    let e = launch(
+        &m,
+        &mem,
+        "write_out_of_bounds",
+        [1, 1, 1],
+        [1, 1, 1],
+        &[A::U64(out), A::U64(0)],
+    )
+    .unwrap_err();
     assert!(matches!(e, ExecError::Fault { .. }));
     // A null pointer faults.
-    let e = launch(&m, &mem, "write_out_of_bounds", [1, 1, 1], [1, 1, 1], &[A::U64(0), A::U64(0)]).unwrap_err();
+    let e = launch(
+        &m,
+        &mem,
+        "write_out_of_bounds",
+        [1, 1, 1],
+        [1, 1, 1],
+        &[A::U64(0), A::U64(0)],
+    )
+    .unwrap_err();
     assert!(matches!(e, ExecError::Fault { .. }));
 }
 
@@ -133,11 +269,26 @@ fn spin_forever_hits_the_step_limit() {
     let flag = mem.alloc(4).unwrap();
     for threads in [1usize, 2] {
         let t = std::time::Instant::now();
-        let err = launch_full(&m, &mem, "spin_forever", [4, 1, 1], [64, 1, 1], 0, &[A::U64(flag)], 10_000_000, threads).unwrap_err();
+        let err = launch_full(
+            &m,
+            &mem,
+            "spin_forever",
+            [4, 1, 1],
+            [64, 1, 1],
+            0,
+            &[A::U64(flag)],
+            10_000_000,
+            threads,
+        )
+        .unwrap_err();
         match err {
             ExecError::StepLimit { site, limit } => {
                 assert_eq!(limit, 10_000_000);
-                let spin_lines = [line_of(&src, "ld.volatile.global.u32"), line_of(&src, "setp.eq.s32 \t%p1, %r1, 0"), line_of(&src, "@%p1 bra \t$L__BB1_1")];
+                let spin_lines = [
+                    line_of(&src, "ld.volatile.global.u32"),
+                    line_of(&src, "setp.eq.s32 \t%p1, %r1, 0"),
+                    line_of(&src, "@%p1 bra \t$L__BB1_1"),
+                ];
                 assert!(spin_lines.contains(&site.line), "site {site}");
             }
             e => panic!("expected StepLimit, got {e:?}"),
@@ -151,12 +302,42 @@ fn step_limit_is_exact_for_one_thread() {
     let m = module("iota");
     let mem = DeviceMemory::new();
     let out = mem.alloc(256 * 4).unwrap();
-    let st = launch(&m, &mem, "iota", [2, 1, 1], [128, 1, 1], &[A::U64(out), A::U32(256)]).unwrap();
+    let st = launch(
+        &m,
+        &mem,
+        "iota",
+        [2, 1, 1],
+        [128, 1, 1],
+        &[A::U64(out), A::U32(256)],
+    )
+    .unwrap();
     let need = st.lane_instructions;
     // 256 threads each run 14 instructions.
     assert_eq!(need, 256 * 14);
-    launch_full(&m, &mem, "iota", [2, 1, 1], [128, 1, 1], 0, &[A::U64(out), A::U32(256)], need, 1).unwrap();
-    let e = launch_full(&m, &mem, "iota", [2, 1, 1], [128, 1, 1], 0, &[A::U64(out), A::U32(256)], need - 1, 1).unwrap_err();
+    launch_full(
+        &m,
+        &mem,
+        "iota",
+        [2, 1, 1],
+        [128, 1, 1],
+        0,
+        &[A::U64(out), A::U32(256)],
+        need,
+        1,
+    )
+    .unwrap();
+    let e = launch_full(
+        &m,
+        &mem,
+        "iota",
+        [2, 1, 1],
+        [128, 1, 1],
+        0,
+        &[A::U64(out), A::U32(256)],
+        need - 1,
+        1,
+    )
+    .unwrap_err();
     assert!(matches!(e, ExecError::StepLimit { .. }), "{e:?}");
 }
 
@@ -167,7 +348,18 @@ fn empty_kernel_runs() {
     let k = kinfo(&m, "empty");
     assert!(k.params.is_empty());
     let st = m
-        .launch("empty", &mem, &LaunchParams { grid: [3, 2, 1], block: [32, 2, 1], shared_mem_bytes: 0, args: &[], step_limit: 1000, threads: 0 })
+        .launch(
+            "empty",
+            &mem,
+            &LaunchParams {
+                grid: [3, 2, 1],
+                block: [32, 2, 1],
+                shared_mem_bytes: 0,
+                args: &[],
+                step_limit: 1000,
+                threads: 0,
+            },
+        )
         .unwrap();
     assert_eq!(st.lane_instructions, 6 * 64);
 }
@@ -179,8 +371,18 @@ fn param_layouts() {
     assert_eq!(
         k.params,
         vec![
-            ParamInfo { name: "write_out_of_bounds_param_0".into(), size: 8, align: 8, pointer_sized: true },
-            ParamInfo { name: "write_out_of_bounds_param_1".into(), size: 8, align: 8, pointer_sized: true },
+            ParamInfo {
+                name: "write_out_of_bounds_param_0".into(),
+                size: 8,
+                align: 8,
+                pointer_sized: true
+            },
+            ParamInfo {
+                name: "write_out_of_bounds_param_1".into(),
+                size: 8,
+                align: 8,
+                pointer_sized: true
+            },
         ]
     );
     let m = module("scale");
@@ -189,7 +391,11 @@ fn param_layouts() {
     assert!(k.params[0].pointer_sized && !k.params[1].pointer_sized && !k.params[2].pointer_sized);
     let m = module("iota");
     assert_eq!(kinfo(&m, "iota").param_layout(), (vec![0, 8], 12));
-    let names: Vec<_> = module("vector_add").kernels().iter().map(|k| k.name.clone()).collect();
+    let names: Vec<_> = module("vector_add")
+        .kernels()
+        .iter()
+        .map(|k| k.name.clone())
+        .collect();
     assert_eq!(names, vec!["fill_linear", "vector_add"]);
 }
 
@@ -200,7 +406,14 @@ fn invalid_launches_are_refused() {
     let out = mem.alloc(64).unwrap();
     let a = args(kinfo(&m, "iota"), &[A::U64(out), A::U32(16)]);
     fn p(grid: [u32; 3], block: [u32; 3], args: &[u8], shared: u32) -> LaunchParams<'_> {
-        LaunchParams { grid, block, shared_mem_bytes: shared, args, step_limit: 1 << 30, threads: 1 }
+        LaunchParams {
+            grid,
+            block,
+            shared_mem_bytes: shared,
+            args,
+            step_limit: 1 << 30,
+            threads: 1,
+        }
     }
     let cases: Vec<(&str, LaunchParams<'_>)> = vec![
         ("iota", p([1, 1, 1], [1, 1, 1], &a[..8], 0)),
@@ -213,11 +426,17 @@ fn invalid_launches_are_refused() {
     ];
     for (name, lp) in cases {
         let e = m.launch(name, &mem, &lp).unwrap_err();
-        assert!(matches!(e, ExecError::InvalidLaunch(_)), "{name} {lp:?}: {e:?}");
+        assert!(
+            matches!(e, ExecError::InvalidLaunch(_)),
+            "{name} {lp:?}: {e:?}"
+        );
     }
     let mut big = a.clone();
     big.push(0);
-    assert!(matches!(m.launch("iota", &mem, &p([1, 1, 1], [1, 1, 1], &big, 0)), Err(ExecError::InvalidLaunch(_))));
+    assert!(matches!(
+        m.launch("iota", &mem, &p([1, 1, 1], [1, 1, 1], &big, 0)),
+        Err(ExecError::InvalidLaunch(_))
+    ));
 }
 
 #[test]
@@ -235,7 +454,18 @@ fn many_threads_do_not_stop_a_launch_that_fits_its_step_limit() {
     let mem = DeviceMemory::new();
     for threads in [1, 2, 16, 64] {
         let st = m
-            .launch("empty", &mem, &LaunchParams { grid: [64, 1, 1], block: [32, 2, 1], shared_mem_bytes: 0, args: &[], step_limit: 64 * 64 + 300, threads })
+            .launch(
+                "empty",
+                &mem,
+                &LaunchParams {
+                    grid: [64, 1, 1],
+                    block: [32, 2, 1],
+                    shared_mem_bytes: 0,
+                    args: &[],
+                    step_limit: 64 * 64 + 300,
+                    threads,
+                },
+            )
             .unwrap_or_else(|e| panic!("threads {threads}: {e}"));
         assert_eq!(st.lane_instructions, 64 * 64);
     }

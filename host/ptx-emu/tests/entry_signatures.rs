@@ -12,7 +12,10 @@ fn matches_module_kernels_on_every_corpus_file() {
         .collect();
     // NVRTC-compiled corpus entries live one level down.
     if let Ok(rd) = std::fs::read_dir(format!("{dir}/nvrtc12")) {
-        files.extend(rd.map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "ptx")));
+        files.extend(
+            rd.map(|e| e.unwrap().path())
+                .filter(|p| p.extension().is_some_and(|e| e == "ptx")),
+        );
     }
     files.sort();
     assert!(files.len() >= 14, "corpus not found in {dir}");
@@ -59,10 +62,17 @@ const MMA_MODULE: &str = r#"
 
 #[test]
 fn lists_kernels_the_emulator_refuses() {
-    let refused = Module::parse(MMA_MODULE).err().expect("the emulator must refuse mma/ldmatrix");
+    let refused = Module::parse(MMA_MODULE)
+        .err()
+        .expect("the emulator must refuse mma/ldmatrix");
     assert!(refused.line > 0);
     let sigs = entry_signatures(MMA_MODULE).unwrap();
-    let p = |name: &str, size, align, pointer_sized| ParamInfo { name: name.into(), size, align, pointer_sized };
+    let p = |name: &str, size, align, pointer_sized| ParamInfo {
+        name: name.into(),
+        size,
+        align,
+        pointer_sized,
+    };
     assert_eq!(
         sigs,
         vec![
@@ -75,7 +85,10 @@ fn lists_kernels_the_emulator_refuses() {
                     p("tc_gemm_param_3", 4, 4, false),
                 ],
             },
-            KernelInfo { name: "second".into(), params: vec![p("x", 8, 8, false), p("y", 8, 8, true)] },
+            KernelInfo {
+                name: "second".into(),
+                params: vec![p("x", 8, 8, false), p("y", 8, 8, true)]
+            },
         ]
     );
     assert_eq!(sigs[0].param_layout(), (vec![0, 8, 16, 28], 32));
@@ -95,5 +108,11 @@ fn reports_header_and_brace_errors_with_lines() {
 #[test]
 fn param_types_as_declared() {
     let types = tasklet_ptx::entry_param_types(MMA_MODULE).unwrap();
-    assert_eq!(types, vec![vec![".u64", ".u64", ".align 8 .b8[12]", ".u32"], vec![".f64", ".s64"]]);
+    assert_eq!(
+        types,
+        vec![
+            vec![".u64", ".u64", ".align 8 .b8[12]", ".u32"],
+            vec![".f64", ".s64"]
+        ]
+    );
 }

@@ -42,7 +42,10 @@ fn vectors_generic_shared_and_local() {
         st.global.v2.u32 [%rd7+8], {%r8, %r9};";
     let got = run_one(body, "", 64, 16).unwrap();
     for t in 0..16u32 {
-        assert_eq!(&got[t as usize * 4..t as usize * 4 + 4], &[t, t + 100, t + 200, t * 16]);
+        assert_eq!(
+            &got[t as usize * 4..t as usize * 4 + 4],
+            &[t, t + 100, t + 200, t * 16]
+        );
     }
 }
 
@@ -123,7 +126,11 @@ fn guarded_exit_and_reconvergence() {
         st.global.u32 [%rd4], %r4;";
     let got = run_one(body, "", 32, 32).unwrap();
     for t in 0..32u32 {
-        let want = if t % 2 == 1 { 0 } else { t.max(1).wrapping_add(0x5555_5555) };
+        let want = if t % 2 == 1 {
+            0
+        } else {
+            t.max(1).wrapping_add(0x5555_5555)
+        };
         assert_eq!(got[t as usize], want, "t={t}");
     }
 }

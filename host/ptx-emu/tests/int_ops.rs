@@ -97,9 +97,21 @@ fn mul24_hi_mad24_hi_dp2a() {
         b.push(rng.next_u32());
     }
     let c: Vec<u32> = (0..n).map(|_| rng.next_u32()).collect();
-    let (pa, pb, pc) = (upload_u32(&mem, &a), upload_u32(&mem, &b), upload_u32(&mem, &c));
+    let (pa, pb, pc) = (
+        upload_u32(&mem, &a),
+        upload_u32(&mem, &b),
+        upload_u32(&mem, &c),
+    );
     let po = mem.alloc(n as u64 * 40).unwrap();
-    launch(&m, &mem, "k", [1, 1, 1], [n as u32, 1, 1], &[A::U64(pa), A::U64(pb), A::U64(pc), A::U64(po)]).unwrap();
+    launch(
+        &m,
+        &mem,
+        "k",
+        [1, 1, 1],
+        [n as u32, 1, 1],
+        &[A::U64(pa), A::U64(pb), A::U64(pc), A::U64(po)],
+    )
+    .unwrap();
     let got = download_u32(&mem, po, n * 10);
     for i in 0..n {
         let (x, y, z) = (a[i], b[i], c[i]);
@@ -115,7 +127,11 @@ fn mul24_hi_mad24_hi_dp2a() {
             mul24(x, y, true) as u32,
             dp4a(x, y, z, true, false),
         ];
-        assert_eq!(&got[i * 10..i * 10 + 10], &want, "a={x:#x} b={y:#x} c={z:#x}");
+        assert_eq!(
+            &got[i * 10..i * 10 + 10],
+            &want,
+            "a={x:#x} b={y:#x} c={z:#x}"
+        );
     }
 }
 
@@ -128,7 +144,9 @@ fn dp2a_needs_a_half_selector_and_int_types() {
         ("dp4a.u32.u32 %r1, %r1, %r1;", "operand"),
     ] {
         let src = format!(".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry k()\n{{\n.reg .b32 %r<2>;\n{inst}\nret;\n}}\n");
-        let e = Module::parse(&src).err().unwrap_or_else(|| panic!("{inst} should not load"));
+        let e = Module::parse(&src)
+            .err()
+            .unwrap_or_else(|| panic!("{inst} should not load"));
         assert_eq!(e.line, 7, "{inst}: {e}");
         assert!(e.message.contains(needle), "{inst}: {e}");
     }

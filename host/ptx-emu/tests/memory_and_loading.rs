@@ -48,15 +48,36 @@ fn host_accesses_are_bounds_checked() {
     let mem = DeviceMemory::new();
     let p = mem.alloc(100).unwrap();
     mem.write(p + 90, &[1; 10]).unwrap();
-    assert!(matches!(mem.write(p + 91, &[1; 10]), Err(MemError::OutOfBounds { .. })));
+    assert!(matches!(
+        mem.write(p + 91, &[1; 10]),
+        Err(MemError::OutOfBounds { .. })
+    ));
     let mut b = [0u8; 10];
-    assert!(matches!(mem.read(p + 95, &mut b), Err(MemError::OutOfBounds { .. })));
-    assert!(matches!(mem.read(p - 1, &mut b), Err(MemError::OutOfBounds { .. })));
-    assert!(matches!(mem.read(0, &mut b), Err(MemError::OutOfBounds { .. })));
-    assert!(matches!(mem.read(u64::MAX - 3, &mut b), Err(MemError::OutOfBounds { .. })));
-    assert!(matches!(mem.free(p + 8), Err(MemError::NotAllocated { .. })));
+    assert!(matches!(
+        mem.read(p + 95, &mut b),
+        Err(MemError::OutOfBounds { .. })
+    ));
+    assert!(matches!(
+        mem.read(p - 1, &mut b),
+        Err(MemError::OutOfBounds { .. })
+    ));
+    assert!(matches!(
+        mem.read(0, &mut b),
+        Err(MemError::OutOfBounds { .. })
+    ));
+    assert!(matches!(
+        mem.read(u64::MAX - 3, &mut b),
+        Err(MemError::OutOfBounds { .. })
+    ));
+    assert!(matches!(
+        mem.free(p + 8),
+        Err(MemError::NotAllocated { .. })
+    ));
     assert!(matches!(mem.alloc(0), Err(MemError::AllocFailed { .. })));
-    assert!(matches!(mem.alloc(u64::MAX), Err(MemError::AllocFailed { .. })));
+    assert!(matches!(
+        mem.alloc(u64::MAX),
+        Err(MemError::AllocFailed { .. })
+    ));
     mem.free(p).unwrap();
     assert!(matches!(mem.free(p), Err(MemError::NotAllocated { .. })));
     assert!(mem.write(p, &[1]).is_err());
@@ -107,11 +128,17 @@ const HEAD: &str = ".version 9.0\n.target sm_80\n.address_size 64\n";
 
 #[test]
 fn malformed_ptx_is_a_load_error_naming_the_line() {
-    let body = |insts: &str| format!("{HEAD}.visible .entry k(\n.param .u64 p\n)\n{{\n.reg .b32 %r<4>;\n.reg .pred %p<2>;\n{insts}\nret;\n}}\n");
+    let body = |insts: &str| {
+        format!("{HEAD}.visible .entry k(\n.param .u64 p\n)\n{{\n.reg .b32 %r<4>;\n.reg .pred %p<2>;\n{insts}\nret;\n}}\n")
+    };
     // Lines: 1-3 header, 4 .entry, 5 param, 6 ), 7 {, 8 .reg, 9 .reg, 10 first instruction.
     let cases: Vec<(String, u32, &str)> = vec![
         (body("frobnicate.b32 %r1, %r2;"), 10, "frobnicate"),
-        (body("mov.u32 %r1, 1;\nadd.u32.bogus %r1, %r1, %r2;"), 11, "bogus"),
+        (
+            body("mov.u32 %r1, 1;\nadd.u32.bogus %r1, %r1, %r2;"),
+            11,
+            "bogus",
+        ),
         (body("add.u32 %r1, %r9, %r2;"), 10, "%r9"),
         (body("bra $L_missing;"), 10, "$L_missing"),
         (body("add.u32 %r1, %r2;"), 10, "operands"),
@@ -125,16 +152,31 @@ fn malformed_ptx_is_a_load_error_naming_the_line() {
         (body("shfl.up.b32 %r1, %r2, 1, 0;"), 10, "shfl.sync"),
         (body("mov.u32 %r1, 0f3F80;"), 10, "malformed number"),
         (body("call.uni foo, ();"), 10, "foo"),
-        (format!("{HEAD}.visible .entry k()\n{{\nret;\n"), 6, "unterminated"),
-        (format!("{HEAD}.visible .entry k()\n{{\nret;\n}}\n}}\n"), 8, ""),
+        (
+            format!("{HEAD}.visible .entry k()\n{{\nret;\n"),
+            6,
+            "unterminated",
+        ),
+        (
+            format!("{HEAD}.visible .entry k()\n{{\nret;\n}}\n}}\n"),
+            8,
+            "",
+        ),
         (format!("{HEAD}.bogus 1;\n"), 4, ".bogus"),
         (format!("{HEAD}.address_size 32\n"), 4, "address_size"),
-        (format!("{HEAD}.visible .entry k(.param .u64 p)\n{{\n/* never closed"), 6, "comment"),
+        (
+            format!("{HEAD}.visible .entry k(.param .u64 p)\n{{\n/* never closed"),
+            6,
+            "comment",
+        ),
     ];
     for (src, line, needle) in cases {
         let (l, msg) = load_err(&src);
         assert_eq!(l, line, "{msg}\n{src}");
-        assert!(msg.contains(needle), "message {msg:?} should mention {needle:?}\n{src}");
+        assert!(
+            msg.contains(needle),
+            "message {msg:?} should mention {needle:?}\n{src}"
+        );
     }
 }
 

@@ -7,9 +7,15 @@ use common::*;
 use tasklet_ptx::{DeviceMemory, Module};
 
 fn nvrtc12_module(name: &str) -> Module {
-    let path = format!("{}/../../kernels/nvrtc12/{name}.ptx", env!("CARGO_MANIFEST_DIR"));
+    let path = format!(
+        "{}/../../kernels/nvrtc12/{name}.ptx",
+        env!("CARGO_MANIFEST_DIR")
+    );
     let src = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    assert!(src.contains(".version 8.7"), "{path} should be NVRTC 12.8 output");
+    assert!(
+        src.contains(".version 8.7"),
+        "{path} should be NVRTC 12.8 output"
+    );
     Module::parse(&src).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
@@ -24,7 +30,15 @@ fn block_scan() {
         let inp = upload_u32(&mem, &data);
         let out = upload_u32(&mem, &vec![0; n as usize]);
         let totals = upload_u32(&mem, &vec![0; blocks as usize]);
-        launch(&m, &mem, "block_scan", [blocks, 1, 1], [block, 1, 1], &[A::U64(inp), A::U64(out), A::U64(totals), A::U32(n)]).unwrap();
+        launch(
+            &m,
+            &mem,
+            "block_scan",
+            [blocks, 1, 1],
+            [block, 1, 1],
+            &[A::U64(inp), A::U64(out), A::U64(totals), A::U32(n)],
+        )
+        .unwrap();
         let got = download_u32(&mem, out, n as usize);
         let got_totals = download_u32(&mem, totals, blocks as usize);
         for b in 0..blocks as usize {
@@ -47,12 +61,34 @@ fn hash_stats() {
     let mem = DeviceMemory::new();
     let mut rng = Rng(3);
     let n = 3000usize;
-    let keys: Vec<u64> = (0..n).map(|_| (rng.next_u32() as u64) << 32 | rng.next_u32() as u64).collect();
-    let kp = upload_bytes(&mem, &keys.iter().flat_map(|k| k.to_le_bytes()).collect::<Vec<_>>());
+    let keys: Vec<u64> = (0..n)
+        .map(|_| (rng.next_u32() as u64) << 32 | rng.next_u32() as u64)
+        .collect();
+    let kp = upload_bytes(
+        &mem,
+        &keys
+            .iter()
+            .flat_map(|k| k.to_le_bytes())
+            .collect::<Vec<_>>(),
+    );
     let scaled = upload_f32(&mem, &vec![0.0; n]);
     let buckets = upload_u32(&mem, &[0; 16]);
     let scale = 1.0f32 / 1024.0 + 1e-7;
-    launch(&m, &mem, "hash_stats", [(n as u32).div_ceil(128), 1, 1], [128, 1, 1], &[A::U64(kp), A::U64(scaled), A::U64(buckets), A::U32(n as u32), A::F32(scale)]).unwrap();
+    launch(
+        &m,
+        &mem,
+        "hash_stats",
+        [(n as u32).div_ceil(128), 1, 1],
+        [128, 1, 1],
+        &[
+            A::U64(kp),
+            A::U64(scaled),
+            A::U64(buckets),
+            A::U32(n as u32),
+            A::F32(scale),
+        ],
+    )
+    .unwrap();
     let got = download_f32(&mem, scaled, n);
     let mut want_buckets = [0u32; 16];
     for i in 0..n {
@@ -68,7 +104,12 @@ fn hash_stats() {
         }
         // NVRTC contracts the multiply-add into one fma (fmad=true, its default).
         let want = ((k >> 11) as i64 as f32).mul_add(scale, steps as f32);
-        assert_eq!(got[i].to_bits(), want.to_bits(), "scaled[{i}]: {} vs {want}", got[i]);
+        assert_eq!(
+            got[i].to_bits(),
+            want.to_bits(),
+            "scaled[{i}]: {} vs {want}",
+            got[i]
+        );
         want_buckets[(k & 15) as usize] += 1;
     }
     assert_eq!(download_u32(&mem, buckets, 16), want_buckets);

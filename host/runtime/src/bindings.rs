@@ -35,7 +35,12 @@ pub fn add_list_views_to_linker<T: 'static>(
     use tasklet::gpu::types::GpuError;
     use wasmtime::component::{Resource, WasmList};
 
-    type Args = (Resource<SessionHandle>, Resource<BufferHandle>, u64, WasmList<u8>);
+    type Args = (
+        Resource<SessionHandle>,
+        Resource<BufferHandle>,
+        u64,
+        WasmList<u8>,
+    );
     // A `gpu-error` goes back to the guest; a trap (a broken host invariant) ends it.
     fn lower(r: GpuResult<()>) -> wasmtime::Result<(Result<(), GpuError>,)> {
         match r {
@@ -47,12 +52,22 @@ pub fn add_list_views_to_linker<T: 'static>(
 
     linker.allow_shadowing(true);
     let mut inst = linker.instance("tasklet:gpu/sessions@0.1.0")?;
-    inst.func_wrap("[method]session.mem-write", move |store, (this, dst, offset, data): Args| {
-        lower(sessions::mem_write_list(store, get, this, dst, offset, data))
-    })?;
-    inst.func_wrap("[method]session.mem-read-into", move |store, (this, src, offset, dst): Args| {
-        lower(sessions::mem_read_into_list(store, get, this, src, offset, dst))
-    })?;
+    inst.func_wrap(
+        "[method]session.mem-write",
+        move |store, (this, dst, offset, data): Args| {
+            lower(sessions::mem_write_list(
+                store, get, this, dst, offset, data,
+            ))
+        },
+    )?;
+    inst.func_wrap(
+        "[method]session.mem-read-into",
+        move |store, (this, src, offset, dst): Args| {
+            lower(sessions::mem_read_into_list(
+                store, get, this, src, offset, dst,
+            ))
+        },
+    )?;
     linker.allow_shadowing(false);
     Ok(())
 }

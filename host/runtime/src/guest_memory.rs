@@ -80,7 +80,8 @@ unsafe impl MemoryCreator for GuestMemoryCreator {
             // wasmtime sized its bounds-check elision by this: reserve exactly this much.
             Some(r) => r,
             None => match maximum {
-                Some(m) => round_up(m, page).ok_or_else(|| format!("a maximum of {m} bytes cannot be reserved"))?,
+                Some(m) => round_up(m, page)
+                    .ok_or_else(|| format!("a maximum of {m} bytes cannot be reserved"))?,
                 None => DEFAULT_RESERVATION,
             },
         }
@@ -94,8 +95,14 @@ unsafe impl MemoryCreator for GuestMemoryCreator {
         let shared = SharedMemory::create(mapped, reserve, guard_size_in_bytes).map_err(|e| {
             format!("cannot map a shared linear memory of {minimum} bytes (reserving {reserve} + {guard_size_in_bytes}): {e}")
         })?;
-        bases().get_or_insert_with(HashMap::new).insert(shared.id(), Base(shared.as_ptr()));
-        Ok(Box::new(GuestMemory { shared, size: minimum, maximum }))
+        bases()
+            .get_or_insert_with(HashMap::new)
+            .insert(shared.id(), Base(shared.as_ptr()));
+        Ok(Box::new(GuestMemory {
+            shared,
+            size: minimum,
+            maximum,
+        }))
     }
 }
 
@@ -112,10 +119,14 @@ unsafe impl LinearMemory for GuestMemory {
 
     fn grow_to(&mut self, new_size: usize) -> wasmtime::Result<()> {
         if self.maximum.is_some_and(|m| new_size > m) {
-            wasmtime::bail!("cannot grow a linear memory past its maximum of {} bytes", self.maximum.unwrap_or(0));
+            wasmtime::bail!(
+                "cannot grow a linear memory past its maximum of {} bytes",
+                self.maximum.unwrap_or(0)
+            );
         }
-        let mapped = round_up(new_size, page_size())
-            .ok_or_else(|| wasmtime::format_err!("a linear memory of {new_size} bytes cannot be mapped"))?;
+        let mapped = round_up(new_size, page_size()).ok_or_else(|| {
+            wasmtime::format_err!("a linear memory of {new_size} bytes cannot be mapped")
+        })?;
         if mapped > self.shared.size() {
             // Fails past the reservation: the memory cannot move.
             self.shared.grow_to(mapped)?;
@@ -152,8 +163,15 @@ pub fn creator() -> Arc<dyn MemoryCreator> {
 /// the store owning the memory (so no guest code runs) and holds no reference into it (e.g. a
 /// slice from `WasmList::as_le_slice`, which must be dropped first).
 pub unsafe fn copy_into_guest(dst: usize, data: &[u8]) -> bool {
-    let Some(span) = locate(dst as *const u8, data.len()) else { return false };
-    let Some(base) = bases().as_ref().and_then(|m| m.get(&span.memory_id()).copied()) else { return false };
+    let Some(span) = locate(dst as *const u8, data.len()) else {
+        return false;
+    };
+    let Some(base) = bases()
+        .as_ref()
+        .and_then(|m| m.get(&span.memory_id()).copied())
+    else {
+        return false;
+    };
     // SAFETY: `locate` found `offset..offset+len` within the memory's current size, and `base` is
     // that memory's own mutable base pointer (it never moves; the memory is live: it is in the
     // map, removed only when the memory drops, and the caller's store owns it). The caller
@@ -197,7 +215,11 @@ mod tests {
         }
         let mut m = b"\0asm\x01\0\0\0".to_vec();
         // Types: 0 = (i32) -> i32, 1 = (i32, i32) -> ().
-        section(1, vec![2, 0x60, 1, 0x7f, 1, 0x7f, 0x60, 2, 0x7f, 0x7f, 0], &mut m);
+        section(
+            1,
+            vec![2, 0x60, 1, 0x7f, 1, 0x7f, 0x60, 2, 0x7f, 0x7f, 0],
+            &mut m,
+        );
         section(3, vec![3, 0, 1, 0], &mut m);
         let mut mem = vec![1];
         match max {
@@ -213,16 +235,21 @@ mod tests {
         }
         section(5, mem, &mut m);
         let mut exports = vec![4];
-        for (name, kind, index) in [("mem", 2u8, 0u8), ("load", 0, 0), ("store", 0, 1), ("grow", 0, 2)] {
+        for (name, kind, index) in [
+            ("mem", 2u8, 0u8),
+            ("load", 0, 0),
+            ("store", 0, 1),
+            ("grow", 0, 2),
+        ] {
             exports.push(name.len() as u8);
             exports.extend(name.as_bytes());
             exports.extend([kind, index]);
         }
         section(7, exports, &mut m);
         let bodies: [&[u8]; 3] = [
-            &[0, 0x20, 0, 0x2d, 0, 0, 0x0b],             // local.get 0; i32.load8_u
-            &[0, 0x20, 0, 0x20, 1, 0x3a, 0, 0, 0x0b],    // local.get 0; local.get 1; i32.store8
-            &[0, 0x20, 0, 0x40, 0, 0x0b],                // local.get 0; memory.grow
+            &[0, 0x20, 0, 0x2d, 0, 0, 0x0b],          // local.get 0; i32.load8_u
+            &[0, 0x20, 0, 0x20, 1, 0x3a, 0, 0, 0x0b], // local.get 0; local.get 1; i32.store8
+            &[0, 0x20, 0, 0x40, 0, 0x0b],             // local.get 0; memory.grow
         ];
         let mut code = vec![3];
         for b in bodies {
@@ -239,7 +266,12 @@ mod tests {
     }
 
     fn store(engine: &Engine, limit: usize) -> Store<Ctx> {
-        let mut s = Store::new(engine, Ctx { limits: StoreLimitsBuilder::new().memory_size(limit).build() });
+        let mut s = Store::new(
+            engine,
+            Ctx {
+                limits: StoreLimitsBuilder::new().memory_size(limit).build(),
+            },
+        );
         s.limiter(|c| &mut c.limits);
         s
     }
@@ -252,12 +284,19 @@ mod tests {
         let mem = inst.get_memory(&mut store, "mem").unwrap();
         assert_eq!(mem.data_size(&store), 2 * WASM_PAGE);
         let data = mem.data(&store);
-        assert_eq!(&data[16..19], b"seg", "the data segment is copied in (no copy-on-write image)");
+        assert_eq!(
+            &data[16..19],
+            b"seg",
+            "the data segment is copied in (no copy-on-write image)"
+        );
         assert!(data[..16].iter().chain(&data[19..]).all(|&b| b == 0));
         let ptr = mem.data_ptr(&store);
         let span = locate(ptr, 2 * WASM_PAGE).expect("the memory is a SharedMemory");
         assert_eq!((span.offset(), span.len()), (0, 2 * WASM_PAGE));
-        assert!(locate(ptr, 2 * WASM_PAGE + 1).is_none(), "past the size is not part of the memory");
+        assert!(
+            locate(ptr, 2 * WASM_PAGE + 1).is_none(),
+            "past the size is not part of the memory"
+        );
     }
 
     #[test]
@@ -267,16 +306,29 @@ mod tests {
         let inst = Instance::new(&mut store, &module(&engine, 1, Some(8)), &[]).unwrap();
         let mem = inst.get_memory(&mut store, "mem").unwrap();
         let grow = inst.get_typed_func::<i32, i32>(&mut store, "grow").unwrap();
-        let store8 = inst.get_typed_func::<(i32, i32), ()>(&mut store, "store").unwrap();
+        let store8 = inst
+            .get_typed_func::<(i32, i32), ()>(&mut store, "store")
+            .unwrap();
         let load = inst.get_typed_func::<i32, i32>(&mut store, "load").unwrap();
         let before = mem.data_ptr(&store);
         assert_eq!(grow.call(&mut store, 3).unwrap(), 1);
-        assert_eq!(mem.data_ptr(&store), before, "growth never moves the memory");
+        assert_eq!(
+            mem.data_ptr(&store),
+            before,
+            "growth never moves the memory"
+        );
         assert_eq!(mem.data_size(&store), 4 * WASM_PAGE);
         let at = 3 * WASM_PAGE as i32 + 5;
-        assert_eq!(load.call(&mut store, at).unwrap(), 0, "new pages read as zeros");
+        assert_eq!(
+            load.call(&mut store, at).unwrap(),
+            0,
+            "new pages read as zeros"
+        );
         store8.call(&mut store, (at, 7)).unwrap();
-        assert!(locate(before, 4 * WASM_PAGE).is_some(), "grown pages are located");
+        assert!(
+            locate(before, 4 * WASM_PAGE).is_some(),
+            "grown pages are located"
+        );
         // Past the size, accesses trap (bounds checks are elided: the PROT_NONE pages fault).
         assert!(load.call(&mut store, 4 * WASM_PAGE as i32).is_err());
         // The maximum bites: 4 + 5 > 8 pages.
@@ -291,7 +343,11 @@ mod tests {
         let inst = Instance::new(&mut store, &module(&engine, 1, None), &[]).unwrap();
         let grow = inst.get_typed_func::<i32, i32>(&mut store, "grow").unwrap();
         assert_eq!(grow.call(&mut store, 2).unwrap(), 1);
-        assert_eq!(grow.call(&mut store, 1).unwrap(), -1, "a fourth page is over the store's limit");
+        assert_eq!(
+            grow.call(&mut store, 1).unwrap(),
+            -1,
+            "a fourth page is over the store's limit"
+        );
         // And a memory whose minimum is over it is never created.
         let mut small = self::store(&engine, WASM_PAGE);
         assert!(Instance::new(&mut small, &module(&engine, 2, None), &[]).is_err());
@@ -303,12 +359,17 @@ mod tests {
         let c = GuestMemoryCreator;
         let ty = MemoryType::new(1, None);
         let (reserve, guard) = (16 * WASM_PAGE, 4 * page);
-        let mut m = c.new_memory(ty.clone(), WASM_PAGE, None, Some(reserve), guard).unwrap();
+        let mut m = c
+            .new_memory(ty.clone(), WASM_PAGE, None, Some(reserve), guard)
+            .unwrap();
         assert_eq!((m.byte_size(), m.byte_capacity()), (WASM_PAGE, reserve));
         let base = m.as_ptr();
         m.grow_to(reserve).unwrap();
         assert_eq!(m.as_ptr(), base);
-        assert!(m.grow_to(reserve + WASM_PAGE).is_err(), "the memory cannot grow past its reservation");
+        assert!(
+            m.grow_to(reserve + WASM_PAGE).is_err(),
+            "the memory cannot grow past its reservation"
+        );
         // Past the reservation lies the guard, inaccessible (the compiled code relies on it
         // faulting), and `locate` (what the worker paths use) never reports it as memory.
         assert!(locate(base, reserve).is_some());
@@ -318,10 +379,14 @@ mod tests {
         // No maximum and no reservation: 4 GiB; a maximum bounds it.
         let m = c.new_memory(ty.clone(), WASM_PAGE, None, None, 0).unwrap();
         assert_eq!(m.byte_capacity(), DEFAULT_RESERVATION);
-        let m = c.new_memory(ty.clone(), WASM_PAGE, Some(3 * WASM_PAGE), None, 0).unwrap();
+        let m = c
+            .new_memory(ty.clone(), WASM_PAGE, Some(3 * WASM_PAGE), None, 0)
+            .unwrap();
         assert_eq!(m.byte_capacity(), 3 * WASM_PAGE);
         // A minimum beyond the engine's reservation is refused, not silently over-reserved.
-        assert!(c.new_memory(ty, 2 * WASM_PAGE, None, Some(WASM_PAGE), 0).is_err());
+        assert!(c
+            .new_memory(ty, 2 * WASM_PAGE, None, Some(WASM_PAGE), 0)
+            .is_err());
     }
 
     /// Bytes of `start..end` that /proc/self/maps shows mapped with no access at all.
@@ -332,7 +397,10 @@ mod tests {
             let mut f = line.split_whitespace();
             let (range, perms) = (f.next().unwrap(), f.next().unwrap());
             let (a, b) = range.split_once('-').unwrap();
-            let (a, b) = (usize::from_str_radix(a, 16).unwrap(), usize::from_str_radix(b, 16).unwrap());
+            let (a, b) = (
+                usize::from_str_radix(a, 16).unwrap(),
+                usize::from_str_radix(b, 16).unwrap(),
+            );
             let (lo, hi) = (a.max(start), b.min(end));
             if lo < hi && perms.starts_with("---") {
                 covered += hi - lo;

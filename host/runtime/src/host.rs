@@ -2,6 +2,7 @@
 //! compiled once ([`Host::load`]) and run many times, each run in a fresh store.
 
 use crate::bindings;
+use crate::config::WorkerPolicy;
 use crate::config::{Grant, Manifest, Policy};
 use crate::lease::{Accounting, Device, LeaseManager};
 use crate::state::TaskletState;
@@ -9,7 +10,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
-use crate::config::WorkerPolicy;
 use tasklet_worker::{BackendKind, Pool, PoolConfig, WorkerCommand, WorkerError, WorkerInfo};
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Engine, Store};
@@ -73,7 +73,8 @@ impl Host {
         // between the device and guest memory in one copy. Copy-on-write initialisation would map
         // a module's data image privately over that memory (and wasmtime only does it for its own
         // mmap memories), so data segments are copied in instead.
-        wasm.with_host_memory(crate::guest_memory::creator()).memory_init_cow(false);
+        wasm.with_host_memory(crate::guest_memory::creator())
+            .memory_init_cow(false);
         // `TASKLET_PERF_MAP=1`: name the compiled guest code in /tmp/perf-<pid>.map, so `perf`
         // attributes samples to guest functions instead of bare addresses.
         if std::env::var_os("TASKLET_PERF_MAP").is_some_and(|v| v == "1") {
@@ -81,7 +82,8 @@ impl Host {
         }
         let engine = Engine::new(&wasm).map_err(|e| HostError::Engine(format!("{e:#}")))?;
         let mut linker = Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| HostError::Engine(format!("{e:#}")))?;
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
+            .map_err(|e| HostError::Engine(format!("{e:#}")))?;
         crate::gpu::add_to_linker(&mut linker).map_err(|e| HostError::Engine(format!("{e:#}")))?;
 
         let w = &config.policy.workers;
@@ -125,7 +127,13 @@ impl Host {
         };
         let leases = LeaseManager::start(pool, device);
         let ticker = Ticker::start(engine.clone());
-        Ok(Host { engine, linker, leases, policy: config.policy, ticker })
+        Ok(Host {
+            engine,
+            linker,
+            leases,
+            policy: config.policy,
+            ticker,
+        })
     }
 
     pub fn policy(&self) -> &Policy {
@@ -144,12 +152,19 @@ impl Host {
     /// Compiles the manifest's component and links it against the host.
     pub fn load(&self, manifest: Manifest) -> Result<Tasklet, HostError> {
         let path = manifest.component.display().to_string();
-        let err = |e: wasmtime::Error| HostError::Component { path: path.clone(), message: format!("{e:#}") };
+        let err = |e: wasmtime::Error| HostError::Component {
+            path: path.clone(),
+            message: format!("{e:#}"),
+        };
         let component = Component::from_file(&self.engine, &manifest.component).map_err(err)?;
         let pre = self.linker.instantiate_pre(&component).map_err(err)?;
         let pre = bindings::TaskletPre::new(pre).map_err(err)?;
         let grant = self.policy.grant(&manifest);
-        Ok(Tasklet { manifest, grant, pre })
+        Ok(Tasklet {
+            manifest,
+            grant,
+            pre,
+        })
     }
 
     /// Runs a tasklet once on `input`. Whatever the outcome, every lease it held is released before
@@ -168,7 +183,10 @@ impl Host {
             Some(wasmtime::Trap::Interrupt) => RunError::WallTime(wall),
             _ => RunError::Trapped(format!("{e:?}")),
         };
-        let instance = tasklet.pre.instantiate(&mut store).map_err(|e| RunError::Instantiate(format!("{e:#}")))?;
+        let instance = tasklet
+            .pre
+            .instantiate(&mut store)
+            .map_err(|e| RunError::Instantiate(format!("{e:#}")))?;
         let result = instance.call_run(&mut store, input).map_err(classify);
         drop(store);
         result?.map_err(RunError::Failed)
@@ -215,7 +233,12 @@ impl Sizing {
     pub fn new(backend: BackendKind, w: &WorkerPolicy, info: &WorkerInfo) -> Sizing {
         let cap = w.max_device_memory.unwrap_or(u64::MAX);
         if backend == BackendKind::Emu {
-            return Sizing { capacity: info.memory_total.min(cap), warm: w.warm, max_workers: w.max.max(1), note: None };
+            return Sizing {
+                capacity: info.memory_total.min(cap),
+                warm: w.warm,
+                max_workers: w.max.max(1),
+                note: None,
+            };
         }
         let reserve = w.context_reserve.max(1);
         // Worker processes whose contexts fit in half the device.
@@ -238,8 +261,17 @@ impl Sizing {
             ));
         }
         let reserved = reserve.saturating_mul((warm + max) as u64);
-        let capacity = info.device_memory.saturating_sub(reserved).min(info.memory_total).min(cap);
-        Sizing { capacity, warm, max_workers: max, note }
+        let capacity = info
+            .device_memory
+            .saturating_sub(reserved)
+            .min(info.memory_total)
+            .min(cap);
+        Sizing {
+            capacity,
+            warm,
+            max_workers: max,
+            note,
+        }
     }
 }
 
@@ -286,7 +318,11 @@ mod tests {
     use super::*;
 
     fn info(device_memory: u64) -> WorkerInfo {
-        WorkerInfo { device_memory, memory_total: device_memory, ..WorkerInfo::default() }
+        WorkerInfo {
+            device_memory,
+            memory_total: device_memory,
+            ..WorkerInfo::default()
+        }
     }
 
     #[test]
@@ -299,7 +335,10 @@ mod tests {
         assert_eq!((s.warm, s.max_workers, s.note), (2, 8, None));
         assert_eq!(s.capacity, 80 * gib - 10 * (512 << 20));
         p.max_device_memory = Some(gib);
-        assert_eq!(Sizing::new(BackendKind::Cuda, &p, &info(80 * gib)).capacity, gib);
+        assert_eq!(
+            Sizing::new(BackendKind::Cuda, &p, &info(80 * gib)).capacity,
+            gib
+        );
     }
 
     #[test]
@@ -310,7 +349,10 @@ mod tests {
         // 4 GiB: contexts may take 2 GiB = 4 contexts of 512 MiB.
         let s = Sizing::new(BackendKind::Cuda, &p, &info(4 << 30));
         assert_eq!((s.warm, s.max_workers), (1, 3));
-        assert!(s.note.as_deref().is_some_and(|n| n.contains("context-reserve")));
+        assert!(s
+            .note
+            .as_deref()
+            .is_some_and(|n| n.contains("context-reserve")));
         assert_eq!(s.capacity, (4u64 << 30) - 4 * (512 << 20));
         // 1 GiB: one context fits in half of it; one worker, none warm, half the device lent.
         let s = Sizing::new(BackendKind::Cuda, &p, &info(1 << 30));
@@ -324,8 +366,14 @@ mod tests {
     fn emu_capacity_is_the_emulated_device() {
         let mut p = Policy::default().workers;
         let s = Sizing::new(BackendKind::Emu, &p, &info(256 << 20));
-        assert_eq!((s.capacity, s.warm, s.max_workers), (256 << 20, p.warm, p.max));
+        assert_eq!(
+            (s.capacity, s.warm, s.max_workers),
+            (256 << 20, p.warm, p.max)
+        );
         p.max_device_memory = Some(1 << 20);
-        assert_eq!(Sizing::new(BackendKind::Emu, &p, &info(256 << 20)).capacity, 1 << 20);
+        assert_eq!(
+            Sizing::new(BackendKind::Emu, &p, &info(256 << 20)).capacity,
+            1 << 20
+        );
     }
 }

@@ -65,9 +65,15 @@ impl EndReason {
     fn describe(&self) -> String {
         match self {
             EndReason::Dropped => "the lease was dropped".into(),
-            EndReason::Expired => "the lease expired; acquire a new one, or renew before it runs out".into(),
-            EndReason::WorkerLost(why) => format!("the lease ended when its GPU worker was lost ({why})"),
-            EndReason::Poisoned(why) => format!("the lease ended after a fatal kernel error ({why})"),
+            EndReason::Expired => {
+                "the lease expired; acquire a new one, or renew before it runs out".into()
+            }
+            EndReason::WorkerLost(why) => {
+                format!("the lease ended when its GPU worker was lost ({why})")
+            }
+            EndReason::Poisoned(why) => {
+                format!("the lease ended after a fatal kernel error ({why})")
+            }
             EndReason::TaskletEnded => "the tasklet that held the lease has ended".into(),
         }
     }
@@ -208,7 +214,9 @@ impl LeaseManager {
             Err(e) => {
                 self.book().granted -= bytes;
                 return Err(match e {
-                    WorkerError::NoCapacity(m) => GpuError::CapacityExceeded(format!("no free GPU worker: {m}")),
+                    WorkerError::NoCapacity(m) => {
+                        GpuError::CapacityExceeded(format!("no free GPU worker: {m}"))
+                    }
                     other => from_worker(other),
                 });
             }
@@ -219,7 +227,12 @@ impl LeaseManager {
             device: self.device.index,
             granted: bytes,
             acquired: now,
-            state: Mutex::new(LeaseState { worker: Some(worker), used: 0, expires: now + ttl, ended: None }),
+            state: Mutex::new(LeaseState {
+                worker: Some(worker),
+                used: 0,
+                expires: now + ttl,
+                ended: None,
+            }),
         });
         self.book().live.insert(lease.id, Arc::clone(&lease));
         self.wake.notify_all();
@@ -254,14 +267,19 @@ impl LeaseManager {
         let Some(worker) = worker.as_mut() else {
             return Err(GpuError::LeaseExpired("the lease has no worker".into()));
         };
-        match op(LeaseAccess { worker, used, granted: lease.granted }) {
+        match op(LeaseAccess {
+            worker,
+            used,
+            granted: lease.granted,
+        }) {
             Ok(v) => Ok(v),
             Err(e) => {
                 let end = match &e {
                     WorkerError::Lost(why) => Some(EndReason::WorkerLost(why.clone())),
-                    WorkerError::Op { kind: ErrorKind::KernelFault | ErrorKind::DeadlineExceeded, message } => {
-                        Some(EndReason::Poisoned(message.clone()))
-                    }
+                    WorkerError::Op {
+                        kind: ErrorKind::KernelFault | ErrorKind::DeadlineExceeded,
+                        message,
+                    } => Some(EndReason::Poisoned(message.clone())),
                     _ => None,
                 };
                 drop(st);
@@ -353,11 +371,16 @@ impl LeaseManager {
     /// Bytes written to and read from devices straight from and into tasklet memory (no host
     /// staging), since the host started: `(written, read)`.
     pub fn direct_transfer_bytes(&self) -> (u64, u64) {
-        (self.direct.written.load(Ordering::Relaxed), self.direct.read.load(Ordering::Relaxed))
+        (
+            self.direct.written.load(Ordering::Relaxed),
+            self.direct.read.load(Ordering::Relaxed),
+        )
     }
 
     pub(crate) fn count_direct(&self, written: usize, read: usize) {
-        self.direct.written.fetch_add(written as u64, Ordering::Relaxed);
+        self.direct
+            .written
+            .fetch_add(written as u64, Ordering::Relaxed);
         self.direct.read.fetch_add(read as u64, Ordering::Relaxed);
     }
 
@@ -391,8 +414,14 @@ impl LeaseManager {
                 book = self.book();
                 continue;
             }
-            let wait = next.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
-            book = self.wake.wait_timeout(book, wait).map(|(g, _)| g).unwrap_or_else(|p| p.into_inner().0);
+            let wait = next
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_millis(1));
+            book = self
+                .wake
+                .wait_timeout(book, wait)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|p| p.into_inner().0);
         }
     }
 

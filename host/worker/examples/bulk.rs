@@ -21,18 +21,35 @@ fn median(mut v: Vec<Duration>) -> Duration {
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let backend = args.next().map_or(BackendKind::Emu, |s| BackendKind::parse(&s).expect("emu or cuda"));
+    let backend = args.next().map_or(BackendKind::Emu, |s| {
+        BackendKind::parse(&s).expect("emu or cuda")
+    });
     let mib: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(256);
     let reps: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(9);
     let program = args.next().map(PathBuf::from).unwrap_or_else(|| {
         let exe = std::env::current_exe().expect("current_exe");
-        exe.parent().and_then(|p| p.parent()).expect("target dir").join("tasklet-worker")
+        exe.parent()
+            .and_then(|p| p.parent())
+            .expect("target dir")
+            .join("tasklet-worker")
     });
     let n = mib << 20;
-    let cmd = WorkerCommand { program, args: vec![] };
-    let mut w = Worker::spawn(&cmd, backend, (2 * n + (64 << 20)) as u64, Duration::from_secs(60)).expect("spawn worker");
+    let cmd = WorkerCommand {
+        program,
+        args: vec![],
+    };
+    let mut w = Worker::spawn(
+        &cmd,
+        backend,
+        (2 * n + (64 << 20)) as u64,
+        Duration::from_secs(60),
+    )
+    .expect("spawn worker");
     let info = w.info().expect("info");
-    println!("backend {} ({}), {mib} MiB, median of {reps}", info.backend, info.device);
+    println!(
+        "backend {} ({}), {mib} MiB, median of {reps}",
+        info.backend, info.device
+    );
 
     let mem = SharedMemory::create(2 * n, 2 * n, 64 << 10).expect("guest memory");
     // SAFETY: the memory's accessible part, used only by this program.
@@ -58,7 +75,11 @@ fn main() {
         )
     };
     let row = |name: &str, d: Duration| {
-        println!("| {name:<28} | {:>9.2} ms | {:>7.2} GB/s |", d.as_secs_f64() * 1e3, n as f64 / d.as_secs_f64() / 1e9)
+        println!(
+            "| {name:<28} | {:>9.2} ms | {:>7.2} GB/s |",
+            d.as_secs_f64() * 1e3,
+            n as f64 / d.as_secs_f64() / 1e9
+        )
     };
     println!("| {:<28} | {:>12} | {:>12} |", "op", "median", "bandwidth");
     println!("|{:-<30}|{:-<14}|{:-<14}|", "", "", "");
@@ -74,12 +95,27 @@ fn main() {
             w.write(dev, &lifted).expect("write");
         }),
     );
-    row("write (data region)", time(&mut || w.write(dev, &guest[..n]).expect("write")));
-    row("write_from (zero-copy)", time(&mut || w.write_from(dev, &src).expect("write_from")));
-    row("read (data region)", time(&mut || w.read(dev, &mut lifted).expect("read")));
-    row("read_into (zero-copy)", time(&mut || w.read_into(dev, &dst).expect("read_into")));
+    row(
+        "write (data region)",
+        time(&mut || w.write(dev, &guest[..n]).expect("write")),
+    );
+    row(
+        "write_from (zero-copy)",
+        time(&mut || w.write_from(dev, &src).expect("write_from")),
+    );
+    row(
+        "read (data region)",
+        time(&mut || w.read(dev, &mut lifted).expect("read")),
+    );
+    row(
+        "read_into (zero-copy)",
+        time(&mut || w.read_into(dev, &dst).expect("read_into")),
+    );
     // SAFETY: as above; formed anew because the worker wrote the bytes behind our back.
     let after = unsafe { std::slice::from_raw_parts(mem.as_ptr(), 2 * n) };
-    assert!(after[n..] == after[..n], "read_into brought back different bytes");
+    assert!(
+        after[n..] == after[..n],
+        "read_into brought back different bytes"
+    );
     println!("round trip verified");
 }

@@ -22,14 +22,19 @@
 //!
 //! Needs a CUDA device; says "skipped: no CUDA device" and exits 0 without one.
 
-use std::sync::atomic::{AtomicU64, Ordering::{Acquire, Relaxed}};
+use std::sync::atomic::{
+    AtomicU64,
+    Ordering::{Acquire, Relaxed},
+};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use tasklet_worker::backend::{Backend, BackendError, BackendOptions, LaunchRequest, LoadedModule, WorkerInfo};
+use tasklet_worker::backend::cuda::driver;
+use tasklet_worker::backend::{
+    Backend, BackendError, BackendOptions, LaunchRequest, LoadedModule, WorkerInfo,
+};
 use tasklet_worker::protocol::{decode_response, encode_request, Request, Response};
 use tasklet_worker::transport::{Answer, HostEnd, SharedRegion, WorkerEnd, DEFAULT_DATA_SIZE};
-use tasklet_worker::backend::cuda::driver;
 use tasklet_worker::CudaBackend;
 
 const PTX: &str = include_str!("../../../kernels/faults.ptx");
@@ -80,7 +85,11 @@ impl Backend for Timed {
     fn load_module(&mut self, ptx: &str) -> Result<LoadedModule, BackendError> {
         self.inner.load_module(ptx)
     }
-    fn load_source(&mut self, source: &str, options: &[&str]) -> Result<LoadedModule, BackendError> {
+    fn load_source(
+        &mut self,
+        source: &str,
+        options: &[&str],
+    ) -> Result<LoadedModule, BackendError> {
         self.inner.load_source(source, options)
     }
     fn unload_module(&mut self, id: u32) -> Result<(), BackendError> {
@@ -95,7 +104,10 @@ impl Backend for Timed {
         self.marks.in_launch_total.fetch_add(t1 - t0, Relaxed);
         r
     }
-    fn launch_batch(&mut self, launches: &[LaunchRequest<'_>]) -> Result<(), (usize, BackendError)> {
+    fn launch_batch(
+        &mut self,
+        launches: &[LaunchRequest<'_>],
+    ) -> Result<(), (usize, BackendError)> {
         let t0 = now_ns();
         self.marks.launch_in.store(t0, Relaxed);
         let r = self.inner.launch_batch(launches);
@@ -139,11 +151,24 @@ impl Raw {
     fn new() -> Raw {
         let d = driver::driver().expect("driver loaded by the backend");
         let src = std::ffi::CString::new(PTX).expect("PTX has no NUL");
-        let (mut m, mut f, mut ev, mut stream) =
-            (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
+        let (mut m, mut f, mut ev, mut stream) = (
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        );
         // SAFETY: valid out-pointers, NUL-terminated PTX; the backend made the context current.
         unsafe {
-            assert_eq!((d.module_load_data_ex)(&mut m, src.as_ptr().cast(), 0, std::ptr::null_mut(), std::ptr::null_mut()), 0);
+            assert_eq!(
+                (d.module_load_data_ex)(
+                    &mut m,
+                    src.as_ptr().cast(),
+                    0,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut()
+                ),
+                0
+            );
             assert_eq!((d.module_get_function)(&mut f, m, c"empty".as_ptr()), 0);
             assert_eq!((d.event_create)(&mut ev, 2), 0);
             // CU_STREAM_NON_BLOCKING
@@ -157,12 +182,32 @@ impl Raw {
                 e
             })
             .collect();
-        Raw { d, f, ev, pool, stream }
+        Raw {
+            d,
+            f,
+            ev,
+            pool,
+            stream,
+        }
     }
 
     fn launch(&self) {
         // SAFETY: a resolved function with no parameters, our stream.
-        let r = unsafe { (self.d.launch_kernel)(self.f, 1, 1, 1, 1, 1, 1, 0, self.stream, std::ptr::null_mut(), std::ptr::null_mut()) };
+        let r = unsafe {
+            (self.d.launch_kernel)(
+                self.f,
+                1,
+                1,
+                1,
+                1,
+                1,
+                1,
+                0,
+                self.stream,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            )
+        };
         assert_eq!(r, 0);
     }
 
@@ -179,7 +224,10 @@ impl Raw {
 
     fn record_pooled(&self, group: usize) {
         // SAFETY: a live event of the pool; our stream.
-        assert_eq!(unsafe { (self.d.event_record)(self.pool[group % self.pool.len()], self.stream) }, 0);
+        assert_eq!(
+            unsafe { (self.d.event_record)(self.pool[group % self.pool.len()], self.stream) },
+            0
+        );
     }
 
     fn record(&self) {
@@ -207,7 +255,8 @@ fn touch(data: &mut [u8]) {
 /// Pins the calling thread to `cpu`, if given.
 fn pin(cpu: Option<usize>) {
     if let Some(cpu) = cpu {
-        tasklet_worker::cpus::pin_current_thread(cpu).unwrap_or_else(|e| panic!("pin to cpu {cpu}: {e}"));
+        tasklet_worker::cpus::pin_current_thread(cpu)
+            .unwrap_or_else(|e| panic!("pin to cpu {cpu}: {e}"));
     }
 }
 
@@ -230,13 +279,23 @@ fn signalled_sync(host: &mut HostEnd, id: &mut u64, frame: &mut Vec<u8>, resp: &
     frame.clear();
     encode_request(*id, &Request::Sync, frame);
     let seq = host.send(frame, far, &mut || None).expect("send");
-    if host.wait_signalled(seq, far, &mut || None, resp).expect("answer") == Answer::Response {
+    if host
+        .wait_signalled(seq, far, &mut || None, resp)
+        .expect("answer")
+        == Answer::Response
+    {
         assert_eq!(decode_response(resp).expect("decodable").1, Response::Ok);
     }
 }
 
 fn opts(data_region: Option<(usize, usize)>, completion_word: Option<usize>) -> BackendOptions {
-    BackendOptions { device_memory: 1 << 30, emu_threads: 0, null: false, data_region, completion_word }
+    BackendOptions {
+        device_memory: 1 << 30,
+        emu_threads: 0,
+        null: false,
+        data_region,
+        completion_word,
+    }
 }
 
 fn launch_req(module: u32) -> LaunchRequest<'static> {
@@ -284,7 +343,10 @@ fn main() {
     let word = unsafe { &*(word_addr as *const std::sync::atomic::AtomicU32) };
     let mut dev_word = 0u64;
     // SAFETY: valid out-pointer; a registered address.
-    assert_eq!(unsafe { (raw.d.mem_host_get_device_pointer)(&mut dev_word, word_addr as *mut _, 0) }, 0);
+    assert_eq!(
+        unsafe { (raw.d.mem_host_get_device_pointer)(&mut dev_word, word_addr as *mut _, 0) },
+        0
+    );
     let mut seq = 0u32;
     let mut scratch = vec![0u8; 32 << 10];
     let mut launch_frame = Vec::new();
@@ -321,7 +383,10 @@ fn main() {
             raw.launch();
             let t1 = Instant::now();
             // SAFETY: a registered, device-mapped word; our stream.
-            assert_eq!(unsafe { (raw.d.stream_write_value32)(raw.stream, dev_word, seq, 0) }, 0);
+            assert_eq!(
+                unsafe { (raw.d.stream_write_value32)(raw.stream, dev_word, seq, 0) },
+                0
+            );
             let t2 = Instant::now();
             while word.load(Acquire) != seq {
                 std::hint::spin_loop();
@@ -350,15 +415,26 @@ fn main() {
             // With an event recorded after every GROUP_MAX launches, as the backend's launch
             // groups do: what tracking the groups costs the driver. Then each group's event a
             // different one of a pool, as the backend's are.
-            t[12].push(raw.burst(|i| if (i + 1) % group == 0 { raw.record() }));
-            t[13].push(raw.burst(|i| if (i + 1) % group == 0 { raw.record_pooled(i / group) }));
+            t[12].push(raw.burst(|i| {
+                if (i + 1) % group == 0 {
+                    raw.record()
+                }
+            }));
+            t[13].push(raw.burst(|i| {
+                if (i + 1) % group == 0 {
+                    raw.record_pooled(i / group)
+                }
+            }));
             // Does other work between launches slow the driver's own (its data and code pushed
             // out of the caches)? Raw launches with, between them: 4 KiB and 32 KiB of other
             // data touched, and the worker's own decoding of a launch record.
             t[14].push(raw.burst(|_| touch(&mut scratch[..4 << 10])));
             t[15].push(raw.burst(|_| touch(&mut scratch[..32 << 10])));
             t[16].push(raw.burst(|_| {
-                std::hint::black_box(tasklet_worker::protocol::decode_request(std::hint::black_box(&launch_frame)).is_ok());
+                std::hint::black_box(
+                    tasklet_worker::protocol::decode_request(std::hint::black_box(&launch_frame))
+                        .is_ok(),
+                );
             }));
             let t0 = Instant::now();
             for _ in 0..BURST {
@@ -370,10 +446,14 @@ fn main() {
             let batch = [l; 16];
             let t0 = Instant::now();
             for _ in 0..BURST / batch.len() {
-                direct.launch_batch(&batch).unwrap_or_else(|(_, e)| panic!("launch batch: {e}"));
+                direct
+                    .launch_batch(&batch)
+                    .unwrap_or_else(|(_, e)| panic!("launch batch: {e}"));
             }
             direct.sync().expect("sync");
-            t[17].push(t0.elapsed().as_secs_f64() * 1e6 / (BURST / batch.len() * batch.len()) as f64);
+            t[17].push(
+                t0.elapsed().as_secs_f64() * 1e6 / (BURST / batch.len() * batch.len()) as f64,
+            );
         }
         for (row, v) in direct_rows.iter_mut().zip(t) {
             row.push(median(v));
@@ -391,18 +471,30 @@ fn main() {
         pin(worker_cpu);
         let mut end = WorkerEnd::new(SharedRegion::from_fd(fd).expect("map region"));
         let (addr, len) = end.data_region();
-        let inner = CudaBackend::open(&opts(Some((addr as usize, len)), Some(end.completion_word()))).expect("cuda backend in the worker thread");
+        let inner = CudaBackend::open(&opts(
+            Some((addr as usize, len)),
+            Some(end.completion_word()),
+        ))
+        .expect("cuda backend in the worker thread");
         end.ready();
-        let mut b = Timed { inner, marks: worker_marks };
+        let mut b = Timed {
+            inner,
+            marks: worker_marks,
+        };
         tasklet_worker::serve::serve(&mut end, &mut b, &mut || true);
     });
     pin(host_cpu);
     let mut host = HostEnd::new(region);
     let far = || Instant::now() + Duration::from_secs(30);
-    host.wait_ready(far(), &mut || None).expect("worker thread ready");
+    host.wait_ready(far(), &mut || None)
+        .expect("worker thread ready");
     let (mut frame, mut resp) = (Vec::new(), Vec::new());
     let mut id = 0u64;
-    let mut call = |host: &mut HostEnd, req: &Request<'_>, frame: &mut Vec<u8>, resp: &mut Vec<u8>| -> Response {
+    let mut call = |host: &mut HostEnd,
+                    req: &Request<'_>,
+                    frame: &mut Vec<u8>,
+                    resp: &mut Vec<u8>|
+     -> Response {
         id += 1;
         frame.clear();
         encode_request(id, req, frame);
@@ -410,12 +502,21 @@ fn main() {
         host.wait(seq, far(), &mut || None, resp).expect("answer");
         decode_response(resp).expect("decodable").1
     };
-    let module = match call(&mut host, &Request::LoadModule { ptx: PTX }, &mut frame, &mut resp) {
+    let module = match call(
+        &mut host,
+        &Request::LoadModule { ptx: PTX },
+        &mut frame,
+        &mut resp,
+    ) {
         Response::Module { id, .. } => id,
         other => panic!("load-module answered {other:?}"),
     };
     let mut launch_frame = Vec::new();
-    encode_request(1 << 40, &Request::Launch(launch_req(module)), &mut launch_frame);
+    encode_request(
+        1 << 40,
+        &Request::Launch(launch_req(module)),
+        &mut launch_frame,
+    );
 
     let names = [
         "host post → worker in launch",
@@ -482,8 +583,10 @@ fn main() {
             }
             signalled_sync(&mut host, &mut sync_id, &mut frame, &mut resp);
             bursts.push((now_ns() - t0) as f64 / 1e3 / BURST as f64);
-            in_launch.push((marks.in_launch_total.load(Relaxed) - before) as f64 / 1e3 / BURST as f64);
-            per_batch.push(BURST as f64 / (marks.batches.load(Relaxed) - batches_before).max(1) as f64);
+            in_launch
+                .push((marks.in_launch_total.load(Relaxed) - before) as f64 / 1e3 / BURST as f64);
+            per_batch
+                .push(BURST as f64 / (marks.batches.load(Relaxed) - batches_before).max(1) as f64);
         }
         burst_batch_rounds.push(median(per_batch));
         burst_rounds.push(median(bursts));
@@ -518,10 +621,26 @@ fn main() {
     for (name, v) in names.iter().zip(phase_rounds) {
         println!("| {name:<44} | {:>8.2} |", median(v));
     }
-    println!("| {:<44} | {:>8.2} |", "whole, host takes the GPU's completion word", median(signalled_rounds));
-    println!("| {:<44} | {:>8.2} |", "burst through the channel, per launch", median(burst_rounds));
-    println!("| {:<44} | {:>8.2} |", "  of which the worker in `launch_batch`", median(burst_in_launch_rounds));
-    println!("| {:<44} | {:>8.2} |", "  launches the worker took together, mean", median(burst_batch_rounds));
+    println!(
+        "| {:<44} | {:>8.2} |",
+        "whole, host takes the GPU's completion word",
+        median(signalled_rounds)
+    );
+    println!(
+        "| {:<44} | {:>8.2} |",
+        "burst through the channel, per launch",
+        median(burst_rounds)
+    );
+    println!(
+        "| {:<44} | {:>8.2} |",
+        "  of which the worker in `launch_batch`",
+        median(burst_in_launch_rounds)
+    );
+    println!(
+        "| {:<44} | {:>8.2} |",
+        "  launches the worker took together, mean",
+        median(burst_batch_rounds)
+    );
     println!(
         "({rounds} rounds × {iters} iterations; worker cpu {worker_cpu:?}, host cpu {host_cpu:?}; phases are medians each, so they need not add up to the whole)"
     );

@@ -67,17 +67,23 @@ fn parse_args() -> Result<Opts, String> {
     let mut input = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
-        let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value\n{USAGE}"));
+        let mut value = |name: &str| {
+            args.next()
+                .ok_or_else(|| format!("{name} needs a value\n{USAGE}"))
+        };
         match a.as_str() {
             "--backend" => {
                 let v = value("--backend")?;
-                backend = BackendKind::parse(&v).ok_or_else(|| format!("unknown backend `{v}` (cuda or emu)"))?;
+                backend = BackendKind::parse(&v)
+                    .ok_or_else(|| format!("unknown backend `{v}` (cuda or emu)"))?;
             }
             "--worker" => worker = Some(PathBuf::from(value("--worker")?)),
             "--root" => root = Some(PathBuf::from(value("--root")?)),
             "--deadline" => {
                 let v = value("--deadline")?;
-                let s: f64 = v.parse().map_err(|_| format!("--deadline: `{v}` is not a number of seconds"))?;
+                let s: f64 = v
+                    .parse()
+                    .map_err(|_| format!("--deadline: `{v}` is not a number of seconds"))?;
                 if !(s > 0.0 && s < 1e6) {
                     return Err(format!("--deadline: {s} is out of range"));
                 }
@@ -95,7 +101,10 @@ fn parse_args() -> Result<Opts, String> {
         None => {
             let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
             // target/<profile>/examples/replay_corpus → target/<profile>/tasklet-worker
-            exe.parent().and_then(Path::parent).ok_or("cannot locate the target directory; pass --worker")?.join("tasklet-worker")
+            exe.parent()
+                .and_then(Path::parent)
+                .ok_or("cannot locate the target directory; pass --worker")?
+                .join("tasklet-worker")
         }
     };
     let root = root.unwrap_or_else(|| {
@@ -106,7 +115,13 @@ fn parse_args() -> Result<Opts, String> {
             PathBuf::from(".")
         }
     });
-    Ok(Opts { backend, worker, root, deadline, input })
+    Ok(Opts {
+        backend,
+        worker,
+        root,
+        deadline,
+        input,
+    })
 }
 
 /// The worker in use, the modules it has loaded, and how it is started again.
@@ -129,14 +144,18 @@ impl Replayer {
             return Err(format!("no worker: {why}"));
         }
         if self.worker.is_none() {
-            let mut w = Worker::spawn(&self.command, self.opts.backend, DEVICE_MEMORY, OP_TIMEOUT).map_err(|e| {
-                let why = e.to_string();
-                self.spawn_failed = Some(why.clone());
-                why
-            })?;
+            let mut w = Worker::spawn(&self.command, self.opts.backend, DEVICE_MEMORY, OP_TIMEOUT)
+                .map_err(|e| {
+                    let why = e.to_string();
+                    self.spawn_failed = Some(why.clone());
+                    why
+                })?;
             if self.device.is_none() {
                 let info = w.info().map_err(|e| format!("worker info: {e}"))?;
-                let mut d = format!("{} (sm_{}{})", info.device, info.compute_capability.0, info.compute_capability.1);
+                let mut d = format!(
+                    "{} (sm_{}{})",
+                    info.device, info.compute_capability.0, info.compute_capability.1
+                );
                 if info.driver_version != 0 {
                     let _ = write!(d, ", driver {}", info.driver_version);
                 }
@@ -155,7 +174,8 @@ impl Replayer {
         let kernel = str_field(case, "kernel")?.to_string();
         let grid = dims(case, "grid")?;
         let block = dims(case, "block")?;
-        let shared = u32::try_from(u64_field(case, "shared_mem_bytes")?).map_err(|_| "shared_mem_bytes too large")?;
+        let shared = u32::try_from(u64_field(case, "shared_mem_bytes")?)
+            .map_err(|_| "shared_mem_bytes too large")?;
         let mut args = unhex(str_field(case, "args")?)?;
         let buffers = array_field(case, "buffers")?;
         let mut bufs = Vec::with_capacity(buffers.len());
@@ -163,9 +183,18 @@ impl Replayer {
             let bytes = u64_field(b, "bytes")?;
             let input = unhex(str_field(b, "input")?)?;
             if input.len() as u64 != bytes {
-                return Err(format!("buffer {}: {} input bytes for a {bytes}-byte buffer", str_field(b, "name")?, input.len()));
+                return Err(format!(
+                    "buffer {}: {} input bytes for a {bytes}-byte buffer",
+                    str_field(b, "name")?,
+                    input.len()
+                ));
             }
-            bufs.push((str_field(b, "name")?.to_string(), bytes, input, b.get("compare").is_some()));
+            bufs.push((
+                str_field(b, "name")?.to_string(),
+                bytes,
+                input,
+                b.get("compare").is_some(),
+            ));
         }
 
         let deadline = self.opts.deadline;
@@ -175,8 +204,11 @@ impl Replayer {
         let module = match known {
             Some(id) => id,
             None => {
-                let ptx = std::fs::read_to_string(&module_file).map_err(|e| format!("{}: {e}", module_file.display()))?;
-                let m = w.load_module(&ptx).map_err(|e| format!("load {module_path}: {e}"))?;
+                let ptx = std::fs::read_to_string(&module_file)
+                    .map_err(|e| format!("{}: {e}", module_file.display()))?;
+                let m = w
+                    .load_module(&ptx)
+                    .map_err(|e| format!("load {module_path}: {e}"))?;
                 m.id
             }
         };
@@ -196,17 +228,29 @@ impl Replayer {
                 }
             }
             for p in array_field(case, "pointers")? {
-                let at = usize::try_from(u64_field(p, "offset")?).map_err(|_| "pointer offset too large")?;
-                let b = usize::try_from(u64_field(p, "buffer")?).map_err(|_| "buffer index too large")?;
-                let addr = *addrs.get(b).ok_or_else(|| format!("pointer to buffer {b}, of {}", addrs.len()))?;
+                let at = usize::try_from(u64_field(p, "offset")?)
+                    .map_err(|_| "pointer offset too large")?;
+                let b = usize::try_from(u64_field(p, "buffer")?)
+                    .map_err(|_| "buffer index too large")?;
+                let addr = *addrs
+                    .get(b)
+                    .ok_or_else(|| format!("pointer to buffer {b}, of {}", addrs.len()))?;
                 let len = args.len();
-                let slot = args
-                    .get_mut(at..at.saturating_add(8))
-                    .ok_or_else(|| format!("pointer offset {at} past the {len}-byte argument block"))?;
+                let slot = args.get_mut(at..at.saturating_add(8)).ok_or_else(|| {
+                    format!("pointer offset {at} past the {len}-byte argument block")
+                })?;
                 slot.copy_from_slice(&addr.to_le_bytes());
             }
-            w.launch(&Launch { module, kernel: &kernel, grid, block, shared_mem_bytes: shared, args: &args, deadline })
-                .map_err(op)?;
+            w.launch(&Launch {
+                module,
+                kernel: &kernel,
+                grid,
+                block,
+                shared_mem_bytes: shared,
+                args: &args,
+                deadline,
+            })
+            .map_err(op)?;
             w.sync().map_err(op)?;
             let mut outputs = Vec::new();
             for ((name, bytes, _, compared), &addr) in bufs.iter().zip(&addrs) {
@@ -228,7 +272,11 @@ impl Replayer {
 
     /// After a case: a worker that is lost or poisoned is replaced before the next one.
     fn settle(&mut self) {
-        if self.worker.as_ref().is_some_and(|w| w.is_lost() || w.is_poisoned()) {
+        if self
+            .worker
+            .as_ref()
+            .is_some_and(|w| w.is_lost() || w.is_poisoned())
+        {
             self.worker = None;
             self.modules.clear();
             self.respawns += 1;
@@ -269,7 +317,10 @@ fn main() -> ExitCode {
         .filter_map(|s| s.get("kernel").and_then(Value::as_str).map(str::to_string))
         .collect();
 
-    let command = WorkerCommand { program: opts.worker.clone(), args: Vec::new() };
+    let command = WorkerCommand {
+        program: opts.worker.clone(),
+        args: Vec::new(),
+    };
     let backend = opts.backend;
     let mut r = Replayer {
         opts,
@@ -307,14 +358,33 @@ fn main() -> ExitCode {
             .map(|(name, hex)| format!("{}:\"{hex}\"", json_str(name)))
             .collect::<Vec<_>>()
             .join(",");
-        out_cases.push(replace_members(&text, raw, &[("status", json_str(&status)), ("outputs", format!("{{{outputs}}}"))]));
+        out_cases.push(replace_members(
+            &text,
+            raw,
+            &[
+                ("status", json_str(&status)),
+                ("outputs", format!("{{{outputs}}}")),
+            ],
+        ));
     }
     drop(r.worker.take());
     let device = r.device.clone().unwrap_or_else(|| {
-        format!("tasklet-worker {} backend: unavailable ({})", backend.as_str(), r.spawn_failed.as_deref().unwrap_or("no launches"))
+        format!(
+            "tasklet-worker {} backend: unavailable ({})",
+            backend.as_str(),
+            r.spawn_failed.as_deref().unwrap_or("no launches")
+        )
     });
-    let cases_json = if out_cases.is_empty() { "[]".to_string() } else { format!("[\n{}\n]", out_cases.join(",\n")) };
-    let out = replace_members(&text, &raw_doc, &[("device", json_str(&device)), ("cases", cases_json)]);
+    let cases_json = if out_cases.is_empty() {
+        "[]".to_string()
+    } else {
+        format!("[\n{}\n]", out_cases.join(",\n"))
+    };
+    let out = replace_members(
+        &text,
+        &raw_doc,
+        &[("device", json_str(&device)), ("cases", cases_json)],
+    );
     println!("{out}");
     eprintln!(
         "replay_corpus: {} launches on {}, {errors} errors, {} fresh workers after unusable ones",
@@ -346,8 +416,15 @@ fn parse_doc(text: &str) -> Result<(Value, Members, Vec<Members>), String> {
     }
     let b = text.as_bytes();
     let top = members(b, skip_ws(b, 0))?;
-    let cases = &top.iter().find(|(k, _)| k == "cases").ok_or("no `cases`")?.1;
-    let raw_cases = elements(b, cases.start)?.into_iter().map(|r| members(b, r.start)).collect::<Result<Vec<_>, _>>()?;
+    let cases = &top
+        .iter()
+        .find(|(k, _)| k == "cases")
+        .ok_or("no `cases`")?
+        .1;
+    let raw_cases = elements(b, cases.start)?
+        .into_iter()
+        .map(|r| members(b, r.start))
+        .collect::<Result<Vec<_>, _>>()?;
     Ok((doc, top, raw_cases))
 }
 
@@ -357,7 +434,10 @@ fn replace_members(text: &str, m: &Members, with: &[(&str, String)]) -> String {
     let mut parts: Vec<String> = m
         .iter()
         .map(|(k, r)| {
-            let v = with.iter().find(|(w, _)| w == k).map_or(&text[r.clone()], |(_, v)| v.as_str());
+            let v = with
+                .iter()
+                .find(|(w, _)| w == k)
+                .map_or(&text[r.clone()], |(_, v)| v.as_str());
             format!("{}:{v}", json_str(k))
         })
         .collect();
@@ -427,7 +507,8 @@ fn members(b: &[u8], i: usize) -> Result<Members, String> {
     }
     loop {
         let key_end = value_end(b, j)?;
-        let key: String = serde_json::from_slice(&b[j..key_end]).map_err(|e| format!("key at byte {j}: {e}"))?;
+        let key: String =
+            serde_json::from_slice(&b[j..key_end]).map_err(|e| format!("key at byte {j}: {e}"))?;
         j = skip_ws(b, key_end);
         if b.get(j) != Some(&b':') {
             return Err(format!("expected `:` at byte {j}"));
@@ -477,21 +558,31 @@ fn op(e: WorkerError) -> String {
 // --- JSON in ------------------------------------------------------------------------------------
 
 fn str_field<'a>(v: &'a Value, k: &str) -> Result<&'a str, String> {
-    v.get(k).and_then(Value::as_str).ok_or_else(|| format!("`{k}` missing or not a string"))
+    v.get(k)
+        .and_then(Value::as_str)
+        .ok_or_else(|| format!("`{k}` missing or not a string"))
 }
 
 fn u64_field(v: &Value, k: &str) -> Result<u64, String> {
-    v.get(k).and_then(Value::as_u64).ok_or_else(|| format!("`{k}` missing or not a non-negative integer"))
+    v.get(k)
+        .and_then(Value::as_u64)
+        .ok_or_else(|| format!("`{k}` missing or not a non-negative integer"))
 }
 
 fn array_field<'a>(v: &'a Value, k: &str) -> Result<&'a Vec<Value>, String> {
-    v.get(k).and_then(Value::as_array).ok_or_else(|| format!("`{k}` missing or not an array"))
+    v.get(k)
+        .and_then(Value::as_array)
+        .ok_or_else(|| format!("`{k}` missing or not an array"))
 }
 
 fn dims(v: &Value, k: &str) -> Result<[u32; 3], String> {
     let a = array_field(v, k)?;
-    let d: Vec<u32> = a.iter().filter_map(|x| x.as_u64().and_then(|x| u32::try_from(x).ok())).collect();
-    d.try_into().map_err(|_| format!("`{k}` is not three 32-bit integers"))
+    let d: Vec<u32> = a
+        .iter()
+        .filter_map(|x| x.as_u64().and_then(|x| u32::try_from(x).ok()))
+        .collect();
+    d.try_into()
+        .map_err(|_| format!("`{k}` is not three 32-bit integers"))
 }
 
 fn unhex(s: &str) -> Result<Vec<u8>, String> {

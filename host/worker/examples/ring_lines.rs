@@ -44,7 +44,8 @@ fn main() {
         for &len in &lens {
             let host = SharedRegion::create(1 << 20).expect("shared region");
             // SAFETY: dup of an fd we own, mapped again as the worker would.
-            let worker = SharedRegion::from_fd(unsafe { libc::dup(host.fd()) }).expect("mapping it again");
+            let worker =
+                SharedRegion::from_fd(unsafe { libc::dup(host.fd()) }).expect("mapping it again");
             let ack = Arc::new(Ack(AtomicU32::new(0)));
             let seen = Arc::clone(&ack);
             let t = std::thread::spawn(move || {
@@ -52,7 +53,9 @@ fn main() {
                 let mut w = WorkerEnd::new(worker);
                 let mut buf = Vec::new();
                 let mut k = 0;
-                while k < N && w.wait_request(&mut buf, &mut || true, &mut || {}) == Incoming::Posted {
+                while k < N
+                    && w.wait_request(&mut buf, &mut || true, &mut || {}) == Incoming::Posted
+                {
                     k += 1;
                     seen.0.store(k, Release);
                 }
@@ -63,7 +66,10 @@ fn main() {
             let mut v = Vec::with_capacity(N as usize);
             for i in 1..=N {
                 let t0 = Instant::now();
-                assert!(h.try_post(&frame).expect("post"), "the ring is never full here");
+                assert!(
+                    h.try_post(&frame).expect("post"),
+                    "the ring is never full here"
+                );
                 while ack.0.load(Acquire) != i {
                     std::hint::spin_loop();
                 }

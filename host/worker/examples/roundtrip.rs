@@ -48,20 +48,37 @@ fn main() {
     let program = args.next().map(PathBuf::from).unwrap_or_else(|| {
         let exe = std::env::current_exe().expect("current_exe");
         // target/<profile>/examples/roundtrip → target/<profile>/tasklet-worker
-        exe.parent().and_then(|p| p.parent()).expect("target dir").join("tasklet-worker")
+        exe.parent()
+            .and_then(|p| p.parent())
+            .expect("target dir")
+            .join("tasklet-worker")
     });
     let iters: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(100_000);
     let cmd = |null: bool| WorkerCommand {
         program: program.clone(),
-        args: if null { vec!["--null-backend".into()] } else { vec![] },
+        args: if null {
+            vec!["--null-backend".into()]
+        } else {
+            vec![]
+        },
     };
     let timeout = Duration::from_secs(10);
 
-    println!("| {:<44} | {:>7} | {:>9} | {:>9} | {:>9} |", "op", "n", "p50 µs", "p90 µs", "p99 µs");
-    println!("|{:-<46}|{:-<9}|{:-<11}|{:-<11}|{:-<11}|", "", "", "", "", "");
+    println!(
+        "| {:<44} | {:>7} | {:>9} | {:>9} | {:>9} |",
+        "op", "n", "p50 µs", "p90 µs", "p99 µs"
+    );
+    println!(
+        "|{:-<46}|{:-<9}|{:-<11}|{:-<11}|{:-<11}|",
+        "", "", "", "", ""
+    );
 
-    let mut w = Worker::spawn(&cmd(true), BackendKind::Emu, 1 << 30, timeout).expect("spawn null worker");
-    row("ping (null backend: IPC only)", time(iters, || w.ping().expect("ping")));
+    let mut w =
+        Worker::spawn(&cmd(true), BackendKind::Emu, 1 << 30, timeout).expect("spawn null worker");
+    row(
+        "ping (null backend: IPC only)",
+        time(iters, || w.ping().expect("ping")),
+    );
     drop(w);
 
     let mut w = match Worker::spawn(&cmd(false), BackendKind::Emu, 1 << 30, timeout) {
@@ -71,7 +88,10 @@ fn main() {
             return;
         }
     };
-    row("ping (emu backend)", time(iters, || w.ping().expect("ping")));
+    row(
+        "ping (emu backend)",
+        time(iters, || w.ping().expect("ping")),
+    );
     let data = vec![0xa5u8; 4096];
     let mut back = vec![0u8; 4096];
     let r = time(iters / 4, || {
@@ -83,15 +103,24 @@ fn main() {
     assert_eq!(back, data);
     row("alloc + write 4 KiB + read 4 KiB + free (emu)", r);
     let a = w.alloc(4096).expect("alloc");
-    row("write 4 KiB (emu)", time(iters / 4, || w.write(a, &data).expect("write")));
-    row("read 4 KiB (emu)", time(iters / 4, || w.read(a, &mut back).expect("read")));
+    row(
+        "write 4 KiB (emu)",
+        time(iters / 4, || w.write(a, &data).expect("write")),
+    );
+    row(
+        "read 4 KiB (emu)",
+        time(iters / 4, || w.read(a, &mut back).expect("read")),
+    );
     launch_rows(&mut w, iters / 4, "emu");
     drop(w);
 
     // The same on the cuda backend, where there is a device: the hand-off's share of a launch.
     match Worker::spawn(&cmd(false), BackendKind::Cuda, 1 << 30, timeout) {
         Ok(mut w) => {
-            row("ping (cuda backend)", time(iters, || w.ping().expect("ping")));
+            row(
+                "ping (cuda backend)",
+                time(iters, || w.ping().expect("ping")),
+            );
             launch_rows(&mut w, iters / 4, "cuda");
         }
         Err(e) => println!("skipped: no CUDA device ({e})"),
@@ -99,7 +128,8 @@ fn main() {
 
     if std::env::var_os("ROUNDTRIP_EMU_RATE").is_some() {
         for cfg in [(1u32, 1u32), (1, 32), (8, 256)] {
-            let mut w = Worker::spawn(&cmd(false), BackendKind::Emu, 1 << 30, timeout).expect("spawn");
+            let mut w =
+                Worker::spawn(&cmd(false), BackendKind::Emu, 1 << 30, timeout).expect("spawn");
             emu_rate(&mut w, cfg);
         }
     }
@@ -123,7 +153,11 @@ fn emu_rate(w: &mut Worker, (grid, block): (u32, u32)) {
             deadline,
         });
         let took = t.elapsed();
-        let how = if w.is_lost() { "host timer killed it" } else { "step limit" };
+        let how = if w.is_lost() {
+            "host timer killed it"
+        } else {
+            "step limit"
+        };
         let steps = tasklet_worker::supervisor::emu_step_limit(deadline) as f64;
         let rate = steps / took.as_secs_f64() / 1e6;
         let bound = if w.is_lost() { "<" } else { "≈" };
@@ -144,13 +178,19 @@ fn launch_rows(w: &mut Worker, iters: usize, backend: &str) {
         args: &[],
         deadline: Duration::from_secs(10),
     };
-    row(&format!("launch empty + sync ({backend})"), time(iters, || {
-        w.launch(&l).expect("launch");
-        w.sync().expect("sync");
-    }));
+    row(
+        &format!("launch empty + sync ({backend})"),
+        time(iters, || {
+            w.launch(&l).expect("launch");
+            w.sync().expect("sync");
+        }),
+    );
     let posted = time(iters, || w.launch(&l).expect("launch"));
     w.sync().expect("sync");
-    row(&format!("launch empty back to back, per launch ({backend})"), posted);
+    row(
+        &format!("launch empty back to back, per launch ({backend})"),
+        posted,
+    );
     // With host work between launches (what a tasklet does between them): a posted launch
     // overlaps the kernel with it, a synchronous one adds the two.
     let busy = |d: Duration| {
@@ -160,10 +200,13 @@ fn launch_rows(w: &mut Worker, iters: usize, backend: &str) {
         }
     };
     let work = Duration::from_micros(5);
-    row(&format!("launch empty + 5 µs host work ({backend})"), time(iters, || {
-        w.launch(&l).expect("launch");
-        busy(work);
-    }));
+    row(
+        &format!("launch empty + 5 µs host work ({backend})"),
+        time(iters, || {
+            w.launch(&l).expect("launch");
+            busy(work);
+        }),
+    );
     w.sync().expect("sync");
     // Throughput: `n` posted launches then one sync, per launch.
     let n = 1000u32;
@@ -177,5 +220,8 @@ fn launch_rows(w: &mut Worker, iters: usize, backend: &str) {
             t.elapsed() / n
         })
         .collect();
-    row(&format!("1000 posted launches + sync, per launch ({backend})"), samples);
+    row(
+        &format!("1000 posted launches + sync, per launch ({backend})"),
+        samples,
+    );
 }

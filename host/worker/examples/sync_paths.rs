@@ -16,7 +16,9 @@ use std::ffi::CString;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use tasklet_worker::backend::cuda::driver::{self, CuEvent, CuFunction, CuModule, CuStream, Driver, CUDA_SUCCESS};
+use tasklet_worker::backend::cuda::driver::{
+    self, CuEvent, CuFunction, CuModule, CuStream, Driver, CUDA_SUCCESS,
+};
 
 const PTX: &str = include_str!("../../../kernels/faults.ptx");
 
@@ -59,7 +61,19 @@ impl Gpu {
     fn launch(&self, s: CuStream) {
         // SAFETY: a resolved function with no parameters.
         ok("cuLaunchKernel", unsafe {
-            (self.d.launch_kernel)(self.f, 1, 1, 1, 1, 1, 1, 0, s, std::ptr::null_mut(), std::ptr::null_mut())
+            (self.d.launch_kernel)(
+                self.f,
+                1,
+                1,
+                1,
+                1,
+                1,
+                1,
+                0,
+                s,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            )
         });
     }
 
@@ -68,7 +82,9 @@ impl Gpu {
         let v = self.seq.get().wrapping_add(1);
         self.seq.set(v);
         // SAFETY: a registered, device-mapped word; a live stream.
-        ok("cuStreamWriteValue32", unsafe { (self.d.stream_write_value32)(s, self.word.1, v, 0) });
+        ok("cuStreamWriteValue32", unsafe {
+            (self.d.stream_write_value32)(s, self.word.1, v, 0)
+        });
         v
     }
 
@@ -157,8 +173,20 @@ fn main() {
     let mut ev: CuEvent = std::ptr::null_mut();
     // SAFETY: valid out-pointers, NUL-terminated PTX, context current.
     unsafe {
-        ok("cuModuleLoadDataEx", (d.module_load_data_ex)(&mut m, src.as_ptr().cast(), 0, std::ptr::null_mut(), std::ptr::null_mut()));
-        ok("cuModuleGetFunction", (d.module_get_function)(&mut f, m, c"empty".as_ptr()));
+        ok(
+            "cuModuleLoadDataEx",
+            (d.module_load_data_ex)(
+                &mut m,
+                src.as_ptr().cast(),
+                0,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            ),
+        );
+        ok(
+            "cuModuleGetFunction",
+            (d.module_get_function)(&mut f, m, c"empty".as_ptr()),
+        );
         ok("cuStreamCreate", (d.stream_create)(&mut nb, 1));
         ok("cuEventCreate", (d.event_create)(&mut ev, 2));
     }
@@ -168,27 +196,99 @@ fn main() {
     let mut dev = 0u64;
     // SAFETY: a live, page-aligned page of ours, never freed (leaked); valid out-pointer.
     unsafe {
-        ok("cuMemHostRegister", (d.mem_host_register)(host.cast(), 4096, 2));
-        ok("cuMemHostGetDevicePointer", (d.mem_host_get_device_pointer)(&mut dev, host.cast(), 0));
+        ok(
+            "cuMemHostRegister",
+            (d.mem_host_register)(host.cast(), 4096, 2),
+        );
+        ok(
+            "cuMemHostGetDevicePointer",
+            (d.mem_host_get_device_pointer)(&mut dev, host.cast(), 0),
+        );
     }
-    let g = Gpu { d, f, ev, word: (host as *const AtomicU32, dev), seq: std::cell::Cell::new(0) };
+    let g = Gpu {
+        d,
+        f,
+        ev,
+        word: (host as *const AtomicU32, dev),
+        seq: std::cell::Cell::new(0),
+    };
     let legacy: CuStream = std::ptr::null_mut();
     let variants: Vec<(&str, CuStream, Wait)> = vec![
-        ("non-blocking: launch + cuStreamSynchronize", nb, Wait::Synchronize),
-        ("non-blocking: launch + poll cuStreamQuery", nb, Wait::PollStream),
-        ("non-blocking: launch + record + poll cuEventQuery", nb, Wait::RecordPollEvent),
-        ("non-blocking: launch + record + cuStreamSynchronize", nb, Wait::RecordSyncEvent),
-        ("legacy: launch + cuStreamSynchronize", legacy, Wait::Synchronize),
-        ("legacy: launch + poll cuStreamQuery", legacy, Wait::PollStream),
-        ("legacy: launch + record + poll cuEventQuery", legacy, Wait::RecordPollEvent),
-        ("non-blocking: launch + write value + poll host word", nb, Wait::WriteValuePollWord),
-        ("non-blocking: launch + record + write value, poll word", nb, Wait::RecordWriteValuePollWord),
-        ("non-blocking: launch + write value + record, poll word", nb, Wait::WriteValueRecordPollWord),
-        ("legacy: launch + write value + poll host word", legacy, Wait::WriteValuePollWord),
-        ("legacy: launch + write value + record, poll event & word", legacy, Wait::WriteValueRecordPollBoth),
-        ("legacy: no kernel, write value + poll host word", legacy, Wait::WriteValueOnlyPollWord),
-        ("non-blocking: launch only (burst, per launch)", nb, Wait::LaunchOnly),
-        ("legacy: launch only (burst, per launch)", legacy, Wait::LaunchOnly),
+        (
+            "non-blocking: launch + cuStreamSynchronize",
+            nb,
+            Wait::Synchronize,
+        ),
+        (
+            "non-blocking: launch + poll cuStreamQuery",
+            nb,
+            Wait::PollStream,
+        ),
+        (
+            "non-blocking: launch + record + poll cuEventQuery",
+            nb,
+            Wait::RecordPollEvent,
+        ),
+        (
+            "non-blocking: launch + record + cuStreamSynchronize",
+            nb,
+            Wait::RecordSyncEvent,
+        ),
+        (
+            "legacy: launch + cuStreamSynchronize",
+            legacy,
+            Wait::Synchronize,
+        ),
+        (
+            "legacy: launch + poll cuStreamQuery",
+            legacy,
+            Wait::PollStream,
+        ),
+        (
+            "legacy: launch + record + poll cuEventQuery",
+            legacy,
+            Wait::RecordPollEvent,
+        ),
+        (
+            "non-blocking: launch + write value + poll host word",
+            nb,
+            Wait::WriteValuePollWord,
+        ),
+        (
+            "non-blocking: launch + record + write value, poll word",
+            nb,
+            Wait::RecordWriteValuePollWord,
+        ),
+        (
+            "non-blocking: launch + write value + record, poll word",
+            nb,
+            Wait::WriteValueRecordPollWord,
+        ),
+        (
+            "legacy: launch + write value + poll host word",
+            legacy,
+            Wait::WriteValuePollWord,
+        ),
+        (
+            "legacy: launch + write value + record, poll event & word",
+            legacy,
+            Wait::WriteValueRecordPollBoth,
+        ),
+        (
+            "legacy: no kernel, write value + poll host word",
+            legacy,
+            Wait::WriteValueOnlyPollWord,
+        ),
+        (
+            "non-blocking: launch only (burst, per launch)",
+            nb,
+            Wait::LaunchOnly,
+        ),
+        (
+            "legacy: launch only (burst, per launch)",
+            legacy,
+            Wait::LaunchOnly,
+        ),
     ];
     let mut per_round: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];
     for _ in 0..rounds {

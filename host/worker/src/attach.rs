@@ -44,7 +44,10 @@ impl Attachments {
     /// `ctl`: the worker's end of the control socket (None: a worker started without one, which
     /// refuses every attachment).
     pub fn new(ctl: Option<OwnedFd>) -> Attachments {
-        Attachments { ctl, map: BTreeMap::new() }
+        Attachments {
+            ctl,
+            map: BTreeMap::new(),
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -58,13 +61,25 @@ impl Attachments {
     /// Maps memory `id`, taking its fd from the control socket, where the host queued it before
     /// sending the request. Packets with other tags are stale (an attach the host gave up on)
     /// and are dropped.
-    pub fn attach(&mut self, b: &mut dyn Backend, id: u64, capacity: u64) -> Result<(), BackendError> {
-        let ctl = self.ctl.as_ref().ok_or_else(|| invalid("this worker has no control socket".into()))?;
+    pub fn attach(
+        &mut self,
+        b: &mut dyn Backend,
+        id: u64,
+        capacity: u64,
+    ) -> Result<(), BackendError> {
+        let ctl = self
+            .ctl
+            .as_ref()
+            .ok_or_else(|| invalid("this worker has no control socket".into()))?;
         let fd = loop {
             match recv_fd(ctl.as_fd()) {
                 Ok(Received::Fd { tag, fd }) if tag == id => break fd,
                 Ok(Received::Fd { .. } | Received::Malformed) => continue,
-                Ok(Received::Empty) => return Err(invalid(format!("no descriptor was sent for guest memory {id}"))),
+                Ok(Received::Empty) => {
+                    return Err(invalid(format!(
+                        "no descriptor was sent for guest memory {id}"
+                    )))
+                }
                 Err(e) => return Err(invalid(format!("control socket: {e}"))),
             }
         };
@@ -87,10 +102,18 @@ impl Attachments {
         };
         if p == libc::MAP_FAILED {
             let e = std::io::Error::last_os_error();
-            return Err(BackendError::new(ErrorKind::OutOfMemory, format!("cannot map guest memory {id}: {e}")));
+            return Err(BackendError::new(
+                ErrorKind::OutOfMemory,
+                format!("cannot map guest memory {id}: {e}"),
+            ));
         }
         self.remove(b, id);
-        let mut a = Attachment { fd, base: p.cast(), mapped, told: 0 };
+        let mut a = Attachment {
+            fd,
+            base: p.cast(),
+            mapped,
+            told: 0,
+        };
         let valid = valid_size(&a)?;
         b.map_host(a.base, valid)?;
         a.told = valid;
@@ -128,8 +151,17 @@ impl Attachments {
     /// Bytes `offset..offset+len` of memory `id`, checked against the mapping and the memfd's
     /// current size; tells the backend when the memory grew. The pointer is valid for `len` bytes
     /// until the next call that detaches.
-    pub fn range(&mut self, b: &mut dyn Backend, id: u64, offset: u64, len: u64) -> Result<*mut u8, BackendError> {
-        let a = self.map.get_mut(&id).ok_or_else(|| invalid(format!("guest memory {id} is not attached")))?;
+    pub fn range(
+        &mut self,
+        b: &mut dyn Backend,
+        id: u64,
+        offset: u64,
+        len: u64,
+    ) -> Result<*mut u8, BackendError> {
+        let a = self
+            .map
+            .get_mut(&id)
+            .ok_or_else(|| invalid(format!("guest memory {id} is not attached")))?;
         let end = offset.checked_add(len);
         let in_told = end.is_some_and(|e| e <= a.told as u64);
         if !in_told {
@@ -176,7 +208,9 @@ mod tests {
         // Through a span: the API keeps the fd crate-private.
         let s = crate::guest_memory::locate(m.as_ptr(), 0).unwrap();
         // SAFETY: the memory (and so its fd) outlives the borrow.
-        unsafe { std::os::fd::BorrowedFd::borrow_raw(std::os::fd::AsRawFd::as_raw_fd(&s.shared.fd)) }
+        unsafe {
+            std::os::fd::BorrowedFd::borrow_raw(std::os::fd::AsRawFd::as_raw_fd(&s.shared.fd))
+        }
     }
 
     #[test]
@@ -186,7 +220,10 @@ mod tests {
         let mut g = Attachments::new(Some(worker));
         let b = &mut NullBackend;
         // Nothing queued: refused, typed.
-        assert_eq!(g.attach(b, mem.id(), 8 * MIB as u64).unwrap_err().kind, ErrorKind::InvalidArgument);
+        assert_eq!(
+            g.attach(b, mem.id(), 8 * MIB as u64).unwrap_err().kind,
+            ErrorKind::InvalidArgument
+        );
         // A stale packet for another memory is skipped.
         send_fd(host.as_fd(), 12345, memfd_of(&mem)).unwrap();
         send_fd(host.as_fd(), mem.id(), memfd_of(&mem)).unwrap();
@@ -196,24 +233,49 @@ mod tests {
         unsafe { *mem.as_ptr().add(MIB - 1) = 42 };
         let p = g.range(b, mem.id(), (MIB - 1) as u64, 1).unwrap();
         // SAFETY: `range` vouched for one byte there.
-        assert_eq!(unsafe { *p }, 42, "the worker's mapping shows the host's bytes");
-        let oob = |g: &mut Attachments, off: u64, len: u64| g.range(&mut NullBackend, mem.id(), off, len).unwrap_err().kind;
-        assert_eq!(oob(&mut g, MIB as u64, 1), ErrorKind::OutOfBounds, "past the size");
+        assert_eq!(
+            unsafe { *p },
+            42,
+            "the worker's mapping shows the host's bytes"
+        );
+        let oob = |g: &mut Attachments, off: u64, len: u64| {
+            g.range(&mut NullBackend, mem.id(), off, len)
+                .unwrap_err()
+                .kind
+        };
+        assert_eq!(
+            oob(&mut g, MIB as u64, 1),
+            ErrorKind::OutOfBounds,
+            "past the size"
+        );
         assert_eq!(oob(&mut g, 0, MIB as u64 + 1), ErrorKind::OutOfBounds);
         assert_eq!(oob(&mut g, u64::MAX, 2), ErrorKind::OutOfBounds, "overflow");
-        assert_eq!(oob(&mut g, 9 * MIB as u64, 0), ErrorKind::OutOfBounds, "past the mapping");
-        assert_eq!(g.range(b, 999_999, 0, 0).unwrap_err().kind, ErrorKind::InvalidArgument);
+        assert_eq!(
+            oob(&mut g, 9 * MIB as u64, 0),
+            ErrorKind::OutOfBounds,
+            "past the mapping"
+        );
+        assert_eq!(
+            g.range(b, 999_999, 0, 0).unwrap_err().kind,
+            ErrorKind::InvalidArgument
+        );
         // Growth is seen without a new attach.
         mem.grow_to(4 * MIB).unwrap();
         assert!(g.range(b, mem.id(), MIB as u64, 3 * MIB as u64).is_ok());
         g.detach(b, mem.id()).unwrap();
-        assert_eq!(g.detach(b, mem.id()).unwrap_err().kind, ErrorKind::InvalidArgument);
+        assert_eq!(
+            g.detach(b, mem.id()).unwrap_err().kind,
+            ErrorKind::InvalidArgument
+        );
         assert!(g.is_empty());
     }
 
     #[test]
     fn without_a_control_socket_nothing_attaches() {
         let mut g = Attachments::new(None);
-        assert_eq!(g.attach(&mut NullBackend, 1, 4096).unwrap_err().kind, ErrorKind::InvalidArgument);
+        assert_eq!(
+            g.attach(&mut NullBackend, 1, 4096).unwrap_err().kind,
+            ErrorKind::InvalidArgument
+        );
     }
 }

@@ -43,19 +43,25 @@ pub fn parse_list(text: &str) -> Result<Vec<usize>, String> {
 /// The CPU this worker's serving thread should run on, from [`ENV`]: None when unset or empty.
 /// A value that does not parse is an error for the operator (the worker refuses to start).
 pub fn from_env(pid: u32) -> Result<Option<usize>, String> {
-    let Some(text) = std::env::var_os(ENV) else { return Ok(None) };
+    let Some(text) = std::env::var_os(ENV) else {
+        return Ok(None);
+    };
     let text = text.to_string_lossy();
     if text.trim().is_empty() {
         return Ok(None);
     }
-    let cpus = parse_list(&text).map_err(|e| format!("{ENV}={text}: {e} (expected a CPU list such as `0-3,8`)"))?;
+    let cpus = parse_list(&text)
+        .map_err(|e| format!("{ENV}={text}: {e} (expected a CPU list such as `0-3,8`)"))?;
     Ok(cpus.get(pid as usize % cpus.len()).copied())
 }
 
 /// Pins the calling thread to `cpu`.
 pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
     if cpu >= libc::CPU_SETSIZE as usize {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("CPU {cpu} is past CPU_SETSIZE")));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("CPU {cpu} is past CPU_SETSIZE"),
+        ));
     }
     // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET stays in bounds (checked above);
     // sched_setaffinity(0) acts on the calling thread only.
@@ -75,7 +81,10 @@ mod tests {
 
     #[test]
     fn cpu_lists_parse_like_the_kernel_prints_them() {
-        assert_eq!(parse_list("0-3,8,10-11").unwrap(), vec![0, 1, 2, 3, 8, 10, 11]);
+        assert_eq!(
+            parse_list("0-3,8,10-11").unwrap(),
+            vec![0, 1, 2, 3, 8, 10, 11]
+        );
         assert_eq!(parse_list(" 5 , 2,2 ").unwrap(), vec![2, 5]);
         for bad in ["", "a", "3-1", "1,,2", "-1", "99999", "1-"] {
             assert!(parse_list(bad).is_err(), "{bad:?} accepted");

@@ -97,7 +97,10 @@ pub enum WorkerError {
 
 impl WorkerError {
     pub fn op(kind: ErrorKind, message: impl Into<String>) -> WorkerError {
-        WorkerError::Op { kind, message: message.into() }
+        WorkerError::Op {
+            kind,
+            message: message.into(),
+        }
     }
 
     /// The error kind when this is an [`WorkerError::Op`].

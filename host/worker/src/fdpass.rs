@@ -14,7 +14,15 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 pub fn socket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0 as RawFd; 2];
     // SAFETY: valid out-array of two fds.
-    if unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) } != 0 {
+    if unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    } != 0
+    {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: both fds were just made and are ours.
@@ -42,7 +50,10 @@ struct CmsgBuf([u8; 64]);
 /// Sends `fd` tagged `tag` on `sock`. Never raises SIGPIPE: a dead peer is an `EPIPE` error.
 pub fn send_fd(sock: BorrowedFd<'_>, tag: u64, fd: BorrowedFd<'_>) -> io::Result<()> {
     let payload = tag.to_le_bytes();
-    let mut iov = libc::iovec { iov_base: payload.as_ptr() as *mut libc::c_void, iov_len: payload.len() };
+    let mut iov = libc::iovec {
+        iov_base: payload.as_ptr() as *mut libc::c_void,
+        iov_len: payload.len(),
+    };
     let mut buf = CmsgBuf([0; 64]);
     // SAFETY: CMSG_SPACE is pure arithmetic.
     let space = unsafe { libc::CMSG_SPACE(size_of::<RawFd>() as u32) } as usize;
@@ -69,7 +80,10 @@ pub fn send_fd(sock: BorrowedFd<'_>, tag: u64, fd: BorrowedFd<'_>) -> io::Result
             return if r as usize == payload.len() {
                 Ok(())
             } else {
-                Err(io::Error::new(io::ErrorKind::WriteZero, "control message cut short"))
+                Err(io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    "control message cut short",
+                ))
             };
         }
         let e = io::Error::last_os_error();
@@ -93,7 +107,10 @@ pub enum Received {
 /// Takes the next queued packet from `sock` without blocking. The fd comes close-on-exec.
 pub fn recv_fd(sock: BorrowedFd<'_>) -> io::Result<Received> {
     let mut payload = [0u8; 8];
-    let mut iov = libc::iovec { iov_base: payload.as_mut_ptr().cast(), iov_len: payload.len() };
+    let mut iov = libc::iovec {
+        iov_base: payload.as_mut_ptr().cast(),
+        iov_len: payload.len(),
+    };
     let mut buf = CmsgBuf([0; 64]);
     // SAFETY: as in `send_fd`.
     let mut msg: libc::msghdr = unsafe { MaybeUninit::zeroed().assume_init() };
@@ -103,7 +120,13 @@ pub fn recv_fd(sock: BorrowedFd<'_>) -> io::Result<Received> {
     msg.msg_controllen = buf.0.len() as _;
     let n = loop {
         // SAFETY: `msg` and its buffers live across the call.
-        let r = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC) };
+        let r = unsafe {
+            libc::recvmsg(
+                sock.as_raw_fd(),
+                &mut msg,
+                libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC,
+            )
+        };
         if r >= 0 {
             break r as usize;
         }
@@ -137,7 +160,10 @@ pub fn recv_fd(sock: BorrowedFd<'_>) -> io::Result<Received> {
     let truncated = msg.msg_flags & (libc::MSG_CTRUNC | libc::MSG_TRUNC) != 0;
     if n == payload.len() && fds.len() == 1 && !truncated {
         let fd = fds.pop().expect("one fd");
-        return Ok(Received::Fd { tag: u64::from_le_bytes(payload), fd });
+        return Ok(Received::Fd {
+            tag: u64::from_le_bytes(payload),
+            fd,
+        });
     }
     Ok(Received::Malformed)
 }
@@ -158,7 +184,11 @@ mod tests {
             match recv_fd(b.as_fd()).unwrap() {
                 Received::Fd { tag, fd } => {
                     assert_eq!(tag, want);
-                    assert_ne!(fd.as_raw_fd(), x.as_raw_fd(), "a new descriptor, not the number");
+                    assert_ne!(
+                        fd.as_raw_fd(),
+                        x.as_raw_fd(),
+                        "a new descriptor, not the number"
+                    );
                     // SAFETY: fcntl query on our fd.
                     let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFD) };
                     assert_eq!(flags & libc::FD_CLOEXEC, libc::FD_CLOEXEC);

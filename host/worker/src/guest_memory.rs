@@ -137,7 +137,9 @@ impl SharedMemory {
             )));
         }
         if size > reserve {
-            return Err(invalid(format!("size {size} exceeds the reservation {reserve}")));
+            return Err(invalid(format!(
+                "size {size} exceeds the reservation {reserve}"
+            )));
         }
         let mapped = reserve
             .checked_add(guard)
@@ -166,12 +168,19 @@ impl SharedMemory {
         });
         // From here on `drop` undoes everything (unmapping `mapped`, which the registry does not
         // know yet: removal of a missing entry is a no-op).
-        let mut mem = SharedMemory { shared, base: p.cast(), mapped };
+        let mut mem = SharedMemory {
+            shared,
+            base: p.cast(),
+            mapped,
+        };
         mem.grow_to(size)?;
-        REGISTRY
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(mem.base as usize, Entry { capacity: reserve, shared: Arc::downgrade(&mem.shared) });
+        REGISTRY.write().unwrap_or_else(|e| e.into_inner()).insert(
+            mem.base as usize,
+            Entry {
+                capacity: reserve,
+                shared: Arc::downgrade(&mem.shared),
+            },
+        );
         Ok(mem)
     }
 
@@ -258,7 +267,10 @@ impl SharedMemory {
 impl Drop for SharedMemory {
     fn drop(&mut self) {
         // Out of the registry first: from then on no new span can be cut from the mapping.
-        REGISTRY.write().unwrap_or_else(|e| e.into_inner()).remove(&(self.base as usize));
+        REGISTRY
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&(self.base as usize));
         // SAFETY: the whole reservation is ours; the owner of a SharedMemory (wasmtime) does not
         // use the memory past its drop. Spans hold the fd, not the mapping.
         unsafe { libc::munmap(self.base.cast(), self.mapped) };
@@ -279,7 +291,10 @@ pub(crate) fn fd_size(fd: BorrowedFd<'_>) -> io::Result<usize> {
 fn new_memfd() -> io::Result<OwnedFd> {
     // SAFETY: plain syscalls; each fd is owned right after it is made.
     unsafe {
-        let raw = libc::memfd_create(c"tasklet-guest-memory".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING);
+        let raw = libc::memfd_create(
+            c"tasklet-guest-memory".as_ptr(),
+            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+        );
         if raw < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -292,7 +307,12 @@ fn new_memfd() -> io::Result<OwnedFd> {
             }
             fd = OwnedFd::from_raw_fd(high);
         }
-        if libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL) != 0 {
+        if libc::fcntl(
+            fd.as_raw_fd(),
+            libc::F_ADD_SEALS,
+            libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL,
+        ) != 0
+        {
             return Err(io::Error::last_os_error());
         }
         Ok(fd)
@@ -315,5 +335,9 @@ pub fn locate(ptr: *const u8, len: usize) -> Option<GuestSpan> {
     if end - base > size {
         return None;
     }
-    Some(GuestSpan { shared, offset, len })
+    Some(GuestSpan {
+        shared,
+        offset,
+        len,
+    })
 }

@@ -60,10 +60,13 @@ pub mod transport;
 mod error;
 
 pub use backend::{
-    charged_bytes, Backend, BackendError, BackendKind, CudaBackend, EmuBackend, LoadedModule, WorkerInfo, ALLOC_GRANULE,
+    charged_bytes, Backend, BackendError, BackendKind, CudaBackend, EmuBackend, LoadedModule,
+    WorkerInfo, ALLOC_GRANULE,
 };
 pub use error::{ErrorKind, WorkerError};
 pub use pool::{Pool, PoolConfig};
 pub use serve::serve_main;
-pub use supervisor::{probe, probe_cuda, Launch, Worker, WorkerCommand, EMU_LANE_INSTRUCTIONS_PER_SECOND};
+pub use supervisor::{
+    probe, probe_cuda, Launch, Worker, WorkerCommand, EMU_LANE_INSTRUCTIONS_PER_SECOND,
+};
 pub use tasklet_ptx::{KernelInfo, ParamInfo, MAX_PARAM_BYTES};

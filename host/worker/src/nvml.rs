@@ -63,7 +63,9 @@ impl MigMode {
     }
 
     fn parse(s: &str) -> Option<MigMode> {
-        [MigMode::Unsupported, MigMode::Disabled, MigMode::Enabled].into_iter().find(|m| m.as_str() == s)
+        [MigMode::Unsupported, MigMode::Disabled, MigMode::Enabled]
+            .into_iter()
+            .find(|m| m.as_str() == s)
     }
 }
 
@@ -80,7 +82,9 @@ pub struct MigInstance {
 
 fn nvml_error(what: &str, e: NvmlError) -> String {
     match e {
-        NvmlError::LibloadingError(e) => format!("NVML not available (libnvidia-ml.so.1 not loadable: {e})"),
+        NvmlError::LibloadingError(e) => {
+            format!("NVML not available (libnvidia-ml.so.1 not loadable: {e})")
+        }
         NvmlError::DriverNotLoaded => "NVML: the NVIDIA kernel driver is not loaded".into(),
         NvmlError::NoPermission => format!("NVML: no permission to {what}"),
         other => format!("NVML: cannot {what}: {other}"),
@@ -89,19 +93,29 @@ fn nvml_error(what: &str, e: NvmlError) -> String {
 
 /// Reads the inventory in this process (see the module docs for why hosts should not).
 pub fn inventory() -> Result<Inventory, String> {
-    catch_unwind(AssertUnwindSafe(read_inventory))
-        .unwrap_or_else(|_| Err("NVML: the management library failed unexpectedly (panic in its wrapper)".into()))
+    catch_unwind(AssertUnwindSafe(read_inventory)).unwrap_or_else(|_| {
+        Err("NVML: the management library failed unexpectedly (panic in its wrapper)".into())
+    })
 }
 
 fn read_inventory() -> Result<Inventory, String> {
     let nvml = Nvml::init().map_err(|e| nvml_error("initialise", e))?;
     let driver_version = nvml.sys_driver_version().unwrap_or_default();
-    let cuda_version = nvml.sys_cuda_driver_version().map(|v| v.max(0) as u32).unwrap_or(0);
-    let count = nvml.device_count().map_err(|e| nvml_error("count the GPUs", e))?;
+    let cuda_version = nvml
+        .sys_cuda_driver_version()
+        .map(|v| v.max(0) as u32)
+        .unwrap_or(0);
+    let count = nvml
+        .device_count()
+        .map_err(|e| nvml_error("count the GPUs", e))?;
     let mut gpus = Vec::new();
     for index in 0..count {
-        let d = nvml.device_by_index(index).map_err(|e| nvml_error(&format!("open GPU {index}"), e))?;
-        let mem = d.memory_info().map_err(|e| nvml_error(&format!("read GPU {index}'s memory"), e))?;
+        let d = nvml
+            .device_by_index(index)
+            .map_err(|e| nvml_error(&format!("open GPU {index}"), e))?;
+        let mem = d
+            .memory_info()
+            .map_err(|e| nvml_error(&format!("read GPU {index}'s memory"), e))?;
         let mig = match d.mig_mode() {
             Ok(m) if m.current == 1 => MigMode::Enabled,
             Ok(_) => MigMode::Disabled,
@@ -112,7 +126,9 @@ fn read_inventory() -> Result<Inventory, String> {
             let max = d.mig_device_count().unwrap_or(0);
             for i in 0..max {
                 // Empty slots are NotFound.
-                let Ok(m) = d.mig_device_by_index(i) else { continue };
+                let Ok(m) = d.mig_device_by_index(i) else {
+                    continue;
+                };
                 let mm = m.memory_info().ok();
                 mig_instances.push(MigInstance {
                     index: i,
@@ -128,7 +144,10 @@ fn read_inventory() -> Result<Inventory, String> {
             name: d.name().unwrap_or_default(),
             uuid: d.uuid().unwrap_or_default(),
             pci_bus_id: d.pci_info().map(|p| p.bus_id).unwrap_or_default(),
-            compute_capability: d.cuda_compute_capability().ok().map(|c| (c.major.max(0) as u32, c.minor.max(0) as u32)),
+            compute_capability: d
+                .cuda_compute_capability()
+                .ok()
+                .map(|c| (c.major.max(0) as u32, c.minor.max(0) as u32)),
             memory_total: mem.total,
             memory_free: mem.free,
             memory_used: mem.used,
@@ -136,7 +155,11 @@ fn read_inventory() -> Result<Inventory, String> {
             mig_instances,
         });
     }
-    Ok(Inventory { driver_version, cuda_version, gpus })
+    Ok(Inventory {
+        driver_version,
+        cuda_version,
+        gpus,
+    })
 }
 
 /// Device memory in use on the GPU or MIG instance with this UUID, or on GPU 0 without one, as
@@ -144,7 +167,11 @@ fn read_inventory() -> Result<Inventory, String> {
 pub fn memory_used(uuid: Option<&str>) -> Result<u64, String> {
     let inv = inventory()?;
     let Some(u) = uuid else {
-        return inv.gpus.first().map(|g| g.memory_used).ok_or_else(|| "NVML lists no GPU".to_string());
+        return inv
+            .gpus
+            .first()
+            .map(|g| g.memory_used)
+            .ok_or_else(|| "NVML lists no GPU".to_string());
     };
     if let Some(g) = inv.gpus.iter().find(|g| same_uuid(&g.uuid, u)) {
         return Ok(g.memory_used);
@@ -159,7 +186,12 @@ pub fn memory_used(uuid: Option<&str>) -> Result<u64, String> {
 
 /// Whether two device UUIDs name the same device (`GPU-` prefix and case aside).
 pub fn same_uuid(a: &str, b: &str) -> bool {
-    let strip = |s: &str| s.trim().trim_start_matches("GPU-").trim_start_matches("MIG-").to_ascii_lowercase();
+    let strip = |s: &str| {
+        s.trim()
+            .trim_start_matches("GPU-")
+            .trim_start_matches("MIG-")
+            .to_ascii_lowercase()
+    };
     !a.trim().is_empty() && strip(a) == strip(b)
 }
 
@@ -168,7 +200,10 @@ const MAX_OUTPUT: u64 = 1 << 20;
 
 /// Runs `command … --inventory` (a worker binary in its one-shot inventory mode) and parses what
 /// it prints. Errors say why there is no inventory (no NVML, no driver, the child hung…).
-pub fn inventory_via_worker(command: &WorkerCommand, timeout: Duration) -> Result<Inventory, String> {
+pub fn inventory_via_worker(
+    command: &WorkerCommand,
+    timeout: Duration,
+) -> Result<Inventory, String> {
     let mut child = Command::new(&command.program)
         .args(&command.args)
         .arg("--inventory")
@@ -176,9 +211,20 @@ pub fn inventory_via_worker(command: &WorkerCommand, timeout: Duration) -> Resul
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("cannot run {} for the GPU inventory: {e}", command.program.display()))?;
-    let mut stdout = child.stdout.take().ok_or("no stdout from the inventory child")?;
-    let mut stderr = child.stderr.take().ok_or("no stderr from the inventory child")?;
+        .map_err(|e| {
+            format!(
+                "cannot run {} for the GPU inventory: {e}",
+                command.program.display()
+            )
+        })?;
+    let mut stdout = child
+        .stdout
+        .take()
+        .ok_or("no stdout from the inventory child")?;
+    let mut stderr = child
+        .stderr
+        .take()
+        .ok_or("no stderr from the inventory child")?;
     let reader = std::thread::spawn(move || {
         let mut out = Vec::new();
         let _ = (&mut stdout).take(MAX_OUTPUT).read_to_end(&mut out);
@@ -197,7 +243,9 @@ pub fn inventory_via_worker(command: &WorkerCommand, timeout: Duration) -> Resul
             Ok(None) => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(format!("the GPU inventory did not answer within {timeout:?} (NVML hung?)"));
+                return Err(format!(
+                    "the GPU inventory did not answer within {timeout:?} (NVML hung?)"
+                ));
             }
             Err(e) => return Err(format!("waiting for the inventory child: {e}")),
         }
@@ -207,7 +255,11 @@ pub fn inventory_via_worker(command: &WorkerCommand, timeout: Duration) -> Resul
     let text = String::from_utf8_lossy(&out);
     if !status.success() {
         let why = String::from_utf8_lossy(&err).trim().to_string();
-        return Err(if why.is_empty() { format!("the inventory child {status}") } else { why });
+        return Err(if why.is_empty() {
+            format!("the inventory child {status}")
+        } else {
+            why
+        });
     }
     Inventory::parse(&text)
 }
@@ -226,9 +278,16 @@ impl Inventory {
     /// ```
     pub fn to_lines(&self) -> String {
         let mut s = String::new();
-        let _ = writeln!(s, "driver\t{}\t{}", clean(&self.driver_version), self.cuda_version);
+        let _ = writeln!(
+            s,
+            "driver\t{}\t{}",
+            clean(&self.driver_version),
+            self.cuda_version
+        );
         for g in &self.gpus {
-            let cc = g.compute_capability.map_or("-".to_string(), |(a, b)| format!("{a}.{b}"));
+            let cc = g
+                .compute_capability
+                .map_or("-".to_string(), |(a, b)| format!("{a}.{b}"));
             let _ = writeln!(
                 s,
                 "gpu\t{}\t{}\t{}\t{cc}\t{}\t{}\t{}\t{}\t{}",
@@ -265,7 +324,9 @@ impl Inventory {
             let bad = |what: &str| format!("inventory line {}: {what}: {line:?}", n + 1);
             let f: Vec<&str> = line.split('\t').collect();
             let num = |i: usize| -> Result<u64, String> {
-                f.get(i).and_then(|v| v.parse().ok()).ok_or_else(|| bad(&format!("field {i} is not a number")))
+                f.get(i)
+                    .and_then(|v| v.parse().ok())
+                    .ok_or_else(|| bad(&format!("field {i} is not a number")))
             };
             match f[0] {
                 "" => continue,
@@ -278,8 +339,13 @@ impl Inventory {
                     let compute_capability = match f[4] {
                         "-" => None,
                         cc => {
-                            let (a, b) = cc.split_once('.').ok_or_else(|| bad("bad compute capability"))?;
-                            Some((a.parse().map_err(|_| bad("bad compute capability"))?, b.parse().map_err(|_| bad("bad compute capability"))?))
+                            let (a, b) = cc
+                                .split_once('.')
+                                .ok_or_else(|| bad("bad compute capability"))?;
+                            Some((
+                                a.parse().map_err(|_| bad("bad compute capability"))?,
+                                b.parse().map_err(|_| bad("bad compute capability"))?,
+                            ))
                         }
                     };
                     inv.gpus.push(Gpu {
@@ -363,7 +429,11 @@ mod tests {
                         memory_free: 17 << 30,
                     }],
                 },
-                Gpu { index: 1, name: "odd\tname".into(), ..Gpu::default() },
+                Gpu {
+                    index: 1,
+                    name: "odd\tname".into(),
+                    ..Gpu::default()
+                },
             ],
         };
         let back = Inventory::parse(&inv.to_lines()).unwrap();
@@ -374,7 +444,14 @@ mod tests {
 
     #[test]
     fn garbage_is_an_error_not_a_panic() {
-        for t in ["", "gpu\t0", "driver\tx\ty", "driver\t1\t2\ngpu\tx\t\t\t\t\t\t\t\t", "mig\t0\t0\ta\tb\t1\t2", "what\tever"] {
+        for t in [
+            "",
+            "gpu\t0",
+            "driver\tx\ty",
+            "driver\t1\t2\ngpu\tx\t\t\t\t\t\t\t\t",
+            "mig\t0\t0\ta\tb\t1\t2",
+            "what\tever",
+        ] {
             assert!(Inventory::parse(t).is_err(), "{t:?}");
         }
     }

@@ -30,7 +30,8 @@ use std::sync::OnceLock;
 pub const DEFAULT_ARCH_OPTION: &str = "--gpu-architecture=compute_80";
 
 /// What to install when NVRTC is missing; part of [`NvrtcError::NotFound`]'s message.
-pub const INSTALL_HINT: &str = "install NVRTC with `pip install nvidia-cuda-nvrtc` (in a checkout: \
+pub const INSTALL_HINT: &str =
+    "install NVRTC with `pip install nvidia-cuda-nvrtc` (in a checkout: \
     `kernels/install-nvrtc.sh`), or set TASKLET_NVRTC to the path of libnvrtc.so.13 (or .12)";
 
 /// Why [`compile`] produced no PTX.
@@ -42,7 +43,11 @@ pub enum NvrtcError {
     NotFound { searched: Vec<String> },
     /// A libnvrtc was loaded but lacks an entry point (too old, or not NVRTC).
     #[error("{library}: missing NVRTC entry point {symbol}: {message}")]
-    MissingSymbol { library: String, symbol: &'static str, message: String },
+    MissingSymbol {
+        library: String,
+        symbol: &'static str,
+        message: String,
+    },
     /// The source did not compile; `log` is NVRTC's program log (errors with line numbers).
     #[error("NVRTC compile failed:\n{log}")]
     Compile { log: String },
@@ -51,7 +56,12 @@ pub enum NvrtcError {
     InvalidInput(&'static str),
     /// An NVRTC call failed other than by a compile error (out of memory, bad option, …).
     #[error("{call} failed: {message} (nvrtcResult {code}){extra}", extra = log_suffix(.log))]
-    Api { call: &'static str, code: i32, message: String, log: String },
+    Api {
+        call: &'static str,
+        code: i32,
+        message: String,
+        log: String,
+    },
 }
 
 fn log_suffix(log: &str) -> String {
@@ -74,7 +84,14 @@ struct Api {
     _lib: libloading::Library,
     _builtins: Option<libloading::Library>,
     get_error_string: Option<unsafe extern "C" fn(Res) -> *const c_char>,
-    create: unsafe extern "C" fn(*mut Program, *const c_char, *const c_char, c_int, *const *const c_char, *const *const c_char) -> Res,
+    create: unsafe extern "C" fn(
+        *mut Program,
+        *const c_char,
+        *const c_char,
+        c_int,
+        *const *const c_char,
+        *const *const c_char,
+    ) -> Res,
     compile: unsafe extern "C" fn(Program, c_int, *const *const c_char) -> Res,
     ptx_size: unsafe extern "C" fn(Program, *mut usize) -> Res,
     ptx: unsafe extern "C" fn(Program, *mut c_char) -> Res,
@@ -127,7 +144,16 @@ pub fn compile(source: &str, options: &[String]) -> Result<String, NvrtcError> {
 
     let mut prog: Program = std::ptr::null_mut();
     // SAFETY: valid NUL-terminated strings; no headers (count 0, null arrays).
-    let r = unsafe { (api.create)(&mut prog, src.as_ptr(), name.as_ptr(), 0, std::ptr::null(), std::ptr::null()) };
+    let r = unsafe {
+        (api.create)(
+            &mut prog,
+            src.as_ptr(),
+            name.as_ptr(),
+            0,
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
     api.check("nvrtcCreateProgram", r, None)?;
     let guard = ProgramGuard { api, prog };
 
@@ -148,10 +174,18 @@ pub fn compile(source: &str, options: &[String]) -> Result<String, NvrtcError> {
 
     let mut size = 0usize;
     // SAFETY: live program, valid out pointer.
-    api.check("nvrtcGetPTXSize", unsafe { (api.ptx_size)(prog, &mut size) }, None)?;
+    api.check(
+        "nvrtcGetPTXSize",
+        unsafe { (api.ptx_size)(prog, &mut size) },
+        None,
+    )?;
     let mut buf = vec![0u8; size.max(1)];
     // SAFETY: `buf` holds the `size` bytes NVRTC said it writes (including the NUL).
-    api.check("nvrtcGetPTX", unsafe { (api.ptx)(prog, buf.as_mut_ptr().cast()) }, None)?;
+    api.check(
+        "nvrtcGetPTX",
+        unsafe { (api.ptx)(prog, buf.as_mut_ptr().cast()) },
+        None,
+    )?;
     drop(guard);
     Ok(c_buf_to_string(buf))
 }
@@ -166,10 +200,18 @@ impl ProgramGuard {
     fn log(&self) -> Result<String, NvrtcError> {
         let mut size = 0usize;
         // SAFETY: live program, valid out pointer.
-        self.api.check("nvrtcGetProgramLogSize", unsafe { (self.api.log_size)(self.prog, &mut size) }, None)?;
+        self.api.check(
+            "nvrtcGetProgramLogSize",
+            unsafe { (self.api.log_size)(self.prog, &mut size) },
+            None,
+        )?;
         let mut buf = vec![0u8; size.max(1)];
         // SAFETY: `buf` holds `size` bytes, as NVRTC asked for.
-        self.api.check("nvrtcGetProgramLog", unsafe { (self.api.log)(self.prog, buf.as_mut_ptr().cast()) }, None)?;
+        self.api.check(
+            "nvrtcGetProgramLog",
+            unsafe { (self.api.log)(self.prog, buf.as_mut_ptr().cast()) },
+            None,
+        )?;
         Ok(c_buf_to_string(buf))
     }
 }
@@ -204,7 +246,12 @@ impl Api {
             })
             .filter(|s| !s.is_empty())
             .unwrap_or_else(|| "NVRTC error".into());
-        NvrtcError::Api { call, code, message, log }
+        NvrtcError::Api {
+            call,
+            code,
+            message,
+            log,
+        }
     }
 
     fn check(&self, call: &'static str, code: Res, log: Option<String>) -> Result<(), NvrtcError> {
@@ -241,21 +288,32 @@ fn load() -> Result<Api, NvrtcError> {
 fn preload_builtins(lib: &Path) -> Option<libloading::Library> {
     let dir = lib.parent().filter(|d| !d.as_os_str().is_empty())?;
     let name = lib.file_name()?.to_str()?;
-    let major = name.strip_prefix("libnvrtc.so.").and_then(|v| v.split('.').next()).unwrap_or("");
+    let major = name
+        .strip_prefix("libnvrtc.so.")
+        .and_then(|v| v.split('.').next())
+        .unwrap_or("");
     let prefix = format!("libnvrtc-builtins.so.{major}");
-    let file = sorted_entries(dir, |n| n.starts_with(&prefix)).into_iter().next()?;
+    let file = sorted_entries(dir, |n| n.starts_with(&prefix))
+        .into_iter()
+        .next()?;
     // SAFETY: the builtins library has no initialiser preconditions.
     unsafe { libloading::Library::new(file) }.ok()
 }
 
-fn resolve(lib: libloading::Library, builtins: Option<libloading::Library>, path: String) -> Result<Api, NvrtcError> {
+fn resolve(
+    lib: libloading::Library,
+    builtins: Option<libloading::Library>,
+    path: String,
+) -> Result<Api, NvrtcError> {
     macro_rules! sym {
         ($name:literal) => {{
             // SAFETY: the type is NVRTC's documented signature for this symbol.
-            let s = unsafe { lib.get(concat!($name, "\0").as_bytes()) }.map_err(|e| NvrtcError::MissingSymbol {
-                library: path.clone(),
-                symbol: $name,
-                message: e.to_string(),
+            let s = unsafe { lib.get(concat!($name, "\0").as_bytes()) }.map_err(|e| {
+                NvrtcError::MissingSymbol {
+                    library: path.clone(),
+                    symbol: $name,
+                    message: e.to_string(),
+                }
             })?;
             *s
         }};
@@ -265,12 +323,18 @@ fn resolve(lib: libloading::Library, builtins: Option<libloading::Library>, path
     // SAFETY: valid out pointers.
     let r = unsafe { version_fn(&mut major, &mut minor) };
     if r != NVRTC_SUCCESS {
-        return Err(NvrtcError::Api { call: "nvrtcVersion", code: r, message: "NVRTC error".into(), log: String::new() });
+        return Err(NvrtcError::Api {
+            call: "nvrtcVersion",
+            code: r,
+            message: "NVRTC error".into(),
+            log: String::new(),
+        });
     }
     // SAFETY: documented signature; optional (used for messages only).
-    let get_error_string = unsafe { lib.get::<unsafe extern "C" fn(Res) -> *const c_char>(b"nvrtcGetErrorString\0") }
-        .ok()
-        .map(|s| *s);
+    let get_error_string =
+        unsafe { lib.get::<unsafe extern "C" fn(Res) -> *const c_char>(b"nvrtcGetErrorString\0") }
+            .ok()
+            .map(|s| *s);
     Ok(Api {
         version: (major, minor),
         get_error_string,
@@ -299,7 +363,10 @@ fn candidates(searched: &mut Vec<String>) -> Vec<PathBuf> {
         // An absolute path so a load failure is reported with its reason.
         return vec![std::path::absolute(&p).unwrap_or(p)];
     }
-    let mut out: Vec<PathBuf> = ["libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12"].iter().map(PathBuf::from).collect();
+    let mut out: Vec<PathBuf> = ["libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12"]
+        .iter()
+        .map(PathBuf::from)
+        .collect();
     searched.push("the dynamic linker's path (libnvrtc.so, libnvrtc.so.13, libnvrtc.so.12)".into());
 
     let mut dirs = vec![PathBuf::from("/usr/local/cuda/lib64")];
@@ -315,7 +382,9 @@ fn candidates(searched: &mut Vec<String>) -> Vec<PathBuf> {
     if let Some(h) = &home {
         prefixes.push(h.join(".local"));
     }
-    let pyenv = std::env::var_os("PYENV_ROOT").map(PathBuf::from).or_else(|| home.as_ref().map(|h| h.join(".pyenv")));
+    let pyenv = std::env::var_os("PYENV_ROOT")
+        .map(PathBuf::from)
+        .or_else(|| home.as_ref().map(|h| h.join(".pyenv")));
     if let Some(root) = pyenv {
         prefixes.extend(sorted_entries(&root.join("versions"), |_| true));
     }
@@ -335,13 +404,23 @@ fn candidates(searched: &mut Vec<String>) -> Vec<PathBuf> {
     }
     searched.push(format!(
         "nvidia/{{cu13,cuda_nvrtc,cu12}}/lib in the site-packages of {}",
-        prefixes.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+        prefixes
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
     ));
 
     for target in repo_target_dirs() {
         let root = target.join("nvrtc");
-        searched.push(format!("{}/*/nvidia/*/lib (kernels/install-nvrtc.sh)", root.display()));
-        for install in sorted_entries(&root, |n| !n.ends_with(".tmp")).into_iter().rev() {
+        searched.push(format!(
+            "{}/*/nvidia/*/lib (kernels/install-nvrtc.sh)",
+            root.display()
+        ));
+        for install in sorted_entries(&root, |n| !n.ends_with(".tmp"))
+            .into_iter()
+            .rev()
+        {
             dirs.extend(wheel_lib_dirs(&install));
         }
     }
@@ -350,8 +429,16 @@ fn candidates(searched: &mut Vec<String>) -> Vec<PathBuf> {
     let mut files: Vec<(u32, usize, PathBuf)> = Vec::new();
     for (i, d) in dirs.iter().enumerate() {
         for f in sorted_entries(d, |n| n.starts_with("libnvrtc.so")) {
-            let name = f.file_name().unwrap_or_default().to_string_lossy().into_owned();
-            let major = name["libnvrtc.so".len()..].trim_start_matches('.').split('.').next().and_then(|m| m.parse().ok());
+            let name = f
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned();
+            let major = name["libnvrtc.so".len()..]
+                .trim_start_matches('.')
+                .split('.')
+                .next()
+                .and_then(|m| m.parse().ok());
             // Unversioned names sort after versioned ones (they are usually links to them).
             files.push((u32::MAX - major.unwrap_or(0), i, f));
         }
@@ -373,7 +460,9 @@ fn wheel_lib_dirs(dir: &Path) -> Vec<PathBuf> {
 
 /// Entries of `dir` whose file name passes `keep`, sorted; empty when `dir` can't be read.
 fn sorted_entries(dir: &Path, keep: impl Fn(&str) -> bool) -> Vec<PathBuf> {
-    let Ok(rd) = std::fs::read_dir(dir) else { return Vec::new() };
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
     let mut v: Vec<PathBuf> = rd
         .flatten()
         .filter(|e| e.file_name().to_str().is_some_and(&keep))
@@ -388,7 +477,10 @@ fn sorted_entries(dir: &Path, keep: impl Fn(&str) -> bool) -> Vec<PathBuf> {
 fn repo_target_dirs() -> Vec<PathBuf> {
     let mut out = Vec::new();
     if let Ok(exe) = std::env::current_exe() {
-        if let Some(t) = exe.ancestors().find(|a| a.file_name().is_some_and(|n| n == "target")) {
+        if let Some(t) = exe
+            .ancestors()
+            .find(|a| a.file_name().is_some_and(|n| n == "target"))
+        {
             out.push(t.to_path_buf());
         }
     }
@@ -415,7 +507,9 @@ mod tests {
 
     #[test]
     fn not_found_message_says_what_to_install() {
-        let e = NvrtcError::NotFound { searched: vec!["/a".into(), "/b".into()] };
+        let e = NvrtcError::NotFound {
+            searched: vec!["/a".into(), "/b".into()],
+        };
         let m = e.to_string();
         assert!(m.contains("pip install nvidia-cuda-nvrtc"), "{m}");
         assert!(m.contains("TASKLET_NVRTC"), "{m}");
@@ -424,7 +518,10 @@ mod tests {
 
     #[test]
     fn compiles_or_reports_not_found() {
-        match compile("extern \"C\" __global__ void k(int *p) { p[threadIdx.x] = 7; }", &[]) {
+        match compile(
+            "extern \"C\" __global__ void k(int *p) { p[threadIdx.x] = 7; }",
+            &[],
+        ) {
             Ok(ptx) => {
                 assert!(ptx.contains(".entry k("), "{ptx}");
                 assert!(ptx.contains(".target sm_80"), "{ptx}");
@@ -436,7 +533,10 @@ mod tests {
 
     #[test]
     fn compile_error_carries_the_log() {
-        match compile("extern \"C\" __global__ void k(int *p) { p[0] = undefined_name; }", &[]) {
+        match compile(
+            "extern \"C\" __global__ void k(int *p) { p[0] = undefined_name; }",
+            &[],
+        ) {
             Err(NvrtcError::Compile { log }) => assert!(log.contains("undefined_name"), "{log}"),
             Err(e @ NvrtcError::NotFound { .. }) => eprintln!("skipped: NVRTC not found ({e})"),
             other => panic!("{other:?}"),

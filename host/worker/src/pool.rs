@@ -84,7 +84,8 @@ impl Drop for LeaseToken {
         if let Some(s) = self.shared.upgrade() {
             let mut g = s.lock();
             g.busy = g.busy.saturating_sub(1);
-            g.busy_procs.retain(|p| !p.ptr_eq(&self.proc) && p.strong_count() > 0);
+            g.busy_procs
+                .retain(|p| !p.ptr_eq(&self.proc) && p.strong_count() > 0);
             s.cv.notify_all();
         }
     }
@@ -107,7 +108,8 @@ impl Shared {
 }
 
 fn backoff(failures: u32) -> Duration {
-    Duration::from_millis(50u64.saturating_mul(1 << failures.min(16).saturating_sub(1))).min(Duration::from_secs(5))
+    Duration::from_millis(50u64.saturating_mul(1 << failures.min(16).saturating_sub(1)))
+        .min(Duration::from_secs(5))
 }
 
 impl Pool {
@@ -131,7 +133,10 @@ impl Pool {
             .name("tasklet-worker-spawner".into())
             .spawn(move || spawner(s))
             .map_err(|e| WorkerError::Spawn(format!("cannot start the spawner thread: {e}")))?;
-        Ok(Arc::new(Pool { shared, spawner: Mutex::new(Some(handle)) }))
+        Ok(Arc::new(Pool {
+            shared,
+            spawner: Mutex::new(Some(handle)),
+        }))
     }
 
     /// The configuration the pool started with (see [`Pool::limits`] for the sizes in force).
@@ -151,7 +156,9 @@ impl Pool {
     pub fn set_limits(&self, warm: usize, max_workers: usize) {
         let max_workers = max_workers.max(1);
         self.shared.warm.store(warm, Ordering::Relaxed);
-        self.shared.max_workers.store(max_workers, Ordering::Relaxed);
+        self.shared
+            .max_workers
+            .store(max_workers, Ordering::Relaxed);
         let s = &self.shared;
         let mut g = s.lock();
         while g.idle.len() > warm + g.waiters {
@@ -174,10 +181,14 @@ impl Pool {
         let mut waiting = false;
         let result = loop {
             if g.shutdown {
-                break Err(WorkerError::NoCapacity("the worker pool is shut down".into()));
+                break Err(WorkerError::NoCapacity(
+                    "the worker pool is shut down".into(),
+                ));
             }
             if g.busy >= max {
-                break Err(WorkerError::NoCapacity(format!("all {max} workers are leased")));
+                break Err(WorkerError::NoCapacity(format!(
+                    "all {max} workers are leased"
+                )));
             }
             let mut found = None;
             while let Some(w) = g.idle.pop_front() {
@@ -201,14 +212,20 @@ impl Pool {
                 break Err(WorkerError::Spawn(g.last_error.clone()));
             }
             if now >= deadline {
-                break Err(WorkerError::Spawn(format!("no worker became ready within {:?}", START_TIMEOUT)));
+                break Err(WorkerError::Spawn(format!(
+                    "no worker became ready within {:?}",
+                    START_TIMEOUT
+                )));
             }
             if !waiting {
                 waiting = true;
                 g.waiters += 1;
                 s.cv.notify_all();
             }
-            g = s.cv.wait_timeout(g, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
+            g =
+                s.cv.wait_timeout(g, deadline - now)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
         };
         if waiting {
             g.waiters -= 1;
@@ -216,7 +233,10 @@ impl Pool {
         let result = result.map(|mut w| {
             g.busy += 1;
             g.busy_procs.push(Arc::downgrade(&w.proc));
-            w.lease = Some(LeaseToken { shared: Arc::downgrade(s), proc: Arc::downgrade(&w.proc) });
+            w.lease = Some(LeaseToken {
+                shared: Arc::downgrade(s),
+                proc: Arc::downgrade(&w.proc),
+            });
             w
         });
         // Wake the spawner to top the warm set back up.
@@ -233,7 +253,9 @@ impl Pool {
     /// deadlines.
     pub fn release(&self, mut w: Worker) {
         let token = w.lease.take();
-        let ours = token.as_ref().is_some_and(|t| std::ptr::eq(t.shared.as_ptr(), Arc::as_ptr(&self.shared)));
+        let ours = token
+            .as_ref()
+            .is_some_and(|t| std::ptr::eq(t.shared.as_ptr(), Arc::as_ptr(&self.shared)));
         let healthy = ours
             && self.shared.cfg.reuse
             && !w.is_lost()
@@ -284,7 +306,11 @@ impl Pool {
             g.shutdown = true;
             self.shared.cv.notify_all();
         }
-        let h = self.spawner.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let h = self
+            .spawner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
         if let Some(h) = h {
             let _ = h.join();
         }
@@ -301,7 +327,14 @@ impl Drop for Pool {
 /// worker that says otherwise is not trusted with another lease.
 fn back_at_baseline(w: &mut Worker) -> bool {
     match w.info() {
-        Ok(i) if i.allocations == 0 && i.memory_used == 0 && i.memory_requested == 0 && i.modules == 0 => true,
+        Ok(i)
+            if i.allocations == 0
+                && i.memory_used == 0
+                && i.memory_requested == 0
+                && i.modules == 0 =>
+        {
+            true
+        }
         Ok(i) => {
             eprintln!(
                 "tasklet: worker {} still holds {} allocation(s) ({} bytes) and {} module(s) after its reset; replacing it",
@@ -337,17 +370,16 @@ fn spawner(s: Arc<Shared>) {
             last_sweep = now;
             // Idle workers killed from outside are replaced without waiting for an acquire.
             let idle = std::mem::take(&mut g.idle);
-            let (alive, dead): (VecDeque<Worker>, Vec<Worker>) = idle.into_iter().fold(
-                (VecDeque::new(), Vec::new()),
-                |(mut a, mut d), w| {
-                    if w.proc.poll().is_none() {
-                        a.push_back(w)
-                    } else {
-                        d.push(w)
-                    }
-                    (a, d)
-                },
-            );
+            let (alive, dead): (VecDeque<Worker>, Vec<Worker>) =
+                idle.into_iter()
+                    .fold((VecDeque::new(), Vec::new()), |(mut a, mut d), w| {
+                        if w.proc.poll().is_none() {
+                            a.push_back(w)
+                        } else {
+                            d.push(w)
+                        }
+                        (a, d)
+                    });
             g.idle = alive;
             g.reap.extend(dead);
             continue;
@@ -359,7 +391,8 @@ fn spawner(s: Arc<Shared>) {
         if have < warm + g.waiters && total < max_workers + warm && may_retry {
             g.starting += 1;
             drop(g);
-            let started = Worker::start(&cfg.command, cfg.backend, cfg.device_memory, cfg.op_timeout);
+            let started =
+                Worker::start(&cfg.command, cfg.backend, cfg.device_memory, cfg.op_timeout);
             let failed = match started {
                 Ok(st) => {
                     let s2 = s.clone();
@@ -389,7 +422,10 @@ fn spawner(s: Arc<Shared>) {
                 wait = wait.min(t - now);
             }
         }
-        g = s.cv.wait_timeout(g, wait.max(Duration::from_millis(1))).unwrap_or_else(|p| p.into_inner()).0;
+        g =
+            s.cv.wait_timeout(g, wait.max(Duration::from_millis(1)))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
     }
     let idle = std::mem::take(&mut g.idle);
     let reap = std::mem::take(&mut g.reap);
@@ -425,10 +461,13 @@ fn finish_start(s: Arc<Shared>, st: Starting) {
         }
         Err(e) => {
             // The worker's own words (acquire wraps them in `WorkerError::Spawn` again).
-            record_failure(&mut g, match e {
-                WorkerError::Spawn(m) => m,
-                other => other.to_string(),
-            });
+            record_failure(
+                &mut g,
+                match e {
+                    WorkerError::Spawn(m) => m,
+                    other => other.to_string(),
+                },
+            );
             None
         }
     };

@@ -30,16 +30,37 @@ pub const MAX_ERROR_MESSAGE: usize = 8 * 1024;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request<'a> {
     Ping,
-    Alloc { bytes: u64 },
-    Free { addr: u64 },
+    Alloc {
+        bytes: u64,
+    },
+    Free {
+        addr: u64,
+    },
     /// Payload: the first `len` bytes of the data region.
-    Write { addr: u64, len: u64 },
+    Write {
+        addr: u64,
+        len: u64,
+    },
     /// Result: the worker fills the first `len` bytes of the data region.
-    Read { addr: u64, len: u64 },
-    Copy { dst: u64, src: u64, len: u64 },
-    LoadModule { ptx: &'a str },
-    LoadSource { source: &'a str, options: Vec<&'a str> },
-    UnloadModule { id: u32 },
+    Read {
+        addr: u64,
+        len: u64,
+    },
+    Copy {
+        dst: u64,
+        src: u64,
+        len: u64,
+    },
+    LoadModule {
+        ptx: &'a str,
+    },
+    LoadSource {
+        source: &'a str,
+        options: Vec<&'a str>,
+    },
+    UnloadModule {
+        id: u32,
+    },
     Launch(LaunchRequest<'a>),
     Sync,
     /// Free every allocation and unload every module: the worker goes back to its state at start.
@@ -47,13 +68,28 @@ pub enum Request<'a> {
     Info,
     /// Map guest memory `id`, whose memfd the host has just sent on the control socket tagged
     /// `id`, `capacity` bytes (`crate::guest_memory`). Replaces an earlier attachment of `id`.
-    AttachMemory { id: u64, capacity: u64 },
+    AttachMemory {
+        id: u64,
+        capacity: u64,
+    },
     /// Drop the attachment of guest memory `id` (the host dropped the memory).
-    DetachMemory { id: u64 },
+    DetachMemory {
+        id: u64,
+    },
     /// Write bytes `offset..offset+len` of attached guest memory `memory` at device `addr`.
-    WriteFrom { addr: u64, memory: u64, offset: u64, len: u64 },
+    WriteFrom {
+        addr: u64,
+        memory: u64,
+        offset: u64,
+        len: u64,
+    },
     /// Read `len` bytes at device `addr` into attached guest memory `memory` at `offset`.
-    ReadInto { addr: u64, memory: u64, offset: u64, len: u64 },
+    ReadInto {
+        addr: u64,
+        memory: u64,
+        offset: u64,
+        len: u64,
+    },
 }
 
 /// The fields of [`Request::Launch`]; also what [`crate::Backend::launch`] takes.
@@ -134,17 +170,30 @@ pub struct WorkerInfo {
 pub enum Response {
     /// Success with nothing to report (ping, free, write, read, copy, unload, launch, sync, reset).
     Ok,
-    Allocated { addr: u64 },
-    Module { id: u32, kernels: Vec<KernelInfo> },
+    Allocated {
+        addr: u64,
+    },
+    Module {
+        id: u32,
+        kernels: Vec<KernelInfo>,
+    },
     Info(WorkerInfo),
-    Error { kind: ErrorKind, message: String },
+    Error {
+        kind: ErrorKind,
+        message: String,
+    },
 }
 
 /// Why a frame did not decode. Offsets are into the frame.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
     #[error("frame truncated: {what} needs {need} bytes at offset {at}, frame has {len}")]
-    Truncated { what: &'static str, at: usize, need: u64, len: usize },
+    Truncated {
+        what: &'static str,
+        at: usize,
+        need: u64,
+        len: usize,
+    },
     #[error("unknown {what} tag {tag}")]
     UnknownTag { what: &'static str, tag: u8 },
     #[error("{what} at offset {at} is not valid UTF-8")]
@@ -239,7 +288,10 @@ pub fn encode_request(id: u64, req: &Request<'_>, out: &mut Vec<u8>) {
         Request::Sync => w.head(REQ_SYNC, id),
         Request::Reset => w.head(REQ_RESET, id),
         Request::Info => w.head(REQ_INFO, id),
-        Request::AttachMemory { id: memory, capacity } => {
+        Request::AttachMemory {
+            id: memory,
+            capacity,
+        } => {
             w.head(REQ_ATTACH_MEMORY, id);
             w.u64(*memory);
             w.u64(*capacity);
@@ -248,14 +300,24 @@ pub fn encode_request(id: u64, req: &Request<'_>, out: &mut Vec<u8>) {
             w.head(REQ_DETACH_MEMORY, id);
             w.u64(*memory);
         }
-        Request::WriteFrom { addr, memory, offset, len } => {
+        Request::WriteFrom {
+            addr,
+            memory,
+            offset,
+            len,
+        } => {
             w.head(REQ_WRITE_FROM, id);
             w.u64(*addr);
             w.u64(*memory);
             w.u64(*offset);
             w.u64(*len);
         }
-        Request::ReadInto { addr, memory, offset, len } => {
+        Request::ReadInto {
+            addr,
+            memory,
+            offset,
+            len,
+        } => {
             w.head(REQ_READ_INTO, id);
             w.u64(*addr);
             w.u64(*memory);
@@ -272,10 +334,20 @@ pub fn decode_request(frame: &[u8]) -> Result<(u64, Request<'_>), DecodeError> {
     let id = r.var("request id")?;
     let req = match tag {
         REQ_PING => Request::Ping,
-        REQ_ALLOC => Request::Alloc { bytes: r.u64("alloc size")? },
-        REQ_FREE => Request::Free { addr: r.u64("free address")? },
-        REQ_WRITE => Request::Write { addr: r.u64("write address")?, len: r.u64("write length")? },
-        REQ_READ => Request::Read { addr: r.u64("read address")?, len: r.u64("read length")? },
+        REQ_ALLOC => Request::Alloc {
+            bytes: r.u64("alloc size")?,
+        },
+        REQ_FREE => Request::Free {
+            addr: r.u64("free address")?,
+        },
+        REQ_WRITE => Request::Write {
+            addr: r.u64("write address")?,
+            len: r.u64("write length")?,
+        },
+        REQ_READ => Request::Read {
+            addr: r.u64("read address")?,
+            len: r.u64("read length")?,
+        },
         REQ_COPY => Request::Copy {
             dst: r.u64("copy destination")?,
             src: r.u64("copy source")?,
@@ -292,7 +364,9 @@ pub fn decode_request(frame: &[u8]) -> Result<(u64, Request<'_>), DecodeError> {
             }
             Request::LoadSource { source, options }
         }
-        REQ_UNLOAD_MODULE => Request::UnloadModule { id: r.u32("module id")? },
+        REQ_UNLOAD_MODULE => Request::UnloadModule {
+            id: r.u32("module id")?,
+        },
         REQ_LAUNCH => {
             let module = r.var_u32("module id")?;
             let kernel = r.var_str("kernel name")?;
@@ -318,10 +392,13 @@ pub fn decode_request(frame: &[u8]) -> Result<(u64, Request<'_>), DecodeError> {
         REQ_SYNC => Request::Sync,
         REQ_RESET => Request::Reset,
         REQ_INFO => Request::Info,
-        REQ_ATTACH_MEMORY => {
-            Request::AttachMemory { id: r.u64("memory id")?, capacity: r.u64("memory capacity")? }
-        }
-        REQ_DETACH_MEMORY => Request::DetachMemory { id: r.u64("memory id")? },
+        REQ_ATTACH_MEMORY => Request::AttachMemory {
+            id: r.u64("memory id")?,
+            capacity: r.u64("memory capacity")?,
+        },
+        REQ_DETACH_MEMORY => Request::DetachMemory {
+            id: r.u64("memory id")?,
+        },
         REQ_WRITE_FROM => Request::WriteFrom {
             addr: r.u64("write address")?,
             memory: r.u64("memory id")?,
@@ -334,7 +411,12 @@ pub fn decode_request(frame: &[u8]) -> Result<(u64, Request<'_>), DecodeError> {
             offset: r.u64("memory offset")?,
             len: r.u64("read length")?,
         },
-        tag => return Err(DecodeError::UnknownTag { what: "request", tag }),
+        tag => {
+            return Err(DecodeError::UnknownTag {
+                what: "request",
+                tag,
+            })
+        }
     };
     r.finish()?;
     Ok((id, req))
@@ -349,7 +431,10 @@ pub fn encode_response(id: u64, resp: &Response, out: &mut Vec<u8>) {
             w.head(RESP_ALLOCATED, id);
             w.u64(*addr);
         }
-        Response::Module { id: module, kernels } => {
+        Response::Module {
+            id: module,
+            kernels,
+        } => {
             w.head(RESP_MODULE, id);
             w.u32(*module);
             w.u32(len_u32(kernels.len()));
@@ -396,7 +481,9 @@ pub fn decode_response(frame: &[u8]) -> Result<(u64, Response), DecodeError> {
     let id = r.var("response id")?;
     let resp = match tag {
         RESP_OK => Response::Ok,
-        RESP_ALLOCATED => Response::Allocated { addr: r.u64("device address")? },
+        RESP_ALLOCATED => Response::Allocated {
+            addr: r.u64("device address")?,
+        },
         RESP_MODULE => {
             let module = r.u32("module id")?;
             // A kernel is at least a name length and a param count.
@@ -414,13 +501,26 @@ pub fn decode_response(frame: &[u8]) -> Result<(u64, Response), DecodeError> {
                     let pointer_sized = match r.u8("param pointer flag")? {
                         0 => false,
                         1 => true,
-                        v => return Err(DecodeError::InvalidValue { what: "param pointer flag", value: v as u64 }),
+                        v => {
+                            return Err(DecodeError::InvalidValue {
+                                what: "param pointer flag",
+                                value: v as u64,
+                            })
+                        }
                     };
-                    params.push(ParamInfo { name, size, align, pointer_sized });
+                    params.push(ParamInfo {
+                        name,
+                        size,
+                        align,
+                        pointer_sized,
+                    });
                 }
                 kernels.push(KernelInfo { name, params });
             }
-            Response::Module { id: module, kernels }
+            Response::Module {
+                id: module,
+                kernels,
+            }
         }
         RESP_INFO => Response::Info(WorkerInfo {
             backend: r.str("backend name")?.to_owned(),
@@ -431,21 +531,40 @@ pub fn decode_response(frame: &[u8]) -> Result<(u64, Response), DecodeError> {
             modules: r.u32("module count")?,
             memory_requested: r.u64("memory requested")?,
             device_memory: r.u64("device memory")?,
-            compute_capability: (r.u32("compute capability major")?, r.u32("compute capability minor")?),
+            compute_capability: (
+                r.u32("compute capability major")?,
+                r.u32("compute capability minor")?,
+            ),
             uuid: r.str("device uuid")?.to_owned(),
             driver_version: r.u32("driver version")?,
             pinned_data: match r.u8("pinned flag")? {
                 0 => false,
                 1 => true,
-                v => return Err(DecodeError::InvalidValue { what: "pinned flag", value: v as u64 }),
+                v => {
+                    return Err(DecodeError::InvalidValue {
+                        what: "pinned flag",
+                        value: v as u64,
+                    })
+                }
             },
         }),
         RESP_ERROR => {
             let k = r.u8("error kind")?;
-            let kind = ErrorKind::from_wire(k).ok_or(DecodeError::UnknownTag { what: "error kind", tag: k })?;
-            Response::Error { kind, message: r.str("error message")?.to_owned() }
+            let kind = ErrorKind::from_wire(k).ok_or(DecodeError::UnknownTag {
+                what: "error kind",
+                tag: k,
+            })?;
+            Response::Error {
+                kind,
+                message: r.str("error message")?.to_owned(),
+            }
         }
-        tag => return Err(DecodeError::UnknownTag { what: "response", tag }),
+        tag => {
+            return Err(DecodeError::UnknownTag {
+                what: "response",
+                tag,
+            })
+        }
     };
     r.finish()?;
     Ok((id, resp))
@@ -516,7 +635,12 @@ impl<'a> Reader<'a> {
     fn take(&mut self, what: &'static str, n: u64) -> Result<&'a [u8], DecodeError> {
         let left = (self.buf.len() - self.at) as u64;
         if n > left {
-            return Err(DecodeError::Truncated { what, at: self.at, need: n, len: self.buf.len() });
+            return Err(DecodeError::Truncated {
+                what,
+                at: self.at,
+                need: n,
+                len: self.buf.len(),
+            });
         }
         let n = n as usize;
         let s = &self.buf[self.at..self.at + n];
@@ -592,7 +716,12 @@ impl<'a> Reader<'a> {
         let n = self.u32(what)? as u64;
         let left = (self.buf.len() - self.at) as u64;
         if n * min_item > left {
-            return Err(DecodeError::Truncated { what, at, need: n * min_item, len: self.buf.len() });
+            return Err(DecodeError::Truncated {
+                what,
+                at,
+                need: n * min_item,
+                len: self.buf.len(),
+            });
         }
         Ok(n as usize)
     }
@@ -613,13 +742,33 @@ mod tests {
         vec![
             Request::Ping,
             Request::Alloc { bytes: 1 << 40 },
-            Request::Free { addr: 0xdead_beef_0000 },
-            Request::Write { addr: 256, len: 4096 },
-            Request::Read { addr: u64::MAX, len: 0 },
-            Request::Copy { dst: 1, src: 2, len: 3 },
-            Request::LoadModule { ptx: ".version 8.0\n.target sm_80\n// ünïcode" },
-            Request::LoadSource { source: "__global__ void k(){}", options: vec!["-arch=sm_80", "", "-DX=1"] },
-            Request::LoadSource { source: "", options: vec![] },
+            Request::Free {
+                addr: 0xdead_beef_0000,
+            },
+            Request::Write {
+                addr: 256,
+                len: 4096,
+            },
+            Request::Read {
+                addr: u64::MAX,
+                len: 0,
+            },
+            Request::Copy {
+                dst: 1,
+                src: 2,
+                len: 3,
+            },
+            Request::LoadModule {
+                ptx: ".version 8.0\n.target sm_80\n// ünïcode",
+            },
+            Request::LoadSource {
+                source: "__global__ void k(){}",
+                options: vec!["-arch=sm_80", "", "-DX=1"],
+            },
+            Request::LoadSource {
+                source: "",
+                options: vec![],
+            },
             Request::UnloadModule { id: 7 },
             Request::Launch(LaunchRequest {
                 module: 3,
@@ -645,10 +794,23 @@ mod tests {
             Request::Sync,
             Request::Reset,
             Request::Info,
-            Request::AttachMemory { id: 9, capacity: 4 << 30 },
+            Request::AttachMemory {
+                id: 9,
+                capacity: 4 << 30,
+            },
             Request::DetachMemory { id: u64::MAX },
-            Request::WriteFrom { addr: 0x7000, memory: 3, offset: 65536, len: 1 << 28 },
-            Request::ReadInto { addr: u64::MAX, memory: 0, offset: u64::MAX, len: 0 },
+            Request::WriteFrom {
+                addr: 0x7000,
+                memory: 3,
+                offset: 65536,
+                len: 1 << 28,
+            },
+            Request::ReadInto {
+                addr: u64::MAX,
+                memory: 0,
+                offset: u64::MAX,
+                len: 0,
+            },
         ]
     }
 
@@ -656,18 +818,34 @@ mod tests {
         vec![
             Response::Ok,
             Response::Allocated { addr: 0x1000 },
-            Response::Module { id: 1, kernels: vec![] },
+            Response::Module {
+                id: 1,
+                kernels: vec![],
+            },
             Response::Module {
                 id: 2,
                 kernels: vec![
                     KernelInfo {
                         name: "iota".into(),
                         params: vec![
-                            ParamInfo { name: "out".into(), size: 8, align: 8, pointer_sized: true },
-                            ParamInfo { name: "n".into(), size: 4, align: 4, pointer_sized: false },
+                            ParamInfo {
+                                name: "out".into(),
+                                size: 8,
+                                align: 8,
+                                pointer_sized: true,
+                            },
+                            ParamInfo {
+                                name: "n".into(),
+                                size: 4,
+                                align: 4,
+                                pointer_sized: false,
+                            },
                         ],
                     },
-                    KernelInfo { name: "empty".into(), params: vec![] },
+                    KernelInfo {
+                        name: "empty".into(),
+                        params: vec![],
+                    },
                 ],
             },
             Response::Info(WorkerInfo {
@@ -700,7 +878,10 @@ mod tests {
             }),
         ]
         .into_iter()
-        .chain(ErrorKind::ALL.into_iter().map(|kind| Response::Error { kind, message: format!("{kind} happened") }))
+        .chain(ErrorKind::ALL.into_iter().map(|kind| Response::Error {
+            kind,
+            message: format!("{kind} happened"),
+        }))
         .collect()
     }
 
@@ -733,7 +914,10 @@ mod tests {
             encode_request(9, &req, &mut buf);
             for cut in 0..buf.len() {
                 assert!(
-                    matches!(decode_request(&buf[..cut]), Err(DecodeError::Truncated { .. })),
+                    matches!(
+                        decode_request(&buf[..cut]),
+                        Err(DecodeError::Truncated { .. })
+                    ),
                     "{req:?} cut at {cut}"
                 );
             }
@@ -743,7 +927,10 @@ mod tests {
             encode_response(9, &resp, &mut buf);
             for cut in 0..buf.len() {
                 assert!(
-                    matches!(decode_response(&buf[..cut]), Err(DecodeError::Truncated { .. })),
+                    matches!(
+                        decode_response(&buf[..cut]),
+                        Err(DecodeError::Truncated { .. })
+                    ),
                     "{resp:?} cut at {cut}"
                 );
             }
@@ -755,38 +942,70 @@ mod tests {
         let mut buf = Vec::new();
         encode_request(1, &Request::Ping, &mut buf);
         buf.push(0);
-        assert_eq!(decode_request(&buf), Err(DecodeError::TrailingBytes { extra: 1 }));
+        assert_eq!(
+            decode_request(&buf),
+            Err(DecodeError::TrailingBytes { extra: 1 })
+        );
 
         let mut buf = vec![200u8];
         buf.push(1); // id 1, a one-byte varint
-        assert_eq!(decode_request(&buf), Err(DecodeError::UnknownTag { what: "request", tag: 200 }));
-        assert_eq!(decode_response(&buf), Err(DecodeError::UnknownTag { what: "response", tag: 200 }));
+        assert_eq!(
+            decode_request(&buf),
+            Err(DecodeError::UnknownTag {
+                what: "request",
+                tag: 200
+            })
+        );
+        assert_eq!(
+            decode_response(&buf),
+            Err(DecodeError::UnknownTag {
+                what: "response",
+                tag: 200
+            })
+        );
 
         let mut buf = vec![RESP_ERROR];
         buf.push(1); // id 1, a one-byte varint
         buf.push(99);
         buf.extend_from_slice(&0u32.to_le_bytes());
-        assert_eq!(decode_response(&buf), Err(DecodeError::UnknownTag { what: "error kind", tag: 99 }));
+        assert_eq!(
+            decode_response(&buf),
+            Err(DecodeError::UnknownTag {
+                what: "error kind",
+                tag: 99
+            })
+        );
 
         // Invalid UTF-8 in a module's PTX.
         let mut buf = vec![REQ_LOAD_MODULE];
         buf.push(1); // id 1, a one-byte varint
         buf.extend_from_slice(&2u32.to_le_bytes());
         buf.extend_from_slice(&[0xff, 0xfe]);
-        assert!(matches!(decode_request(&buf), Err(DecodeError::InvalidUtf8 { what: "ptx", .. })));
+        assert!(matches!(
+            decode_request(&buf),
+            Err(DecodeError::InvalidUtf8 { what: "ptx", .. })
+        ));
 
         // A pointer flag that is neither 0 nor 1.
         let resp = Response::Module {
             id: 1,
             kernels: vec![KernelInfo {
                 name: "k".into(),
-                params: vec![ParamInfo { name: "p".into(), size: 8, align: 8, pointer_sized: true }],
+                params: vec![ParamInfo {
+                    name: "p".into(),
+                    size: 8,
+                    align: 8,
+                    pointer_sized: true,
+                }],
             }],
         };
         let mut buf = Vec::new();
         encode_response(1, &resp, &mut buf);
         *buf.last_mut().unwrap() = 2;
-        assert!(matches!(decode_response(&buf), Err(DecodeError::InvalidValue { .. })));
+        assert!(matches!(
+            decode_response(&buf),
+            Err(DecodeError::InvalidValue { .. })
+        ));
     }
 
     /// A launch frame as the host encodes it, for `empty()` with an argument block of `args`.
@@ -809,7 +1028,10 @@ mod tests {
     #[test]
     fn a_launch_with_a_small_argument_block_is_one_cache_line_in_the_ring() {
         // Two pointers and a u32: what a typical kernel takes.
-        assert_eq!(crate::transport::record_size(launch_frame(&[0; 20]).len()), 64);
+        assert_eq!(
+            crate::transport::record_size(launch_frame(&[0; 20]).len()),
+            64
+        );
         assert_eq!(crate::transport::record_size(launch_frame(&[]).len()), 64);
     }
 
@@ -823,22 +1045,43 @@ mod tests {
         let mut wide = frame[..module_at].to_vec();
         wide.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0x1f]);
         wide.extend_from_slice(&frame[module_at + 1..]);
-        assert!(matches!(decode_request(&wide), Err(DecodeError::InvalidValue { what: "module id", .. })));
+        assert!(matches!(
+            decode_request(&wide),
+            Err(DecodeError::InvalidValue {
+                what: "module id",
+                ..
+            })
+        ));
         // Eleven continuation bytes: longer than any u64.
         let mut long = frame[..module_at].to_vec();
         long.extend_from_slice(&[0x80; 11]);
         long.extend_from_slice(&frame[module_at..]);
-        assert!(matches!(decode_request(&long), Err(DecodeError::InvalidValue { what: "module id", .. })));
+        assert!(matches!(
+            decode_request(&long),
+            Err(DecodeError::InvalidValue {
+                what: "module id",
+                ..
+            })
+        ));
         // A tenth byte carrying more than the 64th bit.
         let mut over = frame[..module_at].to_vec();
         over.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02]);
         over.extend_from_slice(&frame[module_at + 1..]);
-        assert!(matches!(decode_request(&over), Err(DecodeError::InvalidValue { .. })));
+        assert!(matches!(
+            decode_request(&over),
+            Err(DecodeError::InvalidValue { .. })
+        ));
         // A kernel name whose length runs past the frame.
         let mut past = frame[..module_at + 1].to_vec();
         past.push(0x7f);
         past.extend_from_slice(b"empty");
-        assert!(matches!(decode_request(&past), Err(DecodeError::Truncated { what: "kernel name", .. })));
+        assert!(matches!(
+            decode_request(&past),
+            Err(DecodeError::Truncated {
+                what: "kernel name",
+                ..
+            })
+        ));
     }
 
     #[test]
@@ -848,19 +1091,34 @@ mod tests {
         buf.push(1); // id 1, a one-byte varint
         buf.extend_from_slice(&1u32.to_le_bytes());
         buf.extend_from_slice(&u32::MAX.to_le_bytes());
-        assert!(matches!(decode_response(&buf), Err(DecodeError::Truncated { what: "kernel count", .. })));
+        assert!(matches!(
+            decode_response(&buf),
+            Err(DecodeError::Truncated {
+                what: "kernel count",
+                ..
+            })
+        ));
         // A string length far past the end.
         let mut buf = vec![RESP_ERROR];
         buf.push(1); // id 1, a one-byte varint
         buf.push(ErrorKind::Unsupported.to_wire());
         buf.extend_from_slice(&u32::MAX.to_le_bytes());
-        assert!(matches!(decode_response(&buf), Err(DecodeError::Truncated { .. })));
+        assert!(matches!(
+            decode_response(&buf),
+            Err(DecodeError::Truncated { .. })
+        ));
         // Options count in a load-source request.
         let mut buf = vec![REQ_LOAD_SOURCE];
         buf.push(1); // id 1, a one-byte varint
         buf.extend_from_slice(&0u32.to_le_bytes());
         buf.extend_from_slice(&u32::MAX.to_le_bytes());
-        assert!(matches!(decode_request(&buf), Err(DecodeError::Truncated { what: "option count", .. })));
+        assert!(matches!(
+            decode_request(&buf),
+            Err(DecodeError::Truncated {
+                what: "option count",
+                ..
+            })
+        ));
     }
 
     #[test]
@@ -904,7 +1162,14 @@ mod tests {
     fn long_error_messages_are_cut_on_char_boundaries() {
         let msg = "é".repeat(MAX_ERROR_MESSAGE);
         let mut buf = Vec::new();
-        encode_response(1, &Response::Error { kind: ErrorKind::LoadFailed, message: msg }, &mut buf);
+        encode_response(
+            1,
+            &Response::Error {
+                kind: ErrorKind::LoadFailed,
+                message: msg,
+            },
+            &mut buf,
+        );
         let (_, resp) = decode_response(&buf).unwrap();
         match resp {
             Response::Error { message, .. } => {

@@ -84,15 +84,19 @@ impl WorkerArgs {
         while let Some(flag) = args.next() {
             let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
             fn num<T: std::str::FromStr>(name: &str, v: String) -> Result<T, String> {
-                v.parse().map_err(|_| format!("{name}: `{v}` is not a valid number"))
+                v.parse()
+                    .map_err(|_| format!("{name}: `{v}` is not a valid number"))
             }
             match flag.as_str() {
                 "--shm-fd" => shm_fd = Some(num::<i32>("--shm-fd", value("--shm-fd")?)?),
                 "--backend" => {
                     let v = value("--backend")?;
-                    out.backend = BackendKind::parse(&v).ok_or_else(|| format!("unknown backend `{v}`"))?;
+                    out.backend =
+                        BackendKind::parse(&v).ok_or_else(|| format!("unknown backend `{v}`"))?;
                 }
-                "--device-memory" => out.device_memory = num("--device-memory", value("--device-memory")?)?,
+                "--device-memory" => {
+                    out.device_memory = num("--device-memory", value("--device-memory")?)?
+                }
                 "--host-pid" => out.host_pid = Some(num("--host-pid", value("--host-pid")?)?),
                 "--emu-threads" => out.emu_threads = num("--emu-threads", value("--emu-threads")?)?,
                 "--null-backend" => out.null_backend = true,
@@ -165,14 +169,21 @@ pub fn serve_main(args: impl Iterator<Item = String>) -> i32 {
             return EXIT_START_FAILED;
         }
         Err(p) => {
-            end.fail(&format!("{} backend panicked while starting: {}", a.backend.as_str(), panic_message(&*p)));
+            end.fail(&format!(
+                "{} backend panicked while starting: {}",
+                a.backend.as_str(),
+                panic_message(&*p)
+            ));
             return EXIT_START_FAILED;
         }
     };
     // Only the serving thread: the driver's threads and the watchdog, started by now, stay free.
     if let Some(cpu) = cpu {
         if let Err(e) = crate::cpus::pin_current_thread(cpu) {
-            end.fail(&format!("{}: cannot pin the worker to CPU {cpu}: {e}", crate::cpus::ENV));
+            end.fail(&format!(
+                "{}: cannot pin the worker to CPU {cpu}: {e}",
+                crate::cpus::ENV
+            ));
             return EXIT_START_FAILED;
         }
     }
@@ -218,7 +229,10 @@ pub fn serve_guests(
             Incoming::Closed | Incoming::HostGone => return,
             Incoming::Corrupt(why) => {
                 // Nothing after this can be found; the host sees the worker gone (`Lost`).
-                eprintln!("tasklet worker {}: request ring corrupt: {why}", std::process::id());
+                eprintln!(
+                    "tasklet worker {}: request ring corrupt: {why}",
+                    std::process::id()
+                );
                 return;
             }
         };
@@ -233,7 +247,14 @@ pub fn serve_guests(
         encode_response(id, &resp, &mut out);
         if end.respond(&out).is_err() {
             out.clear();
-            encode_response(id, &error(ErrorKind::InvalidArgument, "response too large for the channel".into()), &mut out);
+            encode_response(
+                id,
+                &error(
+                    ErrorKind::InvalidArgument,
+                    "response too large for the channel".into(),
+                ),
+                &mut out,
+            );
             // A short error frame always fits the message area.
             let _ = end.respond(&out);
         }
@@ -259,7 +280,11 @@ const NO_LAUNCH: LaunchRequest<'static> = LaunchRequest {
 /// behind it (up to [`POSTED_BATCH`], when the worker is behind: [`WorkerEnd::behind`]), through
 /// [`Backend::launch_batch`]; the first error, if any, to hold until the next call. Launches
 /// behind a failed or malformed one are dropped, as they would be one by one.
-fn serve_posted(end: &mut WorkerEnd, backend: &mut dyn Backend, frames: &mut [Vec<u8>]) -> Option<Response> {
+fn serve_posted(
+    end: &mut WorkerEnd,
+    backend: &mut dyn Backend,
+    frames: &mut [Vec<u8>],
+) -> Option<Response> {
     let mut taken = 1;
     while end.behind() && taken < frames.len() && end.take_ready_posted(&mut frames[taken]) {
         taken += 1;
@@ -293,7 +318,10 @@ fn serve_posted(end: &mut WorkerEnd, backend: &mut dyn Backend, frames: &mut [Ve
 fn decode_launch(frame: &[u8]) -> Result<LaunchRequest<'_>, String> {
     match decode_request(frame) {
         Ok((_, Request::Launch(l))) => Ok(l),
-        Ok((_, req)) => Err(format!("a {} request was posted; only launches may be", req.name())),
+        Ok((_, req)) => Err(format!(
+            "a {} request was posted; only launches may be",
+            req.name()
+        )),
         Err(e) => Err(format!("malformed posted request: {e}")),
     }
 }
@@ -305,10 +333,21 @@ fn launch_batch(backend: &mut dyn Backend, launches: &[LaunchRequest<'_>]) -> Op
         return None;
     }
     let launched = catch_unwind(AssertUnwindSafe(|| backend.launch_batch(launches)))
-        .unwrap_or_else(|p| Err((0, BackendError::new(ErrorKind::KernelFault, internal_error(&*p)))));
+        .unwrap_or_else(|p| {
+            Err((
+                0,
+                BackendError::new(ErrorKind::KernelFault, internal_error(&*p)),
+            ))
+        });
     launched.err().map(|(i, e)| {
         let kernel = launches.get(i).map_or("?", |l| l.kernel);
-        error(e.kind, format!("an earlier launch of kernel `{kernel}` failed: {}", e.message))
+        error(
+            e.kind,
+            format!(
+                "an earlier launch of kernel `{kernel}` failed: {}",
+                e.message
+            ),
+        )
     })
 }
 
@@ -322,7 +361,15 @@ fn serve_call(
 ) -> (u64, Response) {
     let (id, req) = match decode_request(frame) {
         Ok(r) => r,
-        Err(e) => return (0, error(ErrorKind::InvalidArgument, format!("malformed request: {e}"))),
+        Err(e) => {
+            return (
+                0,
+                error(
+                    ErrorKind::InvalidArgument,
+                    format!("malformed request: {e}"),
+                ),
+            )
+        }
     };
     let poisoned = matches!(deferred, Some(Response::Error { kind, .. }) if kind.poisons_worker());
     match (&req, deferred.is_some()) {
@@ -339,7 +386,12 @@ fn serve_call(
 
 /// Dispatches with the backend's panics caught: a panic leaves its state unknown, so it is
 /// reported as a fault, which poisons this worker so the host never reuses it.
-fn guarded(end: &mut WorkerEnd, backend: &mut dyn Backend, guests: &mut Attachments, req: &Request<'_>) -> Response {
+fn guarded(
+    end: &mut WorkerEnd,
+    backend: &mut dyn Backend,
+    guests: &mut Attachments,
+    req: &Request<'_>,
+) -> Response {
     catch_unwind(AssertUnwindSafe(|| dispatch(end, backend, guests, req)))
         .unwrap_or_else(|p| error(ErrorKind::KernelFault, internal_error(&*p)))
 }
@@ -348,19 +400,33 @@ fn error(kind: ErrorKind, message: String) -> Response {
     Response::Error { kind, message }
 }
 
-fn dispatch(end: &mut WorkerEnd, b: &mut dyn Backend, guests: &mut Attachments, req: &Request<'_>) -> Response {
+fn dispatch(
+    end: &mut WorkerEnd,
+    b: &mut dyn Backend,
+    guests: &mut Attachments,
+    req: &Request<'_>,
+) -> Response {
     let done = |r: Result<(), backend::BackendError>| match r {
         Ok(()) => Response::Ok,
-        Err(e) => Response::Error { kind: e.kind, message: e.message },
+        Err(e) => Response::Error {
+            kind: e.kind,
+            message: e.message,
+        },
     };
     let too_big = |what: &str, len: u64, cap: usize| {
-        error(ErrorKind::InvalidArgument, format!("{what} of {len} bytes exceeds the {cap}-byte data region"))
+        error(
+            ErrorKind::InvalidArgument,
+            format!("{what} of {len} bytes exceeds the {cap}-byte data region"),
+        )
     };
     match req {
         Request::Ping => Response::Ok,
         Request::Alloc { bytes } => match b.alloc(*bytes) {
             Ok(addr) => Response::Allocated { addr },
-            Err(e) => Response::Error { kind: e.kind, message: e.message },
+            Err(e) => Response::Error {
+                kind: e.kind,
+                message: e.message,
+            },
         },
         Request::Free { addr } => done(b.free(*addr)),
         Request::Write { addr, len } => {
@@ -379,12 +445,24 @@ fn dispatch(end: &mut WorkerEnd, b: &mut dyn Backend, guests: &mut Attachments, 
         }
         Request::Copy { dst, src, len } => done(b.copy(*dst, *src, *len)),
         Request::LoadModule { ptx } => match b.load_module(ptx) {
-            Ok(m) => Response::Module { id: m.id, kernels: m.kernels },
-            Err(e) => Response::Error { kind: e.kind, message: e.message },
+            Ok(m) => Response::Module {
+                id: m.id,
+                kernels: m.kernels,
+            },
+            Err(e) => Response::Error {
+                kind: e.kind,
+                message: e.message,
+            },
         },
         Request::LoadSource { source, options } => match b.load_source(source, options) {
-            Ok(m) => Response::Module { id: m.id, kernels: m.kernels },
-            Err(e) => Response::Error { kind: e.kind, message: e.message },
+            Ok(m) => Response::Module {
+                id: m.id,
+                kernels: m.kernels,
+            },
+            Err(e) => Response::Error {
+                kind: e.kind,
+                message: e.message,
+            },
         },
         Request::UnloadModule { id } => done(b.unload_module(*id)),
         Request::Launch(l) => done(b.launch(l)),
@@ -399,14 +477,24 @@ fn dispatch(end: &mut WorkerEnd, b: &mut dyn Backend, guests: &mut Attachments, 
         Request::Info => Response::Info(b.info()),
         Request::AttachMemory { id, capacity } => done(guests.attach(b, *id, *capacity)),
         Request::DetachMemory { id } => done(guests.detach(b, *id)),
-        Request::WriteFrom { addr, memory, offset, len } => match guest_range(b, guests, *memory, *offset, *len) {
+        Request::WriteFrom {
+            addr,
+            memory,
+            offset,
+            len,
+        } => match guest_range(b, guests, *memory, *offset, *len) {
             // SAFETY: `range` checked that `len` bytes at `p` lie in the mapping and in the
             // memfd's size; the slice lives only for this copy. The host (guest) may change the
             // bytes meanwhile, which can only change what is copied.
             Ok((p, n)) => done(b.write(*addr, unsafe { std::slice::from_raw_parts(p, n) })),
             Err(e) => done(Err(e)),
         },
-        Request::ReadInto { addr, memory, offset, len } => match guest_range(b, guests, *memory, *offset, *len) {
+        Request::ReadInto {
+            addr,
+            memory,
+            offset,
+            len,
+        } => match guest_range(b, guests, *memory, *offset, *len) {
             // SAFETY: as for `WriteFrom`; nothing else in this process refers to these bytes.
             Ok((p, n)) => done(b.read(*addr, unsafe { std::slice::from_raw_parts_mut(p, n) })),
             Err(e) => done(Err(e)),
@@ -548,7 +636,10 @@ mod deferred_tests {
             }
             Ok(())
         }
-        fn launch_batch(&mut self, launches: &[LaunchRequest<'_>]) -> Result<(), (usize, BackendError)> {
+        fn launch_batch(
+            &mut self,
+            launches: &[LaunchRequest<'_>],
+        ) -> Result<(), (usize, BackendError)> {
             self.batches.push(launches.len());
             for (i, l) in launches.iter().enumerate() {
                 self.launch(l).map_err(|e| (i, e))?;
@@ -570,14 +661,28 @@ mod deferred_tests {
     }
 
     /// [`run`] with `before` run as the host before the worker starts serving.
-    fn run_after(fail_kind: ErrorKind, before: impl FnOnce(&mut Host), script: impl FnOnce(&mut Host)) -> Scripted {
+    fn run_after(
+        fail_kind: ErrorKind,
+        before: impl FnOnce(&mut Host),
+        script: impl FnOnce(&mut Host),
+    ) -> Scripted {
         let region = SharedRegion::create(DEFAULT_DATA_SIZE).unwrap();
         // SAFETY: dup of an fd we own, mapped independently as a child would.
         let worker = SharedRegion::from_fd(unsafe { libc::dup(region.fd()) }).unwrap();
-        let mut h = Host { end: HostEnd::new(region), id: 0 };
+        let mut h = Host {
+            end: HostEnd::new(region),
+            id: 0,
+        };
         before(&mut h);
         let t = std::thread::spawn(move || {
-            let mut b = Scripted { fail_kind, launched: vec![], batches: vec![], frees: 0, resets: 0, allocs: 0 };
+            let mut b = Scripted {
+                fail_kind,
+                launched: vec![],
+                batches: vec![],
+                frees: 0,
+                resets: 0,
+                allocs: 0,
+            };
             serve(&mut WorkerEnd::new(worker), &mut b, &mut || true);
             b
         });
@@ -605,7 +710,9 @@ mod deferred_tests {
                 deadline_ns: 1,
             };
             encode_request(0, &Request::Launch(l), &mut f);
-            self.end.post(&f, Instant::now() + Duration::from_secs(5), &mut || None).unwrap();
+            self.end
+                .post(&f, Instant::now() + Duration::from_secs(5), &mut || None)
+                .unwrap();
         }
 
         fn call(&mut self, req: &Request<'_>) -> Response {
@@ -615,7 +722,9 @@ mod deferred_tests {
             let deadline = Instant::now() + Duration::from_secs(5);
             let seq = self.end.send(&f, deadline, &mut || None).unwrap();
             let mut out = Vec::new();
-            self.end.wait(seq, deadline, &mut || None, &mut out).unwrap();
+            self.end
+                .wait(seq, deadline, &mut || None, &mut out)
+                .unwrap();
             let (id, resp) = decode_response(&out).unwrap();
             assert_eq!(id, self.id);
             resp
@@ -636,11 +745,18 @@ mod deferred_tests {
             let r = h.call(&Request::Alloc { bytes: 16 });
             assert!(is_error(&r, ErrorKind::LaunchFailed, "bad"), "{r:?}");
             // Reported once.
-            assert!(matches!(h.call(&Request::Alloc { bytes: 16 }), Response::Allocated { .. }));
+            assert!(matches!(
+                h.call(&Request::Alloc { bytes: 16 }),
+                Response::Allocated { .. }
+            ));
             // `free` is performed and leaves the error to the next call.
             h.launch("bad");
             assert_eq!(h.call(&Request::Free { addr: 1 }), Response::Ok);
-            assert!(is_error(&h.call(&Request::Ping), ErrorKind::LaunchFailed, "bad"));
+            assert!(is_error(
+                &h.call(&Request::Ping),
+                ErrorKind::LaunchFailed,
+                "bad"
+            ));
             // `reset` is performed and drops it.
             h.launch("bad");
             assert_eq!(h.call(&Request::Reset), Response::Ok);
@@ -655,7 +771,15 @@ mod deferred_tests {
 
     #[test]
     fn launches_the_host_got_ahead_with_are_handed_to_the_backend_together() {
-        let names: Vec<String> = (0..20).map(|i| if i == 18 { "bad".into() } else { format!("k{i}") }).collect();
+        let names: Vec<String> = (0..20)
+            .map(|i| {
+                if i == 18 {
+                    "bad".into()
+                } else {
+                    format!("k{i}")
+                }
+            })
+            .collect();
         let b = run_after(
             ErrorKind::LaunchFailed,
             |h| {
@@ -665,7 +789,11 @@ mod deferred_tests {
                 }
             },
             |h| {
-                assert!(is_error(&h.call(&Request::Ping), ErrorKind::LaunchFailed, "bad"));
+                assert!(is_error(
+                    &h.call(&Request::Ping),
+                    ErrorKind::LaunchFailed,
+                    "bad"
+                ));
                 assert_eq!(h.call(&Request::Ping), Response::Ok);
             },
         );
@@ -681,11 +809,20 @@ mod deferred_tests {
             |h| {
                 h.launch("a");
                 h.launch("b");
-                h.end.post(&[9, 9, 9], Instant::now() + Duration::from_secs(5), &mut || None).unwrap();
+                h.end
+                    .post(
+                        &[9, 9, 9],
+                        Instant::now() + Duration::from_secs(5),
+                        &mut || None,
+                    )
+                    .unwrap();
                 h.launch("c");
             },
             |h| match h.call(&Request::Ping) {
-                Response::Error { kind: ErrorKind::InvalidArgument, message } => assert!(message.contains("malformed"), "{message}"),
+                Response::Error {
+                    kind: ErrorKind::InvalidArgument,
+                    message,
+                } => assert!(message.contains("malformed"), "{message}"),
                 other => panic!("{other:?}"),
             },
         );
@@ -697,9 +834,17 @@ mod deferred_tests {
     fn a_poisoning_launch_error_answers_every_later_call_reset_included() {
         let b = run(ErrorKind::KernelFault, |h| {
             h.launch("bad");
-            for req in [Request::Free { addr: 1 }, Request::Reset, Request::Ping, Request::Reset] {
+            for req in [
+                Request::Free { addr: 1 },
+                Request::Reset,
+                Request::Ping,
+                Request::Reset,
+            ] {
                 let r = h.call(&req);
-                assert!(is_error(&r, ErrorKind::KernelFault, "bad"), "{req:?}: {r:?}");
+                assert!(
+                    is_error(&r, ErrorKind::KernelFault, "bad"),
+                    "{req:?}: {r:?}"
+                );
             }
         });
         assert_eq!((b.frees, b.resets), (0, 0));
@@ -710,10 +855,21 @@ mod deferred_tests {
         run(ErrorKind::LaunchFailed, |h| {
             let mut f = Vec::new();
             encode_request(0, &Request::Reset, &mut f);
-            h.end.post(&f, Instant::now() + Duration::from_secs(5), &mut || None).unwrap();
-            h.end.post(&[1, 2, 3], Instant::now() + Duration::from_secs(5), &mut || None).unwrap();
+            h.end
+                .post(&f, Instant::now() + Duration::from_secs(5), &mut || None)
+                .unwrap();
+            h.end
+                .post(
+                    &[1, 2, 3],
+                    Instant::now() + Duration::from_secs(5),
+                    &mut || None,
+                )
+                .unwrap();
             match h.call(&Request::Ping) {
-                Response::Error { kind: ErrorKind::InvalidArgument, message } => assert!(message.contains("posted"), "{message}"),
+                Response::Error {
+                    kind: ErrorKind::InvalidArgument,
+                    message,
+                } => assert!(message.contains("posted"), "{message}"),
                 other => panic!("{other:?}"),
             }
             assert_eq!(h.call(&Request::Ping), Response::Ok);

@@ -4,13 +4,13 @@
 //! untrusted: responses are bounds-checked and decoded with typed errors, every wait has a
 //! deadline and a liveness check, and any violation makes the worker `Lost` (killed and reaped).
 
+use std::collections::HashMap;
 use std::fmt;
 use std::io;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::collections::HashMap;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -91,7 +91,11 @@ impl Proc {
 
     /// Whether it has ended by its watchdog over a kernel past its deadline.
     pub(crate) fn ended_by_watchdog(&self) -> bool {
-        self.exited.lock().unwrap_or_else(|p| p.into_inner()).as_ref().is_some_and(|e| e.deadline)
+        self.exited
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .is_some_and(|e| e.deadline)
     }
 
     /// SIGKILL (if still running) and reap. Returns how it ended.
@@ -102,7 +106,8 @@ impl Proc {
             unsafe { libc::kill(self.pid, libc::SIGKILL) };
             *g = reap(self.pid, 0);
         }
-        g.as_ref().map_or_else(|| "killed".into(), |e| e.how.clone())
+        g.as_ref()
+            .map_or_else(|| "killed".into(), |e| e.how.clone())
     }
 
     /// Sends `sig` if the process has not been reaped (for tests: SIGSTOP).
@@ -139,7 +144,12 @@ fn reap(pid: i32, flags: i32) -> Option<Exit> {
         match io::Error::last_os_error().raw_os_error() {
             Some(libc::EINTR) => continue,
             // Someone else reaped it (a waitpid(-1) elsewhere, or SIGCHLD ignored): it is gone.
-            _ => return Some(Exit { how: "exited (reaped elsewhere)".into(), deadline: false }),
+            _ => {
+                return Some(Exit {
+                    how: "exited (reaped elsewhere)".into(),
+                    deadline: false,
+                })
+            }
         }
     }
 }
@@ -225,7 +235,9 @@ impl Worker {
         // The memfd is close-on-exec so other children never inherit it; only this one does.
         unsafe {
             cmd.pre_exec(move || {
-                if libc::fcntl(fd, libc::F_SETFD, 0) == -1 || libc::fcntl(ctl_fd, libc::F_SETFD, 0) == -1 {
+                if libc::fcntl(fd, libc::F_SETFD, 0) == -1
+                    || libc::fcntl(ctl_fd, libc::F_SETFD, 0) == -1
+                {
                     return Err(io::Error::last_os_error());
                 }
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) == -1 {
@@ -234,16 +246,19 @@ impl Worker {
                 Ok(())
             });
         }
-        let child = cmd
-            .spawn()
-            .map_err(|e| WorkerError::Spawn(format!("cannot run {}: {e}", command.program.display())))?;
+        let child = cmd.spawn().map_err(|e| {
+            WorkerError::Spawn(format!("cannot run {}: {e}", command.program.display()))
+        })?;
         let pid = child.id() as i32;
         // We reap it ourselves (see `Proc`); dropping a `Child` neither waits nor kills.
         drop(child);
         // The child has its copy; ours would keep the socket open after the worker dies.
         drop(child_ctl);
         Ok(Starting(Worker {
-            proc: Arc::new(Proc { pid, exited: Mutex::new(None) }),
+            proc: Arc::new(Proc {
+                pid,
+                exited: Mutex::new(None),
+            }),
             chan: HostEnd::new(region),
             backend,
             op_timeout,
@@ -279,7 +294,10 @@ impl Worker {
     /// taking the next request) the worker has not yet served every request sent. Never waits.
     /// A launch's error stays with the worker for the next op either way.
     pub fn has_pending_launches(&mut self) -> bool {
-        if self.pending_until.is_some() && self.backend == BackendKind::Emu && self.lost.is_none() && self.chan.all_served()
+        if self.pending_until.is_some()
+            && self.backend == BackendKind::Emu
+            && self.lost.is_none()
+            && self.chan.all_served()
         {
             self.pending_until = None;
         }
@@ -336,7 +354,10 @@ impl Worker {
             self.chan
                 .write_data(part)
                 .map_err(|e| WorkerError::op(ErrorKind::InvalidArgument, e.to_string()))?;
-            self.call_ok(&Request::Write { addr: at, len: part.len() as u64 })?;
+            self.call_ok(&Request::Write {
+                addr: at,
+                len: part.len() as u64,
+            })?;
         }
         Ok(())
     }
@@ -350,7 +371,10 @@ impl Worker {
         }
         for (i, part) in out.chunks_mut(chunk).enumerate() {
             let at = offset(addr, i * chunk)?;
-            self.call_ok(&Request::Read { addr: at, len: part.len() as u64 })?;
+            self.call_ok(&Request::Read {
+                addr: at,
+                len: part.len() as u64,
+            })?;
             self.chan
                 .read_data(part)
                 .map_err(|e| WorkerError::op(ErrorKind::InvalidArgument, e.to_string()))?;
@@ -403,7 +427,12 @@ impl Worker {
     /// then asks the worker to map it. First detaches memories the host has dropped, so a worker
     /// serving a long lease does not keep every dead instance's memory alive.
     fn attach(&mut self, span: &GuestSpan) -> Result<(), WorkerError> {
-        let dead: Vec<u64> = self.attached.iter().filter(|(_, w)| w.strong_count() == 0).map(|(&id, _)| id).collect();
+        let dead: Vec<u64> = self
+            .attached
+            .iter()
+            .filter(|(_, w)| w.strong_count() == 0)
+            .map(|(&id, _)| id)
+            .collect();
         for id in dead {
             self.attached.remove(&id);
             self.call_ok(&Request::DetachMemory { id })?;
@@ -415,10 +444,16 @@ impl Worker {
         self.usable()?;
         if let Err(e) = crate::fdpass::send_fd(self.ctl.as_fd(), id, span.shared.fd.as_fd()) {
             // Nothing was queued; but a socket that refuses a packet means a dead or wedged peer.
-            let how = self.proc.poll().map_or_else(String::new, |h| format!(" (worker process {h})"));
+            let how = self
+                .proc
+                .poll()
+                .map_or_else(String::new, |h| format!(" (worker process {h})"));
             return Err(self.lose(format!("cannot pass guest memory to the worker: {e}{how}")));
         }
-        self.call_ok(&Request::AttachMemory { id, capacity: span.shared.capacity as u64 })?;
+        self.call_ok(&Request::AttachMemory {
+            id,
+            capacity: span.shared.capacity as u64,
+        })?;
         self.attached.insert(id, Arc::downgrade(&span.shared));
         Ok(())
     }
@@ -439,7 +474,11 @@ impl Worker {
         }
     }
 
-    pub fn load_source(&mut self, source: &str, options: &[String]) -> Result<LoadedModule, WorkerError> {
+    pub fn load_source(
+        &mut self,
+        source: &str,
+        options: &[String],
+    ) -> Result<LoadedModule, WorkerError> {
         let options = options.iter().map(String::as_str).collect();
         match self.call(&Request::LoadSource { source, options }, self.op_timeout)? {
             Response::Module { id, kernels } => Ok(LoadedModule { id, kernels }),
@@ -473,7 +512,10 @@ impl Worker {
     /// deadline unreported) and the worker is killed; with nothing queued it is `Lost`.
     pub fn launch(&mut self, l: &Launch<'_>) -> Result<(), WorkerError> {
         if l.deadline.is_zero() {
-            return Err(WorkerError::op(ErrorKind::InvalidArgument, "a launch needs a deadline above zero"));
+            return Err(WorkerError::op(
+                ErrorKind::InvalidArgument,
+                "a launch needs a deadline above zero",
+            ));
         }
         self.usable()?;
         let deadline_ns = u64::try_from(l.deadline.as_nanos()).unwrap_or(u64::MAX);
@@ -515,15 +557,19 @@ impl Worker {
                 // A full ring on the emulator past the queued kernels' bound: one of them overran.
                 let (first, _) = self.first_deadline(later(now, timeout));
                 let proc = &self.proc;
-                (self.chan.post(&self.frame, first, &mut || proc.poll()), timeout)
+                (
+                    self.chan.post(&self.frame, first, &mut || proc.poll()),
+                    timeout,
+                )
             }
             Err(e) => (Err(e), self.op_timeout),
         };
         match posted {
             Ok(()) => Ok(()),
-            Err(SendError::TooLarge(e)) => {
-                Err(WorkerError::op(ErrorKind::InvalidArgument, format!("launch request too large: {e}")))
-            }
+            Err(SendError::TooLarge(e)) => Err(WorkerError::op(
+                ErrorKind::InvalidArgument,
+                format!("launch request too large: {e}"),
+            )),
             Err(SendError::Wait(w)) => Err(self.wait_failed("launch", w, timeout)),
         }
     }
@@ -540,7 +586,8 @@ impl Worker {
 
     /// How much longer than `op_timeout` an op sent at `now` may legitimately take.
     fn queued_for(&self, now: Instant) -> Duration {
-        self.pending_until.map_or(Duration::ZERO, |t| t.saturating_duration_since(now))
+        self.pending_until
+            .map_or(Duration::ZERO, |t| t.saturating_duration_since(now))
     }
 
     /// Whether the worker's answer to `req` means every launch before it has finished.
@@ -588,7 +635,10 @@ impl Worker {
             return Err(WorkerError::Lost(why.clone()));
         }
         if let Some((kind, msg)) = &self.poisoned {
-            return Err(WorkerError::op(*kind, format!("worker unusable after an earlier error: {msg}")));
+            return Err(WorkerError::op(
+                *kind,
+                format!("worker unusable after an earlier error: {msg}"),
+            ));
         }
         Ok(())
     }
@@ -603,7 +653,8 @@ impl Worker {
     /// One call with `timeout`, extended by the time queued kernels may still legitimately take
     /// (the call waits behind them in the ring, and most calls wait for them on the device).
     fn call(&mut self, req: &Request<'_>, timeout: Duration) -> Result<Response, WorkerError> {
-        self.call_answered(req, timeout, false).map(|(resp, _)| resp)
+        self.call_answered(req, timeout, false)
+            .map(|(resp, _)| resp)
     }
 
     /// [`Worker::call`], where `signalled` lets the completion word answer (then the response is
@@ -624,11 +675,21 @@ impl Worker {
         let seq = match self.chan.send(&self.frame, first, &mut || proc.poll()) {
             Ok(seq) => seq,
             Err(SendError::TooLarge(e)) => {
-                return Err(WorkerError::op(ErrorKind::InvalidArgument, format!("{} request too large: {e}", req.name())))
+                return Err(WorkerError::op(
+                    ErrorKind::InvalidArgument,
+                    format!("{} request too large: {e}", req.name()),
+                ))
             }
             Err(SendError::Wait(w)) => return Err(self.wait_failed(req.name(), w, timeout)),
         };
-        let answered = self.receive(seq, id, (first, mark, deadline), req.name(), timeout, signalled)?;
+        let answered = self.receive(
+            seq,
+            id,
+            (first, mark, deadline),
+            req.name(),
+            timeout,
+            signalled,
+        )?;
         if self.drains(req) {
             self.pending_until = None;
         }
@@ -672,7 +733,8 @@ impl Worker {
             if signalled {
                 chan.wait_signalled(seq, until, &mut || proc.poll(), resp)
             } else {
-                chan.wait(seq, until, &mut || proc.poll(), resp).map(|()| Answer::Response)
+                chan.wait(seq, until, &mut || proc.poll(), resp)
+                    .map(|()| Answer::Response)
             }
         };
         let mut waited = wait(&mut self.chan, &mut self.resp, first);
@@ -688,10 +750,14 @@ impl Worker {
         }
         let (rid, resp) = match decode_response(&self.resp) {
             Ok(r) => r,
-            Err(e) => return Err(self.lose(format!("protocol violation: undecodable response: {e}"))),
+            Err(e) => {
+                return Err(self.lose(format!("protocol violation: undecodable response: {e}")))
+            }
         };
         if rid != id {
-            return Err(self.lose(format!("protocol violation: response to request {rid}, expected {id}")));
+            return Err(self.lose(format!(
+                "protocol violation: response to request {rid}, expected {id}"
+            )));
         }
         if let Response::Error { kind, message } = resp {
             if kind.poisons_worker() {
@@ -727,7 +793,9 @@ impl Worker {
                 }
                 lost
             }
-            WaitError::Protocol(m) | WaitError::Failed(m) => self.lose(format!("protocol violation: {m}")),
+            WaitError::Protocol(m) | WaitError::Failed(m) => {
+                self.lose(format!("protocol violation: {m}"))
+            }
         }
     }
 
@@ -757,7 +825,10 @@ impl Starting {
     /// Waits for the worker's start handshake; kills it on failure or timeout.
     pub(crate) fn wait_ready(mut self, timeout: Duration) -> Result<Worker, WorkerError> {
         let proc = self.0.proc.clone();
-        let r = self.0.chan.wait_ready(Instant::now() + timeout, &mut || proc.poll());
+        let r = self
+            .0
+            .chan
+            .wait_ready(Instant::now() + timeout, &mut || proc.poll());
         let why = match r {
             Ok(()) => return Ok(self.0),
             Err(WaitError::Failed(m)) => m,
@@ -772,22 +843,29 @@ impl Starting {
 
 /// `t + d`, saturating at a century from `t` (an absurd configured deadline must not panic).
 fn later(t: Instant, d: Duration) -> Instant {
-    t.checked_add(d).unwrap_or_else(|| t + Duration::from_secs(100 * 365 * 86_400))
+    t.checked_add(d)
+        .unwrap_or_else(|| t + Duration::from_secs(100 * 365 * 86_400))
 }
 
 fn offset(addr: u64, by: usize) -> Result<u64, WorkerError> {
-    addr.checked_add(by as u64)
-        .ok_or_else(|| WorkerError::op(ErrorKind::OutOfBounds, format!("{addr:#x}+{by} overflows the address space")))
+    addr.checked_add(by as u64).ok_or_else(|| {
+        WorkerError::op(
+            ErrorKind::OutOfBounds,
+            format!("{addr:#x}+{by} overflows the address space"),
+        )
+    })
 }
 
 /// Starts a short-lived worker on `backend`, asks it what it serves, and ends it: whether the
 /// backend works on this machine, and its device. The error says why not, in the worker's words
 /// (e.g. [`crate::backend::cuda::NO_DRIVER`]). Takes a CUDA context's start (~150 ms) on a GPU.
 pub fn probe(command: &WorkerCommand, backend: BackendKind) -> Result<WorkerInfo, String> {
-    let mut w = Worker::spawn(command, backend, u64::MAX, Duration::from_secs(10)).map_err(|e| match e {
-        WorkerError::Spawn(m) => m,
-        other => other.to_string(),
-    })?;
+    let mut w = Worker::spawn(command, backend, u64::MAX, Duration::from_secs(10)).map_err(
+        |e| match e {
+            WorkerError::Spawn(m) => m,
+            other => other.to_string(),
+        },
+    )?;
     let info = w.info().map_err(|e| e.to_string());
     w.kill();
     info
@@ -801,7 +879,8 @@ pub fn probe_cuda(command: &WorkerCommand) -> Result<WorkerInfo, String> {
 /// The emulator step limit that stands in for `deadline` (see [`EMU_LANE_INSTRUCTIONS_PER_SECOND`]).
 pub fn emu_step_limit(deadline: Duration) -> u64 {
     static CORES: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    let cores = *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u64));
+    let cores =
+        *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u64));
     let steps = deadline.as_secs_f64() * (EMU_LANE_INSTRUCTIONS_PER_SECOND * cores) as f64;
     // `as` saturates; u64::MAX means "no limit" to the emulator, so stay below it.
     (steps as u64).clamp(1, u64::MAX - 1)

@@ -132,7 +132,8 @@ const STATE_STARTING: u32 = 0;
 const STATE_READY: u32 = 1;
 const STATE_FAILED: u32 = 2;
 
-const _: () = assert!(RING.is_power_of_two() && RING <= 1 << 31 && MSG_AREA + REC_HEADER <= RING / 2);
+const _: () =
+    assert!(RING.is_power_of_two() && RING <= 1 << 31 && MSG_AREA + REC_HEADER <= RING / 2);
 const _: () = assert!(OFF_RESP_INLINE % 64 + RESP_INLINE <= 64);
 const _: () = assert!(OFF_SIGNAL % 64 == 0 && OFF_SIGNAL > OFF_CLOSED && OFF_SIGNAL + 64 <= HEADER);
 /// Most bytes of served posted frames the worker leaves unpublished in `tail` (see
@@ -224,7 +225,9 @@ impl SharedRegion {
     /// the child it starts.
     pub fn create(data_size: usize) -> Result<SharedRegion, TransportError> {
         if !(MSG_AREA..=1 << 30).contains(&data_size) {
-            return Err(TransportError::Layout(format!("data region of {data_size} bytes")));
+            return Err(TransportError::Layout(format!(
+                "data region of {data_size} bytes"
+            )));
         }
         let len = DATA_OFF + data_size;
         // SAFETY: plain syscalls with valid arguments; the fd is owned right after.
@@ -260,7 +263,9 @@ impl SharedRegion {
             }
         }
         let region = Self::map(fd, len, data_size)?;
-        region.u64_at(OFF_DATA_SIZE).store(data_size as u64, Relaxed);
+        region
+            .u64_at(OFF_DATA_SIZE)
+            .store(data_size as u64, Relaxed);
         region.u32_at(OFF_MSG_AREA).store(MSG_AREA as u32, Relaxed);
         region.u32_at(OFF_RING).store(RING as u32, Relaxed);
         region.u32_at(OFF_VERSION).store(VERSION, Relaxed);
@@ -275,13 +280,18 @@ impl SharedRegion {
         // known to be an open fd.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         if fd < 0 || unsafe { libc::fstat(fd, &mut st) } != 0 {
-            return Err(TransportError::Layout(format!("fd {fd} is not open: {}", io::Error::last_os_error())));
+            return Err(TransportError::Layout(format!(
+                "fd {fd} is not open: {}",
+                io::Error::last_os_error()
+            )));
         }
         // SAFETY: the fd is open and handed to us for good.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         let len = st.st_size as usize;
         if len < DATA_OFF + MSG_AREA {
-            return Err(TransportError::Layout(format!("region of {len} bytes is too small")));
+            return Err(TransportError::Layout(format!(
+                "region of {len} bytes is too small"
+            )));
         }
         let mut region = Self::map(fd, len, 0)?;
         if region.u64_at(OFF_MAGIC).load(Acquire) != MAGIC {
@@ -289,7 +299,9 @@ impl SharedRegion {
         }
         let version = region.u32_at(OFF_VERSION).load(Relaxed);
         if version != VERSION {
-            return Err(TransportError::Layout(format!("protocol version {version}, this worker speaks {VERSION}")));
+            return Err(TransportError::Layout(format!(
+                "protocol version {version}, this worker speaks {VERSION}"
+            )));
         }
         let msg = region.u32_at(OFF_MSG_AREA).load(Relaxed) as usize;
         let ring = region.u32_at(OFF_RING).load(Relaxed) as usize;
@@ -318,8 +330,14 @@ impl SharedRegion {
         if p == libc::MAP_FAILED {
             return Err(io::Error::last_os_error().into());
         }
-        let base = NonNull::new(p as *mut u8).ok_or_else(|| TransportError::Layout("null mapping".into()))?;
-        Ok(SharedRegion { base, len, data_size, fd })
+        let base = NonNull::new(p as *mut u8)
+            .ok_or_else(|| TransportError::Layout("null mapping".into()))?;
+        Ok(SharedRegion {
+            base,
+            len,
+            data_size,
+            fd,
+        })
     }
 
     pub fn fd(&self) -> RawFd {
@@ -344,17 +362,29 @@ impl SharedRegion {
 
     /// Copies `src` into the mapping at `off`. Bounds-checked.
     fn put(&self, off: usize, src: &[u8]) {
-        assert!(off.checked_add(src.len()).is_some_and(|end| end <= self.len), "shared region write out of bounds");
+        assert!(
+            off.checked_add(src.len())
+                .is_some_and(|end| end <= self.len),
+            "shared region write out of bounds"
+        );
         // SAFETY: bounds checked above; the peer may race on these bytes, which can corrupt only
         // the bytes themselves, never our memory.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.base.as_ptr().add(off), src.len()) }
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), self.base.as_ptr().add(off), src.len())
+        }
     }
 
     /// Copies bytes at `off` out of the mapping into `dst`. Bounds-checked.
     fn get(&self, off: usize, dst: &mut [u8]) {
-        assert!(off.checked_add(dst.len()).is_some_and(|end| end <= self.len), "shared region read out of bounds");
+        assert!(
+            off.checked_add(dst.len())
+                .is_some_and(|end| end <= self.len),
+            "shared region read out of bounds"
+        );
         // SAFETY: as in `put`.
-        unsafe { std::ptr::copy_nonoverlapping(self.base.as_ptr().add(off), dst.as_mut_ptr(), dst.len()) }
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.base.as_ptr().add(off), dst.as_mut_ptr(), dst.len())
+        }
     }
 
     fn data_off(&self) -> usize {
@@ -363,7 +393,10 @@ impl SharedRegion {
 
     /// The stamp slot of a record header at ring position `pos` (reduced mod `RING`, aligned).
     fn stamp_at(&self, pos: usize) -> &AtomicU32 {
-        assert!(pos % ALIGN == 0 && pos + REC_HEADER <= RING, "stamp slot at ring position {pos}");
+        assert!(
+            pos % ALIGN == 0 && pos + REC_HEADER <= RING,
+            "stamp slot at ring position {pos}"
+        );
         // SAFETY: in bounds of the ring (checked), 4-byte aligned, accessed atomically by both
         // ends (the header's other bytes are plain copies, ordered by this word).
         unsafe { AtomicU32::from_ptr(self.base.as_ptr().add(RING_OFF + pos + 12) as *mut u32) }
@@ -404,14 +437,30 @@ fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
     // SAFETY: FUTEX_WAIT on a valid, aligned, mapped word (shared, so not FUTEX_PRIVATE).
     // EAGAIN/EINTR/ETIMEDOUT all just mean "look again".
     unsafe {
-        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT, expected, &ts as *const libc::timespec, 0usize, 0u32);
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            expected,
+            &ts as *const libc::timespec,
+            0usize,
+            0u32,
+        );
     }
 }
 
 fn futex_wake(word: &AtomicU32) {
     // SAFETY: FUTEX_WAKE on a valid, aligned, mapped word.
     unsafe {
-        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX, 0usize, 0usize, 0u32);
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE,
+            i32::MAX,
+            0usize,
+            0usize,
+            0u32,
+        );
     }
 }
 
@@ -420,7 +469,9 @@ fn futex_wake(word: &AtomicU32) {
 fn fits(head: u32, tail: u32, bytes: usize) -> Result<bool, WaitError> {
     let used = head.wrapping_sub(tail) as usize;
     if used > RING {
-        return Err(WaitError::Protocol(format!("ring tail {tail} is not within {RING} bytes before head {head}")));
+        return Err(WaitError::Protocol(format!(
+            "ring tail {tail} is not within {RING} bytes before head {head}"
+        )));
     }
     Ok(RING - used >= bytes)
 }
@@ -428,7 +479,11 @@ fn fits(head: u32, tail: u32, bytes: usize) -> Result<bool, WaitError> {
 /// Whether `frame` may be posted: it must fit the ring (see [`HostEnd::post`]).
 fn postable(frame: &[u8]) -> Result<(), SendError> {
     if frame.len() > MSG_AREA {
-        return Err(TransportError::TooLarge { len: frame.len(), cap: MSG_AREA }.into());
+        return Err(TransportError::TooLarge {
+            len: frame.len(),
+            cap: MSG_AREA,
+        }
+        .into());
     }
     Ok(())
 }
@@ -457,7 +512,11 @@ struct Spin {
 
 impl Spin {
     fn new(min: Duration, max: Duration) -> Spin {
-        Spin { budget: max, min, max }
+        Spin {
+            budget: max,
+            min,
+            max,
+        }
     }
 
     /// Spins until `done()` or the budget runs out; says whether `done()` was seen.
@@ -598,7 +657,10 @@ impl HostEnd {
     /// (posted frames never use the data region, so queued launches do not mind).
     pub fn write_data(&mut self, src: &[u8]) -> Result<(), TransportError> {
         if src.len() > self.region.data_size {
-            return Err(TransportError::TooLarge { len: src.len(), cap: self.region.data_size });
+            return Err(TransportError::TooLarge {
+                len: src.len(),
+                cap: self.region.data_size,
+            });
         }
         self.region.put(self.region.data_off(), src);
         Ok(())
@@ -607,7 +669,10 @@ impl HostEnd {
     /// Copies the start of the data region out (what the worker answered a read with).
     pub fn read_data(&self, dst: &mut [u8]) -> Result<(), TransportError> {
         if dst.len() > self.region.data_size {
-            return Err(TransportError::TooLarge { len: dst.len(), cap: self.region.data_size });
+            return Err(TransportError::TooLarge {
+                len: dst.len(),
+                cap: self.region.data_size,
+            });
         }
         self.region.get(self.region.data_off(), dst);
         Ok(())
@@ -621,7 +686,10 @@ impl HostEnd {
         } else if len <= self.region.data_size {
             Ok(true)
         } else {
-            Err(TransportError::TooLarge { len, cap: self.region.data_size })
+            Err(TransportError::TooLarge {
+                len,
+                cap: self.region.data_size,
+            })
         }
     }
 
@@ -663,7 +731,14 @@ impl HostEnd {
         if self.frame_needs_data_region(frame.len())? {
             self.region.put(self.region.data_off(), frame);
             // The record's length says how much of the data region is the frame.
-            self.append(KIND_CALL_IN_DATA, &[], frame.len() as u32, seq, deadline, alive)?;
+            self.append(
+                KIND_CALL_IN_DATA,
+                &[],
+                frame.len() as u32,
+                seq,
+                deadline,
+                alive,
+            )?;
         } else {
             self.append(KIND_CALL, frame, frame.len() as u32, seq, deadline, alive)?;
         }
@@ -686,7 +761,9 @@ impl HostEnd {
     /// with [`HostEnd::all_served`], a hint from an untrusted peer; a `tail` that cannot be right
     /// reads as "not yet".
     pub fn served_past(&self, mark: u32) -> bool {
-        let unserved = self.head.wrapping_sub(self.region.u32_at(OFF_TAIL).load(Acquire));
+        let unserved = self
+            .head
+            .wrapping_sub(self.region.u32_at(OFF_TAIL).load(Acquire));
         unserved as usize <= RING && unserved <= self.head.wrapping_sub(mark)
     }
 
@@ -702,7 +779,8 @@ impl HostEnd {
         alive: &mut dyn FnMut() -> Option<String>,
     ) -> Result<(), SendError> {
         let (skip, total) = self.placement(record_size(inline.len()));
-        self.wait_for_space(total, deadline, alive).map_err(SendError::Wait)?;
+        self.wait_for_space(total, deadline, alive)
+            .map_err(SendError::Wait)?;
         self.write_record(skip, total, kind, inline, len, seq);
         Ok(())
     }
@@ -719,7 +797,15 @@ impl HostEnd {
     }
 
     /// Writes and publishes a record placed by [`HostEnd::placement`], once there is room.
-    fn write_record(&mut self, skip: usize, total: usize, kind: u32, inline: &[u8], len: u32, seq: u32) {
+    fn write_record(
+        &mut self,
+        skip: usize,
+        total: usize,
+        kind: u32,
+        inline: &[u8],
+        len: u32,
+        seq: u32,
+    ) {
         let r = &self.region;
         let mut at = self.head as usize % RING;
         if skip > 0 {
@@ -730,7 +816,8 @@ impl HostEnd {
         r.put_record_header(at, kind, len, seq);
         r.put(RING_OFF + at + REC_HEADER, inline);
         // Last: the worker may read the record as soon as it sees this.
-        r.stamp_at(at).store(stamp(self.head.wrapping_add(skip as u32)), Release);
+        r.stamp_at(at)
+            .store(stamp(self.head.wrapping_add(skip as u32)), Release);
         self.head = self.head.wrapping_add(total as u32);
         r.u32_at(OFF_HEAD).store(self.head, SeqCst);
         if r.u32_at(OFF_WORKER_SLEEPING).load(SeqCst) != 0 {
@@ -763,10 +850,20 @@ impl HostEnd {
         }
         let head = self.head;
         let room = |tail: u32| fits(head, tail, bytes);
-        host_wait(&self.region, &mut self.space_spin, OFF_TAIL, OFF_HOST_WANTS_SPACE, deadline, alive, room)?;
+        host_wait(
+            &self.region,
+            &mut self.space_spin,
+            OFF_TAIL,
+            OFF_HOST_WANTS_SPACE,
+            deadline,
+            alive,
+            room,
+        )?;
         let seen = self.region.u32_at(OFF_TAIL).load(Acquire);
         if !fits(head, seen, bytes)? {
-            return Err(WaitError::Protocol(format!("ring tail moved back to {seen}")));
+            return Err(WaitError::Protocol(format!(
+                "ring tail moved back to {seen}"
+            )));
         }
         self.tail_seen = seen;
         Ok(())
@@ -817,7 +914,9 @@ impl HostEnd {
                 answer = Answer::Response;
                 Ok(true)
             } else if behind > open {
-                Err(WaitError::Protocol(format!("response seq {v} while waiting for {seq}")))
+                Err(WaitError::Protocol(format!(
+                    "response seq {v} while waiting for {seq}"
+                )))
             } else if signalled && signal.load(Acquire) == seq {
                 answer = Answer::Signalled;
                 Ok(true)
@@ -825,7 +924,15 @@ impl HostEnd {
                 Ok(false)
             }
         };
-        host_wait(&self.region, &mut self.spin, OFF_RESP_SEQ, OFF_HOST_SLEEPING, deadline, alive, arrived)?;
+        host_wait(
+            &self.region,
+            &mut self.spin,
+            OFF_RESP_SEQ,
+            OFF_HOST_SLEEPING,
+            deadline,
+            alive,
+            arrived,
+        )?;
         if answer == Answer::Signalled {
             return Ok(answer);
         }
@@ -837,7 +944,11 @@ impl HostEnd {
             LOC_INLINE if len <= RESP_INLINE => OFF_RESP_INLINE,
             LOC_MSG if len <= MSG_AREA => RESP_OFF,
             LOC_DATA if len <= r.data_size => r.data_off(),
-            _ => return Err(WaitError::Protocol(format!("response frame at location {loc} of {len} bytes"))),
+            _ => {
+                return Err(WaitError::Protocol(format!(
+                    "response frame at location {loc} of {len} bytes"
+                )))
+            }
         };
         out.clear();
         out.resize(len, 0);
@@ -846,7 +957,11 @@ impl HostEnd {
     }
 
     /// Waits for the worker to report that it started (or failed to, with its message).
-    pub fn wait_ready(&self, deadline: Instant, alive: &mut dyn FnMut() -> Option<String>) -> Result<(), WaitError> {
+    pub fn wait_ready(
+        &self,
+        deadline: Instant,
+        alive: &mut dyn FnMut() -> Option<String>,
+    ) -> Result<(), WaitError> {
         let r = &self.region;
         let state = r.u32_at(OFF_STATE);
         loop {
@@ -856,7 +971,9 @@ impl HostEnd {
                     let len = (r.u32_at(OFF_RESP_LEN).load(Relaxed) as usize).min(MSG_AREA);
                     let mut msg = vec![0u8; len];
                     r.get(RESP_OFF, &mut msg);
-                    return Err(WaitError::Failed(String::from_utf8_lossy(&msg).into_owned()));
+                    return Err(WaitError::Failed(
+                        String::from_utf8_lossy(&msg).into_owned(),
+                    ));
                 }
                 STATE_STARTING => {}
                 s => return Err(WaitError::Protocol(format!("start state {s}"))),
@@ -872,7 +989,11 @@ impl HostEnd {
             if now >= deadline {
                 return Err(WaitError::Timeout);
             }
-            futex_wait(state, STATE_STARTING, (deadline - now).min(Duration::from_millis(2)));
+            futex_wait(
+                state,
+                STATE_STARTING,
+                (deadline - now).min(Duration::from_millis(2)),
+            );
         }
     }
 
@@ -921,7 +1042,10 @@ impl WorkerEnd {
     /// `WorkerEnd` lives.
     pub fn data_region(&self) -> (*mut u8, usize) {
         // SAFETY: in bounds of the mapping (data_off + data_size == len).
-        (unsafe { self.region.base.as_ptr().add(self.region.data_off()) }, self.region.data_size)
+        (
+            unsafe { self.region.base.as_ptr().add(self.region.data_off()) },
+            self.region.data_size,
+        )
     }
 
     /// Where the completion word lies in this process, for a device to store a signalled sync's
@@ -943,7 +1067,12 @@ impl WorkerEnd {
     pub fn data(&self, len: usize) -> Option<&[u8]> {
         (len <= self.region.data_size)
             // SAFETY: in bounds; the host does not touch the region until we respond.
-            .then(|| unsafe { std::slice::from_raw_parts(self.region.base.as_ptr().add(self.region.data_off()), len) })
+            .then(|| unsafe {
+                std::slice::from_raw_parts(
+                    self.region.base.as_ptr().add(self.region.data_off()),
+                    len,
+                )
+            })
     }
 
     /// The first `len` bytes of the data region, to be filled for a read.
@@ -951,7 +1080,10 @@ impl WorkerEnd {
         (len <= self.region.data_size)
             // SAFETY: as in `data`; `&mut self` keeps it unique on this side.
             .then(|| unsafe {
-                std::slice::from_raw_parts_mut(self.region.base.as_ptr().add(self.region.data_off()), len)
+                std::slice::from_raw_parts_mut(
+                    self.region.base.as_ptr().add(self.region.data_off()),
+                    len,
+                )
             })
     }
 
@@ -966,7 +1098,9 @@ impl WorkerEnd {
     pub fn fail(&self, message: &str) {
         let m = crate::protocol::truncate_utf8(message, MSG_AREA).as_bytes();
         self.region.put(RESP_OFF, m);
-        self.region.u32_at(OFF_RESP_LEN).store(m.len() as u32, Relaxed);
+        self.region
+            .u32_at(OFF_RESP_LEN)
+            .store(m.len() as u32, Relaxed);
         let s = self.region.u32_at(OFF_STATE);
         s.store(STATE_FAILED, Release);
         futex_wake(s);
@@ -1064,14 +1198,21 @@ impl WorkerEnd {
 
     /// Whether the host has published the record at `read` (its stamp is there).
     fn published(&self) -> bool {
-        self.region.stamp_at(self.read as usize % RING).load(Acquire) == stamp(self.read)
+        self.region
+            .stamp_at(self.read as usize % RING)
+            .load(Acquire)
+            == stamp(self.read)
     }
 
     /// Waits until the record at `read` is published or the channel closes; false if the host is
     /// gone. `idle` runs once the spin gave up, before the first sleep: a host that is merely a
     /// little slower than us (a burst of launches) does not make the backend close a launch group
     /// per launch, and one that went quiet still finds the group closed within the spin budget.
-    fn wait_for_record(&mut self, host_alive: &mut dyn FnMut() -> bool, idle: &mut dyn FnMut()) -> bool {
+    fn wait_for_record(
+        &mut self,
+        host_alive: &mut dyn FnMut() -> bool,
+        idle: &mut dyn FnMut(),
+    ) -> bool {
         // Caught up: the host may be waiting for room (or to see everything served).
         self.publish_served(self.read);
         let r = &self.region;
@@ -1080,7 +1221,10 @@ impl WorkerEnd {
         let head = r.u32_at(OFF_HEAD);
         let closed = r.u32_at(OFF_CLOSED);
         let began = Instant::now();
-        if self.spin.run(|| slot.load(Acquire) == want || closed.load(Relaxed) != 0) {
+        if self
+            .spin
+            .run(|| slot.load(Acquire) == want || closed.load(Relaxed) != 0)
+        {
             self.spin.hit();
             return true;
         }
@@ -1127,11 +1271,21 @@ impl WorkerEnd {
                 if len > MSG_AREA || size > to_end {
                     return Some(Err(format!("a {len}-byte frame at ring position {pos}")));
                 }
-                let incoming = if kind == KIND_CALL { Incoming::Call } else { Incoming::Posted };
+                let incoming = if kind == KIND_CALL {
+                    Incoming::Call
+                } else {
+                    Incoming::Posted
+                };
                 (size, RING_OFF + pos + REC_HEADER, incoming)
             }
-            KIND_CALL_IN_DATA if len <= r.data_size => (record_size(0), r.data_off(), Incoming::Call),
-            _ => return Some(Err(format!("a record of kind {kind} and {len} bytes at ring position {pos}"))),
+            KIND_CALL_IN_DATA if len <= r.data_size => {
+                (record_size(0), r.data_off(), Incoming::Call)
+            }
+            _ => {
+                return Some(Err(format!(
+                    "a record of kind {kind} and {len} bytes at ring position {pos}"
+                )))
+            }
         };
         out.clear();
         out.resize(len, 0);
@@ -1180,7 +1334,10 @@ impl WorkerEnd {
             r.put(r.data_off(), frame);
             LOC_DATA
         } else {
-            return Err(TransportError::TooLarge { len: frame.len(), cap: r.data_size });
+            return Err(TransportError::TooLarge {
+                len: frame.len(),
+                cap: r.data_size,
+            });
         };
         r.u32_at(OFF_RESP_LOC).store(loc, Relaxed);
         r.u32_at(OFF_RESP_LEN).store(frame.len() as u32, Relaxed);
@@ -1221,7 +1378,9 @@ mod tests {
             let mut posted = Vec::new();
             loop {
                 match w.wait_request(&mut buf, &mut || true, &mut || {}) {
-                    Incoming::Call if buf.is_empty() => w.respond(&(posted.len() as u32).to_le_bytes()).unwrap(),
+                    Incoming::Call if buf.is_empty() => {
+                        w.respond(&(posted.len() as u32).to_le_bytes()).unwrap()
+                    }
                     Incoming::Call => {
                         buf.reverse();
                         w.respond(&buf).unwrap();
@@ -1298,14 +1457,21 @@ mod tests {
         })
     }
 
-    fn posted_frames_arrive_in_order_across_wrap_around(worker: fn(WorkerEnd) -> thread::JoinHandle<Vec<Vec<u8>>>) {
+    fn posted_frames_arrive_in_order_across_wrap_around(
+        worker: fn(WorkerEnd) -> thread::JoinHandle<Vec<Vec<u8>>>,
+    ) {
         let (mut h, w) = pair(DEFAULT_DATA_SIZE);
         let t = worker(w);
         // Sizes that do not divide the ring, so records land at every offset and wrap many times.
         let sizes = [1usize, 7, 100, 333, 4000, 60_000];
         let n = 20_000u32;
         for i in 0..n {
-            h.post(&numbered(i, sizes[i as usize % sizes.len()]), soon(), &mut || None).unwrap();
+            h.post(
+                &numbered(i, sizes[i as usize % sizes.len()]),
+                soon(),
+                &mut || None,
+            )
+            .unwrap();
         }
         assert_eq!(call(&mut h, &[]), n.to_le_bytes());
         assert!(h.all_served());
@@ -1326,7 +1492,10 @@ mod tests {
             h.post(f, soon(), &mut || None).unwrap();
         }
         h.send(b"call", soon(), &mut || None).unwrap();
-        assert_eq!(w.wait_request(&mut buf, &mut || true, &mut || {}), Incoming::Posted);
+        assert_eq!(
+            w.wait_request(&mut buf, &mut || true, &mut || {}),
+            Incoming::Posted
+        );
         assert_eq!(buf, b"a");
         assert!(w.behind(), "it was there before the worker looked");
         assert!(w.take_ready_posted(&mut buf));
@@ -1335,7 +1504,10 @@ mod tests {
         assert_eq!(buf, b"ccc");
         // The call stays for `wait_request`.
         assert!(!w.take_ready_posted(&mut buf));
-        assert_eq!(w.wait_request(&mut buf, &mut || true, &mut || {}), Incoming::Call);
+        assert_eq!(
+            w.wait_request(&mut buf, &mut || true, &mut || {}),
+            Incoming::Call
+        );
         assert_eq!(buf, b"call");
         // A record the worker had to wait for: it was caught up.
         let poster = thread::spawn(move || {
@@ -1343,7 +1515,10 @@ mod tests {
             h.post(b"late", soon(), &mut || None).unwrap();
             h
         });
-        assert_eq!(w.wait_request(&mut buf, &mut || true, &mut || {}), Incoming::Posted);
+        assert_eq!(
+            w.wait_request(&mut buf, &mut || true, &mut || {}),
+            Incoming::Posted
+        );
         assert_eq!(buf, b"late");
         assert!(!w.behind());
         drop(poster.join().unwrap());
@@ -1363,7 +1538,11 @@ mod tests {
             for _ in 0..1 + i % 3 {
                 let len = 16 * (50 + (i * 37) % 90);
                 let pos = h.head as usize % RING;
-                let at = if record_size(len) > RING - pos { h.head.wrapping_add((RING - pos) as u32) } else { h.head };
+                let at = if record_size(len) > RING - pos {
+                    h.head.wrapping_add((RING - pos) as u32)
+                } else {
+                    h.head
+                };
                 let mut frame = vec![0u8; len];
                 for (k, chunk) in frame.chunks_exact_mut(16).enumerate() {
                     let future = at.wrapping_add((REC_HEADER + 16 * k + RING) as u32);
@@ -1371,13 +1550,20 @@ mod tests {
                     chunk[0..4].copy_from_slice(&(i as u32).to_le_bytes());
                 }
                 h.post(&frame, soon(), &mut || None).unwrap();
-                assert_eq!(w.wait_request(&mut buf, &mut || true, &mut || {}), Incoming::Posted);
+                assert_eq!(
+                    w.wait_request(&mut buf, &mut || true, &mut || {}),
+                    Incoming::Posted
+                );
                 assert_eq!(buf, frame, "frame {i}");
                 sent += record_size(len);
                 i += 1;
             }
             w.publish_served(w.read);
-            assert!(!w.published(), "a stale stamp at ring position {} passed for a record", w.read as usize % RING);
+            assert!(
+                !w.published(),
+                "a stale stamp at ring position {} passed for a record",
+                w.read as usize % RING
+            );
         }
     }
 
@@ -1391,13 +1577,25 @@ mod tests {
         let mark = h.mark();
         let seq = h.send(b"call", soon(), &mut || None).unwrap();
         for _ in 0..10 {
-            assert_eq!(w.wait_request(&mut buf, &mut || true, &mut || {}), Incoming::Posted);
+            assert_eq!(
+                w.wait_request(&mut buf, &mut || true, &mut || {}),
+                Incoming::Posted
+            );
         }
         // Posted frames served, not yet published (lazily, while frames keep coming).
         assert!(!h.served_past(mark));
-        assert_eq!(w.wait_request(&mut buf, &mut || true, &mut || {}), Incoming::Call);
-        assert!(h.served_past(mark), "the frames before a call are published before it is performed");
-        assert!(!h.all_served(), "a call is not served before it is answered");
+        assert_eq!(
+            w.wait_request(&mut buf, &mut || true, &mut || {}),
+            Incoming::Call
+        );
+        assert!(
+            h.served_past(mark),
+            "the frames before a call are published before it is performed"
+        );
+        assert!(
+            !h.all_served(),
+            "a call is not served before it is answered"
+        );
         w.respond(b"done").unwrap();
         let mut out = Vec::new();
         h.wait(seq, soon(), &mut || None, &mut out).unwrap();
@@ -1436,7 +1634,11 @@ mod tests {
         // Nobody serves yet: fill the ring until a post times out.
         let mut posted = 0;
         loop {
-            match h.post(&frame, Instant::now() + Duration::from_millis(20), &mut || None) {
+            match h.post(
+                &frame,
+                Instant::now() + Duration::from_millis(20),
+                &mut || None,
+            ) {
                 Ok(()) => posted += 1,
                 Err(SendError::Wait(WaitError::Timeout)) => break,
                 Err(e) => panic!("{e}"),
@@ -1466,8 +1668,14 @@ mod tests {
             posted += 1;
         }
         assert_eq!(posted, RING / record_size(frame.len()));
-        assert!(!h.try_post(&frame).unwrap(), "a full ring stays full until the worker serves");
-        assert!(matches!(h.try_post(&vec![0u8; MSG_AREA + 1]), Err(SendError::TooLarge(_))));
+        assert!(
+            !h.try_post(&frame).unwrap(),
+            "a full ring stays full until the worker serves"
+        );
+        assert!(matches!(
+            h.try_post(&vec![0u8; MSG_AREA + 1]),
+            Err(SendError::TooLarge(_))
+        ));
         let t = count_posted(w, frame.to_vec());
         until_all_served(&h);
         assert!(h.try_post(&frame).unwrap(), "room again once served");
@@ -1479,9 +1687,18 @@ mod tests {
     #[test]
     fn a_dead_worker_is_noticed_while_waiting_for_room() {
         let (mut h, _w) = pair(DEFAULT_DATA_SIZE);
-        while h.post(&[1; 1000], Instant::now() + Duration::from_millis(5), &mut || None).is_ok() {}
+        while h
+            .post(
+                &[1; 1000],
+                Instant::now() + Duration::from_millis(5),
+                &mut || None,
+            )
+            .is_ok()
+        {}
         let start = Instant::now();
-        match h.post(&[1; 1000], start + Duration::from_secs(10), &mut || Some("gone".into())) {
+        match h.post(&[1; 1000], start + Duration::from_secs(10), &mut || {
+            Some("gone".into())
+        }) {
             Err(SendError::Wait(WaitError::Dead(why))) => assert_eq!(why, "gone"),
             other => panic!("{other:?}"),
         }
@@ -1513,7 +1730,10 @@ mod tests {
         let mut buf = Vec::new();
         let mut idles = 0;
         for _ in 0..5 {
-            assert_eq!(w.wait_request(&mut buf, &mut || true, &mut || idles += 1), Incoming::Posted);
+            assert_eq!(
+                w.wait_request(&mut buf, &mut || true, &mut || idles += 1),
+                Incoming::Posted
+            );
         }
         assert_eq!(idles, 0, "frames were waiting: no idle");
         let closer = thread::spawn(move || {
@@ -1521,7 +1741,10 @@ mod tests {
             h.close();
             h
         });
-        assert_eq!(w.wait_request(&mut buf, &mut || true, &mut || idles += 1), Incoming::Closed);
+        assert_eq!(
+            w.wait_request(&mut buf, &mut || true, &mut || idles += 1),
+            Incoming::Closed
+        );
         assert_eq!(idles, 1, "once the spin gave up, before sleeping");
         closer.join().unwrap();
     }
@@ -1551,9 +1774,15 @@ mod tests {
         let out = call(&mut h, &big);
         assert_eq!(out.len(), big.len());
         assert!(out.iter().rev().eq(big.iter()));
-        assert!(matches!(h.send(&vec![0; MSG_AREA * 5], soon(), &mut || None), Err(SendError::TooLarge(_))));
+        assert!(matches!(
+            h.send(&vec![0; MSG_AREA * 5], soon(), &mut || None),
+            Err(SendError::TooLarge(_))
+        ));
         // Posted frames never go there (a later call's payload would overwrite them).
-        assert!(matches!(h.post(&vec![0; MSG_AREA + 1], soon(), &mut || None), Err(SendError::TooLarge(_))));
+        assert!(matches!(
+            h.post(&vec![0; MSG_AREA + 1], soon(), &mut || None),
+            Err(SendError::TooLarge(_))
+        ));
         h.post(&vec![9; MSG_AREA], soon(), &mut || None).unwrap();
         assert_eq!(call(&mut h, &[]), 1u32.to_le_bytes());
         h.close();
@@ -1566,7 +1795,12 @@ mod tests {
         let seq = h.send(b"x", soon(), &mut || None).unwrap();
         let start = Instant::now();
         let mut out = Vec::new();
-        let r = h.wait(seq, start + Duration::from_millis(30), &mut || None, &mut out);
+        let r = h.wait(
+            seq,
+            start + Duration::from_millis(30),
+            &mut || None,
+            &mut out,
+        );
         assert_eq!(r, Err(WaitError::Timeout));
         assert!(start.elapsed() >= Duration::from_millis(30));
         assert!(start.elapsed() < Duration::from_secs(1));
@@ -1575,7 +1809,12 @@ mod tests {
         let (mut h, _w) = pair(DEFAULT_DATA_SIZE);
         let seq = h.send(b"y", soon(), &mut || None).unwrap();
         let start = Instant::now();
-        let r = h.wait(seq, start + Duration::from_secs(10), &mut || Some("gone".into()), &mut out);
+        let r = h.wait(
+            seq,
+            start + Duration::from_secs(10),
+            &mut || Some("gone".into()),
+            &mut out,
+        );
         assert_eq!(r, Err(WaitError::Dead("gone".into())));
         assert!(start.elapsed() < Duration::from_millis(100));
     }
@@ -1603,16 +1842,31 @@ mod tests {
         let mut out = vec![7u8];
         let t = Instant::now();
         let seq = h.send(b"sync", soon(), &mut || None).unwrap();
-        assert_eq!(h.wait_signalled(seq, soon(), &mut || None, &mut out).unwrap(), Answer::Signalled);
-        assert!(t.elapsed() < Duration::from_millis(150), "{:?}: the signal, not the response, ended it", t.elapsed());
+        assert_eq!(
+            h.wait_signalled(seq, soon(), &mut || None, &mut out)
+                .unwrap(),
+            Answer::Signalled
+        );
+        assert!(
+            t.elapsed() < Duration::from_millis(150),
+            "{:?}: the signal, not the response, ended it",
+            t.elapsed()
+        );
         assert_eq!(out, [7], "a signalled answer has no frame");
         // The next call's wait starts while the sync's response is still to come: it skips it.
         assert_eq!(call(&mut h, b"abc"), b"cba");
-        assert!(t.elapsed() >= Duration::from_millis(400), "both responses were waited for in turn");
+        assert!(
+            t.elapsed() >= Duration::from_millis(400),
+            "both responses were waited for in turn"
+        );
         // Signalled twice in a row, then a plain wait, which ignores the word and takes the frame.
         for _ in 0..2 {
             let seq = h.send(b"s", soon(), &mut || None).unwrap();
-            assert_eq!(h.wait_signalled(seq, soon(), &mut || None, &mut out).unwrap(), Answer::Signalled);
+            assert_eq!(
+                h.wait_signalled(seq, soon(), &mut || None, &mut out)
+                    .unwrap(),
+                Answer::Signalled
+            );
         }
         let seq = h.send(b"xy", soon(), &mut || None).unwrap();
         h.wait(seq, soon(), &mut || None, &mut out).unwrap();
@@ -1631,10 +1885,15 @@ mod tests {
         h.close();
         worker.join().unwrap();
         // Answered up to `seq`: a response slot showing an older seq is a forgery.
-        h.region.u32_at(OFF_RESP_SEQ).store(seq.wrapping_sub(1), SeqCst);
+        h.region
+            .u32_at(OFF_RESP_SEQ)
+            .store(seq.wrapping_sub(1), SeqCst);
         h.seq = seq.wrapping_add(1);
         let late = Instant::now() + Duration::from_millis(200);
-        assert!(matches!(h.wait(h.seq, late, &mut || None, &mut Vec::new()), Err(WaitError::Protocol(_))));
+        assert!(matches!(
+            h.wait(h.seq, late, &mut || None, &mut Vec::new()),
+            Err(WaitError::Protocol(_))
+        ));
     }
 
     #[test]
@@ -1643,9 +1902,16 @@ mod tests {
         let mut out = Vec::new();
         // A response seq from nowhere.
         let seq = h.send(b"x", soon(), &mut || None).unwrap();
-        w.region.u32_at(OFF_RESP_SEQ).store(seq.wrapping_add(5), SeqCst);
+        w.region
+            .u32_at(OFF_RESP_SEQ)
+            .store(seq.wrapping_add(5), SeqCst);
         assert!(matches!(
-            h.wait(seq, Instant::now() + Duration::from_secs(1), &mut || None, &mut out),
+            h.wait(
+                seq,
+                Instant::now() + Duration::from_secs(1),
+                &mut || None,
+                &mut out
+            ),
             Err(WaitError::Protocol(_))
         ));
         // A frame length past its area.
@@ -1655,16 +1921,28 @@ mod tests {
         w.region.u32_at(OFF_RESP_LEN).store(u32::MAX, Relaxed);
         w.region.u32_at(OFF_RESP_SEQ).store(seq, SeqCst);
         assert!(matches!(
-            h.wait(seq, Instant::now() + Duration::from_secs(1), &mut || None, &mut out),
+            h.wait(
+                seq,
+                Instant::now() + Duration::from_secs(1),
+                &mut || None,
+                &mut out
+            ),
             Err(WaitError::Protocol(_))
         ));
         // An inline frame longer than the inline area.
         let seq = h.send(b"x", soon(), &mut || None).unwrap();
         w.region.u32_at(OFF_RESP_LOC).store(LOC_INLINE, Relaxed);
-        w.region.u32_at(OFF_RESP_LEN).store(RESP_INLINE as u32 + 1, Relaxed);
+        w.region
+            .u32_at(OFF_RESP_LEN)
+            .store(RESP_INLINE as u32 + 1, Relaxed);
         w.region.u32_at(OFF_RESP_SEQ).store(seq, SeqCst);
         assert!(matches!(
-            h.wait(seq, Instant::now() + Duration::from_secs(1), &mut || None, &mut out),
+            h.wait(
+                seq,
+                Instant::now() + Duration::from_secs(1),
+                &mut || None,
+                &mut out
+            ),
             Err(WaitError::Protocol(_))
         ));
         // An unknown location.
@@ -1673,7 +1951,12 @@ mod tests {
         w.region.u32_at(OFF_RESP_LEN).store(1, Relaxed);
         w.region.u32_at(OFF_RESP_SEQ).store(seq, SeqCst);
         assert!(matches!(
-            h.wait(seq, Instant::now() + Duration::from_secs(1), &mut || None, &mut out),
+            h.wait(
+                seq,
+                Instant::now() + Duration::from_secs(1),
+                &mut || None,
+                &mut out
+            ),
             Err(WaitError::Protocol(_))
         ));
     }
@@ -1685,12 +1968,18 @@ mod tests {
         for forged in [1u32, 17, RING as u32 + 16, u32::MAX, u32::MAX / 2] {
             let (mut h, w) = pair(DEFAULT_DATA_SIZE);
             h.post(b"a", soon(), &mut || None).unwrap();
-            w.region.u32_at(OFF_TAIL).store(h.head.wrapping_add(forged), SeqCst);
+            w.region
+                .u32_at(OFF_TAIL)
+                .store(h.head.wrapping_add(forged), SeqCst);
             let mut last = Ok(());
             // A tail ahead of head by less than a ring's worth reads as "more room"; it must
             // still never let the host write out of bounds, however much it posts.
             for _ in 0..(RING / 1024 + 2) {
-                last = h.post(&[3; 1000], Instant::now() + Duration::from_millis(5), &mut || None);
+                last = h.post(
+                    &[3; 1000],
+                    Instant::now() + Duration::from_millis(5),
+                    &mut || None,
+                );
                 if last.is_err() {
                     break;
                 }
@@ -1702,14 +1991,29 @@ mod tests {
         }
         // Garbage everywhere else the worker may write: head/tail-adjacent words, response words.
         let (mut h, w) = pair(DEFAULT_DATA_SIZE);
-        for off in [OFF_TAIL, OFF_HOST_WANTS_SPACE, OFF_RESP_LOC, OFF_RESP_LEN, OFF_HOST_SLEEPING] {
+        for off in [
+            OFF_TAIL,
+            OFF_HOST_WANTS_SPACE,
+            OFF_RESP_LOC,
+            OFF_RESP_LEN,
+            OFF_HOST_SLEEPING,
+        ] {
             w.region.u32_at(off).store(0xdead_beef, SeqCst);
         }
         // (The host reads `tail` only when its last reading shows too little room.)
         let refused = (0..RING / 1000 + 2)
-            .map(|_| h.post(&[1; 1000], Instant::now() + Duration::from_millis(5), &mut || None))
+            .map(|_| {
+                h.post(
+                    &[1; 1000],
+                    Instant::now() + Duration::from_millis(5),
+                    &mut || None,
+                )
+            })
             .find(|r| r.is_err());
-        assert!(matches!(refused, Some(Err(SendError::Wait(WaitError::Protocol(_))))), "{refused:?}");
+        assert!(
+            matches!(refused, Some(Err(SendError::Wait(WaitError::Protocol(_))))),
+            "{refused:?}"
+        );
     }
 
     #[test]
@@ -1721,20 +2025,30 @@ mod tests {
         r.stamp_at(0).store(stamp(0), Release);
         r.u32_at(OFF_HEAD).store(64, SeqCst);
         let mut buf = Vec::new();
-        assert!(matches!(w.wait_request(&mut buf, &mut || true, &mut || {}), Incoming::Corrupt(_)));
+        assert!(matches!(
+            w.wait_request(&mut buf, &mut || true, &mut || {}),
+            Incoming::Corrupt(_)
+        ));
         // A record that would run past the ring's end.
         let (h, mut w) = pair(DEFAULT_DATA_SIZE);
         let last = RING - ALIGN;
-        h.region.put_record_header(last, KIND_POSTED, ALIGN as u32, 0);
+        h.region
+            .put_record_header(last, KIND_POSTED, ALIGN as u32, 0);
         h.region.stamp_at(last).store(stamp(last as u32), Release);
         w.read = last as u32;
-        assert!(matches!(w.wait_request(&mut buf, &mut || true, &mut || {}), Incoming::Corrupt(_)));
+        assert!(matches!(
+            w.wait_request(&mut buf, &mut || true, &mut || {}),
+            Incoming::Corrupt(_)
+        ));
         // An unknown kind.
         let (h, mut w) = pair(DEFAULT_DATA_SIZE);
         h.region.put_record_header(0, 99, 1, 0);
         h.region.stamp_at(0).store(stamp(0), Release);
         h.region.u32_at(OFF_HEAD).store(32, SeqCst);
-        assert!(matches!(w.wait_request(&mut buf, &mut || true, &mut || {}), Incoming::Corrupt(_)));
+        assert!(matches!(
+            w.wait_request(&mut buf, &mut || true, &mut || {}),
+            Incoming::Corrupt(_)
+        ));
     }
 
     #[test]
@@ -1750,7 +2064,10 @@ mod tests {
 
         let (h, w) = pair(DEFAULT_DATA_SIZE);
         w.ready();
-        assert_eq!(h.wait_ready(Instant::now() + Duration::from_secs(5), &mut || None), Ok(()));
+        assert_eq!(
+            h.wait_ready(Instant::now() + Duration::from_secs(5), &mut || None),
+            Ok(())
+        );
     }
 
     #[test]

@@ -13,7 +13,13 @@ fn kernel_source(name: &str) -> String {
 }
 
 fn emu_worker(device_memory: u64) -> Worker {
-    Worker::spawn(&command(false), BackendKind::Emu, device_memory, Duration::from_secs(10)).expect("spawn emu worker")
+    Worker::spawn(
+        &command(false),
+        BackendKind::Emu,
+        device_memory,
+        Duration::from_secs(10),
+    )
+    .expect("spawn emu worker")
 }
 
 fn op_kind<T: std::fmt::Debug>(r: Result<T, WorkerError>) -> ErrorKind {
@@ -25,7 +31,8 @@ fn op_kind<T: std::fmt::Debug>(r: Result<T, WorkerError>) -> ErrorKind {
 
 /// Posts `l` (which must be accepted) and returns the kind of error the next `sync` reports.
 fn posted_err(w: &mut Worker, l: &Launch<'_>) -> ErrorKind {
-    w.launch(l).expect("a posted launch returns before the worker checks it");
+    w.launch(l)
+        .expect("a posted launch returns before the worker checks it");
     op_kind(w.sync())
 }
 
@@ -82,12 +89,21 @@ fn large_transfers_are_chunked() {
 fn bad_memory_ops_are_typed_and_harmless() {
     let mut w = emu_worker(1 << 20);
     let a = w.alloc(256).unwrap();
-    assert_eq!(op_kind(w.write(a + 200, &[0u8; 100])), ErrorKind::OutOfBounds);
+    assert_eq!(
+        op_kind(w.write(a + 200, &[0u8; 100])),
+        ErrorKind::OutOfBounds
+    );
     assert_eq!(op_kind(w.read(0x10, &mut [0u8; 4])), ErrorKind::OutOfBounds);
-    assert_eq!(op_kind(w.copy(a, a + 1_000_000, 16)), ErrorKind::OutOfBounds);
+    assert_eq!(
+        op_kind(w.copy(a, a + 1_000_000, 16)),
+        ErrorKind::OutOfBounds
+    );
     assert_eq!(op_kind(w.free(a + 8)), ErrorKind::InvalidArgument);
     assert_eq!(op_kind(w.alloc(0)), ErrorKind::InvalidArgument);
-    assert_eq!(op_kind(w.write(u64::MAX - 4, &vec![0u8; 20 << 20])), ErrorKind::OutOfBounds);
+    assert_eq!(
+        op_kind(w.write(u64::MAX - 4, &vec![0u8; 20 << 20])),
+        ErrorKind::OutOfBounds
+    );
     w.free(a).unwrap();
     assert_eq!(op_kind(w.free(a)), ErrorKind::InvalidArgument);
     // Freed memory is gone: a stale pointer faults instead of reading someone else's data.
@@ -116,7 +132,11 @@ fn device_memory_cap_bites() {
 fn load_and_launch_iota() {
     let mut w = emu_worker(64 << 20);
     let m = w.load_module(&kernel_source("iota")).unwrap();
-    let k = m.kernels.iter().find(|k| k.name == "iota").expect("iota kernel");
+    let k = m
+        .kernels
+        .iter()
+        .find(|k| k.name == "iota")
+        .expect("iota kernel");
     assert_eq!(k.param_layout(), (vec![0, 8], 12));
     let n = 1000u32;
     let out = w.alloc(n as u64 * 4).unwrap();
@@ -139,15 +159,53 @@ fn load_and_launch_iota() {
     }
     // Refused launches leave the worker healthy. Launches are posted: the worker's refusal is
     // reported by the next op that waits (here `sync`).
-    let bad = Launch { module: m.id, kernel: "iota", grid: [1, 1, 1], block: [1, 1, 1], shared_mem_bytes: 0, args: &args[..4], deadline: Duration::from_secs(1) };
+    let bad = Launch {
+        module: m.id,
+        kernel: "iota",
+        grid: [1, 1, 1],
+        block: [1, 1, 1],
+        shared_mem_bytes: 0,
+        args: &args[..4],
+        deadline: Duration::from_secs(1),
+    };
     assert_eq!(posted_err(&mut w, &bad), ErrorKind::LaunchFailed);
-    assert_eq!(posted_err(&mut w, &Launch { kernel: "nope", args: &args, ..bad.clone() }), ErrorKind::LaunchFailed);
-    assert_eq!(posted_err(&mut w, &Launch { module: m.id + 100, args: &args, ..bad.clone() }), ErrorKind::InvalidArgument);
-    assert_eq!(op_kind(w.launch(&Launch { deadline: Duration::ZERO, args: &args, ..bad.clone() })), ErrorKind::InvalidArgument);
+    assert_eq!(
+        posted_err(
+            &mut w,
+            &Launch {
+                kernel: "nope",
+                args: &args,
+                ..bad.clone()
+            }
+        ),
+        ErrorKind::LaunchFailed
+    );
+    assert_eq!(
+        posted_err(
+            &mut w,
+            &Launch {
+                module: m.id + 100,
+                args: &args,
+                ..bad.clone()
+            }
+        ),
+        ErrorKind::InvalidArgument
+    );
+    assert_eq!(
+        op_kind(w.launch(&Launch {
+            deadline: Duration::ZERO,
+            args: &args,
+            ..bad.clone()
+        })),
+        ErrorKind::InvalidArgument
+    );
     assert!(!w.is_poisoned());
     w.unload_module(m.id).unwrap();
     assert_eq!(op_kind(w.unload_module(m.id)), ErrorKind::InvalidArgument);
-    assert_eq!(posted_err(&mut w, &Launch { args: &args, ..bad }), ErrorKind::InvalidArgument);
+    assert_eq!(
+        posted_err(&mut w, &Launch { args: &args, ..bad }),
+        ErrorKind::InvalidArgument
+    );
 }
 
 #[test]
@@ -155,13 +213,22 @@ fn bad_ptx_and_source_are_typed_errors() {
     let mut w = emu_worker(1 << 20);
     let bad = ".version 9.0\n.target sm_80\n.address_size 64\n.visible .entry k()\n{\n\tfrobnicate.u32 %r1;\n}\n";
     match w.load_module(bad) {
-        Err(WorkerError::Op { kind: ErrorKind::LoadFailed, message }) => assert!(message.contains("line"), "{message}"),
+        Err(WorkerError::Op {
+            kind: ErrorKind::LoadFailed,
+            message,
+        }) => assert!(message.contains("line"), "{message}"),
         other => panic!("{other:?}"),
     }
     // CUDA C: compiled with NVRTC when it is installed (tests/nvrtc.rs), else refused naming it.
-    match w.load_source("extern \"C\" __global__ void k() {}", &["-arch=compute_80".into()]) {
+    match w.load_source(
+        "extern \"C\" __global__ void k() {}",
+        &["-arch=compute_80".into()],
+    ) {
         Ok(m) => assert_eq!(m.kernels[0].name, "k"),
-        Err(WorkerError::Op { kind: ErrorKind::Unsupported, message }) => assert!(message.contains("NVRTC"), "{message}"),
+        Err(WorkerError::Op {
+            kind: ErrorKind::Unsupported,
+            message,
+        }) => assert!(message.contains("NVRTC"), "{message}"),
         other => panic!("{other:?}"),
     }
     w.ping().unwrap();
@@ -222,7 +289,10 @@ fn runaway_kernel_hits_its_deadline_and_the_worker_is_killed() {
     let took = t.elapsed();
     assert_eq!(op_kind(r), ErrorKind::DeadlineExceeded);
     // The step limit or, failing that, the host's timer (deadline + slack) stops it.
-    assert!(took < deadline + Duration::from_millis(100) + deadline / 4 + Duration::from_millis(300), "{took:?}");
+    assert!(
+        took < deadline + Duration::from_millis(100) + deadline / 4 + Duration::from_millis(300),
+        "{took:?}"
+    );
     assert!(w.is_lost() || w.is_poisoned());
     pool.release(w);
     assert!(!pid_exists(pid), "the runaway's worker is killed");
@@ -244,7 +314,10 @@ fn released_worker_is_reset_before_reuse() {
     let mut w = pool.acquire().unwrap();
     assert_eq!(w.pid(), pid, "same process, reused");
     let info = w.info().unwrap();
-    assert_eq!((info.allocations, info.memory_used, info.modules), (0, 0, 0));
+    assert_eq!(
+        (info.allocations, info.memory_used, info.modules),
+        (0, 0, 0)
+    );
     // The old tenant's allocation and module are gone, not readable.
     assert_eq!(op_kind(w.read(a, &mut [0u8; 16])), ErrorKind::OutOfBounds);
     assert_eq!(op_kind(w.unload_module(m.id)), ErrorKind::InvalidArgument);
@@ -268,7 +341,15 @@ fn iota_launch<'a>(module: u32, args: &'a [u8], n: u32) -> Launch<'a> {
 }
 
 fn spin_launch(module: u32, flag: &[u8; 8], deadline: Duration) -> Launch<'_> {
-    Launch { module, kernel: "spin_forever", grid: [1, 1, 1], block: [1, 1, 1], shared_mem_bytes: 0, args: flag, deadline }
+    Launch {
+        module,
+        kernel: "spin_forever",
+        grid: [1, 1, 1],
+        block: [1, 1, 1],
+        shared_mem_bytes: 0,
+        args: flag,
+        deadline,
+    }
 }
 
 #[test]
@@ -276,7 +357,9 @@ fn posted_launches_then_sync_give_the_right_results() {
     let mut w = emu_worker(64 << 20);
     let m = w.load_module(&kernel_source("iota")).unwrap();
     let k = m.kernels.iter().find(|k| k.name == "iota").unwrap().clone();
-    let bufs: Vec<(u64, u32)> = (1..=16u32).map(|i| (w.alloc(i as u64 * 40).unwrap(), i * 10)).collect();
+    let bufs: Vec<(u64, u32)> = (1..=16u32)
+        .map(|i| (w.alloc(i as u64 * 40).unwrap(), i * 10))
+        .collect();
     let args: Vec<Vec<u8>> = bufs.iter().map(|&(b, n)| iota_args(&k, b, n)).collect();
     for (a, &(_, n)) in args.iter().zip(&bufs) {
         w.launch(&iota_launch(m.id, a, n)).unwrap();
@@ -285,7 +368,10 @@ fn posted_launches_then_sync_give_the_right_results() {
     for &(b, n) in &bufs {
         let mut back = vec![0u8; n as usize * 4];
         w.read(b, &mut back).unwrap();
-        assert!(back.chunks(4).enumerate().all(|(i, c)| u32::from_le_bytes(c.try_into().unwrap()) == i as u32 + 1));
+        assert!(back
+            .chunks(4)
+            .enumerate()
+            .all(|(i, c)| u32::from_le_bytes(c.try_into().unwrap()) == i as u32 + 1));
     }
     // A read right after a posted launch sees its result (the worker serves requests in order).
     let (b, n) = bufs[0];
@@ -293,7 +379,10 @@ fn posted_launches_then_sync_give_the_right_results() {
     w.launch(&iota_launch(m.id, &args[0], n)).unwrap();
     let mut back = vec![0u8; n as usize * 4];
     w.read(b, &mut back).unwrap();
-    assert_eq!(u32::from_le_bytes(back[(n as usize - 1) * 4..].try_into().unwrap()), n);
+    assert_eq!(
+        u32::from_le_bytes(back[(n as usize - 1) * 4..].try_into().unwrap()),
+        n
+    );
     assert!(!w.has_pending_launches());
 }
 
@@ -311,29 +400,51 @@ fn a_posted_launch_the_worker_refuses_is_reported_by_the_next_waiting_op() {
     };
     // An unknown kernel (the runtime checks names; the worker API does not): the launch returns,
     // the next sync reports it as coming from the earlier launch.
-    w.launch(&Launch { kernel: "nope", ..iota_launch(m.id, &args, 100) }).unwrap();
+    w.launch(&Launch {
+        kernel: "nope",
+        ..iota_launch(m.id, &args, 100)
+    })
+    .unwrap();
     let (kind, message) = msg_of(w.sync());
     assert_eq!(kind, ErrorKind::LaunchFailed);
-    assert!(message.contains("earlier launch") && message.contains("nope"), "{message}");
+    assert!(
+        message.contains("earlier launch") && message.contains("nope"),
+        "{message}"
+    );
     // Reported once; the worker is as before.
     w.sync().unwrap();
     assert!(!w.is_poisoned() && !w.is_lost());
     assert_eq!(w.info().unwrap(), before);
     // A bad grid (over the block size limit), reported by a read, which is then not performed.
-    w.launch(&Launch { block: [4096, 1, 1], ..iota_launch(m.id, &args, 100) }).unwrap();
+    w.launch(&Launch {
+        block: [4096, 1, 1],
+        ..iota_launch(m.id, &args, 100)
+    })
+    .unwrap();
     let mut back = vec![0u8; 400];
     let (kind, message) = msg_of(w.read(out, &mut back));
     assert_eq!(kind, ErrorKind::LaunchFailed, "{message}");
     assert!(message.contains("earlier launch"), "{message}");
     // Launches after the failed one are dropped, not run; the next call reports the failure.
-    w.launch(&Launch { kernel: "nope", ..iota_launch(m.id, &args, 100) }).unwrap();
+    w.launch(&Launch {
+        kernel: "nope",
+        ..iota_launch(m.id, &args, 100)
+    })
+    .unwrap();
     w.launch(&iota_launch(m.id, &args, 100)).unwrap();
     assert_eq!(op_kind(w.sync()), ErrorKind::LaunchFailed);
     w.read(out, &mut back).unwrap();
-    assert!(back.iter().all(|&b| b == 0), "the launch after the failed one ran");
+    assert!(
+        back.iter().all(|&b| b == 0),
+        "the launch after the failed one ran"
+    );
     // `free` is performed regardless and leaves the error to the op after it.
     let extra = w.alloc(64).unwrap();
-    w.launch(&Launch { kernel: "nope", ..iota_launch(m.id, &args, 100) }).unwrap();
+    w.launch(&Launch {
+        kernel: "nope",
+        ..iota_launch(m.id, &args, 100)
+    })
+    .unwrap();
     w.free(extra).unwrap();
     assert_eq!(op_kind(w.ping()), ErrorKind::LaunchFailed);
     assert_eq!(w.info().unwrap(), before);
@@ -350,8 +461,13 @@ fn a_worker_killed_with_a_posted_launch_outstanding_is_lost_quickly() {
     let m = w.load_module(&kernel_source("faults")).unwrap();
     let flag = w.alloc(4).unwrap().to_le_bytes();
     let t = Instant::now();
-    w.launch(&spin_launch(m.id, &flag, Duration::from_secs(60))).unwrap();
-    assert!(t.elapsed() < Duration::from_millis(100), "a posted launch returns at once: {:?}", t.elapsed());
+    w.launch(&spin_launch(m.id, &flag, Duration::from_secs(60)))
+        .unwrap();
+    assert!(
+        t.elapsed() < Duration::from_millis(100),
+        "a posted launch returns at once: {:?}",
+        t.elapsed()
+    );
     assert!(w.has_pending_launches());
     std::thread::sleep(Duration::from_millis(20));
     kill9(w.pid());
@@ -360,7 +476,11 @@ fn a_worker_killed_with_a_posted_launch_outstanding_is_lost_quickly() {
         Err(WorkerError::Lost(m)) => assert!(m.contains("signal 9"), "{m}"),
         other => panic!("{other:?}"),
     }
-    assert!(t.elapsed() < Duration::from_millis(300), "noticed after {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_millis(300),
+        "noticed after {:?}",
+        t.elapsed()
+    );
     assert!(w.is_lost());
     assert!(matches!(w.ping(), Err(WorkerError::Lost(_))));
 }
@@ -373,17 +493,27 @@ fn a_posted_runaway_is_reported_by_the_next_sync_within_its_deadline_and_slack()
     let deadline = Duration::from_millis(200);
     let t = Instant::now();
     w.launch(&spin_launch(m.id, &flag, deadline)).unwrap();
-    assert!(t.elapsed() < Duration::from_millis(100), "a posted launch returns at once: {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_millis(100),
+        "a posted launch returns at once: {:?}",
+        t.elapsed()
+    );
     let r = w.sync();
     let took = t.elapsed();
     match r {
-        Err(WorkerError::Op { kind: ErrorKind::DeadlineExceeded, message }) => {
+        Err(WorkerError::Op {
+            kind: ErrorKind::DeadlineExceeded,
+            message,
+        }) => {
             assert!(message.contains("spin_forever"), "{message}")
         }
         other => panic!("{other:?}"),
     }
     // The step limit or, failing that, the host's timer (deadline + slack) stops it.
-    assert!(took < deadline + Duration::from_millis(100) + deadline / 4 + Duration::from_millis(300), "{took:?}");
+    assert!(
+        took < deadline + Duration::from_millis(100) + deadline / 4 + Duration::from_millis(300),
+        "{took:?}"
+    );
     assert!(w.is_lost() || w.is_poisoned());
     assert!(w.ping().is_err());
 }
@@ -397,8 +527,16 @@ struct Linear {
 impl Linear {
     fn load(w: &mut Worker) -> Linear {
         let m = w.load_module(&kernel_source("vector_add")).unwrap();
-        let find = |name: &str| (m.id, m.kernels.iter().find(|k| k.name == name).unwrap().clone());
-        Linear { fill: find("fill_linear"), add: find("vector_add") }
+        let find = |name: &str| {
+            (
+                m.id,
+                m.kernels.iter().find(|k| k.name == name).unwrap().clone(),
+            )
+        };
+        Linear {
+            fill: find("fill_linear"),
+            add: find("vector_add"),
+        }
     }
 
     /// An argument block of (value, bytes) parameters, at the kernel's declared offsets.
@@ -419,7 +557,12 @@ impl Linear {
         Self::args(&self.add.1, &[(a, 8), (b, 8), (c, 8), (n as u64, 4)])
     }
 
-    fn launch<'a>(&self, (module, k): &'a (u32, tasklet_worker::KernelInfo), args: &'a [u8], n: u32) -> Launch<'a> {
+    fn launch<'a>(
+        &self,
+        (module, k): &'a (u32, tasklet_worker::KernelInfo),
+        args: &'a [u8],
+        n: u32,
+    ) -> Launch<'a> {
         Launch {
             module: *module,
             kernel: &k.name,
@@ -435,7 +578,9 @@ impl Linear {
 fn read_u32s(w: &mut Worker, addr: u64, n: u32) -> Vec<u32> {
     let mut back = vec![0u8; n as usize * 4];
     w.read(addr, &mut back).unwrap();
-    back.chunks(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect()
+    back.chunks(4)
+        .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
 }
 
 #[test]
@@ -443,7 +588,10 @@ fn a_thousand_posted_launches_then_one_sync_run_in_order() {
     let mut w = emu_worker(64 << 20);
     let k = Linear::load(&mut w);
     let n = 64u32;
-    let (t, acc) = (w.alloc(n as u64 * 4).unwrap(), w.alloc(n as u64 * 4).unwrap());
+    let (t, acc) = (
+        w.alloc(n as u64 * 4).unwrap(),
+        w.alloc(n as u64 * 4).unwrap(),
+    );
     // t = (j+1)·i, then acc += t, for j < 500: acc[i] = i·Σ(j+1) only if every fill ran before
     // its add and after the previous add.
     let fills: Vec<Vec<u8>> = (0..500).map(|j| k.fill_args(t, j + 1, n)).collect();
@@ -456,8 +604,15 @@ fn a_thousand_posted_launches_then_one_sync_run_in_order() {
     let posted = start.elapsed();
     w.sync().unwrap();
     let sum: u32 = (1..=500).sum();
-    assert_eq!(read_u32s(&mut w, acc, n), (0..n).map(|i| i * sum).collect::<Vec<_>>(), "posting took {posted:?}");
-    assert_eq!(read_u32s(&mut w, t, n), (0..n).map(|i| i * 500).collect::<Vec<_>>());
+    assert_eq!(
+        read_u32s(&mut w, acc, n),
+        (0..n).map(|i| i * sum).collect::<Vec<_>>(),
+        "posting took {posted:?}"
+    );
+    assert_eq!(
+        read_u32s(&mut w, t, n),
+        (0..n).map(|i| i * 500).collect::<Vec<_>>()
+    );
     assert!(!w.has_pending_launches());
 }
 
@@ -494,11 +649,21 @@ fn posting_slow_launches_returns_long_before_they_finish() {
     assert!(w.has_pending_launches());
     w.sync().unwrap();
     let total = t.elapsed();
-    assert!(posting * 10 < total, "posting {burst} launches of ~{one:?} each took {posting:?} (all done after {total:?})");
+    assert!(
+        posting * 10 < total,
+        "posting {burst} launches of ~{one:?} each took {posting:?} (all done after {total:?})"
+    );
     // (Loosely: the calibrating launch may have been slowed by other tests on a busy machine.)
-    assert!(total >= one * burst / 4, "{total:?} for {burst} launches of ~{one:?}");
+    assert!(
+        total >= one * burst / 4,
+        "{total:?} for {burst} launches of ~{one:?}"
+    );
     let back = read_u32s(&mut w, out, 8);
-    assert_eq!(back, (0..8).map(|i| i * burst).collect::<Vec<_>>(), "the last launch ran last");
+    assert_eq!(
+        back,
+        (0..8).map(|i| i * burst).collect::<Vec<_>>(),
+        "the last launch ran last"
+    );
 }
 
 #[test]
@@ -513,32 +678,53 @@ fn a_launch_failing_inside_a_burst_is_reported_by_the_next_call_which_is_not_per
     for (j, a) in good.iter().enumerate() {
         if j == 10 {
             // Over the block size limit: refused by the worker.
-            w.launch(&Launch { block: [4096, 1, 1], ..k.launch(&k.add, &add, n) }).unwrap();
+            w.launch(&Launch {
+                block: [4096, 1, 1],
+                ..k.launch(&k.add, &add, n)
+            })
+            .unwrap();
         }
         w.launch(&k.launch(&k.fill, a, n)).unwrap();
     }
     match w.alloc(64) {
-        Err(WorkerError::Op { kind: ErrorKind::LaunchFailed, message }) => {
-            assert!(message.contains("an earlier launch of kernel `vector_add` failed"), "{message}")
+        Err(WorkerError::Op {
+            kind: ErrorKind::LaunchFailed,
+            message,
+        }) => {
+            assert!(
+                message.contains("an earlier launch of kernel `vector_add` failed"),
+                "{message}"
+            )
         }
         other => panic!("{other:?}"),
     }
     assert_eq!(w.info().unwrap(), before, "the alloc was not performed");
     // The launches before the failed one ran, the ones after it were dropped.
-    assert_eq!(read_u32s(&mut w, out, n), (0..n).map(|i| i * 10).collect::<Vec<_>>());
+    assert_eq!(
+        read_u32s(&mut w, out, n),
+        (0..n).map(|i| i * 10).collect::<Vec<_>>()
+    );
     assert!(!w.is_poisoned() && !w.is_lost());
 }
 
 #[test]
 fn reset_drops_a_failed_launch_error_so_the_next_lease_never_sees_it() {
-    let pool = Pool::start(tasklet_worker::PoolConfig { reuse: true, ..pool_config(false, 1, 1) }).unwrap();
+    let pool = Pool::start(tasklet_worker::PoolConfig {
+        reuse: true,
+        ..pool_config(false, 1, 1)
+    })
+    .unwrap();
     let mut w = pool.acquire().unwrap();
     let pid = w.pid();
     let m = w.load_module(&kernel_source("iota")).unwrap();
     let k = m.kernels.iter().find(|k| k.name == "iota").unwrap().clone();
     let out = w.alloc(400).unwrap();
     let args = iota_args(&k, out, 100);
-    w.launch(&Launch { kernel: "nope", ..iota_launch(m.id, &args, 100) }).unwrap();
+    w.launch(&Launch {
+        kernel: "nope",
+        ..iota_launch(m.id, &args, 100)
+    })
+    .unwrap();
     // The lease ends without hearing of it: the pool resets the worker and reuses it (once the
     // worker has served the launch; before, the pool would replace it).
     assert!(eventually(Duration::from_secs(5), || !w.has_pending_launches()));
@@ -551,7 +737,11 @@ fn reset_drops_a_failed_launch_error_so_the_next_lease_never_sees_it() {
     // The same through the worker API: `reset` is performed and drops the error.
     let mut w = emu_worker(64 << 20);
     let m = w.load_module(&kernel_source("iota")).unwrap();
-    w.launch(&Launch { kernel: "nope", ..iota_launch(m.id, &args, 100) }).unwrap();
+    w.launch(&Launch {
+        kernel: "nope",
+        ..iota_launch(m.id, &args, 100)
+    })
+    .unwrap();
     w.reset().unwrap();
     assert_eq!(w.info().unwrap().modules, 0, "the reset was performed");
     w.ping().unwrap();
@@ -571,16 +761,34 @@ fn a_runaway_queued_behind_other_launches_is_deadline_exceeded_and_its_worker_ki
     let deadline = Duration::from_millis(300);
     let t = Instant::now();
     for _ in 0..3 {
-        w.launch(&Launch { deadline, ..k.launch(&k.fill, &args, n) }).unwrap();
+        w.launch(&Launch {
+            deadline,
+            ..k.launch(&k.fill, &args, n)
+        })
+        .unwrap();
     }
     w.launch(&spin_launch(m.id, &flag, deadline)).unwrap();
-    w.launch(&Launch { deadline, ..k.launch(&k.fill, &args, n) }).unwrap();
-    assert!(t.elapsed() < Duration::from_millis(100), "posting waited {:?}", t.elapsed());
+    w.launch(&Launch {
+        deadline,
+        ..k.launch(&k.fill, &args, n)
+    })
+    .unwrap();
+    assert!(
+        t.elapsed() < Duration::from_millis(100),
+        "posting waited {:?}",
+        t.elapsed()
+    );
     let r = w.sync();
     let took = t.elapsed();
     match r {
-        Err(WorkerError::Op { kind: ErrorKind::DeadlineExceeded, message }) => {
-            assert!(message.contains("spin_forever") || message.contains("queued kernel"), "{message}")
+        Err(WorkerError::Op {
+            kind: ErrorKind::DeadlineExceeded,
+            message,
+        }) => {
+            assert!(
+                message.contains("spin_forever") || message.contains("queued kernel"),
+                "{message}"
+            )
         }
         other => panic!("{other:?}"),
     }
@@ -598,7 +806,8 @@ fn a_worker_killed_with_launches_queued_is_lost() {
     let m = w.load_module(&kernel_source("faults")).unwrap();
     let flag = w.alloc(4).unwrap().to_le_bytes();
     for _ in 0..50 {
-        w.launch(&spin_launch(m.id, &flag, Duration::from_secs(60))).unwrap();
+        w.launch(&spin_launch(m.id, &flag, Duration::from_secs(60)))
+            .unwrap();
     }
     assert!(w.has_pending_launches());
     kill9(w.pid());
@@ -607,7 +816,11 @@ fn a_worker_killed_with_launches_queued_is_lost() {
         Err(WorkerError::Lost(m)) => assert!(m.contains("signal 9"), "{m}"),
         other => panic!("{other:?}"),
     }
-    assert!(t.elapsed() < Duration::from_millis(300), "noticed after {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_millis(300),
+        "noticed after {:?}",
+        t.elapsed()
+    );
     // So is one killed while the host waits for room in a full ring.
     let mut w = emu_worker(64 << 20);
     let m = w.load_module(&kernel_source("faults")).unwrap();
@@ -618,7 +831,12 @@ fn a_worker_killed_with_launches_queued_is_lost() {
         kill9(pid);
     });
     let t = Instant::now();
-    let r = (0..100_000).try_for_each(|_| w.launch(&spin_launch(m.id, &flag, Duration::from_secs(60))));
+    let r =
+        (0..100_000).try_for_each(|_| w.launch(&spin_launch(m.id, &flag, Duration::from_secs(60))));
     assert!(matches!(r, Err(WorkerError::Lost(_))), "{r:?}");
-    assert!(t.elapsed() < Duration::from_secs(2), "noticed after {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "noticed after {:?}",
+        t.elapsed()
+    );
 }

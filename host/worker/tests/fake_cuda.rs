@@ -13,7 +13,9 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use common::*;
-use tasklet_worker::{BackendKind, ErrorKind, Launch, Pool, PoolConfig, Worker, WorkerCommand, WorkerError};
+use tasklet_worker::{
+    BackendKind, ErrorKind, Launch, Pool, PoolConfig, Worker, WorkerCommand, WorkerError,
+};
 
 const IOTA_PTX: &str = include_str!("../../../kernels/iota.ptx");
 const FAULTS_PTX: &str = include_str!("../../../kernels/faults.ptx");
@@ -50,12 +52,16 @@ fn fake_command() -> Option<WorkerCommand> {
     };
     Some(WorkerCommand {
         program: "env".into(),
-        args: vec![format!("LD_LIBRARY_PATH={}", dir.display()), env!("CARGO_BIN_EXE_tasklet-worker").into()],
+        args: vec![
+            format!("LD_LIBRARY_PATH={}", dir.display()),
+            env!("CARGO_BIN_EXE_tasklet-worker").into(),
+        ],
     })
 }
 
-/// A worker on the fake driver that reports its launch and event-record counts to a file.
-fn counting_worker() -> Option<(Worker, PathBuf)> {
+/// A worker on the fake driver that reports its launch and event-record counts to a file;
+/// `env` goes into the worker's environment.
+fn counting_worker(env: &[&str]) -> Option<(Worker, PathBuf)> {
     let mut cmd = fake_command()?;
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let file = std::env::temp_dir().join(format!(
@@ -63,24 +69,63 @@ fn counting_worker() -> Option<(Worker, PathBuf)> {
         std::process::id(),
         N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));
-    cmd.args.insert(0, format!("FAKE_CUDA_COUNTS={}", file.display()));
-    let w = Worker::spawn(&cmd, BackendKind::Cuda, u64::MAX, Duration::from_secs(10)).expect("a worker on the fake driver");
+    cmd.args
+        .insert(0, format!("FAKE_CUDA_COUNTS={}", file.display()));
+    for (i, e) in env.iter().enumerate() {
+        cmd.args.insert(1 + i, (*e).into());
+    }
+    let w = Worker::spawn(&cmd, BackendKind::Cuda, u64::MAX, Duration::from_secs(10))
+        .expect("a worker on the fake driver");
     Some((w, file))
 }
 
-/// (launches, event records, sync signals stored) so far, as the fake driver wrote them.
-fn counts(file: &PathBuf) -> (u64, u64, u64) {
+/// What the fake driver has counted so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Counts {
+    /// Kernels run, one by one or as graph nodes.
+    launches: u64,
+    /// Events recorded.
+    records: u64,
+    /// Sync signals stored (`cuStreamWriteValue32`).
+    signals: u64,
+    /// Graph launches.
+    graphs: u64,
+    /// Kernel nodes of instantiated graphs updated.
+    updates: u64,
+}
+
+fn counts(file: &PathBuf) -> Counts {
     let s = std::fs::read_to_string(file).unwrap_or_default();
     let words: Vec<&str> = s.split_whitespace().collect();
     match words.as_slice() {
-        ["launches", l, "records", r, "signals", g] => (l.parse().unwrap(), r.parse().unwrap(), g.parse().unwrap()),
-        _ => (0, 0, 0),
+        ["launches", l, "records", r, "signals", s, "graphs", g, "updates", u] => Counts {
+            launches: l.parse().unwrap(),
+            records: r.parse().unwrap(),
+            signals: s.parse().unwrap(),
+            graphs: g.parse().unwrap(),
+            updates: u.parse().unwrap(),
+        },
+        _ => Counts::default(),
+    }
+}
+
+/// `b - a`, field by field.
+fn since(a: Counts, b: Counts) -> Counts {
+    Counts {
+        launches: b.launches - a.launches,
+        records: b.records - a.records,
+        signals: b.signals - a.signals,
+        graphs: b.graphs - a.graphs,
+        updates: b.updates - a.updates,
     }
 }
 
 fn fake_worker() -> Option<Worker> {
     let cmd = fake_command()?;
-    Some(Worker::spawn(&cmd, BackendKind::Cuda, u64::MAX, Duration::from_secs(10)).expect("a worker on the fake driver"))
+    Some(
+        Worker::spawn(&cmd, BackendKind::Cuda, u64::MAX, Duration::from_secs(10))
+            .expect("a worker on the fake driver"),
+    )
 }
 
 fn op_kind<T: std::fmt::Debug>(r: Result<T, WorkerError>) -> (ErrorKind, String) {
@@ -91,19 +136,47 @@ fn op_kind<T: std::fmt::Debug>(r: Result<T, WorkerError>) -> (ErrorKind, String)
 }
 
 fn iota_args(out: u64, n: u32) -> Vec<u8> {
-    out.to_le_bytes().into_iter().chain(n.to_le_bytes()).collect()
+    out.to_le_bytes()
+        .into_iter()
+        .chain(n.to_le_bytes())
+        .collect()
 }
 
-fn launch<'a>(module: u32, kernel: &'a str, block: u32, args: &'a [u8], deadline: Duration) -> Launch<'a> {
-    Launch { module, kernel, grid: [1, 1, 1], block: [block, 1, 1], shared_mem_bytes: 0, args, deadline }
+fn launch<'a>(
+    module: u32,
+    kernel: &'a str,
+    block: u32,
+    args: &'a [u8],
+    deadline: Duration,
+) -> Launch<'a> {
+    Launch {
+        module,
+        kernel,
+        grid: [1, 1, 1],
+        block: [block, 1, 1],
+        shared_mem_bytes: 0,
+        args,
+        deadline,
+    }
 }
 
 #[test]
 fn starts_and_describes_the_device() {
     let Some(mut w) = fake_worker() else { return };
     let i = w.info().unwrap();
-    assert_eq!((i.backend.as_str(), i.device.as_str()), ("cuda", "Fake GPU"));
-    assert_eq!((i.device_memory, i.memory_total, i.compute_capability, i.driver_version), (1 << 30, 1 << 30, (9, 0), 12080));
+    assert_eq!(
+        (i.backend.as_str(), i.device.as_str()),
+        ("cuda", "Fake GPU")
+    );
+    assert_eq!(
+        (
+            i.device_memory,
+            i.memory_total,
+            i.compute_capability,
+            i.driver_version
+        ),
+        (1 << 30, 1 << 30, (9, 0), 12080)
+    );
     assert_eq!(i.uuid, "GPU-10111213-1415-1617-1819-1a1b1c1d1e1f");
     assert!(i.pinned_data, "the data region is registered");
     let info = tasklet_worker::probe_cuda(&fake_command().unwrap()).unwrap();
@@ -116,7 +189,10 @@ fn allocations_read_as_zeros_and_copies_are_bounded() {
     let a = w.alloc(4096).unwrap();
     let mut buf = vec![1u8; 4096];
     w.read(a, &mut buf).unwrap();
-    assert!(buf.iter().all(|&b| b == 0), "the fake driver fills new memory with 0xAB; the backend must zero it");
+    assert!(
+        buf.iter().all(|&b| b == 0),
+        "the fake driver fills new memory with 0xAB; the backend must zero it"
+    );
     let pattern: Vec<u8> = (0..4096u32).map(|i| i as u8).collect();
     w.write(a, &pattern).unwrap();
     // Overlapping copy: memmove semantics.
@@ -125,8 +201,14 @@ fn allocations_read_as_zeros_and_copies_are_bounded() {
     assert_eq!(buf[0], 0);
     assert_eq!(&buf[1..101], &pattern[..100]);
     let info = w.info().unwrap();
-    assert_eq!((info.allocations, info.memory_requested, info.memory_used), (1, 4096, 4096));
-    assert_eq!(op_kind(w.read(a + 4000, &mut buf[..200])).0, ErrorKind::OutOfBounds);
+    assert_eq!(
+        (info.allocations, info.memory_requested, info.memory_used),
+        (1, 4096, 4096)
+    );
+    assert_eq!(
+        op_kind(w.read(a + 4000, &mut buf[..200])).0,
+        ErrorKind::OutOfBounds
+    );
     assert_eq!(op_kind(w.write(a + 8192, &[1])).0, ErrorKind::OutOfBounds);
     assert_eq!(op_kind(w.copy(a, a + 4000, 200)).0, ErrorKind::OutOfBounds);
     assert_eq!(op_kind(w.alloc(0)).0, ErrorKind::InvalidArgument);
@@ -136,7 +218,10 @@ fn allocations_read_as_zeros_and_copies_are_bounded() {
     w.sync().unwrap();
     w.reset().unwrap();
     let info = w.info().unwrap();
-    assert_eq!((info.allocations, info.memory_requested, info.modules), (0, 0, 0));
+    assert_eq!(
+        (info.allocations, info.memory_requested, info.modules),
+        (0, 0, 0)
+    );
 }
 
 #[test]
@@ -145,10 +230,16 @@ fn load_errors_carry_the_jit_log_and_the_fix() {
     let bad = ".version 7.0\n.target sm_80\n.address_size 64\n.visible .entry bad()\n{\n\t.reg .b32 %r<2>;\n\tbogus.instr %r1;\n\tret;\n}\n";
     let (k, m) = op_kind(w.load_module(bad));
     assert_eq!(k, ErrorKind::LoadFailed);
-    assert!(m.contains("line 7") && m.contains("JIT log") && m.contains("CUDA_ERROR_INVALID_PTX"), "{m}");
+    assert!(
+        m.contains("line 7") && m.contains("JIT log") && m.contains("CUDA_ERROR_INVALID_PTX"),
+        "{m}"
+    );
     let (k, m) = op_kind(w.load_module(&IOTA_PTX.replacen(".version 9.0", ".version 99.0", 1)));
     assert_eq!(k, ErrorKind::LoadFailed);
-    assert!(m.contains("99.0") && m.contains("newer than this driver (CUDA 12.8)"), "{m}");
+    assert!(
+        m.contains("99.0") && m.contains("newer than this driver (CUDA 12.8)"),
+        "{m}"
+    );
     let (k, m) = op_kind(w.load_module("garbage with a NUL \0 byte"));
     assert_eq!(k, ErrorKind::LoadFailed, "{m}");
     // Still usable.
@@ -157,7 +248,8 @@ fn load_errors_carry_the_jit_log_and_the_fix() {
 
 /// Posts `l` (which must be accepted) and returns the error the next `sync` reports.
 fn posted(w: &mut Worker, l: &Launch<'_>) -> (ErrorKind, String) {
-    w.launch(l).expect("a posted launch returns before the worker checks it");
+    w.launch(l)
+        .expect("a posted launch returns before the worker checks it");
     op_kind(w.sync())
 }
 
@@ -168,26 +260,64 @@ fn launches_pass_the_argument_block_and_reuse_cached_modules() {
     assert_eq!(m.kernels[0].name, "iota");
     let out = w.alloc(4 * 128).unwrap();
     let args = iota_args(out, 100);
-    w.launch(&launch(m.id, "iota", 128, &args, Duration::from_secs(5))).unwrap();
+    w.launch(&launch(m.id, "iota", 128, &args, Duration::from_secs(5)))
+        .unwrap();
     w.sync().unwrap();
     let mut data = vec![0u8; 4 * 128];
     w.read(out, &mut data).unwrap();
-    let vals: Vec<u32> = data.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    let vals: Vec<u32> = data
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
     assert_eq!(&vals[..100], &(1..=100).collect::<Vec<u32>>()[..]);
     assert!(vals[100..].iter().all(|&v| v == 0));
     // The same PTX again: a new id on the cached module; it outlives the first id.
     let again = w.load_module(IOTA_PTX).unwrap();
     assert_ne!(again.id, m.id);
     w.unload_module(m.id).unwrap();
-    assert_eq!(posted(&mut w, &launch(m.id, "iota", 128, &args, Duration::from_secs(5))).0, ErrorKind::InvalidArgument);
-    w.launch(&launch(again.id, "iota", 128, &args, Duration::from_secs(5))).unwrap();
+    assert_eq!(
+        posted(
+            &mut w,
+            &launch(m.id, "iota", 128, &args, Duration::from_secs(5))
+        )
+        .0,
+        ErrorKind::InvalidArgument
+    );
+    w.launch(&launch(
+        again.id,
+        "iota",
+        128,
+        &args,
+        Duration::from_secs(5),
+    ))
+    .unwrap();
     // Refused launches leave the worker usable. Launches are posted: the refusal is reported by
     // the next op that waits (here `sync`).
-    let (k, msg) = posted(&mut w, &launch(again.id, "iota", 2048, &args, Duration::from_secs(5)));
+    let (k, msg) = posted(
+        &mut w,
+        &launch(again.id, "iota", 2048, &args, Duration::from_secs(5)),
+    );
     assert_eq!(k, ErrorKind::LaunchFailed);
-    assert!(msg.contains("1024 threads") && msg.contains("CUDA_ERROR_INVALID_VALUE"), "{msg}");
-    assert_eq!(posted(&mut w, &launch(again.id, "iota", 1, &args[..8], Duration::from_secs(5))).0, ErrorKind::LaunchFailed);
-    assert_eq!(posted(&mut w, &launch(again.id, "nope", 1, &args, Duration::from_secs(5))).0, ErrorKind::LaunchFailed);
+    assert!(
+        msg.contains("1024 threads") && msg.contains("CUDA_ERROR_INVALID_VALUE"),
+        "{msg}"
+    );
+    assert_eq!(
+        posted(
+            &mut w,
+            &launch(again.id, "iota", 1, &args[..8], Duration::from_secs(5))
+        )
+        .0,
+        ErrorKind::LaunchFailed
+    );
+    assert_eq!(
+        posted(
+            &mut w,
+            &launch(again.id, "nope", 1, &args, Duration::from_secs(5))
+        )
+        .0,
+        ErrorKind::LaunchFailed
+    );
     w.sync().unwrap();
     assert!(!w.is_poisoned());
     assert_eq!(w.info().unwrap().modules, 1);
@@ -203,25 +333,44 @@ fn a_burst_taken_together_keeps_each_argument_block_and_stops_at_a_refusal() {
     // Launch k writes 1..=k+1 into slot k of a fresh buffer: every launch needs its own argument
     // block. The worker is stopped while the burst is posted, so it finds the whole burst ready
     // and takes it together. `refuse`: (launch, its block size, its argument bytes).
-    let mut burst = |refuse: Option<(usize, u32, usize)>| -> (Result<(), WorkerError>, Vec<Vec<u32>>) {
-        let out = w.alloc(SLOTS as u64 * 64).unwrap();
-        w.signal_for_test(libc::SIGSTOP);
-        for k in 0..SLOTS {
-            let args = iota_args(out + k as u64 * 64, k as u32 + 1);
-            let (block, len) = match refuse {
-                Some((at, block, len)) if at == k => (block, len),
-                _ => (16, args.len()),
-            };
-            w.launch(&launch(m.id, "iota", block, &args[..len], Duration::from_secs(5))).unwrap();
-        }
-        w.signal_for_test(libc::SIGCONT);
-        let synced = w.sync();
-        let mut data = vec![0u8; SLOTS * 64];
-        w.read(out, &mut data).unwrap();
-        let slots = data.chunks_exact(64).map(|s| s.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()).collect();
-        (synced, slots)
+    let mut burst =
+        |refuse: Option<(usize, u32, usize)>| -> (Result<(), WorkerError>, Vec<Vec<u32>>) {
+            let out = w.alloc(SLOTS as u64 * 64).unwrap();
+            w.signal_for_test(libc::SIGSTOP);
+            for k in 0..SLOTS {
+                let args = iota_args(out + k as u64 * 64, k as u32 + 1);
+                let (block, len) = match refuse {
+                    Some((at, block, len)) if at == k => (block, len),
+                    _ => (16, args.len()),
+                };
+                w.launch(&launch(
+                    m.id,
+                    "iota",
+                    block,
+                    &args[..len],
+                    Duration::from_secs(5),
+                ))
+                .unwrap();
+            }
+            w.signal_for_test(libc::SIGCONT);
+            let synced = w.sync();
+            let mut data = vec![0u8; SLOTS * 64];
+            w.read(out, &mut data).unwrap();
+            let slots = data
+                .chunks_exact(64)
+                .map(|s| {
+                    s.chunks_exact(4)
+                        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                        .collect()
+                })
+                .collect();
+            (synced, slots)
+        };
+    let written = |k: usize, ran: bool| -> Vec<u32> {
+        (1..=16)
+            .map(|v| if ran && v <= k as u32 + 1 { v } else { 0 })
+            .collect()
     };
-    let written = |k: usize, ran: bool| -> Vec<u32> { (1..=16).map(|v| if ran && v <= k as u32 + 1 { v } else { 0 }).collect() };
 
     let (synced, slots) = burst(None);
     synced.unwrap();
@@ -231,13 +380,21 @@ fn a_burst_taken_together_keeps_each_argument_block_and_stops_at_a_refusal() {
     // Refused in the middle, by the backend's own check (a short argument block) and by the
     // driver (too many threads per block): the launches before it ran, those behind it were
     // dropped, and the worker stays usable.
-    for (refuse, says) in [((5, 16, 8), "8 bytes given"), ((7, 2048, 12), "1024 threads")] {
+    for (refuse, says) in [
+        ((5, 16, 8), "8 bytes given"),
+        ((7, 2048, 12), "1024 threads"),
+    ] {
         let (synced, slots) = burst(Some(refuse));
         let (kind, msg) = op_kind(synced);
         assert_eq!(kind, ErrorKind::LaunchFailed);
         assert!(msg.contains(says), "{msg}");
         for (k, v) in slots.iter().enumerate() {
-            assert_eq!(*v, written(k, k < refuse.0), "slot {k} of a burst refused at {}", refuse.0);
+            assert_eq!(
+                *v,
+                written(k, k < refuse.0),
+                "slot {k} of a burst refused at {}",
+                refuse.0
+            );
         }
     }
     assert!(!w.is_poisoned());
@@ -248,11 +405,25 @@ fn a_fault_is_reported_at_sync_and_poisons_the_worker() {
     let Some(mut w) = fake_worker() else { return };
     let m = w.load_module(FAULTS_PTX).unwrap();
     let buf = w.alloc(64).unwrap();
-    let args: Vec<u8> = buf.to_le_bytes().into_iter().chain((1u64 << 40).to_le_bytes()).collect();
-    w.launch(&launch(m.id, "write_out_of_bounds", 1, &args, Duration::from_secs(5))).unwrap();
+    let args: Vec<u8> = buf
+        .to_le_bytes()
+        .into_iter()
+        .chain((1u64 << 40).to_le_bytes())
+        .collect();
+    w.launch(&launch(
+        m.id,
+        "write_out_of_bounds",
+        1,
+        &args,
+        Duration::from_secs(5),
+    ))
+    .unwrap();
     let (k, msg) = op_kind(w.sync());
     assert_eq!(k, ErrorKind::KernelFault);
-    assert!(msg.contains("CUDA_ERROR_ILLEGAL_ADDRESS") && msg.contains("write_out_of_bounds"), "{msg}");
+    assert!(
+        msg.contains("CUDA_ERROR_ILLEGAL_ADDRESS") && msg.contains("write_out_of_bounds"),
+        "{msg}"
+    );
     assert!(w.is_poisoned());
     assert_eq!(op_kind(w.alloc(16)).0, ErrorKind::KernelFault);
 }
@@ -261,23 +432,43 @@ fn a_fault_is_reported_at_sync_and_poisons_the_worker() {
 fn a_sync_is_seen_through_the_devices_completion_store_before_the_worker_answers() {
     // The fake device's store of the sync's seq lands at once, and the driver call that asked for
     // it then takes 300 ms to return, so the worker answers the sync that late.
-    let Some(mut cmd) = fake_command() else { return };
+    let Some(mut cmd) = fake_command() else {
+        return;
+    };
     cmd.args.insert(0, "FAKE_CUDA_SIGNAL_STALL_MS=300".into());
-    let mut w = Worker::spawn(&cmd, BackendKind::Cuda, u64::MAX, Duration::from_secs(10)).expect("a worker on the fake driver");
+    let mut w = Worker::spawn(&cmd, BackendKind::Cuda, u64::MAX, Duration::from_secs(10))
+        .expect("a worker on the fake driver");
     let m = w.load_module(IOTA_PTX).unwrap();
     let out = w.alloc(64).unwrap();
     for round in 1..=2u64 {
-        w.launch(&launch(m.id, "iota", 16, &iota_args(out, 16), Duration::from_secs(5))).unwrap();
+        w.launch(&launch(
+            m.id,
+            "iota",
+            16,
+            &iota_args(out, 16),
+            Duration::from_secs(5),
+        ))
+        .unwrap();
         let t = Instant::now();
         w.sync().unwrap();
-        assert!(t.elapsed() < Duration::from_millis(200), "{:?}: answered by the worker, not the device", t.elapsed());
+        assert!(
+            t.elapsed() < Duration::from_millis(200),
+            "{:?}: answered by the worker, not the device",
+            t.elapsed()
+        );
         assert_eq!(w.signalled_syncs(), round);
         // The next op queues behind the worker's own late answer to the sync, which is skipped.
         let mut buf = vec![0u8; 64];
         let t = Instant::now();
         w.read(out, &mut buf).unwrap();
-        assert!(t.elapsed() >= Duration::from_millis(50), "the read waited for the worker to finish the sync");
-        let got: Vec<u32> = buf.chunks(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect();
+        assert!(
+            t.elapsed() >= Duration::from_millis(50),
+            "the read waited for the worker to finish the sync"
+        );
+        let got: Vec<u32> = buf
+            .chunks(4)
+            .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
         assert_eq!(got, (1..=16).collect::<Vec<u32>>());
     }
     // With no kernel queued the worker answers by itself.
@@ -285,8 +476,19 @@ fn a_sync_is_seen_through_the_devices_completion_store_before_the_worker_answers
     assert_eq!(w.signalled_syncs(), 2);
     // A faulting kernel's sync is never signalled: its error is the worker's answer.
     let f = w.load_module(FAULTS_PTX).unwrap();
-    let args: Vec<u8> = out.to_le_bytes().into_iter().chain((1u64 << 40).to_le_bytes()).collect();
-    w.launch(&launch(f.id, "write_out_of_bounds", 1, &args, Duration::from_secs(5))).unwrap();
+    let args: Vec<u8> = out
+        .to_le_bytes()
+        .into_iter()
+        .chain((1u64 << 40).to_le_bytes())
+        .collect();
+    w.launch(&launch(
+        f.id,
+        "write_out_of_bounds",
+        1,
+        &args,
+        Duration::from_secs(5),
+    ))
+    .unwrap();
     assert_eq!(op_kind(w.sync()).0, ErrorKind::KernelFault);
     assert_eq!(w.signalled_syncs(), 2);
 }
@@ -298,13 +500,27 @@ fn a_runaway_kernel_is_deadline_exceeded_at_sync_and_launch_is_asynchronous() {
     let flag = w.alloc(4).unwrap();
     let args = flag.to_le_bytes();
     let t = Instant::now();
-    w.launch(&launch(m.id, "spin_forever", 32, &args, Duration::from_millis(300))).unwrap();
-    assert!(t.elapsed() < Duration::from_millis(100), "launch waited {:?}", t.elapsed());
+    w.launch(&launch(
+        m.id,
+        "spin_forever",
+        32,
+        &args,
+        Duration::from_millis(300),
+    ))
+    .unwrap();
+    assert!(
+        t.elapsed() < Duration::from_millis(100),
+        "launch waited {:?}",
+        t.elapsed()
+    );
     let (k, msg) = op_kind(w.sync());
     let took = t.elapsed();
     assert_eq!(k, ErrorKind::DeadlineExceeded, "{msg}");
     assert!(msg.contains("spin_forever"), "{msg}");
-    assert!(took >= Duration::from_millis(290) && took < Duration::from_millis(1000), "sync answered after {took:?}");
+    assert!(
+        took >= Duration::from_millis(290) && took < Duration::from_millis(1000),
+        "sync answered after {took:?}"
+    );
     assert!(w.is_poisoned());
 }
 
@@ -314,7 +530,14 @@ fn a_runaway_nobody_waits_for_is_ended_by_the_watchdog() {
     let m = w.load_module(FAULTS_PTX).unwrap();
     let flag = w.alloc(4).unwrap();
     let args = flag.to_le_bytes();
-    w.launch(&launch(m.id, "spin_forever", 32, &args, Duration::from_millis(200))).unwrap();
+    w.launch(&launch(
+        m.id,
+        "spin_forever",
+        32,
+        &args,
+        Duration::from_millis(200),
+    ))
+    .unwrap();
     let pid = w.pid();
     // The watchdog ends the process ~250 ms after the deadline.
     std::thread::sleep(Duration::from_millis(800));
@@ -327,7 +550,9 @@ fn a_runaway_nobody_waits_for_is_ended_by_the_watchdog() {
 
 #[test]
 fn a_worker_with_kernels_still_queued_is_replaced_not_reset() {
-    let Some(command) = fake_command() else { return };
+    let Some(command) = fake_command() else {
+        return;
+    };
     let pool = Pool::start(PoolConfig {
         command,
         backend: BackendKind::Cuda,
@@ -342,19 +567,37 @@ fn a_worker_with_kernels_still_queued_is_replaced_not_reset() {
     let m = w.load_module(FAULTS_PTX).unwrap();
     let flag = w.alloc(4).unwrap();
     let args = flag.to_le_bytes();
-    w.launch(&launch(m.id, "spin_forever", 32, &args, Duration::from_secs(30))).unwrap();
+    w.launch(&launch(
+        m.id,
+        "spin_forever",
+        32,
+        &args,
+        Duration::from_secs(30),
+    ))
+    .unwrap();
     assert!(w.has_pending_launches());
     let pid = w.pid();
     let t = Instant::now();
     pool.release(w);
-    assert!(t.elapsed() < Duration::from_secs(2), "release waited {:?} for the kernel", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "release waited {:?} for the kernel",
+        t.elapsed()
+    );
     wait_dead(pid);
     // A healthy one (nothing queued) is reset and reused.
     let mut w = pool.acquire().unwrap();
     let reused = w.pid();
     let m = w.load_module(IOTA_PTX).unwrap();
     let out = w.alloc(64).unwrap();
-    w.launch(&launch(m.id, "iota", 16, &iota_args(out, 16), Duration::from_secs(5))).unwrap();
+    w.launch(&launch(
+        m.id,
+        "iota",
+        16,
+        &iota_args(out, 16),
+        Duration::from_secs(5),
+    ))
+    .unwrap();
     w.sync().unwrap();
     pool.release(w);
     let w = pool.acquire().unwrap();
@@ -362,30 +605,151 @@ fn a_worker_with_kernels_still_queued_is_replaced_not_reset() {
     pool.release(w);
 }
 
-#[test]
-fn a_burst_of_launches_shares_one_event_per_group() {
-    let Some((mut w, file)) = counting_worker() else { return };
-    let m = w.load_module(FAULTS_PTX).unwrap();
-    w.sync().unwrap();
-    let (l0, r0, s0) = counts(&file);
-    // Stopped, so all 20 are queued when it looks: groups of 8, 8, and 4 closed by the sync (its
-    // event goes before the sync's completion word).
+/// Stops the worker and waits until it is stopped (`kill` returns before the signal is taken),
+/// so that it finds everything posted next ready at once when it continues.
+fn stop(w: &Worker) {
     w.signal_for_test(libc::SIGSTOP);
+    let stat = format!("/proc/{}/stat", w.pid());
+    let stopped = || {
+        std::fs::read_to_string(&stat)
+            .ok()
+            .and_then(|s| {
+                s.rsplit_once(") ")
+                    .map(|(_, rest)| rest.starts_with('T') || rest.starts_with('t'))
+            })
+            .unwrap_or(false)
+    };
+    assert!(
+        eventually(Duration::from_secs(5), stopped),
+        "the worker did not stop"
+    );
+}
+
+/// 20 launches of `empty` posted while the worker is stopped, then a sync and a ping (answered
+/// only after the worker finished the sync, which may have been seen earlier through the
+/// completion word, before the last group's event was recorded): what the driver saw.
+fn stopped_burst(w: &mut Worker, file: &PathBuf, module: u32) -> Counts {
+    let before = counts(file);
+    stop(w);
     for _ in 0..20 {
-        w.launch(&launch(m.id, "empty", 1, &[], Duration::from_secs(5))).unwrap();
+        w.launch(&launch(module, "empty", 1, &[], Duration::from_secs(5)))
+            .unwrap();
     }
     w.signal_for_test(libc::SIGCONT);
     w.sync().unwrap();
-    // The sync may have been seen through the completion word before the worker recorded the
-    // last group's event; a ping is answered only after the worker finished the sync.
     w.ping().unwrap();
-    let (l1, r1, s1) = counts(&file);
-    assert_eq!(l1 - l0, 20);
-    assert_eq!(r1 - r0, 3, "20 launches in groups of {}", tasklet_worker::backend::cuda::GROUP_MAX);
-    assert_eq!(s1 - s0, 1, "one signalled sync");
+    since(before, counts(file))
+}
+
+#[test]
+fn a_burst_of_launches_shares_one_event_per_group() {
+    let Some((mut w, file)) = counting_worker(&[]) else {
+        return;
+    };
+    let m = w.load_module(FAULTS_PTX).unwrap();
+    w.sync().unwrap();
+    // All 20 are queued when the worker continues. It takes the first alone (it was waiting for
+    // it), then 16 together, then 3; groups of 8, 8, and 4 closed by the sync (its event goes
+    // before the sync's completion word). Each run of launches within one group is one graph
+    // launch: [1] [7 | 8 | 1] [3].
+    let c = stopped_burst(&mut w, &file, m.id);
+    assert_eq!(c.launches, 20);
+    assert_eq!(
+        c.records,
+        3,
+        "20 launches in groups of {}",
+        tasklet_worker::backend::cuda::GROUP_MAX
+    );
+    assert_eq!(c.graphs, 5, "one graph launch per run within a group");
+    assert_eq!(c.signals, 1, "one signalled sync");
     // A lone launch is closed when the worker idles (no sync), so the watchdog can see it.
-    w.launch(&launch(m.id, "empty", 1, &[], Duration::from_secs(5))).unwrap();
-    assert!(eventually(Duration::from_secs(2), || counts(&file).1 == r1 + 1), "{:?}", counts(&file));
+    let r1 = counts(&file).records;
+    w.launch(&launch(m.id, "empty", 1, &[], Duration::from_secs(5)))
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(2), || counts(&file).records == r1 + 1),
+        "{:?}",
+        counts(&file)
+    );
+    let _ = std::fs::remove_file(file);
+}
+
+#[test]
+fn graph_nodes_are_updated_only_where_a_launch_differs() {
+    let Some((mut w, file)) = counting_worker(&[]) else {
+        return;
+    };
+    let m = w.load_module(IOTA_PTX).unwrap();
+    let out = w.alloc(8 * 64).unwrap();
+    // Eight launches of iota, launch k into slot k, posted while the worker is stopped: it takes
+    // the first alone, then seven together: a chain of one and a chain of seven.
+    let mut run = |w: &mut Worker, n_of: &dyn Fn(usize) -> u32| -> Counts {
+        let before = counts(&file);
+        stop(w);
+        for k in 0..8 {
+            let args = iota_args(out + k as u64 * 64, n_of(k));
+            w.launch(&launch(m.id, "iota", 16, &args, Duration::from_secs(5)))
+                .unwrap();
+        }
+        w.signal_for_test(libc::SIGCONT);
+        w.sync().unwrap();
+        w.ping().unwrap();
+        since(before, counts(&file))
+    };
+    let first = run(&mut w, &|k| k as u32 + 1);
+    assert_eq!(
+        (first.launches, first.graphs, first.updates),
+        (8, 2, 0),
+        "built from its first run: {first:?}"
+    );
+    let again = run(&mut w, &|k| k as u32 + 1);
+    assert_eq!(
+        (again.launches, again.graphs, again.updates),
+        (8, 2, 0),
+        "the same launches again: {again:?}"
+    );
+    // Slots 2 and 5 now get 16 values: two argument blocks differ, two nodes are updated.
+    let changed = run(&mut w, &|k| {
+        if k == 2 || k == 5 {
+            16
+        } else {
+            k as u32 + 1
+        }
+    });
+    assert_eq!(
+        (changed.launches, changed.graphs, changed.updates),
+        (8, 2, 2),
+        "{changed:?}"
+    );
+    let mut data = vec![0u8; 8 * 64];
+    w.read(out, &mut data).unwrap();
+    for (k, slot) in data.chunks_exact(64).enumerate() {
+        let got: Vec<u32> = slot
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        let n = if k == 2 || k == 5 { 16 } else { k as u32 + 1 };
+        let want: Vec<u32> = (1..=16).map(|v| if v <= n { v } else { 0 }).collect();
+        assert_eq!(got, want, "slot {k}");
+    }
+    // A reset unloads every module, and first forgets the chains (they hold its functions): the
+    // next run builds anew rather than updating nodes of functions that are gone.
+    w.reset().unwrap();
+    let m2 = w.load_module(FAULTS_PTX).unwrap();
+    let c = stopped_burst(&mut w, &file, m2.id);
+    assert_eq!((c.launches, c.graphs, c.updates), (20, 5, 0), "{c:?}");
+    let _ = std::fs::remove_file(file);
+}
+
+#[test]
+fn with_graphs_turned_off_launches_go_one_by_one() {
+    let Some((mut w, file)) = counting_worker(&["TASKLET_CUDA_GRAPHS=0"]) else {
+        return;
+    };
+    let m = w.load_module(FAULTS_PTX).unwrap();
+    w.sync().unwrap();
+    let c = stopped_burst(&mut w, &file, m.id);
+    assert_eq!((c.launches, c.records, c.graphs), (20, 3, 0), "{c:?}");
     let _ = std::fs::remove_file(file);
 }
 
@@ -400,7 +764,8 @@ fn a_runaway_inside_a_burst_is_caught_within_its_groups_summed_deadline() {
     let t = Instant::now();
     for i in 0..7 {
         if i == 3 {
-            w.launch(&launch(m.id, "spin_forever", 32, &args, d)).unwrap();
+            w.launch(&launch(m.id, "spin_forever", 32, &args, d))
+                .unwrap();
         } else {
             w.launch(&launch(m.id, "empty", 1, &[], d)).unwrap();
         }
@@ -409,9 +774,15 @@ fn a_runaway_inside_a_burst_is_caught_within_its_groups_summed_deadline() {
     let (k, msg) = op_kind(w.sync());
     let took = t.elapsed();
     assert_eq!(k, ErrorKind::DeadlineExceeded, "{msg}");
-    assert!(msg.contains("spin_forever") && msg.contains("7 launched together"), "{msg}");
+    assert!(
+        msg.contains("spin_forever") && msg.contains("7 launched together"),
+        "{msg}"
+    );
     // The group's deadline is the sum of its 7 members' (a legitimate burst gets all of it).
-    assert!(took >= 7 * d - Duration::from_millis(20) && took < 7 * d + Duration::from_millis(700), "{took:?}");
+    assert!(
+        took >= 7 * d - Duration::from_millis(20) && took < 7 * d + Duration::from_millis(700),
+        "{took:?}"
+    );
     assert!(w.is_poisoned());
 }
 
@@ -426,7 +797,9 @@ mod guest {
     const MIB: usize = 1 << 20;
 
     fn pattern(len: usize, seed: u8) -> Vec<u8> {
-        (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 12) as u8).collect()
+        (0..len)
+            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 12) as u8)
+            .collect()
     }
 
     #[test]

@@ -12,7 +12,13 @@ use tasklet_worker::{BackendKind, ErrorKind, Launch, Worker, WorkerError};
 const MIB: usize = 1 << 20;
 
 fn emu_worker() -> Worker {
-    Worker::spawn(&command(false), BackendKind::Emu, 512 << 20, Duration::from_secs(10)).expect("spawn")
+    Worker::spawn(
+        &command(false),
+        BackendKind::Emu,
+        512 << 20,
+        Duration::from_secs(10),
+    )
+    .expect("spawn")
 }
 
 fn pattern(len: usize, seed: u32) -> Vec<u8> {
@@ -50,7 +56,10 @@ fn write_from_and_read_into_round_trip() {
     assert!(back == data, "device contents differ from what was written");
     // And they come back into another part of the memory, in place.
     w.read_into(dev, &span(&mem, 8 * MIB, n)).unwrap();
-    assert!(bytes(&mem, 8 * MIB, n) == &data[..], "read_into did not fill the guest memory");
+    assert!(
+        bytes(&mem, 8 * MIB, n) == &data[..],
+        "read_into did not fill the guest memory"
+    );
     // A part of the device range, into an unaligned spot.
     w.read_into(dev + 1000, &span(&mem, 3, 777)).unwrap();
     assert_eq!(bytes(&mem, 3, 777), &data[1000..1777]);
@@ -87,7 +96,10 @@ fn memory_grown_after_attach_is_usable_and_reads_as_zeros() {
     mem.grow_to(12 * MIB).unwrap();
     assert_eq!(mem.as_ptr(), base, "growth never moves the memory");
     assert_eq!(mem.size(), 12 * MIB);
-    assert!(bytes(&mem, MIB, 11 * MIB).iter().all(|&b| b == 0), "grown memory is zeroed");
+    assert!(
+        bytes(&mem, MIB, 11 * MIB).iter().all(|&b| b == 0),
+        "grown memory is zeroed"
+    );
     let data = pattern(6 * MIB, 3);
     bytes(&mem, 5 * MIB, 6 * MIB).copy_from_slice(&data);
     // The worker mapped the memory when it was 1 MiB; it must see the grown part.
@@ -113,13 +125,34 @@ fn locate_finds_only_ranges_inside_a_live_memory() {
     assert!(!s.is_empty());
     let s = locate(b.wrapping_add(100), 50).unwrap();
     assert_eq!((s.offset(), s.len()), (100, 50));
-    assert!(locate(b.wrapping_add(2 * MIB), 0).is_some(), "empty at the end");
-    assert!(locate(b.wrapping_add(2 * MIB - 1), 2).is_none(), "straddling the size");
-    assert!(locate(b.wrapping_add(2 * MIB), 1).is_none(), "past the size");
-    assert!(locate(b.wrapping_add(7 * MIB), 1).is_none(), "in the room to grow");
-    assert!(locate(b.wrapping_add(8 * MIB + 10), 1).is_none(), "in the guard");
-    assert!(locate(b.wrapping_sub(1), 2).is_none(), "straddling the start");
-    assert!(locate(b.wrapping_sub(4096), 1).is_none(), "before the memory");
+    assert!(
+        locate(b.wrapping_add(2 * MIB), 0).is_some(),
+        "empty at the end"
+    );
+    assert!(
+        locate(b.wrapping_add(2 * MIB - 1), 2).is_none(),
+        "straddling the size"
+    );
+    assert!(
+        locate(b.wrapping_add(2 * MIB), 1).is_none(),
+        "past the size"
+    );
+    assert!(
+        locate(b.wrapping_add(7 * MIB), 1).is_none(),
+        "in the room to grow"
+    );
+    assert!(
+        locate(b.wrapping_add(8 * MIB + 10), 1).is_none(),
+        "in the guard"
+    );
+    assert!(
+        locate(b.wrapping_sub(1), 2).is_none(),
+        "straddling the start"
+    );
+    assert!(
+        locate(b.wrapping_sub(4096), 1).is_none(),
+        "before the memory"
+    );
     assert!(locate(b, usize::MAX).is_none(), "overflowing length");
     let heap = [0u8; 64];
     assert!(locate(heap.as_ptr(), 64).is_none(), "ordinary memory");
@@ -148,15 +181,36 @@ fn out_of_bounds_device_ranges_are_refused_and_write_nothing() {
     bytes(&mem, 0, MIB).fill(0xab);
     let mut w = emu_worker();
     let dev = w.alloc(4096).unwrap();
-    assert_eq!(op_kind(w.write_from(dev, &span(&mem, 0, 8192))), ErrorKind::OutOfBounds);
-    assert_eq!(op_kind(w.write_from(dev + 4000, &span(&mem, 0, 97))), ErrorKind::OutOfBounds);
-    assert_eq!(op_kind(w.write_from(u64::MAX - 10, &span(&mem, 0, 97))), ErrorKind::OutOfBounds);
+    assert_eq!(
+        op_kind(w.write_from(dev, &span(&mem, 0, 8192))),
+        ErrorKind::OutOfBounds
+    );
+    assert_eq!(
+        op_kind(w.write_from(dev + 4000, &span(&mem, 0, 97))),
+        ErrorKind::OutOfBounds
+    );
+    assert_eq!(
+        op_kind(w.write_from(u64::MAX - 10, &span(&mem, 0, 97))),
+        ErrorKind::OutOfBounds
+    );
     let mut back = vec![1u8; 4096];
     w.read(dev, &mut back).unwrap();
-    assert!(back.iter().all(|&b| b == 0), "a refused write wrote something");
-    assert_eq!(op_kind(w.read_into(dev, &span(&mem, 0, 4097))), ErrorKind::OutOfBounds);
-    assert_eq!(op_kind(w.read_into(dev + 8192, &span(&mem, 0, 1))), ErrorKind::OutOfBounds);
-    assert!(bytes(&mem, 0, MIB).iter().all(|&b| b == 0xab), "a refused read wrote into guest memory");
+    assert!(
+        back.iter().all(|&b| b == 0),
+        "a refused write wrote something"
+    );
+    assert_eq!(
+        op_kind(w.read_into(dev, &span(&mem, 0, 4097))),
+        ErrorKind::OutOfBounds
+    );
+    assert_eq!(
+        op_kind(w.read_into(dev + 8192, &span(&mem, 0, 1))),
+        ErrorKind::OutOfBounds
+    );
+    assert!(
+        bytes(&mem, 0, MIB).iter().all(|&b| b == 0xab),
+        "a refused read wrote into guest memory"
+    );
     // The worker is fine.
     w.write_from(dev, &span(&mem, 0, 4096)).unwrap();
     w.read(dev, &mut back).unwrap();
@@ -181,15 +235,25 @@ fn an_earlier_launch_error_is_reported_first_and_the_copy_not_performed() {
     };
     w.launch(&launch).unwrap();
     match w.write_from(dev, &span(&mem, 0, 64)) {
-        Err(WorkerError::Op { message, .. }) => assert!(message.contains("earlier launch"), "{message}"),
+        Err(WorkerError::Op { message, .. }) => {
+            assert!(message.contains("earlier launch"), "{message}")
+        }
         other => panic!("{other:?}"),
     }
     let mut back = vec![0u8; 64];
     w.read(dev, &mut back).unwrap();
-    assert_eq!(back, vec![0u8; 64], "the write ran despite the earlier error");
+    assert_eq!(
+        back,
+        vec![0u8; 64],
+        "the write ran despite the earlier error"
+    );
     w.launch(&launch).unwrap();
     assert!(w.read_into(dev, &span(&mem, 0, 64)).is_err());
-    assert_eq!(bytes(&mem, 0, 64), &[5u8; 64][..], "the read ran despite the earlier error");
+    assert_eq!(
+        bytes(&mem, 0, 64),
+        &[5u8; 64][..],
+        "the read ran despite the earlier error"
+    );
 }
 
 #[test]
@@ -240,7 +304,11 @@ fn dropped_memories_are_detached_at_the_next_attach() {
         let mem = SharedMemory::create(MIB, MIB, 0).unwrap();
         bytes(&mem, 0, 4096).fill(i);
         w.write_from(dev, &span(&mem, 0, 4096)).unwrap();
-        assert_eq!(w.attached_memories(), 1, "memory {i}: dead ones were not detached");
+        assert_eq!(
+            w.attached_memories(),
+            1,
+            "memory {i}: dead ones were not detached"
+        );
         let mut back = vec![0u8; 4096];
         w.read(dev, &mut back).unwrap();
         assert!(back.iter().all(|&b| b == i));
@@ -263,7 +331,10 @@ fn a_worker_killed_mid_transfer_is_lost() {
     let r = w.write_from(dev, &span(&mem, 0, 8 * MIB));
     killer.join().unwrap();
     assert!(matches!(r, Err(WorkerError::Lost(_))), "{r:?}");
-    assert!(matches!(w.read_into(dev, &span(&mem, 0, 1)), Err(WorkerError::Lost(_))));
+    assert!(matches!(
+        w.read_into(dev, &span(&mem, 0, 1)),
+        Err(WorkerError::Lost(_))
+    ));
     // The memory is still the host's, intact and usable.
     bytes(&mem, 0, 8 * MIB).fill(1);
 }
@@ -279,7 +350,10 @@ fn past_the_size_is_inaccessible() {
             let range = f.next().unwrap();
             let p = f.next().unwrap();
             let (lo, hi) = range.split_once('-').unwrap();
-            let (lo, hi) = (usize::from_str_radix(lo, 16).unwrap(), usize::from_str_radix(hi, 16).unwrap());
+            let (lo, hi) = (
+                usize::from_str_radix(lo, 16).unwrap(),
+                usize::from_str_radix(hi, 16).unwrap(),
+            );
             if (lo..hi).contains(&at) {
                 return p.to_string();
             }
@@ -310,7 +384,10 @@ fn a_worker_cannot_shrink_the_memory() {
 fn find_memfd(mem: &SharedMemory) -> i32 {
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
     let start = format!("{:x}-", mem.as_ptr() as usize);
-    let line = maps.lines().find(|l| l.starts_with(&start)).expect("mapping");
+    let line = maps
+        .lines()
+        .find(|l| l.starts_with(&start))
+        .expect("mapping");
     let inode = line.split_whitespace().nth(4).unwrap().to_string();
     for e in std::fs::read_dir("/proc/self/fd").unwrap() {
         let e = e.unwrap();
@@ -336,5 +413,8 @@ fn growth_zeroes_what_a_worker_planted_past_the_size() {
     use std::os::unix::fs::FileExt;
     f.write_all_at(&[0xee; 4096], 2 * MIB as u64).unwrap();
     mem.grow_to(3 * MIB).unwrap();
-    assert!(bytes(&mem, MIB, 2 * MIB).iter().all(|&b| b == 0), "planted bytes showed through");
+    assert!(
+        bytes(&mem, MIB, 2 * MIB).iter().all(|&b| b == 0),
+        "planted bytes showed through"
+    );
 }

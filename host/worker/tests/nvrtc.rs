@@ -10,7 +10,8 @@ use common::*;
 use tasklet_worker::{nvrtc, BackendKind, ErrorKind, Launch, Worker, WorkerCommand, WorkerError};
 
 fn emu_worker_with(command: &WorkerCommand) -> Worker {
-    Worker::spawn(command, BackendKind::Emu, 16 << 20, Duration::from_secs(30)).expect("spawn emu worker")
+    Worker::spawn(command, BackendKind::Emu, 16 << 20, Duration::from_secs(30))
+        .expect("spawn emu worker")
 }
 
 /// Whether NVRTC is there; prints the skip line when it is not (and fails under CI).
@@ -18,7 +19,10 @@ fn have_nvrtc() -> bool {
     match nvrtc::library() {
         Ok(_) => true,
         Err(e) => {
-            assert!(std::env::var_os("CI").is_none(), "CI must find NVRTC (kernels/install-nvrtc.sh): {e}");
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI must find NVRTC (kernels/install-nvrtc.sh): {e}"
+            );
             eprintln!("skipped: NVRTC not found ({e})");
             false
         }
@@ -82,17 +86,32 @@ fn cuda_c_compiles_and_runs_on_the_emulator() {
     for (i, c) in back.chunks(4).enumerate() {
         let got = f32::from_le_bytes(c.try_into().unwrap());
         // nvcc and NVRTC contract a*x+y into one fma by default.
-        assert_eq!(got.to_bits(), 2.5f32.mul_add(x[i], y[i]).to_bits(), "y[{i}]");
+        assert_eq!(
+            got.to_bits(),
+            2.5f32.mul_add(x[i], y[i]).to_bits(),
+            "y[{i}]"
+        );
     }
 
     let out = w.alloc(64 * 8).unwrap();
     let args = out.to_le_bytes();
-    w.launch(&Launch { kernel: "tri", grid: [1, 1, 1], block: [64, 1, 1], args: &args, ..launch }).unwrap();
+    w.launch(&Launch {
+        kernel: "tri",
+        grid: [1, 1, 1],
+        block: [64, 1, 1],
+        args: &args,
+        ..launch
+    })
+    .unwrap();
     let mut back = vec![0u8; 64 * 8];
     w.read(out, &mut back).unwrap();
     for (i, c) in back.chunks(8).enumerate() {
         let i = i as u64;
-        assert_eq!(u64::from_le_bytes(c.try_into().unwrap()), 3 * i * (i + 1) / 2, "out[{i}]");
+        assert_eq!(
+            u64::from_le_bytes(c.try_into().unwrap()),
+            3 * i * (i + 1) / 2,
+            "out[{i}]"
+        );
     }
 }
 
@@ -104,19 +123,38 @@ fn options_reach_nvrtc() {
     let mut w = emu_worker_with(&command(false));
     let src = "extern \"C\" __global__ void k(int *p) { p[0] = VALUE; }";
     match w.load_source(src, &[]) {
-        Err(WorkerError::Op { kind: ErrorKind::LoadFailed, message }) => assert!(message.contains("VALUE"), "{message}"),
+        Err(WorkerError::Op {
+            kind: ErrorKind::LoadFailed,
+            message,
+        }) => assert!(message.contains("VALUE"), "{message}"),
         other => panic!("{other:?}"),
     }
-    let m = w.load_source(src, &["-DVALUE=41".into(), "--gpu-architecture=compute_80".into()]).unwrap();
+    let m = w
+        .load_source(
+            src,
+            &["-DVALUE=41".into(), "--gpu-architecture=compute_80".into()],
+        )
+        .unwrap();
     let p = w.alloc(4).unwrap();
     let args = p.to_le_bytes();
-    let l = Launch { module: m.id, kernel: "k", grid: [1; 3], block: [1; 3], shared_mem_bytes: 0, args: &args, deadline: Duration::from_secs(5) };
+    let l = Launch {
+        module: m.id,
+        kernel: "k",
+        grid: [1; 3],
+        block: [1; 3],
+        shared_mem_bytes: 0,
+        args: &args,
+        deadline: Duration::from_secs(5),
+    };
     w.launch(&l).unwrap();
     let mut b = [0u8; 4];
     w.read(p, &mut b).unwrap();
     assert_eq!(i32::from_le_bytes(b), 41);
     match w.load_source(src, &["--no-such-option".into()]) {
-        Err(WorkerError::Op { kind: ErrorKind::LoadFailed, message }) => assert!(message.contains("no-such-option"), "{message}"),
+        Err(WorkerError::Op {
+            kind: ErrorKind::LoadFailed,
+            message,
+        }) => assert!(message.contains("no-such-option"), "{message}"),
         other => panic!("{other:?}"),
     }
     w.ping().unwrap();
@@ -130,9 +168,15 @@ fn syntax_error_is_load_failed_with_the_log() {
     let mut w = emu_worker_with(&command(false));
     let src = "extern \"C\" __global__ void k(int *p) {\n  p[0] = 1\n}\n";
     match w.load_source(src, &[]) {
-        Err(WorkerError::Op { kind: ErrorKind::LoadFailed, message }) => {
+        Err(WorkerError::Op {
+            kind: ErrorKind::LoadFailed,
+            message,
+        }) => {
             // NVRTC's log names the program and the line.
-            assert!(message.contains("tasklet.cu(3)") || message.contains("tasklet.cu(2)"), "{message}");
+            assert!(
+                message.contains("tasklet.cu(3)") || message.contains("tasklet.cu(2)"),
+                "{message}"
+            );
             assert!(message.contains("error"), "{message}");
         }
         other => panic!("{other:?}"),
@@ -145,12 +189,21 @@ fn missing_nvrtc_is_unsupported_with_the_install_hint() {
     // Runs everywhere: TASKLET_NVRTC pointing nowhere is authoritative, so the worker finds none.
     let cmd = WorkerCommand {
         program: "/usr/bin/env".into(),
-        args: vec!["TASKLET_NVRTC=/nonexistent/libnvrtc.so.13".into(), env!("CARGO_BIN_EXE_tasklet-worker").into()],
+        args: vec![
+            "TASKLET_NVRTC=/nonexistent/libnvrtc.so.13".into(),
+            env!("CARGO_BIN_EXE_tasklet-worker").into(),
+        ],
     };
     let mut w = emu_worker_with(&cmd);
     match w.load_source("extern \"C\" __global__ void k() {}", &[]) {
-        Err(WorkerError::Op { kind: ErrorKind::Unsupported, message }) => {
-            assert!(message.contains("pip install nvidia-cuda-nvrtc"), "{message}");
+        Err(WorkerError::Op {
+            kind: ErrorKind::Unsupported,
+            message,
+        }) => {
+            assert!(
+                message.contains("pip install nvidia-cuda-nvrtc"),
+                "{message}"
+            );
             assert!(message.contains("/nonexistent/libnvrtc.so.13"), "{message}");
         }
         other => panic!("{other:?}"),

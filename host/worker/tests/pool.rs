@@ -9,7 +9,11 @@ use common::*;
 use tasklet_worker::{Pool, WorkerCommand, WorkerError};
 
 fn wait_idle(pool: &Pool, n: usize) {
-    assert!(eventually(Duration::from_secs(10), || pool.idle() == n), "idle stayed {}", pool.idle());
+    assert!(
+        eventually(Duration::from_secs(10), || pool.idle() == n),
+        "idle stayed {}",
+        pool.idle()
+    );
 }
 
 #[test]
@@ -120,7 +124,10 @@ fn hung_worker_is_lost_after_op_timeout_and_replaced() {
 #[test]
 fn spawn_failure_reaches_acquire() {
     let mut cfg = pool_config(true, 0, 1);
-    cfg.command = WorkerCommand { program: "/nonexistent/tasklet".into(), args: vec![] };
+    cfg.command = WorkerCommand {
+        program: "/nonexistent/tasklet".into(),
+        args: vec![],
+    };
     let pool = Pool::start(cfg).unwrap();
     let t = Instant::now();
     match pool.acquire() {
@@ -163,7 +170,9 @@ fn many_threads_share_a_pool() {
                             pool.release(w);
                             got += 1;
                         }
-                        Err(WorkerError::NoCapacity(_)) => std::thread::sleep(Duration::from_millis(1)),
+                        Err(WorkerError::NoCapacity(_)) => {
+                            std::thread::sleep(Duration::from_millis(1))
+                        }
                         Err(e) => panic!("{e}"),
                     }
                 }
@@ -218,8 +227,15 @@ fn limits_can_change_after_start() {
     wait_idle(&pool, 3);
     pool.set_limits(1, 1);
     assert_eq!(pool.limits(), (1, 1));
-    assert!(eventually(Duration::from_secs(5), || pool.idle() == 1), "idle {}", pool.idle());
+    assert!(
+        eventually(Duration::from_secs(5), || pool.idle() == 1),
+        "idle {}",
+        pool.idle()
+    );
     let w = pool.acquire().unwrap();
-    assert!(matches!(pool.acquire(), Err(WorkerError::NoCapacity(_))), "max is now 1");
+    assert!(
+        matches!(pool.acquire(), Err(WorkerError::NoCapacity(_))),
+        "max is now 1"
+    );
     pool.release(w);
 }

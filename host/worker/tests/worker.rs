@@ -23,7 +23,10 @@ fn spawn_then_ping_and_info() {
     assert_eq!(info.backend, "null");
     // Unsupported ops are typed errors that leave the worker healthy.
     match w.alloc(16) {
-        Err(WorkerError::Op { kind: ErrorKind::Unsupported, .. }) => {}
+        Err(WorkerError::Op {
+            kind: ErrorKind::Unsupported,
+            ..
+        }) => {}
         other => panic!("{other:?}"),
     }
     w.ping().unwrap();
@@ -40,12 +43,19 @@ fn killed_from_outside_is_lost_quickly() {
         Err(WorkerError::Lost(m)) => assert!(m.contains("signal 9"), "{m}"),
         other => panic!("{other:?}"),
     }
-    assert!(t.elapsed() < Duration::from_millis(200), "noticed after {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_millis(200),
+        "noticed after {:?}",
+        t.elapsed()
+    );
     assert!(w.is_lost());
     // Every later op fails at once.
     let t = Instant::now();
     assert!(matches!(w.info(), Err(WorkerError::Lost(_))));
-    assert!(matches!(w.write(0x100, &[1, 2, 3]), Err(WorkerError::Lost(_))));
+    assert!(matches!(
+        w.write(0x100, &[1, 2, 3]),
+        Err(WorkerError::Lost(_))
+    ));
     assert!(t.elapsed() < Duration::from_millis(10));
     assert!(!pid_exists(w.pid()), "reaped");
 }
@@ -62,7 +72,10 @@ fn hung_worker_is_lost_after_op_timeout_and_killed() {
         other => panic!("{other:?}"),
     }
     let took = t.elapsed();
-    assert!(took >= timeout && took < timeout + Duration::from_millis(500), "{took:?}");
+    assert!(
+        took >= timeout && took < timeout + Duration::from_millis(500),
+        "{took:?}"
+    );
     assert!(!pid_exists(w.pid()), "a hung worker is killed and reaped");
 }
 
@@ -83,7 +96,10 @@ fn drop_and_kill_end_the_process() {
 
 #[test]
 fn spawn_failures_are_typed() {
-    let bad = WorkerCommand { program: "/nonexistent/tasklet".into(), args: vec![] };
+    let bad = WorkerCommand {
+        program: "/nonexistent/tasklet".into(),
+        args: vec![],
+    };
     match Worker::spawn(&bad, BackendKind::Emu, 1 << 20, Duration::from_secs(1)) {
         Err(WorkerError::Spawn(m)) => assert!(m.contains("/nonexistent/tasklet"), "{m}"),
         other => panic!("{other:?}"),
@@ -99,8 +115,16 @@ fn spawn_failures_are_typed() {
         other => panic!("{other:?}"),
     }
     // A program that is not a worker at all exits during start.
-    let not_worker = WorkerCommand { program: "/bin/true".into(), args: vec![] };
-    match Worker::spawn(&not_worker, BackendKind::Emu, 1 << 20, Duration::from_secs(1)) {
+    let not_worker = WorkerCommand {
+        program: "/bin/true".into(),
+        args: vec![],
+    };
+    match Worker::spawn(
+        &not_worker,
+        BackendKind::Emu,
+        1 << 20,
+        Duration::from_secs(1),
+    ) {
         Err(WorkerError::Spawn(m)) => assert!(m.contains("before it was ready"), "{m}"),
         other => panic!("{other:?}"),
     }
@@ -123,7 +147,9 @@ fn worker_can_move_between_threads() {
 fn worker_dies_with_the_thread_that_spawned_it() {
     // PR_SET_PDEATHSIG: the parent is the spawning *thread*. The pool forks from one long-lived
     // thread for this reason; here the spawning thread ends, and its worker goes with it.
-    let w = std::thread::spawn(|| null_worker(Duration::from_secs(5))).join().unwrap();
+    let w = std::thread::spawn(|| null_worker(Duration::from_secs(5)))
+        .join()
+        .unwrap();
     let pid = w.pid();
     // The process is killed but (being our child) stays a zombie until reaped; a ping reaps it.
     let mut w = w;
@@ -145,7 +171,8 @@ fn raw_worker() -> (HostEnd, std::process::Child) {
         .unwrap();
     unsafe { libc::close(dup) };
     let host = HostEnd::new(region);
-    host.wait_ready(Instant::now() + Duration::from_secs(10), &mut || None).unwrap();
+    host.wait_ready(Instant::now() + Duration::from_secs(10), &mut || None)
+        .unwrap();
     (host, child)
 }
 
@@ -154,20 +181,44 @@ fn worker_answers_malformed_requests_with_errors_and_keeps_serving() {
     let (mut h, mut child) = raw_worker();
     let mut out = Vec::new();
     let deadline = || Instant::now() + Duration::from_secs(5);
-    for garbage in [&[][..], &[0xff; 3][..], &[200, 0, 0, 0, 0, 0, 0, 0, 0][..], &[1; 40][..]] {
+    for garbage in [
+        &[][..],
+        &[0xff; 3][..],
+        &[200, 0, 0, 0, 0, 0, 0, 0, 0][..],
+        &[1; 40][..],
+    ] {
         let seq = h.send(garbage, deadline(), &mut || None).unwrap();
         h.wait(seq, deadline(), &mut || None, &mut out).unwrap();
         match decode_response(&out).unwrap().1 {
-            Response::Error { kind: ErrorKind::InvalidArgument, message } => assert!(message.contains("malformed"), "{message}"),
+            Response::Error {
+                kind: ErrorKind::InvalidArgument,
+                message,
+            } => assert!(message.contains("malformed"), "{message}"),
             other => panic!("{other:?}"),
         }
     }
     // A write whose length claims more than the data region.
     let mut frame = Vec::new();
-    encode_request(7, &Request::Write { addr: 0, len: u64::MAX }, &mut frame);
+    encode_request(
+        7,
+        &Request::Write {
+            addr: 0,
+            len: u64::MAX,
+        },
+        &mut frame,
+    );
     let seq = h.send(&frame, deadline(), &mut || None).unwrap();
     h.wait(seq, deadline(), &mut || None, &mut out).unwrap();
-    assert!(matches!(decode_response(&out).unwrap(), (7, Response::Error { kind: ErrorKind::InvalidArgument, .. })));
+    assert!(matches!(
+        decode_response(&out).unwrap(),
+        (
+            7,
+            Response::Error {
+                kind: ErrorKind::InvalidArgument,
+                ..
+            }
+        )
+    ));
     // Still alive and well.
     frame.clear();
     encode_request(8, &Request::Ping, &mut frame);
@@ -185,12 +236,21 @@ fn worker_exits_when_its_host_pid_is_not_its_parent() {
     let region = SharedRegion::create(DEFAULT_DATA_SIZE).unwrap();
     let dup = unsafe { libc::dup(region.fd()) };
     let status = Command::new(env!("CARGO_BIN_EXE_tasklet-worker"))
-        .args(["--shm-fd", &dup.to_string(), "--null-backend", "--host-pid", "1"])
+        .args([
+            "--shm-fd",
+            &dup.to_string(),
+            "--null-backend",
+            "--host-pid",
+            "1",
+        ])
         .status()
         .unwrap();
     unsafe { libc::close(dup) };
     assert!(status.success());
-    let status = Command::new(env!("CARGO_BIN_EXE_tasklet-worker")).arg("--bogus").status().unwrap();
+    let status = Command::new(env!("CARGO_BIN_EXE_tasklet-worker"))
+        .arg("--bogus")
+        .status()
+        .unwrap();
     assert_eq!(status.code(), Some(2));
 }
 
@@ -223,7 +283,10 @@ fn cuda_backend_starts_or_says_clearly_why_not() {
         Ok(info) => {
             // A GPU machine: the worker reports the device.
             assert_eq!(info.backend, "cuda");
-            assert!(info.device_memory > 0 && info.compute_capability.0 >= 5, "{info:?}");
+            assert!(
+                info.device_memory > 0 && info.compute_capability.0 >= 5,
+                "{info:?}"
+            );
             assert!(info.uuid.starts_with("GPU-"), "{info:?}");
         }
         Err(why) => assert!(why.contains("CUDA") || why.contains("cuda"), "{why}"),
@@ -231,7 +294,10 @@ fn cuda_backend_starts_or_says_clearly_why_not() {
     // Without a driver the message is exactly the documented one.
     // SAFETY: only checks whether the library loads.
     if !unsafe { cudarc::driver::sys::is_culib_present() } {
-        assert_eq!(tasklet_worker::probe_cuda(&command(false)).unwrap_err(), tasklet_worker::backend::cuda::NO_DRIVER);
+        assert_eq!(
+            tasklet_worker::probe_cuda(&command(false)).unwrap_err(),
+            tasklet_worker::backend::cuda::NO_DRIVER
+        );
     }
 }
 

@@ -24,7 +24,15 @@ pub fn run(args: CheckArgs) -> Result<ExitCode> {
     };
     let grant = policy.grant(&manifest);
     println!("{}: manifest ok", manifest.name);
-    println!("  component     {}{}", manifest.component.display(), if manifest.component.exists() { "" } else { " (not built yet)" });
+    println!(
+        "  component     {}{}",
+        manifest.component.display(),
+        if manifest.component.exists() {
+            ""
+        } else {
+            " (not built yet)"
+        }
+    );
     println!("  memory        {}", format_size(grant.limits.memory));
     println!("  wall time     {:?}", grant.limits.wall_time);
     if grant.gpu.max_leases == 0 {
@@ -34,7 +42,12 @@ pub fn run(args: CheckArgs) -> Result<ExitCode> {
         println!("  max leases    {}", grant.gpu.max_leases);
         println!("  max lease     {:?}", grant.gpu.max_lease_time);
         println!("  rights        {}", grant.gpu.rights);
-        let missing: Vec<_> = manifest.gpu.rights.iter().filter(|r| !grant.gpu.rights.contains(*r)).collect();
+        let missing: Vec<_> = manifest
+            .gpu
+            .rights
+            .iter()
+            .filter(|r| !grant.gpu.rights.contains(*r))
+            .collect();
         if !missing.is_empty() {
             let names: Vec<_> = missing.iter().map(|r| r.name()).collect();
             println!("  warning: the policy withholds {}", names.join(", "));

@@ -29,11 +29,16 @@ pub fn run(args: InventoryArgs) -> Result<ExitCode> {
     let started = args.host.start(args.json)?;
     let host = &started.host;
     let d = host.device();
-    let nvml = worker_command().map_err(|e| e.to_string()).and_then(|c| nvml::inventory_via_worker(&c, NVML_TIMEOUT));
+    let nvml = worker_command()
+        .map_err(|e| e.to_string())
+        .and_then(|c| nvml::inventory_via_worker(&c, NVML_TIMEOUT));
     // The NVML GPU (or MIG instance) the lent device is.
     let lent_gpu: Option<&Gpu> = match (&nvml, d.backend) {
         (Ok(inv), "cuda") => inv.gpus.iter().find(|g| {
-            nvml::same_uuid(&g.uuid, &d.uuid) || g.mig_instances.iter().any(|m| nvml::same_uuid(&m.uuid, &d.uuid))
+            nvml::same_uuid(&g.uuid, &d.uuid)
+                || g.mig_instances
+                    .iter()
+                    .any(|m| nvml::same_uuid(&m.uuid, &d.uuid))
         }),
         _ => None,
     };
@@ -65,7 +70,11 @@ pub fn run(args: InventoryArgs) -> Result<ExitCode> {
         }
         out.push('}');
         if let Ok(inv) = &nvml {
-            for g in inv.gpus.iter().filter(|g| lent_gpu.is_none_or(|l| l.index != g.index)) {
+            for g in inv
+                .gpus
+                .iter()
+                .filter(|g| lent_gpu.is_none_or(|l| l.index != g.index))
+            {
                 let _ = write!(
                     out,
                     ",{{\"index\":{},\"lent\":false,\"name\":{},\"backend\":\"cuda\",\"uuid\":{},\"nvml\":{}}}",
@@ -80,7 +89,10 @@ pub fn run(args: InventoryArgs) -> Result<ExitCode> {
         println!("{out}");
         return Ok(ExitCode::SUCCESS);
     }
-    println!("{:<6} {:<8} {:<12} {:<12} {:<6} NAME", "INDEX", "BACKEND", "MEMORY", "FREE", "CC");
+    println!(
+        "{:<6} {:<8} {:<12} {:<12} {:<6} NAME",
+        "INDEX", "BACKEND", "MEMORY", "FREE", "CC"
+    );
     println!(
         "{:<6} {:<8} {:<12} {:<12} {:<6} {}",
         d.index,
@@ -103,12 +115,24 @@ pub fn run(args: InventoryArgs) -> Result<ExitCode> {
     }
     match &nvml {
         Err(why) => println!("GPUs: none listed ({why})"),
-        Ok(inv) if inv.gpus.is_empty() => println!("GPUs: NVML (driver {}) lists none", inv.driver_version),
+        Ok(inv) if inv.gpus.is_empty() => {
+            println!("GPUs: NVML (driver {}) lists none", inv.driver_version)
+        }
         Ok(inv) => {
-            println!("GPUs (NVML, driver {}, CUDA {}):", inv.driver_version, cuda_version(inv.cuda_version));
+            println!(
+                "GPUs (NVML, driver {}, CUDA {}):",
+                inv.driver_version,
+                cuda_version(inv.cuda_version)
+            );
             for g in &inv.gpus {
-                let lent = if lent_gpu.is_some_and(|l| l.index == g.index) { "  [lent]" } else { "" };
-                let cc = g.compute_capability.map_or("?".into(), |(a, b)| format!("{a}.{b}"));
+                let lent = if lent_gpu.is_some_and(|l| l.index == g.index) {
+                    "  [lent]"
+                } else {
+                    ""
+                };
+                let cc = g
+                    .compute_capability
+                    .map_or("?".into(), |(a, b)| format!("{a}.{b}"));
                 println!(
                     "  GPU {}  {}  {}  compute {cc}  memory {}, {} free  MIG {}{lent}",
                     g.index,
@@ -119,7 +143,14 @@ pub fn run(args: InventoryArgs) -> Result<ExitCode> {
                     g.mig.as_str()
                 );
                 for m in &g.mig_instances {
-                    println!("    MIG {}  {}  {}  memory {}, {} free", m.index, m.name, m.uuid, human(m.memory_total), human(m.memory_free));
+                    println!(
+                        "    MIG {}  {}  {}  memory {}, {} free",
+                        m.index,
+                        m.name,
+                        m.uuid,
+                        human(m.memory_total),
+                        human(m.memory_free)
+                    );
                 }
                 if g.mig == MigMode::Enabled && g.mig_instances.is_empty() {
                     println!("    (MIG enabled, no instances created)");
@@ -151,7 +182,12 @@ fn gpu_json(g: &Gpu, inv: Option<&Inventory>) -> String {
         None => s.push_str(",\"compute_capability\":null"),
     }
     if let Some(inv) = inv {
-        let _ = write!(s, ",\"driver\":{},\"cuda_version\":{}", json_str(&inv.driver_version), inv.cuda_version);
+        let _ = write!(
+            s,
+            ",\"driver\":{},\"cuda_version\":{}",
+            json_str(&inv.driver_version),
+            inv.cuda_version
+        );
     }
     s.push_str(",\"mig_instances\":[");
     for (i, m) in g.mig_instances.iter().enumerate() {
@@ -197,6 +233,9 @@ fn json_str(s: &str) -> String {
 mod tests {
     #[test]
     fn json_strings_are_escaped() {
-        assert_eq!(super::json_str("a\"b\\c\n\u{1}é"), "\"a\\\"b\\\\c\\n\\u0001é\"");
+        assert_eq!(
+            super::json_str("a\"b\\c\n\u{1}é"),
+            "\"a\\\"b\\\\c\\n\\u0001é\""
+        );
     }
 }

@@ -40,7 +40,10 @@ fn check(files: &[PathBuf]) -> ExitCode {
             Ok(b) => match String::from_utf8(b) {
                 Ok(s) => s,
                 Err(e) => {
-                    eprintln!("{shown}: not UTF-8 text (byte {})", e.utf8_error().valid_up_to());
+                    eprintln!(
+                        "{shown}: not UTF-8 text (byte {})",
+                        e.utf8_error().valid_up_to()
+                    );
                     failed += 1;
                     continue;
                 }
@@ -62,7 +65,11 @@ fn check(files: &[PathBuf]) -> ExitCode {
         // Declared types, for display; the module above already validated the same headers.
         let types = tasklet_ptx::entry_param_types(&src).unwrap_or_default();
         let kernels = module.kernels();
-        println!("{shown}: ok, {} kernel{}", kernels.len(), if kernels.len() == 1 { "" } else { "s" });
+        println!(
+            "{shown}: ok, {} kernel{}",
+            kernels.len(),
+            if kernels.len() == 1 { "" } else { "s" }
+        );
         for (i, k) in kernels.iter().enumerate() {
             let (_, size) = k.param_layout();
             let params: Vec<String> = k
@@ -70,7 +77,11 @@ fn check(files: &[PathBuf]) -> ExitCode {
                 .iter()
                 .enumerate()
                 .map(|(j, p)| {
-                    let ty = types.get(i).and_then(|t| t.get(j)).cloned().unwrap_or_else(|| format!(".b8[{}]", p.size));
+                    let ty = types
+                        .get(i)
+                        .and_then(|t| t.get(j))
+                        .cloned()
+                        .unwrap_or_else(|| format!(".b8[{}]", p.size));
                     format!("{}: {ty} ({} B)", p.name, p.size)
                 })
                 .collect();
@@ -78,7 +89,11 @@ fn check(files: &[PathBuf]) -> ExitCode {
         }
     }
     if failed > 0 {
-        eprintln!("{failed} of {} file{} failed", files.len(), if files.len() == 1 { "" } else { "s" });
+        eprintln!(
+            "{failed} of {} file{} failed",
+            files.len(),
+            if files.len() == 1 { "" } else { "s" }
+        );
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS

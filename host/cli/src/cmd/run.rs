@@ -33,12 +33,16 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         }
     }
     let input = match &args.input {
-        Some(path) => std::fs::read(path).with_context(|| format!("cannot read input {}", path.display()))?,
+        Some(path) => {
+            std::fs::read(path).with_context(|| format!("cannot read input {}", path.display()))?
+        }
         // A terminal on stdin would wait for an EOF nobody means to type: run on empty input.
         None if std::io::stdin().is_terminal() => Vec::new(),
         None => {
             let mut buf = Vec::new();
-            std::io::stdin().read_to_end(&mut buf).context("cannot read stdin")?;
+            std::io::stdin()
+                .read_to_end(&mut buf)
+                .context("cannot read stdin")?;
             buf
         }
     };
@@ -47,7 +51,9 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     match host.run(&tasklet, &input) {
         Ok(output) => {
             let mut out = std::io::stdout().lock();
-            out.write_all(&output).and_then(|_| out.flush()).context("cannot write output")?;
+            out.write_all(&output)
+                .and_then(|_| out.flush())
+                .context("cannot write output")?;
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {
@@ -72,7 +78,10 @@ fn manifest_for(path: &Path) -> Result<Manifest> {
         m.component = path.to_path_buf();
         return Ok(m);
     }
-    let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "tasklet".into());
+    let name = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "tasklet".into());
     eprintln!("tasklet: no {MANIFEST_FILE} beside {}; granting one lease of up to 256MiB for 60s with every right", path.display());
     let text = format!(
         "name = {name:?}\ncomponent = {:?}\n[gpu]\nmax-vram = \"256MiB\"\nmax-leases = 1\nmax-lease-secs = \"60s\"\nrights = [\"alloc\", \"write\", \"read\", \"load\", \"launch\"]\n",

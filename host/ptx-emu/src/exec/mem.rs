@@ -24,7 +24,8 @@ fn in_win(a: u64, base: u64) -> Option<u64> {
 }
 
 fn fits(off: u64, size: u32, len: usize) -> bool {
-    off.checked_add(size as u64).is_some_and(|e| e <= len as u64)
+    off.checked_add(size as u64)
+        .is_some_and(|e| e <= len as u64)
 }
 
 impl Warp {
@@ -41,7 +42,12 @@ impl Warp {
         l: usize,
         write: bool,
     ) -> Result<Loc<'r>, String> {
-        let oob = |what: &str| format!("out-of-bounds {what} of {size} bytes at {}", show_addr(sp, a));
+        let oob = |what: &str| {
+            format!(
+                "out-of-bounds {what} of {size} bytes at {}",
+                show_addr(sp, a)
+            )
+        };
         let what = if write { "write" } else { "read" };
         match sp {
             Space::Global | Space::Const => {
@@ -65,7 +71,11 @@ impl Warp {
                 if fits(a, size, cta.shared.len()) {
                     Ok(Loc::Shared(a as usize))
                 } else {
-                    Err(format!("{} (the block has {} bytes of shared memory)", oob(what), cta.shared.len()))
+                    Err(format!(
+                        "{} (the block has {} bytes of shared memory)",
+                        oob(what),
+                        cta.shared.len()
+                    ))
                 }
             }
             Space::Local => {
@@ -130,8 +140,12 @@ pub(crate) fn atom_apply(op: AtomOp, t: AtomTy, old: u64, b: u64, c: u64) -> u64
             AtomTy::F64 => float::add(FT::F64, old, b, Rnd::N),
             AtomTy::F16 => float::add(FT::F16, old, b, Rnd::N),
             AtomTy::BF16 => float::add(FT::BF16, old, b, Rnd::N),
-            AtomTy::F16x2 => crate::exec::ops::x2(old, b, 0, |p, q, _| float::add(FT::F16, p, q, Rnd::N)),
-            AtomTy::BF16x2 => crate::exec::ops::x2(old, b, 0, |p, q, _| float::add(FT::BF16, p, q, Rnd::N)),
+            AtomTy::F16x2 => {
+                crate::exec::ops::x2(old, b, 0, |p, q, _| float::add(FT::F16, p, q, Rnd::N))
+            }
+            AtomTy::BF16x2 => {
+                crate::exec::ops::x2(old, b, 0, |p, q, _| float::add(FT::BF16, p, q, Rnd::N))
+            }
             _ => old.wrapping_add(b),
         },
         AtomOp::Min => {
@@ -168,11 +182,23 @@ pub(crate) fn atom_apply(op: AtomOp, t: AtomTy, old: u64, b: u64, c: u64) -> u64
             }
         }
     };
-    r & if matches!(t, AtomTy::F16 | AtomTy::BF16) { 0xffff } else { m }
+    r & if matches!(t, AtomTy::F16 | AtomTy::BF16) {
+        0xffff
+    } else {
+        m
+    }
 }
 
 /// A read-modify-write on global memory; returns the old value.
-pub(crate) fn atomic_global(r: &Region, off: u64, size: u32, op: AtomOp, t: AtomTy, b: u64, c: u64) -> u64 {
+pub(crate) fn atomic_global(
+    r: &Region,
+    off: u64,
+    size: u32,
+    op: AtomOp,
+    t: AtomTy,
+    b: u64,
+    c: u64,
+) -> u64 {
     match size {
         8 => {
             let a = r.atomic64(off);
@@ -182,14 +208,18 @@ pub(crate) fn atomic_global(r: &Region, off: u64, size: u32, op: AtomOp, t: Atom
                 AtomOp::Cas => match a.compare_exchange(b, c, Relaxed, Relaxed) {
                     Ok(v) | Err(v) => v,
                 },
-                _ => a.fetch_update(Relaxed, Relaxed, |o| Some(atom_apply(op, t, o, b, c))).unwrap_or_else(|v| v),
+                _ => a
+                    .fetch_update(Relaxed, Relaxed, |o| Some(atom_apply(op, t, o, b, c)))
+                    .unwrap_or_else(|v| v),
             }
         }
         4 => {
             let a = r.atomic32(off);
             let (b32, c32) = (b as u32, c as u32);
             (match op {
-                AtomOp::Add if !matches!(t, AtomTy::F32 | AtomTy::F16x2 | AtomTy::BF16x2) => a.fetch_add(b32, Relaxed),
+                AtomOp::Add if !matches!(t, AtomTy::F32 | AtomTy::F16x2 | AtomTy::BF16x2) => {
+                    a.fetch_add(b32, Relaxed)
+                }
                 AtomOp::Exch => a.swap(b32, Relaxed),
                 AtomOp::Cas => match a.compare_exchange(b32, c32, Relaxed, Relaxed) {
                     Ok(v) | Err(v) => v,
@@ -198,7 +228,9 @@ pub(crate) fn atomic_global(r: &Region, off: u64, size: u32, op: AtomOp, t: Atom
                 AtomOp::Or => a.fetch_or(b32, Relaxed),
                 AtomOp::Xor => a.fetch_xor(b32, Relaxed),
                 _ => a
-                    .fetch_update(Relaxed, Relaxed, |o| Some(atom_apply(op, t, o as u64, b, c) as u32))
+                    .fetch_update(Relaxed, Relaxed, |o| {
+                        Some(atom_apply(op, t, o as u64, b, c) as u32)
+                    })
                     .unwrap_or_else(|v| v),
             }) as u64
         }

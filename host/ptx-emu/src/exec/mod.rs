@@ -47,8 +47,17 @@ pub(crate) struct Launch<'a> {
 }
 
 impl Launch<'_> {
-    pub(crate) fn fault(&self, line: u32, ctaid: [u32; 3], tid: [u32; 3], message: String) -> ExecError {
-        ExecError::Fault { site: Site { line, ctaid, tid }, message }
+    pub(crate) fn fault(
+        &self,
+        line: u32,
+        ctaid: [u32; 3],
+        tid: [u32; 3],
+        message: String,
+    ) -> ExecError {
+        ExecError::Fault {
+            site: Site { line, ctaid, tid },
+            message,
+        }
     }
 }
 
@@ -63,7 +72,9 @@ impl Budget {
         let want = cx.chunk.max(need);
         let prev = cx
             .remaining
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |r| Some(r - r.min(want)))
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |r| {
+                Some(r - r.min(want))
+            })
             .unwrap_or_else(|v| v);
         self.local += prev.min(want);
         self.local >= need
@@ -101,7 +112,10 @@ struct Worker {
 static CLOCK_START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
 
 pub(crate) fn clock_ticks() -> u64 {
-    CLOCK_START.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64
+    CLOCK_START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_nanos() as u64
 }
 
 pub(crate) fn launch(
@@ -116,30 +130,52 @@ pub(crate) fn launch(
     let [gx, gy, gz] = p.grid;
     let [bx, by, bz] = p.block;
     if gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0 {
-        return inv(format!("grid {:?} and block {:?} must have every dimension at least 1", p.grid, p.block));
+        return inv(format!(
+            "grid {:?} and block {:?} must have every dimension at least 1",
+            p.grid, p.block
+        ));
     }
     if gx > i32::MAX as u32 || gy > 65535 || gz > 65535 {
-        return inv(format!("grid {:?} exceeds the limits (2^31-1, 65535, 65535)", p.grid));
+        return inv(format!(
+            "grid {:?} exceeds the limits (2^31-1, 65535, 65535)",
+            p.grid
+        ));
     }
     if bx > 1024 || by > 1024 || bz > 64 || (bx as u64 * by as u64 * bz as u64) > 1024 {
-        return inv(format!("block {:?} exceeds the limits (1024 threads; x,y <= 1024, z <= 64)", p.block));
+        return inv(format!(
+            "block {:?} exceeds the limits (1024 threads; x,y <= 1024, z <= 64)",
+            p.block
+        ));
     }
     if p.args.len() != arg_size as usize {
-        return inv(format!("argument block is {} bytes, the kernel's parameters take {arg_size}", p.args.len()));
+        return inv(format!(
+            "argument block is {} bytes, the kernel's parameters take {arg_size}",
+            p.args.len()
+        ));
     }
     let shared_size = prog.shared_dyn_off as u64 + p.shared_mem_bytes as u64;
     let shared_size = shared_size.max(prog.shared_static as u64);
     if shared_size > MAX_SHARED {
-        return inv(format!("{shared_size} bytes of shared memory per block exceed the {MAX_SHARED}-byte limit"));
+        return inv(format!(
+            "{shared_size} bytes of shared memory per block exceed the {MAX_SHARED}-byte limit"
+        ));
     }
     let nthreads = bx * by * bz;
     let nwarps = nthreads.div_ceil(32);
     let private = (prog.local_size as u64 + prog.tparam_size as u64) * nwarps as u64 * 32;
     if private > MAX_CTA_PRIVATE {
-        return inv(format!("per-thread local memory ({} bytes) is too large for this block size", prog.local_size));
+        return inv(format!(
+            "per-thread local memory ({} bytes) is too large for this block size",
+            prog.local_size
+        ));
     }
-    let func = prog.kernel_funcs.get(kernel).and_then(|&f| prog.funcs.get(f));
-    let Some(func) = func else { return inv("unknown kernel".into()) };
+    let func = prog
+        .kernel_funcs
+        .get(kernel)
+        .and_then(|&f| prog.funcs.get(f));
+    let Some(func) = func else {
+        return inv("unknown kernel".into());
+    };
     let n_ctas = gx as u64 * gy as u64 * gz as u64;
     // available_parallelism reads cgroup files on Linux; once per process is enough.
     static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
@@ -210,12 +246,18 @@ pub(crate) fn launch(
     if let Some((_, e)) = first_err.into_inner().unwrap_or_else(|e| e.into_inner()) {
         return Err(e);
     }
-    Ok(LaunchStats { lane_instructions: total.load(Ordering::Relaxed) })
+    Ok(LaunchStats {
+        lane_instructions: total.load(Ordering::Relaxed),
+    })
 }
 
 fn run_cta(cx: &Launch<'_>, w: &mut Worker, i: u64, budget: &mut Budget) -> Result<(), ExecError> {
     let [gx, gy, _] = cx.grid;
-    let ctaid = [(i % gx as u64) as u32, ((i / gx as u64) % gy as u64) as u32, (i / (gx as u64 * gy as u64)) as u32];
+    let ctaid = [
+        (i % gx as u64) as u32,
+        ((i / gx as u64) % gy as u64) as u32,
+        (i / (gx as u64 * gy as u64)) as u32,
+    ];
     w.shared.iter_mut().for_each(|b| *b = 0);
     w.bars = Bars::default();
     for (k, warp) in w.warps.iter_mut().enumerate() {
@@ -225,7 +267,11 @@ fn run_cta(cx: &Launch<'_>, w: &mut Worker, i: u64, budget: &mut Budget) -> Resu
         let mut progressed = false;
         for k in 0..w.warps.len() {
             if w.warps[k].runnable() != 0 {
-                let mut cta = CtaCtx { shared: &mut w.shared, bars: &mut w.bars, ctaid };
+                let mut cta = CtaCtx {
+                    shared: &mut w.shared,
+                    bars: &mut w.bars,
+                    ctaid,
+                };
                 w.warps[k].run(cx, &mut cta, budget, SLICE)?;
                 progressed = true;
             }
@@ -291,7 +337,11 @@ fn deadlock(cx: &Launch<'_>, w: &Worker, ctaid: [u32; 3]) -> ExecError {
             let l = warp.bar_wait.trailing_zeros();
             let id = warp.bar_id[l as usize] as usize;
             let pc = warp.pc_of(l);
-            let line = cx.prog.code.get(pc.wrapping_sub(1) as usize).map_or(0, |i| i.line);
+            let line = cx
+                .prog
+                .code
+                .get(pc.wrapping_sub(1) as usize)
+                .map_or(0, |i| i.line);
             let expected = w.bars.count[id].unwrap_or(live);
             return cx.fault(
                 line,
@@ -304,7 +354,12 @@ fn deadlock(cx: &Launch<'_>, w: &Worker, ctaid: [u32; 3]) -> ExecError {
             );
         }
     }
-    cx.fault(0, ctaid, [0, 0, 0], "deadlock: no thread of the block can make progress".into())
+    cx.fault(
+        0,
+        ctaid,
+        [0, 0, 0],
+        "deadlock: no thread of the block can make progress".into(),
+    )
 }
 
 impl Warp {

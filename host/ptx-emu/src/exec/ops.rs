@@ -49,7 +49,11 @@ pub(crate) fn int2(op: I2, t: IT, x: u64, y: u64) -> u64 {
         I2::MulLo => x.wrapping_mul(y) & m,
         I2::MulHi => ((wide_mul(t, x, y) >> b) as u64) & m,
         I2::Mul24Lo | I2::Mul24Hi => {
-            let (a, c) = if t.signed { (sext(x, 24), sext(y, 24)) } else { ((x & 0xff_ffff) as i64, (y & 0xff_ffff) as i64) };
+            let (a, c) = if t.signed {
+                (sext(x, 24), sext(y, 24))
+            } else {
+                ((x & 0xff_ffff) as i64, (y & 0xff_ffff) as i64)
+            };
             // The 48-bit product fits an i64 exactly; .hi is its bits 47..16.
             let p = a.wrapping_mul(c);
             let p = if op == I2::Mul24Hi { p >> 16 } else { p };
@@ -154,10 +158,18 @@ pub(crate) fn int3(op: I3, t: IT, x: u64, y: u64, z: u64) -> u64 {
             let msb = b - 1;
             let pos = (y & 0xff) as u32;
             let len = (z & 0xff) as u32;
-            let sbit = if t.signed && len != 0 { (x >> (pos + len - 1).min(msb)) & 1 } else { 0 };
+            let sbit = if t.signed && len != 0 {
+                (x >> (pos + len - 1).min(msb)) & 1
+            } else {
+                0
+            };
             let mut d = 0u64;
             for i in 0..b {
-                let bit = if i < len && pos + i <= msb { (x >> (pos + i)) & 1 } else { sbit };
+                let bit = if i < len && pos + i <= msb {
+                    (x >> (pos + i)) & 1
+                } else {
+                    sbit
+                };
                 d |= bit << i;
             }
             d & m
@@ -168,7 +180,15 @@ pub(crate) fn int3(op: I3, t: IT, x: u64, y: u64, z: u64) -> u64 {
             for k in 0..4 {
                 let sel = (z >> (4 * k)) & 0xf;
                 let byte = (bytes >> (8 * (sel & 7))) & 0xff;
-                let byte = if sel & 8 != 0 { if byte & 0x80 != 0 { 0xff } else { 0 } } else { byte };
+                let byte = if sel & 8 != 0 {
+                    if byte & 0x80 != 0 {
+                        0xff
+                    } else {
+                        0
+                    }
+                } else {
+                    byte
+                };
                 d |= byte << (8 * k);
             }
             d
@@ -176,7 +196,11 @@ pub(crate) fn int3(op: I3, t: IT, x: u64, y: u64, z: u64) -> u64 {
         I3::Shf(mode) => {
             let right = mode & 1 != 0;
             let clamp = mode & 2 != 0;
-            let n = if clamp { (z as u32).min(32) } else { z as u32 & 31 };
+            let n = if clamp {
+                (z as u32).min(32)
+            } else {
+                z as u32 & 31
+            };
             let wide = ((y & 0xffff_ffff) << 32) | (x & 0xffff_ffff);
             if right {
                 (wide >> n) & 0xffff_ffff
@@ -185,7 +209,11 @@ pub(crate) fn int3(op: I3, t: IT, x: u64, y: u64, z: u64) -> u64 {
             }
         }
         I3::Szext => {
-            let n = if b == 33 { (y as u32).min(32) } else { y as u32 & 31 };
+            let n = if b == 33 {
+                (y as u32).min(32)
+            } else {
+                y as u32 & 31
+            };
             if n == 0 {
                 0
             } else if t.signed {
@@ -255,7 +283,11 @@ fn flush_out(f: FT, ftz: bool, v: u64) -> u64 {
 }
 
 pub(crate) fn f2(op: F2, f: FT, rnd: Rnd, ftz: bool, sat: bool, a: u64, b: u64) -> u64 {
-    let (a, b) = if ftz { (float::ftz(f, a), float::ftz(f, b)) } else { (a, b) };
+    let (a, b) = if ftz {
+        (float::ftz(f, a), float::ftz(f, b))
+    } else {
+        (a, b)
+    };
     let r = match op {
         F2::Add => float::add(f, a, b, rnd),
         F2::Sub => float::add(f, a, b ^ sign_bit(f), rnd),
@@ -318,7 +350,11 @@ pub(crate) fn f1(op: F1, f: FT, rnd: Rnd, ftz: bool, sat: bool, a: u64) -> u64 {
         F1::Lg2 => approx(x.log2()),
         F1::Tanh => approx(x.tanh()),
     };
-    let r = if matches!(op, F1::Neg | F1::Abs) { r } else { flush_out(f, ftz, r) };
+    let r = if matches!(op, F1::Neg | F1::Abs) {
+        r
+    } else {
+        flush_out(f, ftz, r)
+    };
     if sat {
         float::sat(f, r)
     } else {
@@ -327,7 +363,11 @@ pub(crate) fn f1(op: F1, f: FT, rnd: Rnd, ftz: bool, sat: bool, a: u64) -> u64 {
 }
 
 pub(crate) fn fma(f: FT, rnd: Rnd, ftz: bool, sat: bool, a: u64, b: u64, c: u64) -> u64 {
-    let (a, b, c) = if ftz { (float::ftz(f, a), float::ftz(f, b), float::ftz(f, c)) } else { (a, b, c) };
+    let (a, b, c) = if ftz {
+        (float::ftz(f, a), float::ftz(f, b), float::ftz(f, c))
+    } else {
+        (a, b, c)
+    };
     let r = flush_out(f, ftz, float::fma(f, a, b, c, rnd));
     if sat {
         float::sat(f, r)
@@ -354,7 +394,15 @@ fn round_int(v: f64, r: Rnd) -> f64 {
 }
 
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn cvt(dt: Ty, st: Ty, rnd: Option<Rnd>, int_rnd: bool, ftz: bool, sat: bool, x: u64) -> u64 {
+pub(crate) fn cvt(
+    dt: Ty,
+    st: Ty,
+    rnd: Option<Rnd>,
+    int_rnd: bool,
+    ftz: bool,
+    sat: bool,
+    x: u64,
+) -> u64 {
     match (dt, st) {
         (Ty::I(d), Ty::I(s)) => {
             let v = ival(x, s);
@@ -387,7 +435,11 @@ pub(crate) fn cvt(dt: Ty, st: Ty, rnd: Option<Rnd>, int_rnd: bool, ftz: bool, sa
         (Ty::F(d), Ty::I(s)) => {
             let v = ival(x, s);
             let r = v as f64;
-            let back = if r >= 1.8e19 { u64::MAX as i128 + 1 } else { r as i128 };
+            let back = if r >= 1.8e19 {
+                u64::MAX as i128 + 1
+            } else {
+                r as i128
+            };
             let err = (v - back).signum() as i8;
             let out = float::from_f64(d, r, err, rnd.unwrap_or(Rnd::N));
             let out = if ftz { float::ftz(d, out) } else { out };
@@ -444,7 +496,11 @@ pub(crate) fn compare(t: Ty, cmp: Cmp, ftz: bool, a: u64, b: u64) -> bool {
             }
         }
         Ty::F(f) => {
-            let (a, b) = if ftz { (float::ftz(f, a), float::ftz(f, b)) } else { (a, b) };
+            let (a, b) = if ftz {
+                (float::ftz(f, a), float::ftz(f, b))
+            } else {
+                (a, b)
+            };
             let (x, y) = (to_f64(f, a), to_f64(f, b));
             let un = x.is_nan() || y.is_nan();
             match cmp {
@@ -487,16 +543,28 @@ pub(crate) fn testp(kind: TestpKind, f: FT, a: u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    const U32: IT = IT { bits: 32, signed: false };
-    const S32: IT = IT { bits: 32, signed: true };
+    const U32: IT = IT {
+        bits: 32,
+        signed: false,
+    };
+    const S32: IT = IT {
+        bits: 32,
+        signed: true,
+    };
 
     #[test]
     fn integer_ops() {
         assert_eq!(int2(I2::Add, U32, 0xffff_ffff, 1), 0);
         assert_eq!(int2(I2::MulHi, U32, 0x8000_0000, 4), 2);
         assert_eq!(int2(I2::MulHi, S32, (-2i32) as u32 as u64, 0x8000_0000), 1);
-        assert_eq!(int2(I2::Div, S32, (-7i32) as u32 as u64, 2), (-3i32) as u32 as u64);
-        assert_eq!(int2(I2::Rem, S32, (-7i32) as u32 as u64, 2), (-1i32) as u32 as u64);
+        assert_eq!(
+            int2(I2::Div, S32, (-7i32) as u32 as u64, 2),
+            (-3i32) as u32 as u64
+        );
+        assert_eq!(
+            int2(I2::Rem, S32, (-7i32) as u32 as u64, 2),
+            (-1i32) as u32 as u64
+        );
         assert_eq!(int2(I2::Div, U32, 7, 0), 0xffff_ffff);
         assert_eq!(int2(I2::Shr, S32, 0x8000_0000, 40), 0xffff_ffff);
         assert_eq!(int2(I2::Shr, U32, 0x8000_0000, 31), 1);
@@ -506,14 +574,33 @@ mod tests {
         assert_eq!(int1(I1::Clz, U32, 1), 31);
         assert_eq!(int1(I1::Clz, U32, 0), 32);
         assert_eq!(int1(I1::Brev, U32, 1), 0x8000_0000);
-        assert_eq!(int1(I1::Popc, IT { bits: 64, signed: false }, u64::MAX), 64);
+        assert_eq!(
+            int1(
+                I1::Popc,
+                IT {
+                    bits: 64,
+                    signed: false
+                },
+                u64::MAX
+            ),
+            64
+        );
         assert_eq!(int1(I1::Bfind, U32, 0x10), 4);
         assert_eq!(int3(I3::Bfe, U32, 0xabcd, 4, 8), 0xbc);
         assert_eq!(int3(I3::Bfe, S32, 0x80, 4, 4), 0xffff_fff8);
         assert_eq!(bfi(U32, 0xf, 0, 4, 4), 0xf0);
-        assert_eq!(int3(I3::Prmt, U32, 0x4433_2211, 0x8877_6655, 0x3210), 0x4433_2211);
-        assert_eq!(int3(I3::Prmt, U32, 0x4433_2211, 0x8877_6655, 0x7654), 0x8877_6655);
-        assert_eq!(int3(I3::Prmt, U32, 0x4433_2211, 0x8877_6655, 0x0008), 0x1111_1100);
+        assert_eq!(
+            int3(I3::Prmt, U32, 0x4433_2211, 0x8877_6655, 0x3210),
+            0x4433_2211
+        );
+        assert_eq!(
+            int3(I3::Prmt, U32, 0x4433_2211, 0x8877_6655, 0x7654),
+            0x8877_6655
+        );
+        assert_eq!(
+            int3(I3::Prmt, U32, 0x4433_2211, 0x8877_6655, 0x0008),
+            0x1111_1100
+        );
         assert_eq!(mul_wide(S32, (-3i32) as u32 as u64, 5), (-15i64) as u64);
         assert_eq!(int3(I3::Shf(0), U32, 0x8000_0000, 1, 1), 3);
     }
@@ -522,17 +609,101 @@ mod tests {
     fn conversions() {
         let f32t = Ty::F(FT::F32);
         let s32 = Ty::I(S32);
-        let u8t = Ty::I(IT { bits: 8, signed: false });
-        assert_eq!(cvt(s32, f32t, Some(Rnd::Z), true, false, false, (-2.7f32).to_bits() as u64), (-2i32) as u32 as u64);
-        assert_eq!(cvt(s32, f32t, Some(Rnd::N), true, false, false, 2.5f32.to_bits() as u64), 2);
-        assert_eq!(cvt(s32, f32t, Some(Rnd::Z), true, false, false, 1e20f32.to_bits() as u64), 0x7fff_ffff);
-        assert_eq!(cvt(s32, f32t, Some(Rnd::Z), true, false, false, f32::NAN.to_bits() as u64), 0);
-        assert_eq!(cvt(u8t, s32, None, false, false, true, (-5i32) as u32 as u64), 0);
-        assert_eq!(cvt(Ty::I(IT { bits: 64, signed: false }), s32, None, false, false, false, 0xffff_ffff), u64::MAX);
+        let u8t = Ty::I(IT {
+            bits: 8,
+            signed: false,
+        });
+        assert_eq!(
+            cvt(
+                s32,
+                f32t,
+                Some(Rnd::Z),
+                true,
+                false,
+                false,
+                (-2.7f32).to_bits() as u64
+            ),
+            (-2i32) as u32 as u64
+        );
+        assert_eq!(
+            cvt(
+                s32,
+                f32t,
+                Some(Rnd::N),
+                true,
+                false,
+                false,
+                2.5f32.to_bits() as u64
+            ),
+            2
+        );
+        assert_eq!(
+            cvt(
+                s32,
+                f32t,
+                Some(Rnd::Z),
+                true,
+                false,
+                false,
+                1e20f32.to_bits() as u64
+            ),
+            0x7fff_ffff
+        );
+        assert_eq!(
+            cvt(
+                s32,
+                f32t,
+                Some(Rnd::Z),
+                true,
+                false,
+                false,
+                f32::NAN.to_bits() as u64
+            ),
+            0
+        );
+        assert_eq!(
+            cvt(u8t, s32, None, false, false, true, (-5i32) as u32 as u64),
+            0
+        );
+        assert_eq!(
+            cvt(
+                Ty::I(IT {
+                    bits: 64,
+                    signed: false
+                }),
+                s32,
+                None,
+                false,
+                false,
+                false,
+                0xffff_ffff
+            ),
+            u64::MAX
+        );
         let big = (1u64 << 60) + 1;
-        let u64t = Ty::I(IT { bits: 64, signed: false });
-        assert_eq!(cvt(f32t, u64t, Some(Rnd::P), false, false, false, big), ((1u64 << 60) as f32).to_bits() as u64 + 1);
-        assert_eq!(cvt(f32t, u64t, Some(Rnd::N), false, false, false, big), ((1u64 << 60) as f32).to_bits() as u64);
-        assert_eq!(cvt(f32t, f32t, Some(Rnd::M), true, false, false, (-0.5f32).to_bits() as u64), (-1f32).to_bits() as u64);
+        let u64t = Ty::I(IT {
+            bits: 64,
+            signed: false,
+        });
+        assert_eq!(
+            cvt(f32t, u64t, Some(Rnd::P), false, false, false, big),
+            ((1u64 << 60) as f32).to_bits() as u64 + 1
+        );
+        assert_eq!(
+            cvt(f32t, u64t, Some(Rnd::N), false, false, false, big),
+            ((1u64 << 60) as f32).to_bits() as u64
+        );
+        assert_eq!(
+            cvt(
+                f32t,
+                f32t,
+                Some(Rnd::M),
+                true,
+                false,
+                false,
+                (-0.5f32).to_bits() as u64
+            ),
+            (-1f32).to_bits() as u64
+        );
     }
 }

@@ -8,12 +8,25 @@ use crate::ir::*;
 
 const MAX_STR: usize = 4096;
 
-fn read(w: &mut Warp, cx: &Launch<'_>, cta: &CtaCtx<'_>, l: usize, addr: u64, size: u32) -> Result<u64, String> {
+fn read(
+    w: &mut Warp,
+    cx: &Launch<'_>,
+    cta: &CtaCtx<'_>,
+    l: usize,
+    addr: u64,
+    size: u32,
+) -> Result<u64, String> {
     let loc = w.locate(cx, cta, Space::Generic, addr, size, l, false)?;
     Ok(w.load(cx, cta, loc, 0, size))
 }
 
-fn read_str(w: &mut Warp, cx: &Launch<'_>, cta: &CtaCtx<'_>, l: usize, addr: u64) -> Result<String, String> {
+fn read_str(
+    w: &mut Warp,
+    cx: &Launch<'_>,
+    cta: &CtaCtx<'_>,
+    l: usize,
+    addr: u64,
+) -> Result<String, String> {
     let mut bytes = Vec::new();
     for i in 0..MAX_STR as u64 {
         let b = read(w, cx, cta, l, addr.wrapping_add(i), 1)? as u8;
@@ -39,8 +52,18 @@ fn tparam_u64(w: &Warp, l: usize, at: u32) -> u64 {
 }
 
 /// Formats and prints one lane's `printf`; returns the number of bytes written.
-pub(crate) fn vprintf(w: &mut Warp, cx: &Launch<'_>, cta: &CtaCtx<'_>, l: usize, fmt: u32, args: u32) -> Result<usize, Trouble> {
-    let t = |e: String| Trouble { lane: l as u32, msg: format!("printf: {e}") };
+pub(crate) fn vprintf(
+    w: &mut Warp,
+    cx: &Launch<'_>,
+    cta: &CtaCtx<'_>,
+    l: usize,
+    fmt: u32,
+    args: u32,
+) -> Result<usize, Trouble> {
+    let t = |e: String| Trouble {
+        lane: l as u32,
+        msg: format!("printf: {e}"),
+    };
     let fmt_addr = tparam_u64(w, l, fmt);
     let mut argp = tparam_u64(w, l, args);
     let f = read_str(w, cx, cta, l, fmt_addr).map_err(t)?;
@@ -60,7 +83,11 @@ pub(crate) fn vprintf(w: &mut Warp, cx: &Launch<'_>, cta: &CtaCtx<'_>, l: usize,
             }
         };
         let long = spec.contains('l');
-        let flags: String = spec.chars().skip(1).filter(|c| !matches!(c, 'l' | 'h' | 'z' | 'j' | 't')).collect();
+        let flags: String = spec
+            .chars()
+            .skip(1)
+            .filter(|c| !matches!(c, 'l' | 'h' | 'z' | 'j' | 't'))
+            .collect();
         let (left, zero, plus, rest) = parse_flags(&flags);
         let (width, prec) = parse_width_prec(&rest);
         let mut take = |size: u32| -> Result<u64, Trouble> {
@@ -73,9 +100,17 @@ pub(crate) fn vprintf(w: &mut Warp, cx: &Launch<'_>, cta: &CtaCtx<'_>, l: usize,
             '%' => "%".to_string(),
             '\0' => spec.clone(),
             'd' | 'i' => {
-                let v = if long { take(8)? as i64 } else { take(4)? as u32 as i32 as i64 };
+                let v = if long {
+                    take(8)? as i64
+                } else {
+                    take(4)? as u32 as i32 as i64
+                };
                 let s = v.abs().to_string();
-                let s = if let Some(p) = prec { format!("{s:0>p$}") } else { s };
+                let s = if let Some(p) = prec {
+                    format!("{s:0>p$}")
+                } else {
+                    s
+                };
                 if v < 0 {
                     format!("-{s}")
                 } else if plus {
@@ -85,7 +120,11 @@ pub(crate) fn vprintf(w: &mut Warp, cx: &Launch<'_>, cta: &CtaCtx<'_>, l: usize,
                 }
             }
             'u' | 'x' | 'X' | 'o' => {
-                let v = if long { take(8)? } else { take(4)? & 0xffff_ffff };
+                let v = if long {
+                    take(8)?
+                } else {
+                    take(4)? & 0xffff_ffff
+                };
                 let s = match conv {
                     'u' => v.to_string(),
                     'x' => format!("{v:x}"),
@@ -116,7 +155,13 @@ pub(crate) fn vprintf(w: &mut Warp, cx: &Launch<'_>, cta: &CtaCtx<'_>, l: usize,
                     'e' | 'E' => c_exp(v.abs(), p, conv == 'E'),
                     _ => format!("{}", v.abs()),
                 };
-                let s = if v.is_nan() { "nan".to_string() } else if v.is_infinite() { "inf".to_string() } else { s };
+                let s = if v.is_nan() {
+                    "nan".to_string()
+                } else if v.is_infinite() {
+                    "inf".to_string()
+                } else {
+                    s
+                };
                 if v.is_sign_negative() && !v.is_nan() {
                     format!("-{s}")
                 } else if plus {
@@ -132,7 +177,11 @@ pub(crate) fn vprintf(w: &mut Warp, cx: &Launch<'_>, cta: &CtaCtx<'_>, l: usize,
                 if left {
                     format!("{body:<wd$}")
                 } else if zero && conv != 's' {
-                    let (sign, digits) = if body.starts_with('-') || body.starts_with('+') { body.split_at(1) } else { ("", body.as_str()) };
+                    let (sign, digits) = if body.starts_with('-') || body.starts_with('+') {
+                        body.split_at(1)
+                    } else {
+                        ("", body.as_str())
+                    };
                     format!("{sign}{digits:0>n$}", n = wd - sign.len())
                 } else {
                     format!("{body:>wd$}")
@@ -187,7 +236,13 @@ fn c_exp(v: f64, p: usize, upper: bool) -> String {
 }
 
 /// `__assertfail(message, file, line, function, charSize)`.
-pub(crate) fn assert_message(w: &mut Warp, cx: &Launch<'_>, cta: &CtaCtx<'_>, l: usize, args: u32) -> String {
+pub(crate) fn assert_message(
+    w: &mut Warp,
+    cx: &Launch<'_>,
+    cta: &CtaCtx<'_>,
+    l: usize,
+    args: u32,
+) -> String {
     let msg_p = tparam_u64(w, l, args);
     let file_p = tparam_u64(w, l, args + 8);
     let line = tparam_u64(w, l, args + 16) as u32;

@@ -20,7 +20,10 @@ pub(crate) struct Trouble {
 pub(crate) type R<T> = Result<T, Trouble>;
 
 fn trouble(lane: u32, msg: impl Into<String>) -> Trouble {
-    Trouble { lane, msg: msg.into() }
+    Trouble {
+        lane,
+        msg: msg.into(),
+    }
 }
 
 /// Where the lanes of the executing group go next.
@@ -268,7 +271,15 @@ impl Warp {
     }
 
     #[inline(always)]
-    fn map3(&mut self, d: u32, a: Src, b: Src, c: Src, mask: u32, f: impl Fn(u64, u64, u64) -> u64) {
+    fn map3(
+        &mut self,
+        d: u32,
+        a: Src,
+        b: Src,
+        c: Src,
+        mask: u32,
+        f: impl Fn(u64, u64, u64) -> u64,
+    ) {
         let mut o = [0u64; 32];
         let (ta, tb, tc);
         let av: &[u64; 32] = match a {
@@ -301,7 +312,15 @@ impl Warp {
     /// Like `map*`, but only evaluates the lanes in `mask` (for costly ops where most lanes may
     /// be idle).
     #[inline(always)]
-    fn sparse3(&mut self, d: u32, a: Src, b: Src, c: Src, mask: u32, f: impl Fn(u64, u64, u64) -> u64) {
+    fn sparse3(
+        &mut self,
+        d: u32,
+        a: Src,
+        b: Src,
+        c: Src,
+        mask: u32,
+        f: impl Fn(u64, u64, u64) -> u64,
+    ) {
         for l in lanes(mask) {
             let v = f(self.v1(a, l), self.v1(b, l), self.v1(c, l));
             self.regs[d as usize][l] = v;
@@ -443,7 +462,13 @@ impl Warp {
     }
 
     /// Runs until no lane can proceed or `slice` instructions have issued.
-    pub(crate) fn run(&mut self, cx: &Launch<'_>, cta: &mut CtaCtx<'_>, budget: &mut Budget, slice: u32) -> Result<(), crate::ExecError> {
+    pub(crate) fn run(
+        &mut self,
+        cx: &Launch<'_>,
+        cta: &mut CtaCtx<'_>,
+        budget: &mut Budget,
+        slice: u32,
+    ) -> Result<(), crate::ExecError> {
         let code = &cx.prog.code[..];
         for _ in 0..slice {
             let runnable = self.runnable();
@@ -460,16 +485,29 @@ impl Warp {
                 }
                 return Ok(());
             }
-            let (pc, group) = if self.converged { (self.cpc, runnable) } else { self.pick(runnable) };
+            let (pc, group) = if self.converged {
+                (self.cpc, runnable)
+            } else {
+                self.pick(runnable)
+            };
             let Some(inst) = code.get(pc as usize) else {
                 let l = group.trailing_zeros();
-                return Err(cx.fault(0, cta.ctaid, self.tid_of(cx, l), "execution ran past the end of the program".into()));
+                return Err(cx.fault(
+                    0,
+                    cta.ctaid,
+                    self.tid_of(cx, l),
+                    "execution ran past the end of the program".into(),
+                ));
             };
             let n = group.count_ones() as u64;
             if budget.local < n && !budget.refill(cx, n) {
                 let l = group.trailing_zeros();
                 return Err(crate::ExecError::StepLimit {
-                    site: crate::Site { line: inst.line, ctaid: cta.ctaid, tid: self.tid_of(cx, l) },
+                    site: crate::Site {
+                        line: inst.line,
+                        ctaid: cta.ctaid,
+                        tid: self.tid_of(cx, l),
+                    },
                     limit: cx.limit,
                 });
             }
@@ -484,7 +522,9 @@ impl Warp {
             };
             match self.exec(cx, cta, &inst.op, pc, group, exec) {
                 Ok(flow) => self.apply(pc, group, flow),
-                Err(t) => return Err(cx.fault(inst.line, cta.ctaid, self.tid_of(cx, t.lane), t.msg)),
+                Err(t) => {
+                    return Err(cx.fault(inst.line, cta.ctaid, self.tid_of(cx, t.lane), t.msg))
+                }
             }
         }
         Ok(())
@@ -497,7 +537,10 @@ impl Warp {
         }
         if exec & !mask != 0 {
             let l = (exec & !mask).trailing_zeros();
-            return Err(trouble(l, format!("{what}: lane {l} executes it but is not in membermask {mask:#010x}")));
+            return Err(trouble(
+                l,
+                format!("{what}: lane {l} executes it but is not in membermask {mask:#010x}"),
+            ));
         }
         if mask & !self.live != 0 {
             let l = exec.trailing_zeros();
@@ -522,11 +565,23 @@ impl Warp {
     }
 
     fn mask_of(&self, s: Src, exec: u32) -> u32 {
-        let l = if exec == 0 { 0 } else { exec.trailing_zeros() as usize };
+        let l = if exec == 0 {
+            0
+        } else {
+            exec.trailing_zeros() as usize
+        };
         self.v1(s, l) as u32
     }
 
-    fn exec(&mut self, cx: &Launch<'_>, cta: &mut CtaCtx<'_>, op: &Op, pc: u32, group: u32, m: u32) -> R<Flow> {
+    fn exec(
+        &mut self,
+        cx: &Launch<'_>,
+        cta: &mut CtaCtx<'_>,
+        op: &Op,
+        pc: u32,
+        group: u32,
+        m: u32,
+    ) -> R<Flow> {
         match *op {
             Op::Nop => {}
             Op::Mov { d, a } => {
@@ -575,7 +630,13 @@ impl Warp {
                         I2::Xor => self.map2(d, a, b, m, |x, y| (x ^ y) & mk),
                         I2::Shl => {
                             let bits = t.bits as u64;
-                            self.map2(d, a, b, m, |x, y| if (y & 0xffff_ffff) >= bits { 0 } else { (x << (y & 63)) & mk })
+                            self.map2(d, a, b, m, |x, y| {
+                                if (y & 0xffff_ffff) >= bits {
+                                    0
+                                } else {
+                                    (x << (y & 63)) & mk
+                                }
+                            })
                         }
                         _ => self.map2(d, a, b, m, |x, y| ops::int2(op, t, x, y)),
                     }
@@ -587,20 +648,39 @@ impl Warp {
                     match op {
                         I3::MadLo => {
                             let mk = ops::mask(t.bits);
-                            self.map3(d, a, b, c, m, |x, y, z| x.wrapping_mul(y).wrapping_add(z) & mk)
+                            self.map3(d, a, b, c, m, |x, y, z| {
+                                x.wrapping_mul(y).wrapping_add(z) & mk
+                            })
                         }
                         I3::MadWide if !t.signed && t.bits == 32 => {
-                            self.map3(d, a, b, c, m, |x, y, z| (x & 0xffff_ffff).wrapping_mul(y & 0xffff_ffff).wrapping_add(z))
+                            self.map3(d, a, b, c, m, |x, y, z| {
+                                (x & 0xffff_ffff)
+                                    .wrapping_mul(y & 0xffff_ffff)
+                                    .wrapping_add(z)
+                            })
                         }
                         _ => self.map3(d, a, b, c, m, |x, y, z| ops::int3(op, t, x, y, z)),
                     }
                 }
             }
-            Op::Carry { kind, bits, cin, cout, d, a, b, c } => {
+            Op::Carry {
+                kind,
+                bits,
+                cin,
+                cout,
+                d,
+                a,
+                b,
+                c,
+            } => {
                 let mk = ops::mask(bits) as u128;
                 for l in lanes(m) {
                     let cf = if cin { (self.cc >> l & 1) as u128 } else { 0 };
-                    let (x, y, z) = (self.v1(a, l) as u128 & mk, self.v1(b, l) as u128 & mk, self.v1(c, l) as u128 & mk);
+                    let (x, y, z) = (
+                        self.v1(a, l) as u128 & mk,
+                        self.v1(b, l) as u128 & mk,
+                        self.v1(c, l) as u128 & mk,
+                    );
                     let (v, carry) = match kind {
                         CarryKind::Add => {
                             let s = x + y + cf;
@@ -612,7 +692,11 @@ impl Warp {
                         }
                         CarryKind::MadLo | CarryKind::MadHi => {
                             let p = x * y;
-                            let p = if kind == CarryKind::MadLo { p & mk } else { p >> bits };
+                            let p = if kind == CarryKind::MadLo {
+                                p & mk
+                            } else {
+                                p >> bits
+                            };
                             let s = p + z + cf;
                             (s & mk, s > mk)
                         }
@@ -625,7 +709,13 @@ impl Warp {
             }
             Op::Bfi { t, d, a, b, c, e } => {
                 for l in lanes(m) {
-                    let v = ops::bfi(t, self.v1(a, l), self.v1(b, l), self.v1(c, l), self.v1(e, l));
+                    let v = ops::bfi(
+                        t,
+                        self.v1(a, l),
+                        self.v1(b, l),
+                        self.v1(c, l),
+                        self.v1(e, l),
+                    );
                     self.regs[d as usize][l] = v;
                 }
             }
@@ -633,21 +723,43 @@ impl Warp {
                 if !t.signed && t.bits == 32 {
                     self.map2(d, a, b, m, |x, y| (x & 0xffff_ffff) * (y & 0xffff_ffff));
                 } else if t.signed && t.bits == 32 {
-                    self.map2(d, a, b, m, |x, y| ((x as i32 as i64) * (y as i32 as i64)) as u64);
+                    self.map2(d, a, b, m, |x, y| {
+                        ((x as i32 as i64) * (y as i32 as i64)) as u64
+                    });
                 } else {
                     self.map2(d, a, b, m, |x, y| ops::mul_wide(t, x, y));
                 }
             }
-            Op::F2 { op, f, rnd, ftz, sat, d, a, b } => {
+            Op::F2 {
+                op,
+                f,
+                rnd,
+                ftz,
+                sat,
+                d,
+                a,
+                b,
+            } => {
                 if m != 0 {
                     let fast = f == FT::F32 && rnd == Rnd::N && !ftz && !sat;
-                    let nan = |r: f32| if r.is_nan() { float::NAN32 as u64 } else { r.to_bits() as u64 };
+                    let nan = |r: f32| {
+                        if r.is_nan() {
+                            float::NAN32 as u64
+                        } else {
+                            r.to_bits() as u64
+                        }
+                    };
                     let fl = |x: u64| f32::from_bits(x as u32);
                     match op {
                         F2::Add if fast => self.map2(d, a, b, m, |x, y| nan(fl(x) + fl(y))),
                         F2::Sub if fast => self.map2(d, a, b, m, |x, y| nan(fl(x) - fl(y))),
                         F2::Mul if fast => self.map2(d, a, b, m, |x, y| nan(fl(x) * fl(y))),
-                        _ if f == FT::F64 && rnd == Rnd::N && !ftz && !sat && matches!(op, F2::Add | F2::Sub | F2::Mul | F2::Div) => {
+                        _ if f == FT::F64
+                            && rnd == Rnd::N
+                            && !ftz
+                            && !sat
+                            && matches!(op, F2::Add | F2::Sub | F2::Mul | F2::Div) =>
+                        {
                             let g = |x: u64| f64::from_bits(x);
                             match op {
                                 F2::Add => self.map2(d, a, b, m, |x, y| (g(x) + g(y)).to_bits()),
@@ -656,17 +768,44 @@ impl Warp {
                                 _ => self.map2(d, a, b, m, |x, y| (g(x) / g(y)).to_bits()),
                             }
                         }
-                        _ => self.sparse3(d, a, b, Src::I(0), m, |x, y, _| ops::f2(op, f, rnd, ftz, sat, x, y)),
+                        _ => self.sparse3(d, a, b, Src::I(0), m, |x, y, _| {
+                            ops::f2(op, f, rnd, ftz, sat, x, y)
+                        }),
                     }
                 }
             }
-            Op::F1 { op, f, rnd, ftz, sat, approx: _, d, a } => match op {
+            Op::F1 {
+                op,
+                f,
+                rnd,
+                ftz,
+                sat,
+                approx: _,
+                d,
+                a,
+            } => match op {
                 F1::Neg | F1::Abs => self.map1(d, a, m, |x| ops::f1(op, f, rnd, ftz, sat, x)),
-                _ => self.sparse3(d, a, Src::I(0), Src::I(0), m, |x, _, _| ops::f1(op, f, rnd, ftz, sat, x)),
+                _ => self.sparse3(d, a, Src::I(0), Src::I(0), m, |x, _, _| {
+                    ops::f1(op, f, rnd, ftz, sat, x)
+                }),
             },
-            Op::Fma { f, rnd, ftz, sat, d, a, b, c } => {
+            Op::Fma {
+                f,
+                rnd,
+                ftz,
+                sat,
+                d,
+                a,
+                b,
+                c,
+            } => {
                 if m != 0 {
-                    if f == FT::F32 && rnd == Rnd::N && !ftz && !sat && crate::exec::fastfma::available() {
+                    if f == FT::F32
+                        && rnd == Rnd::N
+                        && !ftz
+                        && !sat
+                        && crate::exec::fastfma::available()
+                    {
                         let mut o = [0u64; 32];
                         crate::exec::fastfma::fma32(&self.v(a), &self.v(b), &self.v(c), &mut o);
                         self.w(d, &o, m);
@@ -688,13 +827,40 @@ impl Warp {
                     }
                 }
             }
-            Op::F2x2 { op, f, rnd, ftz, sat, d, a, b } => {
-                self.sparse3(d, a, b, Src::I(0), m, |x, y, _| ops::x2(x, y, 0, |p, q, _| ops::f2(op, f, rnd, ftz, sat, p, q)))
-            }
-            Op::Fmax2 { f, rnd, ftz, sat, d, a, b, c } => {
-                self.sparse3(d, a, b, c, m, |x, y, z| ops::x2(x, y, z, |p, q, r| ops::fma(f, rnd, ftz, sat, p, q, r)))
-            }
-            Op::Cvt { dt, st, rnd, int_rnd, ftz, sat, d, a } => {
+            Op::F2x2 {
+                op,
+                f,
+                rnd,
+                ftz,
+                sat,
+                d,
+                a,
+                b,
+            } => self.sparse3(d, a, b, Src::I(0), m, |x, y, _| {
+                ops::x2(x, y, 0, |p, q, _| ops::f2(op, f, rnd, ftz, sat, p, q))
+            }),
+            Op::Fmax2 {
+                f,
+                rnd,
+                ftz,
+                sat,
+                d,
+                a,
+                b,
+                c,
+            } => self.sparse3(d, a, b, c, m, |x, y, z| {
+                ops::x2(x, y, z, |p, q, r| ops::fma(f, rnd, ftz, sat, p, q, r))
+            }),
+            Op::Cvt {
+                dt,
+                st,
+                rnd,
+                int_rnd,
+                ftz,
+                sat,
+                d,
+                a,
+            } => {
                 if m != 0 {
                     match (dt, st) {
                         // Integer widening/narrowing without saturation is the common case.
@@ -708,23 +874,34 @@ impl Warp {
                                 self.map1(d, a, m, |x| x & sm & dm)
                             }
                         }
-                        _ => self.sparse3(d, a, Src::I(0), Src::I(0), m, |x, _, _| ops::cvt(dt, st, rnd, int_rnd, ftz, sat, x)),
+                        _ => self.sparse3(d, a, Src::I(0), Src::I(0), m, |x, _, _| {
+                            ops::cvt(dt, st, rnd, int_rnd, ftz, sat, x)
+                        }),
                     }
                 }
             }
-            Op::CvtPack { f, rnd, d, a, b } => {
-                self.sparse3(d, a, b, Src::I(0), m, |x, y, _| {
-                    let hi = ops::cvt(Ty::F(f), Ty::F(FT::F32), Some(rnd), false, false, false, x);
-                    let lo = ops::cvt(Ty::F(f), Ty::F(FT::F32), Some(rnd), false, false, false, y);
-                    (hi << 16) | (lo & 0xffff)
-                })
-            }
-            Op::Setp { t, cmp, ftz, d, d2, a, b, comb } => {
+            Op::CvtPack { f, rnd, d, a, b } => self.sparse3(d, a, b, Src::I(0), m, |x, y, _| {
+                let hi = ops::cvt(Ty::F(f), Ty::F(FT::F32), Some(rnd), false, false, false, x);
+                let lo = ops::cvt(Ty::F(f), Ty::F(FT::F32), Some(rnd), false, false, false, y);
+                (hi << 16) | (lo & 0xffff)
+            }),
+            Op::Setp {
+                t,
+                cmp,
+                ftz,
+                d,
+                d2,
+                a,
+                b,
+                comb,
+            } => {
                 let av = self.v(a);
                 let bv = self.v(b);
                 let mut bits = 0u32;
                 match (t, cmp) {
-                    (Ty::I(it), Cmp::Lt | Cmp::Ge | Cmp::Eq | Cmp::Ne | Cmp::Le | Cmp::Gt) if it.bits == 32 || it.bits == 64 => {
+                    (Ty::I(it), Cmp::Lt | Cmp::Ge | Cmp::Eq | Cmp::Ne | Cmp::Le | Cmp::Gt)
+                        if it.bits == 32 || it.bits == 64 =>
+                    {
                         let sh = 64 - it.bits as u32;
                         let key = |x: u64| -> i128 {
                             if it.signed {
@@ -771,7 +948,16 @@ impl Warp {
                     self.wp(d2, q, m);
                 }
             }
-            Op::Set { t, cmp, ftz, float_out, d, a, b, comb } => {
+            Op::Set {
+                t,
+                cmp,
+                ftz,
+                float_out,
+                d,
+                a,
+                b,
+                comb,
+            } => {
                 let c = comb.map(|(op, c)| (op, self.pm(c)));
                 for l in lanes(m) {
                     let mut r = ops::compare(t, cmp, ftz, self.v1(a, l), self.v1(b, l));
@@ -833,11 +1019,45 @@ impl Warp {
                 }
                 self.wp(d, bits, m);
             }
-            Op::Ld { sp: Space::Shared, size: 4, sign: false, n: 1, d: [Some(dr), ..], addr } if self.ld_shared32(cta, dr, &addr, m) => {}
-            Op::St { sp: Space::Shared, size: 4, n: 1, s: [s0, ..], addr } if self.st_shared32(cta, s0, &addr, m) => {}
-            Op::Ld { sp, size, sign, n, d, addr } => self.ld(cx, cta, sp, size, sign, n, &d, &addr, m)?,
-            Op::St { sp, size, n, s, addr } => self.st(cx, cta, sp, size, n, &s, &addr, m)?,
-            Op::Atom { sp, op, t, d, addr, b, c } => self.atom(cx, cta, sp, op, t, d, &addr, b, c, m)?,
+            Op::Ld {
+                sp: Space::Shared,
+                size: 4,
+                sign: false,
+                n: 1,
+                d: [Some(dr), ..],
+                addr,
+            } if self.ld_shared32(cta, dr, &addr, m) => {}
+            Op::St {
+                sp: Space::Shared,
+                size: 4,
+                n: 1,
+                s: [s0, ..],
+                addr,
+            } if self.st_shared32(cta, s0, &addr, m) => {}
+            Op::Ld {
+                sp,
+                size,
+                sign,
+                n,
+                d,
+                addr,
+            } => self.ld(cx, cta, sp, size, sign, n, &d, &addr, m)?,
+            Op::St {
+                sp,
+                size,
+                n,
+                s,
+                addr,
+            } => self.st(cx, cta, sp, size, n, &s, &addr, m)?,
+            Op::Atom {
+                sp,
+                op,
+                t,
+                d,
+                addr,
+                b,
+                c,
+            } => self.atom(cx, cta, sp, op, t, d, &addr, b, c, m)?,
             Op::Bra { target } => return Ok(Flow::Branch(m, target)),
             Op::Call { target, ref args } => {
                 if m != 0 {
@@ -866,7 +1086,10 @@ impl Warp {
                 let l0 = m.trailing_zeros();
                 let idv = self.v1(id, l0 as usize);
                 if idv >= 16 {
-                    return Err(trouble(l0, format!("barrier id {idv} is out of range (0..15)")));
+                    return Err(trouble(
+                        l0,
+                        format!("barrier id {idv} is out of range (0..15)"),
+                    ));
                 }
                 let cnt = match count {
                     Some(c) => {
@@ -890,7 +1113,12 @@ impl Warp {
                     };
                     b.line[i] = 0;
                 } else if b.count[i] != cnt || b.red[i] != red.map(|(op, ..)| op) {
-                    return Err(trouble(l0, format!("barrier {idv} used with different thread counts or reductions at once")));
+                    return Err(trouble(
+                        l0,
+                        format!(
+                            "barrier {idv} used with different thread counts or reductions at once"
+                        ),
+                    ));
                 }
                 b.arrived[i] += m.count_ones();
                 match red.map(|(op, ..)| op) {
@@ -912,7 +1140,15 @@ impl Warp {
                     return Ok(f);
                 }
             }
-            Op::Shfl { mode, d, p, a, b, c, mask } => {
+            Op::Shfl {
+                mode,
+                d,
+                p,
+                a,
+                b,
+                c,
+                mask,
+            } => {
                 let mk = self.mask_of(mask, m);
                 if let Some(f) = self.sync_check(mk, m, group, "shfl.sync")? {
                     return Ok(f);
@@ -937,7 +1173,11 @@ impl Warp {
                             (j, j <= max_lane)
                         }
                     };
-                    let src = if ok && (0..32).contains(&j) { j as usize } else { l };
+                    let src = if ok && (0..32).contains(&j) {
+                        j as usize
+                    } else {
+                        l
+                    };
                     o[l] = av[src] & 0xffff_ffff;
                     pv |= (ok as u32) << l;
                 }
@@ -960,7 +1200,13 @@ impl Warp {
                 }
             }
             Op::Activemask { d } => self.w(d, &[m as u64; 32], m),
-            Op::Redux { op, signed, d, a, mask } => {
+            Op::Redux {
+                op,
+                signed,
+                d,
+                a,
+                mask,
+            } => {
                 let mk = self.mask_of(mask, m);
                 if let Some(f) = self.sync_check(mk, m, group, "redux.sync")? {
                     return Ok(f);
@@ -985,7 +1231,14 @@ impl Warp {
                 }
                 self.w(d, &[acc.unwrap_or(0) as u64; 32], m);
             }
-            Op::Match { all, bits, d, p, a, mask } => {
+            Op::Match {
+                all,
+                bits,
+                d,
+                p,
+                a,
+                mask,
+            } => {
                 let mk = self.mask_of(mask, m);
                 if let Some(f) = self.sync_check(mk, m, group, "match.sync")? {
                     return Ok(f);
@@ -995,7 +1248,9 @@ impl Warp {
                 let mut o = [0u64; 32];
                 let mut pv = 0u32;
                 for l in lanes(m) {
-                    let same = lanes(m).filter(|&k| av[k] & vm == av[l] & vm).fold(0u32, |acc, k| acc | 1 << k);
+                    let same = lanes(m)
+                        .filter(|&k| av[k] & vm == av[l] & vm)
+                        .fold(0u32, |acc, k| acc | 1 << k);
                     if all {
                         let eq = same == m;
                         o[l] = if eq { m as u64 } else { 0 };
@@ -1013,7 +1268,8 @@ impl Warp {
                 for l in lanes(m) {
                     let n = crate::exec::printf::vprintf(self, cx, cta, l, fmt, args)?;
                     if let Some(r) = ret {
-                        self.tparam_write(l, r, 4, n as u64).map_err(|e| trouble(l as u32, e))?;
+                        self.tparam_write(l, r, 4, n as u64)
+                            .map_err(|e| trouble(l as u32, e))?;
                     }
                 }
             }
@@ -1079,16 +1335,26 @@ impl Warp {
         let to = (cp.to as u64).wrapping_sub(TPARAM_FLAG) as usize;
         let len = cp.len as usize;
         if from + len > sz || to + len > sz {
-            return Err(trouble(m.trailing_zeros(), "call parameter outside the parameter area"));
+            return Err(trouble(
+                m.trailing_zeros(),
+                "call parameter outside the parameter area",
+            ));
         }
         for l in lanes(m) {
             let base = l * sz;
-            self.tparam.copy_within(base + from..base + from + len, base + to);
+            self.tparam
+                .copy_within(base + from..base + from + len, base + to);
         }
         Ok(())
     }
 
-    pub(crate) fn tparam_write(&mut self, l: usize, at: u32, size: usize, v: u64) -> Result<(), String> {
+    pub(crate) fn tparam_write(
+        &mut self,
+        l: usize,
+        at: u32,
+        size: usize,
+        v: u64,
+    ) -> Result<(), String> {
         let off = (at as u64).wrapping_sub(TPARAM_FLAG) as usize;
         if off + size > self.tparam_size {
             return Err("parameter write out of range".into());
@@ -1101,17 +1367,37 @@ impl Warp {
     }
 
     #[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
-    fn ld(&mut self, cx: &Launch<'_>, cta: &mut CtaCtx<'_>, sp: Space, size: u8, sign: bool, n: u8, d: &[Option<u32>; 4], addr: &Addr, m: u32) -> R<()> {
+    fn ld(
+        &mut self,
+        cx: &Launch<'_>,
+        cta: &mut CtaCtx<'_>,
+        sp: Space,
+        size: u8,
+        sign: bool,
+        n: u8,
+        d: &[Option<u32>; 4],
+        addr: &Addr,
+        m: u32,
+    ) -> R<()> {
         let total = size as u32 * n as u32;
         for l in lanes(m) {
             let a = self.addr(addr, l);
             if a % total as u64 != 0 {
-                return Err(trouble(l as u32, format!("misaligned {total}-byte load from {}", show_addr(sp, a))));
+                return Err(trouble(
+                    l as u32,
+                    format!("misaligned {total}-byte load from {}", show_addr(sp, a)),
+                ));
             }
-            let loc = self.locate(cx, cta, sp, a, total, l, false).map_err(|e| trouble(l as u32, e))?;
+            let loc = self
+                .locate(cx, cta, sp, a, total, l, false)
+                .map_err(|e| trouble(l as u32, e))?;
             for k in 0..n as usize {
                 let v = self.load(cx, cta, loc, k as u64 * size as u64, size as u32);
-                let v = if sign { ops::sext(v, size * 8) as u64 } else { v };
+                let v = if sign {
+                    ops::sext(v, size * 8) as u64
+                } else {
+                    v
+                };
                 if let Some(r) = d[k] {
                     self.regs[r as usize][l] = v;
                 }
@@ -1121,14 +1407,29 @@ impl Warp {
     }
 
     #[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
-    fn st(&mut self, cx: &Launch<'_>, cta: &mut CtaCtx<'_>, sp: Space, size: u8, n: u8, s: &[Src; 4], addr: &Addr, m: u32) -> R<()> {
+    fn st(
+        &mut self,
+        cx: &Launch<'_>,
+        cta: &mut CtaCtx<'_>,
+        sp: Space,
+        size: u8,
+        n: u8,
+        s: &[Src; 4],
+        addr: &Addr,
+        m: u32,
+    ) -> R<()> {
         let total = size as u32 * n as u32;
         for l in lanes(m) {
             let a = self.addr(addr, l);
             if a % total as u64 != 0 {
-                return Err(trouble(l as u32, format!("misaligned {total}-byte store to {}", show_addr(sp, a))));
+                return Err(trouble(
+                    l as u32,
+                    format!("misaligned {total}-byte store to {}", show_addr(sp, a)),
+                ));
             }
-            let loc = self.locate(cx, cta, sp, a, total, l, true).map_err(|e| trouble(l as u32, e))?;
+            let loc = self
+                .locate(cx, cta, sp, a, total, l, true)
+                .map_err(|e| trouble(l as u32, e))?;
             for k in 0..n as usize {
                 let v = self.v1(s[k], l);
                 self.store(cta, loc, k as u64 * size as u64, size as u32, v);
@@ -1138,7 +1439,14 @@ impl Warp {
     }
 
     #[inline(always)]
-    pub(crate) fn load(&self, cx: &Launch<'_>, cta: &CtaCtx<'_>, loc: Loc<'_>, k: u64, size: u32) -> u64 {
+    pub(crate) fn load(
+        &self,
+        cx: &Launch<'_>,
+        cta: &CtaCtx<'_>,
+        loc: Loc<'_>,
+        k: u64,
+        size: u32,
+    ) -> u64 {
         match loc {
             Loc::Atomic(r, off) => r.load(off + k, size),
             Loc::Shared(o) => le_read(cta.shared, o + k as usize, size),
@@ -1161,7 +1469,19 @@ impl Warp {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn atom(&mut self, cx: &Launch<'_>, cta: &mut CtaCtx<'_>, sp: Space, op: AtomOp, t: AtomTy, d: Option<u32>, addr: &Addr, b: Src, c: Src, m: u32) -> R<()> {
+    fn atom(
+        &mut self,
+        cx: &Launch<'_>,
+        cta: &mut CtaCtx<'_>,
+        sp: Space,
+        op: AtomOp,
+        t: AtomTy,
+        d: Option<u32>,
+        addr: &Addr,
+        b: Src,
+        c: Src,
+        m: u32,
+    ) -> R<()> {
         let size = match t {
             AtomTy::U64 | AtomTy::S64 | AtomTy::B64 | AtomTy::F64 => 8,
             AtomTy::F16 | AtomTy::BF16 => 2,
@@ -1170,9 +1490,14 @@ impl Warp {
         for l in lanes(m) {
             let a = self.addr(addr, l);
             if a % size as u64 != 0 {
-                return Err(trouble(l as u32, format!("misaligned {size}-byte atomic at {}", show_addr(sp, a))));
+                return Err(trouble(
+                    l as u32,
+                    format!("misaligned {size}-byte atomic at {}", show_addr(sp, a)),
+                ));
             }
-            let loc = self.locate(cx, cta, sp, a, size, l, true).map_err(|e| trouble(l as u32, e))?;
+            let loc = self
+                .locate(cx, cta, sp, a, size, l, true)
+                .map_err(|e| trouble(l as u32, e))?;
             let (bv, cv) = (self.v1(b, l), self.v1(c, l));
             let old = match loc {
                 Loc::Atomic(r, off) => crate::exec::mem::atomic_global(r, off, size, op, t, bv, cv),

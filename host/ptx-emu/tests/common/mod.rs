@@ -40,10 +40,20 @@ pub fn args(k: &KernelInfo, vals: &[A]) -> Vec<u8> {
 }
 
 pub fn kinfo<'a>(m: &'a Module, name: &str) -> &'a KernelInfo {
-    m.kernels().iter().find(|k| k.name == name).unwrap_or_else(|| panic!("no kernel {name}"))
+    m.kernels()
+        .iter()
+        .find(|k| k.name == name)
+        .unwrap_or_else(|| panic!("no kernel {name}"))
 }
 
-pub fn launch(m: &Module, mem: &DeviceMemory, name: &str, grid: [u32; 3], block: [u32; 3], vals: &[A]) -> Result<LaunchStats, ExecError> {
+pub fn launch(
+    m: &Module,
+    mem: &DeviceMemory,
+    name: &str,
+    grid: [u32; 3],
+    block: [u32; 3],
+    vals: &[A],
+) -> Result<LaunchStats, ExecError> {
     launch_full(m, mem, name, grid, block, 0, vals, 1 << 40, 0)
 }
 
@@ -60,7 +70,18 @@ pub fn launch_full(
     threads: usize,
 ) -> Result<LaunchStats, ExecError> {
     let a = args(kinfo(m, name), vals);
-    m.launch(name, mem, &LaunchParams { grid, block, shared_mem_bytes: shared, args: &a, step_limit, threads })
+    m.launch(
+        name,
+        mem,
+        &LaunchParams {
+            grid,
+            block,
+            shared_mem_bytes: shared,
+            args: &a,
+            step_limit,
+            threads,
+        },
+    )
 }
 
 pub fn upload_u32(mem: &DeviceMemory, v: &[u32]) -> u64 {
@@ -77,11 +98,16 @@ pub fn upload_f32(mem: &DeviceMemory, v: &[f32]) -> u64 {
 pub fn download_u32(mem: &DeviceMemory, p: u64, n: usize) -> Vec<u32> {
     let mut b = vec![0u8; n * 4];
     mem.read(p, &mut b).unwrap();
-    b.chunks(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+    b.chunks(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
 }
 
 pub fn download_f32(mem: &DeviceMemory, p: u64, n: usize) -> Vec<f32> {
-    download_u32(mem, p, n).into_iter().map(f32::from_bits).collect()
+    download_u32(mem, p, n)
+        .into_iter()
+        .map(f32::from_bits)
+        .collect()
 }
 
 pub fn upload_bytes(mem: &DeviceMemory, b: &[u8]) -> u64 {

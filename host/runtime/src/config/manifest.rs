@@ -42,14 +42,22 @@ pub struct GpuRequest {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { memory: 64 << 20, wall_time: Duration::from_secs(30) }
+        Limits {
+            memory: 64 << 20,
+            wall_time: Duration::from_secs(30),
+        }
     }
 }
 
 impl Default for GpuRequest {
     /// A manifest without `[gpu]` asks for no GPU at all.
     fn default() -> Self {
-        GpuRequest { max_vram: 0, max_leases: 0, max_lease_time: Duration::ZERO, rights: Rights::NONE }
+        GpuRequest {
+            max_vram: 0,
+            max_leases: 0,
+            max_lease_time: Duration::ZERO,
+            rights: Rights::NONE,
+        }
     }
 }
 
@@ -57,9 +65,16 @@ impl Default for GpuRequest {
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
     #[error("cannot read {path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{path}{}: {message}", line.map(|l| format!(":{l}")).unwrap_or_default())]
-    Invalid { path: PathBuf, line: Option<u32>, message: String },
+    Invalid {
+        path: PathBuf,
+        line: Option<u32>,
+        message: String,
+    },
 }
 
 #[derive(Deserialize)]
@@ -96,10 +111,21 @@ fn one() -> u32 {
 impl Manifest {
     /// Reads `tasklet.toml` from a tasklet folder, or a manifest file named directly.
     pub fn load(path: &Path) -> Result<Manifest, ManifestError> {
-        let file = if path.is_dir() { path.join(MANIFEST_FILE) } else { path.to_path_buf() };
-        let text = std::fs::read_to_string(&file).map_err(|source| ManifestError::Io { path: file.clone(), source })?;
+        let file = if path.is_dir() {
+            path.join(MANIFEST_FILE)
+        } else {
+            path.to_path_buf()
+        };
+        let text = std::fs::read_to_string(&file).map_err(|source| ManifestError::Io {
+            path: file.clone(),
+            source,
+        })?;
         let dir = file.parent().unwrap_or(Path::new("."));
-        Manifest::parse(&text, dir).map_err(|(line, message)| ManifestError::Invalid { path: file, line, message })
+        Manifest::parse(&text, dir).map_err(|(line, message)| ManifestError::Invalid {
+            path: file,
+            line,
+            message,
+        })
     }
 
     /// Parses manifest text; relative paths resolve against `dir`. Errors carry the line.
@@ -119,7 +145,10 @@ impl Manifest {
             wall_time: raw.limits.wall_time.map_or(defaults.wall_time, |t| t.0),
         };
         if limits.memory == 0 || limits.wall_time.is_zero() {
-            return Err((line_of("memory").or(line_of("wall-time")), "`[limits]` values must be greater than zero".into()));
+            return Err((
+                line_of("memory").or(line_of("wall-time")),
+                "`[limits]` values must be greater than zero".into(),
+            ));
         }
         let gpu = raw.gpu.map_or(GpuRequest::default(), |g| GpuRequest {
             max_vram: g.max_vram.0,
@@ -127,7 +156,12 @@ impl Manifest {
             max_lease_time: g.max_lease_secs.0,
             rights: g.rights,
         });
-        Ok(Manifest { name: raw.name, component: dir.join(raw.component), limits, gpu })
+        Ok(Manifest {
+            name: raw.name,
+            component: dir.join(raw.component),
+            limits,
+            gpu,
+        })
     }
 }
 
@@ -176,7 +210,10 @@ rights = ["alloc", "read", "launch"]
         let text = GOOD.replace("\"256MiB\"", "\"256 parsecs\"");
         let (line, msg) = Manifest::parse(&text, Path::new(".")).unwrap_err();
         assert_eq!(line, Some(10), "{msg}");
-        assert!(msg.contains("max-vram") && msg.contains("unknown size unit"), "{msg}");
+        assert!(
+            msg.contains("max-vram") && msg.contains("unknown size unit"),
+            "{msg}"
+        );
 
         let text = GOOD.replace("\"launch\"]", "\"fly\"]");
         let (line, msg) = Manifest::parse(&text, Path::new(".")).unwrap_err();

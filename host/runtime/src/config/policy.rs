@@ -48,7 +48,10 @@ pub const DEFAULT_CONTEXT_RESERVE: u64 = 512 << 20;
 impl Default for Policy {
     fn default() -> Self {
         Policy {
-            limits: Limits { memory: 1 << 30, wall_time: Duration::from_secs(600) },
+            limits: Limits {
+                memory: 1 << 30,
+                wall_time: Duration::from_secs(600),
+            },
             gpu: GpuRequest {
                 max_vram: u64::MAX,
                 max_leases: 8,
@@ -96,8 +99,15 @@ impl Policy {
     }
 
     pub fn load(path: &Path) -> Result<Policy, PolicyError> {
-        let text = std::fs::read_to_string(path).map_err(|source| PolicyError::Io { path: path.into(), source })?;
-        Policy::parse(&text).map_err(|(line, message)| PolicyError::Invalid { path: path.into(), line, message })
+        let text = std::fs::read_to_string(path).map_err(|source| PolicyError::Io {
+            path: path.into(),
+            source,
+        })?;
+        Policy::parse(&text).map_err(|(line, message)| PolicyError::Invalid {
+            path: path.into(),
+            line,
+            message,
+        })
     }
 
     /// Parses a policy file. Every key is optional; what is left out keeps its default.
@@ -114,19 +124,28 @@ impl Policy {
         let w = raw.workers;
         set(&mut p.workers.warm, w.warm);
         set(&mut p.workers.max, w.max);
-        set(&mut p.workers.kernel_deadline, w.kernel_deadline.map(|t| t.0));
+        set(
+            &mut p.workers.kernel_deadline,
+            w.kernel_deadline.map(|t| t.0),
+        );
         set(&mut p.workers.op_timeout, w.op_timeout.map(|t| t.0));
         set(&mut p.workers.emu_memory, w.emu_memory.map(|s| s.0));
         if let Some(m) = w.max_device_memory {
             p.workers.max_device_memory = Some(m.0);
         }
-        set(&mut p.workers.context_reserve, w.context_reserve.map(|s| s.0));
+        set(
+            &mut p.workers.context_reserve,
+            w.context_reserve.map(|s| s.0),
+        );
         set(&mut p.workers.reuse, w.reuse);
         if p.workers.max == 0 {
             return Err((None, "`[workers] max` must be at least 1".into()));
         }
         if p.workers.kernel_deadline.is_zero() || p.workers.op_timeout.is_zero() {
-            return Err((None, "`[workers]` deadlines must be greater than zero".into()));
+            return Err((
+                None,
+                "`[workers]` deadlines must be greater than zero".into(),
+            ));
         }
         Ok(p)
     }
@@ -141,9 +160,16 @@ fn set<T>(slot: &mut T, value: Option<T>) {
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyError {
     #[error("cannot read policy {path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("policy {path}{}: {message}", line.map(|l| format!(":{l}")).unwrap_or_default())]
-    Invalid { path: PathBuf, line: Option<u32>, message: String },
+    Invalid {
+        path: PathBuf,
+        line: Option<u32>,
+        message: String,
+    },
 }
 
 #[derive(Deserialize, Default)]
@@ -210,7 +236,14 @@ mod tests {
         assert_eq!(p.workers.context_reserve, 256 << 20);
         assert!(!p.workers.reuse);
         let d = Policy::parse("").unwrap();
-        assert_eq!((d.workers.max_device_memory, d.workers.context_reserve, d.workers.reuse), (None, DEFAULT_CONTEXT_RESERVE, true));
+        assert_eq!(
+            (
+                d.workers.max_device_memory,
+                d.workers.context_reserve,
+                d.workers.reuse
+            ),
+            (None, DEFAULT_CONTEXT_RESERVE, true)
+        );
     }
 
     #[test]

@@ -13,7 +13,13 @@ pub enum Right {
 }
 
 impl Right {
-    pub const ALL: [Right; 5] = [Right::Alloc, Right::Write, Right::Read, Right::Load, Right::Launch];
+    pub const ALL: [Right; 5] = [
+        Right::Alloc,
+        Right::Write,
+        Right::Read,
+        Right::Load,
+        Right::Launch,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {

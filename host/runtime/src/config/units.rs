@@ -16,13 +16,13 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         "MB" => 1_000_000,
         "GB" => 1_000_000_000,
         "TB" => 1_000_000_000_000,
-        other => {
-            return Err(format!(
-                "unknown size unit {other:?} in {text:?}; use B, KiB, MiB, GiB or TiB (e.g. \"64MiB\")"
-            ))
-        }
+        other => return Err(format!(
+            "unknown size unit {other:?} in {text:?}; use B, KiB, MiB, GiB or TiB (e.g. \"64MiB\")"
+        )),
     };
-    number.checked_mul(scale).ok_or_else(|| format!("size {text:?} is too large"))
+    number
+        .checked_mul(scale)
+        .ok_or_else(|| format!("size {text:?} is too large"))
 }
 
 /// Parses a duration: a non-negative integer with a unit (ms, s, m, h). A bare number is seconds.
@@ -34,7 +34,9 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         "m" | "min" => 60_000,
         "h" => 3_600_000,
         other => {
-            return Err(format!("unknown time unit {other:?} in {text:?}; use ms, s, m or h (e.g. \"30s\")"))
+            return Err(format!(
+                "unknown time unit {other:?} in {text:?}; use ms, s, m or h (e.g. \"30s\")"
+            ))
         }
     };
     number
@@ -45,18 +47,27 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 
 fn split_number(text: &str) -> Result<(u64, &str), String> {
     let text = text.trim();
-    let digits = text.find(|c: char| !c.is_ascii_digit() && c != '_').unwrap_or(text.len());
+    let digits = text
+        .find(|c: char| !c.is_ascii_digit() && c != '_')
+        .unwrap_or(text.len());
     if digits == 0 {
         return Err(format!("{text:?} does not start with a number"));
     }
     let number: String = text[..digits].chars().filter(|&c| c != '_').collect();
-    let number = number.parse::<u64>().map_err(|_| format!("{text:?} is too large"))?;
+    let number = number
+        .parse::<u64>()
+        .map_err(|_| format!("{text:?} is too large"))?;
     Ok((number, text[digits..].trim_start()))
 }
 
 /// Formats a byte count the way a person would write it back into a manifest.
 pub fn format_size(bytes: u64) -> String {
-    const UNITS: [(&str, u64); 4] = [("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
+    const UNITS: [(&str, u64); 4] = [
+        ("TiB", 1 << 40),
+        ("GiB", 1 << 30),
+        ("MiB", 1 << 20),
+        ("KiB", 1 << 10),
+    ];
     for (name, scale) in UNITS {
         if bytes >= scale && bytes.is_multiple_of(scale) {
             return format!("{}{name}", bytes / scale);
@@ -76,8 +87,12 @@ mod tests {
         assert_eq!(parse_size("4096"), Ok(4096));
         assert_eq!(parse_size("2MB"), Ok(2_000_000));
         assert!(parse_size("MiB").is_err());
-        assert!(parse_size("12XB").unwrap_err().contains("unknown size unit"));
-        assert!(parse_size("99999999999TiB").unwrap_err().contains("too large"));
+        assert!(parse_size("12XB")
+            .unwrap_err()
+            .contains("unknown size unit"));
+        assert!(parse_size("99999999999TiB")
+            .unwrap_err()
+            .contains("too large"));
         assert_eq!(format_size(64 << 20), "64MiB");
         assert_eq!(format_size(1000), "1000B");
     }

@@ -26,7 +26,9 @@ impl<'de> Deserialize<'de> for Size {
                 parse_size(v).map(Size).map_err(E::custom)
             }
             fn visit_i64<E: de::Error>(self, v: i64) -> Result<Size, E> {
-                u64::try_from(v).map(Size).map_err(|_| E::custom("a size cannot be negative"))
+                u64::try_from(v)
+                    .map(Size)
+                    .map_err(|_| E::custom("a size cannot be negative"))
             }
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<Size, E> {
                 Ok(Size(v))
@@ -79,11 +81,16 @@ impl<'de> Deserialize<'de> for Rights {
 /// Turns a TOML error into (line, message) with the key named when the span points at a value.
 pub(crate) fn locate(source: &str, err: &toml::de::Error) -> (Option<u32>, String) {
     let message = err.message().trim().to_string();
-    let Some(span) = err.span() else { return (None, message) };
+    let Some(span) = err.span() else {
+        return (None, message);
+    };
     let start = span.start.min(source.len());
     let line_no = source[..start].bytes().filter(|&b| b == b'\n').count() as u32 + 1;
     let line_text = source.lines().nth(line_no as usize - 1).unwrap_or("");
-    let key = line_text.split_once('=').map(|(k, _)| k.trim()).filter(|k| !k.is_empty() && !k.starts_with('['));
+    let key = line_text
+        .split_once('=')
+        .map(|(k, _)| k.trim())
+        .filter(|k| !k.is_empty() && !k.starts_with('['));
     let message = match key {
         Some(key) if !message.contains(key) => format!("`{key}`: {message}"),
         _ => message,

@@ -48,7 +48,9 @@ pub fn unsupported(m: impl Into<String>) -> GpuFailure {
 pub fn from_worker(e: WorkerError) -> GpuError {
     match e {
         WorkerError::Op { kind, message } => match kind {
-            ErrorKind::OutOfMemory => GpuError::CapacityExceeded(format!("device out of memory: {message}")),
+            ErrorKind::OutOfMemory => {
+                GpuError::CapacityExceeded(format!("device out of memory: {message}"))
+            }
             ErrorKind::OutOfBounds => GpuError::OutOfBounds(message),
             ErrorKind::InvalidArgument => GpuError::InvalidArgument(message),
             ErrorKind::LoadFailed => GpuError::LoadFailed(message),
@@ -57,7 +59,9 @@ pub fn from_worker(e: WorkerError) -> GpuError {
             ErrorKind::DeadlineExceeded => GpuError::DeadlineExceeded(message),
             ErrorKind::Unsupported => GpuError::Unsupported(message),
         },
-        WorkerError::Lost(m) => GpuError::DeviceLost(format!("the GPU worker for this lease was lost: {m}")),
+        WorkerError::Lost(m) => {
+            GpuError::DeviceLost(format!("the GPU worker for this lease was lost: {m}"))
+        }
         WorkerError::Spawn(m) => GpuError::DeviceLost(format!("could not start a GPU worker: {m}")),
         WorkerError::NoCapacity(m) => GpuError::CapacityExceeded(m),
     }

@@ -9,17 +9,16 @@ use std::sync::Arc;
 use std::time::Duration;
 use wasmtime::component::Resource;
 
-
 impl Host for GpuState<'_> {}
 
 impl GpuState<'_> {
     pub(super) fn lease(&self, handle: &Resource<LeaseHandle>) -> GpuResult<Arc<Lease>> {
         let id = self.table.get(handle)?.id;
-        self.ctx
-            .leases
-            .get(&id)
-            .cloned()
-            .ok_or_else(|| super::error::GpuFailure::Trap(wasmtime::format_err!("lease {id} missing from its tasklet")))
+        self.ctx.leases.get(&id).cloned().ok_or_else(|| {
+            super::error::GpuFailure::Trap(wasmtime::format_err!(
+                "lease {id} missing from its tasklet"
+            ))
+        })
     }
 }
 
@@ -33,7 +32,9 @@ impl HostLease for GpuState<'_> {
         }
         let device = self.ctx.manager.device().index;
         if let Some(asked) = request.device.filter(|&d| d != device) {
-            return Err(invalid(format!("no device {asked}; this node lends device {device} (see inventory)")));
+            return Err(invalid(format!(
+                "no device {asked}; this node lends device {device} (see inventory)"
+            )));
         }
         if request.min_vram == 0 || request.secs == 0 {
             return Err(invalid("a lease needs min-vram > 0 bytes and secs > 0"));
@@ -78,7 +79,10 @@ impl HostLease for GpuState<'_> {
             return Err(invalid("renew needs secs > 0"));
         }
         let ceiling = self.ctx.grant.gpu.max_lease_time;
-        Ok(self.ctx.manager.renew(&lease, Duration::from_secs(secs.into()), ceiling)?)
+        Ok(self
+            .ctx
+            .manager
+            .renew(&lease, Duration::from_secs(secs.into()), ceiling)?)
     }
 
     fn info(&mut self, this: Resource<LeaseHandle>) -> GpuResult<LeaseInfo> {

@@ -59,9 +59,15 @@ impl ModuleState {
         let kernels = module
             .kernels
             .into_iter()
-            .map(|info| KernelEntry { layout: info.checked_param_layout(MAX_PARAM_BYTES), info })
+            .map(|info| KernelEntry {
+                layout: info.checked_param_layout(MAX_PARAM_BYTES),
+                info,
+            })
             .collect();
-        ModuleState { id: module.id, kernels }
+        ModuleState {
+            id: module.id,
+            kernels,
+        }
     }
 }
 
@@ -129,7 +135,9 @@ impl HasData for Gpu {
 }
 
 /// Adds `tasklet:gpu` to a linker whose store data implements [`GpuView`].
-pub fn add_to_linker<T: GpuView + 'static>(linker: &mut wasmtime::component::Linker<T>) -> wasmtime::Result<()> {
+pub fn add_to_linker<T: GpuView + 'static>(
+    linker: &mut wasmtime::component::Linker<T>,
+) -> wasmtime::Result<()> {
     use crate::bindings::tasklet::gpu;
     fn get<T: GpuView>(t: &mut T) -> GpuState<'_> {
         t.gpu()

@@ -1,8 +1,13 @@
 //! `tasklet:gpu/sessions`: device memory, modules and launches, each checked against the tasklet's
 //! rights, the lease's quota, and the ownership of every handle before anything reaches a worker.
 
-use super::error::{invalid, out_of_bounds, quota, unauthorized, unsupported, GpuFailure, GpuResult};
-use super::{BufferHandle, GpuState, KernelEntry, LeaseHandle, ModuleHandle, ModuleState, SessionHandle, SessionState};
+use super::error::{
+    invalid, out_of_bounds, quota, unauthorized, unsupported, GpuFailure, GpuResult,
+};
+use super::{
+    BufferHandle, GpuState, KernelEntry, LeaseHandle, ModuleHandle, ModuleState, SessionHandle,
+    SessionState,
+};
 use crate::bindings::tasklet::gpu::sessions::{
     Host, HostBuffer, HostModule, HostSession, KernelArg, LaunchConfig,
 };
@@ -42,15 +47,26 @@ impl GpuState<'_> {
     /// traffic on the paths every launch and sync take.
     fn session(&self, handle: &Resource<SessionHandle>) -> GpuResult<(u64, &SessionState)> {
         let id = self.table.get(handle)?.id;
-        let state = self.ctx.sessions.get(&id).ok_or_else(|| trap(format!("session {id} has no state")))?;
+        let state = self
+            .ctx
+            .sessions
+            .get(&id)
+            .ok_or_else(|| trap(format!("session {id} has no state")))?;
         Ok((id, state))
     }
 
     fn state(&mut self, session: u64) -> GpuResult<&mut SessionState> {
-        self.ctx.sessions.get_mut(&session).ok_or_else(|| trap(format!("session {session} has no state")))
+        self.ctx
+            .sessions
+            .get_mut(&session)
+            .ok_or_else(|| trap(format!("session {session} has no state")))
     }
 
-    fn run<T>(&self, lease: &Lease, op: impl FnOnce(crate::lease::LeaseAccess<'_>) -> Result<T, WorkerError>) -> GpuResult<T> {
+    fn run<T>(
+        &self,
+        lease: &Lease,
+        op: impl FnOnce(crate::lease::LeaseAccess<'_>) -> Result<T, WorkerError>,
+    ) -> GpuResult<T> {
         Ok(self.ctx.manager.with_worker(lease, op)?)
     }
 
@@ -87,10 +103,9 @@ fn buffer_in(
             b.id
         )));
     }
-    let &(addr, size) = state
-        .buffers
-        .get(&b.id)
-        .ok_or_else(|| GpuError::LeaseExpired("the buffer's memory was freed when its lease ended".into()))?;
+    let &(addr, size) = state.buffers.get(&b.id).ok_or_else(|| {
+        GpuError::LeaseExpired("the buffer's memory was freed when its lease ended".into())
+    })?;
     Ok((addr, size))
 }
 
@@ -111,11 +126,22 @@ impl HostSession for GpuState<'_> {
         // Refuse sessions on ended leases now rather than at their first operation.
         self.ctx.manager.with_worker(&lease, |_| Ok(()))?;
         let id = self.ctx.fresh_id();
-        self.ctx.sessions.insert(id, SessionState { lease, buffers: FxHashMap::default(), modules: FxHashMap::default() });
+        self.ctx.sessions.insert(
+            id,
+            SessionState {
+                lease,
+                buffers: FxHashMap::default(),
+                modules: FxHashMap::default(),
+            },
+        );
         Ok(self.table.push(SessionHandle { id })?)
     }
 
-    fn mem_alloc(&mut self, this: Resource<SessionHandle>, bytes: u64) -> GpuResult<Resource<BufferHandle>> {
+    fn mem_alloc(
+        &mut self,
+        this: Resource<SessionHandle>,
+        bytes: u64,
+    ) -> GpuResult<Resource<BufferHandle>> {
         self.need(Right::Alloc)?;
         let (session, state) = self.session(&this)?;
         let lease = &state.lease;
@@ -141,7 +167,11 @@ impl HostSession for GpuState<'_> {
         })?;
         let id = self.ctx.fresh_id();
         self.state(session)?.buffers.insert(id, (addr, bytes));
-        Ok(self.table.push(BufferHandle { id, session, size: bytes })?)
+        Ok(self.table.push(BufferHandle {
+            id,
+            session,
+            size: bytes,
+        })?)
     }
 
     fn mem_write(
@@ -189,7 +219,8 @@ impl HostSession for GpuState<'_> {
                 "a read of {len} bytes cannot fit in the tasklet's {limit}-byte memory limit; read in pieces"
             )));
         }
-        let len = usize::try_from(len).map_err(|_| out_of_bounds("read too large for this host"))?;
+        let len =
+            usize::try_from(len).map_err(|_| out_of_bounds("read too large for this host"))?;
         let mut out = vec![0u8; len];
         self.run(lease, |a| a.worker.read(at, &mut out))?;
         Ok(out)
@@ -213,7 +244,11 @@ impl HostSession for GpuState<'_> {
         self.run(&state.lease, |a| a.worker.copy(to, from, len))
     }
 
-    fn module_load(&mut self, this: Resource<SessionHandle>, ptx: String) -> GpuResult<Resource<ModuleHandle>> {
+    fn module_load(
+        &mut self,
+        this: Resource<SessionHandle>,
+        ptx: String,
+    ) -> GpuResult<Resource<ModuleHandle>> {
         self.need(Right::Load)?;
         let (session, state) = self.session(&this)?;
         let module = self.run(&state.lease, |a| a.worker.load_module(&ptx))?;
@@ -243,7 +278,10 @@ impl HostSession for GpuState<'_> {
         self.need(Right::Launch)?;
         let (g, b) = (config.grid, config.block);
         if [g.0, g.1, g.2, b.0, b.1, b.2].contains(&0) {
-            return Err(GpuError::LaunchFailed("grid and block dimensions must all be at least 1".into()).into());
+            return Err(GpuError::LaunchFailed(
+                "grid and block dimensions must all be at least 1".into(),
+            )
+            .into());
         }
         // The block is built in the context's buffer, taken out for the call (so the session's
         // state can be borrowed beside it) and put back after: no allocation per launch.
@@ -292,14 +330,19 @@ impl GpuState<'_> {
         let (session, state) = self.session(this)?;
         let m = self.table.get(module)?;
         if m.session != session {
-            return Err(invalid("the module belongs to another session; load it in this one"));
+            return Err(invalid(
+                "the module belongs to another session; load it in this one",
+            ));
         }
-        let loaded = state
-            .modules
-            .get(&m.id)
-            .ok_or_else(|| GpuError::LeaseExpired("the module was unloaded when its lease ended".into()))?;
+        let loaded = state.modules.get(&m.id).ok_or_else(|| {
+            GpuError::LeaseExpired("the module was unloaded when its lease ended".into())
+        })?;
         let Some(entry) = loaded.kernels.iter().find(|k| k.info.name == kernel) else {
-            let names: Vec<&str> = loaded.kernels.iter().map(|k| k.info.name.as_str()).collect();
+            let names: Vec<&str> = loaded
+                .kernels
+                .iter()
+                .map(|k| k.info.name.as_str())
+                .collect();
             return Err(GpuError::LaunchFailed(format!(
                 "no kernel named {kernel:?} in the module; it has: {}",
                 names.join(", ")
@@ -320,9 +363,15 @@ impl GpuState<'_> {
         self.run(&state.lease, |a| a.worker.launch(&launch))
     }
 
-    fn add_module(&mut self, session: u64, module: tasklet_worker::LoadedModule) -> GpuResult<Resource<ModuleHandle>> {
+    fn add_module(
+        &mut self,
+        session: u64,
+        module: tasklet_worker::LoadedModule,
+    ) -> GpuResult<Resource<ModuleHandle>> {
         let id = self.ctx.fresh_id();
-        self.state(session)?.modules.insert(id, ModuleState::new(module));
+        self.state(session)?
+            .modules
+            .insert(id, ModuleState::new(module));
         Ok(self.table.push(ModuleHandle { id, session })?)
     }
 }
@@ -351,7 +400,10 @@ fn argument_block(
     // arithmetic and within CUDA's limit on a kernel's parameter space when the module was
     // loaded, so no module can make the host panic or allocate without bound here.
     let Some((offsets, total)) = &kernel.layout else {
-        return Err(invalid(format!("kernel {} declares more than {MAX_PARAM_BYTES} bytes of parameters", info.name)));
+        return Err(invalid(format!(
+            "kernel {} declares more than {MAX_PARAM_BYTES} bytes of parameters",
+            info.name
+        )));
     };
     block.clear();
     block.resize(*total as usize, 0);
@@ -389,7 +441,12 @@ fn argument_block(
         let at = at as usize;
         block
             .get_mut(at..at + bytes.len())
-            .ok_or_else(|| invalid(format!("argument {i} falls outside kernel {}'s parameter space", info.name)))?
+            .ok_or_else(|| {
+                invalid(format!(
+                    "argument {i} falls outside kernel {}'s parameter space",
+                    info.name
+                ))
+            })?
             .copy_from_slice(bytes);
     }
     Ok(())
@@ -402,7 +459,9 @@ impl HostBuffer for GpuState<'_> {
 
     fn drop(&mut self, this: Resource<BufferHandle>) -> wasmtime::Result<()> {
         let b = self.table.delete(this)?;
-        let Some(state) = self.ctx.sessions.get_mut(&b.session) else { return Ok(()) };
+        let Some(state) = self.ctx.sessions.get_mut(&b.session) else {
+            return Ok(());
+        };
         if let Some((addr, size)) = state.buffers.remove(&b.id) {
             let lease = Arc::clone(&state.lease);
             let _ = self.ctx.manager.with_worker(&lease, |a| {
@@ -430,10 +489,15 @@ impl HostModule for GpuState<'_> {
 
     fn drop(&mut self, this: Resource<ModuleHandle>) -> wasmtime::Result<()> {
         let m = self.table.delete(this)?;
-        let Some(state) = self.ctx.sessions.get_mut(&m.session) else { return Ok(()) };
+        let Some(state) = self.ctx.sessions.get_mut(&m.session) else {
+            return Ok(());
+        };
         if let Some(loaded) = state.modules.remove(&m.id) {
             let lease = Arc::clone(&state.lease);
-            let _ = self.ctx.manager.with_worker(&lease, |a| a.worker.unload_module(loaded.id));
+            let _ = self
+                .ctx
+                .manager
+                .with_worker(&lease, |a| a.worker.unload_module(loaded.id));
         }
         Ok(())
     }
@@ -451,7 +515,11 @@ pub(crate) fn mem_write_list<T>(
     data: WasmList<u8>,
 ) -> GpuResult<()> {
     let bytes = data.as_le_slice(&store);
-    let direct = if bytes.len() >= DIRECT_MIN_BYTES { locate(bytes.as_ptr(), bytes.len()) } else { None };
+    let direct = if bytes.len() >= DIRECT_MIN_BYTES {
+        locate(bytes.as_ptr(), bytes.len())
+    } else {
+        None
+    };
     let Some(span) = direct else {
         let copy = bytes.to_vec();
         return get(store.data_mut()).mem_write(this, dst, offset, copy);
@@ -498,7 +566,9 @@ pub(crate) fn mem_read_into_list<T>(
     // SAFETY: we are in a host call of the store that owns the memory, so no guest code runs, and
     // no reference into that memory is live (`bytes` is dead; `gpu` borrows only store data).
     if !unsafe { crate::guest_memory::copy_into_guest(addr as usize, &staged) } {
-        return Err(trap(format!("guest memory at {addr:p} (+{len}) vanished during mem-read-into")));
+        return Err(trap(format!(
+            "guest memory at {addr:p} (+{len}) vanished during mem-read-into"
+        )));
     }
     Ok(())
 }

@@ -43,9 +43,12 @@ impl EmuBackend {
     }
 
     fn module(&self, id: u32) -> Result<&Module, BackendError> {
-        self.modules
-            .get(&id)
-            .ok_or_else(|| BackendError::new(ErrorKind::InvalidArgument, format!("no module with id {id}")))
+        self.modules.get(&id).ok_or_else(|| {
+            BackendError::new(
+                ErrorKind::InvalidArgument,
+                format!("no module with id {id}"),
+            )
+        })
     }
 }
 
@@ -78,13 +81,19 @@ impl Backend for EmuBackend {
 
     fn alloc(&mut self, bytes: u64) -> Result<u64, BackendError> {
         if bytes == 0 {
-            return Err(BackendError::new(ErrorKind::InvalidArgument, "cannot allocate 0 bytes"));
+            return Err(BackendError::new(
+                ErrorKind::InvalidArgument,
+                "cannot allocate 0 bytes",
+            ));
         }
         let accounted = crate::backend::charged_bytes(bytes);
         if accounted > self.cap - self.used {
             return Err(BackendError::new(
                 ErrorKind::OutOfMemory,
-                format!("cannot allocate {bytes} bytes: {} of {} bytes in use", self.used, self.cap),
+                format!(
+                    "cannot allocate {bytes} bytes: {} of {} bytes in use",
+                    self.used, self.cap
+                ),
             ));
         }
         let addr = self.mem.alloc(bytes).map_err(mem_error)?;
@@ -127,8 +136,12 @@ impl Backend for EmuBackend {
                 format!("a worker holds at most {MAX_MODULES} modules"),
             ));
         }
-        let module = Module::parse(ptx)
-            .map_err(|e| BackendError::new(ErrorKind::LoadFailed, format!("PTX line {}: {}", e.line, e.message)))?;
+        let module = Module::parse(ptx).map_err(|e| {
+            BackendError::new(
+                ErrorKind::LoadFailed,
+                format!("PTX line {}: {}", e.line, e.message),
+            )
+        })?;
         let id = self.next_module;
         self.next_module = self
             .next_module
@@ -141,7 +154,11 @@ impl Backend for EmuBackend {
 
     /// Compiles with NVRTC (found at run time, see [`crate::nvrtc`]; `compute_80` unless the
     /// options name an architecture) and loads the PTX like `load_module`.
-    fn load_source(&mut self, source: &str, options: &[&str]) -> Result<LoadedModule, BackendError> {
+    fn load_source(
+        &mut self,
+        source: &str,
+        options: &[&str],
+    ) -> Result<LoadedModule, BackendError> {
         let options: Vec<String> = options.iter().map(|o| o.to_string()).collect();
         let ptx = nvrtc::compile(source, &options).map_err(|e| match e {
             NvrtcError::NotFound { .. } => BackendError::new(
@@ -152,15 +169,20 @@ impl Backend for EmuBackend {
             _ => BackendError::new(ErrorKind::LoadFailed, e.to_string()),
         })?;
         self.load_module(&ptx).map_err(|e| {
-            BackendError::new(e.kind, format!("{} (in the PTX NVRTC made of the source)", e.message))
+            BackendError::new(
+                e.kind,
+                format!("{} (in the PTX NVRTC made of the source)", e.message),
+            )
         })
     }
 
     fn unload_module(&mut self, id: u32) -> Result<(), BackendError> {
-        self.modules
-            .remove(&id)
-            .map(drop)
-            .ok_or_else(|| BackendError::new(ErrorKind::InvalidArgument, format!("no module with id {id}")))
+        self.modules.remove(&id).map(drop).ok_or_else(|| {
+            BackendError::new(
+                ErrorKind::InvalidArgument,
+                format!("no module with id {id}"),
+            )
+        })
     }
 
     fn launch(&mut self, l: &LaunchRequest<'_>) -> Result<(), BackendError> {
@@ -176,10 +198,13 @@ impl Backend for EmuBackend {
         match module.launch(l.kernel, &self.mem, &params) {
             Ok(_) => Ok(()),
             Err(ExecError::InvalidLaunch(m)) => Err(BackendError::new(ErrorKind::LaunchFailed, m)),
-            Err(e @ ExecError::Fault { .. }) => Err(BackendError::new(ErrorKind::KernelFault, e.to_string())),
-            Err(e @ ExecError::StepLimit { .. }) => {
-                Err(BackendError::new(ErrorKind::DeadlineExceeded, format!("kernel deadline exceeded: {e}")))
+            Err(e @ ExecError::Fault { .. }) => {
+                Err(BackendError::new(ErrorKind::KernelFault, e.to_string()))
             }
+            Err(e @ ExecError::StepLimit { .. }) => Err(BackendError::new(
+                ErrorKind::DeadlineExceeded,
+                format!("kernel deadline exceeded: {e}"),
+            )),
         }
     }
 

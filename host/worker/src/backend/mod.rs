@@ -70,7 +70,10 @@ pub struct BackendError {
 
 impl BackendError {
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> BackendError {
-        BackendError { kind, message: message.into() }
+        BackendError {
+            kind,
+            message: message.into(),
+        }
     }
 }
 
@@ -88,14 +91,18 @@ pub trait Backend {
     fn copy(&mut self, dst: u64, src: u64, len: u64) -> Result<(), BackendError>;
     fn load_module(&mut self, ptx: &str) -> Result<LoadedModule, BackendError>;
     /// Compiles CUDA C and loads it.
-    fn load_source(&mut self, source: &str, options: &[&str]) -> Result<LoadedModule, BackendError>;
+    fn load_source(&mut self, source: &str, options: &[&str])
+        -> Result<LoadedModule, BackendError>;
     fn unload_module(&mut self, id: u32) -> Result<(), BackendError>;
     fn launch(&mut self, launch: &LaunchRequest<'_>) -> Result<(), BackendError>;
     /// Launches `launches` in order, as [`Backend::launch`] each would, stopping at the first that
     /// fails: its index and error (those before it were launched, those after it were not). The
     /// worker hands a burst of posted launches over together, so a backend can check them all
     /// before it makes its driver calls back to back.
-    fn launch_batch(&mut self, launches: &[LaunchRequest<'_>]) -> Result<(), (usize, BackendError)> {
+    fn launch_batch(
+        &mut self,
+        launches: &[LaunchRequest<'_>],
+    ) -> Result<(), (usize, BackendError)> {
         for (i, l) in launches.iter().enumerate() {
             self.launch(l).map_err(|e| (i, e))?;
         }
@@ -156,7 +163,10 @@ pub fn open(kind: BackendKind, opts: &BackendOptions) -> Result<Box<dyn Backend>
         return Ok(Box::new(NullBackend));
     }
     match kind {
-        BackendKind::Emu => Ok(Box::new(EmuBackend::new(opts.device_memory, opts.emu_threads))),
+        BackendKind::Emu => Ok(Box::new(EmuBackend::new(
+            opts.device_memory,
+            opts.emu_threads,
+        ))),
         BackendKind::Cuda => Ok(Box::new(CudaBackend::open(opts)?)),
     }
 }
@@ -168,5 +178,7 @@ pub const ALLOC_GRANULE: u64 = 512;
 
 /// `bytes` rounded up to [`ALLOC_GRANULE`]; `u64::MAX` when that overflows (so it fails any quota).
 pub fn charged_bytes(bytes: u64) -> u64 {
-    bytes.checked_next_multiple_of(ALLOC_GRANULE).unwrap_or(u64::MAX)
+    bytes
+        .checked_next_multiple_of(ALLOC_GRANULE)
+        .unwrap_or(u64::MAX)
 }

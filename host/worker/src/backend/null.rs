@@ -9,12 +9,19 @@ use crate::error::ErrorKind;
 pub struct NullBackend;
 
 fn unsupported<T>() -> Result<T, BackendError> {
-    Err(BackendError::new(ErrorKind::Unsupported, "the null backend has no device"))
+    Err(BackendError::new(
+        ErrorKind::Unsupported,
+        "the null backend has no device",
+    ))
 }
 
 impl Backend for NullBackend {
     fn info(&self) -> WorkerInfo {
-        WorkerInfo { backend: "null".into(), device: "none".into(), ..WorkerInfo::default() }
+        WorkerInfo {
+            backend: "null".into(),
+            device: "none".into(),
+            ..WorkerInfo::default()
+        }
     }
     fn alloc(&mut self, _bytes: u64) -> Result<u64, BackendError> {
         unsupported()
@@ -34,7 +41,11 @@ impl Backend for NullBackend {
     fn load_module(&mut self, _ptx: &str) -> Result<LoadedModule, BackendError> {
         unsupported()
     }
-    fn load_source(&mut self, _source: &str, _options: &[&str]) -> Result<LoadedModule, BackendError> {
+    fn load_source(
+        &mut self,
+        _source: &str,
+        _options: &[&str],
+    ) -> Result<LoadedModule, BackendError> {
         unsupported()
     }
     fn unload_module(&mut self, _id: u32) -> Result<(), BackendError> {

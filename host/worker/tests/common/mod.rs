@@ -8,7 +8,11 @@ use tasklet_worker::{BackendKind, PoolConfig, Worker, WorkerCommand};
 pub fn command(null_backend: bool) -> WorkerCommand {
     WorkerCommand {
         program: env!("CARGO_BIN_EXE_tasklet-worker").into(),
-        args: if null_backend { vec!["--null-backend".into()] } else { vec![] },
+        args: if null_backend {
+            vec!["--null-backend".into()]
+        } else {
+            vec![]
+        },
     }
 }
 
@@ -56,7 +60,9 @@ pub fn wait_dead(pid: u32) {
     let dead = eventually(Duration::from_secs(5), || {
         match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
             // The state follows the parenthesised command name.
-            Ok(s) => s.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+            Ok(s) => s
+                .rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
             Err(_) => true,
         }
     });

@@ -13,7 +13,11 @@
 // CUDA_ERROR_UNSUPPORTED_PTX_VERSION. A block of more than 1024 threads is CUDA_ERROR_INVALID_VALUE.
 // With FAKE_CUDA_COUNTS=<file> set, the counts of kernel launches and event records so far are
 // rewritten to that file after each ("launches N records M"), so tests can see how launches are
-// grouped under events, and how many sync signals (cuStreamWriteValue32) were stored ("signals N").
+// grouped under events, how many sync signals (cuStreamWriteValue32) were stored ("signals N"), and
+// how many graph launches carried kernels ("graphs N"; each kernel node run counts as a launch too)
+// and how many kernel nodes of instantiated graphs were updated ("updates N").
+// Graphs: kernel nodes only, run in the order they were added (the backend builds chains); their
+// parameters, argument bytes included, are copied when a node is added or updated, as the driver does.
 // With FAKE_CUDA_SIGNAL_STALL_MS=<n>, cuStreamWriteValue32 stores its value at once and then takes
 // n ms to return (a worker held up after the device's store landed): the host must see the
 // worker's sync through the completion word, long before the worker answers. The counts file is
@@ -38,7 +42,7 @@ static int sticky = 0;       // a sticky error, once a kernel "faulted"
 static int spinning = 0;     // a never-ending kernel was launched
 static int registered = 0;
 
-static unsigned long launches = 0, records = 0, signals = 0;
+static unsigned long launches = 0, records = 0, signals = 0, graph_launches = 0, node_updates = 0;
 
 static void write_counts(void) {
     const char *path = getenv("FAKE_CUDA_COUNTS");
@@ -47,7 +51,8 @@ static void write_counts(void) {
     if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) return;
     FILE *f = fopen(tmp, "w");
     if (!f) return;
-    fprintf(f, "launches %lu records %lu signals %lu\n", launches, records, signals);
+    fprintf(f, "launches %lu records %lu signals %lu graphs %lu updates %lu\n", launches, records, signals, graph_launches,
+            node_updates);
     fclose(f);
     rename(tmp, path);
 }
@@ -189,19 +194,26 @@ CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name) {
 CUresult cuFuncGetAttribute(int *v, int a, CUfunction f) { (void)a; (void)f; *v = 1024; return OK; }
 CUresult cuFuncSetAttribute(CUfunction f, int a, int v) { (void)f; (void)a; (void)v; return OK; }
 
-CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                        unsigned smem, CUstream s, void **params, void **extra) {
-    (void)smem; (void)s; (void)params;
-    struct function *fn = f;
-    if (sticky) return sticky;
-    if ((unsigned long long)bx * by * bz > 1024 || !gx || !gy || !gz) return INVALID_VALUE;
-    unsigned char *args = 0;
-    size_t size = 0;
+// The argument block an `extra` array names; INVALID_VALUE for a marker the fake does not know.
+static CUresult parse_extra(void **extra, unsigned char **args, size_t *size) {
+    *args = 0;
+    *size = 0;
     for (int i = 0; extra && extra[i] != 0; i += 2) {
-        if (extra[i] == (void *)1) args = extra[i + 1];
-        else if (extra[i] == (void *)2) size = *(size_t *)extra[i + 1];
+        if (extra[i] == (void *)1) *args = extra[i + 1];
+        else if (extra[i] == (void *)2) *size = *(size_t *)extra[i + 1];
         else return INVALID_VALUE;
     }
+    return OK;
+}
+
+static CUresult check_dims(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz) {
+    return ((unsigned long long)bx * by * bz > 1024 || !gx || !gy || !gz) ? INVALID_VALUE : OK;
+}
+
+static CUresult run_kernel(struct function *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                           const unsigned char *args, size_t size) {
+    if (sticky) return sticky;
+    if (check_dims(gx, gy, gz, bx, by, bz)) return INVALID_VALUE;
     if (!strcmp(fn->name, "iota")) {
         if (size != 12 || !args) return INVALID_VALUE;
         uint64_t out; uint32_t n;
@@ -217,6 +229,96 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
     }
     launches++;
     write_counts();
+    return OK;
+}
+
+CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                        unsigned smem, CUstream s, void **params, void **extra) {
+    (void)smem; (void)s; (void)params;
+    unsigned char *args;
+    size_t size;
+    if (parse_extra(extra, &args, &size)) return INVALID_VALUE;
+    return run_kernel(f, gx, gy, gz, bx, by, bz, args, size);
+}
+
+// CUDA_KERNEL_NODE_PARAMS_v2
+typedef struct {
+    CUfunction func;
+    unsigned grid[3], block[3], smem;
+    void **kernelParams, **extra;
+    void *kern;
+    CUcontext ctx;
+} KernelNodeParams;
+
+struct knode { struct function *fn; unsigned grid[3], block[3]; unsigned char args[256]; size_t size; };
+enum { MAX_NODES = 64 };
+struct graph { int n; struct knode *nodes[MAX_NODES]; };
+struct gexec { int n; struct knode *src[MAX_NODES]; struct knode nodes[MAX_NODES]; };
+typedef void *CUgraph, *CUgraphExec, *CUgraphNode;
+
+static CUresult set_node(struct knode *k, const KernelNodeParams *p) {
+    unsigned char *args;
+    size_t size;
+    if (!p->func || p->kernelParams || parse_extra(p->extra, &args, &size) || size > sizeof k->args) return INVALID_VALUE;
+    if (check_dims(p->grid[0], p->grid[1], p->grid[2], p->block[0], p->block[1], p->block[2])) return INVALID_VALUE;
+    k->fn = p->func;
+    memcpy(k->grid, p->grid, sizeof k->grid);
+    memcpy(k->block, p->block, sizeof k->block);
+    if (size) memcpy(k->args, args, size);
+    k->size = size;
+    return OK;
+}
+
+CUresult cuGraphCreate(CUgraph *g, unsigned flags) { (void)flags; *g = calloc(1, sizeof(struct graph)); return OK; }
+CUresult cuGraphAddKernelNode_v2(CUgraphNode *node, CUgraph graph, const CUgraphNode *deps, size_t ndeps, const KernelNodeParams *p) {
+    struct graph *g = graph;
+    // Only chains: each node after the one before.
+    if (g->n == MAX_NODES || ndeps != (g->n ? 1u : 0u) || (ndeps && deps[0] != g->nodes[g->n - 1])) return INVALID_VALUE;
+    struct knode *k = calloc(1, sizeof *k);
+    CUresult r = set_node(k, p);
+    if (r) { free(k); return r; }
+    g->nodes[g->n++] = k;
+    *node = k;
+    return OK;
+}
+CUresult cuGraphInstantiateWithFlags(CUgraphExec *e, CUgraph graph, unsigned long long flags) {
+    (void)flags;
+    struct graph *g = graph;
+    struct gexec *x = calloc(1, sizeof *x);
+    x->n = g->n;
+    for (int i = 0; i < g->n; i++) { x->src[i] = g->nodes[i]; x->nodes[i] = *g->nodes[i]; }
+    *e = x;
+    return OK;
+}
+CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec e, CUgraphNode node, const KernelNodeParams *p) {
+    struct gexec *x = e;
+    for (int i = 0; i < x->n; i++) {
+        if (x->src[i] != node) continue;
+        CUresult r = set_node(&x->nodes[i], p);
+        if (!r) { node_updates++; write_counts(); }
+        return r;
+    }
+    return INVALID_VALUE;
+}
+CUresult cuGraphLaunch(CUgraphExec e, CUstream s) {
+    (void)s;
+    struct gexec *x = e;
+    if (sticky) return sticky;
+    graph_launches++;
+    for (int i = 0; i < x->n; i++) {
+        struct knode *k = &x->nodes[i];
+        // A kernel that refuses its arguments here would have been refused by the real driver at
+        // the node's update; the fake checks them at run time only.
+        run_kernel(k->fn, k->grid[0], k->grid[1], k->grid[2], k->block[0], k->block[1], k->block[2], k->size ? k->args : 0, k->size);
+    }
+    write_counts();
+    return OK;
+}
+CUresult cuGraphExecDestroy(CUgraphExec e) { free(e); return OK; }
+CUresult cuGraphDestroy(CUgraph graph) {
+    struct graph *g = graph;
+    for (int i = 0; i < g->n; i++) free(g->nodes[i]);
+    free(g);
     return OK;
 }
 

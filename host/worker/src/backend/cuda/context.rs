@@ -58,7 +58,10 @@ pub fn open(drv: &'static Driver) -> Result<Device, String> {
             return Err(fail("cuDeviceGetName", r));
         }
         name[name.len() - 1] = 0;
-        let name = CStr::from_ptr(name.as_ptr()).to_string_lossy().trim().to_owned();
+        let name = CStr::from_ptr(name.as_ptr())
+            .to_string_lossy()
+            .trim()
+            .to_owned();
         let mut total: usize = 0;
         let r = (drv.device_total_mem)(&mut total, dev);
         if r != CUDA_SUCCESS {
@@ -72,8 +75,10 @@ pub fn open(drv: &'static Driver) -> Result<Device, String> {
             }
             Ok(v.max(0) as u32)
         };
-        let compute_capability =
-            (attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?, attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?);
+        let compute_capability = (
+            attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+            attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+        );
         let limits = LaunchLimits {
             max_threads_per_block: attr(A::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
             max_block: [
@@ -96,7 +101,10 @@ pub fn open(drv: &'static Driver) -> Result<Device, String> {
         let mut ctx: CuContext = std::ptr::null_mut();
         let r = (drv.primary_ctx_retain)(&mut ctx, dev);
         if r != CUDA_SUCCESS {
-            return Err(fail("creating the CUDA context (cuDevicePrimaryCtxRetain)", r));
+            return Err(fail(
+                "creating the CUDA context (cuDevicePrimaryCtxRetain)",
+                r,
+            ));
         }
         let r = (drv.ctx_set_current)(ctx);
         if r != CUDA_SUCCESS {
@@ -123,14 +131,26 @@ pub fn open(drv: &'static Driver) -> Result<Device, String> {
 /// NVML's spelling of a device UUID.
 pub fn format_uuid(b: &[u8; 16]) -> String {
     let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!("GPU-{}-{}-{}-{}-{}", &hex[0..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..32])
+    format!(
+        "GPU-{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
 }
 
 #[cfg(test)]
 mod tests {
     #[test]
     fn uuid_is_spelled_like_nvml() {
-        let b = [0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef, 0, 1, 2, 3, 4, 5, 6, 7];
-        assert_eq!(super::format_uuid(&b), "GPU-01234567-89ab-cdef-0001-020304050607");
+        let b = [
+            0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef, 0, 1, 2, 3, 4, 5, 6, 7,
+        ];
+        assert_eq!(
+            super::format_uuid(&b),
+            "GPU-01234567-89ab-cdef-0001-020304050607"
+        );
     }
 }

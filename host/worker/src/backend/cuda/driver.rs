@@ -19,6 +19,9 @@ pub type CuFunction = *mut c_void;
 pub type CuEvent = *mut c_void;
 pub type CuStream = *mut c_void;
 pub type CuDevicePtr = u64;
+pub type CuGraph = *mut c_void;
+pub type CuGraphExec = *mut c_void;
+pub type CuGraphNode = *mut c_void;
 
 pub const CUDA_SUCCESS: CuResult = 0;
 pub const CUDA_ERROR_INVALID_VALUE: CuResult = 1;
@@ -77,11 +80,14 @@ macro_rules! driver_api {
         #[allow(non_snake_case)]
         pub struct Driver {
             $( pub $field: unsafe extern "C" fn($($arg),*) -> CuResult, )*
+            /// Graph launches, where the driver has them (and they are not turned off).
+            pub graphs: Option<GraphApi>,
         }
 
         impl Driver {
             fn resolve(lib: &'static libloading::Library) -> Result<Driver, String> {
                 Ok(Driver {
+                    graphs: GraphApi::resolve(lib),
                     $( $field: {
                         // SAFETY: the symbol is the documented driver entry point of this exact
                         // signature (cuda.h, versioned names as cuda.h maps them); the library is
@@ -142,6 +148,71 @@ driver_api! {
     stream_destroy = "cuStreamDestroy_v2": fn(CuStream);
     stream_write_value32 = "cuStreamWriteValue32_v2": fn(CuStream, CuDevicePtr, c_uint, c_uint);
     mem_host_get_device_pointer = "cuMemHostGetDevicePointer_v2": fn(*mut CuDevicePtr, *mut c_void, c_uint);
+}
+
+/// `CUDA_KERNEL_NODE_PARAMS_v2` (cuda.h, CUDA 12.0+): one kernel node of a graph.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct KernelNodeParams {
+    pub function: CuFunction,
+    pub grid: [c_uint; 3],
+    pub block: [c_uint; 3],
+    pub shared_mem_bytes: c_uint,
+    pub kernel_params: *mut *mut c_void,
+    pub extra: *mut *mut c_void,
+    /// A `CUkernel` (library API); null: `function` is used.
+    pub kernel: *mut c_void,
+    /// Null: the context `function` belongs to.
+    pub ctx: CuContext,
+}
+
+/// The CUDA graph entry points the backend launches bursts through (`graphs`). Optional: a driver
+/// without them (before CUDA 12.0) launches one `cuLaunchKernel` at a time, as does a worker
+/// started with `TASKLET_CUDA_GRAPHS=0`.
+pub struct GraphApi {
+    pub create: unsafe extern "C" fn(*mut CuGraph, c_uint) -> CuResult,
+    pub add_kernel_node: unsafe extern "C" fn(
+        *mut CuGraphNode,
+        CuGraph,
+        *const CuGraphNode,
+        usize,
+        *const KernelNodeParams,
+    ) -> CuResult,
+    pub instantiate: unsafe extern "C" fn(*mut CuGraphExec, CuGraph, u64) -> CuResult,
+    pub set_kernel_node:
+        unsafe extern "C" fn(CuGraphExec, CuGraphNode, *const KernelNodeParams) -> CuResult,
+    pub launch: unsafe extern "C" fn(CuGraphExec, CuStream) -> CuResult,
+    pub exec_destroy: unsafe extern "C" fn(CuGraphExec) -> CuResult,
+    pub destroy: unsafe extern "C" fn(CuGraph) -> CuResult,
+}
+
+/// The environment variable that turns graph launches off (`0`); read once per worker.
+pub const GRAPHS_ENV: &str = "TASKLET_CUDA_GRAPHS";
+
+impl GraphApi {
+    fn resolve(lib: &'static libloading::Library) -> Option<GraphApi> {
+        if std::env::var_os(GRAPHS_ENV).is_some_and(|v| v == "0") {
+            return None;
+        }
+        /// SAFETY (of each use): `name` is the documented driver entry point whose signature is
+        /// the field's type (cuda.h's versioned names); the library stays loaded ('static).
+        unsafe fn sym<T: Copy>(lib: &'static libloading::Library, name: &[u8]) -> Option<T> {
+            // SAFETY: see above.
+            unsafe { lib.get::<T>(name).ok().map(|f| *f) }
+        }
+        // SAFETY: each name and type pair as in cuda.h (CUDA 12.0+).
+        unsafe {
+            Some(GraphApi {
+                create: sym(lib, b"cuGraphCreate\0")?,
+                add_kernel_node: sym(lib, b"cuGraphAddKernelNode_v2\0")?,
+                instantiate: sym(lib, b"cuGraphInstantiateWithFlags\0")?,
+                set_kernel_node: sym(lib, b"cuGraphExecKernelNodeSetParams_v2\0")?,
+                launch: sym(lib, b"cuGraphLaunch\0")?,
+                exec_destroy: sym(lib, b"cuGraphExecDestroy\0")?,
+                destroy: sym(lib, b"cuGraphDestroy\0")?,
+            })
+        }
+    }
 }
 
 // SAFETY: plain function pointers into a library that stays loaded; the driver API is
@@ -221,13 +292,14 @@ impl Driver {
 }
 
 fn describe_with(d: &Driver, r: CuResult) -> String {
-    let text = |f: unsafe extern "C" fn(CuResult, *mut *const c_char) -> CuResult| -> Option<String> {
-        let mut p: *const c_char = std::ptr::null();
-        // SAFETY: the driver writes a pointer to a static string or fails (unknown code).
-        let ok = unsafe { f(r, &mut p) } == CUDA_SUCCESS && !p.is_null();
-        // SAFETY: NUL-terminated static string owned by the driver.
-        ok.then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
-    };
+    let text =
+        |f: unsafe extern "C" fn(CuResult, *mut *const c_char) -> CuResult| -> Option<String> {
+            let mut p: *const c_char = std::ptr::null();
+            // SAFETY: the driver writes a pointer to a static string or fails (unknown code).
+            let ok = unsafe { f(r, &mut p) } == CUDA_SUCCESS && !p.is_null();
+            // SAFETY: NUL-terminated static string owned by the driver.
+            ok.then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+        };
     match (text(d.get_error_name), text(d.get_error_string)) {
         (Some(name), Some(desc)) => format!("{name}: {desc} (code {r})"),
         (Some(name), None) => format!("{name} (code {r})"),

@@ -41,7 +41,8 @@ pub fn is_sticky(code: CuResult) -> bool {
 }
 
 /// What a kernel fault means for the tenant, appended to every `KernelFault` message.
-const FAULT_CONSEQUENCE: &str = "the GPU context of this lease is lost: the lease ends and its worker is replaced";
+const FAULT_CONSEQUENCE: &str =
+    "the GPU context of this lease is lost: the lease ends and its worker is replaced";
 
 /// An error reported while waiting for queued work (sync, or an op that waits for the queue):
 /// it comes from the device's execution, so it is a fault whatever the code. `work` says what
@@ -54,7 +55,10 @@ pub fn async_error(drv: &Driver, code: CuResult, work: &str) -> BackendError {
             format!("{work} was stopped by the display driver's watchdog: {words}"),
         );
     }
-    BackendError::new(ErrorKind::KernelFault, format!("{work} faulted: {words}; {FAULT_CONSEQUENCE}"))
+    BackendError::new(
+        ErrorKind::KernelFault,
+        format!("{work} faulted: {words}; {FAULT_CONSEQUENCE}"),
+    )
 }
 
 /// A failed synchronous call other than a launch or a module load (memory ops, sync).
@@ -63,11 +67,17 @@ pub fn call_error(drv: &Driver, e: CallError, what: &str) -> BackendError {
     let kind = match e.code {
         CUDA_ERROR_OUT_OF_MEMORY => ErrorKind::OutOfMemory,
         c if is_sticky(c) => ErrorKind::KernelFault,
-        CUDA_ERROR_INVALID_VALUE | CUDA_ERROR_INVALID_HANDLE | CUDA_ERROR_NOT_FOUND => ErrorKind::InvalidArgument,
+        CUDA_ERROR_INVALID_VALUE | CUDA_ERROR_INVALID_HANDLE | CUDA_ERROR_NOT_FOUND => {
+            ErrorKind::InvalidArgument
+        }
         // Anything else from the driver leaves the context in an unknown state: do not reuse it.
         _ => ErrorKind::KernelFault,
     };
-    let tail = if kind == ErrorKind::KernelFault { format!("; {FAULT_CONSEQUENCE}") } else { String::new() };
+    let tail = if kind == ErrorKind::KernelFault {
+        format!("; {FAULT_CONSEQUENCE}")
+    } else {
+        String::new()
+    };
     BackendError::new(kind, format!("{what}: {} failed: {words}{tail}", e.call))
 }
 
@@ -120,7 +130,13 @@ pub fn launch_error(drv: &Driver, code: CuResult, l: &LaunchContext<'_>) -> Back
         ),
         _ => (ErrorKind::LaunchFailed, "the driver refused this launch".to_owned()),
     };
-    BackendError::new(kind, format!("cannot launch kernel `{}` with {cfg}: {words}; {fix}", l.kernel))
+    BackendError::new(
+        kind,
+        format!(
+            "cannot launch kernel `{}` with {cfg}: {words}; {fix}",
+            l.kernel
+        ),
+    )
 }
 
 /// What the PTX says about itself in its header, for load-error messages.
@@ -140,7 +156,9 @@ impl PtxHeader {
             let mut words = line.split_whitespace();
             match words.next() {
                 Some(".version") => h.version = words.next().map(str::to_owned),
-                Some(".target") => h.target = words.next().map(|t| t.trim_end_matches(',').to_owned()),
+                Some(".target") => {
+                    h.target = words.next().map(|t| t.trim_end_matches(',').to_owned())
+                }
                 _ => {}
             }
             if h.version.is_some() && h.target.is_some() {
@@ -163,7 +181,13 @@ fn cuda_version(v: u32) -> String {
 }
 
 /// A refused `cuModuleLoadDataEx`, with the JIT's error log.
-pub fn load_error(drv: &Driver, code: CuResult, log: &str, ptx: &PtxHeader, t: &LoadTarget) -> BackendError {
+pub fn load_error(
+    drv: &Driver,
+    code: CuResult,
+    log: &str,
+    ptx: &PtxHeader,
+    t: &LoadTarget,
+) -> BackendError {
     let words = drv.describe(code);
     let (ccmaj, ccmin) = t.compute_capability;
     let sm = format!("sm_{ccmaj}{ccmin}");
@@ -179,12 +203,21 @@ pub fn load_error(drv: &Driver, code: CuResult, log: &str, ptx: &PtxHeader, t: &
     let wrong_arch = code == CUDA_ERROR_NO_BINARY_FOR_GPU
         || (code == CUDA_ERROR_INVALID_PTX
             && (log_lower.contains("unsupported .target")
-                || (log_lower.contains(".target") && (log_lower.contains("not supported") || log_lower.contains("higher than")))
+                || (log_lower.contains(".target")
+                    && (log_lower.contains("not supported")
+                        || log_lower.contains("higher than")))
                 || log_lower.contains("is not defined for option 'gpu-name'")
                 || (log_lower.contains("not supported on") && log_lower.contains("target"))));
-    let log_part = if log.trim().is_empty() { String::new() } else { format!("\nJIT log:\n{}", log.trim_end()) };
+    let log_part = if log.trim().is_empty() {
+        String::new()
+    } else {
+        format!("\nJIT log:\n{}", log.trim_end())
+    };
     let (kind, explain) = if code == CUDA_ERROR_OUT_OF_MEMORY {
-        (ErrorKind::OutOfMemory, "the device has no memory left for the module's code and data".to_owned())
+        (
+            ErrorKind::OutOfMemory,
+            "the device has no memory left for the module's code and data".to_owned(),
+        )
     } else if too_new_isa {
         (
             ErrorKind::LoadFailed,
@@ -201,7 +234,10 @@ pub fn load_error(drv: &Driver, code: CuResult, log: &str, ptx: &PtxHeader, t: &
                  architecture (nvcc -arch=compute_{ccmaj}{ccmin}, or `.target sm_XY` with XY ≤ {ccmaj}{ccmin})"
             ),
         )
-    } else if matches!(code, CUDA_ERROR_JIT_COMPILER_NOT_FOUND | CUDA_ERROR_JIT_COMPILATION_DISABLED) {
+    } else if matches!(
+        code,
+        CUDA_ERROR_JIT_COMPILER_NOT_FOUND | CUDA_ERROR_JIT_COMPILATION_DISABLED
+    ) {
         (
             ErrorKind::LoadFailed,
             "the driver's PTX JIT compiler is unavailable on this node (a driver installed without it, or JIT disabled by \

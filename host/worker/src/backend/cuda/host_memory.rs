@@ -51,7 +51,10 @@ enum Chunk {
 impl HostMemory {
     /// `base..base+len` is mapped and valid (again, with a larger `len`, after growth).
     pub fn map(&mut self, base: *mut u8, len: usize) {
-        let m = self.maps.entry(base as usize).or_insert(Mapping { len: 0, chunks: BTreeMap::new() });
+        let m = self.maps.entry(base as usize).or_insert(Mapping {
+            len: 0,
+            chunks: BTreeMap::new(),
+        });
         m.len = m.len.max(len);
     }
 
@@ -78,8 +81,12 @@ impl HostMemory {
     pub fn pieces(&mut self, drv: &Driver, p: *const u8, n: usize) -> Vec<Piece> {
         let addr = p as usize;
         let whole = vec![Piece { offset: 0, len: n }];
-        let Some((&base, m)) = self.maps.range_mut(..=addr).next_back() else { return whole };
-        let Some(end) = addr.checked_add(n) else { return whole };
+        let Some((&base, m)) = self.maps.range_mut(..=addr).next_back() else {
+            return whole;
+        };
+        let Some(end) = addr.checked_add(n) else {
+            return whole;
+        };
         if end > base + m.len || n == 0 {
             return whole;
         }
@@ -91,7 +98,10 @@ impl HostMemory {
             let chunk_end = (chunk_start + CHUNK).min(base + m.len);
             let piece_end = end.min(chunk_end);
             ensure_registered(drv, m, index, chunk_start, chunk_end, piece_end);
-            out.push(Piece { offset: at - addr, len: piece_end - at });
+            out.push(Piece {
+                offset: at - addr,
+                len: piece_end - at,
+            });
             at = piece_end;
         }
         out
@@ -101,7 +111,14 @@ impl HostMemory {
 /// Makes chunk `index` registered at least up to `need` (an address), registering it up to
 /// `chunk_end`, all that is valid of it now (once a registration failed for as much, it is not
 /// tried again).
-fn ensure_registered(drv: &Driver, m: &mut Mapping, index: usize, chunk_start: usize, chunk_end: usize, need: usize) {
+fn ensure_registered(
+    drv: &Driver,
+    m: &mut Mapping,
+    index: usize,
+    chunk_start: usize,
+    chunk_end: usize,
+    need: usize,
+) {
     let want = chunk_end - chunk_start;
     match m.chunks.get(&index) {
         Some(Chunk::Registered(n)) if chunk_start + n >= need => return,

@@ -35,6 +35,7 @@ use std::time::{Duration, Instant};
 
 use super::driver::*;
 use super::errors;
+use super::graphs::Chains;
 use crate::backend::BackendError;
 use crate::error::ErrorKind;
 
@@ -81,7 +82,10 @@ impl Members {
         match (self.n, names.as_slice()) {
             (0, _) => "a kernel".into(),
             (1, [one]) => format!("kernel `{one}`"),
-            (n, names) => format!("one of the kernels `{}` ({n} launched together)", names.join("`, `")),
+            (n, names) => format!(
+                "one of the kernels `{}` ({n} launched together)",
+                names.join("`, `")
+            ),
         }
     }
 }
@@ -126,7 +130,10 @@ unsafe impl Send for Launch {}
 /// Why [`Timeline::launch_all`] stopped.
 pub enum Refused {
     /// `cuLaunchKernel` refused the launch.
-    Driver { code: CuResult, function: CuFunction },
+    Driver {
+        code: CuResult,
+        function: CuFunction,
+    },
     /// Waiting for room in the queue failed (a fault or a missed deadline of earlier work).
     Wait(BackendError),
 }
@@ -148,6 +155,8 @@ struct Queue {
     free_events: Vec<CuEvent>,
     /// When the last completion was seen; the next group's clock starts no earlier.
     last_done: Instant,
+    /// Graphs that launch runs of kernels at once (see [`Chains`]).
+    chains: Chains,
 }
 
 // SAFETY: CUDA events are plain handles usable from any thread of the process.
@@ -175,7 +184,9 @@ impl Queue {
                     }
                     self.last_done = now;
                 }
-                CUDA_ERROR_NOT_READY => return Head::Busy(after(head.start.max(self.last_done), head.budget)),
+                CUDA_ERROR_NOT_READY => {
+                    return Head::Busy(after(head.start.max(self.last_done), head.budget))
+                }
                 err => return Head::Fault(err),
             }
         }
@@ -185,7 +196,11 @@ impl Queue {
     /// Adds a kernel just launched to the open group (opening one at `now()`); says whether the
     /// group is full. The clock is read once per group, not per launch.
     fn add(&mut self, kernel: Arc<str>, deadline: Duration, now: impl FnOnce() -> Instant) -> bool {
-        let open = self.open.get_or_insert_with(|| Open { start: now(), deadlines: Duration::ZERO, members: Members::default() });
+        let open = self.open.get_or_insert_with(|| Open {
+            start: now(),
+            deadlines: Duration::ZERO,
+            members: Members::default(),
+        });
         open.deadlines = open.deadlines.saturating_add(deadline);
         open.members.push(kernel);
         self.kernels += 1;
@@ -193,11 +208,15 @@ impl Queue {
     }
 
     fn head_kernels(&self) -> String {
-        self.items.front().map_or_else(|| "a kernel".into(), |g| g.members.describe())
+        self.items
+            .front()
+            .map_or_else(|| "a kernel".into(), |g| g.members.describe())
     }
 
     fn head_budget(&self) -> (Duration, bool) {
-        self.items.front().map_or((Duration::ZERO, false), |g| (g.budget, g.members.n > 1))
+        self.items
+            .front()
+            .map_or((Duration::ZERO, false), |g| (g.budget, g.members.n > 1))
     }
 }
 
@@ -210,7 +229,11 @@ pub struct Timeline {
 
 impl Timeline {
     /// A timeline with its watchdog thread running (made current on `ctx`).
-    pub fn start(drv: &'static Driver, ctx: CuContext, stream: WorkStream) -> Result<Arc<Timeline>, String> {
+    pub fn start(
+        drv: &'static Driver,
+        ctx: CuContext,
+        stream: WorkStream,
+    ) -> Result<Arc<Timeline>, String> {
         let t = Arc::new(Timeline {
             drv,
             stream,
@@ -220,13 +243,16 @@ impl Timeline {
                 kernels: 0,
                 free_events: Vec::with_capacity(64),
                 last_done: Instant::now(),
+                chains: Chains::new(drv),
             }),
         });
         // Events up front, so the first launches do not pay for them.
         {
             let mut q = t.lock();
             for _ in 0..16 {
-                let e = t.new_event().map_err(|e| format!("cuEventCreate failed: {}", drv.describe(e.code)))?;
+                let e = t
+                    .new_event()
+                    .map_err(|e| format!("cuEventCreate failed: {}", drv.describe(e.code)))?;
                 q.free_events.push(e);
             }
         }
@@ -247,7 +273,9 @@ impl Timeline {
     fn new_event(&self) -> Result<CuEvent, CallError> {
         let mut e: CuEvent = std::ptr::null_mut();
         // SAFETY: valid out-pointer; context current on this thread.
-        check("cuEventCreate", unsafe { (self.drv.event_create)(&mut e, CU_EVENT_DISABLE_TIMING) })?;
+        check("cuEventCreate", unsafe {
+            (self.drv.event_create)(&mut e, CU_EVENT_DISABLE_TIMING)
+        })?;
         Ok(e)
     }
 
@@ -272,8 +300,15 @@ impl Timeline {
         // Each kernel may take its whole deadline, and none starts before it was launched: the
         // time from the group's first launch to its closing (which covers every gap between its
         // launches, and is microseconds) plus every deadline bounds the group from above.
-        let budget = Instant::now().saturating_duration_since(open.start).saturating_add(open.deadlines);
-        q.items.push_back(Group { event, start: open.start, budget, members: open.members });
+        let budget = Instant::now()
+            .saturating_duration_since(open.start)
+            .saturating_add(open.deadlines);
+        q.items.push_back(Group {
+            event,
+            start: open.start,
+            budget,
+            members: open.members,
+        });
     }
 
     /// Launches in flight (not yet seen finished), counting the open group's.
@@ -288,52 +323,94 @@ impl Timeline {
     }
 
     /// Launches `launches` in order on the worker's stream, adding each to the open group and
-    /// closing groups as they fill. The queue's lock is taken once for them all, so the driver
-    /// calls follow each other with only the group's books between them. Stops at the first
-    /// failure, with its index: the driver's refusal (that kernel is then not tracked), or a failed
-    /// wait for room in the queue.
-    pub fn launch_all(&self, launches: impl IntoIterator<Item = Launch>) -> Result<(), (usize, Refused)> {
+    /// closing groups as they fill. The queue's lock is taken once for them all. Each run of
+    /// launches that fits the open group goes to the driver as one graph launch ([`Chains`]);
+    /// where the driver refuses that, the run goes one `cuLaunchKernel` at a time. Stops at the
+    /// first failure, with its index: the driver's refusal (that kernel is then not tracked), or
+    /// a failed wait for room in the queue.
+    pub fn launch_all(&self, launches: &[Launch]) -> Result<(), (usize, Refused)> {
         let mut q = self.lock();
-        for (i, l) in launches.into_iter().enumerate() {
-            if q.kernels >= MAX_PENDING {
+        let mut at = 0;
+        while at < launches.len() {
+            let open = q.open.as_ref().map_or(0, |o| o.members.n);
+            let n = (launches.len() - at).min(GROUP_MAX - open);
+            if q.kernels + n > MAX_PENDING {
                 drop(q);
-                self.wait_for(|q| q.kernels < MAX_PENDING).map_err(|e| (i, Refused::Wait(e)))?;
+                self.wait_for(|q| q.kernels + n <= MAX_PENDING)
+                    .map_err(|e| (at, Refused::Wait(e)))?;
                 q = self.lock();
+                continue;
             }
-            let mut size = l.args_len;
-            let mut extra: [*mut c_void; 5] = [
-                CU_LAUNCH_PARAM_BUFFER_POINTER,
-                l.args,
-                CU_LAUNCH_PARAM_BUFFER_SIZE,
-                (&mut size as *mut usize).cast(),
-                CU_LAUNCH_PARAM_END,
-            ];
-            let extra = if l.args_len == 0 { std::ptr::null_mut() } else { extra.as_mut_ptr() };
-            // SAFETY: a resolved function; `extra` and what it points to live across the call,
-            // which copies the argument block before returning (`Launch::args`).
-            let r = unsafe {
-                (self.drv.launch_kernel)(
-                    l.function,
-                    l.grid[0],
-                    l.grid[1],
-                    l.grid[2],
-                    l.block[0],
-                    l.block[1],
-                    l.block[2],
-                    l.shared_mem_bytes,
-                    self.stream.0,
-                    std::ptr::null_mut(),
-                    extra,
-                )
-            };
-            if r != CUDA_SUCCESS {
-                return Err((i, Refused::Driver { code: r, function: l.function }));
+            let run = &launches[at..at + n];
+            if q.chains.enabled() && q.chains.launch(run, self.stream.0).is_ok() {
+                for l in run {
+                    if q.add(Arc::clone(&l.kernel), l.deadline, Instant::now) {
+                        self.close(&mut q);
+                    }
+                }
+            } else {
+                for (i, l) in run.iter().enumerate() {
+                    self.launch_one(l).map_err(|code| {
+                        (
+                            at + i,
+                            Refused::Driver {
+                                code,
+                                function: l.function,
+                            },
+                        )
+                    })?;
+                    if q.add(Arc::clone(&l.kernel), l.deadline, Instant::now) {
+                        self.close(&mut q);
+                    }
+                }
             }
-            if q.add(l.kernel, l.deadline, Instant::now) {
-                self.close(&mut q);
-            }
+            at += n;
         }
         Ok(())
+    }
+
+    /// One `cuLaunchKernel`.
+    fn launch_one(&self, l: &Launch) -> Result<(), CuResult> {
+        let mut size = l.args_len;
+        let mut extra: [*mut c_void; 5] = [
+            CU_LAUNCH_PARAM_BUFFER_POINTER,
+            l.args,
+            CU_LAUNCH_PARAM_BUFFER_SIZE,
+            (&mut size as *mut usize).cast(),
+            CU_LAUNCH_PARAM_END,
+        ];
+        let extra = if l.args_len == 0 {
+            std::ptr::null_mut()
+        } else {
+            extra.as_mut_ptr()
+        };
+        // SAFETY: a resolved function; `extra` and what it points to live across the call, which
+        // copies the argument block before returning (`Launch::args`).
+        let r = unsafe {
+            (self.drv.launch_kernel)(
+                l.function,
+                l.grid[0],
+                l.grid[1],
+                l.grid[2],
+                l.block[0],
+                l.block[1],
+                l.block[2],
+                l.shared_mem_bytes,
+                self.stream.0,
+                std::ptr::null_mut(),
+                extra,
+            )
+        };
+        if r == CUDA_SUCCESS {
+            Ok(())
+        } else {
+            Err(r)
+        }
+    }
+
+    /// Forgets every cached graph: they hold functions, so this comes before a module is unloaded.
+    pub fn forget_graphs(&self) {
+        self.lock().chains.clear();
     }
 
     /// Waits until every launch has finished, each group within its deadline.
@@ -399,7 +476,10 @@ impl Timeline {
                 std::hint::spin_loop();
                 continue;
             }
-            std::thread::sleep(nap.min(due.saturating_duration_since(now)).max(Duration::from_micros(1)));
+            std::thread::sleep(
+                nap.min(due.saturating_duration_since(now))
+                    .max(Duration::from_micros(1)),
+            );
             nap = (nap * 2).min(MAX_NAP);
         }
     }
@@ -440,7 +520,11 @@ impl Timeline {
 
 /// "kernel `k` ran past its deadline of …", or a group's "… their summed deadline …".
 fn overran(kernels: &str, (budget, group): (Duration, bool)) -> String {
-    let whose = if group { "their summed deadline" } else { "its deadline" };
+    let whose = if group {
+        "their summed deadline"
+    } else {
+        "its deadline"
+    };
     format!("{kernels} ran past {whose} of {budget:?}")
 }
 

@@ -31,7 +31,10 @@ pub struct Allocations {
 
 impl Allocations {
     pub fn new(cap: u64) -> Allocations {
-        Allocations { cap, ..Allocations::default() }
+        Allocations {
+            cap,
+            ..Allocations::default()
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -41,20 +44,32 @@ impl Allocations {
     /// The accounted size of a new allocation, or why it does not fit the cap.
     pub fn admit(&self, bytes: u64) -> Result<u64, BackendError> {
         if bytes == 0 {
-            return Err(BackendError::new(ErrorKind::InvalidArgument, "cannot allocate 0 bytes"));
+            return Err(BackendError::new(
+                ErrorKind::InvalidArgument,
+                "cannot allocate 0 bytes",
+            ));
         }
         let accounted = crate::backend::charged_bytes(bytes);
         if accounted > self.cap.saturating_sub(self.used) {
             return Err(BackendError::new(
                 ErrorKind::OutOfMemory,
-                format!("cannot allocate {bytes} bytes: {} of this worker's {} bytes in use", self.used, self.cap),
+                format!(
+                    "cannot allocate {bytes} bytes: {} of this worker's {} bytes in use",
+                    self.used, self.cap
+                ),
             ));
         }
         Ok(accounted)
     }
 
     pub fn insert(&mut self, addr: u64, requested: u64, accounted: u64) {
-        self.map.insert(addr, Alloc { requested, accounted });
+        self.map.insert(
+            addr,
+            Alloc {
+                requested,
+                accounted,
+            },
+        );
         self.used += accounted;
         self.requested += requested;
     }
@@ -82,7 +97,12 @@ impl Allocations {
     /// Checks that `addr..addr+len` lies inside one live allocation (as the emulator does), so a
     /// copy can never touch memory this worker did not hand out.
     pub fn check_range(&self, addr: u64, len: u64) -> Result<(), BackendError> {
-        let oob = || BackendError::new(ErrorKind::OutOfBounds, format!("no allocation covers device address {addr:#x}..+{len}"));
+        let oob = || {
+            BackendError::new(
+                ErrorKind::OutOfBounds,
+                format!("no allocation covers device address {addr:#x}..+{len}"),
+            )
+        };
         let (&base, a) = self.map.range(..=addr).next_back().ok_or_else(oob)?;
         let off = addr - base;
         match off.checked_add(len) {
@@ -105,7 +125,13 @@ impl Pinned {
     /// Registers `len` bytes at `ptr` (`what`, for the error) with the driver, with
     /// `cuMemHostRegister`'s `flags`. On failure the caller goes on without (slower, still
     /// correct); the error says why.
-    pub fn register(drv: &Driver, ptr: *mut u8, len: usize, flags: c_uint, what: &str) -> Result<Pinned, String> {
+    pub fn register(
+        drv: &Driver,
+        ptr: *mut u8,
+        len: usize,
+        flags: c_uint,
+        what: &str,
+    ) -> Result<Pinned, String> {
         if ptr.is_null() || len == 0 {
             return Err(format!("no {what}"));
         }
@@ -113,7 +139,10 @@ impl Pinned {
         // as the backend lives (the serve loop's `WorkerEnd` outlives it).
         let r = unsafe { (drv.mem_host_register)(ptr.cast(), len, flags) };
         if r != CUDA_SUCCESS && r != CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED {
-            return Err(format!("cuMemHostRegister of the {len}-byte {what} failed: {}", drv.describe(r)));
+            return Err(format!(
+                "cuMemHostRegister of the {len}-byte {what} failed: {}",
+                drv.describe(r)
+            ));
         }
         Ok(Pinned { ptr })
     }
@@ -137,8 +166,14 @@ mod tests {
         a.insert(0x2000, 16, a.admit(16).unwrap());
         assert!(a.check_range(0x1000, 100).is_ok());
         assert!(a.check_range(0x1010, 10).is_ok());
-        assert!(a.check_range(0x1000, 101).is_err(), "past the requested size");
-        assert!(a.check_range(0x0fff, 1).is_err(), "before the first allocation");
+        assert!(
+            a.check_range(0x1000, 101).is_err(),
+            "past the requested size"
+        );
+        assert!(
+            a.check_range(0x0fff, 1).is_err(),
+            "before the first allocation"
+        );
         assert!(a.check_range(0x1064, 1).is_err(), "in the accounting slack");
         assert!(a.check_range(0x2000, 16).is_ok());
         assert!(a.check_range(u64::MAX, 2).is_err());

@@ -6,6 +6,7 @@
 //! - [`host_memory`]: attached guest memories, page-locked lazily in chunks;
 //! - [`modules`]: PTX through the driver JIT, kernel signatures from `tasklet_ptx`, a module cache;
 //! - [`launch`]: asynchronous launches with deadlines and the watchdog;
+//! - [`graphs`]: runs of launches handed to the driver as one launch of a cached CUDA graph;
 //! - [`signal`]: the channel's completion word, stored by the device when a sync's kernels end;
 //! - [`errors`]: driver results → typed kinds with the driver's words.
 //!
@@ -24,6 +25,7 @@
 mod context;
 pub mod driver;
 mod errors;
+mod graphs;
 mod host_memory;
 mod launch;
 mod memory;
@@ -39,8 +41,8 @@ use crate::error::ErrorKind;
 use crate::nvrtc::{self, NvrtcError};
 use driver::*;
 use errors::{LaunchContext, LoadTarget};
-use launch::{Launch, Refused, Timeline};
 use host_memory::HostMemory;
+use launch::{Launch, Refused, Timeline};
 use memory::{Allocations, Pinned};
 use modules::Modules;
 use signal::CompletionWord;
@@ -93,21 +95,28 @@ impl CudaBackend {
         let dev = context::open(drv)?;
         let timeline = Timeline::start(drv, dev.ctx, dev.stream)?;
         let pinned = match opts.data_region {
-            Some((addr, len)) => match Pinned::register(drv, addr as *mut u8, len, 0, "data region") {
-                Ok(p) => Some(p),
-                Err(why) => {
-                    eprintln!(
+            Some((addr, len)) => {
+                match Pinned::register(drv, addr as *mut u8, len, 0, "data region") {
+                    Ok(p) => Some(p),
+                    Err(why) => {
+                        eprintln!(
                         "tasklet worker {}: {why}; writes and reads go through pageable memory (slower)",
                         std::process::id()
                     );
-                    None
+                        None
+                    }
                 }
-            },
+            }
             None => None,
         };
         let signal = opts.completion_word.and_then(|addr| {
             CompletionWord::register(drv, addr)
-                .map_err(|why| eprintln!("tasklet worker {}: {why}; syncs are answered by the worker alone", std::process::id()))
+                .map_err(|why| {
+                    eprintln!(
+                        "tasklet worker {}: {why}; syncs are answered by the worker alone",
+                        std::process::id()
+                    )
+                })
                 .ok()
         });
         // Device printf output goes to this process's stdout; send it where emulated printf
@@ -141,7 +150,10 @@ impl CudaBackend {
 
     fn usable(&self) -> Result<(), BackendError> {
         match &self.poisoned {
-            Some(e) => Err(BackendError::new(e.kind, format!("worker unusable after an earlier error: {}", e.message))),
+            Some(e) => Err(BackendError::new(
+                e.kind,
+                format!("worker unusable after an earlier error: {}", e.message),
+            )),
             None => Ok(()),
         }
     }
@@ -160,10 +172,15 @@ impl CudaBackend {
     }
 
     fn load_target(&self) -> LoadTarget {
-        LoadTarget { compute_capability: self.dev.compute_capability, driver_version: self.dev.driver_version }
+        LoadTarget {
+            compute_capability: self.dev.compute_capability,
+            driver_version: self.dev.driver_version,
+        }
     }
 
     fn unload(&mut self, module: CuModule) -> Result<(), BackendError> {
+        // Cached graphs may hold the module's functions.
+        self.timeline.forget_graphs();
         // SAFETY: a module this backend loaded and no longer refers to; the queue is drained.
         let r = unsafe { (self.drv.module_unload)(module) };
         self.call(check("cuModuleUnload", r), "unloading a module")
@@ -171,25 +188,43 @@ impl CudaBackend {
 
     /// What launching `l` needs, or why it cannot be: its function and name, with the function
     /// opted in to the dynamic shared memory asked for.
-    fn check_launch(&mut self, l: &LaunchRequest<'_>) -> Result<(CuFunction, Arc<str>), BackendError> {
+    fn check_launch(
+        &mut self,
+        l: &LaunchRequest<'_>,
+    ) -> Result<(CuFunction, Arc<str>), BackendError> {
         if l.deadline_ns == 0 {
-            return Err(BackendError::new(ErrorKind::InvalidArgument, "a launch needs a deadline above zero"));
+            return Err(BackendError::new(
+                ErrorKind::InvalidArgument,
+                "a launch needs a deadline above zero",
+            ));
         }
         let k = self.modules.kernel(l.module, l.kernel)?;
         if l.args.len() != k.arg_bytes as usize {
             return Err(BackendError::new(
                 ErrorKind::LaunchFailed,
-                format!("kernel `{}` takes a {}-byte argument block, {} bytes given", l.kernel, k.arg_bytes, l.args.len()),
+                format!(
+                    "kernel `{}` takes a {}-byte argument block, {} bytes given",
+                    l.kernel,
+                    k.arg_bytes,
+                    l.args.len()
+                ),
             ));
         }
         if l.grid.contains(&0) || l.block.contains(&0) {
-            return Err(BackendError::new(ErrorKind::LaunchFailed, "grid and block dimensions must all be at least 1"));
+            return Err(BackendError::new(
+                ErrorKind::LaunchFailed,
+                "grid and block dimensions must all be at least 1",
+            ));
         }
         let (function, kernel) = (k.function, Arc::clone(&k.name));
         if l.shared_mem_bytes > DEFAULT_SHARED_LIMIT && l.shared_mem_bytes > k.shared_optin {
             // SAFETY: a function of a loaded module.
             let r = unsafe {
-                (self.drv.func_set_attribute)(function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, l.shared_mem_bytes as i32)
+                (self.drv.func_set_attribute)(
+                    function,
+                    CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    l.shared_mem_bytes as i32,
+                )
             };
             if r != CUDA_SUCCESS {
                 return Err(self.launch_refused(l, r, None));
@@ -199,7 +234,12 @@ impl CudaBackend {
         Ok((function, kernel))
     }
 
-    fn launch_refused(&self, l: &LaunchRequest<'_>, code: CuResult, kernel_max_threads: Option<u32>) -> BackendError {
+    fn launch_refused(
+        &self,
+        l: &LaunchRequest<'_>,
+        code: CuResult,
+        kernel_max_threads: Option<u32>,
+    ) -> BackendError {
         errors::launch_error(
             self.drv,
             code,
@@ -236,15 +276,22 @@ impl Backend for CudaBackend {
     fn alloc(&mut self, bytes: u64) -> Result<u64, BackendError> {
         self.ready()?;
         let accounted = self.mem.admit(bytes)?;
-        let size = usize::try_from(bytes)
-            .map_err(|_| BackendError::new(ErrorKind::OutOfMemory, format!("{bytes} bytes do not fit this host's address size")))?;
+        let size = usize::try_from(bytes).map_err(|_| {
+            BackendError::new(
+                ErrorKind::OutOfMemory,
+                format!("{bytes} bytes do not fit this host's address size"),
+            )
+        })?;
         let mut addr: CuDevicePtr = 0;
         // SAFETY: valid out-pointer; context current.
         let r = unsafe { (self.drv.mem_alloc)(&mut addr, size) };
         if r == CUDA_ERROR_OUT_OF_MEMORY {
             return Err(BackendError::new(
                 ErrorKind::OutOfMemory,
-                format!("the device has no {bytes} bytes free (cuMemAlloc: {})", self.drv.describe(r)),
+                format!(
+                    "the device has no {bytes} bytes free (cuMemAlloc: {})",
+                    self.drv.describe(r)
+                ),
             ));
         }
         self.call(check("cuMemAlloc", r), "allocating device memory")?;
@@ -265,7 +312,10 @@ impl Backend for CudaBackend {
     fn free(&mut self, addr: u64) -> Result<(), BackendError> {
         self.ready()?;
         if self.mem.get(addr).is_none() {
-            return Err(BackendError::new(ErrorKind::InvalidArgument, format!("{addr:#x} is not the start of an allocation")));
+            return Err(BackendError::new(
+                ErrorKind::InvalidArgument,
+                format!("{addr:#x} is not the start of an allocation"),
+            ));
         }
         // SAFETY: a live allocation of ours; no queued kernel uses it (drained).
         let r = unsafe { (self.drv.mem_free)(addr) };
@@ -286,7 +336,12 @@ impl Backend for CudaBackend {
             // memory; pinned when registration worked: DMA) until the stream is synchronised
             // below; the range lies in one allocation.
             let r = unsafe {
-                (self.drv.memcpy_htod_async)(addr + piece.offset as u64, chunk.as_ptr().cast::<c_void>(), chunk.len(), self.dev.stream.0)
+                (self.drv.memcpy_htod_async)(
+                    addr + piece.offset as u64,
+                    chunk.as_ptr().cast::<c_void>(),
+                    chunk.len(),
+                    self.dev.stream.0,
+                )
             };
             self.call(check("cuMemcpyHtoDAsync", r), "writing device memory")?;
         }
@@ -304,7 +359,12 @@ impl Backend for CudaBackend {
             // SAFETY: `chunk` is valid for writes of its length until the stream is synchronised
             // below; the range lies in one allocation.
             let r = unsafe {
-                (self.drv.memcpy_dtoh_async)(chunk.as_mut_ptr().cast::<c_void>(), addr + piece.offset as u64, chunk.len(), self.dev.stream.0)
+                (self.drv.memcpy_dtoh_async)(
+                    chunk.as_mut_ptr().cast::<c_void>(),
+                    addr + piece.offset as u64,
+                    chunk.len(),
+                    self.dev.stream.0,
+                )
             };
             self.call(check("cuMemcpyDtoHAsync", r), "reading device memory")?;
         }
@@ -332,7 +392,8 @@ impl Backend for CudaBackend {
         if len == 0 || dst == src {
             return Ok(());
         }
-        let n = usize::try_from(len).map_err(|_| BackendError::new(ErrorKind::OutOfBounds, "copy too large"))?;
+        let n = usize::try_from(len)
+            .map_err(|_| BackendError::new(ErrorKind::OutOfBounds, "copy too large"))?;
         let overlap = src < dst.saturating_add(len) && dst < src.saturating_add(len);
         self.unchecked_async = true;
         if !overlap {
@@ -350,11 +411,18 @@ impl Backend for CudaBackend {
                 format!("an overlapping copy of {len} bytes needs as much scratch memory, and the device has none free"),
             ));
         }
-        self.call(check("cuMemAlloc", r), "allocating scratch for an overlapping copy")?;
+        self.call(
+            check("cuMemAlloc", r),
+            "allocating scratch for an overlapping copy",
+        )?;
         let stream = self.dev.stream.0;
         // SAFETY: scratch and source/destination are live and of `n` bytes; ordered on the stream.
         let r1 = unsafe { (self.drv.memcpy_dtod_async)(tmp, src, n, stream) };
-        let r2 = if r1 == CUDA_SUCCESS { unsafe { (self.drv.memcpy_dtod_async)(dst, tmp, n, stream) } } else { r1 };
+        let r2 = if r1 == CUDA_SUCCESS {
+            unsafe { (self.drv.memcpy_dtod_async)(dst, tmp, n, stream) }
+        } else {
+            r1
+        };
         // The scratch is freed once the copies that use it are done.
         // SAFETY: the worker's stream; then ours, unused.
         let r3 = unsafe { (self.drv.stream_synchronize)(stream) };
@@ -378,7 +446,11 @@ impl Backend for CudaBackend {
         }
     }
 
-    fn load_source(&mut self, source: &str, options: &[&str]) -> Result<LoadedModule, BackendError> {
+    fn load_source(
+        &mut self,
+        source: &str,
+        options: &[&str],
+    ) -> Result<LoadedModule, BackendError> {
         self.usable()?;
         let mut opts: Vec<String> = options.iter().map(|o| o.to_string()).collect();
         let names_arch = opts.iter().any(|o| {
@@ -398,8 +470,12 @@ impl Backend for CudaBackend {
             ),
             other => BackendError::new(ErrorKind::LoadFailed, other.to_string()),
         })?;
-        self.load_module(&ptx)
-            .map_err(|e| BackendError::new(e.kind, format!("{} (in the PTX NVRTC made of the source)", e.message)))
+        self.load_module(&ptx).map_err(|e| {
+            BackendError::new(
+                e.kind,
+                format!("{} (in the PTX NVRTC made of the source)", e.message),
+            )
+        })
     }
 
     fn unload_module(&mut self, id: u32) -> Result<(), BackendError> {
@@ -412,13 +488,17 @@ impl Backend for CudaBackend {
     }
 
     fn launch(&mut self, l: &LaunchRequest<'_>) -> Result<(), BackendError> {
-        self.launch_batch(std::slice::from_ref(l)).map_err(|(_, e)| e)
+        self.launch_batch(std::slice::from_ref(l))
+            .map_err(|(_, e)| e)
     }
 
     /// Checks and resolves every launch first, copying the argument blocks into aligned scratch,
     /// then makes the driver calls back to back: anything run between two `cuLaunchKernel` calls
     /// costs the next one more than its own time (docs/performance.md).
-    fn launch_batch(&mut self, launches: &[LaunchRequest<'_>]) -> Result<(), (usize, BackendError)> {
+    fn launch_batch(
+        &mut self,
+        launches: &[LaunchRequest<'_>],
+    ) -> Result<(), (usize, BackendError)> {
         self.usable().map_err(|e| (0, e))?;
         let chunks: usize = launches.iter().map(|l| l.args.len().div_ceil(16)).sum();
         if self.args.len() < chunks {
@@ -443,7 +523,11 @@ impl Backend for CudaBackend {
                         grid: l.grid,
                         block: l.block,
                         shared_mem_bytes: l.shared_mem_bytes,
-                        args: if l.args.is_empty() { std::ptr::null_mut() } else { args.cast() },
+                        args: if l.args.is_empty() {
+                            std::ptr::null_mut()
+                        } else {
+                            args.cast()
+                        },
                         args_len: l.args.len(),
                         deadline: Duration::from_nanos(l.deadline_ns),
                     });
@@ -454,7 +538,8 @@ impl Backend for CudaBackend {
                 }
             }
         }
-        let launched = self.timeline.launch_all(batch.drain(..));
+        let launched = self.timeline.launch_all(&batch);
+        batch.clear();
         self.batch = batch;
         match launched {
             Ok(()) => refused.map_or(Ok(()), |(i, e)| Err((i, self.fail(e)))),
@@ -462,7 +547,13 @@ impl Backend for CudaBackend {
                 let kernel_max = (code == CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES).then(|| {
                     let mut v = 0;
                     // SAFETY: a resolved function, valid out-pointer.
-                    let ok = unsafe { (self.drv.func_get_attribute)(&mut v, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, function) };
+                    let ok = unsafe {
+                        (self.drv.func_get_attribute)(
+                            &mut v,
+                            CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+                            function,
+                        )
+                    };
                     (ok == CUDA_SUCCESS).then_some(v.max(0) as u32)
                 });
                 let e = self.launch_refused(&launches[i], code, kernel_max.flatten());
@@ -483,7 +574,9 @@ impl Backend for CudaBackend {
         if self.poisoned.is_some() || self.timeline.pending() == 0 {
             return self.sync();
         }
-        let Some(word) = &self.signal else { return self.sync() };
+        let Some(word) = &self.signal else {
+            return self.sync();
+        };
         // The open group's event goes first, so the word lands after it: once the word is seen,
         // the event is done too, and the next wait's look at it is cheap. Both driver calls are
         // made while the kernels run.
@@ -580,7 +673,11 @@ impl CudaBackend {
         if r == CUDA_SUCCESS {
             return Ok(());
         }
-        let e = errors::async_error(self.drv, r, "a device-to-device copy or the zeroing of new memory");
+        let e = errors::async_error(
+            self.drv,
+            r,
+            "a device-to-device copy or the zeroing of new memory",
+        );
         Err(self.fail(e))
     }
 }

@@ -67,7 +67,10 @@ unsafe impl Send for Modules {}
 
 impl Modules {
     pub fn new() -> Modules {
-        Modules { next_id: 1, ..Modules::default() }
+        Modules {
+            next_id: 1,
+            ..Modules::default()
+        }
     }
 
     /// Module ids held.
@@ -77,18 +80,28 @@ impl Modules {
 
     /// The kernel `name` of module `id`.
     pub fn kernel(&mut self, id: u32, name: &str) -> Result<&mut Kernel, BackendError> {
-        let slot = *self
-            .ids
-            .get(&id)
-            .ok_or_else(|| BackendError::new(ErrorKind::InvalidArgument, format!("no module with id {id}")))?;
-        let m = self.slots[slot].as_mut().ok_or_else(|| BackendError::new(ErrorKind::InvalidArgument, format!("no module with id {id}")))?;
+        let slot = *self.ids.get(&id).ok_or_else(|| {
+            BackendError::new(
+                ErrorKind::InvalidArgument,
+                format!("no module with id {id}"),
+            )
+        })?;
+        let m = self.slots[slot].as_mut().ok_or_else(|| {
+            BackendError::new(
+                ErrorKind::InvalidArgument,
+                format!("no module with id {id}"),
+            )
+        })?;
         match m.by_name.get(name) {
             Some(&i) => Ok(&mut m.functions[i]),
             None => {
                 let names: Vec<&str> = m.kernels.iter().map(|k| k.name.as_str()).collect();
                 Err(BackendError::new(
                     ErrorKind::LaunchFailed,
-                    format!("no kernel named {name:?} in module {id}; it has: {}", names.join(", ")),
+                    format!(
+                        "no kernel named {name:?} in module {id}; it has: {}",
+                        names.join(", ")
+                    ),
                 ))
             }
         }
@@ -96,7 +109,10 @@ impl Modules {
 
     fn fresh_id(&mut self) -> Result<u32, BackendError> {
         if self.ids.len() >= MAX_MODULES {
-            return Err(BackendError::new(ErrorKind::OutOfMemory, format!("a worker holds at most {MAX_MODULES} modules")));
+            return Err(BackendError::new(
+                ErrorKind::OutOfMemory,
+                format!("a worker holds at most {MAX_MODULES} modules"),
+            ));
         }
         let id = self.next_id;
         self.next_id = id
@@ -108,14 +124,21 @@ impl Modules {
     /// A cached module with exactly this text, as a new id. No driver call.
     pub fn lookup(&mut self, ptx: &str) -> Result<Option<(u32, Vec<KernelInfo>)>, BackendError> {
         let h = fast_hash(ptx.as_bytes());
-        let Some(slots) = self.cache.get(&h) else { return Ok(None) };
+        let Some(slots) = self.cache.get(&h) else {
+            return Ok(None);
+        };
         let Some(&slot) = slots.iter().find(|&&s| {
-            self.slots[s].as_ref().and_then(|m| m.shared.as_ref()).is_some_and(|(_, text)| &**text == ptx)
+            self.slots[s]
+                .as_ref()
+                .and_then(|m| m.shared.as_ref())
+                .is_some_and(|(_, text)| &**text == ptx)
         }) else {
             return Ok(None);
         };
         let id = self.fresh_id()?;
-        let Some(m) = self.slots[slot].as_mut() else { return Ok(None) };
+        let Some(m) = self.slots[slot].as_mut() else {
+            return Ok(None);
+        };
         if m.refs == 0 {
             self.idle -= 1;
         }
@@ -125,7 +148,12 @@ impl Modules {
     }
 
     /// JIT-loads `ptx` (not in the cache) and gives it a new id. The caller has drained the queue.
-    pub fn load(&mut self, drv: &Driver, ptx: &str, target: &LoadTarget) -> Result<(u32, Vec<KernelInfo>), BackendError> {
+    pub fn load(
+        &mut self,
+        drv: &Driver,
+        ptx: &str,
+        target: &LoadTarget,
+    ) -> Result<(u32, Vec<KernelInfo>), BackendError> {
         let id = self.fresh_id()?;
         let module = jit(drv, ptx, target)?;
         let loaded = match resolve(drv, module, ptx) {
@@ -136,7 +164,8 @@ impl Modules {
                 return Err(e);
             }
         };
-        let shared = (!declares_module_globals(ptx)).then(|| (fast_hash(ptx.as_bytes()), Box::<str>::from(ptx)));
+        let shared = (!declares_module_globals(ptx))
+            .then(|| (fast_hash(ptx.as_bytes()), Box::<str>::from(ptx)));
         let kernels = loaded.kernels.clone();
         let slot = match self.slots.iter().position(Option::is_none) {
             Some(s) => s,
@@ -148,7 +177,11 @@ impl Modules {
         if let Some((h, _)) = &shared {
             self.cache.entry(*h).or_default().push(slot);
         }
-        self.slots[slot] = Some(Loaded { shared, refs: 1, ..loaded });
+        self.slots[slot] = Some(Loaded {
+            shared,
+            refs: 1,
+            ..loaded
+        });
         self.ids.insert(id, slot);
         Ok((id, kernels))
     }
@@ -156,11 +189,15 @@ impl Modules {
     /// Drops id `id`. Returns a module the caller must unload (after draining the queue), if this
     /// was its last id and it is not kept in the cache.
     pub fn release(&mut self, id: u32) -> Result<Option<CuModule>, BackendError> {
-        let slot = self
-            .ids
-            .remove(&id)
-            .ok_or_else(|| BackendError::new(ErrorKind::InvalidArgument, format!("no module with id {id}")))?;
-        let Some(m) = self.slots[slot].as_mut() else { return Ok(None) };
+        let slot = self.ids.remove(&id).ok_or_else(|| {
+            BackendError::new(
+                ErrorKind::InvalidArgument,
+                format!("no module with id {id}"),
+            )
+        })?;
+        let Some(m) = self.slots[slot].as_mut() else {
+            return Ok(None);
+        };
         m.refs -= 1;
         if m.refs > 0 {
             return Ok(None);
@@ -187,7 +224,11 @@ impl Modules {
 
     /// Forgets every module and returns them all for the caller to unload.
     pub fn take_all(&mut self) -> Vec<CuModule> {
-        let all = self.slots.iter_mut().filter_map(|s| s.take().map(|m| m.module)).collect();
+        let all = self
+            .slots
+            .iter_mut()
+            .filter_map(|s| s.take().map(|m| m.module))
+            .collect();
         self.slots.clear();
         self.ids.clear();
         self.cache.clear();
@@ -199,7 +240,10 @@ impl Modules {
 /// `cuModuleLoadDataEx` with the JIT's error and info logs captured.
 fn jit(drv: &Driver, ptx: &str, target: &LoadTarget) -> Result<CuModule, BackendError> {
     let text = CString::new(ptx).map_err(|e| {
-        BackendError::new(ErrorKind::LoadFailed, format!("the PTX contains a NUL byte at offset {}", e.nul_position()))
+        BackendError::new(
+            ErrorKind::LoadFailed,
+            format!("the PTX contains a NUL byte at offset {}", e.nul_position()),
+        )
     })?;
     let mut error_log = vec![0u8; LOG_BYTES];
     let mut info_log = vec![0u8; LOG_BYTES];
@@ -220,7 +264,13 @@ fn jit(drv: &Driver, ptx: &str, target: &LoadTarget) -> Result<CuModule, Backend
     let mut module: CuModule = std::ptr::null_mut();
     // SAFETY: NUL-terminated image; option arrays of equal length; log buffers live across the call.
     let r = unsafe {
-        (drv.module_load_data_ex)(&mut module, text.as_ptr().cast(), options.len() as u32, options.as_mut_ptr(), values.as_mut_ptr())
+        (drv.module_load_data_ex)(
+            &mut module,
+            text.as_ptr().cast(),
+            options.len() as u32,
+            options.as_mut_ptr(),
+            values.as_mut_ptr(),
+        )
     };
     if r == CUDA_SUCCESS {
         return Ok(module);
@@ -232,7 +282,13 @@ fn jit(drv: &Driver, ptx: &str, target: &LoadTarget) -> Result<CuModule, Backend
         (false, true) => log,
         (false, false) => format!("{log}\n{info}"),
     };
-    Err(errors::load_error(drv, r, &log, &PtxHeader::parse(ptx), target))
+    Err(errors::load_error(
+        drv,
+        r,
+        &log,
+        &PtxHeader::parse(ptx),
+        target,
+    ))
 }
 
 fn log_text(buf: &[u8], used: usize) -> String {
@@ -252,21 +308,41 @@ fn resolve(drv: &Driver, module: CuModule, ptx: &str) -> Result<Loaded, BackendE
     let mut functions = Vec::with_capacity(kernels.len());
     let mut by_name = FxHashMap::with_capacity_and_hasher(kernels.len(), Default::default());
     for (i, k) in kernels.iter().enumerate() {
-        let cname = CString::new(k.name.as_str())
-            .map_err(|_| BackendError::new(ErrorKind::LoadFailed, format!("kernel name {:?} contains a NUL byte", k.name)))?;
+        let cname = CString::new(k.name.as_str()).map_err(|_| {
+            BackendError::new(
+                ErrorKind::LoadFailed,
+                format!("kernel name {:?} contains a NUL byte", k.name),
+            )
+        })?;
         let mut f: CuFunction = std::ptr::null_mut();
         // SAFETY: a loaded module, a NUL-terminated name, a valid out-pointer.
         let r = unsafe { (drv.module_get_function)(&mut f, module, cname.as_ptr()) };
         if r != CUDA_SUCCESS {
             return Err(BackendError::new(
                 ErrorKind::LoadFailed,
-                format!("kernel `{}` is declared in the PTX but the driver cannot find it: {}", k.name, drv.describe(r)),
+                format!(
+                    "kernel `{}` is declared in the PTX but the driver cannot find it: {}",
+                    k.name,
+                    drv.describe(r)
+                ),
             ));
         }
-        functions.push(Kernel { function: f, name: Arc::from(k.name.as_str()), arg_bytes: k.param_layout().1, shared_optin: 0 });
+        functions.push(Kernel {
+            function: f,
+            name: Arc::from(k.name.as_str()),
+            arg_bytes: k.param_layout().1,
+            shared_optin: 0,
+        });
         by_name.insert(Box::from(k.name.as_str()), i);
     }
-    Ok(Loaded { module, kernels, by_name, functions, refs: 0, shared: None })
+    Ok(Loaded {
+        module,
+        kernels,
+        by_name,
+        functions,
+        refs: 0,
+        shared: None,
+    })
 }
 
 /// Whether the PTX declares module-scope `.global` variables (kernel-writable state).
@@ -277,8 +353,13 @@ pub fn declares_module_globals(ptx: &str) -> bool {
     }
     for line in ptx.lines() {
         let code = line.split("//").next().unwrap_or("");
-        let mut words = code.split_whitespace().skip_while(|w| matches!(*w, ".visible" | ".extern" | ".weak" | ".common"));
-        if words.next().is_some_and(|w| w == ".global" || w.starts_with(".global")) {
+        let mut words = code
+            .split_whitespace()
+            .skip_while(|w| matches!(*w, ".visible" | ".extern" | ".weak" | ".common"));
+        if words
+            .next()
+            .is_some_and(|w| w == ".global" || w.starts_with(".global"))
+        {
             return true;
         }
     }
@@ -306,21 +387,34 @@ mod tests {
 
     #[test]
     fn module_globals_are_spotted() {
-        assert!(declares_module_globals(".version 8.0\n.target sm_80\n.global .align 4 .u32 counter;\n"));
-        assert!(declares_module_globals(".visible .global .align 4 .b8 table[16];"));
-        assert!(declares_module_globals("  .extern .global .u32 x; // comment"));
-        assert!(declares_module_globals("/* block comment */ .entry k() { ret; }"));
+        assert!(declares_module_globals(
+            ".version 8.0\n.target sm_80\n.global .align 4 .u32 counter;\n"
+        ));
+        assert!(declares_module_globals(
+            ".visible .global .align 4 .b8 table[16];"
+        ));
+        assert!(declares_module_globals(
+            "  .extern .global .u32 x; // comment"
+        ));
+        assert!(declares_module_globals(
+            "/* block comment */ .entry k() { ret; }"
+        ));
         assert!(!declares_module_globals(
             ".version 8.0\n.target sm_80\n.visible .entry k(.param .u64 p)\n{\n\tld.param.u64 %rd1, [p];\n\tcvta.to.global.u64 %rd2, %rd1;\n\tst.global.u32 [%rd2], 1;\n\tret;\n}\n// .global in a comment\n"
         ));
-        assert!(!declares_module_globals(".const .align 4 .u32 c = 1;\n.shared .u32 s;"));
+        assert!(!declares_module_globals(
+            ".const .align 4 .u32 c = 1;\n.shared .u32 s;"
+        ));
     }
 
     #[test]
     fn every_committed_kernel_is_classified() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../kernels");
         let misc = std::fs::read_to_string(dir.join("misc.ptx")).unwrap();
-        assert!(declares_module_globals(&misc), "misc.cu has a __device__ global");
+        assert!(
+            declares_module_globals(&misc),
+            "misc.cu has a __device__ global"
+        );
         let iota = std::fs::read_to_string(dir.join("iota.ptx")).unwrap();
         assert!(!declares_module_globals(&iota));
     }

@@ -28,20 +28,38 @@ impl CompletionWord {
     /// Registers the page holding the word at `addr` (in this process) and finds the word's
     /// device address. On failure syncs are answered by the worker alone (slower by a hand-off).
     pub fn register(drv: &Driver, addr: usize) -> Result<CompletionWord, String> {
-        let page = Pinned::register(drv, (addr & !(PAGE - 1)) as *mut u8, PAGE, REGISTER_DEVICEMAP, "channel header page")?;
+        let page = Pinned::register(
+            drv,
+            (addr & !(PAGE - 1)) as *mut u8,
+            PAGE,
+            REGISTER_DEVICEMAP,
+            "channel header page",
+        )?;
         let mut device: CuDevicePtr = 0;
         // SAFETY: `addr` lies in the page just registered; valid out-pointer.
         let r = unsafe { (drv.mem_host_get_device_pointer)(&mut device, addr as *mut _, 0) };
         if r != CUDA_SUCCESS {
             page.unregister(drv);
-            return Err(format!("cuMemHostGetDevicePointer of the completion word failed: {}", drv.describe(r)));
+            return Err(format!(
+                "cuMemHostGetDevicePointer of the completion word failed: {}",
+                drv.describe(r)
+            ));
         }
-        Ok(CompletionWord { page, host: addr as *const AtomicU32, device })
+        Ok(CompletionWord {
+            page,
+            host: addr as *const AtomicU32,
+            device,
+        })
     }
 
     /// Queues the store of `seq` behind everything queued so far. An error means the driver
     /// refused to queue it (nothing was queued).
-    pub fn store_when_done(&self, drv: &Driver, stream: WorkStream, seq: u32) -> Result<(), CuResult> {
+    pub fn store_when_done(
+        &self,
+        drv: &Driver,
+        stream: WorkStream,
+        seq: u32,
+    ) -> Result<(), CuResult> {
         // SAFETY: a registered, device-mapped word of ours; the worker's stream.
         let r = unsafe { (drv.stream_write_value32)(stream.0, self.device, seq as c_uint, 0) };
         if r == CUDA_SUCCESS {

@@ -444,8 +444,40 @@ struct Native {
     bulk_len: usize,
     bulk_pinned: Pinned,
     bulk_pageable: Vec<u8>,
+    /// `empty()` as an instantiated one-node CUDA graph: the reference rows for what native code
+    /// gains by launching through a graph, as the tasklet's worker does (docs/performance.md).
+    graph: sys::CUgraphExec,
     /// Last, so that it is released after everything above is freed.
     _ctx: Arc<CudaContext>,
+}
+
+/// `f` (no parameters) on 1×1 as an instantiated graph of one kernel node.
+fn one_node_graph(f: sys::CUfunction) -> Result<sys::CUgraphExec, DriverError> {
+    let params = sys::CUDA_KERNEL_NODE_PARAMS {
+        func: f,
+        gridDimX: 1,
+        gridDimY: 1,
+        gridDimZ: 1,
+        blockDimX: 1,
+        blockDimY: 1,
+        blockDimZ: 1,
+        sharedMemBytes: 0,
+        kernelParams: std::ptr::null_mut(),
+        extra: std::ptr::null_mut(),
+        kern: std::ptr::null_mut(),
+        ctx: std::ptr::null_mut(),
+    };
+    let (mut graph, mut node, mut exec) = (
+        std::ptr::null_mut(),
+        std::ptr::null_mut(),
+        std::ptr::null_mut(),
+    );
+    unsafe {
+        sys::cuGraphCreate(&mut graph, 0).result()?;
+        sys::cuGraphAddKernelNode_v2(&mut node, graph, std::ptr::null(), 0, &params).result()?;
+        sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0).result()?;
+    }
+    Ok(exec)
 }
 
 fn pattern(i: usize) -> u8 {
@@ -462,7 +494,9 @@ impl Native {
         let empty = unsafe { result::module::get_function(module, name)? };
         let d4k = unsafe { result::malloc_sync(4096)? };
         let bulk = unsafe { result::malloc_sync(p.bulk_bytes)? };
+        let graph = one_node_graph(empty)?;
         Ok(Native {
+            graph,
             _ctx: ctx,
             stream,
             module,
@@ -502,6 +536,10 @@ impl Native {
         unsafe { result::stream::synchronize(self.stream) }
     }
 
+    fn launch_graph(&self) -> Result<(), DriverError> {
+        unsafe { sys::cuGraphLaunch(self.graph, self.stream).result() }
+    }
+
     fn run(&mut self, op: Op, p: &Params) -> Result<Lines, String> {
         self.run_op(op, p).map_err(|e| e.to_string())
     }
@@ -527,6 +565,17 @@ impl Native {
                 ));
                 out.push(("launch_sync_each_ns".into(), median_u64(&each)));
                 out.push(("launch_sync_p99_ns".into(), percentile(&each, 99.0)));
+                let graph = time_each(1, p.launch_sync.div_ceil(PAIRS_PER_BATCH), || {
+                    for _ in 0..PAIRS_PER_BATCH {
+                        self.launch_graph()?;
+                        self.sync()?;
+                    }
+                    Ok::<(), DriverError>(())
+                })?;
+                out.push((
+                    "launch_sync_graph_ns".into(),
+                    median_u64(&graph) / f64::from(PAIRS_PER_BATCH),
+                ));
             }
             Op::LaunchAsync => {
                 let n = p.launch_async;
@@ -537,6 +586,16 @@ impl Native {
                     self.sync()
                 })?;
                 out.push(("launch_async_ns".into(), median_u64(&t) / f64::from(n)));
+                let t = time_each(1, ASYNC_BATCHES, || {
+                    for _ in 0..n {
+                        self.launch_graph()?;
+                    }
+                    self.sync()
+                })?;
+                out.push((
+                    "launch_async_graph_ns".into(),
+                    median_u64(&t) / f64::from(n),
+                ));
             }
             Op::Rw4k => {
                 let (d, s) = (self.d4k, self.stream);
@@ -673,6 +732,7 @@ impl Drop for Native {
             let _ = result::stream::synchronize(self.stream);
             let _ = result::free_sync(self.d4k);
             let _ = result::free_sync(self.bulk);
+            let _ = sys::cuGraphExecDestroy(self.graph);
             let _ = result::module::unload(self.module);
             let _ = result::stream::destroy(self.stream);
         }
@@ -1012,6 +1072,8 @@ fn rows() -> Vec<Row> {
         row("empty kernel launch + sync, p99 (each pair timed alone)", Some("launch_sync_p99_ns"), "launch_sync_p99_ns", Some("launch_sync_p99_ns"), Micros, Report),
         row("async launch (N, then one sync), per launch", Some("launch_async_ns"), "launch_async_ns", Some("launch_async_ns"), Micros, RatioAtMost(1.20)),
         row("async launch: the tasklet's N launches alone returning, per launch", None, "launch_async_posted_ns", None, Micros, Report),
+        row("reference: empty kernel launch + sync, native through a one-node CUDA graph", Some("launch_sync_graph_ns"), "launch_sync_ns", None, Micros, Report),
+        row("reference: async launch, native through a one-node CUDA graph, per launch", Some("launch_async_graph_ns"), "launch_async_ns", None, Micros, Report),
         row("4 KiB write + read + sync (native: pinned)", Some("rw4k_pinned_ns"), "rw4k_ns", Some("rw4k_pinned_ns"), Micros, Report),
         row("4 KiB write + read + sync (native: pageable)", Some("rw4k_pageable_ns"), "rw4k_ns", Some("rw4k_pageable_ns"), Micros, Report),
         row("bulk write host→device (native: pinned)", Some("bulk_write_pinned_bps"), "bulk_write_bps", Some("bulk_write_pinned_bps"), GBps, GBpsAtLeast(44.0)),

@@ -13,7 +13,10 @@
 //! - `graph, no update`: one `cuGraphLaunch` of an instantiated chain of K kernel nodes;
 //! - `graph, K updates`: `cuGraphExecKernelNodeSetParams` on every node (same values), then launch;
 //! - `graph, K changes`: the same with the grid alternating 1 and 2 (an update that changes something);
-//! and the one-time cost of building and instantiating a chain of K nodes.
+//! - the one-time cost of building and instantiating a chain of K nodes.
+//!
+//! Then one launch followed by `cuStreamSynchronize`, pair by pair: through `cuLaunchKernel`,
+//! through a one-node graph, and through a one-node graph updated before each launch.
 
 use std::ffi::{c_void, CString};
 use std::time::Instant;

@@ -683,7 +683,7 @@ fn graph_nodes_are_updated_only_where_a_launch_differs() {
     let out = w.alloc(8 * 64).unwrap();
     // Eight launches of iota, launch k into slot k, posted while the worker is stopped: it takes
     // the first alone, then seven together: a chain of one and a chain of seven.
-    let mut run = |w: &mut Worker, n_of: &dyn Fn(usize) -> u32| -> Counts {
+    let run = |w: &mut Worker, n_of: &dyn Fn(usize) -> u32| -> Counts {
         let before = counts(&file);
         stop(w);
         for k in 0..8 {

@@ -16,9 +16,11 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         "MB" => 1_000_000,
         "GB" => 1_000_000_000,
         "TB" => 1_000_000_000_000,
-        other => return Err(format!(
+        other => {
+            return Err(format!(
             "unknown size unit {other:?} in {text:?}; use B, KiB, MiB, GiB or TiB (e.g. \"64MiB\")"
-        )),
+        ))
+        }
     };
     number
         .checked_mul(scale)

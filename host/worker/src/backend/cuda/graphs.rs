@@ -82,28 +82,16 @@ pub struct Chains {
 // only used under the launch queue's lock.
 unsafe impl Send for Chains {}
 
-/// A kernel node's parameters for `l`, with `extra` (filled in here) pointing at its argument
-/// block. The returned value points into `extra` and `size`: use it before they move.
+/// A kernel node's parameters for `l`; its `extra` points into `extra` and `size` (see
+/// [`Launch::extra`]): use it before they move.
 fn node_params(l: &Launch, extra: &mut [*mut c_void; 5], size: &mut usize) -> KernelNodeParams {
-    *size = l.args_len;
-    *extra = [
-        CU_LAUNCH_PARAM_BUFFER_POINTER,
-        l.args,
-        CU_LAUNCH_PARAM_BUFFER_SIZE,
-        (size as *mut usize).cast(),
-        CU_LAUNCH_PARAM_END,
-    ];
     KernelNodeParams {
         function: l.function,
         grid: l.grid,
         block: l.block,
         shared_mem_bytes: l.shared_mem_bytes,
         kernel_params: std::ptr::null_mut(),
-        extra: if l.args_len == 0 {
-            std::ptr::null_mut()
-        } else {
-            extra.as_mut_ptr()
-        },
+        extra: l.extra(extra, size),
         kernel: std::ptr::null_mut(),
         ctx: std::ptr::null_mut(),
     }
@@ -117,13 +105,8 @@ impl Chains {
         }
     }
 
-    /// Whether runs can go through graphs at all.
-    pub fn enabled(&self) -> bool {
-        self.api.is_some()
-    }
-
     /// Launches `run` (1 to [`GROUP_MAX`] launches, in order) on `stream` as one graph launch.
-    /// `Err`: the driver refused something and nothing of `run` was launched.
+    /// `Err`: the driver refused something, or has no graph API, and nothing of `run` was launched.
     pub fn launch(&mut self, run: &[Launch], stream: CuStream) -> Result<(), CuResult> {
         let api = self.api.ok_or(CUDA_ERROR_NOT_SUPPORTED)?;
         let slot = self

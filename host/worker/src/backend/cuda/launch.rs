@@ -123,6 +123,26 @@ pub struct Launch {
     pub deadline: Duration,
 }
 
+impl Launch {
+    /// `cuLaunchKernel`'s (and a kernel node's) `extra` array for this launch, written into
+    /// `extra` and `size`, which must outlive the driver call: null for a kernel without
+    /// parameters, else the packed argument block and its size.
+    pub fn extra(&self, extra: &mut [*mut c_void; 5], size: &mut usize) -> *mut *mut c_void {
+        if self.args_len == 0 {
+            return std::ptr::null_mut();
+        }
+        *size = self.args_len;
+        *extra = [
+            CU_LAUNCH_PARAM_BUFFER_POINTER,
+            self.args,
+            CU_LAUNCH_PARAM_BUFFER_SIZE,
+            (size as *mut usize).cast(),
+            CU_LAUNCH_PARAM_END,
+        ];
+        extra.as_mut_ptr()
+    }
+}
+
 // SAFETY: a `Launch` only lives within one `launch_batch` call of the backend that made it; its
 // pointers are plain handles and addresses of that backend's memory.
 unsafe impl Send for Launch {}
@@ -342,7 +362,7 @@ impl Timeline {
                 continue;
             }
             let run = &launches[at..at + n];
-            if q.chains.enabled() && q.chains.launch(run, self.stream.0).is_ok() {
+            if q.chains.launch(run, self.stream.0).is_ok() {
                 for l in run {
                     if q.add(Arc::clone(&l.kernel), l.deadline, Instant::now) {
                         self.close(&mut q);
@@ -371,19 +391,8 @@ impl Timeline {
 
     /// One `cuLaunchKernel`.
     fn launch_one(&self, l: &Launch) -> Result<(), CuResult> {
-        let mut size = l.args_len;
-        let mut extra: [*mut c_void; 5] = [
-            CU_LAUNCH_PARAM_BUFFER_POINTER,
-            l.args,
-            CU_LAUNCH_PARAM_BUFFER_SIZE,
-            (&mut size as *mut usize).cast(),
-            CU_LAUNCH_PARAM_END,
-        ];
-        let extra = if l.args_len == 0 {
-            std::ptr::null_mut()
-        } else {
-            extra.as_mut_ptr()
-        };
+        let (mut slots, mut size) = ([std::ptr::null_mut(); 5], 0usize);
+        let extra = l.extra(&mut slots, &mut size);
         // SAFETY: a resolved function; `extra` and what it points to live across the call, which
         // copies the argument block before returning (`Launch::args`).
         let r = unsafe {

@@ -4,7 +4,7 @@ use bytemuck::Pod;
 
 use crate::error::{Error, Result};
 use crate::launch::{Arg, KernelArg, LaunchConfig};
-use crate::lease::Lease;
+use crate::lease::{vram_for, Lease, LeaseBuilder};
 
 /// One kernel over one buffer, start to finish: acquires a lease sized for the data, opens a
 /// session, copies the input to the device, loads the module, runs the kernel over it in place,
@@ -26,7 +26,8 @@ use crate::lease::Lease;
 /// }
 /// ```
 ///
-/// An empty input returns an empty output without acquiring a lease.
+/// The lease is sized for the data; [`GpuCall::lease`] asks for more memory, another lease time
+/// or a particular device. An empty input returns an empty output without acquiring a lease.
 #[derive(Debug, Clone)]
 #[must_use = "a GpuCall does nothing until .run(input)"]
 pub struct GpuCall<'p> {
@@ -34,9 +35,7 @@ pub struct GpuCall<'p> {
     kernel: &'p str,
     args: Vec<CallArg>,
     config: Option<LaunchConfig>,
-    min_vram: Option<u64>,
-    secs: u32,
-    device: Option<u32>,
+    lease: LeaseBuilder,
 }
 
 #[derive(Debug, Clone)]
@@ -65,7 +64,7 @@ enum ScalarArg {
 }
 
 impl<'p> GpuCall<'p> {
-    /// Lease time [`GpuCall::run`] asks for unless [`GpuCall::secs`] says otherwise.
+    /// Lease time [`GpuCall::run`] asks for unless [`GpuCall::lease`] says otherwise.
     pub const DEFAULT_SECS: u32 = 30;
 
     /// A call of `kernel` from the PTX module `ptx`.
@@ -85,9 +84,7 @@ impl<'p> GpuCall<'p> {
             kernel,
             args: Vec::new(),
             config: None,
-            min_vram: None,
-            secs: Self::DEFAULT_SECS,
-            device: None,
+            lease: Lease::builder().secs(Self::DEFAULT_SECS),
         }
     }
 
@@ -132,23 +129,32 @@ impl<'p> GpuCall<'p> {
         self
     }
 
-    /// Asks for a lease of at least `bytes` (default: the input's size rounded up to whole MiBs,
-    /// as [`LeaseBuilder::min_vram_for`](crate::LeaseBuilder::min_vram_for) does).
-    pub fn min_vram(mut self, bytes: u64) -> Self {
-        self.min_vram = Some(bytes);
+    /// Shapes the lease request: `request` gets the call's (any device, for
+    /// [`GpuCall::DEFAULT_SECS`] seconds) and returns the one to make. Its
+    /// [`min_vram`](LeaseBuilder::min_vram) is a floor: the lease is never smaller than the input
+    /// needs (its size rounded up as [`LeaseBuilder::min_vram_for`] does).
+    ///
+    /// ```no_run
+    /// # const SCALE_PTX: &str = "";
+    /// # let xs = [1.0f32];
+    /// let ys = tasklet_gpu::GpuCall::new(SCALE_PTX, "scale")
+    ///     .lease(|l| l.secs(5).device(1))
+    ///     .data()
+    ///     .arg(2.0f32)
+    ///     .len_arg()
+    ///     .run(&xs)?;
+    /// # Ok::<(), tasklet_gpu::Error>(())
+    /// ```
+    pub fn lease(mut self, request: impl FnOnce(LeaseBuilder) -> LeaseBuilder) -> Self {
+        self.lease = request(self.lease);
         self
     }
 
-    /// Asks for the lease for `secs` seconds (default [`GpuCall::DEFAULT_SECS`]).
-    pub fn secs(mut self, secs: u32) -> Self {
-        self.secs = secs;
-        self
-    }
-
-    /// Runs on this device (default: any).
-    pub fn device(mut self, index: u32) -> Self {
-        self.device = Some(index);
-        self
+    /// The lease request for an input of `len` elements of `T`: the caller's, with room for the
+    /// input at least.
+    fn lease_for<T>(&self, len: usize) -> LeaseBuilder {
+        let asked = self.lease.request().min_vram;
+        self.lease.min_vram(asked.max(vram_for::<T>(len)))
     }
 
     /// Runs the kernel over a device copy of `input` and returns the buffer's contents afterwards.
@@ -162,16 +168,7 @@ impl<'p> GpuCall<'p> {
                 input.len()
             ))
         })?;
-        let mut lease = Lease::builder()
-            .min_vram_for::<T>(input.len())
-            .secs(self.secs);
-        if let Some(bytes) = self.min_vram {
-            lease = lease.min_vram(bytes);
-        }
-        if let Some(d) = self.device {
-            lease = lease.device(d);
-        }
-        let lease = lease.acquire()?;
+        let lease = self.lease_for::<T>(input.len()).acquire()?;
         let session = lease.session()?;
         let module = match &self.source {
             Source::Ptx(ptx) => session.load_ptx(ptx)?,
@@ -238,6 +235,24 @@ mod tests {
         let c = GpuCall::new("", "k").data().arg(2.0f32).len_arg().arg(7u64);
         let kinds: Vec<String> = c.args.iter().map(|a| format!("{a:?}")).collect();
         assert_eq!(kinds, ["Data", "Scalar(F32(2.0))", "Len", "Scalar(U64(7))"]);
+    }
+
+    #[test]
+    fn the_lease_has_room_for_the_input_and_keeps_what_the_caller_set() {
+        let r = GpuCall::new("", "k").lease_for::<u32>(3 << 20).request();
+        assert_eq!(
+            (r.min_vram, r.secs, r.device),
+            (12 << 20, GpuCall::DEFAULT_SECS, None)
+        );
+        let call = GpuCall::new("", "k").lease(|l| l.min_vram(64 << 20).secs(5).device(1));
+        let r = call.lease_for::<u32>(3 << 20).request();
+        assert_eq!((r.min_vram, r.secs, r.device), (64 << 20, 5, Some(1)));
+        // A floor below what the input needs does not shrink the lease.
+        let r = GpuCall::new("", "k")
+            .lease(|l| l.min_vram(1))
+            .lease_for::<u8>(5 << 20)
+            .request();
+        assert_eq!(r.min_vram, 5 << 20);
     }
 
     #[test]

@@ -181,8 +181,7 @@ impl LeaseBuilder {
     /// assert_eq!(Lease::builder().min_vram_for::<f64>(1 << 20).request().min_vram, 8 << 20);
     /// ```
     pub fn min_vram_for<T>(self, count: usize) -> Self {
-        let bytes = (count as u64).saturating_mul(core::mem::size_of::<T>() as u64);
-        self.min_vram(round_vram(bytes))
+        self.min_vram(vram_for::<T>(count))
     }
 
     /// For this many seconds from now.
@@ -214,6 +213,11 @@ impl LeaseBuilder {
             raw: raw::Lease::acquire(self.request())?,
         })
     }
+}
+
+/// Device memory for `count` elements of `T`, as [`LeaseBuilder::min_vram_for`] asks for it.
+pub(crate) fn vram_for<T>(count: usize) -> u64 {
+    round_vram((count as u64).saturating_mul(core::mem::size_of::<T>() as u64))
 }
 
 /// `bytes` rounded up to whole [`LeaseBuilder::VRAM_GRANULE`]s, at least one (saturating).

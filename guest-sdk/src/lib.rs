@@ -56,6 +56,9 @@
 //! # Ok(scaled) }
 //! ```
 //!
+//! [`input`] reads the input bytes in the usual shapes (a count, a list of numbers, a command and
+//! its argument), with errors that name the word that did not parse.
+//!
 //! Errors are [`Error`]s: one case per WIT `gpu-error` case, plus [`Error::InvalidInput`] for
 //! mistakes the SDK catches before calling the host. `Error` converts into `String`, so `?` works
 //! in a `run` function that returns `Result<_, String>`.
@@ -72,6 +75,7 @@ extern crate self as tasklet_gpu;
 mod buffer;
 mod call;
 mod error;
+pub mod input;
 mod launch;
 mod lease;
 mod read_into;

@@ -132,6 +132,8 @@ mod tests {
             .collect();
         // The first 12 are the WIT cases; the 13th (`invalid-input`) is the SDK's own.
         assert_eq!(kinds, ErrorKind::ALL[..12]);
-        assert!(matches!(error_case(12, "x".into()), GpuError::Unsupported(t) if t.contains("case 12")));
+        assert!(
+            matches!(error_case(12, "x".into()), GpuError::Unsupported(t) if t.contains("case 12"))
+        );
     }
 }

@@ -6,13 +6,13 @@
 
 use std::fmt::Write as _;
 
-use tasklet_gpu::{LaunchConfig, Lease};
+use tasklet_gpu::{input, LaunchConfig, Lease};
 
 const IOTA_PTX: &str = include_str!("../../../kernels/iota.ptx");
 const DEFAULT_N: u32 = 256;
 
 fn run(input: Vec<u8>) -> Result<Vec<u8>, String> {
-    let n = parse_count(&input)?;
+    let n = input::count_or(&input, DEFAULT_N)?;
     let values = if n == 0 { Vec::new() } else { iota(n)? };
     let mut out = String::with_capacity(values.len() * 8);
     for v in values {
@@ -39,35 +39,4 @@ fn iota(n: u32) -> Result<Vec<u32>, tasklet_gpu::Error> {
         .run()?;
     session.sync()?;
     out.read()
-}
-
-fn parse_count(input: &[u8]) -> Result<u32, String> {
-    let text = std::str::from_utf8(input).map_err(|e| format!("invalid input: not UTF-8 ({e})"))?;
-    let text = text.trim();
-    if text.is_empty() {
-        return Ok(DEFAULT_N);
-    }
-    text.parse().map_err(|_| {
-        format!(
-            "invalid input {text:?}: expected a decimal element count from 0 to {}",
-            u32::MAX
-        )
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_counts() {
-        assert_eq!(parse_count(b""), Ok(256));
-        assert_eq!(parse_count(b" \n\t"), Ok(256));
-        assert_eq!(parse_count(b"10\n"), Ok(10));
-        assert_eq!(parse_count(b"0"), Ok(0));
-        assert!(parse_count(b"-1").unwrap_err().contains("\"-1\""));
-        assert!(parse_count(b"ten").is_err());
-        assert!(parse_count(b"4294967296").is_err());
-        assert!(parse_count(&[0xff]).is_err());
-    }
 }

@@ -4,7 +4,7 @@
 //! number, the number times the factor as an `f32` multiplied on the device (`scale` kernel),
 //! printed with Rust's `{}` for `f32`.
 
-use tasklet_gpu::GpuCall;
+use tasklet_gpu::{input, Error, GpuCall};
 
 const SCALE_PTX: &str = include_str!("../../../kernels/scale.ptx");
 
@@ -25,16 +25,15 @@ fn run(input: Vec<u8>) -> Result<Vec<u8>, String> {
 
 tasklet_gpu::export!(run);
 
-fn parse(input: &[u8]) -> Result<(f32, Vec<f32>), String> {
-    let text = std::str::from_utf8(input).map_err(|e| format!("invalid input: not UTF-8 ({e})"))?;
-    let mut numbers = text.split_whitespace().map(|t| {
-        t.parse::<f32>()
-            .map_err(|_| format!("invalid input: {t:?} is not a number"))
-    });
-    let factor = numbers
-        .next()
-        .ok_or("invalid input: expected a factor, then the numbers to scale")??;
-    Ok((factor, numbers.collect::<Result<_, _>>()?))
+fn parse(input: &[u8]) -> Result<(f32, Vec<f32>), Error> {
+    let mut numbers = input::numbers::<f32>(input)?;
+    if numbers.is_empty() {
+        return Err(Error::InvalidInput(
+            "expected a factor, then the numbers to scale".into(),
+        ));
+    }
+    let factor = numbers.remove(0);
+    Ok((factor, numbers))
 }
 
 #[cfg(test)]
@@ -45,8 +44,11 @@ mod tests {
     fn parses_factor_and_numbers() {
         assert_eq!(parse(b"2 1 -1.5\n3e2"), Ok((2.0, vec![1.0, -1.5, 300.0])));
         assert_eq!(parse(b" 0.5 "), Ok((0.5, vec![])));
-        assert!(parse(b"").unwrap_err().contains("expected a factor"));
-        assert!(parse(b"2 x").unwrap_err().contains("\"x\""));
+        assert!(parse(b"")
+            .unwrap_err()
+            .message()
+            .contains("expected a factor"));
+        assert!(parse(b"2 x").unwrap_err().message().contains("\"x\""));
     }
 
     #[test]

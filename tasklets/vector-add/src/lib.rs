@@ -5,13 +5,13 @@
 //! On the device: `a[i] = i` and `b[i] = 2i` (`fill_linear` with k = 1 and 2), then
 //! `c = a + b` (`vector_add`). Output: one line, the sum of `c` as a `u64`, followed by `\n`.
 
-use tasklet_gpu::{LaunchConfig, Lease};
+use tasklet_gpu::{input, LaunchConfig, Lease};
 
 const VECTOR_ADD_PTX: &str = include_str!("../../../kernels/vector_add.ptx");
 const DEFAULT_N: u32 = 1024;
 
 fn run(input: Vec<u8>) -> Result<Vec<u8>, String> {
-    let n = parse_count(&input)?;
+    let n = input::count_or(&input, DEFAULT_N)?;
     let sum = if n == 0 { 0 } else { sum_of_a_plus_b(n)? };
     Ok(format!("{sum}\n").into_bytes())
 }
@@ -56,30 +56,4 @@ fn sum_of_a_plus_b(n: u32) -> Result<u64, tasklet_gpu::Error> {
         .run()?;
     session.sync()?;
     Ok(c.read()?.into_iter().map(u64::from).sum())
-}
-
-fn parse_count(input: &[u8]) -> Result<u32, String> {
-    let text = std::str::from_utf8(input).map_err(|e| format!("invalid input: not UTF-8 ({e})"))?;
-    let text = text.trim();
-    if text.is_empty() {
-        return Ok(DEFAULT_N);
-    }
-    text.parse().map_err(|_| {
-        format!(
-            "invalid input {text:?}: expected a decimal element count from 0 to {}",
-            u32::MAX
-        )
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_counts() {
-        assert_eq!(parse_count(b""), Ok(1024));
-        assert_eq!(parse_count(b"7 "), Ok(7));
-        assert!(parse_count(b"1.5").is_err());
-    }
 }

@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use tasklet_gpu::raw::leases::{Lease, LeaseRequest};
 use tasklet_gpu::raw::sessions::{LaunchConfig, Module, Session};
-use tasklet_gpu::Error;
+use tasklet_gpu::{input, Error};
 
 const FAULTS_PTX: &str = include_str!("../../../../kernels/faults.ptx");
 
@@ -50,17 +50,15 @@ const PAIRS_PER_BATCH: u32 = 10;
 const CLOCK_READS_PER_BATCH: u32 = 100;
 
 fn run(input: Vec<u8>) -> Result<Vec<u8>, String> {
-    let text =
-        std::str::from_utf8(&input).map_err(|e| format!("invalid input: not UTF-8 ({e})"))?;
     let mut settle = Duration::ZERO;
     let mut words = Vec::new();
-    for word in text.split_whitespace() {
+    for word in input::text(&input)?.split_whitespace() {
         match word.strip_prefix("settle=") {
             Some(ms) => {
-                let ms: u64 = ms
-                    .parse()
-                    .map_err(|_| format!("settle={ms}: not a number of milliseconds"))?;
-                settle = Duration::from_millis(ms);
+                settle = Duration::from_millis(input::parse(
+                    ms,
+                    "a number of milliseconds (settle=MS)",
+                )?);
             }
             None => words.push(word),
         }
@@ -94,15 +92,16 @@ fn run(input: Vec<u8>) -> Result<Vec<u8>, String> {
 
 tasklet_gpu::export!(run);
 
-/// A positive count.
-fn count<T: std::str::FromStr + PartialOrd + Default>(
-    command: &str,
-    arg: Option<&str>,
-) -> Result<T, String> {
-    let arg = arg.ok_or_else(|| format!("{command} needs a number argument"))?;
-    match arg.parse::<T>() {
-        Ok(v) if v > T::default() => Ok(v),
-        _ => Err(format!("{command}: {arg:?} is not a positive number")),
+/// A command's argument, a count above zero.
+fn count<T>(command: &str, arg: Option<&str>) -> Result<T, String>
+where
+    T: std::str::FromStr + PartialOrd + Default + std::fmt::Display,
+{
+    let count: T = input::argument(command, arg)?;
+    if count > T::default() {
+        Ok(count)
+    } else {
+        Err(format!("{command}: {count} is not a positive number"))
     }
 }
 
@@ -244,7 +243,10 @@ fn launch_sync(out: &mut Out, n: u32) -> Step {
             }
             Ok(())
         })?;
-        out.line("launch_sync_ns", median(&batches) / u64::from(PAIRS_PER_BATCH));
+        out.line(
+            "launch_sync_ns",
+            median(&batches) / u64::from(PAIRS_PER_BATCH),
+        );
         out.line("launch_sync_each_ns", median(&each));
         out.line("launch_sync_p99_ns", percentile(&each, 99.0));
         Ok(())
@@ -476,6 +478,6 @@ mod tests {
             .contains("needs a number"));
         assert!(run(b"lease 3 settle=x".to_vec())
             .unwrap_err()
-            .contains("settle=x"));
+            .contains("\"x\" is not a number of milliseconds (settle=MS)"));
     }
 }

@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use tasklet_gpu::raw::leases::{Lease, LeaseRequest};
 use tasklet_gpu::raw::sessions::{BufferArg, KernelArg, LaunchConfig, Session};
-use tasklet_gpu::Error;
+use tasklet_gpu::{input, Error};
 
 const IOTA_PTX: &str = include_str!("../../../../kernels/iota.ptx");
 const FAULTS_PTX: &str = include_str!("../../../../kernels/faults.ptx");
@@ -60,9 +60,7 @@ const BAD_PTX: &str = "\
 const MIB: u64 = 1 << 20;
 
 fn run(input: Vec<u8>) -> Result<Vec<u8>, String> {
-    let text =
-        std::str::from_utf8(&input).map_err(|e| format!("invalid input: not UTF-8 ({e})"))?;
-    let mut words = text.split_whitespace();
+    let mut words = input::text(&input)?.split_whitespace();
     let command = words.next().unwrap_or("");
     let arg = words.next();
     let mut out = Out::default();
@@ -76,18 +74,18 @@ fn run(input: Vec<u8>) -> Result<Vec<u8>, String> {
         "bad-ptx" => bad_ptx(&mut out),
         "fault" => fault(&mut out),
         "spin" => spin(&mut out),
-        "hold" => hold(&mut out, number(command, arg)?),
-        "leases" => leases(&mut out, number(command, arg)?),
-        "grow" => grow(&mut out, number(command, arg)?),
+        "hold" => hold(&mut out, input::argument(command, arg)?),
+        "leases" => leases(&mut out, input::argument(command, arg)?),
+        "grow" => grow(&mut out, input::argument(command, arg)?),
         "tiny-allocs" => tiny_allocs(&mut out),
-        "big-read" => big_read(&mut out, number(command, arg)?),
-        "bench" => bench(&mut out, number::<u32>(command, arg)?.max(1)),
-        "verify" => verify(&mut out, number(command, arg)?),
-        "pattern" => pattern(&mut out, number(command, arg)?),
-        "zeros" => zeros(&mut out, number(command, arg)?),
-        "spin-big" => spin_big(&mut out, number(command, arg)?),
-        "lease" => lease_mib(&mut out, number(command, arg)?),
-        "read-into" => read_into(&mut out, number(command, arg)?),
+        "big-read" => big_read(&mut out, input::argument(command, arg)?),
+        "bench" => bench(&mut out, input::argument::<u32>(command, arg)?.max(1)),
+        "verify" => verify(&mut out, input::argument(command, arg)?),
+        "pattern" => pattern(&mut out, input::argument(command, arg)?),
+        "zeros" => zeros(&mut out, input::argument(command, arg)?),
+        "spin-big" => spin_big(&mut out, input::argument(command, arg)?),
+        "lease" => lease_mib(&mut out, input::argument(command, arg)?),
+        "read-into" => read_into(&mut out, input::argument(command, arg)?),
         "read-into-grown" => read_into_grown(&mut out),
         "read-into-misuse" => read_into_misuse(&mut out),
         _ => {
@@ -103,12 +101,6 @@ fn run(input: Vec<u8>) -> Result<Vec<u8>, String> {
 }
 
 tasklet_gpu::export!(run);
-
-fn number<T: std::str::FromStr>(command: &str, arg: Option<&str>) -> Result<T, String> {
-    let arg = arg.ok_or_else(|| format!("{command} needs a number argument"))?;
-    arg.parse()
-        .map_err(|_| format!("{command}: {arg:?} is not a valid number"))
-}
 
 /// The output being built.
 #[derive(Default)]
@@ -233,7 +225,7 @@ fn grow(out: &mut Out, mib: usize) -> Step {
     // Touch every page, so the memory is really there.
     let block = vec![1u8; mib << 20];
     let sum: usize = block.iter().step_by(4096).map(|&b| b as usize).sum();
-    writeln!(out.0, "ok grew {}", sum * 4096 >> 20).unwrap();
+    writeln!(out.0, "ok grew {}", (sum * 4096) >> 20).unwrap();
     Ok(())
 }
 
@@ -259,7 +251,9 @@ fn big_read(out: &mut Out, mib: u64) -> Step {
     let lease = acquire(out, mib * MIB, 30)?;
     let session = out.setup(Session::open(&lease))?;
     let buf = out.setup(session.mem_alloc(mib * MIB))?;
-    out.step(session.mem_read(&buf, 0, mib * MIB), |d| format!("read {}", d.len()));
+    out.step(session.mem_read(&buf, 0, mib * MIB), |d| {
+        format!("read {}", d.len())
+    });
     Ok(())
 }
 
@@ -310,13 +304,18 @@ fn spin(out: &mut Out) -> Step {
     Ok(())
 }
 
-fn hold(out: &mut Out, secs: f64) -> Step {
-    let limit = Duration::try_from_secs_f64(secs).map_err(|_| {
+/// `secs` as a duration, for `command`; a negative or overlong one prints an `invalid-input` line.
+fn seconds(out: &mut Out, command: &str, secs: f64) -> Result<Duration, Stopped> {
+    Duration::try_from_secs_f64(secs).map_err(|_| {
         out.error(&Error::InvalidInput(format!(
-            "hold: {secs} is not a duration in seconds"
+            "{command}: {secs} is not a duration in seconds"
         )));
         Stopped
-    })?;
+    })
+}
+
+fn hold(out: &mut Out, secs: f64) -> Step {
+    let limit = seconds(out, "hold", secs)?;
     let lease = acquire(out, MIB, 60)?;
     let session = out.setup(Session::open(&lease))?;
     let buf = out.setup(session.mem_alloc(4096))?;
@@ -338,10 +337,7 @@ fn hold(out: &mut Out, secs: f64) -> Step {
 
 fn verify(out: &mut Out, secs: f64) -> Step {
     const N: u32 = 4096;
-    let limit = Duration::try_from_secs_f64(secs).map_err(|_| {
-        out.error(&Error::InvalidInput(format!("verify: {secs} is not a duration in seconds")));
-        Stopped
-    })?;
+    let limit = seconds(out, "verify", secs)?;
     let lease = acquire(out, MIB, 60)?;
     let session = out.setup(Session::open(&lease))?;
     let module = out.setup(session.module_load(IOTA_PTX))?;
@@ -360,7 +356,11 @@ fn verify(out: &mut Out, secs: f64) -> Step {
             let got = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
             let want = if (i as u32) < n { i as u32 + 1 } else { 0 };
             if got != want {
-                writeln!(out.0, "error wrong-result round {rounds} n={n} index {i}: got {got}, want {want}").unwrap();
+                writeln!(
+                    out.0,
+                    "error wrong-result round {rounds} n={n} index {i}: got {got}, want {want}"
+                )
+                .unwrap();
                 return Ok(());
             }
         }
@@ -382,7 +382,13 @@ fn pattern(out: &mut Out, mib: u64) -> Step {
     for i in 0..mib {
         let data = out.setup(session.mem_read(&buf, i * MIB, MIB))?;
         if let Some(at) = data.iter().position(|&b| b != 0xa5) {
-            writeln!(out.0, "error wrong-result offset {} byte {}", i * MIB + at as u64, data[at]).unwrap();
+            writeln!(
+                out.0,
+                "error wrong-result offset {} byte {}",
+                i * MIB + at as u64,
+                data[at]
+            )
+            .unwrap();
             return Ok(());
         }
     }
@@ -397,7 +403,13 @@ fn zeros(out: &mut Out, mib: u64) -> Step {
     for i in 0..mib {
         let data = out.setup(session.mem_read(&buf, i * MIB, MIB))?;
         if let Some(at) = data.iter().position(|&b| b != 0) {
-            writeln!(out.0, "error nonzero offset {} byte {}", i * MIB + at as u64, data[at]).unwrap();
+            writeln!(
+                out.0,
+                "error nonzero offset {} byte {}",
+                i * MIB + at as u64,
+                data[at]
+            )
+            .unwrap();
             return Ok(());
         }
     }
@@ -556,20 +568,27 @@ mod tests {
             .contains("needs a number"));
         assert!(run(b"leases x".to_vec())
             .unwrap_err()
-            .contains("not a valid number"));
+            .contains("\"x\" is not a number"));
     }
 }
 
 /// A pattern that differs between neighbouring bytes and between pages.
 fn pattern_bytes(len: usize, seed: usize) -> Vec<u8> {
-    (0..len).map(|i| ((i * 7 + seed + i / 4096) % 251) as u8).collect()
+    (0..len)
+        .map(|i| ((i * 7 + seed + i / 4096) % 251) as u8)
+        .collect()
 }
 
 /// `ok <what>` when `got` equals `want`, else `error mismatch <what> at <first differing offset>`.
 fn compare(out: &mut Out, what: &str, got: &[u8], want: &[u8]) {
     match got.iter().zip(want).position(|(a, b)| a != b) {
         None if got.len() == want.len() => out.ok(what),
-        at => writeln!(out.0, "error mismatch {what} at {}", at.unwrap_or(got.len().min(want.len()))).unwrap(),
+        at => writeln!(
+            out.0,
+            "error mismatch {what} at {}",
+            at.unwrap_or(got.len().min(want.len()))
+        )
+        .unwrap(),
     }
 }
 
@@ -586,6 +605,18 @@ fn read_into(out: &mut Out, kib: usize) -> Step {
     Ok(())
 }
 
+/// The size of the tasklet's linear memory, in 64 KiB pages.
+#[cfg(target_arch = "wasm32")]
+fn memory_pages() -> usize {
+    core::arch::wasm32::memory_size(0)
+}
+
+/// Off wasm (the unit tests on the build machine) there is no linear memory to measure.
+#[cfg(not(target_arch = "wasm32"))]
+fn memory_pages() -> usize {
+    0
+}
+
 fn read_into_grown(out: &mut Out) -> Step {
     let lease = out.setup(tasklet_gpu::Lease::acquire(32 * MIB, 10))?;
     let session = out.setup(lease.session())?;
@@ -596,12 +627,13 @@ fn read_into_grown(out: &mut Out) -> Step {
     out.setup(buf.read_into(&mut back))?;
     compare(out, "first 1048576", &back, &first);
 
-    let pages_before = core::arch::wasm32::memory_size(0);
+    let pages_before = memory_pages();
     let mut big = vec![0u8; 16 << 20];
-    let pages_after = core::arch::wasm32::memory_size(0);
+    let pages_after = memory_pages();
     // The allocator may start it in free space at the old end; most of it must be new memory.
     let old_end = pages_before * 65536;
-    let grown = (big.as_ptr() as usize + big.len()).saturating_sub(old_end.max(big.as_ptr() as usize));
+    let grown =
+        (big.as_ptr() as usize + big.len()).saturating_sub(old_end.max(big.as_ptr() as usize));
     if grown < 15 << 20 {
         writeln!(out.0, "error not-grown only {grown} bytes of the 16 MiB buffer lie past the memory's earlier end").unwrap();
         return Ok(());
@@ -625,13 +657,22 @@ fn read_into_misuse(out: &mut Out) -> Step {
     // Below and above the host's direct-transfer threshold: both paths check bounds.
     let mut small = vec![0x5au8; 16];
     let mut large = vec![0x5au8; 128 << 10];
-    out.step(tasklet_gpu::mem_read_into(&a, &buf, 8, &mut small), |_| "read-into 16".into());
-    out.step(tasklet_gpu::mem_read_into(&a, &buf, 8, &mut large), |_| "read-into 131072".into());
+    out.step(tasklet_gpu::mem_read_into(&a, &buf, 8, &mut small), |_| {
+        "read-into 16".into()
+    });
+    out.step(tasklet_gpu::mem_read_into(&a, &buf, 8, &mut large), |_| {
+        "read-into 131072".into()
+    });
     match small.iter().chain(&large).position(|&x| x != 0x5a) {
         None => out.ok("untouched"),
         Some(at) => writeln!(out.0, "error touched {at}").unwrap(),
     }
-    out.step(tasklet_gpu::mem_read_into(&b, &buf, 0, &mut large[..16]), |_| "read-into foreign 16".into());
-    out.step(tasklet_gpu::mem_read_into(&b, &buf, 0, &mut large), |_| "read-into foreign 131072".into());
+    out.step(
+        tasklet_gpu::mem_read_into(&b, &buf, 0, &mut large[..16]),
+        |_| "read-into foreign 16".into(),
+    );
+    out.step(tasklet_gpu::mem_read_into(&b, &buf, 0, &mut large), |_| {
+        "read-into foreign 131072".into()
+    });
     Ok(())
 }

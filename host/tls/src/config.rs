@@ -1,0 +1,117 @@
+//! The TLS configurations of a node and of its clients, built from a certificate folder.
+//!
+//! Both sides speak TLS 1.3 only (QUIC requires it), through the ring provider, and trust only
+//! the folder's CA: never the system's roots, so a certificate from a public CA gets nobody in.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+use rustls::crypto::CryptoProvider;
+use rustls::server::WebPkiClientVerifier;
+use rustls::sign::CertifiedKey;
+use rustls::{InconsistentKeys, RootCertStore};
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+use crate::files;
+use crate::layout::hint;
+use crate::verifier::TenantVerifier;
+use crate::{CertDir, Error, Tenant};
+
+/// The application protocol both sides name in the handshake (ALPN). A peer that speaks no
+/// version of it in common is refused at the handshake, before either side parses a byte.
+pub const ALPN: &[u8] = b"tasklet/1";
+
+/// The node's QUIC configuration from the folder at `dir` (`ca.pem`, `node.pem`, `node.key`):
+/// it presents the node's certificate and requires every client to present a certificate
+/// signed by the CA that names a tenant ([`tenant_of`](crate::tenant_of)). Transport settings
+/// are quinn's defaults; change them with [`quinn::ServerConfig::transport_config`].
+pub fn server_config(dir: impl AsRef<Path>) -> Result<quinn::ServerConfig, Error> {
+    let tls = QuicServerConfig::try_from(server_tls(dir)?)?;
+    Ok(quinn::ServerConfig::with_crypto(Arc::new(tls)))
+}
+
+/// A client's QUIC configuration from the folder at `dir` (`ca.pem`, `tenants/<tenant>.pem`,
+/// `tenants/<tenant>.key`): it trusts only nodes whose certificate the CA signed, and presents
+/// the tenant's certificate. Connect with a name the node's certificate lists (`localhost`,
+/// `127.0.0.1`, `::1`, or one given when it was issued).
+pub fn client_config(dir: impl AsRef<Path>, tenant: &Tenant) -> Result<quinn::ClientConfig, Error> {
+    let tls = QuicClientConfig::try_from(client_tls(dir, tenant)?)?;
+    Ok(quinn::ClientConfig::new(Arc::new(tls)))
+}
+
+/// The rustls configuration under [`server_config`], for callers that wrap it themselves.
+pub fn server_tls(dir: impl AsRef<Path>) -> Result<rustls::ServerConfig, Error> {
+    let dir = CertDir::new(dir.as_ref());
+    let provider = provider();
+    let roots = Arc::new(roots(&dir)?);
+    let chain = WebPkiClientVerifier::builder_with_provider(roots, provider.clone()).build()?;
+    let (certs, key) = identity(&provider, &dir.node_cert(), &dir.node_key(), hint::FOLDER)?;
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])?
+        .with_client_cert_verifier(Arc::new(TenantVerifier::new(chain)))
+        .with_single_cert(certs, key)?;
+    config.alpn_protocols = vec![ALPN.to_vec()];
+    Ok(config)
+}
+
+/// The rustls configuration under [`client_config`], for callers that wrap it themselves.
+pub fn client_tls(dir: impl AsRef<Path>, tenant: &Tenant) -> Result<rustls::ClientConfig, Error> {
+    let dir = CertDir::new(dir.as_ref());
+    let provider = provider();
+    let roots = roots(&dir)?;
+    let (cert_path, key_path) = (dir.tenant_cert(tenant), dir.tenant_key(tenant));
+    let (certs, key) = identity(&provider, &cert_path, &key_path, hint::TENANT)?;
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])?
+        .with_root_certificates(roots)
+        .with_client_auth_cert(certs, key)?;
+    config.alpn_protocols = vec![ALPN.to_vec()];
+    Ok(config)
+}
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// The folder's CA as the only trust anchor.
+fn roots(dir: &CertDir) -> Result<RootCertStore, Error> {
+    let path = dir.ca_cert();
+    let ca = files::read_cert(&path, hint::FOLDER)?;
+    let mut roots = RootCertStore::empty();
+    roots.add(ca).map_err(|err| Error::Malformed {
+        path,
+        reason: format!("not usable as a CA certificate ({err})"),
+    })?;
+    Ok(roots)
+}
+
+/// A certificate chain and its private key, checked against each other here so that a bad key
+/// is reported with its file's name rather than as a bare rustls error.
+fn identity(
+    provider: &CryptoProvider,
+    cert_path: &Path,
+    key_path: &Path,
+    hint: &'static str,
+) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), Error> {
+    let certs = files::read_certs(cert_path, hint)?;
+    let key = files::read_key(key_path, hint)?;
+    let signing_key = provider
+        .key_provider
+        .load_private_key(key.clone_key())
+        .map_err(|err| Error::Malformed {
+            path: key_path.to_owned(),
+            reason: format!("not a usable private key ({err})"),
+        })?;
+    match CertifiedKey::new(certs.clone(), signing_key).keys_match() {
+        Ok(()) | Err(rustls::Error::InconsistentKeys(InconsistentKeys::Unknown)) => {}
+        Err(rustls::Error::InconsistentKeys(InconsistentKeys::KeyMismatch)) => {
+            return Err(Error::KeyMismatch {
+                cert: cert_path.to_owned(),
+                key: key_path.to_owned(),
+            })
+        }
+        Err(other) => return Err(other.into()),
+    }
+    Ok((certs, key))
+}

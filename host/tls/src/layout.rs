@@ -1,0 +1,82 @@
+//! Where each file of a certificate folder lives.
+//!
+//! ```text
+//! DIR/
+//!   ca.pem              the CA's certificate: every node and client trusts it
+//!   ca.key              the CA's private key (0600): needed only to issue certificates
+//!   node.pem            the node's certificate (server authentication)
+//!   node.key            its private key (0600)
+//!   tenants/NAME.pem    tenant NAME's client certificate (client authentication)
+//!   tenants/NAME.key    its private key (0600)
+//! ```
+//!
+//! A node needs `ca.pem`, `node.pem` and `node.key`; a client needs `ca.pem` and its tenant's
+//! two files. `ca.key` can stay on the machine that issues certificates.
+
+use std::path::{Path, PathBuf};
+
+use crate::Tenant;
+
+/// The paths of a certificate folder's files; it reads and writes nothing itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CertDir {
+    root: PathBuf,
+}
+
+impl CertDir {
+    /// The folder at `root` (which need not exist yet).
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+
+    /// The folder itself.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// `ca.pem`: the CA's certificate.
+    pub fn ca_cert(&self) -> PathBuf {
+        self.root.join("ca.pem")
+    }
+
+    /// `ca.key`: the CA's private key.
+    pub fn ca_key(&self) -> PathBuf {
+        self.root.join("ca.key")
+    }
+
+    /// `node.pem`: the node's certificate.
+    pub fn node_cert(&self) -> PathBuf {
+        self.root.join("node.pem")
+    }
+
+    /// `node.key`: the node's private key.
+    pub fn node_key(&self) -> PathBuf {
+        self.root.join("node.key")
+    }
+
+    /// `tenants/`: the tenants' client certificates and keys.
+    pub fn tenants(&self) -> PathBuf {
+        self.root.join("tenants")
+    }
+
+    /// `tenants/<tenant>.pem`: a tenant's client certificate.
+    pub fn tenant_cert(&self, tenant: &Tenant) -> PathBuf {
+        self.tenants().join(format!("{tenant}.pem"))
+    }
+
+    /// `tenants/<tenant>.key`: a tenant's private key.
+    pub fn tenant_key(&self, tenant: &Tenant) -> PathBuf {
+        self.tenants().join(format!("{tenant}.key"))
+    }
+}
+
+/// Where each file comes from, for errors about a missing one.
+pub(crate) mod hint {
+    /// `ca.pem`, `node.pem`, `node.key`.
+    pub(crate) const FOLDER: &str = "make a certificate folder with `tasklet certs init DIR`";
+    /// `ca.key`.
+    pub(crate) const CA_KEY: &str =
+        "issuing needs the CA's private key: run this on the folder `tasklet certs init` made";
+    /// `tenants/NAME.pem`, `tenants/NAME.key`.
+    pub(crate) const TENANT: &str = "issue it with `tasklet certs issue DIR --tenant NAME` in the folder that holds the CA's key, and copy it here beside ca.pem";
+}

@@ -1,11 +1,12 @@
-//! Address decoding and atomics. Every access is resolved to a `Loc` only after its full extent
-//! has been checked against the space it lands in.
+//! Memory access: where an address lands (`locate`), plain loads and stores in every state space,
+//! and the per-thread parameter area that calls pass arguments through. Every access is
+//! resolved to a `Loc` only after its full extent has been checked against the space it lands
+//! in.
 
-use std::sync::atomic::Ordering::Relaxed;
-
-use crate::exec::warp::{show_addr, Warp};
+use crate::exec::ops;
+use crate::exec::regs::lanes;
+use crate::exec::warp::{trouble, Warp, R};
 use crate::exec::{CtaCtx, Launch};
-use crate::float;
 use crate::ir::*;
 use crate::memory::Region;
 
@@ -119,134 +120,216 @@ impl Warp {
             }
         }
     }
-}
 
-/// The value an atomic stores, given the old value.
-pub(crate) fn atom_apply(op: AtomOp, t: AtomTy, old: u64, b: u64, c: u64) -> u64 {
-    let signed = matches!(t, AtomTy::S32 | AtomTy::S64);
-    let w64 = matches!(t, AtomTy::U64 | AtomTy::S64 | AtomTy::B64 | AtomTy::F64);
-    let key = |x: u64| -> i128 {
-        match (signed, w64) {
-            (true, true) => x as i64 as i128,
-            (true, false) => x as u32 as i32 as i128,
-            (false, true) => x as i128,
-            (false, false) => (x as u32) as i128,
-        }
-    };
-    let m = if w64 { u64::MAX } else { 0xffff_ffff };
-    let r = match op {
-        AtomOp::Add => match t {
-            AtomTy::F32 => float::add(FT::F32, old, b, Rnd::N),
-            AtomTy::F64 => float::add(FT::F64, old, b, Rnd::N),
-            AtomTy::F16 => float::add(FT::F16, old, b, Rnd::N),
-            AtomTy::BF16 => float::add(FT::BF16, old, b, Rnd::N),
-            AtomTy::F16x2 => {
-                crate::exec::ops::x2(old, b, 0, |p, q, _| float::add(FT::F16, p, q, Rnd::N))
+    /// The common 4-byte shared load. Returns false (having done nothing) if any lane's access
+    /// is misaligned or out of range, so the general path can report it.
+    #[inline(always)]
+    pub(super) fn ld_shared32(&mut self, cta: &CtaCtx<'_>, d: u32, addr: &Addr, m: u32) -> bool {
+        let sh: &[u8] = cta.shared;
+        let mut o = [0u64; 32];
+        for l in lanes(m) {
+            let a = self.addr(addr, l);
+            if a & 3 != 0 {
+                return false;
             }
-            AtomTy::BF16x2 => {
-                crate::exec::ops::x2(old, b, 0, |p, q, _| float::add(FT::BF16, p, q, Rnd::N))
-            }
-            _ => old.wrapping_add(b),
-        },
-        AtomOp::Min => {
-            if key(old) <= key(b) {
-                old
-            } else {
-                b
+            match sh.get(a as usize..).and_then(|s| s.get(..4)) {
+                Some(b) => o[l] = u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as u64,
+                None => return false,
             }
         }
-        AtomOp::Max => {
-            if key(old) >= key(b) {
-                old
-            } else {
-                b
+        self.w(d, &o, m);
+        true
+    }
+
+    #[inline(always)]
+    pub(super) fn st_shared32(
+        &mut self,
+        cta: &mut CtaCtx<'_>,
+        s: Src,
+        addr: &Addr,
+        m: u32,
+    ) -> bool {
+        let len = cta.shared.len() as u64;
+        for l in lanes(m) {
+            let a = self.addr(addr, l);
+            if a & 3 != 0 || a >= len || len - a < 4 {
+                return false;
             }
         }
-        AtomOp::Inc => {
-            let (o, b) = (old as u32, b as u32);
-            (if o >= b { 0 } else { o + 1 }) as u64
-        }
-        AtomOp::Dec => {
-            let (o, b) = (old as u32, b as u32);
-            (if o == 0 || o > b { b } else { o - 1 }) as u64
-        }
-        AtomOp::And => old & b,
-        AtomOp::Or => old | b,
-        AtomOp::Xor => old ^ b,
-        AtomOp::Exch => b,
-        AtomOp::Cas => {
-            if old & m == b & m {
-                c
-            } else {
-                old
+        for l in lanes(m) {
+            let a = self.addr(addr, l) as usize;
+            let v = self.v1(s, l) as u32;
+            if let Some(b) = cta.shared.get_mut(a..a + 4) {
+                b.copy_from_slice(&v.to_le_bytes());
             }
         }
-    };
-    r & if matches!(t, AtomTy::F16 | AtomTy::BF16) {
-        0xffff
-    } else {
-        m
+        true
+    }
+
+    pub(super) fn tparam_copy(&mut self, cp: &Copy3, m: u32) -> R<()> {
+        let sz = self.tparam_size;
+        let from = (cp.from as u64).wrapping_sub(TPARAM_FLAG) as usize;
+        let to = (cp.to as u64).wrapping_sub(TPARAM_FLAG) as usize;
+        let len = cp.len as usize;
+        if from + len > sz || to + len > sz {
+            return Err(trouble(
+                m.trailing_zeros(),
+                "call parameter outside the parameter area",
+            ));
+        }
+        for l in lanes(m) {
+            let base = l * sz;
+            self.tparam
+                .copy_within(base + from..base + from + len, base + to);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn tparam_write(
+        &mut self,
+        l: usize,
+        at: u32,
+        size: usize,
+        v: u64,
+    ) -> Result<(), String> {
+        let off = (at as u64).wrapping_sub(TPARAM_FLAG) as usize;
+        if off + size > self.tparam_size {
+            return Err("parameter write out of range".into());
+        }
+        let base = l * self.tparam_size + off;
+        if let Some(dst) = self.tparam.get_mut(base..base + size) {
+            dst.copy_from_slice(&v.to_le_bytes()[..size]);
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
+    pub(super) fn ld(
+        &mut self,
+        cx: &Launch<'_>,
+        cta: &mut CtaCtx<'_>,
+        sp: Space,
+        size: u8,
+        sign: bool,
+        n: u8,
+        d: &[Option<u32>; 4],
+        addr: &Addr,
+        m: u32,
+    ) -> R<()> {
+        let total = size as u32 * n as u32;
+        for l in lanes(m) {
+            let a = self.addr(addr, l);
+            if a % total as u64 != 0 {
+                return Err(trouble(
+                    l as u32,
+                    format!("misaligned {total}-byte load from {}", show_addr(sp, a)),
+                ));
+            }
+            let loc = self
+                .locate(cx, cta, sp, a, total, l, false)
+                .map_err(|e| trouble(l as u32, e))?;
+            for k in 0..n as usize {
+                let v = self.load(cx, cta, loc, k as u64 * size as u64, size as u32);
+                let v = if sign {
+                    ops::sext(v, size * 8) as u64
+                } else {
+                    v
+                };
+                if let Some(r) = d[k] {
+                    self.regs[r as usize][l] = v;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
+    pub(super) fn st(
+        &mut self,
+        cx: &Launch<'_>,
+        cta: &mut CtaCtx<'_>,
+        sp: Space,
+        size: u8,
+        n: u8,
+        s: &[Src; 4],
+        addr: &Addr,
+        m: u32,
+    ) -> R<()> {
+        let total = size as u32 * n as u32;
+        for l in lanes(m) {
+            let a = self.addr(addr, l);
+            if a % total as u64 != 0 {
+                return Err(trouble(
+                    l as u32,
+                    format!("misaligned {total}-byte store to {}", show_addr(sp, a)),
+                ));
+            }
+            let loc = self
+                .locate(cx, cta, sp, a, total, l, true)
+                .map_err(|e| trouble(l as u32, e))?;
+            for k in 0..n as usize {
+                let v = self.v1(s[k], l);
+                self.store(cta, loc, k as u64 * size as u64, size as u32, v);
+            }
+        }
+        Ok(())
+    }
+
+    #[inline(always)]
+    pub(crate) fn load(
+        &self,
+        cx: &Launch<'_>,
+        cta: &CtaCtx<'_>,
+        loc: Loc<'_>,
+        k: u64,
+        size: u32,
+    ) -> u64 {
+        match loc {
+            Loc::Atomic(r, off) => r.load(off + k, size),
+            Loc::Shared(o) => le_read(cta.shared, o + k as usize, size),
+            Loc::Local(o) => le_read(&self.local, o + k as usize, size),
+            Loc::TParam(o) => le_read(&self.tparam, o + k as usize, size),
+            Loc::Args(o) => le_read(cx.args, o + k as usize, size),
+        }
+    }
+
+    #[inline(always)]
+    pub(super) fn store(&mut self, cta: &mut CtaCtx<'_>, loc: Loc<'_>, k: u64, size: u32, v: u64) {
+        match loc {
+            Loc::Atomic(r, off) => r.store(off + k, size, v),
+            Loc::Shared(o) => le_write(cta.shared, o + k as usize, size, v),
+            Loc::Local(o) => le_write(&mut self.local, o + k as usize, size, v),
+            Loc::TParam(o) => le_write(&mut self.tparam, o + k as usize, size, v),
+            // Rejected by `locate` for writes.
+            Loc::Args(_) => {}
+        }
     }
 }
 
-/// A read-modify-write on global memory; returns the old value.
-pub(crate) fn atomic_global(
-    r: &Region,
-    off: u64,
-    size: u32,
-    op: AtomOp,
-    t: AtomTy,
-    b: u64,
-    c: u64,
-) -> u64 {
-    match size {
-        8 => {
-            let a = r.atomic64(off);
-            match op {
-                AtomOp::Add if !matches!(t, AtomTy::F64) => a.fetch_add(b, Relaxed),
-                AtomOp::Exch => a.swap(b, Relaxed),
-                AtomOp::Cas => match a.compare_exchange(b, c, Relaxed, Relaxed) {
-                    Ok(v) | Err(v) => v,
-                },
-                _ => a
-                    .fetch_update(Relaxed, Relaxed, |o| Some(atom_apply(op, t, o, b, c)))
-                    .unwrap_or_else(|v| v),
-            }
+pub(crate) fn show_addr(sp: Space, a: u64) -> String {
+    match sp {
+        Space::Generic | Space::Global | Space::Const => format!("address {a:#x}"),
+        Space::Shared => format!("shared offset {a:#x}"),
+        Space::Local => format!("local offset {a:#x}"),
+        Space::Param => format!("param offset {a:#x}"),
+    }
+}
+
+#[inline(always)]
+fn le_read(buf: &[u8], o: usize, size: u32) -> u64 {
+    match buf.get(o..o + size as usize) {
+        Some(b) => {
+            let mut w = [0u8; 8];
+            w[..size as usize].copy_from_slice(b);
+            u64::from_le_bytes(w)
         }
-        4 => {
-            let a = r.atomic32(off);
-            let (b32, c32) = (b as u32, c as u32);
-            (match op {
-                AtomOp::Add if !matches!(t, AtomTy::F32 | AtomTy::F16x2 | AtomTy::BF16x2) => {
-                    a.fetch_add(b32, Relaxed)
-                }
-                AtomOp::Exch => a.swap(b32, Relaxed),
-                AtomOp::Cas => match a.compare_exchange(b32, c32, Relaxed, Relaxed) {
-                    Ok(v) | Err(v) => v,
-                },
-                AtomOp::And => a.fetch_and(b32, Relaxed),
-                AtomOp::Or => a.fetch_or(b32, Relaxed),
-                AtomOp::Xor => a.fetch_xor(b32, Relaxed),
-                _ => a
-                    .fetch_update(Relaxed, Relaxed, |o| {
-                        Some(atom_apply(op, t, o as u64, b, c) as u32)
-                    })
-                    .unwrap_or_else(|v| v),
-            }) as u64
-        }
-        _ => {
-            // 16-bit atomics: CAS on the containing aligned word.
-            let word = off & !3;
-            let shift = ((off & 3) * 8) as u32;
-            let a = r.atomic32(word);
-            let prev = a
-                .fetch_update(Relaxed, Relaxed, |w| {
-                    let old = ((w >> shift) & 0xffff) as u64;
-                    let new = atom_apply(op, t, old, b, c) as u32 & 0xffff;
-                    Some((w & !(0xffff << shift)) | (new << shift))
-                })
-                .unwrap_or_else(|v| v);
-            ((prev >> shift) & 0xffff) as u64
-        }
+        None => 0,
+    }
+}
+
+#[inline(always)]
+fn le_write(buf: &mut [u8], o: usize, size: u32, v: u64) {
+    if let Some(b) = buf.get_mut(o..o + size as usize) {
+        b.copy_from_slice(&v.to_le_bytes()[..size as usize]);
     }
 }

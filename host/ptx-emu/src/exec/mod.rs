@@ -2,11 +2,18 @@
 //! warps of its CTA on its own thread, so shared memory and barriers need no locking. Only global
 //! memory (atomic storage) and the step budget are shared between workers.
 
-pub(crate) mod fastfma;
-pub(crate) mod mem;
-pub(crate) mod ops;
-pub(crate) mod printf;
-pub(crate) mod warp;
+mod arith;
+mod atomic;
+mod compare;
+mod control;
+mod data;
+mod fastfma;
+mod mem;
+mod ops;
+mod printf;
+mod regs;
+mod sync;
+mod warp;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -107,15 +114,6 @@ struct Worker {
     warps: Vec<Warp>,
     shared: Vec<u8>,
     bars: Bars,
-}
-
-static CLOCK_START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-
-pub(crate) fn clock_ticks() -> u64 {
-    CLOCK_START
-        .get_or_init(std::time::Instant::now)
-        .elapsed()
-        .as_nanos() as u64
 }
 
 pub(crate) fn launch(
@@ -360,14 +358,4 @@ fn deadlock(cx: &Launch<'_>, w: &Worker, ctaid: [u32; 3]) -> ExecError {
         [0, 0, 0],
         "deadlock: no thread of the block can make progress".into(),
     )
-}
-
-impl Warp {
-    pub(crate) fn pc_of(&self, l: u32) -> u32 {
-        if self.converged {
-            self.cpc
-        } else {
-            self.pc[l as usize & 31]
-        }
-    }
 }

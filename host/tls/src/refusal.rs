@@ -199,12 +199,10 @@ impl Cause {
             Self::ClientCertRejected(alert) | Self::NodeCertRejected(alert) => {
                 format!("TLS alert {alert:?}")
             }
-            Self::NoCommonProtocol => {
-                format!(
-                    "no protocol version in common ({} offered or accepted)",
-                    String::from_utf8_lossy(crate::ALPN)
-                )
-            }
+            Self::NoCommonProtocol => format!(
+                "the client and the node have no protocol version in common; this build speaks {}",
+                String::from_utf8_lossy(crate::ALPN)
+            ),
         }
     }
 

@@ -1,0 +1,13 @@
+//! The messages: requests, replies, and the structures inside them.
+
+mod device;
+mod kernel;
+mod reply;
+mod request;
+
+pub use device::Device;
+pub use kernel::{Kernel, KernelArg, KernelParam, LoadedModule};
+pub use reply::Reply;
+pub use request::{GpuSubmit, Launch, Request};
+
+pub(crate) use reply::{decode_goaway_body, encode_goaway_body};

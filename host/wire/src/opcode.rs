@@ -1,0 +1,196 @@
+//! Operation codes: what a frame is about, and the rules that follow from it (which direction
+//! carries it, whether it gets a reply, whether data follows it).
+
+/// An operation. The number is its code on the wire; see docs/wire.md for each one's fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u16)]
+pub enum Opcode {
+    /// Node → client only, request id 0: the node is closing the connection, and says why.
+    GoAway = 0x0000,
+    /// Version negotiation; the first request on a connection.
+    Hello = 0x0001,
+    /// The node's devices.
+    GetInventory = 0x0100,
+    /// Acquire a GPU and allocate device memory for a time.
+    LeaseAlloc = 0x0200,
+    /// Release a lease and free all of its device memory.
+    MemFree = 0x0201,
+    /// Extend a lease; bumps its generation.
+    LeaseRenew = 0x0202,
+    /// A lease's grant, use and remaining time.
+    LeaseInfo = 0x0203,
+    /// One-shot: load a module, launch one kernel on a lease's memory, read back a region.
+    GpuSubmit = 0x0600,
+    /// Session: allocate a buffer.
+    MemAlloc = 0x0601,
+    /// Session, pipelined (no reply): write streamed data into a buffer.
+    MemWrite = 0x0602,
+    /// Session: load a PTX module.
+    ModuleLoad = 0x0603,
+    /// Session, pipelined (no reply): launch a kernel.
+    Launch = 0x0604,
+    /// Session: wait for all earlier work of the session.
+    Sync = 0x0605,
+    /// Session: read a buffer (the reply streams the bytes) after all earlier work of the session.
+    MemRead = 0x0606,
+    /// Session: free one buffer.
+    Free = 0x0607,
+    /// Open a session on a lease.
+    SessionOpen = 0x0608,
+    /// Close a session, freeing its buffers and modules.
+    SessionClose = 0x0609,
+    /// Session: copy between two buffers on the device.
+    MemCopy = 0x060A,
+    /// Session: compile CUDA C and load the result.
+    ModuleLoadSource = 0x060B,
+    /// Session: unload a module.
+    ModuleUnload = 0x060C,
+    /// Store a deployment (manifest + streamed component).
+    DeployPush = 0x0700,
+    /// Whether a deployment is stored.
+    DeployHas = 0x0701,
+    /// Run a stored deployment on streamed input; the reply streams its output.
+    DeployRun = 0x0702,
+}
+
+impl Opcode {
+    /// Every opcode, in numeric order.
+    pub const ALL: [Opcode; 23] = [
+        Opcode::GoAway,
+        Opcode::Hello,
+        Opcode::GetInventory,
+        Opcode::LeaseAlloc,
+        Opcode::MemFree,
+        Opcode::LeaseRenew,
+        Opcode::LeaseInfo,
+        Opcode::GpuSubmit,
+        Opcode::MemAlloc,
+        Opcode::MemWrite,
+        Opcode::ModuleLoad,
+        Opcode::Launch,
+        Opcode::Sync,
+        Opcode::MemRead,
+        Opcode::Free,
+        Opcode::SessionOpen,
+        Opcode::SessionClose,
+        Opcode::MemCopy,
+        Opcode::ModuleLoadSource,
+        Opcode::ModuleUnload,
+        Opcode::DeployPush,
+        Opcode::DeployHas,
+        Opcode::DeployRun,
+    ];
+
+    /// The opcode with this number, if there is one.
+    pub fn from_u16(code: u16) -> Option<Opcode> {
+        Opcode::ALL.iter().copied().find(|op| *op as u16 == code)
+    }
+
+    /// The name docs/wire.md uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            Opcode::GoAway => "GOAWAY",
+            Opcode::Hello => "HELLO",
+            Opcode::GetInventory => "GET_INVENTORY",
+            Opcode::LeaseAlloc => "LEASE_ALLOC",
+            Opcode::MemFree => "MEM_FREE",
+            Opcode::LeaseRenew => "LEASE_RENEW",
+            Opcode::LeaseInfo => "LEASE_INFO",
+            Opcode::GpuSubmit => "GPU_SUBMIT",
+            Opcode::MemAlloc => "MEM_ALLOC",
+            Opcode::MemWrite => "MEM_WRITE",
+            Opcode::ModuleLoad => "MODULE_LOAD",
+            Opcode::Launch => "LAUNCH",
+            Opcode::Sync => "SYNC",
+            Opcode::MemRead => "MEM_READ",
+            Opcode::Free => "FREE",
+            Opcode::SessionOpen => "SESSION_OPEN",
+            Opcode::SessionClose => "SESSION_CLOSE",
+            Opcode::MemCopy => "MEM_COPY",
+            Opcode::ModuleLoadSource => "MODULE_LOAD_SOURCE",
+            Opcode::ModuleUnload => "MODULE_UNLOAD",
+            Opcode::DeployPush => "DEPLOY_PUSH",
+            Opcode::DeployHas => "DEPLOY_HAS",
+            Opcode::DeployRun => "DEPLOY_RUN",
+        }
+    }
+
+    /// Whether a client may send this as a request (all but GOAWAY).
+    pub fn is_request(self) -> bool {
+        self != Opcode::GoAway
+    }
+
+    /// Whether the node answers a request of this kind. LAUNCH and MEM_WRITE are pipelined: they
+    /// get no reply, and their failures are reported by the session's next SYNC or MEM_READ.
+    pub fn has_reply(self) -> bool {
+        !self.is_pipelined() && self.is_request()
+    }
+
+    /// Whether this is a pipelined session op (no reply; errors surface at the next barrier).
+    pub fn is_pipelined(self) -> bool {
+        matches!(self, Opcode::Launch | Opcode::MemWrite)
+    }
+
+    /// Whether this op waits for all earlier work of its session, and so reports the failure of
+    /// a pipelined op sent before it.
+    pub fn is_barrier(self) -> bool {
+        matches!(self, Opcode::Sync | Opcode::MemRead)
+    }
+}
+
+impl std::fmt::Display for Opcode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} (0x{:04X})", self.name(), *self as u16)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_round_trip_and_are_sorted() {
+        for pair in Opcode::ALL.windows(2) {
+            assert!(
+                (pair[0] as u16) < (pair[1] as u16),
+                "{} before {}",
+                pair[0],
+                pair[1]
+            );
+        }
+        for op in Opcode::ALL {
+            assert_eq!(Opcode::from_u16(op as u16), Some(op));
+        }
+        assert_eq!(Opcode::from_u16(0x0604), Some(Opcode::Launch));
+        assert_eq!(Opcode::from_u16(0x0002), None);
+        assert_eq!(Opcode::from_u16(0xFFFF), None);
+    }
+
+    #[test]
+    fn fixed_numbers() {
+        assert_eq!(Opcode::LeaseAlloc as u16, 0x0200);
+        assert_eq!(Opcode::GpuSubmit as u16, 0x0600);
+        let session_ops = [
+            Opcode::MemAlloc,
+            Opcode::MemWrite,
+            Opcode::ModuleLoad,
+            Opcode::Launch,
+            Opcode::Sync,
+            Opcode::MemRead,
+            Opcode::Free,
+        ];
+        for (i, op) in session_ops.into_iter().enumerate() {
+            assert_eq!(op as u16, 0x0601 + i as u16);
+        }
+    }
+
+    #[test]
+    fn directions() {
+        assert!(!Opcode::GoAway.is_request());
+        assert!(!Opcode::GoAway.has_reply());
+        assert!(Opcode::Launch.is_request() && !Opcode::Launch.has_reply());
+        assert!(Opcode::MemWrite.is_request() && !Opcode::MemWrite.has_reply());
+        assert!(Opcode::Sync.has_reply() && Opcode::Sync.is_barrier());
+        assert!(!Opcode::MemCopy.is_barrier());
+    }
+}

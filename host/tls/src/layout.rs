@@ -1,23 +1,23 @@
 //! Where each file of a certificate folder lives.
-//!
-//! ```text
-//! DIR/
-//!   ca.pem              the CA's certificate: every node and client trusts it
-//!   ca.key              the CA's private key (0600): needed only to issue certificates
-//!   node.pem            the node's certificate (server authentication)
-//!   node.key            its private key (0600)
-//!   tenants/NAME.pem    tenant NAME's client certificate (client authentication)
-//!   tenants/NAME.key    its private key (0600)
-//! ```
-//!
-//! A node needs `ca.pem`, `node.pem` and `node.key`; a client needs `ca.pem` and its tenant's
-//! two files. `ca.key` can stay on the machine that issues certificates.
 
 use std::path::{Path, PathBuf};
 
 use crate::Tenant;
 
 /// The paths of a certificate folder's files; it reads and writes nothing itself.
+///
+/// ```text
+/// DIR/
+///   ca.pem              the CA's certificate: every node and client trusts it
+///   ca.key              the CA's private key (0600): needed only to issue certificates
+///   node.pem            the node's certificate (server authentication)
+///   node.key            its private key (0600)
+///   tenants/NAME.pem    tenant NAME's client certificate (client authentication)
+///   tenants/NAME.key    its private key (0600)
+/// ```
+///
+/// A node needs `ca.pem`, `node.pem` and `node.key`; a client needs `ca.pem` and its tenant's
+/// two files. `ca.key` can stay on the machine that issues certificates.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CertDir {
     root: PathBuf,
@@ -73,7 +73,8 @@ impl CertDir {
 /// Where each file comes from, for errors about a missing one.
 pub(crate) mod hint {
     /// `ca.pem`, `node.pem`, `node.key`.
-    pub(crate) const FOLDER: &str = "make a certificate folder with `tasklet certs init DIR`";
+    pub(crate) const FOLDER: &str =
+        "`tasklet certs init DIR` makes a certificate folder; a client's holds a copy of its node's ca.pem";
     /// `ca.key`.
     pub(crate) const CA_KEY: &str =
         "issuing needs the CA's private key: run this on the folder `tasklet certs init` made";

@@ -48,7 +48,12 @@
 //! // A client, acting for tenant "dev".
 //! let mut client = quinn::Endpoint::client("127.0.0.1:0".parse()?)?;
 //! client.set_default_client_config(client_config("certs", &Tenant::new("dev")?)?);
-//! let connection = client.connect("127.0.0.1:4433".parse()?, "localhost")?.await?;
+//! match client.connect("127.0.0.1:4433".parse()?, "localhost")?.await {
+//!     Ok(connection) => { /* … talk … */ }
+//!     // e.g. "this client refused the node's certificate: it is not signed by the CA the
+//!     // client trusts (connect to the right node, or give the client the ca.pem of …)"
+//!     Err(err) => eprintln!("{}", explain(&err, quinn::Side::Client)),
+//! }
 //! # Ok(())
 //! # }
 //! ```

@@ -57,7 +57,8 @@ pub struct Refusal {
     pub cause: Cause,
     /// The side that saw the error: `Side::Server` is the node.
     pub seen_by: Side,
-    /// The TLS library's own words, where the error carried them (on the side that refused).
+    /// The refusing side's TLS library's own words, where the error carried them (QUIC carries
+    /// them to the peer too).
     pub detail: Option<String>,
 }
 

@@ -1,12 +1,4 @@
 //! Tenant names, and how a client certificate carries one.
-//!
-//! A tenant is named in its client certificate by one subject alternative name of type URI,
-//! `tasklet://tenant/<name>`. The subject alternative names are where X.509 puts identities that
-//! are checked (RFC 5280, 4.2.1.6; verifiers ignore the subject's common name), and a URI in a
-//! scheme of our own cannot be mistaken for anything else: node certificates carry DNS names and
-//! IP addresses only, so a node certificate never names a tenant, and a tenant certificate is
-//! never valid for a host name. The subject's common name holds the tenant's name too, for people
-//! reading a certificate with other tools, but it is never consulted.
 
 use std::fmt;
 use std::str::FromStr;
@@ -22,6 +14,14 @@ const MAX_LEN: usize = 63;
 /// The name is used as a file name (`tenants/<name>.pem`) and inside a URI, so the alphabet is
 /// kept to characters that need no escaping in either, and a leading `.` or `-` (hidden files,
 /// command-line flags) is ruled out.
+///
+/// A tenant is named in its client certificate by one subject alternative name of type URI,
+/// `tasklet://tenant/<name>`. The subject alternative names are where X.509 puts identities that
+/// are checked (RFC 5280, 4.2.1.6; verifiers ignore the subject's common name), and a URI in a
+/// scheme of our own cannot be mistaken for anything else: node certificates carry DNS names and
+/// IP addresses only, so a node certificate never names a tenant, and a tenant certificate is
+/// never valid for a host name. The subject's common name holds the tenant's name too, for people
+/// reading a certificate with other tools, but it is never consulted.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Tenant(String);
 

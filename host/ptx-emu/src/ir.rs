@@ -44,6 +44,19 @@ pub(crate) enum Space {
     Const,
 }
 
+impl Space {
+    /// Where this space's window starts in the generic address space; 0 for the spaces whose
+    /// addresses already are generic ones.
+    pub(crate) fn generic_base(self) -> u64 {
+        match self {
+            Space::Shared => SHARED_WIN,
+            Space::Local => LOCAL_WIN,
+            Space::Param => PARAM_WIN,
+            Space::Generic | Space::Global | Space::Const => 0,
+        }
+    }
+}
+
 /// Integer type: width and signedness (`.b` types count as unsigned).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct IT {
@@ -224,6 +237,23 @@ pub(crate) enum AtomTy {
     F16,
     BF16,
     BF16x2,
+}
+
+impl AtomTy {
+    /// Width of the memory an atomic of this type reads and writes (both halves of a packed
+    /// pair count).
+    pub(crate) fn bits(self) -> u8 {
+        match self {
+            AtomTy::U64 | AtomTy::S64 | AtomTy::B64 | AtomTy::F64 => 64,
+            AtomTy::F16 | AtomTy::BF16 => 16,
+            AtomTy::U32
+            | AtomTy::S32
+            | AtomTy::B32
+            | AtomTy::F32
+            | AtomTy::F16x2
+            | AtomTy::BF16x2 => 32,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

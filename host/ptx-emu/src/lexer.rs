@@ -2,6 +2,7 @@
 //! special registers (`%tid.x`) each lex as one word: dots never separate tokens in PTX, so
 //! splitting them later is simpler than reassembling them here.
 
+use crate::load_error as err;
 use crate::LoadError;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -23,13 +24,6 @@ pub(crate) enum Tok<'a> {
 pub(crate) struct Token<'a> {
     pub tok: Tok<'a>,
     pub line: u32,
-}
-
-fn err(line: u32, message: impl Into<String>) -> LoadError {
-    LoadError {
-        line,
-        message: message.into(),
-    }
 }
 
 fn is_word_start(c: u8) -> bool {

@@ -36,6 +36,14 @@ pub struct LoadError {
     pub message: String,
 }
 
+/// A [`LoadError`] at `line`: what the lexer, the parser and the lowering all report.
+pub(crate) fn load_error(line: u32, message: impl Into<String>) -> LoadError {
+    LoadError {
+        line,
+        message: message.into(),
+    }
+}
+
 /// One `.param` of an `.entry`, as the launch argument block lays it out.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParamInfo {

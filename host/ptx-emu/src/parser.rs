@@ -2,6 +2,7 @@
 
 use crate::ast::*;
 use crate::lexer::{Tok, Token};
+use crate::load_error as err;
 use crate::LoadError;
 
 struct P<'a, 't> {
@@ -9,13 +10,6 @@ struct P<'a, 't> {
     i: usize,
     /// Signatures only: function bodies are skipped by brace matching, not parsed.
     skip_bodies: bool,
-}
-
-fn err(line: u32, message: impl Into<String>) -> LoadError {
-    LoadError {
-        line,
-        message: message.into(),
-    }
 }
 
 const LINKAGE: &[&str] = &[".visible", ".extern", ".weak", ".common"];

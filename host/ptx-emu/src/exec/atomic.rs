@@ -28,11 +28,7 @@ impl Warp {
         c: Src,
         m: u32,
     ) -> R<()> {
-        let size = match t {
-            AtomTy::U64 | AtomTy::S64 | AtomTy::B64 | AtomTy::F64 => 8,
-            AtomTy::F16 | AtomTy::BF16 => 2,
-            _ => 4,
-        };
+        let size = t.bits() as u32 / 8;
         for l in lanes(m) {
             let a = self.addr(addr, l);
             if a % size as u64 != 0 {
@@ -66,7 +62,7 @@ impl Warp {
 /// The value an atomic stores, given the old value.
 pub(crate) fn atom_apply(op: AtomOp, t: AtomTy, old: u64, b: u64, c: u64) -> u64 {
     let signed = matches!(t, AtomTy::S32 | AtomTy::S64);
-    let w64 = matches!(t, AtomTy::U64 | AtomTy::S64 | AtomTy::B64 | AtomTy::F64);
+    let w64 = t.bits() == 64;
     let key = |x: u64| -> i128 {
         match (signed, w64) {
             (true, true) => x as i64 as i128,

@@ -63,12 +63,7 @@ impl Warp {
             None => (bits, !bits),
             Some((op, c)) => {
                 let c = self.pm(c);
-                let f = |x: u32| match op {
-                    BoolOp::And => x & c,
-                    BoolOp::Or => x | c,
-                    BoolOp::Xor => x ^ c,
-                };
-                (f(bits), f(!bits))
+                (ops::bool_op(op, bits, c), ops::bool_op(op, !bits, c))
             }
         };
         if let Some(d) = d {
@@ -96,12 +91,7 @@ impl Warp {
         for l in lanes(m) {
             let mut r = ops::compare(t, cmp, ftz, self.v1(a, l), self.v1(b, l));
             if let Some((op, cm)) = c {
-                let cb = cm >> l & 1 != 0;
-                r = match op {
-                    BoolOp::And => r && cb,
-                    BoolOp::Or => r || cb,
-                    BoolOp::Xor => r ^ cb,
-                };
+                r = ops::bool_op(op, r as u32, cm >> l & 1) != 0;
             }
             self.regs[d as usize][l] = match (r, float_out) {
                 (true, true) => 1f32.to_bits() as u64,
@@ -140,12 +130,7 @@ impl Warp {
 
     #[inline]
     pub(super) fn pred_bool(&mut self, op: BoolOp, d: u32, a: PSrc, b: PSrc, m: u32) {
-        let (x, y) = (self.pm(a), self.pm(b));
-        let r = match op {
-            BoolOp::And => x & y,
-            BoolOp::Or => x | y,
-            BoolOp::Xor => x ^ y,
-        };
+        let r = ops::bool_op(op, self.pm(a), self.pm(b));
         self.wp(d, r, m);
     }
 

@@ -185,6 +185,12 @@ impl Warp {
         Ok(())
     }
 
+    /// Lane `l`'s `size` bytes at `at` in its parameter area; 0 where that is out of range.
+    pub(crate) fn tparam_read(&self, l: usize, at: u32, size: u32) -> u64 {
+        let off = (at as u64).wrapping_sub(TPARAM_FLAG) as usize;
+        le_read(&self.tparam, l * self.tparam_size + off, size)
+    }
+
     pub(crate) fn tparam_write(
         &mut self,
         l: usize,

@@ -280,14 +280,14 @@ fn run_cta(cx: &Launch<'_>, w: &mut Worker, i: u64, budget: &mut Budget) -> Resu
         if cx.abort.load(Ordering::Relaxed) {
             return Ok(());
         }
-        let released = release_barriers(cx, w);
+        let released = release_barriers(w);
         if !progressed && !released {
             return Err(deadlock(cx, w, ctaid));
         }
     }
 }
 
-fn release_barriers(cx: &Launch<'_>, w: &mut Worker) -> bool {
+fn release_barriers(w: &mut Worker) -> bool {
     let live: u32 = w.warps.iter().map(|x| x.live.count_ones()).sum();
     let mut any = false;
     for id in 0..16 {
@@ -301,30 +301,11 @@ fn release_barriers(cx: &Launch<'_>, w: &mut Worker) -> bool {
         }
         let acc = w.bars.acc[id];
         for warp in w.warps.iter_mut() {
-            let mut m = warp.bar_wait;
-            while m != 0 {
-                let l = m.trailing_zeros() as usize;
-                m &= m - 1;
-                if warp.bar_id[l] as usize != id {
-                    continue;
-                }
-                warp.bar_wait &= !(1 << l);
-                if let Some((d, is_int)) = warp.bar_dst[l].take() {
-                    if is_int {
-                        if let Some(r) = warp.regs.get_mut(d as usize) {
-                            r[l] = acc as u64;
-                        }
-                    } else if let Some(p) = warp.preds.get_mut(d as usize) {
-                        *p = (*p & !(1 << l)) | (((acc != 0) as u32) << l);
-                    }
-                }
-            }
-            warp.try_converge();
+            warp.release_barrier(id, acc);
         }
         w.bars.arrived[id] = 0;
         any = true;
     }
-    let _ = cx;
     any
 }
 

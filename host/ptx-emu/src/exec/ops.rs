@@ -40,6 +40,16 @@ fn wide_mul(t: IT, x: u64, y: u64) -> u128 {
     }
 }
 
+/// `and`/`or`/`xor` on predicate bits (a mask of lanes, or one lane's bit).
+#[inline(always)]
+pub(crate) fn bool_op(op: BoolOp, x: u32, y: u32) -> u32 {
+    match op {
+        BoolOp::And => x & y,
+        BoolOp::Or => x | y,
+        BoolOp::Xor => x ^ y,
+    }
+}
+
 pub(crate) fn int2(op: I2, t: IT, x: u64, y: u64) -> u64 {
     let m = mask(t.bits);
     let b = t.bits as u32;

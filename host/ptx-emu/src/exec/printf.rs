@@ -38,19 +38,6 @@ fn read_str(
     Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
-fn tparam_u64(w: &Warp, l: usize, at: u32) -> u64 {
-    let off = (at as u64).wrapping_sub(TPARAM_FLAG) as usize;
-    let base = l * w.tparam_size + off;
-    match w.tparam.get(base..base + 8) {
-        Some(b) => {
-            let mut a = [0u8; 8];
-            a.copy_from_slice(b);
-            u64::from_le_bytes(a)
-        }
-        None => 0,
-    }
-}
-
 /// Formats and prints one lane's `printf`; returns the number of bytes written.
 pub(crate) fn vprintf(
     w: &mut Warp,
@@ -64,8 +51,8 @@ pub(crate) fn vprintf(
         lane: l as u32,
         msg: format!("printf: {e}"),
     };
-    let fmt_addr = tparam_u64(w, l, fmt);
-    let mut argp = tparam_u64(w, l, args);
+    let fmt_addr = w.tparam_read(l, fmt, 8);
+    let mut argp = w.tparam_read(l, args, 8);
     let f = read_str(w, cx, cta, l, fmt_addr).map_err(t)?;
     let mut out = String::new();
     let mut it = f.chars().peekable();
@@ -243,10 +230,10 @@ pub(crate) fn assert_message(
     l: usize,
     args: u32,
 ) -> String {
-    let msg_p = tparam_u64(w, l, args);
-    let file_p = tparam_u64(w, l, args + 8);
-    let line = tparam_u64(w, l, args + 16) as u32;
-    let func_p = tparam_u64(w, l, args + 24);
+    let msg_p = w.tparam_read(l, args, 8);
+    let file_p = w.tparam_read(l, args + 8, 8);
+    let line = w.tparam_read(l, args + 16, 8) as u32;
+    let func_p = w.tparam_read(l, args + 24, 8);
     let msg = read_str(w, cx, cta, l, msg_p).unwrap_or_else(|_| "?".into());
     let file = read_str(w, cx, cta, l, file_p).unwrap_or_else(|_| "?".into());
     let func = read_str(w, cx, cta, l, func_p).unwrap_or_else(|_| "?".into());

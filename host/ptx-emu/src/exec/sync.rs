@@ -12,6 +12,27 @@ use crate::exec::{CtaCtx, Launch};
 use crate::ir::*;
 
 impl Warp {
+    /// Wakes this warp's lanes waiting at barrier `id`, giving those of a `bar.red` the
+    /// reduction `acc`.
+    pub(super) fn release_barrier(&mut self, id: usize, acc: u32) {
+        for l in lanes(self.bar_wait) {
+            if self.bar_id[l] as usize != id {
+                continue;
+            }
+            self.bar_wait &= !(1 << l);
+            if let Some((d, is_int)) = self.bar_dst[l].take() {
+                if is_int {
+                    if let Some(r) = self.regs.get_mut(d as usize) {
+                        r[l] = acc as u64;
+                    }
+                } else if let Some(p) = self.preds.get_mut(d as usize) {
+                    *p = (*p & !(1 << l)) | (((acc != 0) as u32) << l);
+                }
+            }
+        }
+        self.try_converge();
+    }
+
     #[inline]
     pub(super) fn bar(
         &mut self,

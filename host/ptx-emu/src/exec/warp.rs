@@ -109,8 +109,9 @@ impl Warp {
             if lin < cx.nthreads {
                 live |= 1 << l;
             }
-            let tid = [lin % bx, (lin / bx) % by, lin / (bx * by)];
-            let vals: [u64; 25] = [
+            let tid = self.tid_of(cx, l);
+            // In the order of `SPECIAL_REGS`, whose names occupy the first register slots.
+            let vals: [u64; SPECIAL_REGS.len()] = [
                 tid[0] as u64,
                 tid[1] as u64,
                 tid[2] as u64,

@@ -3,7 +3,7 @@
 
 use super::function::FnLower;
 use super::mods::Mods;
-use super::types::{parse_ty, K};
+use super::types::{packed_half, parse_ty, K};
 use crate::ast;
 use crate::ir::*;
 use crate::LoadError;
@@ -28,8 +28,7 @@ impl<'m> FnLower<'_, 'm> {
                 b: self.psrc(line, self.op(i, 2)?)?,
             });
         }
-        if matches!(t, "f16x2" | "bf16x2") {
-            let f = if t == "f16x2" { FT::F16 } else { FT::BF16 };
+        if let Some(f) = packed_half(t) {
             let op = match base {
                 "add" => F2::Add,
                 "sub" => F2::Sub,
@@ -172,8 +171,7 @@ impl<'m> FnLower<'_, 'm> {
         let line = i.line;
         self.nops(i, 4)?;
         let t = md.one_type()?;
-        if matches!(t, "f16x2" | "bf16x2") {
-            let f = if t == "f16x2" { FT::F16 } else { FT::BF16 };
+        if let Some(f) = packed_half(t) {
             let rnd = md.rnd().unwrap_or(Rnd::N);
             let ftz = md.has("ftz");
             let sat = md.has("sat");
@@ -266,8 +264,7 @@ impl<'m> FnLower<'_, 'm> {
                 a: self.psrc(line, self.op(i, 1)?)?,
             });
         }
-        if matches!(t, "f16x2" | "bf16x2") && matches!(base, "neg" | "abs") {
-            let f = if t == "f16x2" { FT::F16 } else { FT::BF16 };
+        if packed_half(t).is_some() && matches!(base, "neg" | "abs") {
             md.has("ftz");
             // Sign-bit operations on both halves: an integer xor/and does it exactly.
             let (op, mask) = if base == "neg" {
@@ -275,7 +272,6 @@ impl<'m> FnLower<'_, 'm> {
             } else {
                 (I2::And, 0x7fff_7fffu64)
             };
-            let _ = f;
             return Ok(Op::Int2 {
                 op,
                 t: IT {

@@ -2,7 +2,7 @@
 
 use super::function::FnLower;
 use super::mods::Mods;
-use super::types::{ft_bits, kind_of, parse_ty, type_size, K};
+use super::types::{ft_bits, kind_of, packed_half, parse_ty, type_size, K};
 use crate::ast::{self, Operand};
 use crate::ir::*;
 use crate::LoadError;
@@ -83,12 +83,11 @@ impl<'m> FnLower<'_, 'm> {
         if tys.len() != 2 {
             return Err(md.err("cvt needs a destination and a source type"));
         }
-        if matches!(tys[0], "f16x2" | "bf16x2") {
+        if let Some(f) = packed_half(tys[0]) {
             self.nops(i, 3)?;
             if tys[1] != "f32" {
                 return Err(md.err("packed conversion needs .f32 sources"));
             }
-            let f = if tys[0] == "f16x2" { FT::F16 } else { FT::BF16 };
             return Ok(Op::CvtPack {
                 f,
                 rnd: rnd.ok_or_else(|| md.err("needs a rounding mode"))?,

@@ -3,9 +3,7 @@
 
 use std::collections::HashMap;
 
-use super::layout::{
-    align_up, decl_align, decl_size, module_var, SharedCursor, MAX_LOCAL, MAX_TPARAM,
-};
+use super::layout::{alloc_local, alloc_tparam, module_var, SharedCursor};
 use super::mem;
 use super::mods::Mods;
 use super::types::type_size;
@@ -199,29 +197,15 @@ impl<'c, 'm> FnLower<'c, 'm> {
                 if d.init.is_some() {
                     return Err(err(d.line, ".local variables cannot have initializers"));
                 }
-                let at = align_up(self.cx.local_next, decl_align(d));
-                self.cx.local_next = at + decl_size(d)?;
-                if self.cx.local_next > MAX_LOCAL {
-                    return Err(err(d.line, "local memory exceeds 1 MiB per thread"));
-                }
+                let at = alloc_local(self.cx, d)?;
                 self.declare(d.line, &d.name, Sym::Addr(Space::Local, at))
             }
             StateSpace::Shared => {
-                let off = if d.is_extern || d.dims.iter().any(|x| x.is_none()) {
-                    shared.dyn_off
-                } else {
-                    let at = align_up(shared.next, decl_align(d));
-                    shared.next = at + decl_size(d)?;
-                    at
-                };
+                let off = shared.place(d)?;
                 self.declare(d.line, &d.name, Sym::Addr(Space::Shared, off))
             }
             StateSpace::Param => {
-                let at = align_up(self.cx.tparam_next, decl_align(d));
-                self.cx.tparam_next = at + decl_size(d)?;
-                if self.cx.tparam_next - TPARAM_FLAG > MAX_TPARAM {
-                    return Err(err(d.line, "too much parameter space"));
-                }
+                let (at, _) = alloc_tparam(self.cx, d)?;
                 self.declare(d.line, &d.name, Sym::Addr(Space::Param, at))
             }
             StateSpace::Global | StateSpace::Const => {

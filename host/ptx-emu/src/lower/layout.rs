@@ -10,10 +10,10 @@ use crate::LoadError;
 
 /// Per-thread local memory and per-CTA shared memory are laid out statically for the whole
 /// module; these bound them so a declaration cannot make a launch allocate absurd amounts.
-pub(super) const MAX_LOCAL: u64 = 1 << 20;
+const MAX_LOCAL: u64 = 1 << 20;
 const MAX_SHARED_STATIC: u64 = 1 << 20;
 const MAX_MODULE_DATA: u64 = 1 << 30;
-pub(super) const MAX_TPARAM: u64 = 1 << 20;
+const MAX_TPARAM: u64 = 1 << 20;
 
 pub(super) fn align_up(v: u64, a: u64) -> u64 {
     v.div_ceil(a.max(1)) * a.max(1)
@@ -78,13 +78,7 @@ pub(super) fn module_var(
             if v.init.is_some() {
                 return Err(err(v.line, ".shared variables cannot have initializers"));
             }
-            if v.is_extern || v.dims.iter().any(|d| d.is_none()) {
-                Sym::Addr(Space::Shared, shared.dyn_off)
-            } else {
-                let at = align_up(shared.next, decl_align(v));
-                shared.next = at + decl_size(v)?;
-                Sym::Addr(Space::Shared, at)
-            }
+            Sym::Addr(Space::Shared, shared.place(v)?)
         }
         _ => {
             return Err(err(
@@ -166,7 +160,7 @@ impl SharedCursor {
                 .filter_map(|s| if let Stmt::Var(d) = s { Some(d) } else { None })
         }));
         for d in shared_decls.filter(|d| d.space == StateSpace::Shared) {
-            if d.is_extern || d.dims.iter().any(|x| x.is_none()) {
+            if is_dynamic_shared(d) {
                 shared_dyn_align = shared_dyn_align.max(decl_align(d));
             } else {
                 shared_static = align_up(shared_static, decl_align(d)) + decl_size(d)?;
@@ -180,4 +174,42 @@ impl SharedCursor {
             dyn_off: align_up(shared_static, shared_dyn_align),
         })
     }
+
+    /// The offset of a `.shared` array: the next free one for a static array, `dyn_off` for a
+    /// dynamic one.
+    pub(super) fn place(&mut self, d: &VarDecl) -> Result<u64, LoadError> {
+        if is_dynamic_shared(d) {
+            return Ok(self.dyn_off);
+        }
+        let at = align_up(self.next, decl_align(d));
+        self.next = at + decl_size(d)?;
+        Ok(at)
+    }
+}
+
+/// A `.shared` array whose size is given at launch: `.extern`, or declared without a size.
+fn is_dynamic_shared(d: &VarDecl) -> bool {
+    d.is_extern || d.dims.iter().any(|x| x.is_none())
+}
+
+/// Places a `.local` variable in every thread's local memory; returns its offset.
+pub(super) fn alloc_local(cx: &mut ModuleCtx, d: &VarDecl) -> Result<u64, LoadError> {
+    let at = align_up(cx.local_next, decl_align(d));
+    cx.local_next = at + decl_size(d)?;
+    if cx.local_next > MAX_LOCAL {
+        return Err(err(d.line, "local memory exceeds 1 MiB per thread"));
+    }
+    Ok(at)
+}
+
+/// Places a `.param` variable (a call's argument or result, or a function's formal) in every
+/// thread's parameter area; returns its address (at or above `TPARAM_FLAG`) and size.
+pub(super) fn alloc_tparam(cx: &mut ModuleCtx, d: &VarDecl) -> Result<(u64, u64), LoadError> {
+    let size = decl_size(d)?;
+    let at = align_up(cx.tparam_next, decl_align(d));
+    cx.tparam_next = at + size;
+    if cx.tparam_next - TPARAM_FLAG > MAX_TPARAM {
+        return Err(err(d.line, "too much parameter space"));
+    }
+    Ok((at, size))
 }

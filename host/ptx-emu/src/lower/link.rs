@@ -28,7 +28,7 @@ pub(super) fn link(cx: &mut ModuleCtx, m: &ast::ModuleAst) -> Result<Vec<FuncInf
     // Symbol addresses in initializers (pointer tables).
     for (off, size, name, add, line) in std::mem::take(&mut cx.sym_inits) {
         let v = match cx.globals.get(&name) {
-            Some(Sym::Addr(sp, a)) => generic_of(*sp, *a).wrapping_add(add as u64),
+            Some(Sym::Addr(sp, a)) => (sp.generic_base() + *a).wrapping_add(add as u64),
             _ => {
                 return Err(err(
                     line,
@@ -42,15 +42,6 @@ pub(super) fn link(cx: &mut ModuleCtx, m: &ast::ModuleAst) -> Result<Vec<FuncInf
         }
     }
     Ok(funcs)
-}
-
-fn generic_of(sp: Space, a: u64) -> u64 {
-    match sp {
-        Space::Shared => SHARED_WIN + a,
-        Space::Local => LOCAL_WIN + a,
-        Space::Param => PARAM_WIN + a,
-        _ => a,
-    }
 }
 
 fn check_recursion(cx: &ModuleCtx, m: &ast::ModuleAst) -> Result<(), LoadError> {

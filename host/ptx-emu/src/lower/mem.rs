@@ -21,18 +21,8 @@ impl<'m> FnLower<'_, 'm> {
         md.has("cta");
         md.one_of(&["shared::cta", "shared::cluster"]);
         md.ignore_mem_hints();
-        let n = match md.one_of(&["v2", "v4"]) {
-            Some("v2") => 2,
-            Some(_) => 4,
-            None => 1,
-        };
-        let t = md.one_type()?;
-        if t == "pred" || t == "b128" {
-            return Err(md.err("unsupported type"));
-        }
-        let size = type_size(t).ok_or_else(|| md.err("bad type"))?;
+        let (n, t, size, k) = access_width(md)?;
         let sign = t.starts_with('s');
-        let k = parse_ty(t).map(kind_of).unwrap_or(K::Int(size as u8 * 8));
         let mut d = [None; 4];
         match (self.op(i, 0)?, n) {
             (Operand::Vec(parts), n) if parts.len() == n => {
@@ -87,17 +77,7 @@ impl<'m> FnLower<'_, 'm> {
         }
         md.one_of(&["shared::cta", "shared::cluster"]);
         md.ignore_mem_hints();
-        let n = match md.one_of(&["v2", "v4"]) {
-            Some("v2") => 2,
-            Some(_) => 4,
-            None => 1,
-        };
-        let t = md.one_type()?;
-        if t == "pred" || t == "b128" {
-            return Err(md.err("unsupported type"));
-        }
-        let size = type_size(t).ok_or_else(|| md.err("bad type"))?;
-        let k = parse_ty(t).map(kind_of).unwrap_or(K::Int(size as u8 * 8));
+        let (n, _, size, k) = access_width(md)?;
         let mut s = [Src::I(0); 4];
         match (self.op(i, 1)?, n) {
             (Operand::Vec(parts), n) if parts.len() == n => {
@@ -137,12 +117,7 @@ impl<'m> FnLower<'_, 'm> {
         let d = self.dst(line, self.op(i, 0)?, K::Int(bits))?;
         // A symbol operand is its state-space address.
         let a = self.src(line, self.op(i, 1)?, K::Int(bits))?;
-        let win = match sp {
-            Space::Shared => SHARED_WIN,
-            Space::Local => LOCAL_WIN,
-            Space::Param => PARAM_WIN,
-            _ => 0,
-        };
+        let win = sp.generic_base();
         Ok(if win == 0 {
             Op::Mov { d, a }
         } else if to {
@@ -225,11 +200,7 @@ impl<'m> FnLower<'_, 'm> {
         {
             return Err(md.err("operation not defined for this type"));
         }
-        let bits = match t {
-            AtomTy::U64 | AtomTy::S64 | AtomTy::B64 | AtomTy::F64 => 64,
-            AtomTy::F16 | AtomTy::BF16 => 16,
-            _ => 32,
-        };
+        let bits = t.bits();
         let k = match t {
             AtomTy::F32 => K::F(FT::F32),
             AtomTy::F64 => K::F(FT::F64),
@@ -261,6 +232,23 @@ impl<'m> FnLower<'_, 'm> {
             c,
         })
     }
+}
+
+/// The vector width and element type of a load or store: (elements, type word, element bytes,
+/// the kind of value each element register holds).
+fn access_width<'a>(md: &mut Mods<'a>) -> Result<(usize, &'a str, u32, K), LoadError> {
+    let n = match md.one_of(&["v2", "v4"]) {
+        Some("v2") => 2,
+        Some(_) => 4,
+        None => 1,
+    };
+    let t = md.one_type()?;
+    if t == "pred" || t == "b128" {
+        return Err(md.err("unsupported type"));
+    }
+    let size = type_size(t).ok_or_else(|| md.err("bad type"))?;
+    let k = parse_ty(t).map(kind_of).unwrap_or(K::Int(size as u8 * 8));
+    Ok((n, t, size, k))
 }
 
 /// `membar`/`fence`: nothing to do, since every access already is a relaxed atomic of its width

@@ -30,18 +30,12 @@ use std::collections::HashMap;
 
 use crate::ast::{self, StateSpace};
 use crate::ir::*;
+use crate::load_error as err;
 use crate::{KernelInfo, LoadError};
 use function::FnLower;
 use layout::SharedCursor;
 
 pub(crate) use signatures::{entry_param_types, entry_signatures};
-
-fn err(line: u32, message: impl Into<String>) -> LoadError {
-    LoadError {
-        line,
-        message: message.into(),
-    }
-}
 
 /// What a name stands for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -172,13 +166,8 @@ fn declare_functions(cx: &mut ModuleCtx, m: &ast::ModuleAst) -> Result<(), LoadE
                             format!("function parameter `{}` must be in .param space", p.name),
                         ));
                     }
-                    let size = layout::decl_size(p)?;
-                    let at = layout::align_up(cx.tparam_next, layout::decl_align(p));
-                    cx.tparam_next = at + size;
-                    if cx.tparam_next - TPARAM_FLAG > layout::MAX_TPARAM {
-                        return Err(err(p.line, "too much parameter space"));
-                    }
-                    out.push(((at) as u32, size as u32));
+                    let (at, size) = layout::alloc_tparam(cx, p)?;
+                    out.push((at as u32, size as u32));
                 }
             }
         }

@@ -174,6 +174,18 @@ impl<'m> FnLower<'_, 'm> {
         }
     }
 
+    /// A 32-bit destination, optionally paired with a predicate one (`%r1|%p1`).
+    pub(super) fn dst_and_pred(
+        &mut self,
+        line: u32,
+        o: &Operand,
+    ) -> Result<(u32, Option<u32>), LoadError> {
+        match o {
+            Operand::Pair(x, y) => Ok((self.dst(line, x, K::Int(32))?, self.pdst_opt(line, y)?)),
+            o => Ok((self.dst(line, o, K::Int(32))?, None)),
+        }
+    }
+
     pub(super) fn pdst_opt(&mut self, line: u32, o: &Operand) -> Result<Option<u32>, LoadError> {
         match o {
             Operand::Sink => Ok(None),

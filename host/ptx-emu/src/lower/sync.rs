@@ -4,7 +4,7 @@
 use super::function::FnLower;
 use super::mods::Mods;
 use super::types::K;
-use crate::ast::{self, Operand};
+use crate::ast;
 use crate::ir::*;
 use crate::LoadError;
 
@@ -87,10 +87,7 @@ impl<'m> FnLower<'_, 'm> {
             return Err(md.err("shfl takes .b32"));
         }
         self.nops(i, 5)?;
-        let (d, p) = match self.op(i, 0)? {
-            Operand::Pair(x, y) => (self.dst(line, x, K::Int(32))?, self.pdst_opt(line, y)?),
-            o => (self.dst(line, o, K::Int(32))?, None),
-        };
+        let (d, p) = self.dst_and_pred(line, self.op(i, 0)?)?;
         Ok(Op::Shfl {
             mode,
             d,
@@ -179,10 +176,7 @@ impl<'m> FnLower<'_, 'm> {
             _ => return Err(md.err("match takes .b32 or .b64")),
         };
         self.nops(i, 3)?;
-        let (d, p) = match self.op(i, 0)? {
-            Operand::Pair(x, y) => (self.dst(line, x, K::Int(32))?, self.pdst_opt(line, y)?),
-            o => (self.dst(line, o, K::Int(32))?, None),
-        };
+        let (d, p) = self.dst_and_pred(line, self.op(i, 0)?)?;
         Ok(Op::Match {
             all,
             bits,

@@ -64,6 +64,15 @@ pub(super) fn parse_ty(s: &str) -> Option<Ty> {
     })
 }
 
+/// The element format of a packed pair of halves (`.f16x2`, `.bf16x2`).
+pub(super) fn packed_half(t: &str) -> Option<FT> {
+    match t {
+        "f16x2" => Some(FT::F16),
+        "bf16x2" => Some(FT::BF16),
+        _ => None,
+    }
+}
+
 pub(super) fn ft_bits(f: FT) -> u8 {
     match f {
         FT::F16 | FT::BF16 => 16,

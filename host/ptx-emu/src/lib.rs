@@ -1,13 +1,20 @@
-//! A PTX interpreter: parses and validates the PTX that nvcc and NVRTC emit, and runs its kernels on
-//! the CPU with CUDA's execution model (grids of CTAs, warps of 32 lanes, shared memory, barriers).
+//! A PTX interpreter: parses and validates the PTX that nvcc and NVRTC emit, and runs its kernels
+//! on the CPU with CUDA's execution model (grids of CTAs, warps of 32 lanes, shared memory,
+//! barriers).
 //!
 //! Every memory access is bounds-checked against the allocations of a [`DeviceMemory`]; a kernel
 //! can fault, deadlock or run past its step limit, and each of those is an [`ExecError`], never a
 //! panic or an access outside the emulator's own buffers.
 //!
-//! Layout: `lexer` → `parser` (AST in `ast`) → `lower` (validation, pre-decoded IR in `ir`) →
-//! `exec` (CTA scheduling, warps, per-op semantics; IEEE rounding in `float`). Device memory is in
-//! `memory`.
+//! Layout, in the order a module goes through it:
+//!
+//! - `lexer` → `parser`: PTX text to the syntax tree of `ast`.
+//! - `lower`: validates the tree and turns it into the pre-decoded program of `ir` (memory
+//!   layout, function bodies, one file per instruction family, linking).
+//! - `exec`: runs a launch — CTA scheduling and barriers (`exec`), one warp's scheduling and
+//!   instruction dispatch (`exec::warp`), then one file per instruction family mirroring `lower`'s,
+//!   with the bit-level semantics in `exec::ops` and IEEE rounding in `float`.
+//! - `memory`: device memory, shared by the host and every CTA of a launch.
 
 // `is_multiple_of` is newer than the workspace's rust-version (1.85).
 #![allow(clippy::manual_is_multiple_of)]
@@ -227,7 +234,8 @@ pub struct LaunchStats {
 }
 
 impl Module {
-    /// Runs `kernel` to completion against `memory`. Text printed by `vprintf` goes to the process's stderr.
+    /// Runs `kernel` to completion against `memory`. Text printed by `vprintf` goes to the
+    /// process's stderr.
     pub fn launch(
         &self,
         kernel: &str,

@@ -1,5 +1,5 @@
-//! Calls and their parameter copies, `trap`, and the `vprintf`/`__assertfail` built-ins. (Branches,
-//! returns and `exit` only name where lanes go next; `Warp::apply` moves them.)
+//! Calls and their parameter copies, `trap`, and the `vprintf`/`__assertfail` built-ins.
+//! (Branches, returns and `exit` only name where lanes go next; `Warp::apply` moves them.)
 
 use crate::exec::printf;
 use crate::exec::regs::lanes;

@@ -1,7 +1,6 @@
-//! Memory access: where an address lands (`locate`), plain loads and stores in every state space,
-//! and the per-thread parameter area that calls pass arguments through. Every access is
-//! resolved to a `Loc` only after its full extent has been checked against the space it lands
-//! in.
+//! Memory access: where an address lands (`locate`), plain loads and stores in every state
+//! space, and the per-thread parameter area that calls pass arguments through. Every access is
+//! resolved to a `Loc` only after its full extent has been checked against the space it lands in.
 
 use crate::exec::ops;
 use crate::exec::regs::lanes;

@@ -1,6 +1,13 @@
 //! Running a launch: CTAs are handed out to worker threads one at a time; each worker runs all
 //! warps of its CTA on its own thread, so shared memory and barriers need no locking. Only global
 //! memory (atomic storage) and the step budget are shared between workers.
+//!
+//! This file schedules the CTAs and their warps and releases CTA barriers. `warp` schedules one
+//! warp's lanes and dispatches each instruction to the file of its family: `data` (moves,
+//! conversions), `arith`, `compare`, `mem` (address resolution, loads, stores, the parameter
+//! area), `atomic`, `control` (calls, `trap`, the `printf` and assert built-ins of `printf`) and
+//! `sync` (barriers, warp-synchronous ops). `regs` reads and writes registers lane-wise; `ops`
+//! and `fastfma` hold the per-lane semantics as pure functions on register bits.
 
 mod arith;
 mod atomic;

@@ -1,6 +1,6 @@
-//! Per-lane semantics of the arithmetic instructions, as pure functions on register bits.
-//! Registers hold values in their low bits; every function reads only the width it needs, so
-//! whatever lies above is ignored.
+//! Per-lane semantics of the arithmetic, conversion and comparison instructions, as pure
+//! functions on register bits. Registers hold values in their low bits; every function reads
+//! only the width it needs, so whatever lies above is ignored.
 
 use crate::float::{self, to_f64};
 use crate::ir::*;

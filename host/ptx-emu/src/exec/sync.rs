@@ -1,5 +1,7 @@
-//! Synchronisation: CTA barriers (`bar.sync`, `bar.red`) and the warp-synchronous ops (`bar.warp.sync`,
-//! `shfl`, `vote`, `activemask`, `redux`, `match`), with the membership rules they share.
+//! Synchronisation: CTA barriers (`bar.sync`, `bar.red`: a warp's arrival, and its release once
+//! the CTA scheduler sees every expected thread in) and the warp-synchronous ops
+//! (`bar.warp.sync`, `shfl`, `vote`, `activemask`, `redux`, `match`) with the membership rules
+//! they share.
 
 // Each handler takes its instruction's decoded fields as arguments, so that `Warp::exec` stays one
 // flat match over `Op` that the compiler can inline these into.

@@ -38,13 +38,21 @@ pub(crate) enum Flow {
     SyncWait,
 }
 
+/// A warp's state. Lane masks (`live`, `bar_wait`, ...) have bit `l` for lane `l`.
 pub(crate) struct Warp {
+    /// Every register of the program, 32 lanes each; the first slots are the special registers.
     pub regs: Vec<[u64; 32]>,
+    /// Every predicate register, as a lane mask.
     pub preds: Vec<u32>,
+    /// Per-lane pcs; meaningful only while the warp is not `converged`.
     pub pc: [u32; 32],
+    /// Lanes that exist and have not exited.
     pub live: u32,
+    /// Lanes waiting at a CTA barrier (`bar_id` says which).
     pub bar_wait: u32,
+    /// Lanes waiting for the rest of a warp-synchronous op's member mask.
     pub sync_wait: u32,
+    /// All live lanes are at `cpc`.
     pub converged: bool,
     pub cpc: u32,
     pub bar_id: [u8; 32],
@@ -52,12 +60,17 @@ pub(crate) struct Warp {
     pub cc: u32,
     /// For `bar.red`: where each waiting lane gets the reduction (register, is-integer).
     pub bar_dst: [Option<(u32, bool)>; 32],
+    /// Per-lane return addresses of the calls in progress.
     pub stacks: Vec<Vec<u32>>,
+    /// Per-thread `.local` memory, `local_size` bytes per lane.
     pub local: Vec<u8>,
     pub local_size: usize,
+    /// Per-thread `.param` area for call arguments and results, `tparam_size` bytes per lane.
     pub tparam: Vec<u8>,
     pub tparam_size: usize,
+    /// The global allocation this warp hit last, where the next lookup starts.
     pub hint: usize,
+    /// Which warp of its CTA this is.
     pub index: u32,
 }
 

@@ -95,7 +95,8 @@ impl<'c, 'm> FnLower<'c, 'm> {
                 }
             }
         }
-        // Falling off the end of a body returns (nvcc always ends with ret, hand-written PTX may not).
+        // Falling off the end of a body returns (nvcc always ends with ret, hand-written PTX may
+        // not).
         let line = body
             .iter()
             .rev()

@@ -8,7 +8,7 @@ use crate::ast::{self, StateSpace};
 use crate::{KernelInfo, LoadError, ParamInfo};
 
 /// The launch signature of an `.entry`: its parameters as the argument block lays them out.
-/// Shared by [`lower`] and [`entry_signatures`] so both report the same layout.
+/// Shared by [`super::lower`] and [`entry_signatures`] so both report the same layout.
 pub(super) fn kernel_info(f: &ast::Function) -> Result<KernelInfo, LoadError> {
     let mut params = Vec::new();
     for p in &f.params {
@@ -54,7 +54,7 @@ pub(super) fn kernel_info(f: &ast::Function) -> Result<KernelInfo, LoadError> {
 }
 
 /// The defined `.entry` kernels of a module, in source order, without lowering any body (the
-/// module may use instructions [`lower`] refuses).
+/// module may use instructions [`super::lower`] refuses).
 pub(crate) fn entry_signatures(m: &ast::ModuleAst) -> Result<Vec<KernelInfo>, LoadError> {
     m.funcs
         .iter()

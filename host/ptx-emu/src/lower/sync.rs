@@ -1,5 +1,5 @@
-//! Synchronisation: CTA barriers (`bar.sync`, `bar.red`) and the warp-synchronous ops (`bar.warp.sync`,
-//! `shfl`, `vote`, `redux`, `match`).
+//! Synchronisation: CTA barriers (`bar.sync`, `bar.red`) and the warp-synchronous ops
+//! (`bar.warp.sync`, `shfl`, `vote`, `activemask`, `redux`, `match`).
 
 use super::function::FnLower;
 use super::mods::Mods;

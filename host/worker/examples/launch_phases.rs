@@ -29,12 +29,13 @@ use std::sync::atomic::{
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use tasklet_worker::backend::cuda::driver;
-use tasklet_worker::backend::{
-    Backend, BackendError, BackendOptions, LaunchRequest, LoadedModule, WorkerInfo,
+use tasklet_worker::contract::channel::{
+    Answer, HostEnd, SharedRegion, WorkerEnd, DEFAULT_DATA_SIZE,
 };
-use tasklet_worker::protocol::{decode_response, encode_request, Request, Response};
-use tasklet_worker::transport::{Answer, HostEnd, SharedRegion, WorkerEnd, DEFAULT_DATA_SIZE};
+use tasklet_worker::contract::codec::{decode_response, encode_request};
+use tasklet_worker::contract::{LaunchRequest, LoadedModule, Request, Response, WorkerInfo};
+use tasklet_worker::worker::backend::cuda::driver;
+use tasklet_worker::worker::backend::{Backend, BackendError, BackendOptions};
 use tasklet_worker::CudaBackend;
 
 const PTX: &str = include_str!("../../../kernels/faults.ptx");
@@ -410,7 +411,7 @@ fn main() {
         }
         // Bursts (async launch throughput): BURST launches, then one wait; per launch.
         for _ in 0..BATCHES {
-            let group = tasklet_worker::backend::cuda::GROUP_MAX;
+            let group = tasklet_worker::worker::backend::cuda::GROUP_MAX;
             t[11].push(raw.burst(|_| {}));
             // With an event recorded after every GROUP_MAX launches, as the backend's launch
             // groups do: what tracking the groups costs the driver. Then each group's event a
@@ -432,8 +433,10 @@ fn main() {
             t[15].push(raw.burst(|_| touch(&mut scratch[..32 << 10])));
             t[16].push(raw.burst(|_| {
                 std::hint::black_box(
-                    tasklet_worker::protocol::decode_request(std::hint::black_box(&launch_frame))
-                        .is_ok(),
+                    tasklet_worker::contract::codec::decode_request(std::hint::black_box(
+                        &launch_frame,
+                    ))
+                    .is_ok(),
                 );
             }));
             let t0 = Instant::now();
@@ -481,7 +484,7 @@ fn main() {
             inner,
             marks: worker_marks,
         };
-        tasklet_worker::serve::serve(&mut end, &mut b, &mut || true);
+        tasklet_worker::worker::serve::serve(&mut end, &mut b, &mut || true);
     });
     pin(host_cpu);
     let mut host = HostEnd::new(region);

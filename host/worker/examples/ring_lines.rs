@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU32, Ordering::*};
 use std::sync::Arc;
 use std::time::Instant;
 
-use tasklet_worker::transport::{record_size, HostEnd, Incoming, SharedRegion, WorkerEnd};
+use tasklet_worker::contract::channel::{record_size, HostEnd, Incoming, SharedRegion, WorkerEnd};
 
 #[repr(align(128))]
 struct Ack(AtomicU32);

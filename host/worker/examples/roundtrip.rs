@@ -158,7 +158,7 @@ fn emu_rate(w: &mut Worker, (grid, block): (u32, u32)) {
         } else {
             "step limit"
         };
-        let steps = tasklet_worker::supervisor::emu_step_limit(deadline) as f64;
+        let steps = tasklet_worker::host::emu_step_limit(deadline) as f64;
         let rate = steps / took.as_secs_f64() / 1e6;
         let bound = if w.is_lost() { "<" } else { "≈" };
         println!("spin_forever grid {grid} block {block}, deadline {deadline:?}: {:?} after {took:?} ({how}); {bound} {rate:.0} M lane-instructions/s",

@@ -16,7 +16,7 @@ use std::ffi::CString;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use tasklet_worker::backend::cuda::driver::{
+use tasklet_worker::worker::backend::cuda::driver::{
     self, CuEvent, CuFunction, CuModule, CuStream, Driver, CUDA_SUCCESS,
 };
 
@@ -158,7 +158,7 @@ fn main() {
             return;
         }
     };
-    let ctx = match tasklet_worker::backend::cuda::open_context(d) {
+    let ctx = match tasklet_worker::worker::backend::cuda::open_context(d) {
         Ok(c) => c,
         Err(e) => {
             println!("skipped: no CUDA device ({e})");

@@ -1,28 +1,28 @@
 //! GPU worker processes.
 //!
-//! All GPU state lives in worker processes, one per lease (DESIGN.md, invariant 1): a fault or a
-//! runaway kernel can only be contained by killing the process that owns the context. This crate
-//! holds both ends of that arrangement:
+//! All GPU state lives in worker processes, one per lease: a fault or a runaway kernel can only
+//! be contained by killing the process that owns the context, and the next lease must never see
+//! what the last one left behind. This crate holds both ends of that arrangement, in three
+//! folders:
 //!
-//! - host side: [`Pool`] keeps warm workers and hands them out as [`Worker`]s, each an RPC client
-//!   over shared memory that treats its process as untrusted and killable;
-//! - worker side: [`serve_main`] turns any binary into a worker serving one [`Backend`].
+//! - [`contract`]: what the host and a worker agree on, and nothing else — the worker's command
+//!   line and exit statuses, the messages and their codec, the shared-memory channel (its layout,
+//!   its ring of records, and both of its ends), the control socket that passes file
+//!   descriptors, the error kinds. Both sides depend on it; neither owns it.
+//! - [`host`]: what runs in the host process. [`Pool`] keeps warm workers and hands them out as
+//!   [`Worker`]s, each an RPC client that treats its process as untrusted and killable;
+//!   [`probe`] / [`probe_cuda`] ask a short-lived worker whether a backend works here (or its own
+//!   reason it could not start, e.g. "no CUDA driver found (libcuda.so.1 not loadable)");
+//!   [`guest_memory`] gives tasklets linear memories that workers can map too, so
+//!   [`Worker::write_from`] / [`Worker::read_into`] copy straight between linear memory and the
+//!   device (one pinned DMA on cuda).
+//! - [`worker`]: what runs in a worker process. [`serve_main`] turns any binary into a worker
+//!   serving one [`Backend`] (the emulator, a CUDA GPU); it maps the guest memories the host
+//!   sends, compiles CUDA C with [`nvrtc`], and can pin its serving thread to a CPU near its GPU
+//!   ([`cpus`], `TASKLET_WORKER_CPUS`).
 //!
-//! The layers, each its own module: [`protocol`] (sans-IO codec), [`transport`] (memfd ring +
-//! futex wake-ups), [`backend`] (emu, cuda), [`serve`] (worker loop), [`supervisor`] (one
-//! worker process) and [`pool`]; beside them [`nvml`] (GPU inventory, through a worker process in
-//! its `--inventory` mode) and [`nvrtc`] (CUDA C → PTX).
-//!
-//! Bulk data need not go through the channel: [`guest_memory`] gives tasklets linear memories
-//! backed by a memfd that workers map too (passed over a control socket, [`fdpass`]; mapped
-//! worker-side by [`attach`]), so [`Worker::write_from`] / [`Worker::read_into`] copy straight
-//! between linear memory and the device (one pinned DMA on cuda).
-//!
-//! A worker's serving thread can be pinned to a CPU near its GPU ([`cpus`], `TASKLET_WORKER_CPUS`).
-//!
-//! Finding out whether CUDA works here is a worker's job too: [`probe`] / [`probe_cuda`] start a
-//! short-lived worker on a backend and return its [`WorkerInfo`], or the worker's own reason it
-//! could not start (e.g. "no CUDA driver found (libcuda.so.1 not loadable)").
+//! The host and the worker side never depend on each other, only on the contract. Beside them,
+//! [`nvml`] reads the GPU inventory in a worker process started in its `--inventory` mode.
 //!
 //! # Using it from a host
 //!
@@ -44,29 +44,20 @@
 //!   its own long-lived thread. `Worker::spawn` used directly inherits that caveat.
 //! - Worker stderr is the host's stderr (emulated `printf` output lands there); stdout is null.
 
-pub mod attach;
-pub mod backend;
-pub mod cpus;
-pub mod fdpass;
-pub mod guest_memory;
+pub mod contract;
+pub mod host;
 pub mod nvml;
-pub mod nvrtc;
-pub mod pool;
-pub mod protocol;
-pub mod serve;
-pub mod supervisor;
-pub mod transport;
+pub mod worker;
 
-mod error;
+pub use host::guest_memory;
+pub use worker::{cpus, nvrtc};
 
-pub use backend::{
-    charged_bytes, Backend, BackendError, BackendKind, CudaBackend, EmuBackend, LoadedModule,
-    WorkerInfo, ALLOC_GRANULE,
+pub use contract::{
+    charged_bytes, BackendKind, ErrorKind, LoadedModule, WorkerCommand, WorkerInfo, ALLOC_GRANULE,
 };
-pub use error::{ErrorKind, WorkerError};
-pub use pool::{Pool, PoolConfig};
-pub use serve::serve_main;
-pub use supervisor::{
-    probe, probe_cuda, Launch, Worker, WorkerCommand, EMU_LANE_INSTRUCTIONS_PER_SECOND,
+pub use host::{
+    probe, probe_cuda, Launch, Pool, PoolConfig, Worker, WorkerError,
+    EMU_LANE_INSTRUCTIONS_PER_SECOND,
 };
 pub use tasklet_ptx::{KernelInfo, ParamInfo, MAX_PARAM_BYTES};
+pub use worker::{serve_main, Backend, BackendError, CudaBackend, EmuBackend};

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Nvml;
 
-use crate::supervisor::WorkerCommand;
+use crate::contract::WorkerCommand;
 
 /// What NVML reports about the node's GPUs.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -658,7 +658,7 @@ fn a_burst_of_launches_shares_one_event_per_group() {
         c.records,
         3,
         "20 launches in groups of {}",
-        tasklet_worker::backend::cuda::GROUP_MAX
+        tasklet_worker::worker::backend::cuda::GROUP_MAX
     );
     assert_eq!(c.graphs, 5, "one graph launch per run within a group");
     assert_eq!(c.signals, 1, "one signalled sync");

@@ -7,8 +7,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::*;
-use tasklet_worker::protocol::{decode_response, encode_request, Request, Response};
-use tasklet_worker::transport::{HostEnd, SharedRegion, DEFAULT_DATA_SIZE};
+use tasklet_worker::contract::channel::{HostEnd, SharedRegion, DEFAULT_DATA_SIZE};
+use tasklet_worker::contract::codec::{decode_response, encode_request};
+use tasklet_worker::contract::{Request, Response};
 use tasklet_worker::{BackendKind, ErrorKind, Worker, WorkerCommand, WorkerError};
 
 #[test]
@@ -296,7 +297,7 @@ fn cuda_backend_starts_or_says_clearly_why_not() {
     if !unsafe { cudarc::driver::sys::is_culib_present() } {
         assert_eq!(
             tasklet_worker::probe_cuda(&command(false)).unwrap_err(),
-            tasklet_worker::backend::cuda::NO_DRIVER
+            tasklet_worker::worker::backend::cuda::NO_DRIVER
         );
     }
 }

@@ -36,9 +36,10 @@ use std::ffi::c_void;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Backend, BackendError, BackendOptions, LaunchRequest, LoadedModule, WorkerInfo};
-use crate::error::ErrorKind;
-use crate::nvrtc::{self, NvrtcError};
+use super::{Backend, BackendError, BackendOptions};
+use crate::contract::ErrorKind;
+use crate::contract::{LaunchRequest, LoadedModule, WorkerInfo};
+use crate::worker::nvrtc::{self, NvrtcError};
 use driver::*;
 use errors::{LaunchContext, LoadTarget};
 use host_memory::HostMemory;

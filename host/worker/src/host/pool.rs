@@ -12,9 +12,11 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use crate::backend::BackendKind;
-use crate::error::WorkerError;
-use crate::supervisor::{Proc, Starting, Worker, WorkerCommand, START_TIMEOUT};
+use super::client::{Starting, Worker, START_TIMEOUT};
+use super::error::WorkerError;
+use super::process::Proc;
+use super::slot::{LeaseToken, SlotOwner};
+use crate::contract::{BackendKind, WorkerCommand};
 
 /// How a pool runs its workers.
 #[derive(Debug, Clone)]
@@ -43,7 +45,7 @@ pub struct Pool {
     spawner: Mutex<Option<JoinHandle<()>>>,
 }
 
-pub(crate) struct Shared {
+struct Shared {
     cfg: PoolConfig,
     /// `cfg.warm` and `cfg.max_workers` as in force now (see [`Pool::set_limits`]).
     warm: AtomicUsize,
@@ -73,21 +75,13 @@ struct State {
     retry_at: Option<Instant>,
 }
 
-/// Held by a leased [`Worker`]; gives the slot back if the worker is dropped without `release`.
-pub(crate) struct LeaseToken {
-    shared: Weak<Shared>,
-    proc: Weak<Proc>,
-}
-
-impl Drop for LeaseToken {
-    fn drop(&mut self) {
-        if let Some(s) = self.shared.upgrade() {
-            let mut g = s.lock();
-            g.busy = g.busy.saturating_sub(1);
-            g.busy_procs
-                .retain(|p| !p.ptr_eq(&self.proc) && p.strong_count() > 0);
-            s.cv.notify_all();
-        }
+impl SlotOwner for Shared {
+    fn give_back(&self, proc: &Weak<Proc>) {
+        let mut g = self.lock();
+        g.busy = g.busy.saturating_sub(1);
+        g.busy_procs
+            .retain(|p| !p.ptr_eq(proc) && p.strong_count() > 0);
+        self.cv.notify_all();
     }
 }
 
@@ -233,10 +227,8 @@ impl Pool {
         let result = result.map(|mut w| {
             g.busy += 1;
             g.busy_procs.push(Arc::downgrade(&w.proc));
-            w.lease = Some(LeaseToken {
-                shared: Arc::downgrade(s),
-                proc: Arc::downgrade(&w.proc),
-            });
+            let owner: Weak<Shared> = Arc::downgrade(s);
+            w.lease = Some(LeaseToken::new(owner, &w.proc));
             w
         });
         // Wake the spawner to top the warm set back up.
@@ -253,9 +245,7 @@ impl Pool {
     /// deadlines.
     pub fn release(&self, mut w: Worker) {
         let token = w.lease.take();
-        let ours = token
-            .as_ref()
-            .is_some_and(|t| std::ptr::eq(t.shared.as_ptr(), Arc::as_ptr(&self.shared)));
+        let ours = token.as_ref().is_some_and(|t| t.is_from(&self.shared));
         let healthy = ours
             && self.shared.cfg.reuse
             && !w.is_lost()

@@ -168,6 +168,23 @@ pub fn recv_fd(sock: BorrowedFd<'_>) -> io::Result<Received> {
     Ok(Received::Malformed)
 }
 
+/// The current size of the file behind `fd`: the bytes of a mapping of it that may be touched
+/// (pages past a file's end are mapped but fault). Both ends ask it of the memfds that cross the
+/// socket: the host as a memory grows, the worker before it copies from a mapping.
+pub fn file_size(fd: BorrowedFd<'_>) -> io::Result<usize> {
+    // SAFETY: fstat into a zeroed struct on a valid fd.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    usize::try_from(st.st_size).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("file size {}", st.st_size),
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::ffi::c_uint;
 
 use super::driver::*;
-use crate::backend::BackendError;
-use crate::error::ErrorKind;
+use crate::contract::ErrorKind;
+use crate::worker::backend::BackendError;
 
 /// Granularity allocations are accounted in (as the emulator does), so that a lease granted in
 /// these units can allocate what it was granted.
@@ -15,7 +15,7 @@ use crate::error::ErrorKind;
 pub struct Alloc {
     /// Bytes asked for.
     pub requested: u64,
-    /// Bytes counted against the cap (`requested` rounded up to [`crate::backend::ALLOC_GRANULE`]).
+    /// Bytes counted against the cap (`requested` rounded up to [`crate::contract::ALLOC_GRANULE`]).
     pub accounted: u64,
 }
 
@@ -49,7 +49,7 @@ impl Allocations {
                 "cannot allocate 0 bytes",
             ));
         }
-        let accounted = crate::backend::charged_bytes(bytes);
+        let accounted = crate::contract::charged_bytes(bytes);
         if accounted > self.cap.saturating_sub(self.used) {
             return Err(BackendError::new(
                 ErrorKind::OutOfMemory,

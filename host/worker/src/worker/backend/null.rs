@@ -2,8 +2,9 @@
 //! with `Unsupported`. Lets the protocol, supervisor and pool be exercised (and the IPC cost be
 //! measured) without any emulator or GPU; selected with the worker flag `--null-backend`.
 
-use super::{Backend, BackendError, LaunchRequest, LoadedModule, WorkerInfo};
-use crate::error::ErrorKind;
+use super::{Backend, BackendError};
+use crate::contract::ErrorKind;
+use crate::contract::{LaunchRequest, LoadedModule, WorkerInfo};
 
 #[derive(Debug, Default)]
 pub struct NullBackend;

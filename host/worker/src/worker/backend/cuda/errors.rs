@@ -12,8 +12,8 @@
 //! - `OutOfMemory`: `CUDA_ERROR_OUT_OF_MEMORY` anywhere.
 
 use super::driver::*;
-use crate::backend::BackendError;
-use crate::error::ErrorKind;
+use crate::contract::ErrorKind;
+use crate::worker::backend::BackendError;
 
 /// Errors after which the context is unusable: every later call in it fails the same way.
 pub fn is_sticky(code: CuResult) -> bool {

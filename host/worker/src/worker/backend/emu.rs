@@ -4,9 +4,10 @@ use std::collections::HashMap;
 
 use tasklet_ptx::{DeviceMemory, ExecError, LaunchParams, MemError, Module};
 
-use super::{Backend, BackendError, LaunchRequest, LoadedModule, WorkerInfo};
-use crate::error::ErrorKind;
-use crate::nvrtc::{self, NvrtcError};
+use super::{Backend, BackendError};
+use crate::contract::ErrorKind;
+use crate::contract::{LaunchRequest, LoadedModule, WorkerInfo};
+use crate::worker::nvrtc::{self, NvrtcError};
 
 /// Allocation granularity the cap is accounted in (the emulator aligns allocations to this).
 /// Modules a worker may hold at once: each costs host memory the device cap does not count.
@@ -86,7 +87,7 @@ impl Backend for EmuBackend {
                 "cannot allocate 0 bytes",
             ));
         }
-        let accounted = crate::backend::charged_bytes(bytes);
+        let accounted = crate::contract::charged_bytes(bytes);
         if accounted > self.cap - self.used {
             return Err(BackendError::new(
                 ErrorKind::OutOfMemory,
@@ -152,7 +153,7 @@ impl Backend for EmuBackend {
         Ok(LoadedModule { id, kernels })
     }
 
-    /// Compiles with NVRTC (found at run time, see [`crate::nvrtc`]; `compute_80` unless the
+    /// Compiles with NVRTC (found at run time, see [`crate::worker::nvrtc`]; `compute_80` unless the
     /// options name an architecture) and loads the PTX like `load_module`.
     fn load_source(
         &mut self,

@@ -2,7 +2,7 @@
 //!
 //! A [`SharedMemory`] is a memfd mapped `MAP_SHARED` at a fixed reservation in the host; the
 //! runtime hands it to wasmtime as a tasklet's linear memory. A worker maps the same memfd (passed
-//! over the control socket, see [`crate::fdpass`]) so that a `mem-write` is one copy (one DMA on
+//! over the control socket, see [`crate::contract::control_socket`]) so that a `mem-write` is one copy (one DMA on
 //! cuda, where the worker page-locks its mapping) straight out of linear memory, and a `mem-read`
 //! one copy straight into it.
 //!
@@ -22,9 +22,11 @@
 
 use std::collections::BTreeMap;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock, Weak};
+
+use crate::contract::control_socket::file_size;
 
 /// What a memory shares with the spans cut from it and with the workers it is attached to: its
 /// identity, its fd and how much of it is valid. Outlives the mapping when spans do; a span never
@@ -199,7 +201,7 @@ impl SharedMemory {
             )));
         }
         let fd = self.shared.fd.as_raw_fd();
-        let file_len = fd_size(self.shared.fd.as_fd())?;
+        let file_len = file_size(self.shared.fd.as_fd())?;
         if file_len < new_size {
             // SAFETY: plain syscall on our fd.
             if unsafe { libc::ftruncate(fd, new_size as libc::off_t) } != 0 {
@@ -275,16 +277,6 @@ impl Drop for SharedMemory {
         // use the memory past its drop. Spans hold the fd, not the mapping.
         unsafe { libc::munmap(self.base.cast(), self.mapped) };
     }
-}
-
-/// The current size of the file behind `fd`.
-pub(crate) fn fd_size(fd: BorrowedFd<'_>) -> io::Result<usize> {
-    // SAFETY: fstat into a zeroed struct on a valid fd.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    usize::try_from(st.st_size).map_err(|_| invalid(format!("file size {}", st.st_size)))
 }
 
 /// A close-on-exec memfd, sealed against shrinking (and against changing the seals), above fd 2.

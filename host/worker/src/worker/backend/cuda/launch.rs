@@ -25,7 +25,7 @@
 //! fails with `DeadlineExceeded` — the kernel is still running, and only ending the process stops
 //! it (DESIGN.md): the host kills the worker on that error. If nobody waits, the watchdog ends
 //! the process itself [`WATCHDOG_GRACE`] after the deadline, with exit status
-//! [`crate::serve::EXIT_DEADLINE`], which the host reports as `DeadlineExceeded`.
+//! [`crate::contract::EXIT_DEADLINE`], which the host reports as `DeadlineExceeded`.
 
 use std::collections::VecDeque;
 use std::ffi::{c_uint, c_void};
@@ -36,8 +36,8 @@ use std::time::{Duration, Instant};
 use super::driver::*;
 use super::errors;
 use super::graphs::Chains;
-use crate::backend::BackendError;
-use crate::error::ErrorKind;
+use crate::contract::ErrorKind;
+use crate::worker::backend::BackendError;
 
 /// Most launches in flight; a launch past it first waits for the oldest (deadline-aware), so
 /// `cuLaunchKernel` never blocks on a full driver queue behind a runaway kernel.
@@ -517,7 +517,7 @@ impl Timeline {
                     );
                     // SAFETY: ends the process at once: no destructors or atexit handlers, which
                     // could block on the running kernel. The driver frees the context's memory.
-                    unsafe { libc::_exit(crate::serve::EXIT_DEADLINE) };
+                    unsafe { libc::_exit(crate::contract::EXIT_DEADLINE) };
                 }
                 // A fault is reported by the next wait on the serving thread; the process stays
                 // until the host ends it.

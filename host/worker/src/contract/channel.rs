@@ -83,7 +83,7 @@ const MAGIC: u64 = u64::from_le_bytes(*b"TASKLETW");
 /// from different sources refuse each other at start instead of misreading frames.
 /// 2: launch deadline, richer info. 3: guest memory attachments (attach/detach-memory, write-from, read-into). 4: the request ring.
 /// 5: stamps, inline responses. 6: the completion word.
-const VERSION: u32 = 7;
+pub const VERSION: u32 = 7;
 const HEADER: usize = 4096;
 
 const OFF_MAGIC: usize = 0;
@@ -1096,7 +1096,7 @@ impl WorkerEnd {
 
     /// Announces that the worker could not start, with a message for the host.
     pub fn fail(&self, message: &str) {
-        let m = crate::protocol::truncate_utf8(message, MSG_AREA).as_bytes();
+        let m = crate::contract::codec::truncate_utf8(message, MSG_AREA).as_bytes();
         self.region.put(RESP_OFF, m);
         self.region
             .u32_at(OFF_RESP_LEN)

@@ -17,8 +17,8 @@ use tasklet_ptx::KernelInfo;
 
 use super::driver::*;
 use super::errors::{self, LoadTarget, PtxHeader};
-use crate::backend::BackendError;
-use crate::error::ErrorKind;
+use crate::contract::ErrorKind;
+use crate::worker::backend::BackendError;
 
 /// Module ids a worker may hold at once (as the emulator).
 pub const MAX_MODULES: usize = 4096;

@@ -8,10 +8,9 @@
 use std::collections::BTreeMap;
 use std::os::fd::{AsFd, OwnedFd};
 
-use crate::backend::{Backend, BackendError};
-use crate::error::ErrorKind;
-use crate::fdpass::{recv_fd, Received};
-use crate::guest_memory::fd_size;
+use super::backend::{Backend, BackendError};
+use crate::contract::control_socket::{file_size, recv_fd, Received};
+use crate::contract::ErrorKind;
 
 /// Every guest memory this worker has mapped, by the host's memory id.
 pub struct Attachments {
@@ -183,7 +182,7 @@ impl Attachments {
 
 /// Bytes of the attachment that are backed by the file (and mapped).
 fn valid_size(a: &Attachment) -> Result<usize, BackendError> {
-    let size = fd_size(a.fd.as_fd()).map_err(|e| invalid(format!("guest memory: fstat: {e}")))?;
+    let size = file_size(a.fd.as_fd()).map_err(|e| invalid(format!("guest memory: fstat: {e}")))?;
     Ok(size.min(a.mapped))
 }
 
@@ -198,15 +197,15 @@ impl Drop for Attachments {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::NullBackend;
-    use crate::fdpass::{send_fd, socket_pair};
-    use crate::guest_memory::SharedMemory;
+    use crate::contract::control_socket::{send_fd, socket_pair};
+    use crate::host::guest_memory::SharedMemory;
+    use crate::worker::backend::NullBackend;
 
     const MIB: usize = 1 << 20;
 
     fn memfd_of(m: &SharedMemory) -> std::os::fd::BorrowedFd<'_> {
         // Through a span: the API keeps the fd crate-private.
-        let s = crate::guest_memory::locate(m.as_ptr(), 0).unwrap();
+        let s = crate::host::guest_memory::locate(m.as_ptr(), 0).unwrap();
         // SAFETY: the memory (and so its fd) outlives the borrow.
         unsafe {
             std::os::fd::BorrowedFd::borrow_raw(std::os::fd::AsRawFd::as_raw_fd(&s.shared.fd))

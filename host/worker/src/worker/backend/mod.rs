@@ -19,46 +19,11 @@ pub mod cuda;
 mod emu;
 mod null;
 
-pub use crate::protocol::{LaunchRequest, WorkerInfo};
 pub use cuda::CudaBackend;
 pub use emu::EmuBackend;
 pub use null::NullBackend;
 
-use crate::error::ErrorKind;
-use tasklet_ptx::KernelInfo;
-
-/// Which backend a worker runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum BackendKind {
-    Emu,
-    Cuda,
-}
-
-impl BackendKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BackendKind::Emu => "emu",
-            BackendKind::Cuda => "cuda",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<BackendKind> {
-        match s {
-            "emu" => Some(BackendKind::Emu),
-            "cuda" => Some(BackendKind::Cuda),
-            _ => None,
-        }
-    }
-}
-
-/// A module as loaded into a worker.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LoadedModule {
-    /// The worker's id for it: unique for the worker's lifetime (never reused, even after reset).
-    pub id: u32,
-    /// Its kernels in source order, with their parameter layouts.
-    pub kernels: Vec<KernelInfo>,
-}
+use crate::contract::{BackendKind, ErrorKind, LaunchRequest, LoadedModule, WorkerInfo};
 
 /// A refused or failed backend operation.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -169,16 +134,4 @@ pub fn open(kind: BackendKind, opts: &BackendOptions) -> Result<Box<dyn Backend>
         ))),
         BackendKind::Cuda => Ok(Box::new(CudaBackend::open(opts)?)),
     }
-}
-
-/// The unit device memory is charged in, by every backend and by the host's lease accounting: an
-/// allocation of `n` bytes counts as `charged_bytes(n)`, so that many tiny allocations cannot hold
-/// more of the device than their lease was granted (CUDA itself rounds each allocation up).
-pub const ALLOC_GRANULE: u64 = 512;
-
-/// `bytes` rounded up to [`ALLOC_GRANULE`]; `u64::MAX` when that overflows (so it fails any quota).
-pub fn charged_bytes(bytes: u64) -> u64 {
-    bytes
-        .checked_next_multiple_of(ALLOC_GRANULE)
-        .unwrap_or(u64::MAX)
 }

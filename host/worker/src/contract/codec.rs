@@ -1,0 +1,581 @@
+//! The host/worker wire format: a sans-IO codec, no transport in sight.
+//!
+//! Every frame is hand-encoded little-endian so that its layout is fixed by this file alone (no
+//! serializer version can change it) and so that decoding bytes written by an untrusted worker is
+//! a bounds-checked walk that returns a [`DecodeError`], never a panic or an unbounded allocation.
+//!
+//! Frame layout: `tag: u8, id: varint, fields…`. Integers are little-endian; `str` and `bytes` are a
+//! `u32` length then the bytes; lists are a `u32` count then the items. A frame must be consumed
+//! exactly: trailing bytes are an error. Bulk data (write payloads, read results) does not travel
+//! in frames but in the transport's data region; frames only carry its length.
+//!
+//! The id and a launch's fields are LEB128 varints instead (lengths included), because a launch is
+//! the one frame on a hot path whose size matters: the ring carries it in whole cache lines, each a
+//! transfer between the host's core and the worker's, and with varints a launch of a kernel with
+//! up to ~20 bytes of arguments and a short name is one line (`transport`). A varint longer than
+//! its type allows is a [`DecodeError::InvalidValue`].
+//!
+//! `id` lets a response name its request, so posted (asynchronous) ops need no change to the
+//! framing; the host queues launches (which get no response) and has one call at a time
+//! outstanding, whose echo it checks.
+
+use super::messages::{LaunchRequest, Request, Response, WorkerInfo};
+use super::ErrorKind;
+use tasklet_ptx::{KernelInfo, ParamInfo};
+
+/// Messages longer than this are cut (at a char boundary) when encoded: an error message is for
+/// people and must not be able to crowd out the message area.
+pub const MAX_ERROR_MESSAGE: usize = 8 * 1024;
+
+/// Why a frame did not decode. Offsets are into the frame.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    #[error("frame truncated: {what} needs {need} bytes at offset {at}, frame has {len}")]
+    Truncated {
+        what: &'static str,
+        at: usize,
+        need: u64,
+        len: usize,
+    },
+    #[error("unknown {what} tag {tag}")]
+    UnknownTag { what: &'static str, tag: u8 },
+    #[error("{what} at offset {at} is not valid UTF-8")]
+    InvalidUtf8 { what: &'static str, at: usize },
+    #[error("invalid {what}: {value}")]
+    InvalidValue { what: &'static str, value: u64 },
+    #[error("{extra} trailing bytes after a complete frame")]
+    TrailingBytes { extra: usize },
+}
+
+const REQ_PING: u8 = 1;
+const REQ_ALLOC: u8 = 2;
+const REQ_FREE: u8 = 3;
+const REQ_WRITE: u8 = 4;
+const REQ_READ: u8 = 5;
+const REQ_COPY: u8 = 6;
+const REQ_LOAD_MODULE: u8 = 7;
+const REQ_LOAD_SOURCE: u8 = 8;
+const REQ_UNLOAD_MODULE: u8 = 9;
+const REQ_LAUNCH: u8 = 10;
+const REQ_SYNC: u8 = 11;
+const REQ_RESET: u8 = 12;
+const REQ_INFO: u8 = 13;
+const REQ_ATTACH_MEMORY: u8 = 14;
+const REQ_DETACH_MEMORY: u8 = 15;
+const REQ_WRITE_FROM: u8 = 16;
+const REQ_READ_INTO: u8 = 17;
+
+const RESP_OK: u8 = 1;
+const RESP_ALLOCATED: u8 = 2;
+const RESP_MODULE: u8 = 3;
+const RESP_INFO: u8 = 4;
+const RESP_ERROR: u8 = 5;
+
+/// Appends the encoding of `req` (with request id `id`) to `out`.
+pub fn encode_request(id: u64, req: &Request<'_>, out: &mut Vec<u8>) {
+    let mut w = Writer(out);
+    match req {
+        Request::Ping => w.head(REQ_PING, id),
+        Request::Alloc { bytes } => {
+            w.head(REQ_ALLOC, id);
+            w.u64(*bytes);
+        }
+        Request::Free { addr } => {
+            w.head(REQ_FREE, id);
+            w.u64(*addr);
+        }
+        Request::Write { addr, len } => {
+            w.head(REQ_WRITE, id);
+            w.u64(*addr);
+            w.u64(*len);
+        }
+        Request::Read { addr, len } => {
+            w.head(REQ_READ, id);
+            w.u64(*addr);
+            w.u64(*len);
+        }
+        Request::Copy { dst, src, len } => {
+            w.head(REQ_COPY, id);
+            w.u64(*dst);
+            w.u64(*src);
+            w.u64(*len);
+        }
+        Request::LoadModule { ptx } => {
+            w.head(REQ_LOAD_MODULE, id);
+            w.bytes(ptx.as_bytes());
+        }
+        Request::LoadSource { source, options } => {
+            w.head(REQ_LOAD_SOURCE, id);
+            w.bytes(source.as_bytes());
+            w.u32(len_u32(options.len()));
+            for o in options {
+                w.bytes(o.as_bytes());
+            }
+        }
+        Request::UnloadModule { id: module } => {
+            w.head(REQ_UNLOAD_MODULE, id);
+            w.u32(*module);
+        }
+        Request::Launch(l) => {
+            w.head(REQ_LAUNCH, id);
+            w.var(l.module.into());
+            w.var_bytes(l.kernel.as_bytes());
+            for d in l.grid.iter().chain(l.block.iter()) {
+                w.var((*d).into());
+            }
+            w.var(l.shared_mem_bytes.into());
+            w.var_bytes(l.args);
+            w.var(l.step_limit);
+            w.var(l.deadline_ns);
+        }
+        Request::Sync => w.head(REQ_SYNC, id),
+        Request::Reset => w.head(REQ_RESET, id),
+        Request::Info => w.head(REQ_INFO, id),
+        Request::AttachMemory {
+            id: memory,
+            capacity,
+        } => {
+            w.head(REQ_ATTACH_MEMORY, id);
+            w.u64(*memory);
+            w.u64(*capacity);
+        }
+        Request::DetachMemory { id: memory } => {
+            w.head(REQ_DETACH_MEMORY, id);
+            w.u64(*memory);
+        }
+        Request::WriteFrom {
+            addr,
+            memory,
+            offset,
+            len,
+        } => {
+            w.head(REQ_WRITE_FROM, id);
+            w.u64(*addr);
+            w.u64(*memory);
+            w.u64(*offset);
+            w.u64(*len);
+        }
+        Request::ReadInto {
+            addr,
+            memory,
+            offset,
+            len,
+        } => {
+            w.head(REQ_READ_INTO, id);
+            w.u64(*addr);
+            w.u64(*memory);
+            w.u64(*offset);
+            w.u64(*len);
+        }
+    }
+}
+
+/// Decodes one whole request frame; returns its id and the request, borrowing from `frame`.
+pub fn decode_request(frame: &[u8]) -> Result<(u64, Request<'_>), DecodeError> {
+    let mut r = Reader::new(frame);
+    let tag = r.u8("request tag")?;
+    let id = r.var("request id")?;
+    let req = match tag {
+        REQ_PING => Request::Ping,
+        REQ_ALLOC => Request::Alloc {
+            bytes: r.u64("alloc size")?,
+        },
+        REQ_FREE => Request::Free {
+            addr: r.u64("free address")?,
+        },
+        REQ_WRITE => Request::Write {
+            addr: r.u64("write address")?,
+            len: r.u64("write length")?,
+        },
+        REQ_READ => Request::Read {
+            addr: r.u64("read address")?,
+            len: r.u64("read length")?,
+        },
+        REQ_COPY => Request::Copy {
+            dst: r.u64("copy destination")?,
+            src: r.u64("copy source")?,
+            len: r.u64("copy length")?,
+        },
+        REQ_LOAD_MODULE => Request::LoadModule { ptx: r.str("ptx")? },
+        REQ_LOAD_SOURCE => {
+            let source = r.str("source")?;
+            // Each option costs at least its 4-byte length, which bounds the count by the frame.
+            let n = r.count("option count", 4)?;
+            let mut options = Vec::with_capacity(n);
+            for _ in 0..n {
+                options.push(r.str("option")?);
+            }
+            Request::LoadSource { source, options }
+        }
+        REQ_UNLOAD_MODULE => Request::UnloadModule {
+            id: r.u32("module id")?,
+        },
+        REQ_LAUNCH => {
+            let module = r.var_u32("module id")?;
+            let kernel = r.var_str("kernel name")?;
+            let mut dims = [0u32; 6];
+            for d in &mut dims {
+                *d = r.var_u32("launch dimension")?;
+            }
+            let shared_mem_bytes = r.var_u32("shared memory size")?;
+            let args = r.var_bytes("argument block")?;
+            let step_limit = r.var("step limit")?;
+            let deadline_ns = r.var("deadline")?;
+            Request::Launch(LaunchRequest {
+                module,
+                kernel,
+                grid: [dims[0], dims[1], dims[2]],
+                block: [dims[3], dims[4], dims[5]],
+                shared_mem_bytes,
+                args,
+                step_limit,
+                deadline_ns,
+            })
+        }
+        REQ_SYNC => Request::Sync,
+        REQ_RESET => Request::Reset,
+        REQ_INFO => Request::Info,
+        REQ_ATTACH_MEMORY => Request::AttachMemory {
+            id: r.u64("memory id")?,
+            capacity: r.u64("memory capacity")?,
+        },
+        REQ_DETACH_MEMORY => Request::DetachMemory {
+            id: r.u64("memory id")?,
+        },
+        REQ_WRITE_FROM => Request::WriteFrom {
+            addr: r.u64("write address")?,
+            memory: r.u64("memory id")?,
+            offset: r.u64("memory offset")?,
+            len: r.u64("write length")?,
+        },
+        REQ_READ_INTO => Request::ReadInto {
+            addr: r.u64("read address")?,
+            memory: r.u64("memory id")?,
+            offset: r.u64("memory offset")?,
+            len: r.u64("read length")?,
+        },
+        tag => {
+            return Err(DecodeError::UnknownTag {
+                what: "request",
+                tag,
+            })
+        }
+    };
+    r.finish()?;
+    Ok((id, req))
+}
+
+/// Appends the encoding of `resp` (answering request `id`) to `out`.
+pub fn encode_response(id: u64, resp: &Response, out: &mut Vec<u8>) {
+    let mut w = Writer(out);
+    match resp {
+        Response::Ok => w.head(RESP_OK, id),
+        Response::Allocated { addr } => {
+            w.head(RESP_ALLOCATED, id);
+            w.u64(*addr);
+        }
+        Response::Module {
+            id: module,
+            kernels,
+        } => {
+            w.head(RESP_MODULE, id);
+            w.u32(*module);
+            w.u32(len_u32(kernels.len()));
+            for k in kernels {
+                w.bytes(k.name.as_bytes());
+                w.u32(len_u32(k.params.len()));
+                for p in &k.params {
+                    w.bytes(p.name.as_bytes());
+                    w.u32(p.size);
+                    w.u32(p.align);
+                    w.u8(p.pointer_sized as u8);
+                }
+            }
+        }
+        Response::Info(i) => {
+            w.head(RESP_INFO, id);
+            w.bytes(i.backend.as_bytes());
+            w.bytes(i.device.as_bytes());
+            w.u64(i.memory_total);
+            w.u64(i.memory_used);
+            w.u32(i.allocations);
+            w.u32(i.modules);
+            w.u64(i.memory_requested);
+            w.u64(i.device_memory);
+            w.u32(i.compute_capability.0);
+            w.u32(i.compute_capability.1);
+            w.bytes(i.uuid.as_bytes());
+            w.u32(i.driver_version);
+            w.u8(i.pinned_data as u8);
+        }
+        Response::Error { kind, message } => {
+            w.head(RESP_ERROR, id);
+            w.u8(kind.to_wire());
+            w.bytes(truncate_utf8(message, MAX_ERROR_MESSAGE).as_bytes());
+        }
+    }
+}
+
+/// Decodes one whole response frame. The bytes come from an untrusted process: every length is
+/// checked against what is left of the frame before anything is allocated.
+pub fn decode_response(frame: &[u8]) -> Result<(u64, Response), DecodeError> {
+    let mut r = Reader::new(frame);
+    let tag = r.u8("response tag")?;
+    let id = r.var("response id")?;
+    let resp = match tag {
+        RESP_OK => Response::Ok,
+        RESP_ALLOCATED => Response::Allocated {
+            addr: r.u64("device address")?,
+        },
+        RESP_MODULE => {
+            let module = r.u32("module id")?;
+            // A kernel is at least a name length and a param count.
+            let n = r.count("kernel count", 8)?;
+            let mut kernels = Vec::with_capacity(n);
+            for _ in 0..n {
+                let name = r.str("kernel name")?.to_owned();
+                // A param is at least a name length, size, align and flag.
+                let np = r.count("param count", 13)?;
+                let mut params = Vec::with_capacity(np);
+                for _ in 0..np {
+                    let name = r.str("param name")?.to_owned();
+                    let size = r.u32("param size")?;
+                    let align = r.u32("param align")?;
+                    let pointer_sized = match r.u8("param pointer flag")? {
+                        0 => false,
+                        1 => true,
+                        v => {
+                            return Err(DecodeError::InvalidValue {
+                                what: "param pointer flag",
+                                value: v as u64,
+                            })
+                        }
+                    };
+                    params.push(ParamInfo {
+                        name,
+                        size,
+                        align,
+                        pointer_sized,
+                    });
+                }
+                kernels.push(KernelInfo { name, params });
+            }
+            Response::Module {
+                id: module,
+                kernels,
+            }
+        }
+        RESP_INFO => Response::Info(WorkerInfo {
+            backend: r.str("backend name")?.to_owned(),
+            device: r.str("device name")?.to_owned(),
+            memory_total: r.u64("memory total")?,
+            memory_used: r.u64("memory used")?,
+            allocations: r.u32("allocation count")?,
+            modules: r.u32("module count")?,
+            memory_requested: r.u64("memory requested")?,
+            device_memory: r.u64("device memory")?,
+            compute_capability: (
+                r.u32("compute capability major")?,
+                r.u32("compute capability minor")?,
+            ),
+            uuid: r.str("device uuid")?.to_owned(),
+            driver_version: r.u32("driver version")?,
+            pinned_data: match r.u8("pinned flag")? {
+                0 => false,
+                1 => true,
+                v => {
+                    return Err(DecodeError::InvalidValue {
+                        what: "pinned flag",
+                        value: v as u64,
+                    })
+                }
+            },
+        }),
+        RESP_ERROR => {
+            let k = r.u8("error kind")?;
+            let kind = ErrorKind::from_wire(k).ok_or(DecodeError::UnknownTag {
+                what: "error kind",
+                tag: k,
+            })?;
+            Response::Error {
+                kind,
+                message: r.str("error message")?.to_owned(),
+            }
+        }
+        tag => {
+            return Err(DecodeError::UnknownTag {
+                what: "response",
+                tag,
+            })
+        }
+    };
+    r.finish()?;
+    Ok((id, resp))
+}
+
+/// The longest prefix of `s` of at most `max` bytes that ends on a char boundary.
+pub fn truncate_utf8(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+fn len_u32(n: usize) -> u32 {
+    // Frames are bounded by the transport (far below 4 GiB); saturating keeps the encoder total
+    // and makes an impossible length fail at decode instead of wrapping silently.
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+struct Writer<'a>(&'a mut Vec<u8>);
+
+impl Writer<'_> {
+    fn head(&mut self, tag: u8, id: u64) {
+        self.u8(tag);
+        self.var(id);
+    }
+    fn u8(&mut self, v: u8) {
+        self.0.push(v);
+    }
+    fn u32(&mut self, v: u32) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn bytes(&mut self, b: &[u8]) {
+        self.u32(len_u32(b.len()));
+        self.0.extend_from_slice(b);
+    }
+    /// LEB128: seven bits a byte, low first, the top bit set on all but the last.
+    fn var(&mut self, mut v: u64) {
+        while v >= 0x80 {
+            self.0.push(v as u8 | 0x80);
+            v >>= 7;
+        }
+        self.0.push(v as u8);
+    }
+    fn var_bytes(&mut self, b: &[u8]) {
+        self.var(b.len() as u64);
+        self.0.extend_from_slice(b);
+    }
+}
+
+struct Reader<'a> {
+    buf: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn new(buf: &'a [u8]) -> Self {
+        Reader { buf, at: 0 }
+    }
+
+    fn take(&mut self, what: &'static str, n: u64) -> Result<&'a [u8], DecodeError> {
+        let left = (self.buf.len() - self.at) as u64;
+        if n > left {
+            return Err(DecodeError::Truncated {
+                what,
+                at: self.at,
+                need: n,
+                len: self.buf.len(),
+            });
+        }
+        let n = n as usize;
+        let s = &self.buf[self.at..self.at + n];
+        self.at += n;
+        Ok(s)
+    }
+
+    fn u8(&mut self, what: &'static str) -> Result<u8, DecodeError> {
+        Ok(self.take(what, 1)?[0])
+    }
+
+    fn u32(&mut self, what: &'static str) -> Result<u32, DecodeError> {
+        let b = self.take(what, 4)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    fn u64(&mut self, what: &'static str) -> Result<u64, DecodeError> {
+        let b = self.take(what, 8)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        Ok(u64::from_le_bytes(a))
+    }
+
+    fn bytes(&mut self, what: &'static str) -> Result<&'a [u8], DecodeError> {
+        let n = self.u32(what)?;
+        self.take(what, n as u64)
+    }
+
+    fn str(&mut self, what: &'static str) -> Result<&'a str, DecodeError> {
+        let at = self.at + 4;
+        let b = self.bytes(what)?;
+        std::str::from_utf8(b).map_err(|_| DecodeError::InvalidUtf8 { what, at })
+    }
+
+    /// A LEB128 varint (see [`Writer::var`]); more than 64 bits of value is `InvalidValue`.
+    fn var(&mut self, what: &'static str) -> Result<u64, DecodeError> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = self.u8(what)?;
+            let bits = u64::from(b & 0x7f);
+            if shift == 63 && bits > 1 {
+                return Err(DecodeError::InvalidValue { what, value: bits });
+            }
+            v |= bits << shift;
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err(DecodeError::InvalidValue { what, value: v })
+    }
+
+    fn var_u32(&mut self, what: &'static str) -> Result<u32, DecodeError> {
+        let v = self.var(what)?;
+        u32::try_from(v).map_err(|_| DecodeError::InvalidValue { what, value: v })
+    }
+
+    fn var_bytes(&mut self, what: &'static str) -> Result<&'a [u8], DecodeError> {
+        let n = self.var(what)?;
+        self.take(what, n)
+    }
+
+    fn var_str(&mut self, what: &'static str) -> Result<&'a str, DecodeError> {
+        let n = self.var(what)?;
+        let at = self.at;
+        let b = self.take(what, n)?;
+        std::str::from_utf8(b).map_err(|_| DecodeError::InvalidUtf8 { what, at })
+    }
+
+    /// A list count, refused when even `min_item` bytes per item would overrun the frame, so a
+    /// forged count cannot make the decoder reserve gigabytes.
+    fn count(&mut self, what: &'static str, min_item: u64) -> Result<usize, DecodeError> {
+        let at = self.at;
+        let n = self.u32(what)? as u64;
+        let left = (self.buf.len() - self.at) as u64;
+        if n * min_item > left {
+            return Err(DecodeError::Truncated {
+                what,
+                at,
+                need: n * min_item,
+                len: self.buf.len(),
+            });
+        }
+        Ok(n as usize)
+    }
+
+    fn finish(&self) -> Result<(), DecodeError> {
+        match self.buf.len() - self.at {
+            0 => Ok(()),
+            extra => Err(DecodeError::TrailingBytes { extra }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

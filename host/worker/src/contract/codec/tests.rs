@@ -1,0 +1,446 @@
+use super::*;
+
+fn sample_requests() -> Vec<Request<'static>> {
+    vec![
+        Request::Ping,
+        Request::Alloc { bytes: 1 << 40 },
+        Request::Free {
+            addr: 0xdead_beef_0000,
+        },
+        Request::Write {
+            addr: 256,
+            len: 4096,
+        },
+        Request::Read {
+            addr: u64::MAX,
+            len: 0,
+        },
+        Request::Copy {
+            dst: 1,
+            src: 2,
+            len: 3,
+        },
+        Request::LoadModule {
+            ptx: ".version 8.0\n.target sm_80\n// ünïcode",
+        },
+        Request::LoadSource {
+            source: "__global__ void k(){}",
+            options: vec!["-arch=sm_80", "", "-DX=1"],
+        },
+        Request::LoadSource {
+            source: "",
+            options: vec![],
+        },
+        Request::UnloadModule { id: 7 },
+        Request::Launch(LaunchRequest {
+            module: 3,
+            kernel: "iota",
+            grid: [4, 1, 1],
+            block: [128, 2, 1],
+            shared_mem_bytes: 1024,
+            args: &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12],
+            step_limit: 123_456_789,
+            deadline_ns: 2_000_000_000,
+        }),
+        // Every varint at its widest.
+        Request::Launch(LaunchRequest {
+            module: u32::MAX,
+            kernel: "ünïcode_kernel",
+            grid: [u32::MAX, 65_535, 1 << 21],
+            block: [1024, 127, 128],
+            shared_mem_bytes: 227 * 1024,
+            args: &[0xff; 300],
+            step_limit: u64::MAX,
+            deadline_ns: u64::MAX,
+        }),
+        Request::Sync,
+        Request::Reset,
+        Request::Info,
+        Request::AttachMemory {
+            id: 9,
+            capacity: 4 << 30,
+        },
+        Request::DetachMemory { id: u64::MAX },
+        Request::WriteFrom {
+            addr: 0x7000,
+            memory: 3,
+            offset: 65536,
+            len: 1 << 28,
+        },
+        Request::ReadInto {
+            addr: u64::MAX,
+            memory: 0,
+            offset: u64::MAX,
+            len: 0,
+        },
+    ]
+}
+
+fn sample_responses() -> Vec<Response> {
+    vec![
+        Response::Ok,
+        Response::Allocated { addr: 0x1000 },
+        Response::Module {
+            id: 1,
+            kernels: vec![],
+        },
+        Response::Module {
+            id: 2,
+            kernels: vec![
+                KernelInfo {
+                    name: "iota".into(),
+                    params: vec![
+                        ParamInfo {
+                            name: "out".into(),
+                            size: 8,
+                            align: 8,
+                            pointer_sized: true,
+                        },
+                        ParamInfo {
+                            name: "n".into(),
+                            size: 4,
+                            align: 4,
+                            pointer_sized: false,
+                        },
+                    ],
+                },
+                KernelInfo {
+                    name: "empty".into(),
+                    params: vec![],
+                },
+            ],
+        },
+        Response::Info(WorkerInfo {
+            backend: "emu".into(),
+            device: "PTX emulator".into(),
+            memory_total: 1 << 30,
+            memory_used: 512,
+            allocations: 2,
+            modules: 1,
+            memory_requested: 300,
+            device_memory: 1 << 30,
+            compute_capability: (8, 0),
+            uuid: String::new(),
+            driver_version: 0,
+            pinned_data: false,
+        }),
+        Response::Info(WorkerInfo {
+            backend: "cuda".into(),
+            device: "NVIDIA H200".into(),
+            memory_total: 140 << 30,
+            memory_used: 1 << 21,
+            allocations: 1,
+            modules: 3,
+            memory_requested: 1 << 20,
+            device_memory: 141 << 30,
+            compute_capability: (9, 0),
+            uuid: "GPU-01234567-89ab-cdef-0123-456789abcdef".into(),
+            driver_version: 13000,
+            pinned_data: true,
+        }),
+    ]
+    .into_iter()
+    .chain(ErrorKind::ALL.into_iter().map(|kind| Response::Error {
+        kind,
+        message: format!("{kind} happened"),
+    }))
+    .collect()
+}
+
+#[test]
+fn requests_round_trip() {
+    for (i, req) in sample_requests().iter().enumerate() {
+        let mut buf = Vec::new();
+        encode_request(i as u64 * 1000 + 1, req, &mut buf);
+        let (id, back) = decode_request(&buf).unwrap_or_else(|e| panic!("{req:?}: {e}"));
+        assert_eq!(id, i as u64 * 1000 + 1);
+        assert_eq!(&back, req);
+    }
+}
+
+#[test]
+fn responses_round_trip() {
+    for (i, resp) in sample_responses().iter().enumerate() {
+        let mut buf = Vec::new();
+        encode_response(u64::MAX - i as u64, resp, &mut buf);
+        let (id, back) = decode_response(&buf).unwrap_or_else(|e| panic!("{resp:?}: {e}"));
+        assert_eq!(id, u64::MAX - i as u64);
+        assert_eq!(&back, resp);
+    }
+}
+
+#[test]
+fn every_truncation_is_a_typed_error() {
+    for req in sample_requests() {
+        let mut buf = Vec::new();
+        encode_request(9, &req, &mut buf);
+        for cut in 0..buf.len() {
+            assert!(
+                matches!(
+                    decode_request(&buf[..cut]),
+                    Err(DecodeError::Truncated { .. })
+                ),
+                "{req:?} cut at {cut}"
+            );
+        }
+    }
+    for resp in sample_responses() {
+        let mut buf = Vec::new();
+        encode_response(9, &resp, &mut buf);
+        for cut in 0..buf.len() {
+            assert!(
+                matches!(
+                    decode_response(&buf[..cut]),
+                    Err(DecodeError::Truncated { .. })
+                ),
+                "{resp:?} cut at {cut}"
+            );
+        }
+    }
+}
+
+#[test]
+fn trailing_bytes_unknown_tags_and_bad_values() {
+    let mut buf = Vec::new();
+    encode_request(1, &Request::Ping, &mut buf);
+    buf.push(0);
+    assert_eq!(
+        decode_request(&buf),
+        Err(DecodeError::TrailingBytes { extra: 1 })
+    );
+
+    let mut buf = vec![200u8];
+    buf.push(1); // id 1, a one-byte varint
+    assert_eq!(
+        decode_request(&buf),
+        Err(DecodeError::UnknownTag {
+            what: "request",
+            tag: 200
+        })
+    );
+    assert_eq!(
+        decode_response(&buf),
+        Err(DecodeError::UnknownTag {
+            what: "response",
+            tag: 200
+        })
+    );
+
+    let mut buf = vec![RESP_ERROR];
+    buf.push(1); // id 1, a one-byte varint
+    buf.push(99);
+    buf.extend_from_slice(&0u32.to_le_bytes());
+    assert_eq!(
+        decode_response(&buf),
+        Err(DecodeError::UnknownTag {
+            what: "error kind",
+            tag: 99
+        })
+    );
+
+    // Invalid UTF-8 in a module's PTX.
+    let mut buf = vec![REQ_LOAD_MODULE];
+    buf.push(1); // id 1, a one-byte varint
+    buf.extend_from_slice(&2u32.to_le_bytes());
+    buf.extend_from_slice(&[0xff, 0xfe]);
+    assert!(matches!(
+        decode_request(&buf),
+        Err(DecodeError::InvalidUtf8 { what: "ptx", .. })
+    ));
+
+    // A pointer flag that is neither 0 nor 1.
+    let resp = Response::Module {
+        id: 1,
+        kernels: vec![KernelInfo {
+            name: "k".into(),
+            params: vec![ParamInfo {
+                name: "p".into(),
+                size: 8,
+                align: 8,
+                pointer_sized: true,
+            }],
+        }],
+    };
+    let mut buf = Vec::new();
+    encode_response(1, &resp, &mut buf);
+    *buf.last_mut().unwrap() = 2;
+    assert!(matches!(
+        decode_response(&buf),
+        Err(DecodeError::InvalidValue { .. })
+    ));
+}
+
+/// A launch frame as the host encodes it, for `empty()` with an argument block of `args`.
+fn launch_frame(args: &[u8]) -> Vec<u8> {
+    let launch = LaunchRequest {
+        module: 1,
+        kernel: "empty",
+        grid: [1, 1, 1],
+        block: [256, 1, 1],
+        shared_mem_bytes: 0,
+        args,
+        step_limit: 0,
+        deadline_ns: 10_000_000_000,
+    };
+    let mut buf = Vec::new();
+    encode_request(1_000_000, &Request::Launch(launch), &mut buf);
+    buf
+}
+
+#[test]
+fn a_launch_with_a_small_argument_block_is_one_cache_line_in_the_ring() {
+    // Two pointers and a u32: what a typical kernel takes.
+    assert_eq!(
+        crate::contract::channel::record_size(launch_frame(&[0; 20]).len()),
+        64
+    );
+    assert_eq!(
+        crate::contract::channel::record_size(launch_frame(&[]).len()),
+        64
+    );
+}
+
+#[test]
+fn varints_past_their_type_are_refused() {
+    let frame = launch_frame(&[]);
+    // The module id is the varint after the tag and the id (1,000,000: three bytes).
+    let module_at = 4;
+    assert_eq!(frame[module_at], 1);
+    // Five bytes of value > u32::MAX for the module id.
+    let mut wide = frame[..module_at].to_vec();
+    wide.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0x1f]);
+    wide.extend_from_slice(&frame[module_at + 1..]);
+    assert!(matches!(
+        decode_request(&wide),
+        Err(DecodeError::InvalidValue {
+            what: "module id",
+            ..
+        })
+    ));
+    // Eleven continuation bytes: longer than any u64.
+    let mut long = frame[..module_at].to_vec();
+    long.extend_from_slice(&[0x80; 11]);
+    long.extend_from_slice(&frame[module_at..]);
+    assert!(matches!(
+        decode_request(&long),
+        Err(DecodeError::InvalidValue {
+            what: "module id",
+            ..
+        })
+    ));
+    // A tenth byte carrying more than the 64th bit.
+    let mut over = frame[..module_at].to_vec();
+    over.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02]);
+    over.extend_from_slice(&frame[module_at + 1..]);
+    assert!(matches!(
+        decode_request(&over),
+        Err(DecodeError::InvalidValue { .. })
+    ));
+    // A kernel name whose length runs past the frame.
+    let mut past = frame[..module_at + 1].to_vec();
+    past.push(0x7f);
+    past.extend_from_slice(b"empty");
+    assert!(matches!(
+        decode_request(&past),
+        Err(DecodeError::Truncated {
+            what: "kernel name",
+            ..
+        })
+    ));
+}
+
+#[test]
+fn forged_counts_do_not_allocate() {
+    // A module response that claims 4 billion kernels in a 20-byte frame.
+    let mut buf = vec![RESP_MODULE];
+    buf.push(1); // id 1, a one-byte varint
+    buf.extend_from_slice(&1u32.to_le_bytes());
+    buf.extend_from_slice(&u32::MAX.to_le_bytes());
+    assert!(matches!(
+        decode_response(&buf),
+        Err(DecodeError::Truncated {
+            what: "kernel count",
+            ..
+        })
+    ));
+    // A string length far past the end.
+    let mut buf = vec![RESP_ERROR];
+    buf.push(1); // id 1, a one-byte varint
+    buf.push(ErrorKind::Unsupported.to_wire());
+    buf.extend_from_slice(&u32::MAX.to_le_bytes());
+    assert!(matches!(
+        decode_response(&buf),
+        Err(DecodeError::Truncated { .. })
+    ));
+    // Options count in a load-source request.
+    let mut buf = vec![REQ_LOAD_SOURCE];
+    buf.push(1); // id 1, a one-byte varint
+    buf.extend_from_slice(&0u32.to_le_bytes());
+    buf.extend_from_slice(&u32::MAX.to_le_bytes());
+    assert!(matches!(
+        decode_request(&buf),
+        Err(DecodeError::Truncated {
+            what: "option count",
+            ..
+        })
+    ));
+}
+
+#[test]
+fn garbage_never_panics() {
+    // A deterministic xorshift stream of frames: random bytes, and valid frames with bytes flipped.
+    let mut s = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    let mut valid = Vec::new();
+    for r in sample_requests() {
+        let mut b = Vec::new();
+        encode_request(5, &r, &mut b);
+        valid.push(b);
+    }
+    for r in sample_responses() {
+        let mut b = Vec::new();
+        encode_response(5, &r, &mut b);
+        valid.push(b);
+    }
+    for i in 0..20_000 {
+        let mut frame = if i % 2 == 0 {
+            let len = (next() % 64) as usize;
+            (0..len).map(|_| next() as u8).collect::<Vec<u8>>()
+        } else {
+            valid[(next() % valid.len() as u64) as usize].clone()
+        };
+        if !frame.is_empty() {
+            let at = (next() % frame.len() as u64) as usize;
+            frame[at] = next() as u8;
+        }
+        let _ = decode_request(&frame);
+        let _ = decode_response(&frame);
+    }
+}
+
+#[test]
+fn long_error_messages_are_cut_on_char_boundaries() {
+    let msg = "é".repeat(MAX_ERROR_MESSAGE);
+    let mut buf = Vec::new();
+    encode_response(
+        1,
+        &Response::Error {
+            kind: ErrorKind::LoadFailed,
+            message: msg,
+        },
+        &mut buf,
+    );
+    let (_, resp) = decode_response(&buf).unwrap();
+    match resp {
+        Response::Error { message, .. } => {
+            assert!(message.len() <= MAX_ERROR_MESSAGE);
+            assert!(message.len() >= MAX_ERROR_MESSAGE - 1);
+        }
+        other => panic!("{other:?}"),
+    }
+}

@@ -1,0 +1,173 @@
+//! The messages: what the host asks of a worker and what the worker answers.
+//!
+//! Plain data, no encoding in sight: [`super::codec`] turns them into frames and back.
+
+use super::ErrorKind;
+use tasklet_ptx::KernelInfo;
+
+/// A request from host to worker. Borrowed fields point into the frame it was decoded from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request<'a> {
+    Ping,
+    Alloc {
+        bytes: u64,
+    },
+    Free {
+        addr: u64,
+    },
+    /// Payload: the first `len` bytes of the data region.
+    Write {
+        addr: u64,
+        len: u64,
+    },
+    /// Result: the worker fills the first `len` bytes of the data region.
+    Read {
+        addr: u64,
+        len: u64,
+    },
+    Copy {
+        dst: u64,
+        src: u64,
+        len: u64,
+    },
+    LoadModule {
+        ptx: &'a str,
+    },
+    LoadSource {
+        source: &'a str,
+        options: Vec<&'a str>,
+    },
+    UnloadModule {
+        id: u32,
+    },
+    Launch(LaunchRequest<'a>),
+    Sync,
+    /// Free every allocation and unload every module: the worker goes back to its state at start.
+    Reset,
+    Info,
+    /// Map guest memory `id`, whose memfd the host has just sent on the control socket tagged
+    /// `id`, `capacity` bytes (`crate::guest_memory`). Replaces an earlier attachment of `id`.
+    AttachMemory {
+        id: u64,
+        capacity: u64,
+    },
+    /// Drop the attachment of guest memory `id` (the host dropped the memory).
+    DetachMemory {
+        id: u64,
+    },
+    /// Write bytes `offset..offset+len` of attached guest memory `memory` at device `addr`.
+    WriteFrom {
+        addr: u64,
+        memory: u64,
+        offset: u64,
+        len: u64,
+    },
+    /// Read `len` bytes at device `addr` into attached guest memory `memory` at `offset`.
+    ReadInto {
+        addr: u64,
+        memory: u64,
+        offset: u64,
+        len: u64,
+    },
+}
+
+/// The fields of [`Request::Launch`]; also what [`crate::Backend::launch`] takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaunchRequest<'a> {
+    pub module: u32,
+    pub kernel: &'a str,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub shared_mem_bytes: u32,
+    /// The kernel's argument block, laid out as `KernelInfo::param_layout` says.
+    pub args: &'a [u8],
+    /// Most lane-instructions the emulator may run. Backends without a step counter ignore it
+    /// and use `deadline_ns`; their host sends 0 (one byte on the wire).
+    pub step_limit: u64,
+    /// How long the kernel may run, in nanoseconds (> 0). Asynchronous backends (cuda) enqueue the
+    /// launch, answer at once, and enforce this when they wait for the kernel: at `sync` and at any
+    /// later op that must wait for it, a kernel still running this long after it could start fails
+    /// with `DeadlineExceeded`; a worker-side watchdog ends the process shortly after, synced or
+    /// not. The emulator uses `step_limit` instead.
+    pub deadline_ns: u64,
+}
+
+impl Request<'_> {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Request::Ping => "ping",
+            Request::Alloc { .. } => "alloc",
+            Request::Free { .. } => "free",
+            Request::Write { .. } => "write",
+            Request::Read { .. } => "read",
+            Request::Copy { .. } => "copy",
+            Request::LoadModule { .. } => "load-module",
+            Request::LoadSource { .. } => "load-source",
+            Request::UnloadModule { .. } => "unload-module",
+            Request::Launch(_) => "launch",
+            Request::Sync => "sync",
+            Request::Reset => "reset",
+            Request::Info => "info",
+            Request::AttachMemory { .. } => "attach-memory",
+            Request::DetachMemory { .. } => "detach-memory",
+            Request::WriteFrom { .. } => "write-from",
+            Request::ReadInto { .. } => "read-into",
+        }
+    }
+}
+
+/// What a worker reports about itself.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct WorkerInfo {
+    /// `emu` or `cuda`.
+    pub backend: String,
+    /// Human-readable device name.
+    pub device: String,
+    /// Bytes of device memory this worker may allocate in all.
+    pub memory_total: u64,
+    /// Bytes allocated now (as the backend accounts them, i.e. rounded up to its granularity).
+    pub memory_used: u64,
+    pub allocations: u32,
+    pub modules: u32,
+    /// Bytes asked for by the live allocations, exactly (what the host's lease accounting counts).
+    pub memory_requested: u64,
+    /// The device's own memory in all (emu: the emulated size; cuda: `cuDeviceTotalMem`).
+    pub device_memory: u64,
+    /// Compute capability (major, minor); the emulator reports the target it emulates (8.0).
+    pub compute_capability: (u32, u32),
+    /// The device's UUID as NVML and nvidia-smi print it (`GPU-…`); empty for the emulator.
+    pub uuid: String,
+    /// The driver's CUDA version as `cuDriverGetVersion` reports it (12080 = 12.8); 0 for emu.
+    pub driver_version: u32,
+    /// Whether the data region is page-locked for the device (cuda with `cuMemHostRegister`
+    /// succeeded), so writes and reads are DMA at pinned speed.
+    pub pinned_data: bool,
+}
+
+/// A module as loaded into a worker: what a `load-module` or `load-source` is answered with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadedModule {
+    /// The worker's id for it: unique for the worker's lifetime (never reused, even after reset).
+    pub id: u32,
+    /// Its kernels in source order, with their parameter layouts.
+    pub kernels: Vec<KernelInfo>,
+}
+
+/// A response from worker to host. Owned: the host decodes it out of a buffer it reuses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Response {
+    /// Success with nothing to report (ping, free, write, read, copy, unload, launch, sync, reset).
+    Ok,
+    Allocated {
+        addr: u64,
+    },
+    Module {
+        id: u32,
+        kernels: Vec<KernelInfo>,
+    },
+    Info(WorkerInfo),
+    Error {
+        kind: ErrorKind,
+        message: String,
+    },
+}

@@ -1,0 +1,25 @@
+//! What the host and a worker process agree on, and nothing else: each side depends on this
+//! module, neither owns it, and a change here is a change to both (and, where it changes bytes
+//! or memory layout, to [`channel::VERSION`]).
+//!
+//! - [`command_line`]: how a worker process is started ([`WorkerCommand`], [`WorkerArgs`], the
+//!   [`BackendKind`] it serves) and what its exit status means;
+//! - [`messages`]: the requests and responses, as plain data;
+//! - [`codec`]: those messages as frames of bytes, decoded without trusting the sender;
+//! - [`channel`]: the shared memory the frames travel through and both of its ends;
+//! - [`control_socket`]: the socket beside the channel that carries file descriptors;
+//! - [`error_kind`]: why an operation failed, as one byte on the wire;
+//! - [`charging`]: the unit device memory is counted in, by the worker and the host alike.
+
+pub mod channel;
+pub mod charging;
+pub mod codec;
+pub mod command_line;
+pub mod control_socket;
+pub mod error_kind;
+pub mod messages;
+
+pub use charging::{charged_bytes, ALLOC_GRANULE};
+pub use command_line::{BackendKind, WorkerArgs, WorkerCommand, EXIT_DEADLINE};
+pub use error_kind::ErrorKind;
+pub use messages::{LaunchRequest, LoadedModule, Request, Response, WorkerInfo};

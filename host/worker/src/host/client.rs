@@ -1,0 +1,271 @@
+//! One worker process, seen from the host: start it, talk to it, notice when it dies, kill it.
+//!
+//! A [`Worker`] is an RPC client over the shared-memory channel. Everything the process says is
+//! untrusted: responses are bounds-checked and decoded with typed errors, every wait has a
+//! deadline and a liveness check, and any violation makes the worker `Lost` (killed and reaped).
+//!
+//! This file holds the worker's state and its life (start, health, end); [`ops`] the operations a
+//! lease performs, one method each; [`calls`] how one request goes out and its answer comes back,
+//! within the deadlines that queued kernels stretch.
+
+mod calls;
+mod ops;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use super::error::WorkerError;
+use super::guest_memory::Shared;
+use super::process::Proc;
+use super::slot::LeaseToken;
+use crate::contract::channel::{HostEnd, SharedRegion, WaitError, DEFAULT_DATA_SIZE};
+use crate::contract::{BackendKind, ErrorKind, WorkerArgs, WorkerCommand};
+
+/// Emulator speed per core, in lane-instructions per second, that turns a launch deadline into the
+/// emulator's step limit: `deadline × this × cores` (the emulator runs CTAs on every core).
+///
+/// Deliberately at or above the measured speed (release build, 2-core dev machine, spinning
+/// kernel: ~200 M/s for one CTA on one core, ~236 M/s for 8 CTAs on 2 cores; re-measure with
+/// `ROUNDTRIP_EMU_RATE=1 target/release/examples/roundtrip`): a legitimate kernel then always gets
+/// at least its deadline, and a runaway is stopped by whichever comes first, the step limit
+/// (≈ deadline × this/real speed) or the host's timer at deadline + slack, which kills the
+/// worker. The lease sees `DeadlineExceeded` either way and the worker is never reused.
+pub const EMU_LANE_INSTRUCTIONS_PER_SECOND: u64 = 250_000_000;
+
+/// How long a worker process may take from spawn to ready (a CUDA context takes ~170 ms).
+pub const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// One kernel launch.
+#[derive(Debug, Clone)]
+pub struct Launch<'a> {
+    pub module: u32,
+    pub kernel: &'a str,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub shared_mem_bytes: u32,
+    /// The argument block, laid out as `KernelInfo::param_layout` says.
+    pub args: &'a [u8],
+    /// How long the kernel may run. Past it the lease gets `DeadlineExceeded` and the worker is
+    /// never reused; if the worker does not report by `deadline + slack` (counted from when the
+    /// kernels queued before it could have ended), it is killed.
+    pub deadline: Duration,
+}
+
+/// A worker process and the channel to it. Owned by one lease at a time; `Send`, holds nothing
+/// tied to the thread that made it, so it may move between threads.
+pub struct Worker {
+    pub(crate) proc: Arc<Proc>,
+    chan: HostEnd,
+    backend: BackendKind,
+    op_timeout: Duration,
+    next_id: u64,
+    frame: Vec<u8>,
+    resp: Vec<u8>,
+    lost: Option<String>,
+    poisoned: Option<(ErrorKind, String)>,
+    /// Launches posted and not yet known finished: by when they may all legitimately have ended,
+    /// each kernel getting its whole deadline (plus the emulator's slack) from when the previous
+    /// one could have ended (see [`Worker::launch`]). Every op may take this much longer than
+    /// `op_timeout`: its request waits in the ring behind them.
+    pending_until: Option<Instant>,
+    /// The kernel of the latest launch, for messages about queued kernels (kept to reuse its
+    /// allocation).
+    last_kernel: String,
+    /// `sync`s answered through the completion word (see [`Worker::sync`]).
+    signalled_syncs: u64,
+    /// Set while leased from a pool; tells the pool when the worker is dropped unreleased.
+    pub(crate) lease: Option<LeaseToken>,
+    /// The host's end of the control socket, which carries guest memories' fds.
+    ctl: OwnedFd,
+    /// Guest memories the worker has mapped (by memory id): weak, so that a memory the host
+    /// dropped is noticed and detached from the worker at the next attach.
+    attached: HashMap<u64, Weak<Shared>>,
+}
+
+/// A process that was spawned and has not said it is ready yet.
+pub(crate) struct Starting(Worker);
+
+impl Worker {
+    /// Starts a worker process and waits until it is ready.
+    ///
+    /// The worker arms `PR_SET_PDEATHSIG`, which fires when the *thread* that spawned it exits:
+    /// spawn from a thread that lives as long as the worker should (the pool has one for this).
+    pub fn spawn(
+        command: &WorkerCommand,
+        backend: BackendKind,
+        device_memory: u64,
+        op_timeout: Duration,
+    ) -> Result<Worker, WorkerError> {
+        Self::start(command, backend, device_memory, op_timeout)?.wait_ready(START_TIMEOUT)
+    }
+
+    pub(crate) fn start(
+        command: &WorkerCommand,
+        backend: BackendKind,
+        device_memory: u64,
+        op_timeout: Duration,
+    ) -> Result<Starting, WorkerError> {
+        let region = SharedRegion::create(DEFAULT_DATA_SIZE)
+            .map_err(|e| WorkerError::Spawn(format!("cannot create the shared channel: {e}")))?;
+        let fd = region.fd();
+        let (ctl, child_ctl) = crate::contract::control_socket::socket_pair()
+            .map_err(|e| WorkerError::Spawn(format!("cannot create the control socket: {e}")))?;
+        let ctl_fd = child_ctl.as_raw_fd();
+        let args = WorkerArgs {
+            shm_fd: fd,
+            ctl_fd: Some(ctl_fd),
+            backend,
+            device_memory,
+            host_pid: Some(std::process::id() as i32),
+            emu_threads: 0,
+            null_backend: false,
+        };
+        let proc = Proc::spawn(command, &args, [fd, ctl_fd])?;
+        // The child has its copy; ours would keep the socket open after the worker dies.
+        drop(child_ctl);
+        Ok(Starting(Worker {
+            proc: Arc::new(proc),
+            chan: HostEnd::new(region),
+            backend,
+            op_timeout,
+            next_id: 0,
+            frame: Vec::with_capacity(4096),
+            resp: Vec::with_capacity(4096),
+            lost: None,
+            poisoned: None,
+            pending_until: None,
+            last_kernel: String::new(),
+            signalled_syncs: 0,
+            lease: None,
+            ctl,
+            attached: HashMap::new(),
+        }))
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.proc.pid() as u32
+    }
+
+    pub fn backend(&self) -> BackendKind {
+        self.backend
+    }
+
+    /// True once the worker died, was killed or broke the protocol: every op now fails `Lost`.
+    pub fn is_lost(&self) -> bool {
+        self.lost.is_some()
+    }
+
+    /// True while launched kernels may still be queued or running: no op that waits for them has
+    /// succeeded since they were launched, and (emu, where the worker runs each launch before
+    /// taking the next request) the worker has not yet served every request sent. Never waits.
+    /// A launch's error stays with the worker for the next op either way.
+    pub fn has_pending_launches(&mut self) -> bool {
+        if self.pending_until.is_some()
+            && self.backend == BackendKind::Emu
+            && self.lost.is_none()
+            && self.chan.all_served()
+        {
+            self.pending_until = None;
+        }
+        self.pending_until.is_some()
+    }
+
+    /// True once a kernel faulted or ran past its deadline: every op now fails with that kind,
+    /// and the pool kills the worker on release (on a GPU the context is unusable).
+    pub fn is_poisoned(&self) -> bool {
+        self.poisoned.is_some()
+    }
+
+    /// SIGKILL and reap. Afterwards every op is `Lost`.
+    pub fn kill(&mut self) {
+        if self.lost.is_none() {
+            self.lost = Some("killed by the host".into());
+        }
+        self.chan.close();
+        self.proc.kill();
+    }
+
+    /// Fails the way the next op would if the worker cannot take one.
+    fn usable(&self) -> Result<(), WorkerError> {
+        if let Some(why) = &self.lost {
+            return Err(WorkerError::Lost(why.clone()));
+        }
+        if let Some((kind, msg)) = &self.poisoned {
+            return Err(WorkerError::op(
+                *kind,
+                format!("worker unusable after an earlier error: {msg}"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Marks the worker lost, kills and reaps it.
+    pub(crate) fn lose(&mut self, why: String) -> WorkerError {
+        self.proc.kill();
+        self.lost = Some(why.clone());
+        WorkerError::Lost(why)
+    }
+
+    /// For tests: send a signal to the worker process (e.g. SIGSTOP to make it hang).
+    #[doc(hidden)]
+    pub fn signal_for_test(&self, sig: i32) {
+        self.proc.signal(sig);
+    }
+}
+
+impl Starting {
+    pub(crate) fn pid(&self) -> u32 {
+        self.0.pid()
+    }
+
+    /// Waits for the worker's start handshake; kills it on failure or timeout.
+    pub(crate) fn wait_ready(mut self, timeout: Duration) -> Result<Worker, WorkerError> {
+        let proc = self.0.proc.clone();
+        let r = self
+            .0
+            .chan
+            .wait_ready(Instant::now() + timeout, &mut || proc.poll());
+        let why = match r {
+            Ok(()) => return Ok(self.0),
+            Err(WaitError::Failed(m)) => m,
+            Err(WaitError::Dead(how)) => format!("worker process {how} before it was ready"),
+            Err(WaitError::Timeout) => format!("worker not ready within {timeout:?}"),
+            Err(WaitError::Protocol(m)) => format!("protocol violation during start: {m}"),
+        };
+        self.0.lose(why.clone());
+        Err(WorkerError::Spawn(why))
+    }
+}
+
+/// The emulator step limit that stands in for `deadline` (see [`EMU_LANE_INSTRUCTIONS_PER_SECOND`]).
+pub fn emu_step_limit(deadline: Duration) -> u64 {
+    static CORES: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let cores =
+        *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u64));
+    let steps = deadline.as_secs_f64() * (EMU_LANE_INSTRUCTIONS_PER_SECOND * cores) as f64;
+    // `as` saturates; u64::MAX means "no limit" to the emulator, so stay below it.
+    (steps as u64).clamp(1, u64::MAX - 1)
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.chan.close();
+        self.proc.kill();
+        // A leased worker dropped without `Pool::release`: its `LeaseToken` (dropped right after
+        // this) gives its slot back to the pool.
+    }
+}
+
+impl fmt::Debug for Worker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Worker")
+            .field("pid", &self.proc.pid())
+            .field("backend", &self.backend)
+            .field("lost", &self.lost)
+            .field("poisoned", &self.poisoned)
+            .finish()
+    }
+}

@@ -1,0 +1,234 @@
+//! One request out and its answer back: the ring, the deadlines that queued kernels stretch, the
+//! liveness checks, and what becomes of a worker whose answer does not come or cannot be right.
+
+use std::time::{Duration, Instant};
+
+use super::Worker;
+use crate::contract::channel::{Answer, HostEnd, SendError, WaitError};
+use crate::contract::codec::{decode_response, encode_request};
+use crate::contract::{BackendKind, ErrorKind, Request, Response};
+use crate::host::error::WorkerError;
+
+impl Worker {
+    /// Posts the encoded frame: at once where the ring has room, without reading the clock; only a
+    /// full ring, which must be waited on, needs a deadline.
+    pub(super) fn post_frame(&mut self) -> Result<(), WorkerError> {
+        let (posted, timeout) = match self.chan.try_post(&self.frame) {
+            Ok(true) => return Ok(()),
+            Ok(false) => {
+                let now = Instant::now();
+                let timeout = self.op_timeout.saturating_add(self.queued_for(now));
+                // A full ring on the emulator past the queued kernels' bound: one of them overran.
+                let (first, _) = self.first_deadline(later(now, timeout));
+                let proc = &self.proc;
+                (
+                    self.chan.post(&self.frame, first, &mut || proc.poll()),
+                    timeout,
+                )
+            }
+            Err(e) => (Err(e), self.op_timeout),
+        };
+        match posted {
+            Ok(()) => Ok(()),
+            Err(SendError::TooLarge(e)) => Err(WorkerError::op(
+                ErrorKind::InvalidArgument,
+                format!("launch request too large: {e}"),
+            )),
+            Err(SendError::Wait(w)) => Err(self.wait_failed("launch", w, timeout)),
+        }
+    }
+
+    /// How long one queued kernel may legitimately keep the worker busy.
+    pub(super) fn launch_bound(&self, deadline: Duration) -> Duration {
+        match self.backend {
+            // Room for the emulator to reach its step limit (≈ the deadline at the assumed
+            // speed, see `EMU_LANE_INSTRUCTIONS_PER_SECOND`) and say so itself.
+            BackendKind::Emu => deadline.saturating_add(Duration::from_millis(100) + deadline / 4),
+            BackendKind::Cuda => deadline,
+        }
+    }
+
+    /// How much longer than `op_timeout` an op sent at `now` may legitimately take.
+    pub(super) fn queued_for(&self, now: Instant) -> Duration {
+        self.pending_until
+            .map_or(Duration::ZERO, |t| t.saturating_duration_since(now))
+    }
+
+    /// Whether the worker's answer to `req` means every launch before it has finished.
+    pub(super) fn drains(&self, req: &Request<'_>) -> bool {
+        match self.backend {
+            BackendKind::Emu => true,
+            BackendKind::Cuda => !matches!(req, Request::Ping | Request::Info),
+        }
+    }
+
+    pub(super) fn call_ok(&mut self, req: &Request<'_>) -> Result<(), WorkerError> {
+        match self.call(req, self.op_timeout)? {
+            Response::Ok => Ok(()),
+            other => Err(self.unexpected(req.name(), &other)),
+        }
+    }
+
+    /// One call with `timeout`, extended by the time queued kernels may still legitimately take
+    /// (the call waits behind them in the ring, and most calls wait for them on the device).
+    pub(super) fn call(
+        &mut self,
+        req: &Request<'_>,
+        timeout: Duration,
+    ) -> Result<Response, WorkerError> {
+        self.call_answered(req, timeout, false)
+            .map(|(resp, _)| resp)
+    }
+
+    /// [`Worker::call`], where `signalled` lets the completion word answer (then the response is
+    /// `Ok`, not decoded from any frame).
+    pub(super) fn call_answered(
+        &mut self,
+        req: &Request<'_>,
+        timeout: Duration,
+        signalled: bool,
+    ) -> Result<(Response, Answer), WorkerError> {
+        self.usable()?;
+        let now = Instant::now();
+        let timeout = timeout.saturating_add(self.queued_for(now));
+        let deadline = later(now, timeout);
+        let id = self.encode(req);
+        let (first, mark) = self.first_deadline(deadline);
+        let proc = &self.proc;
+        let seq = match self.chan.send(&self.frame, first, &mut || proc.poll()) {
+            Ok(seq) => seq,
+            Err(SendError::TooLarge(e)) => {
+                return Err(WorkerError::op(
+                    ErrorKind::InvalidArgument,
+                    format!("{} request too large: {e}", req.name()),
+                ))
+            }
+            Err(SendError::Wait(w)) => return Err(self.wait_failed(req.name(), w, timeout)),
+        };
+        let answered = self.receive(
+            seq,
+            id,
+            (first, mark, deadline),
+            req.name(),
+            timeout,
+            signalled,
+        )?;
+        if self.drains(req) {
+            self.pending_until = None;
+        }
+        Ok(answered)
+    }
+
+    /// Encodes `req` with a fresh id into `self.frame`; returns the id.
+    pub(super) fn encode(&mut self, req: &Request<'_>) -> u64 {
+        self.next_id += 1;
+        self.frame.clear();
+        encode_request(self.next_id, req, &mut self.frame);
+        self.next_id
+    }
+
+    /// On the emulator with kernels queued, the worker runs them one by one before it takes the
+    /// next request: silence past their bound while it is still on them means one ran past its
+    /// deadline, however long `op_timeout` is. So a wait first ends when they are due; returns
+    /// that (or `deadline` where it does not apply) and the ring position that tells whether the
+    /// worker has got past them.
+    pub(super) fn first_deadline(&self, deadline: Instant) -> (Instant, Option<u32>) {
+        match (self.backend, self.pending_until) {
+            (BackendKind::Emu, Some(due)) if due < deadline => (due, Some(self.chan.mark())),
+            _ => (deadline, None),
+        }
+    }
+
+    /// Waits for the response to the call sent as (`seq`, `id`) and decodes it: until `first`,
+    /// and on to `deadline` only if the worker has served everything before `mark` by then (see
+    /// [`Worker::first_deadline`]).
+    pub(super) fn receive(
+        &mut self,
+        seq: u32,
+        id: u64,
+        (first, mark, deadline): (Instant, Option<u32>, Instant),
+        op: &str,
+        timeout: Duration,
+        signalled: bool,
+    ) -> Result<(Response, Answer), WorkerError> {
+        let proc = &self.proc;
+        let wait = |chan: &mut HostEnd, resp: &mut Vec<u8>, until: Instant| {
+            if signalled {
+                chan.wait_signalled(seq, until, &mut || proc.poll(), resp)
+            } else {
+                chan.wait(seq, until, &mut || proc.poll(), resp)
+                    .map(|()| Answer::Response)
+            }
+        };
+        let mut waited = wait(&mut self.chan, &mut self.resp, first);
+        if waited == Err(WaitError::Timeout) && mark.is_some_and(|m| self.chan.served_past(m)) {
+            waited = wait(&mut self.chan, &mut self.resp, deadline);
+        }
+        let answer = match waited {
+            Ok(a) => a,
+            Err(w) => return Err(self.wait_failed(op, w, timeout)),
+        };
+        if answer == Answer::Signalled {
+            return Ok((Response::Ok, answer));
+        }
+        let (rid, resp) = match decode_response(&self.resp) {
+            Ok(r) => r,
+            Err(e) => {
+                return Err(self.lose(format!("protocol violation: undecodable response: {e}")))
+            }
+        };
+        if rid != id {
+            return Err(self.lose(format!(
+                "protocol violation: response to request {rid}, expected {id}"
+            )));
+        }
+        if let Response::Error { kind, message } = resp {
+            if kind.poisons_worker() {
+                self.poisoned = Some((kind, message.clone()));
+            }
+            return Err(WorkerError::Op { kind, message });
+        }
+        Ok((resp, Answer::Response))
+    }
+
+    /// The error for a wait on the channel (for room, or for an answer) that ended badly; the
+    /// worker is lost (killed and reaped) in every case.
+    pub(super) fn wait_failed(&mut self, op: &str, w: WaitError, timeout: Duration) -> WorkerError {
+        match w {
+            WaitError::Timeout if self.pending_until.is_some() => {
+                let msg = format!(
+                    "no answer to {op} within {timeout:?}, which covers every queued kernel's deadline: a kernel \
+                     (the last one launched was `{}`) ran past its deadline and its worker did not report it; the \
+                     worker was killed",
+                    self.last_kernel
+                );
+                self.lose(msg.clone());
+                WorkerError::op(ErrorKind::DeadlineExceeded, msg)
+            }
+            WaitError::Timeout => self.lose(format!("no answer to {op} within {timeout:?}")),
+            WaitError::Dead(how) => {
+                let lost = self.lose(format!("worker process {how}"));
+                if self.proc.ended_by_watchdog() {
+                    return WorkerError::op(
+                        ErrorKind::DeadlineExceeded,
+                        format!("a kernel ran past its deadline with no sync waiting, and its worker process {how}"),
+                    );
+                }
+                lost
+            }
+            WaitError::Protocol(m) | WaitError::Failed(m) => {
+                self.lose(format!("protocol violation: {m}"))
+            }
+        }
+    }
+
+    pub(super) fn unexpected(&mut self, op: &str, resp: &Response) -> WorkerError {
+        self.lose(format!("protocol violation: {op} answered with {resp:?}"))
+    }
+}
+
+/// `t + d`, saturating at a century from `t` (an absurd configured deadline must not panic).
+pub(super) fn later(t: Instant, d: Duration) -> Instant {
+    t.checked_add(d)
+        .unwrap_or_else(|| t + Duration::from_secs(100 * 365 * 86_400))
+}

@@ -1,0 +1,285 @@
+//! The operations a lease performs on its worker, one method each.
+
+use std::os::fd::AsFd;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::calls::later;
+use super::{emu_step_limit, Launch, Worker};
+use crate::contract::channel::Answer;
+use crate::contract::{
+    BackendKind, ErrorKind, LaunchRequest, LoadedModule, Request, Response, WorkerInfo,
+};
+use crate::host::error::WorkerError;
+use crate::host::guest_memory::GuestSpan;
+
+impl Worker {
+    pub fn ping(&mut self) -> Result<(), WorkerError> {
+        self.call_ok(&Request::Ping)
+    }
+
+    pub fn info(&mut self) -> Result<WorkerInfo, WorkerError> {
+        match self.call(&Request::Info, self.op_timeout)? {
+            Response::Info(i) => Ok(i),
+            other => Err(self.unexpected("info", &other)),
+        }
+    }
+
+    pub fn alloc(&mut self, bytes: u64) -> Result<u64, WorkerError> {
+        match self.call(&Request::Alloc { bytes }, self.op_timeout)? {
+            Response::Allocated { addr } => Ok(addr),
+            other => Err(self.unexpected("alloc", &other)),
+        }
+    }
+
+    pub fn free(&mut self, addr: u64) -> Result<(), WorkerError> {
+        self.call_ok(&Request::Free { addr })
+    }
+
+    /// Writes `data` at device address `addr`, through the data region in chunks of its size.
+    pub fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), WorkerError> {
+        // The data region is free: the last call was answered, and launches never use it.
+        self.usable()?;
+        let chunk = self.chan.data_size();
+        if data.is_empty() {
+            return self.call_ok(&Request::Write { addr, len: 0 });
+        }
+        for (i, part) in data.chunks(chunk).enumerate() {
+            let at = offset(addr, i * chunk)?;
+            self.chan
+                .write_data(part)
+                .map_err(|e| WorkerError::op(ErrorKind::InvalidArgument, e.to_string()))?;
+            self.call_ok(&Request::Write {
+                addr: at,
+                len: part.len() as u64,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Reads `out.len()` bytes at device address `addr`, in chunks of the data region's size.
+    pub fn read(&mut self, addr: u64, out: &mut [u8]) -> Result<(), WorkerError> {
+        self.usable()?;
+        let chunk = self.chan.data_size();
+        if out.is_empty() {
+            return self.call_ok(&Request::Read { addr, len: 0 });
+        }
+        for (i, part) in out.chunks_mut(chunk).enumerate() {
+            let at = offset(addr, i * chunk)?;
+            self.call_ok(&Request::Read {
+                addr: at,
+                len: part.len() as u64,
+            })?;
+            self.chan
+                .read_data(part)
+                .map_err(|e| WorkerError::op(ErrorKind::InvalidArgument, e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// Writes the guest bytes `src` at device address `addr`: the worker copies straight from its
+    /// own mapping of the memory (one pinned DMA on cuda). Attaches the memory to this worker on
+    /// first use (and detaches memories the host has dropped since). Errors as [`Worker::write`].
+    pub fn write_from(&mut self, addr: u64, src: &GuestSpan) -> Result<(), WorkerError> {
+        self.usable()?;
+        self.attach(src)?;
+        let req = Request::WriteFrom {
+            addr,
+            memory: src.memory_id(),
+            offset: src.offset() as u64,
+            len: src.len() as u64,
+        };
+        self.transfer(&req, src.len())
+    }
+
+    /// Reads `dst.len()` bytes at device address `addr` into the guest memory span `dst`, in
+    /// place. Attaches as [`Worker::write_from`]; errors as [`Worker::read`]. On an error the span
+    /// may hold part of the data.
+    pub fn read_into(&mut self, addr: u64, dst: &GuestSpan) -> Result<(), WorkerError> {
+        self.usable()?;
+        self.attach(dst)?;
+        let req = Request::ReadInto {
+            addr,
+            memory: dst.memory_id(),
+            offset: dst.offset() as u64,
+            len: dst.len() as u64,
+        };
+        self.transfer(&req, dst.len())
+    }
+
+    /// One bulk copy of `len` bytes: its timeout grows with the size, at a rate far below any
+    /// backend's (a copy in chunks gets `op_timeout` per 8 MiB chunk).
+    fn transfer(&mut self, req: &Request<'_>, len: usize) -> Result<(), WorkerError> {
+        const SLOWEST_BYTES_PER_SEC: u64 = 64 << 20;
+        let extra = Duration::from_secs((len as u64).div_ceil(SLOWEST_BYTES_PER_SEC));
+        match self.call(req, self.op_timeout.saturating_add(extra))? {
+            Response::Ok => Ok(()),
+            other => Err(self.unexpected(req.name(), &other)),
+        }
+    }
+
+    /// Makes sure the worker has mapped `span`'s memory: passes the memfd on the control socket,
+    /// then asks the worker to map it. First detaches memories the host has dropped, so a worker
+    /// serving a long lease does not keep every dead instance's memory alive.
+    fn attach(&mut self, span: &GuestSpan) -> Result<(), WorkerError> {
+        let dead: Vec<u64> = self
+            .attached
+            .iter()
+            .filter(|(_, w)| w.strong_count() == 0)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in dead {
+            self.attached.remove(&id);
+            self.call_ok(&Request::DetachMemory { id })?;
+        }
+        let id = span.memory_id();
+        if self.attached.contains_key(&id) {
+            return Ok(());
+        }
+        self.usable()?;
+        if let Err(e) =
+            crate::contract::control_socket::send_fd(self.ctl.as_fd(), id, span.shared.fd.as_fd())
+        {
+            // Nothing was queued; but a socket that refuses a packet means a dead or wedged peer.
+            let how = self
+                .proc
+                .poll()
+                .map_or_else(String::new, |h| format!(" (worker process {h})"));
+            return Err(self.lose(format!("cannot pass guest memory to the worker: {e}{how}")));
+        }
+        self.call_ok(&Request::AttachMemory {
+            id,
+            capacity: span.shared.capacity as u64,
+        })?;
+        self.attached.insert(id, Arc::downgrade(&span.shared));
+        Ok(())
+    }
+
+    /// Guest memories this worker has mapped now (for tests and accounting).
+    pub fn attached_memories(&self) -> usize {
+        self.attached.len()
+    }
+
+    pub fn copy(&mut self, dst: u64, src: u64, len: u64) -> Result<(), WorkerError> {
+        self.call_ok(&Request::Copy { dst, src, len })
+    }
+
+    pub fn load_module(&mut self, ptx: &str) -> Result<LoadedModule, WorkerError> {
+        match self.call(&Request::LoadModule { ptx }, self.op_timeout)? {
+            Response::Module { id, kernels } => Ok(LoadedModule { id, kernels }),
+            other => Err(self.unexpected("load-module", &other)),
+        }
+    }
+
+    pub fn load_source(
+        &mut self,
+        source: &str,
+        options: &[String],
+    ) -> Result<LoadedModule, WorkerError> {
+        let options = options.iter().map(String::as_str).collect();
+        match self.call(&Request::LoadSource { source, options }, self.op_timeout)? {
+            Response::Module { id, kernels } => Ok(LoadedModule { id, kernels }),
+            other => Err(self.unexpected("load-source", &other)),
+        }
+    }
+
+    pub fn unload_module(&mut self, id: u32) -> Result<(), WorkerError> {
+        self.call_ok(&Request::UnloadModule { id })
+    }
+
+    /// Launches a kernel: posted, like a CUDA launch.
+    ///
+    /// The request is appended to the channel's ring and this returns without waiting for the
+    /// worker (only, when the ring is full, for room in it). The worker serves requests in order.
+    /// If the launch fails, the worker keeps the error and drops later launches; the next op that
+    /// waits for an answer (every op but `launch`: `sync`, `read`, `alloc`, `info`, `ping` …) is
+    /// then not performed and returns the launch's error instead, its message saying it came
+    /// from an earlier launch of that kernel (`free` and `reset` are performed regardless; `free`
+    /// leaves the error to the op after it, `reset` drops it with the rest of the lease's state).
+    /// A fault or a missed deadline poisons the worker as always; a worker that dies is `Lost`.
+    ///
+    /// On the emulator the worker runs each kernel before taking the next request (or to its
+    /// step limit, which stands in for the deadline); on CUDA it queues the kernel, and the
+    /// kernel's fault or missed deadline is reported by `sync` or by the next op that waits for
+    /// it (every op but `ping`, `info` and `launch`). Either way the host keeps a bound on how
+    /// long the queued kernels may legitimately take — each its whole deadline (on the emulator
+    /// plus a quarter and 100 ms of slack for the step limit) from when the one before it could
+    /// have ended — and every op may take that much longer than `op_timeout`. An op with no
+    /// answer by then is `DeadlineExceeded` while kernels are queued (a kernel ran past its
+    /// deadline unreported) and the worker is killed; with nothing queued it is `Lost`.
+    pub fn launch(&mut self, l: &Launch<'_>) -> Result<(), WorkerError> {
+        if l.deadline.is_zero() {
+            return Err(WorkerError::op(
+                ErrorKind::InvalidArgument,
+                "a launch needs a deadline above zero",
+            ));
+        }
+        self.usable()?;
+        let deadline_ns = u64::try_from(l.deadline.as_nanos()).unwrap_or(u64::MAX);
+        let step_limit = match self.backend {
+            BackendKind::Emu => emu_step_limit(l.deadline),
+            // Ignored there (the deadline is a clock); 0 is the shortest on the wire.
+            BackendKind::Cuda => 0,
+        };
+        let req = Request::Launch(LaunchRequest {
+            module: l.module,
+            kernel: l.kernel,
+            grid: l.grid,
+            block: l.block,
+            shared_mem_bytes: l.shared_mem_bytes,
+            args: l.args,
+            step_limit,
+            deadline_ns,
+        });
+        self.encode(&req);
+        self.post_frame()?;
+        // The clock is read after posting (a kernel starts no earlier than that anyway), not on the
+        // way to the worker.
+        let now = Instant::now();
+        let from = self.pending_until.map_or(now, |p| p.max(now));
+        self.pending_until = Some(later(from, self.launch_bound(l.deadline)));
+        self.last_kernel.clear();
+        self.last_kernel.push_str(l.kernel);
+        Ok(())
+    }
+
+    /// Waits for every launched kernel; reports the first fault or missed deadline.
+    ///
+    /// On a device that can signal (cuda), success may be seen in the channel's completion word,
+    /// stored by the device itself once the kernels finished, before the worker's answer (see
+    /// `transport`); a failure always comes as the worker's answer.
+    pub fn sync(&mut self) -> Result<(), WorkerError> {
+        match self.call_answered(&Request::Sync, self.op_timeout, true)? {
+            (_, Answer::Signalled) => {
+                self.signalled_syncs += 1;
+                Ok(())
+            }
+            (Response::Ok, Answer::Response) => Ok(()),
+            (other, Answer::Response) => Err(self.unexpected("sync", &other)),
+        }
+    }
+
+    /// How many `sync`s so far were answered through the completion word.
+    pub fn signalled_syncs(&self) -> u64 {
+        self.signalled_syncs
+    }
+
+    /// Frees every allocation, unloads every module and detaches every guest memory (the pool
+    /// does this on release).
+    pub fn reset(&mut self) -> Result<(), WorkerError> {
+        let r = self.call_ok(&Request::Reset);
+        // Whatever the answer: the worker drops its attachments before resetting its backend, and
+        // a lost worker has none. A memory used again is attached again.
+        self.attached.clear();
+        r
+    }
+}
+
+fn offset(addr: u64, by: usize) -> Result<u64, WorkerError> {
+    addr.checked_add(by as u64).ok_or_else(|| {
+        WorkerError::op(
+            ErrorKind::OutOfBounds,
+            format!("{addr:#x}+{by} overflows the address space"),
+        )
+    })
+}

@@ -1,0 +1,150 @@
+//! A worker's OS process as the host's child: started with its channel's fds, watched, killed and
+//! reaped by pid.
+
+use std::io;
+use std::os::fd::RawFd;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+
+use super::error::WorkerError;
+use crate::contract::{WorkerArgs, WorkerCommand, EXIT_DEADLINE};
+
+/// A worker's OS process: reaped by us (never by `std::process::Child`) so that a kill from the
+/// pool's shutdown and the owner's liveness checks agree on whether the pid is still ours.
+pub(crate) struct Proc {
+    pid: i32,
+    /// Set once reaped, with how it ended. Holding this lock across kill+waitpid means nobody
+    /// signals a pid after it was reaped (and possibly reused).
+    exited: Mutex<Option<Exit>>,
+}
+
+/// How a reaped process ended.
+#[derive(Debug, Clone)]
+struct Exit {
+    how: String,
+    /// It exited with [`EXIT_DEADLINE`]: its watchdog ended it over a runaway kernel.
+    deadline: bool,
+}
+
+impl Proc {
+    /// Runs `program args… <args>` with the fds in `inherit` (close-on-exec in this process, as
+    /// every fd the host makes) left open for the child alone. Stdin and stdout are null, stderr is
+    /// the host's; the child leads its own process group, so a terminal's Ctrl-C goes to the host,
+    /// which decides; and it is killed when the *thread* that spawned it exits
+    /// (`PR_SET_PDEATHSIG`).
+    pub(crate) fn spawn(
+        command: &WorkerCommand,
+        args: &WorkerArgs,
+        inherit: [RawFd; 2],
+    ) -> Result<Proc, WorkerError> {
+        let mut cmd = Command::new(&command.program);
+        cmd.args(&command.args)
+            .args(args.to_args())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .process_group(0);
+        // SAFETY: runs between fork and exec; only async-signal-safe syscalls, no allocation.
+        unsafe {
+            cmd.pre_exec(move || {
+                for fd in inherit {
+                    if libc::fcntl(fd, libc::F_SETFD, 0) == -1 {
+                        return Err(io::Error::last_os_error());
+                    }
+                }
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) == -1 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().map_err(|e| {
+            WorkerError::Spawn(format!("cannot run {}: {e}", command.program.display()))
+        })?;
+        let pid = child.id() as i32;
+        // Reaped by pid here, never through the `Child`: dropping it neither waits nor kills.
+        drop(child);
+        Ok(Proc {
+            pid,
+            exited: Mutex::new(None),
+        })
+    }
+
+    pub(crate) fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// None while running; how it ended once it has (reaping it).
+    pub(crate) fn poll(&self) -> Option<String> {
+        let mut g = self.exited.lock().unwrap_or_else(|p| p.into_inner());
+        if g.is_none() {
+            *g = reap(self.pid, libc::WNOHANG);
+        }
+        g.as_ref().map(|e| e.how.clone())
+    }
+
+    /// Whether it has ended by its watchdog over a kernel past its deadline.
+    pub(crate) fn ended_by_watchdog(&self) -> bool {
+        self.exited
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .is_some_and(|e| e.deadline)
+    }
+
+    /// SIGKILL (if still running) and reap. Returns how it ended.
+    pub(crate) fn kill(&self) -> String {
+        let mut g = self.exited.lock().unwrap_or_else(|p| p.into_inner());
+        if g.is_none() {
+            // SAFETY: the pid is our unreaped child (the lock guarantees it), so it is not reused.
+            unsafe { libc::kill(self.pid, libc::SIGKILL) };
+            *g = reap(self.pid, 0);
+        }
+        g.as_ref()
+            .map_or_else(|| "killed".into(), |e| e.how.clone())
+    }
+
+    /// Sends `sig` if the process has not been reaped (for tests: SIGSTOP).
+    pub(crate) fn signal(&self, sig: i32) {
+        let g = self.exited.lock().unwrap_or_else(|p| p.into_inner());
+        if g.is_none() {
+            // SAFETY: as in `kill`.
+            unsafe { libc::kill(self.pid, sig) };
+        }
+    }
+}
+
+fn reap(pid: i32, flags: i32) -> Option<Exit> {
+    loop {
+        let mut status = 0;
+        // SAFETY: plain waitpid on our own child.
+        let r = unsafe { libc::waitpid(pid, &mut status, flags) };
+        if r == pid {
+            let deadline = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == EXIT_DEADLINE;
+            let how = if deadline {
+                "ended itself: its watchdog stopped a kernel that ran past its deadline".to_string()
+            } else if libc::WIFEXITED(status) {
+                format!("exited with status {}", libc::WEXITSTATUS(status))
+            } else if libc::WIFSIGNALED(status) {
+                format!("was killed by signal {}", libc::WTERMSIG(status))
+            } else {
+                format!("ended with wait status {status:#x}")
+            };
+            return Some(Exit { how, deadline });
+        }
+        if r == 0 {
+            return None;
+        }
+        match io::Error::last_os_error().raw_os_error() {
+            Some(libc::EINTR) => continue,
+            // Someone else reaped it (a waitpid(-1) elsewhere, or SIGCHLD ignored): it is gone.
+            _ => {
+                return Some(Exit {
+                    how: "exited (reaped elsewhere)".into(),
+                    deadline: false,
+                })
+            }
+        }
+    }
+}

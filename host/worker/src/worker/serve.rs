@@ -1,0 +1,349 @@
+//! The serving loop: requests from the channel to the backend and answers back, with the
+//! launches the host posted ahead handed over together and a failed launch's error held for the
+//! next call.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use super::attach::Attachments;
+use super::backend::{self, Backend, BackendError};
+use crate::contract::channel::{Incoming, WorkerEnd};
+use crate::contract::codec::{decode_request, encode_response};
+use crate::contract::{ErrorKind, LaunchRequest, Request, Response};
+
+/// Serves requests on `end` until the host closes it or `host_alive` says it is gone.
+///
+/// Launches the host posted ahead of the worker are taken from the ring together and handed to
+/// the backend in one [`Backend::launch_batch`] (see `serve_posted`). Posted frames (launches)
+/// get no response: the first one that fails is kept as the *deferred*
+/// error and later posted launches are dropped until it is reported. A call arriving while one is
+/// held is not performed: it is answered with that error instead — except `free`, which is
+/// performed and leaves the error for the next call, and `reset`, which is performed and drops it
+/// (it belongs to the lease that just ended). An error that poisons the worker (a fault, a missed
+/// deadline) is never dropped: every later call, `reset` included, is answered with it.
+///
+/// Refuses to attach guest memory (no control socket): see [`serve_guests`].
+pub fn serve(end: &mut WorkerEnd, backend: &mut dyn Backend, host_alive: &mut dyn FnMut() -> bool) {
+    serve_guests(end, backend, &mut Attachments::new(None), host_alive)
+}
+
+/// [`serve`] with the guest memories attached through `guests`' control socket.
+pub fn serve_guests(
+    end: &mut WorkerEnd,
+    backend: &mut dyn Backend,
+    guests: &mut Attachments,
+    host_alive: &mut dyn FnMut() -> bool,
+) {
+    // frames[0] takes every request; the rest, the launches taken with a first one.
+    let mut frames: Vec<Vec<u8>> = (0..POSTED_BATCH).map(|_| Vec::with_capacity(256)).collect();
+    let mut out = Vec::with_capacity(4096);
+    let mut deferred: Option<Response> = None;
+    loop {
+        let posted = match end.wait_request(&mut frames[0], host_alive, &mut || backend.flush()) {
+            Incoming::Posted => true,
+            Incoming::Call => false,
+            Incoming::Closed | Incoming::HostGone => return,
+            Incoming::Corrupt(why) => {
+                // Nothing after this can be found; the host sees the worker gone (`Lost`).
+                eprintln!(
+                    "tasklet worker {}: request ring corrupt: {why}",
+                    std::process::id()
+                );
+                return;
+            }
+        };
+        if posted {
+            if deferred.is_none() {
+                deferred = serve_posted(end, backend, &mut frames);
+            }
+            continue;
+        }
+        let (id, resp) = serve_call(end, backend, guests, &frames[0], &mut deferred);
+        out.clear();
+        encode_response(id, &resp, &mut out);
+        if end.respond(&out).is_err() {
+            out.clear();
+            encode_response(
+                id,
+                &error(
+                    ErrorKind::InvalidArgument,
+                    "response too large for the channel".into(),
+                ),
+                &mut out,
+            );
+            // A short error frame always fits the message area.
+            let _ = end.respond(&out);
+        }
+    }
+}
+
+/// Most posted launches served together (see [`serve_posted`]).
+const POSTED_BATCH: usize = 16;
+
+/// What unused slots of a batch hold.
+const NO_LAUNCH: LaunchRequest<'static> = LaunchRequest {
+    module: 0,
+    kernel: "",
+    grid: [0; 3],
+    block: [0; 3],
+    shared_mem_bytes: 0,
+    args: &[],
+    step_limit: 0,
+    deadline_ns: 0,
+};
+
+/// Runs the posted launch in `frames[0]` together with the ones the host has already posted
+/// behind it (up to [`POSTED_BATCH`], when the worker is behind: [`WorkerEnd::behind`]), through
+/// [`Backend::launch_batch`]; the first error, if any, to hold until the next call. Launches
+/// behind a failed or malformed one are dropped, as they would be one by one.
+fn serve_posted(
+    end: &mut WorkerEnd,
+    backend: &mut dyn Backend,
+    frames: &mut [Vec<u8>],
+) -> Option<Response> {
+    let mut taken = 1;
+    while end.behind() && taken < frames.len() && end.take_ready_posted(&mut frames[taken]) {
+        taken += 1;
+    }
+    if taken == 1 {
+        // The hot path of a launch followed by its sync: no batch to fill.
+        return match decode_launch(&frames[0]) {
+            Ok(l) => launch_batch(backend, &[l]),
+            Err(why) => Some(error(ErrorKind::InvalidArgument, why)),
+        };
+    }
+    let mut launches = [NO_LAUNCH; POSTED_BATCH];
+    let mut n = 0;
+    let mut refused = None;
+    for frame in &frames[..taken] {
+        match decode_launch(frame) {
+            Ok(l) => {
+                launches[n] = l;
+                n += 1;
+            }
+            Err(why) => {
+                refused = Some(error(ErrorKind::InvalidArgument, why));
+                break;
+            }
+        }
+    }
+    launch_batch(backend, &launches[..n]).or(refused)
+}
+
+/// A posted frame's launch, or why it is refused (an invalid argument).
+fn decode_launch(frame: &[u8]) -> Result<LaunchRequest<'_>, String> {
+    match decode_request(frame) {
+        Ok((_, Request::Launch(l))) => Ok(l),
+        Ok((_, req)) => Err(format!(
+            "a {} request was posted; only launches may be",
+            req.name()
+        )),
+        Err(e) => Err(format!("malformed posted request: {e}")),
+    }
+}
+
+/// [`Backend::launch_batch`] with its panics caught (a fault, as in [`guarded`]); the error to
+/// defer, naming the launch that failed.
+fn launch_batch(backend: &mut dyn Backend, launches: &[LaunchRequest<'_>]) -> Option<Response> {
+    if launches.is_empty() {
+        return None;
+    }
+    let launched = catch_unwind(AssertUnwindSafe(|| backend.launch_batch(launches)))
+        .unwrap_or_else(|p| {
+            Err((
+                0,
+                BackendError::new(ErrorKind::KernelFault, internal_error(&*p)),
+            ))
+        });
+    launched.err().map(|(i, e)| {
+        let kernel = launches.get(i).map_or("?", |l| l.kernel);
+        error(
+            e.kind,
+            format!(
+                "an earlier launch of kernel `{kernel}` failed: {}",
+                e.message
+            ),
+        )
+    })
+}
+
+/// Performs a call, or answers it with the deferred error (see [`serve`]).
+fn serve_call(
+    end: &mut WorkerEnd,
+    backend: &mut dyn Backend,
+    guests: &mut Attachments,
+    frame: &[u8],
+    deferred: &mut Option<Response>,
+) -> (u64, Response) {
+    let (id, req) = match decode_request(frame) {
+        Ok(r) => r,
+        Err(e) => {
+            return (
+                0,
+                error(
+                    ErrorKind::InvalidArgument,
+                    format!("malformed request: {e}"),
+                ),
+            )
+        }
+    };
+    let poisoned = matches!(deferred, Some(Response::Error { kind, .. }) if kind.poisons_worker());
+    match (&req, deferred.is_some()) {
+        (_, false) => (id, guarded(end, backend, guests, &req)),
+        (_, true) if poisoned => (id, deferred.clone().unwrap_or(Response::Ok)),
+        (Request::Free { .. }, true) => (id, guarded(end, backend, guests, &req)),
+        (Request::Reset, true) => {
+            *deferred = None;
+            (id, guarded(end, backend, guests, &req))
+        }
+        (_, true) => (id, deferred.take().unwrap_or(Response::Ok)),
+    }
+}
+
+/// Dispatches with the backend's panics caught: a panic leaves its state unknown, so it is
+/// reported as a fault, which poisons this worker so the host never reuses it.
+fn guarded(
+    end: &mut WorkerEnd,
+    backend: &mut dyn Backend,
+    guests: &mut Attachments,
+    req: &Request<'_>,
+) -> Response {
+    catch_unwind(AssertUnwindSafe(|| dispatch(end, backend, guests, req)))
+        .unwrap_or_else(|p| error(ErrorKind::KernelFault, internal_error(&*p)))
+}
+
+fn error(kind: ErrorKind, message: String) -> Response {
+    Response::Error { kind, message }
+}
+
+fn dispatch(
+    end: &mut WorkerEnd,
+    b: &mut dyn Backend,
+    guests: &mut Attachments,
+    req: &Request<'_>,
+) -> Response {
+    let done = |r: Result<(), backend::BackendError>| match r {
+        Ok(()) => Response::Ok,
+        Err(e) => Response::Error {
+            kind: e.kind,
+            message: e.message,
+        },
+    };
+    let too_big = |what: &str, len: u64, cap: usize| {
+        error(
+            ErrorKind::InvalidArgument,
+            format!("{what} of {len} bytes exceeds the {cap}-byte data region"),
+        )
+    };
+    match req {
+        Request::Ping => Response::Ok,
+        Request::Alloc { bytes } => match b.alloc(*bytes) {
+            Ok(addr) => Response::Allocated { addr },
+            Err(e) => Response::Error {
+                kind: e.kind,
+                message: e.message,
+            },
+        },
+        Request::Free { addr } => done(b.free(*addr)),
+        Request::Write { addr, len } => {
+            let cap = end.data_size();
+            match usize::try_from(*len).ok().and_then(|n| end.data(n)) {
+                Some(data) => done(b.write(*addr, data)),
+                None => too_big("write", *len, cap),
+            }
+        }
+        Request::Read { addr, len } => {
+            let cap = end.data_size();
+            match usize::try_from(*len).ok().and_then(|n| end.data_mut(n)) {
+                Some(data) => done(b.read(*addr, data)),
+                None => too_big("read", *len, cap),
+            }
+        }
+        Request::Copy { dst, src, len } => done(b.copy(*dst, *src, *len)),
+        Request::LoadModule { ptx } => match b.load_module(ptx) {
+            Ok(m) => Response::Module {
+                id: m.id,
+                kernels: m.kernels,
+            },
+            Err(e) => Response::Error {
+                kind: e.kind,
+                message: e.message,
+            },
+        },
+        Request::LoadSource { source, options } => match b.load_source(source, options) {
+            Ok(m) => Response::Module {
+                id: m.id,
+                kernels: m.kernels,
+            },
+            Err(e) => Response::Error {
+                kind: e.kind,
+                message: e.message,
+            },
+        },
+        Request::UnloadModule { id } => done(b.unload_module(*id)),
+        Request::Launch(l) => done(b.launch(l)),
+        Request::Sync => done(match end.call_seq() {
+            Some(seq) => b.sync_signalling(seq),
+            None => b.sync(),
+        }),
+        Request::Reset => {
+            guests.detach_all(b);
+            done(b.reset())
+        }
+        Request::Info => Response::Info(b.info()),
+        Request::AttachMemory { id, capacity } => done(guests.attach(b, *id, *capacity)),
+        Request::DetachMemory { id } => done(guests.detach(b, *id)),
+        Request::WriteFrom {
+            addr,
+            memory,
+            offset,
+            len,
+        } => match guest_range(b, guests, *memory, *offset, *len) {
+            // SAFETY: `range` checked that `len` bytes at `p` lie in the mapping and in the
+            // memfd's size; the slice lives only for this copy. The host (guest) may change the
+            // bytes meanwhile, which can only change what is copied.
+            Ok((p, n)) => done(b.write(*addr, unsafe { std::slice::from_raw_parts(p, n) })),
+            Err(e) => done(Err(e)),
+        },
+        Request::ReadInto {
+            addr,
+            memory,
+            offset,
+            len,
+        } => match guest_range(b, guests, *memory, *offset, *len) {
+            // SAFETY: as for `WriteFrom`; nothing else in this process refers to these bytes.
+            Ok((p, n)) => done(b.read(*addr, unsafe { std::slice::from_raw_parts_mut(p, n) })),
+            Err(e) => done(Err(e)),
+        },
+    }
+}
+
+/// The checked range of an attached guest memory, as a pointer and a length.
+fn guest_range(
+    b: &mut dyn Backend,
+    guests: &mut Attachments,
+    memory: u64,
+    offset: u64,
+    len: u64,
+) -> Result<(*mut u8, usize), backend::BackendError> {
+    let p = guests.range(b, memory, offset, len)?;
+    // `range` bounded offset + len by a mapping in this address space: it fits a usize.
+    Ok((p, len as usize))
+}
+
+/// What a panic while serving reports (as a fault: the worker's state is suspect).
+fn internal_error(p: &(dyn std::any::Any + Send)) -> String {
+    format!("worker internal error: {}", panic_message(p))
+}
+
+pub(super) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "panic".to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests;

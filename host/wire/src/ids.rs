@@ -122,7 +122,7 @@ mod tests {
         let good = "ab".repeat(32);
         assert!(Digest::from_hex(good.as_bytes()).is_some());
         assert!(Digest::from_hex("AB".repeat(32).as_bytes()).is_none());
-        assert!(Digest::from_hex(good[..62].as_bytes()).is_none());
+        assert!(Digest::from_hex(&good.as_bytes()[..62]).is_none());
         assert!(Digest::from_hex(format!("{good}00").as_bytes()).is_none());
         assert!(Digest::from_hex(format!("{}g0", &good[..62]).as_bytes()).is_none());
     }

@@ -250,3 +250,21 @@ impl ClientTracker {
         None
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_wrap_past_0_and_skip_those_in_use() {
+        let mut tracker = ClientTracker::new(8);
+        tracker.last_id = u32::MAX - 1;
+        tracker.in_use.extend([u32::MAX, 1, 2]);
+        assert_eq!(tracker.next_free_id(), Some(3));
+    }
+
+    #[test]
+    fn the_limit_is_capped() {
+        assert_eq!(ClientTracker::new(usize::MAX).limit, MAX_TRACKED);
+    }
+}

@@ -1,0 +1,913 @@
+//! Every way bytes are refused, one test each: the decoder answers with the typed cause, before
+//! allocating for a length it was told, and stays failed.
+
+mod support;
+
+use support::*;
+use tasklet_wire::limits::*;
+use tasklet_wire::*;
+
+const REPLY: u8 = 0x01;
+const DATA: u8 = 0x02;
+
+/// A frame from raw parts, its length taken from `body`.
+fn frame(version: u8, flags: u8, opcode: u16, request_id: u32, body: &[u8]) -> Vec<u8> {
+    let mut bytes = vec![version, flags];
+    bytes.extend_from_slice(&opcode.to_be_bytes());
+    bytes.extend_from_slice(&request_id.to_be_bytes());
+    bytes.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    bytes.extend_from_slice(body);
+    bytes
+}
+
+/// A header announcing `len` body bytes, with none behind it.
+fn header_only(flags: u8, opcode: Opcode, len: u32) -> Vec<u8> {
+    let mut bytes = frame(PROTOCOL_VERSION, flags, opcode as u16, 1, &[]);
+    bytes[8..12].copy_from_slice(&len.to_be_bytes());
+    bytes
+}
+
+fn to_node_error(bytes: &[u8]) -> DecodeError {
+    decode_whole(Direction::ToNode, bytes).1.unwrap_err()
+}
+
+fn to_client_error(bytes: &[u8]) -> DecodeError {
+    decode_whole(Direction::ToClient, bytes).1.unwrap_err()
+}
+
+fn request_bytes(id: u32, request: &Request) -> Vec<u8> {
+    let mut out = Vec::new();
+    let _ = encode_request(id, request, &mut out).unwrap();
+    out
+}
+
+fn reply_bytes(id: u32, reply: &Reply) -> Vec<u8> {
+    let mut out = Vec::new();
+    let _ = encode_reply(id, reply, &mut out).unwrap();
+    out
+}
+
+fn sync_body() -> Vec<u8> {
+    7u64.to_be_bytes().to_vec()
+}
+
+// ---- header ----
+
+#[test]
+fn unknown_version() {
+    for version in [0, 2, 0xFF] {
+        let bytes = frame(version, 0, Opcode::Sync as u16, 1, &sync_body());
+        assert_eq!(
+            to_node_error(&bytes),
+            DecodeError::UnsupportedVersion {
+                version,
+                supported: 1
+            }
+        );
+    }
+}
+
+#[test]
+fn unknown_flag_bits() {
+    for flags in [0x04, 0x80, 0xFC] {
+        let bytes = frame(1, flags, Opcode::Sync as u16, 1, &sync_body());
+        assert_eq!(
+            to_node_error(&bytes),
+            DecodeError::UnknownFlags { flags, known: 0x03 }
+        );
+    }
+}
+
+#[test]
+fn unknown_opcode() {
+    for opcode in [0x0002, 0x0204, 0x060D, 0x0703, 0xFFFF] {
+        let bytes = frame(1, 0, opcode, 1, &[]);
+        assert_eq!(to_node_error(&bytes), DecodeError::UnknownOpcode { opcode });
+    }
+}
+
+#[test]
+fn frames_sent_the_wrong_way() {
+    let reply_to_node = reply_bytes(1, &Reply::Sync);
+    assert_eq!(
+        to_node_error(&reply_to_node),
+        DecodeError::WrongDirection {
+            opcode: Opcode::Sync,
+            direction: "reply"
+        }
+    );
+    let request_to_client = request_bytes(
+        1,
+        &Request::Sync {
+            session: SessionId(7),
+        },
+    );
+    assert_eq!(
+        to_client_error(&request_to_client),
+        DecodeError::WrongDirection {
+            opcode: Opcode::Sync,
+            direction: "request"
+        }
+    );
+    // Pipelined ops get no reply, not even a failed one.
+    let launch_reply = frame(1, REPLY, Opcode::Launch as u16, 1, &[0, 0]);
+    assert_eq!(
+        to_client_error(&launch_reply),
+        DecodeError::WrongDirection {
+            opcode: Opcode::Launch,
+            direction: "reply"
+        }
+    );
+    // GOAWAY is the node's alone.
+    let goaway_request = frame(1, 0, Opcode::GoAway as u16, 0, &[]);
+    assert_eq!(
+        to_node_error(&goaway_request),
+        DecodeError::WrongDirection {
+            opcode: Opcode::GoAway,
+            direction: "request"
+        }
+    );
+}
+
+// ---- lengths: refused before anything is allocated or waited for ----
+
+#[test]
+fn a_4_gib_frame_length_is_refused_at_the_header() {
+    let mut decoder = Decoder::for_node(DecoderConfig::default());
+    let bytes = header_only(0, Opcode::ModuleLoad, u32::MAX);
+    assert_eq!(
+        decoder.decode(&bytes),
+        Err(DecodeError::FrameTooLong {
+            len: u32::MAX,
+            limit: MAX_FRAME_BODY
+        })
+    );
+    let just_over = header_only(0, Opcode::ModuleLoad, MAX_FRAME_BODY + 1);
+    assert_eq!(
+        to_node_error(&just_over),
+        DecodeError::FrameTooLong {
+            len: MAX_FRAME_BODY + 1,
+            limit: MAX_FRAME_BODY
+        }
+    );
+}
+
+#[test]
+fn a_4_gib_field_length_is_refused_at_the_field() {
+    // MODULE_LOAD: session, then the ptx's u32 length.
+    let mut body = 3u64.to_be_bytes().to_vec();
+    body.extend_from_slice(&u32::MAX.to_be_bytes());
+    let bytes = frame(1, 0, Opcode::ModuleLoad as u16, 1, &body);
+    assert_eq!(
+        to_node_error(&bytes),
+        DecodeError::FieldTooLong {
+            field: "ptx",
+            len: u32::MAX.into(),
+            limit: MAX_MODULE_BYTES as u64
+        }
+    );
+}
+
+#[test]
+fn list_counts_over_their_limit() {
+    // LAUNCH with 4 Gi arguments announced.
+    let mut body = Vec::new();
+    for word in [1u64, 2] {
+        body.extend_from_slice(&word.to_be_bytes());
+    }
+    for word in [0u32, 1, 1, 1, 1, 1, 1, 0, u32::MAX] {
+        body.extend_from_slice(&word.to_be_bytes());
+    }
+    let bytes = frame(1, 0, Opcode::Launch as u16, 1, &body);
+    assert_eq!(
+        to_node_error(&bytes),
+        DecodeError::TooManyItems {
+            field: "args",
+            count: u32::MAX.into(),
+            limit: MAX_LAUNCH_ARGS as u64
+        }
+    );
+    // MODULE_LOAD_SOURCE with one option too many.
+    let too_many = Request::ModuleLoadSource {
+        session: SessionId(1),
+        source: String::new(),
+        options: vec![String::new(); MAX_COMPILE_OPTIONS + 1],
+    };
+    assert_eq!(
+        encode_request(1, &too_many, &mut Vec::new()),
+        Err(EncodeError::TooManyItems {
+            field: "options",
+            count: 65,
+            limit: 64
+        })
+    );
+}
+
+#[test]
+fn chunk_lengths_out_of_range() {
+    let mut stream = request_bytes(
+        1,
+        &Request::MemWrite {
+            session: SessionId(1),
+            buffer: BufferId(2),
+            offset: 0,
+            len: 10,
+        },
+    );
+    let mut empty = stream.clone();
+    empty.extend_from_slice(&header_only(DATA, Opcode::MemWrite, 0));
+    assert_eq!(
+        to_node_error(&empty),
+        DecodeError::BadChunkLength {
+            len: 0,
+            limit: MAX_CHUNK
+        }
+    );
+    stream.extend_from_slice(&header_only(DATA, Opcode::MemWrite, MAX_CHUNK + 1));
+    assert_eq!(
+        to_node_error(&stream),
+        DecodeError::BadChunkLength {
+            len: MAX_CHUNK + 1,
+            limit: MAX_CHUNK
+        }
+    );
+}
+
+#[test]
+fn streamed_total_over_the_receivers_limit() {
+    let write = Request::MemWrite {
+        session: SessionId(1),
+        buffer: BufferId(2),
+        offset: 0,
+        len: 4097,
+    };
+    let mut decoder = Decoder::for_node(DecoderConfig {
+        max_stream_bytes: 4096,
+    });
+    let (events, end) = decode_in_pieces(&mut decoder, &request_bytes(1, &write), &[5]);
+    assert!(events.is_empty());
+    assert_eq!(
+        end,
+        Err(DecodeError::StreamTooLong {
+            field: "len",
+            len: 4097,
+            limit: 4096
+        })
+    );
+    // The same on the client's side, for a reply.
+    let read = Reply::MemRead { len: u64::MAX };
+    assert_eq!(
+        to_client_error(&reply_bytes(1, &read)),
+        DecodeError::StreamTooLong {
+            field: "len",
+            len: u64::MAX,
+            limit: DEFAULT_MAX_STREAM_BYTES
+        }
+    );
+}
+
+// ---- bodies ----
+
+#[test]
+fn truncated_field() {
+    // SYNC's session is 8 bytes; give 5.
+    let bytes = frame(1, 0, Opcode::Sync as u16, 1, &[0, 0, 0, 0, 7]);
+    assert_eq!(
+        to_node_error(&bytes),
+        DecodeError::Truncated { field: "session" }
+    );
+    // A string announcing more than the body holds (within its limit).
+    let mut body = vec![0, 0, 0, 40];
+    body.extend_from_slice(b"short");
+    let bytes = frame(1, 0, Opcode::DeployPush as u16, 1, &body);
+    assert_eq!(
+        to_node_error(&bytes),
+        DecodeError::Truncated { field: "manifest" }
+    );
+}
+
+#[test]
+fn trailing_bytes() {
+    let mut body = sync_body();
+    body.push(0);
+    let bytes = frame(1, 0, Opcode::Sync as u16, 1, &body);
+    assert_eq!(
+        to_node_error(&bytes),
+        DecodeError::TrailingBytes { count: 1 }
+    );
+    // An empty request with a body.
+    let bytes = frame(1, 0, Opcode::GetInventory as u16, 1, &[1, 2, 3]);
+    assert_eq!(
+        to_node_error(&bytes),
+        DecodeError::TrailingBytes { count: 3 }
+    );
+    // An OK reply that has no fields, with one.
+    let bytes = frame(1, REPLY, Opcode::Free as u16, 1, &[0, 0, 9]);
+    assert_eq!(
+        to_client_error(&bytes),
+        DecodeError::TrailingBytes { count: 1 }
+    );
+}
+
+fn error_body(status: u16, message: &[u8], failed: Option<(u32, u16)>) -> Vec<u8> {
+    let mut body = status.to_be_bytes().to_vec();
+    body.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    body.extend_from_slice(message);
+    match failed {
+        None => body.push(0),
+        Some((id, opcode)) => {
+            body.push(1);
+            body.extend_from_slice(&id.to_be_bytes());
+            body.extend_from_slice(&opcode.to_be_bytes());
+        }
+    }
+    body
+}
+
+#[test]
+fn error_message_over_its_cap() {
+    let at_cap = frame(
+        1,
+        REPLY,
+        Opcode::Sync as u16,
+        1,
+        &error_body(12, &[b'x'; MAX_ERROR_MESSAGE], None),
+    );
+    assert_eq!(decode_whole(Direction::ToClient, &at_cap).1, Ok(()));
+    let over = frame(
+        1,
+        REPLY,
+        Opcode::Sync as u16,
+        1,
+        &error_body(12, &[b'x'; MAX_ERROR_MESSAGE + 1], None),
+    );
+    assert_eq!(
+        to_client_error(&over),
+        DecodeError::FieldTooLong {
+            field: "message",
+            len: 1025,
+            limit: MAX_ERROR_MESSAGE as u64
+        }
+    );
+}
+
+#[test]
+fn peer_names_over_their_cap() {
+    let hello = Request::Hello {
+        min_version: 1,
+        max_version: 1,
+        agent: "a".repeat(MAX_PEER_NAME + 1),
+    };
+    assert_eq!(
+        encode_request(1, &hello, &mut Vec::new()),
+        Err(EncodeError::FieldTooLong {
+            field: "agent",
+            len: 257,
+            limit: 256
+        })
+    );
+    let mut body = vec![1, 1];
+    body.extend_from_slice(&(MAX_PEER_NAME as u32 + 1).to_be_bytes());
+    body.extend_from_slice(&[b'a'; MAX_PEER_NAME + 1]);
+    let bytes = frame(1, 0, Opcode::Hello as u16, 1, &body);
+    assert_eq!(
+        to_node_error(&bytes),
+        DecodeError::FieldTooLong {
+            field: "agent",
+            len: 257,
+            limit: 256
+        }
+    );
+}
+
+#[test]
+fn unknown_and_reserved_statuses() {
+    for status in [1, 5, 20, 0xFFFF] {
+        let bytes = frame(
+            1,
+            REPLY,
+            Opcode::Sync as u16,
+            1,
+            &error_body(status, b"", None),
+        );
+        assert_eq!(
+            to_client_error(&bytes),
+            DecodeError::UnknownStatus { status }
+        );
+    }
+}
+
+#[test]
+fn failed_op_only_in_barrier_replies_and_only_pipelined() {
+    let named = error_body(12, b"fault", Some((3, Opcode::Launch as u16)));
+    assert_eq!(
+        decode_whole(
+            Direction::ToClient,
+            &frame(1, REPLY, Opcode::Sync as u16, 9, &named)
+        )
+        .1,
+        Ok(())
+    );
+    assert_eq!(
+        decode_whole(
+            Direction::ToClient,
+            &frame(1, REPLY, Opcode::MemRead as u16, 9, &named)
+        )
+        .1,
+        Ok(())
+    );
+    assert_eq!(
+        to_client_error(&frame(1, REPLY, Opcode::MemAlloc as u16, 9, &named)),
+        DecodeError::InvalidValue {
+            field: "failed_op",
+            value: 1
+        }
+    );
+    let not_pipelined = error_body(12, b"fault", Some((3, Opcode::MemCopy as u16)));
+    assert_eq!(
+        to_client_error(&frame(1, REPLY, Opcode::Sync as u16, 9, &not_pipelined)),
+        DecodeError::InvalidValue {
+            field: "failed_op.opcode",
+            value: Opcode::MemCopy as u64
+        }
+    );
+    let unknown = error_body(12, b"fault", Some((3, 0x7777)));
+    assert_eq!(
+        to_client_error(&frame(1, REPLY, Opcode::Sync as u16, 9, &unknown)),
+        DecodeError::InvalidValue {
+            field: "failed_op.opcode",
+            value: 0x7777
+        }
+    );
+    // And the encoder will not write them.
+    let mut error = ErrorReply::new(ErrorCode::KernelFault, "fault");
+    error.failed_op = Some(FailedOp {
+        request_id: 3,
+        opcode: Opcode::Launch,
+    });
+    let reply = Reply::Error {
+        opcode: Opcode::MemAlloc,
+        error: error.clone(),
+    };
+    assert!(matches!(
+        encode_reply(9, &reply, &mut Vec::new()),
+        Err(EncodeError::InvalidValue {
+            field: "failed_op",
+            ..
+        })
+    ));
+    error.failed_op = Some(FailedOp {
+        request_id: 3,
+        opcode: Opcode::Free,
+    });
+    let reply = Reply::Error {
+        opcode: Opcode::Sync,
+        error,
+    };
+    assert!(matches!(
+        encode_reply(9, &reply, &mut Vec::new()),
+        Err(EncodeError::InvalidValue {
+            field: "failed_op.opcode",
+            ..
+        })
+    ));
+}
+
+#[test]
+fn goaway_rules() {
+    let good = frame(
+        1,
+        REPLY,
+        Opcode::GoAway as u16,
+        0,
+        &error_body(19, b"draining", None),
+    );
+    assert_eq!(
+        decode_whole(Direction::ToClient, &good).0,
+        vec![Owned::GoAway(ErrorReply::new(
+            ErrorCode::Draining,
+            "draining"
+        ))]
+    );
+    let with_id = frame(
+        1,
+        REPLY,
+        Opcode::GoAway as u16,
+        4,
+        &error_body(19, b"", None),
+    );
+    assert_eq!(
+        to_client_error(&with_id),
+        DecodeError::InvalidValue {
+            field: "request id",
+            value: 4
+        }
+    );
+    let ok_status = frame(1, REPLY, Opcode::GoAway as u16, 0, &[0, 0]);
+    assert_eq!(
+        to_client_error(&ok_status),
+        DecodeError::InvalidValue {
+            field: "status",
+            value: 0
+        }
+    );
+    let named = frame(
+        1,
+        REPLY,
+        Opcode::GoAway as u16,
+        0,
+        &error_body(17, b"", Some((1, Opcode::Launch as u16))),
+    );
+    assert_eq!(
+        to_client_error(&named),
+        DecodeError::InvalidValue {
+            field: "failed_op",
+            value: 1
+        }
+    );
+    // GOAWAY never streams data.
+    let data = frame(1, REPLY | DATA, Opcode::GoAway as u16, 0, &[1]);
+    assert_eq!(
+        to_client_error(&data),
+        DecodeError::WrongDirection {
+            opcode: Opcode::GoAway,
+            direction: "reply"
+        }
+    );
+}
+
+#[test]
+fn invalid_values() {
+    // DEPLOY_HAS's reply: present must be 0 or 1.
+    let bytes = frame(1, REPLY, Opcode::DeployHas as u16, 1, &[0, 0, 2]);
+    assert_eq!(
+        to_client_error(&bytes),
+        DecodeError::InvalidValue {
+            field: "present",
+            value: 2
+        }
+    );
+    // LEASE_ALLOC's device option tag.
+    let mut body = [0u8; 12].to_vec();
+    body.push(2);
+    let bytes = frame(1, 0, Opcode::LeaseAlloc as u16, 1, &body);
+    assert_eq!(
+        to_node_error(&bytes),
+        DecodeError::InvalidValue {
+            field: "device",
+            value: 2
+        }
+    );
+    // A LAUNCH argument with tag 8.
+    let mut launch = request_bytes(
+        1,
+        &Request::Launch(Launch {
+            session: SessionId(1),
+            module: ModuleId(2),
+            kernel: 0,
+            grid: [1; 3],
+            block: [1; 3],
+            shared_mem_bytes: 0,
+            args: vec![KernelArg::U32(5)],
+        }),
+    );
+    let tag_at = launch.len() - 5;
+    launch[tag_at] = 8;
+    assert_eq!(
+        to_node_error(&launch),
+        DecodeError::InvalidValue {
+            field: "args[].tag",
+            value: 8
+        }
+    );
+}
+
+#[test]
+fn invalid_utf8_and_digests() {
+    let mut body = vec![1, 1, 0, 0, 0, 2, 0xC3, 0x28];
+    let bytes = frame(1, 0, Opcode::Hello as u16, 1, &body);
+    assert_eq!(
+        to_node_error(&bytes),
+        DecodeError::InvalidUtf8 { field: "agent" }
+    );
+
+    let upper = "AB".repeat(32);
+    body = (upper.len() as u32).to_be_bytes().to_vec();
+    body.extend_from_slice(upper.as_bytes());
+    let bytes = frame(1, 0, Opcode::DeployHas as u16, 1, &body);
+    assert_eq!(
+        to_node_error(&bytes),
+        DecodeError::InvalidDigest {
+            len: DIGEST_HEX_LEN
+        }
+    );
+    let short = "ab".repeat(31);
+    body = (short.len() as u32).to_be_bytes().to_vec();
+    body.extend_from_slice(short.as_bytes());
+    let bytes = frame(1, 0, Opcode::DeployHas as u16, 1, &body);
+    assert_eq!(
+        to_node_error(&bytes),
+        DecodeError::InvalidDigest {
+            len: DIGEST_HEX_LEN
+        }
+    );
+}
+
+// ---- streamed data ----
+
+fn write_header(id: u32, len: u64) -> Vec<u8> {
+    request_bytes(
+        id,
+        &Request::MemWrite {
+            session: SessionId(1),
+            buffer: BufferId(2),
+            offset: 0,
+            len,
+        },
+    )
+}
+
+#[test]
+fn data_with_nothing_announced() {
+    let bytes = frame(1, DATA, Opcode::MemWrite as u16, 3, &[1, 2]);
+    assert_eq!(
+        to_node_error(&bytes),
+        DecodeError::UnexpectedData {
+            opcode: Opcode::MemWrite,
+            request_id: 3
+        }
+    );
+    // A failed reply announces nothing, even for an op whose OK reply streams.
+    let mut bytes = frame(
+        1,
+        REPLY,
+        Opcode::MemRead as u16,
+        3,
+        &error_body(11, b"out of bounds", None),
+    );
+    bytes.extend_from_slice(&frame(1, REPLY | DATA, Opcode::MemRead as u16, 3, &[1]));
+    assert_eq!(
+        to_client_error(&bytes),
+        DecodeError::UnexpectedData {
+            opcode: Opcode::MemRead,
+            request_id: 3
+        }
+    );
+}
+
+#[test]
+fn a_message_while_data_is_due() {
+    let mut bytes = write_header(3, 10);
+    bytes.extend_from_slice(&frame(1, DATA, Opcode::MemWrite as u16, 3, &[0; 4]));
+    bytes.extend_from_slice(&frame(1, 0, Opcode::Sync as u16, 4, &sync_body()));
+    assert_eq!(
+        to_node_error(&bytes),
+        DecodeError::ExpectedData {
+            opcode: Opcode::Sync,
+            remaining: 6
+        }
+    );
+}
+
+#[test]
+fn data_of_another_message() {
+    let mut bytes = write_header(3, 10);
+    bytes.extend_from_slice(&frame(1, DATA, Opcode::MemWrite as u16, 4, &[0; 4]));
+    assert_eq!(
+        to_node_error(&bytes),
+        DecodeError::MismatchedData {
+            opcode: Opcode::MemWrite,
+            request_id: 4,
+            open_opcode: Opcode::MemWrite,
+            open_request_id: 3
+        }
+    );
+    let mut bytes = write_header(3, 10);
+    bytes.extend_from_slice(&frame(1, DATA, Opcode::DeployPush as u16, 3, &[0; 4]));
+    assert!(matches!(
+        to_node_error(&bytes),
+        DecodeError::MismatchedData {
+            opcode: Opcode::DeployPush,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn data_past_what_was_announced() {
+    let mut bytes = write_header(3, 10);
+    bytes.extend_from_slice(&frame(1, DATA, Opcode::MemWrite as u16, 3, &[0; 6]));
+    bytes.extend_from_slice(&frame(1, DATA, Opcode::MemWrite as u16, 3, &[0; 5]));
+    assert_eq!(
+        to_node_error(&bytes),
+        DecodeError::ChunkOverrun {
+            len: 5,
+            remaining: 4
+        }
+    );
+    // Once all of it has come, more is data with nothing announced.
+    let mut bytes = write_header(3, 4);
+    bytes.extend_from_slice(&frame(1, DATA, Opcode::MemWrite as u16, 3, &[0; 4]));
+    bytes.extend_from_slice(&frame(1, DATA, Opcode::MemWrite as u16, 3, &[0; 1]));
+    assert_eq!(
+        to_node_error(&bytes),
+        DecodeError::UnexpectedData {
+            opcode: Opcode::MemWrite,
+            request_id: 3
+        }
+    );
+}
+
+#[test]
+fn the_encoder_refuses_data_past_what_was_announced() {
+    let mut out = Vec::new();
+    let mut data = encode_request(
+        3,
+        &Request::DeployRun {
+            digest: Digest([7; 32]),
+            input_len: 5,
+        },
+        &mut out,
+    )
+    .unwrap()
+    .unwrap();
+    let before = out.len();
+    assert_eq!(
+        data.encode(&[0; 6], &mut out),
+        Err(EncodeError::DataOverrun {
+            len: 6,
+            remaining: 5
+        })
+    );
+    assert_eq!(out.len(), before);
+    assert_eq!(
+        data.chunk_header(0),
+        Err(EncodeError::BadChunkLength {
+            len: 0,
+            limit: MAX_CHUNK
+        })
+    );
+    assert_eq!(
+        data.chunk_header(6),
+        Err(EncodeError::DataOverrun {
+            len: 6,
+            remaining: 5
+        })
+    );
+    data.encode(&[1, 2, 3, 4, 5], &mut out).unwrap();
+    assert!(data.is_done());
+    // Nothing announced, no encoder.
+    let nothing = Request::MemWrite {
+        session: SessionId(1),
+        buffer: BufferId(1),
+        offset: 0,
+        len: 0,
+    };
+    assert_eq!(encode_request(4, &nothing, &mut out), Ok(None));
+}
+
+// ---- the end of a stream ----
+
+#[test]
+fn a_stream_that_ends_mid_frame() {
+    let sync = frame(1, 0, Opcode::Sync as u16, 1, &sync_body());
+    let cases: [(&[u8], &str); 3] = [
+        (&sync[..5], "inside a frame header"),
+        (&sync[..FRAME_HEADER_LEN + 3], "inside a frame body"),
+        (&sync[..sync.len() - 1], "inside a frame body"),
+    ];
+    for (bytes, place) in cases {
+        assert_eq!(
+            decode_whole(Direction::ToNode, bytes).1,
+            Err(DecodeError::UnexpectedEnd { place })
+        );
+    }
+    let mut write = write_header(3, 10);
+    assert_eq!(
+        decode_whole(Direction::ToNode, &write).1,
+        Err(DecodeError::UnexpectedEnd {
+            place: "with streamed data still due"
+        })
+    );
+    write.extend_from_slice(
+        &frame(1, DATA, Opcode::MemWrite as u16, 3, &[0; 10])[..FRAME_HEADER_LEN + 4],
+    );
+    assert_eq!(
+        decode_whole(Direction::ToNode, &write).1,
+        Err(DecodeError::UnexpectedEnd {
+            place: "inside a data frame"
+        })
+    );
+}
+
+#[test]
+fn the_first_error_sticks() {
+    let mut decoder = Decoder::for_node(DecoderConfig::default());
+    let bad = frame(9, 0, Opcode::Sync as u16, 1, &sync_body());
+    let err = decoder.decode(&bad).unwrap_err();
+    assert_eq!(
+        err,
+        DecodeError::UnsupportedVersion {
+            version: 9,
+            supported: 1
+        }
+    );
+    let good = frame(1, 0, Opcode::Sync as u16, 1, &sync_body());
+    assert_eq!(decoder.decode(&good), Err(err.clone()));
+    assert_eq!(decoder.finish(), Err(err));
+}
+
+// ---- encoding limits ----
+
+#[test]
+fn oversized_fields_are_not_encoded_and_leave_the_buffer_as_it_was() {
+    let mut out = vec![0xAA];
+    let load = Request::ModuleLoad {
+        session: SessionId(1),
+        ptx: vec![0; MAX_MODULE_BYTES + 1],
+    };
+    assert_eq!(
+        encode_request(1, &load, &mut out),
+        Err(EncodeError::FieldTooLong {
+            field: "ptx",
+            len: MAX_MODULE_BYTES as u64 + 1,
+            limit: MAX_MODULE_BYTES as u64
+        })
+    );
+    assert_eq!(out, [0xAA]);
+}
+
+#[test]
+fn a_body_over_the_frame_limit_is_not_encoded() {
+    // Each field within its limit, the whole over MAX_FRAME_BODY.
+    let param = KernelParam {
+        name: "p".repeat(MAX_NAME),
+        size: 8,
+        align: 8,
+        ptx_type: None,
+    };
+    let kernel = Kernel {
+        name: "k".repeat(MAX_NAME),
+        params: vec![param],
+    };
+    let module = LoadedModule {
+        module: ModuleId(1),
+        kernels: vec![kernel; MAX_KERNELS],
+    };
+    let mut out = Vec::new();
+    let err = encode_reply(1, &Reply::ModuleLoad(module), &mut out).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            EncodeError::FrameTooLong {
+                limit: MAX_FRAME_BODY,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(out.is_empty());
+}
+
+#[test]
+fn replies_for_ops_without_one_are_not_encoded() {
+    for opcode in [Opcode::Launch, Opcode::MemWrite, Opcode::GoAway] {
+        let reply = Reply::Error {
+            opcode,
+            error: ErrorReply::new(ErrorCode::Internal, "x"),
+        };
+        assert!(matches!(
+            encode_reply(1, &reply, &mut Vec::new()),
+            Err(EncodeError::InvalidValue {
+                field: "opcode",
+                ..
+            })
+        ));
+    }
+}
+
+#[test]
+fn messages_name_the_field_and_the_limit() {
+    let err = DecodeError::FieldTooLong {
+        field: "ptx",
+        len: 1 << 32,
+        limit: MAX_MODULE_BYTES as u64,
+    };
+    assert_eq!(
+        err.to_string(),
+        "field ptx of 4294967296 bytes is over the limit of 16777216"
+    );
+    let err = DecodeError::FrameTooLong {
+        len: u32::MAX,
+        limit: MAX_FRAME_BODY,
+    };
+    assert_eq!(
+        err.to_string(),
+        "frame body of 4294967295 bytes is over the limit of 17825792"
+    );
+    let err = DecodeError::WrongDirection {
+        opcode: Opcode::Launch,
+        direction: "reply",
+    };
+    assert_eq!(err.to_string(), "LAUNCH (0x0604) is not sent as a reply");
+}

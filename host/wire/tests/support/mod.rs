@@ -1,0 +1,491 @@
+//! What the integration tests share: strategies for every message, and a decoding harness that
+//! feeds bytes in given pieces and gathers what comes out.
+
+// Each test binary uses a different part of this module.
+#![allow(dead_code)]
+
+use proptest::collection::vec;
+use proptest::prelude::*;
+use tasklet_wire::*;
+
+/// A decoded event with its data owned, and consecutive data of one message merged: what a
+/// stream *means*, whatever pieces its bytes were fed in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Owned {
+    Request(RequestId, Request),
+    Reply(RequestId, Reply),
+    GoAway(ErrorReply),
+    Data(RequestId, Opcode, Vec<u8>),
+}
+
+/// Feeds `input` to `decoder` in pieces of the sizes in `cuts` (cycled; 0 is taken as 1) and
+/// gathers the events, stopping at the first error. Bounded: each call uses at least one byte.
+pub fn decode_in_pieces(
+    decoder: &mut Decoder,
+    input: &[u8],
+    cuts: &[usize],
+) -> (Vec<Owned>, Result<(), DecodeError>) {
+    let mut events = Vec::new();
+    let mut rest = input;
+    let mut cut = cuts.iter().copied().cycle();
+    while !rest.is_empty() {
+        let size = cut.next().unwrap_or(1).max(1).min(rest.len());
+        let (mut piece, after) = rest.split_at(size);
+        rest = after;
+        while !piece.is_empty() {
+            match decoder.decode(piece) {
+                Ok((used, event)) => {
+                    assert!(
+                        used > 0 && used <= piece.len(),
+                        "decode used {used} of {}",
+                        piece.len()
+                    );
+                    piece = &piece[used..];
+                    if let Some(event) = event {
+                        push(&mut events, event);
+                    }
+                }
+                Err(err) => return (events, Err(err)),
+            }
+        }
+    }
+    (events, decoder.finish())
+}
+
+pub fn decode_whole(direction: Direction, input: &[u8]) -> (Vec<Owned>, Result<(), DecodeError>) {
+    let mut decoder = Decoder::new(direction, DecoderConfig::default());
+    decode_in_pieces(&mut decoder, input, &[usize::MAX])
+}
+
+fn push(events: &mut Vec<Owned>, event: Event) {
+    match event {
+        Event::Request {
+            request_id,
+            request,
+        } => events.push(Owned::Request(request_id, request)),
+        Event::Reply { request_id, reply } => events.push(Owned::Reply(request_id, reply)),
+        Event::GoAway(error) => events.push(Owned::GoAway(error)),
+        Event::Data {
+            request_id,
+            opcode,
+            bytes,
+            ..
+        } => {
+            if let Some(Owned::Data(id, op, data)) = events.last_mut() {
+                if *id == request_id && *op == opcode {
+                    data.extend_from_slice(bytes);
+                    return;
+                }
+            }
+            events.push(Owned::Data(request_id, opcode, bytes.to_vec()));
+        }
+    }
+}
+
+/// The events a stream of these messages must decode to.
+pub fn expected_requests(items: &[(RequestId, Request, Vec<u8>)]) -> Vec<Owned> {
+    let mut events = Vec::new();
+    for (id, request, data) in items {
+        events.push(Owned::Request(*id, request.clone()));
+        if !data.is_empty() {
+            events.push(Owned::Data(*id, request.opcode(), data.clone()));
+        }
+    }
+    events
+}
+
+pub fn expected_replies(items: &[(RequestId, Reply, Vec<u8>)]) -> Vec<Owned> {
+    let mut events = Vec::new();
+    for (id, reply, data) in items {
+        events.push(Owned::Reply(*id, reply.clone()));
+        if !data.is_empty() {
+            events.push(Owned::Data(*id, reply.opcode(), data.clone()));
+        }
+    }
+    events
+}
+
+/// Encodes a message's data in pieces of the sizes in `cuts` (each piece one or more frames).
+pub fn encode_data(encoder: Option<DataEncoder>, data: &[u8], cuts: &[usize], out: &mut Vec<u8>) {
+    let Some(mut encoder) = encoder else {
+        assert!(data.is_empty(), "no encoder for {} bytes", data.len());
+        return;
+    };
+    let mut cut = cuts.iter().copied().cycle();
+    let mut rest = data;
+    while !rest.is_empty() {
+        let size = cut.next().unwrap_or(1).max(1).min(rest.len());
+        let (piece, after) = rest.split_at(size);
+        encoder.encode(piece, out).unwrap();
+        rest = after;
+    }
+    assert!(encoder.is_done());
+}
+
+// ---- strategies ----
+
+pub fn text(max_chars: usize) -> impl Strategy<Value = String> {
+    vec(any::<char>(), 0..=max_chars).prop_map(|chars| chars.into_iter().collect())
+}
+
+pub fn bytes(max: usize) -> impl Strategy<Value = Vec<u8>> {
+    vec(any::<u8>(), 0..=max)
+}
+
+fn dims() -> impl Strategy<Value = [u32; 3]> {
+    any::<[u32; 3]>()
+}
+
+pub fn digest() -> impl Strategy<Value = Digest> {
+    any::<[u8; 32]>().prop_map(Digest)
+}
+
+pub fn kernel_arg() -> impl Strategy<Value = KernelArg> {
+    prop_oneof![
+        (any::<u64>(), any::<u64>()).prop_map(|(b, offset)| KernelArg::Buffer {
+            buffer: BufferId(b),
+            offset
+        }),
+        any::<i32>().prop_map(KernelArg::I32),
+        any::<u32>().prop_map(KernelArg::U32),
+        any::<i64>().prop_map(KernelArg::I64),
+        any::<u64>().prop_map(KernelArg::U64),
+        any::<u32>().prop_map(|bits| KernelArg::F32(f32::from_bits(bits))),
+        any::<u64>().prop_map(|bits| KernelArg::F64(f64::from_bits(bits))),
+        bytes(64).prop_map(KernelArg::Bytes),
+    ]
+}
+
+pub fn loaded_module() -> impl Strategy<Value = LoadedModule> {
+    let param = (
+        text(16),
+        any::<u32>(),
+        any::<u32>(),
+        proptest::option::of(text(8)),
+    )
+        .prop_map(|(name, size, align, ptx_type)| KernelParam {
+            name,
+            size,
+            align,
+            ptx_type,
+        });
+    let kernel = (text(24), vec(param, 0..6)).prop_map(|(name, params)| Kernel { name, params });
+    (any::<u64>(), vec(kernel, 0..5)).prop_map(|(m, kernels)| LoadedModule {
+        module: ModuleId(m),
+        kernels,
+    })
+}
+
+pub fn device() -> impl Strategy<Value = Device> {
+    (
+        any::<u32>(),
+        text(24),
+        text(6),
+        text(40),
+        any::<u64>(),
+        any::<u64>(),
+        any::<(u32, u32)>(),
+        any::<u32>(),
+    )
+        .prop_map(
+            |(
+                index,
+                name,
+                backend,
+                uuid,
+                total_memory,
+                free_memory,
+                compute_capability,
+                driver_version,
+            )| Device {
+                index,
+                name,
+                backend,
+                uuid,
+                total_memory,
+                free_memory,
+                compute_capability,
+                driver_version,
+            },
+        )
+}
+
+fn lease() -> impl Strategy<Value = LeaseId> {
+    any::<u64>().prop_map(LeaseId)
+}
+
+fn session() -> impl Strategy<Value = SessionId> {
+    any::<u64>().prop_map(SessionId)
+}
+
+fn buffer() -> impl Strategy<Value = BufferId> {
+    any::<u64>().prop_map(BufferId)
+}
+
+/// Every request kind, with streamed lengths left at 0 (see [`request_with_data`]).
+pub fn request() -> impl Strategy<Value = Request> {
+    prop_oneof![
+        (any::<u8>(), any::<u8>(), text(32)).prop_map(|(min_version, max_version, agent)| {
+            Request::Hello {
+                min_version,
+                max_version,
+                agent,
+            }
+        }),
+        Just(Request::GetInventory),
+        (
+            any::<u64>(),
+            any::<u32>(),
+            proptest::option::of(any::<u32>())
+        )
+            .prop_map(|(min_bytes, seconds, device)| Request::LeaseAlloc {
+                min_bytes,
+                seconds,
+                device
+            }),
+        lease().prop_map(|lease| Request::MemFree { lease }),
+        (lease(), any::<u32>()).prop_map(|(lease, seconds)| Request::LeaseRenew { lease, seconds }),
+        lease().prop_map(|lease| Request::LeaseInfo { lease }),
+        (
+            lease(),
+            bytes(256),
+            text(24),
+            dims(),
+            dims(),
+            bytes(64),
+            any::<u64>(),
+            any::<u64>()
+        )
+            .prop_map(
+                |(lease, ptx, kernel, grid, block, args, output_size, output_offset)| {
+                    Request::GpuSubmit(GpuSubmit {
+                        lease,
+                        ptx,
+                        kernel,
+                        grid,
+                        block,
+                        args,
+                        output_size,
+                        output_offset,
+                    })
+                }
+            ),
+        (session(), any::<u64>()).prop_map(|(session, bytes)| Request::MemAlloc { session, bytes }),
+        (session(), buffer(), any::<u64>()).prop_map(|(session, buffer, offset)| {
+            Request::MemWrite {
+                session,
+                buffer,
+                offset,
+                len: 0,
+            }
+        }),
+        (session(), bytes(256)).prop_map(|(session, ptx)| Request::ModuleLoad { session, ptx }),
+        (
+            session(),
+            any::<u64>(),
+            any::<u32>(),
+            dims(),
+            dims(),
+            any::<u32>(),
+            vec(kernel_arg(), 0..8)
+        )
+            .prop_map(
+                |(session, module, kernel, grid, block, shared_mem_bytes, args)| {
+                    Request::Launch(Launch {
+                        session,
+                        module: ModuleId(module),
+                        kernel,
+                        grid,
+                        block,
+                        shared_mem_bytes,
+                        args,
+                    })
+                }
+            ),
+        session().prop_map(|session| Request::Sync { session }),
+        (session(), buffer(), any::<u64>(), any::<u64>()).prop_map(
+            |(session, buffer, offset, len)| Request::MemRead {
+                session,
+                buffer,
+                offset,
+                len
+            }
+        ),
+        (session(), buffer()).prop_map(|(session, buffer)| Request::Free { session, buffer }),
+        lease().prop_map(|lease| Request::SessionOpen { lease }),
+        session().prop_map(|session| Request::SessionClose { session }),
+        (
+            session(),
+            buffer(),
+            any::<u64>(),
+            buffer(),
+            any::<u64>(),
+            any::<u64>()
+        )
+            .prop_map(|(session, dst, dst_offset, src, src_offset, len)| {
+                Request::MemCopy {
+                    session,
+                    dst,
+                    dst_offset,
+                    src,
+                    src_offset,
+                    len,
+                }
+            }),
+        (session(), text(200), vec(text(16), 0..6)).prop_map(|(session, source, options)| {
+            Request::ModuleLoadSource {
+                session,
+                source,
+                options,
+            }
+        }),
+        (session(), any::<u64>()).prop_map(|(session, module)| Request::ModuleUnload {
+            session,
+            module: ModuleId(module)
+        }),
+        bytes(128).prop_map(|manifest| Request::DeployPush {
+            manifest,
+            component_len: 0
+        }),
+        digest().prop_map(|digest| Request::DeployHas { digest }),
+        digest().prop_map(|digest| Request::DeployRun {
+            digest,
+            input_len: 0
+        }),
+    ]
+}
+
+/// A request with data of the length it announces (empty for requests that stream nothing).
+pub fn request_with_data() -> impl Strategy<Value = (Request, Vec<u8>)> {
+    (request(), bytes(3000)).prop_map(|(mut request, data)| {
+        let len = data.len() as u64;
+        match &mut request {
+            Request::MemWrite { len: l, .. } => *l = len,
+            Request::DeployPush { component_len, .. } => *component_len = len,
+            Request::DeployRun { input_len, .. } => *input_len = len,
+            _ => return (request, Vec::new()),
+        }
+        (request, data)
+    })
+}
+
+pub fn error_code() -> impl Strategy<Value = ErrorCode> {
+    proptest::sample::select(ErrorCode::ALL.to_vec())
+}
+
+/// An error reply for a request of `opcode`: naming a failed pipelined op only where allowed.
+pub fn error_reply(opcode: Opcode) -> impl Strategy<Value = ErrorReply> {
+    let failed = proptest::option::of(
+        (
+            any::<u32>(),
+            prop_oneof![Just(Opcode::Launch), Just(Opcode::MemWrite)],
+        )
+            .prop_map(|(request_id, opcode)| FailedOp { request_id, opcode }),
+    );
+    (error_code(), text(200), failed).prop_map(move |(code, message, failed_op)| ErrorReply {
+        code,
+        message,
+        failed_op: failed_op.filter(|_| opcode.is_barrier()),
+    })
+}
+
+/// Every reply kind, failures included, with streamed lengths left at 0 (see [`reply_with_data`]).
+pub fn reply() -> impl Strategy<Value = Reply> {
+    let answered: Vec<Opcode> = Opcode::ALL
+        .into_iter()
+        .filter(|op| op.has_reply())
+        .collect();
+    let failure = proptest::sample::select(answered).prop_flat_map(|opcode| {
+        error_reply(opcode).prop_map(move |error| Reply::Error { opcode, error })
+    });
+    prop_oneof![
+        (any::<u8>(), text(32), any::<u64>()).prop_map(|(version, node, max_stream_bytes)| {
+            Reply::Hello {
+                version,
+                node,
+                max_stream_bytes,
+            }
+        }),
+        vec(device(), 0..4).prop_map(|devices| Reply::Inventory { devices }),
+        (
+            lease(),
+            any::<u64>(),
+            any::<u32>(),
+            any::<u64>(),
+            any::<u64>()
+        )
+            .prop_map(|(lease, generation, device, granted_bytes, ttl_ms)| {
+                Reply::LeaseAlloc {
+                    lease,
+                    generation,
+                    device,
+                    granted_bytes,
+                    ttl_ms,
+                }
+            }),
+        Just(Reply::MemFree),
+        (any::<u64>(), any::<u64>())
+            .prop_map(|(generation, ttl_ms)| Reply::LeaseRenew { generation, ttl_ms }),
+        (
+            any::<u32>(),
+            any::<u64>(),
+            any::<u64>(),
+            any::<u64>(),
+            any::<u64>()
+        )
+            .prop_map(
+                |(device, generation, granted_bytes, used_bytes, remaining_ms)| Reply::LeaseInfo {
+                    device,
+                    generation,
+                    granted_bytes,
+                    used_bytes,
+                    remaining_ms
+                }
+            ),
+        Just(Reply::GpuSubmit { output_len: 0 }),
+        buffer().prop_map(|buffer| Reply::MemAlloc { buffer }),
+        loaded_module().prop_map(Reply::ModuleLoad),
+        Just(Reply::Sync),
+        Just(Reply::MemRead { len: 0 }),
+        Just(Reply::Free),
+        session().prop_map(|session| Reply::SessionOpen { session }),
+        Just(Reply::SessionClose),
+        Just(Reply::MemCopy),
+        loaded_module().prop_map(Reply::ModuleLoadSource),
+        Just(Reply::ModuleUnload),
+        (digest(), any::<bool>()).prop_map(|(digest, already_present)| Reply::DeployPush {
+            digest,
+            already_present
+        }),
+        any::<bool>().prop_map(|present| Reply::DeployHas { present }),
+        (any::<u64>(), any::<i32>(), any::<u64>()).prop_map(|(run_id, exit_status, elapsed_us)| {
+            Reply::DeployRun {
+                run_id,
+                exit_status,
+                elapsed_us,
+                output_len: 0,
+            }
+        }),
+        failure,
+    ]
+}
+
+/// A reply with data of the length it announces (empty for replies that stream nothing).
+pub fn reply_with_data() -> impl Strategy<Value = (Reply, Vec<u8>)> {
+    (reply(), bytes(3000)).prop_map(|(mut reply, data)| {
+        let len = data.len() as u64;
+        match &mut reply {
+            Reply::GpuSubmit { output_len } | Reply::DeployRun { output_len, .. } => {
+                *output_len = len
+            }
+            Reply::MemRead { len: l } => *l = len,
+            _ => return (reply, Vec::new()),
+        }
+        (reply, data)
+    })
+}
+
+/// Piece sizes for cutting a byte stream: mostly small, some large.
+pub fn cuts() -> impl Strategy<Value = Vec<usize>> {
+    vec(prop_oneof![4 => 1usize..16, 1 => 16usize..4096], 1..32)
+}

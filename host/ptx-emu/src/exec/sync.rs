@@ -16,6 +16,7 @@ use crate::ir::*;
 impl Warp {
     /// Wakes this warp's lanes waiting at barrier `id`, giving those of a `bar.red` the
     /// reduction `acc`.
+    #[inline]
     pub(super) fn release_barrier(&mut self, id: usize, acc: u32) {
         for l in lanes(self.bar_wait) {
             if self.bar_id[l] as usize != id {

@@ -29,6 +29,9 @@ pub(super) struct FnLower<'c, 'm> {
 }
 
 impl<'c, 'm> FnLower<'c, 'm> {
+    /// Lowers function `fi`'s body onto the end of `cx.code`, ending it with a `ret`; `kinfo` is
+    /// the signature of a kernel, whose parameters live in the argument block rather than in
+    /// the per-thread parameter area.
     pub(super) fn run(
         cx: &'c mut ModuleCtx,
         m: &'m ast::ModuleAst,

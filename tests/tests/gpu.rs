@@ -11,10 +11,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tasklet_runtime::gpu::error::kind_name;
 use tasklet_runtime::Host;
 use tasklet_tests::{
-    assert_baseline, gpu_host_or_skip, load, manifest, probe_lines, run_ok, test_policy,
+    assert_baseline, assert_first_gpu_error, assert_gpu_error, eventually, gpu_host_or_skip, load,
+    manifest, pid_alive, probe_lines, run_ok, spawn_run, test_policy,
 };
 use tasklet_worker::{nvml, ErrorKind, Launch, LoadedModule, WorkerError};
 
@@ -39,7 +39,6 @@ fn median(mut v: Vec<Duration>) -> Duration {
     v.get(v.len() / 2).copied().unwrap_or_default()
 }
 
-/// Waits until `f()` or `timeout`; says which.
 /// Timed samples cut into 50 ms slices: (slice start after `origin`, median of the slice).
 fn median_slices(samples: &[(Instant, Duration)], origin: Instant) -> Vec<(Duration, Duration)> {
     let slice = Duration::from_millis(50);
@@ -65,22 +64,6 @@ fn over_bound(slices: &[(Duration, Duration)], bound: Duration) -> usize {
     slices.iter().filter(|s| s.1 > bound).count()
 }
 
-fn eventually(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + timeout;
-    while Instant::now() < end {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    f()
-}
-
-fn pid_alive(pid: u32) -> bool {
-    // SAFETY: signal 0 only checks existence.
-    unsafe { libc::kill(pid as i32, 0) == 0 }
-}
-
 /// A lease driven through the worker API, with the iota kernel loaded and a 16 KiB buffer.
 struct Direct {
     host: Arc<Host>,
@@ -97,12 +80,8 @@ impl Direct {
             .unwrap_or_else(|e| panic!("lease: {e:?}"));
         let (module, buf) = host
             .leases()
-            .with_worker(&lease, |a| {
-                let m = a.worker.load_module(IOTA_PTX)?;
-                let buf = a.worker.alloc(16 * 1024)?;
-                *a.used += 16 * 1024;
-                Ok((m, buf))
-            })
+            .with_worker(&lease, |w| w.load_module(IOTA_PTX))
+            .and_then(|m| Ok((m, host.leases().alloc(&lease, 16 * 1024)?)))
             .unwrap_or_else(|e| panic!("setup: {e:?}"));
         Direct {
             host: host.clone(),
@@ -123,8 +102,8 @@ impl Direct {
         let t = Instant::now();
         self.host
             .leases()
-            .with_worker(&self.lease, |a| {
-                a.worker.launch(&Launch {
+            .with_worker(&self.lease, |w| {
+                w.launch(&Launch {
                     module: self.module.id,
                     kernel: "iota",
                     grid: [32, 1, 1],
@@ -133,7 +112,7 @@ impl Direct {
                     args: &args,
                     deadline: Duration::from_secs(10),
                 })?;
-                a.worker.sync()
+                w.sync()
             })
             .unwrap_or_else(|e| panic!("B's launch+sync failed: {e:?}"));
         t.elapsed()
@@ -161,13 +140,7 @@ fn a_faulting_tenant_gets_kernel_fault_and_the_other_keeps_correct_results() {
     let host = Arc::new(host);
     let probe = Arc::new(load(&host, manifest("testing/probe")));
     let b_started = Instant::now();
-    let b = {
-        let (host, probe) = (host.clone(), probe.clone());
-        std::thread::spawn(move || {
-            let out = run_ok(&host, &probe, "verify 4");
-            (out, Instant::now())
-        })
-    };
+    let b = spawn_run(&host, &probe, "verify 4");
     assert!(
         eventually(Duration::from_secs(10), || host.accounting().leases >= 1),
         "B never took its lease"
@@ -180,16 +153,8 @@ fn a_faulting_tenant_gets_kernel_fault_and_the_other_keeps_correct_results() {
         "A (fault) after {:?}: {a_out:?}",
         a_done - b_started
     ));
-    let a = probe_lines(&a_out);
-    let fault = a
-        .iter()
-        .find(|l| l.0 == "error")
-        .unwrap_or_else(|| panic!("A got no error: {a:?}"));
-    assert_eq!(fault.1, "kernel-fault", "{a:?}");
-    assert!(
-        fault.2.contains("CUDA_ERROR_"),
-        "the fault carries the driver's words: {a:?}"
-    );
+    // The fault carries the driver's words.
+    assert_first_gpu_error(&probe_lines(&a_out), "kernel-fault", "CUDA_ERROR_");
     let (b_out, b_done) = b.join().expect("B's thread");
     log(format!(
         "B (verify 4 s) ended {:?} after A: {b_out:?}",
@@ -260,13 +225,7 @@ fn a_runaway_tenant_is_killed_within_its_deadline_and_the_other_recovers() {
     m.gpu.max_vram = 2 << 30;
     let probe = Arc::new(load(&host, m));
     let a_started = Instant::now();
-    let a = {
-        let (host, probe) = (host.clone(), probe.clone());
-        std::thread::spawn(move || {
-            let out = run_ok(&host, &probe, "spin-big 1024");
-            (out, Instant::now())
-        })
-    };
+    let a = spawn_run(&host, &probe, "spin-big 1024");
     // A's worker, and the device memory in use while A spins.
     let mut a_pid = None;
     let mut mem_during = None;
@@ -291,12 +250,7 @@ fn a_runaway_tenant_is_killed_within_its_deadline_and_the_other_recovers() {
         during.iter().max()
     ));
 
-    let lines = probe_lines(&a_out);
-    let err = lines
-        .iter()
-        .find(|l| l.0 == "error")
-        .unwrap_or_else(|| panic!("A got no error: {lines:?}"));
-    assert_eq!(err.1, "deadline-exceeded", "{lines:?}");
+    assert_first_gpu_error(&probe_lines(&a_out), "deadline-exceeded", "");
     assert!(
         a_took < deadline + Duration::from_secs(1),
         "A's deadline-exceeded took {a_took:?}, deadline {deadline:?}"
@@ -401,17 +355,13 @@ fn memory_a_tenant_leaves_behind_reads_as_zeros() {
     let mut m = manifest("testing/probe");
     m.gpu.max_vram = 256 * MIB;
     let probe = Arc::new(load(&host, m));
-    let a = {
-        let (host, probe) = (host.clone(), probe.clone());
-        std::thread::spawn(move || run_ok(&host, &probe, "pattern 64"))
-    };
-    let a_out = a.join().expect("A's thread");
+    let (a_out, _) = spawn_run(&host, &probe, "pattern 64")
+        .join()
+        .expect("A's thread");
     assert_eq!(a_out, format!("ok pattern {}\n", 64 * MIB), "A: {a_out}");
-    let b = {
-        let (host, probe) = (host.clone(), probe.clone());
-        std::thread::spawn(move || run_ok(&host, &probe, "zeros 64"))
-    };
-    let b_out = b.join().expect("B's thread");
+    let (b_out, _) = spawn_run(&host, &probe, "zeros 64")
+        .join()
+        .expect("B's thread");
     log(format!("A: {a_out:?}; B: {b_out:?}"));
     assert_eq!(b_out, format!("ok zeros {}\n", 64 * MIB), "B: {b_out}");
     assert_baseline(&host);
@@ -423,11 +373,7 @@ fn allocation_past_a_lease_is_quota_exceeded_on_the_gpu() {
     let (host, _) = gpu_host_or_skip!("lease quota", test_policy());
     let probe = load(&host, manifest("testing/probe"));
     let lines = probe_lines(&run_ok(&host, &probe, "alloc-past-lease"));
-    assert_eq!(
-        (lines[0].0.as_str(), lines[0].1.as_str()),
-        ("error", "quota-exceeded"),
-        "{lines:?}"
-    );
+    assert_gpu_error(&lines, 0, "quota-exceeded", "");
     assert_baseline(&host);
 }
 
@@ -463,11 +409,7 @@ fn leases_past_the_device_are_capacity_exceeded_on_the_gpu() {
     let probe = load(&host, m);
     let over = d.total_memory / MIB + 1;
     let lines = probe_lines(&run_ok(&host, &probe, &format!("lease {over}")));
-    assert_eq!(
-        (lines[0].0.as_str(), lines[0].1.as_str()),
-        ("error", "capacity-exceeded"),
-        "{lines:?}"
-    );
+    assert_gpu_error(&lines, 0, "capacity-exceeded", "");
     let lines = probe_lines(&run_ok(&host, &probe, "lease 1"));
     assert_eq!(lines[0].0, "ok", "{lines:?}");
     assert_baseline(&host);
@@ -481,11 +423,7 @@ fn leases_past_the_device_are_capacity_exceeded_on_the_gpu() {
     let probe = load(&host, manifest("testing/probe"));
     let lines = probe_lines(&run_ok(&host, &probe, "leases 2"));
     assert_eq!(lines[0].0, "ok", "{lines:?}");
-    assert_eq!(
-        (lines[1].0.as_str(), lines[1].1.as_str()),
-        ("error", "capacity-exceeded"),
-        "{lines:?}"
-    );
+    assert_gpu_error(&lines, 1, "capacity-exceeded", "");
     assert_baseline(&host);
 }
 
@@ -501,18 +439,14 @@ fn launches_are_asynchronous_and_deadlines_hold_with_or_without_sync() {
             .expect("lease");
         let (module, flag) = host
             .leases()
-            .with_worker(&lease, |a| {
-                let m = a.worker.load_module(FAULTS_PTX)?;
-                let flag = a.worker.alloc(4)?;
-                *a.used += 4;
-                Ok((m, flag))
-            })
+            .with_worker(&lease, |w| w.load_module(FAULTS_PTX))
+            .and_then(|m| Ok((m, host.leases().alloc(&lease, 4)?)))
             .expect("setup");
         let args = flag.to_le_bytes();
         let t = Instant::now();
         host.leases()
-            .with_worker(&lease, |a| {
-                a.worker.launch(&Launch {
+            .with_worker(&lease, |w| {
+                w.launch(&Launch {
                     module: module.id,
                     kernel: "spin_forever",
                     grid: [1, 1, 1],
@@ -528,7 +462,7 @@ fn launches_are_asynchronous_and_deadlines_hold_with_or_without_sync() {
 
     // Synced: the launch returns at once; sync reports the missed deadline at the deadline.
     let (lease, launch_took, t) = spin(Duration::from_millis(1000));
-    let r = host.leases().with_worker(&lease, |a| a.worker.sync());
+    let r = host.leases().with_worker(&lease, |w| w.sync());
     let took = t.elapsed();
     log(format!(
         "spin with sync: launch returned in {launch_took:?}, sync answered after {took:?}: {r:?}"
@@ -538,7 +472,7 @@ fn launches_are_asynchronous_and_deadlines_hold_with_or_without_sync() {
         "a launch is asynchronous ({launch_took:?})"
     );
     let e = r.expect_err("sync fails");
-    assert_eq!(kind_name(&e), "deadline-exceeded", "{e:?}");
+    assert_eq!(e.name(), "deadline-exceeded", "{e:?}");
     assert!(
         took >= Duration::from_millis(950) && took < Duration::from_millis(1900),
         "sync answered after {took:?}"
@@ -556,7 +490,7 @@ fn launches_are_asynchronous_and_deadlines_hold_with_or_without_sync() {
         })
     });
     let ended_after = t.elapsed();
-    let r = host.leases().with_worker(&lease, |a| a.worker.sync());
+    let r = host.leases().with_worker(&lease, |w| w.sync());
     log(format!(
         "spin without sync: worker {pid} gone after {ended_after:?} (gone: {gone}); next op: {r:?}"
     ));
@@ -566,7 +500,7 @@ fn launches_are_asynchronous_and_deadlines_hold_with_or_without_sync() {
         "ended only after {ended_after:?}"
     );
     let e = r.expect_err("the next op fails");
-    assert_eq!(kind_name(&e), "deadline-exceeded", "{e:?}");
+    assert_eq!(e.name(), "deadline-exceeded", "{e:?}");
     assert_baseline(&host);
 }
 
@@ -580,8 +514,7 @@ fn driver_errors_are_typed_with_the_drivers_words() {
         .expect("lease");
     let (cc0, cc1) = info.compute_capability;
     let mut errors = Vec::new();
-    let _ = host.leases().with_worker(&lease, |a| {
-        let w = &mut *a.worker;
+    let _ = host.leases().with_worker(&lease, |w| {
         // PTX too new for this driver.
         let too_new = IOTA_PTX.replacen(".version ", ".version 99.9 //", 1);
         errors.push(("ptx isa 99.9", w.load_module(&too_new).map(|_| ())));

@@ -1,21 +1,13 @@
-//! The host: one wasmtime engine, one linker, one lease manager over one worker pool. Tasklets are
-//! compiled once ([`Host::load`]) and run many times, each run in a fresh store.
+//! The local host: a [`Runner`] whose tasklets lease this machine's GPU, from one lease manager over
+//! one worker pool. Tasklets are compiled once ([`Host::load`]) and run many times.
 
-use crate::bindings;
 use crate::config::WorkerPolicy;
-use crate::config::{Grant, Manifest, Policy};
+use crate::config::{Manifest, Policy};
+use crate::gpu::LocalGpu;
 use crate::lease::{Accounting, Device, LeaseManager};
-use crate::state::TaskletState;
-use std::sync::atomic::{AtomicBool, Ordering};
+use crate::runner::{RunError, Runner, Tasklet};
 use std::sync::Arc;
-use std::thread::JoinHandle;
-use std::time::Duration;
 use tasklet_worker::{BackendKind, Pool, PoolConfig, WorkerCommand, WorkerError, WorkerInfo};
-use wasmtime::component::{Component, Linker};
-use wasmtime::{Engine, Store};
-
-/// Granularity of the wall-time limit.
-const EPOCH_TICK: Duration = Duration::from_millis(10);
 
 /// How to start a host.
 #[derive(Debug, Clone)]
@@ -36,56 +28,16 @@ pub enum HostError {
     Component { path: String, message: String },
 }
 
-/// Why a run did not produce output.
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    /// The tasklet's `run` returned an error.
-    #[error("the tasklet failed: {0}")]
-    Failed(String),
-    #[error("the tasklet trapped: {0}")]
-    Trapped(String),
-    #[error("the tasklet ran past its wall-time limit of {0:?}; raise `wall-time` under [limits] if it needs longer")]
-    WallTime(Duration),
-    #[error("cannot instantiate the tasklet: {0}")]
-    Instantiate(String),
-}
-
-/// A compiled tasklet and what it is granted.
-pub struct Tasklet {
-    pub manifest: Manifest,
-    pub grant: Grant,
-    pre: bindings::TaskletPre<TaskletState>,
-}
-
+/// Runs tasklets on this machine's GPUs: a [`Runner`] whose tasklets lease from one lease manager
+/// over one worker pool.
 pub struct Host {
-    engine: Engine,
-    linker: Linker<TaskletState>,
+    runner: Runner,
     leases: Arc<LeaseManager>,
     policy: Policy,
-    ticker: Ticker,
 }
 
 impl Host {
     pub fn new(config: HostConfig) -> Result<Host, HostError> {
-        let mut wasm = wasmtime::Config::new();
-        wasm.wasm_component_model(true).epoch_interruption(true);
-        // Every linear memory is a memfd mapping a worker can map too, so bulk transfers go
-        // between the device and guest memory in one copy. Copy-on-write initialisation would map
-        // a module's data image privately over that memory (and wasmtime only does it for its own
-        // mmap memories), so data segments are copied in instead.
-        wasm.with_host_memory(crate::guest_memory::creator())
-            .memory_init_cow(false);
-        // `TASKLET_PERF_MAP=1`: name the compiled guest code in /tmp/perf-<pid>.map, so `perf`
-        // attributes samples to guest functions instead of bare addresses.
-        if std::env::var_os("TASKLET_PERF_MAP").is_some_and(|v| v == "1") {
-            wasm.profiler(wasmtime::ProfilingStrategy::PerfMap);
-        }
-        let engine = Engine::new(&wasm).map_err(|e| HostError::Engine(format!("{e:#}")))?;
-        let mut linker = Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
-            .map_err(|e| HostError::Engine(format!("{e:#}")))?;
-        crate::gpu::add_to_linker(&mut linker).map_err(|e| HostError::Engine(format!("{e:#}")))?;
-
         let w = &config.policy.workers;
         let pool = Pool::start(PoolConfig {
             command: config.worker,
@@ -126,13 +78,10 @@ impl Host {
             pinned_data: info.pinned_data,
         };
         let leases = LeaseManager::start(pool, device);
-        let ticker = Ticker::start(engine.clone());
         Ok(Host {
-            engine,
-            linker,
+            runner: Runner::new()?,
             leases,
             policy: config.policy,
-            ticker,
         })
     }
 
@@ -149,47 +98,23 @@ impl Host {
         self.leases.free_memory()
     }
 
-    /// Compiles the manifest's component and links it against the host.
+    /// Compiles the manifest's component; it is granted the intersection of its manifest and the
+    /// host's policy.
     pub fn load(&self, manifest: Manifest) -> Result<Tasklet, HostError> {
-        let path = manifest.component.display().to_string();
-        let err = |e: wasmtime::Error| HostError::Component {
-            path: path.clone(),
-            message: format!("{e:#}"),
-        };
-        let component = Component::from_file(&self.engine, &manifest.component).map_err(err)?;
-        let pre = self.linker.instantiate_pre(&component).map_err(err)?;
-        let pre = bindings::TaskletPre::new(pre).map_err(err)?;
         let grant = self.policy.grant(&manifest);
-        Ok(Tasklet {
-            manifest,
-            grant,
-            pre,
-        })
+        self.runner.load(manifest, grant)
     }
 
-    /// Runs a tasklet once on `input`. Whatever the outcome, every lease it held is released before
-    /// this returns.
+    /// Runs a tasklet once on `input`, its GPU operations on this machine. Whatever the outcome,
+    /// every lease it held is released before this returns.
     pub fn run(&self, tasklet: &Tasklet, input: &[u8]) -> Result<Vec<u8>, RunError> {
-        let state = TaskletState::new(tasklet.grant, Arc::clone(&self.leases));
-        let mut store = Store::new(&self.engine, state);
-        store.limiter(|s| &mut s.limits);
-        // One call may carry as much data as the tasklet's memory can hold (wasmtime's default is
-        // 128 MiB): a bulk mem-write is bounded by the memory limit, not by a second, smaller one.
-        store.set_hostcall_fuel(usize::try_from(tasklet.grant.limits.memory).unwrap_or(usize::MAX));
-        let wall = tasklet.grant.limits.wall_time;
-        store.set_epoch_deadline((wall.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64 + 1);
-        store.epoch_deadline_trap();
-        let classify = |e: wasmtime::Error| match e.downcast_ref::<wasmtime::Trap>() {
-            Some(wasmtime::Trap::Interrupt) => RunError::WallTime(wall),
-            _ => RunError::Trapped(format!("{e:?}")),
-        };
-        let instance = tasklet
-            .pre
-            .instantiate(&mut store)
-            .map_err(|e| RunError::Instantiate(format!("{e:#}")))?;
-        let result = instance.call_run(&mut store, input).map_err(classify);
-        drop(store);
-        result?.map_err(RunError::Failed)
+        let gpu = LocalGpu::new(tasklet.grant, Arc::clone(&self.leases));
+        self.runner.run(tasklet, input, Box::new(gpu))
+    }
+
+    /// The engine tasklets run on (for running one with its GPU elsewhere).
+    pub fn runner(&self) -> &Runner {
+        &self.runner
     }
 
     pub fn accounting(&self) -> Accounting {
@@ -277,39 +202,8 @@ impl Sizing {
 
 impl Drop for Host {
     fn drop(&mut self) {
-        self.ticker.stop();
         self.leases.shutdown();
         self.leases.pool().shutdown();
-    }
-}
-
-/// Advances the engine's epoch so that wall-time deadlines fire.
-struct Ticker {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Ticker {
-    fn start(engine: Engine) -> Ticker {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&stop);
-        let thread = std::thread::Builder::new()
-            .name("tasklet-epoch".into())
-            .spawn(move || {
-                while !flag.load(Ordering::Relaxed) {
-                    std::thread::sleep(EPOCH_TICK);
-                    engine.increment_epoch();
-                }
-            })
-            .ok();
-        Ticker { stop, thread }
-    }
-
-    fn stop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 

@@ -5,19 +5,22 @@
 //! faulted worker, the tasklet's end) gives the worker back to the pool, which resets and reuses a
 //! healthy one and kills a suspect one, and returns the lease's grant to the device's free memory.
 //!
-//! Reconciliation (DESIGN invariant 4): when a lease ends with a healthy worker, the worker is
-//! asked what it really holds (`info`) and that is compared with the lease's own accounting. A
+//! A lease's byte counter is its own: sessions charge and release memory through
+//! [`LeaseManager::alloc`] and [`LeaseManager::free`], which check the grant and move the counter
+//! together with the worker's allocation, under the lease's lock.
+//!
+//! Reconciliation: quotas are only real if the books match the device, so when a lease ends with a
+//! healthy worker, the worker is asked what it really holds (`info`) and that is compared with the lease's own accounting. A
 //! worker that holds a different number of bytes than the lease thinks is not trusted again: it
 //! is killed instead of reused, the mismatch is logged, and [`Accounting::mismatches`] counts it.
 
-use crate::bindings::tasklet::gpu::types::GpuError;
-use crate::gpu::error::from_worker;
+use crate::error::{quota, GpuError};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use tasklet_worker::{ErrorKind, Pool, Worker, WorkerError};
+use tasklet_worker::{charged_bytes, ErrorKind, Pool, Worker, WorkerError, ALLOC_GRANULE};
 
 /// A device as leases see it, described by the backend (a worker's `info`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,13 +97,6 @@ struct LeaseState {
     used: u64,
     expires: Instant,
     ended: Option<EndReason>,
-}
-
-/// What an operation under a lease may touch: its worker and its usage counter.
-pub struct LeaseAccess<'a> {
-    pub worker: &'a mut Worker,
-    pub used: &'a mut u64,
-    pub granted: u64,
 }
 
 impl Lease {
@@ -217,7 +213,7 @@ impl LeaseManager {
                     WorkerError::NoCapacity(m) => {
                         GpuError::CapacityExceeded(format!("no free GPU worker: {m}"))
                     }
-                    other => from_worker(other),
+                    other => other.into(),
                 });
             }
         };
@@ -257,21 +253,72 @@ impl LeaseManager {
     }
 
     /// Runs one worker operation under a live lease. A lost or poisoned worker ends the lease.
+    ///
+    /// The operation sees the worker only: memory that counts against the lease goes through
+    /// [`LeaseManager::alloc`] and [`LeaseManager::free`].
     pub fn with_worker<T>(
         &self,
         lease: &Lease,
-        op: impl FnOnce(LeaseAccess<'_>) -> Result<T, WorkerError>,
+        op: impl FnOnce(&mut Worker) -> Result<T, WorkerError>,
+    ) -> Result<T, GpuError> {
+        self.with_state(lease, |st| match st.worker.as_mut() {
+            Some(worker) => op(worker),
+            None => Err(WorkerError::Lost("the lease has no worker".into())),
+        })
+    }
+
+    /// Allocates `bytes` of device memory under the lease, charged in whole allocation units (as
+    /// the worker counts them, so that many tiny allocations cannot hold more of the device than
+    /// was granted). Fails with `quota-exceeded` before the worker is asked when the charge would
+    /// pass the grant. Returns the device address.
+    pub fn alloc(&self, lease: &Lease, bytes: u64) -> Result<u64, GpuError> {
+        let charge = charged_bytes(bytes);
+        let mut over = None;
+        let addr = self.with_state(lease, |st| {
+            let after = st.used.saturating_add(charge);
+            if after > lease.granted {
+                over = Some(after);
+                return Ok(0);
+            }
+            let worker = st
+                .worker
+                .as_mut()
+                .ok_or_else(|| WorkerError::Lost("the lease has no worker".into()))?;
+            let addr = worker.alloc(bytes)?;
+            st.used = after;
+            Ok(addr)
+        })?;
+        match over {
+            Some(after) => Err(quota(format!(
+                "allocating {bytes} bytes (charged {charge}: allocations count in units of {ALLOC_GRANULE}) would bring \
+                 the lease to {after} of its {} granted bytes; acquire a larger lease",
+                lease.granted
+            ))),
+            None => Ok(addr),
+        }
+    }
+
+    /// Frees an allocation of `bytes` made by [`LeaseManager::alloc`] and releases its charge.
+    pub fn free(&self, lease: &Lease, addr: u64, bytes: u64) -> Result<(), GpuError> {
+        self.with_state(lease, |st| {
+            let worker = st
+                .worker
+                .as_mut()
+                .ok_or_else(|| WorkerError::Lost("the lease has no worker".into()))?;
+            worker.free(addr)?;
+            st.used = st.used.saturating_sub(charged_bytes(bytes));
+            Ok(())
+        })
+    }
+
+    /// Runs `op` on the state of a live lease; a lost or poisoned worker ends the lease.
+    fn with_state<T>(
+        &self,
+        lease: &Lease,
+        op: impl FnOnce(&mut LeaseState) -> Result<T, WorkerError>,
     ) -> Result<T, GpuError> {
         let mut st = self.live_state(lease)?;
-        let LeaseState { worker, used, .. } = &mut *st;
-        let Some(worker) = worker.as_mut() else {
-            return Err(GpuError::LeaseExpired("the lease has no worker".into()));
-        };
-        match op(LeaseAccess {
-            worker,
-            used,
-            granted: lease.granted,
-        }) {
+        match op(&mut st) {
             Ok(v) => Ok(v),
             Err(e) => {
                 let end = match &e {
@@ -286,7 +333,7 @@ impl LeaseManager {
                 if let Some(reason) = end {
                     self.end(lease, reason);
                 }
-                Err(from_worker(e))
+                Err(e.into())
             }
         }
     }

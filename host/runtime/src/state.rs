@@ -1,9 +1,8 @@
 //! What a tasklet's store holds: WASI, the resource table, GPU state and the memory limiter.
 
 use crate::config::Grant;
-use crate::gpu::{GpuCtx, GpuState, GpuView};
-use crate::lease::LeaseManager;
-use std::sync::Arc;
+use crate::gpu::GpuService;
+use crate::wit::{GpuState, GpuView};
 use wasmtime::component::ResourceTable;
 use wasmtime::{StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
@@ -11,12 +10,12 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 pub struct TaskletState {
     wasi: WasiCtx,
     table: ResourceTable,
-    gpu: GpuCtx,
+    gpu: Box<dyn GpuService>,
     pub(crate) limits: StoreLimits,
 }
 
 impl TaskletState {
-    pub fn new(grant: Grant, manager: Arc<LeaseManager>) -> TaskletState {
+    pub fn new(grant: Grant, gpu: Box<dyn GpuService>) -> TaskletState {
         // A tasklet's output is its return value; what it prints is diagnostics, so both of its
         // streams go to the host's stderr. No files, no sockets, no environment.
         let wasi = WasiCtxBuilder::new()
@@ -30,7 +29,7 @@ impl TaskletState {
         TaskletState {
             wasi,
             table: ResourceTable::new(),
-            gpu: GpuCtx::new(grant, manager),
+            gpu,
             limits,
         }
     }
@@ -48,7 +47,7 @@ impl WasiView for TaskletState {
 impl GpuView for TaskletState {
     fn gpu(&mut self) -> GpuState<'_> {
         GpuState {
-            ctx: &mut self.gpu,
+            service: &mut *self.gpu,
             table: &mut self.table,
         }
     }

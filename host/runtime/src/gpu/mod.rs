@@ -1,164 +1,98 @@
-//! `tasklet:gpu` on the host: one module per interface, all reaching the tasklet's [`GpuCtx`]
-//! through [`GpuView`].
+//! The GPU capability core: what a tasklet may do with GPUs, apart from how it asks (the WIT glue
+//! in `crate::wit`, or a node's wire protocol) and from where the work runs.
 //!
-//! Ownership is checked by unique ids, never by table index (indices are reused): a buffer or module
-//! is usable only in the session that made it, a session only while its lease lives.
+//! [`GpuService`] is the one interface through which a tasklet's GPU operations go, handles named
+//! by id. [`LocalGpu`] is the implementation over this process's lease manager and worker
+//! processes: it checks every operation against the grant (rights, quotas, the ownership of every
+//! id, every span) and builds each launch's argument block, once. A node serving remote sessions
+//! runs a `LocalGpu` per client, so a remote implementation of the trait only forwards: the checks
+//! happen where the GPU is, and never trust the caller's side.
 
-pub mod error;
-mod inventory;
-mod leases;
-pub(crate) mod sessions;
+mod args;
+mod local;
+mod types;
 
-pub use error::{GpuFailure, GpuResult};
-pub use sessions::DIRECT_MIN_BYTES;
+pub use local::{LocalGpu, DIRECT_MIN_BYTES};
+pub use types::{
+    BufferId, DeviceInfo, GuestBytes, KernelArg, LaunchConfig, LeaseId, LeaseInfo, LeaseRequest,
+    ModuleId, SessionId,
+};
 
-use crate::config::Grant;
-use crate::lease::{EndReason, Lease, LeaseManager};
-use rustc_hash::FxHashMap;
-use std::sync::Arc;
-use tasklet_worker::{KernelInfo, LoadedModule, MAX_PARAM_BYTES};
-use wasmtime::component::{HasData, ResourceTable};
+use crate::error::GpuError;
 
-/// A tasklet's GPU state: its grant, its leases, and the sessions under them. Maps are keyed by
-/// the host's own sequential ids, so they use a fast non-keyed hash (no key comes from a guest).
-pub struct GpuCtx {
-    grant: Grant,
-    manager: Arc<LeaseManager>,
-    leases: FxHashMap<u64, Arc<Lease>>,
-    sessions: FxHashMap<u64, SessionState>,
-    next_id: u64,
-    /// Where each launch's argument block is built (kept: no allocation per launch).
-    arg_block: Vec<u8>,
-}
+/// Where a tasklet's GPU operations go. Every id was returned by the same service; an id it did
+/// not return, or one of another session, fails with a typed error (never a panic).
+///
+/// Launches and writes may return before the device has done them; their errors surface at the
+/// next `sync` (or an operation that waits for them, such as a read), naming the operation.
+pub trait GpuService: Send {
+    /// The devices the tasklet may lease (none when it may lease nothing).
+    fn devices(&mut self) -> Vec<DeviceInfo>;
 
-/// What the host remembers of a session, keyed by its unique id.
-struct SessionState {
-    lease: Arc<Lease>,
-    /// Buffer id → (device address, size).
-    buffers: FxHashMap<u64, (u64, u64)>,
-    /// Module id → the worker's module and its kernels.
-    modules: FxHashMap<u64, ModuleState>,
-}
+    fn lease_acquire(&mut self, request: LeaseRequest) -> Result<LeaseId, GpuError>;
+    fn lease_renew(&mut self, lease: LeaseId, secs: u32) -> Result<(), GpuError>;
+    fn lease_info(&mut self, lease: LeaseId) -> Result<LeaseInfo, GpuError>;
+    /// Ends the lease: everything under it is freed.
+    fn lease_drop(&mut self, lease: LeaseId);
 
-/// A loaded module as launches need it: the worker's id and each kernel's argument layout,
-/// worked out once at load rather than at every launch.
-struct ModuleState {
-    id: u32,
-    kernels: Vec<KernelEntry>,
-}
+    fn session_open(&mut self, lease: LeaseId) -> Result<SessionId, GpuError>;
+    /// Frees what the session still holds.
+    fn session_drop(&mut self, session: SessionId);
 
-struct KernelEntry {
-    info: KernelInfo,
-    /// Each parameter's offset in the argument block and the block's size; `None` when the
-    /// parameters do not fit CUDA's parameter space (such a kernel cannot be launched).
-    layout: Option<(Vec<u32>, u32)>,
-}
-
-impl ModuleState {
-    fn new(module: LoadedModule) -> ModuleState {
-        let kernels = module
-            .kernels
-            .into_iter()
-            .map(|info| KernelEntry {
-                layout: info.checked_param_layout(MAX_PARAM_BYTES),
-                info,
-            })
-            .collect();
-        ModuleState {
-            id: module.id,
-            kernels,
-        }
-    }
-}
-
-/// The guest's handle types as stored in the resource table.
-pub struct LeaseHandle {
-    id: u64,
-}
-pub struct SessionHandle {
-    id: u64,
-}
-pub struct BufferHandle {
-    id: u64,
-    session: u64,
-    size: u64,
-}
-pub struct ModuleHandle {
-    id: u64,
-    session: u64,
-}
-
-impl GpuCtx {
-    pub fn new(grant: Grant, manager: Arc<LeaseManager>) -> GpuCtx {
-        GpuCtx {
-            grant,
-            manager,
-            leases: FxHashMap::default(),
-            sessions: FxHashMap::default(),
-            next_id: 1,
-            arg_block: Vec::new(),
-        }
-    }
-
-    fn fresh_id(&mut self) -> u64 {
-        let id = self.next_id;
-        self.next_id += 1;
-        id
-    }
-}
-
-impl Drop for GpuCtx {
-    /// However the tasklet ended (returned, trapped, ran out of time), everything it leased goes back.
-    fn drop(&mut self) {
-        for lease in self.leases.values() {
-            self.manager.end(lease, EndReason::TaskletEnded);
-        }
-    }
-}
-
-/// Reaches the GPU state and the resource table from a store's data.
-pub trait GpuView: Send {
-    fn gpu(&mut self) -> GpuState<'_>;
-}
-
-/// The borrowed halves the host functions work on.
-pub struct GpuState<'a> {
-    pub ctx: &'a mut GpuCtx,
-    pub table: &'a mut ResourceTable,
-}
-
-/// `HasData` marker for the generated `add_to_linker`.
-pub struct Gpu;
-
-impl HasData for Gpu {
-    type Data<'a> = GpuState<'a>;
-}
-
-/// Adds `tasklet:gpu` to a linker whose store data implements [`GpuView`].
-pub fn add_to_linker<T: GpuView + 'static>(
-    linker: &mut wasmtime::component::Linker<T>,
-) -> wasmtime::Result<()> {
-    use crate::bindings::tasklet::gpu;
-    fn get<T: GpuView>(t: &mut T) -> GpuState<'_> {
-        t.gpu()
-    }
-    gpu::types::add_to_linker::<T, Gpu>(linker, get)?;
-    gpu::inventory::add_to_linker::<T, Gpu>(linker, get)?;
-    gpu::leases::add_to_linker::<T, Gpu>(linker, get)?;
-    gpu::sessions::add_to_linker::<T, Gpu>(linker, get)?;
-    // mem-write and mem-read-into see their lists in place in guest memory (see there why).
-    crate::bindings::add_list_views_to_linker(linker, get::<T>)?;
-    Ok(())
-}
-
-impl crate::bindings::tasklet::gpu::types::Host for GpuState<'_> {
-    fn convert_gpu_error(
+    /// Allocates `bytes` of zeroed device memory, charged to the session's lease.
+    fn mem_alloc(&mut self, session: SessionId, bytes: u64) -> Result<BufferId, GpuError>;
+    fn mem_free(&mut self, session: SessionId, buffer: BufferId);
+    fn mem_write(
         &mut self,
-        err: GpuFailure,
-    ) -> wasmtime::Result<crate::bindings::tasklet::gpu::types::GpuError> {
-        match err {
-            GpuFailure::Gpu(e) => Ok(e),
-            GpuFailure::Trap(t) => Err(t),
-        }
-    }
+        session: SessionId,
+        buffer: BufferId,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), GpuError>;
+    /// Reads `len` bytes from `offset` in `buffer`, after all earlier work of the session. A read
+    /// larger than the tasklet's memory is refused before anything is allocated for it.
+    fn mem_read(
+        &mut self,
+        session: SessionId,
+        buffer: BufferId,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<u8>, GpuError>;
+    /// [`GpuService::mem_read`] into the tasklet's own memory, in place.
+    fn mem_read_into(
+        &mut self,
+        session: SessionId,
+        buffer: BufferId,
+        offset: u64,
+        dst: GuestBytes,
+    ) -> Result<(), GpuError>;
+    fn mem_copy(
+        &mut self,
+        session: SessionId,
+        dst: (BufferId, u64),
+        src: (BufferId, u64),
+        len: u64,
+    ) -> Result<(), GpuError>;
+
+    fn module_load(&mut self, session: SessionId, ptx: &str) -> Result<ModuleId, GpuError>;
+    fn module_load_source(
+        &mut self,
+        session: SessionId,
+        source: &str,
+        options: &[String],
+    ) -> Result<ModuleId, GpuError>;
+    /// The module's kernel names, in the order launches may name them by index.
+    fn module_kernels(&mut self, session: SessionId, module: ModuleId) -> Vec<String>;
+    fn module_unload(&mut self, session: SessionId, module: ModuleId);
+
+    fn launch(
+        &mut self,
+        session: SessionId,
+        module: ModuleId,
+        kernel: &str,
+        config: &LaunchConfig,
+        args: &[KernelArg<'_>],
+    ) -> Result<(), GpuError>;
+    /// Waits for all work of the session; reports the first asynchronous failure since the last.
+    fn sync(&mut self, session: SessionId) -> Result<(), GpuError>;
 }

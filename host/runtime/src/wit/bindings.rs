@@ -6,13 +6,13 @@ wasmtime::component::bindgen!({
     world: "tasklet",
     imports: { default: trappable },
     trappable_error_type: {
-        "tasklet:gpu/types.gpu-error" => crate::gpu::GpuFailure,
+        "tasklet:gpu/types.gpu-error" => crate::wit::GpuFailure,
     },
     with: {
-        "tasklet:gpu/leases.lease": crate::gpu::LeaseHandle,
-        "tasklet:gpu/sessions.session": crate::gpu::SessionHandle,
-        "tasklet:gpu/sessions.buffer": crate::gpu::BufferHandle,
-        "tasklet:gpu/sessions.module": crate::gpu::ModuleHandle,
+        "tasklet:gpu/leases.lease": crate::wit::LeaseHandle,
+        "tasklet:gpu/sessions.session": crate::wit::SessionHandle,
+        "tasklet:gpu/sessions.buffer": crate::wit::BufferHandle,
+        "tasklet:gpu/sessions.module": crate::wit::ModuleHandle,
     },
 });
 
@@ -29,9 +29,9 @@ wasmtime::component::bindgen!({
 /// ones with `WasmList<u8>` for `list<u8>`, so the linker's type check holds them to the WIT.
 pub fn add_list_views_to_linker<T: 'static>(
     linker: &mut wasmtime::component::Linker<T>,
-    get: fn(&mut T) -> crate::gpu::GpuState<'_>,
+    get: fn(&mut T) -> crate::wit::GpuState<'_>,
 ) -> wasmtime::Result<()> {
-    use crate::gpu::{sessions, BufferHandle, GpuFailure, GpuResult, SessionHandle};
+    use crate::wit::{sessions, BufferHandle, GpuFailure, GpuResult, SessionHandle};
     use tasklet::gpu::types::GpuError;
     use wasmtime::component::{Resource, WasmList};
 

@@ -1,0 +1,96 @@
+//! A kernel's argument block, built from typed arguments: buffer arguments become device addresses
+//! of the caller's own allocations, and every argument must match its parameter's size.
+
+use super::types::{BufferId, KernelArg};
+use crate::error::{invalid, out_of_bounds, GpuError};
+use tasklet_worker::{KernelInfo, MAX_PARAM_BYTES};
+
+/// A kernel as launches need it: its declaration and its argument layout, worked out once when
+/// its module is loaded rather than at every launch.
+pub(super) struct KernelEntry {
+    pub info: KernelInfo,
+    /// Each parameter's offset in the argument block and the block's size; `None` when the
+    /// parameters do not fit CUDA's parameter space (such a kernel cannot be launched).
+    layout: Option<(Vec<u32>, u32)>,
+}
+
+impl KernelEntry {
+    pub fn new(info: KernelInfo) -> KernelEntry {
+        KernelEntry {
+            layout: info.checked_param_layout(MAX_PARAM_BYTES),
+            info,
+        }
+    }
+
+    /// Builds the argument block for `args` into `block`. `buffer` resolves a buffer argument to
+    /// its device address and size, failing for a buffer the caller may not use.
+    pub fn argument_block(
+        &self,
+        args: &[KernelArg<'_>],
+        mut buffer: impl FnMut(BufferId) -> Result<(u64, u64), GpuError>,
+        block: &mut Vec<u8>,
+    ) -> Result<(), GpuError> {
+        let info = &self.info;
+        if args.len() != info.params.len() {
+            return Err(invalid(format!(
+                "kernel {} takes {} argument(s), {} given",
+                info.name,
+                info.params.len(),
+                args.len()
+            )));
+        }
+        // The parameter list comes from the worker: its layout was worked out with checked
+        // arithmetic and within CUDA's limit on a kernel's parameter space when the module was
+        // loaded, so no module can make the host panic or allocate without bound here.
+        let Some((offsets, total)) = &self.layout else {
+            return Err(invalid(format!(
+                "kernel {} declares more than {MAX_PARAM_BYTES} bytes of parameters",
+                info.name
+            )));
+        };
+        block.clear();
+        block.resize(*total as usize, 0);
+        for (i, ((arg, param), &at)) in args.iter().zip(&info.params).zip(offsets).enumerate() {
+            let scalar;
+            let bytes: &[u8] = match *arg {
+                KernelArg::Buffer { buffer: id, offset } => {
+                    let (addr, size) = buffer(id)?;
+                    if offset > size {
+                        return Err(out_of_bounds(format!(
+                            "argument {i}: offset {offset} is past the end of its {size}-byte buffer"
+                        )));
+                    }
+                    scalar = (addr + offset).to_le_bytes();
+                    &scalar
+                }
+                KernelArg::I32(v) => &v.to_le_bytes()[..],
+                KernelArg::U32(v) => &v.to_le_bytes()[..],
+                KernelArg::I64(v) => &v.to_le_bytes()[..],
+                KernelArg::U64(v) => &v.to_le_bytes()[..],
+                KernelArg::F32(v) => &v.to_le_bytes()[..],
+                KernelArg::F64(v) => &v.to_le_bytes()[..],
+                KernelArg::Bytes(v) => v,
+            };
+            if bytes.len() != param.size as usize {
+                return Err(invalid(format!(
+                    "argument {i} ({}) of kernel {} is {} bytes, the parameter takes {}",
+                    param.name,
+                    info.name,
+                    bytes.len(),
+                    param.size
+                )));
+            }
+            let at = at as usize;
+            block
+                .get_mut(at..at + bytes.len())
+                .ok_or_else(|| {
+                    invalid(format!(
+                        "argument {i} falls outside kernel {}'s parameter space",
+                        info.name
+                    ))
+                })?
+                .copy_from_slice(bytes);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,539 @@
+//! [`LocalGpu`]: a tasklet's (or a remote client's) GPU operations on this machine's lease manager
+//! and worker processes, each checked against the grant before anything reaches a worker.
+//!
+//! Ownership is checked by id, never by position (a table index is reused; an id is not): a buffer
+//! or module is usable only in the session that made it, a session only while its lease lives.
+//! Ids are unguessable (a keyed hash of a counter), so a client that learns one of its own ids
+//! learns nothing about another's, and any id this service did not hand out is refused.
+
+use super::args::KernelEntry;
+use super::types::{
+    BufferId, DeviceInfo, GuestBytes, KernelArg, LaunchConfig, LeaseId, LeaseInfo, LeaseRequest,
+    ModuleId, SessionId,
+};
+use super::GpuService;
+use crate::config::{Grant, Right};
+use crate::error::{invalid, out_of_bounds, quota, unauthorized, unsupported, GpuError};
+use crate::lease::{EndReason, Lease, LeaseManager};
+use rustc_hash::FxHashMap;
+use std::hash::{BuildHasher, RandomState};
+use std::sync::Arc;
+use std::time::Duration;
+use tasklet_worker::{Launch, LoadedModule, ALLOC_GRANULE};
+
+/// Transfers of at least this many bytes go between the device and linear memory directly (the
+/// worker maps the guest's memory); smaller ones go through the worker's message area, which costs
+/// less than a direct transfer's setup.
+pub const DIRECT_MIN_BYTES: usize = 64 << 10;
+
+/// One grantee's GPU state: its grant, its leases, and the sessions under them. Everything it
+/// leased goes back when it is dropped, however its holder ended.
+pub struct LocalGpu {
+    grant: Grant,
+    manager: Arc<LeaseManager>,
+    leases: FxHashMap<LeaseId, Arc<Lease>>,
+    sessions: FxHashMap<SessionId, Session>,
+    ids: IdSource,
+    /// Where each launch's argument block is built (kept: no allocation per launch).
+    arg_block: Vec<u8>,
+}
+
+/// What the service remembers of a session.
+struct Session {
+    lease: Arc<Lease>,
+    /// Buffer → (device address, size).
+    buffers: FxHashMap<BufferId, (u64, u64)>,
+    modules: FxHashMap<ModuleId, Module>,
+}
+
+/// A loaded module: the worker's id for it and its kernels in the worker's order.
+struct Module {
+    id: u32,
+    kernels: Vec<KernelEntry>,
+}
+
+impl Module {
+    fn new(loaded: LoadedModule) -> Module {
+        Module {
+            id: loaded.id,
+            kernels: loaded.kernels.into_iter().map(KernelEntry::new).collect(),
+        }
+    }
+}
+
+/// Unguessable, unique ids: a counter through a hash keyed at random for this service.
+struct IdSource {
+    key: RandomState,
+    next: u64,
+}
+
+impl IdSource {
+    fn fresh(&mut self) -> u64 {
+        self.next += 1;
+        self.key.hash_one(self.next)
+    }
+}
+
+impl LocalGpu {
+    pub fn new(grant: Grant, manager: Arc<LeaseManager>) -> LocalGpu {
+        LocalGpu {
+            grant,
+            manager,
+            leases: FxHashMap::default(),
+            sessions: FxHashMap::default(),
+            ids: IdSource {
+                key: RandomState::new(),
+                next: 0,
+            },
+            arg_block: Vec::new(),
+        }
+    }
+
+    pub fn grant(&self) -> &Grant {
+        &self.grant
+    }
+
+    fn need(&self, right: Right) -> Result<(), GpuError> {
+        if self.grant.gpu.rights.contains(right) {
+            return Ok(());
+        }
+        let name = right.name();
+        Err(unauthorized(format!(
+            "missing right `{name}`: add \"{name}\" to `rights` under [gpu] in the tasklet's manifest (the node policy must allow it too)"
+        )))
+    }
+
+    fn lease(&self, id: LeaseId) -> Result<&Arc<Lease>, GpuError> {
+        self.leases
+            .get(&id)
+            .ok_or_else(|| invalid(format!("no lease {id} here")))
+    }
+
+    fn session(&self, id: SessionId) -> Result<&Session, GpuError> {
+        self.sessions
+            .get(&id)
+            .ok_or_else(|| invalid(format!("no session {id} here")))
+    }
+
+    /// The device address of `offset..offset+len` of one of the session's buffers, and the lease
+    /// to run under: the checks every transfer passes, whichever way its bytes travel. The
+    /// lease's liveness is checked when the operation runs.
+    fn span(
+        &self,
+        session: SessionId,
+        buffer: BufferId,
+        offset: u64,
+        len: u64,
+    ) -> Result<(u64, &Lease), GpuError> {
+        let s = self.session(session)?;
+        let (addr, size) = s.buffer(buffer)?;
+        Ok((span(addr, size, offset, len)?, &s.lease))
+    }
+
+    fn run<T>(
+        &self,
+        lease: &Lease,
+        op: impl FnOnce(&mut tasklet_worker::Worker) -> Result<T, tasklet_worker::WorkerError>,
+    ) -> Result<T, GpuError> {
+        self.manager.with_worker(lease, op)
+    }
+
+    /// [`GpuService::launch`] past the right and dimension checks, building the argument block in
+    /// `block`.
+    fn launch_with(
+        &self,
+        session: SessionId,
+        module: ModuleId,
+        kernel: &str,
+        config: &LaunchConfig,
+        args: &[KernelArg<'_>],
+        block: &mut Vec<u8>,
+    ) -> Result<(), GpuError> {
+        let s = self.session(session)?;
+        let m = s.modules.get(&module).ok_or_else(|| {
+            invalid(format!(
+                "module {module} belongs to another session, or was unloaded; load it in this one"
+            ))
+        })?;
+        let Some(index) = m.kernels.iter().position(|k| k.info.name == kernel) else {
+            let names: Vec<&str> = m.kernels.iter().map(|k| k.info.name.as_str()).collect();
+            return Err(GpuError::LaunchFailed(format!(
+                "no kernel named {kernel:?} in the module; it has: {}",
+                names.join(", ")
+            )));
+        };
+        m.kernels[index].argument_block(args, |id| s.buffer(id), block)?;
+        let launch = Launch {
+            module: m.id,
+            kernel: &m.kernels[index].info.name, // H1-PENDING: index as u32
+            grid: config.grid,
+            block: config.block,
+            shared_mem_bytes: config.shared_mem_bytes,
+            args: block,
+            deadline: self.grant.kernel_deadline,
+        };
+        self.manager.with_worker(&s.lease, |w| w.launch(&launch))
+    }
+
+    fn add_module(
+        &mut self,
+        session: SessionId,
+        loaded: LoadedModule,
+    ) -> Result<ModuleId, GpuError> {
+        let id = ModuleId(self.ids.fresh());
+        let s = self
+            .sessions
+            .get_mut(&session)
+            .ok_or_else(|| invalid(format!("no session {session} here")))?;
+        s.modules.insert(id, Module::new(loaded));
+        Ok(id)
+    }
+}
+
+impl Session {
+    /// A buffer's device address and size, if it is this session's.
+    fn buffer(&self, id: BufferId) -> Result<(u64, u64), GpuError> {
+        self.buffers.get(&id).copied().ok_or_else(|| {
+            invalid(format!(
+                "buffer {id} belongs to another session, or was freed; a buffer is usable only in the session that \
+                 allocated it"
+            ))
+        })
+    }
+}
+
+/// `offset..offset+len` within a buffer of `size` bytes at `addr`, as a device address.
+fn span(addr: u64, size: u64, offset: u64, len: u64) -> Result<u64, GpuError> {
+    match offset.checked_add(len) {
+        Some(end) if end <= size => Ok(addr + offset),
+        _ => Err(out_of_bounds(format!(
+            "bytes {offset}..{} are outside the buffer's {size} bytes",
+            offset as u128 + len as u128
+        ))),
+    }
+}
+
+impl Drop for LocalGpu {
+    /// However the holder ended (returned, trapped, ran out of time, disconnected), everything it
+    /// leased goes back.
+    fn drop(&mut self) {
+        for lease in self.leases.values() {
+            self.manager.end(lease, EndReason::TaskletEnded);
+        }
+    }
+}
+
+impl GpuService for LocalGpu {
+    fn devices(&mut self) -> Vec<DeviceInfo> {
+        if self.grant.gpu.max_leases == 0 {
+            return Vec::new();
+        }
+        let d = self.manager.device();
+        vec![DeviceInfo {
+            index: d.index,
+            name: d.name.clone(),
+            backend: d.backend.to_string(),
+            total_memory: d.total_memory,
+            free_memory: self.manager.free_memory(),
+            compute_capability: d.compute_capability,
+        }]
+    }
+
+    fn lease_acquire(&mut self, request: LeaseRequest) -> Result<LeaseId, GpuError> {
+        let grant = self.grant.gpu;
+        if grant.max_leases == 0 {
+            return Err(unauthorized(
+                "this tasklet may not lease GPUs: its manifest has no [gpu] section, or the node policy grants no leases",
+            ));
+        }
+        let device = self.manager.device().index;
+        if let Some(asked) = request.device.filter(|&d| d != device) {
+            return Err(invalid(format!(
+                "no device {asked}; this node lends device {device} (see inventory)"
+            )));
+        }
+        if request.min_vram == 0 || request.secs == 0 {
+            return Err(invalid("a lease needs min-vram > 0 bytes and secs > 0"));
+        }
+        let ttl = Duration::from_secs(request.secs.into());
+        if ttl > grant.max_lease_time {
+            return Err(quota(format!(
+                "a lease of {}s is longer than the granted {}s (max-lease-secs)",
+                request.secs,
+                grant.max_lease_time.as_secs()
+            )));
+        }
+        // Granted in whole allocation units, so that what is granted can be allocated.
+        let bytes = request
+            .min_vram
+            .checked_next_multiple_of(ALLOC_GRANULE)
+            .ok_or_else(|| invalid("min-vram is too large"))?;
+        let live: Vec<&Arc<Lease>> = self.leases.values().filter(|l| l.is_live()).collect();
+        if live.len() >= grant.max_leases as usize {
+            return Err(quota(format!(
+                "this tasklet already holds {} lease(s), the most it is granted (max-leases); drop one first",
+                live.len()
+            )));
+        }
+        let held: u64 = live.iter().map(|l| l.granted).sum();
+        if held.saturating_add(bytes) > grant.max_vram {
+            return Err(quota(format!(
+                "a lease of {bytes} bytes would bring this tasklet to {} bytes of VRAM, over its grant of {} (max-vram)",
+                held.saturating_add(bytes),
+                grant.max_vram
+            )));
+        }
+        let lease = self.manager.acquire(bytes, ttl)?;
+        let id = LeaseId(self.ids.fresh());
+        self.leases.insert(id, lease);
+        Ok(id)
+    }
+
+    fn lease_renew(&mut self, lease: LeaseId, secs: u32) -> Result<(), GpuError> {
+        let lease = self.lease(lease)?;
+        if secs == 0 {
+            return Err(invalid("renew needs secs > 0"));
+        }
+        let ceiling = self.grant.gpu.max_lease_time;
+        self.manager
+            .renew(lease, Duration::from_secs(secs.into()), ceiling)
+    }
+
+    fn lease_info(&mut self, lease: LeaseId) -> Result<LeaseInfo, GpuError> {
+        let lease = self.lease(lease)?;
+        if let Some((used, remaining)) = lease.snapshot() {
+            return Ok(LeaseInfo {
+                device: lease.device,
+                granted_bytes: lease.granted,
+                used_bytes: used,
+                remaining_ms: remaining.as_millis().try_into().unwrap_or(u64::MAX),
+            });
+        }
+        // Ended or expired: report, and act on, the end of the lease in the one place that does both.
+        self.manager.with_worker(lease, |_| Ok(()))?;
+        Err(GpuError::LeaseExpired("the lease has ended".into()))
+    }
+
+    fn lease_drop(&mut self, lease: LeaseId) {
+        if let Some(lease) = self.leases.remove(&lease) {
+            self.manager.end(&lease, EndReason::Dropped);
+        }
+    }
+
+    fn session_open(&mut self, lease: LeaseId) -> Result<SessionId, GpuError> {
+        let lease = Arc::clone(self.lease(lease)?);
+        // Refuse sessions on ended leases now rather than at their first operation.
+        self.manager.with_worker(&lease, |_| Ok(()))?;
+        let id = SessionId(self.ids.fresh());
+        self.sessions.insert(
+            id,
+            Session {
+                lease,
+                buffers: FxHashMap::default(),
+                modules: FxHashMap::default(),
+            },
+        );
+        Ok(id)
+    }
+
+    fn session_drop(&mut self, session: SessionId) {
+        let Some(s) = self.sessions.remove(&session) else {
+            return;
+        };
+        // Free what the session still holds; if its lease already ended, that is done.
+        for &(addr, size) in s.buffers.values() {
+            if self.manager.free(&s.lease, addr, size).is_err() {
+                return;
+            }
+        }
+        for m in s.modules.values() {
+            if self.run(&s.lease, |w| w.unload_module(m.id)).is_err() {
+                return;
+            }
+        }
+    }
+
+    fn mem_alloc(&mut self, session: SessionId, bytes: u64) -> Result<BufferId, GpuError> {
+        self.need(Right::Alloc)?;
+        let s = self.session(session)?;
+        if bytes == 0 {
+            return Err(invalid("cannot allocate 0 bytes"));
+        }
+        let addr = self.manager.alloc(&s.lease, bytes)?;
+        let id = BufferId(self.ids.fresh());
+        if let Some(s) = self.sessions.get_mut(&session) {
+            s.buffers.insert(id, (addr, bytes));
+        }
+        Ok(id)
+    }
+
+    fn mem_free(&mut self, session: SessionId, buffer: BufferId) {
+        let Some(s) = self.sessions.get_mut(&session) else {
+            return;
+        };
+        if let Some((addr, size)) = s.buffers.remove(&buffer) {
+            let _ = self.manager.free(&s.lease, addr, size);
+        }
+    }
+
+    fn mem_write(
+        &mut self,
+        session: SessionId,
+        buffer: BufferId,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), GpuError> {
+        self.need(Right::Write)?;
+        let (at, lease) = self.span(session, buffer, offset, data.len() as u64)?;
+        // Large data already in memory a worker maps (the tasklet's own linear memory) goes to
+        // the device in one copy by the worker, with no staging here.
+        let direct = if data.len() >= DIRECT_MIN_BYTES {
+            tasklet_worker::guest_memory::locate(data.as_ptr(), data.len())
+        } else {
+            None
+        };
+        match direct {
+            Some(span) => {
+                self.run(lease, |w| w.write_from(at, &span))?;
+                self.manager.count_direct(span.len(), 0);
+                Ok(())
+            }
+            None => self.run(lease, |w| w.write(at, data)),
+        }
+    }
+
+    fn mem_read(
+        &mut self,
+        session: SessionId,
+        buffer: BufferId,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<u8>, GpuError> {
+        self.need(Right::Read)?;
+        let (at, lease) = self.span(session, buffer, offset, len)?;
+        // The result must fit in the holder's memory: refuse before allocating it.
+        let limit = self.grant.limits.memory;
+        if len > limit {
+            return Err(out_of_bounds(format!(
+                "a read of {len} bytes cannot fit in the tasklet's {limit}-byte memory limit; read in pieces"
+            )));
+        }
+        let len =
+            usize::try_from(len).map_err(|_| out_of_bounds("read too large for this host"))?;
+        let mut out = vec![0u8; len];
+        self.run(lease, |w| w.read(at, &mut out))?;
+        Ok(out)
+    }
+
+    fn mem_read_into(
+        &mut self,
+        session: SessionId,
+        buffer: BufferId,
+        offset: u64,
+        dst: GuestBytes,
+    ) -> Result<(), GpuError> {
+        self.need(Right::Read)?;
+        let (at, lease) = self.span(session, buffer, offset, dst.len() as u64)?;
+        let Some(span) = dst.span() else {
+            // Only reachable with a memory this host did not create (see guest_memory).
+            return Err(unsupported(
+                "the destination is not in memory the GPU worker can reach, so it cannot be filled in place; use mem-read",
+            ));
+        };
+        if dst.len() >= DIRECT_MIN_BYTES {
+            self.run(lease, |w| w.read_into(at, &span))?;
+            self.manager.count_direct(0, dst.len());
+            return Ok(());
+        }
+        let mut staged = vec![0u8; dst.len()];
+        self.run(lease, |w| w.read(at, &mut staged))?;
+        if !dst.fill(&staged) {
+            return Err(GpuError::DeviceLost(
+                "the destination's memory vanished during mem-read-into".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn mem_copy(
+        &mut self,
+        session: SessionId,
+        dst: (BufferId, u64),
+        src: (BufferId, u64),
+        len: u64,
+    ) -> Result<(), GpuError> {
+        self.need(Right::Write)?;
+        let s = self.session(session)?;
+        let (daddr, dsize) = s.buffer(dst.0)?;
+        let (saddr, ssize) = s.buffer(src.0)?;
+        let to = span(daddr, dsize, dst.1, len)?;
+        let from = span(saddr, ssize, src.1, len)?;
+        self.run(&s.lease, |w| w.copy(to, from, len))
+    }
+
+    fn module_load(&mut self, session: SessionId, ptx: &str) -> Result<ModuleId, GpuError> {
+        self.need(Right::Load)?;
+        let s = self.session(session)?;
+        let loaded = self.run(&s.lease, |w| w.load_module(ptx))?;
+        self.add_module(session, loaded)
+    }
+
+    fn module_load_source(
+        &mut self,
+        session: SessionId,
+        source: &str,
+        options: &[String],
+    ) -> Result<ModuleId, GpuError> {
+        self.need(Right::Load)?;
+        let s = self.session(session)?;
+        let loaded = self.run(&s.lease, |w| w.load_source(source, options))?;
+        self.add_module(session, loaded)
+    }
+
+    fn module_kernels(&mut self, session: SessionId, module: ModuleId) -> Vec<String> {
+        self.sessions
+            .get(&session)
+            .and_then(|s| s.modules.get(&module))
+            .map(|m| m.kernels.iter().map(|k| k.info.name.clone()).collect())
+            .unwrap_or_default()
+    }
+
+    fn module_unload(&mut self, session: SessionId, module: ModuleId) {
+        let Some(s) = self.sessions.get_mut(&session) else {
+            return;
+        };
+        if let Some(m) = s.modules.remove(&module) {
+            let _ = self
+                .manager
+                .with_worker(&s.lease, |w| w.unload_module(m.id));
+        }
+    }
+
+    fn launch(
+        &mut self,
+        session: SessionId,
+        module: ModuleId,
+        kernel: &str,
+        config: &LaunchConfig,
+        args: &[KernelArg<'_>],
+    ) -> Result<(), GpuError> {
+        self.need(Right::Launch)?;
+        let (g, b) = (config.grid, config.block);
+        if g.contains(&0) || b.contains(&0) {
+            return Err(GpuError::LaunchFailed(
+                "grid and block dimensions must all be at least 1".into(),
+            ));
+        }
+        // The block is built in the service's buffer, taken out for the call (so the session can
+        // be borrowed beside it) and put back after: no allocation per launch.
+        let mut block = std::mem::take(&mut self.arg_block);
+        let r = self.launch_with(session, module, kernel, config, args, &mut block);
+        self.arg_block = block;
+        r
+    }
+
+    fn sync(&mut self, session: SessionId) -> Result<(), GpuError> {
+        let s = self.session(session)?;
+        self.run(&s.lease, |w| w.sync())
+    }
+}

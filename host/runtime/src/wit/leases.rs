@@ -1,0 +1,41 @@
+//! `tasklet:gpu/leases`: lease handles over the service's leases.
+
+use super::bindings::tasklet::gpu::leases::{Host, HostLease, LeaseInfo, LeaseRequest};
+use super::{GpuResult, GpuState, LeaseHandle};
+use crate::gpu;
+use wasmtime::component::Resource;
+
+impl Host for GpuState<'_> {}
+
+impl HostLease for GpuState<'_> {
+    fn acquire(&mut self, request: LeaseRequest) -> GpuResult<Resource<LeaseHandle>> {
+        let id = self.service.lease_acquire(gpu::LeaseRequest {
+            min_vram: request.min_vram,
+            secs: request.secs,
+            device: request.device,
+        })?;
+        Ok(self.table.push(LeaseHandle { id })?)
+    }
+
+    fn renew(&mut self, this: Resource<LeaseHandle>, secs: u32) -> GpuResult<()> {
+        let id = self.table.get(&this)?.id;
+        Ok(self.service.lease_renew(id, secs)?)
+    }
+
+    fn info(&mut self, this: Resource<LeaseHandle>) -> GpuResult<LeaseInfo> {
+        let id = self.table.get(&this)?.id;
+        let i = self.service.lease_info(id)?;
+        Ok(LeaseInfo {
+            device: i.device,
+            granted_bytes: i.granted_bytes,
+            used_bytes: i.used_bytes,
+            remaining_ms: i.remaining_ms,
+        })
+    }
+
+    fn drop(&mut self, this: Resource<LeaseHandle>) -> wasmtime::Result<()> {
+        let id = self.table.delete(this)?.id;
+        self.service.lease_drop(id);
+        Ok(())
+    }
+}

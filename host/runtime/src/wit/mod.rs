@@ -1,0 +1,79 @@
+//! `tasklet:gpu` for wasm guests: the generated bindings, one module per interface, each mapping
+//! the guest's resource handles to the ids of a [`GpuService`] and its errors back to `gpu-error`.
+//! The checks themselves are the service's; this layer only holds the handles.
+
+pub(crate) mod bindings;
+pub mod error;
+mod inventory;
+mod leases;
+pub(crate) mod sessions;
+
+pub use error::{GpuFailure, GpuResult};
+
+use crate::gpu::{BufferId, GpuService, LeaseId, ModuleId, SessionId};
+use wasmtime::component::{HasData, ResourceTable};
+
+/// The guest's handle types as stored in the resource table: the service's ids, and what the
+/// guest may ask of a handle without a call into the service.
+pub struct LeaseHandle {
+    id: LeaseId,
+}
+pub struct SessionHandle {
+    id: SessionId,
+}
+pub struct BufferHandle {
+    id: BufferId,
+    session: SessionId,
+    size: u64,
+}
+pub struct ModuleHandle {
+    id: ModuleId,
+    session: SessionId,
+}
+
+/// Reaches the GPU service and the resource table from a store's data.
+pub trait GpuView: Send {
+    fn gpu(&mut self) -> GpuState<'_>;
+}
+
+/// The borrowed halves the host functions work on.
+pub struct GpuState<'a> {
+    pub service: &'a mut dyn GpuService,
+    pub table: &'a mut ResourceTable,
+}
+
+/// `HasData` marker for the generated `add_to_linker`.
+pub struct Gpu;
+
+impl HasData for Gpu {
+    type Data<'a> = GpuState<'a>;
+}
+
+/// Adds `tasklet:gpu` to a linker whose store data implements [`GpuView`].
+pub fn add_to_linker<T: GpuView + 'static>(
+    linker: &mut wasmtime::component::Linker<T>,
+) -> wasmtime::Result<()> {
+    use bindings::tasklet::gpu;
+    fn get<T: GpuView>(t: &mut T) -> GpuState<'_> {
+        t.gpu()
+    }
+    gpu::types::add_to_linker::<T, Gpu>(linker, get)?;
+    gpu::inventory::add_to_linker::<T, Gpu>(linker, get)?;
+    gpu::leases::add_to_linker::<T, Gpu>(linker, get)?;
+    gpu::sessions::add_to_linker::<T, Gpu>(linker, get)?;
+    // mem-write and mem-read-into see their lists in place in guest memory (see there why).
+    bindings::add_list_views_to_linker(linker, get::<T>)?;
+    Ok(())
+}
+
+impl bindings::tasklet::gpu::types::Host for GpuState<'_> {
+    fn convert_gpu_error(
+        &mut self,
+        err: GpuFailure,
+    ) -> wasmtime::Result<bindings::tasklet::gpu::types::GpuError> {
+        match err {
+            GpuFailure::Gpu(e) => Ok(e),
+            GpuFailure::Trap(t) => Err(t),
+        }
+    }
+}

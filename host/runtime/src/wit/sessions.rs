@@ -1,0 +1,264 @@
+//! `tasklet:gpu/sessions`: session, buffer and module handles over the service's ids.
+//!
+//! The guest can only name handles it holds (the component model sees to that); which session a
+//! buffer or module belongs to, and everything else, the service checks.
+
+use super::bindings::tasklet::gpu::sessions::{
+    Host, HostBuffer, HostModule, HostSession, KernelArg, LaunchConfig,
+};
+use super::{
+    BufferHandle, GpuFailure, GpuResult, GpuState, LeaseHandle, ModuleHandle, SessionHandle,
+};
+use crate::gpu::{self, GuestBytes};
+use wasmtime::component::{Resource, WasmList};
+use wasmtime::StoreContextMut;
+
+impl Host for GpuState<'_> {}
+
+impl GpuState<'_> {
+    fn session_id(&self, handle: &Resource<SessionHandle>) -> GpuResult<gpu::SessionId> {
+        Ok(self.table.get(handle)?.id)
+    }
+
+    fn buffer_id(&self, handle: &Resource<BufferHandle>) -> GpuResult<gpu::BufferId> {
+        Ok(self.table.get(handle)?.id)
+    }
+
+    fn add_module(
+        &mut self,
+        session: gpu::SessionId,
+        id: gpu::ModuleId,
+    ) -> GpuResult<Resource<ModuleHandle>> {
+        Ok(self.table.push(ModuleHandle { id, session })?)
+    }
+}
+
+impl HostSession for GpuState<'_> {
+    fn open(&mut self, lease: Resource<LeaseHandle>) -> GpuResult<Resource<SessionHandle>> {
+        let lease = self.table.get(&lease)?.id;
+        let id = self.service.session_open(lease)?;
+        Ok(self.table.push(SessionHandle { id })?)
+    }
+
+    fn mem_alloc(
+        &mut self,
+        this: Resource<SessionHandle>,
+        bytes: u64,
+    ) -> GpuResult<Resource<BufferHandle>> {
+        let session = self.session_id(&this)?;
+        let id = self.service.mem_alloc(session, bytes)?;
+        Ok(self.table.push(BufferHandle {
+            id,
+            session,
+            size: bytes,
+        })?)
+    }
+
+    fn mem_write(
+        &mut self,
+        this: Resource<SessionHandle>,
+        dst: Resource<BufferHandle>,
+        offset: u64,
+        data: Vec<u8>,
+    ) -> GpuResult<()> {
+        // Reached only for a lifted copy of the data: the linker routes `mem-write` through
+        // `mem_write_list`, which sees the guest's list in place.
+        let (session, buffer) = (self.session_id(&this)?, self.buffer_id(&dst)?);
+        Ok(self.service.mem_write(session, buffer, offset, &data)?)
+    }
+
+    fn mem_read_into(
+        &mut self,
+        _this: Resource<SessionHandle>,
+        _src: Resource<BufferHandle>,
+        _offset: u64,
+        _dst: Vec<u8>,
+    ) -> GpuResult<()> {
+        // The linker routes `mem-read-into` through `mem_read_into_list`, which sees the guest's
+        // list in place; a lifted copy cannot be filled in place.
+        Err(crate::error::unsupported(
+            "mem-read-into needs the host to see the destination in place, and this host was linked without \
+             that; use mem-read",
+        )
+        .into())
+    }
+
+    fn mem_read(
+        &mut self,
+        this: Resource<SessionHandle>,
+        src: Resource<BufferHandle>,
+        offset: u64,
+        len: u64,
+    ) -> GpuResult<Vec<u8>> {
+        let (session, buffer) = (self.session_id(&this)?, self.buffer_id(&src)?);
+        Ok(self.service.mem_read(session, buffer, offset, len)?)
+    }
+
+    fn mem_copy(
+        &mut self,
+        this: Resource<SessionHandle>,
+        dst: Resource<BufferHandle>,
+        dst_offset: u64,
+        src: Resource<BufferHandle>,
+        src_offset: u64,
+        len: u64,
+    ) -> GpuResult<()> {
+        let session = self.session_id(&this)?;
+        let (dst, src) = (self.buffer_id(&dst)?, self.buffer_id(&src)?);
+        Ok(self
+            .service
+            .mem_copy(session, (dst, dst_offset), (src, src_offset), len)?)
+    }
+
+    fn module_load(
+        &mut self,
+        this: Resource<SessionHandle>,
+        ptx: String,
+    ) -> GpuResult<Resource<ModuleHandle>> {
+        let session = self.session_id(&this)?;
+        let id = self.service.module_load(session, &ptx)?;
+        self.add_module(session, id)
+    }
+
+    fn module_load_source(
+        &mut self,
+        this: Resource<SessionHandle>,
+        source: String,
+        options: Vec<String>,
+    ) -> GpuResult<Resource<ModuleHandle>> {
+        let session = self.session_id(&this)?;
+        let id = self
+            .service
+            .module_load_source(session, &source, &options)?;
+        self.add_module(session, id)
+    }
+
+    fn launch(
+        &mut self,
+        this: Resource<SessionHandle>,
+        module: Resource<ModuleHandle>,
+        kernel: String,
+        config: LaunchConfig,
+        args: Vec<KernelArg>,
+    ) -> GpuResult<()> {
+        let session = self.session_id(&this)?;
+        let module = self.table.get(&module)?.id;
+        // Arguments as the service takes them: on the stack for the usual handful, so a launch
+        // allocates nothing.
+        const INLINE: usize = 16;
+        let mut inline = [gpu::KernelArg::U32(0); INLINE];
+        let mut spilled = Vec::new();
+        let lifted: &mut [gpu::KernelArg<'_>] = if args.len() <= INLINE {
+            &mut inline[..args.len()]
+        } else {
+            spilled.resize(args.len(), gpu::KernelArg::U32(0));
+            &mut spilled
+        };
+        for (slot, arg) in lifted.iter_mut().zip(&args) {
+            *slot = match arg {
+                KernelArg::Buffer(b) => gpu::KernelArg::Buffer {
+                    buffer: self.buffer_id(&b.buffer)?,
+                    offset: b.offset,
+                },
+                KernelArg::I32(v) => gpu::KernelArg::I32(*v),
+                KernelArg::U32(v) => gpu::KernelArg::U32(*v),
+                KernelArg::I64(v) => gpu::KernelArg::I64(*v),
+                KernelArg::U64(v) => gpu::KernelArg::U64(*v),
+                KernelArg::F32(v) => gpu::KernelArg::F32(*v),
+                KernelArg::F64(v) => gpu::KernelArg::F64(*v),
+                KernelArg::Bytes(v) => gpu::KernelArg::Bytes(v),
+            };
+        }
+        let (g, b) = (config.grid, config.block);
+        let config = gpu::LaunchConfig {
+            grid: [g.0, g.1, g.2],
+            block: [b.0, b.1, b.2],
+            shared_mem_bytes: config.shared_mem_bytes,
+        };
+        Ok(self
+            .service
+            .launch(session, module, &kernel, &config, lifted)?)
+    }
+
+    fn sync(&mut self, this: Resource<SessionHandle>) -> GpuResult<()> {
+        let session = self.session_id(&this)?;
+        Ok(self.service.sync(session)?)
+    }
+
+    fn drop(&mut self, this: Resource<SessionHandle>) -> wasmtime::Result<()> {
+        let id = self.table.delete(this)?.id;
+        self.service.session_drop(id);
+        Ok(())
+    }
+}
+
+impl HostBuffer for GpuState<'_> {
+    fn size(&mut self, this: Resource<BufferHandle>) -> wasmtime::Result<u64> {
+        Ok(self.table.get(&this)?.size)
+    }
+
+    fn drop(&mut self, this: Resource<BufferHandle>) -> wasmtime::Result<()> {
+        let b = self.table.delete(this)?;
+        self.service.mem_free(b.session, b.id);
+        Ok(())
+    }
+}
+
+impl HostModule for GpuState<'_> {
+    fn kernels(&mut self, this: Resource<ModuleHandle>) -> wasmtime::Result<Vec<String>> {
+        let m = self.table.get(&this)?;
+        let (session, id) = (m.session, m.id);
+        Ok(self.service.module_kernels(session, id))
+    }
+
+    fn drop(&mut self, this: Resource<ModuleHandle>) -> wasmtime::Result<()> {
+        let m = self.table.delete(this)?;
+        self.service.module_unload(m.session, m.id);
+        Ok(())
+    }
+}
+
+/// `mem-write` with its data seen in place in guest memory (a `WasmList`, not a lifted copy): the
+/// service may then move a large span between linear memory and the device in one copy.
+pub(crate) fn mem_write_list<T>(
+    mut store: StoreContextMut<'_, T>,
+    get: fn(&mut T) -> GpuState<'_>,
+    this: Resource<SessionHandle>,
+    dst: Resource<BufferHandle>,
+    offset: u64,
+    data: WasmList<u8>,
+) -> GpuResult<()> {
+    let (ptr, len) = {
+        let bytes = data.as_le_slice(&store);
+        (bytes.as_ptr(), bytes.len())
+    };
+    let gpu = get(store.data_mut());
+    let (session, buffer) = (gpu.session_id(&this)?, gpu.buffer_id(&dst)?);
+    // SAFETY: the bytes are the guest's list, live in its memory for the whole host call (no guest
+    // code runs meanwhile, and nothing in this call writes to them); the slice is rebuilt here
+    // only because the store had to be borrowed mutably for the service in between.
+    let data = unsafe { std::slice::from_raw_parts(ptr, len) };
+    Ok(gpu.service.mem_write(session, buffer, offset, data)?)
+}
+
+/// `mem-read-into`: fills the guest's list in place. The checks are `mem-read`'s.
+pub(crate) fn mem_read_into_list<T>(
+    mut store: StoreContextMut<'_, T>,
+    get: fn(&mut T) -> GpuState<'_>,
+    this: Resource<SessionHandle>,
+    src: Resource<BufferHandle>,
+    offset: u64,
+    dst: WasmList<u8>,
+) -> GpuResult<()> {
+    let (addr, len) = {
+        let bytes = dst.as_le_slice(&store);
+        (bytes.as_ptr() as usize, bytes.len())
+    };
+    // SAFETY: we are in a host call of the store that owns the memory, so no guest code runs, and
+    // the slice above is dead: nothing holds a reference into those bytes.
+    let dst = unsafe { GuestBytes::new(addr, len) };
+    let gpu = get(store.data_mut());
+    let (session, buffer) = (gpu.session_id(&this)?, gpu.buffer_id(&src)?);
+    let r = gpu.service.mem_read_into(session, buffer, offset, dst);
+    r.map_err(GpuFailure::from)
+}

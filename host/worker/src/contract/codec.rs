@@ -7,7 +7,7 @@
 //! Frame layout: `tag: u8, id: varint, fields…`. Integers are little-endian; `str` and `bytes` are a
 //! `u32` length then the bytes; lists are a `u32` count then the items. A frame must be consumed
 //! exactly: trailing bytes are an error. Bulk data (write payloads, read results) does not travel
-//! in frames but in the transport's data region; frames only carry its length.
+//! in frames but in the channel's data region; frames only carry its length.
 //!
 //! The id and a launch's fields are LEB128 varints instead (lengths included), because a launch is
 //! the one frame on a hot path whose size matters: the ring carries it in whole cache lines, each a
@@ -426,7 +426,7 @@ pub fn truncate_utf8(s: &str, max: usize) -> &str {
 }
 
 fn len_u32(n: usize) -> u32 {
-    // Frames are bounded by the transport (far below 4 GiB); saturating keeps the encoder total
+    // Frames are bounded by the channel (far below 4 GiB); saturating keeps the encoder total
     // and makes an impossible length fail at decode instead of wrapping silently.
     u32::try_from(n).unwrap_or(u32::MAX)
 }

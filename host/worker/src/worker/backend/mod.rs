@@ -2,7 +2,7 @@
 //!
 //! One trait, [`Backend`], with one implementation per device kind: [`EmuBackend`] (the PTX
 //! emulator, for CI and machines without a GPU) and [`CudaBackend`] (an NVIDIA GPU through the
-//! CUDA driver API, loaded at run time). Both sit behind the same protocol, supervisor and pool,
+//! CUDA driver API, loaded at run time). Both sit behind the same contract, client and pool,
 //! so the whole path is tested everywhere.
 //!
 //! What every backend honours (the emulator gets most for free; see `cuda/mod.rs` for how the

@@ -1,5 +1,5 @@
 //! A backend with no device: answers `ping`, `info`, `sync` and `reset`, refuses everything else
-//! with `Unsupported`. Lets the protocol, supervisor and pool be exercised (and the IPC cost be
+//! with `Unsupported`. Lets the channel, the client and the pool be exercised (and the IPC cost be
 //! measured) without any emulator or GPU; selected with the worker flag `--null-backend`.
 
 use super::{Backend, BackendError};

@@ -1,6 +1,6 @@
 //! The channel's completion word as the device writes it: after the kernels a `sync` waits for,
 //! the stream stores the sync's seq into the page-locked header page of the channel, where the
-//! host is already spinning (see `transport`'s module docs). That saves the hand-off from this
+//! host is already spinning (see [`crate::contract::channel`]). That saves the hand-off from this
 //! process to the host on every launch + sync: the host sees the kernels finished as soon as the
 //! device does.
 //!

@@ -57,8 +57,10 @@ fn why(e: &HostError) -> String {
     }
 }
 
-/// Bytes as a person reads them: `140.4 GiB`, `256 MiB`, `512 B`.
-pub fn human(bytes: u64) -> String {
+/// Bytes as a person reads them, rounded to one decimal in the largest binary unit that fits:
+/// `140.4 GiB`, `256 MiB`, `512 B`. For reading only: a size that must stay exact (one to write
+/// back into a manifest) is `tasklet_runtime::config::units::format_size`'s (`256MiB`, `1000B`).
+pub fn rounded_size(bytes: u64) -> String {
     const UNITS: [(&str, u64); 4] = [
         ("TiB", 1 << 40),
         ("GiB", 1 << 30),
@@ -88,12 +90,16 @@ pub fn describe(host: &Host) -> String {
             d.name,
             d.compute_capability.0,
             d.compute_capability.1,
-            human(d.total_memory),
-            human(d.device_memory),
+            rounded_size(d.total_memory),
+            rounded_size(d.device_memory),
             d.driver_version / 1000,
             (d.driver_version % 1000) / 10
         ),
-        other => format!("backend {other} ({}, {})", d.name, human(d.total_memory)),
+        other => format!(
+            "backend {other} ({}, {})",
+            d.name,
+            rounded_size(d.total_memory)
+        ),
     }
 }
 
@@ -150,5 +156,18 @@ impl HostArgs {
                 }
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rounded_size;
+
+    #[test]
+    fn sizes_round_to_one_decimal_of_the_largest_unit() {
+        assert_eq!(rounded_size(512), "512 B");
+        assert_eq!(rounded_size(256 << 20), "256 MiB");
+        assert_eq!(rounded_size(1536), "1.5 KiB");
+        assert_eq!(rounded_size((140 << 30) + (400 << 20)), "140.4 GiB");
     }
 }

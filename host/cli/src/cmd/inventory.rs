@@ -4,7 +4,7 @@
 //! of it). NVML details (UUID, free memory, MIG) come from a short-lived worker process in its
 //! `--inventory` mode, so the host process never loads NVIDIA libraries.
 
-use crate::backend::{human, worker_command, HostArgs};
+use crate::backend::{rounded_size, worker_command, HostArgs};
 use anyhow::Result;
 use std::fmt::Write as _;
 use std::process::ExitCode;
@@ -97,16 +97,16 @@ pub fn run(args: InventoryArgs) -> Result<ExitCode> {
         "{:<6} {:<8} {:<12} {:<12} {:<6} {}",
         d.index,
         d.backend,
-        human(d.total_memory),
-        human(host.free_memory()),
+        rounded_size(d.total_memory),
+        rounded_size(host.free_memory()),
         format!("{}.{}", d.compute_capability.0, d.compute_capability.1),
         d.name
     );
     if d.backend == "cuda" {
         println!(
             "       device memory {}; lent {} (the rest is reserved for worker contexts or withheld by the policy); {}",
-            human(d.device_memory),
-            human(d.total_memory),
+            rounded_size(d.device_memory),
+            rounded_size(d.total_memory),
             if d.pinned_data { "pinned data region" } else { "pageable data region (cuMemHostRegister failed)" }
         );
     }
@@ -138,8 +138,8 @@ pub fn run(args: InventoryArgs) -> Result<ExitCode> {
                     g.index,
                     g.name,
                     g.uuid,
-                    human(g.memory_total),
-                    human(g.memory_free),
+                    rounded_size(g.memory_total),
+                    rounded_size(g.memory_free),
                     g.mig.as_str()
                 );
                 for m in &g.mig_instances {
@@ -148,8 +148,8 @@ pub fn run(args: InventoryArgs) -> Result<ExitCode> {
                         m.index,
                         m.name,
                         m.uuid,
-                        human(m.memory_total),
-                        human(m.memory_free)
+                        rounded_size(m.memory_total),
+                        rounded_size(m.memory_free)
                     );
                 }
                 if g.mig == MigMode::Enabled && g.mig_instances.is_empty() {

@@ -3,7 +3,8 @@
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tasklet_runtime::{
     Accounting, BackendKind, Host, HostConfig, Manifest, Policy, Tasklet, WorkerCommand, WorkerInfo,
@@ -71,7 +72,7 @@ pub fn host_on(policy: Policy, worker: &str, backend: BackendKind) -> Host {
     .unwrap_or_else(|e| panic!("the host does not start on {}: {e}", backend.as_str()))
 }
 
-/// Whether the GPU tests (tests/gpu.rs) run here: the CUDA device a probe worker found, or why
+/// Whether the GPU tests (tests/tests/gpu.rs) run here: the CUDA device a probe worker found, or why
 /// they are skipped. `TASKLET_TEST_BACKEND=cuda` demands a device (no device is a failure, not a
 /// skip); another value of it skips them; unset, a device is looked for. Probed once per process.
 pub fn gpu_for_tests(worker: &str) -> Result<WorkerInfo, String> {
@@ -138,8 +139,13 @@ pub fn assert_baseline(host: &Host) {
     }
 }
 
-/// The probe tasklet's result lines as (status, kind) pairs: `ok …` → ("ok", ""), `error K …` → ("error", K).
-pub fn probe_lines(output: &str) -> Vec<(String, String, String)> {
+/// One line of the probe tasklet's output, split at its first two spaces: `ok <what> <detail>` or
+/// `error <kind> <message>` (see tasklets/testing/probe).
+pub type ProbeLine = (String, String, String);
+
+/// The probe tasklet's output as lines: `ok alloc 4096` → ("ok", "alloc", "4096"),
+/// `error quota-exceeded lease has …` → ("error", "quota-exceeded", "lease has …").
+pub fn probe_lines(output: &str) -> Vec<ProbeLine> {
     output
         .lines()
         .map(|l| {
@@ -150,6 +156,87 @@ pub fn probe_lines(output: &str) -> Vec<(String, String, String)> {
             (status, kind, rest)
         })
         .collect()
+}
+
+/// Runs the probe tasklet (its own manifest) with `command` on `host`, and splits its output.
+pub fn run_probe(host: &Host, command: &str) -> Vec<ProbeLine> {
+    let probe = load(host, manifest("testing/probe"));
+    probe_lines(&run_ok(host, &probe, command))
+}
+
+/// Asserts that line `index` of a probe's output is `error <kind> …` and that its message contains
+/// `needle` (any message for `""`); a failure shows every line.
+#[track_caller]
+pub fn assert_gpu_error(lines: &[ProbeLine], index: usize, kind: &str, needle: &str) {
+    check_gpu_error(
+        lines,
+        lines.get(index),
+        kind,
+        needle,
+        &format!("line {index}"),
+    );
+}
+
+/// [`assert_gpu_error`] for the first `error` line, wherever it is (a fault may surface at the
+/// launch or at the next sync).
+#[track_caller]
+pub fn assert_first_gpu_error(lines: &[ProbeLine], kind: &str, needle: &str) {
+    let first = lines.iter().find(|l| l.0 == "error");
+    check_gpu_error(lines, first, kind, needle, "the first error line");
+}
+
+#[track_caller]
+fn check_gpu_error(
+    lines: &[ProbeLine],
+    line: Option<&ProbeLine>,
+    kind: &str,
+    needle: &str,
+    which: &str,
+) {
+    let Some((status, got, message)) = line else {
+        panic!("no {which} (expected error {kind}) in {lines:?}");
+    };
+    assert_eq!(
+        (status.as_str(), got.as_str()),
+        ("error", kind),
+        "{which} of {lines:?}"
+    );
+    assert!(
+        message.contains(needle),
+        "{which}: the {kind} message does not name {needle:?}: {lines:?}"
+    );
+}
+
+/// Runs `tasklet` with `input` on a thread of its own: its output (panicking on an error) and the
+/// moment it ended.
+pub fn spawn_run(
+    host: &Arc<Host>,
+    tasklet: &Arc<Tasklet>,
+    input: &str,
+) -> JoinHandle<(String, Instant)> {
+    let (host, tasklet, input) = (host.clone(), tasklet.clone(), input.to_owned());
+    std::thread::spawn(move || {
+        let out = run_ok(&host, &tasklet, &input);
+        (out, Instant::now())
+    })
+}
+
+/// Polls `f` every 10 ms until it holds or `timeout` passes; whether it held.
+pub fn eventually(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + timeout;
+    while Instant::now() < end {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    f()
+}
+
+/// Whether a process with this id exists (a worker the test's host started, or its zombie).
+pub fn pid_alive(pid: u32) -> bool {
+    // SAFETY: signal 0 only checks whether the process exists.
+    unsafe { libc::kill(pid as i32, 0) == 0 }
 }
 
 /// A CUDA host for a GPU test (with the device's probe report), or — printing `skipped: no CUDA

@@ -2,29 +2,22 @@
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tasklet_tests::{assert_baseline, load, manifest, probe_lines, run_ok, test_host};
+use tasklet_tests::{
+    assert_baseline, assert_first_gpu_error, assert_gpu_error, eventually, load, manifest,
+    pid_alive, probe_lines, run_ok, spawn_run, test_host,
+};
 
 #[test]
 fn a_faulting_kernel_is_kernel_fault_and_the_node_keeps_serving() {
     let host = test_host!();
     let probe = load(&host, manifest("testing/probe"));
     let lines = probe_lines(&run_ok(&host, &probe, "fault"));
-    let fault = lines
-        .iter()
-        .find(|l| l.0 == "error")
-        .expect("an error line");
-    assert_eq!(fault.1, "kernel-fault", "{lines:?}");
-    match tasklet_tests::backend() {
-        // The emulator knows the faulting instruction; the GPU reports the driver's error.
-        tasklet_runtime::BackendKind::Emu => assert!(
-            fault.2.contains("line"),
-            "the fault names its PTX line: {lines:?}"
-        ),
-        tasklet_runtime::BackendKind::Cuda => assert!(
-            fault.2.contains("CUDA_ERROR_"),
-            "the driver's words: {lines:?}"
-        ),
-    }
+    // The emulator names the faulting PTX line; the GPU reports the driver's error.
+    let names = match tasklet_tests::backend() {
+        tasklet_runtime::BackendKind::Emu => "line",
+        tasklet_runtime::BackendKind::Cuda => "CUDA_ERROR_",
+    };
+    assert_first_gpu_error(&lines, "kernel-fault", names);
     assert_baseline(&host);
     let iota = load(&host, manifest("iota"));
     assert_eq!(run_ok(&host, &iota, "4"), "1\n2\n3\n4\n");
@@ -43,11 +36,7 @@ fn a_runaway_kernel_is_deadline_exceeded() {
         "took {:?}",
         started.elapsed()
     );
-    let err = lines
-        .iter()
-        .find(|l| l.0 == "error")
-        .expect("an error line");
-    assert_eq!(err.1, "deadline-exceeded", "{lines:?}");
+    assert_first_gpu_error(&lines, "deadline-exceeded", "");
     assert_baseline(&host);
 }
 
@@ -55,10 +44,7 @@ fn a_runaway_kernel_is_deadline_exceeded() {
 fn a_killed_worker_is_device_lost_and_the_next_lease_works() {
     let host = Arc::new(test_host!());
     let probe = Arc::new(load(&host, manifest("testing/probe")));
-    let run = {
-        let (host, probe) = (host.clone(), probe.clone());
-        std::thread::spawn(move || run_ok(&host, &probe, "hold 20"))
-    };
+    let run = spawn_run(&host, &probe, "hold 20");
     let started = Instant::now();
     let pid = loop {
         if let Some(&pid) = host.lease_worker_pids().first() {
@@ -72,12 +58,8 @@ fn a_killed_worker_is_device_lost_and_the_next_lease_works() {
     };
     // SAFETY: plain kill(2) on a process this test's host started.
     assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGKILL) }, 0);
-    let lines = probe_lines(&run.join().unwrap());
-    assert_eq!(
-        (lines[0].0.as_str(), lines[0].1.as_str()),
-        ("error", "device-lost"),
-        "{lines:?}"
-    );
+    let lines = probe_lines(&run.join().unwrap().0);
+    assert_gpu_error(&lines, 0, "device-lost", "");
     assert!(started.elapsed() < Duration::from_secs(15));
     assert_baseline(&host);
     let iota = load(&host, manifest("iota"));
@@ -97,28 +79,18 @@ fn a_worker_holding_other_than_its_lease_accounts_for_is_replaced_not_reused() {
         .expect("lease");
     let pid = lease.worker_pid().expect("pid");
     leases
-        .with_worker(&lease, |a| a.worker.alloc(4096).map(drop))
+        .with_worker(&lease, |w| w.alloc(4096).map(drop))
         .expect("alloc");
     leases.end(&lease, EndReason::Dropped);
     assert_eq!(host.accounting().mismatches, 1);
-    let gone = (0..200).any(|_| {
-        std::thread::sleep(Duration::from_millis(10));
-        // SAFETY: signal 0 only checks whether the pid exists.
-        (unsafe { libc::kill(pid as i32, 0) }) != 0
-    });
+    let gone = eventually(Duration::from_secs(2), || !pid_alive(pid));
     assert!(gone, "the mismatched worker {pid} is still alive");
     // Books that match: reconciled, and the worker is reused by the next lease.
     let lease = leases
         .acquire(1 << 20, Duration::from_secs(60))
         .expect("lease");
     let pid = lease.worker_pid().expect("pid");
-    leases
-        .with_worker(&lease, |a| {
-            a.worker.alloc(4096)?;
-            *a.used += 4096;
-            Ok(())
-        })
-        .expect("alloc");
+    leases.alloc(&lease, 4096).expect("alloc");
     leases.end(&lease, EndReason::Dropped);
     assert_eq!(host.accounting().mismatches, 1);
     let next = leases
@@ -129,9 +101,7 @@ fn a_worker_holding_other_than_its_lease_accounts_for_is_replaced_not_reused() {
         Some(pid),
         "the reconciled worker is reused"
     );
-    let info = leases
-        .with_worker(&next, |a| a.worker.info())
-        .expect("info");
+    let info = leases.with_worker(&next, |w| w.info()).expect("info");
     assert_eq!(
         (info.allocations, info.memory_requested),
         (0, 0),

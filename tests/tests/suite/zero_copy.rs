@@ -5,16 +5,14 @@
 
 use tasklet_runtime::config::{Right, Rights};
 use tasklet_runtime::gpu::DIRECT_MIN_BYTES;
-use tasklet_tests::{assert_baseline, load, manifest, probe_lines, run_ok, test_host};
+use tasklet_tests::{
+    assert_baseline, assert_gpu_error, load, manifest, probe_lines, run_ok, run_probe, test_host,
+    ProbeLine,
+};
 
 const MIB: u64 = 1 << 20;
 
-fn probe(host: &tasklet_runtime::Host, command: &str) -> Vec<(String, String, String)> {
-    let probe = load(host, manifest("testing/probe"));
-    probe_lines(&run_ok(host, &probe, command))
-}
-
-fn line(status: &str, kind: &str, rest: &str) -> (String, String, String) {
+fn line(status: &str, kind: &str, rest: &str) -> ProbeLine {
     (status.into(), kind.into(), rest.into())
 }
 
@@ -22,7 +20,7 @@ fn line(status: &str, kind: &str, rest: &str) -> (String, String, String) {
 fn a_megabyte_round_trip_through_read_into_goes_straight_to_and_from_guest_memory() {
     let host = test_host!();
     assert_eq!(host.leases().direct_transfer_bytes(), (0, 0));
-    let lines = probe(&host, "read-into 1024");
+    let lines = run_probe(&host, "read-into 1024");
     assert_eq!(lines, [line("ok", "read-into", "1048576")]);
     // The write and the read each moved the whole megabyte directly, nothing more.
     assert_eq!(host.leases().direct_transfer_bytes(), (MIB, MIB));
@@ -34,7 +32,7 @@ fn transfers_below_the_threshold_go_through_the_message_area_and_still_round_tri
     let host = test_host!();
     let kib = DIRECT_MIN_BYTES / 1024 - 1;
     for size in [1, kib] {
-        let lines = probe(&host, &format!("read-into {size}"));
+        let lines = run_probe(&host, &format!("read-into {size}"));
         assert_eq!(lines, [line("ok", "read-into", &(size * 1024).to_string())]);
     }
     assert_eq!(
@@ -45,7 +43,7 @@ fn transfers_below_the_threshold_go_through_the_message_area_and_still_round_tri
     // At the threshold the direct path takes over.
     let kib = DIRECT_MIN_BYTES / 1024;
     assert_eq!(
-        probe(&host, &format!("read-into {kib}")),
+        run_probe(&host, &format!("read-into {kib}")),
         [line("ok", "read-into", &DIRECT_MIN_BYTES.to_string())]
     );
     let n = DIRECT_MIN_BYTES as u64;
@@ -56,7 +54,7 @@ fn transfers_below_the_threshold_go_through_the_message_area_and_still_round_tri
 #[test]
 fn guest_memory_grown_after_the_first_transfer_is_reached_too() {
     let host = test_host!();
-    let lines = probe(&host, "read-into-grown");
+    let lines = run_probe(&host, "read-into-grown");
     assert_eq!(lines.len(), 3, "{lines:?}");
     assert_eq!(lines[0], line("ok", "first", "1048576"));
     assert_eq!(
@@ -81,12 +79,7 @@ fn read_into_without_the_read_right_is_unauthorized() {
     m.gpu.rights = Rights::ALL.iter().filter(|r| *r != Right::Read).collect();
     let probe = load(&host, m);
     let lines = probe_lines(&run_ok(&host, &probe, "read-into 1024"));
-    assert_eq!(
-        (lines[0].0.as_str(), lines[0].1.as_str()),
-        ("error", "unauthorized"),
-        "{lines:?}"
-    );
-    assert!(lines[0].2.contains("`read`"), "{lines:?}");
+    assert_gpu_error(&lines, 0, "unauthorized", "`read`");
     // The write went through (it has its right); nothing was read.
     assert_eq!(host.leases().direct_transfer_bytes(), (MIB, 0));
     assert_baseline(&host);
@@ -95,7 +88,7 @@ fn read_into_without_the_read_right_is_unauthorized() {
 #[test]
 fn read_into_out_of_bounds_or_from_a_foreign_buffer_is_refused_and_touches_nothing() {
     let host = test_host!();
-    let lines = probe(&host, "read-into-misuse");
+    let lines = run_probe(&host, "read-into-misuse");
     let kinds: Vec<(&str, &str)> = lines.iter().map(|l| (l.0.as_str(), l.1.as_str())).collect();
     assert_eq!(
         kinds,
@@ -108,11 +101,9 @@ fn read_into_out_of_bounds_or_from_a_foreign_buffer_is_refused_and_touches_nothi
         ],
         "{lines:?}"
     );
-    assert!(lines[0].2.contains("outside the buffer"), "{lines:?}");
-    assert!(
-        lines[3].2.contains("another session") && lines[4].2.contains("another session"),
-        "{lines:?}"
-    );
+    assert_gpu_error(&lines, 0, "out-of-bounds", "outside the buffer");
+    assert_gpu_error(&lines, 3, "invalid-argument", "another session");
+    assert_gpu_error(&lines, 4, "invalid-argument", "another session");
     assert_eq!(host.leases().direct_transfer_bytes(), (0, 0));
     assert_baseline(&host);
 }

@@ -1,15 +1,13 @@
 //! Rights, quotas and handle ownership: every limit shown biting, through real components.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tasklet_runtime::config::{Right, Rights};
 use tasklet_runtime::RunError;
-use tasklet_tests::{assert_baseline, load, manifest, probe_lines, run_ok, test_host, test_policy};
-
-fn probe(host: &tasklet_runtime::Host, command: &str) -> Vec<(String, String, String)> {
-    let probe = load(host, manifest("testing/probe"));
-    let out = run_ok(host, &probe, command);
-    probe_lines(&out)
-}
+use tasklet_tests::{
+    assert_baseline, assert_gpu_error, load, manifest, probe_lines, run_ok, run_probe, spawn_run,
+    test_host, test_policy,
+};
 
 #[test]
 fn missing_launch_right_is_unauthorized_naming_launch() {
@@ -42,9 +40,8 @@ fn policy_can_withhold_a_right_the_manifest_asks_for() {
 #[test]
 fn allocation_past_the_lease_is_quota_exceeded() {
     let host = test_host!();
-    let lines = probe(&host, "alloc-past-lease");
-    assert_eq!(lines[0].0, "error", "{lines:?}");
-    assert_eq!(lines[0].1, "quota-exceeded", "{lines:?}");
+    let lines = run_probe(&host, "alloc-past-lease");
+    assert_gpu_error(&lines, 0, "quota-exceeded", "");
     assert_baseline(&host);
 }
 
@@ -52,14 +49,13 @@ fn allocation_past_the_lease_is_quota_exceeded() {
 fn leases_past_the_grant_are_quota_exceeded() {
     let host = test_host!();
     // The probe's manifest grants two leases.
-    let lines = probe(&host, "leases 3");
-    let kinds: Vec<_> = lines.iter().map(|l| (l.0.as_str(), l.1.as_str())).collect();
+    let lines = run_probe(&host, "leases 3");
     assert_eq!(
-        kinds[..2].iter().filter(|k| k.0 == "ok").count(),
+        lines[..2].iter().filter(|l| l.0 == "ok").count(),
         2,
         "{lines:?}"
     );
-    assert_eq!(kinds[2], ("error", "quota-exceeded"), "{lines:?}");
+    assert_gpu_error(&lines, 2, "quota-exceeded", "");
     assert_baseline(&host);
 }
 
@@ -68,28 +64,19 @@ fn leases_past_the_device_are_capacity_exceeded() {
     let mut policy = test_policy();
     policy.workers.max_device_memory = Some(1 << 20); // room for exactly one 1 MiB lease, on any backend
     let host = test_host!(policy);
-    let lines = probe(&host, "leases 2");
+    let lines = run_probe(&host, "leases 2");
     assert_eq!(lines[0].0, "ok", "{lines:?}");
-    assert_eq!(
-        (lines[1].0.as_str(), lines[1].1.as_str()),
-        ("error", "capacity-exceeded"),
-        "{lines:?}"
-    );
+    assert_gpu_error(&lines, 1, "capacity-exceeded", "");
     assert_baseline(&host);
 }
 
 #[test]
 fn a_foreign_buffer_is_rejected() {
     let host = test_host!();
-    let lines = probe(&host, "foreign-buffer");
+    let lines = run_probe(&host, "foreign-buffer");
     assert_eq!(lines.len(), 3, "{lines:?}");
-    for (status, kind, rest) in &lines {
-        assert_eq!(
-            (status.as_str(), kind.as_str()),
-            ("error", "invalid-argument"),
-            "{rest}"
-        );
-        assert!(rest.contains("another session"), "{rest}");
+    for i in 0..lines.len() {
+        assert_gpu_error(&lines, i, "invalid-argument", "another session");
     }
     assert_baseline(&host);
 }
@@ -97,37 +84,25 @@ fn a_foreign_buffer_is_rejected() {
 #[test]
 fn out_of_range_read_is_out_of_bounds() {
     let host = test_host!();
-    let lines = probe(&host, "oob-read");
-    assert_eq!(
-        (lines[0].0.as_str(), lines[0].1.as_str()),
-        ("error", "out-of-bounds"),
-        "{lines:?}"
-    );
+    let lines = run_probe(&host, "oob-read");
+    assert_gpu_error(&lines, 0, "out-of-bounds", "");
     assert_baseline(&host);
 }
 
 #[test]
 fn malformed_ptx_is_load_failed_naming_the_line() {
     let host = test_host!();
-    let lines = probe(&host, "bad-ptx");
-    assert_eq!(
-        (lines[0].0.as_str(), lines[0].1.as_str()),
-        ("error", "load-failed"),
-        "{lines:?}"
-    );
-    assert!(lines[0].2.contains("line 7"), "{lines:?}");
+    let lines = run_probe(&host, "bad-ptx");
+    assert_gpu_error(&lines, 0, "load-failed", "line 7");
     assert_baseline(&host);
 }
 
 #[test]
 fn an_expiring_lease_frees_its_memory_mid_session() {
-    let host = std::sync::Arc::new(test_host!());
-    let probe = std::sync::Arc::new(load(&host, manifest("testing/probe")));
+    let host = Arc::new(test_host!());
+    let probe = Arc::new(load(&host, manifest("testing/probe")));
     let started = Instant::now();
-    let run = {
-        let (host, probe) = (host.clone(), probe.clone());
-        std::thread::spawn(move || run_ok(&host, &probe, "expire"))
-    };
+    let run = spawn_run(&host, &probe, "expire");
     // The probe holds a 1 s lease, then sleeps 1.5 s: the reaper must free the lease while the
     // tasklet is still running, not when it ends.
     let mut freed_while_running = false;
@@ -138,22 +113,14 @@ fn an_expiring_lease_frees_its_memory_mid_session() {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    let lines = probe_lines(&run.join().unwrap());
+    let lines = probe_lines(&run.join().unwrap().0);
     assert!(
         freed_while_running,
         "the expired lease was not freed while the tasklet ran"
     );
     assert_eq!(lines[0].0, "ok", "{lines:?}");
-    assert_eq!(
-        (lines[1].0.as_str(), lines[1].1.as_str()),
-        ("error", "lease-expired"),
-        "{lines:?}"
-    );
-    assert_eq!(
-        (lines[2].0.as_str(), lines[2].1.as_str()),
-        ("error", "lease-expired"),
-        "{lines:?}"
-    );
+    assert_gpu_error(&lines, 1, "lease-expired", "");
+    assert_gpu_error(&lines, 2, "lease-expired", "");
     assert_baseline(&host);
 }
 
@@ -202,7 +169,7 @@ fn memory_limit_stops_a_tasklet_that_grows_past_it() {
 #[test]
 fn many_tiny_allocations_are_charged_in_whole_units() {
     let host = test_host!();
-    let lines = probe(&host, "tiny-allocs");
+    let lines = run_probe(&host, "tiny-allocs");
     // A 1 MiB lease holds exactly 1 MiB / ALLOC_GRANULE one-byte buffers, not a million.
     let expected = (1u64 << 20) / tasklet_worker::ALLOC_GRANULE;
     assert_eq!(
@@ -210,11 +177,7 @@ fn many_tiny_allocations_are_charged_in_whole_units() {
         ("ok".into(), "allocs".into(), expected.to_string()),
         "{lines:?}"
     );
-    assert_eq!(
-        (lines[1].0.as_str(), lines[1].1.as_str()),
-        ("error", "quota-exceeded"),
-        "{lines:?}"
-    );
+    assert_gpu_error(&lines, 1, "quota-exceeded", "");
     assert_baseline(&host);
 }
 
@@ -225,11 +188,6 @@ fn a_read_larger_than_the_tasklets_memory_is_refused_before_the_host_allocates_i
     m.limits.memory = 8 << 20;
     let probe = load(&host, m);
     let lines = probe_lines(&run_ok(&host, &probe, "big-read 16"));
-    assert_eq!(
-        (lines[0].0.as_str(), lines[0].1.as_str()),
-        ("error", "out-of-bounds"),
-        "{lines:?}"
-    );
-    assert!(lines[0].2.contains("memory limit"), "{lines:?}");
+    assert_gpu_error(&lines, 0, "out-of-bounds", "memory limit");
     assert_baseline(&host);
 }

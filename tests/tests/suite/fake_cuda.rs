@@ -2,13 +2,15 @@
 //! `libcuda` of host/worker/tests/fake_cuda/libcuda.c, so the cuda backend's wiring (device
 //! description and sizing from a worker, asynchronous launches, faults and deadlines as tenants
 //! see them, the probe commands the GPU suite relies on) is exercised on every machine. The real
-//! driver's behaviour is tests/gpu.rs's job. Without `cc` it prints a skip line and returns.
+//! driver's behaviour is tests/tests/gpu.rs's job. Without `cc` it prints a skip line and returns.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use tasklet_runtime::{BackendKind, Host, HostConfig, WorkerCommand};
-use tasklet_tests::{assert_baseline, load, manifest, probe_lines, run_ok, test_policy};
+use tasklet_tests::{
+    assert_baseline, assert_gpu_error, load, manifest, probe_lines, run_ok, test_policy,
+};
 
 fn fake_driver_dir() -> Option<PathBuf> {
     let dir = std::env::temp_dir().join(format!("tasklet-fake-cuda-rt-{}", std::process::id()));
@@ -93,23 +95,11 @@ fn tasklets_run_on_the_cuda_backend_over_a_fake_driver() {
 
     let lines = probe_lines(&run_ok(&host, &probe, "fault"));
     assert_eq!(lines[0].0, "ok", "the launch itself is accepted: {lines:?}");
-    assert_eq!(
-        (lines[1].0.as_str(), lines[1].1.as_str()),
-        ("error", "kernel-fault"),
-        "{lines:?}"
-    );
-    assert!(
-        lines[1].2.contains("CUDA_ERROR_ILLEGAL_ADDRESS"),
-        "{lines:?}"
-    );
+    assert_gpu_error(&lines, 1, "kernel-fault", "CUDA_ERROR_ILLEGAL_ADDRESS");
 
     let t = Instant::now();
     let lines = probe_lines(&run_ok(&host, &probe, "spin"));
-    assert_eq!(
-        (lines[1].0.as_str(), lines[1].1.as_str()),
-        ("error", "deadline-exceeded"),
-        "{lines:?}"
-    );
+    assert_gpu_error(&lines, 1, "deadline-exceeded", "");
     assert!(
         t.elapsed() < Duration::from_millis(500) + Duration::from_secs(1),
         "took {:?}",
@@ -117,17 +107,8 @@ fn tasklets_run_on_the_cuda_backend_over_a_fake_driver() {
     );
 
     let lines = probe_lines(&run_ok(&host, &probe, "alloc-past-lease"));
-    assert_eq!(
-        (lines[0].0.as_str(), lines[0].1.as_str()),
-        ("error", "quota-exceeded"),
-        "{lines:?}"
-    );
+    assert_gpu_error(&lines, 0, "quota-exceeded", "");
     let lines = probe_lines(&run_ok(&host, &probe, "bad-ptx"));
-    assert_eq!(
-        (lines[0].0.as_str(), lines[0].1.as_str()),
-        ("error", "load-failed"),
-        "{lines:?}"
-    );
-    assert!(lines[0].2.contains("line 7"), "{lines:?}");
+    assert_gpu_error(&lines, 0, "load-failed", "line 7");
     assert_baseline(&host);
 }

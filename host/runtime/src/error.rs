@@ -147,6 +147,22 @@ pub fn unsupported(m: impl Into<String>) -> GpuError {
     GpuError::Unsupported(m.into())
 }
 
+/// Guest input as an error may quote it: at most [`QUOTE_MAX`] bytes of it (cut on a character
+/// boundary), so that no error echoes a megabyte a tenant sent.
+pub fn quoted(input: &str) -> String {
+    if input.len() <= QUOTE_MAX {
+        return format!("{input:?}");
+    }
+    let mut end = QUOTE_MAX;
+    while !input.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{:?}… ({} bytes)", &input[..end], input.len())
+}
+
+/// Most bytes of guest input an error quotes.
+pub const QUOTE_MAX: usize = 64;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,6 +173,15 @@ mod tests {
         assert_eq!(e.name(), "quota-exceeded");
         assert_eq!(e.message(), "too much");
         assert_eq!(e.to_string(), "quota exceeded: too much");
+    }
+
+    #[test]
+    fn quotes_are_bounded_and_cut_on_a_character_boundary() {
+        assert_eq!(quoted("iota"), "\"iota\"");
+        let long = "é".repeat(1 << 20);
+        let q = quoted(&long);
+        assert!(q.len() < 2 * QUOTE_MAX, "{q}");
+        assert!(q.ends_with(&format!("({} bytes)", long.len())), "{q}");
     }
 
     #[test]

@@ -17,6 +17,7 @@ pub mod gpu;
 pub mod guest_memory;
 mod host;
 pub mod lease;
+mod limits;
 mod runner;
 mod state;
 pub mod wit;

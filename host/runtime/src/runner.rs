@@ -75,14 +75,63 @@ impl Runner {
 
     /// Compiles the manifest's component and links it, to run with `grant`.
     pub fn load(&self, manifest: Manifest, grant: Grant) -> Result<Tasklet, HostError> {
-        let path = manifest.component.display().to_string();
-        let err = |e: wasmtime::Error| HostError::Component {
-            path: path.clone(),
-            message: format!("{e:#}"),
-        };
-        let component = Component::from_file(&self.engine, &manifest.component).map_err(err)?;
-        let pre = self.linker.instantiate_pre(&component).map_err(err)?;
-        let pre = bindings::TaskletPre::new(pre).map_err(err)?;
+        let component = Component::from_file(&self.engine, &manifest.component)
+            .map_err(|e| component_error(&manifest, e))?;
+        self.link(manifest, grant, component)
+    }
+
+    /// What compiled code from [`Runner::precompile`] depends on besides the component itself:
+    /// the engine's version and configuration. Part of any cache key for compiled components, so
+    /// an entry compiled by another build or configuration is never loaded.
+    pub fn engine_fingerprint(&self) -> String {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::hash::DefaultHasher::new();
+        self.engine.precompile_compatibility_hash().hash(&mut h);
+        format!(
+            "tasklet-{}-engine-{:016x}",
+            env!("CARGO_PKG_VERSION"),
+            h.finish()
+        )
+    }
+
+    /// Compiles a component's bytes into the form [`Runner::load_precompiled`] takes.
+    pub fn precompile(&self, wasm: &[u8]) -> Result<Vec<u8>, HostError> {
+        self.engine
+            .precompile_component(wasm)
+            .map_err(|e| HostError::Engine(format!("cannot compile the component: {e:#}")))
+    }
+
+    /// Links a component compiled by [`Runner::precompile`] (of an engine with the same
+    /// [`Runner::engine_fingerprint`]), without compiling it again.
+    ///
+    /// # Safety
+    ///
+    /// `compiled` must be exactly what `precompile` returned, unaltered: wasmtime runs it as
+    /// machine code. Callers keep it where nothing else writes and verify a digest on reading it
+    /// back (the node's compiled cache does both).
+    pub unsafe fn load_precompiled(
+        &self,
+        manifest: Manifest,
+        grant: Grant,
+        compiled: &[u8],
+    ) -> Result<Tasklet, HostError> {
+        // SAFETY: the caller's contract above.
+        let component = unsafe { Component::deserialize(&self.engine, compiled) }
+            .map_err(|e| component_error(&manifest, e))?;
+        self.link(manifest, grant, component)
+    }
+
+    fn link(
+        &self,
+        manifest: Manifest,
+        grant: Grant,
+        component: Component,
+    ) -> Result<Tasklet, HostError> {
+        let pre = self
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| component_error(&manifest, e))?;
+        let pre = bindings::TaskletPre::new(pre).map_err(|e| component_error(&manifest, e))?;
         Ok(Tasklet {
             manifest,
             grant,
@@ -108,17 +157,28 @@ impl Runner {
         let wall = tasklet.grant.limits.wall_time;
         store.set_epoch_deadline((wall.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64 + 1);
         store.epoch_deadline_trap();
-        let classify = |e: wasmtime::Error| match e.downcast_ref::<wasmtime::Trap>() {
-            Some(wasmtime::Trap::Interrupt) => RunError::WallTime(wall),
-            _ => RunError::Trapped(format!("{e:?}")),
-        };
         let instance = tasklet
             .pre
             .instantiate(&mut store)
             .map_err(|e| RunError::Instantiate(format!("{e:#}")))?;
-        let result = instance.call_run(&mut store, input).map_err(classify);
+        let result = instance.call_run(&mut store, input).map_err(|e| {
+            match e.downcast_ref::<wasmtime::Trap>() {
+                Some(wasmtime::Trap::Interrupt) => RunError::WallTime(wall),
+                _ => match store.data().limits.refusal() {
+                    Some(why) => RunError::Trapped(format!("{e:?}\n(likely out of memory: {why})")),
+                    None => RunError::Trapped(format!("{e:?}")),
+                },
+            }
+        });
         drop(store);
         result?.map_err(RunError::Failed)
+    }
+}
+
+fn component_error(manifest: &Manifest, e: wasmtime::Error) -> HostError {
+    HostError::Component {
+        path: manifest.component.display().to_string(),
+        message: format!("{e:#}"),
     }
 }
 

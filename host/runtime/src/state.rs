@@ -2,16 +2,16 @@
 
 use crate::config::Grant;
 use crate::gpu::GpuService;
+use crate::limits::MemoryLimit;
 use crate::wit::{GpuState, GpuView};
 use wasmtime::component::ResourceTable;
-use wasmtime::{StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 pub struct TaskletState {
     wasi: WasiCtx,
     table: ResourceTable,
     gpu: Box<dyn GpuService>,
-    pub(crate) limits: StoreLimits,
+    pub(crate) limits: MemoryLimit,
 }
 
 impl TaskletState {
@@ -22,10 +22,7 @@ impl TaskletState {
             .stdout(wasmtime_wasi::cli::stderr())
             .inherit_stderr()
             .build();
-        let limits = StoreLimitsBuilder::new()
-            .memory_size(usize::try_from(grant.limits.memory).unwrap_or(usize::MAX))
-            .trap_on_grow_failure(true)
-            .build();
+        let limits = MemoryLimit::new(grant.limits.memory);
         TaskletState {
             wasi,
             table: ResourceTable::new(),

@@ -13,7 +13,7 @@ use super::types::{
 };
 use super::GpuService;
 use crate::config::{Grant, Right};
-use crate::error::{invalid, out_of_bounds, quota, unauthorized, unsupported, GpuError};
+use crate::error::{invalid, out_of_bounds, quota, quoted, unauthorized, unsupported, GpuError};
 use crate::lease::{EndReason, Lease, LeaseManager};
 use rustc_hash::FxHashMap;
 use std::hash::{BuildHasher, RandomState};
@@ -158,14 +158,15 @@ impl LocalGpu {
         let Some(index) = m.kernels.iter().position(|k| k.info.name == kernel) else {
             let names: Vec<&str> = m.kernels.iter().map(|k| k.info.name.as_str()).collect();
             return Err(GpuError::LaunchFailed(format!(
-                "no kernel named {kernel:?} in the module; it has: {}",
-                names.join(", ")
+                "no kernel named {} in the module; it has: {}",
+                quoted(kernel),
+                quoted(&names.join(", "))
             )));
         };
         m.kernels[index].argument_block(args, |id| s.buffer(id), block)?;
         let launch = Launch {
             module: m.id,
-            kernel: &m.kernels[index].info.name, // H1-PENDING: index as u32
+            kernel: index as u32,
             grid: config.grid,
             block: config.block,
             shared_mem_bytes: config.shared_mem_bytes,

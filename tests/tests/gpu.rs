@@ -105,7 +105,7 @@ impl Direct {
             .with_worker(&self.lease, |w| {
                 w.launch(&Launch {
                     module: self.module.id,
-                    kernel: "iota",
+                    kernel: kernel(&self.module, "iota"),
                     grid: [32, 1, 1],
                     block: [128, 1, 1],
                     shared_mem_bytes: 0,
@@ -448,7 +448,7 @@ fn launches_are_asynchronous_and_deadlines_hold_with_or_without_sync() {
             .with_worker(&lease, |w| {
                 w.launch(&Launch {
                     module: module.id,
-                    kernel: "spin_forever",
+                    kernel: kernel(&module, "spin_forever"),
                     grid: [1, 1, 1],
                     block: [32, 1, 1],
                     shared_mem_bytes: 0,
@@ -531,7 +531,7 @@ fn driver_errors_are_typed_with_the_drivers_words() {
         let args: Vec<u8> = buf.to_le_bytes().into_iter().chain(16u32.to_le_bytes()).collect();
         let big_block = Launch {
             module: m.id,
-            kernel: "iota",
+            kernel: kernel(&m, "iota"),
             grid: [1, 1, 1],
             block: [4096, 1, 1],
             shared_mem_bytes: 0,
@@ -558,7 +558,7 @@ fn driver_errors_are_typed_with_the_drivers_words() {
         let src = "extern \"C\" __global__ void twice(unsigned int* p) { p[threadIdx.x] *= 2; }";
         match w.load_source(src, &[]) {
             Ok(m) => {
-                let one = Launch { module: m.id, kernel: "twice", block: [16, 1, 1], args: &buf.to_le_bytes(), ..big_block };
+                let one = Launch { module: m.id, kernel: kernel(&m, "twice"), block: [16, 1, 1], args: &buf.to_le_bytes(), ..big_block };
                 w.launch(&one)?;
                 w.read(buf, &mut out)?;
                 assert_eq!(u32::from_le_bytes([out[60], out[61], out[62], out[63]]), 32);
@@ -628,4 +628,10 @@ fn gpu_and_emulator_agree_on_the_examples() {
     }
     assert_baseline(&gpu);
     assert_baseline(&emu);
+}
+
+/// A kernel's index in a loaded module, as launches name it.
+fn kernel(module: &LoadedModule, name: &str) -> u32 {
+    let at = module.kernels.iter().position(|k| k.name == name);
+    at.unwrap_or_else(|| panic!("no kernel {name} in the module")) as u32
 }

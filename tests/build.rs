@@ -8,8 +8,11 @@ const TARGET: &str = "wasm32-wasip2";
 
 fn main() {
     let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap()).join("..");
-    for watched in ["tasklets", "guest-sdk", "wit", "kernels"] {
+    for watched in ["wit", "kernels"] {
         println!("cargo:rerun-if-changed={}", root.join(watched).display());
+    }
+    for guests in ["tasklets", "guest-sdk"] {
+        watch_sources(&root.join(guests));
     }
     ensure_target();
     let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
@@ -31,6 +34,21 @@ fn main() {
         status.success(),
         "building the tasklets for {TARGET} failed"
     );
+}
+
+/// Watches everything in `dir` but its `target` folder: the build below writes there, and a
+/// watched output would rerun this script (and rebuild every test of the package) on every build.
+fn watch_sources(dir: &Path) {
+    let entries =
+        std::fs::read_dir(dir).unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display()));
+    for entry in entries {
+        let path = entry
+            .unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display()))
+            .path();
+        if path.file_name().is_some_and(|name| name != "target") {
+            println!("cargo:rerun-if-changed={}", path.display());
+        }
+    }
 }
 
 fn ensure_target() {

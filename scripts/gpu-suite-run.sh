@@ -100,7 +100,8 @@ run_pass() { # run_pass BACKEND
     for exe in "$work"/tests/*; do
         local name args=() out rc p f
         name="$(basename "$exe")"
-        # The containment tests time latencies and share one GPU: one at a time.
+        # The `gpu` test binary (tests/tests/gpu.rs): the containment tests time latencies and
+        # share one GPU, one at a time. The rest of the integration tests are the `suite` binary.
         case "$name" in gpu-*) args=(--test-threads=1) ;; esac
         out="$work/out"
         local t0 t1

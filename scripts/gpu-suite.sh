@@ -7,7 +7,8 @@
 # What goes in .gpu-suite/ (git-ignored):
 #   executables.tar.xz
 #               tests/: every test executable of the workspace (`cargo test --workspace --release
-#               --no-run`, paths read from cargo's JSON messages); bin/: tasklet, tasklet-worker,
+#               --no-run`, paths read from cargo's JSON messages: the unit tests of each crate, and
+#               the integration tests' `suite` and `gpu` binaries); bin/: tasklet, tasklet-worker,
 #               tasklet-test-worker (the binaries tests start); all with debuginfo stripped
 #   wasm/       the tasklet components (tasklets/target/wasm32-wasip2/release/*.wasm)
 #   BUILD_ROOT  this checkout's absolute path: test executables have it compiled in

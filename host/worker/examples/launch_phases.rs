@@ -33,7 +33,7 @@ use tasklet_worker::contract::channel::{
     Answer, HostEnd, SharedRegion, WorkerEnd, DEFAULT_DATA_SIZE,
 };
 use tasklet_worker::contract::codec::{decode_response, encode_request};
-use tasklet_worker::contract::{LaunchRequest, LoadedModule, Request, Response, WorkerInfo};
+use tasklet_worker::contract::{Launch, LoadedModule, Request, Response, WorkerInfo};
 use tasklet_worker::worker::backend::cuda::driver;
 use tasklet_worker::worker::backend::{Backend, BackendError, BackendOptions};
 use tasklet_worker::CudaBackend;
@@ -96,7 +96,10 @@ impl Backend for Timed {
     fn unload_module(&mut self, id: u32) -> Result<(), BackendError> {
         self.inner.unload_module(id)
     }
-    fn launch(&mut self, l: &LaunchRequest<'_>) -> Result<(), BackendError> {
+    fn kernel_name(&self, module: u32, kernel: u32) -> Option<&str> {
+        self.inner.kernel_name(module, kernel)
+    }
+    fn launch(&mut self, l: &Launch<'_>) -> Result<(), BackendError> {
         let t0 = now_ns();
         self.marks.launch_in.store(t0, Relaxed);
         let r = self.inner.launch(l);
@@ -105,10 +108,7 @@ impl Backend for Timed {
         self.marks.in_launch_total.fetch_add(t1 - t0, Relaxed);
         r
     }
-    fn launch_batch(
-        &mut self,
-        launches: &[LaunchRequest<'_>],
-    ) -> Result<(), (usize, BackendError)> {
+    fn launch_batch(&mut self, launches: &[Launch<'_>]) -> Result<(), (usize, BackendError)> {
         let t0 = now_ns();
         self.marks.launch_in.store(t0, Relaxed);
         let r = self.inner.launch_batch(launches);
@@ -299,17 +299,25 @@ fn opts(data_region: Option<(usize, usize)>, completion_word: Option<usize>) -> 
     }
 }
 
-fn launch_req(module: u32) -> LaunchRequest<'static> {
-    LaunchRequest {
+/// A launch of `empty` (kernel `kernel` of `module`).
+fn launch_req(module: u32, kernel: u32) -> Launch<'static> {
+    Launch {
         module,
-        kernel: "empty",
+        kernel,
         grid: [1, 1, 1],
         block: [1, 1, 1],
         shared_mem_bytes: 0,
         args: &[],
-        step_limit: 0,
-        deadline_ns: 10_000_000_000,
+        deadline: Duration::from_secs(10),
     }
+}
+
+/// The index of `empty` in faults.ptx's kernels as a load lists them.
+fn empty_index(kernels: &[tasklet_worker::KernelInfo]) -> u32 {
+    kernels
+        .iter()
+        .position(|k| k.name == "empty")
+        .expect("faults.ptx has `empty`") as u32
 }
 
 fn main() {
@@ -335,7 +343,7 @@ fn main() {
         }
     };
     let m = direct.load_module(PTX).expect("load faults.ptx");
-    let l = launch_req(m.id);
+    let l = launch_req(m.id, empty_index(&m.kernels));
     // The same driver calls the backend makes (launch, record, poll), raw, on the
     // same context, alternating with the backend round by round.
     let raw = Raw::new();
@@ -351,7 +359,7 @@ fn main() {
     let mut seq = 0u32;
     let mut scratch = vec![0u8; 32 << 10];
     let mut launch_frame = Vec::new();
-    encode_request(1, &Request::Launch(launch_req(m.id)), &mut launch_frame);
+    encode_request(1, &Request::Launch(l.clone()), &mut launch_frame);
     for _ in 0..rounds {
         let mut t: Vec<Vec<f64>> = (0..18).map(|_| Vec::with_capacity(iters)).collect();
         for i in 0..iters + iters / 10 {
@@ -446,7 +454,7 @@ fn main() {
             direct.sync().expect("sync");
             t[10].push(t0.elapsed().as_secs_f64() * 1e6 / BURST as f64);
             // The same launches handed over 16 at a time, as the serving loop takes a burst.
-            let batch = [l; 16];
+            let batch: [Launch<'_>; 16] = std::array::from_fn(|_| l.clone());
             let t0 = Instant::now();
             for _ in 0..BURST / batch.len() {
                 direct
@@ -505,19 +513,19 @@ fn main() {
         host.wait(seq, far(), &mut || None, resp).expect("answer");
         decode_response(resp).expect("decodable").1
     };
-    let module = match call(
+    let (module, empty) = match call(
         &mut host,
         &Request::LoadModule { ptx: PTX },
         &mut frame,
         &mut resp,
     ) {
-        Response::Module { id, .. } => id,
+        Response::Module { id, kernels } => (id, empty_index(&kernels)),
         other => panic!("load-module answered {other:?}"),
     };
     let mut launch_frame = Vec::new();
     encode_request(
         1 << 40,
-        &Request::Launch(launch_req(module)),
+        &Request::Launch(launch_req(module, empty)),
         &mut launch_frame,
     );
 

@@ -130,7 +130,8 @@ struct Replayer {
     command: WorkerCommand,
     worker: Option<Worker>,
     /// PTX path (as in emu.json) → module id in `worker`.
-    modules: HashMap<String, u32>,
+    /// Module path → its id and its kernels' names, in the order launches index them.
+    modules: HashMap<String, (u32, Vec<String>)>,
     /// The first worker's description, for the document's `device`.
     device: Option<String>,
     /// Why a worker could not be started: then no launch is tried again.
@@ -199,20 +200,25 @@ impl Replayer {
 
         let deadline = self.opts.deadline;
         let module_file = self.opts.root.join(&module_path);
-        let known = self.modules.get(&module_path).copied();
+        let known = self.modules.get(&module_path).cloned();
         let w = self.worker()?;
-        let module = match known {
-            Some(id) => id,
+        let (module, names) = match known {
+            Some(loaded) => loaded,
             None => {
                 let ptx = std::fs::read_to_string(&module_file)
                     .map_err(|e| format!("{}: {e}", module_file.display()))?;
                 let m = w
                     .load_module(&ptx)
                     .map_err(|e| format!("load {module_path}: {e}"))?;
-                m.id
+                (m.id, m.kernels.into_iter().map(|k| k.name).collect())
             }
         };
-        self.modules.insert(module_path, module);
+        let kernel = names
+            .iter()
+            .position(|k| *k == kernel)
+            .ok_or_else(|| format!("{module_path} has no kernel `{kernel}`"))?
+            as u32;
+        self.modules.insert(module_path, (module, names));
         let w = self.worker.as_mut().expect("started above");
 
         // As gpu_outputs.py: every buffer allocated (at least one byte, so an empty one still has
@@ -243,7 +249,7 @@ impl Replayer {
             }
             w.launch(&Launch {
                 module,
-                kernel: &kernel,
+                kernel,
                 grid,
                 block,
                 shared_mem_bytes: shared,

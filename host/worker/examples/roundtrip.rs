@@ -13,7 +13,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use tasklet_worker::{BackendKind, Worker, WorkerCommand};
+use tasklet_worker::{BackendKind, LoadedModule, Worker, WorkerCommand};
 
 /// Compiled in, so the example runs from any directory (e.g. copied to a GPU machine).
 const FAULTS_PTX: &str = include_str!("../../../kernels/faults.ptx");
@@ -145,7 +145,7 @@ fn emu_rate(w: &mut Worker, (grid, block): (u32, u32)) {
         let t = Instant::now();
         let r = w.launch(&tasklet_worker::Launch {
             module: m.id,
-            kernel: "spin_forever",
+            kernel: kernel_index(&m, "spin_forever"),
             grid: [grid, 1, 1],
             block: [block, 1, 1],
             shared_mem_bytes: 0,
@@ -158,7 +158,9 @@ fn emu_rate(w: &mut Worker, (grid, block): (u32, u32)) {
         } else {
             "step limit"
         };
-        let steps = tasklet_worker::host::emu_step_limit(deadline) as f64;
+        // The step limit the worker made of the deadline (its cores are this machine's).
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+        let steps = tasklet_worker::worker::backend::emu_step_limit(deadline, cores) as f64;
         let rate = steps / took.as_secs_f64() / 1e6;
         let bound = if w.is_lost() { "<" } else { "≈" };
         println!("spin_forever grid {grid} block {block}, deadline {deadline:?}: {:?} after {took:?} ({how}); {bound} {rate:.0} M lane-instructions/s",
@@ -166,12 +168,18 @@ fn emu_rate(w: &mut Worker, (grid, block): (u32, u32)) {
     }
 }
 
+/// The index launches name kernel `name` of `m` by.
+fn kernel_index(m: &LoadedModule, name: &str) -> u32 {
+    let i = m.kernels.iter().position(|k| k.name == name);
+    i.unwrap_or_else(|| panic!("no kernel `{name}`")) as u32
+}
+
 /// Launch of `empty` (1 thread) on `backend`: synchronous (launch + sync) and posted.
 fn launch_rows(w: &mut Worker, iters: usize, backend: &str) {
     let m = w.load_module(FAULTS_PTX).expect("load faults.ptx");
     let l = tasklet_worker::Launch {
         module: m.id,
-        kernel: "empty",
+        kernel: kernel_index(&m, "empty"),
         grid: [1, 1, 1],
         block: [1, 1, 1],
         shared_mem_bytes: 0,

@@ -53,11 +53,11 @@ pub use host::guest_memory;
 pub use worker::{cpus, nvrtc};
 
 pub use contract::{
-    charged_bytes, BackendKind, ErrorKind, LoadedModule, WorkerCommand, WorkerInfo, ALLOC_GRANULE,
+    charged_bytes, BackendKind, ErrorKind, Launch, LoadedModule, WorkerCommand, WorkerInfo,
+    ALLOC_GRANULE,
 };
-pub use host::{
-    probe, probe_cuda, Launch, Pool, PoolConfig, Worker, WorkerError,
-    EMU_LANE_INSTRUCTIONS_PER_SECOND,
-};
+pub use host::{probe, probe_cuda, Pool, PoolConfig, Worker, WorkerError};
 pub use tasklet_ptx::{KernelInfo, ParamInfo, MAX_PARAM_BYTES};
-pub use worker::{serve_main, Backend, BackendError, CudaBackend, EmuBackend};
+pub use worker::{
+    serve_main, Backend, BackendError, CudaBackend, EmuBackend, EMU_LANE_INSTRUCTIONS_PER_SECOND,
+};

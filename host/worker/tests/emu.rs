@@ -5,7 +5,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use tasklet_worker::{BackendKind, ErrorKind, Launch, Pool, Worker, WorkerError};
+use tasklet_worker::{BackendKind, ErrorKind, Launch, LoadedModule, Pool, Worker, WorkerError};
 
 fn kernel_source(name: &str) -> String {
     let path = format!("{}/../../kernels/{name}.ptx", env!("CARGO_MANIFEST_DIR"));
@@ -143,7 +143,7 @@ fn load_and_launch_iota() {
     let args = iota_args(k, out, n);
     w.launch(&Launch {
         module: m.id,
-        kernel: "iota",
+        kernel: kernel_index(&m, "iota"),
         grid: [n.div_ceil(128), 1, 1],
         block: [128, 1, 1],
         shared_mem_bytes: 0,
@@ -161,7 +161,7 @@ fn load_and_launch_iota() {
     // reported by the next op that waits (here `sync`).
     let bad = Launch {
         module: m.id,
-        kernel: "iota",
+        kernel: kernel_index(&m, "iota"),
         grid: [1, 1, 1],
         block: [1, 1, 1],
         shared_mem_bytes: 0,
@@ -173,12 +173,12 @@ fn load_and_launch_iota() {
         posted_err(
             &mut w,
             &Launch {
-                kernel: "nope",
+                kernel: 99,
                 args: &args,
                 ..bad.clone()
             }
         ),
-        ErrorKind::LaunchFailed
+        ErrorKind::InvalidArgument
     );
     assert_eq!(
         posted_err(
@@ -246,7 +246,7 @@ fn kernel_fault_poisons_the_worker_and_release_kills_it() {
     args.extend_from_slice(&(1u64 << 40).to_le_bytes());
     let r = w.launch(&Launch {
         module: m.id,
-        kernel: "write_out_of_bounds",
+        kernel: kernel_index(&m, "write_out_of_bounds"),
         grid: [1, 1, 1],
         block: [32, 1, 1],
         shared_mem_bytes: 0,
@@ -277,7 +277,7 @@ fn runaway_kernel_hits_its_deadline_and_the_worker_is_killed() {
     let t = Instant::now();
     let r = w.launch(&Launch {
         module: m.id,
-        kernel: "spin_forever",
+        kernel: kernel_index(&m, "spin_forever"),
         grid: [1, 1, 1],
         block: [1, 1, 1],
         shared_mem_bytes: 0,
@@ -328,10 +328,10 @@ fn released_worker_is_reset_before_reuse() {
     assert!(back.iter().all(|&x| x == 0));
 }
 
-fn iota_launch<'a>(module: u32, args: &'a [u8], n: u32) -> Launch<'a> {
+fn iota_launch<'a>(m: &LoadedModule, args: &'a [u8], n: u32) -> Launch<'a> {
     Launch {
-        module,
-        kernel: "iota",
+        module: m.id,
+        kernel: kernel_index(m, "iota"),
         grid: [n.div_ceil(64), 1, 1],
         block: [64, 1, 1],
         shared_mem_bytes: 0,
@@ -340,10 +340,10 @@ fn iota_launch<'a>(module: u32, args: &'a [u8], n: u32) -> Launch<'a> {
     }
 }
 
-fn spin_launch(module: u32, flag: &[u8; 8], deadline: Duration) -> Launch<'_> {
+fn spin_launch<'a>(m: &LoadedModule, flag: &'a [u8; 8], deadline: Duration) -> Launch<'a> {
     Launch {
-        module,
-        kernel: "spin_forever",
+        module: m.id,
+        kernel: kernel_index(m, "spin_forever"),
         grid: [1, 1, 1],
         block: [1, 1, 1],
         shared_mem_bytes: 0,
@@ -362,7 +362,7 @@ fn posted_launches_then_sync_give_the_right_results() {
         .collect();
     let args: Vec<Vec<u8>> = bufs.iter().map(|&(b, n)| iota_args(&k, b, n)).collect();
     for (a, &(_, n)) in args.iter().zip(&bufs) {
-        w.launch(&iota_launch(m.id, a, n)).unwrap();
+        w.launch(&iota_launch(&m, a, n)).unwrap();
     }
     w.sync().unwrap();
     for &(b, n) in &bufs {
@@ -376,7 +376,7 @@ fn posted_launches_then_sync_give_the_right_results() {
     // A read right after a posted launch sees its result (the worker serves requests in order).
     let (b, n) = bufs[0];
     w.write(b, &vec![0u8; n as usize * 4]).unwrap();
-    w.launch(&iota_launch(m.id, &args[0], n)).unwrap();
+    w.launch(&iota_launch(&m, &args[0], n)).unwrap();
     let mut back = vec![0u8; n as usize * 4];
     w.read(b, &mut back).unwrap();
     assert_eq!(
@@ -401,14 +401,14 @@ fn a_posted_launch_the_worker_refuses_is_reported_by_the_next_waiting_op() {
     // An unknown kernel (the runtime checks names; the worker API does not): the launch returns,
     // the next sync reports it as coming from the earlier launch.
     w.launch(&Launch {
-        kernel: "nope",
-        ..iota_launch(m.id, &args, 100)
+        kernel: 99,
+        ..iota_launch(&m, &args, 100)
     })
     .unwrap();
     let (kind, message) = msg_of(w.sync());
-    assert_eq!(kind, ErrorKind::LaunchFailed);
+    assert_eq!(kind, ErrorKind::InvalidArgument);
     assert!(
-        message.contains("earlier launch") && message.contains("nope"),
+        message.contains("earlier launch") && message.contains("kernel 99"),
         "{message}"
     );
     // Reported once; the worker is as before.
@@ -418,7 +418,7 @@ fn a_posted_launch_the_worker_refuses_is_reported_by_the_next_waiting_op() {
     // A bad grid (over the block size limit), reported by a read, which is then not performed.
     w.launch(&Launch {
         block: [4096, 1, 1],
-        ..iota_launch(m.id, &args, 100)
+        ..iota_launch(&m, &args, 100)
     })
     .unwrap();
     let mut back = vec![0u8; 400];
@@ -427,12 +427,12 @@ fn a_posted_launch_the_worker_refuses_is_reported_by_the_next_waiting_op() {
     assert!(message.contains("earlier launch"), "{message}");
     // Launches after the failed one are dropped, not run; the next call reports the failure.
     w.launch(&Launch {
-        kernel: "nope",
-        ..iota_launch(m.id, &args, 100)
+        kernel: 99,
+        ..iota_launch(&m, &args, 100)
     })
     .unwrap();
-    w.launch(&iota_launch(m.id, &args, 100)).unwrap();
-    assert_eq!(op_kind(w.sync()), ErrorKind::LaunchFailed);
+    w.launch(&iota_launch(&m, &args, 100)).unwrap();
+    assert_eq!(op_kind(w.sync()), ErrorKind::InvalidArgument);
     w.read(out, &mut back).unwrap();
     assert!(
         back.iter().all(|&b| b == 0),
@@ -441,15 +441,15 @@ fn a_posted_launch_the_worker_refuses_is_reported_by_the_next_waiting_op() {
     // `free` is performed regardless and leaves the error to the op after it.
     let extra = w.alloc(64).unwrap();
     w.launch(&Launch {
-        kernel: "nope",
-        ..iota_launch(m.id, &args, 100)
+        kernel: 99,
+        ..iota_launch(&m, &args, 100)
     })
     .unwrap();
     w.free(extra).unwrap();
-    assert_eq!(op_kind(w.ping()), ErrorKind::LaunchFailed);
+    assert_eq!(op_kind(w.ping()), ErrorKind::InvalidArgument);
     assert_eq!(w.info().unwrap(), before);
     // Still fully usable.
-    w.launch(&iota_launch(m.id, &args, 100)).unwrap();
+    w.launch(&iota_launch(&m, &args, 100)).unwrap();
     w.read(out, &mut back).unwrap();
     assert_eq!(u32::from_le_bytes(back[396..].try_into().unwrap()), 100);
     assert!(!w.is_poisoned() && !w.is_lost());
@@ -461,7 +461,7 @@ fn a_worker_killed_with_a_posted_launch_outstanding_is_lost_quickly() {
     let m = w.load_module(&kernel_source("faults")).unwrap();
     let flag = w.alloc(4).unwrap().to_le_bytes();
     let t = Instant::now();
-    w.launch(&spin_launch(m.id, &flag, Duration::from_secs(60)))
+    w.launch(&spin_launch(&m, &flag, Duration::from_secs(60)))
         .unwrap();
     assert!(
         t.elapsed() < Duration::from_millis(100),
@@ -492,7 +492,7 @@ fn a_posted_runaway_is_reported_by_the_next_sync_within_its_deadline_and_slack()
     let flag = w.alloc(4).unwrap().to_le_bytes();
     let deadline = Duration::from_millis(200);
     let t = Instant::now();
-    w.launch(&spin_launch(m.id, &flag, deadline)).unwrap();
+    w.launch(&spin_launch(&m, &flag, deadline)).unwrap();
     assert!(
         t.elapsed() < Duration::from_millis(100),
         "a posted launch returns at once: {:?}",
@@ -519,19 +519,18 @@ fn a_posted_runaway_is_reported_by_the_next_sync_within_its_deadline_and_slack()
 }
 
 /// `fill_linear(out, k, n)`: out[i] = k·i; `vector_add(a, b, c, n)`: c = a + b (vector_add.ptx).
+/// Each kernel as (module id, kernel index, signature).
 struct Linear {
-    fill: (u32, tasklet_worker::KernelInfo),
-    add: (u32, tasklet_worker::KernelInfo),
+    fill: (u32, u32, tasklet_worker::KernelInfo),
+    add: (u32, u32, tasklet_worker::KernelInfo),
 }
 
 impl Linear {
     fn load(w: &mut Worker) -> Linear {
         let m = w.load_module(&kernel_source("vector_add")).unwrap();
         let find = |name: &str| {
-            (
-                m.id,
-                m.kernels.iter().find(|k| k.name == name).unwrap().clone(),
-            )
+            let index = kernel_index(&m, name);
+            (m.id, index, m.kernels[index as usize].clone())
         };
         Linear {
             fill: find("fill_linear"),
@@ -550,22 +549,22 @@ impl Linear {
     }
 
     fn fill_args(&self, out: u64, k: u32, n: u32) -> Vec<u8> {
-        Self::args(&self.fill.1, &[(out, 8), (k as u64, 4), (n as u64, 4)])
+        Self::args(&self.fill.2, &[(out, 8), (k as u64, 4), (n as u64, 4)])
     }
 
     fn add_args(&self, a: u64, b: u64, c: u64, n: u32) -> Vec<u8> {
-        Self::args(&self.add.1, &[(a, 8), (b, 8), (c, 8), (n as u64, 4)])
+        Self::args(&self.add.2, &[(a, 8), (b, 8), (c, 8), (n as u64, 4)])
     }
 
     fn launch<'a>(
         &self,
-        (module, k): &'a (u32, tasklet_worker::KernelInfo),
+        (module, kernel, _): &(u32, u32, tasklet_worker::KernelInfo),
         args: &'a [u8],
         n: u32,
     ) -> Launch<'a> {
         Launch {
             module: *module,
-            kernel: &k.name,
+            kernel: *kernel,
             grid: [n.div_ceil(256), 1, 1],
             block: [256, 1, 1],
             shared_mem_bytes: 0,
@@ -721,8 +720,8 @@ fn reset_drops_a_failed_launch_error_so_the_next_lease_never_sees_it() {
     let out = w.alloc(400).unwrap();
     let args = iota_args(&k, out, 100);
     w.launch(&Launch {
-        kernel: "nope",
-        ..iota_launch(m.id, &args, 100)
+        kernel: 99,
+        ..iota_launch(&m, &args, 100)
     })
     .unwrap();
     // The lease ends without hearing of it: the pool resets the worker and reuses it (once the
@@ -738,8 +737,8 @@ fn reset_drops_a_failed_launch_error_so_the_next_lease_never_sees_it() {
     let mut w = emu_worker(64 << 20);
     let m = w.load_module(&kernel_source("iota")).unwrap();
     w.launch(&Launch {
-        kernel: "nope",
-        ..iota_launch(m.id, &args, 100)
+        kernel: 99,
+        ..iota_launch(&m, &args, 100)
     })
     .unwrap();
     w.reset().unwrap();
@@ -767,7 +766,7 @@ fn a_runaway_queued_behind_other_launches_is_deadline_exceeded_and_its_worker_ki
         })
         .unwrap();
     }
-    w.launch(&spin_launch(m.id, &flag, deadline)).unwrap();
+    w.launch(&spin_launch(&m, &flag, deadline)).unwrap();
     w.launch(&Launch {
         deadline,
         ..k.launch(&k.fill, &args, n)
@@ -806,7 +805,7 @@ fn a_worker_killed_with_launches_queued_is_lost() {
     let m = w.load_module(&kernel_source("faults")).unwrap();
     let flag = w.alloc(4).unwrap().to_le_bytes();
     for _ in 0..50 {
-        w.launch(&spin_launch(m.id, &flag, Duration::from_secs(60)))
+        w.launch(&spin_launch(&m, &flag, Duration::from_secs(60)))
             .unwrap();
     }
     assert!(w.has_pending_launches());
@@ -832,7 +831,7 @@ fn a_worker_killed_with_launches_queued_is_lost() {
     });
     let t = Instant::now();
     let r =
-        (0..100_000).try_for_each(|_| w.launch(&spin_launch(m.id, &flag, Duration::from_secs(60))));
+        (0..100_000).try_for_each(|_| w.launch(&spin_launch(&m, &flag, Duration::from_secs(60))));
     assert!(matches!(r, Err(WorkerError::Lost(_))), "{r:?}");
     assert!(
         t.elapsed() < Duration::from_secs(2),

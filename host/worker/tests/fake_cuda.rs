@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use tasklet_worker::{
-    BackendKind, ErrorKind, Launch, Pool, PoolConfig, Worker, WorkerCommand, WorkerError,
+    BackendKind, ErrorKind, Launch, LoadedModule, Pool, PoolConfig, Worker, WorkerCommand,
+    WorkerError,
 };
 
 const IOTA_PTX: &str = include_str!("../../../kernels/iota.ptx");
@@ -142,16 +143,18 @@ fn iota_args(out: u64, n: u32) -> Vec<u8> {
         .collect()
 }
 
+/// A launch of the kernel named `kernel` of `module`: by its index there, as a host launches
+/// (an index past the module's kernels for a name it does not have).
 fn launch<'a>(
-    module: u32,
-    kernel: &'a str,
+    module: &LoadedModule,
+    kernel: &str,
     block: u32,
     args: &'a [u8],
     deadline: Duration,
 ) -> Launch<'a> {
     Launch {
-        module,
-        kernel,
+        module: module.id,
+        kernel: kernel_index(module, kernel),
         grid: [1, 1, 1],
         block: [block, 1, 1],
         shared_mem_bytes: 0,
@@ -260,7 +263,7 @@ fn launches_pass_the_argument_block_and_reuse_cached_modules() {
     assert_eq!(m.kernels[0].name, "iota");
     let out = w.alloc(4 * 128).unwrap();
     let args = iota_args(out, 100);
-    w.launch(&launch(m.id, "iota", 128, &args, Duration::from_secs(5)))
+    w.launch(&launch(&m, "iota", 128, &args, Duration::from_secs(5)))
         .unwrap();
     w.sync().unwrap();
     let mut data = vec![0u8; 4 * 128];
@@ -278,24 +281,18 @@ fn launches_pass_the_argument_block_and_reuse_cached_modules() {
     assert_eq!(
         posted(
             &mut w,
-            &launch(m.id, "iota", 128, &args, Duration::from_secs(5))
+            &launch(&m, "iota", 128, &args, Duration::from_secs(5))
         )
         .0,
         ErrorKind::InvalidArgument
     );
-    w.launch(&launch(
-        again.id,
-        "iota",
-        128,
-        &args,
-        Duration::from_secs(5),
-    ))
-    .unwrap();
+    w.launch(&launch(&again, "iota", 128, &args, Duration::from_secs(5)))
+        .unwrap();
     // Refused launches leave the worker usable. Launches are posted: the refusal is reported by
     // the next op that waits (here `sync`).
     let (k, msg) = posted(
         &mut w,
-        &launch(again.id, "iota", 2048, &args, Duration::from_secs(5)),
+        &launch(&again, "iota", 2048, &args, Duration::from_secs(5)),
     );
     assert_eq!(k, ErrorKind::LaunchFailed);
     assert!(
@@ -305,7 +302,7 @@ fn launches_pass_the_argument_block_and_reuse_cached_modules() {
     assert_eq!(
         posted(
             &mut w,
-            &launch(again.id, "iota", 1, &args[..8], Duration::from_secs(5))
+            &launch(&again, "iota", 1, &args[..8], Duration::from_secs(5))
         )
         .0,
         ErrorKind::LaunchFailed
@@ -313,10 +310,10 @@ fn launches_pass_the_argument_block_and_reuse_cached_modules() {
     assert_eq!(
         posted(
             &mut w,
-            &launch(again.id, "nope", 1, &args, Duration::from_secs(5))
+            &launch(&again, "nope", 1, &args, Duration::from_secs(5))
         )
         .0,
-        ErrorKind::LaunchFailed
+        ErrorKind::InvalidArgument
     );
     w.sync().unwrap();
     assert!(!w.is_poisoned());
@@ -344,7 +341,7 @@ fn a_burst_taken_together_keeps_each_argument_block_and_stops_at_a_refusal() {
                     _ => (16, args.len()),
                 };
                 w.launch(&launch(
-                    m.id,
+                    &m,
                     "iota",
                     block,
                     &args[..len],
@@ -411,7 +408,7 @@ fn a_fault_is_reported_at_sync_and_poisons_the_worker() {
         .chain((1u64 << 40).to_le_bytes())
         .collect();
     w.launch(&launch(
-        m.id,
+        &m,
         "write_out_of_bounds",
         1,
         &args,
@@ -442,7 +439,7 @@ fn a_sync_is_seen_through_the_devices_completion_store_before_the_worker_answers
     let out = w.alloc(64).unwrap();
     for round in 1..=2u64 {
         w.launch(&launch(
-            m.id,
+            &m,
             "iota",
             16,
             &iota_args(out, 16),
@@ -482,7 +479,7 @@ fn a_sync_is_seen_through_the_devices_completion_store_before_the_worker_answers
         .chain((1u64 << 40).to_le_bytes())
         .collect();
     w.launch(&launch(
-        f.id,
+        &f,
         "write_out_of_bounds",
         1,
         &args,
@@ -501,7 +498,7 @@ fn a_runaway_kernel_is_deadline_exceeded_at_sync_and_launch_is_asynchronous() {
     let args = flag.to_le_bytes();
     let t = Instant::now();
     w.launch(&launch(
-        m.id,
+        &m,
         "spin_forever",
         32,
         &args,
@@ -531,7 +528,7 @@ fn a_runaway_nobody_waits_for_is_ended_by_the_watchdog() {
     let flag = w.alloc(4).unwrap();
     let args = flag.to_le_bytes();
     w.launch(&launch(
-        m.id,
+        &m,
         "spin_forever",
         32,
         &args,
@@ -568,7 +565,7 @@ fn a_worker_with_kernels_still_queued_is_replaced_not_reset() {
     let flag = w.alloc(4).unwrap();
     let args = flag.to_le_bytes();
     w.launch(&launch(
-        m.id,
+        &m,
         "spin_forever",
         32,
         &args,
@@ -591,7 +588,7 @@ fn a_worker_with_kernels_still_queued_is_replaced_not_reset() {
     let m = w.load_module(IOTA_PTX).unwrap();
     let out = w.alloc(64).unwrap();
     w.launch(&launch(
-        m.id,
+        &m,
         "iota",
         16,
         &iota_args(out, 16),
@@ -628,7 +625,7 @@ fn stop(w: &Worker) {
 /// 20 launches of `empty` posted while the worker is stopped, then a sync and a ping (answered
 /// only after the worker finished the sync, which may have been seen earlier through the
 /// completion word, before the last group's event was recorded): what the driver saw.
-fn stopped_burst(w: &mut Worker, file: &PathBuf, module: u32) -> Counts {
+fn stopped_burst(w: &mut Worker, file: &PathBuf, module: &LoadedModule) -> Counts {
     let before = counts(file);
     stop(w);
     for _ in 0..20 {
@@ -652,7 +649,7 @@ fn a_burst_of_launches_shares_one_event_per_group() {
     // it), then 16 together, then 3; groups of 8, 8, and 4 closed by the sync (its event goes
     // before the sync's completion word). Each run of launches within one group is one graph
     // launch: [1] [7 | 8 | 1] [3].
-    let c = stopped_burst(&mut w, &file, m.id);
+    let c = stopped_burst(&mut w, &file, &m);
     assert_eq!(c.launches, 20);
     assert_eq!(
         c.records,
@@ -664,7 +661,7 @@ fn a_burst_of_launches_shares_one_event_per_group() {
     assert_eq!(c.signals, 1, "one signalled sync");
     // A lone launch is closed when the worker idles (no sync), so the watchdog can see it.
     let r1 = counts(&file).records;
-    w.launch(&launch(m.id, "empty", 1, &[], Duration::from_secs(5)))
+    w.launch(&launch(&m, "empty", 1, &[], Duration::from_secs(5)))
         .unwrap();
     assert!(
         eventually(Duration::from_secs(2), || counts(&file).records == r1 + 1),
@@ -688,7 +685,7 @@ fn graph_nodes_are_updated_only_where_a_launch_differs() {
         stop(w);
         for k in 0..8 {
             let args = iota_args(out + k as u64 * 64, n_of(k));
-            w.launch(&launch(m.id, "iota", 16, &args, Duration::from_secs(5)))
+            w.launch(&launch(&m, "iota", 16, &args, Duration::from_secs(5)))
                 .unwrap();
         }
         w.signal_for_test(libc::SIGCONT);
@@ -736,7 +733,7 @@ fn graph_nodes_are_updated_only_where_a_launch_differs() {
     // next run builds anew rather than updating nodes of functions that are gone.
     w.reset().unwrap();
     let m2 = w.load_module(FAULTS_PTX).unwrap();
-    let c = stopped_burst(&mut w, &file, m2.id);
+    let c = stopped_burst(&mut w, &file, &m2);
     assert_eq!((c.launches, c.graphs, c.updates), (20, 5, 0), "{c:?}");
     let _ = std::fs::remove_file(file);
 }
@@ -748,7 +745,7 @@ fn with_graphs_turned_off_launches_go_one_by_one() {
     };
     let m = w.load_module(FAULTS_PTX).unwrap();
     w.sync().unwrap();
-    let c = stopped_burst(&mut w, &file, m.id);
+    let c = stopped_burst(&mut w, &file, &m);
     assert_eq!((c.launches, c.records, c.graphs), (20, 3, 0), "{c:?}");
     let _ = std::fs::remove_file(file);
 }
@@ -764,10 +761,9 @@ fn a_runaway_inside_a_burst_is_caught_within_its_groups_summed_deadline() {
     let t = Instant::now();
     for i in 0..7 {
         if i == 3 {
-            w.launch(&launch(m.id, "spin_forever", 32, &args, d))
-                .unwrap();
+            w.launch(&launch(&m, "spin_forever", 32, &args, d)).unwrap();
         } else {
-            w.launch(&launch(m.id, "empty", 1, &[], d)).unwrap();
+            w.launch(&launch(&m, "empty", 1, &[], d)).unwrap();
         }
     }
     w.signal_for_test(libc::SIGCONT);

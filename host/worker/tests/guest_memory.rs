@@ -226,7 +226,7 @@ fn an_earlier_launch_error_is_reported_first_and_the_copy_not_performed() {
     let dev = w.alloc(64).unwrap();
     let launch = Launch {
         module: 999,
-        kernel: "nope",
+        kernel: 0,
         grid: [1, 1, 1],
         block: [1, 1, 1],
         shared_mem_bytes: 0,

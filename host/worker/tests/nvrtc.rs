@@ -73,7 +73,7 @@ fn cuda_c_compiles_and_runs_on_the_emulator() {
     args[offs[3] as usize..][..4].copy_from_slice(&n.to_le_bytes());
     let launch = Launch {
         module: m.id,
-        kernel: "saxpy",
+        kernel: kernel_index(&m, "saxpy"),
         grid: [n.div_ceil(128), 1, 1],
         block: [128, 1, 1],
         shared_mem_bytes: 0,
@@ -96,7 +96,7 @@ fn cuda_c_compiles_and_runs_on_the_emulator() {
     let out = w.alloc(64 * 8).unwrap();
     let args = out.to_le_bytes();
     w.launch(&Launch {
-        kernel: "tri",
+        kernel: kernel_index(&m, "tri"),
         grid: [1, 1, 1],
         block: [64, 1, 1],
         args: &args,
@@ -139,7 +139,7 @@ fn options_reach_nvrtc() {
     let args = p.to_le_bytes();
     let l = Launch {
         module: m.id,
-        kernel: "k",
+        kernel: kernel_index(&m, "k"),
         grid: [1; 3],
         block: [1; 3],
         shared_mem_bytes: 0,

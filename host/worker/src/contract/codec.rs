@@ -11,16 +11,20 @@
 //!
 //! The id and a launch's fields are LEB128 varints instead (lengths included), because a launch is
 //! the one frame on a hot path whose size matters: the ring carries it in whole cache lines, each a
-//! transfer between the host's core and the worker's, and with varints a launch of a kernel with
-//! up to ~20 bytes of arguments and a short name is one line (`transport`). A varint longer than
-//! its type allows is a [`DecodeError::InvalidValue`].
+//! transfer between the host's core and the worker's, and with varints a launch whose arguments
+//! are a few pointers and sizes is one line ([`super::channel::ring`]). The kernel goes as its
+//! index in the module, not its name: the host has resolved the name already. A varint longer
+//! than its type allows is a [`DecodeError::InvalidValue`].
 //!
 //! `id` lets a response name its request, so posted (asynchronous) ops need no change to the
 //! framing; the host queues launches (which get no response) and has one call at a time
 //! outstanding, whose echo it checks.
 
-use super::messages::{LaunchRequest, Request, Response, WorkerInfo};
+use std::time::Duration;
+
+use super::messages::{Request, Response, WorkerInfo};
 use super::ErrorKind;
+use super::Launch;
 use tasklet_ptx::{KernelInfo, ParamInfo};
 
 /// Messages longer than this are cut (at a char boundary) when encoded: an error message is for
@@ -119,14 +123,14 @@ pub fn encode_request(id: u64, req: &Request<'_>, out: &mut Vec<u8>) {
         Request::Launch(l) => {
             w.head(REQ_LAUNCH, id);
             w.var(l.module.into());
-            w.var_bytes(l.kernel.as_bytes());
+            w.var(l.kernel.into());
             for d in l.grid.iter().chain(l.block.iter()) {
                 w.var((*d).into());
             }
             w.var(l.shared_mem_bytes.into());
             w.var_bytes(l.args);
-            w.var(l.step_limit);
-            w.var(l.deadline_ns);
+            // In nanoseconds; a deadline past what 64 bits of them hold goes as the most they do.
+            w.var(u64::try_from(l.deadline.as_nanos()).unwrap_or(u64::MAX));
         }
         Request::Sync => w.head(REQ_SYNC, id),
         Request::Reset => w.head(REQ_RESET, id),
@@ -212,24 +216,22 @@ pub fn decode_request(frame: &[u8]) -> Result<(u64, Request<'_>), DecodeError> {
         },
         REQ_LAUNCH => {
             let module = r.var_u32("module id")?;
-            let kernel = r.var_str("kernel name")?;
+            let kernel = r.var_u32("kernel index")?;
             let mut dims = [0u32; 6];
             for d in &mut dims {
                 *d = r.var_u32("launch dimension")?;
             }
             let shared_mem_bytes = r.var_u32("shared memory size")?;
             let args = r.var_bytes("argument block")?;
-            let step_limit = r.var("step limit")?;
-            let deadline_ns = r.var("deadline")?;
-            Request::Launch(LaunchRequest {
+            let deadline = Duration::from_nanos(r.var("deadline")?);
+            Request::Launch(Launch {
                 module,
                 kernel,
                 grid: [dims[0], dims[1], dims[2]],
                 block: [dims[3], dims[4], dims[5]],
                 shared_mem_bytes,
                 args,
-                step_limit,
-                deadline_ns,
+                deadline,
             })
         }
         REQ_SYNC => Request::Sync,
@@ -543,13 +545,6 @@ impl<'a> Reader<'a> {
     fn var_bytes(&mut self, what: &'static str) -> Result<&'a [u8], DecodeError> {
         let n = self.var(what)?;
         self.take(what, n)
-    }
-
-    fn var_str(&mut self, what: &'static str) -> Result<&'a str, DecodeError> {
-        let n = self.var(what)?;
-        let at = self.at;
-        let b = self.take(what, n)?;
-        std::str::from_utf8(b).map_err(|_| DecodeError::InvalidUtf8 { what, at })
     }
 
     /// A list count, refused when even `min_item` bytes per item would overrun the frame, so a

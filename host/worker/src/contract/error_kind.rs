@@ -10,11 +10,13 @@ pub enum ErrorKind {
     OutOfMemory,
     /// An address range that no allocation covers.
     OutOfBounds,
-    /// Malformed or meaningless arguments: unknown module id, freeing a non-allocation, zero sizes…
+    /// Malformed or meaningless arguments: an unknown module id or kernel index, freeing a
+    /// non-allocation, zero sizes…
     InvalidArgument,
     /// The module did not parse/compile; the message names the line.
     LoadFailed,
-    /// The launch was refused before running (unknown kernel, bad dimensions, wrong argument block).
+    /// The launch was refused before running (bad dimensions, wrong argument block, too many
+    /// resources).
     LaunchFailed,
     /// The kernel faulted. The worker is poisoned: on a GPU the context is unusable afterwards.
     KernelFault,

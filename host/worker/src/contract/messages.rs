@@ -2,7 +2,7 @@
 //!
 //! Plain data, no encoding in sight: [`super::codec`] turns them into frames and back.
 
-use super::ErrorKind;
+use super::{ErrorKind, Launch};
 use tasklet_ptx::KernelInfo;
 
 /// A request from host to worker. Borrowed fields point into the frame it was decoded from.
@@ -40,13 +40,13 @@ pub enum Request<'a> {
     UnloadModule {
         id: u32,
     },
-    Launch(LaunchRequest<'a>),
+    Launch(Launch<'a>),
     Sync,
     /// Free every allocation and unload every module: the worker goes back to its state at start.
     Reset,
     Info,
     /// Map guest memory `id`, whose memfd the host has just sent on the control socket tagged
-    /// `id`, `capacity` bytes (`crate::guest_memory`). Replaces an earlier attachment of `id`.
+    /// `id`, `capacity` bytes (`crate::host::guest_memory`). Replaces an earlier attachment of `id`.
     AttachMemory {
         id: u64,
         capacity: u64,
@@ -69,27 +69,6 @@ pub enum Request<'a> {
         offset: u64,
         len: u64,
     },
-}
-
-/// The fields of [`Request::Launch`]; also what [`crate::Backend::launch`] takes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LaunchRequest<'a> {
-    pub module: u32,
-    pub kernel: &'a str,
-    pub grid: [u32; 3],
-    pub block: [u32; 3],
-    pub shared_mem_bytes: u32,
-    /// The kernel's argument block, laid out as `KernelInfo::param_layout` says.
-    pub args: &'a [u8],
-    /// Most lane-instructions the emulator may run. Backends without a step counter ignore it
-    /// and use `deadline_ns`; their host sends 0 (one byte on the wire).
-    pub step_limit: u64,
-    /// How long the kernel may run, in nanoseconds (> 0). Asynchronous backends (cuda) enqueue the
-    /// launch, answer at once, and enforce this when they wait for the kernel: at `sync` and at any
-    /// later op that must wait for it, a kernel still running this long after it could start fails
-    /// with `DeadlineExceeded`; a worker-side watchdog ends the process shortly after, synced or
-    /// not. The emulator uses `step_limit` instead.
-    pub deadline_ns: u64,
 }
 
 impl Request<'_> {

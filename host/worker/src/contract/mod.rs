@@ -4,7 +4,8 @@
 //!
 //! - [`command_line`]: how a worker process is started ([`WorkerCommand`], [`WorkerArgs`], the
 //!   [`BackendKind`] it serves) and what its exit status means;
-//! - [`messages`]: the requests and responses, as plain data;
+//! - [`messages`]: the requests and responses, as plain data; among them [`launch`], the one
+//!   description of a kernel launch that the host, the wire and the backends share;
 //! - [`codec`]: those messages as frames of bytes, decoded without trusting the sender;
 //! - [`channel`]: the shared memory the frames travel through and both of its ends;
 //! - [`control_socket`]: the socket beside the channel that carries file descriptors;
@@ -17,9 +18,11 @@ pub mod codec;
 pub mod command_line;
 pub mod control_socket;
 pub mod error_kind;
+pub mod launch;
 pub mod messages;
 
 pub use charging::{charged_bytes, ALLOC_GRANULE};
 pub use command_line::{BackendKind, WorkerArgs, WorkerCommand, EXIT_DEADLINE};
 pub use error_kind::ErrorKind;
-pub use messages::{LaunchRequest, LoadedModule, Request, Response, WorkerInfo};
+pub use launch::Launch;
+pub use messages::{LoadedModule, Request, Response, WorkerInfo};

@@ -24,35 +24,8 @@ use super::slot::LeaseToken;
 use crate::contract::channel::{HostEnd, SharedRegion, WaitError, DEFAULT_DATA_SIZE};
 use crate::contract::{BackendKind, ErrorKind, WorkerArgs, WorkerCommand};
 
-/// Emulator speed per core, in lane-instructions per second, that turns a launch deadline into the
-/// emulator's step limit: `deadline × this × cores` (the emulator runs CTAs on every core).
-///
-/// Deliberately at or above the measured speed (release build, 2-core dev machine, spinning
-/// kernel: ~200 M/s for one CTA on one core, ~236 M/s for 8 CTAs on 2 cores; re-measure with
-/// `ROUNDTRIP_EMU_RATE=1 target/release/examples/roundtrip`): a legitimate kernel then always gets
-/// at least its deadline, and a runaway is stopped by whichever comes first, the step limit
-/// (≈ deadline × this/real speed) or the host's timer at deadline + slack, which kills the
-/// worker. The lease sees `DeadlineExceeded` either way and the worker is never reused.
-pub const EMU_LANE_INSTRUCTIONS_PER_SECOND: u64 = 250_000_000;
-
-/// How long a worker process may take from spawn to ready (a CUDA context takes ~170 ms).
+/// How long a worker process may take from spawn to ready (a CUDA context takes a while).
 pub const START_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// One kernel launch.
-#[derive(Debug, Clone)]
-pub struct Launch<'a> {
-    pub module: u32,
-    pub kernel: &'a str,
-    pub grid: [u32; 3],
-    pub block: [u32; 3],
-    pub shared_mem_bytes: u32,
-    /// The argument block, laid out as `KernelInfo::param_layout` says.
-    pub args: &'a [u8],
-    /// How long the kernel may run. Past it the lease gets `DeadlineExceeded` and the worker is
-    /// never reused; if the worker does not report by `deadline + slack` (counted from when the
-    /// kernels queued before it could have ended), it is killed.
-    pub deadline: Duration,
-}
 
 /// A worker process and the channel to it. Owned by one lease at a time; `Send`, holds nothing
 /// tied to the thread that made it, so it may move between threads.
@@ -71,9 +44,11 @@ pub struct Worker {
     /// one could have ended (see [`Worker::launch`]). Every op may take this much longer than
     /// `op_timeout`: its request waits in the ring behind them.
     pending_until: Option<Instant>,
-    /// The kernel of the latest launch, for messages about queued kernels (kept to reuse its
-    /// allocation).
-    last_kernel: String,
+    /// The kernels of every module loaded and not unloaded, by module id, in the order launches
+    /// index them: only to name kernels in messages.
+    kernel_names: HashMap<u32, Vec<String>>,
+    /// The module and kernel index of the latest launch, for messages about queued kernels.
+    last_launch: (u32, u32),
     /// `sync`s answered through the completion word (see [`Worker::sync`]).
     signalled_syncs: u64,
     /// Set while leased from a pool; tells the pool when the worker is dropped unreleased.
@@ -137,7 +112,8 @@ impl Worker {
             lost: None,
             poisoned: None,
             pending_until: None,
-            last_kernel: String::new(),
+            kernel_names: HashMap::new(),
+            last_launch: (0, 0),
             signalled_syncs: 0,
             lease: None,
             ctl,
@@ -202,6 +178,19 @@ impl Worker {
         Ok(())
     }
 
+    /// Kernel `kernel` of module `module` as messages name it: "`name`", or by its number when
+    /// this worker loaded no such kernel.
+    fn kernel_named(&self, (module, kernel): (u32, u32)) -> String {
+        match self
+            .kernel_names
+            .get(&module)
+            .and_then(|names| names.get(kernel as usize))
+        {
+            Some(name) => format!("`{name}`"),
+            None => format!("kernel {kernel} of module {module}"),
+        }
+    }
+
     /// Marks the worker lost, kills and reaps it.
     pub(crate) fn lose(&mut self, why: String) -> WorkerError {
         self.proc.kill();
@@ -238,16 +227,6 @@ impl Starting {
         self.0.lose(why.clone());
         Err(WorkerError::Spawn(why))
     }
-}
-
-/// The emulator step limit that stands in for `deadline` (see [`EMU_LANE_INSTRUCTIONS_PER_SECOND`]).
-pub fn emu_step_limit(deadline: Duration) -> u64 {
-    static CORES: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    let cores =
-        *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u64));
-    let steps = deadline.as_secs_f64() * (EMU_LANE_INSTRUCTIONS_PER_SECOND * cores) as f64;
-    // `as` saturates; u64::MAX means "no limit" to the emulator, so stay below it.
-    (steps as u64).clamp(1, u64::MAX - 1)
 }
 
 impl Drop for Worker {

@@ -16,7 +16,7 @@ pub mod probe;
 pub(crate) mod process;
 pub(crate) mod slot;
 
-pub use client::{emu_step_limit, Launch, Worker, EMU_LANE_INSTRUCTIONS_PER_SECOND};
+pub use client::Worker;
 pub use error::WorkerError;
 pub use pool::{Pool, PoolConfig};
 pub use probe::{probe, probe_cuda};

@@ -14,5 +14,7 @@ pub mod nvrtc;
 pub mod process;
 pub mod serve;
 
-pub use backend::{Backend, BackendError, CudaBackend, EmuBackend};
+pub use backend::{
+    Backend, BackendError, CudaBackend, EmuBackend, EMU_LANE_INSTRUCTIONS_PER_SECOND,
+};
 pub use process::serve_main;

@@ -126,6 +126,16 @@ pub fn available() -> bool {
 /// [`DEFAULT_ARCH_OPTION`] is added. Kernels meant to be launched by name should be
 /// `extern "C"` (NVRTC mangles C++ names otherwise).
 pub fn compile(source: &str, options: &[String]) -> Result<String, NvrtcError> {
+    compile_for(source, options, DEFAULT_ARCH_OPTION)
+}
+
+/// [`compile`] with `default_arch` (an option such as `--gpu-architecture=compute_90`) added
+/// instead when none of `options` names an architecture: how a backend compiles for its device.
+pub fn compile_for(
+    source: &str,
+    options: &[String],
+    default_arch: &str,
+) -> Result<String, NvrtcError> {
     let api = api()?;
     let src = CString::new(source).map_err(|_| NvrtcError::InvalidInput("the source"))?;
     let names_arch = options.iter().any(|o| {
@@ -134,7 +144,7 @@ pub fn compile(source: &str, options: &[String]) -> Result<String, NvrtcError> {
     });
     let mut opts = Vec::with_capacity(options.len() + 1);
     if !names_arch {
-        opts.push(CString::new(DEFAULT_ARCH_OPTION).expect("no NUL"));
+        opts.push(CString::new(default_arch).map_err(|_| NvrtcError::InvalidInput("an option"))?);
     }
     for o in options {
         opts.push(CString::new(o.as_str()).map_err(|_| NvrtcError::InvalidInput("an option"))?);

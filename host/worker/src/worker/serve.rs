@@ -3,12 +3,13 @@
 //! next call.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Duration;
 
 use super::attach::Attachments;
 use super::backend::{self, Backend, BackendError};
 use crate::contract::channel::{Incoming, WorkerEnd};
 use crate::contract::codec::{decode_request, encode_response};
-use crate::contract::{ErrorKind, LaunchRequest, Request, Response};
+use crate::contract::{ErrorKind, Launch, Request, Response};
 
 /// Serves requests on `end` until the host closes it or `host_alive` says it is gone.
 ///
@@ -80,15 +81,14 @@ pub fn serve_guests(
 const POSTED_BATCH: usize = 16;
 
 /// What unused slots of a batch hold.
-const NO_LAUNCH: LaunchRequest<'static> = LaunchRequest {
+const NO_LAUNCH: Launch<'static> = Launch {
     module: 0,
-    kernel: "",
+    kernel: 0,
     grid: [0; 3],
     block: [0; 3],
     shared_mem_bytes: 0,
     args: &[],
-    step_limit: 0,
-    deadline_ns: 0,
+    deadline: Duration::ZERO,
 };
 
 /// Runs the posted launch in `frames[0]` together with the ones the host has already posted
@@ -130,7 +130,7 @@ fn serve_posted(
 }
 
 /// A posted frame's launch, or why it is refused (an invalid argument).
-fn decode_launch(frame: &[u8]) -> Result<LaunchRequest<'_>, String> {
+fn decode_launch(frame: &[u8]) -> Result<Launch<'_>, String> {
     match decode_request(frame) {
         Ok((_, Request::Launch(l))) => Ok(l),
         Ok((_, req)) => Err(format!(
@@ -143,7 +143,7 @@ fn decode_launch(frame: &[u8]) -> Result<LaunchRequest<'_>, String> {
 
 /// [`Backend::launch_batch`] with its panics caught (a fault, as in [`guarded`]); the error to
 /// defer, naming the launch that failed.
-fn launch_batch(backend: &mut dyn Backend, launches: &[LaunchRequest<'_>]) -> Option<Response> {
+fn launch_batch(backend: &mut dyn Backend, launches: &[Launch<'_>]) -> Option<Response> {
     if launches.is_empty() {
         return None;
     }
@@ -155,13 +155,16 @@ fn launch_batch(backend: &mut dyn Backend, launches: &[LaunchRequest<'_>]) -> Op
             ))
         });
     launched.err().map(|(i, e)| {
-        let kernel = launches.get(i).map_or("?", |l| l.kernel);
+        let kernel = match launches.get(i) {
+            Some(l) => match backend.kernel_name(l.module, l.kernel) {
+                Some(name) => format!("kernel `{name}`"),
+                None => format!("kernel {} of module {}", l.kernel, l.module),
+            },
+            None => "a kernel".to_owned(),
+        };
         error(
             e.kind,
-            format!(
-                "an earlier launch of kernel `{kernel}` failed: {}",
-                e.message
-            ),
+            format!("an earlier launch of {kernel} failed: {}", e.message),
         )
     })
 }

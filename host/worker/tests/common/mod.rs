@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use tasklet_worker::guest_memory::{locate, GuestSpan, SharedMemory};
-use tasklet_worker::{BackendKind, PoolConfig, Worker, WorkerCommand};
+use tasklet_worker::{BackendKind, LoadedModule, PoolConfig, Worker, WorkerCommand};
 
 pub fn command(null_backend: bool) -> WorkerCommand {
     WorkerCommand {
@@ -82,4 +82,13 @@ pub fn bytes(m: &SharedMemory, off: usize, len: usize) -> &mut [u8] {
 pub fn span(m: &SharedMemory, off: usize, len: usize) -> GuestSpan {
     // SAFETY: only the address is formed, not dereferenced.
     locate(unsafe { m.as_ptr().add(off) }, len).expect("span inside the memory")
+}
+
+/// The index launches name kernel `name` of `m` by; for a name `m` does not have, an index past
+/// its kernels (what a worker must refuse).
+pub fn kernel_index(m: &LoadedModule, name: &str) -> u32 {
+    m.kernels
+        .iter()
+        .position(|k| k.name == name)
+        .map_or(u32::MAX, |i| i as u32)
 }

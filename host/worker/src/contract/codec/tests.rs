@@ -32,26 +32,24 @@ fn sample_requests() -> Vec<Request<'static>> {
             options: vec![],
         },
         Request::UnloadModule { id: 7 },
-        Request::Launch(LaunchRequest {
+        Request::Launch(Launch {
             module: 3,
-            kernel: "iota",
+            kernel: 0,
             grid: [4, 1, 1],
             block: [128, 2, 1],
             shared_mem_bytes: 1024,
             args: &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12],
-            step_limit: 123_456_789,
-            deadline_ns: 2_000_000_000,
+            deadline: Duration::from_secs(2),
         }),
         // Every varint at its widest.
-        Request::Launch(LaunchRequest {
+        Request::Launch(Launch {
             module: u32::MAX,
-            kernel: "ünïcode_kernel",
+            kernel: u32::MAX,
             grid: [u32::MAX, 65_535, 1 << 21],
             block: [1024, 127, 128],
             shared_mem_bytes: 227 * 1024,
             args: &[0xff; 300],
-            step_limit: u64::MAX,
-            deadline_ns: u64::MAX,
+            deadline: Duration::from_nanos(u64::MAX),
         }),
         Request::Sync,
         Request::Reset,
@@ -272,15 +270,14 @@ fn trailing_bytes_unknown_tags_and_bad_values() {
 
 /// A launch frame as the host encodes it, for `empty()` with an argument block of `args`.
 fn launch_frame(args: &[u8]) -> Vec<u8> {
-    let launch = LaunchRequest {
+    let launch = Launch {
         module: 1,
-        kernel: "empty",
+        kernel: 0,
         grid: [1, 1, 1],
         block: [256, 1, 1],
         shared_mem_bytes: 0,
         args,
-        step_limit: 0,
-        deadline_ns: 10_000_000_000,
+        deadline: Duration::from_secs(10),
     };
     let mut buf = Vec::new();
     encode_request(1_000_000, &Request::Launch(launch), &mut buf);
@@ -336,14 +333,26 @@ fn varints_past_their_type_are_refused() {
         decode_request(&over),
         Err(DecodeError::InvalidValue { .. })
     ));
-    // A kernel name whose length runs past the frame.
+    // Five bytes of value > u32::MAX for the kernel index, the varint after the module id.
+    let mut wide = frame[..module_at + 1].to_vec();
+    wide.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0x1f]);
+    wide.extend_from_slice(&frame[module_at + 2..]);
+    assert!(matches!(
+        decode_request(&wide),
+        Err(DecodeError::InvalidValue {
+            what: "kernel index",
+            ..
+        })
+    ));
+    // An argument block whose length runs past the frame: kernel 0, dimensions (1, 1, 1) and
+    // (1, 1, 1), no shared memory, then 127 bytes of arguments announced and five there.
     let mut past = frame[..module_at + 1].to_vec();
-    past.push(0x7f);
+    past.extend_from_slice(&[0, 1, 1, 1, 1, 1, 1, 0, 0x7f]);
     past.extend_from_slice(b"empty");
     assert!(matches!(
         decode_request(&past),
         Err(DecodeError::Truncated {
-            what: "kernel name",
+            what: "argument block",
             ..
         })
     ));

@@ -41,8 +41,8 @@ impl Worker {
     /// How long one queued kernel may legitimately keep the worker busy.
     pub(super) fn launch_bound(&self, deadline: Duration) -> Duration {
         match self.backend {
-            // Room for the emulator to reach its step limit (≈ the deadline at the assumed
-            // speed, see `EMU_LANE_INSTRUCTIONS_PER_SECOND`) and say so itself.
+            // Room for the emulator to reach its step limit (about the deadline at the speed it
+            // assumes, `EMU_LANE_INSTRUCTIONS_PER_SECOND`) and say so itself.
             BackendKind::Emu => deadline.saturating_add(Duration::from_millis(100) + deadline / 4),
             BackendKind::Cuda => deadline,
         }
@@ -198,9 +198,9 @@ impl Worker {
             WaitError::Timeout if self.pending_until.is_some() => {
                 let msg = format!(
                     "no answer to {op} within {timeout:?}, which covers every queued kernel's deadline: a kernel \
-                     (the last one launched was `{}`) ran past its deadline and its worker did not report it; the \
+                     (the last one launched was {}) ran past its deadline and its worker did not report it; the \
                      worker was killed",
-                    self.last_kernel
+                    self.kernel_named(self.last_launch)
                 );
                 self.lose(msg.clone());
                 WorkerError::op(ErrorKind::DeadlineExceeded, msg)

@@ -5,11 +5,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::calls::later;
-use super::{emu_step_limit, Launch, Worker};
+use super::Worker;
 use crate::contract::channel::Answer;
-use crate::contract::{
-    BackendKind, ErrorKind, LaunchRequest, LoadedModule, Request, Response, WorkerInfo,
-};
+use crate::contract::{ErrorKind, Launch, LoadedModule, Request, Response, WorkerInfo};
 use crate::host::error::WorkerError;
 use crate::host::guest_memory::GuestSpan;
 
@@ -164,9 +162,10 @@ impl Worker {
         self.call_ok(&Request::Copy { dst, src, len })
     }
 
+    /// Loads PTX. Launches name its kernels by their index in the answer's `kernels`.
     pub fn load_module(&mut self, ptx: &str) -> Result<LoadedModule, WorkerError> {
         match self.call(&Request::LoadModule { ptx }, self.op_timeout)? {
-            Response::Module { id, kernels } => Ok(LoadedModule { id, kernels }),
+            Response::Module { id, kernels } => Ok(self.loaded(LoadedModule { id, kernels })),
             other => Err(self.unexpected("load-module", &other)),
         }
     }
@@ -178,13 +177,22 @@ impl Worker {
     ) -> Result<LoadedModule, WorkerError> {
         let options = options.iter().map(String::as_str).collect();
         match self.call(&Request::LoadSource { source, options }, self.op_timeout)? {
-            Response::Module { id, kernels } => Ok(LoadedModule { id, kernels }),
+            Response::Module { id, kernels } => Ok(self.loaded(LoadedModule { id, kernels })),
             other => Err(self.unexpected("load-source", &other)),
         }
     }
 
+    /// Notes a loaded module's kernel names, for messages about its launches.
+    fn loaded(&mut self, m: LoadedModule) -> LoadedModule {
+        let names = m.kernels.iter().map(|k| k.name.clone()).collect();
+        self.kernel_names.insert(m.id, names);
+        m
+    }
+
     pub fn unload_module(&mut self, id: u32) -> Result<(), WorkerError> {
-        self.call_ok(&Request::UnloadModule { id })
+        self.call_ok(&Request::UnloadModule { id })?;
+        self.kernel_names.remove(&id);
+        Ok(())
     }
 
     /// Launches a kernel: posted, like a CUDA launch.
@@ -208,6 +216,8 @@ impl Worker {
     /// answer by then is `DeadlineExceeded` while kernels are queued (a kernel ran past its
     /// deadline unreported) and the worker is killed; with nothing queued it is `Lost`.
     pub fn launch(&mut self, l: &Launch<'_>) -> Result<(), WorkerError> {
+        // The one check of a launch here: the host's own timers need a deadline. Everything else
+        // about a launch is the worker's to check, against the module and the device.
         if l.deadline.is_zero() {
             return Err(WorkerError::op(
                 ErrorKind::InvalidArgument,
@@ -215,31 +225,14 @@ impl Worker {
             ));
         }
         self.usable()?;
-        let deadline_ns = u64::try_from(l.deadline.as_nanos()).unwrap_or(u64::MAX);
-        let step_limit = match self.backend {
-            BackendKind::Emu => emu_step_limit(l.deadline),
-            // Ignored there (the deadline is a clock); 0 is the shortest on the wire.
-            BackendKind::Cuda => 0,
-        };
-        let req = Request::Launch(LaunchRequest {
-            module: l.module,
-            kernel: l.kernel,
-            grid: l.grid,
-            block: l.block,
-            shared_mem_bytes: l.shared_mem_bytes,
-            args: l.args,
-            step_limit,
-            deadline_ns,
-        });
-        self.encode(&req);
+        self.encode(&Request::Launch(l.clone()));
         self.post_frame()?;
         // The clock is read after posting (a kernel starts no earlier than that anyway), not on the
         // way to the worker.
         let now = Instant::now();
         let from = self.pending_until.map_or(now, |p| p.max(now));
         self.pending_until = Some(later(from, self.launch_bound(l.deadline)));
-        self.last_kernel.clear();
-        self.last_kernel.push_str(l.kernel);
+        self.last_launch = (l.module, l.kernel);
         Ok(())
     }
 
@@ -269,8 +262,10 @@ impl Worker {
     pub fn reset(&mut self) -> Result<(), WorkerError> {
         let r = self.call_ok(&Request::Reset);
         // Whatever the answer: the worker drops its attachments before resetting its backend, and
-        // a lost worker has none. A memory used again is attached again.
+        // a lost worker has none. A memory used again is attached again. Its modules are gone
+        // either way (unloaded, or with the worker).
         self.attached.clear();
+        self.kernel_names.clear();
         r
     }
 }

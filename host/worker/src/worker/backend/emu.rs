@@ -4,12 +4,31 @@ use std::collections::HashMap;
 
 use tasklet_ptx::{DeviceMemory, ExecError, LaunchParams, MemError, Module};
 
-use super::{Backend, BackendError};
-use crate::contract::ErrorKind;
-use crate::contract::{LaunchRequest, LoadedModule, WorkerInfo};
-use crate::worker::nvrtc::{self, NvrtcError};
+use std::time::Duration;
 
-/// Allocation granularity the cap is accounted in (the emulator aligns allocations to this).
+use super::{source, Backend, BackendError};
+use crate::contract::{ErrorKind, Launch, LoadedModule, WorkerInfo};
+
+/// Emulator speed per core, in lane-instructions per second, that turns a launch deadline into the
+/// emulator's step limit: `deadline × this × cores` (the emulator runs CTAs on every core).
+///
+/// Deliberately at or above the speed the emulator reaches on a spinning kernel (a release build;
+/// `ROUNDTRIP_EMU_RATE=1 target/release/examples/roundtrip` measures it): a legitimate kernel then
+/// always gets at least its deadline, and a runaway is stopped by whichever comes first, the step
+/// limit (about the deadline) or the host's timer at deadline + slack, which kills the worker.
+/// The lease sees `DeadlineExceeded` either way and the worker is never reused.
+pub const EMU_LANE_INSTRUCTIONS_PER_SECOND: u64 = 250_000_000;
+
+/// The step limit that stands in for `deadline` on a machine with `cores` cores (see
+/// [`EMU_LANE_INSTRUCTIONS_PER_SECOND`]): at least one step, and never `u64::MAX`, which means "no
+/// limit" to the emulator.
+pub fn emu_step_limit(deadline: Duration, cores: u64) -> u64 {
+    let steps = deadline.as_secs_f64()
+        * EMU_LANE_INSTRUCTIONS_PER_SECOND.saturating_mul(cores.max(1)) as f64;
+    // `as` saturates.
+    (steps as u64).clamp(1, u64::MAX - 1)
+}
+
 /// Modules a worker may hold at once: each costs host memory the device cap does not count.
 const MAX_MODULES: usize = 4096;
 
@@ -25,6 +44,9 @@ pub struct EmuBackend {
     requested: u64,
     cap: u64,
     threads: usize,
+    /// The cores the step limit counts (see [`emu_step_limit`]), read once at start: before the
+    /// serving thread is pinned to one of them.
+    cores: u64,
 }
 
 impl EmuBackend {
@@ -40,6 +62,7 @@ impl EmuBackend {
             requested: 0,
             cap: device_memory,
             threads,
+            cores: std::thread::available_parallelism().map_or(1, |n| n.get() as u64),
         }
     }
 
@@ -153,28 +176,15 @@ impl Backend for EmuBackend {
         Ok(LoadedModule { id, kernels })
     }
 
-    /// Compiles with NVRTC (found at run time, see [`crate::worker::nvrtc`]; `compute_80` unless the
-    /// options name an architecture) and loads the PTX like `load_module`.
+    /// Compiles with NVRTC for `compute_80` unless the options name an architecture, and loads
+    /// the PTX like `load_module`.
     fn load_source(
         &mut self,
         source: &str,
         options: &[&str],
     ) -> Result<LoadedModule, BackendError> {
-        let options: Vec<String> = options.iter().map(|o| o.to_string()).collect();
-        let ptx = nvrtc::compile(source, &options).map_err(|e| match e {
-            NvrtcError::NotFound { .. } => BackendError::new(
-                ErrorKind::Unsupported,
-                format!("the emu backend compiles CUDA C with NVRTC, which is not installed: {e}"),
-            ),
-            // Compile errors (with NVRTC's log), bad options, a broken NVRTC install.
-            _ => BackendError::new(ErrorKind::LoadFailed, e.to_string()),
-        })?;
-        self.load_module(&ptx).map_err(|e| {
-            BackendError::new(
-                e.kind,
-                format!("{} (in the PTX NVRTC made of the source)", e.message),
-            )
-        })
+        let ptx = source::compile(source, options, None)?;
+        self.load_module(&ptx).map_err(source::in_compiled_ptx)
     }
 
     fn unload_module(&mut self, id: u32) -> Result<(), BackendError> {
@@ -186,17 +196,36 @@ impl Backend for EmuBackend {
         })
     }
 
-    fn launch(&mut self, l: &LaunchRequest<'_>) -> Result<(), BackendError> {
+    fn kernel_name(&self, module: u32, kernel: u32) -> Option<&str> {
+        let k = self.modules.get(&module)?.kernels().get(kernel as usize)?;
+        Some(&k.name)
+    }
+
+    fn launch(&mut self, l: &Launch<'_>) -> Result<(), BackendError> {
         let module = self.module(l.module)?;
+        let Some(k) = module.kernels().get(l.kernel as usize) else {
+            return Err(BackendError::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "module {} has {} kernels: no kernel {}",
+                    l.module,
+                    module.kernels().len(),
+                    l.kernel
+                ),
+            ));
+        };
         let params = LaunchParams {
             grid: l.grid,
             block: l.block,
             shared_mem_bytes: l.shared_mem_bytes,
             args: l.args,
-            step_limit: l.step_limit,
+            step_limit: emu_step_limit(l.deadline, self.cores),
             threads: self.threads,
         };
-        match module.launch(l.kernel, &self.mem, &params) {
+        // The emulator takes a kernel by name; this one is the index's. It checks the launch's
+        // shape itself (dimensions, argument block, shared memory), as it must before it runs
+        // anything: those checks guard its own arithmetic and memory.
+        match module.launch(&k.name, &self.mem, &params) {
             Ok(_) => Ok(()),
             Err(ExecError::InvalidLaunch(m)) => Err(BackendError::new(ErrorKind::LaunchFailed, m)),
             Err(e @ ExecError::Fault { .. }) => {

@@ -7,23 +7,26 @@
 //!
 //! What every backend honours (the emulator gets most for free; see `cuda/mod.rs` for how the
 //! GPU does):
-//! - new allocations read as zeros (DESIGN.md invariant 6);
+//! - new allocations read as zeros, whatever an earlier tenant of the device left there;
 //! - `reset` frees everything and unloads every module, returning to the state at start;
 //! - module loads report each kernel's parameter layout (`KernelInfo::param_layout`), from which
 //!   the host builds argument blocks;
-//! - a kernel that runs past its deadline fails with `DeadlineExceeded` (emu: the step limit;
-//!   cuda: `LaunchRequest::deadline_ns`, enforced when the worker waits for the kernel and by a
-//!   watchdog), a fault with `KernelFault`; both poison the worker.
+//! - a launch names its kernel by index in its module; an index outside the module is
+//!   `InvalidArgument`;
+//! - a kernel that runs past its deadline fails with `DeadlineExceeded` (emu: a step limit made
+//!   from `Launch::deadline`; cuda: the deadline itself, enforced when the worker waits for the
+//!   kernel and by a watchdog), a fault with `KernelFault`; both poison the worker.
 
 pub mod cuda;
 mod emu;
 mod null;
+mod source;
 
 pub use cuda::CudaBackend;
-pub use emu::EmuBackend;
+pub use emu::{emu_step_limit, EmuBackend, EMU_LANE_INSTRUCTIONS_PER_SECOND};
 pub use null::NullBackend;
 
-use crate::contract::{BackendKind, ErrorKind, LaunchRequest, LoadedModule, WorkerInfo};
+use crate::contract::{BackendKind, ErrorKind, Launch, LoadedModule, WorkerInfo};
 
 /// A refused or failed backend operation.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -59,15 +62,18 @@ pub trait Backend {
     fn load_source(&mut self, source: &str, options: &[&str])
         -> Result<LoadedModule, BackendError>;
     fn unload_module(&mut self, id: u32) -> Result<(), BackendError>;
-    fn launch(&mut self, launch: &LaunchRequest<'_>) -> Result<(), BackendError>;
+    /// The name of kernel `kernel` (an index into its module's kernel list) of module `module`,
+    /// if both exist: for messages about a launch, which names its kernel by index.
+    fn kernel_name(&self, module: u32, kernel: u32) -> Option<&str>;
+    /// Runs (emu) or queues (cuda) one kernel. An unknown module or a kernel index outside its
+    /// module's list is `InvalidArgument`; the backend checks the rest against the kernel and the
+    /// device.
+    fn launch(&mut self, launch: &Launch<'_>) -> Result<(), BackendError>;
     /// Launches `launches` in order, as [`Backend::launch`] each would, stopping at the first that
     /// fails: its index and error (those before it were launched, those after it were not). The
     /// worker hands a burst of posted launches over together, so a backend can check them all
     /// before it makes its driver calls back to back.
-    fn launch_batch(
-        &mut self,
-        launches: &[LaunchRequest<'_>],
-    ) -> Result<(), (usize, BackendError)> {
+    fn launch_batch(&mut self, launches: &[Launch<'_>]) -> Result<(), (usize, BackendError)> {
         for (i, l) in launches.iter().enumerate() {
             self.launch(l).map_err(|e| (i, e))?;
         }

@@ -3,8 +3,7 @@
 //! measured) without any emulator or GPU; selected with the worker flag `--null-backend`.
 
 use super::{Backend, BackendError};
-use crate::contract::ErrorKind;
-use crate::contract::{LaunchRequest, LoadedModule, WorkerInfo};
+use crate::contract::{ErrorKind, Launch, LoadedModule, WorkerInfo};
 
 #[derive(Debug, Default)]
 pub struct NullBackend;
@@ -52,7 +51,10 @@ impl Backend for NullBackend {
     fn unload_module(&mut self, _id: u32) -> Result<(), BackendError> {
         unsupported()
     }
-    fn launch(&mut self, _launch: &LaunchRequest<'_>) -> Result<(), BackendError> {
+    fn kernel_name(&self, _module: u32, _kernel: u32) -> Option<&str> {
+        None
+    }
+    fn launch(&mut self, _launch: &Launch<'_>) -> Result<(), BackendError> {
         unsupported()
     }
     fn sync(&mut self) -> Result<(), BackendError> {

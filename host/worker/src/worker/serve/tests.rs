@@ -4,9 +4,20 @@ use crate::contract::codec::{decode_response, encode_request};
 use crate::contract::{LoadedModule, WorkerInfo};
 use std::time::{Duration, Instant};
 
+/// The kernels of the one module the tests launch from (module 1), in index order.
+fn kernels() -> Vec<String> {
+    ["a", "b", "bad", "c", "d"]
+        .into_iter()
+        .map(String::from)
+        .chain((0..20).map(|i| format!("k{i}")))
+        .collect()
+}
+
 /// Launches of kernel "bad" fail with `fail_kind`; every op is counted.
 struct Scripted {
     fail_kind: ErrorKind,
+    /// Module 1's kernels ([`kernels`]).
+    kernels: Vec<String>,
     launched: Vec<String>,
     /// The length of each slice `launch_batch` was given.
     batches: Vec<usize>,
@@ -45,17 +56,27 @@ impl Backend for Scripted {
     fn unload_module(&mut self, _: u32) -> Result<(), BackendError> {
         Ok(())
     }
-    fn launch(&mut self, l: &LaunchRequest<'_>) -> Result<(), BackendError> {
-        self.launched.push(l.kernel.to_owned());
-        if l.kernel == "bad" {
+    fn kernel_name(&self, module: u32, kernel: u32) -> Option<&str> {
+        (module == 1)
+            .then(|| self.kernels.get(kernel as usize))
+            .flatten()
+            .map(String::as_str)
+    }
+    fn launch(&mut self, l: &Launch<'_>) -> Result<(), BackendError> {
+        let Some(name) = self.kernel_name(l.module, l.kernel).map(str::to_owned) else {
+            return Err(BackendError::new(
+                ErrorKind::InvalidArgument,
+                "no such kernel",
+            ));
+        };
+        let bad = name == "bad";
+        self.launched.push(name);
+        if bad {
             return Err(BackendError::new(self.fail_kind, "refused"));
         }
         Ok(())
     }
-    fn launch_batch(
-        &mut self,
-        launches: &[LaunchRequest<'_>],
-    ) -> Result<(), (usize, BackendError)> {
+    fn launch_batch(&mut self, launches: &[Launch<'_>]) -> Result<(), (usize, BackendError)> {
         self.batches.push(launches.len());
         for (i, l) in launches.iter().enumerate() {
             self.launch(l).map_err(|e| (i, e))?;
@@ -88,11 +109,13 @@ fn run_after(
     let mut h = Host {
         end: HostEnd::new(region),
         id: 0,
+        kernels: kernels(),
     };
     before(&mut h);
     let t = std::thread::spawn(move || {
         let mut b = Scripted {
             fail_kind,
+            kernels: kernels(),
             launched: vec![],
             batches: vec![],
             frees: 0,
@@ -110,20 +133,22 @@ fn run_after(
 struct Host {
     end: HostEnd,
     id: u64,
+    /// Module 1's kernels, to launch by index as a host does.
+    kernels: Vec<String>,
 }
 
 impl Host {
     fn launch(&mut self, kernel: &str) {
         let mut f = Vec::new();
-        let l = LaunchRequest {
+        let index = self.kernels.iter().position(|k| k == kernel).unwrap();
+        let l = Launch {
             module: 1,
-            kernel,
+            kernel: index as u32,
             grid: [1; 3],
             block: [1; 3],
             shared_mem_bytes: 0,
             args: &[],
-            step_limit: 1,
-            deadline_ns: 1,
+            deadline: Duration::from_nanos(1),
         };
         encode_request(0, &Request::Launch(l), &mut f);
         self.end

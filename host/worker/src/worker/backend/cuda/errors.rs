@@ -12,7 +12,7 @@
 //! - `OutOfMemory`: `CUDA_ERROR_OUT_OF_MEMORY` anywhere.
 
 use super::driver::*;
-use crate::contract::ErrorKind;
+use crate::contract::{ErrorKind, Launch};
 use crate::worker::backend::BackendError;
 
 /// Errors after which the context is unusable: every later call in it fails the same way.
@@ -90,29 +90,28 @@ pub struct LaunchLimits {
     pub max_shared_optin: u32,
 }
 
-/// A refused `cuLaunchKernel`.
-pub struct LaunchContext<'a> {
-    pub kernel: &'a str,
-    pub grid: [u32; 3],
-    pub block: [u32; 3],
-    pub shared_mem_bytes: u32,
-    /// The kernel's own limit on threads per block (registers, `__launch_bounds__`), if known.
-    pub kernel_max_threads: Option<u32>,
-    pub limits: LaunchLimits,
-}
-
-pub fn launch_error(drv: &Driver, code: CuResult, l: &LaunchContext<'_>) -> BackendError {
+/// A refused `cuLaunchKernel` of the kernel named `kernel`, launched as `l` says: the driver's
+/// words, and what to change, from the device's `limits` and, where known, the kernel's own limit
+/// on threads per block (`kernel_max_threads`: registers, `__launch_bounds__`).
+pub fn launch_error(
+    drv: &Driver,
+    code: CuResult,
+    kernel: &str,
+    l: &Launch<'_>,
+    kernel_max_threads: Option<u32>,
+    limits: &LaunchLimits,
+) -> BackendError {
     let words = drv.describe(code);
     let cfg = format!(
         "grid ({}, {}, {}) × block ({}, {}, {}), {} bytes of dynamic shared memory",
         l.grid[0], l.grid[1], l.grid[2], l.block[0], l.block[1], l.block[2], l.shared_mem_bytes
     );
-    let m = &l.limits;
+    let m = limits;
     let (kind, fix) = match code {
         CUDA_ERROR_OUT_OF_MEMORY => (ErrorKind::OutOfMemory, "free device memory or launch a smaller kernel".to_owned()),
         CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES => (
             ErrorKind::LaunchFailed,
-            match l.kernel_max_threads {
+            match kernel_max_threads {
                 Some(k) => format!("the kernel's registers allow at most {k} threads per block on this device: launch smaller blocks"),
                 None => "use smaller blocks or less shared memory".to_owned(),
             },
@@ -126,16 +125,13 @@ pub fn launch_error(drv: &Driver, code: CuResult, l: &LaunchContext<'_>) -> Back
         ),
         c if is_sticky(c) => return BackendError::new(
             ErrorKind::KernelFault,
-            format!("launching kernel `{}` failed because of an earlier fault: {words}; {FAULT_CONSEQUENCE}", l.kernel),
+            format!("launching kernel `{kernel}` failed because of an earlier fault: {words}; {FAULT_CONSEQUENCE}"),
         ),
         _ => (ErrorKind::LaunchFailed, "the driver refused this launch".to_owned()),
     };
     BackendError::new(
         kind,
-        format!(
-            "cannot launch kernel `{}` with {cfg}: {words}; {fix}",
-            l.kernel
-        ),
+        format!("cannot launch kernel `{kernel}` with {cfg}: {words}; {fix}"),
     )
 }
 

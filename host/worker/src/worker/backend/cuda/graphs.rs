@@ -3,12 +3,11 @@
 //! `i - 1`, so the kernels run in order on the worker's stream exactly as separate launches would).
 //!
 //! Why: the driver's CPU cost of a launch is much lower through an instantiated graph than through
-//! `cuLaunchKernel` (H100, driver 580, `examples/graph_bursts`, µs of CPU per launch of an empty
-//! kernel): `cuLaunchKernel` 3.1–4.3; a one-node graph 1.7–2.0; a chain of 8 nodes 0.95 a node.
-//! Updating a node costs ~1 µs more when its launch differs from what the node holds, nothing
-//! when it is the same (a loop launching one kernel again and again), and the updated one-node
-//! graph still costs no more than `cuLaunchKernel`. One launch followed by a wait for the stream:
-//! 6.0–6.9 µs through the graph against 8.3–9.1 µs through `cuLaunchKernel`.
+//! `cuLaunchKernel`, and lower still per node in a longer chain (`examples/graph_bursts` measures
+//! it). Updating a node costs extra only when its launch differs from what the node holds — not
+//! at all in a loop launching one kernel again and again — and even an updated one-node graph
+//! costs no more than `cuLaunchKernel`; a single launch followed by a wait for the stream is
+//! faster through the graph too.
 //!
 //! One chain is kept per length (1 to [`GROUP_MAX`]), built at its first use from the launches it
 //! first carries; each later use updates only the nodes whose launch differs from what they hold
@@ -24,7 +23,7 @@
 use std::ffi::c_void;
 
 use super::driver::*;
-use super::launch::{Launch, GROUP_MAX};
+use super::launch::{ReadyLaunch, GROUP_MAX};
 
 /// What one node of a chain launches now.
 #[derive(Default)]
@@ -37,7 +36,7 @@ struct Held {
 }
 
 impl Held {
-    fn matches(&self, l: &Launch) -> bool {
+    fn matches(&self, l: &ReadyLaunch) -> bool {
         self.function == l.function as usize
             && self.grid == l.grid
             && self.block == l.block
@@ -45,7 +44,7 @@ impl Held {
             && self.args == launch_args(l)
     }
 
-    fn set(&mut self, l: &Launch) {
+    fn set(&mut self, l: &ReadyLaunch) {
         self.function = l.function as usize;
         self.grid = l.grid;
         self.block = l.block;
@@ -55,11 +54,11 @@ impl Held {
     }
 }
 
-fn launch_args(l: &Launch) -> &[u8] {
+fn launch_args(l: &ReadyLaunch) -> &[u8] {
     if l.args.is_null() {
         &[]
     } else {
-        // SAFETY: `Launch::args` points at `args_len` bytes valid for the launch call.
+        // SAFETY: `ReadyLaunch::args` points at `args_len` bytes valid for the launch call.
         unsafe { std::slice::from_raw_parts(l.args.cast::<u8>(), l.args_len) }
     }
 }
@@ -83,8 +82,12 @@ pub struct Chains {
 unsafe impl Send for Chains {}
 
 /// A kernel node's parameters for `l`; its `extra` points into `extra` and `size` (see
-/// [`Launch::extra`]): use it before they move.
-fn node_params(l: &Launch, extra: &mut [*mut c_void; 5], size: &mut usize) -> KernelNodeParams {
+/// [`ReadyLaunch::extra`]): use it before they move.
+fn node_params(
+    l: &ReadyLaunch,
+    extra: &mut [*mut c_void; 5],
+    size: &mut usize,
+) -> KernelNodeParams {
     KernelNodeParams {
         function: l.function,
         grid: l.grid,
@@ -107,7 +110,7 @@ impl Chains {
 
     /// Launches `run` (1 to [`GROUP_MAX`] launches, in order) on `stream` as one graph launch.
     /// `Err`: the driver refused something, or has no graph API, and nothing of `run` was launched.
-    pub fn launch(&mut self, run: &[Launch], stream: CuStream) -> Result<(), CuResult> {
+    pub fn launch(&mut self, run: &[ReadyLaunch], stream: CuStream) -> Result<(), CuResult> {
         let api = self.api.ok_or(CUDA_ERROR_NOT_SUPPORTED)?;
         let slot = self
             .by_len
@@ -159,7 +162,7 @@ impl Chains {
 }
 
 /// Builds and instantiates a chain of `run.len()` nodes launching `run`.
-fn build(api: &GraphApi, run: &[Launch]) -> Result<Chain, CuResult> {
+fn build(api: &GraphApi, run: &[ReadyLaunch]) -> Result<Chain, CuResult> {
     let mut graph: CuGraph = std::ptr::null_mut();
     // SAFETY: valid out-pointer.
     let r = unsafe { (api.create)(&mut graph, 0) };

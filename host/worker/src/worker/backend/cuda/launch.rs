@@ -23,7 +23,7 @@
 //! A wait (`sync`, and every op that must see the kernels finished first) polls the head event:
 //! tightly for [`SPIN`], then with sleeps growing to [`MAX_NAP`]. Past the head's deadline it
 //! fails with `DeadlineExceeded` — the kernel is still running, and only ending the process stops
-//! it (DESIGN.md): the host kills the worker on that error. If nobody waits, the watchdog ends
+//! it: the host kills the worker on that error. If nobody waits, the watchdog ends
 //! the process itself [`WATCHDOG_GRACE`] after the deadline, with exit status
 //! [`crate::contract::EXIT_DEADLINE`], which the host reports as `DeadlineExceeded`.
 
@@ -110,7 +110,13 @@ struct Group {
 }
 
 /// One kernel launch, checked and resolved, ready for its driver call.
-pub struct Launch {
+///
+/// Not the contract's [`crate::contract::Launch`], which the backend checks and then turns into
+/// this: that one names its kernel by index and borrows the argument block from the request
+/// frame, unaligned; this one holds what the driver calls take — the resolved function, the
+/// argument block copied to 16-byte aligned scratch — and the kernel's name, shared with its
+/// module, for the messages of a group that overran.
+pub struct ReadyLaunch {
     pub function: CuFunction,
     pub kernel: Arc<str>,
     pub grid: [u32; 3],
@@ -123,7 +129,7 @@ pub struct Launch {
     pub deadline: Duration,
 }
 
-impl Launch {
+impl ReadyLaunch {
     /// `cuLaunchKernel`'s (and a kernel node's) `extra` array for this launch, written into
     /// `extra` and `size`, which must outlive the driver call: null for a kernel without
     /// parameters, else the packed argument block and its size.
@@ -143,9 +149,9 @@ impl Launch {
     }
 }
 
-// SAFETY: a `Launch` only lives within one `launch_batch` call of the backend that made it; its
+// SAFETY: a `ReadyLaunch` only lives within one `launch_batch` call of the backend that made it; its
 // pointers are plain handles and addresses of that backend's memory.
-unsafe impl Send for Launch {}
+unsafe impl Send for ReadyLaunch {}
 
 /// Why [`Timeline::launch_all`] stopped.
 pub enum Refused {
@@ -348,7 +354,7 @@ impl Timeline {
     /// where the driver refuses that, the run goes one `cuLaunchKernel` at a time. Stops at the
     /// first failure, with its index: the driver's refusal (that kernel is then not tracked), or
     /// a failed wait for room in the queue.
-    pub fn launch_all(&self, launches: &[Launch]) -> Result<(), (usize, Refused)> {
+    pub fn launch_all(&self, launches: &[ReadyLaunch]) -> Result<(), (usize, Refused)> {
         let mut q = self.lock();
         let mut at = 0;
         while at < launches.len() {
@@ -390,7 +396,7 @@ impl Timeline {
     }
 
     /// One `cuLaunchKernel`.
-    fn launch_one(&self, l: &Launch) -> Result<(), CuResult> {
+    fn launch_one(&self, l: &ReadyLaunch) -> Result<(), CuResult> {
         let (mut slots, mut size) = ([std::ptr::null_mut(); 5], 0usize);
         let extra = l.extra(&mut slots, &mut size);
         // SAFETY: a resolved function; `extra` and what it points to live across the call, which

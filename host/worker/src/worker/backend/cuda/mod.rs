@@ -34,16 +34,13 @@ mod signal;
 
 use std::ffi::c_void;
 use std::sync::Arc;
-use std::time::Duration;
 
-use super::{Backend, BackendError, BackendOptions};
-use crate::contract::ErrorKind;
-use crate::contract::{LaunchRequest, LoadedModule, WorkerInfo};
-use crate::worker::nvrtc::{self, NvrtcError};
+use super::{source, Backend, BackendError, BackendOptions};
+use crate::contract::{ErrorKind, Launch, LoadedModule, WorkerInfo};
 use driver::*;
-use errors::{LaunchContext, LoadTarget};
+use errors::LoadTarget;
 use host_memory::HostMemory;
-use launch::{Launch, Refused, Timeline};
+use launch::{ReadyLaunch, Refused, Timeline};
 use memory::{Allocations, Pinned};
 use modules::Modules;
 use signal::CompletionWord;
@@ -76,7 +73,7 @@ pub struct CudaBackend {
     args: Vec<Chunk>,
     /// The launches of a `launch_batch` between its checks and its driver calls (kept: no
     /// allocation per batch).
-    batch: Vec<Launch>,
+    batch: Vec<ReadyLaunch>,
     poisoned: Option<BackendError>,
     pinned: Option<Pinned>,
     /// Where a sync's success is signalled to the host (`Backend::sync_signalling`).
@@ -189,28 +186,24 @@ impl CudaBackend {
 
     /// What launching `l` needs, or why it cannot be: its function and name, with the function
     /// opted in to the dynamic shared memory asked for.
-    fn check_launch(
-        &mut self,
-        l: &LaunchRequest<'_>,
-    ) -> Result<(CuFunction, Arc<str>), BackendError> {
-        if l.deadline_ns == 0 {
-            return Err(BackendError::new(
-                ErrorKind::InvalidArgument,
-                "a launch needs a deadline above zero",
-            ));
-        }
+    fn check_launch(&mut self, l: &Launch<'_>) -> Result<(CuFunction, Arc<str>), BackendError> {
         let k = self.modules.kernel(l.module, l.kernel)?;
+        // The driver copies as many bytes as the block has and the kernel reads as many as its
+        // parameters take: a block of any other size would have it read past what was given.
         if l.args.len() != k.arg_bytes as usize {
             return Err(BackendError::new(
                 ErrorKind::LaunchFailed,
                 format!(
                     "kernel `{}` takes a {}-byte argument block, {} bytes given",
-                    l.kernel,
+                    k.name,
                     k.arg_bytes,
                     l.args.len()
                 ),
             ));
         }
+        // Refused here for both ways a launch reaches the driver: a run of launches goes as one
+        // graph launch, and whether the driver refuses an empty grid when it updates a kernel node
+        // is not something to build on.
         if l.grid.contains(&0) || l.block.contains(&0) {
             return Err(BackendError::new(
                 ErrorKind::LaunchFailed,
@@ -228,7 +221,7 @@ impl CudaBackend {
                 )
             };
             if r != CUDA_SUCCESS {
-                return Err(self.launch_refused(l, r, None));
+                return Err(self.launch_refused(&kernel, l, r, None));
             }
             k.shared_optin = l.shared_mem_bytes;
         }
@@ -237,21 +230,18 @@ impl CudaBackend {
 
     fn launch_refused(
         &self,
-        l: &LaunchRequest<'_>,
+        kernel: &str,
+        l: &Launch<'_>,
         code: CuResult,
         kernel_max_threads: Option<u32>,
     ) -> BackendError {
         errors::launch_error(
             self.drv,
             code,
-            &LaunchContext {
-                kernel: l.kernel,
-                grid: l.grid,
-                block: l.block,
-                shared_mem_bytes: l.shared_mem_bytes,
-                kernel_max_threads,
-                limits: self.dev.limits,
-            },
+            kernel,
+            l,
+            kernel_max_threads,
+            &self.dev.limits,
         )
     }
 }
@@ -453,30 +443,10 @@ impl Backend for CudaBackend {
         options: &[&str],
     ) -> Result<LoadedModule, BackendError> {
         self.usable()?;
-        let mut opts: Vec<String> = options.iter().map(|o| o.to_string()).collect();
-        let names_arch = opts.iter().any(|o| {
-            let o = o.trim_start_matches('-');
-            o.starts_with("gpu-architecture") || o.starts_with("arch")
-        });
-        if !names_arch {
-            // PTX for exactly this device's architecture (compute_XY: NVRTC then returns PTX, which
-            // the driver JIT turns into this GPU's code).
-            let (major, minor) = self.dev.compute_capability;
-            opts.push(format!("--gpu-architecture=compute_{major}{minor}"));
-        }
-        let ptx = nvrtc::compile(source, &opts).map_err(|e| match e {
-            NvrtcError::NotFound { .. } => BackendError::new(
-                ErrorKind::Unsupported,
-                format!("compiling CUDA C needs NVRTC, which this node does not have: {e}; or load PTX instead"),
-            ),
-            other => BackendError::new(ErrorKind::LoadFailed, other.to_string()),
-        })?;
-        self.load_module(&ptx).map_err(|e| {
-            BackendError::new(
-                e.kind,
-                format!("{} (in the PTX NVRTC made of the source)", e.message),
-            )
-        })
+        // PTX for exactly this device's architecture (compute_XY: NVRTC then returns PTX, which
+        // the driver JIT turns into this GPU's code).
+        let ptx = source::compile(source, options, Some(self.dev.compute_capability))?;
+        self.load_module(&ptx).map_err(source::in_compiled_ptx)
     }
 
     fn unload_module(&mut self, id: u32) -> Result<(), BackendError> {
@@ -488,7 +458,11 @@ impl Backend for CudaBackend {
         Ok(())
     }
 
-    fn launch(&mut self, l: &LaunchRequest<'_>) -> Result<(), BackendError> {
+    fn kernel_name(&self, module: u32, kernel: u32) -> Option<&str> {
+        self.modules.kernel_name(module, kernel)
+    }
+
+    fn launch(&mut self, l: &Launch<'_>) -> Result<(), BackendError> {
         self.launch_batch(std::slice::from_ref(l))
             .map_err(|(_, e)| e)
     }
@@ -496,10 +470,7 @@ impl Backend for CudaBackend {
     /// Checks and resolves every launch first, copying the argument blocks into aligned scratch,
     /// then makes the driver calls back to back: anything run between two `cuLaunchKernel` calls
     /// costs the next one more than its own time (docs/performance.md).
-    fn launch_batch(
-        &mut self,
-        launches: &[LaunchRequest<'_>],
-    ) -> Result<(), (usize, BackendError)> {
+    fn launch_batch(&mut self, launches: &[Launch<'_>]) -> Result<(), (usize, BackendError)> {
         self.usable().map_err(|e| (0, e))?;
         let chunks: usize = launches.iter().map(|l| l.args.len().div_ceil(16)).sum();
         if self.args.len() < chunks {
@@ -518,7 +489,7 @@ impl Backend for CudaBackend {
                     // SAFETY: as above; plain byte copy (the frame it came in is byte-aligned).
                     unsafe { std::ptr::copy_nonoverlapping(l.args.as_ptr(), args, l.args.len()) };
                     at += l.args.len().div_ceil(16);
-                    batch.push(Launch {
+                    batch.push(ReadyLaunch {
                         function,
                         kernel,
                         grid: l.grid,
@@ -530,7 +501,7 @@ impl Backend for CudaBackend {
                             args.cast()
                         },
                         args_len: l.args.len(),
-                        deadline: Duration::from_nanos(l.deadline_ns),
+                        deadline: l.deadline,
                     });
                 }
                 Err(e) => {
@@ -539,10 +510,7 @@ impl Backend for CudaBackend {
                 }
             }
         }
-        let launched = self.timeline.launch_all(&batch);
-        batch.clear();
-        self.batch = batch;
-        match launched {
+        let launched = match self.timeline.launch_all(&batch) {
             Ok(()) => refused.map_or(Ok(()), |(i, e)| Err((i, self.fail(e)))),
             Err((i, Refused::Driver { code, function })) => {
                 let kernel_max = (code == CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES).then(|| {
@@ -557,11 +525,15 @@ impl Backend for CudaBackend {
                     };
                     (ok == CUDA_SUCCESS).then_some(v.max(0) as u32)
                 });
-                let e = self.launch_refused(&launches[i], code, kernel_max.flatten());
+                let e =
+                    self.launch_refused(&batch[i].kernel, &launches[i], code, kernel_max.flatten());
                 Err((i, self.fail(e)))
             }
             Err((i, Refused::Wait(e))) => Err((i, self.fail(e))),
-        }
+        };
+        batch.clear();
+        self.batch = batch;
+        launched
     }
 
     fn sync(&mut self) -> Result<(), BackendError> {

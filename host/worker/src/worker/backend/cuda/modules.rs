@@ -41,9 +41,6 @@ pub struct Kernel {
 struct Loaded {
     module: CuModule,
     kernels: Vec<KernelInfo>,
-    /// Every launch looks its kernel up here: a fast hash (the names are the module's own; a
-    /// module that collides its names only slows its own lease).
-    by_name: FxHashMap<Box<str>, usize>,
     functions: Vec<Kernel>,
     /// Worker ids referring to it.
     refs: u32,
@@ -78,33 +75,36 @@ impl Modules {
         self.ids.len()
     }
 
-    /// The kernel `name` of module `id`.
-    pub fn kernel(&mut self, id: u32, name: &str) -> Result<&mut Kernel, BackendError> {
-        let slot = *self.ids.get(&id).ok_or_else(|| {
+    /// Kernel `index` (in the order the load answered with) of module `id`: unknown ids and
+    /// indexes past the module's kernels are `InvalidArgument`.
+    pub fn kernel(&mut self, id: u32, index: u32) -> Result<&mut Kernel, BackendError> {
+        let no_module = || {
             BackendError::new(
                 ErrorKind::InvalidArgument,
                 format!("no module with id {id}"),
             )
-        })?;
-        let m = self.slots[slot].as_mut().ok_or_else(|| {
+        };
+        let slot = *self.ids.get(&id).ok_or_else(no_module)?;
+        let m = self.slots[slot].as_mut().ok_or_else(no_module)?;
+        let count = m.functions.len();
+        m.functions.get_mut(index as usize).ok_or_else(|| {
             BackendError::new(
                 ErrorKind::InvalidArgument,
-                format!("no module with id {id}"),
+                format!("module {id} has {count} kernels: no kernel {index}"),
             )
-        })?;
-        match m.by_name.get(name) {
-            Some(&i) => Ok(&mut m.functions[i]),
-            None => {
-                let names: Vec<&str> = m.kernels.iter().map(|k| k.name.as_str()).collect();
-                Err(BackendError::new(
-                    ErrorKind::LaunchFailed,
-                    format!(
-                        "no kernel named {name:?} in module {id}; it has: {}",
-                        names.join(", ")
-                    ),
-                ))
-            }
-        }
+        })
+    }
+
+    /// The name of kernel `index` of module `id`, if both exist.
+    pub fn kernel_name(&self, id: u32, index: u32) -> Option<&str> {
+        let slot = *self.ids.get(&id)?;
+        let k = self
+            .slots
+            .get(slot)?
+            .as_ref()?
+            .functions
+            .get(index as usize)?;
+        Some(&k.name)
     }
 
     fn fresh_id(&mut self) -> Result<u32, BackendError> {
@@ -306,8 +306,7 @@ fn resolve(drv: &Driver, module: CuModule, ptx: &str) -> Result<Loaded, BackendE
         )
     })?;
     let mut functions = Vec::with_capacity(kernels.len());
-    let mut by_name = FxHashMap::with_capacity_and_hasher(kernels.len(), Default::default());
-    for (i, k) in kernels.iter().enumerate() {
+    for k in &kernels {
         let cname = CString::new(k.name.as_str()).map_err(|_| {
             BackendError::new(
                 ErrorKind::LoadFailed,
@@ -333,12 +332,10 @@ fn resolve(drv: &Driver, module: CuModule, ptx: &str) -> Result<Loaded, BackendE
             arg_bytes: k.param_layout().1,
             shared_optin: 0,
         });
-        by_name.insert(Box::from(k.name.as_str()), i);
     }
     Ok(Loaded {
         module,
         kernels,
-        by_name,
         functions,
         refs: 0,
         shared: None,

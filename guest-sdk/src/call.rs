@@ -51,7 +51,8 @@ enum CallArg {
     Scalar(ScalarArg),
 }
 
-/// A scalar (owned, lifetime-free) kernel argument.
+/// A scalar (owned, lifetime-free) kernel argument: the WIT `kernel-arg` less its buffer case,
+/// kept apart because the generated type is not `Clone` (and a `GpuCall` is).
 #[derive(Debug, Clone)]
 enum ScalarArg {
     I32(i32),

@@ -9,6 +9,9 @@ pub enum Opcode {
     GoAway = 0x0000,
     /// Version negotiation; the first request on a connection.
     Hello = 0x0001,
+    /// Narrow the connection's grant to what the client asks for (a tasklet's manifest), before
+    /// its first lease; the reply is the grant in force.
+    Grant = 0x0002,
     /// The node's devices.
     GetInventory = 0x0100,
     /// Acquire a GPU and allocate device memory for a time.
@@ -55,9 +58,10 @@ pub enum Opcode {
 
 impl Opcode {
     /// Every opcode, in numeric order.
-    pub const ALL: [Opcode; 23] = [
+    pub const ALL: [Opcode; 24] = [
         Opcode::GoAway,
         Opcode::Hello,
+        Opcode::Grant,
         Opcode::GetInventory,
         Opcode::LeaseAlloc,
         Opcode::MemFree,
@@ -91,6 +95,7 @@ impl Opcode {
         match self {
             Opcode::GoAway => "GOAWAY",
             Opcode::Hello => "HELLO",
+            Opcode::Grant => "GRANT",
             Opcode::GetInventory => "GET_INVENTORY",
             Opcode::LeaseAlloc => "LEASE_ALLOC",
             Opcode::MemFree => "MEM_FREE",
@@ -162,7 +167,8 @@ mod tests {
             assert_eq!(Opcode::from_u16(op as u16), Some(op));
         }
         assert_eq!(Opcode::from_u16(0x0604), Some(Opcode::Launch));
-        assert_eq!(Opcode::from_u16(0x0002), None);
+        assert_eq!(Opcode::from_u16(0x0002), Some(Opcode::Grant));
+        assert_eq!(Opcode::from_u16(0x0003), None);
         assert_eq!(Opcode::from_u16(0xFFFF), None);
     }
 

@@ -80,7 +80,7 @@ fn unknown_flag_bits() {
 
 #[test]
 fn unknown_opcode() {
-    for opcode in [0x0002, 0x0204, 0x060D, 0x0703, 0xFFFF] {
+    for opcode in [0x0003, 0x0204, 0x060D, 0x0703, 0xFFFF] {
         let bytes = frame(1, 0, opcode, 1, &[]);
         assert_eq!(to_node_error(&bytes), DecodeError::UnknownOpcode { opcode });
     }
@@ -910,4 +910,38 @@ fn messages_name_the_field_and_the_limit() {
         direction: "reply",
     };
     assert_eq!(err.to_string(), "LAUNCH (0x0604) is not sent as a reply");
+}
+
+#[test]
+fn grant_rights_outside_the_defined_bits() {
+    let mut body = Vec::new();
+    body.extend_from_slice(&(1u64 << 20).to_be_bytes()); // memory
+    body.extend_from_slice(&(1u64 << 30).to_be_bytes()); // max_vram
+    body.extend_from_slice(&1u32.to_be_bytes()); // max_leases
+    body.extend_from_slice(&60_000u64.to_be_bytes()); // max_lease_ms
+    body.push(rights::ALL);
+    let good = frame(1, 0, Opcode::Grant as u16, 1, &body);
+    assert_eq!(decode_whole(Direction::ToNode, &good).1, Ok(()));
+    *body.last_mut().unwrap() = 0x20;
+    assert_eq!(
+        to_node_error(&frame(1, 0, Opcode::Grant as u16, 1, &body)),
+        DecodeError::InvalidValue {
+            field: "rights",
+            value: 0x20
+        }
+    );
+    let grant = Grant {
+        memory: 1,
+        max_vram: 1,
+        max_leases: 1,
+        max_lease_ms: 1,
+        rights: 0x80,
+    };
+    assert!(matches!(
+        encode_request(1, &Request::Grant(grant), &mut Vec::new()),
+        Err(EncodeError::InvalidValue {
+            field: "rights",
+            ..
+        })
+    ));
 }

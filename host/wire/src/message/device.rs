@@ -22,10 +22,13 @@ pub struct Device {
     pub compute_capability: (u32, u32),
     /// The CUDA driver's version (12080 = 12.8); 0 for the emulator.
     pub driver_version: u32,
+    /// Leases running on the device now, every client's (a count only: whose they are is not
+    /// said).
+    pub leases: u32,
 }
 
 /// The fewest bytes a device takes on the wire (empty strings).
-const DEVICE_MIN_BYTES: usize = 4 + 3 * 4 + 8 + 8 + 4 + 4 + 4;
+const DEVICE_MIN_BYTES: usize = 4 + 3 * 4 + 8 + 8 + 4 + 4 + 4 + 4;
 
 pub(crate) fn encode_devices(devices: &[Device], w: &mut Writer) -> Result<(), EncodeError> {
     w.count("devices", devices.len(), MAX_DEVICES)?;
@@ -39,6 +42,7 @@ pub(crate) fn encode_devices(devices: &[Device], w: &mut Writer) -> Result<(), E
         w.u32(device.compute_capability.0);
         w.u32(device.compute_capability.1);
         w.u32(device.driver_version);
+        w.u32(device.leases);
     }
     Ok(())
 }
@@ -56,6 +60,7 @@ pub(crate) fn decode_devices(r: &mut Reader) -> Result<Vec<Device>, DecodeError>
             free_memory: r.u64("devices[].free_memory")?,
             compute_capability: (r.u32("devices[].cc_major")?, r.u32("devices[].cc_minor")?),
             driver_version: r.u32("devices[].driver_version")?,
+            leases: r.u32("devices[].leases")?,
         });
     }
     Ok(devices)

@@ -1,11 +1,13 @@
 //! The messages: requests, replies, and the structures inside them.
 
 mod device;
+mod grant;
 mod kernel;
 mod reply;
 mod request;
 
 pub use device::Device;
+pub use grant::{rights, Grant};
 pub use kernel::{Kernel, KernelArg, KernelParam, LoadedModule};
 pub use reply::Reply;
 pub use request::{GpuSubmit, Launch, Request};

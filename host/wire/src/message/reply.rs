@@ -5,6 +5,7 @@
 //! failed pipelined op is named, then that op. GOAWAY's body is an error body too.
 
 use super::device::{decode_devices, encode_devices, Device};
+use super::grant::Grant;
 use super::kernel::LoadedModule;
 use crate::codec::{Reader, Writer};
 use crate::error::{DecodeError, EncodeError};
@@ -24,6 +25,8 @@ pub enum Reply {
         node: String,
         max_stream_bytes: u64,
     },
+    /// The grant in force on the connection from now on.
+    Grant(Grant),
     Inventory {
         devices: Vec<Device>,
     },
@@ -95,6 +98,7 @@ impl Reply {
     pub fn opcode(&self) -> Opcode {
         match self {
             Reply::Hello { .. } => Opcode::Hello,
+            Reply::Grant(_) => Opcode::Grant,
             Reply::Inventory { .. } => Opcode::GetInventory,
             Reply::LeaseAlloc { .. } => Opcode::LeaseAlloc,
             Reply::MemFree => Opcode::MemFree,
@@ -149,6 +153,7 @@ impl Reply {
                 w.string("node", node, MAX_PEER_NAME)?;
                 w.u64(*max_stream_bytes);
             }
+            Reply::Grant(grant) => grant.encode(w)?,
             Reply::Inventory { devices } => encode_devices(devices, w)?,
             Reply::LeaseAlloc {
                 lease,
@@ -242,6 +247,7 @@ impl Reply {
                 node: r.string("node", MAX_PEER_NAME)?,
                 max_stream_bytes: r.u64("max_stream_bytes")?,
             },
+            Opcode::Grant => Reply::Grant(Grant::decode(&mut r)?),
             Opcode::GetInventory => Reply::Inventory {
                 devices: decode_devices(&mut r)?,
             },

@@ -3,6 +3,7 @@
 //! A body is the op's fields in the order they are declared here, each as `crate::codec` writes
 //! it; docs/wire.md lists the same layouts for implementers in other languages.
 
+use super::grant::Grant;
 use super::kernel::{decode_args, encode_args, KernelArg};
 use crate::codec::{Reader, Writer};
 use crate::error::{DecodeError, EncodeError};
@@ -23,6 +24,8 @@ pub enum Request {
         max_version: u8,
         agent: String,
     },
+    /// Narrow the connection's grant to this (each field a ceiling); only before its first lease.
+    Grant(Grant),
     GetInventory,
     /// Acquire a GPU (`device`, or any) and at least `min_bytes` of its memory for `seconds`.
     LeaseAlloc {
@@ -149,6 +152,7 @@ impl Request {
     pub fn opcode(&self) -> Opcode {
         match self {
             Request::Hello { .. } => Opcode::Hello,
+            Request::Grant(_) => Opcode::Grant,
             Request::GetInventory => Opcode::GetInventory,
             Request::LeaseAlloc { .. } => Opcode::LeaseAlloc,
             Request::MemFree { .. } => Opcode::MemFree,
@@ -212,6 +216,7 @@ impl Request {
                 w.u8(*max_version);
                 w.string("agent", agent, MAX_PEER_NAME)?;
             }
+            Request::Grant(grant) => grant.encode(w)?,
             Request::GetInventory => {}
             Request::LeaseAlloc {
                 min_bytes,
@@ -343,6 +348,7 @@ impl Request {
                 max_version: r.u8("max_version")?,
                 agent: r.string("agent", MAX_PEER_NAME)?,
             },
+            Opcode::Grant => Request::Grant(Grant::decode(&mut r)?),
             Opcode::GetInventory => Request::GetInventory,
             Opcode::LeaseAlloc => Request::LeaseAlloc {
                 min_bytes: r.u64("min_bytes")?,

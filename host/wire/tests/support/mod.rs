@@ -186,6 +186,7 @@ pub fn device() -> impl Strategy<Value = Device> {
         any::<u64>(),
         any::<(u32, u32)>(),
         any::<u32>(),
+        any::<u32>(),
     )
         .prop_map(
             |(
@@ -197,6 +198,7 @@ pub fn device() -> impl Strategy<Value = Device> {
                 free_memory,
                 compute_capability,
                 driver_version,
+                leases,
             )| Device {
                 index,
                 name,
@@ -206,6 +208,26 @@ pub fn device() -> impl Strategy<Value = Device> {
                 free_memory,
                 compute_capability,
                 driver_version,
+                leases,
+            },
+        )
+}
+
+pub fn grant() -> impl Strategy<Value = Grant> {
+    (
+        any::<u64>(),
+        any::<u64>(),
+        any::<u32>(),
+        any::<u64>(),
+        0..=rights::ALL,
+    )
+        .prop_map(
+            |(memory, max_vram, max_leases, max_lease_ms, rights)| Grant {
+                memory,
+                max_vram,
+                max_leases,
+                max_lease_ms,
+                rights,
             },
         )
 }
@@ -232,6 +254,7 @@ pub fn request() -> impl Strategy<Value = Request> {
                 agent,
             }
         }),
+        grant().prop_map(Request::Grant),
         Just(Request::GetInventory),
         (
             any::<u64>(),
@@ -406,6 +429,7 @@ pub fn reply() -> impl Strategy<Value = Reply> {
                 max_stream_bytes,
             }
         }),
+        grant().prop_map(Reply::Grant),
         vec(device(), 0..4).prop_map(|devices| Reply::Inventory { devices }),
         (
             lease(),

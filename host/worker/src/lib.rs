@@ -11,7 +11,7 @@
 //!   descriptors, the error kinds. Both sides depend on it; neither owns it.
 //! - [`host`]: what runs in the host process. [`Pool`] keeps warm workers and hands them out as
 //!   [`Worker`]s, each an RPC client that treats its process as untrusted and killable;
-//!   [`probe`] / [`probe_cuda`] ask a short-lived worker whether a backend works here (or its own
+//!   [`probe()`] / [`probe_cuda`] ask a short-lived worker whether a backend works here (or its own
 //!   reason it could not start, e.g. "no CUDA driver found (libcuda.so.1 not loadable)");
 //!   [`guest_memory`] gives tasklets linear memories that workers can map too, so
 //!   [`Worker::write_from`] / [`Worker::read_into`] copy straight between linear memory and the
@@ -22,7 +22,8 @@
 //!   ([`cpus`], `TASKLET_WORKER_CPUS`).
 //!
 //! The host and the worker side never depend on each other, only on the contract. Beside them,
-//! [`nvml`] reads the GPU inventory in a worker process started in its `--inventory` mode.
+//! [`nvml`] is the GPU inventory: read by a worker process started in its `--inventory` mode, in
+//! one file with the line format that carries it back and the host's reader of it.
 //!
 //! # Using it from a host
 //!
@@ -32,6 +33,8 @@
 //!   ["worker"] }`; the pool appends its own flags (`--shm-fd`, `--backend`, …).
 //! - `Pool` is `Send + Sync` behind an `Arc`; a `Worker` is `Send` (not `Sync`: one lease drives
 //!   it, from any thread, one op at a time).
+//! - A [`Launch`] names its kernel by index in the module's `kernels`, in the order
+//!   [`Worker::load_module`] returned them: resolve a name once, at load, not per launch.
 //! - Every op is a synchronous RPC: when it returns, the worker has finished it — except a
 //!   `launch` on CUDA, which returns once the kernel is queued (as in CUDA); its fault or missed
 //!   deadline comes back from `sync` or the next op that waits for it (see [`Worker::launch`]).

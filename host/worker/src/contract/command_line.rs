@@ -61,8 +61,8 @@ pub struct WorkerArgs {
     /// worker could arm its parent-death signal).
     pub host_pid: Option<i32>,
     pub emu_threads: usize,
-    /// Serve with the device-less null backend (`crate::worker::backend::NullBackend`); for tests and IPC
-    /// benchmarks, passed through `WorkerCommand::args`.
+    /// Serve with a backend that has no device and refuses every op that would need one: for
+    /// tests and IPC benchmarks, passed through `WorkerCommand::args`.
     pub null_backend: bool,
 }
 

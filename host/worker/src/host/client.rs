@@ -4,8 +4,8 @@
 //! untrusted: responses are bounds-checked and decoded with typed errors, every wait has a
 //! deadline and a liveness check, and any violation makes the worker `Lost` (killed and reaped).
 //!
-//! This file holds the worker's state and its life (start, health, end); [`ops`] the operations a
-//! lease performs, one method each; [`calls`] how one request goes out and its answer comes back,
+//! This file holds the worker's state and its life (start, health, end); `ops` the operations a
+//! lease performs, one method each; `calls` how one request goes out and its answer comes back,
 //! within the deadlines that queued kernels stretch.
 
 mod calls;

@@ -1,10 +1,10 @@
 //! The host's side: worker processes started, driven, watched and ended from the host process.
 //!
-//! - [`process`]: a worker's OS process as our child (spawn, liveness, kill, reap);
+//! - `process`: a worker's OS process as our child (spawn, liveness, kill, reap);
 //! - [`client`]: [`Worker`], the RPC client of one worker process, with its deadlines;
 //! - [`pool`]: [`Pool`], warm workers handed out one per lease, reset and reused or replaced;
-//! - [`slot`]: how a leased worker gives its pool slot back, without the client knowing pools;
-//! - [`probe`]: whether a backend works here, asked of a short-lived worker;
+//! - `slot`: how a leased worker gives its pool slot back, without the client knowing pools;
+//! - [`probe`](mod@probe): whether a backend works here, asked of a short-lived worker;
 //! - [`guest_memory`]: tasklets' linear memories, which workers map to copy without the host;
 //! - [`error`]: what these fail with ([`WorkerError`]).
 

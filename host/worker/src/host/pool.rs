@@ -1,5 +1,5 @@
-//! The warm pool: worker processes started ahead of demand (a CUDA context takes ~170 ms to
-//! create), handed out one per lease, reset and reused when healthy, killed and replaced when not.
+//! The warm pool: worker processes started ahead of demand (creating a CUDA context takes long
+//! beside any op), handed out one per lease, reset and reused when healthy, killed and replaced when not.
 //!
 //! One long-lived spawner thread forks every worker. That matters: `PR_SET_PDEATHSIG` fires when
 //! the *thread* that forked a process exits, so forking from whatever thread calls `acquire`

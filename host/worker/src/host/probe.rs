@@ -8,7 +8,7 @@ use crate::contract::{BackendKind, WorkerCommand, WorkerInfo};
 
 /// Starts a short-lived worker on `backend`, asks it what it serves, and ends it: whether the
 /// backend works on this machine, and its device. The error says why not, in the worker's words
-/// (e.g. [`crate::worker::backend::cuda::NO_DRIVER`]). Takes a CUDA context's start (~150 ms) on a GPU.
+/// (e.g. [`crate::worker::backend::cuda::NO_DRIVER`]). Takes a CUDA context's start on a GPU.
 pub fn probe(command: &WorkerCommand, backend: BackendKind) -> Result<WorkerInfo, String> {
     let mut w = Worker::spawn(command, backend, u64::MAX, Duration::from_secs(10)).map_err(
         |e| match e {

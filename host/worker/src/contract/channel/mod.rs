@@ -3,7 +3,7 @@
 //!
 //! - [`layout`]: the region and where everything lies in it ([`SharedRegion`]);
 //! - [`ring`]: the request ring's records (header, stamp, padding, wrap);
-//! - [`wake`]: how a waiting side spins, then sleeps on a futex without losing a wake-up;
+//! - `wake`: how a waiting side spins, then sleeps on a futex without losing a wake-up;
 //! - [`host_end`]: the host's end ([`HostEnd`]): posts and calls, waits for answers;
 //! - [`worker_end`]: the worker's end ([`WorkerEnd`]): takes records, answers calls.
 //!
@@ -28,7 +28,7 @@
 //! is as untrusted as every response: a worker or a kernel of its own lease that stores a seq early
 //! only misleads its own tenant.
 //!
-//! Each waiting side spins for a short, adaptive while and then sleeps on a futex ([`wake`]).
+//! Each waiting side spins for a short, adaptive while and then sleeps on a futex (`wake`).
 //! There are three such waits: the worker waiting for `head`, the host waiting for ring space
 //! (`tail`), and the host waiting for a response.
 //!

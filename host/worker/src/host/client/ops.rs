@@ -240,7 +240,7 @@ impl Worker {
     ///
     /// On a device that can signal (cuda), success may be seen in the channel's completion word,
     /// stored by the device itself once the kernels finished, before the worker's answer (see
-    /// `transport`); a failure always comes as the worker's answer.
+    /// [`crate::contract::channel`]); a failure always comes as the worker's answer.
     pub fn sync(&mut self) -> Result<(), WorkerError> {
         match self.call_answered(&Request::Sync, self.op_timeout, true)? {
             (_, Answer::Signalled) => {

@@ -15,8 +15,8 @@ use super::errors::LaunchLimits;
 pub struct Device {
     pub ctx: CuContext,
     /// The one stream every kernel, copy and memset of this worker goes on, in request order.
-    /// Non-blocking: the legacy default stream's implicit synchronisation costs each launch up
-    /// to ~0.4 µs (H100, `examples/sync_paths.rs`), and nothing of ours uses that stream.
+    /// Non-blocking: the legacy default stream's implicit synchronisation costs each launch time
+    /// (`examples/sync_paths.rs` shows how much), and nothing of ours uses that stream.
     pub stream: WorkStream,
     pub name: String,
     pub total_memory: u64,

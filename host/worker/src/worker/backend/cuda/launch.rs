@@ -188,7 +188,7 @@ struct Queue {
 // SAFETY: CUDA events are plain handles usable from any thread of the process.
 unsafe impl Send for Queue {}
 
-/// `t + d`, saturating far in the future (a deadline is at most u64::MAX ns, ~584 years).
+/// `t + d`, saturating far in the future (a deadline is at most u64::MAX ns: centuries).
 fn after(t: Instant, d: Duration) -> Instant {
     t.checked_add(d).unwrap_or(t + Duration::from_secs(1 << 34))
 }

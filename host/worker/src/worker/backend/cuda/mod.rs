@@ -286,7 +286,8 @@ impl Backend for CudaBackend {
             ));
         }
         self.call(check("cuMemAlloc", r), "allocating device memory")?;
-        // New memory reads as zeros whatever an earlier tenant left there (DESIGN.md invariant 6).
+        // New memory reads as zeros whatever an earlier tenant left there: one lease must never
+        // see another's data.
         // On the worker's stream: ordered before every later copy and kernel.
         // SAFETY: the allocation just made, whole.
         let r = unsafe { (self.drv.memset_d8_async)(addr, 0, size, self.dev.stream.0) };

@@ -11,7 +11,7 @@ use super::layout::{
     RING, RING_OFF, STATE_FAILED, STATE_READY, STATE_STARTING,
 };
 use super::ring::{
-    fits, record_size, stamp, KIND_CALL, KIND_CALL_IN_DATA, KIND_POSTED, KIND_WRAP, REC_HEADER,
+    record_size, stamp, KIND_CALL, KIND_CALL_IN_DATA, KIND_POSTED, KIND_WRAP, REC_HEADER,
 };
 use super::wake::{futex_wait, futex_wake, Spin};
 
@@ -47,6 +47,18 @@ pub enum SendError {
     /// the host waited for room.
     #[error("waiting for room in the request ring: {0:?}")]
     Wait(WaitError),
+}
+
+/// Whether `bytes` more fit in the ring between the host's `head` and the worker's `tail`; an
+/// error if `tail` cannot be right (the worker claims to have served more than was sent).
+fn fits(head: u32, tail: u32, bytes: usize) -> Result<bool, WaitError> {
+    let used = head.wrapping_sub(tail) as usize;
+    if used > RING {
+        return Err(WaitError::Protocol(format!(
+            "ring tail {tail} is not within {RING} bytes before head {head}"
+        )));
+    }
+    Ok(RING - used >= bytes)
 }
 
 /// Whether `frame` may be posted: it must fit the ring (see [`HostEnd::post`]).

@@ -25,7 +25,6 @@
 
 use std::sync::atomic::AtomicU32;
 
-use super::host_end::WaitError;
 use super::layout::{SharedRegion, MSG_AREA, RING, RING_OFF};
 
 /// Ring records: a header, then (for inline kinds) the frame, padded to `ALIGN` (a cache line).
@@ -53,18 +52,6 @@ pub(super) fn stamp(at: u32) -> u32 {
 /// public for encoders that keep hot frames to one line.
 pub const fn record_size(len: usize) -> usize {
     (REC_HEADER + len).next_multiple_of(ALIGN)
-}
-
-/// Whether `bytes` more fit in the ring between the host's `head` and the worker's `tail`; an
-/// error if `tail` cannot be right (the worker claims to have served more than was sent).
-pub(super) fn fits(head: u32, tail: u32, bytes: usize) -> Result<bool, WaitError> {
-    let used = head.wrapping_sub(tail) as usize;
-    if used > RING {
-        return Err(WaitError::Protocol(format!(
-            "ring tail {tail} is not within {RING} bytes before head {head}"
-        )));
-    }
-    Ok(RING - used >= bytes)
 }
 
 impl SharedRegion {

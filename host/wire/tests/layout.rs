@@ -1,0 +1,114 @@
+//! The byte-for-byte examples docs/wire.md shows, pinned: if the layout changes, this fails and
+//! the document must change with it.
+
+use tasklet_wire::*;
+
+fn hex(text: &str) -> Vec<u8> {
+    let digits: Vec<u8> = text.bytes().filter(u8::is_ascii_hexdigit).collect();
+    digits
+        .chunks(2)
+        .map(|pair| u8::from_str_radix(std::str::from_utf8(pair).unwrap(), 16).unwrap())
+        .collect()
+}
+
+#[test]
+fn sync_and_its_ok_reply() {
+    let mut out = Vec::new();
+    let _ = encode_request(
+        5,
+        &Request::Sync {
+            session: SessionId(7),
+        },
+        &mut out,
+    )
+    .unwrap();
+    assert_eq!(
+        out,
+        hex("01 00 06 05 00 00 00 05 00 00 00 08  00 00 00 00 00 00 00 07")
+    );
+    out.clear();
+    let _ = encode_reply(5, &Reply::Sync, &mut out).unwrap();
+    assert_eq!(out, hex("01 01 06 05 00 00 00 05 00 00 00 02  00 00"));
+}
+
+#[test]
+fn a_sync_that_reports_a_failed_launch() {
+    let error = ErrorReply {
+        code: ErrorCode::KernelFault,
+        message: "fault".into(),
+        failed_op: Some(FailedOp {
+            request_id: 3,
+            opcode: Opcode::Launch,
+        }),
+    };
+    let mut out = Vec::new();
+    let _ = encode_reply(
+        5,
+        &Reply::Error {
+            opcode: Opcode::Sync,
+            error,
+        },
+        &mut out,
+    )
+    .unwrap();
+    let expected = hex("01 01 06 05 00 00 00 05 00 00 00 12
+         00 0c  00 00 00 05 66 61 75 6c 74  01 00 00 00 03 06 04");
+    assert_eq!(out, expected);
+}
+
+#[test]
+fn a_mem_write_and_its_data() {
+    let write = Request::MemWrite {
+        session: SessionId(1),
+        buffer: BufferId(2),
+        offset: 0,
+        len: 5,
+    };
+    let mut out = Vec::new();
+    let mut data = encode_request(2, &write, &mut out).unwrap().unwrap();
+    data.encode(b"hello", &mut out).unwrap();
+    let expected = hex("01 00 06 02 00 00 00 02 00 00 00 20
+         00 00 00 00 00 00 00 01  00 00 00 00 00 00 00 02
+         00 00 00 00 00 00 00 00  00 00 00 00 00 00 00 05
+         01 02 06 02 00 00 00 02 00 00 00 05  68 65 6c 6c 6f");
+    assert_eq!(out, expected);
+}
+
+#[test]
+fn a_launch_with_typed_arguments() {
+    let launch = Request::Launch(Launch {
+        session: SessionId(1),
+        module: ModuleId(3),
+        kernel: 0,
+        grid: [4, 1, 1],
+        block: [256, 1, 1],
+        shared_mem_bytes: 0,
+        args: vec![
+            KernelArg::Buffer {
+                buffer: BufferId(2),
+                offset: 16,
+            },
+            KernelArg::F32(1.5),
+        ],
+    });
+    let mut out = Vec::new();
+    let _ = encode_request(9, &launch, &mut out).unwrap();
+    let expected = hex("01 00 06 04 00 00 00 09 00 00 00 4a
+         00 00 00 00 00 00 00 01  00 00 00 00 00 00 00 03  00 00 00 00
+         00 00 00 04 00 00 00 01 00 00 00 01  00 00 01 00 00 00 00 01 00 00 00 01
+         00 00 00 00
+         00 00 00 02
+         00  00 00 00 00 00 00 00 02  00 00 00 00 00 00 00 10
+         05  3f c0 00 00");
+    assert_eq!(out, expected);
+}
+
+#[test]
+fn goaway() {
+    let mut out = Vec::new();
+    encode_goaway(&ErrorReply::new(ErrorCode::Draining, "bye"), &mut out).unwrap();
+    assert_eq!(
+        out,
+        hex("01 01 00 00 00 00 00 00 00 00 00 0a  00 13  00 00 00 03 62 79 65  00")
+    );
+}

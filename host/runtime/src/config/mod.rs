@@ -1,11 +1,14 @@
-//! Configuration: tasklet manifests, the node policy, and the grant that joins them.
+//! Configuration: tasklet manifests, the node policy (with its tenants), and the grant that joins
+//! them.
 
 pub mod manifest;
 pub mod policy;
 pub mod rights;
+pub mod tenants;
 pub mod units;
 mod value;
 
 pub use manifest::{GpuRequest, Limits, Manifest, ManifestError, MANIFEST_FILE};
 pub use policy::{Grant, Policy, PolicyError, WorkerPolicy};
 pub use rights::{Right, Rights};
+pub use tenants::{TenantCaps, UnlistedTenant};

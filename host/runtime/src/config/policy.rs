@@ -1,10 +1,13 @@
-//! The node's policy: the most any tasklet gets, and how the node runs its GPU workers. A tasklet
-//! is granted the intersection of its manifest and this policy.
+//! The node's policy: the most any tasklet gets, what each tenant gets (`[tenants.NAME]`, see
+//! `tenants`), and how the node runs its GPU workers. A tasklet is granted the intersection of
+//! its manifest and this policy.
 
 use super::manifest::{GpuRequest, Limits, Manifest};
 use super::rights::Rights;
+use super::tenants::TenantCaps;
 use super::value::{locate, Size, Time};
 use serde::Deserialize;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -15,6 +18,9 @@ pub struct Policy {
     /// Caps on every tasklet's GPU request.
     pub gpu: GpuRequest,
     pub workers: WorkerPolicy,
+    /// `[tenants.NAME]`: each tenant's caps under `limits` and `gpu`, by tenant name. Empty: every
+    /// tenant gets `limits` and `gpu` (see [`Policy::tenant_ceiling`]).
+    pub tenants: BTreeMap<String, TenantCaps>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -68,6 +74,7 @@ impl Default for Policy {
                 context_reserve: DEFAULT_CONTEXT_RESERVE,
                 reuse: true,
             },
+            tenants: BTreeMap::new(),
         }
     }
 }
@@ -82,20 +89,7 @@ pub struct Grant {
 
 impl Policy {
     pub fn grant(&self, manifest: &Manifest) -> Grant {
-        let (want, cap) = (&manifest.gpu, &self.gpu);
-        Grant {
-            limits: Limits {
-                memory: manifest.limits.memory.min(self.limits.memory),
-                wall_time: manifest.limits.wall_time.min(self.limits.wall_time),
-            },
-            gpu: GpuRequest {
-                max_vram: want.max_vram.min(cap.max_vram),
-                max_leases: want.max_leases.min(cap.max_leases),
-                max_lease_time: want.max_lease_time.min(cap.max_lease_time),
-                rights: want.rights.intersect(cap.rights),
-            },
-            kernel_deadline: self.workers.kernel_deadline,
-        }
+        self.ceiling().narrowed(&manifest.limits, &manifest.gpu)
     }
 
     pub fn load(path: &Path) -> Result<Policy, PolicyError> {
@@ -138,6 +132,11 @@ impl Policy {
             w.context_reserve.map(|s| s.0),
         );
         set(&mut p.workers.reuse, w.reuse);
+        p.tenants = raw
+            .tenants
+            .into_iter()
+            .map(|(name, t)| (name, t.into_caps()))
+            .collect();
         if p.workers.max == 0 {
             return Err((None, "`[workers] max` must be at least 1".into()));
         }
@@ -179,6 +178,8 @@ struct RawPolicy {
     tasklets: RawTaskletCaps,
     #[serde(default)]
     workers: RawWorkers,
+    #[serde(default)]
+    tenants: BTreeMap<String, RawTaskletCaps>,
 }
 
 #[derive(Deserialize, Default)]
@@ -190,6 +191,19 @@ struct RawTaskletCaps {
     max_leases: Option<u32>,
     max_lease_secs: Option<Time>,
     rights: Option<Rights>,
+}
+
+impl RawTaskletCaps {
+    fn into_caps(self) -> TenantCaps {
+        TenantCaps {
+            max_memory: self.max_memory.map(|s| s.0),
+            max_wall_time: self.max_wall_time.map(|t| t.0),
+            max_vram: self.max_vram.map(|s| s.0),
+            max_leases: self.max_leases,
+            max_lease_time: self.max_lease_secs.map(|t| t.0),
+            rights: self.rights,
+        }
+    }
 }
 
 #[derive(Deserialize, Default)]

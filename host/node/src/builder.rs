@@ -1,0 +1,215 @@
+//! [`NodeBuilder`]: everything a node is made of, and the checks that it can serve.
+
+use crate::authorize::Authorizer;
+use crate::node::Node;
+use crate::shared::{Limits, Shared};
+use crate::transport;
+use std::net::{Ipv6Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tasklet_runtime::{BackendKind, Host, HostConfig, HostError, Policy, WorkerCommand};
+use tasklet_tls::{InvalidTenant, Tenant};
+use tasklet_wire::limits::DEFAULT_MAX_STREAM_BYTES;
+use tasklet_wire::DEFAULT_PORT;
+
+/// Where a node listens unless told otherwise: every address, IPv6 and (where the system maps
+/// them) IPv4, on [`DEFAULT_PORT`].
+pub const DEFAULT_LISTEN: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V6(Ipv6Addr::UNSPECIFIED), DEFAULT_PORT);
+
+/// Defaults of the timeouts; see the builder's methods for what each bounds.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(30);
+pub const DEFAULT_MAX_CONNECTIONS: u64 = 256;
+
+/// Why a node could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error("a node needs its certificate folder: call NodeBuilder::certs (`tasklet certs init DIR` makes one)")]
+    NoCerts,
+    #[error("cannot use the node's certificates: {0}")]
+    Certs(#[from] tasklet_tls::Error),
+    #[error("a node that starts its own host needs a worker command: call NodeBuilder::worker (or give it a started host with NodeBuilder::host)")]
+    NoWorker,
+    #[error(transparent)]
+    Host(#[from] HostError),
+    #[error("the node's policy names tenant {name:?}, which no certificate can carry: {reason}")]
+    InvalidTenant { name: String, reason: InvalidTenant },
+    #[error("cannot listen on {addr}: {source}{}", hint(addr))]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("a node is built and served inside a Tokio runtime (quinn needs one)")]
+    NoRuntime,
+}
+
+fn hint(addr: &SocketAddr) -> &'static str {
+    if addr.is_ipv6() && addr.ip().is_unspecified() {
+        " (if this machine has no IPv6, listen on 0.0.0.0 instead)"
+    } else {
+        ""
+    }
+}
+
+/// Builds a [`Node`]: its address, certificates, host (or what to start one with), tenant
+/// authorization and timeouts.
+///
+/// Only [`NodeBuilder::certs`] and a way to get a host ([`NodeBuilder::host`], or
+/// [`NodeBuilder::worker`] to start one) are required; everything else has a default.
+pub struct NodeBuilder {
+    listen: SocketAddr,
+    certs: Option<PathBuf>,
+    host: Option<Host>,
+    policy: Policy,
+    backend: BackendKind,
+    worker: Option<WorkerCommand>,
+    authorizer: Option<Arc<dyn Authorizer>>,
+    name: Option<String>,
+    limits: Limits,
+}
+
+impl Default for NodeBuilder {
+    fn default() -> Self {
+        NodeBuilder::new()
+    }
+}
+
+impl NodeBuilder {
+    pub fn new() -> NodeBuilder {
+        NodeBuilder {
+            listen: DEFAULT_LISTEN,
+            certs: None,
+            host: None,
+            policy: Policy::default(),
+            backend: BackendKind::Emu,
+            worker: None,
+            authorizer: None,
+            name: None,
+            limits: Limits {
+                idle_timeout: DEFAULT_IDLE_TIMEOUT,
+                stall_timeout: DEFAULT_STALL_TIMEOUT,
+                drain_timeout: None,
+                max_connections: DEFAULT_MAX_CONNECTIONS,
+                max_stream_bytes: DEFAULT_MAX_STREAM_BYTES,
+            },
+        }
+    }
+
+    /// The UDP address to serve on (default [`DEFAULT_LISTEN`]; port 0 picks a free one, which
+    /// [`Node::local_addr`] tells).
+    pub fn listen(mut self, addr: SocketAddr) -> Self {
+        self.listen = addr;
+        self
+    }
+
+    /// The certificate folder (`ca.pem`, `node.pem`, `node.key`) the node proves itself with and
+    /// checks its clients against.
+    pub fn certs(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.certs = Some(dir.into());
+        self
+    }
+
+    /// Serves this host's leases: its policy (with its `[tenants.*]` sections) is the node's.
+    /// Without one, the node starts its own from [`NodeBuilder::policy`],
+    /// [`NodeBuilder::backend`] and [`NodeBuilder::worker`].
+    pub fn host(mut self, host: Host) -> Self {
+        self.host = Some(host);
+        self
+    }
+
+    /// The policy of the host the node starts (default: [`Policy::default`]).
+    pub fn policy(mut self, policy: Policy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// The backend of the host the node starts (default: the emulator).
+    pub fn backend(mut self, backend: BackendKind) -> Self {
+        self.backend = backend;
+        self
+    }
+
+    /// How the host the node starts runs a GPU worker process: typically the daemon's own
+    /// program with an argument on which it calls `tasklet_worker::serve_main`.
+    pub fn worker(mut self, command: WorkerCommand) -> Self {
+        self.worker = Some(command);
+        self
+    }
+
+    /// Consulted once per connection, after the policy: see [`Authorizer`].
+    pub fn authorizer(mut self, authorizer: impl Authorizer) -> Self {
+        self.authorizer = Some(Arc::new(authorizer));
+        self
+    }
+
+    /// What the node calls itself in HELLO's reply (default: `tasklet-node <version>`).
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// A connection that hears nothing from its client for this long is closed, and its leases
+    /// with it (default [`DEFAULT_IDLE_TIMEOUT`]). The node's clients send keep-alives well
+    /// within it.
+    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
+        self.limits.idle_timeout = timeout;
+        self
+    }
+
+    /// The longest a client may take to say HELLO after its handshake, or to finish a frame it
+    /// has begun (default [`DEFAULT_STALL_TIMEOUT`]); past it the connection is closed.
+    pub fn stall_timeout(mut self, timeout: Duration) -> Self {
+        self.limits.stall_timeout = timeout;
+        self
+    }
+
+    /// The longest a drain waits for running leases to end before closing their connections
+    /// (default: no limit but the leases' own expiry).
+    pub fn drain_timeout(mut self, timeout: Duration) -> Self {
+        self.limits.drain_timeout = Some(timeout);
+        self
+    }
+
+    /// Most connections served at once (default [`DEFAULT_MAX_CONNECTIONS`]); each holds an OS
+    /// thread for its GPU work.
+    pub fn max_connections(mut self, n: u64) -> Self {
+        self.limits.max_connections = n.max(1);
+        self
+    }
+
+    /// Starts the host (unless one was given; this waits for its first worker), reads the
+    /// certificates and binds the address. Call it inside a Tokio runtime.
+    pub fn build(self) -> Result<Node, NodeError> {
+        let certs = self.certs.ok_or(NodeError::NoCerts)?;
+        let server = transport::server_config(&certs, &self.limits)?;
+        let host = match self.host {
+            Some(host) => host,
+            None => Host::new(HostConfig {
+                policy: self.policy,
+                worker: self.worker.ok_or(NodeError::NoWorker)?,
+                backend: self.backend,
+            })?,
+        };
+        for name in host.policy().tenants.keys() {
+            Tenant::new(name).map_err(|reason| NodeError::InvalidTenant {
+                name: name.clone(),
+                reason,
+            })?;
+        }
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(NodeError::NoRuntime);
+        }
+        let endpoint =
+            quinn::Endpoint::server(server, self.listen).map_err(|source| NodeError::Bind {
+                addr: self.listen,
+                source,
+            })?;
+        let name = self
+            .name
+            .unwrap_or_else(|| format!("tasklet-node {}", env!("CARGO_PKG_VERSION")));
+        let shared = Shared::new(host, self.authorizer, name, self.limits);
+        Ok(Node::new(Arc::new(shared), endpoint))
+    }
+}

@@ -1,0 +1,156 @@
+//! One client connection: its tenant and grant, its GPU thread, and its streams.
+//!
+//! ```text
+//! streams (tokio tasks) ── jobs, in arrival order (bounded) ──> GPU thread (owns the LocalGpu)
+//!        ^                                                            │
+//!        └────────────── replies, per stream (bounded) ───────────────┘
+//! ```
+//!
+//! The GPU thread is an OS thread of the connection's own, because every GPU operation blocks on
+//! a worker process; the async side never waits on one. When the connection ends, however it
+//! ends, the jobs still queued are dropped and the GPU thread drops its `LocalGpu`, which ends
+//! every lease the connection held.
+
+mod stream;
+
+use crate::dispatch::{Dispatcher, Peer};
+use crate::shared::{Phase, Shared};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use tasklet_tls::{explain, peer_tenant};
+use tasklet_wire::ErrorCode;
+use tokio::sync::{mpsc, Semaphore};
+
+/// Jobs queued for a connection's GPU thread before its streams wait.
+const JOB_QUEUE: usize = 1024;
+
+/// Bytes of request payload (modules, arguments, write data) queued for a connection's GPU
+/// thread before its streams wait.
+pub(crate) const QUEUE_BYTES: usize = 64 << 20;
+
+/// A connection's QUIC close code: the wire status that says why (PROTOCOL_ERROR, DRAINING, …).
+pub(crate) fn close_code(code: ErrorCode) -> quinn::VarInt {
+    quinn::VarInt::from(code as u32)
+}
+
+pub(crate) async fn serve(shared: Arc<Shared>, incoming: quinn::Incoming) {
+    let remote = incoming.remote_address();
+    let connection = match incoming.await {
+        Ok(connection) => connection,
+        Err(err) => {
+            shared.metrics.handshake_refused();
+            tracing::warn!(%remote, "handshake refused: {}", explain(&err, quinn::Side::Server));
+            return;
+        }
+    };
+    // The handshake only completes for a certificate naming a tenant; this fails for none.
+    let tenant = match peer_tenant(&connection) {
+        Ok(tenant) => tenant,
+        Err(err) => {
+            shared.metrics.tenant_refused();
+            tracing::warn!(%remote, "refused a client: {err}");
+            connection.close(
+                close_code(ErrorCode::Unauthorized),
+                err.to_string().as_bytes(),
+            );
+            return;
+        }
+    };
+    let grant = match shared.host.policy().tenant_ceiling(tenant.as_str()) {
+        Err(err) => Err(err.to_string()),
+        Ok(ceiling) => match &shared.authorizer {
+            None => Ok(ceiling),
+            Some(authorizer) => authorizer
+                .authorize(&tenant, ceiling)
+                .await
+                .map(|granted| granted.intersect(&ceiling))
+                .map_err(|denied| format!("tenant `{tenant}` was refused by the node: {denied}")),
+        },
+    };
+    let grant = match grant {
+        Ok(grant) => grant,
+        Err(reason) => {
+            shared.metrics.tenant_refused();
+            tracing::warn!(%remote, %tenant, "refused a tenant: {reason}");
+            let message = format!("unauthorized: {reason}");
+            connection.close(close_code(ErrorCode::Unauthorized), message.as_bytes());
+            return;
+        }
+    };
+
+    let number = shared.connection_number();
+    shared.metrics.connection_opened();
+    tracing::info!(connection = number, %remote, %tenant, "connection open");
+    let (jobs, queue) = mpsc::channel(JOB_QUEUE);
+    let closed = Arc::new(AtomicBool::new(false));
+    let hello = Arc::new(tokio::sync::Notify::new());
+    let peer = Peer {
+        tenant: tenant.clone(),
+        connection: number,
+    };
+    let dispatcher = Dispatcher::new(
+        Arc::clone(&shared),
+        peer,
+        grant,
+        Arc::clone(&closed),
+        Arc::clone(&hello),
+    );
+    let gpu_thread = std::thread::Builder::new()
+        .name(format!("tasklet-conn-{number}"))
+        .spawn(move || dispatcher.run(queue));
+    if let Err(err) = gpu_thread {
+        tracing::error!(
+            connection = number,
+            "cannot start the connection's GPU thread: {err}"
+        );
+        connection.close(
+            close_code(ErrorCode::Internal),
+            b"the node cannot serve more connections now",
+        );
+        shared.metrics.connection_closed();
+        return;
+    }
+
+    let budget = Arc::new(Semaphore::new(QUEUE_BYTES));
+    let mut phase = shared.phase();
+    let hello_deadline = tokio::time::sleep(shared.limits.stall_timeout);
+    tokio::pin!(hello_deadline);
+    let mut said_hello = false;
+    let why = loop {
+        tokio::select! {
+            stream = connection.accept_bi() => match stream {
+                Ok((send, recv)) => {
+                    tokio::spawn(stream::serve(stream::Stream {
+                        shared: Arc::clone(&shared),
+                        connection: connection.clone(),
+                        send,
+                        recv,
+                        jobs: jobs.clone(),
+                        budget: Arc::clone(&budget),
+                    }));
+                }
+                Err(err) => break err.to_string(),
+            },
+            _ = hello.notified(), if !said_hello => said_hello = true,
+            _ = &mut hello_deadline, if !said_hello => {
+                shared.metrics.protocol_error();
+                let reason = format!(
+                    "no HELLO within {}s of the handshake",
+                    shared.limits.stall_timeout.as_secs_f64()
+                );
+                connection.close(close_code(ErrorCode::ProtocolError), reason.as_bytes());
+                break reason;
+            }
+            _ = phase.wait_for(|p| *p == Phase::Stopping) => {
+                connection.close(close_code(ErrorCode::Draining), b"the node is shutting down");
+                break "the node is shutting down".into();
+            }
+        }
+    };
+    // Whatever is still queued belongs to a client that is gone: the GPU thread drops it, and
+    // then the connection's leases.
+    closed.store(true, Ordering::Release);
+    drop(jobs);
+    shared.metrics.connection_closed();
+    tracing::info!(connection = number, %remote, %tenant, reason = %why, "connection closed");
+}

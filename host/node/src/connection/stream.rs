@@ -1,0 +1,315 @@
+//! One bidirectional stream of a connection: its requests decoded in order and queued for the
+//! GPU thread, MEM_WRITE data cut into pieces as it arrives, replies written back.
+//!
+//! Malformed bytes end the connection: the stream's writer sends GOAWAY (`PROTOCOL_ERROR`, naming
+//! the cause) and closes it. So does a client that stops in the middle of a frame for longer than
+//! the stall timeout.
+
+use super::{close_code, QUEUE_BYTES};
+use crate::job::{Job, Outgoing, ReplyTo, Work, WritePiece};
+use crate::shared::Shared;
+use bytes::Bytes;
+use std::sync::Arc;
+use std::time::Duration;
+use tasklet_wire::{
+    encode_goaway, BufferId, Decoder, DecoderConfig, ErrorCode, ErrorReply, Event, Request,
+    RequestId, SessionId,
+};
+use tokio::sync::{mpsc, Semaphore};
+
+/// Replies queued for a stream's writer before the GPU thread waits.
+const REPLY_QUEUE: usize = 256;
+
+/// The most bytes read from the stream at once.
+const READ_CHUNK: usize = 1 << 20;
+
+/// MEM_WRITE data is handed to the GPU thread in pieces of this size (the last one shorter):
+/// large enough that a piece costs the worker one copy, small enough that a transfer streams.
+const WRITE_PIECE: usize = 4 << 20;
+
+/// How long a closing stream waits for its GOAWAY to reach the client before closing anyway.
+const GOAWAY_GRACE: Duration = Duration::from_millis(500);
+
+pub(crate) struct Stream {
+    pub shared: Arc<Shared>,
+    pub connection: quinn::Connection,
+    pub send: quinn::SendStream,
+    pub recv: quinn::RecvStream,
+    pub jobs: mpsc::Sender<Job>,
+    pub budget: Arc<Semaphore>,
+}
+
+/// A MEM_WRITE whose data is arriving.
+struct Writing {
+    request_id: RequestId,
+    session: SessionId,
+    buffer: BufferId,
+    /// Where the next piece goes in the buffer.
+    offset: u64,
+    end: u64,
+    piece: Vec<u8>,
+    first: bool,
+}
+
+/// Streamed data this node does not take (a deployment's, before deploys are served): read and
+/// dropped so that the stream stays in step.
+struct Discarding;
+
+pub(crate) async fn serve(stream: Stream) {
+    let Stream {
+        shared,
+        connection,
+        send,
+        mut recv,
+        jobs,
+        budget,
+    } = stream;
+    let (reply, replies) = mpsc::channel(REPLY_QUEUE);
+    let writer = tokio::spawn(write(connection.clone(), send, replies));
+    let mut reader = Reader {
+        shared: Arc::clone(&shared),
+        decoder: Decoder::for_node(DecoderConfig {
+            max_stream_bytes: shared.limits.max_stream_bytes,
+        }),
+        jobs,
+        budget,
+        reply: reply.clone(),
+        writing: None,
+        discarding: None,
+    };
+    if let Err(error) = reader.read_all(&mut recv).await {
+        shared.metrics.protocol_error();
+        tracing::warn!(remote = %connection.remote_address(), "closing a connection: {}", error.message);
+        let _ = reply.send(Outgoing::Close(error)).await;
+    }
+    drop(reader);
+    drop(reply);
+    let _ = writer.await;
+}
+
+struct Reader {
+    shared: Arc<Shared>,
+    decoder: Decoder,
+    jobs: mpsc::Sender<Job>,
+    budget: Arc<Semaphore>,
+    reply: ReplyTo,
+    writing: Option<Writing>,
+    discarding: Option<Discarding>,
+}
+
+impl Reader {
+    /// Reads until the stream or the connection ends; a protocol error is returned, to be sent
+    /// as GOAWAY. A connection that is gone is no error here.
+    async fn read_all(&mut self, recv: &mut quinn::RecvStream) -> Result<(), ErrorReply> {
+        let stall = self.shared.limits.stall_timeout;
+        loop {
+            // Between frames a client may be quiet as long as it likes (QUIC's idle timeout
+            // watches the connection); inside one, only for the stall timeout.
+            let mid_frame = self.decoder.finish().is_err();
+            let read = recv.read_chunk(READ_CHUNK, true);
+            let chunk = if mid_frame {
+                match tokio::time::timeout(stall, read).await {
+                    Ok(read) => read,
+                    Err(_) => {
+                        return Err(protocol_error(format!(
+                            "the client stopped in the middle of a frame for {}s",
+                            stall.as_secs_f64()
+                        )))
+                    }
+                }
+            } else {
+                read.await
+            };
+            match chunk {
+                Ok(Some(chunk)) => self.feed(chunk.bytes).await?,
+                Ok(None) => {
+                    return self
+                        .decoder
+                        .finish()
+                        .map_err(|err| protocol_error(err.to_string()))
+                }
+                // The connection or the stream is gone: nothing to answer.
+                Err(_) => return Ok(()),
+            }
+        }
+    }
+
+    async fn feed(&mut self, bytes: Bytes) -> Result<(), ErrorReply> {
+        let mut input = &bytes[..];
+        while !input.is_empty() {
+            let (used, event) = self
+                .decoder
+                .decode(input)
+                .map_err(|err| protocol_error(err.to_string()))?;
+            input = &input[used..];
+            match event {
+                None => {}
+                Some(Event::Request {
+                    request_id,
+                    request,
+                }) => self.request(request_id, request).await?,
+                Some(Event::Data {
+                    bytes, remaining, ..
+                }) => self.data(bytes, remaining).await?,
+                // A node's decoder yields requests and their data only.
+                Some(Event::Reply { .. } | Event::GoAway(_)) => {
+                    return Err(protocol_error("a reply sent to the node".into()))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn request(&mut self, request_id: RequestId, request: Request) -> Result<(), ErrorReply> {
+        self.shared.metrics.request();
+        match (&request, request.streamed()) {
+            (
+                Request::MemWrite {
+                    session,
+                    buffer,
+                    offset,
+                    len,
+                },
+                Some((_, streamed)),
+            ) if streamed > 0 => {
+                self.writing = Some(Writing {
+                    request_id,
+                    session: *session,
+                    buffer: *buffer,
+                    offset: *offset,
+                    end: offset.saturating_add(*len),
+                    piece: Vec::new(),
+                    first: true,
+                });
+                Ok(())
+            }
+            (Request::DeployPush { .. } | Request::DeployRun { .. }, Some((_, streamed)))
+                if streamed > 0 =>
+            {
+                self.discarding = Some(Discarding);
+                self.queue(request_id, Work::Request(request), 0).await
+            }
+            _ => {
+                let bytes = payload_bytes(&request);
+                self.queue(request_id, Work::Request(request), bytes).await
+            }
+        }
+    }
+
+    async fn data(&mut self, bytes: &[u8], remaining: u64) -> Result<(), ErrorReply> {
+        if self.discarding.is_some() {
+            if remaining == 0 {
+                self.discarding = None;
+            }
+            return Ok(());
+        }
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            // The decoder only yields data a request announced, and only MEM_WRITE's reach here.
+            let Some(writing) = self.writing.as_mut() else {
+                return Err(protocol_error("data without a request".into()));
+            };
+            if writing.piece.capacity() == 0 {
+                let left = writing.end.saturating_sub(writing.offset);
+                let size = usize::try_from(left).map_or(WRITE_PIECE, |l| l.min(WRITE_PIECE));
+                writing.piece.reserve_exact(size);
+            }
+            let take = (WRITE_PIECE - writing.piece.len()).min(rest.len());
+            writing.piece.extend_from_slice(&rest[..take]);
+            rest = &rest[take..];
+            let last = remaining == 0 && rest.is_empty();
+            if writing.piece.len() < WRITE_PIECE && !last {
+                continue;
+            }
+            let piece = WritePiece {
+                session: writing.session,
+                buffer: writing.buffer,
+                offset: writing.offset,
+                end: writing.end,
+                first: writing.first,
+                bytes: std::mem::take(&mut writing.piece),
+            };
+            let (request_id, len) = (writing.request_id, piece.bytes.len());
+            writing.offset += len as u64;
+            writing.first = false;
+            if last {
+                self.writing = None;
+            }
+            self.queue(request_id, Work::WritePiece(piece), len).await?;
+        }
+        Ok(())
+    }
+
+    /// Hands a job to the GPU thread, first taking `bytes` of the connection's queue budget (so
+    /// a client cannot queue more than that much payload however fast it sends).
+    async fn queue(
+        &mut self,
+        request_id: RequestId,
+        work: Work,
+        bytes: usize,
+    ) -> Result<(), ErrorReply> {
+        let permits = u32::try_from(bytes.min(QUEUE_BYTES)).unwrap_or(u32::MAX);
+        let budget = if permits == 0 {
+            None
+        } else {
+            match Arc::clone(&self.budget).acquire_many_owned(permits).await {
+                Ok(permit) => Some(permit),
+                // Closed only when the connection is being torn down.
+                Err(_) => return Ok(()),
+            }
+        };
+        let job = Job {
+            request_id,
+            work,
+            reply: self.reply.clone(),
+            _budget: budget,
+        };
+        // The GPU thread is gone only when the connection is.
+        let _ = self.jobs.send(job).await;
+        Ok(())
+    }
+}
+
+/// Bytes a request carries beyond its fixed fields.
+fn payload_bytes(request: &Request) -> usize {
+    match request {
+        Request::ModuleLoad { ptx, .. } => ptx.len(),
+        Request::GpuSubmit(submit) => submit.ptx.len() + submit.args.len(),
+        Request::ModuleLoadSource { source, .. } => source.len(),
+        Request::Launch(launch) => launch.args.len() * 16,
+        _ => 0,
+    }
+}
+
+fn protocol_error(message: String) -> ErrorReply {
+    ErrorReply::new(ErrorCode::ProtocolError, message)
+}
+
+/// Writes what the GPU thread sends for this stream, in order, until it is done; a `Close`
+/// ends the connection after a GOAWAY.
+async fn write(
+    connection: quinn::Connection,
+    mut send: quinn::SendStream,
+    mut replies: mpsc::Receiver<Outgoing>,
+) {
+    while let Some(out) = replies.recv().await {
+        match out {
+            Outgoing::Bytes(bytes) => {
+                if send.write_chunk(bytes).await.is_err() {
+                    return;
+                }
+            }
+            Outgoing::Close(error) => {
+                let mut frame = Vec::new();
+                if encode_goaway(&error, &mut frame).is_ok() && send.write_all(&frame).await.is_ok()
+                {
+                    let _ = send.finish();
+                    let _ = tokio::time::timeout(GOAWAY_GRACE, send.stopped()).await;
+                }
+                connection.close(close_code(error.code), error.to_string().as_bytes());
+                return;
+            }
+        }
+    }
+    let _ = send.finish();
+}

@@ -1,0 +1,122 @@
+//! Between the wire's types and the host's: ids, grants, kernel arguments.
+
+use std::time::Duration;
+use tasklet_runtime::config::{GpuRequest, Grant, Limits, Right, Rights};
+use tasklet_runtime::gpu;
+use tasklet_wire as wire;
+use tasklet_wire::rights;
+
+pub(super) fn lease(id: wire::LeaseId) -> gpu::LeaseId {
+    gpu::LeaseId(id.0)
+}
+
+pub(super) fn session(id: wire::SessionId) -> gpu::SessionId {
+    gpu::SessionId(id.0)
+}
+
+pub(super) fn buffer(id: wire::BufferId) -> gpu::BufferId {
+    gpu::BufferId(id.0)
+}
+
+pub(super) fn module(id: wire::ModuleId) -> gpu::ModuleId {
+    gpu::ModuleId(id.0)
+}
+
+const RIGHT_BITS: [(Right, u8); 5] = [
+    (Right::Alloc, rights::ALLOC),
+    (Right::Write, rights::WRITE),
+    (Right::Read, rights::READ),
+    (Right::Load, rights::LOAD),
+    (Right::Launch, rights::LAUNCH),
+];
+
+pub(super) fn to_wire_grant(grant: &Grant) -> wire::Grant {
+    wire::Grant {
+        memory: grant.limits.memory,
+        max_vram: grant.gpu.max_vram,
+        max_leases: grant.gpu.max_leases,
+        max_lease_ms: u64::try_from(grant.gpu.max_lease_time.as_millis()).unwrap_or(u64::MAX),
+        rights: RIGHT_BITS
+            .iter()
+            .filter(|(right, _)| grant.gpu.rights.contains(*right))
+            .fold(0, |bits, (_, bit)| bits | bit),
+    }
+}
+
+/// What a GRANT asks for, as a manifest would: its wall time is not the node's concern (the
+/// tasklet runs on the client), so it asks for none beyond what the ceiling allows.
+pub(super) fn requested(grant: &wire::Grant, ceiling: &Grant) -> (Limits, GpuRequest) {
+    let limits = Limits {
+        memory: grant.memory,
+        wall_time: ceiling.limits.wall_time,
+    };
+    let gpu = GpuRequest {
+        max_vram: grant.max_vram,
+        max_leases: grant.max_leases,
+        max_lease_time: Duration::from_millis(grant.max_lease_ms),
+        rights: RIGHT_BITS
+            .iter()
+            .filter(|(_, bit)| grant.rights & bit != 0)
+            .map(|(right, _)| *right)
+            .collect::<Rights>(),
+    };
+    (limits, gpu)
+}
+
+/// A LAUNCH's typed arguments as the host takes them, borrowing by-value bytes.
+pub(super) fn kernel_args(args: &[wire::KernelArg]) -> Vec<gpu::KernelArg<'_>> {
+    args.iter()
+        .map(|arg| match arg {
+            wire::KernelArg::Buffer { buffer: b, offset } => gpu::KernelArg::Buffer {
+                buffer: buffer(*b),
+                offset: *offset,
+            },
+            wire::KernelArg::I32(v) => gpu::KernelArg::I32(*v),
+            wire::KernelArg::U32(v) => gpu::KernelArg::U32(*v),
+            wire::KernelArg::I64(v) => gpu::KernelArg::I64(*v),
+            wire::KernelArg::U64(v) => gpu::KernelArg::U64(*v),
+            wire::KernelArg::F32(v) => gpu::KernelArg::F32(*v),
+            wire::KernelArg::F64(v) => gpu::KernelArg::F64(*v),
+            wire::KernelArg::Bytes(v) => gpu::KernelArg::Bytes(v),
+        })
+        .collect()
+}
+
+/// The parameter lists of a PTX module's kernels, for MODULE_LOAD's reply; empty lists when the
+/// signatures cannot be read here (the worker, which loaded the module, is the judge of it).
+pub(super) fn kernel_list(ptx: Option<&str>, names: Vec<String>) -> Vec<wire::Kernel> {
+    let signatures = ptx.and_then(|ptx| {
+        let infos = tasklet_ptx::entry_signatures(ptx).ok()?;
+        let types = tasklet_ptx::entry_param_types(ptx).ok()?;
+        Some((infos, types))
+    });
+    names
+        .into_iter()
+        .map(|name| {
+            let params = signatures
+                .as_ref()
+                .and_then(|(infos, types)| {
+                    let at = infos.iter().position(|k| k.name == name)?;
+                    let info = &infos[at];
+                    let types = types.get(at);
+                    Some(
+                        info.params
+                            .iter()
+                            .enumerate()
+                            .map(|(i, p)| wire::KernelParam {
+                                name: p.name.clone(),
+                                size: p.size,
+                                align: p.align,
+                                ptx_type: types
+                                    .and_then(|t| t.get(i))
+                                    .filter(|t| t.len() <= tasklet_wire::limits::MAX_PTX_TYPE)
+                                    .cloned(),
+                            })
+                            .collect(),
+                    )
+                })
+                .unwrap_or_default();
+            wire::Kernel { name, params }
+        })
+        .collect()
+}

@@ -1,0 +1,564 @@
+//! A connection's GPU thread: it owns the connection's `LocalGpu` and runs the connection's
+//! requests on it one at a time, in the order they arrived.
+//!
+//! Every operation goes through `LocalGpu` with the tenant's grant, so the node checks rights,
+//! quotas and the ownership of every id itself; ids from the wire mean something only to the
+//! `LocalGpu` of the connection that was handed them.
+//!
+//! Pipelined ops (LAUNCH, MEM_WRITE) are answered only when they fail, and then at the session's
+//! next barrier (SYNC, MEM_READ), which names the op; until that barrier the session's later
+//! pipelined ops are skipped, as on a device whose stream has faulted.
+
+mod book;
+mod convert;
+mod errors;
+mod reads;
+mod submit;
+
+use crate::inventory;
+use crate::job::{Job, Outgoing, ReplyTo, Work, WritePiece};
+use crate::shared::Shared;
+use book::{Book, LeaseEntry, ModuleEntry};
+use errors::{code_of, Failure};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use tasklet_runtime::config::Grant;
+use tasklet_runtime::gpu::{self, GpuService, LaunchConfig, LocalGpu};
+use tasklet_tls::Tenant;
+use tasklet_wire::{
+    encode_reply, negotiate, ErrorCode, ErrorReply, FailedOp, LoadedModule, Opcode, Reply, Request,
+    RequestId,
+};
+use tokio::sync::{mpsc, Notify};
+
+/// Sessions whose failed pipelined op awaits its barrier, at most: past this a client that
+/// never syncs cannot make the node remember more.
+const MAX_HELD: usize = 4096;
+
+/// Who the connection is, for logs.
+pub(crate) struct Peer {
+    pub tenant: Tenant,
+    pub connection: u64,
+}
+
+pub(crate) struct Dispatcher {
+    shared: Arc<Shared>,
+    peer: Peer,
+    /// The most the tenant may have; GRANT narrows `grant` within it.
+    ceiling: Grant,
+    grant: Grant,
+    /// Made at the first GPU operation, with `grant`.
+    gpu: Option<LocalGpu>,
+    book: Book,
+    /// Per session, the first pipelined op that failed since its last barrier.
+    held: HashMap<gpu::SessionId, ErrorReply>,
+    said_hello: bool,
+    closed: Arc<AtomicBool>,
+    hello: Arc<Notify>,
+}
+
+impl Dispatcher {
+    pub fn new(
+        shared: Arc<Shared>,
+        peer: Peer,
+        grant: Grant,
+        closed: Arc<AtomicBool>,
+        hello: Arc<Notify>,
+    ) -> Dispatcher {
+        Dispatcher {
+            shared,
+            peer,
+            ceiling: grant,
+            grant,
+            gpu: None,
+            book: Book::default(),
+            held: HashMap::new(),
+            said_hello: false,
+            closed,
+            hello,
+        }
+    }
+
+    /// Runs jobs until every stream of the connection has let go of the queue; then the
+    /// connection's leases end with its `LocalGpu`.
+    pub fn run(mut self, mut queue: mpsc::Receiver<Job>) {
+        while let Some(job) = queue.blocking_recv() {
+            // A closed connection's queued work is dropped, not done.
+            if !self.closed.load(Ordering::Acquire) {
+                self.job(job);
+            }
+        }
+        let leases = self.book.leases.len() as u64;
+        drop(self.gpu.take());
+        if leases > 0 {
+            self.shared.metrics.leases_dropped(leases);
+            tracing::info!(
+                connection = self.peer.connection,
+                tenant = %self.peer.tenant,
+                leases,
+                "leases ended with their connection"
+            );
+        }
+    }
+
+    fn protocol_error(&self, reply: &ReplyTo, why: String) {
+        self.shared.metrics.protocol_error();
+        tracing::warn!(connection = self.peer.connection, tenant = %self.peer.tenant, "closing a connection: {why}");
+        close(reply, ErrorReply::new(ErrorCode::ProtocolError, why));
+    }
+
+    fn gpu(&mut self) -> &mut LocalGpu {
+        self.gpu
+            .get_or_insert_with(|| LocalGpu::new(self.grant, Arc::clone(self.shared.host.leases())))
+    }
+
+    fn job(&mut self, job: Job) {
+        let Job {
+            request_id,
+            work,
+            reply,
+            ..
+        } = job;
+        let request = match work {
+            Work::WritePiece(piece) => return self.write_piece(request_id, piece),
+            Work::Request(request) => request,
+        };
+        let opcode = request.opcode();
+        match (self.said_hello, opcode) {
+            (false, Opcode::Hello) => {}
+            (false, _) => {
+                let why =
+                    format!("{opcode} before HELLO: HELLO is the first request of a connection");
+                return self.protocol_error(&reply, why);
+            }
+            (true, Opcode::Hello) => return self.protocol_error(&reply, "a second HELLO".into()),
+            (true, _) => {}
+        }
+        match request {
+            Request::Launch(launch) => {
+                let session = convert::session(launch.session);
+                self.pipelined(request_id, Opcode::Launch, session, |d| d.launch(&launch));
+            }
+            Request::MemWrite {
+                session,
+                buffer,
+                offset,
+                ..
+            } => {
+                // Only a MEM_WRITE of no bytes comes whole; the others come as pieces.
+                let (session, buffer) = (convert::session(session), convert::buffer(buffer));
+                self.pipelined(request_id, Opcode::MemWrite, session, |d| {
+                    d.gpu().mem_write(session, buffer, offset, &[])
+                });
+            }
+            Request::MemRead {
+                session,
+                buffer,
+                offset,
+                len,
+            } => {
+                let session = convert::session(session);
+                if let Some(failure) = self.held.remove(&session) {
+                    return send(
+                        &reply,
+                        request_id,
+                        &Reply::Error {
+                            opcode,
+                            error: failure,
+                        },
+                    );
+                }
+                let buffer = convert::buffer(buffer);
+                if let Err(failure) =
+                    self.stream_read(&reply, request_id, session, buffer, offset, len)
+                {
+                    send(
+                        &reply,
+                        request_id,
+                        &Reply::Error {
+                            opcode,
+                            error: failure.0,
+                        },
+                    );
+                }
+            }
+            Request::GpuSubmit(submit) => self.submit(&reply, request_id, submit),
+            Request::Hello {
+                min_version,
+                max_version,
+                ..
+            } => {
+                self.said_hello = true;
+                self.hello.notify_one();
+                match negotiate(min_version, max_version) {
+                    Some(version) => send(
+                        &reply,
+                        request_id,
+                        &Reply::Hello {
+                            version,
+                            node: self.shared.name.clone(),
+                            max_stream_bytes: self.shared.limits.max_stream_bytes,
+                        },
+                    ),
+                    None => {
+                        let error = ErrorReply::new(
+                            ErrorCode::Unsupported,
+                            format!(
+                                "this node speaks protocol version {}, the client offered {min_version} to {max_version}",
+                                tasklet_wire::PROTOCOL_VERSION
+                            ),
+                        );
+                        send(
+                            &reply,
+                            request_id,
+                            &Reply::Error {
+                                opcode,
+                                error: error.clone(),
+                            },
+                        );
+                        close(&reply, error);
+                    }
+                }
+            }
+            request => {
+                let answer = self.call(request).unwrap_or_else(|failure| Reply::Error {
+                    opcode,
+                    error: failure.0,
+                });
+                send(&reply, request_id, &answer);
+            }
+        }
+    }
+
+    /// The requests answered with one reply message.
+    fn call(&mut self, request: Request) -> Result<Reply, Failure> {
+        Ok(match request {
+            Request::Grant(asked) => {
+                if self.gpu.is_some() {
+                    return Err(Failure::new(
+                        ErrorCode::InvalidArgument,
+                        "GRANT comes before the connection's first GPU operation; the grant in force stays",
+                    ));
+                }
+                let (limits, gpu) = convert::requested(&asked, &self.ceiling);
+                self.grant = self.ceiling.narrowed(&limits, &gpu);
+                Reply::Grant(convert::to_wire_grant(&self.grant))
+            }
+            Request::GetInventory => Reply::Inventory {
+                devices: inventory::devices(&self.shared.host),
+            },
+            Request::LeaseAlloc {
+                min_bytes,
+                seconds,
+                device,
+            } => self.lease_alloc(min_bytes, seconds, device)?,
+            Request::MemFree { lease } => {
+                let lease = convert::lease(lease);
+                self.known_lease(lease)?;
+                // Whether it had ended already, said after it is gone either way.
+                let ended = self.gpu().lease_info(lease).err();
+                self.gpu().lease_drop(lease);
+                self.book.leases.remove(&lease);
+                self.shared.metrics.leases_dropped(1);
+                tracing::info!(connection = self.peer.connection, tenant = %self.peer.tenant, "lease released");
+                match ended {
+                    Some(err @ tasklet_runtime::GpuError::LeaseExpired(_)) => {
+                        return Err(err.into())
+                    }
+                    _ => Reply::MemFree,
+                }
+            }
+            Request::LeaseRenew { lease, seconds } => {
+                let lease = convert::lease(lease);
+                self.known_lease(lease)?;
+                self.gpu().lease_renew(lease, seconds)?;
+                let entry = self
+                    .book
+                    .leases
+                    .get_mut(&lease)
+                    .ok_or_else(|| no_lease(lease))?;
+                entry.generation += 1;
+                Reply::LeaseRenew {
+                    generation: entry.generation,
+                    ttl_ms: u64::from(seconds) * 1000,
+                }
+            }
+            Request::LeaseInfo { lease } => {
+                let lease = convert::lease(lease);
+                self.known_lease(lease)?;
+                let info = self.gpu().lease_info(lease)?;
+                Reply::LeaseInfo {
+                    device: info.device,
+                    generation: self.book.leases.get(&lease).map_or(1, |e| e.generation),
+                    granted_bytes: info.granted_bytes,
+                    used_bytes: info.used_bytes,
+                    remaining_ms: info.remaining_ms,
+                }
+            }
+            Request::SessionOpen { lease } => Reply::SessionOpen {
+                session: tasklet_wire::SessionId(self.gpu().session_open(convert::lease(lease))?.0),
+            },
+            Request::SessionClose { session } => {
+                let session = convert::session(session);
+                self.gpu().session_drop(session);
+                self.held.remove(&session);
+                self.book.close_session(session);
+                Reply::SessionClose
+            }
+            Request::MemAlloc { session, bytes } => Reply::MemAlloc {
+                buffer: tasklet_wire::BufferId(
+                    self.gpu().mem_alloc(convert::session(session), bytes)?.0,
+                ),
+            },
+            Request::Free { session, buffer } => {
+                self.gpu()
+                    .mem_free(convert::session(session), convert::buffer(buffer));
+                Reply::Free
+            }
+            Request::MemCopy {
+                session,
+                dst,
+                dst_offset,
+                src,
+                src_offset,
+                len,
+            } => {
+                self.gpu().mem_copy(
+                    convert::session(session),
+                    (convert::buffer(dst), dst_offset),
+                    (convert::buffer(src), src_offset),
+                    len,
+                )?;
+                Reply::MemCopy
+            }
+            Request::ModuleLoad { session, ptx } => {
+                let session = convert::session(session);
+                let text = std::str::from_utf8(&ptx).map_err(|err| {
+                    Failure::new(
+                        ErrorCode::LoadFailed,
+                        format!("the module is not UTF-8 text: {err}"),
+                    )
+                })?;
+                let module = self.gpu().module_load(session, text)?;
+                Reply::ModuleLoad(self.loaded(session, module, Some(text)))
+            }
+            Request::ModuleLoadSource {
+                session,
+                source,
+                options,
+            } => {
+                let session = convert::session(session);
+                let module = self.gpu().module_load_source(session, &source, &options)?;
+                Reply::ModuleLoadSource(self.loaded(session, module, None))
+            }
+            Request::ModuleUnload { session, module } => {
+                let module = convert::module(module);
+                self.gpu().module_unload(convert::session(session), module);
+                self.book.modules.remove(&module);
+                Reply::ModuleUnload
+            }
+            Request::Sync { session } => {
+                let session = convert::session(session);
+                if let Some(failure) = self.held.remove(&session) {
+                    return Err(Failure(failure));
+                }
+                self.gpu().sync(session)?;
+                Reply::Sync
+            }
+            // Deployments are served by a later part of the node.
+            Request::DeployPush { .. } | Request::DeployHas { .. } | Request::DeployRun { .. } => {
+                return Err(Failure::new(
+                    ErrorCode::Unsupported,
+                    "this node does not serve deployments",
+                ))
+            }
+            // Handled by `job` before it gets here.
+            Request::Hello { .. }
+            | Request::Launch(_)
+            | Request::MemWrite { .. }
+            | Request::MemRead { .. }
+            | Request::GpuSubmit(_) => {
+                return Err(Failure::new(
+                    ErrorCode::Internal,
+                    "request routed to the wrong handler",
+                ))
+            }
+        })
+    }
+
+    fn lease_alloc(
+        &mut self,
+        min_bytes: u64,
+        seconds: u32,
+        device: Option<u32>,
+    ) -> Result<Reply, Failure> {
+        if self.shared.draining() {
+            tracing::info!(connection = self.peer.connection, tenant = %self.peer.tenant, "refused a lease: draining");
+            return Err(Failure::new(
+                ErrorCode::Draining,
+                "the node is shutting down and takes no new leases; use another node",
+            ));
+        }
+        let lease = self
+            .gpu()
+            .lease_acquire(gpu::LeaseRequest {
+                min_vram: min_bytes,
+                secs: seconds,
+                device,
+            })
+            .inspect_err(|err| {
+                tracing::info!(connection = self.peer.connection, tenant = %self.peer.tenant, "refused a lease: {err}");
+            })?;
+        let info = self.gpu().lease_info(lease)?;
+        self.book.leases.insert(
+            lease,
+            LeaseEntry {
+                generation: 1,
+                region: None,
+            },
+        );
+        self.shared.metrics.lease_acquired();
+        tracing::info!(
+            connection = self.peer.connection,
+            tenant = %self.peer.tenant,
+            bytes = info.granted_bytes,
+            seconds,
+            "lease acquired"
+        );
+        Ok(Reply::LeaseAlloc {
+            lease: tasklet_wire::LeaseId(lease.0),
+            generation: 1,
+            device: info.device,
+            granted_bytes: info.granted_bytes,
+            ttl_ms: info.remaining_ms,
+        })
+    }
+
+    fn known_lease(&self, lease: gpu::LeaseId) -> Result<(), Failure> {
+        match self.book.leases.contains_key(&lease) {
+            true => Ok(()),
+            false => Err(no_lease(lease)),
+        }
+    }
+
+    /// MODULE_LOAD's reply, the module's kernels remembered for LAUNCH's indexes.
+    fn loaded(
+        &mut self,
+        session: gpu::SessionId,
+        module: gpu::ModuleId,
+        ptx: Option<&str>,
+    ) -> LoadedModule {
+        let names = self.gpu().module_kernels(session, module);
+        self.book.modules.insert(
+            module,
+            ModuleEntry {
+                session,
+                kernels: names.clone(),
+            },
+        );
+        LoadedModule {
+            module: tasklet_wire::ModuleId(module.0),
+            kernels: convert::kernel_list(ptx, names),
+        }
+    }
+
+    fn launch(&mut self, launch: &tasklet_wire::Launch) -> Result<(), tasklet_runtime::GpuError> {
+        let (session, module) = (
+            convert::session(launch.session),
+            convert::module(launch.module),
+        );
+        let kernel = match self.book.modules.get(&module) {
+            Some(entry) if entry.session == session => entry
+                .kernels
+                .get(launch.kernel as usize)
+                .cloned()
+                .ok_or_else(|| {
+                    tasklet_runtime::GpuError::LaunchFailed(format!(
+                        "kernel index {} is past the module's {} kernel(s)",
+                        launch.kernel,
+                        entry.kernels.len()
+                    ))
+                })?,
+            // The host says what is wrong with the module id in its own words.
+            _ => String::new(),
+        };
+        let config = LaunchConfig {
+            grid: launch.grid,
+            block: launch.block,
+            shared_mem_bytes: launch.shared_mem_bytes,
+        };
+        let args = convert::kernel_args(&launch.args);
+        self.gpu().launch(session, module, &kernel, &config, &args)
+    }
+
+    /// Runs a pipelined op unless an earlier one of its session failed; holds its failure for
+    /// the session's next barrier.
+    fn pipelined(
+        &mut self,
+        request_id: RequestId,
+        opcode: Opcode,
+        session: gpu::SessionId,
+        op: impl FnOnce(&mut Self) -> Result<(), tasklet_runtime::GpuError>,
+    ) {
+        if self.held.contains_key(&session) {
+            return;
+        }
+        if let Err(err) = op(self) {
+            if self.held.len() < MAX_HELD {
+                let mut failure = ErrorReply::new(code_of(&err), err.into_message());
+                failure.failed_op = Some(FailedOp { request_id, opcode });
+                self.held.insert(session, failure);
+            }
+        }
+    }
+
+    /// A piece of a MEM_WRITE's data. The first piece of a write longer than one piece checks
+    /// that the whole write fits before anything is written.
+    fn write_piece(&mut self, request_id: RequestId, piece: WritePiece) {
+        let session = convert::session(piece.session);
+        let buffer = convert::buffer(piece.buffer);
+        self.pipelined(request_id, Opcode::MemWrite, session, |d| {
+            let whole = piece.offset + piece.bytes.len() as u64 == piece.end;
+            if piece.first && !whole {
+                d.gpu().mem_write(session, buffer, piece.end, &[])?;
+            }
+            d.gpu()
+                .mem_write(session, buffer, piece.offset, &piece.bytes)
+        });
+    }
+}
+
+fn no_lease(lease: gpu::LeaseId) -> Failure {
+    Failure::new(
+        ErrorCode::NotFound,
+        format!("no lease {lease} on this connection"),
+    )
+}
+
+/// Sends a reply message. A reply that cannot be encoded (a module whose kernel list passes the
+/// protocol's limits) is answered with the reason instead.
+fn send(to: &ReplyTo, request_id: RequestId, reply: &Reply) {
+    let mut out = Vec::new();
+    if let Err(err) = encode_reply(request_id, reply, &mut out) {
+        let opcode = reply.opcode();
+        let code = match opcode {
+            Opcode::ModuleLoad | Opcode::ModuleLoadSource => ErrorCode::LoadFailed,
+            _ => ErrorCode::Internal,
+        };
+        let error = ErrorReply::new(
+            code,
+            format!("the node cannot put its reply on the wire: {err}"),
+        );
+        out.clear();
+        if encode_reply(request_id, &Reply::Error { opcode, error }, &mut out).is_err() {
+            return;
+        }
+    }
+    // The stream's writer is gone only with the connection.
+    let _ = to.blocking_send(Outgoing::Bytes(out.into()));
+}
+
+fn close(to: &ReplyTo, error: ErrorReply) {
+    let _ = to.blocking_send(Outgoing::Close(error));
+}

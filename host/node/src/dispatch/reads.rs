@@ -1,0 +1,125 @@
+//! Replies that stream what they read from the device (MEM_READ, GPU_SUBMIT): the device is read
+//! in pieces, each sent as it is read, so a large read needs neither the whole of it in memory
+//! nor its whole time before the first byte leaves.
+
+use super::errors::Failure;
+use super::{send, Dispatcher};
+use crate::job::{Outgoing, ReplyTo};
+use bytes::Bytes;
+use tasklet_runtime::gpu::{self, GpuService};
+use tasklet_wire::limits::MAX_CHUNK;
+use tasklet_wire::{encode_reply, DataEncoder, ErrorCode, ErrorReply, Reply, RequestId};
+
+/// Bytes read from the device at once.
+const READ_PIECE: u64 = 8 << 20;
+
+impl Dispatcher {
+    /// MEM_READ: the whole span is checked, and the first piece read, before the OK reply is
+    /// sent; a failure after that (the worker lost mid-read) can only close the connection.
+    pub(super) fn stream_read(
+        &mut self,
+        to: &ReplyTo,
+        request_id: RequestId,
+        session: gpu::SessionId,
+        buffer: gpu::BufferId,
+        offset: u64,
+        len: u64,
+    ) -> Result<(), Failure> {
+        let first_len = len.min(READ_PIECE);
+        if len > first_len {
+            // The same refusal the host gives a read too large for the reader's memory, for the
+            // read as a whole rather than for a piece of it.
+            let limit = self.grant.limits.memory;
+            if len > limit {
+                return Err(Failure::new(
+                    ErrorCode::OutOfBounds,
+                    format!("a read of {len} bytes cannot fit in the tasklet's {limit}-byte memory limit; read in pieces"),
+                ));
+            }
+            let end = offset.checked_add(len).ok_or_else(|| {
+                Failure::new(
+                    ErrorCode::OutOfBounds,
+                    format!(
+                        "bytes {offset}..{} are outside the buffer",
+                        offset as u128 + len as u128
+                    ),
+                )
+            })?;
+            self.gpu().mem_read(session, buffer, end, 0)?;
+        }
+        let first = self.gpu().mem_read(session, buffer, offset, first_len)?;
+        let Some(mut data) = start_reply(to, request_id, &Reply::MemRead { len }) else {
+            return Ok(());
+        };
+        send_piece(to, &mut data, first);
+        let mut at = first_len;
+        while at < len {
+            let piece = (len - at).min(READ_PIECE);
+            match self.gpu().mem_read(session, buffer, offset + at, piece) {
+                Ok(bytes) => send_piece(to, &mut data, bytes),
+                Err(err) => {
+                    abort(to, &err.to_string());
+                    return Ok(());
+                }
+            }
+            at += piece;
+        }
+        Ok(())
+    }
+}
+
+/// Sends an OK reply that announces data; returns the encoder for that data (`None` when there
+/// is none to send, or the reply could not be sent).
+pub(super) fn start_reply(
+    to: &ReplyTo,
+    request_id: RequestId,
+    reply: &Reply,
+) -> Option<DataEncoder> {
+    let mut out = Vec::new();
+    match encode_reply(request_id, reply, &mut out) {
+        Ok(data) => {
+            let _ = to.blocking_send(Outgoing::Bytes(out.into()));
+            data
+        }
+        Err(err) => {
+            let error = ErrorReply::new(
+                ErrorCode::Internal,
+                format!("the node cannot put its reply on the wire: {err}"),
+            );
+            send(
+                to,
+                request_id,
+                &Reply::Error {
+                    opcode: reply.opcode(),
+                    error,
+                },
+            );
+            None
+        }
+    }
+}
+
+/// Sends `bytes` as data frames, without copying them: each frame is a header and a slice.
+pub(super) fn send_piece(to: &ReplyTo, data: &mut DataEncoder, bytes: Vec<u8>) {
+    let bytes = Bytes::from(bytes);
+    let mut at = 0;
+    while at < bytes.len() {
+        let len = (bytes.len() - at).min(MAX_CHUNK as usize);
+        // The pieces add up to what the reply announced, in chunks within the limit.
+        let Ok(header) = data.chunk_header(len) else {
+            return;
+        };
+        let _ = to.blocking_send(Outgoing::Bytes(Bytes::copy_from_slice(&header)));
+        let _ = to.blocking_send(Outgoing::Bytes(bytes.slice(at..at + len)));
+        at += len;
+    }
+}
+
+/// A streamed reply that cannot be finished: the connection is closed, saying why.
+pub(super) fn abort(to: &ReplyTo, why: &str) {
+    let error = ErrorReply::new(
+        ErrorCode::Internal,
+        format!("a read failed after its reply had begun, so the connection is closed: {why}"),
+    );
+    let _ = to.blocking_send(Outgoing::Close(error));
+}

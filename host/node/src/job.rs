@@ -1,0 +1,45 @@
+//! What a connection's streams hand its GPU thread, and what the GPU thread hands back.
+
+use bytes::Bytes;
+use tasklet_wire::{BufferId, ErrorReply, Request, RequestId, SessionId};
+use tokio::sync::{mpsc, OwnedSemaphorePermit};
+
+/// One piece of work for the connection's GPU thread, in the order its stream carried it.
+pub(crate) struct Job {
+    pub request_id: RequestId,
+    pub work: Work,
+    /// Where the reply goes: the writer of the stream that carried the request.
+    pub reply: ReplyTo,
+    /// The share of the connection's queue budget this job's bytes hold; returned when the job
+    /// is done.
+    pub _budget: Option<OwnedSemaphorePermit>,
+}
+
+pub(crate) enum Work {
+    /// A whole request (a MEM_WRITE only when it carries no data).
+    Request(Request),
+    /// Consecutive bytes of a MEM_WRITE's data, written at `offset` of the buffer.
+    WritePiece(WritePiece),
+}
+
+pub(crate) struct WritePiece {
+    pub session: SessionId,
+    pub buffer: BufferId,
+    pub offset: u64,
+    pub bytes: Vec<u8>,
+    /// Where the whole write ends in the buffer: the first piece of a write checks the whole
+    /// span, so a write that does not fit changes nothing.
+    pub end: u64,
+    pub first: bool,
+}
+
+/// What a stream's writer sends.
+pub(crate) enum Outgoing {
+    /// Encoded frames.
+    Bytes(Bytes),
+    /// Close the connection: GOAWAY with this error on the stream, then a QUIC close with the
+    /// same code and message.
+    Close(ErrorReply),
+}
+
+pub(crate) type ReplyTo = mpsc::Sender<Outgoing>;

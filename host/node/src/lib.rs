@@ -1,0 +1,76 @@
+//! The tasklet node as a library: a host's leases, GPU sessions and one-shot submissions served
+//! to remote clients over QUIC, with mutual TLS and tenants read from client certificates.
+//!
+//! `tasklet node` is a thin command over this crate; another daemon embeds a node the same way:
+//! build one with [`NodeBuilder`], serve it on its own Tokio runtime, and drain or stop it with a
+//! [`NodeControl`]. What a node does, in layers each using only those below it:
+//!
+//! ```text
+//! Node           the endpoint's accept loop; drain and stop            (node)
+//!   connection   a client: its tenant, grant, streams, GPU thread      (connection)
+//!     dispatch   the GPU thread: requests on the connection's LocalGpu (dispatch)
+//!       tasklet_runtime::gpu::LocalGpu   every check, on this machine's workers
+//! ```
+//!
+//! # Tenants and grants
+//!
+//! A client's certificate names its tenant (see `tasklet_tls`). The host's policy decides what a
+//! tenant gets: `[tasklets]` caps everyone, `[tenants.NAME]` narrows it for tenant `NAME`. A
+//! policy without any `[tenants.*]` section serves every tenant the node's CA certified; one
+//! with sections refuses the tenants it does not list, with `UNAUTHORIZED` naming the section to
+//! add. An [`Authorizer`] may then narrow or refuse a tenant further. A connection may narrow its
+//! grant once more with GRANT (a tasklet's manifest), before its first lease; the node never
+//! widens it.
+//!
+//! # Connections
+//!
+//! Each connection owns its leases: when it closes, or its client goes quiet for the idle
+//! timeout, its GPU thread drops everything it held. Malformed bytes close the connection with
+//! GOAWAY `PROTOCOL_ERROR`; the node serves its other connections on. See `docs/wire.md` for the
+//! protocol.
+//!
+//! # Embedding
+//!
+//! ```no_run
+//! use tasklet_node::NodeBuilder;
+//! use tasklet_runtime::{BackendKind, WorkerCommand};
+//!
+//! # async fn serve() -> Result<(), Box<dyn std::error::Error>> {
+//! // The program is its own GPU worker: on `worker` it serves as one (see tasklet_worker).
+//! let worker = WorkerCommand { program: std::env::current_exe()?, args: vec!["worker".into()] };
+//! let node = NodeBuilder::new()
+//!     .listen("127.0.0.1:5701".parse()?)
+//!     .certs("certs")
+//!     .backend(BackendKind::Emu)
+//!     .worker(worker)
+//!     .build()?;
+//! let control = node.control();
+//! tokio::spawn(async move {
+//!     let _ = tokio::signal::ctrl_c().await;
+//!     control.drain();
+//! });
+//! node.serve().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! `examples/embedded.rs` is this as a whole program.
+
+mod authorize;
+mod builder;
+mod connection;
+mod dispatch;
+mod inventory;
+mod job;
+mod metrics;
+mod node;
+mod shared;
+mod transport;
+
+pub use authorize::{Authorization, Authorizer, Denied};
+pub use builder::{
+    NodeBuilder, NodeError, DEFAULT_IDLE_TIMEOUT, DEFAULT_LISTEN, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_STALL_TIMEOUT,
+};
+pub use metrics::{MetricsSnapshot, NodeMetrics};
+pub use node::{Node, NodeControl, RunningNode};

@@ -1,0 +1,198 @@
+//! [`Node`]: a bound endpoint over a host, and the loop that serves it until it is drained or
+//! stopped; [`NodeControl`] and [`RunningNode`] to steer one from elsewhere.
+
+use crate::builder::NodeError;
+use crate::connection;
+use crate::metrics::MetricsSnapshot;
+use crate::shared::{Phase, Shared};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tasklet_runtime::Accounting;
+use tasklet_wire::ErrorCode;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+/// How often a drain looks whether the last lease has ended.
+const DRAIN_POLL: Duration = Duration::from_millis(50);
+
+/// How long closing connections get to tell their clients before the node stops waiting.
+const CLOSE_GRACE: Duration = Duration::from_secs(1);
+
+/// A node ready to serve: its host is started and its address bound. See [`Node::serve`].
+pub struct Node {
+    shared: Arc<Shared>,
+    endpoint: quinn::Endpoint,
+}
+
+impl Node {
+    pub(crate) fn new(shared: Arc<Shared>, endpoint: quinn::Endpoint) -> Node {
+        Node { shared, endpoint }
+    }
+
+    /// The address the node serves on (the port chosen, when it was 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        // A bound endpoint's socket has an address; the listen address is the fallback.
+        self.endpoint
+            .local_addr()
+            .unwrap_or_else(|_| crate::builder::DEFAULT_LISTEN)
+    }
+
+    /// A handle to drain or stop the node and read its state, usable while it serves.
+    pub fn control(&self) -> NodeControl {
+        NodeControl {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
+    /// Serves connections until the node is drained ([`NodeControl::drain`]: once the last
+    /// lease has ended) or stopped ([`NodeControl::stop`]: at once). Either way every connection
+    /// is closed, every lease ended and every worker process stopped before this returns.
+    pub async fn serve(self) -> Result<(), NodeError> {
+        let Node { shared, endpoint } = self;
+        tracing::info!(addr = %endpoint.local_addr().map_or("?".into(), |a| a.to_string()), node = %shared.name, "serving");
+        let mut phase = shared.phase();
+        let mut drain_deadline: Option<Instant> = None;
+        let close = loop {
+            let draining = *phase.borrow() == Phase::Draining;
+            if draining {
+                if shared.host.accounting().leases == 0 {
+                    break (ErrorCode::Draining, "the node has drained and stopped");
+                }
+                if drain_deadline.is_some_and(|d| Instant::now() >= d) {
+                    tracing::warn!(
+                        leases = shared.host.accounting().leases,
+                        "drain timeout: closing connections that still hold leases"
+                    );
+                    break (
+                        ErrorCode::Draining,
+                        "the node stopped at the end of its drain timeout",
+                    );
+                }
+            }
+            tokio::select! {
+                incoming = endpoint.accept() => match incoming {
+                    Some(incoming) => {
+                        let open = shared.metrics.snapshot().connections_open;
+                        if open >= shared.limits.max_connections {
+                            tracing::warn!(remote = %incoming.remote_address(), open, "refused a connection: the node serves its most connections");
+                            incoming.refuse();
+                            continue;
+                        }
+                        tokio::spawn(connection::serve(Arc::clone(&shared), incoming));
+                    }
+                    None => break (ErrorCode::Internal, "the node's endpoint closed"),
+                },
+                changed = phase.changed() => {
+                    if changed.is_err() {
+                        break (ErrorCode::Internal, "the node's control ended");
+                    }
+                    match *phase.borrow() {
+                        Phase::Stopping => break (ErrorCode::Draining, "the node was stopped"),
+                        Phase::Draining => {
+                            tracing::info!(leases = shared.host.accounting().leases, "draining: new leases are refused; stopping once the running ones end");
+                            drain_deadline = shared.limits.drain_timeout.map(|t| Instant::now() + t);
+                        }
+                        Phase::Serving => {}
+                    }
+                },
+                _ = tokio::time::sleep(DRAIN_POLL), if draining => {}
+            }
+        };
+        let (code, reason) = close;
+        shared.advance(Phase::Stopping);
+        endpoint.close((code as u32).into(), reason.as_bytes());
+        let _ = tokio::time::timeout(CLOSE_GRACE, endpoint.wait_idle()).await;
+        let host = Arc::clone(&shared);
+        let _ = tokio::task::spawn_blocking(move || host.shut_down_host()).await;
+        tracing::info!(reason, "stopped");
+        Ok(())
+    }
+
+    /// Serves on the current Tokio runtime in a task of its own.
+    pub fn start(self) -> RunningNode {
+        let control = self.control();
+        let local_addr = self.local_addr();
+        RunningNode {
+            control,
+            local_addr,
+            task: tokio::spawn(self.serve()),
+        }
+    }
+}
+
+/// Drains, stops and reads a node from anywhere (it is cheap to clone).
+#[derive(Clone)]
+pub struct NodeControl {
+    shared: Arc<Shared>,
+}
+
+impl NodeControl {
+    /// Refuses new leases (`DRAINING`) and stops the node once the running leases have ended,
+    /// released or expired (or at the drain timeout). Connections without leases keep being
+    /// served until then.
+    pub fn drain(&self) {
+        self.shared.advance(Phase::Draining);
+    }
+
+    /// Closes every connection now, ending its leases.
+    pub fn stop(&self) {
+        self.shared.advance(Phase::Stopping);
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.shared.draining()
+    }
+
+    /// The host's lease books: every lease of every connection.
+    pub fn accounting(&self) -> Accounting {
+        self.shared.host.accounting()
+    }
+
+    pub fn metrics(&self) -> MetricsSnapshot {
+        self.shared.metrics.snapshot()
+    }
+
+    /// Process ids of the GPU workers serving live leases.
+    pub fn lease_worker_pids(&self) -> Vec<u32> {
+        self.shared.host.lease_worker_pids()
+    }
+}
+
+/// A node serving in a task of its own ([`Node::start`]).
+pub struct RunningNode {
+    control: NodeControl,
+    local_addr: SocketAddr,
+    task: JoinHandle<Result<(), NodeError>>,
+}
+
+impl RunningNode {
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    pub fn control(&self) -> &NodeControl {
+        &self.control
+    }
+
+    pub fn drain(&self) {
+        self.control.drain();
+    }
+
+    pub fn stop(&self) {
+        self.control.stop();
+    }
+
+    pub fn accounting(&self) -> Accounting {
+        self.control.accounting()
+    }
+
+    /// Waits until the node has stopped (after [`RunningNode::drain`] or [`RunningNode::stop`]).
+    pub async fn wait(self) -> Result<(), NodeError> {
+        match self.task.await {
+            Ok(result) => result,
+            // The serve task only ends by returning, unless the runtime is going away.
+            Err(_) => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,106 @@
+//! What every connection of a node shares: the host, the policy's decisions, the node's phase
+//! (serving, draining, stopping) and its counters.
+
+use crate::authorize::Authorizer;
+use crate::metrics::NodeMetrics;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tasklet_runtime::Host;
+use tokio::sync::watch;
+
+/// Where a node is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    Serving,
+    /// New leases are refused; the node stops once the running ones have ended.
+    Draining,
+    /// Every connection is being closed now.
+    Stopping,
+}
+
+/// The timeouts and bounds a node serves with.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    /// A connection that hears nothing from its client for this long is closed (QUIC's idle
+    /// timeout; clients send keep-alives well within it).
+    pub idle_timeout: Duration,
+    /// Longest a client may take to say HELLO, or to finish a frame it has started.
+    pub stall_timeout: Duration,
+    /// Longest a drain waits for running leases before closing their connections anyway;
+    /// `None`: until they end or expire.
+    pub drain_timeout: Option<Duration>,
+    /// Connections served at once; more are refused at the door.
+    pub max_connections: u64,
+    /// The largest streamed total one message may announce.
+    pub max_stream_bytes: u64,
+}
+
+pub(crate) struct Shared {
+    pub host: Host,
+    pub authorizer: Option<Arc<dyn Authorizer>>,
+    /// What HELLO's reply calls this node.
+    pub name: String,
+    pub limits: Limits,
+    pub metrics: NodeMetrics,
+    phase: watch::Sender<Phase>,
+    /// The phase, readable without a lock from the connections' GPU threads.
+    draining: AtomicBool,
+    next_connection: AtomicU64,
+}
+
+impl Shared {
+    pub fn new(
+        host: Host,
+        authorizer: Option<Arc<dyn Authorizer>>,
+        name: String,
+        limits: Limits,
+    ) -> Shared {
+        Shared {
+            host,
+            authorizer,
+            name,
+            limits,
+            metrics: NodeMetrics::default(),
+            phase: watch::Sender::new(Phase::Serving),
+            draining: AtomicBool::new(false),
+            next_connection: AtomicU64::new(1),
+        }
+    }
+
+    /// Whether new leases are refused.
+    pub fn draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+
+    pub fn phase(&self) -> watch::Receiver<Phase> {
+        self.phase.subscribe()
+    }
+
+    /// Moves to `phase` if it is later than the current one (a stop is never undone by a drain).
+    pub fn advance(&self, phase: Phase) {
+        let rank = |p: Phase| p as u8;
+        self.phase.send_if_modified(|now| {
+            if rank(phase) > rank(*now) {
+                *now = phase;
+                true
+            } else {
+                false
+            }
+        });
+        if phase != Phase::Serving {
+            self.draining.store(true, Ordering::Release);
+        }
+    }
+
+    /// A number naming a connection in the node's logs.
+    pub fn connection_number(&self) -> u64 {
+        self.next_connection.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Ends every lease and stops the worker processes. Blocks while workers exit.
+    pub fn shut_down_host(&self) {
+        self.host.leases().shutdown();
+        self.host.pool().shutdown();
+    }
+}

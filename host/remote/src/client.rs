@@ -1,0 +1,209 @@
+//! [`NodeClient`]: a connection to a node, its HELLO said, with calls for each of the node's
+//! operations. Every call blocks the calling thread until it is answered.
+
+use crate::channel::Channel;
+use crate::connect::{handshake, ConnectOptions};
+use crate::error::ClientError;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+use tasklet_tls::Tenant;
+use tasklet_wire::{
+    Device, GpuSubmit, Grant, LeaseId, Reply, Request, RequestId, PROTOCOL_VERSION,
+};
+use tokio::runtime::Runtime;
+
+/// How long a closing client waits for its close to reach the node.
+const CLOSE_GRACE: Duration = Duration::from_millis(200);
+
+/// A lease as LEASE_ALLOC's reply describes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseGrant {
+    pub lease: LeaseId,
+    pub generation: u64,
+    pub device: u32,
+    pub granted_bytes: u64,
+    pub ttl_ms: u64,
+}
+
+/// A connection to a node. It runs a small Tokio runtime of its own on a background thread, so
+/// its callers stay synchronous; do not call it from inside an async runtime.
+///
+/// ```no_run
+/// use tasklet_remote::NodeClient;
+/// use tasklet_tls::Tenant;
+///
+/// let mut node = NodeClient::connect("localhost", "certs", &Tenant::new("dev")?)?;
+/// for device in node.inventory()? {
+///     println!("{} {} ({} bytes free)", device.index, device.name, device.free_memory);
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct NodeClient {
+    // Declared before the runtime: the channel's streams go before the runtime that drives them.
+    channel: Channel,
+    endpoint: quinn::Endpoint,
+    runtime: Arc<Runtime>,
+    node: String,
+    max_stream_bytes: u64,
+}
+
+impl NodeClient {
+    /// Connects to the node at `addr` (`HOST[:PORT]`, port 5701 by default) as `tenant`, with
+    /// the certificates in `certs`.
+    pub fn connect(
+        addr: &str,
+        certs: impl AsRef<Path>,
+        tenant: &Tenant,
+    ) -> Result<NodeClient, ClientError> {
+        NodeClient::connect_with(&ConnectOptions::new(addr, certs.as_ref(), tenant.clone()))
+    }
+
+    pub fn connect_with(options: &ConnectOptions) -> Result<NodeClient, ClientError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("tasklet-remote")
+            .enable_all()
+            .build()
+            .map_err(|err| {
+                ClientError::Setup(format!("cannot start the client's runtime: {err}"))
+            })?;
+        let runtime = Arc::new(runtime);
+        let (endpoint, connection, send, recv) = runtime.block_on(async {
+            let (endpoint, connection) = handshake(options).await?;
+            let (send, recv) = connection
+                .open_bi()
+                .await
+                .map_err(|err| crate::connect::refusal_or_loss(&err))?;
+            Ok::<_, ClientError>((endpoint, connection, send, recv))
+        })?;
+        let channel = Channel::new(Arc::clone(&runtime), connection, send, recv);
+        let mut client = NodeClient {
+            channel,
+            endpoint,
+            runtime,
+            node: String::new(),
+            max_stream_bytes: 0,
+        };
+        // TLS 1.3: a client whose certificate the node refuses learns it here, at its first
+        // request, rather than from the handshake.
+        let (reply, _) = client.channel.call(&Request::Hello {
+            min_version: PROTOCOL_VERSION,
+            max_version: PROTOCOL_VERSION,
+            agent: options.agent.clone(),
+        })?;
+        if let Reply::Hello {
+            node,
+            max_stream_bytes,
+            ..
+        } = reply
+        {
+            client.node = node;
+            client.max_stream_bytes = max_stream_bytes;
+        }
+        Ok(client)
+    }
+
+    /// What the node calls itself.
+    pub fn node_name(&self) -> &str {
+        &self.node
+    }
+
+    /// The largest streamed total the node accepts in one message (a MEM_WRITE's data).
+    pub fn max_stream_bytes(&self) -> u64 {
+        self.max_stream_bytes
+    }
+
+    /// The node's devices, their free memory and running leases.
+    pub fn inventory(&mut self) -> Result<Vec<Device>, ClientError> {
+        match self.call(&Request::GetInventory)? {
+            Reply::Inventory { devices } => Ok(devices),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Narrows this connection's grant to `asked` (before its first lease); returns the grant in
+    /// force, which the node may have cut down further.
+    pub fn grant(&mut self, asked: &Grant) -> Result<Grant, ClientError> {
+        match self.call(&Request::Grant(*asked))? {
+            Reply::Grant(grant) => Ok(grant),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub fn lease_alloc(
+        &mut self,
+        min_bytes: u64,
+        seconds: u32,
+        device: Option<u32>,
+    ) -> Result<LeaseGrant, ClientError> {
+        match self.call(&Request::LeaseAlloc {
+            min_bytes,
+            seconds,
+            device,
+        })? {
+            Reply::LeaseAlloc {
+                lease,
+                generation,
+                device,
+                granted_bytes,
+                ttl_ms,
+            } => Ok(LeaseGrant {
+                lease,
+                generation,
+                device,
+                granted_bytes,
+                ttl_ms,
+            }),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Releases a lease and everything under it.
+    pub fn mem_free(&mut self, lease: LeaseId) -> Result<(), ClientError> {
+        self.call(&Request::MemFree { lease }).map(|_| ())
+    }
+
+    /// One kernel on a lease's memory (see GPU_SUBMIT in docs/wire.md); the bytes read back.
+    pub fn gpu_submit(&mut self, submit: &GpuSubmit) -> Result<Vec<u8>, ClientError> {
+        let (reply, data) = self.channel.call(&Request::GpuSubmit(submit.clone()))?;
+        match reply {
+            Reply::GpuSubmit { .. } => Ok(data),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Any request that is answered, with the data its reply streams: for operations this type
+    /// has no method for.
+    pub fn request(&mut self, request: &Request) -> Result<(Reply, Vec<u8>), ClientError> {
+        self.channel.call(request)
+    }
+
+    /// Sends a pipelined request (LAUNCH, MEM_WRITE with `data`) without waiting: its failure
+    /// comes back from the session's next SYNC or MEM_READ.
+    pub fn post(&mut self, request: &Request, data: &[u8]) -> Result<RequestId, ClientError> {
+        self.channel.post(request, data)
+    }
+
+    fn call(&mut self, request: &Request) -> Result<Reply, ClientError> {
+        self.channel.call(request).map(|(reply, _)| reply)
+    }
+
+    /// Closes the connection, telling the node (which ends this connection's leases at once).
+    pub fn close(self) {}
+}
+
+impl Drop for NodeClient {
+    fn drop(&mut self) {
+        let _ = self.channel.flush();
+        self.channel.connection().close(0u32.into(), b"client done");
+        let endpoint = self.endpoint.clone();
+        self.runtime.block_on(async move {
+            let _ = tokio::time::timeout(CLOSE_GRACE, endpoint.wait_idle()).await;
+        });
+    }
+}
+
+pub(crate) fn unexpected(reply: Reply) -> ClientError {
+    ClientError::Protocol(format!("an unexpected {} reply", reply.opcode()))
+}

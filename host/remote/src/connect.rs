@@ -1,0 +1,214 @@
+//! Reaching a node: its address, the client's TLS and transport settings, the handshake.
+
+use crate::error::ClientError;
+use quinn::Side;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tasklet_tls::{explain, Tenant};
+use tasklet_wire::DEFAULT_PORT;
+
+/// How long a client waits for a node to answer its handshake unless told otherwise.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a connection may hear nothing from its node before it counts as lost, unless told
+/// otherwise. Keep-alives go out at a third of it, so a live node is never taken for a dead one.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Where and as whom to connect.
+#[derive(Debug, Clone)]
+pub struct ConnectOptions {
+    /// `HOST`, `HOST:PORT`, `IP`, `IP:PORT` or `[IPv6]:PORT`; the port defaults to 5701.
+    pub addr: String,
+    /// The certificate folder: `ca.pem` and the tenant's `tenants/NAME.pem`, `tenants/NAME.key`.
+    pub certs: PathBuf,
+    pub tenant: Tenant,
+    pub connect_timeout: Duration,
+    pub idle_timeout: Duration,
+    /// What the client calls itself in HELLO, for the node's logs.
+    pub agent: String,
+}
+
+impl ConnectOptions {
+    pub fn new(
+        addr: impl Into<String>,
+        certs: impl Into<PathBuf>,
+        tenant: Tenant,
+    ) -> ConnectOptions {
+        ConnectOptions {
+            addr: addr.into(),
+            certs: certs.into(),
+            tenant,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            agent: format!("tasklet-remote {}", env!("CARGO_PKG_VERSION")),
+        }
+    }
+}
+
+/// A node's address and the name its certificate is checked against.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Target {
+    pub addr: SocketAddr,
+    pub server_name: String,
+}
+
+/// Reads `HOST[:PORT]` (brackets around an IPv6 address with a port) and resolves it.
+pub(crate) fn target(text: &str) -> Result<Target, ClientError> {
+    let bad = |reason: &str| ClientError::Address {
+        addr: text.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let (host, port) =
+        split_host_port(text).ok_or_else(|| bad("expected HOST, HOST:PORT or [IPv6]:PORT"))?;
+    let port = match port {
+        None => DEFAULT_PORT,
+        Some(p) => p
+            .parse()
+            .map_err(|_| bad("the port is not a number from 0 to 65535"))?,
+    };
+    let addr = (host, port)
+        .to_socket_addrs()
+        .map_err(|err| bad(&format!("cannot resolve {host}: {err}")))?
+        .next()
+        .ok_or_else(|| bad(&format!("{host} resolves to no address")))?;
+    Ok(Target {
+        addr,
+        server_name: host.to_owned(),
+    })
+}
+
+fn split_host_port(text: &str) -> Option<(&str, Option<&str>)> {
+    if let Some(rest) = text.strip_prefix('[') {
+        let (host, after) = rest.split_once(']')?;
+        return match after {
+            "" => Some((host, None)),
+            _ => Some((host, Some(after.strip_prefix(':')?))),
+        };
+    }
+    match text.matches(':').count() {
+        0 => Some((text, None)).filter(|(h, _)| !h.is_empty()),
+        1 => text
+            .split_once(':')
+            .map(|(h, p)| (h, Some(p)))
+            .filter(|(h, _)| !h.is_empty()),
+        // A bare IPv6 address: no port.
+        _ => Some((text, None)),
+    }
+}
+
+/// The client's QUIC configuration: the folder's TLS, keep-alives within the idle timeout, and
+/// windows for bulk transfers.
+pub(crate) fn client_config(options: &ConnectOptions) -> Result<quinn::ClientConfig, ClientError> {
+    let mut config = tasklet_tls::client_config(&options.certs, &options.tenant)?;
+    let mut transport = quinn::TransportConfig::default();
+    let idle = quinn::IdleTimeout::try_from(options.idle_timeout)
+        .unwrap_or_else(|_| quinn::VarInt::MAX.into());
+    transport
+        .max_idle_timeout(Some(idle))
+        .keep_alive_interval(Some(options.idle_timeout / 3))
+        .max_concurrent_uni_streams(0u32.into())
+        .stream_receive_window((16u32 << 20).into())
+        .receive_window((64u32 << 20).into())
+        .send_window(64 << 20);
+    config.transport_config(Arc::new(transport));
+    Ok(config)
+}
+
+/// Connects to the node, within the connect timeout.
+pub(crate) async fn handshake(
+    options: &ConnectOptions,
+) -> Result<(quinn::Endpoint, quinn::Connection), ClientError> {
+    let target = target(&options.addr)?;
+    let config = client_config(options)?;
+    let local: SocketAddr = match target.addr {
+        SocketAddr::V4(_) => ([0, 0, 0, 0], 0).into(),
+        SocketAddr::V6(_) => (std::net::Ipv6Addr::UNSPECIFIED, 0).into(),
+    };
+    let mut endpoint = quinn::Endpoint::client(local)
+        .map_err(|err| ClientError::Setup(format!("cannot open a UDP socket: {err}")))?;
+    endpoint.set_default_client_config(config);
+    let connecting = endpoint
+        .connect(target.addr, &target.server_name)
+        .map_err(|err| ClientError::Address {
+            addr: options.addr.clone(),
+            reason: err.to_string(),
+        })?;
+    match tokio::time::timeout(options.connect_timeout, connecting).await {
+        Ok(Ok(connection)) => Ok((endpoint, connection)),
+        Ok(Err(err)) => Err(refusal_or_loss(&err)),
+        Err(_) => Err(ClientError::Unreachable {
+            addr: options.addr.clone(),
+            seconds: options.connect_timeout.as_secs(),
+        }),
+    }
+}
+
+/// A connection error as the client reports it: a refused handshake explained in one line, or
+/// the loss of the connection.
+pub(crate) fn refusal_or_loss(err: &quinn::ConnectionError) -> ClientError {
+    if tasklet_tls::Refusal::from_connection_error(err, Side::Client).is_some() {
+        return ClientError::Refused(explain(err, Side::Client));
+    }
+    ClientError::Disconnected(lost(err))
+}
+
+/// Why a connection ended, for people.
+pub(crate) fn lost(err: &quinn::ConnectionError) -> String {
+    match err {
+        quinn::ConnectionError::ApplicationClosed(close) => {
+            let reason = String::from_utf8_lossy(&close.reason);
+            if reason.is_empty() {
+                format!("the node closed the connection (code {})", close.error_code)
+            } else {
+                format!("the node closed the connection: {reason}")
+            }
+        }
+        quinn::ConnectionError::TimedOut => {
+            "the node stopped answering (nothing heard within the idle timeout)".into()
+        }
+        quinn::ConnectionError::Reset => "the node reset the connection (did it restart?)".into(),
+        quinn::ConnectionError::LocallyClosed => "this client closed the connection".into(),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_with_and_without_ports() {
+        let t = target("127.0.0.1").unwrap();
+        assert_eq!(t.addr, "127.0.0.1:5701".parse().unwrap());
+        assert_eq!(t.server_name, "127.0.0.1");
+        let t = target("127.0.0.1:9").unwrap();
+        assert_eq!(t.addr.port(), 9);
+        let t = target("[::1]:7000").unwrap();
+        assert_eq!(t.addr, "[::1]:7000".parse().unwrap());
+        assert_eq!(t.server_name, "::1");
+        let t = target("::1").unwrap();
+        assert_eq!(t.addr.port(), 5701);
+        let t = target("localhost:6000").unwrap();
+        assert_eq!((t.addr.port(), t.server_name.as_str()), (6000, "localhost"));
+    }
+
+    #[test]
+    fn malformed_addresses_say_what_is_expected() {
+        for bad in [
+            "",
+            ":5701",
+            "[::1",
+            "[::1]x",
+            "host:port",
+            "127.0.0.1:70000",
+        ] {
+            let err = target(bad).unwrap_err().to_string();
+            assert!(
+                err.starts_with(&format!("cannot reach node {bad}: ")),
+                "{err}"
+            );
+        }
+    }
+}

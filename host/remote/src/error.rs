@@ -1,0 +1,86 @@
+//! Why a client's request did not succeed, in one line each.
+
+use tasklet_runtime::GpuError;
+use tasklet_wire::{ErrorCode, ErrorReply, Opcode};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The address could not be read or resolved.
+    #[error("cannot reach node {addr}: {reason}")]
+    Address { addr: String, reason: String },
+    /// The certificate folder cannot be used.
+    #[error(transparent)]
+    Certs(#[from] tasklet_tls::Error),
+    /// The client could not start its network machinery.
+    #[error("cannot start the client: {0}")]
+    Setup(String),
+    /// Nothing answered at the address in time.
+    #[error("no node answered at {addr} within {seconds}s (is `tasklet node` running there, and does UDP reach its port?)")]
+    Unreachable { addr: String, seconds: u64 },
+    /// The TLS handshake was refused, by either side; the line says whose certificate and why.
+    #[error("{0}")]
+    Refused(String),
+    /// The connection is gone; no request can be answered any more.
+    #[error("disconnected: {0}")]
+    Disconnected(String),
+    /// The node answered the request with a failure.
+    #[error("{opcode} failed: {error}")]
+    Failed { opcode: Opcode, error: ErrorReply },
+    /// The node sent something this client cannot read: it closed the connection.
+    #[error("disconnected: the node broke the protocol ({0})")]
+    Protocol(String),
+}
+
+impl ClientError {
+    /// The node's status, for a request it answered with a failure.
+    pub fn code(&self) -> Option<ErrorCode> {
+        match self {
+            ClientError::Failed { error, .. } => Some(error.code),
+            _ => None,
+        }
+    }
+}
+
+impl From<ClientError> for GpuError {
+    /// A remote failure as the local service would report it: the same case and message, with
+    /// the pipelined op that failed named when a barrier reports it. Losing the node is losing
+    /// the device.
+    fn from(error: ClientError) -> GpuError {
+        let ClientError::Failed { error, .. } = error else {
+            return GpuError::DeviceLost(match error {
+                ClientError::Disconnected(why) => format!("disconnected: {why}"),
+                other => other.to_string(),
+            });
+        };
+        let message = match error.failed_op {
+            None => error.message,
+            Some(op) => format!(
+                "{} (reported for {}, request {})",
+                error.message,
+                op.opcode.name(),
+                op.request_id
+            ),
+        };
+        match error.code {
+            ErrorCode::Unauthorized => GpuError::Unauthorized(message),
+            ErrorCode::LoadFailed => GpuError::LoadFailed(message),
+            ErrorCode::LaunchFailed => GpuError::LaunchFailed(message),
+            ErrorCode::InvalidArgument | ErrorCode::NotFound => GpuError::InvalidArgument(message),
+            ErrorCode::LeaseExpired => GpuError::LeaseExpired(message),
+            ErrorCode::CapacityExceeded => GpuError::CapacityExceeded(message),
+            ErrorCode::QuotaExceeded => GpuError::QuotaExceeded(message),
+            ErrorCode::OutOfBounds => GpuError::OutOfBounds(message),
+            ErrorCode::KernelFault => GpuError::KernelFault(message),
+            ErrorCode::DeadlineExceeded => GpuError::DeadlineExceeded(message),
+            ErrorCode::Unsupported => GpuError::Unsupported(message),
+            // A node that takes no new leases: like one that is full, for now, here.
+            ErrorCode::Draining => GpuError::CapacityExceeded(format!("draining: {message}")),
+            ErrorCode::ReadFailed | ErrorCode::DeviceLost | ErrorCode::Internal => {
+                GpuError::DeviceLost(message)
+            }
+            ErrorCode::ProtocolError => GpuError::DeviceLost(format!(
+                "disconnected: the node says this client broke the protocol: {message}"
+            )),
+        }
+    }
+}

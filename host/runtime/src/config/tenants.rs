@@ -1,0 +1,196 @@
+//! `[tenants.NAME]`: what one tenant of a node may do, as caps narrowing `[tasklets]`.
+//!
+//! A node serves tenants, each named by its client certificate. The policy's `[tasklets]` caps
+//! every grant; a `[tenants.NAME]` section, with the same keys, narrows them for tenant `NAME`
+//! (a key it leaves out keeps `[tasklets]`'s value). Which tenants get in at all follows from
+//! whether the policy lists any (see [`Policy::tenant_ceiling`]): a policy with no `[tenants.*]`
+//! section lets in every tenant the node's CA certified; one that lists tenants lets in those
+//! only, so that adding the first section never widens what anyone gets.
+
+use super::manifest::{GpuRequest, Limits};
+use super::policy::{Grant, Policy};
+use super::rights::Rights;
+use std::time::Duration;
+
+/// Caps for one tenant. Each is a ceiling under the `[tasklets]` one; `None` keeps that one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TenantCaps {
+    pub max_memory: Option<u64>,
+    pub max_wall_time: Option<Duration>,
+    pub max_vram: Option<u64>,
+    pub max_leases: Option<u32>,
+    pub max_lease_time: Option<Duration>,
+    pub rights: Option<Rights>,
+}
+
+/// A tenant the policy does not let in: it lists tenants, and not this one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "tenant `{tenant}` is not allowed on this node: its policy lists tenants ({}) and has no [tenants.{tenant}] section; \
+     add one to the node's policy to let it in",
+    listed.join(", ")
+)]
+pub struct UnlistedTenant {
+    pub tenant: String,
+    /// The tenants the policy lists, in name order.
+    pub listed: Vec<String>,
+}
+
+impl Policy {
+    /// The most any tasklet gets on this node, as a grant: the `[tasklets]` caps themselves.
+    pub fn ceiling(&self) -> Grant {
+        Grant {
+            limits: self.limits,
+            gpu: self.gpu,
+            kernel_deadline: self.workers.kernel_deadline,
+        }
+    }
+
+    /// The most `tenant` gets: [`Policy::ceiling`] narrowed by its `[tenants.NAME]` section.
+    ///
+    /// With no `[tenants.*]` section at all, every tenant gets the ceiling. Once the policy lists
+    /// a tenant, a tenant it does not list is refused: the secure default, so that a certificate
+    /// issued for someone the operator forgot is not a way in.
+    pub fn tenant_ceiling(&self, tenant: &str) -> Result<Grant, UnlistedTenant> {
+        let ceiling = self.ceiling();
+        if self.tenants.is_empty() {
+            return Ok(ceiling);
+        }
+        let Some(caps) = self.tenants.get(tenant) else {
+            return Err(UnlistedTenant {
+                tenant: tenant.to_owned(),
+                listed: self.tenants.keys().cloned().collect(),
+            });
+        };
+        Ok(Grant {
+            limits: Limits {
+                memory: capped(ceiling.limits.memory, caps.max_memory),
+                wall_time: capped(ceiling.limits.wall_time, caps.max_wall_time),
+            },
+            gpu: GpuRequest {
+                max_vram: capped(ceiling.gpu.max_vram, caps.max_vram),
+                max_leases: capped(ceiling.gpu.max_leases, caps.max_leases),
+                max_lease_time: capped(ceiling.gpu.max_lease_time, caps.max_lease_time),
+                rights: caps
+                    .rights
+                    .map_or(ceiling.gpu.rights, |r| r.intersect(ceiling.gpu.rights)),
+            },
+            kernel_deadline: ceiling.kernel_deadline,
+        })
+    }
+}
+
+/// `value`, no larger than `cap` when there is one.
+fn capped<T: Ord>(value: T, cap: Option<T>) -> T {
+    match cap {
+        Some(cap) => value.min(cap),
+        None => value,
+    }
+}
+
+impl Grant {
+    /// This grant cut down to what a request asks for (a tasklet's manifest): each value the
+    /// smaller of the two, the rights those in both.
+    pub fn narrowed(&self, limits: &Limits, gpu: &GpuRequest) -> Grant {
+        Grant {
+            limits: Limits {
+                memory: limits.memory.min(self.limits.memory),
+                wall_time: limits.wall_time.min(self.limits.wall_time),
+            },
+            gpu: GpuRequest {
+                max_vram: gpu.max_vram.min(self.gpu.max_vram),
+                max_leases: gpu.max_leases.min(self.gpu.max_leases),
+                max_lease_time: gpu.max_lease_time.min(self.gpu.max_lease_time),
+                rights: gpu.rights.intersect(self.gpu.rights),
+            },
+            kernel_deadline: self.kernel_deadline,
+        }
+    }
+
+    /// What both grants allow (the shorter kernel deadline too).
+    pub fn intersect(&self, other: &Grant) -> Grant {
+        Grant {
+            kernel_deadline: self.kernel_deadline.min(other.kernel_deadline),
+            ..self.narrowed(&other.limits, &other.gpu)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::rights::Right;
+    use super::*;
+
+    const TWO_TENANTS: &str = r#"
+[tasklets]
+max-vram = "1GiB"
+max-leases = 4
+rights = ["alloc", "write", "read", "load", "launch"]
+
+[tenants.dev]
+
+[tenants.team-7]
+max-vram = "64MiB"
+max-leases = 8
+rights = ["alloc", "read", "launch", "load"]
+"#;
+
+    #[test]
+    fn a_tenant_section_narrows_tasklets_and_never_widens_it() {
+        let p = Policy::parse(TWO_TENANTS).unwrap();
+        let dev = p.tenant_ceiling("dev").unwrap();
+        assert_eq!(dev, p.ceiling());
+        let team = p.tenant_ceiling("team-7").unwrap();
+        assert_eq!(team.gpu.max_vram, 64 << 20);
+        // 8 asked, [tasklets] allows 4.
+        assert_eq!(team.gpu.max_leases, 4);
+        assert!(!team.gpu.rights.contains(Right::Write));
+        assert!(team.gpu.rights.contains(Right::Launch));
+        assert_eq!(team.limits, p.limits);
+    }
+
+    #[test]
+    fn once_tenants_are_listed_the_others_are_refused() {
+        let p = Policy::parse(TWO_TENANTS).unwrap();
+        let err = p.tenant_ceiling("mallory").unwrap_err();
+        assert_eq!(err.listed, ["dev", "team-7"]);
+        let text = err.to_string();
+        assert!(
+            text.contains("[tenants.mallory]") && text.contains("dev, team-7"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn with_no_tenant_sections_every_tenant_gets_the_ceiling() {
+        let p = Policy::parse("[tasklets]\nmax-leases = 2\n").unwrap();
+        assert_eq!(p.tenant_ceiling("anyone").unwrap(), p.ceiling());
+    }
+
+    #[test]
+    fn tenant_sections_take_the_tasklets_keys_only() {
+        let (line, msg) = Policy::parse("[tenants.dev]\nmax-vram = \"1GiB\"\nmax-gpus = 2\n")
+            .unwrap_err();
+        assert_eq!(line, Some(3), "{msg}");
+        assert!(msg.contains("max-gpus"), "{msg}");
+    }
+
+    #[test]
+    fn narrowing_takes_the_smaller_of_each() {
+        let p = Policy::parse(TWO_TENANTS).unwrap();
+        let ceiling = p.tenant_ceiling("team-7").unwrap();
+        let asked = GpuRequest {
+            max_vram: 1 << 40,
+            max_leases: 1,
+            max_lease_time: Duration::from_secs(5),
+            rights: Rights::ALL,
+        };
+        let g = ceiling.narrowed(&Limits::default(), &asked);
+        assert_eq!(g.gpu.max_vram, 64 << 20);
+        assert_eq!(g.gpu.max_leases, 1);
+        assert_eq!(g.gpu.max_lease_time, Duration::from_secs(5));
+        assert_eq!(g.gpu.rights, ceiling.gpu.rights);
+        assert_eq!(g.limits, Limits::default());
+        assert_eq!(g.intersect(&ceiling), g);
+    }
+}

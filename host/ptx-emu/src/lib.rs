@@ -16,8 +16,6 @@
 //!   with the bit-level semantics in `exec::ops` and IEEE rounding in `float`.
 //! - `memory`: device memory, shared by the host and every CTA of a launch.
 
-// `is_multiple_of` is newer than the workspace's rust-version (1.85).
-#![allow(clippy::manual_is_multiple_of)]
 
 mod ast;
 mod exec;

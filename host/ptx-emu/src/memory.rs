@@ -70,7 +70,7 @@ impl Region {
     /// Loads `size` (1, 2, 4, 8) bytes at `off`, zero-extended. Caller checked bounds and alignment.
     #[inline(always)]
     pub(crate) fn load(&self, off: u64, size: u32) -> u64 {
-        debug_assert!(off + size as u64 <= self.layout.size() as u64 && off % size as u64 == 0);
+        debug_assert!(off + size as u64 <= self.layout.size() as u64 && off.is_multiple_of(size as u64));
         let p = self.at(off);
         // SAFETY: in bounds and naturally aligned (checked by the caller); the storage is only
         // accessed atomically.
@@ -86,7 +86,7 @@ impl Region {
 
     #[inline(always)]
     pub(crate) fn store(&self, off: u64, size: u32, v: u64) {
-        debug_assert!(off + size as u64 <= self.layout.size() as u64 && off % size as u64 == 0);
+        debug_assert!(off + size as u64 <= self.layout.size() as u64 && off.is_multiple_of(size as u64));
         let p = self.at(off);
         // SAFETY: as in `load`.
         unsafe {
@@ -118,7 +118,7 @@ impl Region {
         let n = out.len();
         while i < n {
             let o = off + i as u64;
-            if o % 8 == 0 && n - i >= 8 {
+            if o.is_multiple_of(8) && n - i >= 8 {
                 out[i..i + 8].copy_from_slice(&self.load(o, 8).to_le_bytes());
                 i += 8;
             } else {
@@ -133,7 +133,7 @@ impl Region {
         let n = data.len();
         while i < n {
             let o = off + i as u64;
-            if o % 8 == 0 && n - i >= 8 {
+            if o.is_multiple_of(8) && n - i >= 8 {
                 let mut w = [0u8; 8];
                 w.copy_from_slice(&data[i..i + 8]);
                 self.store(o, 8, u64::from_le_bytes(w));

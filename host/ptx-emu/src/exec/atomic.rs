@@ -31,7 +31,7 @@ impl Warp {
         let size = t.bits() as u32 / 8;
         for l in lanes(m) {
             let a = self.addr(addr, l);
-            if a % size as u64 != 0 {
+            if !a.is_multiple_of(size as u64) {
                 return Err(trouble(
                     l as u32,
                     format!("misaligned {size}-byte atomic at {}", show_addr(sp, a)),

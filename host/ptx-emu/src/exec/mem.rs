@@ -224,7 +224,7 @@ impl Warp {
         let total = size as u32 * n as u32;
         for l in lanes(m) {
             let a = self.addr(addr, l);
-            if a % total as u64 != 0 {
+            if !a.is_multiple_of(total as u64) {
                 return Err(trouble(
                     l as u32,
                     format!("misaligned {total}-byte load from {}", show_addr(sp, a)),
@@ -263,7 +263,7 @@ impl Warp {
         let total = size as u32 * n as u32;
         for l in lanes(m) {
             let a = self.addr(addr, l);
-            if a % total as u64 != 0 {
+            if !a.is_multiple_of(total as u64) {
                 return Err(trouble(
                     l as u32,
                     format!("misaligned {total}-byte store to {}", show_addr(sp, a)),

@@ -60,7 +60,7 @@ impl Warp {
         let cnt = match count {
             Some(c) => {
                 let c = self.v1(c, l0 as usize);
-                if c == 0 || c % 32 != 0 || c > cx.nthreads.div_ceil(32) as u64 * 32 {
+                if c == 0 || !c.is_multiple_of(32) || c > cx.nthreads.div_ceil(32) as u64 * 32 {
                     return Err(trouble(l0, format!("barrier thread count {c} must be a non-zero multiple of 32 no larger than the block")));
                 }
                 Some(c as u32)

@@ -1,0 +1,105 @@
+//! The node over real QUIC on 127.0.0.1, with the emulator and real worker processes: remote
+//! runs against local ones, refusals, isolation, malformed input, dying and stalling peers,
+//! expiry, drain, GPU_SUBMIT.
+//!
+//! One binary with its own harness (libtest-mimic), because it plays three parts: the tests;
+//! the GPU worker program its nodes start (`worker …`, as a daemon embedding the node does);
+//! and the processes the tests kill (`serve-node`, `hold-lease`).
+
+mod isolation;
+mod lifecycle;
+mod malformed;
+mod refusals;
+mod remote;
+mod submit;
+mod support;
+
+use libtest_mimic::{Arguments, Trial};
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    match args.get(1).map(String::as_str) {
+        Some("worker") => {
+            return ExitCode::from(tasklet_worker::serve_main(args.into_iter().skip(2)) as u8)
+        }
+        Some("serve-node") => lifecycle::serve_node(&args[2..]),
+        Some("hold-lease") => lifecycle::hold_lease(&args[2..]),
+        _ => {}
+    }
+    let tests = [
+        (
+            "remote::examples_match_local",
+            remote::examples_match_local as fn() -> support::TestResult,
+        ),
+        (
+            "remote::a_failing_run_fails_alike",
+            remote::a_failing_run_fails_alike,
+        ),
+        (
+            "remote::pipelined_failures_surface_at_the_next_sync",
+            remote::pipelined_failures_surface_at_the_next_sync,
+        ),
+        (
+            "remote::large_transfers_round_trip",
+            remote::large_transfers_round_trip,
+        ),
+        (
+            "refusals::a_client_without_a_certificate_is_refused",
+            refusals::a_client_without_a_certificate_is_refused,
+        ),
+        (
+            "refusals::a_certificate_from_another_ca_is_refused",
+            refusals::a_certificate_from_another_ca_is_refused,
+        ),
+        (
+            "refusals::an_expired_certificate_is_refused",
+            refusals::an_expired_certificate_is_refused,
+        ),
+        (
+            "refusals::a_tenant_the_policy_does_not_list_is_refused",
+            refusals::a_tenant_the_policy_does_not_list_is_refused,
+        ),
+        (
+            "refusals::an_authorizer_narrows_and_refuses",
+            refusals::an_authorizer_narrows_and_refuses,
+        ),
+        (
+            "isolation::another_tenants_ids_are_refused",
+            isolation::another_tenants_ids_are_refused,
+        ),
+        (
+            "malformed::garbage_closes_only_its_connection",
+            malformed::garbage_closes_only_its_connection,
+        ),
+        (
+            "lifecycle::a_killed_client_leaves_nothing_behind",
+            lifecycle::a_killed_client_leaves_nothing_behind,
+        ),
+        (
+            "lifecycle::a_killed_node_is_reported_disconnected_and_leaves_no_worker",
+            lifecycle::a_killed_node_is_reported_disconnected_and_leaves_no_worker,
+        ),
+        (
+            "lifecycle::a_lease_expires_during_a_remote_session",
+            lifecycle::a_lease_expires_during_a_remote_session,
+        ),
+        (
+            "lifecycle::a_stalled_client_holds_nothing_past_its_timeout",
+            lifecycle::a_stalled_client_holds_nothing_past_its_timeout,
+        ),
+        (
+            "lifecycle::a_drain_refuses_new_leases_while_a_session_finishes",
+            lifecycle::a_drain_refuses_new_leases_while_a_session_finishes,
+        ),
+        (
+            "submit::gpu_submit_runs_one_kernel_and_reports_each_status",
+            submit::gpu_submit_runs_one_kernel_and_reports_each_status,
+        ),
+    ];
+    let trials = tests
+        .into_iter()
+        .map(|(name, test)| Trial::test(name, test))
+        .collect();
+    libtest_mimic::run(&Arguments::from_args(), trials).exit_code()
+}

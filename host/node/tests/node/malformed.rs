@@ -1,0 +1,124 @@
+//! Garbage on the port: the connection that sent it is told PROTOCOL_ERROR and closed, and the
+//! node goes on serving everyone else.
+
+use crate::support::*;
+use tasklet_wire::{encode_request, ErrorCode, Opcode, Request};
+
+/// A frame header from raw parts.
+fn header(version: u8, flags: u8, opcode: u16, request_id: u32, len: u32) -> Vec<u8> {
+    let mut bytes = vec![version, flags];
+    bytes.extend_from_slice(&opcode.to_be_bytes());
+    bytes.extend_from_slice(&request_id.to_be_bytes());
+    bytes.extend_from_slice(&len.to_be_bytes());
+    bytes
+}
+
+fn hello_bytes() -> Vec<u8> {
+    let mut out = Vec::new();
+    let _ = encode_request(1, &hello(), &mut out).unwrap();
+    out
+}
+
+/// Each kind of garbage, sent after a proper HELLO (and once before it).
+fn garbage() -> Vec<(&'static str, Vec<u8>, bool)> {
+    // A deterministic, varied byte string (xorshift).
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let random: Vec<u8> = (0..4096)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        })
+        .collect();
+    let mut truncated = Vec::new();
+    let _ = encode_request(2, &Request::GetInventory, &mut truncated).unwrap();
+    let mut sync = Vec::new();
+    let _ = encode_request(
+        2,
+        &Request::Sync {
+            session: tasklet_wire::SessionId(1),
+        },
+        &mut sync,
+    )
+    .unwrap();
+    truncated.extend_from_slice(&sync[..sync.len() - 3]);
+    vec![
+        ("random bytes", random, false),
+        (
+            "random bytes before HELLO",
+            (0..64).map(|i| (i * 37) as u8).collect(),
+            true,
+        ),
+        ("a truncated frame", truncated, false),
+        (
+            "an oversized length",
+            header(1, 0, Opcode::ModuleLoad as u16, 2, u32::MAX),
+            false,
+        ),
+        (
+            "an unknown version",
+            header(9, 0, Opcode::Sync as u16, 2, 8),
+            false,
+        ),
+        ("an unknown opcode", header(1, 0, 0x0999, 2, 0), false),
+        (
+            "unknown flags",
+            header(1, 0x80, Opcode::Sync as u16, 2, 8),
+            false,
+        ),
+        (
+            "a request before HELLO",
+            header(1, 0, Opcode::GetInventory as u16, 1, 0),
+            true,
+        ),
+    ]
+}
+
+pub fn garbage_closes_only_its_connection() -> TestResult {
+    let node = TestNode::start();
+    let mut bystander = node.client("dev");
+    let lease = bystander
+        .lease_alloc(1 << 20, 60, None)
+        .map_err(|e| e.to_string())?;
+    for (what, bytes, before_hello) in garbage() {
+        let mut raw = RawClient::connect(&node, "team");
+        if !before_hello {
+            raw.send_bytes(&hello_bytes());
+            raw.next_reply()
+                .map_err(|e| format!("{what}: HELLO: {e}"))?;
+        }
+        raw.send_bytes(&bytes);
+        // A truncated frame is malformed only once the stream ends inside it.
+        raw.finish();
+        match raw.next_reply() {
+            Err(e) if e.starts_with("GOAWAY PROTOCOL_ERROR") => {}
+            other => {
+                // The GOAWAY may be lost to the close itself; the close code says the same.
+                let (code, reason) = raw
+                    .closed()
+                    .map_err(|e| format!("{what}: {e} (after {other:?})"))?;
+                check(code == ErrorCode::ProtocolError as u64, || {
+                    format!("{what}: closed with {code}: {reason}")
+                })?;
+            }
+        }
+        let (code, reason) = raw.closed().map_err(|e| format!("{what}: {e}"))?;
+        check(code == ErrorCode::ProtocolError as u64, || {
+            format!("{what}: closed with {code}: {reason}")
+        })?;
+        // The bystander is served throughout, its lease intact.
+        let devices = bystander
+            .inventory()
+            .map_err(|e| format!("after {what}: {e}"))?;
+        check(devices.first().is_some_and(|d| d.leases == 1), || {
+            format!("after {what}: {devices:?}")
+        })?;
+    }
+    bystander.mem_free(lease.lease).map_err(|e| e.to_string())?;
+    check(node.node().control().metrics().protocol_errors >= 8, || {
+        format!("{:?}", node.node().control().metrics())
+    })?;
+    node.wait_for_baseline(WAIT)?;
+    Ok(())
+}

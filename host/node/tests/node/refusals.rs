@@ -1,0 +1,211 @@
+//! Each way a client is turned away reaches it as one line saying why and what to do.
+
+use crate::support::*;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+use tasklet_node::Denied;
+use tasklet_remote::{ClientError, ConnectOptions, NodeClient};
+use tasklet_runtime::Policy;
+use rustls_pki_types::pem::PemObject;
+use tasklet_tls::{CertDir, Validity};
+
+fn one_line(err: &ClientError) -> TestResult {
+    let text = err.to_string();
+    check(!text.is_empty() && !text.contains('\n'), || {
+        format!("not one line: {text:?}")
+    })
+}
+
+/// A client folder: the node's CA, and `cert`/`key` as tenant `name`'s files.
+fn client_folder(
+    node_ca: &std::path::Path,
+    name: &str,
+    cert: &std::path::Path,
+    key: &std::path::Path,
+) -> tempfile::TempDir {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = CertDir::new(temp.path());
+    std::fs::create_dir_all(dir.tenants()).unwrap();
+    std::fs::copy(node_ca, dir.ca_cert()).unwrap();
+    std::fs::copy(cert, dir.tenant_cert(&tenant(name))).unwrap();
+    std::fs::copy(key, dir.tenant_key(&tenant(name))).unwrap();
+    temp
+}
+
+fn connect(
+    node: &TestNode,
+    certs: &std::path::Path,
+    name: &str,
+) -> Result<NodeClient, ClientError> {
+    let mut options = ConnectOptions::new(node.addr_text(), certs, tenant(name));
+    options.connect_timeout = Duration::from_secs(5);
+    NodeClient::connect_with(&options)
+}
+
+pub fn a_client_without_a_certificate_is_refused() -> TestResult {
+    let node = TestNode::start();
+    // Our client will not even try without one, and names the file it lacks.
+    let err = connect(&node, node.certs_path(), "nobody")
+        .err()
+        .ok_or("connected with no certificate")?;
+    one_line(&err)?;
+    check(
+        err.to_string().contains("nobody.pem does not exist"),
+        || err.to_string(),
+    )?;
+
+    // Another client, presenting nothing, is refused by the node at the handshake.
+    let ca =
+        rustls_pki_types::CertificateDer::from_pem_file(CertDir::new(node.certs_path()).ca_cert())
+            .unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    tls.alpn_protocols = vec![tasklet_tls::ALPN.to_vec()];
+    let quic = quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap();
+    let config = quinn::ClientConfig::new(Arc::new(quic));
+    let addr = node.addr;
+    let outcome = node.runtime().block_on(async move {
+        let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+        endpoint.set_default_client_config(config);
+        let connection = endpoint.connect(addr, "localhost").unwrap().await?;
+        // TLS 1.3: the refusal comes with the first use of the connection.
+        let (mut send, mut recv) = connection.open_bi().await?;
+        send.write_all(b"x").await.map_err(|e| match e {
+            quinn::WriteError::ConnectionLost(e) => e,
+            other => panic!("{other}"),
+        })?;
+        let _ = tokio::time::timeout(WAIT, recv.read_chunk(16, true)).await;
+        Err::<(), _>(
+            connection
+                .close_reason()
+                .unwrap_or(quinn::ConnectionError::TimedOut),
+        )
+    });
+    let err = outcome
+        .err()
+        .ok_or("the node served a client with no certificate")?;
+    let line = tasklet_tls::explain(&err, quinn::Side::Client);
+    check(
+        line.starts_with("the node refused this client: it presented no certificate"),
+        || line.clone(),
+    )?;
+    check(
+        node.node().control().metrics().handshakes_refused >= 1,
+        || "no refusal counted".into(),
+    )?;
+    Ok(())
+}
+
+pub fn a_certificate_from_another_ca_is_refused() -> TestResult {
+    let node = TestNode::start();
+    let other = certs();
+    let other_dir = CertDir::new(other.path());
+    let dev = tenant("dev");
+    let folder = client_folder(
+        &CertDir::new(node.certs_path()).ca_cert(),
+        "dev",
+        &other_dir.tenant_cert(&dev),
+        &other_dir.tenant_key(&dev),
+    );
+    let err = connect(&node, folder.path(), "dev")
+        .err()
+        .ok_or("connected with a foreign certificate")?;
+    one_line(&err)?;
+    check(
+        err.to_string().starts_with(
+            "the node refused this client's certificate: it is not signed by the node's CA",
+        ),
+        || err.to_string(),
+    )?;
+    Ok(())
+}
+
+pub fn an_expired_certificate_is_refused() -> TestResult {
+    let node = TestNode::start();
+    let now = SystemTime::now();
+    let day = Duration::from_secs(86_400);
+    let expired = Validity::between(now - 2 * day, now - day).unwrap();
+    tasklet_tls::issue(node.certs_path(), &tenant("old"), expired).unwrap();
+    let err = connect(&node, node.certs_path(), "old")
+        .err()
+        .ok_or("connected with an expired certificate")?;
+    one_line(&err)?;
+    check(err.to_string().contains("has expired"), || err.to_string())?;
+    Ok(())
+}
+
+pub fn a_tenant_the_policy_does_not_list_is_refused() -> TestResult {
+    let mut policy = policy();
+    policy.tenants = Policy::parse("[tenants.dev]\nmax-leases = 1\n")
+        .unwrap()
+        .tenants;
+    let node = TestNode::with(Setup {
+        policy,
+        ..Setup::default()
+    });
+    let err = connect(&node, node.certs_path(), "team")
+        .err()
+        .ok_or("an unlisted tenant got in")?;
+    one_line(&err)?;
+    let text = err.to_string();
+    check(
+        text.contains("unauthorized") && text.contains("[tenants.team]"),
+        || text.clone(),
+    )?;
+    // The listed one gets in, with its section's caps.
+    let mut dev = connect(&node, node.certs_path(), "dev").map_err(|e| e.to_string())?;
+    let lease = dev
+        .lease_alloc(1 << 20, 10, None)
+        .map_err(|e| e.to_string())?;
+    let second = dev
+        .lease_alloc(1 << 20, 10, None)
+        .err()
+        .ok_or("a second lease past max-leases = 1")?;
+    check(
+        second.code() == Some(tasklet_wire::ErrorCode::QuotaExceeded),
+        || second.to_string(),
+    )?;
+    dev.mem_free(lease.lease).map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+pub fn an_authorizer_narrows_and_refuses() -> TestResult {
+    let node = TestNode::with(Setup {
+        authorizer: Some(Box::new(|builder: tasklet_node::NodeBuilder| {
+            builder.authorizer(
+                |t: &tasklet_tls::Tenant, mut ceiling: tasklet_runtime::config::Grant| {
+                    if t.as_str() == "team" {
+                        return Err(Denied::new("team's access was withdrawn"));
+                    }
+                    ceiling.gpu.max_vram = 1 << 20;
+                    Ok(ceiling)
+                },
+            )
+        })),
+        ..Setup::default()
+    });
+    let err = connect(&node, node.certs_path(), "team")
+        .err()
+        .ok_or("a denied tenant got in")?;
+    one_line(&err)?;
+    check(
+        err.to_string().contains("team's access was withdrawn"),
+        || err.to_string(),
+    )?;
+    let mut dev = node.client("dev");
+    let big = dev
+        .lease_alloc(2 << 20, 10, None)
+        .err()
+        .ok_or("a lease past the authorizer's 1 MiB")?;
+    check(
+        big.code() == Some(tasklet_wire::ErrorCode::QuotaExceeded),
+        || big.to_string(),
+    )?;
+    Ok(())
+}

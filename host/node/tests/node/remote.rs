@@ -1,0 +1,173 @@
+//! The same tasklet, its GPU local or on the node: the same output.
+
+use crate::support::*;
+use tasklet_remote::RemoteGpu;
+use tasklet_runtime::gpu::{GpuService, KernelArg, LaunchConfig, LeaseRequest};
+use tasklet_runtime::{BackendKind, GpuError, Host, HostConfig, Manifest};
+
+/// A host on this machine, as `tasklet run` without `--node` has.
+fn local_host() -> Host {
+    Host::new(HostConfig {
+        policy: policy(),
+        worker: worker(),
+        backend: BackendKind::Emu,
+    })
+    .expect("the local host starts")
+}
+
+/// The example tasklets, each run locally and remotely on the same inputs.
+pub fn examples_match_local() -> TestResult {
+    let node = TestNode::start();
+    let local = local_host();
+    let cases: [(&str, &[&str]); 3] = [
+        ("iota", &["1", "37", "1000", ""]),
+        ("vector-add", &["1", "1000", "100000"]),
+        ("scale", &["1.5 1 2.25 -3 0.1 1e30 16777217", "2"]),
+    ];
+    for (name, inputs) in cases {
+        let manifest = Manifest::load(&tasklet(name)).expect("manifest");
+        let compiled = local.load(manifest.clone()).expect("component loads");
+        for input in inputs {
+            let here = local
+                .run(&compiled, input.as_bytes())
+                .map_err(|e| format!("{name} local: {e}"))?;
+            let gpu = RemoteGpu::for_manifest(node.client("dev"), &manifest)
+                .map_err(|e| e.to_string())?;
+            let there = local
+                .runner()
+                .run(&compiled, input.as_bytes(), Box::new(gpu))
+                .map_err(|e| format!("{name} remote: {e}"))?;
+            check(here == there, || {
+                format!(
+                    "{name} on {input:?}: local {:?}, remote {:?}",
+                    String::from_utf8_lossy(&here),
+                    String::from_utf8_lossy(&there)
+                )
+            })?;
+        }
+    }
+    // Every run's connection closed with it, and took its lease along.
+    node.wait_for_baseline(WAIT)?;
+    tasklet_tests::assert_baseline(&local);
+    Ok(())
+}
+
+/// A tasklet's failure is the same too: iota refuses a bad input either way.
+pub fn a_failing_run_fails_alike() -> TestResult {
+    let node = TestNode::start();
+    let local = local_host();
+    let manifest = Manifest::load(&tasklet("iota")).expect("manifest");
+    let compiled = local.load(manifest.clone()).expect("component loads");
+    let here = local
+        .run(&compiled, b"twelve")
+        .expect_err("local run fails");
+    let gpu = RemoteGpu::for_manifest(node.client("dev"), &manifest).map_err(|e| e.to_string())?;
+    let there = local
+        .runner()
+        .run(&compiled, b"twelve", Box::new(gpu))
+        .expect_err("remote run fails");
+    check(here.to_string() == there.to_string(), || {
+        format!("local: {here}; remote: {there}")
+    })?;
+    node.wait_for_baseline(WAIT)?;
+    Ok(())
+}
+
+const IOTA_PTX: &str = include_str!("../../../../kernels/iota.ptx");
+
+/// Launches are pipelined: a bad one returns at once, and the next sync reports it, naming the
+/// LAUNCH; a good session goes on working after.
+pub fn pipelined_failures_surface_at_the_next_sync() -> TestResult {
+    let node = TestNode::start();
+    let mut gpu = RemoteGpu::new(node.client("dev"));
+    let lease = gpu.lease_acquire(LeaseRequest {
+        min_vram: 1 << 20,
+        secs: 30,
+        device: None,
+    })?;
+    let session = gpu.session_open(lease)?;
+    let module = gpu.module_load(session, IOTA_PTX)?;
+    check(gpu.module_kernels(session, module) == ["iota"], || {
+        "kernels".into()
+    })?;
+    let out = gpu.mem_alloc(session, 4 * 64)?;
+    let config = LaunchConfig {
+        grid: [1, 1, 1],
+        block: [64, 1, 1],
+        shared_mem_bytes: 0,
+    };
+    // One argument too few: refused by the node, reported later.
+    gpu.launch(
+        session,
+        module,
+        "iota",
+        &config,
+        &[KernelArg::Buffer {
+            buffer: out,
+            offset: 0,
+        }],
+    )?;
+    match gpu.sync(session) {
+        Err(GpuError::InvalidArgument(message)) => check(
+            message.contains("takes 2 argument(s), 1 given") && message.contains("LAUNCH"),
+            || format!("the sync's report: {message}"),
+        )?,
+        other => {
+            return Err(format!("expected the launch's failure at the sync, got {other:?}").into())
+        }
+    }
+    let args = [
+        KernelArg::Buffer {
+            buffer: out,
+            offset: 0,
+        },
+        KernelArg::U32(64),
+    ];
+    for _ in 0..100 {
+        gpu.launch(session, module, "iota", &config, &args)?;
+    }
+    gpu.sync(session)?;
+    let bytes = gpu.mem_read(session, out, 0, 4 * 64)?;
+    let values: Vec<u32> = bytes
+        .chunks(4)
+        .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    check(values == (1..=64).collect::<Vec<_>>(), || {
+        format!("{values:?}")
+    })?;
+    // A write that does not fit is reported at the next read, naming the MEM_WRITE.
+    gpu.mem_write(session, out, 4 * 60, &[0u8; 64])?;
+    match gpu.mem_read(session, out, 0, 4) {
+        Err(GpuError::OutOfBounds(message)) => {
+            check(message.contains("MEM_WRITE"), || message.clone())?
+        }
+        other => {
+            return Err(format!("expected the write's failure at the read, got {other:?}").into())
+        }
+    }
+    gpu.lease_drop(lease);
+    drop(gpu);
+    node.wait_for_baseline(WAIT)?;
+    Ok(())
+}
+
+/// A large write and read stream through in pieces and come back intact.
+pub fn large_transfers_round_trip() -> TestResult {
+    let node = TestNode::start();
+    let mut gpu = RemoteGpu::new(node.client("dev"));
+    let size = 24u64 << 20;
+    let lease = gpu.lease_acquire(LeaseRequest {
+        min_vram: size,
+        secs: 60,
+        device: None,
+    })?;
+    let session = gpu.session_open(lease)?;
+    let buffer = gpu.mem_alloc(session, size)?;
+    let data: Vec<u8> = (0..size).map(|i| (i * 7 + i / 4093) as u8).collect();
+    gpu.mem_write(session, buffer, 0, &data)?;
+    let back = gpu.mem_read(session, buffer, 0, size)?;
+    check(back == data, || "the data came back changed".into())?;
+    drop(gpu);
+    node.wait_for_baseline(WAIT)?;
+    Ok(())
+}

@@ -1,0 +1,124 @@
+//! GPU_SUBMIT: one kernel on a lease's region, and each of its statuses.
+
+use crate::support::*;
+use tasklet_remote::ClientError;
+use tasklet_wire::{ErrorCode, GpuSubmit, LeaseId};
+
+const IOTA_PTX: &str = include_str!("../../../../kernels/iota.ptx");
+const FAULTS_PTX: &str = include_str!("../../../../kernels/faults.ptx");
+
+fn iota(lease: LeaseId, n: u32) -> GpuSubmit {
+    GpuSubmit {
+        lease,
+        ptx: IOTA_PTX.as_bytes().to_vec(),
+        kernel: "iota".into(),
+        grid: [n.div_ceil(64), 1, 1],
+        block: [64, 1, 1],
+        args: n.to_le_bytes().to_vec(),
+        output_size: 4 * u64::from(n),
+        output_offset: 0,
+    }
+}
+
+fn status(result: Result<Vec<u8>, ClientError>) -> Option<ErrorCode> {
+    result.err().and_then(|e| e.code())
+}
+
+pub fn gpu_submit_runs_one_kernel_and_reports_each_status() -> TestResult {
+    let node = TestNode::start();
+    let mut client = node.client("dev");
+    let lease = client
+        .lease_alloc(1 << 20, 60, None)
+        .map_err(|e| e.to_string())?
+        .lease;
+
+    let out = client
+        .gpu_submit(&iota(lease, 1000))
+        .map_err(|e| e.to_string())?;
+    let values: Vec<u32> = out
+        .chunks(4)
+        .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    check(values == (1..=1000).collect::<Vec<_>>(), || {
+        format!("{:?}", &values[..8])
+    })?;
+    // The region persists between submissions; a read from an offset sees the last one's output.
+    let mut tail = iota(lease, 10);
+    tail.output_offset = 4 * 995;
+    tail.output_size = 20;
+    let out = client.gpu_submit(&tail).map_err(|e| e.to_string())?;
+    check(
+        out == [996u32, 997, 998, 999, 1000]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect::<Vec<_>>(),
+        || format!("{out:?}"),
+    )?;
+
+    // UNAUTHORIZED (2): a lease that is not this connection's.
+    let mut other = node.client("team");
+    check(
+        status(other.gpu_submit(&iota(lease, 10))) == Some(ErrorCode::Unauthorized),
+        || "2".into(),
+    )?;
+    // LOAD_FAILED (3): a module that does not parse.
+    let mut bad = iota(lease, 10);
+    bad.ptx = b".version 8.0\n.target sm_80\nthis is not ptx".to_vec();
+    check(
+        status(client.gpu_submit(&bad)) == Some(ErrorCode::LoadFailed),
+        || "3".into(),
+    )?;
+    // LAUNCH_FAILED (4): arguments that do not fit the kernel, a kernel that is not there, and a
+    // kernel that faults.
+    let mut args = iota(lease, 10);
+    args.args = vec![0; 12];
+    let err = client.gpu_submit(&args).err().ok_or("bad args accepted")?;
+    check(
+        err.code() == Some(ErrorCode::LaunchFailed)
+            && err.to_string().contains("args holds 12 bytes"),
+        || err.to_string(),
+    )?;
+    let mut missing = iota(lease, 10);
+    missing.kernel = "nope".into();
+    check(
+        status(client.gpu_submit(&missing)) == Some(ErrorCode::LaunchFailed),
+        || "4, missing kernel".into(),
+    )?;
+    let fault = GpuSubmit {
+        lease,
+        ptx: FAULTS_PTX.as_bytes().to_vec(),
+        kernel: "write_out_of_bounds".into(),
+        grid: [1, 1, 1],
+        block: [1, 1, 1],
+        args: (1u64 << 40).to_le_bytes().to_vec(),
+        output_size: 4,
+        output_offset: 0,
+    };
+    let err = client
+        .gpu_submit(&fault)
+        .err()
+        .ok_or("a faulting kernel succeeded")?;
+    check(err.code() == Some(ErrorCode::LaunchFailed), || {
+        err.to_string()
+    })?;
+    // A fault ends the lease's worker, so the lease: a new one for the last status.
+    let lease = client
+        .lease_alloc(1 << 20, 60, None)
+        .map_err(|e| e.to_string())?
+        .lease;
+    // READ_FAILED (6): output outside the region.
+    let mut outside = iota(lease, 10);
+    outside.output_offset = 2 << 20;
+    check(
+        status(client.gpu_submit(&outside)) == Some(ErrorCode::ReadFailed),
+        || "6".into(),
+    )?;
+    let metrics = node.node().control().metrics();
+    check(
+        metrics.gpu_submit_total == 8 && metrics.gpu_submit_errors == 6,
+        || format!("{metrics:?}"),
+    )?;
+    drop(client);
+    node.wait_for_baseline(WAIT)?;
+    Ok(())
+}

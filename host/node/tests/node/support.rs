@@ -1,0 +1,360 @@
+//! What the tests share: a certificate folder, a node on 127.0.0.1 serving the emulator with
+//! this binary as its worker, clients of it, and a raw QUIC client that sends any bytes.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tasklet_node::{NodeBuilder, RunningNode};
+use tasklet_remote::{ConnectOptions, NodeClient};
+use tasklet_runtime::{Accounting, BackendKind, Policy, WorkerCommand};
+use tasklet_tls::{Tenant, Validity};
+use tasklet_wire::{encode_request, Decoder, DecoderConfig, Event, Reply, Request, RequestId};
+
+/// Bound on every wait for something the node does by itself (free a lease, close a connection).
+pub const WAIT: Duration = Duration::from_secs(15);
+
+pub type TestResult = Result<(), libtest_mimic::Failed>;
+
+/// This binary as a GPU worker: `main` serves as one on `worker`.
+pub fn worker() -> WorkerCommand {
+    WorkerCommand {
+        program: std::env::current_exe().expect("the test binary's path"),
+        args: vec!["worker".into()],
+    }
+}
+
+pub fn tenant(name: &str) -> Tenant {
+    Tenant::new(name).expect("a valid tenant name")
+}
+
+/// A certificate folder with tenants `dev` (from init) and `team`.
+pub fn certs() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("temp dir");
+    tasklet_tls::init(dir.path(), &[]).expect("certs init");
+    tasklet_tls::issue(dir.path(), &tenant("team"), Validity::days(1).unwrap()).expect("issue");
+    dir
+}
+
+/// The suite's policy, as tests/ runs hosts with: a small pool, short deadlines.
+pub fn policy() -> Policy {
+    tasklet_tests::test_policy()
+}
+
+/// A node serving on 127.0.0.1 from a runtime of its own; stopped when dropped.
+pub struct TestNode {
+    pub certs: tempfile::TempDir,
+    pub addr: SocketAddr,
+    node: Option<RunningNode>,
+    runtime: tokio::runtime::Runtime,
+}
+
+/// What a test may change about its node.
+pub struct Setup {
+    pub policy: Policy,
+    pub idle_timeout: Duration,
+    pub stall_timeout: Duration,
+    pub authorizer: Option<Box<dyn FnOnce(NodeBuilder) -> NodeBuilder>>,
+}
+
+impl Default for Setup {
+    fn default() -> Setup {
+        Setup {
+            policy: policy(),
+            idle_timeout: Duration::from_secs(3),
+            stall_timeout: Duration::from_secs(2),
+            authorizer: None,
+        }
+    }
+}
+
+impl TestNode {
+    pub fn start() -> TestNode {
+        TestNode::with(Setup::default())
+    }
+
+    pub fn with(setup: Setup) -> TestNode {
+        let certs = certs();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let dir = certs.path().to_path_buf();
+        let node = runtime.block_on(async move {
+            let mut builder = NodeBuilder::new()
+                .listen("127.0.0.1:0".parse().unwrap())
+                .certs(dir)
+                .policy(setup.policy)
+                .backend(BackendKind::Emu)
+                .worker(worker())
+                .idle_timeout(setup.idle_timeout)
+                .stall_timeout(setup.stall_timeout);
+            if let Some(add) = setup.authorizer {
+                builder = add(builder);
+            }
+            builder.build().expect("the node starts").start()
+        });
+        TestNode {
+            certs,
+            addr: node.local_addr(),
+            node: Some(node),
+            runtime,
+        }
+    }
+
+    pub fn node(&self) -> &RunningNode {
+        self.node.as_ref().expect("running")
+    }
+
+    pub fn addr_text(&self) -> String {
+        self.addr.to_string()
+    }
+
+    pub fn certs_path(&self) -> &Path {
+        self.certs.path()
+    }
+
+    pub fn options(&self, tenant_name: &str) -> ConnectOptions {
+        let mut options =
+            ConnectOptions::new(self.addr_text(), self.certs_path(), tenant(tenant_name));
+        options.idle_timeout = Duration::from_secs(3);
+        options.connect_timeout = Duration::from_secs(5);
+        options
+    }
+
+    pub fn client(&self, tenant_name: &str) -> NodeClient {
+        NodeClient::connect_with(&self.options(tenant_name)).expect("the client connects")
+    }
+
+    pub fn accounting(&self) -> Accounting {
+        self.node().accounting()
+    }
+
+    /// Waits (bounded) until the node holds no lease; the accounting then, and how long it took.
+    pub fn wait_for_baseline(&self, within: Duration) -> Result<Duration, String> {
+        let start = Instant::now();
+        while start.elapsed() < within {
+            if self.accounting() == Accounting::default() {
+                return Ok(start.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Err(format!(
+            "accounting not back at baseline after {within:?}: {:?}",
+            self.accounting()
+        ))
+    }
+
+    /// Drains the node and waits for it to stop.
+    pub fn drain_and_wait(mut self, within: Duration) -> Result<(), String> {
+        let node = self.node.take().expect("running");
+        node.drain();
+        let waited = self
+            .runtime
+            .block_on(async { tokio::time::timeout(within, node.wait()).await });
+        match waited {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(err)) => Err(err.to_string()),
+            Err(_) => Err(format!(
+                "the node did not stop within {within:?} of its drain"
+            )),
+        }
+    }
+
+    pub fn runtime(&self) -> &tokio::runtime::Runtime {
+        &self.runtime
+    }
+}
+
+impl Drop for TestNode {
+    fn drop(&mut self) {
+        if let Some(node) = self.node.take() {
+            node.stop();
+            let _ = self
+                .runtime
+                .block_on(async { tokio::time::timeout(WAIT, node.wait()).await });
+        }
+    }
+}
+
+/// A client that speaks frames as the test writes them, over its own QUIC connection.
+pub struct RawClient {
+    runtime: Arc<tokio::runtime::Runtime>,
+    _endpoint: quinn::Endpoint,
+    pub connection: quinn::Connection,
+    send: quinn::SendStream,
+    recv: quinn::RecvStream,
+    decoder: Decoder,
+    pending: Vec<u8>,
+}
+
+impl RawClient {
+    pub fn connect(node: &TestNode, tenant_name: &str) -> RawClient {
+        let runtime = Arc::new(
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .unwrap(),
+        );
+        let config = tasklet_tls::client_config(node.certs_path(), &tenant(tenant_name)).unwrap();
+        let addr = node.addr;
+        let (endpoint, connection, send, recv) = runtime.block_on(async move {
+            let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+            endpoint.set_default_client_config(config);
+            let connection = endpoint.connect(addr, "localhost").unwrap().await.unwrap();
+            let (send, recv) = connection.open_bi().await.unwrap();
+            (endpoint, connection, send, recv)
+        });
+        RawClient {
+            runtime,
+            _endpoint: endpoint,
+            connection,
+            send,
+            recv,
+            decoder: Decoder::for_client(DecoderConfig::default()),
+            pending: Vec::new(),
+        }
+    }
+
+    pub fn send_bytes(&mut self, bytes: &[u8]) {
+        let send = &mut self.send;
+        // A write may fail once the node has closed the connection; the tests look at that.
+        let _ = self.runtime.block_on(send.write_all(bytes));
+    }
+
+    pub fn finish(&mut self) {
+        let _ = self.send.finish();
+    }
+
+    pub fn request(
+        &mut self,
+        id: RequestId,
+        request: &Request,
+    ) -> Result<(Reply, Vec<u8>), String> {
+        let mut out = Vec::new();
+        encode_request(id, request, &mut out).map_err(|e| e.to_string())?;
+        self.send_bytes(&out);
+        self.next_reply()
+    }
+
+    /// The next reply and its data, or what ended the stream (a GOAWAY, a closed connection).
+    pub fn next_reply(&mut self) -> Result<(Reply, Vec<u8>), String> {
+        let mut reply = None;
+        let mut data = Vec::new();
+        let deadline = Instant::now() + WAIT;
+        loop {
+            while !self.pending.is_empty() {
+                let (used, event) = self
+                    .decoder
+                    .decode(&self.pending)
+                    .map_err(|e| e.to_string())?;
+                let mut done = false;
+                match event {
+                    Some(Event::Reply { reply: r, .. }) => {
+                        done = r.streamed().is_none_or(|(_, n)| n == 0);
+                        reply = Some(r);
+                    }
+                    Some(Event::Data {
+                        bytes, remaining, ..
+                    }) => {
+                        data.extend_from_slice(bytes);
+                        done = remaining == 0;
+                    }
+                    Some(Event::GoAway(error)) => {
+                        self.pending.drain(..used);
+                        return Err(format!("GOAWAY {error}"));
+                    }
+                    _ => {}
+                }
+                self.pending.drain(..used);
+                if done {
+                    return Ok((reply.take().expect("a reply"), data));
+                }
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            let recv = &mut self.recv;
+            let chunk = self.runtime.block_on(async {
+                tokio::time::timeout(left, recv.read_chunk(1 << 20, true)).await
+            });
+            match chunk {
+                Err(_) => return Err("no reply in time".into()),
+                Ok(Ok(Some(chunk))) => self.pending.extend_from_slice(&chunk.bytes),
+                Ok(Ok(None)) => return Err("the stream ended".into()),
+                Ok(Err(err)) => return Err(format!("read failed: {err}")),
+            }
+        }
+    }
+
+    /// Waits (bounded) for the connection to be closed; its close code and reason.
+    pub fn closed(&self) -> Result<(u64, String), String> {
+        let connection = self.connection.clone();
+        let closed = self
+            .runtime
+            .block_on(async move { tokio::time::timeout(WAIT, connection.closed()).await });
+        match closed {
+            Err(_) => Err("the connection is still open".into()),
+            Ok(quinn::ConnectionError::ApplicationClosed(close)) => Ok((
+                close.error_code.into_inner(),
+                String::from_utf8_lossy(&close.reason).into_owned(),
+            )),
+            Ok(other) => Err(format!("closed otherwise: {other}")),
+        }
+    }
+}
+
+/// The HELLO every connection starts with.
+pub fn hello() -> Request {
+    Request::Hello {
+        min_version: 1,
+        max_version: 1,
+        agent: "test".into(),
+    }
+}
+
+/// Asserts with a message instead of panicking, for tests that return results.
+pub fn check(condition: bool, message: impl FnOnce() -> String) -> TestResult {
+    if condition {
+        Ok(())
+    } else {
+        Err(message().into())
+    }
+}
+
+/// A tasklet folder under tasklets/.
+pub fn tasklet(name: &str) -> PathBuf {
+    tasklet_tests::tasklet_dir(name)
+}
+
+/// Process ids of `parent`'s children (from /proc).
+pub fn children_of(parent: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    // The fields after the command name: state, then the parent's pid.
+                    let after = &stat[stat.rfind(')')? + 2..];
+                    after.split(' ').nth(1)?.parse::<u32>().ok()
+                })
+                == Some(parent)
+        })
+        .collect()
+}
+
+/// Whether a process runs (a zombie does not count: it has exited).
+pub fn running(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => false,
+        Ok(stat) => stat
+            .rfind(')')
+            .and_then(|at| stat.get(at + 2..at + 3))
+            .is_some_and(|state| state != "Z" && state != "X"),
+    }
+}

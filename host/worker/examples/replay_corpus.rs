@@ -592,7 +592,7 @@ fn dims(v: &Value, k: &str) -> Result<[u32; 3], String> {
 }
 
 fn unhex(s: &str) -> Result<Vec<u8>, String> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return Err("odd-length hex string".into());
     }
     (0..s.len())

@@ -303,7 +303,7 @@ fn main() {
                 let t0 = Instant::now();
                 g.once(s, w);
                 t.push(t0.elapsed().as_secs_f64() * 1e6);
-                if matches!(w, Wait::LaunchOnly) && t.len() % 256 == 0 {
+                if matches!(w, Wait::LaunchOnly) && t.len().is_multiple_of(256) {
                     // Keep the driver queue short: the burst measures the launch, not a full queue.
                     unsafe { ok("cuStreamSynchronize", (d.stream_synchronize)(s)) };
                 }

@@ -133,7 +133,10 @@ impl SharedMemory {
     /// past `size` is `PROT_NONE`.
     pub fn create(size: usize, reserve: usize, guard: usize) -> io::Result<SharedMemory> {
         let page = page_size();
-        if size % page != 0 || reserve % page != 0 || guard % page != 0 {
+        if !size.is_multiple_of(page)
+            || !reserve.is_multiple_of(page)
+            || !guard.is_multiple_of(page)
+        {
             return Err(invalid(format!(
                 "size {size}, reserve {reserve} and guard {guard} must be multiples of the page size {page}"
             )));
@@ -194,7 +197,7 @@ impl SharedMemory {
         if new_size == old {
             return Ok(());
         }
-        if new_size < old || new_size > self.capacity() || new_size % page_size() != 0 {
+        if new_size < old || new_size > self.capacity() || !new_size.is_multiple_of(page_size()) {
             return Err(invalid(format!(
                 "cannot grow a {old}-byte shared memory of capacity {} to {new_size} bytes",
                 self.capacity()

@@ -72,7 +72,8 @@ pub(super) const STATE_READY: u32 = 1;
 pub(super) const STATE_FAILED: u32 = 2;
 
 const _: () = assert!(OFF_RESP_INLINE % 64 + RESP_INLINE <= 64);
-const _: () = assert!(OFF_SIGNAL % 64 == 0 && OFF_SIGNAL > OFF_CLOSED && OFF_SIGNAL + 64 <= HEADER);
+const _: () =
+    assert!(OFF_SIGNAL.is_multiple_of(64) && OFF_SIGNAL > OFF_CLOSED && OFF_SIGNAL + 64 <= HEADER);
 
 #[derive(Debug, thiserror::Error)]
 pub enum TransportError {
@@ -227,13 +228,13 @@ impl SharedRegion {
     }
 
     pub(super) fn u32_at(&self, off: usize) -> &AtomicU32 {
-        debug_assert!(off % 4 == 0 && off + 4 <= HEADER);
+        debug_assert!(off.is_multiple_of(4) && off + 4 <= HEADER);
         // SAFETY: in bounds of the (page-aligned) mapping, aligned, and only accessed atomically.
         unsafe { AtomicU32::from_ptr(self.base.as_ptr().add(off) as *mut u32) }
     }
 
     pub(super) fn u64_at(&self, off: usize) -> &AtomicU64 {
-        debug_assert!(off % 8 == 0 && off + 8 <= HEADER);
+        debug_assert!(off.is_multiple_of(8) && off + 8 <= HEADER);
         // SAFETY: as above.
         unsafe { AtomicU64::from_ptr(self.base.as_ptr().add(off) as *mut u64) }
     }

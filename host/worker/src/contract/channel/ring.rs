@@ -58,7 +58,7 @@ impl SharedRegion {
     /// The stamp slot of a record header at ring position `pos` (reduced mod `RING`, aligned).
     pub(super) fn stamp_at(&self, pos: usize) -> &AtomicU32 {
         assert!(
-            pos % ALIGN == 0 && pos + REC_HEADER <= RING,
+            pos.is_multiple_of(ALIGN) && pos + REC_HEADER <= RING,
             "stamp slot at ring position {pos}"
         );
         // SAFETY: in bounds of the ring (checked), 4-byte aligned, accessed atomically by both

@@ -82,14 +82,14 @@ impl Spin {
             std::hint::spin_loop();
             i = i.wrapping_add(1);
             // Reading the clock costs far more than a turn: do it every 64.
-            if i % 64 == 0 {
+            if i.is_multiple_of(64) {
                 let spent = start.elapsed();
                 if spent >= self.budget {
                     return false;
                 }
                 // On a busy machine the peer may be waiting for *our* core: after a few µs of
                 // spinning, let the scheduler run it.
-                if spent > Duration::from_micros(4) && i % 1024 == 0 {
+                if spent > Duration::from_micros(4) && i.is_multiple_of(1024) {
                     // SAFETY: plain syscall.
                     unsafe { libc::sched_yield() };
                 }

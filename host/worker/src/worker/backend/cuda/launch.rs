@@ -450,7 +450,7 @@ impl Timeline {
             }
             std::hint::spin_loop();
             turns = turns.wrapping_add(1);
-            if turns % 64 == 0 && start.elapsed() >= SPIN {
+            if turns.is_multiple_of(64) && start.elapsed() >= SPIN {
                 return self.drain();
             }
         }

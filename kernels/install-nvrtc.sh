@@ -8,7 +8,7 @@
 #
 # Prints the directory holding libnvrtc.so.* on stdout.
 # Pinned to CUDA 13.0 (PTX ISA 9.0), the same release as kernels/regen.sh's nvcc: driver 580 (the
-# GPU nodes' driver, shared/DESIGN.md) JITs PTX up to ISA 9.0. NVRTC 12.8 emits ISA 8.7.
+# GPU nodes' driver) JITs PTX up to ISA 9.0. NVRTC 12.8 emits ISA 8.7.
 # $TASKLET_NVRTC_DIR overrides target/nvrtc.
 set -euo pipefail
 

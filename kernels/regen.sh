@@ -6,7 +6,7 @@
 #
 # Pinned: nvidia-cuda-nvcc==13.0.88 with nvidia-nvvm, nvidia-cuda-runtime (headers) and
 # nvidia-cuda-crt of the same version, and nvidia-cuda-cccl==13.0.85 (CUDA 13.0, PTX ISA 9.0). Chosen because driver 580 (the
-# GPU nodes' driver, see shared/DESIGN.md) JITs PTX up to ISA 9.0; a newer nvcc would emit a
+# GPU nodes' driver) JITs PTX up to ISA 9.0; a newer nvcc would emit a
 # .version the `cuda` backend cannot load there.
 # Target: -arch=sm_80 (the lowest architecture CUDA 13 still compiles for; runs on sm_80+ by JIT).
 # Output is deterministic: no -lineinfo/-G (no .file paths or timestamps), fixed flags, sorted

@@ -251,12 +251,7 @@ impl GpuService for RemoteGpu {
         dst: GuestBytes,
     ) -> Result<(), GpuError> {
         let data = self.mem_read(session, buffer, offset, dst.len() as u64)?;
-        if !dst.fill(&data) {
-            return Err(GpuError::DeviceLost(
-                "the destination's memory vanished during mem-read-into".into(),
-            ));
-        }
-        Ok(())
+        dst.fill(&data)
     }
 
     fn mem_copy(

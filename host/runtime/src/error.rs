@@ -7,6 +7,26 @@
 
 use tasklet_worker::{ErrorKind, WorkerError};
 
+/// The cause of any case: every case carries exactly one message.
+macro_rules! cause {
+    ($e:expr) => {
+        match $e {
+            GpuError::Unauthorized(m)
+            | GpuError::LeaseExpired(m)
+            | GpuError::CapacityExceeded(m)
+            | GpuError::QuotaExceeded(m)
+            | GpuError::OutOfBounds(m)
+            | GpuError::InvalidArgument(m)
+            | GpuError::LoadFailed(m)
+            | GpuError::LaunchFailed(m)
+            | GpuError::KernelFault(m)
+            | GpuError::DeadlineExceeded(m)
+            | GpuError::DeviceLost(m)
+            | GpuError::Unsupported(m) => m,
+        }
+    };
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum GpuError {
     /// The tasklet's grant lacks a right; the text names it.
@@ -68,38 +88,12 @@ impl GpuError {
 
     /// The cause, without the case's name.
     pub fn message(&self) -> &str {
-        match self {
-            GpuError::Unauthorized(m)
-            | GpuError::LeaseExpired(m)
-            | GpuError::CapacityExceeded(m)
-            | GpuError::QuotaExceeded(m)
-            | GpuError::OutOfBounds(m)
-            | GpuError::InvalidArgument(m)
-            | GpuError::LoadFailed(m)
-            | GpuError::LaunchFailed(m)
-            | GpuError::KernelFault(m)
-            | GpuError::DeadlineExceeded(m)
-            | GpuError::DeviceLost(m)
-            | GpuError::Unsupported(m) => m,
-        }
+        cause!(self)
     }
 
     /// Takes the cause out (for conversions at the edges).
     pub fn into_message(self) -> String {
-        match self {
-            GpuError::Unauthorized(m)
-            | GpuError::LeaseExpired(m)
-            | GpuError::CapacityExceeded(m)
-            | GpuError::QuotaExceeded(m)
-            | GpuError::OutOfBounds(m)
-            | GpuError::InvalidArgument(m)
-            | GpuError::LoadFailed(m)
-            | GpuError::LaunchFailed(m)
-            | GpuError::KernelFault(m)
-            | GpuError::DeadlineExceeded(m)
-            | GpuError::DeviceLost(m)
-            | GpuError::Unsupported(m) => m,
-        }
+        cause!(self)
     }
 }
 

@@ -1,5 +1,6 @@
 //! The values GPU operations take and return, free of any binding's representation.
 
+use crate::error::GpuError;
 use tasklet_worker::guest_memory::{locate, GuestSpan};
 
 /// Ids of what a [`super::GpuService`] hands out. Each kind has its own type so that a buffer id
@@ -124,10 +125,17 @@ impl GuestBytes {
         locate(self.addr as *const u8, self.len)
     }
 
-    /// Copies `data` (exactly `len` bytes) into the guest's bytes; false, copying nothing, when
+    /// Copies `data` (exactly `len` bytes) into the guest's bytes; fails, copying nothing, when
     /// the lengths differ or the memory is not one this host created.
-    pub fn fill(&self, data: &[u8]) -> bool {
+    pub fn fill(&self, data: &[u8]) -> Result<(), GpuError> {
         // SAFETY: `new`'s contract: the store's host call is running and no reference is live.
-        data.len() == self.len && unsafe { crate::guest_memory::copy_into_guest(self.addr, data) }
+        let filled = data.len() == self.len
+            && unsafe { crate::guest_memory::copy_into_guest(self.addr, data) };
+        if filled {
+            return Ok(());
+        }
+        Err(GpuError::DeviceLost(
+            "the destination's memory vanished during mem-read-into".into(),
+        ))
     }
 }

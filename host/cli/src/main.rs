@@ -1,8 +1,9 @@
-//! `tasklet`: run, check and inspect GPU tasklets.
+//! `tasklet`: run, check and inspect GPU tasklets, here or on a node; serve a node.
 
 mod backend;
 mod build;
 mod cmd;
+mod remote;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -15,10 +16,15 @@ use std::process::ExitCode;
     long_about = "Run sandboxed WebAssembly tasklets on leased GPUs.\n\n\
         A tasklet is a wasm32-wasip2 component plus a tasklet.toml manifest naming the VRAM, time and \
         rights it needs. The host checks every GPU call against that grant and runs the GPU work in \
-        supervised worker processes, on a CUDA device or, where there is none, on the built-in PTX emulator.",
+        supervised worker processes, on a CUDA device or, where there is none, on the built-in PTX emulator.\n\n\
+        `tasklet node` serves a machine's GPUs to others over QUIC with mutual TLS; `tasklet run --node ADDR` \
+        runs a tasklet here with its GPU work there.",
     after_help = "Examples:\n  tasklet run tasklets/iota <<< 10        build (if needed) and run the iota example\n  \
         tasklet run tasklets/scale --input nums.txt\n  tasklet check tasklets/vector-add        validate a manifest and show the grant\n  \
-        tasklet inventory --json"
+        tasklet inventory --json\n\n\
+        A node and a remote run:\n  tasklet certs init certs                 a CA, the node's certificate, tenant dev\n  \
+        tasklet node --backend emu               serve (Ctrl-C drains and exits)\n  \
+        tasklet run --node localhost tasklets/iota <<< 10\n  tasklet inventory --node localhost"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -31,6 +37,8 @@ enum Command {
     Check(cmd::check::CheckArgs),
     Inventory(cmd::inventory::InventoryArgs),
     Ptx(cmd::ptx::PtxArgs),
+    Node(cmd::node::NodeArgs),
+    Certs(cmd::certs::CertsArgs),
     /// Serves as a GPU worker process (started by the host, not by hand).
     #[command(hide = true)]
     Worker {
@@ -49,6 +57,8 @@ fn main() -> ExitCode {
         Command::Check(args) => cmd::check::run(args),
         Command::Inventory(args) => cmd::inventory::run(args),
         Command::Ptx(args) => cmd::ptx::run(args),
+        Command::Node(args) => cmd::node::run(args),
+        Command::Certs(args) => cmd::certs::run(args),
     };
     match result {
         Ok(code) => code,

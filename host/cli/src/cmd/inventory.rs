@@ -1,10 +1,12 @@
-//! `tasklet inventory`: the devices this node lends, and the GPUs NVML sees.
+//! `tasklet inventory`: the devices this node lends, and the GPUs NVML sees; with `--node`, the
+//! devices a remote node lends (GET_INVENTORY), their free memory and running leases.
 //!
 //! The lent device comes from the host (a worker's report of its device, with what the node lends
 //! of it). NVML details (UUID, free memory, MIG) come from a short-lived worker process in its
 //! `--inventory` mode, so the host process never loads NVIDIA libraries.
 
 use crate::backend::{rounded_size, worker_command, HostArgs};
+use crate::remote::RemoteArgs;
 use anyhow::Result;
 use std::fmt::Write as _;
 use std::process::ExitCode;
@@ -20,12 +22,17 @@ pub struct InventoryArgs {
     pub json: bool,
     #[command(flatten)]
     pub host: HostArgs,
+    #[command(flatten)]
+    pub remote: RemoteArgs,
 }
 
 /// How long NVML may take to answer.
 const NVML_TIMEOUT: Duration = Duration::from_secs(20);
 
 pub fn run(args: InventoryArgs) -> Result<ExitCode> {
+    if let Some(addr) = &args.remote.node {
+        return remote(&args, addr);
+    }
     let started = args.host.start(args.json)?;
     let host = &started.host;
     let d = host.device();
@@ -157,6 +164,56 @@ pub fn run(args: InventoryArgs) -> Result<ExitCode> {
                 }
             }
         }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A node's devices, as its GET_INVENTORY reply lists them.
+fn remote(args: &InventoryArgs, addr: &str) -> Result<ExitCode> {
+    let mut client = args.remote.connect(addr)?;
+    let devices = client.inventory()?;
+    if args.json {
+        let mut out = String::from("[");
+        for (i, d) in devices.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            let _ = write!(
+                out,
+                "{{\"node\":{},\"index\":{},\"name\":{},\"backend\":{},\"uuid\":{},\"total_memory\":{},\"free_memory\":{},\"leases\":{},\"compute_capability\":[{},{}],\"driver_version\":{}}}",
+                json_str(client.node_name()),
+                d.index,
+                json_str(&d.name),
+                json_str(&d.backend),
+                json_str(&d.uuid),
+                d.total_memory,
+                d.free_memory,
+                d.leases,
+                d.compute_capability.0,
+                d.compute_capability.1,
+                d.driver_version
+            );
+        }
+        out.push(']');
+        println!("{out}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("node {addr}: {}", client.node_name());
+    println!(
+        "{:<6} {:<8} {:<12} {:<12} {:<7} {:<6} NAME",
+        "INDEX", "BACKEND", "MEMORY", "FREE", "LEASES", "CC"
+    );
+    for d in &devices {
+        println!(
+            "{:<6} {:<8} {:<12} {:<12} {:<7} {:<6} {}",
+            d.index,
+            d.backend,
+            rounded_size(d.total_memory),
+            rounded_size(d.free_memory),
+            d.leases,
+            format!("{}.{}", d.compute_capability.0, d.compute_capability.1),
+            d.name
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,4 +1,6 @@
+pub mod certs;
 pub mod check;
 pub mod inventory;
+pub mod node;
 pub mod ptx;
 pub mod run;

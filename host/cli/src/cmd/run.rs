@@ -1,19 +1,31 @@
-//! `tasklet run`: build if needed, run once, output to stdout.
+//! `tasklet run`: build if needed, run once, output to stdout; the GPU work on this machine or,
+//! with `--node`, on a node.
 
 use crate::backend::HostArgs;
 use crate::build;
+use crate::remote::RemoteArgs;
 use anyhow::{Context, Result};
 use std::io::{IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use tasklet_remote::RemoteGpu;
 use tasklet_runtime::config::MANIFEST_FILE;
-use tasklet_runtime::{Manifest, RunError};
+use tasklet_runtime::{Manifest, Policy, RunError, Runner};
 
 /// Run a tasklet once: input from --input or stdin (empty when stdin is a terminal), output to stdout.
 ///
 /// Given a tasklet folder, its component is built with cargo first when it is missing or older than
 /// its sources. Given a .wasm, the tasklet.toml beside it is used if there is one.
+///
+/// With --node the tasklet still runs here, unchanged, and its GPU operations go to the node,
+/// which grants the manifest's [gpu] request as far as its policy allows the tenant.
 #[derive(clap::Args, Debug)]
+#[command(after_help = "Examples:\n  \
+    tasklet run tasklets/iota <<< 10\n  \
+    tasklet run --node localhost tasklets/iota <<< 10            the GPU work on the node (tenant dev, ./certs)\n  \
+    tasklet run --node gpu1:5701 --certs ~/certs --tenant team-7 tasklets/scale --input nums.txt\n\n\
+    Exit status: 0 ok, 1 the tasklet failed, 2 it could not be run (bad manifest, no node, refused), \
+    3 it trapped or ran out of time.")]
 pub struct RunArgs {
     /// A tasklet folder (with tasklet.toml) or a component (.wasm).
     pub tasklet: PathBuf,
@@ -22,6 +34,8 @@ pub struct RunArgs {
     pub input: Option<PathBuf>,
     #[command(flatten)]
     pub host: HostArgs,
+    #[command(flatten)]
+    pub remote: RemoteArgs,
 }
 
 pub fn run(args: RunArgs) -> Result<ExitCode> {
@@ -46,9 +60,15 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
             buf
         }
     };
-    let host = args.host.start_host(false)?;
-    let tasklet = host.load(manifest)?;
-    match host.run(&tasklet, &input) {
+    let result = match &args.remote.node {
+        Some(addr) => run_remote(&args, addr, manifest, &input)?,
+        None => {
+            let host = args.host.start_host(false)?;
+            let tasklet = host.load(manifest)?;
+            host.run(&tasklet, &input)
+        }
+    };
+    match result {
         Ok(output) => {
             let mut out = std::io::stdout().lock();
             out.write_all(&output)
@@ -64,6 +84,26 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
             }))
         }
     }
+}
+
+/// Runs the tasklet here with its GPU on the node at `addr`. The wasm's own limits (memory, wall
+/// time) are this machine's policy's; the GPU grant is the node's.
+fn run_remote(
+    args: &RunArgs,
+    addr: &str,
+    manifest: Manifest,
+    input: &[u8],
+) -> Result<Result<Vec<u8>, RunError>> {
+    let policy = match &args.host.policy {
+        Some(path) => Policy::load(path)?,
+        None => Policy::default(),
+    };
+    let client = args.remote.connect(addr)?;
+    let gpu = RemoteGpu::for_manifest(client, &manifest)?;
+    let runner = Runner::new()?;
+    let grant = policy.grant(&manifest);
+    let tasklet = runner.load(manifest, grant)?;
+    Ok(runner.run(&tasklet, input, Box::new(gpu)))
 }
 
 /// The manifest of a folder, or of a component: its neighbour, else one granting the policy's

@@ -1,0 +1,111 @@
+//! `tasklet node`: this machine's GPUs served to remote clients (a thin command over
+//! `tasklet_node`).
+
+use crate::backend::{describe, HostArgs};
+use anyhow::{Context, Result};
+use clap::ValueEnum;
+use std::io::IsTerminal;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use tasklet_node::{NodeBuilder, DEFAULT_LISTEN};
+use tokio::signal::unix::{signal, SignalKind};
+
+/// Serve this machine's GPUs (or, without one, the PTX emulator) to remote clients over QUIC
+/// with mutual TLS.
+///
+/// Clients prove their tenant with a certificate from the folder's CA; the policy's
+/// [tenants.NAME] sections say what each tenant gets (with none, every certified tenant gets
+/// [tasklets]; with some, unlisted tenants are refused). SIGINT or SIGTERM drains the node: new
+/// leases are refused, running ones finish or expire, then it exits 0; a second signal stops it
+/// at once.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "Examples:\n  \
+    tasklet certs init certs && tasklet node --backend emu\n  \
+    tasklet node --listen 0.0.0.0:5701 --certs /etc/tasklet/certs --policy /etc/tasklet/policy.toml\n\n\
+    Then, from a client: tasklet run --node HOST tasklets/iota; tasklet inventory --node HOST")]
+pub struct NodeArgs {
+    /// The UDP address to serve on.
+    #[arg(long, value_name = "ADDR", default_value_t = DEFAULT_LISTEN)]
+    pub listen: SocketAddr,
+    /// The certificate folder (ca.pem, node.pem, node.key) from `tasklet certs init`.
+    #[arg(long, value_name = "DIR", default_value = "certs")]
+    pub certs: PathBuf,
+    /// What the node calls itself to clients.
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+    /// How log lines are written to stderr (RUST_LOG filters them; default info).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    #[command(flatten)]
+    pub host: HostArgs,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+pub fn run(args: NodeArgs) -> Result<ExitCode> {
+    init_logs(args.log_format);
+    let started = args.host.start(true)?;
+    tracing::info!("{}", describe(&started.host));
+    if let Some(why) = &started.cuda_unusable {
+        tracing::info!("CUDA not used: {why}");
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("tasklet-node")
+        .enable_all()
+        .build()
+        .context("cannot start the node's runtime")?;
+    runtime.block_on(async move {
+        let mut builder = NodeBuilder::new()
+            .listen(args.listen)
+            .certs(&args.certs)
+            .host(started.host);
+        if let Some(name) = args.name {
+            builder = builder.name(name);
+        }
+        let node = builder.build()?;
+        let control = node.control();
+        let mut interrupt = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
+        let mut terminate = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
+        tokio::spawn(async move {
+            let mut signals = 0;
+            loop {
+                tokio::select! {
+                    _ = interrupt.recv() => {}
+                    _ = terminate.recv() => {}
+                }
+                signals += 1;
+                if signals == 1 {
+                    tracing::info!("signal: draining (a second signal stops at once)");
+                    control.drain();
+                } else {
+                    tracing::info!("second signal: stopping now");
+                    control.stop();
+                }
+            }
+        });
+        node.serve().await?;
+        Ok::<_, anyhow::Error>(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn init_logs(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr);
+    // Another subscriber already set is the embedding program's choice: keep it.
+    let _ = match format {
+        LogFormat::Text => logs.try_init(),
+        LogFormat::Json => logs.json().try_init(),
+    };
+}

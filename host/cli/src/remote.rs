@@ -1,0 +1,35 @@
+//! Options every command that talks to a node shares, and connecting with them.
+
+use anyhow::Result;
+use std::path::PathBuf;
+use tasklet_remote::{ConnectOptions, NodeClient};
+use tasklet_tls::Tenant;
+
+/// Where the node is and who this client is to it.
+#[derive(clap::Args, Debug)]
+pub struct RemoteArgs {
+    /// Run against the node at ADDR (HOST[:PORT], port 5701 by default) instead of this
+    /// machine's GPUs.
+    #[arg(long, value_name = "ADDR")]
+    pub node: Option<String>,
+    /// The certificate folder holding ca.pem and the tenant's certificate
+    /// (tenants/NAME.pem, tenants/NAME.key), as `tasklet certs` made it.
+    #[arg(long, value_name = "DIR", default_value = "certs", requires = "node")]
+    pub certs: PathBuf,
+    /// The tenant to act for: the one its certificate names.
+    #[arg(long, value_name = "NAME", default_value = tasklet_tls::DEFAULT_TENANT, requires = "node")]
+    pub tenant: String,
+}
+
+impl RemoteArgs {
+    /// Connects to the node; every failure is one line saying why (a refused certificate, no
+    /// node at the address, …).
+    pub fn connect(&self, addr: &str) -> Result<NodeClient> {
+        let tenant = Tenant::new(&self.tenant)?;
+        Ok(NodeClient::connect_with(&ConnectOptions::new(
+            addr,
+            &self.certs,
+            tenant,
+        ))?)
+    }
+}

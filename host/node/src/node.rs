@@ -35,7 +35,7 @@ impl Node {
         // A bound endpoint's socket has an address; the listen address is the fallback.
         self.endpoint
             .local_addr()
-            .unwrap_or_else(|_| crate::builder::DEFAULT_LISTEN)
+            .unwrap_or(crate::builder::DEFAULT_LISTEN)
     }
 
     /// A handle to drain or stop the node and read its state, usable while it serves.

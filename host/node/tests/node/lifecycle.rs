@@ -206,14 +206,8 @@ pub fn a_stalled_client_holds_nothing_past_its_timeout() -> TestResult {
         format!("{:?}", node.accounting())
     })?;
     // Half a frame, then nothing (the connection itself stays alive: quinn keeps it open).
-    raw.send_bytes(&[
-        1,
-        0,
-        (Opcode::Sync as u16 >> 8) as u8,
-        Opcode::Sync as u8,
-        0,
-        0,
-    ]);
+    let opcode = (Opcode::Sync as u16).to_be_bytes();
+    raw.send_bytes(&[1, 0, opcode[0], opcode[1], 0, 0]);
     let start = Instant::now();
     let (code, reason) = raw.closed()?;
     check(code == ErrorCode::ProtocolError as u64, || {

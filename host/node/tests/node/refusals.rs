@@ -1,12 +1,12 @@
 //! Each way a client is turned away reaches it as one line saying why and what to do.
 
 use crate::support::*;
+use rustls_pki_types::pem::PemObject;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use tasklet_node::Denied;
 use tasklet_remote::{ClientError, ConnectOptions, NodeClient};
 use tasklet_runtime::Policy;
-use rustls_pki_types::pem::PemObject;
 use tasklet_tls::{CertDir, Validity};
 
 fn one_line(err: &ClientError) -> TestResult {

@@ -159,10 +159,11 @@ impl WorkerEnd {
     /// ring stays empty past the spin budget it calls `idle()` once, before sleeping; while idle
     /// it sleeps in one-second slices, calling `host_alive()` after each.
     ///
-    /// `tail` is published lazily while posted frames keep coming — every [`PUBLISH_EVERY`]
-    /// bytes, when the ring runs empty, and before a call is performed — so a burst of launches
-    /// does not pay a fence per launch, while the host still learns what was served whenever it
-    /// could be waiting on it (for room, for an answer, or to see the worker idle).
+    /// `tail` is published lazily while posted frames keep coming — every `PUBLISH_EVERY` bytes
+    /// (an eighth of the ring), when the ring runs empty, and before a call is performed — so a
+    /// burst of launches does not pay a fence per launch, while the host still learns what was
+    /// served whenever it could be waiting on it (for room, for an answer, or to see the worker
+    /// idle).
     pub fn wait_request(
         &mut self,
         out: &mut Vec<u8>,

@@ -1,20 +1,20 @@
 //! The CUDA backend: one CUDA context per worker process, over the driver API (cudarc's loader,
-//! see [`driver`]).
+//! see [`driver`](mod@driver)).
 //!
-//! - [`context`]: the device and its primary context;
-//! - [`memory`]: allocation books (cap, bounds of every copy) and the pinned data region;
-//! - [`host_memory`]: attached guest memories, page-locked lazily in chunks;
-//! - [`modules`]: PTX through the driver JIT, kernel signatures from `tasklet_ptx`, a module cache;
-//! - [`launch`]: asynchronous launches with deadlines and the watchdog;
-//! - [`graphs`]: runs of launches handed to the driver as one launch of a cached CUDA graph;
-//! - [`signal`]: the channel's completion word, stored by the device when a sync's kernels end;
-//! - [`errors`]: driver results → typed kinds with the driver's words.
+//! - `context`: the device and its primary context;
+//! - `memory`: allocation books (cap, bounds of every copy) and the pinned data region;
+//! - `host_memory`: attached guest memories, page-locked lazily in chunks;
+//! - `modules`: PTX through the driver JIT, kernel signatures from `tasklet_ptx`, a module cache;
+//! - `launch`: asynchronous launches with deadlines and the watchdog;
+//! - `graphs`: runs of launches handed to the driver as one launch of a cached CUDA graph;
+//! - `signal`: the channel's completion word, stored by the device when a sync's kernels end;
+//! - `errors`: driver results → typed kinds with the driver's words.
 //!
 //! Ordering: everything runs on the worker's one (non-blocking) stream, so an allocation's
 //! zeroing, copies and kernels execute in the order the host sent them; writes and reads wait for
 //! their stream before they return (the host may reuse or read its memory then). Launches are
 //! asynchronous (posted: the worker queues the kernel and takes the next request, tracking
-//! launches in groups under one event, see [`launch`]); every other op except `info` first waits
+//! launches in groups under one event, see `launch`); every other op except `info` first waits
 //! for the queued kernels, deadline-aware, so an op never blocks behind a runaway kernel: it fails
 //! with `DeadlineExceeded` at the kernel's deadline instead. `sync` is exactly that wait plus a check
 //! that the stream finished without error.

@@ -16,7 +16,6 @@
 //!   with the bit-level semantics in `exec::ops` and IEEE rounding in `float`.
 //! - `memory`: device memory, shared by the host and every CTA of a launch.
 
-
 mod ast;
 mod exec;
 mod float;
@@ -232,22 +231,44 @@ pub struct LaunchStats {
 }
 
 impl Module {
-    /// Runs `kernel` to completion against `memory`. Text printed by `vprintf` goes to the
-    /// process's stderr.
+    /// Runs kernel number `kernel` (its index in [`Module::kernels`]) to completion against
+    /// `memory`. Text printed by `vprintf` goes to the process's stderr.
+    pub fn launch_by_index(
+        &self,
+        kernel: usize,
+        memory: &DeviceMemory,
+        params: &LaunchParams<'_>,
+    ) -> Result<LaunchStats, ExecError> {
+        let Some(&arg_size) = self.arg_sizes.get(kernel) else {
+            return Err(ExecError::InvalidLaunch(format!(
+                "the module has {} kernels: no kernel {kernel}",
+                self.kernels.len()
+            )));
+        };
+        exec::launch(
+            &self.prog,
+            &self.module_data,
+            kernel,
+            memory,
+            params,
+            arg_size,
+        )
+    }
+
+    /// [`Module::launch_by_index`] for the kernel named `kernel`.
     pub fn launch(
         &self,
         kernel: &str,
         memory: &DeviceMemory,
         params: &LaunchParams<'_>,
     ) -> Result<LaunchStats, ExecError> {
-        let idx = self
+        let index = self
             .kernels
             .iter()
             .position(|k| k.name == kernel)
             .ok_or_else(|| {
                 ExecError::InvalidLaunch(format!("no kernel named `{kernel}` in this module"))
             })?;
-        let arg_size = self.arg_sizes.get(idx).copied().unwrap_or(0);
-        exec::launch(&self.prog, &self.module_data, idx, memory, params, arg_size)
+        self.launch_by_index(index, memory, params)
     }
 }

@@ -470,3 +470,65 @@ fn many_threads_do_not_stop_a_launch_that_fits_its_step_limit() {
         assert_eq!(st.lane_instructions, 64 * 64);
     }
 }
+
+#[test]
+fn kernels_launch_by_index_as_by_name() {
+    // vector_add.ptx has two kernels: index 1 is `vector_add`, not the first in the file.
+    let m = module("vector_add");
+    let mem = DeviceMemory::new();
+    let n = 100u32;
+    let (a, b) = (
+        upload_u32(&mem, &(0..n).collect::<Vec<_>>()),
+        upload_u32(&mem, &(0..n).map(|i| 2 * i).collect::<Vec<_>>()),
+    );
+    let (by_name, by_index) = (
+        mem.alloc(n as u64 * 4).unwrap(),
+        mem.alloc(n as u64 * 4).unwrap(),
+    );
+    let index = m
+        .kernels()
+        .iter()
+        .position(|k| k.name == "vector_add")
+        .unwrap();
+    assert_eq!(index, 1);
+    let k = kinfo(&m, "vector_add");
+    for (out, via_index) in [(by_name, false), (by_index, true)] {
+        let block = args(k, &[A::U64(a), A::U64(b), A::U64(out), A::U32(n)]);
+        let lp = LaunchParams {
+            grid: [1, 1, 1],
+            block: [128, 1, 1],
+            shared_mem_bytes: 0,
+            args: &block,
+            step_limit: 1 << 30,
+            threads: 1,
+        };
+        let st = if via_index {
+            m.launch_by_index(index, &mem, &lp)
+        } else {
+            m.launch("vector_add", &mem, &lp)
+        };
+        assert!(st.unwrap().lane_instructions > 0);
+    }
+    assert_eq!(
+        download_u32(&mem, by_index, n as usize),
+        (0..n).map(|i| 3 * i).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        download_u32(&mem, by_name, n as usize),
+        download_u32(&mem, by_index, n as usize)
+    );
+    // An index past the module's kernels is refused before anything runs.
+    let lp = LaunchParams {
+        grid: [1, 1, 1],
+        block: [1, 1, 1],
+        shared_mem_bytes: 0,
+        args: &[],
+        step_limit: 1 << 30,
+        threads: 1,
+    };
+    let e = m.launch_by_index(2, &mem, &lp).unwrap_err();
+    assert!(
+        matches!(&e, ExecError::InvalidLaunch(m) if m.contains("no kernel 2")),
+        "{e:?}"
+    );
+}

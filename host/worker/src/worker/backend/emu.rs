@@ -203,7 +203,10 @@ impl Backend for EmuBackend {
 
     fn launch(&mut self, l: &Launch<'_>) -> Result<(), BackendError> {
         let module = self.module(l.module)?;
-        let Some(k) = module.kernels().get(l.kernel as usize) else {
+        // Refused here rather than by the emulator: the error names the module, and an unknown
+        // kernel is the caller's mistake (`InvalidArgument`), not a launch the emulator refused.
+        let kernel = l.kernel as usize;
+        if kernel >= module.kernels().len() {
             return Err(BackendError::new(
                 ErrorKind::InvalidArgument,
                 format!(
@@ -213,7 +216,7 @@ impl Backend for EmuBackend {
                     l.kernel
                 ),
             ));
-        };
+        }
         let params = LaunchParams {
             grid: l.grid,
             block: l.block,
@@ -222,10 +225,10 @@ impl Backend for EmuBackend {
             step_limit: emu_step_limit(l.deadline, self.cores),
             threads: self.threads,
         };
-        // The emulator takes a kernel by name; this one is the index's. It checks the launch's
-        // shape itself (dimensions, argument block, shared memory), as it must before it runs
-        // anything: those checks guard its own arithmetic and memory.
-        match module.launch(&k.name, &self.mem, &params) {
+        // The emulator checks the launch's shape itself (dimensions, argument block, shared
+        // memory), as it must before it runs anything: those checks guard its own arithmetic and
+        // memory.
+        match module.launch_by_index(kernel, &self.mem, &params) {
             Ok(_) => Ok(()),
             Err(ExecError::InvalidLaunch(m)) => Err(BackendError::new(ErrorKind::LaunchFailed, m)),
             Err(e @ ExecError::Fault { .. }) => {

@@ -99,7 +99,7 @@ pub fn a_killed_client_leaves_nothing_behind() -> TestResult {
     let took = node.wait_for_baseline(WAIT)?;
     // The node notices at its idle timeout (3 s) and frees at once.
     check(
-        took < Duration::from_secs(3) + Duration::from_secs(2),
+        took < Duration::from_secs(3) + Duration::from_secs(4),
         || format!("freed after {took:?}"),
     )?;
     Ok(())
@@ -133,7 +133,7 @@ pub fn a_killed_node_is_reported_disconnected_and_leaves_no_worker() -> TestResu
         }
         let took = start.elapsed();
         check(
-            took < Duration::from_secs(3) + Duration::from_secs(2),
+            took < Duration::from_secs(3) + Duration::from_secs(4),
             || format!("noticed after {took:?}"),
         )?;
         // Later calls fail at once, the same way.

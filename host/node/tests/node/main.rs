@@ -65,6 +65,14 @@ fn main() -> ExitCode {
             refusals::an_authorizer_narrows_and_refuses,
         ),
         (
+            "refusals::a_node_of_another_ca_is_refused_by_the_client",
+            refusals::a_node_of_another_ca_is_refused_by_the_client,
+        ),
+        (
+            "refusals::the_manifests_grant_is_enforced_by_the_node",
+            refusals::the_manifests_grant_is_enforced_by_the_node,
+        ),
+        (
             "isolation::another_tenants_ids_are_refused",
             isolation::another_tenants_ids_are_refused,
         ),

@@ -209,3 +209,77 @@ pub fn an_authorizer_narrows_and_refuses() -> TestResult {
     )?;
     Ok(())
 }
+
+/// A client pointed at the wrong node (one its CA did not certify) refuses it, in one line.
+pub fn a_node_of_another_ca_is_refused_by_the_client() -> TestResult {
+    let node = TestNode::start();
+    let elsewhere = certs();
+    let err = connect(&node, elsewhere.path(), "dev")
+        .err()
+        .ok_or("connected to a node of another CA")?;
+    one_line(&err)?;
+    check(
+        err.to_string().starts_with(
+            "this client refused the node's certificate: it is not signed by the CA the client trusts",
+        ),
+        || err.to_string(),
+    )?;
+    Ok(())
+}
+
+/// A manifest's grant narrows the connection's: a right the tasklet did not ask for is refused
+/// by the node, as it is locally.
+pub fn the_manifests_grant_is_enforced_by_the_node() -> TestResult {
+    let node = TestNode::start();
+    let mut client = node.client("dev");
+    let asked = tasklet_wire::Grant {
+        memory: 1 << 20,
+        max_vram: 1 << 20,
+        max_leases: 1,
+        max_lease_ms: 10_000,
+        rights: tasklet_wire::rights::ALLOC | tasklet_wire::rights::READ,
+    };
+    let granted = client.grant(&asked).map_err(|e| e.to_string())?;
+    check(granted == asked, || format!("{granted:?}"))?;
+    let too_long = client
+        .lease_alloc(1 << 20, 60, None)
+        .err()
+        .ok_or("a lease past max-lease")?;
+    check(
+        too_long.code() == Some(tasklet_wire::ErrorCode::QuotaExceeded),
+        || too_long.to_string(),
+    )?;
+    let lease = client
+        .lease_alloc(1 << 20, 5, None)
+        .map_err(|e| e.to_string())?
+        .lease;
+    let (reply, _) = client
+        .request(&tasklet_wire::Request::SessionOpen { lease })
+        .map_err(|e| e.to_string())?;
+    let tasklet_wire::Reply::SessionOpen { session } = reply else {
+        return Err(format!("{reply:?}").into());
+    };
+    let load = tasklet_wire::Request::ModuleLoad {
+        session,
+        ptx: b"".to_vec(),
+    };
+    let err = client
+        .request(&load)
+        .err()
+        .ok_or("a load without the load right")?;
+    check(
+        err.code() == Some(tasklet_wire::ErrorCode::Unauthorized)
+            && err.to_string().contains("`load`"),
+        || err.to_string(),
+    )?;
+    // The grant is fixed once GPU work has begun.
+    let again = client
+        .grant(&asked)
+        .err()
+        .ok_or("a second GRANT after a lease")?;
+    check(
+        again.code() == Some(tasklet_wire::ErrorCode::InvalidArgument),
+        || again.to_string(),
+    )?;
+    Ok(())
+}

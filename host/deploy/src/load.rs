@@ -74,9 +74,10 @@ impl Inner {
             Lookup::Hit(bytes) => bytes,
             Lookup::Miss | Lookup::Discarded { .. } => return Ok(None),
         };
-        // SAFETY: the bytes are what `precompile` of an engine with this fingerprint made: only
-        // this crate puts entries in the cache, keyed by that fingerprint, and the store
-        // verified their digest on reading them back.
+        // SAFETY: entries under this engine fingerprint are what `Runner::precompile` of such an
+        // engine made (this crate puts them, as does anything else the node lets share its
+        // store, on the same terms), in a folder only the node writes; and the store verified
+        // this one's digest on reading it back, so a damaged entry never reaches here.
         let linked = unsafe {
             self.runner
                 .load_precompiled(manifest.clone(), asked_for(manifest), &compiled)

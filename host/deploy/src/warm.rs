@@ -1,12 +1,13 @@
-//! The warm set: linked tasklets kept in memory between runs, so that a run of a deployment run
-//! recently only instantiates and calls.
+//! The warm set: linked tasklets kept in memory between runs, so that running a deployment that
+//! ran recently only instantiates and calls.
 //!
 //! A [`Tasklet`] is wasmtime's pre-instantiated component (imports resolved, code mapped) plus
-//! the grant of the run it serves. A run takes one out, sets its grant, runs it and gives it
-//! back; two runs of one deployment at once take two. So the set holds, per deployment, as many
-//! idle tasklets as ran at once last, within two bounds for all deployments together: a count
-//! and the bytes of compiled code they account for. Past either, the idle tasklets of the
-//! deployment used longest ago go first.
+//! the grant of the run it serves. Each run sets its own grant, so runs at once cannot share one:
+//! a run takes a tasklet out, sets its grant, runs it and gives it back, and two runs of one
+//! deployment at once take two. The set thus holds, per deployment, as many idle tasklets as ran
+//! at once last, within two bounds for all deployments together: a count, and the bytes of
+//! compiled code they account for. Past either, the idle tasklets of the deployment used
+//! longest ago go first.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};

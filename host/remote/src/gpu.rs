@@ -217,14 +217,26 @@ impl GpuService for RemoteGpu {
         offset: u64,
         data: &[u8],
     ) -> Result<(), GpuError> {
-        let request = Request::MemWrite {
-            session: wire::SessionId(session.0),
-            buffer: wire::BufferId(buffer.0),
-            offset,
-            len: data.len() as u64,
-        };
-        self.client.post(&request, data)?;
-        Ok(())
+        // One MEM_WRITE may carry no more than the node accepts in one message (HELLO said how
+        // much); a larger write goes as several, each at its own offset.
+        let most = usize::try_from(self.client.max_stream_bytes())
+            .unwrap_or(usize::MAX)
+            .max(1);
+        let mut at = 0usize;
+        loop {
+            let piece = &data[at..data.len().min(at.saturating_add(most))];
+            let request = Request::MemWrite {
+                session: wire::SessionId(session.0),
+                buffer: wire::BufferId(buffer.0),
+                offset: offset.saturating_add(at as u64),
+                len: piece.len() as u64,
+            };
+            self.client.post(&request, piece)?;
+            at += piece.len();
+            if at >= data.len() {
+                return Ok(());
+            }
+        }
     }
 
     fn mem_read(

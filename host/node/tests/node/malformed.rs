@@ -115,6 +115,22 @@ pub fn garbage_closes_only_its_connection() -> TestResult {
             format!("after {what}: {devices:?}")
         })?;
     }
+    // Datagrams that are not QUIC at all are dropped by the transport.
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    for (i, (_, bytes, _)) in garbage().iter().enumerate() {
+        for size in [1, 13, 1200] {
+            let datagram: Vec<u8> = bytes.iter().cycle().skip(i).take(size).copied().collect();
+            socket
+                .send_to(&datagram, node.addr)
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    let devices = bystander
+        .inventory()
+        .map_err(|e| format!("after raw datagrams: {e}"))?;
+    check(devices.first().is_some_and(|d| d.leases == 1), || {
+        format!("{devices:?}")
+    })?;
     bystander.mem_free(lease.lease).map_err(|e| e.to_string())?;
     check(node.node().control().metrics().protocol_errors >= 8, || {
         format!("{:?}", node.node().control().metrics())

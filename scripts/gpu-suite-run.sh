@@ -5,7 +5,7 @@
 #
 #   bash .gpu-suite/run.sh            every test executable on cuda, then on emu, then the inventory
 #   bash .gpu-suite/run.sh cuda       only the cuda pass (or: emu)
-#   bash .gpu-suite/run.sh bench      the speed benchmark (tests/benches/gpu_speed.rs) and the
+#   bash .gpu-suite/run.sh bench      the speed benchmark (benches/speed/gpu_speed.rs) and the
 #                                     emulator-vs-GPU corpus diff (kernels/diff/), through CuPy and
 #                                     through the cuda backend: bench.txt, diff.txt. BENCH_PIN
 #                                     picks the CPUs (see run_bench; default: measured)
@@ -172,10 +172,10 @@ run_bench() { # the speed table, then the corpus diff; neither counts towards pa
         echo "gpu_speed exit $?"
         if [ "$pin" != none ] && [ "$pin" != auto ]; then
             echo
-            echo "== launch + sync phase by phase (host/worker/examples/launch_phases.rs), worker CPU ${pin%,*}, host CPU ${pin#*,}"
+            echo "== launch + sync phase by phase (benches/probes/launch_phases.rs), worker CPU ${pin%,*}, host CPU ${pin#*,}"
             "$work/tools/launch_phases" 3000 5 "${pin%,*}" "${pin#*,}"
             echo
-            echo "== ways to wait for one empty kernel, natively (host/worker/examples/sync_paths.rs), CPU ${pin%,*}"
+            echo "== ways to wait for one empty kernel, natively (benches/probes/sync_paths.rs), CPU ${pin%,*}"
             taskset -c "${pin%,*}" "$work/tools/sync_paths" 3000 5
         fi
     } >"$logs/bench.txt" 2>&1

@@ -34,12 +34,13 @@ trap 'rm -f "$json"' EXIT
 # Also builds the tasklet components (tests/build.rs) and the binaries the tests start.
 cargo test --workspace --release --no-run --message-format=json >"$json"
 cargo build --release -p tasklet-cli -p tasklet-worker -p tasklet-tests --bins >&2
-# The speed benchmark, the emulator's corpus outputs and their replay through a worker (for the
-# GPU diff, kernels/diff/), and the launch-latency probes (host/worker/examples/sync_paths.rs,
-# launch_phases.rs, ring_lines.rs, graph_bursts.rs) ride along as tools.
+# The speed benchmark (benches/speed/gpu_speed.rs), the emulator's corpus outputs and their
+# replay through a worker (benches/corpus/: the GPU diff, kernels/diff/), and the launch-latency
+# probes (benches/probes/sync_paths.rs, launch_phases.rs, ring_lines.rs, graph_bursts.rs) ride
+# along as tools.
 bench_json="$(mktemp)"
-cargo build --release -p tasklet-tests --bench gpu_speed -p tasklet-ptx --example corpus_outputs \
-    -p tasklet-worker --example replay_corpus --example sync_paths --example launch_phases --example ring_lines --example graph_bursts \
+cargo build --release -p tasklet-benches --bench gpu_speed --bin corpus_outputs --bin replay_corpus \
+    --bench sync_paths --bench launch_phases --bench ring_lines --bench graph_bursts \
     --message-format=json >"$bench_json"
 mapfile -t tools < <(grep '"reason":"compiler-artifact"' "$bench_json" \
     | grep -o '"executable":"[^"]*"' | sed 's/^"executable":"//; s/"$//' \

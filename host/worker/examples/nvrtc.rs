@@ -1,4 +1,4 @@
-//! Compiles one CUDA C file to PTX with the worker's NVRTC loader (src/nvrtc.rs), as
+//! Compiles one CUDA C file to PTX with the worker's NVRTC loader (src/worker/nvrtc.rs), as
 //! `load_source` does: `cargo run -p tasklet-worker --example nvrtc -- FILE.cu [NVRTC options…]`.
 //! PTX goes to stdout; the library used to stderr. `TASKLET_NVRTC` picks a specific libnvrtc
 //! (kernels/regen.sh uses it for the NVRTC 12 corpus).

@@ -13,9 +13,10 @@ use crate::contract::{ErrorKind, Launch, LoadedModule, WorkerInfo};
 /// emulator's step limit: `deadline × this × cores` (the emulator runs CTAs on every core).
 ///
 /// Deliberately at or above the speed the emulator reaches on a spinning kernel (a release build;
-/// `ROUNDTRIP_EMU_RATE=1 target/release/examples/roundtrip` measures it): a legitimate kernel then
-/// always gets at least its deadline, and a runaway is stopped by whichever comes first, the step
-/// limit (about the deadline) or the host's timer at deadline + slack, which kills the worker.
+/// `ROUNDTRIP_EMU_RATE=1 cargo bench -p tasklet-benches --bench roundtrip` measures it): a
+/// legitimate kernel then always gets at least its deadline, and a runaway is stopped by whichever
+/// comes first, the step limit (about the deadline) or the host's timer at deadline + slack, which
+/// kills the worker.
 /// The lease sees `DeadlineExceeded` either way and the worker is never reused.
 pub const EMU_LANE_INSTRUCTIONS_PER_SECOND: u64 = 250_000_000;
 

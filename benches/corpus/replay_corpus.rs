@@ -2,16 +2,16 @@
 //! with that backend's outputs: the CUDA backend's side of the emulator-vs-GPU diff
 //! (kernels/diff/README.md).
 //!
-//!     cargo build --release -p tasklet-worker --bin tasklet-worker --example replay_corpus
-//!     target/release/examples/replay_corpus [--backend cuda|emu] [--worker PATH] [--root DIR]
+//!     cargo build --release -p tasklet-worker --bin tasklet-worker \
+//!         -p tasklet-benches --bin replay_corpus
+//!     target/release/replay_corpus [--backend cuda|emu] [--worker PATH] [--root DIR]
 //!         [--deadline SECS] emu.json > cuda.json
 //!     python3 kernels/diff/compare.py emu.json cuda.json
 //!
-//! emu.json comes from `target/release/examples/corpus_outputs` (host/ptx-emu/examples/
-//! corpus_outputs.rs) and says everything about each launch: the PTX file (relative to the
-//! repository root), kernel, grid, block, dynamic shared memory, the argument block with pointer
-//! slots zeroed and the offsets at which each buffer's device address goes, and every buffer's
-//! input bytes. Nothing is generated here; this is kernels/diff/gpu_outputs.py (which goes through
+//! emu.json comes from `target/release/corpus_outputs` (corpus_outputs.rs, beside this file) and
+//! says everything about each launch: the PTX file (relative to the repository root), kernel,
+//! grid, block, dynamic shared memory, the argument block with pointer slots zeroed and the
+//! offsets at which each buffer's device address goes, and every buffer's input bytes. Nothing is generated here; this is kernels/diff/gpu_outputs.py (which goes through
 //! CuPy) done through our own worker protocol instead: `Worker::spawn`, then per launch alloc,
 //! write, load_module (once per PTX file per worker), launch, sync, read.
 //!
@@ -28,14 +28,14 @@
 //! - Exit status 0 once the document is written, failed launches included (each has an
 //!   `error: …` status, which compare.py counts as a failure); 2 for bad arguments or input.
 //!
-//! `--worker` defaults to `tasklet-worker` next to the examples directory this runs from
-//! (target/release/examples/replay_corpus → target/release/tasklet-worker); `--root` defaults to
-//! the checkout this was built in, or the current directory if that is gone. `--backend emu`
-//! checks the whole path without a GPU: emu.json against its own replay compares all-equal.
+//! `--worker` defaults to `tasklet-worker` beside this program (target/release/replay_corpus →
+//! target/release/tasklet-worker); `--root` defaults to the checkout this was built in, or the
+//! current directory if that is gone. `--backend emu` checks the whole path without a GPU:
+//! emu.json against its own replay compares all-equal.
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -100,15 +100,14 @@ fn parse_args() -> Result<Opts, String> {
         Some(w) => w,
         None => {
             let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
-            // target/<profile>/examples/replay_corpus → target/<profile>/tasklet-worker
+            // target/<profile>/replay_corpus → target/<profile>/tasklet-worker
             exe.parent()
-                .and_then(Path::parent)
                 .ok_or("cannot locate the target directory; pass --worker")?
                 .join("tasklet-worker")
         }
     };
     let root = root.unwrap_or_else(|| {
-        let built = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+        let built = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
         if built.join("kernels").is_dir() {
             built
         } else {

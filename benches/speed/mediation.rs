@@ -2,10 +2,10 @@
 //! that reach its worker process (`sync` on an idle session), and N 4 KiB write+read pairs; beside
 //! them, the same worker round trip made directly from the host without wasm.
 //!
-//! Run: `cargo bench -p tasklet-tests --bench mediation [-- N]`. Prints medians in µs.
+//! Run: `cargo bench -p tasklet-benches --bench mediation [-- N]`. Prints medians in µs.
 
 use std::time::Instant;
-use tasklet_tests::{load, manifest, run_ok, test_host};
+use tasklet_tests::{host_with, load, manifest, run_ok, test_policy};
 use tasklet_worker::Pool;
 
 fn main() {
@@ -13,7 +13,7 @@ fn main() {
         .skip(1)
         .find_map(|a| a.parse().ok())
         .unwrap_or(20_000);
-    let host = test_host!();
+    let host = host_with(test_policy(), env!("CARGO_BIN_EXE_tasklet-bench-worker"));
     let probe = load(&host, manifest("testing/probe"));
     run_ok(&host, &probe, "bench 1000"); // warm-up: page in code, settle the worker
     let out = run_ok(&host, &probe, &format!("bench {n}"));

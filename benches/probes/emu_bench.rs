@@ -1,4 +1,4 @@
-//! Emulator throughput: `cargo run --release -p tasklet-ptx --example emu_bench [-- threads]`.
+//! Emulator throughput: `cargo bench -p tasklet-benches --bench emu_bench [-- threads]`.
 //! Prints lane-instructions per second and wall time (median of 5) for a 256x256x256 tiled
 //! matmul, a 1M-element shared-memory reduction, a 1M-element warp-shuffle reduction and the
 //! empty kernel's launch overhead.
@@ -6,9 +6,9 @@
 use std::time::{Duration, Instant};
 use tasklet_ptx::{DeviceMemory, KernelInfo, LaunchParams, LaunchStats, Module};
 
-const MATMUL: &str = include_str!("../../../kernels/matmul.ptx");
-const REDUCE: &str = include_str!("../../../kernels/reduce.ptx");
-const FAULTS: &str = include_str!("../../../kernels/faults.ptx");
+const MATMUL: &str = include_str!("../../kernels/matmul.ptx");
+const REDUCE: &str = include_str!("../../kernels/reduce.ptx");
+const FAULTS: &str = include_str!("../../kernels/faults.ptx");
 
 fn args(k: &KernelInfo, vals: &[u64], sizes: &[usize]) -> Vec<u8> {
     let (offs, size) = k.param_layout();

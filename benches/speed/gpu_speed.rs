@@ -16,7 +16,7 @@
 //! bench waits for the worker pool to settle.
 //!
 //! ```text
-//! cargo bench -p tasklet-tests --bench gpu_speed [-- OPTIONS]
+//! cargo bench -p tasklet-benches --bench gpu_speed [-- OPTIONS]
 //! target/release/deps/gpu_speed-<hash> [OPTIONS]      (prebuilt; see docs/performance.md)
 //!
 //!   --rounds R        rounds of A/B measurements (default 5)
@@ -38,10 +38,11 @@
 //!                     each path; pinned, native and tasklet make their driver calls from the same CPU
 //! ```
 //!
-//! Environment: `TASKLET_TEST_WORKER` (the worker binary; default: the one built beside this
-//! bench), `TASKLET_REPO` (the checkout holding `tasklets/`, `kernels/` and `benches/`; default:
-//! where this was built). With no usable CUDA device it prints `skipped: no CUDA device` and exits
-//! 0. Exit status 1: a path failed (its error is printed; the table shows what was measured).
+//! Environment: `TASKLET_TEST_WORKER` (the worker binary; default: `tasklet-bench-worker`, built
+//! with this bench), `TASKLET_REPO` (the checkout holding `tasklets/`, `kernels/` and `benches/`;
+//! default: where this was built). With no usable CUDA device it prints `skipped: no CUDA device`
+//! and exits 0. Exit status 1: a path failed (its error is printed; the table shows what was
+//! measured).
 
 use std::collections::BTreeMap;
 use std::ffi::{c_void, CString};
@@ -761,7 +762,7 @@ impl TaskletPath {
         let program = worker_program();
         if !program.exists() {
             return Err(format!(
-                "no worker binary at {}; set TASKLET_TEST_WORKER to the tasklet-test-worker binary",
+                "no worker binary at {}; set TASKLET_TEST_WORKER to a worker binary (tasklet-bench-worker)",
                 program.display()
             ));
         }
@@ -844,13 +845,13 @@ fn worker_program() -> PathBuf {
     if let Some(p) = std::env::var_os("TASKLET_TEST_WORKER") {
         return PathBuf::from(p);
     }
-    let built = PathBuf::from(env!("CARGO_BIN_EXE_tasklet-test-worker"));
+    let built = PathBuf::from(env!("CARGO_BIN_EXE_tasklet-bench-worker"));
     if built.exists() {
         return built;
     }
     let exe = std::env::current_exe().unwrap_or_default();
     for dir in exe.ancestors().skip(1).take(2) {
-        let candidate = dir.join("tasklet-test-worker");
+        let candidate = dir.join("tasklet-bench-worker");
         if candidate.exists() {
             return candidate;
         }

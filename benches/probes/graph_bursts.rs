@@ -3,7 +3,7 @@
 //! batch of ready launches). Raw driver calls on one thread, no worker, no channel.
 //!
 //! ```text
-//! cargo run --release -p tasklet-worker --example graph_bursts [-- BATCHES ROUNDS]
+//! cargo bench -p tasklet-benches --bench graph_bursts [-- BATCHES ROUNDS]
 //! ```
 //!
 //! Rows, µs per launch of `empty()` (1×1) from `kernels/faults.ptx`, median over rounds; each
@@ -23,7 +23,7 @@ use std::time::Instant;
 
 use cudarc::driver::{result, sys};
 
-const PTX: &str = include_str!("../../../kernels/faults.ptx");
+const PTX: &str = include_str!("../../kernels/faults.ptx");
 
 fn check(r: sys::CUresult, what: &str) {
     assert_eq!(r, sys::CUresult::CUDA_SUCCESS, "{what}");

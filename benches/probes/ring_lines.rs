@@ -3,8 +3,7 @@
 //! the host spins until it sees that; the round trip is timed. Records are whole cache lines, so
 //! frames of 48, 112 and 240 bytes make records of one, two and four lines.
 //!
-//!     cargo build -p tasklet-worker --release --example ring_lines
-//!     target/release/examples/ring_lines HOST_CPU WORKER_CPU [FRAME_BYTES…]
+//!     cargo bench -p tasklet-benches --bench ring_lines -- HOST_CPU WORKER_CPU [FRAME_BYTES…]
 //!
 //! Prints the p10/p50/p90 round trip per frame size, three rounds alternating the sizes. On the
 //! H100 machine (Intel Xeon vCPUs, 2026-11-24) one line against two saved ~0.1 µs a round trip

@@ -1,7 +1,8 @@
 //! Host→worker→host round-trip latency through the real spawn path and shared-memory channel.
 //!
-//!     cargo build -p tasklet-worker --release --bins --examples
-//!     target/release/examples/roundtrip [path/to/tasklet-worker] [iterations]
+//!     cargo bench -p tasklet-benches --bench roundtrip [-- [path/to/worker] [iterations]]
+//!
+//! The worker defaults to `tasklet-bench-worker`, built with this bench.
 //!
 //! Prints medians (and p90/p99) of: a ping on the device-less null backend (pure IPC), a ping on
 //! the emu backend, alloc + write 4 KiB + read 4 KiB + free on the emu backend, and a launch of
@@ -15,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use tasklet_worker::{BackendKind, LoadedModule, Worker, WorkerCommand};
 
-/// Compiled in, so the example runs from any directory (e.g. copied to a GPU machine).
-const FAULTS_PTX: &str = include_str!("../../../kernels/faults.ptx");
+/// Compiled in, so the program runs from any directory (e.g. copied to a GPU machine).
+const FAULTS_PTX: &str = include_str!("../../kernels/faults.ptx");
 
 fn stats(mut v: Vec<Duration>) -> (f64, f64, f64) {
     v.sort();
@@ -45,14 +46,10 @@ fn time(iters: usize, mut f: impl FnMut()) -> Vec<Duration> {
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let program = args.next().map(PathBuf::from).unwrap_or_else(|| {
-        let exe = std::env::current_exe().expect("current_exe");
-        // target/<profile>/examples/roundtrip → target/<profile>/tasklet-worker
-        exe.parent()
-            .and_then(|p| p.parent())
-            .expect("target dir")
-            .join("tasklet-worker")
-    });
+    let program = args.next().map_or_else(
+        || PathBuf::from(env!("CARGO_BIN_EXE_tasklet-bench-worker")),
+        PathBuf::from,
+    );
     let iters: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(100_000);
     let cmd = |null: bool| WorkerCommand {
         program: program.clone(),

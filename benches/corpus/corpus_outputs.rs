@@ -5,15 +5,12 @@
 //! inputs (read from this JSON: the Python side generates nothing) on a GPU and
 //! kernels/diff/compare.py compares the two. See kernels/diff/README.md.
 //!
-//!   cargo build --release -p tasklet-ptx --example corpus_outputs
-//!   target/release/examples/corpus_outputs > emu.json
+//!   cargo build --release -p tasklet-benches --bin corpus_outputs
+//!   target/release/corpus_outputs > emu.json
 //!
 //! Comparison rules are set here, next to each kernel: bit-exact for everything IEEE-rounded;
 //! for outputs that pass through `.approx` instructions, an ulp (or absolute) bound from
 //! host/ptx-emu/APPROX.md; atomics whose final value depends on scheduling are left out.
-
-// `is_multiple_of` is newer than the workspace's rust-version (1.85).
-#![allow(clippy::manual_is_multiple_of)]
 
 use std::fmt::Write as _;
 
@@ -356,7 +353,9 @@ fn cases() -> (Vec<Case>, Vec<(&'static str, &'static str)>) {
         let mut g = r("stencil");
         let (w, h) = (50usize, 37usize);
         let f: Vec<f32> = (0..w * h).map(|_| (g.unit() * 100.0) as f32).collect();
-        let i: Vec<u32> = (0..w * h).map(|_| (g.u32() % 20001) - 10000).collect();
+        let i: Vec<u32> = (0..w * h)
+            .map(|_| (g.u32() % 20001).wrapping_sub(10000))
+            .collect();
         for (kernel, data) in [("jacobi5", bytes_f32(&f)), ("box3", bytes_u32(&i))] {
             c.push(Case {
                 module: "kernels/stencil.ptx",
@@ -392,8 +391,10 @@ fn cases() -> (Vec<Case>, Vec<(&'static str, &'static str)>) {
         ];
         let pick = |g: &mut Rng, i: usize| -> u64 {
             match i {
-                _ if i < edge.len() * edge.len() && i % 3 == 0 => edge[(i / 3) % edge.len()],
-                _ if g.u32() % 4 == 0 => g.u64() >> (g.u32() % 64),
+                _ if i < edge.len() * edge.len() && i.is_multiple_of(3) => {
+                    edge[(i / 3) % edge.len()]
+                }
+                _ if g.u32().is_multiple_of(4) => g.u64() >> (g.u32() % 64),
                 _ => g.u64(),
             }
         };
@@ -970,7 +971,7 @@ fn cmp_json(c: &Cmp) -> String {
 }
 
 fn main() {
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
     let (cases, skipped) = cases();
     let mut modules: Vec<(&str, Module)> = Vec::new();
     let mut out = String::new();

@@ -1,7 +1,7 @@
 //! Where the time of one launch + sync goes between the host and a cuda worker, phase by phase.
 //!
-//!     cargo build -p tasklet-worker --release --example launch_phases
-//!     target/release/examples/launch_phases [iterations] [rounds] [worker-cpu] [host-cpu]
+//!     cargo bench -p tasklet-benches --bench launch_phases \
+//!         [-- [iterations] [rounds] [worker-cpu] [host-cpu]]
 //!
 //! Runs the worker's real serving loop (`serve`) on a thread of this process over a real shared
 //! region, so host and worker timestamps share one clock, with the backend wrapped to note when
@@ -38,7 +38,7 @@ use tasklet_worker::worker::backend::cuda::driver;
 use tasklet_worker::worker::backend::{Backend, BackendError, BackendOptions};
 use tasklet_worker::CudaBackend;
 
-const PTX: &str = include_str!("../../../kernels/faults.ptx");
+const PTX: &str = include_str!("../../kernels/faults.ptx");
 
 static EPOCH: OnceLock<Instant> = OnceLock::new();
 

@@ -1,8 +1,9 @@
 //! Bulk transfer bandwidth: guest memory → device and back, through the data region in chunks
 //! (`write` / `read`) and zero-copy from a shared guest memory (`write_from` / `read_into`).
 //!
-//!     cargo build -p tasklet-worker --release --bins --examples
-//!     target/release/examples/bulk [emu|cuda] [MiB] [reps] [path/to/tasklet-worker]
+//!     cargo bench -p tasklet-benches --bench bulk [-- [emu|cuda] [MiB] [reps] [path/to/worker]]
+//!
+//! The worker defaults to `tasklet-bench-worker`, built with this bench.
 //!
 //! Prints the median of `reps` transfers (after one warm-up, which also attaches and, on cuda,
 //! page-locks the guest memory) in GB/s. "lift + write" is what a tasklet's `mem-write` cost
@@ -26,13 +27,10 @@ fn main() {
     });
     let mib: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(256);
     let reps: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(9);
-    let program = args.next().map(PathBuf::from).unwrap_or_else(|| {
-        let exe = std::env::current_exe().expect("current_exe");
-        exe.parent()
-            .and_then(|p| p.parent())
-            .expect("target dir")
-            .join("tasklet-worker")
-    });
+    let program = args.next().map_or_else(
+        || PathBuf::from(env!("CARGO_BIN_EXE_tasklet-bench-worker")),
+        PathBuf::from,
+    );
     let n = mib << 20;
     let cmd = WorkerCommand {
         program,

@@ -4,8 +4,7 @@
 //! page-locked host memory + polling that word, as the worker's completion word does). The cuda backend's
 //! launch + sync is one of these plus the host↔worker hand-off; this says which one costs least.
 //!
-//!     cargo build -p tasklet-worker --release --example sync_paths
-//!     target/release/examples/sync_paths [iterations] [rounds]
+//!     cargo bench -p tasklet-benches --bench sync_paths [-- [iterations] [rounds]]
 //!
 //! Prints, per variant, the median over rounds of each round's median (rounds alternate the
 //! variants, so drift hits them all alike), and its ratio to launch + `cuStreamSynchronize` on a
@@ -20,7 +19,7 @@ use tasklet_worker::worker::backend::cuda::driver::{
     self, CuEvent, CuFunction, CuModule, CuStream, Driver, CUDA_SUCCESS,
 };
 
-const PTX: &str = include_str!("../../../kernels/faults.ptx");
+const PTX: &str = include_str!("../../kernels/faults.ptx");
 
 fn ok(what: &str, r: i32) {
     assert_eq!(r, CUDA_SUCCESS, "{what} failed: code {r}");

@@ -276,7 +276,14 @@ fn payload_bytes(request: &Request) -> usize {
         Request::ModuleLoad { ptx, .. } => ptx.len(),
         Request::GpuSubmit(submit) => submit.ptx.len() + submit.args.len(),
         Request::ModuleLoadSource { source, .. } => source.len(),
-        Request::Launch(launch) => launch.args.len() * 16,
+        Request::Launch(launch) => launch
+            .args
+            .iter()
+            .map(|arg| match arg {
+                tasklet_wire::KernelArg::Bytes(bytes) => bytes.len(),
+                _ => 16,
+            })
+            .sum(),
         _ => 0,
     }
 }

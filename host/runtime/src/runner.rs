@@ -31,7 +31,9 @@ pub enum RunError {
     Instantiate(String),
 }
 
-/// A compiled tasklet and what it is granted.
+/// A compiled tasklet and what it is granted. Cloning is cheap (the compiled code is shared), so
+/// one compiled tasklet can serve concurrent runs, each under its own grant if need be.
+#[derive(Clone)]
 pub struct Tasklet {
     pub manifest: Manifest,
     pub grant: Grant,
@@ -98,7 +100,10 @@ impl Runner {
     pub fn precompile(&self, wasm: &[u8]) -> Result<Vec<u8>, HostError> {
         self.engine
             .precompile_component(wasm)
-            .map_err(|e| HostError::Engine(format!("cannot compile the component: {e:#}")))
+            .map_err(|e| HostError::Component {
+                path: "the component".into(),
+                message: format!("{e:#}"),
+            })
     }
 
     /// Links a component compiled by [`Runner::precompile`] (of an engine with the same

@@ -1,8 +1,7 @@
 //! Integer instructions added after the corpus: `mul24.hi`, `mad24.hi`, `dp2a.lo/.hi` (found
 //! missing by the fuzzer's grammar), against reference implementations.
 
-mod common;
-use common::*;
+use crate::support::*;
 use tasklet_ptx::{DeviceMemory, Module};
 
 const PTX: &str = r#"

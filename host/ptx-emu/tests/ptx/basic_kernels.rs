@@ -1,8 +1,7 @@
 //! The kernels the rest of tasklet depends on first: nvcc's output for kernels/{iota,vector_add,
 //! scale,faults}.cu, run and checked against CPU references.
 
-mod common;
-use common::*;
+use crate::support::*;
 use tasklet_ptx::{DeviceMemory, ExecError, LaunchParams, Module, ParamInfo};
 
 #[test]

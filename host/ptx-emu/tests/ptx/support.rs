@@ -1,6 +1,5 @@
 //! Helpers shared by the integration tests: loading committed PTX from kernels/ and building
 //! argument blocks.
-#![allow(dead_code)]
 
 use tasklet_ptx::{DeviceMemory, ExecError, KernelInfo, LaunchParams, LaunchStats, Module};
 
@@ -19,7 +18,6 @@ pub enum A {
     U32(u32),
     U64(u64),
     F32(f32),
-    F64(f64),
 }
 
 /// Lays `args` out as the kernel's param_layout says.
@@ -32,7 +30,6 @@ pub fn args(k: &KernelInfo, vals: &[A]) -> Vec<u8> {
             A::U32(x) => x.to_le_bytes().to_vec(),
             A::U64(x) => x.to_le_bytes().to_vec(),
             A::F32(x) => x.to_le_bytes().to_vec(),
-            A::F64(x) => x.to_le_bytes().to_vec(),
         };
         b[*o as usize..*o as usize + bytes.len()].copy_from_slice(&bytes);
     }

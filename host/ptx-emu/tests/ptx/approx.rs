@@ -5,8 +5,7 @@
 //! make the documented bounds a checked contract (a later, GPU-faithful algorithm must still meet
 //! them) and pin the special cases, which are exact on the GPU too.
 
-mod common;
-use common::*;
+use crate::support::*;
 use tasklet_ptx::{DeviceMemory, Module};
 
 /// One f32 input per thread; 12 results per input, in this order.

@@ -2,8 +2,7 @@
 //! nvidia-cuda-nvrtc-cu12), each checked against a CPU reference.
 #![allow(clippy::needless_range_loop)]
 
-mod common;
-use common::*;
+use crate::support::*;
 use tasklet_ptx::{DeviceMemory, Module};
 
 fn nvrtc12_module(name: &str) -> Module {

@@ -1,7 +1,6 @@
 //! Hand-written PTX for features and faults that nvcc output exercises only indirectly.
 
-mod common;
-use common::*;
+use crate::support::*;
 use tasklet_ptx::{DeviceMemory, ExecError, Module};
 
 const HEAD: &str = ".version 8.5\n.target sm_80\n.address_size 64\n";

@@ -2,8 +2,7 @@
 //! reference. IEEE-rounded results are compared bit for bit.
 #![allow(clippy::needless_range_loop, clippy::manual_checked_ops)]
 
-mod common;
-use common::*;
+use crate::support::*;
 use tasklet_ptx::{DeviceMemory, ExecError};
 
 fn upload_i32(mem: &DeviceMemory, v: &[i32]) -> u64 {

@@ -1,7 +1,6 @@
 //! DeviceMemory semantics and load-time validation.
 
-mod common;
-use common::*;
+use crate::support::*;
 use tasklet_ptx::{DeviceMemory, MemError, Module};
 
 #[test]

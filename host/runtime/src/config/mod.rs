@@ -11,4 +11,4 @@ mod value;
 pub use manifest::{GpuRequest, Limits, Manifest, ManifestError, MANIFEST_FILE};
 pub use policy::{Grant, Policy, PolicyError, WorkerPolicy};
 pub use rights::{Right, Rights};
-pub use tenants::{TenantCaps, UnlistedTenant};
+pub use tenants::{DeployRefused, TenantCaps, UnlistedTenant};

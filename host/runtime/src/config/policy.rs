@@ -18,6 +18,10 @@ pub struct Policy {
     /// Caps on every tasklet's GPU request.
     pub gpu: GpuRequest,
     pub workers: WorkerPolicy,
+    /// `[tasklets] deploy`: whether tenants may push and run deployed tasklets on the node at all
+    /// (default `true`); a `[tenants.NAME]` section may only take the right away (see
+    /// [`Policy::tenant_may_deploy`]).
+    pub deploy: bool,
     /// `[tenants.NAME]`: each tenant's caps under `limits` and `gpu`, by tenant name. Empty: every
     /// tenant gets `limits` and `gpu` (see [`Policy::tenant_ceiling`]).
     pub tenants: BTreeMap<String, TenantCaps>,
@@ -74,6 +78,7 @@ impl Default for Policy {
                 context_reserve: DEFAULT_CONTEXT_RESERVE,
                 reuse: true,
             },
+            deploy: true,
             tenants: BTreeMap::new(),
         }
     }
@@ -115,6 +120,7 @@ impl Policy {
         set(&mut p.gpu.max_leases, t.max_leases);
         set(&mut p.gpu.max_lease_time, t.max_lease_secs.map(|t| t.0));
         set(&mut p.gpu.rights, t.rights);
+        set(&mut p.deploy, t.deploy);
         let w = raw.workers;
         set(&mut p.workers.warm, w.warm);
         set(&mut p.workers.max, w.max);
@@ -191,6 +197,7 @@ struct RawTaskletCaps {
     max_leases: Option<u32>,
     max_lease_secs: Option<Time>,
     rights: Option<Rights>,
+    deploy: Option<bool>,
 }
 
 impl RawTaskletCaps {
@@ -202,6 +209,7 @@ impl RawTaskletCaps {
             max_leases: self.max_leases,
             max_lease_time: self.max_lease_secs.map(|t| t.0),
             rights: self.rights,
+            deploy: self.deploy,
         }
     }
 }

@@ -6,6 +6,10 @@
 //! whether the policy lists any (see [`Policy::tenant_ceiling`]): a policy with no `[tenants.*]`
 //! section lets in every tenant the node's CA certified; one that lists tenants lets in those
 //! only, so that adding the first section never widens what anyone gets.
+//!
+//! `deploy = true|false`, in either section, says whether tenants may push and run deployed
+//! tasklets on the node ([`Policy::tenant_may_deploy`]); like the caps, a tenant's section can
+//! only take the right away.
 
 use super::manifest::{GpuRequest, Limits};
 use super::policy::{Grant, Policy};
@@ -21,6 +25,9 @@ pub struct TenantCaps {
     pub max_leases: Option<u32>,
     pub max_lease_time: Option<Duration>,
     pub rights: Option<Rights>,
+    /// `deploy = true|false`: whether the tenant may push and run deployed tasklets; `None`
+    /// keeps `[tasklets]`'s `deploy`. `true` cannot give back what `[tasklets]` took away.
+    pub deploy: Option<bool>,
 }
 
 /// A tenant the policy does not let in: it lists tenants, and not this one.
@@ -34,6 +41,18 @@ pub struct UnlistedTenant {
     pub tenant: String,
     /// The tenants the policy lists, in name order.
     pub listed: Vec<String>,
+}
+
+/// A tenant the policy does not let push or run deployed tasklets; the message names the key
+/// that says so.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "tenant `{tenant}` may not deploy on this node: its policy sets `deploy = false` in {section}"
+)]
+pub struct DeployRefused {
+    pub tenant: String,
+    /// `[tasklets]` or `[tenants.NAME]`: the section whose `deploy = false` refuses it.
+    pub section: String,
 }
 
 impl Policy {
@@ -77,6 +96,25 @@ impl Policy {
             },
             kernel_deadline: ceiling.kernel_deadline,
         })
+    }
+}
+
+impl Policy {
+    /// Whether `tenant` may push and run deployed tasklets: `[tasklets] deploy` and then its
+    /// `[tenants.NAME] deploy`, both `true` unless set otherwise. Whether the tenant gets in at
+    /// all is [`Policy::tenant_ceiling`]'s to say.
+    pub fn tenant_may_deploy(&self, tenant: &str) -> Result<(), DeployRefused> {
+        let refused = |section: String| DeployRefused {
+            tenant: tenant.to_owned(),
+            section,
+        };
+        if !self.deploy {
+            return Err(refused("[tasklets]".into()));
+        }
+        match self.tenants.get(tenant).and_then(|caps| caps.deploy) {
+            Some(false) => Err(refused(format!("[tenants.{tenant}]"))),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -169,10 +207,25 @@ rights = ["alloc", "read", "launch", "load"]
 
     #[test]
     fn tenant_sections_take_the_tasklets_keys_only() {
-        let (line, msg) = Policy::parse("[tenants.dev]\nmax-vram = \"1GiB\"\nmax-gpus = 2\n")
-            .unwrap_err();
+        let (line, msg) =
+            Policy::parse("[tenants.dev]\nmax-vram = \"1GiB\"\nmax-gpus = 2\n").unwrap_err();
         assert_eq!(line, Some(3), "{msg}");
         assert!(msg.contains("max-gpus"), "{msg}");
+    }
+
+    #[test]
+    fn deploy_is_allowed_unless_a_section_takes_it_away() {
+        let p = Policy::parse(TWO_TENANTS).unwrap();
+        assert!(p.tenant_may_deploy("dev").is_ok());
+        let p = Policy::parse("[tenants.dev]\n[tenants.guest]\ndeploy = false\n").unwrap();
+        assert!(p.tenant_may_deploy("dev").is_ok());
+        let err = p.tenant_may_deploy("guest").unwrap_err().to_string();
+        assert!(err.contains("`deploy = false` in [tenants.guest]"), "{err}");
+        // A tenant section cannot give back what [tasklets] took away.
+        let p =
+            Policy::parse("[tasklets]\ndeploy = false\n[tenants.dev]\ndeploy = true\n").unwrap();
+        let err = p.tenant_may_deploy("dev").unwrap_err().to_string();
+        assert!(err.contains("in [tasklets]"), "{err}");
     }
 
     #[test]

@@ -15,10 +15,14 @@
 //!   instruction dispatch (`exec::warp`), then one file per instruction family mirroring `lower`'s,
 //!   with the bit-level semantics in `exec::ops` and IEEE rounding in `float`.
 //! - `memory`: device memory, shared by the host and every CTA of a launch.
+//!
+//! Beside them, `header` reads a module's `.version` and `.target` without parsing the rest, for
+//! loaders that must refuse what a given driver and device would ([`PtxHeader`]).
 
 mod ast;
 mod exec;
 mod float;
+mod header;
 mod ir;
 mod lexer;
 mod lower;
@@ -27,10 +31,17 @@ mod parser;
 
 use std::fmt;
 
+pub use header::{HeaderError, PtxHeader, PtxTarget, TargetVariant};
 pub use memory::DeviceMemory;
 
 /// CUDA's limit on a kernel's parameter space, in bytes (32 KiB less 4 the driver keeps).
 pub const MAX_PARAM_BYTES: u32 = 32_764;
+
+/// Bytes of `printf` output one launch may print, as the device's printf buffer holds (CUDA's
+/// default `cudaLimitPrintfFifoSize`). Past it a launch's later `printf`s print nothing, and the
+/// launch ends by saying on stderr how much was dropped ([`LaunchStats::printf_dropped`]): a
+/// kernel cannot flood its host's log.
+pub const PRINTF_BUFFER_BYTES: u64 = 1 << 20;
 
 /// A parse or validation failure, naming the PTX line (1-based) and the offending construct.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -228,11 +239,15 @@ pub enum ExecError {
 pub struct LaunchStats {
     /// Lane-instructions executed.
     pub lane_instructions: u64,
+    /// Bytes of `printf` output dropped because the launch's printf buffer was full
+    /// ([`PRINTF_BUFFER_BYTES`]); 0 when everything printed.
+    pub printf_dropped: u64,
 }
 
 impl Module {
     /// Runs kernel number `kernel` (its index in [`Module::kernels`]) to completion against
-    /// `memory`. Text printed by `vprintf` goes to the process's stderr.
+    /// `memory`. Text printed by `vprintf` goes to the process's stderr, at most
+    /// [`PRINTF_BUFFER_BYTES`] of it per launch.
     pub fn launch_by_index(
         &self,
         kernel: usize,

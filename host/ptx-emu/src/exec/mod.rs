@@ -58,6 +58,8 @@ pub(crate) struct Launch<'a> {
     /// Step budget a thread takes from `remaining` at a time.
     pub chunk: u64,
     pub abort: AtomicBool,
+    /// What is left of the launch's `printf` buffer, and what did not fit.
+    pub printf: printf::Buffer,
 }
 
 impl Launch<'_> {
@@ -205,6 +207,7 @@ pub(crate) fn launch(
         // a sixteenth of the limit, so a launch is never stopped before 15/16 of its steps ran.
         chunk: CHUNK.min(p.step_limit / (16 * workers as u64)).max(1),
         abort: AtomicBool::new(false),
+        printf: printf::Buffer::new(crate::PRINTF_BUFFER_BYTES),
     };
     let next = AtomicU64::new(0);
     let first_err: Mutex<Option<(u64, ExecError)>> = Mutex::new(None);
@@ -248,11 +251,15 @@ pub(crate) fn launch(
             work();
         });
     }
+    // Said whether the launch ended well or not: the output that did get out may be what
+    // explains a fault.
+    let printf_dropped = cx.printf.report_truncation();
     if let Some((_, e)) = first_err.into_inner().unwrap_or_else(|e| e.into_inner()) {
         return Err(e);
     }
     Ok(LaunchStats {
         lane_instructions: total.load(Ordering::Relaxed),
+        printf_dropped,
     })
 }
 

@@ -1,12 +1,75 @@
-//! The device `printf` (`vprintf`) and `__assertfail` shims.
+//! The device `printf` (`vprintf`) and `__assertfail` shims, and the launch's printf buffer.
 
 use std::io::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::exec::warp::{Trouble, Warp};
 use crate::exec::{CtaCtx, Launch};
 use crate::ir::*;
 
 const MAX_STR: usize = 4096;
+
+/// One launch's printf buffer: how many bytes it may still print. Like the device's buffer, it
+/// holds whole calls: a call whose output does not fit prints nothing, and neither does any call
+/// after it, so what gets out is what was printed first.
+pub(crate) struct Buffer {
+    capacity: u64,
+    left: AtomicU64,
+    dropped_calls: AtomicU64,
+    dropped_bytes: AtomicU64,
+}
+
+impl Buffer {
+    pub(crate) fn new(capacity: u64) -> Buffer {
+        Buffer {
+            capacity,
+            left: AtomicU64::new(capacity),
+            dropped_calls: AtomicU64::new(0),
+            dropped_bytes: AtomicU64::new(0),
+        }
+    }
+
+    /// Takes `n` bytes of the buffer for one call's output; false (and counted as dropped) when
+    /// they do not fit, which also closes the buffer to every later call.
+    fn admit(&self, n: usize) -> bool {
+        let n = n as u64;
+        let taken = self
+            .left
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
+                left.checked_sub(n)
+            });
+        if taken.is_err() {
+            self.left.store(0, Ordering::Relaxed);
+            self.dropped_calls.fetch_add(1, Ordering::Relaxed);
+            self.dropped_bytes.fetch_add(n, Ordering::Relaxed);
+        }
+        taken.is_ok()
+    }
+
+    /// Whether a call that has formatted `n` bytes so far can still fit: formatting stops past
+    /// it, so one call never builds more than about one buffer's worth of text.
+    fn may_grow_to(&self, n: usize) -> bool {
+        (n as u64) <= self.capacity
+    }
+
+    /// At the end of the launch: says on stderr what did not fit, if anything; returns the bytes
+    /// dropped.
+    pub(crate) fn report_truncation(&self) -> u64 {
+        let calls = self.dropped_calls.load(Ordering::Relaxed);
+        let bytes = self.dropped_bytes.load(Ordering::Relaxed);
+        if calls > 0 {
+            let mut e = std::io::stderr().lock();
+            let _ = writeln!(
+                e,
+                "[printf output truncated: this launch filled its {}-byte printf buffer; {calls} later printf call(s), \
+                 {bytes} bytes, were dropped]",
+                self.capacity
+            );
+            let _ = e.flush();
+        }
+        bytes
+    }
+}
 
 fn read(
     w: &mut Warp,
@@ -57,6 +120,10 @@ pub(crate) fn vprintf(
     let mut out = String::new();
     let mut it = f.chars().peekable();
     while let Some(ch) = it.next() {
+        if !cx.printf.may_grow_to(out.len()) {
+            // It cannot fit any more: stop building it (it is dropped whole below).
+            break;
+        }
         if ch != '%' {
             out.push(ch);
             continue;
@@ -178,9 +245,11 @@ pub(crate) fn vprintf(
         };
         out.push_str(&padded);
     }
-    let mut e = std::io::stderr().lock();
-    let _ = e.write_all(out.as_bytes());
-    let _ = e.flush();
+    if cx.printf.admit(out.len()) {
+        let mut e = std::io::stderr().lock();
+        let _ = e.write_all(out.as_bytes());
+        let _ = e.flush();
+    }
     Ok(out.len())
 }
 
@@ -202,10 +271,21 @@ fn parse_flags(s: &str) -> (bool, bool, bool, String) {
     (left, zero, plus, s[i..].to_string())
 }
 
+/// A conversion's width and precision, each at most the printf buffer's size (a wider field
+/// could never be printed, and must not be built).
 fn parse_width_prec(s: &str) -> (Option<usize>, Option<usize>) {
+    const MOST: usize = crate::PRINTF_BUFFER_BYTES as usize;
     let mut parts = s.splitn(2, '.');
-    let w = parts.next().and_then(|x| x.parse().ok());
-    let p = parts.next().map(|x| x.parse().unwrap_or(0));
+    let w = parts
+        .next()
+        .and_then(|x| x.parse::<usize>().ok())
+        .map(|w| w.min(MOST));
+    let p = parts.next().map(|x| match x.parse::<usize>() {
+        Ok(p) => p.min(MOST),
+        // Digits past what a usize holds; anything else (`%.f`) means 0.
+        Err(_) if !x.is_empty() && x.bytes().all(|b| b.is_ascii_digit()) => MOST,
+        Err(_) => 0,
+    });
     (w, p)
 }
 
@@ -238,4 +318,106 @@ pub(crate) fn assert_message(
     let file = read_str(w, cx, cta, l, file_p).unwrap_or_else(|_| "?".into());
     let func = read_str(w, cx, cta, l, func_p).unwrap_or_else(|_| "?".into());
     format!("device assertion `{msg}` failed in {func} ({file}:{line})")
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{DeviceMemory, LaunchParams, Module, PRINTF_BUFFER_BYTES};
+    use std::process::Command;
+
+    /// 63 characters and a newline.
+    const LINE: &str = "printf line: 0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMN\n";
+
+    /// `chatter(reps)`: every thread prints [`LINE`] `reps` times.
+    fn chatter() -> Module {
+        assert_eq!(LINE.len(), 64);
+        let bytes: Vec<String> = LINE.bytes().chain([0]).map(|b| b.to_string()).collect();
+        let ptx = format!(
+            ".version 8.0\n.target sm_80\n.address_size 64\n\
+             .extern .func (.param .b32 func_retval0) vprintf(.param .b64 vprintf_param_0, .param .b64 vprintf_param_1);\n\
+             .global .align 1 .b8 line[65] = {{{}}};\n\
+             .visible .entry chatter(.param .u32 reps)\n{{\n\
+             .reg .pred %p<2>;\n.reg .b32 %r<4>;\n.reg .b64 %rd<4>;\n\
+             ld.param.u32 %r1, [reps];\nmov.u32 %r2, 0;\n\
+             mov.u64 %rd1, line;\ncvta.global.u64 %rd2, %rd1;\nmov.u64 %rd3, 0;\n\
+             $L_loop:\nsetp.ge.u32 %p1, %r2, %r1;\n@%p1 bra $L_done;\n\
+             {{\n.param .b64 param0;\nst.param.b64 [param0+0], %rd2;\n.param .b64 param1;\n\
+             st.param.b64 [param1+0], %rd3;\n.param .b32 retval0;\n\
+             call.uni (retval0), vprintf, (param0, param1);\n}}\n\
+             add.u32 %r2, %r2, 1;\nbra $L_loop;\n$L_done:\nret;\n}}\n",
+            bytes.join(", ")
+        );
+        Module::parse(&ptx).unwrap()
+    }
+
+    fn run(m: &Module, threads: u32, reps: u32) -> u64 {
+        let params = LaunchParams {
+            grid: [1, 1, 1],
+            block: [threads, 1, 1],
+            shared_mem_bytes: 0,
+            args: &reps.to_le_bytes(),
+            step_limit: u64::MAX,
+            threads: 1,
+        };
+        m.launch("chatter", &DeviceMemory::new(), &params)
+            .unwrap()
+            .printf_dropped
+    }
+
+    /// Run in a child process of this test binary (printf writes straight to stderr, which the
+    /// test harness does not capture): a launch printing 2 MiB, one printing 1 KiB, then 2 MiB
+    /// again.
+    fn child() {
+        let m = chatter();
+        assert_eq!(run(&m, 64, 512), PRINTF_BUFFER_BYTES);
+        assert_eq!(run(&m, 4, 4), 0);
+        assert_eq!(run(&m, 64, 512), PRINTF_BUFFER_BYTES);
+    }
+
+    #[test]
+    fn printf_output_is_capped_per_launch_and_the_truncation_is_said() {
+        const CHILD: &str = "TASKLET_PTX_PRINTF_CHILD";
+        if std::env::var_os(CHILD).is_some() {
+            return child();
+        }
+        let out = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "exec::printf::tests::printf_output_is_capped_per_launch_and_the_truncation_is_said",
+                "--test-threads=1",
+                "--nocapture",
+            ])
+            .env(CHILD, "1")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        let lines = err.lines().filter(|l| format!("{l}\n") == LINE).count() as u64;
+        let per_full_launch = PRINTF_BUFFER_BYTES / LINE.len() as u64;
+        assert_eq!(lines, 2 * per_full_launch + 16, "lines printed");
+        let notices: Vec<&str> = err
+            .lines()
+            .filter(|l| l.starts_with("[printf output truncated"))
+            .collect();
+        assert_eq!(notices.len(), 2, "{notices:?}");
+        assert!(
+            notices[0].contains("its 1048576-byte printf buffer")
+                && notices[0].contains("16384 later printf call(s), 1048576 bytes, were dropped"),
+            "{}",
+            notices[0]
+        );
+    }
+
+    #[test]
+    fn a_huge_field_width_is_bounded_by_the_buffer() {
+        assert_eq!(
+            super::parse_width_prec("99999999999.99999999999999999999999"),
+            (
+                Some(PRINTF_BUFFER_BYTES as usize),
+                Some(PRINTF_BUFFER_BYTES as usize)
+            )
+        );
+        assert_eq!(super::parse_width_prec("8.3"), (Some(8), Some(3)));
+        assert_eq!(super::parse_width_prec("."), (None, Some(0)));
+    }
 }

@@ -1,0 +1,220 @@
+//! One connection to the cluster's NATS, checked for what the cluster needs: JetStream, and a
+//! server new enough for per-key expiry.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream;
+use async_nats::jetstream::context::{AccountErrorKind, GetStreamErrorKind};
+use async_nats::jetstream::ErrorCode;
+use async_nats::{ConnectErrorKind, ConnectOptions};
+
+use crate::config::NatsConfig;
+use crate::error::{one_line, Error, Result};
+
+/// The oldest server with per-message TTLs and delete markers (what the registry's expiry is).
+const MIN_SERVER: (u32, u32) = (2, 11);
+
+/// The longest wait between two reconnection attempts. After NATS comes back, a registrar
+/// is registered again within about this plus one heartbeat; an attempt is one TCP connect.
+const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(1);
+
+/// How often the client pings the server: a server that stopped answering without closing
+/// the connection is noticed after two unanswered pings.
+const PING_INTERVAL: Duration = Duration::from_secs(5);
+
+/// A connection to NATS with JetStream, shared by registrars, registries and blob stores
+/// (clones share it).
+///
+/// The client reconnects by itself for as long as the process lives (with waits growing to
+/// one second), so what was built on a `Cluster` keeps working after NATS comes back.
+#[derive(Clone)]
+pub struct Cluster {
+    pub(crate) jetstream: jetstream::Context,
+    client: async_nats::Client,
+    url: Arc<str>,
+    pub(crate) bucket_replicas: usize,
+    pub(crate) request_timeout: Duration,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster").field("url", &self.url).finish()
+    }
+}
+
+impl Cluster {
+    /// Connects, and checks that the server has JetStream for this account and is at least
+    /// nats-server 2.11.
+    pub async fn connect(config: &NatsConfig) -> Result<Cluster> {
+        let url = config.display_url();
+        let options = options(config).await?;
+        let servers: Vec<&str> = config.url.split(',').map(str::trim).collect();
+        let client = options
+            .connect(servers.as_slice())
+            .await
+            .map_err(|e| connect_error(&url, e))?;
+
+        let info = client.server_info();
+        if !server_at_least(&info.version, MIN_SERVER) {
+            return Err(Error::ServerTooOld {
+                url,
+                version: info.version,
+            });
+        }
+        if !info.jetstream {
+            return Err(Error::JetStreamDisabled {
+                url,
+                cause: "the server announces no JetStream".into(),
+            });
+        }
+        let mut jetstream = jetstream::new(client.clone());
+        jetstream.set_timeout(config.request_timeout);
+        // The account's JetStream can be off on a server that has it (accounts without
+        // `jetstream: enabled`): ask as this account.
+        if let Err(e) = jetstream.query_account().await {
+            return Err(match e.kind() {
+                AccountErrorKind::TimedOut | AccountErrorKind::Other => {
+                    Error::request(&url, "the JetStream account query", e)
+                }
+                _ => Error::JetStreamDisabled {
+                    url,
+                    cause: one_line(&e.to_string()),
+                },
+            });
+        }
+        Ok(Cluster {
+            jetstream,
+            client,
+            url: url.into(),
+            bucket_replicas: config.bucket_replicas.max(1),
+            request_timeout: config.request_timeout,
+        })
+    }
+
+    /// The server's URL as messages show it (no password).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The version of the server this connection is on now.
+    pub fn server_version(&self) -> String {
+        self.client.server_info().version
+    }
+
+    /// The stream named `name`, or `None` when it does not exist.
+    pub(crate) async fn stream(
+        &self,
+        name: &str,
+        operation: &'static str,
+    ) -> Result<Option<jetstream::stream::Stream>> {
+        match self.jetstream.get_stream(name).await {
+            Ok(stream) => Ok(Some(stream)),
+            Err(e) => match e.kind() {
+                GetStreamErrorKind::JetStream(js)
+                    if js.error_code() == ErrorCode::STREAM_NOT_FOUND =>
+                {
+                    Ok(None)
+                }
+                _ => Err(Error::request(self.url(), operation, e)),
+            },
+        }
+    }
+
+    /// Whether the connection is up now (it reconnects by itself when not).
+    pub fn is_connected(&self) -> bool {
+        self.client.connection_state() == async_nats::connection::State::Connected
+    }
+}
+
+async fn options(config: &NatsConfig) -> Result<ConnectOptions> {
+    let mut options = ConnectOptions::new()
+        .connection_timeout(config.connect_timeout)
+        .request_timeout(Some(config.request_timeout))
+        .ping_interval(PING_INTERVAL)
+        .reconnect_delay_callback(|attempts| {
+            let exponent = u32::try_from(attempts.min(8)).unwrap_or(8);
+            (Duration::from_millis(50) * 2u32.pow(exponent)).min(MAX_RECONNECT_DELAY)
+        })
+        .require_tls(config.require_tls);
+    if let Some(name) = &config.client_name {
+        options = options.name(name);
+    }
+    if let Some(path) = &config.credentials {
+        options = options
+            .credentials_file(path)
+            .await
+            .map_err(|e| file_error("credentials file", path, e))?;
+    }
+    if let Some(path) = &config.ca {
+        readable("CA certificate", path)?;
+        options = options.add_root_certificates(path.clone());
+    }
+    if let Some((cert, key)) = &config.client_certificate {
+        readable("client certificate", cert)?;
+        readable("client key", key)?;
+        options = options.add_client_certificate(cert.clone(), key.clone());
+    }
+    Ok(options)
+}
+
+/// A file the client library reads only while connecting, checked first so that a typo is
+/// reported as a file error and not as a TLS failure.
+fn readable(what: &'static str, path: &std::path::Path) -> Result<()> {
+    std::fs::File::open(path)
+        .map(drop)
+        .map_err(|e| file_error(what, path, e))
+}
+
+fn file_error(what: &'static str, path: &std::path::Path, e: std::io::Error) -> Error {
+    Error::File {
+        what,
+        path: path.to_path_buf(),
+        cause: one_line(&e.to_string()),
+    }
+}
+
+fn connect_error(url: &str, e: async_nats::ConnectError) -> Error {
+    let url = url.to_string();
+    let cause = one_line(&e.to_string());
+    match e.kind() {
+        ConnectErrorKind::ServerParse => Error::InvalidUrl { url, cause },
+        ConnectErrorKind::Authentication | ConnectErrorKind::AuthorizationViolation => {
+            Error::Unauthorized { url, cause }
+        }
+        ConnectErrorKind::Tls => Error::Tls { url, cause },
+        ConnectErrorKind::Dns
+        | ConnectErrorKind::TimedOut
+        | ConnectErrorKind::Io
+        | ConnectErrorKind::MaxReconnects => Error::Unreachable { url, cause },
+    }
+}
+
+/// Whether `version` (`2.12.8`, `2.11.0-RC.1`) is at least `(major, minor)`. An unreadable
+/// version passes: a server that lacks a feature still says so when it is used.
+fn server_at_least(version: &str, (major, minor): (u32, u32)) -> bool {
+    let mut parts = version
+        .trim_start_matches('v')
+        .split(['.', '-'])
+        .map(|part| part.parse::<u32>().ok());
+    match (parts.next().flatten(), parts.next().flatten()) {
+        (Some(have_major), Some(have_minor)) => (have_major, have_minor) >= (major, minor),
+        _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_versions() {
+        assert!(server_at_least("2.11.0", (2, 11)));
+        assert!(server_at_least("2.12.8", (2, 11)));
+        assert!(server_at_least("3.0.0", (2, 11)));
+        assert!(server_at_least("v2.11.0-RC.1", (2, 11)));
+        assert!(!server_at_least("2.10.26", (2, 11)));
+        assert!(!server_at_least("1.99.0", (2, 11)));
+        assert!(server_at_least("dev", (2, 11)));
+    }
+}

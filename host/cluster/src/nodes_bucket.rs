@@ -1,0 +1,130 @@
+//! The registry's KV bucket: opened or created with per-key expiry, and written with a TTL on
+//! every record (which the KV API of the client library offers only on create).
+
+use std::time::Duration;
+
+use async_nats::jetstream::kv;
+use async_nats::jetstream::message::PublishMessage;
+use async_nats::jetstream::stream::StorageType;
+use bytes::Bytes;
+
+use crate::cluster::Cluster;
+use crate::error::{Error, Result};
+use crate::record::NodeName;
+
+/// The KV bucket holding one record per live node, keyed by node name.
+pub const NODES_BUCKET: &str = "tasklet-nodes";
+
+/// How long the server keeps the delete marker it writes when a record expires: long enough
+/// for watchers that were briefly away to see it, short enough that markers do not pile up.
+const EXPIRY_MARKER_TTL: Duration = Duration::from_secs(60);
+
+/// How long a clean stop's tombstone stays, for the same reason.
+pub(crate) const TOMBSTONE_TTL: Duration = EXPIRY_MARKER_TTL;
+
+/// The bucket, opened.
+#[derive(Clone)]
+pub(crate) struct NodesBucket {
+    pub(crate) kv: kv::Store,
+    cluster: Cluster,
+}
+
+impl NodesBucket {
+    /// The bucket as it is; [`Error::BucketMissing`] when no node has created it.
+    pub(crate) async fn open(cluster: &Cluster) -> Result<NodesBucket> {
+        match stream_state(cluster).await? {
+            Some(true) => {}
+            Some(false) => return Err(no_ttl(cluster)),
+            None => {
+                return Err(Error::BucketMissing {
+                    bucket: NODES_BUCKET.into(),
+                    url: cluster.url().into(),
+                })
+            }
+        }
+        let kv = cluster
+            .jetstream
+            .get_key_value(NODES_BUCKET)
+            .await
+            .map_err(|e| Error::request(cluster.url(), "opening the nodes bucket", e))?;
+        Ok(NodesBucket {
+            kv,
+            cluster: cluster.clone(),
+        })
+    }
+
+    /// The bucket, created first when missing (with per-key expiry, one value per key).
+    pub(crate) async fn open_or_create(cluster: &Cluster) -> Result<NodesBucket> {
+        match stream_state(cluster).await? {
+            Some(true) => return NodesBucket::open(cluster).await,
+            Some(false) => return Err(no_ttl(cluster)),
+            None => {}
+        }
+        let config = kv::Config {
+            bucket: NODES_BUCKET.into(),
+            description: "tasklet nodes: one record per live node, expiring unless refreshed"
+                .into(),
+            history: 1,
+            storage: StorageType::File,
+            num_replicas: cluster.bucket_replicas,
+            limit_markers: Some(EXPIRY_MARKER_TTL),
+            ..Default::default()
+        };
+        match cluster.jetstream.create_key_value(config).await {
+            Ok(kv) => Ok(NodesBucket {
+                kv,
+                cluster: cluster.clone(),
+            }),
+            // Another node may have created it meanwhile, with its own idea of the details.
+            Err(create) => NodesBucket::open(cluster).await.map_err(|open| match open {
+                Error::BucketMissing { .. } => {
+                    Error::request(cluster.url(), "creating the nodes bucket", create)
+                }
+                other => other,
+            }),
+        }
+    }
+
+    /// Writes `json` under `name`, to be removed by the server `ttl` after this write unless
+    /// written again.
+    pub(crate) async fn put(&self, name: &NodeName, json: Bytes, ttl: Duration) -> Result<u64> {
+        let message = PublishMessage::build().payload(json).ttl(ttl);
+        let ack = self
+            .cluster
+            .jetstream
+            .send_publish(subject(name), message)
+            .await
+            .map_err(|e| Error::request(self.cluster.url(), "writing a node record", e))?
+            .await
+            .map_err(|e| Error::request(self.cluster.url(), "writing a node record", e))?;
+        Ok(ack.sequence)
+    }
+
+    /// Removes `name`'s record now, leaving a tombstone that expires in turn.
+    pub(crate) async fn remove(&self, name: &NodeName) -> Result<()> {
+        self.kv
+            .purge_with_ttl(name.as_str(), TOMBSTONE_TTL)
+            .await
+            .map_err(|e| Error::request(self.cluster.url(), "removing a node record", e))
+    }
+}
+
+fn subject(name: &NodeName) -> String {
+    format!("$KV.{NODES_BUCKET}.{name}")
+}
+
+/// `None` when the bucket's stream does not exist, else whether it allows per-message TTLs.
+async fn stream_state(cluster: &Cluster) -> Result<Option<bool>> {
+    let stream = cluster
+        .stream(&format!("KV_{NODES_BUCKET}"), "looking up the nodes bucket")
+        .await?;
+    Ok(stream.map(|stream| stream.cached_info().config.allow_message_ttl))
+}
+
+fn no_ttl(cluster: &Cluster) -> Error {
+    Error::BucketMisconfigured {
+        bucket: NODES_BUCKET.into(),
+        url: cluster.url().into(),
+        problem: "does not allow per-key expiry (it was created without message TTLs)",
+    }
+}

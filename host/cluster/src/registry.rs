@@ -1,0 +1,182 @@
+//! The reader's side of the registry: the live nodes and their records.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_nats::jetstream::kv::{Entry, Operation};
+use futures_util::stream::{self, BoxStream, StreamExt, TryStreamExt};
+use tokio::time::timeout;
+
+use crate::cluster::Cluster;
+use crate::error::{Error, Result};
+use crate::heartbeat::Heartbeat;
+use crate::nodes_bucket::NodesBucket;
+use crate::record::{NodeName, NodeRecord};
+
+/// A node whose record is fresh.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveNode {
+    pub record: NodeRecord,
+    /// Time since the record was written, by this reader's clock against the server's.
+    pub age: Duration,
+    /// The record's revision in the bucket (it grows with every write, across all nodes).
+    pub revision: u64,
+}
+
+impl AsRef<NodeRecord> for LiveNode {
+    fn as_ref(&self) -> &NodeRecord {
+        &self.record
+    }
+}
+
+/// A change seen by [`Registry::watch`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RegistryEvent {
+    /// A node's record was written: a new node, or a heartbeat of a known one.
+    Up(LiveNode),
+    /// A node left: stopped cleanly, or its record expired.
+    Gone(NodeName),
+}
+
+/// Record lookups in flight at once while listing.
+const LIST_CONCURRENCY: usize = 64;
+
+/// Reads the registry.
+#[derive(Clone)]
+pub struct Registry {
+    bucket: NodesBucket,
+    cluster: Cluster,
+    stale_after: Duration,
+}
+
+impl Registry {
+    /// Opens the registry; [`Error::BucketMissing`] when no node ever registered with this
+    /// server. Records older than [`Heartbeat::default`]'s `stale_after` are not live.
+    pub async fn open(cluster: &Cluster) -> Result<Registry> {
+        Ok(Registry {
+            bucket: NodesBucket::open(cluster).await?,
+            cluster: cluster.clone(),
+            stale_after: Heartbeat::default().stale_after,
+        })
+    }
+
+    /// Records older than `stale_after` are not live (use the registrars' `stale_after`).
+    pub fn with_stale_after(mut self, stale_after: Duration) -> Registry {
+        self.stale_after = stale_after;
+        self
+    }
+
+    /// The live nodes, by name. Malformed records are left out (and logged).
+    pub async fn list(&self) -> Result<Vec<LiveNode>> {
+        // Bounded as a whole: a server that stops answering mid-listing is an error, not a
+        // wait.
+        let bound = self.cluster.request_timeout * 2;
+        let listing = async {
+            let keys: Vec<String> = self
+                .bucket
+                .kv
+                .keys()
+                .await
+                .map_err(|e| self.failed("listing node keys", e))?
+                .try_collect()
+                .await
+                .map_err(|e| self.failed("listing node keys", e))?;
+            let entries: Vec<Option<Entry>> = stream::iter(keys)
+                .map(|key| self.bucket.kv.entry(key))
+                .buffer_unordered(LIST_CONCURRENCY)
+                .try_collect()
+                .await
+                .map_err(|e| self.failed("reading node records", e))?;
+            Ok::<_, Error>(entries)
+        };
+        let entries = timeout(bound, listing)
+            .await
+            .map_err(|_| self.failed("listing nodes", format!("no answer within {bound:?}")))??;
+        let mut nodes: Vec<LiveNode> = entries
+            .into_iter()
+            .flatten()
+            .filter_map(|entry| self.live(&entry))
+            .collect();
+        nodes.sort_by(|a, b| a.record.name.cmp(&b.record.name));
+        Ok(nodes)
+    }
+
+    /// One node, if it is live.
+    pub async fn get(&self, name: &NodeName) -> Result<Option<LiveNode>> {
+        let entry = self
+            .bucket
+            .kv
+            .entry(name.as_str())
+            .await
+            .map_err(|e| self.failed("reading a node record", e))?;
+        Ok(entry.and_then(|entry| self.live(&entry)))
+    }
+
+    /// Every live node now, then every change as it happens. Heartbeats show up as `Up`
+    /// again; a stale or malformed record as `Gone`. The stream ends with an error when the
+    /// watch cannot go on (open a new one).
+    pub async fn watch(&self) -> Result<BoxStream<'static, Result<RegistryEvent>>> {
+        let watch = self
+            .bucket
+            .kv
+            .watch_with_history(">")
+            .await
+            .map_err(|e| self.failed("watching the registry", e))?;
+        let reader = self.clone();
+        Ok(watch
+            .filter_map(move |entry| {
+                let event = match entry {
+                    Err(e) => Some(Err(reader.failed("watching the registry", e))),
+                    Ok(entry) => reader.event(&entry).map(Ok),
+                };
+                std::future::ready(event)
+            })
+            .boxed())
+    }
+
+    fn event(&self, entry: &Entry) -> Option<RegistryEvent> {
+        let Ok(name) = NodeName::new(entry.key.as_str()) else {
+            tracing::warn!(key = entry.key, "registry key is not a node name; ignored");
+            return None;
+        };
+        Some(match self.live(entry) {
+            Some(node) => RegistryEvent::Up(node),
+            None => RegistryEvent::Gone(name),
+        })
+    }
+
+    /// The node in `entry` if it is a fresh, well-formed record.
+    fn live(&self, entry: &Entry) -> Option<LiveNode> {
+        if entry.operation != Operation::Put {
+            return None;
+        }
+        let age = age(entry.created.unix_timestamp_nanos());
+        if age > self.stale_after {
+            return None;
+        }
+        match NodeRecord::from_json(&entry.key, &entry.value) {
+            Ok(record) => Some(LiveNode {
+                record,
+                age,
+                revision: entry.revision,
+            }),
+            Err(e) => {
+                tracing::warn!(key = entry.key, "malformed node record ignored: {e}");
+                None
+            }
+        }
+    }
+
+    fn failed(&self, operation: &'static str, cause: impl ToString) -> Error {
+        Error::request(self.cluster.url(), operation, cause)
+    }
+}
+
+/// Time since `written` (nanoseconds since the Unix epoch, the server's clock); zero when the
+/// server's clock is ahead of this one.
+fn age(written_unix_nanos: i128) -> Duration {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i128);
+    let nanos = (now - written_unix_nanos).clamp(0, u64::MAX as i128);
+    Duration::from_nanos(nanos as u64)
+}

@@ -1,0 +1,224 @@
+//! A real nats-server on a free loopback port, with its JetStream store in a temp folder; and
+//! bounded waits.
+
+use std::future::Future;
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tasklet_cluster::{
+    Cluster, ComputeCapability, DeviceRecord, Heartbeat, Load, NatsConfig, NodeName, NodeRecord,
+    BACKEND_EMU, RECORD_FORMAT,
+};
+
+/// Starts a nats-server for the test, or prints why the test is skipped and returns from it.
+macro_rules! nats_or_skip {
+    () => {
+        nats_or_skip!(jetstream: true)
+    };
+    (jetstream: $js:expr) => {
+        match $crate::support::NatsServer::find_binary() {
+            Some(binary) => $crate::support::NatsServer::start(binary, $js),
+            None => {
+                println!("skipped: nats-server not found (run scripts/install-nats.sh)");
+                return;
+            }
+        }
+    };
+}
+pub(crate) use nats_or_skip;
+
+/// How long a server may take to accept connections.
+const START_TIMEOUT: Duration = Duration::from_secs(15);
+
+pub struct NatsServer {
+    binary: PathBuf,
+    jetstream: bool,
+    port: u16,
+    /// Holds the JetStream store and the server's log.
+    dir: tempfile::TempDir,
+    store: PathBuf,
+    child: Option<Child>,
+}
+
+impl NatsServer {
+    /// `$TASKLET_NATS_SERVER`, else what scripts/install-nats.sh installed (under
+    /// `$TASKLET_NATS_DIR` or the repository's target/nats), else `nats-server` on PATH.
+    pub fn find_binary() -> Option<PathBuf> {
+        if let Some(path) = std::env::var_os("TASKLET_NATS_SERVER") {
+            return Some(PathBuf::from(path)).filter(|p| runs(p));
+        }
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let dir = std::env::var_os("TASKLET_NATS_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| root.join("target/nats"));
+        let mut installed: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|entry| entry.path().join("bin/nats-server"))
+            .filter(|p| runs(p))
+            .collect();
+        installed.sort();
+        if let Some(path) = installed.pop() {
+            return Some(path);
+        }
+        Some(PathBuf::from("nats-server")).filter(|p| runs(p))
+    }
+
+    pub fn start(binary: PathBuf, jetstream: bool) -> NatsServer {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = dir.path().join("store");
+        let mut server = NatsServer {
+            binary,
+            jetstream,
+            port: free_port(),
+            dir,
+            store,
+            child: None,
+        };
+        server.launch();
+        server
+    }
+
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    pub fn version(&self) -> String {
+        let out = Command::new(&self.binary).arg("--version").output();
+        out.map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default()
+    }
+
+    /// SIGKILL: no goodbye to clients, as when the machine dies.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts again on the same port and the same store.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.launch();
+    }
+
+    /// Starts again on the same port with an empty store, as a server that lost its disk.
+    pub fn restart_empty(&mut self) {
+        self.kill();
+        std::fs::remove_dir_all(&self.store).expect("remove the store");
+        self.launch();
+    }
+
+    fn launch(&mut self) {
+        let log = self.dir.path().join("nats.log");
+        let mut command = Command::new(&self.binary);
+        command
+            .args(["-a", "127.0.0.1", "-p", &self.port.to_string()])
+            .arg("-l")
+            .arg(&log)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if self.jetstream {
+            command.arg("-js").arg("-sd").arg(&self.store);
+        }
+        let mut child = command.spawn().expect("start nats-server");
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if TcpStream::connect((Ipv4Addr::LOCALHOST, self.port)).is_ok() {
+                break;
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!(
+                    "nats-server exited ({status}) at start:\n{}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "nats-server did not listen within {START_TIMEOUT:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.child = Some(child);
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn runs(binary: &Path) -> bool {
+    Command::new(binary)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// A loopback port nothing listens on now.
+pub fn free_port() -> u16 {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind a free port");
+    listener.local_addr().expect("local addr").port()
+}
+
+pub async fn connect(server: &NatsServer) -> Cluster {
+    Cluster::connect(&NatsConfig::new(server.url()))
+        .await
+        .expect("connect to the test's nats-server")
+}
+
+/// Heartbeats fast enough for tests that are not about the default timings.
+pub fn fast() -> Heartbeat {
+    Heartbeat {
+        interval: Duration::from_millis(200),
+        ttl: Duration::from_secs(1),
+        stale_after: Duration::from_secs(3),
+    }
+}
+
+/// An emulator node's record with `free_gib` free of 16 GiB.
+pub fn record(name: &str, free_gib: u64) -> NodeRecord {
+    NodeRecord {
+        format: RECORD_FORMAT,
+        name: NodeName::new(name).expect("node name"),
+        address: "127.0.0.1:5701".into(),
+        cert_sha256: "0".repeat(64),
+        version: env!("CARGO_PKG_VERSION").into(),
+        devices: vec![DeviceRecord {
+            index: 0,
+            name: "emulator".into(),
+            backend: BACKEND_EMU.into(),
+            total_vram: 16 << 30,
+            free_vram: free_gib << 30,
+            compute_capability: ComputeCapability::new(9, 0),
+            leases: 0,
+        }],
+        load: Load::default(),
+        draining: false,
+        heartbeat_unix_ms: 0,
+    }
+}
+
+/// Polls `check` every 50 ms until it gives `Some`, for at most `limit`.
+pub async fn eventually<T, F, Fut>(limit: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "not within {limit:?}: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_nats::jetstream;
 use async_nats::jetstream::context::{AccountErrorKind, GetStreamErrorKind};
 use async_nats::jetstream::ErrorCode;
-use async_nats::{ConnectErrorKind, ConnectOptions};
+use async_nats::{ConnectErrorKind, ConnectOptions, ServerAddr};
 
 use crate::config::NatsConfig;
 use crate::error::{one_line, Error, Result};
@@ -48,8 +48,8 @@ impl Cluster {
     /// nats-server 2.11.
     pub async fn connect(config: &NatsConfig) -> Result<Cluster> {
         let url = config.display_url();
-        let options = options(config).await?;
         let servers: Vec<&str> = config.url.split(',').map(str::trim).collect();
+        let options = options(config, &servers).await?;
         let client = options
             .connect(servers.as_slice())
             .await
@@ -127,7 +127,7 @@ impl Cluster {
     }
 }
 
-async fn options(config: &NatsConfig) -> Result<ConnectOptions> {
+async fn options(config: &NatsConfig, servers: &[&str]) -> Result<ConnectOptions> {
     let mut options = ConnectOptions::new()
         .connection_timeout(config.connect_timeout)
         .request_timeout(Some(config.request_timeout))
@@ -139,6 +139,22 @@ async fn options(config: &NatsConfig) -> Result<ConnectOptions> {
         .require_tls(config.require_tls);
     if let Some(name) = &config.client_name {
         options = options.name(name);
+    }
+    // The client library parses a user and password in a URL but does not send them.
+    let in_url = servers
+        .iter()
+        .filter_map(|url| url.parse::<ServerAddr>().ok())
+        .find_map(|addr| {
+            let user = percent_decoded(addr.username()?);
+            Some(match addr.password() {
+                Some(password) => (Some(user), percent_decoded(password)),
+                None => (None, user),
+            })
+        });
+    match in_url {
+        Some((Some(user), password)) => options = options.user_and_password(user, password),
+        Some((None, token)) => options = options.token(token),
+        None => {}
     }
     if let Some(path) = &config.credentials {
         options = options
@@ -156,6 +172,32 @@ async fn options(config: &NatsConfig) -> Result<ConnectOptions> {
         options = options.add_client_certificate(cert.clone(), key.clone());
     }
     Ok(options)
+}
+
+/// `%XX` escapes in a URL's user or password replaced by their bytes (invalid escapes are
+/// kept as written).
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let escaped = (bytes[i] == b'%')
+            .then(|| bytes.get(i + 1..i + 3))
+            .flatten()
+            .and_then(|hex| std::str::from_utf8(hex).ok())
+            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
+        match escaped {
+            Some(byte) => {
+                out.push(byte);
+                i += 3;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// A file the client library reads only while connecting, checked first so that a typo is
@@ -183,11 +225,28 @@ fn connect_error(url: &str, e: async_nats::ConnectError) -> Error {
             Error::Unauthorized { url, cause }
         }
         ConnectErrorKind::Tls => Error::Tls { url, cause },
+        ConnectErrorKind::Io if failed_handshake(&e) => Error::Tls { url, cause },
         ConnectErrorKind::Dns
         | ConnectErrorKind::TimedOut
         | ConnectErrorKind::Io
         | ConnectErrorKind::MaxReconnects => Error::Unreachable { url, cause },
     }
+}
+
+/// Whether an I/O failure is the TLS handshake's: the TLS layer reports a certificate it does
+/// not trust (or any other protocol failure) as invalid data, where a refused or reset
+/// connection has its own kind.
+fn failed_handshake(e: &async_nats::ConnectError) -> bool {
+    let mut source = std::error::Error::source(e);
+    while let Some(error) = source {
+        if let Some(io) = error.downcast_ref::<std::io::Error>() {
+            if io.kind() == std::io::ErrorKind::InvalidData {
+                return true;
+            }
+        }
+        source = error.source();
+    }
+    false
 }
 
 /// Whether `version` (`2.12.8`, `2.11.0-RC.1`) is at least `(major, minor)`. An unreadable
@@ -206,6 +265,14 @@ fn server_at_least(version: &str, (major, minor): (u32, u32)) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn percent_escapes() {
+        assert_eq!(percent_decoded("p%40ss%3Aword"), "p@ss:word");
+        assert_eq!(percent_decoded("plain"), "plain");
+        assert_eq!(percent_decoded("100%"), "100%");
+        assert_eq!(percent_decoded("%zz%4"), "%zz%4");
+    }
 
     #[test]
     fn server_versions() {

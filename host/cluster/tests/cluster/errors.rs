@@ -46,6 +46,31 @@ async fn a_missing_credentials_file_is_named() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_credentials_are_unauthorized_and_right_ones_work() {
+    let server = nats_or_skip!(jetstream: true, args: ["--user", "alice", "--pass", "hunter2"]);
+    let wrong = format!("nats://alice:guess@127.0.0.1:{}", server.port());
+    let err = Cluster::connect(&NatsConfig::new(&wrong))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Unauthorized { .. }), "{err:?}");
+    assert!(!err.to_string().contains("guess"), "{err}");
+
+    let none = Cluster::connect(&NatsConfig::new(server.url()))
+        .await
+        .unwrap_err();
+    assert!(matches!(none, Error::Unauthorized { .. }), "{none:?}");
+
+    let right = format!("nats://alice:hunter2@127.0.0.1:{}", server.port());
+    let cluster = Cluster::connect(&NatsConfig::new(&right))
+        .await
+        .expect("connect");
+    let registrar = Registrar::start(&cluster, Heartbeat::default(), || record("authed", 1))
+        .await
+        .expect("register with credentials");
+    registrar.stop().await.expect("stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_without_jetstream_is_refused() {
     let server = nats_or_skip!(jetstream: false);
     let err = Cluster::connect(&NatsConfig::new(server.url()))

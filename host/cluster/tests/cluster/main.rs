@@ -8,3 +8,4 @@ mod blobs;
 mod errors;
 mod reconnect;
 mod registry;
+mod tls;

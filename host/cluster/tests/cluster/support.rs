@@ -15,11 +15,14 @@ use tasklet_cluster::{
 /// Starts a nats-server for the test, or prints why the test is skipped and returns from it.
 macro_rules! nats_or_skip {
     () => {
-        nats_or_skip!(jetstream: true)
+        nats_or_skip!(jetstream: true, args: [])
     };
     (jetstream: $js:expr) => {
+        nats_or_skip!(jetstream: $js, args: [])
+    };
+    (jetstream: $js:expr, args: [$($arg:expr),*]) => {
         match $crate::support::NatsServer::find_binary() {
-            Some(binary) => $crate::support::NatsServer::start(binary, $js),
+            Some(binary) => $crate::support::NatsServer::start(binary, $js, &[$($arg),*]),
             None => {
                 println!("skipped: nats-server not found (run scripts/install-nats.sh)");
                 return;
@@ -35,6 +38,8 @@ const START_TIMEOUT: Duration = Duration::from_secs(15);
 pub struct NatsServer {
     binary: PathBuf,
     jetstream: bool,
+    /// More command-line arguments (authentication, for one).
+    args: Vec<String>,
     port: u16,
     /// Holds the JetStream store and the server's log.
     dir: tempfile::TempDir,
@@ -67,12 +72,13 @@ impl NatsServer {
         Some(PathBuf::from("nats-server")).filter(|p| runs(p))
     }
 
-    pub fn start(binary: PathBuf, jetstream: bool) -> NatsServer {
+    pub fn start(binary: PathBuf, jetstream: bool, args: &[&str]) -> NatsServer {
         let dir = tempfile::tempdir().expect("temp dir");
         let store = dir.path().join("store");
         let mut server = NatsServer {
             binary,
             jetstream,
+            args: args.iter().map(|a| a.to_string()).collect(),
             port: free_port(),
             dir,
             store,
@@ -84,6 +90,10 @@ impl NatsServer {
 
     pub fn url(&self) -> String {
         format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     pub fn version(&self) -> String {
@@ -120,6 +130,7 @@ impl NatsServer {
             .args(["-a", "127.0.0.1", "-p", &self.port.to_string()])
             .arg("-l")
             .arg(&log)
+            .args(&self.args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());

@@ -134,7 +134,8 @@ impl Registrar {
     }
 
     /// Stops the heartbeats and removes the record, so that the node leaves the registry now
-    /// rather than when its record expires.
+    /// rather than when its record expires. When NATS cannot be reached the error says so, and
+    /// the record expires by itself within [`Heartbeat::ttl`].
     pub async fn stop(mut self) -> Result<()> {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());

@@ -1,6 +1,8 @@
 //! [`NodeBuilder`]: everything a node is made of, and the checks that it can serve.
 
 use crate::authorize::Authorizer;
+use crate::deploy::{DeployOpenError, Deployments};
+use crate::metrics::{MetricsError, NodeMetrics};
 use crate::node::Node;
 use crate::shared::{Limits, Shared};
 use crate::transport;
@@ -8,6 +10,7 @@ use std::net::{Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+use tasklet_deploy::DeployConfig;
 use tasklet_runtime::{BackendKind, Host, HostConfig, HostError, Policy, WorkerCommand};
 use tasklet_tls::{InvalidTenant, Tenant};
 use tasklet_wire::limits::DEFAULT_MAX_STREAM_BYTES;
@@ -43,6 +46,18 @@ pub enum NodeError {
     },
     #[error("a node is built and served inside a Tokio runtime (quinn needs one)")]
     NoRuntime,
+    #[error("cannot open the node's store {path}: {source}")]
+    Store {
+        path: PathBuf,
+        source: DeployOpenError,
+    },
+    #[error(transparent)]
+    Metrics(#[from] MetricsError),
+    #[error("cannot serve metrics on {addr}: {source}")]
+    MetricsBind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
 }
 
 fn hint(addr: &SocketAddr) -> &'static str {
@@ -68,6 +83,9 @@ pub struct NodeBuilder {
     authorizer: Option<Arc<dyn Authorizer>>,
     name: Option<String>,
     limits: Limits,
+    store: Option<PathBuf>,
+    deploy: DeployConfig,
+    metrics: Option<SocketAddr>,
 }
 
 impl Default for NodeBuilder {
@@ -87,6 +105,9 @@ impl NodeBuilder {
             worker: None,
             authorizer: None,
             name: None,
+            store: None,
+            deploy: DeployConfig::default(),
+            metrics: None,
             limits: Limits {
                 idle_timeout: DEFAULT_IDLE_TIMEOUT,
                 stall_timeout: DEFAULT_STALL_TIMEOUT,
@@ -179,8 +200,34 @@ impl NodeBuilder {
         self
     }
 
+    /// Serves deployed tasklets (DEPLOY_PUSH, DEPLOY_HAS, DEPLOY_RUN) from a store in `dir`,
+    /// created if need be. Without one the node answers deploy requests `UNSUPPORTED`.
+    ///
+    /// The folder holds the content-addressed store (`blobs/`, `deployments/`, `compiled/`,
+    /// `tmp/`) and `owners/`, which records the tenants that pushed each deployment: a tenant
+    /// runs only what it pushed itself.
+    pub fn store(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.store = Some(dir.into());
+        self
+    }
+
+    /// The deployer's limits: component size, tasklets kept warm (default
+    /// [`DeployConfig::default`]).
+    pub fn deploy_config(mut self, config: DeployConfig) -> Self {
+        self.deploy = config;
+        self
+    }
+
+    /// Serves the node's metrics in Prometheus's text format at `http://ADDR/metrics` (plain
+    /// HTTP/1.1 over TCP: bind it to an address only the scraper reaches). Port 0 picks a free
+    /// one, which [`Node::metrics_addr`] tells.
+    pub fn metrics(mut self, addr: SocketAddr) -> Self {
+        self.metrics = Some(addr);
+        self
+    }
+
     /// Starts the host (unless one was given; this waits for its first worker), reads the
-    /// certificates and binds the address. Call it inside a Tokio runtime.
+    /// certificates, opens the store and binds the addresses. Call it inside a Tokio runtime.
     pub fn build(self) -> Result<Node, NodeError> {
         let certs = self.certs.ok_or(NodeError::NoCerts)?;
         let server = transport::server_config(&certs, &self.limits)?;
@@ -206,10 +253,41 @@ impl NodeBuilder {
                 addr: self.listen,
                 source,
             })?;
+        let metrics = NodeMetrics::new()?;
+        let scrapes = match self.metrics {
+            None => None,
+            Some(addr) => Some(bind_metrics(addr)?),
+        };
+        let deployments =
+            match &self.store {
+                None => None,
+                Some(dir) => Some(Deployments::open(dir, self.deploy).map_err(|source| {
+                    NodeError::Store {
+                        path: dir.clone(),
+                        source,
+                    }
+                })?),
+            };
         let name = self
             .name
             .unwrap_or_else(|| format!("tasklet-node {}", env!("CARGO_PKG_VERSION")));
-        let shared = Shared::new(host, self.authorizer, name, self.limits);
-        Ok(Node::new(Arc::new(shared), endpoint))
+        let shared = Shared::new(
+            host,
+            deployments,
+            self.authorizer,
+            name,
+            self.limits,
+            metrics,
+        );
+        Ok(Node::new(Arc::new(shared), endpoint, scrapes))
     }
+}
+
+/// Binds the metrics address: a std listener made non-blocking and handed to Tokio, so that
+/// binding needs no `.await` in the synchronous `build`.
+fn bind_metrics(addr: SocketAddr) -> Result<tokio::net::TcpListener, NodeError> {
+    let bind_error = |source| NodeError::MetricsBind { addr, source };
+    let listener = std::net::TcpListener::bind(addr).map_err(bind_error)?;
+    listener.set_nonblocking(true).map_err(bind_error)?;
+    tokio::net::TcpListener::from_std(listener).map_err(bind_error)
 }

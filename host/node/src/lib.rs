@@ -1,15 +1,20 @@
-//! The tasklet node as a library: a host's leases, GPU sessions and one-shot submissions served
-//! to remote clients over QUIC, with mutual TLS and tenants read from client certificates.
+//! The tasklet node as a library: a host's leases, GPU sessions, one-shot submissions and
+//! deployed tasklets served to remote clients over QUIC, with mutual TLS and tenants read from
+//! client certificates; its metrics served to Prometheus.
 //!
 //! `tasklet node` is a thin command over this crate; another daemon embeds a node the same way:
 //! build one with [`NodeBuilder`], serve it on its own Tokio runtime, and drain or stop it with a
 //! [`NodeControl`]. What a node does, in layers each using only those below it:
 //!
 //! ```text
-//! Node           the endpoint's accept loop; drain and stop            (node)
-//!   connection   a client: its tenant, grant, streams, GPU thread      (connection)
-//!     dispatch   the GPU thread: requests on the connection's LocalGpu (dispatch)
-//!       tasklet_runtime::gpu::LocalGpu   every check, on this machine's workers
+//! Node           the endpoint's accept loop; drain and stop; /metrics    (node, metrics::http)
+//!   connection   a client: its tenant, grant, streams, GPU thread,       (connection)
+//!                each stream's deploy lane
+//!     dispatch   the GPU thread: requests on the connection's LocalGpu   (dispatch)
+//!     deploy     pushes into the store, runs by digest on blocking       (deploy)
+//!                threads, each run's GPU work on a LocalGpu of its own
+//!       tasklet_runtime::gpu::LocalGpu, tasklet_deploy::Deployer
+//!   caller, reply, metrics, shared: what the layers above share
 //! ```
 //!
 //! # Tenants and grants
@@ -21,6 +26,24 @@
 //! add. An [`Authorizer`] may then narrow or refuse a tenant further. A connection may narrow its
 //! grant once more with GRANT (a tasklet's manifest), before its first lease; the node never
 //! widens it.
+//!
+//! # Deployed tasklets
+//!
+//! With a store ([`NodeBuilder::store`]) the node serves DEPLOY_PUSH, DEPLOY_HAS and DEPLOY_RUN.
+//! Deployments are content-addressed (the same tasklet has the same digest whoever pushed it,
+//! and is stored and compiled once), but each tenant sees and runs only the deployments it
+//! pushed itself: to any other it is told `NOT_FOUND`, as for a digest nobody pushed. A run is
+//! granted its manifest's request cut down by the tenant's ceiling, and its GPU work goes to
+//! this node's leases. A tenant's `deploy = false` (in `[tasklets]` or its `[tenants.NAME]`
+//! section) refuses its pushes and runs with `UNAUTHORIZED`, naming the key.
+//!
+//! # Metrics
+//!
+//! [`NodeBuilder::metrics`] serves Prometheus text at `/metrics`: `gpu_submit_total`,
+//! `gpu_submit_errors`, `gpu_submit_output_bytes`, `gpu_lease_acquired`, `gpu_lease_dropped`
+//! (per tenant), `gpu_vram_allocated_bytes`, the `gpu_op_seconds` latency histogram (per op),
+//! and the node's own `tasklet_*` series: connections, refusals, requests, deploy pushes and
+//! runs. [`NodeControl::metrics`] reads the same registry.
 //!
 //! # Connections
 //!
@@ -58,12 +81,15 @@
 
 mod authorize;
 mod builder;
+mod caller;
 mod connection;
+mod deploy;
 mod dispatch;
 mod inventory;
 mod job;
 mod metrics;
 mod node;
+mod reply;
 mod shared;
 mod transport;
 
@@ -72,5 +98,7 @@ pub use builder::{
     NodeBuilder, NodeError, DEFAULT_IDLE_TIMEOUT, DEFAULT_LISTEN, DEFAULT_MAX_CONNECTIONS,
     DEFAULT_STALL_TIMEOUT,
 };
-pub use metrics::{MetricsSnapshot, NodeMetrics};
+pub use deploy::DeployOpenError;
+pub use metrics::{MetricsError, MetricsSnapshot, NodeMetrics};
 pub use node::{Node, NodeControl, RunningNode};
+pub use tasklet_deploy::DeployConfig;

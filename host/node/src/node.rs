@@ -3,13 +3,14 @@
 
 use crate::builder::NodeError;
 use crate::connection;
-use crate::metrics::MetricsSnapshot;
+use crate::metrics::{http, MetricsSnapshot};
 use crate::shared::{Phase, Shared};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tasklet_runtime::Accounting;
 use tasklet_wire::ErrorCode;
+use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -19,15 +20,25 @@ const DRAIN_POLL: Duration = Duration::from_millis(50);
 /// How long closing connections get to tell their clients before the node stops waiting.
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
-/// A node ready to serve: its host is started and its address bound. See [`Node::serve`].
+/// A node ready to serve: its host is started and its addresses bound. See [`Node::serve`].
 pub struct Node {
     shared: Arc<Shared>,
     endpoint: quinn::Endpoint,
+    /// Where `/metrics` is served, when it is.
+    metrics: Option<TcpListener>,
 }
 
 impl Node {
-    pub(crate) fn new(shared: Arc<Shared>, endpoint: quinn::Endpoint) -> Node {
-        Node { shared, endpoint }
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        endpoint: quinn::Endpoint,
+        metrics: Option<TcpListener>,
+    ) -> Node {
+        Node {
+            shared,
+            endpoint,
+            metrics,
+        }
     }
 
     /// The address the node serves on (the port chosen, when it was 0).
@@ -36,6 +47,11 @@ impl Node {
         self.endpoint
             .local_addr()
             .unwrap_or(crate::builder::DEFAULT_LISTEN)
+    }
+
+    /// The TCP address `/metrics` is served on (the port chosen, when it was 0), if it is.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().and_then(|l| l.local_addr().ok())
     }
 
     /// A handle to drain or stop the node and read its state, usable while it serves.
@@ -49,14 +65,29 @@ impl Node {
     /// lease has ended) or stopped ([`NodeControl::stop`]: at once). Either way every connection
     /// is closed, every lease ended and every worker process stopped before this returns.
     pub async fn serve(self) -> Result<(), NodeError> {
-        let Node { shared, endpoint } = self;
+        let Node {
+            shared,
+            endpoint,
+            metrics,
+        } = self;
         tracing::info!(addr = %endpoint.local_addr().map_or("?".into(), |a| a.to_string()), node = %shared.name, "serving");
+        if let Some(deployments) = &shared.deployments {
+            tracing::info!(store = %deployments.root().display(), "serving deployments");
+        }
+        let scrapes = metrics.map(|listener| {
+            if let Ok(addr) = listener.local_addr() {
+                tracing::info!(%addr, "metrics at http://{addr}/metrics");
+            }
+            tokio::spawn(http::serve(listener, Arc::clone(&shared)))
+        });
         let mut phase = shared.phase();
         let mut drain_deadline: Option<Instant> = None;
         let close = loop {
             let draining = *phase.borrow() == Phase::Draining;
             if draining {
-                if shared.host.accounting().leases == 0 {
+                // Running work is the lease holders' and the deployed tasklets' runs.
+                if shared.host.accounting().leases == 0 && shared.metrics.deploy_runs_active() == 0
+                {
                     break (ErrorCode::Draining, "the node has drained and stopped");
                 }
                 if drain_deadline.is_some_and(|d| Instant::now() >= d) {
@@ -73,7 +104,7 @@ impl Node {
             tokio::select! {
                 incoming = endpoint.accept() => match incoming {
                     Some(incoming) => {
-                        let open = shared.metrics.snapshot().connections_open;
+                        let open = shared.metrics.connections_open();
                         if open >= shared.limits.max_connections {
                             tracing::warn!(remote = %incoming.remote_address(), open, "refused a connection: the node serves its most connections");
                             incoming.refuse();
@@ -101,6 +132,9 @@ impl Node {
         };
         let (code, reason) = close;
         shared.advance(Phase::Stopping);
+        if let Some(scrapes) = scrapes {
+            scrapes.abort();
+        }
         endpoint.close((code as u32).into(), reason.as_bytes());
         let _ = tokio::time::timeout(CLOSE_GRACE, endpoint.wait_idle()).await;
         let host = Arc::clone(&shared);
@@ -113,9 +147,11 @@ impl Node {
     pub fn start(self) -> RunningNode {
         let control = self.control();
         let local_addr = self.local_addr();
+        let metrics_addr = self.metrics_addr();
         RunningNode {
             control,
             local_addr,
+            metrics_addr,
             task: tokio::spawn(self.serve()),
         }
     }
@@ -149,8 +185,21 @@ impl NodeControl {
         self.shared.host.accounting()
     }
 
+    /// The node's counters, each summed over its labels (the same figures `/metrics` serves).
     pub fn metrics(&self) -> MetricsSnapshot {
         self.shared.metrics.snapshot()
+    }
+
+    /// Every metric in Prometheus's text format, as `/metrics` serves it.
+    pub fn metrics_text(&self) -> String {
+        self.shared
+            .metrics
+            .observe_host(&self.shared.host.accounting());
+        self.shared
+            .metrics
+            .encode()
+            .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+            .unwrap_or_default()
     }
 
     /// Process ids of the GPU workers serving live leases.
@@ -163,12 +212,18 @@ impl NodeControl {
 pub struct RunningNode {
     control: NodeControl,
     local_addr: SocketAddr,
+    metrics_addr: Option<SocketAddr>,
     task: JoinHandle<Result<(), NodeError>>,
 }
 
 impl RunningNode {
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// Where `/metrics` is served, if it is.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
     }
 
     pub fn control(&self) -> &NodeControl {

@@ -1,7 +1,8 @@
-//! What every connection of a node shares: the host, the policy's decisions, the node's phase
-//! (serving, draining, stopping) and its counters.
+//! What every connection of a node shares: the host, its deployments, the policy's decisions,
+//! the node's phase (serving, draining, stopping) and its metrics.
 
 use crate::authorize::Authorizer;
+use crate::deploy::Deployments;
 use crate::metrics::NodeMetrics;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -38,6 +39,8 @@ pub(crate) struct Limits {
 
 pub(crate) struct Shared {
     pub host: Host,
+    /// `None` for a node built without a store: it answers deploy requests `UNSUPPORTED`.
+    pub deployments: Option<Deployments>,
     pub authorizer: Option<Arc<dyn Authorizer>>,
     /// What HELLO's reply calls this node.
     pub name: String,
@@ -52,16 +55,19 @@ pub(crate) struct Shared {
 impl Shared {
     pub fn new(
         host: Host,
+        deployments: Option<Deployments>,
         authorizer: Option<Arc<dyn Authorizer>>,
         name: String,
         limits: Limits,
+        metrics: NodeMetrics,
     ) -> Shared {
         Shared {
             host,
+            deployments,
             authorizer,
             name,
             limits,
-            metrics: NodeMetrics::default(),
+            metrics,
             phase: watch::Sender::new(Phase::Serving),
             draining: AtomicBool::new(false),
             next_connection: AtomicU64::new(1),

@@ -121,6 +121,22 @@ impl Channel {
         }
     }
 
+    /// Sends a request whose data follows it (DEPLOY_PUSH, DEPLOY_RUN) and waits for its reply,
+    /// and the reply's data if it streams any.
+    pub fn call_with(
+        &mut self,
+        request: &Request,
+        data: &[u8],
+    ) -> Result<(Reply, Vec<u8>), ClientError> {
+        let id = self.post(request, data)?;
+        self.flush()?;
+        let (reply, data) = self.await_reply(id)?;
+        match reply {
+            Reply::Error { opcode, error } => Err(ClientError::Failed { opcode, error }),
+            reply => Ok((reply, data)),
+        }
+    }
+
     fn usable(&self) -> Result<(), ClientError> {
         match &self.broken {
             None => Ok(()),

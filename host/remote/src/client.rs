@@ -185,6 +185,14 @@ impl NodeClient {
         self.channel.post(request, data)
     }
 
+    pub(crate) fn connection(&self) -> &quinn::Connection {
+        self.channel.connection()
+    }
+
+    pub(crate) fn runtime(&self) -> &Arc<Runtime> {
+        &self.runtime
+    }
+
     fn call(&mut self, request: &Request) -> Result<Reply, ClientError> {
         self.channel.call(request).map(|(reply, _)| reply)
     }

@@ -1,6 +1,6 @@
 //! A tasklet node's client: [`NodeClient`] for the node's operations (inventory, leases,
-//! GPU_SUBMIT, any request), and [`RemoteGpu`], the `GpuService` whose GPU is on a node, so
-//! that `tasklet_runtime::Runner` runs a tasklet here with its GPU work there.
+//! GPU_SUBMIT, deployed tasklets, any request), and [`RemoteGpu`], the `GpuService` whose GPU is
+//! on a node, so that `tasklet_runtime::Runner` runs a tasklet here with its GPU work there.
 //!
 //! ```no_run
 //! use tasklet_remote::{NodeClient, RemoteGpu};
@@ -20,14 +20,36 @@
 //! the caller for each answer. A lost connection (the node stopped, or went quiet past the idle
 //! timeout) fails every later call with *disconnected*, which `RemoteGpu` reports as the
 //! `device-lost` error; a refused handshake is explained in one line (`tasklet_tls::explain`).
+//!
+//! A deployed tasklet runs on the node itself, wasm and GPU both:
+//!
+//! ```no_run
+//! use tasklet_remote::{deployment_digest, NodeClient};
+//! use tasklet_tls::Tenant;
+//!
+//! let manifest = std::fs::read("tasklets/iota/tasklet.toml")?;
+//! let component = std::fs::read("tasklets/target/wasm32-wasip2/release/iota.wasm")?;
+//! let mut node = NodeClient::connect("localhost", "certs", &Tenant::new("dev")?)?;
+//! let digest = deployment_digest(&manifest, &component);
+//! if !node.deploy_has(&digest)? {
+//!     node.deploy_push(&manifest, &component)?;
+//! }
+//! let run = node.deploy_run(&digest, b"10")?;
+//! println!("run {:016x}: {} in {:?}", run.run_id, run.exit, run.elapsed);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 mod channel;
 mod client;
 mod connect;
+mod deploy;
 mod error;
 mod gpu;
 
 pub use client::{LeaseGrant, NodeClient};
 pub use connect::{ConnectOptions, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT};
+pub use deploy::{deployment_digest, DeployExit, DeployPushed, DeployRun};
 pub use error::ClientError;
 pub use gpu::{manifest_grant, RemoteGpu};
+/// A deployment's digest, as DEPLOY_PUSH returns it and DEPLOY_RUN names it.
+pub use tasklet_wire::Digest;

@@ -11,9 +11,11 @@
 //! ends, the jobs still queued are dropped and the GPU thread drops its `LocalGpu`, which ends
 //! every lease the connection held.
 
+mod deploy;
 mod stream;
 
-use crate::dispatch::{Dispatcher, Peer};
+use crate::caller::Caller;
+use crate::dispatch::Dispatcher;
 use crate::shared::{Phase, Shared};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -47,7 +49,7 @@ pub(crate) async fn serve(shared: Arc<Shared>, incoming: quinn::Incoming) {
     let tenant = match peer_tenant(&connection) {
         Ok(tenant) => tenant,
         Err(err) => {
-            shared.metrics.tenant_refused();
+            shared.metrics.handshake_refused();
             tracing::warn!(%remote, "refused a client: {err}");
             connection.close(
                 close_code(ErrorCode::Unauthorized),
@@ -70,7 +72,7 @@ pub(crate) async fn serve(shared: Arc<Shared>, incoming: quinn::Incoming) {
     let grant = match grant {
         Ok(grant) => grant,
         Err(reason) => {
-            shared.metrics.tenant_refused();
+            shared.metrics.tenant_refused(tenant.as_str());
             tracing::warn!(%remote, %tenant, "refused a tenant: {reason}");
             let message = format!("unauthorized: {reason}");
             connection.close(close_code(ErrorCode::Unauthorized), message.as_bytes());
@@ -79,19 +81,21 @@ pub(crate) async fn serve(shared: Arc<Shared>, incoming: quinn::Incoming) {
     };
 
     let number = shared.connection_number();
-    shared.metrics.connection_opened();
+    shared.metrics.connection_opened(tenant.as_str());
     tracing::info!(connection = number, %remote, %tenant, "connection open");
     let (jobs, queue) = mpsc::channel(JOB_QUEUE);
     let closed = Arc::new(AtomicBool::new(false));
     let hello = Arc::new(tokio::sync::Notify::new());
-    let peer = Peer {
-        tenant: tenant.clone(),
-        connection: number,
-    };
+    let deploy = shared
+        .host
+        .policy()
+        .tenant_may_deploy(tenant.as_str())
+        .map_err(|refused| refused.to_string());
+    let metrics = shared.metrics.tenant(tenant.as_str());
+    let caller = Arc::new(Caller::new(tenant.clone(), number, grant, deploy, metrics));
     let dispatcher = Dispatcher::new(
         Arc::clone(&shared),
-        peer,
-        grant,
+        Arc::clone(&caller),
         Arc::clone(&closed),
         Arc::clone(&hello),
     );
@@ -122,6 +126,7 @@ pub(crate) async fn serve(shared: Arc<Shared>, incoming: quinn::Incoming) {
                 Ok((send, recv)) => {
                     tokio::spawn(stream::serve(stream::Stream {
                         shared: Arc::clone(&shared),
+                        caller: Arc::clone(&caller),
                         connection: connection.clone(),
                         send,
                         recv,
@@ -133,7 +138,7 @@ pub(crate) async fn serve(shared: Arc<Shared>, incoming: quinn::Incoming) {
             },
             _ = hello.notified(), if !said_hello => said_hello = true,
             _ = &mut hello_deadline, if !said_hello => {
-                shared.metrics.protocol_error();
+                caller.metrics.protocol_errors.inc();
                 let reason = format!(
                     "no HELLO within {}s of the handshake",
                     shared.limits.stall_timeout.as_secs_f64()

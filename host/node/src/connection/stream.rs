@@ -1,14 +1,19 @@
 //! One bidirectional stream of a connection: its requests decoded in order and queued for the
-//! GPU thread, MEM_WRITE data cut into pieces as it arrives, replies written back.
+//! GPU thread (deploy requests for the stream's deploy lane), MEM_WRITE data cut into pieces as
+//! it arrives, replies written back.
 //!
 //! Malformed bytes end the connection: the stream's writer sends GOAWAY (`PROTOCOL_ERROR`, naming
 //! the cause) and closes it. So does a client that stops in the middle of a frame for longer than
 //! the stall timeout.
 
+use super::deploy::{self, Accepted, Intake, Lane};
 use super::{close_code, QUEUE_BYTES};
+use crate::caller::Caller;
 use crate::job::{Job, Outgoing, ReplyTo, Work, WritePiece};
+use crate::metrics::PerOp;
 use crate::shared::Shared;
 use bytes::Bytes;
+use prometheus::IntCounter;
 use std::sync::Arc;
 use std::time::Duration;
 use tasklet_wire::{
@@ -32,6 +37,7 @@ const GOAWAY_GRACE: Duration = Duration::from_millis(500);
 
 pub(crate) struct Stream {
     pub shared: Arc<Shared>,
+    pub caller: Arc<Caller>,
     pub connection: quinn::Connection,
     pub send: quinn::SendStream,
     pub recv: quinn::RecvStream,
@@ -51,13 +57,10 @@ struct Writing {
     first: bool,
 }
 
-/// Streamed data this node does not take (a deployment's, before deploys are served): read and
-/// dropped so that the stream stays in step.
-struct Discarding;
-
 pub(crate) async fn serve(stream: Stream) {
     let Stream {
         shared,
+        caller,
         connection,
         send,
         mut recv,
@@ -68,6 +71,8 @@ pub(crate) async fn serve(stream: Stream) {
     let writer = tokio::spawn(write(connection.clone(), send, replies));
     let mut reader = Reader {
         shared: Arc::clone(&shared),
+        caller: Arc::clone(&caller),
+        connection: connection.clone(),
         decoder: Decoder::for_node(DecoderConfig {
             max_stream_bytes: shared.limits.max_stream_bytes,
         }),
@@ -75,10 +80,12 @@ pub(crate) async fn serve(stream: Stream) {
         budget,
         reply: reply.clone(),
         writing: None,
-        discarding: None,
+        intake: None,
+        lane: None,
+        requests: PerOp::new(),
     };
     if let Err(error) = reader.read_all(&mut recv).await {
-        shared.metrics.protocol_error();
+        caller.metrics.protocol_errors.inc();
         tracing::warn!(remote = %connection.remote_address(), "closing a connection: {}", error.message);
         let _ = reply.send(Outgoing::Close(error)).await;
     }
@@ -89,12 +96,18 @@ pub(crate) async fn serve(stream: Stream) {
 
 struct Reader {
     shared: Arc<Shared>,
+    caller: Arc<Caller>,
+    connection: quinn::Connection,
     decoder: Decoder,
     jobs: mpsc::Sender<Job>,
     budget: Arc<Semaphore>,
     reply: ReplyTo,
     writing: Option<Writing>,
-    discarding: Option<Discarding>,
+    /// A deploy request whose data is arriving.
+    intake: Option<Intake>,
+    /// The stream's deploy lane, started by its first deploy request.
+    lane: Option<Lane>,
+    requests: PerOp<IntCounter>,
 }
 
 impl Reader {
@@ -161,7 +174,11 @@ impl Reader {
     }
 
     async fn request(&mut self, request_id: RequestId, request: Request) -> Result<(), ErrorReply> {
-        self.shared.metrics.request();
+        let opcode = request.opcode();
+        let (shared, tenant) = (&self.shared, self.caller.tenant.as_str());
+        self.requests
+            .get(opcode, || shared.metrics.requests(tenant, opcode))
+            .inc();
         match (&request, request.streamed()) {
             (
                 Request::MemWrite {
@@ -183,11 +200,36 @@ impl Reader {
                 });
                 Ok(())
             }
-            (Request::DeployPush { .. } | Request::DeployRun { .. }, Some((_, streamed)))
-                if streamed > 0 =>
-            {
-                self.discarding = Some(Discarding);
-                self.queue(request_id, Work::Request(request), 0).await
+            (
+                Request::DeployPush { .. } | Request::DeployHas { .. } | Request::DeployRun { .. },
+                _,
+            ) => {
+                // Nothing but HELLO may come before HELLO's reply; the GPU thread checks the
+                // requests it serves, and these it does not see.
+                if !self.caller.greeted() {
+                    return Err(protocol_error(format!(
+                        "{opcode} before HELLO's reply: HELLO is the first request of a connection"
+                    )));
+                }
+                let (shared, caller) = (&self.shared, &self.caller);
+                let connection = &self.connection;
+                let lane = self.lane.get_or_insert_with(|| {
+                    Lane::start(Arc::clone(shared), Arc::clone(caller), connection.clone())
+                });
+                let accepted = deploy::accept(
+                    shared,
+                    caller,
+                    lane,
+                    &self.budget,
+                    &self.reply,
+                    request_id,
+                    request,
+                )
+                .await;
+                if let Accepted::Intake(intake) = accepted {
+                    self.intake = Some(intake);
+                }
+                Ok(())
             }
             _ => {
                 let bytes = payload_bytes(&request);
@@ -197,15 +239,19 @@ impl Reader {
     }
 
     async fn data(&mut self, bytes: &[u8], remaining: u64) -> Result<(), ErrorReply> {
-        if self.discarding.is_some() {
+        if let Some(intake) = self.intake.as_mut() {
+            intake.feed(bytes).await;
             if remaining == 0 {
-                self.discarding = None;
+                if let (Some(intake), Some(lane)) = (self.intake.take(), self.lane.as_ref()) {
+                    intake.finish(lane).await;
+                }
             }
             return Ok(());
         }
         let mut rest = bytes;
         while !rest.is_empty() {
-            // The decoder only yields data a request announced, and only MEM_WRITE's reach here.
+            // The decoder only yields data a request announced, and only MEM_WRITE's reach here
+            // (a deploy request's go to its intake).
             let Some(writing) = self.writing.as_mut() else {
                 return Err(protocol_error("data without a request".into()));
             };

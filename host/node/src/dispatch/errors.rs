@@ -1,6 +1,7 @@
 //! The host's GPU errors as wire statuses. The message travels as it is, so a remote client
 //! rebuilds the very error a local run would have seen.
 
+use crate::reply::Failure;
 use tasklet_runtime::GpuError;
 use tasklet_wire::{ErrorCode, ErrorReply};
 
@@ -24,15 +25,5 @@ pub(crate) fn code_of(error: &GpuError) -> ErrorCode {
 impl From<GpuError> for Failure {
     fn from(error: GpuError) -> Failure {
         Failure(ErrorReply::new(code_of(&error), error.into_message()))
-    }
-}
-
-/// A failed request, as its reply will say.
-#[derive(Debug)]
-pub(crate) struct Failure(pub ErrorReply);
-
-impl Failure {
-    pub fn new(code: ErrorCode, message: impl Into<String>) -> Failure {
-        Failure(ErrorReply::new(code, message))
     }
 }

@@ -15,20 +15,23 @@ mod errors;
 mod reads;
 mod submit;
 
+use crate::caller::Caller;
 use crate::inventory;
-use crate::job::{Job, Outgoing, ReplyTo, Work, WritePiece};
+use crate::job::{Job, ReplyTo, Work, WritePiece};
+use crate::metrics::PerOp;
+use crate::reply::{close, fail, send, Failure};
 use crate::shared::Shared;
 use book::{Book, LeaseEntry, ModuleEntry};
-use errors::{code_of, Failure};
+use errors::code_of;
+use prometheus::Histogram;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 use tasklet_runtime::config::Grant;
 use tasklet_runtime::gpu::{self, GpuService, LaunchConfig, LocalGpu};
-use tasklet_tls::Tenant;
 use tasklet_wire::{
-    encode_reply, negotiate, ErrorCode, ErrorReply, FailedOp, LoadedModule, Opcode, Reply, Request,
-    RequestId,
+    negotiate, ErrorCode, ErrorReply, FailedOp, LoadedModule, Opcode, Reply, Request, RequestId,
 };
 use tokio::sync::{mpsc, Notify};
 
@@ -36,17 +39,11 @@ use tokio::sync::{mpsc, Notify};
 /// never syncs cannot make the node remember more.
 const MAX_HELD: usize = 4096;
 
-/// Who the connection is, for logs.
-pub(crate) struct Peer {
-    pub tenant: Tenant,
-    pub connection: u64,
-}
-
 pub(crate) struct Dispatcher {
     shared: Arc<Shared>,
-    peer: Peer,
-    /// The most the tenant may have; GRANT narrows `grant` within it.
-    ceiling: Grant,
+    /// Who the connection is; its `ceiling` is the most it may have, and GRANT narrows `grant`
+    /// within it.
+    caller: Arc<Caller>,
     grant: Grant,
     /// Made at the first GPU operation, with `grant`.
     gpu: Option<LocalGpu>,
@@ -56,27 +53,27 @@ pub(crate) struct Dispatcher {
     said_hello: bool,
     closed: Arc<AtomicBool>,
     hello: Arc<Notify>,
+    latency: PerOp<Histogram>,
 }
 
 impl Dispatcher {
     pub fn new(
         shared: Arc<Shared>,
-        peer: Peer,
-        grant: Grant,
+        caller: Arc<Caller>,
         closed: Arc<AtomicBool>,
         hello: Arc<Notify>,
     ) -> Dispatcher {
         Dispatcher {
             shared,
-            peer,
-            ceiling: grant,
-            grant,
+            grant: caller.ceiling,
+            caller,
             gpu: None,
             book: Book::default(),
             held: HashMap::new(),
             said_hello: false,
             closed,
             hello,
+            latency: PerOp::new(),
         }
     }
 
@@ -86,16 +83,25 @@ impl Dispatcher {
         while let Some(job) = queue.blocking_recv() {
             // A closed connection's queued work is dropped, not done.
             if !self.closed.load(Ordering::Acquire) {
+                let opcode = match &job.work {
+                    Work::Request(request) => request.opcode(),
+                    Work::WritePiece(_) => Opcode::MemWrite,
+                };
+                let start = Instant::now();
                 self.job(job);
+                let shared = &self.shared;
+                self.latency
+                    .get(opcode, || shared.metrics.op_seconds(opcode))
+                    .observe(start.elapsed().as_secs_f64());
             }
         }
         let leases = self.book.leases.len() as u64;
         drop(self.gpu.take());
         if leases > 0 {
-            self.shared.metrics.leases_dropped(leases);
+            self.caller.metrics.lease_dropped.inc_by(leases);
             tracing::info!(
-                connection = self.peer.connection,
-                tenant = %self.peer.tenant,
+                connection = self.caller.connection,
+                tenant = %self.caller.tenant,
                 leases,
                 "leases ended with their connection"
             );
@@ -103,8 +109,8 @@ impl Dispatcher {
     }
 
     fn protocol_error(&self, reply: &ReplyTo, why: String) {
-        self.shared.metrics.protocol_error();
-        tracing::warn!(connection = self.peer.connection, tenant = %self.peer.tenant, "closing a connection: {why}");
+        self.caller.metrics.protocol_errors.inc();
+        tracing::warn!(connection = self.caller.connection, tenant = %self.caller.tenant, "closing a connection: {why}");
         close(reply, ErrorReply::new(ErrorCode::ProtocolError, why));
     }
 
@@ -160,27 +166,13 @@ impl Dispatcher {
             } => {
                 let session = convert::session(session);
                 if let Some(failure) = self.held.remove(&session) {
-                    return send(
-                        &reply,
-                        request_id,
-                        &Reply::Error {
-                            opcode,
-                            error: failure,
-                        },
-                    );
+                    return fail(&reply, request_id, opcode, Failure(failure));
                 }
                 let buffer = convert::buffer(buffer);
                 if let Err(failure) =
                     self.stream_read(&reply, request_id, session, buffer, offset, len)
                 {
-                    send(
-                        &reply,
-                        request_id,
-                        &Reply::Error {
-                            opcode,
-                            error: failure.0,
-                        },
-                    );
+                    fail(&reply, request_id, opcode, failure);
                 }
             }
             Request::GpuSubmit(submit) => self.submit(&reply, request_id, submit),
@@ -190,6 +182,7 @@ impl Dispatcher {
                 ..
             } => {
                 self.said_hello = true;
+                self.caller.greet();
                 self.hello.notify_one();
                 match negotiate(min_version, max_version) {
                     Some(version) => send(
@@ -209,14 +202,7 @@ impl Dispatcher {
                                 tasklet_wire::PROTOCOL_VERSION
                             ),
                         );
-                        send(
-                            &reply,
-                            request_id,
-                            &Reply::Error {
-                                opcode,
-                                error: error.clone(),
-                            },
-                        );
+                        fail(&reply, request_id, opcode, Failure(error.clone()));
                         close(&reply, error);
                     }
                 }
@@ -241,8 +227,8 @@ impl Dispatcher {
                         "GRANT comes before the connection's first GPU operation; the grant in force stays",
                     ));
                 }
-                let (limits, gpu) = convert::requested(&asked, &self.ceiling);
-                self.grant = self.ceiling.narrowed(&limits, &gpu);
+                let (limits, gpu) = convert::requested(&asked, &self.caller.ceiling);
+                self.grant = self.caller.ceiling.narrowed(&limits, &gpu);
                 Reply::Grant(convert::to_wire_grant(&self.grant))
             }
             Request::GetInventory => Reply::Inventory {
@@ -260,8 +246,8 @@ impl Dispatcher {
                 let ended = self.gpu().lease_info(lease).err();
                 self.gpu().lease_drop(lease);
                 self.book.leases.remove(&lease);
-                self.shared.metrics.leases_dropped(1);
-                tracing::info!(connection = self.peer.connection, tenant = %self.peer.tenant, "lease released");
+                self.caller.metrics.lease_dropped.inc();
+                tracing::info!(connection = self.caller.connection, tenant = %self.caller.tenant, "lease released");
                 match ended {
                     Some(err @ tasklet_runtime::GpuError::LeaseExpired(_)) => {
                         return Err(err.into())
@@ -366,15 +352,12 @@ impl Dispatcher {
                 self.gpu().sync(session)?;
                 Reply::Sync
             }
-            // Deployments are served by a later part of the node.
-            Request::DeployPush { .. } | Request::DeployHas { .. } | Request::DeployRun { .. } => {
-                return Err(Failure::new(
-                    ErrorCode::Unsupported,
-                    "this node does not serve deployments",
-                ))
-            }
-            // Handled by `job` before it gets here.
-            Request::Hello { .. }
+            // Handled by `job` before it gets here, or (deployments) never sent to the GPU
+            // thread: a stream serves those itself (see `connection::deploy`).
+            Request::DeployPush { .. }
+            | Request::DeployHas { .. }
+            | Request::DeployRun { .. }
+            | Request::Hello { .. }
             | Request::Launch(_)
             | Request::MemWrite { .. }
             | Request::MemRead { .. }
@@ -394,7 +377,7 @@ impl Dispatcher {
         device: Option<u32>,
     ) -> Result<Reply, Failure> {
         if self.shared.draining() {
-            tracing::info!(connection = self.peer.connection, tenant = %self.peer.tenant, "refused a lease: draining");
+            tracing::info!(connection = self.caller.connection, tenant = %self.caller.tenant, "refused a lease: draining");
             return Err(Failure::new(
                 ErrorCode::Draining,
                 "the node is shutting down and takes no new leases; use another node",
@@ -408,7 +391,7 @@ impl Dispatcher {
                 device,
             })
             .inspect_err(|err| {
-                tracing::info!(connection = self.peer.connection, tenant = %self.peer.tenant, "refused a lease: {err}");
+                tracing::info!(connection = self.caller.connection, tenant = %self.caller.tenant, "refused a lease: {err}");
             })?;
         let info = self.gpu().lease_info(lease)?;
         self.book.leases.insert(
@@ -418,10 +401,10 @@ impl Dispatcher {
                 region: None,
             },
         );
-        self.shared.metrics.lease_acquired();
+        self.caller.metrics.lease_acquired.inc();
         tracing::info!(
-            connection = self.peer.connection,
-            tenant = %self.peer.tenant,
+            connection = self.caller.connection,
+            tenant = %self.caller.tenant,
             bytes = info.granted_bytes,
             seconds,
             "lease acquired"
@@ -534,31 +517,4 @@ fn no_lease(lease: gpu::LeaseId) -> Failure {
         ErrorCode::NotFound,
         format!("no lease {lease} on this connection"),
     )
-}
-
-/// Sends a reply message. A reply that cannot be encoded (a module whose kernel list passes the
-/// protocol's limits) is answered with the reason instead.
-fn send(to: &ReplyTo, request_id: RequestId, reply: &Reply) {
-    let mut out = Vec::new();
-    if let Err(err) = encode_reply(request_id, reply, &mut out) {
-        let opcode = reply.opcode();
-        let code = match opcode {
-            Opcode::ModuleLoad | Opcode::ModuleLoadSource => ErrorCode::LoadFailed,
-            _ => ErrorCode::Internal,
-        };
-        let error = ErrorReply::new(
-            code,
-            format!("the node cannot put its reply on the wire: {err}"),
-        );
-        out.clear();
-        if encode_reply(request_id, &Reply::Error { opcode, error }, &mut out).is_err() {
-            return;
-        }
-    }
-    // The stream's writer is gone only with the connection.
-    let _ = to.blocking_send(Outgoing::Bytes(out.into()));
-}
-
-fn close(to: &ReplyTo, error: ErrorReply) {
-    let _ = to.blocking_send(Outgoing::Close(error));
 }

@@ -2,13 +2,11 @@
 //! in pieces, each sent as it is read, so a large read needs neither the whole of it in memory
 //! nor its whole time before the first byte leaves.
 
-use super::errors::Failure;
-use super::{send, Dispatcher};
-use crate::job::{Outgoing, ReplyTo};
-use bytes::Bytes;
+use super::Dispatcher;
+use crate::job::ReplyTo;
+use crate::reply::{abort, send_piece, start_reply, Failure};
 use tasklet_runtime::gpu::{self, GpuService};
-use tasklet_wire::limits::MAX_CHUNK;
-use tasklet_wire::{encode_reply, DataEncoder, ErrorCode, ErrorReply, Reply, RequestId};
+use tasklet_wire::{ErrorCode, Reply, RequestId};
 
 /// Bytes read from the device at once.
 const READ_PIECE: u64 = 8 << 20;
@@ -66,60 +64,4 @@ impl Dispatcher {
         }
         Ok(())
     }
-}
-
-/// Sends an OK reply that announces data; returns the encoder for that data (`None` when there
-/// is none to send, or the reply could not be sent).
-pub(super) fn start_reply(
-    to: &ReplyTo,
-    request_id: RequestId,
-    reply: &Reply,
-) -> Option<DataEncoder> {
-    let mut out = Vec::new();
-    match encode_reply(request_id, reply, &mut out) {
-        Ok(data) => {
-            let _ = to.blocking_send(Outgoing::Bytes(out.into()));
-            data
-        }
-        Err(err) => {
-            let error = ErrorReply::new(
-                ErrorCode::Internal,
-                format!("the node cannot put its reply on the wire: {err}"),
-            );
-            send(
-                to,
-                request_id,
-                &Reply::Error {
-                    opcode: reply.opcode(),
-                    error,
-                },
-            );
-            None
-        }
-    }
-}
-
-/// Sends `bytes` as data frames, without copying them: each frame is a header and a slice.
-pub(super) fn send_piece(to: &ReplyTo, data: &mut DataEncoder, bytes: Vec<u8>) {
-    let bytes = Bytes::from(bytes);
-    let mut at = 0;
-    while at < bytes.len() {
-        let len = (bytes.len() - at).min(MAX_CHUNK as usize);
-        // The pieces add up to what the reply announced, in chunks within the limit.
-        let Ok(header) = data.chunk_header(len) else {
-            return;
-        };
-        let _ = to.blocking_send(Outgoing::Bytes(Bytes::copy_from_slice(&header)));
-        let _ = to.blocking_send(Outgoing::Bytes(bytes.slice(at..at + len)));
-        at += len;
-    }
-}
-
-/// A streamed reply that cannot be finished: the connection is closed, saying why.
-pub(super) fn abort(to: &ReplyTo, why: &str) {
-    let error = ErrorReply::new(
-        ErrorCode::Internal,
-        format!("a read failed after its reply had begun, so the connection is closed: {why}"),
-    );
-    let _ = to.blocking_send(Outgoing::Close(error));
 }

@@ -10,10 +10,9 @@
 //! deadline: the message says which), READ_FAILED; LEASE_EXPIRED when the lease has ended.
 
 use super::book::{Region, SubmitModule};
-use super::errors::Failure;
-use super::reads::{abort, send_piece, start_reply};
-use super::{convert, send, Dispatcher};
+use super::{convert, Dispatcher};
 use crate::job::ReplyTo;
+use crate::reply::{abort, fail, send_piece, start_reply, Failure};
 use tasklet_runtime::gpu::{self, GpuService, KernelArg, LaunchConfig};
 use tasklet_runtime::GpuError;
 use tasklet_wire::{ErrorCode, GpuSubmit, Opcode, Reply, RequestId};
@@ -52,17 +51,10 @@ fn failed(step: Step, err: GpuError) -> Failure {
 impl Dispatcher {
     pub(super) fn submit(&mut self, to: &ReplyTo, request_id: RequestId, submit: GpuSubmit) {
         match self.submit_steps(to, request_id, &submit) {
-            Ok(output) => self.shared.metrics.gpu_submit(true, output),
+            Ok(output) => self.caller.metrics.gpu_submit(true, output),
             Err(failure) => {
-                self.shared.metrics.gpu_submit(false, 0);
-                send(
-                    to,
-                    request_id,
-                    &Reply::Error {
-                        opcode: Opcode::GpuSubmit,
-                        error: failure.0,
-                    },
-                );
+                self.caller.metrics.gpu_submit(false, 0);
+                fail(to, request_id, Opcode::GpuSubmit, failure);
             }
         }
     }

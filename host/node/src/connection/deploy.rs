@@ -1,0 +1,392 @@
+//! Deployments on a stream: DEPLOY_PUSH's component and DEPLOY_RUN's input taken in as their
+//! data frames arrive, then each deploy request served on a blocking thread, one after another
+//! in the order the stream carried them (so a run sent right behind its push finds it).
+//!
+//! Deploy requests never go to the connection's GPU thread: a run takes as long as its tasklet,
+//! and the connection's sessions go on meanwhile. A run's own GPU work goes to a `LocalGpu` of
+//! its own (see `crate::deploy`).
+//!
+//! The data a request announces is held whole (a component is compiled whole, a tasklet gets
+//! its input whole), within the connection's queue budget: a client cannot make the node hold
+//! more of its bytes at once than the budget, whatever it announces.
+
+use super::QUEUE_BYTES;
+use crate::caller::Caller;
+use crate::deploy::{exit_code, exit_message, failure, from_wire, to_wire};
+use crate::job::ReplyTo;
+use crate::reply::{fail, send, send_piece, start_reply, Failure};
+use crate::shared::Shared;
+use std::sync::Arc;
+use tasklet_deploy::Push;
+use tasklet_store::Digest;
+use tasklet_wire::{ErrorCode, Opcode, Reply, RequestId};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+
+/// Deploy requests queued on one stream before its reader waits.
+const LANE_QUEUE: usize = 16;
+
+/// The most bytes of input a run takes: held whole until the run starts, so within what one
+/// connection may queue.
+pub(crate) const MAX_RUN_INPUT: u64 = QUEUE_BYTES as u64;
+
+/// A deploy request ready to be served.
+pub(crate) struct Queued {
+    request_id: RequestId,
+    work: Work,
+    reply: ReplyTo,
+    /// The connection's queue budget the request's data holds until it is served.
+    _budget: Option<OwnedSemaphorePermit>,
+}
+
+enum Work {
+    Push(Result<Push, Failure>),
+    Has(Digest),
+    Run {
+        digest: Digest,
+        input: Result<Vec<u8>, Failure>,
+    },
+}
+
+impl Work {
+    fn opcode(&self) -> Opcode {
+        match self {
+            Work::Push(_) => Opcode::DeployPush,
+            Work::Has(_) => Opcode::DeployHas,
+            Work::Run { .. } => Opcode::DeployRun,
+        }
+    }
+}
+
+/// A stream's deploy requests, served in order by a task of their own.
+pub(crate) struct Lane {
+    jobs: mpsc::Sender<Queued>,
+}
+
+impl Lane {
+    pub fn start(shared: Arc<Shared>, caller: Arc<Caller>, connection: quinn::Connection) -> Lane {
+        let (jobs, queue) = mpsc::channel(LANE_QUEUE);
+        tokio::spawn(drive(shared, caller, connection, queue));
+        Lane { jobs }
+    }
+
+    async fn queue(&self, job: Queued) {
+        // The lane's task ends only with the stream, after this sender is dropped.
+        let _ = self.jobs.send(job).await;
+    }
+}
+
+/// Serves a stream's deploy requests, each on a blocking thread, until the stream's reader lets
+/// go of the lane. A closed connection's queued requests are dropped, not served.
+async fn drive(
+    shared: Arc<Shared>,
+    caller: Arc<Caller>,
+    connection: quinn::Connection,
+    mut queue: mpsc::Receiver<Queued>,
+) {
+    while let Some(job) = queue.recv().await {
+        if connection.close_reason().is_some() {
+            continue;
+        }
+        let (shared, caller) = (Arc::clone(&shared), Arc::clone(&caller));
+        let _ = tokio::task::spawn_blocking(move || serve(&shared, &caller, job)).await;
+    }
+}
+
+/// What the reader does with a deploy request.
+pub(crate) enum Accepted {
+    /// Queued (or answered): the request carries no data.
+    Done,
+    /// Its data follows: feed it to this intake.
+    Intake(Intake),
+}
+
+/// Takes a deploy request in. Past its checks it is queued at once, or, when data follows, once
+/// the data has arrived; a request that fails a check is answered after its data has been read
+/// (and dropped), so the stream stays in step.
+pub(crate) async fn accept(
+    shared: &Shared,
+    caller: &Caller,
+    lane: &Lane,
+    budget: &Arc<Semaphore>,
+    reply: &ReplyTo,
+    request_id: RequestId,
+    request: tasklet_wire::Request,
+) -> Accepted {
+    use tasklet_wire::Request;
+    let (work, streamed) = match request {
+        Request::DeployPush {
+            manifest,
+            component_len,
+        } => {
+            let push = gate(shared, caller, Opcode::DeployPush)
+                .and_then(|deployments| deployments.start_push(&manifest));
+            (Work::Push(push), component_len)
+        }
+        Request::DeployHas { digest } => (Work::Has(from_wire(&digest)), 0),
+        Request::DeployRun { digest, input_len } => {
+            let input = gate(shared, caller, Opcode::DeployRun).and_then(|_| {
+                if input_len > MAX_RUN_INPUT {
+                    return Err(Failure::new(
+                        ErrorCode::QuotaExceeded,
+                        format!("a run's input is at most {MAX_RUN_INPUT} bytes on this node; this one is {input_len}"),
+                    ));
+                }
+                Ok(Vec::new())
+            });
+            let digest = from_wire(&digest);
+            (Work::Run { digest, input }, input_len)
+        }
+        // The reader sends only deploy requests here.
+        other => {
+            let failure = Failure::new(ErrorCode::Internal, "request routed to the wrong handler");
+            fail(reply, request_id, other.opcode(), failure);
+            return Accepted::Done;
+        }
+    };
+    let intake = Intake {
+        request_id,
+        work,
+        reply: reply.clone(),
+        budget: Arc::clone(budget),
+        permit: None,
+        held: 0,
+    };
+    if streamed == 0 {
+        lane.queue(intake.into_job()).await;
+        Accepted::Done
+    } else {
+        Accepted::Intake(intake)
+    }
+}
+
+/// The deployments, if `caller` may use them for `opcode` now.
+fn gate<'a>(
+    shared: &'a Shared,
+    caller: &Caller,
+    opcode: Opcode,
+) -> Result<&'a crate::deploy::Deployments, Failure> {
+    let deployments = shared.deployments.as_ref().ok_or_else(no_store)?;
+    if let Err(why) = &caller.deploy {
+        return Err(Failure::new(
+            ErrorCode::Unauthorized,
+            format!("unauthorized: {why}"),
+        ));
+    }
+    if shared.draining() {
+        return Err(Failure::new(
+            ErrorCode::Draining,
+            format!("the node is shutting down and takes no new {opcode}; use another node"),
+        ));
+    }
+    Ok(deployments)
+}
+
+fn no_store() -> Failure {
+    Failure::new(
+        ErrorCode::Unsupported,
+        "this node serves no deployments: it was started without a store (NodeBuilder::store)",
+    )
+}
+
+/// A deploy request whose data is arriving.
+pub(crate) struct Intake {
+    request_id: RequestId,
+    work: Work,
+    reply: ReplyTo,
+    budget: Arc<Semaphore>,
+    permit: Option<OwnedSemaphorePermit>,
+    /// Bytes of budget `permit` holds.
+    held: usize,
+}
+
+impl Intake {
+    /// Takes the next bytes of the request's data, within the connection's queue budget.
+    pub async fn feed(&mut self, bytes: &[u8]) {
+        if self.failed() {
+            return;
+        }
+        let want = bytes.len().min(QUEUE_BYTES - self.held);
+        if want > 0 {
+            let Ok(permit) = Arc::clone(&self.budget)
+                .acquire_many_owned(u32::try_from(want).unwrap_or(u32::MAX))
+                .await
+            else {
+                // Closed only when the connection is being torn down.
+                return;
+            };
+            self.held += want;
+            match self.permit.as_mut() {
+                Some(held) => held.merge(permit),
+                None => self.permit = Some(permit),
+            }
+        }
+        let refused = match &mut self.work {
+            Work::Push(Ok(push)) => push.write_chunk(bytes).err(),
+            Work::Run {
+                input: Ok(input), ..
+            } => {
+                input.extend_from_slice(bytes);
+                None
+            }
+            _ => None,
+        };
+        if let Some(err) = refused {
+            self.work = Work::Push(Err(failure(err)));
+            // What was held is let go: the rest of the data is only read past.
+            self.permit = None;
+            self.held = 0;
+        }
+    }
+
+    fn failed(&self) -> bool {
+        matches!(
+            self.work,
+            Work::Push(Err(_)) | Work::Run { input: Err(_), .. }
+        )
+    }
+
+    /// Queues the request, its data complete.
+    pub async fn finish(self, lane: &Lane) {
+        lane.queue(self.into_job()).await;
+    }
+
+    fn into_job(self) -> Queued {
+        Queued {
+            request_id: self.request_id,
+            work: self.work,
+            reply: self.reply,
+            _budget: self.permit,
+        }
+    }
+}
+
+/// Serves one deploy request, on a blocking thread.
+fn serve(shared: &Shared, caller: &Caller, job: Queued) {
+    let Queued {
+        request_id,
+        work,
+        reply,
+        ..
+    } = job;
+    let opcode = work.opcode();
+    let tenant = caller.tenant.as_str();
+    let Some(deployments) = shared.deployments.as_ref() else {
+        // A push or a run was refused at `accept` for this very reason, which it carries.
+        let failure = match work {
+            Work::Push(Err(failure))
+            | Work::Run {
+                input: Err(failure),
+                ..
+            } => failure,
+            _ => no_store(),
+        };
+        return fail(&reply, request_id, opcode, failure);
+    };
+    match work {
+        Work::Push(push) => {
+            let pushed = push.and_then(|push| deployments.finish_push(&caller.tenant, push));
+            match pushed {
+                Ok(pushed) => {
+                    let result = if pushed.already_present {
+                        "present"
+                    } else {
+                        "stored"
+                    };
+                    shared.metrics.deploy_pushed(tenant, result);
+                    tracing::info!(
+                        connection = caller.connection,
+                        tenant,
+                        digest = %pushed.digest,
+                        result,
+                        compiled = pushed.compiled,
+                        "deployment pushed"
+                    );
+                    send(
+                        &reply,
+                        request_id,
+                        &Reply::DeployPush {
+                            digest: to_wire(&pushed.digest),
+                            already_present: pushed.already_present,
+                        },
+                    );
+                }
+                Err(failure) => {
+                    shared.metrics.deploy_pushed(tenant, "refused");
+                    tracing::info!(
+                        connection = caller.connection,
+                        tenant,
+                        "push refused: {}",
+                        failure.0.message
+                    );
+                    fail(&reply, request_id, opcode, failure);
+                }
+            }
+        }
+        Work::Has(digest) => match deployments.has(&caller.tenant, &digest) {
+            Ok(present) => send(&reply, request_id, &Reply::DeployHas { present }),
+            Err(failure) => fail(&reply, request_id, opcode, failure),
+        },
+        Work::Run { digest, input } => {
+            let outcome = input.and_then(|input| {
+                // Checked again: the node may have begun draining while the input arrived.
+                if shared.draining() {
+                    return Err(Failure::new(
+                        ErrorCode::Draining,
+                        "the node is shutting down and takes no new DEPLOY_RUN; use another node",
+                    ));
+                }
+                let _active = shared.metrics.deploy_run_started();
+                deployments.run(&shared.host, caller, &digest, &input)
+            });
+            let outcome = match outcome {
+                Ok(outcome) => outcome,
+                Err(failure) => {
+                    shared.metrics.deploy_ran(tenant, "refused", None);
+                    tracing::info!(connection = caller.connection, tenant, %digest, "run refused: {}", failure.0.message);
+                    return fail(&reply, request_id, opcode, failure);
+                }
+            };
+            let status = outcome.status.as_str();
+            let load = outcome.load.as_str();
+            shared.metrics.deploy_ran(
+                tenant,
+                status,
+                Some((load, outcome.load_time, outcome.elapsed)),
+            );
+            let run_id = wire_run_id(&outcome.run_id);
+            tracing::info!(
+                connection = caller.connection,
+                tenant,
+                run = %format_args!("{run_id:016x}"),
+                %digest,
+                status,
+                load,
+                load_us = outcome.load_time.as_micros() as u64,
+                elapsed_us = outcome.elapsed.as_micros() as u64,
+                "deployment ran"
+            );
+            let output = match outcome.status.is_ok() {
+                true => outcome.output,
+                false => exit_message(&outcome.status).into_bytes(),
+            };
+            let answer = Reply::DeployRun {
+                run_id,
+                exit_status: exit_code(&outcome.status),
+                elapsed_us: u64::try_from(outcome.elapsed.as_micros()).unwrap_or(u64::MAX),
+                output_len: output.len() as u64,
+            };
+            if let Some(mut data) = start_reply(&reply, request_id, &answer) {
+                send_piece(&reply, &mut data, output);
+            }
+        }
+    }
+}
+
+/// The run's id as DEPLOY_RUN's reply carries it: the first 64 of its 128 random bits (the
+/// node's log spells it the same way, as 16 hex digits).
+fn wire_run_id(id: &tasklet_deploy::RunId) -> u64 {
+    let bytes = id.as_bytes();
+    u64::from_be_bytes([
+        bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7],
+    ])
+}

@@ -1,0 +1,156 @@
+//! The GPU service a deployed tasklet's run gets: the node's `LocalGpu` under the run's grant,
+//! with its leases counted in the tenant's `gpu_lease_acquired` and `gpu_lease_dropped`, as a
+//! remote client's are. Every lease acquired is counted dropped once: when the tasklet drops it,
+//! or when the run ends with it held.
+
+use crate::metrics::TenantMetrics;
+use std::collections::HashSet;
+use tasklet_runtime::gpu::{
+    BufferId, DeviceInfo, GpuService, GuestBytes, KernelArg, LaunchConfig, LeaseId, LeaseInfo,
+    LeaseRequest, LocalGpu, ModuleId, SessionId,
+};
+use tasklet_runtime::GpuError;
+
+pub(crate) struct MeteredGpu {
+    gpu: LocalGpu,
+    metrics: TenantMetrics,
+    live: HashSet<LeaseId>,
+}
+
+impl MeteredGpu {
+    pub fn new(gpu: LocalGpu, metrics: TenantMetrics) -> MeteredGpu {
+        MeteredGpu {
+            gpu,
+            metrics,
+            live: HashSet::new(),
+        }
+    }
+}
+
+impl Drop for MeteredGpu {
+    fn drop(&mut self) {
+        // The LocalGpu ends these with itself, right after.
+        self.metrics.lease_dropped.inc_by(self.live.len() as u64);
+    }
+}
+
+impl GpuService for MeteredGpu {
+    fn devices(&mut self) -> Vec<DeviceInfo> {
+        self.gpu.devices()
+    }
+
+    fn lease_acquire(&mut self, request: LeaseRequest) -> Result<LeaseId, GpuError> {
+        let lease = self.gpu.lease_acquire(request)?;
+        if self.live.insert(lease) {
+            self.metrics.lease_acquired.inc();
+        }
+        Ok(lease)
+    }
+
+    fn lease_renew(&mut self, lease: LeaseId, secs: u32) -> Result<(), GpuError> {
+        self.gpu.lease_renew(lease, secs)
+    }
+
+    fn lease_info(&mut self, lease: LeaseId) -> Result<LeaseInfo, GpuError> {
+        self.gpu.lease_info(lease)
+    }
+
+    fn lease_drop(&mut self, lease: LeaseId) {
+        self.gpu.lease_drop(lease);
+        if self.live.remove(&lease) {
+            self.metrics.lease_dropped.inc();
+        }
+    }
+
+    fn session_open(&mut self, lease: LeaseId) -> Result<SessionId, GpuError> {
+        self.gpu.session_open(lease)
+    }
+
+    fn session_drop(&mut self, session: SessionId) {
+        self.gpu.session_drop(session)
+    }
+
+    fn mem_alloc(&mut self, session: SessionId, bytes: u64) -> Result<BufferId, GpuError> {
+        self.gpu.mem_alloc(session, bytes)
+    }
+
+    fn mem_free(&mut self, session: SessionId, buffer: BufferId) {
+        self.gpu.mem_free(session, buffer)
+    }
+
+    fn mem_write(
+        &mut self,
+        session: SessionId,
+        buffer: BufferId,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), GpuError> {
+        self.gpu.mem_write(session, buffer, offset, data)
+    }
+
+    fn mem_read(
+        &mut self,
+        session: SessionId,
+        buffer: BufferId,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<u8>, GpuError> {
+        self.gpu.mem_read(session, buffer, offset, len)
+    }
+
+    fn mem_read_into(
+        &mut self,
+        session: SessionId,
+        buffer: BufferId,
+        offset: u64,
+        dst: GuestBytes,
+    ) -> Result<(), GpuError> {
+        self.gpu.mem_read_into(session, buffer, offset, dst)
+    }
+
+    fn mem_copy(
+        &mut self,
+        session: SessionId,
+        dst: (BufferId, u64),
+        src: (BufferId, u64),
+        len: u64,
+    ) -> Result<(), GpuError> {
+        self.gpu.mem_copy(session, dst, src, len)
+    }
+
+    fn module_load(&mut self, session: SessionId, ptx: &str) -> Result<ModuleId, GpuError> {
+        self.gpu.module_load(session, ptx)
+    }
+
+    fn module_load_source(
+        &mut self,
+        session: SessionId,
+        source: &str,
+        options: &[String],
+    ) -> Result<ModuleId, GpuError> {
+        self.gpu.module_load_source(session, source, options)
+    }
+
+    fn module_kernels(&mut self, session: SessionId, module: ModuleId) -> Vec<String> {
+        self.gpu.module_kernels(session, module)
+    }
+
+    fn module_unload(&mut self, session: SessionId, module: ModuleId) {
+        self.gpu.module_unload(session, module)
+    }
+
+    fn launch(
+        &mut self,
+        session: SessionId,
+        module: ModuleId,
+        kernel: &str,
+        config: &LaunchConfig,
+        args: &[KernelArg<'_>],
+    ) -> Result<(), GpuError> {
+        self.gpu.launch(session, module, kernel, config, args)
+    }
+
+    fn sync(&mut self, session: SessionId) -> Result<(), GpuError> {
+        self.gpu.sync(session)
+    }
+}

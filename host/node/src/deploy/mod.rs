@@ -1,0 +1,208 @@
+//! Deployed tasklets on a node: tenants push them into the node's store and run them by digest,
+//! each run's GPU work on this node's leases under the tenant's grant.
+//!
+//! # Whose deployment
+//!
+//! The store is content-addressed: the same manifest and component are one deployment with one
+//! digest, whoever pushed them, stored once and compiled once. **Using** a deployment is per
+//! tenant: a tenant may see (DEPLOY_HAS) and run (DEPLOY_RUN) the deployments it pushed itself
+//! and no others, and for any other digest it is told exactly what it would be told for a digest
+//! nobody pushed (`NOT_FOUND`, or `present: false`). Knowing a digest is not enough: a digest is
+//! a hash of content, which anyone holding the same tasklet can compute. A tenant that holds the
+//! tasklet pushes it too; the node then stores nothing new, compiles nothing, and records the
+//! tenant (see [`owners`]).
+//!
+//! # Grants
+//!
+//! A run is granted its manifest's request intersected with the caller's ceiling (the node's
+//! `[tasklets]`, the tenant's `[tenants.NAME]` section and the authorizer's answer), and its GPU
+//! work goes to a `LocalGpu` under that grant, as a remote session's would. Pushing and running
+//! both need the tenant's `deploy` right (`Policy::tenant_may_deploy`).
+//!
+//! Everything here blocks (compiling, running a tasklet, the store's files): it is called from
+//! blocking threads, never from the node's async tasks.
+
+mod metered;
+pub(crate) mod owners;
+
+use crate::caller::Caller;
+use crate::reply::Failure;
+use metered::MeteredGpu;
+use owners::Owners;
+use std::path::Path;
+use std::sync::Arc;
+use tasklet_deploy::{DeployConfig, Deployer, ExitStatus, Push, RunOutcome};
+use tasklet_runtime::gpu::LocalGpu;
+use tasklet_runtime::{Host, RunError};
+use tasklet_store::{Digest, Store, StoreConfig};
+use tasklet_tls::Tenant;
+use tasklet_wire::ErrorCode;
+
+/// Why a node's deployments could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum DeployOpenError {
+    #[error(transparent)]
+    Store(#[from] tasklet_store::Error),
+    #[error(transparent)]
+    Deployer(#[from] tasklet_deploy::Error),
+    #[error("cannot open the deployments' owner records in {path}: {source}")]
+    Owners {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+}
+
+pub(crate) struct Deployments {
+    deployer: Deployer,
+    owners: Owners,
+}
+
+/// What a push did, as its tenant sees it.
+pub(crate) struct Pushed {
+    pub digest: Digest,
+    /// The tenant had pushed this deployment before.
+    pub already_present: bool,
+    /// The node compiled the component for this push (no tenant had pushed it before).
+    pub compiled: bool,
+}
+
+impl Deployments {
+    /// The store in `root` (created if need be), its owner records, and a deployer over it.
+    pub fn open(root: &Path, config: DeployConfig) -> Result<Deployments, DeployOpenError> {
+        let store = Store::open(root, StoreConfig::default())?;
+        let owners = Owners::open(root).map_err(|source| DeployOpenError::Owners {
+            path: root.join(owners::OWNERS),
+            source,
+        })?;
+        Ok(Deployments {
+            deployer: Deployer::new(store, config)?,
+            owners,
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        self.deployer.store().root()
+    }
+
+    /// Starts a push of `manifest`: refused at once if it is not a tasklet manifest.
+    pub fn start_push(&self, manifest: &[u8]) -> Result<Push, Failure> {
+        self.deployer.start_push(manifest).map_err(failure)
+    }
+
+    /// Completes a push (compiling the component unless the node has it) and records `tenant`
+    /// as one that pushed it.
+    pub fn finish_push(&self, tenant: &Tenant, push: Push) -> Result<Pushed, Failure> {
+        let pushed = push.finish().map_err(failure)?;
+        let new = self
+            .owners
+            .add(tenant, &pushed.digest)
+            .map_err(|err| self.owners_failure(err))?;
+        Ok(Pushed {
+            digest: pushed.digest,
+            already_present: !new,
+            compiled: pushed.compiled_in.is_some(),
+        })
+    }
+
+    /// Whether `tenant` has deployment `digest` here: it pushed it, and the store still holds it.
+    pub fn has(&self, tenant: &Tenant, digest: &Digest) -> Result<bool, Failure> {
+        if !self.owned(tenant, digest)? {
+            return Ok(false);
+        }
+        self.deployer
+            .store()
+            .has_deployment(digest)
+            .map_err(|err| failure(err.into()))
+    }
+
+    /// Runs deployment `digest` for `caller` on `input`, its GPU work on `host`'s leases.
+    pub fn run(
+        &self,
+        host: &Host,
+        caller: &Caller,
+        digest: &Digest,
+        input: &[u8],
+    ) -> Result<RunOutcome, Failure> {
+        if !self.owned(&caller.tenant, digest)? {
+            return Err(failure(tasklet_deploy::Error::NotFound { digest: *digest }));
+        }
+        let ceiling = caller.ceiling;
+        let leases = Arc::clone(host.leases());
+        let metrics = caller.metrics.clone();
+        self.deployer
+            .run(
+                digest,
+                input,
+                |manifest| ceiling.narrowed(&manifest.limits, &manifest.gpu),
+                |grant| Box::new(MeteredGpu::new(LocalGpu::new(grant, leases), metrics)),
+            )
+            .map_err(failure)
+    }
+
+    fn owned(&self, tenant: &Tenant, digest: &Digest) -> Result<bool, Failure> {
+        self.owners
+            .has(tenant, digest)
+            .map_err(|err| self.owners_failure(err))
+    }
+
+    fn owners_failure(&self, err: std::io::Error) -> Failure {
+        Failure::new(
+            ErrorCode::Internal,
+            format!(
+                "the node cannot read or write its deployments' owner records in {}: {err}",
+                self.owners.root().display()
+            ),
+        )
+    }
+}
+
+/// DEPLOY_RUN's `exit_status`: 0 when the tasklet returned its output, and for each way it can
+/// fail a number of its own (docs/wire.md lists them).
+pub(crate) fn exit_code(status: &ExitStatus) -> i32 {
+    match status {
+        ExitStatus::Ok => 0,
+        ExitStatus::Failed(_) => 1,
+        ExitStatus::Trapped(_) => 2,
+        ExitStatus::WallTime(_) => 3,
+        ExitStatus::Instantiate(_) => 4,
+    }
+}
+
+/// What a failed run's output holds: the line a local run of the tasklet prints for the same
+/// failure (`tasklet run`'s error), so that a client can print it as it is.
+pub(crate) fn exit_message(status: &ExitStatus) -> String {
+    let error = match status {
+        ExitStatus::Ok => return String::new(),
+        ExitStatus::Failed(message) => RunError::Failed(message.clone()),
+        ExitStatus::Trapped(message) => RunError::Trapped(message.clone()),
+        ExitStatus::WallTime(limit) => RunError::WallTime(*limit),
+        ExitStatus::Instantiate(message) => RunError::Instantiate(message.clone()),
+    };
+    error.to_string()
+}
+
+/// A deployer's error as the client is told it.
+pub(crate) fn failure(err: tasklet_deploy::Error) -> Failure {
+    use tasklet_deploy::Error;
+    let code = match &err {
+        Error::ManifestTooLarge { .. }
+        | Error::InvalidManifest { .. }
+        | Error::InvalidComponent { .. }
+        | Error::ComponentRead(_)
+        | Error::PushClosed => ErrorCode::InvalidArgument,
+        Error::ComponentTooLarge { .. } => ErrorCode::QuotaExceeded,
+        Error::NotFound { .. } => ErrorCode::NotFound,
+        Error::Unloadable { .. } => ErrorCode::LoadFailed,
+        _ => ErrorCode::Internal,
+    };
+    Failure::new(code, err.to_string())
+}
+
+/// The store's digest of a digest from the wire (both are the 32 bytes of a SHA-256).
+pub(crate) fn from_wire(digest: &tasklet_wire::Digest) -> Digest {
+    Digest::from_bytes(digest.0)
+}
+
+pub(crate) fn to_wire(digest: &Digest) -> tasklet_wire::Digest {
+    tasklet_wire::Digest(*digest.as_bytes())
+}

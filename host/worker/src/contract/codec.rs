@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use super::messages::{Request, Response, WorkerInfo};
 use super::ErrorKind;
-use super::Launch;
+use super::{Launch, LaunchLimits};
 use tasklet_ptx::{KernelInfo, ParamInfo};
 
 /// Messages longer than this are cut (at a char boundary) when encoded: an error message is for
@@ -309,6 +309,13 @@ pub fn encode_response(id: u64, resp: &Response, out: &mut Vec<u8>) {
             w.bytes(i.uuid.as_bytes());
             w.u32(i.driver_version);
             w.u8(i.pinned_data as u8);
+            let l = &i.launch_limits;
+            w.u32(l.max_threads_per_block);
+            for d in l.max_block.iter().chain(l.max_grid.iter()) {
+                w.u32(*d);
+            }
+            w.u32(l.max_shared_per_block);
+            w.u32(l.max_param_bytes);
         }
         Response::Error { kind, message } => {
             w.head(RESP_ERROR, id);
@@ -391,6 +398,21 @@ pub fn decode_response(frame: &[u8]) -> Result<(u64, Response), DecodeError> {
                         value: v as u64,
                     })
                 }
+            },
+            launch_limits: LaunchLimits {
+                max_threads_per_block: r.u32("max threads per block")?,
+                max_block: [
+                    r.u32("max block dimension x")?,
+                    r.u32("max block dimension y")?,
+                    r.u32("max block dimension z")?,
+                ],
+                max_grid: [
+                    r.u32("max grid dimension x")?,
+                    r.u32("max grid dimension y")?,
+                    r.u32("max grid dimension z")?,
+                ],
+                max_shared_per_block: r.u32("max shared memory per block")?,
+                max_param_bytes: r.u32("max parameter bytes")?,
             },
         }),
         RESP_ERROR => {

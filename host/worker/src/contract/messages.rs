@@ -2,7 +2,7 @@
 //!
 //! Plain data, no encoding in sight: [`super::codec`] turns them into frames and back.
 
-use super::{ErrorKind, Launch};
+use super::{ErrorKind, Launch, LaunchLimits};
 use tasklet_ptx::KernelInfo;
 
 /// A request from host to worker. Borrowed fields point into the frame it was decoded from.
@@ -121,6 +121,10 @@ pub struct WorkerInfo {
     /// Whether the data region is page-locked for the device (cuda with `cuMemHostRegister`
     /// succeeded), so writes and reads are DMA at pinned speed.
     pub pinned_data: bool,
+    /// What one launch may ask of the device (cuda: the driver's device attributes; the
+    /// emulator: [`LaunchLimits::SM_80`]). All zero where a backend reports none (no launch
+    /// fits them).
+    pub launch_limits: LaunchLimits,
 }
 
 /// A module as loaded into a worker: what a `load-module` or `load-source` is answered with.

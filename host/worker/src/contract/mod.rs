@@ -5,7 +5,8 @@
 //! - [`command_line`]: how a worker process is started ([`WorkerCommand`], [`WorkerArgs`], the
 //!   [`BackendKind`] it serves) and what its exit status means;
 //! - [`messages`]: the requests and responses, as plain data; among them [`launch`], the one
-//!   description of a kernel launch that the host, the wire and the backends share;
+//!   description of a kernel launch that the host, the wire and the backends share, and
+//!   [`launch_limits`], what a device lets one launch ask for, checked alike by both sides;
 //! - [`codec`]: those messages as frames of bytes, decoded without trusting the sender;
 //! - [`channel`]: the shared memory the frames travel through and both of its ends;
 //! - [`control_socket`]: the socket beside the channel that carries file descriptors;
@@ -19,10 +20,12 @@ pub mod command_line;
 pub mod control_socket;
 pub mod error_kind;
 pub mod launch;
+pub mod launch_limits;
 pub mod messages;
 
 pub use charging::{charged_bytes, ALLOC_GRANULE};
 pub use command_line::{BackendKind, WorkerArgs, WorkerCommand, EXIT_DEADLINE};
 pub use error_kind::ErrorKind;
 pub use launch::Launch;
+pub use launch_limits::{LaunchLimits, LimitExceeded};
 pub use messages::{LoadedModule, Request, Response, WorkerInfo};

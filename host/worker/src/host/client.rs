@@ -49,6 +49,9 @@ pub struct Worker {
     kernel_names: HashMap<u32, Vec<String>>,
     /// The module and kernel index of the latest launch, for messages about queued kernels.
     last_launch: (u32, u32),
+    /// Launches posted since the worker started or was last reset: the latest one's ordinal, as
+    /// the worker numbers them too (its messages say "launch #N of kernel `k`").
+    launches: u64,
     /// `sync`s answered through the completion word (see [`Worker::sync`]).
     signalled_syncs: u64,
     /// Set while leased from a pool; tells the pool when the worker is dropped unreleased.
@@ -114,6 +117,7 @@ impl Worker {
             pending_until: None,
             kernel_names: HashMap::new(),
             last_launch: (0, 0),
+            launches: 0,
             signalled_syncs: 0,
             lease: None,
             ctl,

@@ -1,6 +1,6 @@
 //! The serving loop: requests from the channel to the backend and answers back, with the
 //! launches the host posted ahead handed over together and a failed launch's error held for the
-//! next call.
+//! next call, naming the launch by its ordinal.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
@@ -22,6 +22,10 @@ use crate::contract::{ErrorKind, Launch, Request, Response};
 /// (it belongs to the lease that just ended). An error that poisons the worker (a fault, a missed
 /// deadline) is never dropped: every later call, `reset` included, is answered with it.
 ///
+/// Launches are numbered from 1 in the order they arrive, dropped ones included, until `reset`
+/// starts the count again (the host counts the same way); a failed launch's error says "launch
+/// #N of kernel `k` failed", so the call that reports it is not mistaken for its cause.
+///
 /// Refuses to attach guest memory (no control socket): see [`serve_guests`].
 pub fn serve(end: &mut WorkerEnd, backend: &mut dyn Backend, host_alive: &mut dyn FnMut() -> bool) {
     serve_guests(end, backend, &mut Attachments::new(None), host_alive)
@@ -38,6 +42,8 @@ pub fn serve_guests(
     let mut frames: Vec<Vec<u8>> = (0..POSTED_BATCH).map(|_| Vec::with_capacity(256)).collect();
     let mut out = Vec::with_capacity(4096);
     let mut deferred: Option<Response> = None;
+    // Launches so far (the last one's ordinal).
+    let mut launches: u64 = 0;
     loop {
         let posted = match end.wait_request(&mut frames[0], host_alive, &mut || backend.flush()) {
             Incoming::Posted => true,
@@ -54,11 +60,21 @@ pub fn serve_guests(
         };
         if posted {
             if deferred.is_none() {
-                deferred = serve_posted(end, backend, &mut frames);
+                deferred = serve_posted(end, backend, &mut frames, &mut launches);
+            } else {
+                // Dropped, and counted: the host counted it when it posted it.
+                launches += 1;
             }
             continue;
         }
-        let (id, resp) = serve_call(end, backend, guests, &frames[0], &mut deferred);
+        let (id, resp) = serve_call(
+            end,
+            backend,
+            guests,
+            &frames[0],
+            &mut deferred,
+            &mut launches,
+        );
         out.clear();
         encode_response(id, &resp, &mut out);
         if end.respond(&out).is_err() {
@@ -94,39 +110,49 @@ const NO_LAUNCH: Launch<'static> = Launch {
 /// Runs the posted launch in `frames[0]` together with the ones the host has already posted
 /// behind it (up to [`POSTED_BATCH`], when the worker is behind: [`WorkerEnd::behind`]), through
 /// [`Backend::launch_batch`]; the first error, if any, to hold until the next call. Launches
-/// behind a failed or malformed one are dropped, as they would be one by one.
+/// behind a failed or malformed one are dropped, as they would be one by one. Every frame taken
+/// counts in `launches`.
 fn serve_posted(
     end: &mut WorkerEnd,
     backend: &mut dyn Backend,
     frames: &mut [Vec<u8>],
+    launches: &mut u64,
 ) -> Option<Response> {
     let mut taken = 1;
     while end.behind() && taken < frames.len() && end.take_ready_posted(&mut frames[taken]) {
         taken += 1;
     }
+    let first = *launches + 1;
+    *launches += taken as u64;
     if taken == 1 {
         // The hot path of a launch followed by its sync: no batch to fill.
         return match decode_launch(&frames[0]) {
-            Ok(l) => launch_batch(backend, &[l]),
-            Err(why) => Some(error(ErrorKind::InvalidArgument, why)),
+            Ok(l) => launch_batch(backend, &[l], first),
+            Err(why) => Some(launch_error(first, None, ErrorKind::InvalidArgument, &why)),
         };
     }
-    let mut launches = [NO_LAUNCH; POSTED_BATCH];
+    let mut batch = [NO_LAUNCH; POSTED_BATCH];
     let mut n = 0;
     let mut refused = None;
     for frame in &frames[..taken] {
         match decode_launch(frame) {
             Ok(l) => {
-                launches[n] = l;
+                batch[n] = l;
                 n += 1;
             }
             Err(why) => {
-                refused = Some(error(ErrorKind::InvalidArgument, why));
+                let ordinal = first + n as u64;
+                refused = Some(launch_error(
+                    ordinal,
+                    None,
+                    ErrorKind::InvalidArgument,
+                    &why,
+                ));
                 break;
             }
         }
     }
-    launch_batch(backend, &launches[..n]).or(refused)
+    launch_batch(backend, &batch[..n], first).or(refused)
 }
 
 /// A posted frame's launch, or why it is refused (an invalid argument).
@@ -141,41 +167,53 @@ fn decode_launch(frame: &[u8]) -> Result<Launch<'_>, String> {
     }
 }
 
-/// [`Backend::launch_batch`] with its panics caught (a fault, as in [`guarded`]); the error to
-/// defer, naming the launch that failed.
-fn launch_batch(backend: &mut dyn Backend, launches: &[Launch<'_>]) -> Option<Response> {
+/// [`Backend::launch_batch`] of the launches numbered from `first`, with its panics caught (a
+/// fault, as in [`guarded`]); the error to defer, naming the launch that failed.
+fn launch_batch(
+    backend: &mut dyn Backend,
+    launches: &[Launch<'_>],
+    first: u64,
+) -> Option<Response> {
     if launches.is_empty() {
         return None;
     }
-    let launched = catch_unwind(AssertUnwindSafe(|| backend.launch_batch(launches)))
-        .unwrap_or_else(|p| {
-            Err((
-                0,
-                BackendError::new(ErrorKind::KernelFault, internal_error(&*p)),
-            ))
-        });
+    let launched = catch_unwind(AssertUnwindSafe(|| {
+        backend.number_launches_from(first);
+        backend.launch_batch(launches)
+    }))
+    .unwrap_or_else(|p| {
+        Err((
+            0,
+            BackendError::new(ErrorKind::KernelFault, internal_error(&*p)),
+        ))
+    });
     launched.err().map(|(i, e)| {
-        let kernel = match launches.get(i) {
-            Some(l) => match backend.kernel_name(l.module, l.kernel) {
+        let kernel = launches
+            .get(i)
+            .map(|l| match backend.kernel_name(l.module, l.kernel) {
                 Some(name) => format!("kernel `{name}`"),
                 None => format!("kernel {} of module {}", l.kernel, l.module),
-            },
-            None => "a kernel".to_owned(),
-        };
-        error(
-            e.kind,
-            format!("an earlier launch of {kernel} failed: {}", e.message),
-        )
+            });
+        launch_error(first + i as u64, kernel.as_deref(), e.kind, &e.message)
     })
 }
 
-/// Performs a call, or answers it with the deferred error (see [`serve`]).
+/// "launch #N of kernel `k` failed: …": a launch's error as it is reported later, by another
+/// op. `kernel` is `None` where the launch could not even be read.
+fn launch_error(ordinal: u64, kernel: Option<&str>, kind: ErrorKind, why: &str) -> Response {
+    let of = kernel.map_or_else(String::new, |k| format!(" of {k}"));
+    error(kind, format!("launch #{ordinal}{of} failed: {why}"))
+}
+
+/// Performs a call, or answers it with the deferred error (see [`serve`]). `launches` counts
+/// launches made as calls too, and starts again at `reset`.
 fn serve_call(
     end: &mut WorkerEnd,
     backend: &mut dyn Backend,
     guests: &mut Attachments,
     frame: &[u8],
     deferred: &mut Option<Response>,
+    launches: &mut u64,
 ) -> (u64, Response) {
     let (id, req) = match decode_request(frame) {
         Ok(r) => r,
@@ -190,14 +228,21 @@ fn serve_call(
         }
     };
     let poisoned = matches!(deferred, Some(Response::Error { kind, .. }) if kind.poisons_worker());
+    if let Request::Launch(_) = req {
+        *launches += 1;
+        if deferred.is_none() {
+            backend.number_launches_from(*launches);
+        }
+    }
     match (&req, deferred.is_some()) {
+        (Request::Reset, _) if !poisoned => {
+            *deferred = None;
+            *launches = 0;
+            (id, guarded(end, backend, guests, &req))
+        }
         (_, false) => (id, guarded(end, backend, guests, &req)),
         (_, true) if poisoned => (id, deferred.clone().unwrap_or(Response::Ok)),
         (Request::Free { .. }, true) => (id, guarded(end, backend, guests, &req)),
-        (Request::Reset, true) => {
-            *deferred = None;
-            (id, guarded(end, backend, guests, &req))
-        }
         (_, true) => (id, deferred.take().unwrap_or(Response::Ok)),
     }
 }

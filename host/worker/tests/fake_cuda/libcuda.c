@@ -62,7 +62,7 @@ struct function { char name[128]; };
 struct event { int never; };
 
 CUresult cuInit(unsigned flags) { (void)flags; return OK; }
-CUresult cuDriverGetVersion(int *v) { *v = 12080; return OK; }
+CUresult cuDriverGetVersion(int *v) { *v = 13000; return OK; }
 
 static const char *name_of(CUresult r) {
     switch (r) {

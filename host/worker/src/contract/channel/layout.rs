@@ -33,8 +33,8 @@ pub(super) const MAGIC: u64 = u64::from_le_bytes(*b"TASKLETW");
 /// 2: launch deadline, richer info. 3: guest memory attachments (attach/detach-memory,
 /// write-from, read-into). 4: the request ring. 5: stamps, inline responses. 6: the completion
 /// word. 8: launches name their kernel by index, and carry no step limit (the emulator makes its
-/// own from the deadline).
-pub const VERSION: u32 = 8;
+/// own from the deadline). 9: info carries the device's launch limits.
+pub const VERSION: u32 = 9;
 pub(super) const HEADER: usize = 4096;
 
 pub(super) const OFF_MAGIC: usize = 0;

@@ -121,6 +121,7 @@ fn sample_responses() -> Vec<Response> {
             uuid: String::new(),
             driver_version: 0,
             pinned_data: false,
+            launch_limits: LaunchLimits::SM_80,
         }),
         Response::Info(WorkerInfo {
             backend: "cuda".into(),
@@ -135,6 +136,13 @@ fn sample_responses() -> Vec<Response> {
             uuid: "GPU-01234567-89ab-cdef-0123-456789abcdef".into(),
             driver_version: 13000,
             pinned_data: true,
+            launch_limits: LaunchLimits {
+                max_threads_per_block: 1024,
+                max_block: [1024, 1024, 64],
+                max_grid: [2_147_483_647, 65535, 65535],
+                max_shared_per_block: 232_448,
+                max_param_bytes: 32_764,
+            },
         }),
     ]
     .into_iter()

@@ -198,8 +198,9 @@ impl Worker {
             WaitError::Timeout if self.pending_until.is_some() => {
                 let msg = format!(
                     "no answer to {op} within {timeout:?}, which covers every queued kernel's deadline: a kernel \
-                     (the last one launched was {}) ran past its deadline and its worker did not report it; the \
-                     worker was killed",
+                     (the last one launched was launch #{}, of {}) ran past its deadline and its worker did not \
+                     report it; the worker was killed",
+                    self.launches,
                     self.kernel_named(self.last_launch)
                 );
                 self.lose(msg.clone());
@@ -211,7 +212,12 @@ impl Worker {
                 if self.proc.ended_by_watchdog() {
                     return WorkerError::op(
                         ErrorKind::DeadlineExceeded,
-                        format!("a kernel ran past its deadline with no sync waiting, and its worker process {how}"),
+                        format!(
+                            "a kernel (the last one launched was launch #{}, of {}) ran past its deadline with no sync \
+                             waiting, and its worker process {how}",
+                            self.launches,
+                            self.kernel_named(self.last_launch)
+                        ),
                     );
                 }
                 lost

@@ -201,9 +201,11 @@ impl Worker {
     /// worker (only, when the ring is full, for room in it). The worker serves requests in order.
     /// If the launch fails, the worker keeps the error and drops later launches; the next op that
     /// waits for an answer (every op but `launch`: `sync`, `read`, `alloc`, `info`, `ping` …) is
-    /// then not performed and returns the launch's error instead, its message saying it came
-    /// from an earlier launch of that kernel (`free` and `reset` are performed regardless; `free`
-    /// leaves the error to the op after it, `reset` drops it with the rest of the lease's state).
+    /// then not performed and returns the launch's error instead, its message naming the launch
+    /// by its ordinal and its kernel: "launch #3 of kernel `k` failed: …" (launches count from 1
+    /// since the worker started or was reset, those dropped included; `free` and `reset` are
+    /// performed regardless; `free` leaves the error to the op after it, `reset` drops it with
+    /// the rest of the lease's state). A fault found later on the device is named the same way.
     /// A fault or a missed deadline poisons the worker as always; a worker that dies is `Lost`.
     ///
     /// On the emulator the worker runs each kernel before taking the next request (or to its
@@ -233,6 +235,7 @@ impl Worker {
         let from = self.pending_until.map_or(now, |p| p.max(now));
         self.pending_until = Some(later(from, self.launch_bound(l.deadline)));
         self.last_launch = (l.module, l.kernel);
+        self.launches += 1;
         Ok(())
     }
 
@@ -266,6 +269,7 @@ impl Worker {
         // either way (unloaded, or with the worker).
         self.attached.clear();
         self.kernel_names.clear();
+        self.launches = 0;
         r
     }
 }

@@ -1,4 +1,8 @@
 //! The emulator backend: device memory and kernels run on the CPU by `tasklet_ptx`.
+//!
+//! It stands for one device, and checks what it is asked as that device would: a compute
+//! capability 8.0 GPU (A100) with [`LaunchLimits::SM_80`] as its launch limits, whose driver
+//! compiles PTX up to [`module_check::EMU_ISA`].
 
 use std::collections::HashMap;
 
@@ -6,8 +10,15 @@ use tasklet_ptx::{DeviceMemory, ExecError, LaunchParams, MemError, Module};
 
 use std::time::Duration;
 
+use super::module_check::{self, Loader};
 use super::{source, Backend, BackendError};
-use crate::contract::{ErrorKind, Launch, LoadedModule, WorkerInfo};
+use crate::contract::{ErrorKind, Launch, LaunchLimits, LoadedModule, WorkerInfo};
+
+/// The device the emulator is: what modules are checked against.
+const EMULATED: Loader = Loader {
+    compute_capability: (8, 0),
+    isa: Some(module_check::EMU_ISA),
+};
 
 /// Emulator speed per core, in lane-instructions per second, that turns a launch deadline into the
 /// emulator's step limit: `deadline × this × cores` (the emulator runs CTAs on every core).
@@ -97,10 +108,11 @@ impl Backend for EmuBackend {
             modules: self.modules.len() as u32,
             memory_requested: self.requested,
             device_memory: self.cap,
-            compute_capability: (8, 0),
+            compute_capability: EMULATED.compute_capability,
             uuid: String::new(),
             driver_version: 0,
             pinned_data: false,
+            launch_limits: LaunchLimits::SM_80,
         }
     }
 
@@ -161,6 +173,7 @@ impl Backend for EmuBackend {
                 format!("a worker holds at most {MAX_MODULES} modules"),
             ));
         }
+        module_check::check(ptx, &EMULATED)?;
         let module = Module::parse(ptx).map_err(|e| {
             BackendError::new(
                 ErrorKind::LoadFailed,
@@ -218,6 +231,19 @@ impl Backend for EmuBackend {
                 ),
             ));
         }
+        // The device's limits, as the GPU it stands for has them (the emulator's own checks below
+        // are looser: they guard its arithmetic and memory).
+        LaunchLimits::SM_80
+            .check(l.grid, l.block, l.shared_mem_bytes, l.args.len())
+            .map_err(|e| {
+                BackendError::new(
+                    ErrorKind::LaunchFailed,
+                    format!(
+                        "cannot launch kernel `{}`: {e}",
+                        module.kernels()[kernel].name
+                    ),
+                )
+            })?;
         let params = LaunchParams {
             grid: l.grid,
             block: l.block,

@@ -11,14 +11,24 @@
 //! - `reset` frees everything and unloads every module, returning to the state at start;
 //! - module loads report each kernel's parameter layout (`KernelInfo::param_layout`), from which
 //!   the host builds argument blocks;
+//! - a module is checked before it is loaded, alike on every backend (`module_check`): an
+//!   empty one, one of a PTX ISA newer than the loader compiles, or one whose target the device
+//!   cannot run is `LoadFailed`, with the same words and fix everywhere;
 //! - a launch names its kernel by index in its module; an index outside the module is
 //!   `InvalidArgument`;
+//! - a launch past the device's limits (`WorkerInfo::launch_limits`) is `LaunchFailed` before
+//!   anything runs (emu: [`LaunchLimits::check`](crate::contract::LaunchLimits::check), naming
+//!   the limit and the value; cuda: the driver's refusal, listing the limits; the host checks
+//!   them all with `LaunchLimits::check` before a launch leaves it);
 //! - a kernel that runs past its deadline fails with `DeadlineExceeded` (emu: a step limit made
 //!   from `Launch::deadline`; cuda: the deadline itself, enforced when the worker waits for the
-//!   kernel and by a watchdog), a fault with `KernelFault`; both poison the worker.
+//!   kernel and by a watchdog), a fault with `KernelFault`; both poison the worker. An error
+//!   reported after the launch returned names the launch by its ordinal in the lease
+//!   ([`Backend::number_launches_from`]), so a later op is never blamed for it.
 
 pub mod cuda;
 mod emu;
+mod module_check;
 mod null;
 mod source;
 
@@ -78,6 +88,14 @@ pub trait Backend {
             self.launch(l).map_err(|e| (i, e))?;
         }
         Ok(())
+    }
+    /// The launches handed over next (by [`Backend::launch`] or [`Backend::launch_batch`]) are
+    /// the lease's launches number `first`, `first + 1`, … (from 1; the serving loop counts them,
+    /// those it drops after a failed one included, and starts again at `reset`). A backend whose
+    /// errors can surface after `launch` returned (cuda: at the next wait) names the launch by
+    /// it; the default ignores it.
+    fn number_launches_from(&mut self, first: u64) {
+        let _ = first;
     }
     /// Waits for everything queued and reports the first deferred error.
     fn sync(&mut self) -> Result<(), BackendError>;

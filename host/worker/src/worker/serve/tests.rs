@@ -18,7 +18,10 @@ struct Scripted {
     fail_kind: ErrorKind,
     /// Module 1's kernels ([`kernels`]).
     kernels: Vec<String>,
-    launched: Vec<String>,
+    /// Each launch run: its kernel and the ordinal the serving loop gave it.
+    launched: Vec<(String, u64)>,
+    /// The ordinal of the next launch, as `number_launches_from` last said.
+    next: u64,
     /// The length of each slice `launch_batch` was given.
     batches: Vec<usize>,
     frees: u32,
@@ -70,7 +73,8 @@ impl Backend for Scripted {
             ));
         };
         let bad = name == "bad";
-        self.launched.push(name);
+        self.launched.push((name, self.next));
+        self.next += 1;
         if bad {
             return Err(BackendError::new(self.fail_kind, "refused"));
         }
@@ -82,6 +86,9 @@ impl Backend for Scripted {
             self.launch(l).map_err(|e| (i, e))?;
         }
         Ok(())
+    }
+    fn number_launches_from(&mut self, first: u64) {
+        self.next = first;
     }
     fn sync(&mut self) -> Result<(), BackendError> {
         Ok(())
@@ -117,6 +124,7 @@ fn run_after(
             fail_kind,
             kernels: kernels(),
             launched: vec![],
+            next: 0,
             batches: vec![],
             frees: 0,
             resets: 0,
@@ -172,9 +180,14 @@ impl Host {
     }
 }
 
-fn is_error(r: &Response, kind: ErrorKind, kernel: &str) -> bool {
+/// Whether `r` is the error of launch number `ordinal`, of `kernel`.
+fn is_error(r: &Response, kind: ErrorKind, ordinal: u64, kernel: &str) -> bool {
     matches!(r, Response::Error { kind: k, message } if *k == kind
-        && message.starts_with(&format!("an earlier launch of kernel `{kernel}` failed: ")))
+        && message.starts_with(&format!("launch #{ordinal} of kernel `{kernel}` failed: ")))
+}
+
+fn launched(named: &[(&str, u64)]) -> Vec<(String, u64)> {
+    named.iter().map(|&(k, n)| (k.to_owned(), n)).collect()
 }
 
 #[test]
@@ -184,7 +197,7 @@ fn a_failed_launch_is_answered_to_the_next_call_instead_of_performing_it() {
         h.launch("bad");
         h.launch("c");
         let r = h.call(&Request::Alloc { bytes: 16 });
-        assert!(is_error(&r, ErrorKind::LaunchFailed, "bad"), "{r:?}");
+        assert!(is_error(&r, ErrorKind::LaunchFailed, 2, "bad"), "{r:?}");
         // Reported once.
         assert!(matches!(
             h.call(&Request::Alloc { bytes: 16 }),
@@ -196,6 +209,7 @@ fn a_failed_launch_is_answered_to_the_next_call_instead_of_performing_it() {
         assert!(is_error(
             &h.call(&Request::Ping),
             ErrorKind::LaunchFailed,
+            4,
             "bad"
         ));
         // `reset` is performed and drops it.
@@ -205,8 +219,12 @@ fn a_failed_launch_is_answered_to_the_next_call_instead_of_performing_it() {
         h.launch("d");
         assert_eq!(h.call(&Request::Sync), Response::Ok);
     });
-    // "c" was dropped behind the failure; the first alloc was not performed.
-    assert_eq!(b.launched, ["a", "bad", "bad", "bad", "d"]);
+    // "c" (#3) was dropped behind the failure, and counted; the first alloc was not performed;
+    // reset started the count again.
+    assert_eq!(
+        b.launched,
+        launched(&[("a", 1), ("bad", 2), ("bad", 4), ("bad", 5), ("d", 1)])
+    );
     assert_eq!((b.allocs, b.frees, b.resets), (1, 1, 1));
 }
 
@@ -233,14 +251,17 @@ fn launches_the_host_got_ahead_with_are_handed_to_the_backend_together() {
             assert!(is_error(
                 &h.call(&Request::Ping),
                 ErrorKind::LaunchFailed,
+                19,
                 "bad"
             ));
             assert_eq!(h.call(&Request::Ping), Response::Ok);
         },
     );
     assert_eq!(b.batches, [POSTED_BATCH, 20 - POSTED_BATCH]);
-    // In order, up to and including the failed one; the one behind it dropped.
-    assert_eq!(b.launched, names[..19]);
+    // In order, numbered across both batches, up to and including the failed one; the one behind
+    // it dropped.
+    let expected: Vec<(String, u64)> = names[..19].iter().cloned().zip(1..).collect();
+    assert_eq!(b.launched, expected);
 }
 
 #[test]
@@ -263,12 +284,15 @@ fn a_malformed_launch_inside_a_batch_ends_it_after_the_launches_before_it() {
             Response::Error {
                 kind: ErrorKind::InvalidArgument,
                 message,
-            } => assert!(message.contains("malformed"), "{message}"),
+            } => assert!(
+                message.starts_with("launch #3 failed: malformed posted request"),
+                "{message}"
+            ),
             other => panic!("{other:?}"),
         },
     );
     assert_eq!(b.batches, [2]);
-    assert_eq!(b.launched, ["a", "b"]);
+    assert_eq!(b.launched, launched(&[("a", 1), ("b", 2)]));
 }
 
 #[test]
@@ -283,7 +307,7 @@ fn a_poisoning_launch_error_answers_every_later_call_reset_included() {
         ] {
             let r = h.call(&req);
             assert!(
-                is_error(&r, ErrorKind::KernelFault, "bad"),
+                is_error(&r, ErrorKind::KernelFault, 1, "bad"),
                 "{req:?}: {r:?}"
             );
         }

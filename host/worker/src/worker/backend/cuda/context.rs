@@ -9,7 +9,7 @@ use std::ffi::{c_char, c_int, CStr};
 use cudarc::driver::sys::CUdevice_attribute as A;
 
 use super::driver::*;
-use super::errors::LaunchLimits;
+use crate::contract::LaunchLimits;
 
 /// What the worker knows about its device, read once at start.
 pub struct Device {
@@ -25,6 +25,7 @@ pub struct Device {
     pub uuid: String,
     /// `cuDriverGetVersion`, e.g. 12080 for CUDA 12.8.
     pub driver_version: u32,
+    /// What one launch may ask of the device, from its attributes.
     pub limits: LaunchLimits,
 }
 
@@ -91,7 +92,8 @@ pub fn open(drv: &'static Driver) -> Result<Device, String> {
                 attr(A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y)?,
                 attr(A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z)?,
             ],
-            max_shared_optin: attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?,
+            max_shared_per_block: attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?,
+            max_param_bytes: max_param_bytes(version.max(0) as u32, compute_capability),
         };
         let mut raw = [0u8; 16];
         let r = (drv.device_get_uuid)(&mut raw, dev);
@@ -128,6 +130,16 @@ pub fn open(drv: &'static Driver) -> Result<Device, String> {
     }
 }
 
+/// The largest argument block a launch may pass. No device attribute says it: CUDA 12.1 raised
+/// it from 4 KiB to 32 KiB (less 4 bytes) for Volta (7.0) and later.
+fn max_param_bytes(driver_version: u32, (major, _): (u32, u32)) -> u32 {
+    if driver_version >= 12010 && major >= 7 {
+        tasklet_ptx::MAX_PARAM_BYTES
+    } else {
+        4096
+    }
+}
+
 /// NVML's spelling of a device UUID.
 pub fn format_uuid(b: &[u8; 16]) -> String {
     let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
@@ -143,6 +155,14 @@ pub fn format_uuid(b: &[u8; 16]) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn parameter_space_grew_with_cuda_12_1_on_volta_and_later() {
+        assert_eq!(super::max_param_bytes(12010, (7, 0)), 32_764);
+        assert_eq!(super::max_param_bytes(13000, (9, 0)), 32_764);
+        assert_eq!(super::max_param_bytes(12000, (9, 0)), 4096);
+        assert_eq!(super::max_param_bytes(12080, (6, 1)), 4096);
+    }
+
     #[test]
     fn uuid_is_spelled_like_nvml() {
         let b = [

@@ -11,8 +11,11 @@
 //!   "malformed", both with the JIT's log;
 //! - `OutOfMemory`: `CUDA_ERROR_OUT_OF_MEMORY` anywhere.
 
+use tasklet_ptx::PtxHeader;
+
 use super::driver::*;
-use crate::contract::{ErrorKind, Launch};
+use crate::contract::{ErrorKind, Launch, LaunchLimits};
+use crate::worker::backend::module_check::{self, Loader};
 use crate::worker::backend::BackendError;
 
 /// Errors after which the context is unusable: every later call in it fails the same way.
@@ -45,8 +48,9 @@ const FAULT_CONSEQUENCE: &str =
     "the GPU context of this lease is lost: the lease ends and its worker is replaced";
 
 /// An error reported while waiting for queued work (sync, or an op that waits for the queue):
-/// it comes from the device's execution, so it is a fault whatever the code. `work` says what
-/// was running, e.g. "kernel `iota` (or work queued before it)".
+/// it comes from the device's execution, so it is a fault whatever the code. `work` names what
+/// was running, e.g. "launch #3 of kernel `iota` (or work queued before it)": the message is
+/// about it, never about the op that happened to wait.
 pub fn async_error(drv: &Driver, code: CuResult, work: &str) -> BackendError {
     let words = drv.describe(code);
     if code == CUDA_ERROR_LAUNCH_TIMEOUT {
@@ -57,7 +61,7 @@ pub fn async_error(drv: &Driver, code: CuResult, work: &str) -> BackendError {
     }
     BackendError::new(
         ErrorKind::KernelFault,
-        format!("{work} faulted: {words}; {FAULT_CONSEQUENCE}"),
+        format!("{work} failed: {words}; {FAULT_CONSEQUENCE}"),
     )
 }
 
@@ -79,15 +83,6 @@ pub fn call_error(drv: &Driver, e: CallError, what: &str) -> BackendError {
         String::new()
     };
     BackendError::new(kind, format!("{what}: {} failed: {words}{tail}", e.call))
-}
-
-/// Limits of the device that a launch configuration is checked against (for messages).
-#[derive(Debug, Clone, Copy)]
-pub struct LaunchLimits {
-    pub max_threads_per_block: u32,
-    pub max_block: [u32; 3],
-    pub max_grid: [u32; 3],
-    pub max_shared_optin: u32,
 }
 
 /// A refused `cuLaunchKernel` of the kernel named `kernel`, launched as `l` says: the driver's
@@ -120,7 +115,7 @@ pub fn launch_error(
             ErrorKind::LaunchFailed,
             format!(
                 "on this device a block has at most {} threads ({} × {} × {} per dimension), a grid at most {} × {} × {} blocks, and dynamic shared memory is at most {} bytes",
-                m.max_threads_per_block, m.max_block[0], m.max_block[1], m.max_block[2], m.max_grid[0], m.max_grid[1], m.max_grid[2], m.max_shared_optin
+                m.max_threads_per_block, m.max_block[0], m.max_block[1], m.max_block[2], m.max_grid[0], m.max_grid[1], m.max_grid[2], m.max_shared_per_block
             ),
         ),
         c if is_sticky(c) => return BackendError::new(
@@ -135,61 +130,44 @@ pub fn launch_error(
     )
 }
 
-/// What the PTX says about itself in its header, for load-error messages.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PtxHeader {
-    /// `.version` (e.g. "8.7").
-    pub version: Option<String>,
-    /// `.target` (e.g. "sm_90a").
-    pub target: Option<String>,
-}
-
-impl PtxHeader {
-    pub fn parse(ptx: &str) -> PtxHeader {
-        let mut h = PtxHeader::default();
-        for line in ptx.lines().take(200) {
-            let line = line.split("//").next().unwrap_or("").trim();
-            let mut words = line.split_whitespace();
-            match words.next() {
-                Some(".version") => h.version = words.next().map(str::to_owned),
-                Some(".target") => {
-                    h.target = words.next().map(|t| t.trim_end_matches(',').to_owned())
-                }
-                _ => {}
-            }
-            if h.version.is_some() && h.target.is_some() {
-                break;
-            }
-        }
-        h
-    }
-}
-
-/// The device and driver a module was loaded for (for load-error messages).
+/// What modules are loaded by here: checked against before the driver sees them, and named in
+/// load errors.
 pub struct LoadTarget {
-    pub compute_capability: (u32, u32),
-    /// `cuDriverGetVersion`, e.g. 12080.
+    pub loader: Loader,
+    /// `cuDriverGetVersion`, e.g. 13000.
     pub driver_version: u32,
 }
 
-fn cuda_version(v: u32) -> String {
-    format!("{}.{}", v / 1000, (v % 1000) / 10)
+impl LoadTarget {
+    pub fn new(compute_capability: (u32, u32), driver_version: u32) -> LoadTarget {
+        LoadTarget {
+            loader: Loader {
+                compute_capability,
+                isa: module_check::IsaSupport::of_driver(driver_version),
+            },
+            driver_version,
+        }
+    }
 }
 
-/// A refused `cuModuleLoadDataEx`, with the JIT's error log.
+/// A refused `cuModuleLoadDataEx` of a module with header `ptx` (which passed
+/// [`module_check::check`]), with the JIT's error log. Where the driver refuses the module's ISA
+/// or target after all (a driver this worker does not know), the words and the fix are the
+/// check's.
 pub fn load_error(
     drv: &Driver,
     code: CuResult,
     log: &str,
     ptx: &PtxHeader,
-    t: &LoadTarget,
+    loader: &Loader,
+    driver_version: u32,
 ) -> BackendError {
     let words = drv.describe(code);
-    let (ccmaj, ccmin) = t.compute_capability;
+    let (ccmaj, ccmin) = loader.compute_capability;
     let sm = format!("sm_{ccmaj}{ccmin}");
-    let isa = ptx.version.as_deref().unwrap_or("(no .version)");
-    let target = ptx.target.as_deref().unwrap_or("(no .target)");
-    let driver = cuda_version(t.driver_version);
+    let (major, minor) = ptx.version;
+    let isa = format!("{major}.{minor}");
+    let target = ptx.target;
     let log_lower = log.to_ascii_lowercase();
     let too_new_isa = code == CUDA_ERROR_UNSUPPORTED_PTX_VERSION
         || (code == CUDA_ERROR_INVALID_PTX
@@ -215,20 +193,17 @@ pub fn load_error(
             "the device has no memory left for the module's code and data".to_owned(),
         )
     } else if too_new_isa {
+        // The check passed it, so the driver compiles less than its release is known to (or is
+        // a release this worker does not know): the fix is the same either way.
+        let newest = loader.isa.map(|i| i.newest).filter(|&n| ptx.version > n);
         (
             ErrorKind::LoadFailed,
-            format!(
-                "the PTX is ISA version {isa} (its `.version`), newer than this driver (CUDA {driver}) can compile; \
-                 regenerate it with a CUDA toolkit or NVRTC no newer than {driver}, or update the NVIDIA driver on this node"
-            ),
+            module_check::isa_too_new(ptx.version, newest, driver_version),
         )
     } else if wrong_arch {
         (
             ErrorKind::LoadFailed,
-            format!(
-                "the PTX targets {target} (its `.target`), which this GPU ({sm}) cannot run; compile for {sm} or an older \
-                 architecture (nvcc -arch=compute_{ccmaj}{ccmin}, or `.target sm_XY` with XY ≤ {ccmaj}{ccmin})"
-            ),
+            module_check::target_not_run(&target, loader.compute_capability),
         )
     } else if matches!(
         code,
@@ -257,14 +232,6 @@ pub fn load_error(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ptx_header_is_read_past_comments() {
-        let h = PtxHeader::parse("//\n// Generated by NVIDIA NVVM Compiler\n.version 8.7\n.target sm_90a, debug\n.address_size 64\n");
-        assert_eq!(h.version.as_deref(), Some("8.7"));
-        assert_eq!(h.target.as_deref(), Some("sm_90a"));
-        assert_eq!(PtxHeader::parse("garbage"), PtxHeader::default());
-    }
 
     #[test]
     fn sticky_errors_are_the_context_killers() {

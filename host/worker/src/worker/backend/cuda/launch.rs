@@ -29,7 +29,7 @@
 
 use std::collections::VecDeque;
 use std::ffi::{c_uint, c_void};
-use std::sync::atomic::{AtomicU32, Ordering::Acquire};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Acquire, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -55,23 +55,27 @@ const CU_EVENT_DISABLE_TIMING: c_uint = 2;
 /// Most launches that share one completion event (see the module docs).
 pub const GROUP_MAX: usize = 8;
 
-/// The kernels of one group, in launch order (names shared with their modules: no allocation
-/// per launch).
+/// The launches of one group, in launch order: their kernels (names shared with their modules:
+/// no allocation per launch) and their ordinals in the lease ([`ReadyLaunch::ordinal`]).
 #[derive(Default)]
 struct Members {
     names: [Option<Arc<str>>; GROUP_MAX],
+    ordinals: [u64; GROUP_MAX],
     n: usize,
 }
 
 impl Members {
-    fn push(&mut self, kernel: Arc<str>) {
-        if let Some(slot) = self.names.get_mut(self.n) {
+    fn push(&mut self, kernel: Arc<str>, ordinal: u64) {
+        if let (Some(slot), Some(at)) = (self.names.get_mut(self.n), self.ordinals.get_mut(self.n))
+        {
             *slot = Some(kernel);
+            *at = ordinal;
             self.n += 1;
         }
     }
 
-    /// For messages: "kernel `a`", or "one of the kernels `a`, `b` (3 launched together)".
+    /// For messages: "launch #4 of kernel `a`", or "one of launches #4 to #6 (kernels `a`, `b`;
+    /// 3 launched together)".
     fn describe(&self) -> String {
         let mut names: Vec<&str> = Vec::with_capacity(self.n);
         for name in self.names.iter().flatten() {
@@ -79,13 +83,16 @@ impl Members {
                 names.push(name);
             }
         }
-        match (self.n, names.as_slice()) {
-            (0, _) => "a kernel".into(),
-            (1, [one]) => format!("kernel `{one}`"),
-            (n, names) => format!(
-                "one of the kernels `{}` ({n} launched together)",
-                names.join("`, `")
+        let ordinals = &self.ordinals[..self.n.min(GROUP_MAX)];
+        match (ordinals, names.as_slice()) {
+            ([], _) => "a kernel".into(),
+            ([one], [name]) => format!("launch #{one} of kernel `{name}`"),
+            ([first, .., last], names) => format!(
+                "one of launches #{first} to #{last} (kernels `{}`; {} launched together)",
+                names.join("`, `"),
+                self.n
             ),
+            (_, _) => "a kernel".into(),
         }
     }
 }
@@ -101,6 +108,8 @@ struct Open {
 
 /// A closed group: its kernels, then its event, on the stream.
 struct Group {
+    /// Its number among the groups closed so far (from 1).
+    seq: u64,
     /// Its completion event, or what `cuEventRecord`/`cuEventCreate` answered instead (its
     /// kernels then run untracked: reported as a fault at the next wait).
     event: Result<CuEvent, CuResult>,
@@ -127,6 +136,9 @@ pub struct ReadyLaunch {
     pub args: *mut c_void,
     pub args_len: usize,
     pub deadline: Duration,
+    /// Its number among the lease's launches (see `Backend::number_launches_from`), for
+    /// messages about it that come after it was launched.
+    pub ordinal: u64,
 }
 
 impl ReadyLaunch {
@@ -183,6 +195,8 @@ struct Queue {
     last_done: Instant,
     /// Graphs that launch runs of kernels at once (see [`Chains`]).
     chains: Chains,
+    /// Groups closed so far: the latest one's `seq`.
+    closed: u64,
 }
 
 // SAFETY: CUDA events are plain handles usable from any thread of the process.
@@ -219,16 +233,16 @@ impl Queue {
         Head::Idle
     }
 
-    /// Adds a kernel just launched to the open group (opening one at `now()`); says whether the
+    /// Adds a launch just made to the open group (opening one at `now()`); says whether the
     /// group is full. The clock is read once per group, not per launch.
-    fn add(&mut self, kernel: Arc<str>, deadline: Duration, now: impl FnOnce() -> Instant) -> bool {
+    fn add(&mut self, l: &ReadyLaunch, now: impl FnOnce() -> Instant) -> bool {
         let open = self.open.get_or_insert_with(|| Open {
             start: now(),
             deadlines: Duration::ZERO,
             members: Members::default(),
         });
-        open.deadlines = open.deadlines.saturating_add(deadline);
-        open.members.push(kernel);
+        open.deadlines = open.deadlines.saturating_add(l.deadline);
+        open.members.push(Arc::clone(&l.kernel), l.ordinal);
         self.kernels += 1;
         open.members.n >= GROUP_MAX
     }
@@ -236,6 +250,18 @@ impl Queue {
     fn head_kernels(&self) -> String {
         self.items
             .front()
+            .map_or_else(|| "a kernel".into(), |g| g.members.describe())
+    }
+
+    /// The kernels a fault seen at the head is blamed on: the first group not known finished.
+    /// After a fault every event of the context reports it, finished or not, so the head may be
+    /// a group that finished before the fault: one a signalled sync saw done (`seen_done`: the
+    /// latest group whose completion the device signalled) is passed over.
+    fn faulted_kernels(&self, seen_done: u64) -> String {
+        self.items
+            .iter()
+            .find(|g| g.seq > seen_done)
+            .or(self.items.front())
             .map_or_else(|| "a kernel".into(), |g| g.members.describe())
     }
 
@@ -251,6 +277,9 @@ pub struct Timeline {
     drv: &'static Driver,
     stream: WorkStream,
     q: Mutex<Queue>,
+    /// The latest group a signalled sync saw finished ([`Timeline::drain_signalled`]): for
+    /// naming the launch a later fault came from, never for deadlines.
+    signalled_done: AtomicU64,
 }
 
 impl Timeline {
@@ -270,7 +299,9 @@ impl Timeline {
                 free_events: Vec::with_capacity(64),
                 last_done: Instant::now(),
                 chains: Chains::new(drv),
+                closed: 0,
             }),
+            signalled_done: AtomicU64::new(0),
         });
         // Events up front, so the first launches do not pay for them.
         {
@@ -309,6 +340,7 @@ impl Timeline {
     /// leaves the group untracked, which the next wait reports as a fault.
     fn close(&self, q: &mut Queue) {
         let Some(open) = q.open.take() else { return };
+        q.closed += 1;
         let event = match q.free_events.pop() {
             Some(e) => Ok(e),
             None => self.new_event().map_err(|e| e.code),
@@ -330,6 +362,7 @@ impl Timeline {
             .saturating_duration_since(open.start)
             .saturating_add(open.deadlines);
         q.items.push_back(Group {
+            seq: q.closed,
             event,
             start: open.start,
             budget,
@@ -370,7 +403,7 @@ impl Timeline {
             let run = &launches[at..at + n];
             if q.chains.launch(run, self.stream.0).is_ok() {
                 for l in run {
-                    if q.add(Arc::clone(&l.kernel), l.deadline, Instant::now) {
+                    if q.add(l, Instant::now) {
                         self.close(&mut q);
                     }
                 }
@@ -385,7 +418,7 @@ impl Timeline {
                             },
                         )
                     })?;
-                    if q.add(Arc::clone(&l.kernel), l.deadline, Instant::now) {
+                    if q.add(l, Instant::now) {
                         self.close(&mut q);
                     }
                 }
@@ -442,10 +475,15 @@ impl Timeline {
     /// the watchdog still looks at every event, so a forged word cannot hide a runaway. Past the
     /// spin, the wait is [`Timeline::drain`]'s, with its deadlines.
     pub fn drain_signalled(&self, word: &AtomicU32, value: u32) -> Result<(), BackendError> {
+        // Read while the kernels run, not on the way out: the groups the word stands for.
+        let through = self.lock().closed;
         let start = Instant::now();
         let mut turns = 0u32;
         loop {
             if word.load(Acquire) == value {
+                // A hint, like the word itself: a forged word only misnames which of the lease's
+                // own launches a later fault came from.
+                self.signalled_done.store(through, Relaxed);
                 return Ok(());
             }
             std::hint::spin_loop();
@@ -478,7 +516,10 @@ impl Timeline {
                         return Err(errors::async_error(
                             self.drv,
                             code,
-                            &format!("{} (or work queued before it)", q.head_kernels()),
+                            &format!(
+                                "{} (or work queued before it)",
+                                q.faulted_kernels(self.signalled_done.load(Relaxed))
+                            ),
                         ))
                     }
                 }
@@ -552,4 +593,38 @@ fn overran_error(kernels: &str, budget: (Duration, bool)) -> BackendError {
             overran(kernels, budget)
         ),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn members(launches: &[(&str, u64)]) -> Members {
+        let mut m = Members::default();
+        for &(name, ordinal) in launches {
+            m.push(Arc::from(name), ordinal);
+        }
+        m
+    }
+
+    #[test]
+    fn a_group_is_described_by_its_launches_ordinals_and_kernels() {
+        assert_eq!(members(&[]).describe(), "a kernel");
+        assert_eq!(
+            members(&[("iota", 3)]).describe(),
+            "launch #3 of kernel `iota`"
+        );
+        assert_eq!(
+            members(&[("empty", 4), ("spin", 5), ("empty", 6)]).describe(),
+            "one of launches #4 to #6 (kernels `empty`, `spin`; 3 launched together)"
+        );
+        // Past a full group, pushes are ignored rather than panicking.
+        let many: Vec<(&str, u64)> = (1..=GROUP_MAX as u64 + 2).map(|i| ("k", i)).collect();
+        assert_eq!(
+            members(&many).describe(),
+            format!(
+                "one of launches #1 to #{GROUP_MAX} (kernels `k`; {GROUP_MAX} launched together)"
+            )
+        );
+    }
 }

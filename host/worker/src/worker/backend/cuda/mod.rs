@@ -35,7 +35,7 @@ mod signal;
 use std::ffi::c_void;
 use std::sync::Arc;
 
-use super::{source, Backend, BackendError, BackendOptions};
+use super::{module_check, source, Backend, BackendError, BackendOptions};
 use crate::contract::{ErrorKind, Launch, LoadedModule, WorkerInfo};
 use driver::*;
 use errors::LoadTarget;
@@ -83,6 +83,8 @@ pub struct CudaBackend {
     /// Asynchronous work outside the launch queue (zeroing of new memory, device-to-device
     /// copies) issued since the last `sync`: `sync` then also checks the stream itself.
     unchecked_async: bool,
+    /// The ordinal of the next launch handed over (`Backend::number_launches_from`).
+    next_ordinal: u64,
 }
 
 impl CudaBackend {
@@ -135,6 +137,7 @@ impl CudaBackend {
             signal,
             host: HostMemory::default(),
             unchecked_async: false,
+            next_ordinal: 1,
         })
     }
 
@@ -170,10 +173,7 @@ impl CudaBackend {
     }
 
     fn load_target(&self) -> LoadTarget {
-        LoadTarget {
-            compute_capability: self.dev.compute_capability,
-            driver_version: self.dev.driver_version,
-        }
+        LoadTarget::new(self.dev.compute_capability, self.dev.driver_version)
     }
 
     fn unload(&mut self, module: CuModule) -> Result<(), BackendError> {
@@ -203,7 +203,9 @@ impl CudaBackend {
         }
         // Refused here for both ways a launch reaches the driver: a run of launches goes as one
         // graph launch, and whether the driver refuses an empty grid when it updates a kernel node
-        // is not something to build on.
+        // is not something to build on. The device's other limits are the driver's to enforce (its
+        // refusal names them all, with its own words); the host checks them all before a launch
+        // is sent (`WorkerInfo::launch_limits`).
         if l.grid.contains(&0) || l.block.contains(&0) {
             return Err(BackendError::new(
                 ErrorKind::LaunchFailed,
@@ -261,6 +263,7 @@ impl Backend for CudaBackend {
             uuid: self.dev.uuid.clone(),
             driver_version: self.dev.driver_version,
             pinned_data: self.pinned.is_some(),
+            launch_limits: self.dev.limits,
         }
     }
 
@@ -430,9 +433,12 @@ impl Backend for CudaBackend {
         if let Some((id, kernels)) = self.modules.lookup(ptx)? {
             return Ok(LoadedModule { id, kernels });
         }
-        self.ready()?;
+        // Refused before the driver sees it, in the emulator's words, where the driver would
+        // refuse it anyway.
         let target = self.load_target();
-        match self.modules.load(self.drv, ptx, &target) {
+        let header = module_check::check(ptx, &target.loader)?;
+        self.ready()?;
+        match self.modules.load(self.drv, ptx, &header, &target) {
             Ok((id, kernels)) => Ok(LoadedModule { id, kernels }),
             Err(e) => Err(self.fail(e)),
         }
@@ -482,6 +488,9 @@ impl Backend for CudaBackend {
         let mut batch = std::mem::take(&mut self.batch);
         let mut at = 0;
         let mut refused = None;
+        let first = self.next_ordinal;
+        // Every launch handed over counts, launched or not (as the serving loop counts them).
+        self.next_ordinal = first.saturating_add(launches.len() as u64);
         for (i, l) in launches.iter().enumerate() {
             match self.check_launch(l) {
                 Ok((function, kernel)) => {
@@ -503,6 +512,7 @@ impl Backend for CudaBackend {
                         },
                         args_len: l.args.len(),
                         deadline: l.deadline,
+                        ordinal: first.saturating_add(i as u64),
                     });
                 }
                 Err(e) => {
@@ -535,6 +545,10 @@ impl Backend for CudaBackend {
         batch.clear();
         self.batch = batch;
         launched
+    }
+
+    fn number_launches_from(&mut self, first: u64) {
+        self.next_ordinal = first;
     }
 
     fn sync(&mut self) -> Result<(), BackendError> {
@@ -600,6 +614,7 @@ impl Backend for CudaBackend {
         // SAFETY: plain driver call; no kernel is queued, so this returns promptly.
         let r = unsafe { (self.drv.ctx_synchronize)() };
         self.unchecked_async = false;
+        self.next_ordinal = 1;
         if let Err(e) = self.call(check("cuCtxSynchronize", r), "resetting the worker") {
             first.get_or_insert(e);
         }

@@ -13,10 +13,10 @@ use std::ffi::{c_int, c_void, CString};
 use std::sync::Arc;
 
 use cudarc::driver::sys::CUjit_option as J;
-use tasklet_ptx::KernelInfo;
+use tasklet_ptx::{KernelInfo, PtxHeader};
 
 use super::driver::*;
-use super::errors::{self, LoadTarget, PtxHeader};
+use super::errors::{self, LoadTarget};
 use crate::contract::ErrorKind;
 use crate::worker::backend::BackendError;
 
@@ -147,15 +147,17 @@ impl Modules {
         Ok(Some((id, m.kernels.clone())))
     }
 
-    /// JIT-loads `ptx` (not in the cache) and gives it a new id. The caller has drained the queue.
+    /// JIT-loads `ptx` (not in the cache; its header `header` passed the module check) and
+    /// gives it a new id. The caller has drained the queue.
     pub fn load(
         &mut self,
         drv: &Driver,
         ptx: &str,
+        header: &PtxHeader,
         target: &LoadTarget,
     ) -> Result<(u32, Vec<KernelInfo>), BackendError> {
         let id = self.fresh_id()?;
-        let module = jit(drv, ptx, target)?;
+        let module = jit(drv, ptx, header, target)?;
         let loaded = match resolve(drv, module, ptx) {
             Ok(l) => l,
             Err(e) => {
@@ -238,7 +240,12 @@ impl Modules {
 }
 
 /// `cuModuleLoadDataEx` with the JIT's error and info logs captured.
-fn jit(drv: &Driver, ptx: &str, target: &LoadTarget) -> Result<CuModule, BackendError> {
+fn jit(
+    drv: &Driver,
+    ptx: &str,
+    header: &PtxHeader,
+    target: &LoadTarget,
+) -> Result<CuModule, BackendError> {
     let text = CString::new(ptx).map_err(|e| {
         BackendError::new(
             ErrorKind::LoadFailed,
@@ -286,8 +293,9 @@ fn jit(drv: &Driver, ptx: &str, target: &LoadTarget) -> Result<CuModule, Backend
         drv,
         r,
         &log,
-        &PtxHeader::parse(ptx),
-        target,
+        header,
+        &target.loader,
+        target.driver_version,
     ))
 }
 

@@ -76,6 +76,7 @@ impl Host {
             uuid: info.uuid.clone(),
             driver_version: info.driver_version,
             pinned_data: info.pinned_data,
+            launch_limits: info.launch_limits,
         };
         let leases = LeaseManager::start(pool, device);
         Ok(Host {

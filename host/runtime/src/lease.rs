@@ -20,7 +20,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use tasklet_worker::{charged_bytes, ErrorKind, Pool, Worker, WorkerError, ALLOC_GRANULE};
+use tasklet_worker::{
+    charged_bytes, ErrorKind, LaunchLimits, Pool, Worker, WorkerError, ALLOC_GRANULE,
+};
 
 /// A device as leases see it, described by the backend (a worker's `info`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,6 +43,9 @@ pub struct Device {
     pub driver_version: u32,
     /// Whether worker data regions are page-locked (pinned-speed copies).
     pub pinned_data: bool,
+    /// What one launch may ask of the device, as its workers report it: every launch is checked
+    /// against it before it reaches a worker.
+    pub launch_limits: LaunchLimits,
 }
 
 /// Node-wide totals; after every tasklet has ended they return to zero (`mismatches` stays zero

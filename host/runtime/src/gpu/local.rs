@@ -138,8 +138,8 @@ impl LocalGpu {
         self.manager.with_worker(lease, op)
     }
 
-    /// [`GpuService::launch`] past the right and dimension checks, building the argument block in
-    /// `block`.
+    /// [`GpuService::launch`] past the right check, building the argument block in `block` and
+    /// checking the launch against the device's limits before it goes to the worker.
     fn launch_with(
         &self,
         session: SessionId,
@@ -164,6 +164,20 @@ impl LocalGpu {
             )));
         };
         m.kernels[index].argument_block(args, |id| s.buffer(id), block)?;
+        // A handful of integer comparisons: a launch the device would refuse fails here, at once
+        // and naming the limit, rather than later and reported by another call.
+        self.manager
+            .device()
+            .launch_limits
+            .check(
+                config.grid,
+                config.block,
+                config.shared_mem_bytes,
+                block.len(),
+            )
+            .map_err(|e| {
+                GpuError::LaunchFailed(format!("cannot launch kernel {}: {e}", quoted(kernel)))
+            })?;
         let launch = Launch {
             module: m.id,
             kernel: index as u32,
@@ -514,12 +528,6 @@ impl GpuService for LocalGpu {
         args: &[KernelArg<'_>],
     ) -> Result<(), GpuError> {
         self.need(Right::Launch)?;
-        let (g, b) = (config.grid, config.block);
-        if g.contains(&0) || b.contains(&0) {
-            return Err(GpuError::LaunchFailed(
-                "grid and block dimensions must all be at least 1".into(),
-            ));
-        }
         // The block is built in the service's buffer, taken out for the call (so the session can
         // be borrowed beside it) and put back after: no allocation per launch.
         let mut block = std::mem::take(&mut self.arg_block);

@@ -65,7 +65,19 @@ fn tasklets_run_on_the_cuda_backend_over_a_fake_driver() {
             d.compute_capability,
             d.driver_version
         ),
-        ("cuda", "Fake GPU", (9, 0), 12080)
+        ("cuda", "Fake GPU", (9, 0), 13000)
+    );
+    // Its launch limits, from its device attributes (a CUDA 13.0 driver on compute capability
+    // 9.0 passes 32 KiB of parameters).
+    assert_eq!(
+        d.launch_limits,
+        tasklet_worker::LaunchLimits {
+            max_threads_per_block: 1024,
+            max_block: [1024, 1024, 64],
+            max_grid: [2_147_483_647, 65535, 65535],
+            max_shared_per_block: 232_448,
+            max_param_bytes: 32_764,
+        }
     );
     assert_eq!(d.device_memory, 1 << 30);
     assert_eq!(

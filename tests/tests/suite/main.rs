@@ -10,5 +10,6 @@ mod capabilities;
 mod examples;
 mod fake_cuda;
 mod gpubench;
+mod launch_checks;
 mod workers;
 mod zero_copy;

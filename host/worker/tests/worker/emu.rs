@@ -1,10 +1,8 @@
 //! End to end with the emulator: pool → worker process → emu backend → PTX from kernels/.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::support::*;
 use tasklet_worker::{BackendKind, ErrorKind, Launch, LoadedModule, Pool, Worker, WorkerError};
 
 fn kernel_source(name: &str) -> String {
@@ -20,20 +18,6 @@ fn emu_worker(device_memory: u64) -> Worker {
         Duration::from_secs(10),
     )
     .expect("spawn emu worker")
-}
-
-fn op_kind<T: std::fmt::Debug>(r: Result<T, WorkerError>) -> ErrorKind {
-    match r {
-        Err(WorkerError::Op { kind, .. }) => kind,
-        other => panic!("expected an op error, got {other:?}"),
-    }
-}
-
-/// Posts `l` (which must be accepted) and returns the kind of error the next `sync` reports.
-fn posted_err(w: &mut Worker, l: &Launch<'_>) -> ErrorKind {
-    w.launch(l)
-        .expect("a posted launch returns before the worker checks it");
-    op_kind(w.sync())
 }
 
 /// The argument block for `iota(u32* out, u32 n)`, built from the kernel's declared layout.
@@ -168,27 +152,29 @@ fn load_and_launch_iota() {
         args: &args[..4],
         deadline: Duration::from_secs(1),
     };
-    assert_eq!(posted_err(&mut w, &bad), ErrorKind::LaunchFailed);
+    assert_eq!(posted_error(&mut w, &bad).0, ErrorKind::LaunchFailed);
     assert_eq!(
-        posted_err(
+        posted_error(
             &mut w,
             &Launch {
                 kernel: 99,
                 args: &args,
                 ..bad.clone()
             }
-        ),
+        )
+        .0,
         ErrorKind::InvalidArgument
     );
     assert_eq!(
-        posted_err(
+        posted_error(
             &mut w,
             &Launch {
                 module: m.id + 100,
                 args: &args,
                 ..bad.clone()
             }
-        ),
+        )
+        .0,
         ErrorKind::InvalidArgument
     );
     assert_eq!(
@@ -203,7 +189,7 @@ fn load_and_launch_iota() {
     w.unload_module(m.id).unwrap();
     assert_eq!(op_kind(w.unload_module(m.id)), ErrorKind::InvalidArgument);
     assert_eq!(
-        posted_err(&mut w, &Launch { args: &args, ..bad }),
+        posted_error(&mut w, &Launch { args: &args, ..bad }).0,
         ErrorKind::InvalidArgument
     );
 }

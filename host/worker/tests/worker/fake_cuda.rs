@@ -6,20 +6,18 @@
 //!
 //! Without a C compiler each test prints "skipped: no C compiler for the fake libcuda" and returns.
 
-mod common;
-
 use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::support::*;
 use tasklet_worker::{
     BackendKind, ErrorKind, Launch, LoadedModule, Pool, PoolConfig, Worker, WorkerCommand,
     WorkerError,
 };
 
-const IOTA_PTX: &str = include_str!("../../../kernels/iota.ptx");
-const FAULTS_PTX: &str = include_str!("../../../kernels/faults.ptx");
+const IOTA_PTX: &str = include_str!("../../../../kernels/iota.ptx");
+const FAULTS_PTX: &str = include_str!("../../../../kernels/faults.ptx");
 
 /// Builds the fake driver once per test process; None (and a skip line) without `cc`.
 fn fake_driver_dir() -> Option<PathBuf> {
@@ -129,13 +127,6 @@ fn fake_worker() -> Option<Worker> {
     )
 }
 
-fn op_kind<T: std::fmt::Debug>(r: Result<T, WorkerError>) -> (ErrorKind, String) {
-    match r {
-        Err(WorkerError::Op { kind, message }) => (kind, message),
-        other => panic!("expected an op error, got {other:?}"),
-    }
-}
-
 fn iota_args(out: u64, n: u32) -> Vec<u8> {
     out.to_le_bytes()
         .into_iter()
@@ -209,15 +200,15 @@ fn allocations_read_as_zeros_and_copies_are_bounded() {
         (1, 4096, 4096)
     );
     assert_eq!(
-        op_kind(w.read(a + 4000, &mut buf[..200])).0,
+        op_error(w.read(a + 4000, &mut buf[..200])).0,
         ErrorKind::OutOfBounds
     );
-    assert_eq!(op_kind(w.write(a + 8192, &[1])).0, ErrorKind::OutOfBounds);
-    assert_eq!(op_kind(w.copy(a, a + 4000, 200)).0, ErrorKind::OutOfBounds);
-    assert_eq!(op_kind(w.alloc(0)).0, ErrorKind::InvalidArgument);
-    assert_eq!(op_kind(w.alloc(2 << 30)).0, ErrorKind::OutOfMemory);
+    assert_eq!(op_error(w.write(a + 8192, &[1])).0, ErrorKind::OutOfBounds);
+    assert_eq!(op_error(w.copy(a, a + 4000, 200)).0, ErrorKind::OutOfBounds);
+    assert_eq!(op_error(w.alloc(0)).0, ErrorKind::InvalidArgument);
+    assert_eq!(op_error(w.alloc(2 << 30)).0, ErrorKind::OutOfMemory);
     w.free(a).unwrap();
-    assert_eq!(op_kind(w.free(a)).0, ErrorKind::InvalidArgument);
+    assert_eq!(op_error(w.free(a)).0, ErrorKind::InvalidArgument);
     w.sync().unwrap();
     w.reset().unwrap();
     let info = w.info().unwrap();
@@ -231,31 +222,25 @@ fn allocations_read_as_zeros_and_copies_are_bounded() {
 fn load_errors_carry_the_jit_log_and_the_fix() {
     let Some(mut w) = fake_worker() else { return };
     let bad = ".version 7.0\n.target sm_80\n.address_size 64\n.visible .entry bad()\n{\n\t.reg .b32 %r<2>;\n\tbogus.instr %r1;\n\tret;\n}\n";
-    let (k, m) = op_kind(w.load_module(bad));
+    let (k, m) = op_error(w.load_module(bad));
     assert_eq!(k, ErrorKind::LoadFailed);
     assert!(
         m.contains("line 7") && m.contains("JIT log") && m.contains("CUDA_ERROR_INVALID_PTX"),
         "{m}"
     );
-    let (k, m) = op_kind(w.load_module(&IOTA_PTX.replacen(".version 9.0", ".version 99.0", 1)));
+    let (k, m) = op_error(w.load_module(&IOTA_PTX.replacen(".version 9.0", ".version 99.0", 1)));
     assert_eq!(k, ErrorKind::LoadFailed);
     assert!(
         m.contains("99.0") && m.contains("newer than this driver (CUDA 12.8)"),
         "{m}"
     );
-    let (k, m) = op_kind(w.load_module("garbage with a NUL \0 byte"));
+    let (k, m) = op_error(w.load_module("garbage with a NUL \0 byte"));
     assert_eq!(k, ErrorKind::LoadFailed, "{m}");
     // Still usable.
     w.load_module(IOTA_PTX).unwrap();
 }
 
 /// Posts `l` (which must be accepted) and returns the error the next `sync` reports.
-fn posted(w: &mut Worker, l: &Launch<'_>) -> (ErrorKind, String) {
-    w.launch(l)
-        .expect("a posted launch returns before the worker checks it");
-    op_kind(w.sync())
-}
-
 #[test]
 fn launches_pass_the_argument_block_and_reuse_cached_modules() {
     let Some(mut w) = fake_worker() else { return };
@@ -279,7 +264,7 @@ fn launches_pass_the_argument_block_and_reuse_cached_modules() {
     assert_ne!(again.id, m.id);
     w.unload_module(m.id).unwrap();
     assert_eq!(
-        posted(
+        posted_error(
             &mut w,
             &launch(&m, "iota", 128, &args, Duration::from_secs(5))
         )
@@ -290,7 +275,7 @@ fn launches_pass_the_argument_block_and_reuse_cached_modules() {
         .unwrap();
     // Refused launches leave the worker usable. Launches are posted: the refusal is reported by
     // the next op that waits (here `sync`).
-    let (k, msg) = posted(
+    let (k, msg) = posted_error(
         &mut w,
         &launch(&again, "iota", 2048, &args, Duration::from_secs(5)),
     );
@@ -300,7 +285,7 @@ fn launches_pass_the_argument_block_and_reuse_cached_modules() {
         "{msg}"
     );
     assert_eq!(
-        posted(
+        posted_error(
             &mut w,
             &launch(&again, "iota", 1, &args[..8], Duration::from_secs(5))
         )
@@ -308,7 +293,7 @@ fn launches_pass_the_argument_block_and_reuse_cached_modules() {
         ErrorKind::LaunchFailed
     );
     assert_eq!(
-        posted(
+        posted_error(
             &mut w,
             &launch(&again, "nope", 1, &args, Duration::from_secs(5))
         )
@@ -382,7 +367,7 @@ fn a_burst_taken_together_keeps_each_argument_block_and_stops_at_a_refusal() {
         ((7, 2048, 12), "1024 threads"),
     ] {
         let (synced, slots) = burst(Some(refuse));
-        let (kind, msg) = op_kind(synced);
+        let (kind, msg) = op_error(synced);
         assert_eq!(kind, ErrorKind::LaunchFailed);
         assert!(msg.contains(says), "{msg}");
         for (k, v) in slots.iter().enumerate() {
@@ -415,14 +400,14 @@ fn a_fault_is_reported_at_sync_and_poisons_the_worker() {
         Duration::from_secs(5),
     ))
     .unwrap();
-    let (k, msg) = op_kind(w.sync());
+    let (k, msg) = op_error(w.sync());
     assert_eq!(k, ErrorKind::KernelFault);
     assert!(
         msg.contains("CUDA_ERROR_ILLEGAL_ADDRESS") && msg.contains("write_out_of_bounds"),
         "{msg}"
     );
     assert!(w.is_poisoned());
-    assert_eq!(op_kind(w.alloc(16)).0, ErrorKind::KernelFault);
+    assert_eq!(op_error(w.alloc(16)).0, ErrorKind::KernelFault);
 }
 
 #[test]
@@ -486,7 +471,7 @@ fn a_sync_is_seen_through_the_devices_completion_store_before_the_worker_answers
         Duration::from_secs(5),
     ))
     .unwrap();
-    assert_eq!(op_kind(w.sync()).0, ErrorKind::KernelFault);
+    assert_eq!(op_error(w.sync()).0, ErrorKind::KernelFault);
     assert_eq!(w.signalled_syncs(), 2);
 }
 
@@ -510,7 +495,7 @@ fn a_runaway_kernel_is_deadline_exceeded_at_sync_and_launch_is_asynchronous() {
         "launch waited {:?}",
         t.elapsed()
     );
-    let (k, msg) = op_kind(w.sync());
+    let (k, msg) = op_error(w.sync());
     let took = t.elapsed();
     assert_eq!(k, ErrorKind::DeadlineExceeded, "{msg}");
     assert!(msg.contains("spin_forever"), "{msg}");
@@ -538,7 +523,7 @@ fn a_runaway_nobody_waits_for_is_ended_by_the_watchdog() {
     let pid = w.pid();
     // The watchdog ends the process ~250 ms after the deadline.
     std::thread::sleep(Duration::from_millis(800));
-    let (k, msg) = op_kind(w.ping());
+    let (k, msg) = op_error(w.ping());
     assert_eq!(k, ErrorKind::DeadlineExceeded, "{msg}");
     assert!(msg.contains("watchdog"), "{msg}");
     assert!(w.is_lost());
@@ -602,22 +587,31 @@ fn a_worker_with_kernels_still_queued_is_replaced_not_reset() {
     pool.release(w);
 }
 
-/// Stops the worker and waits until it is stopped (`kill` returns before the signal is taken),
-/// so that it finds everything posted next ready at once when it continues.
+/// Stops the worker once it is asleep waiting for requests, and waits until it is stopped (`kill`
+/// returns before the signal is taken), so that it finds everything posted next ready at once
+/// when it continues and takes the first launch alone, as one it waited for. Stopped any earlier
+/// (the host has its last answer before the worker is back in its wait), it would find the
+/// launches there at its first look and take them all together.
 fn stop(w: &Worker) {
-    w.signal_for_test(libc::SIGSTOP);
     let stat = format!("/proc/{}/stat", w.pid());
-    let stopped = || {
-        std::fs::read_to_string(&stat)
-            .ok()
-            .and_then(|s| {
-                s.rsplit_once(") ")
-                    .map(|(_, rest)| rest.starts_with('T') || rest.starts_with('t'))
-            })
-            .unwrap_or(false)
+    // The state of the worker's main thread, its serving thread: the letter after the
+    // parenthesised command name.
+    let state = || {
+        std::fs::read_to_string(&stat).ok().and_then(|s| {
+            s.rsplit_once(") ")
+                .and_then(|(_, rest)| rest.chars().next())
+        })
     };
     assert!(
-        eventually(Duration::from_secs(5), stopped),
+        eventually(Duration::from_secs(5), || state() == Some('S')),
+        "the worker did not go to sleep waiting for requests"
+    );
+    w.signal_for_test(libc::SIGSTOP);
+    assert!(
+        eventually(Duration::from_secs(5), || matches!(
+            state(),
+            Some('T' | 't')
+        )),
         "the worker did not stop"
     );
 }
@@ -767,7 +761,7 @@ fn a_runaway_inside_a_burst_is_caught_within_its_groups_summed_deadline() {
         }
     }
     w.signal_for_test(libc::SIGCONT);
-    let (k, msg) = op_kind(w.sync());
+    let (k, msg) = op_error(w.sync());
     let took = t.elapsed();
     assert_eq!(k, ErrorKind::DeadlineExceeded, "{msg}");
     assert!(

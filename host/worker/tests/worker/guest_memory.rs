@@ -1,11 +1,9 @@
 //! Guest memories shared with workers: `SharedMemory`, `locate`, `Worker::write_from` /
 //! `read_into` through real emu worker processes.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::support::*;
 use tasklet_worker::guest_memory::{locate, SharedMemory};
 use tasklet_worker::{BackendKind, ErrorKind, Launch, Worker, WorkerError};
 
@@ -31,13 +29,6 @@ fn pattern(len: usize, seed: u32) -> Vec<u8> {
             s as u8
         })
         .collect()
-}
-
-fn op_kind<T: std::fmt::Debug>(r: Result<T, WorkerError>) -> ErrorKind {
-    match r {
-        Err(WorkerError::Op { kind, .. }) => kind,
-        other => panic!("expected an op error, got {other:?}"),
-    }
 }
 
 #[test]

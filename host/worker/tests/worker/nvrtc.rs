@@ -2,11 +2,9 @@
 //! backend runs the PTX. Without NVRTC each test prints "skipped: NVRTC not found" and passes,
 //! except under CI (`CI` set), where kernels/install-nvrtc.sh must have installed it.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::support::*;
 use tasklet_worker::{nvrtc, BackendKind, ErrorKind, Launch, Worker, WorkerCommand, WorkerError};
 
 fn emu_worker_with(command: &WorkerCommand) -> Worker {

@@ -1,11 +1,9 @@
 //! The pool with real worker processes (null backend: no device needed).
 
-mod common;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::support::*;
 use tasklet_worker::{Pool, WorkerCommand, WorkerError};
 
 fn wait_idle(pool: &Pool, n: usize) {

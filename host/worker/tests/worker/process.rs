@@ -1,12 +1,10 @@
 //! One worker process through the real spawn path, with the device-less null backend: these
 //! tests exercise the supervisor and transport, not a device.
 
-mod common;
-
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::support::*;
 use tasklet_worker::contract::channel::{HostEnd, SharedRegion, DEFAULT_DATA_SIZE};
 use tasklet_worker::contract::codec::{decode_response, encode_request};
 use tasklet_worker::contract::{Request, Response};

@@ -1,9 +1,12 @@
-#![allow(dead_code)]
+//! Helpers shared by the modules: worker commands and pools over this crate's `tasklet-worker`
+//! binary, process checks, guest-memory spans, and the assertions on an op's error.
 
 use std::time::{Duration, Instant};
 
 use tasklet_worker::guest_memory::{locate, GuestSpan, SharedMemory};
-use tasklet_worker::{BackendKind, LoadedModule, PoolConfig, Worker, WorkerCommand};
+use tasklet_worker::{
+    BackendKind, ErrorKind, Launch, LoadedModule, PoolConfig, Worker, WorkerCommand, WorkerError,
+};
 
 pub fn command(null_backend: bool) -> WorkerCommand {
     WorkerCommand {
@@ -91,4 +94,29 @@ pub fn kernel_index(m: &LoadedModule, name: &str) -> u32 {
         .iter()
         .position(|k| k.name == name)
         .map_or(u32::MAX, |i| i as u32)
+}
+
+/// The kind and message of the error an op returned; panics, showing what came instead, when it
+/// returned anything but an op error.
+#[track_caller]
+pub fn op_error<T: std::fmt::Debug>(r: Result<T, WorkerError>) -> (ErrorKind, String) {
+    match r {
+        Err(WorkerError::Op { kind, message }) => (kind, message),
+        other => panic!("expected an op error, got {other:?}"),
+    }
+}
+
+/// The kind of the error an op returned (see [`op_error`]).
+#[track_caller]
+pub fn op_kind<T: std::fmt::Debug>(r: Result<T, WorkerError>) -> ErrorKind {
+    op_error(r).0
+}
+
+/// Posts `l` (which returns before the worker checks it) and gives the error the next sync
+/// reports for it.
+#[track_caller]
+pub fn posted_error(w: &mut Worker, l: &Launch<'_>) -> (ErrorKind, String) {
+    w.launch(l)
+        .expect("a posted launch returns before the worker checks it");
+    op_error(w.sync())
 }

@@ -1,0 +1,15 @@
+//! The worker crate's integration tests: real worker processes (this crate's `tasklet-worker`
+//! binary) through the host side — spawn, the channel, the pool, guest memories, the emu backend
+//! on kernels/, NVRTC, and the cuda backend against a fake `libcuda`.
+//!
+//! One test binary, one module per subject, so that the crate links its tests once;
+//! `cargo test -p tasklet-worker --test worker <module>::` runs one subject. Every test runs its
+//! own worker processes, so they share nothing but the machine.
+
+mod emu;
+mod fake_cuda;
+mod guest_memory;
+mod nvrtc;
+mod pool;
+mod process;
+mod support;

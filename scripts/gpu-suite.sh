@@ -8,8 +8,10 @@
 #   executables.tar.xz
 #               tests/: every test executable of the workspace (`cargo test --workspace --release
 #               --no-run`, paths read from cargo's JSON messages: the unit tests of each crate, and
-#               the integration tests' `suite` and `gpu` binaries); bin/: tasklet, tasklet-worker,
-#               tasklet-test-worker (the binaries tests start); all with debuginfo stripped
+#               each crate's integration test binaries, e.g. tests/' `suite` and `gpu`,
+#               tasklet-worker's `worker`, tasklet-ptx's `ptx`); bin/: tasklet, tasklet-worker,
+#               tasklet-test-worker (the binaries tests start); tools/: the benchmark and probes
+#               (below); all with debuginfo stripped
 #   wasm/       the tasklet components (tasklets/target/wasm32-wasip2/release/*.wasm)
 #   BUILD_ROOT  this checkout's absolute path: test executables have it compiled in
 #               (CARGO_MANIFEST_DIR, CARGO_BIN_EXE_*); run.sh maps it onto the GPU machine's checkout

@@ -385,7 +385,7 @@ fn a_posted_launch_the_worker_refuses_is_reported_by_the_next_waiting_op() {
         other => panic!("{other:?}"),
     };
     // An unknown kernel (the runtime checks names; the worker API does not): the launch returns,
-    // the next sync reports it as coming from the earlier launch.
+    // the next sync reports it as coming from that launch (this worker's first).
     w.launch(&Launch {
         kernel: 99,
         ..iota_launch(&m, &args, 100)
@@ -394,7 +394,10 @@ fn a_posted_launch_the_worker_refuses_is_reported_by_the_next_waiting_op() {
     let (kind, message) = msg_of(w.sync());
     assert_eq!(kind, ErrorKind::InvalidArgument);
     assert!(
-        message.contains("earlier launch") && message.contains("kernel 99"),
+        message.starts_with(&format!(
+            "launch #1 of kernel 99 of module {} failed: ",
+            m.id
+        )),
         "{message}"
     );
     // Reported once; the worker is as before.
@@ -410,7 +413,11 @@ fn a_posted_launch_the_worker_refuses_is_reported_by_the_next_waiting_op() {
     let mut back = vec![0u8; 400];
     let (kind, message) = msg_of(w.read(out, &mut back));
     assert_eq!(kind, ErrorKind::LaunchFailed, "{message}");
-    assert!(message.contains("earlier launch"), "{message}");
+    assert!(
+        message.starts_with("launch #2 of kernel `iota` failed: ")
+            && message.contains("block dimension x is 4096, over this device's limit of 1024"),
+        "{message}"
+    );
     // Launches after the failed one are dropped, not run; the next call reports the failure.
     w.launch(&Launch {
         kernel: 99,
@@ -676,8 +683,9 @@ fn a_launch_failing_inside_a_burst_is_reported_by_the_next_call_which_is_not_per
             kind: ErrorKind::LaunchFailed,
             message,
         }) => {
+            // This worker's launch #11: the ten `fill`s before it are #1 to #10.
             assert!(
-                message.contains("an earlier launch of kernel `vector_add` failed"),
+                message.starts_with("launch #11 of kernel `vector_add` failed: "),
                 "{message}"
             )
         }

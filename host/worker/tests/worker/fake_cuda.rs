@@ -119,7 +119,7 @@ fn since(a: Counts, b: Counts) -> Counts {
     }
 }
 
-fn fake_worker() -> Option<Worker> {
+pub(super) fn fake_worker() -> Option<Worker> {
     let cmd = fake_command()?;
     Some(
         Worker::spawn(&cmd, BackendKind::Cuda, u64::MAX, Duration::from_secs(10))
@@ -136,7 +136,7 @@ fn iota_args(out: u64, n: u32) -> Vec<u8> {
 
 /// A launch of the kernel named `kernel` of `module`: by its index there, as a host launches
 /// (an index past the module's kernels for a name it does not have).
-fn launch<'a>(
+pub(super) fn launch<'a>(
     module: &LoadedModule,
     kernel: &str,
     block: u32,
@@ -169,7 +169,18 @@ fn starts_and_describes_the_device() {
             i.compute_capability,
             i.driver_version
         ),
-        (1 << 30, 1 << 30, (9, 0), 12080)
+        (1 << 30, 1 << 30, (9, 0), 13000)
+    );
+    // The launch limits, from the driver's device attributes.
+    assert_eq!(
+        i.launch_limits,
+        tasklet_worker::LaunchLimits {
+            max_threads_per_block: 1024,
+            max_block: [1024, 1024, 64],
+            max_grid: [2_147_483_647, 65535, 65535],
+            max_shared_per_block: 232_448,
+            max_param_bytes: 32_764,
+        }
     );
     assert_eq!(i.uuid, "GPU-10111213-1415-1617-1819-1a1b1c1d1e1f");
     assert!(i.pinned_data, "the data region is registered");
@@ -231,11 +242,15 @@ fn load_errors_carry_the_jit_log_and_the_fix() {
     let (k, m) = op_error(w.load_module(&IOTA_PTX.replacen(".version 9.0", ".version 99.0", 1)));
     assert_eq!(k, ErrorKind::LoadFailed);
     assert!(
-        m.contains("99.0") && m.contains("newer than this driver (CUDA 12.8)"),
+        m.contains("99.0")
+            && m.contains("newer than this driver compiles (PTX ISA up to 9.0, as CUDA 13.0)"),
         "{m}"
     );
     let (k, m) = op_error(w.load_module("garbage with a NUL \0 byte"));
     assert_eq!(k, ErrorKind::LoadFailed, "{m}");
+    let (k, m) = op_error(w.load_module(&format!("{IOTA_PTX}// a NUL \0 byte\n")));
+    assert_eq!(k, ErrorKind::LoadFailed, "{m}");
+    assert!(m.contains("NUL byte"), "{m}");
     // Still usable.
     w.load_module(IOTA_PTX).unwrap();
 }

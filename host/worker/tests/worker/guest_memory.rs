@@ -227,7 +227,10 @@ fn an_earlier_launch_error_is_reported_first_and_the_copy_not_performed() {
     w.launch(&launch).unwrap();
     match w.write_from(dev, &span(&mem, 0, 64)) {
         Err(WorkerError::Op { message, .. }) => {
-            assert!(message.contains("earlier launch"), "{message}")
+            assert!(
+                message.starts_with("launch #1 of kernel 0 of module 999 failed: "),
+                "{message}"
+            )
         }
         other => panic!("{other:?}"),
     }

@@ -1,6 +1,7 @@
 //! The worker crate's integration tests: real worker processes (this crate's `tasklet-worker`
 //! binary) through the host side — spawn, the channel, the pool, guest memories, the emu backend
-//! on kernels/, NVRTC, and the cuda backend against a fake `libcuda`.
+//! on kernels/, NVRTC, the cuda backend against a fake `libcuda`, and what launches and modules are
+//! checked against on both.
 //!
 //! One test binary, one module per subject, so that the crate links its tests once;
 //! `cargo test -p tasklet-worker --test worker <module>::` runs one subject. Every test runs its
@@ -9,6 +10,7 @@
 mod emu;
 mod fake_cuda;
 mod guest_memory;
+mod launch_checks;
 mod nvrtc;
 mod pool;
 mod process;

@@ -168,16 +168,15 @@ fn parse_target(s: &str) -> Option<PtxTarget> {
     })
 }
 
-/// `s` cut to [`MAX_QUOTED`] bytes on a char boundary (with `…` when cut).
+/// `s` cut to [`MAX_QUOTED`] bytes on a char boundary (with `…` when cut), control characters
+/// escaped: it goes into messages for people.
 fn quoted(s: &str) -> String {
-    if s.len() <= MAX_QUOTED {
-        return s.to_owned();
-    }
-    let mut end = MAX_QUOTED;
+    let mut end = s.len().min(MAX_QUOTED);
     while !s.is_char_boundary(end) {
         end -= 1;
     }
-    format!("{}…", &s[..end])
+    let cut = if end < s.len() { "…" } else { "" };
+    format!("{}{cut}", s[..end].escape_debug())
 }
 
 /// Words of the header: runs of anything but whitespace and commas, with `//` and `/* */`
@@ -340,6 +339,10 @@ mod tests {
         let long = format!(".version 8.0\n.target {}", "x".repeat(1 << 20));
         let e = PtxHeader::read(&long).unwrap_err().to_string();
         assert!(e.len() < 200, "{e}");
+        assert_eq!(
+            PtxHeader::read(".version\u{0}8.0").unwrap_err().to_string(),
+            "line 1: the module begins with `.version\\08.0`, not `.version`"
+        );
     }
 
     #[test]

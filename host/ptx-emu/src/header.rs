@@ -61,7 +61,8 @@ impl fmt::Display for PtxTarget {
     }
 }
 
-/// Why a module's header cannot be read. Quoted text is cut to [`MAX_QUOTED`] bytes.
+/// Why a module's header cannot be read. Quoted text is cut to 40 bytes, so a message never
+/// echoes a module.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum HeaderError {
     /// Nothing but whitespace and comments.
@@ -96,7 +97,7 @@ fn shown(found: &str) -> String {
 }
 
 /// Most bytes of the module quoted in a [`HeaderError`].
-pub const MAX_QUOTED: usize = 40;
+const MAX_QUOTED: usize = 40;
 
 impl PtxHeader {
     /// Reads the `.version` and `.target` directives at the start of `ptx` (after any whitespace

@@ -167,10 +167,7 @@ fn gate<'a>(
 ) -> Result<&'a crate::deploy::Deployments, Failure> {
     let deployments = shared.deployments.as_ref().ok_or_else(no_store)?;
     if let Err(why) = &caller.deploy {
-        return Err(Failure::new(
-            ErrorCode::Unauthorized,
-            format!("unauthorized: {why}"),
-        ));
+        return Err(Failure::new(ErrorCode::Unauthorized, why.clone()));
     }
     if shared.draining() {
         return Err(Failure::new(

@@ -1,14 +1,16 @@
 //! The node over real QUIC on 127.0.0.1, with the emulator and real worker processes: remote
 //! runs against local ones, refusals, isolation, malformed input, dying and stalling peers,
-//! expiry, drain, GPU_SUBMIT.
+//! expiry, drain, GPU_SUBMIT, deployed tasklets, and `/metrics` over real TCP.
 //!
 //! One binary with its own harness (libtest-mimic), because it plays three parts: the tests;
 //! the GPU worker program its nodes start (`worker …`, as a daemon embedding the node does);
 //! and the processes the tests kill (`serve-node`, `hold-lease`).
 
+mod deploy;
 mod isolation;
 mod lifecycle;
 mod malformed;
+mod metrics;
 mod refusals;
 mod remote;
 mod submit;
@@ -103,6 +105,39 @@ fn main() -> ExitCode {
         (
             "submit::gpu_submit_runs_one_kernel_and_reports_each_status",
             submit::gpu_submit_runs_one_kernel_and_reports_each_status,
+        ),
+        (
+            "deploy::a_pushed_tasklet_runs_as_it_does_locally",
+            deploy::a_pushed_tasklet_runs_as_it_does_locally,
+        ),
+        (
+            "deploy::a_push_is_idempotent_and_an_unknown_digest_is_not_found",
+            deploy::a_push_is_idempotent_and_an_unknown_digest_is_not_found,
+        ),
+        (
+            "deploy::a_tenant_without_the_deploy_right_is_unauthorized",
+            deploy::a_tenant_without_the_deploy_right_is_unauthorized,
+        ),
+        (
+            "deploy::another_tenant_cannot_run_your_deployment",
+            deploy::another_tenant_cannot_run_your_deployment,
+        ),
+        ("deploy::a_second_run_is_warm", deploy::a_second_run_is_warm),
+        (
+            "deploy::refused_pushes_say_why_and_the_connection_serves_on",
+            deploy::refused_pushes_say_why_and_the_connection_serves_on,
+        ),
+        (
+            "deploy::a_deploy_request_before_hello_closes_the_connection",
+            deploy::a_deploy_request_before_hello_closes_the_connection,
+        ),
+        (
+            "metrics::counters_move_as_the_ops_say",
+            metrics::counters_move_as_the_ops_say,
+        ),
+        (
+            "metrics::garbage_to_the_metrics_port_gets_4xx_and_the_node_serves_on",
+            metrics::garbage_to_the_metrics_port_gets_4xx_and_the_node_serves_on,
         ),
     ];
     let trials = tests

@@ -3,17 +3,7 @@
 use crate::support::*;
 use tasklet_remote::RemoteGpu;
 use tasklet_runtime::gpu::{GpuService, KernelArg, LaunchConfig, LeaseRequest};
-use tasklet_runtime::{BackendKind, GpuError, Host, HostConfig, Manifest};
-
-/// A host on this machine, as `tasklet run` without `--node` has.
-fn local_host() -> Host {
-    Host::new(HostConfig {
-        policy: policy(),
-        worker: worker(),
-        backend: BackendKind::Emu,
-    })
-    .expect("the local host starts")
-}
+use tasklet_runtime::{GpuError, Manifest};
 
 /// The example tasklets, each run locally and remotely on the same inputs.
 pub fn examples_match_local() -> TestResult {

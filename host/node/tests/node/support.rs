@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tasklet_node::{NodeBuilder, RunningNode};
 use tasklet_remote::{ConnectOptions, NodeClient};
-use tasklet_runtime::{Accounting, BackendKind, Policy, WorkerCommand};
+use tasklet_runtime::{Accounting, BackendKind, Host, HostConfig, Policy, WorkerCommand};
 use tasklet_tls::{Tenant, Validity};
 use tasklet_wire::{encode_request, Decoder, DecoderConfig, Event, Reply, Request, RequestId};
 
@@ -41,10 +41,24 @@ pub fn policy() -> Policy {
     tasklet_tests::test_policy()
 }
 
+/// A host on this machine, as `tasklet run` without `--node` has.
+pub fn local_host() -> Host {
+    Host::new(HostConfig {
+        policy: policy(),
+        worker: worker(),
+        backend: BackendKind::Emu,
+    })
+    .expect("the local host starts")
+}
+
 /// A node serving on 127.0.0.1 from a runtime of its own; stopped when dropped.
 pub struct TestNode {
     pub certs: tempfile::TempDir,
     pub addr: SocketAddr,
+    /// Where `/metrics` is served, for a node set up with it.
+    pub metrics_addr: Option<SocketAddr>,
+    /// The deployments' store, for a node set up with one.
+    pub _store: Option<tempfile::TempDir>,
     node: Option<RunningNode>,
     runtime: tokio::runtime::Runtime,
 }
@@ -55,6 +69,12 @@ pub struct Setup {
     pub idle_timeout: Duration,
     pub stall_timeout: Duration,
     pub authorizer: Option<Box<dyn FnOnce(NodeBuilder) -> NodeBuilder>>,
+    /// Serve deployments from a store in a temporary folder.
+    pub store: bool,
+    /// Serve `/metrics` on a free port of 127.0.0.1.
+    pub metrics: bool,
+    /// The deployer's limits, if not the defaults.
+    pub deploy: Option<tasklet_node::DeployConfig>,
 }
 
 impl Default for Setup {
@@ -64,6 +84,9 @@ impl Default for Setup {
             idle_timeout: Duration::from_secs(3),
             stall_timeout: Duration::from_secs(2),
             authorizer: None,
+            store: false,
+            metrics: false,
+            deploy: None,
         }
     }
 }
@@ -81,6 +104,8 @@ impl TestNode {
             .build()
             .expect("runtime");
         let dir = certs.path().to_path_buf();
+        let store = setup.store.then(|| tempfile::tempdir().expect("temp dir"));
+        let store_dir = store.as_ref().map(|d| d.path().to_path_buf());
         let node = runtime.block_on(async move {
             let mut builder = NodeBuilder::new()
                 .listen("127.0.0.1:0".parse().unwrap())
@@ -90,6 +115,15 @@ impl TestNode {
                 .worker(worker())
                 .idle_timeout(setup.idle_timeout)
                 .stall_timeout(setup.stall_timeout);
+            if let Some(dir) = store_dir {
+                builder = builder.store(dir);
+            }
+            if let Some(config) = setup.deploy {
+                builder = builder.deploy_config(config);
+            }
+            if setup.metrics {
+                builder = builder.metrics("127.0.0.1:0".parse().unwrap());
+            }
             if let Some(add) = setup.authorizer {
                 builder = add(builder);
             }
@@ -98,6 +132,8 @@ impl TestNode {
         TestNode {
             certs,
             addr: node.local_addr(),
+            metrics_addr: node.metrics_addr(),
+            _store: store,
             node: Some(node),
             runtime,
         }
@@ -325,6 +361,18 @@ pub fn check(condition: bool, message: impl FnOnce() -> String) -> TestResult {
 /// A tasklet folder under tasklets/.
 pub fn tasklet(name: &str) -> PathBuf {
     tasklet_tests::tasklet_dir(name)
+}
+
+/// A tasklet as `tasklet deploy push` sends it: its manifest's text and its component's bytes.
+pub fn pushable(name: &str) -> (Vec<u8>, Vec<u8>) {
+    let dir = tasklet(name);
+    let manifest = std::fs::read(dir.join("tasklet.toml")).expect("the manifest");
+    let component = tasklet_runtime::Manifest::load(&dir)
+        .expect("the manifest parses")
+        .component;
+    let component = std::fs::read(&component)
+        .unwrap_or_else(|e| panic!("{} (built by tests/build.rs): {e}", component.display()));
+    (manifest, component)
 }
 
 /// Process ids of `parent`'s children (from /proc).

@@ -1,0 +1,307 @@
+//! Deployed tasklets over QUIC: pushed into the node's store, run there by digest, each tenant
+//! with its own deployments and rights.
+
+use crate::support::*;
+use tasklet_remote::{deployment_digest, ClientError, DeployExit, Digest, NodeClient};
+use tasklet_runtime::{Manifest, Policy};
+use tasklet_wire::{encode_request, ErrorCode, Request};
+
+fn node_with_store() -> TestNode {
+    TestNode::with(Setup {
+        store: true,
+        ..Setup::default()
+    })
+}
+
+fn push(client: &mut NodeClient, name: &str) -> Result<Digest, String> {
+    let (manifest, component) = pushable(name);
+    let pushed = client
+        .deploy_push(&manifest, &component)
+        .map_err(|e| format!("push {name}: {e}"))?;
+    if pushed.digest != deployment_digest(&manifest, &component) {
+        return Err(format!(
+            "{name}: the node's digest {} is not the client's",
+            pushed.digest
+        ));
+    }
+    Ok(pushed.digest)
+}
+
+fn code(result: Result<impl Sized, ClientError>) -> Option<ErrorCode> {
+    result.err().and_then(|e| e.code())
+}
+
+/// The example tasklets pushed, then run on the node: the same output as run here.
+pub fn a_pushed_tasklet_runs_as_it_does_locally() -> TestResult {
+    let node = node_with_store();
+    let local = local_host();
+    let mut client = node.client("dev");
+    let cases: [(&str, &[&str]); 3] = [
+        ("iota", &["1", "37", "1000", ""]),
+        ("vector-add", &["1", "1000"]),
+        ("scale", &["1.5 1 2.25 -3 0.1 1e30 16777217", "2"]),
+    ];
+    for (name, inputs) in cases {
+        let digest = push(&mut client, name)?;
+        let compiled = local
+            .load(Manifest::load(&tasklet(name)).expect("manifest"))
+            .expect("component loads");
+        for input in inputs {
+            let here = local
+                .run(&compiled, input.as_bytes())
+                .map_err(|e| format!("{name} local: {e}"))?;
+            let run = client
+                .deploy_run(&digest, input.as_bytes())
+                .map_err(|e| format!("{name} deployed: {e}"))?;
+            check(run.exit == DeployExit::Ok && run.output == here, || {
+                format!(
+                    "{name} on {input:?}: local {:?}, deployed {} {:?}",
+                    String::from_utf8_lossy(&here),
+                    run.exit,
+                    String::from_utf8_lossy(&run.output)
+                )
+            })?;
+        }
+    }
+    // A run that fails says what a local run says.
+    let digest = push(&mut client, "iota")?;
+    let compiled = local
+        .load(Manifest::load(&tasklet("iota")).expect("manifest"))
+        .expect("component loads");
+    let here = local
+        .run(&compiled, b"twelve")
+        .expect_err("iota refuses twelve");
+    let run = client
+        .deploy_run(&digest, b"twelve")
+        .map_err(|e| e.to_string())?;
+    check(
+        run.exit == DeployExit::Failed && run.message() == Some(here.to_string()),
+        || format!("{} {:?}, local {here}", run.exit, run.message()),
+    )?;
+    drop(client);
+    // Every run's leases ended with the run.
+    node.wait_for_baseline(WAIT)?;
+    let metrics = node.node().control().metrics();
+    check(
+        metrics.leases_acquired == metrics.leases_dropped && metrics.leases_acquired > 0,
+        || format!("{metrics:?}"),
+    )?;
+    Ok(())
+}
+
+/// Pushing what is there changes nothing; DEPLOY_HAS sees it; an unknown digest is not found.
+pub fn a_push_is_idempotent_and_an_unknown_digest_is_not_found() -> TestResult {
+    let node = node_with_store();
+    let mut client = node.client("dev");
+    let (manifest, component) = pushable("iota");
+    let digest = deployment_digest(&manifest, &component);
+    check(
+        !client.deploy_has(&digest).map_err(|e| e.to_string())?,
+        || "present before its push".into(),
+    )?;
+    let first = client
+        .deploy_push(&manifest, &component)
+        .map_err(|e| e.to_string())?;
+    let second = client
+        .deploy_push(&manifest, &component)
+        .map_err(|e| e.to_string())?;
+    check(first.digest == digest && second.digest == digest, || {
+        format!("{} {} {digest}", first.digest, second.digest)
+    })?;
+    check(!first.already_present && second.already_present, || {
+        format!("{first:?} {second:?}")
+    })?;
+    check(
+        client.deploy_has(&digest).map_err(|e| e.to_string())?,
+        || "absent after its push".into(),
+    )?;
+
+    let unknown = Digest([7; 32]);
+    check(
+        !client.deploy_has(&unknown).map_err(|e| e.to_string())?,
+        || "an unknown digest is present".into(),
+    )?;
+    let err = client
+        .deploy_run(&unknown, b"1")
+        .expect_err("an unknown digest runs");
+    check(err.code() == Some(ErrorCode::NotFound), || err.to_string())?;
+    check(err.to_string().contains("tasklet deploy push"), || {
+        err.to_string()
+    })?;
+    // The connection serves on.
+    let run = client
+        .deploy_run(&digest, b"2")
+        .map_err(|e| e.to_string())?;
+    check(run.output == b"1\n2\n", || format!("{run:?}"))?;
+    Ok(())
+}
+
+/// A tenant whose policy says `deploy = false` may neither push nor run, and is told which key
+/// says so; its GPU sessions are not affected.
+pub fn a_tenant_without_the_deploy_right_is_unauthorized() -> TestResult {
+    let mut policy = policy();
+    let parsed =
+        Policy::parse("[tenants.dev]\n[tenants.team]\ndeploy = false\n").map_err(|(_, e)| e)?;
+    policy.tenants = parsed.tenants;
+    let node = TestNode::with(Setup {
+        policy,
+        store: true,
+        ..Setup::default()
+    });
+    let digest = push(&mut node.client("dev"), "iota")?;
+    let mut team = node.client("team");
+    let (manifest, component) = pushable("iota");
+    let err = team
+        .deploy_push(&manifest, &component)
+        .expect_err("team pushes");
+    check(
+        err.code() == Some(ErrorCode::Unauthorized)
+            && err
+                .to_string()
+                .contains("`deploy = false` in [tenants.team]"),
+        || err.to_string(),
+    )?;
+    let err = team.deploy_run(&digest, b"1").expect_err("team runs");
+    check(err.code() == Some(ErrorCode::Unauthorized), || {
+        err.to_string()
+    })?;
+    // The same connection still leases.
+    let lease = team
+        .lease_alloc(1 << 20, 10, None)
+        .map_err(|e| e.to_string())?;
+    team.mem_free(lease.lease).map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// Deployments are per tenant: another tenant that knows the digest is told it does not exist,
+/// exactly as for a digest nobody pushed, until it pushes the tasklet itself.
+pub fn another_tenant_cannot_run_your_deployment() -> TestResult {
+    let node = node_with_store();
+    let mut dev = node.client("dev");
+    let digest = push(&mut dev, "iota")?;
+    let mut team = node.client("team");
+    check(
+        !team.deploy_has(&digest).map_err(|e| e.to_string())?,
+        || "team sees dev's deployment".into(),
+    )?;
+    let theirs = team.deploy_run(&digest, b"3").expect_err("team runs dev's");
+    let nobodys = team
+        .deploy_run(&Digest([9; 32]), b"3")
+        .expect_err("team runs an unknown digest");
+    check(theirs.code() == Some(ErrorCode::NotFound), || {
+        theirs.to_string()
+    })?;
+    check(
+        theirs.to_string().replace(&digest.to_hex(), "D")
+            == nobodys.to_string().replace(&Digest([9; 32]).to_hex(), "D"),
+        || format!("{theirs} / {nobodys}"),
+    )?;
+    // Pushing it makes it team's too: the same digest, new to team, stored once.
+    let (manifest, component) = pushable("iota");
+    let pushed = team
+        .deploy_push(&manifest, &component)
+        .map_err(|e| e.to_string())?;
+    check(pushed.digest == digest && !pushed.already_present, || {
+        format!("{pushed:?}")
+    })?;
+    let run = team.deploy_run(&digest, b"3").map_err(|e| e.to_string())?;
+    check(run.output == b"1\n2\n3\n", || format!("{run:?}"))?;
+    // dev's still runs.
+    let run = dev.deploy_run(&digest, b"1").map_err(|e| e.to_string())?;
+    check(run.output == b"1\n", || format!("{run:?}"))?;
+    Ok(())
+}
+
+/// The first run loads what the push compiled; the next is warm: nothing loaded, faster.
+pub fn a_second_run_is_warm() -> TestResult {
+    let node = node_with_store();
+    let mut client = node.client("dev");
+    let digest = push(&mut client, "iota")?;
+    for input in ["4", "5"] {
+        client
+            .deploy_run(&digest, input.as_bytes())
+            .map_err(|e| e.to_string())?;
+    }
+    let text = node.node().control().metrics_text();
+    let value = |series: &str| -> Result<f64, String> {
+        text.lines()
+            .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+            .ok_or_else(|| format!("no {series} in:\n{text}"))
+    };
+    let cached = value("tasklet_deploy_load_seconds_sum{load=\"cached\"}")?;
+    let warm = value("tasklet_deploy_load_seconds_sum{load=\"warm\"}")?;
+    check(
+        value("tasklet_deploy_load_seconds_count{load=\"cached\"}")? == 1.0
+            && value("tasklet_deploy_load_seconds_count{load=\"warm\"}")? == 1.0,
+        || text.clone(),
+    )?;
+    check(warm < cached, || {
+        format!("warm load {warm}s, first load {cached}s")
+    })?;
+    Ok(())
+}
+
+/// Pushes the node refuses leave the connection serving: a manifest that is not one, a
+/// component that is not a tasklet, one past the node's size limit.
+pub fn refused_pushes_say_why_and_the_connection_serves_on() -> TestResult {
+    let node = TestNode::with(Setup {
+        store: true,
+        deploy: Some(tasklet_node::DeployConfig {
+            max_component_bytes: 64 << 10,
+            ..tasklet_node::DeployConfig::default()
+        }),
+        ..Setup::default()
+    });
+    let mut client = node.client("dev");
+    let (manifest, component) = pushable("iota");
+    check(
+        code(client.deploy_push(b"name = ", &component)) == Some(ErrorCode::InvalidArgument),
+        || "a broken manifest".into(),
+    )?;
+    check(
+        code(client.deploy_push(&manifest, b"\0asm not a component"))
+            == Some(ErrorCode::InvalidArgument),
+        || "a broken component".into(),
+    )?;
+    let err = client
+        .deploy_push(&manifest, &vec![0u8; 100 << 10])
+        .expect_err("an oversized component");
+    check(
+        err.code() == Some(ErrorCode::QuotaExceeded)
+            && err.to_string().contains("deploy.max-component-size"),
+        || err.to_string(),
+    )?;
+    let inventory = client.inventory().map_err(|e| e.to_string())?;
+    check(inventory.len() == 1, || format!("{inventory:?}"))?;
+    Ok(())
+}
+
+/// A deploy request before HELLO's reply breaks the protocol, as any other request does.
+pub fn a_deploy_request_before_hello_closes_the_connection() -> TestResult {
+    let node = node_with_store();
+    let mut raw = RawClient::connect(&node, "dev");
+    let mut frame = Vec::new();
+    encode_request(
+        1,
+        &Request::DeployHas {
+            digest: Digest([1; 32]),
+        },
+        &mut frame,
+    )
+    .map_err(|e| e.to_string())?;
+    raw.send_bytes(&frame);
+    let answer = raw.next_reply();
+    check(
+        matches!(&answer, Err(why) if why.contains("PROTOCOL_ERROR")),
+        || format!("{answer:?}"),
+    )?;
+    // Others are served.
+    let mut client = node.client("dev");
+    check(
+        !client
+            .deploy_has(&Digest([1; 32]))
+            .map_err(|e| e.to_string())?,
+        || "present".into(),
+    )?;
+    Ok(())
+}

@@ -1,0 +1,311 @@
+//! `/metrics` scraped over real TCP: the counters move as the ops say, and whatever else is sent
+//! to the port gets a 4xx while the node serves on.
+
+use crate::support::*;
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+use tasklet_remote::deployment_digest;
+use tasklet_wire::{GpuSubmit, LeaseId};
+
+const IOTA_PTX: &str = include_str!("../../../../kernels/iota.ptx");
+
+/// Sends `request` to the metrics port and reads the answer to its end (bounded in time).
+fn exchange(addr: SocketAddr, request: &[u8]) -> Result<Vec<u8>, String> {
+    let mut stream =
+        TcpStream::connect_timeout(&addr, WAIT).map_err(|e| format!("connect: {e}"))?;
+    stream
+        .set_read_timeout(Some(WAIT))
+        .map_err(|e| e.to_string())?;
+    stream
+        .write_all(request)
+        .map_err(|e| format!("write: {e}"))?;
+    let mut answer = Vec::new();
+    stream
+        .read_to_end(&mut answer)
+        .map_err(|e| format!("read: {e}"))?;
+    Ok(answer)
+}
+
+/// An answer's status code and body.
+fn status_and_body(answer: &[u8]) -> Result<(u16, String), String> {
+    let text = String::from_utf8_lossy(answer);
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("no head in {text:?}"))?;
+    let status = head
+        .strip_prefix("HTTP/1.1 ")
+        .and_then(|rest| rest.get(..3))
+        .and_then(|code| code.parse().ok())
+        .ok_or_else(|| format!("no status line in {head:?}"))?;
+    Ok((status, body.to_owned()))
+}
+
+/// The samples of a scrape, by series (`name{labels}`), and the whole text.
+fn scrape(node: &TestNode) -> Result<(HashMap<String, f64>, String), String> {
+    let addr = node.metrics_addr.ok_or("the node serves no metrics")?;
+    let answer = exchange(addr, b"GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n")?;
+    let (status, body) = status_and_body(&answer)?;
+    if status != 200 {
+        return Err(format!("{status}: {body}"));
+    }
+    let mut samples = HashMap::new();
+    for line in body
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let (series, value) = line
+            .rsplit_once(' ')
+            .ok_or_else(|| format!("a sample line without a value: {line:?}"))?;
+        let value = value
+            .parse()
+            .map_err(|_| format!("a sample that is not a number: {line:?}"))?;
+        samples.insert(series.to_owned(), value);
+    }
+    Ok((samples, body))
+}
+
+/// Asserts that each series has its value (a missing series counts as 0).
+fn expect(samples: &HashMap<String, f64>, text: &str, wanted: &[(&str, f64)]) -> TestResult {
+    for (series, value) in wanted {
+        let got = samples.get(*series).copied().unwrap_or(0.0);
+        check(got == *value, || {
+            format!("{series} is {got}, not {value}; the scrape:\n{text}")
+        })?;
+    }
+    Ok(())
+}
+
+fn iota(lease: LeaseId, n: u32, kernel: &str) -> GpuSubmit {
+    GpuSubmit {
+        lease,
+        ptx: IOTA_PTX.as_bytes().to_vec(),
+        kernel: kernel.into(),
+        grid: [n.div_ceil(64), 1, 1],
+        block: [64, 1, 1],
+        args: n.to_le_bytes().to_vec(),
+        output_size: 4 * u64::from(n),
+        output_offset: 0,
+    }
+}
+
+/// Leases, submissions, pushes, runs, connections and requests, each counted for its tenant;
+/// leases held and VRAM allocated while they are; everything back to zero after.
+pub fn counters_move_as_the_ops_say() -> TestResult {
+    let node = TestNode::with(Setup {
+        store: true,
+        metrics: true,
+        ..Setup::default()
+    });
+    let (samples, text) = scrape(&node)?;
+    check(text.contains("# TYPE gpu_leases_active gauge"), || {
+        text.clone()
+    })?;
+    expect(
+        &samples,
+        &text,
+        &[
+            ("tasklet_connections_open", 0.0),
+            ("gpu_leases_active", 0.0),
+        ],
+    )?;
+
+    let mut dev = node.client("dev");
+    let lease = dev
+        .lease_alloc(1 << 20, 60, None)
+        .map_err(|e| e.to_string())?;
+    let out = dev
+        .gpu_submit(&iota(lease.lease, 10, "iota"))
+        .map_err(|e| e.to_string())?;
+    check(out.len() == 40, || format!("{} bytes", out.len()))?;
+    dev.gpu_submit(&iota(lease.lease, 10, "no_such_kernel"))
+        .expect_err("a kernel the module lacks");
+    // The lease is held, and GPU_SUBMIT allocated all of it.
+    let (samples, text) = scrape(&node)?;
+    expect(
+        &samples,
+        &text,
+        &[
+            ("gpu_leases_active", 1.0),
+            ("gpu_vram_leased_bytes", lease.granted_bytes as f64),
+            ("gpu_vram_allocated_bytes", lease.granted_bytes as f64),
+            ("tasklet_connections_open", 1.0),
+        ],
+    )?;
+    dev.mem_free(lease.lease).map_err(|e| e.to_string())?;
+
+    let (manifest, component) = pushable("iota");
+    let digest = dev
+        .deploy_push(&manifest, &component)
+        .map_err(|e| e.to_string())?
+        .digest;
+    check(digest == deployment_digest(&manifest, &component), || {
+        "digest".into()
+    })?;
+    let run = dev.deploy_run(&digest, b"3").map_err(|e| e.to_string())?;
+    check(run.output == b"1\n2\n3\n", || format!("{run:?}"))?;
+    dev.deploy_run(&digest, b"twelve")
+        .map_err(|e| e.to_string())?;
+    let mut team = node.client("team");
+    team.inventory().map_err(|e| e.to_string())?;
+    drop(team);
+    drop(dev);
+    node.wait_for_baseline(WAIT)?;
+
+    let (samples, text) = scrape(&node)?;
+    expect(
+        &samples,
+        &text,
+        &[
+            ("gpu_submit_total{tenant=\"dev\"}", 2.0),
+            ("gpu_submit_errors{tenant=\"dev\"}", 1.0),
+            ("gpu_submit_output_bytes{tenant=\"dev\"}", 40.0),
+            ("gpu_submit_total{tenant=\"team\"}", 0.0),
+            ("tasklet_connections_total{tenant=\"dev\"}", 1.0),
+            ("tasklet_connections_total{tenant=\"team\"}", 1.0),
+            (
+                "tasklet_deploy_pushes_total{result=\"stored\",tenant=\"dev\"}",
+                1.0,
+            ),
+            (
+                "tasklet_deploy_runs_total{status=\"ok\",tenant=\"dev\"}",
+                1.0,
+            ),
+            (
+                "tasklet_deploy_runs_total{status=\"failed\",tenant=\"dev\"}",
+                1.0,
+            ),
+            ("tasklet_deploy_runs_active", 0.0),
+            (
+                "tasklet_requests_total{op=\"GPU_SUBMIT\",tenant=\"dev\"}",
+                2.0,
+            ),
+            (
+                "tasklet_requests_total{op=\"GET_INVENTORY\",tenant=\"team\"}",
+                1.0,
+            ),
+            ("gpu_op_seconds_count{op=\"GPU_SUBMIT\"}", 2.0),
+            ("gpu_op_seconds_count{op=\"LEASE_ALLOC\"}", 1.0),
+            ("gpu_leases_active", 0.0),
+            ("gpu_vram_allocated_bytes", 0.0),
+        ],
+    )?;
+    check(
+        text.contains("# TYPE gpu_submit_total counter")
+            && text.contains("# TYPE gpu_op_seconds histogram"),
+        || text.clone(),
+    )?;
+    // Every lease acquired, the client's and the deployed runs', was dropped once.
+    let acquired = samples
+        .get("gpu_lease_acquired{tenant=\"dev\"}")
+        .copied()
+        .unwrap_or(0.0);
+    let dropped = samples
+        .get("gpu_lease_dropped{tenant=\"dev\"}")
+        .copied()
+        .unwrap_or(0.0);
+    check(acquired >= 2.0 && acquired == dropped, || {
+        format!("acquired {acquired}, dropped {dropped}:\n{text}")
+    })?;
+    // The connections close a moment after their clients go.
+    let start = Instant::now();
+    loop {
+        let (samples, text) = scrape(&node)?;
+        if samples.get("tasklet_connections_open") == Some(&0.0) {
+            break;
+        }
+        check(start.elapsed() < WAIT, || text)?;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+/// Garbage, wrong paths and methods, oversized and silent requests: each gets its 4xx (or, past
+/// the connections answered at once, a close), and the node goes on serving scrapes and clients.
+pub fn garbage_to_the_metrics_port_gets_4xx_and_the_node_serves_on() -> TestResult {
+    let node = TestNode::with(Setup {
+        metrics: true,
+        ..Setup::default()
+    });
+    let addr = node.metrics_addr.ok_or("no metrics address")?;
+    let mut random = vec![0u8; 4000];
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    for byte in random.iter_mut() {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        *byte = seed as u8;
+    }
+    random.extend_from_slice(b"\r\n\r\n");
+    let cases: [(&str, Vec<u8>, u16); 7] = [
+        ("garbage", b"garbage\r\n\r\n".to_vec(), 400),
+        ("random bytes", random, 400),
+        (
+            "HTTP/2 preface",
+            b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec(),
+            400,
+        ),
+        ("another path", b"GET / HTTP/1.1\r\n\r\n".to_vec(), 404),
+        (
+            "another method",
+            b"POST /metrics HTTP/1.1\r\n\r\n".to_vec(),
+            405,
+        ),
+        ("an oversized head", vec![b'A'; 9000], 431),
+        ("half a request, then the end", b"GET /metr".to_vec(), 400),
+    ];
+    for (what, request, expected) in cases {
+        let mut stream =
+            TcpStream::connect_timeout(&addr, WAIT).map_err(|e| format!("{what}: {e}"))?;
+        stream
+            .set_read_timeout(Some(WAIT))
+            .map_err(|e| e.to_string())?;
+        stream
+            .write_all(&request)
+            .map_err(|e| format!("{what}: {e}"))?;
+        let _ = stream.shutdown(std::net::Shutdown::Write);
+        let mut answer = Vec::new();
+        stream
+            .read_to_end(&mut answer)
+            .map_err(|e| format!("{what}: {e}"))?;
+        let (status, body) = status_and_body(&answer).map_err(|e| format!("{what}: {e}"))?;
+        check(status == expected, || {
+            format!("{what}: {status} {body}, not {expected}")
+        })?;
+    }
+
+    // Silent clients: those past the number answered at once are closed at once; the others
+    // are told 408 when their time is up.
+    let silent: Vec<TcpStream> = (0..20)
+        .map(|_| TcpStream::connect_timeout(&addr, WAIT).map_err(|e| e.to_string()))
+        .collect::<Result<_, _>>()?;
+    let start = Instant::now();
+    let (mut closed, mut timed_out) = (0, 0);
+    for mut stream in silent {
+        stream
+            .set_read_timeout(Some(WAIT))
+            .map_err(|e| e.to_string())?;
+        let mut answer = Vec::new();
+        // A connection closed unanswered may read as a reset.
+        let _ = stream.read_to_end(&mut answer);
+        match status_and_body(&answer) {
+            Ok((408, _)) => timed_out += 1,
+            Ok((status, body)) => return Err(format!("a silent client got {status} {body}").into()),
+            Err(_) => closed += 1,
+        }
+    }
+    check(closed >= 4 && timed_out >= 1, || {
+        format!("{closed} closed, {timed_out} timed out")
+    })?;
+    check(start.elapsed() < WAIT, || {
+        format!("silent clients held on for {:?}", start.elapsed())
+    })?;
+
+    // The node serves on: a scrape, and a client.
+    let (samples, text) = scrape(&node)?;
+    check(samples.contains_key("tasklet_connections_open"), || text)?;
+    let inventory = node.client("dev").inventory().map_err(|e| e.to_string())?;
+    check(inventory.len() == 1, || format!("{inventory:?}"))?;
+    Ok(())
+}

@@ -3,7 +3,9 @@
 mod backend;
 mod build;
 mod cmd;
+mod json;
 mod remote;
+mod source;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -18,13 +20,14 @@ use std::process::ExitCode;
         rights it needs. The host checks every GPU call against that grant and runs the GPU work in \
         supervised worker processes, on a CUDA device or, where there is none, on the built-in PTX emulator.\n\n\
         `tasklet node` serves a machine's GPUs to others over QUIC with mutual TLS; `tasklet run --node ADDR` \
-        runs a tasklet here with its GPU work there.",
+        runs a tasklet here with its GPU work there, and `tasklet deploy run --node ADDR` runs it on the node.",
     after_help = "Examples:\n  tasklet run tasklets/iota <<< 10        build (if needed) and run the iota example\n  \
         tasklet run tasklets/scale --input nums.txt\n  tasklet check tasklets/vector-add        validate a manifest and show the grant\n  \
         tasklet inventory --json\n\n\
         A node and a remote run:\n  tasklet certs init certs                 a CA, the node's certificate, tenant dev\n  \
         tasklet node --backend emu               serve (Ctrl-C drains and exits)\n  \
-        tasklet run --node localhost tasklets/iota <<< 10\n  tasklet inventory --node localhost"
+        tasklet run --node localhost tasklets/iota <<< 10\n  tasklet inventory --node localhost\n  \
+        tasklet deploy run tasklets/iota --node localhost <<< 10   the tasklet runs on the node"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -38,6 +41,7 @@ enum Command {
     Inventory(cmd::inventory::InventoryArgs),
     Ptx(cmd::ptx::PtxArgs),
     Node(cmd::node::NodeArgs),
+    Deploy(cmd::deploy::DeployArgs),
     Certs(cmd::certs::CertsArgs),
     /// Serves as a GPU worker process (started by the host, not by hand).
     #[command(hide = true)]
@@ -58,6 +62,7 @@ fn main() -> ExitCode {
         Command::Inventory(args) => cmd::inventory::run(args),
         Command::Ptx(args) => cmd::ptx::run(args),
         Command::Node(args) => cmd::node::run(args),
+        Command::Deploy(args) => cmd::deploy::run(args),
         Command::Certs(args) => cmd::certs::run(args),
     };
     match result {

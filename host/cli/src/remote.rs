@@ -1,7 +1,7 @@
 //! Options every command that talks to a node shares, and connecting with them.
 
 use anyhow::Result;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use tasklet_remote::{ConnectOptions, NodeClient};
 use tasklet_tls::Tenant;
 
@@ -25,11 +25,34 @@ impl RemoteArgs {
     /// Connects to the node; every failure is one line saying why (a refused certificate, no
     /// node at the address, …).
     pub fn connect(&self, addr: &str) -> Result<NodeClient> {
-        let tenant = Tenant::new(&self.tenant)?;
-        Ok(NodeClient::connect_with(&ConnectOptions::new(
-            addr,
-            &self.certs,
-            tenant,
-        ))?)
+        connect(addr, &self.certs, &self.tenant)
     }
+}
+
+/// [`RemoteArgs`] for commands that only ever talk to a node: `--node` is required.
+#[derive(clap::Args, Debug)]
+pub struct NodeTarget {
+    /// The node at ADDR (HOST[:PORT], port 5701 by default).
+    #[arg(long, value_name = "ADDR")]
+    pub node: String,
+    /// The certificate folder holding ca.pem and the tenant's certificate
+    /// (tenants/NAME.pem, tenants/NAME.key), as `tasklet certs` made it.
+    #[arg(long, value_name = "DIR", default_value = "certs")]
+    pub certs: PathBuf,
+    /// The tenant to act for: the one its certificate names.
+    #[arg(long, value_name = "NAME", default_value = tasklet_tls::DEFAULT_TENANT)]
+    pub tenant: String,
+}
+
+impl NodeTarget {
+    pub fn connect(&self) -> Result<NodeClient> {
+        connect(&self.node, &self.certs, &self.tenant)
+    }
+}
+
+fn connect(addr: &str, certs: &Path, tenant: &str) -> Result<NodeClient> {
+    let tenant = Tenant::new(tenant)?;
+    Ok(NodeClient::connect_with(&ConnectOptions::new(
+        addr, certs, tenant,
+    ))?)
 }

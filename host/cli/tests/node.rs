@@ -1,5 +1,6 @@
-//! The fabric as a new user meets it: certificates, a node, a remote run and inventory, and the
-//! node drained by a signal. Everything on 127.0.0.1; every wait bounded.
+//! The fabric as a new user meets it: certificates, a node, a remote run and inventory, deployed
+//! tasklets and the node's metrics, and the node drained by a signal. Everything on 127.0.0.1;
+//! every wait bounded.
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -78,6 +79,8 @@ fn certs_node_remote_run_inventory_and_drain() {
             certs,
             "--backend",
             "emu",
+            "--store",
+            dir.path().join("store").to_str().unwrap(),
             "--log-format",
             "json",
         ])
@@ -175,4 +178,186 @@ fn certs_node_remote_run_inventory_and_drain() {
     ] {
         assert!(logs.contains(event), "no {event} in the logs:\n{logs}");
     }
+}
+
+/// A TCP port free a moment ago on 127.0.0.1.
+fn free_tcp_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}; stderr: {}",
+            text(&out.stdout),
+            text(&out.stderr)
+        )
+    })
+}
+
+/// GET /metrics over TCP: the body.
+fn scrape(addr: &str) -> String {
+    let mut stream = std::net::TcpStream::connect(addr).expect("the metrics port answers");
+    stream.set_read_timeout(Some(WAIT)).unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+    answer
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default()
+}
+
+#[test]
+fn deploy_push_and_run_with_json_and_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    let certs = certs.to_str().unwrap();
+    let out = tasklet(&["certs", "init", certs], b"");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = tasklet(&["certs", "issue", certs, "--tenant", "guest"], b"");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(&policy, "[tenants.dev]\n[tenants.guest]\ndeploy = false\n").unwrap();
+
+    let addr = format!("127.0.0.1:{}", free_port());
+    let metrics = format!("127.0.0.1:{}", free_tcp_port());
+    let mut node = Command::new(env!("CARGO_BIN_EXE_tasklet"))
+        .args([
+            "node",
+            "--listen",
+            &addr,
+            "--certs",
+            certs,
+            "--backend",
+            "emu",
+            "--policy",
+            policy.to_str().unwrap(),
+            "--store",
+            dir.path().join("store").to_str().unwrap(),
+            "--metrics",
+            &metrics,
+        ])
+        .current_dir(repo())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the node starts");
+    let node_args = ["--node", addr.as_str(), "--certs", certs];
+    let with = |args: &[&str]| -> Vec<String> {
+        args.iter()
+            .map(|a| a.to_string())
+            .chain(node_args.iter().map(|a| a.to_string()))
+            .collect()
+    };
+    let run = |args: Vec<String>, stdin: &[u8]| {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        tasklet(&args, stdin)
+    };
+    let result = std::panic::catch_unwind(|| {
+        // The first push waits for the node to be up.
+        let start = Instant::now();
+        let pushed = loop {
+            let out = run(with(&["deploy", "push", "tasklets/iota", "--json"]), b"");
+            if out.status.success() || start.elapsed() > WAIT {
+                break out;
+            }
+        };
+        assert!(pushed.status.success(), "{}", text(&pushed.stderr));
+        let pushed = json(&pushed);
+        let digest = pushed["digest"].as_str().unwrap().to_owned();
+        assert_eq!(digest.len(), 64, "{pushed}");
+        assert_eq!(pushed["uploaded"], true, "{pushed}");
+        assert_eq!(pushed["already_present"], false, "{pushed}");
+
+        // Again: nothing uploaded, the same digest; without --json, the digest alone on stdout.
+        let again = run(with(&["deploy", "push", "tasklets/iota", "--json"]), b"");
+        let again = json(&again);
+        assert_eq!(again["digest"].as_str(), Some(digest.as_str()), "{again}");
+        assert_eq!(again["uploaded"], false, "{again}");
+        assert_eq!(again["already_present"], true, "{again}");
+        let plain = run(with(&["deploy", "push", "tasklets/iota"]), b"");
+        assert_eq!(text(&plain.stdout), format!("{digest}\n"));
+
+        // Run by folder and by digest: stdin in, output out.
+        let out = run(with(&["deploy", "run", "tasklets/iota"]), b"3");
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert_eq!(text(&out.stdout), "1\n2\n3\n");
+        let mut by_digest = with(&["deploy", "run", "--json", "--requires", "gpu"]);
+        by_digest.insert(2, digest.clone());
+        let out = run(by_digest.clone(), b"4");
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let ran = json(&out);
+        assert_eq!(ran["status"], "ok", "{ran}");
+        assert_eq!(ran["exit_code"], 0, "{ran}");
+        assert_eq!(ran["digest"].as_str(), Some(digest.as_str()), "{ran}");
+        assert_eq!(ran["run_id"].as_str().map(str::len), Some(16), "{ran}");
+        assert!(
+            ran["node"].as_str().unwrap().starts_with("tasklet-node"),
+            "{ran}"
+        );
+        assert!(ran["elapsed_us"].as_u64().is_some(), "{ran}");
+        use base64::Engine as _;
+        let output = base64::engine::general_purpose::STANDARD
+            .decode(ran["output"].as_str().unwrap())
+            .unwrap();
+        assert_eq!(output, b"1\n2\n3\n4\n");
+
+        // The tasklet fails: exit 1, its message, as `tasklet run` says it.
+        let out = run(by_digest, b"twelve");
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+        let failed = json(&out);
+        assert_eq!(failed["status"], "failed", "{failed}");
+        let message = failed["message"].as_str().unwrap();
+        assert!(message.starts_with("the tasklet failed: "), "{message}");
+
+        // A digest the node does not have, for this tenant: exit 2, one line.
+        let out = run(with(&["deploy", "run", &"0".repeat(64)]), b"");
+        assert_eq!(out.status.code(), Some(2));
+        let err = text(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.contains("NOT_FOUND") && err.contains("tasklet deploy push"),
+            "{err}"
+        );
+
+        // A tenant the policy denies deploying: exit 2, naming the key.
+        let guest = with(&["deploy", "push", "tasklets/iota", "--tenant", "guest"]);
+        let out = run(guest, b"");
+        assert_eq!(out.status.code(), Some(2));
+        let err = text(&out.stderr);
+        assert!(
+            err.contains("UNAUTHORIZED") && err.contains("`deploy = false` in [tenants.guest]"),
+            "{err}"
+        );
+
+        // The metrics say so.
+        let body = scrape(&metrics);
+        for line in [
+            "tasklet_deploy_pushes_total{result=\"stored\",tenant=\"dev\"} 1",
+            "tasklet_deploy_runs_total{status=\"ok\",tenant=\"dev\"} 2",
+            "tasklet_deploy_runs_total{status=\"failed\",tenant=\"dev\"} 1",
+            "tasklet_deploy_runs_total{status=\"refused\",tenant=\"dev\"} 1",
+            "tasklet_deploy_pushes_total{result=\"refused\",tenant=\"guest\"} 1",
+        ] {
+            assert!(body.lines().any(|l| l == line), "no {line:?} in:\n{body}");
+        }
+    });
+    // SAFETY: plain kill(2) of our own child.
+    unsafe { libc::kill(node.id() as i32, libc::SIGTERM) };
+    let status = wait_exit(&mut node, WAIT);
+    if status.is_none() {
+        let _ = node.kill();
+    }
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+    assert!(status.is_some_and(|s| s.success()), "node exit {status:?}");
 }

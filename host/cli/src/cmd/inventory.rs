@@ -6,6 +6,7 @@
 //! `--inventory` mode, so the host process never loads NVIDIA libraries.
 
 use crate::backend::{rounded_size, worker_command, HostArgs};
+use crate::json::json_str;
 use crate::remote::RemoteArgs;
 use anyhow::Result;
 use std::fmt::Write as _;
@@ -263,36 +264,4 @@ fn gpu_json(g: &Gpu, inv: Option<&Inventory>) -> String {
     }
     s.push_str("]}");
     s
-}
-
-/// A JSON string literal.
-fn json_str(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn json_strings_are_escaped() {
-        assert_eq!(
-            super::json_str("a\"b\\c\n\u{1}é"),
-            "\"a\\\"b\\\\c\\n\\u0001é\""
-        );
-    }
 }

@@ -1,5 +1,6 @@
 pub mod certs;
 pub mod check;
+pub mod deploy;
 pub mod inventory;
 pub mod node;
 pub mod ptx;

@@ -19,11 +19,16 @@ use tokio::signal::unix::{signal, SignalKind};
 /// [tasklets]; with some, unlisted tenants are refused). SIGINT or SIGTERM drains the node: new
 /// leases are refused, running ones finish or expire, then it exits 0; a second signal stops it
 /// at once.
+///
+/// Deployed tasklets (`tasklet deploy`) are kept in the --store folder; --metrics serves
+/// Prometheus text at http://ADDR/metrics.
 #[derive(clap::Args, Debug)]
 #[command(after_help = "Examples:\n  \
     tasklet certs init certs && tasklet node --backend emu\n  \
-    tasklet node --listen 0.0.0.0:5701 --certs /etc/tasklet/certs --policy /etc/tasklet/policy.toml\n\n\
-    Then, from a client: tasklet run --node HOST tasklets/iota; tasklet inventory --node HOST")]
+    tasklet node --listen 0.0.0.0:5701 --certs /etc/tasklet/certs --policy /etc/tasklet/policy.toml \\\n      \
+    --store /var/lib/tasklet/store --metrics 127.0.0.1:9101\n\n\
+    Then, from a client: tasklet run --node HOST tasklets/iota; tasklet deploy run tasklets/iota --node HOST; \
+    tasklet inventory --node HOST; curl http://127.0.0.1:9101/metrics")]
 pub struct NodeArgs {
     /// The UDP address to serve on.
     #[arg(long, value_name = "ADDR", default_value_t = DEFAULT_LISTEN)]
@@ -34,6 +39,14 @@ pub struct NodeArgs {
     /// What the node calls itself to clients.
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
+    /// The folder deployed tasklets are kept in (created if need be) [default:
+    /// $XDG_STATE_HOME/tasklet/store, else ~/.local/state/tasklet/store, else ./tasklet-store]
+    #[arg(long, value_name = "DIR")]
+    pub store: Option<PathBuf>,
+    /// Serve Prometheus metrics at http://ADDR/metrics (plain HTTP: bind it to an address only
+    /// your scraper reaches, e.g. 127.0.0.1:9101).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<SocketAddr>,
     /// How log lines are written to stderr (RUST_LOG filters them; default info).
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -50,6 +63,7 @@ pub enum LogFormat {
 
 pub fn run(args: NodeArgs) -> Result<ExitCode> {
     init_logs(args.log_format);
+    let store = args.store.clone().unwrap_or_else(default_store);
     let started = args.host.start(true)?;
     tracing::info!("{}", describe(&started.host));
     if let Some(why) = &started.cuda_unusable {
@@ -65,9 +79,13 @@ pub fn run(args: NodeArgs) -> Result<ExitCode> {
         let mut builder = NodeBuilder::new()
             .listen(args.listen)
             .certs(&args.certs)
-            .host(started.host);
+            .host(started.host)
+            .store(store);
         if let Some(name) = args.name {
             builder = builder.name(name);
+        }
+        if let Some(addr) = args.metrics {
+            builder = builder.metrics(addr);
         }
         let node = builder.build()?;
         let control = node.control();
@@ -94,6 +112,23 @@ pub fn run(args: NodeArgs) -> Result<ExitCode> {
         Ok::<_, anyhow::Error>(())
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Where a node keeps deployed tasklets unless told: the user's state folder (XDG), or, with no
+/// home to put it in, `./tasklet-store`.
+fn default_store() -> PathBuf {
+    let state = std::env::var_os("XDG_STATE_HOME")
+        .filter(|dir| !dir.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|dir| !dir.is_empty())
+                .map(|home| PathBuf::from(home).join(".local/state"))
+        });
+    match state {
+        Some(dir) => dir.join("tasklet/store"),
+        None => PathBuf::from("tasklet-store"),
+    }
 }
 
 fn init_logs(format: LogFormat) {

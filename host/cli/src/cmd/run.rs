@@ -2,14 +2,13 @@
 //! with `--node`, on a node.
 
 use crate::backend::HostArgs;
-use crate::build;
 use crate::remote::RemoteArgs;
+use crate::source::{read_input, Source};
 use anyhow::{Context, Result};
-use std::io::{IsTerminal, Read, Write};
-use std::path::{Path, PathBuf};
+use std::io::Write;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use tasklet_remote::RemoteGpu;
-use tasklet_runtime::config::MANIFEST_FILE;
 use tasklet_runtime::{Manifest, Policy, RunError, Runner};
 
 /// Run a tasklet once: input from --input or stdin (empty when stdin is a terminal), output to stdout.
@@ -39,27 +38,8 @@ pub struct RunArgs {
 }
 
 pub fn run(args: RunArgs) -> Result<ExitCode> {
-    let manifest = manifest_for(&args.tasklet)?;
-    if args.tasklet.is_dir() {
-        if let Some(why) = build::staleness(&args.tasklet, &manifest.component) {
-            eprintln!("tasklet: building {} with cargo ({why})", manifest.name);
-            build::build(&args.tasklet)?;
-        }
-    }
-    let input = match &args.input {
-        Some(path) => {
-            std::fs::read(path).with_context(|| format!("cannot read input {}", path.display()))?
-        }
-        // A terminal on stdin would wait for an EOF nobody means to type: run on empty input.
-        None if std::io::stdin().is_terminal() => Vec::new(),
-        None => {
-            let mut buf = Vec::new();
-            std::io::stdin()
-                .read_to_end(&mut buf)
-                .context("cannot read stdin")?;
-            buf
-        }
-    };
+    let Source { manifest, .. } = Source::load(&args.tasklet)?;
+    let input = read_input(args.input.as_ref())?;
     let result = match &args.remote.node {
         Some(addr) => run_remote(&args, addr, manifest, &input)?,
         None => {
@@ -70,10 +50,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     };
     match result {
         Ok(output) => {
-            let mut out = std::io::stdout().lock();
-            out.write_all(&output)
-                .and_then(|_| out.flush())
-                .context("cannot write output")?;
+            write_output(&output)?;
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {
@@ -84,6 +61,14 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
             }))
         }
     }
+}
+
+/// Writes a run's output to stdout.
+pub fn write_output(output: &[u8]) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(output)
+        .and_then(|_| out.flush())
+        .context("cannot write output")
 }
 
 /// Runs the tasklet here with its GPU on the node at `addr`. The wasm's own limits (memory, wall
@@ -104,28 +89,4 @@ fn run_remote(
     let grant = policy.grant(&manifest);
     let tasklet = runner.load(manifest, grant)?;
     Ok(runner.run(&tasklet, input, Box::new(gpu)))
-}
-
-/// The manifest of a folder, or of a component: its neighbour, else one granting the policy's
-/// defaults for a single lease.
-fn manifest_for(path: &Path) -> Result<Manifest> {
-    if path.is_dir() || path.file_name().is_some_and(|n| n == MANIFEST_FILE) {
-        return Ok(Manifest::load(path)?);
-    }
-    let beside = path.with_file_name(MANIFEST_FILE);
-    if beside.exists() {
-        let mut m = Manifest::load(&beside)?;
-        m.component = path.to_path_buf();
-        return Ok(m);
-    }
-    let name = path
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "tasklet".into());
-    eprintln!("tasklet: no {MANIFEST_FILE} beside {}; granting one lease of up to 256MiB for 60s with every right", path.display());
-    let text = format!(
-        "name = {name:?}\ncomponent = {:?}\n[gpu]\nmax-vram = \"256MiB\"\nmax-leases = 1\nmax-lease-secs = \"60s\"\nrights = [\"alloc\", \"write\", \"read\", \"load\", \"launch\"]\n",
-        path.display().to_string()
-    );
-    Manifest::parse(&text, Path::new(".")).map_err(|(_, m)| anyhow::anyhow!(m))
 }

@@ -19,7 +19,7 @@ use crate::shared::Shared;
 use std::sync::Arc;
 use tasklet_deploy::Push;
 use tasklet_store::Digest;
-use tasklet_wire::{ErrorCode, Opcode, Reply, RequestId};
+use tasklet_wire::{ErrorCode, Opcode, Reply, Request, RequestId};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
 /// Deploy requests queued on one stream before its reader waits.
@@ -92,17 +92,47 @@ async fn drive(
     }
 }
 
-/// What the reader does with a deploy request.
-pub(crate) enum Accepted {
-    /// Queued (or answered): the request carries no data.
-    Done,
-    /// Its data follows: feed it to this intake.
-    Intake(Intake),
+/// A deploy request, as the reader hands it over.
+pub(crate) enum DeployRequest {
+    Push {
+        manifest: Vec<u8>,
+        component_len: u64,
+    },
+    Has {
+        digest: tasklet_wire::Digest,
+    },
+    Run {
+        digest: tasklet_wire::Digest,
+        input_len: u64,
+    },
 }
 
-/// Takes a deploy request in. Past its checks it is queued at once, or, when data follows, once
-/// the data has arrived; a request that fails a check is answered after its data has been read
-/// (and dropped), so the stream stays in step.
+impl TryFrom<Request> for DeployRequest {
+    /// Any other request, given back.
+    type Error = Request;
+
+    fn try_from(request: Request) -> Result<DeployRequest, Request> {
+        match request {
+            Request::DeployPush {
+                manifest,
+                component_len,
+            } => Ok(DeployRequest::Push {
+                manifest,
+                component_len,
+            }),
+            Request::DeployHas { digest } => Ok(DeployRequest::Has { digest }),
+            Request::DeployRun { digest, input_len } => {
+                Ok(DeployRequest::Run { digest, input_len })
+            }
+            other => Err(other),
+        }
+    }
+}
+
+/// Takes a deploy request in. When no data follows it is queued (or answered) at once, and
+/// `None` returned; otherwise the intake its data is to be fed to, which queues it once the data
+/// has arrived. A request that fails a check is answered after its data has been read (and
+/// dropped), so the stream stays in step.
 pub(crate) async fn accept(
     shared: &Shared,
     caller: &Caller,
@@ -110,11 +140,10 @@ pub(crate) async fn accept(
     budget: &Arc<Semaphore>,
     reply: &ReplyTo,
     request_id: RequestId,
-    request: tasklet_wire::Request,
-) -> Accepted {
-    use tasklet_wire::Request;
+    request: DeployRequest,
+) -> Option<Intake> {
     let (work, streamed) = match request {
-        Request::DeployPush {
+        DeployRequest::Push {
             manifest,
             component_len,
         } => {
@@ -122,8 +151,8 @@ pub(crate) async fn accept(
                 .and_then(|deployments| deployments.start_push(&manifest));
             (Work::Push(push), component_len)
         }
-        Request::DeployHas { digest } => (Work::Has(from_wire(&digest)), 0),
-        Request::DeployRun { digest, input_len } => {
+        DeployRequest::Has { digest } => (Work::Has(from_wire(&digest)), 0),
+        DeployRequest::Run { digest, input_len } => {
             let input = gate(shared, caller, Opcode::DeployRun).and_then(|_| {
                 if input_len > MAX_RUN_INPUT {
                     return Err(Failure::new(
@@ -136,12 +165,6 @@ pub(crate) async fn accept(
             let digest = from_wire(&digest);
             (Work::Run { digest, input }, input_len)
         }
-        // The reader sends only deploy requests here.
-        other => {
-            let failure = Failure::new(ErrorCode::Internal, "request routed to the wrong handler");
-            fail(reply, request_id, other.opcode(), failure);
-            return Accepted::Done;
-        }
     };
     let intake = Intake {
         request_id,
@@ -153,9 +176,9 @@ pub(crate) async fn accept(
     };
     if streamed == 0 {
         lane.queue(intake.into_job()).await;
-        Accepted::Done
+        None
     } else {
-        Accepted::Intake(intake)
+        Some(intake)
     }
 }
 

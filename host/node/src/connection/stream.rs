@@ -6,7 +6,7 @@
 //! the cause) and closes it. So does a client that stops in the middle of a frame for longer than
 //! the stall timeout.
 
-use super::deploy::{self, Accepted, Intake, Lane};
+use super::deploy::{self, DeployRequest, Intake, Lane};
 use super::{close_code, QUEUE_BYTES};
 use crate::caller::Caller;
 use crate::job::{Job, Outgoing, ReplyTo, Work, WritePiece};
@@ -17,7 +17,7 @@ use prometheus::IntCounter;
 use std::sync::Arc;
 use std::time::Duration;
 use tasklet_wire::{
-    encode_goaway, BufferId, Decoder, DecoderConfig, ErrorCode, ErrorReply, Event, Request,
+    encode_goaway, BufferId, Decoder, DecoderConfig, ErrorCode, ErrorReply, Event, Opcode, Request,
     RequestId, SessionId,
 };
 use tokio::sync::{mpsc, Semaphore};
@@ -179,6 +179,10 @@ impl Reader {
         self.requests
             .get(opcode, || shared.metrics.requests(tenant, opcode))
             .inc();
+        let request = match DeployRequest::try_from(request) {
+            Ok(deploy) => return self.deploy(request_id, opcode, deploy).await,
+            Err(request) => request,
+        };
         match (&request, request.streamed()) {
             (
                 Request::MemWrite {
@@ -200,42 +204,43 @@ impl Reader {
                 });
                 Ok(())
             }
-            (
-                Request::DeployPush { .. } | Request::DeployHas { .. } | Request::DeployRun { .. },
-                _,
-            ) => {
-                // Nothing but HELLO may come before HELLO's reply; the GPU thread checks the
-                // requests it serves, and these it does not see.
-                if !self.caller.greeted() {
-                    return Err(protocol_error(format!(
-                        "{opcode} before HELLO's reply: HELLO is the first request of a connection"
-                    )));
-                }
-                let (shared, caller) = (&self.shared, &self.caller);
-                let connection = &self.connection;
-                let lane = self.lane.get_or_insert_with(|| {
-                    Lane::start(Arc::clone(shared), Arc::clone(caller), connection.clone())
-                });
-                let accepted = deploy::accept(
-                    shared,
-                    caller,
-                    lane,
-                    &self.budget,
-                    &self.reply,
-                    request_id,
-                    request,
-                )
-                .await;
-                if let Accepted::Intake(intake) = accepted {
-                    self.intake = Some(intake);
-                }
-                Ok(())
-            }
             _ => {
                 let bytes = payload_bytes(&request);
                 self.queue(request_id, Work::Request(request), bytes).await
             }
         }
+    }
+
+    /// Hands a deploy request to the stream's deploy lane (started by the first).
+    async fn deploy(
+        &mut self,
+        request_id: RequestId,
+        opcode: Opcode,
+        request: DeployRequest,
+    ) -> Result<(), ErrorReply> {
+        // Nothing but HELLO may come before HELLO's reply; the GPU thread checks the requests it
+        // serves, and these it does not see.
+        if !self.caller.greeted() {
+            return Err(protocol_error(format!(
+                "{opcode} before HELLO's reply: HELLO is the first request of a connection"
+            )));
+        }
+        let (shared, caller) = (&self.shared, &self.caller);
+        let connection = &self.connection;
+        let lane = self.lane.get_or_insert_with(|| {
+            Lane::start(Arc::clone(shared), Arc::clone(caller), connection.clone())
+        });
+        self.intake = deploy::accept(
+            shared,
+            caller,
+            lane,
+            &self.budget,
+            &self.reply,
+            request_id,
+            request,
+        )
+        .await;
+        Ok(())
     }
 
     async fn data(&mut self, bytes: &[u8], remaining: u64) -> Result<(), ErrorReply> {

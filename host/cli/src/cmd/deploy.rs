@@ -1,0 +1,227 @@
+//! `tasklet deploy`: push a tasklet to a node, and run it there (the wasm and its GPU work both
+//! on the node).
+
+use crate::cmd::run::write_output;
+use crate::json::json_str;
+use crate::remote::NodeTarget;
+use crate::source::{read_input, Source};
+use anyhow::{anyhow, bail, Result};
+use base64::Engine as _;
+use clap::{Subcommand, ValueEnum};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use tasklet_remote::{deployment_digest, DeployExit, Digest, NodeClient};
+
+/// Push tasklets to a node, and run them there.
+///
+/// A deployment is a manifest and a component, named by a digest of both: pushing the same
+/// tasklet again is a no-op, and the digest that `push` prints is what `run` takes. A tenant
+/// runs only the deployments it pushed itself. The node grants a run what the manifest asks
+/// for, as far as its policy allows the tenant, and refuses pushes and runs of a tenant whose
+/// policy says `deploy = false`.
+#[derive(clap::Args, Debug)]
+pub struct DeployArgs {
+    #[command(subcommand)]
+    pub command: DeployCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum DeployCommand {
+    Push(PushArgs),
+    Run(RunArgs),
+}
+
+/// Upload a tasklet (its manifest and component) to a node; prints its digest.
+///
+/// Nothing is uploaded when the node has it already. The node checks the manifest and compiles
+/// the component before it stores anything.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "Examples:\n  \
+    tasklet deploy push tasklets/iota --node localhost\n  \
+    tasklet deploy push tasklets/scale --node gpu1 --certs ~/certs --tenant team-7 --json")]
+pub struct PushArgs {
+    /// A tasklet folder (with tasklet.toml; built with cargo first if need be) or a component (.wasm).
+    pub tasklet: PathBuf,
+    #[command(flatten)]
+    pub target: NodeTarget,
+    /// Print JSON: {"node", "digest", "already_present", "uploaded"}.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Run a deployed tasklet on a node: input from --input or stdin, output to stdout.
+///
+/// Given a tasklet (folder, tasklet.toml or .wasm), its digest is computed here and the tasklet
+/// pushed first if the node does not have it; given a digest, the node must have it already.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "Examples:\n  \
+    tasklet deploy run tasklets/iota --node localhost <<< 10\n  \
+    tasklet deploy run 3f2a…(64 hex digits) --node gpu1 --requires gpu --json < input.txt\n\n\
+    Exit status: 0 ok, 1 the tasklet failed, 2 it could not be run (no node, refused, not found), \
+    3 it trapped, ran out of time or could not be instantiated.")]
+pub struct RunArgs {
+    /// A tasklet folder, its tasklet.toml, a component (.wasm), or a deployment's digest.
+    #[arg(value_name = "TASKLET|DIGEST")]
+    pub tasklet: String,
+    #[command(flatten)]
+    pub target: NodeTarget,
+    /// Read the input from FILE instead of stdin.
+    #[arg(long, short, value_name = "FILE")]
+    pub input: Option<PathBuf>,
+    /// What the node must have: `gpu`, a device to lend. (With one node this is a check; across
+    /// nodes it will choose where the tasklet runs.)
+    #[arg(long, value_enum, value_name = "WHAT")]
+    pub requires: Option<Requirement>,
+    /// Print JSON: {"run_id", "node", "digest", "status", "exit_code", "elapsed_us",
+    /// "output" (base64), "message"}; the exit status is the same as without it.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Requirement {
+    /// The node lends at least one device (a GPU, or its emulator).
+    Gpu,
+}
+
+pub fn run(args: DeployArgs) -> Result<ExitCode> {
+    match args.command {
+        DeployCommand::Push(args) => push(args),
+        DeployCommand::Run(args) => run_deployed(args),
+    }
+}
+
+fn push(args: PushArgs) -> Result<ExitCode> {
+    let source = Source::load(&args.tasklet)?;
+    let component = source.component()?;
+    let mut client = args.target.connect()?;
+    let pushed = ensure_pushed(&mut client, &source, &component)?;
+    if args.json {
+        println!(
+            "{{\"node\":{},\"digest\":\"{}\",\"already_present\":{},\"uploaded\":{}}}",
+            json_str(client.node_name()),
+            pushed.digest,
+            pushed.already_present,
+            pushed.uploaded
+        );
+    } else {
+        eprintln!(
+            "tasklet: {} {} on {}",
+            source.manifest.name,
+            if pushed.already_present {
+                "was already deployed"
+            } else {
+                "deployed"
+            },
+            args.target.node
+        );
+        println!("{}", pushed.digest);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What making sure the node has a deployment did.
+struct Ensured {
+    digest: Digest,
+    already_present: bool,
+    uploaded: bool,
+}
+
+/// Pushes the tasklet unless the node has it for this tenant already.
+fn ensure_pushed(client: &mut NodeClient, source: &Source, component: &[u8]) -> Result<Ensured> {
+    let manifest = source.text.as_bytes();
+    let digest = deployment_digest(manifest, component);
+    if client.deploy_has(&digest)? {
+        return Ok(Ensured {
+            digest,
+            already_present: true,
+            uploaded: false,
+        });
+    }
+    let pushed = client.deploy_push(manifest, component)?;
+    if pushed.digest != digest {
+        // The node's digest is the one that names the deployment there; a client computing
+        // another would only ever upload again, so say so.
+        eprintln!(
+            "tasklet: warning: the node names this deployment {} where this client computed {digest}",
+            pushed.digest
+        );
+    }
+    Ok(Ensured {
+        digest: pushed.digest,
+        already_present: pushed.already_present,
+        uploaded: true,
+    })
+}
+
+fn run_deployed(args: RunArgs) -> Result<ExitCode> {
+    let named = parse_digest(&args.tasklet);
+    // A path that exists is a tasklet, even one whose name looks like a digest.
+    let source = match named {
+        Some(_) if !Path::new(&args.tasklet).exists() => None,
+        _ => Some(Source::load(Path::new(&args.tasklet))?),
+    };
+    let component = source.as_ref().map(Source::component).transpose()?;
+    let input = read_input(args.input.as_ref())?;
+    let mut client = args.target.connect()?;
+    if args.requires == Some(Requirement::Gpu) && client.inventory()?.is_empty() {
+        bail!(
+            "node {} lends no device, and --requires gpu asks for one",
+            args.target.node
+        );
+    }
+    let digest = match (&source, &component, named) {
+        (Some(source), Some(component), _) => {
+            let ensured = ensure_pushed(&mut client, source, component)?;
+            if ensured.uploaded {
+                eprintln!(
+                    "tasklet: pushed {} to {} ({})",
+                    source.manifest.name, args.target.node, ensured.digest
+                );
+            }
+            ensured.digest
+        }
+        (_, _, Some(digest)) => digest,
+        _ => {
+            return Err(anyhow!(
+                "{:?} is neither a tasklet nor a digest",
+                args.tasklet
+            ))
+        }
+    };
+    let run = client.deploy_run(&digest, &input)?;
+    let code = match run.exit {
+        DeployExit::Ok => 0,
+        DeployExit::Failed => 1,
+        _ => 3,
+    };
+    if args.json {
+        let message = run
+            .message()
+            .map_or_else(|| "null".to_owned(), |m| json_str(&m));
+        let output = match run.exit {
+            DeployExit::Ok => base64::engine::general_purpose::STANDARD.encode(&run.output),
+            _ => String::new(),
+        };
+        println!(
+            "{{\"run_id\":\"{:016x}\",\"node\":{},\"addr\":{},\"digest\":\"{digest}\",\"status\":\"{}\",\"exit_code\":{},\"elapsed_us\":{},\"output\":\"{output}\",\"message\":{message}}}",
+            run.run_id,
+            json_str(client.node_name()),
+            json_str(&args.target.node),
+            run.exit.as_str(),
+            run.exit.code(),
+            run.elapsed.as_micros(),
+        );
+    } else {
+        match run.message() {
+            None => write_output(&run.output)?,
+            Some(message) => eprintln!("error: {message}"),
+        }
+    }
+    Ok(ExitCode::from(code))
+}
+
+/// `text` as a deployment digest, if it is one: 64 lowercase hex digits.
+fn parse_digest(text: &str) -> Option<Digest> {
+    Digest::from_hex(text.as_bytes())
+}

@@ -1,0 +1,101 @@
+//! A tasklet as the command line names it (a folder, its `tasklet.toml`, or a `.wasm`): its
+//! manifest, the manifest's text, its component built if need be, and the run's input.
+
+use crate::build;
+use anyhow::{Context, Result};
+use std::io::{IsTerminal, Read};
+use std::path::{Path, PathBuf};
+use tasklet_runtime::config::MANIFEST_FILE;
+use tasklet_runtime::Manifest;
+
+/// A tasklet ready to run or push.
+pub struct Source {
+    pub manifest: Manifest,
+    /// The manifest's text: the file's, or the one written for a `.wasm` that has none.
+    pub text: String,
+}
+
+impl Source {
+    /// Reads the tasklet at `path`, building its component with cargo first when `path` is a
+    /// folder whose component is missing or older than its sources.
+    pub fn load(path: &Path) -> Result<Source> {
+        let source = Source::read(path)?;
+        if path.is_dir() {
+            if let Some(why) = build::staleness(path, &source.manifest.component) {
+                eprintln!(
+                    "tasklet: building {} with cargo ({why})",
+                    source.manifest.name
+                );
+                build::build(path)?;
+            }
+        }
+        Ok(source)
+    }
+
+    /// The component's bytes.
+    pub fn component(&self) -> Result<Vec<u8>> {
+        let path = &self.manifest.component;
+        std::fs::read(path).with_context(|| format!("cannot read component {}", path.display()))
+    }
+
+    /// The manifest of a folder, or of a component: its neighbour, else one granting the
+    /// policy's defaults for a single lease.
+    fn read(path: &Path) -> Result<Source> {
+        let file = if path.is_dir() {
+            Some(path.join(MANIFEST_FILE))
+        } else if path.file_name().is_some_and(|n| n == MANIFEST_FILE) {
+            Some(path.to_path_buf())
+        } else {
+            None
+        };
+        if let Some(file) = file {
+            return Ok(Source {
+                manifest: Manifest::load(path)?,
+                text: read_text(&file)?,
+            });
+        }
+        let beside = path.with_file_name(MANIFEST_FILE);
+        if beside.exists() {
+            let mut manifest = Manifest::load(&beside)?;
+            manifest.component = path.to_path_buf();
+            return Ok(Source {
+                manifest,
+                text: read_text(&beside)?,
+            });
+        }
+        let name = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "tasklet".into());
+        eprintln!("tasklet: no {MANIFEST_FILE} beside {}; granting one lease of up to 256MiB for 60s with every right", path.display());
+        let text = format!(
+            "name = {name:?}\ncomponent = {:?}\n[gpu]\nmax-vram = \"256MiB\"\nmax-leases = 1\nmax-lease-secs = \"60s\"\nrights = [\"alloc\", \"write\", \"read\", \"load\", \"launch\"]\n",
+            path.display().to_string()
+        );
+        let manifest =
+            Manifest::parse(&text, Path::new(".")).map_err(|(_, m)| anyhow::anyhow!(m))?;
+        Ok(Source { manifest, text })
+    }
+}
+
+fn read_text(file: &Path) -> Result<String> {
+    std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))
+}
+
+/// The run's input: FILE's bytes, or stdin's (nothing when stdin is a terminal, which would
+/// wait for an end of file nobody means to type).
+pub fn read_input(file: Option<&PathBuf>) -> Result<Vec<u8>> {
+    match file {
+        Some(path) => {
+            std::fs::read(path).with_context(|| format!("cannot read input {}", path.display()))
+        }
+        None if std::io::stdin().is_terminal() => Ok(Vec::new()),
+        None => {
+            let mut buf = Vec::new();
+            std::io::stdin()
+                .read_to_end(&mut buf)
+                .context("cannot read stdin")?;
+            Ok(buf)
+        }
+    }
+}

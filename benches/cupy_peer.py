@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The CuPy peer of the speed benchmark (tests/benches/gpu_speed.rs): the same kernels and
+"""The CuPy peer of the speed benchmark (speed/gpu_speed.rs): the same kernels and
 transfers through CuPy's RawModule / RawKernel, timed the same way, as a Python user would write
 them.
 

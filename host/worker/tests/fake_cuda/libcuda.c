@@ -1,7 +1,7 @@
 // A stand-in for the NVIDIA driver's libcuda.so.1, for testing the cuda backend's logic on machines
-// without a GPU (tests/fake_cuda.rs builds it with `cc` and puts it first on the worker's library
-// path). It implements exactly the driver entry points the backend resolves, with "device" memory
-// in host memory (device pointers are host pointers) and a few kernels known by name:
+// without a GPU (tests/worker/fake_cuda.rs builds it with `cc` and puts it first on the worker's
+// library path). It implements exactly the driver entry points the backend resolves, with "device"
+// memory in host memory (device pointers are host pointers) and a few kernels known by name:
 //
 //   iota(u32* out, u32 n)                out[i] = i + 1 for i < n   (checks the argument block)
 //   write_out_of_bounds(u32*, u64)       a sticky CUDA_ERROR_ILLEGAL_ADDRESS at the next wait

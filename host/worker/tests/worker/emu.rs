@@ -205,7 +205,7 @@ fn bad_ptx_and_source_are_typed_errors() {
         }) => assert!(message.contains("line"), "{message}"),
         other => panic!("{other:?}"),
     }
-    // CUDA C: compiled with NVRTC when it is installed (tests/nvrtc.rs), else refused naming it.
+    // CUDA C: compiled with NVRTC when it is installed (the nvrtc module), else refused naming it.
     match w.load_source(
         "extern \"C\" __global__ void k() {}",
         &["-arch=compute_80".into()],

@@ -135,13 +135,16 @@ pub(crate) async fn handshake(
             addr: options.addr.clone(),
             reason: err.to_string(),
         })?;
+    let unreachable = || ClientError::Unreachable {
+        addr: options.addr.clone(),
+        seconds: options.connect_timeout.as_secs(),
+    };
     match tokio::time::timeout(options.connect_timeout, connecting).await {
         Ok(Ok(connection)) => Ok((endpoint, connection)),
+        // A handshake that heard nothing for the idle timeout: nothing answers there.
+        Ok(Err(quinn::ConnectionError::TimedOut)) => Err(unreachable()),
         Ok(Err(err)) => Err(refusal_or_loss(&err)),
-        Err(_) => Err(ClientError::Unreachable {
-            addr: options.addr.clone(),
-            seconds: options.connect_timeout.as_secs(),
-        }),
+        Err(_) => Err(unreachable()),
     }
 }
 

@@ -5,7 +5,7 @@ use crate::cmd::run::write_output;
 use crate::json::json_str;
 use crate::remote::NodeTarget;
 use crate::source::{read_input, Source};
-use anyhow::{anyhow, bail, Result};
+use anyhow::{bail, Result};
 use base64::Engine as _;
 use clap::{Subcommand, ValueEnum};
 use std::path::{Path, PathBuf};
@@ -72,7 +72,7 @@ pub struct RunArgs {
     /// nodes it will choose where the tasklet runs.)
     #[arg(long, value_enum, value_name = "WHAT")]
     pub requires: Option<Requirement>,
-    /// Print JSON: {"run_id", "node", "digest", "status", "exit_code", "elapsed_us",
+    /// Print JSON: {"run_id", "node", "addr", "digest", "status", "exit_code", "elapsed_us",
     /// "output" (base64), "message"}; the exit status is the same as without it.
     #[arg(long)]
     pub json: bool,
@@ -155,13 +155,20 @@ fn ensure_pushed(client: &mut NodeClient, source: &Source, component: &[u8]) -> 
 }
 
 fn run_deployed(args: RunArgs) -> Result<ExitCode> {
-    let named = parse_digest(&args.tasklet);
     // A path that exists is a tasklet, even one whose name looks like a digest.
-    let source = match named {
-        Some(_) if !Path::new(&args.tasklet).exists() => None,
-        _ => Some(Source::load(Path::new(&args.tasklet))?),
+    let path = Path::new(&args.tasklet);
+    let named = if path.exists() {
+        let source = Source::load(path)?;
+        let component = source.component()?;
+        Named::Tasklet(source, component)
+    } else if let Some(digest) = Digest::from_hex(args.tasklet.as_bytes()) {
+        Named::Digest(digest)
+    } else {
+        bail!(
+            "{:?} is neither a tasklet (no such file or folder) nor a deployment's digest (64 lowercase hex digits)",
+            args.tasklet
+        );
     };
-    let component = source.as_ref().map(Source::component).transpose()?;
     let input = read_input(args.input.as_ref())?;
     let mut client = args.target.connect()?;
     if args.requires == Some(Requirement::Gpu) && client.inventory()?.is_empty() {
@@ -170,8 +177,9 @@ fn run_deployed(args: RunArgs) -> Result<ExitCode> {
             args.target.node
         );
     }
-    let digest = match (&source, &component, named) {
-        (Some(source), Some(component), _) => {
+    let digest = match &named {
+        Named::Digest(digest) => *digest,
+        Named::Tasklet(source, component) => {
             let ensured = ensure_pushed(&mut client, source, component)?;
             if ensured.uploaded {
                 eprintln!(
@@ -180,13 +188,6 @@ fn run_deployed(args: RunArgs) -> Result<ExitCode> {
                 );
             }
             ensured.digest
-        }
-        (_, _, Some(digest)) => digest,
-        _ => {
-            return Err(anyhow!(
-                "{:?} is neither a tasklet nor a digest",
-                args.tasklet
-            ))
         }
     };
     let run = client.deploy_run(&digest, &input)?;
@@ -221,7 +222,10 @@ fn run_deployed(args: RunArgs) -> Result<ExitCode> {
     Ok(ExitCode::from(code))
 }
 
-/// `text` as a deployment digest, if it is one: 64 lowercase hex digits.
-fn parse_digest(text: &str) -> Option<Digest> {
-    Digest::from_hex(text.as_bytes())
+/// What `deploy run` was given.
+enum Named {
+    /// A tasklet here, and its component's bytes.
+    Tasklet(Source, Vec<u8>),
+    /// A deployment on the node.
+    Digest(Digest),
 }

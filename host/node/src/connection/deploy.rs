@@ -195,7 +195,10 @@ fn gate<'a>(
     if shared.draining() {
         return Err(Failure::new(
             ErrorCode::Draining,
-            format!("the node is shutting down and takes no new {opcode}; use another node"),
+            format!(
+                "the node is shutting down and takes no new {}; use another node",
+                opcode.name()
+            ),
         ));
     }
     Ok(deployments)

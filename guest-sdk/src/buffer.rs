@@ -13,8 +13,10 @@ use crate::session::Session;
 /// Device memory holding `len` elements of `T`, usable only in the session that allocated it
 /// (which it borrows, so it cannot outlive it). Dropping it frees the memory.
 ///
-/// Offsets and ranges are in elements; the SDK converts them to bytes with checked arithmetic, and
-/// checks them against the buffer's length before calling the host.
+/// Offsets and ranges are in elements, here and everywhere else in the SDK (a name says `byte`
+/// where a value is in bytes: [`DeviceBuffer::size_bytes`], [`DeviceBuffer::byte_offset`],
+/// [`Launch::arg_at_byte`](crate::Launch::arg_at_byte)); the SDK converts them to bytes with
+/// checked arithmetic, and checks them against the buffer's length before calling the host.
 ///
 /// ```no_run
 /// # let lease = tasklet_gpu::Lease::acquire(1 << 20, 10)?; let session = lease.session()?;
@@ -47,7 +49,7 @@ impl<'s, T: Pod> DeviceBuffer<'s, T> {
     pub fn from_raw(session: &'s Session<'s>, raw: raw::Buffer) -> Result<Self> {
         let bytes = raw.size();
         let elem = size_of::<T>() as u64;
-        if elem == 0 || bytes % elem != 0 {
+        if elem == 0 || !bytes.is_multiple_of(elem) {
             return Err(Error::invalid_input(format!(
                 "a buffer of {bytes} bytes does not hold a whole number of {elem}-byte elements"
             )));
@@ -79,10 +81,10 @@ impl<'s, T: Pod> DeviceBuffer<'s, T> {
         byte_span::<T>(index, 0, self.len).map(|(off, _)| off)
     }
 
-    /// Writes `data` at element `offset`. May return before the copy completes; its errors
-    /// surface at the next sync at the latest.
-    pub fn write(&self, offset: usize, data: &[T]) -> Result<()> {
-        let (off, _) = byte_span::<T>(offset, data.len(), self.len)?;
+    /// Writes `data` to elements `elem_offset .. elem_offset + data.len()`. May return before the
+    /// copy completes; its errors surface at the next sync at the latest.
+    pub fn write(&self, elem_offset: usize, data: &[T]) -> Result<()> {
+        let (off, _) = byte_span::<T>(elem_offset, data.len(), self.len)?;
         if data.is_empty() {
             return Ok(());
         }
@@ -132,11 +134,12 @@ impl<'s, T: Pod> DeviceBuffer<'s, T> {
         self.read_range_into(0, dst)
     }
 
-    /// Fills `dst` with elements `offset .. offset + dst.len()`, in place (as [`read_into`]).
+    /// Fills `dst` with elements `elem_offset .. elem_offset + dst.len()`, in place (as
+    /// [`read_into`]).
     ///
     /// [`read_into`]: DeviceBuffer::read_into
-    pub fn read_range_into(&self, offset: usize, dst: &mut [T]) -> Result<()> {
-        let (off, _) = byte_span::<T>(offset, dst.len(), self.len)?;
+    pub fn read_range_into(&self, elem_offset: usize, dst: &mut [T]) -> Result<()> {
+        let (off, _) = byte_span::<T>(elem_offset, dst.len(), self.len)?;
         if dst.is_empty() {
             return Ok(());
         }

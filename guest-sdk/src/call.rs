@@ -26,8 +26,10 @@ use crate::lease::{vram_for, Lease, LeaseBuilder};
 /// }
 /// ```
 ///
-/// The lease is sized for the data; [`GpuCall::lease`] asks for more memory, another lease time
-/// or a particular device. An empty input returns an empty output without acquiring a lease.
+/// The lease is [`Lease::builder`]'s, with the SDK's one set of defaults
+/// ([`LeaseBuilder::DEFAULT_SECS`], any device), and at least as large as the data;
+/// [`GpuCall::lease`] asks for more memory, another lease time or a particular device. An empty
+/// input returns an empty output without acquiring a lease.
 #[derive(Debug, Clone)]
 #[must_use = "a GpuCall does nothing until .run(input)"]
 pub struct GpuCall<'p> {
@@ -65,9 +67,6 @@ enum ScalarArg {
 }
 
 impl<'p> GpuCall<'p> {
-    /// Lease time [`GpuCall::run`] asks for unless [`GpuCall::lease`] says otherwise.
-    pub const DEFAULT_SECS: u32 = 30;
-
     /// A call of `kernel` from the PTX module `ptx`.
     pub fn new(ptx: &'p str, kernel: &'p str) -> Self {
         GpuCall::with_source(Source::Ptx(ptx), kernel)
@@ -85,7 +84,7 @@ impl<'p> GpuCall<'p> {
             kernel,
             args: Vec::new(),
             config: None,
-            lease: Lease::builder().secs(Self::DEFAULT_SECS),
+            lease: Lease::builder(),
         }
     }
 
@@ -130,8 +129,8 @@ impl<'p> GpuCall<'p> {
         self
     }
 
-    /// Shapes the lease request: `request` gets the call's (any device, for
-    /// [`GpuCall::DEFAULT_SECS`] seconds) and returns the one to make. Its
+    /// Shapes the lease request: `request` gets the call's ([`Lease::builder`]'s defaults) and
+    /// returns the one to make. Its
     /// [`min_vram`](LeaseBuilder::min_vram) is a floor: the lease is never smaller than the input
     /// needs (its size rounded up as [`LeaseBuilder::min_vram_for`] does).
     ///
@@ -243,7 +242,7 @@ mod tests {
         let r = GpuCall::new("", "k").lease_for::<u32>(3 << 20).request();
         assert_eq!(
             (r.min_vram, r.secs, r.device),
-            (12 << 20, GpuCall::DEFAULT_SECS, None)
+            (12 << 20, LeaseBuilder::DEFAULT_SECS, None)
         );
         let call = GpuCall::new("", "k").lease(|l| l.min_vram(64 << 20).secs(5).device(1));
         let r = call.lease_for::<u32>(3 << 20).request();
@@ -254,6 +253,17 @@ mod tests {
             .lease_for::<u8>(5 << 20)
             .request();
         assert_eq!(r.min_vram, 5 << 20);
+    }
+
+    #[test]
+    fn the_call_and_the_builder_share_their_defaults() {
+        assert_eq!(GpuCall::new("", "k").lease, Lease::builder());
+        // A small input still asks for the builder's default memory, not less.
+        let r = GpuCall::new("", "k").lease_for::<u8>(1).request();
+        assert_eq!(
+            (r.min_vram, r.secs),
+            (LeaseBuilder::DEFAULT_MIN_VRAM, LeaseBuilder::DEFAULT_SECS)
+        );
     }
 
     #[test]

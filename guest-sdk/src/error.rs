@@ -247,9 +247,35 @@ impl From<Error> for String {
     }
 }
 
+/// A name the caller gave (a kernel's, usually) as the SDK's own errors quote it: at most
+/// [`QUOTE_MAX`] bytes of it, cut on a character boundary, with its length when cut; the host
+/// quotes what a tasklet sent it the same way.
+pub(crate) fn quoted(name: &str) -> String {
+    if name.len() <= QUOTE_MAX {
+        return format!("{name:?}");
+    }
+    let mut end = QUOTE_MAX;
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{:?}… ({} bytes)", &name[..end], name.len())
+}
+
+/// Most bytes of a caller's name an SDK error quotes.
+const QUOTE_MAX: usize = 64;
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn quotes_are_bounded() {
+        assert_eq!(quoted("iota"), "\"iota\"");
+        let long = "é".repeat(1000);
+        let q = quoted(&long);
+        assert!(q.ends_with("… (2000 bytes)"), "{q}");
+        assert!(q.len() < QUOTE_MAX + 24, "{q}");
+    }
 
     #[test]
     fn kind_names_are_the_wit_case_names() {

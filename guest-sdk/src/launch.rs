@@ -3,7 +3,7 @@
 use bytemuck::Pod;
 
 use crate::buffer::DeviceBuffer;
-use crate::error::{Error, Result};
+use crate::error::{quoted, Error, Result};
 use crate::raw::sessions as raw;
 use crate::session::{Module, Session};
 
@@ -101,11 +101,21 @@ pub struct Arg<'a> {
 impl<'a> Arg<'a> {
     /// A pointer to element 0 of `buf`.
     pub fn buffer<T: Pod>(buf: &'a DeviceBuffer<'_, T>) -> Arg<'a> {
-        Arg::buffer_at(buf, 0)
+        Arg::buffer_at_byte(buf, 0)
     }
 
-    /// A pointer `byte_offset` bytes into `buf` (the host checks the offset).
-    pub fn buffer_at<T: Pod>(buf: &'a DeviceBuffer<'_, T>, byte_offset: u64) -> Arg<'a> {
+    /// A pointer to element `index` of `buf` (which may be `buf.len()`, one past the end); the
+    /// byte offset is `index * size_of::<T>()`. The host checks it against the buffer's size;
+    /// [`Launch::arg_at_elem`] also checks it before calling the host.
+    pub fn buffer_at_elem<T: Pod>(buf: &'a DeviceBuffer<'_, T>, index: usize) -> Arg<'a> {
+        // An index whose byte offset overflows is past any buffer: the host refuses it as such.
+        let byte_offset = (index as u64).saturating_mul(core::mem::size_of::<T>() as u64);
+        Arg::buffer_at_byte(buf, byte_offset)
+    }
+
+    /// A pointer `byte_offset` bytes into `buf`, for a pointer that does not fall on an element
+    /// (a `char*` into a buffer of `u32`s); the host checks the offset.
+    pub fn buffer_at_byte<T: Pod>(buf: &'a DeviceBuffer<'_, T>, byte_offset: u64) -> Arg<'a> {
         Arg {
             raw: raw::KernelArg::Buffer(raw::BufferArg {
                 buffer: buf.raw(),
@@ -116,7 +126,8 @@ impl<'a> Arg<'a> {
     }
 
     /// A by-value parameter given as the bytes of a `#[repr(C)]` plain-old-data value; the host
-    /// checks the length against the kernel's declared parameter.
+    /// checks the length against the kernel's declared parameter. For a struct whose C layout
+    /// has padding (which `Pod` forbids), build it with [`CStruct`](crate::CStruct).
     pub fn bytes_of<P: Pod>(value: &P) -> Arg<'a> {
         Arg::from_raw(raw::KernelArg::Bytes(bytemuck::bytes_of(value).to_vec()))
     }
@@ -174,11 +185,15 @@ impl<'a> KernelArg<'a> for Arg<'a> {
 /// belong to the launching session; the host checks everything again, and the arguments against
 /// the kernel's declared parameters.
 ///
+/// Offsets into buffers are in elements ([`Launch::arg_at_elem`]), as everywhere in the SDK;
+/// the one method that takes bytes says so in its name ([`Launch::arg_at_byte`]).
+///
 /// ```no_run
-/// use tasklet_gpu::{Arg, LaunchConfig};
+/// use tasklet_gpu::{LaunchConfig, Pod, Zeroable};
 /// # let lease = tasklet_gpu::Lease::acquire(1 << 20, 10)?; let session = lease.session()?;
 /// # let module = session.load_ptx("")?;
-/// #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+/// #[derive(Clone, Copy, Pod, Zeroable)]
+/// #[bytemuck(crate = "tasklet_gpu::bytemuck")]
 /// #[repr(C)]
 /// struct Params { scale: f32, bias: f32 }
 ///
@@ -187,7 +202,7 @@ impl<'a> KernelArg<'a> for Arg<'a> {
 ///     .launch(&module, "affine")
 ///     .config(LaunchConfig::for_num_elems(2048))
 ///     .arg(&x)                     // float* x
-///     .arg_at(&x, 2048 * 4)        // float* y = x + 2048
+///     .arg_at_elem(&x, 2048)       // float* y = x + 2048
 ///     .arg_bytes(&Params { scale: 2.0, bias: 1.0 })
 ///     .arg(2048u32)                // unsigned n
 ///     .run()?;
@@ -217,7 +232,8 @@ impl<'a> Launch<'a> {
         };
         if !session.is(module.session()) {
             launch.fail(Error::InvalidArgument(format!(
-                "launch of {kernel:?}: the module belongs to another session"
+                "launch of {}: the module belongs to another session",
+                quoted(kernel)
             )));
         }
         launch
@@ -240,8 +256,8 @@ impl<'a> Launch<'a> {
             if !self.session.is(owner) {
                 let i = self.args.len();
                 self.fail(Error::InvalidArgument(format!(
-                    "launch of {:?}: argument {i} is a buffer of another session",
-                    self.kernel
+                    "launch of {}: argument {i} is a buffer of another session",
+                    quoted(self.kernel)
                 )));
             }
         }
@@ -249,18 +265,32 @@ impl<'a> Launch<'a> {
         self
     }
 
-    /// Appends a pointer `byte_offset` bytes into `buf`; the offset may be at most the buffer's
-    /// size.
-    pub fn arg_at<T: Pod>(mut self, buf: &'a DeviceBuffer<'_, T>, byte_offset: u64) -> Self {
+    /// Appends a pointer to element `index` of `buf`; `index` may be at most `buf.len()` (one
+    /// past the end, as in C).
+    pub fn arg_at_elem<T: Pod>(mut self, buf: &'a DeviceBuffer<'_, T>, index: usize) -> Self {
+        if index > buf.len() {
+            let i = self.args.len();
+            self.fail(Error::OutOfBounds(format!(
+                "launch of {}: argument {i} points at element {index} of a buffer of {} elements",
+                quoted(self.kernel),
+                buf.len()
+            )));
+        }
+        self.arg(Arg::buffer_at_elem(buf, index))
+    }
+
+    /// Appends a pointer `byte_offset` bytes into `buf`, for a pointer that does not fall on an
+    /// element; the offset may be at most the buffer's size in bytes.
+    pub fn arg_at_byte<T: Pod>(mut self, buf: &'a DeviceBuffer<'_, T>, byte_offset: u64) -> Self {
         if byte_offset > buf.size_bytes() {
             let i = self.args.len();
             self.fail(Error::OutOfBounds(format!(
-                "launch of {:?}: argument {i} points {byte_offset} bytes into a buffer of {} bytes",
-                self.kernel,
+                "launch of {}: argument {i} points {byte_offset} bytes into a buffer of {} bytes",
+                quoted(self.kernel),
                 buf.size_bytes()
             )));
         }
-        self.arg(Arg::buffer_at(buf, byte_offset))
+        self.arg(Arg::buffer_at_byte(buf, byte_offset))
     }
 
     /// Appends a by-value parameter given as the bytes of `value` (a `#[repr(C)]` struct).
@@ -286,8 +316,8 @@ impl<'a> Launch<'a> {
         }
         let config = self.config.ok_or_else(|| {
             Error::invalid_input(format!(
-                "launch of {:?} has no LaunchConfig; call .config(..)",
-                self.kernel
+                "launch of {} has no LaunchConfig; call .config(..)",
+                quoted(self.kernel)
             ))
         })?;
         Ok(self.session.raw().launch(

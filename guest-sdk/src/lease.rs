@@ -91,8 +91,16 @@ pub struct Lease {
 }
 
 impl Lease {
-    /// Starts a lease request: by default 0 bytes (the host's minimum) for
-    /// [`LeaseBuilder::DEFAULT_SECS`] seconds, on any device.
+    /// Starts a lease request with the SDK's defaults: [`LeaseBuilder::DEFAULT_MIN_VRAM`] bytes
+    /// (1 MiB) for [`LeaseBuilder::DEFAULT_SECS`] seconds (30), on any device. A tasklet whose
+    /// manifest grants at least that much (`max-vram` of 1 MiB or more, `max-lease-secs` of 30 s
+    /// or more) acquires it under the default node policy:
+    ///
+    /// ```no_run
+    /// let lease = tasklet_gpu::Lease::builder().acquire()?;
+    /// assert!(lease.info()?.granted_bytes >= 1 << 20);
+    /// # Ok::<(), tasklet_gpu::Error>(())
+    /// ```
     pub fn builder() -> LeaseBuilder {
         LeaseBuilder::default()
     }
@@ -150,18 +158,29 @@ pub struct LeaseBuilder {
 }
 
 impl Default for LeaseBuilder {
+    /// The same as [`Lease::builder`].
     fn default() -> Self {
         LeaseBuilder {
-            min_vram: 0,
+            min_vram: Self::DEFAULT_MIN_VRAM,
             secs: Self::DEFAULT_SECS,
             device: None,
         }
     }
 }
 
+// The SDK's one set of lease defaults: `Lease::builder()` and `GpuCall` (which starts from it)
+// both take them from here.
 impl LeaseBuilder {
-    /// The lease time when [`LeaseBuilder::secs`] is not called.
-    pub const DEFAULT_SECS: u32 = 60;
+    /// The device memory asked for when neither [`LeaseBuilder::min_vram`] nor
+    /// [`LeaseBuilder::min_vram_for`] is called: one [`LeaseBuilder::VRAM_GRANULE`] (1 MiB). The
+    /// host refuses a lease of 0 bytes, and 1 MiB is within any manifest's `max-vram` that lends
+    /// a GPU at all for real work.
+    pub const DEFAULT_MIN_VRAM: u64 = Self::VRAM_GRANULE;
+    /// The lease time when [`LeaseBuilder::secs`] is not called: 30 s, the default `wall-time`
+    /// of a tasklet (`[limits]` in its manifest). A lease ends with the run that acquired it at
+    /// the latest, so a longer default would only be refused by manifests with a shorter
+    /// `max-lease-secs`; renew ([`Lease::renew`]) or ask for more where a run is longer.
+    pub const DEFAULT_SECS: u32 = 30;
     /// The granularity of [`LeaseBuilder::min_vram_for`].
     pub const VRAM_GRANULE: u64 = 1 << 20;
 
@@ -254,10 +273,18 @@ mod tests {
             .device(2)
             .request();
         assert_eq!((r.min_vram, r.secs, r.device), (1 << 20, 5, Some(2)));
+    }
+
+    #[test]
+    fn the_defaults_ask_for_what_the_host_grants() {
+        // The host refuses min-vram 0 and secs 0; the defaults are neither.
         let d = Lease::builder().request();
+        assert_eq!((d.min_vram, d.secs, d.device), (1 << 20, 30, None));
+        assert_eq!(LeaseBuilder::default(), Lease::builder());
+        // `min_vram_for` of nothing still asks for one granule, as the default does.
         assert_eq!(
-            (d.min_vram, d.secs, d.device),
-            (0, LeaseBuilder::DEFAULT_SECS, None)
+            Lease::builder().min_vram_for::<u32>(0).request().min_vram,
+            LeaseBuilder::DEFAULT_MIN_VRAM
         );
     }
 

@@ -53,15 +53,17 @@ unsafe extern "C" fn import(_: i32, _: i32, _: i64, _: *mut u8, _: usize, _: *mu
 #[cfg_attr(target_pointer_width = "32", repr(align(4)))]
 struct RetArea([MaybeUninit<u8>; 4 * WORD]);
 
-/// Reads `dst.len()` bytes at byte `offset` of `src` into `dst`, in place: the sound form of the
+/// Reads `dst.len()` bytes at `byte_offset` of `src` into `dst`, in place: the sound form of the
 /// generated `raw::sessions::Session::mem_read_into` (which takes `&[u8]` and must not be used).
+/// This is the raw call, in bytes; [`DeviceBuffer::read_range_into`](crate::DeviceBuffer::read_range_into)
+/// is the typed one, in elements.
 ///
 /// The host checks the `read` right, that `src` belongs to `session`, and that the span lies
 /// within `src`; a call those checks refuse leaves `dst` untouched.
 pub fn mem_read_into(
     session: &Session,
     src: &Buffer,
-    offset: u64,
+    byte_offset: u64,
     dst: &mut [u8],
 ) -> Result<(), GpuError> {
     let mut ret = RetArea([MaybeUninit::uninit(); 4 * WORD]);
@@ -74,7 +76,7 @@ pub fn mem_read_into(
         import(
             session.handle() as i32,
             src.handle() as i32,
-            offset as i64,
+            byte_offset as i64,
             dst.as_mut_ptr(),
             dst.len(),
             ret,

@@ -76,12 +76,12 @@ impl<'l> Session<'l> {
         self.copy_range(dst, 0, src, ..)
     }
 
-    /// Copies the elements `src_range` of `src` to `dst` from element `dst_offset` on, on the
-    /// device.
+    /// Copies the elements `src_range` of `src` to `dst` from element `dst_elem_offset` on, on
+    /// the device.
     pub fn copy_range<T: Pod>(
         &self,
         dst: &DeviceBuffer<'_, T>,
-        dst_offset: usize,
+        dst_elem_offset: usize,
         src: &DeviceBuffer<'_, T>,
         src_range: impl RangeBounds<usize>,
     ) -> Result<()> {
@@ -90,7 +90,7 @@ impl<'l> Session<'l> {
         let range = elem_range(src_range, src.len())?;
         let count = range.end - range.start;
         let (src_off, len) = byte_span::<T>(range.start, count, src.len())?;
-        let (dst_off, _) = byte_span::<T>(dst_offset, count, dst.len())?;
+        let (dst_off, _) = byte_span::<T>(dst_elem_offset, count, dst.len())?;
         if len == 0 {
             return Ok(());
         }
@@ -175,7 +175,9 @@ pub struct Module<'s> {
 }
 
 impl<'s> Module<'s> {
-    /// The module's kernel (entry) names.
+    /// The module's kernel (entry) names, in the module's order. Contract 0.1 reports names
+    /// only; a kernel's parameters (which the host checks every launch against) are not visible
+    /// to the tasklet in it.
     pub fn kernels(&self) -> Vec<String> {
         self.raw.kernels()
     }

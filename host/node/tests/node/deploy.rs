@@ -305,3 +305,43 @@ pub fn a_deploy_request_before_hello_closes_the_connection() -> TestResult {
     )?;
     Ok(())
 }
+
+/// A drain refuses new pushes and runs, lets the running one finish, then stops the node.
+pub fn a_drain_lets_a_running_deployment_finish() -> TestResult {
+    let node = node_with_store();
+    let mut client = node.client("dev");
+    let iota = push(&mut client, "iota")?;
+    let probe = push(&mut client, "testing/probe")?;
+    let mut runner = node.client("dev");
+    let running = std::thread::spawn(move || runner.deploy_run(&probe, b"hold 2"));
+    let start = std::time::Instant::now();
+    while node.node().control().metrics().deploy_runs_active == 0 {
+        check(start.elapsed() < WAIT, || "the run never started".into())?;
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    node.node().drain();
+    let refused = client
+        .deploy_run(&iota, b"1")
+        .expect_err("a run while draining");
+    check(refused.code() == Some(ErrorCode::Draining), || {
+        refused.to_string()
+    })?;
+    let (manifest, component) = pushable("scale");
+    let refused = client
+        .deploy_push(&manifest, &component)
+        .expect_err("a push while draining");
+    check(refused.code() == Some(ErrorCode::Draining), || {
+        refused.to_string()
+    })?;
+    let run = running
+        .join()
+        .map_err(|_| "the running client panicked")?
+        .map_err(|e| e.to_string())?;
+    check(
+        run.exit == DeployExit::Ok && String::from_utf8_lossy(&run.output).contains("ok held"),
+        || format!("{run:?}"),
+    )?;
+    drop(client);
+    node.drain_and_wait(WAIT)?;
+    Ok(())
+}

@@ -132,6 +132,10 @@ fn main() -> ExitCode {
             deploy::a_deploy_request_before_hello_closes_the_connection,
         ),
         (
+            "deploy::a_drain_lets_a_running_deployment_finish",
+            deploy::a_drain_lets_a_running_deployment_finish,
+        ),
+        (
             "metrics::counters_move_as_the_ops_say",
             metrics::counters_move_as_the_ops_say,
         ),

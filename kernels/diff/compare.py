@@ -4,7 +4,7 @@
     python3 kernels/diff/compare.py emu.json gpu.json
 
 Both files have the format corpus_outputs writes (gpu_outputs.py keeps it). Each output buffer
-says how it is compared (set in host/ptx-emu/examples/corpus_outputs.rs):
+says how it is compared (set in benches/corpus/corpus_outputs.rs):
   exact  byte for byte (optionally but for listed elements, e.g. a scheduling-dependent atomic);
   float  element-wise: bit-exact when max_ulp is 0 (any NaN matches any NaN, +0 != -0), else an
          element passes within max_ulp ulps, or max_abs absolutely, or max_rel relatively (each list

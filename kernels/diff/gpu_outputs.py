@@ -3,7 +3,7 @@
 
     python3 kernels/diff/gpu_outputs.py emu.json > gpu.json
 
-emu.json comes from `target/release/examples/corpus_outputs` (host/ptx-emu/examples/corpus_outputs.rs).
+emu.json comes from `target/release/corpus_outputs` (benches/corpus/corpus_outputs.rs).
 Everything about a launch is read from it: the PTX file (relative to the repository root), the
 kernel, grid, block, dynamic shared memory, the argument block (pointer slots zeroed, with the
 offsets at which to write each buffer's device address), and every buffer's input bytes. Nothing

@@ -1,6 +1,6 @@
-//! The speed benchmark's tasklet (`tasklets/testing/gpubench`, driven by benches/gpu_speed.rs):
-//! every command runs with tiny counts and prints all its figures, so that the benchmark cannot
-//! rot unnoticed between GPU runs.
+//! The speed benchmark's tasklet (`tasklets/testing/gpubench`, driven by
+//! benches/speed/gpu_speed.rs): every command runs with tiny counts and prints all its figures, so
+//! that the benchmark cannot rot unnoticed between GPU runs.
 
 use tasklet_tests::{assert_baseline, load, manifest, run_ok, test_host};
 

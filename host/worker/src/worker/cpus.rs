@@ -2,12 +2,12 @@
 //!
 //! The cost of every driver call that reaches the GPU (a launch's doorbell, a completion poll)
 //! depends on which CPU makes it: on the GPU VMs we run on, launch + sync of an empty kernel is
-//! consistently slower from some vCPUs than from others (`examples/sync_paths` under `taskset`
-//! shows it), though the VM reports a single NUMA node. An operator who knows the good CPUs lists
-//! them in `TASKLET_WORKER_CPUS` (the host's environment, which its workers inherit): each worker
-//! then pins its serving thread — the one that makes the driver calls — to one of them, chosen by
-//! its process id so that workers spread over the list. The driver's own threads and the kernel
-//! watchdog stay unpinned. Unset (the default), workers run where the scheduler puts them.
+//! consistently slower from some vCPUs than from others (`benches/probes/sync_paths.rs` under
+//! `taskset` shows it), though the VM reports a single NUMA node. An operator who knows the good
+//! CPUs lists them in `TASKLET_WORKER_CPUS` (the host's environment, which its workers inherit):
+//! each worker then pins its serving thread — the one that makes the driver calls — to one of them,
+//! chosen by its process id so that workers spread over the list. The driver's own threads and the
+//! kernel watchdog stay unpinned. Unset (the default), workers run where the scheduler puts them.
 
 use std::io;
 

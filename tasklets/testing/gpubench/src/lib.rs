@@ -1,5 +1,5 @@
 //! `gpubench`: timed GPU loops run inside the guest, for the speed benchmark
-//! (`tests/benches/gpu_speed.rs`), which runs the same operations natively through cudarc and
+//! (`benches/speed/gpu_speed.rs`), which runs the same operations natively through cudarc and
 //! prints the two side by side.
 //!
 //! It calls the WIT bindings directly (`tasklet_gpu::raw`), so that each timed operation is exactly

@@ -1,13 +1,13 @@
 //! The request ring's records.
 //!
 //! Each record is a 16-byte header (kind, length, call seq, stamp) and the frame, starting on a
-//! cache line and padded to whole lines; a record that would straddle the ring's end is preceded
-//! by a wrap record that skips to its start. Whole lines because every line of a record is a
-//! transfer from the host's core to the worker's on the way to the driver: a launch with a small
-//! argument block is one line (see the codec's launch encoding), which `examples/ring_lines.rs`
-//! found faster per hand-off than the two lines, shared with their neighbours, that a record at
-//! 16-byte alignment touches; and records never share a line, so the host writing the next
-//! record never takes away the line the worker is reading.
+//! cache line and padded to whole lines; a record that would straddle the ring's end is preceded by
+//! a wrap record that skips to its start. Whole lines because every line of a record is a transfer
+//! from the host's core to the worker's on the way to the driver: a launch with a small argument
+//! block is one line (see the codec's launch encoding), which `benches/probes/ring_lines.rs` found
+//! faster per hand-off than the two lines, shared with their neighbours, that a record at 16-byte
+//! alignment touches; and records never share a line, so the host writing the next record never
+//! takes away the line the worker is reading.
 //!
 //! `head` (bytes ever published by the host) and `tail` (bytes the worker has *finished*, not
 //! merely read) are free-running `u32`s; the ring's size divides 2³², so `pos % RING` stays

@@ -16,7 +16,7 @@ pub struct Device {
     pub ctx: CuContext,
     /// The one stream every kernel, copy and memset of this worker goes on, in request order.
     /// Non-blocking: the legacy default stream's implicit synchronisation costs each launch time
-    /// (`examples/sync_paths.rs` shows how much), and nothing of ours uses that stream.
+    /// (`benches/probes/sync_paths.rs` shows how much), and nothing of ours uses that stream.
     pub stream: WorkStream,
     pub name: String,
     pub total_memory: u64,

@@ -3,11 +3,11 @@
 //! `i - 1`, so the kernels run in order on the worker's stream exactly as separate launches would).
 //!
 //! Why: the driver's CPU cost of a launch is much lower through an instantiated graph than through
-//! `cuLaunchKernel`, and lower still per node in a longer chain (`examples/graph_bursts` measures
-//! it). Updating a node costs extra only when its launch differs from what the node holds — not
-//! at all in a loop launching one kernel again and again — and even an updated one-node graph
-//! costs no more than `cuLaunchKernel`; a single launch followed by a wait for the stream is
-//! faster through the graph too.
+//! `cuLaunchKernel`, and lower still per node in a longer chain (`benches/probes/graph_bursts.rs`
+//! measures it). Updating a node costs extra only when its launch differs from what the node holds
+//! — not at all in a loop launching one kernel again and again — and even an updated one-node graph
+//! costs no more than `cuLaunchKernel`; a single launch followed by a wait for the stream is faster
+//! through the graph too.
 //!
 //! One chain is kept per length (1 to [`GROUP_MAX`]), built at its first use from the launches it
 //! first carries; each later use updates only the nodes whose launch differs from what they hold

@@ -49,7 +49,7 @@ pub use driver::NO_DRIVER;
 pub use launch::{GROUP_MAX, MAX_PENDING, WATCHDOG_GRACE};
 
 /// Opens device 0's primary context and makes it current on this thread, as a worker does (for
-/// tools that measure the driver beside the backend, e.g. `examples/sync_paths.rs`).
+/// tools that measure the driver beside the backend, e.g. `benches/probes/sync_paths.rs`).
 pub fn open_context(drv: &'static Driver) -> Result<CuContext, String> {
     context::open(drv).map(|d| d.ctx)
 }

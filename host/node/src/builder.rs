@@ -11,7 +11,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tasklet_deploy::DeployConfig;
+use tasklet_runtime::config::DeployLimits;
 use tasklet_runtime::{BackendKind, Host, HostConfig, HostError, Policy, WorkerCommand};
+use tasklet_store::StoreConfig;
 use tasklet_tls::{InvalidTenant, Tenant};
 use tasklet_wire::limits::DEFAULT_MAX_STREAM_BYTES;
 use tasklet_wire::DEFAULT_PORT;
@@ -84,7 +86,8 @@ pub struct NodeBuilder {
     name: Option<String>,
     limits: Limits,
     store: Option<PathBuf>,
-    deploy: DeployConfig,
+    deploy: Option<DeployConfig>,
+    store_config: Option<StoreConfig>,
     metrics: Option<SocketAddr>,
 }
 
@@ -106,7 +109,8 @@ impl NodeBuilder {
             authorizer: None,
             name: None,
             store: None,
-            deploy: DeployConfig::default(),
+            deploy: None,
+            store_config: None,
             metrics: None,
             limits: Limits {
                 idle_timeout: DEFAULT_IDLE_TIMEOUT,
@@ -211,10 +215,17 @@ impl NodeBuilder {
         self
     }
 
-    /// The deployer's limits: component size, tasklets kept warm (default
-    /// [`DeployConfig::default`]).
+    /// The deployer's limits: component size, tasklets kept warm. Default: the policy's
+    /// `[deploy]` section, each key it leaves out [`DeployConfig::default`]'s.
     pub fn deploy_config(mut self, config: DeployConfig) -> Self {
-        self.deploy = config;
+        self.deploy = Some(config);
+        self
+    }
+
+    /// The store's limits: file size, compiled cache. Default: the policy's `[store]` section,
+    /// each key it leaves out [`StoreConfig::default`]'s.
+    pub fn store_config(mut self, config: StoreConfig) -> Self {
+        self.store_config = Some(config);
         self
     }
 
@@ -258,15 +269,18 @@ impl NodeBuilder {
             None => None,
             Some(addr) => Some(bind_metrics(addr)?),
         };
+        let limits = host.policy().deploy_limits;
+        let deploy = self.deploy.unwrap_or_else(|| deploy_config(&limits));
+        let store_config = self.store_config.unwrap_or_else(|| store_config(&limits));
         let deployments =
             match &self.store {
                 None => None,
-                Some(dir) => Some(Deployments::open(dir, self.deploy).map_err(|source| {
-                    NodeError::Store {
+                Some(dir) => Some(Deployments::open(dir, store_config, deploy).map_err(
+                    |source| NodeError::Store {
                         path: dir.clone(),
                         source,
-                    }
-                })?),
+                    },
+                )?),
             };
         let name = self
             .name
@@ -280,6 +294,29 @@ impl NodeBuilder {
             metrics,
         );
         Ok(Node::new(Arc::new(shared), endpoint, scrapes))
+    }
+}
+
+/// The deployer's limits a policy's `[deploy]` section sets.
+fn deploy_config(limits: &DeployLimits) -> DeployConfig {
+    let default = DeployConfig::default();
+    DeployConfig {
+        max_component_bytes: limits
+            .max_component_size
+            .unwrap_or(default.max_component_bytes),
+        warm_tasklets: limits.warm_tasklets.unwrap_or(default.warm_tasklets),
+        warm_bytes: limits.warm_size.unwrap_or(default.warm_bytes),
+    }
+}
+
+/// The store's limits a policy's `[store]` section sets.
+fn store_config(limits: &DeployLimits) -> StoreConfig {
+    let default = StoreConfig::default();
+    StoreConfig {
+        max_blob_bytes: limits.max_blob_size.unwrap_or(default.max_blob_bytes),
+        compiled_cache_bytes: limits
+            .compiled_cache_size
+            .unwrap_or(default.compiled_cache_bytes),
     }
 }
 

@@ -102,3 +102,4 @@ pub use deploy::DeployOpenError;
 pub use metrics::{MetricsError, MetricsSnapshot, NodeMetrics};
 pub use node::{Node, NodeControl, RunningNode};
 pub use tasklet_deploy::DeployConfig;
+pub use tasklet_store::StoreConfig;

@@ -68,8 +68,12 @@ pub(crate) struct Pushed {
 
 impl Deployments {
     /// The store in `root` (created if need be), its owner records, and a deployer over it.
-    pub fn open(root: &Path, config: DeployConfig) -> Result<Deployments, DeployOpenError> {
-        let store = Store::open(root, StoreConfig::default())?;
+    pub fn open(
+        root: &Path,
+        store: StoreConfig,
+        config: DeployConfig,
+    ) -> Result<Deployments, DeployOpenError> {
+        let store = Store::open(root, store)?;
         let owners = Owners::open(root).map_err(|source| DeployOpenError::Owners {
             path: root.join(owners::OWNERS),
             source,

@@ -245,11 +245,15 @@ pub fn a_second_run_is_warm() -> TestResult {
 /// component that is not a tasklet, one past the node's size limit.
 pub fn refused_pushes_say_why_and_the_connection_serves_on() -> TestResult {
     let node = TestNode::with(Setup {
+        policy: {
+            // `[deploy] max-component-size = "64KiB"`, as a node's policy file says it.
+            let mut policy = policy();
+            policy.deploy_limits = Policy::parse("[deploy]\nmax-component-size = \"64KiB\"\n")
+                .map_err(|(_, e)| e)?
+                .deploy_limits;
+            policy
+        },
         store: true,
-        deploy: Some(tasklet_node::DeployConfig {
-            max_component_bytes: 64 << 10,
-            ..tasklet_node::DeployConfig::default()
-        }),
         ..Setup::default()
     });
     let mut client = node.client("dev");

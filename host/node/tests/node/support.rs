@@ -73,8 +73,6 @@ pub struct Setup {
     pub store: bool,
     /// Serve `/metrics` on a free port of 127.0.0.1.
     pub metrics: bool,
-    /// The deployer's limits, if not the defaults.
-    pub deploy: Option<tasklet_node::DeployConfig>,
 }
 
 impl Default for Setup {
@@ -86,7 +84,6 @@ impl Default for Setup {
             authorizer: None,
             store: false,
             metrics: false,
-            deploy: None,
         }
     }
 }
@@ -117,9 +114,6 @@ impl TestNode {
                 .stall_timeout(setup.stall_timeout);
             if let Some(dir) = store_dir {
                 builder = builder.store(dir);
-            }
-            if let Some(config) = setup.deploy {
-                builder = builder.deploy_config(config);
             }
             if setup.metrics {
                 builder = builder.metrics("127.0.0.1:0".parse().unwrap());

@@ -9,6 +9,6 @@ pub mod units;
 mod value;
 
 pub use manifest::{GpuRequest, Limits, Manifest, ManifestError, MANIFEST_FILE};
-pub use policy::{Grant, Policy, PolicyError, WorkerPolicy};
+pub use policy::{DeployLimits, Grant, Policy, PolicyError, WorkerPolicy};
 pub use rights::{Right, Rights};
 pub use tenants::{DeployRefused, TenantCaps, UnlistedTenant};

@@ -1,6 +1,7 @@
 //! The node's policy: the most any tasklet gets, what each tenant gets (`[tenants.NAME]`, see
-//! `tenants`), and how the node runs its GPU workers. A tasklet is granted the intersection of
-//! its manifest and this policy.
+//! `tenants`), how the node runs its GPU workers, and how much it keeps of deployed tasklets
+//! (`[deploy]`, `[store]`). A tasklet is granted the intersection of its manifest and this
+//! policy.
 
 use super::manifest::{GpuRequest, Limits, Manifest};
 use super::rights::Rights;
@@ -25,6 +26,25 @@ pub struct Policy {
     /// `[tenants.NAME]`: each tenant's caps under `limits` and `gpu`, by tenant name. Empty: every
     /// tenant gets `limits` and `gpu` (see [`Policy::tenant_ceiling`]).
     pub tenants: BTreeMap<String, TenantCaps>,
+    /// `[deploy]` and `[store]`: how much a node keeps of deployed tasklets.
+    pub deploy_limits: DeployLimits,
+}
+
+/// `[deploy]` and `[store]`: the limits of a node's deployed tasklets and of the store they are
+/// kept in. Each left out (`None`) keeps the node's default; the node's errors name the key that
+/// raises the limit they hit (`deploy.max-component-size`, …).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeployLimits {
+    /// `[deploy] max-component-size`: the largest component a push may carry.
+    pub max_component_size: Option<u64>,
+    /// `[deploy] warm-tasklets`: linked tasklets kept in memory between runs.
+    pub warm_tasklets: Option<usize>,
+    /// `[deploy] warm-size`: compiled code those tasklets may account for.
+    pub warm_size: Option<u64>,
+    /// `[store] max-blob-size`: the largest file (component, manifest) the store keeps.
+    pub max_blob_size: Option<u64>,
+    /// `[store] compiled-cache-size`: compiled components kept on disk.
+    pub compiled_cache_size: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -80,6 +100,7 @@ impl Default for Policy {
             },
             deploy: true,
             tenants: BTreeMap::new(),
+            deploy_limits: DeployLimits::default(),
         }
     }
 }
@@ -138,6 +159,13 @@ impl Policy {
             w.context_reserve.map(|s| s.0),
         );
         set(&mut p.workers.reuse, w.reuse);
+        p.deploy_limits = DeployLimits {
+            max_component_size: raw.deploy.max_component_size.map(|s| s.0),
+            warm_tasklets: raw.deploy.warm_tasklets,
+            warm_size: raw.deploy.warm_size.map(|s| s.0),
+            max_blob_size: raw.store.max_blob_size.map(|s| s.0),
+            compiled_cache_size: raw.store.compiled_cache_size.map(|s| s.0),
+        };
         p.tenants = raw
             .tenants
             .into_iter()
@@ -186,6 +214,25 @@ struct RawPolicy {
     workers: RawWorkers,
     #[serde(default)]
     tenants: BTreeMap<String, RawTaskletCaps>,
+    #[serde(default)]
+    deploy: RawDeploy,
+    #[serde(default)]
+    store: RawStore,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawDeploy {
+    max_component_size: Option<Size>,
+    warm_tasklets: Option<usize>,
+    warm_size: Option<Size>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawStore {
+    max_blob_size: Option<Size>,
+    compiled_cache_size: Option<Size>,
 }
 
 #[derive(Deserialize, Default)]
@@ -266,6 +313,30 @@ mod tests {
             ),
             (None, DEFAULT_CONTEXT_RESERVE, true)
         );
+    }
+
+    #[test]
+    fn deploy_and_store_limits_parse() {
+        let p = Policy::parse(
+            "[deploy]\nmax-component-size = \"8MiB\"\nwarm-tasklets = 4\n[store]\ncompiled-cache-size = \"1GiB\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            p.deploy_limits,
+            DeployLimits {
+                max_component_size: Some(8 << 20),
+                warm_tasklets: Some(4),
+                warm_size: None,
+                max_blob_size: None,
+                compiled_cache_size: Some(1 << 30),
+            }
+        );
+        assert_eq!(
+            Policy::parse("").unwrap().deploy_limits,
+            DeployLimits::default()
+        );
+        let (line, msg) = Policy::parse("[store]\nmax-blobs = 1\n").unwrap_err();
+        assert_eq!(line, Some(2), "{msg}");
     }
 
     #[test]

@@ -11,7 +11,8 @@
 //! - [`channel`]: the shared memory the frames travel through and both of its ends;
 //! - [`control_socket`]: the socket beside the channel that carries file descriptors;
 //! - [`error_kind`]: why an operation failed, as one byte on the wire;
-//! - [`charging`]: the unit device memory is counted in, by the worker and the host alike.
+//! - [`charging`]: the unit device memory is counted in, by the worker and the host alike;
+//! - [`quote`]: how much of a tenant's names and text an error message may repeat.
 
 pub mod channel;
 pub mod charging;
@@ -22,6 +23,7 @@ pub mod error_kind;
 pub mod launch;
 pub mod launch_limits;
 pub mod messages;
+pub mod quote;
 
 pub use charging::{charged_bytes, ALLOC_GRANULE};
 pub use command_line::{BackendKind, WorkerArgs, WorkerCommand, EXIT_DEADLINE};

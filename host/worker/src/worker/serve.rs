@@ -9,7 +9,7 @@ use super::attach::Attachments;
 use super::backend::{self, Backend, BackendError};
 use crate::contract::channel::{Incoming, WorkerEnd};
 use crate::contract::codec::{decode_request, encode_response};
-use crate::contract::{ErrorKind, Launch, Request, Response};
+use crate::contract::{quote, ErrorKind, Launch, Request, Response};
 
 /// Serves requests on `end` until the host closes it or `host_alive` says it is gone.
 ///
@@ -191,7 +191,7 @@ fn launch_batch(
         let kernel = launches
             .get(i)
             .map(|l| match backend.kernel_name(l.module, l.kernel) {
-                Some(name) => format!("kernel `{name}`"),
+                Some(name) => format!("kernel {}", quote::name(name)),
                 None => format!("kernel {} of module {}", l.kernel, l.module),
             });
         launch_error(first + i as u64, kernel.as_deref(), e.kind, &e.message)

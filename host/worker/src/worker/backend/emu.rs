@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use super::module_check::{self, Loader};
 use super::{source, Backend, BackendError};
-use crate::contract::{ErrorKind, Launch, LaunchLimits, LoadedModule, WorkerInfo};
+use crate::contract::{quote, ErrorKind, Launch, LaunchLimits, LoadedModule, WorkerInfo};
 
 /// The device the emulator is: what modules are checked against.
 const EMULATED: Loader = Loader {
@@ -177,7 +177,7 @@ impl Backend for EmuBackend {
         let module = Module::parse(ptx).map_err(|e| {
             BackendError::new(
                 ErrorKind::LoadFailed,
-                format!("PTX line {}: {}", e.line, e.message),
+                format!("PTX line {}: {}", e.line, quote::text(&e.message)),
             )
         })?;
         let id = self.next_module;
@@ -239,8 +239,8 @@ impl Backend for EmuBackend {
                 BackendError::new(
                     ErrorKind::LaunchFailed,
                     format!(
-                        "cannot launch kernel `{}`: {e}",
-                        module.kernels()[kernel].name
+                        "cannot launch kernel {}: {e}",
+                        quote::name(&module.kernels()[kernel].name)
                     ),
                 )
             })?;
@@ -257,10 +257,16 @@ impl Backend for EmuBackend {
         // memory.
         match module.launch_by_index(kernel, &self.mem, &params) {
             Ok(_) => Ok(()),
-            Err(ExecError::InvalidLaunch(m)) => Err(BackendError::new(ErrorKind::LaunchFailed, m)),
-            Err(e @ ExecError::Fault { .. }) => {
-                Err(BackendError::new(ErrorKind::KernelFault, e.to_string()))
-            }
+            Err(ExecError::InvalidLaunch(m)) => Err(BackendError::new(
+                ErrorKind::LaunchFailed,
+                quote::text(&m).to_string(),
+            )),
+            // A fault's message may carry the kernel's own text (a device assertion's message,
+            // file and function): only its start.
+            Err(e @ ExecError::Fault { .. }) => Err(BackendError::new(
+                ErrorKind::KernelFault,
+                quote::text(&e.to_string()).to_string(),
+            )),
             Err(e @ ExecError::StepLimit { .. }) => Err(BackendError::new(
                 ErrorKind::DeadlineExceeded,
                 format!("kernel deadline exceeded: {e}"),

@@ -2,7 +2,7 @@
 //! loads as it loads any PTX. Only the architecture differs between backends.
 
 use super::BackendError;
-use crate::contract::ErrorKind;
+use crate::contract::{quote, ErrorKind};
 use crate::worker::nvrtc::{self, NvrtcError};
 
 /// Compiles `source` with `options` for `arch` (`compute_XY`'s X and Y) unless the options name
@@ -25,7 +25,8 @@ pub(super) fn compile(
             ErrorKind::Unsupported,
             format!("compiling CUDA C needs NVRTC, which this node does not have: {e}; or load PTX instead"),
         ),
-        other => BackendError::new(ErrorKind::LoadFailed, other.to_string()),
+        // NVRTC's log quotes the source (and a refused option is echoed): only its start.
+        other => BackendError::new(ErrorKind::LoadFailed, quote::text(&other.to_string()).to_string()),
     })
 }
 

@@ -14,7 +14,7 @@
 use tasklet_ptx::PtxHeader;
 
 use super::driver::*;
-use crate::contract::{ErrorKind, Launch, LaunchLimits};
+use crate::contract::{quote, ErrorKind, Launch, LaunchLimits};
 use crate::worker::backend::module_check::{self, Loader};
 use crate::worker::backend::BackendError;
 
@@ -120,13 +120,16 @@ pub fn launch_error(
         ),
         c if is_sticky(c) => return BackendError::new(
             ErrorKind::KernelFault,
-            format!("launching kernel `{kernel}` failed because of an earlier fault: {words}; {FAULT_CONSEQUENCE}"),
+            format!("launching kernel {} failed because of an earlier fault: {words}; {FAULT_CONSEQUENCE}", quote::name(kernel)),
         ),
         _ => (ErrorKind::LaunchFailed, "the driver refused this launch".to_owned()),
     };
     BackendError::new(
         kind,
-        format!("cannot launch kernel `{kernel}` with {cfg}: {words}; {fix}"),
+        format!(
+            "cannot launch kernel {} with {cfg}: {words}; {fix}",
+            quote::name(kernel)
+        ),
     )
 }
 
@@ -185,7 +188,8 @@ pub fn load_error(
     let log_part = if log.trim().is_empty() {
         String::new()
     } else {
-        format!("\nJIT log:\n{}", log.trim_end())
+        // The log quotes the tenant's PTX: only its start.
+        format!("\nJIT log:\n{}", quote::text(log.trim_end()))
     };
     let (kind, explain) = if code == CUDA_ERROR_OUT_OF_MEMORY {
         (

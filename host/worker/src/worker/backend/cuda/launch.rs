@@ -29,6 +29,7 @@
 
 use std::collections::VecDeque;
 use std::ffi::{c_uint, c_void};
+use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Acquire, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -36,7 +37,7 @@ use std::time::{Duration, Instant};
 use super::driver::*;
 use super::errors;
 use super::graphs::Chains;
-use crate::contract::ErrorKind;
+use crate::contract::{quote, ErrorKind};
 use crate::worker::backend::BackendError;
 
 /// Most launches in flight; a launch past it first waits for the oldest (deadline-aware), so
@@ -54,6 +55,9 @@ const CU_EVENT_DISABLE_TIMING: c_uint = 2;
 
 /// Most launches that share one completion event (see the module docs).
 pub const GROUP_MAX: usize = 8;
+
+/// Most kernel names a group's message lists.
+const NAMES_SHOWN: usize = 3;
 
 /// The launches of one group, in launch order: their kernels (names shared with their modules:
 /// no allocation per launch) and their ordinals in the lease ([`ReadyLaunch::ordinal`]).
@@ -75,7 +79,8 @@ impl Members {
     }
 
     /// For messages: "launch #4 of kernel `a`", or "one of launches #4 to #6 (kernels `a`, `b`;
-    /// 3 launched together)".
+    /// 3 launched together)". Names are quoted in part ([`quote::name`]), and at most
+    /// [`NAMES_SHOWN`] of them: a group's message repeats no more of a tenant's names than that.
     fn describe(&self) -> String {
         let mut names: Vec<&str> = Vec::with_capacity(self.n);
         for name in self.names.iter().flatten() {
@@ -86,12 +91,21 @@ impl Members {
         let ordinals = &self.ordinals[..self.n.min(GROUP_MAX)];
         match (ordinals, names.as_slice()) {
             ([], _) => "a kernel".into(),
-            ([one], [name]) => format!("launch #{one} of kernel `{name}`"),
-            ([first, .., last], names) => format!(
-                "one of launches #{first} to #{last} (kernels `{}`; {} launched together)",
-                names.join("`, `"),
-                self.n
-            ),
+            ([one], [name]) => format!("launch #{one} of kernel {}", quote::name(name)),
+            ([first, .., last], names) => {
+                let mut listed = String::new();
+                for (i, name) in names.iter().take(NAMES_SHOWN).enumerate() {
+                    let sep = if i == 0 { "" } else { ", " };
+                    let _ = write!(listed, "{sep}{}", quote::name(name));
+                }
+                if names.len() > NAMES_SHOWN {
+                    let _ = write!(listed, " and {} more", names.len() - NAMES_SHOWN);
+                }
+                format!(
+                    "one of launches #{first} to #{last} (kernels {listed}; {} launched together)",
+                    self.n
+                )
+            }
             (_, _) => "a kernel".into(),
         }
     }
@@ -618,6 +632,16 @@ mod tests {
             members(&[("empty", 4), ("spin", 5), ("empty", 6)]).describe(),
             "one of launches #4 to #6 (kernels `empty`, `spin`; 3 launched together)"
         );
+        // At most three names, each quoted in part.
+        let long = "x".repeat(1000);
+        let names = ["a", "b", "c", "d", long.as_str()];
+        let group: Vec<(&str, u64)> = names.iter().zip(1..).map(|(&n, i)| (n, i)).collect();
+        assert_eq!(
+            members(&group).describe(),
+            "one of launches #1 to #5 (kernels `a`, `b`, `c` and 2 more; 5 launched together)"
+        );
+        let d = members(&[(long.as_str(), 9)]).describe();
+        assert!(d.ends_with("…` (1000 bytes)") && d.len() < 120, "{d}");
         // Past a full group, pushes are ignored rather than panicking.
         let many: Vec<(&str, u64)> = (1..=GROUP_MAX as u64 + 2).map(|i| ("k", i)).collect();
         assert_eq!(

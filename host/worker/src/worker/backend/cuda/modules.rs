@@ -17,7 +17,7 @@ use tasklet_ptx::{KernelInfo, PtxHeader};
 
 use super::driver::*;
 use super::errors::{self, LoadTarget};
-use crate::contract::ErrorKind;
+use crate::contract::{quote, ErrorKind};
 use crate::worker::backend::BackendError;
 
 /// Module ids a worker may hold at once (as the emulator).
@@ -310,7 +310,7 @@ fn resolve(drv: &Driver, module: CuModule, ptx: &str) -> Result<Loaded, BackendE
     let kernels = tasklet_ptx::entry_signatures(ptx).map_err(|e| {
         BackendError::new(
             ErrorKind::LoadFailed,
-            format!("the driver loaded the module, but its kernel signatures cannot be read (needed to lay out arguments): PTX line {}: {}", e.line, e.message),
+            format!("the driver loaded the module, but its kernel signatures cannot be read (needed to lay out arguments): PTX line {}: {}", e.line, quote::text(&e.message)),
         )
     })?;
     let mut functions = Vec::with_capacity(kernels.len());
@@ -318,7 +318,7 @@ fn resolve(drv: &Driver, module: CuModule, ptx: &str) -> Result<Loaded, BackendE
         let cname = CString::new(k.name.as_str()).map_err(|_| {
             BackendError::new(
                 ErrorKind::LoadFailed,
-                format!("kernel name {:?} contains a NUL byte", k.name),
+                format!("kernel name {} contains a NUL byte", quote::name(&k.name)),
             )
         })?;
         let mut f: CuFunction = std::ptr::null_mut();
@@ -328,8 +328,8 @@ fn resolve(drv: &Driver, module: CuModule, ptx: &str) -> Result<Loaded, BackendE
             return Err(BackendError::new(
                 ErrorKind::LoadFailed,
                 format!(
-                    "kernel `{}` is declared in the PTX but the driver cannot find it: {}",
-                    k.name,
+                    "kernel {} is declared in the PTX but the driver cannot find it: {}",
+                    quote::name(&k.name),
                     drv.describe(r)
                 ),
             ));

@@ -1,12 +1,15 @@
-//! `tasklet check`: validate a manifest and show what the node would grant.
+//! `tasklet check`: validate a manifest and its component, and show what the node would grant.
 
 use anyhow::Result;
-use std::path::PathBuf;
+use std::fmt;
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tasklet_runtime::config::units::format_size;
 use tasklet_runtime::{Manifest, Policy};
 
-/// Validate a tasklet's manifest and print what this node's policy grants it.
+/// Validate a tasklet's manifest and its component, and print what this node's policy grants it.
+/// Exits with 1 when the component is missing, unreadable or not a WebAssembly component.
 #[derive(clap::Args, Debug)]
 pub struct CheckArgs {
     /// A tasklet folder (with tasklet.toml) or a manifest file.
@@ -23,15 +26,16 @@ pub fn run(args: CheckArgs) -> Result<ExitCode> {
         None => Policy::default(),
     };
     let grant = policy.grant(&manifest);
-    println!("{}: manifest ok", manifest.name);
+    let component = Component::inspect(&manifest.component);
+    let verdict = if component.is_usable() {
+        "ok"
+    } else {
+        "not usable"
+    };
+    println!("{}: manifest ok, component {verdict}", manifest.name);
     println!(
-        "  component     {}{}",
-        manifest.component.display(),
-        if manifest.component.exists() {
-            ""
-        } else {
-            " (not built yet)"
-        }
+        "  component     {}: {component}",
+        manifest.component.display()
     );
     println!("  memory        {}", format_size(grant.limits.memory));
     println!("  wall time     {:?}", grant.limits.wall_time);
@@ -53,5 +57,86 @@ pub fn run(args: CheckArgs) -> Result<ExitCode> {
             println!("  warning: the policy withholds {}", names.join(", "));
         }
     }
-    Ok(ExitCode::SUCCESS)
+    if component.is_usable() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    eprintln!(
+        "{}: {}: {component}",
+        manifest.name,
+        manifest.component.display()
+    );
+    Ok(ExitCode::from(1))
+}
+
+/// What `check` found at the manifest's `component` path.
+enum Component {
+    /// A WebAssembly component of this many bytes.
+    Usable(u64),
+    Missing,
+    Unreadable(std::io::Error),
+    /// A file, but not a component: why.
+    NotAComponent(&'static str),
+}
+
+/// The preamble of a WebAssembly binary: the magic `\0asm`, then a version and a layer; a core
+/// module is version 1 of layer 0, a component version 0xd of layer 1.
+const WASM_MAGIC: [u8; 4] = *b"\0asm";
+const COMPONENT_VERSION_AND_LAYER: [u8; 4] = [0x0d, 0x00, 0x01, 0x00];
+const CORE_MODULE_VERSION_AND_LAYER: [u8; 4] = [0x01, 0x00, 0x00, 0x00];
+
+impl Component {
+    /// Reads the start of the file at `path` (8 bytes): enough to tell a component from anything
+    /// else without compiling it.
+    fn inspect(path: &Path) -> Component {
+        let mut file = match std::fs::File::open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Component::Missing,
+            Err(e) => return Component::Unreadable(e),
+        };
+        let size = match file.metadata() {
+            Ok(m) if m.is_dir() => return Component::NotAComponent("it is a folder"),
+            Ok(m) => m.len(),
+            Err(e) => return Component::Unreadable(e),
+        };
+        let mut preamble = [0u8; 8];
+        match file.read_exact(&mut preamble) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                return Component::NotAComponent("it is shorter than a WebAssembly preamble")
+            }
+            Err(e) => return Component::Unreadable(e),
+        }
+        let (magic, version) = preamble.split_at(4);
+        if magic != WASM_MAGIC {
+            Component::NotAComponent("it is not WebAssembly (no `\\0asm` at its start)")
+        } else if version == CORE_MODULE_VERSION_AND_LAYER {
+            Component::NotAComponent(
+                "it is a core WebAssembly module, not a component: build the tasklet for wasm32-wasip2",
+            )
+        } else if version != COMPONENT_VERSION_AND_LAYER {
+            Component::NotAComponent(
+                "it is WebAssembly of a version or layer this host does not run",
+            )
+        } else {
+            Component::Usable(size)
+        }
+    }
+
+    fn is_usable(&self) -> bool {
+        matches!(self, Component::Usable(_))
+    }
+}
+
+impl fmt::Display for Component {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Component::Usable(size) => write!(f, "a WebAssembly component of {size} bytes"),
+            Component::Missing => f.write_str(
+                "missing: build it (`tasklet run` builds a tasklet crate beside its manifest; or \
+                 cargo build --release --target wasm32-wasip2), or correct `component` in the manifest",
+            ),
+            Component::Unreadable(e) => write!(f, "unreadable: {e}"),
+            Component::NotAComponent(why) => write!(f, "not usable: {why}"),
+        }
+    }
 }

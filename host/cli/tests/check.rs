@@ -1,0 +1,103 @@
+//! `tasklet check` on a component that is missing, unreadable or not a component: it says so and
+//! fails, rather than calling the tasklet ok.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+const MANIFEST: &str = "name = \"t\"\ncomponent = \"t.wasm\"\n";
+
+fn check(dir: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tasklet"))
+        .args(["check", dir.to_str().expect("a UTF-8 temp path")])
+        .output()
+        .expect("tasklet starts")
+}
+
+/// `tasklet check` of a tasklet folder whose manifest names `t.wasm`, after `setup` made it.
+fn check_with(setup: impl FnOnce(&Path)) -> (Option<i32>, String, String) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("tasklet.toml"), MANIFEST).expect("manifest");
+    setup(&dir.path().join("t.wasm"));
+    let out = check(dir.path());
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code(), text(&out.stdout), text(&out.stderr))
+}
+
+#[track_caller]
+fn assert_refused(found: (Option<i32>, String, String), says: &str) {
+    let (code, stdout, stderr) = found;
+    assert_eq!(code, Some(1), "{stdout}{stderr}");
+    assert!(
+        stdout.starts_with("t: manifest ok, component not usable"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(says) && stderr.contains(says),
+        "{says:?} not in:\n{stdout}{stderr}"
+    );
+}
+
+#[test]
+fn a_missing_component_is_reported_and_fails() {
+    assert_refused(check_with(|_| {}), "missing: build it");
+}
+
+#[test]
+fn an_unreadable_component_is_reported_and_fails() {
+    // `t.wasm/` under a file: opening it fails with other than "not found".
+    let dir = tempfile::tempdir().expect("temp dir");
+    let manifest = MANIFEST.replace("t.wasm", "file/t.wasm");
+    std::fs::write(dir.path().join("tasklet.toml"), manifest).expect("manifest");
+    std::fs::write(dir.path().join("file"), b"").expect("file");
+    let out = check(dir.path());
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(
+        stdout.starts_with("t: manifest ok, component not usable")
+            && stderr.contains("unreadable: "),
+        "{stdout}{stderr}"
+    );
+}
+
+#[test]
+fn a_folder_in_place_of_the_component_is_reported_and_fails() {
+    assert_refused(
+        check_with(|path| std::fs::create_dir(path).expect("folder")),
+        "not usable: it is a folder",
+    );
+}
+
+#[test]
+fn what_is_not_a_component_is_reported_and_fails() {
+    let cases: [(&[u8], &str); 3] = [
+        (
+            b"\0asm\x01\0\0\0",
+            "a core WebAssembly module, not a component",
+        ),
+        (b"#!/bin/sh\necho hi\n", "not WebAssembly"),
+        (b"\0as", "shorter than a WebAssembly preamble"),
+    ];
+    for (bytes, says) in cases {
+        assert_refused(
+            check_with(|path| std::fs::write(path, bytes).expect("file")),
+            says,
+        );
+    }
+}
+
+#[test]
+fn a_component_is_ok() {
+    // The preamble is what check reads; the rest need not compile for it.
+    let (code, stdout, stderr) = check_with(|path| {
+        std::fs::write(path, b"\0asm\x0d\0\x01\0").expect("file");
+    });
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(
+        stdout.starts_with("t: manifest ok, component ok")
+            && stdout.contains("a WebAssembly component of 8 bytes"),
+        "{stdout}"
+    );
+}

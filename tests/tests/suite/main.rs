@@ -11,5 +11,6 @@ mod examples;
 mod fake_cuda;
 mod gpubench;
 mod launch_checks;
+mod sdk;
 mod workers;
 mod zero_copy;

@@ -1,0 +1,277 @@
+//! `sdk-check`: uses the guest SDK as a tasklet author would, one feature per command, for the
+//! host's test suite. It depends on `tasklet-gpu` alone, so that it also shows what the SDK is
+//! enough for (deriving `Pod` among it).
+//!
+//! Input: `<command> [arg]`. Output: one line per step, `ok <what> <detail>` or
+//! `error <kind> <message>` (`<kind>` the WIT `gpu-error` case name, or `invalid-input`; newlines
+//! in a message are written `\n`). A failing step ends the command after its line.
+//!
+//! | command | steps (each `→` prints a line) |
+//! | --- | --- |
+//! | `defaults` | `Lease::builder().acquire()` with no setter called → `ok lease granted=<bytes> remaining_ms=<ms>`; drop it; `GpuCall` of `scale` by 2 over `1 2 3` with its default lease → `ok gpucall 2 4 6` |
+//! | `derive` | `cross_kernel(a, b, out, 2)` with `b = (0, 0, 1)` a `#[derive(Pod)]` `Vec3` passed by value and `a = (1, 0, 0), (0, 1, 0)` → `ok derive <x y z of out[0]> <x y z of out[1]>` |
+//! | `cstruct <n>` | `digits_kernel(out, p, n)` with `p = { scale 2.5, offset 7, bias 100, tag 3 }` built with `CStruct` (24 bytes, tail padding included) → `ok cstruct size=24 <out[0]> … <out[n-1]>` |
+//! | `offsets` | an 8-element `u32` buffer; `iota(buf + 3 elements, 4)` through `arg_at_elem` → `ok offsets <the 8 elements>`; `arg_at_elem(buf, 9)` → its error |
+//! | `long-name <bytes>` | a module whose one kernel, named with `<bytes>` bytes, traps → `ok load <bytes>`; launch it → `ok launch`; sync → its error |
+//! | `long-token <bytes>` | a module whose fourth line is one word of `<bytes>` bytes → its load error |
+//! | `big-module <bytes>` | a module of at least `<bytes>` bytes (a header, one empty kernel, then a comment) → `ok load <bytes of text>` or its error |
+
+use std::fmt::Write as _;
+
+use tasklet_gpu::{input, CStruct, Error, GpuCall, LaunchConfig, Lease, Pod, Zeroable};
+
+const SCALE_PTX: &str = include_str!("../../../../kernels/scale.ptx");
+const IOTA_PTX: &str = include_str!("../../../../kernels/iota.ptx");
+const CALLS_PTX: &str = include_str!("../../../../kernels/calls.ptx");
+
+const HEADER: &str = ".version 7.0\n.target sm_80\n.address_size 64\n";
+
+fn run(input: Vec<u8>) -> Result<Vec<u8>, String> {
+    let mut words = input::text(&input)?.split_whitespace();
+    let command = words.next().unwrap_or("");
+    let arg = words.next();
+    let mut out = Out::default();
+    // `Err(Stopped)` only means a step failed and printed its line.
+    let _ = match command {
+        "defaults" => defaults(&mut out),
+        "derive" => derive(&mut out),
+        "cstruct" => cstruct(&mut out, input::argument(command, arg)?),
+        "offsets" => offsets(&mut out),
+        "long-name" => long_name(&mut out, input::argument(command, arg)?),
+        "long-token" => long_token(&mut out, input::argument(command, arg)?),
+        "big-module" => big_module(&mut out, input::argument(command, arg)?),
+        _ => {
+            return Err(format!(
+                "unknown command {command:?}; expected one of defaults, derive, cstruct <n>, \
+                 offsets, long-name <bytes>, long-token <bytes>, big-module <bytes>"
+            ))
+        }
+    };
+    Ok(out.0.into_bytes())
+}
+
+tasklet_gpu::export!(run);
+
+/// The output being built.
+#[derive(Default)]
+struct Out(String);
+
+/// A step failed; its line is printed.
+struct Stopped;
+
+impl Out {
+    fn ok(&mut self, what: &str, detail: impl core::fmt::Display) {
+        let _ = writeln!(self.0, "ok {what} {detail}");
+    }
+
+    fn error(&mut self, e: &Error) {
+        let message = e.message().replace('\n', "\\n");
+        let _ = writeln!(self.0, "error {} {message}", e.kind());
+    }
+
+    /// The step's value, or its error line and a stop.
+    fn step<T>(&mut self, r: Result<T, Error>) -> Result<T, Stopped> {
+        r.map_err(|e| {
+            self.error(&e);
+            Stopped
+        })
+    }
+}
+
+fn defaults(out: &mut Out) -> Result<(), Stopped> {
+    {
+        let lease = out.step(Lease::builder().acquire())?;
+        let info = out.step(lease.info())?;
+        out.ok(
+            "lease",
+            format_args!(
+                "granted={} remaining_ms={}",
+                info.granted_bytes, info.remaining_ms
+            ),
+        );
+    }
+    // The manifest grants one lease: the first is dropped by now.
+    let ys = out.step(
+        GpuCall::new(SCALE_PTX, "scale")
+            .data()
+            .arg(2.0f32)
+            .len_arg()
+            .run(&[1.0f32, 2.0, 3.0]),
+    )?;
+    out.ok("gpucall", join(&ys));
+    Ok(())
+}
+
+/// `struct Vec3 { float x, y, z; }`, derived with the SDK as the only dependency.
+#[derive(Clone, Copy, Debug, PartialEq, Pod, Zeroable)]
+#[bytemuck(crate = "tasklet_gpu::bytemuck")]
+#[repr(C)]
+struct Vec3 {
+    x: f32,
+    y: f32,
+    z: f32,
+}
+
+impl Vec3 {
+    const fn new(x: f32, y: f32, z: f32) -> Vec3 {
+        Vec3 { x, y, z }
+    }
+}
+
+fn derive(out: &mut Out) -> Result<(), Stopped> {
+    let lease = out.step(Lease::builder().acquire())?;
+    let session = out.step(lease.session())?;
+    let module = out.step(session.load_ptx(CALLS_PTX))?;
+    let a = out.step(session.alloc_from(&[Vec3::new(1.0, 0.0, 0.0), Vec3::new(0.0, 1.0, 0.0)]))?;
+    let result = out.step(session.alloc::<Vec3>(2))?;
+    // cross_kernel(const Vec3* a, Vec3 b, Vec3* out, unsigned n)
+    out.step(
+        session
+            .launch(&module, "cross_kernel")
+            .config(LaunchConfig::for_num_elems(2))
+            .arg(&a)
+            .arg_bytes(&Vec3::new(0.0, 0.0, 1.0))
+            .arg(&result)
+            .arg(2u32)
+            .run(),
+    )?;
+    let r = out.step(result.read())?;
+    let flat: Vec<f32> = r.iter().flat_map(|v| [v.x, v.y, v.z]).collect();
+    out.ok("derive", join(&flat));
+    Ok(())
+}
+
+fn cstruct(out: &mut Out, n: u32) -> Result<(), Stopped> {
+    // struct Params { float scale; int offset; unsigned long long bias; short tag; };
+    let params = CStruct::new()
+        .field(2.5f32)
+        .field(7i32)
+        .field(100u64)
+        .field(3i16);
+    let lease = out.step(Lease::builder().acquire())?;
+    let session = out.step(lease.session())?;
+    let module = out.step(session.load_ptx(CALLS_PTX))?;
+    let result = out.step(session.alloc::<u32>(n.max(1) as usize))?;
+    // digits_kernel(unsigned* out, Params p, unsigned n)
+    out.step(
+        session
+            .launch(&module, "digits_kernel")
+            .config(LaunchConfig::for_num_elems(n))
+            .arg(&result)
+            .arg(&params)
+            .arg(n)
+            .run(),
+    )?;
+    let r = out.step(result.read_range(..n as usize))?;
+    out.ok(
+        "cstruct",
+        format_args!("size={} {}", params.size(), join(&r)),
+    );
+    Ok(())
+}
+
+fn offsets(out: &mut Out) -> Result<(), Stopped> {
+    let lease = out.step(Lease::builder().acquire())?;
+    let session = out.step(lease.session())?;
+    let module = out.step(session.load_ptx(IOTA_PTX))?;
+    let buf = out.step(session.alloc::<u32>(8))?;
+    // iota(unsigned* out, unsigned n): out[i] = i + 1 for i < n, from element 3 on.
+    out.step(
+        session
+            .launch(&module, "iota")
+            .config(LaunchConfig::for_num_elems(4))
+            .arg_at_elem(&buf, 3)
+            .arg(4u32)
+            .run(),
+    )?;
+    let r = out.step(buf.read())?;
+    out.ok("offsets", join(&r));
+    // Element 9 of 8 is past the end: the SDK refuses it before the host sees it.
+    out.step(
+        session
+            .launch(&module, "iota")
+            .config(LaunchConfig::for_num_elems(1))
+            .arg_at_elem(&buf, 9)
+            .arg(1u32)
+            .run(),
+    )?;
+    out.ok("launch", "past the end");
+    Ok(())
+}
+
+fn long_name(out: &mut Out, bytes: usize) -> Result<(), Stopped> {
+    let name = format!("k{}", "x".repeat(bytes.saturating_sub(1)));
+    let ptx = format!("{HEADER}.visible .entry {name}()\n{{\n\ttrap;\n}}\n");
+    let lease = out.step(Lease::builder().acquire())?;
+    let session = out.step(lease.session())?;
+    let module = out.step(session.load_ptx(&ptx))?;
+    out.ok(
+        "load",
+        module.kernels().iter().map(String::len).sum::<usize>(),
+    );
+    out.step(
+        session
+            .launch(&module, &name)
+            .config(LaunchConfig::linear(1, 1))
+            .run(),
+    )?;
+    out.ok("launch", "");
+    out.step(session.sync())?;
+    out.ok("sync", "");
+    Ok(())
+}
+
+fn long_token(out: &mut Out, bytes: usize) -> Result<(), Stopped> {
+    let ptx = format!("{HEADER}{}\n", "y".repeat(bytes));
+    let lease = out.step(Lease::builder().acquire())?;
+    let session = out.step(lease.session())?;
+    out.step(session.load_ptx(&ptx))?;
+    out.ok("load", "");
+    Ok(())
+}
+
+fn big_module(out: &mut Out, bytes: usize) -> Result<(), Stopped> {
+    let mut ptx = format!("{HEADER}.visible .entry empty()\n{{\n\tret;\n}}\n// ");
+    let pad = bytes.saturating_sub(ptx.len() + 1);
+    ptx.push_str(&"z".repeat(pad));
+    ptx.push('\n');
+    let lease = out.step(Lease::builder().acquire())?;
+    let session = out.step(lease.session())?;
+    out.step(session.load_ptx(&ptx))?;
+    out.ok("load", ptx.len());
+    Ok(())
+}
+
+/// Values separated by spaces.
+fn join<T: core::fmt::Display>(values: &[T]) -> String {
+    let mut s = String::new();
+    for (i, v) in values.iter().enumerate() {
+        if i > 0 {
+            s.push(' ');
+        }
+        let _ = write!(s, "{v}");
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_derived_struct_is_c_sized() {
+        assert_eq!(core::mem::size_of::<Vec3>(), 12);
+        assert_eq!(
+            tasklet_gpu::bytemuck::bytes_of(&Vec3::new(1.0, 0.0, 0.0))[..4],
+            1.0f32.to_le_bytes()
+        );
+    }
+
+    #[test]
+    fn unknown_commands_are_errors() {
+        assert!(run(b"nope".to_vec())
+            .unwrap_err()
+            .contains("unknown command"));
+        assert_eq!(join(&[1, 2, 3]), "1 2 3");
+    }
+}

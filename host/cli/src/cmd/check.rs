@@ -75,7 +75,7 @@ enum Component {
     Missing,
     Unreadable(std::io::Error),
     /// A file, but not a component: why.
-    NotAComponent(&'static str),
+    Unusable(&'static str),
 }
 
 /// The preamble of a WebAssembly binary: the magic `\0asm`, then a version and a layer; a core
@@ -94,7 +94,7 @@ impl Component {
             Err(e) => return Component::Unreadable(e),
         };
         let size = match file.metadata() {
-            Ok(m) if m.is_dir() => return Component::NotAComponent("it is a folder"),
+            Ok(m) if m.is_dir() => return Component::Unusable("it is a folder"),
             Ok(m) => m.len(),
             Err(e) => return Component::Unreadable(e),
         };
@@ -102,21 +102,19 @@ impl Component {
         match file.read_exact(&mut preamble) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-                return Component::NotAComponent("it is shorter than a WebAssembly preamble")
+                return Component::Unusable("it is shorter than a WebAssembly preamble")
             }
             Err(e) => return Component::Unreadable(e),
         }
         let (magic, version) = preamble.split_at(4);
         if magic != WASM_MAGIC {
-            Component::NotAComponent("it is not WebAssembly (no `\\0asm` at its start)")
+            Component::Unusable("it is not WebAssembly (no `\\0asm` at its start)")
         } else if version == CORE_MODULE_VERSION_AND_LAYER {
-            Component::NotAComponent(
+            Component::Unusable(
                 "it is a core WebAssembly module, not a component: build the tasklet for wasm32-wasip2",
             )
         } else if version != COMPONENT_VERSION_AND_LAYER {
-            Component::NotAComponent(
-                "it is WebAssembly of a version or layer this host does not run",
-            )
+            Component::Unusable("it is WebAssembly of a version or layer this host does not run")
         } else {
             Component::Usable(size)
         }
@@ -136,7 +134,7 @@ impl fmt::Display for Component {
                  cargo build --release --target wasm32-wasip2), or correct `component` in the manifest",
             ),
             Component::Unreadable(e) => write!(f, "unreadable: {e}"),
-            Component::NotAComponent(why) => write!(f, "not usable: {why}"),
+            Component::Unusable(why) => write!(f, "not usable: {why}"),
         }
     }
 }

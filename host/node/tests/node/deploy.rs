@@ -349,3 +349,32 @@ pub fn a_drain_lets_a_running_deployment_finish() -> TestResult {
     node.drain_and_wait(WAIT)?;
     Ok(())
 }
+
+/// A run is granted its manifest cut down by the tenant's ceiling: probe asks for 64 MiB, and
+/// a tenant capped at 1 MiB gets a lease of 2 MiB refused where another gets it.
+pub fn a_run_gets_its_manifest_within_the_tenants_ceiling() -> TestResult {
+    let mut policy = policy();
+    policy.tenants = Policy::parse("[tenants.dev]\n[tenants.team]\nmax-vram = \"1MiB\"\n")
+        .map_err(|(_, e)| e)?
+        .tenants;
+    let node = TestNode::with(Setup {
+        policy,
+        store: true,
+        ..Setup::default()
+    });
+    let mut results = Vec::new();
+    for tenant in ["dev", "team"] {
+        let mut client = node.client(tenant);
+        let probe = push(&mut client, "testing/probe")?;
+        let run = client
+            .deploy_run(&probe, b"lease 2")
+            .map_err(|e| e.to_string())?;
+        results.push(String::from_utf8_lossy(&run.output).into_owned());
+    }
+    check(
+        results[0].starts_with("ok lease") && results[1].starts_with("error quota-exceeded"),
+        || format!("{results:?}"),
+    )?;
+    node.wait_for_baseline(WAIT)?;
+    Ok(())
+}

@@ -132,6 +132,10 @@ fn main() -> ExitCode {
             deploy::a_deploy_request_before_hello_closes_the_connection,
         ),
         (
+            "deploy::a_run_gets_its_manifest_within_the_tenants_ceiling",
+            deploy::a_run_gets_its_manifest_within_the_tenants_ceiling,
+        ),
+        (
             "deploy::a_drain_lets_a_running_deployment_finish",
             deploy::a_drain_lets_a_running_deployment_finish,
         ),

@@ -98,7 +98,7 @@ pub use session::{Module, Session};
 /// structs [`Arg::bytes_of`] passes by value.
 pub use bytemuck;
 
-/// `bytemuck`'s [`Pod`](bytemuck::Pod) and [`Zeroable`](bytemuck::Zeroable), traits and derives,
+/// `bytemuck`'s [`Pod`] and [`Zeroable`], traits and derives,
 /// so that a tasklet needs no dependency but this crate to derive them. The derives name
 /// `bytemuck` by its path; `#[bytemuck(crate = "tasklet_gpu::bytemuck")]` points them here:
 ///

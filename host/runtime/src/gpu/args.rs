@@ -2,7 +2,7 @@
 //! of the caller's own allocations, and every argument must match its parameter's size.
 
 use super::types::{BufferId, KernelArg};
-use crate::error::{invalid, out_of_bounds, GpuError};
+use crate::error::{invalid, out_of_bounds, quoted, GpuError};
 use tasklet_worker::{KernelInfo, MAX_PARAM_BYTES};
 
 /// A kernel as launches need it: its declaration and its argument layout, worked out once when
@@ -34,7 +34,7 @@ impl KernelEntry {
         if args.len() != info.params.len() {
             return Err(invalid(format!(
                 "kernel {} takes {} argument(s), {} given",
-                info.name,
+                quoted(&info.name),
                 info.params.len(),
                 args.len()
             )));
@@ -45,7 +45,7 @@ impl KernelEntry {
         let Some((offsets, total)) = &self.layout else {
             return Err(invalid(format!(
                 "kernel {} declares more than {MAX_PARAM_BYTES} bytes of parameters",
-                info.name
+                quoted(&info.name)
             )));
         };
         block.clear();
@@ -74,8 +74,8 @@ impl KernelEntry {
             if bytes.len() != param.size as usize {
                 return Err(invalid(format!(
                     "argument {i} ({}) of kernel {} is {} bytes, the parameter takes {}",
-                    param.name,
-                    info.name,
+                    quoted(&param.name),
+                    quoted(&info.name),
                     bytes.len(),
                     param.size
                 )));
@@ -86,7 +86,7 @@ impl KernelEntry {
                 .ok_or_else(|| {
                     invalid(format!(
                         "argument {i} falls outside kernel {}'s parameter space",
-                        info.name
+                        quoted(&info.name)
                     ))
                 })?
                 .copy_from_slice(bytes);

@@ -1,6 +1,7 @@
 //! [`NodeBuilder`]: everything a node is made of, and the checks that it can serve.
 
 use crate::authorize::Authorizer;
+use crate::cluster::Membership;
 use crate::deploy::{DeployOpenError, Deployments};
 use crate::metrics::{MetricsError, NodeMetrics};
 use crate::node::Node;
@@ -10,6 +11,7 @@ use std::net::{Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+use tasklet_cluster::{Heartbeat, NatsConfig, NodeName, RecordError};
 use tasklet_deploy::DeployConfig;
 use tasklet_runtime::config::DeployLimits;
 use tasklet_runtime::{BackendKind, Host, HostConfig, HostError, Policy, WorkerCommand};
@@ -60,6 +62,14 @@ pub enum NodeError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error("a node in a cluster needs a name, its key in the registry: call NodeBuilder::name (`tasklet node --name`)")]
+    NoClusterName,
+    #[error("the node's name cannot be its key in the cluster registry: {0}")]
+    ClusterName(RecordError),
+    #[error("the node listens on {listen}, which clients cannot connect to: give the address they reach it at with NodeBuilder::advertise (`tasklet node --advertise HOST:PORT`)")]
+    NoAdvertise { listen: SocketAddr },
+    #[error(transparent)]
+    Heartbeat(tasklet_cluster::Error),
 }
 
 fn hint(addr: &SocketAddr) -> &'static str {
@@ -89,6 +99,9 @@ pub struct NodeBuilder {
     deploy: Option<DeployConfig>,
     store_config: Option<StoreConfig>,
     metrics: Option<SocketAddr>,
+    nats: Option<NatsConfig>,
+    heartbeat: Heartbeat,
+    advertise: Option<String>,
 }
 
 impl Default for NodeBuilder {
@@ -112,6 +125,9 @@ impl NodeBuilder {
             deploy: None,
             store_config: None,
             metrics: None,
+            nats: None,
+            heartbeat: Heartbeat::default(),
+            advertise: None,
             limits: Limits {
                 idle_timeout: DEFAULT_IDLE_TIMEOUT,
                 stall_timeout: DEFAULT_STALL_TIMEOUT,
@@ -169,7 +185,9 @@ impl NodeBuilder {
         self
     }
 
-    /// What the node calls itself in HELLO's reply (default: `tasklet-node <version>`).
+    /// What the node calls itself in HELLO's reply (default: `tasklet-node <version>`), and
+    /// its key in the cluster registry when it joins one ([`NodeBuilder::nats`]; then it is
+    /// required, and 1 to 64 of `A-Z a-z 0-9 - _ .`).
     pub fn name(mut self, name: impl Into<String>) -> Self {
         self.name = Some(name.into());
         self
@@ -237,6 +255,30 @@ impl NodeBuilder {
         self
     }
 
+    /// Joins the cluster on this NATS: while the node serves, its record (name, address,
+    /// certificate fingerprint, devices with their free memory, leases, load, draining) is in
+    /// the registry, refreshed every heartbeat; a drain marks it draining and a stop removes it.
+    /// A node that cannot reach NATS serves anyway and registers once NATS answers.
+    pub fn nats(mut self, config: NatsConfig) -> Self {
+        self.nats = Some(config);
+        self
+    }
+
+    /// How often the node's record is written and how long it outlives the last write
+    /// (default [`Heartbeat::default`]: every 2 s, gone within 10 s of the node).
+    pub fn heartbeat(mut self, heartbeat: Heartbeat) -> Self {
+        self.heartbeat = heartbeat;
+        self
+    }
+
+    /// Where clients reach this node (`HOST:PORT`), as its cluster record says. Default: the
+    /// address it listens on, unless that is a wildcard (`0.0.0.0`, `::`), which then needs
+    /// this.
+    pub fn advertise(mut self, addr: impl Into<String>) -> Self {
+        self.advertise = Some(addr.into());
+        self
+    }
+
     /// Starts the host (unless one was given; this waits for its first worker), reads the
     /// certificates, opens the store and binds the addresses. Call it inside a Tokio runtime.
     pub fn build(self) -> Result<Node, NodeError> {
@@ -264,6 +306,20 @@ impl NodeBuilder {
                 addr: self.listen,
                 source,
             })?;
+        let membership = match self.nats {
+            None => None,
+            Some(nats) => {
+                let listen = endpoint.local_addr().unwrap_or(self.listen);
+                Some(membership(
+                    nats,
+                    self.heartbeat,
+                    self.name.as_deref(),
+                    self.advertise,
+                    listen,
+                    &certs,
+                )?)
+            }
+        };
         let metrics = NodeMetrics::new()?;
         let scrapes = match self.metrics {
             None => None,
@@ -293,8 +349,34 @@ impl NodeBuilder {
             self.limits,
             metrics,
         );
-        Ok(Node::new(Arc::new(shared), endpoint, scrapes))
+        Ok(Node::new(Arc::new(shared), endpoint, scrapes, membership))
     }
+}
+
+/// Who the node is in the cluster, checked before it serves.
+fn membership(
+    nats: NatsConfig,
+    heartbeat: Heartbeat,
+    name: Option<&str>,
+    advertise: Option<String>,
+    listen: SocketAddr,
+    certs: &std::path::Path,
+) -> Result<Membership, NodeError> {
+    heartbeat.validate().map_err(NodeError::Heartbeat)?;
+    let name =
+        NodeName::new(name.ok_or(NodeError::NoClusterName)?).map_err(NodeError::ClusterName)?;
+    let address = match advertise {
+        Some(addr) => addr,
+        None if listen.ip().is_unspecified() => return Err(NodeError::NoAdvertise { listen }),
+        None => listen.to_string(),
+    };
+    Ok(Membership {
+        nats,
+        heartbeat,
+        name,
+        address,
+        cert_sha256: tasklet_tls::node_fingerprint(certs)?,
+    })
 }
 
 /// The deployer's limits a policy's `[deploy]` section sets.

@@ -45,6 +45,14 @@
 //! and the node's own `tasklet_*` series: connections, refusals, requests, deploy pushes and
 //! runs. [`NodeControl::metrics`] reads the same registry.
 //!
+//! # Cluster
+//!
+//! With [`NodeBuilder::nats`] the node joins a cluster: while it serves, its record is in the
+//! NATS registry (see `tasklet_cluster`), where clients find it and place work by requirement.
+//! NATS is never on the serving path: a node that cannot reach it serves anyway and registers
+//! once it answers. A drain marks the record draining; a stop removes it; a node that dies is
+//! gone from the registry within 10 s.
+//!
 //! # Connections
 //!
 //! Each connection owns its leases: when it closes, or its client goes quiet for the idle
@@ -82,6 +90,7 @@
 mod authorize;
 mod builder;
 mod caller;
+mod cluster;
 mod connection;
 mod deploy;
 mod dispatch;
@@ -91,6 +100,7 @@ mod metrics;
 mod node;
 mod reply;
 mod shared;
+mod status;
 mod transport;
 
 pub use authorize::{Authorization, Authorizer, Denied};
@@ -101,5 +111,7 @@ pub use builder::{
 pub use deploy::DeployOpenError;
 pub use metrics::{MetricsError, MetricsSnapshot, NodeMetrics};
 pub use node::{Node, NodeControl, RunningNode};
+pub use status::NodeStatus;
+pub use tasklet_cluster::{Heartbeat, NatsConfig};
 pub use tasklet_deploy::DeployConfig;
 pub use tasklet_store::StoreConfig;

@@ -2,9 +2,11 @@
 //! stopped; [`NodeControl`] and [`RunningNode`] to steer one from elsewhere.
 
 use crate::builder::NodeError;
+use crate::cluster::{self, Membership};
 use crate::connection;
 use crate::metrics::{http, MetricsSnapshot};
 use crate::shared::{Phase, Shared};
+use crate::status::NodeStatus;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,6 +19,9 @@ use tokio::time::Instant;
 /// How often a drain looks whether the last lease has ended.
 const DRAIN_POLL: Duration = Duration::from_millis(50);
 
+/// The longest a stopping node waits to leave the cluster (its record expires by itself).
+const LEAVE_WAIT: Duration = Duration::from_secs(10);
+
 /// How long closing connections get to tell their clients before the node stops waiting.
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
@@ -26,6 +31,8 @@ pub struct Node {
     endpoint: quinn::Endpoint,
     /// Where `/metrics` is served, when it is.
     metrics: Option<TcpListener>,
+    /// Its place in a cluster, when it joins one.
+    membership: Option<Membership>,
 }
 
 impl Node {
@@ -33,11 +40,13 @@ impl Node {
         shared: Arc<Shared>,
         endpoint: quinn::Endpoint,
         metrics: Option<TcpListener>,
+        membership: Option<Membership>,
     ) -> Node {
         Node {
             shared,
             endpoint,
             metrics,
+            membership,
         }
     }
 
@@ -69,6 +78,7 @@ impl Node {
             shared,
             endpoint,
             metrics,
+            membership,
         } = self;
         tracing::info!(addr = %endpoint.local_addr().map_or("?".into(), |a| a.to_string()), node = %shared.name, "serving");
         if let Some(deployments) = &shared.deployments {
@@ -79,6 +89,10 @@ impl Node {
                 tracing::info!(%addr, "metrics at http://{addr}/metrics");
             }
             tokio::spawn(http::serve(listener, Arc::clone(&shared)))
+        });
+        let membership = membership.map(|m| {
+            tracing::info!(node = %m.name, address = m.address, nats = m.nats.display_url(), "joining the cluster");
+            cluster::spawn(Arc::clone(&shared), m)
         });
         let mut phase = shared.phase();
         let mut drain_deadline: Option<Instant> = None;
@@ -135,6 +149,16 @@ impl Node {
         if let Some(scrapes) = scrapes {
             scrapes.abort();
         }
+        // Out of the registry before the connections close, so that no client is sent here
+        // any more (the membership task removes the record on the stop; bounded inside).
+        if let Some(mut membership) = membership {
+            if tokio::time::timeout(LEAVE_WAIT, &mut membership)
+                .await
+                .is_err()
+            {
+                membership.abort();
+            }
+        }
         endpoint.close((code as u32).into(), reason.as_bytes());
         let _ = tokio::time::timeout(CLOSE_GRACE, endpoint.wait_idle()).await;
         let host = Arc::clone(&shared);
@@ -178,6 +202,12 @@ impl NodeControl {
 
     pub fn is_draining(&self) -> bool {
         self.shared.draining()
+    }
+
+    /// What the node is doing now: its devices and their free memory, leases, connections,
+    /// runs, and whether it drains (what its cluster record says).
+    pub fn status(&self) -> NodeStatus {
+        NodeStatus::of(&self.shared)
     }
 
     /// The host's lease books: every lease of every connection.

@@ -11,7 +11,7 @@ use tasklet_runtime::GpuError;
 use tasklet_wire::{ErrorCode, Opcode, Reply, Request};
 
 /// Starts this binary in one of its helper roles; its first line of output.
-fn helper(args: &[&str]) -> Result<(Child, String), String> {
+pub fn helper(args: &[&str]) -> Result<(Child, String), String> {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args(args)
         .stdout(Stdio::piped())
@@ -35,7 +35,7 @@ fn helper(args: &[&str]) -> Result<(Child, String), String> {
     }
 }
 
-fn kill(child: &mut Child) {
+pub fn kill(child: &mut Child) {
     let _ = child.kill();
     let _ = child.wait();
 }
@@ -66,7 +66,8 @@ pub fn hold_lease(args: &[String]) -> ! {
     std::process::exit(0);
 }
 
-/// `serve-node CERTS`: serves a node on 127.0.0.1, says `ADDR`, and serves until killed.
+/// `serve-node CERTS [NATS NAME]`: serves a node on 127.0.0.1 (a member of the cluster at NATS
+/// when given), says `ADDR`, and serves until killed.
 pub fn serve_node(args: &[String]) -> ! {
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {
@@ -76,9 +77,14 @@ pub fn serve_node(args: &[String]) -> ! {
             .policy(policy())
             .backend(tasklet_runtime::BackendKind::Emu)
             .worker(worker())
-            .idle_timeout(Duration::from_secs(3))
-            .build()
-            .expect("the node starts");
+            .idle_timeout(Duration::from_secs(3));
+        let node = match (args.get(1), args.get(2)) {
+            (Some(url), Some(name)) => node
+                .nats(tasklet_node::NatsConfig::new(url.clone()))
+                .name(name.clone()),
+            _ => node,
+        };
+        let node = node.build().expect("the node starts");
         println!("{}", node.local_addr());
         let _ = node.serve().await;
     });

@@ -1,16 +1,19 @@
 //! The node over real QUIC on 127.0.0.1, with the emulator and real worker processes: remote
 //! runs against local ones, refusals, isolation, malformed input, dying and stalling peers,
-//! expiry, drain, GPU_SUBMIT, deployed tasklets, and `/metrics` over real TCP.
+//! expiry, drain, GPU_SUBMIT, deployed tasklets, `/metrics` over real TCP, and nodes in a cluster
+//! on a real nats-server.
 //!
 //! One binary with its own harness (libtest-mimic), because it plays three parts: the tests;
 //! the GPU worker program its nodes start (`worker …`, as a daemon embedding the node does);
 //! and the processes the tests kill (`serve-node`, `hold-lease`).
 
+mod cluster;
 mod deploy;
 mod isolation;
 mod lifecycle;
 mod malformed;
 mod metrics;
+mod nats;
 mod refusals;
 mod remote;
 mod submit;
@@ -146,6 +149,18 @@ fn main() -> ExitCode {
         (
             "metrics::garbage_to_the_metrics_port_gets_4xx_and_the_node_serves_on",
             metrics::garbage_to_the_metrics_port_gets_4xx_and_the_node_serves_on,
+        ),
+        (
+            "cluster::nodes_register_drain_and_leave",
+            cluster::nodes_register_drain_and_leave,
+        ),
+        (
+            "cluster::a_killed_node_is_gone_within_10s",
+            cluster::a_killed_node_is_gone_within_10s,
+        ),
+        (
+            "cluster::a_node_serves_without_nats_and_registers_when_it_comes",
+            cluster::a_node_serves_without_nats_and_registers_when_it_comes,
         ),
     ];
     let trials = tests

@@ -73,6 +73,8 @@ pub struct Setup {
     pub store: bool,
     /// Serve `/metrics` on a free port of 127.0.0.1.
     pub metrics: bool,
+    /// Join the cluster at this NATS URL under this name.
+    pub cluster: Option<(String, String)>,
 }
 
 impl Default for Setup {
@@ -84,6 +86,7 @@ impl Default for Setup {
             authorizer: None,
             store: false,
             metrics: false,
+            cluster: None,
         }
     }
 }
@@ -117,6 +120,9 @@ impl TestNode {
             }
             if setup.metrics {
                 builder = builder.metrics("127.0.0.1:0".parse().unwrap());
+            }
+            if let Some((url, name)) = setup.cluster {
+                builder = builder.nats(tasklet_node::NatsConfig::new(url)).name(name);
             }
             if let Some(add) = setup.authorizer {
                 builder = add(builder);

@@ -2,8 +2,10 @@
 
 mod backend;
 mod build;
+mod cluster;
 mod cmd;
 mod json;
+mod placement;
 mod remote;
 mod source;
 
@@ -27,7 +29,10 @@ use std::process::ExitCode;
         A node and a remote run:\n  tasklet certs init certs                 a CA, the node's certificate, tenant dev\n  \
         tasklet node --backend emu               serve (Ctrl-C drains and exits)\n  \
         tasklet run --node localhost tasklets/iota <<< 10\n  tasklet inventory --node localhost\n  \
-        tasklet deploy run tasklets/iota --node localhost <<< 10   the tasklet runs on the node"
+        tasklet deploy run tasklets/iota --node localhost <<< 10   the tasklet runs on the node\n\n\
+        A cluster (NATS with JetStream):\n  tasklet node --nats nats://127.0.0.1:4222 --advertise 10.0.0.5:5701\n  \
+        tasklet nodes --nats nats://127.0.0.1:4222\n  \
+        tasklet deploy run tasklets/iota --nats nats://127.0.0.1:4222 --requires gpu:vram=1GiB <<< 10"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -41,6 +46,7 @@ enum Command {
     Inventory(cmd::inventory::InventoryArgs),
     Ptx(cmd::ptx::PtxArgs),
     Node(cmd::node::NodeArgs),
+    Nodes(cmd::nodes::NodesArgs),
     Deploy(cmd::deploy::DeployArgs),
     Certs(cmd::certs::CertsArgs),
     /// Serves as a GPU worker process (started by the host, not by hand).
@@ -62,6 +68,7 @@ fn main() -> ExitCode {
         Command::Inventory(args) => cmd::inventory::run(args),
         Command::Ptx(args) => cmd::ptx::run(args),
         Command::Node(args) => cmd::node::run(args),
+        Command::Nodes(args) => cmd::nodes::run(args),
         Command::Deploy(args) => cmd::deploy::run(args),
         Command::Certs(args) => cmd::certs::run(args),
     };

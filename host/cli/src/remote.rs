@@ -1,5 +1,6 @@
 //! Options every command that talks to a node shares, and connecting with them.
 
+use crate::cluster::NatsArgs;
 use anyhow::Result;
 use std::path::{Path, PathBuf};
 use tasklet_remote::{ConnectOptions, NodeClient};
@@ -14,11 +15,28 @@ pub struct RemoteArgs {
     pub node: Option<String>,
     /// The certificate folder holding ca.pem and the tenant's certificate
     /// (tenants/NAME.pem, tenants/NAME.key), as `tasklet certs` made it.
-    #[arg(long, value_name = "DIR", default_value = "certs", requires = "node")]
+    #[arg(long, value_name = "DIR", default_value = "certs")]
     pub certs: PathBuf,
     /// The tenant to act for: the one its certificate names.
-    #[arg(long, value_name = "NAME", default_value = tasklet_tls::DEFAULT_TENANT, requires = "node")]
+    #[arg(long, value_name = "NAME", default_value = tasklet_tls::DEFAULT_TENANT)]
     pub tenant: String,
+}
+
+/// [`RemoteArgs`] with a cluster to place the work on instead of one node.
+#[derive(clap::Args, Debug)]
+pub struct PlacedArgs {
+    #[command(flatten)]
+    pub remote: RemoteArgs,
+    #[command(flatten)]
+    pub nats: NatsArgs,
+    /// What the node must offer: gpu[:vram=SIZE][,cc>=MAJOR.MINOR][,backend=NAME]. With
+    /// --nats it chooses the node; with --node it is checked against that node's devices.
+    #[arg(long, value_name = "REQUIREMENT")]
+    pub requires: Option<String>,
+    /// With --nats: the most nodes tried, in the placement's order, when one refuses for
+    /// capacity or cannot be reached before the run starts.
+    #[arg(long, value_name = "N", default_value_t = 3, requires = "nats")]
+    pub tries: usize,
 }
 
 impl RemoteArgs {
@@ -50,7 +68,7 @@ impl NodeTarget {
     }
 }
 
-fn connect(addr: &str, certs: &Path, tenant: &str) -> Result<NodeClient> {
+pub fn connect(addr: &str, certs: &Path, tenant: &str) -> Result<NodeClient> {
     let tenant = Tenant::new(tenant)?;
     Ok(NodeClient::connect_with(&ConnectOptions::new(
         addr, certs, tenant,

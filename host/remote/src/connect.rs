@@ -28,6 +28,10 @@ pub struct ConnectOptions {
     pub idle_timeout: Duration,
     /// What the client calls itself in HELLO, for the node's logs.
     pub agent: String,
+    /// The SHA-256 the node's certificate must have (64 hex digits), besides being signed by
+    /// the folder's CA: what the node's cluster record says, so that a record pointing
+    /// elsewhere is not believed.
+    pub node_sha256: Option<String>,
 }
 
 impl ConnectOptions {
@@ -43,6 +47,7 @@ impl ConnectOptions {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             agent: format!("tasklet-remote {}", env!("CARGO_PKG_VERSION")),
+            node_sha256: None,
         }
     }
 }
@@ -140,11 +145,44 @@ pub(crate) async fn handshake(
         seconds: options.connect_timeout.as_secs(),
     };
     match tokio::time::timeout(options.connect_timeout, connecting).await {
-        Ok(Ok(connection)) => Ok((endpoint, connection)),
+        Ok(Ok(connection)) => {
+            check_fingerprint(options, &connection)?;
+            Ok((endpoint, connection))
+        }
         // A handshake that heard nothing for the idle timeout: nothing answers there.
         Ok(Err(quinn::ConnectionError::TimedOut)) => Err(unreachable()),
         Ok(Err(err)) => Err(refusal_or_loss(&err)),
         Err(_) => Err(unreachable()),
+    }
+}
+
+/// The node's certificate is the one [`ConnectOptions::node_sha256`] names, when it names one.
+fn check_fingerprint(
+    options: &ConnectOptions,
+    connection: &quinn::Connection,
+) -> Result<(), ClientError> {
+    let Some(expected) = &options.node_sha256 else {
+        return Ok(());
+    };
+    let presented = connection
+        .peer_identity()
+        .and_then(|identity| {
+            identity
+                .downcast::<Vec<rustls_pki_types::CertificateDer<'static>>>()
+                .ok()
+        })
+        .and_then(|chain| chain.first().map(tasklet_tls::fingerprint));
+    match presented {
+        Some(presented) if presented.eq_ignore_ascii_case(expected) => Ok(()),
+        presented => {
+            connection.close(0u32.into(), b"unexpected node certificate");
+            Err(ClientError::Refused(format!(
+                "the node at {} presented a certificate with SHA-256 {}, not the {expected} its \
+                 cluster record names: not using it",
+                options.addr,
+                presented.as_deref().unwrap_or("(none)")
+            )))
+        }
     }
 }
 

@@ -3,14 +3,16 @@
 
 use crate::cmd::run::write_output;
 use crate::json::json_str;
-use crate::remote::NodeTarget;
+use crate::placement::{place, Placed, Tried};
+use crate::remote::{NodeTarget, PlacedArgs};
 use crate::source::{read_input, Source};
-use anyhow::{bail, Result};
+use anyhow::{anyhow, bail, Result};
 use base64::Engine as _;
-use clap::{Subcommand, ValueEnum};
+use clap::Subcommand;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use tasklet_remote::{deployment_digest, DeployExit, Digest, NodeClient};
+use tasklet_cluster::Requirement;
+use tasklet_remote::{deployment_digest, ClientError, DeployExit, DeployRun, Digest, NodeClient};
 
 /// Push tasklets to a node, and run them there.
 ///
@@ -49,13 +51,21 @@ pub struct PushArgs {
     pub json: bool,
 }
 
-/// Run a deployed tasklet on a node: input from --input or stdin, output to stdout.
+/// Run a deployed tasklet on a node, or on a node of the cluster: input from --input or stdin,
+/// output to stdout.
 ///
 /// Given a tasklet (folder, tasklet.toml or .wasm), its digest is computed here and the tasklet
 /// pushed first if the node does not have it; given a digest, the node must have it already.
+///
+/// With --nats the node is chosen from the cluster's registry: among the live nodes not
+/// draining with a device that meets --requires (default: any device), the one with the most
+/// free VRAM on that device (then fewest leases, least load, name). A node that cannot be
+/// reached, or refuses for capacity or because it drains before the run starts, is left for
+/// the next (at most --tries); a run that started is never run again elsewhere.
 #[derive(clap::Args, Debug)]
 #[command(after_help = "Examples:\n  \
     tasklet deploy run tasklets/iota --node localhost <<< 10\n  \
+    tasklet deploy run tasklets/iota --nats nats://127.0.0.1:4222 --requires gpu:vram=1GiB <<< 10\n  \
     tasklet deploy run 3f2a…(64 hex digits) --node gpu1 --requires gpu --json < input.txt\n\n\
     Exit status: 0 ok, 1 the tasklet failed, 2 it could not be run (no node, refused, not found), \
     3 it trapped, ran out of time or could not be instantiated.")]
@@ -64,24 +74,15 @@ pub struct RunArgs {
     #[arg(value_name = "TASKLET|DIGEST")]
     pub tasklet: String,
     #[command(flatten)]
-    pub target: NodeTarget,
+    pub target: PlacedArgs,
     /// Read the input from FILE instead of stdin.
     #[arg(long, short, value_name = "FILE")]
     pub input: Option<PathBuf>,
-    /// What the node must have: `gpu`, a device to lend. (With one node this is a check; across
-    /// nodes it will choose where the tasklet runs.)
-    #[arg(long, value_enum, value_name = "WHAT")]
-    pub requires: Option<Requirement>,
     /// Print JSON: {"run_id", "node", "addr", "digest", "status", "exit_code", "elapsed_us",
-    /// "output" (base64), "message"}; the exit status is the same as without it.
+    /// "output" (base64), "message"}; "node" and "addr" name the node that ran it. The exit
+    /// status is the same as without it.
     #[arg(long)]
     pub json: bool,
-}
-
-#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Requirement {
-    /// The node lends at least one device (a GPU, or its emulator).
-    Gpu,
 }
 
 pub fn run(args: DeployArgs) -> Result<ExitCode> {
@@ -170,27 +171,51 @@ fn run_deployed(args: RunArgs) -> Result<ExitCode> {
         );
     };
     let input = read_input(args.input.as_ref())?;
-    let mut client = args.target.connect()?;
-    if args.requires == Some(Requirement::Gpu) && client.inventory()?.is_empty() {
-        bail!(
-            "node {} lends no device, and --requires gpu asks for one",
-            args.target.node
-        );
-    }
-    let digest = match &named {
-        Named::Digest(digest) => *digest,
-        Named::Tasklet(source, component) => {
-            let ensured = ensure_pushed(&mut client, source, component)?;
-            if ensured.uploaded {
-                eprintln!(
-                    "tasklet: pushed {} to {} ({})",
-                    source.manifest.name, args.target.node, ensured.digest
-                );
+    let requirement: Option<Requirement> = match &args.target.requires {
+        Some(text) => Some(text.parse()?),
+        None => None,
+    };
+    let target = &args.target;
+    let (run, digest, placed) = match (
+        &target.remote.node,
+        target.nats.config("tasklet deploy run"),
+    ) {
+        (Some(_), Some(_)) => bail!("give --node (one node) or --nats (the cluster), not both"),
+        (None, None) => {
+            bail!("deploy run needs where to run: --node ADDR, or --nats URL [--requires gpu…]")
+        }
+        (Some(addr), None) => {
+            let mut client = target.remote.connect(addr)?;
+            if let Some(requirement) = &requirement {
+                check_node_meets(&mut client, addr, requirement)?;
             }
-            ensured.digest
+            let placed = Placed {
+                name: client.node_name().to_owned(),
+                addr: addr.clone(),
+            };
+            let (run, digest) = push_and_run(&mut client, &named, &input, &placed).map_err(
+                |tried| match tried {
+                    Tried::Refused(err) => err.into(),
+                    Tried::Final(err) => err,
+                },
+            )?;
+            (run, digest, placed)
+        }
+        (None, Some(nats)) => {
+            let requirement = requirement.unwrap_or_default();
+            let ((run, digest), placed) = place(
+                &target.remote,
+                &nats,
+                &requirement,
+                target.tries,
+                |mut client, placed| push_and_run(&mut client, &named, &input, placed),
+            )?;
+            if !args.json {
+                eprintln!("tasklet: ran on {} ({})", placed.name, placed.addr);
+            }
+            (run, digest, placed)
         }
     };
-    let run = client.deploy_run(&digest, &input)?;
     let code = match run.exit {
         DeployExit::Ok => 0,
         DeployExit::Failed => 1,
@@ -207,8 +232,8 @@ fn run_deployed(args: RunArgs) -> Result<ExitCode> {
         println!(
             "{{\"run_id\":\"{:016x}\",\"node\":{},\"addr\":{},\"digest\":\"{digest}\",\"status\":\"{}\",\"exit_code\":{},\"elapsed_us\":{},\"output\":\"{output}\",\"message\":{message}}}",
             run.run_id,
-            json_str(client.node_name()),
-            json_str(&args.target.node),
+            json_str(&placed.name),
+            json_str(&placed.addr),
             run.exit.as_str(),
             run.exit.code(),
             run.elapsed.as_micros(),
@@ -220,6 +245,65 @@ fn run_deployed(args: RunArgs) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::from(code))
+}
+
+/// Pushes the tasklet if the node lacks it, then runs it there. A refusal of the push or of
+/// the run for capacity or a drain, or a connection lost before the run was asked for, leaves
+/// the node for the next.
+fn push_and_run(
+    client: &mut NodeClient,
+    named: &Named,
+    input: &[u8],
+    placed: &Placed,
+) -> Result<(DeployRun, Digest), Tried> {
+    let digest = match named {
+        Named::Digest(digest) => *digest,
+        Named::Tasklet(source, component) => {
+            let ensured = ensure_pushed(client, source, component).map_err(|err| {
+                match err.downcast::<ClientError>() {
+                    // Nothing ran yet: a connection lost during the push is as good as none.
+                    Ok(lost @ ClientError::Disconnected(_)) => Tried::Refused(lost),
+                    Ok(other) => Tried::from(other),
+                    Err(other) => Tried::Final(other),
+                }
+            })?;
+            if ensured.uploaded {
+                eprintln!(
+                    "tasklet: pushed {} to {} ({})",
+                    source.manifest.name, placed.addr, ensured.digest
+                );
+            }
+            ensured.digest
+        }
+    };
+    let run = client.deploy_run(&digest, input)?;
+    Ok((run, digest))
+}
+
+/// `--requires` against the one node given: its inventory must have a device that meets it.
+fn check_node_meets(client: &mut NodeClient, addr: &str, requirement: &Requirement) -> Result<()> {
+    let devices = client.inventory()?;
+    let fits = devices.iter().any(|d| {
+        requirement.fits(&tasklet_cluster::DeviceRecord {
+            index: d.index,
+            name: d.name.clone(),
+            backend: d.backend.clone(),
+            total_vram: d.total_memory,
+            free_vram: d.free_memory,
+            compute_capability: tasklet_cluster::ComputeCapability::new(
+                d.compute_capability.0,
+                d.compute_capability.1,
+            ),
+            leases: d.leases,
+        })
+    });
+    if !fits {
+        return Err(anyhow!(
+            "node {addr} has no device meeting --requires {requirement} ({} device(s))",
+            devices.len()
+        ));
+    }
+    Ok(())
 }
 
 /// What `deploy run` was given.

@@ -3,5 +3,6 @@ pub mod check;
 pub mod deploy;
 pub mod inventory;
 pub mod node;
+pub mod nodes;
 pub mod ptx;
 pub mod run;

@@ -2,7 +2,8 @@
 //! `tasklet_node`).
 
 use crate::backend::{describe, HostArgs};
-use anyhow::{Context, Result};
+use crate::cluster::{hostname, NatsArgs};
+use anyhow::{anyhow, Context, Result};
 use clap::ValueEnum;
 use std::io::IsTerminal;
 use std::net::SocketAddr;
@@ -22,13 +23,21 @@ use tokio::signal::unix::{signal, SignalKind};
 ///
 /// Deployed tasklets (`tasklet deploy`) are kept in the --store folder; --metrics serves
 /// Prometheus text at http://ADDR/metrics.
+///
+/// With --nats the node joins a cluster: its record (name, --advertise address, certificate
+/// fingerprint, devices and free VRAM, leases, load) is in the NATS registry while it serves,
+/// refreshed every 2 s, marked draining on a drain and removed when it stops. Clients find it
+/// with `tasklet nodes` and place work on it with `--nats URL --requires gpu…`. A node that
+/// cannot reach NATS serves anyway and registers once NATS answers.
 #[derive(clap::Args, Debug)]
 #[command(after_help = "Examples:\n  \
     tasklet certs init certs && tasklet node --backend emu\n  \
     tasklet node --listen 0.0.0.0:5701 --certs /etc/tasklet/certs --policy /etc/tasklet/policy.toml \\\n      \
     --store /var/lib/tasklet/store --metrics 127.0.0.1:9101\n\n\
     Then, from a client: tasklet run --node HOST tasklets/iota; tasklet deploy run tasklets/iota --node HOST; \
-    tasklet inventory --node HOST; curl http://127.0.0.1:9101/metrics")]
+    tasklet inventory --node HOST; curl http://127.0.0.1:9101/metrics\n\n\
+    In a cluster:\n  \
+    tasklet node --listen 0.0.0.0:5701 --advertise gpu1.example:5701 --nats nats://nats.example:4222")]
 pub struct NodeArgs {
     /// The UDP address to serve on.
     #[arg(long, value_name = "ADDR", default_value_t = DEFAULT_LISTEN)]
@@ -36,9 +45,16 @@ pub struct NodeArgs {
     /// The certificate folder (ca.pem, node.pem, node.key) from `tasklet certs init`.
     #[arg(long, value_name = "DIR", default_value = "certs")]
     pub certs: PathBuf,
-    /// What the node calls itself to clients.
+    /// What the node calls itself to clients, and its key in the cluster registry (1 to 64 of
+    /// A-Z a-z 0-9 - _ .) [default with --nats: this machine's host name]
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
+    #[command(flatten)]
+    pub nats: NatsArgs,
+    /// The address clients reach this node at (HOST:PORT), as its cluster record says
+    /// [default: --listen, unless that is a wildcard such as 0.0.0.0]
+    #[arg(long, value_name = "HOST:PORT", requires = "nats")]
+    pub advertise: Option<String>,
     /// The folder deployed tasklets are kept in (created if need be) [default:
     /// $XDG_STATE_HOME/tasklet/store, else ~/.local/state/tasklet/store, else ./tasklet-store]
     #[arg(long, value_name = "DIR")]
@@ -81,7 +97,19 @@ pub fn run(args: NodeArgs) -> Result<ExitCode> {
             .certs(&args.certs)
             .host(started.host)
             .store(store);
-        if let Some(name) = args.name {
+        let mut name = args.name;
+        if let Some(config) = args.nats.config("tasklet node") {
+            if name.is_none() {
+                name = Some(hostname().ok_or_else(|| {
+                    anyhow!("cannot read this machine's host name for the node's name: give one with --name")
+                })?);
+            }
+            builder = builder.nats(config);
+            if let Some(addr) = args.advertise {
+                builder = builder.advertise(addr);
+            }
+        }
+        if let Some(name) = name {
             builder = builder.name(name);
         }
         if let Some(addr) = args.metrics {

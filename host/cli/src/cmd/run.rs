@@ -2,9 +2,10 @@
 //! with `--node`, on a node.
 
 use crate::backend::HostArgs;
-use crate::remote::RemoteArgs;
+use crate::placement::{place, Tried};
+use crate::remote::PlacedArgs;
 use crate::source::{read_input, Source};
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -17,12 +18,16 @@ use tasklet_runtime::{Manifest, Policy, RunError, Runner};
 /// its sources. Given a .wasm, the tasklet.toml beside it is used if there is one.
 ///
 /// With --node the tasklet still runs here, unchanged, and its GPU operations go to the node,
-/// which grants the manifest's [gpu] request as far as its policy allows the tenant.
+/// which grants the manifest's [gpu] request as far as its policy allows the tenant. With --nats
+/// the node is chosen from the cluster as `deploy run` chooses it (--requires, default any
+/// device); a node that cannot be reached or refuses the grant for capacity is left for the
+/// next, but a session whose node is lost mid-run fails `disconnected`, never moved.
 #[derive(clap::Args, Debug)]
 #[command(after_help = "Examples:\n  \
     tasklet run tasklets/iota <<< 10\n  \
     tasklet run --node localhost tasklets/iota <<< 10            the GPU work on the node (tenant dev, ./certs)\n  \
-    tasklet run --node gpu1:5701 --certs ~/certs --tenant team-7 tasklets/scale --input nums.txt\n\n\
+    tasklet run --node gpu1:5701 --certs ~/certs --tenant team-7 tasklets/scale --input nums.txt\n  \
+    tasklet run --nats nats://127.0.0.1:4222 --requires gpu:vram=1GiB tasklets/iota <<< 10\n\n\
     Exit status: 0 ok, 1 the tasklet failed, 2 it could not be run (bad manifest, no node, refused), \
     3 it trapped or ran out of time.")]
 pub struct RunArgs {
@@ -34,15 +39,35 @@ pub struct RunArgs {
     #[command(flatten)]
     pub host: HostArgs,
     #[command(flatten)]
-    pub remote: RemoteArgs,
+    pub remote: PlacedArgs,
 }
 
 pub fn run(args: RunArgs) -> Result<ExitCode> {
     let Source { manifest, .. } = Source::load(&args.tasklet)?;
     let input = read_input(args.input.as_ref())?;
-    let result = match &args.remote.node {
-        Some(addr) => run_remote(&args, addr, manifest, &input)?,
-        None => {
+    let nats = args.remote.nats.config("tasklet run");
+    let result = match (&args.remote.remote.node, nats) {
+        (Some(_), Some(_)) => bail!("give --node (one node) or --nats (the cluster), not both"),
+        (Some(addr), None) => {
+            let client = args.remote.remote.connect(addr)?;
+            run_remote(&args, client, manifest, &input)?
+        }
+        (None, Some(nats)) => {
+            let requirement = match &args.remote.requires {
+                Some(text) => text.parse()?,
+                None => Default::default(),
+            };
+            let (gpu, placed) = place(
+                &args.remote.remote,
+                &nats,
+                &requirement,
+                args.remote.tries,
+                |client, _| RemoteGpu::for_manifest(client, &manifest).map_err(Tried::from),
+            )?;
+            eprintln!("tasklet: GPU work on {} ({})", placed.name, placed.addr);
+            run_with(&args, gpu, manifest, &input)?
+        }
+        (None, None) => {
             let host = args.host.start_host(false)?;
             let tasklet = host.load(manifest)?;
             host.run(&tasklet, &input)
@@ -71,11 +96,21 @@ pub fn write_output(output: &[u8]) -> Result<()> {
         .context("cannot write output")
 }
 
-/// Runs the tasklet here with its GPU on the node at `addr`. The wasm's own limits (memory, wall
-/// time) are this machine's policy's; the GPU grant is the node's.
+/// Runs the tasklet here with its GPU on the node `client` is connected to. The wasm's own
+/// limits (memory, wall time) are this machine's policy's; the GPU grant is the node's.
 fn run_remote(
     args: &RunArgs,
-    addr: &str,
+    client: tasklet_remote::NodeClient,
+    manifest: Manifest,
+    input: &[u8],
+) -> Result<Result<Vec<u8>, RunError>> {
+    let gpu = RemoteGpu::for_manifest(client, &manifest)?;
+    run_with(args, gpu, manifest, input)
+}
+
+fn run_with(
+    args: &RunArgs,
+    gpu: RemoteGpu,
     manifest: Manifest,
     input: &[u8],
 ) -> Result<Result<Vec<u8>, RunError>> {
@@ -83,8 +118,6 @@ fn run_remote(
         Some(path) => Policy::load(path)?,
         None => Policy::default(),
     };
-    let client = args.remote.connect(addr)?;
-    let gpu = RemoteGpu::for_manifest(client, &manifest)?;
     let runner = Runner::new()?;
     let grant = policy.grant(&manifest);
     let tasklet = runner.load(manifest, grant)?;

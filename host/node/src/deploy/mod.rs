@@ -32,6 +32,7 @@ use owners::Owners;
 use std::path::Path;
 use std::sync::Arc;
 use tasklet_deploy::{DeployConfig, Deployer, ExitStatus, Push, RunOutcome};
+use tasklet_runtime::config::Grant;
 use tasklet_runtime::gpu::LocalGpu;
 use tasklet_runtime::{Host, RunError};
 use tasklet_store::{Digest, Store, StoreConfig};
@@ -131,6 +132,7 @@ impl Deployments {
             return Err(failure(tasklet_deploy::Error::NotFound { digest: *digest }));
         }
         let ceiling = caller.ceiling;
+        self.admit(host, &ceiling, digest)?;
         let leases = Arc::clone(host.leases());
         let metrics = caller.metrics.clone();
         self.deployer
@@ -141,6 +143,26 @@ impl Deployments {
                 |grant| Box::new(MeteredGpu::new(LocalGpu::new(grant, leases), metrics)),
             )
             .map_err(failure)
+    }
+
+    /// A run is admitted only while the node could grant its whole VRAM request (its manifest's
+    /// `max-vram` within the tenant's ceiling) now: a node that could not is refused
+    /// `CAPACITY_EXCEEDED` before anything runs, so that a client placing work across a
+    /// cluster tries another node rather than starting a run bound to fail.
+    fn admit(&self, host: &Host, ceiling: &Grant, digest: &Digest) -> Result<(), Failure> {
+        let manifest = self.deployer.manifest(digest).map_err(failure)?;
+        let grant = ceiling.narrowed(&manifest.limits, &manifest.gpu);
+        let (wanted, free) = (grant.gpu.max_vram, host.free_memory());
+        if grant.gpu.max_leases > 0 && wanted > free {
+            return Err(Failure::new(
+                ErrorCode::CapacityExceeded,
+                format!(
+                    "this node has {free} bytes of device memory free and the tasklet may ask \
+                     for {wanted} (its manifest's max-vram): try another node or later"
+                ),
+            ));
+        }
+        Ok(())
     }
 
     fn owned(&self, tenant: &Tenant, digest: &Digest) -> Result<bool, Failure> {

@@ -261,16 +261,27 @@ fn nodes_register_list_and_take_placed_work() {
     liar.devices[0].free_vram = 64 << 30;
     liar.devices[0].total_vram = 64 << 30;
     assert_eq!(liar.cert_sha256, fingerprint);
-    let registrar = runtime.block_on(async {
+    // And one at big's address naming another certificate: the client does not use it.
+    let mut impostor = liar.clone();
+    impostor.name = NodeName::new("impostor").unwrap();
+    impostor.address = addrs[1].clone();
+    impostor.cert_sha256 = "0".repeat(64);
+    impostor.devices[0].free_vram = 32 << 30;
+    let registrars = runtime.block_on(async {
         let cluster = Cluster::connect(&NatsConfig::new(&url)).await.unwrap();
         let fast = Heartbeat {
             interval: Duration::from_millis(500),
             ttl: Duration::from_secs(2),
             stale_after: Duration::from_secs(10),
         };
-        Registrar::start(&cluster, fast, move || liar.clone())
-            .await
-            .unwrap()
+        [
+            Registrar::start(&cluster, fast, move || liar.clone())
+                .await
+                .unwrap(),
+            Registrar::start(&cluster, fast, move || impostor.clone())
+                .await
+                .unwrap(),
+        ]
     });
     let out = tasklet(
         &[
@@ -294,7 +305,12 @@ fn nodes_register_list_and_take_placed_work() {
         stderr.contains("node liar") && stderr.contains("CAPACITY_EXCEEDED"),
         "{stderr}"
     );
-    // With one try, the refusal is the answer.
+    assert!(
+        stderr.contains("node impostor") && stderr.contains("not the 0000"),
+        "{stderr}"
+    );
+    println!("{stderr}");
+    // With two tries, the refusals are the answer.
     let out = tasklet(
         &[
             "deploy",
@@ -307,7 +323,7 @@ fn nodes_register_list_and_take_placed_work() {
             "--certs",
             certs,
             "--tries",
-            "1",
+            "2",
         ],
         b"5",
     );
@@ -317,7 +333,10 @@ fn nodes_register_list_and_take_placed_work() {
         "{}",
         text(&out.stderr)
     );
-    runtime.block_on(registrar.stop()).unwrap();
+    println!("{}", text(&out.stderr));
+    for registrar in registrars {
+        runtime.block_on(registrar.stop()).unwrap();
+    }
 
     // Nobody meets it: one line saying what the nodes offer.
     let out = tasklet(

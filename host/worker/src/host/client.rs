@@ -3,6 +3,8 @@
 //! A [`Worker`] is an RPC client over the shared-memory channel. Everything the process says is
 //! untrusted: responses are bounds-checked and decoded with typed errors, every wait has a
 //! deadline and a liveness check, and any violation makes the worker `Lost` (killed and reaped).
+//! A caller that must itself return by some time bounds every wait by it (see
+//! [`Worker::set_wait_limit`]): a wait that reaches it gives the worker up rather than go on.
 //!
 //! This file holds the worker's state and its life (start, health, end); `ops` the operations a
 //! lease performs, one method each; `calls` how one request goes out and its answer comes back,
@@ -39,6 +41,10 @@ pub struct Worker {
     resp: Vec<u8>,
     lost: Option<String>,
     poisoned: Option<(ErrorKind, String)>,
+    /// No wait goes past this (see [`Worker::set_wait_limit`]).
+    wait_limit: Option<Instant>,
+    /// A wait reached `wait_limit`, and the worker was given up for it.
+    gave_up: bool,
     /// Launches posted and not yet known finished: by when they may all legitimately have ended,
     /// each kernel getting its whole deadline (plus the emulator's slack) from when the previous
     /// one could have ended (see [`Worker::launch`]). Every op may take this much longer than
@@ -114,6 +120,8 @@ impl Worker {
             resp: Vec::with_capacity(4096),
             lost: None,
             poisoned: None,
+            wait_limit: None,
+            gave_up: false,
             pending_until: None,
             kernel_names: HashMap::new(),
             last_launch: (0, 0),
@@ -159,6 +167,27 @@ impl Worker {
         self.poisoned.is_some()
     }
 
+    /// Bounds every wait of the ops that follow by `limit` (`None`: by their own deadlines alone),
+    /// for a caller that must return by then whatever the worker is doing: a run's wall-time, a
+    /// release that must not wait for running kernels. An op whose answer has not come by
+    /// `limit` fails with `DeadlineExceeded` and the worker is given up: sent SIGKILL and not
+    /// waited for (it is reaped when dropped; a pool does that off the caller's path), every
+    /// later op `Lost`, and [`Worker::gave_up`] true. Costs nothing per op: each op reads the
+    /// clock for its own deadline anyway.
+    pub fn set_wait_limit(&mut self, limit: Option<Instant>) {
+        self.wait_limit = limit;
+    }
+
+    /// The bound set by [`Worker::set_wait_limit`].
+    pub fn wait_limit(&self) -> Option<Instant> {
+        self.wait_limit
+    }
+
+    /// True once an op reached the wait limit and the worker was given up for it.
+    pub fn gave_up(&self) -> bool {
+        self.gave_up
+    }
+
     /// SIGKILL and reap. Afterwards every op is `Lost`.
     pub fn kill(&mut self) {
         if self.lost.is_none() {
@@ -200,6 +229,14 @@ impl Worker {
         self.proc.kill();
         self.lost = Some(why.clone());
         WorkerError::Lost(why)
+    }
+
+    /// Sends the worker SIGKILL without waiting for it to end (a process with a device context
+    /// can take a while to): it is reaped when dropped. Afterwards every op is `Lost`.
+    pub(crate) fn abandon(&mut self, why: String) {
+        self.chan.close();
+        self.proc.signal(libc::SIGKILL);
+        self.lost = Some(why);
     }
 
     /// For tests: send a signal to the worker process (e.g. SIGSTOP to make it hang).

@@ -16,7 +16,7 @@ use super::client::{Starting, Worker, START_TIMEOUT};
 use super::error::WorkerError;
 use super::process::Proc;
 use super::slot::{LeaseToken, SlotOwner};
-use crate::contract::{BackendKind, WorkerCommand};
+use crate::contract::{BackendKind, ErrorKind, WorkerCommand};
 
 /// How a pool runs its workers.
 #[derive(Debug, Clone)]
@@ -66,6 +66,9 @@ struct State {
     waiters: usize,
     /// Dead or surplus workers for the spawner to kill and reap off the callers' path.
     reap: Vec<Worker>,
+    /// Of `busy`, the slots of leased workers given up and waiting in `reap`: they come back
+    /// soon, so an acquire waits for them rather than failing.
+    dying: usize,
     shutdown: bool,
     /// Consecutive failed starts, the last one's message, a counter that waiting acquirers
     /// watch, and when the spawner may try again (exponential backoff).
@@ -167,11 +170,19 @@ impl Pool {
     /// Takes a ready worker, waiting for one being started if none is idle. Starts a
     /// replacement in the background so the next acquire does not wait for a process start.
     pub fn acquire(&self) -> Result<Worker, WorkerError> {
+        self.acquire_by(None)
+    }
+
+    /// [`Pool::acquire`], waiting no later than `limit` (where given) for a worker to start: a
+    /// caller that must return by then fails with `DeadlineExceeded` instead. The worker comes
+    /// with `limit` as its wait limit ([`Worker::set_wait_limit`]).
+    pub fn acquire_by(&self, limit: Option<Instant>) -> Result<Worker, WorkerError> {
         let s = &self.shared;
         let max = s.max_workers();
         let mut g = s.lock();
         let start_gen = g.error_gen;
-        let deadline = Instant::now() + START_TIMEOUT + Duration::from_secs(1);
+        let started_by = Instant::now() + START_TIMEOUT + Duration::from_secs(1);
+        let deadline = limit.map_or(started_by, |l| l.min(started_by));
         let mut waiting = false;
         let result = loop {
             if g.shutdown {
@@ -179,24 +190,26 @@ impl Pool {
                     "the worker pool is shut down".into(),
                 ));
             }
-            if g.busy >= max {
+            if g.busy < max {
+                let mut found = None;
+                while let Some(w) = g.idle.pop_front() {
+                    // Killed from outside while idle: skip it (the sweep would catch it later).
+                    if w.proc.poll().is_some() {
+                        g.reap.push(w);
+                        continue;
+                    }
+                    found = Some(w);
+                    break;
+                }
+                if let Some(w) = found {
+                    break Ok(w);
+                }
+            } else if g.dying == 0 {
                 break Err(WorkerError::NoCapacity(format!(
                     "all {max} workers are leased"
                 )));
             }
-            let mut found = None;
-            while let Some(w) = g.idle.pop_front() {
-                // Killed from outside while idle: skip it (the sweep would catch it later).
-                if w.proc.poll().is_some() {
-                    g.reap.push(w);
-                    continue;
-                }
-                found = Some(w);
-                break;
-            }
-            if let Some(w) = found {
-                break Ok(w);
-            }
+            // Else a slot comes back once a worker given up is reaped: wait for it.
             if g.error_gen != start_gen {
                 break Err(WorkerError::Spawn(g.last_error.clone()));
             }
@@ -206,10 +219,14 @@ impl Pool {
                 break Err(WorkerError::Spawn(g.last_error.clone()));
             }
             if now >= deadline {
-                break Err(WorkerError::Spawn(format!(
-                    "no worker became ready within {:?}",
-                    START_TIMEOUT
-                )));
+                break Err(if deadline < started_by {
+                    WorkerError::op(
+                        ErrorKind::DeadlineExceeded,
+                        "no worker became ready by the caller's time limit",
+                    )
+                } else {
+                    WorkerError::Spawn(format!("no worker became ready within {:?}", START_TIMEOUT))
+                });
             }
             if !waiting {
                 waiting = true;
@@ -229,6 +246,7 @@ impl Pool {
             g.busy_procs.push(Arc::downgrade(&w.proc));
             let owner: Weak<Shared> = Arc::downgrade(s);
             w.lease = Some(LeaseToken::new(owner, &w.proc));
+            w.set_wait_limit(limit);
             w
         });
         // Wake the spawner to top the warm set back up.
@@ -238,14 +256,15 @@ impl Pool {
 
     /// Gives a worker back. A healthy one is reset and kept warm (up to `warm` idle); a lost,
     /// poisoned or unresettable one — or one that still holds anything after its reset, or any
-    /// one when the pool does not reuse workers — is killed and reaped, and a replacement starts
-    /// in the background. So is one whose launched kernels may still run (launched and not waited
-    /// for; on the emulator, not yet run): their results can no longer be read, and waiting for
-    /// them could hold up the caller (a lease's end, the expiry reaper) for as long as their
-    /// deadlines.
+    /// one when the pool does not reuse workers — is given up ([`Pool::discard`]), and a
+    /// replacement starts in the background. So is one whose launched kernels may still run
+    /// (launched and not waited for; on the emulator, not yet run), without being asked anything:
+    /// their results can no longer be read, and waiting for them would hold up the caller (a
+    /// lease's end, the expiry reaper) for as long as their deadlines.
     pub fn release(&self, mut w: Worker) {
-        let token = w.lease.take();
-        let ours = token.as_ref().is_some_and(|t| t.is_from(&self.shared));
+        // The pool's own calls answer to no caller's limit.
+        w.set_wait_limit(None);
+        let ours = w.lease.as_ref().is_some_and(|t| t.is_from(&self.shared));
         let healthy = ours
             && self.shared.cfg.reuse
             && !w.is_lost()
@@ -254,12 +273,10 @@ impl Pool {
             && w.reset().is_ok()
             && back_at_baseline(&mut w);
         if !healthy {
-            // Kill before giving the slot back, so busy + idle never undercounts live processes.
-            drop(w);
-            drop(token);
+            self.discard(w);
             return;
         }
-        drop(token);
+        drop(w.lease.take());
         let s = &self.shared;
         let mut g = s.lock();
         if g.shutdown {
@@ -275,6 +292,34 @@ impl Pool {
                 g.reap.push(extra);
             }
         }
+        s.cv.notify_all();
+    }
+
+    /// Gives a worker up without waiting for it: SIGKILL now, so that whatever it runs stops
+    /// (a kernel included) and its device memory goes with it, and the reaping — which can take a
+    /// while for a process with a device context — off the caller's path, on the pool's thread.
+    /// A leased worker keeps its slot until it is reaped, so busy + idle never undercounts live
+    /// processes (each holds device memory); an acquire that finds every slot taken waits for
+    /// such a slot instead of failing. A replacement starts in the background.
+    pub fn discard(&self, w: Worker) {
+        // Already ended and reaped (a lost worker): nothing to wait for.
+        if w.proc.poll().is_some() {
+            drop(w);
+            return;
+        }
+        w.proc.signal(libc::SIGKILL);
+        let s = &self.shared;
+        let mut g = s.lock();
+        if g.shutdown {
+            // No pool thread to reap it: here, then.
+            drop(g);
+            drop(w);
+            return;
+        }
+        if holds_slot(&w, s) {
+            g.dying += 1;
+        }
+        g.reap.push(w);
         s.cv.notify_all();
     }
 
@@ -350,9 +395,12 @@ fn spawner(s: Arc<Shared>) {
         }
         if !g.reap.is_empty() {
             let dead = std::mem::take(&mut g.reap);
+            let slots = dead.iter().filter(|w| holds_slot(w, &s)).count();
             drop(g);
-            drop(dead); // Worker::drop kills and reaps
+            // Worker::drop kills and reaps; a leased one's token then gives its slot back.
+            drop(dead);
             g = s.lock();
+            g.dying = g.dying.saturating_sub(slots);
             continue;
         }
         let now = Instant::now();
@@ -428,6 +476,11 @@ fn spawner(s: Arc<Shared>) {
             p.kill();
         }
     }
+}
+
+/// Whether `w` holds one of `s`'s slots (it is leased from that pool).
+fn holds_slot(w: &Worker, s: &Arc<Shared>) -> bool {
+    w.lease.as_ref().is_some_and(|t| t.is_from(s))
 }
 
 fn finish_start(s: Arc<Shared>, st: Starting) {

@@ -105,7 +105,8 @@ impl Proc {
             .map_or_else(|| "killed".into(), |e| e.how.clone())
     }
 
-    /// Sends `sig` if the process has not been reaped (for tests: SIGSTOP).
+    /// Sends `sig` if the process has not been reaped: SIGKILL to give a worker up without
+    /// waiting for it to end (it is reaped later, by `kill` or `poll`); for tests, SIGSTOP.
     pub(crate) fn signal(&self, sig: i32) {
         let g = self.exited.lock().unwrap_or_else(|p| p.into_inner());
         if g.is_none() {

@@ -15,3 +15,4 @@ mod nvrtc;
 mod pool;
 mod process;
 mod support;
+mod waits;

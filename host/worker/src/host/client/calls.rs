@@ -9,6 +9,10 @@ use crate::contract::codec::{decode_response, encode_request};
 use crate::contract::{BackendKind, ErrorKind, Request, Response};
 use crate::host::error::WorkerError;
 
+/// How long past a kernel's deadline the host waits for the emulator to report the kernel's end
+/// before it kills the worker: well inside the promise that a deadline ends a wait within 250 ms.
+pub(super) const EMU_REPORT_SLACK: Duration = Duration::from_millis(100);
+
 impl Worker {
     /// Posts the encoded frame: at once where the ring has room, without reading the clock; only a
     /// full ring, which must be waited on, needs a deadline.
@@ -19,7 +23,7 @@ impl Worker {
                 let now = Instant::now();
                 let timeout = self.op_timeout.saturating_add(self.queued_for(now));
                 // A full ring on the emulator past the queued kernels' bound: one of them overran.
-                let (first, _) = self.first_deadline(later(now, timeout));
+                let (first, _) = self.first_deadline(self.limited(later(now, timeout)));
                 let proc = &self.proc;
                 (
                     self.chan.post(&self.frame, first, &mut || proc.poll()),
@@ -41,9 +45,11 @@ impl Worker {
     /// How long one queued kernel may legitimately keep the worker busy.
     pub(super) fn launch_bound(&self, deadline: Duration) -> Duration {
         match self.backend {
-            // Room for the emulator to reach its step limit (about the deadline at the speed it
-            // assumes, `EMU_LANE_INSTRUCTIONS_PER_SECOND`) and say so itself.
-            BackendKind::Emu => deadline.saturating_add(Duration::from_millis(100) + deadline / 4),
+            // The emulator's step limit only approximates the deadline (it assumes a speed,
+            // `EMU_LANE_INSTRUCTIONS_PER_SECOND`, that a slow or busy machine does not reach), so
+            // the host keeps the deadline itself, with a little room for the emulator to say so
+            // first.
+            BackendKind::Emu => deadline.saturating_add(EMU_REPORT_SLACK),
             BackendKind::Cuda => deadline,
         }
     }
@@ -91,7 +97,7 @@ impl Worker {
         self.usable()?;
         let now = Instant::now();
         let timeout = timeout.saturating_add(self.queued_for(now));
-        let deadline = later(now, timeout);
+        let deadline = self.limited(later(now, timeout));
         let id = self.encode(req);
         let (first, mark) = self.first_deadline(deadline);
         let proc = &self.proc;
@@ -117,6 +123,14 @@ impl Worker {
             self.pending_until = None;
         }
         Ok(answered)
+    }
+
+    /// `deadline`, or the wait limit where that comes first.
+    fn limited(&self, deadline: Instant) -> Instant {
+        match self.wait_limit {
+            Some(limit) if limit < deadline => limit,
+            _ => deadline,
+        }
     }
 
     /// Encodes `req` with a fresh id into `self.frame`; returns the id.
@@ -195,6 +209,10 @@ impl Worker {
     /// worker is lost (killed and reaped) in every case.
     pub(super) fn wait_failed(&mut self, op: &str, w: WaitError, timeout: Duration) -> WorkerError {
         match w {
+            // The caller's limit came before the op's own deadline (which `timeout` measures).
+            WaitError::Timeout if self.wait_limit.is_some_and(|l| Instant::now() >= l) => {
+                self.give_up(op)
+            }
             WaitError::Timeout if self.pending_until.is_some() => {
                 let msg = format!(
                     "no answer to {op} within {timeout:?}, which covers every queued kernel's deadline: a kernel \
@@ -226,6 +244,26 @@ impl Worker {
                 self.lose(format!("protocol violation: {m}"))
             }
         }
+    }
+
+    /// The worker did not answer `op` by the wait limit: it is given up, not waited for, whatever
+    /// it is doing (a kernel still running, most likely).
+    fn give_up(&mut self, op: &str) -> WorkerError {
+        let busy = if self.pending_until.is_some() {
+            format!(
+                " while kernels it was given still ran (the last one launched was launch #{}, of {})",
+                self.launches,
+                self.kernel_named(self.last_launch)
+            )
+        } else {
+            String::new()
+        };
+        let msg = format!(
+            "no answer to {op} by the caller's time limit{busy}; the worker was given up (killed), not waited for"
+        );
+        self.gave_up = true;
+        self.abandon(msg.clone());
+        WorkerError::op(ErrorKind::DeadlineExceeded, msg)
     }
 
     pub(super) fn unexpected(&mut self, op: &str, resp: &Response) -> WorkerError {

@@ -212,9 +212,10 @@ impl Worker {
     /// step limit, which stands in for the deadline); on CUDA it queues the kernel, and the
     /// kernel's fault or missed deadline is reported by `sync` or by the next op that waits for
     /// it (every op but `ping`, `info` and `launch`). Either way the host keeps a bound on how
-    /// long the queued kernels may legitimately take — each its whole deadline (on the emulator
-    /// plus a quarter and 100 ms of slack for the step limit) from when the one before it could
-    /// have ended — and every op may take that much longer than `op_timeout`. An op with no
+    /// long the queued kernels may legitimately take — each its whole deadline (on the emulator,
+    /// whose step limit only approximates it, plus 100 ms for the emulator to report it) from
+    /// when the one before it could have ended — and every op may take that much longer than
+    /// `op_timeout`. An op with no
     /// answer by then is `DeadlineExceeded` while kernels are queued (a kernel ran past its
     /// deadline unreported) and the worker is killed; with nothing queued it is `Lost`.
     pub fn launch(&mut self, l: &Launch<'_>) -> Result<(), WorkerError> {

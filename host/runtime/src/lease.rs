@@ -9,6 +9,15 @@
 //! [`LeaseManager::alloc`] and [`LeaseManager::free`], which check the grant and move the counter
 //! together with the worker's allocation, under the lease's lock.
 //!
+//! Nothing here waits on a running kernel past what its caller can afford. A lease held by a run
+//! is bound to the run's end (its wall-time limit, [`RunLimit`]): no wait under it goes past that,
+//! and one that would gives the worker up and ends the lease ([`EndReason::WallTime`]). Freeing
+//! memory or unloading a module while the lease's kernels run waits for them only briefly
+//! ([`RELEASE_GRACE`]) before giving the worker up ([`EndReason::DroppedWhileBusy`]); ending a
+//! lease whose kernels may still run gives its worker up without asking it anything. A worker
+//! given up is killed at once and reaped off the caller's path; its memory goes with the process,
+//! and the lease's books with the lease, so the accounting returns to baseline exactly.
+//!
 //! Reconciliation: quotas are only real if the books match the device, so when a lease ends with a
 //! healthy worker, the worker is asked what it really holds (`info`) and that is compared with the lease's own accounting. A
 //! worker that holds a different number of bytes than the lease thinks is not trusted again: it
@@ -59,6 +68,29 @@ pub struct Accounting {
     pub mismatches: u64,
 }
 
+/// How long freeing memory or unloading a module waits for the lease's running kernels before
+/// it gives the worker up: a kernel that has about finished is waited for, a busy one is not.
+pub const RELEASE_GRACE: Duration = Duration::from_millis(20);
+
+/// The end of the run that holds a lease: when its wall-time limit runs out, and the limit as
+/// configured (for messages).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunLimit {
+    pub ends: Instant,
+    pub wall_time: Duration,
+}
+
+impl RunLimit {
+    /// What an operation cut short by the run's end fails with.
+    fn exceeded(&self) -> GpuError {
+        GpuError::DeadlineExceeded(format!(
+            "the tasklet reached its wall-time limit of {:?} while waiting for the GPU; raise `wall-time` under \
+             [limits] if it needs longer",
+            self.wall_time
+        ))
+    }
+}
+
 /// Why a lease ended; what later operations under it are told.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EndReason {
@@ -67,6 +99,11 @@ pub enum EndReason {
     WorkerLost(String),
     Poisoned(String),
     TaskletEnded,
+    /// The holder's run reached its wall-time limit (this one) while waiting for the worker.
+    WallTime(Duration),
+    /// Memory or a module of the lease was released while its kernels still ran, and the worker
+    /// was given up rather than waited for.
+    DroppedWhileBusy,
 }
 
 impl EndReason {
@@ -83,6 +120,14 @@ impl EndReason {
                 format!("the lease ended after a fatal kernel error ({why})")
             }
             EndReason::TaskletEnded => "the tasklet that held the lease has ended".into(),
+            EndReason::WallTime(limit) => format!(
+                "the lease ended when the tasklet reached its wall-time limit of {limit:?} while waiting for the GPU \
+                 (`wall-time` under [limits])"
+            ),
+            EndReason::DroppedWhileBusy => "the lease ended when a buffer, module or session of it was dropped while its \
+                 kernels still ran: the host gives such a worker up rather than wait for it; sync before dropping \
+                 handles while kernels may still run"
+                .into(),
         }
     }
 }
@@ -102,6 +147,8 @@ struct LeaseState {
     used: u64,
     expires: Instant,
     ended: Option<EndReason>,
+    /// The end of the run holding the lease, which bounds every wait under it.
+    run: Option<RunLimit>,
 }
 
 impl Lease {
@@ -198,6 +245,17 @@ impl LeaseManager {
 
     /// Grants `bytes` for `ttl` from a warm worker.
     pub fn acquire(&self, bytes: u64, ttl: Duration) -> Result<Arc<Lease>, GpuError> {
+        self.acquire_for(bytes, ttl, None)
+    }
+
+    /// [`LeaseManager::acquire`] for a run that ends at `run` (where given): the wait for a
+    /// worker, and every wait under the lease after, end by then (see the module's docs).
+    pub fn acquire_for(
+        &self,
+        bytes: u64,
+        ttl: Duration,
+        run: Option<RunLimit>,
+    ) -> Result<Arc<Lease>, GpuError> {
         {
             // Reserve the memory first, so two racing acquires cannot both pass the check.
             let mut book = self.book();
@@ -210,15 +268,16 @@ impl LeaseManager {
             }
             book.granted += bytes;
         }
-        let worker = match self.pool.acquire() {
+        let worker = match self.pool.acquire_by(run.map(|r| r.ends)) {
             Ok(w) => w,
             Err(e) => {
                 self.book().granted -= bytes;
-                return Err(match e {
-                    WorkerError::NoCapacity(m) => {
+                return Err(match (e, run) {
+                    (WorkerError::NoCapacity(m), _) => {
                         GpuError::CapacityExceeded(format!("no free GPU worker: {m}"))
                     }
-                    other => other.into(),
+                    (_, Some(run)) if Instant::now() >= run.ends => run.exceeded(),
+                    (other, _) => other.into(),
                 });
             }
         };
@@ -233,11 +292,24 @@ impl LeaseManager {
                 used: 0,
                 expires: now + ttl,
                 ended: None,
+                run,
             }),
         });
         self.book().live.insert(lease.id, Arc::clone(&lease));
         self.wake.notify_all();
         Ok(lease)
+    }
+
+    /// Binds a lease acquired before its holder's run limit was known to `run` (see
+    /// [`LeaseManager::acquire_for`]); nothing for a lease that has ended.
+    pub fn bind_to_run(&self, lease: &Lease, run: RunLimit) {
+        let mut st = lease.lock();
+        if st.ended.is_none() {
+            st.run = Some(run);
+            if let Some(w) = st.worker.as_mut() {
+                w.set_wait_limit(Some(run.ends));
+            }
+        }
     }
 
     /// Moves the lease's expiry to `ttl` from now, if that stays within `ceiling` of its start.
@@ -304,19 +376,33 @@ impl LeaseManager {
     }
 
     /// Frees an allocation of `bytes` made by [`LeaseManager::alloc`] and releases its charge.
+    /// Never waits on running kernels for longer than [`RELEASE_GRACE`]: a worker still busy then
+    /// is given up and the lease ends (its memory, and its charge, go with it).
     pub fn free(&self, lease: &Lease, addr: u64, bytes: u64) -> Result<(), GpuError> {
         self.with_state(lease, |st| {
             let worker = st
                 .worker
                 .as_mut()
                 .ok_or_else(|| WorkerError::Lost("the lease has no worker".into()))?;
-            worker.free(addr)?;
+            briefly(worker, st.run, |w| w.free(addr))?;
             st.used = st.used.saturating_sub(charged_bytes(bytes));
             Ok(())
         })
     }
 
-    /// Runs `op` on the state of a live lease; a lost or poisoned worker ends the lease.
+    /// Unloads module `module` (the worker's id for it) under the lease; waits on running
+    /// kernels no longer than [`LeaseManager::free`] does.
+    pub fn unload(&self, lease: &Lease, module: u32) -> Result<(), GpuError> {
+        self.with_state(lease, |st| {
+            let worker = st
+                .worker
+                .as_mut()
+                .ok_or_else(|| WorkerError::Lost("the lease has no worker".into()))?;
+            briefly(worker, st.run, |w| w.unload_module(module))
+        })
+    }
+
+    /// Runs `op` on the state of a live lease; a lost, poisoned or given-up worker ends the lease.
     fn with_state<T>(
         &self,
         lease: &Lease,
@@ -326,19 +412,34 @@ impl LeaseManager {
         match op(&mut st) {
             Ok(v) => Ok(v),
             Err(e) => {
-                let end = match &e {
-                    WorkerError::Lost(why) => Some(EndReason::WorkerLost(why.clone())),
-                    WorkerError::Op {
-                        kind: ErrorKind::KernelFault | ErrorKind::DeadlineExceeded,
-                        message,
-                    } => Some(EndReason::Poisoned(message.clone())),
-                    _ => None,
+                let gave_up = st.worker.as_ref().is_some_and(Worker::gave_up);
+                let (end, e) = match (e, st.run) {
+                    // A wait cut short at the run's end, or else at a release's grace.
+                    (_, Some(run)) if gave_up && Instant::now() >= run.ends => {
+                        (Some(EndReason::WallTime(run.wall_time)), run.exceeded())
+                    }
+                    (e, _) if gave_up => (Some(EndReason::DroppedWhileBusy), e.into()),
+                    (WorkerError::Lost(why), _) => (
+                        Some(EndReason::WorkerLost(why.clone())),
+                        WorkerError::Lost(why).into(),
+                    ),
+                    (
+                        WorkerError::Op {
+                            kind: kind @ (ErrorKind::KernelFault | ErrorKind::DeadlineExceeded),
+                            message,
+                        },
+                        _,
+                    ) => (
+                        Some(EndReason::Poisoned(message.clone())),
+                        WorkerError::Op { kind, message }.into(),
+                    ),
+                    (e, _) => (None, e.into()),
                 };
                 drop(st);
                 if let Some(reason) = end {
                     self.end(lease, reason);
                 }
-                Err(e.into())
+                Err(e)
             }
         }
     }
@@ -370,11 +471,15 @@ impl LeaseManager {
             (st.worker.take(), used)
         };
         if let Some(mut worker) = worker {
-            if self.reconcile(lease, &mut worker, used) {
+            // What is asked of the worker from here answers to no run's end.
+            worker.set_wait_limit(None);
+            // One whose kernels may still run is given up by the pool without a question (any
+            // answer would wait for them).
+            if worker.has_pending_launches() || self.reconcile(lease, &mut worker, used) {
                 self.pool.release(worker);
             } else {
-                // Killed, not reused; its slot goes back to the pool, which starts a replacement.
-                drop(worker);
+                // Not reused; the pool starts a replacement.
+                self.pool.discard(worker);
             }
         }
         let mut book = self.book();
@@ -489,4 +594,23 @@ impl LeaseManager {
             self.end(&lease, EndReason::TaskletEnded);
         }
     }
+}
+
+/// Runs `op`, a release (free, unload), without waiting on the worker's running kernels for
+/// longer than [`RELEASE_GRACE`] (or past the run's end, where that comes first): while launches
+/// may be pending, the worker's waits are bounded by that, and by the run's end alone again after.
+fn briefly<T>(
+    w: &mut Worker,
+    run: Option<RunLimit>,
+    op: impl FnOnce(&mut Worker) -> Result<T, WorkerError>,
+) -> Result<T, WorkerError> {
+    if !w.has_pending_launches() {
+        return op(w);
+    }
+    let run_ends = run.map(|r| r.ends);
+    let grace = Instant::now() + RELEASE_GRACE;
+    w.set_wait_limit(Some(run_ends.map_or(grace, |end| end.min(grace))));
+    let r = op(w);
+    w.set_wait_limit(run_ends);
+    r
 }

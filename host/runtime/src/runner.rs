@@ -10,7 +10,7 @@ use crate::wit::bindings;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Engine, Store};
 
@@ -147,19 +147,29 @@ impl Runner {
     /// Runs a tasklet once on `input` with its GPU operations going to `gpu`. Whatever the
     /// outcome, the service (and with it, for a local one, every lease the run held) is dropped
     /// before this returns.
+    ///
+    /// The wall-time limit holds whatever the tasklet is doing: epoch interruption stops wasm
+    /// code, and the GPU service is told when the run ends, so that no GPU call waits past it (a
+    /// host call cannot be interrupted). A run that ends past its limit, however it ended, ran
+    /// out of time: [`RunError::WallTime`].
     pub fn run(
         &self,
         tasklet: &Tasklet,
         input: &[u8],
-        gpu: Box<dyn GpuService>,
+        mut gpu: Box<dyn GpuService>,
     ) -> Result<Vec<u8>, RunError> {
+        let wall = tasklet.grant.limits.wall_time;
+        let started = Instant::now();
+        let ends = started.checked_add(wall);
+        if let Some(ends) = ends {
+            gpu.run_ends_at(ends);
+        }
         let state = TaskletState::new(tasklet.grant, gpu);
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limits);
         // One call may carry as much data as the tasklet's memory can hold (wasmtime's default is
         // 128 MiB): a bulk mem-write is bounded by the memory limit, not by a second, smaller one.
         store.set_hostcall_fuel(usize::try_from(tasklet.grant.limits.memory).unwrap_or(usize::MAX));
-        let wall = tasklet.grant.limits.wall_time;
         store.set_epoch_deadline((wall.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64 + 1);
         store.epoch_deadline_trap();
         let instance = tasklet
@@ -175,7 +185,13 @@ impl Runner {
                 },
             }
         });
+        // Past the limit the guest may have returned an error a cut-short GPU call gave it, or
+        // its output, before the next epoch check trapped it: either way it ran out of time.
+        let out_of_time = ends.is_some_and(|ends| Instant::now() >= ends);
         drop(store);
+        if out_of_time {
+            return Err(RunError::WallTime(wall));
+        }
         result?.map_err(RunError::Failed)
     }
 }

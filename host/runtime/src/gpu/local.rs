@@ -14,11 +14,11 @@ use super::types::{
 use super::GpuService;
 use crate::config::{Grant, Right};
 use crate::error::{invalid, out_of_bounds, quota, quoted, unauthorized, unsupported, GpuError};
-use crate::lease::{EndReason, Lease, LeaseManager};
+use crate::lease::{EndReason, Lease, LeaseManager, RunLimit};
 use rustc_hash::FxHashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tasklet_worker::{Launch, LoadedModule, ALLOC_GRANULE};
 
 /// Transfers of at least this many bytes go between the device and linear memory directly (the
@@ -36,6 +36,9 @@ pub struct LocalGpu {
     ids: IdSource,
     /// Where each launch's argument block is built (kept: no allocation per launch).
     arg_block: Vec<u8>,
+    /// The end of the run this serves, once the runner has said (see
+    /// [`GpuService::run_ends_at`]): every lease is bound to it.
+    run: Option<RunLimit>,
 }
 
 /// What the service remembers of a session.
@@ -86,6 +89,7 @@ impl LocalGpu {
                 next: 0,
             },
             arg_block: Vec::new(),
+            run: None,
         }
     }
 
@@ -230,7 +234,8 @@ fn span(addr: u64, size: u64, offset: u64, len: u64) -> Result<u64, GpuError> {
 
 impl Drop for LocalGpu {
     /// However the holder ended (returned, trapped, ran out of time, disconnected), everything it
-    /// leased goes back.
+    /// leased goes back, at once: a lease whose kernels may still run has its worker given up
+    /// rather than waited for.
     fn drop(&mut self) {
         for lease in self.leases.values() {
             self.manager.end(lease, EndReason::TaskletEnded);
@@ -239,6 +244,17 @@ impl Drop for LocalGpu {
 }
 
 impl GpuService for LocalGpu {
+    fn run_ends_at(&mut self, ends: Instant) {
+        let run = RunLimit {
+            ends,
+            wall_time: self.grant.limits.wall_time,
+        };
+        self.run = Some(run);
+        for lease in self.leases.values() {
+            self.manager.bind_to_run(lease, run);
+        }
+    }
+
     fn devices(&mut self) -> Vec<DeviceInfo> {
         if self.grant.gpu.max_leases == 0 {
             return Vec::new();
@@ -298,7 +314,7 @@ impl GpuService for LocalGpu {
                 grant.max_vram
             )));
         }
-        let lease = self.manager.acquire(bytes, ttl)?;
+        let lease = self.manager.acquire_for(bytes, ttl, self.run)?;
         let id = LeaseId(self.ids.fresh());
         self.leases.insert(id, lease);
         Ok(id)
@@ -355,14 +371,15 @@ impl GpuService for LocalGpu {
         let Some(s) = self.sessions.remove(&session) else {
             return;
         };
-        // Free what the session still holds; if its lease already ended, that is done.
+        // Free what the session still holds; if its lease already ended, that is done. Neither
+        // waits on running kernels: a busy worker is given up, and with it the lease.
         for &(addr, size) in s.buffers.values() {
             if self.manager.free(&s.lease, addr, size).is_err() {
                 return;
             }
         }
         for m in s.modules.values() {
-            if self.run(&s.lease, |w| w.unload_module(m.id)).is_err() {
+            if self.manager.unload(&s.lease, m.id).is_err() {
                 return;
             }
         }
@@ -513,9 +530,7 @@ impl GpuService for LocalGpu {
             return;
         };
         if let Some(m) = s.modules.remove(&module) {
-            let _ = self
-                .manager
-                .with_worker(&s.lease, |w| w.unload_module(m.id));
+            let _ = self.manager.unload(&s.lease, m.id);
         }
     }
 

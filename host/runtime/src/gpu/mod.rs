@@ -19,6 +19,7 @@ pub use types::{
 };
 
 use crate::error::GpuError;
+use std::time::Instant;
 
 /// Where a tasklet's GPU operations go. Every id was returned by the same service; an id it did
 /// not return, or one of another session, fails with a typed error (never a panic).
@@ -26,6 +27,12 @@ use crate::error::GpuError;
 /// Launches and writes may return before the device has done them; their errors surface at the
 /// next `sync` (or an operation that waits for them, such as a read), naming the operation.
 pub trait GpuService: Send {
+    /// The run this service serves ends at `ends`, when its wall-time limit runs out: no
+    /// operation waits past it. One still waiting then fails with `deadline-exceeded` naming the
+    /// limit, and what it waited on is given up. The runner says so before the run starts; a
+    /// service none of whose operations can wait long may ignore it.
+    fn run_ends_at(&mut self, _ends: Instant) {}
+
     /// The devices the tasklet may lease (none when it may lease nothing).
     fn devices(&mut self) -> Vec<DeviceInfo>;
 

@@ -12,5 +12,6 @@ mod fake_cuda;
 mod gpubench;
 mod launch_checks;
 mod sdk;
+mod time_limits;
 mod workers;
 mod zero_copy;

@@ -29,6 +29,7 @@
 //! | `read-into <kib>` | lease; alloc `<kib>` KiB; write a pattern from a guest `Vec` (one `mem-write`); `DeviceBuffer::read_into` a zeroed guest buffer → `ok read-into <bytes>` or `error mismatch <first offset>` |
 //! | `read-into-grown` | lease 32 MiB; a 1 MiB write + read-into round trip (`ok first 1048576`); then a 16 MiB guest buffer at least 15 MiB of which lie in memory grown since (`ok grown <pages before> <pages after>` or `error not-grown ..`); write a pattern from it, zero it, read into it, check → `ok round-trip 16777216` or `error mismatch ..` |
 //! | `read-into-misuse` | a 16-byte buffer: `mem-read-into` of 16 bytes at 8 into a 16-byte and into a 128 KiB guest buffer filled with `0x5a` → (out of bounds, both), then `ok untouched` or `error touched <offset>`; a buffer of another session read into (128 KiB) → |
+//! | `spin-then <step>` | lease 1 MiB for 60 s; session; load `faults.ptx`; alloc 4 bytes (the flag) and 4096 (the spare); launch `spin_forever(flag)` on 1×32 → `ok launch spin_forever`; then, while it runs, one step: `sync`, `read` (4 bytes of the spare), `write` (4 bytes to it), `alloc` (4096), `copy` (4 bytes, spare to spare) or `load` (`iota.ptx`) → its line; or drop the `buffer` (the spare), the `module`, the `session` or the `lease` → `ok dropped <step>`; then → `ok took <ms>` (the step alone, in whole milliseconds). `trap` traps instead (no output), `return` returns at once holding everything (no step line) |
 //! | `bench <n>` | `n` calls each of lease info, sync (idle session) and 4 KiB write+read pairs, timed in batches of 100 → `info_ns <ns>`, `sync_ns <ns>`, `rw4k_ns <ns>`: the median over batches of the mean time per call, in whole nanoseconds |
 //!
 //! An unknown command, or a missing or malformed argument, is an `Err`.
@@ -88,12 +89,13 @@ fn run(input: Vec<u8>) -> Result<Vec<u8>, String> {
         "read-into" => read_into(&mut out, input::argument(command, arg)?),
         "read-into-grown" => read_into_grown(&mut out),
         "read-into-misuse" => read_into_misuse(&mut out),
+        "spin-then" => spin_then(&mut out, arg.unwrap_or(""))?,
         _ => {
             return Err(format!(
                 "unknown command {command:?}; expected one of alloc-past-lease, foreign-buffer, \
                  expire, trap, oob-read, bad-ptx, fault, spin, hold <secs>, leases <n>, bench <n>, \
                  verify <secs>, pattern <mib>, zeros <mib>, spin-big <mib>, lease <mib>, read-into <kib>, \
-                 read-into-grown, read-into-misuse"
+                 read-into-grown, read-into-misuse, spin-then <step>"
             ))
         }
     };
@@ -301,6 +303,71 @@ fn spin(out: &mut Out) -> Step {
         |_| "launch spin_forever".into(),
     );
     out.step(session.sync(), |_| "sync".into());
+    Ok(())
+}
+
+/// What `spin-then` does while its kernel runs.
+const SPIN_THEN_STEPS: &str =
+    "sync, read, write, alloc, copy, load, buffer, module, session, lease, trap, return";
+
+/// Launches a kernel that never ends, then takes one `step` while it runs and says how long the
+/// step took (see the table above). An unknown step is an `Err`, before anything is leased.
+fn spin_then(out: &mut Out, step: &str) -> Result<Step, String> {
+    if !SPIN_THEN_STEPS.split(", ").any(|s| s == step) {
+        return Err(format!(
+            "spin-then: unknown step {step:?}; expected one of {SPIN_THEN_STEPS}"
+        ));
+    }
+    Ok(spin_then_step(out, step))
+}
+
+fn spin_then_step(out: &mut Out, step: &str) -> Step {
+    let lease = acquire(out, MIB, 60)?;
+    let session = out.setup(Session::open(&lease))?;
+    let module = out.setup(session.module_load(FAULTS_PTX))?;
+    let flag = out.setup(session.mem_alloc(4))?;
+    let spare = out.setup(session.mem_alloc(4096))?;
+    out.setup(session.launch(&module, "spin_forever", config(1, 32), &[buffer_arg(&flag)]))?;
+    out.ok("launch spin_forever");
+    let start = Instant::now();
+    match step {
+        "sync" => {
+            out.step(session.sync(), |_| "sync".into());
+        }
+        "read" => {
+            out.step(session.mem_read(&spare, 0, 4), |d| {
+                format!("read {}", d.len())
+            });
+        }
+        "write" => {
+            out.step(session.mem_write(&spare, 0, &[1; 4]), |_| "write 4".into());
+        }
+        "alloc" => {
+            out.step(session.mem_alloc(4096), |b| format!("alloc {}", b.size()));
+        }
+        "copy" => {
+            out.step(session.mem_copy(&spare, 0, &spare, 8, 4), |_| {
+                "copy 4".into()
+            });
+        }
+        "load" => {
+            out.step(session.module_load(IOTA_PTX), |m| {
+                format!("load {}", m.kernels().join(","))
+            });
+        }
+        "buffer" => drop(spare),
+        "module" => drop(module),
+        "session" => drop(session),
+        "lease" => drop(lease),
+        "trap" => panic!("probe trap while a kernel runs"),
+        // `return`: everything is still held, and dropped as the tasklet returns.
+        _ => return Ok(()),
+    }
+    let took = start.elapsed().as_millis();
+    if matches!(step, "buffer" | "module" | "session" | "lease") {
+        out.ok(format!("dropped {step}"));
+    }
+    out.ok(format!("took {took}"));
     Ok(())
 }
 

@@ -1,0 +1,483 @@
+//! Bare quinn beside the fabric: the node's TLS (`tasklet_tls`'s configurations, mutual), the
+//! same loopback, and none of our protocol. An echo gives the round-trip floor; bulk transfers
+//! under several transport settings give the best throughput quinn itself reaches here.
+//!
+//! One bidirectional stream does one thing, named by its first byte: [`ECHO`] answers every
+//! [`ECHO_BYTES`]-byte message with itself until the client finishes; [`UPLOAD`] takes
+//! everything the client sends and answers its count (8 bytes, big-endian); [`DOWNLOAD`] reads
+//! a count and sends that many bytes.
+
+use crate::stats::Samples;
+use bytes::Bytes;
+use std::net::{SocketAddr, UdpSocket};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tasklet_tls::Tenant;
+use tokio::runtime::Runtime;
+
+const ECHO: u8 = b'E';
+const UPLOAD: u8 = b'U';
+const DOWNLOAD: u8 = b'D';
+
+/// An echo message: about a SYNC request or its reply on the node's wire.
+pub const ECHO_BYTES: usize = 32;
+
+/// What bulk data is written from: slices of one buffer, handed to quinn without copying.
+const PAYLOAD_BYTES: usize = 16 << 20;
+const WRITE_CHUNK: usize = 1 << 20;
+
+/// The flow-control windows the node (`tasklet_node`'s transport) and its client
+/// (`tasklet_remote`'s) configure: a stream's receive window, the connection's receive and send
+/// windows.
+pub const FABRIC_WINDOWS: Windows = Windows {
+    stream: 16 << 20,
+    connection: 64 << 20,
+    send: 64 << 20,
+};
+
+/// Windows large enough that a 256 MiB transfer is never waiting for credit on loopback.
+const WIDE_WINDOWS: Windows = Windows {
+    stream: 128 << 20,
+    connection: 512 << 20,
+    send: 512 << 20,
+};
+
+/// UDP socket buffers asked of the kernel (which caps them at `net.core.{r,w}mem_max`).
+const SOCKET_BUFFERS: usize = 8 << 20;
+
+/// A jumbo-frame datagram size: what a datacenter network with 9000-byte frames carries. quinn
+/// sends up to 10 datagrams in one GSO send, which must fit in one 64 KiB UDP send: datagrams
+/// this large are tried with GSO off.
+const JUMBO_MTU: u16 = 8952;
+
+/// The largest datagrams whose GSO batches (10 of them) still fit in one UDP send.
+const GSO_MTU: u16 = 6400;
+
+#[derive(Debug, Clone, Copy)]
+pub struct Windows {
+    pub stream: u32,
+    pub connection: u32,
+    pub send: u64,
+}
+
+/// One way to configure both ends of a bare transfer.
+#[derive(Debug, Clone)]
+pub struct Setting {
+    pub name: &'static str,
+    /// `None`: quinn's defaults.
+    pub windows: Option<Windows>,
+    /// UDP generic segmentation offload (quinn's default: on).
+    pub gso: bool,
+    /// A fixed datagram size on both ends (no discovery); `None`: quinn's (1200, discovered up
+    /// to 1452).
+    pub mtu: Option<u16>,
+    /// `SO_RCVBUF`/`SO_SNDBUF` of both sockets; `None`: the kernel's default.
+    pub socket_buffers: Option<usize>,
+    /// Streams a transfer is split over, all at once on one connection.
+    pub streams: usize,
+}
+
+impl Setting {
+    /// The setting the fabric itself runs with (the node's and the client's windows, the rest
+    /// quinn's defaults): the echo floor is measured on it.
+    pub fn fabric() -> Setting {
+        Setting {
+            name: "fabric's windows (as node and client)",
+            windows: Some(FABRIC_WINDOWS),
+            gso: true,
+            mtu: None,
+            socket_buffers: None,
+            streams: 1,
+        }
+    }
+
+    /// The settings tried, from quinn's defaults through the fabric's to the widest.
+    pub fn all() -> Vec<Setting> {
+        let fabric = Setting::fabric();
+        let wide = Setting {
+            name: "wide windows, 8 MiB socket buffers",
+            windows: Some(WIDE_WINDOWS),
+            socket_buffers: Some(SOCKET_BUFFERS),
+            ..fabric.clone()
+        };
+        vec![
+            Setting {
+                name: "quinn defaults",
+                windows: None,
+                ..fabric.clone()
+            },
+            Setting {
+                name: "fabric's windows, GSO off",
+                gso: false,
+                ..fabric.clone()
+            },
+            fabric.clone(),
+            Setting {
+                name: "fabric's windows, 4 streams",
+                streams: 4,
+                ..fabric.clone()
+            },
+            wide.clone(),
+            Setting {
+                name: "wide, 4 streams",
+                streams: 4,
+                ..wide.clone()
+            },
+            Setting {
+                name: "fabric's windows, 6400-byte datagrams",
+                mtu: Some(GSO_MTU),
+                ..fabric
+            },
+            Setting {
+                name: "wide, 6400-byte datagrams",
+                mtu: Some(GSO_MTU),
+                ..wide.clone()
+            },
+            Setting {
+                name: "wide, 6400-byte datagrams, 4 streams",
+                mtu: Some(GSO_MTU),
+                streams: 4,
+                ..wide.clone()
+            },
+            Setting {
+                name: "wide, 8952-byte datagrams, GSO off",
+                mtu: Some(JUMBO_MTU),
+                gso: false,
+                ..wide
+            },
+        ]
+    }
+
+    fn transport(&self) -> quinn::TransportConfig {
+        let mut transport = quinn::TransportConfig::default();
+        if let Some(w) = self.windows {
+            transport
+                .stream_receive_window(w.stream.into())
+                .receive_window(w.connection.into())
+                .send_window(w.send);
+        }
+        transport
+            .max_concurrent_bidi_streams(64u32.into())
+            .enable_segmentation_offload(self.gso);
+        if let Some(mtu) = self.mtu {
+            transport
+                .initial_mtu(mtu)
+                .min_mtu(mtu)
+                .mtu_discovery_config(None);
+        }
+        transport
+    }
+
+    fn endpoint_config(&self) -> quinn::EndpointConfig {
+        let mut config = quinn::EndpointConfig::default();
+        if let Some(mtu) = self.mtu {
+            // Both ends must accept datagrams that large; the error is only for values outside
+            // 1200..=65527, which JUMBO_MTU is not.
+            let _ = config.max_udp_payload_size(mtu.max(1472));
+        }
+        config
+    }
+
+    fn socket(&self, addr: SocketAddr) -> Result<UdpSocket, String> {
+        let socket = UdpSocket::bind(addr)
+            .map_err(|e| format!("cannot bind a UDP socket on {addr}: {e}"))?;
+        if let Some(bytes) = self.socket_buffers {
+            set_buffers(&socket, bytes);
+        }
+        Ok(socket)
+    }
+}
+
+/// Asks for `bytes` of send and receive buffer; the kernel may give less, which is what it
+/// gives every program.
+fn set_buffers(socket: &UdpSocket, bytes: usize) {
+    use std::os::fd::AsRawFd;
+    let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    for option in [libc::SO_RCVBUF, libc::SO_SNDBUF] {
+        // SAFETY: a valid socket, a c_int option value of the size given.
+        unsafe {
+            libc::setsockopt(
+                socket.as_raw_fd(),
+                libc::SOL_SOCKET,
+                option,
+                (&value as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            );
+        }
+    }
+}
+
+/// A bare server on the node's runtime, with one setting.
+pub struct Server {
+    endpoint: quinn::Endpoint,
+}
+
+impl Server {
+    pub fn start(runtime: &Runtime, certs: &Path, setting: &Setting) -> Result<Server, String> {
+        let mut config =
+            tasklet_tls::server_config(certs).map_err(|e| format!("the bare server's TLS: {e}"))?;
+        config.transport_config(Arc::new(setting.transport()));
+        let socket = setting.socket(([127, 0, 0, 1], 0).into())?;
+        let endpoint = runtime.block_on(async {
+            let runtime = quinn::default_runtime().ok_or("no runtime for quinn")?;
+            quinn::Endpoint::new(setting.endpoint_config(), Some(config), socket, runtime)
+                .map_err(|e| format!("cannot start the bare server: {e}"))
+        })?;
+        let payload = Bytes::from(vec![0x5a; PAYLOAD_BYTES]);
+        let accepting = endpoint.clone();
+        runtime.spawn(async move {
+            while let Some(incoming) = accepting.accept().await {
+                let payload = payload.clone();
+                tokio::spawn(async move {
+                    let Ok(connection) = incoming.await else {
+                        return;
+                    };
+                    while let Ok((send, recv)) = connection.accept_bi().await {
+                        tokio::spawn(serve_stream(send, recv, payload.clone()));
+                    }
+                });
+            }
+        });
+        Ok(Server { endpoint })
+    }
+
+    pub fn addr(&self) -> Result<SocketAddr, String> {
+        self.endpoint
+            .local_addr()
+            .map_err(|e| format!("the bare server's address: {e}"))
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.endpoint.close(0u32.into(), b"done");
+    }
+}
+
+async fn serve_stream(mut send: quinn::SendStream, mut recv: quinn::RecvStream, payload: Bytes) {
+    let mut kind = [0u8; 1];
+    if recv.read_exact(&mut kind).await.is_err() {
+        return;
+    }
+    match kind[0] {
+        ECHO => {
+            let mut message = [0u8; ECHO_BYTES];
+            while recv.read_exact(&mut message).await.is_ok() {
+                if send.write_all(&message).await.is_err() {
+                    return;
+                }
+            }
+        }
+        UPLOAD => {
+            let mut received = 0u64;
+            while let Ok(Some(chunk)) = recv.read_chunk(usize::MAX, false).await {
+                received += chunk.bytes.len() as u64;
+            }
+            if send.write_all(&received.to_be_bytes()).await.is_ok() {
+                let _ = send.finish();
+            }
+        }
+        DOWNLOAD => {
+            let mut count = [0u8; 8];
+            if recv.read_exact(&mut count).await.is_err() {
+                return;
+            }
+            let mut left = u64::from_be_bytes(count);
+            while left > 0 {
+                let n = left.min(WRITE_CHUNK as u64) as usize;
+                if send.write_chunk(payload.slice(..n)).await.is_err() {
+                    return;
+                }
+                left -= n as u64;
+            }
+            let _ = send.finish();
+        }
+        _ => {}
+    }
+}
+
+/// A bare client: a runtime like `tasklet_remote::NodeClient`'s (one worker thread, the caller
+/// blocking on it), one connection.
+pub struct Client {
+    connection: quinn::Connection,
+    endpoint: quinn::Endpoint,
+    runtime: Runtime,
+    payload: Bytes,
+}
+
+impl Client {
+    pub fn connect(server: SocketAddr, certs: &Path, setting: &Setting) -> Result<Client, String> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("bare-client")
+            .enable_all()
+            .build()
+            .map_err(|e| format!("the bare client's runtime: {e}"))?;
+        let tenant = Tenant::new(tasklet_tls::DEFAULT_TENANT).map_err(|e| e.to_string())?;
+        let mut config = tasklet_tls::client_config(certs, &tenant)
+            .map_err(|e| format!("the bare client's TLS: {e}"))?;
+        config.transport_config(Arc::new(setting.transport()));
+        let socket = setting.socket(([127, 0, 0, 1], 0).into())?;
+        let (endpoint, connection) = runtime.block_on(async {
+            let quic = quinn::default_runtime().ok_or("no runtime for quinn")?;
+            let mut endpoint = quinn::Endpoint::new(setting.endpoint_config(), None, socket, quic)
+                .map_err(|e| format!("cannot start the bare client: {e}"))?;
+            endpoint.set_default_client_config(config);
+            let connecting = endpoint
+                .connect(server, "localhost")
+                .map_err(|e| format!("cannot connect to the bare server: {e}"))?;
+            let connection = tokio::time::timeout(Duration::from_secs(10), connecting)
+                .await
+                .map_err(|_| "the bare server did not answer in 10 s".to_string())?
+                .map_err(|e| format!("the bare server's handshake: {e}"))?;
+            Ok::<_, String>((endpoint, connection))
+        })?;
+        Ok(Client {
+            connection,
+            endpoint,
+            runtime,
+            payload: Bytes::from(vec![0xa5; PAYLOAD_BYTES]),
+        })
+    }
+
+    /// Round trips of one [`ECHO_BYTES`] message on one stream, each timed: `warmup` untimed,
+    /// then up to `count`, for at most `budget`.
+    pub fn echo(&self, warmup: usize, count: usize, budget: Duration) -> Result<Samples, String> {
+        let connection = self.connection.clone();
+        self.runtime.block_on(async move {
+            let (mut send, mut recv) = connection.open_bi().await.map_err(err)?;
+            send.write_all(&[ECHO]).await.map_err(err)?;
+            let message = [7u8; ECHO_BYTES];
+            let mut back = [0u8; ECHO_BYTES];
+            let mut samples = Samples::with_capacity(count);
+            let start = Instant::now();
+            for i in 0..warmup + count {
+                let t = Instant::now();
+                send.write_all(&message).await.map_err(err)?;
+                recv.read_exact(&mut back).await.map_err(err)?;
+                if i >= warmup {
+                    samples.push(t.elapsed());
+                }
+                if start.elapsed() > budget {
+                    break;
+                }
+            }
+            let _ = send.finish();
+            Ok(samples)
+        })
+    }
+
+    /// Sends `bytes` to the server over `streams` streams at once; the time until the server
+    /// has counted them all (at most `budget`).
+    pub fn upload(&self, bytes: u64, streams: usize, budget: Duration) -> Result<Duration, String> {
+        let connection = self.connection.clone();
+        let payload = self.payload.clone();
+        self.within(budget, async move {
+            let start = Instant::now();
+            let mut tasks = Vec::new();
+            for share in shares(bytes, streams) {
+                let connection = connection.clone();
+                let payload = payload.clone();
+                tasks.push(tokio::spawn(async move {
+                    let (mut send, mut recv) = connection.open_bi().await.map_err(err)?;
+                    send.write_all(&[UPLOAD]).await.map_err(err)?;
+                    let mut left = share;
+                    while left > 0 {
+                        let n = left.min(WRITE_CHUNK as u64) as usize;
+                        send.write_chunk(payload.slice(..n)).await.map_err(err)?;
+                        left -= n as u64;
+                    }
+                    send.finish().map_err(err)?;
+                    let mut count = [0u8; 8];
+                    recv.read_exact(&mut count).await.map_err(err)?;
+                    if u64::from_be_bytes(count) != share {
+                        return Err(format!(
+                            "the server counted {} of {share} bytes",
+                            u64::from_be_bytes(count)
+                        ));
+                    }
+                    Ok::<_, String>(())
+                }));
+            }
+            for task in tasks {
+                task.await.map_err(err)??;
+            }
+            Ok(start.elapsed())
+        })
+    }
+
+    /// Has the server send `bytes` over `streams` streams at once; the time until all arrived
+    /// (at most `budget`).
+    pub fn download(
+        &self,
+        bytes: u64,
+        streams: usize,
+        budget: Duration,
+    ) -> Result<Duration, String> {
+        let connection = self.connection.clone();
+        self.within(budget, async move {
+            let start = Instant::now();
+            let mut tasks = Vec::new();
+            for share in shares(bytes, streams) {
+                let connection = connection.clone();
+                tasks.push(tokio::spawn(async move {
+                    let (mut send, mut recv) = connection.open_bi().await.map_err(err)?;
+                    let mut request = vec![DOWNLOAD];
+                    request.extend_from_slice(&share.to_be_bytes());
+                    send.write_all(&request).await.map_err(err)?;
+                    send.finish().map_err(err)?;
+                    let mut received = 0u64;
+                    while let Some(chunk) = recv.read_chunk(usize::MAX, false).await.map_err(err)? {
+                        received += chunk.bytes.len() as u64;
+                    }
+                    if received != share {
+                        return Err(format!("received {received} of {share} bytes"));
+                    }
+                    Ok::<_, String>(())
+                }));
+            }
+            for task in tasks {
+                task.await.map_err(err)??;
+            }
+            Ok(start.elapsed())
+        })
+    }
+}
+
+impl Client {
+    /// Runs a transfer to its end or for `budget`, whichever comes first.
+    fn within(
+        &self,
+        budget: Duration,
+        transfer: impl std::future::Future<Output = Result<Duration, String>>,
+    ) -> Result<Duration, String> {
+        self.runtime.block_on(async move {
+            tokio::time::timeout(budget, transfer)
+                .await
+                .map_err(|_| format!("the transfer did not end within {budget:?}"))?
+        })
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        self.connection.close(0u32.into(), b"done");
+        let endpoint = self.endpoint.clone();
+        self.runtime.block_on(async move {
+            let _ = tokio::time::timeout(Duration::from_millis(200), endpoint.wait_idle()).await;
+        });
+    }
+}
+
+/// `bytes` cut into `streams` nearly equal shares.
+fn shares(bytes: u64, streams: usize) -> Vec<u64> {
+    let streams = streams.max(1) as u64;
+    (0..streams)
+        .map(|i| bytes / streams + u64::from(i < bytes % streams))
+        .collect()
+}
+
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}

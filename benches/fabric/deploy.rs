@@ -1,0 +1,98 @@
+//! Warm runs of a deployed tiny tasklet: the probe tasklet told `grow 0`, which touches no GPU
+//! and allocates nothing, so that a run is the node's instantiate + call + teardown and the
+//! round trip. The node reports each run's own time (DEPLOY_RUN's `elapsed_us`, from just
+//! before instantiation to just after teardown).
+
+use crate::stats::Samples;
+use std::time::{Duration, Instant};
+use tasklet_remote::{DeployExit, Digest, NodeClient};
+use tasklet_runtime::Manifest;
+
+/// The tasklet (under `tasklets/`) and the input of a tiny run, and what it answers.
+pub const TINY_TASKLET: &str = "testing/probe";
+pub const TINY_INPUT: &[u8] = b"grow 0";
+const TINY_OUTPUT: &[u8] = b"ok grew 0\n";
+
+/// What a series of runs measured.
+#[derive(Debug, Default)]
+pub struct Runs {
+    /// Each run's time on the node (instantiate + call + teardown).
+    pub node: Samples,
+    /// Each run's time at the client (request to the end of the reply's output).
+    pub client: Samples,
+    /// The series' wall time, warm-up excluded.
+    pub wall: Duration,
+}
+
+impl Runs {
+    pub fn per_second(&self) -> f64 {
+        self.client.len() as f64 / self.wall.as_secs_f64().max(1e-9)
+    }
+}
+
+/// Pushes the tiny tasklet (a no-op when the node has it); its digest.
+pub fn push(client: &mut NodeClient) -> Result<Digest, String> {
+    let dir = tasklet_tests::tasklet_dir(TINY_TASKLET);
+    let manifest_path = dir.join("tasklet.toml");
+    let manifest_text = std::fs::read(&manifest_path)
+        .map_err(|e| format!("cannot read {}: {e}", manifest_path.display()))?;
+    let manifest = Manifest::load(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let component = std::fs::read(&manifest.component).map_err(|e| {
+        format!(
+            "cannot read {} (the tasklets are built by `cargo build -p tasklet-tests`): {e}",
+            manifest.component.display()
+        )
+    })?;
+    let pushed = client
+        .deploy_push(&manifest_text, &component)
+        .map_err(|e| format!("deploy push: {e}"))?;
+    Ok(pushed.digest)
+}
+
+/// Checks that a run did what the tiny run does.
+pub fn check(exit: DeployExit, output: &[u8]) -> Result<(), String> {
+    if exit != DeployExit::Ok || output != TINY_OUTPUT {
+        return Err(format!(
+            "the tiny run ended {exit}: {:?}",
+            String::from_utf8_lossy(output)
+        ));
+    }
+    Ok(())
+}
+
+/// Runs one after another through `NodeClient::deploy_run` (what `tasklet deploy run` does):
+/// `warmup` untimed, then up to `count`, for at most `budget`.
+pub fn one_at_a_time(
+    client: &mut NodeClient,
+    digest: &Digest,
+    warmup: usize,
+    count: usize,
+    budget: Duration,
+) -> Result<Runs, String> {
+    let mut runs = Runs {
+        node: Samples::with_capacity(count),
+        client: Samples::with_capacity(count),
+        wall: Duration::ZERO,
+    };
+    for _ in 0..warmup {
+        let run = client
+            .deploy_run(digest, TINY_INPUT)
+            .map_err(|e| format!("deploy run: {e}"))?;
+        check(run.exit, &run.output)?;
+    }
+    let start = Instant::now();
+    for _ in 0..count {
+        let t = Instant::now();
+        let run = client
+            .deploy_run(digest, TINY_INPUT)
+            .map_err(|e| format!("deploy run: {e}"))?;
+        runs.client.push(t.elapsed());
+        check(run.exit, &run.output)?;
+        runs.node.push(run.elapsed);
+        if start.elapsed() > budget {
+            break;
+        }
+    }
+    runs.wall = start.elapsed();
+    Ok(runs)
+}

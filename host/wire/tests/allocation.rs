@@ -1,8 +1,9 @@
 //! Lengths are checked before memory is taken: a peer that announces a large body, field or list
 //! and sends little makes the decoder allocate for what was sent, not for what was announced.
 //!
-//! This binary counts every allocation (its own global allocator) and so holds one test: others
-//! running beside it would be counted too.
+//! This binary counts every allocation (its own global allocator) and so holds one test, and
+//! stays a binary of its own rather than a module of the `wire` tests: any other test running
+//! beside it would be counted too.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,16 +1,14 @@
 //! The compiled-component cache: hits, misses, stale engines, damage, eviction.
 
-mod support;
-
 use std::time::Duration;
 
-use support::{content, flip_byte, open, open_default};
+use crate::support::{content, flip_byte, open, open_default};
 use tasklet_store::{CachePut, Digest, Error, Lookup, StoreConfig};
 
 const ENGINE: &str = "wasmtime-48.0.8-x86_64-1a2b3c";
 
 /// The path of the single entry the cache holds.
-fn only_entry(t: &support::TestStore) -> std::path::PathBuf {
+fn only_entry(t: &crate::support::TestStore) -> std::path::PathBuf {
     let names = t.names_in("compiled");
     assert_eq!(names.len(), 1, "{names:?}");
     t.dir.path().join("compiled").join(&names[0])

@@ -1,11 +1,8 @@
 //! `tasklet ptx check`: validates PTX files and lists their kernels' parameters.
 
-use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+use crate::support::{repo, text};
 
 fn tasklet(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tasklet"))
@@ -13,10 +10,6 @@ fn tasklet(args: &[&str]) -> Output {
         .current_dir(repo())
         .output()
         .expect("tasklet starts")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 fn corpus() -> Vec<String> {

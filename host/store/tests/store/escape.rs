@@ -1,8 +1,6 @@
 //! Nothing a client sends can name a file outside the store.
 
-mod support;
-
-use support::{content, open_default};
+use crate::support::{content, open_default};
 use tasklet_store::{Digest, Error, Lookup};
 
 #[test]

@@ -1,14 +1,12 @@
 //! Certificate folders: what `init` and `issue` write, what they refuse, and typed errors for
 //! missing, unreadable and malformed files.
 
-mod common;
-
 use std::fs;
 use std::net::IpAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use common::{init_folder, tenant};
+use crate::common::{init_folder, tenant};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::CertificateDer;
 use tasklet_tls::{

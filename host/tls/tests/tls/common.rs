@@ -1,6 +1,5 @@
 //! A node and a client over real QUIC on 127.0.0.1, each reporting how its side of one
 //! connection ended.
-#![allow(dead_code)] // each test binary uses its own part of this module
 
 use std::error::Error as StdError;
 use std::fs;

@@ -1,9 +1,7 @@
 //! Every way bytes are refused, one test each: the decoder answers with the typed cause, before
 //! allocating for a length it was told, and stays failed.
 
-mod support;
-
-use support::*;
+use crate::support::*;
 use tasklet_wire::limits::*;
 use tasklet_wire::*;
 

@@ -2,11 +2,9 @@
 //! changed. The decoder never panics, reaches the same verdict however the bytes are cut, and
 //! what it accepts is canonical: encoding what it decoded gives back the same bytes.
 
-mod support;
-
+use crate::support::*;
 use proptest::collection::vec;
 use proptest::prelude::*;
-use support::*;
 use tasklet_wire::*;
 
 /// Decodes `input` whole, then in `cuts`, in `direction`; checks both agree, and that a stream

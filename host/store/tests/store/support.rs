@@ -1,8 +1,6 @@
 //! What the store's tests share: a store in a fresh temp folder, and paths into its layout
 //! (the tests damage files on purpose, so they reach them directly).
 
-#![allow(dead_code)]
-
 use std::path::PathBuf;
 
 use tasklet_store::{Digest, Store, StoreConfig};

@@ -3,41 +3,12 @@
 //! every wait bounded.
 
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::support::{free_tcp_port, free_udp_port, repo, tasklet, text};
+
 const WAIT: Duration = Duration::from_secs(60);
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn tasklet(args: &[&str], stdin: &[u8]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tasklet"))
-        .args(args)
-        .current_dir(repo())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("tasklet starts");
-    child.stdin.take().unwrap().write_all(stdin).unwrap();
-    child.wait_with_output().unwrap()
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// A UDP port free a moment ago on 127.0.0.1.
-fn free_port() -> u16 {
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// Waits (bounded) for a child to exit.
 fn wait_exit(child: &mut Child, within: Duration) -> Option<std::process::ExitStatus> {
@@ -69,7 +40,7 @@ fn certs_node_remote_run_inventory_and_drain() {
         text(&out.stderr)
     );
 
-    let addr = format!("127.0.0.1:{}", free_port());
+    let addr = format!("127.0.0.1:{}", free_udp_port());
     let mut node = Command::new(env!("CARGO_BIN_EXE_tasklet"))
         .args([
             "node",
@@ -180,15 +151,6 @@ fn certs_node_remote_run_inventory_and_drain() {
     }
 }
 
-/// A TCP port free a moment ago on 127.0.0.1.
-fn free_tcp_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn json(out: &Output) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
@@ -227,7 +189,7 @@ fn deploy_push_and_run_with_json_and_metrics() {
     let policy = dir.path().join("policy.toml");
     std::fs::write(&policy, "[tenants.dev]\n[tenants.guest]\ndeploy = false\n").unwrap();
 
-    let addr = format!("127.0.0.1:{}", free_port());
+    let addr = format!("127.0.0.1:{}", free_udp_port());
     let metrics = format!("127.0.0.1:{}", free_tcp_port());
     let mut node = Command::new(env!("CARGO_BIN_EXE_tasklet"))
         .args([

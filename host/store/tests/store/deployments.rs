@@ -1,10 +1,8 @@
 //! Deployments: push, find, list, delete; blobs shared between deployments.
 
-mod support;
-
 use std::time::{Duration, SystemTime};
 
-use support::{content, flip_byte, open, open_default};
+use crate::support::{content, flip_byte, open, open_default};
 use tasklet_store::{Digest, Error, Store, StoreConfig};
 
 const MANIFEST: &[u8] = b"name = \"iota\"\ncomponent = \"iota.wasm\"\n";

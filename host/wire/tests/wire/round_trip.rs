@@ -1,11 +1,9 @@
 //! Round trips: every message (and the data it streams) decodes to what was encoded, and a byte
 //! stream means the same whatever pieces it is cut into, on either side.
 
-mod support;
-
+use crate::support::*;
 use proptest::collection::vec;
 use proptest::prelude::*;
-use support::*;
 use tasklet_wire::*;
 
 fn encode_requests(items: &[(RequestId, Request, Vec<u8>)], data_cuts: &[usize]) -> Vec<u8> {

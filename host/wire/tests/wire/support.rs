@@ -1,9 +1,6 @@
 //! What the integration tests share: strategies for every message, and a decoding harness that
 //! feeds bytes in given pieces and gathers what comes out.
 
-// Each test binary uses a different part of this module.
-#![allow(dead_code)]
-
 use proptest::collection::vec;
 use proptest::prelude::*;
 use tasklet_wire::*;

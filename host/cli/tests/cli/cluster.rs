@@ -3,35 +3,15 @@
 //! place the work, fall back past a node that refuses for capacity, and say what the nodes
 //! offer when none fits. Without nats-server the test prints `skipped: nats-server not found`.
 
-use std::io::Write;
-use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 use tasklet_cluster::{Cluster, Heartbeat, NatsConfig, NodeName, NodeRecord, Registrar};
 
+use crate::support::{free_tcp_port, free_udp_port, repo, tasklet, text};
+
 const WAIT: Duration = Duration::from_secs(60);
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn tasklet(args: &[&str], stdin: &[u8]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tasklet"))
-        .args(args)
-        .current_dir(repo())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("tasklet starts");
-    child.stdin.take().unwrap().write_all(stdin).unwrap();
-    child.wait_with_output().unwrap()
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
 
 /// `$TASKLET_NATS_SERVER`, what scripts/install-nats.sh installed (under `$TASKLET_NATS_DIR`
 /// or target/nats), or nats-server on PATH.
@@ -73,16 +53,6 @@ impl Drop for Processes {
             let _ = child.wait();
         }
     }
-}
-
-fn free_tcp_port() -> u16 {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
-    listener.local_addr().unwrap().port()
-}
-
-fn free_udp_port() -> u16 {
-    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    socket.local_addr().unwrap().port()
 }
 
 fn nodes_json(url: &str) -> Vec<serde_json::Value> {

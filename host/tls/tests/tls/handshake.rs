@@ -1,13 +1,11 @@
 //! Real QUIC connections on 127.0.0.1: who gets in, who is refused at the handshake, and what
 //! each side is told.
 
-mod common;
-
 use std::fs;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use common::{client_folder, connect_once, init_folder, quic_client, tenant};
+use crate::common::{client_folder, connect_once, init_folder, quic_client, tenant};
 use rcgen::{CertificateParams, DnType, ExtendedKeyUsagePurpose, Issuer, KeyPair};
 use rustls::RootCertStore;
 use rustls_pki_types::pem::PemObject;

@@ -1,11 +1,9 @@
 //! Blobs: streamed writes, limits, idempotence, concurrency, verification on read.
 
-mod support;
-
 use std::io::{Read, Write};
 use std::sync::{Arc, Barrier};
 
-use support::{content, flip_byte, open, open_default};
+use crate::support::{content, flip_byte, open, open_default};
 use tasklet_store::{Digest, Error, StoreConfig, MAX_BLOB_SETTING};
 
 #[test]

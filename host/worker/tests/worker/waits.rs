@@ -198,3 +198,36 @@ fn acquire_waits_for_a_starting_worker_no_later_than_the_callers_limit() {
     );
     assert_eq!(pool.busy(), 0);
 }
+
+#[test]
+fn on_cuda_a_module_load_or_unload_answered_from_the_cache_leaves_the_kernel_pending() {
+    let Some(mut w) = crate::fake_cuda::fake_worker() else {
+        return;
+    };
+    let m = w.load_module(FAULTS_PTX).unwrap();
+    // A second reference to the same (cached) module.
+    let again = w.load_module(FAULTS_PTX).unwrap();
+    let flag = w.alloc(4).unwrap().to_le_bytes();
+    w.launch(&crate::fake_cuda::launch(
+        &m,
+        "spin_forever",
+        32,
+        &flag,
+        Duration::from_secs(30),
+    ))
+    .unwrap();
+    let t = Instant::now();
+    w.unload_module(again.id).unwrap();
+    w.load_module(FAULTS_PTX).unwrap();
+    assert!(
+        t.elapsed() < Duration::from_secs(1),
+        "the cache answered, without waiting for the kernel: {:?}",
+        t.elapsed()
+    );
+    // Those answers say nothing of the kernel: it may still run, so a release must not wait on
+    // it and a wait limit still bites.
+    assert!(w.has_pending_launches());
+    w.set_wait_limit(Some(Instant::now() + Duration::from_millis(200)));
+    assert_eq!(op_kind(w.sync()), ErrorKind::DeadlineExceeded);
+    assert!(w.gave_up());
+}

@@ -60,11 +60,25 @@ impl Worker {
             .map_or(Duration::ZERO, |t| t.saturating_duration_since(now))
     }
 
-    /// Whether the worker's answer to `req` means every launch before it has finished.
+    /// Whether the worker's answer to `req` means every launch before it has finished. On CUDA
+    /// only for the requests the backend serves after waiting for the queued kernels: it answers
+    /// a ping, an info, an attach or detach of guest memory at once, and may answer a module
+    /// load or unload from its module cache without touching the device.
     pub(super) fn drains(&self, req: &Request<'_>) -> bool {
         match self.backend {
             BackendKind::Emu => true,
-            BackendKind::Cuda => !matches!(req, Request::Ping | Request::Info),
+            BackendKind::Cuda => matches!(
+                req,
+                Request::Sync
+                    | Request::Alloc { .. }
+                    | Request::Free { .. }
+                    | Request::Write { .. }
+                    | Request::Read { .. }
+                    | Request::WriteFrom { .. }
+                    | Request::ReadInto { .. }
+                    | Request::Copy { .. }
+                    | Request::Reset
+            ),
         }
     }
 

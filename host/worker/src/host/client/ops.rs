@@ -211,13 +211,14 @@ impl Worker {
     /// On the emulator the worker runs each kernel before taking the next request (or to its
     /// step limit, which stands in for the deadline); on CUDA it queues the kernel, and the
     /// kernel's fault or missed deadline is reported by `sync` or by the next op that waits for
-    /// it (every op but `ping`, `info` and `launch`). Either way the host keeps a bound on how
-    /// long the queued kernels may legitimately take — each its whole deadline (on the emulator,
-    /// whose step limit only approximates it, plus 100 ms for the emulator to report it) from
-    /// when the one before it could have ended — and every op may take that much longer than
-    /// `op_timeout`. An op with no
-    /// answer by then is `DeadlineExceeded` while kernels are queued (a kernel ran past its
-    /// deadline unreported) and the worker is killed; with nothing queued it is `Lost`.
+    /// it (`sync`, the transfers, `alloc`, `free`, `copy`, `reset`; a module load or unload may
+    /// be answered from the worker's module cache without waiting). Either way the host keeps a
+    /// bound on how long the queued kernels may legitimately take — each its whole deadline (on
+    /// the emulator, whose step limit only approximates it, plus 100 ms for the emulator to
+    /// report it) from when the one before it could have ended — and every op may take that much
+    /// longer than `op_timeout`. An op with no answer by then is `DeadlineExceeded` while kernels
+    /// are queued (a kernel ran past its deadline unreported) and the worker is killed; with
+    /// nothing queued it is `Lost`.
     pub fn launch(&mut self, l: &Launch<'_>) -> Result<(), WorkerError> {
         // The one check of a launch here: the host's own timers need a deadline. Everything else
         // about a launch is the worker's to check, against the module and the device.

@@ -306,8 +306,10 @@ mod service {
             let took = t.elapsed();
             eprintln!("time_limits: {what} while a kernel runs returned after {took:?}");
             assert!(took <= DROP_BOUND, "{what} took {took:?}");
-            if matches!(what, "mem-free" | "module-unload") {
-                // The session's lease ended with the worker, saying why.
+            if what == "mem-free" {
+                // Freeing waits for the kernels (on the device too): the session's lease ended
+                // with the worker, saying why. (An unload may be done at once, from the worker's
+                // module cache, leaving the kernel running and the lease live.)
                 let session = s.session;
                 assert_error(
                     s.gpu().mem_alloc(session, 16),
@@ -315,7 +317,10 @@ mod service {
                     &["dropped while its kernels", "sync before dropping"],
                 );
             }
+            // Whatever is left ends at once too.
+            let t = Instant::now();
             drop(s.gpu.take());
+            assert!(t.elapsed() <= DROP_BOUND, "after {what}: {:?}", t.elapsed());
             given_up(&host, s.pid, what);
         }
     }

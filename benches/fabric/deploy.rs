@@ -6,7 +6,8 @@
 use crate::stats::Samples;
 use std::time::{Duration, Instant};
 use tasklet_remote::{DeployExit, Digest, NodeClient};
-use tasklet_runtime::Manifest;
+use tasklet_runtime::gpu::GpuService;
+use tasklet_runtime::{Manifest, Policy, Runner};
 
 /// The tasklet (under `tasklets/`) and the input of a tiny run, and what it answers.
 pub const TINY_TASKLET: &str = "testing/probe";
@@ -95,4 +96,39 @@ pub fn one_at_a_time(
     }
     runs.wall = start.elapsed();
     Ok(runs)
+}
+
+/// The same tiny run without a node: `Runner::run` in this process (a new store, instantiate,
+/// call, teardown), each run's GPU service from `gpu`, as the node makes one per run. Each run
+/// timed: `warmup` untimed, then up to `count`, for at most `budget`.
+pub fn in_process(
+    gpu: impl Fn() -> Box<dyn GpuService>,
+    warmup: usize,
+    count: usize,
+    budget: Duration,
+) -> Result<Samples, String> {
+    let dir = tasklet_tests::tasklet_dir(TINY_TASKLET);
+    let manifest = Manifest::load(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let runner = Runner::new().map_err(|e| format!("the runner: {e}"))?;
+    let grant = Policy::default().grant(&manifest);
+    let tasklet = runner
+        .load(manifest, grant)
+        .map_err(|e| format!("loading the tiny tasklet: {e}"))?;
+    let mut samples = Samples::with_capacity(count);
+    let start = Instant::now();
+    for i in 0..warmup + count {
+        let t = Instant::now();
+        let output = runner
+            .run(&tasklet, TINY_INPUT, gpu())
+            .map_err(|e| format!("the tiny run: {e}"))?;
+        let took = t.elapsed();
+        check(DeployExit::Ok, &output)?;
+        if i >= warmup {
+            samples.push(took);
+        }
+        if start.elapsed() > budget {
+            break;
+        }
+    }
+    Ok(samples)
 }

@@ -30,6 +30,8 @@
 //!   --bulk-bytes B           bytes of the bulk transfers (default 268435456)
 //!   --clients N              concurrent clients (default 64)
 //!   --lanes L                runs in flight in the pipelined deploy series (default 4)
+//!   --only P[,P…]            only these phases: latency, bulk, deploy, crowd (default all; for
+//!                            profiling one)
 //! ```
 //!
 //! The program is its own GPU worker (`fabric worker …`, as the hosts start it). Environment:
@@ -119,15 +121,20 @@ impl Params {
     }
 }
 
+/// The phases, in the order they run.
+const PHASES: [&str; 4] = ["latency", "bulk", "deploy", "crowd"];
+
 struct Options {
     params: Params,
+    /// The phases to run, of [`PHASES`].
+    only: Vec<String>,
     /// `None`: cuda if a worker finds a device, else emu.
     backend: Option<BackendKind>,
     commit: Option<String>,
 }
 
 fn usage() -> &'static str {
-    "usage: fabric [--backend auto|emu|cuda] [--commit HASH] [--quick] [--rounds R] [--bulk-bytes B] [--clients N] [--lanes L]"
+    "usage: fabric [--backend auto|emu|cuda] [--commit HASH] [--quick] [--rounds R] [--bulk-bytes B] [--clients N] [--lanes L] [--only latency,bulk,deploy,crowd]"
 }
 
 fn parse_options() -> Result<Options, String> {
@@ -135,6 +142,7 @@ fn parse_options() -> Result<Options, String> {
     let mut quick = false;
     let mut backend = None;
     let mut commit = None;
+    let mut only: Vec<String> = PHASES.iter().map(|p| p.to_string()).collect();
     let (mut rounds, mut bulk, mut clients, mut lanes) = (None, None, None, None);
     let mut it = args.iter();
     while let Some(arg) = it.next() {
@@ -155,6 +163,15 @@ fn parse_options() -> Result<Options, String> {
                 }
             }
             "--commit" => commit = Some(value("--commit")?),
+            "--only" => {
+                only = value("--only")?.split(',').map(str::to_owned).collect();
+                if let Some(bad) = only.iter().find(|p| !PHASES.contains(&p.as_str())) {
+                    return Err(format!(
+                        "--only: {bad:?} is not one of {}",
+                        PHASES.join(", ")
+                    ));
+                }
+            }
             "--rounds" => rounds = Some(positive(&value("--rounds")?, "--rounds")?),
             "--bulk-bytes" => bulk = Some(positive(&value("--bulk-bytes")?, "--bulk-bytes")?),
             "--clients" => clients = Some(positive(&value("--clients")?, "--clients")?),
@@ -179,6 +196,7 @@ fn parse_options() -> Result<Options, String> {
     params.lanes = lanes.unwrap_or(params.lanes);
     Ok(Options {
         params,
+        only,
         backend,
         commit,
     })
@@ -253,19 +271,28 @@ fn main() -> ExitCode {
     let mut table = Table::default();
     let mut settings = String::new();
     let mut ok = true;
-    if let Err(e) = latency(&rig, p, &mut table) {
-        table.failed("launch + sync, async batches", &e);
-        ok = false;
+    let runs = |phase: &str| options.only.iter().any(|o| o == phase);
+    if runs("latency") {
+        if let Err(e) = latency(&rig, p, &mut table) {
+            table.failed("launch + sync, async batches", &e);
+            ok = false;
+        }
     }
-    if let Err(e) = bulk(&rig, p, &mut table, &mut settings) {
-        table.failed("256 MiB write and read", &e);
-        ok = false;
+    if runs("bulk") {
+        if let Err(e) = bulk(&rig, p, &mut table, &mut settings) {
+            table.failed("256 MiB write and read", &e);
+            ok = false;
+        }
     }
-    if let Err(e) = deployed(&rig, p, &mut table) {
-        table.failed("deploy run", &e);
-        ok = false;
+    if runs("deploy") {
+        if let Err(e) = deployed(&rig, p, &mut table) {
+            table.failed("deploy run", &e);
+            ok = false;
+        }
     }
-    crowd(&rig, p, &mut table);
+    if runs("crowd") {
+        crowd(&rig, p, &mut table);
+    }
     if let Err(e) = rig.stop() {
         eprintln!("{e}");
         ok = false;
@@ -275,13 +302,15 @@ fn main() -> ExitCode {
     let (met, checked) = table.targets();
     println!();
     println!("{met} of {checked} targets met");
-    println!();
-    println!(
-        "bare quinn transfers of {} MiB (median of {}), client ↔ server on loopback, same TLS:",
-        p.bulk_bytes / MIB,
-        p.bulk_reps
-    );
-    print!("{settings}");
+    if !settings.is_empty() {
+        println!();
+        println!(
+            "bare quinn transfers of {} MiB (median of {}), client ↔ server on loopback, same TLS:",
+            p.bulk_bytes / MIB,
+            p.bulk_reps
+        );
+        print!("{settings}");
+    }
     if ok {
         ExitCode::SUCCESS
     } else {
@@ -420,6 +449,9 @@ fn bulk(rig: &Rig, p: &Params, table: &mut Table, settings: &mut String) -> Resu
     let bytes = p.bulk_bytes;
     let mut best_up: (f64, &str) = (0.0, "");
     let mut best_down: (f64, &str) = (0.0, "");
+    // The bare transfer with the settings the fabric itself runs with.
+    let mut as_fabric = None;
+    let fabric = Setting::fabric();
     let all = Setting::all();
     let _ = writeln!(settings, "| setting | upload | download |");
     let _ = writeln!(settings, "| --- | ---: | ---: |");
@@ -455,6 +487,9 @@ fn bulk(rig: &Rig, p: &Params, table: &mut Table, settings: &mut String) -> Resu
             gbps(up),
             gbps(down)
         );
+        if setting.name == fabric.name {
+            as_fabric = Some((up, down));
+        }
         if up > best_up.0 {
             best_up = (up, setting.name);
         }
@@ -518,6 +553,19 @@ fn bulk(rig: &Rig, p: &Params, table: &mut Table, settings: &mut String) -> Resu
             "≥ 1 GB/s (on a GPU machine)".into(),
         );
     }
+    if let Some((up, down)) = as_fabric {
+        table.info(
+            format!("remote {mib} MiB write / read vs bare with the fabric's own settings"),
+            format!(
+                "{:.2}× of {} / {:.2}× of {} ({})",
+                remote_write / up,
+                gbps(up),
+                remote_read / down,
+                gbps(down),
+                fabric.name
+            ),
+        );
+    }
     Ok(())
 }
 
@@ -548,6 +596,11 @@ fn deployed(rig: &Rig, p: &Params, table: &mut Table) -> Result<(), String> {
         Want::AtMost,
         micros(DEPLOY_NODE_P50),
         "≤ 50 µs".into(),
+    );
+    let local = deploy::in_process(|| rig.local_gpu(), 50, p.deploy_runs, p.budget)?;
+    table.info(
+        "the same run in this process, no node (Runner::run)",
+        format!("p50 {} · p99 {}", us(local.p50()), us(local.p99())),
     );
     table.info(
         "deploy run at the client, one at a time",

@@ -30,6 +30,9 @@
 //!   --bulk-bytes B           bytes of the bulk transfers (default 268435456)
 //!   --clients N              concurrent clients (default 64)
 //!   --lanes L                runs in flight in the pipelined deploy series (default 4)
+//!   --pairs N                timed launch + sync pairs (and echoes) per path per round
+//!                            (default 2000)
+//!   --batches N              async batches per path per round (default 5)
 //!   --only P[,P…]            only these phases: latency, bulk, deploy, crowd (default all; for
 //!                            profiling one)
 //! ```
@@ -134,7 +137,7 @@ struct Options {
 }
 
 fn usage() -> &'static str {
-    "usage: fabric [--backend auto|emu|cuda] [--commit HASH] [--quick] [--rounds R] [--bulk-bytes B] [--clients N] [--lanes L] [--only latency,bulk,deploy,crowd]"
+    "usage: fabric [--backend auto|emu|cuda] [--commit HASH] [--quick] [--rounds R] [--bulk-bytes B] [--clients N] [--lanes L] [--pairs N] [--batches N] [--only latency,bulk,deploy,crowd]"
 }
 
 fn parse_options() -> Result<Options, String> {
@@ -144,6 +147,7 @@ fn parse_options() -> Result<Options, String> {
     let mut commit = None;
     let mut only: Vec<String> = PHASES.iter().map(|p| p.to_string()).collect();
     let (mut rounds, mut bulk, mut clients, mut lanes) = (None, None, None, None);
+    let (mut pairs, mut batches) = (None, None);
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         let mut value = |name: &str| {
@@ -176,6 +180,8 @@ fn parse_options() -> Result<Options, String> {
             "--bulk-bytes" => bulk = Some(positive(&value("--bulk-bytes")?, "--bulk-bytes")?),
             "--clients" => clients = Some(positive(&value("--clients")?, "--clients")?),
             "--lanes" => lanes = Some(positive(&value("--lanes")?, "--lanes")?),
+            "--pairs" => pairs = Some(positive(&value("--pairs")?, "--pairs")?),
+            "--batches" => batches = Some(positive(&value("--batches")?, "--batches")?),
             // `cargo bench` passes `--bench` to every bench program.
             "--bench" => {}
             "-h" | "--help" => {
@@ -194,6 +200,8 @@ fn parse_options() -> Result<Options, String> {
     params.bulk_bytes = bulk.map_or(params.bulk_bytes, |b| b as u64);
     params.clients = clients.unwrap_or(params.clients);
     params.lanes = lanes.unwrap_or(params.lanes);
+    params.pairs = pairs.unwrap_or(params.pairs);
+    params.batches = batches.unwrap_or(params.batches);
     Ok(Options {
         params,
         only,

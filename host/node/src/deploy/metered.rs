@@ -35,6 +35,10 @@ impl Drop for MeteredGpu {
 }
 
 impl GpuService for MeteredGpu {
+    fn run_ends_at(&mut self, ends: std::time::Instant) {
+        self.gpu.run_ends_at(ends);
+    }
+
     fn devices(&mut self) -> Vec<DeviceInfo> {
         self.gpu.devices()
     }

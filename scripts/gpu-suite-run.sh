@@ -9,6 +9,8 @@
 #                                     emulator-vs-GPU corpus diff (kernels/diff/), through CuPy and
 #                                     through the cuda backend: bench.txt, diff.txt. BENCH_PIN
 #                                     picks the CPUs (see run_bench; default: measured)
+#   bash .gpu-suite/run.sh fabric     the fabric benchmark (benches/fabric/): a node and its clients
+#                                     on this machine's loopback, on the cuda backend: fabric.txt
 #
 # Environment: OUT (default /tmp): logs go to $OUT/tasklet-gpu-suite/ — env.txt (machine, driver,
 # nvidia-smi), cuda.log and emu.log (every test executable's output, in order), inventory.txt
@@ -27,7 +29,7 @@ per_exe_timeout="${SUITE_TIMEOUT:-300}"
 phases=("${@:-cuda emu}")
 read -r -a phases <<<"${phases[*]}"
 mkdir -p "$logs"
-rm -f "$logs"/{env.txt,cuda.log,emu.log,inventory.txt,summary.txt,bench.txt,diff.txt}
+rm -f "$logs"/{env.txt,cuda.log,emu.log,inventory.txt,summary.txt,bench.txt,diff.txt,fabric.txt}
 
 say() { echo "gpu-suite: $*" >&2; }
 
@@ -201,12 +203,26 @@ run_bench() { # the speed table, then the corpus diff; neither counts towards pa
     echo "bench: see bench.txt and diff.txt" >>"$summary"
 }
 
+run_fabric() { # the fabric table (node and clients here, over loopback); counts towards nothing
+    local commit
+    commit="$(head -1 "$here/COMMIT" 2>/dev/null | cut -c1-7)"
+    if grep -q 'uncommitted' "$here/COMMIT" 2>/dev/null; then commit="$commit-dirty"; fi
+    say "fabric: the fabric benchmark on cuda (a few minutes)"
+    {
+        (cd "$repo" && timeout 540 "$work/tools/fabric" --backend cuda --commit "${commit:-unknown}")
+        echo "fabric exit $?"
+    } >"$logs/fabric.txt" 2>&1
+    grep -E '^[0-9]+ of [0-9]+ targets met|^fabric exit' "$logs/fabric.txt" >&2
+    echo "fabric: see fabric.txt" >>"$summary"
+}
+
 : >"$summary.failed"
 for phase in "${phases[@]}"; do
     case "$phase" in
         bench) run_bench ;;
+        fabric) run_fabric ;;
         cuda | emu) : >"$summary.$phase"; run_pass "$phase" ;;
-        *) say "unknown pass '$phase' (cuda, emu or bench)"; exit 2 ;;
+        *) say "unknown pass '$phase' (cuda, emu, bench or fabric)"; exit 2 ;;
     esac
 done
 

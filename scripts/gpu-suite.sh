@@ -10,7 +10,7 @@
 #               --no-run`, paths read from cargo's JSON messages: the unit tests of each crate, and
 #               each crate's integration test binaries, e.g. tests/' `suite` and `gpu`,
 #               tasklet-worker's `worker`, tasklet-ptx's `ptx`); bin/: tasklet, tasklet-worker,
-#               tasklet-test-worker (the binaries tests start); tools/: the benchmark and probes
+#               tasklet-test-worker (the binaries tests start); tools/: the benchmarks and probes
 #               (below); all with debuginfo stripped
 #   wasm/       the tasklet components (tasklets/target/wasm32-wasip2/release/*.wasm)
 #   BUILD_ROOT  this checkout's absolute path: test executables have it compiled in
@@ -36,17 +36,17 @@ trap 'rm -f "$json"' EXIT
 # Also builds the tasklet components (tests/build.rs) and the binaries the tests start.
 cargo test --workspace --release --no-run --message-format=json >"$json"
 cargo build --release -p tasklet-cli -p tasklet-worker -p tasklet-tests --bins >&2
-# The speed benchmark (benches/speed/gpu_speed.rs), the emulator's corpus outputs and their
-# replay through a worker (benches/corpus/: the GPU diff, kernels/diff/), and the launch-latency
-# probes (benches/probes/sync_paths.rs, launch_phases.rs, ring_lines.rs, graph_bursts.rs) ride
-# along as tools.
+# The speed benchmark (benches/speed/gpu_speed.rs), the fabric benchmark (benches/fabric/), the
+# emulator's corpus outputs and their replay through a worker (benches/corpus/: the GPU diff,
+# kernels/diff/), and the launch-latency probes (benches/probes/sync_paths.rs, launch_phases.rs,
+# ring_lines.rs, graph_bursts.rs) ride along as tools.
 bench_json="$(mktemp)"
-cargo build --release -p tasklet-benches --bench gpu_speed --bin corpus_outputs --bin replay_corpus \
+cargo build --release -p tasklet-benches --bench gpu_speed --bench fabric --bin corpus_outputs --bin replay_corpus \
     --bench sync_paths --bench launch_phases --bench ring_lines --bench graph_bursts \
     --message-format=json >"$bench_json"
 mapfile -t tools < <(grep '"reason":"compiler-artifact"' "$bench_json" \
     | grep -o '"executable":"[^"]*"' | sed 's/^"executable":"//; s/"$//' \
-    | grep -E '/(gpu_speed|corpus_outputs|replay_corpus|sync_paths|launch_phases|ring_lines|graph_bursts)[^/]*$' | sort -u)
+    | grep -E '/(gpu_speed|fabric|corpus_outputs|replay_corpus|sync_paths|launch_phases|ring_lines|graph_bursts)[^/]*$' | sort -u)
 rm -f "$bench_json"
 
 # Test executables: compiler artifacts built with the test profile (`"profile":{…"test":true}`;

@@ -41,7 +41,7 @@ pub fn run(rig: &Rig, clients: usize, warmup: usize, count: usize, budget: Durat
                         // forever.
                         start_line.wait();
                         let mut session = opened?;
-                        session.launch_sync(warmup, count, budget)
+                        session.launch_sync(warmup, count, budget, Duration::ZERO)
                     })
             })
             .collect();

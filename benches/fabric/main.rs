@@ -365,17 +365,32 @@ fn latency(rig: &Rig, p: &Params, table: &mut Table) -> Result<(), String> {
     let (mut rtt, mut ls_local, mut ls_remote) =
         (Samples::default(), Samples::default(), Samples::default());
     let (mut batch_local, mut batch_remote) = (Vec::new(), Vec::new());
+    // The node's GPU threads' own time (its gpu_op_seconds), summed over the remote turns:
+    // what is left of a remote figure after it and the RTT is the hand-offs between threads.
+    let mut node_pairs = NodeTime::default();
+    let mut node_batches = NodeTime::default();
     let warmup = p.pairs / 10;
     for round in 0..p.rounds {
         rtt.extend(echo.echo(warmup, p.pairs, p.budget)?);
         let mut turn = |local_first: bool| -> Result<(), String> {
             for remote_turn in [!local_first, local_first] {
-                let (session, into) = if remote_turn {
-                    (&mut remote, &mut ls_remote)
+                if remote_turn {
+                    let before = NodeTime::read(rig);
+                    ls_remote.extend(remote.launch_sync(
+                        warmup,
+                        p.pairs,
+                        p.budget,
+                        Duration::ZERO,
+                    )?);
+                    node_pairs.add(before, NodeTime::read(rig));
                 } else {
-                    (&mut local, &mut ls_local)
-                };
-                into.extend(session.launch_sync(warmup, p.pairs, p.budget)?);
+                    ls_local.extend(local.launch_sync(
+                        warmup,
+                        p.pairs,
+                        p.budget,
+                        Duration::ZERO,
+                    )?);
+                }
             }
             Ok(())
         };
@@ -388,7 +403,9 @@ fn latency(rig: &Rig, p: &Params, table: &mut Table) -> Result<(), String> {
             };
             for remote_turn in order {
                 if remote_turn {
+                    let before = NodeTime::read(rig);
                     batch_remote.push(remote.launch_batch(ASYNC_LAUNCHES)?);
+                    node_batches.add(before, NodeTime::read(rig));
                 } else {
                     batch_local.push(local.launch_batch(ASYNC_LAUNCHES)?);
                 }
@@ -397,8 +414,11 @@ fn latency(rig: &Rig, p: &Params, table: &mut Table) -> Result<(), String> {
     }
     drop(echo);
     drop(server);
-
     let rtt_p50 = rtt.p50();
+    // The local path with its pairs as far apart as a remote client's: the worker has stopped
+    // spinning and gone to sleep before each launch, as the node's worker has.
+    let ls_idle = local.launch_sync(warmup, p.pairs / 4, p.budget, rtt_p50)?;
+
     table.info(
         "bare quinn echo RTT (floor)",
         format!("p50 {} · p99 {}", us(rtt_p50), us(rtt.p99())),
@@ -406,6 +426,10 @@ fn latency(rig: &Rig, p: &Params, table: &mut Table) -> Result<(), String> {
     table.info(
         "local launch + sync (LocalGpu)",
         format!("p50 {} · p99 {}", us(ls_local.p50()), us(ls_local.p99())),
+    );
+    table.info(
+        "local launch + sync, an RTT's sleep before each",
+        format!("p50 {} · p99 {}", us(ls_idle.p50()), us(ls_idle.p99())),
     );
     let bound = micros(rtt_p50) + LATENCY_FACTOR * micros(ls_local.p50());
     table.check(
@@ -415,6 +439,10 @@ fn latency(rig: &Rig, p: &Params, table: &mut Table) -> Result<(), String> {
         Want::AtMost,
         bound,
         format!("≤ RTT + 1.2 × local = {bound:.1} µs"),
+    );
+    table.info(
+        "of which the node's GPU thread (gpu_op_seconds, mean)",
+        format!("{} per launch + sync", us(node_pairs.per_sync())),
     );
     let (local_batch, remote_batch) = (
         median_duration(&batch_local),
@@ -441,7 +469,40 @@ fn latency(rig: &Rig, p: &Params, table: &mut Table) -> Result<(), String> {
         bound,
         format!("≤ 1.2 × (RTT + local) = {:.2} ms", bound / 1e3),
     );
+    table.info(
+        "of which the node's GPU thread (gpu_op_seconds, mean)",
+        format!("{:.2} ms per batch", micros(node_batches.per_sync()) / 1e3),
+    );
     Ok(())
+}
+
+/// The node's GPU-thread time on LAUNCH and SYNC requests, and the SYNCs among them.
+#[derive(Debug, Default, Clone, Copy)]
+struct NodeTime {
+    seconds: f64,
+    syncs: u64,
+}
+
+impl NodeTime {
+    fn read(rig: &Rig) -> NodeTime {
+        let (launch, _) = rig.node_op_time("LAUNCH");
+        let (sync, syncs) = rig.node_op_time("SYNC");
+        NodeTime {
+            seconds: launch + sync,
+            syncs,
+        }
+    }
+
+    /// Adds what the node spent between two readings.
+    fn add(&mut self, before: NodeTime, after: NodeTime) {
+        self.seconds += after.seconds - before.seconds;
+        self.syncs += after.syncs.saturating_sub(before.syncs);
+    }
+
+    /// The mean time per SYNC and the launches before it.
+    fn per_sync(&self) -> Duration {
+        Duration::from_secs_f64((self.seconds / self.syncs.max(1) as f64).max(0.0))
+    }
 }
 
 /// A pattern that a misplaced or missing piece would not reproduce.

@@ -75,16 +75,20 @@ impl Session {
     }
 
     /// Launch of the empty kernel + sync, each pair timed: `warmup` untimed, then up to
-    /// `count`, for at most `budget`.
+    /// `count`, for at most `budget`; `pause` (untimed, asleep) before each pair.
     pub fn launch_sync(
         &mut self,
         warmup: usize,
         count: usize,
         budget: Duration,
+        pause: Duration,
     ) -> Result<Samples, String> {
         let mut samples = Samples::with_capacity(count);
         let start = Instant::now();
         for i in 0..warmup + count {
+            if !pause.is_zero() {
+                std::thread::sleep(pause);
+            }
             let t = Instant::now();
             self.launch()?;
             self.sync()?;

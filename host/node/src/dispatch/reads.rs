@@ -6,10 +6,10 @@ use super::Dispatcher;
 use crate::job::ReplyTo;
 use crate::reply::{abort, send_piece, start_reply, Failure};
 use tasklet_runtime::gpu::{self, GpuService};
-use tasklet_wire::{ErrorCode, Reply, RequestId};
+use tasklet_wire::{DataEncoder, ErrorCode, Reply, RequestId};
 
 /// Bytes read from the device at once.
-const READ_PIECE: u64 = 8 << 20;
+pub(super) const READ_PIECE: u64 = 8 << 20;
 
 impl Dispatcher {
     /// MEM_READ: the whole span is checked, and the first piece read, before the OK reply is
@@ -50,18 +50,36 @@ impl Dispatcher {
             return Ok(());
         };
         send_piece(to, &mut data, first);
-        let mut at = first_len;
+        self.stream_rest(to, &mut data, session, buffer, offset, first_len, len);
+        Ok(())
+    }
+
+    /// Sends the rest of a streamed read whose first `sent` bytes are on their way, piece by
+    /// piece. A failure now can only abort the stream (the OK reply has begun). Returns the bytes
+    /// sent in all.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn stream_rest(
+        &mut self,
+        to: &ReplyTo,
+        data: &mut DataEncoder,
+        session: gpu::SessionId,
+        buffer: gpu::BufferId,
+        offset: u64,
+        sent: u64,
+        len: u64,
+    ) -> u64 {
+        let mut at = sent;
         while at < len {
             let piece = (len - at).min(READ_PIECE);
             match self.gpu().mem_read(session, buffer, offset + at, piece) {
-                Ok(bytes) => send_piece(to, &mut data, bytes),
+                Ok(bytes) => send_piece(to, data, bytes),
                 Err(err) => {
                     abort(to, &err.to_string());
-                    return Ok(());
+                    return at;
                 }
             }
             at += piece;
         }
-        Ok(())
+        len
     }
 }

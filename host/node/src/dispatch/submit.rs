@@ -10,15 +10,13 @@
 //! deadline: the message says which), READ_FAILED; LEASE_EXPIRED when the lease has ended.
 
 use super::book::{Region, SubmitModule};
+use super::reads::READ_PIECE;
 use super::{convert, Dispatcher};
 use crate::job::ReplyTo;
-use crate::reply::{abort, fail, send_piece, start_reply, Failure};
+use crate::reply::{fail, send_piece, start_reply, Failure};
 use tasklet_runtime::gpu::{self, GpuService, KernelArg, LaunchConfig};
 use tasklet_runtime::GpuError;
 use tasklet_wire::{ErrorCode, GpuSubmit, Opcode, Reply, RequestId};
-
-/// Bytes read back from the device at once.
-const READ_PIECE: u64 = 8 << 20;
 
 /// The step a submission failed in, which decides its status.
 #[derive(Clone, Copy)]
@@ -137,19 +135,7 @@ impl Dispatcher {
             return Ok(len);
         };
         send_piece(to, &mut data, first);
-        let mut at = first_len;
-        while at < len {
-            let piece = (len - at).min(READ_PIECE);
-            match self.gpu().mem_read(session, buffer, offset + at, piece) {
-                Ok(bytes) => send_piece(to, &mut data, bytes),
-                Err(err) => {
-                    abort(to, &err.to_string());
-                    return Ok(at);
-                }
-            }
-            at += piece;
-        }
-        Ok(len)
+        Ok(self.stream_rest(to, &mut data, session, buffer, offset, first_len, len))
     }
 
     /// The lease's region, made at its first submission.

@@ -57,6 +57,11 @@ pub const MAX_LAUNCH_ARGS: usize = 4096;
 /// size of a kernel's whole parameter space.
 pub const MAX_ARG_BYTES: usize = 32 << 10;
 
+/// Most bytes of GPU_SUBMIT's `input`, written to the lease's region before the launch. A
+/// one-shot's input travels inline in its request frame (with the module beside it, within
+/// [`MAX_FRAME_BODY`]); larger data goes through a session's streamed MEM_WRITE.
+pub const MAX_SUBMIT_INPUT: usize = 1 << 20;
+
 /// Most devices in an inventory.
 pub const MAX_DEVICES: usize = 256;
 

@@ -10,7 +10,7 @@ use crate::error::{DecodeError, EncodeError};
 use crate::ids::{BufferId, Digest, LeaseId, ModuleId, SessionId};
 use crate::limits::{
     MAX_ARG_BYTES, MAX_COMPILE_OPTION, MAX_COMPILE_OPTIONS, MAX_MANIFEST_BYTES, MAX_MODULE_BYTES,
-    MAX_NAME, MAX_PEER_NAME, MAX_SOURCE_BYTES,
+    MAX_NAME, MAX_PEER_NAME, MAX_SOURCE_BYTES, MAX_SUBMIT_INPUT,
 };
 use crate::opcode::Opcode;
 
@@ -116,9 +116,9 @@ pub enum Request {
     },
 }
 
-/// GPU_SUBMIT: the node loads `ptx`, launches `kernel` with the lease's device memory as its
-/// first argument followed by `args`, waits, and replies with `output_size` bytes read from
-/// `output_offset` in that memory.
+/// GPU_SUBMIT: the node writes `input` at the start of the lease's device memory (its *region*),
+/// loads `ptx`, launches `kernel` with the region's address as its first argument followed by
+/// `args`, waits, and replies with `output_size` bytes read from `output_offset` in the region.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GpuSubmit {
     pub lease: LeaseId,
@@ -130,6 +130,9 @@ pub struct GpuSubmit {
     pub args: Vec<u8>,
     pub output_size: u64,
     pub output_offset: u64,
+    /// Written at offset 0 of the region before the launch (at most [`MAX_SUBMIT_INPUT`] bytes;
+    /// empty: the region is left as it was).
+    pub input: Vec<u8>,
 }
 
 /// LAUNCH: run kernel `kernel` (an index into the module's kernel list) of `module`.
@@ -246,6 +249,7 @@ impl Request {
                 w.bytes("args", &submit.args, MAX_ARG_BYTES)?;
                 w.u64(submit.output_size);
                 w.u64(submit.output_offset);
+                w.bytes("input", &submit.input, MAX_SUBMIT_INPUT)?;
             }
             Request::MemAlloc { session, bytes } => {
                 w.u64(session.0);
@@ -378,6 +382,7 @@ impl Request {
                 args: r.bytes("args", MAX_ARG_BYTES)?.to_vec(),
                 output_size: r.u64("output_size")?,
                 output_offset: r.u64("output_offset")?,
+                input: r.bytes("input", MAX_SUBMIT_INPUT)?.to_vec(),
             }),
             Opcode::MemAlloc => Request::MemAlloc {
                 session: SessionId(r.u64("session")?),

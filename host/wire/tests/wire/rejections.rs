@@ -943,3 +943,45 @@ fn grant_rights_outside_the_defined_bits() {
         })
     ));
 }
+
+#[test]
+fn gpu_submit_input_over_its_cap() {
+    let mut submit = GpuSubmit {
+        lease: LeaseId(1),
+        ptx: b".version 8.0".to_vec(),
+        kernel: "k".into(),
+        grid: [1; 3],
+        block: [1; 3],
+        args: vec![],
+        output_size: 4,
+        output_offset: 0,
+        input: vec![7; MAX_SUBMIT_INPUT + 1],
+    };
+    assert_eq!(
+        encode_request(1, &Request::GpuSubmit(submit.clone()), &mut Vec::new()),
+        Err(EncodeError::FieldTooLong {
+            field: "input",
+            len: MAX_SUBMIT_INPUT as u64 + 1,
+            limit: MAX_SUBMIT_INPUT as u64
+        })
+    );
+    // At the cap it goes; one byte over, announced by a peer, is refused before it is read.
+    submit.input.truncate(MAX_SUBMIT_INPUT);
+    let mut out = Vec::new();
+    encode_request(1, &Request::GpuSubmit(submit.clone()), &mut out).unwrap();
+    assert_eq!(decode_whole(Direction::ToNode, &out).1, Ok(()));
+    submit.input.clear();
+    let mut out = Vec::new();
+    encode_request(1, &Request::GpuSubmit(submit), &mut out).unwrap();
+    let mut body = out[FRAME_HEADER_LEN..out.len() - 4].to_vec();
+    body.extend_from_slice(&(MAX_SUBMIT_INPUT as u32 + 1).to_be_bytes());
+    let bytes = frame(1, 0, Opcode::GpuSubmit as u16, 1, &body);
+    assert_eq!(
+        to_node_error(&bytes),
+        DecodeError::FieldTooLong {
+            field: "input",
+            len: MAX_SUBMIT_INPUT as u64 + 1,
+            limit: MAX_SUBMIT_INPUT as u64
+        }
+    );
+}

@@ -274,10 +274,11 @@ pub fn request() -> impl Strategy<Value = Request> {
             dims(),
             bytes(64),
             any::<u64>(),
-            any::<u64>()
+            any::<u64>(),
+            bytes(64)
         )
             .prop_map(
-                |(lease, ptx, kernel, grid, block, args, output_size, output_offset)| {
+                |(lease, ptx, kernel, grid, block, args, output_size, output_offset, input)| {
                     Request::GpuSubmit(GpuSubmit {
                         lease,
                         ptx,
@@ -287,6 +288,7 @@ pub fn request() -> impl Strategy<Value = Request> {
                         args,
                         output_size,
                         output_offset,
+                        input,
                     })
                 }
             ),

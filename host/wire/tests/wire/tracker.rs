@@ -229,6 +229,7 @@ fn streamed_reply_lengths_must_match_the_request() {
         args: vec![],
         output_size: 64,
         output_offset: 0,
+        input: vec![],
     });
     let g = tracker.start(&submit).unwrap();
     assert_eq!(

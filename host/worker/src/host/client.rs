@@ -161,6 +161,13 @@ impl Worker {
         self.pending_until.is_some()
     }
 
+    /// The device time this worker's launches have taken since it started, as it last reported
+    /// (with each response; a sync the completion word answered reports at the next call).
+    /// Never goes back; a lease is charged the difference over its time with the worker.
+    pub fn gpu_time(&self) -> Duration {
+        Duration::from_nanos(self.chan.gpu_time())
+    }
+
     /// True once a kernel faulted or ran past its deadline: every op now fails with that kind,
     /// and the pool kills the worker on release (on a GPU the context is unusable).
     pub fn is_poisoned(&self) -> bool {

@@ -77,6 +77,9 @@ pub fn serve_guests(
         );
         out.clear();
         encode_response(id, &resp, &mut out);
+        // Saturates at 584 years of device time.
+        let gpu_nanos = u64::try_from(backend.gpu_time().as_nanos()).unwrap_or(u64::MAX);
+        end.set_gpu_time(gpu_nanos);
         if end.respond(&out).is_err() {
             out.clear();
             encode_response(

@@ -59,7 +59,13 @@ static void write_counts(void) {
 
 struct module { char *ptx; };
 struct function { char name[128]; };
-struct event { int never; };
+struct event { int never; double ms; };  // ms: when it was recorded (kernels run at launch)
+
+static double now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
 
 CUresult cuInit(unsigned flags) { (void)flags; return OK; }
 CUresult cuDriverGetVersion(int *v) { *v = 13000; return OK; }
@@ -323,7 +329,22 @@ CUresult cuGraphDestroy(CUgraph graph) {
 }
 
 CUresult cuEventCreate(CUevent *e, unsigned flags) { (void)flags; *e = calloc(1, sizeof(struct event)); return OK; }
-CUresult cuEventRecord(CUevent e, CUstream s) { (void)s; ((struct event *)e)->never = spinning; records++; write_counts(); return OK; }
+CUresult cuEventRecord(CUevent e, CUstream s) {
+    (void)s;
+    ((struct event *)e)->never = spinning;
+    ((struct event *)e)->ms = now_ms();
+    records++;
+    write_counts();
+    return OK;
+}
+// The time between two records: the kernels launched between them ran in between.
+CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b) {
+    if (sticky) return sticky;
+    struct event *x = a, *y = b;
+    if (x->never || y->never) return NOT_READY;
+    *ms = (float)(y->ms - x->ms);
+    return OK;
+}
 CUresult cuEventQuery(CUevent e) { if (sticky) return sticky; return ((struct event *)e)->never ? NOT_READY : OK; }
 CUresult cuEventDestroy_v2(CUevent e) { free(e); return OK; }
 CUresult cuStreamQuery(CUstream s) { (void)s; if (sticky) return sticky; return spinning ? NOT_READY : OK; }

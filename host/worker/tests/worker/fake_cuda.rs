@@ -660,9 +660,10 @@ fn a_burst_of_launches_shares_one_event_per_group() {
     // launch: [1] [7 | 8 | 1] [3].
     let c = stopped_burst(&mut w, &file, &m);
     assert_eq!(c.launches, 20);
+    // Each group records a begin event (for its GPU time) and a completion event.
     assert_eq!(
         c.records,
-        3,
+        2 * 3,
         "20 launches in groups of {}",
         tasklet_worker::worker::backend::cuda::GROUP_MAX
     );
@@ -673,7 +674,7 @@ fn a_burst_of_launches_shares_one_event_per_group() {
     w.launch(&launch(&m, "empty", 1, &[], Duration::from_secs(5)))
         .unwrap();
     assert!(
-        eventually(Duration::from_secs(2), || counts(&file).records == r1 + 1),
+        eventually(Duration::from_secs(2), || counts(&file).records == r1 + 2),
         "{:?}",
         counts(&file)
     );
@@ -755,7 +756,7 @@ fn with_graphs_turned_off_launches_go_one_by_one() {
     let m = w.load_module(FAULTS_PTX).unwrap();
     w.sync().unwrap();
     let c = stopped_burst(&mut w, &file, &m);
-    assert_eq!((c.launches, c.records, c.graphs), (20, 3, 0), "{c:?}");
+    assert_eq!((c.launches, c.records, c.graphs), (20, 2 * 3, 0), "{c:?}");
     let _ = std::fs::remove_file(file);
 }
 
@@ -875,4 +876,27 @@ mod guest {
             assert_eq!(w.attached_memories(), 1);
         }
     }
+}
+
+#[test]
+fn launch_groups_are_timed_between_their_begin_and_completion_events() {
+    let Some(mut w) = fake_worker() else { return };
+    let m = w.load_module(IOTA_PTX).unwrap();
+    let out = w.alloc(4 * 4096).unwrap();
+    assert_eq!(w.gpu_time(), Duration::ZERO, "nothing launched yet");
+    let args = iota_args(out, 1024);
+    w.launch(&launch(&m, "iota", 1024, &args, Duration::from_secs(5)))
+        .unwrap();
+    w.sync().unwrap();
+    // A signalled sync carries no time: the next answer does.
+    w.ping().unwrap();
+    let first = w.gpu_time();
+    assert!(first > Duration::ZERO, "{first:?}");
+    for _ in 0..3 {
+        w.launch(&launch(&m, "iota", 1024, &args, Duration::from_secs(5)))
+            .unwrap();
+    }
+    w.sync().unwrap();
+    w.ping().unwrap();
+    assert!(w.gpu_time() > first, "{:?} after {first:?}", w.gpu_time());
 }

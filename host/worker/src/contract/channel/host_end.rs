@@ -5,10 +5,10 @@ use std::sync::atomic::Ordering::*;
 use std::time::{Duration, Instant};
 
 use super::layout::{
-    SharedRegion, TransportError, LOC_DATA, LOC_INLINE, LOC_MSG, MSG_AREA, OFF_CLOSED, OFF_HEAD,
-    OFF_HOST_SLEEPING, OFF_HOST_WANTS_SPACE, OFF_RESP_INLINE, OFF_RESP_LEN, OFF_RESP_LOC,
-    OFF_RESP_SEQ, OFF_SIGNAL, OFF_STATE, OFF_TAIL, OFF_WORKER_SLEEPING, RESP_INLINE, RESP_OFF,
-    RING, RING_OFF, STATE_FAILED, STATE_READY, STATE_STARTING,
+    SharedRegion, TransportError, LOC_DATA, LOC_INLINE, LOC_MSG, MSG_AREA, OFF_CLOSED,
+    OFF_GPU_TIME, OFF_HEAD, OFF_HOST_SLEEPING, OFF_HOST_WANTS_SPACE, OFF_RESP_INLINE, OFF_RESP_LEN,
+    OFF_RESP_LOC, OFF_RESP_SEQ, OFF_SIGNAL, OFF_STATE, OFF_TAIL, OFF_WORKER_SLEEPING, RESP_INLINE,
+    RESP_OFF, RING, RING_OFF, STATE_FAILED, STATE_READY, STATE_STARTING,
 };
 use super::ring::{
     record_size, stamp, KIND_CALL, KIND_CALL_IN_DATA, KIND_POSTED, KIND_WRAP, REC_HEADER,
@@ -137,6 +137,9 @@ pub struct HostEnd {
     /// The last call the worker answered with a response that we waited for: every call after it
     /// up to `seq` may still be answered (a signalled sync's response comes late).
     answered: u32,
+    /// The GPU time the worker published with the last response waited for, in nanoseconds
+    /// ([`HostEnd::gpu_time`]).
+    gpu_time: u64,
     spin: Spin,
     space_spin: Spin,
 }
@@ -150,6 +153,7 @@ impl HostEnd {
             tail_seen: head,
             seq: 0,
             answered: 0,
+            gpu_time: 0,
             spin: Spin::new(Duration::from_micros(5), Duration::from_micros(100)),
             space_spin: Spin::new(Duration::from_micros(5), Duration::from_micros(50)),
         }
@@ -463,7 +467,17 @@ impl HostEnd {
         out.clear();
         out.resize(len, 0);
         r.get(off, out);
+        // In the cache line the seq came in; as untrusted as the frame: a worker can only
+        // misreport its own lease's time, and never make it go back.
+        self.gpu_time = self.gpu_time.max(r.u64_at(OFF_GPU_TIME).load(Relaxed));
         Ok(answer)
+    }
+
+    /// The GPU time, in nanoseconds, the worker had measured since it started when it sent the
+    /// last response waited for (a call the completion word answered carries none: the next
+    /// response does). Never goes back.
+    pub fn gpu_time(&self) -> u64 {
+        self.gpu_time
     }
 
     /// Waits for the worker to report that it started (or failed to, with its message).

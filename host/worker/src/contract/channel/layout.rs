@@ -3,8 +3,8 @@
 //! ```text
 //! 0        header page: magic/sizes, then atomics on their own cache lines
 //!          (ring head, worker-sleeping flag, ring tail, host-waiting-for-space flag,
-//!           response seq + frame location, host-sleeping flag, start state, closed flag,
-//!           completion word)
+//!           response seq + frame location + GPU time, host-sleeping flag, start state,
+//!           closed flag, completion word)
 //! 4 KiB    request ring          (RING bytes)
 //!          response message area (MSG_AREA bytes)
 //!          data region           (data_size bytes: write payloads, read results, oversized frames)
@@ -33,8 +33,9 @@ pub(super) const MAGIC: u64 = u64::from_le_bytes(*b"TASKLETW");
 /// 2: launch deadline, richer info. 3: guest memory attachments (attach/detach-memory,
 /// write-from, read-into). 4: the request ring. 5: stamps, inline responses. 6: the completion
 /// word. 8: launches name their kernel by index, and carry no step limit (the emulator makes its
-/// own from the deadline). 9: info carries the device's launch limits.
-pub const VERSION: u32 = 9;
+/// own from the deadline). 9: info carries the device's launch limits. 10: the GPU-time word
+/// beside the response seq.
+pub const VERSION: u32 = 10;
 pub(super) const HEADER: usize = 4096;
 
 pub(super) const OFF_MAGIC: usize = 0;
@@ -52,7 +53,11 @@ pub(super) const OFF_RESP_LEN: usize = 328;
 /// A small response frame (every `Ok`, most errors' kinds…) sits right after its seq, in the same
 /// cache line: the host's wait then ends with one cache-line transfer, not two.
 pub(super) const OFF_RESP_INLINE: usize = 332;
-pub(super) const RESP_INLINE: usize = OFF_HOST_SLEEPING - OFF_RESP_INLINE;
+pub(super) const RESP_INLINE: usize = OFF_GPU_TIME - OFF_RESP_INLINE;
+/// The GPU time the worker has measured since it started, in nanoseconds (u64, only growing),
+/// written with every response: in the response's cache line, so the host reads it with no
+/// transfer of its own (see [`super::worker_end::WorkerEnd::set_gpu_time`]).
+pub(super) const OFF_GPU_TIME: usize = 376;
 pub(super) const OFF_HOST_SLEEPING: usize = 384;
 pub(super) const OFF_STATE: usize = 448;
 pub(super) const OFF_CLOSED: usize = 512;
@@ -72,6 +77,11 @@ pub(super) const STATE_READY: u32 = 1;
 pub(super) const STATE_FAILED: u32 = 2;
 
 const _: () = assert!(OFF_RESP_INLINE % 64 + RESP_INLINE <= 64);
+const _: () = assert!(
+    OFF_GPU_TIME.is_multiple_of(8)
+        && OFF_GPU_TIME / 64 == OFF_RESP_SEQ / 64
+        && OFF_GPU_TIME + 8 <= OFF_HOST_SLEEPING
+);
 const _: () =
     assert!(OFF_SIGNAL.is_multiple_of(64) && OFF_SIGNAL > OFF_CLOSED && OFF_SIGNAL + 64 <= HEADER);
 

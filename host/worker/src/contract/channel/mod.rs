@@ -28,6 +28,12 @@
 //! is as untrusted as every response: a worker or a kernel of its own lease that stores a seq early
 //! only misleads its own tenant.
 //!
+//! Every response also carries the GPU time the worker has measured since it started (nanoseconds,
+//! only growing; cuda: device events around each launch group, emu: the time spent executing
+//! launches), in a word on the response's own cache line: the host reads it with the answer at no
+//! cost of its own and charges the difference to the lease that holds the worker. A call the
+//! completion word answered carries none; the next response does.
+//!
 //! Each waiting side spins for a short, adaptive while and then sleeps on a futex (`wake`).
 //! There are three such waits: the worker waiting for `head`, the host waiting for ring space
 //! (`tail`), and the host waiting for a response.

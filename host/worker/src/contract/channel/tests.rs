@@ -153,3 +153,29 @@ fn data_region_round_trip_and_bounds() {
     assert!(w.data(MSG_AREA + 1).is_none());
     assert!(h.write_data(&vec![0; MSG_AREA + 1]).is_err());
 }
+
+#[test]
+fn gpu_time_travels_with_each_response_and_never_goes_back() {
+    let (mut h, mut w) = pair(DEFAULT_DATA_SIZE);
+    // The worker reports 100 ns more with each answer, then a smaller figure, then a large one
+    // in a frame too large for the inline slot.
+    let t = thread::spawn(move || {
+        let mut buf = Vec::new();
+        for (nanos, len) in [(100, 1), (200, 1), (150, 1), (5_000_000_000, 4096)] {
+            assert_eq!(
+                w.wait_request(&mut buf, &mut || true, &mut || {}),
+                Incoming::Call
+            );
+            w.set_gpu_time(nanos);
+            w.respond(&vec![7u8; len]).unwrap();
+        }
+    });
+    assert_eq!(h.gpu_time(), 0, "nothing reported before the first answer");
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        call(&mut h, b"x");
+        seen.push(h.gpu_time());
+    }
+    assert_eq!(seen, [100, 200, 200, 5_000_000_000]);
+    t.join().unwrap();
+}

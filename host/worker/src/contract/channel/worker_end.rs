@@ -6,10 +6,10 @@ use std::sync::atomic::Ordering::*;
 use std::time::{Duration, Instant};
 
 use super::layout::{
-    SharedRegion, TransportError, LOC_DATA, LOC_INLINE, LOC_MSG, MSG_AREA, OFF_CLOSED, OFF_HEAD,
-    OFF_HOST_SLEEPING, OFF_HOST_WANTS_SPACE, OFF_RESP_INLINE, OFF_RESP_LEN, OFF_RESP_LOC,
-    OFF_RESP_SEQ, OFF_SIGNAL, OFF_STATE, OFF_TAIL, OFF_WORKER_SLEEPING, RESP_INLINE, RESP_OFF,
-    RING, RING_OFF, STATE_FAILED, STATE_READY,
+    SharedRegion, TransportError, LOC_DATA, LOC_INLINE, LOC_MSG, MSG_AREA, OFF_CLOSED,
+    OFF_GPU_TIME, OFF_HEAD, OFF_HOST_SLEEPING, OFF_HOST_WANTS_SPACE, OFF_RESP_INLINE, OFF_RESP_LEN,
+    OFF_RESP_LOC, OFF_RESP_SEQ, OFF_SIGNAL, OFF_STATE, OFF_TAIL, OFF_WORKER_SLEEPING, RESP_INLINE,
+    RESP_OFF, RING, RING_OFF, STATE_FAILED, STATE_READY,
 };
 use super::ring::{
     record_size, stamp, ALIGN, KIND_CALL, KIND_CALL_IN_DATA, KIND_POSTED, KIND_WRAP, REC_HEADER,
@@ -48,6 +48,9 @@ pub struct WorkerEnd {
     call: Option<u32>,
     /// Whether the last `wait_request` had to wait for its record (see [`WorkerEnd::behind`]).
     waited: bool,
+    /// GPU nanoseconds measured so far, published with the next response
+    /// ([`WorkerEnd::set_gpu_time`]).
+    gpu_time: u64,
     spin: Spin,
 }
 
@@ -60,6 +63,7 @@ impl WorkerEnd {
             served: tail,
             call: None,
             waited: false,
+            gpu_time: 0,
             spin: Spin::new(Duration::from_micros(2), Duration::from_micros(50)),
         }
     }
@@ -89,6 +93,13 @@ impl WorkerEnd {
     /// a call.
     pub fn call_seq(&self) -> Option<u32> {
         self.call
+    }
+
+    /// The GPU time the backend has measured since the worker started, in nanoseconds: published
+    /// with the next response, in its cache line, so that the host learns it with the answer and
+    /// at no cost of its own. Never goes back (a smaller value is ignored).
+    pub fn set_gpu_time(&mut self, nanos: u64) {
+        self.gpu_time = self.gpu_time.max(nanos);
     }
 
     /// The first `len` bytes of the data region, as the host wrote them for this call.
@@ -366,6 +377,8 @@ impl WorkerEnd {
         };
         r.u32_at(OFF_RESP_LOC).store(loc, Relaxed);
         r.u32_at(OFF_RESP_LEN).store(frame.len() as u32, Relaxed);
+        // Published by the seq's store below, like the frame.
+        r.u64_at(OFF_GPU_TIME).store(self.gpu_time, Relaxed);
         // The call is served once answered: the host may count on `tail` covering it then.
         self.publish_served_in_call();
         self.call = None;

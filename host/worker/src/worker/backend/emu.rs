@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use tasklet_ptx::{DeviceMemory, ExecError, LaunchParams, MemError, Module};
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::module_check::{self, Loader};
 use super::{source, Backend, BackendError};
@@ -59,6 +59,8 @@ pub struct EmuBackend {
     /// The cores the step limit counts (see [`emu_step_limit`]), read once at start: before the
     /// serving thread is pinned to one of them.
     cores: u64,
+    /// Time spent executing launches so far ([`Backend::gpu_time`]).
+    executing: Duration,
 }
 
 impl EmuBackend {
@@ -75,6 +77,7 @@ impl EmuBackend {
             cap: device_memory,
             threads,
             cores: std::thread::available_parallelism().map_or(1, |n| n.get() as u64),
+            executing: Duration::ZERO,
         }
     }
 
@@ -255,7 +258,12 @@ impl Backend for EmuBackend {
         // The emulator checks the launch's shape itself (dimensions, argument block, shared
         // memory), as it must before it runs anything: those checks guard its own arithmetic and
         // memory.
-        match module.launch_by_index(kernel, &self.mem, &params) {
+        // The emulator's device time is the time it spends executing (on every core it uses),
+        // whatever the outcome: a kernel stopped at its step limit used it too.
+        let began = Instant::now();
+        let ran = module.launch_by_index(kernel, &self.mem, &params);
+        self.executing = self.executing.saturating_add(began.elapsed());
+        match ran {
             Ok(_) => Ok(()),
             Err(ExecError::InvalidLaunch(m)) => Err(BackendError::new(
                 ErrorKind::LaunchFailed,
@@ -277,6 +285,10 @@ impl Backend for EmuBackend {
     fn sync(&mut self) -> Result<(), BackendError> {
         // Every op already ran to completion.
         Ok(())
+    }
+
+    fn gpu_time(&mut self) -> Duration {
+        self.executing
     }
 
     fn reset(&mut self) -> Result<(), BackendError> {

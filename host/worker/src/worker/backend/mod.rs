@@ -24,7 +24,9 @@
 //!   from `Launch::deadline`; cuda: the deadline itself, enforced when the worker waits for the
 //!   kernel and by a watchdog), a fault with `KernelFault`; both poison the worker. An error
 //!   reported after the launch returned names the launch by its ordinal in the lease
-//!   ([`Backend::number_launches_from`]), so a later op is never blamed for it.
+//!   ([`Backend::number_launches_from`]), so a later op is never blamed for it;
+//! - the device time the launches took is measured ([`Backend::gpu_time`]) and reported to the
+//!   host with every response.
 
 pub mod cuda;
 mod emu;
@@ -35,6 +37,8 @@ mod source;
 pub use cuda::CudaBackend;
 pub use emu::{emu_step_limit, EmuBackend, EMU_LANE_INSTRUCTIONS_PER_SECOND};
 pub use null::NullBackend;
+
+use std::time::Duration;
 
 use crate::contract::{BackendKind, ErrorKind, Launch, LoadedModule, WorkerInfo};
 
@@ -121,6 +125,15 @@ pub trait Backend {
     /// `map_host` set up for it. No later copy uses it.
     fn unmap_host(&mut self, base: *mut u8, len: usize) {
         let _ = (base, len);
+    }
+    /// The time the device has spent on this worker's launches since the worker started, as far
+    /// as it is known finished: never goes back, and is published with every response. The
+    /// emulator times each launch it executes; cuda records a timing event before and after
+    /// each launch group (at most `GROUP_MAX` launches) and adds their elapsed time once the
+    /// group is seen finished (so the gaps between a group's launches, microseconds, count
+    /// too). A backend that measures nothing reports zero.
+    fn gpu_time(&mut self) -> Duration {
+        Duration::ZERO
     }
     /// The worker has nothing more to do for now and is about to wait for the host: finish
     /// anything batched (cuda: record the completion event of the open launch group, so the

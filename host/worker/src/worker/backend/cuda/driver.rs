@@ -142,6 +142,7 @@ driver_api! {
     event_record = "cuEventRecord": fn(CuEvent, CuStream);
     event_query = "cuEventQuery": fn(CuEvent);
     event_destroy = "cuEventDestroy_v2": fn(CuEvent);
+    event_elapsed_time = "cuEventElapsedTime": fn(*mut f32, CuEvent, CuEvent);
     stream_query = "cuStreamQuery": fn(CuStream);
     stream_synchronize = "cuStreamSynchronize": fn(CuStream);
     stream_create = "cuStreamCreate": fn(*mut CuStream, c_uint);

@@ -20,6 +20,13 @@
 //! closes it first, and the serving thread closes it before it idles, so it is never left open
 //! while nobody is looking.
 //!
+//! GPU time: a group also gets a *begin* event, recorded on the stream when it opens, before its
+//! first launch; once the group is seen finished, the time between its begin and completion
+//! events ([`Timeline::gpu_time`]) is the device time of its kernels (and of the gaps between
+//! their launches, which the worker makes back to back: microseconds). One pair of events per
+//! group, not per launch: a `cuEventRecord` costs about as much as a launch, and a group is
+//! usually one graph launch ([`Chains`]). A group whose begin could not be recorded goes untimed.
+//!
 //! A wait (`sync`, and every op that must see the kernels finished first) polls the head event:
 //! tightly for [`SPIN`], then with sleeps growing to [`MAX_NAP`]. Past the head's deadline it
 //! fails with `DeadlineExceeded` — the kernel is still running, and only ending the process stops
@@ -51,7 +58,9 @@ pub const WATCHDOG_GRACE: Duration = Duration::from_millis(250);
 const SPIN: Duration = Duration::from_micros(50);
 const MAX_NAP: Duration = Duration::from_millis(1);
 
-const CU_EVENT_DISABLE_TIMING: c_uint = 2;
+/// Events with timing (flags 0: neither `CU_EVENT_DISABLE_TIMING` nor blocking sync): a group's
+/// pair measures its kernels.
+const CU_EVENT_TIMED: c_uint = 0;
 
 /// Most launches that share one completion event (see the module docs).
 pub const GROUP_MAX: usize = 8;
@@ -111,10 +120,12 @@ impl Members {
     }
 }
 
-/// Launches since the last group closed; no event yet.
+/// Launches since the last group closed; no completion event yet.
 struct Open {
     /// When its first kernel was launched.
     start: Instant,
+    /// Recorded on the stream before its first kernel (None: recording failed; untimed).
+    begin: Option<CuEvent>,
     /// Its kernels' deadlines, summed.
     deadlines: Duration,
     members: Members,
@@ -127,6 +138,8 @@ struct Group {
     /// Its completion event, or what `cuEventRecord`/`cuEventCreate` answered instead (its
     /// kernels then run untracked: reported as a fault at the next wait).
     event: Result<CuEvent, CuResult>,
+    /// Its begin event ([`Open::begin`]).
+    begin: Option<CuEvent>,
     start: Instant,
     budget: Duration,
     members: Members,
@@ -211,6 +224,8 @@ struct Queue {
     chains: Chains,
     /// Groups closed so far: the latest one's `seq`.
     closed: u64,
+    /// Device time of the groups seen finished, in nanoseconds (see the module's docs).
+    gpu_nanos: u64,
 }
 
 // SAFETY: CUDA events are plain handles usable from any thread of the process.
@@ -234,6 +249,11 @@ impl Queue {
                 CUDA_SUCCESS => {
                     if let Some(g) = self.items.pop_front() {
                         self.kernels -= g.members.n;
+                        if let Some(begin) = g.begin {
+                            self.gpu_nanos =
+                                self.gpu_nanos.saturating_add(elapsed(drv, begin, event));
+                            self.free_events.push(begin);
+                        }
                         self.free_events.push(event);
                     }
                     self.last_done = now;
@@ -247,14 +267,13 @@ impl Queue {
         Head::Idle
     }
 
-    /// Adds a launch just made to the open group (opening one at `now()`); says whether the
-    /// group is full. The clock is read once per group, not per launch.
-    fn add(&mut self, l: &ReadyLaunch, now: impl FnOnce() -> Instant) -> bool {
-        let open = self.open.get_or_insert_with(|| Open {
-            start: now(),
-            deadlines: Duration::ZERO,
-            members: Members::default(),
-        });
+    /// Adds a launch just made to the open group ([`Timeline::open`] opened it before the
+    /// launch); says whether the group is full.
+    fn add(&mut self, l: &ReadyLaunch) -> bool {
+        let Some(open) = self.open.as_mut() else {
+            // Not reached: every launch is made into an open group.
+            return false;
+        };
         open.deadlines = open.deadlines.saturating_add(l.deadline);
         open.members.push(Arc::clone(&l.kernel), l.ordinal);
         self.kernels += 1;
@@ -314,6 +333,7 @@ impl Timeline {
                 last_done: Instant::now(),
                 chains: Chains::new(drv),
                 closed: 0,
+                gpu_nanos: 0,
             }),
             signalled_done: AtomicU64::new(0),
         });
@@ -345,9 +365,37 @@ impl Timeline {
         let mut e: CuEvent = std::ptr::null_mut();
         // SAFETY: valid out-pointer; context current on this thread.
         check("cuEventCreate", unsafe {
-            (self.drv.event_create)(&mut e, CU_EVENT_DISABLE_TIMING)
+            (self.drv.event_create)(&mut e, CU_EVENT_TIMED)
         })?;
         Ok(e)
+    }
+
+    /// Opens a group unless one is open: records its begin event on the stream, before the
+    /// launches that follow, and reads the clock (once per group, not per launch).
+    fn open(&self, q: &mut Queue) {
+        if q.open.is_some() {
+            return;
+        }
+        let begin = match q.free_events.pop() {
+            Some(e) => Some(e),
+            None => self.new_event().ok(),
+        };
+        let begin = begin.and_then(|e| {
+            // SAFETY: a live event; the worker's stream.
+            match unsafe { (self.drv.event_record)(e, self.stream.0) } {
+                CUDA_SUCCESS => Some(e),
+                _ => {
+                    q.free_events.push(e);
+                    None
+                }
+            }
+        });
+        q.open = Some(Open {
+            start: Instant::now(),
+            begin,
+            deadlines: Duration::ZERO,
+            members: Members::default(),
+        });
     }
 
     /// Closes the open group, if any: records its event after its kernels. A failure to record
@@ -378,6 +426,7 @@ impl Timeline {
         q.items.push_back(Group {
             seq: q.closed,
             event,
+            begin: open.begin,
             start: open.start,
             budget,
             members: open.members,
@@ -415,9 +464,10 @@ impl Timeline {
                 continue;
             }
             let run = &launches[at..at + n];
+            self.open(&mut q);
             if q.chains.launch(run, self.stream.0).is_ok() {
                 for l in run {
-                    if q.add(l, Instant::now) {
+                    if q.add(l) {
                         self.close(&mut q);
                     }
                 }
@@ -432,7 +482,7 @@ impl Timeline {
                             },
                         )
                     })?;
-                    if q.add(l, Instant::now) {
+                    if q.add(l) {
                         self.close(&mut q);
                     }
                 }
@@ -468,6 +518,16 @@ impl Timeline {
         } else {
             Err(r)
         }
+    }
+
+    /// The device time of the groups seen finished so far ([`Queue::gpu_nanos`]), after a look at
+    /// the queue's head: a group that has finished is counted now, not at the next wait.
+    pub fn gpu_time(&self) -> Duration {
+        let mut q = self.lock();
+        if !q.items.is_empty() {
+            q.poll(self.drv, Instant::now());
+        }
+        Duration::from_nanos(q.gpu_nanos)
     }
 
     /// Forgets every cached graph: they hold functions, so this comes before a module is unloaded.
@@ -586,6 +646,20 @@ impl Timeline {
             }
         }
     }
+}
+
+/// Nanoseconds between two finished events recorded on one stream (0 where the driver cannot
+/// tell: the group then goes uncounted rather than failing anything).
+fn elapsed(drv: &Driver, begin: CuEvent, end: CuEvent) -> u64 {
+    let mut ms: f32 = 0.0;
+    // SAFETY: two live timing events of this context, both finished (end follows begin on the
+    // stream and was seen done); valid out-pointer.
+    let r = unsafe { (drv.event_elapsed_time)(&mut ms, begin, end) };
+    if r != CUDA_SUCCESS || !ms.is_finite() || ms <= 0.0 {
+        return 0;
+    }
+    // `as` saturates.
+    (f64::from(ms) * 1e6) as u64
 }
 
 /// "kernel `k` ran past its deadline of …", or a group's "… their summed deadline …".

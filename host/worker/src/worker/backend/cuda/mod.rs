@@ -5,7 +5,7 @@
 //! - `memory`: allocation books (cap, bounds of every copy) and the pinned data region;
 //! - `host_memory`: attached guest memories, page-locked lazily in chunks;
 //! - `modules`: PTX through the driver JIT, kernel signatures from `tasklet_ptx`, a module cache;
-//! - `launch`: asynchronous launches with deadlines and the watchdog;
+//! - `launch`: asynchronous launches with deadlines and the watchdog, and their device time;
 //! - `graphs`: runs of launches handed to the driver as one launch of a cached CUDA graph;
 //! - `signal`: the channel's completion word, stored by the device when a sync's kernels end;
 //! - `errors`: driver results → typed kinds with the driver's words.
@@ -34,6 +34,7 @@ mod signal;
 
 use std::ffi::c_void;
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::{module_check, source, Backend, BackendError, BackendOptions};
 use crate::contract::{ErrorKind, Launch, LoadedModule, WorkerInfo};
@@ -594,6 +595,10 @@ impl Backend for CudaBackend {
 
     fn flush(&mut self) {
         self.timeline.flush();
+    }
+
+    fn gpu_time(&mut self) -> Duration {
+        self.timeline.gpu_time()
     }
 
     fn reset(&mut self) -> Result<(), BackendError> {

@@ -92,6 +92,24 @@ fn target_refusal(target: &str, sm: &str) -> String {
     )
 }
 
+/// The message every backend refuses a module with whose fourth line is one word of 100,000
+/// bytes (the driver's loader aborts on it): the limit, and the word's first 64 bytes.
+fn token_refusal() -> String {
+    format!(
+        "PTX line 4: a token is longer than the 16384-byte limit on one identifier, directive, number or string \
+         of a module: `{}…` (100000 bytes); shorten it (a kernel's or symbol's name, most likely)",
+        "y".repeat(64)
+    )
+}
+
+/// A module whose fourth line is one word of 100,000 bytes.
+fn huge_token() -> String {
+    format!(
+        ".version 7.0\n.target sm_80\n.address_size 64\n{}\n",
+        "y".repeat(100_000)
+    )
+}
+
 const EMPTY: &str =
     "the module is empty; a PTX module begins with `.version` and `.target` (as nvcc --ptx and \
                      NVRTC write them): load the whole PTX text";
@@ -99,6 +117,7 @@ const EMPTY: &str =
 #[test]
 fn modules_a_gpu_refuses_are_refused_alike_on_the_emulator_and_the_gpu() {
     let too_new = IOTA_PTX.replacen(".version 9.0", ".version 99.0", 1);
+    let huge_token = huge_token();
     let mut emu = emu_worker();
     // The emulator: an sm_80 device whose driver compiles what CUDA 13.1 does.
     let refusals = [
@@ -109,6 +128,7 @@ fn modules_a_gpu_refuses_are_refused_alike_on_the_emulator_and_the_gpu() {
             &*IOTA_PTX.replacen(".target sm_80", ".target sm_86", 1),
             target_refusal("86", "80"),
         ),
+        (huge_token.as_str(), token_refusal()),
     ];
     for (ptx, says) in &refusals {
         assert_eq!(
@@ -131,6 +151,7 @@ fn modules_a_gpu_refuses_are_refused_alike_on_the_emulator_and_the_gpu() {
             &*IOTA_PTX.replacen(".target sm_80", ".target sm_100", 1),
             target_refusal("100", "90"),
         ),
+        (huge_token.as_str(), token_refusal()),
     ];
     for (ptx, says) in &refusals {
         assert_eq!(

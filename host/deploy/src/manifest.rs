@@ -46,5 +46,6 @@ pub(crate) fn asked_for(manifest: &Manifest) -> Grant {
         limits: manifest.limits,
         gpu: manifest.gpu,
         kernel_deadline: Duration::ZERO,
+        gpu_time: None,
     }
 }

@@ -74,6 +74,7 @@ pub fn manifest_grant(manifest: &Manifest) -> wire::Grant {
         limits: manifest.limits,
         gpu: manifest.gpu,
         kernel_deadline: std::time::Duration::ZERO,
+        gpu_time: None,
     })
 }
 

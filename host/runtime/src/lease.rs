@@ -18,13 +18,19 @@
 //! given up is killed at once and reaped off the caller's path; its memory goes with the process,
 //! and the lease's books with the lease, so the accounting returns to baseline exactly.
 //!
+//! GPU time: every worker reports, with each answer, the device time its launches have taken
+//! (`Worker::gpu_time`). After each operation under a lease, and once more as it ends, the
+//! difference since the last look is charged to the lease, to its tenant (node-wide, by name) and
+//! to its holder's account (one tasklet run, or one client's connection): so the leases' times
+//! always sum to their tenant's, and a holder's quota (`gpu-seconds`) sees every lease it held.
+//!
 //! Reconciliation: quotas are only real if the books match the device, so when a lease ends with a
 //! healthy worker, the worker is asked what it really holds (`info`) and that is compared with the lease's own accounting. A
 //! worker that holds a different number of bytes than the lease thinks is not trusted again: it
 //! is killed instead of reused, the mismatch is logged, and [`Accounting::mismatches`] counts it.
 
 use crate::error::{quota, GpuError};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -139,7 +145,39 @@ pub struct Lease {
     pub granted: u64,
     acquired: Instant,
     state: Mutex<LeaseState>,
+    /// Device time charged to the lease, in nanoseconds.
+    gpu_nanos: AtomicU64,
+    /// Who else each charge goes to: its tenant's and its holder's counters ([`GpuAccount`]).
+    charged_to: [Arc<AtomicU64>; 2],
 }
+
+/// Where the GPU time of a lease is charged besides the lease itself: its tenant, node-wide, and
+/// its holder (a tasklet run, or a client's connection), whose `gpu-seconds` quota counts it.
+#[derive(Debug, Clone)]
+pub struct GpuAccount {
+    /// The tenant's name (`local` for runs on the host itself).
+    pub tenant: String,
+    /// The holder's counter, in nanoseconds; every lease it acquires adds to it.
+    pub holder: Arc<AtomicU64>,
+}
+
+impl GpuAccount {
+    /// A fresh holder's account under `tenant`.
+    pub fn new(tenant: impl Into<String>) -> GpuAccount {
+        GpuAccount {
+            tenant: tenant.into(),
+            holder: Arc::default(),
+        }
+    }
+
+    /// The device time charged to the holder so far.
+    pub fn used(&self) -> Duration {
+        Duration::from_nanos(self.holder.load(Ordering::Relaxed))
+    }
+}
+
+/// The tenant of leases acquired without one ([`LeaseManager::acquire_for`]): the host's own runs.
+pub const LOCAL_TENANT: &str = "local";
 
 struct LeaseState {
     /// Present until the lease ends.
@@ -149,6 +187,9 @@ struct LeaseState {
     ended: Option<EndReason>,
     /// The end of the run holding the lease, which bounds every wait under it.
     run: Option<RunLimit>,
+    /// The worker's GPU time when the lease last charged for it (`Worker::gpu_time`, which
+    /// counts from the worker's start, earlier leases included).
+    gpu_seen: Duration,
 }
 
 impl Lease {
@@ -176,6 +217,40 @@ impl Lease {
     pub fn worker_pid(&self) -> Option<u32> {
         self.lock().worker.as_ref().map(Worker::pid)
     }
+
+    /// The device time charged to the lease so far: what its worker reported with its last
+    /// answer (see [`LeaseManager::gpu_time`] for a fresh figure), plus any charge for a kernel
+    /// stopped without a report ([`LeaseManager::charge_gpu`]).
+    pub fn gpu_time(&self) -> Duration {
+        Duration::from_nanos(self.gpu_nanos.load(Ordering::Relaxed))
+    }
+
+    /// Why the lease ended, if it has.
+    pub fn end_reason(&self) -> Option<EndReason> {
+        self.lock().ended.clone()
+    }
+
+    /// Adds `d` to the lease, its tenant and its holder.
+    fn charge(&self, d: Duration) {
+        let nanos = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        if nanos == 0 {
+            return;
+        }
+        self.gpu_nanos.fetch_add(nanos, Ordering::Relaxed);
+        for to in &self.charged_to {
+            to.fetch_add(nanos, Ordering::Relaxed);
+        }
+    }
+
+    /// Charges what the worker reported since the last look (see the module's docs).
+    fn charge_reported(&self, st: &mut LeaseState) {
+        if let Some(now) = st.worker.as_ref().map(Worker::gpu_time) {
+            if now > st.gpu_seen {
+                self.charge(now - st.gpu_seen);
+                st.gpu_seen = now;
+            }
+        }
+    }
 }
 
 /// Serves leases on one device from one worker pool.
@@ -189,6 +264,8 @@ pub struct LeaseManager {
     reaper: Mutex<Option<JoinHandle<()>>>,
     mismatches: AtomicU64,
     direct: DirectTransfers,
+    /// Device time charged to each tenant's leases, in nanoseconds, since the host started.
+    tenants: Mutex<BTreeMap<String, Arc<AtomicU64>>>,
 }
 
 /// Bytes moved between the device and tasklet memory directly (the worker mapping the guest's
@@ -217,6 +294,7 @@ impl LeaseManager {
             reaper: Mutex::new(None),
             mismatches: AtomicU64::new(0),
             direct: DirectTransfers::default(),
+            tenants: Mutex::new(BTreeMap::new()),
         });
         let reaper_mgr = Arc::clone(&mgr);
         let handle = std::thread::Builder::new()
@@ -249,12 +327,24 @@ impl LeaseManager {
     }
 
     /// [`LeaseManager::acquire`] for a run that ends at `run` (where given): the wait for a
-    /// worker, and every wait under the lease after, end by then (see the module's docs).
+    /// worker, and every wait under the lease after, end by then (see the module's docs). Its
+    /// GPU time is charged to [`LOCAL_TENANT`] and to no holder's account.
     pub fn acquire_for(
         &self,
         bytes: u64,
         ttl: Duration,
         run: Option<RunLimit>,
+    ) -> Result<Arc<Lease>, GpuError> {
+        self.acquire_charged(bytes, ttl, run, &GpuAccount::new(LOCAL_TENANT))
+    }
+
+    /// [`LeaseManager::acquire_for`] with the lease's GPU time charged to `account` too.
+    pub fn acquire_charged(
+        &self,
+        bytes: u64,
+        ttl: Duration,
+        run: Option<RunLimit>,
+        account: &GpuAccount,
     ) -> Result<Arc<Lease>, GpuError> {
         {
             // Reserve the memory first, so two racing acquires cannot both pass the check.
@@ -282,6 +372,7 @@ impl LeaseManager {
             }
         };
         let now = Instant::now();
+        let gpu_seen = worker.gpu_time();
         let lease = Arc::new(Lease {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
             device: self.device.index,
@@ -293,7 +384,13 @@ impl LeaseManager {
                 expires: now + ttl,
                 ended: None,
                 run,
+                gpu_seen,
             }),
+            gpu_nanos: AtomicU64::new(0),
+            charged_to: [
+                self.tenant_counter(&account.tenant),
+                Arc::clone(&account.holder),
+            ],
         });
         self.book().live.insert(lease.id, Arc::clone(&lease));
         self.wake.notify_all();
@@ -403,13 +500,16 @@ impl LeaseManager {
     }
 
     /// Runs `op` on the state of a live lease; a lost, poisoned or given-up worker ends the lease.
+    /// What the worker reported of its GPU time is charged, whatever the outcome.
     fn with_state<T>(
         &self,
         lease: &Lease,
         op: impl FnOnce(&mut LeaseState) -> Result<T, WorkerError>,
     ) -> Result<T, GpuError> {
         let mut st = self.live_state(lease)?;
-        match op(&mut st) {
+        let done = op(&mut st);
+        lease.charge_reported(&mut st);
+        match done {
             Ok(v) => Ok(v),
             Err(e) => {
                 let gave_up = st.worker.as_ref().is_some_and(Worker::gave_up);
@@ -461,21 +561,24 @@ impl LeaseManager {
     /// Ends a lease: its worker goes back to the pool (after reconciling what it holds with the
     /// lease's books) and its grant back to the device.
     pub fn end(&self, lease: &Lease, reason: EndReason) {
-        let (worker, used) = {
+        let (worker, used, gpu_seen) = {
             let mut st = lease.lock();
             if st.ended.is_some() {
                 return;
             }
             st.ended = Some(reason);
             let used = std::mem::take(&mut st.used);
-            (st.worker.take(), used)
+            (st.worker.take(), used, st.gpu_seen)
         };
         if let Some(mut worker) = worker {
             // What is asked of the worker from here answers to no run's end.
             worker.set_wait_limit(None);
             // One whose kernels may still run is given up by the pool without a question (any
             // answer would wait for them).
-            if worker.has_pending_launches() || self.reconcile(lease, &mut worker, used) {
+            let keep = worker.has_pending_launches() || self.reconcile(lease, &mut worker, used);
+            // The reconciling answer brought the worker's last report: the lease's final charge.
+            lease.charge(worker.gpu_time().saturating_sub(gpu_seen));
+            if keep {
                 self.pool.release(worker);
             } else {
                 // Not reused; the pool starts a replacement.
@@ -513,6 +616,44 @@ impl LeaseManager {
             // The pool sees it lost and kills it.
             Err(_) => true,
         }
+    }
+
+    /// The device time charged to `lease`. With `refresh`, a live lease's worker is asked first
+    /// (a ping, answered at once by a worker whose kernels are done: on cuda a sync the device
+    /// signalled carries no report of its own), so the figure covers every kernel finished by
+    /// then.
+    pub fn gpu_time(&self, lease: &Lease, refresh: bool) -> Result<Duration, GpuError> {
+        if refresh && lease.is_live() {
+            self.with_worker(lease, |w| w.ping())?;
+        }
+        Ok(lease.gpu_time())
+    }
+
+    /// Charges `d` of device time to `lease` (and its tenant and holder) that its worker could
+    /// not report: a kernel stopped at a deadline with its process.
+    pub fn charge_gpu(&self, lease: &Lease, d: Duration) {
+        lease.charge(d);
+    }
+
+    /// Device time charged to each tenant's leases since the host started, by tenant name.
+    pub fn gpu_time_by_tenant(&self) -> Vec<(String, Duration)> {
+        self.tenants
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(t, n)| (t.clone(), Duration::from_nanos(n.load(Ordering::Relaxed))))
+            .collect()
+    }
+
+    /// The counter of `tenant`, made on first use.
+    fn tenant_counter(&self, tenant: &str) -> Arc<AtomicU64> {
+        let mut tenants = self.tenants.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = tenants.get(tenant) {
+            return Arc::clone(c);
+        }
+        let c = Arc::new(AtomicU64::new(0));
+        tenants.insert(tenant.to_owned(), Arc::clone(&c));
+        c
     }
 
     pub fn accounting(&self) -> Accounting {

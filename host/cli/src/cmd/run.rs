@@ -9,7 +9,10 @@ use anyhow::{bail, Context, Result};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 use tasklet_remote::RemoteGpu;
+use tasklet_runtime::gpu::{LocalGpu, UsageStats};
 use tasklet_runtime::{Manifest, Policy, RunError, Runner};
 
 /// Run a tasklet once: input from --input or stdin (empty when stdin is a terminal), output to stdout.
@@ -27,7 +30,8 @@ use tasklet_runtime::{Manifest, Policy, RunError, Runner};
     tasklet run tasklets/iota <<< 10\n  \
     tasklet run --node localhost tasklets/iota <<< 10            the GPU work on the node (tenant dev, ./certs)\n  \
     tasklet run --node gpu1:5701 --certs ~/certs --tenant team-7 tasklets/scale --input nums.txt\n  \
-    tasklet run --nats nats://127.0.0.1:4222 --requires gpu:vram=1GiB tasklets/iota <<< 10\n\n\
+    tasklet run --nats nats://127.0.0.1:4222 --requires gpu:vram=1GiB tasklets/iota <<< 10\n  \
+    tasklet run --stats tasklets/iota <<< 10                      GPU time, launches, bytes moved, peak VRAM on stderr\n\n\
     Exit status: 0 ok, 1 the tasklet failed, 2 it could not be run (bad manifest, no node, refused), \
     3 it trapped or ran out of time.")]
 pub struct RunArgs {
@@ -36,6 +40,11 @@ pub struct RunArgs {
     /// Read the input from FILE instead of stdin.
     #[arg(long, short, value_name = "FILE")]
     pub input: Option<PathBuf>,
+    /// After the run, print one line to stderr: `stats: gpu-time=S launches=N bytes-written=B
+    /// bytes-read=B peak-vram=B wall-time=S` (seconds and bytes; GPU time as the device measured
+    /// it, all the run's leases together). For runs whose GPU is on this machine.
+    #[arg(long)]
+    pub stats: bool,
     #[command(flatten)]
     pub host: HostArgs,
     #[command(flatten)]
@@ -46,6 +55,14 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     let Source { manifest, .. } = Source::load(&args.tasklet)?;
     let input = read_input(args.input.as_ref())?;
     let nats = args.remote.nats.config("tasklet run");
+    if args.stats && (args.remote.remote.node.is_some() || nats.is_some()) {
+        bail!(
+            "--stats reports GPU work done on this machine; with --node or --nats the node counts it \
+             (its gpu_time_seconds_total metric, by tenant)"
+        );
+    }
+    let mut usage = None;
+    let started = Instant::now();
     let result = match (&args.remote.remote.node, nats) {
         (Some(_), Some(_)) => bail!("give --node (one node) or --nats (the cluster), not both"),
         (Some(addr), None) => {
@@ -70,22 +87,49 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         (None, None) => {
             let host = args.host.start_host(false)?;
             let tasklet = host.load(manifest)?;
-            host.run(&tasklet, &input)
+            // The run's GPU service is made here, not by `Host::run`, to keep a handle on what it
+            // used: its leases are all ended (and their last GPU time charged) when the run ends.
+            let gpu = LocalGpu::new(tasklet.grant, Arc::clone(host.leases()));
+            let handle = gpu.usage();
+            let run_started = Instant::now();
+            let result = host.runner().run(&tasklet, &input, Box::new(gpu));
+            usage = Some((handle.stats(), run_started.elapsed()));
+            result
         }
     };
-    match result {
+    let wall_time = started.elapsed();
+    let code = match result {
         Ok(output) => {
             write_output(&output)?;
-            Ok(ExitCode::SUCCESS)
+            ExitCode::SUCCESS
         }
         Err(e) => {
             eprintln!("error: {e}");
-            Ok(ExitCode::from(match e {
+            ExitCode::from(match e {
                 RunError::Failed(_) => 1,
                 _ => 3,
-            }))
+            })
         }
+    };
+    if args.stats {
+        let (stats, run_time) = usage.unwrap_or((UsageStats::default(), wall_time));
+        eprintln!("{}", stats_line(&stats, run_time));
     }
+    Ok(code)
+}
+
+/// `--stats`' line: one `key=value` per figure, in seconds and bytes, for people and scripts
+/// alike (`wall-time` is the run's, from instantiation to its end).
+fn stats_line(s: &UsageStats, wall_time: Duration) -> String {
+    format!(
+        "stats: gpu-time={:.6}s launches={} bytes-written={} bytes-read={} peak-vram={} wall-time={:.6}s",
+        s.gpu_time.as_secs_f64(),
+        s.launches,
+        s.bytes_written,
+        s.bytes_read,
+        s.peak_vram,
+        wall_time.as_secs_f64()
+    )
 }
 
 /// Writes a run's output to stdout.

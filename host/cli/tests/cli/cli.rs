@@ -104,3 +104,46 @@ fn cuda_backend_fails_clearly_when_unavailable() {
         text(&out.stderr)
     );
 }
+
+/// The figures of a `stats: key=value …` line, by key (seconds without their `s`).
+fn stats_of(stderr: &str) -> std::collections::HashMap<String, f64> {
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("stats: "))
+        .unwrap_or_else(|| panic!("no stats line in {stderr}"));
+    line["stats: ".len()..]
+        .split(' ')
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').unwrap_or_else(|| panic!("{line}"));
+            let v = v
+                .trim_end_matches('s')
+                .parse()
+                .unwrap_or_else(|_| panic!("{line}"));
+            (k.to_owned(), v)
+        })
+        .collect()
+}
+
+#[test]
+fn run_stats_reports_gpu_time_launches_bytes_and_peak_memory() {
+    let out = tasklet(
+        &["run", "--stats", "tasklets/iota", "--backend", "emu"],
+        b"4096",
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).lines().count(), 4096);
+    let s = stats_of(&text(&out.stderr));
+    assert!(s["gpu-time"] > 0.0, "{s:?}");
+    assert!(s["gpu-time"] <= s["wall-time"], "{s:?}");
+    assert_eq!(s["launches"], 1.0, "{s:?}");
+    assert_eq!(s["bytes-read"], 4.0 * 4096.0, "{s:?}");
+    assert_eq!(s["bytes-written"], 0.0, "{s:?}");
+    assert_eq!(s["peak-vram"], 4.0 * 4096.0, "{s:?}");
+    // Without --stats, no such line.
+    let out = tasklet(&["run", "tasklets/iota", "--backend", "emu"], b"3");
+    assert!(
+        !text(&out.stderr).contains("stats:"),
+        "{}",
+        text(&out.stderr)
+    );
+}

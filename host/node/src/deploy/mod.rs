@@ -135,12 +135,16 @@ impl Deployments {
         self.admit(host, &ceiling, digest)?;
         let leases = Arc::clone(host.leases());
         let metrics = caller.metrics.clone();
+        let tenant = caller.tenant.clone();
         self.deployer
             .run(
                 digest,
                 input,
                 |manifest| ceiling.narrowed(&manifest.limits, &manifest.gpu),
-                |grant| Box::new(MeteredGpu::new(LocalGpu::new(grant, leases), metrics)),
+                |grant| {
+                    let gpu = LocalGpu::new(grant, leases).with_tenant(tenant.as_str());
+                    Box::new(MeteredGpu::new(gpu, metrics))
+                },
             )
             .map_err(failure)
     }

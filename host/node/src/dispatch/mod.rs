@@ -115,8 +115,10 @@ impl Dispatcher {
     }
 
     fn gpu(&mut self) -> &mut LocalGpu {
-        self.gpu
-            .get_or_insert_with(|| LocalGpu::new(self.grant, Arc::clone(self.shared.host.leases())))
+        self.gpu.get_or_insert_with(|| {
+            LocalGpu::new(self.grant, Arc::clone(self.shared.host.leases()))
+                .with_tenant(self.caller.tenant.as_str())
+        })
     }
 
     fn job(&mut self, job: Job) {

@@ -15,7 +15,7 @@ pub(crate) mod http;
 
 use prometheus::core::Collector;
 use prometheus::{
-    exponential_buckets, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter,
+    exponential_buckets, CounterVec, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter,
     IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
 };
 use std::time::Duration;
@@ -52,6 +52,7 @@ pub struct NodeMetrics {
     gpu_leases_active: IntGauge,
     gpu_vram_allocated_bytes: IntGauge,
     gpu_vram_leased_bytes: IntGauge,
+    gpu_time_seconds: CounterVec,
     deploy_pushes: IntCounterVec,
     deploy_runs: IntCounterVec,
     deploy_runs_active: IntGauge,
@@ -174,6 +175,16 @@ impl NodeMetrics {
                 "gpu_vram_leased_bytes",
                 "Device memory granted to leases now, node-wide (allocated or not).",
             )?,
+            gpu_time_seconds: registered(
+                &r,
+                CounterVec::new(
+                    Opts::new(
+                        "gpu_time_seconds_total",
+                        "Device time taken by the kernels of each tenant's leases, as their workers measured it.",
+                    ),
+                    tenant,
+                )?,
+            )?,
             deploy_pushes: counter(
                 "tasklet_deploy_pushes_total",
                 "DEPLOY_PUSH answers, by result: stored, present (the tenant had it) or refused.",
@@ -291,6 +302,18 @@ impl NodeMetrics {
             .set(gauge(accounting.used_bytes));
         self.gpu_vram_leased_bytes
             .set(gauge(accounting.granted_bytes));
+    }
+
+    /// Brings `gpu_time_seconds_total` up to the host's per-tenant GPU time (which only grows),
+    /// just before a scrape.
+    pub(crate) fn observe_gpu_time(&self, by_tenant: &[(String, Duration)]) {
+        for (tenant, total) in by_tenant {
+            let counter = self.gpu_time_seconds.with_label_values(&[tenant.as_str()]);
+            let behind = total.as_secs_f64() - counter.get();
+            if behind > 0.0 {
+                counter.inc_by(behind);
+            }
+        }
     }
 
     /// Every metric in Prometheus's text format (version 0.0.4).

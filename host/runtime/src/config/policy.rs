@@ -28,6 +28,9 @@ pub struct Policy {
     pub tenants: BTreeMap<String, TenantCaps>,
     /// `[deploy]` and `[store]`: how much a node keeps of deployed tasklets.
     pub deploy_limits: DeployLimits,
+    /// `[tasklets] gpu-seconds`: the most device time one tasklet's kernels may take, all its
+    /// leases together (a run, or a client's connection to a node); `None`: no cap.
+    pub gpu_time: Option<Duration>,
 }
 
 /// `[deploy]` and `[store]`: the limits of a node's deployed tasklets and of the store they are
@@ -101,6 +104,7 @@ impl Default for Policy {
             deploy: true,
             tenants: BTreeMap::new(),
             deploy_limits: DeployLimits::default(),
+            gpu_time: None,
         }
     }
 }
@@ -111,6 +115,10 @@ pub struct Grant {
     pub limits: Limits,
     pub gpu: GpuRequest,
     pub kernel_deadline: Duration,
+    /// The most device time the holder's kernels may take, all its leases together
+    /// (`gpu-seconds`); `None`: no cap. Once it is used, the next operation fails
+    /// `quota-exceeded`, and no kernel is given a deadline past what is left of it.
+    pub gpu_time: Option<Duration>,
 }
 
 impl Policy {
@@ -142,6 +150,7 @@ impl Policy {
         set(&mut p.gpu.max_lease_time, t.max_lease_secs.map(|t| t.0));
         set(&mut p.gpu.rights, t.rights);
         set(&mut p.deploy, t.deploy);
+        p.gpu_time = t.gpu_seconds.map(|t| t.0);
         let w = raw.workers;
         set(&mut p.workers.warm, w.warm);
         set(&mut p.workers.max, w.max);
@@ -245,6 +254,7 @@ struct RawTaskletCaps {
     max_lease_secs: Option<Time>,
     rights: Option<Rights>,
     deploy: Option<bool>,
+    gpu_seconds: Option<Time>,
 }
 
 impl RawTaskletCaps {
@@ -257,6 +267,7 @@ impl RawTaskletCaps {
             max_lease_time: self.max_lease_secs.map(|t| t.0),
             rights: self.rights,
             deploy: self.deploy,
+            gpu_time: self.gpu_seconds.map(|t| t.0),
         }
     }
 }
@@ -336,6 +347,30 @@ mod tests {
             DeployLimits::default()
         );
         let (line, msg) = Policy::parse("[store]\nmax-blobs = 1\n").unwrap_err();
+        assert_eq!(line, Some(2), "{msg}");
+    }
+
+    #[test]
+    fn gpu_seconds_caps_every_grant_and_a_tenant_can_only_lower_it() {
+        let none = Policy::parse("").unwrap();
+        assert_eq!(none.ceiling().gpu_time, None);
+        let p = Policy::parse(
+            "[tasklets]\ngpu-seconds = 60\n[tenants.dev]\n[tenants.small]\ngpu-seconds = \"500ms\"\n[tenants.big]\ngpu-seconds = 3600\n",
+        )
+        .unwrap();
+        assert_eq!(p.ceiling().gpu_time, Some(Duration::from_secs(60)));
+        let of = |t: &str| p.tenant_ceiling(t).unwrap().gpu_time;
+        assert_eq!(of("dev"), Some(Duration::from_secs(60)));
+        assert_eq!(of("small"), Some(Duration::from_millis(500)));
+        assert_eq!(of("big"), Some(Duration::from_secs(60)), "never widened");
+        let manifest = Manifest::parse("name='t'\ncomponent='t.wasm'\n", Path::new(".")).unwrap();
+        assert_eq!(p.grant(&manifest).gpu_time, Some(Duration::from_secs(60)));
+        let small = p.tenant_ceiling("small").unwrap();
+        assert_eq!(
+            p.ceiling().intersect(&small).gpu_time,
+            Some(Duration::from_millis(500))
+        );
+        let (line, msg) = Policy::parse("[tasklets]\ngpu-seconds = \"lots\"\n").unwrap_err();
         assert_eq!(line, Some(2), "{msg}");
     }
 

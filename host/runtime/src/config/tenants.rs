@@ -7,6 +7,9 @@
 //! section lets in every tenant the node's CA certified; one that lists tenants lets in those
 //! only, so that adding the first section never widens what anyone gets.
 //!
+//! `gpu-seconds`, in either section, caps the device time one tasklet's kernels may take (a
+//! tenant's section can only lower it).
+//!
 //! `deploy = true|false`, in either section, says whether tenants may push and run deployed
 //! tasklets on the node ([`Policy::tenant_may_deploy`]); like the caps, a tenant's section can
 //! only take the right away.
@@ -28,6 +31,8 @@ pub struct TenantCaps {
     /// `deploy = true|false`: whether the tenant may push and run deployed tasklets; `None`
     /// keeps `[tasklets]`'s `deploy`. `true` cannot give back what `[tasklets]` took away.
     pub deploy: Option<bool>,
+    /// `gpu-seconds`: the most device time one of the tenant's tasklets may take.
+    pub gpu_time: Option<Duration>,
 }
 
 /// A tenant the policy does not let in: it lists tenants, and not this one.
@@ -62,6 +67,7 @@ impl Policy {
             limits: self.limits,
             gpu: self.gpu,
             kernel_deadline: self.workers.kernel_deadline,
+            gpu_time: self.gpu_time,
         }
     }
 
@@ -95,6 +101,7 @@ impl Policy {
                     .map_or(ceiling.gpu.rights, |r| r.intersect(ceiling.gpu.rights)),
             },
             kernel_deadline: ceiling.kernel_deadline,
+            gpu_time: at_most(ceiling.gpu_time, caps.gpu_time),
         })
     }
 }
@@ -115,6 +122,14 @@ impl Policy {
             Some(false) => Err(refused(format!("[tenants.{tenant}]"))),
             _ => Ok(()),
         }
+    }
+}
+
+/// The smaller of two optional caps (`None`: no cap).
+fn at_most(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 
@@ -142,13 +157,15 @@ impl Grant {
                 rights: gpu.rights.intersect(self.gpu.rights),
             },
             kernel_deadline: self.kernel_deadline,
+            gpu_time: self.gpu_time,
         }
     }
 
-    /// What both grants allow (the shorter kernel deadline too).
+    /// What both grants allow (the shorter kernel deadline and GPU time too).
     pub fn intersect(&self, other: &Grant) -> Grant {
         Grant {
             kernel_deadline: self.kernel_deadline.min(other.kernel_deadline),
+            gpu_time: at_most(self.gpu_time, other.gpu_time),
             ..self.narrowed(&other.limits, &other.gpu)
         }
     }

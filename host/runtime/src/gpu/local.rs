@@ -11,10 +11,11 @@ use super::types::{
     BufferId, DeviceInfo, GuestBytes, KernelArg, LaunchConfig, LeaseId, LeaseInfo, LeaseRequest,
     ModuleId, SessionId,
 };
+use super::usage::{Usage, UsageHandle};
 use super::GpuService;
 use crate::config::{Grant, Right};
 use crate::error::{invalid, out_of_bounds, quota, quoted, unauthorized, unsupported, GpuError};
-use crate::lease::{EndReason, Lease, LeaseManager, RunLimit};
+use crate::lease::{EndReason, Lease, LeaseManager, RunLimit, LOCAL_TENANT};
 use rustc_hash::FxHashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
@@ -39,6 +40,8 @@ pub struct LocalGpu {
     /// The end of the run this serves, once the runner has said (see
     /// [`GpuService::run_ends_at`]): every lease is bound to it.
     run: Option<RunLimit>,
+    /// GPU time (against the `gpu-seconds` quota), launches, bytes moved, peak memory.
+    usage: Usage,
 }
 
 /// What the service remembers of a session.
@@ -89,12 +92,26 @@ impl LocalGpu {
                 next: 0,
             },
             arg_block: Vec::new(),
+            usage: Usage::new(LOCAL_TENANT, grant.gpu_time),
             run: None,
         }
     }
 
     pub fn grant(&self) -> &Grant {
         &self.grant
+    }
+
+    /// This service with the GPU time of its leases charged to `tenant` (a node's client; the
+    /// default is [`LOCAL_TENANT`]). Given before any lease is acquired.
+    pub fn with_tenant(mut self, tenant: &str) -> LocalGpu {
+        self.usage = Usage::new(tenant, self.grant.gpu_time);
+        self
+    }
+
+    /// What the holder has used so far (device time, launches, bytes moved, peak memory),
+    /// readable after the service is gone: `tasklet run --stats` reads it once the run ended.
+    pub fn usage(&self) -> UsageHandle {
+        self.usage.handle()
     }
 
     fn need(&self, right: Right) -> Result<(), GpuError> {
@@ -139,7 +156,10 @@ impl LocalGpu {
         lease: &Lease,
         op: impl FnOnce(&mut tasklet_worker::Worker) -> Result<T, tasklet_worker::WorkerError>,
     ) -> Result<T, GpuError> {
-        self.manager.with_worker(lease, op)
+        self.usage.check()?;
+        self.manager
+            .with_worker(lease, op)
+            .map_err(|e| self.usage.blame(&self.manager, lease, e))
     }
 
     /// [`GpuService::launch`] past the right check, building the argument block in `block` and
@@ -189,9 +209,10 @@ impl LocalGpu {
             block: config.block,
             shared_mem_bytes: config.shared_mem_bytes,
             args: block,
-            deadline: self.grant.kernel_deadline,
+            deadline: self.usage.deadline(self.grant.kernel_deadline)?,
         };
-        self.manager.with_worker(&s.lease, |w| w.launch(&launch))
+        self.run(&s.lease, |w| w.launch(&launch))
+            .inspect(|_| self.usage.launched())
     }
 
     fn add_module(
@@ -314,7 +335,10 @@ impl GpuService for LocalGpu {
                 grant.max_vram
             )));
         }
-        let lease = self.manager.acquire_for(bytes, ttl, self.run)?;
+        self.usage.check()?;
+        let lease = self
+            .manager
+            .acquire_charged(bytes, ttl, self.run, self.usage.account())?;
         let id = LeaseId(self.ids.fresh());
         self.leases.insert(id, lease);
         Ok(id)
@@ -391,7 +415,10 @@ impl GpuService for LocalGpu {
         if bytes == 0 {
             return Err(invalid("cannot allocate 0 bytes"));
         }
+        self.usage.check()?;
         let addr = self.manager.alloc(&s.lease, bytes)?;
+        self.usage
+            .holding(self.leases.values().map(|l| l.used()).sum());
         let id = BufferId(self.ids.fresh());
         if let Some(s) = self.sessions.get_mut(&session) {
             s.buffers.insert(id, (addr, bytes));
@@ -427,10 +454,13 @@ impl GpuService for LocalGpu {
         match direct {
             Some(span) => {
                 self.run(lease, |w| w.write_from(at, &span))?;
+                self.usage.wrote(span.len());
                 self.manager.count_direct(span.len(), 0);
                 Ok(())
             }
-            None => self.run(lease, |w| w.write(at, data)),
+            None => self
+                .run(lease, |w| w.write(at, data))
+                .inspect(|_| self.usage.wrote(data.len())),
         }
     }
 
@@ -454,6 +484,7 @@ impl GpuService for LocalGpu {
             usize::try_from(len).map_err(|_| out_of_bounds("read too large for this host"))?;
         let mut out = vec![0u8; len];
         self.run(lease, |w| w.read(at, &mut out))?;
+        self.usage.read(len);
         Ok(out)
     }
 
@@ -474,11 +505,13 @@ impl GpuService for LocalGpu {
         };
         if dst.len() >= DIRECT_MIN_BYTES {
             self.run(lease, |w| w.read_into(at, &span))?;
+            self.usage.read(dst.len());
             self.manager.count_direct(0, dst.len());
             return Ok(());
         }
         let mut staged = vec![0u8; dst.len()];
         self.run(lease, |w| w.read(at, &mut staged))?;
+        self.usage.read(dst.len());
         dst.fill(&staged)
     }
 
@@ -554,5 +587,11 @@ impl GpuService for LocalGpu {
     fn sync(&mut self, session: SessionId) -> Result<(), GpuError> {
         let s = self.session(session)?;
         self.run(&s.lease, |w| w.sync())
+            .inspect(|_| self.usage.synced())
+    }
+
+    fn gpu_time(&mut self, lease: LeaseId) -> Result<Duration, GpuError> {
+        let lease = self.lease(lease)?;
+        self.manager.gpu_time(lease, true)
     }
 }

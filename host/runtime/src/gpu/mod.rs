@@ -11,15 +11,17 @@
 mod args;
 mod local;
 mod types;
+mod usage;
 
 pub use local::{LocalGpu, DIRECT_MIN_BYTES};
 pub use types::{
     BufferId, DeviceInfo, GuestBytes, KernelArg, LaunchConfig, LeaseId, LeaseInfo, LeaseRequest,
     ModuleId, SessionId,
 };
+pub use usage::{UsageHandle, UsageStats};
 
 use crate::error::GpuError;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Where a tasklet's GPU operations go. Every id was returned by the same service; an id it did
 /// not return, or one of another session, fails with a typed error (never a panic).
@@ -102,4 +104,14 @@ pub trait GpuService: Send {
     ) -> Result<(), GpuError>;
     /// Waits for all work of the session; reports the first asynchronous failure since the last.
     fn sync(&mut self, session: SessionId) -> Result<(), GpuError>;
+
+    /// The device time the lease's kernels have taken so far, every kernel finished by now
+    /// included (read before and after a launch and its sync: that launch's GPU time). What the
+    /// holder's `gpu-seconds` quota counts. A service that cannot tell says `unsupported`.
+    fn gpu_time(&mut self, lease: LeaseId) -> Result<Duration, GpuError> {
+        let _ = lease;
+        Err(crate::error::unsupported(
+            "this GPU service does not report GPU time",
+        ))
+    }
 }

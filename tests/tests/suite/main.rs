@@ -9,6 +9,7 @@
 mod capabilities;
 mod examples;
 mod fake_cuda;
+mod gpu_time;
 mod gpubench;
 mod launch_checks;
 mod sdk;

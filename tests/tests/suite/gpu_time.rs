@@ -1,0 +1,258 @@
+//! GPU time, through a tasklet's GPU service on this node (`LocalGpu`) on the suite's backend:
+//! a launch that does work is charged device time (on the emulator, about in proportion to the
+//! work), the leases' times sum to their tenant's and their holder's, and the `gpu-seconds` quota
+//! bites: the next operation after it is used fails `quota-exceeded` naming it, and a kernel that
+//! would run past it is stopped there.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tasklet_runtime::gpu::{
+    BufferId, GpuService, KernelArg, LaunchConfig, LeaseId, LeaseRequest, LocalGpu, ModuleId,
+    SessionId,
+};
+use tasklet_runtime::{BackendKind, GpuError, Host, Policy};
+use tasklet_tests::{assert_baseline, backend, manifest, test_host, test_policy};
+
+const IOTA_PTX: &str = include_str!("../../../kernels/iota.ptx");
+const FAULTS_PTX: &str = include_str!("../../../kernels/faults.ptx");
+
+/// Threads per block of the iota launches.
+const BLOCK: u32 = 256;
+
+/// A service for the probe's grant on `host`, charged to `tenant`.
+fn service(host: &Host, tenant: &str) -> LocalGpu {
+    let grant = host.policy().grant(&manifest("testing/probe"));
+    LocalGpu::new(grant, Arc::clone(host.leases())).with_tenant(tenant)
+}
+
+/// A lease of 8 MiB, a session, the iota module and a buffer for `blocks` blocks of it.
+fn iota_session(gpu: &mut LocalGpu, blocks: u32) -> (LeaseId, SessionId, ModuleId, BufferId) {
+    let lease = gpu
+        .lease_acquire(LeaseRequest {
+            min_vram: 8 << 20,
+            secs: 60,
+            device: None,
+        })
+        .expect("lease");
+    let s = gpu.session_open(lease).expect("session");
+    let m = gpu.module_load(s, IOTA_PTX).expect("iota loads");
+    let out = gpu
+        .mem_alloc(s, 4 * u64::from(blocks * BLOCK))
+        .expect("alloc");
+    (lease, s, m, out)
+}
+
+/// iota over `blocks` blocks of [`BLOCK`] threads, then a sync.
+fn iota(
+    gpu: &mut LocalGpu,
+    s: SessionId,
+    m: ModuleId,
+    out: BufferId,
+    blocks: u32,
+) -> Result<(), GpuError> {
+    let config = LaunchConfig {
+        grid: [blocks, 1, 1],
+        block: [BLOCK, 1, 1],
+        shared_mem_bytes: 0,
+    };
+    let args = [
+        KernelArg::Buffer {
+            buffer: out,
+            offset: 0,
+        },
+        KernelArg::U32(blocks * BLOCK),
+    ];
+    gpu.launch(s, m, "iota", &config, &args)?;
+    gpu.sync(s)
+}
+
+/// The GPU time one iota over `blocks` blocks and its sync are charged: the lease's time after
+/// less before.
+fn timed_iota(
+    gpu: &mut LocalGpu,
+    (lease, s, m, out): (LeaseId, SessionId, ModuleId, BufferId),
+    blocks: u32,
+) -> Duration {
+    let before = gpu.gpu_time(lease).expect("gpu time");
+    iota(gpu, s, m, out, blocks).expect("iota");
+    let after = gpu.gpu_time(lease).expect("gpu time");
+    after - before
+}
+
+#[test]
+fn a_launch_that_does_work_is_charged_gpu_time_in_proportion_to_it() {
+    let host = test_host!();
+    let mut gpu = service(&host, "gpu-time-proportion");
+    let (small, large) = (16, 256);
+    let ids = iota_session(&mut gpu, large);
+    assert_eq!(gpu.gpu_time(ids.0).expect("gpu time"), Duration::ZERO);
+    // The best of three each: the machine may be busy with other work.
+    let best = |gpu: &mut LocalGpu, blocks| {
+        (0..3)
+            .map(|_| timed_iota(gpu, ids, blocks))
+            .min()
+            .unwrap_or_default()
+    };
+    let t_small = best(&mut gpu, small);
+    let t_large = best(&mut gpu, large);
+    assert!(t_small > Duration::ZERO, "{t_small:?}");
+    assert!(
+        t_large > t_small,
+        "{t_large:?} for 16 times the work of {t_small:?}"
+    );
+    if backend() == BackendKind::Emu {
+        // 16 times the threads: the emulator's time grows with them (a fixed cost per launch
+        // keeps the ratio under 16).
+        let ratio = t_large.as_secs_f64() / t_small.as_secs_f64();
+        assert!(
+            (4.0..64.0).contains(&ratio),
+            "{t_large:?} / {t_small:?} = {ratio:.1} for 16 times the work"
+        );
+    }
+    // The holder's account and the figures `--stats` shows agree with the lease.
+    let stats = gpu.usage().stats();
+    assert_eq!(stats.gpu_time, gpu.gpu_time(ids.0).expect("gpu time"));
+    assert_eq!(stats.launches, 6);
+    drop(gpu);
+    assert_baseline(&host);
+}
+
+#[test]
+fn the_leases_times_sum_to_their_tenants_and_their_holders() {
+    let host = test_host!();
+    let tenant = "gpu-time-sums";
+    let tenant_time = || {
+        host.leases()
+            .gpu_time_by_tenant()
+            .into_iter()
+            .find(|(t, _)| t == tenant)
+            .map(|(_, d)| d)
+            .unwrap_or_default()
+    };
+    assert_eq!(tenant_time(), Duration::ZERO);
+    // Two holders of one tenant, the first with two leases.
+    let mut a = service(&host, tenant);
+    let mut b = service(&host, tenant);
+    let a1 = iota_session(&mut a, 64);
+    let a2 = iota_session(&mut a, 64);
+    let b1 = iota_session(&mut b, 64);
+    for (on_b, ids, n) in [(false, a1, 2), (false, a2, 1), (true, b1, 3)] {
+        let gpu = if on_b { &mut b } else { &mut a };
+        for _ in 0..n {
+            iota(gpu, ids.1, ids.2, ids.3, 64).expect("iota");
+        }
+    }
+    let (t_a1, t_a2, t_b1) = (
+        a.gpu_time(a1.0).expect("gpu time"),
+        a.gpu_time(a2.0).expect("gpu time"),
+        b.gpu_time(b1.0).expect("gpu time"),
+    );
+    for t in [t_a1, t_a2, t_b1] {
+        assert!(t > Duration::ZERO, "{t_a1:?} {t_a2:?} {t_b1:?}");
+    }
+    assert_eq!(a.usage().stats().gpu_time, t_a1 + t_a2);
+    assert_eq!(b.usage().stats().gpu_time, t_b1);
+    assert_eq!(tenant_time(), t_a1 + t_a2 + t_b1);
+    // Ending the leases charges nothing more: every kernel was counted.
+    a.lease_drop(a1.0);
+    drop(a);
+    drop(b);
+    assert_eq!(tenant_time(), t_a1 + t_a2 + t_b1);
+    assert_baseline(&host);
+}
+
+/// The suite's policy with a `gpu-seconds` quota.
+fn policy_with_quota(quota: Duration) -> Policy {
+    let mut p = test_policy();
+    p.gpu_time = Some(quota);
+    p
+}
+
+#[track_caller]
+fn assert_quota_error(e: &GpuError, quota: &str) {
+    assert_eq!(e.name(), "quota-exceeded", "{e}");
+    assert!(
+        e.message().contains("`gpu-seconds` = ") && e.message().contains(quota),
+        "{e}"
+    );
+}
+
+#[test]
+fn once_the_gpu_seconds_quota_is_used_the_next_operation_is_quota_exceeded() {
+    let quota = Duration::from_millis(20);
+    let host = test_host!(policy_with_quota(quota));
+    let mut gpu = service(&host, "gpu-time-quota");
+    let (lease, s, m, out) = iota_session(&mut gpu, 256);
+    // Launch and sync until the quota is used (bounded: each launch takes some time).
+    let mut refused = None;
+    for _ in 0..10_000 {
+        if let Err(e) = iota(&mut gpu, s, m, out, 256) {
+            refused = Some(e);
+            break;
+        }
+    }
+    let e = refused.expect("the quota bit within 10000 launches");
+    assert_quota_error(&e, "0.020 s");
+    assert!(gpu.usage().stats().gpu_time >= quota);
+    // Every operation that would use the GPU is refused now, a new lease too; what was
+    // done is still readable.
+    assert_quota_error(&gpu.mem_read(s, out, 0, 4).unwrap_err(), "0.020 s");
+    assert_quota_error(&gpu.sync(s).unwrap_err(), "0.020 s");
+    let again = gpu.lease_acquire(LeaseRequest {
+        min_vram: 4096,
+        secs: 10,
+        device: None,
+    });
+    assert_quota_error(&again.unwrap_err(), "0.020 s");
+    assert!(gpu.gpu_time(lease).expect("gpu time") >= Duration::ZERO);
+    drop(gpu);
+    assert_baseline(&host);
+}
+
+#[test]
+fn a_kernel_that_would_run_past_the_quota_is_stopped_at_it() {
+    // Far less than the kernel deadline (2 s): the quota is what stops the runaway.
+    let quota = Duration::from_millis(300);
+    let host = test_host!(policy_with_quota(quota));
+    let mut gpu = service(&host, "gpu-time-runaway");
+    let lease = gpu
+        .lease_acquire(LeaseRequest {
+            min_vram: 1 << 20,
+            secs: 60,
+            device: None,
+        })
+        .expect("lease");
+    let s = gpu.session_open(lease).expect("session");
+    let m = gpu.module_load(s, FAULTS_PTX).expect("faults.ptx");
+    let flag = gpu.mem_alloc(s, 4).expect("alloc");
+    let config = LaunchConfig {
+        grid: [1, 1, 1],
+        block: [32, 1, 1],
+        shared_mem_bytes: 0,
+    };
+    let args = [KernelArg::Buffer {
+        buffer: flag,
+        offset: 0,
+    }];
+    let t = Instant::now();
+    gpu.launch(s, m, "spin_forever", &config, &args)
+        .expect("launch");
+    let e = gpu.sync(s).expect_err("the runaway is stopped");
+    let took = t.elapsed();
+    assert_quota_error(&e, "0.300 s");
+    assert!(e.message().contains("stopped"), "{e}");
+    // Within the quota and the deadline's promise (250 ms), well before the kernel deadline.
+    assert!(took < quota + Duration::from_millis(700), "{took:?}");
+    // The quota is used up: charged to the lease, the holder and the tenant alike.
+    assert!(gpu.usage().stats().gpu_time >= quota);
+    assert!(gpu.gpu_time(lease).expect("gpu time") >= quota);
+    let next = gpu.lease_acquire(LeaseRequest {
+        min_vram: 4096,
+        secs: 10,
+        device: None,
+    });
+    assert_quota_error(&next.unwrap_err(), "0.300 s");
+    drop(gpu);
+    assert_baseline(&host);
+}

@@ -151,6 +151,10 @@ fn main() -> ExitCode {
             metrics::garbage_to_the_metrics_port_gets_4xx_and_the_node_serves_on,
         ),
         (
+            "metrics::gpu_time_is_counted_for_the_tenant_whose_kernels_ran",
+            metrics::gpu_time_is_counted_for_the_tenant_whose_kernels_ran,
+        ),
+        (
             "cluster::nodes_register_drain_and_leave",
             cluster::nodes_register_drain_and_leave,
         ),

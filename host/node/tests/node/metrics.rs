@@ -221,6 +221,53 @@ pub fn counters_move_as_the_ops_say() -> TestResult {
     Ok(())
 }
 
+/// The kernels of a tenant's leases move its `gpu_time_seconds_total`, and no one else's: the
+/// device time its workers measured, counted as the leases ran and as they ended.
+pub fn gpu_time_is_counted_for_the_tenant_whose_kernels_ran() -> TestResult {
+    let node = TestNode::with(Setup {
+        metrics: true,
+        ..Setup::default()
+    });
+    let (samples, text) = scrape(&node)?;
+    let dev_series = "gpu_time_seconds_total{tenant=\"dev\"}";
+    check(!samples.contains_key(dev_series), || text.clone())?;
+    let mut dev = node.client("dev");
+    let lease = dev
+        .lease_alloc(1 << 20, 60, None)
+        .map_err(|e| e.to_string())?;
+    for _ in 0..3 {
+        let out = dev
+            .gpu_submit(&iota(lease.lease, 16 << 10, "iota"))
+            .map_err(|e| e.to_string())?;
+        check(out.len() == 64 << 10, || format!("{} bytes", out.len()))?;
+    }
+    let (samples, text) = scrape(&node)?;
+    let during = samples.get(dev_series).copied().unwrap_or(0.0);
+    check(during > 0.0, || {
+        format!("{dev_series} is {during}:\n{text}")
+    })?;
+    dev.mem_free(lease.lease).map_err(|e| e.to_string())?;
+    let mut team = node.client("team");
+    team.inventory().map_err(|e| e.to_string())?;
+    drop(team);
+    drop(dev);
+    node.wait_for_baseline(WAIT)?;
+    let (samples, text) = scrape(&node)?;
+    let after = samples.get(dev_series).copied().unwrap_or(0.0);
+    check(after >= during, || {
+        format!("{after} after {during}:\n{text}")
+    })?;
+    let team_time = samples
+        .get("gpu_time_seconds_total{tenant=\"team\"}")
+        .copied()
+        .unwrap_or(0.0);
+    check(team_time == 0.0, || text.clone())?;
+    check(
+        text.contains("# TYPE gpu_time_seconds_total counter"),
+        || text.clone(),
+    )
+}
+
 /// Garbage, wrong paths and methods, oversized and silent requests: each gets its 4xx (or, past
 /// the connections answered at once, a close), and the node goes on serving scrapes and clients.
 pub fn garbage_to_the_metrics_port_gets_4xx_and_the_node_serves_on() -> TestResult {

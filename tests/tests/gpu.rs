@@ -635,3 +635,58 @@ fn kernel(module: &LoadedModule, name: &str) -> u32 {
     let at = module.kernels.iter().position(|k| k.name == name);
     at.unwrap_or_else(|| panic!("no kernel {name} in the module")) as u32
 }
+
+#[test]
+fn gpu_time_is_measured_by_the_device_and_never_exceeds_the_wall_time() {
+    use tasklet_runtime::gpu::{GpuService, KernelArg, LaunchConfig, LeaseRequest, LocalGpu};
+    let _gpu = serial();
+    let (host, _info) = gpu_host_or_skip!("GPU time", test_policy());
+    let grant = host.policy().grant(&manifest("testing/probe"));
+    let mut gpu = LocalGpu::new(grant, Arc::clone(host.leases()));
+    let lease = gpu
+        .lease_acquire(LeaseRequest {
+            min_vram: 32 * MIB,
+            secs: 60,
+            device: None,
+        })
+        .expect("lease");
+    let s = gpu.session_open(lease).expect("session");
+    let m = gpu.module_load(s, IOTA_PTX).expect("iota");
+    let n: u32 = 8 << 20;
+    let out = gpu.mem_alloc(s, 4 * u64::from(n)).expect("alloc");
+    let args = [
+        KernelArg::Buffer {
+            buffer: out,
+            offset: 0,
+        },
+        KernelArg::U32(n),
+    ];
+    let config = LaunchConfig {
+        grid: [n / 256, 1, 1],
+        block: [256, 1, 1],
+        shared_mem_bytes: 0,
+    };
+    // One launch (one group), then bursts of 8 and 20 (one and three groups).
+    for launches in [1u32, 8, 20] {
+        let before = gpu.gpu_time(lease).expect("gpu time");
+        let t = Instant::now();
+        for _ in 0..launches {
+            gpu.launch(s, m, "iota", &config, &args).expect("launch");
+        }
+        gpu.sync(s).expect("sync");
+        let wall = t.elapsed();
+        let used = gpu.gpu_time(lease).expect("gpu time") - before;
+        log(format!(
+            "{launches} iota launch(es) of {n} elements: GPU time {used:?}, wall time {wall:?}"
+        ));
+        assert!(used > Duration::ZERO, "{launches} launches: no GPU time");
+        assert!(
+            used <= wall,
+            "{launches} launches: GPU time {used:?} past the wall time {wall:?}"
+        );
+    }
+    let read = gpu.mem_read(s, out, 4 * u64::from(n - 1), 4).expect("read");
+    assert_eq!(read, n.to_le_bytes());
+    drop(gpu);
+    assert_baseline(&host);
+}

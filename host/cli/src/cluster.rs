@@ -16,6 +16,13 @@ pub struct NatsArgs {
     /// The PEM file of the CA that signed the NATS server's certificate (implies TLS).
     #[arg(long, value_name = "FILE", requires = "nats")]
     pub nats_ca: Option<PathBuf>,
+    /// A client certificate (PEM) for a NATS server that verifies its clients (implies TLS;
+    /// with --nats-key).
+    #[arg(long, value_name = "FILE", requires_all = ["nats", "nats_key"])]
+    pub nats_cert: Option<PathBuf>,
+    /// The key (PEM) of --nats-cert.
+    #[arg(long, value_name = "FILE", requires = "nats_cert")]
+    pub nats_key: Option<PathBuf>,
 }
 
 impl NatsArgs {
@@ -24,8 +31,9 @@ impl NatsArgs {
         let url = self.nats.as_ref()?;
         let mut config = NatsConfig::new(url.clone());
         config.credentials = self.nats_creds.clone();
-        config.require_tls = self.nats_ca.is_some();
+        config.require_tls = self.nats_ca.is_some() || self.nats_cert.is_some();
         config.ca = self.nats_ca.clone();
+        config.client_certificate = self.nats_cert.clone().zip(self.nats_key.clone());
         config.client_name = Some(client_name.to_owned());
         Some(config)
     }

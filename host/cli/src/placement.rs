@@ -1,10 +1,21 @@
 //! Running on the cluster: the nodes that meet a requirement, tried in the placement's order
 //! until one takes the work.
 //!
-//! A node is left for the next only when it could not have started anything: it could not be
-//! reached, its certificate was refused or is not the one its record names, or it refused
-//! with `CAPACITY_EXCEEDED` or `DRAINING`. Any other failure is the answer. The registry only
-//! says where to try; each node admits or refuses for itself.
+//! Where a call moves to the next node, and where it never does:
+//!
+//! 1. **Before the call started** — the node could not be reached, its certificate was refused
+//!    or is not the one its record names, it refused with `CAPACITY_EXCEEDED` or `DRAINING`,
+//!    or the connection was lost before the request went out (during a push): nothing ran
+//!    there, so any call, a session included, goes to the next node ([`Tried::Refused`]).
+//! 2. **A stateless call in flight** — a deployed run whose connection was lost (the node
+//!    died, or stopped answering within the idle timeout) before it answered: the run, if it
+//!    began, ended with its connection and left nothing behind (a tasklet's only effect is its
+//!    reply, its leases end with it), so it is run again on the next node ([`Tried::Lost`]).
+//! 3. **After an answer** — any reply of the node (the tasklet's output, its failure, any
+//!    other refusal) is the answer, never retried ([`Tried::Final`]); and a session (`run
+//!    --nats`) whose node dies fails `disconnected`, never moved: its state was on that node.
+//!
+//! The registry only says where to try; each node admits or refuses for itself.
 
 use crate::cluster::live_nodes;
 use crate::remote::RemoteArgs;
@@ -30,8 +41,21 @@ pub struct Placed {
 pub enum Tried {
     /// Nothing started there: the next node may take it.
     Refused(ClientError),
+    /// A stateless call lost with its connection before any answer: the next node runs it.
+    Lost(ClientError),
     /// The answer, whatever the node: no other is tried.
     Final(anyhow::Error),
+}
+
+impl Tried {
+    /// A stateless call's failure (a deployed run, sent whole): a lost connection is case 2
+    /// of the module's boundary, the rest as for any call.
+    pub fn stateless(err: ClientError) -> Tried {
+        match err {
+            lost @ ClientError::Disconnected(_) => Tried::Lost(lost),
+            other => Tried::from(other),
+        }
+    }
 }
 
 impl From<ClientError> for Tried {
@@ -99,6 +123,13 @@ pub fn place<T>(
                 );
                 let _ = write!(refusals, "; {}: {err}", placed.name);
             }
+            Err(Tried::Lost(err)) => {
+                eprintln!(
+                    "tasklet: node {} ({}) was lost before it answered ({err}); running it on the next node",
+                    placed.name, placed.addr
+                );
+                let _ = write!(refusals, "; {}: {err}", placed.name);
+            }
         }
     }
     Err(anyhow!(
@@ -145,4 +176,62 @@ fn nobody_meets(requirement: &Requirement, nats: &NatsConfig, nodes: &[LiveNode]
         "no live node meets {requirement}; the nodes offer: {}",
         offers.join(", ")
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tasklet_wire::{ErrorReply, Opcode};
+
+    fn failed(code: ErrorCode) -> ClientError {
+        ClientError::Failed {
+            opcode: Opcode::DeployRun,
+            error: ErrorReply::new(code, "x"),
+        }
+    }
+
+    fn kind(tried: Tried) -> &'static str {
+        match tried {
+            Tried::Refused(_) => "next node",
+            Tried::Lost(_) => "run again on the next node",
+            Tried::Final(_) => "the answer",
+        }
+    }
+
+    #[test]
+    fn the_did_not_start_boundary() {
+        let unreachable = || ClientError::Unreachable {
+            addr: "a".into(),
+            seconds: 5,
+        };
+        let lost = || ClientError::Disconnected("the node stopped answering".into());
+        // 1. Nothing started: any call moves on.
+        assert_eq!(kind(Tried::from(unreachable())), "next node");
+        assert_eq!(
+            kind(Tried::from(ClientError::Refused("cert".into()))),
+            "next node"
+        );
+        assert_eq!(
+            kind(Tried::from(failed(ErrorCode::CapacityExceeded))),
+            "next node"
+        );
+        assert_eq!(kind(Tried::from(failed(ErrorCode::Draining))), "next node");
+        assert_eq!(kind(Tried::stateless(unreachable())), "next node");
+        // 2. A stateless call lost in flight runs again; a session's loss is its answer.
+        assert_eq!(kind(Tried::stateless(lost())), "run again on the next node");
+        assert_eq!(kind(Tried::from(lost())), "the answer");
+        // 3. Any other answer of the node is final, stateless or not.
+        for code in [
+            ErrorCode::NotFound,
+            ErrorCode::Internal,
+            ErrorCode::Unauthorized,
+        ] {
+            assert_eq!(kind(Tried::stateless(failed(code))), "the answer");
+            assert_eq!(kind(Tried::from(failed(code))), "the answer");
+        }
+        assert_eq!(
+            kind(Tried::stateless(ClientError::Protocol("bad".into()))),
+            "the answer"
+        );
+    }
 }

@@ -47,27 +47,6 @@ impl RemoteArgs {
     }
 }
 
-/// [`RemoteArgs`] for commands that only ever talk to a node: `--node` is required.
-#[derive(clap::Args, Debug)]
-pub struct NodeTarget {
-    /// The node at ADDR (HOST[:PORT], port 5701 by default).
-    #[arg(long, value_name = "ADDR")]
-    pub node: String,
-    /// The certificate folder holding ca.pem and the tenant's certificate
-    /// (tenants/NAME.pem, tenants/NAME.key), as `tasklet certs` made it.
-    #[arg(long, value_name = "DIR", default_value = "certs")]
-    pub certs: PathBuf,
-    /// The tenant to act for: the one its certificate names.
-    #[arg(long, value_name = "NAME", default_value = tasklet_tls::DEFAULT_TENANT)]
-    pub tenant: String,
-}
-
-impl NodeTarget {
-    pub fn connect(&self) -> Result<NodeClient> {
-        connect(&self.node, &self.certs, &self.tenant)
-    }
-}
-
 pub fn connect(addr: &str, certs: &Path, tenant: &str) -> Result<NodeClient> {
     let tenant = Tenant::new(tenant)?;
     Ok(NodeClient::connect_with(&ConnectOptions::new(

@@ -224,6 +224,13 @@ fn connect_error(url: &str, e: async_nats::ConnectError) -> Error {
         ConnectErrorKind::Authentication | ConnectErrorKind::AuthorizationViolation => {
             Error::Unauthorized { url, cause }
         }
+        // The server's alert is the one word that tells a missing client certificate from an
+        // untrusted server certificate.
+        ConnectErrorKind::Tls | ConnectErrorKind::Io
+            if cause.contains("CertificateRequired") || cause.contains("BadCertificate") =>
+        {
+            Error::ClientCertificate { url, cause }
+        }
         ConnectErrorKind::Tls => Error::Tls { url, cause },
         ConnectErrorKind::Io if failed_handshake(&e) => Error::Tls { url, cause },
         ConnectErrorKind::Dns

@@ -34,6 +34,13 @@ pub enum Error {
     )]
     Tls { url: String, cause: String },
 
+    /// The server asks for a client certificate and was given none it accepts.
+    #[error(
+        "NATS at {url} wants a client certificate it trusts ({cause}): give one signed by the CA \
+         the server verifies clients with (`--nats-cert FILE --nats-key FILE`)"
+    )]
+    ClientCertificate { url: String, cause: String },
+
     /// A credentials, CA or client-certificate file could not be read.
     #[error("cannot read NATS {what} {path}: {cause}")]
     File {
@@ -104,6 +111,20 @@ pub enum Error {
          by something else; push it again (`tasklet deploy push`)"
     )]
     DigestMismatch { expected: String, actual: String },
+
+    /// A deployment's record or parts in the object store are not what a deployment is.
+    #[error(
+        "deployment {digest} in the cluster cannot be used: {cause}; push it again \
+         (`tasklet deploy push --nats`)"
+    )]
+    BadDeployment { digest: String, cause: String },
+
+    /// A tenant name that cannot be a key of the owners bucket.
+    #[error("tenant {tenant:?} cannot own deployments in the cluster: {reason}")]
+    InvalidTenant {
+        tenant: String,
+        reason: &'static str,
+    },
 
     /// Bytes offered for publication do not hash to the digest they were offered under.
     #[error("bytes offered as blob {expected} hash to {actual}: not published")]

@@ -94,6 +94,7 @@
 mod blobs;
 mod cluster;
 mod config;
+mod deployments;
 mod error;
 mod heartbeat;
 mod nodes_bucket;
@@ -101,10 +102,12 @@ mod placement;
 mod record;
 mod registrar;
 mod registry;
+mod source;
 
 pub use blobs::{object_name, Blobs, Published, BLOBS_BUCKET, DEFAULT_MAX_BLOB_BYTES};
 pub use cluster::Cluster;
 pub use config::{NatsConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT};
+pub use deployments::{ClusterDeployments, FetchedParts, PublishedDeployment, OWNERS_BUCKET};
 pub use error::{Error, Result};
 pub use heartbeat::Heartbeat;
 pub use nodes_bucket::NODES_BUCKET;
@@ -116,4 +119,5 @@ pub use record::{
 };
 pub use registrar::{RecordSource, Registrar, RegistrarStatus};
 pub use registry::{LiveNode, Registry, RegistryEvent};
+pub use source::ClusterSource;
 pub use tasklet_store::Digest;

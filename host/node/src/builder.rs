@@ -11,7 +11,7 @@ use std::net::{Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-use tasklet_cluster::{Heartbeat, NatsConfig, NodeName, RecordError};
+use tasklet_cluster::{ClusterSource, Heartbeat, NatsConfig, NodeName, RecordError};
 use tasklet_deploy::DeployConfig;
 use tasklet_runtime::config::DeployLimits;
 use tasklet_runtime::{BackendKind, Host, HostConfig, HostError, Policy, WorkerCommand};
@@ -259,6 +259,10 @@ impl NodeBuilder {
     /// certificate fingerprint, devices with their free memory, leases, load, draining) is in
     /// the registry, refreshed every heartbeat; a drain marks it draining and a stop removes it.
     /// A node that cannot reach NATS serves anyway and registers once NATS answers.
+    ///
+    /// With a store ([`NodeBuilder::store`]), a run of a deployment the node lacks is fetched
+    /// from the cluster's object store (`tasklet deploy push --nats`) when the tenant asking
+    /// pushed it there, verified, stored and compiled here, then run.
     pub fn nats(mut self, config: NatsConfig) -> Self {
         self.nats = Some(config);
         self
@@ -306,6 +310,11 @@ impl NodeBuilder {
                 addr: self.listen,
                 source,
             })?;
+        // A node in a cluster fetches the deployments it lacks from the cluster's object store.
+        let source = self.nats.clone().map(|nats| {
+            let handle = tokio::runtime::Handle::current();
+            ClusterSource::new(nats, handle)
+        });
         let membership = match self.nats {
             None => None,
             Some(nats) => {
@@ -338,6 +347,13 @@ impl NodeBuilder {
                     },
                 )?),
             };
+        let deployments = match (deployments, source) {
+            (Some(deployments), Some(source)) => Some(
+                deployments
+                    .with_source(Arc::new(source.with_max_bytes(store_config.max_blob_bytes))),
+            ),
+            (deployments, _) => deployments,
+        };
         let name = self
             .name
             .unwrap_or_else(|| format!("tasklet-node {}", env!("CARGO_PKG_VERSION")));

@@ -103,13 +103,17 @@ mod digest;
 mod error;
 mod layout;
 mod sealed;
+mod source;
 mod store;
 mod temp;
 
 pub use blob::{BlobReader, BlobWriter, Put};
 pub use compiled::{CachePut, CompiledCache, Lookup};
 pub use config::{StoreConfig, COMPILED_CACHE_SETTING, MAX_BLOB_SETTING};
-pub use deployment::{BlobRef, Deleted, Deployment, DeploymentWriter, Listing, Pushed};
+pub use deployment::{
+    BlobRef, Deleted, Deployment, DeploymentWriter, InvalidRecord, Listing, Pushed,
+};
 pub use digest::{Digest, InvalidDigest, DIGEST_HEX_LEN};
 pub use error::Error;
+pub use source::{DeploymentSource, FetchedDeployment, SourceError};
 pub use store::Store;

@@ -1,18 +1,20 @@
 //! `tasklet deploy`: push a tasklet to a node, and run it there (the wasm and its GPU work both
 //! on the node).
 
+use crate::cluster::NatsArgs;
 use crate::cmd::run::write_output;
 use crate::json::json_str;
 use crate::placement::{place, Placed, Tried};
-use crate::remote::{NodeTarget, PlacedArgs};
+use crate::remote::{PlacedArgs, RemoteArgs};
 use crate::source::{read_input, Source};
-use anyhow::{anyhow, bail, Result};
+use anyhow::{anyhow, bail, Context as _, Result};
 use base64::Engine as _;
 use clap::Subcommand;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use tasklet_cluster::Requirement;
+use tasklet_cluster::{Cluster, ClusterDeployments, PublishedDeployment, Requirement};
 use tasklet_remote::{deployment_digest, ClientError, DeployExit, DeployRun, Digest, NodeClient};
+use tasklet_tls::Tenant;
 
 /// Push tasklets to a node, and run them there.
 ///
@@ -33,20 +35,30 @@ pub enum DeployCommand {
     Run(RunArgs),
 }
 
-/// Upload a tasklet (its manifest and component) to a node; prints its digest.
+/// Upload a tasklet (its manifest and component) to a node, or to the cluster; prints its
+/// digest.
 ///
-/// Nothing is uploaded when the node has it already. The node checks the manifest and compiles
-/// the component before it stores anything.
+/// Nothing is uploaded when the node (or the cluster) has it already. A node checks the
+/// manifest and compiles the component before it stores anything.
+///
+/// With --nats the tasklet goes into the cluster's object store, by digest, recorded as pushed
+/// by --tenant: `deploy run DIGEST --nats URL` then runs it on whichever node placement picks,
+/// which fetches it from there, verifies it and keeps it in its own store. Only that tenant
+/// can run it, as with a push to one node.
 #[derive(clap::Args, Debug)]
 #[command(after_help = "Examples:\n  \
     tasklet deploy push tasklets/iota --node localhost\n  \
-    tasklet deploy push tasklets/scale --node gpu1 --certs ~/certs --tenant team-7 --json")]
+    tasklet deploy push tasklets/scale --node gpu1 --certs ~/certs --tenant team-7 --json\n  \
+    tasklet deploy push tasklets/iota --nats nats://127.0.0.1:4222 --tenant team-7")]
 pub struct PushArgs {
     /// A tasklet folder (with tasklet.toml; built with cargo first if need be) or a component (.wasm).
     pub tasklet: PathBuf,
     #[command(flatten)]
-    pub target: NodeTarget,
-    /// Print JSON: {"node", "digest", "already_present", "uploaded"}.
+    pub target: RemoteArgs,
+    #[command(flatten)]
+    pub nats: NatsArgs,
+    /// Print JSON: {"node", "digest", "already_present", "uploaded"} ("node" is null with
+    /// --nats).
     #[arg(long)]
     pub json: bool,
 }
@@ -55,13 +67,17 @@ pub struct PushArgs {
 /// output to stdout.
 ///
 /// Given a tasklet (folder, tasklet.toml or .wasm), its digest is computed here and the tasklet
-/// pushed first if the node does not have it; given a digest, the node must have it already.
+/// pushed first if the node does not have it; given a digest, the node must have it already,
+/// or, for a node in the cluster, the cluster must (`deploy push --nats` by the same tenant):
+/// the node then fetches it from the cluster's object store before running it.
 ///
 /// With --nats the node is chosen from the cluster's registry: among the live nodes not
 /// draining with a device that meets --requires (default: any device), the one with the most
 /// free VRAM on that device (then fewest leases, least load, name). A node that cannot be
 /// reached, or refuses for capacity or because it drains before the run starts, is left for
-/// the next (at most --tries); a run that started is never run again elsewhere.
+/// the next (at most --tries). A run whose node is lost before it answers (it died, or stopped
+/// answering) is run again on the next node: a tasklet's only effect is its output. Once a
+/// node answered, its answer is final.
 #[derive(clap::Args, Debug)]
 #[command(after_help = "Examples:\n  \
     tasklet deploy run tasklets/iota --node localhost <<< 10\n  \
@@ -95,30 +111,70 @@ pub fn run(args: DeployArgs) -> Result<ExitCode> {
 fn push(args: PushArgs) -> Result<ExitCode> {
     let source = Source::load(&args.tasklet)?;
     let component = source.component()?;
-    let mut client = args.target.connect()?;
-    let pushed = ensure_pushed(&mut client, &source, &component)?;
+    let (node, pushed) = match (&args.target.node, args.nats.config("tasklet deploy push")) {
+        (Some(_), Some(_)) => bail!("give --node (one node) or --nats (the cluster), not both"),
+        (None, None) => bail!("deploy push needs where to: --node ADDR, or --nats URL"),
+        (Some(addr), None) => {
+            let mut client = args.target.connect(addr)?;
+            let pushed = ensure_pushed(&mut client, &source, &component)?;
+            (Some((client.node_name().to_owned(), addr.clone())), pushed)
+        }
+        (None, Some(nats)) => {
+            let tenant = Tenant::new(&args.target.tenant)?;
+            let published = publish(&nats, tenant.as_str(), source.text.as_bytes(), &component)?;
+            let pushed = Ensured {
+                digest: Digest(*published.digest.as_bytes()),
+                already_present: published.already_present,
+                uploaded: published.uploaded > 0,
+            };
+            (None, pushed)
+        }
+    };
     if args.json {
+        let node = node
+            .as_ref()
+            .map_or_else(|| "null".to_owned(), |(name, _)| json_str(name));
         println!(
-            "{{\"node\":{},\"digest\":\"{}\",\"already_present\":{},\"uploaded\":{}}}",
-            json_str(client.node_name()),
-            pushed.digest,
-            pushed.already_present,
-            pushed.uploaded
+            "{{\"node\":{node},\"digest\":\"{}\",\"already_present\":{},\"uploaded\":{}}}",
+            pushed.digest, pushed.already_present, pushed.uploaded
         );
     } else {
+        let place = match &node {
+            Some((_, addr)) => addr.clone(),
+            None => format!("the cluster, for tenant {}", args.target.tenant),
+        };
         eprintln!(
-            "tasklet: {} {} on {}",
+            "tasklet: {} {} on {place}",
             source.manifest.name,
             if pushed.already_present {
                 "was already deployed"
             } else {
                 "deployed"
             },
-            args.target.node
         );
         println!("{}", pushed.digest);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Puts the deployment into the cluster's object store for `tenant`.
+fn publish(
+    nats: &tasklet_cluster::NatsConfig,
+    tenant: &str,
+    manifest: &[u8],
+    component: &[u8],
+) -> Result<PublishedDeployment> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the client's runtime")?;
+    Ok(runtime.block_on(async {
+        let cluster = Cluster::connect(nats).await?;
+        ClusterDeployments::open(&cluster)
+            .await?
+            .publish(tenant, manifest, component)
+            .await
+    })?)
 }
 
 /// What making sure the node has a deployment did.
@@ -195,7 +251,7 @@ fn run_deployed(args: RunArgs) -> Result<ExitCode> {
             };
             let (run, digest) = push_and_run(&mut client, &named, &input, &placed).map_err(
                 |tried| match tried {
-                    Tried::Refused(err) => err.into(),
+                    Tried::Refused(err) | Tried::Lost(err) => err.into(),
                     Tried::Final(err) => err,
                 },
             )?;
@@ -276,7 +332,9 @@ fn push_and_run(
             ensured.digest
         }
     };
-    let run = client.deploy_run(&digest, input)?;
+    let run = client
+        .deploy_run(&digest, input)
+        .map_err(Tried::stateless)?;
     Ok((run, digest))
 }
 

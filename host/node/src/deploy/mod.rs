@@ -35,7 +35,7 @@ use tasklet_deploy::{DeployConfig, Deployer, ExitStatus, Push, RunOutcome};
 use tasklet_runtime::config::Grant;
 use tasklet_runtime::gpu::LocalGpu;
 use tasklet_runtime::{Host, RunError};
-use tasklet_store::{Digest, Store, StoreConfig};
+use tasklet_store::{DeploymentSource, Digest, Store, StoreConfig};
 use tasklet_tls::Tenant;
 use tasklet_wire::ErrorCode;
 
@@ -56,6 +56,8 @@ pub enum DeployOpenError {
 pub(crate) struct Deployments {
     deployer: Deployer,
     owners: Owners,
+    /// Where a deployment this node lacks is fetched from (the cluster), if anywhere.
+    source: Option<Arc<dyn DeploymentSource>>,
 }
 
 /// What a push did, as its tenant sees it.
@@ -82,7 +84,15 @@ impl Deployments {
         Ok(Deployments {
             deployer: Deployer::new(store, config)?,
             owners,
+            source: None,
         })
+    }
+
+    /// Fetches a deployment a tenant asks to run and this node lacks from `source`, when the
+    /// tenant pushed it there (see `crate::cluster`).
+    pub fn with_source(mut self, source: Arc<dyn DeploymentSource>) -> Deployments {
+        self.source = Some(source);
+        self
     }
 
     pub fn root(&self) -> &Path {
@@ -128,7 +138,7 @@ impl Deployments {
         digest: &Digest,
         input: &[u8],
     ) -> Result<RunOutcome, Failure> {
-        if !self.owned(&caller.tenant, digest)? {
+        if !self.owned(&caller.tenant, digest)? && !self.fetch(&caller.tenant, digest)? {
             return Err(failure(tasklet_deploy::Error::NotFound { digest: *digest }));
         }
         let ceiling = caller.ceiling;
@@ -167,6 +177,38 @@ impl Deployments {
             ));
         }
         Ok(())
+    }
+
+    /// Fetches deployment `digest` from the source for `tenant`, then stores it (compiling its
+    /// component) and records the tenant, as a push by that tenant would; whether it did.
+    fn fetch(&self, tenant: &Tenant, digest: &Digest) -> Result<bool, Failure> {
+        let Some(source) = &self.source else {
+            return Ok(false);
+        };
+        let fetched = source
+            .fetch(tenant.as_str(), digest)
+            .map_err(|err| Failure::new(ErrorCode::Internal, err.0))?;
+        let Some(fetched) = fetched else {
+            return Ok(false);
+        };
+        let pushed = self
+            .deployer
+            .push(&fetched.manifest, &fetched.component[..])
+            .map_err(failure)?;
+        if pushed.digest != *digest {
+            return Err(Failure::new(
+                ErrorCode::Internal,
+                format!(
+                    "deployment {digest} fetched from the cluster was stored as {}",
+                    pushed.digest
+                ),
+            ));
+        }
+        self.owners
+            .add(tenant, digest)
+            .map_err(|err| self.owners_failure(err))?;
+        tracing::info!(tenant = tenant.as_str(), %digest, "deployment fetched from the cluster");
+        Ok(true)
     }
 
     fn owned(&self, tenant: &Tenant, digest: &Digest) -> Result<bool, Failure> {

@@ -3,11 +3,13 @@
 
 mod delete;
 mod lookup;
+mod portable;
 mod push;
 mod record;
 
 pub use delete::Deleted;
 pub use lookup::Listing;
+pub use portable::InvalidRecord;
 pub use push::{DeploymentWriter, Pushed};
 
 use crate::digest::Digest;

@@ -13,6 +13,7 @@ mod gpu_time;
 mod gpubench;
 mod launch_checks;
 mod sdk;
+mod soak;
 mod time_limits;
 mod workers;
 mod zero_copy;

@@ -103,7 +103,8 @@ fn assert_bounded_echo(message: &str, run_of: char) {
 
 #[test]
 fn a_huge_kernel_name_is_quoted_in_part() {
-    let bytes = 100_000;
+    // As long as a name may be (docs/operating.md: a token of a module is at most 16 KiB).
+    let bytes = 16 * 1024;
     let lines = sdk_check(&format!("long-name {bytes}"));
     assert_eq!(assert_ok(&lines, 0, "load"), bytes.to_string());
     // The trap surfaces at the launch or at the sync; either way its message names the kernel
@@ -121,8 +122,27 @@ fn a_huge_kernel_name_is_quoted_in_part() {
 fn a_huge_token_in_a_module_is_quoted_in_part() {
     let bytes = 100_000;
     let lines = sdk_check(&format!("long-token {bytes}"));
-    assert_gpu_error(&lines, 0, "load-failed", "");
+    // Refused before the loader sees it (the CUDA driver's aborts on it), alike on every backend.
+    assert_gpu_error(
+        &lines,
+        0,
+        "load-failed",
+        "PTX line 4: a token is longer than the 16384-byte limit",
+    );
     assert_bounded_echo(&lines[0].2, 'y');
+    assert!(lines[0].2.contains("(100000 bytes)"), "{}", lines[0].2);
+}
+
+#[test]
+fn a_kernel_name_past_the_token_limit_is_refused_at_load() {
+    let lines = sdk_check("long-name 100000");
+    assert_gpu_error(
+        &lines,
+        0,
+        "load-failed",
+        "a token is longer than the 16384-byte limit",
+    );
+    assert_bounded_echo(&lines[0].2, 'x');
 }
 
 #[test]

@@ -11,6 +11,10 @@
 #                                     picks the CPUs (see run_bench; default: measured)
 #   bash .gpu-suite/run.sh fabric     the fabric benchmark (benches/fabric/): a node and its clients
 #                                     on this machine's loopback, on the cuda backend: fabric.txt
+#   bash .gpu-suite/run.sh soak       the soak (tests/src/bin/soak.rs) on cuda: SOAK_CYCLES cycles
+#                                     (default 10000) of random tenant lives, every batch checked for
+#                                     leaks (accounting, workers, descriptors, memory, NVML device
+#                                     memory): soak.txt; its PASS or FAIL counts as one test
 #
 # Environment: OUT (default /tmp): logs go to $OUT/tasklet-gpu-suite/ — env.txt (machine, driver,
 # nvidia-smi), cuda.log and emu.log (every test executable's output, in order), inventory.txt
@@ -29,7 +33,7 @@ per_exe_timeout="${SUITE_TIMEOUT:-300}"
 phases=("${@:-cuda emu}")
 read -r -a phases <<<"${phases[*]}"
 mkdir -p "$logs"
-rm -f "$logs"/{env.txt,cuda.log,emu.log,inventory.txt,summary.txt,bench.txt,diff.txt,fabric.txt}
+rm -f "$logs"/{env.txt,cuda.log,emu.log,inventory.txt,summary.txt,bench.txt,diff.txt,fabric.txt,soak.txt}
 
 say() { echo "gpu-suite: $*" >&2; }
 
@@ -216,13 +220,26 @@ run_fabric() { # the fabric table (node and clients here, over loopback); counts
     echo "fabric: see fabric.txt" >>"$summary"
 }
 
+run_soak() { # the long soak on cuda; its verdict counts as one test
+    local cycles="${SOAK_CYCLES:-10000}" rc
+    say "soak: $cycles cycles on cuda (SOAK_TIMEOUT ${SOAK_TIMEOUT:-1500} s at most)"
+    (cd "$repo" && timeout "${SOAK_TIMEOUT:-1500}" target/release/soak --backend cuda --cycles "$cycles" \
+        --worker "$repo/target/release/tasklet-test-worker") >"$logs/soak.txt" 2>&1
+    rc=$?
+    echo "soak exit $rc" >>"$logs/soak.txt"
+    grep -E '^soak: ([0-9]+ cycles in [0-9.]+ s|PASS|FAIL|NVML)' "$logs/soak.txt" >&2
+    if [ "$rc" -eq 0 ]; then total_pass=$((total_pass + 1)); else total_fail=$((total_fail + 1)); fi
+    echo "soak: exit $rc, see soak.txt" >>"$summary"
+}
+
 : >"$summary.failed"
 for phase in "${phases[@]}"; do
     case "$phase" in
         bench) run_bench ;;
         fabric) run_fabric ;;
+        soak) run_soak ;;
         cuda | emu) : >"$summary.$phase"; run_pass "$phase" ;;
-        *) say "unknown pass '$phase' (cuda, emu, bench or fabric)"; exit 2 ;;
+        *) say "unknown pass '$phase' (cuda, emu, bench, fabric or soak)"; exit 2 ;;
     esac
 done
 

@@ -10,7 +10,7 @@
 #               --no-run`, paths read from cargo's JSON messages: the unit tests of each crate, and
 #               each crate's integration test binaries, e.g. tests/' `suite` and `gpu`,
 #               tasklet-worker's `worker`, tasklet-ptx's `ptx`); bin/: tasklet, tasklet-worker,
-#               tasklet-test-worker (the binaries tests start); tools/: the benchmarks and probes
+#               tasklet-test-worker, soak (the binaries tests start); tools/: the benchmarks and probes
 #               (below); all with debuginfo stripped
 #   wasm/       the tasklet components (tasklets/target/wasm32-wasip2/release/*.wasm)
 #   BUILD_ROOT  this checkout's absolute path: test executables have it compiled in
@@ -67,7 +67,9 @@ mkdir -p "$stage/tests" "$stage/bin"
 for t in "${tests[@]}"; do
     objcopy --strip-debug "$t" "$stage/tests/$(basename "$t")"
 done
-for b in tasklet tasklet-worker tasklet-test-worker; do
+# soak: the soak (tests/src/bin/soak.rs), which the suite's soak test starts and `run.sh soak` runs
+# long.
+for b in tasklet tasklet-worker tasklet-test-worker soak; do
     objcopy --strip-debug "$root/target/release/$b" "$stage/bin/$b"
 done
 mkdir -p "$stage/tools"

@@ -530,6 +530,11 @@ impl Timeline {
         Duration::from_nanos(q.gpu_nanos)
     }
 
+    /// The device time of the groups seen finished so far, without looking for more.
+    pub fn gpu_time_seen(&self) -> Duration {
+        Duration::from_nanos(self.lock().gpu_nanos)
+    }
+
     /// Forgets every cached graph: they hold functions, so this comes before a module is unloaded.
     pub fn forget_graphs(&self) {
         self.lock().chains.clear();

@@ -86,6 +86,9 @@ pub struct CudaBackend {
     unchecked_async: bool,
     /// The ordinal of the next launch handed over (`Backend::number_launches_from`).
     next_ordinal: u64,
+    /// The last sync was answered through the completion word, so the host skips its response
+    /// and the GPU time that response carries (see `Backend::gpu_time`).
+    answered_by_word: bool,
 }
 
 impl CudaBackend {
@@ -139,6 +142,7 @@ impl CudaBackend {
             host: HostMemory::default(),
             unchecked_async: false,
             next_ordinal: 1,
+            answered_by_word: false,
         })
     }
 
@@ -574,6 +578,7 @@ impl Backend for CudaBackend {
             Ok(()) => {
                 let drained = self.timeline.drain_signalled(word.word(), seq);
                 drained.map_err(|e| self.fail(e))?;
+                self.answered_by_word = true;
                 self.check_unchecked_async()
             }
             // A device that cannot do it at all: stop asking. (A sticky fault refuses it too; the
@@ -597,7 +602,13 @@ impl Backend for CudaBackend {
         self.timeline.flush();
     }
 
+    /// Looks at the finished groups first, except for the response to a sync the completion
+    /// word answered: the host skips that response, and the look (driver calls) would only delay
+    /// the worker's next request, most often the next launch. The next response looks.
     fn gpu_time(&mut self) -> Duration {
+        if std::mem::take(&mut self.answered_by_word) {
+            return self.timeline.gpu_time_seen();
+        }
         self.timeline.gpu_time()
     }
 

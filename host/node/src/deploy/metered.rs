@@ -157,4 +157,8 @@ impl GpuService for MeteredGpu {
     fn sync(&mut self, session: SessionId) -> Result<(), GpuError> {
         self.gpu.sync(session)
     }
+
+    fn gpu_time(&mut self, lease: LeaseId) -> Result<std::time::Duration, GpuError> {
+        self.gpu.gpu_time(lease)
+    }
 }

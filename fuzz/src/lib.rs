@@ -6,6 +6,10 @@
 //! file. Almost every program loads; a few combinations the emulator refuses are simply skipped.
 //! Addresses are mostly masked into bounds so that kernels run on, but some are raw register
 //! values so that faults are exercised too.
+//!
+//! [`mutate`] holds the other generator, for the `mutate` target: real kernels, slightly broken.
+
+pub mod mutate;
 
 use std::fmt::Write;
 

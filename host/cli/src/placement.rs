@@ -30,6 +30,11 @@ use tasklet_wire::ErrorCode;
 /// How long each candidate gets to answer the handshake.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// A placed connection that hears nothing from its node for this long is lost (keep-alives go
+/// every third of it): a run in flight on a node that died moves to the next node, and a
+/// session on it fails `disconnected`, this long after the death.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// The node the work went to.
 #[derive(Debug, Clone)]
 pub struct Placed {
@@ -106,6 +111,7 @@ pub fn place<T>(
         };
         let mut options = ConnectOptions::new(&node.address, &remote.certs, tenant.clone());
         options.connect_timeout = CONNECT_TIMEOUT;
+        options.idle_timeout = IDLE_TIMEOUT;
         options.node_sha256 = Some(node.cert_sha256.clone());
         let tried = match NodeClient::connect_with(&options) {
             Ok(client) => attempt(client, &placed),

@@ -11,6 +11,11 @@ use tasklet_cluster::{Cluster, Heartbeat, NatsConfig, NodeName, NodeRecord, Regi
 
 use crate::support::{free_tcp_port, free_udp_port, repo, tasklet, text};
 
+mod anywhere;
+mod failover;
+mod harness;
+mod secure;
+
 const WAIT: Duration = Duration::from_secs(60);
 
 /// `$TASKLET_NATS_SERVER`, what scripts/install-nats.sh installed (under `$TASKLET_NATS_DIR`

@@ -266,16 +266,23 @@ fn a_runaway_tenant_is_killed_within_its_deadline_and_the_other_recovers() {
     ));
 
     // B's latency is back within 2× its baseline within 2 s of A's end, and stays back: cut the
-    // next 3 s of samples into 50 ms slices; from the first slice on which every later slice's
-    // median is within 2× the baseline, B has recovered.
+    // next 3 s of samples into 50 ms slices; B has recovered from the first slice that is within
+    // 2× the baseline and after which slices over it are no more frequent than the machine's own
+    // stalls (the control above, at least 1 in 10): a lone stall later is the machine's, not A's.
     let mut after: Vec<(Instant, Duration)> = Vec::new();
     let watch_until = a_done + Duration::from_secs(3);
     while Instant::now() < watch_until {
         after.push((Instant::now(), b.launch_sync()));
     }
     let slices = median_slices(&after, a_done);
+    let stall_rate =
+        (over_bound(&control, baseline * 2) as f64 / control.len().max(1) as f64).max(0.1);
     let recovered = (0..slices.len())
-        .find(|&k| slices[k..].iter().all(|s| s.1 <= baseline * 2))
+        .find(|&k| {
+            let rest = &slices[k..];
+            rest[0].1 <= baseline * 2
+                && over_bound(rest, baseline * 2) as f64 <= stall_rate * rest.len() as f64
+        })
         .map(|k| slices[k].0);
     let timeline: Vec<String> = slices
         .iter()
@@ -300,7 +307,7 @@ fn a_runaway_tenant_is_killed_within_its_deadline_and_the_other_recovers() {
         }
     ));
     log(format!(
-        "B back within 2x baseline ({:?}) for good after: {recovered:?}",
+        "B back within 2x baseline ({:?}), stalls no more often than {stall_rate:.2}, after: {recovered:?}",
         baseline * 2
     ));
     let recovered = recovered.unwrap_or_else(|| {

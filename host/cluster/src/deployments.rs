@@ -130,7 +130,7 @@ impl ClusterDeployments {
         let deployment =
             Deployment::from_record(*digest, &record).map_err(|e| Error::BadDeployment {
                 digest: digest.to_hex(),
-                cause: e.reason,
+                cause: format!("its record is malformed ({})", e.reason),
             })?;
         let mut parts = Vec::with_capacity(2);
         for (what, blob) in [

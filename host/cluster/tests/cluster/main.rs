@@ -5,6 +5,7 @@
 mod support;
 
 mod blobs;
+mod deployments;
 mod errors;
 mod reconnect;
 mod registry;

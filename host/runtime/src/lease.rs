@@ -750,8 +750,13 @@ fn briefly<T>(
     }
     let run_ends = run.map(|r| r.ends);
     let grace = Instant::now() + RELEASE_GRACE;
+    // The grace bounds the wait for the kernels alone, so they are waited for by a sync of their
+    // own: the release itself is a driver call that may take longer than the grace (unloading a
+    // module on a GPU does) with every kernel long finished. An error the sync reports belongs to
+    // a launch and is answered here, as the worker answers it to any call after a failed launch.
     w.set_wait_limit(Some(run_ends.map_or(grace, |end| end.min(grace))));
-    let r = op(w);
+    let drained = w.sync();
     w.set_wait_limit(run_ends);
-    r
+    drained?;
+    op(w)
 }

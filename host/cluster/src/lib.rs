@@ -35,7 +35,12 @@
 //! | what | where | key / name | value |
 //! | --- | --- | --- | --- |
 //! | live nodes | KV bucket `tasklet-nodes` (stream `KV_tasklet-nodes`, file storage, one value per key, per-message TTLs on) | the node's name ([`NodeName`]: `A-Z a-z 0-9 - _ .`, at most 64) | a [`NodeRecord`] as JSON |
-//! | blobs | object store `tasklet-blobs` (stream `OBJ_tasklet-blobs`) | `sha256/<64 lowercase hex>` ([`object_name`]) | the bytes whose SHA-256 that is |
+//! | blobs | object store `tasklet-blobs` (stream `OBJ_tasklet-blobs`) | `sha256/<64 lowercase hex>` ([`object_name`]) | the bytes whose SHA-256 that is: a deployment's record, manifest and component |
+//! | who pushed what | KV bucket `tasklet-owners` ([`OWNERS_BUCKET`]) | `<deployment digest>.<tenant>` | `{"pushed_unix_ms": …}` |
+//!
+//! [`ClusterDeployments`] publishes a deployment (`tasklet deploy push --nats`) and fetches it
+//! for the tenant that pushed it; [`ClusterSource`] is that fetch as a node's
+//! `tasklet_store::DeploymentSource`, so that a node runs a digest it lacks.
 //!
 //! A record, as written (`format` 1; readers ignore fields they do not know and refuse a newer
 //! format):

@@ -107,7 +107,7 @@ fn a_killed_node_fails_its_session_and_no_stateless_call() {
         "{}",
         text(&out.stderr)
     );
-    // The load runs probe, each run holding a lease for 2 s, so that runs are in flight when
+    // The load runs probe, each run holding a lease for 4 s, so that runs are in flight when
     // the node dies. mid and big hold it already, so that no run of the load compiles.
     let pushed = tasklet(
         &["deploy", "push", "tasklets/testing/probe", "--nats", &url],
@@ -178,7 +178,7 @@ fn a_killed_node_fails_its_session_and_no_stateless_call() {
                             &c,
                             "--json",
                         ],
-                        b"hold 2",
+                        b"hold 4",
                     );
                     let answer: serde_json::Value =
                         serde_json::from_slice(&out.stdout).unwrap_or_default();
@@ -200,13 +200,22 @@ fn a_killed_node_fails_its_session_and_no_stateless_call() {
             .count()
     };
     let start = Instant::now();
-    while count_on("big") < 2 {
+    while count_on("big") < 1 {
         assert!(start.elapsed() < START, "the load never ran on big");
         std::thread::sleep(Duration::from_millis(50));
     }
 
-    // SIGKILL big mid-load: a second into the clients' next runs, each of which holds 2 s.
-    std::thread::sleep(Duration::from_secs(1));
+    // SIGKILL big mid-load: once a fresh record shows a run's lease beside the session's, so
+    // that a run (holding 4 s) is surely in flight.
+    let start = Instant::now();
+    while !listed(&on).iter().any(|n| {
+        n["name"] == "big"
+            && n["age_ms"].as_u64().unwrap_or(u64::MAX) < 1500
+            && n["devices"][0]["leases"].as_u64().unwrap_or(0) >= 2
+    }) {
+        assert!(start.elapsed() < START, "no run of the load showed on big");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     big.kill();
     let killed = Instant::now();
     let before = runs.lock().unwrap().len();

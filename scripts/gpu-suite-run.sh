@@ -12,9 +12,10 @@
 #   bash .gpu-suite/run.sh fabric     the fabric benchmark (benches/fabric/): a node and its clients
 #                                     on this machine's loopback, on the cuda backend: fabric.txt
 #   bash .gpu-suite/run.sh soak       the soak (tests/src/bin/soak.rs) on cuda: SOAK_CYCLES cycles
-#                                     (default 10000) of random tenant lives, every batch checked for
-#                                     leaks (accounting, workers, descriptors, memory, NVML device
-#                                     memory): soak.txt; its PASS or FAIL counts as one test
+#                                     (default 10000, ~7 min on an H100) of random tenant lives, every
+#                                     batch checked for leaks (accounting, workers, descriptors,
+#                                     memory, NVML device memory): soak.txt; SOAK_SEED replays a
+#                                     seed; its PASS or FAIL counts as one test
 #
 # Environment: OUT (default /tmp): logs go to $OUT/tasklet-gpu-suite/ — env.txt (machine, driver,
 # nvidia-smi), cuda.log and emu.log (every test executable's output, in order), inventory.txt
@@ -221,13 +222,16 @@ run_fabric() { # the fabric table (node and clients here, over loopback); counts
 }
 
 run_soak() { # the long soak on cuda; its verdict counts as one test
-    local cycles="${SOAK_CYCLES:-10000}" rc
-    say "soak: $cycles cycles on cuda (SOAK_TIMEOUT ${SOAK_TIMEOUT:-1500} s at most)"
-    (cd "$repo" && timeout "${SOAK_TIMEOUT:-1500}" target/release/soak --backend cuda --cycles "$cycles" \
+    # 8 tenants, checked every 4 cycles each: about 25 cycles/s on an H100 (a killed or faulted
+    # worker's replacement makes a CUDA context, which bounds the rate), so 10,000 in ~7 minutes.
+    local cycles="${SOAK_CYCLES:-10000}" seed="${SOAK_SEED:-$(date +%s)}" rc
+    say "soak: $cycles cycles on cuda, seed $seed (SOAK_TIMEOUT ${SOAK_TIMEOUT:-570} s at most)"
+    (cd "$repo" && timeout "${SOAK_TIMEOUT:-570}" target/release/soak --backend cuda --cycles "$cycles" \
+        --tenants 8 --cycles-per-check 4 --seed "$seed" \
         --worker "$repo/target/release/tasklet-test-worker") >"$logs/soak.txt" 2>&1
     rc=$?
     echo "soak exit $rc" >>"$logs/soak.txt"
-    grep -E '^soak: ([0-9]+ cycles in [0-9.]+ s|PASS|FAIL|NVML)' "$logs/soak.txt" >&2
+    grep -E '^soak: ([0-9]+ cycles in [0-9.]+ s|PASS|FAIL|NVML|failure)' "$logs/soak.txt" >&2
     if [ "$rc" -eq 0 ]; then total_pass=$((total_pass + 1)); else total_fail=$((total_fail + 1)); fi
     echo "soak: exit $rc, see soak.txt" >>"$summary"
 }

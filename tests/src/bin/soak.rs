@@ -3,22 +3,22 @@
 //! a real [`Host`] with real worker processes, checking after every batch that nothing leaked.
 //!
 //! ```text
-//! soak [--cycles N] [--tenants T] [--seed S] [--backend emu|cuda] [--worker PATH]
+//! soak [--cycles N] [--tenants T] [--cycles-per-check K] [--seed S] [--backend emu|cuda] [--worker PATH]
 //! ```
 //!
 //! A cycle is one tenant's life: a fresh [`LocalGpu`] (what a tasklet's run or a node's client
 //! connection gets), a lease, a session, a few random operations whose outcomes are checked (data
 //! read back is what was written or computed; refusals are the typed errors they must be), and
 //! one of the ways a tenant ends: dropping everything in order, dropping the service with work
-//! still held (a trap, a killed client), or with a kernel still running. `T` tenants run a cycle
-//! each at once (a batch); then, with nothing leased, the host is checked:
+//! still held (a trap, a killed client), or with a kernel still running. `T` tenants run `K`
+//! cycles each (default 1), all at once (a batch); then, with nothing leased, the host is checked:
 //! - its accounting is back to zero exactly (no lease, no granted or used byte, no mismatch
 //!   between a lease's accounting and its worker's);
 //! - no worker serves a lease, every child process is a pooled worker (at most the pool's size)
 //!   and none is a zombie;
 //! - open file descriptors and resident memory stay under the bound set by the first batches;
-//! - on cuda, the device memory NVML reports is back to its baseline once the pool is back to
-//!   its warm size.
+//! - on cuda, every 400 cycles, the device memory NVML reports is back to its baseline once the
+//!   pool is back to its warm size.
 //!
 //! Worker kills hit whichever lease's worker is running at that moment (any tenant's), so every
 //! operation may also fail with `device-lost` or `lease-expired`; such a cycle ends there. The
@@ -64,12 +64,17 @@ fn charged(bytes: u64) -> u64 {
     bytes.div_ceil(ALLOC_UNIT) * ALLOC_UNIT
 }
 
+/// How long device memory may take to come back to its baseline once the pool has settled.
+const NVML_WAIT: Duration = Duration::from_secs(15);
+
 /// How long an abandoned service may take to drop, however busy its worker.
 const DROP_BOUND: Duration = Duration::from_secs(1);
 
 struct Options {
     cycles: u64,
     tenants: usize,
+    /// Cycles each tenant runs between two checks.
+    per_tenant: u64,
     seed: u64,
     backend: BackendKind,
     worker: PathBuf,
@@ -77,7 +82,7 @@ struct Options {
 
 fn usage(why: &str) -> ! {
     eprintln!(
-        "soak: {why}\nusage: soak [--cycles N] [--tenants T] [--seed S] [--backend emu|cuda] [--worker PATH]"
+        "soak: {why}\nusage: soak [--cycles N] [--tenants T] [--cycles-per-check K] [--seed S] [--backend emu|cuda] [--worker PATH]"
     );
     std::process::exit(2)
 }
@@ -86,6 +91,7 @@ fn options() -> Options {
     let mut o = Options {
         cycles: 2000,
         tenants: 4,
+        per_tenant: 1,
         seed: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(1, |d| d.as_nanos() as u64),
@@ -106,6 +112,7 @@ fn options() -> Options {
             "--cycles" => o.cycles = number(value()),
             "--tenants" => o.tenants = number(value()).clamp(1, 64) as usize,
             "--seed" => o.seed = number(value()),
+            "--cycles-per-check" => o.per_tenant = number(value()).max(1),
             "--backend" => {
                 o.backend = match value().as_str() {
                     "emu" => BackendKind::Emu,
@@ -510,8 +517,8 @@ impl Cycle<'_> {
 
     /// Ends the cycle one of the ways tenants end.
     fn finish(mut self) {
-        match self.rng.below(10) {
-            0..=4 => {
+        match self.rng.below(20) {
+            0..=9 => {
                 self.tally.count("end: drop in order");
                 for (b, _) in std::mem::take(&mut self.buffers) {
                     self.gpu.mem_free(self.session(), b);
@@ -524,13 +531,13 @@ impl Cycle<'_> {
                     self.gpu.lease_drop(l);
                 }
             }
-            5..=6 => {
+            10..=13 => {
                 self.tally.count("end: drop the lease alone");
                 if let Some(l) = self.lease.take() {
                     self.gpu.lease_drop(l);
                 }
             }
-            7..=8 => self.tally.count("end: abandon (service dropped)"),
+            14..=18 => self.tally.count("end: abandon (service dropped)"),
             _ => self.abandon_busy(),
         }
     }
@@ -560,12 +567,14 @@ fn run_cycle(
     }
     let ops = 1 + c.rng.below(8);
     for _ in 0..ops {
+        // Faults and kills at 2% of operations each (about one cycle in ten has one): each costs
+        // a worker, and a CUDA worker's context takes the driver a few hundred ms to make.
         let step = match c.rng.below(100) {
-            0..=29 => c.alloc(),
-            30..=54 => c.write(),
-            55..=79 => c.launch(),
-            80..=89 => c.free(),
-            90..=93 => c.fault(),
+            0..=30 => c.alloc(),
+            31..=57 => c.write(),
+            58..=83 => c.launch(),
+            84..=95 => c.free(),
+            96..=97 => c.fault(),
             _ => {
                 kill_a_worker(host, &mut c.rng, tally);
                 Ok(())
@@ -628,6 +637,26 @@ fn children() -> (usize, usize, Vec<u32>) {
         }
     }
     (count, zombies, pids)
+}
+
+/// This process's open descriptors by what they are (`socket`, `memfd`, a device, …).
+fn fd_kinds() -> String {
+    let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
+    if let Ok(dir) = std::fs::read_dir("/proc/self/fd") {
+        for entry in dir.flatten() {
+            let target = std::fs::read_link(entry.path())
+                .map(|t| t.display().to_string())
+                .unwrap_or_else(|_| "?".into());
+            // "socket:[123]" → "socket", "/memfd:x (deleted)" → "/memfd:x", paths as they are.
+            let kind = target.split([':', ' ']).next().unwrap_or("?").to_owned();
+            *kinds.entry(kind).or_default() += 1;
+        }
+    }
+    kinds
+        .iter()
+        .map(|(k, n)| format!("{n} {k}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn open_fds() -> usize {
@@ -726,8 +755,34 @@ fn check_batch(host: &Host, batch: u64, bounds: &mut Bounds, tally: &Tally, max_
     }
 }
 
-/// The pool back at its warm size with nothing leased, then what NVML says is in use.
-fn settled_device_memory(host: &Host, uuid: &str) -> Result<(u64, usize), String> {
+/// Device memory in use on the device `uuid` (a GPU or a MIG instance), as NVML reports it,
+/// read by a worker in its inventory mode as a host reads it: NVML loaded in this process would
+/// add descriptors of its own to the ones the soak counts.
+fn device_memory_used(worker: &WorkerCommand, uuid: &str) -> Result<u64, String> {
+    use tasklet_worker::nvml::{inventory_via_worker, same_uuid};
+    let inventory = inventory_via_worker(worker, Duration::from_secs(30))?;
+    if let Some(gpu) = inventory.gpus.iter().find(|g| same_uuid(&g.uuid, uuid)) {
+        return Ok(gpu.memory_used);
+    }
+    inventory
+        .gpus
+        .iter()
+        .flat_map(|g| &g.mig_instances)
+        .find(|m| same_uuid(&m.uuid, uuid))
+        .map(|m| m.memory_total.saturating_sub(m.memory_free))
+        .ok_or_else(|| format!("NVML lists no GPU or MIG instance {uuid}"))
+}
+
+/// The pool back at its warm size with nothing leased, then the device memory NVML reports,
+/// waited for until it is within [`NVML_SLACK`] of `base` (a killed worker's context is freed by
+/// the driver a little after the process is gone): the first reading, the last, and how long it
+/// took to come back (`None`: it did not within [`NVML_WAIT`]).
+fn settled_device_memory(
+    host: &Host,
+    worker: &WorkerCommand,
+    uuid: &str,
+    base: u64,
+) -> Result<(u64, u64, Option<Duration>), String> {
     let pool = host.pool();
     let (warm, _) = pool.limits();
     if !eventually(Duration::from_secs(20), || {
@@ -739,9 +794,25 @@ fn settled_device_memory(host: &Host, uuid: &str) -> Result<(u64, usize), String
             pool.busy()
         ));
     }
-    // A replaced worker may still be creating its context: give it a moment.
-    std::thread::sleep(Duration::from_millis(500));
-    tasklet_worker::nvml::memory_used(Some(uuid)).map(|m| (m, pool.idle()))
+    let read = || device_memory_used(worker, uuid);
+    let first = read()?;
+    let started = Instant::now();
+    let mut last = first;
+    let mut error = None;
+    let back = eventually(NVML_WAIT, || match read() {
+        Ok(m) => {
+            last = m;
+            m <= base.saturating_add(NVML_SLACK)
+        }
+        Err(e) => {
+            error = Some(e);
+            true
+        }
+    });
+    if let Some(e) = error {
+        return Err(e);
+    }
+    Ok((first, last, back.then(|| started.elapsed())))
 }
 
 fn main() {
@@ -765,12 +836,13 @@ fn main() {
     policy.gpu.max_vram = LEASE_MAX;
     policy.gpu.max_leases = 2;
     let max_workers = policy.workers.max;
+    let worker = WorkerCommand {
+        program: o.worker.clone(),
+        args: Vec::new(),
+    };
     let host = match Host::new(HostConfig {
         policy,
-        worker: WorkerCommand {
-            program: o.worker.clone(),
-            args: Vec::new(),
-        },
+        worker: worker.clone(),
         backend: o.backend,
     }) {
         Ok(h) => h,
@@ -785,54 +857,72 @@ fn main() {
     let grant = host.policy().ceiling();
     let uuid = host.device().uuid.clone();
     let nvml_base = match o.backend {
-        BackendKind::Cuda => match settled_device_memory(&host, &uuid) {
-            Ok(m) => Some(m.0),
-            Err(e) => {
-                println!("soak: FAIL: NVML: {e}");
-                std::process::exit(1);
+        // Once the warm workers have made their contexts.
+        BackendKind::Cuda => {
+            match settled_device_memory(&host, &worker, &uuid, u64::MAX).and_then(|_| {
+                std::thread::sleep(Duration::from_secs(1));
+                settled_device_memory(&host, &worker, &uuid, u64::MAX)
+            }) {
+                Ok(m) => Some(m.0),
+                Err(e) => {
+                    println!("soak: FAIL: NVML: {e}");
+                    std::process::exit(1);
+                }
             }
-        },
+        }
         BackendKind::Emu => None,
     };
     let tally = Tally::default();
     let mut bounds = Bounds::default();
     let started = Instant::now();
-    let batches = o.cycles.div_ceil(o.tenants as u64);
+    let per_batch = o.tenants as u64 * o.per_tenant;
+    let batches = o.cycles.div_ceil(per_batch);
     let mut cycles = 0u64;
     let mut nvml_worst = 0i64;
+    let mut nvml_longest = Duration::ZERO;
+    let mut next_nvml = 0u64;
+    let mut next_report = 400u64;
     for batch in 0..batches {
-        let this_batch = (o.cycles - cycles).min(o.tenants as u64);
+        let first = cycles;
+        let end = (first + per_batch).min(o.cycles);
         std::thread::scope(|s| {
-            for t in 0..this_batch {
-                let rng = Rng(o.seed ^ (batch << 8 | t).wrapping_mul(0x2545_f491_4f6c_dd1d));
+            for t in 0..o.tenants as u64 {
                 let (host, tally) = (&host, &tally);
                 s.spawn(move || {
-                    run_cycle(grant, host, rng, tally, format!("batch {batch} tenant {t}"))
+                    // This tenant's cycles of the batch, one after another.
+                    for cycle in (first + t..end).step_by(o.tenants) {
+                        let rng = Rng(o.seed ^ cycle.wrapping_mul(0x2545_f491_4f6c_dd1d));
+                        let label = format!("cycle {cycle} (tenant {t})");
+                        run_cycle(grant, host, rng, tally, label);
+                    }
                 });
             }
         });
-        cycles += this_batch;
+        cycles = end;
         check_batch(&host, batch, &mut bounds, &tally, max_workers);
         let last = batch + 1 == batches;
         if let Some(base) = nvml_base {
-            if batch % 100 == 99 || last {
-                match settled_device_memory(&host, &uuid) {
-                    Ok((now, idle)) => {
-                        let delta = now as i64 - base as i64;
-                        nvml_worst = nvml_worst.max(delta);
-                        if now > base + NVML_SLACK {
-                            tally.fail(format!(
-                                "batch {batch}: NVML reports {} MiB in use, baseline {} MiB ({idle} idle workers)",
+            if cycles >= next_nvml || last {
+                next_nvml = cycles + 400;
+                match settled_device_memory(&host, &worker, &uuid, base) {
+                    Ok((first, now, back)) => {
+                        nvml_worst = nvml_worst.max(first as i64 - base as i64);
+                        match back {
+                            Some(took) => nvml_longest = nvml_longest.max(took),
+                            None => tally.fail(format!(
+                                "after cycle {cycles}: NVML reports {} MiB in use {NVML_WAIT:?} after the pool settled, \
+                                 baseline {} MiB",
                                 now >> 20,
                                 base >> 20
-                            ));
+                            )),
                         }
                     }
-                    Err(e) => tally.fail(format!("batch {batch}: NVML: {e}")),
+                    Err(e) => tally.fail(format!("after cycle {cycles}: NVML: {e}")),
                 }
             }
         }
-        if batch % 50 == 49 || last {
+        if cycles >= next_report || last {
+            next_report = cycles + 400;
             println!(
                 "soak: {cycles} cycles in {:.1?}: {} fds, {} MiB resident, {} children, {} failures",
                 started.elapsed(),
@@ -871,11 +961,15 @@ fn main() {
     );
     if let Some(base) = nvml_base {
         println!(
-            "soak: NVML device memory baseline {} MiB, worst excess at a check {} MiB",
+            "soak: NVML device memory baseline {} MiB; at a check, once the pool settled, at most {} MiB over it, \
+             back within {} MiB of it after {:?} at worst",
             base >> 20,
-            nvml_worst >> 20
+            nvml_worst.max(0) >> 20,
+            NVML_SLACK >> 20,
+            nvml_longest
         );
     }
+    println!("soak: open descriptors now: {}", fd_kinds());
     let failed = tally.failed.load(Ordering::Relaxed);
     if failed == 0 {
         println!("soak: PASS (seed {})", o.seed);

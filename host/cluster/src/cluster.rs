@@ -132,10 +132,7 @@ async fn options(config: &NatsConfig, servers: &[&str]) -> Result<ConnectOptions
         .connection_timeout(config.connect_timeout)
         .request_timeout(Some(config.request_timeout))
         .ping_interval(PING_INTERVAL)
-        .reconnect_delay_callback(|attempts| {
-            let exponent = u32::try_from(attempts.min(8)).unwrap_or(8);
-            (Duration::from_millis(50) * 2u32.pow(exponent)).min(MAX_RECONNECT_DELAY)
-        })
+        .reconnect_delay_callback(reconnect_delay)
         .require_tls(config.require_tls);
     if let Some(name) = &config.client_name {
         options = options.name(name);
@@ -172,6 +169,18 @@ async fn options(config: &NatsConfig, servers: &[&str]) -> Result<ConnectOptions
         options = options.add_client_certificate(cert.clone(), key.clone());
     }
     Ok(options)
+}
+
+/// The wait before connection attempt `attempts` (1 for the first). The client library waits
+/// this long before every attempt, the first connection's included: none then, so that a
+/// command that connects once pays no idle time, then 200 ms doubling up to
+/// [`MAX_RECONNECT_DELAY`].
+fn reconnect_delay(attempts: usize) -> Duration {
+    if attempts <= 1 {
+        return Duration::ZERO;
+    }
+    let exponent = u32::try_from(attempts.min(8)).unwrap_or(8);
+    (Duration::from_millis(50) * 2u32.pow(exponent)).min(MAX_RECONNECT_DELAY)
 }
 
 /// `%XX` escapes in a URL's user or password replaced by their bytes (invalid escapes are
@@ -272,6 +281,16 @@ fn server_at_least(version: &str, (major, minor): (u32, u32)) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_first_attempt_does_not_wait_and_retries_back_off_to_the_cap() {
+        assert_eq!(reconnect_delay(0), Duration::ZERO);
+        assert_eq!(reconnect_delay(1), Duration::ZERO);
+        assert_eq!(reconnect_delay(2), Duration::from_millis(200));
+        assert_eq!(reconnect_delay(3), Duration::from_millis(400));
+        assert_eq!(reconnect_delay(5), MAX_RECONNECT_DELAY);
+        assert_eq!(reconnect_delay(usize::MAX), MAX_RECONNECT_DELAY);
+    }
 
     #[test]
     fn percent_escapes() {

@@ -7,14 +7,20 @@
 //! read, naming the op. Everything else is one round trip. The node checks every operation
 //! itself; nothing is checked here that the node would not check again, except what only this
 //! side can know (a kernel's name, from the module's list).
+//!
+//! A one-shot ([`GpuService::submit`]) whose shape GPU_SUBMIT carries — a PTX module, the region
+//! as the kernel's first argument and nowhere else, no dynamic shared memory, an input within
+//! [`wire::limits::MAX_SUBMIT_INPUT`] — goes as one GPU_SUBMIT between its lease's LEASE_ALLOC
+//! and MEM_FREE; any other runs as the session operations it stands for.
 
 use crate::client::{unexpected, NodeClient};
 use crate::error::ClientError;
 use std::collections::HashMap;
 use tasklet_runtime::config::{Grant as HostGrant, Manifest, Right};
 use tasklet_runtime::gpu::{
-    BufferId, DeviceInfo, GpuService, GuestBytes, KernelArg, LaunchConfig, LeaseId, LeaseInfo,
-    LeaseRequest, ModuleId, SessionId,
+    submit_args_after_region, submit_in_session, BufferId, DeviceInfo, GpuService, GuestBytes,
+    KernelArg, KernelParam, KernelSignature, LaunchConfig, LeaseId, LeaseInfo, LeaseRequest,
+    ModuleId, ModuleSource, ParamKind, SessionId, Submit, SubmitArg,
 };
 use tasklet_runtime::GpuError;
 use tasklet_wire as wire;
@@ -25,8 +31,12 @@ pub struct RemoteGpu {
     client: NodeClient,
     /// The grant the node confirmed, when one was asked for.
     grant: Option<wire::Grant>,
-    /// Each loaded module's kernel names, in the order LAUNCH indexes them.
-    modules: HashMap<ModuleId, Vec<String>>,
+    /// Each loaded module's kernels, in the order LAUNCH indexes them.
+    modules: HashMap<ModuleId, Vec<KernelSignature>>,
+    /// The lease each open session is under, to number launches by lease.
+    sessions: HashMap<SessionId, LeaseId>,
+    /// LAUNCHes sent under each lease: the latest one's ordinal.
+    launched: HashMap<LeaseId, u64>,
 }
 
 impl RemoteGpu {
@@ -36,6 +46,8 @@ impl RemoteGpu {
             client,
             grant: None,
             modules: HashMap::new(),
+            sessions: HashMap::new(),
+            launched: HashMap::new(),
         }
     }
 
@@ -47,11 +59,9 @@ impl RemoteGpu {
         manifest: &Manifest,
     ) -> Result<RemoteGpu, ClientError> {
         let grant = client.grant(&manifest_grant(manifest))?;
-        Ok(RemoteGpu {
-            client,
-            grant: Some(grant),
-            modules: HashMap::new(),
-        })
+        let mut gpu = RemoteGpu::new(client);
+        gpu.grant = Some(grant);
+        Ok(gpu)
     }
 
     /// The grant the node confirmed, if one was asked for.
@@ -175,6 +185,8 @@ impl GpuService for RemoteGpu {
     }
 
     fn lease_drop(&mut self, lease: LeaseId) {
+        self.launched.remove(&lease);
+        self.sessions.retain(|_, l| *l != lease);
         // Whatever the answer, the lease is gone for the caller (an ended one too).
         let _ = self.client.mem_free(wire::LeaseId(lease.0));
     }
@@ -183,12 +195,17 @@ impl GpuService for RemoteGpu {
         match self.call(&Request::SessionOpen {
             lease: wire::LeaseId(lease.0),
         })? {
-            (Reply::SessionOpen { session }, _) => Ok(SessionId(session.0)),
+            (Reply::SessionOpen { session }, _) => {
+                let session = SessionId(session.0);
+                self.sessions.insert(session, lease);
+                Ok(session)
+            }
             (other, _) => Err(unexpected(other).into()),
         }
     }
 
     fn session_drop(&mut self, session: SessionId) {
+        self.sessions.remove(&session);
         let _ = self.call(&Request::SessionClose {
             session: wire::SessionId(session.0),
         });
@@ -308,6 +325,13 @@ impl GpuService for RemoteGpu {
     }
 
     fn module_kernels(&mut self, _session: SessionId, module: ModuleId) -> Vec<String> {
+        self.modules
+            .get(&module)
+            .map(|ks| ks.iter().map(|k| k.name.clone()).collect())
+            .unwrap_or_default()
+    }
+
+    fn module_signatures(&mut self, _session: SessionId, module: ModuleId) -> Vec<KernelSignature> {
         self.modules.get(&module).cloned().unwrap_or_default()
     }
 
@@ -330,16 +354,29 @@ impl GpuService for RemoteGpu {
         // A module this side never loaded is the node's to refuse (index 0 names nothing then).
         let index = match self.modules.get(&module) {
             None => 0,
-            Some(names) => match names.iter().position(|n| n == kernel) {
+            Some(kernels) => match kernels.iter().position(|k| k.name == kernel) {
                 Some(i) => i as u32,
                 None => {
+                    let names: Vec<&str> = kernels.iter().map(|k| k.name.as_str()).collect();
                     return Err(GpuError::LaunchFailed(format!(
                         "no kernel named {kernel:?} in the module; it has: {}",
                         names.join(", ")
-                    )))
+                    )));
                 }
             },
         };
+        self.launch_indexed(session, module, index, config, args)?;
+        Ok(())
+    }
+
+    fn launch_indexed(
+        &mut self,
+        session: SessionId,
+        module: ModuleId,
+        index: u32,
+        config: &LaunchConfig,
+        args: &[KernelArg<'_>],
+    ) -> Result<u64, GpuError> {
         let request = Request::Launch(wire::Launch {
             session: wire::SessionId(session.0),
             module: wire::ModuleId(module.0),
@@ -350,7 +387,15 @@ impl GpuService for RemoteGpu {
             args: args.iter().map(to_wire_arg).collect(),
         });
         self.client.post(&request, &[])?;
-        Ok(())
+        // Numbered as the node's worker numbers the launches under the lease, so long as the
+        // node refused none of them (a refused one is reported at the next barrier).
+        let lease = self.sessions.get(&session).copied();
+        let ordinal = lease.map_or(0, |lease| {
+            let n = self.launched.entry(lease).or_insert(0);
+            *n += 1;
+            *n
+        });
+        Ok(ordinal)
     }
 
     fn sync(&mut self, session: SessionId) -> Result<(), GpuError> {
@@ -359,18 +404,109 @@ impl GpuService for RemoteGpu {
         })?;
         Ok(())
     }
+
+    fn submit(&mut self, call: &Submit<'_>) -> Result<Vec<u8>, GpuError> {
+        let Some((ptx, args)) = self.as_gpu_submit(call)? else {
+            return submit_in_session(self, call);
+        };
+        let lease = self.lease_acquire(call.lease)?;
+        let submit = wire::GpuSubmit {
+            lease: wire::LeaseId(lease.0),
+            ptx: ptx.as_bytes().to_vec(),
+            kernel: call.kernel.to_owned(),
+            grid: call.config.grid,
+            block: call.config.block,
+            args,
+            output_size: call.output_size,
+            output_offset: call.output_offset,
+            input: call.input.to_vec(),
+        };
+        let output = self.client.gpu_submit(&submit);
+        self.lease_drop(lease);
+        Ok(output?)
+    }
 }
 
 impl RemoteGpu {
+    /// GPU_SUBMIT's `args` for `call`, when GPU_SUBMIT can carry it (see the module's doc);
+    /// `None` when it must go as session operations. Arguments that do not fit the kernel are
+    /// refused here, before a lease is taken, as the node would refuse them.
+    fn as_gpu_submit<'c>(&self, call: &Submit<'c>) -> Result<Option<(&'c str, Vec<u8>)>, GpuError> {
+        let ModuleSource::Ptx(ptx) = call.module else {
+            return Ok(None);
+        };
+        let region_first = matches!(call.args.first(), Some(SubmitArg::Region { offset: 0 }));
+        let regions = call
+            .args
+            .iter()
+            .filter(|a| matches!(a, SubmitArg::Region { .. }))
+            .count();
+        // The frame holds the module and the input whole, beside the other fields (a few KiB
+        // at most: the name, the argument block).
+        let frame_room = wire::limits::MAX_FRAME_BODY as usize - wire::limits::MAX_ARG_BYTES;
+        let fits = call.input.len() <= wire::limits::MAX_SUBMIT_INPUT
+            && ptx.len() <= wire::limits::MAX_MODULE_BYTES
+            && ptx.len() + call.input.len() + call.kernel.len() < frame_room
+            && call.kernel.len() <= wire::limits::MAX_NAME;
+        if !region_first || regions != 1 || call.config.shared_mem_bytes != 0 || !fits {
+            return Ok(None);
+        }
+        // The module's signature, read here to lay the arguments out as the node will split
+        // them; a module this side cannot read goes as session operations, to be judged by
+        // the node's worker.
+        let Ok(kernels) = tasklet_ptx::entry_signatures(ptx) else {
+            return Ok(None);
+        };
+        let Some(kernel) = kernels.iter().find(|k| k.name == call.kernel) else {
+            return Ok(None);
+        };
+        Ok(Some((ptx, submit_args_after_region(kernel, call.args)?)))
+    }
+
     fn loaded(&mut self, request: &Request) -> Result<ModuleId, GpuError> {
         match self.call(request)? {
             (Reply::ModuleLoad(loaded) | Reply::ModuleLoadSource(loaded), _) => {
                 let id = ModuleId(loaded.module.0);
-                let names = loaded.kernels.into_iter().map(|k| k.name).collect();
-                self.modules.insert(id, names);
+                let kernels = loaded.kernels.into_iter().map(signature).collect();
+                self.modules.insert(id, kernels);
                 Ok(id)
             }
             (other, _) => Err(unexpected(other).into()),
         }
+    }
+}
+
+/// A kernel as MODULE_LOAD's reply lists it. A parameter is a pointer when declared a 64-bit
+/// integer (the node sends its PTX type); one whose type the node did not send, when it is 8
+/// bytes aligned to 8.
+fn signature(kernel: wire::Kernel) -> KernelSignature {
+    KernelSignature {
+        name: kernel.name,
+        params: kernel
+            .params
+            .into_iter()
+            .map(|p| {
+                let pointer = match p.ptx_type.as_deref() {
+                    Some(ty) => {
+                        let ty = match ty.strip_prefix(".align ") {
+                            Some(rest) => rest.split_once(' ').map_or("", |(_, t)| t),
+                            None => ty,
+                        };
+                        matches!(ty, ".u64" | ".s64" | ".b64")
+                    }
+                    None => p.size == 8 && p.align == 8,
+                };
+                KernelParam {
+                    name: p.name,
+                    size: p.size,
+                    align: p.align,
+                    kind: if pointer {
+                        ParamKind::Pointer
+                    } else {
+                        ParamKind::Value
+                    },
+                }
+            })
+            .collect(),
     }
 }

@@ -6,8 +6,8 @@
 use crate::metrics::TenantMetrics;
 use std::collections::HashSet;
 use tasklet_runtime::gpu::{
-    BufferId, DeviceInfo, GpuService, GuestBytes, KernelArg, LaunchConfig, LeaseId, LeaseInfo,
-    LeaseRequest, LocalGpu, ModuleId, SessionId,
+    BufferId, DeviceInfo, GpuService, GuestBytes, KernelArg, KernelSignature, LaunchConfig,
+    LeaseId, LeaseInfo, LeaseRequest, LocalGpu, ModuleId, SessionId,
 };
 use tasklet_runtime::GpuError;
 
@@ -139,6 +139,10 @@ impl GpuService for MeteredGpu {
         self.gpu.module_kernels(session, module)
     }
 
+    fn module_signatures(&mut self, session: SessionId, module: ModuleId) -> Vec<KernelSignature> {
+        self.gpu.module_signatures(session, module)
+    }
+
     fn module_unload(&mut self, session: SessionId, module: ModuleId) {
         self.gpu.module_unload(session, module)
     }
@@ -152,6 +156,18 @@ impl GpuService for MeteredGpu {
         args: &[KernelArg<'_>],
     ) -> Result<(), GpuError> {
         self.gpu.launch(session, module, kernel, config, args)
+    }
+
+    fn launch_indexed(
+        &mut self,
+        session: SessionId,
+        module: ModuleId,
+        kernel: u32,
+        config: &LaunchConfig,
+        args: &[KernelArg<'_>],
+    ) -> Result<u64, GpuError> {
+        self.gpu
+            .launch_indexed(session, module, kernel, config, args)
     }
 
     fn sync(&mut self, session: SessionId) -> Result<(), GpuError> {

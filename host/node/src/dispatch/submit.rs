@@ -2,12 +2,15 @@
 //!
 //! A lease's first submission opens a session on it and allocates all of the lease's memory as
 //! one zeroed *region*, which every later submission on the lease sees again (so one submission
-//! can prepare what the next reads) until MEM_FREE. The region's device address is the kernel's
+//! can prepare what the next reads) until MEM_FREE. The submission's `input`, if any, is written
+//! at the start of the region before the launch. The region's device address is the kernel's
 //! first argument; the client's `args` are the rest of the argument block, byte for byte from
 //! the end of that 8-byte pointer, and are split into the kernel's parameters by the module's
 //! own signature. Each step fails with its own status: UNAUTHORIZED (not this connection's
 //! lease, or a right the grant lacks), LOAD_FAILED, LAUNCH_FAILED (refused, faulted or past its
-//! deadline: the message says which), READ_FAILED; LEASE_EXPIRED when the lease has ended.
+//! deadline: the message says which), READ_FAILED; LEASE_EXPIRED when the lease has ended; an
+//! input that does not fit the region (or a grant without the `write` right) keeps the host's own
+//! status (OUT_OF_BOUNDS, UNAUTHORIZED).
 
 use super::book::{Region, SubmitModule};
 use super::reads::READ_PIECE;
@@ -101,6 +104,11 @@ impl Dispatcher {
             args.push(KernelArg::Bytes(
                 &submit.args[from..from + param.size as usize],
             ));
+        }
+        if !submit.input.is_empty() {
+            self.gpu()
+                .mem_write(session, buffer, 0, &submit.input)
+                .map_err(Failure::from)?;
         }
         let config = LaunchConfig {
             grid: submit.grid,

@@ -110,6 +110,10 @@ fn main() -> ExitCode {
             submit::gpu_submit_runs_one_kernel_and_reports_each_status,
         ),
         (
+            "submit::gpu_submit_writes_its_input_before_the_launch",
+            submit::gpu_submit_writes_its_input_before_the_launch,
+        ),
+        (
             "deploy::a_pushed_tasklet_runs_as_it_does_locally",
             deploy::a_pushed_tasklet_runs_as_it_does_locally,
         ),

@@ -87,6 +87,7 @@ fn iota(lease: LeaseId, n: u32, kernel: &str) -> GpuSubmit {
         args: n.to_le_bytes().to_vec(),
         output_size: 4 * u64::from(n),
         output_offset: 0,
+        input: Vec::new(),
     }
 }
 

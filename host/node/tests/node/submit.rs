@@ -17,6 +17,7 @@ fn iota(lease: LeaseId, n: u32) -> GpuSubmit {
         args: n.to_le_bytes().to_vec(),
         output_size: 4 * u64::from(n),
         output_offset: 0,
+        input: Vec::new(),
     }
 }
 
@@ -93,6 +94,7 @@ pub fn gpu_submit_runs_one_kernel_and_reports_each_status() -> TestResult {
         args: (1u64 << 40).to_le_bytes().to_vec(),
         output_size: 4,
         output_offset: 0,
+        input: Vec::new(),
     };
     let err = client
         .gpu_submit(&fault)
@@ -118,6 +120,48 @@ pub fn gpu_submit_runs_one_kernel_and_reports_each_status() -> TestResult {
         metrics.gpu_submit_total == 8 && metrics.gpu_submit_errors == 6,
         || format!("{metrics:?}"),
     )?;
+    drop(client);
+    node.wait_for_baseline(WAIT)?;
+    Ok(())
+}
+
+/// GPU_SUBMIT's `input` lands at the start of the region before the launch: a kernel that scales
+/// its input in place returns the scaled input; an input that does not fit the region is refused
+/// with OUT_OF_BOUNDS before anything runs.
+pub fn gpu_submit_writes_its_input_before_the_launch() -> TestResult {
+    const SCALE_PTX: &str = include_str!("../../../../kernels/scale.ptx");
+    let node = TestNode::start();
+    let mut client = node.client("dev");
+    // A small lease, so that an input one byte past its region still fits GPU_SUBMIT's cap.
+    let lease = client
+        .lease_alloc(64 << 10, 60, None)
+        .map_err(|e| e.to_string())?;
+    let xs: Vec<f32> = (0..300).map(|i| i as f32 * 0.5).collect();
+    let mut args = 3.0f32.to_le_bytes().to_vec();
+    args.extend_from_slice(&(xs.len() as u32).to_le_bytes());
+    let mut submit = GpuSubmit {
+        lease: lease.lease,
+        ptx: SCALE_PTX.as_bytes().to_vec(),
+        kernel: "scale".into(),
+        grid: [2, 1, 1],
+        block: [256, 1, 1],
+        args,
+        output_size: 4 * xs.len() as u64,
+        output_offset: 0,
+        input: xs.iter().flat_map(|x| x.to_le_bytes()).collect(),
+    };
+    let out = client.gpu_submit(&submit).map_err(|e| e.to_string())?;
+    let want: Vec<u8> = xs.iter().flat_map(|x| (x * 3.0).to_le_bytes()).collect();
+    check(out == want, || format!("{:?}", &out[..16]))?;
+
+    submit.input = vec![0; lease.granted_bytes as usize + 1];
+    let err = client
+        .gpu_submit(&submit)
+        .err()
+        .ok_or("an input past the region was taken")?;
+    check(err.code() == Some(ErrorCode::OutOfBounds), || {
+        err.to_string()
+    })?;
     drop(client);
     node.wait_for_baseline(WAIT)?;
     Ok(())

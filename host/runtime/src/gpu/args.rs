@@ -1,7 +1,7 @@
 //! A kernel's argument block, built from typed arguments: buffer arguments become device addresses
 //! of the caller's own allocations, and every argument must match its parameter's size.
 
-use super::types::{BufferId, KernelArg};
+use super::types::{BufferId, KernelArg, SubmitArg};
 use crate::error::{invalid, out_of_bounds, quoted, GpuError};
 use tasklet_worker::{KernelInfo, MAX_PARAM_BYTES};
 
@@ -93,4 +93,38 @@ impl KernelEntry {
         }
         Ok(())
     }
+}
+
+/// GPU_SUBMIT's `args` for a one-shot of `kernel`: its argument block for `args` less the first
+/// 8 bytes, where a node puts the region's address. `args` must start with
+/// [`SubmitArg::Region`] at offset 0 and hold no other region pointer (the caller checks; only
+/// the first parameter can be the region on the wire). Checked as a launch's arguments are:
+/// count, and each argument's size against its parameter.
+pub fn submit_args_after_region(
+    kernel: &KernelInfo,
+    args: &[SubmitArg<'_>],
+) -> Result<Vec<u8>, GpuError> {
+    let lifted: Vec<KernelArg<'_>> = args
+        .iter()
+        .map(|a| match *a {
+            // Any buffer id will do: the resolver below gives every one address 0, and the node
+            // writes the real address over the first 8 bytes.
+            SubmitArg::Region { offset } => KernelArg::Buffer {
+                buffer: BufferId(0),
+                offset,
+            },
+            SubmitArg::Value(v) => v,
+        })
+        .collect();
+    let mut block = Vec::new();
+    KernelEntry::new(kernel.clone()).argument_block(&lifted, |_| Ok((0, u64::MAX)), &mut block)?;
+    let starts_with_pointer = kernel.params.first().is_some_and(|p| p.size == 8);
+    if !starts_with_pointer || block.len() < 8 {
+        return Err(invalid(format!(
+            "kernel {} must take the region's address (a 64-bit pointer) as its first parameter",
+            quoted(&kernel.name)
+        )));
+    }
+    block.drain(..8);
+    Ok(block)
 }

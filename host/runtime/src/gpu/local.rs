@@ -8,8 +8,8 @@
 
 use super::args::KernelEntry;
 use super::types::{
-    BufferId, DeviceInfo, GuestBytes, KernelArg, LaunchConfig, LeaseId, LeaseInfo, LeaseRequest,
-    ModuleId, SessionId,
+    BufferId, DeviceInfo, GuestBytes, KernelArg, KernelSignature, LaunchConfig, LeaseId, LeaseInfo,
+    LeaseRequest, ModuleId, SessionId,
 };
 use super::usage::{Usage, UsageHandle};
 use super::GpuService;
@@ -37,6 +37,10 @@ pub struct LocalGpu {
     ids: IdSource,
     /// Where each launch's argument block is built (kept: no allocation per launch).
     arg_block: Vec<u8>,
+    /// Launches posted under each lease: the latest one's ordinal, which the lease's worker
+    /// counts alike (from 1, since it was started or reset for the lease) and names
+    /// asynchronous errors by.
+    launched: FxHashMap<LeaseId, u64>,
     /// The end of the run this serves, once the runner has said (see
     /// [`GpuService::run_ends_at`]): every lease is bound to it.
     run: Option<RunLimit>,
@@ -47,6 +51,7 @@ pub struct LocalGpu {
 /// What the service remembers of a session.
 struct Session {
     lease: Arc<Lease>,
+    lease_id: LeaseId,
     /// Buffer → (device address, size).
     buffers: FxHashMap<BufferId, (u64, u64)>,
     modules: FxHashMap<ModuleId, Module>,
@@ -93,6 +98,7 @@ impl LocalGpu {
             },
             arg_block: Vec::new(),
             usage: Usage::new(LOCAL_TENANT, grant.gpu_time),
+            launched: FxHashMap::default(),
             run: None,
         }
     }
@@ -163,30 +169,39 @@ impl LocalGpu {
     }
 
     /// [`GpuService::launch`] past the right check, building the argument block in `block` and
-    /// checking the launch against the device's limits before it goes to the worker.
+    /// checking the launch against the device's limits before it goes to the worker. Returns
+    /// the lease the launch was posted under.
     fn launch_with(
         &self,
         session: SessionId,
         module: ModuleId,
-        kernel: &str,
+        kernel: Kernel<'_>,
         config: &LaunchConfig,
         args: &[KernelArg<'_>],
         block: &mut Vec<u8>,
-    ) -> Result<(), GpuError> {
+    ) -> Result<LeaseId, GpuError> {
         let s = self.session(session)?;
         let m = s.modules.get(&module).ok_or_else(|| {
             invalid(format!(
                 "module {module} belongs to another session, or was unloaded; load it in this one"
             ))
         })?;
-        let Some(index) = m.kernels.iter().position(|k| k.info.name == kernel) else {
+        let index = match kernel {
+            Kernel::Named(name) => m.kernels.iter().position(|k| k.info.name == name),
+            Kernel::At(i) => Some(i as usize).filter(|&i| i < m.kernels.len()),
+        };
+        let Some(index) = index else {
             let names: Vec<&str> = m.kernels.iter().map(|k| k.info.name.as_str()).collect();
+            let asked = match kernel {
+                Kernel::Named(name) => format!("no kernel named {}", quoted(name)),
+                Kernel::At(i) => format!("no kernel #{i}"),
+            };
             return Err(GpuError::LaunchFailed(format!(
-                "no kernel named {} in the module; it has: {}",
-                quoted(kernel),
+                "{asked} in the module; it has: {}",
                 quoted(&names.join(", "))
             )));
         };
+        let kernel = m.kernels[index].info.name.as_str();
         m.kernels[index].argument_block(args, |id| s.buffer(id), block)?;
         // A handful of integer comparisons: a launch the device would refuse fails here, at once
         // and naming the limit, rather than later and reported by another call.
@@ -212,7 +227,28 @@ impl LocalGpu {
             deadline: self.usage.deadline(self.grant.kernel_deadline)?,
         };
         self.run(&s.lease, |w| w.launch(&launch))
-            .inspect(|_| self.usage.launched())
+            .inspect(|_| self.usage.launched())?;
+        Ok(s.lease_id)
+    }
+
+    /// A launch past the right check, with the argument block built in the service's buffer
+    /// (taken out for the call, so the session can be borrowed beside it, and put back after:
+    /// no allocation per launch). Returns the launch's ordinal under its lease.
+    fn launch_counted(
+        &mut self,
+        session: SessionId,
+        module: ModuleId,
+        kernel: Kernel<'_>,
+        config: &LaunchConfig,
+        args: &[KernelArg<'_>],
+    ) -> Result<u64, GpuError> {
+        self.need(Right::Launch)?;
+        let mut block = std::mem::take(&mut self.arg_block);
+        let r = self.launch_with(session, module, kernel, config, args, &mut block);
+        self.arg_block = block;
+        let ordinal = self.launched.entry(r?).or_insert(0);
+        *ordinal += 1;
+        Ok(*ordinal)
     }
 
     fn add_module(
@@ -228,6 +264,14 @@ impl LocalGpu {
         s.modules.insert(id, Module::new(loaded));
         Ok(id)
     }
+}
+
+/// The kernel a launch names: by name (contract 0.1), or by its place in the module's list (a
+/// kernel handle, resolved once).
+#[derive(Clone, Copy)]
+enum Kernel<'a> {
+    Named(&'a str),
+    At(u32),
 }
 
 impl Session {
@@ -370,13 +414,14 @@ impl GpuService for LocalGpu {
     }
 
     fn lease_drop(&mut self, lease: LeaseId) {
+        self.launched.remove(&lease);
         if let Some(lease) = self.leases.remove(&lease) {
             self.manager.end(&lease, EndReason::Dropped);
         }
     }
 
-    fn session_open(&mut self, lease: LeaseId) -> Result<SessionId, GpuError> {
-        let lease = Arc::clone(self.lease(lease)?);
+    fn session_open(&mut self, lease_id: LeaseId) -> Result<SessionId, GpuError> {
+        let lease = Arc::clone(self.lease(lease_id)?);
         // Refuse sessions on ended leases now rather than at their first operation.
         self.manager.with_worker(&lease, |_| Ok(()))?;
         let id = SessionId(self.ids.fresh());
@@ -384,6 +429,7 @@ impl GpuService for LocalGpu {
             id,
             Session {
                 lease,
+                lease_id,
                 buffers: FxHashMap::default(),
                 modules: FxHashMap::default(),
             },
@@ -558,6 +604,14 @@ impl GpuService for LocalGpu {
             .unwrap_or_default()
     }
 
+    fn module_signatures(&mut self, session: SessionId, module: ModuleId) -> Vec<KernelSignature> {
+        self.sessions
+            .get(&session)
+            .and_then(|s| s.modules.get(&module))
+            .map(|m| m.kernels.iter().map(|k| (&k.info).into()).collect())
+            .unwrap_or_default()
+    }
+
     fn module_unload(&mut self, session: SessionId, module: ModuleId) {
         let Some(s) = self.sessions.get_mut(&session) else {
             return;
@@ -575,13 +629,19 @@ impl GpuService for LocalGpu {
         config: &LaunchConfig,
         args: &[KernelArg<'_>],
     ) -> Result<(), GpuError> {
-        self.need(Right::Launch)?;
-        // The block is built in the service's buffer, taken out for the call (so the session can
-        // be borrowed beside it) and put back after: no allocation per launch.
-        let mut block = std::mem::take(&mut self.arg_block);
-        let r = self.launch_with(session, module, kernel, config, args, &mut block);
-        self.arg_block = block;
-        r
+        self.launch_counted(session, module, Kernel::Named(kernel), config, args)?;
+        Ok(())
+    }
+
+    fn launch_indexed(
+        &mut self,
+        session: SessionId,
+        module: ModuleId,
+        kernel: u32,
+        config: &LaunchConfig,
+        args: &[KernelArg<'_>],
+    ) -> Result<u64, GpuError> {
+        self.launch_counted(session, module, Kernel::At(kernel), config, args)
     }
 
     fn sync(&mut self, session: SessionId) -> Result<(), GpuError> {

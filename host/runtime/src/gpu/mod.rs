@@ -10,13 +10,17 @@
 
 mod args;
 mod local;
+mod submit;
 mod types;
 mod usage;
 
+pub use args::submit_args_after_region;
 pub use local::{LocalGpu, DIRECT_MIN_BYTES};
+pub use submit::submit_in_session;
 pub use types::{
-    BufferId, DeviceInfo, GuestBytes, KernelArg, LaunchConfig, LeaseId, LeaseInfo, LeaseRequest,
-    ModuleId, SessionId,
+    BufferId, DeviceInfo, GuestBytes, KernelArg, KernelParam, KernelSignature, LaunchConfig,
+    LeaseId, LeaseInfo, LeaseRequest, ModuleId, ModuleSource, ParamKind, SessionId, Submit,
+    SubmitArg,
 };
 pub use usage::{UsageHandle, UsageStats};
 
@@ -92,6 +96,9 @@ pub trait GpuService: Send {
     ) -> Result<ModuleId, GpuError>;
     /// The module's kernel names, in the order launches may name them by index.
     fn module_kernels(&mut self, session: SessionId, module: ModuleId) -> Vec<String>;
+    /// The module's kernels with their parameters, in the same order (none for a module that is
+    /// not the session's).
+    fn module_signatures(&mut self, session: SessionId, module: ModuleId) -> Vec<KernelSignature>;
     fn module_unload(&mut self, session: SessionId, module: ModuleId);
 
     fn launch(
@@ -102,6 +109,18 @@ pub trait GpuService: Send {
         config: &LaunchConfig,
         args: &[KernelArg<'_>],
     ) -> Result<(), GpuError>;
+    /// [`GpuService::launch`] of the module's kernel at `kernel` in its list (no name to look
+    /// up), returning the launch's ordinal: its number among the launches under the session's
+    /// lease, counting from 1, by which a later asynchronous error names it ("launch #N of
+    /// kernel `k`").
+    fn launch_indexed(
+        &mut self,
+        session: SessionId,
+        module: ModuleId,
+        kernel: u32,
+        config: &LaunchConfig,
+        args: &[KernelArg<'_>],
+    ) -> Result<u64, GpuError>;
     /// Waits for all work of the session; reports the first asynchronous failure since the last.
     fn sync(&mut self, session: SessionId) -> Result<(), GpuError>;
 
@@ -113,5 +132,12 @@ pub trait GpuService: Send {
         Err(crate::error::unsupported(
             "this GPU service does not report GPU time",
         ))
+    }
+
+    /// Runs a one-shot (see [`Submit`]) and returns its output. By default through the
+    /// service's own session operations ([`submit_in_session`]); a service whose GPU is
+    /// elsewhere may send it whole.
+    fn submit(&mut self, call: &Submit<'_>) -> Result<Vec<u8>, GpuError> {
+        submit_in_session(self, call)
     }
 }

@@ -139,3 +139,91 @@ impl GuestBytes {
         ))
     }
 }
+
+/// Where a module comes from: PTX text, or CUDA C compiled (NVRTC) with options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModuleSource<'a> {
+    Ptx(&'a str),
+    Cuda {
+        source: &'a str,
+        options: &'a [String],
+    },
+}
+
+/// How a kernel parameter is passed, as the module declares it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ParamKind {
+    /// A 64-bit integer parameter (`.u64`, `.s64`, `.b64`): what a device pointer is declared
+    /// as, so it may take a buffer (a 64-bit count is declared the same way).
+    Pointer,
+    /// Any other parameter: a narrower scalar, a float, or a by-value struct or array.
+    Value,
+}
+
+/// One parameter of a kernel: its place in the argument block and how it is passed.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct KernelParam {
+    pub name: String,
+    /// Bytes.
+    pub size: u32,
+    /// Alignment in bytes.
+    pub align: u32,
+    pub kind: ParamKind,
+}
+
+/// A kernel (entry) of a loaded module and its parameters, in declaration order.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct KernelSignature {
+    pub name: String,
+    pub params: Vec<KernelParam>,
+}
+
+impl From<&tasklet_worker::KernelInfo> for KernelSignature {
+    fn from(info: &tasklet_worker::KernelInfo) -> KernelSignature {
+        KernelSignature {
+            name: info.name.clone(),
+            params: info
+                .params
+                .iter()
+                .map(|p| KernelParam {
+                    name: p.name.clone(),
+                    size: p.size,
+                    align: p.align,
+                    kind: if p.pointer_sized {
+                        ParamKind::Pointer
+                    } else {
+                        ParamKind::Value
+                    },
+                })
+                .collect(),
+        }
+    }
+}
+
+/// An argument of a one-shot [`Submit`]: a pointer into the call's region, or a value.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum SubmitArg<'a> {
+    /// The device address of `offset` bytes into the region.
+    Region { offset: u64 },
+    /// A scalar or by-value argument; a buffer here is refused (a one-shot has no session).
+    Value(KernelArg<'a>),
+}
+
+/// A one-shot: one kernel over one region of device memory, start to finish, in one call.
+///
+/// The service acquires a lease as `lease` asks, takes all of its memory as the call's *region*
+/// (zeroed), writes `input` at its start, loads the module, launches `kernel` with `args` (where
+/// [`SubmitArg::Region`] stands for an address in the region), waits for it, reads
+/// `output_size` bytes from `output_offset` in the region, and ends the lease, whatever
+/// happened. Each step is checked as the session operation of the same name is.
+#[derive(Debug, Clone, Copy)]
+pub struct Submit<'a> {
+    pub lease: LeaseRequest,
+    pub module: ModuleSource<'a>,
+    pub kernel: &'a str,
+    pub config: LaunchConfig,
+    pub args: &'a [SubmitArg<'a>],
+    pub input: &'a [u8],
+    pub output_offset: u64,
+    pub output_size: u64,
+}

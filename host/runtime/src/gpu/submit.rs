@@ -1,0 +1,79 @@
+//! The one-shot [`Submit`] as a sequence of a service's own operations: acquire, session, alloc,
+//! write, load, launch, sync, read, and the lease's end. Every step is the operation of the same
+//! name, so it is checked exactly as a tasklet's own session would be, and a service whose GPU is
+//! elsewhere can run a one-shot it cannot send whole the same way.
+
+use super::types::{BufferId, KernelArg, ModuleSource, SessionId, Submit, SubmitArg};
+use super::GpuService;
+use crate::error::{invalid, GpuError};
+
+/// Runs `call` through `gpu`'s session operations. The lease acquired for it is ended before
+/// this returns, whether the call succeeded or not.
+pub fn submit_in_session<G: GpuService + ?Sized>(
+    gpu: &mut G,
+    call: &Submit<'_>,
+) -> Result<Vec<u8>, GpuError> {
+    // Refused before a lease is taken: a buffer argument names a session a one-shot does not have.
+    if call
+        .args
+        .iter()
+        .any(|a| matches!(a, SubmitArg::Value(KernelArg::Buffer { .. })))
+    {
+        return Err(invalid(
+            "a one-shot's pointer arguments point into its region; a buffer of a session cannot be passed",
+        ));
+    }
+    let lease = gpu.lease_acquire(call.lease)?;
+    let result = in_lease(gpu, lease, call);
+    gpu.lease_drop(lease);
+    result
+}
+
+fn in_lease<G: GpuService + ?Sized>(
+    gpu: &mut G,
+    lease: super::LeaseId,
+    call: &Submit<'_>,
+) -> Result<Vec<u8>, GpuError> {
+    // The region is all of the lease's memory, as GPU_SUBMIT defines it on a node.
+    let region_bytes = gpu.lease_info(lease)?.granted_bytes;
+    let session = gpu.session_open(lease)?;
+    let result = in_session(gpu, session, region_bytes, call);
+    gpu.session_drop(session);
+    result
+}
+
+fn in_session<G: GpuService + ?Sized>(
+    gpu: &mut G,
+    session: SessionId,
+    region_bytes: u64,
+    call: &Submit<'_>,
+) -> Result<Vec<u8>, GpuError> {
+    let region = gpu.mem_alloc(session, region_bytes)?;
+    if !call.input.is_empty() {
+        gpu.mem_write(session, region, 0, call.input)?;
+    }
+    let module = match call.module {
+        ModuleSource::Ptx(ptx) => gpu.module_load(session, ptx)?,
+        ModuleSource::Cuda { source, options } => {
+            gpu.module_load_source(session, source, options)?
+        }
+    };
+    let args = launch_args(call.args, region);
+    gpu.launch(session, module, call.kernel, &call.config, &args)?;
+    // A read waits for the kernel, and reports its faults.
+    gpu.mem_read(session, region, call.output_offset, call.output_size)
+}
+
+/// The one-shot's arguments as a launch in a session takes them: region pointers become the
+/// region's buffer.
+fn launch_args<'a>(args: &[SubmitArg<'a>], region: BufferId) -> Vec<KernelArg<'a>> {
+    args.iter()
+        .map(|a| match *a {
+            SubmitArg::Region { offset } => KernelArg::Buffer {
+                buffer: region,
+                offset,
+            },
+            SubmitArg::Value(v) => v,
+        })
+        .collect()
+}

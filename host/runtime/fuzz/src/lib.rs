@@ -320,12 +320,9 @@ pub fn run(data: &[u8]) {
                 "a launch of `{name}` with {} arguments was accepted",
                 args.len()
             );
-            let threads = config
-                .grid
-                .iter()
-                .chain(&config.block)
-                .map(|&d| u64::from(d))
-                .product::<u64>();
+            // iota's index is x alone (blockIdx.x * blockDim.x + threadIdx.x): the y and z
+            // dimensions repeat the same indices.
+            let threads = u64::from(config.grid[0]) * u64::from(config.block[0]);
             if let Err(e) = check_written(t, &name, &args, threads) {
                 check_message(&e);
                 if ends_lease(&e) {
@@ -470,6 +467,23 @@ mod tests {
         assert_eq!(&got[16..20], &[0, 0, 0xc0, 0x7f]);
         assert_eq!(&got[32..44], &(1..=12).collect::<Vec<u8>>()[..]);
         assert_eq!(&got[48..72], &(101..=124).collect::<Vec<u8>>()[..]);
+    }
+
+    /// Inputs the fuzzer found that once failed the harness, replayed.
+    #[test]
+    fn found_inputs_pass() {
+        if !worker().exists() {
+            eprintln!("skipped: no worker binary at {}", worker().display());
+            return;
+        }
+        // iota on grid (1, 1, 1025), block (26, 1, 1), n = 255, at byte 1020 of the 4 KiB buffer:
+        // 26 elements written, since iota's index is x alone (the harness once expected
+        // grid × block of them).
+        run(&[
+            0x39, 0x2b, 0x0a, 0x99, 0x98, 0x99, 0xa0, 0x70, 0xff, 0xff, 0xff, 0xff, 0x07, 0xff,
+            0xff, 0xff, 0x00, 0x00, 0x00, 0x7a, 0x99, 0x99, 0x2b, 0x0e, 0xb4, 0xb4, 0x39, 0xff,
+            0xfd, 0xfb,
+        ]);
     }
 
     #[test]

@@ -3,12 +3,16 @@
 use bytemuck::Pod;
 
 use crate::error::{Error, Result};
-use crate::launch::{Arg, KernelArg, LaunchConfig};
+use crate::launch::{KernelArg, LaunchConfig};
 use crate::lease::{vram_for, Lease, LeaseBuilder};
+use crate::raw::oneshot as raw;
 
-/// One kernel over one buffer, start to finish: acquires a lease sized for the data, opens a
-/// session, copies the input to the device, loads the module, runs the kernel over it in place,
-/// reads the buffer back and drops the lease.
+/// One kernel over one buffer, start to finish, in one host call (`oneshot.submit`): the host
+/// acquires a lease sized for the data, takes its memory as the call's buffer, copies the input
+/// there, loads the module, runs the kernel over it in place, reads the buffer back and ends the
+/// lease. Where the GPU is on a node, that is one request to it (GPU_SUBMIT) when the data is
+/// the kernel's first parameter, the module PTX, and the input at most 1 MiB; otherwise the host
+/// sends the same steps as session operations.
 ///
 /// The kernel's arguments are given in parameter order: [`GpuCall::data`] for the device buffer
 /// holding the input, [`GpuCall::len_arg`] for its element count as a `u32`, and
@@ -157,7 +161,8 @@ impl<'p> GpuCall<'p> {
         self.lease.min_vram(asked.max(vram_for::<T>(len)))
     }
 
-    /// Runs the kernel over a device copy of `input` and returns the buffer's contents afterwards.
+    /// Runs the kernel over a device copy of `input` and returns the buffer's contents afterwards
+    /// (its first `input.len()` elements: the lease may hold more, zeroed).
     pub fn run<T: Pod>(&self, input: &[T]) -> Result<Vec<T>> {
         if input.is_empty() {
             return Ok(Vec::new());
@@ -168,36 +173,55 @@ impl<'p> GpuCall<'p> {
                 input.len()
             ))
         })?;
-        let lease = self.lease_for::<T>(input.len()).acquire()?;
-        let session = lease.session()?;
+        let bytes: &[u8] = bytemuck::cast_slice(input);
         let module = match &self.source {
-            Source::Ptx(ptx) => session.load_ptx(ptx)?,
-            Source::Cuda(src, opts) => {
-                let opts: Vec<&str> = opts.iter().map(String::as_str).collect();
-                session.load_cuda(src, &opts)?
-            }
+            Source::Ptx(ptx) => raw::ModuleSource::Ptx((*ptx).to_owned()),
+            Source::Cuda(source, options) => raw::ModuleSource::Cuda(raw::CudaSource {
+                source: (*source).to_owned(),
+                options: options.clone(),
+            }),
         };
-        let data = session.alloc_from(input)?;
-        let mut launch = session
-            .launch(&module, self.kernel)
-            .config(self.config.unwrap_or(LaunchConfig::for_num_elems(n)));
-        for a in &self.args {
-            launch = match a {
-                CallArg::Data => launch.arg(&data),
-                CallArg::Len => launch.arg(n),
-                CallArg::Scalar(s) => launch.arg(s.to_arg()),
-            };
+        let args = self
+            .args
+            .iter()
+            .map(|a| match a {
+                CallArg::Data => raw::SubmitArg::Region(0),
+                CallArg::Len => raw::SubmitArg::U32(n),
+                CallArg::Scalar(s) => s.to_submit_arg(),
+            })
+            .collect();
+        let call = raw::Submission {
+            lease: self.lease_for::<T>(input.len()).request(),
+            module,
+            kernel: self.kernel.to_owned(),
+            config: self
+                .config
+                .unwrap_or(LaunchConfig::for_num_elems(n))
+                .to_raw(),
+            args,
+            input: bytes.to_vec(),
+            output_offset: 0,
+            output_size: bytes.len() as u64,
+        };
+        let out = raw::submit(&call)?;
+        // The host returns exactly the bytes asked for; a shorter answer is refused, not read.
+        if out.len() != bytes.len() {
+            return Err(Error::invalid_input(format!(
+                "the host returned {} bytes for a {}-byte output",
+                out.len(),
+                bytes.len()
+            )));
         }
-        launch.run()?;
-        // A read waits for the kernel and reports its faults.
-        data.read()
+        let mut values = vec![T::zeroed(); input.len()];
+        bytemuck::cast_slice_mut::<T, u8>(&mut values).copy_from_slice(&out);
+        Ok(values)
     }
 }
 
 impl ScalarArg {
-    fn to_arg(&self) -> Arg<'static> {
-        use crate::raw::sessions::KernelArg as K;
-        Arg::from_raw(match self {
+    fn to_submit_arg(&self) -> raw::SubmitArg {
+        use raw::SubmitArg as K;
+        match self {
             ScalarArg::I32(v) => K::I32(*v),
             ScalarArg::U32(v) => K::U32(*v),
             ScalarArg::I64(v) => K::I64(*v),
@@ -205,7 +229,7 @@ impl ScalarArg {
             ScalarArg::F32(v) => K::F32(*v),
             ScalarArg::F64(v) => K::F64(*v),
             ScalarArg::Bytes(v) => K::Bytes(v.clone()),
-        })
+        }
     }
 }
 

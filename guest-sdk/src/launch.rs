@@ -5,7 +5,7 @@ use bytemuck::Pod;
 use crate::buffer::DeviceBuffer;
 use crate::error::{quoted, Error, Result};
 use crate::raw::sessions as raw;
-use crate::session::{Module, Session};
+use crate::session::{Kernel, Module, Session};
 
 /// Grid and block dimensions of a launch, and its dynamic shared memory.
 ///
@@ -212,31 +212,52 @@ impl<'a> KernelArg<'a> for Arg<'a> {
 #[must_use = "a launch does nothing until .run()"]
 pub struct Launch<'a> {
     session: &'a Session<'a>,
-    module: &'a Module<'a>,
-    kernel: &'a str,
+    target: Target<'a>,
     config: Option<LaunchConfig>,
     args: Vec<raw::KernelArg<'a>>,
     /// The first mistake found while building, reported by `run`.
     error: Option<Error>,
 }
 
+/// What a launch runs: a kernel named in a module, or a kernel handle.
+enum Target<'a> {
+    Named(&'a Module<'a>, &'a str),
+    Handle(&'a Kernel<'a>),
+}
+
 impl<'a> Launch<'a> {
     pub(crate) fn new(session: &'a Session<'a>, module: &'a Module<'a>, kernel: &'a str) -> Self {
+        Launch::with_target(session, module, Target::Named(module, kernel))
+    }
+
+    pub(crate) fn of_kernel(session: &'a Session<'a>, kernel: &'a Kernel<'a>) -> Self {
+        Launch::with_target(session, kernel.module(), Target::Handle(kernel))
+    }
+
+    fn with_target(session: &'a Session<'a>, module: &'a Module<'a>, target: Target<'a>) -> Self {
         let mut launch = Launch {
             session,
-            module,
-            kernel,
+            target,
             config: None,
             args: Vec::new(),
             error: None,
         };
         if !session.is(module.session()) {
+            let name = launch.kernel_name();
             launch.fail(Error::InvalidArgument(format!(
                 "launch of {}: the module belongs to another session",
-                quoted(kernel)
+                quoted(&name)
             )));
         }
         launch
+    }
+
+    /// The kernel's name, for messages (asked of the host for a handle: only on a mistake).
+    fn kernel_name(&self) -> String {
+        match self.target {
+            Target::Named(_, name) => name.to_owned(),
+            Target::Handle(k) => k.name(),
+        }
     }
 
     fn fail(&mut self, e: Error) {
@@ -257,7 +278,7 @@ impl<'a> Launch<'a> {
                 let i = self.args.len();
                 self.fail(Error::InvalidArgument(format!(
                     "launch of {}: argument {i} is a buffer of another session",
-                    quoted(self.kernel)
+                    quoted(&self.kernel_name())
                 )));
             }
         }
@@ -272,7 +293,7 @@ impl<'a> Launch<'a> {
             let i = self.args.len();
             self.fail(Error::OutOfBounds(format!(
                 "launch of {}: argument {i} points at element {index} of a buffer of {} elements",
-                quoted(self.kernel),
+                quoted(&self.kernel_name()),
                 buf.len()
             )));
         }
@@ -286,7 +307,7 @@ impl<'a> Launch<'a> {
             let i = self.args.len();
             self.fail(Error::OutOfBounds(format!(
                 "launch of {}: argument {i} points {byte_offset} bytes into a buffer of {} bytes",
-                quoted(self.kernel),
+                quoted(&self.kernel_name()),
                 buf.size_bytes()
             )));
         }
@@ -306,26 +327,31 @@ impl<'a> Launch<'a> {
         self
     }
 
-    /// Queues the launch. It may return before the kernel completes: a kernel's faults surface at
-    /// the next [`Session::sync`] or read. Fails at once with
+    /// Queues the launch and returns its ordinal: its number among the launches under the
+    /// session's lease, counting from 1, by which a later asynchronous error names it ("launch
+    /// #N of kernel `k`"). It may return before the kernel completes: a kernel's faults surface
+    /// at the next [`Session::sync`] or read. Fails at once with
     /// [`Error::LaunchFailed`](crate::Error::LaunchFailed) for an unknown kernel or a bad grid or
     /// block, and with [`Error::InvalidInput`] when no [`LaunchConfig`] was given.
-    pub fn run(self) -> Result<()> {
+    pub fn run(self) -> Result<u64> {
         if let Some(e) = self.error {
             return Err(e);
         }
         let config = self.config.ok_or_else(|| {
             Error::invalid_input(format!(
                 "launch of {} has no LaunchConfig; call .config(..)",
-                quoted(self.kernel)
+                quoted(&self.kernel_name())
             ))
         })?;
-        Ok(self.session.raw().launch(
-            self.module.raw(),
-            self.kernel,
-            config.to_raw(),
-            &self.args,
-        )?)
+        let raw = self.session.raw();
+        Ok(match self.target {
+            Target::Named(module, kernel) => {
+                raw.launch(module.raw(), kernel, config.to_raw(), &self.args)?
+            }
+            Target::Handle(kernel) => {
+                raw.launch_kernel(kernel.raw(), config.to_raw(), &self.args)?
+            }
+        })
     }
 }
 

@@ -9,7 +9,7 @@
 //! # The ABI (canonical ABI, wasm32; as wit-bindgen 0.63 lowers this signature)
 //!
 //! `[method]session.mem-read-into: func(self: borrow<session>, src: borrow<buffer>, offset: u64,
-//! dst: list<u8>) -> result<_, gpu-error>` is imported from `tasklet:gpu/sessions@0.1.0` as
+//! dst: list<u8>) -> result<_, gpu-error>` is imported from `tasklet:gpu/sessions@0.2.0` as
 //!
 //! ```text
 //! (self: i32 handle, src: i32 handle, offset: i64, dst.ptr: i32, dst.len: i32, ret: i32 pointer)
@@ -36,7 +36,7 @@ use crate::raw::types::GpuError;
 const WORD: usize = size_of::<*const u8>();
 
 #[cfg(target_arch = "wasm32")]
-#[link(wasm_import_module = "tasklet:gpu/sessions@0.1.0")]
+#[link(wasm_import_module = "tasklet:gpu/sessions@0.2.0")]
 unsafe extern "C" {
     // The same import the generated bindings declare, with the same core signature.
     #[link_name = "[method]session.mem-read-into"]

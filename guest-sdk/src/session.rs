@@ -140,6 +140,12 @@ impl<'l> Session<'l> {
         Launch::new(self, module, kernel)
     }
 
+    /// Starts a launch of a kernel resolved once with [`Module::kernel`]: the host looks
+    /// nothing up by name; see [`Launch`].
+    pub fn launch_kernel<'a>(&'a self, kernel: &'a Kernel<'_>) -> Launch<'a> {
+        Launch::of_kernel(self, kernel)
+    }
+
     /// Waits for all work of this session, and reports the first error of the work queued since
     /// the last sync (a kernel fault, a missed deadline, a failed write).
     pub fn sync(&self) -> Result<()> {
@@ -175,16 +181,35 @@ pub struct Module<'s> {
 }
 
 impl<'s> Module<'s> {
-    /// The module's kernel (entry) names, in the module's order. Contract 0.1 reports names
-    /// only; a kernel's parameters (which the host checks every launch against) are not visible
-    /// to the tasklet in it.
-    pub fn kernels(&self) -> Vec<String> {
+    /// The module's kernels (entries) with their parameters, in the module's order: what the
+    /// host checks every launch's arguments against. A [`KernelInfo`] compares equal to its
+    /// name (`module.kernels().iter().any(|k| k == "iota")`).
+    pub fn kernels(&self) -> Vec<KernelInfo> {
+        self.raw
+            .signatures()
+            .into_iter()
+            .map(KernelInfo::from_raw)
+            .collect()
+    }
+
+    /// The module's kernel names, in the module's order.
+    pub fn kernel_names(&self) -> Vec<String> {
         self.raw.kernels()
     }
 
     /// Whether the module has a kernel named `name`.
     pub fn has_kernel(&self, name: &str) -> bool {
-        self.kernels().iter().any(|k| k == name)
+        self.kernel_names().iter().any(|k| k == name)
+    }
+
+    /// The kernel named `name`, resolved once: launched with [`Session::launch_kernel`] without
+    /// a name lookup per launch. Fails with [`Error::LaunchFailed`](crate::Error::LaunchFailed)
+    /// naming the module's kernels when there is none.
+    pub fn kernel(&self, name: &str) -> Result<Kernel<'_>> {
+        Ok(Kernel {
+            module: self,
+            raw: self.raw.kernel(name)?,
+        })
     }
 
     /// The session that loaded the module.
@@ -194,6 +219,108 @@ impl<'s> Module<'s> {
 
     /// The underlying WIT handle.
     pub fn raw(&self) -> &raw::Module {
+        &self.raw
+    }
+}
+
+/// How a kernel parameter is passed, as the module declares it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ParamKind {
+    /// A 64-bit integer parameter (`.u64`, `.s64`, `.b64`): what a device pointer is declared
+    /// as, so it may take a buffer (a 64-bit count is declared the same way).
+    Pointer,
+    /// Any other: a narrower integer, a float, a by-value struct or array.
+    Value,
+}
+
+/// One parameter of a kernel, as its argument block lays it out.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct KernelParam {
+    /// The parameter's name in the module.
+    pub name: String,
+    /// Bytes.
+    pub size: u32,
+    /// Alignment in bytes.
+    pub align: u32,
+    /// Pointer or value.
+    pub kind: ParamKind,
+}
+
+impl KernelParam {
+    fn from_raw(p: raw::KernelParam) -> KernelParam {
+        KernelParam {
+            name: p.name,
+            size: p.size,
+            align: p.align,
+            kind: match p.kind {
+                raw::ParamKind::Pointer => ParamKind::Pointer,
+                raw::ParamKind::Value => ParamKind::Value,
+            },
+        }
+    }
+}
+
+/// A kernel of a module and its parameters, from [`Module::kernels`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct KernelInfo {
+    /// The kernel's (entry's) name.
+    pub name: String,
+    /// Its parameters, in declaration order.
+    pub params: Vec<KernelParam>,
+}
+
+impl KernelInfo {
+    fn from_raw(k: raw::KernelSignature) -> KernelInfo {
+        KernelInfo {
+            name: k.name,
+            params: k.params.into_iter().map(KernelParam::from_raw).collect(),
+        }
+    }
+}
+
+/// A kernel compares equal to its name, so code written when `kernels()` listed names keeps
+/// working.
+impl PartialEq<str> for KernelInfo {
+    fn eq(&self, name: &str) -> bool {
+        self.name == name
+    }
+}
+
+impl PartialEq<&str> for KernelInfo {
+    fn eq(&self, name: &&str) -> bool {
+        self.name == *name
+    }
+}
+
+/// A kernel resolved once from a [`Module`] (which it borrows), for [`Session::launch_kernel`].
+#[derive(Debug)]
+pub struct Kernel<'m> {
+    module: &'m Module<'m>,
+    raw: raw::Kernel,
+}
+
+impl<'m> Kernel<'m> {
+    /// The kernel's name.
+    pub fn name(&self) -> String {
+        self.raw.name()
+    }
+
+    /// Its parameters, in declaration order.
+    pub fn params(&self) -> Vec<KernelParam> {
+        self.raw
+            .params()
+            .into_iter()
+            .map(KernelParam::from_raw)
+            .collect()
+    }
+
+    /// The module it was resolved from.
+    pub fn module(&self) -> &'m Module<'m> {
+        self.module
+    }
+
+    /// The underlying WIT handle.
+    pub fn raw(&self) -> &raw::Kernel {
         &self.raw
     }
 }

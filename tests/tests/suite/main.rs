@@ -7,6 +7,7 @@
 //! test binaries one after another, so nothing else of the suite runs beside them.
 
 mod capabilities;
+mod contract_v2;
 mod examples;
 mod fake_cuda;
 mod gpu_time;

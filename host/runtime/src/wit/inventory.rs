@@ -1,23 +1,30 @@
-//! `tasklet:gpu/inventory`.
+//! `tasklet:gpu/inventory`, in each contract version.
 
-use super::bindings::tasklet::gpu::inventory::Host;
-use super::bindings::tasklet::gpu::types::DeviceInfo;
 use super::GpuState;
 
-impl Host for GpuState<'_> {
-    fn devices(&mut self) -> wasmtime::Result<Vec<DeviceInfo>> {
-        Ok(self
-            .service
-            .devices()
-            .into_iter()
-            .map(|d| DeviceInfo {
-                index: d.index,
-                name: d.name,
-                backend: d.backend,
-                total_memory: d.total_memory,
-                free_memory: d.free_memory,
-                compute_capability: d.compute_capability,
-            })
-            .collect())
-    }
+macro_rules! inventory {
+    ($v:ident) => {
+        impl super::bindings::$v::tasklet::gpu::inventory::Host for GpuState<'_> {
+            fn devices(
+                &mut self,
+            ) -> wasmtime::Result<Vec<super::bindings::$v::tasklet::gpu::types::DeviceInfo>> {
+                Ok(self
+                    .service
+                    .devices()
+                    .into_iter()
+                    .map(|d| super::bindings::$v::tasklet::gpu::types::DeviceInfo {
+                        index: d.index,
+                        name: d.name,
+                        backend: d.backend,
+                        total_memory: d.total_memory,
+                        free_memory: d.free_memory,
+                        compute_capability: d.compute_capability,
+                    })
+                    .collect())
+            }
+        }
+    };
 }
+
+inventory!(v01);
+inventory!(v02);

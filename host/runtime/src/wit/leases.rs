@@ -1,41 +1,53 @@
-//! `tasklet:gpu/leases`: lease handles over the service's leases.
+//! `tasklet:gpu/leases`: lease handles over the service's leases, in each contract version.
 
-use super::bindings::tasklet::gpu::leases::{Host, HostLease, LeaseInfo, LeaseRequest};
 use super::{GpuResult, GpuState, LeaseHandle};
 use crate::gpu;
 use wasmtime::component::Resource;
 
-impl Host for GpuState<'_> {}
+macro_rules! leases {
+    ($v:ident) => {
+        const _: () = {
+            use super::bindings::$v::tasklet::gpu::leases::{
+                Host, HostLease, LeaseInfo, LeaseRequest,
+            };
 
-impl HostLease for GpuState<'_> {
-    fn acquire(&mut self, request: LeaseRequest) -> GpuResult<Resource<LeaseHandle>> {
-        let id = self.service.lease_acquire(gpu::LeaseRequest {
-            min_vram: request.min_vram,
-            secs: request.secs,
-            device: request.device,
-        })?;
-        Ok(self.table.push(LeaseHandle { id })?)
-    }
+            impl Host for GpuState<'_> {}
 
-    fn renew(&mut self, this: Resource<LeaseHandle>, secs: u32) -> GpuResult<()> {
-        let id = self.table.get(&this)?.id;
-        Ok(self.service.lease_renew(id, secs)?)
-    }
+            impl HostLease for GpuState<'_> {
+                fn acquire(&mut self, request: LeaseRequest) -> GpuResult<Resource<LeaseHandle>> {
+                    let id = self.service.lease_acquire(gpu::LeaseRequest {
+                        min_vram: request.min_vram,
+                        secs: request.secs,
+                        device: request.device,
+                    })?;
+                    Ok(self.table.push(LeaseHandle { id })?)
+                }
 
-    fn info(&mut self, this: Resource<LeaseHandle>) -> GpuResult<LeaseInfo> {
-        let id = self.table.get(&this)?.id;
-        let i = self.service.lease_info(id)?;
-        Ok(LeaseInfo {
-            device: i.device,
-            granted_bytes: i.granted_bytes,
-            used_bytes: i.used_bytes,
-            remaining_ms: i.remaining_ms,
-        })
-    }
+                fn renew(&mut self, this: Resource<LeaseHandle>, secs: u32) -> GpuResult<()> {
+                    let id = self.table.get(&this)?.id;
+                    Ok(self.service.lease_renew(id, secs)?)
+                }
 
-    fn drop(&mut self, this: Resource<LeaseHandle>) -> wasmtime::Result<()> {
-        let id = self.table.delete(this)?.id;
-        self.service.lease_drop(id);
-        Ok(())
-    }
+                fn info(&mut self, this: Resource<LeaseHandle>) -> GpuResult<LeaseInfo> {
+                    let id = self.table.get(&this)?.id;
+                    let i = self.service.lease_info(id)?;
+                    Ok(LeaseInfo {
+                        device: i.device,
+                        granted_bytes: i.granted_bytes,
+                        used_bytes: i.used_bytes,
+                        remaining_ms: i.remaining_ms,
+                    })
+                }
+
+                fn drop(&mut self, this: Resource<LeaseHandle>) -> wasmtime::Result<()> {
+                    let id = self.table.delete(this)?.id;
+                    self.service.lease_drop(id);
+                    Ok(())
+                }
+            }
+        };
+    };
 }
+
+leases!(v01);
+leases!(v02);

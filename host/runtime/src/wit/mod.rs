@@ -1,11 +1,14 @@
-//! `tasklet:gpu` for wasm guests: the generated bindings, one module per interface, each mapping
-//! the guest's resource handles to the ids of a [`GpuService`] and its errors back to `gpu-error`.
+//! `tasklet:gpu` for wasm guests: the generated bindings of every contract version the host
+//! serves (0.1 and 0.2), one module per interface, each mapping the guest's resource handles to
+//! the ids of a [`GpuService`] and its errors back to `gpu-error`. Both versions' handles are the
+//! same host types over the same service, so a component of either runs on one implementation.
 //! The checks themselves are the service's; this layer only holds the handles.
 
 pub(crate) mod bindings;
 pub mod error;
 mod inventory;
 mod leases;
+mod oneshot;
 pub(crate) mod sessions;
 
 pub use error::{GpuFailure, GpuResult};
@@ -30,6 +33,14 @@ pub struct ModuleHandle {
     id: ModuleId,
     session: SessionId,
 }
+/// A kernel resolved from a module (contract 0.2): its place in the module's list, and its
+/// signature for the guest to read without a call into the service.
+pub struct KernelHandle {
+    module: ModuleId,
+    session: SessionId,
+    index: u32,
+    signature: crate::gpu::KernelSignature,
+}
 
 /// Reaches the GPU service and the resource table from a store's data.
 pub trait GpuView: Send {
@@ -53,27 +64,12 @@ impl HasData for Gpu {
 pub fn add_to_linker<T: GpuView + 'static>(
     linker: &mut wasmtime::component::Linker<T>,
 ) -> wasmtime::Result<()> {
-    use bindings::tasklet::gpu;
     fn get<T: GpuView>(t: &mut T) -> GpuState<'_> {
         t.gpu()
     }
-    gpu::types::add_to_linker::<T, Gpu>(linker, get)?;
-    gpu::inventory::add_to_linker::<T, Gpu>(linker, get)?;
-    gpu::leases::add_to_linker::<T, Gpu>(linker, get)?;
-    gpu::sessions::add_to_linker::<T, Gpu>(linker, get)?;
+    bindings::v01::Tasklet::add_to_linker::<T, Gpu>(linker, get)?;
+    bindings::v02::Tasklet::add_to_linker::<T, Gpu>(linker, get)?;
     // mem-write and mem-read-into see their lists in place in guest memory (see there why).
     bindings::add_list_views_to_linker(linker, get::<T>)?;
     Ok(())
-}
-
-impl bindings::tasklet::gpu::types::Host for GpuState<'_> {
-    fn convert_gpu_error(
-        &mut self,
-        err: GpuFailure,
-    ) -> wasmtime::Result<bindings::tasklet::gpu::types::GpuError> {
-        match err {
-            GpuFailure::Gpu(e) => Ok(e),
-            GpuFailure::Trap(t) => Err(t),
-        }
-    }
 }

@@ -3,17 +3,13 @@
 //! The guest can only name handles it holds (the component model sees to that); which session a
 //! buffer or module belongs to, and everything else, the service checks.
 
-use super::bindings::tasklet::gpu::sessions::{
-    Host, HostBuffer, HostModule, HostSession, KernelArg, LaunchConfig,
-};
 use super::{
-    BufferHandle, GpuFailure, GpuResult, GpuState, LeaseHandle, ModuleHandle, SessionHandle,
+    BufferHandle, GpuFailure, GpuResult, GpuState, KernelHandle, LeaseHandle, ModuleHandle,
+    SessionHandle,
 };
 use crate::gpu::{self, GuestBytes};
 use wasmtime::component::{Resource, WasmList};
 use wasmtime::StoreContextMut;
-
-impl Host for GpuState<'_> {}
 
 impl GpuState<'_> {
     fn session_id(&self, handle: &Resource<SessionHandle>) -> GpuResult<gpu::SessionId> {
@@ -31,120 +27,15 @@ impl GpuState<'_> {
     ) -> GpuResult<Resource<ModuleHandle>> {
         Ok(self.table.push(ModuleHandle { id, session })?)
     }
-}
 
-impl HostSession for GpuState<'_> {
-    fn open(&mut self, lease: Resource<LeaseHandle>) -> GpuResult<Resource<SessionHandle>> {
-        let lease = self.table.get(&lease)?.id;
-        let id = self.service.session_open(lease)?;
-        Ok(self.table.push(SessionHandle { id })?)
-    }
-
-    fn mem_alloc(
+    /// Lifts a launch's arguments (of either version, through `lift`) and calls `launch` with
+    /// them: on the stack for the usual handful, so a launch allocates nothing.
+    fn with_args<A, R>(
         &mut self,
-        this: Resource<SessionHandle>,
-        bytes: u64,
-    ) -> GpuResult<Resource<BufferHandle>> {
-        let session = self.session_id(&this)?;
-        let id = self.service.mem_alloc(session, bytes)?;
-        Ok(self.table.push(BufferHandle {
-            id,
-            session,
-            size: bytes,
-        })?)
-    }
-
-    fn mem_write(
-        &mut self,
-        this: Resource<SessionHandle>,
-        dst: Resource<BufferHandle>,
-        offset: u64,
-        data: Vec<u8>,
-    ) -> GpuResult<()> {
-        // Reached only for a lifted copy of the data: the linker routes `mem-write` through
-        // `mem_write_list`, which sees the guest's list in place.
-        let (session, buffer) = (self.session_id(&this)?, self.buffer_id(&dst)?);
-        Ok(self.service.mem_write(session, buffer, offset, &data)?)
-    }
-
-    fn mem_read_into(
-        &mut self,
-        _this: Resource<SessionHandle>,
-        _src: Resource<BufferHandle>,
-        _offset: u64,
-        _dst: Vec<u8>,
-    ) -> GpuResult<()> {
-        // The linker routes `mem-read-into` through `mem_read_into_list`, which sees the guest's
-        // list in place; a lifted copy cannot be filled in place.
-        Err(crate::error::unsupported(
-            "mem-read-into needs the host to see the destination in place, and this host was linked without \
-             that; use mem-read",
-        )
-        .into())
-    }
-
-    fn mem_read(
-        &mut self,
-        this: Resource<SessionHandle>,
-        src: Resource<BufferHandle>,
-        offset: u64,
-        len: u64,
-    ) -> GpuResult<Vec<u8>> {
-        let (session, buffer) = (self.session_id(&this)?, self.buffer_id(&src)?);
-        Ok(self.service.mem_read(session, buffer, offset, len)?)
-    }
-
-    fn mem_copy(
-        &mut self,
-        this: Resource<SessionHandle>,
-        dst: Resource<BufferHandle>,
-        dst_offset: u64,
-        src: Resource<BufferHandle>,
-        src_offset: u64,
-        len: u64,
-    ) -> GpuResult<()> {
-        let session = self.session_id(&this)?;
-        let (dst, src) = (self.buffer_id(&dst)?, self.buffer_id(&src)?);
-        Ok(self
-            .service
-            .mem_copy(session, (dst, dst_offset), (src, src_offset), len)?)
-    }
-
-    fn module_load(
-        &mut self,
-        this: Resource<SessionHandle>,
-        ptx: String,
-    ) -> GpuResult<Resource<ModuleHandle>> {
-        let session = self.session_id(&this)?;
-        let id = self.service.module_load(session, &ptx)?;
-        self.add_module(session, id)
-    }
-
-    fn module_load_source(
-        &mut self,
-        this: Resource<SessionHandle>,
-        source: String,
-        options: Vec<String>,
-    ) -> GpuResult<Resource<ModuleHandle>> {
-        let session = self.session_id(&this)?;
-        let id = self
-            .service
-            .module_load_source(session, &source, &options)?;
-        self.add_module(session, id)
-    }
-
-    fn launch(
-        &mut self,
-        this: Resource<SessionHandle>,
-        module: Resource<ModuleHandle>,
-        kernel: String,
-        config: LaunchConfig,
-        args: Vec<KernelArg>,
-    ) -> GpuResult<()> {
-        let session = self.session_id(&this)?;
-        let module = self.table.get(&module)?.id;
-        // Arguments as the service takes them: on the stack for the usual handful, so a launch
-        // allocates nothing.
+        args: &[A],
+        lift: impl for<'x> Fn(&Self, &'x A) -> GpuResult<gpu::KernelArg<'x>>,
+        launch: impl FnOnce(&mut Self, &[gpu::KernelArg<'_>]) -> GpuResult<R>,
+    ) -> GpuResult<R> {
         const INLINE: usize = 16;
         let mut inline = [gpu::KernelArg::U32(0); INLINE];
         let mut spilled = Vec::new();
@@ -154,10 +45,57 @@ impl HostSession for GpuState<'_> {
             spilled.resize(args.len(), gpu::KernelArg::U32(0));
             &mut spilled
         };
-        for (slot, arg) in lifted.iter_mut().zip(&args) {
-            *slot = match arg {
+        for (slot, arg) in lifted.iter_mut().zip(args) {
+            *slot = lift(self, arg)?;
+        }
+        launch(self, lifted)
+    }
+
+    /// A launch by name, returning its ordinal under the lease.
+    fn launch_named(
+        &mut self,
+        session: gpu::SessionId,
+        module: gpu::ModuleId,
+        kernel: &str,
+        config: &gpu::LaunchConfig,
+        args: &[gpu::KernelArg<'_>],
+    ) -> GpuResult<u64> {
+        // Resolved here, so that the ordinal comes back as for a kernel handle.
+        let index = self
+            .service
+            .module_kernels(session, module)
+            .iter()
+            .position(|k| k == kernel);
+        match index {
+            Some(i) => Ok(self
+                .service
+                .launch_indexed(session, module, i as u32, config, args)?),
+            // The service's own refusal, naming what the module has (or that it is not this
+            // session's).
+            None => {
+                self.service.launch(session, module, kernel, config, args)?;
+                Err(GpuFailure::Trap(wasmtime::Error::msg(
+                    "the service launched a kernel the module does not list",
+                )))
+            }
+        }
+    }
+}
+
+/// What both versions' sessions, buffers and modules share, for version `$v`: the methods of
+/// `HostSession` common to all versions (inside its impl), `HostBuffer`, and the lifting of
+/// launch arguments and configurations.
+macro_rules! session_common {
+    (lift $v:ident) => {
+        /// A version's launch argument as the service takes it.
+        fn lift_arg<'x>(
+            state: &GpuState<'_>,
+            arg: &'x crate::wit::bindings::$v::tasklet::gpu::sessions::KernelArg,
+        ) -> GpuResult<gpu::KernelArg<'x>> {
+            use crate::wit::bindings::$v::tasklet::gpu::sessions::KernelArg;
+            Ok(match arg {
                 KernelArg::Buffer(b) => gpu::KernelArg::Buffer {
-                    buffer: self.buffer_id(&b.buffer)?,
+                    buffer: state.buffer_id(&b.buffer)?,
                     offset: b.offset,
                 },
                 KernelArg::I32(v) => gpu::KernelArg::I32(*v),
@@ -167,54 +105,338 @@ impl HostSession for GpuState<'_> {
                 KernelArg::F32(v) => gpu::KernelArg::F32(*v),
                 KernelArg::F64(v) => gpu::KernelArg::F64(*v),
                 KernelArg::Bytes(v) => gpu::KernelArg::Bytes(v),
-            };
+            })
         }
-        let (g, b) = (config.grid, config.block);
-        let config = gpu::LaunchConfig {
-            grid: [g.0, g.1, g.2],
-            block: [b.0, b.1, b.2],
-            shared_mem_bytes: config.shared_mem_bytes,
-        };
-        Ok(self
-            .service
-            .launch(session, module, &kernel, &config, lifted)?)
+
+        fn lift_config(
+            c: &crate::wit::bindings::$v::tasklet::gpu::sessions::LaunchConfig,
+        ) -> gpu::LaunchConfig {
+            let (g, b) = (c.grid, c.block);
+            gpu::LaunchConfig {
+                grid: [g.0, g.1, g.2],
+                block: [b.0, b.1, b.2],
+                shared_mem_bytes: c.shared_mem_bytes,
+            }
+        }
+
+        impl crate::wit::bindings::$v::tasklet::gpu::sessions::HostBuffer for GpuState<'_> {
+            fn size(&mut self, this: Resource<BufferHandle>) -> wasmtime::Result<u64> {
+                Ok(self.table.get(&this)?.size)
+            }
+
+            fn drop(&mut self, this: Resource<BufferHandle>) -> wasmtime::Result<()> {
+                let b = self.table.delete(this)?;
+                self.service.mem_free(b.session, b.id);
+                Ok(())
+            }
+        }
+    };
+    (session) => {
+        fn open(&mut self, lease: Resource<LeaseHandle>) -> GpuResult<Resource<SessionHandle>> {
+            let lease = self.table.get(&lease)?.id;
+            let id = self.service.session_open(lease)?;
+            Ok(self.table.push(SessionHandle { id })?)
+        }
+
+        fn mem_alloc(
+            &mut self,
+            this: Resource<SessionHandle>,
+            bytes: u64,
+        ) -> GpuResult<Resource<BufferHandle>> {
+            let session = self.session_id(&this)?;
+            let id = self.service.mem_alloc(session, bytes)?;
+            Ok(self.table.push(BufferHandle {
+                id,
+                session,
+                size: bytes,
+            })?)
+        }
+
+        fn mem_write(
+            &mut self,
+            this: Resource<SessionHandle>,
+            dst: Resource<BufferHandle>,
+            offset: u64,
+            data: Vec<u8>,
+        ) -> GpuResult<()> {
+            // Reached only for a lifted copy of the data: the linker routes `mem-write` through
+            // `mem_write_list`, which sees the guest's list in place.
+            let (session, buffer) = (self.session_id(&this)?, self.buffer_id(&dst)?);
+            Ok(self.service.mem_write(session, buffer, offset, &data)?)
+        }
+
+        fn mem_read_into(
+            &mut self,
+            _this: Resource<SessionHandle>,
+            _src: Resource<BufferHandle>,
+            _offset: u64,
+            _dst: Vec<u8>,
+        ) -> GpuResult<()> {
+            // The linker routes `mem-read-into` through `mem_read_into_list`, which sees the
+            // guest's list in place; a lifted copy cannot be filled in place.
+            Err(crate::error::unsupported(
+                "mem-read-into needs the host to see the destination in place, and this host was linked without \
+                 that; use mem-read",
+            )
+            .into())
+        }
+
+        fn mem_read(
+            &mut self,
+            this: Resource<SessionHandle>,
+            src: Resource<BufferHandle>,
+            offset: u64,
+            len: u64,
+        ) -> GpuResult<Vec<u8>> {
+            let (session, buffer) = (self.session_id(&this)?, self.buffer_id(&src)?);
+            Ok(self.service.mem_read(session, buffer, offset, len)?)
+        }
+
+        fn mem_copy(
+            &mut self,
+            this: Resource<SessionHandle>,
+            dst: Resource<BufferHandle>,
+            dst_offset: u64,
+            src: Resource<BufferHandle>,
+            src_offset: u64,
+            len: u64,
+        ) -> GpuResult<()> {
+            let session = self.session_id(&this)?;
+            let (dst, src) = (self.buffer_id(&dst)?, self.buffer_id(&src)?);
+            Ok(self
+                .service
+                .mem_copy(session, (dst, dst_offset), (src, src_offset), len)?)
+        }
+
+        fn module_load(
+            &mut self,
+            this: Resource<SessionHandle>,
+            ptx: String,
+        ) -> GpuResult<Resource<ModuleHandle>> {
+            let session = self.session_id(&this)?;
+            let id = self.service.module_load(session, &ptx)?;
+            self.add_module(session, id)
+        }
+
+        fn module_load_source(
+            &mut self,
+            this: Resource<SessionHandle>,
+            source: String,
+            options: Vec<String>,
+        ) -> GpuResult<Resource<ModuleHandle>> {
+            let session = self.session_id(&this)?;
+            let id = self
+                .service
+                .module_load_source(session, &source, &options)?;
+            self.add_module(session, id)
+        }
+
+        fn sync(&mut self, this: Resource<SessionHandle>) -> GpuResult<()> {
+            let session = self.session_id(&this)?;
+            Ok(self.service.sync(session)?)
+        }
+
+        fn drop(&mut self, this: Resource<SessionHandle>) -> wasmtime::Result<()> {
+            let id = self.table.delete(this)?.id;
+            self.service.session_drop(id);
+            Ok(())
+        }
+    };
+}
+
+/// Contract 0.1.
+mod v01 {
+    use super::*;
+    use crate::wit::bindings::v01::tasklet::gpu::sessions::{
+        Host, HostModule, HostSession, KernelArg, LaunchConfig,
+    };
+
+    session_common!(lift v01);
+
+    impl Host for GpuState<'_> {}
+
+    impl HostSession for GpuState<'_> {
+        session_common!(session);
+
+        fn launch(
+            &mut self,
+            this: Resource<SessionHandle>,
+            module: Resource<ModuleHandle>,
+            kernel: String,
+            config: LaunchConfig,
+            args: Vec<KernelArg>,
+        ) -> GpuResult<()> {
+            let session = self.session_id(&this)?;
+            let module = self.table.get(&module)?.id;
+            let config = lift_config(&config);
+            self.with_args(&args, lift_arg, |s, args| {
+                Ok(s.service.launch(session, module, &kernel, &config, args)?)
+            })
+        }
     }
 
-    fn sync(&mut self, this: Resource<SessionHandle>) -> GpuResult<()> {
-        let session = self.session_id(&this)?;
-        Ok(self.service.sync(session)?)
-    }
+    impl HostModule for GpuState<'_> {
+        fn kernels(&mut self, this: Resource<ModuleHandle>) -> wasmtime::Result<Vec<String>> {
+            let m = self.table.get(&this)?;
+            let (session, id) = (m.session, m.id);
+            Ok(self.service.module_kernels(session, id))
+        }
 
-    fn drop(&mut self, this: Resource<SessionHandle>) -> wasmtime::Result<()> {
-        let id = self.table.delete(this)?.id;
-        self.service.session_drop(id);
-        Ok(())
+        fn drop(&mut self, this: Resource<ModuleHandle>) -> wasmtime::Result<()> {
+            let m = self.table.delete(this)?;
+            self.service.module_unload(m.session, m.id);
+            Ok(())
+        }
     }
 }
 
-impl HostBuffer for GpuState<'_> {
-    fn size(&mut self, this: Resource<BufferHandle>) -> wasmtime::Result<u64> {
-        Ok(self.table.get(&this)?.size)
+/// Contract 0.2: 0.1's, with kernel handles, signatures and launch ordinals.
+mod v02 {
+    use super::*;
+    use crate::wit::bindings::v02::tasklet::gpu::sessions::{
+        Host, HostKernel, HostModule, HostSession, KernelArg, KernelParam, KernelSignature,
+        LaunchConfig, ParamKind,
+    };
+
+    session_common!(lift v02);
+
+    fn param(p: &gpu::KernelParam) -> KernelParam {
+        KernelParam {
+            name: p.name.clone(),
+            size: p.size,
+            align: p.align,
+            kind: match p.kind {
+                gpu::ParamKind::Pointer => ParamKind::Pointer,
+                gpu::ParamKind::Value => ParamKind::Value,
+            },
+        }
     }
 
-    fn drop(&mut self, this: Resource<BufferHandle>) -> wasmtime::Result<()> {
-        let b = self.table.delete(this)?;
-        self.service.mem_free(b.session, b.id);
-        Ok(())
-    }
-}
+    impl Host for GpuState<'_> {}
 
-impl HostModule for GpuState<'_> {
-    fn kernels(&mut self, this: Resource<ModuleHandle>) -> wasmtime::Result<Vec<String>> {
-        let m = self.table.get(&this)?;
-        let (session, id) = (m.session, m.id);
-        Ok(self.service.module_kernels(session, id))
+    impl HostSession for GpuState<'_> {
+        session_common!(session);
+
+        fn launch(
+            &mut self,
+            this: Resource<SessionHandle>,
+            module: Resource<ModuleHandle>,
+            kernel: String,
+            config: LaunchConfig,
+            args: Vec<KernelArg>,
+        ) -> GpuResult<u64> {
+            let session = self.session_id(&this)?;
+            let module = self.table.get(&module)?.id;
+            let config = lift_config(&config);
+            self.with_args(&args, lift_arg, |s, args| {
+                s.launch_named(session, module, &kernel, &config, args)
+            })
+        }
+
+        fn launch_kernel(
+            &mut self,
+            this: Resource<SessionHandle>,
+            kernel: Resource<KernelHandle>,
+            config: LaunchConfig,
+            args: Vec<KernelArg>,
+        ) -> GpuResult<u64> {
+            let session = self.session_id(&this)?;
+            let k = self.table.get(&kernel)?;
+            // The kernel's module must be this session's (the service checks the module against
+            // the session too).
+            if k.session != session {
+                return Err(crate::error::invalid(
+                    "the kernel is of a module of another session; resolve it from a module of this one",
+                )
+                .into());
+            }
+            let (module, index) = (k.module, k.index);
+            let config = lift_config(&config);
+            self.with_args(&args, lift_arg, |s, args| {
+                Ok(s.service
+                    .launch_indexed(session, module, index, &config, args)?)
+            })
+        }
     }
 
-    fn drop(&mut self, this: Resource<ModuleHandle>) -> wasmtime::Result<()> {
-        let m = self.table.delete(this)?;
-        self.service.module_unload(m.session, m.id);
-        Ok(())
+    impl HostModule for GpuState<'_> {
+        fn kernels(&mut self, this: Resource<ModuleHandle>) -> wasmtime::Result<Vec<String>> {
+            let m = self.table.get(&this)?;
+            let (session, id) = (m.session, m.id);
+            Ok(self.service.module_kernels(session, id))
+        }
+
+        fn signatures(
+            &mut self,
+            this: Resource<ModuleHandle>,
+        ) -> wasmtime::Result<Vec<KernelSignature>> {
+            let m = self.table.get(&this)?;
+            let (session, id) = (m.session, m.id);
+            Ok(self
+                .service
+                .module_signatures(session, id)
+                .iter()
+                .map(|k| KernelSignature {
+                    name: k.name.clone(),
+                    params: k.params.iter().map(param).collect(),
+                })
+                .collect())
+        }
+
+        fn kernel(
+            &mut self,
+            this: Resource<ModuleHandle>,
+            name: String,
+        ) -> GpuResult<Resource<KernelHandle>> {
+            let m = self.table.get(&this)?;
+            let (session, module) = (m.session, m.id);
+            let signatures = self.service.module_signatures(session, module);
+            let Some(index) = signatures.iter().position(|k| k.name == name) else {
+                let names: Vec<&str> = signatures.iter().map(|k| k.name.as_str()).collect();
+                return Err(crate::error::GpuError::LaunchFailed(format!(
+                    "no kernel named {} in the module; it has: {}",
+                    crate::error::quoted(&name),
+                    crate::error::quoted(&names.join(", "))
+                ))
+                .into());
+            };
+            let mut signatures = signatures;
+            let signature = signatures.swap_remove(index);
+            Ok(self.table.push(KernelHandle {
+                module,
+                session,
+                index: index as u32,
+                signature,
+            })?)
+        }
+
+        fn drop(&mut self, this: Resource<ModuleHandle>) -> wasmtime::Result<()> {
+            let m = self.table.delete(this)?;
+            self.service.module_unload(m.session, m.id);
+            Ok(())
+        }
+    }
+
+    impl HostKernel for GpuState<'_> {
+        fn name(&mut self, this: Resource<KernelHandle>) -> wasmtime::Result<String> {
+            Ok(self.table.get(&this)?.signature.name.clone())
+        }
+
+        fn params(&mut self, this: Resource<KernelHandle>) -> wasmtime::Result<Vec<KernelParam>> {
+            Ok(self
+                .table
+                .get(&this)?
+                .signature
+                .params
+                .iter()
+                .map(param)
+                .collect())
+        }
+
+        fn drop(&mut self, this: Resource<KernelHandle>) -> wasmtime::Result<()> {
+            self.table.delete(this)?;
+            Ok(())
+        }
     }
 }
 

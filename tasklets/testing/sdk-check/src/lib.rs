@@ -14,6 +14,7 @@
 //! | `offsets` | an 8-element `u32` buffer; `iota(buf + 3 elements, 4)` through `arg_at_elem` → `ok offsets <the 8 elements>`; `arg_at_elem(buf, 9)` → its error |
 //! | `long-name <bytes>` | a module whose one kernel, named with `<bytes>` bytes, traps → `ok load <bytes>`; launch it → `ok launch`; sync → its error |
 //! | `long-token <bytes>` | a module whose fourth line is one word of `<bytes>` bytes → its load error |
+//! | `kernels` | loads `scale` → `ok params <name:size:align:kind …>` from `Module::kernels`; resolves `iota` as a `Kernel` and launches it twice into an 8-element buffer (n 4, then 8) → `ok ordinals <first> <second>`, `ok handle <the 8 elements>`; a kernel of a module of another session, launched in this one → its error |
 //! | `big-module <bytes>` | a module of at least `<bytes>` bytes (a header, one empty kernel, then a comment) → `ok load <bytes of text>` or its error |
 
 use std::fmt::Write as _;
@@ -40,10 +41,11 @@ fn run(input: Vec<u8>) -> Result<Vec<u8>, String> {
         "long-name" => long_name(&mut out, input::argument(command, arg)?),
         "long-token" => long_token(&mut out, input::argument(command, arg)?),
         "big-module" => big_module(&mut out, input::argument(command, arg)?),
+        "kernels" => kernels(&mut out),
         _ => {
             return Err(format!(
                 "unknown command {command:?}; expected one of defaults, derive, cstruct <n>, \
-                 offsets, long-name <bytes>, long-token <bytes>, big-module <bytes>"
+                 offsets, long-name <bytes>, long-token <bytes>, big-module <bytes>, kernels"
             ))
         }
     };
@@ -207,7 +209,7 @@ fn long_name(out: &mut Out, bytes: usize) -> Result<(), Stopped> {
     let module = out.step(session.load_ptx(&ptx))?;
     out.ok(
         "load",
-        module.kernels().iter().map(String::len).sum::<usize>(),
+        module.kernel_names().iter().map(String::len).sum::<usize>(),
     );
     out.step(
         session
@@ -274,4 +276,50 @@ mod tests {
             .contains("unknown command"));
         assert_eq!(join(&[1, 2, 3]), "1 2 3");
     }
+}
+
+fn kernels(out: &mut Out) -> Result<(), Stopped> {
+    let lease = out.step(Lease::builder().acquire())?;
+    let session = out.step(lease.session())?;
+    let scale = out.step(session.load_ptx(SCALE_PTX))?;
+    let params: Vec<String> = scale
+        .kernels()
+        .iter()
+        .filter(|k| *k == "scale")
+        .flat_map(|k| k.params.iter())
+        .map(|p| format!("{}:{}:{}:{:?}", p.name, p.size, p.align, p.kind))
+        .collect();
+    out.ok("params", params.join(" "));
+
+    let module = out.step(session.load_ptx(IOTA_PTX))?;
+    let iota = out.step(module.kernel("iota"))?;
+    let buf = out.step(session.alloc::<u32>(8))?;
+    let mut ordinals = Vec::new();
+    for n in [4u32, 8] {
+        let launch = session
+            .launch_kernel(&iota)
+            .config(LaunchConfig::for_num_elems(n))
+            .arg(&buf)
+            .arg(n)
+            .run();
+        ordinals.push(out.step(launch)?);
+    }
+    out.ok("ordinals", format!("{} {}", ordinals[0], ordinals[1]));
+    let values = out.step(buf.read())?;
+    out.ok("handle", join(&values));
+
+    // A kernel handle of another session's module, launched here through the raw bindings
+    // (the typed API refuses it before the host sees it).
+    let other = out.step(lease.session())?;
+    let foreign_module = out.step(other.load_ptx(IOTA_PTX))?;
+    let foreign = out.step(foreign_module.kernel("iota"))?;
+    use tasklet_gpu::raw::sessions::KernelArg as K;
+    let r = session.raw().launch_kernel(
+        foreign.raw(),
+        LaunchConfig::linear(1, 1).to_raw(),
+        &[K::U32(1), K::U32(1)],
+    );
+    out.step(r.map_err(Error::from))?;
+    out.ok("foreign", "launched");
+    Ok(())
 }

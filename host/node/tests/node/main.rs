@@ -114,6 +114,10 @@ fn main() -> ExitCode {
             submit::gpu_submit_writes_its_input_before_the_launch,
         ),
         (
+            "metrics::a_tasklet_one_shot_is_one_gpu_submit",
+            metrics::a_tasklet_one_shot_is_one_gpu_submit,
+        ),
+        (
             "deploy::a_pushed_tasklet_runs_as_it_does_locally",
             deploy::a_pushed_tasklet_runs_as_it_does_locally,
         ),

@@ -357,3 +357,56 @@ pub fn garbage_to_the_metrics_port_gets_4xx_and_the_node_serves_on() -> TestResu
     check(inventory.len() == 1, || format!("{inventory:?}"))?;
     Ok(())
 }
+
+/// A tasklet's one-shot call (`GpuCall`, contract 0.2's `submit`) run with its GPU on the node is
+/// one GPU_SUBMIT there, between its lease's LEASE_ALLOC and MEM_FREE: `gpu_submit_total` moves,
+/// no session op is asked for, and the output is the local run's.
+pub fn a_tasklet_one_shot_is_one_gpu_submit() -> TestResult {
+    let node = TestNode::with(Setup {
+        metrics: true,
+        ..Setup::default()
+    });
+    let local = local_host();
+    let manifest = tasklet_runtime::Manifest::load(&tasklet("scale")).expect("manifest");
+    let compiled = local.load(manifest.clone()).expect("component loads");
+    let input = b"0.5 1 2 3 -7.25 1e30";
+    let here = local.run(&compiled, input).map_err(|e| e.to_string())?;
+    let gpu = tasklet_remote::RemoteGpu::for_manifest(node.client("dev"), &manifest)
+        .map_err(|e| e.to_string())?;
+    let there = local
+        .runner()
+        .run(&compiled, input, Box::new(gpu))
+        .map_err(|e| e.to_string())?;
+    check(here == there, || {
+        format!(
+            "local {:?}, remote {:?}",
+            String::from_utf8_lossy(&here),
+            String::from_utf8_lossy(&there)
+        )
+    })?;
+    let (samples, text) = scrape(&node)?;
+    let op = |name: &str| format!("tasklet_requests_total{{op=\"{name}\",tenant=\"dev\"}}");
+    let mut wanted = vec![
+        ("gpu_submit_total{tenant=\"dev\"}".to_owned(), 1.0),
+        ("gpu_submit_errors{tenant=\"dev\"}".to_owned(), 0.0),
+        (op("GPU_SUBMIT"), 1.0),
+        (op("LEASE_ALLOC"), 1.0),
+        (op("MEM_FREE"), 1.0),
+    ];
+    for session_op in [
+        "SESSION_OPEN",
+        "MEM_ALLOC",
+        "MEM_WRITE",
+        "MODULE_LOAD",
+        "LAUNCH",
+        "SYNC",
+        "MEM_READ",
+    ] {
+        wanted.push((op(session_op), 0.0));
+    }
+    let wanted: Vec<(&str, f64)> = wanted.iter().map(|(s, v)| (s.as_str(), *v)).collect();
+    expect(&samples, &text, &wanted)?;
+    node.wait_for_baseline(WAIT)?;
+    tasklet_tests::assert_baseline(&local);
+    Ok(())
+}

@@ -26,11 +26,11 @@ fn service(host: &Host, tenant: &str) -> LocalGpu {
     LocalGpu::new(grant, Arc::clone(host.leases())).with_tenant(tenant)
 }
 
-/// A lease of 8 MiB, a session, the iota module and a buffer for `blocks` blocks of it.
+/// A lease, a session, the iota module and a buffer for `blocks` blocks of it.
 fn iota_session(gpu: &mut LocalGpu, blocks: u32) -> (LeaseId, SessionId, ModuleId, BufferId) {
     let lease = gpu
         .lease_acquire(LeaseRequest {
-            min_vram: 8 << 20,
+            min_vram: (8 << 20).max(4 * u64::from(blocks * BLOCK) + (1 << 20)),
             secs: 60,
             device: None,
         })
@@ -84,7 +84,12 @@ fn timed_iota(
 fn a_launch_that_does_work_is_charged_gpu_time_in_proportion_to_it() {
     let host = test_host!();
     let mut gpu = service(&host, "gpu-time-proportion");
-    let (small, large) = (16, 256);
+    // 16 times the threads; on a GPU enough of them that the kernel, not the events' own
+    // resolution (about a microsecond), makes the time.
+    let (small, large) = match backend() {
+        BackendKind::Emu => (16, 256),
+        BackendKind::Cuda => (2048, 32768),
+    };
     let ids = iota_session(&mut gpu, large);
     assert_eq!(gpu.gpu_time(ids.0).expect("gpu time"), Duration::ZERO);
     // The best of three each: the machine may be busy with other work.

@@ -19,8 +19,8 @@ use std::collections::HashMap;
 use tasklet_runtime::config::{Grant as HostGrant, Manifest, Right};
 use tasklet_runtime::gpu::{
     submit_args_after_region, submit_in_session, BufferId, DeviceInfo, GpuService, GuestBytes,
-    KernelArg, KernelParam, KernelSignature, LaunchConfig, LeaseId, LeaseInfo, LeaseRequest,
-    ModuleId, ModuleSource, ParamKind, SessionId, Submit, SubmitArg,
+    KernelArg, KernelParam, KernelRef, KernelSignature, LaunchConfig, LeaseId, LeaseInfo,
+    LeaseRequest, ModuleId, ModuleSource, ParamKind, SessionId, Submit, SubmitArg,
 };
 use tasklet_runtime::GpuError;
 use tasklet_wire as wire;
@@ -351,32 +351,36 @@ impl GpuService for RemoteGpu {
         config: &LaunchConfig,
         args: &[KernelArg<'_>],
     ) -> Result<(), GpuError> {
-        // A module this side never loaded is the node's to refuse (index 0 names nothing then).
-        let index = match self.modules.get(&module) {
-            None => 0,
-            Some(kernels) => match kernels.iter().position(|k| k.name == kernel) {
-                Some(i) => i as u32,
-                None => {
-                    let names: Vec<&str> = kernels.iter().map(|k| k.name.as_str()).collect();
-                    return Err(GpuError::LaunchFailed(format!(
-                        "no kernel named {kernel:?} in the module; it has: {}",
-                        names.join(", ")
-                    )));
-                }
-            },
-        };
-        self.launch_indexed(session, module, index, config, args)?;
+        self.launch_kernel(session, module, KernelRef::Named(kernel), config, args)?;
         Ok(())
     }
 
-    fn launch_indexed(
+    fn launch_kernel(
         &mut self,
         session: SessionId,
         module: ModuleId,
-        index: u32,
+        kernel: KernelRef<'_>,
         config: &LaunchConfig,
         args: &[KernelArg<'_>],
     ) -> Result<u64, GpuError> {
+        let index = match kernel {
+            KernelRef::At(index) => index,
+            // A module this side never loaded is the node's to refuse (index 0 names nothing
+            // then).
+            KernelRef::Named(kernel) => match self.modules.get(&module) {
+                None => 0,
+                Some(kernels) => match kernels.iter().position(|k| k.name == kernel) {
+                    Some(i) => i as u32,
+                    None => {
+                        let names: Vec<&str> = kernels.iter().map(|k| k.name.as_str()).collect();
+                        return Err(GpuError::LaunchFailed(format!(
+                            "no kernel named {kernel:?} in the module; it has: {}",
+                            names.join(", ")
+                        )));
+                    }
+                },
+            },
+        };
         let request = Request::Launch(wire::Launch {
             session: wire::SessionId(session.0),
             module: wire::ModuleId(module.0),

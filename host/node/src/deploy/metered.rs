@@ -6,8 +6,8 @@
 use crate::metrics::TenantMetrics;
 use std::collections::HashSet;
 use tasklet_runtime::gpu::{
-    BufferId, DeviceInfo, GpuService, GuestBytes, KernelArg, KernelSignature, LaunchConfig,
-    LeaseId, LeaseInfo, LeaseRequest, LocalGpu, ModuleId, SessionId,
+    BufferId, DeviceInfo, GpuService, GuestBytes, KernelArg, KernelRef, KernelSignature,
+    LaunchConfig, LeaseId, LeaseInfo, LeaseRequest, LocalGpu, ModuleId, SessionId,
 };
 use tasklet_runtime::GpuError;
 
@@ -158,16 +158,16 @@ impl GpuService for MeteredGpu {
         self.gpu.launch(session, module, kernel, config, args)
     }
 
-    fn launch_indexed(
+    fn launch_kernel(
         &mut self,
         session: SessionId,
         module: ModuleId,
-        kernel: u32,
+        kernel: KernelRef<'_>,
         config: &LaunchConfig,
         args: &[KernelArg<'_>],
     ) -> Result<u64, GpuError> {
         self.gpu
-            .launch_indexed(session, module, kernel, config, args)
+            .launch_kernel(session, module, kernel, config, args)
     }
 
     fn sync(&mut self, session: SessionId) -> Result<(), GpuError> {

@@ -8,8 +8,8 @@
 
 use super::args::KernelEntry;
 use super::types::{
-    BufferId, DeviceInfo, GuestBytes, KernelArg, KernelSignature, LaunchConfig, LeaseId, LeaseInfo,
-    LeaseRequest, ModuleId, SessionId,
+    BufferId, DeviceInfo, GuestBytes, KernelArg, KernelRef, KernelSignature, LaunchConfig, LeaseId,
+    LeaseInfo, LeaseRequest, ModuleId, SessionId,
 };
 use super::usage::{Usage, UsageHandle};
 use super::GpuService;
@@ -175,7 +175,7 @@ impl LocalGpu {
         &self,
         session: SessionId,
         module: ModuleId,
-        kernel: Kernel<'_>,
+        kernel: KernelRef<'_>,
         config: &LaunchConfig,
         args: &[KernelArg<'_>],
         block: &mut Vec<u8>,
@@ -187,14 +187,14 @@ impl LocalGpu {
             ))
         })?;
         let index = match kernel {
-            Kernel::Named(name) => m.kernels.iter().position(|k| k.info.name == name),
-            Kernel::At(i) => Some(i as usize).filter(|&i| i < m.kernels.len()),
+            KernelRef::Named(name) => m.kernels.iter().position(|k| k.info.name == name),
+            KernelRef::At(i) => Some(i as usize).filter(|&i| i < m.kernels.len()),
         };
         let Some(index) = index else {
             let names: Vec<&str> = m.kernels.iter().map(|k| k.info.name.as_str()).collect();
             let asked = match kernel {
-                Kernel::Named(name) => format!("no kernel named {}", quoted(name)),
-                Kernel::At(i) => format!("no kernel #{i}"),
+                KernelRef::Named(name) => format!("no kernel named {}", quoted(name)),
+                KernelRef::At(i) => format!("no kernel #{i}"),
             };
             return Err(GpuError::LaunchFailed(format!(
                 "{asked} in the module; it has: {}",
@@ -238,7 +238,7 @@ impl LocalGpu {
         &mut self,
         session: SessionId,
         module: ModuleId,
-        kernel: Kernel<'_>,
+        kernel: KernelRef<'_>,
         config: &LaunchConfig,
         args: &[KernelArg<'_>],
     ) -> Result<u64, GpuError> {
@@ -264,14 +264,6 @@ impl LocalGpu {
         s.modules.insert(id, Module::new(loaded));
         Ok(id)
     }
-}
-
-/// The kernel a launch names: by name (contract 0.1), or by its place in the module's list (a
-/// kernel handle, resolved once).
-#[derive(Clone, Copy)]
-enum Kernel<'a> {
-    Named(&'a str),
-    At(u32),
 }
 
 impl Session {
@@ -629,19 +621,19 @@ impl GpuService for LocalGpu {
         config: &LaunchConfig,
         args: &[KernelArg<'_>],
     ) -> Result<(), GpuError> {
-        self.launch_counted(session, module, Kernel::Named(kernel), config, args)?;
+        self.launch_counted(session, module, KernelRef::Named(kernel), config, args)?;
         Ok(())
     }
 
-    fn launch_indexed(
+    fn launch_kernel(
         &mut self,
         session: SessionId,
         module: ModuleId,
-        kernel: u32,
+        kernel: KernelRef<'_>,
         config: &LaunchConfig,
         args: &[KernelArg<'_>],
     ) -> Result<u64, GpuError> {
-        self.launch_counted(session, module, Kernel::At(kernel), config, args)
+        self.launch_counted(session, module, kernel, config, args)
     }
 
     fn sync(&mut self, session: SessionId) -> Result<(), GpuError> {

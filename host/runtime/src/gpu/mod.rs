@@ -18,9 +18,9 @@ pub use args::submit_args_after_region;
 pub use local::{LocalGpu, DIRECT_MIN_BYTES};
 pub use submit::submit_in_session;
 pub use types::{
-    BufferId, DeviceInfo, GuestBytes, KernelArg, KernelParam, KernelSignature, LaunchConfig,
-    LeaseId, LeaseInfo, LeaseRequest, ModuleId, ModuleSource, ParamKind, SessionId, Submit,
-    SubmitArg,
+    BufferId, DeviceInfo, GuestBytes, KernelArg, KernelParam, KernelRef, KernelSignature,
+    LaunchConfig, LeaseId, LeaseInfo, LeaseRequest, ModuleId, ModuleSource, ParamKind, SessionId,
+    Submit, SubmitArg,
 };
 pub use usage::{UsageHandle, UsageStats};
 
@@ -109,15 +109,15 @@ pub trait GpuService: Send {
         config: &LaunchConfig,
         args: &[KernelArg<'_>],
     ) -> Result<(), GpuError>;
-    /// [`GpuService::launch`] of the module's kernel at `kernel` in its list (no name to look
-    /// up), returning the launch's ordinal: its number among the launches under the session's
-    /// lease, counting from 1, by which a later asynchronous error names it ("launch #N of
-    /// kernel `k`").
-    fn launch_indexed(
+    /// [`GpuService::launch`] of a kernel named, or given by its place in the module's list (no
+    /// name to look up), returning the launch's ordinal: its number among the launches under the
+    /// session's lease, counting from 1, by which a later asynchronous error names it ("launch
+    /// #N of kernel `k`").
+    fn launch_kernel(
         &mut self,
         session: SessionId,
         module: ModuleId,
-        kernel: u32,
+        kernel: KernelRef<'_>,
         config: &LaunchConfig,
         args: &[KernelArg<'_>],
     ) -> Result<u64, GpuError>;

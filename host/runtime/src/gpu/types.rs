@@ -140,6 +140,14 @@ impl GuestBytes {
     }
 }
 
+/// The kernel a launch names: by name, or by its place in the module's kernel list (a kernel
+/// handle, resolved once).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KernelRef<'a> {
+    Named(&'a str),
+    At(u32),
+}
+
 /// Where a module comes from: PTX text, or CUDA C compiled (NVRTC) with options.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ModuleSource<'a> {

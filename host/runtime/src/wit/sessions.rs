@@ -50,36 +50,6 @@ impl GpuState<'_> {
         }
         launch(self, lifted)
     }
-
-    /// A launch by name, returning its ordinal under the lease.
-    fn launch_named(
-        &mut self,
-        session: gpu::SessionId,
-        module: gpu::ModuleId,
-        kernel: &str,
-        config: &gpu::LaunchConfig,
-        args: &[gpu::KernelArg<'_>],
-    ) -> GpuResult<u64> {
-        // Resolved here, so that the ordinal comes back as for a kernel handle.
-        let index = self
-            .service
-            .module_kernels(session, module)
-            .iter()
-            .position(|k| k == kernel);
-        match index {
-            Some(i) => Ok(self
-                .service
-                .launch_indexed(session, module, i as u32, config, args)?),
-            // The service's own refusal, naming what the module has (or that it is not this
-            // session's).
-            None => {
-                self.service.launch(session, module, kernel, config, args)?;
-                Err(GpuFailure::Trap(wasmtime::Error::msg(
-                    "the service launched a kernel the module does not list",
-                )))
-            }
-        }
-    }
 }
 
 /// What both versions' sessions, buffers and modules share, for version `$v`: the methods of
@@ -329,7 +299,9 @@ mod v02 {
             let module = self.table.get(&module)?.id;
             let config = lift_config(&config);
             self.with_args(&args, lift_arg, |s, args| {
-                s.launch_named(session, module, &kernel, &config, args)
+                let kernel = gpu::KernelRef::Named(&kernel);
+                Ok(s.service
+                    .launch_kernel(session, module, kernel, &config, args)?)
             })
         }
 
@@ -353,8 +325,13 @@ mod v02 {
             let (module, index) = (k.module, k.index);
             let config = lift_config(&config);
             self.with_args(&args, lift_arg, |s, args| {
-                Ok(s.service
-                    .launch_indexed(session, module, index, &config, args)?)
+                Ok(s.service.launch_kernel(
+                    session,
+                    module,
+                    gpu::KernelRef::At(index),
+                    &config,
+                    args,
+                )?)
             })
         }
     }

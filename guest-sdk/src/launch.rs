@@ -327,13 +327,18 @@ impl<'a> Launch<'a> {
         self
     }
 
-    /// Queues the launch and returns its ordinal: its number among the launches under the
-    /// session's lease, counting from 1, by which a later asynchronous error names it ("launch
-    /// #N of kernel `k`"). It may return before the kernel completes: a kernel's faults surface
-    /// at the next [`Session::sync`] or read. Fails at once with
+    /// Queues the launch. It may return before the kernel completes: a kernel's faults surface at
+    /// the next [`Session::sync`] or read. Fails at once with
     /// [`Error::LaunchFailed`](crate::Error::LaunchFailed) for an unknown kernel or a bad grid or
     /// block, and with [`Error::InvalidInput`] when no [`LaunchConfig`] was given.
-    pub fn run(self) -> Result<u64> {
+    pub fn run(self) -> Result<()> {
+        self.run_ordinal().map(drop)
+    }
+
+    /// [`Launch::run`], returning the launch's ordinal: its number among the launches under the
+    /// session's lease, counting from 1, by which a later asynchronous error names it ("launch
+    /// #N of kernel `k`").
+    pub fn run_ordinal(self) -> Result<u64> {
         if let Some(e) = self.error {
             return Err(e);
         }

@@ -14,7 +14,7 @@
 //! | `offsets` | an 8-element `u32` buffer; `iota(buf + 3 elements, 4)` through `arg_at_elem` → `ok offsets <the 8 elements>`; `arg_at_elem(buf, 9)` → its error |
 //! | `long-name <bytes>` | a module whose one kernel, named with `<bytes>` bytes, traps → `ok load <bytes>`; launch it → `ok launch`; sync → its error |
 //! | `long-token <bytes>` | a module whose fourth line is one word of `<bytes>` bytes → its load error |
-//! | `kernels` | loads `scale` → `ok params <name:size:align:kind …>` from `Module::kernels`; resolves `iota` as a `Kernel` and launches it twice into an 8-element buffer (n 4, then 8) → `ok ordinals <first> <second>`, `ok handle <the 8 elements>`; a kernel of a module of another session, launched in this one → its error |
+//! | `kernels` | loads `scale` → `ok params <name:size:align:kind …>` from `Module::kernels`; resolves `iota` as a `Kernel` and launches it twice into an 8-element buffer (n 4, then 8; `run_ordinal`) → `ok ordinals <first> <second>`, `ok handle <the 8 elements>`; a kernel of a module of another session, launched in this one → its error |
 //! | `big-module <bytes>` | a module of at least `<bytes>` bytes (a header, one empty kernel, then a comment) → `ok load <bytes of text>` or its error |
 
 use std::fmt::Write as _;
@@ -301,7 +301,7 @@ fn kernels(out: &mut Out) -> Result<(), Stopped> {
             .config(LaunchConfig::for_num_elems(n))
             .arg(&buf)
             .arg(n)
-            .run();
+            .run_ordinal();
         ordinals.push(out.step(launch)?);
     }
     out.ok("ordinals", format!("{} {}", ordinals[0], ordinals[1]));

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use tasklet_runtime::config::{Grant, Manifest};
 use tasklet_runtime::gpu::GpuService;
-use tasklet_runtime::RunError;
+use tasklet_runtime::{RunError, RunStop};
 use tasklet_store::Digest;
 
 use crate::deployer::Deployer;
@@ -48,6 +48,8 @@ pub enum ExitStatus {
     WallTime(Duration),
     /// The tasklet could not be instantiated (e.g. its initial memory is larger than its grant).
     Instantiate(String),
+    /// The run was stopped before it ended (on a node: its client went away).
+    Stopped,
 }
 
 impl ExitStatus {
@@ -56,7 +58,8 @@ impl ExitStatus {
         matches!(self, ExitStatus::Ok)
     }
 
-    /// A stable name for the status: `ok`, `failed`, `trapped`, `wall-time`, `instantiate`.
+    /// A stable name for the status: `ok`, `failed`, `trapped`, `wall-time`, `instantiate`,
+    /// `stopped`.
     pub fn as_str(&self) -> &'static str {
         match self {
             ExitStatus::Ok => "ok",
@@ -64,6 +67,7 @@ impl ExitStatus {
             ExitStatus::Trapped(_) => "trapped",
             ExitStatus::WallTime(_) => "wall-time",
             ExitStatus::Instantiate(_) => "instantiate",
+            ExitStatus::Stopped => "stopped",
         }
     }
 }
@@ -75,6 +79,7 @@ impl From<RunError> for ExitStatus {
             RunError::Trapped(message) => ExitStatus::Trapped(message),
             RunError::WallTime(limit) => ExitStatus::WallTime(limit),
             RunError::Instantiate(message) => ExitStatus::Instantiate(message),
+            RunError::Stopped => ExitStatus::Stopped,
         }
     }
 }
@@ -92,6 +97,7 @@ impl fmt::Display for ExitStatus {
             ExitStatus::Instantiate(message) => {
                 write!(f, "the tasklet could not be instantiated: {message}")
             }
+            ExitStatus::Stopped => f.write_str("the run was stopped before it ended"),
         }
     }
 }
@@ -115,6 +121,19 @@ impl Deployer {
         grant_for: impl FnOnce(&Manifest) -> Grant,
         gpu_for: impl FnOnce(Grant) -> Box<dyn GpuService>,
     ) -> Result<RunOutcome, Error> {
+        self.run_until(digest, input, grant_for, gpu_for, &RunStop::new())
+    }
+
+    /// As [`Deployer::run`], and stopped early once `stop` is (see [`RunStop`]): its status is
+    /// then [`ExitStatus::Stopped`]. A node stops the runs of a client that went away.
+    pub fn run_until(
+        &self,
+        digest: &Digest,
+        input: &[u8],
+        grant_for: impl FnOnce(&Manifest) -> Grant,
+        gpu_for: impl FnOnce(Grant) -> Box<dyn GpuService>,
+        stop: &RunStop,
+    ) -> Result<RunOutcome, Error> {
         let inner = &self.inner;
         let run_id = RunId::random()?;
         let start = Instant::now();
@@ -124,7 +143,7 @@ impl Deployer {
         linked.tasklet.grant = grant_for(&linked.tasklet.manifest);
         let gpu = gpu_for(linked.tasklet.grant);
         let start = Instant::now();
-        let result = inner.runner.run(&linked.tasklet, input, gpu);
+        let result = inner.runner.run_until(&linked.tasklet, input, gpu, stop);
         let elapsed = start.elapsed();
         inner.warm.give(*digest, linked, generation);
 

@@ -3,12 +3,12 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tasklet_deploy::{DeployConfig, Deployer, Error, ExitStatus, LoadKind, RunOutcome};
 use tasklet_runtime::config::Grant;
 use tasklet_runtime::gpu::LocalGpu;
-use tasklet_runtime::Host;
+use tasklet_runtime::{Host, RunStop};
 use tasklet_store::{Digest, Store, StoreConfig};
 use tasklet_tests::{assert_baseline, host_with, probe_lines, tasklet_dir, test_policy};
 use tempfile::TempDir;
@@ -498,6 +498,71 @@ fn each_way_a_run_ends_is_its_status() {
         probe_lines(&String::from_utf8_lossy(&outcome.output))[0].0,
         "ok"
     );
+    assert_baseline(&host);
+}
+
+/// A run stopped from another thread (a node's, when its client goes away) ends within a few
+/// epoch ticks as `stopped`, not at its 30 s wall time, and its lease goes with it; a stop
+/// given before the run starts stops it at once. Either way the tasklet goes back warm.
+#[test]
+fn a_stopped_run_ends_at_once_and_frees_its_lease() {
+    let host = host();
+    let dir = TempDir::new().unwrap();
+    let deployer = deployer(dir.path());
+    let probe = push(&deployer, &probe());
+    let stop = RunStop::new();
+    let stopper = {
+        let (stop, leases) = (stop.clone(), Arc::clone(host.leases()));
+        std::thread::spawn(move || {
+            // Once the run holds its lease: it is well under way.
+            let start = Instant::now();
+            while leases.accounting().leases == 0 && start.elapsed() < Duration::from_secs(15) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            stop.stop();
+            Instant::now()
+        })
+    };
+    let leases = Arc::clone(host.leases());
+    let outcome = deployer
+        .run_until(
+            &probe,
+            b"hold 25",
+            |manifest| host.policy().grant(manifest),
+            |grant| Box::new(LocalGpu::new(grant, leases)),
+            &stop,
+        )
+        .unwrap_or_else(|e| panic!("run: {e}"));
+    let ended = Instant::now();
+    let stopped_at = stopper.join().unwrap();
+    assert_eq!(outcome.status, ExitStatus::Stopped, "{}", outcome.status);
+    assert_eq!(outcome.status.as_str(), "stopped");
+    assert!(outcome.output.is_empty());
+    let late = ended.saturating_duration_since(stopped_at);
+    assert!(
+        late < Duration::from_millis(500),
+        "ended {late:?} after the stop"
+    );
+    assert_baseline(&host);
+
+    // Already stopped: it does not start.
+    let outcome = deployer
+        .run_until(
+            &probe,
+            b"hold 25",
+            |manifest| host.policy().grant(manifest),
+            |grant| Box::new(LocalGpu::new(grant, Arc::clone(host.leases()))),
+            &stop,
+        )
+        .unwrap_or_else(|e| panic!("run: {e}"));
+    assert_eq!(outcome.status, ExitStatus::Stopped);
+    assert!(
+        outcome.elapsed < Duration::from_millis(100),
+        "{:?}",
+        outcome.elapsed
+    );
+    let outcome = run(&deployer, &host, &probe, "lease 1");
+    assert_eq!(outcome.load, LoadKind::Warm);
     assert_baseline(&host);
 }
 

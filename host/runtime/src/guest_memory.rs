@@ -9,13 +9,19 @@
 //! [`wasmtime::StoreLimits`] is consulted by wasmtime before every creation and growth, so it bites
 //! exactly as it does for wasmtime's own memories.
 //!
+//! Memories are reused: when an instance's memory is dropped it is zeroed and kept idle (see
+//! [`MemoryPool`]), so that the next instance gets an existing mapping instead of a new memfd,
+//! mapping and page faults, and its old one is not unmapped (which on a multi-core machine is a
+//! TLB shootdown). A memory a worker still maps, or may still write, is never reused.
+//!
 //! Besides the worker, the host itself writes into linear memory in one place: a `mem-read-into`
 //! too small for a worker round trip through the shared mapping is read into a host buffer and
 //! copied in with [`copy_into_guest`], through the memory's own mutable base pointer (never
 //! through a reference wasmtime handed out).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::mem::ManuallyDrop;
+use std::sync::{Arc, Mutex, MutexGuard};
 use tasklet_worker::guest_memory::{locate, SharedMemory};
 use wasmtime::{LinearMemory, MemoryCreator, MemoryType};
 
@@ -23,22 +29,140 @@ use wasmtime::{LinearMemory, MemoryCreator, MemoryType};
 /// memory's address space, as wasmtime's own default.
 const DEFAULT_RESERVATION: usize = 4 << 30;
 
-/// Creates every linear memory of an engine as a [`SharedMemory`]. Install it with
-/// [`wasmtime::Config::with_host_memory`], together with `memory_init_cow(false)`: a copy-on-write
-/// image would be mapped over the memory, replacing the shared pages with private ones.
+/// Idle memories a creator keeps for reuse. A node runs about as many tasklets at once as it has
+/// blocking threads busy with them; past this, dropped memories are unmapped.
+pub const DEFAULT_IDLE_MEMORIES: usize = 32;
+
+/// Bytes of zeroed pages an idle memory keeps (the rest of what its last user touched is given
+/// back to the kernel): enough for a small tasklet's data, stack and heap, so that its next run
+/// takes no page faults, while idle memories together hold at most
+/// `DEFAULT_IDLE_MEMORIES × DEFAULT_KEEP_RESIDENT` (64 MiB).
+pub const DEFAULT_KEEP_RESIDENT: usize = 2 << 20;
+
+/// Creates every linear memory of an engine as a [`SharedMemory`], reusing those of instances
+/// that are gone. Install it with [`wasmtime::Config::with_host_memory`], together with
+/// `memory_init_cow(false)`: a copy-on-write image would be mapped over the memory, replacing
+/// the shared pages with private ones.
 #[derive(Debug, Default)]
-pub struct GuestMemoryCreator;
+pub struct GuestMemoryCreator {
+    pool: Arc<MemoryPool>,
+}
+
+impl GuestMemoryCreator {
+    /// A creator whose pool keeps up to `idle` memories, each with up to `keep_resident` bytes
+    /// of zeroed pages.
+    pub fn new(idle: usize, keep_resident: usize) -> GuestMemoryCreator {
+        GuestMemoryCreator {
+            pool: Arc::new(MemoryPool::new(idle, keep_resident)),
+        }
+    }
+
+    /// The pool dropped memories go back to.
+    pub fn pool(&self) -> &Arc<MemoryPool> {
+        &self.pool
+    }
+}
+
+/// Idle linear memories, zeroed, waiting for an instance of the same layout (reservation and
+/// guard: an engine's memories all have the same).
+///
+/// # Why reuse is safe
+///
+/// A memory is zeroed when it comes back ([`SharedMemory::clear`]) — every page that holds data,
+/// swapped-out ones included — so no instance ever sees what an earlier one (another tenant's
+/// run) left in it, and idle memories hold no tenant's data. Only memories nothing else refers to
+/// come back ([`SharedMemory::is_exclusive`]): one that a GPU worker mapped for a zero-copy
+/// transfer and has not yet let go of (a worker is reset, detaching every memory, when its lease
+/// ends; a worker given up is killed, but keeps the memory until it is reaped) is unmapped
+/// instead, so that nothing can write into it once it is someone else's. Whatever is past the
+/// next instance's size is made inaccessible again ([`SharedMemory::shrink_to`]), as wasmtime's
+/// elided bounds checks require.
+#[derive(Debug)]
+pub struct MemoryPool {
+    max_idle: usize,
+    keep_resident: usize,
+    idle: Mutex<Vec<Idle>>,
+}
+
+#[derive(Debug)]
+struct Idle {
+    shared: SharedMemory,
+    guard: usize,
+}
+
+impl Default for MemoryPool {
+    fn default() -> MemoryPool {
+        MemoryPool::new(DEFAULT_IDLE_MEMORIES, DEFAULT_KEEP_RESIDENT)
+    }
+}
+
+impl MemoryPool {
+    fn new(max_idle: usize, keep_resident: usize) -> MemoryPool {
+        MemoryPool {
+            max_idle,
+            keep_resident,
+            idle: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// How many zeroed memories wait for reuse.
+    pub fn idle(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// An idle memory of this layout, sized to `size` bytes (a page multiple).
+    fn take(&self, size: usize, reserve: usize, guard: usize) -> Option<SharedMemory> {
+        let mut shared = {
+            let mut idle = self.lock();
+            let at = idle
+                .iter()
+                .rposition(|m| m.guard == guard && m.shared.capacity() == reserve)?;
+            idle.swap_remove(at).shared
+        };
+        let resized = if size <= shared.size() {
+            shared.shrink_to(size)
+        } else {
+            shared.grow_to(size)
+        };
+        // A memory that cannot be resized is dropped (unmapped); the caller makes a new one.
+        resized.ok().map(|()| shared)
+    }
+
+    /// Takes back the memory of an instance that is gone: zeroed and kept, or dropped.
+    fn give(&self, mut shared: SharedMemory, guard: usize) {
+        if self.max_idle == 0 || self.lock().len() >= self.max_idle {
+            return;
+        }
+        // Not exclusive (a worker may still map it), or not zeroed: unmapped, never reused.
+        if shared.clear(self.keep_resident).is_err() {
+            return;
+        }
+        let mut idle = self.lock();
+        if idle.len() < self.max_idle {
+            idle.push(Idle { shared, guard });
+        }
+    }
+
+    /// The lock guards a plain list, consistent between statements: taken even if poisoned.
+    fn lock(&self) -> MutexGuard<'_, Vec<Idle>> {
+        self.idle.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
 
 /// A linear memory over a [`SharedMemory`]. `size` is the wasm-visible size in bytes; the mapping
 /// is that rounded up to whole host pages.
 struct GuestMemory {
-    shared: SharedMemory,
+    /// Taken out only by `drop`, which hands it back to the pool.
+    shared: ManuallyDrop<SharedMemory>,
     size: usize,
     maximum: Option<usize>,
+    guard: usize,
+    pool: Arc<MemoryPool>,
 }
 
 /// Base pointers of the live memories by id, so that [`copy_into_guest`] writes through the
 /// mapping's own `*mut` (whose provenance covers the memory) rather than one derived from a slice.
+/// Idle memories are not in it.
 static BASES: Mutex<Option<HashMap<u64, Base>>> = Mutex::new(None);
 
 #[derive(Clone, Copy)]
@@ -61,9 +185,11 @@ fn round_up(n: usize, page: usize) -> Option<usize> {
     n.checked_add(page - 1).map(|n| n / page * page)
 }
 
-// SAFETY: memories are zero-filled (a fresh memfd; growth maps new, zeroed file pages), exactly
-// `reserved_size_in_bytes` (when given) plus `guard_size_in_bytes` of address space is reserved
-// with everything past the accessible size PROT_NONE, and the base never moves.
+// SAFETY: memories are zero-filled (a fresh memfd, or a reused one that was cleared; growth maps
+// new, zeroed file pages), exactly `reserved_size_in_bytes` (when given) plus
+// `guard_size_in_bytes` of address space is reserved with everything past the accessible size
+// PROT_NONE (a reused memory is of the same layout and shrunk to the size), and the base never
+// moves.
 unsafe impl MemoryCreator for GuestMemoryCreator {
     fn new_memory(
         &self,
@@ -92,16 +218,21 @@ unsafe impl MemoryCreator for GuestMemoryCreator {
                  raise `Config::memory_reservation`"
             ));
         }
-        let shared = SharedMemory::create(mapped, reserve, guard_size_in_bytes).map_err(|e| {
-            format!("cannot map a shared linear memory of {minimum} bytes (reserving {reserve} + {guard_size_in_bytes}): {e}")
-        })?;
+        let shared = match self.pool.take(mapped, reserve, guard_size_in_bytes) {
+            Some(shared) => shared,
+            None => SharedMemory::create(mapped, reserve, guard_size_in_bytes).map_err(|e| {
+                format!("cannot map a shared linear memory of {minimum} bytes (reserving {reserve} + {guard_size_in_bytes}): {e}")
+            })?,
+        };
         bases()
             .get_or_insert_with(HashMap::new)
             .insert(shared.id(), Base(shared.as_ptr()));
         Ok(Box::new(GuestMemory {
-            shared,
+            shared: ManuallyDrop::new(shared),
             size: minimum,
             maximum,
+            guard: guard_size_in_bytes,
+            pool: Arc::clone(&self.pool),
         }))
     }
 }
@@ -142,15 +273,19 @@ unsafe impl LinearMemory for GuestMemory {
 
 impl Drop for GuestMemory {
     fn drop(&mut self) {
+        // SAFETY: taken once, here; `self.shared` is not used again.
+        let shared = unsafe { ManuallyDrop::take(&mut self.shared) };
         if let Some(map) = bases().as_mut() {
-            map.remove(&self.shared.id());
+            map.remove(&shared.id());
         }
+        // wasmtime is done with the memory (the instance is gone): back to the pool.
+        self.pool.give(shared, self.guard);
     }
 }
 
-/// The creator to install on an engine.
+/// The creator to install on an engine, its pool sized by default.
 pub fn creator() -> Arc<dyn MemoryCreator> {
-    Arc::new(GuestMemoryCreator)
+    Arc::new(GuestMemoryCreator::default())
 }
 
 /// Copies `data` into the linear memory at host address `dst` (which must lie, with `data.len()`
@@ -188,8 +323,12 @@ mod tests {
     const WASM_PAGE: usize = 64 << 10;
 
     fn engine() -> Engine {
+        engine_with(Arc::new(GuestMemoryCreator::default()))
+    }
+
+    fn engine_with(creator: Arc<GuestMemoryCreator>) -> Engine {
         let mut c = Config::new();
-        c.with_host_memory(creator()).memory_init_cow(false);
+        c.with_host_memory(creator).memory_init_cow(false);
         Engine::new(&c).unwrap()
     }
 
@@ -356,7 +495,8 @@ mod tests {
     #[test]
     fn the_guard_and_reservation_are_honoured() {
         let page = page_size();
-        let c = GuestMemoryCreator;
+        // No pool: every memory here is a new one.
+        let c = GuestMemoryCreator::new(0, 0);
         let ty = MemoryType::new(1, None);
         let (reserve, guard) = (16 * WASM_PAGE, 4 * page);
         let mut m = c
@@ -423,5 +563,125 @@ mod tests {
         assert!(!unsafe { copy_into_guest(base + WASM_PAGE - 1, b"ab") });
         let host = [0u8; 8];
         assert!(!unsafe { copy_into_guest(host.as_ptr() as usize, b"ab") });
+    }
+
+    /// One instance writes all over its memory (data, heap, memory it grew), then goes; the
+    /// next instance of the module gets the very same memory back (same base address), and sees
+    /// nothing of what the first wrote: its data segment, zeros elsewhere, its own initial size.
+    /// Once with pages kept resident (zeroed in place) and once with none (all punched out).
+    #[test]
+    fn a_reused_memory_shows_nothing_of_its_last_user() {
+        for keep in [DEFAULT_KEEP_RESIDENT, 0] {
+            let creator = Arc::new(GuestMemoryCreator::new(4, keep));
+            let engine = engine_with(Arc::clone(&creator));
+            let module = module(&engine, 2, None);
+            let secrets: [i32; 5] = [
+                0,
+                40,
+                WASM_PAGE as i32 + 3,
+                2 * WASM_PAGE as i32 - 1,
+                3 * WASM_PAGE as i32 + 5,
+            ];
+            let first_base = {
+                let mut store = store(&engine, 1 << 30);
+                let inst = Instance::new(&mut store, &module, &[]).unwrap();
+                let grow = inst.get_typed_func::<i32, i32>(&mut store, "grow").unwrap();
+                let store8 = inst
+                    .get_typed_func::<(i32, i32), ()>(&mut store, "store")
+                    .unwrap();
+                assert_eq!(grow.call(&mut store, 3).unwrap(), 2);
+                for at in secrets {
+                    store8.call(&mut store, (at, 0x5a)).unwrap();
+                }
+                let mem = inst.get_memory(&mut store, "mem").unwrap();
+                mem.data_mut(&mut store)[1000..1000 + 4096].fill(0xa5);
+                mem.data_ptr(&store)
+            };
+            assert_eq!(
+                creator.pool().idle(),
+                1,
+                "the memory came back (keep {keep})"
+            );
+
+            let mut store = store(&engine, 1 << 30);
+            let inst = Instance::new(&mut store, &module, &[]).unwrap();
+            let mem = inst.get_memory(&mut store, "mem").unwrap();
+            assert_eq!(mem.data_ptr(&store), first_base, "the same memory, reused");
+            assert_eq!(creator.pool().idle(), 0);
+            assert_eq!(mem.data_size(&store), 2 * WASM_PAGE, "its own initial size");
+            let data = mem.data(&store);
+            assert_eq!(&data[16..19], b"seg", "its data segment");
+            let stale = data[..16].iter().chain(&data[19..]).position(|&b| b != 0);
+            assert_eq!(stale, None, "a byte the last user wrote (keep {keep})");
+            let load = inst.get_typed_func::<i32, i32>(&mut store, "load").unwrap();
+            let grow = inst.get_typed_func::<i32, i32>(&mut store, "grow").unwrap();
+            // Past its size it traps again, though the last user had grown it.
+            assert!(load.call(&mut store, 2 * WASM_PAGE as i32).is_err());
+            // Grown again, the pages the last user wrote read as zeros.
+            assert_eq!(grow.call(&mut store, 3).unwrap(), 2);
+            for at in secrets {
+                assert_eq!(
+                    load.call(&mut store, at).unwrap(),
+                    0,
+                    "at {at} (keep {keep})"
+                );
+            }
+            let data = mem.data(&store);
+            assert!(data[2 * WASM_PAGE..].iter().all(|&b| b == 0));
+        }
+    }
+
+    /// A memory something else still refers to (here a span, as a worker's transfer holds; a
+    /// worker that attached it holds it the same way until it lets go) is not reused: whoever
+    /// holds it could still write into it.
+    #[test]
+    fn a_memory_still_referred_to_is_not_reused() {
+        let creator = GuestMemoryCreator::new(4, DEFAULT_KEEP_RESIDENT);
+        let ty = MemoryType::new(1, None);
+        let m = creator
+            .new_memory(ty.clone(), WASM_PAGE, None, Some(16 * WASM_PAGE), 0)
+            .unwrap();
+        let span = locate(m.as_ptr(), WASM_PAGE).expect("a shared memory");
+        drop(m);
+        assert_eq!(
+            creator.pool().idle(),
+            0,
+            "held by a span: unmapped, not pooled"
+        );
+        drop(span);
+        let m = creator
+            .new_memory(ty, WASM_PAGE, None, Some(16 * WASM_PAGE), 0)
+            .unwrap();
+        drop(m);
+        assert_eq!(
+            creator.pool().idle(),
+            1,
+            "referred to by nothing else: pooled"
+        );
+    }
+
+    /// The pool holds at most its bound; memories of another layout are not handed out.
+    #[test]
+    fn the_pool_is_bounded_and_keyed_by_layout() {
+        let creator = GuestMemoryCreator::new(2, DEFAULT_KEEP_RESIDENT);
+        let ty = MemoryType::new(1, None);
+        let make = |reserve: usize| {
+            creator
+                .new_memory(ty.clone(), WASM_PAGE, None, Some(reserve), 0)
+                .unwrap()
+        };
+        let (a, b, c) = (
+            make(16 * WASM_PAGE),
+            make(16 * WASM_PAGE),
+            make(16 * WASM_PAGE),
+        );
+        drop((a, b, c));
+        assert_eq!(creator.pool().idle(), 2);
+        let other = make(32 * WASM_PAGE);
+        assert_eq!(other.byte_capacity(), 32 * WASM_PAGE);
+        assert_eq!(creator.pool().idle(), 2, "none of the pooled ones fits");
+        let same = make(16 * WASM_PAGE);
+        assert_eq!(same.byte_capacity(), 16 * WASM_PAGE);
+        assert_eq!(creator.pool().idle(), 1);
     }
 }

@@ -26,5 +26,5 @@ pub use config::{Manifest, Policy};
 pub use error::GpuError;
 pub use host::{Host, HostConfig, HostError, Sizing};
 pub use lease::{Accounting, Device};
-pub use runner::{RunError, Runner, Tasklet};
+pub use runner::{RunError, RunStop, Runner, Tasklet, EPOCH_TICK};
 pub use tasklet_worker::{BackendKind, WorkerCommand, WorkerInfo};

@@ -12,10 +12,10 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use wasmtime::component::{Component, Linker};
-use wasmtime::{Engine, Store};
+use wasmtime::{Engine, Store, UpdateDeadline};
 
-/// Granularity of the wall-time limit.
-const EPOCH_TICK: Duration = Duration::from_millis(10);
+/// Granularity of the wall-time limit, and how soon a [`RunStop`] takes effect.
+pub const EPOCH_TICK: Duration = Duration::from_millis(10);
 
 /// Why a run did not produce output.
 #[derive(Debug, thiserror::Error)]
@@ -29,6 +29,31 @@ pub enum RunError {
     WallTime(Duration),
     #[error("cannot instantiate the tasklet: {0}")]
     Instantiate(String),
+    /// The run was stopped from outside ([`RunStop::stop`]) before it ended.
+    #[error("the run was stopped before it ended")]
+    Stopped,
+}
+
+/// Stops a run early, from any thread: e.g. a node's run whose client went away. The tasklet's
+/// wasm code traps at its next epoch check, within [`EPOCH_TICK`] of the stop; a host call under
+/// way (a GPU call, a sleep) finishes first, bounded as always by the run's wall time. Cloning
+/// shares the signal.
+#[derive(Debug, Clone, Default)]
+pub struct RunStop(Arc<AtomicBool>);
+
+impl RunStop {
+    pub fn new() -> RunStop {
+        RunStop::default()
+    }
+
+    /// Stops every run given this signal (or a clone of it), now and from now on.
+    pub fn stop(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+
+    pub fn is_stopped(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
 }
 
 /// A compiled tasklet and what it is granted. Cloning is cheap (the compiled code is shared), so
@@ -54,7 +79,18 @@ impl Runner {
         // between the device and guest memory in one copy. Copy-on-write initialisation would map
         // a module's data image privately over that memory (and wasmtime only does it for its own
         // mmap memories), so data segments are copied in instead.
-        wasm.with_host_memory(crate::guest_memory::creator())
+        // Memories of finished runs are zeroed and reused (see `guest_memory`);
+        // `TASKLET_IDLE_MEMORIES=N` bounds how many are kept idle (0: none, every run maps a new
+        // one and unmaps it at its end).
+        let idle = std::env::var("TASKLET_IDLE_MEMORIES")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(crate::guest_memory::DEFAULT_IDLE_MEMORIES);
+        let creator = crate::guest_memory::GuestMemoryCreator::new(
+            idle,
+            crate::guest_memory::DEFAULT_KEEP_RESIDENT,
+        );
+        wasm.with_host_memory(Arc::new(creator))
             .memory_init_cow(false);
         // `TASKLET_PERF_MAP=1`: name the compiled guest code in /tmp/perf-<pid>.map, so `perf`
         // attributes samples to guest functions instead of bare addresses.
@@ -156,8 +192,23 @@ impl Runner {
         &self,
         tasklet: &Tasklet,
         input: &[u8],
-        mut gpu: Box<dyn GpuService>,
+        gpu: Box<dyn GpuService>,
     ) -> Result<Vec<u8>, RunError> {
+        self.run_until(tasklet, input, gpu, &RunStop::new())
+    }
+
+    /// As [`Runner::run`], and stopped early, as [`RunError::Stopped`], once `stop` is: at once
+    /// if it already is.
+    pub fn run_until(
+        &self,
+        tasklet: &Tasklet,
+        input: &[u8],
+        mut gpu: Box<dyn GpuService>,
+        stop: &RunStop,
+    ) -> Result<Vec<u8>, RunError> {
+        if stop.is_stopped() {
+            return Err(RunError::Stopped);
+        }
         let wall = tasklet.grant.limits.wall_time;
         let started = Instant::now();
         let ends = started.checked_add(wall);
@@ -170,14 +221,25 @@ impl Runner {
         // One call may carry as much data as the tasklet's memory can hold (wasmtime's default is
         // 128 MiB): a bulk mem-write is bounded by the memory limit, not by a second, smaller one.
         store.set_hostcall_fuel(usize::try_from(tasklet.grant.limits.memory).unwrap_or(usize::MAX));
-        store.set_epoch_deadline((wall.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64 + 1);
-        store.epoch_deadline_trap();
+        // Every tick, until the wall time's ticks are spent or the run is stopped: one cheap
+        // check per tick, so that a stop lands within a tick.
+        let mut ticks = (wall.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64 + 1;
+        let stopped = stop.clone();
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(move |_| {
+            ticks = ticks.saturating_sub(1);
+            Ok(match stopped.is_stopped() || ticks == 0 {
+                true => UpdateDeadline::Interrupt,
+                false => UpdateDeadline::Continue(1),
+            })
+        });
         let instance = tasklet
             .pre
             .instantiate(&mut store)
             .map_err(|e| RunError::Instantiate(format!("{e:#}")))?;
         let result = instance.call_run(&mut store, input).map_err(|e| {
             match e.downcast_ref::<wasmtime::Trap>() {
+                Some(wasmtime::Trap::Interrupt) if stop.is_stopped() => RunError::Stopped,
                 Some(wasmtime::Trap::Interrupt) => RunError::WallTime(wall),
                 _ => match store.data().limits.refusal() {
                     Some(why) => RunError::Trapped(format!("{e:?}\n(likely out of memory: {why})")),
@@ -189,6 +251,9 @@ impl Runner {
         // its output, before the next epoch check trapped it: either way it ran out of time.
         let out_of_time = ends.is_some_and(|ends| Instant::now() >= ends);
         drop(store);
+        if matches!(result, Err(RunError::Stopped)) {
+            return Err(RunError::Stopped);
+        }
         if out_of_time {
             return Err(RunError::WallTime(wall));
         }

@@ -34,7 +34,8 @@ use crate::contract::control_socket::file_size;
 pub(crate) struct Shared {
     pub(crate) id: u64,
     pub(crate) fd: OwnedFd,
-    /// Bytes of the memfd (and of the host mapping) that are valid: only grows.
+    /// Bytes of the memfd (and of the host mapping) that are valid: only grows, unless the host
+    /// shrinks an exclusive memory to hand it to another user.
     size: AtomicUsize,
     pub(crate) capacity: usize,
 }
@@ -266,6 +267,111 @@ impl SharedMemory {
     /// Its id (what [`GuestSpan::memory_id`] reports).
     pub fn id(&self) -> u64 {
         self.shared.id
+    }
+
+    /// Whether this handle is all that refers to the memory: no span cut from it is alive and no
+    /// worker client has it attached (a client holds a weak reference from attaching it until it
+    /// detaches it, resets or is reaped; a worker given up keeps it until reaped). Only such a
+    /// memory can be [cleared](SharedMemory::clear) for another user: a worker that maps it could
+    /// write into it after it was zeroed.
+    pub fn is_exclusive(&self) -> bool {
+        // The one weak reference is the registry's.
+        Arc::strong_count(&self.shared) == 1 && Arc::weak_count(&self.shared) == 1
+    }
+
+    /// Makes every byte of the memory read as zero again, so that it can serve another user.
+    /// Pages holding data are found with `SEEK_DATA` (swapped-out pages count as data); up to
+    /// `keep_resident` bytes of them are zeroed in place (kept: the next user does not fault them
+    /// in again), the rest are punched out of the memfd (freed).
+    ///
+    /// Refused unless [`SharedMemory::is_exclusive`]. The caller guarantees that nothing reads or
+    /// writes the memory meanwhile (whoever used it is done with it).
+    pub fn clear(&mut self, keep_resident: usize) -> io::Result<()> {
+        if !self.is_exclusive() {
+            return Err(io::Error::new(
+                io::ErrorKind::ResourceBusy,
+                "a shared memory still referred to elsewhere (a span or a worker) cannot be cleared",
+            ));
+        }
+        let fd = self.shared.fd.as_raw_fd();
+        let size = self.size();
+        let mut budget = keep_resident;
+        let mut at: libc::off_t = 0;
+        loop {
+            // SAFETY: plain syscalls on our fd; nothing else uses its file offset (exclusive).
+            let start = unsafe { libc::lseek(fd, at, libc::SEEK_DATA) };
+            if start < 0 {
+                let e = io::Error::last_os_error();
+                // ENXIO: no data at or after `at`.
+                return match e.raw_os_error() {
+                    Some(libc::ENXIO) => Ok(()),
+                    _ => Err(e),
+                };
+            }
+            // SAFETY: as above.
+            let end = unsafe { libc::lseek(fd, start, libc::SEEK_HOLE) };
+            if end < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let (a, b) = (start as usize, end as usize);
+            // Past our mapping lies only what a worker wrote (it may extend the file): punched.
+            let len = b - a;
+            if b <= size && len <= budget {
+                // SAFETY: `a..b` lies within the accessible, read/write part of our own mapping,
+                // and the caller guarantees nobody else touches it meanwhile.
+                unsafe { std::ptr::write_bytes(self.base.add(a), 0, len) };
+                budget -= len;
+            } else {
+                // SAFETY: plain syscall on our fd; the pages read as zeros afterwards, through
+                // every mapping of the file.
+                let r = unsafe {
+                    libc::fallocate(
+                        fd,
+                        libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                        start,
+                        end - start,
+                    )
+                };
+                if r != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            at = end;
+        }
+    }
+
+    /// Shrinks the accessible part to `new_size` bytes (a page multiple, at most the current
+    /// size): everything past it is `PROT_NONE` again, as after [`SharedMemory::create`]. What
+    /// it held stays in the memfd (which cannot shrink), so [`SharedMemory::grow_to`] zeroes it
+    /// when it is mapped again. Never moves the memory.
+    pub fn shrink_to(&mut self, new_size: usize) -> io::Result<()> {
+        let old = self.size();
+        if new_size > old || !new_size.is_multiple_of(page_size()) {
+            return Err(invalid(format!(
+                "cannot shrink a {old}-byte shared memory to {new_size} bytes"
+            )));
+        }
+        if new_size == old {
+            return Ok(());
+        }
+        // Smaller first: a `locate` racing with this never reports bytes about to go.
+        self.shared.size.store(new_size, Ordering::Release);
+        // SAFETY: `new_size..old` lies within our own reservation; the caller's `&mut` means
+        // nothing of ours uses those pages. They become the inaccessible reservation they were.
+        let p = unsafe {
+            libc::mmap(
+                self.base.add(new_size).cast(),
+                old - new_size,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
     }
 }
 

@@ -27,13 +27,12 @@ pub const ECHO_BYTES: usize = 32;
 const PAYLOAD_BYTES: usize = 16 << 20;
 const WRITE_CHUNK: usize = 1 << 20;
 
-/// The flow-control windows the node (`tasklet_node`'s transport) and its client
-/// (`tasklet_remote`'s) configure: a stream's receive window, the connection's receive and send
-/// windows.
+/// The flow-control windows the node and its client share (`tasklet_tls::transport`): a
+/// stream's receive window, the connection's receive and send windows.
 pub const FABRIC_WINDOWS: Windows = Windows {
-    stream: 16 << 20,
-    connection: 64 << 20,
-    send: 64 << 20,
+    stream: tasklet_tls::transport::STREAM_WINDOW,
+    connection: tasklet_tls::transport::CONNECTION_WINDOW,
+    send: tasklet_tls::transport::CONNECTION_WINDOW as u64,
 };
 
 /// Windows large enough that a 256 MiB transfer is never waiting for credit on loopback.
@@ -61,6 +60,18 @@ pub struct Windows {
     pub send: u64,
 }
 
+/// The datagram sizes both ends use.
+#[derive(Debug, Clone, Copy)]
+pub enum Datagrams {
+    /// quinn's: from 1200 bytes, discovered up to 1452, at most 1472 accepted.
+    Quinn,
+    /// Discovered from 1200 bytes up to this, which both ends accept (the fabric's own, with
+    /// `tasklet_tls::transport::MAX_DATAGRAM`).
+    Discover(u16),
+    /// This size from the start, no discovery.
+    Fixed(u16),
+}
+
 /// One way to configure both ends of a bare transfer.
 #[derive(Debug, Clone)]
 pub struct Setting {
@@ -69,9 +80,7 @@ pub struct Setting {
     pub windows: Option<Windows>,
     /// UDP generic segmentation offload (quinn's default: on).
     pub gso: bool,
-    /// A fixed datagram size on both ends (no discovery); `None`: quinn's (1200, discovered up
-    /// to 1452).
-    pub mtu: Option<u16>,
+    pub datagrams: Datagrams,
     /// `SO_RCVBUF`/`SO_SNDBUF` of both sockets; `None`: the kernel's default.
     pub socket_buffers: Option<usize>,
     /// Streams a transfer is split over, all at once on one connection.
@@ -79,15 +88,15 @@ pub struct Setting {
 }
 
 impl Setting {
-    /// The setting the fabric itself runs with (the node's and the client's windows, the rest
-    /// quinn's defaults): the echo floor is measured on it.
+    /// The settings the fabric itself runs with (`tasklet_tls::transport`, as the node and its
+    /// client configure them; the rest quinn's defaults): the echo floor is measured on it.
     pub fn fabric() -> Setting {
         Setting {
-            name: "fabric's windows (as node and client)",
+            name: "fabric's settings (as node and client)",
             windows: Some(FABRIC_WINDOWS),
             gso: true,
-            mtu: None,
-            socket_buffers: None,
+            datagrams: Datagrams::Discover(tasklet_tls::transport::MAX_DATAGRAM),
+            socket_buffers: Some(tasklet_tls::transport::SOCKET_BUFFER),
             streams: 1,
         }
     }
@@ -96,53 +105,50 @@ impl Setting {
     pub fn all() -> Vec<Setting> {
         let fabric = Setting::fabric();
         let wide = Setting {
-            name: "wide windows, 8 MiB socket buffers",
+            name: "wide windows, 8 MiB socket buffers, 6400-byte datagrams",
             windows: Some(WIDE_WINDOWS),
             socket_buffers: Some(SOCKET_BUFFERS),
+            datagrams: Datagrams::Fixed(GSO_MTU),
             ..fabric.clone()
         };
         vec![
             Setting {
                 name: "quinn defaults",
                 windows: None,
+                datagrams: Datagrams::Quinn,
                 ..fabric.clone()
             },
             Setting {
-                name: "fabric's windows, GSO off",
+                name: "fabric's windows, quinn's datagrams (up to 1452 bytes), kernel's socket buffers",
+                datagrams: Datagrams::Quinn,
+                socket_buffers: None,
+                ..fabric.clone()
+            },
+            Setting {
+                name: "fabric's settings, GSO off",
                 gso: false,
                 ..fabric.clone()
             },
             fabric.clone(),
             Setting {
-                name: "fabric's windows, 4 streams",
+                name: "fabric's settings, 4 streams",
                 streams: 4,
+                ..fabric.clone()
+            },
+            Setting {
+                name: "fabric's windows, 6400-byte datagrams from the start",
+                datagrams: Datagrams::Fixed(GSO_MTU),
                 ..fabric.clone()
             },
             wide.clone(),
             Setting {
-                name: "wide, 4 streams",
-                streams: 4,
-                ..wide.clone()
-            },
-            Setting {
-                name: "fabric's windows, 6400-byte datagrams",
-                mtu: Some(GSO_MTU),
-                ..fabric
-            },
-            Setting {
-                name: "wide, 6400-byte datagrams",
-                mtu: Some(GSO_MTU),
-                ..wide.clone()
-            },
-            Setting {
                 name: "wide, 6400-byte datagrams, 4 streams",
-                mtu: Some(GSO_MTU),
                 streams: 4,
                 ..wide.clone()
             },
             Setting {
                 name: "wide, 8952-byte datagrams, GSO off",
-                mtu: Some(JUMBO_MTU),
+                datagrams: Datagrams::Fixed(JUMBO_MTU),
                 gso: false,
                 ..wide
             },
@@ -160,20 +166,28 @@ impl Setting {
         transport
             .max_concurrent_bidi_streams(64u32.into())
             .enable_segmentation_offload(self.gso);
-        if let Some(mtu) = self.mtu {
-            transport
-                .initial_mtu(mtu)
-                .min_mtu(mtu)
-                .mtu_discovery_config(None);
+        match self.datagrams {
+            Datagrams::Quinn => {}
+            Datagrams::Discover(bound) => {
+                let mut discovery = quinn::MtuDiscoveryConfig::default();
+                discovery.upper_bound(bound);
+                transport.mtu_discovery_config(Some(discovery));
+            }
+            Datagrams::Fixed(mtu) => {
+                transport
+                    .initial_mtu(mtu)
+                    .min_mtu(mtu)
+                    .mtu_discovery_config(None);
+            }
         }
         transport
     }
 
     fn endpoint_config(&self) -> quinn::EndpointConfig {
         let mut config = quinn::EndpointConfig::default();
-        if let Some(mtu) = self.mtu {
+        if let Datagrams::Discover(mtu) | Datagrams::Fixed(mtu) = self.datagrams {
             // Both ends must accept datagrams that large; the error is only for values outside
-            // 1200..=65527, which JUMBO_MTU is not.
+            // 1200..=65527, which these are not.
             let _ = config.max_udp_payload_size(mtu.max(1472));
         }
         config

@@ -5,7 +5,6 @@
 //! its own, then `lanes` streams, each sending a DEPLOY_RUN as soon as its last one is answered.
 //! The node serves each stream's runs in order and different streams' runs side by side.
 
-use crate::bare::FABRIC_WINDOWS;
 use crate::deploy::{check, Runs, TINY_INPUT};
 use crate::stats::Samples;
 use bytes::{Buf, Bytes};
@@ -43,16 +42,19 @@ pub fn runs(
     let tenant = Tenant::new(tasklet_tls::DEFAULT_TENANT).map_err(|e| e.to_string())?;
     let mut config = tasklet_tls::client_config(certs, &tenant)
         .map_err(|e| format!("the pipelined client's TLS: {e}"))?;
-    let mut transport = quinn::TransportConfig::default();
-    transport
-        .stream_receive_window(FABRIC_WINDOWS.stream.into())
-        .receive_window(FABRIC_WINDOWS.connection.into())
-        .send_window(FABRIC_WINDOWS.send);
-    config.transport_config(Arc::new(transport));
+    config.transport_config(Arc::new(tasklet_tls::transport::transport_config()));
     let digest = *digest;
     runtime.block_on(async move {
-        let mut endpoint = quinn::Endpoint::client(([127, 0, 0, 1], 0).into())
+        let socket = std::net::UdpSocket::bind(("127.0.0.1", 0))
             .map_err(|e| format!("the pipelined client's socket: {e}"))?;
+        let quic = quinn::default_runtime().ok_or("no runtime for quinn")?;
+        let mut endpoint = quinn::Endpoint::new(
+            tasklet_tls::transport::endpoint_config(),
+            None,
+            socket,
+            quic,
+        )
+        .map_err(|e| format!("the pipelined client's endpoint: {e}"))?;
         endpoint.set_default_client_config(config);
         let connection = endpoint
             .connect(addr, "localhost")

@@ -306,7 +306,7 @@ impl NodeBuilder {
             return Err(NodeError::NoRuntime);
         }
         let endpoint =
-            quinn::Endpoint::server(server, self.listen).map_err(|source| NodeError::Bind {
+            crate::transport::endpoint(server, self.listen).map_err(|source| NodeError::Bind {
                 addr: self.listen,
                 source,
             })?;

@@ -43,3 +43,8 @@ pub(crate) enum Outgoing {
 }
 
 pub(crate) type ReplyTo = mpsc::Sender<Outgoing>;
+
+/// The jobs a stream decoded from one read, in order, handed to the GPU thread together: a
+/// burst of pipelined frames (a thousand LAUNCHes in one datagram train) then costs one channel
+/// send and at most one wake of the GPU thread, not one of each per frame.
+pub(crate) type Batch = Vec<Job>;

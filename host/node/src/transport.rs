@@ -1,7 +1,9 @@
-//! The node's QUIC settings: TLS from the certificate folder, and the transport's bounds.
+//! The node's QUIC settings: TLS from the certificate folder, the transport settings it shares
+//! with its clients (`tasklet_tls::transport`: datagram sizes, windows), and its own bounds.
 
 use crate::builder::NodeError;
 use crate::shared::Limits;
+use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -9,27 +11,35 @@ use std::sync::Arc;
 /// runs in parallel, one per transfer.
 const MAX_STREAMS: u32 = 16;
 
-/// Flow-control windows: large enough that a bulk transfer is not held to a few round trips'
-/// worth of data in flight.
-const STREAM_WINDOW: u32 = 16 << 20;
-const CONNECTION_WINDOW: u32 = 64 << 20;
-
 pub(crate) fn server_config(
     certs: &Path,
     limits: &Limits,
 ) -> Result<quinn::ServerConfig, NodeError> {
     let mut server = tasklet_tls::server_config(certs)?;
-    let mut transport = quinn::TransportConfig::default();
+    let mut transport = tasklet_tls::transport::transport_config();
     transport
         .max_concurrent_bidi_streams(MAX_STREAMS.into())
-        .max_concurrent_uni_streams(0u32.into())
-        .stream_receive_window(STREAM_WINDOW.into())
-        .receive_window(CONNECTION_WINDOW.into())
-        .send_window(CONNECTION_WINDOW.into());
+        .max_concurrent_uni_streams(0u32.into());
     // An idle timeout too large for QUIC's encoding is clamped to the largest it can say.
     let idle = quinn::IdleTimeout::try_from(limits.idle_timeout)
         .unwrap_or_else(|_| quinn::VarInt::MAX.into());
     transport.max_idle_timeout(Some(idle));
     server.transport_config(Arc::new(transport));
     Ok(server)
+}
+
+/// The node's endpoint on `listen`, accepting the datagram sizes its clients may discover.
+pub(crate) fn endpoint(
+    server: quinn::ServerConfig,
+    listen: SocketAddr,
+) -> std::io::Result<quinn::Endpoint> {
+    let socket = tasklet_tls::transport::socket(listen)?;
+    let runtime = quinn::default_runtime()
+        .ok_or_else(|| std::io::Error::other("no async runtime found for the node's endpoint"))?;
+    quinn::Endpoint::new(
+        tasklet_tls::transport::endpoint_config(),
+        Some(server),
+        socket,
+        runtime,
+    )
 }

@@ -3,6 +3,8 @@
 //!
 //! The calling thread does the I/O itself, inside the client's runtime (`block_on`); the
 //! runtime's own thread keeps the connection alive (keep-alives, acknowledgements) between calls.
+//! The data of a large reply is the exception: a task on the runtime's thread reads it (see
+//! [`BULK_READ`]).
 
 use crate::connect::lost;
 use crate::error::ClientError;
@@ -16,8 +18,10 @@ use tasklet_wire::{
 use tokio::runtime::Runtime;
 
 /// Pipelined frames wait in the client until this many bytes of them are gathered, or a request
-/// that needs an answer goes out: many launches then cost one write.
-const GATHER_BYTES: usize = 64 << 10;
+/// that needs an answer goes out: a hundred-odd launches then cost one write, and the node
+/// starts on the first of a long series while the client is still sending the rest (with all
+/// of a thousand launches in one write it would start only after the client's last).
+const GATHER_BYTES: usize = 8 << 10;
 
 /// The most a reply may stream (a read into a 4 GiB linear memory).
 const MAX_REPLY_DATA: u64 = 1 << 32;
@@ -25,11 +29,20 @@ const MAX_REPLY_DATA: u64 = 1 << 32;
 /// The most bytes read from the stream at once.
 const READ_CHUNK: usize = 1 << 20;
 
+/// A reply streaming more data than this has the rest of it read by a task on the client's
+/// runtime, on the thread that runs quinn's connection: each datagram's worth that arrives then
+/// wakes a task on the same thread, where the calling thread would be woken from another (a
+/// futex wake and a context switch per few datagrams, which bounded a large read to a fraction
+/// of what the connection carries). Smaller replies are read by the calling thread, which
+/// saves a hand-off per call.
+const BULK_READ: u64 = 256 << 10;
+
 pub(crate) struct Channel {
     runtime: Arc<Runtime>,
     connection: quinn::Connection,
     send: quinn::SendStream,
-    recv: quinn::RecvStream,
+    /// `None` only while a bulk read has it, or after that read was lost.
+    recv: Option<quinn::RecvStream>,
     decoder: Decoder,
     /// Bytes read and not yet decoded.
     pending: Bytes,
@@ -51,10 +64,8 @@ impl Channel {
             runtime,
             connection,
             send,
-            recv,
-            decoder: Decoder::for_client(DecoderConfig {
-                max_stream_bytes: MAX_REPLY_DATA,
-            }),
+            recv: Some(recv),
+            decoder: client_decoder(),
             pending: Bytes::new(),
             tracker: ClientTracker::new(MAX_TRACKED),
             gathered: Vec::new(),
@@ -200,6 +211,14 @@ impl Channel {
                         if streamed > 0 {
                             data.reserve_exact(usize::try_from(streamed).unwrap_or(0));
                         }
+                        if streamed > BULK_READ {
+                            self.pending.advance(used);
+                            self.read_bulk(&mut data)?;
+                            return match reply.take() {
+                                Some(reply) => Ok((reply, data)),
+                                None => Err(self.protocol("a reply lost its data".into())),
+                            };
+                        }
                         streamed == 0
                     }
                     Some(Event::Data {
@@ -208,10 +227,7 @@ impl Channel {
                         data.extend_from_slice(bytes);
                         remaining == 0
                     }
-                    Some(Event::GoAway(error)) => {
-                        let why = format!("the node closed the connection: {error}");
-                        return Err(self.fail(ClientError::Disconnected(why)));
-                    }
+                    Some(Event::GoAway(error)) => return Err(self.stopped(Stop::GoAway(error))),
                     Some(Event::Request { .. }) => {
                         return Err(self.protocol("a request sent to the client".into()));
                     }
@@ -223,25 +239,65 @@ impl Channel {
                     }
                 }
             }
-            let chunk = self
-                .runtime
-                .block_on(self.recv.read_chunk(READ_CHUNK, true));
+            let Some(recv) = self.recv.as_mut() else {
+                return Err(self.fail(ClientError::Disconnected(LOST_READ.into())));
+            };
+            let chunk = self.runtime.block_on(recv.read_chunk(READ_CHUNK, true));
             match chunk {
                 Ok(Some(chunk)) => self.pending = chunk.bytes,
-                Ok(None) => {
-                    let why = "the node ended the stream".to_owned();
-                    return Err(self.fail(ClientError::Disconnected(why)));
-                }
-                Err(err) => {
-                    let why = match err {
-                        quinn::ReadError::ConnectionLost(err) => {
-                            return Err(self.fail(crate::connect::refusal_or_loss(&err)))
-                        }
-                        other => other.to_string(),
-                    };
-                    return Err(self.fail(ClientError::Disconnected(why)));
-                }
+                Ok(None) => return Err(self.stopped(Stop::Ended)),
+                Err(err) => return Err(self.stopped(Stop::Read(err))),
             }
+        }
+    }
+
+    /// Reads the rest of a reply's data into `data` on the runtime's thread (see
+    /// [`BULK_READ`]); what was read past it stays pending.
+    fn read_bulk(&mut self, data: &mut Vec<u8>) -> Result<(), ClientError> {
+        let Some(recv) = self.recv.take() else {
+            return Err(self.fail(ClientError::Disconnected(LOST_READ.into())));
+        };
+        let bulk = Bulk {
+            recv,
+            decoder: std::mem::replace(&mut self.decoder, client_decoder()),
+            pending: std::mem::take(&mut self.pending),
+            data: std::mem::take(data),
+        };
+        let task = self.runtime.spawn(bulk.run());
+        let (bulk, outcome) = match self.runtime.block_on(task) {
+            Ok(done) => done,
+            // The task panicked or the runtime is shutting down: the stream went with it.
+            Err(err) => {
+                let why = format!("{LOST_READ}: {err}");
+                return Err(self.fail(ClientError::Disconnected(why)));
+            }
+        };
+        self.recv = Some(bulk.recv);
+        self.decoder = bulk.decoder;
+        self.pending = bulk.pending;
+        *data = bulk.data;
+        match outcome {
+            Ok(()) => Ok(()),
+            Err(stop) => Err(self.stopped(stop)),
+        }
+    }
+
+    /// The error for a read that stopped, the channel marked broken by it.
+    fn stopped(&mut self, stop: Stop) -> ClientError {
+        match stop {
+            Stop::Ended => {
+                let why = "the node ended the stream".to_owned();
+                self.fail(ClientError::Disconnected(why))
+            }
+            Stop::Read(quinn::ReadError::ConnectionLost(err)) => {
+                self.fail(crate::connect::refusal_or_loss(&err))
+            }
+            Stop::Read(other) => self.fail(ClientError::Disconnected(other.to_string())),
+            Stop::GoAway(error) => {
+                let why = format!("the node closed the connection: {error}");
+                self.fail(ClientError::Disconnected(why))
+            }
+            Stop::Protocol(why) => self.protocol(why),
         }
     }
 
@@ -265,5 +321,76 @@ impl Channel {
         };
         self.broken.get_or_insert(message);
         error
+    }
+}
+
+const LOST_READ: &str = "a read from the node was lost";
+
+fn client_decoder() -> Decoder {
+    Decoder::for_client(DecoderConfig {
+        max_stream_bytes: MAX_REPLY_DATA,
+    })
+}
+
+/// Why a read from the stream stopped before what it waited for came.
+enum Stop {
+    /// The node finished the stream.
+    Ended,
+    Read(quinn::ReadError),
+    GoAway(tasklet_wire::ErrorReply),
+    /// The node broke the protocol.
+    Protocol(String),
+}
+
+/// The part of a channel a bulk read takes to the runtime's thread, and brings back.
+struct Bulk {
+    recv: quinn::RecvStream,
+    decoder: Decoder,
+    /// Bytes read and not yet decoded.
+    pending: Bytes,
+    data: Vec<u8>,
+}
+
+impl Bulk {
+    /// Decodes data frames into `data` until the reply's data has all come.
+    async fn run(mut self) -> (Bulk, Result<(), Stop>) {
+        let outcome = self.read().await;
+        (self, outcome)
+    }
+
+    async fn read(&mut self) -> Result<(), Stop> {
+        loop {
+            while !self.pending.is_empty() {
+                let (used, event) = self
+                    .decoder
+                    .decode(&self.pending)
+                    .map_err(|err| Stop::Protocol(err.to_string()))?;
+                let done = match event {
+                    None => false,
+                    Some(Event::Data {
+                        bytes, remaining, ..
+                    }) => {
+                        self.data.extend_from_slice(bytes);
+                        remaining == 0
+                    }
+                    Some(Event::GoAway(error)) => return Err(Stop::GoAway(error)),
+                    // A reply's data is all data frames until its last byte.
+                    Some(Event::Reply { .. } | Event::Request { .. }) => {
+                        return Err(Stop::Protocol(
+                            "a message in the middle of a reply's data".into(),
+                        ))
+                    }
+                };
+                self.pending.advance(used);
+                if done {
+                    return Ok(());
+                }
+            }
+            match self.recv.read_chunk(READ_CHUNK, true).await {
+                Ok(Some(chunk)) => self.pending = chunk.bytes,
+                Ok(None) => return Err(Stop::Ended),
+                Err(err) => return Err(Stop::Read(err)),
+            }
+        }
     }
 }

@@ -103,22 +103,34 @@ fn split_host_port(text: &str) -> Option<(&str, Option<&str>)> {
     }
 }
 
-/// The client's QUIC configuration: the folder's TLS, keep-alives within the idle timeout, and
-/// windows for bulk transfers.
+/// The client's QUIC configuration: the folder's TLS, the transport settings shared with the
+/// node (`tasklet_tls::transport`: datagram sizes, windows for bulk transfers), keep-alives
+/// within the idle timeout.
 pub(crate) fn client_config(options: &ConnectOptions) -> Result<quinn::ClientConfig, ClientError> {
     let mut config = tasklet_tls::client_config(&options.certs, &options.tenant)?;
-    let mut transport = quinn::TransportConfig::default();
+    let mut transport = tasklet_tls::transport::transport_config();
     let idle = quinn::IdleTimeout::try_from(options.idle_timeout)
         .unwrap_or_else(|_| quinn::VarInt::MAX.into());
     transport
         .max_idle_timeout(Some(idle))
         .keep_alive_interval(Some(options.idle_timeout / 3))
-        .max_concurrent_uni_streams(0u32.into())
-        .stream_receive_window((16u32 << 20).into())
-        .receive_window((64u32 << 20).into())
-        .send_window(64 << 20);
+        .max_concurrent_uni_streams(0u32.into());
     config.transport_config(Arc::new(transport));
     Ok(config)
+}
+
+/// A client endpoint on an ephemeral port of `local`'s family, accepting the datagram sizes the
+/// node may discover.
+fn client_endpoint(local: SocketAddr) -> std::io::Result<quinn::Endpoint> {
+    let socket = tasklet_tls::transport::socket(local)?;
+    let runtime = quinn::default_runtime()
+        .ok_or_else(|| std::io::Error::other("no async runtime found for the endpoint"))?;
+    quinn::Endpoint::new(
+        tasklet_tls::transport::endpoint_config(),
+        None,
+        socket,
+        runtime,
+    )
 }
 
 /// Connects to the node, within the connect timeout.
@@ -131,7 +143,7 @@ pub(crate) async fn handshake(
         SocketAddr::V4(_) => ([0, 0, 0, 0], 0).into(),
         SocketAddr::V6(_) => (std::net::Ipv6Addr::UNSPECIFIED, 0).into(),
     };
-    let mut endpoint = quinn::Endpoint::client(local)
+    let mut endpoint = client_endpoint(local)
         .map_err(|err| ClientError::Setup(format!("cannot open a UDP socket: {err}")))?;
     endpoint.set_default_client_config(config);
     let connecting = endpoint

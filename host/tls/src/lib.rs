@@ -13,6 +13,8 @@
 //! - what a peer's certificate says: [`peer_tenant`] / [`tenant_of`] (the tenant, carried as a
 //!   `tasklet://tenant/<name>` URI: see [`Tenant`] for why there), [`fingerprint`] /
 //!   [`node_fingerprint`] (what the cluster registry publishes);
+//! - the QUIC transport settings both ends share ([`transport`]): datagram sizes and
+//!   flow-control windows;
 //! - refusals explained: [`Refusal`] / [`explain`] turn the error of a refused handshake, on
 //!   either side, into one line of cause and fix.
 //!
@@ -75,6 +77,7 @@ mod peer;
 mod profiles;
 mod refusal;
 mod tenant;
+pub mod transport;
 mod validity;
 mod verifier;
 

@@ -1,7 +1,7 @@
 //! One client connection: its tenant and grant, its GPU thread, and its streams.
 //!
 //! ```text
-//! streams (tokio tasks) ── jobs, in arrival order (bounded) ──> GPU thread (owns the LocalGpu)
+//! streams (tokio tasks) ── batches of jobs, in arrival order (bounded) ──> GPU thread (owns the LocalGpu)
 //!        ^                                                            │
 //!        └────────────── replies, per stream (bounded) ───────────────┘
 //! ```
@@ -23,7 +23,8 @@ use tasklet_tls::{explain, peer_tenant};
 use tasklet_wire::ErrorCode;
 use tokio::sync::{mpsc, Semaphore};
 
-/// Jobs queued for a connection's GPU thread before its streams wait.
+/// Batches of jobs (each what one read of a stream held) queued for a connection's GPU thread
+/// before its streams wait; their payload bytes are bounded by [`QUEUE_BYTES`].
 const JOB_QUEUE: usize = 1024;
 
 /// Bytes of request payload (modules, arguments, write data) queued for a connection's GPU

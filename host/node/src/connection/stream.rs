@@ -9,7 +9,7 @@
 use super::deploy::{self, DeployRequest, Intake, Lane};
 use super::{close_code, QUEUE_BYTES};
 use crate::caller::Caller;
-use crate::job::{Job, Outgoing, ReplyTo, Work, WritePiece};
+use crate::job::{Batch, Job, Outgoing, ReplyTo, Work, WritePiece};
 use crate::metrics::PerOp;
 use crate::shared::Shared;
 use bytes::Bytes;
@@ -20,7 +20,7 @@ use tasklet_wire::{
     encode_goaway, BufferId, Decoder, DecoderConfig, ErrorCode, ErrorReply, Event, Opcode, Request,
     RequestId, SessionId,
 };
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, Semaphore, TryAcquireError};
 
 /// Replies queued for a stream's writer before the GPU thread waits.
 const REPLY_QUEUE: usize = 256;
@@ -41,7 +41,7 @@ pub(crate) struct Stream {
     pub connection: quinn::Connection,
     pub send: quinn::SendStream,
     pub recv: quinn::RecvStream,
-    pub jobs: mpsc::Sender<Job>,
+    pub jobs: mpsc::Sender<Batch>,
     pub budget: Arc<Semaphore>,
 }
 
@@ -77,6 +77,7 @@ pub(crate) async fn serve(stream: Stream) {
             max_stream_bytes: shared.limits.max_stream_bytes,
         }),
         jobs,
+        batch: Vec::new(),
         budget,
         reply: reply.clone(),
         writing: None,
@@ -99,7 +100,9 @@ struct Reader {
     caller: Arc<Caller>,
     connection: quinn::Connection,
     decoder: Decoder,
-    jobs: mpsc::Sender<Job>,
+    jobs: mpsc::Sender<Batch>,
+    /// Jobs decoded from the current read, not yet handed to the GPU thread.
+    batch: Batch,
     budget: Arc<Semaphore>,
     reply: ReplyTo,
     writing: Option<Writing>,
@@ -147,8 +150,16 @@ impl Reader {
         }
     }
 
+    /// Decodes one read and hands the GPU thread what it held, as one batch.
     async fn feed(&mut self, bytes: Bytes) -> Result<(), ErrorReply> {
-        let mut input = &bytes[..];
+        let fed = self.decode(&bytes).await;
+        // What came before a malformed frame is served, as it would have been frame by frame.
+        self.hand_over().await;
+        fed
+    }
+
+    async fn decode(&mut self, bytes: &[u8]) -> Result<(), ErrorReply> {
+        let mut input = bytes;
         while !input.is_empty() {
             let (used, event) = self
                 .decoder
@@ -218,6 +229,9 @@ impl Reader {
         opcode: Opcode,
         request: DeployRequest,
     ) -> Result<(), ErrorReply> {
+        // The GPU thread's jobs and the deploy lane's are not ordered with each other; what
+        // came before on this stream is on its way to the GPU thread before this goes.
+        self.hand_over().await;
         // Nothing but HELLO may come before HELLO's reply; the GPU thread checks the requests it
         // serves, and these it does not see.
         if !self.caller.greeted() {
@@ -291,8 +305,9 @@ impl Reader {
         Ok(())
     }
 
-    /// Hands a job to the GPU thread, first taking `bytes` of the connection's queue budget (so
-    /// a client cannot queue more than that much payload however fast it sends).
+    /// Adds a job to the batch for the GPU thread, first taking `bytes` of the connection's
+    /// queue budget (so a client cannot queue more than that much payload however fast it
+    /// sends).
     async fn queue(
         &mut self,
         request_id: RequestId,
@@ -303,21 +318,39 @@ impl Reader {
         let budget = if permits == 0 {
             None
         } else {
-            match Arc::clone(&self.budget).acquire_many_owned(permits).await {
+            let budget = Arc::clone(&self.budget);
+            match budget.try_acquire_many_owned(permits) {
                 Ok(permit) => Some(permit),
+                Err(TryAcquireError::NoPermits) => {
+                    // The budget comes back as the GPU thread finishes jobs, this batch's among
+                    // them: it goes before waiting.
+                    self.hand_over().await;
+                    match Arc::clone(&self.budget).acquire_many_owned(permits).await {
+                        Ok(permit) => Some(permit),
+                        Err(_) => return Ok(()),
+                    }
+                }
                 // Closed only when the connection is being torn down.
-                Err(_) => return Ok(()),
+                Err(TryAcquireError::Closed) => return Ok(()),
             }
         };
-        let job = Job {
+        self.batch.push(Job {
             request_id,
             work,
             reply: self.reply.clone(),
             _budget: budget,
-        };
-        // The GPU thread is gone only when the connection is.
-        let _ = self.jobs.send(job).await;
+        });
         Ok(())
+    }
+
+    /// Hands the batch to the GPU thread.
+    async fn hand_over(&mut self) {
+        if self.batch.is_empty() {
+            return;
+        }
+        let batch = std::mem::take(&mut self.batch);
+        // The GPU thread is gone only when the connection is.
+        let _ = self.jobs.send(batch).await;
     }
 }
 

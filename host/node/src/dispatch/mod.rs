@@ -17,7 +17,7 @@ mod submit;
 
 use crate::caller::Caller;
 use crate::inventory;
-use crate::job::{Job, ReplyTo, Work, WritePiece};
+use crate::job::{Batch, Job, ReplyTo, Work, WritePiece};
 use crate::metrics::PerOp;
 use crate::reply::{close, fail, send, Failure};
 use crate::shared::Shared;
@@ -79,10 +79,13 @@ impl Dispatcher {
 
     /// Runs jobs until every stream of the connection has let go of the queue; then the
     /// connection's leases end with its `LocalGpu`.
-    pub fn run(mut self, mut queue: mpsc::Receiver<Job>) {
-        while let Some(job) = queue.blocking_recv() {
-            // A closed connection's queued work is dropped, not done.
-            if !self.closed.load(Ordering::Acquire) {
+    pub fn run(mut self, mut queue: mpsc::Receiver<Batch>) {
+        while let Some(batch) = queue.blocking_recv() {
+            for job in batch {
+                // A closed connection's queued work is dropped, not done.
+                if self.closed.load(Ordering::Acquire) {
+                    break;
+                }
                 let opcode = match &job.work {
                     Work::Request(request) => request.opcode(),
                     Work::WritePiece(_) => Opcode::MemWrite,

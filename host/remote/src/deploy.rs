@@ -89,8 +89,9 @@ impl fmt::Display for DeployExit {
 /// What one run of a deployed tasklet did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeployRun {
-    /// The node's id for the run: its logs name the run by it (16 hex digits).
-    pub run_id: u64,
+    /// The node's id for the run, 128 random bits: its logs name the run by it (32 hex digits,
+    /// `{:032x}`).
+    pub run_id: u128,
     pub exit: DeployExit,
     /// The run's wall time on the node.
     pub elapsed: Duration,

@@ -35,7 +35,7 @@
 //!     node.deploy_push(&manifest, &component)?;
 //! }
 //! let run = node.deploy_run(&digest, b"10")?;
-//! println!("run {:016x}: {} in {:?}", run.run_id, run.exit, run.elapsed);
+//! println!("run {:032x}: {} in {:?}", run.run_id, run.exit, run.elapsed);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 

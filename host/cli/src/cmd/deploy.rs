@@ -286,7 +286,7 @@ fn run_deployed(args: RunArgs) -> Result<ExitCode> {
             _ => String::new(),
         };
         println!(
-            "{{\"run_id\":\"{:016x}\",\"node\":{},\"addr\":{},\"digest\":\"{digest}\",\"status\":\"{}\",\"exit_code\":{},\"elapsed_us\":{},\"output\":\"{output}\",\"message\":{message}}}",
+            "{{\"run_id\":\"{:032x}\",\"node\":{},\"addr\":{},\"digest\":\"{digest}\",\"status\":\"{}\",\"exit_code\":{},\"elapsed_us\":{},\"output\":\"{output}\",\"message\":{message}}}",
             run.run_id,
             json_str(&placed.name),
             json_str(&placed.addr),

@@ -260,7 +260,7 @@ fn deploy_push_and_run_with_json_and_metrics() {
         assert_eq!(ran["status"], "ok", "{ran}");
         assert_eq!(ran["exit_code"], 0, "{ran}");
         assert_eq!(ran["digest"].as_str(), Some(digest.as_str()), "{ran}");
-        assert_eq!(ran["run_id"].as_str().map(str::len), Some(16), "{ran}");
+        assert_eq!(ran["run_id"].as_str().map(str::len), Some(32), "{ran}");
         assert!(
             ran["node"].as_str().unwrap().starts_with("tasklet-node"),
             "{ran}"

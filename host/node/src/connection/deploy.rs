@@ -18,6 +18,7 @@ use crate::reply::{fail, send, send_piece, start_reply, Failure};
 use crate::shared::Shared;
 use std::sync::Arc;
 use tasklet_deploy::Push;
+use tasklet_runtime::RunStop;
 use tasklet_store::Digest;
 use tasklet_wire::{ErrorCode, Opcode, Reply, Request, RequestId};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
@@ -76,20 +77,30 @@ impl Lane {
 }
 
 /// Serves a stream's deploy requests, each on a blocking thread, until the stream's reader lets
-/// go of the lane. A closed connection's queued requests are dropped, not served.
+/// go of the lane. A closed connection's queued requests are dropped, not served, and its run
+/// under way is stopped: nobody is left to read its output.
 async fn drive(
     shared: Arc<Shared>,
     caller: Arc<Caller>,
     connection: quinn::Connection,
     mut queue: mpsc::Receiver<Queued>,
 ) {
+    let stop = RunStop::new();
+    let watch = {
+        let (stop, connection) = (stop.clone(), connection.clone());
+        tokio::spawn(async move {
+            connection.closed().await;
+            stop.stop();
+        })
+    };
     while let Some(job) = queue.recv().await {
         if connection.close_reason().is_some() {
             continue;
         }
-        let (shared, caller) = (Arc::clone(&shared), Arc::clone(&caller));
-        let _ = tokio::task::spawn_blocking(move || serve(&shared, &caller, job)).await;
+        let (shared, caller, stop) = (Arc::clone(&shared), Arc::clone(&caller), stop.clone());
+        let _ = tokio::task::spawn_blocking(move || serve(&shared, &caller, job, &stop)).await;
     }
+    watch.abort();
 }
 
 /// A deploy request, as the reader hands it over.
@@ -283,8 +294,8 @@ impl Intake {
     }
 }
 
-/// Serves one deploy request, on a blocking thread.
-fn serve(shared: &Shared, caller: &Caller, job: Queued) {
+/// Serves one deploy request, on a blocking thread; a run stops early once `stop` is.
+fn serve(shared: &Shared, caller: &Caller, job: Queued, stop: &RunStop) {
     let Queued {
         request_id,
         work,
@@ -359,7 +370,7 @@ fn serve(shared: &Shared, caller: &Caller, job: Queued) {
                     ));
                 }
                 let _active = shared.metrics.deploy_run_started();
-                deployments.run(&shared.host, caller, &digest, &input)
+                deployments.run(&shared.host, caller, &digest, &input, stop)
             });
             let outcome = match outcome {
                 Ok(outcome) => outcome,
@@ -380,7 +391,7 @@ fn serve(shared: &Shared, caller: &Caller, job: Queued) {
             tracing::info!(
                 connection = caller.connection,
                 tenant,
-                run = %format_args!("{run_id:016x}"),
+                run = %outcome.run_id,
                 %digest,
                 status,
                 load,
@@ -405,11 +416,8 @@ fn serve(shared: &Shared, caller: &Caller, job: Queued) {
     }
 }
 
-/// The run's id as DEPLOY_RUN's reply carries it: the first 64 of its 128 random bits (the
-/// node's log spells it the same way, as 16 hex digits).
-fn wire_run_id(id: &tasklet_deploy::RunId) -> u64 {
-    let bytes = id.as_bytes();
-    u64::from_be_bytes([
-        bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7],
-    ])
+/// The run's id as DEPLOY_RUN's reply carries it: all 128 of its random bits, the first byte
+/// highest (so that it prints as `RunId` displays it, the spelling of the node's log).
+fn wire_run_id(id: &tasklet_deploy::RunId) -> u128 {
+    u128::from_be_bytes(*id.as_bytes())
 }

@@ -34,7 +34,7 @@ use std::sync::Arc;
 use tasklet_deploy::{DeployConfig, Deployer, ExitStatus, Push, RunOutcome};
 use tasklet_runtime::config::Grant;
 use tasklet_runtime::gpu::LocalGpu;
-use tasklet_runtime::{Host, RunError};
+use tasklet_runtime::{Host, RunError, RunStop};
 use tasklet_store::{DeploymentSource, Digest, Store, StoreConfig};
 use tasklet_tls::Tenant;
 use tasklet_wire::ErrorCode;
@@ -130,13 +130,15 @@ impl Deployments {
             .map_err(|err| failure(err.into()))
     }
 
-    /// Runs deployment `digest` for `caller` on `input`, its GPU work on `host`'s leases.
+    /// Runs deployment `digest` for `caller` on `input`, its GPU work on `host`'s leases;
+    /// stopped early once `stop` is (its client went away).
     pub fn run(
         &self,
         host: &Host,
         caller: &Caller,
         digest: &Digest,
         input: &[u8],
+        stop: &RunStop,
     ) -> Result<RunOutcome, Failure> {
         if !self.owned(&caller.tenant, digest)? && !self.fetch(&caller.tenant, digest)? {
             return Err(failure(tasklet_deploy::Error::NotFound { digest: *digest }));
@@ -147,7 +149,7 @@ impl Deployments {
         let metrics = caller.metrics.clone();
         let tenant = caller.tenant.clone();
         self.deployer
-            .run(
+            .run_until(
                 digest,
                 input,
                 |manifest| ceiling.narrowed(&manifest.limits, &manifest.gpu),
@@ -155,6 +157,7 @@ impl Deployments {
                     let gpu = LocalGpu::new(grant, leases).with_tenant(tenant.as_str());
                     Box::new(MeteredGpu::new(gpu, metrics))
                 },
+                stop,
             )
             .map_err(failure)
     }
@@ -237,6 +240,7 @@ pub(crate) fn exit_code(status: &ExitStatus) -> i32 {
         ExitStatus::Trapped(_) => 2,
         ExitStatus::WallTime(_) => 3,
         ExitStatus::Instantiate(_) => 4,
+        ExitStatus::Stopped => 5,
     }
 }
 
@@ -249,6 +253,7 @@ pub(crate) fn exit_message(status: &ExitStatus) -> String {
         ExitStatus::Trapped(message) => RunError::Trapped(message.clone()),
         ExitStatus::WallTime(limit) => RunError::WallTime(*limit),
         ExitStatus::Instantiate(message) => RunError::Instantiate(message.clone()),
+        ExitStatus::Stopped => RunError::Stopped,
     };
     error.to_string()
 }

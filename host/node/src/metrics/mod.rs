@@ -192,7 +192,7 @@ impl NodeMetrics {
             )?,
             deploy_runs: counter(
                 "tasklet_deploy_runs_total",
-                "Runs of deployed tasklets, by exit status (ok, failed, trapped, wall-time, instantiate) or refused.",
+                "Runs of deployed tasklets, by exit status (ok, failed, trapped, wall-time, instantiate, stopped: its client went away) or refused.",
                 &["tenant", "status"],
             )?,
             deploy_runs_active: gauge(

@@ -378,3 +378,64 @@ pub fn a_run_gets_its_manifest_within_the_tenants_ceiling() -> TestResult {
     node.wait_for_baseline(WAIT)?;
     Ok(())
 }
+
+/// `deploy-hold ADDR CERTS DIGEST`: connects as dev, says `ready`, then runs deployment DIGEST
+/// (the probe) on `hold 25`: a run of 25 s, holding a lease, that it is killed in the middle of.
+pub fn deploy_hold(args: &[String]) -> ! {
+    let mut options = tasklet_remote::ConnectOptions::new(args[0].clone(), &args[1], tenant("dev"));
+    options.idle_timeout = std::time::Duration::from_secs(3);
+    let digest = Digest::from_hex(args[2].as_bytes()).expect("a digest");
+    let mut client = NodeClient::connect_with(&options).expect("connects");
+    println!("ready");
+    let run = client.deploy_run(&digest, b"hold 25");
+    println!("{run:?}");
+    std::process::exit(0);
+}
+
+/// A client killed while its run holds a lease: the node stops the run as soon as it notices
+/// the connection is gone (its idle timeout, 3 s here), not at the end of the tasklet's 25 s,
+/// and the run's lease goes with it.
+pub fn a_killed_clients_run_is_stopped() -> TestResult {
+    let node = node_with_store();
+    let mut client = node.client("dev");
+    let probe = push(&mut client, "testing/probe")?;
+    drop(client);
+    let certs = node.certs_path().to_str().unwrap().to_owned();
+    let (mut child, line) =
+        crate::lifecycle::helper(&["deploy-hold", &node.addr_text(), &certs, &probe.to_hex()])?;
+    check(line == "ready", || format!("the helper said {line:?}"))?;
+    let control = node.node().control();
+    let start = std::time::Instant::now();
+    while control.status().runs == 0 || control.status().leases == 0 {
+        check(start.elapsed() < WAIT, || {
+            format!("the run never took its lease: {:?}", control.status())
+        })?;
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    // SIGKILL: the client sends nothing more, not even a close.
+    crate::lifecycle::kill(&mut child);
+    let killed = std::time::Instant::now();
+    loop {
+        let status = control.status();
+        if status.runs == 0 && status.leases == 0 && node.accounting().leases == 0 {
+            break;
+        }
+        check(killed.elapsed() < WAIT, || {
+            format!("the run went on after its client died: {status:?}")
+        })?;
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let took = killed.elapsed();
+    // The node notices at its idle timeout (3 s); the run then stops within a tick.
+    check(took < std::time::Duration::from_secs(3 + 3), || {
+        format!("the run and its lease ended {took:?} after the client was killed")
+    })?;
+    let metrics = control.metrics_text();
+    check(
+        metrics.lines().any(|l| {
+            l.starts_with("tasklet_deploy_runs_total") && l.contains("status=\"stopped\"")
+        }),
+        || format!("no stopped run counted:\n{metrics}"),
+    )?;
+    Ok(())
+}

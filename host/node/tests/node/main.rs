@@ -30,6 +30,7 @@ fn main() -> ExitCode {
         }
         Some("serve-node") => lifecycle::serve_node(&args[2..]),
         Some("hold-lease") => lifecycle::hold_lease(&args[2..]),
+        Some("deploy-hold") => deploy::deploy_hold(&args[2..]),
         _ => {}
     }
     let tests = [
@@ -149,6 +150,10 @@ fn main() -> ExitCode {
         (
             "deploy::a_drain_lets_a_running_deployment_finish",
             deploy::a_drain_lets_a_running_deployment_finish,
+        ),
+        (
+            "deploy::a_killed_clients_run_is_stopped",
+            deploy::a_killed_clients_run_is_stopped,
         ),
         (
             "metrics::counters_move_as_the_ops_say",

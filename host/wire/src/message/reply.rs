@@ -81,7 +81,8 @@ pub enum Reply {
     },
     /// Streamed: `output_len` bytes of the run's output.
     DeployRun {
-        run_id: u64,
+        /// The node's id for the run: all 128 of its random bits.
+        run_id: u128,
         exit_status: i32,
         elapsed_us: u64,
         output_len: u64,
@@ -203,7 +204,9 @@ impl Reply {
                 elapsed_us,
                 output_len,
             } => {
-                w.u64(*run_id);
+                // 16 bytes, big-endian: the high half first.
+                w.u64((*run_id >> 64) as u64);
+                w.u64(*run_id as u64);
                 w.i32(*exit_status);
                 w.u64(*elapsed_us);
                 w.u64(*output_len);
@@ -294,12 +297,15 @@ impl Reply {
             Opcode::DeployHas => Reply::DeployHas {
                 present: r.bool("present")?,
             },
-            Opcode::DeployRun => Reply::DeployRun {
-                run_id: r.u64("run_id")?,
-                exit_status: r.i32("exit_status")?,
-                elapsed_us: r.u64("elapsed_us")?,
-                output_len: r.u64("output_len")?,
-            },
+            Opcode::DeployRun => {
+                let (high, low) = (r.u64("run_id")?, r.u64("run_id")?);
+                Reply::DeployRun {
+                    run_id: (u128::from(high) << 64) | u128::from(low),
+                    exit_status: r.i32("exit_status")?,
+                    elapsed_us: r.u64("elapsed_us")?,
+                    output_len: r.u64("output_len")?,
+                }
+            }
         };
         r.finish()?;
         Ok(reply)

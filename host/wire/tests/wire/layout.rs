@@ -112,3 +112,22 @@ fn goaway() {
         hex("01 01 00 00 00 00 00 00 00 00 00 0a  00 13  00 00 00 03 62 79 65  00")
     );
 }
+
+#[test]
+fn a_deploy_run_reply_carries_the_whole_run_id() {
+    let reply = Reply::DeployRun {
+        run_id: 0x0011_2233_4455_6677_8899_aabb_ccdd_eeff,
+        exit_status: 0,
+        elapsed_us: 42,
+        output_len: 2,
+    };
+    let mut out = Vec::new();
+    let mut data = encode_reply(9, &reply, &mut out).unwrap().unwrap();
+    data.encode(b"ok", &mut out).unwrap();
+    let expected = hex("01 01 07 02 00 00 00 09 00 00 00 26
+         00 00
+         00 11 22 33 44 55 66 77 88 99 aa bb cc dd ee ff
+         00 00 00 00  00 00 00 00 00 00 00 2a  00 00 00 00 00 00 00 02
+         01 03 07 02 00 00 00 09 00 00 00 02  6f 6b");
+    assert_eq!(out, expected);
+}

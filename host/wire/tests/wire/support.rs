@@ -481,14 +481,16 @@ pub fn reply() -> impl Strategy<Value = Reply> {
             already_present
         }),
         any::<bool>().prop_map(|present| Reply::DeployHas { present }),
-        (any::<u64>(), any::<i32>(), any::<u64>()).prop_map(|(run_id, exit_status, elapsed_us)| {
-            Reply::DeployRun {
-                run_id,
-                exit_status,
-                elapsed_us,
-                output_len: 0,
+        (any::<u128>(), any::<i32>(), any::<u64>()).prop_map(
+            |(run_id, exit_status, elapsed_us)| {
+                Reply::DeployRun {
+                    run_id,
+                    exit_status,
+                    elapsed_us,
+                    output_len: 0,
+                }
             }
-        }),
+        ),
         failure,
     ]
 }

@@ -7,7 +7,8 @@
 //! own, set up per run as the runtime sets it up.
 //!
 //! - `runner config`: on-demand instances, every linear memory a memfd mapping
-//!   (`tasklet_runtime::guest_memory`), data segments copied in: the runner's configuration.
+//!   (`tasklet_runtime::guest_memory`) reused by the next run once zeroed, data segments copied
+//!   in: the runner's configuration.
 //! - `on-demand, wasmtime memories`: the same without the memory creator; copy-on-write images.
 //! - `pooling allocator`: instance, memory and table slots reused across runs (copy-on-write
 //!   images, memory kept resident up to a bound).

@@ -221,14 +221,13 @@ impl Runner {
         // One call may carry as much data as the tasklet's memory can hold (wasmtime's default is
         // 128 MiB): a bulk mem-write is bounded by the memory limit, not by a second, smaller one.
         store.set_hostcall_fuel(usize::try_from(tasklet.grant.limits.memory).unwrap_or(usize::MAX));
-        // Every tick, until the wall time's ticks are spent or the run is stopped: one cheap
-        // check per tick, so that a stop lands within a tick.
-        let mut ticks = (wall.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64 + 1;
+        // Checked at every tick: past the wall time, or stopped, the wasm traps. By the clock,
+        // not by counting ticks: a host call can span several ticks and is one check.
         let stopped = stop.clone();
         store.set_epoch_deadline(1);
         store.epoch_deadline_callback(move |_| {
-            ticks = ticks.saturating_sub(1);
-            Ok(match stopped.is_stopped() || ticks == 0 {
+            let over = ends.is_some_and(|ends| Instant::now() >= ends);
+            Ok(match over || stopped.is_stopped() {
                 true => UpdateDeadline::Interrupt,
                 false => UpdateDeadline::Continue(1),
             })

@@ -69,6 +69,59 @@ pub struct ParamInfo {
     pub align: u32,
     /// True when the parameter is declared `.u64`/`.b64`/`.s64` and may carry a device pointer.
     pub pointer_sized: bool,
+    /// The declared type's kind; with `size`, the scalar type (`.f32` is `Float` of 4 bytes).
+    pub ty: ParamType,
+    /// True when the kernel uses the parameter as a global memory address: loaded whole, its
+    /// value reaches the address of a global or generic load, store, atomic or copy (see
+    /// `lower::address_use` for how that is found, and what is not). Always `false` for a module
+    /// whose bodies were not parsed, and for anything but a 64-bit integer parameter.
+    pub used_as_address: bool,
+}
+
+/// The kind of a kernel parameter's declared type. Its width is the parameter's size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ParamType {
+    /// `.u8` … `.u64`.
+    Unsigned,
+    /// `.s8` … `.s64`.
+    Signed,
+    /// `.b8` … `.b128` and `.pred`: untyped bits.
+    Bits,
+    /// `.f16`, `.bf16`, `.f32`, `.f64`.
+    Float,
+    /// An array (`.align 8 .b8 s[16]`, how a by-value struct is declared), a vector (`.v2 .f32`)
+    /// or packed halves (`.f16x2`): bytes whose layout only the kernel knows.
+    Aggregate,
+}
+
+impl ParamType {
+    /// The type of a declaration of element type `ty` (without the dot), `vec` elements per
+    /// vector and `dims` array dimensions.
+    pub(crate) fn of(ty: &str, vec: u32, array: bool) -> ParamType {
+        if vec > 1 || array {
+            return ParamType::Aggregate;
+        }
+        match ty {
+            "pred" => ParamType::Bits,
+            "f16" | "bf16" | "f32" | "f64" => ParamType::Float,
+            t if t.starts_with('u') => ParamType::Unsigned,
+            t if t.starts_with('s') => ParamType::Signed,
+            t if t.starts_with('b') => ParamType::Bits,
+            _ => ParamType::Aggregate,
+        }
+    }
+
+    /// The PTX spelling of this type at `size` bytes (`.u32`, `.b8[12]`), for messages.
+    pub fn ptx(self, size: u32) -> String {
+        let bits = size.saturating_mul(8);
+        match self {
+            ParamType::Unsigned => format!(".u{bits}"),
+            ParamType::Signed => format!(".s{bits}"),
+            ParamType::Bits => format!(".b{bits}"),
+            ParamType::Float => format!(".f{bits}"),
+            ParamType::Aggregate => format!(".b8[{size}]"),
+        }
+    }
 }
 
 /// A kernel (`.entry`) of a module.
@@ -149,10 +202,17 @@ impl Module {
 /// layout), so for a module `Module::parse` accepts the result equals [`Module::kernels`].
 ///
 /// Errors: malformed tokens anywhere, malformed declarations or headers, unbalanced braces in a
-/// body, kernel parameters of unknown type or bad size.
+/// body, kernel parameters of unknown type or bad size. [`ParamInfo::used_as_address`] is found
+/// where the bodies parse (they need not validate).
 pub fn entry_signatures(ptx: &str) -> Result<Vec<KernelInfo>, LoadError> {
     let toks = lexer::lex(ptx)?;
-    let ast = parser::parse_signatures(&toks)?;
+    // Bodies are parsed (not validated) where they can be, to see which parameters are used as
+    // addresses; a body this parser cannot read leaves that unknown (`used_as_address` false),
+    // and the module is read for its signatures alone.
+    let ast = match parser::parse(&toks) {
+        Ok(full) => full,
+        Err(_) => parser::parse_signatures(&toks)?,
+    };
     lower::entry_signatures(&ast)
 }
 

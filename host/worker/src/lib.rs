@@ -60,7 +60,7 @@ pub use contract::{
     WorkerCommand, WorkerInfo, ALLOC_GRANULE,
 };
 pub use host::{probe, probe_cuda, Pool, PoolConfig, Worker, WorkerError};
-pub use tasklet_ptx::{KernelInfo, ParamInfo, MAX_PARAM_BYTES};
+pub use tasklet_ptx::{KernelInfo, ParamInfo, ParamType, MAX_PARAM_BYTES};
 pub use worker::{
     serve_main, Backend, BackendError, CudaBackend, EmuBackend, EMU_LANE_INSTRUCTIONS_PER_SECOND,
 };

@@ -12,6 +12,7 @@
 //! atomics), `control` (branches, calls), `sync` (barriers, warp-synchronous ops). They share
 //! `operands` (operand resolution), `mods` (opcode modifiers) and `types` (PTX type words).
 
+mod address_use;
 mod arith;
 mod compare;
 mod control;

@@ -5,13 +5,14 @@
 use super::err;
 use super::layout::{decl_align, decl_size};
 use crate::ast::{self, StateSpace};
-use crate::{KernelInfo, LoadError, ParamInfo};
+use crate::{KernelInfo, LoadError, ParamInfo, ParamType};
 
 /// The launch signature of an `.entry`: its parameters as the argument block lays them out.
 /// Shared by [`super::lower`] and [`entry_signatures`] so both report the same layout.
 pub(super) fn kernel_info(f: &ast::Function) -> Result<KernelInfo, LoadError> {
     let mut params = Vec::new();
-    for p in &f.params {
+    let addresses = super::address_use::address_params(f);
+    for (p, &used_as_address) in f.params.iter().zip(&addresses) {
         if p.space != StateSpace::Param {
             return Err(err(
                 p.line,
@@ -32,6 +33,8 @@ pub(super) fn kernel_info(f: &ast::Function) -> Result<KernelInfo, LoadError> {
             pointer_sized: matches!(p.ty.as_str(), "u64" | "b64" | "s64")
                 && p.dims.is_empty()
                 && p.vec == 1,
+            ty: ParamType::of(&p.ty, p.vec, !p.dims.is_empty()),
+            used_as_address,
         });
     }
     let info = KernelInfo {

@@ -2,7 +2,7 @@
 //! scale,faults}.cu, run and checked against CPU references.
 
 use crate::support::*;
-use tasklet_ptx::{DeviceMemory, ExecError, LaunchParams, Module, ParamInfo};
+use tasklet_ptx::{DeviceMemory, ExecError, LaunchParams, Module, ParamInfo, ParamType};
 
 #[test]
 fn iota_fills_one_based_indices() {
@@ -374,13 +374,18 @@ fn param_layouts() {
                 name: "write_out_of_bounds_param_0".into(),
                 size: 8,
                 align: 8,
-                pointer_sized: true
+                pointer_sized: true,
+                ty: ParamType::Unsigned,
+                used_as_address: true,
             },
             ParamInfo {
                 name: "write_out_of_bounds_param_1".into(),
                 size: 8,
                 align: 8,
-                pointer_sized: true
+                pointer_sized: true,
+                // An index (`out[offset]`), scaled before it is added: not an address.
+                ty: ParamType::Unsigned,
+                used_as_address: false,
             },
         ]
     );

@@ -1,6 +1,6 @@
 //! `entry_signatures`: kernel parameter lists without validating instruction bodies.
 
-use tasklet_ptx::{entry_signatures, KernelInfo, Module, ParamInfo};
+use tasklet_ptx::{entry_signatures, KernelInfo, Module, ParamInfo, ParamType};
 
 #[test]
 fn matches_module_kernels_on_every_corpus_file() {
@@ -67,27 +67,34 @@ fn lists_kernels_the_emulator_refuses() {
         .expect("the emulator must refuse mma/ldmatrix");
     assert!(refused.line > 0);
     let sigs = entry_signatures(MMA_MODULE).unwrap();
-    let p = |name: &str, size, align, pointer_sized| ParamInfo {
+    let p = |name: &str, size, align, pointer_sized, ty, used_as_address| ParamInfo {
         name: name.into(),
         size,
         align,
         pointer_sized,
+        ty,
+        used_as_address,
     };
+    use ParamType::*;
     assert_eq!(
         sigs,
         vec![
             KernelInfo {
                 name: "tc_gemm".into(),
                 params: vec![
-                    p("tc_gemm_param_0", 8, 8, true),
-                    p("tc_gemm_param_1", 8, 8, true),
-                    p("tc_gemm_param_2", 12, 8, false),
-                    p("tc_gemm_param_3", 4, 4, false),
+                    // The source of the global → shared copy: an address.
+                    p("tc_gemm_param_0", 8, 8, true, Unsigned, true),
+                    p("tc_gemm_param_1", 8, 8, true, Unsigned, false),
+                    p("tc_gemm_param_2", 12, 8, false, Aggregate, false),
+                    p("tc_gemm_param_3", 4, 4, false, Unsigned, false),
                 ],
             },
             KernelInfo {
                 name: "second".into(),
-                params: vec![p("x", 8, 8, false), p("y", 8, 8, true)]
+                params: vec![
+                    p("x", 8, 8, false, Float, false),
+                    p("y", 8, 8, true, Signed, false)
+                ]
             },
         ]
     );
@@ -115,4 +122,31 @@ fn param_types_as_declared() {
             vec![".f64", ".s64"]
         ]
     );
+}
+
+#[test]
+fn every_pointer_of_the_corpus_is_found_as_an_address_and_its_one_u64_index_is_not() {
+    // Every kernel of kernels/ takes its 64-bit parameters as pointers, but for
+    // `write_out_of_bounds(unsigned* out, unsigned long long offset)`'s index.
+    let dir = format!("{}/../../kernels", env!("CARGO_MANIFEST_DIR"));
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "ptx"))
+        .collect();
+    files.sort();
+    let mut pointers = 0;
+    for path in files {
+        let src = std::fs::read_to_string(&path).unwrap();
+        let full = Module::parse(&src).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        for k in full.kernels() {
+            for p in &k.params {
+                let index = p.name == "write_out_of_bounds_param_1";
+                let expected = p.pointer_sized && !index;
+                assert_eq!(p.used_as_address, expected, "{}: {}", k.name, p.name);
+                pointers += expected as usize;
+            }
+        }
+    }
+    assert!(pointers >= 60, "{pointers}");
 }

@@ -25,7 +25,7 @@ use std::time::Duration;
 use super::messages::{Request, Response, WorkerInfo};
 use super::ErrorKind;
 use super::{Launch, LaunchLimits};
-use tasklet_ptx::{KernelInfo, ParamInfo};
+use tasklet_ptx::{KernelInfo, ParamInfo, ParamType};
 
 /// Messages longer than this are cut (at a char boundary) when encoded: an error message is for
 /// people and must not be able to crowd out the message area.
@@ -290,7 +290,7 @@ pub fn encode_response(id: u64, resp: &Response, out: &mut Vec<u8>) {
                     w.bytes(p.name.as_bytes());
                     w.u32(p.size);
                     w.u32(p.align);
-                    w.u8(p.pointer_sized as u8);
+                    w.u8(param_flags(p));
                 }
             }
         }
@@ -325,6 +325,35 @@ pub fn encode_response(id: u64, resp: &Response, out: &mut Vec<u8>) {
     }
 }
 
+/// A parameter's flags byte: bit 0 `pointer_sized`, bit 1 `used_as_address`, bits 4-6 its
+/// type's kind.
+fn param_flags(p: &ParamInfo) -> u8 {
+    let ty = match p.ty {
+        ParamType::Unsigned => 0,
+        ParamType::Signed => 1,
+        ParamType::Bits => 2,
+        ParamType::Float => 3,
+        ParamType::Aggregate => 4,
+    };
+    p.pointer_sized as u8 | (p.used_as_address as u8) << 1 | ty << 4
+}
+
+/// [`param_flags`] read back; `None` for a byte no parameter encodes to.
+fn decode_param_flags(flags: u8) -> Option<(bool, ParamType, bool)> {
+    let ty = match flags >> 4 {
+        0 => ParamType::Unsigned,
+        1 => ParamType::Signed,
+        2 => ParamType::Bits,
+        3 => ParamType::Float,
+        4 => ParamType::Aggregate,
+        _ => return None,
+    };
+    if flags & 0b1100 != 0 {
+        return None;
+    }
+    Some((flags & 1 != 0, ty, flags & 2 != 0))
+}
+
 /// Decodes one whole response frame. The bytes come from an untrusted process: every length is
 /// checked against what is left of the frame before anything is allocated.
 pub fn decode_response(frame: &[u8]) -> Result<(u64, Response), DecodeError> {
@@ -350,21 +379,19 @@ pub fn decode_response(frame: &[u8]) -> Result<(u64, Response), DecodeError> {
                     let name = r.str("param name")?.to_owned();
                     let size = r.u32("param size")?;
                     let align = r.u32("param align")?;
-                    let pointer_sized = match r.u8("param pointer flag")? {
-                        0 => false,
-                        1 => true,
-                        v => {
-                            return Err(DecodeError::InvalidValue {
-                                what: "param pointer flag",
-                                value: v as u64,
-                            })
-                        }
-                    };
+                    let flags = r.u8("param flags")?;
+                    let (pointer_sized, ty, used_as_address) =
+                        decode_param_flags(flags).ok_or(DecodeError::InvalidValue {
+                            what: "param flags",
+                            value: flags as u64,
+                        })?;
                     params.push(ParamInfo {
                         name,
                         size,
                         align,
                         pointer_sized,
+                        ty,
+                        used_as_address,
                     });
                 }
                 kernels.push(KernelInfo { name, params });

@@ -93,12 +93,16 @@ fn sample_responses() -> Vec<Response> {
                             size: 8,
                             align: 8,
                             pointer_sized: true,
+                            ty: ParamType::Unsigned,
+                            used_as_address: true,
                         },
                         ParamInfo {
                             name: "n".into(),
                             size: 4,
                             align: 4,
                             pointer_sized: false,
+                            ty: ParamType::Float,
+                            used_as_address: false,
                         },
                     ],
                 },
@@ -254,7 +258,7 @@ fn trailing_bytes_unknown_tags_and_bad_values() {
         Err(DecodeError::InvalidUtf8 { what: "ptx", .. })
     ));
 
-    // A pointer flag that is neither 0 nor 1.
+    // A flags byte no parameter encodes to: an unknown type, or unknown flag bits.
     let resp = Response::Module {
         id: 1,
         kernels: vec![KernelInfo {
@@ -264,15 +268,24 @@ fn trailing_bytes_unknown_tags_and_bad_values() {
                 size: 8,
                 align: 8,
                 pointer_sized: true,
+                ty: ParamType::Aggregate,
+                used_as_address: false,
             }],
         }],
     };
     let mut buf = Vec::new();
     encode_response(1, &resp, &mut buf);
+    for bad in [0x50, 0x04, 0x08] {
+        *buf.last_mut().unwrap() = bad;
+        assert!(matches!(
+            decode_response(&buf),
+            Err(DecodeError::InvalidValue { .. })
+        ));
+    }
     *buf.last_mut().unwrap() = 2;
     assert!(matches!(
         decode_response(&buf),
-        Err(DecodeError::InvalidValue { .. })
+        Ok((_, Response::Module { .. }))
     ));
 }
 

@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! offset  size  field
-//! 0       1     version     PROTOCOL_VERSION; any other value is rejected
+//! 0       1     version     PROTOCOL_VERSION (HELLO's frames: HELLO_VERSION); any other value
+//!                           is rejected
 //! 1       1     flags       bit 0 REPLY (node → client), bit 1 DATA (a chunk of streamed data);
 //!                           the other bits must be 0
 //! 2       2     opcode      what the frame is about (a data chunk: the op whose data it carries)
@@ -16,7 +17,7 @@
 use crate::error::DecodeError;
 use crate::limits::{FRAME_HEADER_LEN, MAX_CHUNK, MAX_FRAME_BODY};
 use crate::opcode::Opcode;
-use crate::version::PROTOCOL_VERSION;
+use crate::version::{frame_version, HELLO_VERSION, PROTOCOL_VERSION};
 use crate::RequestId;
 
 const FLAG_REPLY: u8 = 0x01;
@@ -64,7 +65,7 @@ impl FrameHeader {
             flags |= FLAG_DATA;
         }
         let mut bytes = [0u8; FRAME_HEADER_LEN];
-        bytes[0] = PROTOCOL_VERSION;
+        bytes[0] = frame_version(self.opcode);
         bytes[1] = flags;
         bytes[2..4].copy_from_slice(&(self.opcode as u16).to_be_bytes());
         bytes[4..8].copy_from_slice(&self.request_id.to_be_bytes());
@@ -78,8 +79,10 @@ impl FrameHeader {
         bytes: &[u8; FRAME_HEADER_LEN],
         expected: Direction,
     ) -> Result<FrameHeader, DecodeError> {
+        // A version byte that no frame of this crate's carries is refused before anything else;
+        // which of the two an opcode's frame carries is checked once the opcode is known.
         let version = bytes[0];
-        if version != PROTOCOL_VERSION {
+        if version != PROTOCOL_VERSION && version != HELLO_VERSION {
             return Err(DecodeError::UnsupportedVersion {
                 version,
                 supported: PROTOCOL_VERSION,
@@ -94,6 +97,12 @@ impl FrameHeader {
         }
         let code = u16::from_be_bytes([bytes[2], bytes[3]]);
         let opcode = Opcode::from_u16(code).ok_or(DecodeError::UnknownOpcode { opcode: code })?;
+        if version != frame_version(opcode) {
+            return Err(DecodeError::UnsupportedVersion {
+                version,
+                supported: frame_version(opcode),
+            });
+        }
         let direction = if flags & FLAG_REPLY != 0 {
             Direction::ToClient
         } else {
@@ -169,7 +178,7 @@ mod tests {
             data: true,
             ..header(Direction::ToClient, Opcode::MemRead, 5)
         };
-        assert_eq!(h.to_bytes(), [1, 0x03, 0x06, 0x06, 1, 2, 3, 4, 0, 0, 0, 5]);
+        assert_eq!(h.to_bytes(), [2, 0x03, 0x06, 0x06, 1, 2, 3, 4, 0, 0, 0, 5]);
         assert_eq!(
             FrameHeader::parse(&h.to_bytes(), Direction::ToClient),
             Ok(h)
@@ -179,15 +188,17 @@ mod tests {
     #[test]
     fn rejections_in_order() {
         let good = header(Direction::ToNode, Opcode::Sync, 8).to_bytes();
-        let mut bad = good;
-        bad[0] = 2;
-        assert_eq!(
-            FrameHeader::parse(&bad, Direction::ToNode),
-            Err(DecodeError::UnsupportedVersion {
-                version: 2,
-                supported: 1
-            })
-        );
+        for version in [0, 1, 3] {
+            let mut bad = good;
+            bad[0] = version;
+            assert_eq!(
+                FrameHeader::parse(&bad, Direction::ToNode),
+                Err(DecodeError::UnsupportedVersion {
+                    version,
+                    supported: 2
+                })
+            );
+        }
         let mut bad = good;
         bad[1] = 0x04;
         assert_eq!(
@@ -214,6 +225,23 @@ mod tests {
             Err(DecodeError::FrameTooLong {
                 len: u32::MAX,
                 limit: MAX_FRAME_BODY
+            })
+        );
+    }
+
+    #[test]
+    fn hello_is_framed_as_version_1_and_nothing_else_is() {
+        let hello = header(Direction::ToNode, Opcode::Hello, 4);
+        let bytes = hello.to_bytes();
+        assert_eq!(bytes[0], 1);
+        assert_eq!(FrameHeader::parse(&bytes, Direction::ToNode), Ok(hello));
+        let mut bad = bytes;
+        bad[0] = PROTOCOL_VERSION;
+        assert_eq!(
+            FrameHeader::parse(&bad, Direction::ToNode),
+            Err(DecodeError::UnsupportedVersion {
+                version: PROTOCOL_VERSION,
+                supported: 1
             })
         );
     }

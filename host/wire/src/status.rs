@@ -121,6 +121,10 @@ pub struct ErrorReply {
     /// Only in the reply to a barrier (SYNC, MEM_READ): the earlier pipelined op of the session
     /// that failed, when it was one of those rather than the barrier itself.
     pub failed_op: Option<FailedOp>,
+    /// Only in GPU_SUBMIT's failed reply: the precise status of what went wrong when the
+    /// reply's own status is the step's (a kernel that faulted is `LAUNCH_FAILED` with cause
+    /// `KERNEL_FAULT`), so that a client can tell them apart as a session would.
+    pub cause: Option<ErrorCode>,
 }
 
 impl ErrorReply {
@@ -129,7 +133,13 @@ impl ErrorReply {
             code,
             message: message.into(),
             failed_op: None,
+            cause: None,
         }
+    }
+
+    /// The precise status: the cause when one was sent, else the status itself.
+    pub fn precise_code(&self) -> ErrorCode {
+        self.cause.unwrap_or(self.code)
     }
 }
 
@@ -138,6 +148,9 @@ impl std::fmt::Display for ErrorReply {
         write!(f, "{}: {}", self.code.name(), self.message)?;
         if let Some(op) = self.failed_op {
             write!(f, " (request {}, {})", op.request_id, op.opcode)?;
+        }
+        if let Some(cause) = self.cause {
+            write!(f, " (cause {})", cause.name())?;
         }
         Ok(())
     }

@@ -4,11 +4,26 @@
 //! not speak: there is no best-effort reading of a newer peer. HELLO lets the two ends find that
 //! out before anything else is said: the client offers a range, the node picks the highest
 //! version in it that it speaks, or answers UNSUPPORTED and closes. A HELLO and its reply are
-//! always framed as version 1 (their layout is frozen), so that a node of any later version can
-//! read a client's HELLO and answer it.
+//! always framed as version [`HELLO_VERSION`] (their layout is frozen), so that a node of any
+//! version can read a client's HELLO and answer it, and a client of any version can read that
+//! answer: a peer of another version is told so in words, and nothing else it says is read.
 
-/// The protocol version this crate speaks; the first byte of every frame.
-pub const PROTOCOL_VERSION: u8 = 1;
+/// The protocol version this crate speaks; the first byte of every frame but HELLO's.
+///
+/// Version 2: GPU_SUBMIT's request carries `input`, and its failed reply the precise `cause`.
+pub const PROTOCOL_VERSION: u8 = 2;
+
+/// The version HELLO and its reply are framed as, whatever version the two ends go on to speak.
+pub const HELLO_VERSION: u8 = 1;
+
+/// The version byte a frame about `opcode` carries.
+pub(crate) fn frame_version(opcode: crate::Opcode) -> u8 {
+    if opcode == crate::Opcode::Hello {
+        HELLO_VERSION
+    } else {
+        PROTOCOL_VERSION
+    }
+}
 
 /// The version both ends speak, given a client's offered range (inclusive): the highest this
 /// crate speaks within it, or `None` (the node then answers UNSUPPORTED).
@@ -24,11 +39,20 @@ mod tests {
 
     #[test]
     fn picks_the_common_version_or_none() {
-        assert_eq!(negotiate(1, 1), Some(1));
-        assert_eq!(negotiate(0, 7), Some(1));
-        assert_eq!(negotiate(2, 7), None);
+        assert_eq!(negotiate(2, 2), Some(2));
+        assert_eq!(negotiate(0, 7), Some(2));
+        // A version-1 peer shares no version with this one.
+        assert_eq!(negotiate(1, 1), None);
+        assert_eq!(negotiate(3, 7), None);
         assert_eq!(negotiate(0, 0), None);
         // An empty (inverted) range offers nothing.
         assert_eq!(negotiate(3, 1), None);
+    }
+
+    #[test]
+    fn hello_keeps_its_frozen_frame_version() {
+        assert_eq!(frame_version(crate::Opcode::Hello), 1);
+        assert_eq!(frame_version(crate::Opcode::GpuSubmit), PROTOCOL_VERSION);
+        assert_eq!(frame_version(crate::Opcode::GoAway), PROTOCOL_VERSION);
     }
 }

@@ -343,8 +343,8 @@ impl RawClient {
 /// The HELLO every connection starts with.
 pub fn hello() -> Request {
     Request::Hello {
-        min_version: 1,
-        max_version: 1,
+        min_version: tasklet_wire::PROTOCOL_VERSION,
+        max_version: tasklet_wire::PROTOCOL_VERSION,
         agent: "test".into(),
     }
 }

@@ -313,7 +313,8 @@ impl Reply {
 }
 
 /// The error body, after its status: the message (cut to [`MAX_ERROR_MESSAGE`] bytes), then a
-/// presence byte and, when present, the failed op's request id and opcode.
+/// presence byte and, when present, the failed op's request id and opcode; in GPU_SUBMIT's reply
+/// only, then a presence byte and, when present, the precise status (the cause).
 fn encode_error(error: &ErrorReply, opcode: Opcode, w: &mut Writer) -> Result<(), EncodeError> {
     w.u16(error.code as u16);
     w.string("message", capped_message(&error.message), MAX_ERROR_MESSAGE)?;
@@ -335,6 +336,20 @@ fn encode_error(error: &ErrorReply, opcode: Opcode, w: &mut Writer) -> Result<()
             w.bool(true);
             w.u32(failed.request_id);
             w.u16(failed.opcode as u16);
+        }
+    }
+    match (opcode, error.cause) {
+        (Opcode::GpuSubmit, None) => w.bool(false),
+        (Opcode::GpuSubmit, Some(cause)) => {
+            w.bool(true);
+            w.u16(cause as u16);
+        }
+        (_, None) => {}
+        (_, Some(_)) => {
+            return Err(EncodeError::InvalidValue {
+                field: "cause",
+                reason: "only a GPU_SUBMIT reply carries a cause",
+            })
         }
     }
     Ok(())
@@ -367,10 +382,17 @@ fn decode_error(status: u16, opcode: Opcode, r: &mut Reader) -> Result<ErrorRepl
     } else {
         None
     };
+    let cause = if opcode == Opcode::GpuSubmit && r.present("cause")? {
+        let status = r.u16("cause")?;
+        Some(ErrorCode::from_u16(status).ok_or(DecodeError::UnknownStatus { status })?)
+    } else {
+        None
+    };
     Ok(ErrorReply {
         code,
         message,
         failed_op,
+        cause,
     })
 }
 

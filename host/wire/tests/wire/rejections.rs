@@ -53,13 +53,14 @@ fn sync_body() -> Vec<u8> {
 
 #[test]
 fn unknown_version() {
-    for version in [0, 2, 0xFF] {
+    // 1 is the version HELLO's frames carry, and no other frame.
+    for version in [0, 1, 3, 0xFF] {
         let bytes = frame(version, 0, Opcode::Sync as u16, 1, &sync_body());
         assert_eq!(
             to_node_error(&bytes),
             DecodeError::UnsupportedVersion {
                 version,
-                supported: 1
+                supported: 2
             }
         );
     }
@@ -68,7 +69,13 @@ fn unknown_version() {
 #[test]
 fn unknown_flag_bits() {
     for flags in [0x04, 0x80, 0xFC] {
-        let bytes = frame(1, flags, Opcode::Sync as u16, 1, &sync_body());
+        let bytes = frame(
+            PROTOCOL_VERSION,
+            flags,
+            Opcode::Sync as u16,
+            1,
+            &sync_body(),
+        );
         assert_eq!(
             to_node_error(&bytes),
             DecodeError::UnknownFlags { flags, known: 0x03 }
@@ -79,7 +86,7 @@ fn unknown_flag_bits() {
 #[test]
 fn unknown_opcode() {
     for opcode in [0x0003, 0x0204, 0x060D, 0x0703, 0xFFFF] {
-        let bytes = frame(1, 0, opcode, 1, &[]);
+        let bytes = frame(PROTOCOL_VERSION, 0, opcode, 1, &[]);
         assert_eq!(to_node_error(&bytes), DecodeError::UnknownOpcode { opcode });
     }
 }
@@ -108,7 +115,7 @@ fn frames_sent_the_wrong_way() {
         }
     );
     // Pipelined ops get no reply, not even a failed one.
-    let launch_reply = frame(1, REPLY, Opcode::Launch as u16, 1, &[0, 0]);
+    let launch_reply = frame(PROTOCOL_VERSION, REPLY, Opcode::Launch as u16, 1, &[0, 0]);
     assert_eq!(
         to_client_error(&launch_reply),
         DecodeError::WrongDirection {
@@ -117,7 +124,7 @@ fn frames_sent_the_wrong_way() {
         }
     );
     // GOAWAY is the node's alone.
-    let goaway_request = frame(1, 0, Opcode::GoAway as u16, 0, &[]);
+    let goaway_request = frame(PROTOCOL_VERSION, 0, Opcode::GoAway as u16, 0, &[]);
     assert_eq!(
         to_node_error(&goaway_request),
         DecodeError::WrongDirection {
@@ -155,7 +162,7 @@ fn a_4_gib_field_length_is_refused_at_the_field() {
     // MODULE_LOAD: session, then the ptx's u32 length.
     let mut body = 3u64.to_be_bytes().to_vec();
     body.extend_from_slice(&u32::MAX.to_be_bytes());
-    let bytes = frame(1, 0, Opcode::ModuleLoad as u16, 1, &body);
+    let bytes = frame(PROTOCOL_VERSION, 0, Opcode::ModuleLoad as u16, 1, &body);
     assert_eq!(
         to_node_error(&bytes),
         DecodeError::FieldTooLong {
@@ -176,7 +183,7 @@ fn list_counts_over_their_limit() {
     for word in [0u32, 1, 1, 1, 1, 1, 1, 0, u32::MAX] {
         body.extend_from_slice(&word.to_be_bytes());
     }
-    let bytes = frame(1, 0, Opcode::Launch as u16, 1, &body);
+    let bytes = frame(PROTOCOL_VERSION, 0, Opcode::Launch as u16, 1, &body);
     assert_eq!(
         to_node_error(&bytes),
         DecodeError::TooManyItems {
@@ -269,7 +276,13 @@ fn streamed_total_over_the_receivers_limit() {
 #[test]
 fn truncated_field() {
     // SYNC's session is 8 bytes; give 5.
-    let bytes = frame(1, 0, Opcode::Sync as u16, 1, &[0, 0, 0, 0, 7]);
+    let bytes = frame(
+        PROTOCOL_VERSION,
+        0,
+        Opcode::Sync as u16,
+        1,
+        &[0, 0, 0, 0, 7],
+    );
     assert_eq!(
         to_node_error(&bytes),
         DecodeError::Truncated { field: "session" }
@@ -277,7 +290,7 @@ fn truncated_field() {
     // A string announcing more than the body holds (within its limit).
     let mut body = vec![0, 0, 0, 40];
     body.extend_from_slice(b"short");
-    let bytes = frame(1, 0, Opcode::DeployPush as u16, 1, &body);
+    let bytes = frame(PROTOCOL_VERSION, 0, Opcode::DeployPush as u16, 1, &body);
     assert_eq!(
         to_node_error(&bytes),
         DecodeError::Truncated { field: "manifest" }
@@ -288,19 +301,25 @@ fn truncated_field() {
 fn trailing_bytes() {
     let mut body = sync_body();
     body.push(0);
-    let bytes = frame(1, 0, Opcode::Sync as u16, 1, &body);
+    let bytes = frame(PROTOCOL_VERSION, 0, Opcode::Sync as u16, 1, &body);
     assert_eq!(
         to_node_error(&bytes),
         DecodeError::TrailingBytes { count: 1 }
     );
     // An empty request with a body.
-    let bytes = frame(1, 0, Opcode::GetInventory as u16, 1, &[1, 2, 3]);
+    let bytes = frame(
+        PROTOCOL_VERSION,
+        0,
+        Opcode::GetInventory as u16,
+        1,
+        &[1, 2, 3],
+    );
     assert_eq!(
         to_node_error(&bytes),
         DecodeError::TrailingBytes { count: 3 }
     );
     // An OK reply that has no fields, with one.
-    let bytes = frame(1, REPLY, Opcode::Free as u16, 1, &[0, 0, 9]);
+    let bytes = frame(PROTOCOL_VERSION, REPLY, Opcode::Free as u16, 1, &[0, 0, 9]);
     assert_eq!(
         to_client_error(&bytes),
         DecodeError::TrailingBytes { count: 1 }
@@ -325,7 +344,7 @@ fn error_body(status: u16, message: &[u8], failed: Option<(u32, u16)>) -> Vec<u8
 #[test]
 fn error_message_over_its_cap() {
     let at_cap = frame(
-        1,
+        PROTOCOL_VERSION,
         REPLY,
         Opcode::Sync as u16,
         1,
@@ -333,7 +352,7 @@ fn error_message_over_its_cap() {
     );
     assert_eq!(decode_whole(Direction::ToClient, &at_cap).1, Ok(()));
     let over = frame(
-        1,
+        PROTOCOL_VERSION,
         REPLY,
         Opcode::Sync as u16,
         1,
@@ -382,7 +401,7 @@ fn peer_names_over_their_cap() {
 fn unknown_and_reserved_statuses() {
     for status in [1, 5, 20, 0xFFFF] {
         let bytes = frame(
-            1,
+            PROTOCOL_VERSION,
             REPLY,
             Opcode::Sync as u16,
             1,
@@ -396,12 +415,77 @@ fn unknown_and_reserved_statuses() {
 }
 
 #[test]
+fn a_cause_only_in_gpu_submit_replies_and_only_a_known_status() {
+    let mut with_cause = error_body(4, b"fault", None);
+    with_cause.extend_from_slice(&[1, 0, 12]);
+    assert_eq!(
+        decode_whole(
+            Direction::ToClient,
+            &frame(
+                PROTOCOL_VERSION,
+                REPLY,
+                Opcode::GpuSubmit as u16,
+                9,
+                &with_cause
+            )
+        )
+        .1,
+        Ok(())
+    );
+    // Elsewhere the byte is one too many.
+    assert_eq!(
+        to_client_error(&frame(
+            PROTOCOL_VERSION,
+            REPLY,
+            Opcode::Sync as u16,
+            9,
+            &with_cause
+        )),
+        DecodeError::TrailingBytes { count: 3 }
+    );
+    // GPU_SUBMIT's failed reply must say whether a cause follows.
+    let without = error_body(4, b"fault", None);
+    assert_eq!(
+        to_client_error(&frame(
+            PROTOCOL_VERSION,
+            REPLY,
+            Opcode::GpuSubmit as u16,
+            9,
+            &without
+        )),
+        DecodeError::Truncated { field: "cause" }
+    );
+    let mut unknown = error_body(4, b"fault", None);
+    unknown.extend_from_slice(&[1, 0, 5]);
+    assert_eq!(
+        to_client_error(&frame(
+            PROTOCOL_VERSION,
+            REPLY,
+            Opcode::GpuSubmit as u16,
+            9,
+            &unknown
+        )),
+        DecodeError::UnknownStatus { status: 5 }
+    );
+    let mut error = ErrorReply::new(ErrorCode::LaunchFailed, "fault");
+    error.cause = Some(ErrorCode::KernelFault);
+    let reply = Reply::Error {
+        opcode: Opcode::LeaseAlloc,
+        error,
+    };
+    assert!(matches!(
+        encode_reply(9, &reply, &mut Vec::new()),
+        Err(EncodeError::InvalidValue { field: "cause", .. })
+    ));
+}
+
+#[test]
 fn failed_op_only_in_barrier_replies_and_only_pipelined() {
     let named = error_body(12, b"fault", Some((3, Opcode::Launch as u16)));
     assert_eq!(
         decode_whole(
             Direction::ToClient,
-            &frame(1, REPLY, Opcode::Sync as u16, 9, &named)
+            &frame(PROTOCOL_VERSION, REPLY, Opcode::Sync as u16, 9, &named)
         )
         .1,
         Ok(())
@@ -409,13 +493,19 @@ fn failed_op_only_in_barrier_replies_and_only_pipelined() {
     assert_eq!(
         decode_whole(
             Direction::ToClient,
-            &frame(1, REPLY, Opcode::MemRead as u16, 9, &named)
+            &frame(PROTOCOL_VERSION, REPLY, Opcode::MemRead as u16, 9, &named)
         )
         .1,
         Ok(())
     );
     assert_eq!(
-        to_client_error(&frame(1, REPLY, Opcode::MemAlloc as u16, 9, &named)),
+        to_client_error(&frame(
+            PROTOCOL_VERSION,
+            REPLY,
+            Opcode::MemAlloc as u16,
+            9,
+            &named
+        )),
         DecodeError::InvalidValue {
             field: "failed_op",
             value: 1
@@ -423,7 +513,13 @@ fn failed_op_only_in_barrier_replies_and_only_pipelined() {
     );
     let not_pipelined = error_body(12, b"fault", Some((3, Opcode::MemCopy as u16)));
     assert_eq!(
-        to_client_error(&frame(1, REPLY, Opcode::Sync as u16, 9, &not_pipelined)),
+        to_client_error(&frame(
+            PROTOCOL_VERSION,
+            REPLY,
+            Opcode::Sync as u16,
+            9,
+            &not_pipelined
+        )),
         DecodeError::InvalidValue {
             field: "failed_op.opcode",
             value: Opcode::MemCopy as u64
@@ -431,7 +527,13 @@ fn failed_op_only_in_barrier_replies_and_only_pipelined() {
     );
     let unknown = error_body(12, b"fault", Some((3, 0x7777)));
     assert_eq!(
-        to_client_error(&frame(1, REPLY, Opcode::Sync as u16, 9, &unknown)),
+        to_client_error(&frame(
+            PROTOCOL_VERSION,
+            REPLY,
+            Opcode::Sync as u16,
+            9,
+            &unknown
+        )),
         DecodeError::InvalidValue {
             field: "failed_op.opcode",
             value: 0x7777
@@ -474,7 +576,7 @@ fn failed_op_only_in_barrier_replies_and_only_pipelined() {
 #[test]
 fn goaway_rules() {
     let good = frame(
-        1,
+        PROTOCOL_VERSION,
         REPLY,
         Opcode::GoAway as u16,
         0,
@@ -488,7 +590,7 @@ fn goaway_rules() {
         ))]
     );
     let with_id = frame(
-        1,
+        PROTOCOL_VERSION,
         REPLY,
         Opcode::GoAway as u16,
         4,
@@ -501,7 +603,7 @@ fn goaway_rules() {
             value: 4
         }
     );
-    let ok_status = frame(1, REPLY, Opcode::GoAway as u16, 0, &[0, 0]);
+    let ok_status = frame(PROTOCOL_VERSION, REPLY, Opcode::GoAway as u16, 0, &[0, 0]);
     assert_eq!(
         to_client_error(&ok_status),
         DecodeError::InvalidValue {
@@ -510,7 +612,7 @@ fn goaway_rules() {
         }
     );
     let named = frame(
-        1,
+        PROTOCOL_VERSION,
         REPLY,
         Opcode::GoAway as u16,
         0,
@@ -524,7 +626,13 @@ fn goaway_rules() {
         }
     );
     // GOAWAY never streams data.
-    let data = frame(1, REPLY | DATA, Opcode::GoAway as u16, 0, &[1]);
+    let data = frame(
+        PROTOCOL_VERSION,
+        REPLY | DATA,
+        Opcode::GoAway as u16,
+        0,
+        &[1],
+    );
     assert_eq!(
         to_client_error(&data),
         DecodeError::WrongDirection {
@@ -537,7 +645,13 @@ fn goaway_rules() {
 #[test]
 fn invalid_values() {
     // DEPLOY_HAS's reply: present must be 0 or 1.
-    let bytes = frame(1, REPLY, Opcode::DeployHas as u16, 1, &[0, 0, 2]);
+    let bytes = frame(
+        PROTOCOL_VERSION,
+        REPLY,
+        Opcode::DeployHas as u16,
+        1,
+        &[0, 0, 2],
+    );
     assert_eq!(
         to_client_error(&bytes),
         DecodeError::InvalidValue {
@@ -548,7 +662,7 @@ fn invalid_values() {
     // LEASE_ALLOC's device option tag.
     let mut body = [0u8; 12].to_vec();
     body.push(2);
-    let bytes = frame(1, 0, Opcode::LeaseAlloc as u16, 1, &body);
+    let bytes = frame(PROTOCOL_VERSION, 0, Opcode::LeaseAlloc as u16, 1, &body);
     assert_eq!(
         to_node_error(&bytes),
         DecodeError::InvalidValue {
@@ -592,7 +706,7 @@ fn invalid_utf8_and_digests() {
     let upper = "AB".repeat(32);
     body = (upper.len() as u32).to_be_bytes().to_vec();
     body.extend_from_slice(upper.as_bytes());
-    let bytes = frame(1, 0, Opcode::DeployHas as u16, 1, &body);
+    let bytes = frame(PROTOCOL_VERSION, 0, Opcode::DeployHas as u16, 1, &body);
     assert_eq!(
         to_node_error(&bytes),
         DecodeError::InvalidDigest {
@@ -602,7 +716,7 @@ fn invalid_utf8_and_digests() {
     let short = "ab".repeat(31);
     body = (short.len() as u32).to_be_bytes().to_vec();
     body.extend_from_slice(short.as_bytes());
-    let bytes = frame(1, 0, Opcode::DeployHas as u16, 1, &body);
+    let bytes = frame(PROTOCOL_VERSION, 0, Opcode::DeployHas as u16, 1, &body);
     assert_eq!(
         to_node_error(&bytes),
         DecodeError::InvalidDigest {
@@ -627,7 +741,7 @@ fn write_header(id: u32, len: u64) -> Vec<u8> {
 
 #[test]
 fn data_with_nothing_announced() {
-    let bytes = frame(1, DATA, Opcode::MemWrite as u16, 3, &[1, 2]);
+    let bytes = frame(PROTOCOL_VERSION, DATA, Opcode::MemWrite as u16, 3, &[1, 2]);
     assert_eq!(
         to_node_error(&bytes),
         DecodeError::UnexpectedData {
@@ -637,13 +751,19 @@ fn data_with_nothing_announced() {
     );
     // A failed reply announces nothing, even for an op whose OK reply streams.
     let mut bytes = frame(
-        1,
+        PROTOCOL_VERSION,
         REPLY,
         Opcode::MemRead as u16,
         3,
         &error_body(11, b"out of bounds", None),
     );
-    bytes.extend_from_slice(&frame(1, REPLY | DATA, Opcode::MemRead as u16, 3, &[1]));
+    bytes.extend_from_slice(&frame(
+        PROTOCOL_VERSION,
+        REPLY | DATA,
+        Opcode::MemRead as u16,
+        3,
+        &[1],
+    ));
     assert_eq!(
         to_client_error(&bytes),
         DecodeError::UnexpectedData {
@@ -656,8 +776,20 @@ fn data_with_nothing_announced() {
 #[test]
 fn a_message_while_data_is_due() {
     let mut bytes = write_header(3, 10);
-    bytes.extend_from_slice(&frame(1, DATA, Opcode::MemWrite as u16, 3, &[0; 4]));
-    bytes.extend_from_slice(&frame(1, 0, Opcode::Sync as u16, 4, &sync_body()));
+    bytes.extend_from_slice(&frame(
+        PROTOCOL_VERSION,
+        DATA,
+        Opcode::MemWrite as u16,
+        3,
+        &[0; 4],
+    ));
+    bytes.extend_from_slice(&frame(
+        PROTOCOL_VERSION,
+        0,
+        Opcode::Sync as u16,
+        4,
+        &sync_body(),
+    ));
     assert_eq!(
         to_node_error(&bytes),
         DecodeError::ExpectedData {
@@ -670,7 +802,13 @@ fn a_message_while_data_is_due() {
 #[test]
 fn data_of_another_message() {
     let mut bytes = write_header(3, 10);
-    bytes.extend_from_slice(&frame(1, DATA, Opcode::MemWrite as u16, 4, &[0; 4]));
+    bytes.extend_from_slice(&frame(
+        PROTOCOL_VERSION,
+        DATA,
+        Opcode::MemWrite as u16,
+        4,
+        &[0; 4],
+    ));
     assert_eq!(
         to_node_error(&bytes),
         DecodeError::MismatchedData {
@@ -681,7 +819,13 @@ fn data_of_another_message() {
         }
     );
     let mut bytes = write_header(3, 10);
-    bytes.extend_from_slice(&frame(1, DATA, Opcode::DeployPush as u16, 3, &[0; 4]));
+    bytes.extend_from_slice(&frame(
+        PROTOCOL_VERSION,
+        DATA,
+        Opcode::DeployPush as u16,
+        3,
+        &[0; 4],
+    ));
     assert!(matches!(
         to_node_error(&bytes),
         DecodeError::MismatchedData {
@@ -694,8 +838,20 @@ fn data_of_another_message() {
 #[test]
 fn data_past_what_was_announced() {
     let mut bytes = write_header(3, 10);
-    bytes.extend_from_slice(&frame(1, DATA, Opcode::MemWrite as u16, 3, &[0; 6]));
-    bytes.extend_from_slice(&frame(1, DATA, Opcode::MemWrite as u16, 3, &[0; 5]));
+    bytes.extend_from_slice(&frame(
+        PROTOCOL_VERSION,
+        DATA,
+        Opcode::MemWrite as u16,
+        3,
+        &[0; 6],
+    ));
+    bytes.extend_from_slice(&frame(
+        PROTOCOL_VERSION,
+        DATA,
+        Opcode::MemWrite as u16,
+        3,
+        &[0; 5],
+    ));
     assert_eq!(
         to_node_error(&bytes),
         DecodeError::ChunkOverrun {
@@ -705,8 +861,20 @@ fn data_past_what_was_announced() {
     );
     // Once all of it has come, more is data with nothing announced.
     let mut bytes = write_header(3, 4);
-    bytes.extend_from_slice(&frame(1, DATA, Opcode::MemWrite as u16, 3, &[0; 4]));
-    bytes.extend_from_slice(&frame(1, DATA, Opcode::MemWrite as u16, 3, &[0; 1]));
+    bytes.extend_from_slice(&frame(
+        PROTOCOL_VERSION,
+        DATA,
+        Opcode::MemWrite as u16,
+        3,
+        &[0; 4],
+    ));
+    bytes.extend_from_slice(&frame(
+        PROTOCOL_VERSION,
+        DATA,
+        Opcode::MemWrite as u16,
+        3,
+        &[0; 1],
+    ));
     assert_eq!(
         to_node_error(&bytes),
         DecodeError::UnexpectedData {
@@ -768,7 +936,7 @@ fn the_encoder_refuses_data_past_what_was_announced() {
 
 #[test]
 fn a_stream_that_ends_mid_frame() {
-    let sync = frame(1, 0, Opcode::Sync as u16, 1, &sync_body());
+    let sync = frame(PROTOCOL_VERSION, 0, Opcode::Sync as u16, 1, &sync_body());
     let cases: [(&[u8], &str); 3] = [
         (&sync[..5], "inside a frame header"),
         (&sync[..FRAME_HEADER_LEN + 3], "inside a frame body"),
@@ -788,7 +956,8 @@ fn a_stream_that_ends_mid_frame() {
         })
     );
     write.extend_from_slice(
-        &frame(1, DATA, Opcode::MemWrite as u16, 3, &[0; 10])[..FRAME_HEADER_LEN + 4],
+        &frame(PROTOCOL_VERSION, DATA, Opcode::MemWrite as u16, 3, &[0; 10])
+            [..FRAME_HEADER_LEN + 4],
     );
     assert_eq!(
         decode_whole(Direction::ToNode, &write).1,
@@ -807,10 +976,10 @@ fn the_first_error_sticks() {
         err,
         DecodeError::UnsupportedVersion {
             version: 9,
-            supported: 1
+            supported: 2
         }
     );
-    let good = frame(1, 0, Opcode::Sync as u16, 1, &sync_body());
+    let good = frame(PROTOCOL_VERSION, 0, Opcode::Sync as u16, 1, &sync_body());
     assert_eq!(decoder.decode(&good), Err(err.clone()));
     assert_eq!(decoder.finish(), Err(err));
 }
@@ -918,11 +1087,11 @@ fn grant_rights_outside_the_defined_bits() {
     body.extend_from_slice(&1u32.to_be_bytes()); // max_leases
     body.extend_from_slice(&60_000u64.to_be_bytes()); // max_lease_ms
     body.push(rights::ALL);
-    let good = frame(1, 0, Opcode::Grant as u16, 1, &body);
+    let good = frame(PROTOCOL_VERSION, 0, Opcode::Grant as u16, 1, &body);
     assert_eq!(decode_whole(Direction::ToNode, &good).1, Ok(()));
     *body.last_mut().unwrap() = 0x20;
     assert_eq!(
-        to_node_error(&frame(1, 0, Opcode::Grant as u16, 1, &body)),
+        to_node_error(&frame(PROTOCOL_VERSION, 0, Opcode::Grant as u16, 1, &body)),
         DecodeError::InvalidValue {
             field: "rights",
             value: 0x20
@@ -975,7 +1144,7 @@ fn gpu_submit_input_over_its_cap() {
     encode_request(1, &Request::GpuSubmit(submit), &mut out).unwrap();
     let mut body = out[FRAME_HEADER_LEN..out.len() - 4].to_vec();
     body.extend_from_slice(&(MAX_SUBMIT_INPUT as u32 + 1).to_be_bytes());
-    let bytes = frame(1, 0, Opcode::GpuSubmit as u16, 1, &body);
+    let bytes = frame(PROTOCOL_VERSION, 0, Opcode::GpuSubmit as u16, 1, &body);
     assert_eq!(
         to_node_error(&bytes),
         DecodeError::FieldTooLong {

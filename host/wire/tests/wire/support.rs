@@ -395,7 +395,8 @@ pub fn error_code() -> impl Strategy<Value = ErrorCode> {
     proptest::sample::select(ErrorCode::ALL.to_vec())
 }
 
-/// An error reply for a request of `opcode`: naming a failed pipelined op only where allowed.
+/// An error reply for a request of `opcode`: naming a failed pipelined op, or a cause, only where
+/// allowed.
 pub fn error_reply(opcode: Opcode) -> impl Strategy<Value = ErrorReply> {
     let failed = proptest::option::of(
         (
@@ -404,10 +405,14 @@ pub fn error_reply(opcode: Opcode) -> impl Strategy<Value = ErrorReply> {
         )
             .prop_map(|(request_id, opcode)| FailedOp { request_id, opcode }),
     );
-    (error_code(), text(200), failed).prop_map(move |(code, message, failed_op)| ErrorReply {
-        code,
-        message,
-        failed_op: failed_op.filter(|_| opcode.is_barrier()),
+    let cause = proptest::option::of(error_code());
+    (error_code(), text(200), failed, cause).prop_map(move |(code, message, failed_op, cause)| {
+        ErrorReply {
+            code,
+            message,
+            failed_op: failed_op.filter(|_| opcode.is_barrier()),
+            cause: cause.filter(|_| opcode == Opcode::GpuSubmit),
+        }
     })
 }
 

@@ -39,6 +39,7 @@ fn failed(code: ErrorCode, opcode: Opcode, failed_op: Option<FailedOp>) -> Reply
             code,
             message: "x".into(),
             failed_op,
+            cause: None,
         },
     }
 }

@@ -19,8 +19,8 @@ pub use local::{LocalGpu, DIRECT_MIN_BYTES};
 pub use submit::submit_in_session;
 pub use types::{
     BufferId, DeviceInfo, GuestBytes, KernelArg, KernelParam, KernelRef, KernelSignature,
-    LaunchConfig, LeaseId, LeaseInfo, LeaseRequest, ModuleId, ModuleSource, ParamKind, SessionId,
-    Submit, SubmitArg,
+    LaunchConfig, LeaseId, LeaseInfo, LeaseRequest, ModuleId, ModuleSource, ParamKind, Relocation,
+    SessionId, Submit, SubmitArg,
 };
 pub use usage::{UsageHandle, UsageStats};
 

@@ -14,11 +14,11 @@ pub fn submit_in_session<G: GpuService + ?Sized>(
     call: &Submit<'_>,
 ) -> Result<Vec<u8>, GpuError> {
     // Refused before a lease is taken: a buffer argument names a session a one-shot does not have.
-    if call
-        .args
-        .iter()
-        .any(|a| matches!(a, SubmitArg::Value(KernelArg::Buffer { .. })))
-    {
+    if call.args.iter().any(|a| match a {
+        SubmitArg::Value(KernelArg::Buffer { .. }) => true,
+        SubmitArg::Value(KernelArg::Relocated { relocations, .. }) => !relocations.is_empty(),
+        _ => false,
+    }) {
         return Err(invalid(
             "a one-shot's pointer arguments point into its region; a buffer of a session cannot be passed",
         ));

@@ -90,6 +90,22 @@ pub enum KernelArg<'a> {
     F64(f64),
     /// A by-value parameter (e.g. a struct), length-checked against the kernel's declaration.
     Bytes(&'a [u8]),
+    /// A by-value parameter holding device pointers: `bytes`, with each relocation's buffer
+    /// address (plus its offset) written over the 8 bytes at its place before the launch.
+    Relocated {
+        bytes: &'a [u8],
+        relocations: &'a [Relocation],
+    },
+}
+
+/// Where a buffer's device address goes in a [`KernelArg::Relocated`]'s bytes: 8 bytes,
+/// little-endian, at byte `at` (a multiple of 8, within the bytes), the address of `offset`
+/// bytes into `buffer` (one of the launching session's, `offset` at most its size).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Relocation {
+    pub at: u32,
+    pub buffer: BufferId,
+    pub offset: u64,
 }
 
 /// Bytes of the tasklet's own linear memory that a read fills in place.
@@ -158,13 +174,15 @@ pub enum ModuleSource<'a> {
     },
 }
 
-/// How a kernel parameter is passed, as the module declares it.
+/// How a kernel parameter is passed, as the module declares and uses it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ParamKind {
-    /// A 64-bit integer parameter (`.u64`, `.s64`, `.b64`): what a device pointer is declared
-    /// as, so it may take a buffer (a 64-bit count is declared the same way).
+    /// A 64-bit integer parameter the kernel uses as a global memory address (its PTX shows the
+    /// value reaching a load's, store's or atomic's address): it takes only a buffer of the
+    /// launching session.
     Pointer,
-    /// Any other parameter: a narrower scalar, a float, or a by-value struct or array.
+    /// Any other parameter: a scalar (a 64-bit integer not seen used as an address takes a
+    /// `u64` or a buffer), or a by-value struct or array.
     Value,
 }
 
@@ -197,7 +215,7 @@ impl From<&tasklet_worker::KernelInfo> for KernelSignature {
                     name: p.name.clone(),
                     size: p.size,
                     align: p.align,
-                    kind: if p.pointer_sized {
+                    kind: if p.used_as_address {
                         ParamKind::Pointer
                     } else {
                         ParamKind::Value

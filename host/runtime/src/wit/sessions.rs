@@ -29,13 +29,21 @@ impl GpuState<'_> {
     }
 
     /// Lifts a launch's arguments (of either version, through `lift`) and calls `launch` with
-    /// them: on the stack for the usual handful, so a launch allocates nothing.
+    /// them: on the stack for the usual handful, so a launch allocates nothing. The buffer
+    /// relocations of relocated bytes are resolved first, all into one list (through
+    /// `relocations`, in argument order), of which `lift` takes each argument's share.
     fn with_args<A, R>(
         &mut self,
         args: &[A],
-        lift: impl for<'x> Fn(&Self, &'x A) -> GpuResult<gpu::KernelArg<'x>>,
+        relocations: impl Fn(&Self, &A, &mut Vec<gpu::Relocation>) -> GpuResult<()>,
+        lift: impl for<'x> Fn(&Self, &'x A, &mut &'x [gpu::Relocation]) -> GpuResult<gpu::KernelArg<'x>>,
         launch: impl FnOnce(&mut Self, &[gpu::KernelArg<'_>]) -> GpuResult<R>,
     ) -> GpuResult<R> {
+        let mut resolved = Vec::new();
+        for arg in args {
+            relocations(self, arg, &mut resolved)?;
+        }
+        let mut rest: &[gpu::Relocation] = &resolved;
         const INLINE: usize = 16;
         let mut inline = [gpu::KernelArg::U32(0); INLINE];
         let mut spilled = Vec::new();
@@ -46,7 +54,7 @@ impl GpuState<'_> {
             &mut spilled
         };
         for (slot, arg) in lifted.iter_mut().zip(args) {
-            *slot = lift(self, arg)?;
+            *slot = lift(self, arg, &mut rest)?;
         }
         launch(self, lifted)
     }
@@ -57,15 +65,21 @@ impl GpuState<'_> {
 /// launch arguments and configurations.
 macro_rules! session_common {
     (lift $v:ident) => {
+        session_common!(lift $v, state, _relocations => {});
+    };
+    // `$more`: the arms of the version's own argument cases, which may use `$state` and take
+    // their relocations from `$relocations`.
+    (lift $v:ident, $state:ident, $relocations:ident => { $($more:tt)* }) => {
         /// A version's launch argument as the service takes it.
         fn lift_arg<'x>(
-            state: &GpuState<'_>,
+            $state: &GpuState<'_>,
             arg: &'x crate::wit::bindings::$v::tasklet::gpu::sessions::KernelArg,
+            $relocations: &mut &'x [gpu::Relocation],
         ) -> GpuResult<gpu::KernelArg<'x>> {
             use crate::wit::bindings::$v::tasklet::gpu::sessions::KernelArg;
             Ok(match arg {
                 KernelArg::Buffer(b) => gpu::KernelArg::Buffer {
-                    buffer: state.buffer_id(&b.buffer)?,
+                    buffer: $state.buffer_id(&b.buffer)?,
                     offset: b.offset,
                 },
                 KernelArg::I32(v) => gpu::KernelArg::I32(*v),
@@ -75,6 +89,7 @@ macro_rules! session_common {
                 KernelArg::F32(v) => gpu::KernelArg::F32(*v),
                 KernelArg::F64(v) => gpu::KernelArg::F64(*v),
                 KernelArg::Bytes(v) => gpu::KernelArg::Bytes(v),
+                $($more)*
             })
         }
 
@@ -239,9 +254,12 @@ mod v01 {
             let session = self.session_id(&this)?;
             let module = self.table.get(&module)?.id;
             let config = lift_config(&config);
-            self.with_args(&args, lift_arg, |s, args| {
-                Ok(s.service.launch(session, module, &kernel, &config, args)?)
-            })
+            self.with_args(
+                &args,
+                |_, _, _| Ok(()),
+                lift_arg,
+                |s, args| Ok(s.service.launch(session, module, &kernel, &config, args)?),
+            )
         }
     }
 
@@ -268,7 +286,38 @@ mod v02 {
         LaunchConfig, ParamKind,
     };
 
-    session_common!(lift v02);
+    session_common!(lift v02, state, relocations => {
+        KernelArg::Relocated(r) => {
+            let Some((own, rest)) = relocations.split_at_checked(r.relocations.len()) else {
+                return Err(GpuFailure::Trap(wasmtime::Error::msg(
+                    "a launch's relocations were not all resolved",
+                )));
+            };
+            *relocations = rest;
+            gpu::KernelArg::Relocated {
+                bytes: &r.bytes,
+                relocations: own,
+            }
+        }
+    });
+
+    /// The relocations of a relocated-bytes argument, their buffers resolved, appended to `out`.
+    fn relocations(
+        state: &GpuState<'_>,
+        arg: &KernelArg,
+        out: &mut Vec<gpu::Relocation>,
+    ) -> GpuResult<()> {
+        if let KernelArg::Relocated(r) = arg {
+            for reloc in &r.relocations {
+                out.push(gpu::Relocation {
+                    at: reloc.at,
+                    buffer: state.buffer_id(&reloc.buffer)?,
+                    offset: reloc.offset,
+                });
+            }
+        }
+        Ok(())
+    }
 
     fn param(p: &gpu::KernelParam) -> KernelParam {
         KernelParam {
@@ -298,7 +347,7 @@ mod v02 {
             let session = self.session_id(&this)?;
             let module = self.table.get(&module)?.id;
             let config = lift_config(&config);
-            self.with_args(&args, lift_arg, |s, args| {
+            self.with_args(&args, relocations, lift_arg, |s, args| {
                 let kernel = gpu::KernelRef::Named(&kernel);
                 Ok(s.service
                     .launch_kernel(session, module, kernel, &config, args)?)
@@ -324,7 +373,7 @@ mod v02 {
             }
             let (module, index) = (k.module, k.index);
             let config = lift_config(&config);
-            self.with_args(&args, lift_arg, |s, args| {
+            self.with_args(&args, relocations, lift_arg, |s, args| {
                 Ok(s.service.launch_kernel(
                     session,
                     module,

@@ -109,7 +109,8 @@ impl<'p> GpuCall<'p> {
     ///
     /// # Panics
     ///
-    /// When given an [`Arg`] that refers to a buffer.
+    /// When given an [`Arg`] that refers to a buffer (a [`CStruct`](crate::CStruct) with a
+    /// buffer field included).
     pub fn arg(mut self, arg: impl KernelArg<'static>) -> Self {
         use crate::raw::sessions::KernelArg as K;
         let scalar = match arg.into_arg().into_raw() {
@@ -120,7 +121,11 @@ impl<'p> GpuCall<'p> {
             K::F32(v) => ScalarArg::F32(v),
             K::F64(v) => ScalarArg::F64(v),
             K::Bytes(v) => ScalarArg::Bytes(v),
-            K::Buffer(_) => panic!("GpuCall::arg takes scalars; use .data() for the buffer"),
+            // A struct's bytes without addresses in them are bytes.
+            K::Relocated(r) if r.relocations.is_empty() => ScalarArg::Bytes(r.bytes),
+            K::Buffer(_) | K::Relocated(_) => {
+                panic!("GpuCall::arg takes scalars; use .data() for the buffer")
+            }
         };
         self.args.push(CallArg::Scalar(scalar));
         self

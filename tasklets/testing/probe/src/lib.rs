@@ -30,6 +30,7 @@
 //! | `read-into-grown` | lease 32 MiB; a 1 MiB write + read-into round trip (`ok first 1048576`); then a 16 MiB guest buffer at least 15 MiB of which lie in memory grown since (`ok grown <pages before> <pages after>` or `error not-grown ..`); write a pattern from it, zero it, read into it, check → `ok round-trip 16777216` or `error mismatch ..` |
 //! | `read-into-misuse` | a 16-byte buffer: `mem-read-into` of 16 bytes at 8 into a 16-byte and into a 128 KiB guest buffer filled with `0x5a` → (out of bounds, both), then `ok untouched` or `error touched <offset>`; a buffer of another session read into (128 KiB) → |
 //! | `spin-then <step>` | lease 1 MiB for 60 s; session; load `faults.ptx`; alloc 4 bytes (the flag) and 4096 (the spare); launch `spin_forever(flag)` on 1×32 → `ok launch spin_forever`; then, while it runs, one step: `sync`, `read` (4 bytes of the spare), `write` (4 bytes to it), `alloc` (4096), `copy` (4 bytes, spare to spare) or `load` (`iota.ptx`) → its line; or drop the `buffer` (the spare), the `module`, the `session` or the `lease` → `ok dropped <step>`; then → `ok took <ms>` (the step alone, in whole milliseconds). `trap` traps instead (no output), `return` returns at once holding everything (no step line) |
+//! | `one-shots <secs>` | until `<secs>` pass: `GpuCall` `scale` over 256 numbers by a factor that varies, each result checked → `ok one-shots <count>`, or the first failing call's `error` line, or `error wrong-result call <c> index <i>` |
 //! | `bench <n>` | `n` calls each of lease info, sync (idle session) and 4 KiB write+read pairs, timed in batches of 100 → `info_ns <ns>`, `sync_ns <ns>`, `rw4k_ns <ns>`: the median over batches of the mean time per call, in whole nanoseconds |
 //!
 //! An unknown command, or a missing or malformed argument, is an `Err`.
@@ -40,10 +41,11 @@ use std::time::{Duration, Instant};
 
 use tasklet_gpu::raw::leases::{Lease, LeaseRequest};
 use tasklet_gpu::raw::sessions::{BufferArg, KernelArg, LaunchConfig, Session};
-use tasklet_gpu::{input, Error};
+use tasklet_gpu::{input, Error, GpuCall};
 
 const IOTA_PTX: &str = include_str!("../../../../kernels/iota.ptx");
 const FAULTS_PTX: &str = include_str!("../../../../kernels/faults.ptx");
+const SCALE_PTX: &str = include_str!("../../../../kernels/scale.ptx");
 
 /// Valid up to line 6; line 7 is an instruction that does not exist.
 const BAD_PTX: &str = "\
@@ -90,12 +92,13 @@ fn run(input: Vec<u8>) -> Result<Vec<u8>, String> {
         "read-into-grown" => read_into_grown(&mut out),
         "read-into-misuse" => read_into_misuse(&mut out),
         "spin-then" => spin_then(&mut out, arg.unwrap_or(""))?,
+        "one-shots" => one_shots(&mut out, input::argument(command, arg)?),
         _ => {
             return Err(format!(
                 "unknown command {command:?}; expected one of alloc-past-lease, foreign-buffer, \
                  expire, trap, oob-read, bad-ptx, fault, spin, hold <secs>, leases <n>, bench <n>, \
                  verify <secs>, pattern <mib>, zeros <mib>, spin-big <mib>, lease <mib>, read-into <kib>, \
-                 read-into-grown, read-into-misuse, spin-then <step>"
+                 read-into-grown, read-into-misuse, spin-then <step>, one-shots <secs>"
             ))
         }
     };
@@ -379,6 +382,29 @@ fn seconds(out: &mut Out, command: &str, secs: f64) -> Result<Duration, Stopped>
         )));
         Stopped
     })
+}
+
+fn one_shots(out: &mut Out, secs: f64) -> Step {
+    let limit = seconds(out, "one-shots", secs)?;
+    let xs: Vec<f32> = (0..256).map(|i| i as f32).collect();
+    let start = Instant::now();
+    let mut calls = 0u64;
+    while start.elapsed() < limit {
+        // Small integers times a small factor: exact in f32, on every device.
+        let factor = (calls % 7 + 1) as f32;
+        let call = GpuCall::new(SCALE_PTX, "scale")
+            .data()
+            .arg(factor)
+            .len_arg();
+        let ys = out.setup(call.run(&xs))?;
+        if let Some(i) = (0..xs.len()).find(|&i| ys.get(i) != Some(&(xs[i] * factor))) {
+            writeln!(out.0, "error wrong-result call {calls} index {i}").unwrap();
+            return Ok(());
+        }
+        calls += 1;
+    }
+    out.ok(format!("one-shots {calls}"));
+    Ok(())
 }
 
 fn hold(out: &mut Out, secs: f64) -> Step {

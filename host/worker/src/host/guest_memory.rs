@@ -212,23 +212,6 @@ impl SharedMemory {
                 return Err(io::Error::last_os_error());
             }
         }
-        if file_len > old {
-            // A worker holds the fd and may have extended the file and written past our size (it
-            // cannot shrink it: sealed). New memory must read as zeros whatever it left there.
-            let end = file_len.min(new_size);
-            // SAFETY: plain syscall on our fd; the range is not mapped by us yet.
-            let r = unsafe {
-                libc::fallocate(
-                    fd,
-                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-                    old as libc::off_t,
-                    (end - old) as libc::off_t,
-                )
-            };
-            if r != 0 {
-                return Err(io::Error::last_os_error());
-            }
-        }
         // SAFETY: `old..new_size` lies inside our own PROT_NONE reservation (new_size <= reserve),
         // so MAP_FIXED replaces only pages of ours that nothing references; the file now covers
         // the whole range, so no access through it can SIGBUS.
@@ -244,6 +227,14 @@ impl SharedMemory {
         };
         if p == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
+        }
+        if file_len > old {
+            // The file holds bytes past our old size: a worker holding the fd may have extended
+            // it and written there, or this memory served an earlier user and was shrunk. New
+            // memory must read as zeros, and they are written in place, never punched out: a
+            // worker that has this memory attached may have pinned those very pages for DMA, and
+            // a punched page would leave its pinned copy apart from what the guest then reads.
+            zero_data(fd, self.base, old, file_len.min(new_size))?;
         }
         // Release: a `locate` that sees the new size also sees the mapping.
         self.shared.size.store(new_size, Ordering::Release);
@@ -386,6 +377,36 @@ impl Drop for SharedMemory {
         // use the memory past its drop. Spans hold the fd, not the mapping.
         unsafe { libc::munmap(self.base.cast(), self.mapped) };
     }
+}
+
+/// Zeroes, through the mapping at `base`, every byte of the file's data (not its holes, which
+/// read as zeros already) in `from..to`; the range must be mapped read/write at `base`.
+fn zero_data(fd: libc::c_int, base: *mut u8, from: usize, to: usize) -> io::Result<()> {
+    let mut at = from;
+    while at < to {
+        // SAFETY: plain syscall on our fd; the caller holds `&mut` of the memory, so nothing else
+        // of ours uses its file offset.
+        let start = unsafe { libc::lseek(fd, at as libc::off_t, libc::SEEK_DATA) };
+        if start < 0 {
+            let e = io::Error::last_os_error();
+            // ENXIO: no data at or after `at`.
+            return match e.raw_os_error() {
+                Some(libc::ENXIO) => Ok(()),
+                _ => Err(e),
+            };
+        }
+        let start = (start as usize).min(to);
+        // SAFETY: as above.
+        let end = unsafe { libc::lseek(fd, start as libc::off_t, libc::SEEK_HOLE) };
+        if end < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let end = (end as usize).min(to);
+        // SAFETY: `start..end` lies within `from..to`, mapped read/write at `base` (caller).
+        unsafe { std::ptr::write_bytes(base.add(start), 0, end - start) };
+        at = end.max(start + 1);
+    }
+    Ok(())
 }
 
 /// A close-on-exec memfd, sealed against shrinking (and against changing the seals), above fd 2.

@@ -4,7 +4,8 @@
 //! a buffer of another session are refused naming the parameter; a struct passed by value that
 //! holds two device pointers (bytes plus buffer relocations) reaches the kernel with the buffers'
 //! addresses in place, and relocations outside the struct, misaligned or past their buffer are
-//! refused.
+//! refused. The same struct built by a tasklet with the SDK's `CStruct` (the `sdk-check`
+//! tasklet) goes through the contract's `relocated` argument.
 
 use std::sync::Arc;
 
@@ -13,7 +14,9 @@ use tasklet_runtime::gpu::{
     SessionId,
 };
 use tasklet_runtime::{GpuError, Host};
-use tasklet_tests::{assert_baseline, manifest, test_host};
+use tasklet_tests::{
+    assert_baseline, assert_gpu_error, load, manifest, probe_lines, run_ok, test_host,
+};
 
 const IOTA_PTX: &str = include_str!("../../../kernels/iota.ptx");
 const FAULTS_PTX: &str = include_str!("../../../kernels/faults.ptx");
@@ -376,5 +379,32 @@ fn relocations_outside_the_struct_misaligned_or_past_their_buffer_are_refused() 
     gpu.mem_write(s, out, 0, &[1, 2, 3, 4]).expect("write");
     gpu.sync(s).expect("sync");
     drop(gpu);
+    assert_baseline(&host);
+}
+
+#[test]
+fn a_cstruct_with_buffer_fields_from_a_tasklet_reaches_the_kernel_through_relocations() {
+    let host = test_host!();
+    let tasklet = load(&host, manifest("testing/sdk-check"));
+    let n = 5;
+    let lines = probe_lines(&run_ok(&host, &tasklet, &format!("struct-pointers {n}")));
+    // a[i] * 7 + b[4 + i] with a[i] = i and b[4 + i] = 1000 - 3i.
+    let expected: Vec<String> = (0..n).map(|i| (1000 + 4 * i).to_string()).collect();
+    match lines.first() {
+        Some((status, what, detail)) if status == "ok" && what == "struct-pointers" => {
+            assert_eq!(
+                detail,
+                &format!("size=24 pointers=0,8 {}", expected.join(" "))
+            )
+        }
+        _ => panic!("line 0 is not `ok struct-pointers …`: {lines:?}"),
+    }
+    // b's pointer 5 elements past its end: refused by the host, naming the relocation.
+    assert_gpu_error(
+        &lines,
+        1,
+        "out-of-bounds",
+        "relocation 1: offset 40 is past the end of its 36-byte buffer",
+    );
     assert_baseline(&host);
 }

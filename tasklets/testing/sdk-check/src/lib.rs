@@ -15,6 +15,7 @@
 //! | `long-name <bytes>` | a module whose one kernel, named with `<bytes>` bytes, traps → `ok load <bytes>`; launch it → `ok launch`; sync → its error |
 //! | `long-token <bytes>` | a module whose fourth line is one word of `<bytes>` bytes → its load error |
 //! | `kernels` | loads `scale` → `ok params <name:size:align:kind …>` from `Module::kernels`; resolves `iota` as a `Kernel` and launches it twice into an 8-element buffer (n 4, then 8; `run_ordinal`) → `ok ordinals <first> <second>`, `ok handle <the 8 elements>`; a kernel of a module of another session, launched in this one → its error |
+//! | `struct-pointers <n>` | `scaled_sum(out, ops, n)` with `ops = { a, b + 4 elements, scale 7 }` a `CStruct` holding two buffers (`a[i] = i`, `b[4 + i] = 1000 - 3i`) → `ok struct-pointers size=24 pointers=0,8 <out[0]> … <out[n-1]>`; the same with `b` pointing past its end → its error |
 //! | `big-module <bytes>` | a module of at least `<bytes>` bytes (a header, one empty kernel, then a comment) → `ok load <bytes of text>` or its error |
 
 use std::fmt::Write as _;
@@ -24,6 +25,7 @@ use tasklet_gpu::{input, CStruct, Error, GpuCall, LaunchConfig, Lease, Pod, Zero
 const SCALE_PTX: &str = include_str!("../../../../kernels/scale.ptx");
 const IOTA_PTX: &str = include_str!("../../../../kernels/iota.ptx");
 const CALLS_PTX: &str = include_str!("../../../../kernels/calls.ptx");
+const STRUCT_POINTERS_PTX: &str = include_str!("../../../../kernels/struct_pointers.ptx");
 
 const HEADER: &str = ".version 7.0\n.target sm_80\n.address_size 64\n";
 
@@ -42,10 +44,12 @@ fn run(input: Vec<u8>) -> Result<Vec<u8>, String> {
         "long-token" => long_token(&mut out, input::argument(command, arg)?),
         "big-module" => big_module(&mut out, input::argument(command, arg)?),
         "kernels" => kernels(&mut out),
+        "struct-pointers" => struct_pointers(&mut out, input::argument(command, arg)?),
         _ => {
             return Err(format!(
                 "unknown command {command:?}; expected one of defaults, derive, cstruct <n>, \
-                 offsets, long-name <bytes>, long-token <bytes>, big-module <bytes>, kernels"
+                 offsets, long-name <bytes>, long-token <bytes>, big-module <bytes>, kernels, \
+                 struct-pointers <n>"
             ))
         }
     };
@@ -169,6 +173,48 @@ fn cstruct(out: &mut Out, n: u32) -> Result<(), Stopped> {
         "cstruct",
         format_args!("size={} {}", params.size(), join(&r)),
     );
+    Ok(())
+}
+
+fn struct_pointers(out: &mut Out, n: u32) -> Result<(), Stopped> {
+    let n = n.max(1) as usize;
+    let lease = out.step(Lease::builder().acquire())?;
+    let session = out.step(lease.session())?;
+    let module = out.step(session.load_ptx(STRUCT_POINTERS_PTX))?;
+    let a: Vec<i32> = (0..n as i32).collect();
+    let b: Vec<i32> = (0..n as i32 + 4).map(|i| 1000 - 3 * (i - 4)).collect();
+    let a = out.step(session.alloc_from(&a))?;
+    let b = out.step(session.alloc_from(&b))?;
+    let result = out.step(session.alloc::<i32>(n))?;
+    // struct Operands { const int* a; const int* b; int scale; };
+    let ops = CStruct::new().buffer(&a).buffer_at_elem(&b, 4).field(7i32);
+    // scaled_sum(int* out, Operands ops, unsigned n)
+    let launch = |ops: &CStruct<'_>| {
+        session
+            .launch(&module, "scaled_sum")
+            .config(LaunchConfig::for_num_elems(n as u32))
+            .arg(&result)
+            .arg(ops)
+            .arg(n as u32)
+            .run()
+    };
+    out.step(launch(&ops))?;
+    let r = out.step(result.read())?;
+    let pointers: Vec<String> = ops.pointer_offsets().map(|at| at.to_string()).collect();
+    out.ok(
+        "struct-pointers",
+        format_args!(
+            "size={} pointers={} {}",
+            ops.size(),
+            pointers.join(","),
+            join(&r)
+        ),
+    );
+    let past = CStruct::new()
+        .buffer(&a)
+        .buffer_at_elem(&b, n + 5)
+        .field(7i32);
+    out.step(launch(&past))?;
     Ok(())
 }
 

@@ -121,6 +121,17 @@ fn to_wire_arg(arg: &KernelArg<'_>) -> wire::KernelArg {
         KernelArg::F32(v) => wire::KernelArg::F32(v),
         KernelArg::F64(v) => wire::KernelArg::F64(v),
         KernelArg::Bytes(v) => wire::KernelArg::Bytes(v.to_vec()),
+        KernelArg::Relocated { bytes, relocations } => wire::KernelArg::Relocated {
+            bytes: bytes.to_vec(),
+            relocations: relocations
+                .iter()
+                .map(|r| wire::Relocation {
+                    at: r.at,
+                    buffer: wire::BufferId(r.buffer.0),
+                    offset: r.offset,
+                })
+                .collect(),
+        },
     }
 }
 

@@ -365,6 +365,9 @@ fn payload_bytes(request: &Request) -> usize {
             .iter()
             .map(|arg| match arg {
                 tasklet_wire::KernelArg::Bytes(bytes) => bytes.len(),
+                tasklet_wire::KernelArg::Relocated { bytes, relocations } => {
+                    bytes.len() + relocations.len() * 20
+                }
                 _ => 16,
             })
             .sum(),

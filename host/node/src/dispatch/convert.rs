@@ -63,8 +63,29 @@ pub(super) fn requested(grant: &wire::Grant, ceiling: &Grant) -> (Limits, GpuReq
     (limits, gpu)
 }
 
-/// A LAUNCH's typed arguments as the host takes them, borrowing by-value bytes.
-pub(super) fn kernel_args(args: &[wire::KernelArg]) -> Vec<gpu::KernelArg<'_>> {
+/// The buffer relocations of a LAUNCH's relocated arguments, all in one list in argument order,
+/// for [`kernel_args`] to borrow.
+pub(super) fn relocations(args: &[wire::KernelArg]) -> Vec<gpu::Relocation> {
+    args.iter()
+        .flat_map(|arg| match arg {
+            wire::KernelArg::Relocated { relocations, .. } => relocations.as_slice(),
+            _ => &[],
+        })
+        .map(|r| gpu::Relocation {
+            at: r.at,
+            buffer: buffer(r.buffer),
+            offset: r.offset,
+        })
+        .collect()
+}
+
+/// A LAUNCH's typed arguments as the host takes them, borrowing by-value bytes, and each
+/// relocated argument's share of `relocations` (what [`relocations`] made of the same `args`).
+pub(super) fn kernel_args<'a>(
+    args: &'a [wire::KernelArg],
+    relocations: &'a [gpu::Relocation],
+) -> Vec<gpu::KernelArg<'a>> {
+    let mut rest = relocations;
     args.iter()
         .map(|arg| match arg {
             wire::KernelArg::Buffer { buffer: b, offset } => gpu::KernelArg::Buffer {
@@ -78,6 +99,14 @@ pub(super) fn kernel_args(args: &[wire::KernelArg]) -> Vec<gpu::KernelArg<'_>> {
             wire::KernelArg::F32(v) => gpu::KernelArg::F32(*v),
             wire::KernelArg::F64(v) => gpu::KernelArg::F64(*v),
             wire::KernelArg::Bytes(v) => gpu::KernelArg::Bytes(v),
+            wire::KernelArg::Relocated { bytes, relocations } => {
+                let (own, after) = rest.split_at(relocations.len().min(rest.len()));
+                rest = after;
+                gpu::KernelArg::Relocated {
+                    bytes,
+                    relocations: own,
+                }
+            }
         })
         .collect()
 }

@@ -476,7 +476,8 @@ impl Dispatcher {
             block: launch.block,
             shared_mem_bytes: launch.shared_mem_bytes,
         };
-        let args = convert::kernel_args(&launch.args);
+        let relocations = convert::relocations(&launch.args);
+        let args = convert::kernel_args(&launch.args, &relocations);
         self.gpu().launch(session, module, &kernel, &config, &args)
     }
 

@@ -35,7 +35,30 @@ pub enum KernelArg {
     F64(f64),
     /// Tag 7: a by-value parameter (a struct), at most [`MAX_ARG_BYTES`].
     Bytes(Vec<u8>),
+    /// Tag 8: a by-value parameter holding device pointers: its bytes (at most
+    /// [`MAX_ARG_BYTES`]), and where the node writes each buffer's address into them (at most
+    /// [`MAX_RELOCATIONS`]).
+    Relocated {
+        bytes: Vec<u8>,
+        relocations: Vec<Relocation>,
+    },
 }
+
+/// The most relocations one argument carries: one per 8 bytes of the largest argument.
+pub const MAX_RELOCATIONS: usize = MAX_ARG_BYTES / 8;
+
+/// One relocation of a [`KernelArg::Relocated`]: the device address of `offset` bytes into a
+/// buffer of the session, written as 8 little-endian bytes at byte `at` of the argument. The
+/// node checks the place (a multiple of 8, within the bytes), the buffer and the offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Relocation {
+    pub at: u32,
+    pub buffer: BufferId,
+    pub offset: u64,
+}
+
+/// `at`, `buffer`, `offset`.
+const RELOCATION_BYTES: usize = 4 + 8 + 8;
 
 /// Equality is of what goes on the wire, so floats compare by their bits (NaN equals itself).
 impl PartialEq for KernelArg {
@@ -59,6 +82,16 @@ impl PartialEq for KernelArg {
             (F32(a), F32(b)) => a.to_bits() == b.to_bits(),
             (F64(a), F64(b)) => a.to_bits() == b.to_bits(),
             (Bytes(a), Bytes(b)) => a == b,
+            (
+                Relocated {
+                    bytes: b1,
+                    relocations: r1,
+                },
+                Relocated {
+                    bytes: b2,
+                    relocations: r2,
+                },
+            ) => b1 == b2 && r1 == r2,
             _ => false,
         }
     }
@@ -102,6 +135,16 @@ impl KernelArg {
                 w.u8(7);
                 w.bytes("args[].bytes", bytes, MAX_ARG_BYTES)?;
             }
+            KernelArg::Relocated { bytes, relocations } => {
+                w.u8(8);
+                w.bytes("args[].bytes", bytes, MAX_ARG_BYTES)?;
+                w.count("args[].relocations", relocations.len(), MAX_RELOCATIONS)?;
+                for r in relocations {
+                    w.u32(r.at);
+                    w.u64(r.buffer.0);
+                    w.u64(r.offset);
+                }
+            }
         }
         Ok(())
     }
@@ -119,6 +162,19 @@ impl KernelArg {
             5 => KernelArg::F32(f32::from_bits(r.u32("args[].f32")?)),
             6 => KernelArg::F64(f64::from_bits(r.u64("args[].f64")?)),
             7 => KernelArg::Bytes(r.bytes("args[].bytes", MAX_ARG_BYTES)?.to_vec()),
+            8 => {
+                let bytes = r.bytes("args[].bytes", MAX_ARG_BYTES)?.to_vec();
+                let count = r.count("args[].relocations", MAX_RELOCATIONS, RELOCATION_BYTES)?;
+                let mut relocations = Vec::with_capacity(count);
+                for _ in 0..count {
+                    relocations.push(Relocation {
+                        at: r.u32("relocations[].at")?,
+                        buffer: BufferId(r.u64("relocations[].buffer")?),
+                        offset: r.u64("relocations[].offset")?,
+                    });
+                }
+                KernelArg::Relocated { bytes, relocations }
+            }
             tag => {
                 return Err(DecodeError::InvalidValue {
                     field: "args[].tag",

@@ -8,7 +8,7 @@ mod request;
 
 pub use device::Device;
 pub use grant::{rights, Grant};
-pub use kernel::{Kernel, KernelArg, KernelParam, LoadedModule};
+pub use kernel::{Kernel, KernelArg, KernelParam, LoadedModule, Relocation, MAX_RELOCATIONS};
 pub use reply::Reply;
 pub use request::{GpuSubmit, Launch, Request};
 

@@ -8,6 +8,7 @@
 mod layout;
 mod random_input;
 mod rejections;
+mod relocations;
 mod round_trip;
 mod support;
 mod tracker;

@@ -670,7 +670,7 @@ fn invalid_values() {
             value: 2
         }
     );
-    // A LAUNCH argument with tag 8.
+    // A LAUNCH argument with tag 9 (the first unknown one).
     let mut launch = request_bytes(
         1,
         &Request::Launch(Launch {
@@ -684,12 +684,12 @@ fn invalid_values() {
         }),
     );
     let tag_at = launch.len() - 5;
-    launch[tag_at] = 8;
+    launch[tag_at] = 9;
     assert_eq!(
         to_node_error(&launch),
         DecodeError::InvalidValue {
             field: "args[].tag",
-            value: 8
+            value: 9
         }
     );
 }

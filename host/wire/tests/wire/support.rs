@@ -150,6 +150,20 @@ pub fn kernel_arg() -> impl Strategy<Value = KernelArg> {
         any::<u32>().prop_map(|bits| KernelArg::F32(f32::from_bits(bits))),
         any::<u64>().prop_map(|bits| KernelArg::F64(f64::from_bits(bits))),
         bytes(64).prop_map(KernelArg::Bytes),
+        (
+            bytes(64),
+            proptest::collection::vec(
+                (any::<u32>(), any::<u64>(), any::<u64>()).prop_map(|(at, b, offset)| {
+                    Relocation {
+                        at,
+                        buffer: BufferId(b),
+                        offset,
+                    }
+                }),
+                0..4
+            )
+        )
+            .prop_map(|(bytes, relocations)| KernelArg::Relocated { bytes, relocations }),
     ]
 }
 

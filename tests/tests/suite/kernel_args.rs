@@ -166,7 +166,14 @@ fn a_buffer_of_another_session_is_refused_as_an_argument_and_as_a_relocation() {
         &ONE_THREAD,
         &[buffer(foreign), KernelArg::U32(4)],
     );
-    assert_error(r, "invalid-argument", &["belongs to another session"]);
+    assert_error(
+        r,
+        "invalid-argument",
+        &[
+            "argument 0 (\"iota_param_0\") of kernel \"iota\": buffer",
+            "belongs to another session",
+        ],
+    );
     let m = gpu
         .module_load(s, STRUCT_POINTERS_PTX)
         .expect("struct_pointers loads");

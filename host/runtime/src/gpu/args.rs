@@ -64,7 +64,8 @@ impl KernelEntry {
             let scalar;
             let (bytes, relocations): (&[u8], &[Relocation]) = match *arg {
                 KernelArg::Buffer { buffer: id, offset } => {
-                    let (addr, size) = buffer(id)?;
+                    let (addr, size) =
+                        buffer(id).map_err(|e| RelocationError::Buffer(e).in_argument(&named()))?;
                     if offset > size {
                         return Err(out_of_bounds(format!(
                             "argument {i}: offset {offset} is past the end of its {size}-byte buffer"
@@ -185,7 +186,7 @@ fn what_fits(param: &ParamInfo) -> String {
     format!("{typed}, or its {size} bytes")
 }
 
-/// Why a relocation was refused, before the argument is named.
+/// Why a relocation (or a buffer argument) was refused, before the argument is named.
 enum RelocationError {
     /// Not where an address can go: `invalid-argument`.
     Misplaced(String),

@@ -9,7 +9,9 @@
 use crate::connect::lost;
 use crate::error::ClientError;
 use bytes::{Buf, Bytes};
+use std::future::Future;
 use std::sync::Arc;
+use std::time::Instant;
 use tasklet_wire::limits::MAX_CHUNK;
 use tasklet_wire::tracker::MAX_TRACKED;
 use tasklet_wire::{
@@ -51,6 +53,25 @@ pub(crate) struct Channel {
     gathered: Vec<u8>,
     /// Why the channel can no longer be used, once it cannot.
     broken: Option<ClientError>,
+    /// No wait for the node goes past this; one that would closes the connection.
+    deadline: Option<Instant>,
+}
+
+/// Runs `future` on `runtime` until it is done or `deadline` passes (`None`: it passed).
+fn block_until<F: Future>(
+    runtime: &Runtime,
+    deadline: Option<Instant>,
+    future: F,
+) -> Option<F::Output> {
+    match deadline {
+        None => Some(runtime.block_on(future)),
+        Some(at) => {
+            let at = tokio::time::Instant::from_std(at);
+            runtime
+                .block_on(async { tokio::time::timeout_at(at, future).await })
+                .ok()
+        }
+    }
 }
 
 impl Channel {
@@ -70,7 +91,22 @@ impl Channel {
             tracker: ClientTracker::new(MAX_TRACKED),
             gathered: Vec::new(),
             broken: None,
+            deadline: None,
         }
+    }
+
+    /// From now on no wait for the node goes past `deadline` (`None`: waits are unbounded).
+    pub fn set_deadline(&mut self, deadline: Option<Instant>) {
+        self.deadline = deadline;
+    }
+
+    /// Whether the connection was lost (the node went away, or stopped answering), as opposed
+    /// to closed by this side (a deadline) or for a broken protocol.
+    pub fn lost(&self) -> bool {
+        matches!(
+            self.broken,
+            Some(ClientError::Disconnected(_) | ClientError::Refused(_))
+        )
     }
 
     pub fn connection(&self) -> &quinn::Connection {
@@ -152,6 +188,7 @@ impl Channel {
         match &self.broken {
             None => Ok(()),
             Some(ClientError::Protocol(why)) => Err(ClientError::Protocol(why.clone())),
+            Some(ClientError::DeadlinePassed) => Err(ClientError::DeadlinePassed),
             Some(err) => Err(ClientError::Disconnected(match err {
                 ClientError::Disconnected(why) => why.clone(),
                 other => other.to_string(),
@@ -172,7 +209,10 @@ impl Channel {
     }
 
     fn write(&mut self, bytes: &[u8]) -> Result<(), ClientError> {
-        let written = self.runtime.block_on(self.send.write_all(bytes));
+        let Some(written) = block_until(&self.runtime, self.deadline, self.send.write_all(bytes))
+        else {
+            return Err(self.out_of_time());
+        };
         written.map_err(|err| {
             let why = match err {
                 quinn::WriteError::ConnectionLost(lost_err) => lost(&lost_err),
@@ -242,7 +282,13 @@ impl Channel {
             let Some(recv) = self.recv.as_mut() else {
                 return Err(self.fail(ClientError::Disconnected(LOST_READ.into())));
             };
-            let chunk = self.runtime.block_on(recv.read_chunk(READ_CHUNK, true));
+            let Some(chunk) = block_until(
+                &self.runtime,
+                self.deadline,
+                recv.read_chunk(READ_CHUNK, true),
+            ) else {
+                return Err(self.out_of_time());
+            };
             match chunk {
                 Ok(Some(chunk)) => self.pending = chunk.bytes,
                 Ok(None) => return Err(self.stopped(Stop::Ended)),
@@ -263,8 +309,13 @@ impl Channel {
             pending: std::mem::take(&mut self.pending),
             data: std::mem::take(data),
         };
-        let task = self.runtime.spawn(bulk.run());
-        let (bulk, outcome) = match self.runtime.block_on(task) {
+        let mut task = self.runtime.spawn(bulk.run());
+        let Some(joined) = block_until(&self.runtime, self.deadline, &mut task) else {
+            // The stream goes with the task.
+            task.abort();
+            return Err(self.out_of_time());
+        };
+        let (bulk, outcome) = match joined {
             Ok(done) => done,
             // The task panicked or the runtime is shutting down: the stream went with it.
             Err(err) => {
@@ -310,6 +361,14 @@ impl Channel {
         self.fail(ClientError::Protocol(why))
     }
 
+    /// The deadline passed while waiting: the connection is closed (the node ends what it held
+    /// for it), and every later call fails the same way.
+    fn out_of_time(&mut self) -> ClientError {
+        self.connection
+            .close(0u32.into(), b"the client's deadline passed");
+        self.fail(ClientError::DeadlinePassed)
+    }
+
     /// Marks the channel broken by `error` (the first cause is kept), and returns the error.
     fn fail(&mut self, error: ClientError) -> ClientError {
         self.tracker.disconnect();
@@ -317,6 +376,7 @@ impl Channel {
             ClientError::Protocol(why) => ClientError::Protocol(why.clone()),
             ClientError::Disconnected(why) => ClientError::Disconnected(why.clone()),
             ClientError::Refused(why) => ClientError::Refused(why.clone()),
+            ClientError::DeadlinePassed => ClientError::DeadlinePassed,
             other => ClientError::Disconnected(other.to_string()),
         };
         self.broken.get_or_insert(message);

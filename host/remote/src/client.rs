@@ -173,6 +173,40 @@ impl NodeClient {
         }
     }
 
+    /// One kernel on a lease of its own: LEASE_ALLOC of at least `min_bytes` for `seconds`,
+    /// GPU_SUBMIT of `submit` on it (its `lease` field is replaced), MEM_FREE whatever happened.
+    /// A stateless call: [`crate::submit_anywhere`] runs it on the next node when this one is
+    /// lost before it answers.
+    pub fn submit_once(
+        &mut self,
+        min_bytes: u64,
+        seconds: u32,
+        submit: &GpuSubmit,
+    ) -> Result<Vec<u8>, ClientError> {
+        let lease = self.lease_alloc(min_bytes, seconds, None)?.lease;
+        let submit = GpuSubmit {
+            lease,
+            ..submit.clone()
+        };
+        let output = self.gpu_submit(&submit);
+        // An ended or lost lease is gone either way.
+        let _ = self.mem_free(lease);
+        output
+    }
+
+    /// From now on no call waits for the node past `deadline` (`None`: no bound but the idle
+    /// timeout). A call still waiting then fails with [`ClientError::DeadlinePassed`] and the
+    /// connection is closed, which ends everything it held on the node.
+    pub fn set_deadline(&mut self, deadline: Option<std::time::Instant>) {
+        self.channel.set_deadline(deadline);
+    }
+
+    /// Whether the connection is lost: the node went away or stopped answering (every call
+    /// then fails `disconnected`).
+    pub fn is_lost(&self) -> bool {
+        self.channel.lost()
+    }
+
     /// Any request that is answered, with the data its reply streams: for operations this type
     /// has no method for.
     pub fn request(&mut self, request: &Request) -> Result<(Reply, Vec<u8>), ClientError> {

@@ -29,6 +29,13 @@ pub enum ClientError {
     /// The node sent something this client cannot read: it closed the connection.
     #[error("disconnected: the node broke the protocol ({0})")]
     Protocol(String),
+    /// The deadline the client was given ([`crate::NodeClient::set_deadline`], a run's end)
+    /// passed while it waited for the node: the connection was closed, with whatever it held.
+    #[error("the deadline passed while waiting for the node; the connection was closed")]
+    DeadlinePassed,
+    /// A call that may go to any of several nodes had none to go to.
+    #[error("no node to run it on: the list of nodes is empty")]
+    NoNode,
 }
 
 impl ClientError {
@@ -46,12 +53,23 @@ impl From<ClientError> for GpuError {
     /// the pipelined op that failed named when a barrier reports it. Losing the node is losing
     /// the device.
     fn from(error: ClientError) -> GpuError {
+        if let ClientError::DeadlinePassed = error {
+            // The only deadline a GPU service is given is its run's end.
+            return GpuError::DeadlineExceeded(
+                "the tasklet reached its wall-time limit while waiting for the node's GPU; raise \
+                 `wall-time` under [limits] if it needs longer"
+                    .into(),
+            );
+        }
         let ClientError::Failed { error, .. } = error else {
             return GpuError::DeviceLost(match error {
                 ClientError::Disconnected(why) => format!("disconnected: {why}"),
                 other => other.to_string(),
             });
         };
+        // GPU_SUBMIT's failure names the step; its cause, when sent, is what a session's op
+        // would have reported.
+        let code = error.precise_code();
         let message = match error.failed_op {
             None => error.message,
             Some(op) => format!(
@@ -61,7 +79,7 @@ impl From<ClientError> for GpuError {
                 op.request_id
             ),
         };
-        match error.code {
+        match code {
             ErrorCode::Unauthorized => GpuError::Unauthorized(message),
             ErrorCode::LoadFailed => GpuError::LoadFailed(message),
             ErrorCode::LaunchFailed => GpuError::LaunchFailed(message),

@@ -12,10 +12,22 @@
 //! as the kernel's first argument and nowhere else, no dynamic shared memory, an input within
 //! [`wire::limits::MAX_SUBMIT_INPUT`] — goes as one GPU_SUBMIT between its lease's LEASE_ALLOC
 //! and MEM_FREE; any other runs as the session operations it stands for.
+//!
+//! Given a [`Fallback`] ([`RemoteGpu::with_fallback`]), a one-shot, or a lease asked for, that
+//! fails because the connection was lost or the node refused before starting (full, draining),
+//! while the tasklet holds nothing else on that node, runs again on the next node, and the
+//! service goes on there. Anything a session holds pins the service to its node: once that is
+//! lost, its operations fail `disconnected`.
+//!
+//! The run's end ([`GpuService::run_ends_at`]) bounds every wait for the node: a call still
+//! waiting then fails `deadline-exceeded` and the connection is closed, so that the node ends the
+//! run's leases and kernels.
 
 use crate::client::{unexpected, NodeClient};
 use crate::error::ClientError;
-use std::collections::HashMap;
+use crate::fallback::Fallback;
+use std::collections::{HashMap, HashSet};
+use std::time::Instant;
 use tasklet_runtime::config::{Grant as HostGrant, Manifest, Right};
 use tasklet_runtime::gpu::{
     submit_args_after_region, submit_in_session, BufferId, DeviceInfo, GpuService, GuestBytes,
@@ -37,6 +49,14 @@ pub struct RemoteGpu {
     sessions: HashMap<SessionId, LeaseId>,
     /// LAUNCHes sent under each lease: the latest one's ordinal.
     launched: HashMap<LeaseId, u64>,
+    /// The leases held on this connection: while there are any, the service stays on its node.
+    leases: HashSet<LeaseId>,
+    /// The grant asked for, to ask a node moved to for it again.
+    asked: Option<wire::Grant>,
+    /// Where stateless calls go when this node is lost.
+    fallback: Option<Box<dyn Fallback>>,
+    /// The run's end: no wait for the node goes past it.
+    run_ends: Option<Instant>,
 }
 
 impl RemoteGpu {
@@ -48,7 +68,18 @@ impl RemoteGpu {
             modules: HashMap::new(),
             sessions: HashMap::new(),
             launched: HashMap::new(),
+            leases: HashSet::new(),
+            asked: None,
+            fallback: None,
+            run_ends: None,
         }
+    }
+
+    /// The service, its stateless calls moving to `fallback`'s nodes when this node is lost
+    /// (see the module's doc).
+    pub fn with_fallback(mut self, fallback: Box<dyn Fallback>) -> RemoteGpu {
+        self.fallback = Some(fallback);
+        self
     }
 
     /// The service over `client`'s connection, its grant narrowed to what `manifest` asks for
@@ -58,9 +89,11 @@ impl RemoteGpu {
         mut client: NodeClient,
         manifest: &Manifest,
     ) -> Result<RemoteGpu, ClientError> {
-        let grant = client.grant(&manifest_grant(manifest))?;
+        let asked = manifest_grant(manifest);
+        let grant = client.grant(&asked)?;
         let mut gpu = RemoteGpu::new(client);
         gpu.grant = Some(grant);
+        gpu.asked = Some(asked);
         Ok(gpu)
     }
 
@@ -75,6 +108,70 @@ impl RemoteGpu {
 
     fn call(&mut self, request: &Request) -> Result<(Reply, Vec<u8>), GpuError> {
         Ok(self.client.request(request)?)
+    }
+
+    /// Runs `attempt`, a stateless call, again on the next node for as long as it fails in a
+    /// way that may move (see the module's doc) and there is a next node.
+    fn stateless<T>(
+        &mut self,
+        mut attempt: impl FnMut(&mut RemoteGpu) -> Result<T, GpuError>,
+    ) -> Result<T, GpuError> {
+        loop {
+            let held = !self.leases.is_empty();
+            let err = match attempt(self) {
+                Ok(done) => return Ok(done),
+                Err(err) => err,
+            };
+            let lost = self.client.is_lost();
+            let refused = matches!(&err, GpuError::CapacityExceeded(_));
+            if held || !(lost || refused) || self.fallback.is_none() {
+                return Err(err);
+            }
+            let why = match lost {
+                true => format!(
+                    "node {} was lost before it answered ({err})",
+                    self.client.node_name()
+                ),
+                false => format!("node {} refused it ({err})", self.client.node_name()),
+            };
+            if !self.move_on(&why) {
+                return Err(err);
+            }
+        }
+    }
+
+    /// Connects to the next node that takes this service (its grant, when one was asked for)
+    /// and goes on there; false when none is left.
+    fn move_on(&mut self, why: &str) -> bool {
+        let Some(fallback) = self.fallback.as_mut() else {
+            return false;
+        };
+        let mut why = why.to_owned();
+        loop {
+            let mut client = match fallback.next_node(&why) {
+                None => return false,
+                Some(Ok(client)) => client,
+                Some(Err(err)) => {
+                    why = err.to_string();
+                    continue;
+                }
+            };
+            client.set_deadline(self.run_ends);
+            if let Some(asked) = &self.asked {
+                match client.grant(asked) {
+                    Ok(grant) => self.grant = Some(grant),
+                    Err(err) => {
+                        why = format!("node {} refused the grant ({err})", client.node_name());
+                        continue;
+                    }
+                }
+            }
+            self.client = client;
+            self.modules.clear();
+            self.sessions.clear();
+            self.launched.clear();
+            return true;
+        }
     }
 }
 
@@ -136,6 +233,11 @@ fn to_wire_arg(arg: &KernelArg<'_>) -> wire::KernelArg {
 }
 
 impl GpuService for RemoteGpu {
+    fn run_ends_at(&mut self, ends: Instant) {
+        self.run_ends = Some(ends);
+        self.client.set_deadline(Some(ends));
+    }
+
     fn devices(&mut self) -> Vec<DeviceInfo> {
         if self.grant.is_some_and(|g| g.max_leases == 0) {
             return Vec::new();
@@ -158,10 +260,14 @@ impl GpuService for RemoteGpu {
     }
 
     fn lease_acquire(&mut self, request: LeaseRequest) -> Result<LeaseId, GpuError> {
-        let lease = self
-            .client
-            .lease_alloc(request.min_vram, request.secs, request.device)?;
-        Ok(LeaseId(lease.lease.0))
+        self.stateless(|gpu| {
+            let lease = gpu
+                .client
+                .lease_alloc(request.min_vram, request.secs, request.device)?;
+            let lease = LeaseId(lease.lease.0);
+            gpu.leases.insert(lease);
+            Ok(lease)
+        })
     }
 
     fn lease_renew(&mut self, lease: LeaseId, secs: u32) -> Result<(), GpuError> {
@@ -196,6 +302,7 @@ impl GpuService for RemoteGpu {
     }
 
     fn lease_drop(&mut self, lease: LeaseId) {
+        self.leases.remove(&lease);
         self.launched.remove(&lease);
         self.sessions.retain(|_, l| *l != lease);
         // Whatever the answer, the lease is gone for the caller (an ended one too).
@@ -422,16 +529,35 @@ impl GpuService for RemoteGpu {
 
     fn submit(&mut self, call: &Submit<'_>) -> Result<Vec<u8>, GpuError> {
         let Some((ptx, args)) = self.as_gpu_submit(call)? else {
-            return submit_in_session(self, call);
+            return self.stateless(|gpu| submit_in_session(gpu, call));
         };
-        let lease = self.lease_acquire(call.lease)?;
+        self.stateless(|gpu| gpu.gpu_submit(call, ptx, &args))
+    }
+}
+
+impl RemoteGpu {
+    /// `call` as one GPU_SUBMIT, `args` laid out after the region, between its lease's
+    /// LEASE_ALLOC and MEM_FREE.
+    fn gpu_submit(
+        &mut self,
+        call: &Submit<'_>,
+        ptx: &str,
+        args: &[u8],
+    ) -> Result<Vec<u8>, GpuError> {
+        let request = call.lease;
+        let lease = LeaseId(
+            self.client
+                .lease_alloc(request.min_vram, request.secs, request.device)?
+                .lease
+                .0,
+        );
         let submit = wire::GpuSubmit {
             lease: wire::LeaseId(lease.0),
             ptx: ptx.as_bytes().to_vec(),
             kernel: call.kernel.to_owned(),
             grid: call.config.grid,
             block: call.config.block,
-            args,
+            args: args.to_vec(),
             output_size: call.output_size,
             output_offset: call.output_offset,
             input: call.input.to_vec(),

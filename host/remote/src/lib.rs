@@ -21,6 +21,12 @@
 //! timeout) fails every later call with *disconnected*, which `RemoteGpu` reports as the
 //! `device-lost` error; a refused handshake is explained in one line (`tasklet_tls::explain`).
 //!
+//! A one-shot is stateless, so it may run on any of several nodes: [`submit_anywhere`] runs a
+//! GPU_SUBMIT on the first of a list ([`NodeList`], or any [`Fallback`]) that answers it, moving
+//! on when a node cannot be reached, is full or draining, or is lost before it answers; and
+//! [`RemoteGpu::with_fallback`] moves a tasklet's one-shots the same way while it holds nothing
+//! on its node. A session never moves.
+//!
 //! A deployed tasklet runs on the node itself, wasm and GPU both:
 //!
 //! ```no_run
@@ -44,12 +50,14 @@ mod client;
 mod connect;
 mod deploy;
 mod error;
+mod fallback;
 mod gpu;
 
 pub use client::{LeaseGrant, NodeClient};
 pub use connect::{ConnectOptions, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT};
 pub use deploy::{deployment_digest, DeployExit, DeployPushed, DeployRun};
 pub use error::ClientError;
+pub use fallback::{stateless_may_move, submit_anywhere, Fallback, NodeList, Submitted};
 pub use gpu::{manifest_grant, RemoteGpu};
 /// A deployment's digest, as DEPLOY_PUSH returns it and DEPLOY_RUN names it.
 pub use tasklet_wire::Digest;

@@ -8,11 +8,13 @@
 //! the end of that 8-byte pointer, and are split into the kernel's parameters by the module's
 //! own signature. Each step fails with its own status: UNAUTHORIZED (not this connection's
 //! lease, or a right the grant lacks), LOAD_FAILED, LAUNCH_FAILED (refused, faulted or past its
-//! deadline: the message says which), READ_FAILED; LEASE_EXPIRED when the lease has ended; an
-//! input that does not fit the region (or a grant without the `write` right) keeps the host's own
-//! status (OUT_OF_BOUNDS, UNAUTHORIZED).
+//! deadline), READ_FAILED; LEASE_EXPIRED when the lease has ended; an input that does not fit
+//! the region (or a grant without the `write` right) keeps the host's own status (OUT_OF_BOUNDS,
+//! UNAUTHORIZED). A step's failure that has a status of its own (a kernel that faulted:
+//! KERNEL_FAULT) sends that as the reply's `cause`, so a client reports it as a session would.
 
 use super::book::{Region, SubmitModule};
+use super::errors::code_of;
 use super::reads::READ_PIECE;
 use super::{convert, Dispatcher};
 use crate::job::ReplyTo;
@@ -40,12 +42,17 @@ impl Step {
 }
 
 /// A host error in `step`: refusals of identity and ended leases keep their own status, the
-/// rest take the step's, their own name kept in the message.
+/// rest take the step's, with their own status as the cause when it is another.
 fn failed(step: Step, err: GpuError) -> Failure {
     match err {
         GpuError::Unauthorized(m) => Failure::new(ErrorCode::Unauthorized, m),
         GpuError::LeaseExpired(m) => Failure::new(ErrorCode::LeaseExpired, m),
-        other => Failure::new(step.code(), other.to_string()),
+        other => {
+            let precise = code_of(&other);
+            let mut failure = Failure::new(step.code(), other.into_message());
+            failure.0.cause = (precise != step.code()).then_some(precise);
+            failure
+        }
     }
 }
 

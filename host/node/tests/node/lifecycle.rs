@@ -213,7 +213,14 @@ pub fn a_stalled_client_holds_nothing_past_its_timeout() -> TestResult {
     })?;
     // Half a frame, then nothing (the connection itself stays alive: quinn keeps it open).
     let opcode = (Opcode::Sync as u16).to_be_bytes();
-    raw.send_bytes(&[1, 0, opcode[0], opcode[1], 0, 0]);
+    raw.send_bytes(&[
+        tasklet_wire::PROTOCOL_VERSION,
+        0,
+        opcode[0],
+        opcode[1],
+        0,
+        0,
+    ]);
     let start = Instant::now();
     let (code, reason) = raw.closed()?;
     check(code == ErrorCode::ProtocolError as u64, || {

@@ -53,7 +53,13 @@ fn garbage() -> Vec<(&'static str, Vec<u8>, bool)> {
         ("a truncated frame", truncated, false),
         (
             "an oversized length",
-            header(1, 0, Opcode::ModuleLoad as u16, 2, u32::MAX),
+            header(
+                tasklet_wire::PROTOCOL_VERSION,
+                0,
+                Opcode::ModuleLoad as u16,
+                2,
+                u32::MAX,
+            ),
             false,
         ),
         (
@@ -61,15 +67,31 @@ fn garbage() -> Vec<(&'static str, Vec<u8>, bool)> {
             header(9, 0, Opcode::Sync as u16, 2, 8),
             false,
         ),
-        ("an unknown opcode", header(1, 0, 0x0999, 2, 0), false),
+        (
+            "an unknown opcode",
+            header(tasklet_wire::PROTOCOL_VERSION, 0, 0x0999, 2, 0),
+            false,
+        ),
         (
             "unknown flags",
-            header(1, 0x80, Opcode::Sync as u16, 2, 8),
+            header(
+                tasklet_wire::PROTOCOL_VERSION,
+                0x80,
+                Opcode::Sync as u16,
+                2,
+                8,
+            ),
             false,
         ),
         (
             "a request before HELLO",
-            header(1, 0, Opcode::GetInventory as u16, 1, 0),
+            header(
+                tasklet_wire::PROTOCOL_VERSION,
+                0,
+                Opcode::GetInventory as u16,
+                1,
+                0,
+            ),
             true,
         ),
     ]

@@ -100,9 +100,15 @@ pub fn gpu_submit_runs_one_kernel_and_reports_each_status() -> TestResult {
         .gpu_submit(&fault)
         .err()
         .ok_or("a faulting kernel succeeded")?;
-    check(err.code() == Some(ErrorCode::LaunchFailed), || {
-        err.to_string()
-    })?;
+    // The status is the step's; the cause says what a session would have: the kernel faulted.
+    let cause = match &err {
+        ClientError::Failed { error, .. } => error.cause,
+        _ => None,
+    };
+    check(
+        err.code() == Some(ErrorCode::LaunchFailed) && cause == Some(ErrorCode::KernelFault),
+        || err.to_string(),
+    )?;
     // A fault ends the lease's worker, so the lease: a new one for the last status.
     let lease = client
         .lease_alloc(1 << 20, 60, None)

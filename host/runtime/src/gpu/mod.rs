@@ -35,9 +35,12 @@ use std::time::{Duration, Instant};
 pub trait GpuService: Send {
     /// The run this service serves ends at `ends`, when its wall-time limit runs out: no
     /// operation waits past it. One still waiting then fails with `deadline-exceeded` naming the
-    /// limit, and what it waited on is given up. The runner says so before the run starts; a
-    /// service none of whose operations can wait long may ignore it.
-    fn run_ends_at(&mut self, _ends: Instant) {}
+    /// limit, and what it waited on is given up. The runner says so before the run starts.
+    ///
+    /// Required, with no default, so that every service (a wrapper of another included, which
+    /// passes it on) says what it does with the run's end: the wall-time limit holds only if
+    /// the service that waits is told.
+    fn run_ends_at(&mut self, ends: Instant);
 
     /// The devices the tasklet may lease (none when it may lease nothing).
     fn devices(&mut self) -> Vec<DeviceInfo>;

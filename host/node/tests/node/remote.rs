@@ -161,3 +161,105 @@ pub fn large_transfers_round_trip() -> TestResult {
     node.wait_for_baseline(WAIT)?;
     Ok(())
 }
+
+const STRUCT_POINTERS_PTX: &str = include_str!("../../../../kernels/struct_pointers.ptx");
+
+/// A struct passed by value holding two device pointers (a relocated argument) goes over LAUNCH
+/// and reaches the kernel with its buffers' addresses; the node checks its relocations and the
+/// other arguments' types as a local host does, reporting a refusal at the next sync.
+pub fn relocated_arguments_reach_the_kernel_through_the_node() -> TestResult {
+    use tasklet_runtime::gpu::Relocation;
+    let node = TestNode::start();
+    let mut gpu = RemoteGpu::new(node.client("dev"));
+    let lease = gpu.lease_acquire(LeaseRequest {
+        min_vram: 1 << 20,
+        secs: 30,
+        device: None,
+    })?;
+    let session = gpu.session_open(lease)?;
+    let module = gpu.module_load(session, STRUCT_POINTERS_PTX)?;
+    let n = 64u32;
+    let ints =
+        |v: &mut dyn Iterator<Item = i32>| -> Vec<u8> { v.flat_map(|x| x.to_le_bytes()).collect() };
+    let (a, b, out) = (
+        gpu.mem_alloc(session, 4 * n as u64)?,
+        gpu.mem_alloc(session, 4 * n as u64 + 8)?,
+        gpu.mem_alloc(session, 4 * n as u64)?,
+    );
+    gpu.mem_write(session, a, 0, &ints(&mut (0..n as i32)))?;
+    gpu.mem_write(session, b, 8, &ints(&mut (0..n as i32).map(|i| 100 - i)))?;
+    // struct Operands { const int* a; const int* b; int scale; }, b from its third element.
+    let mut ops = vec![0u8; 24];
+    ops[16..20].copy_from_slice(&3i32.to_le_bytes());
+    let relocations = [
+        Relocation {
+            at: 0,
+            buffer: a,
+            offset: 0,
+        },
+        Relocation {
+            at: 8,
+            buffer: b,
+            offset: 8,
+        },
+    ];
+    let config = LaunchConfig {
+        grid: [1, 1, 1],
+        block: [n, 1, 1],
+        shared_mem_bytes: 0,
+    };
+    let launch = |gpu: &mut RemoteGpu, relocations: &[Relocation], out_arg: KernelArg<'_>| {
+        gpu.launch(
+            session,
+            module,
+            "scaled_sum",
+            &config,
+            &[
+                out_arg,
+                KernelArg::Relocated {
+                    bytes: &ops,
+                    relocations,
+                },
+                KernelArg::U32(n),
+            ],
+        )
+    };
+    let out_arg = KernelArg::Buffer {
+        buffer: out,
+        offset: 0,
+    };
+    launch(&mut gpu, &relocations, out_arg)?;
+    gpu.sync(session)?;
+    let got = gpu.mem_read(session, out, 0, 4 * n as u64)?;
+    let expected = ints(&mut (0..n as i32).map(|i| i * 3 + 100 - i));
+    check(got == expected, || "a[i] * 3 + b[i] came back wrong".into())?;
+    // A relocation past its buffer, then a number for the output pointer: each refused by the
+    // node, reported at the next sync.
+    let past = [
+        relocations[0],
+        Relocation {
+            offset: 4 * n as u64 + 9,
+            ..relocations[1]
+        },
+    ];
+    launch(&mut gpu, &past, out_arg)?;
+    match gpu.sync(session) {
+        Err(GpuError::OutOfBounds(message)) => check(
+            message.contains("relocation 1: offset 265 is past the end of its 264-byte buffer"),
+            || format!("the sync's report: {message}"),
+        )?,
+        other => return Err(format!("expected the relocation's refusal, got {other:?}").into()),
+    }
+    launch(&mut gpu, &relocations, KernelArg::U64(0x7f00_0000_0000))?;
+    match gpu.sync(session) {
+        Err(GpuError::InvalidArgument(message)) => check(
+            message.contains("uses the parameter as a global address"),
+            || format!("the sync's report: {message}"),
+        )?,
+        other => return Err(format!("expected the pointer's refusal, got {other:?}").into()),
+    }
+    gpu.lease_drop(lease);
+    drop(gpu);
+    node.wait_for_baseline(WAIT)?;
+    Ok(())
+}

@@ -14,6 +14,7 @@ mod lifecycle;
 mod malformed;
 mod metrics;
 mod nats;
+mod oneshot;
 mod refusals;
 mod remote;
 mod submit;
@@ -117,6 +118,22 @@ fn main() -> ExitCode {
         (
             "submit::gpu_submit_writes_its_input_before_the_launch",
             submit::gpu_submit_writes_its_input_before_the_launch,
+        ),
+        (
+            "oneshot::a_client_of_another_version_is_told_at_hello",
+            oneshot::a_client_of_another_version_is_told_at_hello,
+        ),
+        (
+            "oneshot::one_shots_fail_alike_here_and_on_the_node",
+            oneshot::one_shots_fail_alike_here_and_on_the_node,
+        ),
+        (
+            "oneshot::a_remote_wait_ends_at_the_runs_wall_time",
+            oneshot::a_remote_wait_ends_at_the_runs_wall_time,
+        ),
+        (
+            "oneshot::a_lost_one_shot_moves_to_the_next_node_and_a_session_does_not",
+            oneshot::a_lost_one_shot_moves_to_the_next_node_and_a_session_does_not,
         ),
         (
             "metrics::a_tasklet_one_shot_is_one_gpu_submit",

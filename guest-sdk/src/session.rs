@@ -223,13 +223,14 @@ impl<'s> Module<'s> {
     }
 }
 
-/// How a kernel parameter is passed, as the module declares it.
+/// How a kernel parameter is passed, as the module declares and uses it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ParamKind {
-    /// A 64-bit integer parameter (`.u64`, `.s64`, `.b64`): what a device pointer is declared
-    /// as, so it may take a buffer (a 64-bit count is declared the same way).
+    /// A 64-bit integer parameter the kernel uses as a global memory address: it takes only a
+    /// buffer of the launching session (a `&DeviceBuffer`, or one at an offset).
     Pointer,
-    /// Any other: a narrower integer, a float, a by-value struct or array.
+    /// Any other: a scalar (a 64-bit integer the kernel is not seen using as an address takes a
+    /// `u64` or a buffer), a by-value struct or array.
     Value,
 }
 

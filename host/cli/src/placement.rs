@@ -15,15 +15,21 @@
 //!    other refusal) is the answer, never retried ([`Tried::Final`]); and a session (`run
 //!    --nats`) whose node dies fails `disconnected`, never moved: its state was on that node.
 //!
+//! A run placed with `run --nats` keeps the nodes after its own ([`NextNodes`]): its one-shots
+//! (the SDK's `GpuCall`), and a lease asked for while it holds nothing, are stateless, so when
+//! its node is lost before they are answered they move there, as case 2 (`RemoteGpu`'s
+//! fallback).
+//!
 //! The registry only says where to try; each node admits or refuses for itself.
 
 use crate::cluster::live_nodes;
 use crate::remote::RemoteArgs;
 use anyhow::{anyhow, bail, Result};
+use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::time::Duration;
 use tasklet_cluster::{choose, LiveNode, NatsConfig, Requirement};
-use tasklet_remote::{ClientError, ConnectOptions, NodeClient};
+use tasklet_remote::{ClientError, ConnectOptions, Fallback, NodeClient};
 use tasklet_tls::Tenant;
 use tasklet_wire::ErrorCode;
 
@@ -87,6 +93,23 @@ fn before_anything_ran(err: &ClientError) -> bool {
     }
 }
 
+/// The nodes after the one a run was placed on, in the placement's order, each tried once:
+/// where its stateless calls go when its node is lost.
+pub struct NextNodes {
+    rest: VecDeque<(Placed, ConnectOptions)>,
+}
+
+impl Fallback for NextNodes {
+    fn next_node(&mut self, why: &str) -> Option<Result<NodeClient, ClientError>> {
+        let (placed, options) = self.rest.pop_front()?;
+        eprintln!(
+            "tasklet: {why}; its stateless GPU calls go on on node {} ({})",
+            placed.name, placed.addr
+        );
+        Some(NodeClient::connect_with(&options))
+    }
+}
+
 /// Runs `attempt` on the nodes meeting `requirement`, best first, at most `tries` of them,
 /// until one gives an answer.
 pub fn place<T>(
@@ -94,25 +117,48 @@ pub fn place<T>(
     nats: &NatsConfig,
     requirement: &Requirement,
     tries: usize,
-    mut attempt: impl FnMut(NodeClient, &Placed) -> Result<T, Tried>,
+    attempt: impl FnMut(NodeClient, &Placed) -> Result<T, Tried>,
 ) -> Result<(T, Placed)> {
+    place_keeping_rest(remote, nats, requirement, tries, attempt)
+        .map(|(answer, placed, _)| (answer, placed))
+}
+
+/// As [`place`], with the candidates after the one that answered (all of them, whatever
+/// `tries`), for the run's stateless calls to move to.
+pub fn place_keeping_rest<T>(
+    remote: &RemoteArgs,
+    nats: &NatsConfig,
+    requirement: &Requirement,
+    tries: usize,
+    mut attempt: impl FnMut(NodeClient, &Placed) -> Result<T, Tried>,
+) -> Result<(T, Placed, NextNodes)> {
     let tenant = Tenant::new(&remote.tenant)?;
     let nodes = live_nodes(nats)?;
     let candidates = choose(requirement, &nodes);
     if candidates.is_empty() {
         bail!("{}", nobody_meets(requirement, nats, &nodes));
     }
+    let mut candidates: VecDeque<(Placed, ConnectOptions)> = candidates
+        .iter()
+        .map(|candidate| {
+            let node = candidate.node;
+            let placed = Placed {
+                name: node.name.to_string(),
+                addr: node.address.clone(),
+            };
+            let mut options = ConnectOptions::new(&node.address, &remote.certs, tenant.clone());
+            options.connect_timeout = CONNECT_TIMEOUT;
+            options.idle_timeout = IDLE_TIMEOUT;
+            options.node_sha256 = Some(node.cert_sha256.clone());
+            (placed, options)
+        })
+        .collect();
+    let total = candidates.len();
     let mut refusals = String::new();
-    for candidate in candidates.iter().take(tries.max(1)) {
-        let node = candidate.node;
-        let placed = Placed {
-            name: node.name.to_string(),
-            addr: node.address.clone(),
+    for _ in 0..tries.max(1) {
+        let Some((placed, options)) = candidates.pop_front() else {
+            break;
         };
-        let mut options = ConnectOptions::new(&node.address, &remote.certs, tenant.clone());
-        options.connect_timeout = CONNECT_TIMEOUT;
-        options.idle_timeout = IDLE_TIMEOUT;
-        options.node_sha256 = Some(node.cert_sha256.clone());
         let tried = match NodeClient::connect_with(&options) {
             Ok(client) => attempt(client, &placed),
             // A certificate folder that cannot be used fails the same way everywhere.
@@ -120,7 +166,7 @@ pub fn place<T>(
             Err(err) => Err(err.into()),
         };
         match tried {
-            Ok(answer) => return Ok((answer, placed)),
+            Ok(answer) => return Ok((answer, placed, NextNodes { rest: candidates })),
             Err(Tried::Final(err)) => return Err(err),
             Err(Tried::Refused(err)) => {
                 eprintln!(
@@ -140,8 +186,8 @@ pub fn place<T>(
     }
     Err(anyhow!(
         "no node took it ({} of {} meeting {requirement} tried){refusals}",
-        tries.max(1).min(candidates.len()),
-        candidates.len()
+        tries.max(1).min(total),
+        total
     ))
 }
 

@@ -2,7 +2,7 @@
 //! with `--node`, on a node.
 
 use crate::backend::HostArgs;
-use crate::placement::{place, Tried};
+use crate::placement::{place_keeping_rest, Tried};
 use crate::remote::PlacedArgs;
 use crate::source::{read_input, Source};
 use anyhow::{bail, Context, Result};
@@ -24,7 +24,9 @@ use tasklet_runtime::{Manifest, Policy, RunError, Runner};
 /// which grants the manifest's [gpu] request as far as its policy allows the tenant. With --nats
 /// the node is chosen from the cluster as `deploy run` chooses it (--requires, default any
 /// device); a node that cannot be reached or refuses the grant for capacity is left for the
-/// next, but a session whose node is lost mid-run fails `disconnected`, never moved.
+/// next. When the node is lost mid-run, a one-shot GPU call (the SDK's GpuCall) not yet answered
+/// runs again on the next node and the run goes on there, but a session on it fails
+/// `disconnected`, never moved.
 #[derive(clap::Args, Debug)]
 #[command(after_help = "Examples:\n  \
     tasklet run tasklets/iota <<< 10\n  \
@@ -74,7 +76,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
                 Some(text) => text.parse()?,
                 None => Default::default(),
             };
-            let (gpu, placed) = place(
+            let (gpu, placed, rest) = place_keeping_rest(
                 &args.remote.remote,
                 &nats,
                 &requirement,
@@ -82,6 +84,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
                 |client, _| RemoteGpu::for_manifest(client, &manifest).map_err(Tried::from),
             )?;
             eprintln!("tasklet: GPU work on {} ({})", placed.name, placed.addr);
+            let gpu = gpu.with_fallback(Box::new(rest));
             run_with(&args, gpu, manifest, &input)?
         }
         (None, None) => {

@@ -14,6 +14,7 @@ use crate::support::{free_tcp_port, free_udp_port, repo, tasklet, text};
 mod anywhere;
 mod failover;
 mod harness;
+mod oneshots;
 mod secure;
 
 const WAIT: Duration = Duration::from_secs(60);

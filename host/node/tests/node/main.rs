@@ -132,6 +132,10 @@ fn main() -> ExitCode {
             oneshot::a_remote_wait_ends_at_the_runs_wall_time,
         ),
         (
+            "oneshot::a_tasklet_with_a_remote_gpu_ends_at_its_wall_time",
+            oneshot::a_tasklet_with_a_remote_gpu_ends_at_its_wall_time,
+        ),
+        (
             "oneshot::a_lost_one_shot_moves_to_the_next_node_and_a_session_does_not",
             oneshot::a_lost_one_shot_moves_to_the_next_node_and_a_session_does_not,
         ),

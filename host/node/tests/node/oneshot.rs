@@ -12,7 +12,7 @@ use tasklet_remote::{
 use tasklet_runtime::gpu::{
     GpuService, KernelArg, LaunchConfig, LeaseRequest, LocalGpu, ModuleSource, Submit, SubmitArg,
 };
-use tasklet_runtime::{GpuError, Manifest};
+use tasklet_runtime::{GpuError, Manifest, RunError};
 use tasklet_wire::{ErrorCode, GpuSubmit, LeaseId, Reply, Request};
 
 const FAULTS_PTX: &str = include_str!("../../../../kernels/faults.ptx");
@@ -197,6 +197,38 @@ pub fn a_remote_wait_ends_at_the_runs_wall_time() -> TestResult {
         || "a later call did not fail at once".into(),
     )?;
     drop(gpu);
+    node.wait_for_baseline(WAIT)?;
+    Ok(())
+}
+
+/// The same through a tasklet: probe's `spin-then sync` run here, its GPU on a node whose kernel
+/// deadline (4 s) is far past the tasklet's wall time (1 s): the run ends at its wall-time
+/// limit, within 0.5 s of it, as a local run does.
+pub fn a_tasklet_with_a_remote_gpu_ends_at_its_wall_time() -> TestResult {
+    let mut policy = policy();
+    policy.workers.kernel_deadline = Duration::from_secs(4);
+    let node = TestNode::with(Setup {
+        policy,
+        ..Setup::default()
+    });
+    let local = local_host();
+    let wall = Duration::from_secs(1);
+    let mut manifest = Manifest::load(&tasklet("testing/probe")).expect("manifest");
+    manifest.limits.wall_time = wall;
+    let probe = local.load(manifest.clone()).expect("the probe loads");
+    let gpu = RemoteGpu::for_manifest(node.client("dev"), &manifest).map_err(|e| e.to_string())?;
+    let started = Instant::now();
+    let result = local.runner().run(&probe, b"spin-then sync", Box::new(gpu));
+    let took = started.elapsed();
+    println!("a tasklet with a {wall:?} wall time, blocked in a remote sync, ended after {took:?}");
+    match result {
+        Err(RunError::WallTime(limit)) => check(limit == wall, || format!("{limit:?}"))?,
+        other => return Err(format!("expected the wall-time limit, got {other:?}").into()),
+    }
+    check(
+        took >= wall && took < wall + Duration::from_millis(500),
+        || format!("ended after {took:?}"),
+    )?;
     node.wait_for_baseline(WAIT)?;
     Ok(())
 }

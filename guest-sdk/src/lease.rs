@@ -127,6 +127,22 @@ impl Lease {
         })
     }
 
+    /// The device time this lease's kernels have used so far, every kernel finished by now
+    /// included: read it before a launch and after its [`Session::sync`] for that launch's GPU
+    /// time. What the tasklet's `gpu-seconds` quota counts. Fails with
+    /// [`Unsupported`](crate::Error::Unsupported) where the host cannot tell.
+    ///
+    /// ```no_run
+    /// let lease = tasklet_gpu::Lease::builder().acquire()?;
+    /// let before = lease.gpu_time()?;
+    /// // ... launch on a session of `lease`, then sync ...
+    /// let launch_time = lease.gpu_time()? - before;
+    /// # Ok::<(), tasklet_gpu::Error>(())
+    /// ```
+    pub fn gpu_time(&self) -> Result<Duration> {
+        Ok(Duration::from_nanos(self.raw.gpu_time()?))
+    }
+
     /// Opens a session on this lease; the same as [`Session::open`].
     pub fn session(&self) -> Result<Session<'_>> {
         Session::open(self)

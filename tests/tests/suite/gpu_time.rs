@@ -2,7 +2,7 @@
 //! a launch that does work is charged device time (on the emulator, about in proportion to the
 //! work), the leases' times sum to their tenant's and their holder's, and the `gpu-seconds` quota
 //! bites: the next operation after it is used fails `quota-exceeded` naming it, and a kernel that
-//! would run past it is stopped there.
+//! would run past it is stopped there. A tasklet reads its lease's time itself (`lease.gpu-time`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,7 +12,9 @@ use tasklet_runtime::gpu::{
     SessionId,
 };
 use tasklet_runtime::{BackendKind, GpuError, Host, Policy};
-use tasklet_tests::{assert_baseline, backend, manifest, test_host, test_policy};
+use tasklet_tests::{
+    assert_baseline, backend, load, manifest, probe_lines, run_ok, test_host, test_policy,
+};
 
 const IOTA_PTX: &str = include_str!("../../../kernels/iota.ptx");
 const FAULTS_PTX: &str = include_str!("../../../kernels/faults.ptx");
@@ -259,5 +261,42 @@ fn a_kernel_that_would_run_past_the_quota_is_stopped_at_it() {
     });
     assert_quota_error(&next.unwrap_err(), "0.300 s");
     drop(gpu);
+    assert_baseline(&host);
+}
+
+/// The launch GPU time the probe's `gpu-time <n>` reads through `lease.gpu-time` (contract 0.2):
+/// the best of three runs, the machine being shared.
+fn probe_gpu_time(host: &Host, n: u32) -> u64 {
+    let probe = load(host, manifest("testing/probe"));
+    (0..3)
+        .map(|_| {
+            let lines = probe_lines(&run_ok(host, &probe, &format!("gpu-time {n}")));
+            let line = lines.last().expect("a line");
+            assert_eq!(
+                (line.0.as_str(), line.1.as_str()),
+                ("ok", "gpu-time"),
+                "{lines:?}"
+            );
+            line.2.parse::<u64>().expect("nanoseconds")
+        })
+        .min()
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_tasklet_reads_its_launchs_gpu_time_from_its_lease() {
+    let host = test_host!();
+    // 16 times the threads, as in the service-level test above.
+    let (small, large) = match backend() {
+        BackendKind::Emu => (16 * BLOCK, 256 * BLOCK),
+        BackendKind::Cuda => (2048 * BLOCK, 32768 * BLOCK),
+    };
+    let t_small = probe_gpu_time(&host, small);
+    let t_large = probe_gpu_time(&host, large);
+    assert!(t_small > 0, "{t_small} ns");
+    assert!(
+        t_large > t_small,
+        "{t_large} ns for 16 times the work of {t_small} ns"
+    );
     assert_baseline(&host);
 }

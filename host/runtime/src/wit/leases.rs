@@ -4,8 +4,12 @@ use super::{GpuResult, GpuState, LeaseHandle};
 use crate::gpu;
 use wasmtime::component::Resource;
 
+/// The lease methods of version `$v`, with `$more` (methods that version adds) in its `HostLease`.
 macro_rules! leases {
     ($v:ident) => {
+        leases!($v => {});
+    };
+    ($v:ident => { $($more:tt)* }) => {
         const _: () = {
             use super::bindings::$v::tasklet::gpu::leases::{
                 Host, HostLease, LeaseInfo, LeaseRequest,
@@ -39,6 +43,8 @@ macro_rules! leases {
                     })
                 }
 
+                $($more)*
+
                 fn drop(&mut self, this: Resource<LeaseHandle>) -> wasmtime::Result<()> {
                     let id = self.table.delete(this)?.id;
                     self.service.lease_drop(id);
@@ -50,4 +56,11 @@ macro_rules! leases {
 }
 
 leases!(v01);
-leases!(v02);
+leases!(v02 => {
+    fn gpu_time(&mut self, this: Resource<LeaseHandle>) -> GpuResult<u64> {
+        let id = self.table.get(&this)?.id;
+        let t = self.service.gpu_time(id)?;
+        // u64 nanoseconds cover 584 years: a lease never gets near; saturate rather than wrap.
+        Ok(u64::try_from(t.as_nanos()).unwrap_or(u64::MAX))
+    }
+});

@@ -31,6 +31,7 @@
 //! | `read-into-misuse` | a 16-byte buffer: `mem-read-into` of 16 bytes at 8 into a 16-byte and into a 128 KiB guest buffer filled with `0x5a` → (out of bounds, both), then `ok untouched` or `error touched <offset>`; a buffer of another session read into (128 KiB) → |
 //! | `spin-then <step>` | lease 1 MiB for 60 s; session; load `faults.ptx`; alloc 4 bytes (the flag) and 4096 (the spare); launch `spin_forever(flag)` on 1×32 → `ok launch spin_forever`; then, while it runs, one step: `sync`, `read` (4 bytes of the spare), `write` (4 bytes to it), `alloc` (4096), `copy` (4 bytes, spare to spare) or `load` (`iota.ptx`) → its line; or drop the `buffer` (the spare), the `module`, the `session` or the `lease` → `ok dropped <step>`; then → `ok took <ms>` (the step alone, in whole milliseconds). `trap` traps instead (no output), `return` returns at once holding everything (no step line) |
 //! | `one-shots <secs>` | until `<secs>` pass: `GpuCall` `scale` over 256 numbers by a factor that varies, each result checked → `ok one-shots <count>`, or the first failing call's `error` line, or `error wrong-result call <c> index <i>` |
+//! | `gpu-time <n>` | lease `4n` bytes + 1 MiB; session; load `iota`; alloc `4n` bytes; read the lease's GPU time; launch `iota(buf, n)` on 256-thread blocks; sync; read it again → `ok gpu-time <ns>` (the second reading less the first: the launch's device time in nanoseconds) |
 //! | `bench <n>` | `n` calls each of lease info, sync (idle session) and 4 KiB write+read pairs, timed in batches of 100 → `info_ns <ns>`, `sync_ns <ns>`, `rw4k_ns <ns>`: the median over batches of the mean time per call, in whole nanoseconds |
 //!
 //! An unknown command, or a missing or malformed argument, is an `Err`.
@@ -93,12 +94,13 @@ fn run(input: Vec<u8>) -> Result<Vec<u8>, String> {
         "read-into-misuse" => read_into_misuse(&mut out),
         "spin-then" => spin_then(&mut out, arg.unwrap_or(""))?,
         "one-shots" => one_shots(&mut out, input::argument(command, arg)?),
+        "gpu-time" => gpu_time(&mut out, input::argument(command, arg)?),
         _ => {
             return Err(format!(
                 "unknown command {command:?}; expected one of alloc-past-lease, foreign-buffer, \
                  expire, trap, oob-read, bad-ptx, fault, spin, hold <secs>, leases <n>, bench <n>, \
                  verify <secs>, pattern <mib>, zeros <mib>, spin-big <mib>, lease <mib>, read-into <kib>, \
-                 read-into-grown, read-into-misuse, spin-then <step>, one-shots <secs>"
+                 read-into-grown, read-into-misuse, spin-then <step>, one-shots <secs>, gpu-time <n>"
             ))
         }
     };
@@ -382,6 +384,21 @@ fn seconds(out: &mut Out, command: &str, secs: f64) -> Result<Duration, Stopped>
         )));
         Stopped
     })
+}
+
+fn gpu_time(out: &mut Out, n: u32) -> Step {
+    let bytes = 4 * u64::from(n.max(1));
+    let lease = acquire(out, bytes + MIB, 60)?;
+    let session = out.setup(Session::open(&lease))?;
+    let module = out.setup(session.module_load(IOTA_PTX))?;
+    let buf = out.setup(session.mem_alloc(bytes))?;
+    let before = out.setup(lease.gpu_time())?;
+    let args = [buffer_arg(&buf), KernelArg::U32(n)];
+    out.setup(session.launch(&module, "iota", config(n.div_ceil(256), 256), &args))?;
+    out.setup(session.sync())?;
+    let after = out.setup(lease.gpu_time())?;
+    out.ok(format!("gpu-time {}", after.saturating_sub(before)));
+    Ok(())
 }
 
 fn one_shots(out: &mut Out, secs: f64) -> Step {

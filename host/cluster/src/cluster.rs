@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream;
-use async_nats::jetstream::context::{AccountErrorKind, GetStreamErrorKind};
+use async_nats::jetstream::context::GetStreamErrorKind;
 use async_nats::jetstream::ErrorCode;
 use async_nats::{ConnectErrorKind, ConnectOptions, ServerAddr};
 
@@ -44,8 +44,8 @@ impl std::fmt::Debug for Cluster {
 }
 
 impl Cluster {
-    /// Connects, and checks that the server has JetStream for this account and is at least
-    /// nats-server 2.11.
+    /// Connects, and checks that the server announces JetStream and is at least nats-server
+    /// 2.11 (from what it says on connecting: no request is made).
     pub async fn connect(config: &NatsConfig) -> Result<Cluster> {
         let url = config.display_url();
         let servers: Vec<&str> = config.url.split(',').map(str::trim).collect();
@@ -70,19 +70,9 @@ impl Cluster {
         }
         let mut jetstream = jetstream::new(client.clone());
         jetstream.set_timeout(config.request_timeout);
-        // The account's JetStream can be off on a server that has it (accounts without
-        // `jetstream: enabled`): ask as this account.
-        if let Err(e) = jetstream.query_account().await {
-            return Err(match e.kind() {
-                AccountErrorKind::TimedOut | AccountErrorKind::Other => {
-                    Error::request(&url, "the JetStream account query", e)
-                }
-                _ => Error::JetStreamDisabled {
-                    url,
-                    cause: one_line(&e.to_string()),
-                },
-            });
-        }
+        // No request here: a command that connects, reads the registry and leaves pays for
+        // every round trip. An account without JetStream on a server that has it is told
+        // apart when its first JetStream request is refused (`stream`).
         Ok(Cluster {
             jetstream,
             client,
@@ -102,7 +92,8 @@ impl Cluster {
         self.client.server_info().version
     }
 
-    /// The stream named `name`, or `None` when it does not exist.
+    /// The stream named `name`, or `None` when it does not exist;
+    /// [`Error::JetStreamDisabled`] when this account has no JetStream.
     pub(crate) async fn stream(
         &self,
         name: &str,
@@ -115,6 +106,15 @@ impl Cluster {
                     if js.error_code() == ErrorCode::STREAM_NOT_FOUND =>
                 {
                     Ok(None)
+                }
+                GetStreamErrorKind::JetStream(js)
+                    if js.error_code() == ErrorCode::JETSTREAM_NOT_ENABLED_FOR_ACCOUNT
+                        || js.error_code() == ErrorCode::JETSTREAM_NOT_ENABLED =>
+                {
+                    Err(Error::JetStreamDisabled {
+                        url: self.url().into(),
+                        cause: one_line(&e.to_string()),
+                    })
                 }
                 _ => Err(Error::request(self.url(), operation, e)),
             },

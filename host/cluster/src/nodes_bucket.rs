@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use async_nats::jetstream::kv;
 use async_nats::jetstream::message::PublishMessage;
 use async_nats::jetstream::stream::StorageType;
+use async_nats::jetstream::{self, kv};
 use bytes::Bytes;
 
 use crate::cluster::Cluster;
@@ -14,6 +14,9 @@ use crate::record::NodeName;
 
 /// The KV bucket holding one record per live node, keyed by node name.
 pub const NODES_BUCKET: &str = "tasklet-nodes";
+
+/// The bucket's stream.
+const STREAM: &str = "KV_tasklet-nodes";
 
 /// How long the server keeps the delete marker it writes when a record expires: long enough
 /// for watchers that were briefly away to see it, short enough that markers do not pile up.
@@ -30,35 +33,26 @@ pub(crate) struct NodesBucket {
 }
 
 impl NodesBucket {
-    /// The bucket as it is; [`Error::BucketMissing`] when no node has created it.
+    /// The bucket as it is; [`Error::BucketMissing`] when no node has created it. One
+    /// request: the stream's info, which is all the client library's own opening would ask
+    /// for (twice, with this check).
     pub(crate) async fn open(cluster: &Cluster) -> Result<NodesBucket> {
-        match stream_state(cluster).await? {
-            Some(true) => {}
-            Some(false) => return Err(no_ttl(cluster)),
-            None => {
-                return Err(Error::BucketMissing {
-                    bucket: NODES_BUCKET.into(),
-                    url: cluster.url().into(),
-                })
-            }
+        match cluster
+            .stream(STREAM, "looking up the nodes bucket")
+            .await?
+        {
+            Some(stream) => NodesBucket::bound(cluster, stream),
+            None => Err(missing(cluster)),
         }
-        let kv = cluster
-            .jetstream
-            .get_key_value(NODES_BUCKET)
-            .await
-            .map_err(|e| Error::request(cluster.url(), "opening the nodes bucket", e))?;
-        Ok(NodesBucket {
-            kv,
-            cluster: cluster.clone(),
-        })
     }
 
     /// The bucket, created first when missing (with per-key expiry, one value per key).
     pub(crate) async fn open_or_create(cluster: &Cluster) -> Result<NodesBucket> {
-        match stream_state(cluster).await? {
-            Some(true) => return NodesBucket::open(cluster).await,
-            Some(false) => return Err(no_ttl(cluster)),
-            None => {}
+        if let Some(stream) = cluster
+            .stream(STREAM, "looking up the nodes bucket")
+            .await?
+        {
+            return NodesBucket::bound(cluster, stream);
         }
         let config = kv::Config {
             bucket: NODES_BUCKET.into(),
@@ -83,6 +77,29 @@ impl NodesBucket {
                 other => other,
             }),
         }
+    }
+
+    /// The bucket on `stream`, as the client library binds a KV store to its stream (this
+    /// bucket is never a mirror), once checked for per-key expiry.
+    fn bound(cluster: &Cluster, stream: jetstream::stream::Stream) -> Result<NodesBucket> {
+        if !stream.cached_info().config.allow_message_ttl {
+            return Err(Error::BucketMisconfigured {
+                bucket: NODES_BUCKET.into(),
+                url: cluster.url().into(),
+                problem: "does not allow per-key expiry (it was created without message TTLs)",
+            });
+        }
+        Ok(NodesBucket {
+            kv: kv::Store {
+                name: NODES_BUCKET.into(),
+                stream_name: STREAM.into(),
+                prefix: format!("$KV.{NODES_BUCKET}."),
+                put_prefix: None,
+                use_jetstream_prefix: false,
+                stream,
+            },
+            cluster: cluster.clone(),
+        })
     }
 
     /// Writes `json` under `name`, to be removed by the server `ttl` after this write unless
@@ -113,18 +130,19 @@ fn subject(name: &NodeName) -> String {
     format!("$KV.{NODES_BUCKET}.{name}")
 }
 
-/// `None` when the bucket's stream does not exist, else whether it allows per-message TTLs.
-async fn stream_state(cluster: &Cluster) -> Result<Option<bool>> {
-    let stream = cluster
-        .stream(&format!("KV_{NODES_BUCKET}"), "looking up the nodes bucket")
-        .await?;
-    Ok(stream.map(|stream| stream.cached_info().config.allow_message_ttl))
-}
-
-fn no_ttl(cluster: &Cluster) -> Error {
-    Error::BucketMisconfigured {
+fn missing(cluster: &Cluster) -> Error {
+    Error::BucketMissing {
         bucket: NODES_BUCKET.into(),
         url: cluster.url().into(),
-        problem: "does not allow per-key expiry (it was created without message TTLs)",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stream_is_the_buckets() {
+        assert_eq!(STREAM, format!("KV_{NODES_BUCKET}"));
     }
 }

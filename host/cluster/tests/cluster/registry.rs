@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 
 use futures_util::stream::BoxStream;
 use futures_util::StreamExt;
-use tasklet_cluster::{choose, Heartbeat, Registrar, Registry, RegistryEvent, Requirement};
+use tasklet_cluster::{
+    choose, Heartbeat, Registrar, Registry, RegistryEvent, Requirement, NODES_BUCKET,
+};
 
 use crate::support::{connect, eventually, fast, nats_or_skip, record};
 
@@ -222,4 +224,34 @@ async fn next(
         .expect("an event within 5 s")
         .expect("the watch goes on")
         .expect("no watch error")
+}
+
+/// A listing is a read: the consumer it reads through is deleted at once, not left for the
+/// server's own cleanup 30 s later (meanwhile matched against every heartbeat).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listing_leaves_no_consumer_behind() {
+    let server = nats_or_skip!();
+    let cluster = connect(&server).await;
+    let registrar = Registrar::start(&cluster, fast(), || record("first", 4))
+        .await
+        .expect("register");
+    let raw = async_nats::jetstream::new(async_nats::connect(server.url()).await.unwrap());
+    let stream = format!("KV_{NODES_BUCKET}");
+    let consumers = || async {
+        let stream = raw.get_stream(&stream).await.expect("the bucket's stream");
+        stream.cached_info().state.consumer_count
+    };
+    for _ in 0..5 {
+        // A fresh client each time, gone right after, as one command invocation is.
+        let cluster = connect(&server).await;
+        let registry = Registry::open(&cluster).await.expect("open");
+        assert_eq!(registry.list().await.expect("list").len(), 1);
+    }
+    eventually(
+        Duration::from_secs(3),
+        "no listing consumer left",
+        || async { (consumers().await == 0).then_some(()) },
+    )
+    .await;
+    registrar.stop().await.expect("stop");
 }

@@ -412,8 +412,9 @@ fn run(
         .build()
         .map_err(|e| format!("the client's runtime: {e}"))?;
     let listed = format!("{} records listed", params.nodes);
-    // The watch first: its window is not disturbed by the consumers the listings leave
-    // behind (each lingers on the server for 30 s after its client leaves).
+    // The watch first, so that its window is not disturbed by the listings' consumers (each
+    // listing deletes its own at once; one the server has not deleted yet is still matched
+    // against every heartbeat).
     let view = match placement::View::open(
         &client_runtime,
         &config,

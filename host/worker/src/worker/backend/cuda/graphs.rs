@@ -110,12 +110,7 @@ impl Chains {
 
     /// Launches `run` (1 to [`GROUP_MAX`] launches, in order) on `stream` as one graph launch.
     /// `Err`: the driver refused something, or has no graph API, and nothing of `run` was launched.
-    pub fn launch(
-        &mut self,
-        run: &[ReadyLaunch],
-        stream: CuStream,
-        before_launch: impl FnOnce(),
-    ) -> Result<(), CuResult> {
+    pub fn launch(&mut self, run: &[ReadyLaunch], stream: CuStream) -> Result<(), CuResult> {
         let api = self.api.ok_or(CUDA_ERROR_NOT_SUPPORTED)?;
         let slot = self
             .by_len
@@ -149,7 +144,6 @@ impl Chains {
             }
             return Err(r);
         }
-        before_launch();
         // SAFETY: an instantiated graph; the worker's stream.
         match unsafe { (api.launch)(exec, stream) } {
             CUDA_SUCCESS => Ok(()),

@@ -25,10 +25,9 @@
 //! only untimed events (the groups' completion events) and the sync's completion word; the timed
 //! events go on a second stream of the worker's, the *timing stream*, in pairs that bracket a
 //! *segment*: the launches from the first one after the worker last idled or waited up to the
-//! next idle or wait. The segment's begin is recorded on the timing stream right before its first
-//! launch (after the host's work of building or updating a graph for it); its end waits there
-//! (`cuStreamWaitEvent`) for the completion event of the segment's last group and is recorded
-//! behind it, after the sync's completion word is queued. The timing
+//! next idle or wait. The segment's begin is recorded on the timing stream as its first launch
+//! is made; its end waits there (`cuStreamWaitEvent`) for the completion event of the segment's
+//! last group and is recorded behind it, after the sync's completion word is queued. The timing
 //! stream runs its events in order, so a begin never reads earlier than the end before it: a
 //! segment launched while the device is still busy with the one before starts being charged when
 //! that one ends, and the time the device sat idle between segments (the worker waiting for the
@@ -452,15 +451,19 @@ impl Timeline {
             .or_else(|| self.new_event(CU_EVENT_TIMED).ok())
     }
 
-    /// Records `begin` on the timing stream, right before a segment's first launch (after any
-    /// graph was built or updated for it: host work, not the device's); says whether it was.
-    fn record_begin(drv: &Driver, timing: CuStream, begin: CuEvent) -> bool {
-        // SAFETY: a live event; the timing stream.
-        unsafe { (drv.event_record)(begin, timing) == CUDA_SUCCESS }
-    }
-
-    /// Opens a group unless one is open, reading the clock (once per group, not per launch).
+    /// Opens a group unless one is open, reading the clock (once per group, not per launch);
+    /// and a segment unless one is open: its begin is recorded on the timing stream (see the
+    /// module's docs), where it costs the worker's stream nothing.
     fn open(&self, q: &mut Queue) {
+        if q.segment.is_none() {
+            if let Some(e) = self.timed_event(q) {
+                // SAFETY: a live event; the timing stream.
+                match unsafe { (self.drv.event_record)(e, self.timing.0) } {
+                    CUDA_SUCCESS => q.segment = Some(e),
+                    _ => q.free_timed.push(e),
+                }
+            }
+        }
         if q.open.is_some() {
             return;
         }
@@ -586,28 +589,7 @@ impl Timeline {
             }
             let run = &launches[at..at + n];
             self.open(&mut q);
-            // A segment opens at its first launch: its begin goes on the timing stream (see the
-            // module's docs), where it costs the worker's stream nothing.
-            let mut begin = if q.segment.is_none() {
-                self.timed_event(&mut q)
-            } else {
-                None
-            };
-            let (drv, timing) = (self.drv, self.timing.0);
-            let mut begun = false;
-            let graphed = q.chains.launch(run, self.stream.0, || {
-                begun = begin.is_some_and(|e| Self::record_begin(drv, timing, e));
-            });
-            if let Some(e) = begin.take() {
-                // Where the graph went without it, the segment goes uncounted rather than
-                // begin after its first kernel; the one-by-one path below launches after it.
-                if begun || (graphed.is_err() && Self::record_begin(drv, timing, e)) {
-                    q.segment = Some(e);
-                } else {
-                    q.free_timed.push(e);
-                }
-            }
-            if graphed.is_ok() {
+            if q.chains.launch(run, self.stream.0).is_ok() {
                 for l in run {
                     if q.add(l) {
                         self.close(&mut q);

@@ -43,10 +43,6 @@ static int spinning = 0;     // a never-ending kernel was launched
 static int registered = 0;
 
 static unsigned long launches = 0, records = 0, signals = 0, graph_launches = 0, node_updates = 0;
-// Records of timed events (no CU_EVENT_DISABLE_TIMING), and of those the ones on the first stream
-// created (the worker's stream: the context makes it before anything else).
-static unsigned long timed = 0, timed_first = 0;
-static void *first_stream = 0;
 
 static void write_counts(void) {
     const char *path = getenv("FAKE_CUDA_COUNTS");
@@ -55,16 +51,15 @@ static void write_counts(void) {
     if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) return;
     FILE *f = fopen(tmp, "w");
     if (!f) return;
-    fprintf(f, "launches %lu records %lu signals %lu graphs %lu updates %lu timed %lu timed-first %lu\n", launches, records,
-            signals, graph_launches, node_updates, timed, timed_first);
+    fprintf(f, "launches %lu records %lu signals %lu graphs %lu updates %lu\n", launches, records, signals, graph_launches,
+            node_updates);
     fclose(f);
     rename(tmp, path);
 }
 
 struct module { char *ptx; };
 struct function { char name[128]; };
-// ms: when it was recorded (kernels run at launch); untimed: created with CU_EVENT_DISABLE_TIMING.
-struct event { int never; double ms; int untimed; };
+struct event { int never; double ms; };  // ms: when it was recorded (kernels run at launch)
 
 static double now_ms(void) {
     struct timespec t;
@@ -333,29 +328,19 @@ CUresult cuGraphDestroy(CUgraph graph) {
     return OK;
 }
 
-CUresult cuEventCreate(CUevent *e, unsigned flags) {
-    struct event *x = calloc(1, sizeof(struct event));
-    x->untimed = (flags & 2) != 0;
-    *e = x;
-    return OK;
-}
+CUresult cuEventCreate(CUevent *e, unsigned flags) { (void)flags; *e = calloc(1, sizeof(struct event)); return OK; }
 CUresult cuEventRecord(CUevent e, CUstream s) {
+    (void)s;
     ((struct event *)e)->never = spinning;
     ((struct event *)e)->ms = now_ms();
     records++;
-    if (!((struct event *)e)->untimed) {
-        timed++;
-        if (s == first_stream) timed_first++;
-    }
     write_counts();
     return OK;
 }
-// The time between two records: the kernels launched between them ran in between. As the driver
-// does, an event without timing is CUDA_ERROR_INVALID_HANDLE.
+// The time between two records: the kernels launched between them ran in between.
 CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b) {
     if (sticky) return sticky;
     struct event *x = a, *y = b;
-    if (x->untimed || y->untimed) return 400;
     if (x->never || y->never) return NOT_READY;
     *ms = (float)(y->ms - x->ms);
     return OK;
@@ -364,18 +349,7 @@ CUresult cuEventQuery(CUevent e) { if (sticky) return sticky; return ((struct ev
 CUresult cuEventDestroy_v2(CUevent e) { free(e); return OK; }
 CUresult cuStreamQuery(CUstream s) { (void)s; if (sticky) return sticky; return spinning ? NOT_READY : OK; }
 CUresult cuStreamSynchronize(CUstream s) { (void)s; if (sticky) return sticky; while (spinning) {} return OK; }
-CUresult cuStreamCreate(CUstream *s, unsigned flags) {
-    (void)flags;
-    *s = calloc(1, 8);
-    if (!first_stream) first_stream = *s;
-    return OK;
-}
-// Work runs at launch here, so a wait is already over (behind a never-ending kernel, the events
-// recorded after it stay not-ready: cuEventRecord sees `spinning`).
-CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned flags) {
-    (void)s; (void)e; (void)flags;
-    return sticky ? sticky : OK;
-}
+CUresult cuStreamCreate(CUstream *s, unsigned flags) { (void)flags; *s = calloc(1, 8); return OK; }
 CUresult cuStreamDestroy_v2(CUstream s) { free(s); return OK; }
 // A stream memory write: behind a faulted or never-ending kernel it never lands.
 CUresult cuStreamWriteValue32_v2(CUstream s, CUdeviceptr addr, unsigned value, unsigned flags) {

@@ -20,21 +20,12 @@
 //! closes it first, and the serving thread closes it before it idles, so it is never left open
 //! while nobody is looking.
 //!
-//! GPU time is measured on the device, off the path a launch + sync waits on. A timed event
-//! costs the device about 1.5 µs each time the stream reaches it, so the worker's stream carries
-//! only untimed events (the groups' completion events) and the sync's completion word; the timed
-//! events go on a second stream of the worker's, the *timing stream*, in pairs that bracket a
-//! *segment*: the launches from the first one after the worker last idled or waited up to the
-//! next idle or wait. The segment's begin is recorded on the timing stream as its first launch
-//! is made; its end waits there (`cuStreamWaitEvent`) for the completion event of the segment's
-//! last group and is recorded behind it, after the sync's completion word is queued. The timing
-//! stream runs its events in order, so a begin never reads earlier than the end before it: a
-//! segment launched while the device is still busy with the one before starts being charged when
-//! that one ends, and the time the device sat idle between segments (the worker waiting for the
-//! host) is charged to no one. The elapsed time of a segment is read later, once its end is seen
-//! done ([`Timeline::gpu_time`]): never while the host waits on a sync. It covers the segment's
-//! kernels and the gaps between their launches, which the worker makes back to back
-//! (microseconds). A segment whose events could not be recorded goes uncounted.
+//! GPU time: a group also gets a *begin* event, recorded on the stream when it opens, before its
+//! first launch; once the group is seen finished, the time between its begin and completion
+//! events ([`Timeline::gpu_time`]) is the device time of its kernels (and of the gaps between
+//! their launches, which the worker makes back to back: microseconds). One pair of events per
+//! group, not per launch: a `cuEventRecord` costs about as much as a launch, and a group is
+//! usually one graph launch ([`Chains`]). A group whose begin could not be recorded goes untimed.
 //!
 //! A wait (`sync`, and every op that must see the kernels finished first) polls the head event:
 //! tightly for [`SPIN`], then with sleeps growing to [`MAX_NAP`]. Past the head's deadline it
@@ -67,13 +58,9 @@ pub const WATCHDOG_GRACE: Duration = Duration::from_millis(250);
 const SPIN: Duration = Duration::from_micros(50);
 const MAX_NAP: Duration = Duration::from_millis(1);
 
-/// The groups' completion events: no timestamp (see the module's docs).
-const CU_EVENT_DISABLE_TIMING: c_uint = 2;
-/// The timing stream's events (flags 0: timed, not blocking sync).
+/// Events with timing (flags 0: neither `CU_EVENT_DISABLE_TIMING` nor blocking sync): a group's
+/// pair measures its kernels.
 const CU_EVENT_TIMED: c_uint = 0;
-/// How long [`Timeline::gpu_time`] waits for the end of a segment whose kernels are known
-/// finished (it follows them by microseconds).
-const FOLD_WAIT: Duration = Duration::from_millis(2);
 
 /// Most launches that share one completion event (see the module docs).
 pub const GROUP_MAX: usize = 8;
@@ -137,6 +124,8 @@ impl Members {
 struct Open {
     /// When its first kernel was launched.
     start: Instant,
+    /// Recorded on the stream before its first kernel (None: recording failed; untimed).
+    begin: Option<CuEvent>,
     /// Its kernels' deadlines, summed.
     deadlines: Duration,
     members: Members,
@@ -149,6 +138,8 @@ struct Group {
     /// Its completion event, or what `cuEventRecord`/`cuEventCreate` answered instead (its
     /// kernels then run untracked: reported as a fault at the next wait).
     event: Result<CuEvent, CuResult>,
+    /// Its begin event ([`Open::begin`]).
+    begin: Option<CuEvent>,
     start: Instant,
     budget: Duration,
     members: Members,
@@ -233,23 +224,8 @@ struct Queue {
     chains: Chains,
     /// Groups closed so far: the latest one's `seq`.
     closed: u64,
-    /// Timed events not in use (the timing stream's).
-    free_timed: Vec<CuEvent>,
-    /// The open segment's begin, recorded on the timing stream (see the module's docs).
-    segment: Option<CuEvent>,
-    /// The completion event of the group closed last: the open segment ends behind it.
-    last_completion: Option<CuEvent>,
-    /// Ended segments whose time is not yet counted, oldest first.
-    spans: VecDeque<Span>,
-    /// Device time of the segments counted so far, in nanoseconds (see the module's docs).
+    /// Device time of the groups seen finished, in nanoseconds (see the module's docs).
     gpu_nanos: u64,
-}
-
-/// An ended segment: its begin and end events on the timing stream, and the last group it holds.
-struct Span {
-    begin: CuEvent,
-    end: CuEvent,
-    through: u64,
 }
 
 // SAFETY: CUDA events are plain handles usable from any thread of the process.
@@ -273,6 +249,11 @@ impl Queue {
                 CUDA_SUCCESS => {
                     if let Some(g) = self.items.pop_front() {
                         self.kernels -= g.members.n;
+                        if let Some(begin) = g.begin {
+                            self.gpu_nanos =
+                                self.gpu_nanos.saturating_add(elapsed(drv, begin, event));
+                            self.free_events.push(begin);
+                        }
                         self.free_events.push(event);
                     }
                     self.last_done = now;
@@ -284,38 +265,6 @@ impl Queue {
             }
         }
         Head::Idle
-    }
-
-    /// Counts the ended segments whose end is done, oldest first. One whose kernels are known
-    /// finished (no group up to its last is queued, or a signalled sync saw them done) has its
-    /// end a few microseconds behind: that one is waited for, up to `wait`. Never blocks on
-    /// running kernels.
-    fn fold(&mut self, drv: &Driver, seen_done: u64, wait: Duration) {
-        let start = Instant::now();
-        while let Some(span) = self.spans.front() {
-            // SAFETY: a live event of this queue's.
-            match unsafe { (drv.event_query)(span.end) } {
-                CUDA_SUCCESS => {
-                    let nanos = elapsed(drv, span.begin, span.end);
-                    self.gpu_nanos = self.gpu_nanos.saturating_add(nanos);
-                }
-                CUDA_ERROR_NOT_READY => {
-                    let finished = span.through <= seen_done
-                        || self.items.front().is_none_or(|g| g.seq > span.through);
-                    if finished && start.elapsed() < wait {
-                        std::hint::spin_loop();
-                        continue;
-                    }
-                    return;
-                }
-                // A faulted context: the segment goes uncounted (the worker is poisoned).
-                _ => {}
-            }
-            if let Some(span) = self.spans.pop_front() {
-                self.free_timed.push(span.begin);
-                self.free_timed.push(span.end);
-            }
-        }
     }
 
     /// Adds a launch just made to the open group ([`Timeline::open`] opened it before the
@@ -364,8 +313,6 @@ pub struct Timeline {
     /// The latest group a signalled sync saw finished ([`Timeline::drain_signalled`]): for
     /// naming the launch a later fault came from, never for deadlines.
     signalled_done: AtomicU64,
-    /// Where the segments' timed events are recorded (see the module's docs).
-    timing: WorkStream,
 }
 
 impl Timeline {
@@ -375,16 +322,6 @@ impl Timeline {
         ctx: CuContext,
         stream: WorkStream,
     ) -> Result<Arc<Timeline>, String> {
-        let mut timing: CuStream = std::ptr::null_mut();
-        // SAFETY: valid out-pointer; `ctx` is current on this thread.
-        let r = unsafe { (drv.stream_create)(&mut timing, CU_STREAM_NON_BLOCKING) };
-        if r != CUDA_SUCCESS {
-            return Err(format!(
-                "cuStreamCreate (the timing stream) failed: {}",
-                drv.describe(r)
-            ));
-        }
-        let timing = WorkStream(timing);
         let t = Arc::new(Timeline {
             drv,
             stream,
@@ -396,29 +333,18 @@ impl Timeline {
                 last_done: Instant::now(),
                 chains: Chains::new(drv),
                 closed: 0,
-                free_timed: Vec::with_capacity(16),
-                segment: None,
-                last_completion: None,
-                spans: VecDeque::new(),
                 gpu_nanos: 0,
             }),
             signalled_done: AtomicU64::new(0),
-            timing,
         });
         // Events up front, so the first launches do not pay for them.
         {
             let mut q = t.lock();
             for _ in 0..16 {
                 let e = t
-                    .new_event(CU_EVENT_DISABLE_TIMING)
+                    .new_event()
                     .map_err(|e| format!("cuEventCreate failed: {}", drv.describe(e.code)))?;
                 q.free_events.push(e);
-            }
-            for _ in 0..4 {
-                let e = t
-                    .new_event(CU_EVENT_TIMED)
-                    .map_err(|e| format!("cuEventCreate failed: {}", drv.describe(e.code)))?;
-                q.free_timed.push(e);
             }
         }
         let ctx_addr = ctx as usize;
@@ -435,77 +361,41 @@ impl Timeline {
         self.q.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn new_event(&self, flags: c_uint) -> Result<CuEvent, CallError> {
+    fn new_event(&self) -> Result<CuEvent, CallError> {
         let mut e: CuEvent = std::ptr::null_mut();
         // SAFETY: valid out-pointer; context current on this thread.
         check("cuEventCreate", unsafe {
-            (self.drv.event_create)(&mut e, flags)
+            (self.drv.event_create)(&mut e, CU_EVENT_TIMED)
         })?;
         Ok(e)
     }
 
-    /// A timed event from the pool, or a new one.
-    fn timed_event(&self, q: &mut Queue) -> Option<CuEvent> {
-        q.free_timed
-            .pop()
-            .or_else(|| self.new_event(CU_EVENT_TIMED).ok())
-    }
-
-    /// Opens a group unless one is open, reading the clock (once per group, not per launch);
-    /// and a segment unless one is open: its begin is recorded on the timing stream (see the
-    /// module's docs), where it costs the worker's stream nothing.
+    /// Opens a group unless one is open: records its begin event on the stream, before the
+    /// launches that follow, and reads the clock (once per group, not per launch).
     fn open(&self, q: &mut Queue) {
-        if q.segment.is_none() {
-            if let Some(e) = self.timed_event(q) {
-                // SAFETY: a live event; the timing stream.
-                match unsafe { (self.drv.event_record)(e, self.timing.0) } {
-                    CUDA_SUCCESS => q.segment = Some(e),
-                    _ => q.free_timed.push(e),
-                }
-            }
-        }
         if q.open.is_some() {
             return;
         }
+        let begin = match q.free_events.pop() {
+            Some(e) => Some(e),
+            None => self.new_event().ok(),
+        };
+        let begin = begin.and_then(|e| {
+            // SAFETY: a live event; the worker's stream.
+            match unsafe { (self.drv.event_record)(e, self.stream.0) } {
+                CUDA_SUCCESS => Some(e),
+                _ => {
+                    q.free_events.push(e);
+                    None
+                }
+            }
+        });
         q.open = Some(Open {
             start: Instant::now(),
+            begin,
             deadlines: Duration::ZERO,
             members: Members::default(),
         });
-    }
-
-    /// Ends the open segment, if any: its end waits on the timing stream for the completion
-    /// event of the group closed last and is recorded behind it. Nothing is queued on the
-    /// worker's stream. Where that cannot be done, the segment goes uncounted.
-    fn end_segment(&self, q: &mut Queue) {
-        let Some(begin) = q.segment.take() else {
-            return;
-        };
-        let ended = q.last_completion.and_then(|last| {
-            let end = self.timed_event(q)?;
-            // SAFETY: live events; the timing stream. The wait is on the completion event's
-            // latest record, which is the segment's last group's or a later one's.
-            let r = unsafe {
-                match (self.drv.stream_wait_event)(self.timing.0, last, 0) {
-                    CUDA_SUCCESS => (self.drv.event_record)(end, self.timing.0),
-                    r => r,
-                }
-            };
-            if r == CUDA_SUCCESS {
-                Some(end)
-            } else {
-                q.free_timed.push(end);
-                None
-            }
-        });
-        match ended {
-            Some(end) => q.spans.push_back(Span {
-                begin,
-                end,
-                through: q.closed,
-            }),
-            None => q.free_timed.push(begin),
-        }
     }
 
     /// Closes the open group, if any: records its event after its kernels. A failure to record
@@ -515,7 +405,7 @@ impl Timeline {
         q.closed += 1;
         let event = match q.free_events.pop() {
             Some(e) => Ok(e),
-            None => self.new_event(CU_EVENT_DISABLE_TIMING).map_err(|e| e.code),
+            None => self.new_event().map_err(|e| e.code),
         };
         let event = event.and_then(|e| {
             // SAFETY: a live event; the worker's stream.
@@ -533,10 +423,10 @@ impl Timeline {
         let budget = Instant::now()
             .saturating_duration_since(open.start)
             .saturating_add(open.deadlines);
-        q.last_completion = event.ok();
         q.items.push_back(Group {
             seq: q.closed,
             event,
+            begin: open.begin,
             start: open.start,
             budget,
             members: open.members,
@@ -548,24 +438,10 @@ impl Timeline {
         self.lock().kernels
     }
 
-    /// The worker is about to idle: closes the open group so the watchdog can see it, and the
-    /// open segment, so the time the device then sits idle is charged to no one.
+    /// The worker is about to idle: closes the open group so the watchdog can see it.
     pub fn flush(&self) {
         let mut q = self.lock();
         self.close(&mut q);
-        self.end_segment(&mut q);
-    }
-
-    /// Closes the open group (see [`Timeline::flush`]) but leaves its segment open: a sync
-    /// queues its completion word right behind the group's event, then ends the segment
-    /// ([`Timeline::end_segment_now`]), so the word waits on no driver call of the timing's.
-    pub fn close_group(&self) {
-        self.close(&mut self.lock());
-    }
-
-    /// Ends the open segment ([`Timeline::close_group`]).
-    pub fn end_segment_now(&self) {
-        self.end_segment(&mut self.lock());
     }
 
     /// Launches `launches` in order on the worker's stream, adding each to the open group and
@@ -644,21 +520,17 @@ impl Timeline {
         }
     }
 
-    /// The device time of the segments counted so far ([`Queue::gpu_nanos`]), after counting
-    /// the ended ones whose end is done: a segment whose kernels are known finished is counted
-    /// now (its end is waited for, briefly), one still running at a later look.
+    /// The device time of the groups seen finished so far ([`Queue::gpu_nanos`]), after a look at
+    /// the queue's head: a group that has finished is counted now, not at the next wait.
     pub fn gpu_time(&self) -> Duration {
         let mut q = self.lock();
         if !q.items.is_empty() {
             q.poll(self.drv, Instant::now());
         }
-        if !q.spans.is_empty() {
-            q.fold(self.drv, self.signalled_done.load(Relaxed), FOLD_WAIT);
-        }
         Duration::from_nanos(q.gpu_nanos)
     }
 
-    /// The device time of the segments counted so far, without looking for more.
+    /// The device time of the groups seen finished so far, without looking for more.
     pub fn gpu_time_seen(&self) -> Duration {
         Duration::from_nanos(self.lock().gpu_nanos)
     }
@@ -704,13 +576,7 @@ impl Timeline {
     /// Closes the open group, then polls until `done(queue)`, failing at the first fault or
     /// missed deadline.
     fn wait_for(&self, done: impl Fn(&Queue) -> bool) -> Result<(), BackendError> {
-        {
-            let mut q = self.lock();
-            self.close(&mut q);
-            // The device may idle once the wait is over (see the module's docs); the segment's
-            // end follows the group's event, so the wait below does not wait for it.
-            self.end_segment(&mut q);
-        }
+        self.close(&mut self.lock());
         let started = Instant::now();
         let mut nap = Duration::from_micros(20);
         loop {
@@ -787,12 +653,12 @@ impl Timeline {
     }
 }
 
-/// Nanoseconds between two finished timed events (0 where the driver cannot tell: the segment
-/// then goes uncounted rather than failing anything).
+/// Nanoseconds between two finished events recorded on one stream (0 where the driver cannot
+/// tell: the group then goes uncounted rather than failing anything).
 fn elapsed(drv: &Driver, begin: CuEvent, end: CuEvent) -> u64 {
     let mut ms: f32 = 0.0;
-    // SAFETY: two live timed events of this context, both finished (end follows begin on the
-    // timing stream and was seen done); valid out-pointer.
+    // SAFETY: two live timing events of this context, both finished (end follows begin on the
+    // stream and was seen done); valid out-pointer.
     let r = unsafe { (drv.event_elapsed_time)(&mut ms, begin, end) };
     if r != CUDA_SUCCESS || !ms.is_finite() || ms <= 0.0 {
         return 0;

@@ -572,12 +572,10 @@ impl Backend for CudaBackend {
         };
         // The open group's event goes first, so the word lands after it: once the word is seen,
         // the event is done too, and the next wait's look at it is cheap. Both driver calls are
-        // made while the kernels run. The GPU-time segment ends after the word is queued: its
-        // driver calls and its timed events (on the timing stream) are off the host's wait.
-        self.timeline.close_group();
+        // made while the kernels run.
+        self.timeline.flush();
         match word.store_when_done(self.drv, self.dev.stream, seq) {
             Ok(()) => {
-                self.timeline.end_segment_now();
                 let drained = self.timeline.drain_signalled(word.word(), seq);
                 drained.map_err(|e| self.fail(e))?;
                 self.answered_by_word = true;

@@ -190,11 +190,17 @@ fn once_the_gpu_seconds_quota_is_used_the_next_operation_is_quota_exceeded() {
     let quota = Duration::from_millis(20);
     let host = test_host!(policy_with_quota(quota));
     let mut gpu = service(&host, "gpu-time-quota");
-    let (lease, s, m, out) = iota_session(&mut gpu, 256);
+    // On a GPU, a kernel of a few microseconds at least (4 Mi elements), so that 10,000 of them
+    // use the quota twice over whatever the device's speed.
+    let blocks = match backend() {
+        BackendKind::Emu => 256,
+        BackendKind::Cuda => 4096,
+    };
+    let (lease, s, m, out) = iota_session(&mut gpu, blocks);
     // Launch and sync until the quota is used (bounded: each launch takes some time).
     let mut refused = None;
     for _ in 0..10_000 {
-        if let Err(e) = iota(&mut gpu, s, m, out, 256) {
+        if let Err(e) = iota(&mut gpu, s, m, out, blocks) {
             refused = Some(e);
             break;
         }

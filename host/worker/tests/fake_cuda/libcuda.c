@@ -22,6 +22,9 @@
 // n ms to return (a worker held up after the device's store landed): the host must see the
 // worker's sync through the completion word, long before the worker answers. The counts file is
 // replaced whole (written beside it, then renamed), so a reader never sees it half written.
+// With FAKE_CUDA_EVENT_LAG_US=<n>, an event reads not-ready until n µs after it was recorded (a
+// device that reaches an event some time after the host recorded it, as a real one does): a
+// backend that gives a group less time than that to complete is caught.
 // Not thread-safe beyond what the backend needs (it serialises launches and queries itself).
 
 #include <stdint.h>
@@ -43,6 +46,10 @@ static int spinning = 0;     // a never-ending kernel was launched
 static int registered = 0;
 
 static unsigned long launches = 0, records = 0, signals = 0, graph_launches = 0, node_updates = 0;
+// Records of timed events (no CU_EVENT_DISABLE_TIMING), and of those the ones on the first stream
+// created (the worker's stream: the context makes it before anything else).
+static unsigned long timed = 0, timed_first = 0;
+static void *first_stream = 0;
 
 static void write_counts(void) {
     const char *path = getenv("FAKE_CUDA_COUNTS");
@@ -51,15 +58,16 @@ static void write_counts(void) {
     if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) return;
     FILE *f = fopen(tmp, "w");
     if (!f) return;
-    fprintf(f, "launches %lu records %lu signals %lu graphs %lu updates %lu\n", launches, records, signals, graph_launches,
-            node_updates);
+    fprintf(f, "launches %lu records %lu signals %lu graphs %lu updates %lu timed %lu timed-first %lu\n", launches, records,
+            signals, graph_launches, node_updates, timed, timed_first);
     fclose(f);
     rename(tmp, path);
 }
 
 struct module { char *ptx; };
 struct function { char name[128]; };
-struct event { int never; double ms; };  // ms: when it was recorded (kernels run at launch)
+// ms: when it was recorded (kernels run at launch); untimed: created with CU_EVENT_DISABLE_TIMING.
+struct event { int never; double ms; int untimed; };
 
 static double now_ms(void) {
     struct timespec t;
@@ -328,28 +336,59 @@ CUresult cuGraphDestroy(CUgraph graph) {
     return OK;
 }
 
-CUresult cuEventCreate(CUevent *e, unsigned flags) { (void)flags; *e = calloc(1, sizeof(struct event)); return OK; }
+// FAKE_CUDA_EVENT_LAG_US, in ms (read once).
+static double event_lag_ms(void) {
+    static double lag = -1;
+    if (lag < 0) {
+        const char *v = getenv("FAKE_CUDA_EVENT_LAG_US");
+        lag = v ? atof(v) / 1000.0 : 0;
+    }
+    return lag;
+}
+static int reached(const struct event *e) { return !e->never && now_ms() >= e->ms + event_lag_ms(); }
+CUresult cuEventCreate(CUevent *e, unsigned flags) {
+    struct event *x = calloc(1, sizeof(struct event));
+    x->untimed = (flags & 2) != 0;
+    *e = x;
+    return OK;
+}
 CUresult cuEventRecord(CUevent e, CUstream s) {
-    (void)s;
     ((struct event *)e)->never = spinning;
     ((struct event *)e)->ms = now_ms();
     records++;
+    if (!((struct event *)e)->untimed) {
+        timed++;
+        if (s == first_stream) timed_first++;
+    }
     write_counts();
     return OK;
 }
-// The time between two records: the kernels launched between them ran in between.
+// The time between two records: the kernels launched between them ran in between. As the driver
+// does, an event without timing is CUDA_ERROR_INVALID_HANDLE.
 CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b) {
     if (sticky) return sticky;
     struct event *x = a, *y = b;
-    if (x->never || y->never) return NOT_READY;
+    if (x->untimed || y->untimed) return 400;
+    if (!reached(x) || !reached(y)) return NOT_READY;
     *ms = (float)(y->ms - x->ms);
     return OK;
 }
-CUresult cuEventQuery(CUevent e) { if (sticky) return sticky; return ((struct event *)e)->never ? NOT_READY : OK; }
+CUresult cuEventQuery(CUevent e) { if (sticky) return sticky; return reached(e) ? OK : NOT_READY; }
 CUresult cuEventDestroy_v2(CUevent e) { free(e); return OK; }
 CUresult cuStreamQuery(CUstream s) { (void)s; if (sticky) return sticky; return spinning ? NOT_READY : OK; }
 CUresult cuStreamSynchronize(CUstream s) { (void)s; if (sticky) return sticky; while (spinning) {} return OK; }
-CUresult cuStreamCreate(CUstream *s, unsigned flags) { (void)flags; *s = calloc(1, 8); return OK; }
+CUresult cuStreamCreate(CUstream *s, unsigned flags) {
+    (void)flags;
+    *s = calloc(1, 8);
+    if (!first_stream) first_stream = *s;
+    return OK;
+}
+// Work runs at launch here, so a wait is already over (behind a never-ending kernel, the events
+// recorded after it stay not-ready: cuEventRecord sees `spinning`).
+CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned flags) {
+    (void)s; (void)e; (void)flags;
+    return sticky ? sticky : OK;
+}
 CUresult cuStreamDestroy_v2(CUstream s) { free(s); return OK; }
 // A stream memory write: behind a faulted or never-ending kernel it never lands.
 CUresult cuStreamWriteValue32_v2(CUstream s, CUdeviceptr addr, unsigned value, unsigned flags) {

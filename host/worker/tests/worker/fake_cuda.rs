@@ -91,19 +91,27 @@ struct Counts {
     graphs: u64,
     /// Kernel nodes of instantiated graphs updated.
     updates: u64,
+    /// Records of timed events (the GPU-time segments' begins and ends).
+    timed: u64,
+    /// Records of timed events on the worker's own stream (where they would delay its kernels).
+    timed_on_work_stream: u64,
 }
 
 fn counts(file: &PathBuf) -> Counts {
     let s = std::fs::read_to_string(file).unwrap_or_default();
     let words: Vec<&str> = s.split_whitespace().collect();
     match words.as_slice() {
-        ["launches", l, "records", r, "signals", s, "graphs", g, "updates", u] => Counts {
-            launches: l.parse().unwrap(),
-            records: r.parse().unwrap(),
-            signals: s.parse().unwrap(),
-            graphs: g.parse().unwrap(),
-            updates: u.parse().unwrap(),
-        },
+        ["launches", l, "records", r, "signals", s, "graphs", g, "updates", u, "timed", t, "timed-first", tf] => {
+            Counts {
+                launches: l.parse().unwrap(),
+                records: r.parse().unwrap(),
+                signals: s.parse().unwrap(),
+                graphs: g.parse().unwrap(),
+                updates: u.parse().unwrap(),
+                timed: t.parse().unwrap(),
+                timed_on_work_stream: tf.parse().unwrap(),
+            }
+        }
         _ => Counts::default(),
     }
 }
@@ -116,6 +124,8 @@ fn since(a: Counts, b: Counts) -> Counts {
         signals: b.signals - a.signals,
         graphs: b.graphs - a.graphs,
         updates: b.updates - a.updates,
+        timed: b.timed - a.timed,
+        timed_on_work_stream: b.timed_on_work_stream - a.timed_on_work_stream,
     }
 }
 
@@ -660,23 +670,36 @@ fn a_burst_of_launches_shares_one_event_per_group() {
     // launch: [1] [7 | 8 | 1] [3].
     let c = stopped_burst(&mut w, &file, &m);
     assert_eq!(c.launches, 20);
-    // Each group records a begin event (for its GPU time) and a completion event.
+    // Each group records one completion event (untimed). GPU time: a timed begin and end per
+    // segment on the timing stream, none on the worker's stream; the burst is one segment, or
+    // a few where it took past `SEGMENT_SPAN` (here the fake driver writes a file per launch),
+    // never more than one per group.
     assert_eq!(
-        c.records,
-        2 * 3,
-        "20 launches in groups of {}",
+        (c.records - c.timed, c.timed_on_work_stream),
+        (3, 0),
+        "20 launches in groups of {}: {c:?}",
         tasklet_worker::worker::backend::cuda::GROUP_MAX
     );
+    assert!(
+        c.timed >= 2 && c.timed <= 2 * 3 && c.timed.is_multiple_of(2),
+        "{c:?}"
+    );
     assert_eq!(c.graphs, 5, "one graph launch per run within a group");
-    assert_eq!(c.signals, 1, "one signalled sync");
-    // A lone launch is closed when the worker idles (no sync), so the watchdog can see it.
-    let r1 = counts(&file).records;
+    // The sync is signalled, unless a GPU-time report was due (`REPORT_EVERY`: the worker was
+    // stopped a while) and the worker answered it.
+    assert!(c.signals <= 1, "one sync: {c:?}");
+    // A lone launch is closed when the worker idles (no sync), so the watchdog can see it, and
+    // so is its segment.
+    let r1 = counts(&file);
     w.launch(&launch(&m, "empty", 1, &[], Duration::from_secs(5)))
         .unwrap();
     assert!(
-        eventually(Duration::from_secs(2), || counts(&file).records == r1 + 2),
+        eventually(Duration::from_secs(2), || {
+            let c = since(r1, counts(&file));
+            (c.records, c.timed) == (3, 2)
+        }),
         "{:?}",
-        counts(&file)
+        since(r1, counts(&file))
     );
     let _ = std::fs::remove_file(file);
 }
@@ -756,7 +779,11 @@ fn with_graphs_turned_off_launches_go_one_by_one() {
     let m = w.load_module(FAULTS_PTX).unwrap();
     w.sync().unwrap();
     let c = stopped_burst(&mut w, &file, &m);
-    assert_eq!((c.launches, c.records, c.graphs), (20, 2 * 3, 0), "{c:?}");
+    assert_eq!(
+        (c.launches, c.records - c.timed, c.graphs),
+        (20, 3, 0),
+        "{c:?}"
+    );
     let _ = std::fs::remove_file(file);
 }
 
@@ -879,7 +906,7 @@ mod guest {
 }
 
 #[test]
-fn launch_groups_are_timed_between_their_begin_and_completion_events() {
+fn gpu_time_is_counted_per_segment_and_not_while_the_device_idles() {
     let Some(mut w) = fake_worker() else { return };
     let m = w.load_module(IOTA_PTX).unwrap();
     let out = w.alloc(4 * 4096).unwrap();
@@ -898,5 +925,139 @@ fn launch_groups_are_timed_between_their_begin_and_completion_events() {
     }
     w.sync().unwrap();
     w.ping().unwrap();
-    assert!(w.gpu_time() > first, "{:?} after {first:?}", w.gpu_time());
+    let second = w.gpu_time();
+    assert!(second > first, "{second:?} after {first:?}");
+    // Launches with the worker idle between them, then one sync: the idle time is charged to no
+    // one (each idle ends a segment), though the device's work is.
+    let idle = Duration::from_millis(300);
+    for _ in 0..2 {
+        w.launch(&launch(&m, "iota", 1024, &args, Duration::from_secs(5)))
+            .unwrap();
+        std::thread::sleep(idle);
+    }
+    w.sync().unwrap();
+    w.ping().unwrap();
+    let third = w.gpu_time();
+    assert!(third > second, "{third:?} after {second:?}");
+    assert!(
+        third - second < idle / 2,
+        "{:?} charged for two launches {idle:?} apart",
+        third - second
+    );
+    // The lease's time is all counted by the answer to its reset: none is left for the next.
+    w.launch(&launch(&m, "iota", 1024, &args, Duration::from_secs(5)))
+        .unwrap();
+    w.reset().unwrap();
+    assert!(w.gpu_time() > third, "{:?} after {third:?}", w.gpu_time());
+}
+
+#[test]
+fn a_launch_the_driver_refuses_leaves_no_deadline_behind() {
+    // Events read not-ready for 20 ms after they are recorded: a group with no kernel in it
+    // would be given only the host's time since the refused launch (microseconds) and be
+    // reported past its deadline by the next wait.
+    let Some((mut w, file)) = counting_worker(&["FAKE_CUDA_EVENT_LAG_US=20000"]) else {
+        return;
+    };
+    let m = w.load_module(IOTA_PTX).unwrap();
+    let out = w.alloc(4 * 64).unwrap();
+    let args = iota_args(out, 16);
+    let before = counts(&file);
+    let (k, msg) = posted_error(
+        &mut w,
+        &launch(&m, "iota", 2048, &args, Duration::from_secs(5)),
+    );
+    assert_eq!(k, ErrorKind::LaunchFailed, "{msg}");
+    // Every op that waits for the kernels still works, at once.
+    let t = Instant::now();
+    let more = w.alloc(4096).unwrap();
+    w.free(more).unwrap();
+    w.sync().unwrap();
+    assert!(t.elapsed() < Duration::from_millis(15), "{:?}", t.elapsed());
+    // Nothing reached the device, so nothing was waited for or timed.
+    let c = since(before, counts(&file));
+    assert_eq!((c.launches, c.records), (0, 0), "{c:?}");
+    // A kernel that ran is waited for, however late its event reads done, within its deadline.
+    w.launch(&launch(&m, "iota", 16, &args, Duration::from_secs(5)))
+        .unwrap();
+    w.sync().unwrap();
+    let mut data = vec![0u8; 64];
+    w.read(out, &mut data).unwrap();
+    assert_eq!(
+        u32::from_le_bytes([data[60], data[61], data[62], data[63]]),
+        16
+    );
+    assert!(!w.is_poisoned());
+    let _ = std::fs::remove_file(file);
+}
+
+#[test]
+fn a_tenant_that_only_launches_and_syncs_is_charged_as_it_goes() {
+    // The host reads GPU time only from the answers it waits for, not from a sync the completion
+    // word answered: the worker must answer some syncs itself, or such a tenant is never charged
+    // (and its `gpu-seconds` quota never bites).
+    let Some(mut w) = fake_worker() else { return };
+    let m = w.load_module(IOTA_PTX).unwrap();
+    let out = w.alloc(4 * 1024).unwrap();
+    let args = iota_args(out, 1024);
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        let slice = Instant::now();
+        let mut n = 0;
+        while slice.elapsed() < Duration::from_millis(50) && n < 100_000 {
+            w.launch(&launch(&m, "iota", 1024, &args, Duration::from_secs(5)))
+                .unwrap();
+            w.sync().unwrap();
+            n += 1;
+        }
+        // The host's figure as of its last answer: no ping, no other call.
+        seen.push((n, w.gpu_time()));
+    }
+    assert!(
+        w.signalled_syncs() > 0,
+        "the completion word answered no sync"
+    );
+    // Charged in every 50 ms slice, not only once the tenant does something else.
+    for pair in seen.windows(2) {
+        assert!(pair[1].1 > pair[0].1, "{seen:?}");
+    }
+    assert!(seen[0].1 > Duration::ZERO, "{seen:?}");
+    // And the figure the host saw is the worker's, less at most the last slice's work.
+    w.ping().unwrap();
+    assert!(
+        w.gpu_time() >= seen[3].1,
+        "{:?} then {seen:?}",
+        w.gpu_time()
+    );
+}
+
+#[test]
+fn a_long_run_of_launches_without_a_wait_is_timed_in_several_segments() {
+    let Some((mut w, file)) = counting_worker(&[]) else {
+        return;
+    };
+    let m = w.load_module(FAULTS_PTX).unwrap();
+    w.sync().unwrap();
+    // 400 launches queued while the worker is stopped: it takes them 16 at a time without
+    // idling or waiting (nothing is pending long). The fake driver rewrites its counts file at
+    // every launch, so they take several milliseconds: the segment is ended and a new one begun
+    // as it goes (`SEGMENT_SPAN`), each timed on the timing stream.
+    let before = counts(&file);
+    stop(&w);
+    for _ in 0..400 {
+        w.launch(&launch(&m, "empty", 1, &[], Duration::from_secs(5)))
+            .unwrap();
+    }
+    w.signal_for_test(libc::SIGCONT);
+    w.sync().unwrap();
+    w.ping().unwrap();
+    let c = since(before, counts(&file));
+    assert_eq!(c.launches, 400);
+    assert_eq!(c.timed_on_work_stream, 0, "{c:?}");
+    assert!(
+        c.timed >= 4 && c.timed.is_multiple_of(2),
+        "400 launches over several ms timed as one segment: {c:?}"
+    );
+    assert!(w.gpu_time() > Duration::ZERO);
+    let _ = std::fs::remove_file(file);
 }

@@ -147,6 +147,7 @@ driver_api! {
     stream_synchronize = "cuStreamSynchronize": fn(CuStream);
     stream_create = "cuStreamCreate": fn(*mut CuStream, c_uint);
     stream_destroy = "cuStreamDestroy_v2": fn(CuStream);
+    stream_wait_event = "cuStreamWaitEvent": fn(CuStream, CuEvent, c_uint);
     stream_write_value32 = "cuStreamWriteValue32_v2": fn(CuStream, CuDevicePtr, c_uint, c_uint);
     mem_host_get_device_pointer = "cuMemHostGetDevicePointer_v2": fn(*mut CuDevicePtr, *mut c_void, c_uint);
 }

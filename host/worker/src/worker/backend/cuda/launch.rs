@@ -20,12 +20,26 @@
 //! closes it first, and the serving thread closes it before it idles, so it is never left open
 //! while nobody is looking.
 //!
-//! GPU time: a group also gets a *begin* event, recorded on the stream when it opens, before its
-//! first launch; once the group is seen finished, the time between its begin and completion
-//! events ([`Timeline::gpu_time`]) is the device time of its kernels (and of the gaps between
-//! their launches, which the worker makes back to back: microseconds). One pair of events per
-//! group, not per launch: a `cuEventRecord` costs about as much as a launch, and a group is
-//! usually one graph launch ([`Chains`]). A group whose begin could not be recorded goes untimed.
+//! GPU time is measured on the device, off the path a launch + sync waits on. A timed event
+//! costs the device about 1.5 µs each time the stream reaches it, so the worker's stream carries
+//! only untimed events (the groups' completion events) and the sync's completion word; the timed
+//! events go on a second stream of the worker's, the *timing stream*, in pairs that bracket a
+//! *segment*: a run of launches the worker makes without idling or waiting in between. The
+//! segment's begin is recorded on the timing stream right after its first launch reached the
+//! driver (so neither the host's work on a launch nor the call itself is charged: the kernel
+//! starts about when the device reaches the begin); its end waits there (`cuStreamWaitEvent`) for
+//! the completion event of the segment's last group and is recorded behind it, after the sync's
+//! completion word is queued. A segment ends when the worker idles or waits, and also once it
+//! holds [`SEGMENT_GROUPS`] groups or has been open for [`SEGMENT_SPAN`]: a tenant that keeps the
+//! worker busy without ever waiting is still charged as its kernels finish, not at its next wait.
+//! The timing stream runs its events in order, so a begin never reads earlier than the end before
+//! it: a segment launched while the device is still busy with the one before starts being charged
+//! when that one ends, and the time the device sat idle between segments (the worker waiting for
+//! the host) is charged to no one. A segment's elapsed time is counted once its end is seen done:
+//! when an answer is written ([`Timeline::gpu_time`], never while the host waits on a sync) and by
+//! the watchdog, every [`WATCHDOG_PERIOD`]. It covers the segment's kernels and the gaps between
+//! their launches, which the worker makes back to back (microseconds). A segment whose events
+//! could not be recorded, or in which no launch reached the device, goes uncounted.
 //!
 //! A wait (`sync`, and every op that must see the kernels finished first) polls the head event:
 //! tightly for [`SPIN`], then with sleeps growing to [`MAX_NAP`]. Past the head's deadline it
@@ -58,9 +72,19 @@ pub const WATCHDOG_GRACE: Duration = Duration::from_millis(250);
 const SPIN: Duration = Duration::from_micros(50);
 const MAX_NAP: Duration = Duration::from_millis(1);
 
-/// Events with timing (flags 0: neither `CU_EVENT_DISABLE_TIMING` nor blocking sync): a group's
-/// pair measures its kernels.
+/// The groups' completion events: no timestamp (see the module's docs).
+const CU_EVENT_DISABLE_TIMING: c_uint = 2;
+/// The timing stream's events (flags 0: timed, not blocking sync).
 const CU_EVENT_TIMED: c_uint = 0;
+/// How long [`Timeline::gpu_time`] waits for the end of a segment whose kernels are known
+/// finished (it follows them by microseconds).
+const FOLD_WAIT: Duration = Duration::from_millis(2);
+/// A segment ends at the close of its group number [`SEGMENT_GROUPS`] (512 launches at most), or
+/// of the first group closed [`SEGMENT_SPAN`] after it began: two driver calls on the timing
+/// stream per segment, and a busy worker's time is counted within about that span of its
+/// kernels finishing.
+pub const SEGMENT_GROUPS: u64 = 64;
+pub const SEGMENT_SPAN: Duration = Duration::from_millis(1);
 
 /// Most launches that share one completion event (see the module docs).
 pub const GROUP_MAX: usize = 8;
@@ -124,8 +148,6 @@ impl Members {
 struct Open {
     /// When its first kernel was launched.
     start: Instant,
-    /// Recorded on the stream before its first kernel (None: recording failed; untimed).
-    begin: Option<CuEvent>,
     /// Its kernels' deadlines, summed.
     deadlines: Duration,
     members: Members,
@@ -138,8 +160,6 @@ struct Group {
     /// Its completion event, or what `cuEventRecord`/`cuEventCreate` answered instead (its
     /// kernels then run untracked: reported as a fault at the next wait).
     event: Result<CuEvent, CuResult>,
-    /// Its begin event ([`Open::begin`]).
-    begin: Option<CuEvent>,
     start: Instant,
     budget: Duration,
     members: Members,
@@ -224,8 +244,32 @@ struct Queue {
     chains: Chains,
     /// Groups closed so far: the latest one's `seq`.
     closed: u64,
-    /// Device time of the groups seen finished, in nanoseconds (see the module's docs).
+    /// Timed events not in use (the timing stream's).
+    free_timed: Vec<CuEvent>,
+    /// The open segment (see the module's docs).
+    segment: Option<Segment>,
+    /// The completion event of the group closed last: the open segment ends behind it.
+    last_completion: Option<CuEvent>,
+    /// Ended segments whose time is not yet counted, oldest first.
+    spans: VecDeque<Span>,
+    /// Device time of the segments counted so far, in nanoseconds (see the module's docs).
     gpu_nanos: u64,
+}
+
+/// An open segment: its begin, recorded on the timing stream after its first launch.
+struct Segment {
+    begin: CuEvent,
+    /// When it began (for [`SEGMENT_SPAN`]).
+    since: Instant,
+    /// Groups closed before it began (`Queue::closed`): its groups are the ones after.
+    after: u64,
+}
+
+/// An ended segment: its begin and end events on the timing stream, and the last group it holds.
+struct Span {
+    begin: CuEvent,
+    end: CuEvent,
+    through: u64,
 }
 
 // SAFETY: CUDA events are plain handles usable from any thread of the process.
@@ -249,11 +293,6 @@ impl Queue {
                 CUDA_SUCCESS => {
                     if let Some(g) = self.items.pop_front() {
                         self.kernels -= g.members.n;
-                        if let Some(begin) = g.begin {
-                            self.gpu_nanos =
-                                self.gpu_nanos.saturating_add(elapsed(drv, begin, event));
-                            self.free_events.push(begin);
-                        }
                         self.free_events.push(event);
                     }
                     self.last_done = now;
@@ -265,6 +304,38 @@ impl Queue {
             }
         }
         Head::Idle
+    }
+
+    /// Counts the ended segments whose end is done, oldest first. One whose kernels are known
+    /// finished (no group up to its last is queued, or a signalled sync saw them done) has its
+    /// end a few microseconds behind: that one is waited for, up to `wait`. Never blocks on
+    /// running kernels.
+    fn fold(&mut self, drv: &Driver, seen_done: u64, wait: Duration) {
+        let start = Instant::now();
+        while let Some(span) = self.spans.front() {
+            // SAFETY: a live event of this queue's.
+            match unsafe { (drv.event_query)(span.end) } {
+                CUDA_SUCCESS => {
+                    let nanos = elapsed(drv, span.begin, span.end);
+                    self.gpu_nanos = self.gpu_nanos.saturating_add(nanos);
+                }
+                CUDA_ERROR_NOT_READY => {
+                    let finished = span.through <= seen_done
+                        || self.items.front().is_none_or(|g| g.seq > span.through);
+                    if finished && start.elapsed() < wait {
+                        std::hint::spin_loop();
+                        continue;
+                    }
+                    return;
+                }
+                // A faulted context: the segment goes uncounted (the worker is poisoned).
+                _ => {}
+            }
+            if let Some(span) = self.spans.pop_front() {
+                self.free_timed.push(span.begin);
+                self.free_timed.push(span.end);
+            }
+        }
     }
 
     /// Adds a launch just made to the open group ([`Timeline::open`] opened it before the
@@ -313,6 +384,8 @@ pub struct Timeline {
     /// The latest group a signalled sync saw finished ([`Timeline::drain_signalled`]): for
     /// naming the launch a later fault came from, never for deadlines.
     signalled_done: AtomicU64,
+    /// Where the segments' timed events are recorded (see the module's docs).
+    timing: WorkStream,
 }
 
 impl Timeline {
@@ -322,6 +395,16 @@ impl Timeline {
         ctx: CuContext,
         stream: WorkStream,
     ) -> Result<Arc<Timeline>, String> {
+        let mut timing: CuStream = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; `ctx` is current on this thread.
+        let r = unsafe { (drv.stream_create)(&mut timing, CU_STREAM_NON_BLOCKING) };
+        if r != CUDA_SUCCESS {
+            return Err(format!(
+                "cuStreamCreate (the timing stream) failed: {}",
+                drv.describe(r)
+            ));
+        }
+        let timing = WorkStream(timing);
         let t = Arc::new(Timeline {
             drv,
             stream,
@@ -333,18 +416,29 @@ impl Timeline {
                 last_done: Instant::now(),
                 chains: Chains::new(drv),
                 closed: 0,
+                free_timed: Vec::with_capacity(16),
+                segment: None,
+                last_completion: None,
+                spans: VecDeque::new(),
                 gpu_nanos: 0,
             }),
             signalled_done: AtomicU64::new(0),
+            timing,
         });
         // Events up front, so the first launches do not pay for them.
         {
             let mut q = t.lock();
             for _ in 0..16 {
                 let e = t
-                    .new_event()
+                    .new_event(CU_EVENT_DISABLE_TIMING)
                     .map_err(|e| format!("cuEventCreate failed: {}", drv.describe(e.code)))?;
                 q.free_events.push(e);
+            }
+            for _ in 0..4 {
+                let e = t
+                    .new_event(CU_EVENT_TIMED)
+                    .map_err(|e| format!("cuEventCreate failed: {}", drv.describe(e.code)))?;
+                q.free_timed.push(e);
             }
         }
         let ctx_addr = ctx as usize;
@@ -361,51 +455,113 @@ impl Timeline {
         self.q.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn new_event(&self) -> Result<CuEvent, CallError> {
+    fn new_event(&self, flags: c_uint) -> Result<CuEvent, CallError> {
         let mut e: CuEvent = std::ptr::null_mut();
         // SAFETY: valid out-pointer; context current on this thread.
         check("cuEventCreate", unsafe {
-            (self.drv.event_create)(&mut e, CU_EVENT_TIMED)
+            (self.drv.event_create)(&mut e, flags)
         })?;
         Ok(e)
     }
 
-    /// Opens a group unless one is open: records its begin event on the stream, before the
-    /// launches that follow, and reads the clock (once per group, not per launch).
+    /// A timed event from the pool, or a new one.
+    fn timed_event(&self, q: &mut Queue) -> Option<CuEvent> {
+        q.free_timed
+            .pop()
+            .or_else(|| self.new_event(CU_EVENT_TIMED).ok())
+    }
+
+    /// Opens a group unless one with launches in it is open, reading the clock (once per group,
+    /// not per launch). An open group without launches (the driver refused its first) starts
+    /// again: its clock from now.
     fn open(&self, q: &mut Queue) {
-        if q.open.is_some() {
+        if q.open.as_ref().is_some_and(|o| o.members.n > 0) {
             return;
         }
-        let begin = match q.free_events.pop() {
-            Some(e) => Some(e),
-            None => self.new_event().ok(),
-        };
-        let begin = begin.and_then(|e| {
-            // SAFETY: a live event; the worker's stream.
-            match unsafe { (self.drv.event_record)(e, self.stream.0) } {
-                CUDA_SUCCESS => Some(e),
-                _ => {
-                    q.free_events.push(e);
-                    None
-                }
-            }
-        });
         q.open = Some(Open {
             start: Instant::now(),
-            begin,
             deadlines: Duration::ZERO,
             members: Members::default(),
         });
     }
 
+    /// Begins a segment unless one is open: its begin goes on the timing stream (see the
+    /// module's docs), called right after a launch reached the driver, so it costs neither the
+    /// worker's stream nor that launch anything.
+    fn begin_segment(&self, q: &mut Queue) {
+        if q.segment.is_some() {
+            return;
+        }
+        let Some(begin) = self.timed_event(q) else {
+            return;
+        };
+        // SAFETY: a live event; the timing stream.
+        match unsafe { (self.drv.event_record)(begin, self.timing.0) } {
+            CUDA_SUCCESS => {
+                q.segment = Some(Segment {
+                    begin,
+                    since: Instant::now(),
+                    after: q.closed,
+                })
+            }
+            _ => q.free_timed.push(begin),
+        }
+    }
+
+    /// Ends the open segment, if any (its groups are closed: every caller closes the open group
+    /// first): its end waits on the timing stream for the completion event of the group closed
+    /// last and is recorded behind it. Nothing is queued on the worker's stream. Where that
+    /// cannot be done, or no group of it was closed, the segment goes uncounted.
+    fn end_segment(&self, q: &mut Queue) {
+        let Some(Segment { begin, after, .. }) = q.segment.take() else {
+            return;
+        };
+        if q.closed == after {
+            q.free_timed.push(begin);
+            return;
+        }
+        let ended = q.last_completion.and_then(|last| {
+            let end = self.timed_event(q)?;
+            // SAFETY: live events; the timing stream. The wait is on the completion event's
+            // latest record, which is the segment's last group's or a later one's.
+            let r = unsafe {
+                match (self.drv.stream_wait_event)(self.timing.0, last, 0) {
+                    CUDA_SUCCESS => (self.drv.event_record)(end, self.timing.0),
+                    r => r,
+                }
+            };
+            if r == CUDA_SUCCESS {
+                Some(end)
+            } else {
+                q.free_timed.push(end);
+                None
+            }
+        });
+        match ended {
+            Some(end) => q.spans.push_back(Span {
+                begin,
+                end,
+                through: q.closed,
+            }),
+            None => q.free_timed.push(begin),
+        }
+    }
+
     /// Closes the open group, if any: records its event after its kernels. A failure to record
     /// leaves the group untracked, which the next wait reports as a fault.
+    ///
+    /// A group without launches (the driver refused its first) is dropped, not queued: its
+    /// budget would be only the host's time since it opened, with no kernel's deadline in it,
+    /// which the device's processing of a bare event can outlast.
     fn close(&self, q: &mut Queue) {
         let Some(open) = q.open.take() else { return };
+        if open.members.n == 0 {
+            return;
+        }
         q.closed += 1;
         let event = match q.free_events.pop() {
             Some(e) => Ok(e),
-            None => self.new_event().map_err(|e| e.code),
+            None => self.new_event(CU_EVENT_DISABLE_TIMING).map_err(|e| e.code),
         };
         let event = event.and_then(|e| {
             // SAFETY: a live event; the worker's stream.
@@ -420,17 +576,26 @@ impl Timeline {
         // Each kernel may take its whole deadline, and none starts before it was launched: the
         // time from the group's first launch to its closing (which covers every gap between its
         // launches, and is microseconds) plus every deadline bounds the group from above.
-        let budget = Instant::now()
+        let now = Instant::now();
+        let budget = now
             .saturating_duration_since(open.start)
             .saturating_add(open.deadlines);
+        q.last_completion = event.ok();
         q.items.push_back(Group {
             seq: q.closed,
             event,
-            begin: open.begin,
             start: open.start,
             budget,
             members: open.members,
         });
+        // A long run of launches without an idle or a wait is charged as it goes (see the
+        // module's docs). The clock was read for the budget anyway.
+        if q.segment.as_ref().is_some_and(|s| {
+            q.closed - s.after >= SEGMENT_GROUPS
+                || now.saturating_duration_since(s.since) >= SEGMENT_SPAN
+        }) {
+            self.end_segment(q);
+        }
     }
 
     /// Launches in flight (not yet seen finished), counting the open group's.
@@ -438,10 +603,24 @@ impl Timeline {
         self.lock().kernels
     }
 
-    /// The worker is about to idle: closes the open group so the watchdog can see it.
+    /// The worker is about to idle: closes the open group so the watchdog can see it, and the
+    /// open segment, so the time the device then sits idle is charged to no one.
     pub fn flush(&self) {
         let mut q = self.lock();
         self.close(&mut q);
+        self.end_segment(&mut q);
+    }
+
+    /// Closes the open group (see [`Timeline::flush`]) but leaves its segment open: a sync
+    /// queues its completion word right behind the group's event, then ends the segment
+    /// ([`Timeline::end_segment_now`]), so the word waits on no driver call of the timing's.
+    pub fn close_group(&self) {
+        self.close(&mut self.lock());
+    }
+
+    /// Ends the open segment ([`Timeline::close_group`]).
+    pub fn end_segment_now(&self) {
+        self.end_segment(&mut self.lock());
     }
 
     /// Launches `launches` in order on the worker's stream, adding each to the open group and
@@ -466,6 +645,7 @@ impl Timeline {
             let run = &launches[at..at + n];
             self.open(&mut q);
             if q.chains.launch(run, self.stream.0).is_ok() {
+                self.begin_segment(&mut q);
                 for l in run {
                     if q.add(l) {
                         self.close(&mut q);
@@ -482,6 +662,7 @@ impl Timeline {
                             },
                         )
                     })?;
+                    self.begin_segment(&mut q);
                     if q.add(l) {
                         self.close(&mut q);
                     }
@@ -520,17 +701,21 @@ impl Timeline {
         }
     }
 
-    /// The device time of the groups seen finished so far ([`Queue::gpu_nanos`]), after a look at
-    /// the queue's head: a group that has finished is counted now, not at the next wait.
+    /// The device time of the segments counted so far ([`Queue::gpu_nanos`]), after counting
+    /// the ended ones whose end is done: a segment whose kernels are known finished is counted
+    /// now (its end is waited for, briefly), one still running at a later look.
     pub fn gpu_time(&self) -> Duration {
         let mut q = self.lock();
         if !q.items.is_empty() {
             q.poll(self.drv, Instant::now());
         }
+        if !q.spans.is_empty() {
+            q.fold(self.drv, self.signalled_done.load(Relaxed), FOLD_WAIT);
+        }
         Duration::from_nanos(q.gpu_nanos)
     }
 
-    /// The device time of the groups seen finished so far, without looking for more.
+    /// The device time of the segments counted so far, without looking for more.
     pub fn gpu_time_seen(&self) -> Duration {
         Duration::from_nanos(self.lock().gpu_nanos)
     }
@@ -552,8 +737,10 @@ impl Timeline {
     /// request as soon as the device is. The groups stay queued with their events: a word that
     /// reads `value` is only a hint (a kernel of this lease could forge it), and the next wait or
     /// the watchdog still looks at every event, so a forged word cannot hide a runaway. Past the
-    /// spin, the wait is [`Timeline::drain`]'s, with its deadlines.
-    pub fn drain_signalled(&self, word: &AtomicU32, value: u32) -> Result<(), BackendError> {
+    /// spin, the wait is [`Timeline::drain`]'s, with its deadlines. `Ok(true)`: the word was seen
+    /// within the spin (the host, spinning on it too, most likely saw it first and skips this
+    /// worker's answer); `Ok(false)`: the wait went on as a drain.
+    pub fn drain_signalled(&self, word: &AtomicU32, value: u32) -> Result<bool, BackendError> {
         // Read while the kernels run, not on the way out: the groups the word stands for.
         let through = self.lock().closed;
         let start = Instant::now();
@@ -563,12 +750,12 @@ impl Timeline {
                 // A hint, like the word itself: a forged word only misnames which of the lease's
                 // own launches a later fault came from.
                 self.signalled_done.store(through, Relaxed);
-                return Ok(());
+                return Ok(true);
             }
             std::hint::spin_loop();
             turns = turns.wrapping_add(1);
             if turns.is_multiple_of(64) && start.elapsed() >= SPIN {
-                return self.drain();
+                return self.drain().map(|()| false);
             }
         }
     }
@@ -576,7 +763,13 @@ impl Timeline {
     /// Closes the open group, then polls until `done(queue)`, failing at the first fault or
     /// missed deadline.
     fn wait_for(&self, done: impl Fn(&Queue) -> bool) -> Result<(), BackendError> {
-        self.close(&mut self.lock());
+        {
+            let mut q = self.lock();
+            self.close(&mut q);
+            // The device may idle once the wait is over (see the module's docs); the segment's
+            // end follows the group's event, so the wait below does not wait for it.
+            self.end_segment(&mut q);
+        }
         let started = Instant::now();
         let mut nap = Duration::from_micros(20);
         loop {
@@ -631,6 +824,11 @@ impl Timeline {
             // Only closed groups are looked at: the open one has no event to tell whether it
             // finished, and is closed before the worker idles.
             let mut q = self.lock();
+            // Ended segments are counted here too, so a worker busy with kernels has its time
+            // counted while it runs, whatever answers it gives (see the module's docs).
+            if !q.spans.is_empty() {
+                q.fold(self.drv, 0, Duration::ZERO);
+            }
             if q.items.is_empty() {
                 continue;
             }
@@ -653,12 +851,12 @@ impl Timeline {
     }
 }
 
-/// Nanoseconds between two finished events recorded on one stream (0 where the driver cannot
-/// tell: the group then goes uncounted rather than failing anything).
+/// Nanoseconds between two finished timed events (0 where the driver cannot tell: the segment
+/// then goes uncounted rather than failing anything).
 fn elapsed(drv: &Driver, begin: CuEvent, end: CuEvent) -> u64 {
     let mut ms: f32 = 0.0;
-    // SAFETY: two live timing events of this context, both finished (end follows begin on the
-    // stream and was seen done); valid out-pointer.
+    // SAFETY: two live timed events of this context, both finished (end follows begin on the
+    // timing stream and was seen done); valid out-pointer.
     let r = unsafe { (drv.event_elapsed_time)(&mut ms, begin, end) };
     if r != CUDA_SUCCESS || !ms.is_finite() || ms <= 0.0 {
         return 0;

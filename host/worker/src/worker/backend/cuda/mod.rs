@@ -34,7 +34,7 @@ mod signal;
 
 use std::ffi::c_void;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::{module_check, source, Backend, BackendError, BackendOptions};
 use crate::contract::{ErrorKind, Launch, LoadedModule, WorkerInfo};
@@ -54,6 +54,12 @@ pub use launch::{GROUP_MAX, MAX_PENDING, WATCHDOG_GRACE};
 pub fn open_context(drv: &'static Driver) -> Result<CuContext, String> {
     context::open(drv).map(|d| d.ctx)
 }
+
+/// Most host time between two answers that carry this worker's GPU time to the host: a sync the
+/// completion word would answer is answered by the worker instead once this has passed since
+/// the last such answer (see `Backend::gpu_time` below), so a tenant that only launches and
+/// syncs is charged as it goes and its `gpu-seconds` quota bites within about this much.
+pub const REPORT_EVERY: Duration = Duration::from_millis(1);
 
 /// Dynamic shared memory a kernel may use without opting in.
 const DEFAULT_SHARED_LIMIT: u32 = 48 * 1024;
@@ -89,6 +95,9 @@ pub struct CudaBackend {
     /// The last sync was answered through the completion word, so the host skips its response
     /// and the GPU time that response carries (see `Backend::gpu_time`).
     answered_by_word: bool,
+    /// When an answer the host reads (not one the completion word stood in for) last carried
+    /// the GPU time ([`REPORT_EVERY`]).
+    reported: Instant,
 }
 
 impl CudaBackend {
@@ -143,6 +152,7 @@ impl CudaBackend {
             unchecked_async: false,
             next_ordinal: 1,
             answered_by_word: false,
+            reported: Instant::now(),
         })
     }
 
@@ -570,15 +580,25 @@ impl Backend for CudaBackend {
         let Some(word) = &self.signal else {
             return self.sync();
         };
+        // The host reads the GPU time only from answers it waits for, and skips the ones the
+        // word stood in for: a tenant that does nothing but launch and sync would never be
+        // charged. So once a report is due, this sync is answered by the worker (about one in a
+        // hundred of back-to-back short syncs; a long one is mostly answered by the worker
+        // anyway, the host sleeping until its answer comes).
+        if self.reported.elapsed() >= REPORT_EVERY {
+            return self.sync();
+        }
         // The open group's event goes first, so the word lands after it: once the word is seen,
         // the event is done too, and the next wait's look at it is cheap. Both driver calls are
-        // made while the kernels run.
-        self.timeline.flush();
+        // made while the kernels run. The GPU-time segment ends after the word is queued: its
+        // driver calls and its timed events (on the timing stream) are off the host's wait.
+        self.timeline.close_group();
         match word.store_when_done(self.drv, self.dev.stream, seq) {
             Ok(()) => {
+                self.timeline.end_segment_now();
                 let drained = self.timeline.drain_signalled(word.word(), seq);
-                drained.map_err(|e| self.fail(e))?;
-                self.answered_by_word = true;
+                // Past the spin, the host is more likely to read this answer than the word.
+                self.answered_by_word = drained.map_err(|e| self.fail(e))?;
                 self.check_unchecked_async()
             }
             // A device that cannot do it at all: stop asking. (A sticky fault refuses it too; the
@@ -602,13 +622,15 @@ impl Backend for CudaBackend {
         self.timeline.flush();
     }
 
-    /// Looks at the finished groups first, except for the response to a sync the completion
-    /// word answered: the host skips that response, and the look (driver calls) would only delay
-    /// the worker's next request, most often the next launch. The next response looks.
+    /// Looks at the finished groups and segments first, except for the response to a sync the
+    /// completion word answered: the host skips that response, and the look (driver calls) would
+    /// only delay the worker's next request, most often the next launch. The next response looks
+    /// (at the latest, a sync [`REPORT_EVERY`] later is answered by the worker to carry it).
     fn gpu_time(&mut self) -> Duration {
         if std::mem::take(&mut self.answered_by_word) {
             return self.timeline.gpu_time_seen();
         }
+        self.reported = Instant::now();
         self.timeline.gpu_time()
     }
 

@@ -85,6 +85,9 @@ const FOLD_WAIT: Duration = Duration::from_millis(2);
 /// kernels finishing.
 pub const SEGMENT_GROUPS: u64 = 64;
 pub const SEGMENT_SPAN: Duration = Duration::from_millis(1);
+/// How often the watchdog counts ended segments while there are some (else it looks every
+/// [`WATCHDOG_PERIOD`]).
+const FOLD_PERIOD: Duration = Duration::from_millis(1);
 
 /// Most launches that share one completion event (see the module docs).
 pub const GROUP_MAX: usize = 8;
@@ -282,7 +285,26 @@ fn after(t: Instant, d: Duration) -> Instant {
 
 impl Queue {
     /// Pops every finished group off the front and says what the head is doing.
+    ///
+    /// The newest group is looked at first: the stream runs in order, so once its event is done
+    /// every group's is, and a queue of many finished groups (syncs the completion word
+    /// answered leave theirs queued) is emptied with one driver call instead of one per group.
     fn poll(&mut self, drv: &Driver, now: Instant) -> Head {
+        if self.items.len() > 1 && self.items.iter().all(|g| g.event.is_ok()) {
+            if let Some(Ok(newest)) = self.items.back().map(|g| g.event) {
+                // SAFETY: a live event created by this queue.
+                if unsafe { (drv.event_query)(newest) } == CUDA_SUCCESS {
+                    for g in self.items.drain(..) {
+                        self.kernels -= g.members.n;
+                        if let Ok(e) = g.event {
+                            self.free_events.push(e);
+                        }
+                    }
+                    self.last_done = now;
+                    return Head::Idle;
+                }
+            }
+        }
         while let Some(head) = self.items.front() {
             let event = match head.event {
                 Ok(e) => e,
@@ -304,38 +326,6 @@ impl Queue {
             }
         }
         Head::Idle
-    }
-
-    /// Counts the ended segments whose end is done, oldest first. One whose kernels are known
-    /// finished (no group up to its last is queued, or a signalled sync saw them done) has its
-    /// end a few microseconds behind: that one is waited for, up to `wait`. Never blocks on
-    /// running kernels.
-    fn fold(&mut self, drv: &Driver, seen_done: u64, wait: Duration) {
-        let start = Instant::now();
-        while let Some(span) = self.spans.front() {
-            // SAFETY: a live event of this queue's.
-            match unsafe { (drv.event_query)(span.end) } {
-                CUDA_SUCCESS => {
-                    let nanos = elapsed(drv, span.begin, span.end);
-                    self.gpu_nanos = self.gpu_nanos.saturating_add(nanos);
-                }
-                CUDA_ERROR_NOT_READY => {
-                    let finished = span.through <= seen_done
-                        || self.items.front().is_none_or(|g| g.seq > span.through);
-                    if finished && start.elapsed() < wait {
-                        std::hint::spin_loop();
-                        continue;
-                    }
-                    return;
-                }
-                // A faulted context: the segment goes uncounted (the worker is poisoned).
-                _ => {}
-            }
-            if let Some(span) = self.spans.pop_front() {
-                self.free_timed.push(span.begin);
-                self.free_timed.push(span.end);
-            }
-        }
     }
 
     /// Adds a launch just made to the open group ([`Timeline::open`] opened it before the
@@ -386,6 +376,10 @@ pub struct Timeline {
     signalled_done: AtomicU64,
     /// Where the segments' timed events are recorded (see the module's docs).
     timing: WorkStream,
+    /// Held by whoever counts ended segments ([`Timeline::fold`]): the watchdog in the
+    /// background, or the serving thread for an answer, which so never misses segments the
+    /// watchdog is counting at that moment.
+    folding: Mutex<()>,
 }
 
 impl Timeline {
@@ -424,6 +418,7 @@ impl Timeline {
             }),
             signalled_done: AtomicU64::new(0),
             timing,
+            folding: Mutex::new(()),
         });
         // Events up front, so the first launches do not pay for them.
         {
@@ -709,10 +704,54 @@ impl Timeline {
         if !q.items.is_empty() {
             q.poll(self.drv, Instant::now());
         }
-        if !q.spans.is_empty() {
-            q.fold(self.drv, self.signalled_done.load(Relaxed), FOLD_WAIT);
+        drop(q);
+        self.fold(FOLD_WAIT);
+        Duration::from_nanos(self.lock().gpu_nanos)
+    }
+
+    /// Counts the ended segments whose end is done, oldest first, without holding the queue's
+    /// lock while it reads their times (a driver call each: the serving thread's launches never
+    /// wait behind the watchdog's count). One whose kernels are known finished (no group up to
+    /// its last is queued, or a signalled sync saw them done) has its end a few microseconds
+    /// behind: that one is waited for, up to `wait`. Never blocks on running kernels.
+    fn fold(&self, wait: Duration) {
+        let _folding = self.folding.lock().unwrap_or_else(|p| p.into_inner());
+        let (mut spans, known) = {
+            let mut q = self.lock();
+            if q.spans.is_empty() {
+                return;
+            }
+            // The groups up to this one are known finished.
+            let queued = q.items.front().map_or(q.closed, |g| g.seq - 1);
+            let known = queued.max(self.signalled_done.load(Relaxed));
+            (std::mem::take(&mut q.spans), known)
+        };
+        let start = Instant::now();
+        let (mut nanos, mut freed) = (0u64, Vec::new());
+        while let Some(span) = spans.front() {
+            match elapsed(self.drv, span.begin, span.end) {
+                Ok(n) => nanos = nanos.saturating_add(n),
+                Err(CUDA_ERROR_NOT_READY) => {
+                    if span.through <= known && start.elapsed() < wait {
+                        std::hint::spin_loop();
+                        continue;
+                    }
+                    break;
+                }
+                // A faulted context: the segment goes uncounted (the worker is poisoned).
+                Err(_) => {}
+            }
+            if let Some(span) = spans.pop_front() {
+                freed.extend([span.begin, span.end]);
+            }
         }
-        Duration::from_nanos(q.gpu_nanos)
+        let mut q = self.lock();
+        q.gpu_nanos = q.gpu_nanos.saturating_add(nanos);
+        q.free_timed.extend(freed);
+        // Those not counted yet go back before any ended meanwhile (in the same deque, which
+        // keeps its room).
+        spans.extend(q.spans.drain(..));
+        q.spans = spans;
     }
 
     /// The device time of the segments counted so far, without looking for more.
@@ -818,17 +857,22 @@ impl Timeline {
             eprintln!("tasklet worker {}: the kernel watchdog could not use the CUDA context; deadlines are enforced at sync only", std::process::id());
             return;
         }
+        let mut period = WATCHDOG_PERIOD;
         loop {
-            std::thread::sleep(WATCHDOG_PERIOD);
+            std::thread::sleep(period);
+            // Ended segments are counted here, off the serving thread, so a worker busy with
+            // kernels has its time counted while it runs, whatever answers it gives (see the
+            // module's docs); every [`FOLD_PERIOD`] while there are some.
+            self.fold(Duration::ZERO);
             let now = Instant::now();
             // Only closed groups are looked at: the open one has no event to tell whether it
             // finished, and is closed before the worker idles.
             let mut q = self.lock();
-            // Ended segments are counted here too, so a worker busy with kernels has its time
-            // counted while it runs, whatever answers it gives (see the module's docs).
-            if !q.spans.is_empty() {
-                q.fold(self.drv, 0, Duration::ZERO);
-            }
+            period = if q.spans.is_empty() {
+                WATCHDOG_PERIOD
+            } else {
+                FOLD_PERIOD
+            };
             if q.items.is_empty() {
                 continue;
             }
@@ -851,18 +895,22 @@ impl Timeline {
     }
 }
 
-/// Nanoseconds between two finished timed events (0 where the driver cannot tell: the segment
-/// then goes uncounted rather than failing anything).
-fn elapsed(drv: &Driver, begin: CuEvent, end: CuEvent) -> u64 {
+/// Nanoseconds between two timed events recorded on one stream, `begin` first: the driver's
+/// refusal where either is not done (`CUDA_ERROR_NOT_READY`) or the context faulted; 0 where
+/// its answer is no positive time.
+fn elapsed(drv: &Driver, begin: CuEvent, end: CuEvent) -> Result<u64, CuResult> {
     let mut ms: f32 = 0.0;
-    // SAFETY: two live timed events of this context, both finished (end follows begin on the
-    // timing stream and was seen done); valid out-pointer.
+    // SAFETY: two live timed events of this context; valid out-pointer. One call, no query
+    // first: the driver says itself whether both are done.
     let r = unsafe { (drv.event_elapsed_time)(&mut ms, begin, end) };
-    if r != CUDA_SUCCESS || !ms.is_finite() || ms <= 0.0 {
-        return 0;
+    if r != CUDA_SUCCESS {
+        return Err(r);
+    }
+    if !ms.is_finite() || ms <= 0.0 {
+        return Ok(0);
     }
     // `as` saturates.
-    (f64::from(ms) * 1e6) as u64
+    Ok((f64::from(ms) * 1e6) as u64)
 }
 
 /// "kernel `k` ran past its deadline of …", or a group's "… their summed deadline …".

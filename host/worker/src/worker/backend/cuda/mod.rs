@@ -98,6 +98,9 @@ pub struct CudaBackend {
     /// When an answer the host reads (not one the completion word stood in for) last carried
     /// the GPU time ([`REPORT_EVERY`]).
     reported: Instant,
+    /// The last sync was answered by the worker only to carry the GPU time: its answer gives
+    /// the time the watchdog has counted, and counts nothing itself (see `Backend::gpu_time`).
+    report_only: bool,
 }
 
 impl CudaBackend {
@@ -153,6 +156,7 @@ impl CudaBackend {
             next_ordinal: 1,
             answered_by_word: false,
             reported: Instant::now(),
+            report_only: false,
         })
     }
 
@@ -586,6 +590,7 @@ impl Backend for CudaBackend {
         // hundred of back-to-back short syncs; a long one is mostly answered by the worker
         // anyway, the host sleeping until its answer comes).
         if self.reported.elapsed() >= REPORT_EVERY {
+            self.report_only = true;
             return self.sync();
         }
         // The open group's event goes first, so the word lands after it: once the word is seen,
@@ -622,15 +627,20 @@ impl Backend for CudaBackend {
         self.timeline.flush();
     }
 
-    /// Looks at the finished groups and segments first, except for the response to a sync the
-    /// completion word answered: the host skips that response, and the look (driver calls) would
-    /// only delay the worker's next request, most often the next launch. The next response looks
-    /// (at the latest, a sync [`REPORT_EVERY`] later is answered by the worker to carry it).
+    /// Counts the finished segments first, except for the answer to a sync the completion word
+    /// answered (the host skips it, and the count, a driver call per segment, would only delay
+    /// the worker's next request, most often the next launch) and to one answered only to carry
+    /// the time (a sync [`REPORT_EVERY`] after the last such answer, whose segments the watchdog
+    /// counts in the background, every millisecond while there are some): those give the time
+    /// counted so far. Every other answer is exact as of its kernels.
     fn gpu_time(&mut self) -> Duration {
         if std::mem::take(&mut self.answered_by_word) {
             return self.timeline.gpu_time_seen();
         }
         self.reported = Instant::now();
+        if std::mem::take(&mut self.report_only) {
+            return self.timeline.gpu_time_seen();
+        }
         self.timeline.gpu_time()
     }
 

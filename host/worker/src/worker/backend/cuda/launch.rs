@@ -85,7 +85,7 @@ const FOLD_WAIT: Duration = Duration::from_millis(2);
 /// kernels finishing.
 pub const SEGMENT_GROUPS: u64 = 64;
 pub const SEGMENT_SPAN: Duration = Duration::from_millis(1);
-/// How often the watchdog counts ended segments while there are some (else it looks every
+/// How often the watchdog counts ended segments while the worker launches (else it looks every
 /// [`WATCHDOG_PERIOD`]).
 const FOLD_PERIOD: Duration = Duration::from_millis(1);
 
@@ -857,7 +857,7 @@ impl Timeline {
             eprintln!("tasklet worker {}: the kernel watchdog could not use the CUDA context; deadlines are enforced at sync only", std::process::id());
             return;
         }
-        let mut period = WATCHDOG_PERIOD;
+        let (mut period, mut closed_seen) = (WATCHDOG_PERIOD, 0);
         loop {
             std::thread::sleep(period);
             // Ended segments are counted here, off the serving thread, so a worker busy with
@@ -868,11 +868,14 @@ impl Timeline {
             // Only closed groups are looked at: the open one has no event to tell whether it
             // finished, and is closed before the worker idles.
             let mut q = self.lock();
-            period = if q.spans.is_empty() {
+            // Every FOLD_PERIOD while launches come or segments wait to be counted; an idle
+            // worker is looked at every WATCHDOG_PERIOD.
+            period = if q.spans.is_empty() && q.closed == closed_seen {
                 WATCHDOG_PERIOD
             } else {
                 FOLD_PERIOD
             };
+            closed_seen = q.closed;
             if q.items.is_empty() {
                 continue;
             }

@@ -57,8 +57,9 @@ pub fn open_context(drv: &'static Driver) -> Result<CuContext, String> {
 
 /// Most host time between two answers that carry this worker's GPU time to the host: a sync the
 /// completion word would answer is answered by the worker instead once this has passed since
-/// the last such answer (see `Backend::gpu_time` below), so a tenant that only launches and
-/// syncs is charged as it goes and its `gpu-seconds` quota bites within about this much.
+/// the last such answer and a sync since was answered by the word (see `Backend::gpu_time`
+/// below), so a tenant that only launches and syncs is charged as it goes and its `gpu-seconds`
+/// quota bites within about this much (or one sync's kernels, where syncs are further apart).
 pub const REPORT_EVERY: Duration = Duration::from_millis(1);
 
 /// Dynamic shared memory a kernel may use without opting in.
@@ -96,8 +97,9 @@ pub struct CudaBackend {
     /// and the GPU time that response carries (see `Backend::gpu_time`).
     answered_by_word: bool,
     /// When an answer the host reads (not one the completion word stood in for) last carried
-    /// the GPU time ([`REPORT_EVERY`]).
+    /// the GPU time ([`REPORT_EVERY`]), and whether a sync the word answered came since.
     reported: Instant,
+    unreported: bool,
     /// The last sync was answered by the worker only to carry the GPU time: its answer gives
     /// the time the watchdog has counted, and counts nothing itself (see `Backend::gpu_time`).
     report_only: bool,
@@ -156,6 +158,7 @@ impl CudaBackend {
             next_ordinal: 1,
             answered_by_word: false,
             reported: Instant::now(),
+            unreported: false,
             report_only: false,
         })
     }
@@ -587,9 +590,10 @@ impl Backend for CudaBackend {
         // The host reads the GPU time only from answers it waits for, and skips the ones the
         // word stood in for: a tenant that does nothing but launch and sync would never be
         // charged. So once a report is due, this sync is answered by the worker (about one in a
-        // hundred of back-to-back short syncs; a long one is mostly answered by the worker
-        // anyway, the host sleeping until its answer comes).
-        if self.reported.elapsed() >= REPORT_EVERY {
+        // hundred of back-to-back short syncs, or every other one where they are further apart; a
+        // long one is mostly answered by the worker anyway, the host sleeping until its answer
+        // comes).
+        if self.unreported && self.reported.elapsed() >= REPORT_EVERY {
             self.report_only = true;
             return self.sync();
         }
@@ -604,6 +608,7 @@ impl Backend for CudaBackend {
                 let drained = self.timeline.drain_signalled(word.word(), seq);
                 // Past the spin, the host is more likely to read this answer than the word.
                 self.answered_by_word = drained.map_err(|e| self.fail(e))?;
+                self.unreported |= self.answered_by_word;
                 self.check_unchecked_async()
             }
             // A device that cannot do it at all: stop asking. (A sticky fault refuses it too; the
@@ -638,6 +643,7 @@ impl Backend for CudaBackend {
             return self.timeline.gpu_time_seen();
         }
         self.reported = Instant::now();
+        self.unreported = false;
         if std::mem::take(&mut self.report_only) {
             return self.timeline.gpu_time_seen();
         }

@@ -93,8 +93,8 @@ pub(crate) fn start_reply(
 }
 
 /// Sends `bytes` as data frames, without copying them: each frame is a header and a slice.
-pub(crate) fn send_piece(to: &ReplyTo, data: &mut DataEncoder, bytes: Vec<u8>) {
-    let bytes = Bytes::from(bytes);
+pub(crate) fn send_piece(to: &ReplyTo, data: &mut DataEncoder, bytes: impl Into<Bytes>) {
+    let bytes = bytes.into();
     let mut at = 0;
     while at < bytes.len() {
         let len = (bytes.len() - at).min(MAX_CHUNK as usize);

@@ -19,6 +19,8 @@
 //! copied in with [`copy_into_guest`], through the memory's own mutable base pointer (never
 //! through a reference wasmtime handed out).
 
+pub mod staging;
+
 use std::collections::HashMap;
 use std::mem::ManuallyDrop;
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -19,6 +19,7 @@ use crate::dispatch::Dispatcher;
 use crate::shared::{Phase, Shared};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use tasklet_runtime::guest_memory::staging::StagingPool;
 use tasklet_tls::{explain, peer_tenant};
 use tasklet_wire::ErrorCode;
 use tokio::sync::{mpsc, Semaphore};
@@ -30,6 +31,26 @@ const JOB_QUEUE: usize = 1024;
 /// Bytes of request payload (modules, arguments, write data) queued for a connection's GPU
 /// thread before its streams wait.
 pub(crate) const QUEUE_BYTES: usize = 64 << 20;
+
+/// Bytes of one buffer of a connection's staging memory: a MEM_WRITE's data is gathered, and a
+/// MEM_READ's read from the device, a piece of this size at a time.
+pub(crate) const STAGING_PIECE: usize = 4 << 20;
+
+/// Buffers of staging memory a connection has at most (made as bulk transfers need them, kept
+/// until it ends): enough that the device copies of a transfer overlap its network side.
+/// `TASKLET_NODE_STAGING_BUFFERS` sets it (0: none, every piece goes through a plain buffer and
+/// the worker's channel), read once.
+const STAGING_BUFFERS: usize = 6;
+
+fn staging_buffers() -> usize {
+    static BUFFERS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *BUFFERS.get_or_init(|| {
+        std::env::var("TASKLET_NODE_STAGING_BUFFERS")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(STAGING_BUFFERS)
+    })
+}
 
 /// A connection's QUIC close code: the wire status that says why (PROTOCOL_ERROR, DRAINING, …).
 pub(crate) fn close_code(code: ErrorCode) -> quinn::VarInt {
@@ -94,11 +115,14 @@ pub(crate) async fn serve(shared: Arc<Shared>, incoming: quinn::Incoming) {
         .map_err(|refused| refused.to_string());
     let metrics = shared.metrics.tenant(tenant.as_str());
     let caller = Arc::new(Caller::new(tenant.clone(), number, grant, deploy, metrics));
+    // The connection's own: its buffers are attached only to its leases' workers.
+    let staging = StagingPool::new(STAGING_PIECE, staging_buffers());
     let dispatcher = Dispatcher::new(
         Arc::clone(&shared),
         Arc::clone(&caller),
         Arc::clone(&closed),
         Arc::clone(&hello),
+        Arc::clone(&staging),
     );
     let gpu_thread = std::thread::Builder::new()
         .name(format!("tasklet-conn-{number}"))
@@ -133,6 +157,7 @@ pub(crate) async fn serve(shared: Arc<Shared>, incoming: quinn::Incoming) {
                         recv,
                         jobs: jobs.clone(),
                         budget: Arc::clone(&budget),
+                        staging: Arc::clone(&staging),
                     }));
                 }
                 Err(err) => break err.to_string(),

@@ -7,15 +7,17 @@
 //! the stall timeout.
 
 use super::deploy::{self, DeployRequest, Intake, Lane};
-use super::{close_code, QUEUE_BYTES};
+use super::{close_code, QUEUE_BYTES, STAGING_PIECE};
 use crate::caller::Caller;
-use crate::job::{Batch, Job, Outgoing, ReplyTo, Work, WritePiece};
+use crate::job::{Batch, Job, Outgoing, PieceBytes, ReplyTo, Work, WritePiece};
 use crate::metrics::PerOp;
 use crate::shared::Shared;
 use bytes::Bytes;
 use prometheus::IntCounter;
 use std::sync::Arc;
 use std::time::Duration;
+use tasklet_runtime::gpu::DIRECT_MIN_BYTES;
+use tasklet_runtime::guest_memory::staging::StagingPool;
 use tasklet_wire::{
     encode_goaway, BufferId, Decoder, DecoderConfig, ErrorCode, ErrorReply, Event, Opcode, Request,
     RequestId, SessionId,
@@ -30,7 +32,7 @@ const READ_CHUNK: usize = 1 << 20;
 
 /// MEM_WRITE data is handed to the GPU thread in pieces of this size (the last one shorter):
 /// large enough that a piece costs the worker one copy, small enough that a transfer streams.
-const WRITE_PIECE: usize = 4 << 20;
+const WRITE_PIECE: usize = STAGING_PIECE;
 
 /// How long a closing stream waits for its GOAWAY to reach the client before closing anyway.
 const GOAWAY_GRACE: Duration = Duration::from_millis(500);
@@ -43,6 +45,7 @@ pub(crate) struct Stream {
     pub recv: quinn::RecvStream,
     pub jobs: mpsc::Sender<Batch>,
     pub budget: Arc<Semaphore>,
+    pub staging: Arc<StagingPool>,
 }
 
 /// A MEM_WRITE whose data is arriving.
@@ -53,7 +56,8 @@ struct Writing {
     /// Where the next piece goes in the buffer.
     offset: u64,
     end: u64,
-    piece: Vec<u8>,
+    /// The piece being filled, made with the first bytes for it.
+    piece: Option<PieceBytes>,
     first: bool,
 }
 
@@ -66,6 +70,7 @@ pub(crate) async fn serve(stream: Stream) {
         mut recv,
         jobs,
         budget,
+        staging,
     } = stream;
     let (reply, replies) = mpsc::channel(REPLY_QUEUE);
     let writer = tokio::spawn(write(connection.clone(), send, replies));
@@ -79,6 +84,7 @@ pub(crate) async fn serve(stream: Stream) {
         jobs,
         batch: Vec::new(),
         budget,
+        staging,
         reply: reply.clone(),
         writing: None,
         intake: None,
@@ -104,6 +110,8 @@ struct Reader {
     /// Jobs decoded from the current read, not yet handed to the GPU thread.
     batch: Batch,
     budget: Arc<Semaphore>,
+    /// The connection's staging memory, which write pieces are gathered in.
+    staging: Arc<StagingPool>,
     reply: ReplyTo,
     writing: Option<Writing>,
     /// A deploy request whose data is arriving.
@@ -210,7 +218,7 @@ impl Reader {
                     buffer: *buffer,
                     offset: *offset,
                     end: offset.saturating_add(*len),
-                    piece: Vec::new(),
+                    piece: None,
                     first: true,
                 });
                 Ok(())
@@ -268,31 +276,34 @@ impl Reader {
             return Ok(());
         }
         let mut rest = bytes;
+        let staging = Arc::clone(&self.staging);
         while !rest.is_empty() {
             // The decoder only yields data a request announced, and only MEM_WRITE's reach here
             // (a deploy request's go to its intake).
             let Some(writing) = self.writing.as_mut() else {
                 return Err(protocol_error("data without a request".into()));
             };
-            if writing.piece.capacity() == 0 {
+            let piece = writing.piece.get_or_insert_with(|| {
                 let left = writing.end.saturating_sub(writing.offset);
                 let size = usize::try_from(left).map_or(WRITE_PIECE, |l| l.min(WRITE_PIECE));
-                writing.piece.reserve_exact(size);
-            }
-            let take = (WRITE_PIECE - writing.piece.len()).min(rest.len());
-            writing.piece.extend_from_slice(&rest[..take]);
+                new_piece(&staging, size)
+            });
+            let take = piece.fill_from(rest, WRITE_PIECE);
             rest = &rest[take..];
             let last = remaining == 0 && rest.is_empty();
-            if writing.piece.len() < WRITE_PIECE && !last {
+            if piece.len() < WRITE_PIECE && !last {
                 continue;
             }
+            let Some(bytes) = writing.piece.take() else {
+                continue;
+            };
             let piece = WritePiece {
                 session: writing.session,
                 buffer: writing.buffer,
                 offset: writing.offset,
                 end: writing.end,
                 first: writing.first,
-                bytes: std::mem::take(&mut writing.piece),
+                bytes,
             };
             let (request_id, len) = (writing.request_id, piece.bytes.len());
             writing.offset += len as u64;
@@ -352,6 +363,19 @@ impl Reader {
         // The GPU thread is gone only when the connection is.
         let _ = self.jobs.send(batch).await;
     }
+}
+
+/// A write piece of `size` bytes to fill: in staging memory, which the worker copies to the
+/// device itself, when the piece is large enough to be worth a direct transfer and a buffer is
+/// free; else a plain buffer (all of the connection's staging memory is in flight, or it could
+/// not be made).
+fn new_piece(staging: &Arc<StagingPool>, size: usize) -> PieceBytes {
+    if size >= DIRECT_MIN_BYTES && size <= staging.buffer_size() {
+        if let Ok(Some(buffer)) = staging.try_take() {
+            return PieceBytes::Staged(buffer);
+        }
+    }
+    PieceBytes::Owned(Vec::with_capacity(size))
 }
 
 /// Bytes a request carries beyond its fixed fields.

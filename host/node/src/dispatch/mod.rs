@@ -12,6 +12,7 @@
 mod book;
 mod convert;
 mod errors;
+mod poll;
 mod reads;
 mod submit;
 
@@ -30,6 +31,7 @@ use std::sync::Arc;
 use std::time::Instant;
 use tasklet_runtime::config::Grant;
 use tasklet_runtime::gpu::{self, GpuService, LaunchConfig, LocalGpu};
+use tasklet_runtime::guest_memory::staging::StagingPool;
 use tasklet_wire::{
     negotiate, ErrorCode, ErrorReply, FailedOp, LoadedModule, Opcode, Reply, Request, RequestId,
 };
@@ -54,6 +56,9 @@ pub(crate) struct Dispatcher {
     closed: Arc<AtomicBool>,
     hello: Arc<Notify>,
     latency: PerOp<Histogram>,
+    /// The connection's staging memory: bulk reads go through it (see `reads`), and write
+    /// pieces come in it.
+    staging: Arc<StagingPool>,
 }
 
 impl Dispatcher {
@@ -62,6 +67,7 @@ impl Dispatcher {
         caller: Arc<Caller>,
         closed: Arc<AtomicBool>,
         hello: Arc<Notify>,
+        staging: Arc<StagingPool>,
     ) -> Dispatcher {
         Dispatcher {
             shared,
@@ -74,13 +80,15 @@ impl Dispatcher {
             closed,
             hello,
             latency: PerOp::new(),
+            staging,
         }
     }
 
     /// Runs jobs until every stream of the connection has let go of the queue; then the
     /// connection's leases end with its `LocalGpu`.
     pub fn run(mut self, mut queue: mpsc::Receiver<Batch>) {
-        while let Some(batch) = queue.blocking_recv() {
+        let mut waiter = poll::Waiter::new();
+        while let Some(batch) = waiter.next(&mut queue) {
             for job in batch {
                 // A closed connection's queued work is dropped, not done.
                 if self.closed.load(Ordering::Acquire) {
@@ -513,7 +521,7 @@ impl Dispatcher {
                 d.gpu().mem_write(session, buffer, piece.end, &[])?;
             }
             d.gpu()
-                .mem_write(session, buffer, piece.offset, &piece.bytes)
+                .mem_write(session, buffer, piece.offset, piece.bytes.as_ref())
         });
     }
 }

@@ -1,15 +1,33 @@
 //! Replies that stream what they read from the device (MEM_READ, GPU_SUBMIT): the device is read
 //! in pieces, each sent as it is read, so a large read needs neither the whole of it in memory
 //! nor its whole time before the first byte leaves.
+//!
+//! A piece large enough for a direct transfer is read into the connection's staging memory (one
+//! copy by the worker, a DMA on cuda) and handed to the stream's writer as it is, without a
+//! copy: the buffer goes back to the pool once QUIC is done with the bytes (sent and
+//! acknowledged). With several buffers, the device read of a piece overlaps the sending of the
+//! ones before it.
 
 use super::Dispatcher;
+use crate::connection::STAGING_PIECE;
 use crate::job::ReplyTo;
 use crate::reply::{abort, send_piece, start_reply, Failure};
-use tasklet_runtime::gpu::{self, GpuService};
+use bytes::Bytes;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+use tasklet_runtime::gpu::{self, GpuService, DIRECT_MIN_BYTES};
+use tasklet_runtime::guest_memory::staging::StagingBuffer;
+use tasklet_runtime::GpuError;
 use tasklet_wire::{DataEncoder, ErrorCode, Reply, RequestId};
 
-/// Bytes read from the device at once.
-pub(super) const READ_PIECE: u64 = 8 << 20;
+/// Bytes read from the device at once: a buffer of staging memory.
+pub(super) const READ_PIECE: u64 = STAGING_PIECE as u64;
+
+/// How long a read waits for a staging buffer that QUIC still holds (the client reads slowly)
+/// before it reads the piece into a plain buffer instead, in slices between which it looks
+/// whether the connection closed.
+const STAGING_WAIT: Duration = Duration::from_secs(1);
+const STAGING_SLICE: Duration = Duration::from_millis(50);
 
 impl Dispatcher {
     /// MEM_READ: the whole span is checked, and the first piece read, before the OK reply is
@@ -23,17 +41,17 @@ impl Dispatcher {
         offset: u64,
         len: u64,
     ) -> Result<(), Failure> {
+        // The same refusal the host gives a read too large for the reader's memory, for the read
+        // as a whole rather than for a piece of it.
+        let limit = self.grant.limits.memory;
+        if len > limit {
+            return Err(Failure::new(
+                ErrorCode::OutOfBounds,
+                format!("a read of {len} bytes cannot fit in the tasklet's {limit}-byte memory limit; read in pieces"),
+            ));
+        }
         let first_len = len.min(READ_PIECE);
         if len > first_len {
-            // The same refusal the host gives a read too large for the reader's memory, for the
-            // read as a whole rather than for a piece of it.
-            let limit = self.grant.limits.memory;
-            if len > limit {
-                return Err(Failure::new(
-                    ErrorCode::OutOfBounds,
-                    format!("a read of {len} bytes cannot fit in the tasklet's {limit}-byte memory limit; read in pieces"),
-                ));
-            }
             let end = offset.checked_add(len).ok_or_else(|| {
                 Failure::new(
                     ErrorCode::OutOfBounds,
@@ -45,7 +63,7 @@ impl Dispatcher {
             })?;
             self.gpu().mem_read(session, buffer, end, 0)?;
         }
-        let first = self.gpu().mem_read(session, buffer, offset, first_len)?;
+        let first = self.read_piece(session, buffer, offset, first_len)?;
         let Some(mut data) = start_reply(to, request_id, &Reply::MemRead { len }) else {
             return Ok(());
         };
@@ -71,7 +89,7 @@ impl Dispatcher {
         let mut at = sent;
         while at < len {
             let piece = (len - at).min(READ_PIECE);
-            match self.gpu().mem_read(session, buffer, offset + at, piece) {
+            match self.read_piece(session, buffer, offset + at, piece) {
                 Ok(bytes) => send_piece(to, data, bytes),
                 Err(err) => {
                     abort(to, &err.to_string());
@@ -81,5 +99,47 @@ impl Dispatcher {
             at += piece;
         }
         len
+    }
+
+    /// Reads `len` bytes (at most [`READ_PIECE`]) at `offset` of `buffer`: into staging memory
+    /// when the piece is large enough and a buffer comes free in time, else into a plain buffer.
+    pub(super) fn read_piece(
+        &mut self,
+        session: gpu::SessionId,
+        buffer: gpu::BufferId,
+        offset: u64,
+        len: u64,
+    ) -> Result<Bytes, GpuError> {
+        let size = usize::try_from(len).unwrap_or(usize::MAX);
+        if size >= DIRECT_MIN_BYTES && size <= self.staging.buffer_size() {
+            if let Some(mut staged) = self.staging_buffer() {
+                let into = staged.guest_bytes(size);
+                self.gpu().mem_read_into(session, buffer, offset, into)?;
+                return Ok(Bytes::from_owner(staged));
+            }
+        }
+        self.gpu()
+            .mem_read(session, buffer, offset, len)
+            .map(Bytes::from)
+    }
+
+    /// A free staging buffer, waiting for one QUIC is done with up to [`STAGING_WAIT`] (less if
+    /// the connection closes meanwhile).
+    fn staging_buffer(&self) -> Option<StagingBuffer> {
+        if self.staging.limit() == 0 {
+            return None;
+        }
+        let until = Instant::now() + STAGING_WAIT;
+        loop {
+            match self.staging.take(STAGING_SLICE) {
+                Ok(Some(buffer)) => return Some(buffer),
+                // Staging memory cannot be made (out of memory, or of descriptors): read plain.
+                Err(_) => return None,
+                Ok(None) => {}
+            }
+            if self.closed.load(Ordering::Acquire) || Instant::now() >= until {
+                return None;
+            }
+        }
     }
 }

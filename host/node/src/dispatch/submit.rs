@@ -142,8 +142,7 @@ impl Dispatcher {
         }
         let first_len = len.min(READ_PIECE);
         let first = self
-            .gpu()
-            .mem_read(session, buffer, offset, first_len)
+            .read_piece(session, buffer, offset, first_len)
             .map_err(|err| failed(Step::Read, err))?;
         let Some(mut data) = start_reply(to, request_id, &Reply::GpuSubmit { output_len: len })
         else {

@@ -67,6 +67,8 @@ pub struct Worker {
     /// Guest memories the worker has mapped (by memory id): weak, so that a memory the host
     /// dropped is noticed and detached from the worker at the next attach.
     attached: HashMap<u64, Weak<Shared>>,
+    /// The linger last written to the channel (see [`super::linger`]).
+    linger: u32,
 }
 
 /// A process that was spawned and has not said it is ready yet.
@@ -130,6 +132,7 @@ impl Worker {
             lease: None,
             ctl,
             attached: HashMap::new(),
+            linger: 0,
         }))
     }
 
@@ -205,6 +208,20 @@ impl Worker {
     }
 
     /// Fails the way the next op would if the worker cannot take one.
+    /// Tells the worker how long it may linger for its next request now (see
+    /// [`super::linger`]): a leased worker, when the count of leased workers moved across the
+    /// bound; one not leased (a pool's own calls) never lingers.
+    fn update_linger(&mut self) {
+        let linger = match self.lease {
+            Some(_) => super::linger::linger_micros(),
+            None => 0,
+        };
+        if linger != self.linger {
+            self.linger = linger;
+            self.chan.set_linger(linger);
+        }
+    }
+
     fn usable(&self) -> Result<(), WorkerError> {
         if let Some(why) = &self.lost {
             return Err(WorkerError::Lost(why.clone()));

@@ -4,6 +4,7 @@
 //! - [`client`]: [`Worker`], the RPC client of one worker process, with its deadlines;
 //! - [`pool`]: [`Pool`], warm workers handed out one per lease, reset and reused or replaced;
 //! - `slot`: how a leased worker gives its pool slot back, without the client knowing pools;
+//! - [`linger`]: how long a leased worker may spin for its next request;
 //! - [`probe`](mod@probe): whether a backend works here, asked of a short-lived worker;
 //! - [`guest_memory`]: tasklets' linear memories, which workers map to copy without the host;
 //! - [`error`]: what these fail with ([`WorkerError`]).
@@ -11,6 +12,7 @@
 pub mod client;
 pub mod error;
 pub mod guest_memory;
+pub mod linger;
 pub mod pool;
 pub mod probe;
 pub(crate) mod process;

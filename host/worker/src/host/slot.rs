@@ -18,6 +18,8 @@ pub(crate) trait SlotOwner: Send + Sync {
 pub(crate) struct LeaseToken {
     owner: Weak<dyn SlotOwner>,
     proc: Weak<Proc>,
+    /// Counts the worker as leased (see [`super::linger`]) until the token goes.
+    _leased: super::linger::Leased,
 }
 
 impl LeaseToken {
@@ -25,6 +27,7 @@ impl LeaseToken {
         LeaseToken {
             owner,
             proc: Arc::downgrade(proc),
+            _leased: super::linger::Leased::new(),
         }
     }
 

@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 
 use super::layout::{
     SharedRegion, TransportError, LOC_DATA, LOC_INLINE, LOC_MSG, MSG_AREA, OFF_CLOSED,
-    OFF_GPU_TIME, OFF_HEAD, OFF_HOST_SLEEPING, OFF_HOST_WANTS_SPACE, OFF_RESP_INLINE, OFF_RESP_LEN,
-    OFF_RESP_LOC, OFF_RESP_SEQ, OFF_SIGNAL, OFF_STATE, OFF_TAIL, OFF_WORKER_SLEEPING, RESP_INLINE,
-    RESP_OFF, RING, RING_OFF, STATE_FAILED, STATE_READY, STATE_STARTING,
+    OFF_GPU_TIME, OFF_HEAD, OFF_HOST_SLEEPING, OFF_HOST_WANTS_SPACE, OFF_LINGER, OFF_RESP_INLINE,
+    OFF_RESP_LEN, OFF_RESP_LOC, OFF_RESP_SEQ, OFF_SIGNAL, OFF_STATE, OFF_TAIL, OFF_WORKER_SLEEPING,
+    RESP_INLINE, RESP_OFF, RING, RING_OFF, STATE_FAILED, STATE_READY, STATE_STARTING,
 };
 use super::ring::{
     record_size, stamp, KIND_CALL, KIND_CALL_IN_DATA, KIND_POSTED, KIND_WRAP, REC_HEADER,
@@ -161,6 +161,12 @@ impl HostEnd {
 
     pub fn region(&self) -> &SharedRegion {
         &self.region
+    }
+
+    /// Lets the worker keep spinning for the next request up to `micros` after activity, instead
+    /// of its own short budget (0: its own budget only). The worker reads it before each wait.
+    pub fn set_linger(&self, micros: u32) {
+        self.region.u32_at(OFF_LINGER).store(micros, Relaxed);
     }
 
     pub fn data_size(&self) -> usize {

@@ -4,7 +4,7 @@
 //! 0        header page: magic/sizes, then atomics on their own cache lines
 //!          (ring head, worker-sleeping flag, ring tail, host-waiting-for-space flag,
 //!           response seq + frame location + GPU time, host-sleeping flag, start state,
-//!           closed flag, completion word)
+//!           closed flag, completion word, linger word)
 //! 4 KiB    request ring          (RING bytes)
 //!          response message area (MSG_AREA bytes)
 //!          data region           (data_size bytes: write payloads, read results, oversized frames)
@@ -34,8 +34,8 @@ pub(super) const MAGIC: u64 = u64::from_le_bytes(*b"TASKLETW");
 /// write-from, read-into). 4: the request ring. 5: stamps, inline responses. 6: the completion
 /// word. 8: launches name their kernel by index, and carry no step limit (the emulator makes its
 /// own from the deadline). 9: info carries the device's launch limits. 10: the GPU-time word
-/// beside the response seq.
-pub const VERSION: u32 = 10;
+/// beside the response seq. 11: the linger word.
+pub const VERSION: u32 = 11;
 pub(super) const HEADER: usize = 4096;
 
 pub(super) const OFF_MAGIC: usize = 0;
@@ -63,6 +63,10 @@ pub(super) const OFF_STATE: usize = 448;
 pub(super) const OFF_CLOSED: usize = 512;
 /// The completion word (see [`super`]): its own cache line, since the device writes it.
 pub(super) const OFF_SIGNAL: usize = 576;
+/// How long, in microseconds, the worker may keep spinning for the next request after activity
+/// (see [`super::worker_end`]): set by the host, which knows how many workers share the machine;
+/// read by the worker before each wait. Its own cache line: written rarely, read often.
+pub(super) const OFF_LINGER: usize = 640;
 
 pub(super) const RING_OFF: usize = HEADER;
 pub(super) const RESP_OFF: usize = HEADER + RING;
@@ -84,6 +88,8 @@ const _: () = assert!(
 );
 const _: () =
     assert!(OFF_SIGNAL.is_multiple_of(64) && OFF_SIGNAL > OFF_CLOSED && OFF_SIGNAL + 64 <= HEADER);
+const _: () =
+    assert!(OFF_LINGER.is_multiple_of(64) && OFF_LINGER > OFF_SIGNAL && OFF_LINGER + 64 <= HEADER);
 
 #[derive(Debug, thiserror::Error)]
 pub enum TransportError {

@@ -97,6 +97,14 @@ impl Spin {
         }
     }
 
+    /// Sets the ceiling the budget grows to (at least the floor); a budget above it is cut.
+    pub(super) fn set_max(&mut self, max: Duration) {
+        if max != self.max {
+            self.max = max.max(self.min);
+            self.budget = self.budget.min(self.max);
+        }
+    }
+
     pub(super) fn hit(&mut self) {
         self.budget = (self.budget * 2).min(self.max).max(self.min);
     }
@@ -134,5 +142,27 @@ mod tests {
         s.miss();
         s.late(Duration::from_millis(3));
         assert_eq!(s.budget, max / 2);
+    }
+
+    #[test]
+    fn a_raised_ceiling_is_spun_after_a_late_answer_and_a_lowered_one_cuts_the_budget() {
+        let (min, max) = (Duration::from_micros(2), Duration::from_micros(50));
+        let mut s = Spin::new(min, max);
+        // A remote client's request, 180 us after the last: past the worker's own ceiling.
+        s.miss();
+        s.late(Duration::from_micros(180));
+        assert_eq!(s.budget, max / 2, "no linger: the budget keeps shrinking");
+        s.set_max(Duration::from_micros(300));
+        s.miss();
+        s.late(Duration::from_micros(180));
+        assert_eq!(
+            s.budget,
+            Duration::from_micros(300),
+            "lingering: spin the whole linger"
+        );
+        s.set_max(max);
+        assert_eq!(s.budget, max, "the host took the linger back");
+        s.set_max(Duration::ZERO);
+        assert_eq!(s.max, min, "never below the floor");
     }
 }

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use super::layout::{
     SharedRegion, TransportError, LOC_DATA, LOC_INLINE, LOC_MSG, MSG_AREA, OFF_CLOSED,
-    OFF_GPU_TIME, OFF_HEAD, OFF_HOST_SLEEPING, OFF_HOST_WANTS_SPACE, OFF_RESP_INLINE, OFF_RESP_LEN,
-    OFF_RESP_LOC, OFF_RESP_SEQ, OFF_SIGNAL, OFF_STATE, OFF_TAIL, OFF_WORKER_SLEEPING, RESP_INLINE,
-    RESP_OFF, RING, RING_OFF, STATE_FAILED, STATE_READY,
+    OFF_GPU_TIME, OFF_HEAD, OFF_HOST_SLEEPING, OFF_HOST_WANTS_SPACE, OFF_LINGER, OFF_RESP_INLINE,
+    OFF_RESP_LEN, OFF_RESP_LOC, OFF_RESP_SEQ, OFF_SIGNAL, OFF_STATE, OFF_TAIL, OFF_WORKER_SLEEPING,
+    RESP_INLINE, RESP_OFF, RING, RING_OFF, STATE_FAILED, STATE_READY,
 };
 use super::ring::{
     record_size, stamp, ALIGN, KIND_CALL, KIND_CALL_IN_DATA, KIND_POSTED, KIND_WRAP, REC_HEADER,
@@ -35,6 +35,14 @@ pub enum Incoming {
 /// [`WorkerEnd::wait_request`]): small beside the ring, so with the worker caught up every record
 /// still fits (the largest, wrap included, needs under half the ring).
 const PUBLISH_EVERY: usize = RING / 8;
+
+/// The worker's own ceiling on its spin for the next request: a host that is merely a little
+/// slower than the worker (a burst of launches, a local loop) is caught without a sleep.
+const SPIN_MIN: Duration = Duration::from_micros(2);
+const SPIN_MAX: Duration = Duration::from_micros(50);
+
+/// The most the host's linger word may raise that ceiling to, whatever it says.
+const LINGER_MAX: Duration = Duration::from_millis(2);
 
 /// The worker's end of the channel.
 pub struct WorkerEnd {
@@ -64,7 +72,7 @@ impl WorkerEnd {
             call: None,
             waited: false,
             gpu_time: 0,
-            spin: Spin::new(Duration::from_micros(2), Duration::from_micros(50)),
+            spin: Spin::new(SPIN_MIN, SPIN_MAX),
         }
     }
 
@@ -257,6 +265,11 @@ impl WorkerEnd {
         let head = r.u32_at(OFF_HEAD);
         let closed = r.u32_at(OFF_CLOSED);
         let began = Instant::now();
+        // The host may let us spin longer (a remote client's requests come a network round trip
+        // apart, and a sleeping worker pays a wake-up on each); the adaptive budget still shrinks
+        // back when requests stop coming within it, so an idle worker does not burn its core.
+        let linger = Duration::from_micros(u64::from(r.u32_at(OFF_LINGER).load(Relaxed)));
+        self.spin.set_max(linger.min(LINGER_MAX).max(SPIN_MAX));
         if self
             .spin
             .run(|| slot.load(Acquire) == want || closed.load(Relaxed) != 0)

@@ -17,6 +17,7 @@ impl Worker {
     /// Posts the encoded frame: at once where the ring has room, without reading the clock; only a
     /// full ring, which must be waited on, needs a deadline.
     pub(super) fn post_frame(&mut self) -> Result<(), WorkerError> {
+        self.update_linger();
         let (posted, timeout) = match self.chan.try_post(&self.frame) {
             Ok(true) => return Ok(()),
             Ok(false) => {
@@ -109,6 +110,7 @@ impl Worker {
         signalled: bool,
     ) -> Result<(Response, Answer), WorkerError> {
         self.usable()?;
+        self.update_linger();
         let now = Instant::now();
         let timeout = timeout.saturating_add(self.queued_for(now));
         let deadline = self.limited(later(now, timeout));

@@ -244,7 +244,7 @@ fn main() -> ExitCode {
         }
     };
     let repo = tasklet_tests::repo();
-    let Some(nats_binary) = server::find(&repo) else {
+    let Some(nats_binary) = tasklet_cluster::find_nats_server(&repo) else {
         println!("skipped: nats-server not found (run scripts/install-nats.sh)");
         return ExitCode::SUCCESS;
     };

@@ -5,8 +5,9 @@
 use std::io::{Read as _, Write as _};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
+use tasklet_cluster::{start_nats_server, LocalServer};
 
 /// How long the server may take to answer its first health check.
 const START_WAIT: Duration = Duration::from_secs(30);
@@ -16,36 +17,6 @@ const HTTP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The largest monitoring answer read (/varz is a few KiB).
 const HTTP_MAX: u64 = 1 << 20;
-
-/// `$TASKLET_NATS_SERVER`, what scripts/install-nats.sh installed (under `$TASKLET_NATS_DIR`
-/// or target/nats), or nats-server on PATH: where the cluster tests look, in that order.
-pub fn find(repo: &Path) -> Option<PathBuf> {
-    let runs = |p: &Path| {
-        Command::new(p)
-            .arg("--version")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if let Some(path) = std::env::var_os("TASKLET_NATS_SERVER") {
-        return Some(PathBuf::from(path)).filter(|p| runs(p));
-    }
-    let dir = std::env::var_os("TASKLET_NATS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo.join("target/nats"));
-    let mut installed: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|entry| entry.path().join("bin/nats-server"))
-        .filter(|p| runs(p))
-        .collect();
-    installed.sort();
-    installed
-        .pop()
-        .or_else(|| Some(PathBuf::from("nats-server")).filter(|p| runs(p)))
-}
 
 /// The server's counters at one moment (/varz).
 #[derive(Debug, Clone, Copy, Default)]
@@ -82,14 +53,10 @@ impl NatsServer {
             .map_err(|e| format!("cannot make a temporary folder: {e}"))?;
         let port = free_port()?;
         let monitor_port = free_port()?;
-        let child = Command::new(binary)
-            .args(["-a", "127.0.0.1", "-p", &port.to_string()])
-            .args(["-m", &monitor_port.to_string(), "-js", "-sd"])
-            .arg(dir.path().join("js"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
+        let mut local = LocalServer::new(port, dir.path().join("js"));
+        local.args = vec!["-m".into(), monitor_port.to_string()];
+        local.start_timeout = START_WAIT;
+        let child = start_nats_server(binary, &local)?;
         let mut server = NatsServer {
             child,
             url: format!("nats://127.0.0.1:{port}"),

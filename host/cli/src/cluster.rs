@@ -1,8 +1,15 @@
 //! Options every command that talks to the cluster's NATS shares, and what they make.
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use std::path::PathBuf;
-use tasklet_cluster::{Cluster, LiveNode, NatsConfig, Registry};
+use std::time::Duration;
+use tasklet_cluster::{
+    Cluster, Heartbeat, LiveNode, NatsConfig, Registry, ViewCache, DEFAULT_VIEW_MAX_AGE,
+};
+
+/// The environment variable that turns the registry view cache off (`off`) or sets how long a
+/// view is used (`500ms`, `2s`; at most the registry's 10 s staleness bound).
+pub const CACHE_ENV: &str = "TASKLET_REGISTRY_CACHE";
 
 /// Where the cluster's NATS is and how to reach it.
 #[derive(clap::Args, Debug, Clone)]
@@ -39,7 +46,17 @@ impl NatsArgs {
     }
 }
 
-/// The live nodes; none when no node ever registered with this NATS.
+/// Whether a placing command may use the registry view cached between commands.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct RegistryCacheArgs {
+    /// With --nats: read the registry now, neither using nor keeping the view cached between
+    /// commands (the same as TASKLET_REGISTRY_CACHE=off).
+    #[arg(long, requires = "nats")]
+    pub no_registry_cache: bool,
+}
+
+/// The live nodes; none when no node ever registered with this NATS. One connection and one
+/// listing (no look-up of the bucket first).
 pub fn live_nodes(config: &NatsConfig) -> Result<Vec<LiveNode>> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -47,12 +64,105 @@ pub fn live_nodes(config: &NatsConfig) -> Result<Vec<LiveNode>> {
         .context("cannot start the client's runtime")?;
     runtime.block_on(async {
         let cluster = Cluster::connect(config).await?;
-        match Registry::open(&cluster).await {
-            Ok(registry) => Ok(registry.list().await?),
+        match Registry::list_once(&cluster).await {
+            Ok(nodes) => Ok(nodes),
             Err(tasklet_cluster::Error::BucketMissing { .. }) => Ok(Vec::new()),
             Err(e) => Err(e.into()),
         }
     })
+}
+
+/// Where a placing command reads the registry: the view a recent command kept, while it is
+/// young (see `tasklet_cluster::ViewCache`), else NATS, keeping what it read for the next.
+#[derive(Debug, Clone)]
+pub struct RegistrySource {
+    nats: NatsConfig,
+    cache: Option<ViewCache>,
+}
+
+impl RegistrySource {
+    /// `nats`, with the cache unless `--no-registry-cache`, `TASKLET_REGISTRY_CACHE=off`, or
+    /// no cache directory (`$XDG_CACHE_HOME`, else `$HOME/.cache`).
+    pub fn new(nats: NatsConfig, cache: &RegistryCacheArgs) -> Result<RegistrySource> {
+        let max_age = match std::env::var(CACHE_ENV) {
+            Ok(value) => cache_setting(&value)?,
+            Err(_) => Some(DEFAULT_VIEW_MAX_AGE),
+        };
+        let cache = match (cache.no_registry_cache, max_age, cache_dir()) {
+            (false, Some(max_age), Some(dir)) => {
+                Some(ViewCache::new(&dir, &nats).with_max_age(max_age))
+            }
+            _ => None,
+        };
+        Ok(RegistrySource { nats, cache })
+    }
+
+    pub fn nats(&self) -> &NatsConfig {
+        &self.nats
+    }
+
+    /// The cached view, if there is a young one.
+    pub fn cached(&self) -> Option<Vec<LiveNode>> {
+        self.cache.as_ref()?.load().map(|view| view.nodes)
+    }
+
+    /// The registry read now; kept for the next commands (a view that cannot be kept is only
+    /// logged: the command goes on).
+    pub fn live(&self) -> Result<Vec<LiveNode>> {
+        let nodes = live_nodes(&self.nats)?;
+        if let Some(cache) = &self.cache {
+            if nodes.is_empty() {
+                cache.invalidate();
+            } else if let Err(e) = cache.store(&nodes) {
+                tracing::debug!(path = %cache.path().display(), "registry view not cached: {e}");
+            }
+        }
+        Ok(nodes)
+    }
+
+    /// Drops the cached view: a node it named did not take the work, so the next command
+    /// reads the registry.
+    pub fn invalidate(&self) {
+        if let Some(cache) = &self.cache {
+            cache.invalidate();
+        }
+    }
+}
+
+/// `TASKLET_REGISTRY_CACHE`: `off` (or `0`), or how long a view is used (`500ms`, `2s`).
+fn cache_setting(value: &str) -> Result<Option<Duration>> {
+    let value = value.trim();
+    if value.eq_ignore_ascii_case("off") || value == "0" {
+        return Ok(None);
+    }
+    let parsed = if let Some(ms) = value.strip_suffix("ms") {
+        ms.parse::<u64>().ok().map(Duration::from_millis)
+    } else if let Some(s) = value.strip_suffix('s') {
+        s.parse::<u64>().ok().map(Duration::from_secs)
+    } else {
+        None
+    };
+    let stale_after = Heartbeat::default().stale_after;
+    match parsed {
+        Some(max_age) if max_age <= stale_after => Ok(Some(max_age)),
+        _ => bail!(
+            "{CACHE_ENV}={value:?}: give `off`, or how long a cached registry view is used, \
+             such as 2s or 500ms (at most {}s)",
+            stale_after.as_secs()
+        ),
+    }
+}
+
+/// This user's cache directory for registry views: `$XDG_CACHE_HOME/tasklet-registry`, else
+/// `$HOME/.cache/tasklet-registry` (beside, not in, the compiled-component cache's folder).
+fn cache_dir() -> Option<PathBuf> {
+    let absolute = |var: &str| {
+        std::env::var_os(var)
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+    };
+    let base = absolute("XDG_CACHE_HOME").or_else(|| absolute("HOME").map(|h| h.join(".cache")))?;
+    Some(base.join("tasklet-registry"))
 }
 
 /// This machine's host name, as `tasklet node` names itself by default.
@@ -67,4 +177,24 @@ pub fn hostname() -> Option<String> {
     String::from_utf8(buf[..len].to_vec())
         .ok()
         .filter(|n| !n.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cache_setting() {
+        assert_eq!(cache_setting("off").unwrap(), None);
+        assert_eq!(cache_setting("OFF").unwrap(), None);
+        assert_eq!(cache_setting("0").unwrap(), None);
+        assert_eq!(
+            cache_setting("500ms").unwrap(),
+            Some(Duration::from_millis(500))
+        );
+        assert_eq!(cache_setting(" 2s ").unwrap(), Some(Duration::from_secs(2)));
+        for bad in ["", "2", "soon", "11s", "-1s", "1.5s"] {
+            assert!(cache_setting(bad).is_err(), "{bad}");
+        }
+    }
 }

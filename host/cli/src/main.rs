@@ -4,6 +4,7 @@ mod backend;
 mod build;
 mod cluster;
 mod cmd;
+mod compile_cache;
 mod json;
 mod placement;
 mod remote;

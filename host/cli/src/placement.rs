@@ -22,12 +22,13 @@
 //!
 //! The registry only says where to try; each node admits or refuses for itself.
 
-use crate::cluster::live_nodes;
+use crate::cluster::RegistrySource;
 use crate::remote::RemoteArgs;
 use anyhow::{anyhow, bail, Result};
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::fmt::Write as _;
-use std::time::Duration;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
 use tasklet_cluster::{choose, LiveNode, NatsConfig, Requirement};
 use tasklet_remote::{ClientError, ConnectOptions, Fallback, NodeClient};
 use tasklet_tls::Tenant;
@@ -94,51 +95,89 @@ fn before_anything_ran(err: &ClientError) -> bool {
 }
 
 /// The nodes after the one a run was placed on, in the placement's order, each tried once:
-/// where its stateless calls go when its node is lost.
+/// where its stateless calls go when its node is lost. When none is left, the registry is read
+/// once more (a long run's list may be old), for nodes that have not failed it.
 pub struct NextNodes {
     rest: VecDeque<(Placed, ConnectOptions)>,
+    /// What reading the registry again takes, until it was read again.
+    refresh: Option<Refresh>,
+    /// The node the run's calls are on now (the last one handed out).
+    current: String,
+    failed: Failed,
+}
+
+/// What reading the registry again takes.
+struct Refresh {
+    registry: RegistrySource,
+    requirement: Requirement,
+    certs: PathBuf,
+    tenant: Tenant,
 }
 
 impl Fallback for NextNodes {
     fn next_node(&mut self, why: &str) -> Option<Result<NodeClient, ClientError>> {
+        self.failed.note(&self.current);
+        if self.rest.is_empty() {
+            let refresh = self.refresh.take()?;
+            eprintln!(
+                "tasklet: {why}; no node of the placement is left, reading the registry again"
+            );
+            match refresh.registry.live() {
+                Ok(nodes) => {
+                    self.rest = candidates(
+                        &refresh.requirement,
+                        &nodes,
+                        &self.failed,
+                        &refresh.certs,
+                        &refresh.tenant,
+                    );
+                }
+                Err(e) => eprintln!("tasklet: cannot read the registry again: {e:#}"),
+            }
+        }
         let (placed, options) = self.rest.pop_front()?;
         eprintln!(
             "tasklet: {why}; its stateless GPU calls go on on node {} ({})",
             placed.name, placed.addr
         );
+        self.current = placed.name;
         Some(NodeClient::connect_with(&options))
     }
 }
 
-/// Runs `attempt` on the nodes meeting `requirement`, best first, at most `tries` of them,
-/// until one gives an answer.
-pub fn place<T>(
-    remote: &RemoteArgs,
-    nats: &NatsConfig,
-    requirement: &Requirement,
-    tries: usize,
-    attempt: impl FnMut(NodeClient, &Placed) -> Result<T, Tried>,
-) -> Result<(T, Placed)> {
-    place_keeping_rest(remote, nats, requirement, tries, attempt)
-        .map(|(answer, placed, _)| (answer, placed))
+/// The nodes that did not take the work in this command, and when.
+#[derive(Default)]
+struct Failed(HashMap<String, SystemTime>);
+
+impl Failed {
+    fn note(&mut self, name: &str) {
+        self.0.insert(name.to_owned(), SystemTime::now());
+    }
+
+    /// Whether `node` is worth a try: it never failed here, or it wrote its record after it
+    /// did (it is alive, and what it says of its room is newer than its refusal).
+    fn worth_trying(&self, node: &LiveNode) -> bool {
+        match self.0.get(node.record.name.as_str()) {
+            None => true,
+            Some(&failed_at) => SystemTime::now()
+                .checked_sub(node.age)
+                .is_some_and(|written| written > failed_at),
+        }
+    }
 }
 
-/// As [`place`], with the candidates after the one that answered (all of them, whatever
-/// `tries`), for the run's stateless calls to move to.
-pub fn place_keeping_rest<T>(
-    remote: &RemoteArgs,
-    nats: &NatsConfig,
+/// The nodes of `nodes` meeting `requirement` and worth a try, in the placement's order, as
+/// connections to make.
+fn candidates(
     requirement: &Requirement,
-    tries: usize,
-    mut attempt: impl FnMut(NodeClient, &Placed) -> Result<T, Tried>,
-) -> Result<(T, Placed, NextNodes)> {
-    let tenant = Tenant::new(&remote.tenant)?;
-    let nodes = live_nodes(nats)?;
-    let candidates = choose(requirement, &nodes);
-    if candidates.is_empty() {
-        bail!("{}", nobody_meets(requirement, nats, &nodes));
-    }
-    let mut candidates: VecDeque<(Placed, ConnectOptions)> = candidates
+    nodes: &[LiveNode],
+    failed: &Failed,
+    certs: &Path,
+    tenant: &Tenant,
+) -> VecDeque<(Placed, ConnectOptions)> {
+    let worth: Vec<&LiveNode> = nodes.iter().filter(|n| failed.worth_trying(n)).collect();
+    let records: Vec<&tasklet_cluster::NodeRecord> = worth.iter().map(|n| &n.record).collect();
+    choose(requirement, &records)
         .iter()
         .map(|candidate| {
             let node = candidate.node;
@@ -146,48 +185,121 @@ pub fn place_keeping_rest<T>(
                 name: node.name.to_string(),
                 addr: node.address.clone(),
             };
-            let mut options = ConnectOptions::new(&node.address, &remote.certs, tenant.clone());
+            let mut options = ConnectOptions::new(&node.address, certs, tenant.clone());
             options.connect_timeout = CONNECT_TIMEOUT;
             options.idle_timeout = IDLE_TIMEOUT;
             options.node_sha256 = Some(node.cert_sha256.clone());
             (placed, options)
         })
-        .collect();
-    let total = candidates.len();
+        .collect()
+}
+
+/// Runs `attempt` on the nodes meeting `requirement`, best first, at most `tries` of them,
+/// until one gives an answer.
+pub fn place<T>(
+    remote: &RemoteArgs,
+    registry: &RegistrySource,
+    requirement: &Requirement,
+    tries: usize,
+    attempt: impl FnMut(NodeClient, &Placed) -> Result<T, Tried>,
+) -> Result<(T, Placed)> {
+    place_keeping_rest(remote, registry, requirement, tries, attempt)
+        .map(|(answer, placed, _)| (answer, placed))
+}
+
+/// As [`place`], with the candidates after the one that answered (all of them, whatever
+/// `tries`), for the run's stateless calls to move to.
+///
+/// The nodes come from the view a recent command cached when there is one that has a node
+/// meeting the requirement, else from the registry read now. A candidate from the cache that
+/// does not take the work drops the cache (the next command reads the registry); when every
+/// candidate failed and tries are left, the registry is read once more and the nodes that have
+/// not failed since their last record (new ones, or ones that wrote theirs after failing) are
+/// tried.
+pub fn place_keeping_rest<T>(
+    remote: &RemoteArgs,
+    registry: &RegistrySource,
+    requirement: &Requirement,
+    tries: usize,
+    mut attempt: impl FnMut(NodeClient, &Placed) -> Result<T, Tried>,
+) -> Result<(T, Placed, NextNodes)> {
+    let tenant = Tenant::new(&remote.tenant)?;
+    let tries = tries.max(1);
+    let mut failed = Failed::default();
+    let cached = registry
+        .cached()
+        .filter(|nodes| !choose(requirement, nodes).is_empty());
+    let from_cache = cached.is_some();
+    let nodes = match cached {
+        Some(nodes) => nodes,
+        None => registry.live()?,
+    };
+    let mut queue = candidates(requirement, &nodes, &failed, &remote.certs, &tenant);
+    if queue.is_empty() {
+        bail!("{}", nobody_meets(requirement, registry.nats(), &nodes));
+    }
+    let mut total = queue.len();
+    let (mut attempts, mut read_again) = (0, false);
     let mut refusals = String::new();
-    for _ in 0..tries.max(1) {
-        let Some((placed, options)) = candidates.pop_front() else {
-            break;
+    while attempts < tries {
+        let Some((placed, options)) = queue.pop_front() else {
+            if read_again {
+                break;
+            }
+            // Every candidate failed: the view may be older than the cluster.
+            read_again = true;
+            eprintln!("tasklet: no node of the placement took it; reading the registry again");
+            let nodes = registry.live()?;
+            queue = candidates(requirement, &nodes, &failed, &remote.certs, &tenant);
+            total += queue.len();
+            continue;
         };
+        attempts += 1;
         let tried = match NodeClient::connect_with(&options) {
             Ok(client) => attempt(client, &placed),
             // A certificate folder that cannot be used fails the same way everywhere.
             Err(err @ ClientError::Certs(_)) => return Err(err.into()),
             Err(err) => Err(err.into()),
         };
-        match tried {
-            Ok(answer) => return Ok((answer, placed, NextNodes { rest: candidates })),
+        let err = match tried {
+            Ok(answer) => {
+                let rest = NextNodes {
+                    rest: queue,
+                    refresh: (!read_again).then(|| Refresh {
+                        registry: registry.clone(),
+                        requirement: requirement.clone(),
+                        certs: remote.certs.clone(),
+                        tenant: tenant.clone(),
+                    }),
+                    current: placed.name.clone(),
+                    failed,
+                };
+                return Ok((answer, placed, rest));
+            }
             Err(Tried::Final(err)) => return Err(err),
             Err(Tried::Refused(err)) => {
                 eprintln!(
                     "tasklet: node {} ({}) did not take it: {err}",
                     placed.name, placed.addr
                 );
-                let _ = write!(refusals, "; {}: {err}", placed.name);
+                err
             }
             Err(Tried::Lost(err)) => {
                 eprintln!(
                     "tasklet: node {} ({}) was lost before it answered ({err}); running it on the next node",
                     placed.name, placed.addr
                 );
-                let _ = write!(refusals, "; {}: {err}", placed.name);
+                err
             }
+        };
+        failed.note(&placed.name);
+        if from_cache {
+            registry.invalidate();
         }
+        let _ = write!(refusals, "; {}: {err}", placed.name);
     }
     Err(anyhow!(
-        "no node took it ({} of {} meeting {requirement} tried){refusals}",
-        tries.max(1).min(total),
-        total
+        "no node took it ({attempts} of {total} meeting {requirement} tried){refusals}"
     ))
 }
 

@@ -2,7 +2,7 @@
 //! manifest, the manifest's text, its component built if need be, and the run's input.
 
 use crate::build;
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use std::io::{IsTerminal, Read};
 use std::path::{Path, PathBuf};
 use tasklet_runtime::config::MANIFEST_FILE;
@@ -16,17 +16,35 @@ pub struct Source {
 }
 
 impl Source {
-    /// Reads the tasklet at `path`, building its component with cargo first when `path` is a
-    /// folder whose component is missing or older than its sources.
+    /// Reads the tasklet at `path`. A folder with a Cargo project has its component built with
+    /// cargo first when it is missing or older than its sources; a folder without one (a
+    /// component built by another language's tools) runs its component as it is, and a missing
+    /// one is an error saying how to build it.
     pub fn load(path: &Path) -> Result<Source> {
         let source = Source::read(path)?;
         if path.is_dir() {
-            if let Some(why) = build::staleness(path, &source.manifest.component) {
-                eprintln!(
-                    "tasklet: building {} with cargo ({why})",
-                    source.manifest.name
+            let component = &source.manifest.component;
+            if build::is_cargo_project(path) {
+                if let Some(why) = build::staleness(path, component) {
+                    eprintln!(
+                        "tasklet: building {} with cargo ({why})",
+                        source.manifest.name
+                    );
+                    build::build(path)?;
+                }
+            } else if !component.exists() {
+                bail!(
+                    "the component {} of {} is missing; {}",
+                    component.display(),
+                    path.display(),
+                    build::how_to_build(path)
                 );
-                build::build(path)?;
+            } else if build::sources_newer(path, component) {
+                eprintln!(
+                    "tasklet: note: files in {} are newer than its component; {}",
+                    path.display(),
+                    build::how_to_build(path)
+                );
             }
         }
         Ok(source)

@@ -102,12 +102,14 @@ mod config;
 mod deployments;
 mod error;
 mod heartbeat;
+mod local_server;
 mod nodes_bucket;
 mod placement;
 mod record;
 mod registrar;
 mod registry;
 mod source;
+mod view_cache;
 
 pub use blobs::{object_name, Blobs, Published, BLOBS_BUCKET, DEFAULT_MAX_BLOB_BYTES};
 pub use cluster::Cluster;
@@ -115,6 +117,7 @@ pub use config::{NatsConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT};
 pub use deployments::{ClusterDeployments, FetchedParts, PublishedDeployment, OWNERS_BUCKET};
 pub use error::{Error, Result};
 pub use heartbeat::Heartbeat;
+pub use local_server::{find_nats_server, start_nats_server, LocalServer};
 pub use nodes_bucket::NODES_BUCKET;
 pub use placement::{choose, Candidate, Requirement, RequirementError};
 pub use record::{
@@ -126,3 +129,4 @@ pub use registrar::{RecordSource, Registrar, RegistrarStatus};
 pub use registry::{LiveNode, Registry, RegistryEvent};
 pub use source::ClusterSource;
 pub use tasklet_store::Digest;
+pub use view_cache::{CachedView, ViewCache, DEFAULT_VIEW_MAX_AGE};

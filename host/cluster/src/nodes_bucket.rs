@@ -16,7 +16,10 @@ use crate::record::NodeName;
 pub const NODES_BUCKET: &str = "tasklet-nodes";
 
 /// The bucket's stream.
-const STREAM: &str = "KV_tasklet-nodes";
+pub(crate) const NODES_STREAM: &str = "KV_tasklet-nodes";
+
+/// What the subjects of the bucket's records begin with; the node's name follows.
+pub(crate) const NODES_PREFIX: &str = "$KV.tasklet-nodes.";
 
 /// How long the server keeps the delete marker it writes when a record expires: long enough
 /// for watchers that were briefly away to see it, short enough that markers do not pile up.
@@ -38,7 +41,7 @@ impl NodesBucket {
     /// for (twice, with this check).
     pub(crate) async fn open(cluster: &Cluster) -> Result<NodesBucket> {
         match cluster
-            .stream(STREAM, "looking up the nodes bucket")
+            .stream(NODES_STREAM, "looking up the nodes bucket")
             .await?
         {
             Some(stream) => NodesBucket::bound(cluster, stream),
@@ -49,7 +52,7 @@ impl NodesBucket {
     /// The bucket, created first when missing (with per-key expiry, one value per key).
     pub(crate) async fn open_or_create(cluster: &Cluster) -> Result<NodesBucket> {
         if let Some(stream) = cluster
-            .stream(STREAM, "looking up the nodes bucket")
+            .stream(NODES_STREAM, "looking up the nodes bucket")
             .await?
         {
             return NodesBucket::bound(cluster, stream);
@@ -92,8 +95,8 @@ impl NodesBucket {
         Ok(NodesBucket {
             kv: kv::Store {
                 name: NODES_BUCKET.into(),
-                stream_name: STREAM.into(),
-                prefix: format!("$KV.{NODES_BUCKET}."),
+                stream_name: NODES_STREAM.into(),
+                prefix: NODES_PREFIX.into(),
                 put_prefix: None,
                 use_jetstream_prefix: false,
                 stream,
@@ -130,7 +133,7 @@ fn subject(name: &NodeName) -> String {
     format!("$KV.{NODES_BUCKET}.{name}")
 }
 
-fn missing(cluster: &Cluster) -> Error {
+pub(crate) fn missing(cluster: &Cluster) -> Error {
     Error::BucketMissing {
         bucket: NODES_BUCKET.into(),
         url: cluster.url().into(),
@@ -143,6 +146,6 @@ mod tests {
 
     #[test]
     fn the_stream_is_the_buckets() {
-        assert_eq!(STREAM, format!("KV_{NODES_BUCKET}"));
+        assert_eq!(NODES_STREAM, format!("KV_{NODES_BUCKET}"));
     }
 }

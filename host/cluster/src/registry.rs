@@ -5,13 +5,16 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_nats::jetstream::consumer::{push, DeliverPolicy, ReplayPolicy};
 use async_nats::jetstream::kv::{Entry, Operation};
+use async_nats::jetstream::stream::ConsumerErrorKind;
+use async_nats::jetstream::ErrorCode;
 use futures_util::stream::{BoxStream, StreamExt};
 use tokio::time::timeout;
 
 use crate::cluster::Cluster;
+use crate::error::one_line;
 use crate::error::{Error, Result};
 use crate::heartbeat::Heartbeat;
-use crate::nodes_bucket::NodesBucket;
+use crate::nodes_bucket::{self, NodesBucket, NODES_BUCKET, NODES_PREFIX, NODES_STREAM};
 use crate::record::{NodeName, NodeRecord};
 
 /// A node whose record is fresh.
@@ -75,103 +78,15 @@ impl Registry {
     /// consumer is deleted as soon as the listing is done: the server would otherwise keep it
     /// for 30 s, matching every heartbeat against it.
     pub async fn list(&self) -> Result<Vec<LiveNode>> {
-        // Bounded as a whole: a server that stops answering mid-listing is an error, not a
-        // wait.
-        let bound = self.cluster.request_timeout * 2;
-        let entries = timeout(bound, self.last_entries())
-            .await
-            .map_err(|_| self.failed("listing nodes", format!("no answer within {bound:?}")))??;
-        let mut nodes: Vec<LiveNode> = entries
-            .into_values()
-            .filter_map(|entry| self.live(&entry))
-            .collect();
-        nodes.sort_by(|a, b| a.record.name.cmp(&b.record.name));
-        Ok(nodes)
+        list(&self.cluster, self.stale_after).await
     }
 
-    /// The last message of every key now, as entries by key.
-    async fn last_entries(&self) -> Result<HashMap<String, Entry>> {
-        let kv = &self.bucket.kv;
-        let listing = |e: &dyn std::fmt::Display| self.failed("listing nodes", e.to_string());
-        let consumer = kv
-            .stream
-            .create_consumer(push::OrderedConfig {
-                deliver_subject: self.cluster.jetstream.client().new_inbox(),
-                description: Some("tasklet registry listing".into()),
-                filter_subject: format!("{}>", kv.prefix),
-                replay_policy: ReplayPolicy::Instant,
-                deliver_policy: DeliverPolicy::LastPerSubject,
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| listing(&e))?;
-        let name = consumer.cached_info().name.clone();
-        let read = self.read_last_entries(consumer).await;
-        self.delete_consumer(&name).await;
-        read
-    }
-
-    /// What `consumer` delivers until it has nothing pending. The consumer is dropped (its
-    /// subscription ended) on return, so that it is not recreated once deleted.
-    async fn read_last_entries(
-        &self,
-        consumer: async_nats::jetstream::consumer::Consumer<push::OrderedConfig>,
-    ) -> Result<HashMap<String, Entry>> {
-        let kv = &self.bucket.kv;
-        let listing = |e: &dyn std::fmt::Display| self.failed("listing nodes", e.to_string());
-        let mut entries: HashMap<String, Entry> = HashMap::new();
-        if consumer.cached_info().num_pending == 0 {
-            return Ok(entries);
-        }
-        let mut messages = consumer.messages().await.map_err(|e| listing(&e))?;
-        while let Some(message) = messages.next().await {
-            let message = message.map_err(|e| listing(&e))?;
-            let info = message.info().map_err(|e| listing(&*e))?;
-            let pending = info.pending;
-            if let Some(key) = message.subject.strip_prefix(kv.prefix.as_str()) {
-                let entry = Entry {
-                    bucket: kv.name.clone(),
-                    key: key.to_owned(),
-                    value: message.payload.clone(),
-                    revision: info.stream_sequence,
-                    delta: pending,
-                    created: info.published,
-                    operation: operation(&message),
-                    seen_current: pending == 0,
-                };
-                match entries.get(key) {
-                    Some(known) if known.revision > entry.revision => {}
-                    _ => {
-                        entries.insert(entry.key.clone(), entry);
-                    }
-                }
-            }
-            if pending == 0 {
-                break;
-            }
-        }
-        Ok(entries)
-    }
-
-    /// Asks the server to delete the listing's consumer, without waiting for its answer: the
-    /// request is written out before this returns (a command that exits next still sends it),
-    /// and a delete that fails leaves the consumer to the server's own 30 s cleanup.
-    async fn delete_consumer(&self, name: &str) {
-        let client = self.cluster.jetstream.client();
-        let subject = format!(
-            "$JS.API.CONSUMER.DELETE.{}.{name}",
-            self.bucket.kv.stream_name
-        );
-        let sent = match client.publish(subject, bytes::Bytes::new()).await {
-            Ok(()) => client.flush().await.map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
-        };
-        if let Err(e) = sent {
-            tracing::debug!(
-                consumer = name,
-                "registry listing consumer not deleted: {e}"
-            );
-        }
+    /// [`Registry::list`] without opening the registry first: one request fewer, for a
+    /// command that connects, lists once and leaves. [`Error::BucketMissing`] when no node
+    /// ever registered with this server. Records older than [`Heartbeat::default`]'s
+    /// `stale_after` are not live.
+    pub async fn list_once(cluster: &Cluster) -> Result<Vec<LiveNode>> {
+        list(cluster, Heartbeat::default().stale_after).await
     }
 
     /// One node, if it is live.
@@ -220,28 +135,151 @@ impl Registry {
 
     /// The node in `entry` if it is a fresh, well-formed record.
     fn live(&self, entry: &Entry) -> Option<LiveNode> {
-        if entry.operation != Operation::Put {
-            return None;
-        }
-        let age = age(entry.created.unix_timestamp_nanos());
-        if age > self.stale_after {
-            return None;
-        }
-        match NodeRecord::from_json(&entry.key, &entry.value) {
-            Ok(record) => Some(LiveNode {
-                record,
-                age,
-                revision: entry.revision,
-            }),
-            Err(e) => {
-                tracing::warn!(key = entry.key, "malformed node record ignored: {e}");
-                None
-            }
-        }
+        live(entry, self.stale_after)
     }
 
     fn failed(&self, operation: &'static str, cause: impl ToString) -> Error {
         Error::request(self.cluster.url(), operation, cause)
+    }
+}
+
+/// The live nodes, by name (see [`Registry::list`]).
+async fn list(cluster: &Cluster, stale_after: Duration) -> Result<Vec<LiveNode>> {
+    // Bounded as a whole: a server that stops answering mid-listing is an error, not a wait.
+    let bound = cluster.request_timeout * 2;
+    let entries = timeout(bound, last_entries(cluster)).await.map_err(|_| {
+        Error::request(
+            cluster.url(),
+            "listing nodes",
+            format!("no answer within {bound:?}"),
+        )
+    })??;
+    let mut nodes: Vec<LiveNode> = entries
+        .into_values()
+        .filter_map(|entry| live(&entry, stale_after))
+        .collect();
+    nodes.sort_by(|a, b| a.record.name.cmp(&b.record.name));
+    Ok(nodes)
+}
+
+/// The last message of every key now, as entries by key. The consumer is made on the bucket's
+/// stream by name, without looking the stream up first: a missing stream is told apart by the
+/// server's answer.
+async fn last_entries(cluster: &Cluster) -> Result<HashMap<String, Entry>> {
+    let listing = |e: &dyn std::fmt::Display| Error::request(cluster.url(), "listing nodes", e);
+    let consumer = cluster
+        .jetstream
+        .create_consumer_on_stream(
+            push::OrderedConfig {
+                deliver_subject: cluster.jetstream.client().new_inbox(),
+                description: Some("tasklet registry listing".into()),
+                filter_subject: format!("{NODES_PREFIX}>"),
+                replay_policy: ReplayPolicy::Instant,
+                deliver_policy: DeliverPolicy::LastPerSubject,
+                ..Default::default()
+            },
+            NODES_STREAM,
+        )
+        .await
+        .map_err(|e| match e.kind() {
+            ConsumerErrorKind::JetStream(js) if js.error_code() == ErrorCode::STREAM_NOT_FOUND => {
+                nodes_bucket::missing(cluster)
+            }
+            ConsumerErrorKind::JetStream(js)
+                if js.error_code() == ErrorCode::JETSTREAM_NOT_ENABLED_FOR_ACCOUNT
+                    || js.error_code() == ErrorCode::JETSTREAM_NOT_ENABLED =>
+            {
+                Error::JetStreamDisabled {
+                    url: cluster.url().into(),
+                    cause: one_line(&e.to_string()),
+                }
+            }
+            _ => listing(&e),
+        })?;
+    let name = consumer.cached_info().name.clone();
+    let read = read_last_entries(cluster, consumer).await;
+    delete_consumer(cluster, &name).await;
+    read
+}
+
+/// What `consumer` delivers until it has nothing pending. The consumer is dropped (its
+/// subscription ended) on return, so that it is not recreated once deleted.
+async fn read_last_entries(
+    cluster: &Cluster,
+    consumer: async_nats::jetstream::consumer::Consumer<push::OrderedConfig>,
+) -> Result<HashMap<String, Entry>> {
+    let listing = |e: &dyn std::fmt::Display| Error::request(cluster.url(), "listing nodes", e);
+    let mut entries: HashMap<String, Entry> = HashMap::new();
+    if consumer.cached_info().num_pending == 0 {
+        return Ok(entries);
+    }
+    let mut messages = consumer.messages().await.map_err(|e| listing(&e))?;
+    while let Some(message) = messages.next().await {
+        let message = message.map_err(|e| listing(&e))?;
+        let info = message.info().map_err(|e| listing(&*e))?;
+        let pending = info.pending;
+        if let Some(key) = message.subject.strip_prefix(NODES_PREFIX) {
+            let entry = Entry {
+                bucket: NODES_BUCKET.to_owned(),
+                key: key.to_owned(),
+                value: message.payload.clone(),
+                revision: info.stream_sequence,
+                delta: pending,
+                created: info.published,
+                operation: operation(&message),
+                seen_current: pending == 0,
+            };
+            match entries.get(key) {
+                Some(known) if known.revision > entry.revision => {}
+                _ => {
+                    entries.insert(entry.key.clone(), entry);
+                }
+            }
+        }
+        if pending == 0 {
+            break;
+        }
+    }
+    Ok(entries)
+}
+
+/// Asks the server to delete the listing's consumer, without waiting for its answer: the
+/// request is written out before this returns (a command that exits next still sends it),
+/// and a delete that fails leaves the consumer to the server's own 30 s cleanup.
+async fn delete_consumer(cluster: &Cluster, name: &str) {
+    let client = cluster.jetstream.client();
+    let subject = format!("$JS.API.CONSUMER.DELETE.{NODES_STREAM}.{name}");
+    let sent = match client.publish(subject, bytes::Bytes::new()).await {
+        Ok(()) => client.flush().await.map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    if let Err(e) = sent {
+        tracing::debug!(
+            consumer = name,
+            "registry listing consumer not deleted: {e}"
+        );
+    }
+}
+
+/// The node in `entry` if it is a fresh, well-formed record.
+fn live(entry: &Entry, stale_after: Duration) -> Option<LiveNode> {
+    if entry.operation != Operation::Put {
+        return None;
+    }
+    let age = age(entry.created.unix_timestamp_nanos());
+    if age > stale_after {
+        return None;
+    }
+    match NodeRecord::from_json(&entry.key, &entry.value) {
+        Ok(record) => Some(LiveNode {
+            record,
+            age,
+            revision: entry.revision,
+        }),
+        Err(e) => {
+            tracing::warn!(key = entry.key, "malformed node record ignored: {e}");
+            None
+        }
     }
 }
 

@@ -11,6 +11,7 @@ use crate::blobs::DEFAULT_MAX_BLOB_BYTES;
 use crate::cluster::Cluster;
 use crate::config::NatsConfig;
 use crate::deployments::ClusterDeployments;
+use crate::error::Error;
 
 /// The longest a fetch may take, connecting included: past it the run is refused rather than
 /// left waiting on a NATS that does not answer.
@@ -86,13 +87,30 @@ impl DeploymentSource for ClusterSource {
         });
         match fetched {
             Ok(Ok(found)) => Ok(found),
-            Ok(Err(e)) => Err(SourceError(format!(
-                "cannot fetch deployment {digest} from the cluster: {e}"
-            ))),
-            Err(_) => Err(SourceError(format!(
+            Ok(Err(e)) => {
+                let message = format!("cannot fetch deployment {digest} from the cluster: {e}");
+                Err(if about_the_content(&e) {
+                    SourceError::Failed(message)
+                } else {
+                    SourceError::Unavailable(message)
+                })
+            }
+            Err(_) => Err(SourceError::Unavailable(format!(
                 "cannot fetch deployment {digest} from the cluster: NATS at {} did not answer within {FETCH_LIMIT:?}",
                 self.config.display_url()
             ))),
         }
     }
+}
+
+/// Whether `err` is about what the cluster holds (the same for every node that fetches it),
+/// rather than about reaching NATS from this node (which another node may do).
+fn about_the_content(err: &Error) -> bool {
+    matches!(
+        err,
+        Error::DigestMismatch { .. }
+            | Error::BadDeployment { .. }
+            | Error::BlobTooLarge { .. }
+            | Error::WrongBytes { .. }
+    )
 }

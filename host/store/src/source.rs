@@ -13,10 +13,18 @@ pub struct FetchedDeployment {
     pub component: Vec<u8>,
 }
 
-/// A source could not answer (unreachable, damaged content, …), said in one line.
+/// A source could not answer, said in one line.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct SourceError(pub String);
+pub enum SourceError {
+    /// The source could not be reached or did not answer in time: nothing is known of the
+    /// deployment, and another node (or this one later) may well get it.
+    #[error("{0}")]
+    Unavailable(String),
+    /// The source answered, and what it holds cannot be used (damaged, not a deployment):
+    /// every node would be told the same.
+    #[error("{0}")]
+    Failed(String),
+}
 
 /// Deployments held elsewhere, each with the tenants that pushed it there.
 ///

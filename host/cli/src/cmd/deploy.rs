@@ -1,7 +1,7 @@
 //! `tasklet deploy`: push a tasklet to a node, and run it there (the wasm and its GPU work both
 //! on the node).
 
-use crate::cluster::NatsArgs;
+use crate::cluster::{NatsArgs, RegistryCacheArgs, RegistrySource};
 use crate::cmd::run::write_output;
 use crate::json::json_str;
 use crate::placement::{place, Placed, Tried};
@@ -91,6 +91,8 @@ pub struct RunArgs {
     pub tasklet: String,
     #[command(flatten)]
     pub target: PlacedArgs,
+    #[command(flatten)]
+    pub registry_cache: RegistryCacheArgs,
     /// Read the input from FILE instead of stdin.
     #[arg(long, short, value_name = "FILE")]
     pub input: Option<PathBuf>,
@@ -259,9 +261,10 @@ fn run_deployed(args: RunArgs) -> Result<ExitCode> {
         }
         (None, Some(nats)) => {
             let requirement = requirement.unwrap_or_default();
+            let registry = RegistrySource::new(nats, &args.registry_cache)?;
             let ((run, digest), placed) = place(
                 &target.remote,
-                &nats,
+                &registry,
                 &requirement,
                 target.tries,
                 |mut client, placed| push_and_run(&mut client, &named, &input, placed),

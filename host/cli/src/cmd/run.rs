@@ -2,6 +2,7 @@
 //! with `--node`, on a node.
 
 use crate::backend::HostArgs;
+use crate::compile_cache::{self, CompileCache, CompileCacheArgs, Loaded};
 use crate::placement::{place_keeping_rest, Tried};
 use crate::remote::PlacedArgs;
 use crate::source::{read_input, Source};
@@ -43,10 +44,14 @@ pub struct RunArgs {
     #[arg(long, short, value_name = "FILE")]
     pub input: Option<PathBuf>,
     /// After the run, print one line to stderr: `stats: gpu-time=S launches=N bytes-written=B
-    /// bytes-read=B peak-vram=B wall-time=S` (seconds and bytes; GPU time as the device measured
-    /// it, all the run's leases together). For runs whose GPU is on this machine.
+    /// bytes-read=B peak-vram=B wall-time=S compiled-cache=hit|miss|discarded|off load-time=S`
+    /// (seconds and bytes; GPU time as the device measured it, all the run's leases together;
+    /// load-time: compiling the component, or loading it from the compiled cache). For runs
+    /// whose GPU is on this machine.
     #[arg(long)]
     pub stats: bool,
+    #[command(flatten)]
+    pub compile: CompileCacheArgs,
     #[command(flatten)]
     pub host: HostArgs,
     #[command(flatten)]
@@ -64,6 +69,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         );
     }
     let mut usage = None;
+    let mut loaded = None;
     let started = Instant::now();
     let result = match (&args.remote.remote.node, nats) {
         (Some(_), Some(_)) => bail!("give --node (one node) or --nats (the cluster), not both"),
@@ -89,7 +95,11 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         }
         (None, None) => {
             let host = args.host.start_host(false)?;
-            let tasklet = host.load(manifest)?;
+            let grant = host.policy().grant(&manifest);
+            let cache = CompileCache::open(&args.compile, host.runner())?;
+            let (tasklet, how) =
+                compile_cache::load(host.runner(), cache.as_ref(), manifest, grant)?;
+            loaded = Some(how);
             // The run's GPU service is made here, not by `Host::run`, to keep a handle on what it
             // used: its leases are all ended (and their last GPU time charged) when the run ends.
             let gpu = LocalGpu::new(tasklet.grant, Arc::clone(host.leases()));
@@ -116,15 +126,15 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     };
     if args.stats {
         let (stats, run_time) = usage.unwrap_or((UsageStats::default(), wall_time));
-        eprintln!("{}", stats_line(&stats, run_time));
+        eprintln!("{}", stats_line(&stats, run_time, loaded.as_ref()));
     }
     Ok(code)
 }
 
 /// `--stats`' line: one `key=value` per figure, in seconds and bytes, for people and scripts
-/// alike (`wall-time` is the run's, from instantiation to its end).
-fn stats_line(s: &UsageStats, wall_time: Duration) -> String {
-    format!(
+/// alike (`wall-time` is the run's, from instantiation to its end; `load-time` is before it).
+fn stats_line(s: &UsageStats, wall_time: Duration, loaded: Option<&Loaded>) -> String {
+    let mut line = format!(
         "stats: gpu-time={:.6}s launches={} bytes-written={} bytes-read={} peak-vram={} wall-time={:.6}s",
         s.gpu_time.as_secs_f64(),
         s.launches,
@@ -132,7 +142,15 @@ fn stats_line(s: &UsageStats, wall_time: Duration) -> String {
         s.bytes_read,
         s.peak_vram,
         wall_time.as_secs_f64()
-    )
+    );
+    if let Some(loaded) = loaded {
+        line += &format!(
+            " compiled-cache={} load-time={:.6}s",
+            loaded.kind.as_str(),
+            loaded.took.as_secs_f64()
+        );
+    }
+    line
 }
 
 /// Writes a run's output to stdout.
@@ -167,6 +185,7 @@ fn run_with(
     };
     let runner = Runner::new()?;
     let grant = policy.grant(&manifest);
-    let tasklet = runner.load(manifest, grant)?;
+    let cache = CompileCache::open(&args.compile, &runner)?;
+    let (tasklet, _) = compile_cache::load(&runner, cache.as_ref(), manifest, grant)?;
     Ok(runner.run(&tasklet, input, Box::new(gpu)))
 }

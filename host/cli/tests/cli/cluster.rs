@@ -3,15 +3,17 @@
 //! place the work, fall back past a node that refuses for capacity, and say what the nodes
 //! offer when none fits. Without nats-server the test prints `skipped: nats-server not found`.
 
-use std::net::{Ipv4Addr, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
-use tasklet_cluster::{Cluster, Heartbeat, NatsConfig, NodeName, NodeRecord, Registrar};
+use tasklet_cluster::{
+    start_nats_server, Cluster, Heartbeat, LocalServer, NatsConfig, NodeName, NodeRecord, Registrar,
+};
 
 use crate::support::{free_tcp_port, free_udp_port, repo, tasklet, text};
 
 mod anywhere;
+mod cache;
 mod failover;
 mod harness;
 mod oneshots;
@@ -19,34 +21,9 @@ mod secure;
 
 const WAIT: Duration = Duration::from_secs(60);
 
-/// `$TASKLET_NATS_SERVER`, what scripts/install-nats.sh installed (under `$TASKLET_NATS_DIR`
-/// or target/nats), or nats-server on PATH.
+/// The nats-server to start (see `tasklet_cluster::find_nats_server`).
 fn nats_binary() -> Option<PathBuf> {
-    let runs = |p: &Path| {
-        Command::new(p)
-            .arg("--version")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if let Some(path) = std::env::var_os("TASKLET_NATS_SERVER") {
-        return Some(PathBuf::from(path)).filter(|p| runs(p));
-    }
-    let dir = std::env::var_os("TASKLET_NATS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join("target/nats"));
-    let mut installed: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|entry| entry.path().join("bin/nats-server"))
-        .filter(|p| runs(p))
-        .collect();
-    installed.sort();
-    installed
-        .pop()
-        .or_else(|| Some(PathBuf::from("nats-server")).filter(|p| runs(p)))
+    tasklet_cluster::find_nats_server(&repo())
 }
 
 /// Children killed when the test ends, however it ends.
@@ -88,23 +65,13 @@ fn nodes_register_list_and_take_placed_work() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let port = free_tcp_port();
-    let url = format!("nats://127.0.0.1:{port}");
+    let mut server = LocalServer::new(free_tcp_port(), dir.path().join("js"));
+    server.start_timeout = WAIT;
+    let url = server.url();
     let mut processes = Processes(Vec::new());
-    processes.0.push(
-        Command::new(nats_server)
-            .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
-            .arg(dir.path().join("js"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("nats-server starts"),
-    );
-    let start = Instant::now();
-    while TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_err() {
-        assert!(start.elapsed() < WAIT, "nats-server did not listen");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    processes
+        .0
+        .push(start_nats_server(&nats_server, &server).expect("nats-server starts"));
 
     // Before any node: said so, not an error.
     let out = tasklet(&["nodes", "--nats", &url], b"");
@@ -270,6 +237,8 @@ fn nodes_register_list_and_take_placed_work() {
             "gpu:vram=64MiB",
             "--certs",
             certs,
+            // The records were written just now: not in the view cached a moment ago.
+            "--no-registry-cache",
             "--json",
         ],
         b"5",
@@ -298,6 +267,8 @@ fn nodes_register_list_and_take_placed_work() {
             "gpu:vram=64MiB",
             "--certs",
             certs,
+            // The records were written just now: not in the view cached a moment ago.
+            "--no-registry-cache",
             "--tries",
             "2",
         ],

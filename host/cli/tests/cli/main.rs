@@ -8,6 +8,7 @@
 mod check;
 mod cli;
 mod cluster;
+mod compile_cache;
 mod node;
 mod ptx_check;
 mod support;

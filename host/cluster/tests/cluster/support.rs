@@ -2,14 +2,14 @@
 //! bounded waits.
 
 use std::future::Future;
-use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use tasklet_cluster::{
-    Cluster, ComputeCapability, DeviceRecord, Heartbeat, Load, NatsConfig, NodeName, NodeRecord,
-    BACKEND_EMU, RECORD_FORMAT,
+    start_nats_server, Cluster, ComputeCapability, DeviceRecord, Heartbeat, Load, LocalServer,
+    NatsConfig, NodeName, NodeRecord, BACKEND_EMU, RECORD_FORMAT,
 };
 
 /// Starts a nats-server for the test, or prints why the test is skipped and returns from it.
@@ -48,28 +48,9 @@ pub struct NatsServer {
 }
 
 impl NatsServer {
-    /// `$TASKLET_NATS_SERVER`, else what scripts/install-nats.sh installed (under
-    /// `$TASKLET_NATS_DIR` or the repository's target/nats), else `nats-server` on PATH.
+    /// See [`tasklet_cluster::find_nats_server`].
     pub fn find_binary() -> Option<PathBuf> {
-        if let Some(path) = std::env::var_os("TASKLET_NATS_SERVER") {
-            return Some(PathBuf::from(path)).filter(|p| runs(p));
-        }
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let dir = std::env::var_os("TASKLET_NATS_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| root.join("target/nats"));
-        let mut installed: Vec<PathBuf> = std::fs::read_dir(&dir)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|entry| entry.path().join("bin/nats-server"))
-            .filter(|p| runs(p))
-            .collect();
-        installed.sort();
-        if let Some(path) = installed.pop() {
-            return Some(path);
-        }
-        Some(PathBuf::from("nats-server")).filter(|p| runs(p))
+        tasklet_cluster::find_nats_server(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
     }
 
     pub fn start(binary: PathBuf, jetstream: bool, args: &[&str]) -> NatsServer {
@@ -124,37 +105,14 @@ impl NatsServer {
     }
 
     fn launch(&mut self) {
-        let log = self.dir.path().join("nats.log");
-        let mut command = Command::new(&self.binary);
-        command
-            .args(["-a", "127.0.0.1", "-p", &self.port.to_string()])
-            .arg("-l")
-            .arg(&log)
-            .args(&self.args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        if self.jetstream {
-            command.arg("-js").arg("-sd").arg(&self.store);
-        }
-        let mut child = command.spawn().expect("start nats-server");
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            if TcpStream::connect((Ipv4Addr::LOCALHOST, self.port)).is_ok() {
-                break;
-            }
-            if let Ok(Some(status)) = child.try_wait() {
-                panic!(
-                    "nats-server exited ({status}) at start:\n{}",
-                    std::fs::read_to_string(&log).unwrap_or_default()
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "nats-server did not listen within {START_TIMEOUT:?}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let server = LocalServer {
+            port: self.port,
+            jetstream_store: self.jetstream.then(|| self.store.clone()),
+            log: Some(self.dir.path().join("nats.log")),
+            args: self.args.clone(),
+            start_timeout: START_TIMEOUT,
+        };
+        let child = start_nats_server(&self.binary, &server).expect("start nats-server");
         self.child = Some(child);
     }
 }
@@ -163,15 +121,6 @@ impl Drop for NatsServer {
     fn drop(&mut self) {
         self.kill();
     }
-}
-
-fn runs(binary: &Path) -> bool {
-    Command::new(binary)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
 }
 
 /// A loopback port nothing listens on now.

@@ -32,10 +32,10 @@ use owners::Owners;
 use std::path::Path;
 use std::sync::Arc;
 use tasklet_deploy::{DeployConfig, Deployer, ExitStatus, Push, RunOutcome};
-use tasklet_runtime::config::Grant;
+use tasklet_runtime::config::{Grant, Manifest};
 use tasklet_runtime::gpu::LocalGpu;
 use tasklet_runtime::{Host, RunError, RunStop};
-use tasklet_store::{DeploymentSource, Digest, Store, StoreConfig};
+use tasklet_store::{DeploymentSource, Digest, SourceError, Store, StoreConfig};
 use tasklet_tls::Tenant;
 use tasklet_wire::ErrorCode;
 
@@ -140,11 +140,13 @@ impl Deployments {
         input: &[u8],
         stop: &RunStop,
     ) -> Result<RunOutcome, Failure> {
-        if !self.owned(&caller.tenant, digest)? && !self.fetch(&caller.tenant, digest)? {
+        let ceiling = caller.ceiling;
+        if self.owned(&caller.tenant, digest)? {
+            let manifest = self.deployer.manifest(digest).map_err(failure)?;
+            admit(host, &ceiling, &manifest)?;
+        } else if !self.fetch(host, &ceiling, &caller.tenant, digest)? {
             return Err(failure(tasklet_deploy::Error::NotFound { digest: *digest }));
         }
-        let ceiling = caller.ceiling;
-        self.admit(host, &ceiling, digest)?;
         let leases = Arc::clone(host.leases());
         let metrics = caller.metrics.clone();
         let tenant = caller.tenant.clone();
@@ -162,38 +164,42 @@ impl Deployments {
             .map_err(failure)
     }
 
-    /// A run is admitted only while the node could grant its whole VRAM request (its manifest's
-    /// `max-vram` within the tenant's ceiling) now: a node that could not is refused
-    /// `CAPACITY_EXCEEDED` before anything runs, so that a client placing work across a
-    /// cluster tries another node rather than starting a run bound to fail.
-    fn admit(&self, host: &Host, ceiling: &Grant, digest: &Digest) -> Result<(), Failure> {
-        let manifest = self.deployer.manifest(digest).map_err(failure)?;
-        let grant = ceiling.narrowed(&manifest.limits, &manifest.gpu);
-        let (wanted, free) = (grant.gpu.max_vram, host.free_memory());
-        if grant.gpu.max_leases > 0 && wanted > free {
-            return Err(Failure::new(
-                ErrorCode::CapacityExceeded,
-                format!(
-                    "this node has {free} bytes of device memory free and the tasklet may ask \
-                     for {wanted} (its manifest's max-vram): try another node or later"
-                ),
-            ));
-        }
-        Ok(())
-    }
-
-    /// Fetches deployment `digest` from the source for `tenant`, then stores it (compiling its
-    /// component) and records the tenant, as a push by that tenant would; whether it did.
-    fn fetch(&self, tenant: &Tenant, digest: &Digest) -> Result<bool, Failure> {
+    /// Fetches deployment `digest` from the source for `tenant`; when the run would be
+    /// admitted (see [`admit`], checked on the fetched manifest *before* anything is compiled
+    /// or stored), stores it (compiling its component) and records the tenant, as a push by
+    /// that tenant would. Whether it did; `false` when the source does not have it for
+    /// `tenant`.
+    ///
+    /// A source that cannot be reached now is `CAPACITY_EXCEEDED`: this node cannot run it
+    /// now and nothing ran, so a client placing work across the cluster tries the next node
+    /// (another may reach NATS, or hold the deployment already). A deployment the source holds
+    /// damaged is `INTERNAL`, the same on every node.
+    fn fetch(
+        &self,
+        host: &Host,
+        ceiling: &Grant,
+        tenant: &Tenant,
+        digest: &Digest,
+    ) -> Result<bool, Failure> {
         let Some(source) = &self.source else {
             return Ok(false);
         };
         let fetched = source
             .fetch(tenant.as_str(), digest)
-            .map_err(|err| Failure::new(ErrorCode::Internal, err.0))?;
+            .map_err(|err| match err {
+                SourceError::Unavailable(why) => Failure::new(
+                    ErrorCode::CapacityExceeded,
+                    format!("{why}; this node cannot run it now: try another node or later"),
+                ),
+                SourceError::Failed(why) => Failure::new(ErrorCode::Internal, why),
+            })?;
         let Some(fetched) = fetched else {
             return Ok(false);
         };
+        // A manifest that does not parse is refused by the push below, with the line at fault.
+        if let Some(manifest) = pushed_manifest(&fetched.manifest) {
+            admit(host, ceiling, &manifest)?;
+        }
         let pushed = self
             .deployer
             .push(&fetched.manifest, &fetched.component[..])
@@ -229,6 +235,32 @@ impl Deployments {
             ),
         )
     }
+}
+
+/// A run is admitted only while the node could grant its whole VRAM request (its manifest's
+/// `max-vram` within the tenant's ceiling) now: a node that could not is refused
+/// `CAPACITY_EXCEEDED` before anything runs (or is fetched into its store), so that a client
+/// placing work across a cluster tries another node rather than starting a run bound to fail.
+fn admit(host: &Host, ceiling: &Grant, manifest: &Manifest) -> Result<(), Failure> {
+    let grant = ceiling.narrowed(&manifest.limits, &manifest.gpu);
+    let (wanted, free) = (grant.gpu.max_vram, host.free_memory());
+    if grant.gpu.max_leases > 0 && wanted > free {
+        return Err(Failure::new(
+            ErrorCode::CapacityExceeded,
+            format!(
+                "this node has {free} bytes of device memory free and the tasklet may ask \
+                 for {wanted} (its manifest's max-vram): try another node or later"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A deployment's manifest as pushed (`tasklet.toml` text), if it parses: admission reads its
+/// limits and GPU request.
+fn pushed_manifest(bytes: &[u8]) -> Option<Manifest> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    Manifest::parse(text, Path::new("")).ok()
 }
 
 /// DEPLOY_RUN's `exit_status`: 0 when the tasklet returned its output, and for each way it can

@@ -1,11 +1,13 @@
 //! A real nats-server on a free loopback port for the cluster tests, its JetStream store in a
-//! temp folder; found as `tasklet_cluster`'s tests find it (`$TASKLET_NATS_SERVER`, what
-//! scripts/install-nats.sh installed under `$TASKLET_NATS_DIR` or target/nats, or PATH).
+//! temp folder; found and started by `tasklet_cluster::find_nats_server` and
+//! `start_nats_server` (`$TASKLET_NATS_SERVER`, what scripts/install-nats.sh installed under
+//! `$TASKLET_NATS_DIR` or target/nats, or PATH).
 
-use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Child;
+use std::time::Duration;
+use tasklet_cluster::{start_nats_server, LocalServer};
 
 /// How long a server may take to accept connections.
 const START_TIMEOUT: Duration = Duration::from_secs(15);
@@ -32,25 +34,9 @@ pub struct NatsServer {
 }
 
 impl NatsServer {
+    /// See `tasklet_cluster::find_nats_server`.
     pub fn find_binary() -> Option<PathBuf> {
-        if let Some(path) = std::env::var_os("TASKLET_NATS_SERVER") {
-            return Some(PathBuf::from(path)).filter(|p| runs(p));
-        }
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let dir = std::env::var_os("TASKLET_NATS_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| root.join("target/nats"));
-        let mut installed: Vec<PathBuf> = std::fs::read_dir(&dir)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|entry| entry.path().join("bin/nats-server"))
-            .filter(|p| runs(p))
-            .collect();
-        installed.sort();
-        installed
-            .pop()
-            .or_else(|| Some(PathBuf::from("nats-server")).filter(|p| runs(p)))
+        tasklet_cluster::find_nats_server(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
     }
 
     pub fn start(binary: PathBuf) -> NatsServer {
@@ -79,35 +65,10 @@ impl NatsServer {
     }
 
     pub fn launch(&mut self) {
-        let log = self.dir.path().join("nats.log");
-        let mut child = Command::new(&self.binary)
-            .args([
-                "-a",
-                "127.0.0.1",
-                "-p",
-                &self.port.to_string(),
-                "-js",
-                "-sd",
-            ])
-            .arg(self.dir.path().join("store"))
-            .arg("-l")
-            .arg(&log)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start nats-server");
-        let deadline = Instant::now() + START_TIMEOUT;
-        while TcpStream::connect((Ipv4Addr::LOCALHOST, self.port)).is_err() {
-            if let Ok(Some(status)) = child.try_wait() {
-                panic!(
-                    "nats-server exited ({status}) at start:\n{}",
-                    std::fs::read_to_string(&log).unwrap_or_default()
-                );
-            }
-            assert!(Instant::now() < deadline, "nats-server did not listen");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let mut server = LocalServer::new(self.port, self.dir.path().join("store"));
+        server.log = Some(self.dir.path().join("nats.log"));
+        server.start_timeout = START_TIMEOUT;
+        let child = start_nats_server(&self.binary, &server).expect("start nats-server");
         self.child = Some(child);
     }
 }
@@ -119,15 +80,6 @@ impl Drop for NatsServer {
             let _ = child.wait();
         }
     }
-}
-
-fn runs(binary: &Path) -> bool {
-    Command::new(binary)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
 }
 
 fn free_port() -> u16 {

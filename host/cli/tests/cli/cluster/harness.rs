@@ -1,12 +1,12 @@
 //! What the multi-node cluster tests share: a nats-server they can kill and start again, `tasklet
 //! node` processes with emulated memory of their own, and polling the registry.
 
-use std::net::{Ipv4Addr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::{free_tcp_port, free_udp_port, repo, tasklet, text};
+use tasklet_cluster::{start_nats_server, LocalServer};
 
 /// How long a process may take to start listening.
 pub const START: Duration = Duration::from_secs(20);
@@ -57,38 +57,14 @@ impl Nats {
 
     fn launch(&mut self) {
         self.starts += 1;
-        let store = self.dir.join(format!("js-{}", self.starts));
-        let log = self.dir.join(format!("nats-{}.log", self.starts));
-        let mut child = Command::new(&self.binary)
-            .args([
-                "-a",
-                "127.0.0.1",
-                "-p",
-                &self.port.to_string(),
-                "-js",
-                "-sd",
-            ])
-            .arg(&store)
-            .arg("-l")
-            .arg(&log)
-            .args(&self.args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("nats-server starts");
-        let start = Instant::now();
-        while TcpStream::connect((Ipv4Addr::LOCALHOST, self.port)).is_err() {
-            if let Ok(Some(status)) = child.try_wait() {
-                panic!(
-                    "nats-server exited ({status}):\n{}",
-                    std::fs::read_to_string(&log).unwrap_or_default()
-                );
-            }
-            assert!(start.elapsed() < START, "nats-server did not listen");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        self.child = Some(child);
+        let server = LocalServer {
+            port: self.port,
+            jetstream_store: Some(self.dir.join(format!("js-{}", self.starts))),
+            log: Some(self.dir.join(format!("nats-{}.log", self.starts))),
+            args: self.args.clone(),
+            start_timeout: START,
+        };
+        self.child = Some(start_nats_server(&self.binary, &server).expect("nats-server starts"));
     }
 }
 

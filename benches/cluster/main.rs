@@ -211,6 +211,41 @@ impl Table {
         );
     }
 
+    /// `--node`, placed warm and placed cold: the three rows, then what each placed way adds
+    /// to `--node` at p50 and p99.
+    fn triple(&mut self, label: &str, t: &compare::Triple, target: Option<Duration>) {
+        self.latency(&format!("{label}: `--node`"), &t.node, "");
+        self.latency(
+            &format!("{label}: placed, warm (cached view)"),
+            &t.warm,
+            "the view a command cached < 2 s before",
+        );
+        self.latency(
+            &format!("{label}: placed, cold (NATS)"),
+            &t.cold,
+            "no view cached: connect + list, view kept",
+        );
+        for (way, samples) in [("warm", &t.warm), ("cold", &t.cold)] {
+            let added = |p: fn(&Samples) -> Duration| {
+                (p(samples).as_secs_f64() - p(&t.node).as_secs_f64()) * 1e3
+            };
+            let (p50, p99) = (added(Samples::p50), added(Samples::p99));
+            let verdict = target.map_or(String::new(), |t| {
+                let met = p50 <= t.as_secs_f64() * 1e3;
+                format!(
+                    "; target ≤ {} ms at p50: {}",
+                    t.as_millis(),
+                    if met { "met" } else { "NOT met" }
+                )
+            });
+            self.value(
+                &format!("{label}: added by placement, {way}"),
+                format!("{p50:+.3} ms"),
+                format!("p99 {p99:+.3} ms{verdict}"),
+            );
+        }
+    }
+
     fn print(&self) {
         println!("| figure | p50 (or value) | p99 | n | note |");
         println!("| --- | ---: | ---: | ---: | --- |");
@@ -470,18 +505,44 @@ fn run(
     ) {
         Ok(inv) => {
             table.latency(
-                &format!("placement, per CLI invocation (`{PLACEMENT_REQUIREMENT}`)"),
+                &format!("placement, per CLI invocation, cold (`{PLACEMENT_REQUIREMENT}`)"),
                 &inv.total,
                 format!(
-                    "runtime + connect + list + choose; {} listings short of {} nodes",
+                    "runtime + connect + list_once + choose; {} listings short of {} nodes",
                     inv.short_listings, params.nodes
                 ),
             );
-            table.latency("… of which runtime + connect + open", &inv.connect, "");
-            table.latency("… of which `Registry::list`", &inv.list, listed.clone());
+            table.latency("… of which runtime + connect", &inv.connect, "");
+            table.latency(
+                "… of which `Registry::list_once`",
+                &inv.list,
+                listed.clone(),
+            );
             table.latency("… of which `choose`", &inv.choose, "");
         }
         Err(e) => table.failed("placement, per CLI invocation", &e),
+    }
+    let views = tempfile::Builder::new()
+        .prefix("tasklet-cluster-bench-views")
+        .tempdir()
+        .map_err(|e| format!("cannot make a temporary folder: {e}"))?;
+    let cache = tasklet_cluster::ViewCache::new(views.path(), &config);
+    match placement::from_cached_view(
+        &config,
+        &cache,
+        &requirement,
+        params.placements,
+        SERIES_BUDGET,
+    ) {
+        Ok(samples) => table.latency(
+            "placement, per CLI invocation from a cached view (read + choose)",
+            &samples,
+            format!(
+                "{} B view file",
+                std::fs::metadata(cache.path()).map_or(0, |m| m.len())
+            ),
+        ),
+        Err(e) => table.failed("placement, from a cached view", &e),
     }
     match placement::warm_listing(
         &client_runtime,
@@ -548,15 +609,20 @@ fn deploy_runs(
     );
     let digest = compare::push(&node)?;
     let target = Some(ADDED_P50_TARGET);
+    let cache_dir = tempfile::Builder::new()
+        .prefix("tasklet-cluster-bench-views")
+        .tempdir()
+        .map_err(|e| format!("cannot make a temporary folder: {e}"))?;
     match compare::per_invocation(
         &node,
         config,
+        cache_dir.path(),
         &requirement,
         &digest,
         params.deploy_runs,
         SERIES_BUDGET,
     ) {
-        Ok(pair) => table.pair("deploy run, per invocation (library)", &pair, target),
+        Ok(triple) => table.triple("deploy run, per invocation (library)", &triple, target),
         Err(e) => table.failed("deploy run, per invocation (library)", &e),
     }
     if let Some(view) = view {
@@ -585,7 +651,7 @@ fn deploy_runs(
         params.cli_runs,
         SERIES_BUDGET,
     ) {
-        Ok(pair) => table.pair("`tasklet deploy run` process", &pair, None),
+        Ok(triple) => table.triple("`tasklet deploy run` process", &triple, target),
         Err(e) => table.failed("`tasklet deploy run` process", &e),
     }
     drop(node);

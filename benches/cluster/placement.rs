@@ -1,8 +1,10 @@
 //! Placement latency through the registry's own code, three ways:
 //!
-//! - **per invocation**, what `tasklet deploy run --nats` and `tasklet run --nats` do each time
-//!   they run: a new client runtime, a new NATS connection, the registry opened and listed
-//!   (`Registry::list`), then `choose`;
+//! - **per invocation, cold**, what `tasklet deploy run --nats` and `tasklet run --nats` do when
+//!   no young view is cached: a new client runtime, a new NATS connection, one listing
+//!   (`Registry::list_once`), then `choose`;
+//! - **per invocation, warm**: what they do with a young cached view (`ViewCache::load`, then
+//!   `choose`), no NATS at all;
 //! - **warm listing**: one connection kept, `Registry::list` + `choose` per placement (a
 //!   long-lived client that lists every time);
 //! - **watch-cached**: one `Registry::watch` keeps a view of the live nodes up to date, and a
@@ -14,16 +16,16 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tasklet_cluster::{
     choose, Cluster, Heartbeat, LiveNode, NatsConfig, NodeName, Registry, RegistryEvent,
-    Requirement,
+    Requirement, ViewCache,
 };
 use tokio::runtime::Runtime;
 
 /// One per-invocation placement, in its parts.
 #[derive(Debug, Default)]
 pub struct Invocations {
-    /// Runtime + connection + registry opened.
+    /// Runtime + connection.
     pub connect: Samples,
-    /// `Registry::list`.
+    /// `Registry::list_once`.
     pub list: Samples,
     /// `choose`.
     pub choose: Samples,
@@ -51,9 +53,10 @@ pub fn per_invocation(
         let runtime = client_runtime()?;
         let (nodes, t1, t2) = runtime.block_on(async {
             let cluster = Cluster::connect(config).await.map_err(|e| e.to_string())?;
-            let registry = Registry::open(&cluster).await.map_err(|e| e.to_string())?;
             let t1 = Instant::now();
-            let nodes = registry.list().await.map_err(|e| e.to_string())?;
+            let nodes = Registry::list_once(&cluster)
+                .await
+                .map_err(|e| e.to_string())?;
             Ok::<_, String>((nodes, t1, Instant::now()))
         })?;
         drop(runtime);
@@ -73,6 +76,47 @@ pub fn per_invocation(
         out.total.push(t3 - t0);
     }
     Ok(out)
+}
+
+/// Places `count` times from a cached view as a warm CLI invocation does (read the file,
+/// `choose`), within `budget`; the view is listed and stored again whenever it is too old.
+pub fn from_cached_view(
+    config: &NatsConfig,
+    cache: &ViewCache,
+    requirement: &Requirement,
+    count: usize,
+    budget: Duration,
+) -> Result<Samples, String> {
+    let store = || {
+        let runtime = client_runtime()?;
+        let nodes = runtime.block_on(async {
+            let cluster = Cluster::connect(config).await.map_err(|e| e.to_string())?;
+            Registry::list_once(&cluster)
+                .await
+                .map_err(|e| e.to_string())
+        })?;
+        cache
+            .store(&nodes)
+            .map_err(|e| format!("storing the view in {}: {e}", cache.path().display()))
+    };
+    store()?;
+    let mut samples = Samples::with_capacity(count);
+    let start = Instant::now();
+    while samples.len() < count && start.elapsed() < budget {
+        let t0 = Instant::now();
+        let Some(view) = cache.load() else {
+            store()?;
+            continue;
+        };
+        if choose(requirement, &view.nodes).is_empty() {
+            return Err(format!(
+                "no node of {} cached meets {requirement}",
+                view.nodes.len()
+            ));
+        }
+        samples.push(t0.elapsed());
+    }
+    Ok(samples)
 }
 
 /// Places `count` times over one connection kept open, listing each time.

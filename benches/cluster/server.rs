@@ -4,7 +4,7 @@
 
 use std::io::{Read as _, Write as _};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 use tasklet_cluster::{start_nats_server, LocalServer};
@@ -131,7 +131,7 @@ impl NatsServer {
             .split_once("\r\n\r\n")
             .ok_or_else(|| format!("GET {path}: no end of headers"))?;
         if !head.starts_with("HTTP/1.")
-            || !head.split_whitespace().nth(1).is_some_and(|s| s == "200")
+            || head.split_whitespace().nth(1).is_none_or(|s| s != "200")
         {
             return Err(format!(
                 "GET {path}: {}",

@@ -12,6 +12,7 @@ mod examples;
 mod fake_cuda;
 mod gpu_time;
 mod gpubench;
+mod guest_languages;
 mod kernel_args;
 mod launch_checks;
 mod sdk;

@@ -1,0 +1,116 @@
+"""Sessions: device memory, modules and launches under one lease."""
+
+from dataclasses import dataclass
+
+from wit_world.imports import sessions as _sessions
+
+from . import elements
+from .buffer import DeviceBuffer
+from .errors import InvalidInput, host
+from .launch import Launch
+
+
+class Session:
+    """Device memory, modules and launches under one lease."""
+
+    def __init__(self, lease, raw):
+        self.lease = lease
+        self.raw = raw
+
+    @staticmethod
+    def open(lease):
+        return Session(lease, host(_sessions.Session.open, lease.raw))
+
+    def alloc(self, elem, count):
+        """A zeroed device buffer of `count` elements of type `elem` (`"u32"`, `"f32"`, ...)."""
+        nbytes = int(count) * elements.size_of(elem)
+        if nbytes == 0:
+            raise InvalidInput("a device buffer needs at least one element")
+        return DeviceBuffer(self, host(self.raw.mem_alloc, nbytes), elem, int(count))
+
+    def alloc_from(self, values, elem=None):
+        """A device buffer holding `values`: an `array` (its type follows the typecode), `bytes`
+        (`u8`), or a list of numbers with `elem` naming their type."""
+        elem = elements.check(elem or elements.name_of(values))
+        data = elements.to_bytes(values, elem)
+        buf = self.alloc(elem, len(data) // elements.size_of(elem))
+        buf.write(data)
+        return buf
+
+    def copy(self, dst, src):
+        """Copies all of `src` into `dst` on the device (same element type; `dst` at least as long)."""
+        if dst.elem != src.elem or len(dst) < len(src):
+            raise InvalidInput(f"cannot copy {len(src)} {src.elem} into {len(dst)} {dst.elem}")
+        host(self.raw.mem_copy, dst.raw, 0, src.raw, 0, src.size_bytes)
+
+    def load_ptx(self, ptx):
+        """Loads a PTX module."""
+        return Module(self, host(self.raw.module_load, ptx))
+
+    def load_cuda(self, source, options=()):
+        """Compiles CUDA C with NVRTC (with `options`) and loads the result."""
+        return Module(self, host(self.raw.module_load_source, source, list(options)))
+
+    def launch(self, module_or_kernel, kernel=None):
+        """A launch of `kernel` of `module`, or of a `Kernel` resolved with `module.kernel(name)`:
+        `.config(...)`, `.arg(...)` for each parameter, then `.run()`."""
+        return Launch(self, module_or_kernel, kernel)
+
+    def sync(self):
+        """Waits for all work of this session; a launch's errors surface here at the latest."""
+        host(self.raw.sync)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.raw.__exit__(*exc)
+        return False
+
+
+@dataclass(frozen=True)
+class KernelParam:
+    """One kernel parameter: name, size and alignment in bytes, and whether it is a pointer."""
+
+    name: str
+    size: int
+    align: int
+    pointer: bool
+
+
+def _params(raw_params):
+    return [KernelParam(p.name, p.size, p.align, p.kind == _sessions.ParamKind.POINTER) for p in raw_params]
+
+
+class Module:
+    """A loaded module of kernels, usable in the session that loaded it."""
+
+    def __init__(self, session, raw):
+        self.session = session
+        self.raw = raw
+
+    def kernel_names(self):
+        return list(self.raw.kernels())
+
+    def kernels(self):
+        """Each kernel's name and parameters: {name: [KernelParam, ...]}."""
+        return {s.name: _params(s.params) for s in self.raw.signatures()}
+
+    def kernel(self, name):
+        """The kernel named `name`, resolved once for launches that do not name it again."""
+        return Kernel(self, host(self.raw.kernel, name))
+
+
+class Kernel:
+    """A kernel of a loaded module."""
+
+    def __init__(self, module, raw):
+        self.module = module
+        self.raw = raw
+
+    @property
+    def name(self):
+        return self.raw.name()
+
+    def params(self):
+        return _params(self.raw.params())

@@ -1,7 +1,6 @@
 //! What a connection's streams hand its GPU thread, and what the GPU thread hands back.
 
 use bytes::Bytes;
-use tasklet_runtime::guest_memory::staging::StagingBuffer;
 use tasklet_wire::{BufferId, ErrorReply, Request, RequestId, SessionId};
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
 
@@ -27,49 +26,15 @@ pub(crate) struct WritePiece {
     pub session: SessionId,
     pub buffer: BufferId,
     pub offset: u64,
-    pub bytes: PieceBytes,
+    /// The piece's bytes as they were read from the stream (shared with quinn's buffers, not
+    /// copied): the GPU thread gathers them into staging memory.
+    pub chunks: Vec<Bytes>,
+    /// Their length in all.
+    pub len: usize,
     /// Where the whole write ends in the buffer: the first piece of a write checks the whole
     /// span, so a write that does not fit changes nothing.
     pub end: u64,
     pub first: bool,
-}
-
-/// A write piece's bytes: in the connection's staging memory, which the worker copies to the
-/// device itself (one DMA on cuda), or, when all of that is in use, in a plain buffer the host
-/// copies through the worker's channel.
-pub(crate) enum PieceBytes {
-    Staged(StagingBuffer),
-    Owned(Vec<u8>),
-}
-
-impl PieceBytes {
-    pub fn len(&self) -> usize {
-        self.as_ref().len()
-    }
-
-    /// Appends as much of `data` as fits in `size` bytes in all; returns how many bytes that was.
-    pub fn fill_from(&mut self, data: &[u8], size: usize) -> usize {
-        match self {
-            PieceBytes::Staged(buffer) => {
-                let room = size.saturating_sub(buffer.len());
-                buffer.fill_from(&data[..room.min(data.len())])
-            }
-            PieceBytes::Owned(bytes) => {
-                let take = size.saturating_sub(bytes.len()).min(data.len());
-                bytes.extend_from_slice(&data[..take]);
-                take
-            }
-        }
-    }
-}
-
-impl AsRef<[u8]> for PieceBytes {
-    fn as_ref(&self) -> &[u8] {
-        match self {
-            PieceBytes::Staged(buffer) => buffer.as_ref(),
-            PieceBytes::Owned(bytes) => bytes,
-        }
-    }
 }
 
 /// What a stream's writer sends.

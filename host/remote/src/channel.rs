@@ -8,14 +8,15 @@
 
 use crate::connect::lost;
 use crate::error::ClientError;
-use bytes::{Buf, Bytes};
+use bytes::{Buf, Bytes, BytesMut};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 use tasklet_wire::limits::MAX_CHUNK;
 use tasklet_wire::tracker::MAX_TRACKED;
 use tasklet_wire::{
-    encode_request, ClientTracker, Decoder, DecoderConfig, Event, Reply, Request, RequestId,
+    encode_request, ClientTracker, DataEncoder, Decoder, DecoderConfig, Event, Reply, Request,
+    RequestId,
 };
 use tokio::runtime::Runtime;
 
@@ -39,10 +40,21 @@ const READ_CHUNK: usize = 1 << 20;
 /// saves a hand-off per call.
 const BULK_READ: u64 = 256 << 10;
 
+/// A bulk read hands its data to the calling thread about this many bytes at a time, which the
+/// calling thread copies into the reply's buffer (and takes that buffer's page faults) while the
+/// runtime's thread reads on; at most [`HAND_OVER_BATCHES`] batches wait.
+const HAND_OVER_BYTES: usize = 256 << 10;
+const HAND_OVER_BATCHES: usize = 16;
+
+/// Frames of a bulk write (each a chunk of up to `MAX_CHUNK` bytes behind its header) queued for
+/// the runtime's thread at most.
+const WRITE_FRAMES: usize = 8;
+
 pub(crate) struct Channel {
     runtime: Arc<Runtime>,
     connection: quinn::Connection,
-    send: quinn::SendStream,
+    /// `None` only while a bulk write has it, or after that write was lost.
+    send: Option<quinn::SendStream>,
     /// `None` only while a bulk read has it, or after that read was lost.
     recv: Option<quinn::RecvStream>,
     decoder: Decoder,
@@ -84,7 +96,7 @@ impl Channel {
         Channel {
             runtime,
             connection,
-            send,
+            send: Some(send),
             recv: Some(recv),
             decoder: client_decoder(),
             pending: Bytes::new(),
@@ -132,13 +144,7 @@ impl Channel {
             } else {
                 // Large data goes straight to the stream, a header before each chunk.
                 self.flush()?;
-                for chunk in data.chunks(MAX_CHUNK as usize) {
-                    let header = encoder
-                        .chunk_header(chunk.len())
-                        .map_err(|err| ClientError::Setup(err.to_string()))?;
-                    self.write(&header)?;
-                    self.write(chunk)?;
-                }
+                self.write_bulk(encoder, data)?;
             }
         }
         if self.gathered.len() >= GATHER_BYTES {
@@ -209,17 +215,83 @@ impl Channel {
     }
 
     fn write(&mut self, bytes: &[u8]) -> Result<(), ClientError> {
-        let Some(written) = block_until(&self.runtime, self.deadline, self.send.write_all(bytes))
-        else {
+        let Some(send) = self.send.as_mut() else {
+            return Err(self.fail(ClientError::Disconnected(LOST_WRITE.into())));
+        };
+        let Some(written) = block_until(&self.runtime, self.deadline, send.write_all(bytes)) else {
             return Err(self.out_of_time());
         };
-        written.map_err(|err| {
-            let why = match err {
-                quinn::WriteError::ConnectionLost(lost_err) => lost(&lost_err),
-                other => other.to_string(),
+        written.map_err(|err| self.write_failed(err))
+    }
+
+    fn write_failed(&mut self, err: quinn::WriteError) -> ClientError {
+        let why = match err {
+            quinn::WriteError::ConnectionLost(lost_err) => lost(&lost_err),
+            other => other.to_string(),
+        };
+        self.fail(ClientError::Disconnected(why))
+    }
+
+    /// Writes a request's large data as data frames: this thread copies each chunk, behind its
+    /// header, into a frame of its own, and a task on the runtime's thread (where quinn's
+    /// connection runs) puts the frames on the stream, so that the copying and the sending go on
+    /// side by side, and the stream's flow control is waited on there rather than by waking this
+    /// thread for every window's worth. At most [`WRITE_FRAMES`] frames wait.
+    fn write_bulk(&mut self, encoder: &mut DataEncoder, data: &[u8]) -> Result<(), ClientError> {
+        let Some(mut send) = self.send.take() else {
+            return Err(self.fail(ClientError::Disconnected(LOST_WRITE.into())));
+        };
+        let (frames, mut queued) = tokio::sync::mpsc::channel::<Bytes>(WRITE_FRAMES);
+        let mut task = self.runtime.spawn(async move {
+            while let Some(frame) = queued.recv().await {
+                if let Err(err) = send.write_chunk(frame).await {
+                    return (send, Err(err));
+                }
+            }
+            (send, Ok(()))
+        });
+        let mut refused = None;
+        for chunk in data.chunks(MAX_CHUNK as usize) {
+            let header = match encoder.chunk_header(chunk.len()) {
+                Ok(header) => header,
+                Err(err) => {
+                    refused = Some(ClientError::Setup(err.to_string()));
+                    break;
+                }
             };
-            self.fail(ClientError::Disconnected(why))
-        })
+            let mut frame = BytesMut::with_capacity(header.len() + chunk.len());
+            frame.extend_from_slice(&header);
+            frame.extend_from_slice(chunk);
+            let Some(sent) = block_until(&self.runtime, self.deadline, frames.send(frame.freeze()))
+            else {
+                task.abort();
+                return Err(self.out_of_time());
+            };
+            // The task ended early: its write failed, which joining it says.
+            if sent.is_err() {
+                break;
+            }
+        }
+        drop(frames);
+        let Some(joined) = block_until(&self.runtime, self.deadline, &mut task) else {
+            task.abort();
+            return Err(self.out_of_time());
+        };
+        let (send, written) = match joined {
+            Ok(done) => done,
+            Err(err) => {
+                let why = format!("{LOST_WRITE}: {err}");
+                return Err(self.fail(ClientError::Disconnected(why)));
+            }
+        };
+        self.send = Some(send);
+        if let Err(err) = written {
+            return Err(self.write_failed(err));
+        }
+        match refused {
+            None => Ok(()),
+            Some(err) => Err(err),
+        }
     }
 
     /// Reads until the reply to `id` and all of its data have come.
@@ -297,8 +369,9 @@ impl Channel {
         }
     }
 
-    /// Reads the rest of a reply's data into `data` on the runtime's thread (see
-    /// [`BULK_READ`]); what was read past it stays pending.
+    /// Reads the rest of a reply's data into `data`: a task on the runtime's thread reads and
+    /// decodes it (see [`BULK_READ`]) and hands the data over in batches, which this thread copies
+    /// into `data` while the task reads on. What was read past the data stays pending.
     fn read_bulk(&mut self, data: &mut Vec<u8>) -> Result<(), ClientError> {
         let Some(recv) = self.recv.take() else {
             return Err(self.fail(ClientError::Disconnected(LOST_READ.into())));
@@ -307,11 +380,22 @@ impl Channel {
             recv,
             decoder: std::mem::replace(&mut self.decoder, client_decoder()),
             pending: std::mem::take(&mut self.pending),
-            data: std::mem::take(data),
         };
-        let mut task = self.runtime.spawn(bulk.run());
+        let (batches, mut handed) = tokio::sync::mpsc::channel(HAND_OVER_BATCHES);
+        let mut task = self.runtime.spawn(bulk.run(batches));
+        loop {
+            let Some(batch) = block_until(&self.runtime, self.deadline, handed.recv()) else {
+                // The stream goes with the task.
+                task.abort();
+                return Err(self.out_of_time());
+            };
+            // None: the task is done, and dropped its end.
+            let Some(batch) = batch else { break };
+            for piece in batch {
+                data.extend_from_slice(&piece);
+            }
+        }
         let Some(joined) = block_until(&self.runtime, self.deadline, &mut task) else {
-            // The stream goes with the task.
             task.abort();
             return Err(self.out_of_time());
         };
@@ -326,7 +410,6 @@ impl Channel {
         self.recv = Some(bulk.recv);
         self.decoder = bulk.decoder;
         self.pending = bulk.pending;
-        *data = bulk.data;
         match outcome {
             Ok(()) => Ok(()),
             Err(stop) => Err(self.stopped(stop)),
@@ -385,6 +468,7 @@ impl Channel {
 }
 
 const LOST_READ: &str = "a read from the node was lost";
+const LOST_WRITE: &str = "a write to the node was lost";
 
 fn client_decoder() -> Decoder {
     Decoder::for_client(DecoderConfig {
@@ -408,17 +492,23 @@ struct Bulk {
     decoder: Decoder,
     /// Bytes read and not yet decoded.
     pending: Bytes,
-    data: Vec<u8>,
 }
 
+/// What a bulk read hands the calling thread at a time: the data of the frames decoded, as
+/// slices of what quinn read (no copy on the runtime's thread).
+type Batch = Vec<Bytes>;
+
 impl Bulk {
-    /// Decodes data frames into `data` until the reply's data has all come.
-    async fn run(mut self) -> (Bulk, Result<(), Stop>) {
-        let outcome = self.read().await;
+    /// Decodes data frames, handing their bytes over in batches, until the reply's data has all
+    /// come.
+    async fn run(mut self, out: tokio::sync::mpsc::Sender<Batch>) -> (Bulk, Result<(), Stop>) {
+        let outcome = self.read(&out).await;
         (self, outcome)
     }
 
-    async fn read(&mut self) -> Result<(), Stop> {
+    async fn read(&mut self, out: &tokio::sync::mpsc::Sender<Batch>) -> Result<(), Stop> {
+        let mut batch = Batch::new();
+        let mut batched = 0;
         loop {
             while !self.pending.is_empty() {
                 let (used, event) = self
@@ -430,7 +520,14 @@ impl Bulk {
                     Some(Event::Data {
                         bytes, remaining, ..
                     }) => {
-                        self.data.extend_from_slice(bytes);
+                        // A data event borrows the start of what was fed: share it, not copy it.
+                        let piece = if bytes.as_ptr() == self.pending.as_ptr() {
+                            self.pending.slice(..bytes.len())
+                        } else {
+                            Bytes::copy_from_slice(bytes)
+                        };
+                        batched += piece.len();
+                        batch.push(piece);
                         remaining == 0
                     }
                     Some(Event::GoAway(error)) => return Err(Stop::GoAway(error)),
@@ -442,6 +539,13 @@ impl Bulk {
                     }
                 };
                 self.pending.advance(used);
+                if done || batched >= HAND_OVER_BYTES {
+                    // The calling thread is gone only when the read was abandoned.
+                    if out.send(std::mem::take(&mut batch)).await.is_err() {
+                        return Ok(());
+                    }
+                    batched = 0;
+                }
                 if done {
                     return Ok(());
                 }

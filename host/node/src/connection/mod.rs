@@ -122,7 +122,7 @@ pub(crate) async fn serve(shared: Arc<Shared>, incoming: quinn::Incoming) {
         Arc::clone(&caller),
         Arc::clone(&closed),
         Arc::clone(&hello),
-        Arc::clone(&staging),
+        staging,
     );
     let gpu_thread = std::thread::Builder::new()
         .name(format!("tasklet-conn-{number}"))
@@ -157,7 +157,6 @@ pub(crate) async fn serve(shared: Arc<Shared>, incoming: quinn::Incoming) {
                         recv,
                         jobs: jobs.clone(),
                         budget: Arc::clone(&budget),
-                        staging: Arc::clone(&staging),
                     }));
                 }
                 Err(err) => break err.to_string(),

@@ -9,15 +9,13 @@
 use super::deploy::{self, DeployRequest, Intake, Lane};
 use super::{close_code, QUEUE_BYTES, STAGING_PIECE};
 use crate::caller::Caller;
-use crate::job::{Batch, Job, Outgoing, PieceBytes, ReplyTo, Work, WritePiece};
+use crate::job::{Batch, Job, Outgoing, ReplyTo, Work, WritePiece};
 use crate::metrics::PerOp;
 use crate::shared::Shared;
 use bytes::Bytes;
 use prometheus::IntCounter;
 use std::sync::Arc;
 use std::time::Duration;
-use tasklet_runtime::gpu::DIRECT_MIN_BYTES;
-use tasklet_runtime::guest_memory::staging::StagingPool;
 use tasklet_wire::{
     encode_goaway, BufferId, Decoder, DecoderConfig, ErrorCode, ErrorReply, Event, Opcode, Request,
     RequestId, SessionId,
@@ -45,7 +43,6 @@ pub(crate) struct Stream {
     pub recv: quinn::RecvStream,
     pub jobs: mpsc::Sender<Batch>,
     pub budget: Arc<Semaphore>,
-    pub staging: Arc<StagingPool>,
 }
 
 /// A MEM_WRITE whose data is arriving.
@@ -56,8 +53,9 @@ struct Writing {
     /// Where the next piece goes in the buffer.
     offset: u64,
     end: u64,
-    /// The piece being filled, made with the first bytes for it.
-    piece: Option<PieceBytes>,
+    /// The piece being gathered: its bytes as read, and their length.
+    chunks: Vec<Bytes>,
+    piece_len: usize,
     first: bool,
 }
 
@@ -70,7 +68,6 @@ pub(crate) async fn serve(stream: Stream) {
         mut recv,
         jobs,
         budget,
-        staging,
     } = stream;
     let (reply, replies) = mpsc::channel(REPLY_QUEUE);
     let writer = tokio::spawn(write(connection.clone(), send, replies));
@@ -84,7 +81,6 @@ pub(crate) async fn serve(stream: Stream) {
         jobs,
         batch: Vec::new(),
         budget,
-        staging,
         reply: reply.clone(),
         writing: None,
         intake: None,
@@ -110,8 +106,6 @@ struct Reader {
     /// Jobs decoded from the current read, not yet handed to the GPU thread.
     batch: Batch,
     budget: Arc<Semaphore>,
-    /// The connection's staging memory, which write pieces are gathered in.
-    staging: Arc<StagingPool>,
     reply: ReplyTo,
     writing: Option<Writing>,
     /// A deploy request whose data is arriving.
@@ -166,8 +160,8 @@ impl Reader {
         fed
     }
 
-    async fn decode(&mut self, bytes: &[u8]) -> Result<(), ErrorReply> {
-        let mut input = bytes;
+    async fn decode(&mut self, bytes: &Bytes) -> Result<(), ErrorReply> {
+        let mut input = &bytes[..];
         while !input.is_empty() {
             let (used, event) = self
                 .decoder
@@ -181,8 +175,10 @@ impl Reader {
                     request,
                 }) => self.request(request_id, request).await?,
                 Some(Event::Data {
-                    bytes, remaining, ..
-                }) => self.data(bytes, remaining).await?,
+                    bytes: data,
+                    remaining,
+                    ..
+                }) => self.data(shared(bytes, data), remaining).await?,
                 // A node's decoder yields requests and their data only.
                 Some(Event::Reply { .. } | Event::GoAway(_)) => {
                     return Err(protocol_error("a reply sent to the node".into()))
@@ -218,7 +214,8 @@ impl Reader {
                     buffer: *buffer,
                     offset: *offset,
                     end: offset.saturating_add(*len),
-                    piece: None,
+                    chunks: Vec::new(),
+                    piece_len: 0,
                     first: true,
                 });
                 Ok(())
@@ -265,9 +262,9 @@ impl Reader {
         Ok(())
     }
 
-    async fn data(&mut self, bytes: &[u8], remaining: u64) -> Result<(), ErrorReply> {
+    async fn data(&mut self, bytes: Bytes, remaining: u64) -> Result<(), ErrorReply> {
         if let Some(intake) = self.intake.as_mut() {
-            intake.feed(bytes).await;
+            intake.feed(&bytes).await;
             if remaining == 0 {
                 if let (Some(intake), Some(lane)) = (self.intake.take(), self.lane.as_ref()) {
                     intake.finish(lane).await;
@@ -276,36 +273,29 @@ impl Reader {
             return Ok(());
         }
         let mut rest = bytes;
-        let staging = Arc::clone(&self.staging);
         while !rest.is_empty() {
             // The decoder only yields data a request announced, and only MEM_WRITE's reach here
             // (a deploy request's go to its intake).
             let Some(writing) = self.writing.as_mut() else {
                 return Err(protocol_error("data without a request".into()));
             };
-            let piece = writing.piece.get_or_insert_with(|| {
-                let left = writing.end.saturating_sub(writing.offset);
-                let size = usize::try_from(left).map_or(WRITE_PIECE, |l| l.min(WRITE_PIECE));
-                new_piece(&staging, size)
-            });
-            let take = piece.fill_from(rest, WRITE_PIECE);
-            rest = &rest[take..];
+            let part = rest.split_to((WRITE_PIECE - writing.piece_len).min(rest.len()));
+            writing.piece_len += part.len();
+            writing.chunks.push(part);
             let last = remaining == 0 && rest.is_empty();
-            if piece.len() < WRITE_PIECE && !last {
+            if writing.piece_len < WRITE_PIECE && !last {
                 continue;
             }
-            let Some(bytes) = writing.piece.take() else {
-                continue;
-            };
             let piece = WritePiece {
                 session: writing.session,
                 buffer: writing.buffer,
                 offset: writing.offset,
                 end: writing.end,
                 first: writing.first,
-                bytes,
+                chunks: std::mem::take(&mut writing.chunks),
+                len: std::mem::take(&mut writing.piece_len),
             };
-            let (request_id, len) = (writing.request_id, piece.bytes.len());
+            let (request_id, len) = (writing.request_id, piece.len);
             writing.offset += len as u64;
             writing.first = false;
             if last {
@@ -365,17 +355,13 @@ impl Reader {
     }
 }
 
-/// A write piece of `size` bytes to fill: in staging memory, which the worker copies to the
-/// device itself, when the piece is large enough to be worth a direct transfer and a buffer is
-/// free; else a plain buffer (all of the connection's staging memory is in flight, or it could
-/// not be made).
-fn new_piece(staging: &Arc<StagingPool>, size: usize) -> PieceBytes {
-    if size >= DIRECT_MIN_BYTES && size <= staging.buffer_size() {
-        if let Ok(Some(buffer)) = staging.try_take() {
-            return PieceBytes::Staged(buffer);
-        }
+/// `part`, which the decoder borrowed from `whole`, as a share of `whole` rather than a copy.
+fn shared(whole: &Bytes, part: &[u8]) -> Bytes {
+    let start = (part.as_ptr() as usize).wrapping_sub(whole.as_ptr() as usize);
+    match start.checked_add(part.len()) {
+        Some(end) if start <= whole.len() && end <= whole.len() => whole.slice(start..end),
+        _ => Bytes::copy_from_slice(part),
     }
-    PieceBytes::Owned(Vec::with_capacity(size))
 }
 
 /// Bytes a request carries beyond its fixed fields.

@@ -30,8 +30,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 use tasklet_runtime::config::Grant;
+use tasklet_runtime::gpu::DIRECT_MIN_BYTES;
 use tasklet_runtime::gpu::{self, GpuService, LaunchConfig, LocalGpu};
-use tasklet_runtime::guest_memory::staging::StagingPool;
+use tasklet_runtime::guest_memory::staging::{StagingBuffer, StagingPool};
 use tasklet_wire::{
     negotiate, ErrorCode, ErrorReply, FailedOp, LoadedModule, Opcode, Reply, Request, RequestId,
 };
@@ -56,8 +57,8 @@ pub(crate) struct Dispatcher {
     closed: Arc<AtomicBool>,
     hello: Arc<Notify>,
     latency: PerOp<Histogram>,
-    /// The connection's staging memory: bulk reads go through it (see `reads`), and write
-    /// pieces come in it.
+    /// The connection's staging memory, which bulk reads (see `reads`) and write pieces go
+    /// through.
     staging: Arc<StagingPool>,
 }
 
@@ -510,19 +511,53 @@ impl Dispatcher {
         }
     }
 
-    /// A piece of a MEM_WRITE's data. The first piece of a write longer than one piece checks
-    /// that the whole write fits before anything is written.
+    /// A piece of a MEM_WRITE's data, gathered into staging memory (so the worker copies it to
+    /// the device itself) when it is large enough and a buffer comes free in time. The first
+    /// piece of a write longer than one piece checks that the whole write fits before anything
+    /// is written.
     fn write_piece(&mut self, request_id: RequestId, piece: WritePiece) {
         let session = convert::session(piece.session);
         let buffer = convert::buffer(piece.buffer);
         self.pipelined(request_id, Opcode::MemWrite, session, |d| {
-            let whole = piece.offset + piece.bytes.len() as u64 == piece.end;
+            let whole = piece.offset + piece.len as u64 == piece.end;
             if piece.first && !whole {
                 d.gpu().mem_write(session, buffer, piece.end, &[])?;
             }
-            d.gpu()
-                .mem_write(session, buffer, piece.offset, piece.bytes.as_ref())
+            let staged = (piece.len >= DIRECT_MIN_BYTES && piece.len <= d.staging.buffer_size())
+                .then(|| d.staging_buffer())
+                .flatten();
+            let gathered;
+            let bytes: &[u8] = match (staged, piece.chunks.as_slice()) {
+                (Some(mut buffer), chunks) => {
+                    for chunk in chunks {
+                        buffer.fill_from(chunk);
+                    }
+                    gathered = Gathered::Staged(buffer);
+                    gathered.as_ref()
+                }
+                (None, [one]) => one,
+                (None, chunks) => {
+                    gathered = Gathered::Plain(chunks.concat());
+                    gathered.as_ref()
+                }
+            };
+            d.gpu().mem_write(session, buffer, piece.offset, bytes)
         });
+    }
+}
+
+/// A write piece's bytes in one place.
+enum Gathered {
+    Staged(StagingBuffer),
+    Plain(Vec<u8>),
+}
+
+impl AsRef<[u8]> for Gathered {
+    fn as_ref(&self) -> &[u8] {
+        match self {
+            Gathered::Staged(buffer) => buffer.as_ref(),
+            Gathered::Plain(bytes) => bytes,
+        }
     }
 }
 

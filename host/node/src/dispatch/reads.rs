@@ -125,7 +125,7 @@ impl Dispatcher {
 
     /// A free staging buffer, waiting for one QUIC is done with up to [`STAGING_WAIT`] (less if
     /// the connection closes meanwhile).
-    fn staging_buffer(&self) -> Option<StagingBuffer> {
+    pub(super) fn staging_buffer(&self) -> Option<StagingBuffer> {
         if self.staging.limit() == 0 {
             return None;
         }

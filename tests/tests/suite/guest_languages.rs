@@ -7,6 +7,7 @@
 //! `$TASKLET_COMPONENTIZE_PY`, or PATH; without it the tests print `skipped: componentize-py not
 //! found` and return.
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Instant;
@@ -41,8 +42,11 @@ fn componentize_py() -> Option<PathBuf> {
 /// loads it; `None` (having said why) when componentize-py is not found.
 fn build_and_load(host: &Host, name: &str) -> Option<Tasklet> {
     let Some(tool) = componentize_py() else {
-        eprintln!(
-            "skipped: componentize-py not found (scripts/install-componentize-py.sh installs it): {name}"
+        // Past the harness's capture, on a line of its own (the harness has printed "test
+        // name ... " without a newline).
+        let _ = writeln!(
+            std::io::stderr(),
+            "\nskipped: componentize-py not found (scripts/install-componentize-py.sh installs it): {name}"
         );
         return None;
     };

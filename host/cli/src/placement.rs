@@ -259,6 +259,8 @@ pub fn place_keeping_rest<T>(
             Ok(client) => attempt(client, &placed),
             // A certificate folder that cannot be used fails the same way everywhere.
             Err(err @ ClientError::Certs(_)) => return Err(err.into()),
+            // Lost during the handshake (the node died as it answered): nothing was asked.
+            Err(lost @ ClientError::Disconnected(_)) => Err(Tried::Refused(lost)),
             Err(err) => Err(err.into()),
         };
         let err = match tried {

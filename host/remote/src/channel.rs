@@ -8,6 +8,7 @@
 
 use crate::connect::lost;
 use crate::error::ClientError;
+use crate::spin::Spin;
 use bytes::{Buf, Bytes, BytesMut};
 use std::future::Future;
 use std::sync::Arc;
@@ -67,6 +68,8 @@ pub(crate) struct Channel {
     broken: Option<ClientError>,
     /// No wait for the node goes past this; one that would closes the connection.
     deadline: Option<Instant>,
+    /// How long a wait for a reply polls before parking.
+    spin: Spin,
 }
 
 /// Runs `future` on `runtime` until it is done or `deadline` passes (`None`: it passed).
@@ -104,6 +107,7 @@ impl Channel {
             gathered: Vec::new(),
             broken: None,
             deadline: None,
+            spin: Spin::new(),
         }
     }
 
@@ -354,11 +358,20 @@ impl Channel {
             let Some(recv) = self.recv.as_mut() else {
                 return Err(self.fail(ClientError::Disconnected(LOST_READ.into())));
             };
-            let Some(chunk) = block_until(
-                &self.runtime,
-                self.deadline,
-                recv.read_chunk(READ_CHUNK, true),
-            ) else {
+            // Polled here for a while (see `spin`), then waited for on the runtime.
+            let chunk = {
+                let mut read = std::pin::pin!(recv.read_chunk(READ_CHUNK, true));
+                let began = Instant::now();
+                match self.spin.poll(&self.runtime, read.as_mut()) {
+                    Some(chunk) => Some(chunk),
+                    None => {
+                        let chunk = block_until(&self.runtime, self.deadline, read);
+                        self.spin.parked(began.elapsed());
+                        chunk
+                    }
+                }
+            };
+            let Some(chunk) = chunk else {
                 return Err(self.out_of_time());
             };
             match chunk {

@@ -52,6 +52,7 @@ mod deploy;
 mod error;
 mod fallback;
 mod gpu;
+mod spin;
 
 pub use client::{LeaseGrant, NodeClient};
 pub use connect::{ConnectOptions, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT};

@@ -1,0 +1,181 @@
+//! How the calling thread waits for a reply: it polls the read itself for a while before
+//! parking, when replies have been coming within that while and the machine has cores to spare.
+//!
+//! A thread parked in the runtime is woken by the runtime's thread when the reply's datagram has
+//! been read (a futex wake; on a virtual machine, a vCPU's wake-up too), and that wake-up is part
+//! of every call's round trip. Polling instead, the runtime's thread only sets a flag. Bounded
+//! three ways, like the node's GPU thread and the GPU workers: by a budget that grows while
+//! replies come within it and shrinks when they do not (a call that takes long, a kernel's sync,
+//! goes back to parking at once), by a ceiling ([`DEFAULT_SPIN_US`], or
+//! `TASKLET_CLIENT_SPIN_US`; 0 turns it off), and by the count of threads polling at once in
+//! this process, at most a quarter of the cores (none on a machine of fewer than 4).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
+use tokio::runtime::Runtime;
+
+/// The polling ceiling when `TASKLET_CLIENT_SPIN_US` does not say.
+pub const DEFAULT_SPIN_US: u64 = 300;
+
+/// Threads polling now, in this process.
+static POLLING: AtomicUsize = AtomicUsize::new(0);
+
+fn ceiling() -> Duration {
+    static CEILING: OnceLock<Duration> = OnceLock::new();
+    *CEILING.get_or_init(|| {
+        let micros = std::env::var("TASKLET_CLIENT_SPIN_US")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(DEFAULT_SPIN_US);
+        Duration::from_micros(micros)
+    })
+}
+
+fn pollers_allowed() -> usize {
+    static ALLOWED: OnceLock<usize> = OnceLock::new();
+    *ALLOWED.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()) / 4)
+}
+
+/// One channel's polling budget.
+pub(crate) struct Spin {
+    budget: Duration,
+    max: Duration,
+}
+
+impl Spin {
+    pub fn new() -> Spin {
+        let max = ceiling();
+        Spin { budget: max, max }
+    }
+
+    /// Polls `future` on this thread for up to the budget (if a polling slot is free): its
+    /// output, or `None` if it was not ready by then (then the caller waits for it as usual, and
+    /// says how that went with [`Spin::parked`]).
+    pub fn poll<F: Future>(
+        &mut self,
+        runtime: &Runtime,
+        future: Pin<&mut F>,
+    ) -> Option<F::Output> {
+        self.poll_within(runtime, future, pollers_allowed())
+    }
+
+    fn poll_within<F: Future>(
+        &mut self,
+        runtime: &Runtime,
+        mut future: Pin<&mut F>,
+        allowed: usize,
+    ) -> Option<F::Output> {
+        if self.budget.is_zero() {
+            return None;
+        }
+        let _slot = Slot::take(allowed)?;
+        let _runtime = runtime.enter();
+        let woken = Arc::new(Flag(AtomicBool::new(true)));
+        let waker = Waker::from(Arc::clone(&woken));
+        let mut cx = Context::from_waker(&waker);
+        let start = Instant::now();
+        let mut turns = 0u32;
+        loop {
+            if woken.0.swap(false, Ordering::AcqRel) {
+                if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+                    return Some(out);
+                }
+            }
+            std::hint::spin_loop();
+            turns = turns.wrapping_add(1);
+            if turns.is_multiple_of(64) {
+                if start.elapsed() >= self.budget {
+                    return None;
+                }
+                // Let the runtime's thread have this core if it needs it.
+                if turns.is_multiple_of(1024) {
+                    std::thread::yield_now();
+                }
+            }
+        }
+    }
+
+    /// After polling gave up: the reply came `waited` after the polling began. Within the
+    /// ceiling, polling the whole ceiling would have caught it; past it (a long call, an idle
+    /// stream), the budget halves, down to nothing.
+    pub fn parked(&mut self, waited: Duration) {
+        if waited <= self.max {
+            self.budget = self.max;
+        } else {
+            self.budget /= 2;
+            if self.budget < Duration::from_micros(5) {
+                self.budget = Duration::ZERO;
+            }
+        }
+    }
+}
+
+/// Set by the runtime's thread when the polled future can make progress.
+struct Flag(AtomicBool);
+
+impl Wake for Flag {
+    fn wake(self: Arc<Self>) {
+        self.0.store(true, Ordering::Release);
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+/// A polling slot, held while polling.
+struct Slot(());
+
+impl Slot {
+    fn take(allowed: usize) -> Option<Slot> {
+        POLLING
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < allowed).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Slot(()))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        POLLING.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_budget_follows_how_soon_replies_come() {
+        let max = Duration::from_micros(300);
+        let mut spin = Spin { budget: max, max };
+        // Long calls: the budget halves down to nothing.
+        for _ in 0..8 {
+            spin.parked(Duration::from_millis(5));
+        }
+        assert_eq!(spin.budget, Duration::ZERO);
+        // A reply soon after the wait began: the whole ceiling next time.
+        spin.parked(Duration::from_micros(120));
+        assert_eq!(spin.budget, max);
+    }
+
+    #[test]
+    fn a_ready_future_is_taken_at_once_where_polling_is_allowed() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let mut spin = Spin::new();
+        let ready = std::pin::pin!(std::future::ready(7));
+        match spin.poll(&runtime, ready) {
+            Some(out) => assert_eq!(out, 7),
+            // Polling off (TASKLET_CLIENT_SPIN_US=0) or a machine of fewer than 4 cores.
+            None => assert!(ceiling().is_zero() || pollers_allowed() == 0),
+        }
+    }
+}

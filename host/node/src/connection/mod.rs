@@ -12,6 +12,7 @@
 //! every lease the connection held.
 
 mod deploy;
+mod hot;
 mod stream;
 
 use crate::caller::Caller;

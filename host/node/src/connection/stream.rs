@@ -7,6 +7,7 @@
 //! the stall timeout.
 
 use super::deploy::{self, DeployRequest, Intake, Lane};
+use super::hot::Hot;
 use super::{close_code, QUEUE_BYTES, STAGING_PIECE};
 use crate::caller::Caller;
 use crate::job::{Batch, Job, Outgoing, ReplyTo, Work, WritePiece};
@@ -14,6 +15,7 @@ use crate::metrics::PerOp;
 use crate::shared::Shared;
 use bytes::Bytes;
 use prometheus::IntCounter;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tasklet_wire::{
@@ -70,7 +72,13 @@ pub(crate) async fn serve(stream: Stream) {
         budget,
     } = stream;
     let (reply, replies) = mpsc::channel(REPLY_QUEUE);
-    let writer = tokio::spawn(write(connection.clone(), send, replies));
+    let hot = Hot::new();
+    let writer = tokio::spawn(write(
+        connection.clone(),
+        send,
+        replies,
+        Arc::clone(&hot.written),
+    ));
     let mut reader = Reader {
         shared: Arc::clone(&shared),
         caller: Arc::clone(&caller),
@@ -86,6 +94,8 @@ pub(crate) async fn serve(stream: Stream) {
         intake: None,
         lane: None,
         requests: PerOp::new(),
+        hot,
+        calls: false,
     };
     if let Err(error) = reader.read_all(&mut recv).await {
         caller.metrics.protocol_errors.inc();
@@ -113,6 +123,10 @@ struct Reader {
     /// The stream's deploy lane, started by its first deploy request.
     lane: Option<Lane>,
     requests: PerOp<IntCounter>,
+    /// Keeps a runtime thread awake for the reply to a call (see `hot`).
+    hot: Hot,
+    /// Whether the batch holds a request that is answered (anything but LAUNCH and MEM_WRITE).
+    calls: bool,
 }
 
 impl Reader {
@@ -335,6 +349,9 @@ impl Reader {
                 Err(TryAcquireError::Closed) => return Ok(()),
             }
         };
+        if let Work::Request(request) = &work {
+            self.calls |= !matches!(request, Request::Launch(_) | Request::MemWrite { .. });
+        }
         self.batch.push(Job {
             request_id,
             work,
@@ -350,8 +367,12 @@ impl Reader {
             return;
         }
         let batch = std::mem::take(&mut self.batch);
+        let mark = self.hot.mark();
         // The GPU thread is gone only when the connection is.
         let _ = self.jobs.send(batch).await;
+        if std::mem::take(&mut self.calls) {
+            self.hot.keep_awake(mark);
+        }
     }
 }
 
@@ -395,10 +416,12 @@ async fn write(
     connection: quinn::Connection,
     mut send: quinn::SendStream,
     mut replies: mpsc::Receiver<Outgoing>,
+    written: Arc<AtomicU64>,
 ) {
     while let Some(out) = replies.recv().await {
         match out {
             Outgoing::Bytes(bytes) => {
+                written.fetch_add(1, Ordering::Release);
                 if send.write_chunk(bytes).await.is_err() {
                     return;
                 }

@@ -1,0 +1,154 @@
+//! Keeping one of the node's runtime threads awake while the GPU thread makes a call's reply.
+//!
+//! The reply goes from the connection's GPU thread to the stream's writer task; if every runtime
+//! thread has parked meanwhile (a launch + sync takes the GPU thread about as long as a thread
+//! takes to park), one is woken for it, and that wake-up (on a virtual machine, a vCPU's too) is
+//! part of the round trip. After handing the GPU thread a batch that holds a call, the stream
+//! starts a task that yields until the writer has written something or a budget runs out, so
+//! that a runtime thread is awake when the reply comes. Bounded three ways: by a budget per
+//! stream that grows back to its ceiling when the reply came within it and halves when it did
+//! not (down to a floor, so that it can learn again), by a ceiling (`TASKLET_NODE_HOT_US`,
+//! default [`DEFAULT_HOT_US`]; 0 turns it off), and by the count of such tasks in this process,
+//! at most a quarter of the cores (none on a machine of fewer than 4).
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+/// The ceiling when `TASKLET_NODE_HOT_US` does not say.
+pub const DEFAULT_HOT_US: u64 = 100;
+
+/// The least a budget shrinks to.
+const FLOOR: Duration = Duration::from_micros(10);
+
+/// Tasks keeping a runtime thread awake now, in this process.
+static HOT: AtomicUsize = AtomicUsize::new(0);
+
+fn ceiling() -> Duration {
+    static CEILING: OnceLock<Duration> = OnceLock::new();
+    *CEILING.get_or_init(|| {
+        let micros = std::env::var("TASKLET_NODE_HOT_US")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(DEFAULT_HOT_US);
+        Duration::from_micros(micros)
+    })
+}
+
+fn allowed() -> usize {
+    static ALLOWED: OnceLock<usize> = OnceLock::new();
+    *ALLOWED.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()) / 4)
+}
+
+/// A stream's side of it: what its writer has written, and its budget.
+pub(super) struct Hot {
+    /// Counted up by the writer for every piece it puts on the stream.
+    pub written: Arc<AtomicU64>,
+    /// In nanoseconds; shared with the task of the last call, which adjusts it.
+    budget: Arc<AtomicU64>,
+}
+
+impl Hot {
+    pub fn new() -> Hot {
+        Hot {
+            written: Arc::new(AtomicU64::new(0)),
+            budget: Arc::new(AtomicU64::new(ceiling().as_nanos() as u64)),
+        }
+    }
+
+    /// What the writer has written so far: taken before a batch with a call is handed over.
+    pub fn mark(&self) -> u64 {
+        self.written.load(Ordering::Acquire)
+    }
+
+    /// Starts keeping a runtime thread awake until the writer writes past `mark`, if the
+    /// budget, the ceiling and a free slot allow.
+    pub fn keep_awake(&self, mark: u64) {
+        self.keep_awake_within(mark, ceiling(), allowed());
+    }
+
+    fn keep_awake_within(&self, mark: u64, max: Duration, allowed: usize) {
+        let budget = Duration::from_nanos(self.budget.load(Ordering::Relaxed)).min(max);
+        if budget.is_zero() {
+            return;
+        }
+        let Some(slot) = Slot::take(allowed) else {
+            return;
+        };
+        let (written, shared_budget) = (Arc::clone(&self.written), Arc::clone(&self.budget));
+        tokio::spawn(async move {
+            let _slot = slot;
+            let start = Instant::now();
+            loop {
+                if written.load(Ordering::Acquire) != mark {
+                    shared_budget.store(max.as_nanos() as u64, Ordering::Relaxed);
+                    return;
+                }
+                if start.elapsed() >= budget {
+                    let less = (budget / 2).max(FLOOR);
+                    shared_budget.store(less.as_nanos() as u64, Ordering::Relaxed);
+                    return;
+                }
+                tokio::task::yield_now().await;
+            }
+        });
+    }
+}
+
+/// A slot, held by a task while it keeps a thread awake.
+struct Slot(());
+
+impl Slot {
+    fn take(allowed: usize) -> Option<Slot> {
+        HOT.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n < allowed).then_some(n + 1)
+        })
+        .ok()
+        .map(|_| Slot(()))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        HOT.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn budget(hot: &Hot) -> Duration {
+        Duration::from_nanos(hot.budget.load(Ordering::Relaxed))
+    }
+
+    #[test]
+    fn it_stops_at_the_reply_or_the_budget_and_learns_from_which() {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .build()
+            .unwrap();
+        let _in = runtime.enter();
+        let max = Duration::from_millis(2);
+        let hot = Hot::new();
+        hot.budget.store(max.as_nanos() as u64, Ordering::Relaxed);
+
+        // No reply: the task gives up after its budget and halves it.
+        hot.keep_awake_within(hot.mark(), max, 1);
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(budget(&hot), max / 2);
+        assert_eq!(HOT.load(Ordering::Acquire), 0, "the slot is given back");
+
+        // The writer writes soon: the whole ceiling again.
+        let mark = hot.mark();
+        hot.keep_awake_within(mark, max, 1);
+        hot.written.fetch_add(1, Ordering::Release);
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(budget(&hot), max);
+
+        // No slot: nothing runs, nothing changes.
+        hot.keep_awake_within(hot.mark(), max, 0);
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(budget(&hot), max);
+    }
+}

@@ -6,5 +6,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    tasklet_runtime_fuzz::run(data);
+    let _ = tasklet_runtime_fuzz::run(data);
 });

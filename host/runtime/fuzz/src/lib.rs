@@ -16,7 +16,8 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use tasklet_runtime::gpu::{
-    BufferId, GpuService, KernelArg, LaunchConfig, LeaseRequest, LocalGpu, ModuleId, SessionId,
+    BufferId, GpuService, KernelArg, LaunchConfig, LeaseRequest, LocalGpu, ModuleId, Relocation,
+    SessionId,
 };
 use tasklet_runtime::{BackendKind, GpuError, Host, HostConfig, Policy, WorkerCommand};
 
@@ -75,11 +76,40 @@ enum Arg {
     F32(f32),
     F64(f64),
     Bytes(Vec<u8>),
+    /// Bytes with buffer addresses placed in them (contract 0.2's `relocated`).
+    Relocated(Vec<u8>, Vec<Reloc>),
+}
+
+/// One relocation as the input chose it: where, which buffer (as for [`Arg::Buffer`]), at what
+/// offset into it.
+#[derive(Debug, Clone)]
+struct Reloc {
+    at: u32,
+    buffer: Option<usize>,
+    forged: u64,
+    offset: u64,
+}
+
+impl Reloc {
+    fn read(c: &mut Choices<'_>) -> Reloc {
+        let at = match c.byte() % 4 {
+            0 => c.u32(),
+            // Mostly a place an address can go in the kernels' by-value parameters.
+            _ => 8 * u32::from(c.byte() % 4),
+        };
+        let which = c.byte();
+        Reloc {
+            at,
+            buffer: (which % 4 < 3).then_some(usize::from(which % 2)),
+            forged: c.u64(),
+            offset: c.offset(),
+        }
+    }
 }
 
 impl Arg {
     fn read(c: &mut Choices<'_>) -> Arg {
-        match c.byte() % 9 {
+        match c.byte() % 10 {
             0 | 1 => {
                 let which = c.byte();
                 let id = c.u64();
@@ -92,7 +122,7 @@ impl Arg {
             5 => Arg::U64(c.u64()),
             6 => Arg::F32(f32::from_bits(c.u32())),
             7 => Arg::F64(f64::from_bits(c.u64())),
-            _ => {
+            8 => {
                 // Mostly the sizes the kernels' parameters have, sometimes any.
                 const SIZES: [usize; 8] = [1, 2, 12, 24, 4000, 8, 4, 4001];
                 let n = match c.byte() % 3 {
@@ -101,7 +131,34 @@ impl Arg {
                 };
                 Arg::Bytes(c.bytes(n))
             }
+            _ => {
+                const SIZES: [usize; 5] = [24, 12, 8, 16, 4000];
+                let n = match c.byte() % 4 {
+                    0 => usize::from(c.byte()),
+                    _ => SIZES[usize::from(c.byte()) % SIZES.len()],
+                };
+                let bytes = c.bytes(n);
+                let relocs = (0..c.byte() % 5).map(|_| Reloc::read(c)).collect();
+                Arg::Relocated(bytes, relocs)
+            }
         }
+    }
+
+    /// For a relocated argument the host accepted: whether each relocation was one the host
+    /// must accept (at a multiple of 8 with 8 bytes before the end, no two at one place, one of
+    /// the session's buffers at an offset within it).
+    fn relocations_valid(&self) -> bool {
+        let Arg::Relocated(bytes, relocs) = self else {
+            return true;
+        };
+        let mut places = Vec::new();
+        relocs.iter().all(|r| {
+            let fits = r.at.is_multiple_of(8) && r.at as usize + 8 <= bytes.len();
+            let fresh = !places.contains(&r.at);
+            places.push(r.at);
+            let buffer = r.buffer.is_some_and(|i| r.offset <= BUFFERS[i]);
+            fits && fresh && buffer
+        })
     }
 
     /// The bytes the kernel sees for it, where the input alone says (not a buffer's address).
@@ -115,6 +172,7 @@ impl Arg {
             Arg::F32(v) => v.to_le_bytes().to_vec(),
             Arg::F64(v) => v.to_le_bytes().to_vec(),
             Arg::Bytes(v) => v.clone(),
+            Arg::Relocated(..) => return None,
         })
     }
 }
@@ -153,6 +211,8 @@ struct Tenant {
     iota: ModuleId,
     mixed: ModuleId,
     buffers: [BufferId; 2],
+    /// Each buffer's device address, as first seen through a relocation (it never moves).
+    bases: [Option<u64>; 2],
 }
 
 /// Where the worker binary is: `TASKLET_FUZZ_WORKER`, else the workspace's release build, else
@@ -221,6 +281,7 @@ fn tenant() -> Result<Tenant, GpuError> {
         iota,
         mixed,
         buffers,
+        bases: [None; 2],
     })
 }
 
@@ -246,14 +307,17 @@ fn check_message(e: &GpuError) {
     );
 }
 
-/// Runs one input: the body of the `args` target.
-pub fn run(data: &[u8]) {
+/// Runs one input: the body of the `args` target. Says whether the host accepted the launch and
+/// its sync succeeded (for the tests: an input meant to be accepted is seen checked).
+pub fn run(data: &[u8]) -> bool {
     static TENANT: Mutex<Option<Tenant>> = Mutex::new(None);
     let mut slot = TENANT.lock().unwrap_or_else(|p| p.into_inner());
     if slot.is_none() {
         *slot = Some(tenant().unwrap_or_else(|e| panic!("no lease for the harness: {e}")));
     }
-    let Some(t) = slot.as_mut() else { return };
+    let Some(t) = slot.as_mut() else {
+        return false;
+    };
     let mut c = Choices { data, at: 0 };
     let pick = c.byte();
     let (module, name) = match pick % 8 {
@@ -277,9 +341,25 @@ pub fn run(data: &[u8]) {
     };
     let args: Vec<Arg> = (0..count).map(|_| Arg::read(&mut c)).collect();
     let config = shape(&mut c);
-    let lifted: Vec<KernelArg<'_>> = args
+    // Each relocated argument's relocations, with the session's buffers' ids.
+    let relocations: Vec<Vec<Relocation>> = args
         .iter()
         .map(|a| match a {
+            Arg::Relocated(_, relocs) => relocs
+                .iter()
+                .map(|r| Relocation {
+                    at: r.at,
+                    buffer: r.buffer.map_or(BufferId(r.forged), |i| t.buffers[i]),
+                    offset: r.offset,
+                })
+                .collect(),
+            _ => Vec::new(),
+        })
+        .collect();
+    let lifted: Vec<KernelArg<'_>> = args
+        .iter()
+        .zip(&relocations)
+        .map(|(a, relocations)| match a {
             Arg::Buffer(Some(i), _, offset) => KernelArg::Buffer {
                 buffer: t.buffers[*i],
                 offset: *offset,
@@ -295,6 +375,7 @@ pub fn run(data: &[u8]) {
             Arg::F32(v) => KernelArg::F32(*v),
             Arg::F64(v) => KernelArg::F64(*v),
             Arg::Bytes(v) => KernelArg::Bytes(v),
+            Arg::Relocated(bytes, _) => KernelArg::Relocated { bytes, relocations },
         })
         .collect();
     let launched = t.gpu.launch(t.session, module, &name, &config, &lifted);
@@ -305,6 +386,7 @@ pub fn run(data: &[u8]) {
             if ends_lease(&e) {
                 *slot = None;
             }
+            false
         }
         Ok(()) => {
             let params = match name.as_str() {
@@ -320,6 +402,12 @@ pub fn run(data: &[u8]) {
                 "a launch of `{name}` with {} arguments was accepted",
                 args.len()
             );
+            for (k, arg) in args.iter().enumerate() {
+                assert!(
+                    arg.relocations_valid(),
+                    "a launch of `{name}` was accepted with argument {k} relocated where it may not be: {arg:?}"
+                );
+            }
             // iota's index is x alone (blockIdx.x * blockDim.x + threadIdx.x): the y and z
             // dimensions repeat the same indices.
             let threads = u64::from(config.grid[0]) * u64::from(config.block[0]);
@@ -329,6 +417,7 @@ pub fn run(data: &[u8]) {
                     *slot = None;
                 }
             }
+            true
         }
     }
 }
@@ -375,8 +464,42 @@ fn check_written(t: &mut Tenant, name: &str, args: &[Arg], threads: u64) -> Resu
                 "mixed saw argument {k} ({arg:?}) otherwise"
             );
         }
+        if let Arg::Relocated(bytes, relocs) = arg {
+            check_relocated(&mut t.bases, &got[at..at + bytes.len()], bytes, relocs, k);
+        }
     }
     Ok(())
+}
+
+/// What `mixed` saw of a relocated argument: its bytes as passed, except where a relocation put
+/// the address of its offset into its buffer — the same address for a buffer every time.
+fn check_relocated(
+    bases: &mut [Option<u64>; 2],
+    seen: &[u8],
+    bytes: &[u8],
+    relocs: &[Reloc],
+    k: usize,
+) {
+    let mut want = bytes.to_vec();
+    for r in relocs {
+        let (at, Some(i)) = (r.at as usize, r.buffer) else {
+            continue;
+        };
+        let mut word = [0u8; 8];
+        word.copy_from_slice(&seen[at..at + 8]);
+        let base = u64::from_le_bytes(word).wrapping_sub(r.offset);
+        let known = *bases[i].get_or_insert(base);
+        assert_eq!(
+            known, base,
+            "argument {k}: relocation {r:?} gave buffer {i} the address {base:#x}, earlier {known:#x}"
+        );
+        want[at..at + 8].copy_from_slice(&word);
+    }
+    assert_eq!(
+        seen,
+        &want[..],
+        "mixed saw relocated argument {k} otherwise than passed: {relocs:?}"
+    );
 }
 
 #[cfg(test)]
@@ -413,7 +536,7 @@ mod tests {
         }
         // The harness itself asserts the read-back; run it, then look at the bytes too.
         let input = mixed_input();
-        run(&input);
+        assert!(run(&input), "the mixed launch was refused");
         let mut slot = Some(tenant().expect("lease"));
         let t = slot.as_mut().unwrap();
         let mut c = Choices {
@@ -469,6 +592,38 @@ mod tests {
         assert_eq!(&got[48..72], &(101..=124).collect::<Vec<u8>>()[..]);
     }
 
+    #[test]
+    fn relocated_arguments_reach_the_kernel_with_their_buffers_addresses() {
+        if !worker().exists() {
+            eprintln!("skipped: no worker binary at {}", worker().display());
+            return;
+        }
+        // `mixed` as in `mixed_input`, its 24-byte `t` relocated: buffer 1 at offset 16 into
+        // bytes 0..8, buffer 0 at offset 40 into bytes 16..24. The harness checks what the
+        // kernel saw (the bytes between as passed, each address that of its buffer's offset);
+        // then the same with buffer 1 at offset 20: its address moves by 4 and no more.
+        for offset in [4u8, 5] {
+            let mut d = mixed_input();
+            let t = d.iter().position(|&b| b == 101).unwrap() - 3;
+            let mut relocated = vec![9, 1, 0];
+            relocated.extend(101..=124);
+            relocated.push(2);
+            relocated.extend([1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 3, offset]);
+            relocated.extend([1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3, 10]);
+            d.splice(t..t + 3 + 24, relocated);
+            assert!(run(&d), "the relocated launch was refused");
+        }
+        // A relocation off an 8-byte place is refused, and the harness goes on.
+        let mut d = mixed_input();
+        let t = d.iter().position(|&b| b == 101).unwrap() - 3;
+        let mut relocated = vec![9, 1, 0];
+        relocated.extend(101..=124);
+        relocated.push(1);
+        relocated.extend([0, 4, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 3, 1]);
+        d.splice(t..t + 3 + 24, relocated);
+        assert!(!run(&d), "a relocation at byte 4 was accepted");
+    }
+
     /// Inputs the fuzzer found that once failed the harness, replayed.
     #[test]
     fn found_inputs_pass() {
@@ -478,10 +633,11 @@ mod tests {
         }
         // iota on grid (1, 1, 1025), block (26, 1, 1), n = 255, at byte 1020 of the 4 KiB buffer:
         // 26 elements written, since iota's index is x alone (the harness once expected
-        // grid × block of them).
+        // grid × block of them). (Argument kinds are read modulo 10 since relocated arguments
+        // came: the second argument's kind byte, once 0xff, is 0xf3 to stay a u32.)
         run(&[
             0x39, 0x2b, 0x0a, 0x99, 0x98, 0x99, 0xa0, 0x70, 0xff, 0xff, 0xff, 0xff, 0x07, 0xff,
-            0xff, 0xff, 0x00, 0x00, 0x00, 0x7a, 0x99, 0x99, 0x2b, 0x0e, 0xb4, 0xb4, 0x39, 0xff,
+            0xf3, 0xff, 0x00, 0x00, 0x00, 0x7a, 0x99, 0x99, 0x2b, 0x0e, 0xb4, 0xb4, 0x39, 0xff,
             0xfd, 0xfb,
         ]);
     }

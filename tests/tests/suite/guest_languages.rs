@@ -1,11 +1,11 @@
-//! Tasklets written in other languages than Rust: the Python examples (`tasklets/python-*`),
-//! built with componentize-py over the Python SDK (`guest-sdk/python`), run through the same
-//! host as the Rust examples, and their outputs and errors compared with the Rust examples' on
-//! the same inputs.
+//! Tasklets written in other languages than Rust: the Python examples (`tasklets/python-*`,
+//! built with componentize-py over `guest-sdk/python`) and the JavaScript ones (`tasklets/js-*`,
+//! built with componentize-js over `guest-sdk/js`), run through the same host as the Rust
+//! examples, and their outputs and errors compared with the Rust examples' on the same inputs.
 //!
-//! componentize-py comes from `scripts/install-componentize-py.sh` (under target/), or
-//! `$TASKLET_COMPONENTIZE_PY`, or PATH; without it the tests print `skipped: componentize-py not
-//! found` and return.
+//! The tools come from `scripts/install-componentize-py.sh` and `scripts/install-componentize-js.sh`
+//! (under target/), or `$TASKLET_COMPONENTIZE_PY` / `$TASKLET_COMPONENTIZE_JS`, or PATH; without
+//! one, its tests print `skipped: componentize-py not found` (or `componentize-js`) and return.
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -15,44 +15,75 @@ use std::time::Instant;
 use tasklet_runtime::{Host, RunError, Tasklet};
 use tasklet_tests::{assert_baseline, load, manifest, repo, run_ok, tasklet_dir, test_host};
 
-/// The componentize-py to build with, if there is one.
-fn componentize_py() -> Option<PathBuf> {
-    if let Some(tool) = std::env::var_os("TASKLET_COMPONENTIZE_PY") {
-        return Some(PathBuf::from(tool));
-    }
-    let installed = repo().join("target/componentize-py");
-    let mut found: Vec<PathBuf> = std::fs::read_dir(installed)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path().join("componentize-py"))
-        .filter(|p| p.is_file())
-        .collect();
-    found.sort();
-    if let Some(tool) = found.pop() {
-        return Some(tool);
-    }
-    let on_path = Command::new("componentize-py").arg("--version").output();
-    on_path
-        .is_ok_and(|o| o.status.success())
-        .then(|| PathBuf::from("componentize-py"))
+/// A language's build tool: how to find it, and the variable its build script takes it from.
+struct Tool {
+    /// Its command name, as the skip line says it.
+    name: &'static str,
+    /// Where `scripts/install-<name>.sh` puts it: under target/<name>/<version>/.
+    installed: &'static str,
+    /// The variable naming it for the tests, and for the examples' build.sh.
+    test_var: &'static str,
+    build_var: &'static str,
 }
 
-/// Builds the Python tasklet `name` with its build.sh (nothing to do when it is up to date) and
-/// loads it; `None` (having said why) when componentize-py is not found.
-fn build_and_load(host: &Host, name: &str) -> Option<Tasklet> {
-    let Some(tool) = componentize_py() else {
+const COMPONENTIZE_PY: Tool = Tool {
+    name: "componentize-py",
+    installed: "componentize-py",
+    test_var: "TASKLET_COMPONENTIZE_PY",
+    build_var: "COMPONENTIZE_PY",
+};
+
+const COMPONENTIZE_JS: Tool = Tool {
+    name: "componentize-js",
+    installed: "node_modules/.bin/componentize-js",
+    test_var: "TASKLET_COMPONENTIZE_JS",
+    build_var: "COMPONENTIZE_JS",
+};
+
+impl Tool {
+    /// The tool to build with, if there is one: `$test_var`, else the newest installed under
+    /// target/, else one on PATH.
+    fn find(&self) -> Option<PathBuf> {
+        if let Some(tool) = std::env::var_os(self.test_var) {
+            return Some(PathBuf::from(tool));
+        }
+        let installed = repo().join("target").join(self.name);
+        let mut found: Vec<PathBuf> = std::fs::read_dir(installed)
+            .into_iter()
+            .flatten()
+            .flatten()
+            // An install in progress (or interrupted) is in a `.tmp` folder.
+            .filter(|e| !e.file_name().to_string_lossy().ends_with(".tmp"))
+            .map(|e| e.path().join(self.installed))
+            .filter(|p| p.is_file())
+            .collect();
+        found.sort();
+        if let Some(tool) = found.pop() {
+            return Some(tool);
+        }
+        let on_path = Command::new(self.name).arg("--version").output();
+        on_path
+            .is_ok_and(|o| o.status.success())
+            .then(|| PathBuf::from(self.name))
+    }
+}
+
+/// Builds the tasklet `name` with its build.sh and `tool` (nothing to do when it is up to date)
+/// and loads it; `None` (having said why) when the tool is not found.
+fn build_and_load(host: &Host, tool: &Tool, name: &str) -> Option<Tasklet> {
+    let Some(path) = tool.find() else {
         // Past the harness's capture, on a line of its own (the harness has printed "test
         // name ... " without a newline).
         let _ = writeln!(
             std::io::stderr(),
-            "\nskipped: componentize-py not found (scripts/install-componentize-py.sh installs it): {name}"
+            "\nskipped: {0} not found (scripts/install-{0}.sh installs it): {name}",
+            tool.name
         );
         return None;
     };
     let started = Instant::now();
     let status = Command::new(tasklet_dir(name).join("build.sh"))
-        .env("COMPONENTIZE_PY", &tool)
+        .env(tool.build_var, &path)
         .status()
         .unwrap_or_else(|e| panic!("cannot run {name}/build.sh: {e}"));
     assert!(status.success(), "{name}/build.sh failed ({status})");
@@ -74,43 +105,60 @@ fn failure(host: &Host, tasklet: &Tasklet, input: &str) -> String {
     }
 }
 
-#[test]
-fn python_vector_add_matches_the_rust_example() {
+/// `guest` (a port of tasklets/vector-add) against the Rust example: the same outputs, and the
+/// same errors, the SDK's own (input that does not parse) and a `gpu-error` case raised as an
+/// exception (a lease past the manifest's max-vram).
+fn vector_add_matches_the_rust_example(tool: &Tool, guest: &str) {
     let host = test_host!();
-    let Some(python) = build_and_load(&host, "python-vector-add") else {
+    let Some(guest) = build_and_load(&host, tool, guest) else {
         return;
     };
     let rust = load(&host, manifest("vector-add"));
     for input in ["", "0", "1", "1000", "100000"] {
         let expected = run_ok(&host, &rust, input);
-        assert_eq!(run_ok(&host, &python, input), expected, "input {input:?}");
+        assert_eq!(run_ok(&host, &guest, input), expected, "input {input:?}");
     }
-    // Errors: the SDK's own (input that does not parse), and a gpu-error case raised as an
-    // exception (a lease past the manifest's max-vram), worded as the Rust SDK words them.
     for input in ["twelve", "100000000"] {
         let expected = failure(&host, &rust, input);
-        assert_eq!(failure(&host, &python, input), expected, "input {input:?}");
+        assert_eq!(failure(&host, &guest, input), expected, "input {input:?}");
     }
-    assert!(
-        failure(&host, &python, "100000000").starts_with("quota-exceeded: "),
-        "{}",
-        failure(&host, &python, "100000000")
-    );
+    let quota = failure(&host, &guest, "100000000");
+    assert!(quota.starts_with("quota-exceeded: "), "{quota}");
     assert_baseline(&host);
 }
 
-#[test]
-fn python_iota_as_one_gpu_call_matches_the_rust_example() {
+/// `guest` (a port of tasklets/iota as one `GpuCall`) against the Rust example.
+fn iota_matches_the_rust_example(tool: &Tool, guest: &str) {
     let host = test_host!();
-    let Some(python) = build_and_load(&host, "python-iota") else {
+    let Some(guest) = build_and_load(&host, tool, guest) else {
         return;
     };
     let rust = load(&host, manifest("iota"));
     for input in ["", "0", "1", "37", "5000"] {
         let expected = run_ok(&host, &rust, input);
-        assert_eq!(run_ok(&host, &python, input), expected, "input {input:?}");
+        assert_eq!(run_ok(&host, &guest, input), expected, "input {input:?}");
     }
     let expected = failure(&host, &rust, "-3");
-    assert_eq!(failure(&host, &python, "-3"), expected);
+    assert_eq!(failure(&host, &guest, "-3"), expected);
     assert_baseline(&host);
+}
+
+#[test]
+fn python_vector_add_matches_the_rust_example() {
+    vector_add_matches_the_rust_example(&COMPONENTIZE_PY, "python-vector-add");
+}
+
+#[test]
+fn python_iota_as_one_gpu_call_matches_the_rust_example() {
+    iota_matches_the_rust_example(&COMPONENTIZE_PY, "python-iota");
+}
+
+#[test]
+fn js_vector_add_matches_the_rust_example() {
+    vector_add_matches_the_rust_example(&COMPONENTIZE_JS, "js-vector-add");
+}
+
+#[test]
+fn js_iota_as_one_gpu_call_matches_the_rust_example() {
+    iota_matches_the_rust_example(&COMPONENTIZE_JS, "js-iota");
 }

@@ -1,0 +1,95 @@
+// Leases: a grant of device memory for a time, asked for through `Lease.builder()`.
+
+import { devices } from 'tasklet:gpu/inventory@0.2.0';
+import { Lease as RawLease } from 'tasklet:gpu/leases@0.2.0';
+
+import { sizeOf } from './elements.js';
+import { host } from './errors.js';
+import { Session } from './session.js';
+
+/** The device memory asked for when `minVram` is not set, and the granularity of `minVramFor`. */
+export const VRAM_GRANULE = 1 << 20;
+/** The lease time when `secs` is not set: a tasklet's default wall time. */
+export const DEFAULT_SECS = 30;
+
+/** `bytes` rounded up to whole `VRAM_GRANULE`s, at least one. */
+export function roundVram(bytes) {
+  return Math.max(1, Math.ceil(Number(bytes) / VRAM_GRANULE)) * VRAM_GRANULE;
+}
+
+/** The devices this tasklet may lease. */
+export function inventory() {
+  return devices();
+}
+
+export class LeaseBuilder {
+  constructor() {
+    this._minVram = VRAM_GRANULE;
+    this._secs = DEFAULT_SECS;
+    this._device = undefined;
+  }
+
+  /** At least this many bytes of device memory. */
+  minVram(bytes) {
+    this._minVram = Number(bytes);
+    return this;
+  }
+
+  /** Enough device memory for `count` elements of type `elem` (`"u32"`), in whole MiB. */
+  minVramFor(elem, count) {
+    return this.minVram(roundVram(count * sizeOf(elem)));
+  }
+
+  /** For this many seconds from now. */
+  secs(secs) {
+    this._secs = secs;
+    return this;
+  }
+
+  /** On this device (an index from `inventory()`); any device when not called. */
+  device(index) {
+    this._device = index;
+    return this;
+  }
+
+  /** The WIT request this builder describes. */
+  request() {
+    return { minVram: BigInt(this._minVram), secs: this._secs, device: this._device };
+  }
+
+  /** Asks the host for the lease: `CapacityExceeded` when the node cannot serve it,
+   * `QuotaExceeded` when the tasklet's grant does not allow it. */
+  acquire() {
+    return new Lease(host(() => RawLease.acquire(this.request())));
+  }
+}
+
+/** A grant of device memory for a time. */
+export class Lease {
+  constructor(raw) {
+    this.raw = raw;
+  }
+
+  static builder() {
+    return new LeaseBuilder();
+  }
+
+  /** Opens a session on this lease. */
+  session() {
+    return Session.open(this);
+  }
+
+  renew(secs) {
+    host(() => this.raw.renew(secs));
+  }
+
+  /** `{device, grantedBytes, usedBytes, remainingMs}` (bigints where the WIT has u64). */
+  info() {
+    return host(() => this.raw.info());
+  }
+
+  /** Nanoseconds of device time the lease's kernels have used so far (a bigint). */
+  gpuTimeNs() {
+    return host(() => this.raw.gpuTime());
+  }
+}

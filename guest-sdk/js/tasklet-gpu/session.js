@@ -1,0 +1,102 @@
+// Sessions: device memory, modules and launches under one lease.
+
+import { Session as RawSession } from 'tasklet:gpu/sessions@0.2.0';
+
+import { DeviceBuffer } from './buffer.js';
+import { check, nameOf, sizeOf, toBytes } from './elements.js';
+import { InvalidInput, host } from './errors.js';
+import { Launch } from './launch.js';
+
+export class Session {
+  constructor(lease, raw) {
+    this.lease = lease;
+    this.raw = raw;
+  }
+
+  static open(lease) {
+    return new Session(lease, host(() => RawSession.open(lease.raw)));
+  }
+
+  /** A zeroed device buffer of `count` elements of type `elem` (`"u32"`, `"f32"`, ...). */
+  alloc(elem, count) {
+    const bytes = count * sizeOf(elem);
+    if (!(bytes > 0)) {
+      throw new InvalidInput('a device buffer needs at least one element');
+    }
+    return new DeviceBuffer(this, host(() => this.raw.memAlloc(BigInt(bytes))), elem, count);
+  }
+
+  /** A device buffer holding `values`: a typed array (its type follows the array's), or an
+   * array of numbers with `elem` naming their type. */
+  allocFrom(values, elem) {
+    const type = check(elem || nameOf(values));
+    const bytes = toBytes(values, type);
+    const buf = this.alloc(type, bytes.byteLength / sizeOf(type));
+    buf.write(bytes);
+    return buf;
+  }
+
+  /** Copies all of `src` into `dst` on the device (same element type; `dst` at least as long). */
+  copy(dst, src) {
+    if (dst.elem !== src.elem || dst.length < src.length) {
+      throw new InvalidInput(`cannot copy ${src.length} ${src.elem} into ${dst.length} ${dst.elem}`);
+    }
+    host(() => this.raw.memCopy(dst.raw, 0n, src.raw, 0n, BigInt(src.sizeBytes)));
+  }
+
+  loadPtx(ptx) {
+    return new Module(this, host(() => this.raw.moduleLoad(ptx)));
+  }
+
+  /** Compiles CUDA C with NVRTC (with `options`) and loads the result. */
+  loadCuda(source, options = []) {
+    return new Module(this, host(() => this.raw.moduleLoadSource(source, options)));
+  }
+
+  /** A launch of `kernel` of `module`, or of a `Kernel` from `module.kernel(name)`:
+   * `.config(...)`, `.arg(...)` per parameter, then `.run()`. */
+  launch(moduleOrKernel, kernel) {
+    return new Launch(this, moduleOrKernel, kernel);
+  }
+
+  /** Waits for all work of this session; a launch's errors surface here at the latest. */
+  sync() {
+    host(() => this.raw.sync());
+  }
+}
+
+export class Module {
+  constructor(session, raw) {
+    this.session = session;
+    this.raw = raw;
+  }
+
+  kernelNames() {
+    return this.raw.kernels();
+  }
+
+  /** Each kernel's parameters: `{name: [{name, size, align, kind}], ...}`. */
+  kernels() {
+    return Object.fromEntries(this.raw.signatures().map((s) => [s.name, s.params]));
+  }
+
+  /** The kernel named `name`, resolved once for launches that do not name it again. */
+  kernel(name) {
+    return new Kernel(this, host(() => this.raw.kernel(name)));
+  }
+}
+
+export class Kernel {
+  constructor(module, raw) {
+    this.module = module;
+    this.raw = raw;
+  }
+
+  get name() {
+    return this.raw.name();
+  }
+
+  params() {
+    return this.raw.params();
+  }
+}

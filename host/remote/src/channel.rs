@@ -27,6 +27,11 @@ use tokio::runtime::Runtime;
 /// of a thousand launches in one write it would start only after the client's last).
 const GATHER_BYTES: usize = 8 << 10;
 
+/// The first pipelined frames after a call go out once this many bytes are gathered: the node's
+/// GPU thread, idle since the call, starts on a series a few dozen launches in rather than a
+/// hundred-odd.
+const FIRST_GATHER_BYTES: usize = 1 << 10;
+
 /// The most a reply may stream (a read into a 4 GiB linear memory).
 const MAX_REPLY_DATA: u64 = 1 << 32;
 
@@ -70,6 +75,8 @@ pub(crate) struct Channel {
     deadline: Option<Instant>,
     /// How long a wait for a reply polls before parking.
     spin: Spin,
+    /// Whether pipelined frames were written since the last call (see [`FIRST_GATHER_BYTES`]).
+    posted_since_call: bool,
 }
 
 /// Runs `future` on `runtime` until it is done or `deadline` passes (`None`: it passed).
@@ -108,6 +115,7 @@ impl Channel {
             broken: None,
             deadline: None,
             spin: Spin::new(),
+            posted_since_call: false,
         }
     }
 
@@ -151,8 +159,14 @@ impl Channel {
                 self.write_bulk(encoder, data)?;
             }
         }
-        if self.gathered.len() >= GATHER_BYTES {
+        let gather = if self.posted_since_call {
+            GATHER_BYTES
+        } else {
+            FIRST_GATHER_BYTES
+        };
+        if self.gathered.len() >= gather {
             self.flush()?;
+            self.posted_since_call = true;
         }
         Ok(id)
     }
@@ -171,6 +185,7 @@ impl Channel {
             )));
         }
         self.flush()?;
+        self.posted_since_call = false;
         let (reply, data) = self.await_reply(id)?;
         match reply {
             Reply::Error { opcode, error } => Err(ClientError::Failed { opcode, error }),

@@ -11,7 +11,7 @@
 //   });
 //
 // A `GpuError` thrown out of `run` (any WIT `gpu-error` case, or `InvalidInput`) becomes the
-// tasklet's error, `"kind: message"`. Buffers hold elements of one type (`"u32"`, `"f32"`, ...)
+// tasklet's error, `"kind: message"`; anything else traps it, with the error on stderr. Buffers hold elements of one type (`"u32"`, `"f32"`, ...)
 // and are written from and read into typed arrays.
 
 import { GpuError } from './errors.js';
@@ -38,6 +38,9 @@ export function exportRun(fn) {
     } catch (e) {
       // The WIT `result`'s error: a string, thrown.
       if (e instanceof GpuError) throw e.toString();
+      // Anything else is a bug in the tasklet: it traps, and what it was goes to stderr first
+      // (the bindings would only say that the error is not a string).
+      console.error(`${e && e.stack ? `${e}\n${e.stack}` : e}`);
       throw e;
     }
     return typeof out === 'string' ? new TextEncoder().encode(out) : out;

@@ -3,6 +3,7 @@
 
 use crate::backend::HostArgs;
 use crate::compile_cache::{self, CompileCache, CompileCacheArgs, Loaded};
+use crate::cluster::{RegistryCacheArgs, RegistrySource};
 use crate::placement::{place_keeping_rest, Tried};
 use crate::remote::PlacedArgs;
 use crate::source::{read_input, Source};
@@ -56,9 +57,12 @@ pub struct RunArgs {
     pub host: HostArgs,
     #[command(flatten)]
     pub remote: PlacedArgs,
+    #[command(flatten)]
+    pub registry_cache: RegistryCacheArgs,
 }
 
 pub fn run(args: RunArgs) -> Result<ExitCode> {
+    log_if_asked();
     let Source { manifest, .. } = Source::load(&args.tasklet)?;
     let input = read_input(args.input.as_ref())?;
     let nats = args.remote.nats.config("tasklet run");
@@ -82,9 +86,10 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
                 Some(text) => text.parse()?,
                 None => Default::default(),
             };
+            let registry = RegistrySource::new(nats, &args.registry_cache)?;
             let (gpu, placed, rest) = place_keeping_rest(
                 &args.remote.remote,
-                &nats,
+                &registry,
                 &requirement,
                 args.remote.tries,
                 |client, _| RemoteGpu::for_manifest(client, &manifest).map_err(Tried::from),
@@ -151,6 +156,18 @@ fn stats_line(s: &UsageStats, wall_time: Duration, loaded: Option<&Loaded>) -> S
         );
     }
     line
+}
+
+/// Log lines (the compiled cache's hits and misses, among others) on stderr when RUST_LOG asks
+/// for them (`RUST_LOG=info`); none otherwise, so that stderr stays the tasklet's and the run's.
+fn log_if_asked() {
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .try_init();
+    }
 }
 
 /// Writes a run's output to stdout.

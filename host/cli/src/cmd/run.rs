@@ -3,6 +3,7 @@
 
 use crate::backend::HostArgs;
 use crate::compile_cache::{self, CompileCache, CompileCacheArgs, Loaded};
+use crate::cluster::{RegistryCacheArgs, RegistrySource};
 use crate::placement::{place_keeping_rest, Tried};
 use crate::remote::PlacedArgs;
 use crate::source::{read_input, Source};
@@ -56,6 +57,8 @@ pub struct RunArgs {
     pub host: HostArgs,
     #[command(flatten)]
     pub remote: PlacedArgs,
+    #[command(flatten)]
+    pub registry_cache: RegistryCacheArgs,
 }
 
 pub fn run(args: RunArgs) -> Result<ExitCode> {
@@ -83,9 +86,10 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
                 Some(text) => text.parse()?,
                 None => Default::default(),
             };
+            let registry = RegistrySource::new(nats, &args.registry_cache)?;
             let (gpu, placed, rest) = place_keeping_rest(
                 &args.remote.remote,
-                &nats,
+                &registry,
                 &requirement,
                 args.remote.tries,
                 |client, _| RemoteGpu::for_manifest(client, &manifest).map_err(Tried::from),

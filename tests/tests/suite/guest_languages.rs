@@ -162,3 +162,60 @@ fn js_vector_add_matches_the_rust_example() {
 fn js_iota_as_one_gpu_call_matches_the_rust_example() {
     iota_matches_the_rust_example(&COMPONENTIZE_JS, "js-iota");
 }
+
+/// The Python SDK's own logic (guest-sdk/python/tests) under the host's CPython, against the
+/// bindings componentize-py generates: no component is built.
+#[test]
+fn python_sdk_unit_tests_pass() {
+    let Some(tool) = COMPONENTIZE_PY.find() else {
+        let _ = writeln!(
+            std::io::stderr(),
+            "\nskipped: componentize-py not found (scripts/install-componentize-py.sh installs it): the Python SDK's unit tests"
+        );
+        return;
+    };
+    // The generated bindings use `typing.Self`.
+    let python_ok = Command::new("python3")
+        .args(["-c", "import sys; sys.exit(sys.version_info < (3, 11))"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !python_ok {
+        let _ = writeln!(
+            std::io::stderr(),
+            "\nskipped: python3 3.11 or later not found: the Python SDK's unit tests"
+        );
+        return;
+    }
+    let bindings = std::env::temp_dir().join(format!("tasklet-py-bindings-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&bindings);
+    let status = Command::new(&tool)
+        .args([
+            "-d",
+            repo().join("wit").to_str().unwrap(),
+            "-w",
+            "tasklet",
+            "bindings",
+        ])
+        .arg(&bindings)
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", tool.display()));
+    assert!(
+        status.success(),
+        "componentize-py bindings failed ({status})"
+    );
+    let sdk = repo().join("guest-sdk/python");
+    let out = Command::new("python3")
+        .args(["-m", "unittest", "discover", "-s"])
+        .arg(sdk.join("tests"))
+        .env(
+            "PYTHONPATH",
+            format!("{}:{}", bindings.display(), sdk.display()),
+        )
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output()
+        .expect("python3 runs");
+    let _ = std::fs::remove_dir_all(&bindings);
+    let report = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{report}");
+    assert!(report.contains("OK"), "{report}");
+}

@@ -617,36 +617,23 @@ impl RemoteGpu {
     }
 }
 
-/// A kernel as MODULE_LOAD's reply lists it. A parameter is a pointer when declared a 64-bit
-/// integer (the node sends its PTX type); one whose type the node did not send, when it is 8
-/// bytes aligned to 8.
+/// A kernel as MODULE_LOAD's reply lists it: the node's worker judged which parameters are
+/// pointers, as a local worker does for a local module.
 fn signature(kernel: wire::Kernel) -> KernelSignature {
     KernelSignature {
         name: kernel.name,
         params: kernel
             .params
             .into_iter()
-            .map(|p| {
-                let pointer = match p.ptx_type.as_deref() {
-                    Some(ty) => {
-                        let ty = match ty.strip_prefix(".align ") {
-                            Some(rest) => rest.split_once(' ').map_or("", |(_, t)| t),
-                            None => ty,
-                        };
-                        matches!(ty, ".u64" | ".s64" | ".b64")
-                    }
-                    None => p.size == 8 && p.align == 8,
-                };
-                KernelParam {
-                    name: p.name,
-                    size: p.size,
-                    align: p.align,
-                    kind: if pointer {
-                        ParamKind::Pointer
-                    } else {
-                        ParamKind::Value
-                    },
-                }
+            .map(|p| KernelParam {
+                name: p.name,
+                size: p.size,
+                align: p.align,
+                kind: if p.pointer {
+                    ParamKind::Pointer
+                } else {
+                    ParamKind::Value
+                },
             })
             .collect(),
     }

@@ -11,7 +11,8 @@
 /// The protocol version this crate speaks; the first byte of every frame but HELLO's.
 ///
 /// Version 2: GPU_SUBMIT's request carries `input`, and its failed reply the precise `cause`.
-pub const PROTOCOL_VERSION: u8 = 2;
+/// Version 3: each kernel parameter in MODULE_LOAD's reply says whether it is a pointer.
+pub const PROTOCOL_VERSION: u8 = 3;
 
 /// The version HELLO and its reply are framed as, whatever version the two ends go on to speak.
 pub const HELLO_VERSION: u8 = 1;
@@ -39,14 +40,14 @@ mod tests {
 
     #[test]
     fn picks_the_common_version_or_none() {
-        assert_eq!(negotiate(2, 2), Some(2));
-        assert_eq!(negotiate(0, 7), Some(2));
-        // A version-1 peer shares no version with this one.
-        assert_eq!(negotiate(1, 1), None);
-        assert_eq!(negotiate(3, 7), None);
+        assert_eq!(negotiate(3, 3), Some(3));
+        assert_eq!(negotiate(0, 7), Some(3));
+        // A version-1 or version-2 peer shares no version with this one.
+        assert_eq!(negotiate(1, 2), None);
+        assert_eq!(negotiate(4, 7), None);
         assert_eq!(negotiate(0, 0), None);
         // An empty (inverted) range offers nothing.
-        assert_eq!(negotiate(3, 1), None);
+        assert_eq!(negotiate(4, 1), None);
     }
 
     #[test]

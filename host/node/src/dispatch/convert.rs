@@ -111,38 +111,45 @@ pub(super) fn kernel_args<'a>(
         .collect()
 }
 
-/// The parameter lists of a PTX module's kernels, for MODULE_LOAD's reply; empty lists when the
-/// signatures cannot be read here (the worker, which loaded the module, is the judge of it).
-pub(super) fn kernel_list(ptx: Option<&str>, names: Vec<String>) -> Vec<wire::Kernel> {
-    let signatures = ptx.and_then(|ptx| {
+/// The kernels of a loaded module for MODULE_LOAD's reply: each one's parameters as the worker
+/// that loaded the module read them (`signatures`: places, sizes and which are pointers, for PTX
+/// and CUDA C modules alike), with their PTX types where the module's PTX text is at hand.
+pub(super) fn kernel_list(
+    ptx: Option<&str>,
+    names: Vec<String>,
+    signatures: &[gpu::KernelSignature],
+) -> Vec<wire::Kernel> {
+    let ptx_types = ptx.and_then(|ptx| {
         let infos = tasklet_ptx::entry_signatures(ptx).ok()?;
         let types = tasklet_ptx::entry_param_types(ptx).ok()?;
         Some((infos, types))
     });
+    let types_of = |name: &str| {
+        let (infos, types) = ptx_types.as_ref()?;
+        types.get(infos.iter().position(|k| k.name == name)?)
+    };
     names
         .into_iter()
         .map(|name| {
+            let types = types_of(&name);
             let params = signatures
-                .as_ref()
-                .and_then(|(infos, types)| {
-                    let at = infos.iter().position(|k| k.name == name)?;
-                    let info = &infos[at];
-                    let types = types.get(at);
-                    Some(
-                        info.params
-                            .iter()
-                            .enumerate()
-                            .map(|(i, p)| wire::KernelParam {
-                                name: p.name.clone(),
-                                size: p.size,
-                                align: p.align,
-                                ptx_type: types
-                                    .and_then(|t| t.get(i))
-                                    .filter(|t| t.len() <= tasklet_wire::limits::MAX_PTX_TYPE)
-                                    .cloned(),
-                            })
-                            .collect(),
-                    )
+                .iter()
+                .find(|k| k.name == name)
+                .map(|k| {
+                    k.params
+                        .iter()
+                        .enumerate()
+                        .map(|(i, p)| wire::KernelParam {
+                            name: p.name.clone(),
+                            size: p.size,
+                            align: p.align,
+                            ptx_type: types
+                                .and_then(|t| t.get(i))
+                                .filter(|t| t.len() <= tasklet_wire::limits::MAX_PTX_TYPE)
+                                .cloned(),
+                            pointer: p.kind == gpu::ParamKind::Pointer,
+                        })
+                        .collect()
                 })
                 .unwrap_or_default();
             wire::Kernel { name, params }

@@ -447,6 +447,7 @@ impl Dispatcher {
         ptx: Option<&str>,
     ) -> LoadedModule {
         let names = self.gpu().module_kernels(session, module);
+        let signatures = self.gpu().module_signatures(session, module);
         self.book.modules.insert(
             module,
             ModuleEntry {
@@ -456,7 +457,7 @@ impl Dispatcher {
         );
         LoadedModule {
             module: tasklet_wire::ModuleId(module.0),
-            kernels: convert::kernel_list(ptx, names),
+            kernels: convert::kernel_list(ptx, names, &signatures),
         }
     }
 

@@ -57,7 +57,10 @@ pub fn a_client_of_another_version_is_told_at_hello() -> TestResult {
     match answer {
         (Reply::Error { error, .. }, _) => check(
             error.code == ErrorCode::Unsupported
-                && error.message.contains("protocol version 2")
+                && error.message.contains(&format!(
+                    "protocol version {}",
+                    tasklet_wire::PROTOCOL_VERSION
+                ))
                 && error.message.contains("offered 1 to 1"),
             || format!("{error}"),
         )?,

@@ -2,7 +2,9 @@
 
 use crate::support::*;
 use tasklet_remote::RemoteGpu;
-use tasklet_runtime::gpu::{GpuService, KernelArg, LaunchConfig, LeaseRequest};
+use tasklet_runtime::gpu::{
+    GpuService, KernelArg, LaunchConfig, LeaseRequest, LocalGpu, ParamKind,
+};
 use tasklet_runtime::{GpuError, Manifest};
 
 /// The example tasklets, each run locally and remotely on the same inputs.
@@ -162,6 +164,7 @@ pub fn large_transfers_round_trip() -> TestResult {
     Ok(())
 }
 
+const FAULTS_PTX: &str = include_str!("../../../../kernels/faults.ptx");
 const STRUCT_POINTERS_PTX: &str = include_str!("../../../../kernels/struct_pointers.ptx");
 
 /// A struct passed by value holding two device pointers (a relocated argument) goes over LAUNCH
@@ -262,4 +265,41 @@ pub fn relocated_arguments_reach_the_kernel_through_the_node() -> TestResult {
     drop(gpu);
     node.wait_for_baseline(WAIT)?;
     Ok(())
+}
+
+/// A module's kernels list the same parameters, the same ones as pointers, through the node as
+/// on a local GPU: `write_out_of_bounds(unsigned* out, unsigned long long offset)` has one 64-bit
+/// pointer and one 64-bit index, which only the worker's reading of the PTX tells apart.
+pub fn a_remote_modules_signatures_are_the_local_ones() -> TestResult {
+    let node = TestNode::start();
+    let request = LeaseRequest {
+        min_vram: 1 << 20,
+        secs: 30,
+        device: None,
+    };
+    let mut remote = RemoteGpu::new(node.client("dev"));
+    let lease = remote.lease_acquire(request)?;
+    let session = remote.session_open(lease)?;
+    let module = remote.module_load(session, FAULTS_PTX)?;
+    let there = remote.module_signatures(session, module);
+
+    let host = local_host();
+    let manifest = Manifest::load(&tasklet("testing/probe")).expect("manifest");
+    let mut local = LocalGpu::new(host.policy().grant(&manifest), host.leases().clone());
+    let lease = local.lease_acquire(request)?;
+    let session = local.session_open(lease)?;
+    let module = local.module_load(session, FAULTS_PTX)?;
+    let here = local.module_signatures(session, module);
+
+    check(!here.is_empty() && here == there, || {
+        format!("local {here:?}\nremote {there:?}")
+    })?;
+    let kinds: Vec<_> = there
+        .iter()
+        .find(|k| k.name == "write_out_of_bounds")
+        .map(|k| k.params.iter().map(|p| p.kind).collect())
+        .unwrap_or_default();
+    check(kinds == [ParamKind::Pointer, ParamKind::Value], || {
+        format!("write_out_of_bounds's parameters through the node: {kinds:?}")
+    })
 }

@@ -12,7 +12,7 @@ use crate::limits::{
 /// The fewest bytes each list item takes on the wire (empty strings, the shortest variant).
 const ARG_MIN_BYTES: usize = 1 + 4;
 const KERNEL_MIN_BYTES: usize = 4 + 4;
-const PARAM_MIN_BYTES: usize = 4 + 4 + 4 + 1;
+const PARAM_MIN_BYTES: usize = 4 + 4 + 4 + 1 + 1;
 
 /// One argument of a LAUNCH. The node builds the kernel's argument block from these itself: a
 /// device pointer is only ever a `Buffer` of the launching session, resolved by the node, never
@@ -195,6 +195,9 @@ pub struct KernelParam {
     pub align: u32,
     /// The PTX type (`.u64`, `.f32`, `.b8`), when the node knows it.
     pub ptx_type: Option<String>,
+    /// The kernel uses the parameter as a global memory address (as the node's worker reads the
+    /// module): LAUNCH must pass a buffer of the session there, never a number.
+    pub pointer: bool,
 }
 
 /// A kernel (entry) of a loaded module; LAUNCH names it by its index in the module's list.
@@ -229,6 +232,7 @@ impl LoadedModule {
                         w.string("params[].ptx_type", ty, MAX_PTX_TYPE)?;
                     }
                 }
+                w.bool(param.pointer);
             }
         }
         Ok(())
@@ -251,11 +255,13 @@ impl LoadedModule {
                 } else {
                     None
                 };
+                let pointer = r.bool("params[].pointer")?;
                 params.push(KernelParam {
                     name,
                     size,
                     align,
                     ptx_type,
+                    pointer,
                 });
             }
             kernels.push(Kernel { name, params });

@@ -173,12 +173,14 @@ pub fn loaded_module() -> impl Strategy<Value = LoadedModule> {
         any::<u32>(),
         any::<u32>(),
         proptest::option::of(text(8)),
+        any::<bool>(),
     )
-        .prop_map(|(name, size, align, ptx_type)| KernelParam {
+        .prop_map(|(name, size, align, ptx_type, pointer)| KernelParam {
             name,
             size,
             align,
             ptx_type,
+            pointer,
         });
     let kernel = (text(24), vec(param, 0..6)).prop_map(|(name, params)| Kernel { name, params });
     (any::<u64>(), vec(kernel, 0..5)).prop_map(|(m, kernels)| LoadedModule {

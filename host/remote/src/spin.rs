@@ -12,55 +12,42 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
+use tasklet_spin::{Budget, Slots};
 use tokio::runtime::Runtime;
 
 /// The polling ceiling when `TASKLET_CLIENT_SPIN_US` does not say.
 pub const DEFAULT_SPIN_US: u64 = 300;
 
 /// Threads polling now, in this process.
-static POLLING: AtomicUsize = AtomicUsize::new(0);
+static POLLING: Slots = Slots::new();
 
 fn ceiling() -> Duration {
     static CEILING: OnceLock<Duration> = OnceLock::new();
-    *CEILING.get_or_init(|| {
-        let micros = std::env::var("TASKLET_CLIENT_SPIN_US")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(DEFAULT_SPIN_US);
-        Duration::from_micros(micros)
-    })
-}
-
-fn pollers_allowed() -> usize {
-    static ALLOWED: OnceLock<usize> = OnceLock::new();
-    *ALLOWED.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()) / 4)
+    *CEILING
+        .get_or_init(|| tasklet_spin::ceiling_from_env("TASKLET_CLIENT_SPIN_US", DEFAULT_SPIN_US))
 }
 
 /// One channel's polling budget.
 pub(crate) struct Spin {
-    budget: Duration,
-    max: Duration,
+    budget: Budget,
 }
 
 impl Spin {
     pub fn new() -> Spin {
-        let max = ceiling();
-        Spin { budget: max, max }
+        Spin {
+            budget: Budget::new(ceiling(), Duration::ZERO),
+        }
     }
 
     /// Polls `future` on this thread for up to the budget (if a polling slot is free): its
     /// output, or `None` if it was not ready by then (then the caller waits for it as usual, and
     /// says how that went with [`Spin::parked`]).
-    pub fn poll<F: Future>(
-        &mut self,
-        runtime: &Runtime,
-        future: Pin<&mut F>,
-    ) -> Option<F::Output> {
-        self.poll_within(runtime, future, pollers_allowed())
+    pub fn poll<F: Future>(&mut self, runtime: &Runtime, future: Pin<&mut F>) -> Option<F::Output> {
+        self.poll_within(runtime, future, tasklet_spin::spinners_allowed())
     }
 
     fn poll_within<F: Future>(
@@ -69,10 +56,11 @@ impl Spin {
         mut future: Pin<&mut F>,
         allowed: usize,
     ) -> Option<F::Output> {
-        if self.budget.is_zero() {
+        let budget = self.budget.get();
+        if budget.is_zero() {
             return None;
         }
-        let _slot = Slot::take(allowed)?;
+        let _slot = POLLING.take(allowed)?;
         let _runtime = runtime.enter();
         let woken = Arc::new(Flag(AtomicBool::new(true)));
         let waker = Waker::from(Arc::clone(&woken));
@@ -88,7 +76,7 @@ impl Spin {
             std::hint::spin_loop();
             turns = turns.wrapping_add(1);
             if turns.is_multiple_of(64) {
-                if start.elapsed() >= self.budget {
+                if start.elapsed() >= budget {
                     return None;
                 }
                 // Let the runtime's thread have this core if it needs it.
@@ -103,14 +91,7 @@ impl Spin {
     /// ceiling, polling the whole ceiling would have caught it; past it (a long call, an idle
     /// stream), the budget halves, down to nothing.
     pub fn parked(&mut self, waited: Duration) {
-        if waited <= self.max {
-            self.budget = self.max;
-        } else {
-            self.budget /= 2;
-            if self.budget < Duration::from_micros(5) {
-                self.budget = Duration::ZERO;
-            }
-        }
+        self.budget.waited(waited);
     }
 }
 
@@ -127,26 +108,6 @@ impl Wake for Flag {
     }
 }
 
-/// A polling slot, held while polling.
-struct Slot(());
-
-impl Slot {
-    fn take(allowed: usize) -> Option<Slot> {
-        POLLING
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < allowed).then_some(n + 1)
-            })
-            .ok()
-            .map(|_| Slot(()))
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        POLLING.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -154,15 +115,17 @@ mod tests {
     #[test]
     fn the_budget_follows_how_soon_replies_come() {
         let max = Duration::from_micros(300);
-        let mut spin = Spin { budget: max, max };
+        let mut spin = Spin {
+            budget: Budget::new(max, Duration::ZERO),
+        };
         // Long calls: the budget halves down to nothing.
         for _ in 0..8 {
             spin.parked(Duration::from_millis(5));
         }
-        assert_eq!(spin.budget, Duration::ZERO);
+        assert_eq!(spin.budget.get(), Duration::ZERO);
         // A reply soon after the wait began: the whole ceiling next time.
         spin.parked(Duration::from_micros(120));
-        assert_eq!(spin.budget, max);
+        assert_eq!(spin.budget.get(), max);
     }
 
     #[test]
@@ -175,7 +138,7 @@ mod tests {
         match spin.poll(&runtime, ready) {
             Some(out) => assert_eq!(out, 7),
             // Polling off (TASKLET_CLIENT_SPIN_US=0) or a machine of fewer than 4 cores.
-            None => assert!(ceiling().is_zero() || pollers_allowed() == 0),
+            None => assert!(ceiling().is_zero() || tasklet_spin::spinners_allowed() == 0),
         }
     }
 }

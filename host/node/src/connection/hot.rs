@@ -11,9 +11,10 @@
 //! default [`DEFAULT_HOT_US`]; 0 turns it off), and by the count of such tasks in this process,
 //! at most a quarter of the cores (none on a machine of fewer than 4).
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
+use tasklet_spin::Slots;
 
 /// The ceiling when `TASKLET_NODE_HOT_US` does not say.
 pub const DEFAULT_HOT_US: u64 = 100;
@@ -22,22 +23,11 @@ pub const DEFAULT_HOT_US: u64 = 100;
 const FLOOR: Duration = Duration::from_micros(10);
 
 /// Tasks keeping a runtime thread awake now, in this process.
-static HOT: AtomicUsize = AtomicUsize::new(0);
+static HOT: Slots = Slots::new();
 
 fn ceiling() -> Duration {
     static CEILING: OnceLock<Duration> = OnceLock::new();
-    *CEILING.get_or_init(|| {
-        let micros = std::env::var("TASKLET_NODE_HOT_US")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(DEFAULT_HOT_US);
-        Duration::from_micros(micros)
-    })
-}
-
-fn allowed() -> usize {
-    static ALLOWED: OnceLock<usize> = OnceLock::new();
-    *ALLOWED.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()) / 4)
+    *CEILING.get_or_init(|| tasklet_spin::ceiling_from_env("TASKLET_NODE_HOT_US", DEFAULT_HOT_US))
 }
 
 /// A stream's side of it: what its writer has written, and its budget.
@@ -64,7 +54,7 @@ impl Hot {
     /// Starts keeping a runtime thread awake until the writer writes past `mark`, if the
     /// budget, the ceiling and a free slot allow.
     pub fn keep_awake(&self, mark: u64) {
-        self.keep_awake_within(mark, ceiling(), allowed());
+        self.keep_awake_within(mark, ceiling(), tasklet_spin::spinners_allowed());
     }
 
     fn keep_awake_within(&self, mark: u64, max: Duration, allowed: usize) {
@@ -72,7 +62,7 @@ impl Hot {
         if budget.is_zero() {
             return;
         }
-        let Some(slot) = Slot::take(allowed) else {
+        let Some(slot) = HOT.take(allowed) else {
             return;
         };
         let (written, shared_budget) = (Arc::clone(&self.written), Arc::clone(&self.budget));
@@ -92,25 +82,6 @@ impl Hot {
                 tokio::task::yield_now().await;
             }
         });
-    }
-}
-
-/// A slot, held by a task while it keeps a thread awake.
-struct Slot(());
-
-impl Slot {
-    fn take(allowed: usize) -> Option<Slot> {
-        HOT.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-            (n < allowed).then_some(n + 1)
-        })
-        .ok()
-        .map(|_| Slot(()))
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        HOT.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -137,7 +108,7 @@ mod tests {
         hot.keep_awake_within(hot.mark(), max, 1);
         std::thread::sleep(Duration::from_millis(50));
         assert_eq!(budget(&hot), max / 2);
-        assert_eq!(HOT.load(Ordering::Acquire), 0, "the slot is given back");
+        assert_eq!(HOT.taken(), 0, "the slot is given back");
 
         // The writer writes soon: the whole ceiling again.
         let mark = hot.mark();

@@ -11,43 +11,32 @@
 //! a machine of fewer than 4), so that many busy connections never spin against each other.
 
 use crate::job::Batch;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+use tasklet_spin::{Budget, Slots};
 use tokio::sync::mpsc::{self, error::TryRecvError};
 
 /// The poll ceiling when `TASKLET_NODE_POLL_US` does not say.
 pub const DEFAULT_POLL_US: u64 = 300;
 
 /// GPU threads polling now, in this process.
-static POLLING: AtomicUsize = AtomicUsize::new(0);
+static POLLING: Slots = Slots::new();
 
 fn ceiling() -> Duration {
     static CEILING: OnceLock<Duration> = OnceLock::new();
-    *CEILING.get_or_init(|| {
-        let micros = std::env::var("TASKLET_NODE_POLL_US")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(DEFAULT_POLL_US);
-        Duration::from_micros(micros)
-    })
-}
-
-fn pollers_allowed() -> usize {
-    static ALLOWED: OnceLock<usize> = OnceLock::new();
-    *ALLOWED.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()) / 4)
+    *CEILING.get_or_init(|| tasklet_spin::ceiling_from_env("TASKLET_NODE_POLL_US", DEFAULT_POLL_US))
 }
 
 /// One GPU thread's wait for its queue.
 pub(super) struct Waiter {
-    budget: Duration,
-    max: Duration,
+    budget: Budget,
 }
 
 impl Waiter {
     pub fn new() -> Waiter {
-        let max = ceiling();
-        Waiter { budget: max, max }
+        Waiter {
+            budget: Budget::new(ceiling(), Duration::ZERO),
+        }
     }
 
     /// The next batch; `None` once every sender is gone.
@@ -62,27 +51,18 @@ impl Waiter {
             return polled;
         }
         let batch = queue.blocking_recv();
-        // A batch that came within the ceiling would have been caught by polling the whole
-        // ceiling: poll that long next time. One that came later (an idle connection) halves the
-        // budget, down to nothing.
-        if began.elapsed() <= self.max {
-            self.budget = self.max;
-        } else {
-            self.budget /= 2;
-            if self.budget < Duration::from_micros(5) {
-                self.budget = Duration::ZERO;
-            }
-        }
+        self.budget.waited(began.elapsed());
         batch
     }
 
     /// Polls the queue for up to the budget, if a polling slot is free: `Some` with what it
     /// found (a batch, or `None` for a closed queue), `None` if nothing came.
     fn poll(&mut self, queue: &mut mpsc::Receiver<Batch>) -> Option<Option<Batch>> {
-        if self.budget.is_zero() {
+        let budget = self.budget.get();
+        if budget.is_zero() {
             return None;
         }
-        let _slot = Slot::take()?;
+        let _slot = POLLING.take(tasklet_spin::spinners_allowed())?;
         let start = Instant::now();
         let mut turns = 0u32;
         loop {
@@ -94,7 +74,7 @@ impl Waiter {
             std::hint::spin_loop();
             turns = turns.wrapping_add(1);
             if turns.is_multiple_of(64) {
-                if start.elapsed() >= self.budget {
+                if start.elapsed() >= budget {
                     return None;
                 }
                 // Let whatever else wants this core (the runtime's threads, a worker) have it.
@@ -106,26 +86,6 @@ impl Waiter {
     }
 }
 
-/// A polling slot, held while polling.
-struct Slot(());
-
-impl Slot {
-    fn take() -> Option<Slot> {
-        POLLING
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < pollers_allowed()).then_some(n + 1)
-            })
-            .ok()
-            .map(|_| Slot(()))
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        POLLING.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -134,7 +94,9 @@ mod tests {
     fn an_idle_queue_stops_the_polling_and_a_chatty_one_restores_it() {
         let (send, mut queue) = mpsc::channel::<Batch>(4);
         let max = Duration::from_micros(200);
-        let mut waiter = Waiter { budget: max, max };
+        let mut waiter = Waiter {
+            budget: Budget::new(max, Duration::ZERO),
+        };
         // Batches far apart (an idle connection): the budget halves each time, down to nothing.
         for _ in 0..8 {
             let send = send.clone();
@@ -145,11 +107,11 @@ mod tests {
             assert!(waiter.next(&mut queue).is_some());
             late.join().unwrap().unwrap();
         }
-        assert_eq!(waiter.budget, Duration::ZERO);
+        assert_eq!(waiter.budget.get(), Duration::ZERO);
         // One that was already there: taken at once, the budget left alone.
         send.blocking_send(Vec::new()).unwrap();
         assert!(waiter.next(&mut queue).is_some());
-        assert_eq!(waiter.budget, Duration::ZERO);
+        assert_eq!(waiter.budget.get(), Duration::ZERO);
         drop(send);
         assert!(waiter.next(&mut queue).is_none(), "every sender gone");
     }

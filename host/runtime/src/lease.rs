@@ -409,6 +409,19 @@ impl LeaseManager {
         }
     }
 
+    /// Gives the lease's worker up at once, mid-wait, once `gone` is set (see
+    /// [`tasklet_worker::Worker::set_holder_gone`]): a node sets it when the client that holds
+    /// the lease disconnects, so that a wait on a kernel that may run until its deadline does
+    /// not keep the lease that long. Nothing for a lease that has ended.
+    pub fn watch_holder(&self, lease: &Lease, gone: Arc<AtomicBool>) {
+        let mut st = lease.lock();
+        if st.ended.is_none() {
+            if let Some(w) = st.worker.as_mut() {
+                w.set_holder_gone(Some(gone));
+            }
+        }
+    }
+
     /// Moves the lease's expiry to `ttl` from now, if that stays within `ceiling` of its start.
     pub fn renew(&self, lease: &Lease, ttl: Duration, ceiling: Duration) -> Result<(), GpuError> {
         let mut st = self.live_state(lease)?;
@@ -571,8 +584,9 @@ impl LeaseManager {
             (st.worker.take(), used, st.gpu_seen)
         };
         if let Some(mut worker) = worker {
-            // What is asked of the worker from here answers to no run's end.
+            // What is asked of the worker from here answers to no run's end, nor to its holder.
             worker.set_wait_limit(None);
+            worker.set_holder_gone(None);
             // One whose kernels may still run is given up by the pool without a question (any
             // answer would wait for them).
             let keep = worker.has_pending_launches() || self.reconcile(lease, &mut worker, used);

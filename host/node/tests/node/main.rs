@@ -136,6 +136,10 @@ fn main() -> ExitCode {
             oneshot::a_remote_wait_ends_at_the_runs_wall_time,
         ),
         (
+            "oneshot::a_client_that_leaves_mid_sync_frees_its_lease_at_once",
+            oneshot::a_client_that_leaves_mid_sync_frees_its_lease_at_once,
+        ),
+        (
             "oneshot::a_tasklet_with_a_remote_gpu_ends_at_its_wall_time",
             oneshot::a_tasklet_with_a_remote_gpu_ends_at_its_wall_time,
         ),

@@ -236,6 +236,52 @@ pub fn a_tasklet_with_a_remote_gpu_ends_at_its_wall_time() -> TestResult {
     Ok(())
 }
 
+/// A client that leaves while the node waits in SYNC on a kernel that spins frees its lease
+/// within a second, not at the kernel's deadline (6 s here): the node gives the lease's worker
+/// up as soon as the connection is gone.
+pub fn a_client_that_leaves_mid_sync_frees_its_lease_at_once() -> TestResult {
+    let mut policy = policy();
+    policy.workers.kernel_deadline = Duration::from_secs(6);
+    let node = TestNode::with(Setup {
+        policy,
+        ..Setup::default()
+    });
+    let mut gpu = RemoteGpu::new(node.client("dev"));
+    let lease = gpu.lease_acquire(LEASE)?;
+    let session = gpu.session_open(lease)?;
+    let module = gpu.module_load(session, FAULTS_PTX)?;
+    let flag = gpu.mem_alloc(session, 4)?;
+    let launched = Instant::now();
+    // The client waits 300 ms, then gives up and closes its connection; the node is in SYNC.
+    gpu.run_ends_at(launched + Duration::from_millis(300));
+    gpu.launch(
+        session,
+        module,
+        "spin_forever",
+        &LaunchConfig {
+            grid: [1, 1, 1],
+            block: [32, 1, 1],
+            shared_mem_bytes: 0,
+        },
+        &[KernelArg::Buffer {
+            buffer: flag,
+            offset: 0,
+        }],
+    )?;
+    let result = gpu.sync(session);
+    check(matches!(result, Err(GpuError::DeadlineExceeded(_))), || {
+        format!("expected the client's wait to end at its run's end, got {result:?}")
+    })?;
+    drop(gpu);
+    let left = Instant::now();
+    let waited = node.wait_for_baseline(Duration::from_secs(1))?;
+    println!(
+        "the client left {:?} after its launch; the node was back at baseline {waited:?} later (kernel deadline 6 s)",
+        left - launched
+    );
+    Ok(())
+}
+
 fn connect_options(addr: &str, certs: &std::path::Path) -> ConnectOptions {
     let mut options = ConnectOptions::new(addr.to_owned(), certs, tenant("dev"));
     options.idle_timeout = Duration::from_secs(3);

@@ -18,6 +18,7 @@ use crate::error::{invalid, out_of_bounds, quota, quoted, unauthorized, unsuppor
 use crate::lease::{EndReason, Lease, LeaseManager, RunLimit, LOCAL_TENANT};
 use rustc_hash::FxHashMap;
 use std::hash::{BuildHasher, RandomState};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tasklet_worker::{Launch, LoadedModule, ALLOC_GRANULE};
@@ -46,6 +47,8 @@ pub struct LocalGpu {
     run: Option<RunLimit>,
     /// GPU time (against the `gpu-seconds` quota), launches, bytes moved, peak memory.
     usage: Usage,
+    /// Set once no one waits for this service's answers (see [`LocalGpu::with_holder_gone`]).
+    holder_gone: Option<Arc<AtomicBool>>,
 }
 
 /// What the service remembers of a session.
@@ -100,6 +103,7 @@ impl LocalGpu {
             usage: Usage::new(LOCAL_TENANT, grant.gpu_time),
             launched: FxHashMap::default(),
             run: None,
+            holder_gone: None,
         }
     }
 
@@ -111,6 +115,15 @@ impl LocalGpu {
     /// default is [`LOCAL_TENANT`]). Given before any lease is acquired.
     pub fn with_tenant(mut self, tenant: &str) -> LocalGpu {
         self.usage = Usage::new(tenant, self.grant.gpu_time);
+        self
+    }
+
+    /// This service with its leases' workers given up, mid-wait, once `gone` is set: a node
+    /// passes the flag it sets when the connection this serves closes, so that a GPU call in
+    /// progress (a sync on a kernel that may run until its deadline) ends within milliseconds
+    /// and the connection's leases are freed, instead of after the kernel's deadline.
+    pub fn with_holder_gone(mut self, gone: Arc<AtomicBool>) -> LocalGpu {
+        self.holder_gone = Some(gone);
         self
     }
 
@@ -375,6 +388,9 @@ impl GpuService for LocalGpu {
         let lease = self
             .manager
             .acquire_charged(bytes, ttl, self.run, self.usage.account())?;
+        if let Some(gone) = &self.holder_gone {
+            self.manager.watch_holder(&lease, Arc::clone(gone));
+        }
         let id = LeaseId(self.ids.fresh());
         self.leases.insert(id, lease);
         Ok(id)

@@ -16,6 +16,7 @@ mod ops;
 use std::collections::HashMap;
 use std::fmt;
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -45,6 +46,9 @@ pub struct Worker {
     wait_limit: Option<Instant>,
     /// A wait reached `wait_limit`, and the worker was given up for it.
     gave_up: bool,
+    /// Set by another thread once no one waits for this worker's answers any more (see
+    /// [`Worker::set_holder_gone`]).
+    holder_gone: Option<Arc<AtomicBool>>,
     /// Launches posted and not yet known finished: by when they may all legitimately have ended,
     /// each kernel getting its whole deadline (plus the emulator's slack) from when the previous
     /// one could have ended (see [`Worker::launch`]). Every op may take this much longer than
@@ -124,6 +128,7 @@ impl Worker {
             poisoned: None,
             wait_limit: None,
             gave_up: false,
+            holder_gone: None,
             pending_until: None,
             kernel_names: HashMap::new(),
             last_launch: (0, 0),
@@ -186,6 +191,15 @@ impl Worker {
     /// clock for its own deadline anyway.
     pub fn set_wait_limit(&mut self, limit: Option<Instant>) {
         self.wait_limit = limit;
+    }
+
+    /// A flag another thread sets when this worker's holder is gone (a node's client that
+    /// disconnected): a wait for an answer then gives the worker up within a few milliseconds,
+    /// as if it had died, instead of waiting for a kernel that may run until its deadline. The
+    /// flag is checked between the wait's sleeps; `None` clears it (a worker going back to the
+    /// pool).
+    pub fn set_holder_gone(&mut self, flag: Option<Arc<AtomicBool>>) {
+        self.holder_gone = flag;
     }
 
     /// The bound set by [`Worker::set_wait_limit`].

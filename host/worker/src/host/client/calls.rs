@@ -1,6 +1,7 @@
 //! One request out and its answer back: the ring, the deadlines that queued kernels stretch, the
 //! liveness checks, and what becomes of a worker whose answer does not come or cannot be right.
 
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::Worker;
@@ -182,11 +183,19 @@ impl Worker {
         signalled: bool,
     ) -> Result<(Response, Answer), WorkerError> {
         let proc = &self.proc;
+        let holder_gone = self.holder_gone.as_deref();
+        // Alive while the process is and someone still waits for the answer.
+        let alive = || {
+            if holder_gone.is_some_and(|gone| gone.load(Ordering::Acquire)) {
+                return Some("given up: no one waits for its answer any more".to_owned());
+            }
+            proc.poll()
+        };
         let wait = |chan: &mut HostEnd, resp: &mut Vec<u8>, until: Instant| {
             if signalled {
-                chan.wait_signalled(seq, until, &mut || proc.poll(), resp)
+                chan.wait_signalled(seq, until, &mut || alive(), resp)
             } else {
-                chan.wait(seq, until, &mut || proc.poll(), resp)
+                chan.wait(seq, until, &mut || alive(), resp)
                     .map(|()| Answer::Response)
             }
         };

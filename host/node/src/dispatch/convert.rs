@@ -111,13 +111,13 @@ pub(super) fn kernel_args<'a>(
         .collect()
 }
 
-/// The kernels of a loaded module for MODULE_LOAD's reply: each one's parameters as the worker
-/// that loaded the module read them (`signatures`: places, sizes and which are pointers, for PTX
-/// and CUDA C modules alike), with their PTX types where the module's PTX text is at hand.
+/// The kernels of a loaded module for MODULE_LOAD's reply, in the order LAUNCH indexes them:
+/// each one's parameters as the worker that loaded the module read them (`signatures`: places,
+/// sizes and which are pointers, for PTX and CUDA C modules alike), with their PTX types where
+/// the module's PTX text is at hand.
 pub(super) fn kernel_list(
     ptx: Option<&str>,
-    names: Vec<String>,
-    signatures: &[gpu::KernelSignature],
+    signatures: Vec<gpu::KernelSignature>,
 ) -> Vec<wire::Kernel> {
     let ptx_types = ptx.and_then(|ptx| {
         let infos = tasklet_ptx::entry_signatures(ptx).ok()?;
@@ -128,31 +128,29 @@ pub(super) fn kernel_list(
         let (infos, types) = ptx_types.as_ref()?;
         types.get(infos.iter().position(|k| k.name == name)?)
     };
-    names
+    signatures
         .into_iter()
-        .map(|name| {
-            let types = types_of(&name);
-            let params = signatures
-                .iter()
-                .find(|k| k.name == name)
-                .map(|k| {
-                    k.params
-                        .iter()
-                        .enumerate()
-                        .map(|(i, p)| wire::KernelParam {
-                            name: p.name.clone(),
-                            size: p.size,
-                            align: p.align,
-                            ptx_type: types
-                                .and_then(|t| t.get(i))
-                                .filter(|t| t.len() <= tasklet_wire::limits::MAX_PTX_TYPE)
-                                .cloned(),
-                            pointer: p.kind == gpu::ParamKind::Pointer,
-                        })
-                        .collect()
+        .map(|k| {
+            let types = types_of(&k.name);
+            let params = k
+                .params
+                .into_iter()
+                .enumerate()
+                .map(|(i, p)| wire::KernelParam {
+                    ptx_type: types
+                        .and_then(|t| t.get(i))
+                        .filter(|t| t.len() <= tasklet_wire::limits::MAX_PTX_TYPE)
+                        .cloned(),
+                    pointer: p.kind == gpu::ParamKind::Pointer,
+                    name: p.name,
+                    size: p.size,
+                    align: p.align,
                 })
-                .unwrap_or_default();
-            wire::Kernel { name, params }
+                .collect();
+            wire::Kernel {
+                name: k.name,
+                params,
+            }
         })
         .collect()
 }

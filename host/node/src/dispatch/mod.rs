@@ -447,18 +447,19 @@ impl Dispatcher {
         module: gpu::ModuleId,
         ptx: Option<&str>,
     ) -> LoadedModule {
-        let names = self.gpu().module_kernels(session, module);
+        // Every kernel in the worker's order, with its parameters as the worker read them.
         let signatures = self.gpu().module_signatures(session, module);
+        let kernels = convert::kernel_list(ptx, signatures);
         self.book.modules.insert(
             module,
             ModuleEntry {
                 session,
-                kernels: names.clone(),
+                kernels: kernels.iter().map(|k| k.name.clone()).collect(),
             },
         );
         LoadedModule {
             module: tasklet_wire::ModuleId(module.0),
-            kernels: convert::kernel_list(ptx, names, &signatures),
+            kernels,
         }
     }
 

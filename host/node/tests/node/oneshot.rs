@@ -10,7 +10,8 @@ use tasklet_remote::{
     submit_anywhere, ClientError, ConnectOptions, NodeClient, NodeList, RemoteGpu,
 };
 use tasklet_runtime::gpu::{
-    GpuService, KernelArg, LaunchConfig, LeaseRequest, LocalGpu, ModuleSource, Submit, SubmitArg,
+    BufferId, GpuService, KernelArg, LaunchConfig, LeaseRequest, LocalGpu, ModuleId, ModuleSource,
+    SessionId, Submit, SubmitArg,
 };
 use tasklet_runtime::{GpuError, Manifest, RunError};
 use tasklet_wire::{ErrorCode, GpuSubmit, LeaseId, Reply, Request};
@@ -165,20 +166,7 @@ pub fn a_remote_wait_ends_at_the_runs_wall_time() -> TestResult {
     let limit = Duration::from_millis(800);
     let started = Instant::now();
     gpu.run_ends_at(started + limit);
-    gpu.launch(
-        session,
-        module,
-        "spin_forever",
-        &LaunchConfig {
-            grid: [1, 1, 1],
-            block: [32, 1, 1],
-            shared_mem_bytes: 0,
-        },
-        &[KernelArg::Buffer {
-            buffer: flag,
-            offset: 0,
-        }],
-    )?;
+    launch_spin_forever(&mut gpu, session, module, flag)?;
     let result = gpu.sync(session);
     let took = started.elapsed();
     println!("a remote sync with {limit:?} of wall time left ended after {took:?}: {result:?}");
@@ -254,6 +242,29 @@ pub fn a_client_that_leaves_mid_sync_frees_its_lease_at_once() -> TestResult {
     let launched = Instant::now();
     // The client waits 300 ms, then gives up and closes its connection; the node is in SYNC.
     gpu.run_ends_at(launched + Duration::from_millis(300));
+    launch_spin_forever(&mut gpu, session, module, flag)?;
+    let result = gpu.sync(session);
+    check(matches!(result, Err(GpuError::DeadlineExceeded(_))), || {
+        format!("expected the client's wait to end at its run's end, got {result:?}")
+    })?;
+    drop(gpu);
+    let left = Instant::now();
+    let waited = node.wait_for_baseline(Duration::from_secs(1))?;
+    println!(
+        "the client left {:?} after its launch; the node was back at baseline {waited:?} later (kernel deadline 6 s)",
+        left - launched
+    );
+    Ok(())
+}
+
+/// Launches `spin_forever` (a kernel that runs until its deadline) on one warp, `flag` its
+/// argument.
+fn launch_spin_forever(
+    gpu: &mut RemoteGpu,
+    session: SessionId,
+    module: ModuleId,
+    flag: BufferId,
+) -> Result<(), GpuError> {
     gpu.launch(
         session,
         module,
@@ -267,19 +278,7 @@ pub fn a_client_that_leaves_mid_sync_frees_its_lease_at_once() -> TestResult {
             buffer: flag,
             offset: 0,
         }],
-    )?;
-    let result = gpu.sync(session);
-    check(matches!(result, Err(GpuError::DeadlineExceeded(_))), || {
-        format!("expected the client's wait to end at its run's end, got {result:?}")
-    })?;
-    drop(gpu);
-    let left = Instant::now();
-    let waited = node.wait_for_baseline(Duration::from_secs(1))?;
-    println!(
-        "the client left {:?} after its launch; the node was back at baseline {waited:?} later (kernel deadline 6 s)",
-        left - launched
-    );
-    Ok(())
+    )
 }
 
 fn connect_options(addr: &str, certs: &std::path::Path) -> ConnectOptions {

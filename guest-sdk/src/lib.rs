@@ -79,6 +79,7 @@
 extern crate self as tasklet_gpu;
 
 mod buffer;
+mod burst;
 mod c_struct;
 mod call;
 mod error;
@@ -89,6 +90,7 @@ mod read_into;
 mod session;
 
 pub use buffer::DeviceBuffer;
+pub use burst::{Burst, MAX_BURST_LAUNCHES};
 pub use c_struct::CStruct;
 pub use call::{gpu_call, GpuCall};
 pub use error::{Error, ErrorKind, Result};

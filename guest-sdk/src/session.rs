@@ -146,6 +146,12 @@ impl<'l> Session<'l> {
         Launch::of_kernel(self, kernel)
     }
 
+    /// Starts a burst of launches of `kernel`: many launches, each changing some arguments, in
+    /// one host call; see [`Burst`](crate::Burst).
+    pub fn burst<'a>(&'a self, kernel: &'a Kernel<'_>) -> crate::Burst<'a> {
+        crate::Burst::new(self, kernel)
+    }
+
     /// Waits for all work of this session, and reports the first error of the work queued since
     /// the last sync (a kernel fault, a missed deadline, a failed write).
     pub fn sync(&self) -> Result<()> {

@@ -95,6 +95,14 @@ impl GpuError {
     pub fn into_message(self) -> String {
         cause!(self)
     }
+
+    /// The same case, its cause preceded by `what` and a colon: says which part of a larger
+    /// call (a burst's launch, a graph's node) the error is about.
+    pub fn within(mut self, what: &str) -> GpuError {
+        let m = cause!(&mut self);
+        m.insert_str(0, &format!("{what}: "));
+        self
+    }
 }
 
 impl From<WorkerError> for GpuError {

@@ -6,7 +6,7 @@
 use crate::metrics::TenantMetrics;
 use std::collections::HashSet;
 use tasklet_runtime::gpu::{
-    BufferId, DeviceInfo, GpuService, GuestBytes, KernelArg, KernelRef, KernelSignature,
+    BufferId, Burst, DeviceInfo, GpuService, GuestBytes, KernelArg, KernelRef, KernelSignature,
     LaunchConfig, LeaseId, LeaseInfo, LeaseRequest, LocalGpu, ModuleId, SessionId,
 };
 use tasklet_runtime::GpuError;
@@ -168,6 +168,16 @@ impl GpuService for MeteredGpu {
     ) -> Result<u64, GpuError> {
         self.gpu
             .launch_kernel(session, module, kernel, config, args)
+    }
+
+    fn launch_burst(
+        &mut self,
+        session: SessionId,
+        module: ModuleId,
+        kernel: KernelRef<'_>,
+        burst: &Burst<'_>,
+    ) -> Result<u64, GpuError> {
+        self.gpu.launch_burst(session, module, kernel, burst)
     }
 
     fn sync(&mut self, session: SessionId) -> Result<(), GpuError> {

@@ -23,6 +23,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tasklet_worker::{Launch, LoadedModule, ALLOC_GRANULE};
 
+mod burst;
+
 /// Transfers of at least this many bytes go between the device and linear memory directly (the
 /// worker maps the guest's memory); smaller ones go through the worker's message area, which costs
 /// less than a direct transfer's setup.
@@ -194,26 +196,7 @@ impl LocalGpu {
         block: &mut Vec<u8>,
     ) -> Result<LeaseId, GpuError> {
         let s = self.session(session)?;
-        let m = s.modules.get(&module).ok_or_else(|| {
-            invalid(format!(
-                "module {module} belongs to another session, or was unloaded; load it in this one"
-            ))
-        })?;
-        let index = match kernel {
-            KernelRef::Named(name) => m.kernels.iter().position(|k| k.info.name == name),
-            KernelRef::At(i) => Some(i as usize).filter(|&i| i < m.kernels.len()),
-        };
-        let Some(index) = index else {
-            let names: Vec<&str> = m.kernels.iter().map(|k| k.info.name.as_str()).collect();
-            let asked = match kernel {
-                KernelRef::Named(name) => format!("no kernel named {}", quoted(name)),
-                KernelRef::At(i) => format!("no kernel #{i}"),
-            };
-            return Err(GpuError::LaunchFailed(format!(
-                "{asked} in the module; it has: {}",
-                quoted(&names.join(", "))
-            )));
-        };
+        let (m, index) = s.kernel(module, kernel)?;
         let kernel = m.kernels[index].info.name.as_str();
         m.kernels[index].argument_block(args, |id| s.buffer(id), block)?;
         // A handful of integer comparisons: a launch the device would refuse fails here, at once
@@ -280,6 +263,35 @@ impl LocalGpu {
 }
 
 impl Session {
+    /// The session's module `module` and the place of `kernel` in its list.
+    fn kernel(
+        &self,
+        module: ModuleId,
+        kernel: KernelRef<'_>,
+    ) -> Result<(&Module, usize), GpuError> {
+        let m = self.modules.get(&module).ok_or_else(|| {
+            invalid(format!(
+                "module {module} belongs to another session, or was unloaded; load it in this one"
+            ))
+        })?;
+        let index = match kernel {
+            KernelRef::Named(name) => m.kernels.iter().position(|k| k.info.name == name),
+            KernelRef::At(i) => Some(i as usize).filter(|&i| i < m.kernels.len()),
+        };
+        let Some(index) = index else {
+            let names: Vec<&str> = m.kernels.iter().map(|k| k.info.name.as_str()).collect();
+            let asked = match kernel {
+                KernelRef::Named(name) => format!("no kernel named {}", quoted(name)),
+                KernelRef::At(i) => format!("no kernel #{i}"),
+            };
+            return Err(GpuError::LaunchFailed(format!(
+                "{asked} in the module; it has: {}",
+                quoted(&names.join(", "))
+            )));
+        };
+        Ok((m, index))
+    }
+
     /// A buffer's device address and size, if it is this session's.
     fn buffer(&self, id: BufferId) -> Result<(u64, u64), GpuError> {
         self.buffers.get(&id).copied().ok_or_else(|| {
@@ -650,6 +662,16 @@ impl GpuService for LocalGpu {
         args: &[KernelArg<'_>],
     ) -> Result<u64, GpuError> {
         self.launch_counted(session, module, kernel, config, args)
+    }
+
+    fn launch_burst(
+        &mut self,
+        session: SessionId,
+        module: ModuleId,
+        kernel: KernelRef<'_>,
+        burst: &super::Burst<'_>,
+    ) -> Result<u64, GpuError> {
+        self.burst_counted(session, module, kernel, burst)
     }
 
     fn sync(&mut self, session: SessionId) -> Result<(), GpuError> {

@@ -18,9 +18,9 @@ pub use args::submit_args_after_region;
 pub use local::{LocalGpu, DIRECT_MIN_BYTES};
 pub use submit::submit_in_session;
 pub use types::{
-    BufferId, DeviceInfo, GuestBytes, KernelArg, KernelParam, KernelRef, KernelSignature,
-    LaunchConfig, LeaseId, LeaseInfo, LeaseRequest, ModuleId, ModuleSource, ParamKind, Relocation,
-    SessionId, Submit, SubmitArg,
+    BufferId, Burst, BurstArg, DeviceInfo, GuestBytes, KernelArg, KernelParam, KernelRef,
+    KernelSignature, LaunchConfig, LeaseId, LeaseInfo, LeaseRequest, ModuleId, ModuleSource,
+    ParamKind, Relocation, SessionId, Submit, SubmitArg, MAX_BURST_LAUNCHES,
 };
 pub use usage::{UsageHandle, UsageStats};
 
@@ -124,6 +124,25 @@ pub trait GpuService: Send {
         config: &LaunchConfig,
         args: &[KernelArg<'_>],
     ) -> Result<u64, GpuError>;
+    /// Launches one kernel [`Burst::counts`]`.len()` times, in order, with per-launch changes to
+    /// its arguments, as one unit: every launch is checked (rights, the ownership and bounds of
+    /// every buffer, the arguments against the kernel, the device's limits, quotas) before any is
+    /// queued, and a refusal names the launch ("launch 3 of the burst: …"). At most
+    /// [`MAX_BURST_LAUNCHES`]. Returns the first launch's ordinal; the others follow it, one by
+    /// one. A service that cannot do it as one unit says `unsupported`.
+    fn launch_burst(
+        &mut self,
+        session: SessionId,
+        module: ModuleId,
+        kernel: KernelRef<'_>,
+        burst: &Burst<'_>,
+    ) -> Result<u64, GpuError> {
+        let _ = (session, module, kernel, burst);
+        Err(crate::error::unsupported(
+            "this GPU service does not take bursts; launch one at a time",
+        ))
+    }
+
     /// Waits for all work of the session; reports the first asynchronous failure since the last.
     fn sync(&mut self, session: SessionId) -> Result<(), GpuError>;
 

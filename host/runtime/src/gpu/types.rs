@@ -253,3 +253,29 @@ pub struct Submit<'a> {
     pub output_offset: u64,
     pub output_size: u64,
 }
+
+/// The most launches one burst may hold: the argument blocks of a whole burst are built and
+/// checked before any launch is queued, so the bound keeps that work (and the host memory it
+/// takes) small.
+pub const MAX_BURST_LAUNCHES: usize = 4096;
+
+/// One argument a launch of a [`Burst`] changes: the burst's argument at `index`, replaced by
+/// `arg` for that launch (a scalar, or a buffer at another offset).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BurstArg<'a> {
+    pub index: u32,
+    pub arg: KernelArg<'a>,
+}
+
+/// One kernel launched many times in one call: launch `i` takes `args` with the changes of its
+/// own, the next `counts[i]` entries of `changes` (flat, so a burst of thousands of launches is
+/// three slices, not a list of lists). Every launch is checked as a single launch is, all of them
+/// before any is queued.
+#[derive(Debug, Clone, Copy)]
+pub struct Burst<'a> {
+    pub config: LaunchConfig,
+    pub args: &'a [KernelArg<'a>],
+    pub changes: &'a [BurstArg<'a>],
+    /// One entry per launch: how many of `changes`, in order, are that launch's.
+    pub counts: &'a [u32],
+}

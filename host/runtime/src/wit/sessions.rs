@@ -282,9 +282,28 @@ mod v01 {
 mod v02 {
     use super::*;
     use crate::wit::bindings::v02::tasklet::gpu::sessions::{
-        Host, HostKernel, HostModule, HostSession, KernelArg, KernelParam, KernelSignature,
-        LaunchConfig, ParamKind,
+        BurstArg, Host, HostKernel, HostModule, HostSession, KernelArg, KernelParam,
+        KernelSignature, LaunchConfig, ParamKind,
     };
+
+    impl GpuState<'_> {
+        /// A kernel handle's module and place, refused unless its module is `session`'s (the
+        /// service checks the module against the session too).
+        fn kernel_of(
+            &self,
+            session: gpu::SessionId,
+            kernel: &Resource<KernelHandle>,
+        ) -> GpuResult<(gpu::ModuleId, u32)> {
+            let k = self.table.get(kernel)?;
+            if k.session != session {
+                return Err(crate::error::invalid(
+                    "the kernel is of a module of another session; resolve it from a module of this one",
+                )
+                .into());
+            }
+            Ok((k.module, k.index))
+        }
+    }
 
     session_common!(lift v02, state, relocations => {
         KernelArg::Relocated(r) => {
@@ -362,16 +381,7 @@ mod v02 {
             args: Vec<KernelArg>,
         ) -> GpuResult<u64> {
             let session = self.session_id(&this)?;
-            let k = self.table.get(&kernel)?;
-            // The kernel's module must be this session's (the service checks the module against
-            // the session too).
-            if k.session != session {
-                return Err(crate::error::invalid(
-                    "the kernel is of a module of another session; resolve it from a module of this one",
-                )
-                .into());
-            }
-            let (module, index) = (k.module, k.index);
+            let (module, index) = self.kernel_of(session, &kernel)?;
             let config = lift_config(&config);
             self.with_args(&args, relocations, lift_arg, |s, args| {
                 Ok(s.service.launch_kernel(
@@ -382,6 +392,50 @@ mod v02 {
                     args,
                 )?)
             })
+        }
+
+        fn launch_burst(
+            &mut self,
+            this: Resource<SessionHandle>,
+            kernel: Resource<KernelHandle>,
+            config: LaunchConfig,
+            args: Vec<KernelArg>,
+            launches: Vec<Vec<BurstArg>>,
+        ) -> GpuResult<u64> {
+            let session = self.session_id(&this)?;
+            let (module, index) = self.kernel_of(session, &kernel)?;
+            let config = lift_config(&config);
+            // Every relocation resolved first, in argument order: the burst's arguments, then
+            // each launch's changes; each lifted argument takes its share.
+            let mut resolved = Vec::new();
+            for arg in args.iter().chain(launches.iter().flatten().map(|c| &c.arg)) {
+                relocations(self, arg, &mut resolved)?;
+            }
+            let mut rest: &[gpu::Relocation] = &resolved;
+            let lifted = args
+                .iter()
+                .map(|a| lift_arg(self, a, &mut rest))
+                .collect::<GpuResult<Vec<_>>>()?;
+            let mut changes = Vec::new();
+            let mut counts = Vec::with_capacity(launches.len());
+            for launch in &launches {
+                counts.push(launch.len() as u32);
+                for c in launch {
+                    changes.push(gpu::BurstArg {
+                        index: c.index,
+                        arg: lift_arg(self, &c.arg, &mut rest)?,
+                    });
+                }
+            }
+            let burst = gpu::Burst {
+                config,
+                args: &lifted,
+                changes: &changes,
+                counts: &counts,
+            };
+            Ok(self
+                .service
+                .launch_burst(session, module, gpu::KernelRef::At(index), &burst)?)
         }
     }
 

@@ -32,9 +32,13 @@
 //! | `spin-then <step>` | lease 1 MiB for 60 s; session; load `faults.ptx`; alloc 4 bytes (the flag) and 4096 (the spare); launch `spin_forever(flag)` on 1×32 → `ok launch spin_forever`; then, while it runs, one step: `sync`, `read` (4 bytes of the spare), `write` (4 bytes to it), `alloc` (4096), `copy` (4 bytes, spare to spare) or `load` (`iota.ptx`) → its line; or drop the `buffer` (the spare), the `module`, the `session` or the `lease` → `ok dropped <step>`; then → `ok took <ms>` (the step alone, in whole milliseconds). `trap` traps instead (no output), `return` returns at once holding everything (no step line) |
 //! | `one-shots <secs>` | until `<secs>` pass: `GpuCall` `scale` over 256 numbers by a factor that varies, each result checked → `ok one-shots <count>`, or the first failing call's `error` line, or `error wrong-result call <c> index <i>` |
 //! | `gpu-time <n>` | lease `4n` bytes + 1 MiB; session; load `iota`; alloc `4n` bytes; read the lease's GPU time; launch `iota(buf, n)` on 256-thread blocks; sync; read it again → `ok gpu-time <ns>` (the second reading less the first: the launch's device time in nanoseconds) |
+//! | `burst <n>` | lease; `n` rows of 256 ones; one SDK `Burst` of `scale`, launch `r` on row `r` by `r + 1` → `ok burst <n> first <ordinal>` (or the error, e.g. past 4096 launches); sync, read → `ok rows <n>` or `error wrong-result row <r> index <i>` |
+//! | `burst-misuse` | raw `launch-burst`s of `scale` the host must refuse whole: a change of argument 3 (`index`), launch 2 with another session's buffer (`foreign`), launch 1 at offset 1025 of a 1 KiB buffer (`offset`), no launch (`empty`) → a line each; then the buffer → `ok untouched` or `error touched <byte>` |
 //! | `bench <n>` | `n` calls each of lease info, sync (idle session) and 4 KiB write+read pairs, timed in batches of 100 → `info_ns <ns>`, `sync_ns <ns>`, `rw4k_ns <ns>`: the median over batches of the mean time per call, in whole nanoseconds |
 //!
 //! An unknown command, or a missing or malformed argument, is an `Err`.
+
+mod bursts;
 
 use std::fmt::Write as _;
 use std::thread::sleep;
@@ -95,12 +99,14 @@ fn run(input: Vec<u8>) -> Result<Vec<u8>, String> {
         "spin-then" => spin_then(&mut out, arg.unwrap_or(""))?,
         "one-shots" => one_shots(&mut out, input::argument(command, arg)?),
         "gpu-time" => gpu_time(&mut out, input::argument(command, arg)?),
+        "burst" => bursts::burst(&mut out, input::argument(command, arg)?),
+        "burst-misuse" => bursts::burst_misuse(&mut out),
         _ => {
             return Err(format!(
                 "unknown command {command:?}; expected one of alloc-past-lease, foreign-buffer, \
                  expire, trap, oob-read, bad-ptx, fault, spin, hold <secs>, leases <n>, bench <n>, \
                  verify <secs>, pattern <mib>, zeros <mib>, spin-big <mib>, lease <mib>, read-into <kib>, \
-                 read-into-grown, read-into-misuse, spin-then <step>, one-shots <secs>, gpu-time <n>"
+                 read-into-grown, read-into-misuse, spin-then <step>, one-shots <secs>, gpu-time <n>, burst <n>, burst-misuse"
             ))
         }
     };
@@ -119,6 +125,11 @@ struct Stopped;
 impl Out {
     fn ok(&mut self, detail: impl std::fmt::Display) {
         writeln!(self.0, "ok {detail}").unwrap();
+    }
+
+    /// A line as is (a check's own `error` line).
+    fn line(&mut self, line: String) {
+        writeln!(self.0, "{line}").unwrap();
     }
 
     fn error(&mut self, e: &Error) {

@@ -163,8 +163,11 @@ impl Setting {
                 .receive_window(w.connection.into())
                 .send_window(w.send);
         }
+        // The bulk phase keeps every setting's connection open through its rounds, idle while
+        // the others transfer: keep-alives hold it open past quinn's idle timeout.
         transport
             .max_concurrent_bidi_streams(64u32.into())
+            .keep_alive_interval(Some(Duration::from_secs(5)))
             .enable_segmentation_offload(self.gso);
         match self.datagrams {
             Datagrams::Quinn => {}

@@ -9,13 +9,18 @@
 //! | --- | --- | --- |
 //! | launch + sync | p50 of empty-kernel launch + sync, remote | ≤ bare echo RTT p50 + 1.2 × local p50 |
 //! | 1,000 async launches + sync | median batch, remote | ≤ 1.2 × (RTT + local batch) |
-//! | 256 MiB write / read | median, remote (write + sync; read) | ≥ 0.8 × best bare quinn upload / download; ≥ 1 GB/s |
+//! | 256 MiB write / read | median of the rounds, remote (write + sync; read) | ≥ 0.8 × the median of the best bare quinn setting's uploads / downloads; ≥ 1 GB/s |
 //! | deploy run, node side | p50 of the node's instantiate + call of a tiny deployed tasklet | ≤ 50 µs |
 //! | deploy runs/s | tiny runs over one connection, the better of one at a time and pipelined | ≥ 2,000/s |
 //! | 64 clients | launch + sync loops, each client its own connection and lease | no error; p99 ≤ 5 × p50 |
 //!
-//! Local and remote take turns within each round (A/B, then B/A); each loop is bounded in count
-//! and in time. Loopback only: the node listens on 127.0.0.1.
+//! Everything a target compares is measured interleaved, so that load on the machine hits both
+//! sides alike: the latency phase runs many short rounds, each an echo block, a local block and a
+//! remote block in a rotating order (`latency`); the bulk phase runs rounds in which every bare
+//! setting and the remote and local paths each move the data once (`bulk`). Each target is read
+//! from the pooled figures and, round by round, from each round's own bound; every round is
+//! printed. Each loop is bounded in count and in time. Loopback only: the node listens on
+//! 127.0.0.1.
 //!
 //! ```text
 //! cargo bench -p tasklet-benches --bench fabric [-- OPTIONS]
@@ -26,13 +31,14 @@
 //!   --commit HASH            the commit to name on the machine line (default: TASKLET_COMMIT,
 //!                            else `git rev-parse --short HEAD` of the checkout)
 //!   --quick                  small counts, 32 MiB transfers, 8 clients: checks the program
-//!   --rounds R               rounds of local/remote turns (default 3)
+//!   --rounds R               latency rounds (default 12)
+//!   --bulk-rounds R          bulk rounds (default 5)
 //!   --bulk-bytes B           bytes of the bulk transfers (default 268435456)
 //!   --clients N              concurrent clients (default 64)
 //!   --lanes L                runs in flight in the pipelined deploy series (default 4)
 //!   --pairs N                timed launch + sync pairs (and echoes) per path per round
-//!                            (default 2000)
-//!   --batches N              async batches per path per round (default 5)
+//!                            (default 500)
+//!   --batches N              async batches per path per round (default 3)
 //!   --only P[,P…]            only these phases: latency, bulk, deploy, crowd (default all; for
 //!                            profiling one)
 //! ```
@@ -43,8 +49,10 @@
 //! met; 1 when a measurement failed (its row says why); 2 for bad arguments.
 
 mod bare;
+mod bulk;
 mod crowd;
 mod deploy;
+mod latency;
 mod machine;
 mod pipelined;
 mod rig;
@@ -52,14 +60,11 @@ mod session;
 mod stats;
 mod table;
 
-use bare::Setting;
 use rig::Rig;
-use session::Session;
-use stats::{median, median_duration, micros, rate, Samples};
+use stats::micros;
 use std::process::ExitCode;
 use std::time::Duration;
 use table::{Table, Want};
-use tasklet_runtime::gpu::GpuService;
 use tasklet_runtime::{BackendKind, Policy, WorkerCommand};
 
 const MIB: u64 = 1 << 20;
@@ -95,11 +100,11 @@ struct Params {
 impl Params {
     fn full() -> Params {
         Params {
-            rounds: 3,
-            pairs: 2000,
-            batches: 5,
+            rounds: 12,
+            pairs: 500,
+            batches: 3,
             bulk_bytes: 256 * MIB,
-            bulk_reps: 3,
+            bulk_reps: 5,
             deploy_runs: 3000,
             lanes: 4,
             clients: 64,
@@ -110,11 +115,11 @@ impl Params {
 
     fn quick() -> Params {
         Params {
-            rounds: 1,
-            pairs: 200,
-            batches: 2,
+            rounds: 2,
+            pairs: 100,
+            batches: 1,
             bulk_bytes: 32 * MIB,
-            bulk_reps: 1,
+            bulk_reps: 2,
             deploy_runs: 200,
             lanes: 4,
             clients: 8,
@@ -137,7 +142,7 @@ struct Options {
 }
 
 fn usage() -> &'static str {
-    "usage: fabric [--backend auto|emu|cuda] [--commit HASH] [--quick] [--rounds R] [--bulk-bytes B] [--clients N] [--lanes L] [--pairs N] [--batches N] [--only latency,bulk,deploy,crowd]"
+    "usage: fabric [--backend auto|emu|cuda] [--commit HASH] [--quick] [--rounds R] [--bulk-rounds R] [--bulk-bytes B] [--clients N] [--lanes L] [--pairs N] [--batches N] [--only latency,bulk,deploy,crowd]"
 }
 
 fn parse_options() -> Result<Options, String> {
@@ -147,7 +152,7 @@ fn parse_options() -> Result<Options, String> {
     let mut commit = None;
     let mut only: Vec<String> = PHASES.iter().map(|p| p.to_string()).collect();
     let (mut rounds, mut bulk, mut clients, mut lanes) = (None, None, None, None);
-    let (mut pairs, mut batches) = (None, None);
+    let (mut pairs, mut batches, mut bulk_rounds) = (None, None, None);
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         let mut value = |name: &str| {
@@ -177,6 +182,9 @@ fn parse_options() -> Result<Options, String> {
                 }
             }
             "--rounds" => rounds = Some(positive(&value("--rounds")?, "--rounds")?),
+            "--bulk-rounds" => {
+                bulk_rounds = Some(positive(&value("--bulk-rounds")?, "--bulk-rounds")?)
+            }
             "--bulk-bytes" => bulk = Some(positive(&value("--bulk-bytes")?, "--bulk-bytes")?),
             "--clients" => clients = Some(positive(&value("--clients")?, "--clients")?),
             "--lanes" => lanes = Some(positive(&value("--lanes")?, "--lanes")?),
@@ -197,6 +205,7 @@ fn parse_options() -> Result<Options, String> {
         Params::full()
     };
     params.rounds = rounds.unwrap_or(params.rounds);
+    params.bulk_reps = bulk_rounds.unwrap_or(params.bulk_reps);
     params.bulk_bytes = bulk.map_or(params.bulk_bytes, |b| b as u64);
     params.clients = clients.unwrap_or(params.clients);
     params.lanes = lanes.unwrap_or(params.lanes);
@@ -269,8 +278,10 @@ fn main() -> ExitCode {
         device.map_or(String::new(), |d| format!(" ({d})")),
     );
     println!(
-        "node on 127.0.0.1 in this process (2 runtime threads, as `tasklet node`); {} rounds, {} MiB transfers, {} clients",
+        "node on 127.0.0.1 in this process (2 runtime threads, as `tasklet node`); {} latency rounds of {} pairs, {} bulk rounds of {} MiB transfers, {} clients",
         p.rounds,
+        p.pairs,
+        p.bulk_reps,
         p.bulk_bytes / MIB,
         p.clients
     );
@@ -280,14 +291,15 @@ fn main() -> ExitCode {
     let mut settings = String::new();
     let mut ok = true;
     let runs = |phase: &str| options.only.iter().any(|o| o == phase);
+    let mut rounds = String::new();
     if runs("latency") {
-        if let Err(e) = latency(&rig, p, &mut table) {
+        if let Err(e) = latency::run(&rig, p, &mut table, &mut rounds) {
             table.failed("launch + sync, async batches", &e);
             ok = false;
         }
     }
     if runs("bulk") {
-        if let Err(e) = bulk(&rig, p, &mut table, &mut settings) {
+        if let Err(e) = bulk::run(&rig, p, &mut table, &mut settings) {
             table.failed("256 MiB write and read", &e);
             ok = false;
         }
@@ -310,10 +322,18 @@ fn main() -> ExitCode {
     let (met, checked) = table.targets();
     println!();
     println!("{met} of {checked} targets met");
+    if !rounds.is_empty() {
+        println!();
+        println!(
+            "latency, round by round (p50s of {} pairs; ratio: remote / (echo + 1.2 × local); batches: median of {} each, ratio: remote / (1.2 × (echo + local))):",
+            p.pairs, p.batches
+        );
+        print!("{rounds}");
+    }
     if !settings.is_empty() {
         println!();
         println!(
-            "bare quinn transfers of {} MiB (median of {}), client ↔ server on loopback, same TLS:",
+            "bare quinn transfers of {} MiB ({} rounds), client ↔ server on loopback, same TLS:",
             p.bulk_bytes / MIB,
             p.bulk_reps
         );
@@ -354,288 +374,11 @@ fn gbps(bytes_per_second: f64) -> String {
     format!("{:.2} GB/s", bytes_per_second / 1e9)
 }
 
-/// The round-trip floor, launch + sync and async batches, local and remote in turns.
-fn latency(rig: &Rig, p: &Params, table: &mut Table) -> Result<(), String> {
-    progress("latency: bare echo, launch + sync, async batches (local and remote in turns)");
-    let setting = Setting::fabric();
-    let server = bare::Server::start(&rig.runtime, &rig.certs(), &setting)?;
-    let echo = bare::Client::connect(server.addr()?, &rig.certs(), &setting)?;
-    let mut local = Session::open(rig.local_gpu(), MIB).map_err(|e| format!("local: {e}"))?;
-    let mut remote = Session::open(rig.remote_gpu()?, MIB).map_err(|e| format!("remote: {e}"))?;
-    let (mut rtt, mut ls_local, mut ls_remote) =
-        (Samples::default(), Samples::default(), Samples::default());
-    let (mut batch_local, mut batch_remote) = (Vec::new(), Vec::new());
-    // The node's GPU threads' own time (its gpu_op_seconds), summed over the remote turns:
-    // what is left of a remote figure after it and the RTT is the hand-offs between threads.
-    let mut node_pairs = NodeTime::default();
-    let mut node_batches = NodeTime::default();
-    let warmup = p.pairs / 10;
-    for round in 0..p.rounds {
-        rtt.extend(echo.echo(warmup, p.pairs, p.budget)?);
-        let mut turn = |local_first: bool| -> Result<(), String> {
-            for remote_turn in [!local_first, local_first] {
-                if remote_turn {
-                    let before = NodeTime::read(rig);
-                    ls_remote.extend(remote.launch_sync(
-                        warmup,
-                        p.pairs,
-                        p.budget,
-                        Duration::ZERO,
-                    )?);
-                    node_pairs.add(before, NodeTime::read(rig));
-                } else {
-                    ls_local.extend(local.launch_sync(
-                        warmup,
-                        p.pairs,
-                        p.budget,
-                        Duration::ZERO,
-                    )?);
-                }
-            }
-            Ok(())
-        };
-        turn(round % 2 == 0)?;
-        for batch in 0..p.batches {
-            let order = if (round + batch) % 2 == 0 {
-                [false, true]
-            } else {
-                [true, false]
-            };
-            for remote_turn in order {
-                if remote_turn {
-                    let before = NodeTime::read(rig);
-                    batch_remote.push(remote.launch_batch(ASYNC_LAUNCHES)?);
-                    node_batches.add(before, NodeTime::read(rig));
-                } else {
-                    batch_local.push(local.launch_batch(ASYNC_LAUNCHES)?);
-                }
-            }
-        }
-    }
-    drop(echo);
-    drop(server);
-    let rtt_p50 = rtt.p50();
-    // The local path with its pairs as far apart as a remote client's: the worker has stopped
-    // spinning and gone to sleep before each launch, as the node's worker has.
-    let ls_idle = local.launch_sync(warmup, p.pairs / 4, p.budget, rtt_p50)?;
-
-    table.info(
-        "bare quinn echo RTT (floor)",
-        format!("p50 {} · p99 {}", us(rtt_p50), us(rtt.p99())),
-    );
-    table.info(
-        "local launch + sync (LocalGpu)",
-        format!("p50 {} · p99 {}", us(ls_local.p50()), us(ls_local.p99())),
-    );
-    table.info(
-        "local launch + sync, an RTT's sleep before each",
-        format!("p50 {} · p99 {}", us(ls_idle.p50()), us(ls_idle.p99())),
-    );
-    let bound = micros(rtt_p50) + LATENCY_FACTOR * micros(ls_local.p50());
-    table.check(
-        "remote launch + sync p50 (RemoteGpu)",
-        format!("p50 {} · p99 {}", us(ls_remote.p50()), us(ls_remote.p99())),
-        micros(ls_remote.p50()),
-        Want::AtMost,
-        bound,
-        format!("≤ RTT + 1.2 × local = {bound:.1} µs"),
-    );
-    table.info(
-        "of which the node's GPU thread (gpu_op_seconds, mean)",
-        format!("{} per launch + sync", us(node_pairs.per_sync())),
-    );
-    let (local_batch, remote_batch) = (
-        median_duration(&batch_local),
-        median_duration(&batch_remote),
-    );
-    table.info(
-        "local 1,000 async launches + sync",
-        format!(
-            "{:.2} ms ({:.2} µs per launch)",
-            micros(local_batch) / 1e3,
-            micros(local_batch) / ASYNC_LAUNCHES as f64
-        ),
-    );
-    let bound = LATENCY_FACTOR * (micros(rtt_p50) + micros(local_batch));
-    table.check(
-        "remote 1,000 async launches + sync",
-        format!(
-            "{:.2} ms ({:.2} µs per launch)",
-            micros(remote_batch) / 1e3,
-            micros(remote_batch) / ASYNC_LAUNCHES as f64
-        ),
-        micros(remote_batch),
-        Want::AtMost,
-        bound,
-        format!("≤ 1.2 × (RTT + local) = {:.2} ms", bound / 1e3),
-    );
-    table.info(
-        "of which the node's GPU thread (gpu_op_seconds, mean)",
-        format!("{:.2} ms per batch", micros(node_batches.per_sync()) / 1e3),
-    );
-    Ok(())
-}
-
-/// The node's GPU-thread time on LAUNCH and SYNC requests, and the SYNCs among them.
-#[derive(Debug, Default, Clone, Copy)]
-struct NodeTime {
-    seconds: f64,
-    syncs: u64,
-}
-
-impl NodeTime {
-    fn read(rig: &Rig) -> NodeTime {
-        let (launch, _) = rig.node_op_time("LAUNCH");
-        let (sync, syncs) = rig.node_op_time("SYNC");
-        NodeTime {
-            seconds: launch + sync,
-            syncs,
-        }
-    }
-
-    /// Adds what the node spent between two readings.
-    fn add(&mut self, before: NodeTime, after: NodeTime) {
-        self.seconds += after.seconds - before.seconds;
-        self.syncs += after.syncs.saturating_sub(before.syncs);
-    }
-
-    /// The mean time per SYNC and the launches before it.
-    fn per_sync(&self) -> Duration {
-        Duration::from_secs_f64((self.seconds / self.syncs.max(1) as f64).max(0.0))
-    }
-}
-
 /// A pattern that a misplaced or missing piece would not reproduce.
 fn pattern(len: u64) -> Vec<u8> {
     (0..len)
         .map(|i| (i ^ (i >> 11) ^ (i >> 23)) as u8)
         .collect()
-}
-
-/// Bare transfers under every setting; remote and local write and read.
-fn bulk(rig: &Rig, p: &Params, table: &mut Table, settings: &mut String) -> Result<(), String> {
-    use std::fmt::Write as _;
-    let bytes = p.bulk_bytes;
-    let mut best_up: (f64, &str) = (0.0, "");
-    let mut best_down: (f64, &str) = (0.0, "");
-    // The bare transfer with the settings the fabric itself runs with.
-    let mut as_fabric = None;
-    let fabric = Setting::fabric();
-    let all = Setting::all();
-    let _ = writeln!(settings, "| setting | upload | download |");
-    let _ = writeln!(settings, "| --- | ---: | ---: |");
-    for setting in &all {
-        progress(&format!("bulk: bare quinn, {}", setting.name));
-        let transfers = || -> Result<(f64, f64), String> {
-            let server = bare::Server::start(&rig.runtime, &rig.certs(), setting)?;
-            let client = bare::Client::connect(server.addr()?, &rig.certs(), setting)?;
-            let (mut ups, mut downs) = (Vec::new(), Vec::new());
-            for _ in 0..p.bulk_reps {
-                ups.push(rate(
-                    bytes,
-                    client.upload(bytes, setting.streams, p.budget)?,
-                ));
-                downs.push(rate(
-                    bytes,
-                    client.download(bytes, setting.streams, p.budget)?,
-                ));
-            }
-            Ok((median(&ups), median(&downs)))
-        };
-        let (up, down) = match transfers() {
-            Ok(rates) => rates,
-            Err(e) => {
-                let _ = writeln!(settings, "| {} | failed: {e} | |", setting.name);
-                continue;
-            }
-        };
-        let _ = writeln!(
-            settings,
-            "| {} | {} | {} |",
-            setting.name,
-            gbps(up),
-            gbps(down)
-        );
-        if setting.name == fabric.name {
-            as_fabric = Some((up, down));
-        }
-        if up > best_up.0 {
-            best_up = (up, setting.name);
-        }
-        if down > best_down.0 {
-            best_down = (down, setting.name);
-        }
-    }
-
-    progress("bulk: remote and local write and read");
-    let data = pattern(bytes);
-    let measure = |gpu: Box<dyn GpuService>, what: &str| -> Result<(f64, f64), String> {
-        let mut session = Session::open(gpu, bytes + MIB).map_err(|e| format!("{what}: {e}"))?;
-        let (mut writes, mut reads) = (Vec::new(), Vec::new());
-        for rep in 0..p.bulk_reps {
-            writes.push(rate(bytes, session.bulk_write(&data)?));
-            let (took, back) = session.bulk_read(bytes)?;
-            if rep == 0 && back != data {
-                return Err(format!(
-                    "{what}: the data read back differs from the data written"
-                ));
-            }
-            reads.push(rate(bytes, took));
-        }
-        Ok((median(&writes), median(&reads)))
-    };
-    let (local_write, local_read) = measure(rig.local_gpu(), "local")?;
-    let (remote_write, remote_read) = measure(rig.remote_gpu()?, "remote")?;
-    let mib = bytes / MIB;
-    table.info(
-        format!("best bare quinn, {mib} MiB up / down"),
-        format!(
-            "{} ({}) / {} ({})",
-            gbps(best_up.0),
-            best_up.1,
-            gbps(best_down.0),
-            best_down.1
-        ),
-    );
-    table.info(
-        format!("local {mib} MiB write / read (LocalGpu)"),
-        format!("{} / {}", gbps(local_write), gbps(local_read)),
-    );
-    for (what, remote, best) in [
-        ("write", remote_write, best_up.0),
-        ("read", remote_read, best_down.0),
-    ] {
-        table.check(
-            format!("remote {mib} MiB {what} vs bare"),
-            gbps(remote),
-            remote,
-            Want::AtLeast,
-            BULK_SHARE * best,
-            format!("≥ 0.8 × best bare = {}", gbps(BULK_SHARE * best)),
-        );
-        table.check(
-            format!("remote {mib} MiB {what}, absolute"),
-            gbps(remote),
-            remote,
-            Want::AtLeast,
-            BULK_FLOOR,
-            "≥ 1 GB/s (on a GPU machine)".into(),
-        );
-    }
-    if let Some((up, down)) = as_fabric {
-        table.info(
-            format!("remote {mib} MiB write / read vs bare with the fabric's own settings"),
-            format!(
-                "{:.2}× of {} / {:.2}× of {} ({})",
-                remote_write / up,
-                gbps(up),
-                remote_read / down,
-                gbps(down),
-                fabric.name
-            ),
-        );
-    }
-    Ok(())
 }
 
 /// Warm runs of the tiny deployed tasklet: one at a time, then pipelined on one connection.

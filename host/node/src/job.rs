@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 use tasklet_wire::{BufferId, ErrorReply, Request, RequestId, SessionId};
-use tokio::sync::{mpsc, OwnedSemaphorePermit};
+use tokio::sync::OwnedSemaphorePermit;
 
 /// One piece of work for the connection's GPU thread, in the order its stream carried it.
 pub(crate) struct Job {
@@ -44,9 +44,11 @@ pub(crate) enum Outgoing {
     /// Close the connection: GOAWAY with this error on the stream, then a QUIC close with the
     /// same code and message.
     Close(ErrorReply),
+    /// Nothing to write but what a direct write left (`outlet`): wakes the writer for it.
+    Flush,
 }
 
-pub(crate) type ReplyTo = mpsc::Sender<Outgoing>;
+pub(crate) use crate::outlet::ReplyTo;
 
 /// The jobs a stream decoded from one read, in order, handed to the GPU thread together: a
 /// burst of pipelined frames (a thousand LAUNCHes in one datagram train) then costs one channel

@@ -98,6 +98,7 @@ mod inventory;
 mod job;
 mod metrics;
 mod node;
+mod outlet;
 mod reply;
 mod shared;
 mod status;

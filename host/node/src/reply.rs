@@ -1,12 +1,12 @@
 //! Answers on a stream: a reply message, a reply whose data follows in pieces, a failure, or the
 //! end of the connection. Whoever serves a request (the connection's GPU thread, a deployment's
-//! blocking thread) sends through these to the stream's writer, which puts them on the wire in
-//! the order they were sent.
+//! blocking thread) sends through these to the stream's outlet (`outlet`), which puts them on
+//! the wire in the order they were sent.
 //!
-//! Every function here blocks while the writer's queue is full, so they are called from OS
-//! threads of the node's own, never from an async task.
+//! Every function here may block while the stream's writer has a full queue, so they are called
+//! from OS threads of the node's own, never from an async task.
 
-use crate::job::{Outgoing, ReplyTo};
+use crate::job::ReplyTo;
 use bytes::Bytes;
 use tasklet_wire::limits::MAX_CHUNK;
 use tasklet_wire::{encode_reply, DataEncoder, ErrorCode, ErrorReply, Opcode, Reply, RequestId};
@@ -40,8 +40,7 @@ pub(crate) fn send(to: &ReplyTo, request_id: RequestId, reply: &Reply) {
             return;
         }
     }
-    // The stream's writer is gone only with the connection.
-    let _ = to.blocking_send(Outgoing::Bytes(out.into()));
+    to.put(out.into());
 }
 
 /// Sends the failure of a request of `opcode`.
@@ -58,7 +57,7 @@ pub(crate) fn fail(to: &ReplyTo, request_id: RequestId, opcode: Opcode, failure:
 
 /// Ends the connection: GOAWAY with `error`, then a close.
 pub(crate) fn close(to: &ReplyTo, error: ErrorReply) {
-    let _ = to.blocking_send(Outgoing::Close(error));
+    to.close(error);
 }
 
 /// Sends an OK reply that announces data; returns the encoder for that data (`None` when there
@@ -71,7 +70,7 @@ pub(crate) fn start_reply(
     let mut out = Vec::new();
     match encode_reply(request_id, reply, &mut out) {
         Ok(data) => {
-            let _ = to.blocking_send(Outgoing::Bytes(out.into()));
+            to.put(out.into());
             data
         }
         Err(err) => {
@@ -102,8 +101,8 @@ pub(crate) fn send_piece(to: &ReplyTo, data: &mut DataEncoder, bytes: impl Into<
         let Ok(header) = data.chunk_header(len) else {
             return;
         };
-        let _ = to.blocking_send(Outgoing::Bytes(Bytes::copy_from_slice(&header)));
-        let _ = to.blocking_send(Outgoing::Bytes(bytes.slice(at..at + len)));
+        to.put(Bytes::copy_from_slice(&header));
+        to.put(bytes.slice(at..at + len));
         at += len;
     }
 }
@@ -114,5 +113,5 @@ pub(crate) fn abort(to: &ReplyTo, why: &str) {
         ErrorCode::Internal,
         format!("a read failed after its reply had begun, so the connection is closed: {why}"),
     );
-    let _ = to.blocking_send(Outgoing::Close(error));
+    to.close(error);
 }

@@ -1,10 +1,11 @@
 //! Keeping one of the node's runtime threads awake while the GPU thread makes a call's reply.
 //!
-//! The reply goes from the connection's GPU thread to the stream's writer task; if every runtime
+//! The reply goes from the connection's GPU thread to quinn's connection task (directly, or
+//! through the stream's writer task: `outlet`), which runs on the runtime; if every runtime
 //! thread has parked meanwhile (a launch + sync takes the GPU thread about as long as a thread
 //! takes to park), one is woken for it, and that wake-up (on a virtual machine, a vCPU's too) is
 //! part of the round trip. After handing the GPU thread a batch that holds a call, the stream
-//! starts a task that yields until the writer has written something or a budget runs out, so
+//! starts a task that yields until something was written to the stream or a budget runs out, so
 //! that a runtime thread is awake when the reply comes. Bounded three ways: by a budget per
 //! stream that grows back to its ceiling when the reply came within it and halves when it did
 //! not (down to a floor, so that it can learn again), by a ceiling (`TASKLET_NODE_HOT_US`,
@@ -32,7 +33,7 @@ fn ceiling() -> Duration {
 
 /// A stream's side of it: what its writer has written, and its budget.
 pub(super) struct Hot {
-    /// Counted up by the writer for every piece it puts on the stream.
+    /// Counted up for every piece put on the stream (by the outlet, either path).
     pub written: Arc<AtomicU64>,
     /// In nanoseconds; shared with the task of the last call, which adjusts it.
     budget: Arc<AtomicU64>,
@@ -127,7 +128,8 @@ mod tests {
         assert_eq!(budget(&hot), max);
 
         // No slot: nothing runs, nothing changes.
-        hot.budget.store((max / 4).as_nanos() as u64, Ordering::Relaxed);
+        hot.budget
+            .store((max / 4).as_nanos() as u64, Ordering::Relaxed);
         hot.keep_awake_within(hot.mark(), max, 0);
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!(HOT.taken(), 0);

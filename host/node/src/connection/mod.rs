@@ -3,7 +3,9 @@
 //! ```text
 //! streams (tokio tasks) ── batches of jobs, in arrival order (bounded) ──> GPU thread (owns the LocalGpu)
 //!        ^                                                            │
-//!        └────────────── replies, per stream (bounded) ───────────────┘
+//!        └──────────────── replies, per stream (`outlet`) ────────────┘
+//!          straight to quinn when nothing is queued before them, else
+//!          through the stream's writer task (bounded)
 //! ```
 //!
 //! The GPU thread is an OS thread of the connection's own, because every GPU operation blocks on

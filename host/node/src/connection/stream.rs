@@ -8,24 +8,20 @@
 
 use super::deploy::{self, DeployRequest, Intake, Lane};
 use super::hot::Hot;
-use super::{close_code, QUEUE_BYTES, STAGING_PIECE};
+use super::{QUEUE_BYTES, STAGING_PIECE};
 use crate::caller::Caller;
-use crate::job::{Batch, Job, Outgoing, ReplyTo, Work, WritePiece};
+use crate::job::{Batch, Job, ReplyTo, Work, WritePiece};
 use crate::metrics::PerOp;
+use crate::outlet::outlet;
 use crate::shared::Shared;
 use bytes::Bytes;
 use prometheus::IntCounter;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 use tasklet_wire::{
-    encode_goaway, BufferId, Decoder, DecoderConfig, ErrorCode, ErrorReply, Event, Opcode, Request,
-    RequestId, SessionId,
+    BufferId, Decoder, DecoderConfig, ErrorCode, ErrorReply, Event, Opcode, Request, RequestId,
+    SessionId,
 };
 use tokio::sync::{mpsc, Semaphore, TryAcquireError};
-
-/// Replies queued for a stream's writer before the GPU thread waits.
-const REPLY_QUEUE: usize = 256;
 
 /// The most bytes read from the stream at once.
 const READ_CHUNK: usize = 1 << 20;
@@ -33,9 +29,6 @@ const READ_CHUNK: usize = 1 << 20;
 /// MEM_WRITE data is handed to the GPU thread in pieces of this size (the last one shorter):
 /// large enough that a piece costs the worker one copy, small enough that a transfer streams.
 const WRITE_PIECE: usize = STAGING_PIECE;
-
-/// How long a closing stream waits for its GOAWAY to reach the client before closing anyway.
-const GOAWAY_GRACE: Duration = Duration::from_millis(500);
 
 pub(crate) struct Stream {
     pub shared: Arc<Shared>,
@@ -71,14 +64,9 @@ pub(crate) async fn serve(stream: Stream) {
         jobs,
         budget,
     } = stream;
-    let (reply, replies) = mpsc::channel(REPLY_QUEUE);
     let hot = Hot::new();
-    let writer = tokio::spawn(write(
-        connection.clone(),
-        send,
-        replies,
-        Arc::clone(&hot.written),
-    ));
+    let (reply, writer) = outlet(connection.clone(), send, Arc::clone(&hot.written));
+    let writer = tokio::spawn(writer.run());
     let mut reader = Reader {
         shared: Arc::clone(&shared),
         caller: Arc::clone(&caller),
@@ -100,7 +88,7 @@ pub(crate) async fn serve(stream: Stream) {
     if let Err(error) = reader.read_all(&mut recv).await {
         caller.metrics.protocol_errors.inc();
         tracing::warn!(remote = %connection.remote_address(), "closing a connection: {}", error.message);
-        let _ = reply.send(Outgoing::Close(error)).await;
+        reply.close_async(error).await;
     }
     drop(reader);
     drop(reply);
@@ -408,35 +396,4 @@ fn payload_bytes(request: &Request) -> usize {
 
 fn protocol_error(message: String) -> ErrorReply {
     ErrorReply::new(ErrorCode::ProtocolError, message)
-}
-
-/// Writes what the GPU thread sends for this stream, in order, until it is done; a `Close`
-/// ends the connection after a GOAWAY.
-async fn write(
-    connection: quinn::Connection,
-    mut send: quinn::SendStream,
-    mut replies: mpsc::Receiver<Outgoing>,
-    written: Arc<AtomicU64>,
-) {
-    while let Some(out) = replies.recv().await {
-        match out {
-            Outgoing::Bytes(bytes) => {
-                written.fetch_add(1, Ordering::Release);
-                if send.write_chunk(bytes).await.is_err() {
-                    return;
-                }
-            }
-            Outgoing::Close(error) => {
-                let mut frame = Vec::new();
-                if encode_goaway(&error, &mut frame).is_ok() && send.write_all(&frame).await.is_ok()
-                {
-                    let _ = send.finish();
-                    let _ = tokio::time::timeout(GOAWAY_GRACE, send.stopped()).await;
-                }
-                connection.close(close_code(error.code), error.to_string().as_bytes());
-                return;
-            }
-        }
-    }
-    let _ = send.finish();
 }

@@ -1,0 +1,282 @@
+//! The bulk phase: 256 MiB uploads and downloads of bare quinn under every transport setting,
+//! beside remote and local writes and reads of the same size, in rounds. Each round moves the
+//! data once per setting each way (the settings' order rotating from round to round) and once
+//! per path each way, the paths before the bare transfers in even rounds and after them in odd
+//! ones, so that load on the machine hits all of them alike.
+//!
+//! The best bare setting is the one with the highest median over the rounds (not the best single
+//! transfer, which would be the luckiest of many draws); the remote figure is the median of its
+//! rounds against 0.8 × that median, and, round by round, each round's remote transfer against
+//! 0.8 × that setting's transfer of the same round. Every round is printed.
+
+use crate::bare::{self, Setting};
+use crate::rig::Rig;
+use crate::session::Session;
+use crate::stats::{median, rate};
+use crate::table::{Table, Want};
+use crate::{gbps, pattern, progress, Params, BULK_FLOOR, BULK_SHARE, MIB};
+use std::fmt::Write as _;
+use std::time::Duration;
+
+/// One bare setting's server, client and transfers so far.
+struct Bare {
+    setting: Setting,
+    /// `Err`: why it could not start; its transfers are skipped.
+    ends: Result<(bare::Client, bare::Server), String>,
+    ups: Vec<f64>,
+    downs: Vec<f64>,
+    /// Why a transfer failed, if one did (the setting then counts no further).
+    failed: Option<String>,
+}
+
+impl Bare {
+    fn transfer(&mut self, bytes: u64, budget: Duration) {
+        if self.failed.is_some() {
+            return;
+        }
+        let Ok((client, _)) = &self.ends else {
+            return;
+        };
+        let streams = self.setting.streams;
+        let moved = client
+            .upload(bytes, streams, budget)
+            .and_then(|up| Ok((up, client.download(bytes, streams, budget)?)));
+        match moved {
+            Ok((up, down)) => {
+                self.ups.push(rate(bytes, up));
+                self.downs.push(rate(bytes, down));
+            }
+            Err(e) => self.failed = Some(e),
+        }
+    }
+}
+
+/// One path's transfers: a session with its buffer, and the rates so far.
+struct Path {
+    session: Session,
+    writes: Vec<f64>,
+    reads: Vec<f64>,
+}
+
+impl Path {
+    fn transfer(&mut self, data: &[u8], what: &str, check: bool) -> Result<(), String> {
+        let bytes = data.len() as u64;
+        self.writes
+            .push(rate(bytes, self.session.bulk_write(data)?));
+        let (took, back) = self.session.bulk_read(bytes)?;
+        if check && back != data {
+            return Err(format!(
+                "{what}: the data read back differs from the data written"
+            ));
+        }
+        self.reads.push(rate(bytes, took));
+        Ok(())
+    }
+}
+
+/// Runs the phase; adds its rows to `table`, and writes the settings and the rounds to
+/// `settings`.
+pub fn run(rig: &Rig, p: &Params, table: &mut Table, settings: &mut String) -> Result<(), String> {
+    let bytes = p.bulk_bytes;
+    progress(&format!(
+        "bulk: {} rounds of {} MiB each way, bare quinn under {} settings, remote and local",
+        p.bulk_reps,
+        bytes / MIB,
+        Setting::all().len()
+    ));
+    let mut bares: Vec<Bare> = Setting::all()
+        .into_iter()
+        .map(|setting| {
+            let ends =
+                bare::Server::start(&rig.runtime, &rig.certs(), &setting).and_then(|server| {
+                    let client = bare::Client::connect(server.addr()?, &rig.certs(), &setting)?;
+                    Ok((client, server))
+                });
+            Bare {
+                setting,
+                ends,
+                ups: Vec::new(),
+                downs: Vec::new(),
+                failed: None,
+            }
+        })
+        .collect();
+    let data = pattern(bytes);
+    let open = |gpu, what: &str| -> Result<Path, String> {
+        Ok(Path {
+            session: Session::open(gpu, bytes + MIB).map_err(|e| format!("{what}: {e}"))?,
+            writes: Vec::new(),
+            reads: Vec::new(),
+        })
+    };
+    let mut remote = open(rig.remote_gpu()?, "remote")?;
+    let mut local = open(rig.local_gpu(), "local")?;
+    for round in 0..p.bulk_reps {
+        let paths_first = round % 2 == 0;
+        if paths_first {
+            remote.transfer(&data, "remote", round == 0)?;
+            local.transfer(&data, "local", round == 0)?;
+        }
+        let n = bares.len();
+        for i in 0..n {
+            bares[(i + round) % n].transfer(bytes, p.budget);
+        }
+        if !paths_first {
+            local.transfer(&data, "local", round == 0)?;
+            remote.transfer(&data, "remote", round == 0)?;
+        }
+    }
+
+    let _ = writeln!(
+        settings,
+        "| setting | upload, median (min–max) | download, median (min–max) |"
+    );
+    let _ = writeln!(settings, "| --- | ---: | ---: |");
+    for b in &bares {
+        let why = match (&b.ends, &b.failed) {
+            (Err(e), _) | (Ok(_), Some(e)) => format!(" (failed: {e})"),
+            _ => String::new(),
+        };
+        let _ = writeln!(
+            settings,
+            "| {}{why} | {} | {} |",
+            b.setting.name,
+            range(&b.ups),
+            range(&b.downs)
+        );
+    }
+    // A setting counts only with a transfer in every round, so that its median is comparable.
+    let complete = |b: &&Bare| b.ups.len() == p.bulk_reps && b.failed.is_none();
+    let best = |of: fn(&Bare) -> &Vec<f64>| {
+        bares
+            .iter()
+            .filter(complete)
+            .max_by(|a, b| median(of(a)).total_cmp(&median(of(b))))
+    };
+    let best_up = best(|b| &b.ups).ok_or("no bare setting moved data in every round")?;
+    let best_down = best(|b| &b.downs).ok_or("no bare setting moved data in every round")?;
+    let fabric = bares
+        .iter()
+        .filter(complete)
+        .find(|b| b.setting.name == Setting::fabric().name);
+
+    let mib = bytes / MIB;
+    table.info(
+        format!("best bare quinn, {mib} MiB up / down (median of the rounds)"),
+        format!(
+            "{} ({}) / {} ({})",
+            gbps(median(&best_up.ups)),
+            best_up.setting.name,
+            gbps(median(&best_down.downs)),
+            best_down.setting.name
+        ),
+    );
+    table.info(
+        format!("local {mib} MiB write / read (LocalGpu)"),
+        format!(
+            "{} / {}",
+            gbps(median(&local.writes)),
+            gbps(median(&local.reads))
+        ),
+    );
+    for (what, remote, best) in [
+        ("write", &remote.writes, &best_up.ups),
+        ("read", &remote.reads, &best_down.downs),
+    ] {
+        let (value, bound) = (median(remote), BULK_SHARE * median(best));
+        table.check(
+            format!("remote {mib} MiB {what} vs bare"),
+            gbps(value),
+            value,
+            Want::AtLeast,
+            bound,
+            format!("≥ 0.8 × best bare = {}", gbps(bound)),
+        );
+        let ratios: Vec<f64> = remote
+            .iter()
+            .zip(best)
+            .map(|(r, b)| r / (BULK_SHARE * b))
+            .collect();
+        table.info(
+            format!("remote {mib} MiB {what} / its bound, round by round"),
+            spread(&ratios),
+        );
+        table.check(
+            format!("remote {mib} MiB {what}, absolute"),
+            gbps(value),
+            value,
+            Want::AtLeast,
+            BULK_FLOOR,
+            "≥ 1 GB/s (on a GPU machine)".into(),
+        );
+    }
+    if let Some(fabric) = fabric {
+        table.info(
+            format!("remote {mib} MiB write / read vs bare with the fabric's own settings"),
+            format!(
+                "{:.2}× of {} / {:.2}× of {}",
+                median(&remote.writes) / median(&fabric.ups),
+                gbps(median(&fabric.ups)),
+                median(&remote.reads) / median(&fabric.downs),
+                gbps(median(&fabric.downs)),
+            ),
+        );
+    }
+
+    let _ = writeln!(settings);
+    let _ = writeln!(
+        settings,
+        "bulk, round by round (best bare: the settings above with the highest medians):"
+    );
+    let _ = writeln!(
+        settings,
+        "| round | remote write | best bare up | ratio to 0.8 × | remote read | best bare down | ratio to 0.8 × | local write | local read |"
+    );
+    let _ = writeln!(
+        settings,
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    );
+    for r in 0..p.bulk_reps {
+        let _ = writeln!(
+            settings,
+            "| {} | {} | {} | {:.2} | {} | {} | {:.2} | {} | {} |",
+            r + 1,
+            gbps(remote.writes[r]),
+            gbps(best_up.ups[r]),
+            remote.writes[r] / (BULK_SHARE * best_up.ups[r]),
+            gbps(remote.reads[r]),
+            gbps(best_down.downs[r]),
+            remote.reads[r] / (BULK_SHARE * best_down.downs[r]),
+            gbps(local.writes[r]),
+            gbps(local.reads[r]),
+        );
+    }
+    Ok(())
+}
+
+/// "median (min–max)" of rates.
+fn range(rates: &[f64]) -> String {
+    if rates.is_empty() {
+        return "—".into();
+    }
+    let min = rates.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = rates.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    format!(
+        "{} ({:.2}–{:.2})",
+        gbps(median(rates)),
+        min / 1e9,
+        max / 1e9
+    )
+}
+
+/// "median M (min A, max B; K of N rounds ≥ 1)" of per-round ratios.
+fn spread(ratios: &[f64]) -> String {
+    let min = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let within = ratios.iter().filter(|r| **r >= 1.0).count();
+    format!(
+        "median {:.2} (min {min:.2}, max {max:.2}; {within} of {} rounds ≥ 1)",
+        median(ratios),
+        ratios.len()
+    )
+}

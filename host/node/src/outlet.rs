@@ -1,0 +1,392 @@
+//! A stream's way out: how whoever serves a request (the connection's GPU thread, a deployment's
+//! thread) puts bytes on the stream, in the order it sends them.
+//!
+//! Every stream has a writer task that owns the waiting: it takes queued bytes and writes them,
+//! waiting for QUIC's flow control as long as it takes. But a reply to a launch + sync is a few
+//! dozen bytes on a stream that has nothing else queued, and handing it to the writer task costs
+//! a task wake-up on the runtime (and, when the runtime's threads have parked, a thread's) before
+//! quinn's connection task is woken to send it. So a sender first tries to write to the stream
+//! itself: when nothing it or anyone sent earlier is still queued and the writer is not in the
+//! middle of a write, it hands the bytes to quinn at once (quinn copies nothing; the connection
+//! task is woken to send them). Whatever quinn does not take at once (its flow control is
+//! exhausted) is left for the writer task, ahead of anything queued after it, so a frame is never
+//! split by another's bytes. `TASKLET_NODE_DIRECT_REPLY=0` turns the direct path off (every
+//! reply through the writer task), for comparison.
+
+use crate::job::Outgoing;
+use bytes::Bytes;
+use std::future::Future;
+use std::pin::pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+use tasklet_wire::{encode_goaway, ErrorReply};
+use tokio::sync::mpsc;
+
+/// Sends queued for a stream's writer before a sender waits.
+const QUEUE: usize = 256;
+
+/// How long a closing stream waits for its GOAWAY to reach the client before closing anyway.
+const GOAWAY_GRACE: Duration = Duration::from_millis(500);
+
+fn direct_enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("TASKLET_NODE_DIRECT_REPLY").map_or(true, |v| v.trim() != "0"))
+}
+
+/// What the senders and the writer task of one stream share.
+struct Outlet {
+    /// The stream. Held by the writer task for each of its writes, and by a sender for its
+    /// direct attempt (which never waits for it).
+    send: tokio::sync::Mutex<quinn::SendStream>,
+    /// Sends queued for the writer task or left in `rest`, not yet written: a direct write
+    /// is tried only when this is 0, so that nothing overtakes what was sent before it.
+    pending: AtomicUsize,
+    /// The unwritten end of a direct write: the writer task writes it before anything else.
+    rest: Mutex<Option<Bytes>>,
+    /// Counted up for every write to the stream, by either path (the runtime thread kept awake
+    /// for a reply watches it).
+    written: Arc<AtomicU64>,
+    direct: bool,
+}
+
+/// Where a request's reply goes: the stream that carried it.
+#[derive(Clone)]
+pub(crate) struct ReplyTo {
+    queue: mpsc::Sender<Outgoing>,
+    outlet: Arc<Outlet>,
+}
+
+/// The writer task's end.
+pub(crate) struct Writer {
+    connection: quinn::Connection,
+    queue: mpsc::Receiver<Outgoing>,
+    outlet: Arc<Outlet>,
+}
+
+/// A stream's outlet: the senders' end, and the writer task's, which the stream spawns.
+/// `written` is counted up for every write.
+pub(crate) fn outlet(
+    connection: quinn::Connection,
+    send: quinn::SendStream,
+    written: Arc<AtomicU64>,
+) -> (ReplyTo, Writer) {
+    let (tx, rx) = mpsc::channel(QUEUE);
+    let outlet = Arc::new(Outlet {
+        send: tokio::sync::Mutex::new(send),
+        pending: AtomicUsize::new(0),
+        rest: Mutex::new(None),
+        written,
+        direct: direct_enabled(),
+    });
+    (
+        ReplyTo {
+            queue: tx,
+            outlet: Arc::clone(&outlet),
+        },
+        Writer {
+            connection,
+            queue: rx,
+            outlet,
+        },
+    )
+}
+
+impl ReplyTo {
+    /// Puts `bytes` on the stream after everything sent before: directly when nothing is
+    /// queued, else through the writer task (blocking while its queue is full). Called from the
+    /// node's own threads, never from an async task.
+    pub fn put(&self, bytes: Bytes) {
+        if self.outlet.direct {
+            if let Ok(mut send) = self.outlet.send.try_lock() {
+                if self.outlet.pending.load(Ordering::Acquire) == 0 {
+                    self.write_direct(&mut send, bytes);
+                    return;
+                }
+            }
+        }
+        self.queue_blocking(Outgoing::Bytes(bytes));
+    }
+
+    /// Ends the connection: GOAWAY with `error`, then a close, after everything sent before.
+    pub fn close(&self, error: ErrorReply) {
+        self.queue_blocking(Outgoing::Close(error));
+    }
+
+    /// [`close`](Self::close) from an async task.
+    pub async fn close_async(&self, error: ErrorReply) {
+        self.outlet.pending.fetch_add(1, Ordering::AcqRel);
+        // The writer is gone only with the connection.
+        let _ = self.queue.send(Outgoing::Close(error)).await;
+    }
+
+    fn queue_blocking(&self, out: Outgoing) {
+        self.outlet.pending.fetch_add(1, Ordering::AcqRel);
+        // The writer is gone only with the connection.
+        let _ = self.queue.blocking_send(out);
+    }
+
+    /// One attempt, without waiting, to hand `bytes` to quinn; the stream is held and nothing
+    /// is pending. What quinn does not take is left for the writer task, still under the lock,
+    /// so nothing can be written between the two parts.
+    fn write_direct(&self, send: &mut quinn::SendStream, bytes: Bytes) {
+        let mut chunks = [bytes];
+        let attempt = {
+            let write = pin!(send.write_chunks(&mut chunks));
+            // A noop waker: when quinn is blocked it keeps this waker for the stream, and the
+            // writer task's own poll of the rest replaces it.
+            write.poll(&mut Context::from_waker(Waker::noop()))
+        };
+        self.outlet.written.fetch_add(1, Ordering::Release);
+        match attempt {
+            Poll::Ready(Ok(_)) if chunks[0].is_empty() => {}
+            // An error means the stream or connection is gone: nothing more to send.
+            Poll::Ready(Err(_)) => {}
+            // Blocked, or taken in part: the rest goes to the writer task, first.
+            Poll::Ready(Ok(_)) | Poll::Pending => {
+                let [rest] = chunks;
+                *self
+                    .outlet
+                    .rest
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = Some(rest);
+                self.outlet.pending.fetch_add(1, Ordering::AcqRel);
+                // Wakes a writer idle on its queue; a full queue means it is busy and takes the
+                // rest before its next item, and a closed one that it is gone.
+                let _ = self.queue.try_send(Outgoing::Flush);
+            }
+        }
+    }
+}
+
+impl Writer {
+    /// Writes what the senders queue, in order, until they are all gone; a `Close` ends the
+    /// connection after a GOAWAY.
+    pub async fn run(mut self) {
+        let outlet = Arc::clone(&self.outlet);
+        while let Some(out) = self.queue.recv().await {
+            let mut send = outlet.send.lock().await;
+            if !write_rest(&outlet, &mut send).await {
+                return;
+            }
+            match out {
+                Outgoing::Flush => {}
+                Outgoing::Bytes(bytes) => {
+                    outlet.written.fetch_add(1, Ordering::Release);
+                    if send.write_chunk(bytes).await.is_err() {
+                        return;
+                    }
+                    outlet.pending.fetch_sub(1, Ordering::AcqRel);
+                }
+                Outgoing::Close(error) => {
+                    let mut frame = Vec::new();
+                    if encode_goaway(&error, &mut frame).is_ok()
+                        && send.write_all(&frame).await.is_ok()
+                    {
+                        let _ = send.finish();
+                        let _ = tokio::time::timeout(GOAWAY_GRACE, send.stopped()).await;
+                    }
+                    self.connection.close(
+                        crate::connection::close_code(error.code),
+                        error.to_string().as_bytes(),
+                    );
+                    return;
+                }
+            }
+        }
+        let mut send = outlet.send.lock().await;
+        if write_rest(&outlet, &mut send).await {
+            let _ = send.finish();
+        }
+    }
+}
+
+/// Writes a direct write's unwritten end, if there is one; false when the stream is gone.
+async fn write_rest(outlet: &Outlet, send: &mut quinn::SendStream) -> bool {
+    let rest = outlet
+        .rest
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .take();
+    let Some(rest) = rest else {
+        return true;
+    };
+    if send.write_chunk(rest).await.is_err() {
+        return false;
+    }
+    outlet.pending.fetch_sub(1, Ordering::AcqRel);
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A connected stream pair on loopback whose receiving end grants `window` bytes of
+    /// stream credit at a time: the node's end (the SendStream) and the client's.
+    async fn pair(
+        dir: &std::path::Path,
+        window: u32,
+    ) -> (
+        quinn::Connection,
+        quinn::SendStream,
+        quinn::RecvStream,
+        quinn::Endpoint,
+    ) {
+        tasklet_tls::init(dir, &[]).unwrap();
+        let server = quinn::Endpoint::server(
+            tasklet_tls::server_config(dir).unwrap(),
+            ([127, 0, 0, 1], 0).into(),
+        )
+        .unwrap();
+        let mut client = quinn::Endpoint::client(([127, 0, 0, 1], 0).into()).unwrap();
+        let tenant = tasklet_tls::Tenant::new(tasklet_tls::DEFAULT_TENANT).unwrap();
+        let mut config = tasklet_tls::client_config(dir, &tenant).unwrap();
+        let mut transport = quinn::TransportConfig::default();
+        transport.stream_receive_window(window.into());
+        config.transport_config(Arc::new(transport));
+        client.set_default_client_config(config);
+        let addr = server.local_addr().unwrap();
+        let (to_server, at_server) = tokio::join!(
+            async { client.connect(addr, "localhost").unwrap().await.unwrap() },
+            async { server.accept().await.unwrap().await.unwrap() }
+        );
+        // The client opens the stream (as a client of the node does) and says something first,
+        // so that the node's end learns of it.
+        let (mut out, recv) = to_server.open_bi().await.unwrap();
+        out.write_all(b"x").await.unwrap();
+        let (send, mut inbound) = at_server.accept_bi().await.unwrap();
+        let mut one = [0u8; 1];
+        inbound.read_exact(&mut one).await.unwrap();
+        std::mem::forget(out);
+        std::mem::forget(inbound);
+        std::mem::forget(to_server);
+        (at_server, send, recv, client)
+    }
+
+    fn payload(tag: u8, len: usize) -> Bytes {
+        Bytes::from(
+            (0..len)
+                .map(|i| tag.wrapping_add(i as u8))
+                .collect::<Vec<_>>(),
+        )
+    }
+
+    #[test]
+    fn a_small_reply_goes_out_without_the_writer_task_and_a_blocked_one_waits_for_it() {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let (connection, send, mut recv, _client) = runtime.block_on(pair(dir.path(), 4096));
+        let written = Arc::new(AtomicU64::new(0));
+        let (reply, writer) = outlet(connection, send, Arc::clone(&written));
+        assert!(reply.outlet.direct, "on unless TASKLET_NODE_DIRECT_REPLY=0");
+
+        // With no writer task running, a small reply still reaches the client.
+        let small = payload(1, 100);
+        let sender = reply.clone();
+        let first = small.clone();
+        std::thread::spawn(move || sender.put(first))
+            .join()
+            .unwrap();
+        let mut got = vec![0u8; small.len()];
+        runtime
+            .block_on(async {
+                tokio::time::timeout(Duration::from_secs(10), recv.read_exact(&mut got)).await
+            })
+            .expect("the direct write arrives within 10 s")
+            .unwrap();
+        assert_eq!(got, small);
+        assert_eq!(reply.outlet.pending.load(Ordering::Acquire), 0);
+
+        // More than the client's 4 KiB of credit: quinn takes part, the rest waits for the
+        // writer, and what is sent after it is queued behind it, not written before it.
+        let big = payload(2, 64 << 10);
+        let after = payload(3, 50);
+        let sender = reply.clone();
+        let (b, a) = (big.clone(), after.clone());
+        std::thread::spawn(move || {
+            sender.put(b);
+            // The rest is pending, so this one must not go directly.
+            assert!(sender.outlet.pending.load(Ordering::Acquire) > 0);
+            // The queue has room, so this does not block though the writer is not running.
+            sender.put(a);
+        })
+        .join()
+        .unwrap();
+        drop(reply);
+        let writer = runtime.spawn(writer.run());
+        let got = runtime
+            .block_on(async {
+                tokio::time::timeout(Duration::from_secs(10), recv.read_to_end(1 << 20)).await
+            })
+            .expect("the writer finishes within 10 s")
+            .unwrap();
+        let mut want = big.to_vec();
+        want.extend_from_slice(&after);
+        assert_eq!(got.len(), want.len());
+        assert!(got == want, "the bytes arrive whole and in the order sent");
+        runtime.block_on(writer).unwrap();
+        assert!(written.load(Ordering::Acquire) >= 3);
+    }
+
+    #[test]
+    fn many_senders_threads_interleave_whole_sends_only() {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let (connection, send, mut recv, _client) = runtime.block_on(pair(dir.path(), 8192));
+        let (reply, writer) = outlet(connection, send, Arc::new(AtomicU64::new(0)));
+        let writer = runtime.spawn(writer.run());
+        // Each send is a record: a tag byte, a 2-byte length, then that many copies of the tag.
+        // Sizes from a few bytes past the client's credit make some sends go directly, some
+        // in part and some through the queue.
+        const SENDS: usize = 300;
+        let threads: Vec<_> = (0..3u8)
+            .map(|t| {
+                let reply = reply.clone();
+                std::thread::spawn(move || {
+                    for i in 0..SENDS {
+                        let len = [8usize, 100, 3000, 20_000][(i + t as usize) % 4];
+                        let mut record = vec![t];
+                        record.extend_from_slice(&(len as u16).to_be_bytes());
+                        record.extend(std::iter::repeat_n(t, len));
+                        reply.put(Bytes::from(record));
+                    }
+                })
+            })
+            .collect();
+        drop(reply);
+        let reading = runtime.spawn(async move {
+            tokio::time::timeout(Duration::from_secs(30), recv.read_to_end(64 << 20)).await
+        });
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        let got = runtime
+            .block_on(reading)
+            .unwrap()
+            .expect("everything arrives within 30 s")
+            .unwrap();
+        runtime.block_on(writer).unwrap();
+        let mut at = 0;
+        let mut counts = [0usize; 3];
+        while at < got.len() {
+            let tag = got[at];
+            assert!(tag < 3, "a record starts at {at}");
+            let len = u16::from_be_bytes([got[at + 1], got[at + 2]]) as usize;
+            let body = &got[at + 3..at + 3 + len];
+            assert!(body.iter().all(|b| *b == tag), "record at {at} is whole");
+            counts[tag as usize] += 1;
+            at += 3 + len;
+        }
+        assert_eq!(counts, [SENDS; 3]);
+    }
+}

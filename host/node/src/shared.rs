@@ -107,6 +107,6 @@ impl Shared {
     /// Ends every lease and stops the worker processes. Blocks while workers exit.
     pub fn shut_down_host(&self) {
         self.host.leases().shutdown();
-        self.host.pool().shutdown();
+        self.host.leases().shutdown_pools();
     }
 }

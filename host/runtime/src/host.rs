@@ -1,12 +1,16 @@
-//! The local host: a [`Runner`] whose tasklets lease this machine's GPU, from one lease manager over
-//! one worker pool. Tasklets are compiled once ([`Host::load`]) and run many times.
+//! The local host: a [`Runner`] whose tasklets lease this machine's GPUs, from one lease manager
+//! over one worker pool per device (`crate::devices` says which devices). Tasklets are compiled
+//! once ([`Host::load`]) and run many times.
 
 use crate::config::WorkerPolicy;
 use crate::config::{Manifest, Policy};
+use crate::devices::{self, PlanError, SlotPlan};
 use crate::gpu::LocalGpu;
-use crate::lease::{Accounting, Device, LeaseManager};
+use crate::lease::{Accounting, Device, DeviceUsage, LeaseManager};
 use crate::runner::{RunError, Runner, Tasklet};
 use std::sync::Arc;
+use std::time::Duration;
+use tasklet_worker::nvml::{self, Inventory};
 use tasklet_worker::{BackendKind, Pool, PoolConfig, WorkerCommand, WorkerError, WorkerInfo};
 
 /// How to start a host.
@@ -26,7 +30,18 @@ pub enum HostError {
     Workers(#[from] WorkerError),
     #[error("cannot load component {path}: {message}")]
     Component { path: String, message: String },
+    #[error("cannot lend the policy's devices: {0}")]
+    Devices(#[from] PlanError),
+    #[error("device {index}: the worker bound to {asked} reports device {found:?}; check `[cuda] devices` against `tasklet inventory`")]
+    Binding {
+        index: usize,
+        asked: String,
+        found: String,
+    },
 }
+
+/// How long the NVML inventory may take when a cuda host starts.
+const NVML_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Runs tasklets on this machine's GPUs: a [`Runner`] whose tasklets lease from one lease manager
 /// over one worker pool.
@@ -38,47 +53,33 @@ pub struct Host {
 
 impl Host {
     pub fn new(config: HostConfig) -> Result<Host, HostError> {
-        let w = &config.policy.workers;
-        let pool = Pool::start(PoolConfig {
-            command: config.worker,
-            backend: config.backend,
-            warm: w.warm,
-            max_workers: w.max,
-            // Each worker's own cap: the emulated device's size; on CUDA the device's memory (the
-            // host enforces each lease's grant before anything reaches a worker).
-            device_memory: match config.backend {
-                BackendKind::Emu => w.emu_memory,
-                BackendKind::Cuda => u64::MAX,
-            },
-            op_timeout: w.op_timeout,
-            reuse: w.reuse,
-        })?;
-        // The device is what the backend says it is: ask a (warm) worker. This also proves the
-        // backend works here before anything is promised to a tasklet.
-        let info = {
-            let mut worker = pool.acquire()?;
-            let info = worker.info();
-            pool.release(worker);
-            info?
+        // Which devices: on cuda from NVML, read by a short-lived worker (the host process never
+        // loads NVIDIA libraries).
+        let inventory: Result<Inventory, String> = match config.backend {
+            BackendKind::Cuda => nvml::inventory_via_worker(&config.worker, NVML_TIMEOUT),
+            BackendKind::Emu => Err("the emulator has no NVML devices".into()),
         };
-        let sizing = Sizing::new(config.backend, w, &info);
-        if let Some(note) = &sizing.note {
-            eprintln!("tasklet: {note}");
+        let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+        let plan = devices::plan(
+            config.backend,
+            &config.policy.devices,
+            config.policy.workers.emu_memory,
+            inventory.as_ref().map_err(String::as_str),
+            visible.as_deref(),
+        )?;
+        let mut slots = Vec::with_capacity(plan.len());
+        for (index, slot) in plan.iter().enumerate() {
+            match start_slot(&config, index, slot, inventory.as_ref().ok()) {
+                Ok(s) => slots.push(s),
+                Err(e) => {
+                    for (pool, _) in &slots {
+                        pool.shutdown();
+                    }
+                    return Err(e);
+                }
+            }
         }
-        pool.set_limits(sizing.warm, sizing.max_workers);
-        let device = Device {
-            index: 0,
-            name: info.device.clone(),
-            backend: config.backend.as_str(),
-            total_memory: sizing.capacity,
-            device_memory: info.device_memory,
-            compute_capability: info.compute_capability,
-            uuid: info.uuid.clone(),
-            driver_version: info.driver_version,
-            pinned_data: info.pinned_data,
-            launch_limits: info.launch_limits,
-        };
-        let leases = LeaseManager::start(pool, device);
+        let leases = LeaseManager::start_devices(slots);
         Ok(Host {
             runner: Runner::new()?,
             leases,
@@ -90,13 +91,29 @@ impl Host {
         &self.policy
     }
 
+    /// The first device the host lends (device 0).
     pub fn device(&self) -> &Device {
         self.leases.device()
     }
 
-    /// Device memory not granted to any lease.
+    /// Every device the host lends, by index.
+    pub fn devices(&self) -> &[Device] {
+        self.leases.devices()
+    }
+
+    /// Device memory not granted to any lease, every device together.
     pub fn free_memory(&self) -> u64 {
         self.leases.free_memory()
+    }
+
+    /// Memory of device `index` not granted to any lease.
+    pub fn free_memory_on(&self, index: u32) -> u64 {
+        self.leases.free_memory_on(index)
+    }
+
+    /// Each device's leases, memory and GPU time.
+    pub fn device_usage(&self) -> Vec<DeviceUsage> {
+        self.leases.device_usage()
     }
 
     /// Compiles the manifest's component; it is granted the intersection of its manifest and the
@@ -127,15 +144,110 @@ impl Host {
         self.leases.worker_pids()
     }
 
-    /// The worker pool behind the leases (for operators, benchmarks and tests).
+    /// The worker pool of device 0 (for operators, benchmarks and tests).
     pub fn pool(&self) -> &Arc<Pool> {
         self.leases.pool()
+    }
+
+    /// Each device's worker pool, by device index.
+    pub fn pools(&self) -> &[Arc<Pool>] {
+        self.leases.pools()
     }
 
     /// The lease manager (for operators, benchmarks and tests that drive workers directly).
     pub fn leases(&self) -> &Arc<LeaseManager> {
         &self.leases
     }
+}
+
+/// Starts device slot `index`'s pool and asks one of its workers what the device is. This also
+/// proves the backend works there before anything is promised to a tasklet.
+fn start_slot(
+    config: &HostConfig,
+    index: usize,
+    slot: &SlotPlan,
+    inventory: Option<&Inventory>,
+) -> Result<(Arc<Pool>, Device), HostError> {
+    let w = &config.policy.workers;
+    let pool = Pool::start_bound(
+        PoolConfig {
+            command: config.worker.clone(),
+            backend: config.backend,
+            warm: w.warm,
+            max_workers: w.max,
+            // Each worker's own cap: the emulated device's size; on CUDA the device's memory (the
+            // host enforces each lease's grant before anything reaches a worker).
+            device_memory: match config.backend {
+                BackendKind::Emu => slot.emu_memory,
+                BackendKind::Cuda => u64::MAX,
+            },
+            op_timeout: w.op_timeout,
+            reuse: w.reuse,
+        },
+        slot.binding.clone(),
+    )?;
+    let info = {
+        let started = pool.acquire();
+        let info = started.and_then(|mut worker| {
+            let info = worker.info();
+            pool.release(worker);
+            info
+        });
+        match info {
+            Ok(info) => info,
+            Err(e) => {
+                pool.shutdown();
+                return Err(e.into());
+            }
+        }
+    };
+    // A worker bound to a GPU must not see another GPU of this machine (a MIG instance reports
+    // its parent's UUID, so only GPU UUIDs are compared; a UUID NVML does not list is a driver
+    // that ignores the binding, such as the tests' fake one, with no other GPU to confuse).
+    let other_gpu = |uuid: &str| {
+        inventory.is_some_and(|inv| inv.gpus.iter().any(|g| nvml::same_uuid(&g.uuid, uuid)))
+    };
+    if let Some(asked) = slot.binding.uuid.as_deref() {
+        if asked.starts_with("GPU-") && other_gpu(&info.uuid) && !nvml::same_uuid(asked, &info.uuid)
+        {
+            pool.shutdown();
+            return Err(HostError::Binding {
+                index,
+                asked: asked.to_owned(),
+                found: info.uuid.clone(),
+            });
+        }
+    }
+    // Slots that share a device share its memory equally.
+    let share = u64::from(slot.share.max(1));
+    let slot_info = WorkerInfo {
+        device_memory: info.device_memory / share,
+        memory_total: info.memory_total / share,
+        ..info.clone()
+    };
+    let sizing = Sizing::new(config.backend, w, &slot_info);
+    if let Some(note) = &sizing.note {
+        eprintln!("tasklet: device {index}: {note}");
+    }
+    pool.set_limits(sizing.warm, sizing.max_workers);
+    let uuid = match (config.backend, slot.binding.uuid.as_deref()) {
+        (BackendKind::Emu, _) => format!("emu-{index}"),
+        (BackendKind::Cuda, Some(bound)) if !bound.starts_with("GPU-") => bound.to_owned(),
+        _ => info.uuid.clone(),
+    };
+    let device = Device {
+        index: index as u32,
+        name: info.device.clone(),
+        backend: config.backend.as_str(),
+        total_memory: sizing.capacity,
+        device_memory: slot_info.device_memory,
+        compute_capability: info.compute_capability,
+        uuid,
+        driver_version: info.driver_version,
+        pinned_data: info.pinned_data,
+        launch_limits: info.launch_limits,
+    };
+    Ok((pool, device))
 }
 
 /// How much of the device is lent and how many workers run, from the policy and the device.
@@ -204,7 +316,7 @@ impl Sizing {
 impl Drop for Host {
     fn drop(&mut self) {
         self.leases.shutdown();
-        self.leases.pool().shutdown();
+        self.leases.shutdown_pools();
     }
 }
 

@@ -1,7 +1,9 @@
 //! The lease manager: node-wide VRAM accounting, lease lifetimes, and the reaper that ends expired
 //! leases whether or not their tasklet is running.
 //!
-//! A lease owns one worker process for its lifetime. Ending a lease (drop, expiry, a lost or
+//! A node lends one or more devices (slots, see `crate::devices`), each with a warm pool of its
+//! own and its own books; a lease is placed on one of them (`crate::placement`) and owns one
+//! worker process of that device's pool for its lifetime. Ending a lease (drop, expiry, a lost or
 //! faulted worker, the tasklet's end) gives the worker back to the pool, which resets and reuses a
 //! healthy one and kills a suspect one, and returns the lease's grant to the device's free memory.
 //!
@@ -30,6 +32,7 @@
 //! is killed instead of reused, the mismatch is logged, and [`Accounting::mismatches`] counts it.
 
 use crate::error::{quota, GpuError};
+use crate::placement::{self, Candidate, DeviceRequirement};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -61,6 +64,17 @@ pub struct Device {
     /// What one launch may ask of the device, as its workers report it: every launch is checked
     /// against it before it reaches a worker.
     pub launch_limits: LaunchLimits,
+}
+
+/// One device's share of the books (for metrics and inventories).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DeviceUsage {
+    pub index: u32,
+    pub leases: usize,
+    pub granted_bytes: u64,
+    pub used_bytes: u64,
+    /// Device time charged to leases on this device since the host started.
+    pub gpu_time: Duration,
 }
 
 /// Node-wide totals; after every tasklet has ended they return to zero (`mismatches` stays zero
@@ -147,8 +161,9 @@ pub struct Lease {
     state: Mutex<LeaseState>,
     /// Device time charged to the lease, in nanoseconds.
     gpu_nanos: AtomicU64,
-    /// Who else each charge goes to: its tenant's and its holder's counters ([`GpuAccount`]).
-    charged_to: [Arc<AtomicU64>; 2],
+    /// Who else each charge goes to: its tenant's and its holder's counters ([`GpuAccount`]),
+    /// and its device's.
+    charged_to: [Arc<AtomicU64>; 3],
 }
 
 /// Where the GPU time of a lease is charged besides the lease itself: its tenant, node-wide, and
@@ -253,10 +268,13 @@ impl Lease {
     }
 }
 
-/// Serves leases on one device from one worker pool.
+/// Serves leases on a node's devices, each from its own worker pool.
 pub struct LeaseManager {
-    pool: Arc<Pool>,
-    device: Device,
+    /// By device index (`devices[i].index == i`).
+    devices: Vec<Device>,
+    pools: Vec<Arc<Pool>>,
+    /// Device time charged to each device's leases, in nanoseconds.
+    device_gpu: Vec<Arc<AtomicU64>>,
     book: Mutex<Book>,
     wake: Condvar,
     next_id: AtomicU64,
@@ -276,18 +294,33 @@ struct DirectTransfers {
     read: AtomicU64,
 }
 
-#[derive(Default)]
 struct Book {
     live: HashMap<u64, Arc<Lease>>,
-    granted: u64,
+    /// Bytes granted on each device.
+    granted: Vec<u64>,
 }
 
 impl LeaseManager {
+    /// Serves leases on one device from `pool`.
     pub fn start(pool: Arc<Pool>, device: Device) -> Arc<LeaseManager> {
+        LeaseManager::start_devices(vec![(pool, device)])
+    }
+
+    /// Serves leases on each device from its pool. Devices are renumbered by their place in
+    /// the list, so that a device's index is where its books are.
+    pub fn start_devices(slots: Vec<(Arc<Pool>, Device)>) -> Arc<LeaseManager> {
+        let (pools, mut devices): (Vec<_>, Vec<_>) = slots.into_iter().unzip();
+        for (i, d) in devices.iter_mut().enumerate() {
+            d.index = i as u32;
+        }
         let mgr = Arc::new(LeaseManager {
-            pool,
-            device,
-            book: Mutex::new(Book::default()),
+            device_gpu: devices.iter().map(|_| Arc::default()).collect(),
+            book: Mutex::new(Book {
+                live: HashMap::new(),
+                granted: vec![0; devices.len()],
+            }),
+            devices,
+            pools,
             wake: Condvar::new(),
             next_id: AtomicU64::new(1),
             stopping: AtomicBool::new(false),
@@ -305,20 +338,48 @@ impl LeaseManager {
         mgr
     }
 
+    /// The first device (device 0).
     pub fn device(&self) -> &Device {
-        &self.device
+        &self.devices[0]
     }
 
+    /// Every device the manager lends, by index.
+    pub fn devices(&self) -> &[Device] {
+        &self.devices
+    }
+
+    /// The pool of the first device (device 0).
     pub fn pool(&self) -> &Arc<Pool> {
-        &self.pool
+        &self.pools[0]
+    }
+
+    /// Each device's pool, by device index.
+    pub fn pools(&self) -> &[Arc<Pool>] {
+        &self.pools
     }
 
     fn book(&self) -> MutexGuard<'_, Book> {
         self.book.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Device memory not granted to any lease, every device together.
     pub fn free_memory(&self) -> u64 {
-        self.device.total_memory.saturating_sub(self.book().granted)
+        let book = self.book();
+        self.devices
+            .iter()
+            .zip(&book.granted)
+            .map(|(d, g)| d.total_memory.saturating_sub(*g))
+            .sum()
+    }
+
+    /// Memory of device `index` not granted to any lease (0 for a device not lent).
+    pub fn free_memory_on(&self, index: u32) -> u64 {
+        let book = self.book();
+        let i = index as usize;
+        match (self.devices.get(i), book.granted.get(i)) {
+            (Some(d), Some(g)) => d.total_memory.saturating_sub(*g),
+            _ => 0,
+        }
     }
 
     /// Grants `bytes` for `ttl` from a warm worker.
@@ -338,7 +399,8 @@ impl LeaseManager {
         self.acquire_charged(bytes, ttl, run, &GpuAccount::new(LOCAL_TENANT))
     }
 
-    /// [`LeaseManager::acquire_for`] with the lease's GPU time charged to `account` too.
+    /// [`LeaseManager::acquire_for`] with the lease's GPU time charged to `account` too, on
+    /// any device with room.
     pub fn acquire_charged(
         &self,
         bytes: u64,
@@ -346,36 +408,89 @@ impl LeaseManager {
         run: Option<RunLimit>,
         account: &GpuAccount,
     ) -> Result<Arc<Lease>, GpuError> {
-        {
-            // Reserve the memory first, so two racing acquires cannot both pass the check.
-            let mut book = self.book();
-            let free = self.device.total_memory.saturating_sub(book.granted);
-            if bytes > free {
-                return Err(GpuError::CapacityExceeded(format!(
-                    "device {} has {free} bytes free for leases, {bytes} asked; ask for less or retry later",
-                    self.device.index
-                )));
-            }
-            book.granted += bytes;
-        }
-        let worker = match self.pool.acquire_by(run.map(|r| r.ends)) {
-            Ok(w) => w,
-            Err(e) => {
-                self.book().granted -= bytes;
-                return Err(match (e, run) {
-                    (WorkerError::NoCapacity(m), _) => {
-                        GpuError::CapacityExceeded(format!("no free GPU worker: {m}"))
-                    }
-                    (_, Some(run)) if Instant::now() >= run.ends => run.exceeded(),
-                    (other, _) => other.into(),
-                });
-            }
+        self.acquire_placed(bytes, ttl, run, account, &DeviceRequirement::default())
+    }
+
+    /// [`LeaseManager::acquire_charged`] on a device that meets `requires`, chosen by
+    /// [`placement::rank`] (most free memory, then fewest leases). A device whose pool has no
+    /// worker free is passed over for the next. Fails `capacity-exceeded` naming, device by
+    /// device, what was missing.
+    pub fn acquire_placed(
+        &self,
+        bytes: u64,
+        ttl: Duration,
+        run: Option<RunLimit>,
+        account: &GpuAccount,
+        requires: &DeviceRequirement,
+    ) -> Result<Arc<Lease>, GpuError> {
+        let ranked = {
+            let book = self.book();
+            let candidates: Vec<Candidate<'_>> = self
+                .devices
+                .iter()
+                .zip(&book.granted)
+                .map(|(device, granted)| Candidate {
+                    device,
+                    free: device.total_memory.saturating_sub(*granted),
+                    leases: book
+                        .live
+                        .values()
+                        .filter(|l| l.device == device.index)
+                        .count(),
+                })
+                .collect();
+            placement::rank(&candidates, bytes, requires).map_err(GpuError::CapacityExceeded)?
         };
+        let mut refused = Vec::new();
+        for index in ranked {
+            let d = index as usize;
+            {
+                // Reserve the memory first, so two racing acquires cannot both pass the check.
+                let mut book = self.book();
+                let free = self.devices[d].total_memory.saturating_sub(book.granted[d]);
+                if bytes > free {
+                    refused.push(format!(
+                        "device {index} has {free} bytes free for leases, {bytes} asked"
+                    ));
+                    continue;
+                }
+                book.granted[d] += bytes;
+            }
+            match self.pools[d].acquire_by(run.map(|r| r.ends)) {
+                Ok(worker) => return Ok(self.lease_on(index, worker, bytes, ttl, run, account)),
+                Err(e) => {
+                    self.book().granted[d] -= bytes;
+                    match (e, run) {
+                        (WorkerError::NoCapacity(m), _) => {
+                            refused.push(format!("device {index} has no free GPU worker: {m}"))
+                        }
+                        (_, Some(run)) if Instant::now() >= run.ends => return Err(run.exceeded()),
+                        (other, _) => return Err(other.into()),
+                    }
+                }
+            }
+        }
+        Err(GpuError::CapacityExceeded(format!(
+            "{}; ask for less or retry later",
+            refused.join("; ")
+        )))
+    }
+
+    /// A new lease on device `index` served by `worker`.
+    fn lease_on(
+        &self,
+        index: u32,
+        worker: Worker,
+        bytes: u64,
+        ttl: Duration,
+        run: Option<RunLimit>,
+        account: &GpuAccount,
+    ) -> Arc<Lease> {
         let now = Instant::now();
         let gpu_seen = worker.gpu_time();
         let lease = Arc::new(Lease {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
-            device: self.device.index,
+            device: index,
             granted: bytes,
             acquired: now,
             state: Mutex::new(LeaseState {
@@ -390,11 +505,12 @@ impl LeaseManager {
             charged_to: [
                 self.tenant_counter(&account.tenant),
                 Arc::clone(&account.holder),
+                Arc::clone(&self.device_gpu[index as usize]),
             ],
         });
         self.book().live.insert(lease.id, Arc::clone(&lease));
         self.wake.notify_all();
-        Ok(lease)
+        lease
     }
 
     /// Binds a lease acquired before its holder's run limit was known to `run` (see
@@ -592,16 +708,19 @@ impl LeaseManager {
             let keep = worker.has_pending_launches() || self.reconcile(lease, &mut worker, used);
             // The reconciling answer brought the worker's last report: the lease's final charge.
             lease.charge(worker.gpu_time().saturating_sub(gpu_seen));
+            // Back to the pool of the lease's own device: a replacement starts there, and no
+            // other device's pool notices.
+            let pool = &self.pools[lease.device as usize];
             if keep {
-                self.pool.release(worker);
+                pool.release(worker);
             } else {
                 // Not reused; the pool starts a replacement.
-                self.pool.discard(worker);
+                pool.discard(worker);
             }
         }
         let mut book = self.book();
         if book.live.remove(&lease.id).is_some() {
-            book.granted -= lease.granted;
+            book.granted[lease.device as usize] -= lease.granted;
         }
     }
 
@@ -680,6 +799,26 @@ impl LeaseManager {
         }
     }
 
+    /// Each device's leases, memory and GPU time, by device index.
+    pub fn device_usage(&self) -> Vec<DeviceUsage> {
+        let live: Vec<Arc<Lease>> = self.book().live.values().cloned().collect();
+        self.devices
+            .iter()
+            .map(|d| {
+                let on: Vec<&Arc<Lease>> = live.iter().filter(|l| l.device == d.index).collect();
+                DeviceUsage {
+                    index: d.index,
+                    leases: on.len(),
+                    granted_bytes: on.iter().map(|l| l.granted).sum(),
+                    used_bytes: on.iter().map(|l| l.used()).sum(),
+                    gpu_time: Duration::from_nanos(
+                        self.device_gpu[d.index as usize].load(Ordering::Relaxed),
+                    ),
+                }
+            })
+            .collect()
+    }
+
     /// Bytes written to and read from devices straight from and into tasklet memory (no host
     /// staging), since the host started: `(written, read)`.
     pub fn direct_transfer_bytes(&self) -> (u64, u64) {
@@ -747,6 +886,13 @@ impl LeaseManager {
         let live: Vec<Arc<Lease>> = self.book().live.values().cloned().collect();
         for lease in live {
             self.end(&lease, EndReason::TaskletEnded);
+        }
+    }
+
+    /// Shuts every device's pool down (after [`LeaseManager::shutdown`]).
+    pub fn shutdown_pools(&self) {
+        for pool in &self.pools {
+            pool.shutdown();
         }
     }
 }

@@ -6,18 +6,21 @@
 //!   wit     the tasklet:gpu glue: resource handles ↔ ids, gpu-error at the edge
 //!   gpu     GpuService: where a tasklet's GPU operations go; LocalGpu checks them (rights,
 //!           quotas, ownership, spans) and runs them on this machine
-//!   lease   LeaseManager: node-wide VRAM accounting, expiry ── tasklet_worker::Pool
+//!   lease   LeaseManager: per-device VRAM accounting, expiry ── a tasklet_worker::Pool per device
+//!   devices, placement: which devices a node lends, and which one a lease goes to
 //!   error   GpuError, the host's own error type
 //! ```
 //! Each layer depends only on those below it.
 
 pub mod config;
+pub mod devices;
 pub mod error;
 pub mod gpu;
 pub mod guest_memory;
 mod host;
 pub mod lease;
 mod limits;
+pub mod placement;
 mod runner;
 mod state;
 pub mod wit;
@@ -25,6 +28,7 @@ pub mod wit;
 pub use config::{Manifest, Policy};
 pub use error::GpuError;
 pub use host::{Host, HostConfig, HostError, Sizing};
-pub use lease::{Accounting, Device};
+pub use lease::{Accounting, Device, DeviceUsage};
+pub use placement::DeviceRequirement;
 pub use runner::{RunError, RunStop, Runner, Tasklet, EPOCH_TICK};
 pub use tasklet_worker::{BackendKind, WorkerCommand, WorkerInfo};

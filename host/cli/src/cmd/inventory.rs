@@ -1,8 +1,8 @@
 //! `tasklet inventory`: the devices this node lends, and the GPUs NVML sees; with `--node`, the
 //! devices a remote node lends (GET_INVENTORY), their free memory and running leases.
 //!
-//! The lent device comes from the host (a worker's report of its device, with what the node lends
-//! of it). NVML details (UUID, free memory, MIG) come from a short-lived worker process in its
+//! The lent devices come from the host (one slot per device the policy lends, each described by a
+//! worker of its own pool, with what the node lends of it; `[emu] devices` lists emulated ones). NVML details (UUID, free memory, MIG) come from a short-lived worker process in its
 //! `--inventory` mode, so the host process never loads NVIDIA libraries.
 
 use crate::backend::{rounded_size, worker_command, HostArgs};
@@ -12,13 +12,14 @@ use anyhow::Result;
 use std::fmt::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
+use tasklet_runtime::Device;
 use tasklet_worker::nvml::{self, Gpu, Inventory, MigMode};
 
 /// List the devices this node lends to tasklets, and the GPUs NVML sees.
 #[derive(clap::Args, Debug)]
 pub struct InventoryArgs {
-    /// Print JSON instead of a table: an array of devices, the lent one first (`"lent": true`),
-    /// then any GPU NVML lists that this node does not lend.
+    /// Print JSON instead of a table: an array of devices, the lent ones first by index
+    /// (`"lent": true`), then any GPU NVML lists that this node does not lend.
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
@@ -36,53 +37,60 @@ pub fn run(args: InventoryArgs) -> Result<ExitCode> {
     }
     let started = args.host.start(args.json)?;
     let host = &started.host;
-    let d = host.device();
+    let lent = host.devices();
     let nvml = worker_command()
         .map_err(|e| e.to_string())
         .and_then(|c| nvml::inventory_via_worker(&c, NVML_TIMEOUT));
-    // The NVML GPU (or MIG instance) the lent device is.
-    let lent_gpu: Option<&Gpu> = match (&nvml, d.backend) {
-        (Ok(inv), "cuda") => inv.gpus.iter().find(|g| {
-            nvml::same_uuid(&g.uuid, &d.uuid)
-                || g.mig_instances
-                    .iter()
-                    .any(|m| nvml::same_uuid(&m.uuid, &d.uuid))
-        }),
-        _ => None,
+    // The NVML GPU (or the GPU of the MIG instance) each lent device is.
+    let nvml_gpu = |d: &Device| -> Option<&Gpu> {
+        match (&nvml, d.backend) {
+            (Ok(inv), "cuda") => inv.gpus.iter().find(|g| {
+                nvml::same_uuid(&g.uuid, &d.uuid)
+                    || g.mig_instances
+                        .iter()
+                        .any(|m| nvml::same_uuid(&m.uuid, &d.uuid))
+            }),
+            _ => None,
+        }
+    };
+    let is_lent = |g: &Gpu| {
+        lent.iter()
+            .any(|d| nvml_gpu(d).is_some_and(|l| l.index == g.index))
     };
     if args.json {
         let mut out = String::from("[");
-        let _ = write!(
-            out,
-            "{{\"index\":{},\"lent\":true,\"name\":{},\"backend\":{},\"total_memory\":{},\"free_memory\":{},\"compute_capability\":[{},{}],\"device_memory\":{},\"uuid\":{},\"driver_version\":{},\"pinned_data\":{}",
-            d.index,
-            json_str(&d.name),
-            json_str(d.backend),
-            d.total_memory,
-            host.free_memory(),
-            d.compute_capability.0,
-            d.compute_capability.1,
-            d.device_memory,
-            json_str(&d.uuid),
-            d.driver_version,
-            d.pinned_data
-        );
-        if let Some(g) = lent_gpu {
-            let _ = write!(out, ",\"nvml\":{}", gpu_json(g, nvml.as_ref().ok()));
+        for (i, d) in lent.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            let _ = write!(
+                out,
+                "{{\"index\":{},\"lent\":true,\"name\":{},\"backend\":{},\"total_memory\":{},\"free_memory\":{},\"compute_capability\":[{},{}],\"device_memory\":{},\"uuid\":{},\"driver_version\":{},\"pinned_data\":{}",
+                d.index,
+                json_str(&d.name),
+                json_str(d.backend),
+                d.total_memory,
+                host.free_memory_on(d.index),
+                d.compute_capability.0,
+                d.compute_capability.1,
+                d.device_memory,
+                json_str(&d.uuid),
+                d.driver_version,
+                d.pinned_data
+            );
+            if let Some(g) = nvml_gpu(d) {
+                let _ = write!(out, ",\"nvml\":{}", gpu_json(g, nvml.as_ref().ok()));
+            }
+            if let Some(why) = &started.cuda_unusable {
+                let _ = write!(out, ",\"cuda_unusable\":{}", json_str(why));
+            }
+            if let Err(why) = &nvml {
+                let _ = write!(out, ",\"nvml_error\":{}", json_str(why));
+            }
+            out.push('}');
         }
-        if let Some(why) = &started.cuda_unusable {
-            let _ = write!(out, ",\"cuda_unusable\":{}", json_str(why));
-        }
-        if let Err(why) = &nvml {
-            let _ = write!(out, ",\"nvml_error\":{}", json_str(why));
-        }
-        out.push('}');
         if let Ok(inv) = &nvml {
-            for g in inv
-                .gpus
-                .iter()
-                .filter(|g| lent_gpu.is_none_or(|l| l.index != g.index))
-            {
+            for g in inv.gpus.iter().filter(|g| !is_lent(g)) {
                 let _ = write!(
                     out,
                     ",{{\"index\":{},\"lent\":false,\"name\":{},\"backend\":\"cuda\",\"uuid\":{},\"nvml\":{}}}",
@@ -98,25 +106,28 @@ pub fn run(args: InventoryArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     println!(
-        "{:<6} {:<8} {:<12} {:<12} {:<6} NAME",
-        "INDEX", "BACKEND", "MEMORY", "FREE", "CC"
+        "{:<6} {:<8} {:<12} {:<12} {:<6} {:<42} NAME",
+        "INDEX", "BACKEND", "MEMORY", "FREE", "CC", "UUID"
     );
-    println!(
-        "{:<6} {:<8} {:<12} {:<12} {:<6} {}",
-        d.index,
-        d.backend,
-        rounded_size(d.total_memory),
-        rounded_size(host.free_memory()),
-        format!("{}.{}", d.compute_capability.0, d.compute_capability.1),
-        d.name
-    );
-    if d.backend == "cuda" {
+    for d in lent {
         println!(
-            "       device memory {}; lent {} (the rest is reserved for worker contexts or withheld by the policy); {}",
-            rounded_size(d.device_memory),
+            "{:<6} {:<8} {:<12} {:<12} {:<6} {:<42} {}",
+            d.index,
+            d.backend,
             rounded_size(d.total_memory),
-            if d.pinned_data { "pinned data region" } else { "pageable data region (cuMemHostRegister failed)" }
+            rounded_size(host.free_memory_on(d.index)),
+            format!("{}.{}", d.compute_capability.0, d.compute_capability.1),
+            d.uuid,
+            d.name
         );
+        if d.backend == "cuda" {
+            println!(
+                "       device memory {}; lent {} (the rest is reserved for worker contexts, withheld by the policy or lent as another slot); {}",
+                rounded_size(d.device_memory),
+                rounded_size(d.total_memory),
+                if d.pinned_data { "pinned data region" } else { "pageable data region (cuMemHostRegister failed)" }
+            );
+        }
     }
     if let Some(why) = &started.cuda_unusable {
         println!("CUDA not used: {why}");
@@ -133,11 +144,7 @@ pub fn run(args: InventoryArgs) -> Result<ExitCode> {
                 cuda_version(inv.cuda_version)
             );
             for g in &inv.gpus {
-                let lent = if lent_gpu.is_some_and(|l| l.index == g.index) {
-                    "  [lent]"
-                } else {
-                    ""
-                };
+                let lent = if is_lent(g) { "  [lent]" } else { "" };
                 let cc = g
                     .compute_capability
                     .map_or("?".into(), |(a, b)| format!("{a}.{b}"));

@@ -9,6 +9,7 @@ mod check;
 mod cli;
 mod cluster;
 mod compile_cache;
+mod inventory;
 mod node;
 mod ptx_check;
 mod support;

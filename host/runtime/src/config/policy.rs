@@ -3,6 +3,7 @@
 //! (`[deploy]`, `[store]`). A tasklet is granted the intersection of its manifest and this
 //! policy.
 
+use super::devices::{DevicePolicy, RawCuda, RawEmu};
 use super::manifest::{GpuRequest, Limits, Manifest};
 use super::rights::Rights;
 use super::tenants::TenantCaps;
@@ -31,6 +32,8 @@ pub struct Policy {
     /// `[tasklets] gpu-seconds`: the most device time one tasklet's kernels may take, all its
     /// leases together (a run, or a client's connection to a node); `None`: no cap.
     pub gpu_time: Option<Duration>,
+    /// `[emu] devices` and `[cuda] devices`: the devices the node lends, one pool each.
+    pub devices: DevicePolicy,
 }
 
 /// `[deploy]` and `[store]`: the limits of a node's deployed tasklets and of the store they are
@@ -105,6 +108,7 @@ impl Default for Policy {
             tenants: BTreeMap::new(),
             deploy_limits: DeployLimits::default(),
             gpu_time: None,
+            devices: DevicePolicy::default(),
         }
     }
 }
@@ -180,6 +184,7 @@ impl Policy {
             .into_iter()
             .map(|(name, t)| (name, t.into_caps()))
             .collect();
+        p.devices = DevicePolicy::from_raw(raw.emu, raw.cuda).map_err(|m| (None, m))?;
         if p.workers.max == 0 {
             return Err((None, "`[workers] max` must be at least 1".into()));
         }
@@ -227,6 +232,10 @@ struct RawPolicy {
     deploy: RawDeploy,
     #[serde(default)]
     store: RawStore,
+    #[serde(default)]
+    emu: RawEmu,
+    #[serde(default)]
+    cuda: RawCuda,
 }
 
 #[derive(Deserialize, Default)]
@@ -372,6 +381,41 @@ mod tests {
         );
         let (line, msg) = Policy::parse("[tasklets]\ngpu-seconds = \"lots\"\n").unwrap_err();
         assert_eq!(line, Some(2), "{msg}");
+    }
+
+    #[test]
+    fn device_lists_parse_and_bad_entries_name_their_line_and_fix() {
+        use super::super::devices::DeviceSelector;
+        let p = Policy::parse(
+            "[emu]\ndevices = [\"16GiB\", \"16GiB\", \"8GiB\"]\n[cuda]\ndevices = [\"0\", 1, \"GPU-ab12\"]\n",
+        )
+        .unwrap();
+        assert_eq!(p.devices.emu, Some(vec![16 << 30, 16 << 30, 8 << 30]));
+        assert_eq!(
+            p.devices.cuda,
+            Some(vec![
+                DeviceSelector::Index(0),
+                DeviceSelector::Index(1),
+                DeviceSelector::Uuid("GPU-ab12".into())
+            ])
+        );
+        assert_eq!(Policy::parse("").unwrap().devices, DevicePolicy::default());
+        let (line, msg) = Policy::parse("[emu]\ndevices = [\"16GiB\", \"lots\"]\n").unwrap_err();
+        assert_eq!(line, Some(2), "{msg}");
+        assert!(msg.contains("lots"), "{msg}");
+        let (line, msg) = Policy::parse("[emu]\ndevices = [\"16GB!\"]\n").unwrap_err();
+        assert_eq!(line, Some(2), "{msg}");
+        assert!(msg.contains("GiB"), "names the units that work: {msg}");
+        let (_, msg) = Policy::parse("[emu]\ndevices = []\n").unwrap_err();
+        assert!(msg.contains("at least one"), "{msg}");
+        let (_, msg) = Policy::parse("[emu]\ndevices = [\"1GiB\", 0]\n").unwrap_err();
+        assert!(msg.contains("entry 1 is 0 bytes"), "{msg}");
+        let (line, msg) = Policy::parse("[cuda]\ndevices = [\"first\"]\n").unwrap_err();
+        assert_eq!(line, Some(2), "{msg}");
+        assert!(msg.contains("nvidia-smi -L"), "{msg}");
+        let (line, msg) = Policy::parse("[emu]\ndevice = [\"1GiB\"]\n").unwrap_err();
+        assert_eq!(line, Some(2), "{msg}");
+        assert!(msg.contains("device"), "{msg}");
     }
 
     #[test]

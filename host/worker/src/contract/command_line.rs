@@ -10,6 +10,30 @@ pub struct WorkerCommand {
     pub args: Vec<String>,
 }
 
+/// The device a worker serves. On cuda, the worker's process sees only that device (as its
+/// device 0), through `CUDA_VISIBLE_DEVICES`; a UUID names one device however the driver orders
+/// them. Unbound, a worker serves device 0 of what its environment shows it. On emu, a pool's
+/// workers are bound to their device by their pool alone (each emulated device is its own size).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeviceBinding {
+    /// `GPU-…` or `MIG-…`, as NVML reports it.
+    pub uuid: Option<String>,
+}
+
+impl DeviceBinding {
+    /// Bound to the GPU or MIG instance with this UUID.
+    pub fn uuid(uuid: impl Into<String>) -> DeviceBinding {
+        DeviceBinding {
+            uuid: Some(uuid.into()),
+        }
+    }
+
+    /// The environment a bound worker is started with.
+    pub fn env(&self) -> Option<(&'static str, &str)> {
+        self.uuid.as_deref().map(|u| ("CUDA_VISIBLE_DEVICES", u))
+    }
+}
+
 /// Which backend a worker runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum BackendKind {

@@ -26,7 +26,7 @@ pub mod messages;
 pub mod quote;
 
 pub use charging::{charged_bytes, ALLOC_GRANULE};
-pub use command_line::{BackendKind, WorkerArgs, WorkerCommand, EXIT_DEADLINE};
+pub use command_line::{BackendKind, DeviceBinding, WorkerArgs, WorkerCommand, EXIT_DEADLINE};
 pub use error_kind::ErrorKind;
 pub use launch::Launch;
 pub use launch_limits::{LaunchLimits, LimitExceeded};

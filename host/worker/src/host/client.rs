@@ -25,7 +25,7 @@ use super::guest_memory::Shared;
 use super::process::Proc;
 use super::slot::LeaseToken;
 use crate::contract::channel::{HostEnd, SharedRegion, WaitError, DEFAULT_DATA_SIZE};
-use crate::contract::{BackendKind, ErrorKind, WorkerArgs, WorkerCommand};
+use crate::contract::{BackendKind, DeviceBinding, ErrorKind, WorkerArgs, WorkerCommand};
 
 /// How long a worker process may take from spawn to ready (a CUDA context takes a while).
 pub const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -89,14 +89,23 @@ impl Worker {
         device_memory: u64,
         op_timeout: Duration,
     ) -> Result<Worker, WorkerError> {
-        Self::start(command, backend, device_memory, op_timeout)?.wait_ready(START_TIMEOUT)
+        Self::start(
+            command,
+            backend,
+            device_memory,
+            op_timeout,
+            &DeviceBinding::default(),
+        )?
+        .wait_ready(START_TIMEOUT)
     }
 
+    /// Starts a worker process on the device `binding` names; [`Starting::wait_ready`] waits for it.
     pub(crate) fn start(
         command: &WorkerCommand,
         backend: BackendKind,
         device_memory: u64,
         op_timeout: Duration,
+        binding: &DeviceBinding,
     ) -> Result<Starting, WorkerError> {
         let region = SharedRegion::create(DEFAULT_DATA_SIZE)
             .map_err(|e| WorkerError::Spawn(format!("cannot create the shared channel: {e}")))?;
@@ -113,7 +122,7 @@ impl Worker {
             emu_threads: 0,
             null_backend: false,
         };
-        let proc = Proc::spawn(command, &args, [fd, ctl_fd])?;
+        let proc = Proc::spawn(command, &args, [fd, ctl_fd], binding)?;
         // The child has its copy; ours would keep the socket open after the worker dies.
         drop(child_ctl);
         Ok(Starting(Worker {

@@ -16,7 +16,7 @@ use super::client::{Starting, Worker, START_TIMEOUT};
 use super::error::WorkerError;
 use super::process::Proc;
 use super::slot::{LeaseToken, SlotOwner};
-use crate::contract::{BackendKind, ErrorKind, WorkerCommand};
+use crate::contract::{BackendKind, DeviceBinding, ErrorKind, WorkerCommand};
 
 /// How a pool runs its workers.
 #[derive(Debug, Clone)]
@@ -47,6 +47,8 @@ pub struct Pool {
 
 struct Shared {
     cfg: PoolConfig,
+    /// The device every worker of the pool serves.
+    binding: DeviceBinding,
     /// `cfg.warm` and `cfg.max_workers` as in force now (see [`Pool::set_limits`]).
     warm: AtomicUsize,
     max_workers: AtomicUsize,
@@ -110,8 +112,16 @@ fn backoff(failures: u32) -> Duration {
 }
 
 impl Pool {
-    /// Starts the pool and, in the background, its `warm` workers.
+    /// Starts the pool and, in the background, its `warm` workers, unbound (each serves device 0
+    /// of what its environment shows it).
     pub fn start(cfg: PoolConfig) -> Result<Arc<Pool>, WorkerError> {
+        Pool::start_bound(cfg, DeviceBinding::default())
+    }
+
+    /// [`Pool::start`] with every worker bound to one device: a node runs one pool per device
+    /// it lends, so that a worker replaced after a fault starts on the same device as the one it
+    /// replaces, and nothing of one device's pool touches another's.
+    pub fn start_bound(cfg: PoolConfig, binding: DeviceBinding) -> Result<Arc<Pool>, WorkerError> {
         if cfg.max_workers == 0 {
             return Err(WorkerError::Spawn("max_workers must be at least 1".into()));
         }
@@ -122,6 +132,7 @@ impl Pool {
             warm: AtomicUsize::new(cfg.warm),
             max_workers: AtomicUsize::new(cfg.max_workers),
             cfg,
+            binding,
             st: Mutex::new(State::default()),
             cv: Condvar::new(),
         });
@@ -139,6 +150,11 @@ impl Pool {
     /// The configuration the pool started with (see [`Pool::limits`] for the sizes in force).
     pub fn config(&self) -> &PoolConfig {
         &self.shared.cfg
+    }
+
+    /// The device the pool's workers serve.
+    pub fn binding(&self) -> &DeviceBinding {
+        &self.shared.binding
     }
 
     /// (warm, max_workers) in force now.
@@ -429,8 +445,13 @@ fn spawner(s: Arc<Shared>) {
         if have < warm + g.waiters && total < max_workers + warm && may_retry {
             g.starting += 1;
             drop(g);
-            let started =
-                Worker::start(&cfg.command, cfg.backend, cfg.device_memory, cfg.op_timeout);
+            let started = Worker::start(
+                &cfg.command,
+                cfg.backend,
+                cfg.device_memory,
+                cfg.op_timeout,
+                &s.binding,
+            );
             let failed = match started {
                 Ok(st) => {
                     let s2 = s.clone();

@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::sync::Mutex;
 
 use super::error::WorkerError;
-use crate::contract::{WorkerArgs, WorkerCommand, EXIT_DEADLINE};
+use crate::contract::{DeviceBinding, WorkerArgs, WorkerCommand, EXIT_DEADLINE};
 
 /// A worker's OS process: reaped by us (never by `std::process::Child`) so that a kill from the
 /// pool's shutdown and the owner's liveness checks agree on whether the pid is still ours.
@@ -32,13 +32,17 @@ impl Proc {
     /// every fd the host makes) left open for the child alone. Stdin and stdout are null, stderr is
     /// the host's; the child leads its own process group, so a terminal's Ctrl-C goes to the host,
     /// which decides; and it is killed when the *thread* that spawned it exits
-    /// (`PR_SET_PDEATHSIG`).
+    /// (`PR_SET_PDEATHSIG`). A bound worker sees only its device ([`DeviceBinding::env`]).
     pub(crate) fn spawn(
         command: &WorkerCommand,
         args: &WorkerArgs,
         inherit: [RawFd; 2],
+        binding: &DeviceBinding,
     ) -> Result<Proc, WorkerError> {
         let mut cmd = Command::new(&command.program);
+        if let Some((key, value)) = binding.env() {
+            cmd.env(key, value);
+        }
         cmd.args(&command.args)
             .args(args.to_args())
             .stdin(Stdio::null())

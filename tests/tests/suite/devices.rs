@@ -1,0 +1,214 @@
+//! Every device of a node: a host lends each device the policy lists from a warm pool of its own,
+//! with books of its own; a lease goes to the device with the most memory free (then the fewest
+//! leases) among those that meet its requirements; a worker lost on one device is replaced on
+//! that device while the other's leases and workers notice nothing.
+//!
+//! On the emulator the policy lists two emulated devices of different sizes (`[emu] devices`);
+//! with `TASKLET_TEST_BACKEND=cuda` it lends the one GPU as two slots (`[cuda] devices = ["0",
+//! "0"]`), which share its memory equally and run separate pools.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tasklet_runtime::config::DeviceSelector;
+use tasklet_runtime::lease::{EndReason, GpuAccount, Lease};
+use tasklet_runtime::{BackendKind, DeviceRequirement, GpuError, Host, Policy};
+use tasklet_tests::{assert_baseline, backend, test_host, test_policy};
+
+const MIB: u64 = 1 << 20;
+
+/// Two devices: 64 MiB and 32 MiB emulated, or two slots of GPU 0.
+fn two_device_policy() -> Policy {
+    let mut p = test_policy();
+    match backend() {
+        BackendKind::Emu => p.devices.emu = Some(vec![64 * MIB, 32 * MIB]),
+        BackendKind::Cuda => {
+            p.devices.cuda = Some(vec![DeviceSelector::Index(0), DeviceSelector::Index(0)])
+        }
+    }
+    p
+}
+
+fn acquire(host: &Host, bytes: u64, requires: &DeviceRequirement) -> Result<Arc<Lease>, GpuError> {
+    host.leases().acquire_placed(
+        bytes,
+        Duration::from_secs(60),
+        None,
+        &GpuAccount::new("devices-test"),
+        requires,
+    )
+}
+
+/// The error of an acquire that must fail.
+#[track_caller]
+fn refused(r: Result<Arc<Lease>, GpuError>) -> GpuError {
+    match r {
+        Ok(l) => panic!("a lease was granted on device {}", l.device),
+        Err(e) => e,
+    }
+}
+
+fn on_device(index: u32) -> DeviceRequirement {
+    DeviceRequirement {
+        index: Some(index),
+        ..DeviceRequirement::default()
+    }
+}
+
+#[test]
+fn each_device_has_its_own_pool_books_and_placement() {
+    let host = test_host!(two_device_policy());
+    let d = host.devices();
+    assert_eq!(d.len(), 2, "{d:?}");
+    assert_eq!((d[0].index, d[1].index), (0, 1));
+    assert_eq!(host.pools().len(), 2);
+    match backend() {
+        BackendKind::Emu => {
+            assert_eq!((d[0].total_memory, d[1].total_memory), (64 * MIB, 32 * MIB));
+            assert_eq!((d[0].uuid.as_str(), d[1].uuid.as_str()), ("emu-0", "emu-1"));
+            let sizes: Vec<u64> = host
+                .pools()
+                .iter()
+                .map(|p| p.config().device_memory)
+                .collect();
+            assert_eq!(
+                sizes,
+                [64 * MIB, 32 * MIB],
+                "each pool's workers emulate their device"
+            );
+        }
+        BackendKind::Cuda => {
+            // Two slots of one GPU: the same UUID, each lending at most half of it.
+            assert!(d[0].uuid.starts_with("GPU-"), "{d:?}");
+            assert_eq!(d[0].uuid, d[1].uuid);
+            for slot in d {
+                assert!(slot.total_memory <= slot.device_memory, "{slot:?}");
+                assert!(slot.total_memory > 0, "{slot:?}");
+            }
+            for pool in host.pools() {
+                assert_eq!(pool.binding().uuid.as_deref(), Some(d[0].uuid.as_str()));
+            }
+        }
+    }
+    let any = DeviceRequirement::default();
+
+    // Most free first, ties to the lowest index.
+    let a = acquire(&host, MIB, &any).expect("lease a");
+    assert_eq!(a.device, 0, "most free (or tied, lowest index)");
+    let b = acquire(&host, MIB, &any).expect("lease b");
+    let b_on = match backend() {
+        // 63 MiB free on device 0 against 32 on device 1.
+        BackendKind::Emu => 0,
+        // Equal slots: device 1 now has more free.
+        BackendKind::Cuda => 1,
+    };
+    assert_eq!(b.device, b_on);
+    let c = acquire(&host, 2 * MIB, &on_device(1)).expect("lease c on device 1");
+    assert_eq!(c.device, 1);
+
+    // Per-device books.
+    let usage = host.device_usage();
+    let granted = |i: u32| -> u64 {
+        [&a, &b, &c]
+            .iter()
+            .filter(|l| l.device == i)
+            .map(|l| l.granted)
+            .sum()
+    };
+    for u in &usage {
+        assert_eq!(u.granted_bytes, granted(u.index), "{usage:?}");
+        assert_eq!(
+            host.free_memory_on(u.index),
+            d[u.index as usize].total_memory - granted(u.index)
+        );
+    }
+    assert_eq!(usage.iter().map(|u| u.leases).sum::<usize>(), 3);
+
+    // Nothing fits: the refusal names each device and what it lacked.
+    let too_big = d[0].total_memory.max(d[1].total_memory) + MIB;
+    let e = refused(acquire(&host, too_big, &any));
+    assert_eq!(e.name(), "capacity-exceeded", "{e}");
+    assert!(
+        e.message().contains("device 0 (") && e.message().contains("device 1 ("),
+        "{e}"
+    );
+    assert!(e.message().contains("free"), "{e}");
+    let future = DeviceRequirement {
+        min_compute_capability: Some((99, 0)),
+        ..DeviceRequirement::default()
+    };
+    let e = refused(acquire(&host, MIB, &future));
+    assert_eq!(e.name(), "capacity-exceeded", "{e}");
+    assert!(e.message().contains("99.0 required"), "{e}");
+    let e = refused(acquire(&host, MIB, &on_device(2)));
+    assert!(e.message().contains("it is not device 2"), "{e}");
+    if backend() == BackendKind::Emu {
+        let by_uuid = DeviceRequirement {
+            uuid: Some("emu-1".into()),
+            ..DeviceRequirement::default()
+        };
+        let l = acquire(&host, MIB, &by_uuid).expect("by UUID");
+        assert_eq!(l.device, 1);
+        host.leases().end(&l, EndReason::Dropped);
+    }
+
+    for l in [a, b, c] {
+        host.leases().end(&l, EndReason::Dropped);
+    }
+    assert_baseline(&host);
+    assert!(host
+        .device_usage()
+        .iter()
+        .all(|u| u.leases == 0 && u.granted_bytes == 0));
+}
+
+#[test]
+fn a_lost_worker_is_replaced_on_its_own_device_and_the_other_notices_nothing() {
+    let host = test_host!(two_device_policy());
+    let healthy = acquire(&host, 4 * MIB, &on_device(0)).expect("lease on device 0");
+    let doomed = acquire(&host, 4 * MIB, &on_device(1)).expect("lease on device 1");
+    let m = host.leases();
+    let addr = m.alloc(&healthy, MIB).expect("alloc on device 0");
+    m.alloc(&doomed, MIB).expect("alloc on device 1");
+    let healthy_pid = healthy.worker_pid().expect("a worker");
+    let doomed_pid = doomed.worker_pid().expect("a worker");
+
+    // SAFETY: the pid is a worker process this host started and has not reaped.
+    assert_eq!(unsafe { libc::kill(doomed_pid as i32, libc::SIGKILL) }, 0);
+    let e = m
+        .with_worker(&doomed, |w| w.ping())
+        .expect_err("its worker is gone");
+    assert_eq!(e.name(), "device-lost", "{e}");
+    assert!(!doomed.is_live());
+
+    // Device 0: the same worker, its memory and books untouched.
+    m.with_worker(&healthy, |w| w.ping())
+        .expect("device 0 still serves");
+    assert_eq!(healthy.worker_pid(), Some(healthy_pid));
+    assert_eq!(healthy.used(), tasklet_worker::charged_bytes(MIB));
+    m.free(&healthy, addr, MIB).expect("free on device 0");
+    assert_eq!(host.pools()[0].busy(), 1, "device 0's pool lost nothing");
+    let usage = host.device_usage();
+    assert_eq!((usage[0].leases, usage[1].leases), (1, 0), "{usage:?}");
+    assert_eq!(usage[1].granted_bytes, 0);
+
+    // Device 1's pool starts a replacement of its own, and serves the next lease with it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while host.pools()[1].idle() == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "no replacement on device 1 within 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let next = acquire(&host, 4 * MIB, &on_device(1)).expect("device 1 serves again");
+    assert_eq!(next.device, 1);
+    assert_ne!(next.worker_pid(), Some(doomed_pid));
+    m.with_worker(&next, |w| w.ping())
+        .expect("the replacement answers");
+
+    for l in [healthy, next] {
+        m.end(&l, EndReason::Dropped);
+    }
+    assert_baseline(&host);
+}

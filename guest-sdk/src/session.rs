@@ -152,6 +152,11 @@ impl<'l> Session<'l> {
         crate::Burst::new(self, kernel)
     }
 
+    /// A new, empty graph of this session; see [`Graph`](crate::Graph).
+    pub fn graph(&self) -> Result<crate::Graph<'_>> {
+        Ok(crate::Graph::new(self, self.raw.new_graph()?))
+    }
+
     /// Waits for all work of this session, and reports the first error of the work queued since
     /// the last sync (a kernel fault, a missed deadline, a failed write).
     pub fn sync(&self) -> Result<()> {

@@ -9,10 +9,12 @@
 mod bursts;
 mod capabilities;
 mod contract_v2;
+mod devices;
 mod examples;
 mod fake_cuda;
 mod gpu_time;
 mod gpubench;
+mod graphs;
 mod guest_languages;
 mod kernel_args;
 mod launch_checks;

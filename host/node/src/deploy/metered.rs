@@ -6,8 +6,8 @@
 use crate::metrics::TenantMetrics;
 use std::collections::HashSet;
 use tasklet_runtime::gpu::{
-    BufferId, Burst, DeviceInfo, GpuService, GuestBytes, KernelArg, KernelRef, KernelSignature,
-    LaunchConfig, LeaseId, LeaseInfo, LeaseRequest, LocalGpu, ModuleId, SessionId,
+    BufferId, Burst, DeviceInfo, GpuService, GraphArg, GraphId, GuestBytes, KernelArg, KernelRef,
+    KernelSignature, LaunchConfig, LeaseId, LeaseInfo, LeaseRequest, LocalGpu, ModuleId, SessionId,
 };
 use tasklet_runtime::GpuError;
 
@@ -178,6 +178,87 @@ impl GpuService for MeteredGpu {
         burst: &Burst<'_>,
     ) -> Result<u64, GpuError> {
         self.gpu.launch_burst(session, module, kernel, burst)
+    }
+
+    fn graph_create(&mut self, session: SessionId) -> Result<GraphId, GpuError> {
+        self.gpu.graph_create(session)
+    }
+
+    fn graph_launch(
+        &mut self,
+        session: SessionId,
+        graph: GraphId,
+        module: ModuleId,
+        kernel: KernelRef<'_>,
+        config: &LaunchConfig,
+        args: &[GraphArg<'_>],
+    ) -> Result<u32, GpuError> {
+        self.gpu
+            .graph_launch(session, graph, module, kernel, config, args)
+    }
+
+    fn graph_copy(
+        &mut self,
+        session: SessionId,
+        graph: GraphId,
+        dst: (BufferId, u64),
+        src: (BufferId, u64),
+        len: u64,
+    ) -> Result<u32, GpuError> {
+        self.gpu.graph_copy(session, graph, dst, src, len)
+    }
+
+    fn graph_fill(
+        &mut self,
+        session: SessionId,
+        graph: GraphId,
+        dst: (BufferId, u64),
+        len: u64,
+        value: u32,
+    ) -> Result<u32, GpuError> {
+        self.gpu.graph_fill(session, graph, dst, len, value)
+    }
+
+    fn graph_scalar(
+        &mut self,
+        session: SessionId,
+        graph: GraphId,
+        value: u64,
+    ) -> Result<u32, GpuError> {
+        self.gpu.graph_scalar(session, graph, value)
+    }
+
+    fn graph_set_scalar(
+        &mut self,
+        session: SessionId,
+        graph: GraphId,
+        scalar: u32,
+        value: u64,
+    ) -> Result<(), GpuError> {
+        self.gpu.graph_set_scalar(session, graph, scalar, value)
+    }
+
+    fn graph_set_args(
+        &mut self,
+        session: SessionId,
+        graph: GraphId,
+        node: u32,
+        args: &[GraphArg<'_>],
+    ) -> Result<(), GpuError> {
+        self.gpu.graph_set_args(session, graph, node, args)
+    }
+
+    fn graph_replay(
+        &mut self,
+        session: SessionId,
+        graph: GraphId,
+        times: u32,
+    ) -> Result<(), GpuError> {
+        self.gpu.graph_replay(session, graph, times)
+    }
+
+    fn graph_drop(&mut self, session: SessionId, graph: GraphId) {
+        self.gpu.graph_drop(session, graph)
     }
 
     fn sync(&mut self, session: SessionId) -> Result<(), GpuError> {

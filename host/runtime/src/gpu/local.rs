@@ -8,8 +8,8 @@
 
 use super::args::KernelEntry;
 use super::types::{
-    BufferId, DeviceInfo, GuestBytes, KernelArg, KernelRef, KernelSignature, LaunchConfig, LeaseId,
-    LeaseInfo, LeaseRequest, ModuleId, SessionId,
+    BufferId, DeviceInfo, GraphArg, GraphId, GuestBytes, KernelArg, KernelRef, KernelSignature,
+    LaunchConfig, LeaseId, LeaseInfo, LeaseRequest, ModuleId, SessionId,
 };
 use super::usage::{Usage, UsageHandle};
 use super::GpuService;
@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use tasklet_worker::{Launch, LoadedModule, ALLOC_GRANULE};
 
 mod burst;
+mod graph;
 
 /// Transfers of at least this many bytes go between the device and linear memory directly (the
 /// worker maps the guest's memory); smaller ones go through the worker's message area, which costs
@@ -60,6 +61,7 @@ struct Session {
     /// Buffer → (device address, size).
     buffers: FxHashMap<BufferId, (u64, u64)>,
     modules: FxHashMap<ModuleId, Module>,
+    graphs: FxHashMap<GraphId, graph::Graph>,
 }
 
 /// A loaded module: the worker's id for it and its kernels in the worker's order.
@@ -452,6 +454,7 @@ impl GpuService for LocalGpu {
                 lease_id,
                 buffers: FxHashMap::default(),
                 modules: FxHashMap::default(),
+                graphs: FxHashMap::default(),
             },
         );
         Ok(id)
@@ -462,7 +465,17 @@ impl GpuService for LocalGpu {
             return;
         };
         // Free what the session still holds; if its lease already ended, that is done. Neither
-        // waits on running kernels: a busy worker is given up, and with it the lease.
+        // waits on running kernels: a busy worker is given up, and with it the lease. Graphs go
+        // first: an instantiated graph must not outlive the kernels it launches.
+        for id in graph::worker_graphs(&s) {
+            if self
+                .manager
+                .with_worker(&s.lease, |w| w.graph_destroy(id))
+                .is_err()
+            {
+                return;
+            }
+        }
         for &(addr, size) in s.buffers.values() {
             if self.manager.free(&s.lease, addr, size).is_err() {
                 return;
@@ -633,6 +646,7 @@ impl GpuService for LocalGpu {
     }
 
     fn module_unload(&mut self, session: SessionId, module: ModuleId) {
+        self.graphs_before_unload(session, module);
         let Some(s) = self.sessions.get_mut(&session) else {
             return;
         };
@@ -672,6 +686,86 @@ impl GpuService for LocalGpu {
         burst: &super::Burst<'_>,
     ) -> Result<u64, GpuError> {
         self.burst_counted(session, module, kernel, burst)
+    }
+
+    fn graph_create(&mut self, session: SessionId) -> Result<GraphId, GpuError> {
+        self.graph_new(session)
+    }
+
+    fn graph_launch(
+        &mut self,
+        session: SessionId,
+        graph: GraphId,
+        module: ModuleId,
+        kernel: KernelRef<'_>,
+        config: &LaunchConfig,
+        args: &[GraphArg<'_>],
+    ) -> Result<u32, GpuError> {
+        self.graph_record_launch(session, graph, module, kernel, config, args)
+    }
+
+    fn graph_copy(
+        &mut self,
+        session: SessionId,
+        graph: GraphId,
+        dst: (BufferId, u64),
+        src: (BufferId, u64),
+        len: u64,
+    ) -> Result<u32, GpuError> {
+        self.graph_record_copy(session, graph, dst, src, len)
+    }
+
+    fn graph_fill(
+        &mut self,
+        session: SessionId,
+        graph: GraphId,
+        dst: (BufferId, u64),
+        len: u64,
+        value: u32,
+    ) -> Result<u32, GpuError> {
+        self.graph_record_fill(session, graph, dst, len, value)
+    }
+
+    fn graph_scalar(
+        &mut self,
+        session: SessionId,
+        graph: GraphId,
+        value: u64,
+    ) -> Result<u32, GpuError> {
+        self.graph_new_scalar(session, graph, value)
+    }
+
+    fn graph_set_scalar(
+        &mut self,
+        session: SessionId,
+        graph: GraphId,
+        scalar: u32,
+        value: u64,
+    ) -> Result<(), GpuError> {
+        self.graph_set_scalar_value(session, graph, scalar, value)
+    }
+
+    fn graph_set_args(
+        &mut self,
+        session: SessionId,
+        graph: GraphId,
+        node: u32,
+        args: &[GraphArg<'_>],
+    ) -> Result<(), GpuError> {
+        self.graph_update_args(session, graph, node, args)
+    }
+
+    fn graph_replay(
+        &mut self,
+        session: SessionId,
+        graph: GraphId,
+        times: u32,
+    ) -> Result<(), GpuError> {
+        self.graph_run(session, graph, times)
+    }
+
+    fn graph_drop(&mut self, session: SessionId, graph: GraphId) {
+        self.graph_forget(session, graph)
     }
 
     fn sync(&mut self, session: SessionId) -> Result<(), GpuError> {

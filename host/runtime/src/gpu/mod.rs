@@ -18,9 +18,10 @@ pub use args::submit_args_after_region;
 pub use local::{LocalGpu, DIRECT_MIN_BYTES};
 pub use submit::submit_in_session;
 pub use types::{
-    BufferId, Burst, BurstArg, DeviceInfo, GuestBytes, KernelArg, KernelParam, KernelRef,
-    KernelSignature, LaunchConfig, LeaseId, LeaseInfo, LeaseRequest, ModuleId, ModuleSource,
-    ParamKind, Relocation, SessionId, Submit, SubmitArg, MAX_BURST_LAUNCHES,
+    BufferId, Burst, BurstArg, DeviceInfo, GraphArg, GraphId, GuestBytes, KernelArg, KernelParam,
+    KernelRef, KernelSignature, LaunchConfig, LeaseId, LeaseInfo, LeaseRequest, ModuleId,
+    ModuleSource, ParamKind, Relocation, SessionId, Submit, SubmitArg, MAX_BURST_LAUNCHES,
+    MAX_GRAPH_NODES, MAX_GRAPH_REPLAYS, MAX_GRAPH_SCALARS, MAX_SESSION_GRAPHS,
 };
 pub use usage::{UsageHandle, UsageStats};
 
@@ -143,6 +144,111 @@ pub trait GpuService: Send {
         ))
     }
 
+    /// A new, empty graph of the session: a sequence of operations recorded once
+    /// ([`GpuService::graph_launch`], [`GpuService::graph_copy`], [`GpuService::graph_fill`]),
+    /// each checked as the operation of the same name when it is recorded, and replayed as a
+    /// whole ([`GpuService::graph_replay`]) with the same results as the operations one by one.
+    fn graph_create(&mut self, session: SessionId) -> Result<GraphId, GpuError> {
+        let _ = session;
+        Err(no_graphs())
+    }
+
+    /// Records a launch at the end of the graph; its node's index.
+    fn graph_launch(
+        &mut self,
+        session: SessionId,
+        graph: GraphId,
+        module: ModuleId,
+        kernel: KernelRef<'_>,
+        config: &LaunchConfig,
+        args: &[GraphArg<'_>],
+    ) -> Result<u32, GpuError> {
+        let _ = (session, graph, module, kernel, config, args);
+        Err(no_graphs())
+    }
+
+    /// Records a copy between two of the session's buffers (ranges that do not overlap).
+    fn graph_copy(
+        &mut self,
+        session: SessionId,
+        graph: GraphId,
+        dst: (BufferId, u64),
+        src: (BufferId, u64),
+        len: u64,
+    ) -> Result<u32, GpuError> {
+        let _ = (session, graph, dst, src, len);
+        Err(no_graphs())
+    }
+
+    /// Records a fill of `len` bytes at `dst` with `value` repeated (offset and length
+    /// multiples of 4).
+    fn graph_fill(
+        &mut self,
+        session: SessionId,
+        graph: GraphId,
+        dst: (BufferId, u64),
+        len: u64,
+        value: u32,
+    ) -> Result<u32, GpuError> {
+        let _ = (session, graph, dst, len, value);
+        Err(no_graphs())
+    }
+
+    /// A new device scalar of the graph (8 bytes of device memory it holds, charged to the
+    /// lease), holding `value` from the next replay on; its index, for [`GraphArg::Scalar`].
+    fn graph_scalar(
+        &mut self,
+        session: SessionId,
+        graph: GraphId,
+        value: u64,
+    ) -> Result<u32, GpuError> {
+        let _ = (session, graph, value);
+        Err(no_graphs())
+    }
+
+    /// Sets a device scalar for the next replays, without recording anything again.
+    fn graph_set_scalar(
+        &mut self,
+        session: SessionId,
+        graph: GraphId,
+        scalar: u32,
+        value: u64,
+    ) -> Result<(), GpuError> {
+        let _ = (session, graph, scalar, value);
+        Err(no_graphs())
+    }
+
+    /// Replaces the arguments of the recorded launch `node` for the next replays (checked as
+    /// the launch was).
+    fn graph_set_args(
+        &mut self,
+        session: SessionId,
+        graph: GraphId,
+        node: u32,
+        args: &[GraphArg<'_>],
+    ) -> Result<(), GpuError> {
+        let _ = (session, graph, node, args);
+        Err(no_graphs())
+    }
+
+    /// Replays the graph `times` times (1 to [`MAX_GRAPH_REPLAYS`]), in order with the
+    /// session's other work. May return before the work completes: its errors surface here or
+    /// at the next wait, naming the graph's node.
+    fn graph_replay(
+        &mut self,
+        session: SessionId,
+        graph: GraphId,
+        times: u32,
+    ) -> Result<(), GpuError> {
+        let _ = (session, graph, times);
+        Err(no_graphs())
+    }
+
+    /// Frees what the graph holds (its device scalars, its instantiated form).
+    fn graph_drop(&mut self, session: SessionId, graph: GraphId) {
+        let _ = (session, graph);
+    }
+
     /// Waits for all work of the session; reports the first asynchronous failure since the last.
     fn sync(&mut self, session: SessionId) -> Result<(), GpuError>;
 
@@ -162,4 +268,8 @@ pub trait GpuService: Send {
     fn submit(&mut self, call: &Submit<'_>) -> Result<Vec<u8>, GpuError> {
         submit_in_session(self, call)
     }
+}
+
+fn no_graphs() -> GpuError {
+    crate::error::unsupported("this GPU service records no graphs; run the operations one by one")
 }

@@ -27,7 +27,9 @@ ids!(
     /// Device memory of a session.
     BufferId,
     /// A loaded module of a session.
-    ModuleId
+    ModuleId,
+    /// A recorded graph of a session.
+    GraphId
 );
 
 /// What a lease asks for.
@@ -278,4 +280,22 @@ pub struct Burst<'a> {
     pub changes: &'a [BurstArg<'a>],
     /// One entry per launch: how many of `changes`, in order, are that launch's.
     pub counts: &'a [u32],
+}
+
+/// The most ops one graph may record.
+pub const MAX_GRAPH_NODES: usize = 1024;
+/// The most device scalars one graph may hold.
+pub const MAX_GRAPH_SCALARS: usize = 32;
+/// The most replays one call may ask for: a replay call's time (and on the emulator, the call
+/// itself runs them all) stays bounded.
+pub const MAX_GRAPH_REPLAYS: u32 = 4096;
+/// The most graphs a session may hold at once.
+pub const MAX_SESSION_GRAPHS: usize = 64;
+
+/// An argument of a launch recorded in a graph: a kernel argument, or the device address of one
+/// of the graph's device scalars (8 bytes the graph holds, set between replays).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum GraphArg<'a> {
+    Arg(KernelArg<'a>),
+    Scalar(u32),
 }

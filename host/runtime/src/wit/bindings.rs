@@ -34,6 +34,7 @@ pub mod v02 {
             "tasklet:gpu/sessions.buffer": crate::wit::BufferHandle,
             "tasklet:gpu/sessions.module": crate::wit::ModuleHandle,
             "tasklet:gpu/sessions.kernel": crate::wit::KernelHandle,
+            "tasklet:gpu/sessions.graph": crate::wit::GraphHandle,
         },
     });
 }

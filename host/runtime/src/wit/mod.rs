@@ -13,7 +13,7 @@ pub(crate) mod sessions;
 
 pub use error::{GpuFailure, GpuResult};
 
-use crate::gpu::{BufferId, GpuService, LeaseId, ModuleId, SessionId};
+use crate::gpu::{BufferId, GpuService, GraphId, LeaseId, ModuleId, SessionId};
 use wasmtime::component::{HasData, ResourceTable};
 
 /// The guest's handle types as stored in the resource table: the service's ids, and what the
@@ -40,6 +40,12 @@ pub struct KernelHandle {
     session: SessionId,
     index: u32,
     signature: crate::gpu::KernelSignature,
+}
+
+/// A graph of a session (contract 0.2).
+pub struct GraphHandle {
+    id: GraphId,
+    session: SessionId,
 }
 
 /// Reaches the GPU service and the resource table from a store's data.

@@ -4,8 +4,8 @@
 //! buffer or module belongs to, and everything else, the service checks.
 
 use super::{
-    BufferHandle, GpuFailure, GpuResult, GpuState, KernelHandle, LeaseHandle, ModuleHandle,
-    SessionHandle,
+    BufferHandle, GpuFailure, GpuResult, GpuState, GraphHandle, KernelHandle, LeaseHandle,
+    ModuleHandle, SessionHandle,
 };
 use crate::gpu::{self, GuestBytes};
 use wasmtime::component::{Resource, WasmList};
@@ -282,8 +282,8 @@ mod v01 {
 mod v02 {
     use super::*;
     use crate::wit::bindings::v02::tasklet::gpu::sessions::{
-        BurstArg, Host, HostKernel, HostModule, HostSession, KernelArg, KernelParam,
-        KernelSignature, LaunchConfig, ParamKind,
+        BurstArg, GraphArg, Host, HostGraph, HostKernel, HostModule, HostSession, KernelArg,
+        KernelParam, KernelSignature, LaunchConfig, ParamKind,
     };
 
     impl GpuState<'_> {
@@ -436,6 +436,141 @@ mod v02 {
             Ok(self
                 .service
                 .launch_burst(session, module, gpu::KernelRef::At(index), &burst)?)
+        }
+
+        fn new_graph(&mut self, this: Resource<SessionHandle>) -> GpuResult<Resource<GraphHandle>> {
+            let session = self.session_id(&this)?;
+            let id = self.service.graph_create(session)?;
+            Ok(self.table.push(GraphHandle { id, session })?)
+        }
+    }
+
+    impl GpuState<'_> {
+        /// A graph's ids.
+        fn graph_of(
+            &self,
+            graph: &Resource<GraphHandle>,
+        ) -> GpuResult<(gpu::SessionId, gpu::GraphId)> {
+            let g = self.table.get(graph)?;
+            Ok((g.session, g.id))
+        }
+
+        /// Lifts a graph launch's arguments (relocations resolved first, as for a launch) and
+        /// calls `record` with them.
+        fn with_graph_args<R>(
+            &mut self,
+            args: &[GraphArg],
+            record: impl FnOnce(&mut Self, &[gpu::GraphArg<'_>]) -> GpuResult<R>,
+        ) -> GpuResult<R> {
+            let mut resolved = Vec::new();
+            for arg in args {
+                if let GraphArg::Arg(a) = arg {
+                    relocations(self, a, &mut resolved)?;
+                }
+            }
+            let mut rest: &[gpu::Relocation] = &resolved;
+            let mut lifted = Vec::with_capacity(args.len());
+            for arg in args {
+                lifted.push(match arg {
+                    GraphArg::Arg(a) => gpu::GraphArg::Arg(lift_arg(self, a, &mut rest)?),
+                    GraphArg::Scalar(k) => gpu::GraphArg::Scalar(*k),
+                });
+            }
+            record(self, &lifted)
+        }
+    }
+
+    impl HostGraph for GpuState<'_> {
+        fn launch(
+            &mut self,
+            this: Resource<GraphHandle>,
+            kernel: Resource<KernelHandle>,
+            config: LaunchConfig,
+            args: Vec<GraphArg>,
+        ) -> GpuResult<u32> {
+            let (session, graph) = self.graph_of(&this)?;
+            let (module, index) = self.kernel_of(session, &kernel)?;
+            let config = lift_config(&config);
+            self.with_graph_args(&args, |s, args| {
+                let kernel = gpu::KernelRef::At(index);
+                Ok(s.service
+                    .graph_launch(session, graph, module, kernel, &config, args)?)
+            })
+        }
+
+        fn copy(
+            &mut self,
+            this: Resource<GraphHandle>,
+            dst: Resource<BufferHandle>,
+            dst_offset: u64,
+            src: Resource<BufferHandle>,
+            src_offset: u64,
+            len: u64,
+        ) -> GpuResult<u32> {
+            let (session, graph) = self.graph_of(&this)?;
+            let (dst, src) = (self.buffer_id(&dst)?, self.buffer_id(&src)?);
+            Ok(self.service.graph_copy(
+                session,
+                graph,
+                (dst, dst_offset),
+                (src, src_offset),
+                len,
+            )?)
+        }
+
+        fn fill(
+            &mut self,
+            this: Resource<GraphHandle>,
+            dst: Resource<BufferHandle>,
+            offset: u64,
+            len: u64,
+            value: u32,
+        ) -> GpuResult<u32> {
+            let (session, graph) = self.graph_of(&this)?;
+            let dst = self.buffer_id(&dst)?;
+            Ok(self
+                .service
+                .graph_fill(session, graph, (dst, offset), len, value)?)
+        }
+
+        fn scalar(&mut self, this: Resource<GraphHandle>, value: u64) -> GpuResult<u32> {
+            let (session, graph) = self.graph_of(&this)?;
+            Ok(self.service.graph_scalar(session, graph, value)?)
+        }
+
+        fn set_scalar(
+            &mut self,
+            this: Resource<GraphHandle>,
+            index: u32,
+            value: u64,
+        ) -> GpuResult<()> {
+            let (session, graph) = self.graph_of(&this)?;
+            Ok(self
+                .service
+                .graph_set_scalar(session, graph, index, value)?)
+        }
+
+        fn set_args(
+            &mut self,
+            this: Resource<GraphHandle>,
+            node: u32,
+            args: Vec<GraphArg>,
+        ) -> GpuResult<()> {
+            let (session, graph) = self.graph_of(&this)?;
+            self.with_graph_args(&args, |s, args| {
+                Ok(s.service.graph_set_args(session, graph, node, args)?)
+            })
+        }
+
+        fn replay(&mut self, this: Resource<GraphHandle>, times: u32) -> GpuResult<()> {
+            let (session, graph) = self.graph_of(&this)?;
+            Ok(self.service.graph_replay(session, graph, times)?)
+        }
+
+        fn drop(&mut self, this: Resource<GraphHandle>) -> wasmtime::Result<()> {
+            let g = self.table.delete(this)?;
+            self.service.graph_drop(g.session, g.id);
+            Ok(())
         }
     }
 

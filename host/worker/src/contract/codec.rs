@@ -22,7 +22,7 @@
 
 use std::time::Duration;
 
-use super::messages::{Request, Response, WorkerInfo};
+use super::messages::{GraphOp, Request, Response, WorkerInfo};
 use super::ErrorKind;
 use super::{Launch, LaunchLimits};
 use tasklet_ptx::{KernelInfo, ParamInfo, ParamType};
@@ -68,12 +68,21 @@ const REQ_ATTACH_MEMORY: u8 = 14;
 const REQ_DETACH_MEMORY: u8 = 15;
 const REQ_WRITE_FROM: u8 = 16;
 const REQ_READ_INTO: u8 = 17;
+const REQ_GRAPH_CREATE: u8 = 18;
+const REQ_GRAPH_SET_ARGS: u8 = 19;
+const REQ_GRAPH_REPLAY: u8 = 20;
+const REQ_GRAPH_DESTROY: u8 = 21;
+
+const OP_LAUNCH: u8 = 1;
+const OP_COPY: u8 = 2;
+const OP_FILL: u8 = 3;
 
 const RESP_OK: u8 = 1;
 const RESP_ALLOCATED: u8 = 2;
 const RESP_MODULE: u8 = 3;
 const RESP_INFO: u8 = 4;
 const RESP_ERROR: u8 = 5;
+const RESP_GRAPH: u8 = 6;
 
 /// Appends the encoding of `req` (with request id `id`) to `out`.
 pub fn encode_request(id: u64, req: &Request<'_>, out: &mut Vec<u8>) {
@@ -122,15 +131,51 @@ pub fn encode_request(id: u64, req: &Request<'_>, out: &mut Vec<u8>) {
         }
         Request::Launch(l) => {
             w.head(REQ_LAUNCH, id);
-            w.var(l.module.into());
-            w.var(l.kernel.into());
-            for d in l.grid.iter().chain(l.block.iter()) {
-                w.var((*d).into());
+            w.launch(l);
+        }
+        Request::GraphCreate { ops } => {
+            w.head(REQ_GRAPH_CREATE, id);
+            w.u32(len_u32(ops.len()));
+            for op in ops {
+                match op {
+                    GraphOp::Launch(l) => {
+                        w.u8(OP_LAUNCH);
+                        w.launch(l);
+                    }
+                    GraphOp::Copy { dst, src, len } => {
+                        w.u8(OP_COPY);
+                        w.u64(*dst);
+                        w.u64(*src);
+                        w.u64(*len);
+                    }
+                    GraphOp::Fill { addr, len, value } => {
+                        w.u8(OP_FILL);
+                        w.u64(*addr);
+                        w.u64(*len);
+                        w.u32(*value);
+                    }
+                }
             }
-            w.var(l.shared_mem_bytes.into());
-            w.var_bytes(l.args);
-            // In nanoseconds; a deadline past what 64 bits of them hold goes as the most they do.
-            w.var(u64::try_from(l.deadline.as_nanos()).unwrap_or(u64::MAX));
+        }
+        Request::GraphSetArgs { graph, node, args } => {
+            w.head(REQ_GRAPH_SET_ARGS, id);
+            w.u32(*graph);
+            w.u32(*node);
+            w.var_bytes(args);
+        }
+        Request::GraphReplay {
+            graph,
+            times,
+            writes,
+        } => {
+            w.head(REQ_GRAPH_REPLAY, id);
+            w.u32(*graph);
+            w.u32(*times);
+            w.var_bytes(writes);
+        }
+        Request::GraphDestroy { graph } => {
+            w.head(REQ_GRAPH_DESTROY, id);
+            w.u32(*graph);
         }
         Request::Sync => w.head(REQ_SYNC, id),
         Request::Reset => w.head(REQ_RESET, id),
@@ -214,26 +259,48 @@ pub fn decode_request(frame: &[u8]) -> Result<(u64, Request<'_>), DecodeError> {
         REQ_UNLOAD_MODULE => Request::UnloadModule {
             id: r.u32("module id")?,
         },
-        REQ_LAUNCH => {
-            let module = r.var_u32("module id")?;
-            let kernel = r.var_u32("kernel index")?;
-            let mut dims = [0u32; 6];
-            for d in &mut dims {
-                *d = r.var_u32("launch dimension")?;
+        REQ_LAUNCH => Request::Launch(r.launch()?),
+        REQ_GRAPH_CREATE => {
+            // An op is at least its tag and, for a launch, nine one-byte varints and its block's
+            // length.
+            let n = r.count("graph op count", 11)?;
+            let mut ops = Vec::with_capacity(n);
+            for _ in 0..n {
+                ops.push(match r.u8("graph op tag")? {
+                    OP_LAUNCH => GraphOp::Launch(r.launch()?),
+                    OP_COPY => GraphOp::Copy {
+                        dst: r.u64("copy destination")?,
+                        src: r.u64("copy source")?,
+                        len: r.u64("copy length")?,
+                    },
+                    OP_FILL => GraphOp::Fill {
+                        addr: r.u64("fill address")?,
+                        len: r.u64("fill length")?,
+                        value: r.u32("fill value")?,
+                    },
+                    tag => {
+                        return Err(DecodeError::UnknownTag {
+                            what: "graph op",
+                            tag,
+                        })
+                    }
+                });
             }
-            let shared_mem_bytes = r.var_u32("shared memory size")?;
-            let args = r.var_bytes("argument block")?;
-            let deadline = Duration::from_nanos(r.var("deadline")?);
-            Request::Launch(Launch {
-                module,
-                kernel,
-                grid: [dims[0], dims[1], dims[2]],
-                block: [dims[3], dims[4], dims[5]],
-                shared_mem_bytes,
-                args,
-                deadline,
-            })
+            Request::GraphCreate { ops }
         }
+        REQ_GRAPH_SET_ARGS => Request::GraphSetArgs {
+            graph: r.u32("graph id")?,
+            node: r.u32("graph node")?,
+            args: r.var_bytes("argument block")?,
+        },
+        REQ_GRAPH_REPLAY => Request::GraphReplay {
+            graph: r.u32("graph id")?,
+            times: r.u32("replay count")?,
+            writes: r.var_bytes("scalar writes")?,
+        },
+        REQ_GRAPH_DESTROY => Request::GraphDestroy {
+            graph: r.u32("graph id")?,
+        },
         REQ_SYNC => Request::Sync,
         REQ_RESET => Request::Reset,
         REQ_INFO => Request::Info,
@@ -275,6 +342,10 @@ pub fn encode_response(id: u64, resp: &Response, out: &mut Vec<u8>) {
         Response::Allocated { addr } => {
             w.head(RESP_ALLOCATED, id);
             w.u64(*addr);
+        }
+        Response::Graph { id: graph } => {
+            w.head(RESP_GRAPH, id);
+            w.u32(*graph);
         }
         Response::Module {
             id: module,
@@ -364,6 +435,9 @@ pub fn decode_response(frame: &[u8]) -> Result<(u64, Response), DecodeError> {
         RESP_OK => Response::Ok,
         RESP_ALLOCATED => Response::Allocated {
             addr: r.u64("device address")?,
+        },
+        RESP_GRAPH => Response::Graph {
+            id: r.u32("graph id")?,
         },
         RESP_MODULE => {
             let module = r.u32("module id")?;
@@ -510,6 +584,19 @@ impl Writer<'_> {
         }
         self.0.push(v as u8);
     }
+    /// A launch's fields (after its request's head, or a graph op's tag).
+    fn launch(&mut self, l: &Launch<'_>) {
+        self.var(l.module.into());
+        self.var(l.kernel.into());
+        for d in l.grid.iter().chain(l.block.iter()) {
+            self.var((*d).into());
+        }
+        self.var(l.shared_mem_bytes.into());
+        self.var_bytes(l.args);
+        // In nanoseconds; a deadline past what 64 bits of them hold goes as the most they do.
+        self.var(u64::try_from(l.deadline.as_nanos()).unwrap_or(u64::MAX));
+    }
+
     fn var_bytes(&mut self, b: &[u8]) {
         self.var(b.len() as u64);
         self.0.extend_from_slice(b);
@@ -589,6 +676,28 @@ impl<'a> Reader<'a> {
     fn var_u32(&mut self, what: &'static str) -> Result<u32, DecodeError> {
         let v = self.var(what)?;
         u32::try_from(v).map_err(|_| DecodeError::InvalidValue { what, value: v })
+    }
+
+    /// A launch's fields, as [`Writer::launch`] wrote them.
+    fn launch(&mut self) -> Result<Launch<'a>, DecodeError> {
+        let module = self.var_u32("module id")?;
+        let kernel = self.var_u32("kernel index")?;
+        let mut dims = [0u32; 6];
+        for d in &mut dims {
+            *d = self.var_u32("launch dimension")?;
+        }
+        let shared_mem_bytes = self.var_u32("shared memory size")?;
+        let args = self.var_bytes("argument block")?;
+        let deadline = Duration::from_nanos(self.var("deadline")?);
+        Ok(Launch {
+            module,
+            kernel,
+            grid: [dims[0], dims[1], dims[2]],
+            block: [dims[3], dims[4], dims[5]],
+            shared_mem_bytes,
+            args,
+            deadline,
+        })
     }
 
     fn var_bytes(&mut self, what: &'static str) -> Result<&'a [u8], DecodeError> {

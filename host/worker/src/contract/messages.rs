@@ -69,6 +69,48 @@ pub enum Request<'a> {
         offset: u64,
         len: u64,
     },
+    /// Record `ops` as a graph, in order, and make it ready to replay (cuda: build and
+    /// instantiate a CUDA graph). Answered with [`Response::Graph`].
+    GraphCreate {
+        ops: Vec<GraphOp<'a>>,
+    },
+    /// Replace the argument block of node `node` (a launch) of graph `graph` for its next
+    /// replays (cuda: the instantiated graph updated in place).
+    GraphSetArgs {
+        graph: u32,
+        node: u32,
+        args: &'a [u8],
+    },
+    /// Write `writes` (records of 16 bytes: a device address and the 8 bytes to put there, both
+    /// little-endian), then replay graph `graph` `times` times, all in order with the worker's
+    /// other work. Answered once the replays are queued (cuda) or done (emu); a kernel's fault
+    /// comes back here or from the next op that waits.
+    GraphReplay {
+        graph: u32,
+        times: u32,
+        writes: &'a [u8],
+    },
+    GraphDestroy {
+        graph: u32,
+    },
+}
+
+/// One operation of a recorded graph ([`Request::GraphCreate`]), run in the order given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GraphOp<'a> {
+    Launch(Launch<'a>),
+    /// Copy `len` bytes from `src` to `dst` (ranges that do not overlap).
+    Copy {
+        dst: u64,
+        src: u64,
+        len: u64,
+    },
+    /// Set `len` bytes at `addr` (both multiples of 4) to `value`, repeated, little-endian.
+    Fill {
+        addr: u64,
+        len: u64,
+        value: u32,
+    },
 }
 
 impl Request<'_> {
@@ -91,6 +133,10 @@ impl Request<'_> {
             Request::DetachMemory { .. } => "detach-memory",
             Request::WriteFrom { .. } => "write-from",
             Request::ReadInto { .. } => "read-into",
+            Request::GraphCreate { .. } => "graph-create",
+            Request::GraphSetArgs { .. } => "graph-set-args",
+            Request::GraphReplay { .. } => "graph-replay",
+            Request::GraphDestroy { .. } => "graph-destroy",
         }
     }
 }
@@ -149,6 +195,10 @@ pub enum Response {
         kernels: Vec<KernelInfo>,
     },
     Info(WorkerInfo),
+    /// A graph made ready ([`Request::GraphCreate`]): the worker's id for it, never reused.
+    Graph {
+        id: u32,
+    },
     Error {
         kind: ErrorKind,
         message: String,

@@ -341,6 +341,20 @@ fn dispatch(
             done(b.reset())
         }
         Request::Info => Response::Info(b.info()),
+        Request::GraphCreate { ops } => match b.graph_create(ops) {
+            Ok(id) => Response::Graph { id },
+            Err(e) => Response::Error {
+                kind: e.kind,
+                message: e.message,
+            },
+        },
+        Request::GraphSetArgs { graph, node, args } => done(b.graph_set_args(*graph, *node, args)),
+        Request::GraphReplay {
+            graph,
+            times,
+            writes,
+        } => done(b.graph_replay(*graph, *times, writes)),
+        Request::GraphDestroy { graph } => done(b.graph_destroy(*graph)),
         Request::AttachMemory { id, capacity } => done(guests.attach(b, *id, *capacity)),
         Request::DetachMemory { id } => done(guests.detach(b, *id)),
         Request::WriteFrom {

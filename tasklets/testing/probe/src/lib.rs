@@ -34,11 +34,13 @@
 //! | `gpu-time <n>` | lease `4n` bytes + 1 MiB; session; load `iota`; alloc `4n` bytes; read the lease's GPU time; launch `iota(buf, n)` on 256-thread blocks; sync; read it again → `ok gpu-time <ns>` (the second reading less the first: the launch's device time in nanoseconds) |
 //! | `burst <n>` | lease; `n` rows of 256 ones; one SDK `Burst` of `scale`, launch `r` on row `r` by `r + 1` → `ok burst <n> first <ordinal>` (or the error, e.g. past 4096 launches); sync, read → `ok rows <n>` or `error wrong-result row <r> index <i>` |
 //! | `burst-misuse` | raw `launch-burst`s of `scale` the host must refuse whole: a change of argument 3 (`index`), launch 2 with another session's buffer (`foreign`), launch 1 at offset 1025 of a 1 KiB buffer (`offset`), no launch (`empty`) → a line each; then the buffer → `ok untouched` or `error touched <byte>` |
+//! | `graph <n>` | lease; 256 words `0..256`; an SDK `Graph` of `add_step(x, scalar, 256)` (`x = 3x + scalar`), replayed `n` times with the scalar set to 1, 2, … before each → `ok graph <n> replays`; sync, read, against the CPU → `ok matches` or `error mismatch index <i>` |
 //! | `bench <n>` | `n` calls each of lease info, sync (idle session) and 4 KiB write+read pairs, timed in batches of 100 → `info_ns <ns>`, `sync_ns <ns>`, `rw4k_ns <ns>`: the median over batches of the mean time per call, in whole nanoseconds |
 //!
 //! An unknown command, or a missing or malformed argument, is an `Err`.
 
 mod bursts;
+mod graphs;
 
 use std::fmt::Write as _;
 use std::thread::sleep;
@@ -101,12 +103,13 @@ fn run(input: Vec<u8>) -> Result<Vec<u8>, String> {
         "gpu-time" => gpu_time(&mut out, input::argument(command, arg)?),
         "burst" => bursts::burst(&mut out, input::argument(command, arg)?),
         "burst-misuse" => bursts::burst_misuse(&mut out),
+        "graph" => graphs::graph(&mut out, input::argument(command, arg)?),
         _ => {
             return Err(format!(
                 "unknown command {command:?}; expected one of alloc-past-lease, foreign-buffer, \
                  expire, trap, oob-read, bad-ptx, fault, spin, hold <secs>, leases <n>, bench <n>, \
                  verify <secs>, pattern <mib>, zeros <mib>, spin-big <mib>, lease <mib>, read-into <kib>, \
-                 read-into-grown, read-into-misuse, spin-then <step>, one-shots <secs>, gpu-time <n>, burst <n>, burst-misuse"
+                 read-into-grown, read-into-misuse, spin-then <step>, one-shots <secs>, gpu-time <n>, burst <n>, burst-misuse, graph <n>"
             ))
         }
     };

@@ -1,4 +1,5 @@
 use super::*;
+use crate::contract::messages::GraphOp;
 
 fn sample_requests() -> Vec<Request<'static>> {
     vec![
@@ -51,6 +52,41 @@ fn sample_requests() -> Vec<Request<'static>> {
             args: &[0xff; 300],
             deadline: Duration::from_nanos(u64::MAX),
         }),
+        Request::GraphCreate {
+            ops: vec![
+                GraphOp::Launch(Launch {
+                    module: 3,
+                    kernel: 1,
+                    grid: [2, 1, 1],
+                    block: [64, 1, 1],
+                    shared_mem_bytes: 0,
+                    args: &[7; 24],
+                    deadline: Duration::from_millis(5),
+                }),
+                GraphOp::Copy {
+                    dst: 1 << 40,
+                    src: 8,
+                    len: u64::MAX,
+                },
+                GraphOp::Fill {
+                    addr: 4096,
+                    len: 64,
+                    value: 0xdead_beef,
+                },
+            ],
+        },
+        Request::GraphCreate { ops: vec![] },
+        Request::GraphSetArgs {
+            graph: 2,
+            node: 7,
+            args: &[1, 2, 3],
+        },
+        Request::GraphReplay {
+            graph: u32::MAX,
+            times: 4096,
+            writes: &[5; 32],
+        },
+        Request::GraphDestroy { graph: 1 },
         Request::Sync,
         Request::Reset,
         Request::Info,
@@ -78,6 +114,7 @@ fn sample_responses() -> Vec<Response> {
     vec![
         Response::Ok,
         Response::Allocated { addr: 0x1000 },
+        Response::Graph { id: 42 },
         Response::Module {
             id: 1,
             kernels: vec![],

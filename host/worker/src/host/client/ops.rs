@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use super::calls::later;
 use super::Worker;
 use crate::contract::channel::Answer;
+use crate::contract::messages::GraphOp;
 use crate::contract::{ErrorKind, Launch, LoadedModule, Request, Response, WorkerInfo};
 use crate::host::error::WorkerError;
 use crate::host::guest_memory::GuestSpan;
@@ -239,6 +240,59 @@ impl Worker {
         self.last_launch = (l.module, l.kernel);
         self.launches += 1;
         Ok(())
+    }
+
+    /// Records `ops` as a graph in the worker (on cuda, built and instantiated once); its id.
+    pub fn graph_create(&mut self, ops: &[GraphOp<'_>]) -> Result<u32, WorkerError> {
+        let req = Request::GraphCreate { ops: ops.to_vec() };
+        match self.call(&req, self.op_timeout)? {
+            Response::Graph { id } => Ok(id),
+            other => Err(self.unexpected("graph-create", &other)),
+        }
+    }
+
+    /// Replaces the argument block of launch `node` of `graph` for its next replays.
+    pub fn graph_set_args(
+        &mut self,
+        graph: u32,
+        node: u32,
+        args: &[u8],
+    ) -> Result<(), WorkerError> {
+        self.call_ok(&Request::GraphSetArgs { graph, node, args })
+    }
+
+    /// Writes `writes` (16-byte records: a device address, 8 bytes of value), then replays
+    /// `graph` `times` times. `deadlines` is the sum of the graph's launch deadlines: each replay
+    /// may keep the worker busy that long. On the emulator the answer comes once the replays
+    /// ran (the call may take them all); on cuda once they are queued, and later calls may wait
+    /// behind them as behind launches.
+    pub fn graph_replay(
+        &mut self,
+        graph: u32,
+        times: u32,
+        writes: &[u8],
+        deadlines: Duration,
+    ) -> Result<(), WorkerError> {
+        let bound = self.launch_bound(deadlines).saturating_mul(times.max(1));
+        let req = Request::GraphReplay {
+            graph,
+            times,
+            writes,
+        };
+        let r = match self.call(&req, self.op_timeout.saturating_add(bound))? {
+            Response::Ok => Ok(()),
+            other => Err(self.unexpected("graph-replay", &other)),
+        };
+        if r.is_ok() && !self.drains(&req) {
+            let now = Instant::now();
+            let from = self.pending_until.map_or(now, |p| p.max(now));
+            self.pending_until = Some(later(from, bound));
+        }
+        r
+    }
+
+    pub fn graph_destroy(&mut self, graph: u32) -> Result<(), WorkerError> {
+        self.call_ok(&Request::GraphDestroy { graph })
     }
 
     /// Waits for every launched kernel; reports the first fault or missed deadline.

@@ -11,7 +11,9 @@ use tasklet_ptx::{DeviceMemory, ExecError, LaunchParams, MemError, Module};
 use std::time::{Duration, Instant};
 
 use super::module_check::{self, Loader};
+use super::recorded::{self, Recorded};
 use super::{source, Backend, BackendError};
+use crate::contract::messages::GraphOp;
 use crate::contract::{quote, ErrorKind, Launch, LaunchLimits, LoadedModule, WorkerInfo};
 
 /// The device the emulator is: what modules are checked against.
@@ -61,6 +63,8 @@ pub struct EmuBackend {
     cores: u64,
     /// Time spent executing launches so far ([`Backend::gpu_time`]).
     executing: Duration,
+    /// Graphs, replayed op by op.
+    graphs: Recorded,
 }
 
 impl EmuBackend {
@@ -78,6 +82,7 @@ impl EmuBackend {
             threads,
             cores: std::thread::available_parallelism().map_or(1, |n| n.get() as u64),
             executing: Duration::ZERO,
+            graphs: Recorded::default(),
         }
     }
 
@@ -282,6 +287,41 @@ impl Backend for EmuBackend {
         }
     }
 
+    fn graph_create(&mut self, ops: &[GraphOp<'_>]) -> Result<u32, BackendError> {
+        for (i, op) in ops.iter().enumerate() {
+            if let GraphOp::Launch(l) = op {
+                if self.kernel_name(l.module, l.kernel).is_none() {
+                    return Err(BackendError::new(
+                        ErrorKind::InvalidArgument,
+                        format!(
+                            "graph node {i}: no kernel {} in module {}",
+                            l.kernel, l.module
+                        ),
+                    ));
+                }
+            }
+        }
+        self.graphs.create(ops)
+    }
+
+    fn graph_set_args(&mut self, graph: u32, node: u32, args: &[u8]) -> Result<(), BackendError> {
+        self.graphs.set_args(graph, node, args)
+    }
+
+    fn graph_replay(&mut self, graph: u32, times: u32, writes: &[u8]) -> Result<(), BackendError> {
+        for (addr, value) in recorded::writes(writes)? {
+            self.write(addr, value)?;
+        }
+        let ops = self.graphs.take(graph)?;
+        let r = recorded::replay(self, graph, &ops, times);
+        self.graphs.put_back(graph, ops);
+        r
+    }
+
+    fn graph_destroy(&mut self, graph: u32) -> Result<(), BackendError> {
+        self.graphs.destroy(graph)
+    }
+
     fn sync(&mut self) -> Result<(), BackendError> {
         // Every op already ran to completion.
         Ok(())
@@ -294,6 +334,7 @@ impl Backend for EmuBackend {
     fn reset(&mut self) -> Result<(), BackendError> {
         self.mem.clear();
         self.modules.clear();
+        self.graphs.clear();
         self.allocs.clear();
         self.used = 0;
         self.requested = 0;

@@ -32,6 +32,7 @@ pub mod cuda;
 mod emu;
 mod module_check;
 mod null;
+pub mod recorded;
 mod source;
 
 pub use cuda::CudaBackend;
@@ -40,6 +41,7 @@ pub use null::NullBackend;
 
 use std::time::Duration;
 
+use crate::contract::messages::GraphOp;
 use crate::contract::{BackendKind, ErrorKind, Launch, LoadedModule, WorkerInfo};
 
 /// A refused or failed backend operation.
@@ -100,6 +102,44 @@ pub trait Backend {
     /// it; the default ignores it.
     fn number_launches_from(&mut self, first: u64) {
         let _ = first;
+    }
+    /// Sets `len` bytes at `addr` (both multiples of 4, within one allocation) to `value`
+    /// repeated, little-endian, in order with the rest. By default, a write of the pattern.
+    fn fill(&mut self, addr: u64, len: u64, value: u32) -> Result<(), BackendError> {
+        let n = usize::try_from(len)
+            .map_err(|_| BackendError::new(ErrorKind::OutOfBounds, "fill too large"))?;
+        let pattern: Vec<u8> = value
+            .to_le_bytes()
+            .iter()
+            .copied()
+            .cycle()
+            .take(n)
+            .collect();
+        self.write(addr, &pattern)
+    }
+    /// Records `ops` as a graph to replay; its id (from 1, never reused). Every launch names a
+    /// loaded module's kernel; the rest is checked as the ops are (at each replay, or, on cuda,
+    /// once here).
+    fn graph_create(&mut self, ops: &[GraphOp<'_>]) -> Result<u32, BackendError> {
+        let _ = ops;
+        Err(BackendError::new(
+            ErrorKind::Unsupported,
+            "this backend records no graphs",
+        ))
+    }
+    /// Replaces the argument block of launch `node` of `graph` for the next replays.
+    fn graph_set_args(&mut self, graph: u32, node: u32, args: &[u8]) -> Result<(), BackendError> {
+        let _ = (node, args);
+        Err(recorded::no_graph(graph))
+    }
+    /// Writes `writes` (16-byte records: a device address, then the 8 bytes to store there),
+    /// then replays `graph` `times` times, all in order with everything else.
+    fn graph_replay(&mut self, graph: u32, times: u32, writes: &[u8]) -> Result<(), BackendError> {
+        let _ = (times, writes);
+        Err(recorded::no_graph(graph))
+    }
+    fn graph_destroy(&mut self, graph: u32) -> Result<(), BackendError> {
+        Err(recorded::no_graph(graph))
     }
     /// Waits for everything queued and reports the first deferred error.
     fn sync(&mut self) -> Result<(), BackendError>;

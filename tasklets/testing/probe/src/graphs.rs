@@ -1,0 +1,79 @@
+//! Graphs (contract 0.2's `graph` resource) through the SDK's `Graph`.
+
+use tasklet_gpu::{GraphArgs, LaunchConfig};
+
+use super::{Out, Step, MIB};
+
+/// `add_step(unsigned* x, const unsigned long long* step, unsigned n)`: `x[i] = 3 x[i] + *step`.
+const ADD_STEP_PTX: &str = "\
+.version 7.0
+.target sm_50
+.address_size 64
+
+.visible .entry add_step(
+\t.param .u64 add_step_x,
+\t.param .u64 add_step_step,
+\t.param .u32 add_step_n
+)
+{
+\t.reg .pred %p<2>;
+\t.reg .b32 %r<9>;
+\t.reg .b64 %rd<8>;
+
+\tld.param.u64 %rd1, [add_step_x];
+\tld.param.u64 %rd2, [add_step_step];
+\tld.param.u32 %r1, [add_step_n];
+\tmov.u32 %r2, %ctaid.x;
+\tmov.u32 %r3, %ntid.x;
+\tmov.u32 %r4, %tid.x;
+\tmad.lo.s32 %r5, %r2, %r3, %r4;
+\tsetp.ge.u32 %p1, %r5, %r1;
+\t@%p1 bra DONE;
+\tcvta.to.global.u64 %rd3, %rd1;
+\tcvta.to.global.u64 %rd4, %rd2;
+\tld.global.u32 %r6, [%rd4];
+\tmul.wide.u32 %rd5, %r5, 4;
+\tadd.s64 %rd6, %rd3, %rd5;
+\tld.global.u32 %r7, [%rd6];
+\tmad.lo.s32 %r8, %r7, 3, %r6;
+\tst.global.u32 [%rd6], %r8;
+DONE:
+\tret;
+}
+";
+
+const WORDS: usize = 256;
+
+/// `graph <n>`: a graph of one `add_step` over 256 words reading a device scalar, replayed `n`
+/// times with the scalar set to the replay's number (1, 2, …) before each → `ok graph <n>
+/// replays`; read back against the same steps on the CPU → `ok matches` or `error mismatch
+/// index <i>`.
+pub(super) fn graph(out: &mut Out, n: u32) -> Step {
+    let lease = out.setup(tasklet_gpu::Lease::acquire(MIB, 60))?;
+    let session = out.setup(lease.session())?;
+    let module = out.setup(session.load_ptx(ADD_STEP_PTX))?;
+    let add_step = out.setup(module.kernel("add_step"))?;
+    let start: Vec<u32> = (0..WORDS as u32).collect();
+    let x = out.setup(session.alloc_from(&start))?;
+    let graph = out.setup(session.graph())?;
+    let step = out.setup(graph.scalar(0))?;
+    let args = GraphArgs::new().arg(&x).scalar(step).arg(WORDS as u32);
+    let config = LaunchConfig::for_num_elems(WORDS as u32);
+    out.setup(graph.launch(&add_step, config, args))?;
+    for r in 1..=n {
+        out.setup(graph.set_scalar(step, u64::from(r)))?;
+        out.setup(graph.replay(1))?;
+    }
+    out.ok(format!("graph {n} replays"));
+    out.setup(session.sync())?;
+    let got = out.setup(x.read())?;
+    let want: Vec<u32> = start
+        .iter()
+        .map(|&v| (1..=n).fold(v, |v, r| v.wrapping_mul(3).wrapping_add(r)))
+        .collect();
+    match (0..WORDS).find(|&i| got[i] != want[i]) {
+        None => out.ok("matches"),
+        Some(i) => out.line(format!("error mismatch index {i}")),
+    }
+    Ok(())
+}

@@ -1,0 +1,328 @@
+//! Graphs (contract 0.2's `graph` resource) through a tasklet's GPU service on this node
+//! (`LocalGpu`) and through the probe tasklet (the SDK's `Graph`), on the suite's backend: a
+//! replayed graph leaves exactly what its operations run one by one leave, device scalars and
+//! recorded arguments change between replays without recording again, and a graph holds only
+//! its session's own buffers, kernels and graphs, within its limits.
+
+use std::sync::Arc;
+
+use tasklet_runtime::gpu::{
+    BufferId, GpuService, GraphArg, GraphId, KernelArg, KernelRef, LaunchConfig, LeaseRequest,
+    LocalGpu, ModuleId, SessionId, MAX_GRAPH_NODES, MAX_GRAPH_REPLAYS, MAX_GRAPH_SCALARS,
+};
+use tasklet_runtime::{GpuError, Host};
+use tasklet_tests::{assert_baseline, manifest, run_probe, test_host};
+
+/// `add_step(unsigned* x, const unsigned long long* step, unsigned n)`: `x[i] = 3 x[i] + *step`
+/// (the low 32 bits of the step), so any change of order or of a step shows in the result.
+pub const ADD_STEP_PTX: &str = "\
+.version 7.0
+.target sm_50
+.address_size 64
+
+.visible .entry add_step(
+\t.param .u64 add_step_x,
+\t.param .u64 add_step_step,
+\t.param .u32 add_step_n
+)
+{
+\t.reg .pred %p<2>;
+\t.reg .b32 %r<9>;
+\t.reg .b64 %rd<8>;
+
+\tld.param.u64 %rd1, [add_step_x];
+\tld.param.u64 %rd2, [add_step_step];
+\tld.param.u32 %r1, [add_step_n];
+\tmov.u32 %r2, %ctaid.x;
+\tmov.u32 %r3, %ntid.x;
+\tmov.u32 %r4, %tid.x;
+\tmad.lo.s32 %r5, %r2, %r3, %r4;
+\tsetp.ge.u32 %p1, %r5, %r1;
+\t@%p1 bra DONE;
+\tcvta.to.global.u64 %rd3, %rd1;
+\tcvta.to.global.u64 %rd4, %rd2;
+\tld.global.u32 %r6, [%rd4];
+\tmul.wide.u32 %rd5, %r5, 4;
+\tadd.s64 %rd6, %rd3, %rd5;
+\tld.global.u32 %r7, [%rd6];
+\tmad.lo.s32 %r8, %r7, 3, %r6;
+\tst.global.u32 [%rd6], %r8;
+DONE:
+\tret;
+}
+";
+
+/// Words in each buffer.
+const N: u32 = 1000;
+
+fn config() -> LaunchConfig {
+    LaunchConfig {
+        grid: [N.div_ceil(256), 1, 1],
+        block: [256, 1, 1],
+        shared_mem_bytes: 0,
+    }
+}
+
+struct Rig {
+    gpu: LocalGpu,
+    s: SessionId,
+    m: ModuleId,
+}
+
+fn rig(host: &Host) -> Rig {
+    let grant = host.policy().grant(&manifest("testing/probe"));
+    let mut gpu = LocalGpu::new(grant, Arc::clone(host.leases()));
+    let lease = gpu
+        .lease_acquire(LeaseRequest {
+            min_vram: 4 << 20,
+            secs: 60,
+            device: None,
+        })
+        .expect("lease");
+    let s = gpu.session_open(lease).expect("session");
+    let m = gpu.module_load(s, ADD_STEP_PTX).expect("add_step loads");
+    Rig { gpu, s, m }
+}
+
+impl Rig {
+    /// A buffer of `N` words, `i * 7 + seed` each.
+    fn words(&mut self, seed: u32) -> BufferId {
+        let b = self.gpu.mem_alloc(self.s, 4 * u64::from(N)).expect("alloc");
+        let data: Vec<u8> = (0..N).flat_map(|i| (i * 7 + seed).to_le_bytes()).collect();
+        self.gpu.mem_write(self.s, b, 0, &data).expect("write");
+        b
+    }
+
+    fn read(&mut self, b: BufferId) -> Vec<u8> {
+        self.gpu.sync(self.s).expect("sync");
+        self.gpu
+            .mem_read(self.s, b, 0, 4 * u64::from(N))
+            .expect("read")
+    }
+
+    fn add_step(&mut self, x: BufferId, step: BufferId) {
+        let args = [buf(x), buf(step), KernelArg::U32(N)];
+        self.gpu
+            .launch_kernel(self.s, self.m, KernelRef::At(0), &config(), &args)
+            .expect("launch");
+    }
+
+    fn record_add_step(&mut self, g: GraphId, x: BufferId, step: GraphArg<'static>) -> u32 {
+        let args = [
+            GraphArg::Arg(buf(x)),
+            step,
+            GraphArg::Arg(KernelArg::U32(N)),
+        ];
+        self.gpu
+            .graph_launch(self.s, g, self.m, KernelRef::At(0), &config(), &args)
+            .expect("record launch")
+    }
+}
+
+fn buf(buffer: BufferId) -> KernelArg<'static> {
+    KernelArg::Buffer { buffer, offset: 0 }
+}
+
+/// A graph of launches (reading a device scalar), a copy and a fill, replayed with the scalar
+/// and a launch's arguments changed between replays, against the same operations one by one
+/// (the scalar then an ordinary buffer written before each round).
+#[test]
+fn a_replayed_graph_leaves_what_its_operations_one_by_one_leave() {
+    let host = test_host!();
+    let mut r = rig(&host);
+    let (gx, gy, gf) = (r.words(1), r.words(2), r.words(3));
+    let (x, y, f) = (r.words(1), r.words(2), r.words(3));
+    let step = r.gpu.mem_alloc(r.s, 8).expect("alloc");
+
+    let g = r.gpu.graph_create(r.s).expect("graph");
+    let k = r.gpu.graph_scalar(r.s, g, 1).expect("scalar");
+    r.record_add_step(g, gx, GraphArg::Scalar(k));
+    r.gpu
+        .graph_copy(r.s, g, (gy, 0), (gx, 0), 4 * u64::from(N))
+        .expect("record copy");
+    let second = r.record_add_step(g, gy, GraphArg::Scalar(k));
+    r.gpu
+        .graph_fill(r.s, g, (gf, 40), 400, 0xdead_beef)
+        .expect("record fill");
+
+    // The same, one by one: `rounds` times with the step `value`.
+    let one_by_one = |r: &mut Rig, value: u64, rounds: u32, second_on: BufferId| {
+        r.gpu
+            .mem_write(r.s, step, 0, &value.to_le_bytes())
+            .expect("write step");
+        for _ in 0..rounds {
+            r.add_step(x, step);
+            r.gpu
+                .mem_copy(r.s, (y, 0), (x, 0), 4 * u64::from(N))
+                .expect("copy");
+            r.add_step(second_on, step);
+            let fill: Vec<u8> = (0..100)
+                .flat_map(|_| 0xdead_beefu32.to_le_bytes())
+                .collect();
+            r.gpu.mem_write(r.s, f, 40, &fill).expect("fill");
+        }
+    };
+
+    r.gpu.graph_replay(r.s, g, 3).expect("replay");
+    one_by_one(&mut r, 1, 3, y);
+    r.gpu.graph_set_scalar(r.s, g, k, 10).expect("set scalar");
+    r.gpu.graph_replay(r.s, g, 2).expect("replay");
+    one_by_one(&mut r, 10, 2, y);
+    // The second launch now works on x instead of y, for the next replays.
+    let moved = [
+        GraphArg::Arg(buf(gx)),
+        GraphArg::Scalar(k),
+        GraphArg::Arg(KernelArg::U32(N)),
+    ];
+    r.gpu
+        .graph_set_args(r.s, g, second, &moved)
+        .expect("set args");
+    r.gpu
+        .graph_set_scalar(r.s, g, k, 1 << 20)
+        .expect("set scalar");
+    r.gpu.graph_replay(r.s, g, 4).expect("replay");
+    one_by_one(&mut r, 1 << 20, 4, x);
+
+    for (graph, plain, what) in [(gx, x, "x"), (gy, y, "y"), (gf, f, "the filled buffer")] {
+        let (a, b) = (r.read(graph), r.read(plain));
+        assert!(
+            a == b,
+            "{what} differs between the graph and the operations one by one"
+        );
+    }
+    // Not vacuous: the words moved.
+    assert_ne!(r.read(x)[..8], 1u32.to_le_bytes().repeat(2)[..]);
+    r.gpu.graph_drop(r.s, g);
+    drop(r);
+    assert_baseline(&host);
+}
+
+fn refused(r: Result<impl std::fmt::Debug, GpuError>, says: &str) {
+    match r {
+        Err(GpuError::InvalidArgument(m)) | Err(GpuError::OutOfBounds(m)) if m.contains(says) => {}
+        other => panic!("expected a refusal saying {says:?}, got {other:?}"),
+    }
+}
+
+/// A graph holds only its session's own buffers, kernels and graphs; what it recorded must still
+/// be the session's at replay; and its limits bite.
+#[test]
+fn a_graph_holds_only_its_sessions_own_things_within_its_limits() {
+    let host = test_host!();
+    let mut r = rig(&host);
+    let mut other = rig(&host);
+    let mine = r.words(0);
+    let theirs = other.words(0);
+    let g = r.gpu.graph_create(r.s).expect("graph");
+    let k = r.gpu.graph_scalar(r.s, g, 0).expect("scalar");
+    let args = |b| {
+        [
+            GraphArg::Arg(buf(b)),
+            GraphArg::Scalar(k),
+            GraphArg::Arg(KernelArg::U32(N)),
+        ]
+    };
+    // Another session's buffer, kernel (its module), graph.
+    refused(
+        r.gpu
+            .graph_launch(r.s, g, r.m, KernelRef::At(0), &config(), &args(theirs)),
+        "another session",
+    );
+    refused(
+        r.gpu
+            .graph_launch(r.s, g, other.m, KernelRef::At(0), &config(), &args(mine)),
+        "another session",
+    );
+    refused(
+        r.gpu.graph_copy(r.s, g, (mine, 0), (theirs, 0), 4),
+        "another session",
+    );
+    let their_graph = other.gpu.graph_create(other.s).expect("their graph");
+    refused(r.gpu.graph_replay(r.s, their_graph, 1), "another session");
+    refused(
+        r.gpu.graph_launch(
+            r.s,
+            their_graph,
+            r.m,
+            KernelRef::At(0),
+            &config(),
+            &args(mine),
+        ),
+        "another session",
+    );
+    // A scalar the graph does not have; spans and shapes a graph refuses.
+    refused(
+        r.gpu.graph_launch(
+            r.s,
+            g,
+            r.m,
+            KernelRef::At(0),
+            &config(),
+            &[
+                GraphArg::Arg(buf(mine)),
+                GraphArg::Scalar(5),
+                GraphArg::Arg(KernelArg::U32(N)),
+            ],
+        ),
+        "device scalar 5",
+    );
+    refused(
+        r.gpu.graph_copy(r.s, g, (mine, 8), (mine, 0), 16),
+        "overlap",
+    );
+    refused(r.gpu.graph_fill(r.s, g, (mine, 2), 8, 0), "multiples of 4");
+    refused(
+        r.gpu.graph_fill(r.s, g, (mine, 0), 4 * u64::from(N) + 4, 0),
+        "outside",
+    );
+    refused(r.gpu.graph_replay(r.s, g, 1), "recorded nothing");
+
+    // Recorded, then freed or unloaded: the replay is refused, nothing runs.
+    let doomed = r.words(0);
+    r.record_add_step(g, mine, GraphArg::Scalar(k));
+    r.gpu.graph_replay(r.s, g, 1).expect("replay");
+    let spare = r.gpu.graph_create(r.s).expect("graph");
+    r.gpu
+        .graph_fill(r.s, spare, (doomed, 0), 16, 1)
+        .expect("record");
+    r.gpu.mem_free(r.s, doomed);
+    refused(r.gpu.graph_replay(r.s, spare, 1), "freed");
+    let before = r.read(mine);
+    r.gpu.module_unload(r.s, r.m);
+    refused(r.gpu.graph_replay(r.s, g, 1), "unloaded");
+    assert_eq!(r.read(mine), before, "no refused replay ran");
+
+    // The limits.
+    refused(r.gpu.graph_replay(r.s, g, 0), "1 to");
+    refused(r.gpu.graph_replay(r.s, g, MAX_GRAPH_REPLAYS + 1), "1 to");
+    for _ in 1..MAX_GRAPH_SCALARS {
+        r.gpu.graph_scalar(r.s, g, 0).expect("scalar");
+    }
+    refused(r.gpu.graph_scalar(r.s, g, 0), "device scalars, the most");
+    let full = r.gpu.graph_create(r.s).expect("graph");
+    for _ in 0..MAX_GRAPH_NODES {
+        r.gpu
+            .graph_fill(r.s, full, (mine, 0), 4, 0)
+            .expect("record");
+    }
+    refused(
+        r.gpu.graph_fill(r.s, full, (mine, 0), 4, 0),
+        "the most one graph may",
+    );
+    drop(r);
+    drop(other);
+    assert_baseline(&host);
+}
+
+/// The probe's `graph` command: the SDK's `Graph` from a tasklet, against the CPU's answer.
+#[test]
+fn a_tasklet_replays_a_graph_with_a_device_scalar() {
+    let host = test_host!();
+    let lines = run_probe(&host, "graph 5");
+    let text: Vec<String> = lines
+        .iter()
+        .map(|(a, b, c)| format!("{a} {b} {c}"))
+        .collect();
+    assert_eq!(text, ["ok graph 5 replays", "ok matches "], "{lines:?}");
+    assert_baseline(&host);
+}

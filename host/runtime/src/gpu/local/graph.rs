@@ -270,7 +270,7 @@ impl LocalGpu {
         value: u32,
     ) -> Result<u32, GpuError> {
         self.need(Right::Write)?;
-        if dst.1 % 4 != 0 || len % 4 != 0 {
+        if !dst.1.is_multiple_of(4) || !len.is_multiple_of(4) {
             return Err(invalid(format!(
                 "a fill sets whole 32-bit words: offset {} and length {len} must be multiples of 4",
                 dst.1
@@ -424,6 +424,9 @@ impl LocalGpu {
                 }
                 launches += 1;
                 deadlines = deadlines.saturating_add(*deadline);
+            } else {
+                // A copy or a fill: far less than a second for any allocation a lease holds.
+                deadlines = deadlines.saturating_add(Duration::from_secs(1));
             }
         }
         let mut writes = Vec::with_capacity(16 * g.dirty.len());

@@ -177,7 +177,7 @@ pub fn replay(b: &mut dyn Backend, graph: u32, ops: &[Op], times: u32) -> Result
 /// The records of a replay's writes, (address, value bytes) each; a length that is not whole
 /// records is refused.
 pub fn writes(records: &[u8]) -> Result<impl Iterator<Item = (u64, &[u8])>, BackendError> {
-    if records.len() % 16 != 0 {
+    if !records.len().is_multiple_of(16) {
         return Err(BackendError::new(
             ErrorKind::InvalidArgument,
             "a replay's writes are 16-byte records",

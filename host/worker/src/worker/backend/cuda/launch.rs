@@ -102,6 +102,9 @@ struct Members {
     names: [Option<Arc<str>>; GROUP_MAX],
     ordinals: [u64; GROUP_MAX],
     n: usize,
+    /// What a group of one graph replay says it is, in place of its launches
+    /// ([`Timeline::launch_graph`]).
+    label: Option<Arc<str>>,
 }
 
 impl Members {
@@ -118,6 +121,9 @@ impl Members {
     /// 3 launched together)". Names are quoted in part ([`quote::name`]), and at most
     /// [`NAMES_SHOWN`] of them: a group's message repeats no more of a tenant's names than that.
     fn describe(&self) -> String {
+        if let Some(label) = &self.label {
+            return label.to_string();
+        }
         let mut names: Vec<&str> = Vec::with_capacity(self.n);
         for name in self.names.iter().flatten() {
             if !names.contains(&&**name) {
@@ -665,6 +671,52 @@ impl Timeline {
             }
             at += n;
         }
+        Ok(())
+    }
+
+    /// Launches an instantiated graph (a tenant's recorded graph, see `user_graphs`) on the
+    /// worker's stream as a group of its own: one completion event after it, a deadline that is
+    /// the sum of its kernels' (`deadline`), and `label` for messages about it. It counts as one
+    /// launch in flight.
+    pub fn launch_graph(
+        &self,
+        exec: CuGraphExec,
+        deadline: Duration,
+        label: &Arc<str>,
+    ) -> Result<(), BackendError> {
+        let Some(api) = self.drv.graphs.as_ref() else {
+            return Err(BackendError::new(
+                ErrorKind::Unsupported,
+                "this CUDA driver has no graph API",
+            ));
+        };
+        let mut q = self.lock();
+        self.close(&mut q);
+        if q.kernels + 1 > MAX_PENDING {
+            drop(q);
+            self.wait_for(|q| q.kernels < MAX_PENDING)?;
+            q = self.lock();
+        }
+        self.open(&mut q);
+        // SAFETY: an instantiated graph of this context; the worker's stream.
+        let r = unsafe { (api.launch)(exec, self.stream.0) };
+        if r != CUDA_SUCCESS {
+            return Err(BackendError::new(
+                ErrorKind::LaunchFailed,
+                format!(
+                    "{label}: cuGraphLaunch refused it: {}",
+                    self.drv.describe(r)
+                ),
+            ));
+        }
+        self.begin_segment(&mut q);
+        if let Some(open) = q.open.as_mut() {
+            open.deadlines = open.deadlines.saturating_add(deadline);
+            open.members.n = 1;
+            open.members.label = Some(Arc::clone(label));
+        }
+        q.kernels += 1;
+        self.close(&mut q);
         Ok(())
     }
 

@@ -31,12 +31,14 @@ mod launch;
 mod memory;
 mod modules;
 mod signal;
+mod user_graphs;
 
 use std::ffi::c_void;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{module_check, source, Backend, BackendError, BackendOptions};
+use crate::contract::messages::GraphOp;
 use crate::contract::{ErrorKind, Launch, LoadedModule, WorkerInfo};
 use driver::*;
 use errors::LoadTarget;
@@ -103,6 +105,8 @@ pub struct CudaBackend {
     /// The last sync was answered by the worker only to carry the GPU time: its answer gives
     /// the time the watchdog has counted, and counts nothing itself (see `Backend::gpu_time`).
     report_only: bool,
+    /// The tenant's recorded graphs (`user_graphs`).
+    user_graphs: user_graphs::UserGraphs,
 }
 
 impl CudaBackend {
@@ -158,6 +162,7 @@ impl CudaBackend {
             next_ordinal: 1,
             answered_by_word: false,
             reported: Instant::now(),
+            user_graphs: user_graphs::UserGraphs::default(),
             unreported: false,
             report_only: false,
         })
@@ -480,6 +485,7 @@ impl Backend for CudaBackend {
 
     fn unload_module(&mut self, id: u32) -> Result<(), BackendError> {
         self.usable()?;
+        self.destroy_user_graphs_of(Some(id));
         if let Some(module) = self.modules.release(id)? {
             self.ready()?;
             self.unload(module)?;
@@ -573,6 +579,22 @@ impl Backend for CudaBackend {
         self.next_ordinal = first;
     }
 
+    fn graph_create(&mut self, ops: &[GraphOp<'_>]) -> Result<u32, BackendError> {
+        self.create_user_graph(ops)
+    }
+
+    fn graph_set_args(&mut self, graph: u32, node: u32, args: &[u8]) -> Result<(), BackendError> {
+        self.set_user_graph_args(graph, node, args)
+    }
+
+    fn graph_replay(&mut self, graph: u32, times: u32, writes: &[u8]) -> Result<(), BackendError> {
+        self.replay_user_graph(graph, times, writes)
+    }
+
+    fn graph_destroy(&mut self, graph: u32) -> Result<(), BackendError> {
+        self.destroy_user_graph(graph)
+    }
+
     fn sync(&mut self) -> Result<(), BackendError> {
         self.ready()?;
         self.check_unchecked_async()
@@ -652,6 +674,7 @@ impl Backend for CudaBackend {
 
     fn reset(&mut self) -> Result<(), BackendError> {
         self.ready()?;
+        self.destroy_user_graphs_of(None);
         let mut first: Option<BackendError> = None;
         for addr in self.mem.drain() {
             // SAFETY: a live allocation of ours; the queue is drained.

@@ -163,7 +163,7 @@ impl<'p> GpuCall<'p> {
     /// input at least.
     fn lease_for<T>(&self, len: usize) -> LeaseBuilder {
         let asked = self.lease.request().min_vram;
-        self.lease.min_vram(asked.max(vram_for::<T>(len)))
+        self.lease.clone().min_vram(asked.max(vram_for::<T>(len)))
     }
 
     /// Runs the kernel over a device copy of `input` and returns the buffer's contents afterwards
@@ -195,6 +195,13 @@ impl<'p> GpuCall<'p> {
                 CallArg::Scalar(s) => s.to_submit_arg(),
             })
             .collect();
+        // The one-shot carries a lease request alone: requirements would be dropped unseen.
+        if self.lease.requirements().is_some() {
+            return Err(Error::invalid_input(
+                "a GpuCall cannot require a device's UUID, model, compute capability or size; acquire a Lease with \
+                 them (Lease::builder()) and launch in its session",
+            ));
+        }
         let call = raw::Submission {
             lease: self.lease_for::<T>(input.len()).request(),
             module,

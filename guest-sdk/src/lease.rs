@@ -21,6 +21,11 @@ pub struct DeviceInfo {
     pub free_memory: u64,
     /// Compute capability as (major, minor); the emulator reports the PTX target it emulates.
     pub compute_capability: (u32, u32),
+    /// The GPU's or MIG instance's UUID (`GPU-…`, `MIG-…`), or `emu-N` for an emulated device:
+    /// what [`LeaseBuilder::uuid`] takes. Slots of one GPU share its UUID.
+    pub uuid: String,
+    /// Leases on the device now.
+    pub leases: u32,
 }
 
 /// The devices this tasklet may lease.
@@ -40,6 +45,8 @@ pub fn inventory() -> Vec<DeviceInfo> {
             total_memory: d.total_memory,
             free_memory: d.free_memory,
             compute_capability: d.compute_capability,
+            uuid: d.uuid,
+            leases: d.leases,
         })
         .collect()
 }
@@ -165,12 +172,22 @@ impl Lease {
 }
 
 /// A lease request, from [`Lease::builder`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use = "a lease builder does nothing until .acquire()"]
 pub struct LeaseBuilder {
     min_vram: u64,
     secs: u32,
     device: Option<u32>,
+    requires: Requirements,
+}
+
+/// What a lease requires of its device besides its index (WIT `device-requirements`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Requirements {
+    uuid: Option<String>,
+    model: Option<String>,
+    min_compute_capability: Option<(u32, u32)>,
+    min_total_memory: Option<u64>,
 }
 
 impl Default for LeaseBuilder {
@@ -180,6 +197,7 @@ impl Default for LeaseBuilder {
             min_vram: Self::DEFAULT_MIN_VRAM,
             secs: Self::DEFAULT_SECS,
             device: None,
+            requires: Requirements::default(),
         }
     }
 }
@@ -231,6 +249,30 @@ impl LeaseBuilder {
         self
     }
 
+    /// On the device with this UUID ([`DeviceInfo::uuid`]: `GPU-…`, `MIG-…` or `emu-N`).
+    pub fn uuid(mut self, uuid: impl Into<String>) -> Self {
+        self.requires.uuid = Some(uuid.into());
+        self
+    }
+
+    /// On a device whose name contains `model`, case aside (e.g. `"H100"`).
+    pub fn model(mut self, model: impl Into<String>) -> Self {
+        self.requires.model = Some(model.into());
+        self
+    }
+
+    /// On a device of at least this compute capability (e.g. `(9, 0)` for Hopper).
+    pub fn min_compute_capability(mut self, major: u32, minor: u32) -> Self {
+        self.requires.min_compute_capability = Some((major, minor));
+        self
+    }
+
+    /// On a device that lends at least `bytes` in all ([`DeviceInfo::total_memory`]).
+    pub fn min_total_memory(mut self, bytes: u64) -> Self {
+        self.requires.min_total_memory = Some(bytes);
+        self
+    }
+
     /// The WIT request this builder describes.
     pub fn request(&self) -> raw::LeaseRequest {
         raw::LeaseRequest {
@@ -240,13 +282,41 @@ impl LeaseBuilder {
         }
     }
 
-    /// Asks the host for the lease. Fails with
-    /// [`CapacityExceeded`](crate::Error::CapacityExceeded) when the node cannot serve it and
-    /// [`QuotaExceeded`](crate::Error::QuotaExceeded) when the tasklet's grant does not allow it.
-    pub fn acquire(self) -> Result<Lease> {
-        Ok(Lease {
-            raw: raw::Lease::acquire(self.request())?,
+    /// The device requirements this builder describes, if it has any besides the device index
+    /// (then [`LeaseBuilder::acquire`] asks with `acquire-with`).
+    pub fn requirements(&self) -> Option<raw::DeviceRequirements> {
+        if self.requires == Requirements::default() {
+            return None;
+        }
+        let r = self.requires.clone();
+        Some(raw::DeviceRequirements {
+            uuid: r.uuid,
+            model: r.model,
+            min_compute_capability: r.min_compute_capability,
+            min_total_memory: r.min_total_memory,
         })
+    }
+
+    /// Asks the host for the lease. Fails with
+    /// [`CapacityExceeded`](crate::Error::CapacityExceeded) when the node cannot serve it (no
+    /// device meets the requirements with room for it: the message names what each device
+    /// lacked) and [`QuotaExceeded`](crate::Error::QuotaExceeded) when the tasklet's grant does
+    /// not allow it.
+    ///
+    /// ```no_run
+    /// let lease = tasklet_gpu::Lease::builder()
+    ///     .min_vram(1 << 30)
+    ///     .min_compute_capability(9, 0)
+    ///     .model("H100")
+    ///     .acquire()?;
+    /// # Ok::<(), tasklet_gpu::Error>(())
+    /// ```
+    pub fn acquire(self) -> Result<Lease> {
+        let raw = match self.requirements() {
+            None => raw::Lease::acquire(self.request())?,
+            Some(requires) => raw::Lease::acquire_with(self.request(), &requires)?,
+        };
+        Ok(Lease { raw })
     }
 }
 
@@ -289,6 +359,23 @@ mod tests {
             .device(2)
             .request();
         assert_eq!((r.min_vram, r.secs, r.device), (1 << 20, 5, Some(2)));
+    }
+
+    #[test]
+    fn requirements_are_asked_for_only_when_set() {
+        assert!(Lease::builder().device(1).requirements().is_none());
+        let b = Lease::builder()
+            .uuid("GPU-1234")
+            .model("H100")
+            .min_compute_capability(9, 0)
+            .min_total_memory(40 << 30);
+        let r = b.requirements().expect("requirements");
+        assert_eq!(r.uuid.as_deref(), Some("GPU-1234"));
+        assert_eq!(r.model.as_deref(), Some("H100"));
+        assert_eq!(r.min_compute_capability, Some((9, 0)));
+        assert_eq!(r.min_total_memory, Some(40 << 30));
+        // The request itself is unchanged by them.
+        assert_eq!(b.request().device, None);
     }
 
     #[test]

@@ -255,6 +255,8 @@ impl GpuService for RemoteGpu {
                 total_memory: d.total_memory,
                 free_memory: d.free_memory,
                 compute_capability: d.compute_capability,
+                uuid: d.uuid,
+                leases: d.leases,
             })
             .collect()
     }

@@ -13,7 +13,10 @@ use std::time::{Duration, Instant};
 use tasklet_runtime::config::DeviceSelector;
 use tasklet_runtime::lease::{EndReason, GpuAccount, Lease};
 use tasklet_runtime::{BackendKind, DeviceRequirement, GpuError, Host, Policy};
-use tasklet_tests::{assert_baseline, backend, test_host, test_policy};
+use tasklet_tests::{
+    assert_baseline, assert_gpu_error, backend, load, manifest, probe_lines, run_ok, test_host,
+    test_policy,
+};
 
 const MIB: u64 = 1 << 20;
 
@@ -210,5 +213,50 @@ fn a_lost_worker_is_replaced_on_its_own_device_and_the_other_notices_nothing() {
     for l in [healthy, next] {
         m.end(&l, EndReason::Dropped);
     }
+    assert_baseline(&host);
+}
+
+/// A tasklet sees every device (`inventory.devices`, with UUIDs and lease counts), acquires a
+/// lease by UUID (`lease.acquire-with` through the SDK's builder), and is refused
+/// `capacity-exceeded` naming what no device had; a one-shot that would drop a requirement is
+/// refused by the SDK.
+#[test]
+fn a_tasklet_lists_every_device_and_leases_by_requirement() {
+    let host = test_host!(two_device_policy());
+    let tasklet = load(&host, manifest("testing/sdk-check"));
+    let lines = probe_lines(&run_ok(&host, &tasklet, "devices"));
+    let (status, what, listed) = &lines[0];
+    assert_eq!(
+        (status.as_str(), what.as_str()),
+        ("ok", "devices"),
+        "{lines:?}"
+    );
+    let d = host.devices();
+    let expected: Vec<String> = d
+        .iter()
+        .map(|d| format!("{}:{}:0", d.uuid, d.total_memory))
+        .collect();
+    assert_eq!(listed, &format!("2 {}", expected.join(" ")), "{lines:?}");
+    // By UUID: on the emulator device 1 (emu-1); two slots of one GPU share theirs, and the
+    // lease goes to the first of them with the most free.
+    let by_uuid = match backend() {
+        BackendKind::Emu => "device=1",
+        BackendKind::Cuda => "device=0",
+    };
+    assert_eq!(
+        lines[1],
+        ("ok".into(), "by-uuid".into(), by_uuid.into()),
+        "{lines:?}"
+    );
+    assert_gpu_error(&lines, 2, "capacity-exceeded", "compute capability");
+    assert_gpu_error(&lines, 2, "capacity-exceeded", "99.0 required");
+    assert_gpu_error(
+        &lines,
+        3,
+        "capacity-exceeded",
+        "does not contain \"no-such-gpu\"",
+    );
+    assert_gpu_error(&lines, 4, "invalid-input", "acquire a Lease with");
+    assert_eq!(lines.len(), 5, "{lines:?}");
     assert_baseline(&host);
 }

@@ -9,7 +9,7 @@ use tasklet_runtime::gpu::{
     BufferId, Burst, DeviceInfo, GpuService, GraphArg, GraphId, GuestBytes, KernelArg, KernelRef,
     KernelSignature, LaunchConfig, LeaseId, LeaseInfo, LeaseRequest, LocalGpu, ModuleId, SessionId,
 };
-use tasklet_runtime::GpuError;
+use tasklet_runtime::{DeviceRequirement, GpuError};
 
 pub(crate) struct MeteredGpu {
     gpu: LocalGpu,
@@ -45,6 +45,18 @@ impl GpuService for MeteredGpu {
 
     fn lease_acquire(&mut self, request: LeaseRequest) -> Result<LeaseId, GpuError> {
         let lease = self.gpu.lease_acquire(request)?;
+        if self.live.insert(lease) {
+            self.metrics.lease_acquired.inc();
+        }
+        Ok(lease)
+    }
+
+    fn lease_acquire_with(
+        &mut self,
+        request: LeaseRequest,
+        requires: &DeviceRequirement,
+    ) -> Result<LeaseId, GpuError> {
+        let lease = self.gpu.lease_acquire_with(request, requires)?;
         if self.live.insert(lease) {
             self.metrics.lease_acquired.inc();
         }

@@ -16,6 +16,7 @@ use super::GpuService;
 use crate::config::{Grant, Right};
 use crate::error::{invalid, out_of_bounds, quota, quoted, unauthorized, unsupported, GpuError};
 use crate::lease::{EndReason, Lease, LeaseManager, RunLimit, LOCAL_TENANT};
+use crate::placement::DeviceRequirement;
 use rustc_hash::FxHashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::AtomicBool;
@@ -343,29 +344,57 @@ impl GpuService for LocalGpu {
         if self.grant.gpu.max_leases == 0 {
             return Vec::new();
         }
-        let d = self.manager.device();
-        vec![DeviceInfo {
-            index: d.index,
-            name: d.name.clone(),
-            backend: d.backend.to_string(),
-            total_memory: d.total_memory,
-            free_memory: self.manager.free_memory(),
-            compute_capability: d.compute_capability,
-        }]
+        let usage = self.manager.device_usage();
+        self.manager
+            .devices()
+            .iter()
+            .map(|d| DeviceInfo {
+                index: d.index,
+                name: d.name.clone(),
+                backend: d.backend.to_string(),
+                total_memory: d.total_memory,
+                free_memory: self.manager.free_memory_on(d.index),
+                compute_capability: d.compute_capability,
+                uuid: d.uuid.clone(),
+                leases: usage
+                    .iter()
+                    .find(|u| u.index == d.index)
+                    .map_or(0, |u| u32::try_from(u.leases).unwrap_or(u32::MAX)),
+            })
+            .collect()
     }
 
     fn lease_acquire(&mut self, request: LeaseRequest) -> Result<LeaseId, GpuError> {
+        self.lease_acquire_with(request, &DeviceRequirement::default())
+    }
+
+    fn lease_acquire_with(
+        &mut self,
+        request: LeaseRequest,
+        requires: &DeviceRequirement,
+    ) -> Result<LeaseId, GpuError> {
         let grant = self.grant.gpu;
         if grant.max_leases == 0 {
             return Err(unauthorized(
                 "this tasklet may not lease GPUs: its manifest has no [gpu] section, or the node policy grants no leases",
             ));
         }
-        let device = self.manager.device().index;
-        if let Some(asked) = request.device.filter(|&d| d != device) {
-            return Err(invalid(format!(
-                "no device {asked}; this node lends device {device} (see inventory)"
-            )));
+        let lent = self.manager.devices().len();
+        let mut requires = requires.clone();
+        match (request.device, requires.index) {
+            (Some(asked), _) if asked as usize >= lent => {
+                return Err(invalid(format!(
+                    "no device {asked}; this node lends devices 0 to {} (see inventory)",
+                    lent.saturating_sub(1)
+                )))
+            }
+            (Some(a), Some(b)) if a != b => {
+                return Err(invalid(format!(
+                    "the request asks for device {a} and its requirements for device {b}; name one"
+                )))
+            }
+            (Some(a), _) => requires.index = Some(a),
+            _ => {}
         }
         if request.min_vram == 0 || request.secs == 0 {
             return Err(invalid("a lease needs min-vram > 0 bytes and secs > 0"));
@@ -399,9 +428,9 @@ impl GpuService for LocalGpu {
             )));
         }
         self.usage.check()?;
-        let lease = self
-            .manager
-            .acquire_charged(bytes, ttl, self.run, self.usage.account())?;
+        let lease =
+            self.manager
+                .acquire_placed(bytes, ttl, self.run, self.usage.account(), &requires)?;
         if let Some(gone) = &self.holder_gone {
             self.manager.watch_holder(&lease, Arc::clone(gone));
         }

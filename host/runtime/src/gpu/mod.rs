@@ -26,6 +26,7 @@ pub use types::{
 pub use usage::{UsageHandle, UsageStats};
 
 use crate::error::GpuError;
+use crate::placement::DeviceRequirement;
 use std::time::{Duration, Instant};
 
 /// Where a tasklet's GPU operations go. Every id was returned by the same service; an id it did
@@ -47,6 +48,22 @@ pub trait GpuService: Send {
     fn devices(&mut self) -> Vec<DeviceInfo>;
 
     fn lease_acquire(&mut self, request: LeaseRequest) -> Result<LeaseId, GpuError>;
+    /// [`GpuService::lease_acquire`] on a device that meets `requires` too. A service that
+    /// cannot place by requirement (the default) serves a request that requires nothing and
+    /// refuses any other `unsupported`, rather than lease a device that may not fit.
+    fn lease_acquire_with(
+        &mut self,
+        request: LeaseRequest,
+        requires: &DeviceRequirement,
+    ) -> Result<LeaseId, GpuError> {
+        if requires.is_empty() {
+            return self.lease_acquire(request);
+        }
+        Err(crate::error::unsupported(format!(
+            "this host cannot place a lease by device requirements ({requires}); leave them out, or run where the \
+             GPU is local"
+        )))
+    }
     fn lease_renew(&mut self, lease: LeaseId, secs: u32) -> Result<(), GpuError>;
     fn lease_info(&mut self, lease: LeaseId) -> Result<LeaseInfo, GpuError>;
     /// Ends the lease: everything under it is freed.

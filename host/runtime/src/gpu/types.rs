@@ -65,6 +65,10 @@ pub struct DeviceInfo {
     /// Bytes not yet granted to leases.
     pub free_memory: u64,
     pub compute_capability: (u32, u32),
+    /// `GPU-…`, `MIG-…`, or `emu-N` (empty where the host does not say).
+    pub uuid: String,
+    /// Leases on the device now.
+    pub leases: u32,
 }
 
 /// A launch's shape.

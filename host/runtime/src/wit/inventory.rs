@@ -2,8 +2,10 @@
 
 use super::GpuState;
 
+/// `devices` of version `$v`, whose `device-info` has the fields `$more` (taken from the
+/// service's device by the same name) beside those every version has.
 macro_rules! inventory {
-    ($v:ident) => {
+    ($v:ident $(, $more:ident)*) => {
         impl super::bindings::$v::tasklet::gpu::inventory::Host for GpuState<'_> {
             fn devices(
                 &mut self,
@@ -19,6 +21,7 @@ macro_rules! inventory {
                         total_memory: d.total_memory,
                         free_memory: d.free_memory,
                         compute_capability: d.compute_capability,
+                        $($more: d.$more,)*
                     })
                     .collect())
             }
@@ -27,4 +30,4 @@ macro_rules! inventory {
 }
 
 inventory!(v01);
-inventory!(v02);
+inventory!(v02, uuid, leases);

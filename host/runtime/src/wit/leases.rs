@@ -57,6 +57,28 @@ macro_rules! leases {
 
 leases!(v01);
 leases!(v02 => {
+    fn acquire_with(
+        &mut self,
+        request: super::bindings::v02::tasklet::gpu::leases::LeaseRequest,
+        requires: super::bindings::v02::tasklet::gpu::leases::DeviceRequirements,
+    ) -> GpuResult<Resource<LeaseHandle>> {
+        let id = self.service.lease_acquire_with(
+            gpu::LeaseRequest {
+                min_vram: request.min_vram,
+                secs: request.secs,
+                device: request.device,
+            },
+            &crate::placement::DeviceRequirement {
+                index: None,
+                uuid: requires.uuid,
+                model: requires.model,
+                min_compute_capability: requires.min_compute_capability,
+                min_total_memory: requires.min_total_memory,
+            },
+        )?;
+        Ok(self.table.push(LeaseHandle { id })?)
+    }
+
     fn gpu_time(&mut self, this: Resource<LeaseHandle>) -> GpuResult<u64> {
         let id = self.table.get(&this)?.id;
         let t = self.service.gpu_time(id)?;

@@ -16,6 +16,7 @@
 //! | `long-token <bytes>` | a module whose fourth line is one word of `<bytes>` bytes → its load error |
 //! | `kernels` | loads `scale` → `ok params <name:size:align:kind …>` from `Module::kernels`; resolves `iota` as a `Kernel` and launches it twice into an 8-element buffer (n 4, then 8; `run_ordinal`) → `ok ordinals <first> <second>`, `ok handle <the 8 elements>`; a kernel of a module of another session, launched in this one → its error |
 //! | `struct-pointers <n>` | `scaled_sum(out, ops, n)` with `ops = { a, b + 4 elements, scale 7 }` a `CStruct` holding two buffers (`a[i] = i`, `b[4 + i] = 1000 - 3i`) → `ok struct-pointers size=24 pointers=0,8 <out[0]> … <out[n-1]>`; the same with `b` pointing past its end → its error |
+//! | `devices` | `inventory()` → `ok devices <count> <uuid:total_memory:leases …>`; a lease by the last device's UUID → `ok by-uuid device=<index>`; one requiring compute capability 99.0, one requiring model `no-such-gpu` → their errors; a `GpuCall` requiring a model → its error |
 //! | `big-module <bytes>` | a module of at least `<bytes>` bytes (a header, one empty kernel, then a comment) → `ok load <bytes of text>` or its error |
 
 use std::fmt::Write as _;
@@ -44,12 +45,13 @@ fn run(input: Vec<u8>) -> Result<Vec<u8>, String> {
         "long-token" => long_token(&mut out, input::argument(command, arg)?),
         "big-module" => big_module(&mut out, input::argument(command, arg)?),
         "kernels" => kernels(&mut out),
+        "devices" => devices(&mut out),
         "struct-pointers" => struct_pointers(&mut out, input::argument(command, arg)?),
         _ => {
             return Err(format!(
                 "unknown command {command:?}; expected one of defaults, derive, cstruct <n>, \
                  offsets, long-name <bytes>, long-token <bytes>, big-module <bytes>, kernels, \
-                 struct-pointers <n>"
+                 struct-pointers <n>, devices"
             ))
         }
     };
@@ -105,6 +107,45 @@ fn defaults(out: &mut Out) -> Result<(), Stopped> {
             .run(&[1.0f32, 2.0, 3.0]),
     )?;
     out.ok("gpucall", join(&ys));
+    Ok(())
+}
+
+fn devices(out: &mut Out) -> Result<(), Stopped> {
+    let devices = tasklet_gpu::inventory();
+    let listed: Vec<String> = devices
+        .iter()
+        .map(|d| format!("{}:{}:{}", d.uuid, d.total_memory, d.leases))
+        .collect();
+    out.ok(
+        "devices",
+        format_args!("{} {}", devices.len(), listed.join(" ")),
+    );
+    let Some(last) = devices.last() else {
+        return Ok(());
+    };
+    {
+        let lease = out.step(Lease::builder().uuid(last.uuid.clone()).acquire())?;
+        let info = out.step(lease.info())?;
+        out.ok("by-uuid", format_args!("device={}", info.device));
+    }
+    // Refused: every step prints its error and the next goes on.
+    for refused in [
+        Lease::builder().min_compute_capability(99, 0).acquire(),
+        Lease::builder().model("no-such-gpu").acquire(),
+    ] {
+        if let Err(e) = refused {
+            out.error(&e);
+        }
+    }
+    if let Err(e) = GpuCall::new(SCALE_PTX, "scale")
+        .lease(|l| l.model("emulator"))
+        .data()
+        .arg(2.0f32)
+        .len_arg()
+        .run(&[1.0f32])
+    {
+        out.error(&e);
+    }
     Ok(())
 }
 

@@ -463,6 +463,20 @@ impl Client {
 }
 
 impl Client {
+    /// The client end's path figures: datagram size now, losses of its sending (uploads),
+    /// fallbacks to the minimum datagram size.
+    pub fn path(&self) -> String {
+        let path = self.connection.stats().path;
+        format!(
+            "{}-byte datagrams, {} of {} packets lost, {} congestion events, {} black holes",
+            path.current_mtu,
+            path.lost_packets,
+            path.sent_packets,
+            path.congestion_events,
+            path.black_holes_detected
+        )
+    }
+
     /// Runs a transfer to its end or for `budget`, whichever comes first.
     fn within(
         &self,

@@ -17,6 +17,7 @@ use crate::table::{Table, Want};
 use crate::{gbps, pattern, progress, Params, BULK_FLOOR, BULK_SHARE, MIB};
 use std::fmt::Write as _;
 use std::time::Duration;
+use tasklet_remote::RemoteGpu;
 
 /// One bare setting's server, client and transfers so far.
 struct Bare {
@@ -109,7 +110,9 @@ pub fn run(rig: &Rig, p: &Params, table: &mut Table, settings: &mut String) -> R
             reads: Vec::new(),
         })
     };
-    let mut remote = open(rig.remote_gpu()?, "remote")?;
+    let client = rig.client()?;
+    let watch = client.path_watch();
+    let mut remote = open(Box::new(RemoteGpu::new(client)), "remote")?;
     let mut local = open(rig.local_gpu(), "local")?;
     for round in 0..p.bulk_reps {
         let paths_first = round % 2 == 0;
@@ -129,22 +132,33 @@ pub fn run(rig: &Rig, p: &Params, table: &mut Table, settings: &mut String) -> R
 
     let _ = writeln!(
         settings,
-        "| setting | upload, median (min–max) | download, median (min–max) |"
+        "| setting | upload, median (min–max) | download, median (min–max) | the client's path at the end |"
     );
-    let _ = writeln!(settings, "| --- | ---: | ---: |");
+    let _ = writeln!(settings, "| --- | ---: | ---: | --- |");
     for b in &bares {
         let why = match (&b.ends, &b.failed) {
             (Err(e), _) | (Ok(_), Some(e)) => format!(" (failed: {e})"),
             _ => String::new(),
         };
+        let path = b
+            .ends
+            .as_ref()
+            .map_or(String::new(), |(client, _)| client.path());
         let _ = writeln!(
             settings,
-            "| {}{why} | {} | {} |",
+            "| {}{why} | {} | {} | {path} |",
             b.setting.name,
             range(&b.ups),
             range(&b.downs)
         );
     }
+    let _ = writeln!(
+        settings,
+        "| the fabric: remote write / read | {} | {} | {} |",
+        range(&remote.writes),
+        range(&remote.reads),
+        watch.read()
+    );
     // A setting counts only with a transfer in every round, so that its median is comparable.
     let complete = |b: &&Bare| b.ups.len() == p.bulk_reps && b.failed.is_none();
     let best = |of: fn(&Bare) -> &Vec<f64>| {

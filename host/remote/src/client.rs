@@ -231,6 +231,12 @@ impl NodeClient {
         self.channel.call(request).map(|(reply, _)| reply)
     }
 
+    /// A handle that reads this connection's path figures (datagram size, round trip,
+    /// losses), also after the client has been handed on.
+    pub fn path_watch(&self) -> crate::PathWatch {
+        crate::PathWatch::new(self.channel.connection().clone())
+    }
+
     /// Closes the connection, telling the node (which ends this connection's leases at once).
     pub fn close(self) {}
 }

@@ -52,6 +52,7 @@ mod deploy;
 mod error;
 mod fallback;
 mod gpu;
+mod path;
 mod spin;
 
 pub use client::{LeaseGrant, NodeClient};
@@ -60,5 +61,6 @@ pub use deploy::{deployment_digest, DeployExit, DeployPushed, DeployRun};
 pub use error::ClientError;
 pub use fallback::{stateless_may_move, submit_anywhere, Fallback, NodeList, Submitted};
 pub use gpu::{manifest_grant, RemoteGpu};
+pub use path::{PathStats, PathWatch};
 /// A deployment's digest, as DEPLOY_PUSH returns it and DEPLOY_RUN names it.
 pub use tasklet_wire::Digest;

@@ -225,6 +225,7 @@ impl NodeControl {
         self.shared
             .metrics
             .observe_host(&self.shared.host.accounting());
+        self.shared.metrics.observe_devices(&self.shared.host);
         self.shared
             .metrics
             .encode()

@@ -97,6 +97,7 @@ async fn answer(mut stream: TcpStream, shared: &Shared) {
     let response = match asked {
         Asked::Metrics { head_only } => {
             shared.metrics.observe_host(&shared.host.accounting());
+            shared.metrics.observe_devices(&shared.host);
             shared
                 .metrics
                 .observe_gpu_time(&shared.host.leases().gpu_time_by_tenant());

@@ -8,6 +8,9 @@
 //! work moves carry a `tenant` label; tenants are named by certificates the node's CA issued, so
 //! their number is the operator's to bound. Histograms are labelled by kind (op, load) only.
 //!
+//! Each device the node lends has its own series (`gpu_device_*`, labelled `device` by index and
+//! `uuid`): leases, memory granted and allocated, memory lent in all, and device time.
+//!
 //! Updating a counter is an atomic add: each connection resolves its tenant's series once
 //! ([`TenantMetrics`]), and its per-op series on first use, so the hot paths never hash labels.
 
@@ -16,10 +19,10 @@ pub(crate) mod http;
 use prometheus::core::Collector;
 use prometheus::{
     exponential_buckets, CounterVec, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter,
-    IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
+    IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 use std::time::Duration;
-use tasklet_runtime::Accounting;
+use tasklet_runtime::{Accounting, Host};
 use tasklet_wire::Opcode;
 
 /// Latency buckets, in seconds: 10 µs to about 10 s, each four times the last.
@@ -53,6 +56,11 @@ pub struct NodeMetrics {
     gpu_vram_allocated_bytes: IntGauge,
     gpu_vram_leased_bytes: IntGauge,
     gpu_time_seconds: CounterVec,
+    device_leases: IntGaugeVec,
+    device_vram_leased_bytes: IntGaugeVec,
+    device_vram_allocated_bytes: IntGaugeVec,
+    device_vram_total_bytes: IntGaugeVec,
+    device_time_seconds: CounterVec,
     deploy_pushes: IntCounterVec,
     deploy_runs: IntCounterVec,
     deploy_runs_active: IntGauge,
@@ -111,6 +119,10 @@ impl NodeMetrics {
             registered(&r, HistogramVec::new(opts, labels)?)
         };
         let tenant = &["tenant"];
+        let device = &["device", "uuid"];
+        let device_gauge = |name: &str, help: &str| {
+            registered(&r, IntGaugeVec::new(Opts::new(name, help), device)?)
+        };
         Ok(NodeMetrics {
             connections_open: gauge("tasklet_connections_open", "Connections being served now.")?,
             connections: counter(
@@ -183,6 +195,29 @@ impl NodeMetrics {
                         "Device time taken by the kernels of each tenant's leases, as their workers measured it.",
                     ),
                     tenant,
+                )?,
+            )?,
+            device_leases: device_gauge("gpu_device_leases", "Leases held now on each device.")?,
+            device_vram_leased_bytes: device_gauge(
+                "gpu_device_vram_leased_bytes",
+                "Device memory granted to leases now, on each device (allocated or not).",
+            )?,
+            device_vram_allocated_bytes: device_gauge(
+                "gpu_device_vram_allocated_bytes",
+                "Device memory allocated under leases now, on each device.",
+            )?,
+            device_vram_total_bytes: device_gauge(
+                "gpu_device_vram_total_bytes",
+                "Device memory each device lends in all (its memory less the workers' context reserve, capped by the policy).",
+            )?,
+            device_time_seconds: registered(
+                &r,
+                CounterVec::new(
+                    Opts::new(
+                        "gpu_device_time_seconds_total",
+                        "Device time taken by the kernels of leases on each device, as their workers measured it.",
+                    ),
+                    device,
                 )?,
             )?,
             deploy_pushes: counter(
@@ -302,6 +337,37 @@ impl NodeMetrics {
             .set(gauge(accounting.used_bytes));
         self.gpu_vram_leased_bytes
             .set(gauge(accounting.granted_bytes));
+    }
+
+    /// Sets each device's series from the host's books, just before a scrape (its GPU time
+    /// counter brought up to the host's, which only grows).
+    pub(crate) fn observe_devices(&self, host: &Host) {
+        let gauge = |value: u64| i64::try_from(value).unwrap_or(i64::MAX);
+        let devices = host.devices();
+        for u in host.device_usage() {
+            let Some(d) = devices.get(u.index as usize) else {
+                continue;
+            };
+            let index = u.index.to_string();
+            let labels = [index.as_str(), d.uuid.as_str()];
+            self.device_leases
+                .with_label_values(&labels)
+                .set(gauge(u.leases as u64));
+            self.device_vram_leased_bytes
+                .with_label_values(&labels)
+                .set(gauge(u.granted_bytes));
+            self.device_vram_allocated_bytes
+                .with_label_values(&labels)
+                .set(gauge(u.used_bytes));
+            self.device_vram_total_bytes
+                .with_label_values(&labels)
+                .set(gauge(d.total_memory));
+            let counter = self.device_time_seconds.with_label_values(&labels);
+            let behind = u.gpu_time.as_secs_f64() - counter.get();
+            if behind > 0.0 {
+                counter.inc_by(behind);
+            }
+        }
     }
 
     /// Brings `gpu_time_seconds_total` up to the host's per-tenant GPU time (which only grows),

@@ -193,6 +193,10 @@ fn main() -> ExitCode {
             metrics::counters_move_as_the_ops_say,
         ),
         (
+            "metrics::each_device_is_lent_and_has_its_own_series",
+            metrics::each_device_is_lent_and_has_its_own_series,
+        ),
+        (
             "metrics::garbage_to_the_metrics_port_gets_4xx_and_the_node_serves_on",
             metrics::garbage_to_the_metrics_port_gets_4xx_and_the_node_serves_on,
         ),

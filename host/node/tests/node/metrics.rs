@@ -410,3 +410,85 @@ pub fn a_tasklet_one_shot_is_one_gpu_submit() -> TestResult {
     tasklet_tests::assert_baseline(&local);
     Ok(())
 }
+
+/// A node whose policy lists two emulated devices lends both: GET_INVENTORY lists each with its
+/// UUID and size, LEASE_ALLOC places a lease on the device it names, each device has its own
+/// `gpu_device_*` series, and the registry record lists both.
+pub fn each_device_is_lent_and_has_its_own_series() -> TestResult {
+    const MIB: u64 = 1 << 20;
+    let mut policy = policy();
+    policy.devices.emu = Some(vec![64 * MIB, 32 * MIB]);
+    let node = TestNode::with(Setup {
+        policy,
+        metrics: true,
+        ..Setup::default()
+    });
+    let mut dev = node.client("dev");
+    let devices = dev.inventory().map_err(|e| e.to_string())?;
+    let listed: Vec<(u32, &str, u64)> = devices
+        .iter()
+        .map(|d| (d.index, d.uuid.as_str(), d.total_memory))
+        .collect();
+    check(
+        listed == [(0, "emu-0", 64 * MIB), (1, "emu-1", 32 * MIB)],
+        || format!("{devices:?}"),
+    )?;
+    let on_1 = dev
+        .lease_alloc(2 * MIB, 60, Some(1))
+        .map_err(|e| e.to_string())?;
+    check(on_1.device == 1, || format!("{on_1:?}"))?;
+    let any = dev.lease_alloc(MIB, 60, None).map_err(|e| e.to_string())?;
+    check(any.device == 0, || {
+        format!("most free is device 0: {any:?}")
+    })?;
+    let refused = dev.lease_alloc(MIB, 60, Some(2));
+    check(
+        refused
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains("no device 2")),
+        || format!("{refused:?}"),
+    )?;
+    let (samples, text) = scrape(&node)?;
+    expect(
+        &samples,
+        &text,
+        &[
+            ("gpu_device_leases{device=\"0\",uuid=\"emu-0\"}", 1.0),
+            ("gpu_device_leases{device=\"1\",uuid=\"emu-1\"}", 1.0),
+            (
+                "gpu_device_vram_leased_bytes{device=\"1\",uuid=\"emu-1\"}",
+                on_1.granted_bytes as f64,
+            ),
+            (
+                "gpu_device_vram_leased_bytes{device=\"0\",uuid=\"emu-0\"}",
+                any.granted_bytes as f64,
+            ),
+            (
+                "gpu_device_vram_total_bytes{device=\"1\",uuid=\"emu-1\"}",
+                (32 * MIB) as f64,
+            ),
+            ("gpu_leases_active", 2.0),
+        ],
+    )?;
+    check(
+        text.contains("# TYPE gpu_device_time_seconds_total counter"),
+        || text.clone(),
+    )?;
+    let record = node.node().control().status().devices;
+    check(record.len() == 2, || format!("{record:?}"))?;
+    drop(dev);
+    node.wait_for_baseline(WAIT)?;
+    let (samples, text) = scrape(&node)?;
+    expect(
+        &samples,
+        &text,
+        &[
+            ("gpu_device_leases{device=\"1\",uuid=\"emu-1\"}", 0.0),
+            (
+                "gpu_device_vram_leased_bytes{device=\"1\",uuid=\"emu-1\"}",
+                0.0,
+            ),
+        ],
+    )?;
+    Ok(())
+}

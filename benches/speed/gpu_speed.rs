@@ -4,7 +4,9 @@
 //! user would pick. Prints the machine, then a Markdown table of medians, ratios and targets
 //! (docs/performance.md says how to read it and where the numbers go).
 //!
-//! Operations: empty-kernel launch + sync; async launches (N, then one sync; per launch); 4 KiB
+//! Operations: empty-kernel launch + sync; async launches (N, then one sync; per launch); a burst
+//! of N launches in one call (native: N launches), then one sync; replay of a K-kernel graph +
+//! sync (native: the same graph instantiated once), beside K launches + sync; 4 KiB
 //! write + read + sync; 256 MiB write and read (native and CuPy: pinned and pageable host memory;
 //! tasklet: from a guest `Vec` and into a guest buffer in place, and a read returning a new list); lease acquire from the warm pool (tasklet only: p50, p99);
 //! loading a PTX module that is already loaded.
@@ -25,6 +27,8 @@
 //!   --settle-ms MS    untimed pause inside each tasklet command between its lease and its timing,
 //!                     for the replacement worker the lease starts (default 500)
 //!   --no-cupy         leave out the CuPy column
+//!   --only OPS        measure only these operations (comma-separated gpubench command names:
+//!                     launch-sync, launch-async, burst, graph, rw4k, bulk, lease, module-load, clock)
 //!   --python PATH     the Python that runs benches/cupy_peer.py (default python3)
 //!   --emu-smoke       run every gpubench command with tiny counts on the emu backend and print
 //!                     its lines (no GPU needed; checks the tasklet side's logic)
@@ -74,6 +78,11 @@ struct Params {
     bulk_reps: u32,
     lease: u32,
     module_load: u32,
+    /// Launches in one burst (`burst`).
+    burst: u32,
+    /// Kernels in the replayed graph, and replays timed (`graph`).
+    graph_kernels: u32,
+    graph_replays: u32,
     /// Untimed pause inside each tasklet command before its timing (see gpubench's `settle=`).
     settle_ms: u64,
 }
@@ -89,6 +98,9 @@ impl Params {
             bulk_reps: 5,
             lease: 200,
             module_load: 200,
+            burst: 1000,
+            graph_kernels: 100,
+            graph_replays: 500,
             settle_ms: 500,
         }
     }
@@ -103,6 +115,9 @@ impl Params {
             bulk_reps: 3,
             lease: 50,
             module_load: 20,
+            burst: 1000,
+            graph_kernels: 100,
+            graph_replays: 100,
             settle_ms: 500,
         }
     }
@@ -117,6 +132,9 @@ impl Params {
             bulk_reps: 2,
             lease: 3,
             module_load: 3,
+            burst: 3,
+            graph_kernels: 3,
+            graph_replays: 3,
             settle_ms: 0,
         }
     }
@@ -130,6 +148,8 @@ struct Options {
     emu_smoke: bool,
     /// `--pin G,H`: the GPU-facing CPU and the tasklet host thread's CPU.
     pin: Option<(usize, usize)>,
+    /// `--only OPS`: the operations measured (all of them when empty).
+    only: Vec<Op>,
 }
 
 fn parse_options() -> Result<Options, String> {
@@ -141,6 +161,7 @@ fn parse_options() -> Result<Options, String> {
     let mut python = "python3".to_string();
     let mut backend = BackendKind::Cuda;
     let mut pin = None;
+    let mut only = Vec::new();
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         let mut value = |name: &str| {
@@ -156,6 +177,15 @@ fn parse_options() -> Result<Options, String> {
             "--bulk-bytes" => bulk_bytes = Some(positive(&value("--bulk-bytes")?, "--bulk-bytes")?),
             "--settle-ms" => settle_ms = Some(positive(&value("--settle-ms")?, "--settle-ms")?),
             "--python" => python = value("--python")?,
+            "--only" => {
+                for name in value("--only")?.split(',') {
+                    let op = OPS
+                        .into_iter()
+                        .find(|op| op.name() == name)
+                        .ok_or_else(|| format!("--only: no operation {name:?}"))?;
+                    only.push(op);
+                }
+            }
             "--pin" => {
                 let v = value("--pin")?;
                 let cpu = |s: &str| {
@@ -209,6 +239,7 @@ fn parse_options() -> Result<Options, String> {
         python,
         emu_smoke,
         pin,
+        only,
     })
 }
 
@@ -220,7 +251,7 @@ fn positive(text: &str, name: &str) -> Result<usize, String> {
 }
 
 fn usage() -> &'static str {
-    "usage: gpu_speed [--rounds R] [--quick] [--bulk-bytes B] [--settle-ms MS] [--no-cupy] [--python PATH] [--emu-smoke] [--tasklet-backend emu|cuda] [--pin G,H]"
+    "usage: gpu_speed [--rounds R] [--quick] [--bulk-bytes B] [--settle-ms MS] [--no-cupy] [--only OPS] [--python PATH] [--emu-smoke] [--tasklet-backend emu|cuda] [--pin G,H]"
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -361,11 +392,15 @@ enum Op {
     Lease,
     ModuleLoad,
     Clock,
+    Burst,
+    Graph,
 }
 
-const OPS: [Op; 7] = [
+const OPS: [Op; 9] = [
     Op::LaunchSync,
     Op::LaunchAsync,
+    Op::Burst,
+    Op::Graph,
     Op::Rw4k,
     Op::Bulk,
     Op::Lease,
@@ -393,6 +428,23 @@ impl Op {
             Op::Lease => format!("lease {} {settle}", p.lease),
             Op::ModuleLoad => format!("module-load {} {settle}", p.module_load),
             Op::Clock => format!("clock {CLOCK_BATCHES}"),
+            Op::Burst => format!("burst {} {settle}", p.burst),
+            Op::Graph => format!("graph {} {} {settle}", p.graph_kernels, p.graph_replays),
+        }
+    }
+
+    /// Its name on the command line (`--only`): its gpubench command's.
+    fn name(self) -> &'static str {
+        match self {
+            Op::LaunchSync => "launch-sync",
+            Op::LaunchAsync => "launch-async",
+            Op::Rw4k => "rw4k",
+            Op::Bulk => "bulk",
+            Op::Lease => "lease",
+            Op::ModuleLoad => "module-load",
+            Op::Clock => "clock",
+            Op::Burst => "burst",
+            Op::Graph => "graph",
         }
     }
 }
@@ -448,8 +500,48 @@ struct Native {
     /// `empty()` as an instantiated one-node CUDA graph: the reference rows for what native code
     /// gains by launching through a graph, as the tasklet's worker does (docs/performance.md).
     graph: sys::CUgraphExec,
+    /// `empty()` as an instantiated chain of `Params::graph_kernels` kernel nodes: the native
+    /// replay the tasklet's recorded graph is compared with.
+    chain: sys::CUgraphExec,
     /// Last, so that it is released after everything above is freed.
     _ctx: Arc<CudaContext>,
+}
+
+/// `f` (no parameters) on 1×1, `k` times, as an instantiated graph of a chain of `k` kernel
+/// nodes (each after the one before, as the tasklet's recorded graph is built).
+fn chain_graph(f: sys::CUfunction, k: u32) -> Result<sys::CUgraphExec, DriverError> {
+    let params = sys::CUDA_KERNEL_NODE_PARAMS {
+        func: f,
+        gridDimX: 1,
+        gridDimY: 1,
+        gridDimZ: 1,
+        blockDimX: 1,
+        blockDimY: 1,
+        blockDimZ: 1,
+        sharedMemBytes: 0,
+        kernelParams: std::ptr::null_mut(),
+        extra: std::ptr::null_mut(),
+        kern: std::ptr::null_mut(),
+        ctx: std::ptr::null_mut(),
+    };
+    let mut g = std::ptr::null_mut();
+    let mut nodes: Vec<sys::CUgraphNode> = Vec::with_capacity(k as usize);
+    unsafe {
+        sys::cuGraphCreate(&mut g, 0).result()?;
+        for i in 0..k as usize {
+            let mut n = std::ptr::null_mut();
+            let (deps, ndeps) = match i {
+                0 => (std::ptr::null(), 0),
+                _ => (&nodes[i - 1] as *const sys::CUgraphNode, 1),
+            };
+            sys::cuGraphAddKernelNode_v2(&mut n, g, deps, ndeps, &params).result()?;
+            nodes.push(n);
+        }
+        let mut exec = std::ptr::null_mut();
+        sys::cuGraphInstantiateWithFlags(&mut exec, g, 0).result()?;
+        sys::cuGraphDestroy(g).result()?;
+        Ok(exec)
+    }
 }
 
 /// `f` (no parameters) on 1×1 as an instantiated graph of one kernel node.
@@ -496,8 +588,10 @@ impl Native {
         let d4k = unsafe { result::malloc_sync(4096)? };
         let bulk = unsafe { result::malloc_sync(p.bulk_bytes)? };
         let graph = one_node_graph(empty)?;
+        let chain = chain_graph(empty, p.graph_kernels)?;
         Ok(Native {
             graph,
+            chain,
             _ctx: ctx,
             stream,
             module,
@@ -577,6 +671,31 @@ impl Native {
                     "launch_sync_graph_ns".into(),
                     median_u64(&graph) / f64::from(PAIRS_PER_BATCH),
                 ));
+            }
+            Op::Burst => {
+                // What a burst stands for natively: the same launches, one call each.
+                let n = p.burst;
+                let t = time_each(1, ASYNC_BATCHES, || {
+                    for _ in 0..n {
+                        self.launch()?;
+                    }
+                    self.sync()
+                })?;
+                out.push(("burst_ns".into(), median_u64(&t) / f64::from(n)));
+            }
+            Op::Graph => {
+                let replay = time_each(WARMUP, p.graph_replays, || {
+                    unsafe { sys::cuGraphLaunch(self.chain, self.stream).result()? };
+                    self.sync()
+                })?;
+                out.push(("graph_replay_ns".into(), median_u64(&replay)));
+                let launches = time_each(1, p.graph_replays.div_ceil(10).max(1), || {
+                    for _ in 0..p.graph_kernels {
+                        self.launch()?;
+                    }
+                    self.sync()
+                })?;
+                out.push(("graph_launches_ns".into(), median_u64(&launches)));
             }
             Op::LaunchAsync => {
                 let n = p.launch_async;
@@ -734,6 +853,7 @@ impl Drop for Native {
             let _ = result::free_sync(self.d4k);
             let _ = result::free_sync(self.bulk);
             let _ = sys::cuGraphExecDestroy(self.graph);
+            let _ = sys::cuGraphExecDestroy(self.chain);
             let _ = result::module::unload(self.module);
             let _ = result::stream::destroy(self.stream);
         }
@@ -1073,6 +1193,9 @@ fn rows() -> Vec<Row> {
         row("empty kernel launch + sync, p99 (each pair timed alone)", Some("launch_sync_p99_ns"), "launch_sync_p99_ns", Some("launch_sync_p99_ns"), Micros, Report),
         row("async launch (N, then one sync), per launch", Some("launch_async_ns"), "launch_async_ns", Some("launch_async_ns"), Micros, RatioAtMost(1.20)),
         row("async launch: the tasklet's N launches alone returning, per launch", None, "launch_async_posted_ns", None, Micros, Report),
+        row("burst of N launches in one call, then one sync, per launch (native: N launches)", Some("burst_ns"), "burst_ns", None, Micros, RatioAtMost(1.20)),
+        row("replay of a K-kernel graph + sync (native: the same chain, instantiated once)", Some("graph_replay_ns"), "graph_replay_ns", None, Micros, RatioAtMost(1.10)),
+        row("K launches + sync (the graph's kernels one by one; tasklet: through a kernel handle)", Some("graph_launches_ns"), "graph_launches_ns", None, Micros, Report),
         row("reference: empty kernel launch + sync, native through a one-node CUDA graph", Some("launch_sync_graph_ns"), "launch_sync_ns", None, Micros, Report),
         row("reference: async launch, native through a one-node CUDA graph, per launch", Some("launch_async_graph_ns"), "launch_async_ns", None, Micros, Report),
         row("4 KiB write + read + sync (native: pinned)", Some("rw4k_pinned_ns"), "rw4k_ns", Some("rw4k_pinned_ns"), Micros, Report),
@@ -1170,6 +1293,20 @@ fn table(f: &Figures, with_cupy: bool, bulk_bytes: usize) -> String {
         )
         .unwrap();
     }
+    // The graph's own target: its replay against the same kernels launched one by one by the
+    // tasklet.
+    if let (Some(replay), Some(launches)) = (
+        f.median(Path3::Tasklet, "graph_replay_ns"),
+        f.median(Path3::Tasklet, "graph_launches_ns"),
+    ) {
+        let x = launches / replay;
+        let met = if x >= 3.0 { "yes" } else { "no" };
+        writeln!(
+            s,
+            "\ntasklet: graph replay + sync is {x:.2}x faster than its K kernels launched one by one + sync (target >= 3x: {met})"
+        )
+        .unwrap();
+    }
     s
 }
 
@@ -1228,8 +1365,9 @@ fn gpu(opts: &Options, m: &Machine) -> i32 {
         None => println!("pinning:  none (where the scheduler puts each thread)"),
     }
     println!(
-        "counts:   {} rounds; launch-sync {}, launch-async {} x {} batches, rw4k {}, bulk {} B x {}, lease {}, module-load {}",
-        p.rounds, p.launch_sync, p.launch_async, ASYNC_BATCHES, p.rw4k, p.bulk_bytes, p.bulk_reps, p.lease, p.module_load
+        "counts:   {} rounds; launch-sync {}, launch-async {} x {} batches, rw4k {}, bulk {} B x {}, lease {}, module-load {}, burst {} x {} batches, graph of {} kernels x {} replays",
+        p.rounds, p.launch_sync, p.launch_async, ASYNC_BATCHES, p.rw4k, p.bulk_bytes, p.bulk_reps, p.lease, p.module_load,
+        p.burst, ASYNC_BATCHES, p.graph_kernels, p.graph_replays
     );
 
     let mut figures = Figures::default();
@@ -1302,7 +1440,11 @@ fn gpu(opts: &Options, m: &Machine) -> i32 {
             }
         }
     };
-    for op in OPS {
+    let ops: Vec<Op> = OPS
+        .into_iter()
+        .filter(|op| opts.only.is_empty() || opts.only.contains(op))
+        .collect();
+    for &op in &ops {
         if let Some(n) = native.as_mut() {
             on(Path3::Native);
             let _ = n.run(op, &warm);
@@ -1315,7 +1457,7 @@ fn gpu(opts: &Options, m: &Machine) -> i32 {
 
     for round in 0..p.rounds {
         eprintln!("round {}/{}", round + 1, p.rounds);
-        for op in OPS {
+        for &op in &ops {
             let mut native_first = round % 2 == 0;
             for _ in 0..2 {
                 if native_first {
@@ -1368,7 +1510,9 @@ fn emu_smoke(opts: &Options) -> i32 {
             return 1;
         }
     };
-    let expect: [(Op, &[&str]); 7] = [
+    let expect: [(Op, &[&str]); 9] = [
+        (Op::Burst, &["burst_ns"]),
+        (Op::Graph, &["graph_replay_ns", "graph_launches_ns"]),
         (
             Op::LaunchSync,
             &[

@@ -16,6 +16,8 @@
 //! | --- | --- | --- |
 //! | `launch-sync N` | `N` × (launch `empty()` of `kernels/faults.ptx` on 1×1, then `sync`), each timed; then `N` more in batches of 10, each batch timed | `launch_sync_ns` (median batch / 10), `launch_sync_each_ns` (median pair), `launch_sync_p99_ns` (pairs) |
 //! | `launch-async N` | 10 batches of (`N` launches, then one `sync`) | `launch_async_ns`: median over batches of batch time / `N`; `launch_async_posted_ns`: the same for the launches alone (until the last returned) |
+//! | `burst N` | 10 batches of (one `launch-burst` of `N` launches of `empty()` through a kernel handle, then one `sync`) | `burst_ns`: median over batches of batch time / `N` |
+//! | `graph K R` | a graph of `K` launches of `empty()` (recorded and replayed once untimed); `R` × (`replay(1)`, then `sync`), each timed; then `R / 10` × (`K` launches through a kernel handle, then `sync`), each timed | `graph_replay_ns` (median replay + sync), `graph_launches_ns` (median `K` launches + sync) |
 //! | `rw4k N` | `N` × (write 4 KiB, read 4 KiB, `sync`), each timed | `rw4k_ns` (median), `rw4k_p99_ns` |
 //! | `bulk BYTES REPS` | `REPS` × (`mem-write` of `BYTES` from a guest `Vec` + `sync`; `mem-read-into` of `BYTES` into a guest buffer allocated beforehand; `mem-read` of `BYTES` returning a new list), each timed | `bulk_bytes`, `bulk_write_bps`, `bulk_read_bps` (in place), `bulk_read_list_bps` (returned list) (medians) |
 //! | `lease N` | `N` × (acquire a 1 MiB lease, drop it) | `lease_acquire_p50_ns`, `lease_acquire_p99_ns`, `lease_cycle_p50_ns`, `lease_cycle_p99_ns` (acquire + drop) |
@@ -32,7 +34,7 @@ use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use tasklet_gpu::raw::leases::{Lease, LeaseRequest};
-use tasklet_gpu::raw::sessions::{LaunchConfig, Module, Session};
+use tasklet_gpu::raw::sessions::{BurstArg, LaunchConfig, Module, Session};
 use tasklet_gpu::{input, Error};
 
 const FAULTS_PTX: &str = include_str!("../../../../kernels/faults.ptx");
@@ -75,6 +77,8 @@ fn run(input: Vec<u8>) -> Result<Vec<u8>, String> {
     let _ = match command {
         "launch-sync" => launch_sync(&mut out, count(command, a)?),
         "launch-async" => launch_async(&mut out, count(command, a)?),
+        "burst" => burst(&mut out, count(command, a)?),
+        "graph" => graph(&mut out, count(command, a)?, count(command, b)?),
         "rw4k" => rw4k(&mut out, count(command, a)?),
         "bulk" => bulk(&mut out, count(command, a)?, count(command, b)?),
         "lease" => lease(&mut out, count(command, a)?),
@@ -82,7 +86,7 @@ fn run(input: Vec<u8>) -> Result<Vec<u8>, String> {
         "clock" => clock(&mut out, count(command, a)?),
         _ => {
             return Err(format!(
-                "unknown command {command:?}; expected one of launch-sync N, launch-async N, \
+                "unknown command {command:?}; expected one of launch-sync N, launch-async N, burst N, graph K R, \
                  rw4k N, bulk BYTES REPS, lease N, module-load N, clock N"
             ))
         }
@@ -273,6 +277,42 @@ fn launch_async(out: &mut Out, n: u32) -> Step {
         posted.sort_unstable();
         out.line("launch_async_ns", median(&batches) / u64::from(n));
         out.line("launch_async_posted_ns", median(&posted) / u64::from(n));
+        Ok(())
+    })
+}
+
+fn burst(out: &mut Out, n: u32) -> Step {
+    with_empty_kernel(out, |out, session, module| {
+        let kernel = out.check(module.kernel("empty"))?;
+        let launches: Vec<Vec<BurstArg<'_>>> = (0..n).map(|_| Vec::new()).collect();
+        let batches = time_each(out, 1, ASYNC_BATCHES, || {
+            session.launch_burst(&kernel, ONE, &[], &launches)?;
+            Ok(session.sync()?)
+        })?;
+        out.line("burst_ns", median(&batches) / u64::from(n));
+        Ok(())
+    })
+}
+
+fn graph(out: &mut Out, k: u32, replays: u32) -> Step {
+    with_empty_kernel(out, |out, session, module| {
+        let kernel = out.check(module.kernel("empty"))?;
+        let graph = out.check(session.new_graph())?;
+        for _ in 0..k {
+            out.check(graph.launch(&kernel, ONE, &[]))?;
+        }
+        let replay = time_each(out, WARMUP, replays, || {
+            graph.replay(1)?;
+            Ok(session.sync()?)
+        })?;
+        let launches = time_each(out, 1, replays.div_ceil(10).max(1), || {
+            for _ in 0..k {
+                session.launch_kernel(&kernel, ONE, &[])?;
+            }
+            Ok(session.sync()?)
+        })?;
+        out.line("graph_replay_ns", median(&replay));
+        out.line("graph_launches_ns", median(&launches));
         Ok(())
     })
 }

@@ -81,10 +81,14 @@ pub fn rounded_size(bytes: u64) -> String {
     format!("{bytes} B")
 }
 
-/// One line describing the device a host serves, for stderr.
+/// One line describing the device a host serves (the first, and how many more), for stderr.
 pub fn describe(host: &Host) -> String {
     let d = host.device();
-    match d.backend {
+    let more = match host.devices().len() {
+        1 => String::new(),
+        n => format!(" and {} more device(s); `tasklet inventory` lists them", n - 1),
+    };
+    let first = match d.backend {
         "cuda" => format!(
             "backend cuda: {} (compute {}.{}, {} lent of {}, CUDA driver {}.{})",
             d.name,
@@ -100,7 +104,8 @@ pub fn describe(host: &Host) -> String {
             d.name,
             rounded_size(d.total_memory)
         ),
-    }
+    };
+    first + &more
 }
 
 impl HostArgs {

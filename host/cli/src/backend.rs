@@ -86,7 +86,10 @@ pub fn describe(host: &Host) -> String {
     let d = host.device();
     let more = match host.devices().len() {
         1 => String::new(),
-        n => format!(" and {} more device(s); `tasklet inventory` lists them", n - 1),
+        n => format!(
+            " and {} more device(s); `tasklet inventory` lists them",
+            n - 1
+        ),
     };
     let first = match d.backend {
         "cuda" => format!(

@@ -10,14 +10,24 @@
 //! middle of a write, it hands the bytes to quinn at once (quinn copies nothing; the connection
 //! task is woken to send them). Whatever quinn does not take at once (its flow control is
 //! exhausted) is left for the writer task, ahead of anything queued after it, so a frame is never
-//! split by another's bytes. `TASKLET_NODE_DIRECT_REPLY=0` turns the direct path off (every
-//! reply through the writer task), for comparison.
+//! split by another's bytes.
+//!
+//! A sender on one of the node's own threads waking quinn's connection task puts that task on
+//! the runtime's shared queue and wakes a parked runtime thread for it, which on a virtual
+//! machine takes a while. So when one of the runtime's threads is awake waiting for this
+//! stream's reply (`connection::hot`), the sender leaves the bytes for it instead ("handing
+//! off"): that thread writes them, and the connection task it wakes runs next on the same
+//! thread. If the waiting thread gives up at that moment, the writer task is woken for the
+//! bytes instead, so none are ever left behind.
+//!
+//! `TASKLET_NODE_DIRECT_REPLY=0` turns both off (every reply through the writer task), and
+//! `TASKLET_NODE_HOT_HANDOFF=0` the hand-off alone, for comparison.
 
 use crate::job::Outgoing;
 use bytes::Bytes;
 use std::future::Future;
 use std::pin::pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -30,9 +40,18 @@ const QUEUE: usize = 256;
 /// How long a closing stream waits for its GOAWAY to reach the client before closing anyway.
 const GOAWAY_GRACE: Duration = Duration::from_millis(500);
 
+fn switched_on(name: &str) -> bool {
+    std::env::var(name).map_or(true, |v| v.trim() != "0")
+}
+
 fn direct_enabled() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("TASKLET_NODE_DIRECT_REPLY").map_or(true, |v| v.trim() != "0"))
+    *ON.get_or_init(|| switched_on("TASKLET_NODE_DIRECT_REPLY"))
+}
+
+fn handoff_enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| direct_enabled() && switched_on("TASKLET_NODE_HOT_HANDOFF"))
 }
 
 /// What the senders and the writer task of one stream share.
@@ -43,12 +62,18 @@ struct Outlet {
     /// Sends queued for the writer task or left in `rest`, not yet written: a direct write
     /// is tried only when this is 0, so that nothing overtakes what was sent before it.
     pending: AtomicUsize,
-    /// The unwritten end of a direct write: the writer task writes it before anything else.
+    /// Bytes to write before anything else: the unwritten end of a direct write, or a send
+    /// handed off to a runtime thread. Whoever holds the stream next writes them.
     rest: Mutex<Option<Bytes>>,
+    /// Whether `rest` holds bytes (read without its lock by a waiting runtime thread).
+    rest_ready: AtomicBool,
+    /// Runtime threads awake waiting for this stream's reply, which a send may be handed to.
+    hot_waiters: AtomicUsize,
     /// Counted up for every write to the stream, by either path (the runtime thread kept awake
     /// for a reply watches it).
     written: Arc<AtomicU64>,
     direct: bool,
+    handoff: bool,
 }
 
 /// Where a request's reply goes: the stream that carried it.
@@ -77,8 +102,11 @@ pub(crate) fn outlet(
         send: tokio::sync::Mutex::new(send),
         pending: AtomicUsize::new(0),
         rest: Mutex::new(None),
+        rest_ready: AtomicBool::new(false),
+        hot_waiters: AtomicUsize::new(0),
         written,
         direct: direct_enabled(),
+        handoff: handoff_enabled(),
     });
     (
         ReplyTo {
@@ -101,7 +129,12 @@ impl ReplyTo {
         if self.outlet.direct {
             if let Ok(mut send) = self.outlet.send.try_lock() {
                 if self.outlet.pending.load(Ordering::Acquire) == 0 {
-                    self.write_direct(&mut send, bytes);
+                    if self.outlet.handoff && self.outlet.hot_waiters.load(Ordering::SeqCst) > 0 {
+                        drop(send);
+                        self.hand_off(bytes);
+                    } else {
+                        self.write_direct(&mut send, bytes);
+                    }
                     return;
                 }
             }
@@ -146,16 +179,78 @@ impl ReplyTo {
             // Blocked, or taken in part: the rest goes to the writer task, first.
             Poll::Ready(Ok(_)) | Poll::Pending => {
                 let [rest] = chunks;
-                *self
-                    .outlet
-                    .rest
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner) = Some(rest);
-                self.outlet.pending.fetch_add(1, Ordering::AcqRel);
+                self.leave(rest);
                 // Wakes a writer idle on its queue; a full queue means it is busy and takes the
                 // rest before its next item, and a closed one that it is gone.
                 let _ = self.queue.try_send(Outgoing::Flush);
             }
+        }
+    }
+
+    /// Leaves `bytes` in `rest`, to be written before anything else. Called only while nothing
+    /// is pending, so `rest` is empty.
+    fn leave(&self, bytes: Bytes) {
+        let mut rest = self
+            .outlet
+            .rest
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        *rest = Some(bytes);
+        self.outlet.pending.fetch_add(1, Ordering::AcqRel);
+        self.outlet.rest_ready.store(true, Ordering::SeqCst);
+    }
+
+    /// Leaves `bytes` for a runtime thread that waits for them; if every such thread has just
+    /// given up, wakes the writer task for them instead. (A thread that gives up first stops
+    /// counting itself, then looks at `rest_ready`; this end sets `rest_ready`, then looks at the
+    /// count: one of the two sees the other, and `rest` is taken once.)
+    fn hand_off(&self, bytes: Bytes) {
+        self.leave(bytes);
+        if self.outlet.hot_waiters.load(Ordering::SeqCst) == 0 {
+            let _ = self.queue.try_send(Outgoing::Flush);
+        }
+    }
+
+    /// A runtime thread starts waiting for this stream's reply: sends may be handed to it while
+    /// the returned [`HotWait`] lives.
+    pub fn hot_wait(&self) -> HotWait {
+        self.outlet.hot_waiters.fetch_add(1, Ordering::SeqCst);
+        HotWait {
+            reply: self.clone(),
+        }
+    }
+}
+
+/// A runtime thread's wait for a stream's reply, during which sends may be handed to it. When it
+/// ends (dropped, also with its task), anything handed to it and not written goes to the writer
+/// task.
+pub(crate) struct HotWait {
+    reply: ReplyTo,
+}
+
+impl HotWait {
+    /// Whether bytes wait to be written by [`write`](Self::write).
+    pub fn ready(&self) -> bool {
+        self.reply.outlet.rest_ready.load(Ordering::Acquire)
+    }
+
+    /// Writes the bytes left to be written first, if any (waiting for the stream while the
+    /// writer task has it, and for QUIC's flow control).
+    pub async fn write(&self) {
+        let outlet = &self.reply.outlet;
+        let mut send = outlet.send.lock().await;
+        let _ = write_rest(outlet, &mut send).await;
+    }
+}
+
+impl Drop for HotWait {
+    fn drop(&mut self) {
+        let outlet = &self.reply.outlet;
+        outlet.hot_waiters.fetch_sub(1, Ordering::SeqCst);
+        if outlet.rest_ready.load(Ordering::SeqCst) {
+            // A full queue means the writer is busy and takes `rest` before its next item; a
+            // closed one that it is gone.
+            let _ = self.reply.queue.try_send(Outgoing::Flush);
         }
     }
 }
@@ -202,16 +297,17 @@ impl Writer {
     }
 }
 
-/// Writes a direct write's unwritten end, if there is one; false when the stream is gone.
+/// Writes the bytes left to be written first, if any; false when the stream is gone.
 async fn write_rest(outlet: &Outlet, send: &mut quinn::SendStream) -> bool {
-    let rest = outlet
-        .rest
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .take();
+    let rest = {
+        let mut rest = outlet.rest.lock().unwrap_or_else(PoisonError::into_inner);
+        outlet.rest_ready.store(false, Ordering::SeqCst);
+        rest.take()
+    };
     let Some(rest) = rest else {
         return true;
     };
+    outlet.written.fetch_add(1, Ordering::Release);
     if send.write_chunk(rest).await.is_err() {
         return false;
     }
@@ -388,5 +484,57 @@ mod tests {
             at += 3 + len;
         }
         assert_eq!(counts, [SENDS; 3]);
+    }
+
+    #[test]
+    fn a_reply_handed_to_a_waiting_runtime_thread_is_written_by_it_or_by_the_writer() {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let (connection, send, mut recv, _client) = runtime.block_on(pair(dir.path(), 1 << 20));
+        let (reply, writer) = outlet(connection, send, Arc::new(AtomicU64::new(0)));
+        assert!(reply.outlet.handoff, "on unless switched off");
+        let put_from_a_thread = |bytes: Bytes| {
+            let reply = reply.clone();
+            std::thread::spawn(move || reply.put(bytes)).join().unwrap();
+        };
+        let read = |recv: &mut quinn::RecvStream, len: usize| {
+            let mut got = vec![0u8; len];
+            runtime
+                .block_on(async {
+                    tokio::time::timeout(Duration::from_secs(10), recv.read_exact(&mut got)).await
+                })
+                .expect("the bytes arrive within 10 s")
+                .unwrap();
+            got
+        };
+
+        // A waiting thread: the send is left for it, and it writes it.
+        let wait = reply.hot_wait();
+        let first = payload(4, 40);
+        put_from_a_thread(first.clone());
+        assert!(wait.ready(), "handed off, not written");
+        assert_eq!(reply.outlet.pending.load(Ordering::Acquire), 1);
+        runtime.block_on(wait.write());
+        assert!(!wait.ready());
+        assert_eq!(reply.outlet.pending.load(Ordering::Acquire), 0);
+        assert_eq!(read(&mut recv, first.len()), first);
+
+        // The waiting thread gives up with a send handed to it: the writer task writes it.
+        let second = payload(5, 40);
+        put_from_a_thread(second.clone());
+        drop(wait);
+        let writer = runtime.spawn(writer.run());
+        assert_eq!(read(&mut recv, second.len()), second);
+
+        // No thread waits: the send goes out directly.
+        let fourth = payload(7, 40);
+        put_from_a_thread(fourth.clone());
+        assert_eq!(read(&mut recv, fourth.len()), fourth);
+        drop(reply);
+        runtime.block_on(writer).unwrap();
     }
 }

@@ -6,12 +6,16 @@
 //! takes to park), one is woken for it, and that wake-up (on a virtual machine, a vCPU's too) is
 //! part of the round trip. After handing the GPU thread a batch that holds a call, the stream
 //! starts a task that yields until something was written to the stream or a budget runs out, so
-//! that a runtime thread is awake when the reply comes. Bounded three ways: by a budget per
+//! that a runtime thread is awake when the reply comes. While it waits, the stream's sends are
+//! handed to it (`outlet`): it writes the reply itself, and quinn's connection task, which that
+//! wakes, runs next on the same thread, where a wake from the GPU thread would go through the
+//! runtime's shared queue and a parked thread's wake-up. Bounded three ways: by a budget per
 //! stream that grows back to its ceiling when the reply came within it and halves when it did
 //! not (down to a floor, so that it can learn again), by a ceiling (`TASKLET_NODE_HOT_US`,
 //! default [`DEFAULT_HOT_US`]; 0 turns it off), and by the count of such tasks in this process,
 //! at most a quarter of the cores (none on a machine of fewer than 4).
 
+use crate::job::ReplyTo;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -52,13 +56,19 @@ impl Hot {
         self.written.load(Ordering::Acquire)
     }
 
-    /// Starts keeping a runtime thread awake until the writer writes past `mark`, if the
-    /// budget, the ceiling and a free slot allow.
-    pub fn keep_awake(&self, mark: u64) {
-        self.keep_awake_within(mark, ceiling(), tasklet_spin::spinners_allowed());
+    /// Starts keeping a runtime thread awake until something is written past `mark`, if the
+    /// budget, the ceiling and a free slot allow. Meanwhile the stream's sends are handed to
+    /// that thread to write (`outlet`).
+    pub fn keep_awake(&self, mark: u64, reply: &ReplyTo) {
+        self.keep_awake_within(
+            mark,
+            Some(reply),
+            ceiling(),
+            tasklet_spin::spinners_allowed(),
+        );
     }
 
-    fn keep_awake_within(&self, mark: u64, max: Duration, allowed: usize) {
+    fn keep_awake_within(&self, mark: u64, reply: Option<&ReplyTo>, max: Duration, allowed: usize) {
         let budget = Duration::from_nanos(self.budget.load(Ordering::Relaxed)).min(max);
         if budget.is_zero() {
             return;
@@ -67,10 +77,16 @@ impl Hot {
             return;
         };
         let (written, shared_budget) = (Arc::clone(&self.written), Arc::clone(&self.budget));
+        // Counted as waiting from now, before the task first runs, so that a reply that comes
+        // first is handed to it.
+        let wait = reply.map(ReplyTo::hot_wait);
         tokio::spawn(async move {
             let _slot = slot;
             let start = Instant::now();
             loop {
+                if let Some(wait) = wait.as_ref().filter(|wait| wait.ready()) {
+                    wait.write().await;
+                }
                 if written.load(Ordering::Acquire) != mark {
                     shared_budget.store(max.as_nanos() as u64, Ordering::Relaxed);
                     return;
@@ -115,7 +131,7 @@ mod tests {
         hot.budget.store(max.as_nanos() as u64, Ordering::Relaxed);
 
         // No reply: the task gives up after its budget and halves it.
-        hot.keep_awake_within(hot.mark(), max, 1);
+        hot.keep_awake_within(hot.mark(), None, max, 1);
         until_done();
         assert_eq!(budget(&hot), max / 2);
 
@@ -123,14 +139,14 @@ mod tests {
         // loaded machine cannot run the task's whole budget out first): the whole ceiling again.
         let mark = hot.mark();
         hot.written.fetch_add(1, Ordering::Release);
-        hot.keep_awake_within(mark, max, 1);
+        hot.keep_awake_within(mark, None, max, 1);
         until_done();
         assert_eq!(budget(&hot), max);
 
         // No slot: nothing runs, nothing changes.
         hot.budget
             .store((max / 4).as_nanos() as u64, Ordering::Relaxed);
-        hot.keep_awake_within(hot.mark(), max, 0);
+        hot.keep_awake_within(hot.mark(), None, max, 0);
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!(HOT.taken(), 0);
         assert_eq!(budget(&hot), max / 4);

@@ -359,7 +359,7 @@ impl Reader {
         // The GPU thread is gone only when the connection is.
         let _ = self.jobs.send(batch).await;
         if std::mem::take(&mut self.calls) {
-            self.hot.keep_awake(mark);
+            self.hot.keep_awake(mark, &self.reply);
         }
     }
 }

@@ -47,10 +47,11 @@
 //!   [`StoreConfig::compiled_cache_bytes`].
 //! - **Verified on read.** A [`BlobReader`] hashes what it streams and gives its verdict at
 //!   the end, so a caller uses nothing it read until the end reads clean; [`Store::read_blob`]
-//!   returns bytes only once verified. Records and compiled-cache entries are small or needed
-//!   whole, and are verified before they are served. A damaged file is never served: it is
-//!   removed, so that pushing the same content again restores it, and the caller gets
-//!   [`Error::Corrupt`] (or, from the cache, [`Lookup::Discarded`]).
+//!   returns bytes only once verified. Records are small, and verified by their digest before
+//!   they are served; compiled-cache entries by the checksum they were written with (a CRC-32:
+//!   what it guards against is damage at rest, see `CompiledCache`). A damaged file is never
+//!   served: it is removed, so that pushing the same content again restores it, and the caller
+//!   gets [`Error::Corrupt`] (or, from the cache, [`Lookup::Discarded`]).
 //! - **Idempotent.** Putting content already present changes nothing and says so
 //!   (`already_present`); two writers putting the same content at once both succeed and leave
 //!   one file.
@@ -108,7 +109,7 @@ mod store;
 mod temp;
 
 pub use blob::{BlobReader, BlobWriter, Put};
-pub use compiled::{CachePut, CompiledCache, Lookup};
+pub use compiled::{CachePut, CachedFile, CompiledCache, Lookup};
 pub use config::{StoreConfig, COMPILED_CACHE_SETTING, MAX_BLOB_SETTING};
 pub use deployment::{
     BlobRef, Deleted, Deployment, DeploymentWriter, InvalidRecord, Listing, Pushed,

@@ -4,9 +4,13 @@
 //! An entry is keyed by the component's digest and an engine fingerprint that the caller
 //! supplies (the runtime passes a hash of wasmtime's `Engine::precompile_compatibility_hash`),
 //! so an engine that could not load an entry never finds it: a changed engine simply misses,
-//! and its old entries age out. Entries carry the digest of their bytes, checked on every
-//! read; a damaged entry is removed and reported as [`Lookup::Discarded`], which a caller
-//! treats as a miss.
+//! and its old entries age out. Entries carry a checksum of their bytes, checked on every read;
+//! a damaged entry is removed and reported as [`Lookup::Discarded`], which a caller treats as a
+//! miss.
+//!
+//! [`CompiledCache::get`] returns an entry's bytes; [`CompiledCache::open`] returns it as an
+//! open file whose first bytes are the compiled ones, for an engine that maps the file rather
+//! than copying it (see `entry` for the layout).
 //!
 //! The cache holds at most [`StoreConfig::compiled_cache_bytes`](crate::StoreConfig) bytes.
 //! Each put evicts the entries used longest ago until the rest fit: "used" is the file's
@@ -15,8 +19,10 @@
 
 mod entry;
 
-use std::io::Read;
+use std::io::{Read, Seek, SeekFrom};
 use std::time::SystemTime;
+
+use cap_std::fs::{File, Metadata};
 
 use crate::digest::Digest;
 use crate::error::Error;
@@ -29,11 +35,12 @@ pub struct CompiledCache<'s> {
     store: &'s Store,
 }
 
-/// What a cache lookup found.
+/// What a cache lookup found: `T` is the compiled bytes ([`CompiledCache::get`]) or the open
+/// entry ([`CompiledCache::open`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Lookup {
+pub enum Lookup<T = Vec<u8>> {
     /// The compiled bytes, verified.
-    Hit(Vec<u8>),
+    Hit(T),
     /// No entry for this component and engine.
     Miss,
     /// An entry was there but damaged; it has been removed. Compile, and put the result.
@@ -43,15 +50,53 @@ pub enum Lookup {
     },
 }
 
-impl Lookup {
+impl<T> Lookup<T> {
     /// The compiled bytes of a hit; `None` for a miss of either kind.
-    pub fn into_hit(self) -> Option<Vec<u8>> {
+    pub fn into_hit(self) -> Option<T> {
         match self {
             Lookup::Hit(bytes) => Some(bytes),
             Lookup::Miss | Lookup::Discarded { .. } => None,
         }
     }
 }
+
+/// A verified entry, open for reading: the compiled bytes are its first
+/// [`CachedFile::compiled_len`] bytes, and the rest is the cache's own trailer, which an engine
+/// that maps the file ignores (see `entry`).
+#[derive(Debug)]
+pub struct CachedFile {
+    file: std::fs::File,
+    compiled_len: u64,
+}
+
+impl CachedFile {
+    /// The open entry. It is the file that was verified: load from it (or from its
+    /// `/proc/self/fd` path), not from a path looked up again.
+    pub fn file(&self) -> &std::fs::File {
+        &self.file
+    }
+
+    /// How many of the file's first bytes are the compiled ones.
+    pub fn compiled_len(&self) -> u64 {
+        self.compiled_len
+    }
+
+    /// The compiled bytes, read into memory.
+    pub fn read_compiled(&self) -> std::io::Result<Vec<u8>> {
+        let mut bytes = Vec::with_capacity(usize::try_from(self.compiled_len).unwrap_or(0));
+        let mut file = &self.file;
+        file.seek(SeekFrom::Start(0))?;
+        file.take(self.compiled_len).read_to_end(&mut bytes)?;
+        if bytes.len() as u64 != self.compiled_len {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        Ok(bytes)
+    }
+}
+
+/// How much of an entry the streamed check reads at a time: large enough that system calls
+/// cost little, small enough to stay in the CPU's caches.
+const CHECK_CHUNK: usize = 256 * 1024;
 
 /// What a put did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,41 +123,80 @@ impl CompiledCache<'_> {
         let Some((file, found)) = inner.compiled.open_file(&name)? else {
             return Ok(Lookup::Miss);
         };
-        let bound = inner.config.compiled_cache_bytes;
-        let reason = if found.len() > bound {
-            // Never stored so large: written by something else, or the bound shrank since.
-            Some(format!(
-                "{} bytes, more than the cache's {bound}",
-                found.len()
-            ))
-        } else {
-            None
-        };
-        let mut bytes = Vec::new();
-        if reason.is_none() {
-            let capacity = usize::try_from(found.len()).unwrap_or(0);
-            bytes.reserve_exact(capacity);
-            // Read no further than the length found: a file growing under us is damaged.
-            (&file)
-                .take(found.len().saturating_add(1))
-                .read_to_end(&mut bytes)
-                .map_err(|err| inner.compiled.error("read", &name, err))?;
-        }
-        let verdict = match reason {
+        let verdict = match self.too_large(&found) {
             Some(reason) => Err(reason),
-            None => entry::verify(&bytes, component, engine),
+            None => {
+                let mut bytes = Vec::new();
+                bytes.reserve_exact(usize::try_from(found.len()).unwrap_or(0));
+                // Read no further than the length found: a file growing under us is damaged.
+                (&file)
+                    .take(found.len().saturating_add(1))
+                    .read_to_end(&mut bytes)
+                    .map_err(|err| inner.compiled.error("read", &name, err))?;
+                entry::verify(&bytes, component, engine).map(|len| {
+                    bytes.truncate(len);
+                    bytes
+                })
+            }
         };
+        self.settle(&name, file, &found, verdict)
+    }
+
+    /// As [`CompiledCache::get`], with the entry left open rather than read into memory; it
+    /// is read through once, to verify its checksum.
+    pub fn open(&self, component: &Digest, engine: &str) -> Result<Lookup<CachedFile>, Error> {
+        check_engine(engine)?;
+        let inner = &self.store.inner;
+        let name = compiled_name(component, engine);
+        let Some((file, found)) = inner.compiled.open_file(&name)? else {
+            return Ok(Lookup::Miss);
+        };
+        let verdict = match self.too_large(&found) {
+            Some(reason) => Err(reason),
+            None => verify_file(&file, found.len(), component, engine)
+                .map_err(|err| inner.compiled.error("read", &name, err))?,
+        };
+        let file_for_caller = file
+            .try_clone()
+            .map_err(|err| inner.compiled.error("open", &name, err))?;
+        let lookup = self.settle(&name, file, &found, verdict)?;
+        Ok(match lookup {
+            Lookup::Hit(compiled_len) => Lookup::Hit(CachedFile {
+                file: file_for_caller.into_std(),
+                compiled_len,
+            }),
+            Lookup::Miss => Lookup::Miss,
+            Lookup::Discarded { reason } => Lookup::Discarded { reason },
+        })
+    }
+
+    /// Why an entry `found` is refused before it is read, if it is.
+    fn too_large(&self, found: &Metadata) -> Option<String> {
+        let bound = self.store.inner.config.compiled_cache_bytes;
+        // Never stored so large: written by something else, or the bound shrank since.
+        (found.len() > bound)
+            .then(|| format!("{} bytes, more than the cache's {bound}", found.len()))
+    }
+
+    /// After an entry's check: a hit makes it the most recently used; a failure removes it.
+    fn settle<T>(
+        &self,
+        name: &str,
+        file: File,
+        found: &Metadata,
+        verdict: Result<T, String>,
+    ) -> Result<Lookup<T>, Error> {
+        let inner = &self.store.inner;
         match verdict {
-            Ok(payload_start) => {
-                // The hit makes the entry the most recently used. A failure to record that
-                // (a read-only folder) only makes eviction less accurate, so it is ignored.
+            Ok(hit) => {
+                // A failure to record the use (a read-only folder) only makes eviction less
+                // accurate, so it is ignored.
                 let _ = file.into_std().set_modified(SystemTime::now());
-                bytes.drain(..payload_start);
-                Ok(Lookup::Hit(bytes))
+                Ok(Lookup::Hit(hit))
             }
             Err(reason) => {
                 let _cache = inner.cache();
-                inner.remove_if_same(&inner.compiled, &name, &found)?;
+                inner.remove_if_same(&inner.compiled, name, found)?;
                 Ok(Lookup::Discarded { reason })
             }
         }
@@ -129,8 +213,8 @@ impl CompiledCache<'_> {
     ) -> Result<CachePut, Error> {
         check_engine(engine)?;
         let inner = &self.store.inner;
-        let header = entry::header(component, engine, compiled);
-        let len = (header.len() as u64).saturating_add(compiled.len() as u64);
+        let trailer = entry::trailer(component, engine, compiled);
+        let len = (trailer.len() as u64).saturating_add(compiled.len() as u64);
         if len > inner.config.compiled_cache_bytes {
             return Ok(CachePut {
                 stored: false,
@@ -138,8 +222,8 @@ impl CompiledCache<'_> {
             });
         }
         let mut temp = TempFile::create(inner)?;
-        temp.write_all(&header)?;
         temp.write_all(compiled)?;
+        temp.write_all(&trailer)?;
         // Set explicitly rather than left to the write: file times the kernel sets may be
         // coarser than the gap between two puts, and eviction orders by them.
         temp.set_modified(SystemTime::now())?;
@@ -208,6 +292,43 @@ impl CompiledCache<'_> {
         }
         Ok(evicted)
     }
+}
+
+/// Checks the entry open as `file`, `len` bytes long, for (`component`, `engine`): its trailer
+/// first (a stale entry is refused without reading the rest), then its checksum, read through
+/// in chunks. `Ok(Err(why))` for a damaged or foreign entry; `Err` when it cannot be read.
+fn verify_file(
+    file: &File,
+    len: u64,
+    component: &Digest,
+    engine: &str,
+) -> std::io::Result<Result<u64, String>> {
+    let mut file = file;
+    let tail_len = (entry::trailer_len(engine.len()) as u64).min(len);
+    let mut tail = vec![0; tail_len as usize];
+    file.seek(SeekFrom::Start(len - tail_len))?;
+    file.read_exact(&mut tail)?;
+    let trailer = match entry::check_trailer(&tail, len, component, engine) {
+        Ok(trailer) => trailer,
+        Err(why) => return Ok(Err(why)),
+    };
+    file.seek(SeekFrom::Start(0))?;
+    let mut checksum = crc32fast::Hasher::new();
+    let mut chunk = vec![0; CHECK_CHUNK];
+    let mut left = trailer.checked_len;
+    while left > 0 {
+        let want = usize::try_from(left).map_or(chunk.len(), |left| left.min(chunk.len()));
+        let got = file.read(&mut chunk[..want])?;
+        if got == 0 {
+            return Ok(Err("cut short while it was read".into()));
+        }
+        checksum.update(&chunk[..got]);
+        left -= got as u64;
+    }
+    if checksum.finalize() != trailer.checksum {
+        return Ok(Err(entry::checksum_mismatch()));
+    }
+    Ok(Ok(trailer.payload_len))
 }
 
 fn check_engine(engine: &str) -> Result<(), Error> {

@@ -271,3 +271,82 @@ fn an_overlong_engine_fingerprint_is_refused() {
     ));
     assert!(t.names_in("tmp").is_empty());
 }
+
+#[test]
+fn open_serves_the_verified_entry_whose_first_bytes_are_the_compiled_ones() {
+    use std::io::{Read, Seek, SeekFrom};
+    let t = open_default();
+    let component = Digest::of(b"component");
+    let cache = t.store.compiled();
+    assert!(matches!(
+        cache.open(&component, ENGINE).unwrap(),
+        Lookup::Miss
+    ));
+    let compiled = content(4, 300_000);
+    cache.put(&component, ENGINE, &compiled).unwrap();
+    let Lookup::Hit(entry) = cache.open(&component, ENGINE).unwrap() else {
+        panic!("a hit expected");
+    };
+    assert_eq!(entry.compiled_len(), compiled.len() as u64);
+    assert_eq!(entry.read_compiled().unwrap(), compiled);
+    // The file itself starts with them: an engine may map it as it is.
+    let mut file = entry.file();
+    file.seek(SeekFrom::Start(0)).unwrap();
+    let mut start = vec![0; compiled.len()];
+    file.read_exact(&mut start).unwrap();
+    assert_eq!(start, compiled);
+    assert_eq!(
+        cache.get(&component, ENGINE).unwrap().into_hit(),
+        Some(compiled.clone())
+    );
+}
+
+#[test]
+fn open_discards_a_damaged_entry_as_get_does() {
+    let t = open_default();
+    let component = Digest::of(b"component");
+    let cache = t.store.compiled();
+    let compiled = content(5, 600_000);
+    // Damage early and late in the payload (across the check's read chunks), in the trailer,
+    // and a cut.
+    for damage in 0..5 {
+        cache.put(&component, ENGINE, &compiled).unwrap();
+        let path = only_entry(&t);
+        let len = std::fs::metadata(&path).unwrap().len() as usize;
+        match damage {
+            0 => flip_byte(&path, 3),
+            1 => flip_byte(&path, 500_000),
+            2 => flip_byte(&path, len - 20),
+            3 => flip_byte(&path, len - 60),
+            _ => {
+                let bytes = std::fs::read(&path).unwrap();
+                std::fs::write(&path, &bytes[..bytes.len() - 1]).unwrap();
+            }
+        }
+        match cache.open(&component, ENGINE).unwrap() {
+            Lookup::Discarded { reason } => assert!(!reason.is_empty()),
+            other => panic!("damage {damage}: {other:?}"),
+        }
+        assert!(t.names_in("compiled").is_empty(), "damage {damage}");
+    }
+}
+
+#[test]
+fn an_entry_of_the_first_format_is_discarded() {
+    // The first format put a header ("TSKLCMP1" ...) before the payload and checked it with a
+    // SHA-256: read as this format, it is no entry, and is replaced on the next put.
+    let t = open_default();
+    let component = Digest::of(b"component");
+    let cache = t.store.compiled();
+    cache.put(&component, ENGINE, b"compiled").unwrap();
+    let path = only_entry(&t);
+    let mut old = b"TSKLCMP1".to_vec();
+    old.extend_from_slice(component.as_bytes());
+    old.extend_from_slice(&content(6, 1_000));
+    std::fs::write(&path, &old).unwrap();
+    assert!(matches!(
+        cache.open(&component, ENGINE).unwrap(),
+        Lookup::Discarded { .. }
+    ));
+    assert_eq!(cache.get(&component, ENGINE).unwrap(), Lookup::Miss);
+}

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use tasklet_tls::Tenant;
 use tasklet_wire::{
-    Device, GpuSubmit, Grant, LeaseId, Reply, Request, RequestId, PROTOCOL_VERSION,
+    Device, GpuSubmit, Grant, LeaseId, LeaseRequirements, Reply, Request, RequestId,
+    PROTOCOL_VERSION,
 };
 use tokio::runtime::Runtime;
 
@@ -137,10 +138,23 @@ impl NodeClient {
         seconds: u32,
         device: Option<u32>,
     ) -> Result<LeaseGrant, ClientError> {
+        self.lease_alloc_with(min_bytes, seconds, device, LeaseRequirements::default())
+    }
+
+    /// [`NodeClient::lease_alloc`] on a device that meets `requires` too; the node fails it
+    /// CAPACITY_EXCEEDED, naming what each device lacked, when none does.
+    pub fn lease_alloc_with(
+        &mut self,
+        min_bytes: u64,
+        seconds: u32,
+        device: Option<u32>,
+        requires: LeaseRequirements,
+    ) -> Result<LeaseGrant, ClientError> {
         match self.call(&Request::LeaseAlloc {
             min_bytes,
             seconds,
             device,
+            requires,
         })? {
             Reply::LeaseAlloc {
                 lease,

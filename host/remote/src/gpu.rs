@@ -34,6 +34,7 @@ use tasklet_runtime::gpu::{
     KernelArg, KernelParam, KernelRef, KernelSignature, LaunchConfig, LeaseId, LeaseInfo,
     LeaseRequest, ModuleId, ModuleSource, ParamKind, SessionId, Submit, SubmitArg,
 };
+use tasklet_runtime::DeviceRequirement;
 use tasklet_runtime::GpuError;
 use tasklet_wire as wire;
 use tasklet_wire::{rights, Reply, Request};
@@ -266,6 +267,31 @@ impl GpuService for RemoteGpu {
             let lease = gpu
                 .client
                 .lease_alloc(request.min_vram, request.secs, request.device)?;
+            let lease = LeaseId(lease.lease.0);
+            gpu.leases.insert(lease);
+            Ok(lease)
+        })
+    }
+
+    fn lease_acquire_with(
+        &mut self,
+        request: LeaseRequest,
+        requires: &DeviceRequirement,
+    ) -> Result<LeaseId, GpuError> {
+        let device = request.device.or(requires.index);
+        let requires = wire::LeaseRequirements {
+            uuid: requires.uuid.clone(),
+            model: requires.model.clone(),
+            min_compute_capability: requires.min_compute_capability,
+            min_total_memory: requires.min_total_memory,
+        };
+        self.stateless(|gpu| {
+            let lease = gpu.client.lease_alloc_with(
+                request.min_vram,
+                request.secs,
+                device,
+                requires.clone(),
+            )?;
             let lease = LeaseId(lease.lease.0);
             gpu.leases.insert(lease);
             Ok(lease)

@@ -12,7 +12,8 @@
 ///
 /// Version 2: GPU_SUBMIT's request carries `input`, and its failed reply the precise `cause`.
 /// Version 3: each kernel parameter in MODULE_LOAD's reply says whether it is a pointer.
-pub const PROTOCOL_VERSION: u8 = 3;
+/// Version 4: LEASE_ALLOC's request carries what the lease requires of its device.
+pub const PROTOCOL_VERSION: u8 = 4;
 
 /// The version HELLO and its reply are framed as, whatever version the two ends go on to speak.
 pub const HELLO_VERSION: u8 = 1;
@@ -40,14 +41,14 @@ mod tests {
 
     #[test]
     fn picks_the_common_version_or_none() {
-        assert_eq!(negotiate(3, 3), Some(3));
-        assert_eq!(negotiate(0, 7), Some(3));
-        // A version-1 or version-2 peer shares no version with this one.
-        assert_eq!(negotiate(1, 2), None);
-        assert_eq!(negotiate(4, 7), None);
+        assert_eq!(negotiate(4, 4), Some(4));
+        assert_eq!(negotiate(0, 7), Some(4));
+        // A peer of versions 1 to 3 shares no version with this one.
+        assert_eq!(negotiate(1, 3), None);
+        assert_eq!(negotiate(5, 7), None);
         assert_eq!(negotiate(0, 0), None);
         // An empty (inverted) range offers nothing.
-        assert_eq!(negotiate(4, 1), None);
+        assert_eq!(negotiate(5, 1), None);
     }
 
     #[test]

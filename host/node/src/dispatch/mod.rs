@@ -253,7 +253,8 @@ impl Dispatcher {
                 min_bytes,
                 seconds,
                 device,
-            } => self.lease_alloc(min_bytes, seconds, device)?,
+                requires,
+            } => self.lease_alloc(min_bytes, seconds, device, requires)?,
             Request::MemFree { lease } => {
                 let lease = convert::lease(lease);
                 self.known_lease(lease)?;
@@ -390,6 +391,7 @@ impl Dispatcher {
         min_bytes: u64,
         seconds: u32,
         device: Option<u32>,
+        requires: tasklet_wire::LeaseRequirements,
     ) -> Result<Reply, Failure> {
         if self.shared.draining() {
             tracing::info!(connection = self.caller.connection, tenant = %self.caller.tenant, "refused a lease: draining");
@@ -398,13 +400,23 @@ impl Dispatcher {
                 "the node is shutting down and takes no new leases; use another node",
             ));
         }
+        let requires = tasklet_runtime::DeviceRequirement {
+            index: None,
+            uuid: requires.uuid,
+            model: requires.model,
+            min_compute_capability: requires.min_compute_capability,
+            min_total_memory: requires.min_total_memory,
+        };
         let lease = self
             .gpu()
-            .lease_acquire(gpu::LeaseRequest {
-                min_vram: min_bytes,
-                secs: seconds,
-                device,
-            })
+            .lease_acquire_with(
+                gpu::LeaseRequest {
+                    min_vram: min_bytes,
+                    secs: seconds,
+                    device,
+                },
+                &requires,
+            )
             .inspect_err(|err| {
                 tracing::info!(connection = self.caller.connection, tenant = %self.caller.tenant, "refused a lease: {err}");
             })?;

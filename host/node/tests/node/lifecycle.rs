@@ -203,6 +203,7 @@ pub fn a_stalled_client_holds_nothing_past_its_timeout() -> TestResult {
             min_bytes: 1 << 20,
             seconds: 60,
             device: None,
+            requires: Default::default(),
         },
     )?;
     check(matches!(reply, Reply::LeaseAlloc { .. }), || {

@@ -7,7 +7,10 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 use tasklet_remote::deployment_digest;
-use tasklet_wire::{GpuSubmit, LeaseId};
+use tasklet_remote::RemoteGpu;
+use tasklet_runtime::gpu::{GpuService, LeaseRequest};
+use tasklet_runtime::DeviceRequirement;
+use tasklet_wire::{GpuSubmit, LeaseId, LeaseRequirements};
 
 const IOTA_PTX: &str = include_str!("../../../../kernels/iota.ptx");
 
@@ -448,6 +451,49 @@ pub fn each_device_is_lent_and_has_its_own_series() -> TestResult {
             .is_err_and(|e| e.to_string().contains("no device 2")),
         || format!("{refused:?}"),
     )?;
+    // Requirements cross the wire: a UUID places, a model no device has is refused naming it.
+    let by_uuid = LeaseRequirements {
+        uuid: Some("emu-1".into()),
+        ..LeaseRequirements::default()
+    };
+    let on_uuid = dev
+        .lease_alloc_with(MIB, 60, None, by_uuid)
+        .map_err(|e| e.to_string())?;
+    check(on_uuid.device == 1, || format!("{on_uuid:?}"))?;
+    dev.mem_free(on_uuid.lease).map_err(|e| e.to_string())?;
+    let no_model = LeaseRequirements {
+        model: Some("no-such-gpu".into()),
+        ..LeaseRequirements::default()
+    };
+    let refused = dev.lease_alloc_with(MIB, 60, None, no_model);
+    check(
+        refused.as_ref().is_err_and(|e| {
+            let e = e.to_string();
+            e.contains("CAPACITY_EXCEEDED") && e.contains("does not contain \"no-such-gpu\"")
+        }),
+        || format!("{refused:?}"),
+    )?;
+    // And through the remote GPU service a `tasklet run --node` uses.
+    let mut gpu = RemoteGpu::new(node.client("team"));
+    let cc = DeviceRequirement {
+        min_compute_capability: Some((99, 0)),
+        ..DeviceRequirement::default()
+    };
+    let refused = gpu.lease_acquire_with(
+        LeaseRequest {
+            min_vram: MIB,
+            secs: 30,
+            device: None,
+        },
+        &cc,
+    );
+    check(
+        refused.as_ref().is_err_and(|e| {
+            e.name() == "capacity-exceeded" && e.message().contains("99.0 required")
+        }),
+        || format!("{refused:?}"),
+    )?;
+    drop(gpu);
     let (samples, text) = scrape(&node)?;
     expect(
         &samples,

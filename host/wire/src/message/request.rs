@@ -5,6 +5,7 @@
 
 use super::grant::Grant;
 use super::kernel::{decode_args, encode_args, KernelArg};
+use super::requirements::LeaseRequirements;
 use crate::codec::{Reader, Writer};
 use crate::error::{DecodeError, EncodeError};
 use crate::ids::{BufferId, Digest, LeaseId, ModuleId, SessionId};
@@ -27,11 +28,13 @@ pub enum Request {
     /// Narrow the connection's grant to this (each field a ceiling); only before its first lease.
     Grant(Grant),
     GetInventory,
-    /// Acquire a GPU (`device`, or any) and at least `min_bytes` of its memory for `seconds`.
+    /// Acquire a GPU (`device`, or any that meets `requires`) and at least `min_bytes` of its
+    /// memory for `seconds`.
     LeaseAlloc {
         min_bytes: u64,
         seconds: u32,
         device: Option<u32>,
+        requires: LeaseRequirements,
     },
     /// Release the lease and free its device memory.
     MemFree {
@@ -225,6 +228,7 @@ impl Request {
                 min_bytes,
                 seconds,
                 device,
+                requires,
             } => {
                 w.u64(*min_bytes);
                 w.u32(*seconds);
@@ -232,6 +236,7 @@ impl Request {
                 if let Some(device) = device {
                     w.u32(*device);
                 }
+                requires.encode(w)?;
             }
             Request::MemFree { lease }
             | Request::LeaseInfo { lease }
@@ -362,6 +367,7 @@ impl Request {
                 } else {
                     None
                 },
+                requires: LeaseRequirements::decode(&mut r)?,
             },
             Opcode::MemFree => Request::MemFree {
                 lease: LeaseId(r.u64("lease")?),

@@ -54,13 +54,13 @@ fn sync_body() -> Vec<u8> {
 #[test]
 fn unknown_version() {
     // 1 is the version HELLO's frames carry, and no other frame.
-    for version in [0, 1, 2, 4, 0xFF] {
+    for version in [0, 1, 2, 3, 5, 0xFF] {
         let bytes = frame(version, 0, Opcode::Sync as u16, 1, &sync_body());
         assert_eq!(
             to_node_error(&bytes),
             DecodeError::UnsupportedVersion {
                 version,
-                supported: 3
+                supported: 4
             }
         );
     }
@@ -976,7 +976,7 @@ fn the_first_error_sticks() {
         err,
         DecodeError::UnsupportedVersion {
             version: 9,
-            supported: 3
+            supported: 4
         }
     );
     let good = frame(PROTOCOL_VERSION, 0, Opcode::Sync as u16, 1, &sync_body());

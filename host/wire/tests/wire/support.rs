@@ -272,12 +272,24 @@ pub fn request() -> impl Strategy<Value = Request> {
         (
             any::<u64>(),
             any::<u32>(),
-            proptest::option::of(any::<u32>())
+            proptest::option::of(any::<u32>()),
+            proptest::option::of(text(24)),
+            proptest::option::of(text(24)),
+            proptest::option::of((any::<u32>(), any::<u32>())),
+            proptest::option::of(any::<u64>()),
         )
-            .prop_map(|(min_bytes, seconds, device)| Request::LeaseAlloc {
-                min_bytes,
-                seconds,
-                device
+            .prop_map(|(min_bytes, seconds, device, uuid, model, cc, total)| {
+                Request::LeaseAlloc {
+                    min_bytes,
+                    seconds,
+                    device,
+                    requires: LeaseRequirements {
+                        uuid,
+                        model,
+                        min_compute_capability: cc,
+                        min_total_memory: total,
+                    },
+                }
             }),
         lease().prop_map(|lease| Request::MemFree { lease }),
         (lease(), any::<u32>()).prop_map(|(lease, seconds)| Request::LeaseRenew { lease, seconds }),

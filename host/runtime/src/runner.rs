@@ -162,6 +162,28 @@ impl Runner {
         self.link(manifest, grant, component)
     }
 
+    /// As [`Runner::load_precompiled`], from the file at `path`, which wasmtime maps rather than
+    /// copies: for a large component that spares copying its compiled form (35 MB for a Python
+    /// tasklet) into fresh memory. The file starts with what `precompile` returned; wasmtime
+    /// reads its object file by the offsets inside it, so bytes after it (a cache's trailer)
+    /// are not read.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Runner::load_precompiled`], for the file's first bytes; and the file must not be
+    /// written while the tasklet lives, since its pages are mapped.
+    pub unsafe fn load_precompiled_file(
+        &self,
+        manifest: Manifest,
+        grant: Grant,
+        path: &std::path::Path,
+    ) -> Result<Tasklet, HostError> {
+        // SAFETY: the caller's contract above.
+        let component = unsafe { Component::deserialize_file(&self.engine, path) }
+            .map_err(|e| component_error(&manifest, e))?;
+        self.link(manifest, grant, component)
+    }
+
     fn link(
         &self,
         manifest: Manifest,

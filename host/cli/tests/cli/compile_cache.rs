@@ -3,13 +3,14 @@
 
 use crate::support::{repo, tasklet, text};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-/// A fresh folder for one test.
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("tasklet-cli-cache-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh folder for one test, removed when dropped.
+fn temp_dir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("tasklet-cli-cache-{name}-"))
+        .tempdir()
+        .unwrap()
 }
 
 /// `tasklet run --stats` of `target` on `input` with the compiled cache in `cache` (and `extra`
@@ -55,10 +56,11 @@ fn entries(cache: &Path) -> Vec<(PathBuf, u64)> {
 #[test]
 fn a_second_start_loads_the_compiled_component_from_the_cache() {
     let cache = temp_dir("hit");
-    let (out, how) = run_cached("tasklets/iota", "3", &cache, &[]);
+    let cache = cache.path();
+    let (out, how) = run_cached("tasklets/iota", "3", cache, &[]);
     assert_eq!((out.as_str(), how.as_str()), ("1\n2\n3\n", "miss"));
-    assert_eq!(entries(&cache).len(), 1);
-    let (out, how) = run_cached("tasklets/iota", "3", &cache, &[]);
+    assert_eq!(entries(cache).len(), 1);
+    let (out, how) = run_cached("tasklets/iota", "3", cache, &[]);
     assert_eq!((out.as_str(), how.as_str()), ("1\n2\n3\n", "hit"));
     // Off: compiled on every start.
     let (out, how) = run_cached("tasklets/iota", "2", Path::new("off"), &[]);
@@ -68,9 +70,10 @@ fn a_second_start_loads_the_compiled_component_from_the_cache() {
 #[test]
 fn a_damaged_entry_is_discarded_and_the_component_compiled_again() {
     let cache = temp_dir("damaged");
-    let (_, how) = run_cached("tasklets/iota", "2", &cache, &[]);
+    let cache = cache.path();
+    let (_, how) = run_cached("tasklets/iota", "2", cache, &[]);
     assert_eq!(how, "miss");
-    let found = entries(&cache);
+    let found = entries(cache);
     let [(entry, len)] = &found[..] else {
         panic!("one entry expected: {found:?}");
     };
@@ -79,10 +82,10 @@ fn a_damaged_entry_is_discarded_and_the_component_compiled_again() {
     let at = bytes.len() - (len as usize) / 3;
     bytes[at] ^= 0x40;
     std::fs::write(entry, &bytes).unwrap();
-    let (out, how) = run_cached("tasklets/iota", "2", &cache, &[]);
+    let (out, how) = run_cached("tasklets/iota", "2", cache, &[]);
     assert_eq!((out.as_str(), how.as_str()), ("1\n2\n", "discarded"));
     // Replaced by a good one.
-    let (out, how) = run_cached("tasklets/iota", "2", &cache, &[]);
+    let (out, how) = run_cached("tasklets/iota", "2", cache, &[]);
     assert_eq!((out.as_str(), how.as_str()), ("1\n2\n", "hit"));
 }
 
@@ -90,13 +93,15 @@ fn a_damaged_entry_is_discarded_and_the_component_compiled_again() {
 fn the_cache_evicts_the_entry_used_longest_ago_past_its_size() {
     // The two entries' sizes, from an unbounded cache.
     let sizes = temp_dir("sizes");
-    run_cached("tasklets/iota", "2", &sizes, &[]);
-    run_cached("tasklets/vector-add", "2", &sizes, &[]);
-    let both = entries(&sizes);
+    let sizes = sizes.path();
+    run_cached("tasklets/iota", "2", sizes, &[]);
+    run_cached("tasklets/vector-add", "2", sizes, &[]);
+    let both = entries(sizes);
     assert_eq!(both.len(), 2, "{both:?}");
     // Room for either, not for both.
     let bound = both.iter().map(|e| e.1).max().unwrap().to_string();
     let cache = temp_dir("bounded");
+    let cache = cache.path();
     let bounded = ["--compile-cache-size", bound.as_str()];
     let expect = [
         ("tasklets/iota", "1\n2\n", "miss"),
@@ -107,9 +112,9 @@ fn the_cache_evicts_the_entry_used_longest_ago_past_its_size() {
     ];
     for (target, output, cached) in expect {
         let input = if target.ends_with("iota") { "2" } else { "3" };
-        let (out, how) = run_cached(target, input, &cache, &bounded);
+        let (out, how) = run_cached(target, input, cache, &bounded);
         assert_eq!((out.as_str(), how.as_str()), (output, cached), "{target}");
-        assert_eq!(entries(&cache).len(), 1, "{target}");
+        assert_eq!(entries(cache).len(), 1, "{target}");
     }
 }
 
@@ -119,6 +124,7 @@ fn a_folder_with_a_prebuilt_component_and_no_cargo_project_runs_it_as_is() {
     let out = tasklet(&["run", "tasklets/iota", "--backend", "emu"], b"1");
     assert!(out.status.success(), "{}", text(&out.stderr));
     let dir = temp_dir("prebuilt");
+    let dir = dir.path();
     std::fs::copy(
         repo().join("tasklets/target/wasm32-wasip2/release/iota.wasm"),
         dir.join("iota.wasm"),
@@ -149,4 +155,92 @@ fn a_folder_with_a_prebuilt_component_and_no_cargo_project_runs_it_as_is() {
         "{stderr}"
     );
     assert!(stderr.contains("build.sh"), "{stderr}");
+}
+
+/// `wasm` with a custom section appended that makes it `len` bytes long: the same component,
+/// another digest. A component may carry custom sections at its top level.
+fn padded(wasm: &[u8], len: usize) -> Vec<u8> {
+    fn leb(mut n: usize, out: &mut Vec<u8>) {
+        loop {
+            let byte = (n & 0x7f) as u8;
+            n >>= 7;
+            if n == 0 {
+                out.push(byte);
+                return;
+            }
+            out.push(byte | 0x80);
+        }
+    }
+    // id 0, the section's size (5-byte LEB: a fixed width, so the padding is exact), a
+    // one-byte name, then zeros.
+    let fixed = 1 + 5 + 2;
+    let pad = len - wasm.len() - fixed;
+    let mut out = wasm.to_vec();
+    out.push(0);
+    let size = 2 + pad;
+    for i in 0..5 {
+        let byte = ((size >> (7 * i)) & 0x7f) as u8;
+        out.push(if i < 4 { byte | 0x80 } else { byte });
+    }
+    leb(1, &mut out);
+    out.push(b'p');
+    out.resize(len, 0);
+    out
+}
+
+#[test]
+fn a_component_rewritten_in_place_is_never_served_its_old_compiled_form() {
+    // A warm start takes the component's digest from a record of its file (device, inode, size,
+    // times) without reading it. Rewrite the file in place with another component of the same
+    // size and put its modification time back: only its change time tells, and must.
+    let out = tasklet(&["run", "tasklets/iota", "--backend", "emu"], b"1");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = tasklet(&["run", "tasklets/vector-add", "--backend", "emu"], b"1");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let release = repo().join("tasklets/target/wasm32-wasip2/release");
+    let iota = std::fs::read(release.join("iota.wasm")).unwrap();
+    let vector_add = std::fs::read(release.join("vector_add.wasm")).unwrap();
+    let len = iota.len().max(vector_add.len()) + 64;
+    let (iota, vector_add) = (padded(&iota, len), padded(&vector_add, len));
+
+    let dir = temp_dir("rewritten");
+    let dir = dir.path();
+    let cache = dir.join("cache");
+    let component = dir.join("c.wasm");
+    std::fs::write(&component, &iota).unwrap();
+    std::fs::write(
+        dir.join("tasklet.toml"),
+        "name = \"rewritten\"\ncomponent = \"c.wasm\"\n[gpu]\nmax-vram = \"16MiB\"\nmax-leases = 1\nmax-lease-secs = \"60s\"\n\
+         rights = [\"alloc\", \"read\", \"write\", \"load\", \"launch\"]\n",
+    )
+    .unwrap();
+    let target = dir.to_str().unwrap();
+    // Only a file unchanged for a while gets a record (see source_digest.rs).
+    std::thread::sleep(Duration::from_millis(2_200));
+    let (out, how) = run_cached(target, "2", &cache, &[]);
+    assert_eq!((out.as_str(), how.as_str()), ("1\n2\n", "miss"));
+    let records = std::fs::read_dir(cache.join("sources")).unwrap().count();
+    assert_eq!(records, 1, "the settled component's digest is recorded");
+    let (out, how) = run_cached(target, "2", &cache, &[]);
+    assert_eq!((out.as_str(), how.as_str()), ("1\n2\n", "hit"));
+
+    let modified = std::fs::metadata(&component).unwrap().modified().unwrap();
+    std::fs::write(&component, &vector_add).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&component)
+        .unwrap()
+        .set_modified(modified)
+        .unwrap();
+    assert_eq!(std::fs::metadata(&component).unwrap().len(), len as u64);
+    let expected = run_cached("tasklets/vector-add", "3", &cache, &[]).0;
+    let (out, how) = run_cached(target, "3", &cache, &[]);
+    assert_eq!(out, expected, "the new component ran");
+    assert_eq!(how, "miss");
+    // And the first one again, replaced whole this time (another inode): its entry is still
+    // there under its own digest.
+    std::fs::write(dir.join("next.wasm"), &iota).unwrap();
+    std::fs::rename(dir.join("next.wasm"), &component).unwrap();
+    let (out, how) = run_cached(target, "2", &cache, &[]);
+    assert_eq!((out.as_str(), how.as_str()), ("1\n2\n", "hit"));
 }

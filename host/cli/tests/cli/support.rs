@@ -11,8 +11,15 @@ pub fn repo() -> PathBuf {
 }
 
 /// `tasklet <args>` run from the repository root with `stdin` as its input, to its end.
+///
+/// Its compiled cache, unless `--compile-cache` says otherwise, is the tests' own under the
+/// build's temp folder (target/tmp/), never the user's ~/.cache/tasklet.
 pub fn tasklet(args: &[&str], stdin: &[u8]) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_tasklet"))
+        .env(
+            "TASKLET_COMPILE_CACHE",
+            Path::new(env!("CARGO_TARGET_TMPDIR")).join("tasklet-cli-tests-compile-cache"),
+        )
         .args(args)
         .current_dir(repo())
         .stdin(Stdio::piped())

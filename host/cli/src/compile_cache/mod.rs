@@ -7,17 +7,26 @@
 //! component compiled again), and bounded in size, the entries used longest ago evicted first.
 //! The store's other folders stay empty here.
 //!
+//! A warm start neither reads nor hashes the component when its file is unchanged since it was
+//! last hashed ([`source_digest`]), and loads the entry by mapping its file
+//! ([`Runner::load_precompiled_file`]) once the store has checked it: an 18 MB Python component
+//! starts without copying its 35 MB compiled form (~7 ms on the 2-core development machine,
+//! against ~100 ms reading, hashing and copying both).
+//!
 //! Where: `--compile-cache DIR`, else `$TASKLET_COMPILE_CACHE`, else `$XDG_CACHE_HOME/tasklet`,
 //! else `~/.cache/tasklet`; `off` (flag or variable) turns it off. A cache that cannot be
 //! opened or written costs a compile, never the run.
 
+mod source_digest;
+
 use anyhow::{anyhow, bail, Context, Result};
+use source_digest::SourceDigests;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tasklet_runtime::config::units::parse_size;
 use tasklet_runtime::config::Grant;
-use tasklet_runtime::{Manifest, Runner, Tasklet};
-use tasklet_store::{Digest, Lookup, Store, StoreConfig};
+use tasklet_runtime::{HostError, Manifest, Runner, Tasklet};
+use tasklet_store::{CachedFile, Digest, Lookup, Store, StoreConfig};
 
 /// The variable naming the cache's folder (or `off`) when `--compile-cache` is not given.
 pub const DIR_VAR: &str = "TASKLET_COMPILE_CACHE";
@@ -77,6 +86,7 @@ pub struct Loaded {
 pub struct CompileCache {
     store: Store,
     engine: String,
+    sources: SourceDigests,
 }
 
 impl CompileCache {
@@ -104,6 +114,7 @@ impl CompileCache {
             Ok(store) => Ok(Some(CompileCache {
                 store,
                 engine: runner.engine_fingerprint(),
+                sources: SourceDigests::new(&dir),
             })),
             Err(e) => {
                 eprintln!("tasklet: no compiled cache ({e}); compiling on every run");
@@ -147,20 +158,22 @@ pub fn load(
         return Ok((tasklet, loaded(LoadKind::Off, started)));
     };
     let path = manifest.component.clone();
-    let wasm = std::fs::read(&path)
+    let hashed = cache
+        .sources
+        .digest(&path)
         .with_context(|| format!("cannot read component {}", path.display()))?;
-    let digest = Digest::of(&wasm);
     let compiled = cache.store.compiled();
-    let kind = match compiled.get(&digest, &cache.engine) {
-        Ok(Lookup::Hit(bytes)) => {
+    let kind = match compiled.open(&hashed.digest, &cache.engine) {
+        Ok(Lookup::Hit(entry)) => {
             // SAFETY: entries under this engine fingerprint are what `Runner::precompile` of
             // such an engine made (`put` below, or a node sharing the folder), in the user's own
-            // cache folder; the store verified this one against the digest it was written with,
-            // so a damaged entry never reaches here.
-            match unsafe { runner.load_precompiled(manifest.clone(), grant, &bytes) } {
+            // cache folder; the store verified this one's checksum through the very file handed
+            // on here, and entries are only ever written whole and renamed into place, never
+            // rewritten, so the bytes mapped are the ones verified.
+            match unsafe { load_entry(runner, manifest.clone(), grant, &entry) } {
                 Ok(tasklet) => {
                     let loaded = loaded(LoadKind::Hit, started);
-                    tracing::info!(component = %digest, took = ?loaded.took, "compiled cache hit");
+                    tracing::info!(component = %hashed.digest, took = ?loaded.took, "compiled cache hit");
                     return Ok((tasklet, loaded));
                 }
                 // Same engine, yet it no longer links (the host's interfaces changed): compiled
@@ -171,6 +184,17 @@ pub fn load(
         Ok(Lookup::Miss) => LoadKind::Miss,
         Ok(Lookup::Discarded { reason }) => LoadKind::Discarded(reason),
         Err(e) => LoadKind::Discarded(format!("cannot read it: {e}")),
+    };
+    // The entry is keyed by the digest of the bytes compiled, read now if the digest came from
+    // a record: the file may have changed since that lookup.
+    let (wasm, digest) = match hashed.bytes {
+        Some(bytes) => (bytes, hashed.digest),
+        None => {
+            let bytes = std::fs::read(&path)
+                .with_context(|| format!("cannot read component {}", path.display()))?;
+            let digest = Digest::of(&bytes);
+            (bytes, digest)
+        }
     };
     if let LoadKind::Discarded(why) = &kind {
         eprintln!(
@@ -196,6 +220,37 @@ pub fn load(
     }
     tracing::info!(component = %digest, took = ?loaded.took, cache = loaded.kind.as_str(), "compiled");
     Ok((tasklet, loaded))
+}
+
+/// Links the cached entry `entry`: on Linux by mapping the open file through its
+/// `/proc/self/fd` path (the same file the store verified, however its name changes meanwhile);
+/// elsewhere, or without /proc, from its bytes read into memory.
+///
+/// # Safety
+///
+/// `entry` holds what `Runner::precompile` of `runner`'s engine made, verified, and nothing
+/// writes the file while the tasklet lives.
+unsafe fn load_entry(
+    runner: &Runner,
+    manifest: Manifest,
+    grant: Grant,
+    entry: &CachedFile,
+) -> Result<Tasklet, HostError> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let path = PathBuf::from(format!("/proc/self/fd/{}", entry.file().as_raw_fd()));
+        if path.exists() {
+            // SAFETY: the caller's contract; the path is the verified file itself.
+            return unsafe { runner.load_precompiled_file(manifest, grant, &path) };
+        }
+    }
+    let bytes = entry.read_compiled().map_err(|e| HostError::Component {
+        path: manifest.component.display().to_string(),
+        message: format!("cannot read its compiled form: {e}"),
+    })?;
+    // SAFETY: the caller's contract.
+    unsafe { runner.load_precompiled(manifest, grant, &bytes) }
 }
 
 fn loaded(kind: LoadKind, started: Instant) -> Loaded {

@@ -348,6 +348,14 @@ impl LeaseManager {
         &self.devices
     }
 
+    /// The device `lease` is on: whose launch limits its launches are checked against.
+    pub fn device_of(&self, lease: &Lease) -> &Device {
+        // A lease's device is one of this manager's: it was placed here.
+        self.devices
+            .get(lease.device as usize)
+            .unwrap_or(&self.devices[0])
+    }
+
     /// The pool of the first device (device 0).
     pub fn pool(&self) -> &Arc<Pool> {
         &self.pools[0]

@@ -260,3 +260,58 @@ fn a_tasklet_lists_every_device_and_leases_by_requirement() {
     assert_eq!(lines.len(), 5, "{lines:?}");
     assert_baseline(&host);
 }
+
+/// A tasklet's service places a lease on the device it names; its launch is checked against that
+/// device's limits and its GPU time is charged to that device alone.
+#[test]
+fn gpu_time_is_charged_to_the_device_that_ran_the_kernel() {
+    use tasklet_runtime::gpu::{GpuService, KernelArg, LaunchConfig, LeaseRequest, LocalGpu};
+    const IOTA_PTX: &str = include_str!("../../../kernels/iota.ptx");
+    let host = test_host!(two_device_policy());
+    let grant = host.policy().grant(&manifest("testing/probe"));
+    let mut gpu = LocalGpu::new(grant, Arc::clone(host.leases()));
+    let blocks = 64u32;
+    let lease = gpu
+        .lease_acquire(LeaseRequest {
+            min_vram: 4 * MIB,
+            secs: 60,
+            device: Some(1),
+        })
+        .expect("a lease on device 1");
+    assert_eq!(gpu.lease_info(lease).expect("info").device, 1);
+    let s = gpu.session_open(lease).expect("session");
+    let m = gpu.module_load(s, IOTA_PTX).expect("iota loads");
+    let out = gpu
+        .mem_alloc(s, 4 * u64::from(blocks * 256))
+        .expect("alloc");
+    let config = LaunchConfig {
+        grid: [blocks, 1, 1],
+        block: [256, 1, 1],
+        shared_mem_bytes: 0,
+    };
+    let args = [
+        KernelArg::Buffer {
+            buffer: out,
+            offset: 0,
+        },
+        KernelArg::U32(blocks * 256),
+    ];
+    gpu.launch(s, m, "iota", &config, &args).expect("launch");
+    gpu.sync(s).expect("sync");
+    let took = gpu.gpu_time(lease).expect("gpu time");
+    assert!(took > Duration::ZERO, "the launch was charged nothing");
+    let usage = host.device_usage();
+    assert_eq!(usage[1].gpu_time, took, "{usage:?}");
+    assert_eq!(usage[0].gpu_time, Duration::ZERO, "{usage:?}");
+    // A launch past the device's limits is refused before it reaches the worker.
+    let too_wide = LaunchConfig {
+        block: [1 << 20, 1, 1],
+        ..config
+    };
+    let e = gpu
+        .launch(s, m, "iota", &too_wide, &args)
+        .expect_err("a block wider than the device allows");
+    assert_eq!(e.name(), "launch-failed", "{e}");
+    drop(gpu);
+    assert_baseline(&host);
+}

@@ -205,7 +205,7 @@ impl LocalGpu {
         // A handful of integer comparisons: a launch the device would refuse fails here, at once
         // and naming the limit, rather than later and reported by another call.
         self.manager
-            .device()
+            .device_of(&s.lease)
             .launch_limits
             .check(
                 config.grid,

@@ -58,7 +58,7 @@ impl LocalGpu {
         let (m, index) = s.kernel(module, kernel)?;
         let entry = &m.kernels[index];
         let config = burst.config;
-        let limits = &self.manager.device().launch_limits;
+        let limits = &self.manager.device_of(&s.lease).launch_limits;
         let mut args: Vec<KernelArg<'_>> = burst.args.to_vec();
         let mut block = Vec::new();
         let mut ends = Vec::with_capacity(burst.counts.len());

@@ -194,7 +194,7 @@ impl LocalGpu {
             &mut block,
         )?;
         self.manager
-            .device()
+            .device_of(&s.lease)
             .launch_limits
             .check(
                 config.grid,

@@ -12,7 +12,7 @@
 use crate::bare::{self, Setting};
 use crate::rig::Rig;
 use crate::session::Session;
-use crate::stats::{median, rate};
+use crate::stats::{median, rate, spread};
 use crate::table::{Table, Want};
 use crate::{gbps, pattern, progress, Params, BULK_FLOOR, BULK_SHARE, MIB};
 use std::fmt::Write as _;
@@ -213,7 +213,7 @@ pub fn run(rig: &Rig, p: &Params, table: &mut Table, settings: &mut String) -> R
             .collect();
         table.info(
             format!("remote {mib} MiB {what} / its bound, round by round"),
-            spread(&ratios),
+            spread(&ratios, Want::AtLeast),
         );
         table.check(
             format!("remote {mib} MiB {what}, absolute"),
@@ -280,17 +280,5 @@ fn range(rates: &[f64]) -> String {
         gbps(median(rates)),
         min / 1e9,
         max / 1e9
-    )
-}
-
-/// "median M (min A, max B; K of N rounds ≥ 1)" of per-round ratios.
-fn spread(ratios: &[f64]) -> String {
-    let min = ratios.iter().copied().fold(f64::INFINITY, f64::min);
-    let max = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    let within = ratios.iter().filter(|r| **r >= 1.0).count();
-    format!(
-        "median {:.2} (min {min:.2}, max {max:.2}; {within} of {} rounds ≥ 1)",
-        median(ratios),
-        ratios.len()
     )
 }

@@ -11,7 +11,7 @@
 
 use crate::rig::Rig;
 use crate::session::Session;
-use crate::stats::{median, median_duration, micros, Samples};
+use crate::stats::{median_duration, micros, spread, Samples};
 use crate::table::{Table, Want};
 use crate::{bare, progress, us, Params, ASYNC_LAUNCHES, LATENCY_FACTOR};
 use std::fmt::Write as _;
@@ -179,7 +179,7 @@ pub fn run(rig: &Rig, p: &Params, table: &mut Table, rounds: &mut String) -> Res
     let pair_ratios: Vec<f64> = per_round.iter().map(Round::pair_ratio).collect();
     table.info(
         "remote launch + sync / its bound, round by round",
-        spread(&pair_ratios),
+        spread(&pair_ratios, Want::AtMost),
     );
     table.info(
         "of which the node's GPU thread (gpu_op_seconds, mean)",
@@ -213,7 +213,7 @@ pub fn run(rig: &Rig, p: &Params, table: &mut Table, rounds: &mut String) -> Res
     let batch_ratios: Vec<f64> = per_round.iter().map(Round::batch_ratio).collect();
     table.info(
         "remote 1,000 async launches / its bound, round by round",
-        spread(&batch_ratios),
+        spread(&batch_ratios, Want::AtMost),
     );
     table.info(
         "of which the node's GPU thread (gpu_op_seconds, mean)",
@@ -248,16 +248,4 @@ pub fn run(rig: &Rig, p: &Params, table: &mut Table, rounds: &mut String) -> Res
         );
     }
     Ok(())
-}
-
-/// "median M (min A, max B; K of N rounds ≤ 1)" of per-round ratios.
-fn spread(ratios: &[f64]) -> String {
-    let min = ratios.iter().copied().fold(f64::INFINITY, f64::min);
-    let max = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    let within = ratios.iter().filter(|r| **r <= 1.0).count();
-    format!(
-        "median {:.2} (min {min:.2}, max {max:.2}; {within} of {} rounds ≤ 1)",
-        median(ratios),
-        ratios.len()
-    )
 }

@@ -1,5 +1,6 @@
 //! Samples and the figures read from them: percentiles of latencies, medians of rates.
 
+use crate::table::Want;
 use std::time::Duration;
 
 /// Latencies of one measurement, in the order they were taken.
@@ -80,4 +81,20 @@ pub fn rate(bytes: u64, elapsed: Duration) -> f64 {
 
 pub fn micros(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
+}
+
+/// "median M (min A, max B; K of N rounds ≤ 1)" of per-round ratios to a bound, counting the
+/// rounds on the side of it that `want` asks for.
+pub fn spread(ratios: &[f64], want: Want) -> String {
+    let min = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let (within, side) = match want {
+        Want::AtMost => (ratios.iter().filter(|r| **r <= 1.0).count(), "≤"),
+        Want::AtLeast => (ratios.iter().filter(|r| **r >= 1.0).count(), "≥"),
+    };
+    format!(
+        "median {:.2} (min {min:.2}, max {max:.2}; {within} of {} rounds {side} 1)",
+        median(ratios),
+        ratios.len()
+    )
 }

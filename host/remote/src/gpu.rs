@@ -30,9 +30,10 @@ use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 use tasklet_runtime::config::{Grant as HostGrant, Manifest, Right};
 use tasklet_runtime::gpu::{
-    submit_args_after_region, submit_in_session, BufferId, DeviceInfo, GpuService, GuestBytes,
-    KernelArg, KernelParam, KernelRef, KernelSignature, LaunchConfig, LeaseId, LeaseInfo,
-    LeaseRequest, ModuleId, ModuleSource, ParamKind, SessionId, Submit, SubmitArg,
+    submit_args_after_region, submit_in_session, BufferId, Burst, DeviceInfo, GpuService,
+    GuestBytes, KernelArg, KernelParam, KernelRef, KernelSignature, LaunchConfig, LeaseId,
+    LeaseInfo, LeaseRequest, ModuleId, ModuleSource, ParamKind, SessionId, Submit, SubmitArg,
+    MAX_BURST_LAUNCHES,
 };
 use tasklet_runtime::DeviceRequirement;
 use tasklet_runtime::GpuError;
@@ -109,6 +110,28 @@ impl RemoteGpu {
 
     fn call(&mut self, request: &Request) -> Result<(Reply, Vec<u8>), GpuError> {
         Ok(self.client.request(request)?)
+    }
+
+    /// A launch's kernel by its place in the module: a name is looked up in the kernel list the
+    /// module was loaded with. A module this side never loaded is the node's to refuse (index 0
+    /// names nothing then).
+    fn kernel_index(&self, module: ModuleId, kernel: KernelRef<'_>) -> Result<u32, GpuError> {
+        match kernel {
+            KernelRef::At(index) => Ok(index),
+            KernelRef::Named(kernel) => match self.modules.get(&module) {
+                None => Ok(0),
+                Some(kernels) => match kernels.iter().position(|k| k.name == kernel) {
+                    Some(i) => Ok(i as u32),
+                    None => {
+                        let names: Vec<&str> = kernels.iter().map(|k| k.name.as_str()).collect();
+                        Err(GpuError::LaunchFailed(format!(
+                            "no kernel named {kernel:?} in the module; it has: {}",
+                            names.join(", ")
+                        )))
+                    }
+                },
+            },
+        }
     }
 
     /// Runs `attempt`, a stateless call, again on the next node for as long as it fails in a
@@ -509,24 +532,7 @@ impl GpuService for RemoteGpu {
         config: &LaunchConfig,
         args: &[KernelArg<'_>],
     ) -> Result<u64, GpuError> {
-        let index = match kernel {
-            KernelRef::At(index) => index,
-            // A module this side never loaded is the node's to refuse (index 0 names nothing
-            // then).
-            KernelRef::Named(kernel) => match self.modules.get(&module) {
-                None => 0,
-                Some(kernels) => match kernels.iter().position(|k| k.name == kernel) {
-                    Some(i) => i as u32,
-                    None => {
-                        let names: Vec<&str> = kernels.iter().map(|k| k.name.as_str()).collect();
-                        return Err(GpuError::LaunchFailed(format!(
-                            "no kernel named {kernel:?} in the module; it has: {}",
-                            names.join(", ")
-                        )));
-                    }
-                },
-            },
-        };
+        let index = self.kernel_index(module, kernel)?;
         let request = Request::Launch(wire::Launch {
             session: wire::SessionId(session.0),
             module: wire::ModuleId(module.0),
@@ -546,6 +552,55 @@ impl GpuService for RemoteGpu {
             *n
         });
         Ok(ordinal)
+    }
+
+    fn launch_burst(
+        &mut self,
+        session: SessionId,
+        module: ModuleId,
+        kernel: KernelRef<'_>,
+        burst: &Burst<'_>,
+    ) -> Result<u64, GpuError> {
+        // What one request cannot carry is refused here, in the node's words for the same limit.
+        let n = burst.counts.len();
+        if n > MAX_BURST_LAUNCHES {
+            return Err(GpuError::InvalidArgument(format!(
+                "a burst of {n} launches is more than the {MAX_BURST_LAUNCHES} one call may hold; split it into several"
+            )));
+        }
+        if burst.changes.len() > wire::limits::MAX_BURST_CHANGES {
+            return Err(GpuError::InvalidArgument(format!(
+                "a burst changing {} arguments is more than the {} one request to a node carries; split it into several",
+                burst.changes.len(),
+                wire::limits::MAX_BURST_CHANGES
+            )));
+        }
+        let index = self.kernel_index(module, kernel)?;
+        let request = Request::LaunchBurst(wire::LaunchBurst {
+            session: wire::SessionId(session.0),
+            module: wire::ModuleId(module.0),
+            kernel: index,
+            grid: burst.config.grid,
+            block: burst.config.block,
+            shared_mem_bytes: burst.config.shared_mem_bytes,
+            args: burst.args.iter().map(to_wire_arg).collect(),
+            changes: burst
+                .changes
+                .iter()
+                .map(|c| (c.index, to_wire_arg(&c.arg)))
+                .collect(),
+            counts: burst.counts.to_vec(),
+        });
+        // Answered once the node queued every launch, or refused whole: the node's service
+        // checks them all first.
+        self.call(&request)?;
+        let n = burst.counts.len() as u64;
+        let lease = self.sessions.get(&session).copied();
+        Ok(lease.map_or(0, |lease| {
+            let launched = self.launched.entry(lease).or_insert(0);
+            *launched += n;
+            *launched - n + 1
+        }))
     }
 
     fn sync(&mut self, session: SessionId) -> Result<(), GpuError> {

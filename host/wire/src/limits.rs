@@ -53,6 +53,12 @@ pub const MAX_KERNEL_PARAMS: usize = 4096;
 /// Most typed arguments of one LAUNCH.
 pub const MAX_LAUNCH_ARGS: usize = 4096;
 
+/// The most launches one LAUNCH_BURST holds (the contract's own bound on a burst).
+pub const MAX_BURST_LAUNCHES: usize = 4096;
+
+/// The most changed arguments one LAUNCH_BURST carries, over all of its launches.
+pub const MAX_BURST_CHANGES: usize = 64 << 10;
+
 /// Most bytes of a by-value (`Bytes`) launch argument, and of GPU_SUBMIT's argument block: the
 /// size of a kernel's whole parameter space.
 pub const MAX_ARG_BYTES: usize = 32 << 10;

@@ -48,6 +48,9 @@ pub enum Opcode {
     ModuleLoadSource = 0x060B,
     /// Session: unload a module.
     ModuleUnload = 0x060C,
+    /// Session: launch one kernel many times, each launch with some arguments changed; refused
+    /// whole or queued whole (the reply comes once every launch is queued).
+    LaunchBurst = 0x060D,
     /// Store a deployment (manifest + streamed component).
     DeployPush = 0x0700,
     /// Whether a deployment is stored.
@@ -58,7 +61,7 @@ pub enum Opcode {
 
 impl Opcode {
     /// Every opcode, in numeric order.
-    pub const ALL: [Opcode; 24] = [
+    pub const ALL: [Opcode; 25] = [
         Opcode::GoAway,
         Opcode::Hello,
         Opcode::Grant,
@@ -80,6 +83,7 @@ impl Opcode {
         Opcode::MemCopy,
         Opcode::ModuleLoadSource,
         Opcode::ModuleUnload,
+        Opcode::LaunchBurst,
         Opcode::DeployPush,
         Opcode::DeployHas,
         Opcode::DeployRun,
@@ -114,6 +118,7 @@ impl Opcode {
             Opcode::MemCopy => "MEM_COPY",
             Opcode::ModuleLoadSource => "MODULE_LOAD_SOURCE",
             Opcode::ModuleUnload => "MODULE_UNLOAD",
+            Opcode::LaunchBurst => "LAUNCH_BURST",
             Opcode::DeployPush => "DEPLOY_PUSH",
             Opcode::DeployHas => "DEPLOY_HAS",
             Opcode::DeployRun => "DEPLOY_RUN",

@@ -13,7 +13,8 @@
 /// Version 2: GPU_SUBMIT's request carries `input`, and its failed reply the precise `cause`.
 /// Version 3: each kernel parameter in MODULE_LOAD's reply says whether it is a pointer.
 /// Version 4: LEASE_ALLOC's request carries what the lease requires of its device.
-pub const PROTOCOL_VERSION: u8 = 4;
+/// Version 5: LAUNCH_BURST.
+pub const PROTOCOL_VERSION: u8 = 5;
 
 /// The version HELLO and its reply are framed as, whatever version the two ends go on to speak.
 pub const HELLO_VERSION: u8 = 1;
@@ -41,14 +42,14 @@ mod tests {
 
     #[test]
     fn picks_the_common_version_or_none() {
-        assert_eq!(negotiate(4, 4), Some(4));
-        assert_eq!(negotiate(0, 7), Some(4));
-        // A peer of versions 1 to 3 shares no version with this one.
-        assert_eq!(negotiate(1, 3), None);
-        assert_eq!(negotiate(5, 7), None);
+        assert_eq!(negotiate(5, 5), Some(5));
+        assert_eq!(negotiate(0, 7), Some(5));
+        // A peer of versions 1 to 4 shares no version with this one.
+        assert_eq!(negotiate(1, 4), None);
+        assert_eq!(negotiate(6, 7), None);
         assert_eq!(negotiate(0, 0), None);
         // An empty (inverted) range offers nothing.
-        assert_eq!(negotiate(5, 1), None);
+        assert_eq!(negotiate(6, 1), None);
     }
 
     #[test]

@@ -379,6 +379,9 @@ fn payload_bytes(request: &Request) -> usize {
         Request::ModuleLoad { ptx, .. } => ptx.len(),
         Request::GpuSubmit(submit) => submit.ptx.len() + submit.args.len(),
         Request::ModuleLoadSource { source, .. } => source.len(),
+        Request::LaunchBurst(burst) => {
+            16 * (burst.args.len() + burst.changes.len()) + 4 * burst.counts.len()
+        }
         Request::Launch(launch) => launch
             .args
             .iter()

@@ -368,6 +368,16 @@ impl Dispatcher {
                 self.gpu().sync(session)?;
                 Reply::Sync
             }
+            Request::LaunchBurst(burst) => {
+                // Launches after a failed pipelined one are dropped; a burst then is refused
+                // with that failure, which it reports.
+                let session = convert::session(burst.session);
+                if let Some(failure) = self.held.remove(&session) {
+                    return Err(Failure(failure));
+                }
+                self.launch_burst(&burst)?;
+                Reply::LaunchBurst
+            }
             // Handled by `job` before it gets here, or (deployments) never sent to the GPU
             // thread: a stream serves those itself (see `connection::deploy`).
             Request::DeployPush { .. }
@@ -503,6 +513,41 @@ impl Dispatcher {
         let relocations = convert::relocations(&launch.args);
         let args = convert::kernel_args(&launch.args, &relocations);
         self.gpu().launch(session, module, &kernel, &config, &args)
+    }
+
+    /// A LAUNCH_BURST, through the service's own burst: every launch checked before any is
+    /// queued.
+    fn launch_burst(
+        &mut self,
+        b: &tasklet_wire::LaunchBurst,
+    ) -> Result<(), tasklet_runtime::GpuError> {
+        let (session, module) = (convert::session(b.session), convert::module(b.module));
+        let config = LaunchConfig {
+            grid: b.grid,
+            block: b.block,
+            shared_mem_bytes: b.shared_mem_bytes,
+        };
+        let relocations = convert::relocations(&b.args);
+        let args = convert::kernel_args(&b.args, &relocations);
+        let values: Vec<tasklet_wire::KernelArg> =
+            b.changes.iter().map(|(_, arg)| arg.clone()).collect();
+        let value_relocations = convert::relocations(&values);
+        let lifted = convert::kernel_args(&values, &value_relocations);
+        let changes: Vec<gpu::BurstArg<'_>> = b
+            .changes
+            .iter()
+            .zip(lifted)
+            .map(|(&(index, _), arg)| gpu::BurstArg { index, arg })
+            .collect();
+        let burst = gpu::Burst {
+            config,
+            args: &args,
+            changes: &changes,
+            counts: &b.counts,
+        };
+        self.gpu()
+            .launch_burst(session, module, gpu::KernelRef::At(b.kernel), &burst)
+            .map(drop)
     }
 
     /// Runs a pipelined op unless an earlier one of its session failed; holds its failure for

@@ -56,6 +56,10 @@ fn main() -> ExitCode {
             remote::relocated_arguments_reach_the_kernel_through_the_node,
         ),
         (
+            "remote::a_burst_through_the_node_is_the_local_one",
+            remote::a_burst_through_the_node_is_the_local_one,
+        ),
+        (
             "remote::a_remote_modules_signatures_are_the_local_ones",
             remote::a_remote_modules_signatures_are_the_local_ones,
         ),

@@ -303,3 +303,44 @@ pub fn a_remote_modules_signatures_are_the_local_ones() -> TestResult {
         format!("write_out_of_bounds's parameters through the node: {kinds:?}")
     })
 }
+
+/// A burst (contract 0.2's `launch-burst`) through the node, one LAUNCH_BURST: the same rows
+/// as on the local GPU, the same refusals of the whole burst (their kinds; their messages name
+/// ids that differ), the limit biting alike, and nothing of a refused burst run.
+pub fn a_burst_through_the_node_is_the_local_one() -> TestResult {
+    let node = TestNode::start();
+    let local = local_host();
+    let manifest = Manifest::load(&tasklet("testing/probe")).expect("manifest");
+    let compiled = local.load(manifest.clone()).expect("component loads");
+    let kinds = |out: &[u8]| -> Vec<String> {
+        String::from_utf8_lossy(out)
+            .lines()
+            .map(|l| l.split(' ').take(2).collect::<Vec<_>>().join(" "))
+            .collect()
+    };
+    for input in ["burst 100", "burst-misuse", "burst 4097"] {
+        let here = local
+            .run(&compiled, input.as_bytes())
+            .map_err(|e| format!("{input} local: {e}"))?;
+        let gpu =
+            RemoteGpu::for_manifest(node.client("dev"), &manifest).map_err(|e| e.to_string())?;
+        let there = local
+            .runner()
+            .run(&compiled, input.as_bytes(), Box::new(gpu))
+            .map_err(|e| format!("{input} remote: {e}"))?;
+        let (here_text, there_text) = (
+            String::from_utf8_lossy(&here).into_owned(),
+            String::from_utf8_lossy(&there).into_owned(),
+        );
+        let same = match input {
+            "burst 100" => here == there && here_text == "ok burst 100 first 1\nok rows 100\n",
+            _ => kinds(&here) == kinds(&there) && !here.is_empty(),
+        };
+        check(same, || {
+            format!("{input}: local {here_text:?}, remote {there_text:?}")
+        })?;
+    }
+    node.wait_for_baseline(WAIT)?;
+    tasklet_tests::assert_baseline(&local);
+    Ok(())
+}

@@ -11,7 +11,7 @@ pub use device::Device;
 pub use grant::{rights, Grant};
 pub use kernel::{Kernel, KernelArg, KernelParam, LoadedModule, Relocation, MAX_RELOCATIONS};
 pub use reply::Reply;
-pub use request::{GpuSubmit, Launch, Request};
+pub use request::{GpuSubmit, Launch, LaunchBurst, Request};
 pub use requirements::LeaseRequirements;
 
 pub(crate) use reply::{decode_goaway_body, encode_goaway_body};

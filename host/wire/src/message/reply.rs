@@ -70,6 +70,8 @@ pub enum Reply {
     },
     SessionClose,
     MemCopy,
+    /// Every launch of the burst is queued.
+    LaunchBurst,
     ModuleLoadSource(LoadedModule),
     ModuleUnload,
     DeployPush {
@@ -114,6 +116,7 @@ impl Reply {
             Reply::SessionOpen { .. } => Opcode::SessionOpen,
             Reply::SessionClose => Opcode::SessionClose,
             Reply::MemCopy => Opcode::MemCopy,
+            Reply::LaunchBurst => Opcode::LaunchBurst,
             Reply::ModuleLoadSource(_) => Opcode::ModuleLoadSource,
             Reply::ModuleUnload => Opcode::ModuleUnload,
             Reply::DeployPush { .. } => Opcode::DeployPush,
@@ -216,6 +219,7 @@ impl Reply {
             | Reply::Free
             | Reply::SessionClose
             | Reply::MemCopy
+            | Reply::LaunchBurst
             | Reply::ModuleUnload
             | Reply::Error { .. } => {}
         }
@@ -288,6 +292,7 @@ impl Reply {
             },
             Opcode::SessionClose => Reply::SessionClose,
             Opcode::MemCopy => Reply::MemCopy,
+            Opcode::LaunchBurst => Reply::LaunchBurst,
             Opcode::ModuleLoadSource => Reply::ModuleLoadSource(LoadedModule::decode(&mut r)?),
             Opcode::ModuleUnload => Reply::ModuleUnload,
             Opcode::DeployPush => Reply::DeployPush {

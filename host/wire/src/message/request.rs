@@ -10,8 +10,9 @@ use crate::codec::{Reader, Writer};
 use crate::error::{DecodeError, EncodeError};
 use crate::ids::{BufferId, Digest, LeaseId, ModuleId, SessionId};
 use crate::limits::{
-    MAX_ARG_BYTES, MAX_COMPILE_OPTION, MAX_COMPILE_OPTIONS, MAX_MANIFEST_BYTES, MAX_MODULE_BYTES,
-    MAX_NAME, MAX_PEER_NAME, MAX_SOURCE_BYTES, MAX_SUBMIT_INPUT,
+    MAX_ARG_BYTES, MAX_BURST_CHANGES, MAX_BURST_LAUNCHES, MAX_COMPILE_OPTION, MAX_COMPILE_OPTIONS,
+    MAX_MANIFEST_BYTES, MAX_MODULE_BYTES, MAX_NAME, MAX_PEER_NAME, MAX_SOURCE_BYTES,
+    MAX_SUBMIT_INPUT,
 };
 use crate::opcode::Opcode;
 
@@ -67,6 +68,8 @@ pub enum Request {
     },
     /// Pipelined.
     Launch(Launch),
+    /// Answered once every launch is queued, or refused whole.
+    LaunchBurst(LaunchBurst),
     Sync {
         session: SessionId,
     },
@@ -151,6 +154,78 @@ pub struct Launch {
     pub args: Vec<KernelArg>,
 }
 
+/// LAUNCH_BURST: launch kernel `kernel` of `module` once per entry of `counts`, in order: launch
+/// `i` with `args`, but for the next `counts[i]` entries of `changes`, each the argument at its
+/// index replaced. The node checks every launch before it queues any.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchBurst {
+    pub session: SessionId,
+    pub module: ModuleId,
+    pub kernel: u32,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub shared_mem_bytes: u32,
+    pub args: Vec<KernelArg>,
+    /// (argument index, its value in one launch), launch by launch.
+    pub changes: Vec<(u32, KernelArg)>,
+    pub counts: Vec<u32>,
+}
+
+impl LaunchBurst {
+    fn encode(&self, w: &mut Writer) -> Result<(), EncodeError> {
+        w.u64(self.session.0);
+        w.u64(self.module.0);
+        w.u32(self.kernel);
+        dims(w, self.grid);
+        dims(w, self.block);
+        w.u32(self.shared_mem_bytes);
+        encode_args(&self.args, w)?;
+        w.count("changes", self.changes.len(), MAX_BURST_CHANGES)?;
+        for (index, arg) in &self.changes {
+            w.u32(*index);
+            arg.encode(w)?;
+        }
+        w.count("counts", self.counts.len(), MAX_BURST_LAUNCHES)?;
+        for c in &self.counts {
+            w.u32(*c);
+        }
+        Ok(())
+    }
+
+    fn decode(r: &mut Reader) -> Result<LaunchBurst, DecodeError> {
+        let session = SessionId(r.u64("session")?);
+        let module = ModuleId(r.u64("module")?);
+        let kernel = r.u32("kernel")?;
+        let grid = read_dims(r, "grid")?;
+        let block = read_dims(r, "block")?;
+        let shared_mem_bytes = r.u32("shared_mem_bytes")?;
+        let args = decode_args(r)?;
+        // A change is at least its index, an argument's tag and a 4-byte value.
+        let n = r.count("changes", MAX_BURST_CHANGES, 4 + 1 + 4)?;
+        let mut changes = Vec::with_capacity(n);
+        for _ in 0..n {
+            let index = r.u32("change index")?;
+            changes.push((index, KernelArg::decode(r)?));
+        }
+        let n = r.count("counts", MAX_BURST_LAUNCHES, 4)?;
+        let mut counts = Vec::with_capacity(n);
+        for _ in 0..n {
+            counts.push(r.u32("count")?);
+        }
+        Ok(LaunchBurst {
+            session,
+            module,
+            kernel,
+            grid,
+            block,
+            shared_mem_bytes,
+            args,
+            changes,
+            counts,
+        })
+    }
+}
+
 /// The fewest bytes a compiler option takes on the wire (its length).
 const OPTION_MIN_BYTES: usize = 4;
 
@@ -169,6 +244,7 @@ impl Request {
             Request::MemWrite { .. } => Opcode::MemWrite,
             Request::ModuleLoad { .. } => Opcode::ModuleLoad,
             Request::Launch(_) => Opcode::Launch,
+            Request::LaunchBurst(_) => Opcode::LaunchBurst,
             Request::Sync { .. } => Opcode::Sync,
             Request::MemRead { .. } => Opcode::MemRead,
             Request::Free { .. } => Opcode::Free,
@@ -197,6 +273,7 @@ impl Request {
             | Request::ModuleLoadSource { session, .. }
             | Request::ModuleUnload { session, .. } => Some(*session),
             Request::Launch(launch) => Some(launch.session),
+            Request::LaunchBurst(burst) => Some(burst.session),
             _ => None,
         }
     }
@@ -281,6 +358,7 @@ impl Request {
                 w.u64(session.0);
                 w.bytes("ptx", ptx, MAX_MODULE_BYTES)?;
             }
+            Request::LaunchBurst(burst) => burst.encode(w)?,
             Request::Launch(launch) => {
                 w.u64(launch.session.0);
                 w.u64(launch.module.0);
@@ -404,6 +482,7 @@ impl Request {
                 session: SessionId(r.u64("session")?),
                 ptx: r.bytes("ptx", MAX_MODULE_BYTES)?.to_vec(),
             },
+            Opcode::LaunchBurst => Request::LaunchBurst(LaunchBurst::decode(&mut r)?),
             Opcode::Launch => Request::Launch(Launch {
                 session: SessionId(r.u64("session")?),
                 module: ModuleId(r.u64("module")?),

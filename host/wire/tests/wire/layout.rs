@@ -24,11 +24,11 @@ fn sync_and_its_ok_reply() {
     .unwrap();
     assert_eq!(
         out,
-        hex("04 00 06 05 00 00 00 05 00 00 00 08  00 00 00 00 00 00 00 07")
+        hex("05 00 06 05 00 00 00 05 00 00 00 08  00 00 00 00 00 00 00 07")
     );
     out.clear();
     let _ = encode_reply(5, &Reply::Sync, &mut out).unwrap();
-    assert_eq!(out, hex("04 01 06 05 00 00 00 05 00 00 00 02  00 00"));
+    assert_eq!(out, hex("05 01 06 05 00 00 00 05 00 00 00 02  00 00"));
 }
 
 #[test]
@@ -52,7 +52,7 @@ fn a_sync_that_reports_a_failed_launch() {
         &mut out,
     )
     .unwrap();
-    let expected = hex("04 01 06 05 00 00 00 05 00 00 00 12
+    let expected = hex("05 01 06 05 00 00 00 05 00 00 00 12
          00 0c  00 00 00 05 66 61 75 6c 74  01 00 00 00 03 06 04");
     assert_eq!(out, expected);
 }
@@ -68,10 +68,10 @@ fn a_mem_write_and_its_data() {
     let mut out = Vec::new();
     let mut data = encode_request(2, &write, &mut out).unwrap().unwrap();
     data.encode(b"hello", &mut out).unwrap();
-    let expected = hex("04 00 06 02 00 00 00 02 00 00 00 20
+    let expected = hex("05 00 06 02 00 00 00 02 00 00 00 20
          00 00 00 00 00 00 00 01  00 00 00 00 00 00 00 02
          00 00 00 00 00 00 00 00  00 00 00 00 00 00 00 05
-         04 02 06 02 00 00 00 02 00 00 00 05  68 65 6c 6c 6f");
+         05 02 06 02 00 00 00 02 00 00 00 05  68 65 6c 6c 6f");
     assert_eq!(out, expected);
 }
 
@@ -94,7 +94,7 @@ fn a_launch_with_typed_arguments() {
     });
     let mut out = Vec::new();
     let _ = encode_request(9, &launch, &mut out).unwrap();
-    let expected = hex("04 00 06 04 00 00 00 09 00 00 00 4a
+    let expected = hex("05 00 06 04 00 00 00 09 00 00 00 4a
          00 00 00 00 00 00 00 01  00 00 00 00 00 00 00 03  00 00 00 00
          00 00 00 04 00 00 00 01 00 00 00 01  00 00 01 00 00 00 00 01 00 00 00 01
          00 00 00 00
@@ -110,7 +110,7 @@ fn goaway() {
     encode_goaway(&ErrorReply::new(ErrorCode::Draining, "bye"), &mut out).unwrap();
     assert_eq!(
         out,
-        hex("04 01 00 00 00 00 00 00 00 00 00 0a  00 13  00 00 00 03 62 79 65  00")
+        hex("05 01 00 00 00 00 00 00 00 00 00 0a  00 13  00 00 00 03 62 79 65  00")
     );
 }
 
@@ -125,11 +125,11 @@ fn a_deploy_run_reply_carries_the_whole_run_id() {
     let mut out = Vec::new();
     let mut data = encode_reply(9, &reply, &mut out).unwrap().unwrap();
     data.encode(b"ok", &mut out).unwrap();
-    let expected = hex("04 01 07 02 00 00 00 09 00 00 00 26
+    let expected = hex("05 01 07 02 00 00 00 09 00 00 00 26
          00 00
          00 11 22 33 44 55 66 77 88 99 aa bb cc dd ee ff
          00 00 00 00  00 00 00 00 00 00 00 2a  00 00 00 00 00 00 00 02
-         04 03 07 02 00 00 00 09 00 00 00 02  6f 6b");
+         05 03 07 02 00 00 00 09 00 00 00 02  6f 6b");
     assert_eq!(out, expected);
 }
 
@@ -147,7 +147,7 @@ fn a_gpu_submit_whose_kernel_faulted() {
         &mut out,
     )
     .unwrap();
-    let expected = hex("04 01 06 00 00 00 00 05 00 00 00 0f
+    let expected = hex("05 01 06 00 00 00 00 05 00 00 00 0f
          00 04  00 00 00 05 66 61 75 6c 74  00  01 00 0c");
     assert_eq!(out, expected);
 }

@@ -54,13 +54,13 @@ fn sync_body() -> Vec<u8> {
 #[test]
 fn unknown_version() {
     // 1 is the version HELLO's frames carry, and no other frame.
-    for version in [0, 1, 2, 3, 5, 0xFF] {
+    for version in [0, 1, 2, 3, 4, 6, 0xFF] {
         let bytes = frame(version, 0, Opcode::Sync as u16, 1, &sync_body());
         assert_eq!(
             to_node_error(&bytes),
             DecodeError::UnsupportedVersion {
                 version,
-                supported: 4
+                supported: 5
             }
         );
     }
@@ -85,7 +85,7 @@ fn unknown_flag_bits() {
 
 #[test]
 fn unknown_opcode() {
-    for opcode in [0x0003, 0x0204, 0x060D, 0x0703, 0xFFFF] {
+    for opcode in [0x0003, 0x0204, 0x060E, 0x0703, 0xFFFF] {
         let bytes = frame(PROTOCOL_VERSION, 0, opcode, 1, &[]);
         assert_eq!(to_node_error(&bytes), DecodeError::UnknownOpcode { opcode });
     }
@@ -976,7 +976,7 @@ fn the_first_error_sticks() {
         err,
         DecodeError::UnsupportedVersion {
             version: 9,
-            supported: 4
+            supported: 5
         }
     );
     let good = frame(PROTOCOL_VERSION, 0, Opcode::Sync as u16, 1, &sync_body());

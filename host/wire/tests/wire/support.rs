@@ -352,6 +352,28 @@ pub fn request() -> impl Strategy<Value = Request> {
                     })
                 }
             ),
+        (
+            session(),
+            any::<u64>(),
+            any::<u32>(),
+            dims(),
+            vec(kernel_arg(), 0..4),
+            vec((any::<u32>(), kernel_arg()), 0..6),
+            vec(any::<u32>(), 0..6)
+        )
+            .prop_map(|(session, module, kernel, grid, args, changes, counts)| {
+                Request::LaunchBurst(LaunchBurst {
+                    session,
+                    module: ModuleId(module),
+                    kernel,
+                    grid,
+                    block: grid,
+                    shared_mem_bytes: kernel,
+                    args,
+                    changes,
+                    counts,
+                })
+            }),
         session().prop_map(|session| Request::Sync { session }),
         (session(), buffer(), any::<u64>(), any::<u64>()).prop_map(
             |(session, buffer, offset, len)| Request::MemRead {
@@ -507,6 +529,7 @@ pub fn reply() -> impl Strategy<Value = Reply> {
         session().prop_map(|session| Reply::SessionOpen { session }),
         Just(Reply::SessionClose),
         Just(Reply::MemCopy),
+        Just(Reply::LaunchBurst),
         loaded_module().prop_map(Reply::ModuleLoadSource),
         Just(Reply::ModuleUnload),
         (digest(), any::<bool>()).prop_map(|(digest, already_present)| Reply::DeployPush {

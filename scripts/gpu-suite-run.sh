@@ -5,6 +5,12 @@
 #
 #   bash .gpu-suite/run.sh            every test executable on cuda, then on emu, then the inventory
 #   bash .gpu-suite/run.sh cuda       only the cuda pass (or: emu)
+#   bash .gpu-suite/run.sh guests     only the Python and JavaScript examples on cuda: the suite's
+#                                     guest_languages tests (outputs and errors equal to the Rust
+#                                     examples'): guests.log
+#   bash .gpu-suite/run.sh guest-stats
+#                                     `tasklet run --stats` of each example and its Rust counterpart
+#                                     on cuda, cold then warm from the compiled cache: guests.txt
 #   bash .gpu-suite/run.sh bench      the speed benchmark (benches/speed/gpu_speed.rs) and the
 #                                     emulator-vs-GPU corpus diff (kernels/diff/), through CuPy and
 #                                     through the cuda backend: bench.txt, diff.txt. BENCH_PIN
@@ -18,7 +24,8 @@
 #                                     seed; its PASS or FAIL counts as one test
 #
 # Environment: OUT (default /tmp): logs go to $OUT/tasklet-gpu-suite/ — env.txt (machine, driver,
-# nvidia-smi), cuda.log and emu.log (every test executable's output, in order), inventory.txt
+# nvidia-smi), cuda.log and emu.log (every test executable's output, in order; guests.log for
+# the guests pass), inventory.txt
 # (`tasklet inventory`, its --json, and a `tasklet run` smoke test), summary.txt (counts, failed
 # and skipped tests, per-executable results). TASKLET_REPO overrides the checkout (default: the
 # directory above this one). SUITE_TIMEOUT: seconds per test executable (default 300).
@@ -34,7 +41,7 @@ per_exe_timeout="${SUITE_TIMEOUT:-300}"
 phases=("${@:-cuda emu}")
 read -r -a phases <<<"${phases[*]}"
 mkdir -p "$logs"
-rm -f "$logs"/{env.txt,cuda.log,emu.log,inventory.txt,summary.txt,bench.txt,diff.txt,fabric.txt,soak.txt}
+rm -f "$logs"/{env.txt,cuda.log,emu.log,inventory.txt,summary.txt,bench.txt,diff.txt,fabric.txt,soak.txt,guests.log,guests.txt}
 
 say() { echo "gpu-suite: $*" >&2; }
 
@@ -76,6 +83,19 @@ mkdir -p "$repo/target/release" "$repo/tasklets/target/wasm32-wasip2/release"
 cp "$work"/bin/* "$repo/target/release/"
 # Fresh copies: newer than the tasklets' sources, so `tasklet run` does not try to rebuild them.
 cp "$here"/wasm/*.wasm "$repo/tasklets/target/wasm32-wasip2/release/"
+# The Python and JavaScript examples' components (built where the componentize tools are), where
+# their manifests name them; the suite's guest_languages tests load them as they are.
+if [ -f "$here/guests.tar.xz" ]; then
+    if command -v xz >/dev/null; then
+        xz -dc "$here/guests.tar.xz" | tar -C "$repo/tasklets" -xf -
+    else
+        python3 -c 'import lzma, sys, tarfile; tarfile.open(fileobj=lzma.open(sys.argv[1])).extractall(sys.argv[2])' \
+            "$here/guests.tar.xz" "$repo/tasklets"
+    fi || { say "cannot unpack $here/guests.tar.xz"; exit 2; }
+    export TASKLET_GUEST_PREBUILT=1
+else
+    say "no Python/JavaScript components in this package: their tests print 'skipped: …'"
+fi
 export TASKLET_REPO="$repo"
 export TASKLET_TEST_WORKER="$repo/target/release/tasklet-test-worker"
 unset CI
@@ -100,13 +120,16 @@ total_fail=0
 summary="$work/summary"
 : >"$summary"
 
-run_pass() { # run_pass BACKEND
-    local backend="$1" log="$logs/$1.log" pass=0 fail=0 skipped started
+run_pass() { # run_pass BACKEND [LABEL FILTER]: every test executable, or only the suite's tests matching FILTER
+    local backend="$1" label="${2:-$1}" filter="${3:-}" log="$logs/${2:-$1}.log" pass=0 fail=0 skipped started
     started=$(date +%s)
     : >"$log"
     for exe in "$work"/tests/*; do
         local name args=() out rc p f
         name="$(basename "$exe")"
+        if [ -n "$filter" ]; then
+            case "$name" in suite-*) args=("$filter") ;; *) continue ;; esac
+        fi
         # The `gpu` test binary (tests/tests/gpu.rs): the containment tests time latencies and
         # share one GPU, one at a time. The rest of the integration tests are the `suite` binary.
         case "$name" in gpu-*) args=(--test-threads=1) ;; esac
@@ -130,14 +153,14 @@ run_pass() { # run_pass BACKEND
         fi
         pass=$((pass + p))
         fail=$((fail + f))
-        printf '  %-44s %4d passed, %d failed%s\n' "$name" "$p" "$f" "$note" >>"$summary.$backend"
+        printf '  %-44s %4d passed, %d failed%s\n' "$name" "$p" "$f" "$note" >>"$summary.$label"
         grep -E '^test .* FAILED$' "$out" | sed "s/^/    [$backend] /" >>"$summary.failed" || true
     done
     # Tests print `skipped: …` past the harness's capture, often after "test name ... ".
     skipped=$(grep -o 'skipped: .*' "$log" | wc -l)
     {
-        echo "$backend: $pass passed, $fail failed, $skipped 'skipped:' lines, $(($(date +%s) - started)) s"
-        cat "$summary.$backend"
+        echo "$label: $pass passed, $fail failed, $skipped 'skipped:' lines, $(($(date +%s) - started)) s"
+        cat "$summary.$label"
         if [ "$skipped" -gt 0 ]; then
             echo "  skipped:"
             grep -o 'skipped: .*' "$log" | sort | uniq -c | sed 's/^/   /'
@@ -145,7 +168,26 @@ run_pass() { # run_pass BACKEND
     } >>"$summary"
     total_pass=$((total_pass + pass))
     total_fail=$((total_fail + fail))
-    say "$backend: $pass passed, $fail failed"
+    say "$label: $pass passed, $fail failed"
+}
+
+run_guest_stats() { # `tasklet run --stats` of each example with its Rust counterpart, cold then warm; counts towards nothing
+    local cache="$work/compile-cache" t input i out
+    {
+        echo "tasklet run --stats --backend cuda, compiled cache in a fresh folder: run 1 compiles (miss), runs 2-4 load it (hit)"
+        for t in iota python-iota js-iota vector-add python-vector-add js-vector-add; do
+            case "$t" in *iota) input=5000 ;; *) input=100000 ;; esac
+            [ -d "$repo/tasklets/$t" ] || continue
+            echo
+            echo "== $t <<< $input"
+            for i in 1 2 3 4; do
+                out="$(cd "$repo" && echo "$input" | timeout 300 target/release/tasklet run --stats --backend cuda \
+                    --compile-cache "$cache" "tasklets/$t" 2>"$work/stats.err")"
+                echo "run $i: exit $?, output sha256 $(printf '%s' "$out" | sha256sum | cut -c1-16), $(grep -h '^stats:' "$work/stats.err" || cat "$work/stats.err")"
+            done
+        done
+    } >"$logs/guests.txt" 2>&1
+    echo "guests: tasklet run --stats, see guests.txt" >>"$summary"
 }
 
 # The vCPUs of a VM can sit at different distances from the GPU (launch + sync of an empty kernel
@@ -243,7 +285,9 @@ for phase in "${phases[@]}"; do
         fabric) run_fabric ;;
         soak) run_soak ;;
         cuda | emu) : >"$summary.$phase"; run_pass "$phase" ;;
-        *) say "unknown pass '$phase' (cuda, emu, bench, fabric or soak)"; exit 2 ;;
+        guests) : >"$summary.guests"; run_pass cuda guests guest_languages:: ;;
+        guest-stats) run_guest_stats ;;
+        *) say "unknown pass '$phase' (cuda, emu, guests, guest-stats, bench, fabric or soak)"; exit 2 ;;
     esac
 done
 

@@ -13,12 +13,19 @@
 #               tasklet-test-worker, soak (the binaries tests start); tools/: the benchmarks and probes
 #               (below); all with debuginfo stripped
 #   wasm/       the tasklet components (tasklets/target/wasm32-wasip2/release/*.wasm)
+#   guests.tar.xz
+#               the Python and JavaScript examples' components (tasklets/python-*, js-*), built
+#               here with their build.sh, as tasklets/target/{python,js}/*.wasm: the GPU machine
+#               has no componentize tools. Left out, said so, when a tool is not installed
+#               (scripts/install-componentize-py.sh, -js.sh); the suite's tests of those examples
+#               then print `skipped: …` there
 #   BUILD_ROOT  this checkout's absolute path: test executables have it compiled in
 #               (CARGO_MANIFEST_DIR, CARGO_BIN_EXE_*); run.sh maps it onto the GPU machine's checkout
 #   run.sh      the runner (see its header)
 #
-# Size: ~15-20 MiB, far under the 64 MiB the device tool carries; the script says the total and
-# fails if it is over SUITE_MAX_MIB (default 62).
+# Size: ~15-20 MiB, and ~8 MiB more with the Python and JavaScript components, under the 64 MiB
+# the device tool carries; the script says the total and fails if it is over SUITE_MAX_MIB
+# (default 62).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -48,6 +55,37 @@ mapfile -t tools < <(grep '"reason":"compiler-artifact"' "$bench_json" \
     | grep -o '"executable":"[^"]*"' | sed 's/^"executable":"//; s/"$//' \
     | grep -E '/(gpu_speed|fabric|corpus_outputs|replay_corpus|sync_paths|launch_phases|ring_lines|graph_bursts)[^/]*$' | sort -u)
 rm -f "$bench_json"
+
+# The Python and JavaScript examples, with the tools installed under target/ (or named by
+# $TASKLET_COMPONENTIZE_PY / $TASKLET_COMPONENTIZE_JS, as the tests take them).
+guest_tool() { # guest_tool VAR INSTALLED_GLOB: the tool's path, or nothing
+    local named="${!1:-}"
+    if [ -n "$named" ]; then echo "$named"; return; fi
+    { compgen -G "$2" || true; } | sort | tail -1
+}
+guests=()
+for lang in python js; do
+    case "$lang" in
+        python) tool="$(guest_tool TASKLET_COMPONENTIZE_PY "$root/target/componentize-py/componentize-py-*/componentize-py")"
+                var=COMPONENTIZE_PY name=componentize-py ;;
+        js) tool="$(guest_tool TASKLET_COMPONENTIZE_JS "$root/target/componentize-js/componentize-js-*/node_modules/.bin/componentize-js")"
+            var=COMPONENTIZE_JS name=componentize-js ;;
+    esac
+    if [ -z "$tool" ]; then
+        echo "gpu-suite: $name is not installed (scripts/install-$name.sh): the $lang examples are left out" >&2
+        continue
+    fi
+    for example in "$root"/tasklets/"$lang"-*/; do
+        example="$(basename "$example")"
+        echo "== building tasklets/$example (or up to date)" >&2
+        env "$var=$tool" "$root/tasklets/$example/build.sh"
+        # Its component, as its manifest names it (relative to its folder), relative to tasklets/.
+        component="$(sed -nE 's/^component *= *"([^"]+)".*/\1/p' "$root/tasklets/$example/tasklet.toml")"
+        component="$(realpath --relative-to="$root/tasklets" "$root/tasklets/$example/$component")"
+        [ -f "$root/tasklets/$component" ] || { echo "gpu-suite: $example built no $component" >&2; exit 1; }
+        guests+=("$component")
+    done
+done
 
 # Test executables: compiler artifacts built with the test profile (`"profile":{…"test":true}`;
 # the target's own "test" flag only says it could be) that have an executable.
@@ -83,6 +121,11 @@ echo "== compressing (xz -9, a minute or two)" >&2
 tar -C "$stage" -cf - tests bin tools | xz -9 -T1 >"$suite/executables.tar.xz"
 wasm_dir="$root/tasklets/target/wasm32-wasip2/release"
 cp "$wasm_dir"/*.wasm "$suite/wasm/"
+if [ "${#guests[@]}" -gt 0 ]; then
+    # One archive: the Python components share their interpreter, the JavaScript ones theirs,
+    # which xz's window finds across files (~63 MB into ~8 MiB).
+    tar -C "$root/tasklets" -cf - "${guests[@]}" | xz -9 -T1 >"$suite/guests.tar.xz"
+fi
 printf '%s\n' "$root" >"$suite/BUILD_ROOT"
 git -C "$root" rev-parse HEAD >"$suite/COMMIT" 2>/dev/null || echo unknown >"$suite/COMMIT"
 if ! git -C "$root" diff --quiet HEAD 2>/dev/null; then
@@ -92,7 +135,7 @@ cp "$root/scripts/gpu-suite-run.sh" "$suite/run.sh"
 chmod +x "$suite/run.sh"
 
 size_kib="$(du -sk "$suite" | cut -f1)"
-echo "== .gpu-suite: ${#tests[@]} test executables, $(ls "$suite/wasm" | wc -l) components, $((size_kib / 1024)) MiB" >&2
+echo "== .gpu-suite: ${#tests[@]} test executables, $(ls "$suite/wasm" | wc -l) components, ${#guests[@]} Python/JavaScript components, $((size_kib / 1024)) MiB" >&2
 for t in "${tests[@]}"; do echo "   $(basename "$t")" >&2; done
 if [ "$size_kib" -gt $((max_mib * 1024)) ]; then
     echo "gpu-suite: .gpu-suite is $((size_kib / 1024)) MiB, over the ${max_mib} MiB limit" >&2

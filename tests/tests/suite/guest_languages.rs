@@ -6,6 +6,10 @@
 //! The tools come from `scripts/install-componentize-py.sh` and `scripts/install-componentize-js.sh`
 //! (under target/), or `$TASKLET_COMPONENTIZE_PY` / `$TASKLET_COMPONENTIZE_JS`, or PATH; without
 //! one, its tests print `skipped: componentize-py not found` (or `componentize-js`) and return.
+//!
+//! With `TASKLET_GUEST_PREBUILT=1` the examples are not built: their components must already be
+//! where their manifests say. That is how the GPU suite runs them on a machine without the tools
+//! (scripts/gpu-suite.sh builds them and carries them along; its run.sh puts them in place).
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -68,9 +72,28 @@ impl Tool {
     }
 }
 
+/// The variable saying the examples' components are prebuilt and in place.
+const PREBUILT_VAR: &str = "TASKLET_GUEST_PREBUILT";
+
 /// Builds the tasklet `name` with its build.sh and `tool` (nothing to do when it is up to date)
-/// and loads it; `None` (having said why) when the tool is not found.
+/// and loads it; `None` (having said why) when the tool is not found. With
+/// `TASKLET_GUEST_PREBUILT=1`, loads the component already in place instead.
 fn build_and_load(host: &Host, tool: &Tool, name: &str) -> Option<Tasklet> {
+    if std::env::var_os(PREBUILT_VAR).is_some_and(|v| v == "1") {
+        let manifest = manifest(name);
+        assert!(
+            manifest.component.is_file(),
+            "{PREBUILT_VAR}=1, yet {name}'s component {} is not there",
+            manifest.component.display()
+        );
+        let started = Instant::now();
+        let tasklet = load(host, manifest);
+        eprintln!(
+            "[guest-languages] {name}: prebuilt, compiled in {:?}",
+            started.elapsed()
+        );
+        return Some(tasklet);
+    }
     let Some(path) = tool.find() else {
         // Past the harness's capture, on a line of its own (the harness has printed "test
         // name ... " without a newline).

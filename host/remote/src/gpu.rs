@@ -59,6 +59,10 @@ pub struct RemoteGpu {
     fallback: Option<Box<dyn Fallback>>,
     /// The run's end: no wait for the node goes past it.
     run_ends: Option<Instant>,
+    /// What every lease of this service requires of its device besides its own requirements
+    /// (the cluster's `--requires`, for example), so that a node of several devices places it
+    /// on one that meets what the node was chosen for.
+    requires: wire::LeaseRequirements,
 }
 
 impl RemoteGpu {
@@ -74,7 +78,15 @@ impl RemoteGpu {
             asked: None,
             fallback: None,
             run_ends: None,
+            requires: wire::LeaseRequirements::default(),
         }
+    }
+
+    /// The service, each of its leases also requiring `requires` of its device (a lease's own
+    /// requirement of the same field takes its place).
+    pub fn with_requirements(mut self, requires: wire::LeaseRequirements) -> RemoteGpu {
+        self.requires = requires;
+        self
     }
 
     /// The service, its stateless calls moving to `fallback`'s nodes when this node is lost
@@ -287,9 +299,12 @@ impl GpuService for RemoteGpu {
 
     fn lease_acquire(&mut self, request: LeaseRequest) -> Result<LeaseId, GpuError> {
         self.stateless(|gpu| {
-            let lease = gpu
-                .client
-                .lease_alloc(request.min_vram, request.secs, request.device)?;
+            let lease = gpu.client.lease_alloc_with(
+                request.min_vram,
+                request.secs,
+                request.device,
+                gpu.requires.clone(),
+            )?;
             let lease = LeaseId(lease.lease.0);
             gpu.leases.insert(lease);
             Ok(lease)
@@ -302,11 +317,14 @@ impl GpuService for RemoteGpu {
         requires: &DeviceRequirement,
     ) -> Result<LeaseId, GpuError> {
         let device = request.device.or(requires.index);
+        let base = &self.requires;
         let requires = wire::LeaseRequirements {
-            uuid: requires.uuid.clone(),
-            model: requires.model.clone(),
-            min_compute_capability: requires.min_compute_capability,
-            min_total_memory: requires.min_total_memory,
+            uuid: requires.uuid.clone().or_else(|| base.uuid.clone()),
+            model: requires.model.clone().or_else(|| base.model.clone()),
+            min_compute_capability: requires
+                .min_compute_capability
+                .or(base.min_compute_capability),
+            min_total_memory: requires.min_total_memory.or(base.min_total_memory),
         };
         self.stateless(|gpu| {
             let lease = gpu.client.lease_alloc_with(
@@ -630,7 +648,12 @@ impl RemoteGpu {
         let request = call.lease;
         let lease = LeaseId(
             self.client
-                .lease_alloc(request.min_vram, request.secs, request.device)?
+                .lease_alloc_with(
+                    request.min_vram,
+                    request.secs,
+                    request.device,
+                    self.requires.clone(),
+                )?
                 .lease
                 .0,
         );

@@ -2,8 +2,8 @@
 //! with `--node`, on a node.
 
 use crate::backend::HostArgs;
-use crate::compile_cache::{self, CompileCache, CompileCacheArgs, Loaded};
 use crate::cluster::{RegistryCacheArgs, RegistrySource};
+use crate::compile_cache::{self, CompileCache, CompileCacheArgs, Loaded};
 use crate::placement::{place_keeping_rest, Tried};
 use crate::remote::PlacedArgs;
 use crate::source::{read_input, Source};
@@ -92,7 +92,19 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
                 &registry,
                 &requirement,
                 args.remote.tries,
-                |client, _| RemoteGpu::for_manifest(client, &manifest).map_err(Tried::from),
+                |client, _| {
+                    // The node was chosen for a device of this compute capability: its leases
+                    // go to such a device of the node too.
+                    let requires = tasklet_wire::LeaseRequirements {
+                        min_compute_capability: requirement
+                            .min_compute_capability
+                            .map(|cc| (cc.major, cc.minor)),
+                        ..Default::default()
+                    };
+                    RemoteGpu::for_manifest(client, &manifest)
+                        .map(|gpu| gpu.with_requirements(requires))
+                        .map_err(Tried::from)
+                },
             )?;
             eprintln!("tasklet: GPU work on {} ({})", placed.name, placed.addr);
             let gpu = gpu.with_fallback(Box::new(rest));

@@ -494,6 +494,21 @@ pub fn each_device_is_lent_and_has_its_own_series() -> TestResult {
         || format!("{refused:?}"),
     )?;
     drop(gpu);
+    // A service whose every lease requires a UUID (as `run --nats --requires` does a compute
+    // capability): a plain lease goes to that device.
+    let mut gpu = RemoteGpu::new(node.client("team")).with_requirements(LeaseRequirements {
+        uuid: Some("emu-1".into()),
+        ..LeaseRequirements::default()
+    });
+    let lease = gpu.lease_acquire(LeaseRequest {
+        min_vram: MIB,
+        secs: 30,
+        device: None,
+    })?;
+    let info = gpu.lease_info(lease)?;
+    check(info.device == 1, || format!("{info:?}"))?;
+    gpu.lease_drop(lease);
+    drop(gpu);
     let (samples, text) = scrape(&node)?;
     expect(
         &samples,

@@ -223,6 +223,32 @@ impl<'s> Module<'s> {
         })
     }
 
+    /// Hot reload: replaces the module's code with `ptx`, keeping the session's buffers. Takes
+    /// the module mutably, so no [`Kernel`] resolved from the old code outlives it: resolve the
+    /// kernels again with [`Module::kernel`] (graphs that launch the old ones are refused; record
+    /// them again). A reload that fails leaves the old code loaded and usable.
+    ///
+    /// ```no_run
+    /// # let lease = tasklet_gpu::Lease::acquire(1 << 20, 10)?; let session = lease.session()?;
+    /// # let (old_ptx, new_ptx) = ("", "");
+    /// let mut module = session.load_ptx(old_ptx)?;
+    /// let step = module.kernel("step")?;
+    /// // ... launches of `step` ...
+    /// drop(step);
+    /// module.reload_ptx(new_ptx)?;
+    /// let step = module.kernel("step")?;
+    /// # Ok::<(), tasklet_gpu::Error>(())
+    /// ```
+    pub fn reload_ptx(&mut self, ptx: &str) -> Result<()> {
+        Ok(self.raw.reload(ptx)?)
+    }
+
+    /// [`Module::reload_ptx`] with CUDA C, compiled by the host (NVRTC) with `options`.
+    pub fn reload_cuda(&mut self, source: &str, options: &[&str]) -> Result<()> {
+        let options: Vec<String> = options.iter().map(|o| (*o).to_owned()).collect();
+        Ok(self.raw.reload_source(source, &options)?)
+    }
+
     /// The session that loaded the module.
     pub fn session(&self) -> &'s Session<'s> {
         self.session

@@ -7,7 +7,8 @@ use crate::metrics::TenantMetrics;
 use std::collections::HashSet;
 use tasklet_runtime::gpu::{
     BufferId, Burst, DeviceInfo, GpuService, GraphArg, GraphId, GuestBytes, KernelArg, KernelRef,
-    KernelSignature, LaunchConfig, LeaseId, LeaseInfo, LeaseRequest, LocalGpu, ModuleId, SessionId,
+    KernelSignature, LaunchConfig, LeaseId, LeaseInfo, LeaseRequest, LocalGpu, ModuleId,
+    ModuleSource, SessionId,
 };
 use tasklet_runtime::{DeviceRequirement, GpuError};
 
@@ -157,6 +158,15 @@ impl GpuService for MeteredGpu {
 
     fn module_unload(&mut self, session: SessionId, module: ModuleId) {
         self.gpu.module_unload(session, module)
+    }
+
+    fn module_reload(
+        &mut self,
+        session: SessionId,
+        module: ModuleId,
+        source: ModuleSource<'_>,
+    ) -> Result<ModuleId, GpuError> {
+        self.gpu.module_reload(session, module, source)
     }
 
     fn launch(

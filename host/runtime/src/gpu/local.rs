@@ -63,6 +63,8 @@ struct Session {
     buffers: FxHashMap<BufferId, (u64, u64)>,
     modules: FxHashMap<ModuleId, Module>,
     graphs: FxHashMap<GraphId, graph::Graph>,
+    /// Modules replaced by a reload (their old ids), to say so when one is named again.
+    reloaded: rustc_hash::FxHashSet<ModuleId>,
 }
 
 /// A loaded module: the worker's id for it and its kernels in the worker's order.
@@ -273,6 +275,11 @@ impl Session {
         kernel: KernelRef<'_>,
     ) -> Result<(&Module, usize), GpuError> {
         let m = self.modules.get(&module).ok_or_else(|| {
+            if self.reloaded.contains(&module) {
+                return invalid(
+                    "the kernel's module was reloaded since the kernel was resolved (or the graph recorded it); resolve the kernel again from the module (and record the graph again)",
+                );
+            }
             invalid(format!(
                 "module {module} belongs to another session, or was unloaded; load it in this one"
             ))
@@ -484,6 +491,7 @@ impl GpuService for LocalGpu {
                 buffers: FxHashMap::default(),
                 modules: FxHashMap::default(),
                 graphs: FxHashMap::default(),
+                reloaded: Default::default(),
             },
         );
         Ok(id)
@@ -682,6 +690,33 @@ impl GpuService for LocalGpu {
         if let Some(m) = s.modules.remove(&module) {
             let _ = self.manager.unload(&s.lease, m.id);
         }
+    }
+
+    fn module_reload(
+        &mut self,
+        session: SessionId,
+        module: ModuleId,
+        source: super::ModuleSource<'_>,
+    ) -> Result<ModuleId, GpuError> {
+        self.need(Right::Load)?;
+        if !self.session(session)?.modules.contains_key(&module) {
+            return Err(invalid(format!(
+                "module {module} belongs to another session, or was unloaded; only a loaded module of this session reloads"
+            )));
+        }
+        let s = self.session(session)?;
+        let loaded = match source {
+            super::ModuleSource::Ptx(ptx) => self.run(&s.lease, |w| w.load_module(ptx))?,
+            super::ModuleSource::Cuda { source, options } => {
+                self.run(&s.lease, |w| w.load_source(source, options))?
+            }
+        };
+        let new = self.add_module(session, loaded)?;
+        self.module_unload(session, module);
+        if let Some(s) = self.sessions.get_mut(&session) {
+            s.reloaded.insert(module);
+        }
+        Ok(new)
     }
 
     fn launch(

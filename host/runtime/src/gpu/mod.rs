@@ -121,6 +121,31 @@ pub trait GpuService: Send {
     /// not the session's).
     fn module_signatures(&mut self, session: SessionId, module: ModuleId) -> Vec<KernelSignature>;
     fn module_unload(&mut self, session: SessionId, module: ModuleId);
+    /// Hot reload: loads `source` as the new code of the session's module `module`, then
+    /// unloads the old code, leaving the session's buffers as they are. Returns the module's new
+    /// id; the old one is refused from then on, as are kernels resolved from it and graphs that
+    /// launch them (resolve and record them again). A load that fails leaves the old module
+    /// loaded and usable.
+    fn module_reload(
+        &mut self,
+        session: SessionId,
+        module: ModuleId,
+        source: ModuleSource<'_>,
+    ) -> Result<ModuleId, GpuError> {
+        if self.module_kernels(session, module).is_empty() {
+            return Err(crate::error::invalid(format!(
+                "module {module} belongs to another session, or was unloaded; only a loaded module of this session reloads"
+            )));
+        }
+        let new = match source {
+            ModuleSource::Ptx(ptx) => self.module_load(session, ptx)?,
+            ModuleSource::Cuda { source, options } => {
+                self.module_load_source(session, source, options)?
+            }
+        };
+        self.module_unload(session, module);
+        Ok(new)
+    }
 
     fn launch(
         &mut self,

@@ -625,6 +625,32 @@ mod v02 {
             })?)
         }
 
+        fn reload(&mut self, this: Resource<ModuleHandle>, ptx: String) -> GpuResult<()> {
+            let m = self.table.get(&this)?;
+            let (session, module) = (m.session, m.id);
+            let source = gpu::ModuleSource::Ptx(&ptx);
+            let new = self.service.module_reload(session, module, source)?;
+            self.table.get_mut(&this)?.id = new;
+            Ok(())
+        }
+
+        fn reload_source(
+            &mut self,
+            this: Resource<ModuleHandle>,
+            source: String,
+            options: Vec<String>,
+        ) -> GpuResult<()> {
+            let m = self.table.get(&this)?;
+            let (session, module) = (m.session, m.id);
+            let source = gpu::ModuleSource::Cuda {
+                source: &source,
+                options: &options,
+            };
+            let new = self.service.module_reload(session, module, source)?;
+            self.table.get_mut(&this)?.id = new;
+            Ok(())
+        }
+
         fn drop(&mut self, this: Resource<ModuleHandle>) -> wasmtime::Result<()> {
             let m = self.table.delete(this)?;
             self.service.module_unload(m.session, m.id);

@@ -1,4 +1,4 @@
-//! Graphs (contract 0.2's `graph` resource) through the SDK's `Graph`.
+//! Graphs (contract 0.2's `graph` resource) through the SDK's `Graph`, and hot reload of a module.
 
 use tasklet_gpu::{GraphArgs, LaunchConfig};
 
@@ -70,6 +70,58 @@ pub(super) fn graph(out: &mut Out, n: u32) -> Step {
     let want: Vec<u32> = start
         .iter()
         .map(|&v| (1..=n).fold(v, |v, r| v.wrapping_mul(3).wrapping_add(r)))
+        .collect();
+    match (0..WORDS).find(|&i| got[i] != want[i]) {
+        None => out.ok("matches"),
+        Some(i) => out.line(format!("error mismatch index {i}")),
+    }
+    Ok(())
+}
+
+/// `reload`: hot reload through the SDK. `add_step` (`x = 3x + step`) over 256 words `0..256`
+/// with `step` 7; the module reloaded with `x = 5x + step` → `ok reloaded`; the kernel resolved
+/// again and launched; a reload with PTX that does not load → its `error` line; the kernel
+/// resolved again and launched once more; the words read back against the CPU (the buffers kept
+/// through both reloads, the failed one changing nothing) → `ok matches` or `error mismatch
+/// index <i>`.
+pub(super) fn reload(out: &mut Out) -> Step {
+    let lease = out.setup(tasklet_gpu::Lease::acquire(MIB, 60))?;
+    let session = out.setup(lease.session())?;
+    let mut module = out.setup(session.load_ptx(ADD_STEP_PTX))?;
+    let start: Vec<u32> = (0..WORDS as u32).collect();
+    let x = out.setup(session.alloc_from(&start))?;
+    let step = out.setup(session.alloc_from(&[7u64]))?;
+    let config = LaunchConfig::for_num_elems(WORDS as u32);
+    let launch = |out: &mut Out, module: &tasklet_gpu::Module<'_>| -> Step {
+        let k = out.setup(module.kernel("add_step"))?;
+        out.setup(
+            session
+                .launch_kernel(&k)
+                .config(config)
+                .arg(&x)
+                .arg(&step)
+                .arg(WORDS as u32)
+                .run(),
+        )
+    };
+    launch(out, &module)?;
+    let times_five = ADD_STEP_PTX.replace("%r7, 3, %r6", "%r7, 5, %r6");
+    out.setup(module.reload_ptx(&times_five))?;
+    out.ok("reloaded");
+    launch(out, &module)?;
+    if let Err(e) = module.reload_ptx(".version 7.0\n.target sm_50\nnot ptx at all\n") {
+        out.error(&e);
+    }
+    launch(out, &module)?;
+    out.setup(session.sync())?;
+    let got = out.setup(x.read())?;
+    let want: Vec<u32> = start
+        .iter()
+        .map(|&v| {
+            let v = v.wrapping_mul(3).wrapping_add(7);
+            let v = v.wrapping_mul(5).wrapping_add(7);
+            v.wrapping_mul(5).wrapping_add(7)
+        })
         .collect();
     match (0..WORDS).find(|&i| got[i] != want[i]) {
         None => out.ok("matches"),

@@ -419,7 +419,7 @@ impl LocalGpu {
             {
                 if !s.modules.contains_key(module) {
                     return Err(invalid(format!(
-                        "node {i} of graph {graph} launches a kernel of module {module}, which the session unloaded since; record the graph again"
+                        "node {i} of graph {graph} launches a kernel of module {module}, which the session unloaded or reloaded since; record the graph again"
                     )));
                 }
                 launches += 1;

@@ -130,8 +130,11 @@ impl ReplyTo {
             if let Ok(mut send) = self.outlet.send.try_lock() {
                 if self.outlet.pending.load(Ordering::Acquire) == 0 {
                     if self.outlet.handoff && self.outlet.hot_waiters.load(Ordering::SeqCst) > 0 {
+                        // Left while the stream is held, so no other sender's direct write
+                        // can come between and leave bytes of its own.
+                        self.leave(bytes);
                         drop(send);
-                        self.hand_off(bytes);
+                        self.wake_writer_unless_waited();
                     } else {
                         self.write_direct(&mut send, bytes);
                     }
@@ -187,8 +190,8 @@ impl ReplyTo {
         }
     }
 
-    /// Leaves `bytes` in `rest`, to be written before anything else. Called only while nothing
-    /// is pending, so `rest` is empty.
+    /// Leaves `bytes` in `rest`, to be written before anything else. Called only with the
+    /// stream held and nothing pending, so `rest` is empty.
     fn leave(&self, bytes: Bytes) {
         let mut rest = self
             .outlet
@@ -200,12 +203,11 @@ impl ReplyTo {
         self.outlet.rest_ready.store(true, Ordering::SeqCst);
     }
 
-    /// Leaves `bytes` for a runtime thread that waits for them; if every such thread has just
-    /// given up, wakes the writer task for them instead. (A thread that gives up first stops
-    /// counting itself, then looks at `rest_ready`; this end sets `rest_ready`, then looks at the
-    /// count: one of the two sees the other, and `rest` is taken once.)
-    fn hand_off(&self, bytes: Bytes) {
-        self.leave(bytes);
+    /// After bytes were left for a runtime thread that waits for them: if every such thread has
+    /// just given up, wakes the writer task for them instead. (A thread that gives up first
+    /// stops counting itself, then looks at `rest_ready`; a sender sets `rest_ready`, then looks
+    /// at the count: one of the two sees the other, and `rest` is taken once.)
+    fn wake_writer_unless_waited(&self) {
         if self.outlet.hot_waiters.load(Ordering::SeqCst) == 0 {
             let _ = self.queue.try_send(Outgoing::Flush);
         }
@@ -432,6 +434,17 @@ mod tests {
 
     #[test]
     fn many_senders_threads_interleave_whole_sends_only() {
+        interleave_whole_sends(false);
+    }
+
+    #[test]
+    fn many_senders_threads_interleave_whole_sends_with_waiting_threads_coming_and_going() {
+        interleave_whole_sends(true);
+    }
+
+    /// Three threads send records; with `waiters`, runtime tasks keep waiting for the stream's
+    /// replies and giving up, so sends are also handed off, some to a wait that just ended.
+    fn interleave_whole_sends(waiters: bool) {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -441,6 +454,28 @@ mod tests {
         let (connection, send, mut recv, _client) = runtime.block_on(pair(dir.path(), 8192));
         let (reply, writer) = outlet(connection, send, Arc::new(AtomicU64::new(0)));
         let writer = runtime.spawn(writer.run());
+        let stop = Arc::new(AtomicBool::new(false));
+        let waiting: Vec<_> = (0..if waiters { 2 } else { 0 })
+            .map(|n| {
+                let (reply, stop) = (reply.clone(), Arc::clone(&stop));
+                runtime.spawn(async move {
+                    let mut turn = 0u32;
+                    while !stop.load(Ordering::Relaxed) {
+                        let wait = reply.hot_wait();
+                        // Waits of different lengths, some ending with bytes handed to them.
+                        for _ in 0..(turn + n) % 5 {
+                            if wait.ready() {
+                                wait.write().await;
+                            }
+                            tokio::task::yield_now().await;
+                        }
+                        drop(wait);
+                        turn = turn.wrapping_add(1);
+                        tokio::task::yield_now().await;
+                    }
+                })
+            })
+            .collect();
         // Each send is a record: a tag byte, a 2-byte length, then that many copies of the tag.
         // Sizes from a few bytes past the client's credit make some sends go directly, some
         // in part and some through the queue.
@@ -465,6 +500,10 @@ mod tests {
         });
         for thread in threads {
             thread.join().unwrap();
+        }
+        stop.store(true, Ordering::Relaxed);
+        for task in waiting {
+            runtime.block_on(task).unwrap();
         }
         let got = runtime
             .block_on(reading)

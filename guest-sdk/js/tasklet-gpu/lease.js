@@ -17,7 +17,8 @@ export function roundVram(bytes) {
   return Math.max(1, Math.ceil(Number(bytes) / VRAM_GRANULE)) * VRAM_GRANULE;
 }
 
-/** The devices this tasklet may lease. */
+/** The devices this tasklet may lease: `{ index, name, backend, totalMemory, freeMemory,
+ * computeCapability, uuid, leases }` (`uuid` is what `LeaseBuilder.uuid` takes). */
 export function inventory() {
   return devices();
 }
@@ -27,6 +28,10 @@ export class LeaseBuilder {
     this._minVram = VRAM_GRANULE;
     this._secs = DEFAULT_SECS;
     this._device = undefined;
+    this._uuid = undefined;
+    this._model = undefined;
+    this._minCc = undefined;
+    this._minTotal = undefined;
   }
 
   /** At least this many bytes of device memory. */
@@ -52,15 +57,58 @@ export class LeaseBuilder {
     return this;
   }
 
+  /** On the device with this UUID (`uuid` of an `inventory()` entry). */
+  uuid(uuid) {
+    this._uuid = String(uuid);
+    return this;
+  }
+
+  /** On a device whose name contains `model`, case aside (`"H100"`). */
+  model(model) {
+    this._model = String(model);
+    return this;
+  }
+
+  /** On a device of at least this compute capability (`9, 0` for Hopper). */
+  minComputeCapability(major, minor) {
+    this._minCc = [major, minor];
+    return this;
+  }
+
+  /** On a device that lends at least this many bytes in all (`totalMemory`). */
+  minTotalMemory(bytes) {
+    this._minTotal = Number(bytes);
+    return this;
+  }
+
   /** The WIT request this builder describes. */
   request() {
     return { minVram: BigInt(this._minVram), secs: this._secs, device: this._device };
   }
 
-  /** Asks the host for the lease: `CapacityExceeded` when the node cannot serve it,
+  /** The WIT device requirements this builder describes, or `undefined` when it has none
+   * besides the device index. */
+  requirements() {
+    if ([this._uuid, this._model, this._minCc, this._minTotal].every((v) => v === undefined)) {
+      return undefined;
+    }
+    return {
+      uuid: this._uuid,
+      model: this._model,
+      minComputeCapability: this._minCc,
+      minTotalMemory: this._minTotal === undefined ? undefined : BigInt(this._minTotal),
+    };
+  }
+
+  /** Asks the host for the lease: `CapacityExceeded` when the node cannot serve it (no device
+   * meets the requirements with room for it: the message names what each lacked),
    * `QuotaExceeded` when the tasklet's grant does not allow it. */
   acquire() {
-    return new Lease(host(() => RawLease.acquire(this.request())));
+    const requires = this.requirements();
+    if (requires === undefined) {
+      return new Lease(host(() => RawLease.acquire(this.request())));
+    }
+    return new Lease(host(() => RawLease.acquireWith(this.request(), requires)));
   }
 }
 

@@ -30,12 +30,25 @@ class DeviceInfo:
     total_memory: int
     free_memory: int
     compute_capability: tuple
+    #: `GPU-…`, `MIG-…`, or `emu-N` for an emulated device: what `LeaseBuilder.uuid` takes.
+    uuid: str
+    #: Leases on the device now.
+    leases: int
 
 
 def inventory():
     """The devices this tasklet may lease."""
     return [
-        DeviceInfo(d.index, d.name, d.backend, d.total_memory, d.free_memory, tuple(d.compute_capability))
+        DeviceInfo(
+            d.index,
+            d.name,
+            d.backend,
+            d.total_memory,
+            d.free_memory,
+            tuple(d.compute_capability),
+            d.uuid,
+            d.leases,
+        )
         for d in _inventory.devices()
     ]
 
@@ -61,6 +74,10 @@ class LeaseBuilder:
         self._min_vram = VRAM_GRANULE
         self._secs = DEFAULT_SECS
         self._device = None
+        self._uuid = None
+        self._model = None
+        self._min_cc = None
+        self._min_total = None
 
     def min_vram(self, nbytes):
         """At least this many bytes of device memory."""
@@ -81,14 +98,50 @@ class LeaseBuilder:
         self._device = int(index)
         return self
 
+    def uuid(self, uuid):
+        """On the device with this UUID (`DeviceInfo.uuid`)."""
+        self._uuid = str(uuid)
+        return self
+
+    def model(self, model):
+        """On a device whose name contains `model`, case aside (`"H100"`)."""
+        self._model = str(model)
+        return self
+
+    def min_compute_capability(self, major, minor):
+        """On a device of at least this compute capability (`9, 0` for Hopper)."""
+        self._min_cc = (int(major), int(minor))
+        return self
+
+    def min_total_memory(self, nbytes):
+        """On a device that lends at least this many bytes in all (`DeviceInfo.total_memory`)."""
+        self._min_total = int(nbytes)
+        return self
+
     def request(self):
         """The WIT request this builder describes."""
         return _leases.LeaseRequest(min_vram=self._min_vram, secs=self._secs, device=self._device)
 
+    def requirements(self):
+        """The WIT device requirements this builder describes, or None when it has none
+        besides the device index."""
+        if (self._uuid, self._model, self._min_cc, self._min_total) == (None, None, None, None):
+            return None
+        return _leases.DeviceRequirements(
+            uuid=self._uuid,
+            model=self._model,
+            min_compute_capability=self._min_cc,
+            min_total_memory=self._min_total,
+        )
+
     def acquire(self):
-        """Asks the host for the lease: `CapacityExceeded` when the node cannot serve it,
+        """Asks the host for the lease: `CapacityExceeded` when the node cannot serve it (no
+        device meets the requirements with room for it: the message names what each lacked),
         `QuotaExceeded` when the tasklet's grant does not allow it."""
-        return Lease(host(_leases.Lease.acquire, self.request()))
+        requires = self.requirements()
+        if requires is None:
+            return Lease(host(_leases.Lease.acquire, self.request()))
+        return Lease(host(_leases.Lease.acquire_with, self.request(), requires))
 
 
 class Lease:

@@ -71,6 +71,22 @@ class Arguments(unittest.TestCase):
         self.assertEqual(round_vram((1 << 20) + 1), 2 << 20)
         self.assertEqual(gpu.Lease.builder().min_vram_for("f64", 1 << 20).request().min_vram, 8 << 20)
 
+    def test_device_requirements_are_asked_for_only_when_set(self):
+        self.assertIsNone(gpu.Lease.builder().device(1).requirements())
+        r = (
+            gpu.Lease.builder()
+            .uuid("GPU-1234")
+            .model("H100")
+            .min_compute_capability(9, 0)
+            .min_total_memory(40 << 30)
+            .requirements()
+        )
+        self.assertEqual(
+            (r.uuid, r.model, r.min_compute_capability, r.min_total_memory),
+            ("GPU-1234", "H100", (9, 0), 40 << 30),
+        )
+        self.assertIsNone(gpu.Lease.builder().model("A100").requirements().uuid)
+
 
 class Errors(unittest.TestCase):
     def test_each_gpu_error_case_is_its_own_exception(self):

@@ -30,8 +30,8 @@ use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 use tasklet_runtime::config::{Grant as HostGrant, Manifest, Right};
 use tasklet_runtime::gpu::{
-    submit_args_after_region, submit_in_session, BufferId, Burst, DeviceInfo, GpuService,
-    GuestBytes, KernelArg, KernelParam, KernelRef, KernelSignature, LaunchConfig, LeaseId,
+    submit_args_after_region, submit_in_session, BufferId, Burst, DeviceInfo, GpuService, GraphArg,
+    GraphId, GuestBytes, KernelArg, KernelParam, KernelRef, KernelSignature, LaunchConfig, LeaseId,
     LeaseInfo, LeaseRequest, ModuleId, ModuleSource, ParamKind, SessionId, Submit, SubmitArg,
     MAX_BURST_LAUNCHES,
 };
@@ -122,6 +122,37 @@ impl RemoteGpu {
 
     fn call(&mut self, request: &Request) -> Result<(Reply, Vec<u8>), GpuError> {
         Ok(self.client.request(request)?)
+    }
+
+    /// One GRAPH operation; what it made (a graph's id, a node's or a scalar's index), else 0.
+    fn graph_call(
+        &mut self,
+        session: SessionId,
+        graph: GraphId,
+        op: wire::GraphOp,
+    ) -> Result<u64, GpuError> {
+        let request = Request::Graph(wire::Graph {
+            session: wire::SessionId(session.0),
+            graph: graph.0,
+            op,
+        });
+        match self.call(&request)? {
+            (Reply::Graph { value }, _) => Ok(value),
+            (other, _) => Err(unexpected(other).into()),
+        }
+    }
+
+    /// A GRAPH operation that answers an index (a node's, a scalar's).
+    fn graph_index(
+        &mut self,
+        session: SessionId,
+        graph: GraphId,
+        op: wire::GraphOp,
+    ) -> Result<u32, GpuError> {
+        let value = self.graph_call(session, graph, op)?;
+        u32::try_from(value).map_err(|_| {
+            GpuError::DeviceLost(format!("the node answered a graph index of {value}"))
+        })
     }
 
     /// A launch's kernel by its place in the module: a name is looked up in the kernel list the
@@ -238,6 +269,14 @@ fn host_grant_to_wire(grant: &HostGrant) -> wire::Grant {
             .iter()
             .filter(|(right, _)| grant.gpu.rights.contains(*right))
             .fold(0, |all, (_, bit)| all | bit),
+    }
+}
+
+/// A graph launch's argument as a GRAPH request carries it.
+fn to_wire_graph_arg(arg: &GraphArg<'_>) -> wire::GraphArg {
+    match arg {
+        GraphArg::Arg(a) => wire::GraphArg::Arg(to_wire_arg(a)),
+        GraphArg::Scalar(index) => wire::GraphArg::Scalar(*index),
     }
 }
 
@@ -619,6 +658,118 @@ impl GpuService for RemoteGpu {
             *launched += n;
             *launched - n + 1
         }))
+    }
+
+    fn graph_create(&mut self, session: SessionId) -> Result<GraphId, GpuError> {
+        self.graph_call(session, GraphId(0), wire::GraphOp::Create)
+            .map(GraphId)
+    }
+
+    fn graph_launch(
+        &mut self,
+        session: SessionId,
+        graph: GraphId,
+        module: ModuleId,
+        kernel: KernelRef<'_>,
+        config: &LaunchConfig,
+        args: &[GraphArg<'_>],
+    ) -> Result<u32, GpuError> {
+        let op = wire::GraphOp::Launch {
+            module: wire::ModuleId(module.0),
+            kernel: self.kernel_index(module, kernel)?,
+            grid: config.grid,
+            block: config.block,
+            shared_mem_bytes: config.shared_mem_bytes,
+            args: args.iter().map(to_wire_graph_arg).collect(),
+        };
+        self.graph_index(session, graph, op)
+    }
+
+    fn graph_copy(
+        &mut self,
+        session: SessionId,
+        graph: GraphId,
+        dst: (BufferId, u64),
+        src: (BufferId, u64),
+        len: u64,
+    ) -> Result<u32, GpuError> {
+        let op = wire::GraphOp::Copy {
+            dst: wire::BufferId(dst.0 .0),
+            dst_offset: dst.1,
+            src: wire::BufferId(src.0 .0),
+            src_offset: src.1,
+            len,
+        };
+        self.graph_index(session, graph, op)
+    }
+
+    fn graph_fill(
+        &mut self,
+        session: SessionId,
+        graph: GraphId,
+        dst: (BufferId, u64),
+        len: u64,
+        value: u32,
+    ) -> Result<u32, GpuError> {
+        let op = wire::GraphOp::Fill {
+            dst: wire::BufferId(dst.0 .0),
+            offset: dst.1,
+            len,
+            value,
+        };
+        self.graph_index(session, graph, op)
+    }
+
+    fn graph_scalar(
+        &mut self,
+        session: SessionId,
+        graph: GraphId,
+        value: u64,
+    ) -> Result<u32, GpuError> {
+        self.graph_index(session, graph, wire::GraphOp::Scalar { value })
+    }
+
+    fn graph_set_scalar(
+        &mut self,
+        session: SessionId,
+        graph: GraphId,
+        scalar: u32,
+        value: u64,
+    ) -> Result<(), GpuError> {
+        let op = wire::GraphOp::SetScalar {
+            index: scalar,
+            value,
+        };
+        self.graph_call(session, graph, op).map(drop)
+    }
+
+    fn graph_set_args(
+        &mut self,
+        session: SessionId,
+        graph: GraphId,
+        node: u32,
+        args: &[GraphArg<'_>],
+    ) -> Result<(), GpuError> {
+        let op = wire::GraphOp::SetArgs {
+            node,
+            args: args.iter().map(to_wire_graph_arg).collect(),
+        };
+        self.graph_call(session, graph, op).map(drop)
+    }
+
+    fn graph_replay(
+        &mut self,
+        session: SessionId,
+        graph: GraphId,
+        times: u32,
+    ) -> Result<(), GpuError> {
+        self.graph_call(session, graph, wire::GraphOp::Replay { times })
+            .map(drop)
+    }
+
+    fn graph_drop(&mut self, session: SessionId, graph: GraphId) {
+        // Whatever the answer, the graph is gone for the caller.
+        let _ = self.graph_call(session, graph, wire::GraphOp::Drop);
     }
 
     fn sync(&mut self, session: SessionId) -> Result<(), GpuError> {

@@ -51,6 +51,8 @@ pub enum Opcode {
     /// Session: launch one kernel many times, each launch with some arguments changed; refused
     /// whole or queued whole (the reply comes once every launch is queued).
     LaunchBurst = 0x060D,
+    /// Session: one operation on a recorded graph (record, set, replay, drop).
+    Graph = 0x060E,
     /// Store a deployment (manifest + streamed component).
     DeployPush = 0x0700,
     /// Whether a deployment is stored.
@@ -61,7 +63,7 @@ pub enum Opcode {
 
 impl Opcode {
     /// Every opcode, in numeric order.
-    pub const ALL: [Opcode; 25] = [
+    pub const ALL: [Opcode; 26] = [
         Opcode::GoAway,
         Opcode::Hello,
         Opcode::Grant,
@@ -84,6 +86,7 @@ impl Opcode {
         Opcode::ModuleLoadSource,
         Opcode::ModuleUnload,
         Opcode::LaunchBurst,
+        Opcode::Graph,
         Opcode::DeployPush,
         Opcode::DeployHas,
         Opcode::DeployRun,
@@ -119,6 +122,7 @@ impl Opcode {
             Opcode::ModuleLoadSource => "MODULE_LOAD_SOURCE",
             Opcode::ModuleUnload => "MODULE_UNLOAD",
             Opcode::LaunchBurst => "LAUNCH_BURST",
+            Opcode::Graph => "GRAPH",
             Opcode::DeployPush => "DEPLOY_PUSH",
             Opcode::DeployHas => "DEPLOY_HAS",
             Opcode::DeployRun => "DEPLOY_RUN",

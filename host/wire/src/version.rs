@@ -13,7 +13,7 @@
 /// Version 2: GPU_SUBMIT's request carries `input`, and its failed reply the precise `cause`.
 /// Version 3: each kernel parameter in MODULE_LOAD's reply says whether it is a pointer.
 /// Version 4: LEASE_ALLOC's request carries what the lease requires of its device.
-/// Version 5: LAUNCH_BURST.
+/// Version 5: LAUNCH_BURST and GRAPH.
 pub const PROTOCOL_VERSION: u8 = 5;
 
 /// The version HELLO and its reply are framed as, whatever version the two ends go on to speak.

@@ -111,6 +111,38 @@ pub(super) fn kernel_args<'a>(
         .collect()
 }
 
+/// A GRAPH launch's kernel arguments (its device scalars left out), and their relocations, for
+/// [`graph_args`] to borrow.
+pub(super) fn graph_arg_values(
+    args: &[wire::GraphArg],
+) -> (Vec<wire::KernelArg>, Vec<gpu::Relocation>) {
+    let values: Vec<wire::KernelArg> = args
+        .iter()
+        .filter_map(|a| match a {
+            wire::GraphArg::Arg(arg) => Some(arg.clone()),
+            wire::GraphArg::Scalar(_) => None,
+        })
+        .collect();
+    let relocations = relocations(&values);
+    (values, relocations)
+}
+
+/// A GRAPH launch's arguments as the host takes them: its kernel arguments (`values`, from
+/// [`graph_arg_values`]) in their places among its device scalars.
+pub(super) fn graph_args<'a>(
+    args: &[wire::GraphArg],
+    values: &'a [wire::KernelArg],
+    relocations: &'a [gpu::Relocation],
+) -> Vec<gpu::GraphArg<'a>> {
+    let mut lifted = kernel_args(values, relocations).into_iter();
+    args.iter()
+        .filter_map(|a| match a {
+            wire::GraphArg::Arg(_) => lifted.next().map(gpu::GraphArg::Arg),
+            wire::GraphArg::Scalar(index) => Some(gpu::GraphArg::Scalar(*index)),
+        })
+        .collect()
+}
+
 /// The kernels of a loaded module for MODULE_LOAD's reply, in the order LAUNCH indexes them:
 /// each one's parameters as the worker that loaded the module read them (`signatures`: places,
 /// sizes and which are pointers, for PTX and CUDA C modules alike), with their PTX types where

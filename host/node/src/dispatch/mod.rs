@@ -378,6 +378,19 @@ impl Dispatcher {
                 self.launch_burst(&burst)?;
                 Reply::LaunchBurst
             }
+            Request::Graph(graph) => {
+                let session = convert::session(graph.session);
+                if matches!(graph.op, tasklet_wire::GraphOp::Replay { .. }) {
+                    // A replay queues launches: after a failed pipelined op it is refused with
+                    // that failure, as a burst is.
+                    if let Some(failure) = self.held.remove(&session) {
+                        return Err(Failure(failure));
+                    }
+                }
+                Reply::Graph {
+                    value: self.graph_op(graph)?,
+                }
+            }
             // Handled by `job` before it gets here, or (deployments) never sent to the GPU
             // thread: a stream serves those itself (see `connection::deploy`).
             Request::DeployPush { .. }
@@ -548,6 +561,80 @@ impl Dispatcher {
         self.gpu()
             .launch_burst(session, module, gpu::KernelRef::At(b.kernel), &burst)
             .map(drop)
+    }
+
+    /// A GRAPH operation through the service's graph of the same name; what it made (a graph's
+    /// id, a node's or a scalar's index), else 0.
+    fn graph_op(&mut self, g: tasklet_wire::Graph) -> Result<u64, tasklet_runtime::GpuError> {
+        use tasklet_wire::GraphOp;
+        let session = convert::session(g.session);
+        let graph = gpu::GraphId(g.graph);
+        let gpu = self.gpu();
+        Ok(match g.op {
+            GraphOp::Create => gpu.graph_create(session)?.0,
+            GraphOp::Launch {
+                module,
+                kernel,
+                grid,
+                block,
+                shared_mem_bytes,
+                args,
+            } => {
+                let config = LaunchConfig {
+                    grid,
+                    block,
+                    shared_mem_bytes,
+                };
+                let (values, relocations) = convert::graph_arg_values(&args);
+                let lifted = convert::graph_args(&args, &values, &relocations);
+                let kernel = gpu::KernelRef::At(kernel);
+                let module = convert::module(module);
+                gpu.graph_launch(session, graph, module, kernel, &config, &lifted)?
+                    .into()
+            }
+            GraphOp::Copy {
+                dst,
+                dst_offset,
+                src,
+                src_offset,
+                len,
+            } => gpu
+                .graph_copy(
+                    session,
+                    graph,
+                    (convert::buffer(dst), dst_offset),
+                    (convert::buffer(src), src_offset),
+                    len,
+                )?
+                .into(),
+            GraphOp::Fill {
+                dst,
+                offset,
+                len,
+                value,
+            } => gpu
+                .graph_fill(session, graph, (convert::buffer(dst), offset), len, value)?
+                .into(),
+            GraphOp::Scalar { value } => gpu.graph_scalar(session, graph, value)?.into(),
+            GraphOp::SetScalar { index, value } => {
+                gpu.graph_set_scalar(session, graph, index, value)?;
+                0
+            }
+            GraphOp::SetArgs { node, args } => {
+                let (values, relocations) = convert::graph_arg_values(&args);
+                let lifted = convert::graph_args(&args, &values, &relocations);
+                gpu.graph_set_args(session, graph, node, &lifted)?;
+                0
+            }
+            GraphOp::Replay { times } => {
+                gpu.graph_replay(session, graph, times)?;
+                0
+            }
+            GraphOp::Drop => {
+                gpu.graph_drop(session, graph);
+                0
+            }
+        })
     }
 
     /// Runs a pipelined op unless an earlier one of its session failed; holds its failure for

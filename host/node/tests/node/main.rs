@@ -60,6 +60,10 @@ fn main() -> ExitCode {
             remote::a_burst_through_the_node_is_the_local_one,
         ),
         (
+            "remote::graphs_and_reloads_through_the_node_are_the_local_ones",
+            remote::graphs_and_reloads_through_the_node_are_the_local_ones,
+        ),
+        (
             "remote::a_remote_modules_signatures_are_the_local_ones",
             remote::a_remote_modules_signatures_are_the_local_ones,
         ),

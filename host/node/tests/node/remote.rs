@@ -344,3 +344,50 @@ pub fn a_burst_through_the_node_is_the_local_one() -> TestResult {
     tasklet_tests::assert_baseline(&local);
     Ok(())
 }
+
+/// A graph (contract 0.2's `graph`: recorded, a device scalar set before each replay) through
+/// the node, one GRAPH request per operation, and a hot reload (MODULE_LOAD, then
+/// MODULE_UNLOAD): the same words as on the local GPU, and the lines of each alike.
+pub fn graphs_and_reloads_through_the_node_are_the_local_ones() -> TestResult {
+    let node = TestNode::start();
+    let local = local_host();
+    let manifest = Manifest::load(&tasklet("testing/probe")).expect("manifest");
+    let compiled = local.load(manifest.clone()).expect("component loads");
+    let kinds = |out: &[u8]| -> Vec<String> {
+        String::from_utf8_lossy(out)
+            .lines()
+            .map(|l| l.split(' ').take(2).collect::<Vec<_>>().join(" "))
+            .collect()
+    };
+    let cases: [(&str, &[&str]); 2] = [
+        ("graph 5", &["ok graph", "ok matches"]),
+        (
+            "reload",
+            &["ok reloaded", "error load-failed", "ok matches"],
+        ),
+    ];
+    for (input, expected) in cases {
+        let here = local
+            .run(&compiled, input.as_bytes())
+            .map_err(|e| format!("{input} local: {e}"))?;
+        let gpu =
+            RemoteGpu::for_manifest(node.client("dev"), &manifest).map_err(|e| e.to_string())?;
+        let there = local
+            .runner()
+            .run(&compiled, input.as_bytes(), Box::new(gpu))
+            .map_err(|e| format!("{input} remote: {e}"))?;
+        check(
+            kinds(&here) == expected && kinds(&there) == expected,
+            || {
+                format!(
+                    "{input}: local {:?}, remote {:?}",
+                    String::from_utf8_lossy(&here),
+                    String::from_utf8_lossy(&there)
+                )
+            },
+        )?;
+    }
+    node.wait_for_baseline(WAIT)?;
+    tasklet_tests::assert_baseline(&local);
+    Ok(())
+}

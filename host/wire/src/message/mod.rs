@@ -2,6 +2,7 @@
 
 mod device;
 mod grant;
+mod graph;
 mod kernel;
 mod reply;
 mod request;
@@ -9,6 +10,7 @@ mod requirements;
 
 pub use device::Device;
 pub use grant::{rights, Grant};
+pub use graph::{Graph, GraphArg, GraphOp};
 pub use kernel::{Kernel, KernelArg, KernelParam, LoadedModule, Relocation, MAX_RELOCATIONS};
 pub use reply::Reply;
 pub use request::{GpuSubmit, Launch, LaunchBurst, Request};

@@ -72,6 +72,10 @@ pub enum Reply {
     MemCopy,
     /// Every launch of the burst is queued.
     LaunchBurst,
+    /// What a GRAPH operation made (a graph's id, a node's or a scalar's index), else 0.
+    Graph {
+        value: u64,
+    },
     ModuleLoadSource(LoadedModule),
     ModuleUnload,
     DeployPush {
@@ -117,6 +121,7 @@ impl Reply {
             Reply::SessionClose => Opcode::SessionClose,
             Reply::MemCopy => Opcode::MemCopy,
             Reply::LaunchBurst => Opcode::LaunchBurst,
+            Reply::Graph { .. } => Opcode::Graph,
             Reply::ModuleLoadSource(_) => Opcode::ModuleLoadSource,
             Reply::ModuleUnload => Opcode::ModuleUnload,
             Reply::DeployPush { .. } => Opcode::DeployPush,
@@ -193,6 +198,7 @@ impl Reply {
             Reply::MemAlloc { buffer } => w.u64(buffer.0),
             Reply::ModuleLoad(module) | Reply::ModuleLoadSource(module) => module.encode(w)?,
             Reply::SessionOpen { session } => w.u64(session.0),
+            Reply::Graph { value } => w.u64(*value),
             Reply::DeployPush {
                 digest,
                 already_present,
@@ -293,6 +299,9 @@ impl Reply {
             Opcode::SessionClose => Reply::SessionClose,
             Opcode::MemCopy => Reply::MemCopy,
             Opcode::LaunchBurst => Reply::LaunchBurst,
+            Opcode::Graph => Reply::Graph {
+                value: r.u64("value")?,
+            },
             Opcode::ModuleLoadSource => Reply::ModuleLoadSource(LoadedModule::decode(&mut r)?),
             Opcode::ModuleUnload => Reply::ModuleUnload,
             Opcode::DeployPush => Reply::DeployPush {

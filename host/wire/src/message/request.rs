@@ -4,6 +4,7 @@
 //! it; docs/wire.md lists the same layouts for implementers in other languages.
 
 use super::grant::Grant;
+use super::graph::Graph;
 use super::kernel::{decode_args, encode_args, KernelArg};
 use super::requirements::LeaseRequirements;
 use crate::codec::{Reader, Writer};
@@ -70,6 +71,7 @@ pub enum Request {
     Launch(Launch),
     /// Answered once every launch is queued, or refused whole.
     LaunchBurst(LaunchBurst),
+    Graph(Graph),
     Sync {
         session: SessionId,
     },
@@ -245,6 +247,7 @@ impl Request {
             Request::ModuleLoad { .. } => Opcode::ModuleLoad,
             Request::Launch(_) => Opcode::Launch,
             Request::LaunchBurst(_) => Opcode::LaunchBurst,
+            Request::Graph(_) => Opcode::Graph,
             Request::Sync { .. } => Opcode::Sync,
             Request::MemRead { .. } => Opcode::MemRead,
             Request::Free { .. } => Opcode::Free,
@@ -274,6 +277,7 @@ impl Request {
             | Request::ModuleUnload { session, .. } => Some(*session),
             Request::Launch(launch) => Some(launch.session),
             Request::LaunchBurst(burst) => Some(burst.session),
+            Request::Graph(graph) => Some(graph.session),
             _ => None,
         }
     }
@@ -359,6 +363,7 @@ impl Request {
                 w.bytes("ptx", ptx, MAX_MODULE_BYTES)?;
             }
             Request::LaunchBurst(burst) => burst.encode(w)?,
+            Request::Graph(graph) => graph.encode(w)?,
             Request::Launch(launch) => {
                 w.u64(launch.session.0);
                 w.u64(launch.module.0);
@@ -483,6 +488,7 @@ impl Request {
                 ptx: r.bytes("ptx", MAX_MODULE_BYTES)?.to_vec(),
             },
             Opcode::LaunchBurst => Request::LaunchBurst(LaunchBurst::decode(&mut r)?),
+            Opcode::Graph => Request::Graph(Graph::decode(&mut r)?),
             Opcode::Launch => Request::Launch(Launch {
                 session: SessionId(r.u64("session")?),
                 module: ModuleId(r.u64("module")?),

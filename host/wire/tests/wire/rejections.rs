@@ -85,7 +85,7 @@ fn unknown_flag_bits() {
 
 #[test]
 fn unknown_opcode() {
-    for opcode in [0x0003, 0x0204, 0x060E, 0x0703, 0xFFFF] {
+    for opcode in [0x0003, 0x0204, 0x060F, 0x0703, 0xFFFF] {
         let bytes = frame(PROTOCOL_VERSION, 0, opcode, 1, &[]);
         assert_eq!(to_node_error(&bytes), DecodeError::UnknownOpcode { opcode });
     }

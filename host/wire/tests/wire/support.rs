@@ -374,6 +374,51 @@ pub fn request() -> impl Strategy<Value = Request> {
                     counts,
                 })
             }),
+        (
+            session(),
+            any::<u64>(),
+            any::<u32>(),
+            dims(),
+            vec(kernel_arg(), 0..3),
+            any::<u64>()
+        )
+            .prop_map(|(session, graph, n, grid, args, value)| {
+                let args: Vec<GraphArg> = args
+                    .into_iter()
+                    .map(GraphArg::Arg)
+                    .chain([GraphArg::Scalar(n)])
+                    .collect();
+                let op = match n % 9 {
+                    0 => GraphOp::Create,
+                    1 => GraphOp::Launch {
+                        module: ModuleId(value),
+                        kernel: n,
+                        grid,
+                        block: grid,
+                        shared_mem_bytes: n,
+                        args,
+                    },
+                    2 => GraphOp::Copy {
+                        dst: BufferId(value),
+                        dst_offset: graph,
+                        src: BufferId(graph),
+                        src_offset: value,
+                        len: u64::from(n),
+                    },
+                    3 => GraphOp::Fill {
+                        dst: BufferId(value),
+                        offset: graph,
+                        len: value,
+                        value: n,
+                    },
+                    4 => GraphOp::Scalar { value },
+                    5 => GraphOp::SetScalar { index: n, value },
+                    6 => GraphOp::SetArgs { node: n, args },
+                    7 => GraphOp::Replay { times: n },
+                    _ => GraphOp::Drop,
+                };
+                Request::Graph(Graph { session, graph, op })
+            }),
         session().prop_map(|session| Request::Sync { session }),
         (session(), buffer(), any::<u64>(), any::<u64>()).prop_map(
             |(session, buffer, offset, len)| Request::MemRead {
@@ -530,6 +575,7 @@ pub fn reply() -> impl Strategy<Value = Reply> {
         Just(Reply::SessionClose),
         Just(Reply::MemCopy),
         Just(Reply::LaunchBurst),
+        any::<u64>().prop_map(|value| Reply::Graph { value }),
         loaded_module().prop_map(Reply::ModuleLoadSource),
         Just(Reply::ModuleUnload),
         (digest(), any::<bool>()).prop_map(|(digest, already_present)| Reply::DeployPush {

@@ -315,3 +315,90 @@ fn gpu_time_is_charged_to_the_device_that_ran_the_kernel() {
     drop(gpu);
     assert_baseline(&host);
 }
+
+/// A kernel that faults on device 1 ends its own lease only: device 0's lease, mid-session,
+/// goes on launching and reading correct results, and device 1's pool serves the next lease
+/// with a fresh worker.
+#[test]
+fn a_kernel_fault_on_one_device_leaves_the_other_serving() {
+    use tasklet_runtime::gpu::{GpuService, KernelArg, LaunchConfig, LeaseRequest, LocalGpu};
+    const IOTA_PTX: &str = include_str!("../../../kernels/iota.ptx");
+    const FAULTS_PTX: &str = include_str!("../../../kernels/faults.ptx");
+    let host = test_host!(two_device_policy());
+    let grant = host.policy().grant(&manifest("testing/probe"));
+    let on = |gpu: &mut LocalGpu, device| {
+        gpu.lease_acquire(LeaseRequest {
+            min_vram: 4 * MIB,
+            secs: 60,
+            device: Some(device),
+        })
+        .expect("lease")
+    };
+    let one_block = LaunchConfig {
+        grid: [1, 1, 1],
+        block: [64, 1, 1],
+        shared_mem_bytes: 0,
+    };
+    // Device 0: a healthy tenant's session, iota loaded.
+    let mut healthy = LocalGpu::new(grant, Arc::clone(host.leases()));
+    let h_lease = on(&mut healthy, 0);
+    let hs = healthy.session_open(h_lease).expect("session");
+    let hm = healthy.module_load(hs, IOTA_PTX).expect("iota");
+    let out = healthy.mem_alloc(hs, 4 * 64).expect("alloc");
+    let iota_args = [
+        KernelArg::Buffer {
+            buffer: out,
+            offset: 0,
+        },
+        KernelArg::U32(64),
+    ];
+    let healthy_pid = host.leases().worker_pids();
+    // Device 1: a faulting one.
+    let mut faulty = LocalGpu::new(grant, Arc::clone(host.leases()));
+    let f_lease = on(&mut faulty, 1);
+    let fs = faulty.session_open(f_lease).expect("session");
+    let fm = faulty.module_load(fs, FAULTS_PTX).expect("faults");
+    let flag = faulty.mem_alloc(fs, 4).expect("alloc");
+    let far = [
+        KernelArg::Buffer {
+            buffer: flag,
+            offset: 0,
+        },
+        KernelArg::U64(1 << 40),
+    ];
+    let fault = faulty
+        .launch(fs, fm, "write_out_of_bounds", &one_block, &far)
+        .and_then(|()| faulty.sync(fs))
+        .expect_err("a write 4 TiB past the buffer faults");
+    assert_eq!(fault.name(), "kernel-fault", "{fault}");
+    let after = faulty
+        .lease_info(f_lease)
+        .expect_err("the lease ended with its worker");
+    assert_eq!(after.name(), "lease-expired", "{after}");
+    let usage = host.device_usage();
+    assert_eq!((usage[0].leases, usage[1].leases), (1, 0), "{usage:?}");
+
+    // Device 0 never noticed: same worker, and its kernels run and read back right.
+    healthy
+        .launch(hs, hm, "iota", &one_block, &iota_args)
+        .expect("launch on device 0");
+    healthy.sync(hs).expect("sync on device 0");
+    let bytes = healthy.mem_read(hs, out, 0, 4 * 64).expect("read");
+    let got: Vec<u32> = bytes
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    let want: Vec<u32> = (1..=64).collect();
+    assert_eq!(got, want);
+    assert!(host
+        .leases()
+        .worker_pids()
+        .iter()
+        .all(|p| healthy_pid.contains(p)));
+
+    // Device 1 serves again, from a fresh worker of its own pool.
+    let again = on(&mut faulty, 1);
+    assert_eq!(faulty.lease_info(again).expect("info").device, 1);
+    drop((healthy, faulty));
+    assert_baseline(&host);
+}

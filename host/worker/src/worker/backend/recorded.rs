@@ -5,6 +5,7 @@
 use super::{Backend, BackendError};
 use crate::contract::messages::GraphOp;
 use crate::contract::{ErrorKind, Launch};
+use std::collections::HashMap;
 use std::time::Duration;
 
 /// Graphs a worker may hold at once (each holds host memory the device cap does not count).
@@ -77,34 +78,44 @@ impl Op {
     }
 }
 
-/// The graphs of one worker, by id (from 1, never reused).
+/// The graphs of one worker, by id (from 1, never reused). Held by id, so a worker whose tenants
+/// make and drop many graphs over a long lease holds only the live ones.
 #[derive(Default)]
 pub struct Recorded {
-    graphs: Vec<Option<Vec<Op>>>,
+    graphs: HashMap<u32, Vec<Op>>,
+    last_id: u32,
+}
+
+/// The next graph id after `last`: from 1, never reused within a worker's life.
+pub fn next_graph_id(last: &mut u32) -> Result<u32, BackendError> {
+    *last = last
+        .checked_add(1)
+        .ok_or_else(|| BackendError::new(ErrorKind::OutOfMemory, "graph ids ran out"))?;
+    Ok(*last)
+}
+
+/// Refused when a worker holds `live` graphs already.
+pub fn room_for_a_graph(live: usize) -> Result<(), BackendError> {
+    if live >= MAX_GRAPHS {
+        return Err(BackendError::new(
+            ErrorKind::OutOfMemory,
+            format!("this worker holds {MAX_GRAPHS} graphs, the most it may; destroy one first"),
+        ));
+    }
+    Ok(())
 }
 
 impl Recorded {
     /// Records `ops`; its id.
     pub fn create(&mut self, ops: &[GraphOp<'_>]) -> Result<u32, BackendError> {
-        if self.graphs.iter().flatten().count() >= MAX_GRAPHS {
-            return Err(BackendError::new(
-                ErrorKind::OutOfMemory,
-                format!(
-                    "this worker holds {MAX_GRAPHS} graphs, the most it may; destroy one first"
-                ),
-            ));
-        }
-        self.graphs.push(Some(ops.iter().map(Op::record).collect()));
-        u32::try_from(self.graphs.len())
-            .map_err(|_| BackendError::new(ErrorKind::OutOfMemory, "graph ids ran out"))
+        room_for_a_graph(self.graphs.len())?;
+        let id = next_graph_id(&mut self.last_id)?;
+        self.graphs.insert(id, ops.iter().map(Op::record).collect());
+        Ok(id)
     }
 
     fn slot(&mut self, graph: u32) -> Result<&mut Vec<Op>, BackendError> {
-        (graph as usize)
-            .checked_sub(1)
-            .and_then(|i| self.graphs.get_mut(i))
-            .and_then(Option::as_mut)
-            .ok_or_else(|| no_graph(graph))
+        self.graphs.get_mut(&graph).ok_or_else(|| no_graph(graph))
     }
 
     /// Replaces launch `node`'s argument block.
@@ -135,23 +146,15 @@ impl Recorded {
     }
 
     pub fn destroy(&mut self, graph: u32) -> Result<(), BackendError> {
-        let i = (graph as usize)
-            .checked_sub(1)
-            .ok_or_else(|| no_graph(graph))?;
-        match self.graphs.get_mut(i) {
-            Some(g @ Some(_)) => {
-                *g = None;
-                Ok(())
-            }
-            _ => Err(no_graph(graph)),
-        }
+        self.graphs
+            .remove(&graph)
+            .map(drop)
+            .ok_or_else(|| no_graph(graph))
     }
 
     /// Forgets every graph (a reset). Ids stay unused.
     pub fn clear(&mut self) {
-        for g in &mut self.graphs {
-            *g = None;
-        }
+        self.graphs.clear();
     }
 }
 
@@ -189,4 +192,32 @@ pub fn writes(records: &[u8]) -> Result<impl Iterator<Item = (u64, &[u8])>, Back
         a.copy_from_slice(addr);
         (u64::from_le_bytes(a), value)
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ids are never reused, a destroyed graph is gone, and the live ones are bounded: a tenant
+    /// that makes and drops graphs for a whole lease holds only what is live.
+    #[test]
+    fn graph_ids_are_fresh_and_only_live_graphs_are_held() {
+        let mut r = Recorded::default();
+        let mut last = 0;
+        for _ in 0..3 * MAX_GRAPHS {
+            let id = r.create(&[]).expect("room");
+            assert!(id > last, "id {id} after {last}");
+            last = id;
+            r.destroy(id).expect("destroyed");
+            assert!(r.take(id).is_err(), "a destroyed graph is gone");
+        }
+        assert!(r.graphs.is_empty());
+        for _ in 0..MAX_GRAPHS {
+            r.create(&[]).expect("room");
+        }
+        let full = r.create(&[]).expect_err("one past the most live graphs");
+        assert_eq!(full.kind, ErrorKind::OutOfMemory);
+        r.clear();
+        assert!(r.create(&[]).expect("room again") > last);
+    }
 }

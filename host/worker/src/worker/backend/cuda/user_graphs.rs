@@ -14,6 +14,7 @@
 //! before it is unloaded, all of them at reset. A replay in flight completes; the driver frees
 //! the graph then.
 
+use std::collections::HashMap;
 use std::ffi::{c_void, CString};
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,7 +24,7 @@ use super::launch::ReadyLaunch;
 use super::{Chunk, CudaBackend};
 use crate::contract::messages::GraphOp;
 use crate::contract::ErrorKind;
-use crate::worker::backend::recorded::{self, MAX_GRAPHS};
+use crate::worker::backend::recorded;
 use crate::worker::backend::BackendError;
 
 /// The worker's own kernels: a byte copy, a 32-bit fill, and an 8-byte store, each a
@@ -141,10 +142,11 @@ struct UserGraph {
     label: Arc<str>,
 }
 
-/// The worker's graphs, by id (from 1, never reused).
+/// The worker's graphs, by id (from 1, never reused; only the live ones held).
 #[derive(Default)]
 pub struct UserGraphs {
-    graphs: Vec<Option<UserGraph>>,
+    graphs: HashMap<u32, UserGraph>,
+    last_id: u32,
     helpers: Option<Helpers>,
 }
 
@@ -291,24 +293,16 @@ impl CudaBackend {
     }
 
     fn user_graph(&self, graph: u32) -> Result<&UserGraph, BackendError> {
-        (graph as usize)
-            .checked_sub(1)
-            .and_then(|i| self.user_graphs.graphs.get(i))
-            .and_then(Option::as_ref)
+        self.user_graphs
+            .graphs
+            .get(&graph)
             .ok_or_else(|| recorded::no_graph(graph))
     }
 
     pub(super) fn create_user_graph(&mut self, ops: &[GraphOp<'_>]) -> Result<u32, BackendError> {
         self.usable()?;
         let api = graph_api(self.drv)?;
-        if self.user_graphs.graphs.iter().flatten().count() >= MAX_GRAPHS {
-            return Err(BackendError::new(
-                ErrorKind::OutOfMemory,
-                format!(
-                    "this worker holds {MAX_GRAPHS} graphs, the most it may; destroy one first"
-                ),
-            ));
-        }
+        recorded::room_for_a_graph(self.user_graphs.graphs.len())?;
         let mut specs = Vec::with_capacity(ops.len());
         let mut launches = Vec::with_capacity(ops.len());
         let mut modules = Vec::new();
@@ -363,7 +357,7 @@ impl CudaBackend {
                 }
             }
         }
-        let id = self.user_graphs.graphs.len() as u32 + 1;
+        let id = recorded::next_graph_id(&mut self.user_graphs.last_id)?;
         let label: Arc<str> =
             Arc::from(format!("a replay of graph {id} ({} operations)", ops.len()));
         let mut graph: CuGraph = std::ptr::null_mut();
@@ -405,7 +399,7 @@ impl CudaBackend {
             destroy(api, g);
             return Err(refused(self.drv, "instantiating a graph", r));
         }
-        self.user_graphs.graphs.push(Some(g));
+        self.user_graphs.graphs.insert(id, g);
         Ok(id)
     }
 
@@ -516,10 +510,10 @@ impl CudaBackend {
     }
 
     pub(super) fn destroy_user_graph(&mut self, graph: u32) -> Result<(), BackendError> {
-        let slot = (graph as usize)
-            .checked_sub(1)
-            .and_then(|i| self.user_graphs.graphs.get_mut(i))
-            .and_then(Option::take)
+        let slot = self
+            .user_graphs
+            .graphs
+            .remove(&graph)
             .ok_or_else(|| recorded::no_graph(graph))?;
         if let Ok(api) = graph_api(self.drv) {
             destroy(api, slot);
@@ -531,14 +525,16 @@ impl CudaBackend {
     /// module is unloaded, or at reset.
     pub(super) fn destroy_user_graphs_of(&mut self, module: Option<u32>) {
         let Ok(api) = graph_api(self.drv) else { return };
-        for slot in &mut self.user_graphs.graphs {
-            if slot
-                .as_ref()
-                .is_some_and(|g| module.is_none_or(|m| g.modules.contains(&m)))
-            {
-                if let Some(g) = slot.take() {
-                    destroy(api, g);
-                }
+        let doomed: Vec<u32> = self
+            .user_graphs
+            .graphs
+            .iter()
+            .filter(|(_, g)| module.is_none_or(|m| g.modules.contains(&m)))
+            .map(|(&id, _)| id)
+            .collect();
+        for id in doomed {
+            if let Some(g) = self.user_graphs.graphs.remove(&id) {
+                destroy(api, g);
             }
         }
     }

@@ -22,7 +22,12 @@
 //!   [`Session::load_cuda`]);
 //! * kernels run through a [`Launch`] builder ([`Session::launch`], or [`Session::launch_kernel`]
 //!   for a [`Kernel`] resolved once with [`Module::kernel`]), whose by-value struct arguments are
-//!   `#[derive(Pod)]` structs ([`Pod`]) or built in C layout ([`CStruct`]).
+//!   `#[derive(Pod)]` structs ([`Pod`]) or built in C layout ([`CStruct`]);
+//! * many launches of one kernel, each changing some arguments, go in one host call as a
+//!   [`Burst`] ([`Session::burst`]);
+//! * a sequence of launches, copies and fills is recorded once and replayed as a [`Graph`]
+//!   ([`Session::graph`]), with device scalars ([`Graph::scalar`]) set between replays;
+//! * a module's code is replaced in place, its buffers kept, with [`Module::reload_ptx`].
 //!
 //! Offsets into buffers are in elements throughout; a name says `byte` where a value is in bytes.
 //!

@@ -307,7 +307,8 @@ impl LeaseManager {
     }
 
     /// Serves leases on each device from its pool. Devices are renumbered by their place in
-    /// the list, so that a device's index is where its books are.
+    /// the list, so that a device's index is where its books are. `slots` names at least one
+    /// device (a host always lends one).
     pub fn start_devices(slots: Vec<(Arc<Pool>, Device)>) -> Arc<LeaseManager> {
         let (pools, mut devices): (Vec<_>, Vec<_>) = slots.into_iter().unzip();
         for (i, d) in devices.iter_mut().enumerate() {

@@ -326,3 +326,41 @@ fn a_tasklet_replays_a_graph_with_a_device_scalar() {
     assert_eq!(text, ["ok graph 5 replays", "ok matches "], "{lines:?}");
     assert_baseline(&host);
 }
+
+/// A graph of the most operations a graph may hold goes to the worker whole (one request, larger
+/// than most) and replays as its launches one by one would.
+#[test]
+fn a_graph_of_the_most_operations_replays_whole() {
+    let host = test_host!();
+    let mut r = rig(&host);
+    let x = r.gpu.mem_alloc(r.s, 4 * 32).expect("alloc");
+    let ones: Vec<u8> = (0..32u32).flat_map(|i| i.to_le_bytes()).collect();
+    r.gpu.mem_write(r.s, x, 0, &ones).expect("write");
+    let g = r.gpu.graph_create(r.s).expect("graph");
+    let k = r.gpu.graph_scalar(r.s, g, 1).expect("scalar");
+    let small = LaunchConfig {
+        grid: [1, 1, 1],
+        block: [32, 1, 1],
+        shared_mem_bytes: 0,
+    };
+    let args = [
+        GraphArg::Arg(buf(x)),
+        GraphArg::Scalar(k),
+        GraphArg::Arg(KernelArg::U32(32)),
+    ];
+    for _ in 0..MAX_GRAPH_NODES {
+        r.gpu
+            .graph_launch(r.s, g, r.m, KernelRef::At(0), &small, &args)
+            .expect("record");
+    }
+    r.gpu.graph_replay(r.s, g, 1).expect("replay");
+    r.gpu.sync(r.s).expect("sync");
+    let got = r.gpu.mem_read(r.s, x, 0, 4 * 32).expect("read");
+    let want: Vec<u8> = (0..32u32)
+        .map(|v| (0..MAX_GRAPH_NODES).fold(v, |v, _| v.wrapping_mul(3).wrapping_add(1)))
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    assert!(got == want, "1024 launches of x = 3x + 1, in order");
+    drop(r);
+    assert_baseline(&host);
+}

@@ -19,6 +19,8 @@ const GONE_WITHIN: Duration = Duration::from_secs(10);
 /// How long a placed client takes to give up on a node that stopped answering (its idle
 /// timeout, 5 s), with room.
 const NOTICED_WITHIN: Duration = Duration::from_secs(12);
+/// What each run of the load does: hold a lease on its node this many seconds.
+const LOAD_RUN: &[u8] = b"hold 6";
 /// The most runs the load makes.
 const MAX_RUNS: usize = 200;
 
@@ -178,7 +180,7 @@ fn a_killed_node_fails_its_session_and_no_stateless_call() {
                             &c,
                             "--json",
                         ],
-                        b"hold 4",
+                        LOAD_RUN,
                     );
                     let answer: serde_json::Value =
                         serde_json::from_slice(&out.stdout).unwrap_or_default();
@@ -205,12 +207,18 @@ fn a_killed_node_fails_its_session_and_no_stateless_call() {
         std::thread::sleep(Duration::from_millis(50));
     }
 
-    // SIGKILL big mid-load: once a fresh record shows a run's lease beside the session's, so
-    // that a run (holding 4 s) is surely in flight.
+    // SIGKILL big mid-load: once a record written at least 1 s after a run ended (the clients
+    // start their next runs at once, so these have had time to take their leases) shows a run's
+    // lease beside the session's. A run holds its lease 6 s, long beside the record's age, so a
+    // run is in flight on big when it dies. (A record from before that moment may still show the
+    // runs that just ended.)
     let start = Instant::now();
     while !listed(&on).iter().any(|n| {
+        let age = n["age_ms"].as_u64().unwrap_or(u64::MAX);
+        let watched = start.elapsed().as_millis() as u64;
         n["name"] == "big"
-            && n["age_ms"].as_u64().unwrap_or(u64::MAX) < 1500
+            && age < 1500
+            && age.saturating_add(1000) <= watched
             && n["devices"][0]["leases"].as_u64().unwrap_or(0) >= 2
     }) {
         assert!(start.elapsed() < START, "no run of the load showed on big");
@@ -250,9 +258,10 @@ fn a_killed_node_fails_its_session_and_no_stateless_call() {
 
     // The load goes on on mid, every run answered.
     let start = Instant::now();
-    while count_on("mid") < 3 {
+    while count_on("mid") < 2 {
         assert!(
-            start.elapsed() < NOTICED_WITHIN,
+            // (A run lost with big runs again on mid, holding its lease again.)
+            start.elapsed() < NOTICED_WITHIN + Duration::from_secs(6),
             "the load did not go on on mid: {:?}",
             runs.lock().unwrap()
         );

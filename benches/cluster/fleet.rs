@@ -54,6 +54,7 @@ pub fn record(i: usize, beat: u32) -> NodeRecord {
                 index: d as u32,
                 name: gpu.to_owned(),
                 backend: BACKEND_CUDA.to_owned(),
+                uuid: String::new(),
                 total_vram: total,
                 free_vram: free_gib * GIB,
                 compute_capability: ComputeCapability::new(major, minor),

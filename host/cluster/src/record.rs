@@ -158,6 +158,10 @@ pub struct DeviceRecord {
     pub name: String,
     /// [`BACKEND_CUDA`] or [`BACKEND_EMU`] (another name is kept and matched as written).
     pub backend: String,
+    /// The GPU's or MIG instance's UUID (`GPU-…`, `MIG-…`), `emu-N` for an emulated device;
+    /// slots of one GPU share it. Empty in records of nodes that did not say.
+    #[serde(default)]
+    pub uuid: String,
     /// Bytes the node lends on this device in all.
     pub total_vram: u64,
     /// Bytes not yet granted to leases.
@@ -293,6 +297,7 @@ mod tests {
                 index: 0,
                 name: "emulator".into(),
                 backend: BACKEND_EMU.into(),
+                uuid: String::new(),
                 total_vram: 1 << 30,
                 free_vram: 1 << 29,
                 compute_capability: ComputeCapability::new(9, 0),
@@ -325,6 +330,22 @@ mod tests {
             NodeRecord::from_json("a", &json),
             Err(RecordError::NewerFormat { .. })
         ));
+    }
+
+    #[test]
+    fn a_devices_uuid_round_trips_and_a_record_without_one_reads() {
+        let mut r = record("a");
+        r.devices[0].uuid = "GPU-73454bfa-956f".into();
+        let json = r.to_json().unwrap();
+        assert_eq!(NodeRecord::from_json("a", &json).unwrap(), r);
+        // A node that wrote no UUID: read as empty.
+        let mut value = serde_json::to_value(record("a")).unwrap();
+        value["devices"][0].as_object_mut().unwrap().remove("uuid");
+        let json = serde_json::to_vec(&value).unwrap();
+        assert_eq!(
+            NodeRecord::from_json("a", &json).unwrap().devices[0].uuid,
+            ""
+        );
     }
 
     #[test]

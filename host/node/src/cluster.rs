@@ -145,6 +145,7 @@ pub(crate) fn record(membership: &Membership, status: &NodeStatus) -> NodeRecord
                 index: d.index,
                 name: d.name.clone(),
                 backend: d.backend.clone(),
+                uuid: d.uuid.clone(),
                 total_vram: d.total_memory,
                 free_vram: d.free_memory,
                 compute_capability: ComputeCapability::new(

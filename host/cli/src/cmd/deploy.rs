@@ -349,6 +349,7 @@ fn check_node_meets(client: &mut NodeClient, addr: &str, requirement: &Requireme
             index: d.index,
             name: d.name.clone(),
             backend: d.backend.clone(),
+            uuid: d.uuid.clone(),
             total_vram: d.total_memory,
             free_vram: d.free_memory,
             compute_capability: tasklet_cluster::ComputeCapability::new(

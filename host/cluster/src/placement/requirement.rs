@@ -226,6 +226,7 @@ mod tests {
             index: 0,
             name: "d".into(),
             backend: "emu".into(),
+            uuid: String::new(),
             total_vram: 8 << 30,
             free_vram: 4 << 30,
             compute_capability: ComputeCapability::new(8, 6),

@@ -156,6 +156,7 @@ pub fn record(name: &str, free_gib: u64) -> NodeRecord {
             index: 0,
             name: "emulator".into(),
             backend: BACKEND_EMU.into(),
+            uuid: String::new(),
             total_vram: 16 << 30,
             free_vram: free_gib << 30,
             compute_capability: ComputeCapability::new(9, 0),

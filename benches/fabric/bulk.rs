@@ -12,8 +12,8 @@
 use crate::bare::{self, Setting};
 use crate::rig::Rig;
 use crate::session::Session;
-use crate::stats::{median, rate, spread};
-use crate::table::{Table, Want};
+use crate::stats::{median, rate, spread, Want};
+use crate::table::Table;
 use crate::{gbps, pattern, progress, Params, BULK_FLOOR, BULK_SHARE, MIB};
 use std::fmt::Write as _;
 use std::time::Duration;

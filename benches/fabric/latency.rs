@@ -11,8 +11,8 @@
 
 use crate::rig::Rig;
 use crate::session::Session;
-use crate::stats::{median_duration, micros, spread, Samples};
-use crate::table::{Table, Want};
+use crate::stats::{median_duration, micros, spread, Samples, Want};
+use crate::table::Table;
 use crate::{bare, progress, us, Params, ASYNC_LAUNCHES, LATENCY_FACTOR};
 use std::fmt::Write as _;
 use std::time::Duration;

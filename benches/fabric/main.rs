@@ -61,10 +61,10 @@ mod stats;
 mod table;
 
 use rig::Rig;
-use stats::micros;
+use stats::{micros, Want};
 use std::process::ExitCode;
 use std::time::Duration;
-use table::{Table, Want};
+use table::Table;
 use tasklet_runtime::{BackendKind, Policy, WorkerCommand};
 
 const MIB: u64 = 1 << 20;

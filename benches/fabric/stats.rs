@@ -1,7 +1,13 @@
 //! Samples and the figures read from them: percentiles of latencies, medians of rates.
 
-use crate::table::Want;
 use std::time::Duration;
+
+/// Which side of its bound a target wants the figure on.
+#[derive(Debug, Clone, Copy)]
+pub enum Want {
+    AtMost,
+    AtLeast,
+}
 
 /// Latencies of one measurement, in the order they were taken.
 #[derive(Debug, Clone, Default)]

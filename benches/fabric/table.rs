@@ -1,5 +1,6 @@
 //! The result table: each row a figure, its target and whether it is met, in Markdown.
 
+use crate::stats::Want;
 use std::fmt::Write as _;
 
 pub struct Row {
@@ -15,13 +16,6 @@ pub struct Row {
 #[derive(Default)]
 pub struct Table {
     rows: Vec<Row>,
-}
-
-/// Which side of its bound a target wants the figure on.
-#[derive(Debug, Clone, Copy)]
-pub enum Want {
-    AtMost,
-    AtLeast,
 }
 
 impl Table {

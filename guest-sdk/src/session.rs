@@ -99,6 +99,46 @@ impl<'l> Session<'l> {
             .mem_copy(dst.raw(), dst_off, src.raw(), src_off, len)?)
     }
 
+    /// Copies the elements `src_range` of `src`, a buffer of *another* session of this tasklet
+    /// (typically under a lease on another device), to `dst` of this session from element
+    /// `dst_elem_offset` on, after all earlier work of both sessions. The host stages the bytes
+    /// through its memory: a copy between devices, not a peer copy. Needs the `read` and `write`
+    /// rights. With `src` of this session it is [`Session::copy_range`].
+    ///
+    /// ```no_run
+    /// use tasklet_gpu::Lease;
+    /// let (a, b) = (Lease::builder().device(0).acquire()?, Lease::builder().device(1).acquire()?);
+    /// let (sa, sb) = (a.session()?, b.session()?);
+    /// let on_a = sa.alloc_from(&[1u32, 2, 3])?;
+    /// let on_b = sb.alloc::<u32>(3)?;
+    /// sb.copy_from(&on_b, 0, &on_a, ..)?;
+    /// # Ok::<(), tasklet_gpu::Error>(())
+    /// ```
+    pub fn copy_from<T: Pod>(
+        &self,
+        dst: &DeviceBuffer<'_, T>,
+        dst_elem_offset: usize,
+        src: &DeviceBuffer<'_, T>,
+        src_range: impl RangeBounds<usize>,
+    ) -> Result<()> {
+        self.check_owns(dst.session(), "destination buffer")?;
+        let range = elem_range(src_range, src.len())?;
+        let count = range.end - range.start;
+        let (src_off, len) = byte_span::<T>(range.start, count, src.len())?;
+        let (dst_off, _) = byte_span::<T>(dst_elem_offset, count, dst.len())?;
+        if len == 0 {
+            return Ok(());
+        }
+        Ok(self.raw.mem_copy_from(
+            dst.raw(),
+            dst_off,
+            src.session().raw(),
+            src.raw(),
+            src_off,
+            len,
+        )?)
+    }
+
     /// Loads a PTX module (the driver JITs it; the emulator parses and validates all of it).
     ///
     /// ```no_run

@@ -402,3 +402,74 @@ fn a_kernel_fault_on_one_device_leaves_the_other_serving() {
     drop((healthy, faulty));
     assert_baseline(&host);
 }
+
+/// A tasklet copies between its sessions on two devices (`session.mem-copy-from`, the SDK's
+/// `Session::copy_from`).
+#[test]
+fn a_tasklet_copies_between_its_sessions_on_two_devices() {
+    let host = test_host!(two_device_policy());
+    let tasklet = load(&host, manifest("testing/sdk-check"));
+    let lines = probe_lines(&run_ok(&host, &tasklet, "copy-between"));
+    assert_eq!(
+        lines,
+        [("ok".into(), "copy-between".into(), "2 3 4 0".into())],
+        "{lines:?}"
+    );
+    assert_baseline(&host);
+}
+
+/// A copy between buffers of two sessions under leases on different devices lands byte for
+/// byte (in pieces larger than one staging piece), is checked as a copy within a session is
+/// (bounds, ownership), and a session of another holder is not the tasklet's to copy from.
+#[test]
+fn a_copy_between_devices_moves_the_bytes_and_is_checked() {
+    use tasklet_runtime::gpu::{GpuService, LeaseRequest, LocalGpu};
+    let host = test_host!(two_device_policy());
+    let grant = host.policy().grant(&manifest("testing/probe"));
+    let mut gpu = LocalGpu::new(grant, Arc::clone(host.leases()));
+    let on = |gpu: &mut LocalGpu, device| {
+        let lease = gpu
+            .lease_acquire(LeaseRequest {
+                min_vram: 16 * MIB,
+                secs: 60,
+                device: Some(device),
+            })
+            .expect("lease");
+        gpu.session_open(lease).expect("session")
+    };
+    let (s0, s1) = (on(&mut gpu, 0), on(&mut gpu, 1));
+    // 9 MiB + 3 bytes: three pieces of the host's staging, the last a short one.
+    let len = 9 * MIB + 3;
+    let data: Vec<u8> = (0..len).map(|i| (i * 7 + i / 4096) as u8).collect();
+    let src = gpu.mem_alloc(s0, len).expect("alloc on device 0");
+    gpu.mem_write(s0, src, 0, &data).expect("write");
+    let dst = gpu.mem_alloc(s1, len + 5).expect("alloc on device 1");
+    gpu.mem_copy_between((s1, dst, 5), (s0, src, 0), len)
+        .expect("copy device 0 -> device 1");
+    let back = gpu.mem_read(s1, dst, 0, len + 5).expect("read on device 1");
+    assert_eq!(
+        &back[..5],
+        &[0; 5],
+        "the bytes before the offset are untouched"
+    );
+    assert!(back[5..] == data[..], "the copy differs");
+
+    // Checked as within a session: bounds, and the buffer must be of the session named.
+    let e = gpu
+        .mem_copy_between((s1, dst, 6), (s0, src, 0), len)
+        .expect_err("one byte past dst");
+    assert_eq!(e.name(), "out-of-bounds", "{e}");
+    let e = gpu
+        .mem_copy_between((s1, dst, 0), (s1, src, 0), 4)
+        .expect_err("src is not s1's");
+    assert_eq!(e.name(), "invalid-argument", "{e}");
+    // Another holder's session is not this one's.
+    let mut other = LocalGpu::new(grant, Arc::clone(host.leases()));
+    let theirs = on(&mut other, 0);
+    let e = gpu
+        .mem_copy_between((s1, dst, 0), (theirs, src, 0), 4)
+        .expect_err("another holder's session");
+    assert_eq!(e.name(), "invalid-argument", "{e}");
+    drop((gpu, other));
+    assert_baseline(&host);
+}

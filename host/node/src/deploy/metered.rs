@@ -135,6 +135,15 @@ impl GpuService for MeteredGpu {
         self.gpu.mem_copy(session, dst, src, len)
     }
 
+    fn mem_copy_between(
+        &mut self,
+        dst: (SessionId, BufferId, u64),
+        src: (SessionId, BufferId, u64),
+        len: u64,
+    ) -> Result<(), GpuError> {
+        self.gpu.mem_copy_between(dst, src, len)
+    }
+
     fn module_load(&mut self, session: SessionId, ptx: &str) -> Result<ModuleId, GpuError> {
         self.gpu.module_load(session, ptx)
     }

@@ -32,6 +32,9 @@ mod graph;
 /// less than a direct transfer's setup.
 pub const DIRECT_MIN_BYTES: usize = 64 << 10;
 
+/// The most bytes a copy between sessions holds in host memory at once.
+const COPY_PIECE: u64 = 4 << 20;
+
 /// One grantee's GPU state: its grant, its leases, and the sessions under them. Everything it
 /// leased goes back when it is dropped, however its holder ended.
 pub struct LocalGpu {
@@ -645,6 +648,36 @@ impl GpuService for LocalGpu {
         let to = span(daddr, dsize, dst.1, len)?;
         let from = span(saddr, ssize, src.1, len)?;
         self.run(&s.lease, |w| w.copy(to, from, len))
+    }
+
+    fn mem_copy_between(
+        &mut self,
+        dst: (SessionId, BufferId, u64),
+        src: (SessionId, BufferId, u64),
+        len: u64,
+    ) -> Result<(), GpuError> {
+        if dst.0 == src.0 {
+            return self.mem_copy(dst.0, (dst.1, dst.2), (src.1, src.2), len);
+        }
+        self.need(Right::Read)?;
+        self.need(Right::Write)?;
+        let (ds, ss) = (self.session(dst.0)?, self.session(src.0)?);
+        let (daddr, dsize) = ds.buffer(dst.1)?;
+        let (saddr, ssize) = ss.buffer(src.1)?;
+        let to = span(daddr, dsize, dst.2, len)?;
+        let from = span(saddr, ssize, src.2, len)?;
+        // Worker processes cannot reach each other's memory: the bytes pass through the host,
+        // a bounded piece at a time. The read waits for the source's kernels; the write is in
+        // order before the destination's later work.
+        let mut piece = vec![0u8; len.min(COPY_PIECE) as usize];
+        let mut done = 0u64;
+        while done < len {
+            let n = (len - done).min(COPY_PIECE) as usize;
+            self.run(&ss.lease, |w| w.read(from + done, &mut piece[..n]))?;
+            self.run(&ds.lease, |w| w.write(to + done, &piece[..n]))?;
+            done += n as u64;
+        }
+        Ok(())
     }
 
     fn module_load(&mut self, session: SessionId, ptx: &str) -> Result<ModuleId, GpuError> {

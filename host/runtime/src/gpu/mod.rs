@@ -108,6 +108,23 @@ pub trait GpuService: Send {
         len: u64,
     ) -> Result<(), GpuError>;
 
+    /// Copies `len` bytes from `src` (a session, a buffer of it, an offset) to `dst` (likewise),
+    /// the two sessions the holder's own, typically under leases on different devices. A
+    /// service that cannot copy between sessions (the default) copies within one session only.
+    fn mem_copy_between(
+        &mut self,
+        dst: (SessionId, BufferId, u64),
+        src: (SessionId, BufferId, u64),
+        len: u64,
+    ) -> Result<(), GpuError> {
+        if dst.0 == src.0 {
+            return self.mem_copy(dst.0, (dst.1, dst.2), (src.1, src.2), len);
+        }
+        Err(crate::error::unsupported(
+            "this host cannot copy between sessions; read the data and write it",
+        ))
+    }
+
     fn module_load(&mut self, session: SessionId, ptx: &str) -> Result<ModuleId, GpuError>;
     fn module_load_source(
         &mut self,

@@ -355,6 +355,26 @@ mod v02 {
     impl HostSession for GpuState<'_> {
         session_common!(session);
 
+        fn mem_copy_from(
+            &mut self,
+            this: Resource<SessionHandle>,
+            dst: Resource<BufferHandle>,
+            dst_offset: u64,
+            src_session: Resource<SessionHandle>,
+            src: Resource<BufferHandle>,
+            src_offset: u64,
+            len: u64,
+        ) -> GpuResult<()> {
+            let session = self.session_id(&this)?;
+            let from = self.session_id(&src_session)?;
+            let (dst, src) = (self.buffer_id(&dst)?, self.buffer_id(&src)?);
+            Ok(self.service.mem_copy_between(
+                (session, dst, dst_offset),
+                (from, src, src_offset),
+                len,
+            )?)
+        }
+
         fn launch(
             &mut self,
             this: Resource<SessionHandle>,

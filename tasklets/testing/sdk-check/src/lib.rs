@@ -17,6 +17,7 @@
 //! | `kernels` | loads `scale` → `ok params <name:size:align:kind …>` from `Module::kernels`; resolves `iota` as a `Kernel` and launches it twice into an 8-element buffer (n 4, then 8; `run_ordinal`) → `ok ordinals <first> <second>`, `ok handle <the 8 elements>`; a kernel of a module of another session, launched in this one → its error |
 //! | `struct-pointers <n>` | `scaled_sum(out, ops, n)` with `ops = { a, b + 4 elements, scale 7 }` a `CStruct` holding two buffers (`a[i] = i`, `b[4 + i] = 1000 - 3i`) → `ok struct-pointers size=24 pointers=0,8 <out[0]> … <out[n-1]>`; the same with `b` pointing past its end → its error |
 //! | `devices` | `inventory()` → `ok devices <count> <uuid:total_memory:leases …>`; a lease by the last device's UUID → `ok by-uuid device=<index>`; one requiring compute capability 99.0, one requiring model `no-such-gpu` → their errors; a `GpuCall` requiring a model → its error |
+//! | `copy-between` | a lease on device 0 and one on device 1, a session on each; `[1 2 3 4]` on device 0, its elements 1.. copied into a 4-element buffer on device 1 (`Session::copy_from`) → `ok copy-between <the 4 elements>` |
 //! | `big-module <bytes>` | a module of at least `<bytes>` bytes (a header, one empty kernel, then a comment) → `ok load <bytes of text>` or its error |
 
 use std::fmt::Write as _;
@@ -46,12 +47,13 @@ fn run(input: Vec<u8>) -> Result<Vec<u8>, String> {
         "big-module" => big_module(&mut out, input::argument(command, arg)?),
         "kernels" => kernels(&mut out),
         "devices" => devices(&mut out),
+        "copy-between" => copy_between(&mut out),
         "struct-pointers" => struct_pointers(&mut out, input::argument(command, arg)?),
         _ => {
             return Err(format!(
                 "unknown command {command:?}; expected one of defaults, derive, cstruct <n>, \
                  offsets, long-name <bytes>, long-token <bytes>, big-module <bytes>, kernels, \
-                 struct-pointers <n>, devices"
+                 struct-pointers <n>, devices, copy-between"
             ))
         }
     };
@@ -98,7 +100,7 @@ fn defaults(out: &mut Out) -> Result<(), Stopped> {
             ),
         );
     }
-    // The manifest grants one lease: the first is dropped by now.
+    // The first lease is dropped by now: the call takes a lease of its own.
     let ys = out.step(
         GpuCall::new(SCALE_PTX, "scale")
             .data()
@@ -146,6 +148,18 @@ fn devices(out: &mut Out) -> Result<(), Stopped> {
     {
         out.error(&e);
     }
+    Ok(())
+}
+
+fn copy_between(out: &mut Out) -> Result<(), Stopped> {
+    let a = out.step(Lease::builder().device(0).acquire())?;
+    let b = out.step(Lease::builder().device(1).acquire())?;
+    let (sa, sb) = (out.step(a.session())?, out.step(b.session())?);
+    let on_a = out.step(sa.alloc_from(&[1u32, 2, 3, 4]))?;
+    let on_b = out.step(sb.alloc::<u32>(4))?;
+    out.step(sb.copy_from(&on_b, 0, &on_a, 1..))?;
+    let got = out.step(on_b.read())?;
+    out.ok("copy-between", join(&got));
     Ok(())
 }
 

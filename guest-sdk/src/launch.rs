@@ -215,6 +215,8 @@ pub struct Launch<'a> {
     target: Target<'a>,
     config: Option<LaunchConfig>,
     args: Vec<raw::KernelArg<'a>>,
+    /// The stream to queue the launch on ([`Launch::on`]); the session's own queue if none.
+    stream: Option<&'a crate::Stream<'a>>,
     /// The first mistake found while building, reported by `run`.
     error: Option<Error>,
 }
@@ -240,6 +242,7 @@ impl<'a> Launch<'a> {
             target,
             config: None,
             args: Vec::new(),
+            stream: None,
             error: None,
         };
         if !session.is(module.session()) {
@@ -262,6 +265,19 @@ impl<'a> Launch<'a> {
 
     fn fail(&mut self, e: Error) {
         self.error.get_or_insert(e);
+    }
+
+    /// Queues the launch on `stream` (of the launching session) instead of the session's own
+    /// queue. Only a kernel handle ([`Session::launch_kernel`]) launches on a stream.
+    pub fn on(mut self, stream: &'a crate::Stream<'a>) -> Self {
+        if !self.session.is(stream.session()) {
+            self.fail(Error::InvalidArgument(format!(
+                "launch of {}: the stream belongs to another session",
+                quoted(&self.kernel_name())
+            )));
+        }
+        self.stream = Some(stream);
+        self
     }
 
     /// Sets the grid, block and shared memory (required).
@@ -349,6 +365,17 @@ impl<'a> Launch<'a> {
             ))
         })?;
         let raw = self.session.raw();
+        if let Some(stream) = self.stream {
+            let Target::Handle(kernel) = self.target else {
+                return Err(Error::invalid_input(format!(
+                    "launch of {} on a stream: resolve the kernel with Module::kernel and launch it with Session::launch_kernel",
+                    quoted(&self.kernel_name())
+                )));
+            };
+            return Ok(stream
+                .raw()
+                .launch(kernel.raw(), config.to_raw(), &self.args)?);
+        }
         Ok(match self.target {
             Target::Named(module, kernel) => {
                 raw.launch(module.raw(), kernel, config.to_raw(), &self.args)?

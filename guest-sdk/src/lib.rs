@@ -94,6 +94,7 @@ mod launch;
 mod lease;
 mod read_into;
 mod session;
+mod stream;
 
 pub use buffer::DeviceBuffer;
 pub use burst::{Burst, MAX_BURST_LAUNCHES};
@@ -105,6 +106,7 @@ pub use launch::{Arg, KernelArg, Launch, LaunchConfig};
 pub use lease::{inventory, DeviceInfo, Lease, LeaseBuilder, LeaseInfo};
 pub use read_into::mem_read_into;
 pub use session::{Kernel, KernelInfo, KernelParam, Module, ParamKind, Session};
+pub use stream::{Event, Stream};
 
 /// Re-export of `bytemuck`, whose [`Pod`] bounds the element types of device buffers and the
 /// structs [`Arg::bytes_of`] passes by value.

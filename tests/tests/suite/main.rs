@@ -21,6 +21,7 @@ mod launch_checks;
 mod reload;
 mod sdk;
 mod soak;
+mod streams;
 mod time_limits;
 mod workers;
 mod zero_copy;

@@ -292,6 +292,14 @@ impl GpuService for MeteredGpu {
         self.gpu.graph_drop(session, graph)
     }
 
+    fn queue_op(
+        &mut self,
+        session: SessionId,
+        op: tasklet_runtime::gpu::QueueOp,
+    ) -> Result<tasklet_runtime::gpu::QueueReply, GpuError> {
+        self.gpu.queue_op(session, op)
+    }
+
     fn sync(&mut self, session: SessionId) -> Result<(), GpuError> {
         self.gpu.sync(session)
     }

@@ -26,6 +26,7 @@ use tasklet_worker::{Launch, LoadedModule, ALLOC_GRANULE};
 
 mod burst;
 mod graph;
+mod queues;
 
 /// Transfers of at least this many bytes go between the device and linear memory directly (the
 /// worker maps the guest's memory); smaller ones go through the worker's message area, which costs
@@ -68,6 +69,8 @@ struct Session {
     graphs: FxHashMap<GraphId, graph::Graph>,
     /// Modules replaced by a reload (their old ids), to say so when one is named again.
     reloaded: rustc_hash::FxHashSet<ModuleId>,
+    /// Its streams and events.
+    queues: queues::Queues,
 }
 
 /// A loaded module: the worker's id for it and its kernels in the worker's order.
@@ -495,6 +498,7 @@ impl GpuService for LocalGpu {
                 modules: FxHashMap::default(),
                 graphs: FxHashMap::default(),
                 reloaded: Default::default(),
+                queues: Default::default(),
             },
         );
         Ok(id)
@@ -869,6 +873,14 @@ impl GpuService for LocalGpu {
         let s = self.session(session)?;
         self.run(&s.lease, |w| w.sync())
             .inspect(|_| self.usage.synced())
+    }
+
+    fn queue_op(
+        &mut self,
+        session: SessionId,
+        op: super::QueueOp,
+    ) -> Result<super::QueueReply, GpuError> {
+        self.queue(session, op)
     }
 
     fn gpu_time(&mut self, lease: LeaseId) -> Result<Duration, GpuError> {

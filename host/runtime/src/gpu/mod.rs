@@ -10,6 +10,7 @@
 
 mod args;
 mod local;
+mod queues;
 mod submit;
 mod types;
 mod usage;
@@ -22,6 +23,9 @@ pub use types::{
     KernelRef, KernelSignature, LaunchConfig, LeaseId, LeaseInfo, LeaseRequest, ModuleId,
     ModuleSource, ParamKind, Relocation, SessionId, Submit, SubmitArg, MAX_BURST_LAUNCHES,
     MAX_GRAPH_NODES, MAX_GRAPH_REPLAYS, MAX_GRAPH_SCALARS, MAX_SESSION_GRAPHS,
+};
+pub use queues::{
+    EventId, QueueOp, QueueReply, StreamId, MAX_SESSION_EVENTS, MAX_SESSION_STREAMS,
 };
 pub use usage::{UsageHandle, UsageStats};
 
@@ -309,6 +313,15 @@ pub trait GpuService: Send {
     }
 
     /// Waits for all work of the session; reports the first asynchronous failure since the last.
+    /// An operation on the session's streams and events (contract 0.2; see [`QueueOp`]). A
+    /// service without streams (the default) refuses every one as unsupported.
+    fn queue_op(&mut self, session: SessionId, op: QueueOp) -> Result<QueueReply, GpuError> {
+        let _ = (session, op);
+        Err(crate::error::unsupported(
+            "this GPU service has no streams or events; use the session's own queue and `sync`",
+        ))
+    }
+
     fn sync(&mut self, session: SessionId) -> Result<(), GpuError>;
 
     /// The device time the lease's kernels have taken so far, every kernel finished by now

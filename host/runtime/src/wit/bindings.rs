@@ -35,6 +35,8 @@ pub mod v02 {
             "tasklet:gpu/sessions.module": crate::wit::ModuleHandle,
             "tasklet:gpu/sessions.kernel": crate::wit::KernelHandle,
             "tasklet:gpu/sessions.graph": crate::wit::GraphHandle,
+            "tasklet:gpu/sessions.gpu-stream": crate::wit::StreamHandle,
+            "tasklet:gpu/sessions.event": crate::wit::EventHandle,
         },
     });
 }

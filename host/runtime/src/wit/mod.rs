@@ -48,6 +48,18 @@ pub struct GraphHandle {
     session: SessionId,
 }
 
+/// A stream of a session (contract 0.2).
+pub struct StreamHandle {
+    id: crate::gpu::StreamId,
+    session: SessionId,
+}
+
+/// An event of a session (contract 0.2).
+pub struct EventHandle {
+    id: crate::gpu::EventId,
+    session: SessionId,
+}
+
 /// Reaches the GPU service and the resource table from a store's data.
 pub trait GpuView: Send {
     fn gpu(&mut self) -> GpuState<'_>;

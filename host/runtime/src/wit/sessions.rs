@@ -281,6 +281,8 @@ mod v01 {
 /// Contract 0.2: 0.1's, with kernel handles, signatures and launch ordinals.
 mod v02 {
     use super::*;
+
+    mod streams;
     use crate::wit::bindings::v02::tasklet::gpu::sessions::{
         BurstArg, GraphArg, Host, HostGraph, HostKernel, HostModule, HostSession, KernelArg,
         KernelParam, KernelSignature, LaunchConfig, ParamKind,
@@ -462,6 +464,20 @@ mod v02 {
             let session = self.session_id(&this)?;
             let id = self.service.graph_create(session)?;
             Ok(self.table.push(GraphHandle { id, session })?)
+        }
+
+        fn new_stream(
+            &mut self,
+            this: Resource<SessionHandle>,
+        ) -> GpuResult<Resource<crate::wit::StreamHandle>> {
+            self.new_stream_of(&this)
+        }
+
+        fn new_event(
+            &mut self,
+            this: Resource<SessionHandle>,
+        ) -> GpuResult<Resource<crate::wit::EventHandle>> {
+            self.new_event_of(&this)
         }
     }
 

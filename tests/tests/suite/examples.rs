@@ -52,3 +52,73 @@ fn scale_multiplies_like_f32() {
     assert_eq!(out, expected);
     assert_baseline(&host);
 }
+
+/// The Jacobi sweeps of `jacobi` on the CPU, in the kernel's f32 arithmetic: the midpoint after
+/// each sweep and the final field, formatted as the tasklet prints them.
+fn jacobi_on_the_cpu(n: usize, steps: usize) -> String {
+    let mut a = vec![0.0f32; n];
+    a[0] = 1.0;
+    let mut b = a.clone();
+    let mut history = Vec::new();
+    for _ in 0..steps {
+        for i in 1..n - 1 {
+            b[i] = (a[i - 1] + a[i + 1]) * 0.5;
+        }
+        history.push(b[n / 2]);
+        std::mem::swap(&mut a, &mut b);
+    }
+    let join = |v: &[f32]| {
+        v.iter()
+            .map(|x| format!("{x:?}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    format!("history {}\nfield {}\n", join(&history), join(&a))
+}
+
+#[test]
+fn jacobi_replays_a_graph_with_a_device_scalar_for_the_step() {
+    let host = test_host!();
+    let jacobi = load(&host, manifest("jacobi"));
+    for (n, steps) in [(3usize, 2usize), (64, 100), (1000, 400)] {
+        let out = run_ok(&host, &jacobi, &format!("{n} {steps}"));
+        assert_eq!(out, jacobi_on_the_cpu(n, steps), "n = {n}, steps = {steps}");
+    }
+    // Not vacuous: heat reached the midpoint within the sweeps.
+    let reference = jacobi_on_the_cpu(64, 100);
+    let last: f32 = reference
+        .lines()
+        .next()
+        .and_then(|l| l.rsplit(' ').next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(last > 0.0, "{reference}");
+    let err = host.run(&jacobi, b"64 3").unwrap_err();
+    assert!(matches!(err, tasklet_runtime::RunError::Failed(_)), "{err}");
+    assert_baseline(&host);
+}
+
+#[test]
+fn stream_pipeline_scales_every_chunk_over_two_streams() {
+    let host = test_host!();
+    let pipeline = load(&host, manifest("stream-pipeline"));
+    for (chunks, len) in [(1usize, 1usize), (8, 4096), (5, 1000)] {
+        let out = run_ok(&host, &pipeline, &format!("{chunks} {len}"));
+        let total = chunks * len;
+        let sum: u64 = (0..total as u64).map(|i| 3 * (i % 1000)).sum();
+        let mut lines = out.lines();
+        assert_eq!(
+            lines.next(),
+            Some(format!("chunks {chunks} elements {total} sum {sum}").as_str()),
+            "{out}"
+        );
+        let elapsed: u64 = lines
+            .next()
+            .and_then(|l| l.strip_prefix("elapsed-ns "))
+            .and_then(|ns| ns.parse().ok())
+            .unwrap_or_else(|| panic!("no elapsed-ns line in {out:?}"));
+        assert!(elapsed > 0, "{chunks} launches took no device time");
+    }
+    assert_baseline(&host);
+}

@@ -8,7 +8,8 @@
 //! What every backend honours (the emulator gets most for free; see `cuda/mod.rs` for how the
 //! GPU does):
 //! - new allocations read as zeros, whatever an earlier tenant of the device left there;
-//! - `reset` frees everything and unloads every module, returning to the state at start;
+//! - `reset` frees everything and unloads every module with state, returning to the state at
+//!   start but for stateless modules kept loaded for a lookup by content (cuda: `Modules::end_ids`);
 //! - module loads report each kernel's parameter layout (`KernelInfo::param_layout`), from which
 //!   the host builds argument blocks;
 //! - a module is checked before it is loaded, alike on every backend (`module_check`): an

@@ -683,7 +683,10 @@ impl Backend for CudaBackend {
                 first.get_or_insert(e);
             }
         }
-        for module in self.modules.take_all() {
+        // Stateless modules stay loaded for the next lease's lookup (see `Modules::end_ids`); the
+        // cached launch chains go whatever is unloaded: nothing of this lease's launches is kept.
+        self.timeline.forget_graphs();
+        for module in self.modules.end_ids() {
             if let Err(e) = self.unload(module) {
                 first.get_or_insert(e);
             }

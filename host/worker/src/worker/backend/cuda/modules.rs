@@ -5,8 +5,12 @@
 //! same share one `CUmodule` when the PTX declares no module-scope `.global` variables: such a
 //! module has no state a kernel can change, so sharing it is invisible. A module with `.global`
 //! variables is loaded afresh every time, as CUDA itself would (each load has its own variables).
-//! A shared module whose last id is unloaded stays cached (up to [`MAX_IDLE`]) until `reset`,
-//! which unloads everything: nothing loaded by one lease is seen by the next.
+//! A shared module whose last id is unloaded stays cached (up to [`MAX_IDLE`]), across `reset`
+//! too ([`Modules::end_ids`]): the next lease on the worker that loads the same PTX gets it by a
+//! lookup, no JIT. Only stateless code is kept that way; every module with `.global` variables
+//! is unloaded at `reset`, so no state of one lease is seen by the next. What a later tenant can
+//! tell is that the same PTX was loaded on this worker before (its load is faster): the price of
+//! a cache by content.
 
 use rustc_hash::FxHashMap;
 use std::ffi::{c_int, c_void, CString};
@@ -224,7 +228,35 @@ impl Modules {
         Some(m.module)
     }
 
+    /// Ends every id (a worker's `reset` between leases) and returns the modules for the caller to
+    /// unload: every module with `.global` variables, every one past [`MAX_IDLE`], and nothing
+    /// else. Up to [`MAX_IDLE`] shareable modules stay loaded with no id, so a later lease on this
+    /// worker loading the same PTX gets them by a lookup: their code holds no state a kernel can
+    /// change, so nothing one lease did to them is seen by the next.
+    pub fn end_ids(&mut self) -> Vec<CuModule> {
+        self.ids.clear();
+        self.idle = 0;
+        let mut unload = Vec::new();
+        for slot in 0..self.slots.len() {
+            let keep = match &mut self.slots[slot] {
+                None => continue,
+                Some(m) if m.shared.is_some() && self.idle < MAX_IDLE => {
+                    m.refs = 0;
+                    true
+                }
+                Some(_) => false,
+            };
+            if keep {
+                self.idle += 1;
+            } else if let Some(m) = self.evict(slot) {
+                unload.push(m);
+            }
+        }
+        unload
+    }
+
     /// Forgets every module and returns them all for the caller to unload.
+    #[cfg(test)]
     pub fn take_all(&mut self) -> Vec<CuModule> {
         let all = self
             .slots
@@ -422,6 +454,71 @@ mod tests {
         );
         let iota = std::fs::read_to_string(dir.join("iota.ptx")).unwrap();
         assert!(!declares_module_globals(&iota));
+    }
+
+    /// A module as `load` leaves it, without a driver: `module` stands for the handle.
+    fn loaded(m: &mut Modules, ptx: &str, module: usize) -> u32 {
+        let id = m.fresh_id().unwrap();
+        let shared = (!declares_module_globals(ptx))
+            .then(|| (fast_hash(ptx.as_bytes()), Box::<str>::from(ptx)));
+        let slot = m.slots.len();
+        if let Some((h, _)) = &shared {
+            m.cache.entry(*h).or_default().push(slot);
+        }
+        m.slots.push(Some(Loaded {
+            module: module as CuModule,
+            kernels: Vec::new(),
+            functions: Vec::new(),
+            refs: 1,
+            shared,
+        }));
+        m.ids.insert(id, slot);
+        id
+    }
+
+    #[test]
+    fn a_reset_keeps_only_shareable_modules_for_the_next_lease() {
+        const PLAIN: &str = ".version 8.0\n.target sm_80\n.visible .entry k()\n{\n\tret;\n}\n";
+        const STATEFUL: &str = ".version 8.0\n.target sm_80\n.global .u32 counter;\n";
+        let mut m = Modules::new();
+        let plain = loaded(&mut m, PLAIN, 0x10);
+        loaded(&mut m, STATEFUL, 0x20);
+        // One lease: the plain module also loaded twice more (lookups) and once unloaded.
+        let again = m.lookup(PLAIN).unwrap().expect("a lookup").0;
+        assert_ne!(again, plain);
+        assert_eq!(m.release(again).unwrap(), None);
+
+        let unloaded = m.end_ids();
+        assert_eq!(
+            unloaded,
+            vec![0x20 as CuModule],
+            "only the module with state is unloaded"
+        );
+        assert_eq!(m.len(), 0, "no id of the last lease lives on");
+        assert!(m.kernel(plain, 0).is_err(), "the last lease's id is gone");
+        // The next lease: the plain module by lookup under a new id, the stateful one not at all.
+        let next = m.lookup(PLAIN).unwrap().expect("kept for the next lease").0;
+        assert!(next > again);
+        assert!(m.lookup(STATEFUL).unwrap().is_none());
+        assert_eq!(m.release(next).unwrap(), None);
+        assert_eq!(m.take_all(), vec![0x10 as CuModule]);
+    }
+
+    #[test]
+    fn a_reset_keeps_at_most_max_idle_modules() {
+        let mut m = Modules::new();
+        let texts: Vec<String> = (0..MAX_IDLE + 3)
+            .map(|i| format!(".version 8.0\n.target sm_80\n// {i}\n"))
+            .collect();
+        for (i, t) in texts.iter().enumerate() {
+            loaded(&mut m, t, i + 1);
+        }
+        assert_eq!(m.end_ids().len(), 3);
+        let kept = texts
+            .iter()
+            .filter(|t| m.lookup(t).unwrap().is_some())
+            .count();
+        assert_eq!(kept, MAX_IDLE);
     }
 
     #[test]

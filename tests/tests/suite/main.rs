@@ -18,6 +18,7 @@ mod graphs;
 mod guest_languages;
 mod kernel_args;
 mod launch_checks;
+mod module_cache;
 mod reload;
 mod sdk;
 mod soak;

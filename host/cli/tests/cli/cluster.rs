@@ -192,8 +192,10 @@ fn nodes_register_list_and_take_placed_work() {
 
     // A record that claims room its node does not have (small's address and certificate, 64 GiB
     // free) is chosen first; small refuses iota for capacity before it runs, and the next
-    // candidate, big, runs it.
-    let runtime = tokio::runtime::Builder::new_current_thread()
+    // candidate, big, runs it. The registrars heartbeat on a runtime thread of their own, so
+    // the records stay fresh however long the commands below take.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
         .enable_all()
         .build()
         .unwrap();
@@ -214,7 +216,7 @@ fn nodes_register_list_and_take_placed_work() {
         let cluster = Cluster::connect(&NatsConfig::new(&url)).await.unwrap();
         let fast = Heartbeat {
             interval: Duration::from_millis(500),
-            ttl: Duration::from_secs(2),
+            ttl: Duration::from_secs(5),
             stale_after: Duration::from_secs(10),
         };
         [
@@ -285,7 +287,17 @@ fn nodes_register_list_and_take_placed_work() {
         runtime.block_on(registrar.stop()).unwrap();
     }
 
-    // Nobody meets it: one line saying what the nodes offer.
+    // Nobody meets it: one line saying what the nodes offer. Big's record is rewritten every
+    // 2 s: one written while a run above held its lease (1 MiB) can outlive the run by that
+    // long, so wait until its record shows all of its memory free again.
+    let start = Instant::now();
+    while !nodes_json(&url)
+        .iter()
+        .any(|n| n["name"] == "big" && n["devices"][0]["free_vram"] == 1u64 << 30)
+    {
+        assert!(start.elapsed() < WAIT, "big's record never showed 1 GiB free");
+        std::thread::sleep(Duration::from_millis(200));
+    }
     let out = tasklet(
         &[
             "deploy",
@@ -297,6 +309,7 @@ fn nodes_register_list_and_take_placed_work() {
             "gpu:vram=100GiB",
             "--certs",
             certs,
+            "--no-registry-cache",
         ],
         b"5",
     );

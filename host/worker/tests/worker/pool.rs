@@ -22,7 +22,9 @@ fn warm_workers_start_in_the_background() {
     // Acquire is a hand-over, not a process start.
     let t = Instant::now();
     let mut w = pool.acquire().unwrap();
-    assert!(t.elapsed() < Duration::from_millis(50), "{:?}", t.elapsed());
+    // A process start with its context takes seconds; a hand-over well under 500 ms even on a
+    // loaded machine.
+    assert!(t.elapsed() < Duration::from_millis(500), "{:?}", t.elapsed());
     w.ping().unwrap();
     assert_eq!(pool.busy(), 1);
     // The replacement tops the warm set back up.

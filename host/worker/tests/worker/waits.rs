@@ -145,8 +145,9 @@ fn releasing_a_busy_worker_returns_at_once_and_the_pool_replaces_it() {
     std::thread::sleep(Duration::from_millis(20));
     let t = Instant::now();
     pool.release(w);
+    // "At once": far below the kernel's 60 s, with room for a loaded machine's scheduling.
     assert!(
-        t.elapsed() < Duration::from_millis(50),
+        t.elapsed() < Duration::from_millis(500),
         "releasing a busy worker took {:?}",
         t.elapsed()
     );

@@ -434,55 +434,129 @@ impl LeaseManager {
     ) -> Result<Arc<Lease>, GpuError> {
         let ranked = {
             let book = self.book();
-            let candidates: Vec<Candidate<'_>> = self
-                .devices
-                .iter()
-                .zip(&book.granted)
-                .map(|(device, granted)| Candidate {
-                    device,
-                    free: device.total_memory.saturating_sub(*granted),
-                    leases: book
-                        .live
-                        .values()
-                        .filter(|l| l.device == device.index)
-                        .count(),
-                })
-                .collect();
+            let candidates = self.candidates(&book);
             placement::rank(&candidates, bytes, requires).map_err(GpuError::CapacityExceeded)?
         };
         let mut refused = Vec::new();
         for index in ranked {
-            let d = index as usize;
-            {
-                // Reserve the memory first, so two racing acquires cannot both pass the check.
-                let mut book = self.book();
-                let free = self.devices[d].total_memory.saturating_sub(book.granted[d]);
-                if bytes > free {
-                    refused.push(format!(
-                        "device {index} has {free} bytes free for leases, {bytes} asked"
-                    ));
-                    continue;
-                }
-                book.granted[d] += bytes;
-            }
-            match self.pools[d].acquire_by(run.map(|r| r.ends)) {
-                Ok(worker) => return Ok(self.lease_on(index, worker, bytes, ttl, run, account)),
-                Err(e) => {
-                    self.book().granted[d] -= bytes;
-                    match (e, run) {
-                        (WorkerError::NoCapacity(m), _) => {
-                            refused.push(format!("device {index} has no free GPU worker: {m}"))
-                        }
-                        (_, Some(run)) if Instant::now() >= run.ends => return Err(run.exceeded()),
-                        (other, _) => return Err(other.into()),
-                    }
-                }
+            match self.try_on(index, bytes, ttl, run, account)? {
+                Ok(lease) => return Ok(lease),
+                Err(why) => refused.push(why),
             }
         }
         Err(GpuError::CapacityExceeded(format!(
             "{}; ask for less or retry later",
             refused.join("; ")
         )))
+    }
+
+    /// `count` leases of `bytes` each on `count` distinct devices that meet `requires`, all or
+    /// none: in [`placement::rank_group`]'s order as the group is asked for (most free memory,
+    /// then fewest leases, then lowest index), a device whose pool has no worker free passed
+    /// over for the next. The leases are taken one by one (a wait for a worker is not made under
+    /// the books' lock); when the group cannot be completed, those already taken are ended
+    /// before the error returns, so a refusal leaves nothing held. Fails `capacity-exceeded`
+    /// saying how many devices the node lends and how many would do.
+    pub fn acquire_group(
+        &self,
+        count: usize,
+        bytes: u64,
+        ttl: Duration,
+        run: Option<RunLimit>,
+        account: &GpuAccount,
+        requires: &DeviceRequirement,
+    ) -> Result<Vec<Arc<Lease>>, GpuError> {
+        let ranked = {
+            let book = self.book();
+            let candidates = self.candidates(&book);
+            placement::rank_group(&candidates, bytes, requires, count)
+                .map_err(GpuError::CapacityExceeded)?
+        };
+        let mut taken: Vec<Arc<Lease>> = Vec::with_capacity(count);
+        let mut refused = Vec::new();
+        let give_back = |taken: &[Arc<Lease>]| {
+            for lease in taken {
+                self.end(lease, EndReason::Dropped);
+            }
+        };
+        for index in ranked {
+            if taken.len() == count {
+                break;
+            }
+            match self.try_on(index, bytes, ttl, run, account) {
+                Ok(Ok(lease)) => taken.push(lease),
+                Ok(Err(why)) => refused.push(why),
+                Err(e) => {
+                    give_back(&taken);
+                    return Err(e);
+                }
+            }
+        }
+        if taken.len() < count {
+            give_back(&taken);
+            return Err(GpuError::CapacityExceeded(format!(
+                "a group of {count} leases found only {} device(s) to serve it: {}; ask for fewer leases or retry \
+                 later",
+                taken.len(),
+                refused.join("; ")
+            )));
+        }
+        Ok(taken)
+    }
+
+    /// Each device as placement sees it, from the books.
+    fn candidates<'a>(&'a self, book: &Book) -> Vec<Candidate<'a>> {
+        self.devices
+            .iter()
+            .zip(&book.granted)
+            .map(|(device, granted)| Candidate {
+                device,
+                free: device.total_memory.saturating_sub(*granted),
+                leases: book
+                    .live
+                    .values()
+                    .filter(|l| l.device == device.index)
+                    .count(),
+            })
+            .collect()
+    }
+
+    /// A lease of `bytes` on device `index`: `Ok(Err(why))` when the device is to be passed
+    /// over (its memory went to another lease since it was ranked, or its pool has no worker
+    /// free), `Err` when the acquire fails outright.
+    fn try_on(
+        &self,
+        index: u32,
+        bytes: u64,
+        ttl: Duration,
+        run: Option<RunLimit>,
+        account: &GpuAccount,
+    ) -> Result<Result<Arc<Lease>, String>, GpuError> {
+        let d = index as usize;
+        {
+            // Reserve the memory first, so two racing acquires cannot both pass the check.
+            let mut book = self.book();
+            let free = self.devices[d].total_memory.saturating_sub(book.granted[d]);
+            if bytes > free {
+                return Ok(Err(format!(
+                    "device {index} has {free} bytes free for leases, {bytes} asked"
+                )));
+            }
+            book.granted[d] += bytes;
+        }
+        match self.pools[d].acquire_by(run.map(|r| r.ends)) {
+            Ok(worker) => Ok(Ok(self.lease_on(index, worker, bytes, ttl, run, account))),
+            Err(e) => {
+                self.book().granted[d] -= bytes;
+                match (e, run) {
+                    (WorkerError::NoCapacity(m), _) => {
+                        Ok(Err(format!("device {index} has no free GPU worker: {m}")))
+                    }
+                    (_, Some(run)) if Instant::now() >= run.ends => Err(run.exceeded()),
+                    (other, _) => Err(other.into()),
+                }
+            }
+        }
     }
 
     /// A new lease on device `index` served by `worker`.

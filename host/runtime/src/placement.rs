@@ -5,7 +5,8 @@
 //! lease's bytes free, the host takes the one with the most memory free, then the one with the
 //! fewest leases, then the lowest index ([`rank`]): leases spread over the devices, and a large
 //! lease finds room where small ones have not crowded it out. When none fits, the error names,
-//! device by device, what was missing.
+//! device by device, what was missing. A group of leases ([`rank_group`]) goes to as many
+//! distinct devices, in the same order.
 
 use crate::config::units::format_size;
 use crate::error::quoted;
@@ -111,11 +112,67 @@ pub fn rank(
     bytes: u64,
     requires: &DeviceRequirement,
 ) -> Result<Vec<u32>, String> {
+    let sifted = sift(candidates, bytes, requires);
+    if sifted.fitting.is_empty() {
+        if candidates.is_empty() {
+            return Err("this node lends no device".into());
+        }
+        return Err(format!(
+            "no device of this node can take a lease of {} requiring {requires}{}; ask for less, require less, or \
+             retry later",
+            format_size(bytes),
+            sifted.why
+        ));
+    }
+    Ok(sifted.fitting)
+}
+
+/// The devices a group of `count` leases of `bytes` each may go to, one lease a device: every
+/// device that can take one, in [`rank`]'s order (the group takes the first `count` that serve
+/// it). When fewer than `count` can, why not: how many devices the node lends, how many of them
+/// meet `requires` and have the room, and what each of the others lacked.
+pub fn rank_group(
+    candidates: &[Candidate<'_>],
+    bytes: u64,
+    requires: &DeviceRequirement,
+    count: usize,
+) -> Result<Vec<u32>, String> {
+    let sifted = sift(candidates, bytes, requires);
+    if sifted.fitting.len() >= count {
+        return Ok(sifted.fitting);
+    }
+    Err(format!(
+        "a group of {count} leases of {} needs {count} devices, one lease each; this node lends {}, of which {} \
+         meet the requirements ({requires}) and {} of those have the room{}; ask for fewer leases, require less, \
+         or retry later",
+        format_size(bytes),
+        candidates.len(),
+        sifted.meeting,
+        sifted.fitting.len(),
+        sifted.why
+    ))
+}
+
+/// The candidates sorted out for a lease of `bytes` under `requires`.
+struct Sifted {
+    /// Those that can take it, best first.
+    fitting: Vec<u32>,
+    /// How many meet the requirements, room aside.
+    meeting: usize,
+    /// What each of the others lacked (`; device N (name): …`, a few described, the rest counted).
+    why: String,
+}
+
+fn sift(candidates: &[Candidate<'_>], bytes: u64, requires: &DeviceRequirement) -> Sifted {
     let mut fitting: Vec<&Candidate<'_>> = Vec::new();
+    let mut meeting = 0;
     let mut why = String::new();
     let mut described = 0;
     for c in candidates {
         let mut missing = requires.missing(c.device);
+        if missing.is_empty() {
+            meeting += 1;
+        }
         if bytes > c.free {
             missing.push(format!(
                 "{} free, {} asked",
@@ -138,18 +195,8 @@ pub fn rank(
         }
         described += 1;
     }
-    if fitting.is_empty() {
-        if candidates.is_empty() {
-            return Err("this node lends no device".into());
-        }
-        if described > DESCRIBED {
-            let _ = write!(why, "; and {} more", described - DESCRIBED);
-        }
-        return Err(format!(
-            "no device of this node can take a lease of {} requiring {requires}{why}; ask for less, require less, or \
-             retry later",
-            format_size(bytes)
-        ));
+    if described > DESCRIBED {
+        let _ = write!(why, "; and {} more", described - DESCRIBED);
     }
     fitting.sort_by(|a, b| {
         b.free
@@ -157,7 +204,11 @@ pub fn rank(
             .then(a.leases.cmp(&b.leases))
             .then(a.device.index.cmp(&b.device.index))
     });
-    Ok(fitting.iter().map(|c| c.device.index).collect())
+    Sifted {
+        fitting: fitting.iter().map(|c| c.device.index).collect(),
+        meeting,
+        why,
+    }
 }
 
 /// Whether two device ids name the same device: UUIDs as NVML writes them, `GPU-`/`MIG-` prefix
@@ -285,6 +336,57 @@ mod tests {
             e.len()
         );
         assert_eq!(rank(&[], 1, &cc9), Err("this node lends no device".into()));
+    }
+
+    #[test]
+    fn a_group_takes_distinct_devices_in_rank_order_or_says_how_many_fit() {
+        let d = [
+            device(0, "NVIDIA H100", (9, 0), 80),
+            device(1, "NVIDIA H100", (9, 0), 80),
+            device(2, "NVIDIA A100", (8, 0), 40),
+        ];
+        let c = |i: usize, free_gib: u64, leases| Candidate {
+            device: &d[i],
+            free: free_gib << 30,
+            leases,
+        };
+        let all = [c(0, 20, 1), c(1, 70, 0), c(2, 40, 0)];
+        let any = DeviceRequirement::default();
+        assert_eq!(rank_group(&all, 1 << 30, &any, 3), Ok(vec![1, 2, 0]));
+        // Every device that can take one, best first: the group takes the first it needs.
+        assert_eq!(rank_group(&all, 1 << 30, &any, 2), Ok(vec![1, 2, 0]));
+        assert_eq!(rank_group(&all, 1 << 30, &any, 0), Ok(vec![1, 2, 0]));
+
+        // More leases than devices: how many the node lends and how many would do.
+        let e = rank_group(&all, 1 << 30, &any, 4).unwrap_err();
+        assert!(
+            e.contains("a group of 4 leases of 1GiB needs 4 devices"),
+            "{e}"
+        );
+        assert!(
+            e.contains("this node lends 3, of which 3 meet the requirements (any device) and 3 of those have the room"),
+            "{e}"
+        );
+        // A requirement two devices meet, and room on only one of those.
+        let cc9 = DeviceRequirement {
+            min_compute_capability: Some((9, 0)),
+            ..DeviceRequirement::default()
+        };
+        assert_eq!(rank_group(&all, 1 << 30, &cc9, 2), Ok(vec![1, 0]));
+        let e = rank_group(&all, 1 << 30, &cc9, 3).unwrap_err();
+        assert!(e.contains("of which 2 meet the requirements"), "{e}");
+        assert!(e.contains("9.0 required"), "{e}");
+        let e = rank_group(&all, 30 << 30, &cc9, 2).unwrap_err();
+        assert!(
+            e.contains("of which 2 meet the requirements (compute capability 9.0 or above) and 1 of those have the room"),
+            "{e}"
+        );
+        assert!(
+            e.contains("device 0 (NVIDIA H100): 20GiB free, 30GiB asked"),
+            "{e}"
+        );
+        let e = rank_group(&[], 1, &any, 1).unwrap_err();
+        assert!(e.contains("this node lends 0"), "{e}");
     }
 
     #[test]

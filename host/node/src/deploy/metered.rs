@@ -64,6 +64,21 @@ impl GpuService for MeteredGpu {
         Ok(lease)
     }
 
+    fn lease_acquire_group(
+        &mut self,
+        request: LeaseRequest,
+        requires: &DeviceRequirement,
+        count: u32,
+    ) -> Result<Vec<LeaseId>, GpuError> {
+        let leases = self.gpu.lease_acquire_group(request, requires, count)?;
+        for &lease in &leases {
+            if self.live.insert(lease) {
+                self.metrics.lease_acquired.inc();
+            }
+        }
+        Ok(leases)
+    }
+
     fn lease_renew(&mut self, lease: LeaseId, secs: u32) -> Result<(), GpuError> {
         self.gpu.lease_renew(lease, secs)
     }

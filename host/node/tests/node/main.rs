@@ -68,6 +68,10 @@ fn main() -> ExitCode {
             remote::a_remote_modules_signatures_are_the_local_ones,
         ),
         (
+            "remote::a_group_of_leases_through_the_node_is_one_lease_or_refused",
+            remote::a_group_of_leases_through_the_node_is_one_lease_or_refused,
+        ),
+        (
             "refusals::a_client_without_a_certificate_is_refused",
             refusals::a_client_without_a_certificate_is_refused,
         ),

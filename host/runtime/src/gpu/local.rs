@@ -156,6 +156,107 @@ impl LocalGpu {
         )))
     }
 
+    /// A request for `count` leases past the checks every acquire makes: the grant lends GPUs,
+    /// the device named exists and agrees with the requirements, the size and time are sane and
+    /// within the grant, and `count` more leases of it fit `max-leases` and `max-vram`. Returns
+    /// each lease's bytes (in whole allocation units, so that what is granted can be
+    /// allocated), its time, and the requirements with the device named folded in.
+    fn checked_request(
+        &self,
+        request: &LeaseRequest,
+        requires: &DeviceRequirement,
+        count: u32,
+    ) -> Result<(u64, Duration, DeviceRequirement), GpuError> {
+        let grant = self.grant.gpu;
+        if grant.max_leases == 0 {
+            return Err(unauthorized(
+                "this tasklet may not lease GPUs: its manifest has no [gpu] section, or the node policy grants no leases",
+            ));
+        }
+        let lent = self.manager.devices().len();
+        let mut requires = requires.clone();
+        match (request.device, requires.index) {
+            (Some(asked), _) if asked as usize >= lent => {
+                return Err(invalid(format!(
+                    "no device {asked}; this node lends devices 0 to {} (see inventory)",
+                    lent.saturating_sub(1)
+                )))
+            }
+            (Some(a), Some(b)) if a != b => {
+                return Err(invalid(format!(
+                    "the request asks for device {a} and its requirements for device {b}; name one"
+                )))
+            }
+            (Some(a), _) => requires.index = Some(a),
+            _ => {}
+        }
+        if request.min_vram == 0 || request.secs == 0 {
+            return Err(invalid("a lease needs min-vram > 0 bytes and secs > 0"));
+        }
+        let ttl = Duration::from_secs(request.secs.into());
+        if ttl > grant.max_lease_time {
+            return Err(quota(format!(
+                "a lease of {}s is longer than the granted {}s (max-lease-secs)",
+                request.secs,
+                grant.max_lease_time.as_secs()
+            )));
+        }
+        let bytes = request
+            .min_vram
+            .checked_next_multiple_of(ALLOC_GRANULE)
+            .ok_or_else(|| invalid("min-vram is too large"))?;
+        let live: Vec<&Arc<Lease>> = self.leases.values().filter(|l| l.is_live()).collect();
+        let held: u64 = live.iter().map(|l| l.granted).sum();
+        let asked = bytes.saturating_mul(count.into());
+        if count == 1 {
+            if live.len() >= grant.max_leases as usize {
+                return Err(quota(format!(
+                    "this tasklet already holds {} lease(s), the most it is granted (max-leases); drop one first",
+                    live.len()
+                )));
+            }
+            if held.saturating_add(bytes) > grant.max_vram {
+                return Err(quota(format!(
+                    "a lease of {bytes} bytes would bring this tasklet to {} bytes of VRAM, over its grant of {} \
+                     (max-vram)",
+                    held.saturating_add(bytes),
+                    grant.max_vram
+                )));
+            }
+        } else {
+            let left = (grant.max_leases as usize).saturating_sub(live.len());
+            if count as usize > left {
+                return Err(quota(format!(
+                    "a group of {count} leases is more than this tasklet may still hold: it holds {} of the {} it is \
+                     granted (max-leases), so {left} more; ask for fewer, or drop some first",
+                    live.len(),
+                    grant.max_leases
+                )));
+            }
+            if held.saturating_add(asked) > grant.max_vram {
+                return Err(quota(format!(
+                    "a group of {count} leases of {bytes} bytes would bring this tasklet to {} bytes of VRAM, over \
+                     its grant of {} (max-vram)",
+                    held.saturating_add(asked),
+                    grant.max_vram
+                )));
+            }
+        }
+        self.usage.check()?;
+        Ok((bytes, ttl, requires))
+    }
+
+    /// Holds a lease just granted: watched for its holder going (where a node serves this),
+    /// under a fresh id.
+    fn hold(&mut self, lease: Arc<Lease>) -> LeaseId {
+        if let Some(gone) = &self.holder_gone {
+            self.manager.watch_holder(&lease, Arc::clone(gone));
+        }
+        let id = LeaseId(self.ids.fresh());
+        self.leases.insert(id, lease);
+        id
+    }
+
     fn lease(&self, id: LeaseId) -> Result<&Arc<Lease>, GpuError> {
         self.leases
             .get(&id)
@@ -386,70 +487,38 @@ impl GpuService for LocalGpu {
         request: LeaseRequest,
         requires: &DeviceRequirement,
     ) -> Result<LeaseId, GpuError> {
-        let grant = self.grant.gpu;
-        if grant.max_leases == 0 {
-            return Err(unauthorized(
-                "this tasklet may not lease GPUs: its manifest has no [gpu] section, or the node policy grants no leases",
-            ));
-        }
-        let lent = self.manager.devices().len();
-        let mut requires = requires.clone();
-        match (request.device, requires.index) {
-            (Some(asked), _) if asked as usize >= lent => {
-                return Err(invalid(format!(
-                    "no device {asked}; this node lends devices 0 to {} (see inventory)",
-                    lent.saturating_sub(1)
-                )))
-            }
-            (Some(a), Some(b)) if a != b => {
-                return Err(invalid(format!(
-                    "the request asks for device {a} and its requirements for device {b}; name one"
-                )))
-            }
-            (Some(a), _) => requires.index = Some(a),
-            _ => {}
-        }
-        if request.min_vram == 0 || request.secs == 0 {
-            return Err(invalid("a lease needs min-vram > 0 bytes and secs > 0"));
-        }
-        let ttl = Duration::from_secs(request.secs.into());
-        if ttl > grant.max_lease_time {
-            return Err(quota(format!(
-                "a lease of {}s is longer than the granted {}s (max-lease-secs)",
-                request.secs,
-                grant.max_lease_time.as_secs()
-            )));
-        }
-        // Granted in whole allocation units, so that what is granted can be allocated.
-        let bytes = request
-            .min_vram
-            .checked_next_multiple_of(ALLOC_GRANULE)
-            .ok_or_else(|| invalid("min-vram is too large"))?;
-        let live: Vec<&Arc<Lease>> = self.leases.values().filter(|l| l.is_live()).collect();
-        if live.len() >= grant.max_leases as usize {
-            return Err(quota(format!(
-                "this tasklet already holds {} lease(s), the most it is granted (max-leases); drop one first",
-                live.len()
-            )));
-        }
-        let held: u64 = live.iter().map(|l| l.granted).sum();
-        if held.saturating_add(bytes) > grant.max_vram {
-            return Err(quota(format!(
-                "a lease of {bytes} bytes would bring this tasklet to {} bytes of VRAM, over its grant of {} (max-vram)",
-                held.saturating_add(bytes),
-                grant.max_vram
-            )));
-        }
-        self.usage.check()?;
+        let (bytes, ttl, requires) = self.checked_request(&request, requires, 1)?;
         let lease =
             self.manager
                 .acquire_placed(bytes, ttl, self.run, self.usage.account(), &requires)?;
-        if let Some(gone) = &self.holder_gone {
-            self.manager.watch_holder(&lease, Arc::clone(gone));
+        Ok(self.hold(lease))
+    }
+
+    fn lease_acquire_group(
+        &mut self,
+        request: LeaseRequest,
+        requires: &DeviceRequirement,
+        count: u32,
+    ) -> Result<Vec<LeaseId>, GpuError> {
+        if count == 0 {
+            return Err(invalid("a group of leases needs count > 0"));
         }
-        let id = LeaseId(self.ids.fresh());
-        self.leases.insert(id, lease);
-        Ok(id)
+        if count > 1 && request.device.is_some() {
+            return Err(invalid(format!(
+                "a group of {count} leases goes to {count} distinct devices, so it cannot name one \
+                 (`lease-request.device`); leave it out and say what the devices must be in the requirements"
+            )));
+        }
+        let (bytes, ttl, requires) = self.checked_request(&request, requires, count)?;
+        let leases = self.manager.acquire_group(
+            count as usize,
+            bytes,
+            ttl,
+            self.run,
+            self.usage.account(),
+            &requires,
+        )?;
+        Ok(leases.into_iter().map(|l| self.hold(l)).collect())
     }
 
     fn lease_renew(&mut self, lease: LeaseId, secs: u32) -> Result<(), GpuError> {

@@ -68,6 +68,28 @@ pub trait GpuService: Send {
              GPU is local"
         )))
     }
+    /// `count` leases of `request.min_vram` bytes each, on `count` distinct devices that each
+    /// meet `requires` (`request.device` must be none for more than one), all granted or none:
+    /// a refusal leaves nothing held. In the placement rule's order as the group is asked for
+    /// (most memory free, then fewest leases, then lowest index); each lease counts against the
+    /// grant's `max-leases`. A service that cannot place a group (the default) serves a group of
+    /// one as [`GpuService::lease_acquire_with`] and refuses larger ones `unsupported`.
+    fn lease_acquire_group(
+        &mut self,
+        request: LeaseRequest,
+        requires: &DeviceRequirement,
+        count: u32,
+    ) -> Result<Vec<LeaseId>, GpuError> {
+        match count {
+            0 => return Err(crate::error::invalid("a group of leases needs count > 0")),
+            1 => return Ok(vec![self.lease_acquire_with(request, requires)?]),
+            _ => {}
+        }
+        Err(crate::error::unsupported(format!(
+            "this host cannot place a group of {count} leases on distinct devices; acquire them one by one with a \
+             device each, or run where the GPUs are local"
+        )))
+    }
     fn lease_renew(&mut self, lease: LeaseId, secs: u32) -> Result<(), GpuError>;
     fn lease_info(&mut self, lease: LeaseId) -> Result<LeaseInfo, GpuError>;
     /// Ends the lease: everything under it is freed.

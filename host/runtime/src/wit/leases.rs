@@ -62,21 +62,42 @@ leases!(v02 => {
         request: super::bindings::v02::tasklet::gpu::leases::LeaseRequest,
         requires: super::bindings::v02::tasklet::gpu::leases::DeviceRequirements,
     ) -> GpuResult<Resource<LeaseHandle>> {
-        let id = self.service.lease_acquire_with(
-            gpu::LeaseRequest {
-                min_vram: request.min_vram,
-                secs: request.secs,
-                device: request.device,
-            },
-            &crate::placement::DeviceRequirement {
-                index: None,
-                uuid: requires.uuid,
-                model: requires.model,
-                min_compute_capability: requires.min_compute_capability,
-                min_total_memory: requires.min_total_memory,
-            },
-        )?;
+        let id = self
+            .service
+            .lease_acquire_with(request_v02(request), &requirement_v02(requires))?;
         Ok(self.table.push(LeaseHandle { id })?)
+    }
+
+    fn acquire_group(
+        &mut self,
+        request: super::bindings::v02::tasklet::gpu::leases::LeaseRequest,
+        requires: super::bindings::v02::tasklet::gpu::leases::DeviceRequirements,
+        count: u32,
+    ) -> GpuResult<Vec<Resource<LeaseHandle>>> {
+        let ids = self.service.lease_acquire_group(
+            request_v02(request),
+            &requirement_v02(requires),
+            count,
+        )?;
+        let mut handles = Vec::with_capacity(ids.len());
+        for (i, &id) in ids.iter().enumerate() {
+            match self.table.push(LeaseHandle { id }) {
+                Ok(h) => handles.push(h),
+                Err(e) => {
+                    // All or none: the leases not yet handed over go back with those that were.
+                    for h in handles {
+                        if let Ok(held) = self.table.delete(h) {
+                            self.service.lease_drop(held.id);
+                        }
+                    }
+                    for &rest in &ids[i..] {
+                        self.service.lease_drop(rest);
+                    }
+                    return Err(e.into());
+                }
+            }
+        }
+        Ok(handles)
     }
 
     fn gpu_time(&mut self, this: Resource<LeaseHandle>) -> GpuResult<u64> {
@@ -86,3 +107,23 @@ leases!(v02 => {
         Ok(u64::try_from(t.as_nanos()).unwrap_or(u64::MAX))
     }
 });
+
+fn request_v02(r: super::bindings::v02::tasklet::gpu::leases::LeaseRequest) -> gpu::LeaseRequest {
+    gpu::LeaseRequest {
+        min_vram: r.min_vram,
+        secs: r.secs,
+        device: r.device,
+    }
+}
+
+fn requirement_v02(
+    r: super::bindings::v02::tasklet::gpu::leases::DeviceRequirements,
+) -> crate::placement::DeviceRequirement {
+    crate::placement::DeviceRequirement {
+        index: None,
+        uuid: r.uuid,
+        model: r.model,
+        min_compute_capability: r.min_compute_capability,
+        min_total_memory: r.min_total_memory,
+    }
+}

@@ -318,6 +318,39 @@ impl LeaseBuilder {
         };
         Ok(Lease { raw })
     }
+
+    /// Asks the host for `count` leases of this request, one on each of `count` distinct
+    /// devices that meet the requirements (WIT `lease.acquire-group`): all granted, or none. The
+    /// leases come in the order the host ranks their devices (the most memory free first, then
+    /// the fewest leases, then the lowest index). Open a [`Session`] on each, one per device,
+    /// and move data between them with [`Session::copy_from`] (staged through the host's memory,
+    /// not a peer copy). A group cannot name a [`device`](LeaseBuilder::device): more than one
+    /// lease with one set is [`InvalidArgument`](crate::Error::InvalidArgument), as is `count`
+    /// 0. Fails with [`CapacityExceeded`](crate::Error::CapacityExceeded) when fewer devices
+    /// than `count` meet the requirements with room for a lease (the message says how many
+    /// the node lends and how many would do) and
+    /// [`QuotaExceeded`](crate::Error::QuotaExceeded) when the tasklet may not hold `count` more
+    /// leases (`max-leases`) or that much memory (`max-vram`).
+    ///
+    /// ```no_run
+    /// use tasklet_gpu::Lease;
+    /// let leases = Lease::builder().min_vram(64 << 20).acquire_group(2)?;
+    /// let (s0, s1) = (leases[0].session()?, leases[1].session()?);
+    /// let on_0 = s0.alloc_from(&[1u32, 2, 3])?;
+    /// let on_1 = s1.alloc::<u32>(3)?;
+    /// s1.copy_from(&on_1, 0, &on_0, ..)?;
+    /// # Ok::<(), tasklet_gpu::Error>(())
+    /// ```
+    pub fn acquire_group(self, count: u32) -> Result<Vec<Lease>> {
+        let requires = self.requirements().unwrap_or(raw::DeviceRequirements {
+            uuid: None,
+            model: None,
+            min_compute_capability: None,
+            min_total_memory: None,
+        });
+        let raw = raw::Lease::acquire_group(self.request(), &requires, count)?;
+        Ok(raw.into_iter().map(|raw| Lease { raw }).collect())
+    }
 }
 
 /// Device memory for `count` elements of `T`, as [`LeaseBuilder::min_vram_for`] asks for it.

@@ -19,6 +19,7 @@ mod guest_languages;
 mod kernel_args;
 mod launch_checks;
 mod module_cache;
+mod multi_devices;
 mod reload;
 mod sdk;
 mod soak;

@@ -18,6 +18,7 @@
 //! | `struct-pointers <n>` | `scaled_sum(out, ops, n)` with `ops = { a, b + 4 elements, scale 7 }` a `CStruct` holding two buffers (`a[i] = i`, `b[4 + i] = 1000 - 3i`) → `ok struct-pointers size=24 pointers=0,8 <out[0]> … <out[n-1]>`; the same with `b` pointing past its end → its error |
 //! | `devices` | `inventory()` → `ok devices <count> <uuid:total_memory:leases …>`; a lease by the last device's UUID → `ok by-uuid device=<index>`; one requiring compute capability 99.0, one requiring model `no-such-gpu` → their errors; a `GpuCall` requiring a model → its error |
 //! | `copy-between` | a lease on device 0 and one on device 1, a session on each; `[1 2 3 4]` on device 0, its elements 1.. copied into a 4-element buffer on device 1 (`Session::copy_from`) → `ok copy-between <the 4 elements>` |
+//! | `group` | `Lease::builder().acquire_group(2)` → `ok group <device of the first> <device of the second>`; a session on each, `[5 6 7 8]` written on the first, copied into a 4-element buffer on the second (`Session::copy_from`) → `ok group-copy <the 4 elements>`; with the group held, another group of 2 → its error (`max-leases`); a group of 0, and a group of 2 naming device 0 → their errors |
 //! | `big-module <bytes>` | a module of at least `<bytes>` bytes (a header, one empty kernel, then a comment) → `ok load <bytes of text>` or its error |
 
 use std::fmt::Write as _;
@@ -48,12 +49,13 @@ fn run(input: Vec<u8>) -> Result<Vec<u8>, String> {
         "kernels" => kernels(&mut out),
         "devices" => devices(&mut out),
         "copy-between" => copy_between(&mut out),
+        "group" => group(&mut out),
         "struct-pointers" => struct_pointers(&mut out, input::argument(command, arg)?),
         _ => {
             return Err(format!(
                 "unknown command {command:?}; expected one of defaults, derive, cstruct <n>, \
                  offsets, long-name <bytes>, long-token <bytes>, big-module <bytes>, kernels, \
-                 struct-pointers <n>, devices, copy-between"
+                 struct-pointers <n>, devices, copy-between, group"
             ))
         }
     };
@@ -160,6 +162,39 @@ fn copy_between(out: &mut Out) -> Result<(), Stopped> {
     out.step(sb.copy_from(&on_b, 0, &on_a, 1..))?;
     let got = out.step(on_b.read())?;
     out.ok("copy-between", join(&got));
+    Ok(())
+}
+
+fn group(out: &mut Out) -> Result<(), Stopped> {
+    let leases = out.step(Lease::builder().acquire_group(2))?;
+    let mut devices = Vec::new();
+    for lease in &leases {
+        devices.push(out.step(lease.info())?.device);
+    }
+    out.ok("group", join(&devices));
+    let [first, second] = &leases[..] else {
+        out.ok("group-len", leases.len());
+        return Ok(());
+    };
+    {
+        let (s0, s1) = (out.step(first.session())?, out.step(second.session())?);
+        let on_first = out.step(s0.alloc_from(&[5u32, 6, 7, 8]))?;
+        let on_second = out.step(s1.alloc::<u32>(4))?;
+        out.step(s1.copy_from(&on_second, 0, &on_first, ..))?;
+        let got = out.step(on_second.read())?;
+        out.ok("group-copy", join(&got));
+    }
+    // Refused: every step prints its error and the next goes on.
+    for refused in [
+        Lease::builder().acquire_group(2),
+        Lease::builder().acquire_group(0),
+        Lease::builder().device(0).acquire_group(2),
+    ] {
+        match refused {
+            Err(e) => out.error(&e),
+            Ok(granted) => out.ok("granted", granted.len()),
+        }
+    }
     Ok(())
 }
 

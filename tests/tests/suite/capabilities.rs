@@ -2,10 +2,10 @@
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tasklet_runtime::config::{Right, Rights};
-use tasklet_runtime::RunError;
+use tasklet_runtime::config::{DeviceSelector, Right, Rights};
+use tasklet_runtime::{BackendKind, RunError};
 use tasklet_tests::{
-    assert_baseline, assert_gpu_error, load, manifest, probe_lines, run_ok, run_probe, spawn_run,
+    assert_baseline, assert_gpu_error, backend, load, manifest, probe_lines, run_ok, run_probe, spawn_run,
     test_host, test_policy,
 };
 
@@ -63,6 +63,11 @@ fn leases_past_the_grant_are_quota_exceeded() {
 fn leases_past_the_device_are_capacity_exceeded() {
     let mut policy = test_policy();
     policy.workers.max_device_memory = Some(1 << 20); // room for exactly one 1 MiB lease, on any backend
+    // One device, whatever the machine has: on a node of two GPUs the second lease would go to
+    // the other (devices:: tests that).
+    if backend() == BackendKind::Cuda {
+        policy.devices.cuda = Some(vec![DeviceSelector::Index(0)]);
+    }
     let host = test_host!(policy);
     let lines = run_probe(&host, "leases 2");
     assert_eq!(lines[0].0, "ok", "{lines:?}");

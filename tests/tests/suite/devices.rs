@@ -5,7 +5,8 @@
 //!
 //! On the emulator the policy lists two emulated devices of different sizes (`[emu] devices`);
 //! with `TASKLET_TEST_BACKEND=cuda` it lends the one GPU as two slots (`[cuda] devices = ["0",
-//! "0"]`), which share its memory equally and run separate pools.
+//! "0"]`), which share its memory equally and run separate pools, or, on a machine with two
+//! GPUs and `TASKLET_TEST_CUDA_DEVICES=0,1`, the two GPUs those indices name.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,16 +21,42 @@ use tasklet_tests::{
 
 const MIB: u64 = 1 << 20;
 
-/// Two devices: 64 MiB and 32 MiB emulated, or two slots of GPU 0.
+/// Two devices: 64 MiB and 32 MiB emulated, or two slots of GPU 0, or the two GPUs
+/// `TASKLET_TEST_CUDA_DEVICES` names.
 fn two_device_policy() -> Policy {
     let mut p = test_policy();
     match backend() {
         BackendKind::Emu => p.devices.emu = Some(vec![64 * MIB, 32 * MIB]),
         BackendKind::Cuda => {
-            p.devices.cuda = Some(vec![DeviceSelector::Index(0), DeviceSelector::Index(0)])
+            let [a, b] = cuda_indices();
+            p.devices.cuda = Some(vec![DeviceSelector::Index(a), DeviceSelector::Index(b)])
         }
     }
     p
+}
+
+/// The two GPU indices the cuda pass lends: `TASKLET_TEST_CUDA_DEVICES=A,B`, or GPU 0 twice.
+fn cuda_indices() -> [u32; 2] {
+    let Ok(named) = std::env::var("TASKLET_TEST_CUDA_DEVICES") else {
+        return [0, 0];
+    };
+    let indices: Vec<u32> = named
+        .split(',')
+        .map(|i| {
+            i.trim()
+                .parse()
+                .unwrap_or_else(|_| panic!("TASKLET_TEST_CUDA_DEVICES={named:?}: want A,B"))
+        })
+        .collect();
+    match indices[..] {
+        [a, b] => [a, b],
+        _ => panic!("TASKLET_TEST_CUDA_DEVICES={named:?}: want two indices, A,B"),
+    }
+}
+
+/// Whether the two devices are slots of one GPU (the cuda pass's default).
+fn slots_of_one_gpu() -> bool {
+    backend() == BackendKind::Cuda && cuda_indices()[0] == cuda_indices()[1]
 }
 
 fn acquire(host: &Host, bytes: u64, requires: &DeviceRequirement) -> Result<Arc<Lease>, GpuError> {
@@ -81,15 +108,16 @@ fn each_device_has_its_own_pool_books_and_placement() {
             );
         }
         BackendKind::Cuda => {
-            // Two slots of one GPU: the same UUID, each lending at most half of it.
+            // Two slots of one GPU share its UUID, each lending at most half of it; two GPUs
+            // have a UUID each, and each pool is bound to its own.
             assert!(d[0].uuid.starts_with("GPU-"), "{d:?}");
-            assert_eq!(d[0].uuid, d[1].uuid);
+            assert_eq!(d[0].uuid == d[1].uuid, slots_of_one_gpu(), "{d:?}");
             for slot in d {
                 assert!(slot.total_memory <= slot.device_memory, "{slot:?}");
                 assert!(slot.total_memory > 0, "{slot:?}");
             }
-            for pool in host.pools() {
-                assert_eq!(pool.binding().uuid.as_deref(), Some(d[0].uuid.as_str()));
+            for (pool, slot) in host.pools().iter().zip(d) {
+                assert_eq!(pool.binding().uuid.as_deref(), Some(slot.uuid.as_str()));
             }
         }
     }
@@ -102,7 +130,7 @@ fn each_device_has_its_own_pool_books_and_placement() {
     let b_on = match backend() {
         // 63 MiB free on device 0 against 32 on device 1.
         BackendKind::Emu => 0,
-        // Equal slots: device 1 now has more free.
+        // Equal slots (or two GPUs of one model, as free): device 1 now has more free.
         BackendKind::Cuda => 1,
     };
     assert_eq!(b.device, b_on);
@@ -237,11 +265,12 @@ fn a_tasklet_lists_every_device_and_leases_by_requirement() {
         .map(|d| format!("{}:{}:0", d.uuid, d.total_memory))
         .collect();
     assert_eq!(listed, &format!("2 {}", expected.join(" ")), "{lines:?}");
-    // By UUID: on the emulator device 1 (emu-1); two slots of one GPU share theirs, and the
-    // lease goes to the first of them with the most free.
-    let by_uuid = match backend() {
-        BackendKind::Emu => "device=1",
-        BackendKind::Cuda => "device=0",
+    // By UUID: device 1's; two slots of one GPU share theirs, and the lease goes to the first
+    // of them with the most free.
+    let by_uuid = if slots_of_one_gpu() {
+        "device=0"
+    } else {
+        "device=1"
     };
     assert_eq!(
         lines[1],

@@ -5,42 +5,7 @@ use tasklet_gpu::{GraphArgs, LaunchConfig};
 use super::{Out, Step, MIB};
 
 /// `add_step(unsigned* x, const unsigned long long* step, unsigned n)`: `x[i] = 3 x[i] + *step`.
-const ADD_STEP_PTX: &str = "\
-.version 7.0
-.target sm_50
-.address_size 64
-
-.visible .entry add_step(
-\t.param .u64 add_step_x,
-\t.param .u64 add_step_step,
-\t.param .u32 add_step_n
-)
-{
-\t.reg .pred %p<2>;
-\t.reg .b32 %r<9>;
-\t.reg .b64 %rd<8>;
-
-\tld.param.u64 %rd1, [add_step_x];
-\tld.param.u64 %rd2, [add_step_step];
-\tld.param.u32 %r1, [add_step_n];
-\tmov.u32 %r2, %ctaid.x;
-\tmov.u32 %r3, %ntid.x;
-\tmov.u32 %r4, %tid.x;
-\tmad.lo.s32 %r5, %r2, %r3, %r4;
-\tsetp.ge.u32 %p1, %r5, %r1;
-\t@%p1 bra DONE;
-\tcvta.to.global.u64 %rd3, %rd1;
-\tcvta.to.global.u64 %rd4, %rd2;
-\tld.global.u32 %r6, [%rd4];
-\tmul.wide.u32 %rd5, %r5, 4;
-\tadd.s64 %rd6, %rd3, %rd5;
-\tld.global.u32 %r7, [%rd6];
-\tmad.lo.s32 %r8, %r7, 3, %r6;
-\tst.global.u32 [%rd6], %r8;
-DONE:
-\tret;
-}
-";
+const ADD_STEP_PTX: &str = include_str!("add_step.ptx");
 
 const WORDS: usize = 256;
 

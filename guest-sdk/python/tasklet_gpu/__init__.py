@@ -26,6 +26,7 @@ from componentize_py_types import Err as _Err
 
 from . import input
 from .buffer import BufferAt, DeviceBuffer
+from .burst import MAX_BURST_LAUNCHES, Burst
 from .call import GpuCall
 from .errors import (
     CapacityExceeded,
@@ -43,9 +44,11 @@ from .errors import (
     Unauthorized,
     Unsupported,
 )
+from .graph import DeviceScalar, Graph, Node
 from .launch import Launch, LaunchConfig, Scalar, f32, f64, i32, i64, u32, u64
 from .lease import DeviceInfo, Lease, LeaseBuilder, LeaseInfo, inventory
 from .session import Kernel, KernelParam, Module, Session
+from .stream import Event, Stream
 
 
 def include_text(name):

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from wit_world.imports import oneshot as _oneshot
 from wit_world.imports import sessions as _sessions
 
-from .errors import InvalidInput, host
+from .errors import InvalidArgument, InvalidInput, host
 
 #: The block size `LaunchConfig.for_num_elems` uses.
 BLOCK = 256
@@ -113,6 +113,25 @@ def untyped(value):
     return InvalidInput(f"{type(value).__name__} is not a kernel argument")
 
 
+def kernel_arg(session, value, what):
+    """The WIT `kernel-arg` for `value` (see `Launch.arg`). A buffer must be `session`'s
+    (`InvalidArgument` naming `what()`, e.g. "argument 2", otherwise), as the host would refuse it
+    anyway, later and with less to say."""
+    from .buffer import BufferAt, DeviceBuffer
+
+    if isinstance(value, DeviceBuffer):
+        value = value.at(0)
+    if isinstance(value, BufferAt):
+        if session is not None and value.buffer.session is not session:
+            raise InvalidArgument(f"{what()} is a buffer of another session")
+        return _sessions.KernelArg_Buffer(_sessions.BufferArg(value.buffer.raw, value.byte_offset))
+    if isinstance(value, Scalar):
+        return value.session_arg()
+    if isinstance(value, (bytes, bytearray)):
+        return _sessions.KernelArg_Bytes(bytes(value))
+    raise untyped(value)
+
+
 class Launch:
     """A kernel launch being built: `session.launch(module, "name").config(cfg).arg(buf).arg(u32(n)).run()`.
     Arguments go in parameter order; the host checks them against the kernel's declaration."""
@@ -123,25 +142,23 @@ class Launch:
         self._kernel = kernel
         self._config = None
         self._args = []
+        self._stream = None
 
     def config(self, config):
         self._config = config
         return self
 
+    def on(self, stream):
+        """Queues the launch on `stream` (a `Stream` of the same session) instead of the
+        session's own queue."""
+        if stream.session is not self._session:
+            raise InvalidArgument("the stream belongs to another session")
+        self._stream = stream
+        return self
+
     def arg(self, value):
         """A `DeviceBuffer` (or `buf.at(i)`), a typed scalar (`u32(n)`), or `bytes` passed by value."""
-        from .buffer import BufferAt, DeviceBuffer
-
-        if isinstance(value, DeviceBuffer):
-            value = value.at(0)
-        if isinstance(value, BufferAt):
-            self._args.append(_sessions.KernelArg_Buffer(_sessions.BufferArg(value.buffer.raw, value.byte_offset)))
-        elif isinstance(value, Scalar):
-            self._args.append(value.session_arg())
-        elif isinstance(value, (bytes, bytearray)):
-            self._args.append(_sessions.KernelArg_Bytes(bytes(value)))
-        else:
-            raise untyped(value)
+        self._args.append(kernel_arg(self._session, value, lambda: f"argument {len(self._args)}"))
         return self
 
     def args(self, *values):
@@ -156,6 +173,10 @@ class Launch:
             raise InvalidInput("a launch needs .config(...) (e.g. LaunchConfig.for_num_elems(n))")
         config = self._config.raw()
         raw = self._session.raw
+        if self._stream is not None:
+            # A stream launches kernel handles only: resolve a named kernel first.
+            kernel = self._target if self._kernel is None else self._target.kernel(self._kernel)
+            return host(self._stream.raw.launch, kernel.raw, config, self._args)
         if self._kernel is None:
             return host(raw.launch_kernel, self._target.raw, config, self._args)
         return host(raw.launch, self._target.raw, self._kernel, config, self._args)

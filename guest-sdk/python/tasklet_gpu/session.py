@@ -6,8 +6,11 @@ from wit_world.imports import sessions as _sessions
 
 from . import elements
 from .buffer import DeviceBuffer
+from .burst import Burst
 from .errors import InvalidInput, host
+from .graph import Graph
 from .launch import Launch
+from .stream import Event, Stream
 
 
 class Session:
@@ -55,6 +58,23 @@ class Session:
         """A launch of `kernel` of `module`, or of a `Kernel` resolved with `module.kernel(name)`:
         `.config(...)`, `.arg(...)` for each parameter, then `.run()`."""
         return Launch(self, module_or_kernel, kernel)
+
+    def burst(self, kernel):
+        """A burst of launches of `kernel` (a `Kernel` of this session's module): many launches,
+        each changing some arguments, in one host call; see `Burst`."""
+        return Burst(self, kernel)
+
+    def graph(self):
+        """A new, empty graph of this session; see `Graph`."""
+        return Graph(self, host(self.raw.new_graph))
+
+    def stream(self):
+        """A new stream of this session (at most 16 at once); see `Stream`."""
+        return Stream(self, host(self.raw.new_stream))
+
+    def event(self):
+        """A new event of this session, not yet recorded (at most 64 at once); see `Event`."""
+        return Event(self, host(self.raw.new_event))
 
     def sync(self):
         """Waits for all work of this session; a launch's errors surface here at the latest."""

@@ -1,6 +1,7 @@
 """The SDK's own logic under the host's CPython, against componentize-py's generated bindings
 (whose host calls are not reachable here): element types, input parsing, typed scalars, launch
-configurations, errors and the exported `run`. The examples run the rest on the emulator
+configurations, errors and the exported `run`; and what bursts, graphs and streams hand the host,
+against a fake session that records its calls. The examples run the rest on the emulator
 (tests/tests/suite/guest_languages.rs).
 
     componentize-py -d wit -w tasklet bindings BINDINGS
@@ -113,6 +114,182 @@ class Errors(unittest.TestCase):
         self.assertEqual(gpu.export(lambda data: data.decode() + "!")().run(b"hi"), b"hi!")
         with self.assertRaises(ZeroDivisionError):
             gpu.export(lambda _: 1 // 0)().run(b"")
+
+
+class FakeRaw:
+    """A generated resource's stand-in: each method call is recorded as (name, args) and answers
+    what `answers` says (a value, or an exception to raise)."""
+
+    def __init__(self, **answers):
+        self.calls = []
+        self.answers = answers
+
+    def __getattr__(self, name):
+        def call(*args):
+            self.calls.append((name, args))
+            answer = self.answers.get(name)
+            if isinstance(answer, BaseException):
+                raise answer
+            return answer() if callable(answer) else answer
+
+        return call
+
+
+def fake_session():
+    """A session over a fake raw session whose new graphs, streams and events are fakes too."""
+    raw = FakeRaw(launch_burst=7, new_graph=lambda: FakeRaw(launch=0, copy=1, fill=2, scalar=3),
+                  new_stream=lambda: FakeRaw(launch=9, mem_read=b"\x02\0\0\0"), new_event=FakeRaw)
+    return gpu.Session(None, raw)
+
+
+def fake_kernel(session, name="k"):
+    return gpu.Kernel(gpu.Module(session, None), FakeRaw(name=name))
+
+
+def buffer_arg(buf, offset=0):
+    return sessions.KernelArg_Buffer(sessions.BufferArg(buf.raw, offset))
+
+
+class Bursts(unittest.TestCase):
+    def test_one_host_call_with_the_shared_args_and_each_launchs_changes(self):
+        session = fake_session()
+        kernel = fake_kernel(session, "axpy_row")
+        m = gpu.DeviceBuffer(session, "m", "f32", 64)
+        burst = session.burst(kernel).config(gpu.LaunchConfig.for_num_elems(16)).args(m, gpu.f32(1.0), gpu.u32(16))
+        for row in range(3):
+            burst.launch({0: m.at(row * 16), 1: gpu.f32(row)})
+        burst.launch([(2, gpu.u32(8))]).repeat(2)
+        self.assertEqual(len(burst), 6)
+        self.assertEqual(burst.run(), 7)
+        [(name, (raw_kernel, config, args, launches))] = session.raw.calls
+        self.assertEqual((name, raw_kernel, config.grid), ("launch_burst", kernel.raw, (1, 1, 1)))
+        self.assertEqual(args, [buffer_arg(m), sessions.KernelArg_F32(1.0), sessions.KernelArg_U32(16)])
+        self.assertEqual(launches[1], [
+            sessions.BurstArg(0, buffer_arg(m, 64)), sessions.BurstArg(1, sessions.KernelArg_F32(1.0)),
+        ])
+        self.assertEqual(launches[3:], [[sessions.BurstArg(2, sessions.KernelArg_U32(8))], [], []])
+
+    def test_mistakes_are_refused_before_the_host_is_called(self):
+        session, other = fake_session(), fake_session()
+        kernel = fake_kernel(session)
+        with self.assertRaises(gpu.InvalidArgument) as e:
+            session.burst(fake_kernel(other))
+        self.assertIn("the kernel's module belongs to another session", e.exception.message)
+        foreign = gpu.DeviceBuffer(other, "x", "u32", 4)
+        with self.assertRaises(gpu.InvalidArgument) as e:
+            session.burst(kernel).launch({}).launch({0: foreign})
+        self.assertEqual(e.exception.message, 'burst of "k": launch 1\'s argument 0 is a buffer of another session')
+        with self.assertRaises(gpu.InvalidInput):
+            session.burst(kernel).launch({0: 3})
+        with self.assertRaises(gpu.InvalidInput):
+            session.burst(kernel).launch({-1: gpu.u32(3)})
+        with self.assertRaises(gpu.InvalidInput) as e:
+            session.burst(kernel).arg(gpu.u32(1)).repeat(1).run()
+        self.assertIn("has no LaunchConfig", e.exception.message)
+        self.assertEqual(session.raw.calls, [])
+
+    def test_a_refused_launch_fails_the_whole_burst_as_its_exception(self):
+        session = fake_session()
+        session.raw.answers["launch_burst"] = Err(types.GpuError_InvalidArgument("launch 3 of the burst: ..."))
+        burst = session.burst(fake_kernel(session)).config(gpu.LaunchConfig()).repeat(4)
+        with self.assertRaises(gpu.InvalidArgument) as e:
+            burst.run()
+        self.assertTrue(e.exception.message.startswith("launch 3 of the burst"))
+        self.assertEqual(gpu.MAX_BURST_LAUNCHES, 4096)
+
+
+class Graphs(unittest.TestCase):
+    def test_launches_take_device_scalars_among_their_arguments(self):
+        session = fake_session()
+        graph = session.graph()
+        a, b = gpu.DeviceBuffer(session, "a", "f32", 8), gpu.DeviceBuffer(session, "b", "f32", 8)
+        step = graph.scalar(5)
+        self.assertEqual(step.index, 3)
+        node = graph.launch(fake_kernel(session), gpu.LaunchConfig(), a, b, gpu.u32(8), step)
+        self.assertEqual(node, gpu.Node(0))
+        graph.set_scalar(step, 2**64 - 1)
+        graph.set_args(node, b, a, gpu.u32(8), step)
+        graph.replay()
+        graph.replay(3)
+        calls = graph.raw.calls
+        self.assertEqual(calls[0], ("scalar", (5,)))
+        self.assertEqual(calls[1][1][2], [
+            sessions.GraphArg_Arg(buffer_arg(a)), sessions.GraphArg_Arg(buffer_arg(b)),
+            sessions.GraphArg_Arg(sessions.KernelArg_U32(8)), sessions.GraphArg_Scalar(3),
+        ])
+        self.assertEqual(calls[2], ("set_scalar", (3, 2**64 - 1)))
+        self.assertEqual(calls[3][0:2], ("set_args", (0, [
+            sessions.GraphArg_Arg(buffer_arg(b)), sessions.GraphArg_Arg(buffer_arg(a)),
+            sessions.GraphArg_Arg(sessions.KernelArg_U32(8)), sessions.GraphArg_Scalar(3),
+        ])))
+        self.assertEqual(calls[4:], [("replay", (1,)), ("replay", (3,))])
+
+    def test_copies_and_fills_cover_whole_buffers(self):
+        session = fake_session()
+        graph = session.graph()
+        a, b = gpu.DeviceBuffer(session, "a", "u32", 8), gpu.DeviceBuffer(session, "b", "u32", 4)
+        self.assertEqual(graph.copy(a, b), gpu.Node(1))
+        self.assertEqual(graph.fill(b, 0xFFFFFFFF), gpu.Node(2))
+        self.assertEqual(graph.raw.calls, [("copy", ("a", 0, "b", 0, 16)), ("fill", ("b", 0, 16, 0xFFFFFFFF))])
+        with self.assertRaises(gpu.OutOfBounds):
+            graph.copy(b, a)
+        with self.assertRaises(gpu.InvalidInput):
+            graph.copy(a, gpu.DeviceBuffer(session, "c", "f32", 4))
+        with self.assertRaises(gpu.InvalidInput):
+            graph.fill(b, 1 << 32)
+
+    def test_scalars_values_and_ownership_are_checked(self):
+        session = fake_session()
+        graph, other = session.graph(), session.graph()
+        theirs = other.scalar()
+        for bad in (lambda: graph.scalar(-1), lambda: graph.scalar(2**64), lambda: graph.scalar(1.5),
+                    lambda: graph.replay(0.5)):
+            with self.assertRaises(gpu.InvalidInput):
+                bad()
+        with self.assertRaises(gpu.InvalidArgument):
+            graph.set_scalar(theirs, 1)
+        with self.assertRaises(gpu.InvalidArgument) as e:
+            graph.launch(fake_kernel(session), gpu.LaunchConfig(), theirs)
+        self.assertEqual(e.exception.message, "argument 0 is a device scalar of another graph")
+        with self.assertRaises(gpu.InvalidArgument):
+            graph.launch(fake_kernel(fake_session()), gpu.LaunchConfig())
+        self.assertEqual(graph.raw.calls, [])
+
+
+class Streams(unittest.TestCase):
+    def test_work_goes_to_the_streams_queue_in_bytes(self):
+        session = fake_session()
+        stream, event = session.stream(), session.event()
+        x = gpu.DeviceBuffer(session, "x", "u32", 4)
+        stream.write(x, [1, 2], offset=1)
+        stream.copy(x, x, dst_offset=2, start=0, stop=1)
+        self.assertEqual(list(stream.read(x, 1, 2)), [2])
+        self.assertEqual(list(stream.read(x, 2, 2)), [])
+        stream.record(event)
+        stream.wait(event)
+        kernel = fake_kernel(session)
+        self.assertEqual(session.launch(kernel).on(stream).config(gpu.LaunchConfig()).arg(x).run(), 9)
+        self.assertEqual([c[0] for c in stream.raw.calls],
+                         ["mem_write", "mem_copy", "mem_read", "record", "wait", "launch"])
+        self.assertEqual(stream.raw.calls[0][1], ("x", 4, b"\x01\0\0\0\x02\0\0\0"))
+        self.assertEqual(stream.raw.calls[1][1], ("x", 8, "x", 0, 4))
+        self.assertEqual(stream.raw.calls[2][1], ("x", 4, 4))
+        self.assertEqual(session.raw.calls[-1:], [("new_event", ())])
+
+    def test_foreign_events_buffers_and_spans_are_refused(self):
+        session, other = fake_session(), fake_session()
+        stream = session.stream()
+        with self.assertRaises(gpu.InvalidArgument):
+            stream.record(other.event())
+        with self.assertRaises(gpu.InvalidArgument):
+            session.event().elapsed_ns_since(other.event())
+        with self.assertRaises(gpu.InvalidArgument):
+            stream.read(gpu.DeviceBuffer(other, "y", "u32", 1))
+        with self.assertRaises(gpu.InvalidArgument):
+            session.launch(fake_kernel(session)).on(other.stream())
+        with self.assertRaises(gpu.InvalidInput):
+            stream.write(gpu.DeviceBuffer(session, "z", "u32", 1), [1, 2])
+        self.assertEqual(stream.raw.calls, [])
 
 
 if __name__ == "__main__":

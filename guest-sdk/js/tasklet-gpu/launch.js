@@ -1,7 +1,7 @@
 // Kernel launches: a launch configuration, typed scalar arguments, and the `Launch` builder.
 
 import { BufferAt, DeviceBuffer } from './buffer.js';
-import { InvalidInput, host } from './errors.js';
+import { InvalidArgument, InvalidInput, host } from './errors.js';
 
 /** The block size `LaunchConfig.forNumElems` uses. */
 export const BLOCK = 256;
@@ -81,6 +81,22 @@ export function untyped(value) {
   return new InvalidInput(`${value} is not a kernel argument`);
 }
 
+/** The WIT `kernel-arg` for `value` (see `Launch.arg`). A buffer must be `session`'s
+ * (`InvalidArgument` naming `what()`, e.g. "argument 2", otherwise), as the host would refuse it
+ * anyway, later and with less to say. */
+export function kernelArg(session, value, what) {
+  if (value instanceof DeviceBuffer) value = value.at(0);
+  if (value instanceof BufferAt) {
+    if (session !== undefined && value.buffer.session !== session) {
+      throw new InvalidArgument(`${what()} is a buffer of another session`);
+    }
+    return { tag: 'buffer', val: { buffer: value.buffer.raw, offset: BigInt(value.byteOffset) } };
+  }
+  if (value instanceof Scalar) return value.raw();
+  if (value instanceof Uint8Array) return { tag: 'bytes', val: value };
+  throw untyped(value);
+}
+
 /** A kernel launch being built: `session.launch(module, "name").config(cfg).arg(buf).arg(u32(n)).run()`.
  * Arguments go in parameter order; the host checks them against the kernel's declaration. */
 export class Launch {
@@ -90,6 +106,7 @@ export class Launch {
     this._kernel = kernel;
     this._config = undefined;
     this._args = [];
+    this._stream = undefined;
   }
 
   config(config) {
@@ -97,18 +114,19 @@ export class Launch {
     return this;
   }
 
+  /** Queues the launch on `stream` (a `Stream` of the same session) instead of the session's
+   * own queue. */
+  on(stream) {
+    if (stream.session !== this._session) {
+      throw new InvalidArgument('the stream belongs to another session');
+    }
+    this._stream = stream;
+    return this;
+  }
+
   /** A `DeviceBuffer` (or `buf.at(i)`), a typed scalar (`u32(n)`), or a `Uint8Array` passed by value. */
   arg(value) {
-    if (value instanceof DeviceBuffer) value = value.at(0);
-    if (value instanceof BufferAt) {
-      this._args.push({ tag: 'buffer', val: { buffer: value.buffer.raw, offset: BigInt(value.byteOffset) } });
-    } else if (value instanceof Scalar) {
-      this._args.push(value.raw());
-    } else if (value instanceof Uint8Array) {
-      this._args.push({ tag: 'bytes', val: value });
-    } else {
-      throw untyped(value);
-    }
+    this._args.push(kernelArg(this._session, value, () => `argument ${this._args.length}`));
     return this;
   }
 
@@ -125,6 +143,11 @@ export class Launch {
     }
     const config = this._config.raw();
     const raw = this._session.raw;
+    if (this._stream !== undefined) {
+      // A stream launches kernel handles only: resolve a named kernel first.
+      const kernel = this._kernel === undefined ? this._target : this._target.kernel(this._kernel);
+      return host(() => this._stream.raw.launch(kernel.raw, config, this._args));
+    }
     if (this._kernel === undefined) {
       return host(() => raw.launchKernel(this._target.raw, config, this._args));
     }

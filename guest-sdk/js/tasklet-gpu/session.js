@@ -3,9 +3,12 @@
 import { Session as RawSession } from 'tasklet:gpu/sessions@0.2.0';
 
 import { DeviceBuffer } from './buffer.js';
+import { Burst } from './burst.js';
 import { check, nameOf, sizeOf, toBytes } from './elements.js';
 import { InvalidInput, host } from './errors.js';
+import { Graph } from './graph.js';
 import { Launch } from './launch.js';
+import { Event, Stream } from './stream.js';
 
 export class Session {
   constructor(lease, raw) {
@@ -57,6 +60,27 @@ export class Session {
    * `.config(...)`, `.arg(...)` per parameter, then `.run()`. */
   launch(moduleOrKernel, kernel) {
     return new Launch(this, moduleOrKernel, kernel);
+  }
+
+  /** A burst of launches of `kernel` (a `Kernel` of this session's module): many launches, each
+   * changing some arguments, in one host call; see `Burst`. */
+  burst(kernel) {
+    return new Burst(this, kernel);
+  }
+
+  /** A new, empty graph of this session; see `Graph`. */
+  graph() {
+    return new Graph(this, host(() => this.raw.newGraph()));
+  }
+
+  /** A new stream of this session (at most 16 at once); see `Stream`. */
+  stream() {
+    return new Stream(this, host(() => this.raw.newStream()));
+  }
+
+  /** A new event of this session, not yet recorded (at most 64 at once); see `Event`. */
+  event() {
+    return new Event(this, host(() => this.raw.newEvent()));
   }
 
   /** Waits for all work of this session; a launch's errors surface here at the latest. */

@@ -110,6 +110,24 @@ export class LeaseBuilder {
     }
     return new Lease(host(() => RawLease.acquireWith(this.request(), requires)));
   }
+
+  /** `count` leases of this request on `count` distinct devices that meet its requirements
+   * (WIT `lease.acquire-group`), all granted or none, in the order the host ranks their devices
+   * (most memory free, then fewest leases, then lowest index). Open a session on each; this SDK
+   * has no wrapper for copies between sessions yet, so call the binding's `memCopyFrom` on
+   * `Session.raw` (staged through the host's memory). A group of more than one cannot name a
+   * `device`; count 0 is `InvalidArgument`, too few devices `CapacityExceeded`, past
+   * `max-leases` `QuotaExceeded`. */
+  acquireGroup(count) {
+    const requires = this.requirements() ?? {
+      uuid: undefined,
+      model: undefined,
+      minComputeCapability: undefined,
+      minTotalMemory: undefined,
+    };
+    const raws = host(() => RawLease.acquireGroup(this.request(), requires, count));
+    return raws.map((raw) => new Lease(raw));
+  }
 }
 
 /** A grant of device memory for a time. */

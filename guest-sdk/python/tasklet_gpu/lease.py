@@ -143,6 +143,20 @@ class LeaseBuilder:
             return Lease(host(_leases.Lease.acquire, self.request()))
         return Lease(host(_leases.Lease.acquire_with, self.request(), requires))
 
+    def acquire_group(self, count):
+        """`count` leases of this request on `count` distinct devices that meet its requirements
+        (WIT `lease.acquire-group`), all granted or none, in the order the host ranks their
+        devices (most memory free, then fewest leases, then lowest index). Open a session on
+        each; this SDK has no wrapper for copies between sessions yet, so call the binding's
+        `mem_copy_from` on `Session.raw` (staged through the host's memory). A group of more
+        than one cannot name a `device`; count 0 is `InvalidArgument`, too few devices
+        `CapacityExceeded`, past `max-leases` `QuotaExceeded`."""
+        requires = self.requirements() or _leases.DeviceRequirements(
+            uuid=None, model=None, min_compute_capability=None, min_total_memory=None
+        )
+        raws = host(_leases.Lease.acquire_group, self.request(), requires, int(count))
+        return [Lease(raw) for raw in raws]
+
 
 class Lease:
     """A grant of device memory for a time. Ends when dropped, or at the end of a `with` block."""

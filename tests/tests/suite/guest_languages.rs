@@ -166,6 +166,61 @@ fn iota_matches_the_rust_example(tool: &Tool, guest: &str) {
     assert_baseline(&host);
 }
 
+/// `guest` (a port of tasklets/jacobi) against the Rust example: the sweeps as a graph replayed
+/// with device scalars set between replays, as bursts whose launches change two buffers and a
+/// buffer offset each (more sweeps than one burst holds, so two bursts), and as launches on a
+/// stream that waits for an event recorded on another after a write, print the Rust example's
+/// output byte for byte; and its own errors are the Rust example's.
+fn jacobi_matches_the_rust_example(tool: &Tool, guest: &str) {
+    let host = test_host!();
+    let Some(guest) = build_and_load(&host, tool, guest) else {
+        return;
+    };
+    let rust = load(&host, manifest("jacobi"));
+    for input in ["", "3 0", "3 2", "33 64"] {
+        let expected = run_ok(&host, &rust, input);
+        // An empty input is the defaults, 64 100 as a graph.
+        let sweeps = if input.is_empty() { "64 100" } else { input };
+        let mut guest_inputs = vec![input.to_owned()];
+        guest_inputs.extend(["graph", "burst", "stream"].map(|how| format!("{sweeps} {how}")));
+        for guest_input in guest_inputs {
+            assert_eq!(
+                run_ok(&host, &guest, &guest_input),
+                expected,
+                "input {guest_input:?}"
+            );
+        }
+    }
+    // More sweeps than one burst holds: two bursts (the emulator takes seconds for these, so
+    // bursts only; the graph's replays are the same as above).
+    let expected = run_ok(&host, &rust, "9 4098");
+    let out = run_ok(&host, &guest, "9 4098 burst");
+    assert_eq!(out, expected, "input \"9 4098 burst\"");
+    // Not vacuous: heat reached the midpoint, and the second burst's sweeps ran.
+    let history = out.lines().next().unwrap_or_default();
+    assert_eq!(history.split(' ').count(), 1 + 4098, "{history}");
+    assert!(!history.ends_with(" 0.0"), "{history}");
+    for input in ["64 3", "2 2", "x", "64 8194"] {
+        let expected = failure(&host, &rust, input);
+        assert_eq!(failure(&host, &guest, input), expected, "input {input:?}");
+    }
+    assert_eq!(
+        failure(&host, &guest, "8 2 streams"),
+        "the third word says how: graph, burst or stream, not \"streams\""
+    );
+    assert_baseline(&host);
+}
+
+#[test]
+fn python_jacobi_as_a_graph_bursts_and_a_stream_matches_the_rust_example() {
+    jacobi_matches_the_rust_example(&COMPONENTIZE_PY, "python-jacobi");
+}
+
+#[test]
+fn js_jacobi_as_a_graph_bursts_and_a_stream_matches_the_rust_example() {
+    jacobi_matches_the_rust_example(&COMPONENTIZE_JS, "js-jacobi");
+}
+
 #[test]
 fn python_vector_add_matches_the_rust_example() {
     vector_add_matches_the_rust_example(&COMPONENTIZE_PY, "python-vector-add");
@@ -241,4 +296,37 @@ fn python_sdk_unit_tests_pass() {
     let report = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{report}");
     assert!(report.contains("OK"), "{report}");
+}
+
+/// The JavaScript SDK's own logic (guest-sdk/js/tests: bursts, graphs and streams against fake
+/// sessions) under the host's Node.js, which componentize-js needs anyway; no component is built.
+#[test]
+fn js_sdk_unit_tests_pass() {
+    let node_ok = Command::new("node")
+        .args([
+            "-e",
+            "process.exit(Number(process.versions.node.split('.')[0]) < 18 ? 1 : 0)",
+        ])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !node_ok {
+        let _ = writeln!(
+            std::io::stderr(),
+            "\nskipped: node 18 or later not found: the JavaScript SDK's unit tests"
+        );
+        return;
+    }
+    let out = Command::new("node")
+        .arg("--test")
+        .arg(repo().join("guest-sdk/js/tests/sdk.test.mjs"))
+        .output()
+        .expect("node runs");
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{report}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(report.contains("# fail 0"), "{report}");
+    assert!(!report.contains("# pass 0"), "{report}");
 }

@@ -209,6 +209,10 @@ fn main() -> ExitCode {
             metrics::each_device_is_lent_and_has_its_own_series,
         ),
         (
+            "metrics::a_deployed_group_is_counted_lease_by_lease",
+            metrics::a_deployed_group_is_counted_lease_by_lease,
+        ),
+        (
             "metrics::garbage_to_the_metrics_port_gets_4xx_and_the_node_serves_on",
             metrics::garbage_to_the_metrics_port_gets_4xx_and_the_node_serves_on,
         ),

@@ -553,3 +553,44 @@ pub fn each_device_is_lent_and_has_its_own_series() -> TestResult {
     )?;
     Ok(())
 }
+
+/// A deployed tasklet's group of leases (`lease.acquire-group`, through the run's metered
+/// service) lands on the node's two devices and is counted lease by lease: each acquired once,
+/// each dropped once.
+pub fn a_deployed_group_is_counted_lease_by_lease() -> TestResult {
+    const MIB: u64 = 1 << 20;
+    let mut policy = policy();
+    policy.devices.emu = Some(vec![64 * MIB, 32 * MIB]);
+    let node = TestNode::with(Setup {
+        policy,
+        store: true,
+        metrics: true,
+        ..Setup::default()
+    });
+    let mut dev = node.client("dev");
+    let (manifest, component) = pushable("testing/sdk-check");
+    let digest = dev
+        .deploy_push(&manifest, &component)
+        .map_err(|e| e.to_string())?
+        .digest;
+    let run = dev
+        .deploy_run(&digest, b"group")
+        .map_err(|e| e.to_string())?;
+    let output = String::from_utf8_lossy(&run.output).into_owned();
+    check(
+        output.starts_with("ok group 0 1\nok group-copy 5 6 7 8\n"),
+        || format!("{run:?}: {output}"),
+    )?;
+    drop(dev);
+    node.wait_for_baseline(WAIT)?;
+    let (samples, text) = scrape(&node)?;
+    expect(
+        &samples,
+        &text,
+        &[
+            ("gpu_lease_acquired{tenant=\"dev\"}", 2.0),
+            ("gpu_lease_dropped{tenant=\"dev\"}", 2.0),
+        ],
+    )?;
+    Ok(())
+}

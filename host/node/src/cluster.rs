@@ -1,6 +1,6 @@
 //! Membership in a cluster: while the node serves, its record in the NATS registry
-//! (`tasklet_cluster`), refreshed every heartbeat, marked draining when it drains and removed
-//! when it stops.
+//! (`tasklet_cluster`), refreshed every heartbeat and soon after a lease is taken or ends,
+//! marked draining when it drains and removed when it stops.
 //!
 //! NATS is not on the node's serving path: a node that cannot reach NATS at start, or loses
 //! it later, serves its clients all the same and registers (again) by itself once NATS
@@ -20,6 +20,27 @@ use tokio::task::JoinHandle;
 /// The longest a stopping node waits to remove its record; past it the record expires by
 /// itself within the heartbeat's TTL.
 const LEAVE_WAIT: Duration = Duration::from_secs(5);
+
+/// How often the registry task looks at the lease books for a change to write.
+const BOOKS_CHECK: Duration = Duration::from_millis(100);
+
+/// What of the lease books a node's record shows: a change is worth a write before the next
+/// heartbeat.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Books {
+    leases: usize,
+    granted_bytes: u64,
+}
+
+impl Books {
+    fn of(shared: &Shared) -> Books {
+        let a = shared.host.accounting();
+        Books {
+            leases: a.leases,
+            granted_bytes: a.granted_bytes,
+        }
+    }
+}
 
 /// What a node says about itself in the registry, besides its live state.
 #[derive(Debug, Clone)]
@@ -44,17 +65,34 @@ async fn run(shared: Arc<Shared>, membership: Membership) {
         return;
     };
     // Draining is said once; the registrar writes it on every heartbeat from then on. The loop
-    // ends at the node's stop (or when its control is gone): phases only move forward.
-    loop {
-        let now = *phase.borrow_and_update();
-        if now == Phase::Stopping {
-            break;
+    // ends at the node's stop (or when its control is gone): phases only move forward. Between
+    // phase changes, a lease taken or ended is written within about BOOKS_CHECK (the registrar
+    // spaces such writes), not at the next heartbeat: placement reads the free memory from here.
+    let mut books = Books::of(&shared);
+    let mut check = tokio::time::interval(BOOKS_CHECK);
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    'phases: loop {
+        match *phase.borrow_and_update() {
+            Phase::Stopping => break,
+            Phase::Draining => registrar.set_draining(true),
+            Phase::Serving => {}
         }
-        if now == Phase::Draining {
-            registrar.set_draining(true);
-        }
-        if phase.changed().await.is_err() {
-            break;
+        loop {
+            tokio::select! {
+                changed = phase.changed() => {
+                    if changed.is_err() {
+                        break 'phases;
+                    }
+                    continue 'phases;
+                }
+                _ = check.tick() => {
+                    let now = Books::of(&shared);
+                    if now != books {
+                        books = now;
+                        registrar.refresh();
+                    }
+                }
+            }
         }
     }
     match tokio::time::timeout(LEAVE_WAIT, registrar.stop()).await {

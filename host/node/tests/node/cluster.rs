@@ -150,6 +150,50 @@ pub fn nodes_register_drain_and_leave() -> TestResult {
     Ok(())
 }
 
+/// A lease taken or ended is in the node's record well before the next heartbeat: placement
+/// reads free memory from the record.
+pub fn a_lease_reaches_the_registry_before_the_next_heartbeat() -> TestResult {
+    let nats = nats_or_skip!();
+    let url = nats.url();
+    // Heartbeats 6 s apart; a change must show within 4 s of it, so only the node's own
+    // refresh after the change can show it.
+    let heartbeat = tasklet_cluster::Heartbeat {
+        interval: Duration::from_secs(6),
+        ttl: Duration::from_secs(12),
+        stale_after: Duration::from_secs(20),
+    };
+    let soon = Duration::from_secs(4);
+    let node = TestNode::with(Setup {
+        cluster: Some((url.clone(), "prompt".to_owned())),
+        heartbeat: Some(heartbeat),
+        ..Setup::default()
+    });
+    let runtime = node.runtime();
+    // Right after the record first appears: the next heartbeat is about 6 s away.
+    until(runtime, &url, WAIT, "the node registered", |nodes| {
+        named(nodes, "prompt").is_some()
+    })?;
+    let mut client = node.client("dev");
+    let lease = client
+        .lease_alloc(1 << 20, 30, None)
+        .map_err(|e| e.to_string())?;
+    let shown = until(runtime, &url, soon, "the lease in the record", |nodes| {
+        named(nodes, "prompt").is_some_and(|n| {
+            let d = &n.record.devices[0];
+            d.leases == 1 && d.free_vram == d.total_vram - lease.granted_bytes
+        })
+    })?;
+    client.mem_free(lease.lease).map_err(|e| e.to_string())?;
+    let freed = until(runtime, &url, soon, "the lease gone from the record", |nodes| {
+        named(nodes, "prompt").is_some_and(|n| {
+            let d = &n.record.devices[0];
+            d.leases == 0 && d.free_vram == d.total_vram
+        })
+    })?;
+    println!("a lease showed in the registry {shown:?} after it was taken, its end {freed:?} after");
+    Ok(())
+}
+
 pub fn a_killed_node_is_gone_within_10s() -> TestResult {
     let nats = nats_or_skip!();
     let url = nats.url();

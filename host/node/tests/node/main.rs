@@ -225,6 +225,10 @@ fn main() -> ExitCode {
             cluster::nodes_register_drain_and_leave,
         ),
         (
+            "cluster::a_lease_reaches_the_registry_before_the_next_heartbeat",
+            cluster::a_lease_reaches_the_registry_before_the_next_heartbeat,
+        ),
+        (
             "cluster::a_killed_node_is_gone_within_10s",
             cluster::a_killed_node_is_gone_within_10s,
         ),

@@ -75,6 +75,8 @@ pub struct Setup {
     pub metrics: bool,
     /// Join the cluster at this NATS URL under this name.
     pub cluster: Option<(String, String)>,
+    /// The cluster heartbeat, when not the default.
+    pub heartbeat: Option<tasklet_cluster::Heartbeat>,
 }
 
 impl Default for Setup {
@@ -87,6 +89,7 @@ impl Default for Setup {
             store: false,
             metrics: false,
             cluster: None,
+            heartbeat: None,
         }
     }
 }
@@ -123,6 +126,9 @@ impl TestNode {
             }
             if let Some((url, name)) = setup.cluster {
                 builder = builder.nats(tasklet_node::NatsConfig::new(url)).name(name);
+            }
+            if let Some(heartbeat) = setup.heartbeat {
+                builder = builder.heartbeat(heartbeat);
             }
             if let Some(add) = setup.authorizer {
                 builder = add(builder);

@@ -130,8 +130,7 @@ impl NatsServer {
         let (head, body) = response
             .split_once("\r\n\r\n")
             .ok_or_else(|| format!("GET {path}: no end of headers"))?;
-        if !head.starts_with("HTTP/1.")
-            || head.split_whitespace().nth(1).is_none_or(|s| s != "200")
+        if !head.starts_with("HTTP/1.") || head.split_whitespace().nth(1).is_none_or(|s| s != "200")
         {
             return Err(format!(
                 "GET {path}: {}",

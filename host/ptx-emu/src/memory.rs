@@ -70,7 +70,9 @@ impl Region {
     /// Loads `size` (1, 2, 4, 8) bytes at `off`, zero-extended. Caller checked bounds and alignment.
     #[inline(always)]
     pub(crate) fn load(&self, off: u64, size: u32) -> u64 {
-        debug_assert!(off + size as u64 <= self.layout.size() as u64 && off.is_multiple_of(size as u64));
+        debug_assert!(
+            off + size as u64 <= self.layout.size() as u64 && off.is_multiple_of(size as u64)
+        );
         let p = self.at(off);
         // SAFETY: in bounds and naturally aligned (checked by the caller); the storage is only
         // accessed atomically.
@@ -86,7 +88,9 @@ impl Region {
 
     #[inline(always)]
     pub(crate) fn store(&self, off: u64, size: u32, v: u64) {
-        debug_assert!(off + size as u64 <= self.layout.size() as u64 && off.is_multiple_of(size as u64));
+        debug_assert!(
+            off + size as u64 <= self.layout.size() as u64 && off.is_multiple_of(size as u64)
+        );
         let p = self.at(off);
         // SAFETY: as in `load`.
         unsafe {

@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 use tasklet_runtime::config::{DeviceSelector, Right, Rights};
 use tasklet_runtime::{BackendKind, RunError};
 use tasklet_tests::{
-    assert_baseline, assert_gpu_error, backend, load, manifest, probe_lines, run_ok, run_probe, spawn_run,
-    test_host, test_policy,
+    assert_baseline, assert_gpu_error, backend, load, manifest, probe_lines, run_ok, run_probe,
+    spawn_run, test_host, test_policy,
 };
 
 #[test]
@@ -63,8 +63,8 @@ fn leases_past_the_grant_are_quota_exceeded() {
 fn leases_past_the_device_are_capacity_exceeded() {
     let mut policy = test_policy();
     policy.workers.max_device_memory = Some(1 << 20); // room for exactly one 1 MiB lease, on any backend
-    // One device, whatever the machine has: on a node of two GPUs the second lease would go to
-    // the other (devices:: tests that).
+                                                      // One device, whatever the machine has: on a node of two GPUs the second lease would go to
+                                                      // the other (devices:: tests that).
     if backend() == BackendKind::Cuda {
         policy.devices.cuda = Some(vec![DeviceSelector::Index(0)]);
     }

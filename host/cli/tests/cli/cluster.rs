@@ -295,7 +295,10 @@ fn nodes_register_list_and_take_placed_work() {
         .iter()
         .any(|n| n["name"] == "big" && n["devices"][0]["free_vram"] == 1u64 << 30)
     {
-        assert!(start.elapsed() < WAIT, "big's record never showed 1 GiB free");
+        assert!(
+            start.elapsed() < WAIT,
+            "big's record never showed 1 GiB free"
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
     let out = tasklet(

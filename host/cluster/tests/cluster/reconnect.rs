@@ -50,9 +50,11 @@ async fn the_record_comes_back_after_nats_restarts() {
     );
     // The write that put it back may have been answered after the registrar stopped waiting (a
     // busy machine): its next refresh, a heartbeat later, is what marks it registered.
-    eventually(BACK_WITHIN, "the registrar knows it is registered", || async {
-        registrar.status().registered.then_some(())
-    })
+    eventually(
+        BACK_WITHIN,
+        "the registrar knows it is registered",
+        || async { registrar.status().registered.then_some(()) },
+    )
     .await;
     registrar.stop().await.expect("stop");
 }

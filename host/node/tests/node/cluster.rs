@@ -184,13 +184,21 @@ pub fn a_lease_reaches_the_registry_before_the_next_heartbeat() -> TestResult {
         })
     })?;
     client.mem_free(lease.lease).map_err(|e| e.to_string())?;
-    let freed = until(runtime, &url, soon, "the lease gone from the record", |nodes| {
-        named(nodes, "prompt").is_some_and(|n| {
-            let d = &n.record.devices[0];
-            d.leases == 0 && d.free_vram == d.total_vram
-        })
-    })?;
-    println!("a lease showed in the registry {shown:?} after it was taken, its end {freed:?} after");
+    let freed = until(
+        runtime,
+        &url,
+        soon,
+        "the lease gone from the record",
+        |nodes| {
+            named(nodes, "prompt").is_some_and(|n| {
+                let d = &n.record.devices[0];
+                d.leases == 0 && d.free_vram == d.total_vram
+            })
+        },
+    )?;
+    println!(
+        "a lease showed in the registry {shown:?} after it was taken, its end {freed:?} after"
+    );
     Ok(())
 }
 

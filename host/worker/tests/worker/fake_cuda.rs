@@ -976,7 +976,11 @@ fn a_launch_the_driver_refuses_leaves_no_deadline_behind() {
     w.sync().unwrap();
     // (Bounded well below the 5 s deadline that a wait for the refused kernel would take, and
     // loosely enough for a loaded CI machine.)
-    assert!(t.elapsed() < Duration::from_millis(500), "{:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        t.elapsed()
+    );
     // Nothing reached the device, so nothing was waited for or timed.
     let c = since(before, counts(&file));
     assert_eq!((c.launches, c.records), (0, 0), "{c:?}");

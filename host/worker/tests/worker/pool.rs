@@ -24,7 +24,11 @@ fn warm_workers_start_in_the_background() {
     let mut w = pool.acquire().unwrap();
     // A process start with its context takes seconds; a hand-over well under 500 ms even on a
     // loaded machine.
-    assert!(t.elapsed() < Duration::from_millis(500), "{:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        t.elapsed()
+    );
     w.ping().unwrap();
     assert_eq!(pool.busy(), 1);
     // The replacement tops the warm set back up.

@@ -55,7 +55,11 @@ fn killed_from_outside_is_lost_quickly() {
         w.write(0x100, &[1, 2, 3]),
         Err(WorkerError::Lost(_))
     ));
-    assert!(t.elapsed() < Duration::from_millis(200), "{:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_millis(200),
+        "{:?}",
+        t.elapsed()
+    );
     assert!(!pid_exists(w.pid()), "reaped");
 }
 

@@ -88,7 +88,11 @@ fn a_wait_limit_that_has_passed_ends_the_next_wait_at_once() {
     w.set_wait_limit(Some(Instant::now()));
     let t = Instant::now();
     assert_eq!(op_kind(w.sync()), ErrorKind::DeadlineExceeded);
-    assert!(t.elapsed() < Duration::from_millis(500), "{:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        t.elapsed()
+    );
 }
 
 #[test]
@@ -168,7 +172,11 @@ fn discarding_a_worker_kills_it_without_waiting_and_frees_its_slot() {
     w.signal_for_test(libc::SIGSTOP);
     let t = Instant::now();
     pool.discard(w);
-    assert!(t.elapsed() < Duration::from_millis(500), "{:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        t.elapsed()
+    );
     assert!(eventually(Duration::from_secs(5), || !pid_exists(pid)));
     assert!(eventually(Duration::from_secs(5), || pool.busy() == 0));
     pool.acquire().unwrap().ping().unwrap();

@@ -5,7 +5,7 @@ import { Session as RawSession } from 'tasklet:gpu/sessions@0.2.0';
 import { DeviceBuffer } from './buffer.js';
 import { Burst } from './burst.js';
 import { check, nameOf, sizeOf, toBytes } from './elements.js';
-import { InvalidInput, host } from './errors.js';
+import { InvalidArgument, InvalidInput, host } from './errors.js';
 import { Graph } from './graph.js';
 import { Launch } from './launch.js';
 import { Event, Stream } from './stream.js';
@@ -45,6 +45,24 @@ export class Session {
       throw new InvalidInput(`cannot copy ${src.length} ${src.elem} into ${dst.length} ${dst.elem}`);
     }
     host(() => this.raw.memCopy(dst.raw, 0n, src.raw, 0n, BigInt(src.sizeBytes)));
+  }
+
+  /** Copies all of `src`, a buffer of another session of this tasklet (typically under a lease
+   * on another device, as `LeaseBuilder.acquireGroup` gives), into `dst`, a buffer of this
+   * session (same element type; `dst` at least as long). The host stages the bytes through its
+   * memory: a copy between devices, not a peer copy. Needs the `read` and `write` rights. */
+  copyFrom(dst, src) {
+    if (dst.session !== this) {
+      throw new InvalidArgument(
+        "the destination buffer is not this session's; call copyFrom on the session that holds it",
+      );
+    }
+    if (dst.elem !== src.elem || dst.length < src.length) {
+      throw new InvalidInput(`cannot copy ${src.length} ${src.elem} into ${dst.length} ${dst.elem}`);
+    }
+    host(() =>
+      this.raw.memCopyFrom(dst.raw, 0n, src.session.raw, src.raw, 0n, BigInt(src.sizeBytes)),
+    );
   }
 
   loadPtx(ptx) {

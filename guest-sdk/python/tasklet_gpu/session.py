@@ -7,7 +7,7 @@ from wit_world.imports import sessions as _sessions
 from . import elements
 from .buffer import DeviceBuffer
 from .burst import Burst
-from .errors import InvalidInput, host
+from .errors import InvalidArgument, InvalidInput, host
 from .graph import Graph
 from .launch import Launch
 from .stream import Event, Stream
@@ -45,6 +45,20 @@ class Session:
         if dst.elem != src.elem or len(dst) < len(src):
             raise InvalidInput(f"cannot copy {len(src)} {src.elem} into {len(dst)} {dst.elem}")
         host(self.raw.mem_copy, dst.raw, 0, src.raw, 0, src.size_bytes)
+
+    def copy_from(self, dst, src):
+        """Copies all of `src`, a buffer of another session of this tasklet (typically under a
+        lease on another device, as `LeaseBuilder.acquire_group` gives), into `dst`, a buffer of
+        this session (same element type; `dst` at least as long). The host stages the bytes
+        through its memory: a copy between devices, not a peer copy. Needs the `read` and `write`
+        rights."""
+        if dst.session is not self:
+            raise InvalidArgument(
+                "the destination buffer is not this session's; call copy_from on the session that holds it"
+            )
+        if dst.elem != src.elem or len(dst) < len(src):
+            raise InvalidInput(f"cannot copy {len(src)} {src.elem} into {len(dst)} {dst.elem}")
+        host(self.raw.mem_copy_from, dst.raw, 0, src.session.raw, src.raw, 0, src.size_bytes)
 
     def load_ptx(self, ptx):
         """Loads a PTX module."""

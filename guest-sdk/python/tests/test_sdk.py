@@ -150,6 +150,27 @@ def buffer_arg(buf, offset=0):
     return sessions.KernelArg_Buffer(sessions.BufferArg(buf.raw, offset))
 
 
+class CopiesBetweenSessions(unittest.TestCase):
+    def test_the_destinations_session_asks_the_host_for_the_whole_source(self):
+        a, b = fake_session(), fake_session()
+        src = gpu.DeviceBuffer(a, "src", "u32", 4)
+        dst = gpu.DeviceBuffer(b, "dst", "u32", 6)
+        b.copy_from(dst, src)
+        self.assertEqual(b.raw.calls, [("mem_copy_from", ("dst", 0, a.raw, "src", 0, 16))])
+        self.assertEqual(a.raw.calls, [])
+
+    def test_a_foreign_destination_or_a_mismatch_is_refused_before_the_host_is_called(self):
+        a, b = fake_session(), fake_session()
+        src = gpu.DeviceBuffer(a, "src", "u32", 4)
+        with self.assertRaises(gpu.InvalidArgument):
+            b.copy_from(gpu.DeviceBuffer(a, "dst", "u32", 4), src)
+        with self.assertRaises(gpu.InvalidInput):
+            b.copy_from(gpu.DeviceBuffer(b, "dst", "f32", 4), src)
+        with self.assertRaises(gpu.InvalidInput):
+            b.copy_from(gpu.DeviceBuffer(b, "dst", "u32", 3), src)
+        self.assertEqual(b.raw.calls, [])
+
+
 class Bursts(unittest.TestCase):
     def test_one_host_call_with_the_shared_args_and_each_launchs_changes(self):
         session = fake_session()

@@ -31,8 +31,8 @@ use tokio::sync::{mpsc, Semaphore};
 /// before its streams wait; their payload bytes are bounded by [`QUEUE_BYTES`].
 const JOB_QUEUE: usize = 1024;
 
-/// Bytes of request payload (modules, arguments, write data) queued for a connection's GPU
-/// thread before its streams wait.
+/// Bytes of request payload (modules, every by-value kernel argument of launches, bursts and
+/// graph recordings, write data) queued for a connection's GPU thread before its streams wait.
 pub(crate) const QUEUE_BYTES: usize = 64 << 20;
 
 /// Bytes of one buffer of a connection's staging memory: a MEM_WRITE's data is gathered, and a

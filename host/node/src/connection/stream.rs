@@ -373,30 +373,127 @@ fn shared(whole: &Bytes, part: &[u8]) -> Bytes {
     }
 }
 
-/// Bytes a request carries beyond its fixed fields.
+/// Bytes a request carries beyond its fixed fields, counted against the connection's queue
+/// budget: every request that holds a tenant's by-value arguments counts them in full, so that
+/// pipelined launches, bursts and graph recordings cannot queue more than the budget between
+/// them.
 fn payload_bytes(request: &Request) -> usize {
+    use tasklet_wire::{GraphArg, GraphOp};
+    let graph_args = |args: &[GraphArg]| -> usize {
+        args.iter()
+            .map(|arg| match arg {
+                GraphArg::Arg(arg) => arg_bytes(arg),
+                GraphArg::Scalar(_) => FIXED_ARG_BYTES,
+            })
+            .sum()
+    };
     match request {
         Request::ModuleLoad { ptx, .. } => ptx.len(),
         Request::GpuSubmit(submit) => submit.ptx.len() + submit.args.len(),
         Request::ModuleLoadSource { source, .. } => source.len(),
         Request::LaunchBurst(burst) => {
-            16 * (burst.args.len() + burst.changes.len()) + 4 * burst.counts.len()
+            burst.args.iter().map(arg_bytes).sum::<usize>()
+                + burst
+                    .changes
+                    .iter()
+                    .map(|(_, arg)| 4 + arg_bytes(arg))
+                    .sum::<usize>()
+                + 4 * burst.counts.len()
         }
-        Request::Launch(launch) => launch
-            .args
-            .iter()
-            .map(|arg| match arg {
-                tasklet_wire::KernelArg::Bytes(bytes) => bytes.len(),
-                tasklet_wire::KernelArg::Relocated { bytes, relocations } => {
-                    bytes.len() + relocations.len() * 20
-                }
-                _ => 16,
-            })
-            .sum(),
+        Request::Launch(launch) => launch.args.iter().map(arg_bytes).sum(),
+        Request::Graph(graph) => match &graph.op {
+            GraphOp::Launch { args, .. } | GraphOp::SetArgs { args, .. } => graph_args(args),
+            _ => 0,
+        },
         _ => 0,
+    }
+}
+
+/// What a fixed-size kernel argument counts: its value and tag, rounded up.
+const FIXED_ARG_BYTES: usize = 16;
+
+/// The bytes one kernel argument holds once decoded.
+fn arg_bytes(arg: &tasklet_wire::KernelArg) -> usize {
+    match arg {
+        tasklet_wire::KernelArg::Bytes(bytes) => bytes.len(),
+        tasklet_wire::KernelArg::Relocated { bytes, relocations } => {
+            bytes.len() + std::mem::size_of_val(relocations.as_slice())
+        }
+        _ => FIXED_ARG_BYTES,
     }
 }
 
 fn protocol_error(message: String) -> ErrorReply {
     ErrorReply::new(ErrorCode::ProtocolError, message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tasklet_wire::{
+        Graph, GraphArg, GraphOp, KernelArg, Launch, LaunchBurst, ModuleId, SessionId,
+    };
+
+    const BIG: usize = 32 << 10;
+
+    fn big() -> KernelArg {
+        KernelArg::Bytes(vec![7; BIG])
+    }
+
+    fn graph(op: GraphOp) -> Request {
+        Request::Graph(Graph {
+            session: SessionId(1),
+            graph: 2,
+            op,
+        })
+    }
+
+    /// Every request that carries by-value arguments counts them in full: a burst's changes and
+    /// a graph's recorded launches as a launch's arguments do.
+    #[test]
+    fn by_value_arguments_count_in_full_wherever_they_come() {
+        let launch = Request::Launch(Launch {
+            session: SessionId(1),
+            module: ModuleId(1),
+            kernel: 0,
+            grid: [1; 3],
+            block: [1; 3],
+            shared_mem_bytes: 0,
+            args: vec![big(), KernelArg::U32(1)],
+        });
+        assert!(payload_bytes(&launch) >= BIG);
+
+        let burst = Request::LaunchBurst(LaunchBurst {
+            session: SessionId(1),
+            module: ModuleId(1),
+            kernel: 0,
+            grid: [1; 3],
+            block: [1; 3],
+            shared_mem_bytes: 0,
+            args: vec![KernelArg::U32(0)],
+            changes: (0..100).map(|_| (0, big())).collect(),
+            counts: vec![1; 100],
+        });
+        assert!(
+            payload_bytes(&burst) >= 100 * BIG,
+            "{}",
+            payload_bytes(&burst)
+        );
+
+        let recorded = graph(GraphOp::Launch {
+            module: ModuleId(1),
+            kernel: 0,
+            grid: [1; 3],
+            block: [1; 3],
+            shared_mem_bytes: 0,
+            args: vec![GraphArg::Arg(big()), GraphArg::Scalar(0)],
+        });
+        assert!(payload_bytes(&recorded) >= BIG);
+        let replaced = graph(GraphOp::SetArgs {
+            node: 0,
+            args: vec![GraphArg::Arg(big()), GraphArg::Arg(big())],
+        });
+        assert!(payload_bytes(&replaced) >= 2 * BIG);
+        assert_eq!(payload_bytes(&graph(GraphOp::Replay { times: 3 })), 0);
+    }
 }

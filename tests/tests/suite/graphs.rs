@@ -7,8 +7,9 @@
 use std::sync::Arc;
 
 use tasklet_runtime::gpu::{
-    BufferId, GpuService, GraphArg, GraphId, KernelArg, KernelRef, LaunchConfig, LeaseRequest,
-    LocalGpu, ModuleId, SessionId, MAX_GRAPH_NODES, MAX_GRAPH_REPLAYS, MAX_GRAPH_SCALARS,
+    BufferId, GpuService, GraphArg, GraphId, KernelArg, KernelRef, LaunchConfig, LeaseId,
+    LeaseRequest, LocalGpu, ModuleId, SessionId, MAX_GRAPH_NODES, MAX_GRAPH_REPLAYS,
+    MAX_GRAPH_SCALARS, MAX_LEASE_SESSIONS, MAX_SESSION_GRAPH_ARG_BYTES,
 };
 use tasklet_runtime::{GpuError, Host};
 use tasklet_tests::{assert_baseline, manifest, run_probe, test_host};
@@ -31,6 +32,7 @@ fn config() -> LaunchConfig {
 
 struct Rig {
     gpu: LocalGpu,
+    lease: LeaseId,
     s: SessionId,
     m: ModuleId,
 }
@@ -47,7 +49,7 @@ fn rig(host: &Host) -> Rig {
         .expect("lease");
     let s = gpu.session_open(lease).expect("session");
     let m = gpu.module_load(s, ADD_STEP_PTX).expect("add_step loads");
-    Rig { gpu, s, m }
+    Rig { gpu, lease, s, m }
 }
 
 impl Rig {
@@ -277,6 +279,86 @@ fn a_graph_holds_only_its_sessions_own_things_within_its_limits() {
     );
     drop(r);
     drop(other);
+    assert_baseline(&host);
+}
+
+/// Bytes of `big_args`'s one by-value parameter.
+const BIG: usize = 16 << 10;
+
+/// `big_args(struct of BIG bytes)`: a kernel whose every recorded launch holds `BIG` bytes of
+/// arguments on the host.
+fn big_args_ptx() -> String {
+    format!(
+        ".version 7.0\n.target sm_50\n.address_size 64\n\n\
+         .visible .entry big_args(\n\t.param .align 8 .b8 big_args_p[{BIG}]\n)\n{{\n\tret;\n}}\n"
+    )
+}
+
+/// A session's graphs hold at most `MAX_SESSION_GRAPH_ARG_BYTES` of recorded launch arguments
+/// (a full graph of launches of `BIG` bytes each fits), and a dropped graph gives its room back;
+/// a lease has at most `MAX_LEASE_SESSIONS` sessions open, and a dropped one gives its place back.
+#[test]
+fn sessions_and_their_graphs_recorded_arguments_are_bounded() {
+    let host = test_host!();
+    let mut r = rig(&host);
+    let big = r
+        .gpu
+        .module_load(r.s, &big_args_ptx())
+        .expect("big_args loads");
+    let bytes = vec![7u8; BIG];
+    let args = [GraphArg::Arg(KernelArg::Bytes(&bytes))];
+    let one = LaunchConfig {
+        grid: [1, 1, 1],
+        block: [1, 1, 1],
+        shared_mem_bytes: 0,
+    };
+    let fits = MAX_SESSION_GRAPH_ARG_BYTES / BIG;
+    assert!(fits <= MAX_GRAPH_NODES, "one full graph fits the budget");
+    let full = r.gpu.graph_create(r.s).expect("graph");
+    for _ in 0..fits {
+        r.gpu
+            .graph_launch(r.s, full, big, KernelRef::At(0), &one, &args)
+            .expect("a launch within the budget records");
+    }
+    // Replacing a launch's arguments with as many bytes needs no more room.
+    r.gpu.graph_set_args(r.s, full, 0, &args).expect("set args");
+    let next = r.gpu.graph_create(r.s).expect("graph");
+    refused(
+        r.gpu
+            .graph_launch(r.s, next, big, KernelRef::At(0), &one, &args),
+        "MAX_SESSION_GRAPH_ARG_BYTES",
+    );
+    // Launches without arguments to keep, copies and fills still record.
+    let x = r.words(0);
+    r.gpu.graph_fill(r.s, next, (x, 0), 4, 0).expect("fill");
+    r.gpu.graph_drop(r.s, full);
+    let node = r
+        .gpu
+        .graph_launch(r.s, next, big, KernelRef::At(0), &one, &args)
+        .expect("the dropped graph's room came back");
+    r.gpu.graph_replay(r.s, next, 1).expect("replay");
+    assert_eq!(node, 1);
+
+    // Sessions per lease: the rig's own is one of them.
+    let lease = r.lease;
+    let mut more: Vec<SessionId> = (1..MAX_LEASE_SESSIONS)
+        .map(|_| {
+            r.gpu
+                .session_open(lease)
+                .expect("a session within the limit")
+        })
+        .collect();
+    refused(r.gpu.session_open(lease), "drop a session first");
+    r.gpu.session_drop(more.pop().expect("a session"));
+    more.push(
+        r.gpu
+            .session_open(lease)
+            .expect("the dropped session's place came back"),
+    );
+    for s in more {
+        r.gpu.session_drop(s);
+    }
+    drop(r);
     assert_baseline(&host);
 }
 

@@ -9,7 +9,7 @@
 use super::args::KernelEntry;
 use super::types::{
     BufferId, DeviceInfo, GraphArg, GraphId, GuestBytes, KernelArg, KernelRef, KernelSignature,
-    LaunchConfig, LeaseId, LeaseInfo, LeaseRequest, ModuleId, SessionId,
+    LaunchConfig, LeaseId, LeaseInfo, LeaseRequest, ModuleId, SessionId, MAX_LEASE_SESSIONS,
 };
 use super::usage::{Usage, UsageHandle};
 use super::GpuService;
@@ -67,6 +67,9 @@ struct Session {
     buffers: FxHashMap<BufferId, (u64, u64)>,
     modules: FxHashMap<ModuleId, Module>,
     graphs: FxHashMap<GraphId, graph::Graph>,
+    /// Bytes of launch arguments its graphs' recorded launches hold (at most
+    /// [`super::MAX_SESSION_GRAPH_ARG_BYTES`]).
+    graph_arg_bytes: usize,
     /// Modules replaced by a reload (their old ids), to say so when one is named again.
     reloaded: rustc_hash::FxHashSet<ModuleId>,
     /// Its streams and events.
@@ -555,6 +558,18 @@ impl GpuService for LocalGpu {
 
     fn session_open(&mut self, lease_id: LeaseId) -> Result<SessionId, GpuError> {
         let lease = Arc::clone(self.lease(lease_id)?);
+        // Each session holds host state: a lease's are bounded, so a loop of opens cannot grow
+        // this host's memory without end.
+        let open = self
+            .sessions
+            .values()
+            .filter(|s| s.lease_id == lease_id)
+            .count();
+        if open >= MAX_LEASE_SESSIONS {
+            return Err(invalid(format!(
+                "lease {lease_id} has {MAX_LEASE_SESSIONS} sessions open, the most one lease may (MAX_LEASE_SESSIONS); drop a session first"
+            )));
+        }
         // Refuse sessions on ended leases now rather than at their first operation.
         self.manager.with_worker(&lease, |_| Ok(()))?;
         let id = SessionId(self.ids.fresh());
@@ -566,6 +581,7 @@ impl GpuService for LocalGpu {
                 buffers: FxHashMap::default(),
                 modules: FxHashMap::default(),
                 graphs: FxHashMap::default(),
+                graph_arg_bytes: 0,
                 reloaded: Default::default(),
                 queues: Default::default(),
             },

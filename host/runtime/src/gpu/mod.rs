@@ -23,7 +23,8 @@ pub use types::{
     BufferId, Burst, BurstArg, DeviceInfo, GraphArg, GraphId, GuestBytes, KernelArg, KernelParam,
     KernelRef, KernelSignature, LaunchConfig, LeaseId, LeaseInfo, LeaseRequest, ModuleId,
     ModuleSource, ParamKind, Relocation, SessionId, Submit, SubmitArg, MAX_BURST_LAUNCHES,
-    MAX_GRAPH_NODES, MAX_GRAPH_REPLAYS, MAX_GRAPH_SCALARS, MAX_SESSION_GRAPHS,
+    MAX_GRAPH_NODES, MAX_GRAPH_REPLAYS, MAX_GRAPH_SCALARS, MAX_LEASE_SESSIONS, MAX_SESSION_GRAPHS,
+    MAX_SESSION_GRAPH_ARG_BYTES,
 };
 pub use usage::{UsageHandle, UsageStats};
 

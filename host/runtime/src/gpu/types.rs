@@ -295,6 +295,13 @@ pub const MAX_GRAPH_SCALARS: usize = 32;
 pub const MAX_GRAPH_REPLAYS: u32 = 4096;
 /// The most graphs a session may hold at once.
 pub const MAX_SESSION_GRAPHS: usize = 64;
+/// The most bytes of recorded launch arguments a session's graphs may hold together: the host
+/// keeps every recorded launch's argument block until its graph is dropped, and this bounds that
+/// memory (a full graph of 1024 launches of 16 KiB of arguments each fits).
+pub const MAX_SESSION_GRAPH_ARG_BYTES: usize = 16 << 20;
+/// The most sessions one lease may have open at once: each holds host state (its graphs' records
+/// among it), so their number is bounded.
+pub const MAX_LEASE_SESSIONS: usize = 64;
 
 /// An argument of a launch recorded in a graph: a kernel argument, or the device address of one
 /// of the graph's device scalars (8 bytes the graph holds, set between replays).

@@ -14,6 +14,7 @@ use crate::error::{invalid, quoted, GpuError};
 use crate::gpu::types::{
     BufferId, GraphArg, GraphId, KernelArg, KernelRef, LaunchConfig, ModuleId, SessionId,
     MAX_GRAPH_NODES, MAX_GRAPH_REPLAYS, MAX_GRAPH_SCALARS, MAX_SESSION_GRAPHS,
+    MAX_SESSION_GRAPH_ARG_BYTES,
 };
 use std::time::Duration;
 use tasklet_worker::contract::messages::GraphOp;
@@ -62,7 +63,37 @@ enum NodeOp {
     },
 }
 
+impl Node {
+    fn arg_bytes(&self) -> usize {
+        self.op.arg_bytes()
+    }
+}
+
+impl NodeOp {
+    /// The bytes of launch arguments the op holds (counted against
+    /// [`MAX_SESSION_GRAPH_ARG_BYTES`]).
+    fn arg_bytes(&self) -> usize {
+        match self {
+            NodeOp::Launch { block, .. } => block.len(),
+            _ => 0,
+        }
+    }
+}
+
 impl Session {
+    /// Refuses `more` bytes of recorded launch arguments where `freed` are given back, if the
+    /// session's graphs would then hold more than [`MAX_SESSION_GRAPH_ARG_BYTES`].
+    fn graph_arg_room(&self, more: usize, freed: usize) -> Result<(), GpuError> {
+        let held = self.graph_arg_bytes - freed;
+        if held + more > MAX_SESSION_GRAPH_ARG_BYTES {
+            return Err(invalid(format!(
+                "the session's graphs hold {held} bytes of recorded launch arguments, and {more} more would pass the \
+                 {MAX_SESSION_GRAPH_ARG_BYTES} (MAX_SESSION_GRAPH_ARG_BYTES) a session's graphs may hold; drop a graph first"
+            )));
+        }
+        Ok(())
+    }
+
     fn graph(&self, id: GraphId) -> Result<&Graph, GpuError> {
         self.graphs.get(&id).ok_or_else(|| foreign_graph(id))
     }
@@ -116,24 +147,29 @@ impl LocalGpu {
         node: Node,
     ) -> Result<u32, GpuError> {
         let stale = {
-            let g = self.session(session)?.graph(graph)?;
+            let s = self.session(session)?;
+            let g = s.graph(graph)?;
             if g.nodes.len() >= MAX_GRAPH_NODES {
                 return Err(invalid(format!(
                     "graph {graph} holds {MAX_GRAPH_NODES} operations, the most one graph may"
                 )));
             }
+            s.graph_arg_room(node.arg_bytes(), 0)?;
             g.worker
         };
         if let Some(id) = stale {
             self.graph_uninstantiate(session, graph, id);
         }
-        let g = self
-            .session_mut(session)?
+        let s = self.session_mut(session)?;
+        let g = s
             .graphs
             .get_mut(&graph)
             .ok_or_else(|| foreign_graph(graph))?;
+        let bytes = node.arg_bytes();
         g.nodes.push(node);
-        Ok((g.nodes.len() - 1) as u32)
+        let index = (g.nodes.len() - 1) as u32;
+        s.graph_arg_bytes += bytes;
+        Ok(index)
     }
 
     /// Destroys the worker's form of a graph (best effort: a worker that cannot answer is given
@@ -193,6 +229,8 @@ impl LocalGpu {
             },
             &mut block,
         )?;
+        // Kept as long as the graph: no more memory than its bytes.
+        block.shrink_to_fit();
         self.manager
             .device_of(&s.lease)
             .launch_limits
@@ -369,17 +407,21 @@ impl LocalGpu {
         let (op, buffers) =
             self.graph_launch_block(session, graph, module, KernelRef::At(index), &config, args)?;
         let s = self.session(session)?;
+        let replaced = s.graph(graph)?.nodes[node as usize].arg_bytes();
+        let bytes = op.arg_bytes();
+        s.graph_arg_room(bytes, replaced)?;
         let worker = s.graph(graph)?.worker;
         if let (Some(id), NodeOp::Launch { block, .. }) = (worker, &op) {
             // In place: the instantiated graph takes the new block for its next replays.
             self.run(&s.lease, |w| w.graph_set_args(id, node, block))?;
         }
-        let g = self
-            .session_mut(session)?
+        let s = self.session_mut(session)?;
+        let g = s
             .graphs
             .get_mut(&graph)
             .ok_or_else(|| foreign_graph(graph))?;
         g.nodes[node as usize] = Node { op, buffers };
+        s.graph_arg_bytes = s.graph_arg_bytes - replaced + bytes;
         Ok(())
     }
 
@@ -466,6 +508,8 @@ impl LocalGpu {
         let Some(g) = s.graphs.remove(&graph) else {
             return;
         };
+        // Its recorded arguments' room goes back to the session.
+        s.graph_arg_bytes -= g.nodes.iter().map(Node::arg_bytes).sum::<usize>();
         if let Some(id) = g.worker {
             let _ = self.manager.with_worker(&s.lease, |w| w.graph_destroy(id));
         }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use tasklet_runtime::gpu::{
     Burst, BurstArg, GpuService, KernelArg, KernelRef, LaunchConfig, LeaseRequest, LocalGpu,
-    MAX_BURST_LAUNCHES,
+    MAX_BURST_CHANGES, MAX_BURST_LAUNCHES,
 };
 use tasklet_runtime::GpuError;
 use tasklet_tests::{assert_baseline, manifest, run_probe, test_host};
@@ -243,6 +243,76 @@ fn a_burst_holds_only_the_sessions_own_buffers() {
         ..burst
     };
     assert_eq!(gpu.launch_burst(s, iota, KernelRef::At(0), &ok), Ok(1));
+    gpu.sync(s).expect("sync");
+    drop(gpu);
+    assert_baseline(&host);
+}
+
+/// A burst changing more than `MAX_BURST_CHANGES` arguments over its launches is refused before
+/// any launch runs, naming the limit; one of exactly that many runs.
+#[test]
+fn a_burst_of_more_changes_than_the_limit_is_refused_and_the_limit_itself_runs() {
+    let host = test_host!();
+    let grant = host.policy().grant(&manifest("testing/probe"));
+    let mut gpu = LocalGpu::new(grant, Arc::clone(host.leases()));
+    let lease = gpu
+        .lease_acquire(LeaseRequest {
+            min_vram: 1 << 20,
+            secs: 60,
+            device: None,
+        })
+        .expect("lease");
+    let s = gpu.session_open(lease).expect("session");
+    let iota = gpu.module_load(s, IOTA_PTX).expect("iota loads");
+    let out = gpu.mem_alloc(s, 1024).expect("alloc");
+    let args = [
+        KernelArg::Buffer {
+            buffer: out,
+            offset: 0,
+        },
+        KernelArg::U32(256),
+    ];
+    // Every change sets the count again, to the same value: valid, and many of them.
+    let changes = vec![
+        BurstArg {
+            index: 1,
+            arg: KernelArg::U32(256),
+        };
+        MAX_BURST_CHANGES + 1
+    ];
+    let each = (MAX_BURST_CHANGES / 4) as u32;
+    let counts = [each, each, each, each + 1];
+    let burst = Burst {
+        config: LaunchConfig {
+            grid: [1, 1, 1],
+            block: [256, 1, 1],
+            shared_mem_bytes: 0,
+        },
+        args: &args,
+        changes: &changes,
+        counts: &counts,
+    };
+    let r = gpu.launch_burst(s, iota, KernelRef::At(0), &burst);
+    assert!(
+        matches!(&r, Err(GpuError::InvalidArgument(m))
+            if m.contains(&format!("more than the {MAX_BURST_CHANGES} (MAX_BURST_CHANGES)"))),
+        "{r:?}"
+    );
+    gpu.sync(s).expect("nothing ran to fail");
+    assert!(
+        gpu.mem_read(s, out, 0, 1024)
+            .expect("read")
+            .iter()
+            .all(|&b| b == 0),
+        "no launch of the refused burst ran"
+    );
+    let at = Burst {
+        changes: &changes[..MAX_BURST_CHANGES],
+        counts: &[each; 4],
+        ..burst
+    };
+    // The refused burst took no ordinals.
+    assert_eq!(gpu.launch_burst(s, iota, KernelRef::At(0), &at), Ok(1));
     gpu.sync(s).expect("sync");
     drop(gpu);
     assert_baseline(&host);

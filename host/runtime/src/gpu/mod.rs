@@ -20,11 +20,11 @@ pub use local::{LocalGpu, DIRECT_MIN_BYTES};
 pub use queues::{EventId, QueueOp, QueueReply, StreamId, MAX_SESSION_EVENTS, MAX_SESSION_STREAMS};
 pub use submit::submit_in_session;
 pub use types::{
-    BufferId, Burst, BurstArg, DeviceInfo, GraphArg, GraphId, GuestBytes, KernelArg, KernelParam,
-    KernelRef, KernelSignature, LaunchConfig, LeaseId, LeaseInfo, LeaseRequest, ModuleId,
-    ModuleSource, ParamKind, Relocation, SessionId, Submit, SubmitArg, MAX_BURST_LAUNCHES,
-    MAX_GRAPH_NODES, MAX_GRAPH_REPLAYS, MAX_GRAPH_SCALARS, MAX_LEASE_SESSIONS, MAX_SESSION_GRAPHS,
-    MAX_SESSION_GRAPH_ARG_BYTES,
+    check_burst_size, BufferId, Burst, BurstArg, DeviceInfo, GraphArg, GraphId, GuestBytes,
+    KernelArg, KernelParam, KernelRef, KernelSignature, LaunchConfig, LeaseId, LeaseInfo,
+    LeaseRequest, ModuleId, ModuleSource, ParamKind, Relocation, SessionId, Submit, SubmitArg,
+    MAX_BURST_CHANGES, MAX_BURST_LAUNCHES, MAX_GRAPH_NODES, MAX_GRAPH_REPLAYS, MAX_GRAPH_SCALARS,
+    MAX_LEASE_SESSIONS, MAX_SESSION_GRAPHS, MAX_SESSION_GRAPH_ARG_BYTES,
 };
 pub use usage::{UsageHandle, UsageStats};
 

@@ -264,6 +264,25 @@ pub struct Submit<'a> {
 /// checked before any launch is queued, so the bound keeps that work (and the host memory it
 /// takes) small.
 pub const MAX_BURST_LAUNCHES: usize = 4096;
+/// The most changed arguments one burst may hold, over all of its launches (as much as one
+/// request to a node carries): each is lifted and checked before any launch is queued.
+pub const MAX_BURST_CHANGES: usize = 64 << 10;
+
+/// Refuses a burst of more launches or changed arguments than one call may hold: checked before
+/// any argument is resolved or lifted, so an oversized burst costs the host nothing.
+pub fn check_burst_size(launches: usize, changes: usize) -> Result<(), GpuError> {
+    if launches > MAX_BURST_LAUNCHES {
+        return Err(GpuError::InvalidArgument(format!(
+            "a burst of {launches} launches is more than the {MAX_BURST_LAUNCHES} one call may hold; split it into several"
+        )));
+    }
+    if changes > MAX_BURST_CHANGES {
+        return Err(GpuError::InvalidArgument(format!(
+            "a burst changing {changes} arguments is more than the {MAX_BURST_CHANGES} (MAX_BURST_CHANGES) one call may hold; split it into several"
+        )));
+    }
+    Ok(())
+}
 
 /// One argument a launch of a [`Burst`] changes: the burst's argument at `index`, replaced by
 /// `arg` for that launch (a scalar, or a buffer at another offset).
@@ -309,4 +328,25 @@ pub const MAX_LEASE_SESSIONS: usize = 64;
 pub enum GraphArg<'a> {
     Arg(KernelArg<'a>),
     Scalar(u32),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bounds the burst glue checks before it resolves or lifts anything.
+    #[test]
+    fn a_burst_past_either_bound_is_refused_naming_it() {
+        assert!(check_burst_size(MAX_BURST_LAUNCHES, MAX_BURST_CHANGES).is_ok());
+        let launches = check_burst_size(MAX_BURST_LAUNCHES + 1, 0);
+        assert!(
+            matches!(&launches, Err(GpuError::InvalidArgument(m)) if m.contains("more than the 4096")),
+            "{launches:?}"
+        );
+        let changes = check_burst_size(1, MAX_BURST_CHANGES + 1);
+        assert!(
+            matches!(&changes, Err(GpuError::InvalidArgument(m)) if m.contains("MAX_BURST_CHANGES")),
+            "{changes:?}"
+        );
+    }
 }

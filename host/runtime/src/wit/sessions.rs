@@ -424,6 +424,8 @@ mod v02 {
             args: Vec<KernelArg>,
             launches: Vec<Vec<BurstArg>>,
         ) -> GpuResult<u64> {
+            // An oversized burst is refused before any of it is resolved or lifted.
+            gpu::check_burst_size(launches.len(), launches.iter().map(Vec::len).sum())?;
             let session = self.session_id(&this)?;
             let (module, index) = self.kernel_of(session, &kernel)?;
             let config = lift_config(&config);

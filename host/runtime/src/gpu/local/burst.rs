@@ -6,7 +6,7 @@
 use super::LocalGpu;
 use crate::config::Right;
 use crate::error::{invalid, quoted, GpuError};
-use crate::gpu::types::{Burst, KernelArg, KernelRef, ModuleId, SessionId, MAX_BURST_LAUNCHES};
+use crate::gpu::types::{check_burst_size, Burst, KernelArg, KernelRef, ModuleId, SessionId};
 use tasklet_worker::Launch;
 
 impl LocalGpu {
@@ -23,11 +23,7 @@ impl LocalGpu {
         if n == 0 {
             return Err(invalid("a burst needs at least one launch"));
         }
-        if n > MAX_BURST_LAUNCHES {
-            return Err(invalid(format!(
-                "a burst of {n} launches is more than the {MAX_BURST_LAUNCHES} one call may hold; split it into several"
-            )));
-        }
+        check_burst_size(n, burst.changes.len())?;
         let changed: u64 = burst.counts.iter().map(|&c| u64::from(c)).sum();
         if changed != burst.changes.len() as u64 {
             return Err(invalid(format!(

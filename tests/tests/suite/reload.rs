@@ -112,3 +112,48 @@ fn a_tasklet_reloads_a_module_and_keeps_its_buffers() {
     assert_eq!(text[2], "ok matches ");
     assert_baseline(&host);
 }
+
+/// A loop of reloads keeps working: each reload's predecessor is refused saying it was reloaded,
+/// any older id is refused too, the latest code launches, and nothing is left behind.
+#[test]
+fn a_loop_of_reloads_refuses_every_old_id_and_leaves_nothing_behind() {
+    let host = test_host!();
+    let grant = host.policy().grant(&manifest("testing/probe"));
+    let mut gpu = LocalGpu::new(grant, Arc::clone(host.leases()));
+    let lease = gpu
+        .lease_acquire(LeaseRequest {
+            min_vram: 1 << 20,
+            secs: 60,
+            device: None,
+        })
+        .expect("lease");
+    let s = gpu.session_open(lease).expect("session");
+    let first = gpu.module_load(s, ADD_STEP_PTX).expect("loads");
+    let x = gpu.mem_alloc(s, 4 * u64::from(WORDS)).expect("alloc");
+    let step = gpu.mem_alloc(s, 8).expect("alloc");
+    let buf = |buffer| KernelArg::Buffer { buffer, offset: 0 };
+    let args = [buf(x), buf(step), KernelArg::U32(WORDS)];
+    let config = LaunchConfig {
+        grid: [1, 1, 1],
+        block: [WORDS, 1, 1],
+        shared_mem_bytes: 0,
+    };
+    let mut live = first;
+    for _ in 0..100 {
+        let old = live;
+        live = gpu
+            .module_reload(s, old, ModuleSource::Ptx(ADD_STEP_PTX))
+            .expect("reload");
+        match gpu.launch_kernel(s, old, KernelRef::At(0), &config, &args) {
+            Err(GpuError::InvalidArgument(m)) if m.contains("reloaded") => {}
+            other => panic!("the replaced id refused, saying it was reloaded: {other:?}"),
+        }
+    }
+    let r = gpu.launch_kernel(s, first, KernelRef::At(0), &config, &args);
+    assert!(matches!(r, Err(GpuError::InvalidArgument(_))), "{r:?}");
+    gpu.launch_kernel(s, live, KernelRef::At(0), &config, &args)
+        .expect("the latest code launches");
+    gpu.sync(s).expect("sync");
+    drop(gpu);
+    assert_baseline(&host);
+}

@@ -27,6 +27,7 @@ use tasklet_worker::{Launch, LoadedModule, ALLOC_GRANULE};
 mod burst;
 mod graph;
 mod queues;
+mod reloads;
 
 /// Transfers of at least this many bytes go between the device and linear memory directly (the
 /// worker maps the guest's memory); smaller ones go through the worker's message area, which costs
@@ -70,8 +71,9 @@ struct Session {
     /// Bytes of launch arguments its graphs' recorded launches hold (at most
     /// [`super::MAX_SESSION_GRAPH_ARG_BYTES`]).
     graph_arg_bytes: usize,
-    /// Modules replaced by a reload (their old ids), to say so when one is named again.
-    reloaded: rustc_hash::FxHashSet<ModuleId>,
+    /// Modules replaced by a reload (their old ids, the latest of each live module), to say so
+    /// when one is named again.
+    reloaded: reloads::Reloads,
     /// Its streams and events.
     queues: queues::Queues,
 }
@@ -810,6 +812,7 @@ impl GpuService for LocalGpu {
             return;
         };
         if let Some(m) = s.modules.remove(&module) {
+            s.reloaded.unloaded(module);
             let _ = self.manager.unload(&s.lease, m.id);
         }
     }
@@ -836,7 +839,7 @@ impl GpuService for LocalGpu {
         let new = self.add_module(session, loaded)?;
         self.module_unload(session, module);
         if let Some(s) = self.sessions.get_mut(&session) {
-            s.reloaded.insert(module);
+            s.reloaded.replaced(module, new);
         }
         Ok(new)
     }

@@ -111,6 +111,28 @@ pub fn manifest(name: &str) -> Manifest {
     Manifest::load(&tasklet_dir(name)).expect("manifest loads")
 }
 
+/// The probe tasklet's grant on `host` as a GPU service of its own, with a lease of 1 MiB and a
+/// session on it: where a test drives the service directly, as a tasklet's calls would.
+pub fn probe_session(
+    host: &Host,
+) -> (
+    tasklet_runtime::gpu::LocalGpu,
+    tasklet_runtime::gpu::SessionId,
+) {
+    use tasklet_runtime::gpu::{GpuService, LeaseRequest, LocalGpu};
+    let grant = host.policy().grant(&manifest("testing/probe"));
+    let mut gpu = LocalGpu::new(grant, Arc::clone(host.leases()));
+    let lease = gpu
+        .lease_acquire(LeaseRequest {
+            min_vram: 1 << 20,
+            secs: 60,
+            device: None,
+        })
+        .expect("lease");
+    let session = gpu.session_open(lease).expect("session");
+    (gpu, session)
+}
+
 pub fn load(host: &Host, manifest: Manifest) -> Tasklet {
     host.load(manifest).expect("component loads")
 }

@@ -10,7 +10,7 @@ use tasklet_runtime::gpu::{
     MAX_BURST_CHANGES, MAX_BURST_LAUNCHES,
 };
 use tasklet_runtime::GpuError;
-use tasklet_tests::{assert_baseline, manifest, run_probe, test_host};
+use tasklet_tests::{assert_baseline, manifest, probe_session, run_probe, test_host};
 
 const FAULTS_PTX: &str = include_str!("../../../kernels/faults.ptx");
 const IOTA_PTX: &str = include_str!("../../../kernels/iota.ptx");
@@ -99,16 +99,7 @@ fn a_burst_with_one_bad_launch_is_refused_whole_naming_that_launch() {
 #[test]
 fn a_fault_inside_a_burst_names_its_launch_by_ordinal() {
     let host = test_host!();
-    let grant = host.policy().grant(&manifest("testing/probe"));
-    let mut gpu = LocalGpu::new(grant, Arc::clone(host.leases()));
-    let lease = gpu
-        .lease_acquire(LeaseRequest {
-            min_vram: 1 << 20,
-            secs: 60,
-            device: None,
-        })
-        .expect("lease");
-    let s = gpu.session_open(lease).expect("session");
+    let (mut gpu, s) = probe_session(&host);
     let iota = gpu.module_load(s, IOTA_PTX).expect("iota loads");
     let faults = gpu.module_load(s, FAULTS_PTX).expect("faults loads");
     let buf = gpu.mem_alloc(s, 4096).expect("alloc");
@@ -253,16 +244,7 @@ fn a_burst_holds_only_the_sessions_own_buffers() {
 #[test]
 fn a_burst_of_more_changes_than_the_limit_is_refused_and_the_limit_itself_runs() {
     let host = test_host!();
-    let grant = host.policy().grant(&manifest("testing/probe"));
-    let mut gpu = LocalGpu::new(grant, Arc::clone(host.leases()));
-    let lease = gpu
-        .lease_acquire(LeaseRequest {
-            min_vram: 1 << 20,
-            secs: 60,
-            device: None,
-        })
-        .expect("lease");
-    let s = gpu.session_open(lease).expect("session");
+    let (mut gpu, s) = probe_session(&host);
     let iota = gpu.module_load(s, IOTA_PTX).expect("iota loads");
     let out = gpu.mem_alloc(s, 1024).expect("alloc");
     let args = [

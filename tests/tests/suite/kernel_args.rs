@@ -7,15 +7,13 @@
 //! refused. The same struct built by a tasklet with the SDK's `CStruct` (the `sdk-check`
 //! tasklet) goes through the contract's `relocated` argument.
 
-use std::sync::Arc;
-
 use tasklet_runtime::gpu::{
-    BufferId, GpuService, KernelArg, LaunchConfig, LeaseRequest, LocalGpu, ParamKind, Relocation,
-    SessionId,
+    BufferId, GpuService, KernelArg, LaunchConfig, LeaseRequest, ParamKind, Relocation,
 };
-use tasklet_runtime::{GpuError, Host};
+use tasklet_runtime::GpuError;
 use tasklet_tests::{
-    assert_baseline, assert_gpu_error, load, manifest, probe_lines, run_ok, test_host,
+    assert_baseline, assert_gpu_error, load, manifest, probe_lines, probe_session, run_ok,
+    test_host,
 };
 
 const IOTA_PTX: &str = include_str!("../../../kernels/iota.ptx");
@@ -29,21 +27,6 @@ const ONE_THREAD: LaunchConfig = LaunchConfig {
     block: [1, 1, 1],
     shared_mem_bytes: 0,
 };
-
-/// The probe's grant on `host`, a lease of 1 MiB and a session on it.
-fn session(host: &Host) -> (LocalGpu, SessionId) {
-    let grant = host.policy().grant(&manifest("testing/probe"));
-    let mut gpu = LocalGpu::new(grant, Arc::clone(host.leases()));
-    let lease = gpu
-        .lease_acquire(LeaseRequest {
-            min_vram: 1 << 20,
-            secs: 60,
-            device: None,
-        })
-        .expect("lease");
-    let session = gpu.session_open(lease).expect("session");
-    (gpu, session)
-}
 
 fn buffer(buffer: BufferId) -> KernelArg<'static> {
     KernelArg::Buffer { buffer, offset: 0 }
@@ -61,7 +44,7 @@ fn assert_error(r: Result<impl std::fmt::Debug, GpuError>, name: &str, says: &[&
 #[test]
 fn a_scalar_of_the_wrong_type_is_refused_naming_the_parameter_and_both_types() {
     let host = test_host!();
-    let (mut gpu, s) = session(&host);
+    let (mut gpu, s) = probe_session(&host);
     let m = gpu.module_load(s, IOTA_PTX).expect("iota loads");
     let out = gpu.mem_alloc(s, 64).expect("alloc");
     // iota(unsigned* out, unsigned n)
@@ -99,7 +82,7 @@ fn a_scalar_of_the_wrong_type_is_refused_naming_the_parameter_and_both_types() {
 #[test]
 fn a_number_or_bytes_for_a_parameter_used_as_an_address_is_refused() {
     let host = test_host!();
-    let (mut gpu, s) = session(&host);
+    let (mut gpu, s) = probe_session(&host);
     let iota = gpu.module_load(s, IOTA_PTX).expect("iota loads");
     let out = gpu.mem_alloc(s, 64).expect("alloc");
     for arg in [
@@ -147,7 +130,7 @@ fn a_number_or_bytes_for_a_parameter_used_as_an_address_is_refused() {
 #[test]
 fn a_buffer_of_another_session_is_refused_as_an_argument_and_as_a_relocation() {
     let host = test_host!();
-    let (mut gpu, s) = session(&host);
+    let (mut gpu, s) = probe_session(&host);
     let lease = gpu
         .lease_acquire(LeaseRequest {
             min_vram: 1 << 20,
@@ -225,7 +208,7 @@ fn ints(v: &[i32]) -> Vec<u8> {
 #[test]
 fn a_struct_by_value_holding_two_device_pointers_reaches_the_kernel_with_their_addresses() {
     let host = test_host!();
-    let (mut gpu, s) = session(&host);
+    let (mut gpu, s) = probe_session(&host);
     let n = 300usize;
     let a: Vec<i32> = (0..n as i32).collect();
     let b: Vec<i32> = (0..n as i32).map(|i| 1000 - 3 * i).collect();
@@ -304,7 +287,7 @@ fn a_struct_by_value_holding_two_device_pointers_reaches_the_kernel_with_their_a
 #[test]
 fn relocations_outside_the_struct_misaligned_or_past_their_buffer_are_refused() {
     let host = test_host!();
-    let (mut gpu, s) = session(&host);
+    let (mut gpu, s) = probe_session(&host);
     let (a, out) = (
         gpu.mem_alloc(s, 64).expect("a"),
         gpu.mem_alloc(s, 64).expect("out"),

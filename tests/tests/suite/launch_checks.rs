@@ -4,31 +4,12 @@
 //! that launch, not the call that reported it; and modules a GPU refuses are refused on every
 //! backend, in the same words.
 
-use std::sync::Arc;
-
-use tasklet_runtime::gpu::{
-    GpuService, KernelArg, LaunchConfig, LeaseRequest, LocalGpu, ModuleId, SessionId,
-};
-use tasklet_runtime::{GpuError, Host};
-use tasklet_tests::{assert_baseline, manifest, test_host};
+use tasklet_runtime::gpu::{GpuService, KernelArg, LaunchConfig, LocalGpu, ModuleId, SessionId};
+use tasklet_runtime::GpuError;
+use tasklet_tests::{assert_baseline, probe_session, test_host};
 
 const IOTA_PTX: &str = include_str!("../../../kernels/iota.ptx");
 const FAULTS_PTX: &str = include_str!("../../../kernels/faults.ptx");
-
-/// The probe's grant on `host`, a lease of 1 MiB and a session on it.
-fn session(host: &Host) -> (LocalGpu, SessionId) {
-    let grant = host.policy().grant(&manifest("testing/probe"));
-    let mut gpu = LocalGpu::new(grant, Arc::clone(host.leases()));
-    let lease = gpu
-        .lease_acquire(LeaseRequest {
-            min_vram: 1 << 20,
-            secs: 60,
-            device: None,
-        })
-        .expect("lease");
-    let session = gpu.session_open(lease).expect("session");
-    (gpu, session)
-}
 
 fn config(grid: [u32; 3], block: [u32; 3], shared_mem_bytes: u32) -> LaunchConfig {
     LaunchConfig {
@@ -65,7 +46,7 @@ fn a_launch_past_the_devices_limits_fails_at_once_naming_the_limit_and_the_value
     let host = test_host!();
     let limits = host.device().launch_limits;
     assert!(limits.max_threads_per_block >= 1024, "{limits:?}");
-    let (mut gpu, s) = session(&host);
+    let (mut gpu, s) = probe_session(&host);
     let m = gpu.module_load(s, IOTA_PTX).expect("iota loads");
     let buf = gpu.mem_alloc(s, 4096).expect("alloc");
     let max_grid_y = limits.max_grid[1];
@@ -126,7 +107,7 @@ fn a_launch_past_the_devices_limits_fails_at_once_naming_the_limit_and_the_value
 #[test]
 fn an_error_found_after_a_launch_names_that_launch_not_the_call_that_reports_it() {
     let host = test_host!();
-    let (mut gpu, s) = session(&host);
+    let (mut gpu, s) = probe_session(&host);
     let iota_module = gpu.module_load(s, IOTA_PTX).expect("iota loads");
     let faults = gpu.module_load(s, FAULTS_PTX).expect("faults loads");
     let buf = gpu.mem_alloc(s, 4096).expect("alloc");
@@ -171,7 +152,7 @@ fn an_error_found_after_a_launch_names_that_launch_not_the_call_that_reports_it(
 fn modules_a_gpu_refuses_are_refused_on_every_backend_with_the_same_fix() {
     let host = test_host!();
     let (major, minor) = host.device().compute_capability;
-    let (mut gpu, s) = session(&host);
+    let (mut gpu, s) = probe_session(&host);
     for empty in ["", "\n// nothing but a comment\n"] {
         assert_error(
             gpu.module_load(s, empty),

@@ -10,7 +10,7 @@ use tasklet_runtime::gpu::{
     GpuService, GraphArg, KernelArg, KernelRef, LaunchConfig, LeaseRequest, LocalGpu, ModuleSource,
 };
 use tasklet_runtime::GpuError;
-use tasklet_tests::{assert_baseline, manifest, run_probe, test_host};
+use tasklet_tests::{assert_baseline, manifest, probe_session, run_probe, test_host};
 
 const WORDS: u32 = 256;
 
@@ -118,16 +118,7 @@ fn a_tasklet_reloads_a_module_and_keeps_its_buffers() {
 #[test]
 fn a_loop_of_reloads_refuses_every_old_id_and_leaves_nothing_behind() {
     let host = test_host!();
-    let grant = host.policy().grant(&manifest("testing/probe"));
-    let mut gpu = LocalGpu::new(grant, Arc::clone(host.leases()));
-    let lease = gpu
-        .lease_acquire(LeaseRequest {
-            min_vram: 1 << 20,
-            secs: 60,
-            device: None,
-        })
-        .expect("lease");
-    let s = gpu.session_open(lease).expect("session");
+    let (mut gpu, s) = probe_session(&host);
     let first = gpu.module_load(s, ADD_STEP_PTX).expect("loads");
     let x = gpu.mem_alloc(s, 4 * u64::from(WORDS)).expect("alloc");
     let step = gpu.mem_alloc(s, 8).expect("alloc");

@@ -131,6 +131,8 @@ fn a_fault_inside_a_burst_names_its_launch_by_ordinal() {
     };
     let kernel = KernelRef::Named("write_out_of_bounds");
     assert_eq!(gpu.launch_burst(s, faults, kernel, &burst), Ok(2));
+    // The holder's figures (`run --stats`) count each launch of the burst.
+    assert_eq!(gpu.usage().stats().launches, 1 + 4);
     let message = match gpu.sync(s) {
         Err(GpuError::KernelFault(m)) => m,
         other => panic!("the fault surfaces at sync: {other:?}"),

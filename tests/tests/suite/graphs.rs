@@ -131,7 +131,11 @@ fn a_replayed_graph_leaves_what_its_operations_one_by_one_leave() {
         }
     };
 
+    let launches = |r: &Rig| r.gpu.usage().stats().launches;
+    let before = launches(&r);
     r.gpu.graph_replay(r.s, g, 3).expect("replay");
+    // The holder's figures (`run --stats`) count each launch of each replay.
+    assert_eq!(launches(&r) - before, 2 * 3);
     one_by_one(&mut r, 1, 3, y);
     r.gpu.graph_set_scalar(r.s, g, k, 10).expect("set scalar");
     r.gpu.graph_replay(r.s, g, 2).expect("replay");

@@ -152,7 +152,12 @@ impl Usage {
     }
 
     pub(super) fn launched(&self) {
-        self.counters.launches.fetch_add(1, Relaxed);
+        self.launched_n(1);
+    }
+
+    /// `n` launches at once (a burst's, a graph replay's): one add, not `n`.
+    pub(super) fn launched_n(&self, n: u64) {
+        self.counters.launches.fetch_add(n, Relaxed);
     }
 
     pub(super) fn wrote(&self, bytes: usize) {

@@ -113,9 +113,7 @@ impl LocalGpu {
             }
             Ok(())
         })?;
-        for _ in 0..ends.len() {
-            self.usage.launched();
-        }
+        self.usage.launched_n(ends.len() as u64);
         Ok(s.lease_id)
     }
 }

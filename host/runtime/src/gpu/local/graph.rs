@@ -495,9 +495,8 @@ impl LocalGpu {
         g.worker = Some(id);
         replayed?;
         g.dirty.clear();
-        for _ in 0..launches * u64::from(times) {
-            self.usage.launched();
-        }
+        self.usage
+            .launched_n(launches.saturating_mul(u64::from(times)));
         Ok(())
     }
 

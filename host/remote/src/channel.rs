@@ -6,7 +6,6 @@
 //! The data of a large reply is the exception: a task on the runtime's thread reads it (see
 //! [`BULK_READ`]).
 
-use crate::connect::lost;
 use crate::error::ClientError;
 use crate::spin::Spin;
 use bytes::{Buf, Bytes, BytesMut};
@@ -244,11 +243,16 @@ impl Channel {
     }
 
     fn write_failed(&mut self, err: quinn::WriteError) -> ClientError {
-        let why = match err {
-            quinn::WriteError::ConnectionLost(lost_err) => lost(&lost_err),
-            other => other.to_string(),
+        let error = match err {
+            // In TLS 1.3 the node checks the client's certificate after the client's half of
+            // the handshake is done, so its refusal can end the connection under the first
+            // write as well as under a read: explained the same way wherever it surfaces.
+            quinn::WriteError::ConnectionLost(lost_err) => {
+                crate::connect::refusal_or_loss(&lost_err)
+            }
+            other => ClientError::Disconnected(other.to_string()),
         };
-        self.fail(ClientError::Disconnected(why))
+        self.fail(error)
     }
 
     /// Writes a request's large data as data frames: this thread copies each chunk, behind its

@@ -30,14 +30,20 @@ use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 use tasklet_runtime::config::{Grant as HostGrant, Manifest, Right};
 use tasklet_runtime::gpu::{
-    submit_args_after_region, submit_in_session, BufferId, Burst, DeviceInfo, GpuService, GraphArg,
-    GraphId, GuestBytes, KernelArg, KernelParam, KernelRef, KernelSignature, LaunchConfig, LeaseId,
-    LeaseInfo, LeaseRequest, ModuleId, ModuleSource, ParamKind, SessionId, Submit, SubmitArg,
-    MAX_BURST_LAUNCHES,
+    check_burst_size, submit_args_after_region, submit_in_session, BufferId, Burst, DeviceInfo,
+    GpuService, GraphArg, GraphId, GuestBytes, KernelArg, KernelParam, KernelRef, KernelSignature,
+    LaunchConfig, LeaseId, LeaseInfo, LeaseRequest, ModuleId, ModuleSource, ParamKind, SessionId,
+    Submit, SubmitArg,
 };
 use tasklet_runtime::DeviceRequirement;
 use tasklet_runtime::GpuError;
 use tasklet_wire as wire;
+
+// A burst the host accepts is one request the wire carries, and the other way round.
+const _: () = assert!(
+    wire::limits::MAX_BURST_LAUNCHES == tasklet_runtime::gpu::MAX_BURST_LAUNCHES
+        && wire::limits::MAX_BURST_CHANGES == tasklet_runtime::gpu::MAX_BURST_CHANGES
+);
 use tasklet_wire::{rights, Reply, Request};
 
 /// A node's GPU as a [`GpuService`].
@@ -618,20 +624,9 @@ impl GpuService for RemoteGpu {
         kernel: KernelRef<'_>,
         burst: &Burst<'_>,
     ) -> Result<u64, GpuError> {
-        // What one request cannot carry is refused here, in the node's words for the same limit.
-        let n = burst.counts.len();
-        if n > MAX_BURST_LAUNCHES {
-            return Err(GpuError::InvalidArgument(format!(
-                "a burst of {n} launches is more than the {MAX_BURST_LAUNCHES} one call may hold; split it into several"
-            )));
-        }
-        if burst.changes.len() > wire::limits::MAX_BURST_CHANGES {
-            return Err(GpuError::InvalidArgument(format!(
-                "a burst changing {} arguments is more than the {} one request to a node carries; split it into several",
-                burst.changes.len(),
-                wire::limits::MAX_BURST_CHANGES
-            )));
-        }
+        // What one request cannot carry is refused here, in the node's words for the same limit
+        // (the wire's limits are the host's: checked where this crate is built).
+        check_burst_size(burst.counts.len(), burst.changes.len())?;
         let index = self.kernel_index(module, kernel)?;
         let request = Request::LaunchBurst(wire::LaunchBurst {
             session: wire::SessionId(session.0),

@@ -26,6 +26,13 @@ impl MeteredGpu {
             live: HashSet::new(),
         }
     }
+
+    /// Counts a lease the run now holds, once.
+    fn acquired(&mut self, lease: LeaseId) {
+        if self.live.insert(lease) {
+            self.metrics.lease_acquired.inc();
+        }
+    }
 }
 
 impl Drop for MeteredGpu {
@@ -46,9 +53,7 @@ impl GpuService for MeteredGpu {
 
     fn lease_acquire(&mut self, request: LeaseRequest) -> Result<LeaseId, GpuError> {
         let lease = self.gpu.lease_acquire(request)?;
-        if self.live.insert(lease) {
-            self.metrics.lease_acquired.inc();
-        }
+        self.acquired(lease);
         Ok(lease)
     }
 
@@ -58,9 +63,7 @@ impl GpuService for MeteredGpu {
         requires: &DeviceRequirement,
     ) -> Result<LeaseId, GpuError> {
         let lease = self.gpu.lease_acquire_with(request, requires)?;
-        if self.live.insert(lease) {
-            self.metrics.lease_acquired.inc();
-        }
+        self.acquired(lease);
         Ok(lease)
     }
 
@@ -72,9 +75,7 @@ impl GpuService for MeteredGpu {
     ) -> Result<Vec<LeaseId>, GpuError> {
         let leases = self.gpu.lease_acquire_group(request, requires, count)?;
         for &lease in &leases {
-            if self.live.insert(lease) {
-                self.metrics.lease_acquired.inc();
-            }
+            self.acquired(lease);
         }
         Ok(leases)
     }

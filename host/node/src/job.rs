@@ -1,5 +1,6 @@
 //! What a connection's streams hand its GPU thread, and what the GPU thread hands back.
 
+use crate::shared::Unanswered;
 use bytes::Bytes;
 use tasklet_wire::{BufferId, ErrorReply, Request, RequestId, SessionId};
 use tokio::sync::OwnedSemaphorePermit;
@@ -13,6 +14,8 @@ pub(crate) struct Job {
     /// The share of the connection's queue budget this job's bytes hold; returned when the job
     /// is done.
     pub _budget: Option<OwnedSemaphorePermit>,
+    /// Counts the request as unanswered until the job is done.
+    pub _unanswered: Unanswered,
 }
 
 pub(crate) enum Work {

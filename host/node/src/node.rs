@@ -19,6 +19,9 @@ use tokio::time::Instant;
 /// How often a drain looks whether the last lease has ended.
 const DRAIN_POLL: Duration = Duration::from_millis(50);
 
+/// How often a stopping node looks whether its connections have closed.
+const CLOSED_POLL: Duration = Duration::from_millis(10);
+
 /// The longest a stopping node waits to leave the cluster (its record expires by itself).
 const LEAVE_WAIT: Duration = Duration::from_secs(10);
 
@@ -99,8 +102,11 @@ impl Node {
         let close = loop {
             let draining = *phase.borrow() == Phase::Draining;
             if draining {
-                // Running work is the lease holders' and the deployed tasklets' runs.
-                if shared.host.accounting().leases == 0 && shared.metrics.deploy_runs_active() == 0
+                // Running work is the lease holders' and the deployed tasklets' runs; and the
+                // replies owed, the last lease's release or the last run's output among them.
+                if shared.host.accounting().leases == 0
+                    && shared.metrics.deploy_runs_active() == 0
+                    && shared.unanswered() == 0
                 {
                     break (ErrorCode::Draining, "the node has drained and stopped");
                 }
@@ -158,6 +164,12 @@ impl Node {
             {
                 membership.abort();
             }
+        }
+        // The connections close themselves once they have delivered what was answered
+        // (bounded in each); the endpoint's close ends any that have not.
+        let closing = Instant::now();
+        while shared.metrics.connections_open() > 0 && closing.elapsed() < CLOSE_GRACE * 2 {
+            tokio::time::sleep(CLOSED_POLL).await;
         }
         endpoint.close((code as u32).into(), reason.as_bytes());
         let _ = tokio::time::timeout(CLOSE_GRACE, endpoint.wait_idle()).await;

@@ -37,8 +37,9 @@ use tokio::sync::mpsc;
 /// Sends queued for a stream's writer before a sender waits.
 const QUEUE: usize = 256;
 
-/// How long a closing stream waits for its GOAWAY to reach the client before closing anyway.
-const GOAWAY_GRACE: Duration = Duration::from_millis(500);
+/// How long a closing stream waits for its GOAWAY, or a finished one for its last replies, to
+/// reach the client before its writer ends anyway.
+const FINISH_GRACE: Duration = Duration::from_millis(500);
 
 fn switched_on(name: &str) -> bool {
     std::env::var(name).map_or(true, |v| v.trim() != "0")
@@ -282,7 +283,7 @@ impl Writer {
                         && send.write_all(&frame).await.is_ok()
                     {
                         let _ = send.finish();
-                        let _ = tokio::time::timeout(GOAWAY_GRACE, send.stopped()).await;
+                        let _ = tokio::time::timeout(FINISH_GRACE, send.stopped()).await;
                     }
                     self.connection.close(
                         crate::connection::close_code(error.code),
@@ -293,8 +294,10 @@ impl Writer {
             }
         }
         let mut send = outlet.send.lock().await;
-        if write_rest(&outlet, &mut send).await {
-            let _ = send.finish();
+        if write_rest(&outlet, &mut send).await && send.finish().is_ok() {
+            // Until the client has everything: a connection closed sooner may lose the last
+            // replies (QUIC drops what is unsent, and the client may drop what it has not read).
+            let _ = tokio::time::timeout(FINISH_GRACE, send.stopped()).await;
         }
     }
 }

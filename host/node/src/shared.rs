@@ -4,7 +4,7 @@
 use crate::authorize::Authorizer;
 use crate::deploy::Deployments;
 use crate::metrics::NodeMetrics;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tasklet_runtime::Host;
@@ -50,6 +50,20 @@ pub(crate) struct Shared {
     /// The phase, readable without a lock from the connections' GPU threads.
     draining: AtomicBool,
     next_connection: AtomicU64,
+    /// Requests taken off a stream and not yet answered (see [`Unanswered`]).
+    unanswered: Arc<AtomicUsize>,
+}
+
+/// A request the node has taken off a stream, counted until its reply has been handed to the
+/// stream (when the job or deploy request carrying it is dropped). A drain waits for none to be
+/// left, so that the reply to the request that ended the last lease or run is not cut off by the
+/// node closing its connections.
+pub(crate) struct Unanswered(Arc<AtomicUsize>);
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Shared {
@@ -71,6 +85,7 @@ impl Shared {
             phase: watch::Sender::new(Phase::Serving),
             draining: AtomicBool::new(false),
             next_connection: AtomicU64::new(1),
+            unanswered: Arc::new(AtomicUsize::new(0)),
         }
     }
 
@@ -97,6 +112,17 @@ impl Shared {
         if phase != Phase::Serving {
             self.draining.store(true, Ordering::Release);
         }
+    }
+
+    /// Counts a request taken off a stream until the guard is dropped.
+    pub fn taken(&self) -> Unanswered {
+        self.unanswered.fetch_add(1, Ordering::AcqRel);
+        Unanswered(Arc::clone(&self.unanswered))
+    }
+
+    /// Requests taken and not yet answered, on every connection.
+    pub fn unanswered(&self) -> usize {
+        self.unanswered.load(Ordering::Acquire)
     }
 
     /// A number naming a connection in the node's logs.

@@ -15,7 +15,7 @@ use crate::caller::Caller;
 use crate::deploy::{exit_code, exit_message, failure, from_wire, to_wire};
 use crate::job::ReplyTo;
 use crate::reply::{fail, send, send_piece, start_reply, Failure};
-use crate::shared::Shared;
+use crate::shared::{Shared, Unanswered};
 use std::sync::Arc;
 use tasklet_deploy::Push;
 use tasklet_runtime::RunStop;
@@ -37,6 +37,8 @@ pub(crate) struct Queued {
     reply: ReplyTo,
     /// The connection's queue budget the request's data holds until it is served.
     _budget: Option<OwnedSemaphorePermit>,
+    /// Counts the request as unanswered until it has been served.
+    _unanswered: Unanswered,
 }
 
 enum Work {
@@ -184,6 +186,7 @@ pub(crate) async fn accept(
         budget: Arc::clone(budget),
         permit: None,
         held: 0,
+        unanswered: shared.taken(),
     };
     if streamed == 0 {
         lane.queue(intake.into_job()).await;
@@ -231,6 +234,7 @@ pub(crate) struct Intake {
     permit: Option<OwnedSemaphorePermit>,
     /// Bytes of budget `permit` holds.
     held: usize,
+    unanswered: Unanswered,
 }
 
 impl Intake {
@@ -290,6 +294,7 @@ impl Intake {
             work: self.work,
             reply: self.reply,
             _budget: self.permit,
+            _unanswered: self.unanswered,
         }
     }
 }

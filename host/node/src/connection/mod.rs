@@ -22,10 +22,12 @@ use crate::dispatch::Dispatcher;
 use crate::shared::{Phase, Shared};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 use tasklet_runtime::guest_memory::staging::StagingPool;
 use tasklet_tls::{explain, peer_tenant};
 use tasklet_wire::ErrorCode;
 use tokio::sync::{mpsc, Semaphore};
+use tokio::task::JoinSet;
 
 /// Batches of jobs (each what one read of a stream held) queued for a connection's GPU thread
 /// before its streams wait; their payload bytes are bounded by [`QUEUE_BYTES`].
@@ -34,6 +36,9 @@ const JOB_QUEUE: usize = 1024;
 /// Bytes of request payload (modules, every by-value kernel argument of launches, bursts and
 /// graph recordings, write data) queued for a connection's GPU thread before its streams wait.
 pub(crate) const QUEUE_BYTES: usize = 64 << 20;
+
+/// How long a stopping connection waits for its streams to deliver their last replies.
+const STOP_GRACE: Duration = Duration::from_secs(1);
 
 /// Bytes of one buffer of a connection's staging memory: a MEM_WRITE's data is gathered, and a
 /// MEM_READ's read from the device, a piece of this size at a time.
@@ -148,11 +153,13 @@ pub(crate) async fn serve(shared: Arc<Shared>, incoming: quinn::Incoming) {
     let hello_deadline = tokio::time::sleep(shared.limits.stall_timeout);
     tokio::pin!(hello_deadline);
     let mut said_hello = false;
+    let mut streams = JoinSet::new();
+    let mut stopping = false;
     let why = loop {
         tokio::select! {
             stream = connection.accept_bi() => match stream {
                 Ok((send, recv)) => {
-                    tokio::spawn(stream::serve(stream::Stream {
+                    streams.spawn(stream::serve(stream::Stream {
                         shared: Arc::clone(&shared),
                         caller: Arc::clone(&caller),
                         connection: connection.clone(),
@@ -164,6 +171,7 @@ pub(crate) async fn serve(shared: Arc<Shared>, incoming: quinn::Incoming) {
                 }
                 Err(err) => break err.to_string(),
             },
+            Some(_) = streams.join_next() => {}
             _ = hello.notified(), if !said_hello => said_hello = true,
             _ = &mut hello_deadline, if !said_hello => {
                 caller.metrics.protocol_errors.inc();
@@ -175,11 +183,23 @@ pub(crate) async fn serve(shared: Arc<Shared>, incoming: quinn::Incoming) {
                 break reason;
             }
             _ = phase.wait_for(|p| *p == Phase::Stopping) => {
-                connection.close(close_code(ErrorCode::Draining), b"the node is shutting down");
+                stopping = true;
                 break "the node is shutting down".into();
             }
         }
     };
+    if stopping {
+        // Each stream stops reading and delivers what was answered (the reply that ended a
+        // drain among it) before the close, which would cut it off.
+        let delivered = async { while streams.join_next().await.is_some() {} };
+        let _ = tokio::time::timeout(STOP_GRACE, delivered).await;
+        connection.close(
+            close_code(ErrorCode::Draining),
+            b"the node is shutting down",
+        );
+    }
+    // A stream still serving ends with the connection by itself.
+    streams.detach_all();
     // Whatever is still queued belongs to a client that is gone: the GPU thread drops it, and
     // then the connection's leases.
     closed.store(true, Ordering::Release);

@@ -13,7 +13,7 @@ use crate::caller::Caller;
 use crate::job::{Batch, Job, ReplyTo, Work, WritePiece};
 use crate::metrics::PerOp;
 use crate::outlet::outlet;
-use crate::shared::Shared;
+use crate::shared::{Phase, Shared};
 use bytes::Bytes;
 use prometheus::IntCounter;
 use std::sync::Arc;
@@ -85,7 +85,15 @@ pub(crate) async fn serve(stream: Stream) {
         hot,
         calls: false,
     };
-    if let Err(error) = reader.read_all(&mut recv).await {
+    let mut phase = shared.phase();
+    // A stopping node reads no more requests: the stream's writer then sends what was answered,
+    // finishes the stream and waits for the client to have it (`outlet`), before the connection
+    // is closed.
+    let read = tokio::select! {
+        read = reader.read_all(&mut recv) => read,
+        _ = phase.wait_for(|p| *p == Phase::Stopping) => Ok(()),
+    };
+    if let Err(error) = read {
         caller.metrics.protocol_errors.inc();
         tracing::warn!(remote = %connection.remote_address(), "closing a connection: {}", error.message);
         reply.close_async(error).await;
@@ -345,6 +353,7 @@ impl Reader {
             work,
             reply: self.reply.clone(),
             _budget: budget,
+            _unanswered: self.shared.taken(),
         });
         Ok(())
     }

@@ -350,6 +350,38 @@ pub fn a_drain_lets_a_running_deployment_finish() -> TestResult {
     Ok(())
 }
 
+/// The reply to the run that ends a drain reaches its client whole, however long it takes to
+/// send: iota's output of a million lines (6.9 MB) is still being written when the run has ended,
+/// and the node closes its connections only once the client has it all.
+pub fn a_drain_delivers_the_last_runs_whole_output() -> TestResult {
+    const N: u32 = 1_000_000;
+    let node = node_with_store();
+    let mut client = node.client("dev");
+    let iota = push(&mut client, "iota")?;
+    drop(client);
+    let mut runner = node.client("dev");
+    let running = std::thread::spawn(move || runner.deploy_run(&iota, N.to_string().as_bytes()));
+    let start = std::time::Instant::now();
+    while node.node().control().metrics().deploy_runs_active == 0 {
+        check(start.elapsed() < WAIT, || "the run never started".into())?;
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    node.node().drain();
+    let run = running
+        .join()
+        .map_err(|_| "the running client panicked")?
+        .map_err(|e| format!("the last run of a drain: {e}"))?;
+    let output = String::from_utf8_lossy(&run.output);
+    check(
+        run.exit == DeployExit::Ok
+            && output.lines().count() == N as usize
+            && output.ends_with(&format!("\n{N}\n")),
+        || format!("{:?}, {} bytes of output", run.exit, run.output.len()),
+    )?;
+    node.drain_and_wait(WAIT)?;
+    Ok(())
+}
+
 /// A run is granted its manifest cut down by the tenant's ceiling: probe asks for 64 MiB, and
 /// a tenant capped at 1 MiB gets a lease of 2 MiB refused where another gets it.
 pub fn a_run_gets_its_manifest_within_the_tenants_ceiling() -> TestResult {

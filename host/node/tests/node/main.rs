@@ -197,6 +197,10 @@ fn main() -> ExitCode {
             deploy::a_drain_lets_a_running_deployment_finish,
         ),
         (
+            "deploy::a_drain_delivers_the_last_runs_whole_output",
+            deploy::a_drain_delivers_the_last_runs_whole_output,
+        ),
+        (
             "deploy::a_killed_clients_run_is_stopped",
             deploy::a_killed_clients_run_is_stopped,
         ),

@@ -72,6 +72,9 @@ const REQ_GRAPH_CREATE: u8 = 18;
 const REQ_GRAPH_SET_ARGS: u8 = 19;
 const REQ_GRAPH_REPLAY: u8 = 20;
 const REQ_GRAPH_DESTROY: u8 = 21;
+const REQ_MAP_DEVICE: u8 = 22;
+const REQ_UNMAP_DEVICE: u8 = 23;
+const REQ_LAUNCH_PERSISTENT: u8 = 24;
 
 const OP_LAUNCH: u8 = 1;
 const OP_COPY: u8 = 2;
@@ -176,6 +179,30 @@ pub fn encode_request(id: u64, req: &Request<'_>, out: &mut Vec<u8>) {
         Request::GraphDestroy { graph } => {
             w.head(REQ_GRAPH_DESTROY, id);
             w.u32(*graph);
+        }
+        Request::MapDevice {
+            memory,
+            offset,
+            len,
+        } => {
+            w.head(REQ_MAP_DEVICE, id);
+            w.u64(*memory);
+            w.u64(*offset);
+            w.u64(*len);
+        }
+        Request::UnmapDevice { addr } => {
+            w.head(REQ_UNMAP_DEVICE, id);
+            w.u64(*addr);
+        }
+        Request::LaunchPersistent {
+            launch,
+            memory,
+            control,
+        } => {
+            w.head(REQ_LAUNCH_PERSISTENT, id);
+            w.u64(*memory);
+            w.u64(*control);
+            w.launch(launch);
         }
         Request::Sync => w.head(REQ_SYNC, id),
         Request::Reset => w.head(REQ_RESET, id),
@@ -301,6 +328,23 @@ pub fn decode_request(frame: &[u8]) -> Result<(u64, Request<'_>), DecodeError> {
         REQ_GRAPH_DESTROY => Request::GraphDestroy {
             graph: r.u32("graph id")?,
         },
+        REQ_MAP_DEVICE => Request::MapDevice {
+            memory: r.u64("memory id")?,
+            offset: r.u64("memory offset")?,
+            len: r.u64("mapping length")?,
+        },
+        REQ_UNMAP_DEVICE => Request::UnmapDevice {
+            addr: r.u64("device address")?,
+        },
+        REQ_LAUNCH_PERSISTENT => {
+            let memory = r.u64("memory id")?;
+            let control = r.u64("control block offset")?;
+            Request::LaunchPersistent {
+                launch: r.launch()?,
+                memory,
+                control,
+            }
+        }
         REQ_SYNC => Request::Sync,
         REQ_RESET => Request::Reset,
         REQ_INFO => Request::Info,

@@ -93,6 +93,29 @@ pub enum Request<'a> {
     GraphDestroy {
         graph: u32,
     },
+    /// Make bytes `offset..offset+len` of attached memory `memory` (mapped memory: rings and
+    /// control blocks, `super::actor`) visible to kernels, while the host keeps reading and
+    /// writing them. Answered with [`Response::Allocated`]: the device address of `offset`.
+    MapDevice {
+        memory: u64,
+        offset: u64,
+        len: u64,
+    },
+    /// Undo the [`Request::MapDevice`] answered with `addr`.
+    UnmapDevice {
+        addr: u64,
+    },
+    /// Start a persistent kernel: it runs beside everything else the worker does, exempt from
+    /// the launch deadline (`launch.deadline` is ignored), until it returns. Its control block is
+    /// `CONTROL_BYTES` at `control` of attached memory `memory` (mapped with `MapDevice`): the
+    /// worker marks it started before answering and ended, saying how, once the kernel is. The
+    /// host stops a kernel by asking through the control block and, past a grace period, by
+    /// ending the worker.
+    LaunchPersistent {
+        launch: Launch<'a>,
+        memory: u64,
+        control: u64,
+    },
 }
 
 /// One operation of a recorded graph ([`Request::GraphCreate`]), run in the order given.
@@ -137,6 +160,9 @@ impl Request<'_> {
             Request::GraphSetArgs { .. } => "graph-set-args",
             Request::GraphReplay { .. } => "graph-replay",
             Request::GraphDestroy { .. } => "graph-destroy",
+            Request::MapDevice { .. } => "map-device",
+            Request::UnmapDevice { .. } => "unmap-device",
+            Request::LaunchPersistent { .. } => "launch-persistent",
         }
     }
 }

@@ -12,8 +12,10 @@
 //! - [`control_socket`]: the socket beside the channel that carries file descriptors;
 //! - [`error_kind`]: why an operation failed, as one byte on the wire;
 //! - [`charging`]: the unit device memory is counted in, by the worker and the host alike;
-//! - [`quote`]: how much of a tenant's names and text an error message may repeat.
+//! - [`quote`]: how much of a tenant's names and text an error message may repeat;
+//! - [`actor`]: the control blocks and rings a persistent kernel shares with the host.
 
+pub mod actor;
 pub mod channel;
 pub mod charging;
 pub mod codec;

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use super::attach::Attachments;
 use super::backend::{self, Backend, BackendError};
+use crate::contract::actor::{ControlBlock, CONTROL_BYTES};
 use crate::contract::channel::{Incoming, WorkerEnd};
 use crate::contract::codec::{decode_request, encode_response};
 use crate::contract::{quote, ErrorKind, Launch, Request, Response};
@@ -336,6 +337,16 @@ fn dispatch(
             Some(seq) => b.sync_signalling(seq),
             None => b.sync(),
         }),
+        // Memory a persistent kernel may be using stays mapped while it runs: the host stops
+        // such kernels before it resets or detaches, or ends the worker.
+        Request::Reset if b.persistent_running() => done(Err(BackendError::new(
+            ErrorKind::KernelFault,
+            "reset while a persistent kernel still runs: the worker cannot be reused",
+        ))),
+        Request::DetachMemory { id } if b.persistent_running() => done(Err(BackendError::new(
+            ErrorKind::InvalidArgument,
+            format!("memory {id} stays attached while a persistent kernel runs"),
+        ))),
         Request::Reset => {
             guests.detach_all(b);
             done(b.reset())
@@ -355,6 +366,38 @@ fn dispatch(
             writes,
         } => done(b.graph_replay(*graph, *times, writes)),
         Request::GraphDestroy { graph } => done(b.graph_destroy(*graph)),
+        Request::MapDevice {
+            memory,
+            offset,
+            len,
+        } => match guest_range(b, guests, *memory, *offset, *len) {
+            Ok((p, n)) => match b.map_device(p, n) {
+                Ok(addr) => Response::Allocated { addr },
+                Err(e) => Response::Error {
+                    kind: e.kind,
+                    message: e.message,
+                },
+            },
+            Err(e) => done(Err(e)),
+        },
+        Request::UnmapDevice { addr } => done(b.unmap_device(*addr)),
+        Request::LaunchPersistent {
+            launch,
+            memory,
+            control,
+        } => match guest_range(b, guests, *memory, *control, CONTROL_BYTES as u64) {
+            Ok((p, _)) if (p as usize).is_multiple_of(8) => {
+                // SAFETY: `guest_range` checked that CONTROL_BYTES at `p` lie in the mapping; the
+                // mapping stays while the backend may use the block: detaching it is refused
+                // while a persistent kernel runs.
+                done(b.launch_persistent(launch, unsafe { ControlBlock::at(p) }))
+            }
+            Ok(_) => done(Err(backend::BackendError::new(
+                ErrorKind::InvalidArgument,
+                format!("a control block at offset {control} is not 8-byte aligned"),
+            ))),
+            Err(e) => done(Err(e)),
+        },
         Request::AttachMemory { id, capacity } => done(guests.attach(b, *id, *capacity)),
         Request::DetachMemory { id } => done(guests.detach(b, *id)),
         Request::WriteFrom {

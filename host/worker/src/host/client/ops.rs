@@ -291,6 +291,43 @@ impl Worker {
         r
     }
 
+    /// Makes `span` (of mapped memory the host shares with kernels: rings, control blocks) visible
+    /// to kernels, attaching its memory first if need be; the device address of its start.
+    pub fn map_device(&mut self, span: &GuestSpan) -> Result<u64, WorkerError> {
+        self.attach(span)?;
+        let req = Request::MapDevice {
+            memory: span.memory_id(),
+            offset: span.offset() as u64,
+            len: span.len() as u64,
+        };
+        match self.call(&req, self.op_timeout)? {
+            Response::Allocated { addr } => Ok(addr),
+            other => Err(self.unexpected("map-device", &other)),
+        }
+    }
+
+    /// Undoes the [`Worker::map_device`] that answered `addr`.
+    pub fn unmap_device(&mut self, addr: u64) -> Result<(), WorkerError> {
+        self.call_ok(&Request::UnmapDevice { addr })
+    }
+
+    /// Starts `l` as a persistent kernel whose control block is `control` (mapped memory, already
+    /// mapped for kernels by [`Worker::map_device`]): answered once it is started. It runs
+    /// beside the worker's other work, exempt from `l.deadline`, and is not waited for by `sync`;
+    /// its end shows in the control block.
+    pub fn launch_persistent(
+        &mut self,
+        l: &Launch<'_>,
+        control: &GuestSpan,
+    ) -> Result<(), WorkerError> {
+        self.attach(control)?;
+        self.call_ok(&Request::LaunchPersistent {
+            launch: l.clone(),
+            memory: control.memory_id(),
+            control: control.offset() as u64,
+        })
+    }
+
     pub fn graph_destroy(&mut self, graph: u32) -> Result<(), WorkerError> {
         self.call_ok(&Request::GraphDestroy { graph })
     }

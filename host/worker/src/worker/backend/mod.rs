@@ -42,6 +42,7 @@ pub use null::NullBackend;
 
 use std::time::Duration;
 
+use crate::contract::actor::ControlBlock;
 use crate::contract::messages::GraphOp;
 use crate::contract::{BackendKind, ErrorKind, Launch, LoadedModule, WorkerInfo};
 
@@ -166,6 +167,50 @@ pub trait Backend {
     /// `map_host` set up for it. No later copy uses it.
     fn unmap_host(&mut self, base: *mut u8, len: usize) {
         let _ = (base, len);
+    }
+    /// Makes host memory `base..base+len` of this process (part of an attached memory, mapped
+    /// shared with the host) visible to kernels: the device address kernels reach `base` at.
+    /// Kernels and the host then share those bytes while kernels run (cuda: page-locked with
+    /// `CU_MEMHOSTREGISTER_DEVICEMAP`; the emulator: an allocation over the same bytes). The
+    /// mapping counts against no device memory. `unmap_device` or `reset` undoes it; the caller
+    /// keeps the memory mapped until then.
+    fn map_device(&mut self, base: *mut u8, len: usize) -> Result<u64, BackendError> {
+        let _ = (base, len);
+        Err(BackendError::new(
+            ErrorKind::Unsupported,
+            "this backend maps no host memory for kernels",
+        ))
+    }
+    /// Undoes the [`Backend::map_device`] that answered `addr`. Refused (`InvalidArgument`) while
+    /// a persistent kernel runs: it may be using the memory.
+    fn unmap_device(&mut self, addr: u64) -> Result<(), BackendError> {
+        Err(BackendError::new(
+            ErrorKind::InvalidArgument,
+            format!("{addr:#x} is not mapped for kernels"),
+        ))
+    }
+    /// Starts `launch` as a persistent kernel: beside everything else (cuda: on a stream of its
+    /// own; the emulator: on threads of its own, every CTA at once), exempt from its deadline,
+    /// not waited for by `sync`, not counted among the lease's numbered launches. Before
+    /// returning, marks `control` started ([`ControlBlock::start`]); once the kernel has ended,
+    /// marks it ended, saying how ([`ControlBlock::finish`]), from whatever thread sees the end.
+    /// A launch refused at once is an error here and leaves `control` alone. `reset` while one
+    /// runs fails with `KernelFault` (the host stops persistent kernels first, or ends the
+    /// worker).
+    fn launch_persistent(
+        &mut self,
+        launch: &Launch<'_>,
+        control: ControlBlock,
+    ) -> Result<(), BackendError> {
+        let _ = (launch, control);
+        Err(BackendError::new(
+            ErrorKind::Unsupported,
+            "this backend runs no persistent kernels",
+        ))
+    }
+    /// Whether a persistent kernel started here has not yet been seen to end.
+    fn persistent_running(&self) -> bool {
+        false
     }
     /// The time the device has spent on this worker's launches since the worker started, as far
     /// as it is known finished: never goes back, and is published with every response. The

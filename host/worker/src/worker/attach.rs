@@ -25,6 +25,9 @@ struct Attachment {
     mapped: usize,
     /// Bytes last given to `Backend::map_host` (the valid size then).
     told: usize,
+    /// Device addresses of the ranges of it made visible to kernels (`Backend::map_device`),
+    /// undone before the memory is unmapped.
+    device_maps: Vec<u64>,
 }
 
 impl Drop for Attachment {
@@ -112,6 +115,7 @@ impl Attachments {
             base: p.cast(),
             mapped,
             told: 0,
+            device_maps: Vec::new(),
         };
         let valid = valid_size(&a)?;
         b.map_host(a.base, valid)?;
@@ -140,11 +144,44 @@ impl Attachments {
     fn remove(&mut self, b: &mut dyn Backend, id: u64) -> bool {
         match self.map.remove(&id) {
             Some(a) => {
+                for addr in &a.device_maps {
+                    // The backend forgets the mapping either way; an error here can only say it
+                    // had already.
+                    let _ = b.unmap_device(*addr);
+                }
                 b.unmap_host(a.base, a.told);
                 true
             }
             None => false,
         }
+    }
+
+    /// Makes bytes `offset..offset+len` of memory `id` visible to kernels (checked as
+    /// [`Attachments::range`] checks); the device address. Undone with the attachment, or by
+    /// [`Attachments::unmap_device`].
+    pub fn map_device(
+        &mut self,
+        b: &mut dyn Backend,
+        id: u64,
+        offset: u64,
+        len: u64,
+    ) -> Result<u64, BackendError> {
+        let p = self.range(b, id, offset, len)?;
+        // `range` bounded offset + len by the mapping: `len` fits a usize.
+        let addr = b.map_device(p, len as usize)?;
+        if let Some(a) = self.map.get_mut(&id) {
+            a.device_maps.push(addr);
+        }
+        Ok(addr)
+    }
+
+    /// Undoes the [`Attachments::map_device`] that answered `addr`.
+    pub fn unmap_device(&mut self, b: &mut dyn Backend, addr: u64) -> Result<(), BackendError> {
+        b.unmap_device(addr)?;
+        for a in self.map.values_mut() {
+            a.device_maps.retain(|&m| m != addr);
+        }
+        Ok(())
     }
 
     /// Bytes `offset..offset+len` of memory `id`, checked against the mapping and the memfd's

@@ -370,17 +370,14 @@ fn dispatch(
             memory,
             offset,
             len,
-        } => match guest_range(b, guests, *memory, *offset, *len) {
-            Ok((p, n)) => match b.map_device(p, n) {
-                Ok(addr) => Response::Allocated { addr },
-                Err(e) => Response::Error {
-                    kind: e.kind,
-                    message: e.message,
-                },
+        } => match guests.map_device(b, *memory, *offset, *len) {
+            Ok(addr) => Response::Allocated { addr },
+            Err(e) => Response::Error {
+                kind: e.kind,
+                message: e.message,
             },
-            Err(e) => done(Err(e)),
         },
-        Request::UnmapDevice { addr } => done(b.unmap_device(*addr)),
+        Request::UnmapDevice { addr } => done(guests.unmap_device(b, *addr)),
         Request::LaunchPersistent {
             launch,
             memory,

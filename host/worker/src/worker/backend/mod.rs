@@ -172,8 +172,9 @@ pub trait Backend {
     /// shared with the host) visible to kernels: the device address kernels reach `base` at.
     /// Kernels and the host then share those bytes while kernels run (cuda: page-locked with
     /// `CU_MEMHOSTREGISTER_DEVICEMAP`; the emulator: an allocation over the same bytes). The
-    /// mapping counts against no device memory. `unmap_device` or `reset` undoes it; the caller
-    /// keeps the memory mapped until then.
+    /// mapping counts against no device memory. `unmap_device` undoes it (the worker calls it
+    /// for every such mapping before the memory is detached, at `reset` too); the caller keeps
+    /// the memory mapped until then.
     fn map_device(&mut self, base: *mut u8, len: usize) -> Result<u64, BackendError> {
         let _ = (base, len);
         Err(BackendError::new(

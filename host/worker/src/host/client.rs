@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use super::error::WorkerError;
 use super::guest_memory::Shared;
+use super::mapped::MappedArea;
 use super::process::Proc;
 use super::slot::LeaseToken;
 use crate::contract::channel::{HostEnd, SharedRegion, WaitError, DEFAULT_DATA_SIZE};
@@ -73,6 +74,9 @@ pub struct Worker {
     attached: HashMap<u64, Weak<Shared>>,
     /// The linger last written to the channel (see [`super::linger`]).
     linger: u32,
+    /// Persistent kernels started and not yet seen ended: each one's area and the offset of its
+    /// control block there (see [`Worker::stop_persistent`]).
+    persistent: Vec<(Arc<MappedArea>, usize)>,
 }
 
 /// A process that was spawned and has not said it is ready yet.
@@ -147,6 +151,7 @@ impl Worker {
             ctl,
             attached: HashMap::new(),
             linger: 0,
+            persistent: Vec::new(),
         }))
     }
 

@@ -6,11 +6,13 @@ use std::time::{Duration, Instant};
 
 use super::calls::later;
 use super::Worker;
+use crate::contract::actor::{ControlBlock, CONTROL_BYTES};
 use crate::contract::channel::Answer;
 use crate::contract::messages::GraphOp;
 use crate::contract::{ErrorKind, Launch, LoadedModule, Request, Response, WorkerInfo};
 use crate::host::error::WorkerError;
 use crate::host::guest_memory::GuestSpan;
+use crate::host::mapped::MappedArea;
 
 impl Worker {
     pub fn ping(&mut self) -> Result<(), WorkerError> {
@@ -311,21 +313,63 @@ impl Worker {
         self.call_ok(&Request::UnmapDevice { addr })
     }
 
-    /// Starts `l` as a persistent kernel whose control block is `control` (mapped memory, already
-    /// mapped for kernels by [`Worker::map_device`]): answered once it is started. It runs
-    /// beside the worker's other work, exempt from `l.deadline`, and is not waited for by `sync`;
-    /// its end shows in the control block.
+    /// Starts `l` as a persistent kernel whose control block is the `CONTROL_BYTES` at
+    /// `control` of `area` (mapped for kernels already, by [`Worker::map_device`]): answered once
+    /// it is started. It runs beside the worker's other work, exempt from `l.deadline`, and is
+    /// not waited for by `sync`; its end shows in the control block. The worker keeps the area
+    /// until the kernel is seen ended ([`Worker::stop_persistent`]).
     pub fn launch_persistent(
         &mut self,
         l: &Launch<'_>,
-        control: &GuestSpan,
+        area: &Arc<MappedArea>,
+        control: usize,
     ) -> Result<(), WorkerError> {
-        self.attach(control)?;
+        let span = area.span(control, CONTROL_BYTES).ok_or_else(|| {
+            WorkerError::op(
+                ErrorKind::InvalidArgument,
+                "a control block outside its area",
+            )
+        })?;
+        self.attach(&span)?;
         self.call_ok(&Request::LaunchPersistent {
             launch: l.clone(),
-            memory: control.memory_id(),
-            control: control.offset() as u64,
-        })
+            memory: span.memory_id(),
+            control: control as u64,
+        })?;
+        self.persistent.push((Arc::clone(area), control));
+        Ok(())
+    }
+
+    /// Persistent kernels started on this worker and not seen ended.
+    pub fn persistent_running(&mut self) -> usize {
+        self.persistent
+            .retain(|(area, control)| !control_block(area, *control).ended());
+        self.persistent.len()
+    }
+
+    /// Asks every persistent kernel still running to return (through its control block) and
+    /// waits up to `grace` for all of them to have ended; whether they all did. One that did not
+    /// keeps running: the worker is then not to be reused (its reset is refused), only ended.
+    pub fn stop_persistent(&mut self, grace: Duration) -> bool {
+        if self.persistent_running() == 0 {
+            return true;
+        }
+        for (area, control) in &self.persistent {
+            control_block(area, *control).ask_to_terminate();
+        }
+        let until = Instant::now() + grace;
+        let mut pause = Duration::from_micros(50);
+        loop {
+            if self.persistent_running() == 0 {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= until || self.is_lost() {
+                return false;
+            }
+            std::thread::sleep(pause.min(until - now));
+            pause = (pause * 2).min(Duration::from_millis(10));
+        }
     }
 
     pub fn graph_destroy(&mut self, graph: u32) -> Result<(), WorkerError> {
@@ -365,6 +409,13 @@ impl Worker {
         self.launches = 0;
         r
     }
+}
+
+/// The host's view of the control block at `control` of `area`.
+fn control_block(area: &MappedArea, control: usize) -> ControlBlock {
+    // SAFETY: `launch_persistent` checked the block lies in the area, which the caller's Arc
+    // keeps mapped; offsets come from `MappedArea::take`, 256-aligned.
+    unsafe { ControlBlock::at(area.host_ptr(control)) }
 }
 
 fn offset(addr: u64, by: usize) -> Result<u64, WorkerError> {

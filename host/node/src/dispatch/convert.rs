@@ -54,6 +54,8 @@ pub(super) fn requested(grant: &wire::Grant, ceiling: &Grant) -> (Limits, GpuReq
         max_vram: grant.max_vram,
         max_leases: grant.max_leases,
         max_lease_time: Duration::from_millis(grant.max_lease_ms),
+        // The wire's GRANT carries neither the `persistent` right nor a count for it yet.
+        max_persistent: 0,
         rights: RIGHT_BITS
             .iter()
             .filter(|(_, bit)| grant.rights & bit != 0)

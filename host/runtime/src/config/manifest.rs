@@ -1,7 +1,7 @@
 //! `tasklet.toml`: what a tasklet asks for. It sits beside the tasklet; paths in it are relative
 //! to it.
 
-use super::rights::Rights;
+use super::rights::{Right, Rights};
 use super::value::{locate, Size, Time};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -37,6 +37,9 @@ pub struct GpuRequest {
     pub max_leases: u32,
     /// Longest a lease may last, renewals included.
     pub max_lease_time: Duration,
+    /// Most persistent kernels running at once, all leases together (each needs the
+    /// `persistent` right).
+    pub max_persistent: u32,
     pub rights: Rights,
 }
 
@@ -56,6 +59,7 @@ impl Default for GpuRequest {
             max_vram: 0,
             max_leases: 0,
             max_lease_time: Duration::ZERO,
+            max_persistent: 0,
             rights: Rights::NONE,
         }
     }
@@ -101,6 +105,8 @@ struct RawGpu {
     #[serde(default = "one")]
     max_leases: u32,
     max_lease_secs: Time,
+    /// Default: 1 with the `persistent` right, 0 without it (see [`Manifest::parse`]).
+    max_persistent: Option<u32>,
     rights: Rights,
 }
 
@@ -150,18 +156,43 @@ impl Manifest {
                 "`[limits]` values must be greater than zero".into(),
             ));
         }
-        let gpu = raw.gpu.map_or(GpuRequest::default(), |g| GpuRequest {
-            max_vram: g.max_vram.0,
-            max_leases: g.max_leases,
-            max_lease_time: g.max_lease_secs.0,
-            rights: g.rights,
-        });
+        let gpu = match raw.gpu {
+            None => GpuRequest::default(),
+            Some(g) => GpuRequest {
+                max_vram: g.max_vram.0,
+                max_leases: g.max_leases,
+                max_lease_time: g.max_lease_secs.0,
+                max_persistent: max_persistent(&g).map_err(|m| (line_of("max-persistent"), m))?,
+                rights: g.rights,
+            },
+        };
         Ok(Manifest {
             name: raw.name,
             component: dir.join(raw.component),
             limits,
             gpu,
         })
+    }
+}
+
+/// `max-persistent`, which follows the `persistent` right: 1 when the manifest names the right
+/// and leaves the key out, 0 without the right. A count that the rights make meaningless (some
+/// without the right, none with it) is refused rather than quietly ignored.
+fn max_persistent(g: &RawGpu) -> Result<u32, String> {
+    let persistent = g.rights.contains(Right::Persistent);
+    match (g.max_persistent, persistent) {
+        (None, true) => Ok(1),
+        (None, false) => Ok(0),
+        (Some(0), true) => Err(
+            "`max-persistent = 0` leaves the `persistent` right unusable; set it to 1 or more, \
+             or take \"persistent\" out of `rights`"
+                .into(),
+        ),
+        (Some(n), false) if n > 0 => Err(format!(
+            "`max-persistent = {n}` needs the `persistent` right; add \"persistent\" to `rights`, \
+             or take `max-persistent` out"
+        )),
+        (Some(n), _) => Ok(n),
     }
 }
 
@@ -219,6 +250,71 @@ rights = ["alloc", "read", "launch"]
         let (line, msg) = Manifest::parse(&text, Path::new(".")).unwrap_err();
         assert_eq!(line, Some(13), "{msg}");
         assert!(msg.contains("fly"), "{msg}");
+    }
+
+    #[test]
+    fn persistent_is_granted_only_when_named_and_max_persistent_follows_it() {
+        // The usual five rights: no `persistent`, and no persistent kernels.
+        let five = GOOD.replace("\"launch\"]", "\"write\", \"load\", \"launch\"]");
+        let m = Manifest::parse(&five, Path::new(".")).unwrap();
+        assert!(!m.gpu.rights.contains(Right::Persistent));
+        assert_eq!(m.gpu.max_persistent, 0);
+        // Named: the key defaults to 1.
+        let named = GOOD.replace("\"launch\"]", "\"launch\", \"persistent\"]");
+        let m = Manifest::parse(&named, Path::new(".")).unwrap();
+        assert!(m.gpu.rights.contains(Right::Persistent));
+        assert_eq!(m.gpu.max_persistent, 1);
+        // Set: taken as given.
+        let three = named.replace("max-leases = 2", "max-leases = 2\nmax-persistent = 3");
+        let m = Manifest::parse(&three, Path::new(".")).unwrap();
+        assert_eq!(m.gpu.max_persistent, 3);
+        // An empty rights list gets no right at all.
+        let none = GOOD.replace("[\"alloc\", \"read\", \"launch\"]", "[]");
+        let m = Manifest::parse(&none, Path::new(".")).unwrap();
+        assert_eq!(m.gpu.rights, Rights::NONE);
+        assert_eq!(m.gpu.max_persistent, 0);
+    }
+
+    #[test]
+    fn max_persistent_without_its_right_or_zero_with_it_is_refused() {
+        let text = GOOD.replace("max-leases = 2", "max-leases = 2\nmax-persistent = 2");
+        let (line, msg) = Manifest::parse(&text, Path::new(".")).unwrap_err();
+        assert_eq!(line, Some(12), "{msg}");
+        assert!(
+            msg.contains("`max-persistent = 2` needs the `persistent` right"),
+            "{msg}"
+        );
+        // 0 without the right is just the default, said out loud.
+        let text = GOOD.replace("max-leases = 2", "max-leases = 2\nmax-persistent = 0");
+        assert_eq!(
+            Manifest::parse(&text, Path::new("."))
+                .unwrap()
+                .gpu
+                .max_persistent,
+            0
+        );
+        let text = GOOD
+            .replace(
+                "max-leases = 2",
+                "max-leases = 2\nmax-persistent = 0\nrights = [\"launch\", \"persistent\"]",
+            )
+            .replace("rights = [\"alloc\", \"read\", \"launch\"]\n", "");
+        let (line, msg) = Manifest::parse(&text, Path::new(".")).unwrap_err();
+        assert_eq!(line, Some(12), "{msg}");
+        assert!(msg.contains("unusable"), "{msg}");
+    }
+
+    #[test]
+    fn max_persistent_of_the_wrong_type_names_key_and_line() {
+        for bad in ["\"many\"", "-1", "1.5", "true"] {
+            let text = GOOD.replace(
+                "max-leases = 2",
+                &format!("max-leases = 2\nmax-persistent = {bad}"),
+            );
+            let (line, msg) = Manifest::parse(&text, Path::new(".")).unwrap_err();
+            assert_eq!(line, Some(12), "{bad}: {msg}");
+            assert!(msg.contains("max-persistent"), "{bad}: {msg}");
+        }
     }
 
     #[test]

@@ -81,6 +81,10 @@ pub struct WorkerPolicy {
 /// printf FIFO and malloc heap, loaded code).
 pub const DEFAULT_CONTEXT_RESERVE: u64 = 512 << 20;
 
+/// Default `[tasklets] max-persistent`: each persistent kernel holds its worker's GPU for as
+/// long as its lease, so a node caps them well under its default 8 workers.
+pub const DEFAULT_MAX_PERSISTENT: u32 = 4;
+
 impl Default for Policy {
     fn default() -> Self {
         Policy {
@@ -92,6 +96,7 @@ impl Default for Policy {
                 max_vram: u64::MAX,
                 max_leases: 8,
                 max_lease_time: Duration::from_secs(3600),
+                max_persistent: DEFAULT_MAX_PERSISTENT,
                 rights: Rights::ALL,
             },
             workers: WorkerPolicy {
@@ -152,6 +157,7 @@ impl Policy {
         set(&mut p.gpu.max_vram, t.max_vram.map(|s| s.0));
         set(&mut p.gpu.max_leases, t.max_leases);
         set(&mut p.gpu.max_lease_time, t.max_lease_secs.map(|t| t.0));
+        set(&mut p.gpu.max_persistent, t.max_persistent);
         set(&mut p.gpu.rights, t.rights);
         set(&mut p.deploy, t.deploy);
         p.gpu_time = t.gpu_seconds.map(|t| t.0);
@@ -261,6 +267,7 @@ struct RawTaskletCaps {
     max_vram: Option<Size>,
     max_leases: Option<u32>,
     max_lease_secs: Option<Time>,
+    max_persistent: Option<u32>,
     rights: Option<Rights>,
     deploy: Option<bool>,
     gpu_seconds: Option<Time>,
@@ -274,6 +281,7 @@ impl RawTaskletCaps {
             max_vram: self.max_vram.map(|s| s.0),
             max_leases: self.max_leases,
             max_lease_time: self.max_lease_secs.map(|t| t.0),
+            max_persistent: self.max_persistent,
             rights: self.rights,
             deploy: self.deploy,
             gpu_time: self.gpu_seconds.map(|t| t.0),
@@ -316,6 +324,59 @@ mod tests {
         assert_eq!(g.gpu.max_leases, 1);
         assert_eq!(g.gpu.max_lease_time, Duration::from_secs(10));
         assert!(g.gpu.rights.contains(Right::Launch) && !g.gpu.rights.contains(Right::Read));
+    }
+
+    const PERSISTENT_MANIFEST: &str = "name='t'\ncomponent='t.wasm'\n[gpu]\nmax-vram='1GiB'\nmax-lease-secs='10s'\nmax-persistent=6\nrights=['launch','persistent']\n";
+
+    #[test]
+    fn persistent_is_allowed_like_every_right_unless_the_policy_lists_rights() {
+        let manifest = Manifest::parse(PERSISTENT_MANIFEST, Path::new(".")).unwrap();
+        // No `rights` key: every right, as for the others; the default ceiling of 4.
+        let d = Policy::parse("").unwrap();
+        assert_eq!(d.gpu.max_persistent, DEFAULT_MAX_PERSISTENT);
+        let g = d.grant(&manifest);
+        assert!(g.gpu.rights.contains(Right::Persistent));
+        assert_eq!(g.gpu.max_persistent, 4, "6 asked, 4 allowed");
+        // Listing the usual five withholds it.
+        let five = Policy::parse(
+            "[tasklets]\nrights = [\"alloc\", \"write\", \"read\", \"load\", \"launch\"]\n",
+        )
+        .unwrap();
+        let g = five.grant(&manifest);
+        assert!(!g.gpu.rights.contains(Right::Persistent));
+        assert!(g.gpu.rights.contains(Right::Launch));
+        // The smaller of the two counts, either way round.
+        let p = Policy::parse("[tasklets]\nmax-persistent = 2\n").unwrap();
+        assert_eq!(p.grant(&manifest).gpu.max_persistent, 2);
+        let p = Policy::parse("[tasklets]\nmax-persistent = 100\n").unwrap();
+        assert_eq!(p.grant(&manifest).gpu.max_persistent, 6);
+        // A manifest without the right asks for none.
+        let plain = Manifest::parse(
+            "name='t'\ncomponent='t.wasm'\n[gpu]\nmax-vram='1GiB'\nmax-lease-secs='10s'\nrights=['launch']\n",
+            Path::new("."),
+        )
+        .unwrap();
+        let g = d.grant(&plain);
+        assert_eq!(g.gpu.max_persistent, 0);
+        assert!(!g.gpu.rights.contains(Right::Persistent));
+    }
+
+    #[test]
+    fn max_persistent_of_the_wrong_type_names_key_and_line() {
+        for bad in ["\"many\"", "-1", "2.5", "[1]"] {
+            for section in ["[tasklets]", "[tenants.dev]"] {
+                let text = format!("{section}\nmax-leases = 2\nmax-persistent = {bad}\n");
+                let (line, msg) = Policy::parse(&text).unwrap_err();
+                assert_eq!(line, Some(3), "{text}: {msg}");
+                assert!(msg.contains("max-persistent"), "{text}: {msg}");
+            }
+        }
+        let (line, msg) = Policy::parse("[tasklets]\nrights = [\"persistant\"]\n").unwrap_err();
+        assert_eq!(line, Some(2), "{msg}");
+        assert!(
+            msg.contains("persistant") && msg.contains("launch, persistent"),
+            "{msg}"
+        );
     }
 
     #[test]

@@ -10,15 +10,19 @@ pub enum Right {
     Read,
     Load,
     Launch,
+    /// Launching a persistent kernel: one exempt from the per-kernel deadline (not from its
+    /// lease), counted against the grant's `max_persistent`. A manifest gets it only by naming it.
+    Persistent,
 }
 
 impl Right {
-    pub const ALL: [Right; 5] = [
+    pub const ALL: [Right; 6] = [
         Right::Alloc,
         Right::Write,
         Right::Read,
         Right::Load,
         Right::Launch,
+        Right::Persistent,
     ];
 
     pub fn name(self) -> &'static str {
@@ -28,6 +32,7 @@ impl Right {
             Right::Read => "read",
             Right::Load => "load",
             Right::Launch => "launch",
+            Right::Persistent => "persistent",
         }
     }
 
@@ -46,7 +51,9 @@ pub struct Rights(u8);
 
 impl Rights {
     pub const NONE: Rights = Rights(0);
-    pub const ALL: Rights = Rights(0b1_1111);
+    /// Every right, `persistent` included: what a policy that does not list `rights` allows (a
+    /// manifest has no such default: it gets the rights it names and no others).
+    pub const ALL: Rights = Rights(0b11_1111);
 
     pub fn contains(self, right: Right) -> bool {
         self.0 & right.bit() != 0
@@ -81,5 +88,37 @@ impl fmt::Display for Rights {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let names: Vec<_> = self.iter().map(Right::name).collect();
         write!(f, "[{}]", names.join(", "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_right_has_a_name_and_its_own_bit() {
+        for right in Right::ALL {
+            assert_eq!(Right::from_name(right.name()), Some(right));
+            assert!(Rights::ALL.contains(right), "{}", right.name());
+            assert_eq!(Rights::NONE.with(right).iter().collect::<Vec<_>>(), [right]);
+        }
+        assert_eq!(Rights::ALL, Right::ALL.into_iter().collect());
+        assert_eq!(Right::from_name("persistent"), Some(Right::Persistent));
+    }
+
+    #[test]
+    fn the_usual_five_do_not_include_persistent() {
+        let five: Rights = [
+            Right::Alloc,
+            Right::Write,
+            Right::Read,
+            Right::Load,
+            Right::Launch,
+        ]
+        .into_iter()
+        .collect();
+        assert!(!five.contains(Right::Persistent));
+        assert!(!five.intersect(Rights::ALL).contains(Right::Persistent));
+        assert_eq!(five.to_string(), "[alloc, write, read, load, launch]");
     }
 }

@@ -27,6 +27,8 @@ pub struct TenantCaps {
     pub max_vram: Option<u64>,
     pub max_leases: Option<u32>,
     pub max_lease_time: Option<Duration>,
+    /// `max-persistent`: the most persistent kernels one of the tenant's tasklets may run at once.
+    pub max_persistent: Option<u32>,
     pub rights: Option<Rights>,
     /// `deploy = true|false`: whether the tenant may push and run deployed tasklets; `None`
     /// keeps `[tasklets]`'s `deploy`. `true` cannot give back what `[tasklets]` took away.
@@ -96,6 +98,7 @@ impl Policy {
                 max_vram: capped(ceiling.gpu.max_vram, caps.max_vram),
                 max_leases: capped(ceiling.gpu.max_leases, caps.max_leases),
                 max_lease_time: capped(ceiling.gpu.max_lease_time, caps.max_lease_time),
+                max_persistent: capped(ceiling.gpu.max_persistent, caps.max_persistent),
                 rights: caps
                     .rights
                     .map_or(ceiling.gpu.rights, |r| r.intersect(ceiling.gpu.rights)),
@@ -154,6 +157,7 @@ impl Grant {
                 max_vram: gpu.max_vram.min(self.gpu.max_vram),
                 max_leases: gpu.max_leases.min(self.gpu.max_leases),
                 max_lease_time: gpu.max_lease_time.min(self.gpu.max_lease_time),
+                max_persistent: gpu.max_persistent.min(self.gpu.max_persistent),
                 rights: gpu.rights.intersect(self.gpu.rights),
             },
             kernel_deadline: self.kernel_deadline,
@@ -187,7 +191,8 @@ rights = ["alloc", "write", "read", "load", "launch"]
 [tenants.team-7]
 max-vram = "64MiB"
 max-leases = 8
-rights = ["alloc", "read", "launch", "load"]
+max-persistent = 2
+rights = ["alloc", "read", "launch", "load", "persistent"]
 "#;
 
     #[test]
@@ -201,7 +206,38 @@ rights = ["alloc", "read", "launch", "load"]
         assert_eq!(team.gpu.max_leases, 4);
         assert!(!team.gpu.rights.contains(Right::Write));
         assert!(team.gpu.rights.contains(Right::Launch));
+        // [tasklets] lists the usual five: a tenant's section cannot add `persistent`.
+        assert!(!team.gpu.rights.contains(Right::Persistent));
         assert_eq!(team.limits, p.limits);
+    }
+
+    #[test]
+    fn a_tenants_max_persistent_is_the_smaller_of_its_own_and_tasklets() {
+        let p = Policy::parse(
+            "[tasklets]\nmax-persistent = 3\n[tenants.dev]\n[tenants.one]\nmax-persistent = 1\n[tenants.many]\nmax-persistent = 10\n[tenants.none]\nmax-persistent = 0\n",
+        )
+        .unwrap();
+        let of = |t: &str| p.tenant_ceiling(t).unwrap().gpu.max_persistent;
+        assert_eq!(of("dev"), 3, "left out: [tasklets]'s");
+        assert_eq!(of("one"), 1);
+        assert_eq!(of("many"), 3, "never widened");
+        assert_eq!(of("none"), 0);
+        // Unset everywhere: the default ceiling.
+        let p = Policy::parse("[tenants.dev]\nmax-leases = 1\n").unwrap();
+        assert_eq!(
+            p.tenant_ceiling("dev").unwrap().gpu.max_persistent,
+            super::super::policy::DEFAULT_MAX_PERSISTENT
+        );
+        // A tenant's ceiling intersected with a grant keeps the smaller count.
+        let dev = p.tenant_ceiling("dev").unwrap();
+        let asked = GpuRequest {
+            max_persistent: 1,
+            ..dev.gpu
+        };
+        let g = dev.narrowed(&dev.limits, &asked);
+        assert_eq!(g.gpu.max_persistent, 1);
+        assert_eq!(dev.intersect(&g).gpu.max_persistent, 1);
+        assert_eq!(g.intersect(&dev).gpu.max_persistent, 1);
     }
 
     #[test]
@@ -253,12 +289,15 @@ rights = ["alloc", "read", "launch", "load"]
             max_vram: 1 << 40,
             max_leases: 1,
             max_lease_time: Duration::from_secs(5),
+            max_persistent: 3,
             rights: Rights::ALL,
         };
         let g = ceiling.narrowed(&Limits::default(), &asked);
         assert_eq!(g.gpu.max_vram, 64 << 20);
         assert_eq!(g.gpu.max_leases, 1);
         assert_eq!(g.gpu.max_lease_time, Duration::from_secs(5));
+        // 3 asked, team-7 allows 2.
+        assert_eq!(g.gpu.max_persistent, 2);
         assert_eq!(g.gpu.rights, ceiling.gpu.rights);
         assert_eq!(g.limits, Limits::default());
         assert_eq!(g.intersect(&ceiling), g);

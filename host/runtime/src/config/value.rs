@@ -69,8 +69,10 @@ impl<'de> Deserialize<'de> for Rights {
             .iter()
             .map(|n| {
                 Right::from_name(n).ok_or_else(|| {
+                    let known: Vec<_> = Right::ALL.into_iter().map(Right::name).collect();
                     de::Error::custom(format!(
-                        "unknown right {n:?}; rights are alloc, write, read, load, launch"
+                        "unknown right {n:?}; rights are {}",
+                        known.join(", ")
                     ))
                 })
             })

@@ -489,6 +489,8 @@ pub(crate) enum Op {
         d: u32,
         a: Src,
     },
+    /// `acquire`: `ld.acquire` or `ld.volatile`, whose later accesses must not be seen before it
+    /// (the emulator follows it with an acquire fence).
     Ld {
         sp: Space,
         size: u8,
@@ -496,13 +498,17 @@ pub(crate) enum Op {
         n: u8,
         d: [Option<u32>; 4],
         addr: Addr,
+        acquire: bool,
     },
+    /// `release`: `st.release` or `st.volatile`, which must not be seen before the accesses ahead
+    /// of it (the emulator puts a release fence before it).
     St {
         sp: Space,
         size: u8,
         n: u8,
         s: [Src; 4],
         addr: Addr,
+        release: bool,
     },
     Atom {
         sp: Space,
@@ -528,6 +534,14 @@ pub(crate) enum Op {
     Ret,
     Exit,
     Trap,
+    /// `fence`/`membar` at any scope: a sequentially consistent fence between the OS threads
+    /// that run CTAs and the host (another process, for mapped memory).
+    Fence,
+    /// `nanosleep.u32 t`: the warp gives up its core for about `t` ns (capped, see
+    /// `exec::control`).
+    Nanosleep {
+        t: Src,
+    },
     /// `bar.sync id{, count}` (and `barrier.sync`, `bar.red`): `red` reduces `p` over the CTA.
     Bar {
         id: Src,

@@ -330,6 +330,20 @@ impl Module {
         )
     }
 
+    /// Checks a launch of kernel number `kernel` as [`Module::launch_by_index`] does before it
+    /// runs anything (the [`ExecError::InvalidLaunch`] it would return), without running it: for
+    /// a caller that runs the launch elsewhere (on a thread of its own) and must refuse it at
+    /// once.
+    pub fn check_launch(&self, kernel: usize, params: &LaunchParams<'_>) -> Result<(), ExecError> {
+        let Some(&arg_size) = self.arg_sizes.get(kernel) else {
+            return Err(ExecError::InvalidLaunch(format!(
+                "the module has {} kernels: no kernel {kernel}",
+                self.kernels.len()
+            )));
+        };
+        exec::check(&self.prog, kernel, params, arg_size)
+    }
+
     /// [`Module::launch_by_index`] for the kernel named `kernel`.
     pub fn launch(
         &self,

@@ -1,5 +1,10 @@
 //! Device memory: allocations at stable addresses, backed by word-aligned atomic storage so that
 //! many CTAs (on many OS threads) and the host can touch it at once without a data race.
+//!
+//! An allocation either owns its storage (`DeviceMemory::alloc`) or lies over host memory it was
+//! given (`DeviceMemory::map_external`: memory another process may map too, such as the rings a
+//! persistent kernel shares with its host). Kernels access both alike, through atomics, so what
+//! they store there is what another mapping of the same pages sees.
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering::Relaxed};
@@ -18,12 +23,16 @@ const GUARD_GAP: u64 = 1 << 20;
 /// The largest single allocation; larger requests fail cleanly instead of asking the OS.
 const MAX_ALLOC: u64 = 1 << 40;
 
-/// Zeroed, 8-byte-aligned storage accessed only through atomics.
+/// Storage accessed only through atomics: zeroed and owned ([`Region::zeroed`]), or borrowed from
+/// the host ([`Region::external`]).
 pub(crate) struct Region {
     ptr: *mut u8,
     /// Bytes usable by the program (the allocation's size).
     len: u64,
-    layout: Layout,
+    /// Bytes of storage at `ptr` (owned storage is rounded up to whole words).
+    cap: u64,
+    /// How owned storage was allocated; `None` for external storage, which is not freed here.
+    layout: Option<Layout>,
 }
 
 // SAFETY: the storage is only ever accessed through atomic operations (see `Region::atomic_*`), so
@@ -53,7 +62,27 @@ impl Region {
         if ptr.is_null() {
             return Err(fail("host out of memory"));
         }
-        Ok(Region { ptr, len, layout })
+        Ok(Region {
+            ptr,
+            len,
+            cap: bytes as u64,
+            layout: Some(layout),
+        })
+    }
+
+    /// A region over `len` bytes of host memory at `ptr`, which it does not own.
+    ///
+    /// # Safety
+    /// `ptr` is 8-aligned, and `len` bytes from it stay mapped, readable and writable, and are
+    /// accessed by everyone else only through atomics (or by another process), for as long as
+    /// this region lives.
+    unsafe fn external(ptr: *mut u8, len: u64) -> Region {
+        Region {
+            ptr,
+            len,
+            cap: len,
+            layout: None,
+        }
     }
 
     pub(crate) fn len(&self) -> u64 {
@@ -70,9 +99,7 @@ impl Region {
     /// Loads `size` (1, 2, 4, 8) bytes at `off`, zero-extended. Caller checked bounds and alignment.
     #[inline(always)]
     pub(crate) fn load(&self, off: u64, size: u32) -> u64 {
-        debug_assert!(
-            off + size as u64 <= self.layout.size() as u64 && off.is_multiple_of(size as u64)
-        );
+        debug_assert!(off + size as u64 <= self.cap && off.is_multiple_of(size as u64));
         let p = self.at(off);
         // SAFETY: in bounds and naturally aligned (checked by the caller); the storage is only
         // accessed atomically.
@@ -88,9 +115,7 @@ impl Region {
 
     #[inline(always)]
     pub(crate) fn store(&self, off: u64, size: u32, v: u64) {
-        debug_assert!(
-            off + size as u64 <= self.layout.size() as u64 && off.is_multiple_of(size as u64)
-        );
+        debug_assert!(off + size as u64 <= self.cap && off.is_multiple_of(size as u64));
         let p = self.at(off);
         // SAFETY: as in `load`.
         unsafe {
@@ -152,8 +177,10 @@ impl Region {
 
 impl Drop for Region {
     fn drop(&mut self) {
-        // SAFETY: allocated in `zeroed` with this layout.
-        unsafe { dealloc(self.ptr, self.layout) }
+        if let Some(layout) = self.layout {
+            // SAFETY: allocated in `zeroed` with this layout.
+            unsafe { dealloc(self.ptr, layout) }
+        }
     }
 }
 
@@ -197,6 +224,47 @@ impl DeviceMemory {
     /// Allocates `bytes` (> 0) of zeroed memory, 256-byte aligned; returns its device address.
     pub fn alloc(&self, bytes: u64) -> Result<u64, MemError> {
         let region = Region::zeroed(bytes)?;
+        self.insert(region)
+    }
+
+    /// Makes `len` bytes of host memory at `ptr` an allocation: kernels (and `read`, `write`,
+    /// `copy`) reach them at the device address returned, 256-byte aligned, and every access goes
+    /// straight to that memory, through atomics, so another mapping of the same pages (another
+    /// process's) sees kernels' stores as they make them. `free` of the address, or `clear`,
+    /// forgets the memory without freeing it.
+    ///
+    /// Fails (`AllocFailed`) for a null or misaligned `ptr`, a `len` of zero or past the
+    /// emulator's 1 TiB allocation limit.
+    ///
+    /// # Safety
+    /// `len` bytes at `ptr` stay mapped, readable and writable, and are touched in this process
+    /// only through atomics, until the allocation is freed (or the memory cleared) *and* every
+    /// launch that started before that has returned: a launch sees the allocations that existed
+    /// when it started, for as long as it runs.
+    pub unsafe fn map_external(&self, ptr: *mut u8, len: u64) -> Result<u64, MemError> {
+        let fail = |reason: &str| MemError::AllocFailed {
+            bytes: len,
+            reason: reason.to_string(),
+        };
+        if len == 0 {
+            return Err(fail("size is zero"));
+        }
+        if len > MAX_ALLOC {
+            return Err(fail("larger than the emulator's 1 TiB allocation limit"));
+        }
+        if ptr.is_null() || !(ptr as usize).is_multiple_of(8) {
+            // Atomics of up to 8 bytes at 8-aligned device offsets must be aligned on the host too.
+            return Err(fail(
+                "host memory to map must start at a non-null 8-byte-aligned address",
+            ));
+        }
+        // SAFETY: checked above; the rest is this function's contract.
+        self.insert(unsafe { Region::external(ptr, len) })
+    }
+
+    /// Gives `region` the next device address.
+    fn insert(&self, region: Region) -> Result<u64, MemError> {
+        let bytes = region.len();
         let mut st = self.lock();
         let base = st.next;
         let end = base

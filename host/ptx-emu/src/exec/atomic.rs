@@ -1,8 +1,12 @@
 //! Atomics (`atom`, `red`): read-modify-writes on global memory through the host's atomic
 //! instructions, and on shared and local memory (which only their own CTA or thread can reach)
 //! as a plain load and store.
+//!
+//! Every global atomic acquires and releases, whatever its `.sem` says (`.relaxed`, the default,
+//! `.acquire`, `.release`, `.acq_rel`): at least as strong as PTX asks, and on x86 the same
+//! instruction as a relaxed one (a locked read-modify-write).
 
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::Ordering::{AcqRel, Acquire};
 
 use crate::exec::mem::{show_addr, Loc};
 use crate::exec::ops;
@@ -137,13 +141,13 @@ pub(crate) fn atomic_global(
         8 => {
             let a = r.atomic64(off);
             match op {
-                AtomOp::Add if !matches!(t, AtomTy::F64) => a.fetch_add(b, Relaxed),
-                AtomOp::Exch => a.swap(b, Relaxed),
-                AtomOp::Cas => match a.compare_exchange(b, c, Relaxed, Relaxed) {
+                AtomOp::Add if !matches!(t, AtomTy::F64) => a.fetch_add(b, AcqRel),
+                AtomOp::Exch => a.swap(b, AcqRel),
+                AtomOp::Cas => match a.compare_exchange(b, c, AcqRel, Acquire) {
                     Ok(v) | Err(v) => v,
                 },
                 _ => a
-                    .fetch_update(Relaxed, Relaxed, |o| Some(atom_apply(op, t, o, b, c)))
+                    .fetch_update(AcqRel, Acquire, |o| Some(atom_apply(op, t, o, b, c)))
                     .unwrap_or_else(|v| v),
             }
         }
@@ -152,17 +156,17 @@ pub(crate) fn atomic_global(
             let (b32, c32) = (b as u32, c as u32);
             (match op {
                 AtomOp::Add if !matches!(t, AtomTy::F32 | AtomTy::F16x2 | AtomTy::BF16x2) => {
-                    a.fetch_add(b32, Relaxed)
+                    a.fetch_add(b32, AcqRel)
                 }
-                AtomOp::Exch => a.swap(b32, Relaxed),
-                AtomOp::Cas => match a.compare_exchange(b32, c32, Relaxed, Relaxed) {
+                AtomOp::Exch => a.swap(b32, AcqRel),
+                AtomOp::Cas => match a.compare_exchange(b32, c32, AcqRel, Acquire) {
                     Ok(v) | Err(v) => v,
                 },
-                AtomOp::And => a.fetch_and(b32, Relaxed),
-                AtomOp::Or => a.fetch_or(b32, Relaxed),
-                AtomOp::Xor => a.fetch_xor(b32, Relaxed),
+                AtomOp::And => a.fetch_and(b32, AcqRel),
+                AtomOp::Or => a.fetch_or(b32, AcqRel),
+                AtomOp::Xor => a.fetch_xor(b32, AcqRel),
                 _ => a
-                    .fetch_update(Relaxed, Relaxed, |o| {
+                    .fetch_update(AcqRel, Acquire, |o| {
                         Some(atom_apply(op, t, o as u64, b, c) as u32)
                     })
                     .unwrap_or_else(|v| v),
@@ -174,7 +178,7 @@ pub(crate) fn atomic_global(
             let shift = ((off & 3) * 8) as u32;
             let a = r.atomic32(word);
             let prev = a
-                .fetch_update(Relaxed, Relaxed, |w| {
+                .fetch_update(AcqRel, Acquire, |w| {
                     let old = ((w >> shift) & 0xffff) as u64;
                     let new = atom_apply(op, t, old, b, c) as u32 & 0xffff;
                     Some((w & !(0xffff << shift)) | (new << shift))

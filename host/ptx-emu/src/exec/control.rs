@@ -1,11 +1,17 @@
-//! Calls and their parameter copies, `trap`, and the `vprintf`/`__assertfail` built-ins.
-//! (Branches, returns and `exit` only name where lanes go next; `Warp::apply` moves them.)
+//! Calls and their parameter copies, `trap`, `nanosleep`, and the `vprintf`/`__assertfail`
+//! built-ins. (Branches, returns and `exit` only name where lanes go next; `Warp::apply` moves
+//! them.)
+
+use std::time::Duration;
 
 use crate::exec::printf;
 use crate::exec::regs::lanes;
 use crate::exec::warp::{trouble, Flow, Warp, R};
 use crate::exec::{CtaCtx, Launch};
 use crate::ir::*;
+
+/// The longest one `nanosleep` sleeps, as on a GPU (PTX caps the delay at 1 ms).
+pub(crate) const MAX_NANOSLEEP: Duration = Duration::from_millis(1);
 
 impl Warp {
     #[inline]
@@ -24,6 +30,22 @@ impl Warp {
             self.tparam_copy(cp, m)?;
         }
         Ok(())
+    }
+
+    /// `nanosleep`: the OS thread running the warp's CTA sleeps for the longest delay its active
+    /// lanes ask, at most [`MAX_NANOSLEEP`], so that a kernel polling memory with a sleep between
+    /// polls (a persistent kernel waiting for its host) does not keep a core busy. The OS may
+    /// sleep longer than asked (tens of microseconds for a short delay); a delay of 0 yields the
+    /// core instead. The instruction counts as one step per lane, as every instruction does.
+    pub(super) fn nanosleep(&self, t: Src, m: u32) {
+        let Some(ns) = lanes(m).map(|l| self.v1(t, l) as u32).max() else {
+            return;
+        };
+        if ns == 0 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_nanos(ns as u64).min(MAX_NANOSLEEP));
+        }
     }
 
     #[inline]

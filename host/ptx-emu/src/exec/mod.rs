@@ -125,14 +125,31 @@ struct Worker {
     bars: Bars,
 }
 
-pub(crate) fn launch(
+/// What a launch's checks found out about its shape.
+struct Shape {
+    nthreads: u32,
+    nwarps: u32,
+    shared_size: u64,
+    entry_pc: u32,
+}
+
+/// Checks a launch's shape (dimensions, argument block, shared and per-thread memory, kernel)
+/// without running anything: what [`launch`] refuses with `InvalidLaunch` before it starts.
+pub(crate) fn check(
     prog: &Program,
-    module_data: &Region,
     kernel: usize,
-    memory: &DeviceMemory,
     p: &LaunchParams<'_>,
     arg_size: u32,
-) -> Result<LaunchStats, ExecError> {
+) -> Result<(), ExecError> {
+    shape(prog, kernel, p, arg_size).map(drop)
+}
+
+fn shape(
+    prog: &Program,
+    kernel: usize,
+    p: &LaunchParams<'_>,
+    arg_size: u32,
+) -> Result<Shape, ExecError> {
     let inv = |m: String| Err(ExecError::InvalidLaunch(m));
     let [gx, gy, gz] = p.grid;
     let [bx, by, bz] = p.block;
@@ -183,6 +200,29 @@ pub(crate) fn launch(
     let Some(func) = func else {
         return inv("unknown kernel".into());
     };
+    Ok(Shape {
+        nthreads,
+        nwarps,
+        shared_size,
+        entry_pc: func.entry_pc,
+    })
+}
+
+pub(crate) fn launch(
+    prog: &Program,
+    module_data: &Region,
+    kernel: usize,
+    memory: &DeviceMemory,
+    p: &LaunchParams<'_>,
+    arg_size: u32,
+) -> Result<LaunchStats, ExecError> {
+    let Shape {
+        nthreads,
+        nwarps,
+        shared_size,
+        entry_pc,
+    } = shape(prog, kernel, p, arg_size)?;
+    let [gx, gy, gz] = p.grid;
     let n_ctas = gx as u64 * gy as u64 * gz as u64;
     // available_parallelism reads cgroup files on Linux; once per process is enough.
     static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
@@ -200,7 +240,7 @@ pub(crate) fn launch(
         nwarps,
         dyn_shared: p.shared_mem_bytes,
         shared_size: shared_size as usize,
-        entry: func.entry_pc,
+        entry: entry_pc,
         limit: p.step_limit,
         remaining: AtomicU64::new(p.step_limit),
         // Budget a thread holds unspent is invisible to the others: keep all of it together under

@@ -5,6 +5,8 @@
 //! as they reach the same instruction. While all live lanes share one pc (the common case) the
 //! warp stays in a "converged" mode that keeps a single pc and skips the per-lane bookkeeping.
 
+use std::sync::atomic::{fence, Ordering};
+
 use crate::exec::regs::lanes;
 use crate::exec::{Budget, CtaCtx, Launch};
 use crate::ir::*;
@@ -484,6 +486,7 @@ impl Warp {
             Op::PBool { op, d, a, b } => self.pred_bool(op, d, a, b, m),
             Op::PNot { d, a } => self.pred_not(d, a, m),
             Op::Testp { kind, f, d, a } => self.testp(kind, f, d, a, m),
+            // Shared memory is only ever touched by the CTA's own OS thread: no order to keep.
             Op::Ld {
                 sp: Space::Shared,
                 size: 4,
@@ -491,6 +494,7 @@ impl Warp {
                 n: 1,
                 d: [Some(dr), ..],
                 addr,
+                ..
             } if self.ld_shared32(cta, dr, &addr, m) => {}
             Op::St {
                 sp: Space::Shared,
@@ -498,6 +502,7 @@ impl Warp {
                 n: 1,
                 s: [s0, ..],
                 addr,
+                ..
             } if self.st_shared32(cta, s0, &addr, m) => {}
             Op::Ld {
                 sp,
@@ -506,14 +511,30 @@ impl Warp {
                 n,
                 d,
                 addr,
-            } => self.ld(cx, cta, sp, size, sign, n, &d, &addr, m)?,
+                acquire,
+            } => {
+                self.ld(cx, cta, sp, size, sign, n, &d, &addr, m)?;
+                if acquire {
+                    // A relaxed load then an acquire fence: at least an acquire load.
+                    fence(Ordering::Acquire);
+                }
+            }
             Op::St {
                 sp,
                 size,
                 n,
                 s,
                 addr,
-            } => self.st(cx, cta, sp, size, n, &s, &addr, m)?,
+                release,
+            } => {
+                if release {
+                    // A release fence then a relaxed store: at least a release store.
+                    fence(Ordering::Release);
+                }
+                self.st(cx, cta, sp, size, n, &s, &addr, m)?
+            }
+            Op::Fence => fence(Ordering::SeqCst),
+            Op::Nanosleep { t } => self.nanosleep(t, m),
             Op::Atom {
                 sp,
                 op,

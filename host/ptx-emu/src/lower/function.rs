@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use super::layout::{alloc_local, alloc_tparam, module_var, SharedCursor};
 use super::mem;
 use super::mods::Mods;
-use super::types::type_size;
+use super::types::{type_size, K};
 use super::{err, ModuleCtx, Sym};
 use crate::ast::{self, StateSpace, Stmt, VarDecl};
 use crate::ir::*;
@@ -274,8 +274,15 @@ impl<'c, 'm> FnLower<'c, 'm> {
             "call" => return self.call(i, &mut md, g),
             "bar" | "barrier" => self.bar(i, &mut md)?,
             "membar" | "fence" => mem::fence(&mut md),
+            "nanosleep" => {
+                md.has("u32");
+                self.nops(i, 1)?;
+                Op::Nanosleep {
+                    t: self.src(line, self.op(i, 0)?, K::Int(32))?,
+                }
+            }
             // Hints with no effect on results.
-            "prefetch" | "prefetchu" | "nanosleep" | "pmevent" => {
+            "prefetch" | "prefetchu" | "pmevent" => {
                 md.list
                     .iter()
                     .enumerate()

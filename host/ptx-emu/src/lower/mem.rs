@@ -20,6 +20,7 @@ impl<'m> FnLower<'_, 'm> {
         });
         md.has("cta");
         md.one_of(&["shared::cta", "shared::cluster"]);
+        let acquire = ordered(md, "acquire");
         md.ignore_mem_hints();
         let (n, t, size, k) = access_width(md)?;
         let sign = t.starts_with('s');
@@ -45,6 +46,7 @@ impl<'m> FnLower<'_, 'm> {
             n: n as u8,
             d,
             addr,
+            acquire,
         })
     }
 
@@ -76,6 +78,7 @@ impl<'m> FnLower<'_, 'm> {
             return Err(md.err("cannot store to .const"));
         }
         md.one_of(&["shared::cta", "shared::cluster"]);
+        let release = ordered(md, "release");
         md.ignore_mem_hints();
         let (n, _, size, k) = access_width(md)?;
         let mut s = [Src::I(0); 4];
@@ -96,6 +99,7 @@ impl<'m> FnLower<'_, 'm> {
             n: n as u8,
             s,
             addr,
+            release,
         })
     }
 
@@ -251,12 +255,25 @@ fn access_width<'a>(md: &mut Mods<'a>) -> Result<(usize, &'a str, u32, K), LoadE
     Ok((n, t, size, k))
 }
 
-/// `membar`/`fence`: nothing to do, since every access already is a relaxed atomic of its width
-/// and the lanes of a CTA run one after another.
+/// Whether a load or store orders the accesses around it: `sem` (`acquire` for loads, `release`
+/// for stores) or `volatile`. PTX makes `volatile` a relaxed access at system scope, but CUDA
+/// code polls through volatile pointers and expects what it then reads to be there (a GPU's
+/// volatile accesses are not reordered with the others of their thread): the emulator gives
+/// `volatile` the stronger order too, which costs nothing on x86 (where both are plain moves).
+fn ordered(md: &mut Mods<'_>, sem: &str) -> bool {
+    let volatile = md.has("volatile");
+    md.has(sem) || volatile
+}
+
+/// `membar`/`fence`: a real sequentially consistent fence. Every access is an atomic of its width,
+/// but relaxed: without the fence, the host (another thread, or another process on mapped memory)
+/// could see a kernel's stores in another order than the kernel fenced them in, or the kernel
+/// the host's. Any scope gets the fence, `.cta` too (its CTA runs on one OS thread, so that one
+/// is for free on x86 but for the instruction).
 pub(super) fn fence(md: &mut Mods<'_>) -> Op {
     md.one_of(&["cta", "gl", "sys", "gpu", "cluster"]);
     md.one_of(&["sc", "acq_rel", "acquire", "release"]);
     md.has("proxy");
     md.has("async");
-    Op::Nop
+    Op::Fence
 }

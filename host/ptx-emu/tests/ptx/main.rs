@@ -4,6 +4,7 @@
 //! One test binary, one module per subject, so that the crate links its tests once;
 //! `cargo test -p tasklet-ptx --test ptx <module>::` runs one subject.
 
+mod actors;
 mod approx;
 mod basic_kernels;
 mod corpus;

@@ -1,0 +1,173 @@
+// Persistent actor kernels (issue 20): they run for as long as their control block lets them,
+// taking messages from an inbox ring and putting results on an outbox ring, both in memory the
+// host maps too. The byte layouts are host/worker/src/contract/actor.rs's:
+//
+//   ring:    +0 head (producer), +64 tail (consumer), +128 capacity (a power of two),
+//            +132 message_size (bytes, a multiple of 4), +256 slots; message n at slot n % capacity
+//   control: +0 is_active, +4 should_terminate, +8 has_terminated, +12 errors_encountered,
+//            +16 messages_processed (u64)
+//
+// A producer writes its slots, fences (__threadfence_system: the host reads them through another
+// mapping), then stores head; a consumer reads head, fences, reads the slots, then stores tail.
+// Only thread 0 touches the counters; the block transforms the messages between two barriers.
+
+struct ring {
+    unsigned int head;
+    unsigned int pad_head[15];
+    unsigned int tail;
+    unsigned int pad_tail[15];
+    unsigned int capacity;
+    unsigned int message_size;
+    unsigned int pad_header[30];
+};
+
+struct control {
+    unsigned int is_active;
+    unsigned int should_terminate;
+    unsigned int has_terminated;
+    unsigned int errors_encountered;
+    unsigned long long messages_processed;
+};
+
+// Most messages a block takes at once: the block transforms them all between two barriers.
+#define BATCH 64u
+// Empty polls before the poller sleeps between polls: a busy stream of messages is answered
+// without a sleep, an idle actor does not keep a core (or an SM's issue slots) busy.
+#define SPINS 256u
+#define SLEEP_NS 2000u
+
+#define CMD_WORK 0u
+#define CMD_STOP 1u
+
+__device__ __forceinline__ unsigned int load_volatile(const unsigned int* p)
+{
+    return *(const volatile unsigned int*)p;
+}
+
+__device__ __forceinline__ void store_volatile(unsigned int* p, unsigned int v)
+{
+    *(volatile unsigned int*)p = v;
+}
+
+__device__ __forceinline__ float* slot(ring* r, unsigned int n, unsigned int message_size)
+{
+    return (float*)((char*)r + 256 + (size_t)(n & (r->capacity - 1)) * message_size);
+}
+
+// Thread 0: waits until there are messages to take and room to put their results, or until the
+// host asks the kernel to stop. Writes the command and the batch to shared memory.
+__device__ __forceinline__ void wait_for_work(ring* inbox, ring* outbox, control* ctl,
+                                              unsigned int* cmd, unsigned int* count)
+{
+    unsigned int idle = 0;
+    for (;;) {
+        unsigned int in_head = load_volatile(&inbox->head);
+        unsigned int in_tail = load_volatile(&inbox->tail);
+        unsigned int out_head = load_volatile(&outbox->head);
+        unsigned int out_tail = load_volatile(&outbox->tail);
+        unsigned int waiting = in_head - in_tail;
+        unsigned int room = outbox->capacity - (out_head - out_tail);
+        unsigned int n = min(min(waiting, room), BATCH);
+        if (waiting > inbox->capacity || room > outbox->capacity) {
+            // The host broke a ring: count it and stop rather than read past the slots.
+            atomicAdd(&ctl->errors_encountered, 1u);
+            *cmd = CMD_STOP;
+            return;
+        }
+        if (n > 0) {
+            // What the host wrote into the slots before it stored head is visible from here on.
+            __threadfence_system();
+            *cmd = CMD_WORK;
+            *count = n;
+            return;
+        }
+        if (load_volatile(&ctl->should_terminate) != 0) {
+            *cmd = CMD_STOP;
+            return;
+        }
+        if (idle < SPINS) {
+            idle++;
+        } else {
+            __nanosleep(SLEEP_NS);
+        }
+    }
+}
+
+// Thread 0: publishes `n` results and frees `n` inbox slots.
+__device__ __forceinline__ void publish(ring* inbox, ring* outbox, control* ctl, unsigned int n)
+{
+    // The results (written by every thread of the block, ordered before this by the barrier)
+    // are visible before the new head is.
+    __threadfence_system();
+    store_volatile(&outbox->head, load_volatile(&outbox->head) + n);
+    store_volatile(&inbox->tail, load_volatile(&inbox->tail) + n);
+    atomicAdd(&ctl->messages_processed, (unsigned long long)n);
+}
+
+// The actor loop; `fault_on_negative` makes a message whose first float is negative fault the
+// kernel (a handler that fails).
+__device__ __forceinline__ void serve(ring* inbox, ring* outbox, control* ctl, float factor,
+                                      bool fault_on_negative)
+{
+    __shared__ unsigned int cmd;
+    __shared__ unsigned int count;
+    for (;;) {
+        if (threadIdx.x == 0) {
+            wait_for_work(inbox, outbox, ctl, &cmd, &count);
+        }
+        __syncthreads();
+        if (cmd == CMD_STOP) {
+            return;
+        }
+        unsigned int n = count;
+        unsigned int in_tail = load_volatile(&inbox->tail);
+        unsigned int out_head = load_volatile(&outbox->head);
+        unsigned int in_size = inbox->message_size;
+        unsigned int out_size = outbox->message_size;
+        unsigned int words = min(in_size, out_size) / 4;
+        for (unsigned int m = 0; m < n; m++) {
+            const float* in = slot(inbox, in_tail + m, in_size);
+            float* out = slot(outbox, out_head + m, out_size);
+            if (fault_on_negative && threadIdx.x == 0 && in[0] < 0.0f) {
+                // A handler bug: a store through a pointer no allocation covers.
+                *(volatile unsigned int*)(size_t)(16 + m) = 1;
+            }
+            for (unsigned int i = threadIdx.x; i < words; i += blockDim.x) {
+                out[i] = __fmaf_rn(in[i], factor, 1.0f);
+            }
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            publish(inbox, outbox, ctl, n);
+        }
+        // Thread 0's next wait must not overwrite `cmd` before every thread has read it: the
+        // barrier at the top of the loop orders the next command after this one.
+        __syncthreads();
+    }
+}
+
+// Each message (message_size / 4 floats) becomes out[i] = in[i] * factor + 1, until the host sets
+// should_terminate. One block; any block size.
+extern "C" __global__ void actor_scale(ring* inbox, ring* outbox, control* ctl, float factor)
+{
+    serve(inbox, outbox, ctl, factor, false);
+}
+
+// As actor_scale, but a message whose first float is negative makes the kernel fault.
+extern "C" __global__ void actor_fault(ring* inbox, ring* outbox, control* ctl, float factor)
+{
+    serve(inbox, outbox, ctl, factor, true);
+}
+
+// Ignores should_terminate: sleeps in a loop forever, counting its wake-ups in
+// errors_encountered so a test can see it runs. Only the worker's end stops it.
+extern "C" __global__ void actor_deaf(control* ctl)
+{
+    if (threadIdx.x != 0) {
+        return;
+    }
+    for (;;) {
+        __nanosleep(100000);
+        atomicAdd(&ctl->errors_encountered, 1u);
+    }
+}

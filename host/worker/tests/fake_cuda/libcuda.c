@@ -7,6 +7,12 @@
 //   write_out_of_bounds(u32*, u64)       a sticky CUDA_ERROR_ILLEGAL_ADDRESS at the next wait
 //   spin_forever(u32*)                   never finishes: every later event stays not-ready
 //   empty()                              nothing
+//   actor(u32* control)                  a persistent kernel: runs (on a thread of the fake) until the
+//                                        control block's should_terminate (+4) reads 1, then returns;
+//                                        its stream's later events and queries wait for it. A control
+//                                        block not registered with CU_MEMHOSTREGISTER_DEVICEMAP is an
+//                                        illegal address, as on a GPU. Gives up after 30 s.
+//   actor_faults(u32* control)           the same, but ends with a sticky CUDA_ERROR_ILLEGAL_ADDRESS
 //
 // New allocations are filled with 0xAB, so a backend that forgot to zero them is caught. PTX
 // containing "bogus" fails to JIT with an error log naming line 7; `.version 99` is
@@ -25,6 +31,8 @@
 // With FAKE_CUDA_EVENT_LAG_US=<n>, an event reads not-ready until n µs after it was recorded (a
 // device that reaches an event some time after the host recorded it, as a real one does): a
 // backend that gives a group less time than that to complete is caught.
+// Occupancy: min(32, 2048 / block threads) blocks of a kernel per multiprocessor (fewer where dynamic
+// shared memory is short), 132 multiprocessors.
 // Not thread-safe beyond what the backend needs (it serialises launches and queries itself).
 
 #include <stdint.h>
@@ -32,6 +40,7 @@
 #include <string.h>
 #include <stdio.h>
 #include <time.h>
+#include <pthread.h>
 
 typedef int CUresult;
 typedef int CUdevice;
@@ -66,8 +75,12 @@ static void write_counts(void) {
 
 struct module { char *ptx; };
 struct function { char name[128]; };
-// ms: when it was recorded (kernels run at launch); untimed: created with CU_EVENT_DISABLE_TIMING.
-struct event { int never; double ms; int untimed; };
+// A stream: persistent kernels launched on it so far, and those that ended.
+struct stream { unsigned started, finished; };
+// ms: when it was recorded (kernels run at launch); untimed: created with CU_EVENT_DISABLE_TIMING;
+// gate, target: recorded behind persistent kernel number `target` of stream `gate`, still running.
+struct event { int never; double ms; int untimed; struct stream *gate; unsigned target; };
+static int actors = 0; // persistent kernels running
 
 static double now_ms(void) {
     struct timespec t;
@@ -110,6 +123,7 @@ CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d) {
     case 5: *v = 2147483647; break;       // grid x
     case 6: case 7: *v = 65535; break;    // grid y, z
     case 97: *v = 232448; break;          // shared memory opt-in
+    case 16: *v = 132; break;             // multiprocessors
     default: *v = 0;
     }
     return OK;
@@ -117,7 +131,11 @@ CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d) {
 CUresult cuDeviceGetUuid_v2(unsigned char *u, CUdevice d) { (void)d; for (int i = 0; i < 16; i++) u[i] = (unsigned char)(0x10 + i); return OK; }
 CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) { (void)d; *c = (CUcontext)0x1; return OK; }
 CUresult cuCtxSetCurrent(CUcontext c) { (void)c; return OK; }
-CUresult cuCtxSynchronize(void) { return sticky ? sticky : OK; }
+// Waits for every stream, persistent kernels' too (as the driver does).
+CUresult cuCtxSynchronize(void) {
+    while (__atomic_load_n(&actors, __ATOMIC_ACQUIRE)) { struct timespec t = { 0, 100000 }; nanosleep(&t, 0); }
+    return sticky ? sticky : OK;
+}
 CUresult cuMemGetInfo_v2(size_t *f, size_t *t) { *f = (size_t)1 << 29; *t = (size_t)1 << 30; return OK; }
 
 CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
@@ -136,7 +154,14 @@ CUresult cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, CUstream s) {
 // the data region and attached guest memory, and a copy from pageable memory here means it broke
 // that promise (the real driver would silently run it at pageable speed).
 #define MAX_REG 256
-static struct { uintptr_t p; size_t n; } regs[MAX_REG];
+static struct { uintptr_t p; size_t n; unsigned flags; } regs[MAX_REG];
+// Inside one registration made with CU_MEMHOSTREGISTER_DEVICEMAP (2): what kernels can reach.
+static int mapped_inside(const void *p, size_t n) {
+    uintptr_t a = (uintptr_t)p;
+    for (int i = 0; i < MAX_REG; i++)
+        if (regs[i].n && (regs[i].flags & 2) && a >= regs[i].p && a - regs[i].p <= regs[i].n && n <= regs[i].n - (a - regs[i].p)) return 1;
+    return 0;
+}
 static int pinned_inside(const void *p, size_t n) {
     uintptr_t a = (uintptr_t)p;
     if (n == 0) return 1;
@@ -148,7 +173,6 @@ CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *s, size_t n, CUstream s
 CUresult cuMemcpyDtoHAsync_v2(void *d, CUdeviceptr s, size_t n, CUstream st) { (void)st; if (sticky) return sticky; if (!pinned_inside(d, n)) return INVALID_VALUE; memcpy(d, (void *)(uintptr_t)s, n); return OK; }
 CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { (void)st; if (sticky) return sticky; memmove((void *)(uintptr_t)d, (void *)(uintptr_t)s, n); return OK; }
 CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned f) {
-    (void)f;
     uintptr_t a = (uintptr_t)p;
     if (n == 0) return INVALID_VALUE;
     for (int i = 0; i < MAX_REG; i++)
@@ -158,7 +182,7 @@ CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned f) {
             // The driver pins the pages, faulting them in: touch each (a page past a file's end
             // would SIGBUS the worker, as it must never be asked to register one).
             for (size_t o = 0; o < n; o += 4096) (void)*(volatile const char *)(a + o);
-            regs[i].p = a; regs[i].n = n; registered++;
+            regs[i].p = a; regs[i].n = n; regs[i].flags = f; registered++;
             return OK;
         }
     return OUT_OF_MEMORY;
@@ -224,8 +248,38 @@ static CUresult check_dims(unsigned gx, unsigned gy, unsigned gz, unsigned bx, u
     return ((unsigned long long)bx * by * bz > 1024 || !gx || !gy || !gz) ? INVALID_VALUE : OK;
 }
 
+// A persistent kernel (see the top): runs until its control block asks it to end.
+struct actor { struct stream *s; volatile unsigned *control; int faults; };
+static void *actor_main(void *p) {
+    struct actor *a = p;
+    for (int i = 0; i < 300000 && !__atomic_load_n(&a->control[1], __ATOMIC_ACQUIRE); i++) {
+        struct timespec t = { 0, 100000 };
+        nanosleep(&t, 0);
+    }
+    if (a->faults) __atomic_store_n(&sticky, ILLEGAL_ADDRESS, __ATOMIC_SEQ_CST);
+    __atomic_add_fetch(&a->s->finished, 1, __ATOMIC_RELEASE);
+    __atomic_sub_fetch(&actors, 1, __ATOMIC_RELEASE);
+    free(a);
+    return 0;
+}
+static void start_actor(struct stream *s, const unsigned char *args, int faults) {
+    uint64_t control;
+    memcpy(&control, args, 8);
+    if (!mapped_inside((void *)(uintptr_t)control, 256)) { sticky = ILLEGAL_ADDRESS; return; }
+    struct actor *a = calloc(1, sizeof *a);
+    a->s = s; a->control = (volatile unsigned *)(uintptr_t)control; a->faults = faults;
+    __atomic_add_fetch(&s->started, 1, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&actors, 1, __ATOMIC_RELEASE);
+    pthread_t t;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_create(&t, &attr, actor_main, a);
+    pthread_attr_destroy(&attr);
+}
+
 static CUresult run_kernel(struct function *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                           const unsigned char *args, size_t size) {
+                           const unsigned char *args, size_t size, struct stream *s) {
     if (sticky) return sticky;
     if (check_dims(gx, gy, gz, bx, by, bz)) return INVALID_VALUE;
     if (!strcmp(fn->name, "iota")) {
@@ -240,6 +294,9 @@ static CUresult run_kernel(struct function *fn, unsigned gx, unsigned gy, unsign
     } else if (!strcmp(fn->name, "spin_forever")) {
         if (size != 8) return INVALID_VALUE;
         spinning = 1;
+    } else if (!strcmp(fn->name, "actor") || !strcmp(fn->name, "actor_faults")) {
+        if (size != 8 || !s) return INVALID_VALUE;
+        start_actor(s, args, fn->name[5] == '_');
     }
     launches++;
     write_counts();
@@ -248,11 +305,11 @@ static CUresult run_kernel(struct function *fn, unsigned gx, unsigned gy, unsign
 
 CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned smem, CUstream s, void **params, void **extra) {
-    (void)smem; (void)s; (void)params;
+    (void)smem; (void)params;
     unsigned char *args;
     size_t size;
     if (parse_extra(extra, &args, &size)) return INVALID_VALUE;
-    return run_kernel(f, gx, gy, gz, bx, by, bz, args, size);
+    return run_kernel(f, gx, gy, gz, bx, by, bz, args, size, s);
 }
 
 // CUDA_KERNEL_NODE_PARAMS_v2
@@ -323,7 +380,7 @@ CUresult cuGraphLaunch(CUgraphExec e, CUstream s) {
         struct knode *k = &x->nodes[i];
         // A kernel that refuses its arguments here would have been refused by the real driver at
         // the node's update; the fake checks them at run time only.
-        run_kernel(k->fn, k->grid[0], k->grid[1], k->grid[2], k->block[0], k->block[1], k->block[2], k->size ? k->args : 0, k->size);
+        run_kernel(k->fn, k->grid[0], k->grid[1], k->grid[2], k->block[0], k->block[1], k->block[2], k->size ? k->args : 0, k->size, s);
     }
     write_counts();
     return OK;
@@ -345,7 +402,10 @@ static double event_lag_ms(void) {
     }
     return lag;
 }
-static int reached(const struct event *e) { return !e->never && now_ms() >= e->ms + event_lag_ms(); }
+static int reached(const struct event *e) {
+    if (e->gate && (int)(__atomic_load_n(&e->gate->finished, __ATOMIC_ACQUIRE) - e->target) < 0) return 0;
+    return !e->never && now_ms() >= e->ms + event_lag_ms();
+}
 CUresult cuEventCreate(CUevent *e, unsigned flags) {
     struct event *x = calloc(1, sizeof(struct event));
     x->untimed = (flags & 2) != 0;
@@ -353,8 +413,11 @@ CUresult cuEventCreate(CUevent *e, unsigned flags) {
     return OK;
 }
 CUresult cuEventRecord(CUevent e, CUstream s) {
+    struct stream *st = s;
     ((struct event *)e)->never = spinning;
     ((struct event *)e)->ms = now_ms();
+    ((struct event *)e)->gate = st && st->started != st->finished ? st : 0;
+    ((struct event *)e)->target = st ? st->started : 0;
     records++;
     if (!((struct event *)e)->untimed) {
         timed++;
@@ -375,11 +438,20 @@ CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b) {
 }
 CUresult cuEventQuery(CUevent e) { if (sticky) return sticky; return reached(e) ? OK : NOT_READY; }
 CUresult cuEventDestroy_v2(CUevent e) { free(e); return OK; }
-CUresult cuStreamQuery(CUstream s) { (void)s; if (sticky) return sticky; return spinning ? NOT_READY : OK; }
-CUresult cuStreamSynchronize(CUstream s) { (void)s; if (sticky) return sticky; while (spinning) {} return OK; }
+static int actor_runs(CUstream s) {
+    struct stream *st = s;
+    return st && __atomic_load_n(&st->finished, __ATOMIC_ACQUIRE) != st->started;
+}
+CUresult cuStreamQuery(CUstream s) { if (sticky) return sticky; return spinning || actor_runs(s) ? NOT_READY : OK; }
+CUresult cuStreamSynchronize(CUstream s) {
+    if (sticky) return sticky;
+    while (spinning) {}
+    while (actor_runs(s)) { struct timespec t = { 0, 100000 }; nanosleep(&t, 0); }
+    return sticky ? sticky : OK;
+}
 CUresult cuStreamCreate(CUstream *s, unsigned flags) {
     (void)flags;
-    *s = calloc(1, 8);
+    *s = calloc(1, sizeof(struct stream));
     if (!first_stream) first_stream = *s;
     return OK;
 }
@@ -408,7 +480,16 @@ CUresult cuStreamWriteValue32_v2(CUstream s, CUdeviceptr addr, unsigned value, u
     return OK;
 }
 CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *d, void *p, unsigned flags) {
-    if (flags != 0 || !pinned_inside(p, 1)) return INVALID_VALUE;
+    if (flags != 0 || !mapped_inside(p, 1)) return INVALID_VALUE;
     *d = (CUdeviceptr)(uintptr_t)p;
+    return OK;
+}
+CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, CUfunction f, int threads, size_t smem) {
+    (void)f;
+    if (threads <= 0) return INVALID_VALUE;
+    int blocks = threads > 1024 ? 0 : 2048 / threads;
+    if (blocks > 32) blocks = 32;
+    if (smem && (size_t)blocks > 233472 / smem) blocks = (int)(233472 / smem);
+    *n = blocks;
     return OK;
 }

@@ -9,6 +9,7 @@
 
 mod emu;
 mod fake_cuda;
+mod fake_cuda_persistent;
 mod guest_memory;
 mod launch_checks;
 mod nvrtc;

@@ -27,6 +27,9 @@ pub struct Device {
     pub driver_version: u32,
     /// What one launch may ask of the device, from its attributes.
     pub limits: LaunchLimits,
+    /// Streaming multiprocessors: how many blocks can be resident at once is this times what one
+    /// holds (`occupancy`).
+    pub multiprocessors: u32,
 }
 
 /// Opens device 0 and makes its primary context current on this thread. Errors are for people
@@ -95,6 +98,7 @@ pub fn open(drv: &'static Driver) -> Result<Device, String> {
             max_shared_per_block: attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?,
             max_param_bytes: max_param_bytes(version.max(0) as u32, compute_capability),
         };
+        let multiprocessors = attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
         let mut raw = [0u8; 16];
         let r = (drv.device_get_uuid)(&mut raw, dev);
         if r != CUDA_SUCCESS {
@@ -126,6 +130,7 @@ pub fn open(drv: &'static Driver) -> Result<Device, String> {
             uuid: format_uuid(&raw),
             driver_version: version.max(0) as u32,
             limits,
+            multiprocessors,
         })
     }
 }

@@ -150,6 +150,7 @@ driver_api! {
     stream_wait_event = "cuStreamWaitEvent": fn(CuStream, CuEvent, c_uint);
     stream_write_value32 = "cuStreamWriteValue32_v2": fn(CuStream, CuDevicePtr, c_uint, c_uint);
     mem_host_get_device_pointer = "cuMemHostGetDevicePointer_v2": fn(*mut CuDevicePtr, *mut c_void, c_uint);
+    occupancy_max_active_blocks = "cuOccupancyMaxActiveBlocksPerMultiprocessor": fn(*mut c_int, CuFunction, c_int, usize);
 }
 
 /// `CUDA_KERNEL_NODE_PARAMS_v2` (cuda.h, CUDA 12.0+): one kernel node of a graph.

@@ -30,6 +30,10 @@ pub struct Piece {
 #[derive(Debug, Default)]
 pub struct HostMemory {
     maps: BTreeMap<usize, Mapping>,
+    /// Ranges of guest memory registered for kernels (`device_map`), start → end: the driver
+    /// refuses a second registration of any page of them, so chunks are not registered over
+    /// them, and a copy inside one is already pinned.
+    device: BTreeMap<usize, usize>,
 }
 
 #[derive(Debug)]
@@ -75,12 +79,48 @@ impl HostMemory {
         }
     }
 
+    /// Whether any chunk registered for copies overlaps `start..end` (addresses).
+    pub fn registered_overlaps(&self, start: usize, end: usize) -> bool {
+        self.maps.iter().any(|(&base, m)| {
+            m.chunks.iter().any(|(&index, c)| {
+                let from = base + index * CHUNK;
+                matches!(c, Chunk::Registered(n) if from < end && start < from + n)
+            })
+        })
+    }
+
+    /// `start..end` was registered for kernels (see [`HostMemory::device`]).
+    pub fn add_device(&mut self, start: usize, end: usize) {
+        self.device.insert(start, end);
+    }
+
+    /// The registration for kernels at `start` is gone.
+    pub fn remove_device(&mut self, start: usize) {
+        self.device.remove(&start);
+    }
+
+    /// The registration for kernels that holds all of `addr..end`, if one does.
+    fn inside_device(&self, addr: usize, end: usize) -> bool {
+        self.device
+            .range(..=addr)
+            .next_back()
+            .is_some_and(|(_, &e)| end <= e)
+    }
+
     /// Splits the host range `p..p+n` into pieces that each lie inside one registration,
     /// registering chunks as needed. A range outside every mapping (the data region, registered
     /// on its own) is one piece.
     pub fn pieces(&mut self, drv: &Driver, p: *const u8, n: usize) -> Vec<Piece> {
         let addr = p as usize;
         let whole = vec![Piece { offset: 0, len: n }];
+        // Inside a registration for kernels: already pinned, one piece.
+        if addr
+            .checked_add(n)
+            .is_some_and(|end| self.inside_device(addr, end))
+        {
+            return whole;
+        }
+        let device = &self.device;
         let Some((&base, m)) = self.maps.range_mut(..=addr).next_back() else {
             return whole;
         };
@@ -97,6 +137,20 @@ impl HostMemory {
             let chunk_start = base + index * CHUNK;
             let chunk_end = (chunk_start + CHUNK).min(base + m.len);
             let piece_end = end.min(chunk_end);
+            if !m.chunks.contains_key(&index)
+                && device.range(..chunk_end).any(|(_, &e)| chunk_start < e)
+            {
+                // The driver would refuse the overlap: this chunk's copies go pageable (slower,
+                // still correct). Mapped memory is never used for copies, so this is not reached
+                // by a well-behaved host.
+                eprintln!(
+                    "tasklet worker {}: part of a guest memory chunk is registered for kernels; copies through the \
+                     rest of it go through pageable memory (slower)",
+                    std::process::id()
+                );
+                m.chunks
+                    .insert(index, Chunk::Failed(chunk_end - chunk_start));
+            }
             ensure_registered(drv, m, index, chunk_start, chunk_end, piece_end);
             out.push(Piece {
                 offset: at - addr,

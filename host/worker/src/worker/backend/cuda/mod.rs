@@ -4,10 +4,13 @@
 //! - `context`: the device and its primary context;
 //! - `memory`: allocation books (cap, bounds of every copy) and the pinned data region;
 //! - `host_memory`: attached guest memories, page-locked lazily in chunks;
+//! - `device_map`: host memory made visible to kernels (mapped memory: rings, control blocks);
 //! - `modules`: PTX through the driver JIT, kernel signatures from `tasklet_ptx`, a module cache;
 //! - `launch`: asynchronous launches with deadlines and the watchdog, and their device time;
 //! - `graphs`: runs of launches handed to the driver as one launch of a cached CUDA graph;
 //! - `signal`: the channel's completion word, stored by the device when a sync's kernels end;
+//! - `persistent`: persistent kernels, on a stream of their own, outside the launch queue;
+//! - `occupancy`: whether a grid can be resident all at once (persistent kernels need it);
 //! - `errors`: driver results → typed kinds with the driver's words.
 //!
 //! Ordering: everything runs on the worker's one (non-blocking) stream, so an allocation's
@@ -19,10 +22,14 @@
 //! with `DeadlineExceeded` at the kernel's deadline instead. `sync` is exactly that wait plus a check
 //! that the stream finished without error.
 //!
+//! A persistent kernel is the exception: it runs on a stream of its own, beside all that, and
+//! nothing of the above waits for it (see `persistent`).
+//!
 //! After a fault or a missed deadline the backend is poisoned: every op but `info` fails with that
 //! error, without touching the driver (the host kills the process on seeing it).
 
 mod context;
+mod device_map;
 pub mod driver;
 mod errors;
 mod graphs;
@@ -30,6 +37,8 @@ mod host_memory;
 mod launch;
 mod memory;
 mod modules;
+mod occupancy;
+mod persistent;
 mod signal;
 mod user_graphs;
 
@@ -38,14 +47,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{module_check, source, Backend, BackendError, BackendOptions};
+use crate::contract::actor::{ControlBlock, Exit};
 use crate::contract::messages::GraphOp;
-use crate::contract::{ErrorKind, Launch, LoadedModule, WorkerInfo};
+use crate::contract::{quote, ErrorKind, Launch, LoadedModule, WorkerInfo};
+use device_map::DeviceMaps;
 use driver::*;
 use errors::LoadTarget;
 use host_memory::HostMemory;
 use launch::{ReadyLaunch, Refused, Timeline};
 use memory::{Allocations, Pinned};
 use modules::Modules;
+use persistent::Persistent;
 use signal::CompletionWord;
 
 pub use driver::NO_DRIVER;
@@ -107,6 +119,10 @@ pub struct CudaBackend {
     report_only: bool,
     /// The tenant's recorded graphs (`user_graphs`).
     user_graphs: user_graphs::UserGraphs,
+    /// Host memory mapped for kernels (`Backend::map_device`).
+    device_maps: DeviceMaps,
+    /// The persistent kernel, its stream and its watcher (`persistent`).
+    persistent: Persistent,
 }
 
 impl CudaBackend {
@@ -146,6 +162,7 @@ impl CudaBackend {
         // SAFETY: plain dup2 of our own standard descriptors.
         unsafe { libc::dup2(libc::STDERR_FILENO, libc::STDOUT_FILENO) };
         let cap = opts.device_memory.min(dev.total_memory);
+        let ctx = dev.ctx;
         Ok(CudaBackend {
             drv,
             dev,
@@ -165,6 +182,8 @@ impl CudaBackend {
             user_graphs: user_graphs::UserGraphs::default(),
             unreported: false,
             report_only: false,
+            device_maps: DeviceMaps::default(),
+            persistent: Persistent::new(drv, ctx),
         })
     }
 
@@ -182,13 +201,15 @@ impl CudaBackend {
                 e.kind,
                 format!("worker unusable after an earlier error: {}", e.message),
             )),
-            None => Ok(()),
+            // The context faulted under a persistent kernel (its watcher saw it): reported by
+            // the next op, as a fault under a queued kernel is.
+            None => self.persistent.fault().map_or(Ok(()), Err),
         }
     }
 
     /// Usable, and every queued kernel finished within its deadline.
     fn ready(&mut self) -> Result<(), BackendError> {
-        self.usable()?;
+        self.usable().map_err(|e| self.fail(e))?;
         self.timeline.drain().map_err(|e| self.fail(e))
     }
 
@@ -485,6 +506,16 @@ impl Backend for CudaBackend {
 
     fn unload_module(&mut self, id: u32) -> Result<(), BackendError> {
         self.usable()?;
+        if let Some(kernel) = self.persistent.kernel_of(id) {
+            return Err(BackendError::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "module {id} holds persistent kernel {}, which still runs; stop it (through its \
+                     control block) before unloading its module",
+                    quote::name(&kernel)
+                ),
+            ));
+        }
         self.destroy_user_graphs_of(Some(id));
         if let Some(module) = self.modules.release(id)? {
             self.ready()?;
@@ -654,26 +685,122 @@ impl Backend for CudaBackend {
         self.timeline.flush();
     }
 
+    fn map_device(&mut self, base: *mut u8, len: usize) -> Result<u64, BackendError> {
+        self.usable()?;
+        self.device_maps
+            .map(self.drv, &mut self.host, base, len)
+            .map_err(|e| self.fail(e))
+    }
+
+    fn unmap_device(&mut self, addr: u64) -> Result<(), BackendError> {
+        if self.persistent.running() {
+            return Err(BackendError::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "{addr:#x} stays mapped for kernels while a persistent kernel runs (it may be using \
+                     it); stop the kernel first"
+                ),
+            ));
+        }
+        // A queued kernel may still reach the memory: wait for the queue first. A poisoned
+        // context is left alone (its process is about to end, and its registrations with it).
+        let quiet = self.ready();
+        self.device_maps
+            .unmap(self.drv, &mut self.host, addr, quiet.is_ok())?;
+        quiet
+    }
+
+    /// Checked as a launch is (module, kernel, argument block, dimensions, shared memory), then
+    /// for all its blocks being resident at once (`occupancy`). Starts after everything queued
+    /// before it has finished (the queue is drained, as `sync` does): what the tenant launched or
+    /// wrote to prepare its memory is done when the kernel starts.
+    fn launch_persistent(
+        &mut self,
+        l: &Launch<'_>,
+        control: ControlBlock,
+    ) -> Result<(), BackendError> {
+        self.sync()?;
+        if let Some(kernel) = self.persistent.running_kernel() {
+            return Err(BackendError::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "persistent kernel {} still runs; a worker runs one persistent kernel at a time",
+                    quote::name(&kernel)
+                ),
+            ));
+        }
+        let (function, kernel) = self.check_launch(l)?;
+        occupancy::check_co_resident(
+            self.drv,
+            function,
+            &kernel,
+            l.grid,
+            l.block,
+            l.shared_mem_bytes,
+            self.dev.multiprocessors,
+            "a persistent kernel",
+        )?;
+        let prepared = self.persistent.prepare();
+        self.call(prepared, "starting a persistent kernel")?;
+        let chunks = l.args.len().div_ceil(16);
+        if self.args.len() < chunks {
+            self.args.resize(chunks, Chunk([0; 16]));
+        }
+        let args = self.args.as_mut_ptr().cast::<u8>();
+        // SAFETY: the scratch holds `chunks` * 16 >= `l.args.len()` bytes; plain byte copy.
+        unsafe { std::ptr::copy_nonoverlapping(l.args.as_ptr(), args, l.args.len()) };
+        let ready = ReadyLaunch {
+            function,
+            kernel: Arc::clone(&kernel),
+            grid: l.grid,
+            block: l.block,
+            shared_mem_bytes: l.shared_mem_bytes,
+            args: if l.args.is_empty() {
+                std::ptr::null_mut()
+            } else {
+                args.cast()
+            },
+            args_len: l.args.len(),
+            // Exempt (see `persistent`); not one of the lease's numbered launches.
+            deadline: Duration::ZERO,
+            ordinal: 0,
+        };
+        // Before the launch: the kernel may read its control block at once, and must not see
+        // an earlier kernel's request to terminate.
+        control.start();
+        if let Err(code) = self.persistent.launch(&ready) {
+            let e = self.launch_refused(&kernel, l, code, None);
+            // The block was marked started: say it is over, and why, rather than leave it
+            // running forever.
+            control.finish(&Exit::Faulted(e.message.clone()));
+            return Err(self.fail(e));
+        }
+        let tracked = self.persistent.track(control, kernel, l.module);
+        tracked.map_err(|e| self.fail(e))
+    }
+
+    fn persistent_running(&self) -> bool {
+        self.persistent.running()
+    }
+
     /// Counts the finished segments first, except for the answer to a sync the completion word
     /// answered (the host skips it, and the count, a driver call per segment, would only delay
     /// the worker's next request, most often the next launch) and to one answered only to carry
     /// the time (a sync [`REPORT_EVERY`] after the last such answer, whose segments the watchdog
     /// counts in the background, every millisecond while there are some): those give the time
     /// counted so far. Every other answer is exact as of its kernels.
+    ///
+    /// A persistent kernel's time (wall time from its launch to its end seen, so far) is added
+    /// to every answer (see `persistent`).
     fn gpu_time(&mut self) -> Duration {
-        if std::mem::take(&mut self.answered_by_word) {
-            return self.timeline.gpu_time_seen();
-        }
-        self.reported = Instant::now();
-        self.unreported = false;
-        if std::mem::take(&mut self.report_only) {
-            return self.timeline.gpu_time_seen();
-        }
-        self.timeline.gpu_time()
+        self.launches_gpu_time()
+            .saturating_add(self.persistent.gpu_time())
     }
 
     fn reset(&mut self) -> Result<(), BackendError> {
         self.ready()?;
+        // The worker unmapped each memory's mappings when it detached it; none is left behind.
+        self.device_maps.clear(self.drv, &mut self.host, true);
         self.destroy_user_graphs_of(None);
         let mut first: Option<BackendError> = None;
         for addr in self.mem.drain() {
@@ -706,6 +833,19 @@ impl Backend for CudaBackend {
 }
 
 impl CudaBackend {
+    /// The launches' device time (see `Backend::gpu_time`).
+    fn launches_gpu_time(&mut self) -> Duration {
+        if std::mem::take(&mut self.answered_by_word) {
+            return self.timeline.gpu_time_seen();
+        }
+        self.reported = Instant::now();
+        self.unreported = false;
+        if std::mem::take(&mut self.report_only) {
+            return self.timeline.gpu_time_seen();
+        }
+        self.timeline.gpu_time()
+    }
+
     /// The end of every sync: asynchronous work outside the launch queue (zeroing, device-to-device
     /// copies) finished without error too.
     fn check_unchecked_async(&mut self) -> Result<(), BackendError> {
@@ -761,6 +901,8 @@ impl Drop for CudaBackend {
             if let Some(w) = self.signal.take() {
                 w.unregister(self.drv);
             }
+            self.device_maps
+                .clear(self.drv, &mut self.host, !self.persistent.running());
             self.host.clear(self.drv);
             // SAFETY: ours, idle (nothing pending); nothing uses it after this.
             unsafe { (self.drv.stream_destroy)(self.dev.stream.0) };

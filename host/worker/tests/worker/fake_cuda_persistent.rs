@@ -1,0 +1,366 @@
+//! The cuda backend's persistent kernels and memory mapped for kernels, against the fake
+//! `libcuda` (see `fake_cuda`): mapping bookkeeping, the co-residency check, a persistent kernel
+//! running beside the session (on a stream of its own, with no deadline) until its control block
+//! asks it to end, its end and its fault written to the control block. The fake's `actor`
+//! kernels run on a thread of the fake until the control block's `should_terminate` is set. What
+//! the real driver does with them (a kernel polling mapped memory, a fault under it, what waits
+//! for it) is for a GPU: `on_a_gpu_a_persistent_kernel_polls_mapped_memory_until_asked_to_end`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::fake_cuda::{fake_worker, launch};
+use crate::support::*;
+use tasklet_worker::contract::actor::{ControlBlock, Exit, CONTROL_BYTES};
+use tasklet_worker::guest_memory::SharedMemory;
+use tasklet_worker::host::mapped::MappedArea;
+use tasklet_worker::{BackendKind, ErrorKind, Launch, LoadedModule, Worker, WorkerCommand};
+
+const IOTA_PTX: &str = include_str!("../../../../kernels/iota.ptx");
+
+/// Two persistent kernels for the fake, each taking its control block's device address.
+const ACTOR_PTX: &str = "
+.version 8.0
+.target sm_80
+.address_size 64
+
+.visible .entry actor(
+	.param .u64 actor_param_0
+)
+{
+	ret;
+}
+
+.visible .entry actor_faults(
+	.param .u64 actor_faults_param_0
+)
+{
+	ret;
+}
+";
+
+/// The fake's occupancy: 8 blocks of 256 threads per multiprocessor, 132 of them.
+const FITS: u32 = 8 * 132;
+
+/// A persistent launch of `kernel` over `grid` blocks of 256 threads, its argument the control
+/// block's device address, with a deadline it outlives by far.
+fn persistent<'a>(m: &LoadedModule, kernel: &str, grid: u32, args: &'a [u8]) -> Launch<'a> {
+    Launch {
+        grid: [grid, 1, 1],
+        ..launch(m, kernel, 256, args, Duration::from_millis(5))
+    }
+}
+
+/// A mapped area of one page with a control block cut from it (at offset 0), mapped for kernels
+/// when `map`: the area, the block's device address, and the host's view of it.
+fn mapped_area(w: &mut Worker, map: bool) -> (Arc<MappedArea>, u64, ControlBlock) {
+    let area = Arc::new(MappedArea::create(4096).unwrap());
+    let at = area.take(CONTROL_BYTES).unwrap();
+    assert_eq!(at, 0);
+    let dev = if map {
+        w.map_device(&area.whole()).unwrap()
+    } else {
+        // Where the host sees it: no address a kernel can reach.
+        area.host_ptr(0) as u64
+    };
+    // SAFETY: the block lies in the area, which the tests keep until they no longer use the view.
+    let control = unsafe { ControlBlock::at(area.host_ptr(0)) };
+    (area, dev, control)
+}
+
+/// Asks the kernel to end and waits (boundedly) until the worker says it has.
+#[track_caller]
+fn stop(control: &ControlBlock) -> Exit {
+    control.ask_to_terminate();
+    assert!(
+        eventually(Duration::from_secs(5), || control.ended()),
+        "the persistent kernel's end never showed in its control block"
+    );
+    control.snapshot().exit
+}
+
+#[test]
+fn memory_is_mapped_for_kernels_once_and_unmapped() {
+    let Some(mut w) = fake_worker() else { return };
+    let mem = SharedMemory::create(64 * 1024, 64 * 1024, 0).unwrap();
+    let a = w.map_device(&span(&mem, 0, 4096)).unwrap();
+    // Registered by whole pages, answered at the byte asked for.
+    let b = w.map_device(&span(&mem, 8192 + 256, 512)).unwrap();
+    assert_eq!((a % 4096, b % 4096), (0, 256));
+    // Pages the driver has registered already: refused with the reason, not the driver's code.
+    let (kind, message) = op_error(w.map_device(&span(&mem, 100, 8)));
+    assert_eq!(kind, ErrorKind::InvalidArgument);
+    assert!(message.contains("share pages"), "{message}");
+    assert_eq!(
+        op_kind(w.map_device(&span(&mem, 8192, 16))),
+        ErrorKind::InvalidArgument
+    );
+    let (kind, message) = op_error(w.map_device(&span(&mem, 0, 0)));
+    assert_eq!(kind, ErrorKind::InvalidArgument, "{message}");
+    w.unmap_device(a).unwrap();
+    let (kind, message) = op_error(w.unmap_device(a));
+    assert_eq!(kind, ErrorKind::InvalidArgument);
+    assert!(message.contains("not mapped for kernels"), "{message}");
+    // Unregistered: the same pages map again (the fake refuses a second registration).
+    let again = w.map_device(&span(&mem, 0, 4096)).unwrap();
+    w.unmap_device(again).unwrap();
+    w.unmap_device(b).unwrap();
+    // A reset unmaps what is left, and the worker stays usable.
+    w.map_device(&span(&mem, 0, 64 * 1024)).unwrap();
+    w.reset().unwrap();
+    w.map_device(&span(&mem, 0, 64 * 1024)).unwrap();
+    assert!(!w.is_poisoned());
+}
+
+#[test]
+fn memory_page_locked_for_copies_is_not_mapped_for_kernels_too() {
+    let Some(mut w) = fake_worker() else { return };
+    let dev = w.alloc(4096).unwrap();
+    // Copies through a guest memory page-lock it (in chunks): no mapping for kernels over it.
+    let copied = SharedMemory::create(64 * 1024, 64 * 1024, 0).unwrap();
+    w.write_from(dev, &span(&copied, 0, 4096)).unwrap();
+    let (kind, message) = op_error(w.map_device(&span(&copied, 8192, 4096)));
+    assert_eq!(kind, ErrorKind::InvalidArgument);
+    assert!(message.contains("page-locked for copies"), "{message}");
+    // The other way round: a copy inside memory mapped for kernels is pinned already (the fake
+    // refuses copies from memory that is not), and registers nothing over it.
+    let mapped = SharedMemory::create(64 * 1024, 64 * 1024, 0).unwrap();
+    let addr = w.map_device(&span(&mapped, 0, 64 * 1024)).unwrap();
+    bytes(&mapped, 100, 4).copy_from_slice(&[1, 2, 3, 4]);
+    w.write_from(dev, &span(&mapped, 100, 4)).unwrap();
+    let mut back = [0u8; 4];
+    w.read(dev, &mut back).unwrap();
+    assert_eq!(back, [1, 2, 3, 4]);
+    w.unmap_device(addr).unwrap();
+    assert!(!w.is_poisoned());
+}
+
+#[test]
+fn a_persistent_grid_larger_than_fits_at_once_is_refused_naming_the_limit() {
+    let Some(mut w) = fake_worker() else { return };
+    let (area, dev, control) = mapped_area(&mut w, true);
+    let m = w.load_module(ACTOR_PTX).unwrap();
+    let args = dev.to_le_bytes();
+    let (kind, message) =
+        op_error(w.launch_persistent(&persistent(&m, "actor", FITS + 1, &args), &area, 0));
+    assert_eq!(kind, ErrorKind::LaunchFailed);
+    assert!(
+        message.contains(&format!("all its {} blocks", FITS + 1))
+            && message.contains(&format!("at most {FITS} blocks of 256 threads")),
+        "{message}"
+    );
+    // Refused at once: the control block was left alone, nothing runs.
+    let s = control.snapshot();
+    assert!(!s.is_active && s.exit == Exit::Running, "{s:?}");
+    // The usual launch checks come first: a wrong argument block.
+    let (kind, message) =
+        op_error(w.launch_persistent(&persistent(&m, "actor", 1, &args[..4]), &area, 0));
+    assert_eq!(kind, ErrorKind::LaunchFailed, "{message}");
+    // The largest grid that fits runs.
+    w.launch_persistent(&persistent(&m, "actor", FITS, &args), &area, 0)
+        .unwrap();
+    assert_eq!(stop(&control), Exit::Returned);
+    drop(area);
+}
+
+#[test]
+fn a_persistent_kernel_runs_beside_the_session_until_asked_to_end() {
+    let Some(mut w) = fake_worker() else { return };
+    let (area, dev, control) = mapped_area(&mut w, true);
+    let actors = w.load_module(ACTOR_PTX).unwrap();
+    let iota = w.load_module(IOTA_PTX).unwrap();
+    let args = dev.to_le_bytes();
+    let started = Instant::now();
+    w.launch_persistent(&persistent(&actors, "actor", 4, &args), &area, 0)
+        .unwrap();
+    // Marked started before the answer.
+    let s = control.snapshot();
+    assert!(
+        s.is_active && !s.has_terminated && s.exit == Exit::Running,
+        "{s:?}"
+    );
+    // Past its 5 ms deadline and the watchdog's grace: it has none, and the worker lives on.
+    std::thread::sleep(Duration::from_millis(400));
+    // The session's own work and syncs do not wait for it (the fake's `actor` would hold any
+    // event recorded behind it on its stream).
+    let out = w.alloc(4096).unwrap();
+    let iota_args: Vec<u8> = out
+        .to_le_bytes()
+        .into_iter()
+        .chain(64u32.to_le_bytes())
+        .collect();
+    let t = Instant::now();
+    w.launch(&launch(
+        &iota,
+        "iota",
+        64,
+        &iota_args,
+        Duration::from_secs(1),
+    ))
+    .unwrap();
+    w.sync().unwrap();
+    let mut back = vec![0u8; 256];
+    w.read(out, &mut back).unwrap();
+    assert_eq!(&back[..8], &[1, 0, 0, 0, 2, 0, 0, 0]);
+    assert!(
+        t.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        t.elapsed()
+    );
+    // Charged as it goes: wall time since its launch.
+    w.ping().unwrap();
+    assert!(
+        w.gpu_time() >= Duration::from_millis(400),
+        "{:?}",
+        w.gpu_time()
+    );
+    // What it may be using stays: its mapping, its module; and one runs at a time.
+    let (kind, message) = op_error(w.unmap_device(dev));
+    assert_eq!(kind, ErrorKind::InvalidArgument);
+    assert!(message.contains("persistent kernel runs"), "{message}");
+    let (kind, message) = op_error(w.unload_module(actors.id));
+    assert_eq!(kind, ErrorKind::InvalidArgument);
+    assert!(message.contains("still runs"), "{message}");
+    let (kind, message) =
+        op_error(w.launch_persistent(&persistent(&actors, "actor", 1, &args), &area, 0));
+    assert_eq!(kind, ErrorKind::InvalidArgument);
+    assert!(
+        message.contains("one persistent kernel at a time"),
+        "{message}"
+    );
+    assert!(!w.is_poisoned());
+    // Asked to end, it returns, and the worker says so.
+    assert_eq!(stop(&control), Exit::Returned);
+    let s = control.snapshot();
+    assert!(!s.is_active && s.has_terminated, "{s:?}");
+    let ran = started.elapsed();
+    // Its time stops at its end.
+    w.ping().unwrap();
+    let charged = w.gpu_time();
+    assert!(charged <= ran + Duration::from_millis(100), "{charged:?}");
+    std::thread::sleep(Duration::from_millis(100));
+    w.ping().unwrap();
+    assert!(
+        w.gpu_time() < charged + Duration::from_millis(50),
+        "{:?} then {charged:?}",
+        w.gpu_time()
+    );
+    // Now everything it held may go, and the worker is reusable.
+    w.unmap_device(dev).unwrap();
+    w.unload_module(actors.id).unwrap();
+    w.reset().unwrap();
+    // And a second one may start, with its control block fresh.
+    let (area2, dev2, control2) = mapped_area(&mut w, true);
+    let actors = w.load_module(ACTOR_PTX).unwrap();
+    let args = dev2.to_le_bytes();
+    w.launch_persistent(&persistent(&actors, "actor", 1, &args), &area2, 0)
+        .unwrap();
+    assert!(!control2.snapshot().should_terminate);
+    assert_eq!(stop(&control2), Exit::Returned);
+    drop((area, area2));
+}
+
+#[test]
+fn a_fault_under_a_persistent_kernel_shows_in_its_control_block_and_poisons_the_worker() {
+    let Some(mut w) = fake_worker() else { return };
+    let (area, dev, control) = mapped_area(&mut w, true);
+    let m = w.load_module(ACTOR_PTX).unwrap();
+    let args = dev.to_le_bytes();
+    w.launch_persistent(&persistent(&m, "actor_faults", 1, &args), &area, 0)
+        .unwrap();
+    match stop(&control) {
+        Exit::Faulted(m) => assert!(
+            m.contains("persistent kernel `actor_faults`") && m.contains("illegal memory access"),
+            "{m}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    // The next op reports it, naming the persistent kernel; the worker is done.
+    let (kind, message) = op_error(w.sync());
+    assert_eq!(kind, ErrorKind::KernelFault);
+    assert!(message.contains("actor_faults"), "{message}");
+    assert!(w.is_poisoned());
+    drop(area);
+}
+
+#[test]
+fn a_control_block_kernels_cannot_reach_is_a_fault_of_the_kernel() {
+    let Some(mut w) = fake_worker() else { return };
+    // Attached, but never mapped for kernels: the address given is the host's, which a kernel
+    // cannot reach (the fake faults as a GPU would).
+    let (area, dev, control) = mapped_area(&mut w, false);
+    let m = w.load_module(ACTOR_PTX).unwrap();
+    let args = dev.to_le_bytes();
+    w.launch_persistent(&persistent(&m, "actor", 1, &args), &area, 0)
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || control.ended()),
+        "the fault never showed in the control block"
+    );
+    assert!(matches!(control.snapshot().exit, Exit::Faulted(_)));
+    assert_eq!(op_kind(w.sync()), ErrorKind::KernelFault);
+    drop(area);
+}
+
+/// A persistent kernel that spins on `should_terminate` through mapped memory (volatile loads:
+/// the host writes it), then sets `has_terminated` itself and returns.
+const GPU_ACTOR_PTX: &str = "
+.version 7.0
+.target sm_70
+.address_size 64
+
+.visible .entry actor(
+	.param .u64 actor_param_0
+)
+{
+	.reg .pred 	%p<2>;
+	.reg .b32 	%r<3>;
+	.reg .b64 	%rd<2>;
+
+	ld.param.u64 	%rd1, [actor_param_0];
+$L_spin:
+	ld.volatile.global.u32 	%r1, [%rd1+4];
+	setp.eq.s32 	%p1, %r1, 0;
+	@%p1 bra 	$L_spin;
+	mov.u32 	%r2, 1;
+	st.volatile.global.u32 	[%rd1+8], %r2;
+	ret;
+}
+";
+
+#[test]
+fn on_a_gpu_a_persistent_kernel_polls_mapped_memory_until_asked_to_end() {
+    let cmd = WorkerCommand {
+        program: env!("CARGO_BIN_EXE_tasklet-worker").into(),
+        args: vec![],
+    };
+    if tasklet_worker::probe_cuda(&cmd).is_err() {
+        eprintln!("skipped: no CUDA device");
+        return;
+    }
+    let mut w = Worker::spawn(&cmd, BackendKind::Cuda, 1 << 30, Duration::from_secs(10))
+        .expect("a cuda worker");
+    let (area, dev, control) = mapped_area(&mut w, true);
+    let m = w.load_module(GPU_ACTOR_PTX).unwrap();
+    let args = dev.to_le_bytes();
+    let l = Launch {
+        grid: [1, 1, 1],
+        block: [32, 1, 1],
+        ..launch(&m, "actor", 32, &args, Duration::from_millis(5))
+    };
+    w.launch_persistent(&l, &area, 0).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    // Still running past its deadline, and syncs do not wait for it.
+    assert!(control.snapshot().is_active);
+    let t = Instant::now();
+    w.sync().unwrap();
+    assert!(
+        t.elapsed() < Duration::from_millis(100),
+        "{:?}",
+        t.elapsed()
+    );
+    assert_eq!(stop(&control), Exit::Returned);
+    w.unmap_device(dev).unwrap();
+    w.reset().unwrap();
+    drop(area);
+}

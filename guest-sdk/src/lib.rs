@@ -83,6 +83,7 @@
 // on `wit-bindgen`; inside the crate that path must resolve too.
 extern crate self as tasklet_gpu;
 
+mod actor;
 mod buffer;
 mod burst;
 mod c_struct;
@@ -96,6 +97,7 @@ mod read_into;
 mod session;
 mod stream;
 
+pub use actor::{Actor, ActorStatus, PersistentLaunch, Ring};
 pub use buffer::DeviceBuffer;
 pub use burst::{Burst, MAX_BURST_LAUNCHES};
 pub use c_struct::CStruct;

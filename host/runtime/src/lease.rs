@@ -92,6 +92,10 @@ pub struct Accounting {
 /// it gives the worker up: a kernel that has about finished is waited for, a busy one is not.
 pub const RELEASE_GRACE: Duration = Duration::from_millis(20);
 
+/// How long a lease that ends gives its persistent kernels to return once asked (through their
+/// control blocks) before their worker is ended instead.
+pub const PERSISTENT_GRACE: Duration = Duration::from_millis(500);
+
 /// The end of the run that holds a lease: when its wall-time limit runs out, and the limit as
 /// configured (for messages).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,6 +128,9 @@ pub enum EndReason {
     /// Memory or a module of the lease was released while its kernels still ran, and the worker
     /// was given up rather than waited for.
     DroppedWhileBusy,
+    /// A persistent kernel did not return within its grace period (this one) of being asked to
+    /// stop, and its worker was ended.
+    ActorUnstoppable(Duration),
 }
 
 impl EndReason {
@@ -148,6 +155,9 @@ impl EndReason {
                  kernels still ran: the host gives such a worker up rather than wait for it; sync before dropping \
                  handles while kernels may still run"
                 .into(),
+            EndReason::ActorUnstoppable(grace) => format!(
+                "the lease ended when a persistent kernel did not return within {grace:?} of being asked to stop                  (`should_terminate` in its control block): its worker was ended; have the kernel check its control                  block between messages"
+            ),
         }
     }
 }
@@ -786,9 +796,13 @@ impl LeaseManager {
             // What is asked of the worker from here answers to no run's end, nor to its holder.
             worker.set_wait_limit(None);
             worker.set_holder_gone(None);
+            // Its persistent kernels are asked to return and given a grace period; one still
+            // running then ends with the worker, which is not reused.
+            let stopped = worker.stop_persistent(PERSISTENT_GRACE);
             // One whose kernels may still run is given up by the pool without a question (any
             // answer would wait for them).
-            let keep = worker.has_pending_launches() || self.reconcile(lease, &mut worker, used);
+            let keep = stopped
+                && (worker.has_pending_launches() || self.reconcile(lease, &mut worker, used));
             // The reconciling answer brought the worker's last report: the lease's final charge.
             lease.charge(worker.gpu_time().saturating_sub(gpu_seen));
             // Back to the pool of the lease's own device: a replacement starts there, and no

@@ -316,6 +316,14 @@ impl GpuService for MeteredGpu {
         self.gpu.queue_op(session, op)
     }
 
+    fn actor_op(
+        &mut self,
+        session: SessionId,
+        op: tasklet_runtime::gpu::ActorOp<'_>,
+    ) -> Result<tasklet_runtime::gpu::ActorReply, GpuError> {
+        self.gpu.actor_op(session, op)
+    }
+
     fn sync(&mut self, session: SessionId) -> Result<(), GpuError> {
         self.gpu.sync(session)
     }

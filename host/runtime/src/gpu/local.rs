@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tasklet_worker::{Launch, LoadedModule, ALLOC_GRANULE};
 
+mod actors;
 mod burst;
 mod graph;
 mod queues;
@@ -58,6 +59,8 @@ pub struct LocalGpu {
     usage: Usage,
     /// Set once no one waits for this service's answers (see [`LocalGpu::with_holder_gone`]).
     holder_gone: Option<Arc<AtomicBool>>,
+    /// Each lease's mapped memory, once it has rings or actors.
+    areas: actors::Areas,
 }
 
 /// What the service remembers of a session.
@@ -76,6 +79,8 @@ struct Session {
     reloaded: reloads::Reloads,
     /// Its streams and events.
     queues: queues::Queues,
+    /// Its rings and persistent kernels.
+    actors: actors::Actors,
 }
 
 /// A loaded module: the worker's id for it and its kernels in the worker's order.
@@ -122,6 +127,7 @@ impl LocalGpu {
             launched: FxHashMap::default(),
             run: None,
             holder_gone: None,
+            areas: Default::default(),
         }
     }
 
@@ -553,6 +559,7 @@ impl GpuService for LocalGpu {
 
     fn lease_drop(&mut self, lease: LeaseId) {
         self.launched.remove(&lease);
+        self.areas.forget(lease);
         if let Some(lease) = self.leases.remove(&lease) {
             self.manager.end(&lease, EndReason::Dropped);
         }
@@ -586,12 +593,15 @@ impl GpuService for LocalGpu {
                 graph_arg_bytes: 0,
                 reloaded: Default::default(),
                 queues: Default::default(),
+                actors: Default::default(),
             },
         );
         Ok(id)
     }
 
     fn session_drop(&mut self, session: SessionId) {
+        // Its persistent kernels stop before anything they may use is freed.
+        self.drop_actors(session);
         let Some(s) = self.sessions.remove(&session) else {
             return;
         };
@@ -969,6 +979,14 @@ impl GpuService for LocalGpu {
         op: super::QueueOp,
     ) -> Result<super::QueueReply, GpuError> {
         self.queue(session, op)
+    }
+
+    fn actor_op(
+        &mut self,
+        session: SessionId,
+        op: super::ActorOp<'_>,
+    ) -> Result<super::ActorReply, GpuError> {
+        self.actor_op_local(session, op)
     }
 
     fn gpu_time(&mut self, lease: LeaseId) -> Result<Duration, GpuError> {

@@ -8,6 +8,7 @@
 //! runs a `LocalGpu` per client, so a remote implementation of the trait only forwards: the checks
 //! happen where the GPU is, and never trust the caller's side.
 
+mod actors;
 mod args;
 mod local;
 mod queues;
@@ -15,6 +16,10 @@ mod submit;
 mod types;
 mod usage;
 
+pub use actors::{
+    ActorArg, ActorId, ActorOp, ActorReply, ActorStatus, RingDirection, RingId,
+    MAX_LEASE_MAPPED_BYTES, MAX_MESSAGE_BYTES, MAX_RECV_WAIT, MAX_SESSION_RINGS, MAX_STOP_GRACE,
+};
 pub use args::submit_args_after_region;
 pub use local::{LocalGpu, DIRECT_MIN_BYTES};
 pub use queues::{EventId, QueueOp, QueueReply, StreamId, MAX_SESSION_EVENTS, MAX_SESSION_STREAMS};
@@ -340,6 +345,15 @@ pub trait GpuService: Send {
         let _ = (session, op);
         Err(crate::error::unsupported(
             "this GPU service has no streams or events; use the session's own queue and `sync`",
+        ))
+    }
+
+    /// An operation on the session's rings and persistent kernels (contract 0.2; see
+    /// [`ActorOp`]). A service without them (the default) refuses every one as unsupported.
+    fn actor_op(&mut self, session: SessionId, op: ActorOp<'_>) -> Result<ActorReply, GpuError> {
+        let _ = (session, op);
+        Err(crate::error::unsupported(
+            "this GPU service runs no persistent kernels; run the tasklet where the GPU is local, or deploy it to the node",
         ))
     }
 

@@ -37,6 +37,8 @@ pub mod v02 {
             "tasklet:gpu/sessions.graph": crate::wit::GraphHandle,
             "tasklet:gpu/sessions.gpu-stream": crate::wit::StreamHandle,
             "tasklet:gpu/sessions.event": crate::wit::EventHandle,
+            "tasklet:gpu/sessions.ring": crate::wit::RingHandle,
+            "tasklet:gpu/sessions.actor": crate::wit::ActorHandle,
         },
     });
 }

@@ -60,6 +60,20 @@ pub struct EventHandle {
     session: SessionId,
 }
 
+/// A ring of a session (contract 0.2), with its geometry for the guest to read without a call.
+pub struct RingHandle {
+    id: crate::gpu::RingId,
+    session: SessionId,
+    message_size: u32,
+    capacity: u32,
+}
+
+/// A persistent kernel of a session (contract 0.2).
+pub struct ActorHandle {
+    id: crate::gpu::ActorId,
+    session: SessionId,
+}
+
 /// Reaches the GPU service and the resource table from a store's data.
 pub trait GpuView: Send {
     fn gpu(&mut self) -> GpuState<'_>;

@@ -282,6 +282,7 @@ mod v01 {
 mod v02 {
     use super::*;
 
+    mod actors;
     mod streams;
     use crate::wit::bindings::v02::tasklet::gpu::sessions::{
         BurstArg, GraphArg, Host, HostGraph, HostKernel, HostModule, HostSession, KernelArg,
@@ -480,6 +481,26 @@ mod v02 {
             this: Resource<SessionHandle>,
         ) -> GpuResult<Resource<crate::wit::EventHandle>> {
             self.new_event_of(&this)
+        }
+
+        fn new_ring(
+            &mut self,
+            this: Resource<SessionHandle>,
+            direction: crate::wit::bindings::v02::tasklet::gpu::sessions::RingDirection,
+            message_size: u32,
+            capacity: u32,
+        ) -> GpuResult<Resource<crate::wit::RingHandle>> {
+            self.new_ring_of(&this, direction, message_size, capacity)
+        }
+
+        fn launch_persistent(
+            &mut self,
+            this: Resource<SessionHandle>,
+            kernel: Resource<KernelHandle>,
+            config: LaunchConfig,
+            args: Vec<crate::wit::bindings::v02::tasklet::gpu::sessions::ActorArg>,
+        ) -> GpuResult<Resource<crate::wit::ActorHandle>> {
+            self.launch_persistent_of(&this, &kernel, &config, &args)
         }
     }
 

@@ -8,7 +8,8 @@
 //   spin_forever(u32*)                   never finishes: every later event stays not-ready
 //   empty()                              nothing
 //   actor(u32* control)                  a persistent kernel: runs (on a thread of the fake) until the
-//                                        control block's should_terminate (+4) reads 1, then returns;
+//                                        control block's should_terminate (+4) reads 1, then sets
+//                                        has_terminated (+8) and returns;
 //                                        its stream's later events and queries wait for it. A control
 //                                        block not registered with CU_MEMHOSTREGISTER_DEVICEMAP is an
 //                                        illegal address, as on a GPU. Gives up after 30 s.
@@ -257,6 +258,7 @@ static void *actor_main(void *p) {
         nanosleep(&t, 0);
     }
     if (a->faults) __atomic_store_n(&sticky, ILLEGAL_ADDRESS, __ATOMIC_SEQ_CST);
+    else __atomic_store_n(&a->control[2], 1, __ATOMIC_RELEASE); // has_terminated, as a kernel may
     __atomic_add_fetch(&a->s->finished, 1, __ATOMIC_RELEASE);
     __atomic_sub_fetch(&actors, 1, __ATOMIC_RELEASE);
     free(a);

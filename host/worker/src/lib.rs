@@ -63,4 +63,5 @@ pub use host::{probe, probe_cuda, Pool, PoolConfig, Worker, WorkerError};
 pub use tasklet_ptx::{KernelInfo, ParamInfo, ParamType, MAX_PARAM_BYTES};
 pub use worker::{
     serve_main, Backend, BackendError, CudaBackend, EmuBackend, EMU_LANE_INSTRUCTIONS_PER_SECOND,
+    EMU_MAX_DEVICE_MAPPINGS, EMU_MAX_RESIDENT_CTAS,
 };

@@ -16,5 +16,6 @@ pub mod serve;
 
 pub use backend::{
     Backend, BackendError, CudaBackend, EmuBackend, EMU_LANE_INSTRUCTIONS_PER_SECOND,
+    EMU_MAX_DEVICE_MAPPINGS, EMU_MAX_RESIDENT_CTAS,
 };
 pub use process::serve_main;

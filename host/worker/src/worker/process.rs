@@ -94,6 +94,13 @@ pub fn serve_main(args: impl Iterator<Item = String>) -> i32 {
     end.ready();
     let mut guests = Attachments::new(ctl);
     serve_guests(&mut end, backend.as_mut(), &mut guests, &mut { host_alive });
+    if backend.persistent_running() {
+        // A persistent kernel still runs and may be using attached memory: unmapping it would
+        // fault the kernel (the emulator's threads: the whole process) on its next access. The
+        // memory stays mapped until the process ends, with the kernel, as this returns.
+        std::mem::forget(guests);
+        return EXIT_OK;
+    }
     // Before the backend goes: it is told to forget each mapping before it is unmapped.
     guests.detach_all(backend.as_mut());
     EXIT_OK

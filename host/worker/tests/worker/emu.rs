@@ -2,6 +2,8 @@
 
 use std::time::{Duration, Instant};
 
+mod persistent;
+
 use crate::support::*;
 use tasklet_worker::{BackendKind, ErrorKind, Launch, LoadedModule, Pool, Worker, WorkerError};
 

@@ -3,8 +3,16 @@
 //! It stands for one device, and checks what it is asked as that device would: a compute
 //! capability 8.0 GPU (A100) with [`LaunchLimits::SM_80`] as its launch limits, whose driver
 //! compiles PTX up to [`module_check::EMU_ISA`].
+//!
+//! Persistent kernels ([`Backend::launch_persistent`]) run on threads of their own, one per CTA
+//! (so every CTA is resident at once, as a persistent kernel's blocks must be), beside the serving
+//! thread, which goes on executing everything else; `persistent.rs` keeps them. Memory they share
+//! with the host ([`Backend::map_device`]) is an allocation over the worker's mapping of it.
 
-use std::collections::HashMap;
+mod persistent;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use tasklet_ptx::{DeviceMemory, ExecError, LaunchParams, MemError, Module};
 
@@ -13,8 +21,11 @@ use std::time::{Duration, Instant};
 use super::module_check::{self, Loader};
 use super::recorded::{self, Recorded};
 use super::{source, Backend, BackendError};
+use crate::contract::actor::ControlBlock;
 use crate::contract::messages::GraphOp;
 use crate::contract::{quote, ErrorKind, Launch, LaunchLimits, LoadedModule, WorkerInfo};
+use persistent::Persistent;
+pub use persistent::EMU_MAX_RESIDENT_CTAS;
 
 /// The device the emulator is: what modules are checked against.
 const EMULATED: Loader = Loader {
@@ -46,9 +57,16 @@ pub fn emu_step_limit(deadline: Duration, cores: u64) -> u64 {
 /// Modules a worker may hold at once: each costs host memory the device cap does not count.
 const MAX_MODULES: usize = 4096;
 
+/// Host memory mappings ([`Backend::map_device`]) a worker may hold at once: each is an entry in
+/// every launch's allocation table, which the device cap does not count.
+pub const EMU_MAX_DEVICE_MAPPINGS: usize = 4096;
+
 pub struct EmuBackend {
-    mem: DeviceMemory,
-    modules: HashMap<u32, Module>,
+    /// Shared with the threads of persistent kernels, which outlive the call that started them.
+    mem: Arc<DeviceMemory>,
+    /// Shared with persistent kernels too: unloading a module a persistent kernel runs leaves it
+    /// running.
+    modules: HashMap<u32, Arc<Module>>,
     next_module: u32,
     /// Start address → (accounted, requested) bytes, for the cap and for `free` of a
     /// non-allocation.
@@ -65,6 +83,12 @@ pub struct EmuBackend {
     executing: Duration,
     /// Graphs, replayed op by op.
     graphs: Recorded,
+    /// Device addresses of the host memory mappings.
+    mapped: HashSet<u64>,
+    /// Persistent kernels started and not yet seen to end.
+    persistent: Persistent,
+    /// The most `gpu_time` said so far: it never goes back.
+    gpu_time_said: Duration,
 }
 
 impl EmuBackend {
@@ -72,7 +96,7 @@ impl EmuBackend {
     /// per core).
     pub fn new(device_memory: u64, threads: usize) -> EmuBackend {
         EmuBackend {
-            mem: DeviceMemory::new(),
+            mem: Arc::new(DeviceMemory::new()),
             modules: HashMap::new(),
             next_module: 1,
             allocs: HashMap::new(),
@@ -83,16 +107,71 @@ impl EmuBackend {
             cores: std::thread::available_parallelism().map_or(1, |n| n.get() as u64),
             executing: Duration::ZERO,
             graphs: Recorded::default(),
+            mapped: HashSet::new(),
+            persistent: Persistent::default(),
+            gpu_time_said: Duration::ZERO,
         }
     }
 
-    fn module(&self, id: u32) -> Result<&Module, BackendError> {
+    /// The module and kernel index of `l`, once it is checked against the device's limits.
+    fn checked(&self, l: &Launch<'_>) -> Result<(&Arc<Module>, usize), BackendError> {
+        let module = self.module(l.module)?;
+        // Refused here rather than by the emulator: the error names the module, and an unknown
+        // kernel is the caller's mistake (`InvalidArgument`), not a launch the emulator refused.
+        let kernel = l.kernel as usize;
+        if kernel >= module.kernels().len() {
+            return Err(BackendError::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "module {} has {} kernels: no kernel {}",
+                    l.module,
+                    module.kernels().len(),
+                    l.kernel
+                ),
+            ));
+        }
+        // The device's limits, as the GPU it stands for has them (the emulator's own checks below
+        // are looser: they guard its arithmetic and memory).
+        LaunchLimits::SM_80
+            .check(l.grid, l.block, l.shared_mem_bytes, l.args.len())
+            .map_err(|e| {
+                BackendError::new(
+                    ErrorKind::LaunchFailed,
+                    format!(
+                        "cannot launch kernel {}: {e}",
+                        quote::name(&module.kernels()[kernel].name)
+                    ),
+                )
+            })?;
+        Ok((module, kernel))
+    }
+
+    fn module(&self, id: u32) -> Result<&Arc<Module>, BackendError> {
         self.modules.get(&id).ok_or_else(|| {
             BackendError::new(
                 ErrorKind::InvalidArgument,
                 format!("no module with id {id}"),
             )
         })
+    }
+}
+
+/// How a launch the emulator ran (or refused) failed, as the worker reports it.
+fn exec_error(e: ExecError) -> BackendError {
+    match e {
+        ExecError::InvalidLaunch(m) => {
+            BackendError::new(ErrorKind::LaunchFailed, quote::text(&m).to_string())
+        }
+        // A fault's message may carry the kernel's own text (a device assertion's message,
+        // file and function): only its start.
+        e @ ExecError::Fault { .. } => BackendError::new(
+            ErrorKind::KernelFault,
+            quote::text(&e.to_string()).to_string(),
+        ),
+        e @ ExecError::StepLimit { .. } => BackendError::new(
+            ErrorKind::DeadlineExceeded,
+            format!("kernel deadline exceeded: {e}"),
+        ),
     }
 }
 
@@ -194,7 +273,7 @@ impl Backend for EmuBackend {
             .checked_add(1)
             .ok_or_else(|| BackendError::new(ErrorKind::OutOfMemory, "module ids exhausted"))?;
         let kernels = module.kernels().to_vec();
-        self.modules.insert(id, module);
+        self.modules.insert(id, Arc::new(module));
         Ok(LoadedModule { id, kernels })
     }
 
@@ -224,34 +303,7 @@ impl Backend for EmuBackend {
     }
 
     fn launch(&mut self, l: &Launch<'_>) -> Result<(), BackendError> {
-        let module = self.module(l.module)?;
-        // Refused here rather than by the emulator: the error names the module, and an unknown
-        // kernel is the caller's mistake (`InvalidArgument`), not a launch the emulator refused.
-        let kernel = l.kernel as usize;
-        if kernel >= module.kernels().len() {
-            return Err(BackendError::new(
-                ErrorKind::InvalidArgument,
-                format!(
-                    "module {} has {} kernels: no kernel {}",
-                    l.module,
-                    module.kernels().len(),
-                    l.kernel
-                ),
-            ));
-        }
-        // The device's limits, as the GPU it stands for has them (the emulator's own checks below
-        // are looser: they guard its arithmetic and memory).
-        LaunchLimits::SM_80
-            .check(l.grid, l.block, l.shared_mem_bytes, l.args.len())
-            .map_err(|e| {
-                BackendError::new(
-                    ErrorKind::LaunchFailed,
-                    format!(
-                        "cannot launch kernel {}: {e}",
-                        quote::name(&module.kernels()[kernel].name)
-                    ),
-                )
-            })?;
+        let (module, kernel) = self.checked(l)?;
         let params = LaunchParams {
             grid: l.grid,
             block: l.block,
@@ -270,21 +322,105 @@ impl Backend for EmuBackend {
         self.executing = self.executing.saturating_add(began.elapsed());
         match ran {
             Ok(_) => Ok(()),
-            Err(ExecError::InvalidLaunch(m)) => Err(BackendError::new(
-                ErrorKind::LaunchFailed,
-                quote::text(&m).to_string(),
-            )),
-            // A fault's message may carry the kernel's own text (a device assertion's message,
-            // file and function): only its start.
-            Err(e @ ExecError::Fault { .. }) => Err(BackendError::new(
-                ErrorKind::KernelFault,
-                quote::text(&e.to_string()).to_string(),
-            )),
-            Err(e @ ExecError::StepLimit { .. }) => Err(BackendError::new(
-                ErrorKind::DeadlineExceeded,
-                format!("kernel deadline exceeded: {e}"),
-            )),
+            Err(e) => Err(exec_error(e)),
         }
+    }
+
+    /// Runs the kernel on `grid` threads of its own (one per CTA: all resident at once, as its
+    /// blocks may wait for each other or for the host) with no step limit, and returns once they
+    /// are started. What the kernel may use: the allocations and mappings that exist now (a
+    /// launch sees those it started with), any module's kernels. Refused at once
+    /// (`LaunchFailed`) past [`EMU_MAX_RESIDENT_CTAS`] blocks of persistent kernels running at
+    /// once, and for whatever a normal launch is refused for.
+    fn launch_persistent(
+        &mut self,
+        l: &Launch<'_>,
+        control: ControlBlock,
+    ) -> Result<(), BackendError> {
+        let (module, kernel) = self.checked(l)?;
+        let module = Arc::clone(module);
+        let name = module.kernels()[kernel].name.clone();
+        let ctas = l.grid.iter().map(|&d| u64::from(d)).product::<u64>();
+        self.persistent.check_room(&name, ctas)?;
+        let params = LaunchParams {
+            grid: l.grid,
+            block: l.block,
+            shared_mem_bytes: l.shared_mem_bytes,
+            args: l.args,
+            step_limit: u64::MAX,
+            // At most EMU_MAX_RESIDENT_CTAS (checked above).
+            threads: ctas as usize,
+        };
+        module.check_launch(kernel, &params).map_err(exec_error)?;
+        self.persistent.start(
+            persistent::Start {
+                module,
+                kernel,
+                name,
+                ctas,
+                grid: l.grid,
+                block: l.block,
+                shared_mem_bytes: l.shared_mem_bytes,
+                args: l.args.to_vec(),
+                memory: Arc::clone(&self.mem),
+            },
+            control,
+        )
+    }
+
+    fn persistent_running(&self) -> bool {
+        self.persistent.running()
+    }
+
+    /// An allocation over the worker's own mapping of the bytes: kernels' stores land in the
+    /// memfd the host maps too, and the host's in what kernels read.
+    // The trait's contract, not the signature, makes `base` safe to use: the worker keeps the
+    // memory mapped until it has unmapped it for kernels (see the SAFETY note below).
+    #[allow(clippy::not_unsafe_ptr_arg_deref)]
+    fn map_device(&mut self, base: *mut u8, len: usize) -> Result<u64, BackendError> {
+        if self.mapped.len() >= EMU_MAX_DEVICE_MAPPINGS {
+            return Err(BackendError::new(
+                ErrorKind::OutOfMemory,
+                format!(
+                    "a worker holds at most {EMU_MAX_DEVICE_MAPPINGS} memory mappings for kernels: \
+                     unmap one first, or map one larger area"
+                ),
+            ));
+        }
+        // SAFETY: the caller (the serving loop) keeps `base..base+len` mapped until it has called
+        // `unmap_device` for it (before it detaches the memory, at reset too), which removes the
+        // allocation and is refused while a persistent kernel (the only launch that outlives a
+        // call) runs; the host accesses the memory only through atomics.
+        let addr = unsafe { self.mem.map_external(base, len as u64) }.map_err(|e| match e {
+            MemError::AllocFailed { reason, .. } => BackendError::new(
+                ErrorKind::InvalidArgument,
+                format!("cannot map {len} bytes for kernels: {reason}"),
+            ),
+            other => mem_error(other),
+        })?;
+        self.mapped.insert(addr);
+        Ok(addr)
+    }
+
+    fn unmap_device(&mut self, addr: u64) -> Result<(), BackendError> {
+        if !self.mapped.contains(&addr) {
+            return Err(BackendError::new(
+                ErrorKind::InvalidArgument,
+                format!("{addr:#x} is not mapped for kernels"),
+            ));
+        }
+        if self.persistent.running() {
+            return Err(BackendError::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "{addr:#x} stays mapped while a persistent kernel runs: it may be using it \
+                     (ask the kernel to terminate and wait for it first)"
+                ),
+            ));
+        }
+        self.mem.free(addr).map_err(mem_error)?;
+        self.mapped.remove(&addr);
+        Ok(())
     }
 
     fn graph_create(&mut self, ops: &[GraphOp<'_>]) -> Result<u32, BackendError> {
@@ -323,15 +459,32 @@ impl Backend for EmuBackend {
     }
 
     fn sync(&mut self) -> Result<(), BackendError> {
-        // Every op already ran to completion.
+        // Every op already ran to completion; persistent kernels are not waited for.
         Ok(())
     }
 
+    /// The launches' executing time, and each persistent kernel's wall time from its start: as it
+    /// runs (so a kernel that never ends is accounted too), then, once it has ended, to its end.
     fn gpu_time(&mut self) -> Duration {
-        self.executing
+        self.executing = self.executing.saturating_add(self.persistent.reap());
+        let now = self.executing.saturating_add(self.persistent.running_for());
+        // A kernel seen running a moment ago may have ended before that moment: never go back.
+        self.gpu_time_said = self.gpu_time_said.max(now);
+        self.gpu_time_said
     }
 
     fn reset(&mut self) -> Result<(), BackendError> {
+        // Freeing memory a persistent kernel may be using would leave it reading freed memory,
+        // or the host's memory once unmapped: the worker cannot be reused (the serving loop
+        // refuses reset before it gets here; this holds for any other caller).
+        if self.persistent.running() {
+            return Err(BackendError::new(
+                ErrorKind::KernelFault,
+                "reset while a persistent kernel still runs: the worker cannot be reused",
+            ));
+        }
+        self.executing = self.executing.saturating_add(self.persistent.reap());
+        self.mapped.clear();
         self.mem.clear();
         self.modules.clear();
         self.graphs.clear();

@@ -37,7 +37,10 @@ pub mod recorded;
 mod source;
 
 pub use cuda::CudaBackend;
-pub use emu::{emu_step_limit, EmuBackend, EMU_LANE_INSTRUCTIONS_PER_SECOND};
+pub use emu::{
+    emu_step_limit, EmuBackend, EMU_LANE_INSTRUCTIONS_PER_SECOND, EMU_MAX_DEVICE_MAPPINGS,
+    EMU_MAX_RESIDENT_CTAS,
+};
 pub use null::NullBackend;
 
 use std::time::Duration;

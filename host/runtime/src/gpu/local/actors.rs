@@ -18,7 +18,9 @@ use crate::gpu::actors::{
     ActorArg, ActorId, ActorOp, ActorReply, ActorStatus, RingDirection, RingId,
     MAX_LEASE_MAPPED_BYTES, MAX_MESSAGE_BYTES, MAX_RECV_WAIT, MAX_SESSION_RINGS, MAX_STOP_GRACE,
 };
-use crate::gpu::types::{KernelArg, KernelRef, LaunchConfig, LeaseId, ModuleId, SessionId};
+use crate::gpu::types::{
+    BufferId, KernelArg, KernelRef, LaunchConfig, LeaseId, ModuleId, SessionId,
+};
 use crate::lease::{EndReason, PERSISTENT_GRACE};
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
@@ -429,21 +431,43 @@ impl LocalGpu {
         control: usize,
         control_addr: u64,
     ) -> Result<ActorId, GpuError> {
+        // Rings and the control block go as buffers (a pointer parameter takes only buffers):
+        // a ring under its own id, the control block under an id of its own, both resolved
+        // below to where kernels see them. Ids come from one unguessable source: no buffer has
+        // either.
+        let control_id = BufferId(self.ids.fresh());
         let area = &self.areas.0[&lease_id];
         let s = self.session(session)?;
-        // Rings and the control block go as the device addresses kernels see them at.
         let mut lifted = Vec::with_capacity(args.len());
         for arg in args {
             lifted.push(match *arg {
                 ActorArg::Arg(a) => a,
-                ActorArg::Ring(id) => KernelArg::U64(area.device(s.actors.ring(id)?.offset)),
-                ActorArg::Control => KernelArg::U64(control_addr),
+                ActorArg::Ring(id) => {
+                    s.actors.ring(id)?;
+                    KernelArg::Buffer {
+                        buffer: BufferId(id.0),
+                        offset: 0,
+                    }
+                }
+                ActorArg::Control => KernelArg::Buffer {
+                    buffer: control_id,
+                    offset: 0,
+                },
             });
         }
+        let resolve = |id: BufferId| {
+            if id == control_id {
+                return Ok((control_addr, CONTROL_BYTES as u64));
+            }
+            match s.actors.rings.get(&RingId(id.0)) {
+                Some(r) => Ok((area.device(r.offset), r.bytes as u64)),
+                None => s.buffer(id),
+            }
+        };
         let (m, index) = s.kernel(module, kernel)?;
         let name = m.kernels[index].info.name.clone();
         let mut block = Vec::new();
-        m.kernels[index].argument_block(&lifted, |id| s.buffer(id), &mut block)?;
+        m.kernels[index].argument_block(&lifted, resolve, &mut block)?;
         self.manager
             .device_of(&s.lease)
             .launch_limits

@@ -910,6 +910,18 @@ fn cases() -> (Vec<Case>, Vec<(&'static str, &'static str)>) {
             "kernels/warp.ptx:barrier_deadlock",
             "deadlocks on purpose (hangs a GPU)",
         ),
+        (
+            "kernels/actor.ptx:actor_scale",
+            "persistent: serves rings until its host asks it to stop (tests drive it)",
+        ),
+        (
+            "kernels/actor.ptx:actor_fault",
+            "persistent, and faults on purpose",
+        ),
+        (
+            "kernels/actor.ptx:actor_deaf",
+            "persistent, and never ends on purpose",
+        ),
     ];
     (c, skipped)
 }

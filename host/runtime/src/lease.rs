@@ -131,6 +131,8 @@ pub enum EndReason {
     /// A persistent kernel did not return within its grace period (this one) of being asked to
     /// stop, and its worker was ended.
     ActorUnstoppable(Duration),
+    /// The holder's `gpu-seconds` quota ran out while a persistent kernel of the lease ran.
+    GpuTimeQuota,
 }
 
 impl EndReason {
@@ -158,6 +160,8 @@ impl EndReason {
             EndReason::ActorUnstoppable(grace) => format!(
                 "the lease ended when a persistent kernel did not return within {grace:?} of being asked to stop                  (`should_terminate` in its control block): its worker was ended; have the kernel check its control                  block between messages"
             ),
+            EndReason::GpuTimeQuota => "the lease ended when its persistent kernel used up the tasklet's GPU time                  (`gpu-seconds`, set by the node policy): its worker was ended"
+                .into(),
         }
     }
 }

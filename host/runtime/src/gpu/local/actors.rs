@@ -49,7 +49,14 @@ pub(super) struct Actors {
     /// Pieces of dropped rings that a running actor of the session may still use: given back
     /// once none runs.
     retired: Vec<(usize, usize)>,
+    /// When the GPU time of the session's running actors was last looked at (see
+    /// [`LocalGpu::police`]).
+    looked: Option<Instant>,
 }
+
+/// How often a session whose actors run asks its worker for the GPU time they have taken, so
+/// that a `gpu-seconds` quota bites while the tasklet only sends and receives.
+const QUOTA_LOOK: Duration = Duration::from_millis(50);
 
 struct RingEntry {
     /// Keeps the memory `ring` views mapped, whatever happens to the lease.
@@ -151,6 +158,7 @@ impl LocalGpu {
                 capacity,
             } => self.new_ring(session, direction, message_size, capacity),
             ActorOp::Send { ring, messages } => {
+                self.police(session)?;
                 let s = self.live_session(session)?;
                 let r = s.actors.ring(ring)?;
                 if r.direction != RingDirection::ToDevice {
@@ -188,6 +196,8 @@ impl LocalGpu {
                 args,
             } => self.launch_actor(session, module, kernel, config, args),
             ActorOp::Status(actor) => {
+                // A quota that ran out ends the lease: the status then says so.
+                let _ = self.police(session);
                 let s = self.session(session)?;
                 let a = s.actors.actor(actor)?;
                 let mut status = status_of(a);
@@ -226,6 +236,35 @@ impl LocalGpu {
                 Ok(ActorReply::Done)
             }
         }
+    }
+
+    /// Holds a running actor to the holder's `gpu-seconds` quota: at most every [`QUOTA_LOOK`]
+    /// while the session's actors run, the lease's worker is asked for the GPU time so far (a
+    /// persistent kernel is charged as it runs) and, once the quota is used, the lease ends with
+    /// its worker, its kernels with it, and the quota's error is returned.
+    fn police(&mut self, session: SessionId) -> Result<(), GpuError> {
+        let Some(s) = self.sessions.get_mut(&session) else {
+            return Ok(());
+        };
+        if self.usage.check().is_ok_and(|left| left.is_none()) || s.actors.running() == 0 {
+            return Ok(());
+        }
+        let now = Instant::now();
+        if s.actors
+            .looked
+            .is_some_and(|t| now.duration_since(t) < QUOTA_LOOK)
+        {
+            return Ok(());
+        }
+        s.actors.looked = Some(now);
+        let lease = Arc::clone(&s.lease);
+        // A lost worker shows at the next operation; here only the charge matters.
+        let _ = self.manager.gpu_time(&lease, true);
+        if let Err(e) = self.usage.check() {
+            self.manager.end(&lease, EndReason::GpuTimeQuota);
+            return Err(e);
+        }
+        Ok(())
     }
 
     /// The session, its lease checked live (so a ring of an ended lease is refused saying why).
@@ -354,6 +393,9 @@ impl LocalGpu {
         }
         let mut pause = Duration::from_micros(1);
         loop {
+            self.police(session)?;
+            let s = self.live_session(session)?;
+            let r = s.actors.ring(ring)?;
             let n = r.ring.pop(max, &mut out).map_err(broken)?;
             // Nothing more can come when no kernel of the session runs.
             if n > 0 || max == 0 || s.actors.running() == 0 {

@@ -145,3 +145,47 @@ fn run_stats_reports_gpu_time_launches_bytes_and_peak_memory() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn the_actor_example_serves_its_messages_through_a_persistent_kernel() {
+    let out = tasklet(&["run", "tasklets/actor", "--backend", "emu"], b"500");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("served 500 messages")
+            && stdout.contains("the kernel counted 500 messages, 0 errors")
+            && stdout.contains("the kernel returned when asked"),
+        "{stdout}"
+    );
+}
+
+/// A persistent kernel is charged its GPU time as it runs, and the `gpu-seconds` quota stops it
+/// even while the tasklet only sends and receives messages (no launch, no sync).
+#[test]
+fn a_persistent_kernel_is_stopped_when_the_gpu_seconds_run_out() {
+    let dir = std::env::temp_dir().join(format!("tasklet-cli-quota-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let policy = dir.join("policy.toml");
+    std::fs::write(&policy, "[tasklets]\ngpu-seconds = 1\n").unwrap();
+    let started = std::time::Instant::now();
+    let out = tasklet(
+        &[
+            "run",
+            "tasklets/actor",
+            "--backend",
+            "emu",
+            "--policy",
+            policy.to_str().unwrap(),
+        ],
+        b"100000000",
+    );
+    let took = started.elapsed();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("quota-exceeded") && stderr.contains("gpu-seconds"),
+        "{stderr}"
+    );
+    // Well before the tasklet's 30 s wall time, which would otherwise end it.
+    assert!(took < std::time::Duration::from_secs(20), "took {took:?}");
+}

@@ -36,10 +36,12 @@ pub fn a_pushed_tasklet_runs_as_it_does_locally() -> TestResult {
     let node = node_with_store();
     let local = local_host();
     let mut client = node.client("dev");
-    let cases: [(&str, &[&str]); 3] = [
+    let cases: [(&str, &[&str]); 4] = [
         ("iota", &["1", "37", "1000", ""]),
         ("vector-add", &["1", "1000"]),
         ("scale", &["1.5 1 2.25 -3 0.1 1e30 16777217", "2"]),
+        // A persistent kernel served through rings in the node's mapped memory.
+        ("actor", &["1", "300"]),
     ];
     for (name, inputs) in cases {
         let digest = push(&mut client, name)?;

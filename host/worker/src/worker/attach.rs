@@ -60,6 +60,11 @@ impl Attachments {
         self.map.is_empty()
     }
 
+    /// Whether memory `id` is attached.
+    pub fn contains(&self, id: u64) -> bool {
+        self.map.contains_key(&id)
+    }
+
     /// Maps memory `id`, taking its fd from the control socket, where the host queued it before
     /// sending the request. Packets with other tags are stale (an attach the host gave up on)
     /// and are dropped.

@@ -347,6 +347,13 @@ fn dispatch(
             ErrorKind::InvalidArgument,
             format!("memory {id} stays attached while a persistent kernel runs"),
         ))),
+        Request::AttachMemory { id, .. } if b.persistent_running() && guests.contains(*id) => {
+            // Attaching again replaces the mapping, which a persistent kernel may be using.
+            done(Err(BackendError::new(
+                ErrorKind::InvalidArgument,
+                format!("memory {id} is attached already and stays as it is while a persistent kernel runs"),
+            )))
+        }
         Request::Reset => {
             guests.detach_all(b);
             done(b.reset())

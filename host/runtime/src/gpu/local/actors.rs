@@ -432,6 +432,20 @@ impl LocalGpu {
                  one, or raise `max-persistent` under [gpu] in the manifest (the node policy caps it)"
             )));
         }
+        // One at a time per lease, alike on every backend (a worker runs one on cuda): another
+        // needs another lease.
+        let lease_id = self.session(session)?.lease_id;
+        let on_lease: usize = self
+            .sessions
+            .values()
+            .filter(|s| s.lease_id == lease_id)
+            .map(|s| s.actors.running())
+            .sum();
+        if on_lease > 0 {
+            return Err(quota(
+                "the lease runs a persistent kernel already, and a lease runs one at a time; stop it, or acquire                  another lease for another",
+            ));
+        }
         let (lease_id, area) = self.area(session)?;
         let control = area.mapped.take(CONTROL_BYTES).ok_or_else(|| {
             quota(format!(

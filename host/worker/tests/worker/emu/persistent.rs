@@ -284,6 +284,10 @@ fn an_actor_that_ignores_termination_keeps_its_worker_from_being_reused() {
     let (kind, message) = op_error(w.reset());
     assert_eq!(kind, ErrorKind::KernelFault, "{message}");
     assert!(message.contains("cannot be reused"), "{message}");
+    assert!(
+        w.is_poisoned(),
+        "a pool kills a poisoned worker instead of reusing it"
+    );
     // Only ending the worker stops it.
     drop(w);
     wait_dead(pid);

@@ -122,3 +122,22 @@ fn stream_pipeline_scales_every_chunk_over_two_streams() {
     }
     assert_baseline(&host);
 }
+
+#[test]
+fn actor_serves_messages_through_a_persistent_kernel() {
+    let host = test_host!();
+    let actor = load(&host, manifest("actor"));
+    for n in [1u32, 300] {
+        let out = run_ok(&host, &actor, &n.to_string());
+        assert_eq!(
+            out,
+            format!(
+                "served {n} messages\nthe kernel counted {n} messages, 0 errors\nthe kernel returned when asked\n"
+            ),
+            "n = {n}"
+        );
+    }
+    let err = host.run(&actor, b"many").unwrap_err();
+    assert!(matches!(err, tasklet_runtime::RunError::Failed(_)), "{err}");
+    assert_baseline(&host);
+}

@@ -6,6 +6,7 @@
 //! are a binary of their own (`gpu.rs`): they time latencies on a shared device, and cargo runs
 //! test binaries one after another, so nothing else of the suite runs beside them.
 
+mod actors;
 mod bursts;
 mod capabilities;
 mod contract_v2;

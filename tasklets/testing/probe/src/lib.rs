@@ -37,10 +37,13 @@
 //! | `graph <n>` | lease; 256 words `0..256`; an SDK `Graph` of `add_step(x, scalar, 256)` (`x = 3x + scalar`), replayed `n` times with the scalar set to 1, 2, … before each → `ok graph <n> replays`; sync, read, against the CPU → `ok matches` or `error mismatch index <i>` |
 //! | `reload` | lease; 256 words `0..256`, a step of 7; `add_step` (`x = 3x + step`) launched; the module reloaded with `x = 5x + step` → `ok reloaded`; launched again (the kernel resolved anew); a reload with PTX that does not load → its `error` line; launched again; sync, read, against the CPU → `ok matches` or `error mismatch index <i>` |
 //! | `streams <n>` | lease; `n` chunks of 256 floats (chunk `c` all `c + 1`), each written on a copy stream, an event recorded after it, waited on by a compute stream that scales the chunk by 2 → `ok pipelined <n> chunks`; `ok query true`; the compute stream's device time between two events → `ok elapsed <ns>`; read → `ok matches` or `error mismatch index <i>`; streams, then events, made until refused → `ok stream limit <held> <kind>`, `ok event limit <held> <kind>`; another session's event recorded on the copy stream → `ok foreign event refused <kind>` |
+//! | `actor <n>` | lease; an inbox and an outbox of 64 messages of 16 floats; `actor_scale` (`x * 2 + 1`) started on one block through the SDK; `n` messages sent, every answer checked → `ok served <n>` (or `error wrong-answer <k>`, `error stalled <got> of <n>`); stopped → `ok processed <count>` (the kernel's count), `ok stopped <returned\|failed\|running>` |
+//! | `actor-misuse` | rings and actors misused, one line each, `ok <what> <kind>` or `error <what> accepted`: `message-size` (6 bytes), `capacity` (3), `too-large` (1024 × 16 KiB), `no-config` (a persistent launch without one), `foreign-ring` (another session's rings in a raw launch), `second-actor` (past `max-persistent`), `send-wrong-way` (send on a from-device ring), `recv-too-long` (11 s), `stop-too-long` (11 s); then → `ok stopped <how>` |
 //! | `bench <n>` | `n` calls each of lease info, sync (idle session) and 4 KiB write+read pairs, timed in batches of 100 → `info_ns <ns>`, `sync_ns <ns>`, `rw4k_ns <ns>`: the median over batches of the mean time per call, in whole nanoseconds |
 //!
 //! An unknown command, or a missing or malformed argument, is an `Err`.
 
+mod actors;
 mod bursts;
 mod graphs;
 mod streams;
@@ -109,12 +112,14 @@ fn run(input: Vec<u8>) -> Result<Vec<u8>, String> {
         "graph" => graphs::graph(&mut out, input::argument(command, arg)?),
         "reload" => graphs::reload(&mut out),
         "streams" => streams::streams(&mut out, input::argument(command, arg)?),
+        "actor" => actors::actor(&mut out, input::argument(command, arg)?),
+        "actor-misuse" => actors::actor_misuse(&mut out),
         _ => {
             return Err(format!(
                 "unknown command {command:?}; expected one of alloc-past-lease, foreign-buffer, \
                  expire, trap, oob-read, bad-ptx, fault, spin, hold <secs>, leases <n>, bench <n>, \
                  verify <secs>, pattern <mib>, zeros <mib>, spin-big <mib>, lease <mib>, read-into <kib>, \
-                 read-into-grown, read-into-misuse, spin-then <step>, one-shots <secs>, gpu-time <n>, burst <n>, burst-misuse, graph <n>, reload, streams <n>"
+                 read-into-grown, read-into-misuse, spin-then <step>, one-shots <secs>, gpu-time <n>, burst <n>, burst-misuse, graph <n>, reload, streams <n>, actor <n>, actor-misuse"
             ))
         }
     };

@@ -322,20 +322,7 @@ impl LocalGpu {
         let (m, index) = s.kernel(module, kernel)?;
         let kernel = m.kernels[index].info.name.as_str();
         m.kernels[index].argument_block(args, |id| s.buffer(id), block)?;
-        // A handful of integer comparisons: a launch the device would refuse fails here, at once
-        // and naming the limit, rather than later and reported by another call.
-        self.manager
-            .device_of(&s.lease)
-            .launch_limits
-            .check(
-                config.grid,
-                config.block,
-                config.shared_mem_bytes,
-                block.len(),
-            )
-            .map_err(|e| {
-                GpuError::LaunchFailed(format!("cannot launch kernel {}: {e}", quoted(kernel)))
-            })?;
+        self.check_limits(&s.lease, kernel, config, block.len())?;
         let launch = Launch {
             module: m.id,
             kernel: index as u32,
@@ -348,6 +335,31 @@ impl LocalGpu {
         self.run(&s.lease, |w| w.launch(&launch))
             .inspect(|_| self.usage.launched())?;
         Ok(s.lease_id)
+    }
+
+    /// Checks a launch of `kernel` with an argument block of `block_len` bytes against the
+    /// limits of the lease's device: a handful of integer comparisons, so a launch the device
+    /// would refuse fails here, at once and naming the limit, rather than later and reported by
+    /// another call.
+    fn check_limits(
+        &self,
+        lease: &Lease,
+        kernel: &str,
+        config: &LaunchConfig,
+        block_len: usize,
+    ) -> Result<(), GpuError> {
+        self.manager
+            .device_of(lease)
+            .launch_limits
+            .check(
+                config.grid,
+                config.block,
+                config.shared_mem_bytes,
+                block_len,
+            )
+            .map_err(|e| {
+                GpuError::LaunchFailed(format!("cannot launch kernel {}: {e}", quoted(kernel)))
+            })
     }
 
     /// A launch past the right check, with the argument block built in the service's buffer

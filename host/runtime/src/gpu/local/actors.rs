@@ -521,24 +521,9 @@ impl LocalGpu {
             }
         };
         let (m, index) = s.kernel(module, kernel)?;
-        let name = m.kernels[index].info.name.clone();
         let mut block = Vec::new();
         m.kernels[index].argument_block(&lifted, resolve, &mut block)?;
-        self.manager
-            .device_of(&s.lease)
-            .launch_limits
-            .check(
-                config.grid,
-                config.block,
-                config.shared_mem_bytes,
-                block.len(),
-            )
-            .map_err(|e| {
-                GpuError::LaunchFailed(format!(
-                    "cannot launch persistent kernel {}: {e}",
-                    crate::error::quoted(&name)
-                ))
-            })?;
+        self.check_limits(&s.lease, &m.kernels[index].info.name, config, block.len())?;
         let launch = Launch {
             module: m.id,
             kernel: index as u32,

@@ -10,7 +10,7 @@
 
 use super::{span, LocalGpu, Session};
 use crate::config::Right;
-use crate::error::{invalid, quoted, GpuError};
+use crate::error::{invalid, GpuError};
 use crate::gpu::types::{
     BufferId, GraphArg, GraphId, KernelArg, KernelRef, LaunchConfig, ModuleId, SessionId,
     MAX_GRAPH_NODES, MAX_GRAPH_REPLAYS, MAX_GRAPH_SCALARS, MAX_SESSION_GRAPHS,
@@ -231,21 +231,7 @@ impl LocalGpu {
         )?;
         // Kept as long as the graph: no more memory than its bytes.
         block.shrink_to_fit();
-        self.manager
-            .device_of(&s.lease)
-            .launch_limits
-            .check(
-                config.grid,
-                config.block,
-                config.shared_mem_bytes,
-                block.len(),
-            )
-            .map_err(|e| {
-                GpuError::LaunchFailed(format!(
-                    "cannot launch kernel {}: {e}",
-                    quoted(&entry.info.name)
-                ))
-            })?;
+        self.check_limits(&s.lease, &entry.info.name, config, block.len())?;
         let op = NodeOp::Launch {
             module,
             worker_module: m.id,

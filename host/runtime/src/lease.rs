@@ -158,9 +158,12 @@ impl EndReason {
                  handles while kernels may still run"
                 .into(),
             EndReason::ActorUnstoppable(grace) => format!(
-                "the lease ended when a persistent kernel did not return within {grace:?} of being asked to stop                  (`should_terminate` in its control block): its worker was ended; have the kernel check its control                  block between messages"
+                "the lease ended when a persistent kernel did not return within {grace:?} of being asked to stop \
+                 (`should_terminate` in its control block): its worker was ended; have the kernel check its control \
+                 block between messages"
             ),
-            EndReason::GpuTimeQuota => "the lease ended when its persistent kernel used up the tasklet's GPU time                  (`gpu-seconds`, set by the node policy): its worker was ended"
+            EndReason::GpuTimeQuota => "the lease ended when its persistent kernel used up the tasklet's GPU time \
+                 (`gpu-seconds`, set by the node policy): its worker was ended"
                 .into(),
         }
     }
@@ -787,6 +790,11 @@ impl LeaseManager {
     /// Ends a lease: its worker goes back to the pool (after reconciling what it holds with the
     /// lease's books) and its grant back to the device.
     pub fn end(&self, lease: &Lease, reason: EndReason) {
+        // A kernel that has had its grace already (its `stop` waited it out) gets none again.
+        let grace = match reason {
+            EndReason::ActorUnstoppable(_) => Duration::ZERO,
+            _ => PERSISTENT_GRACE,
+        };
         let (worker, used, gpu_seen) = {
             let mut st = lease.lock();
             if st.ended.is_some() {
@@ -802,7 +810,7 @@ impl LeaseManager {
             worker.set_holder_gone(None);
             // Its persistent kernels are asked to return and given a grace period; one still
             // running then ends with the worker, which is not reused.
-            let stopped = worker.stop_persistent(PERSISTENT_GRACE);
+            let stopped = worker.stop_persistent(grace);
             // One whose kernels may still run is given up by the pool without a question (any
             // answer would wait for them).
             let keep = stopped

@@ -11,6 +11,8 @@
 // mapping), then stores head; a consumer reads head, fences, reads the slots, then stores tail.
 // Only thread 0 touches the counters; the block transforms the messages between two barriers.
 
+#include <cooperative_groups.h>
+
 struct ring {
     unsigned int head;
     unsigned int pad_head[15];
@@ -169,5 +171,43 @@ extern "C" __global__ void actor_deaf(control* ctl)
     for (;;) {
         __nanosleep(100000);
         atomicAdd(&ctl->errors_encountered, 1u);
+    }
+}
+
+// A one-off cooperative kernel (a persistent kernel that returns by itself): each block sums its
+// part of in[0..n) into out[blockIdx.x], the grid synchronises (cooperative groups' grid.sync,
+// which needs a cooperative launch: every persistent launch is one), then block 0 adds the
+// partial sums into out[gridDim.x], sets messages_processed to 1 and the kernel returns.
+// out holds gridDim.x + 1 floats. Any grid; block size a power of two up to 1024.
+extern "C" __global__ void grid_sum(const float* in, float* out, unsigned int n, control* ctl)
+{
+    __shared__ float partial[1024];
+    cooperative_groups::grid_group grid = cooperative_groups::this_grid();
+    unsigned int per_block = (n + gridDim.x - 1) / gridDim.x;
+    unsigned int begin = blockIdx.x * per_block;
+    unsigned int end = min(n, begin + per_block);
+    float sum = 0.0f;
+    for (unsigned int i = begin + threadIdx.x; i < end; i += blockDim.x) {
+        sum += in[i];
+    }
+    partial[threadIdx.x] = sum;
+    __syncthreads();
+    for (unsigned int half = blockDim.x / 2; half > 0; half /= 2) {
+        if (threadIdx.x < half) {
+            partial[threadIdx.x] += partial[threadIdx.x + half];
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        out[blockIdx.x] = partial[0];
+    }
+    grid.sync();
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        float total = 0.0f;
+        for (unsigned int b = 0; b < gridDim.x; b++) {
+            total += out[b];
+        }
+        out[gridDim.x] = total;
+        *(volatile unsigned long long*)&ctl->messages_processed = 1ull;
     }
 }

@@ -922,6 +922,10 @@ fn cases() -> (Vec<Case>, Vec<(&'static str, &'static str)>) {
             "kernels/actor.ptx:actor_deaf",
             "persistent, and never ends on purpose",
         ),
+        (
+            "kernels/actor.ptx:grid_sum",
+            "cooperative: grid.sync traps unless launched as a persistent (cooperative) kernel",
+        ),
     ];
     (c, skipped)
 }

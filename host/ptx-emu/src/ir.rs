@@ -596,6 +596,11 @@ pub(crate) enum Op {
         d: u32,
         bits: u8,
     },
+    /// `mov.b32 d, %envregN`: the launch's driver-defined register `n`.
+    EnvReg {
+        d: u32,
+        n: u8,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -603,6 +608,24 @@ pub(crate) struct Inst {
     pub op: Op,
     pub guard: Option<(u32, bool)>,
     pub line: u32,
+}
+
+/// How many driver-defined registers (`%envreg0`..`%envreg31`) a launch has.
+pub(crate) const ENVREGS: usize = 32;
+
+/// The `N` of `%envregN` (0..[`ENVREGS`]), for a name that is one. They are read-only 32-bit
+/// registers whose values the driver sets per launch; only `mov` reads them (as CUDA's headers
+/// do), so they take no register slot a warp fills at every start.
+pub(crate) fn envreg_index(name: &str) -> Option<u8> {
+    let n = name.strip_prefix("%envreg")?;
+    // Decimal without a leading zero, as PTX spells them (`%envreg07` is no register).
+    if n.is_empty() || n.len() > 2 || !n.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    if n.len() > 1 && n.starts_with('0') {
+        return None;
+    }
+    n.parse::<u8>().ok().filter(|&i| usize::from(i) < ENVREGS)
 }
 
 /// Special registers that live in fixed register slots, filled in per warp.

@@ -43,6 +43,11 @@ pub const MAX_PARAM_BYTES: u32 = 32_764;
 /// kernel cannot flood its host's log.
 pub const PRINTF_BUFFER_BYTES: u64 = 1 << 20;
 
+/// Bytes of the grid-wide workspace a cooperative launch
+/// ([`Module::launch_cooperative_by_index`]) has: what CUDA's `grid.sync()` uses (a 32-bit
+/// arrival counter at offset 4), rounded up to the 16 bytes a GPU's driver gives at least.
+pub const GRID_WORKSPACE_BYTES: u64 = 16;
+
 /// A parse or validation failure, naming the PTX line (1-based) and the offending construct.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("line {line}: {message}")]
@@ -327,7 +332,58 @@ impl Module {
             memory,
             params,
             arg_size,
+            exec::Env::default(),
         )
+    }
+
+    /// Runs kernel number `kernel` as a cooperative launch (`cuLaunchCooperativeKernel`), whose
+    /// blocks may wait for each other (cooperative groups' `this_grid().sync()`): every CTA runs
+    /// at once, each on a thread of its own, and the launch has a grid-wide workspace of
+    /// [`GRID_WORKSPACE_BYTES`] zeroed bytes, an allocation of `memory` made for the launch and
+    /// freed when it ends, whose address `%envreg1` (high 32 bits) and `%envreg2` (low) hold.
+    ///
+    /// Refused ([`ExecError::InvalidLaunch`]) as [`Module::launch_by_index`] refuses a launch,
+    /// and when `params.threads` (0: one per core) is fewer than the grid's CTAs: they could not
+    /// all be resident at once, and a grid-wide barrier would wait forever for the CTAs left
+    /// unscheduled. The caller bounds the threads, and with them the grid.
+    pub fn launch_cooperative_by_index(
+        &self,
+        kernel: usize,
+        memory: &DeviceMemory,
+        params: &LaunchParams<'_>,
+    ) -> Result<LaunchStats, ExecError> {
+        self.check_launch(kernel, params)?;
+        let ctas = params.grid.iter().map(|&d| u64::from(d)).product::<u64>();
+        let threads = match params.threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            t => t,
+        };
+        if (threads as u64) < ctas {
+            return Err(ExecError::InvalidLaunch(format!(
+                "a cooperative launch runs all its blocks at once, one thread each: {ctas} \
+                 blocks cannot be resident on {threads} threads; launch fewer blocks or give \
+                 the launch at least {ctas} threads"
+            )));
+        }
+        let workspace = memory.alloc(GRID_WORKSPACE_BYTES).map_err(|e| {
+            ExecError::InvalidLaunch(format!("the grid's workspace for grid.sync: {e}"))
+        })?;
+        let ran = exec::launch(
+            &self.prog,
+            &self.module_data,
+            kernel,
+            memory,
+            params,
+            // `check_launch` found it.
+            self.arg_sizes[kernel],
+            exec::Env {
+                grid_workspace: workspace,
+            },
+        );
+        // Whatever the outcome. An error only means `memory` was cleared meanwhile, which freed
+        // it already.
+        let _ = memory.free(workspace);
+        ran
     }
 
     /// Checks a launch of kernel number `kernel` as [`Module::launch_by_index`] does before it

@@ -6,6 +6,7 @@
 
 use crate::exec::ops;
 use crate::exec::warp::Warp;
+use crate::exec::Launch;
 use crate::ir::*;
 
 impl Warp {
@@ -91,6 +92,13 @@ impl Warp {
             let lo = ops::cvt(Ty::F(f), Ty::F(FT::F32), Some(rnd), false, false, false, y);
             (hi << 16) | (lo & 0xffff)
         })
+    }
+
+    /// `%envregN`: what the launch set it to (0 unless it says otherwise).
+    #[inline]
+    pub(super) fn envreg(&mut self, cx: &Launch<'_>, d: u32, n: u8, m: u32) {
+        let v = cx.envreg.get(usize::from(n)).copied().unwrap_or(0);
+        self.w(d, &[u64::from(v); 32], m);
     }
 
     #[inline]

@@ -25,7 +25,7 @@ mod warp;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use crate::ir::{Program, ReduxOp};
+use crate::ir::{Program, ReduxOp, ENVREGS};
 use crate::memory::{DeviceMemory, GlobalMap, Region};
 use crate::{ExecError, LaunchParams, LaunchStats, Site};
 use warp::Warp;
@@ -60,6 +60,26 @@ pub(crate) struct Launch<'a> {
     pub abort: AtomicBool,
     /// What is left of the launch's `printf` buffer, and what did not fit.
     pub printf: printf::Buffer,
+    /// The driver-defined registers `%envreg0`..`%envreg31` (see [`Env`]).
+    pub envreg: [u32; ENVREGS],
+}
+
+/// What the driver tells a launch through `%envregN`: nothing (every register reads 0) for a
+/// normal launch; for a cooperative one, the address of its grid-wide workspace, high 32 bits in
+/// `%envreg1` and low in `%envreg2`, where CUDA's cooperative groups find it (`grid.sync()` traps
+/// when it reads 0 there: the kernel was not launched cooperatively).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Env {
+    pub grid_workspace: u64,
+}
+
+impl Env {
+    fn registers(self) -> [u32; ENVREGS] {
+        let mut r = [0u32; ENVREGS];
+        r[1] = (self.grid_workspace >> 32) as u32;
+        r[2] = self.grid_workspace as u32;
+        r
+    }
 }
 
 impl Launch<'_> {
@@ -215,6 +235,7 @@ pub(crate) fn launch(
     memory: &DeviceMemory,
     p: &LaunchParams<'_>,
     arg_size: u32,
+    env: Env,
 ) -> Result<LaunchStats, ExecError> {
     let Shape {
         nthreads,
@@ -248,6 +269,7 @@ pub(crate) fn launch(
         chunk: CHUNK.min(p.step_limit / (16 * workers as u64)).max(1),
         abort: AtomicBool::new(false),
         printf: printf::Buffer::new(crate::PRINTF_BUFFER_BYTES),
+        envreg: env.registers(),
     };
     let next = AtomicU64::new(0);
     let first_err: Mutex<Option<(u64, ExecError)>> = Mutex::new(None);

@@ -396,6 +396,7 @@ impl Warp {
             } => self.cvt(dt, st, rnd, int_rnd, ftz, sat, d, a, m),
             Op::CvtPack { f, rnd, d, a, b } => self.cvt_pack(f, rnd, d, a, b, m),
             Op::Clock { d, bits } => self.clock(d, bits, m),
+            Op::EnvReg { d, n } => self.envreg(cx, d, n, m),
             Op::Int2 { op, t, d, a, b } => self.int2(op, t, d, a, b, m),
             Op::Int1 { op, t, d, a } => self.int1(op, t, d, a, m),
             Op::Int3 { op, t, d, a, b, c } => self.int3(op, t, d, a, b, c, m),

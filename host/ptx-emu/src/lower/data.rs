@@ -1,4 +1,4 @@
-//! Moves and conversions: `mov` (with vector pack/unpack and `%clock`) and `cvt`.
+//! Moves and conversions: `mov` (with vector pack/unpack, `%clock` and `%envregN`) and `cvt`.
 
 use super::function::FnLower;
 use super::mods::Mods;
@@ -25,6 +25,15 @@ impl<'m> FnLower<'_, 'm> {
             Some(ty) => kind_of(ty),
             None => K::Int(size as u8),
         };
+        if let Some(n) = name_of(s).and_then(envreg_index) {
+            if size != 32 {
+                return Err(md.err("`%envregN` is a 32-bit register: read it with mov.b32"));
+            }
+            return Ok(Op::EnvReg {
+                d: self.dst(line, d, k)?,
+                n,
+            });
+        }
         match (d, s) {
             (Operand::Vec(parts), _) => {
                 if parts.len() != 2 && parts.len() != 4 || size > 64 {
@@ -157,5 +166,13 @@ impl<'m> FnLower<'_, 'm> {
             d: self.dst(line, self.op(i, 0)?, kind_of(dt))?,
             a: self.src(line, self.op(i, 1)?, kind_of(st))?,
         })
+    }
+}
+
+/// The name an operand is, if it is one.
+fn name_of(o: &Operand) -> Option<&str> {
+    match o {
+        Operand::Name(n) => Some(n),
+        _ => None,
     }
 }

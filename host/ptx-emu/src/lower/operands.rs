@@ -10,8 +10,16 @@ use crate::LoadError;
 
 impl<'m> FnLower<'_, 'm> {
     pub(super) fn name_sym(&self, line: u32, name: &str) -> Result<Sym, LoadError> {
-        self.lookup(name)
-            .ok_or_else(|| err(line, format!("unknown name `{name}`")))
+        self.lookup(name).ok_or_else(|| match envreg_index(name) {
+            Some(_) => err(
+                line,
+                format!(
+                    "`{name}` is a read-only driver-defined register: only `mov.b32 %r, {name}` \
+                     reads it (into a register the instruction then uses)"
+                ),
+            ),
+            None => err(line, format!("unknown name `{name}`")),
+        })
     }
 
     pub(super) fn dst(&mut self, line: u32, o: &Operand, k: K) -> Result<u32, LoadError> {

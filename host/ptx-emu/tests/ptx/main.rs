@@ -7,6 +7,7 @@
 mod actors;
 mod approx;
 mod basic_kernels;
+mod cooperative;
 mod corpus;
 mod entry_signatures;
 mod handwritten;

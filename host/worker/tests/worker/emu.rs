@@ -2,6 +2,7 @@
 
 use std::time::{Duration, Instant};
 
+mod cooperative;
 mod persistent;
 
 use crate::support::*;

@@ -1,7 +1,9 @@
 //! The emulator's persistent kernels: each runs on threads of its own, one per CTA, from the
 //! moment `launch_persistent` starts it until it returns or faults, beside everything else the
-//! worker does. What the backend keeps of each: whether it still runs, how long it has run, and
-//! how many CTAs it holds (all persistent kernels of a worker together hold at most
+//! worker does. Each is a cooperative launch (`Module::launch_cooperative_by_index`): its blocks
+//! may synchronise grid-wide (`grid.sync()`) through a workspace of device memory the launch
+//! holds until it ends. What the backend keeps of each: whether it still runs, how long it has
+//! run, and how many CTAs it holds (all persistent kernels of a worker together hold at most
 //! [`EMU_MAX_RESIDENT_CTAS`]).
 //!
 //! A kernel that ignores its control block cannot be stopped from here: the host ends the worker
@@ -135,8 +137,10 @@ impl Persistent {
                     // One thread per CTA: every CTA resident at once.
                     threads: s.ctas as usize,
                 };
+                // Cooperative: its blocks may wait for each other (`grid.sync()`).
                 let ran = catch_unwind(AssertUnwindSafe(|| {
-                    s.module.launch_by_index(s.kernel, &s.memory, &params)
+                    s.module
+                        .launch_cooperative_by_index(s.kernel, &s.memory, &params)
                 }));
                 let ended = Instant::now();
                 let exit = match ran {

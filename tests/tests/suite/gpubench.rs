@@ -99,3 +99,49 @@ fn the_benchmarks_full_size_bulk_fits_the_tasklet_and_one_call_carries_it() {
     );
     assert_baseline(&host);
 }
+
+/// The actor benchmark's commands (benches/actors): a persistent kernel serving the guest's
+/// rings while it runs, and its handler as a normal kernel, each printing every figure; a batch
+/// larger than the rings is refused naming the limit.
+#[test]
+fn the_actor_commands_print_their_figures() {
+    let host = test_host!();
+    let bench = load(&host, manifest("testing/gpubench"));
+    let cases: [(&str, &[&str]); 3] = [
+        ("actor-rtt 2", &["actor_rtt_ns", "actor_rtt_p99_ns"]),
+        (
+            "actor-batch 8 2",
+            &["actor_batch_ns", "actor_batch_p99_ns", "actor_msgs_per_s"],
+        ),
+        (
+            "handler-launch 2",
+            &[
+                "handler_launch_sync_ns",
+                "handler_launch_sync_p99_ns",
+                "handler_rtt_ns",
+            ],
+        ),
+    ];
+    for (command, names) in cases {
+        let out = run_ok(&host, &bench, command);
+        let mut got = Vec::new();
+        for l in out.lines() {
+            let (name, value) = l
+                .split_once(' ')
+                .unwrap_or_else(|| panic!("`{command}`: bad line {l:?}"));
+            let value: f64 = value
+                .parse()
+                .unwrap_or_else(|_| panic!("`{command}`: bad line {l:?}"));
+            assert!(value > 0.0, "`{command}` printed a zero:\n{out}");
+            got.push(name);
+        }
+        assert_eq!(got, names, "`{command}` printed:\n{out}");
+        assert_baseline(&host);
+    }
+    let out = run_ok(&host, &bench, "actor-batch 257 1");
+    assert!(
+        out.starts_with("error invalid-argument") && out.contains("256 slots"),
+        "{out}"
+    );
+    assert_baseline(&host);
+}

@@ -405,9 +405,10 @@ fn an_actor_serves_messages_beside_normal_launches_until_asked_to_stop() {
     assert_baseline(&host);
 }
 
-/// A handler that faults ends its actor, whose status says why, and everything goes back.
+/// A handler that faults ends its actor, whose status says why; the lease's next operation
+/// fails with the fault, later ones `lease-expired`; everything goes back.
 #[test]
-fn an_actor_whose_handler_faults_says_so() {
+fn an_actor_whose_handler_faults_says_so_and_its_lease_ends() {
     let host = test_host!();
     let mut r = rig(&host);
     let (inbox, outbox, actor) = r.serving("actor_fault");
@@ -433,6 +434,17 @@ fn an_actor_whose_handler_faults_says_so() {
         began.elapsed() < Duration::from_secs(1),
         "{:?}",
         began.elapsed()
+    );
+    // The lease: a fault leaves a GPU's context unusable, so the next operation reports it,
+    // naming the persistent kernel, and the lease has ended (on the emulator as on a GPU).
+    match r.gpu.sync(r.s) {
+        Err(GpuError::KernelFault(m)) => assert!(m.contains("actor_fault"), "{m}"),
+        other => panic!("a sync after the actor's fault: {other:?}"),
+    }
+    refused(
+        r.gpu.mem_alloc(r.s, 64),
+        "lease-expired",
+        "fatal kernel error",
     );
     // Its status stays what it was.
     assert_eq!(r.status(actor).failure, Some(failure));

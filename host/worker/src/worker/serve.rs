@@ -286,6 +286,11 @@ fn dispatch(
             format!("{what} of {len} bytes exceeds the {cap}-byte data region"),
         )
     };
+    if !matches!(req, Request::Ping | Request::Info) {
+        if let Some(e) = b.persistent_fault() {
+            return error(e.kind, e.message);
+        }
+    }
     match req {
         Request::Ping => Response::Ok,
         Request::Alloc { bytes } => match b.alloc(*bytes) {

@@ -372,6 +372,10 @@ impl Backend for EmuBackend {
         self.persistent.running()
     }
 
+    fn persistent_fault(&self) -> Option<BackendError> {
+        self.persistent.fault()
+    }
+
     /// An allocation over the worker's own mapping of the bytes: kernels' stores land in the
     /// memfd the host maps too, and the host's in what kernels read.
     // The trait's contract, not the signature, makes `base` safe to use: the worker keeps the

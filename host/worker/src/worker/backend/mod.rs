@@ -216,6 +216,13 @@ pub trait Backend {
     fn persistent_running(&self) -> bool {
         false
     }
+    /// A fault of a persistent kernel started here, once one has faulted: every later op but
+    /// `ping` and `info` fails with it (`KernelFault`, poisoning the worker), as on a GPU, whose
+    /// context a fault leaves unusable. A backend that reports it from its own ops (cuda) leaves
+    /// this `None`.
+    fn persistent_fault(&self) -> Option<BackendError> {
+        None
+    }
     /// The time the device has spent on this worker's launches since the worker started, as far
     /// as it is known finished: never goes back, and is published with every response. The
     /// emulator times each launch it executes; cuda brackets each run of launches made without

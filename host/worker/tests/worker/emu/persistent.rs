@@ -260,10 +260,17 @@ fn an_actor_whose_handler_faults_says_where_in_its_control_block() {
     let s = a.control().snapshot();
     assert!(s.has_terminated && !s.is_active);
     assert_eq!(s.messages_processed, 1);
-    // The fault is the kernel's own: the worker answers, and once it is seen ended, lets go.
+    // As on a GPU, whose context a fault leaves unusable: the worker still answers a ping, and
+    // its next op reports the fault, naming the persistent kernel; the worker is done.
     w.ping().unwrap();
     assert_eq!(w.persistent_running(), 0);
-    w.unmap_device(a.dev).unwrap();
+    let (kind, message) = op_error(w.sync());
+    assert_eq!(kind, ErrorKind::KernelFault, "{message}");
+    assert!(
+        message.contains("persistent kernel `actor_fault` faulted") && message.contains("PTX line"),
+        "{message}"
+    );
+    assert!(w.is_poisoned());
 }
 
 #[test]

@@ -11,7 +11,7 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -82,6 +82,9 @@ impl Running {
 #[derive(Default)]
 pub(super) struct Persistent {
     kernels: Vec<Running>,
+    /// The first fault of a kernel started here, set by its thread before it marks the control
+    /// block: from then on the worker is unusable, as a GPU context is after a fault.
+    fault: Arc<OnceLock<String>>,
 }
 
 impl Persistent {
@@ -125,6 +128,7 @@ impl Persistent {
         let seen = Arc::clone(&returned);
         let name = s.name.clone();
         let ctas = s.ctas;
+        let fault = Arc::clone(&self.fault);
         let spawned = std::thread::Builder::new()
             .name("persistent-kernel".into())
             .spawn(move || {
@@ -151,6 +155,13 @@ impl Persistent {
                         quote::name(&s.name)
                     )),
                 };
+                if let Exit::Faulted(why) = &exit {
+                    // Before the block says so: a host that saw the fault there finds the worker
+                    // unusable at its next op.
+                    fault.get_or_init(|| {
+                        format!("persistent kernel {} faulted: {why}", quote::name(&s.name))
+                    });
+                }
                 seen.store(true, Ordering::Release);
                 control.finish(&exit);
                 ended
@@ -174,6 +185,13 @@ impl Persistent {
                 Err(BackendError::new(ErrorKind::OutOfMemory, message))
             }
         }
+    }
+
+    /// The first fault of a kernel started here, once one has faulted (`KernelFault`).
+    pub fn fault(&self) -> Option<BackendError> {
+        self.fault
+            .get()
+            .map(|m| BackendError::new(ErrorKind::KernelFault, m.clone()))
     }
 
     /// Whether a kernel started here has not yet been seen to end.

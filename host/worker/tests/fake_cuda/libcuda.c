@@ -14,6 +14,14 @@
 //                                        block not registered with CU_MEMHOSTREGISTER_DEVICEMAP is an
 //                                        illegal address, as on a GPU. Gives up after 30 s.
 //   actor_faults(u32* control)           the same, but ends with a sticky CUDA_ERROR_ILLEGAL_ADDRESS
+//   echo(u32* out, u32 a, u64 b, u32 c)  out[0] = a, out[1..3] = b (low word first), out[3] = c
+//
+// Cooperative launches (cuLaunchCooperativeKernel) take a pointer per parameter: the fake knows
+// each kernel's parameter sizes by its name, requires every pointer at its parameter's offset from
+// the first (the packed argument block, naturally aligned, as a backend lays it out) and runs the
+// kernel on what they point to. The actor kernels sync grid-wide: launched by cuLaunchKernel they
+// are CUDA_ERROR_INVALID_VALUE. The device launches cooperative kernels
+// (CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH is 1) unless FAKE_CUDA_NO_COOPERATIVE is set.
 //
 // New allocations are filled with 0xAB, so a backend that forgot to zero them is caught. PTX
 // containing "bogus" fails to JIT with an error log naming line 7; `.version 99` is
@@ -125,6 +133,7 @@ CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d) {
     case 6: case 7: *v = 65535; break;    // grid y, z
     case 97: *v = 232448; break;          // shared memory opt-in
     case 16: *v = 132; break;             // multiprocessors
+    case 95: *v = getenv("FAKE_CUDA_NO_COOPERATIVE") ? 0 : 1; break; // cooperative launch
     default: *v = 0;
     }
     return OK;
@@ -299,6 +308,12 @@ static CUresult run_kernel(struct function *fn, unsigned gx, unsigned gy, unsign
     } else if (!strcmp(fn->name, "actor") || !strcmp(fn->name, "actor_faults")) {
         if (size != 8 || !s) return INVALID_VALUE;
         start_actor(s, args, fn->name[5] == '_');
+    } else if (!strcmp(fn->name, "echo")) {
+        if (size != 28) return INVALID_VALUE;
+        uint64_t out, b; uint32_t a, c;
+        memcpy(&out, args, 8); memcpy(&a, args + 8, 4); memcpy(&b, args + 16, 8); memcpy(&c, args + 24, 4);
+        uint32_t *o = (uint32_t *)(uintptr_t)out;
+        o[0] = a; o[1] = (uint32_t)b; o[2] = (uint32_t)(b >> 32); o[3] = c;
     }
     launches++;
     write_counts();
@@ -311,7 +326,40 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
     unsigned char *args;
     size_t size;
     if (parse_extra(extra, &args, &size)) return INVALID_VALUE;
+    const char *name = ((struct function *)f)->name;
+    if (!strcmp(name, "actor") || !strcmp(name, "actor_faults")) return INVALID_VALUE; // grid-wide sync
     return run_kernel(f, gx, gy, gz, bx, by, bz, args, size, s);
+}
+
+// The sizes of a kernel's parameters (see the top), 0-terminated; null for a kernel the fake
+// does not know.
+static const unsigned *param_sizes(const char *name) {
+    static const unsigned iota[] = { 8, 4, 0 }, two_u64[] = { 8, 8, 0 }, one_u64[] = { 8, 0 }, none[] = { 0 },
+                          echo[] = { 8, 4, 8, 4, 0 };
+    if (!strcmp(name, "iota")) return iota;
+    if (!strcmp(name, "write_out_of_bounds")) return two_u64;
+    if (!strcmp(name, "spin_forever") || !strcmp(name, "actor") || !strcmp(name, "actor_faults")) return one_u64;
+    if (!strcmp(name, "empty")) return none;
+    if (!strcmp(name, "echo")) return echo;
+    return 0;
+}
+
+CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                   unsigned bz, unsigned smem, CUstream s, void **params) {
+    (void)smem;
+    if (getenv("FAKE_CUDA_NO_COOPERATIVE")) return 801; // CUDA_ERROR_NOT_SUPPORTED
+    const unsigned *sizes = param_sizes(((struct function *)f)->name);
+    if (!sizes) return INVALID_VALUE;
+    unsigned char block[256];
+    size_t end = 0;
+    for (int i = 0; sizes[i]; i++) {
+        size_t at = (end + sizes[i] - 1) / sizes[i] * sizes[i];
+        // Each parameter where the packed block has it, counted from the first.
+        if (!params || !params[i] || (unsigned char *)params[i] != (unsigned char *)params[0] + at) return INVALID_VALUE;
+        memcpy(block + at, params[i], sizes[i]);
+        end = at + sizes[i];
+    }
+    return run_kernel(f, gx, gy, gz, bx, by, bz, end ? block : 0, end, s);
 }
 
 // CUDA_KERNEL_NODE_PARAMS_v2

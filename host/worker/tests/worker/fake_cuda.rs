@@ -44,7 +44,7 @@ fn fake_driver_dir() -> Option<PathBuf> {
 }
 
 /// `env LD_LIBRARY_PATH=<fake> tasklet-worker`: a worker that loads the fake driver.
-fn fake_command() -> Option<WorkerCommand> {
+pub(super) fn fake_command() -> Option<WorkerCommand> {
     let Some(dir) = fake_driver_dir() else {
         eprintln!("skipped: no C compiler for the fake libcuda");
         return None;

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::fake_cuda::{fake_worker, launch};
+use crate::fake_cuda::{fake_command, fake_worker, launch};
 use crate::support::*;
 use tasklet_worker::contract::actor::{ControlBlock, Exit, CONTROL_BYTES};
 use tasklet_worker::guest_memory::SharedMemory;
@@ -299,6 +299,127 @@ fn a_control_block_kernels_cannot_reach_is_a_fault_of_the_kernel() {
     );
     assert!(matches!(control.snapshot().exit, Exit::Faulted(_)));
     assert_eq!(op_kind(w.sync()), ErrorKind::KernelFault);
+    drop(area);
+}
+
+/// A kernel the fake runs as `out[0] = a, out[1..3] = b, out[3] = c`: parameters of two sizes,
+/// with padding before `b` (offsets 0, 8, 16, 24).
+const ECHO_PTX: &str = "
+.version 8.0
+.target sm_80
+.address_size 64
+
+.visible .entry echo(
+	.param .u64 echo_param_0,
+	.param .u32 echo_param_1,
+	.param .u64 echo_param_2,
+	.param .u32 echo_param_3
+)
+{
+	ret;
+}
+";
+
+/// The argument block of `kernel` of `m` with `values` at its parameters' offsets.
+fn packed(m: &LoadedModule, kernel: &str, values: &[&[u8]]) -> Vec<u8> {
+    let (offsets, size) = m.kernels[kernel_index(m, kernel) as usize].param_layout();
+    let mut args = vec![0u8; size as usize];
+    for (at, v) in offsets.iter().zip(values) {
+        args[*at as usize..][..v.len()].copy_from_slice(v);
+    }
+    args
+}
+
+#[test]
+fn persistent_kernels_are_cooperative_launches_given_a_pointer_per_parameter() {
+    let Some(mut w) = fake_worker() else { return };
+    // The fake refuses its actor kernels through cuLaunchKernel (they sync grid-wide), so every
+    // persistent launch of the tests above went through cuLaunchCooperativeKernel; here, the
+    // pointers it was given: the fake runs the kernel on what each points to, and refuses any
+    // not at its parameter's offset from the first.
+    let (area, _, control) = mapped_area(&mut w, true);
+    let m = w.load_module(ECHO_PTX).unwrap();
+    let out = w.alloc(16).unwrap();
+    let (a, b, c) = (0x1122_3344u32, 0x0102_0304_0506_0708u64, 0xdead_beefu32);
+    let args = packed(
+        &m,
+        "echo",
+        &[
+            &out.to_le_bytes(),
+            &a.to_le_bytes(),
+            &b.to_le_bytes(),
+            &c.to_le_bytes(),
+        ],
+    );
+    assert_eq!(args.len(), 28);
+    w.launch_persistent(&persistent(&m, "echo", 1, &args), &area, 0)
+        .unwrap();
+    assert!(eventually(Duration::from_secs(5), || control.ended()));
+    assert_eq!(control.snapshot().exit, Exit::Returned);
+    let mut back = [0u8; 16];
+    w.read(out, &mut back).unwrap();
+    let words: Vec<u32> = back
+        .chunks_exact(4)
+        .map(|x| u32::from_le_bytes(x.try_into().unwrap()))
+        .collect();
+    assert_eq!(words, vec![a, b as u32, (b >> 32) as u32, c]);
+    // iota's two parameters, and what it wrote with them.
+    let iota = w.load_module(IOTA_PTX).unwrap();
+    let (area2, _, control2) = mapped_area(&mut w, true);
+    let buf = w.alloc(400).unwrap();
+    let args = packed(&iota, "iota", &[&buf.to_le_bytes(), &100u32.to_le_bytes()]);
+    w.launch_persistent(&persistent(&iota, "iota", 1, &args), &area2, 0)
+        .unwrap();
+    assert!(eventually(Duration::from_secs(5), || control2.ended()));
+    assert_eq!(control2.snapshot().exit, Exit::Returned);
+    let mut back = vec![0u8; 400];
+    w.read(buf, &mut back).unwrap();
+    assert_eq!(&back[396..], &100u32.to_le_bytes());
+    assert!(!w.is_poisoned());
+    drop((area, area2));
+}
+
+#[test]
+fn a_device_without_cooperative_launch_refuses_persistent_kernels_and_serves_the_rest() {
+    let Some(mut cmd) = fake_command() else {
+        return;
+    };
+    cmd.args.insert(0, "FAKE_CUDA_NO_COOPERATIVE=1".into());
+    let mut w = Worker::spawn(&cmd, BackendKind::Cuda, u64::MAX, Duration::from_secs(10))
+        .expect("a worker on the fake driver");
+    let (area, dev, control) = mapped_area(&mut w, true);
+    let m = w.load_module(ACTOR_PTX).unwrap();
+    let args = dev.to_le_bytes();
+    let (kind, message) =
+        op_error(w.launch_persistent(&persistent(&m, "actor", 4, &args), &area, 0));
+    assert_eq!(kind, ErrorKind::LaunchFailed);
+    assert!(
+        message.contains("persistent kernel `actor`")
+            && message.contains("cannot launch cooperative kernels")
+            && message.contains("CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH is 0"),
+        "{message}"
+    );
+    // The co-residency check comes first, naming its numbers.
+    let (kind, message) =
+        op_error(w.launch_persistent(&persistent(&m, "actor", FITS + 1, &args), &area, 0));
+    assert_eq!(kind, ErrorKind::LaunchFailed);
+    assert!(
+        message.contains(&format!("at most {FITS} blocks")),
+        "{message}"
+    );
+    // Refused at once: the control block was left alone; the worker serves the rest.
+    let s = control.snapshot();
+    assert!(!s.is_active && s.exit == Exit::Running, "{s:?}");
+    let iota = w.load_module(IOTA_PTX).unwrap();
+    let out = w.alloc(64).unwrap();
+    let args = packed(&iota, "iota", &[&out.to_le_bytes(), &16u32.to_le_bytes()]);
+    w.launch(&launch(&iota, "iota", 16, &args, Duration::from_secs(1)))
+        .unwrap();
+    w.sync().unwrap();
+    let mut back = [0u8; 4];
+    w.read(out + 60, &mut back).unwrap();
+    assert_eq!(back, 16u32.to_le_bytes());
+    assert!(!w.is_poisoned());
     drop(area);
 }
 

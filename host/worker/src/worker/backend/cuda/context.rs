@@ -30,6 +30,9 @@ pub struct Device {
     /// Streaming multiprocessors: how many blocks can be resident at once is this times what one
     /// holds (`occupancy`).
     pub multiprocessors: u32,
+    /// Whether the device launches cooperative kernels (`CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH`),
+    /// as every persistent kernel is launched. A driver that cannot say counts as no.
+    pub cooperative_launch: bool,
 }
 
 /// Opens device 0 and makes its primary context current on this thread. Errors are for people
@@ -99,6 +102,8 @@ pub fn open(drv: &'static Driver) -> Result<Device, String> {
             max_param_bytes: max_param_bytes(version.max(0) as u32, compute_capability),
         };
         let multiprocessors = attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+        // Only persistent kernels need it: a device without it still serves everything else.
+        let cooperative_launch = attr(A::CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH).unwrap_or(0) != 0;
         let mut raw = [0u8; 16];
         let r = (drv.device_get_uuid)(&mut raw, dev);
         if r != CUDA_SUCCESS {
@@ -131,6 +136,7 @@ pub fn open(drv: &'static Driver) -> Result<Device, String> {
             driver_version: version.max(0) as u32,
             limits,
             multiprocessors,
+            cooperative_launch,
         })
     }
 }

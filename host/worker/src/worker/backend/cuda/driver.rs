@@ -138,6 +138,7 @@ driver_api! {
     func_get_attribute = "cuFuncGetAttribute": fn(*mut c_int, c_int, CuFunction);
     func_set_attribute = "cuFuncSetAttribute": fn(CuFunction, c_int, c_int);
     launch_kernel = "cuLaunchKernel": fn(CuFunction, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, CuStream, *mut *mut c_void, *mut *mut c_void);
+    launch_cooperative_kernel = "cuLaunchCooperativeKernel": fn(CuFunction, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, CuStream, *mut *mut c_void);
     event_create = "cuEventCreate": fn(*mut CuEvent, c_uint);
     event_record = "cuEventRecord": fn(CuEvent, CuStream);
     event_query = "cuEventQuery": fn(CuEvent);

@@ -711,7 +711,8 @@ impl Backend for CudaBackend {
     }
 
     /// Checked as a launch is (module, kernel, argument block, dimensions, shared memory), then
-    /// for all its blocks being resident at once (`occupancy`). Starts after everything queued
+    /// for all its blocks being resident at once (`occupancy`), then for the device launching
+    /// cooperative kernels: it is launched with `cuLaunchCooperativeKernel` (see `persistent`). Starts after everything queued
     /// before it has finished (the queue is drained, as `sync` does): what the tenant launched or
     /// wrote to prepare its memory is done when the kernel starts.
     fn launch_persistent(
@@ -740,6 +741,20 @@ impl Backend for CudaBackend {
             self.dev.multiprocessors,
             "a persistent kernel",
         )?;
+        if !self.dev.cooperative_launch {
+            return Err(BackendError::new(
+                ErrorKind::LaunchFailed,
+                format!(
+                    "persistent kernel {}: a persistent kernel is a cooperative launch, and this \
+                     device ({}) cannot launch cooperative kernels \
+                     (CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH is 0); run it on a device that can \
+                     (compute capability 6.0 or newer), or launch it as a normal kernel",
+                    quote::name(&kernel),
+                    quote::text(&self.dev.name)
+                ),
+            ));
+        }
+        let offsets = Arc::clone(&self.modules.kernel(l.module, l.kernel)?.param_offsets);
         let prepared = self.persistent.prepare();
         self.call(prepared, "starting a persistent kernel")?;
         let chunks = l.args.len().div_ceil(16);
@@ -765,10 +780,16 @@ impl Backend for CudaBackend {
             deadline: Duration::ZERO,
             ordinal: 0,
         };
+        // A cooperative launch takes a pointer to each parameter, not the packed block: each
+        // points at its parameter's place in the block (inside it: the layout says so).
+        let mut params: Vec<*mut c_void> = offsets
+            .iter()
+            .map(|&at| args.wrapping_add(at as usize).cast())
+            .collect();
         // Before the launch: the kernel may read its control block at once, and must not see
         // an earlier kernel's request to terminate.
         control.start();
-        if let Err(code) = self.persistent.launch(&ready) {
+        if let Err(code) = self.persistent.launch(&ready, &mut params) {
             let e = self.launch_refused(&kernel, l, code, None);
             // The block was marked started: say it is over, and why, rather than leave it
             // running forever.

@@ -37,6 +37,9 @@ pub struct Kernel {
     pub name: Arc<str>,
     /// Size of its argument block (`KernelInfo::param_layout`).
     pub arg_bytes: u32,
+    /// Where each parameter starts in the argument block (`KernelInfo::param_layout`): what a
+    /// cooperative launch, which takes a pointer per parameter, points into the block.
+    pub param_offsets: Arc<[u32]>,
     /// Dynamic shared memory the function has been opted in to (above the 48 KiB default).
     pub shared_optin: u32,
 }
@@ -366,10 +369,12 @@ fn resolve(drv: &Driver, module: CuModule, ptx: &str) -> Result<Loaded, BackendE
                 ),
             ));
         }
+        let (offsets, arg_bytes) = k.param_layout();
         functions.push(Kernel {
             function: f,
             name: Arc::from(k.name.as_str()),
-            arg_bytes: k.param_layout().1,
+            arg_bytes,
+            param_offsets: offsets.into(),
             shared_optin: 0,
         });
     }

@@ -2,6 +2,10 @@
 //! the worker does, for as long as its lease, exchanging messages with the host through mapped
 //! memory (`device_map`, `crate::contract::actor`).
 //!
+//! - It is a cooperative launch (`cuLaunchCooperativeKernel`), so its blocks may synchronise
+//!   grid-wide (cooperative groups' `this_grid().sync()`). Checked before it is launched: its
+//!   whole grid fits on the device at once (`occupancy`, naming both numbers), and the device
+//!   launches cooperative kernels at all (`CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH`).
 //! - It runs on a stream of its own, the *actor stream* (non-blocking, created at the first such
 //!   launch and kept), never on the worker's stream: `sync`, the launch queue's waits, its
 //!   completion events, its cached graphs and its GPU-time segments (`launch`) never include it or
@@ -22,6 +26,7 @@
 //!   device time. The kernel holds its multiprocessors the whole time, busy or not, so that is what
 //!   it costs the device; the emulator charges the same, wall time from start to end.
 
+use std::ffi::c_void;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -175,17 +180,21 @@ impl Persistent {
         Ok(())
     }
 
-    /// `cuLaunchKernel` of `l` on the actor stream ([`Persistent::prepare`] made it).
-    pub fn launch(&self, l: &ReadyLaunch) -> Result<(), CuResult> {
+    /// `cuLaunchCooperativeKernel` of `l` on the actor stream ([`Persistent::prepare`] made it),
+    /// `params` pointing at each of its parameters in its argument block.
+    pub fn launch(&self, l: &ReadyLaunch, params: &mut [*mut c_void]) -> Result<(), CuResult> {
         let Some(stream) = self.stream else {
             return Err(CUDA_ERROR_INVALID_HANDLE);
         };
-        let (mut slots, mut size) = ([std::ptr::null_mut(); 5], 0usize);
-        let extra = l.extra(&mut slots, &mut size);
-        // SAFETY: a resolved function; `extra` and what it points to live across the call, which
-        // copies the argument block before returning.
+        let params = if params.is_empty() {
+            std::ptr::null_mut()
+        } else {
+            params.as_mut_ptr()
+        };
+        // SAFETY: a resolved function; `params` and the argument block they point into live
+        // across the call, which copies the parameters before returning.
         let r = unsafe {
-            (self.drv.launch_kernel)(
+            (self.drv.launch_cooperative_kernel)(
                 l.function,
                 l.grid[0],
                 l.grid[1],
@@ -195,8 +204,7 @@ impl Persistent {
                 l.block[2],
                 l.shared_mem_bytes,
                 stream.0,
-                std::ptr::null_mut(),
-                extra,
+                params,
             )
         };
         if r == CUDA_SUCCESS {

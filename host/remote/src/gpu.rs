@@ -362,15 +362,7 @@ impl GpuService for RemoteGpu {
         requires: &DeviceRequirement,
     ) -> Result<LeaseId, GpuError> {
         let device = request.device.or(requires.index);
-        let base = &self.requires;
-        let requires = wire::LeaseRequirements {
-            uuid: requires.uuid.clone().or_else(|| base.uuid.clone()),
-            model: requires.model.clone().or_else(|| base.model.clone()),
-            min_compute_capability: requires
-                .min_compute_capability
-                .or(base.min_compute_capability),
-            min_total_memory: requires.min_total_memory.or(base.min_total_memory),
-        };
+        let requires = self.wire_requirements(requires);
         self.stateless(|gpu| {
             let lease = gpu.client.lease_alloc_with(
                 request.min_vram,
@@ -382,6 +374,30 @@ impl GpuService for RemoteGpu {
             gpu.leases.insert(lease);
             Ok(lease)
         })
+    }
+
+    fn lease_acquire_group(
+        &mut self,
+        request: LeaseRequest,
+        requires: &DeviceRequirement,
+        count: u32,
+    ) -> Result<Vec<LeaseId>, GpuError> {
+        // One request cannot carry more; no node lends more devices than that.
+        let most = wire::limits::MAX_GROUP_LEASES;
+        if count as usize > most {
+            return Err(GpuError::CapacityExceeded(format!(
+                "a group of {count} leases needs {count} distinct devices, and a node lends at most {most}; \
+                 ask for fewer"
+            )));
+        }
+        let group = wire::LeaseGroup {
+            min_bytes: request.min_vram,
+            seconds: request.secs,
+            device: request.device.or(requires.index),
+            requires: self.wire_requirements(requires),
+            count,
+        };
+        self.stateless(|gpu| gpu.lease_group(&group))
     }
 
     fn lease_renew(&mut self, lease: LeaseId, secs: u32) -> Result<(), GpuError> {
@@ -529,6 +545,25 @@ impl GpuService for RemoteGpu {
             dst_offset: dst.1,
             src: wire::BufferId(src.0 .0),
             src_offset: src.1,
+            len,
+        })?;
+        Ok(())
+    }
+
+    fn mem_copy_between(
+        &mut self,
+        dst: (SessionId, BufferId, u64),
+        src: (SessionId, BufferId, u64),
+        len: u64,
+    ) -> Result<(), GpuError> {
+        // After the gathered launches and writes, as every call is: the copy sees their data.
+        self.call(&Request::MemCopyBetween {
+            dst_session: wire::SessionId(dst.0 .0),
+            dst: wire::BufferId(dst.1 .0),
+            dst_offset: dst.2,
+            src_session: wire::SessionId(src.0 .0),
+            src: wire::BufferId(src.1 .0),
+            src_offset: src.2,
             len,
         })?;
         Ok(())
@@ -783,6 +818,42 @@ impl GpuService for RemoteGpu {
 }
 
 impl RemoteGpu {
+    /// A lease's own requirements, each field it leaves out taken from the service's.
+    fn wire_requirements(&self, requires: &DeviceRequirement) -> wire::LeaseRequirements {
+        let base = &self.requires;
+        wire::LeaseRequirements {
+            uuid: requires.uuid.clone().or_else(|| base.uuid.clone()),
+            model: requires.model.clone().or_else(|| base.model.clone()),
+            min_compute_capability: requires
+                .min_compute_capability
+                .or(base.min_compute_capability),
+            min_total_memory: requires.min_total_memory.or(base.min_total_memory),
+        }
+    }
+
+    /// One LEASE_ALLOC_GROUP: the leases in placement order, all of them held from now on.
+    fn lease_group(&mut self, group: &wire::LeaseGroup) -> Result<Vec<LeaseId>, GpuError> {
+        let leases = match self.call(&Request::LeaseAllocGroup(group.clone()))? {
+            (Reply::LeaseAllocGroup { leases }, _) => leases,
+            (other, _) => return Err(unexpected(other).into()),
+        };
+        let ids: Vec<LeaseId> = leases.iter().map(|l| LeaseId(l.lease.0)).collect();
+        self.leases.extend(ids.iter().copied());
+        if ids.len() != group.count as usize {
+            // All or none, here too: what a node that broke the rule granted goes back.
+            for &lease in &ids {
+                self.lease_drop(lease);
+            }
+            return Err(GpuError::DeviceLost(format!(
+                "node {} answered a group of {} leases with {}",
+                self.client.node_name(),
+                group.count,
+                ids.len()
+            )));
+        }
+        Ok(ids)
+    }
+
     /// `call` as one GPU_SUBMIT, `args` laid out after the region, between its lease's
     /// LEASE_ALLOC and MEM_FREE.
     fn gpu_submit(

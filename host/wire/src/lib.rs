@@ -73,9 +73,9 @@ pub use error::{DecodeError, EncodeError};
 pub use frame::{Direction, FrameHeader};
 pub use ids::{BufferId, Digest, LeaseId, ModuleId, RequestId, SessionId};
 pub use message::{
-    rights, Device, GpuSubmit, Grant, Graph, GraphArg, GraphOp, Kernel, KernelArg, KernelParam,
-    Launch, LaunchBurst, LeaseRequirements, LoadedModule, Relocation, Reply, Request,
-    MAX_RELOCATIONS,
+    rights, Device, GpuSubmit, Grant, Graph, GraphArg, GraphOp, GroupLease, Kernel, KernelArg,
+    KernelParam, Launch, LaunchBurst, LeaseGroup, LeaseRequirements, LoadedModule, Relocation,
+    Reply, Request, MAX_RELOCATIONS,
 };
 pub use opcode::Opcode;
 pub use status::{ErrorCode, ErrorReply, FailedOp, STATUS_OK};

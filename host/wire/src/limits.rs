@@ -71,6 +71,10 @@ pub const MAX_SUBMIT_INPUT: usize = 1 << 20;
 /// Most devices in an inventory.
 pub const MAX_DEVICES: usize = 256;
 
+/// Most leases one LEASE_ALLOC_GROUP asks for, and its reply lists: one per device, and no
+/// inventory lists more devices.
+pub const MAX_GROUP_LEASES: usize = MAX_DEVICES;
+
 /// Most bytes of a deployment's manifest (TOML) in DEPLOY_PUSH.
 pub const MAX_MANIFEST_BYTES: usize = 64 << 10;
 

@@ -22,6 +22,8 @@ pub enum Opcode {
     LeaseRenew = 0x0202,
     /// A lease's grant, use and remaining time.
     LeaseInfo = 0x0203,
+    /// Acquire a group of leases on distinct devices, all or none.
+    LeaseAllocGroup = 0x0204,
     /// One-shot: load a module, launch one kernel on a lease's memory, read back a region.
     GpuSubmit = 0x0600,
     /// Session: allocate a buffer.
@@ -53,6 +55,8 @@ pub enum Opcode {
     LaunchBurst = 0x060D,
     /// Session: one operation on a recorded graph (record, set, replay, drop).
     Graph = 0x060E,
+    /// Copy between buffers of two sessions of the connection (typically on two devices).
+    MemCopyBetween = 0x060F,
     /// Store a deployment (manifest + streamed component).
     DeployPush = 0x0700,
     /// Whether a deployment is stored.
@@ -63,7 +67,7 @@ pub enum Opcode {
 
 impl Opcode {
     /// Every opcode, in numeric order.
-    pub const ALL: [Opcode; 26] = [
+    pub const ALL: [Opcode; 28] = [
         Opcode::GoAway,
         Opcode::Hello,
         Opcode::Grant,
@@ -72,6 +76,7 @@ impl Opcode {
         Opcode::MemFree,
         Opcode::LeaseRenew,
         Opcode::LeaseInfo,
+        Opcode::LeaseAllocGroup,
         Opcode::GpuSubmit,
         Opcode::MemAlloc,
         Opcode::MemWrite,
@@ -87,6 +92,7 @@ impl Opcode {
         Opcode::ModuleUnload,
         Opcode::LaunchBurst,
         Opcode::Graph,
+        Opcode::MemCopyBetween,
         Opcode::DeployPush,
         Opcode::DeployHas,
         Opcode::DeployRun,
@@ -108,6 +114,7 @@ impl Opcode {
             Opcode::MemFree => "MEM_FREE",
             Opcode::LeaseRenew => "LEASE_RENEW",
             Opcode::LeaseInfo => "LEASE_INFO",
+            Opcode::LeaseAllocGroup => "LEASE_ALLOC_GROUP",
             Opcode::GpuSubmit => "GPU_SUBMIT",
             Opcode::MemAlloc => "MEM_ALLOC",
             Opcode::MemWrite => "MEM_WRITE",
@@ -123,6 +130,7 @@ impl Opcode {
             Opcode::ModuleUnload => "MODULE_UNLOAD",
             Opcode::LaunchBurst => "LAUNCH_BURST",
             Opcode::Graph => "GRAPH",
+            Opcode::MemCopyBetween => "MEM_COPY_BETWEEN",
             Opcode::DeployPush => "DEPLOY_PUSH",
             Opcode::DeployHas => "DEPLOY_HAS",
             Opcode::DeployRun => "DEPLOY_RUN",
@@ -207,5 +215,7 @@ mod tests {
         assert!(Opcode::MemWrite.is_request() && !Opcode::MemWrite.has_reply());
         assert!(Opcode::Sync.has_reply() && Opcode::Sync.is_barrier());
         assert!(!Opcode::MemCopy.is_barrier());
+        assert!(Opcode::MemCopyBetween.has_reply() && !Opcode::MemCopyBetween.is_barrier());
+        assert!(Opcode::LeaseAllocGroup.has_reply());
     }
 }

@@ -14,7 +14,8 @@
 /// Version 3: each kernel parameter in MODULE_LOAD's reply says whether it is a pointer.
 /// Version 4: LEASE_ALLOC's request carries what the lease requires of its device.
 /// Version 5: LAUNCH_BURST and GRAPH.
-pub const PROTOCOL_VERSION: u8 = 5;
+/// Version 6: LEASE_ALLOC_GROUP and MEM_COPY_BETWEEN.
+pub const PROTOCOL_VERSION: u8 = 6;
 
 /// The version HELLO and its reply are framed as, whatever version the two ends go on to speak.
 pub const HELLO_VERSION: u8 = 1;
@@ -42,14 +43,14 @@ mod tests {
 
     #[test]
     fn picks_the_common_version_or_none() {
-        assert_eq!(negotiate(5, 5), Some(5));
-        assert_eq!(negotiate(0, 7), Some(5));
-        // A peer of versions 1 to 4 shares no version with this one.
-        assert_eq!(negotiate(1, 4), None);
-        assert_eq!(negotiate(6, 7), None);
+        assert_eq!(negotiate(6, 6), Some(6));
+        assert_eq!(negotiate(0, 7), Some(6));
+        // A peer of versions 1 to 5 shares no version with this one.
+        assert_eq!(negotiate(1, 5), None);
+        assert_eq!(negotiate(7, 8), None);
         assert_eq!(negotiate(0, 0), None);
         // An empty (inverted) range offers nothing.
-        assert_eq!(negotiate(6, 1), None);
+        assert_eq!(negotiate(7, 1), None);
     }
 
     #[test]

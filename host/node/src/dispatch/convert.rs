@@ -22,6 +22,18 @@ pub(super) fn module(id: wire::ModuleId) -> gpu::ModuleId {
     gpu::ModuleId(id.0)
 }
 
+/// What LEASE_ALLOC or LEASE_ALLOC_GROUP requires of a device, as the host places by it (the
+/// index travels in the request's own `device`).
+pub(super) fn requirements(r: wire::LeaseRequirements) -> tasklet_runtime::DeviceRequirement {
+    tasklet_runtime::DeviceRequirement {
+        index: None,
+        uuid: r.uuid,
+        model: r.model,
+        min_compute_capability: r.min_compute_capability,
+        min_total_memory: r.min_total_memory,
+    }
+}
+
 const RIGHT_BITS: [(Right, u8); 5] = [
     (Right::Alloc, rights::ALLOC),
     (Right::Write, rights::WRITE),

@@ -255,6 +255,7 @@ impl Dispatcher {
                 device,
                 requires,
             } => self.lease_alloc(min_bytes, seconds, device, requires)?,
+            Request::LeaseAllocGroup(group) => self.lease_alloc_group(group)?,
             Request::MemFree { lease } => {
                 let lease = convert::lease(lease);
                 self.known_lease(lease)?;
@@ -334,6 +335,32 @@ impl Dispatcher {
                 )?;
                 Reply::MemCopy
             }
+            Request::MemCopyBetween {
+                dst_session,
+                dst,
+                dst_offset,
+                src_session,
+                src,
+                src_offset,
+                len,
+            } => {
+                // The connection's `LocalGpu` holds both sessions or refuses: another
+                // connection's session is no session of its.
+                self.gpu().mem_copy_between(
+                    (
+                        convert::session(dst_session),
+                        convert::buffer(dst),
+                        dst_offset,
+                    ),
+                    (
+                        convert::session(src_session),
+                        convert::buffer(src),
+                        src_offset,
+                    ),
+                    len,
+                )?;
+                Reply::MemCopyBetween
+            }
             Request::ModuleLoad { session, ptx } => {
                 let session = convert::session(session);
                 let text = std::str::from_utf8(&ptx).map_err(|err| {
@@ -409,13 +436,8 @@ impl Dispatcher {
         })
     }
 
-    fn lease_alloc(
-        &mut self,
-        min_bytes: u64,
-        seconds: u32,
-        device: Option<u32>,
-        requires: tasklet_wire::LeaseRequirements,
-    ) -> Result<Reply, Failure> {
+    /// Refuses a new lease while the node drains.
+    fn not_draining(&self) -> Result<(), Failure> {
         if self.shared.draining() {
             tracing::info!(connection = self.caller.connection, tenant = %self.caller.tenant, "refused a lease: draining");
             return Err(Failure::new(
@@ -423,13 +445,18 @@ impl Dispatcher {
                 "the node is shutting down and takes no new leases; use another node",
             ));
         }
-        let requires = tasklet_runtime::DeviceRequirement {
-            index: None,
-            uuid: requires.uuid,
-            model: requires.model,
-            min_compute_capability: requires.min_compute_capability,
-            min_total_memory: requires.min_total_memory,
-        };
+        Ok(())
+    }
+
+    fn lease_alloc(
+        &mut self,
+        min_bytes: u64,
+        seconds: u32,
+        device: Option<u32>,
+        requires: tasklet_wire::LeaseRequirements,
+    ) -> Result<Reply, Failure> {
+        self.not_draining()?;
+        let requires = convert::requirements(requires);
         let lease = self
             .gpu()
             .lease_acquire_with(
@@ -466,6 +493,68 @@ impl Dispatcher {
             granted_bytes: info.granted_bytes,
             ttl_ms: info.remaining_ms,
         })
+    }
+
+    /// LEASE_ALLOC_GROUP: the service places the group all or none; each lease is then booked
+    /// and counted as LEASE_ALLOC's is.
+    fn lease_alloc_group(&mut self, group: tasklet_wire::LeaseGroup) -> Result<Reply, Failure> {
+        self.not_draining()?;
+        let count = group.count;
+        let leases = self
+            .gpu()
+            .lease_acquire_group(
+                gpu::LeaseRequest {
+                    min_vram: group.min_bytes,
+                    secs: group.seconds,
+                    device: group.device,
+                },
+                &convert::requirements(group.requires),
+                count,
+            )
+            .inspect_err(|err| {
+                tracing::info!(connection = self.caller.connection, tenant = %self.caller.tenant, count, "refused a group of leases: {err}");
+            })?;
+        let mut granted = Vec::with_capacity(leases.len());
+        for &lease in &leases {
+            match self.gpu().lease_info(lease) {
+                Ok(info) => granted.push(tasklet_wire::GroupLease {
+                    lease: tasklet_wire::LeaseId(lease.0),
+                    device: info.device,
+                    granted_bytes: info.granted_bytes,
+                    ttl_ms: info.remaining_ms,
+                }),
+                Err(err) => {
+                    // All or none: a lease that ended before it could be reported takes the
+                    // others with it, rather than leave them held under ids never sent.
+                    for &lease in &leases {
+                        self.gpu().lease_drop(lease);
+                    }
+                    return Err(err.into());
+                }
+            }
+        }
+        for &lease in &leases {
+            self.book.leases.insert(
+                lease,
+                LeaseEntry {
+                    generation: 1,
+                    region: None,
+                },
+            );
+        }
+        self.caller
+            .metrics
+            .lease_acquired
+            .inc_by(leases.len() as u64);
+        tracing::info!(
+            connection = self.caller.connection,
+            tenant = %self.caller.tenant,
+            bytes = group.min_bytes,
+            seconds = group.seconds,
+            devices = ?granted.iter().map(|l| l.device).collect::<Vec<_>>(),
+            "group of leases acquired"
+        );
+        Ok(Reply::LeaseAllocGroup { leases: granted })
     }
 
     fn known_lease(&self, lease: gpu::LeaseId) -> Result<(), Failure> {

@@ -9,6 +9,7 @@
 
 mod cluster;
 mod deploy;
+mod groups;
 mod isolation;
 mod lifecycle;
 mod malformed;
@@ -68,8 +69,32 @@ fn main() -> ExitCode {
             remote::a_remote_modules_signatures_are_the_local_ones,
         ),
         (
-            "remote::a_group_of_leases_through_the_node_is_one_lease_or_refused",
-            remote::a_group_of_leases_through_the_node_is_one_lease_or_refused,
+            "groups::a_group_lands_on_distinct_devices_in_placement_order",
+            groups::a_group_lands_on_distinct_devices_in_placement_order,
+        ),
+        (
+            "groups::a_group_that_cannot_be_placed_whole_holds_nothing",
+            groups::a_group_that_cannot_be_placed_whole_holds_nothing,
+        ),
+        (
+            "groups::a_copy_between_two_sessions_of_a_group_moves_the_bytes",
+            groups::a_copy_between_two_sessions_of_a_group_moves_the_bytes,
+        ),
+        (
+            "groups::a_session_of_another_connection_is_refused",
+            groups::a_session_of_another_connection_is_refused,
+        ),
+        (
+            "groups::malformed_groups_and_copies_close_only_their_connection",
+            groups::malformed_groups_and_copies_close_only_their_connection,
+        ),
+        (
+            "groups::a_tasklets_group_through_the_node_is_the_local_one",
+            groups::a_tasklets_group_through_the_node_is_the_local_one,
+        ),
+        (
+            "groups::a_client_of_version_5_is_told_at_hello",
+            groups::a_client_of_version_5_is_told_at_hello,
         ),
         (
             "refusals::a_client_without_a_certificate_is_refused",
@@ -215,6 +240,10 @@ fn main() -> ExitCode {
         (
             "metrics::a_deployed_group_is_counted_lease_by_lease",
             metrics::a_deployed_group_is_counted_lease_by_lease,
+        ),
+        (
+            "metrics::a_remote_group_is_counted_lease_by_lease",
+            metrics::a_remote_group_is_counted_lease_by_lease,
         ),
         (
             "metrics::garbage_to_the_metrics_port_gets_4xx_and_the_node_serves_on",

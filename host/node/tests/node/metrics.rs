@@ -594,3 +594,54 @@ pub fn a_deployed_group_is_counted_lease_by_lease() -> TestResult {
     )?;
     Ok(())
 }
+
+/// A remote client's group of leases (LEASE_ALLOC_GROUP) is counted as a deployed tasklet's is:
+/// each lease acquired once, and dropped once whether MEM_FREE releases it or the connection's
+/// end does; a refused group counts nothing.
+pub fn a_remote_group_is_counted_lease_by_lease() -> TestResult {
+    const MIB: u64 = 1 << 20;
+    let mut policy = policy();
+    policy.devices.emu = Some(vec![64 * MIB, 32 * MIB]);
+    let node = TestNode::with(Setup {
+        policy,
+        metrics: true,
+        ..Setup::default()
+    });
+    let any = DeviceRequirement::default();
+    let request = LeaseRequest {
+        min_vram: MIB,
+        secs: 30,
+        device: None,
+    };
+    let mut gpu = RemoteGpu::new(node.client("dev"));
+    let refused = gpu.lease_acquire_group(request, &any, 3);
+    check(refused.is_err(), || format!("{refused:?}"))?;
+    let group = gpu.lease_acquire_group(request, &any, 2)?;
+    let (samples, text) = scrape(&node)?;
+    expect(
+        &samples,
+        &text,
+        &[
+            ("gpu_lease_acquired{tenant=\"dev\"}", 2.0),
+            ("gpu_lease_dropped{tenant=\"dev\"}", 0.0),
+            ("gpu_device_leases{device=\"0\",uuid=\"emu-0\"}", 1.0),
+            ("gpu_device_leases{device=\"1\",uuid=\"emu-1\"}", 1.0),
+            ("gpu_leases_active", 2.0),
+        ],
+    )?;
+    // One released, the other ended with its connection.
+    gpu.lease_drop(group[0]);
+    drop(gpu);
+    node.wait_for_baseline(WAIT)?;
+    let (samples, text) = scrape(&node)?;
+    expect(
+        &samples,
+        &text,
+        &[
+            ("gpu_lease_acquired{tenant=\"dev\"}", 2.0),
+            ("gpu_lease_dropped{tenant=\"dev\"}", 2.0),
+            ("gpu_leases_active", 0.0),
+        ],
+    )?;
+    Ok(())
+}

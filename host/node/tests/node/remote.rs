@@ -5,7 +5,7 @@ use tasklet_remote::RemoteGpu;
 use tasklet_runtime::gpu::{
     GpuService, KernelArg, LaunchConfig, LeaseRequest, LocalGpu, ParamKind,
 };
-use tasklet_runtime::{DeviceRequirement, GpuError, Manifest};
+use tasklet_runtime::{GpuError, Manifest};
 
 /// The example tasklets, each run locally and remotely on the same inputs.
 pub fn examples_match_local() -> TestResult {
@@ -389,39 +389,5 @@ pub fn graphs_and_reloads_through_the_node_are_the_local_ones() -> TestResult {
     }
     node.wait_for_baseline(WAIT)?;
     tasklet_tests::assert_baseline(&local);
-    Ok(())
-}
-
-/// Groups of leases are placed on a host's own devices only: through the node a group of one is
-/// a lease like any other, a larger one is refused `unsupported` saying what to do instead, a
-/// group of none `invalid-argument`, and nothing is left held.
-pub fn a_group_of_leases_through_the_node_is_one_lease_or_refused() -> TestResult {
-    let node = TestNode::start();
-    let mut gpu = RemoteGpu::new(node.client("dev"));
-    let request = LeaseRequest {
-        min_vram: 1 << 20,
-        secs: 60,
-        device: None,
-    };
-    let any = DeviceRequirement::default();
-    let one = gpu.lease_acquire_group(request, &any, 1)?;
-    check(one.len() == 1, || format!("a group of 1: {one:?}"))?;
-    gpu.lease_info(one[0])?;
-    let two = gpu.lease_acquire_group(request, &any, 2);
-    check(
-        two.as_ref().is_err_and(|e| {
-            e.name() == "unsupported" && e.message().contains("acquire them one by one")
-        }),
-        || format!("a group of 2 through the node: {two:?}"),
-    )?;
-    let none = gpu.lease_acquire_group(request, &any, 0);
-    check(
-        none.as_ref()
-            .is_err_and(|e| e.name() == "invalid-argument" && e.message().contains("count > 0")),
-        || format!("a group of 0 through the node: {none:?}"),
-    )?;
-    gpu.lease_drop(one[0]);
-    drop(gpu);
-    node.wait_for_baseline(WAIT)?;
     Ok(())
 }

@@ -3,6 +3,7 @@
 mod device;
 mod grant;
 mod graph;
+mod group;
 mod kernel;
 mod reply;
 mod request;
@@ -11,6 +12,7 @@ mod requirements;
 pub use device::Device;
 pub use grant::{rights, Grant};
 pub use graph::{Graph, GraphArg, GraphOp};
+pub use group::{GroupLease, LeaseGroup};
 pub use kernel::{Kernel, KernelArg, KernelParam, LoadedModule, Relocation, MAX_RELOCATIONS};
 pub use reply::Reply;
 pub use request::{GpuSubmit, Launch, LaunchBurst, Request};

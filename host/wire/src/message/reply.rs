@@ -6,6 +6,7 @@
 
 use super::device::{decode_devices, encode_devices, Device};
 use super::grant::Grant;
+use super::group::{decode_group_leases, encode_group_leases, GroupLease};
 use super::kernel::LoadedModule;
 use crate::codec::{Reader, Writer};
 use crate::error::{DecodeError, EncodeError};
@@ -50,6 +51,11 @@ pub enum Reply {
         used_bytes: u64,
         remaining_ms: u64,
     },
+    /// Every lease of the group, in placement order (the first on the device placement ranks
+    /// best).
+    LeaseAllocGroup {
+        leases: Vec<GroupLease>,
+    },
     /// Streamed: the `output_len` bytes read back (the request's `output_size`). The exit code
     /// of a GPU_SUBMIT is the reply's status.
     GpuSubmit {
@@ -70,6 +76,7 @@ pub enum Reply {
     },
     SessionClose,
     MemCopy,
+    MemCopyBetween,
     /// Every launch of the burst is queued.
     LaunchBurst,
     /// What a GRAPH operation made (a graph's id, a node's or a scalar's index), else 0.
@@ -111,6 +118,7 @@ impl Reply {
             Reply::MemFree => Opcode::MemFree,
             Reply::LeaseRenew { .. } => Opcode::LeaseRenew,
             Reply::LeaseInfo { .. } => Opcode::LeaseInfo,
+            Reply::LeaseAllocGroup { .. } => Opcode::LeaseAllocGroup,
             Reply::GpuSubmit { .. } => Opcode::GpuSubmit,
             Reply::MemAlloc { .. } => Opcode::MemAlloc,
             Reply::ModuleLoad(_) => Opcode::ModuleLoad,
@@ -120,6 +128,7 @@ impl Reply {
             Reply::SessionOpen { .. } => Opcode::SessionOpen,
             Reply::SessionClose => Opcode::SessionClose,
             Reply::MemCopy => Opcode::MemCopy,
+            Reply::MemCopyBetween => Opcode::MemCopyBetween,
             Reply::LaunchBurst => Opcode::LaunchBurst,
             Reply::Graph { .. } => Opcode::Graph,
             Reply::ModuleLoadSource(_) => Opcode::ModuleLoadSource,
@@ -194,6 +203,7 @@ impl Reply {
                 w.u64(*used_bytes);
                 w.u64(*remaining_ms);
             }
+            Reply::LeaseAllocGroup { leases } => encode_group_leases(leases, w)?,
             Reply::GpuSubmit { output_len: len } | Reply::MemRead { len } => w.u64(*len),
             Reply::MemAlloc { buffer } => w.u64(buffer.0),
             Reply::ModuleLoad(module) | Reply::ModuleLoadSource(module) => module.encode(w)?,
@@ -225,6 +235,7 @@ impl Reply {
             | Reply::Free
             | Reply::SessionClose
             | Reply::MemCopy
+            | Reply::MemCopyBetween
             | Reply::LaunchBurst
             | Reply::ModuleUnload
             | Reply::Error { .. } => {}
@@ -283,6 +294,9 @@ impl Reply {
                 used_bytes: r.u64("used_bytes")?,
                 remaining_ms: r.u64("remaining_ms")?,
             },
+            Opcode::LeaseAllocGroup => Reply::LeaseAllocGroup {
+                leases: decode_group_leases(&mut r)?,
+            },
             Opcode::GpuSubmit => Reply::GpuSubmit {
                 output_len: r.u64("output_len")?,
             },
@@ -298,6 +312,7 @@ impl Reply {
             },
             Opcode::SessionClose => Reply::SessionClose,
             Opcode::MemCopy => Reply::MemCopy,
+            Opcode::MemCopyBetween => Reply::MemCopyBetween,
             Opcode::LaunchBurst => Reply::LaunchBurst,
             Opcode::Graph => Reply::Graph {
                 value: r.u64("value")?,

@@ -5,6 +5,7 @@
 
 use super::grant::Grant;
 use super::graph::Graph;
+use super::group::LeaseGroup;
 use super::kernel::{decode_args, encode_args, KernelArg};
 use super::requirements::LeaseRequirements;
 use crate::codec::{Reader, Writer};
@@ -50,6 +51,8 @@ pub enum Request {
     LeaseInfo {
         lease: LeaseId,
     },
+    /// A group of leases on distinct devices, all or none.
+    LeaseAllocGroup(LeaseGroup),
     GpuSubmit(GpuSubmit),
     MemAlloc {
         session: SessionId,
@@ -96,6 +99,17 @@ pub enum Request {
         session: SessionId,
         dst: BufferId,
         dst_offset: u64,
+        src: BufferId,
+        src_offset: u64,
+        len: u64,
+    },
+    /// Copies `len` bytes from `src` at `src_offset` in session `src_session` to `dst` at
+    /// `dst_offset` in session `dst_session`, both sessions the connection's.
+    MemCopyBetween {
+        dst_session: SessionId,
+        dst: BufferId,
+        dst_offset: u64,
+        src_session: SessionId,
         src: BufferId,
         src_offset: u64,
         len: u64,
@@ -241,6 +255,7 @@ impl Request {
             Request::MemFree { .. } => Opcode::MemFree,
             Request::LeaseRenew { .. } => Opcode::LeaseRenew,
             Request::LeaseInfo { .. } => Opcode::LeaseInfo,
+            Request::LeaseAllocGroup(_) => Opcode::LeaseAllocGroup,
             Request::GpuSubmit(_) => Opcode::GpuSubmit,
             Request::MemAlloc { .. } => Opcode::MemAlloc,
             Request::MemWrite { .. } => Opcode::MemWrite,
@@ -254,6 +269,7 @@ impl Request {
             Request::SessionOpen { .. } => Opcode::SessionOpen,
             Request::SessionClose { .. } => Opcode::SessionClose,
             Request::MemCopy { .. } => Opcode::MemCopy,
+            Request::MemCopyBetween { .. } => Opcode::MemCopyBetween,
             Request::ModuleLoadSource { .. } => Opcode::ModuleLoadSource,
             Request::ModuleUnload { .. } => Opcode::ModuleUnload,
             Request::DeployPush { .. } => Opcode::DeployPush,
@@ -262,7 +278,7 @@ impl Request {
         }
     }
 
-    /// The session a session op acts on.
+    /// The session a session op acts on (MEM_COPY_BETWEEN's: the destination's).
     pub fn session(&self) -> Option<SessionId> {
         match self {
             Request::MemAlloc { session, .. }
@@ -274,7 +290,11 @@ impl Request {
             | Request::SessionClose { session }
             | Request::MemCopy { session, .. }
             | Request::ModuleLoadSource { session, .. }
-            | Request::ModuleUnload { session, .. } => Some(*session),
+            | Request::ModuleUnload { session, .. }
+            | Request::MemCopyBetween {
+                dst_session: session,
+                ..
+            } => Some(*session),
             Request::Launch(launch) => Some(launch.session),
             Request::LaunchBurst(burst) => Some(burst.session),
             Request::Graph(graph) => Some(graph.session),
@@ -319,6 +339,7 @@ impl Request {
                 }
                 requires.encode(w)?;
             }
+            Request::LeaseAllocGroup(group) => group.encode(w)?,
             Request::MemFree { lease }
             | Request::LeaseInfo { lease }
             | Request::SessionOpen { lease } => w.u64(lease.0),
@@ -393,6 +414,23 @@ impl Request {
                 w.u64(*src_offset);
                 w.u64(*len);
             }
+            Request::MemCopyBetween {
+                dst_session,
+                dst,
+                dst_offset,
+                src_session,
+                src,
+                src_offset,
+                len,
+            } => {
+                w.u64(dst_session.0);
+                w.u64(dst.0);
+                w.u64(*dst_offset);
+                w.u64(src_session.0);
+                w.u64(src.0);
+                w.u64(*src_offset);
+                w.u64(*len);
+            }
             Request::ModuleLoadSource {
                 session,
                 source,
@@ -462,6 +500,7 @@ impl Request {
             Opcode::LeaseInfo => Request::LeaseInfo {
                 lease: LeaseId(r.u64("lease")?),
             },
+            Opcode::LeaseAllocGroup => Request::LeaseAllocGroup(LeaseGroup::decode(&mut r)?),
             Opcode::GpuSubmit => Request::GpuSubmit(GpuSubmit {
                 lease: LeaseId(r.u64("lease")?),
                 ptx: r.bytes("ptx", MAX_MODULE_BYTES)?.to_vec(),
@@ -521,6 +560,15 @@ impl Request {
                 session: SessionId(r.u64("session")?),
                 dst: BufferId(r.u64("dst")?),
                 dst_offset: r.u64("dst_offset")?,
+                src: BufferId(r.u64("src")?),
+                src_offset: r.u64("src_offset")?,
+                len: r.u64("len")?,
+            },
+            Opcode::MemCopyBetween => Request::MemCopyBetween {
+                dst_session: SessionId(r.u64("dst_session")?),
+                dst: BufferId(r.u64("dst")?),
+                dst_offset: r.u64("dst_offset")?,
+                src_session: SessionId(r.u64("src_session")?),
                 src: BufferId(r.u64("src")?),
                 src_offset: r.u64("src_offset")?,
                 len: r.u64("len")?,

@@ -54,13 +54,13 @@ fn sync_body() -> Vec<u8> {
 #[test]
 fn unknown_version() {
     // 1 is the version HELLO's frames carry, and no other frame.
-    for version in [0, 1, 2, 3, 4, 6, 0xFF] {
+    for version in [0, 1, 2, 3, 4, 5, 7, 0xFF] {
         let bytes = frame(version, 0, Opcode::Sync as u16, 1, &sync_body());
         assert_eq!(
             to_node_error(&bytes),
             DecodeError::UnsupportedVersion {
                 version,
-                supported: 5
+                supported: 6
             }
         );
     }
@@ -85,7 +85,7 @@ fn unknown_flag_bits() {
 
 #[test]
 fn unknown_opcode() {
-    for opcode in [0x0003, 0x0204, 0x060F, 0x0703, 0xFFFF] {
+    for opcode in [0x0003, 0x0205, 0x0610, 0x0703, 0xFFFF] {
         let bytes = frame(PROTOCOL_VERSION, 0, opcode, 1, &[]);
         assert_eq!(to_node_error(&bytes), DecodeError::UnknownOpcode { opcode });
     }
@@ -205,6 +205,164 @@ fn list_counts_over_their_limit() {
             count: 65,
             limit: 64
         })
+    );
+}
+
+/// LEASE_ALLOC_GROUP's body: no device, no requirements, then `count`.
+fn group_body(count: u32) -> Vec<u8> {
+    let mut body = (1u64 << 20).to_be_bytes().to_vec();
+    body.extend_from_slice(&60u32.to_be_bytes());
+    body.extend_from_slice(&[0; 5]);
+    body.extend_from_slice(&count.to_be_bytes());
+    body
+}
+
+#[test]
+fn a_group_of_more_leases_than_any_node_lends() {
+    // Decoded: up to MAX_GROUP_LEASES; one more, or 4 Gi, is malformed.
+    let ok = frame(
+        PROTOCOL_VERSION,
+        0,
+        Opcode::LeaseAllocGroup as u16,
+        1,
+        &group_body(MAX_GROUP_LEASES as u32),
+    );
+    assert!(decode_whole(Direction::ToNode, &ok).1.is_ok());
+    for count in [MAX_GROUP_LEASES as u32 + 1, u32::MAX] {
+        let bytes = frame(
+            PROTOCOL_VERSION,
+            0,
+            Opcode::LeaseAllocGroup as u16,
+            1,
+            &group_body(count),
+        );
+        assert_eq!(
+            to_node_error(&bytes),
+            DecodeError::TooManyItems {
+                field: "count",
+                count: count.into(),
+                limit: MAX_GROUP_LEASES as u64
+            }
+        );
+    }
+    // Encoded: refused alike.
+    let too_many = Request::LeaseAllocGroup(LeaseGroup {
+        min_bytes: 1,
+        seconds: 1,
+        device: None,
+        requires: LeaseRequirements::default(),
+        count: MAX_GROUP_LEASES as u32 + 1,
+    });
+    assert_eq!(
+        encode_request(1, &too_many, &mut Vec::new()),
+        Err(EncodeError::TooManyItems {
+            field: "count",
+            count: 257,
+            limit: 256
+        })
+    );
+    // Cut before the count, or with a byte after it.
+    let body = group_body(2);
+    let cut = frame(
+        PROTOCOL_VERSION,
+        0,
+        Opcode::LeaseAllocGroup as u16,
+        1,
+        &body[..body.len() - 1],
+    );
+    assert_eq!(
+        to_node_error(&cut),
+        DecodeError::Truncated { field: "count" }
+    );
+    let mut long = body.clone();
+    long.push(0);
+    let long = frame(
+        PROTOCOL_VERSION,
+        0,
+        Opcode::LeaseAllocGroup as u16,
+        1,
+        &long,
+    );
+    assert_eq!(
+        to_node_error(&long),
+        DecodeError::TrailingBytes { count: 1 }
+    );
+}
+
+#[test]
+fn a_group_reply_of_too_many_or_missing_leases() {
+    // Status OK, then a count of leases over the limit, with none behind it.
+    let mut body = vec![0, 0];
+    body.extend_from_slice(&(MAX_GROUP_LEASES as u32 + 1).to_be_bytes());
+    let bytes = frame(
+        PROTOCOL_VERSION,
+        REPLY,
+        Opcode::LeaseAllocGroup as u16,
+        1,
+        &body,
+    );
+    assert_eq!(
+        to_client_error(&bytes),
+        DecodeError::TooManyItems {
+            field: "leases",
+            count: 257,
+            limit: 256
+        }
+    );
+    // Two leases announced, one there (28 bytes): the count cannot fit what is left.
+    let mut body = vec![0, 0, 0, 0, 0, 2];
+    body.extend_from_slice(&[0; 28]);
+    let bytes = frame(
+        PROTOCOL_VERSION,
+        REPLY,
+        Opcode::LeaseAllocGroup as u16,
+        1,
+        &body,
+    );
+    assert_eq!(
+        to_client_error(&bytes),
+        DecodeError::Truncated { field: "leases" }
+    );
+    let too_many = Reply::LeaseAllocGroup {
+        leases: vec![
+            GroupLease {
+                lease: LeaseId(1),
+                device: 0,
+                granted_bytes: 1,
+                ttl_ms: 1
+            };
+            MAX_GROUP_LEASES + 1
+        ],
+    };
+    assert_eq!(
+        encode_reply(1, &too_many, &mut Vec::new()),
+        Err(EncodeError::TooManyItems {
+            field: "leases",
+            count: 257,
+            limit: 256
+        })
+    );
+}
+
+#[test]
+fn a_copy_between_sessions_cut_short() {
+    // Seven u64s; give six and a half.
+    let body = [0u8; 52];
+    let bytes = frame(PROTOCOL_VERSION, 0, Opcode::MemCopyBetween as u16, 1, &body);
+    assert_eq!(
+        to_node_error(&bytes),
+        DecodeError::Truncated { field: "len" }
+    );
+    let bytes = frame(
+        PROTOCOL_VERSION,
+        0,
+        Opcode::MemCopyBetween as u16,
+        1,
+        &[0; 12],
+    );
+    assert_eq!(
+        to_node_error(&bytes),
+        DecodeError::Truncated { field: "dst" }
     );
 }
 
@@ -976,7 +1134,7 @@ fn the_first_error_sticks() {
         err,
         DecodeError::UnsupportedVersion {
             version: 9,
-            supported: 5
+            supported: 6
         }
     );
     let good = frame(PROTOCOL_VERSION, 0, Opcode::Sync as u16, 1, &sync_body());

@@ -295,6 +295,28 @@ pub fn request() -> impl Strategy<Value = Request> {
         (lease(), any::<u32>()).prop_map(|(lease, seconds)| Request::LeaseRenew { lease, seconds }),
         lease().prop_map(|lease| Request::LeaseInfo { lease }),
         (
+            any::<u64>(),
+            any::<u32>(),
+            proptest::option::of(any::<u32>()),
+            proptest::option::of(text(24)),
+            proptest::option::of((any::<u32>(), any::<u32>())),
+            0..=limits::MAX_GROUP_LEASES as u32,
+        )
+            .prop_map(|(min_bytes, seconds, device, model, cc, count)| {
+                Request::LeaseAllocGroup(LeaseGroup {
+                    min_bytes,
+                    seconds,
+                    device,
+                    requires: LeaseRequirements {
+                        uuid: None,
+                        model,
+                        min_compute_capability: cc,
+                        min_total_memory: None,
+                    },
+                    count,
+                })
+            }),
+        (
             lease(),
             bytes(256),
             text(24),
@@ -449,6 +471,24 @@ pub fn request() -> impl Strategy<Value = Request> {
                     len,
                 }
             }),
+        (
+            (session(), buffer(), any::<u64>()),
+            (session(), buffer(), any::<u64>()),
+            any::<u64>()
+        )
+            .prop_map(
+                |((dst_session, dst, dst_offset), (src_session, src, src_offset), len)| {
+                    Request::MemCopyBetween {
+                        dst_session,
+                        dst,
+                        dst_offset,
+                        src_session,
+                        src,
+                        src_offset,
+                        len,
+                    }
+                }
+            ),
         (session(), text(200), vec(text(16), 0..6)).prop_map(|(session, source, options)| {
             Request::ModuleLoadSource {
                 session,
@@ -565,6 +605,18 @@ pub fn reply() -> impl Strategy<Value = Reply> {
                     remaining_ms
                 }
             ),
+        vec(
+            (lease(), any::<u32>(), any::<u64>(), any::<u64>()).prop_map(
+                |(lease, device, granted_bytes, ttl_ms)| GroupLease {
+                    lease,
+                    device,
+                    granted_bytes,
+                    ttl_ms,
+                }
+            ),
+            0..4
+        )
+        .prop_map(|leases| Reply::LeaseAllocGroup { leases }),
         Just(Reply::GpuSubmit { output_len: 0 }),
         buffer().prop_map(|buffer| Reply::MemAlloc { buffer }),
         loaded_module().prop_map(Reply::ModuleLoad),
@@ -574,6 +626,7 @@ pub fn reply() -> impl Strategy<Value = Reply> {
         session().prop_map(|session| Reply::SessionOpen { session }),
         Just(Reply::SessionClose),
         Just(Reply::MemCopy),
+        Just(Reply::MemCopyBetween),
         Just(Reply::LaunchBurst),
         any::<u64>().prop_map(|value| Reply::Graph { value }),
         loaded_module().prop_map(Reply::ModuleLoadSource),

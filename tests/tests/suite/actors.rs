@@ -329,7 +329,10 @@ fn launch_add_step(
 #[track_caller]
 fn refused<T: std::fmt::Debug>(r: Result<T, GpuError>, kind: &str, says: &str) {
     match r {
-        Err(e) if e.name() == kind && e.to_string().contains(says) => {}
+        Err(e) if e.name() == kind && e.to_string().contains(says) => {
+            // One readable sentence: no string continuation lost in the source.
+            assert!(!e.to_string().contains("  "), "a run of spaces in {e}");
+        }
         other => panic!("expected {kind} saying {says:?}, got {other:?}"),
     }
 }
@@ -989,6 +992,10 @@ fn ring_counters_broken_by_a_kernel_are_a_kernel_fault() {
     assert_baseline(&host);
 }
 
+/// How many times the containment test measures the other tenant's latency after the kill,
+/// until one is within 2× its baseline.
+const AFTER_TRIES: usize = 10;
+
 /// The median of `samples`.
 fn median(mut samples: Vec<Duration>) -> Duration {
     samples.sort();
@@ -998,8 +1005,8 @@ fn median(mut samples: Vec<Duration>) -> Duration {
 /// Containment (issue 20, item 7): a tenant whose persistent kernels fault and ignore
 /// `should_terminate` tells its own tasklet only. Another tenant's launch + sync loop runs before,
 /// during and after without an error, and once the deaf kernel is killed its median latency is
-/// within 2× its median before (on this shared machine: the best of three tries); the books come
-/// back.
+/// within 2× its median before (the first of up to AFTER_TRIES tries that is: the suite's other
+/// tests share the machine); the troublemaker's workers are gone and the books come back.
 #[test]
 fn a_faulting_or_deaf_actor_tells_its_own_tasklet_only() {
     let host = test_host!();
@@ -1020,22 +1027,32 @@ fn a_faulting_or_deaf_actor_tells_its_own_tasklet_only() {
 
     // The troublemaker, on a thread of its own: a faulting actor on one lease, a deaf one on
     // another, stopped with a short grace.
+    let alone = host.accounting();
+    let bystander = host.lease_worker_pids();
     let host = Arc::new(host);
     let troublemaker = {
         let host = Arc::clone(&host);
+        let bystander = bystander.clone();
         std::thread::spawn(move || {
+            let theirs = |host: &Host| -> Vec<u32> {
+                let mut pids = host.lease_worker_pids();
+                pids.retain(|p| !bystander.contains(p));
+                pids
+            };
             let mut a = rig_on(service(&host, &persistent_manifest(2), "troublemaker"));
+            let mut pids = theirs(&host);
             let (inbox, _, faulty) = a.serving("actor_fault");
             let mut bad = message(0);
             bad[..4].copy_from_slice(&(-1.0f32).to_le_bytes());
             a.send(inbox, &bad);
             let faulted = a.ended(faulty);
             let mut d = rig_on(a.gpu);
+            pids.extend(theirs(&host));
             let deaf = d.start("actor_deaf", None, 1).expect("starts");
             std::thread::sleep(Duration::from_millis(300));
             let stopped = d.stop(deaf, Duration::from_millis(200));
             drop(d);
-            (faulted, stopped)
+            (faulted, stopped, pids)
         })
     };
     let mut during = Vec::new();
@@ -1044,7 +1061,24 @@ fn a_faulting_or_deaf_actor_tells_its_own_tasklet_only() {
         assert!(began.elapsed() < BOUND, "the troublemaker did not finish");
         during.extend(loop_of(&mut b, 5));
     }
-    let (faulted, stopped) = troublemaker.join().expect("the troublemaker's thread");
+    let (faulted, stopped, pids) = troublemaker.join().expect("the troublemaker's thread");
+    // Its workers are gone, and its leases and memory with them: the books are the other
+    // tenant's alone again.
+    assert!(!pids.is_empty());
+    assert!(
+        eventually(BOUND, || pids.iter().all(|&p| !pid_alive(p))),
+        "the troublemaker's workers {pids:?} survived"
+    );
+    assert!(
+        eventually(Duration::from_secs(2), || host.accounting() == alone),
+        "{:?}, the other tenant alone: {alone:?}",
+        host.accounting()
+    );
+    assert_eq!(
+        host.lease_worker_pids(),
+        bystander,
+        "the other tenant's worker"
+    );
     assert!(faulted.failure.is_some(), "{faulted:?}");
     assert!(
         stopped
@@ -1054,12 +1088,16 @@ fn a_faulting_or_deaf_actor_tells_its_own_tasklet_only() {
         "{stopped:?}"
     );
     let during = median(during);
+    // Other tests of the suite share this machine's cores and come and go: a try that they
+    // slowed is followed by another, a little later (at most AFTER_TRIES, within BOUND).
     let mut after = Vec::new();
-    for _ in 0..3 {
-        after.push(median(loop_of(&mut b, 200)));
+    let began = Instant::now();
+    while after.len() < AFTER_TRIES && began.elapsed() < BOUND {
+        after.push(median(loop_of(&mut b, 100)));
         if after.last().is_some_and(|&a| a <= before * 2) {
             break;
         }
+        std::thread::sleep(Duration::from_millis(200));
     }
     eprintln!(
         "actors: the other tenant's launch + sync median: {before:?} before, {during:?} during, \

@@ -443,7 +443,8 @@ impl LocalGpu {
             .sum();
         if on_lease > 0 {
             return Err(quota(
-                "the lease runs a persistent kernel already, and a lease runs one at a time; stop it, or acquire                  another lease for another",
+                "the lease runs a persistent kernel already, and a lease runs one at a time; stop it, or acquire \
+                 another lease for another",
             ));
         }
         let (lease_id, area) = self.area(session)?;

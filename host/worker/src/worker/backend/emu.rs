@@ -327,11 +327,12 @@ impl Backend for EmuBackend {
     }
 
     /// Runs the kernel on `grid` threads of its own (one per CTA: all resident at once, as its
-    /// blocks may wait for each other or for the host) with no step limit, and returns once they
-    /// are started. What the kernel may use: the allocations and mappings that exist now (a
-    /// launch sees those it started with), any module's kernels. Refused at once
-    /// (`LaunchFailed`) past [`EMU_MAX_RESIDENT_CTAS`] blocks of persistent kernels running at
-    /// once, and for whatever a normal launch is refused for.
+    /// blocks may wait for each other or for the host) with no step limit, as a cooperative
+    /// launch (a grid workspace for `grid.sync()`, see `Module::launch_cooperative_by_index`), and
+    /// returns once they are started. What the kernel may use: the allocations and mappings
+    /// that exist now (a launch sees those it started with), any module's kernels. Refused at
+    /// once (`LaunchFailed`) past [`EMU_MAX_RESIDENT_CTAS`] blocks of persistent kernels running
+    /// at once, and for whatever a normal launch is refused for.
     fn launch_persistent(
         &mut self,
         l: &Launch<'_>,

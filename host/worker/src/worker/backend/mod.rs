@@ -195,7 +195,11 @@ pub trait Backend {
     }
     /// Starts `launch` as a persistent kernel: beside everything else (cuda: on a stream of its
     /// own; the emulator: on threads of its own, every CTA at once), exempt from its deadline,
-    /// not waited for by `sync`, not counted among the lease's numbered launches. Before
+    /// not waited for by `sync`, not counted among the lease's numbered launches. It is a
+    /// cooperative launch, so its blocks may synchronise grid-wide (cooperative groups'
+    /// `this_grid().sync()`): its whole grid is checked to fit on the device at once, and refused
+    /// (`LaunchFailed`, naming the limit) where it does not, or where the device cannot launch
+    /// cooperative kernels. Before
     /// returning, marks `control` started ([`ControlBlock::start`]); once the kernel has ended,
     /// marks it ended, saying how ([`ControlBlock::finish`]), from whatever thread sees the end.
     /// A launch refused at once is an error here and leaves `control` alone. `reset` while one

@@ -323,3 +323,84 @@ fn deploy_push_and_run_with_json_and_metrics() {
     }
     assert!(status.is_some_and(|s| s.success()), "node exit {status:?}");
 }
+
+/// The same tasklet, unchanged, with its GPUs here and on a node of the same devices: sdk-check's
+/// `group` takes a group of 2 leases, copies between their sessions and prints the refusals of
+/// three more groups; `run --node` prints the same lines as a local run.
+#[test]
+fn a_group_of_leases_runs_alike_here_and_through_a_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    let certs = certs.to_str().unwrap();
+    let out = tasklet(&["certs", "init", certs], b"");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(&policy, "[emu]\ndevices = [\"64MiB\", \"32MiB\"]\n").unwrap();
+    let policy = policy.to_str().unwrap();
+
+    let addr = format!("127.0.0.1:{}", free_udp_port());
+    let mut node = Command::new(env!("CARGO_BIN_EXE_tasklet"))
+        .args([
+            "node",
+            "--listen",
+            &addr,
+            "--certs",
+            certs,
+            "--backend",
+            "emu",
+            "--policy",
+            policy,
+        ])
+        .current_dir(repo())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the node starts");
+    let result = std::panic::catch_unwind(|| {
+        let here = tasklet(
+            &[
+                "run",
+                "--backend",
+                "emu",
+                "--policy",
+                policy,
+                "tasklets/testing/sdk-check",
+            ],
+            b"group",
+        );
+        assert!(here.status.success(), "{}", text(&here.stderr));
+        let here = text(&here.stdout);
+        assert!(
+            here.starts_with("ok group 0 1\nok group-copy 5 6 7 8\n"),
+            "{here}"
+        );
+        // The first run waits for the node to be up.
+        let start = Instant::now();
+        let there = loop {
+            let out = tasklet(
+                &[
+                    "run",
+                    "--node",
+                    &addr,
+                    "--certs",
+                    certs,
+                    "tasklets/testing/sdk-check",
+                ],
+                b"group",
+            );
+            if out.status.success() || start.elapsed() > WAIT {
+                break out;
+            }
+        };
+        assert!(there.status.success(), "{}", text(&there.stderr));
+        assert_eq!(text(&there.stdout), here);
+    });
+    // SAFETY: plain kill(2) of our own child.
+    unsafe { libc::kill(node.id() as i32, libc::SIGTERM) };
+    if wait_exit(&mut node, WAIT).is_none() {
+        let _ = node.kill();
+    }
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}

@@ -541,7 +541,8 @@ fn dropping_a_session_lease_or_service_stops_its_actors() {
     // A second actor may start: the first no longer counts against `max-persistent`.
     r.actors = r.gpu.module_load(r.s, ACTOR_PTX).expect("loads");
     let (_, _, again) = r.serving("actor_scale");
-    assert!(r.status(again).is_active);
+    let s = r.status(again);
+    assert!(s.is_active, "{s:?}");
     // The lease dropped with it running: asked, it returns; the worker is kept.
     r.gpu.lease_drop(r.lease);
     drop(r);
@@ -996,6 +997,12 @@ fn ring_counters_broken_by_a_kernel_are_a_kernel_fault() {
 /// until one is within 2× its baseline.
 const AFTER_TRIES: usize = 10;
 
+fn words(bytes: &[u8]) -> impl Iterator<Item = u32> + '_ {
+    bytes
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+}
+
 /// The median of `samples`.
 fn median(mut samples: Vec<Duration>) -> Duration {
     samples.sort();
@@ -1012,9 +1019,15 @@ fn a_faulting_or_deaf_actor_tells_its_own_tasklet_only() {
     let host = test_host!();
     let mut b = rig_on(service(&host, &manifest("testing/probe"), "bystander"));
     let (add, x, step) = add_step_setup(&mut b.gpu, b.s);
+    b.gpu
+        .mem_write(b.s, x, 0, &[0; 4 * N as usize])
+        .expect("write");
+    // Every launch the other tenant makes, counted, so that its data can be checked at the end.
+    let launches = std::cell::Cell::new(0u32);
     let loop_of = |b: &mut Rig, n: usize| -> Vec<Duration> {
         (0..n)
             .map(|i| {
+                launches.set(launches.get() + 1);
                 let began = Instant::now();
                 launch_add_step(&mut b.gpu, b.s, add, x, step)
                     .unwrap_or_else(|e| panic!("the other tenant's launch {i} failed: {e}"));
@@ -1108,12 +1121,18 @@ fn a_faulting_or_deaf_actor_tells_its_own_tasklet_only() {
         best <= before * 2,
         "the other tenant's latency after the kill, {best:?}, is over 2× its {before:?} before"
     );
-    // Its data is as its own launches left it: 200 × 3 + 20 + … launches of x = 3x + 1 agree
-    // with a CPU run of the same count only if none was lost, so check it was not disturbed:
-    // reading succeeds and the lease is live.
-    b.gpu
+    // Its data is what its own launches made of it (each x = 3x + 1, from 0): none was lost or
+    // disturbed.
+    let got = b
+        .gpu
         .mem_read(b.s, x, 0, 4 * u64::from(N))
         .expect("the other tenant reads");
+    let want = (0..launches.get()).fold(0u32, |x, _| x.wrapping_mul(3).wrapping_add(1));
+    assert!(
+        words(&got).all(|w| w == want),
+        "the other tenant's data after {} launches is not {want}",
+        launches.get()
+    );
     drop(b);
     assert_baseline(&host);
 }

@@ -180,6 +180,34 @@ pub fn a_group_that_cannot_be_placed_whole_holds_nothing() -> TestResult {
     drop(limited);
     drop(gpu);
     node.wait_for_baseline(WAIT)?;
+
+    // Every device has room, but the last one's only worker is another connection's: the
+    // group takes the devices ranked before it, then gives them back.
+    let mut one_worker = three_devices();
+    one_worker.workers.max = 1;
+    let node = group_node(one_worker);
+    let mut other = node.client("team");
+    let busy = other
+        .lease_alloc(MIB, 60, Some(2))
+        .map_err(|e| e.to_string())?;
+    let mut gpu = RemoteGpu::new(node.client("dev"));
+    let three = gpu.lease_acquire_group(request(MIB), &any, 3);
+    check(
+        three.as_ref().is_err_and(|e| {
+            e.name() == "capacity-exceeded"
+                && e.message().contains("device 2 has no free GPU worker")
+        }),
+        || format!("a group of 3 with device 2's worker busy: {three:?}"),
+    )?;
+    let per_device = leases_per_device(&node)?;
+    check(per_device == [0, 0, 1], || {
+        format!("only the other connection's lease is held: {per_device:?}")
+    })?;
+    other.mem_free(busy.lease).map_err(|e| e.to_string())?;
+    let three = gpu.lease_acquire_group(request(MIB), &any, 3)?;
+    check(three.len() == 3, || format!("{three:?}"))?;
+    drop(gpu);
+    node.wait_for_baseline(WAIT)?;
     Ok(())
 }
 

@@ -23,6 +23,9 @@
 //!   +28  u32 message_len         worker: bytes of `message`
 //!   +32  message                 worker: why the kernel failed, UTF-8, at most MESSAGE_BYTES
 //!
+//! The worker writes its fields to a status block as well, in memory no kernel reaches; the
+//! host reads them from there (see [`ControlBlock`]).
+//!
 //! ring (RING_HEADER + capacity * message_size)
 //!   +0   u32 head                producer: messages ever put (wrapping)
 //!   +64  u32 tail                consumer: messages ever taken (wrapping)
@@ -89,12 +92,19 @@ pub struct ControlSnapshot {
 /// A control block in memory this process maps (the host's mapping of the area, or the
 /// worker's). Copyable: it is an address; whoever makes one keeps the memory mapped while any
 /// copy is used.
+///
+/// What the worker writes (is_active, has_terminated, exit, message) goes to a *status* block
+/// too, of the same layout, in memory no kernel can reach (attached to the worker, never mapped
+/// for the device): a kernel can write its own control block, so the host believes only the
+/// status block about whether and how the kernel ended, and the control block about what the
+/// kernel counts. A view made with [`ControlBlock::at`] uses one block for both.
 #[derive(Debug, Clone, Copy)]
 pub struct ControlBlock {
     base: *mut u8,
+    status: *mut u8,
 }
 
-// SAFETY: the block is only ever accessed through atomics, by any thread of any process.
+// SAFETY: the blocks are only ever accessed through atomics, by any thread of any process.
 unsafe impl Send for ControlBlock {}
 unsafe impl Sync for ControlBlock {}
 
@@ -103,7 +113,18 @@ impl ControlBlock {
     /// `base` is 8-aligned and `CONTROL_BYTES` bytes from it stay mapped, readable and writable
     /// for as long as this view (or a copy) is used.
     pub unsafe fn at(base: *mut u8) -> ControlBlock {
-        ControlBlock { base }
+        ControlBlock { base, status: base }
+    }
+
+    /// The kernel's block at `control`, whose status goes to `status` as well.
+    ///
+    /// # Safety
+    /// As for [`ControlBlock::at`], for both blocks.
+    pub unsafe fn split(control: *mut u8, status: *mut u8) -> ControlBlock {
+        ControlBlock {
+            base: control,
+            status,
+        }
     }
 
     fn u32_at(&self, off: usize) -> &AtomicU32 {
@@ -116,24 +137,50 @@ impl ControlBlock {
         unsafe { AtomicU64::from_ptr(self.base.add(off).cast()) }
     }
 
+    fn status_u32(&self, off: usize) -> &AtomicU32 {
+        // SAFETY: as in `u32_at`, for the status block.
+        unsafe { AtomicU32::from_ptr(self.status.add(off).cast()) }
+    }
+
+    /// The blocks the worker writes: the kernel's, and the status block when it is another.
+    fn worker_blocks(&self) -> impl Iterator<Item = ControlBlock> {
+        let one = ControlBlock {
+            base: self.base,
+            status: self.base,
+        };
+        let other = (self.status != self.base).then_some(ControlBlock {
+            base: self.status,
+            status: self.status,
+        });
+        std::iter::once(one).chain(other)
+    }
+
     /// Worker, before the launch: running, nothing asked, nothing counted.
     pub fn start(&self) {
-        for off in [
-            OFF_SHOULD_TERMINATE,
-            OFF_HAS_TERMINATED,
-            OFF_ERRORS,
-            OFF_MESSAGE_LEN,
-        ] {
-            self.u32_at(off).store(0, Ordering::Relaxed);
+        for b in self.worker_blocks() {
+            for off in [
+                OFF_SHOULD_TERMINATE,
+                OFF_HAS_TERMINATED,
+                OFF_ERRORS,
+                OFF_MESSAGE_LEN,
+            ] {
+                b.u32_at(off).store(0, Ordering::Relaxed);
+            }
+            b.u64_at(OFF_MESSAGES).store(0, Ordering::Relaxed);
+            b.u32_at(OFF_EXIT).store(EXIT_RUNNING, Ordering::Relaxed);
+            b.u32_at(OFF_IS_ACTIVE).store(1, Ordering::Release);
         }
-        self.u64_at(OFF_MESSAGES).store(0, Ordering::Relaxed);
-        self.u32_at(OFF_EXIT).store(EXIT_RUNNING, Ordering::Relaxed);
-        self.u32_at(OFF_IS_ACTIVE).store(1, Ordering::Release);
     }
 
     /// Worker, once the kernel has ended: how, then `has_terminated` (release: whoever sees it
-    /// sees the rest).
+    /// sees the rest), in the kernel's block and the status block.
     pub fn finish(&self, exit: &Exit) {
+        for b in self.worker_blocks() {
+            b.finish_one(exit);
+        }
+    }
+
+    fn finish_one(&self, exit: &Exit) {
         let (code, message) = match exit {
             Exit::Running => return,
             Exit::Returned => (EXIT_RETURNED, ""),
@@ -164,24 +211,25 @@ impl ControlBlock {
     }
 
     /// Whether the worker has seen the kernel end (what `has_terminated` alone cannot say: a
-    /// kernel may set that itself before it returns).
+    /// kernel may set that itself before it returns), as the status block says.
     pub fn ended(&self) -> bool {
-        self.u32_at(OFF_EXIT).load(Ordering::Acquire) != EXIT_RUNNING
+        self.status_u32(OFF_EXIT).load(Ordering::Acquire) != EXIT_RUNNING
     }
 
-    /// Reads every field. The message is read only once the exit says there is one, and is cut
-    /// to what is valid UTF-8 (the memory is shared with the kernel).
+    /// Reads every field: how the kernel runs or ended from the status block, what it counts
+    /// from its own. The message is read only once the exit says there is one, and is cut to
+    /// what is valid UTF-8.
     pub fn snapshot(&self) -> ControlSnapshot {
-        let exit = match self.u32_at(OFF_EXIT).load(Ordering::Acquire) {
+        let exit = match self.status_u32(OFF_EXIT).load(Ordering::Acquire) {
             EXIT_RUNNING => Exit::Running,
             EXIT_RETURNED => Exit::Returned,
             _ => {
-                let len = (self.u32_at(OFF_MESSAGE_LEN).load(Ordering::Relaxed) as usize)
+                let len = (self.status_u32(OFF_MESSAGE_LEN).load(Ordering::Relaxed) as usize)
                     .min(MESSAGE_BYTES);
                 let bytes: Vec<u8> = (0..len)
                     // SAFETY: inside the block; read through a byte atomic.
                     .map(|i| unsafe {
-                        std::sync::atomic::AtomicU8::from_ptr(self.base.add(OFF_MESSAGE + i))
+                        std::sync::atomic::AtomicU8::from_ptr(self.status.add(OFF_MESSAGE + i))
                             .load(Ordering::Relaxed)
                     })
                     .collect();
@@ -189,9 +237,9 @@ impl ControlBlock {
             }
         };
         ControlSnapshot {
-            is_active: self.u32_at(OFF_IS_ACTIVE).load(Ordering::Acquire) != 0,
+            is_active: self.status_u32(OFF_IS_ACTIVE).load(Ordering::Acquire) != 0,
             should_terminate: self.u32_at(OFF_SHOULD_TERMINATE).load(Ordering::Acquire) != 0,
-            has_terminated: self.u32_at(OFF_HAS_TERMINATED).load(Ordering::Acquire) != 0,
+            has_terminated: self.status_u32(OFF_HAS_TERMINATED).load(Ordering::Acquire) != 0,
             errors_encountered: self.u32_at(OFF_ERRORS).load(Ordering::Acquire),
             messages_processed: self.u64_at(OFF_MESSAGES).load(Ordering::Acquire),
             exit,
@@ -367,6 +415,33 @@ mod tests {
         ring.u32_at(OFF_HEAD).store(9, Ordering::Relaxed);
         assert!(ring.pop(1, &mut Vec::new()).is_err());
         assert!(ring.push(&[0; 8]).is_err());
+    }
+
+    #[test]
+    fn a_kernel_cannot_pretend_through_its_control_block_that_it_ended() {
+        let mut control = Box::new(Mem([0; 1024]));
+        let mut status = Box::new(Mem([0; 1024]));
+        // SAFETY: two blocks of 1024 bytes, 64-aligned, live for the test.
+        let view = unsafe { ControlBlock::split(control.0.as_mut_ptr(), status.0.as_mut_ptr()) };
+        view.start();
+        // SAFETY: as above; the "kernel" writes its own block, every field of it.
+        let kernels = unsafe { ControlBlock::at(control.0.as_mut_ptr()) };
+        kernels.finish(&Exit::Returned);
+        kernels.u64_at(OFF_MESSAGES).store(7, Ordering::Relaxed);
+        let s = view.snapshot();
+        assert!(!view.ended() && s.is_active && !s.has_terminated && s.exit == Exit::Running);
+        assert_eq!(
+            s.messages_processed, 7,
+            "what the kernel counts is read from its block"
+        );
+        view.finish(&Exit::Faulted("fault".into()));
+        assert!(view.ended());
+        assert_eq!(view.snapshot().exit, Exit::Faulted("fault".into()));
+        assert_eq!(
+            kernels.snapshot().exit,
+            Exit::Faulted("fault".into()),
+            "mirrored"
+        );
     }
 
     #[test]

@@ -198,10 +198,14 @@ pub fn encode_request(id: u64, req: &Request<'_>, out: &mut Vec<u8>) {
             launch,
             memory,
             control,
+            status_memory,
+            status,
         } => {
             w.head(REQ_LAUNCH_PERSISTENT, id);
             w.u64(*memory);
             w.u64(*control);
+            w.u64(*status_memory);
+            w.u64(*status);
             w.launch(launch);
         }
         Request::Sync => w.head(REQ_SYNC, id),
@@ -339,10 +343,14 @@ pub fn decode_request(frame: &[u8]) -> Result<(u64, Request<'_>), DecodeError> {
         REQ_LAUNCH_PERSISTENT => {
             let memory = r.u64("memory id")?;
             let control = r.u64("control block offset")?;
+            let status_memory = r.u64("status memory id")?;
+            let status = r.u64("status block offset")?;
             Request::LaunchPersistent {
                 launch: r.launch()?,
                 memory,
                 control,
+                status_memory,
+                status,
             }
         }
         REQ_SYNC => Request::Sync,

@@ -110,11 +110,15 @@ pub enum Request<'a> {
     /// `CONTROL_BYTES` at `control` of attached memory `memory` (mapped with `MapDevice`): the
     /// worker marks it started before answering and ended, saying how, once the kernel is. The
     /// host stops a kernel by asking through the control block and, past a grace period, by
-    /// ending the worker.
+    /// ending the worker. What the worker writes there goes to the status block at `status` of
+    /// attached memory `status_memory` too, which no kernel can reach (never mapped for the
+    /// device): the host believes that one about the kernel's end.
     LaunchPersistent {
         launch: Launch<'a>,
         memory: u64,
         control: u64,
+        status_memory: u64,
+        status: u64,
     },
 }
 

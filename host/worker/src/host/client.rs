@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use super::error::WorkerError;
 use super::guest_memory::Shared;
-use super::mapped::MappedArea;
+use super::mapped::{MappedArea, Piece};
 use super::process::Proc;
 use super::slot::LeaseToken;
 use crate::contract::channel::{HostEnd, SharedRegion, WaitError, DEFAULT_DATA_SIZE};
@@ -74,9 +74,20 @@ pub struct Worker {
     attached: HashMap<u64, Weak<Shared>>,
     /// The linger last written to the channel (see [`super::linger`]).
     linger: u32,
-    /// Persistent kernels started and not yet seen ended: each one's area and the offset of its
-    /// control block there (see [`Worker::stop_persistent`]).
-    persistent: Vec<(Arc<MappedArea>, usize)>,
+    /// Persistent kernels started and not yet seen ended (see [`Worker::stop_persistent`]).
+    persistent: Vec<Persistent>,
+    /// Where the worker writes the status of persistent kernels: attached to the worker, never
+    /// mapped for the device, so no kernel can write it (made at the first persistent launch).
+    status_area: Option<Arc<MappedArea>>,
+}
+
+/// A persistent kernel the worker started: its control block (at `control` of `area`) and its
+/// status block (at `status` of the worker's status area).
+pub(crate) struct Persistent {
+    pub(crate) area: Arc<MappedArea>,
+    pub(crate) control: usize,
+    /// Given back to the status area once neither this entry nor a view holds it.
+    pub(crate) status: Arc<Piece>,
 }
 
 /// A process that was spawned and has not said it is ready yet.
@@ -152,6 +163,7 @@ impl Worker {
             attached: HashMap::new(),
             linger: 0,
             persistent: Vec::new(),
+            status_area: None,
         }))
     }
 

@@ -8,9 +8,14 @@
 //! through its own mapping while the kernels do through the device's.
 
 use std::io;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use crate::contract::actor::ControlBlock;
 
 use super::guest_memory::{locate, GuestSpan, SharedMemory};
+
+/// Bytes of a worker's status area: the status blocks of its persistent kernels.
+pub const STATUS_AREA_BYTES: usize = 64 << 10;
 
 /// Every piece cut from an area starts at a multiple of this (a ring's head and tail each get a
 /// cache line of their own inside it).
@@ -108,6 +113,72 @@ impl MappedArea {
     pub fn free_bytes(&self) -> usize {
         let free = self.free.lock().unwrap_or_else(PoisonError::into_inner);
         free.iter().map(|&(_, l)| l).sum()
+    }
+}
+
+/// A piece cut from an area, given back when the last holder drops it.
+pub(crate) struct Piece {
+    area: Arc<MappedArea>,
+    offset: usize,
+    len: usize,
+}
+
+impl Piece {
+    /// Cuts `len` bytes from `area`, zeroed; `None` when it has no room.
+    pub(crate) fn take(area: &Arc<MappedArea>, len: usize) -> Option<Piece> {
+        let offset = area.take(len)?;
+        Some(Piece {
+            area: Arc::clone(area),
+            offset,
+            len,
+        })
+    }
+
+    pub(crate) fn offset(&self) -> usize {
+        self.offset
+    }
+
+    fn host_ptr(&self) -> *mut u8 {
+        self.area.host_ptr(self.offset)
+    }
+}
+
+impl Drop for Piece {
+    fn drop(&mut self) {
+        self.area.give_back(self.offset, self.len);
+    }
+}
+
+/// The host's view of a persistent kernel's control block and status block (see
+/// `crate::contract::actor::ControlBlock`), keeping both mapped while it is held.
+#[derive(Clone)]
+pub struct ActorView {
+    view: ControlBlock,
+    _control: Arc<MappedArea>,
+    _status: Arc<Piece>,
+}
+
+impl ActorView {
+    pub(crate) fn new(
+        control_area: Arc<MappedArea>,
+        control: usize,
+        status: Arc<Piece>,
+    ) -> ActorView {
+        // SAFETY: the control block was cut from its area with CONTROL_BYTES (256-aligned), the
+        // status piece is CONTROL_BYTES of its own, and the Arcs held here keep both mapped (and
+        // the status piece from being given to another kernel) as long as the view.
+        let view =
+            unsafe { ControlBlock::split(control_area.host_ptr(control), status.host_ptr()) };
+        ActorView {
+            view,
+            _control: control_area,
+            _status: status,
+        }
+    }
+
+    /// The blocks, read and asked through.
+    pub fn block(&self) -> &ControlBlock {
+        &self.view
     }
 }
 

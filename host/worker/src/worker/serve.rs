@@ -394,19 +394,32 @@ fn dispatch(
             launch,
             memory,
             control,
-        } => match guest_range(b, guests, *memory, *control, CONTROL_BYTES as u64) {
-            Ok((p, _)) if (p as usize).is_multiple_of(8) => {
-                // SAFETY: `guest_range` checked that CONTROL_BYTES at `p` lie in the mapping; the
-                // mapping stays while the backend may use the block: detaching it is refused
-                // while a persistent kernel runs.
-                done(b.launch_persistent(launch, unsafe { ControlBlock::at(p) }))
+            status_memory,
+            status,
+        } => {
+            let block = |guests: &mut Attachments, b: &mut dyn Backend, memory, at| {
+                let (p, _) = guest_range(b, guests, memory, at, CONTROL_BYTES as u64)?;
+                if !(p as usize).is_multiple_of(8) {
+                    return Err(BackendError::new(
+                        ErrorKind::InvalidArgument,
+                        format!("a control block at offset {at} is not 8-byte aligned"),
+                    ));
+                }
+                Ok(p)
+            };
+            match (
+                block(guests, b, *memory, *control),
+                block(guests, b, *status_memory, *status),
+            ) {
+                // SAFETY: `guest_range` checked that CONTROL_BYTES at each lie in its mapping;
+                // the mappings stay while the backend may use the blocks: detaching or attaching
+                // them again is refused while a persistent kernel runs.
+                (Ok(c), Ok(s)) => {
+                    done(b.launch_persistent(launch, unsafe { ControlBlock::split(c, s) }))
+                }
+                (Err(e), _) | (_, Err(e)) => done(Err(e)),
             }
-            Ok(_) => done(Err(backend::BackendError::new(
-                ErrorKind::InvalidArgument,
-                format!("a control block at offset {control} is not 8-byte aligned"),
-            ))),
-            Err(e) => done(Err(e)),
-        },
+        }
         Request::AttachMemory { id, capacity } => done(guests.attach(b, *id, *capacity)),
         Request::DetachMemory { id } => done(guests.detach(b, *id)),
         Request::WriteFrom {

@@ -25,8 +25,8 @@ use crate::lease::{EndReason, PERSISTENT_GRACE};
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tasklet_worker::contract::actor::{ring_bytes, ControlBlock, Exit, Ring, CONTROL_BYTES};
-use tasklet_worker::host::mapped::MappedArea;
+use tasklet_worker::contract::actor::{ring_bytes, Exit, Ring, CONTROL_BYTES};
+use tasklet_worker::host::mapped::{ActorView, MappedArea};
 use tasklet_worker::Launch;
 
 /// A lease's mapped area and where kernels see its first byte.
@@ -68,11 +68,11 @@ struct RingEntry {
 }
 
 struct ActorEntry {
-    /// Keeps the memory `view` views mapped, whatever happens to the lease.
-    _area: Arc<MappedArea>,
     /// Where its control block is in the lease's area.
     control: usize,
-    view: ControlBlock,
+    /// Its control block and status block (the view keeps them mapped, whatever happens to
+    /// the lease).
+    view: ActorView,
     /// Why it ended other than by returning, when the host ended it (its worker, its lease).
     ended_by_host: Option<String>,
 }
@@ -100,7 +100,7 @@ impl Actors {
     fn running(&self) -> usize {
         self.actors
             .values()
-            .filter(|a| a.ended_by_host.is_none() && !a.view.ended())
+            .filter(|a| a.ended_by_host.is_none() && !a.view.block().ended())
             .count()
     }
 }
@@ -118,7 +118,7 @@ impl Areas {
 }
 
 fn status_of(a: &ActorEntry) -> ActorStatus {
-    let s = a.view.snapshot();
+    let s = a.view.block().snapshot();
     let failure = match (&s.exit, &a.ended_by_host) {
         (Exit::Faulted(why), _) => Some(why.clone()),
         (Exit::Running, Some(why)) => Some(why.clone()),
@@ -221,7 +221,7 @@ impl LocalGpu {
                     if let (Some(a), Some(area)) = (s.actors.actors.remove(&actor), area.as_ref()) {
                         // An actor the host ended went with its worker: its block is not reused
                         // under a lease that is over anyway.
-                        if a.view.ended() {
+                        if a.view.block().ended() {
                             area.give_back(a.control, CONTROL_BYTES);
                         }
                     }
@@ -536,12 +536,18 @@ impl LocalGpu {
             deadline: self.grant.kernel_deadline.max(Duration::from_millis(1)),
         };
         let lease = Arc::clone(&s.lease);
-        self.run(&lease, |w| w.launch_persistent(&launch, mapped, control))?;
+        // The view reads the kernel's end from the worker's status block, which no kernel can
+        // write: a kernel cannot pretend to have ended (and so escape max-persistent).
+        let view = self.run(&lease, |w| {
+            w.launch_persistent(&launch, mapped, control)?;
+            w.persistent_view(mapped, control).ok_or_else(|| {
+                tasklet_worker::WorkerError::Lost(
+                    "the worker forgot the persistent kernel it had just started".into(),
+                )
+            })
+        })?;
         self.usage.launched();
         let id = ActorId(self.ids.fresh());
-        // SAFETY: the block is CONTROL_BYTES at a 256-aligned offset of the area, which the
-        // service keeps (with its lease) while the actor is held.
-        let view = unsafe { ControlBlock::at(mapped.host_ptr(control)) };
         let s = self
             .sessions
             .get_mut(&session)
@@ -549,7 +555,6 @@ impl LocalGpu {
         s.actors.actors.insert(
             id,
             ActorEntry {
-                _area: Arc::clone(mapped),
                 control,
                 view,
                 ended_by_host: None,
@@ -571,18 +576,18 @@ impl LocalGpu {
         }
         let s = self.session(session)?;
         let a = s.actors.actor(actor)?;
-        if a.ended_by_host.is_none() && !a.view.ended() {
-            a.view.ask_to_terminate();
+        if a.ended_by_host.is_none() && !a.view.block().ended() {
+            a.view.block().ask_to_terminate();
             let until = Instant::now() + grace;
             let mut pause = Duration::from_micros(20);
-            while !a.view.ended() && Instant::now() < until {
+            while !a.view.block().ended() && Instant::now() < until {
                 if self.manager.with_worker(&s.lease, |_| Ok(())).is_err() {
                     break;
                 }
                 std::thread::sleep(pause.min(until.saturating_duration_since(Instant::now())));
                 pause = (pause * 2).min(Duration::from_millis(5));
             }
-            if !a.view.ended() {
+            if !a.view.block().ended() {
                 // It did not return (or its worker is gone): the worker ends, and the lease.
                 let lease = Arc::clone(&s.lease);
                 let why = match lease.end_reason() {

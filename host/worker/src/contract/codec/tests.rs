@@ -105,6 +105,8 @@ fn sample_requests() -> Vec<Request<'static>> {
             },
             memory: u64::MAX,
             control: 256,
+            status_memory: 3,
+            status: 512,
         },
         Request::Sync,
         Request::Reset,

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::calls::later;
+use super::Persistent;
 use super::Worker;
 use crate::contract::actor::{ControlBlock, CONTROL_BYTES};
 use crate::contract::channel::Answer;
@@ -12,7 +13,7 @@ use crate::contract::messages::GraphOp;
 use crate::contract::{ErrorKind, Launch, LoadedModule, Request, Response, WorkerInfo};
 use crate::host::error::WorkerError;
 use crate::host::guest_memory::GuestSpan;
-use crate::host::mapped::MappedArea;
+use crate::host::mapped::{ActorView, MappedArea, Piece, STATUS_AREA_BYTES};
 
 impl Worker {
     pub fn ping(&mut self) -> Result<(), WorkerError> {
@@ -316,34 +317,77 @@ impl Worker {
     /// Starts `l` as a persistent kernel whose control block is the `CONTROL_BYTES` at
     /// `control` of `area` (mapped for kernels already, by [`Worker::map_device`]): answered once
     /// it is started. It runs beside the worker's other work, exempt from `l.deadline`, and is
-    /// not waited for by `sync`; its end shows in the control block. The worker keeps the area
-    /// until the kernel is seen ended ([`Worker::stop_persistent`]).
+    /// not waited for by `sync`; its end shows in the control block (and, where the kernel
+    /// cannot write it, in its status block: [`Worker::persistent_view`]). The worker keeps the
+    /// area until the kernel is seen ended ([`Worker::stop_persistent`]).
     pub fn launch_persistent(
         &mut self,
         l: &Launch<'_>,
         area: &Arc<MappedArea>,
         control: usize,
     ) -> Result<(), WorkerError> {
-        let span = area.span(control, CONTROL_BYTES).ok_or_else(|| {
-            WorkerError::op(
-                ErrorKind::InvalidArgument,
-                "a control block outside its area",
-            )
+        let invalid = |what: &str| WorkerError::op(ErrorKind::InvalidArgument, what.to_string());
+        let span = area
+            .span(control, CONTROL_BYTES)
+            .ok_or_else(|| invalid("a control block outside its area"))?;
+        let status_area = match &self.status_area {
+            Some(a) => Arc::clone(a),
+            None => {
+                let a = MappedArea::create(STATUS_AREA_BYTES).map_err(|e| {
+                    WorkerError::op(
+                        ErrorKind::OutOfMemory,
+                        format!("cannot make memory for persistent kernels' status: {e}"),
+                    )
+                })?;
+                Arc::clone(self.status_area.insert(Arc::new(a)))
+            }
+        };
+        let status = Piece::take(&status_area, CONTROL_BYTES).ok_or_else(|| {
+            invalid("no room for another persistent kernel's status on this worker")
         })?;
-        self.attach(&span)?;
-        self.call_ok(&Request::LaunchPersistent {
-            launch: l.clone(),
-            memory: span.memory_id(),
-            control: control as u64,
-        })?;
-        self.persistent.push((Arc::clone(area), control));
+        let status_span = status_area
+            .span(status.offset(), CONTROL_BYTES)
+            .ok_or_else(|| invalid("a status block outside its area"))?;
+        let r = self
+            .attach(&span)
+            .and_then(|()| self.attach(&status_span))
+            .and_then(|()| {
+                self.call_ok(&Request::LaunchPersistent {
+                    launch: l.clone(),
+                    memory: span.memory_id(),
+                    control: control as u64,
+                    status_memory: status_span.memory_id(),
+                    status: status.offset() as u64,
+                })
+            });
+        r?;
+        self.persistent.push(Persistent {
+            area: Arc::clone(area),
+            control,
+            status: Arc::new(status),
+        });
         Ok(())
+    }
+
+    /// The host's view of the persistent kernel this worker started with its control block at
+    /// `control` of `area`: what the kernel counts from its control block, whether and how it
+    /// ended from its status block. `None` once it is seen ended and forgotten, or if no such
+    /// kernel was started here.
+    pub fn persistent_view(&self, area: &Arc<MappedArea>, control: usize) -> Option<ActorView> {
+        let p = self
+            .persistent
+            .iter()
+            .find(|p| Arc::ptr_eq(&p.area, area) && p.control == control)?;
+        Some(ActorView::new(
+            Arc::clone(&p.area),
+            p.control,
+            Arc::clone(&p.status),
+        ))
     }
 
     /// Persistent kernels started on this worker and not seen ended.
     pub fn persistent_running(&mut self) -> usize {
-        self.persistent
-            .retain(|(area, control)| !control_block(area, *control).ended());
+        self.persistent.retain(|p| !view_of(p).ended());
         self.persistent.len()
     }
 
@@ -354,8 +398,8 @@ impl Worker {
         if self.persistent_running() == 0 {
             return true;
         }
-        for (area, control) in &self.persistent {
-            control_block(area, *control).ask_to_terminate();
+        for p in &self.persistent {
+            view_of(p).ask_to_terminate();
         }
         let until = Instant::now() + grace;
         let mut pause = Duration::from_micros(50);
@@ -411,11 +455,9 @@ impl Worker {
     }
 }
 
-/// The host's view of the control block at `control` of `area`.
-fn control_block(area: &MappedArea, control: usize) -> ControlBlock {
-    // SAFETY: `launch_persistent` checked the block lies in the area, which the caller's Arc
-    // keeps mapped; offsets come from `MappedArea::take`, 256-aligned.
-    unsafe { ControlBlock::at(area.host_ptr(control)) }
+/// The host's view of a persistent kernel's blocks.
+fn view_of(p: &Persistent) -> ControlBlock {
+    *ActorView::new(Arc::clone(&p.area), p.control, Arc::clone(&p.status)).block()
 }
 
 fn offset(addr: u64, by: usize) -> Result<u64, WorkerError> {

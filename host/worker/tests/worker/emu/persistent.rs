@@ -341,3 +341,68 @@ fn a_worker_maps_a_bounded_number_of_areas_for_kernels() {
     w.unmap_device(addrs[0]).unwrap();
     w.map_device(&span(&mem, 0, 256)).unwrap();
 }
+
+/// A kernel that writes into its own control block that it returned (exit, has_terminated,
+/// is_active), then goes on running until it is asked to stop.
+const LIAR_PTX: &str = r#"
+.version 7.0
+.target sm_80
+.address_size 64
+
+.visible .entry actor_liar(.param .u64 ctl)
+{
+    .reg .b64 %rd<2>;
+    .reg .b32 %r<2>;
+    .reg .pred %p<2>;
+    ld.param.u64 %rd0, [ctl];
+    cvta.to.global.u64 %rd1, %rd0;
+    st.volatile.global.u32 [%rd1+24], 1;
+    st.volatile.global.u32 [%rd1+8], 1;
+    st.volatile.global.u32 [%rd1+0], 0;
+WAIT:
+    nanosleep.u32 1000;
+    ld.volatile.global.u32 %r0, [%rd1+4];
+    setp.eq.u32 %p0, %r0, 0;
+    @%p0 bra WAIT;
+    ret;
+}
+"#;
+
+/// The host believes the worker's status block, which no kernel can reach, about whether and how
+/// a persistent kernel ended: one that writes "returned" into its own control block still runs,
+/// still counts, and still has to be stopped.
+#[test]
+fn a_kernel_cannot_pretend_through_its_control_block_that_it_ended() {
+    let mut w = emu_worker(64 << 20);
+    let a = Actor::new(&mut w, 16);
+    let liar = w.load_module(LIAR_PTX).unwrap();
+    let control = a.dev + a.control as u64;
+    let args = control.to_le_bytes();
+    let launch = Launch {
+        module: liar.id,
+        kernel: 0,
+        grid: [1, 1, 1],
+        block: [32, 1, 1],
+        shared_mem_bytes: 0,
+        args: &args,
+        deadline: Duration::from_millis(1),
+    };
+    w.launch_persistent(&launch, &a.area, a.control).unwrap();
+    // The kernel's own block says what it wrote.
+    assert!(
+        eventually(BOUND, || a.control().snapshot().exit == Exit::Returned),
+        "the kernel wrote its lie"
+    );
+    let view = w.persistent_view(&a.area, a.control).expect("a view of it");
+    let s = view.block().snapshot();
+    assert!(
+        s.is_active && !s.has_terminated && s.exit == Exit::Running && !view.block().ended(),
+        "the status block says it runs: {s:?}"
+    );
+    assert_eq!(w.persistent_running(), 1);
+    // Asked, it returns, and then the status block says so.
+    assert!(w.stop_persistent(BOUND));
+    assert_eq!(view.block().snapshot().exit, Exit::Returned);
+    assert_eq!(w.persistent_running(), 0);
+    w.reset().unwrap();
+}

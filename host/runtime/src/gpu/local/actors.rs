@@ -578,7 +578,11 @@ impl LocalGpu {
         let a = s.actors.actor(actor)?;
         if a.ended_by_host.is_none() && !a.view.block().ended() {
             a.view.block().ask_to_terminate();
-            let until = Instant::now() + grace;
+            // Never past the run's wall time: a host call cannot be interrupted.
+            let mut until = Instant::now() + grace;
+            if let Some(run) = &self.run {
+                until = until.min(run.ends);
+            }
             let mut pause = Duration::from_micros(20);
             while !a.view.block().ended() && Instant::now() < until {
                 if self.manager.with_worker(&s.lease, |_| Ok(())).is_err() {

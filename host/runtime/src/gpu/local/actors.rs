@@ -54,6 +54,10 @@ pub(super) struct Actors {
     looked: Option<Instant>,
 }
 
+/// How long a receive polls its ring without a pause before it sleeps between polls: a round
+/// trip through a persistent kernel takes microseconds on a GPU, and a sleep costs tens.
+const RECV_SPIN: Duration = Duration::from_micros(200);
+
 /// How often a session whose actors run asks its worker for the GPU time they have taken, so
 /// that a `gpu-seconds` quota bites while the tasklet only sends and receives.
 const QUOTA_LOOK: Duration = Duration::from_millis(50);
@@ -391,7 +395,10 @@ impl LocalGpu {
         if let Some(run) = &self.run {
             until = until.min(run.ends);
         }
-        let mut pause = Duration::from_micros(1);
+        // A reply is often microseconds away (a PCIe round trip on a GPU): poll without a pause
+        // for RECV_SPIN, then sleep in growing steps.
+        let spin_until = Instant::now() + RECV_SPIN;
+        let mut pause = Duration::from_micros(20);
         loop {
             self.police(session)?;
             let s = self.live_session(session)?;
@@ -405,12 +412,11 @@ impl LocalGpu {
             if now >= until {
                 return Ok(ActorReply::Messages(out));
             }
-            // Spin a little (a reply is often microseconds away), then sleep in growing steps.
-            if pause < Duration::from_micros(64) {
+            if now < spin_until {
                 std::hint::spin_loop();
-            } else {
-                std::thread::sleep(pause.min(until - now));
+                continue;
             }
+            std::thread::sleep(pause.min(until - now));
             pause = (pause * 2).min(Duration::from_millis(1));
         }
     }

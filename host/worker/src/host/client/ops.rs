@@ -361,6 +361,9 @@ impl Worker {
                 })
             });
         r?;
+        // A control block given back and taken again names the new kernel only: forget those
+        // seen ended, or the view of an earlier kernel at the same block would be found first.
+        self.persistent.retain(|p| !view_of(p).ended());
         self.persistent.push(Persistent {
             area: Arc::clone(area),
             control,

@@ -14,6 +14,7 @@ use tasklet_runtime::gpu::{
     SessionId, MAX_LEASE_MAPPED_BYTES, MAX_MESSAGE_BYTES, MAX_RECV_WAIT, MAX_SESSION_RINGS,
     MAX_STOP_GRACE,
 };
+use tasklet_runtime::lease::PERSISTENT_GRACE;
 use tasklet_runtime::{BackendKind, GpuError, Host, Manifest};
 use tasklet_tests::{
     assert_baseline, backend, eventually, manifest, pid_alive, run_probe, test_host,
@@ -516,8 +517,9 @@ fn an_actor_that_will_not_stop_is_ended_with_its_worker_and_lease() {
     assert_baseline(&host);
 }
 
-/// Dropping a session stops its actors (the lease goes on); dropping a lease, or the whole
-/// service, with a deaf actor running ends its worker; the books come back every time.
+/// Dropping a session stops its actors (the lease goes on, and a new actor on it runs); dropping
+/// a session, a lease or the whole service with a deaf actor running ends its worker after the
+/// lease's grace; the books come back every time.
 #[test]
 fn dropping_a_session_lease_or_service_stops_its_actors() {
     let host = test_host!();
@@ -545,6 +547,30 @@ fn dropping_a_session_lease_or_service_stops_its_actors() {
     assert!(s.is_active, "{s:?}");
     // The lease dropped with it running: asked, it returns; the worker is kept.
     r.gpu.lease_drop(r.lease);
+    drop(r);
+    assert_baseline(&host);
+
+    // A deaf actor, its session dropped: after the lease's grace it ends with its worker, and
+    // the lease with them.
+    let mut r = rig(&host);
+    let pid = r.worker_pid(&host);
+    r.start("actor_deaf", None, 1).expect("starts");
+    let began = Instant::now();
+    r.gpu.session_drop(r.s);
+    let took = began.elapsed();
+    assert!(
+        took >= PERSISTENT_GRACE && took < PERSISTENT_GRACE + Duration::from_millis(400),
+        "{took:?}"
+    );
+    refused(
+        r.gpu.session_open(r.lease),
+        "lease-expired",
+        "did not return",
+    );
+    assert!(
+        eventually(BOUND, || !pid_alive(pid)),
+        "worker {pid} survived"
+    );
     drop(r);
     assert_baseline(&host);
 

@@ -4,7 +4,10 @@
 //! Each operation is the node's request of the same name. LAUNCH and MEM_WRITE are pipelined:
 //! they are sent without waiting (gathered, and written at the next operation that waits or
 //! when enough have gathered), and their failures come back from the session's next `sync` or
-//! read, naming the op. Everything else is one round trip. The node checks every operation
+//! read, naming the op. Everything else is one round trip, streams and events too (QUEUE_OP:
+//! a record, wait, query or sync is a call), except the check before a stream's launch or copy,
+//! answered here for a stream this side made in the session, so that a stream's launches and
+//! writes pipeline as the session's do. The node checks every operation
 //! itself; nothing is checked here that the node would not check again, except what only this
 //! side can know (a kernel's name, from the module's list).
 //!
@@ -31,9 +34,9 @@ use std::time::Instant;
 use tasklet_runtime::config::{Grant as HostGrant, Manifest, Right};
 use tasklet_runtime::gpu::{
     check_burst_size, submit_args_after_region, submit_in_session, BufferId, Burst, DeviceInfo,
-    GpuService, GraphArg, GraphId, GuestBytes, KernelArg, KernelParam, KernelRef, KernelSignature,
-    LaunchConfig, LeaseId, LeaseInfo, LeaseRequest, ModuleId, ModuleSource, ParamKind, SessionId,
-    Submit, SubmitArg,
+    EventId, GpuService, GraphArg, GraphId, GuestBytes, KernelArg, KernelParam, KernelRef,
+    KernelSignature, LaunchConfig, LeaseId, LeaseInfo, LeaseRequest, ModuleId, ModuleSource,
+    ParamKind, QueueOp, QueueReply, SessionId, StreamId, Submit, SubmitArg,
 };
 use tasklet_runtime::DeviceRequirement;
 use tasklet_runtime::GpuError;
@@ -55,6 +58,9 @@ pub struct RemoteGpu {
     modules: HashMap<ModuleId, Vec<KernelSignature>>,
     /// The lease each open session is under, to number launches by lease.
     sessions: HashMap<SessionId, LeaseId>,
+    /// The streams the node made for each open session here and that were not dropped: a
+    /// launch or copy naming one is checked here (see `queue_op`), without a round trip.
+    streams: HashMap<SessionId, HashSet<StreamId>>,
     /// LAUNCHes sent under each lease: the latest one's ordinal.
     launched: HashMap<LeaseId, u64>,
     /// The leases held on this connection: while there are any, the service stays on its node.
@@ -79,6 +85,7 @@ impl RemoteGpu {
             grant: None,
             modules: HashMap::new(),
             sessions: HashMap::new(),
+            streams: HashMap::new(),
             launched: HashMap::new(),
             leases: HashSet::new(),
             asked: None,
@@ -242,6 +249,7 @@ impl RemoteGpu {
             self.client = client;
             self.modules.clear();
             self.sessions.clear();
+            self.streams.clear();
             self.launched.clear();
             return true;
         }
@@ -279,6 +287,32 @@ fn host_grant_to_wire(grant: &HostGrant) -> wire::Grant {
 }
 
 /// A graph launch's argument as a GRAPH request carries it.
+/// A queue op as QUEUE_OP carries it.
+fn to_wire_queue_op(op: QueueOp) -> wire::QueueOp {
+    match op {
+        QueueOp::NewStream => wire::QueueOp::NewStream,
+        QueueOp::DropStream(s) => wire::QueueOp::DropStream { stream: s.0 },
+        QueueOp::CheckStream(s) => wire::QueueOp::CheckStream { stream: s.0 },
+        QueueOp::Wait { stream, event } => wire::QueueOp::Wait {
+            stream: stream.0,
+            event: event.0,
+        },
+        QueueOp::SyncStream(s) => wire::QueueOp::SyncStream { stream: s.0 },
+        QueueOp::NewEvent => wire::QueueOp::NewEvent,
+        QueueOp::DropEvent(e) => wire::QueueOp::DropEvent { event: e.0 },
+        QueueOp::Record { event, stream } => wire::QueueOp::Record {
+            event: event.0,
+            stream: stream.0,
+        },
+        QueueOp::Query(e) => wire::QueueOp::Query { event: e.0 },
+        QueueOp::SyncEvent(e) => wire::QueueOp::SyncEvent { event: e.0 },
+        QueueOp::Elapsed { start, end } => wire::QueueOp::Elapsed {
+            start: start.0,
+            end: end.0,
+        },
+    }
+}
+
 fn to_wire_graph_arg(arg: &GraphArg<'_>) -> wire::GraphArg {
     match arg {
         GraphArg::Arg(a) => wire::GraphArg::Arg(to_wire_arg(a)),
@@ -435,6 +469,9 @@ impl GpuService for RemoteGpu {
         self.leases.remove(&lease);
         self.launched.remove(&lease);
         self.sessions.retain(|_, l| *l != lease);
+        let sessions = &self.sessions;
+        self.streams
+            .retain(|session, _| sessions.contains_key(session));
         // Whatever the answer, the lease is gone for the caller (an ended one too).
         let _ = self.client.mem_free(wire::LeaseId(lease.0));
     }
@@ -454,6 +491,7 @@ impl GpuService for RemoteGpu {
 
     fn session_drop(&mut self, session: SessionId) {
         self.sessions.remove(&session);
+        self.streams.remove(&session);
         let _ = self.call(&Request::SessionClose {
             session: wire::SessionId(session.0),
         });
@@ -800,6 +838,65 @@ impl GpuService for RemoteGpu {
     fn graph_drop(&mut self, session: SessionId, graph: GraphId) {
         // Whatever the answer, the graph is gone for the caller.
         let _ = self.graph_call(session, graph, wire::GraphOp::Drop);
+    }
+
+    fn queue_op(&mut self, session: SessionId, op: QueueOp) -> Result<QueueReply, GpuError> {
+        // A stream this side made in the session and has not dropped is the session's on the
+        // node too: the check before each of its launches and copies costs no round trip. Any
+        // other goes to the node, which refuses it in its own words.
+        if let QueueOp::CheckStream(stream) = op {
+            if self
+                .streams
+                .get(&session)
+                .is_some_and(|streams| streams.contains(&stream))
+            {
+                return Ok(QueueReply::Done);
+            }
+        }
+        if let QueueOp::DropStream(stream) = op {
+            if let Some(streams) = self.streams.get_mut(&session) {
+                streams.remove(&stream);
+            }
+        }
+        let request = Request::QueueOp(wire::Queue {
+            session: wire::SessionId(session.0),
+            op: to_wire_queue_op(op),
+        });
+        let answer = match self.call(&request)? {
+            (Reply::QueueOp(answer), _) => answer,
+            (other, _) => return Err(unexpected(other).into()),
+        };
+        let reply = match (op, answer) {
+            (QueueOp::NewStream, wire::QueueAnswer::Stream(id)) => {
+                let id = StreamId(id);
+                if self.sessions.contains_key(&session) {
+                    self.streams.entry(session).or_default().insert(id);
+                }
+                QueueReply::Stream(id)
+            }
+            (QueueOp::NewEvent, wire::QueueAnswer::Event(id)) => QueueReply::Event(EventId(id)),
+            (QueueOp::Query(_), wire::QueueAnswer::Ready(ready)) => QueueReply::Ready(ready),
+            (QueueOp::Elapsed { .. }, wire::QueueAnswer::ElapsedNs(ns)) => {
+                QueueReply::Elapsed(std::time::Duration::from_nanos(ns))
+            }
+            (
+                QueueOp::DropStream(_)
+                | QueueOp::CheckStream(_)
+                | QueueOp::Wait { .. }
+                | QueueOp::SyncStream(_)
+                | QueueOp::DropEvent(_)
+                | QueueOp::Record { .. }
+                | QueueOp::SyncEvent(_),
+                wire::QueueAnswer::Done,
+            ) => QueueReply::Done,
+            (op, answer) => {
+                return Err(GpuError::DeviceLost(format!(
+                    "node {} answered {op:?} with {answer:?}",
+                    self.client.node_name()
+                )))
+            }
+        };
+        Ok(reply)
     }
 
     fn sync(&mut self, session: SessionId) -> Result<(), GpuError> {

@@ -74,8 +74,8 @@ pub use frame::{Direction, FrameHeader};
 pub use ids::{BufferId, Digest, LeaseId, ModuleId, RequestId, SessionId};
 pub use message::{
     rights, Device, GpuSubmit, Grant, Graph, GraphArg, GraphOp, GroupLease, Kernel, KernelArg,
-    KernelParam, Launch, LaunchBurst, LeaseGroup, LeaseRequirements, LoadedModule, Relocation,
-    Reply, Request, MAX_RELOCATIONS,
+    KernelParam, Launch, LaunchBurst, LeaseGroup, LeaseRequirements, LoadedModule, Queue,
+    QueueAnswer, QueueOp, Relocation, Reply, Request, MAX_RELOCATIONS,
 };
 pub use opcode::Opcode;
 pub use status::{ErrorCode, ErrorReply, FailedOp, STATUS_OK};

@@ -57,6 +57,8 @@ pub enum Opcode {
     Graph = 0x060E,
     /// Copy between buffers of two sessions of the connection (typically on two devices).
     MemCopyBetween = 0x060F,
+    /// Session: one operation on its streams and events.
+    QueueOp = 0x0610,
     /// Store a deployment (manifest + streamed component).
     DeployPush = 0x0700,
     /// Whether a deployment is stored.
@@ -67,7 +69,7 @@ pub enum Opcode {
 
 impl Opcode {
     /// Every opcode, in numeric order.
-    pub const ALL: [Opcode; 28] = [
+    pub const ALL: [Opcode; 29] = [
         Opcode::GoAway,
         Opcode::Hello,
         Opcode::Grant,
@@ -93,6 +95,7 @@ impl Opcode {
         Opcode::LaunchBurst,
         Opcode::Graph,
         Opcode::MemCopyBetween,
+        Opcode::QueueOp,
         Opcode::DeployPush,
         Opcode::DeployHas,
         Opcode::DeployRun,
@@ -131,6 +134,7 @@ impl Opcode {
             Opcode::LaunchBurst => "LAUNCH_BURST",
             Opcode::Graph => "GRAPH",
             Opcode::MemCopyBetween => "MEM_COPY_BETWEEN",
+            Opcode::QueueOp => "QUEUE_OP",
             Opcode::DeployPush => "DEPLOY_PUSH",
             Opcode::DeployHas => "DEPLOY_HAS",
             Opcode::DeployRun => "DEPLOY_RUN",
@@ -217,5 +221,6 @@ mod tests {
         assert!(!Opcode::MemCopy.is_barrier());
         assert!(Opcode::MemCopyBetween.has_reply() && !Opcode::MemCopyBetween.is_barrier());
         assert!(Opcode::LeaseAllocGroup.has_reply());
+        assert!(Opcode::QueueOp.has_reply() && !Opcode::QueueOp.is_barrier());
     }
 }

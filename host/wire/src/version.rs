@@ -15,7 +15,8 @@
 /// Version 4: LEASE_ALLOC's request carries what the lease requires of its device.
 /// Version 5: LAUNCH_BURST and GRAPH.
 /// Version 6: LEASE_ALLOC_GROUP and MEM_COPY_BETWEEN.
-pub const PROTOCOL_VERSION: u8 = 6;
+/// Version 7: QUEUE_OP (streams and events).
+pub const PROTOCOL_VERSION: u8 = 7;
 
 /// The version HELLO and its reply are framed as, whatever version the two ends go on to speak.
 pub const HELLO_VERSION: u8 = 1;
@@ -43,11 +44,11 @@ mod tests {
 
     #[test]
     fn picks_the_common_version_or_none() {
-        assert_eq!(negotiate(6, 6), Some(6));
-        assert_eq!(negotiate(0, 7), Some(6));
-        // A peer of versions 1 to 5 shares no version with this one.
-        assert_eq!(negotiate(1, 5), None);
-        assert_eq!(negotiate(7, 8), None);
+        assert_eq!(negotiate(7, 7), Some(7));
+        assert_eq!(negotiate(0, 8), Some(7));
+        // A peer of versions 1 to 6 shares no version with this one.
+        assert_eq!(negotiate(1, 6), None);
+        assert_eq!(negotiate(8, 9), None);
         assert_eq!(negotiate(0, 0), None);
         // An empty (inverted) range offers nothing.
         assert_eq!(negotiate(7, 1), None);

@@ -34,6 +34,47 @@ pub(super) fn requirements(r: wire::LeaseRequirements) -> tasklet_runtime::Devic
     }
 }
 
+/// QUEUE_OP's operation as the GPU service takes it.
+pub(super) fn queue_op(op: wire::QueueOp) -> gpu::QueueOp {
+    use gpu::{EventId as E, QueueOp as Q, StreamId as S};
+    match op {
+        wire::QueueOp::NewStream => Q::NewStream,
+        wire::QueueOp::DropStream { stream } => Q::DropStream(S(stream)),
+        wire::QueueOp::CheckStream { stream } => Q::CheckStream(S(stream)),
+        wire::QueueOp::Wait { stream, event } => Q::Wait {
+            stream: S(stream),
+            event: E(event),
+        },
+        wire::QueueOp::SyncStream { stream } => Q::SyncStream(S(stream)),
+        wire::QueueOp::NewEvent => Q::NewEvent,
+        wire::QueueOp::DropEvent { event } => Q::DropEvent(E(event)),
+        wire::QueueOp::Record { event, stream } => Q::Record {
+            event: E(event),
+            stream: S(stream),
+        },
+        wire::QueueOp::Query { event } => Q::Query(E(event)),
+        wire::QueueOp::SyncEvent { event } => Q::SyncEvent(E(event)),
+        wire::QueueOp::Elapsed { start, end } => Q::Elapsed {
+            start: E(start),
+            end: E(end),
+        },
+    }
+}
+
+/// The GPU service's answer to a queue op as QUEUE_OP's reply says it (nanoseconds past
+/// `u64::MAX`, some 584 years, are said as `u64::MAX`).
+pub(super) fn queue_answer(reply: gpu::QueueReply) -> wire::QueueAnswer {
+    match reply {
+        gpu::QueueReply::Done => wire::QueueAnswer::Done,
+        gpu::QueueReply::Stream(id) => wire::QueueAnswer::Stream(id.0),
+        gpu::QueueReply::Event(id) => wire::QueueAnswer::Event(id.0),
+        gpu::QueueReply::Ready(ready) => wire::QueueAnswer::Ready(ready),
+        gpu::QueueReply::Elapsed(d) => {
+            wire::QueueAnswer::ElapsedNs(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+        }
+    }
+}
+
 const RIGHT_BITS: [(Right, u8); 5] = [
     (Right::Alloc, rights::ALLOC),
     (Right::Write, rights::WRITE),

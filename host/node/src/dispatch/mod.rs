@@ -418,6 +418,19 @@ impl Dispatcher {
                     value: self.graph_op(graph)?,
                 }
             }
+            Request::QueueOp(queue) => {
+                let session = convert::session(queue.session);
+                let op = convert::queue_op(queue.op);
+                if waits_for_work(op) {
+                    // An op that waits for the session's work reports a failed pipelined op
+                    // before it, as SYNC does (without naming it: only a barrier's reply may).
+                    if let Some(mut failure) = self.held.remove(&session) {
+                        failure.failed_op = None;
+                        return Err(Failure(failure));
+                    }
+                }
+                Reply::QueueOp(convert::queue_answer(self.gpu().queue_op(session, op)?))
+            }
             // Handled by `job` before it gets here, or (deployments) never sent to the GPU
             // thread: a stream serves those itself (see `connection::deploy`).
             Request::DeployPush { .. }
@@ -795,6 +808,15 @@ impl AsRef<[u8]> for Gathered {
             Gathered::Plain(bytes) => bytes,
         }
     }
+}
+
+/// Whether a queue op waits for the session's work queued before it (and so would see a
+/// pipelined op's failure, were it run locally).
+fn waits_for_work(op: gpu::QueueOp) -> bool {
+    matches!(
+        op,
+        gpu::QueueOp::SyncStream(_) | gpu::QueueOp::SyncEvent(_) | gpu::QueueOp::Record { .. }
+    )
 }
 
 fn no_lease(lease: gpu::LeaseId) -> Failure {

@@ -448,7 +448,7 @@ pub fn a_client_of_version_5_is_told_at_hello() -> TestResult {
         (tasklet_wire::Reply::Error { error, .. }, _) => check(
             error.code == ErrorCode::Unsupported
                 && error.message
-                    == "this node speaks protocol version 6, the client offered 5 to 5",
+                    == "this node speaks protocol version 7, the client offered 5 to 5",
             || format!("{error}"),
         )?,
         other => return Err(format!("a version 5 client was answered {other:?}").into()),

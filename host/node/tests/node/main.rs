@@ -18,6 +18,7 @@ mod nats;
 mod oneshot;
 mod refusals;
 mod remote;
+mod streams;
 mod submit;
 mod support;
 
@@ -95,6 +96,30 @@ fn main() -> ExitCode {
         (
             "groups::a_client_of_version_5_is_told_at_hello",
             groups::a_client_of_version_5_is_told_at_hello,
+        ),
+        (
+            "streams::the_probes_streams_through_the_node_are_the_local_ones",
+            streams::the_probes_streams_through_the_node_are_the_local_ones,
+        ),
+        (
+            "streams::a_stream_or_event_of_another_session_or_connection_is_refused",
+            streams::a_stream_or_event_of_another_session_or_connection_is_refused,
+        ),
+        (
+            "streams::the_sessions_limits_hold_over_the_wire",
+            streams::the_sessions_limits_hold_over_the_wire,
+        ),
+        (
+            "streams::a_failed_pipelined_op_surfaces_at_a_streams_sync",
+            streams::a_failed_pipelined_op_surfaces_at_a_streams_sync,
+        ),
+        (
+            "streams::malformed_queue_ops_close_only_their_connection",
+            streams::malformed_queue_ops_close_only_their_connection,
+        ),
+        (
+            "streams::a_client_of_version_6_is_told_at_hello",
+            streams::a_client_of_version_6_is_told_at_hello,
         ),
         (
             "refusals::a_client_without_a_certificate_is_refused",

@@ -8,6 +8,7 @@ use super::device::{decode_devices, encode_devices, Device};
 use super::grant::Grant;
 use super::group::{decode_group_leases, encode_group_leases, GroupLease};
 use super::kernel::LoadedModule;
+use super::queue::QueueAnswer;
 use crate::codec::{Reader, Writer};
 use crate::error::{DecodeError, EncodeError};
 use crate::ids::{BufferId, Digest, LeaseId, SessionId};
@@ -83,6 +84,8 @@ pub enum Reply {
     Graph {
         value: u64,
     },
+    /// What a QUEUE_OP answers.
+    QueueOp(QueueAnswer),
     ModuleLoadSource(LoadedModule),
     ModuleUnload,
     DeployPush {
@@ -131,6 +134,7 @@ impl Reply {
             Reply::MemCopyBetween => Opcode::MemCopyBetween,
             Reply::LaunchBurst => Opcode::LaunchBurst,
             Reply::Graph { .. } => Opcode::Graph,
+            Reply::QueueOp(_) => Opcode::QueueOp,
             Reply::ModuleLoadSource(_) => Opcode::ModuleLoadSource,
             Reply::ModuleUnload => Opcode::ModuleUnload,
             Reply::DeployPush { .. } => Opcode::DeployPush,
@@ -209,6 +213,7 @@ impl Reply {
             Reply::ModuleLoad(module) | Reply::ModuleLoadSource(module) => module.encode(w)?,
             Reply::SessionOpen { session } => w.u64(session.0),
             Reply::Graph { value } => w.u64(*value),
+            Reply::QueueOp(answer) => answer.encode(w),
             Reply::DeployPush {
                 digest,
                 already_present,
@@ -317,6 +322,7 @@ impl Reply {
             Opcode::Graph => Reply::Graph {
                 value: r.u64("value")?,
             },
+            Opcode::QueueOp => Reply::QueueOp(QueueAnswer::decode(&mut r)?),
             Opcode::ModuleLoadSource => Reply::ModuleLoadSource(LoadedModule::decode(&mut r)?),
             Opcode::ModuleUnload => Reply::ModuleUnload,
             Opcode::DeployPush => Reply::DeployPush {

@@ -7,6 +7,7 @@ use super::grant::Grant;
 use super::graph::Graph;
 use super::group::LeaseGroup;
 use super::kernel::{decode_args, encode_args, KernelArg};
+use super::queue::Queue;
 use super::requirements::LeaseRequirements;
 use crate::codec::{Reader, Writer};
 use crate::error::{DecodeError, EncodeError};
@@ -114,6 +115,8 @@ pub enum Request {
         src_offset: u64,
         len: u64,
     },
+    /// One operation on the session's streams and events.
+    QueueOp(Queue),
     ModuleLoadSource {
         session: SessionId,
         source: String,
@@ -270,6 +273,7 @@ impl Request {
             Request::SessionClose { .. } => Opcode::SessionClose,
             Request::MemCopy { .. } => Opcode::MemCopy,
             Request::MemCopyBetween { .. } => Opcode::MemCopyBetween,
+            Request::QueueOp(_) => Opcode::QueueOp,
             Request::ModuleLoadSource { .. } => Opcode::ModuleLoadSource,
             Request::ModuleUnload { .. } => Opcode::ModuleUnload,
             Request::DeployPush { .. } => Opcode::DeployPush,
@@ -298,6 +302,7 @@ impl Request {
             Request::Launch(launch) => Some(launch.session),
             Request::LaunchBurst(burst) => Some(burst.session),
             Request::Graph(graph) => Some(graph.session),
+            Request::QueueOp(queue) => Some(queue.session),
             _ => None,
         }
     }
@@ -385,6 +390,7 @@ impl Request {
             }
             Request::LaunchBurst(burst) => burst.encode(w)?,
             Request::Graph(graph) => graph.encode(w)?,
+            Request::QueueOp(queue) => queue.encode(w),
             Request::Launch(launch) => {
                 w.u64(launch.session.0);
                 w.u64(launch.module.0);
@@ -528,6 +534,7 @@ impl Request {
             },
             Opcode::LaunchBurst => Request::LaunchBurst(LaunchBurst::decode(&mut r)?),
             Opcode::Graph => Request::Graph(Graph::decode(&mut r)?),
+            Opcode::QueueOp => Request::QueueOp(Queue::decode(&mut r)?),
             Opcode::Launch => Request::Launch(Launch {
                 session: SessionId(r.u64("session")?),
                 module: ModuleId(r.u64("module")?),

@@ -54,13 +54,13 @@ fn sync_body() -> Vec<u8> {
 #[test]
 fn unknown_version() {
     // 1 is the version HELLO's frames carry, and no other frame.
-    for version in [0, 1, 2, 3, 4, 5, 7, 0xFF] {
+    for version in [0, 1, 2, 3, 4, 5, 6, 8, 0xFF] {
         let bytes = frame(version, 0, Opcode::Sync as u16, 1, &sync_body());
         assert_eq!(
             to_node_error(&bytes),
             DecodeError::UnsupportedVersion {
                 version,
-                supported: 6
+                supported: 7
             }
         );
     }
@@ -85,7 +85,7 @@ fn unknown_flag_bits() {
 
 #[test]
 fn unknown_opcode() {
-    for opcode in [0x0003, 0x0205, 0x0610, 0x0703, 0xFFFF] {
+    for opcode in [0x0003, 0x0205, 0x0611, 0x0703, 0xFFFF] {
         let bytes = frame(PROTOCOL_VERSION, 0, opcode, 1, &[]);
         assert_eq!(to_node_error(&bytes), DecodeError::UnknownOpcode { opcode });
     }
@@ -363,6 +363,84 @@ fn a_copy_between_sessions_cut_short() {
     assert_eq!(
         to_node_error(&bytes),
         DecodeError::Truncated { field: "dst" }
+    );
+}
+
+#[test]
+fn a_queue_op_of_an_unknown_tag_or_cut_short() {
+    let queue = |body: &[u8]| frame(PROTOCOL_VERSION, 0, Opcode::QueueOp as u16, 1, body);
+    // Session 1, then a tag past ELAPSED (10): every tag from 11 up is malformed.
+    for tag in [11u8, 0xFF] {
+        let mut body = 1u64.to_be_bytes().to_vec();
+        body.push(tag);
+        body.extend_from_slice(&[0; 16]);
+        assert_eq!(
+            to_node_error(&queue(&body)),
+            DecodeError::InvalidValue {
+                field: "op",
+                value: tag.into()
+            }
+        );
+    }
+    // No tag at all; a WAIT (tag 3) without its event; a NEW_STREAM with a byte after it.
+    assert_eq!(
+        to_node_error(&queue(&[0; 8])),
+        DecodeError::Truncated { field: "queue op" }
+    );
+    let mut wait = 1u64.to_be_bytes().to_vec();
+    wait.push(3);
+    wait.extend_from_slice(&[0; 12]);
+    assert_eq!(
+        to_node_error(&queue(&wait)),
+        DecodeError::Truncated { field: "event" }
+    );
+    let mut long = 1u64.to_be_bytes().to_vec();
+    long.extend_from_slice(&[0, 0]);
+    assert_eq!(
+        to_node_error(&queue(&long)),
+        DecodeError::TrailingBytes { count: 1 }
+    );
+}
+
+#[test]
+fn a_queue_reply_of_an_unknown_answer() {
+    // Status OK, then answer tag 5 (past ELAPSED's 4), or a READY whose flag is 2.
+    let bytes = frame(
+        PROTOCOL_VERSION,
+        REPLY,
+        Opcode::QueueOp as u16,
+        1,
+        &[0, 0, 5],
+    );
+    assert_eq!(
+        to_client_error(&bytes),
+        DecodeError::InvalidValue {
+            field: "answer",
+            value: 5
+        }
+    );
+    let bytes = frame(
+        PROTOCOL_VERSION,
+        REPLY,
+        Opcode::QueueOp as u16,
+        1,
+        &[0, 0, 3, 2],
+    );
+    assert!(matches!(
+        to_client_error(&bytes),
+        DecodeError::InvalidValue { field: "ready", .. }
+    ));
+    // A STREAM answer cut inside its id.
+    let bytes = frame(
+        PROTOCOL_VERSION,
+        REPLY,
+        Opcode::QueueOp as u16,
+        1,
+        &[0, 0, 1, 0, 0],
+    );
+    assert_eq!(
+        to_client_error(&bytes),
+        DecodeError::Truncated { field: "stream" }
     );
 }
 
@@ -1134,7 +1212,7 @@ fn the_first_error_sticks() {
         err,
         DecodeError::UnsupportedVersion {
             version: 9,
-            supported: 6
+            supported: 7
         }
     );
     let good = frame(PROTOCOL_VERSION, 0, Opcode::Sync as u16, 1, &sync_body());

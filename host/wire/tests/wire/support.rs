@@ -441,6 +441,28 @@ pub fn request() -> impl Strategy<Value = Request> {
                 };
                 Request::Graph(Graph { session, graph, op })
             }),
+        (session(), 0u8..11, any::<u64>(), any::<u64>()).prop_map(|(session, tag, a, b)| {
+            let op = match tag {
+                0 => QueueOp::NewStream,
+                1 => QueueOp::DropStream { stream: a },
+                2 => QueueOp::CheckStream { stream: a },
+                3 => QueueOp::Wait {
+                    stream: a,
+                    event: b,
+                },
+                4 => QueueOp::SyncStream { stream: a },
+                5 => QueueOp::NewEvent,
+                6 => QueueOp::DropEvent { event: a },
+                7 => QueueOp::Record {
+                    event: a,
+                    stream: b,
+                },
+                8 => QueueOp::Query { event: a },
+                9 => QueueOp::SyncEvent { event: a },
+                _ => QueueOp::Elapsed { start: a, end: b },
+            };
+            Request::QueueOp(Queue { session, op })
+        }),
         session().prop_map(|session| Request::Sync { session }),
         (session(), buffer(), any::<u64>(), any::<u64>()).prop_map(
             |(session, buffer, offset, len)| Request::MemRead {
@@ -629,6 +651,14 @@ pub fn reply() -> impl Strategy<Value = Reply> {
         Just(Reply::MemCopyBetween),
         Just(Reply::LaunchBurst),
         any::<u64>().prop_map(|value| Reply::Graph { value }),
+        prop_oneof![
+            Just(QueueAnswer::Done),
+            any::<u64>().prop_map(QueueAnswer::Stream),
+            any::<u64>().prop_map(QueueAnswer::Event),
+            any::<bool>().prop_map(QueueAnswer::Ready),
+            any::<u64>().prop_map(QueueAnswer::ElapsedNs),
+        ]
+        .prop_map(Reply::QueueOp),
         loaded_module().prop_map(Reply::ModuleLoadSource),
         Just(Reply::ModuleUnload),
         (digest(), any::<bool>()).prop_map(|(digest, already_present)| Reply::DeployPush {

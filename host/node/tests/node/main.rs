@@ -118,6 +118,10 @@ fn main() -> ExitCode {
             streams::malformed_queue_ops_close_only_their_connection,
         ),
         (
+            "streams::examples_on_streams_through_the_node_are_the_local_ones",
+            streams::examples_on_streams_through_the_node_are_the_local_ones,
+        ),
+        (
             "streams::a_client_of_version_6_is_told_at_hello",
             streams::a_client_of_version_6_is_told_at_hello,
         ),

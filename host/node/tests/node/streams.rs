@@ -377,3 +377,47 @@ pub fn a_client_of_version_6_is_told_at_hello() -> TestResult {
     raw.closed()?;
     Ok(())
 }
+
+/// The example tasklets that pipeline on streams (Rust's stream-pipeline; the JS and Python
+/// Jacobi solvers' `stream` way) print through the node what they print here, the measured
+/// elapsed time aside.
+pub fn examples_on_streams_through_the_node_are_the_local_ones() -> TestResult {
+    let node = TestNode::start();
+    let local = local_host();
+    let measured = |out: &[u8]| -> Vec<String> {
+        String::from_utf8_lossy(out)
+            .lines()
+            .map(|l| match l.strip_prefix("elapsed-ns ") {
+                Some(ns) if ns.parse::<u64>().is_ok_and(|ns| ns > 0) => "elapsed-ns".to_owned(),
+                _ => l.to_owned(),
+            })
+            .collect()
+    };
+    // Each with how its output starts.
+    let cases = [
+        ("stream-pipeline", "8 4096", "chunks 8 elements 32768 sum "),
+        ("js-jacobi", "64 100 stream", "history"),
+        ("python-jacobi", "64 100 stream", "history"),
+    ];
+    for (name, input, starts) in cases {
+        let manifest = Manifest::load(&tasklet(name)).map_err(|e| e.to_string())?;
+        let compiled = local.load(manifest.clone()).map_err(|e| e.to_string())?;
+        let here = local
+            .run(&compiled, input.as_bytes())
+            .map_err(|e| format!("{name} local: {e}"))?;
+        let gpu =
+            RemoteGpu::for_manifest(node.client("dev"), &manifest).map_err(|e| e.to_string())?;
+        let there = local
+            .runner()
+            .run(&compiled, input.as_bytes(), Box::new(gpu))
+            .map_err(|e| format!("{name} remote: {e}"))?;
+        let (here, there) = (measured(&here), measured(&there));
+        check(
+            here.first().is_some_and(|l| l.starts_with(starts)) && here == there,
+            || format!("{name} on {input:?}: local {here:#?}, remote {there:#?}"),
+        )?;
+    }
+    node.wait_for_baseline(WAIT)?;
+    tasklet_tests::assert_baseline(&local);
+    Ok(())
+}

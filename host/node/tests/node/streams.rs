@@ -171,9 +171,17 @@ pub fn a_stream_or_event_of_another_session_or_connection_is_refused() -> TestRe
             other.queue_op(s1, QueueOp::NewStream),
             &format!("no session {s1} here"),
         )?;
+        // Dropping them in its own session drops nothing of the owner's.
+        for op in [QueueOp::DropStream(stream), QueueOp::DropEvent(event)] {
+            let got = other.queue_op(session, op);
+            check(matches!(got, Ok(QueueReply::Done)), || {
+                format!("{tenant}: {op:?}: {got:?}")
+            })?;
+        }
     }
-    // The owner's stream and event are untouched.
+    // The owner's stream and event are untouched (a record names both, checked by the node).
     owner.queue_op(s1, QueueOp::CheckStream(stream))?;
+    owner.queue_op(s1, QueueOp::Record { event, stream })?;
     owner.queue_op(s1, QueueOp::SyncEvent(event))?;
     // A dropped stream is refused by the node once this side no longer answers for it.
     owner.queue_op(s1, QueueOp::DropStream(stream))?;

@@ -10,7 +10,7 @@ use tasklet_runtime::gpu::{
     SessionId, StreamId, MAX_SESSION_EVENTS, MAX_SESSION_STREAMS,
 };
 use tasklet_runtime::{GpuError, Manifest};
-use tasklet_wire::{encode_request, ErrorCode, Opcode, Request};
+use tasklet_wire::{encode_request, ErrorCode, Opcode};
 
 const MIB: u64 = 1 << 20;
 
@@ -363,27 +363,7 @@ pub fn malformed_queue_ops_close_only_their_connection() -> TestResult {
 /// A client of version 6, which knows no QUEUE_OP, is refused at HELLO in words naming both
 /// versions, and the connection closes.
 pub fn a_client_of_version_6_is_told_at_hello() -> TestResult {
-    let node = TestNode::start();
-    let mut raw = RawClient::connect(&node, "dev");
-    let answer = raw.request(
-        1,
-        &Request::Hello {
-            min_version: 6,
-            max_version: 6,
-            agent: "before streams".into(),
-        },
-    )?;
-    match answer {
-        (tasklet_wire::Reply::Error { error, .. }, _) => check(
-            error.code == ErrorCode::Unsupported
-                && error.message
-                    == "this node speaks protocol version 7, the client offered 6 to 6",
-            || format!("{error}"),
-        )?,
-        other => return Err(format!("a version 6 client was answered {other:?}").into()),
-    }
-    raw.closed()?;
-    Ok(())
+    an_older_client_is_told_at_hello(6, "before streams")
 }
 
 /// The example tasklets that pipeline on streams (Rust's stream-pipeline; the JS and Python

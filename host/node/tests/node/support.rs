@@ -356,6 +356,33 @@ pub fn hello() -> Request {
 }
 
 /// Asserts with a message instead of panicking, for tests that return results.
+/// A client that offers only protocol `version` (older than the node's) is refused at HELLO,
+/// `UNSUPPORTED` in words naming both versions, and its connection closes: it never gets to send
+/// a frame the node cannot read.
+pub fn an_older_client_is_told_at_hello(version: u8, agent: &str) -> TestResult {
+    let node = TestNode::start();
+    let mut raw = RawClient::connect(&node, "dev");
+    let answer = raw.request(
+        1,
+        &Request::Hello {
+            min_version: version,
+            max_version: version,
+            agent: agent.into(),
+        },
+    )?;
+    let expected =
+        format!("this node speaks protocol version 7, the client offered {version} to {version}");
+    match answer {
+        (Reply::Error { error, .. }, _) => check(
+            error.code == tasklet_wire::ErrorCode::Unsupported && error.message == expected,
+            || format!("{error}"),
+        )?,
+        other => return Err(format!("a version {version} client was answered {other:?}").into()),
+    }
+    raw.closed()?;
+    Ok(())
+}
+
 pub fn check(condition: bool, message: impl FnOnce() -> String) -> TestResult {
     if condition {
         Ok(())

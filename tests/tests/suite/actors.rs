@@ -951,26 +951,86 @@ fn misused_rings_and_actors_are_refused() {
 }
 
 /// A grid that cannot be resident all at once is refused at once, naming the limit (the
-/// emulator's; a GPU's depends on the device and kernel); the lease goes on.
+/// emulator's 64 blocks; on a GPU, the driver's occupancy times its multiprocessors, which no
+/// device reaches with 2^20 blocks); the lease goes on.
 #[test]
 fn a_grid_past_the_co_residency_limit_is_refused_naming_it() {
-    if backend() == BackendKind::Cuda {
-        eprintln!("actors: the co-residency limit is the emulator's; skipped on cuda");
-        return;
-    }
+    let (grid, says) = match backend() {
+        BackendKind::Emu => (65, "EMU_MAX_RESIDENT_CTAS = 64"),
+        BackendKind::Cuda => (1 << 20, "blocks resident at once"),
+    };
     let host = test_host!();
     let mut r = rig(&host);
     let began = Instant::now();
-    refused(
-        r.start("actor_deaf", None, 65),
-        "launch-failed",
-        "EMU_MAX_RESIDENT_CTAS = 64",
-    );
+    refused(r.start("actor_deaf", None, grid), "launch-failed", says);
     assert!(began.elapsed() < Duration::from_secs(5));
     // Nothing was started: a launch that fits runs, and stops when asked.
     let (inbox, outbox, actor) = r.serving("actor_scale");
     check_answers(&r.exchange(inbox, outbox, &message(2)), 2);
     assert!(r.stop(actor, Duration::from_millis(500)).failure.is_none());
+    drop(r);
+    assert_baseline(&host);
+}
+
+/// A persistent launch is a cooperative one: `grid_sum`'s blocks meet at a grid-wide sync
+/// (cooperative groups' `grid.sync`, which traps in a normal launch) across 32 blocks, block 0
+/// adds their partial sums, and the kernel returns by itself with nothing failed.
+#[test]
+fn a_persistent_launch_syncs_its_whole_grid() {
+    const GRID: u32 = 32;
+    const FLOATS: u32 = 50_000;
+    let host = test_host!();
+    let mut r = rig(&host);
+    // Small whole numbers: every partial sum and the total are exact in f32.
+    let input: Vec<u8> = (0..FLOATS)
+        .flat_map(|i| ((i % 5) as f32).to_le_bytes())
+        .collect();
+    let want: f32 = (0..FLOATS).map(|i| (i % 5) as f32).sum();
+    let x = r.gpu.mem_alloc(r.s, input.len() as u64).expect("alloc");
+    r.gpu.mem_write(r.s, x, 0, &input).expect("write");
+    let out = r
+        .gpu
+        .mem_alloc(r.s, 4 * u64::from(GRID + 1))
+        .expect("alloc");
+    let config = LaunchConfig {
+        grid: [GRID, 1, 1],
+        block: [128, 1, 1],
+        shared_mem_bytes: 0,
+    };
+    let args = [
+        ActorArg::Arg(KernelArg::Buffer {
+            buffer: x,
+            offset: 0,
+        }),
+        ActorArg::Arg(KernelArg::Buffer {
+            buffer: out,
+            offset: 0,
+        }),
+        ActorArg::Arg(KernelArg::U32(FLOATS)),
+        ActorArg::Control,
+    ];
+    let actor = match r.op(ActorOp::Launch {
+        module: r.actors,
+        kernel: KernelRef::Named("grid_sum"),
+        config: &config,
+        args: &args,
+    }) {
+        Ok(ActorReply::Actor(id)) => id,
+        other => panic!("an actor, got {other:?}"),
+    };
+    let s = r.ended(actor);
+    assert!(s.failure.is_none(), "{s:?}");
+    assert_eq!(s.messages_processed, 1, "{s:?}");
+    let sums = floats(
+        &r.gpu
+            .mem_read(r.s, out, 0, 4 * u64::from(GRID + 1))
+            .expect("read"),
+    );
+    assert_eq!(sums[GRID as usize], want, "the total block 0 added");
+    assert_eq!(sums[..GRID as usize].iter().sum::<f32>(), want, "{sums:?}");
+    // The lease goes on: a normal launch runs after it.
+    let (add, xs, step) = add_step_setup(&mut r.gpu, r.s);
+    r.launch_and_sync(add, xs, step);
     drop(r);
     assert_baseline(&host);
 }

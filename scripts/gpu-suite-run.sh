@@ -17,6 +17,13 @@
 #                                     picks the CPUs (see run_bench; default: measured)
 #   bash .gpu-suite/run.sh fabric     the fabric benchmark (benches/fabric/): a node and its clients
 #                                     on this machine's loopback, on the cuda backend: fabric.txt
+#   bash .gpu-suite/run.sh actors     the persistent kernels' benchmark (benches/actors/): message
+#                                     round trips and batches, guest, host runtime and native
+#                                     cudarc side by side: actors.txt
+#   bash .gpu-suite/run.sh devices    the two-device benchmark (benches/devices/): one device's
+#                                     latency while the other misbehaves, copies on both at once,
+#                                     copies between them beside native peer copies: devices.txt.
+#                                     DEVICES picks the two GPUs (default 0,1 where there are two)
 #   bash .gpu-suite/run.sh soak       the soak (tests/src/bin/soak.rs) on cuda: SOAK_CYCLES cycles
 #                                     (default 10000, ~7 min on an H100) of random tenant lives, every
 #                                     batch checked for leaks (accounting, workers, descriptors,
@@ -41,7 +48,7 @@ per_exe_timeout="${SUITE_TIMEOUT:-300}"
 phases=("${@:-cuda emu}")
 read -r -a phases <<<"${phases[*]}"
 mkdir -p "$logs"
-rm -f "$logs"/{env.txt,cuda.log,emu.log,inventory.txt,summary.txt,bench.txt,diff.txt,fabric.txt,soak.txt,guests.log,guests.txt}
+rm -f "$logs"/{env.txt,cuda.log,emu.log,inventory.txt,summary.txt,bench.txt,diff.txt,fabric.txt,soak.txt,guests.log,guests.txt,actors.txt,devices.txt}
 
 say() { echo "gpu-suite: $*" >&2; }
 
@@ -171,6 +178,15 @@ run_pass() { # run_pass BACKEND [LABEL FILTER]: every test executable, or only t
     say "$label: $pass passed, $fail failed"
 }
 
+run_tool() { # run_tool NAME [ARGS…]: a benchmark of tools/ on cuda, its output in NAME.txt; counts towards nothing
+    local name="$1"
+    shift
+    say "$name: benches/$name on cuda (${TOOL_TIMEOUT:-300} s at most)"
+    (cd "$repo" && timeout "${TOOL_TIMEOUT:-300}" "$work/tools/$name" "$@") >"$logs/$name.txt" 2>&1
+    echo "$name exit $?" >>"$logs/$name.txt"
+    echo "$name: exit $(tail -1 "$logs/$name.txt" | awk '{print $NF}'), see $name.txt" >>"$summary"
+}
+
 run_guest_stats() { # `tasklet run --stats` of each example with its Rust counterpart, cold then warm; counts towards nothing
     local cache="$work/compile-cache" t input i out
     {
@@ -284,10 +300,12 @@ for phase in "${phases[@]}"; do
         bench) run_bench ;;
         fabric) run_fabric ;;
         soak) run_soak ;;
+        actors) run_tool actors --backend cuda ;;
+        devices) run_tool devices --backend cuda ${DEVICES:+--devices "$DEVICES"} ;;
         cuda | emu) : >"$summary.$phase"; run_pass "$phase" ;;
         guests) : >"$summary.guests"; run_pass cuda guests guest_languages:: ;;
         guest-stats) run_guest_stats ;;
-        *) say "unknown pass '$phase' (cuda, emu, guests, guest-stats, bench, fabric or soak)"; exit 2 ;;
+        *) say "unknown pass '$phase' (cuda, emu, guests, guest-stats, bench, fabric, actors, devices or soak)"; exit 2 ;;
     esac
 done
 

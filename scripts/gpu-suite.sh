@@ -46,15 +46,15 @@ cargo build --release -p tasklet-cli -p tasklet-worker -p tasklet-tests --bins >
 # The speed benchmark (benches/speed/gpu_speed.rs), the fabric benchmark (benches/fabric/), the
 # emulator's corpus outputs and their replay through a worker (benches/corpus/: the GPU diff,
 # kernels/diff/), and the launch-latency probes (benches/probes/sync_paths.rs, launch_phases.rs,
-# ring_lines.rs, graph_bursts.rs) and the persistent kernels' benchmark (benches/actors/) ride
-# along as tools.
+# ring_lines.rs, graph_bursts.rs), the persistent kernels' benchmark (benches/actors/) and the
+# two-device benchmark (benches/devices/) ride along as tools.
 bench_json="$(mktemp)"
 cargo build --release -p tasklet-benches --bench gpu_speed --bench fabric --bin corpus_outputs --bin replay_corpus \
-    --bench sync_paths --bench launch_phases --bench ring_lines --bench graph_bursts --bench actors \
+    --bench sync_paths --bench launch_phases --bench ring_lines --bench graph_bursts --bench actors --bench devices \
     --message-format=json >"$bench_json"
 mapfile -t tools < <(grep '"reason":"compiler-artifact"' "$bench_json" \
     | grep -o '"executable":"[^"]*"' | sed 's/^"executable":"//; s/"$//' \
-    | grep -E '/(gpu_speed|fabric|corpus_outputs|replay_corpus|sync_paths|launch_phases|ring_lines|graph_bursts|actors)[^/]*$' | sort -u)
+    | grep -E '/(gpu_speed|fabric|corpus_outputs|replay_corpus|sync_paths|launch_phases|ring_lines|graph_bursts|actors|devices)[^/]*$' | sort -u)
 rm -f "$bench_json"
 
 # The Python and JavaScript examples, with the tools installed under target/ (or named by

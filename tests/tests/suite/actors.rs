@@ -344,15 +344,34 @@ fn refused<T: std::fmt::Debug>(r: Result<T, GpuError>, kind: &str, says: &str) {
 fn an_actor_serves_messages_beside_normal_launches_until_asked_to_stop() {
     let host = test_host!();
     let mut r = rig(&host);
+    // Every module the lease needs is loaded before its persistent kernel starts: a GPU's driver
+    // loads code only once every running kernel has ended, so a load beside one is refused.
+    let (add, x, step) = add_step_setup(&mut r.gpu, r.s);
     let (inbox, outbox, actor) = r.serving("actor_scale");
     let s = r.status(actor);
     assert!(
         s.is_active && !s.has_terminated && s.failure.is_none(),
         "{s:?}"
     );
+    let began = Instant::now();
+    refused(
+        r.gpu
+            .module_load(r.s, &format!("{ADD_STEP_PTX}\n// beside\n")),
+        "load-failed",
+        "while a persistent kernel runs",
+    );
+    assert!(began.elapsed() < Duration::from_secs(1));
 
-    // Normal work on the same session: its sync waits for it, not for the actor.
-    let (add, x, step) = add_step_setup(&mut r.gpu, r.s);
+    // Normal work on the same session: its sync waits for it, not for the actor; nor does a
+    // free.
+    let spare = r.gpu.mem_alloc(r.s, 4096).expect("alloc");
+    let began = Instant::now();
+    r.gpu.mem_free(r.s, spare);
+    assert!(
+        began.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        began.elapsed()
+    );
     let words: Vec<u8> = (0..N).flat_map(|i| i.to_le_bytes()).collect();
     r.gpu.mem_write(r.s, x, 0, &words).expect("write");
     let took = r.launch_and_sync(add, x, step);
@@ -629,15 +648,17 @@ fn persistent_kernels_need_their_right_and_stay_within_max_persistent() {
     drop(plain);
 
     let mut r = rig(&host);
+    // Another session of the same lease, its module loaded before the actor starts (no module
+    // loads beside a persistent kernel).
+    let other = r.gpu.session_open(r.lease).expect("session");
+    let m = r.gpu.module_load(other, ACTOR_PTX).expect("loads");
     let (inbox, outbox, first) = r.serving("actor_scale");
     refused(
         r.start("actor_scale", Some((inbox, outbox)), 1),
         "quota-exceeded",
         "max-persistent",
     );
-    // Another session of the same lease counts too.
-    let other = r.gpu.session_open(r.lease).expect("session");
-    let m = r.gpu.module_load(other, ACTOR_PTX).expect("loads");
+    // The other session counts too.
     let refused_there = r.gpu.actor_op(
         other,
         ActorOp::Launch {

@@ -76,6 +76,10 @@ pub struct Worker {
     linger: u32,
     /// Persistent kernels started and not yet seen ended (see [`Worker::stop_persistent`]).
     persistent: Vec<Persistent>,
+    /// Modules unloaded while a persistent kernel ran, still loaded in the worker: the driver
+    /// waits for every running kernel to unload code, so they go once none runs (see
+    /// [`Worker::unload_module`]).
+    deferred_unloads: Vec<u32>,
     /// Where the worker writes the status of persistent kernels: attached to the worker, never
     /// mapped for the device, so no kernel can write it (made at the first persistent launch).
     status_area: Option<Arc<MappedArea>>,
@@ -163,6 +167,7 @@ impl Worker {
             attached: HashMap::new(),
             linger: 0,
             persistent: Vec::new(),
+            deferred_unloads: Vec::new(),
             status_area: None,
         }))
     }

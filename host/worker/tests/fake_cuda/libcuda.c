@@ -23,6 +23,12 @@
 // are CUDA_ERROR_INVALID_VALUE. The device launches cooperative kernels
 // (CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH is 1) unless FAKE_CUDA_NO_COOPERATIVE is set.
 //
+// As measured on an H200 (benches/probes/beside_persistent.rs), cuMemFree_v2, cuModuleLoadDataEx,
+// cuModuleUnload and cuMemHostRegister_v2 wait until no persistent kernel runs; cuMemAllocAsync and
+// cuMemFreeAsync (the stream-ordered allocator: CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED is 1
+// unless FAKE_CUDA_NO_POOLS is set) and copies do not. While one runs, a copy may be pageable (the
+// backend page-locks nothing then).
+//
 // New allocations are filled with 0xAB, so a backend that forgot to zero them is caught. PTX
 // containing "bogus" fails to JIT with an error log naming line 7; `.version 99` is
 // CUDA_ERROR_UNSUPPORTED_PTX_VERSION. A block of more than 1024 threads is CUDA_ERROR_INVALID_VALUE.
@@ -134,6 +140,7 @@ CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d) {
     case 97: *v = 232448; break;          // shared memory opt-in
     case 16: *v = 132; break;             // multiprocessors
     case 95: *v = getenv("FAKE_CUDA_NO_COOPERATIVE") ? 0 : 1; break; // cooperative launch
+    case 115: *v = getenv("FAKE_CUDA_NO_POOLS") ? 0 : 1; break; // memory pools
     default: *v = 0;
     }
     return OK;
@@ -141,9 +148,12 @@ CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d) {
 CUresult cuDeviceGetUuid_v2(unsigned char *u, CUdevice d) { (void)d; for (int i = 0; i < 16; i++) u[i] = (unsigned char)(0x10 + i); return OK; }
 CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) { (void)d; *c = (CUcontext)0x1; return OK; }
 CUresult cuCtxSetCurrent(CUcontext c) { (void)c; return OK; }
-// Waits for every stream, persistent kernels' too (as the driver does).
-CUresult cuCtxSynchronize(void) {
+// What waits for every running kernel of the context, persistent kernels' too (see above).
+static void wait_for_actors(void) {
     while (__atomic_load_n(&actors, __ATOMIC_ACQUIRE)) { struct timespec t = { 0, 100000 }; nanosleep(&t, 0); }
+}
+CUresult cuCtxSynchronize(void) {
+    wait_for_actors();
     return sticky ? sticky : OK;
 }
 CUresult cuMemGetInfo_v2(size_t *f, size_t *t) { *f = (size_t)1 << 29; *t = (size_t)1 << 30; return OK; }
@@ -157,7 +167,9 @@ CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
     *p = (CUdeviceptr)(uintptr_t)m;
     return OK;
 }
-CUresult cuMemFree_v2(CUdeviceptr p) { if (sticky) return sticky; free((void *)(uintptr_t)p); return OK; }
+CUresult cuMemFree_v2(CUdeviceptr p) { wait_for_actors(); if (sticky) return sticky; free((void *)(uintptr_t)p); return OK; }
+CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream s) { (void)s; return cuMemAlloc_v2(p, n); }
+CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) { (void)s; if (sticky) return sticky; free((void *)(uintptr_t)p); return OK; }
 CUresult cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, CUstream s) { (void)s; if (sticky) return sticky; memset((void *)(uintptr_t)p, v, n); return OK; }
 // Host registrations (cuMemHostRegister), refusing overlaps as the driver does. Copies between
 // host and device must lie entirely inside one registration: the backend promises pinned DMA for
@@ -175,6 +187,7 @@ static int mapped_inside(const void *p, size_t n) {
 static int pinned_inside(const void *p, size_t n) {
     uintptr_t a = (uintptr_t)p;
     if (n == 0) return 1;
+    if (__atomic_load_n(&actors, __ATOMIC_ACQUIRE)) return 1; // nothing is page-locked beside one
     for (int i = 0; i < MAX_REG; i++)
         if (regs[i].n && a >= regs[i].p && a - regs[i].p <= regs[i].n && n <= regs[i].n - (a - regs[i].p)) return 1;
     return 0;
@@ -183,6 +196,7 @@ CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *s, size_t n, CUstream s
 CUresult cuMemcpyDtoHAsync_v2(void *d, CUdeviceptr s, size_t n, CUstream st) { (void)st; if (sticky) return sticky; if (!pinned_inside(d, n)) return INVALID_VALUE; memcpy(d, (void *)(uintptr_t)s, n); return OK; }
 CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { (void)st; if (sticky) return sticky; memmove((void *)(uintptr_t)d, (void *)(uintptr_t)s, n); return OK; }
 CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned f) {
+    wait_for_actors();
     uintptr_t a = (uintptr_t)p;
     if (n == 0) return INVALID_VALUE;
     for (int i = 0; i < MAX_REG; i++)
@@ -204,6 +218,7 @@ CUresult cuMemHostUnregister(void *p) {
 }
 
 CUresult cuModuleLoadDataEx(CUmodule *m, const void *image, unsigned n, int *opts, void **vals) {
+    wait_for_actors();
     const char *ptx = image;
     CUresult r = OK;
     const char *log = "";
@@ -228,7 +243,7 @@ CUresult cuModuleLoadDataEx(CUmodule *m, const void *image, unsigned n, int *opt
     *m = mod;
     return OK;
 }
-CUresult cuModuleUnload(CUmodule m) { struct module *mod = m; free(mod->ptx); free(mod); return OK; }
+CUresult cuModuleUnload(CUmodule m) { wait_for_actors(); struct module *mod = m; free(mod->ptx); free(mod); return OK; }
 CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name) {
     struct module *mod = m;
     char entry[160];

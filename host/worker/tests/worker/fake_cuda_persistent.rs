@@ -207,6 +207,28 @@ fn a_persistent_kernel_runs_beside_the_session_until_asked_to_end() {
         "{:?}",
         t.elapsed()
     );
+    // Nor do a free, a copy from guest memory, or an unload, each of which a GPU's driver (and
+    // this fake) makes wait for every running kernel when done the plain way (`cuMemFree`,
+    // `cuMemHostRegister`, `cuModuleUnload`): the stream-ordered allocator, a pageable copy and
+    // an unload put off until the kernel has ended. A module load cannot be done any other way,
+    // so it is refused at once.
+    let t = Instant::now();
+    w.free(out).unwrap();
+    let guest = SharedMemory::create(1 << 20, 1 << 20, 0).unwrap();
+    let buf = w.alloc(256).unwrap();
+    w.write_from(buf, &span(&guest, 0, 256)).unwrap();
+    w.unload_module(iota.id).unwrap();
+    let (kind, message) = op_error(w.load_module(&format!("{IOTA_PTX}\n// beside\n")));
+    assert_eq!(kind, ErrorKind::LoadFailed);
+    assert!(
+        message.contains("while a persistent kernel runs"),
+        "{message}"
+    );
+    assert!(
+        t.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        t.elapsed()
+    );
     // Charged as it goes: wall time since its launch.
     w.ping().unwrap();
     assert!(
@@ -214,13 +236,12 @@ fn a_persistent_kernel_runs_beside_the_session_until_asked_to_end() {
         "{:?}",
         w.gpu_time()
     );
-    // What it may be using stays: its mapping, its module; and one runs at a time.
+    // What it may be using stays: its mapping, its module (an unload waits for its end); and
+    // one runs at a time.
     let (kind, message) = op_error(w.unmap_device(dev));
     assert_eq!(kind, ErrorKind::InvalidArgument);
     assert!(message.contains("persistent kernel runs"), "{message}");
-    let (kind, message) = op_error(w.unload_module(actors.id));
-    assert_eq!(kind, ErrorKind::InvalidArgument);
-    assert!(message.contains("still runs"), "{message}");
+    w.unload_module(actors.id).unwrap();
     let (kind, message) =
         op_error(w.launch_persistent(&persistent(&actors, "actor", 1, &args), &area, 0));
     assert_eq!(kind, ErrorKind::InvalidArgument);
@@ -245,9 +266,10 @@ fn a_persistent_kernel_runs_beside_the_session_until_asked_to_end() {
         "{:?} then {charged:?}",
         w.gpu_time()
     );
-    // Now everything it held may go, and the worker is reusable.
+    // Now everything it held may go (its module and iota, put off, go at the next load), and
+    // the worker is reusable.
     w.unmap_device(dev).unwrap();
-    w.unload_module(actors.id).unwrap();
+    w.load_module(&format!("{IOTA_PTX}\n// after\n")).unwrap();
     w.reset().unwrap();
     // And a second one may start, with its control block fresh.
     let (area2, dev2, control2) = mapped_area(&mut w, true);
@@ -463,6 +485,8 @@ fn on_a_gpu_a_persistent_kernel_polls_mapped_memory_until_asked_to_end() {
         .expect("a cuda worker");
     let (area, dev, control) = mapped_area(&mut w, true);
     let m = w.load_module(GPU_ACTOR_PTX).unwrap();
+    // Loaded before the persistent kernel starts: a load beside it is refused (below).
+    let iota = w.load_module(IOTA_PTX).unwrap();
     let args = dev.to_le_bytes();
     let l = Launch {
         grid: [1, 1, 1],
@@ -473,9 +497,9 @@ fn on_a_gpu_a_persistent_kernel_polls_mapped_memory_until_asked_to_end() {
     std::thread::sleep(Duration::from_millis(500));
     // Still running past its deadline and the watchdog's grace.
     assert!(control.snapshot().is_active && !control.ended());
-    // Nothing the session does waits for it. Each op is timed: the driver synchronises some
-    // operations with every stream of the context (allocation, freeing, page-locking, module
-    // loads may be among them), which would hold them until the kernel ends.
+    // Nothing the session does waits for it. Each op is timed: the driver waits for every
+    // running kernel of the context to free memory, page-lock host memory and load or unload
+    // code (benches/probes/beside_persistent.rs), which would hold them until the kernel ends.
     let quick = |what: &str, t: Instant| {
         assert!(
             t.elapsed() < Duration::from_secs(1),
@@ -487,8 +511,16 @@ fn on_a_gpu_a_persistent_kernel_polls_mapped_memory_until_asked_to_end() {
     w.sync().unwrap();
     quick("sync", t);
     let t = Instant::now();
-    let iota = w.load_module(IOTA_PTX).unwrap();
-    quick("a module load", t);
+    let refused = w
+        .load_module(&format!("{IOTA_PTX}\n// another\n"))
+        .unwrap_err();
+    quick("a refused module load", t);
+    assert!(
+        refused
+            .to_string()
+            .contains("while a persistent kernel runs"),
+        "{refused}"
+    );
     let t = Instant::now();
     let out = w.alloc(4096).unwrap();
     quick("an allocation", t);
@@ -511,16 +543,21 @@ fn on_a_gpu_a_persistent_kernel_polls_mapped_memory_until_asked_to_end() {
     let t = Instant::now();
     let guest = SharedMemory::create(1 << 20, 1 << 20, 0).unwrap();
     w.write_from(out, &span(&guest, 0, 256)).unwrap();
-    quick("a copy from guest memory (page-locking its first chunk)", t);
+    quick("a copy from guest memory (not page-locked beside it)", t);
     let t = Instant::now();
     let mut back = vec![0u8; 256];
     w.read(out, &mut back).unwrap();
     w.free(out).unwrap();
     quick("a read and a free", t);
+    let t = Instant::now();
+    w.unload_module(iota.id).unwrap();
+    quick("an unload (put off until the kernel ends)", t);
     assert!(control.snapshot().is_active);
     assert_eq!(stop(&control), Exit::Returned);
     // Its own handshake: the kernel set `has_terminated` before it returned.
     assert!(control.snapshot().has_terminated);
+    // Once it has ended, modules load again (and the put-off unload is done first).
+    w.load_module(&format!("{IOTA_PTX}\n// after\n")).unwrap();
     w.unmap_device(dev).unwrap();
     w.reset().unwrap();
     drop(area);

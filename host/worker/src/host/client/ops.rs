@@ -168,6 +168,7 @@ impl Worker {
 
     /// Loads PTX. Launches name its kernels by their index in the answer's `kernels`.
     pub fn load_module(&mut self, ptx: &str) -> Result<LoadedModule, WorkerError> {
+        self.no_load_beside_persistent()?;
         match self.call(&Request::LoadModule { ptx }, self.op_timeout)? {
             Response::Module { id, kernels } => Ok(self.loaded(LoadedModule { id, kernels })),
             other => Err(self.unexpected("load-module", &other)),
@@ -179,6 +180,7 @@ impl Worker {
         source: &str,
         options: &[String],
     ) -> Result<LoadedModule, WorkerError> {
+        self.no_load_beside_persistent()?;
         let options = options.iter().map(String::as_str).collect();
         match self.call(&Request::LoadSource { source, options }, self.op_timeout)? {
             Response::Module { id, kernels } => Ok(self.loaded(LoadedModule { id, kernels })),
@@ -193,10 +195,43 @@ impl Worker {
         m
     }
 
+    /// Unloads a module. While a persistent kernel runs, the module is only forgotten here and
+    /// unloaded once none runs (at the next load or unload, or with the worker's reset): a GPU's
+    /// driver waits for every running kernel to unload code, and a persistent kernel may run for
+    /// as long as its lease.
     pub fn unload_module(&mut self, id: u32) -> Result<(), WorkerError> {
-        self.call_ok(&Request::UnloadModule { id })?;
         self.kernel_names.remove(&id);
+        if self.persistent_running() > 0 {
+            self.deferred_unloads.push(id);
+            return Ok(());
+        }
+        self.unload_deferred()?;
+        self.call_ok(&Request::UnloadModule { id })
+    }
+
+    /// Unloads the modules [`Worker::unload_module`] put off, once no persistent kernel runs.
+    fn unload_deferred(&mut self) -> Result<(), WorkerError> {
+        while let Some(id) = self.deferred_unloads.pop() {
+            self.call_ok(&Request::UnloadModule { id })?;
+        }
         Ok(())
+    }
+
+    /// A module cannot be loaded while a persistent kernel runs on the worker: a GPU's driver
+    /// loads code only once every running kernel of the context has ended (measured on an H200:
+    /// `cuModuleLoadData` beside a running kernel returns when that kernel does, eager or lazy
+    /// loading alike), so the load would wait as long as the kernel runs. Refused at once, on
+    /// every backend alike, so a tasklet behaves the same on the emulator.
+    fn no_load_beside_persistent(&mut self) -> Result<(), WorkerError> {
+        if self.persistent_running() == 0 {
+            return self.unload_deferred();
+        }
+        Err(WorkerError::op(
+            ErrorKind::LoadFailed,
+            "a module cannot be loaded while a persistent kernel runs on this lease: the GPU's driver loads code only \
+             once every running kernel has ended; load every module the lease needs before launching its persistent \
+             kernel, or stop that kernel first",
+        ))
     }
 
     /// Launches a kernel: posted, like a CUDA launch.
@@ -453,6 +488,8 @@ impl Worker {
         // either way (unloaded, or with the worker).
         self.attached.clear();
         self.kernel_names.clear();
+        // Unloaded by the reset with every other module of the lease.
+        self.deferred_unloads.clear();
         self.launches = 0;
         r
     }

@@ -33,6 +33,10 @@ pub struct Device {
     /// Whether the device launches cooperative kernels (`CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH`),
     /// as every persistent kernel is launched. A driver that cannot say counts as no.
     pub cooperative_launch: bool,
+    /// Whether device memory comes from the stream-ordered allocator (the driver has it and the
+    /// device supports memory pools, `CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED`): allocations
+    /// and frees are then queued on [`Device::stream`] and never wait for a kernel on another.
+    pub pooled: bool,
 }
 
 /// Opens device 0 and makes its primary context current on this thread. Errors are for people
@@ -104,6 +108,8 @@ pub fn open(drv: &'static Driver) -> Result<Device, String> {
         let multiprocessors = attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
         // Only persistent kernels need it: a device without it still serves everything else.
         let cooperative_launch = attr(A::CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH).unwrap_or(0) != 0;
+        let pooled = drv.pools.is_some()
+            && attr(A::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED).unwrap_or(0) != 0;
         let mut raw = [0u8; 16];
         let r = (drv.device_get_uuid)(&mut raw, dev);
         if r != CUDA_SUCCESS {
@@ -137,6 +143,7 @@ pub fn open(drv: &'static Driver) -> Result<Device, String> {
             limits,
             multiprocessors,
             cooperative_launch,
+            pooled,
         })
     }
 }

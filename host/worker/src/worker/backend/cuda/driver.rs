@@ -82,12 +82,15 @@ macro_rules! driver_api {
             $( pub $field: unsafe extern "C" fn($($arg),*) -> CuResult, )*
             /// Graph launches, where the driver has them (and they are not turned off).
             pub graphs: Option<GraphApi>,
+            /// The stream-ordered allocator, where the driver has it (and it is not turned off).
+            pub pools: Option<PoolApi>,
         }
 
         impl Driver {
             fn resolve(lib: &'static libloading::Library) -> Result<Driver, String> {
                 Ok(Driver {
                     graphs: GraphApi::resolve(lib),
+                    pools: PoolApi::resolve(lib),
                     $( $field: {
                         // SAFETY: the symbol is the documented driver entry point of this exact
                         // signature (cuda.h, versioned names as cuda.h maps them); the library is
@@ -214,6 +217,35 @@ impl GraphApi {
                 launch: sym(lib, b"cuGraphLaunch\0")?,
                 exec_destroy: sym(lib, b"cuGraphExecDestroy\0")?,
                 destroy: sym(lib, b"cuGraphDestroy\0")?,
+            })
+        }
+    }
+}
+
+/// The stream-ordered allocator's entry points (CUDA 11.2+), through which the backend allocates
+/// and frees device memory where the device supports memory pools: `cuMemFree` waits for every
+/// running kernel of the context, a persistent kernel's too, where `cuMemFreeAsync` on the
+/// worker's stream waits for nothing on another stream (`benches/probes/beside_persistent.rs`).
+/// Optional: without them, or with `TASKLET_CUDA_POOLS=0`, `cuMemAlloc` and `cuMemFree`.
+pub struct PoolApi {
+    pub alloc_async: unsafe extern "C" fn(*mut CuDevicePtr, usize, CuStream) -> CuResult,
+    pub free_async: unsafe extern "C" fn(CuDevicePtr, CuStream) -> CuResult,
+}
+
+/// The environment variable that turns the stream-ordered allocator off (`0`).
+pub const POOLS_ENV: &str = "TASKLET_CUDA_POOLS";
+
+impl PoolApi {
+    fn resolve(lib: &'static libloading::Library) -> Option<PoolApi> {
+        if std::env::var_os(POOLS_ENV).is_some_and(|v| v == "0") {
+            return None;
+        }
+        // SAFETY: the documented entry points of exactly these signatures (cuda.h, CUDA 11.2+);
+        // the library stays loaded ('static).
+        unsafe {
+            Some(PoolApi {
+                alloc_async: *lib.get(b"cuMemAllocAsync\0").ok()?,
+                free_async: *lib.get(b"cuMemFreeAsync\0").ok()?,
             })
         }
     }

@@ -108,9 +108,17 @@ impl HostMemory {
     }
 
     /// Splits the host range `p..p+n` into pieces that each lie inside one registration,
-    /// registering chunks as needed. A range outside every mapping (the data region, registered
-    /// on its own) is one piece.
-    pub fn pieces(&mut self, drv: &Driver, p: *const u8, n: usize) -> Vec<Piece> {
+    /// registering chunks as needed where `may_register` (else a chunk not yet registered is
+    /// copied pageable: `cuMemHostRegister` waits for every running kernel of the context, so
+    /// while a persistent kernel runs nothing is page-locked). A range outside every mapping (the
+    /// data region, registered on its own) is one piece.
+    pub fn pieces(
+        &mut self,
+        drv: &Driver,
+        p: *const u8,
+        n: usize,
+        may_register: bool,
+    ) -> Vec<Piece> {
         let addr = p as usize;
         let whole = vec![Piece { offset: 0, len: n }];
         // Inside a registration for kernels: already pinned, one piece.
@@ -151,7 +159,9 @@ impl HostMemory {
                 m.chunks
                     .insert(index, Chunk::Failed(chunk_end - chunk_start));
             }
-            ensure_registered(drv, m, index, chunk_start, chunk_end, piece_end);
+            if may_register {
+                ensure_registered(drv, m, index, chunk_start, chunk_end, piece_end);
+            }
             out.push(Piece {
                 offset: at - addr,
                 len: piece_end - at,

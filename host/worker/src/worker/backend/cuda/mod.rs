@@ -325,26 +325,25 @@ impl Backend for CudaBackend {
             )
         })?;
         let mut addr: CuDevicePtr = 0;
-        // SAFETY: valid out-pointer; context current.
-        let r = unsafe { (self.drv.mem_alloc)(&mut addr, size) };
+        let (r, call) = self.device_alloc(&mut addr, size);
         if r == CUDA_ERROR_OUT_OF_MEMORY {
             return Err(BackendError::new(
                 ErrorKind::OutOfMemory,
                 format!(
-                    "the device has no {bytes} bytes free (cuMemAlloc: {})",
+                    "the device has no {bytes} bytes free ({call}: {})",
                     self.drv.describe(r)
                 ),
             ));
         }
-        self.call(check("cuMemAlloc", r), "allocating device memory")?;
+        self.call(check(call, r), "allocating device memory")?;
         // New memory reads as zeros whatever an earlier tenant left there: one lease must never
         // see another's data.
         // On the worker's stream: ordered before every later copy and kernel.
         // SAFETY: the allocation just made, whole.
         let r = unsafe { (self.drv.memset_d8_async)(addr, 0, size, self.dev.stream.0) };
         if let Err(e) = self.call(check("cuMemsetD8Async", r), "zeroing new device memory") {
-            // SAFETY: ours, unused.
-            unsafe { (self.drv.mem_free)(addr) };
+            // Ours, unused.
+            self.device_free(addr);
             return Err(e);
         }
         self.mem.insert(addr, bytes, accounted);
@@ -360,9 +359,9 @@ impl Backend for CudaBackend {
                 format!("{addr:#x} is not the start of an allocation"),
             ));
         }
-        // SAFETY: a live allocation of ours; no queued kernel uses it (drained).
-        let r = unsafe { (self.drv.mem_free)(addr) };
-        self.call(check("cuMemFree", r), "freeing device memory")?;
+        // A live allocation of ours; no queued kernel uses it (drained).
+        let (r, call) = self.device_free(addr);
+        self.call(check(call, r), "freeing device memory")?;
         self.mem.remove(addr);
         Ok(())
     }
@@ -373,7 +372,11 @@ impl Backend for CudaBackend {
         if data.is_empty() {
             return Ok(());
         }
-        for piece in self.host.pieces(self.drv, data.as_ptr(), data.len()) {
+        let may_register = self.persistent.running_kernel().is_none();
+        for piece in self
+            .host
+            .pieces(self.drv, data.as_ptr(), data.len(), may_register)
+        {
             let chunk = &data[piece.offset..piece.offset + piece.len];
             // SAFETY: `chunk` is valid for its length (the data region or an attached guest
             // memory; pinned when registration worked: DMA) until the stream is synchronised
@@ -397,7 +400,11 @@ impl Backend for CudaBackend {
         if out.is_empty() {
             return Ok(());
         }
-        for piece in self.host.pieces(self.drv, out.as_ptr(), out.len()) {
+        let may_register = self.persistent.running_kernel().is_none();
+        for piece in self
+            .host
+            .pieces(self.drv, out.as_ptr(), out.len(), may_register)
+        {
             let chunk = &mut out[piece.offset..piece.offset + piece.len];
             // SAFETY: `chunk` is valid for writes of its length until the stream is synchronised
             // below; the range lies in one allocation.
@@ -446,18 +453,14 @@ impl Backend for CudaBackend {
         }
         // Overlapping ranges (memmove, as the emulator does): stage through a scratch allocation.
         let mut tmp: CuDevicePtr = 0;
-        // SAFETY: valid out-pointer.
-        let r = unsafe { (self.drv.mem_alloc)(&mut tmp, n) };
+        let (r, call) = self.device_alloc(&mut tmp, n);
         if r == CUDA_ERROR_OUT_OF_MEMORY {
             return Err(BackendError::new(
                 ErrorKind::OutOfMemory,
                 format!("an overlapping copy of {len} bytes needs as much scratch memory, and the device has none free"),
             ));
         }
-        self.call(
-            check("cuMemAlloc", r),
-            "allocating scratch for an overlapping copy",
-        )?;
+        self.call(check(call, r), "allocating scratch for an overlapping copy")?;
         let stream = self.dev.stream.0;
         // SAFETY: scratch and source/destination are live and of `n` bytes; ordered on the stream.
         let r1 = unsafe { (self.drv.memcpy_dtod_async)(tmp, src, n, stream) };
@@ -467,13 +470,14 @@ impl Backend for CudaBackend {
             r1
         };
         // The scratch is freed once the copies that use it are done.
-        // SAFETY: the worker's stream; then ours, unused.
+        // SAFETY: the worker's stream.
         let r3 = unsafe { (self.drv.stream_synchronize)(stream) };
-        let r4 = unsafe { (self.drv.mem_free)(tmp) };
+        // Ours, unused now.
+        let (r4, call) = self.device_free(tmp);
         self.call(check("cuMemcpyDtoDAsync", r1), "copying device memory")?;
         self.call(check("cuMemcpyDtoDAsync", r2), "copying device memory")?;
         self.call(check("cuStreamSynchronize", r3), "copying device memory")?;
-        self.call(check("cuMemFree", r4), "freeing copy scratch")
+        self.call(check(call, r4), "freeing copy scratch")
     }
 
     fn load_module(&mut self, ptx: &str) -> Result<LoadedModule, BackendError> {
@@ -825,9 +829,9 @@ impl Backend for CudaBackend {
         self.destroy_user_graphs_of(None);
         let mut first: Option<BackendError> = None;
         for addr in self.mem.drain() {
-            // SAFETY: a live allocation of ours; the queue is drained.
-            let r = unsafe { (self.drv.mem_free)(addr) };
-            if let Err(e) = self.call(check("cuMemFree", r), "freeing device memory at reset") {
+            // A live allocation of ours; the queue is drained.
+            let (r, call) = self.device_free(addr);
+            if let Err(e) = self.call(check(call, r), "freeing device memory at reset") {
                 first.get_or_insert(e);
             }
         }
@@ -854,6 +858,38 @@ impl Backend for CudaBackend {
 }
 
 impl CudaBackend {
+    /// Allocates `size` bytes of device memory into `addr`: from the stream-ordered allocator on
+    /// the worker's stream where the device has memory pools (see [`context::Device::pooled`]),
+    /// else `cuMemAlloc`. Returns the driver's answer and the call's name, for messages.
+    fn device_alloc(&self, addr: &mut CuDevicePtr, size: usize) -> (CuResult, &'static str) {
+        match (self.dev.pooled, &self.drv.pools) {
+            // SAFETY: valid out-pointer; the worker's stream, context current. Later work on the
+            // stream sees the allocation; work on another stream only after a sync of this one
+            // (a persistent launch syncs it first).
+            (true, Some(p)) => (
+                unsafe { (p.alloc_async)(addr, size, self.dev.stream.0) },
+                "cuMemAllocAsync",
+            ),
+            // SAFETY: valid out-pointer; context current.
+            _ => (unsafe { (self.drv.mem_alloc)(addr, size) }, "cuMemAlloc"),
+        }
+    }
+
+    /// Frees an allocation [`CudaBackend::device_alloc`] made, once the worker's stream reaches
+    /// the free where it came from a pool: a running persistent kernel (another stream) is not
+    /// waited for, as `cuMemFree` would. The caller makes sure no kernel of ours still uses it.
+    fn device_free(&self, addr: CuDevicePtr) -> (CuResult, &'static str) {
+        match (self.dev.pooled, &self.drv.pools) {
+            // SAFETY: an allocation of ours from the pool; ordered after the stream's work.
+            (true, Some(p)) => (
+                unsafe { (p.free_async)(addr, self.dev.stream.0) },
+                "cuMemFreeAsync",
+            ),
+            // SAFETY: an allocation of ours.
+            _ => (unsafe { (self.drv.mem_free)(addr) }, "cuMemFree"),
+        }
+    }
+
     /// The launches' device time (see `Backend::gpu_time`).
     fn launches_gpu_time(&mut self) -> Duration {
         if std::mem::take(&mut self.answered_by_word) {

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use tasklet_runtime::config::DeviceSelector;
 use tasklet_runtime::{
     Accounting, BackendKind, Host, HostConfig, Manifest, Policy, Tasklet, WorkerCommand, WorkerInfo,
 };
@@ -255,6 +256,15 @@ pub fn eventually(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
     f()
 }
 
+/// `policy`, lending only the GPU `info` describes when it lists no CUDA devices itself (and
+/// NVML named that GPU by UUID).
+pub fn on_the_probed_gpu(mut policy: Policy, info: &WorkerInfo) -> Policy {
+    if policy.devices.cuda.is_none() && info.uuid.starts_with("GPU-") {
+        policy.devices.cuda = Some(vec![DeviceSelector::Uuid(info.uuid.clone())]);
+    }
+    policy
+}
+
 /// Whether a process with this id exists (a worker the test's host started, or its zombie).
 pub fn pid_alive(pid: u32) -> bool {
     // SAFETY: signal 0 only checks whether the process exists.
@@ -262,14 +272,16 @@ pub fn pid_alive(pid: u32) -> bool {
 }
 
 /// A CUDA host for a GPU test (with the device's probe report), or — printing `skipped: no CUDA
-/// device` and why — a `return` from the test.
+/// device` and why — a `return` from the test. The host lends the one GPU the probe found (the
+/// tests measure that device: its memory through NVML, its capacity), unless the policy lists
+/// devices itself; on a machine with several GPUs it would otherwise lend them all.
 #[macro_export]
 macro_rules! gpu_host_or_skip {
     ($test:expr, $policy:expr) => {
         match $crate::gpu_for_tests(env!("CARGO_BIN_EXE_tasklet-test-worker")) {
             Ok(info) => (
                 $crate::host_on(
-                    $policy,
+                    $crate::on_the_probed_gpu($policy, &info),
                     env!("CARGO_BIN_EXE_tasklet-test-worker"),
                     $crate::CUDA,
                 ),

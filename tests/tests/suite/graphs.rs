@@ -290,10 +290,11 @@ fn a_graph_holds_only_its_sessions_own_things_within_its_limits() {
 const BIG: usize = 16 << 10;
 
 /// `big_args(struct of BIG bytes)`: a kernel whose every recorded launch holds `BIG` bytes of
-/// arguments on the host.
+/// arguments on the host. Parameters past 4 KiB need PTX 8.1 and sm_70 (the driver's JIT
+/// refuses them in older PTX: "uses too much parameter space").
 fn big_args_ptx() -> String {
     format!(
-        ".version 7.0\n.target sm_50\n.address_size 64\n\n\
+        ".version 8.1\n.target sm_70\n.address_size 64\n\n\
          .visible .entry big_args(\n\t.param .align 8 .b8 big_args_p[{BIG}]\n)\n{{\n\tret;\n}}\n"
     )
 }

@@ -34,6 +34,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use tasklet_runtime::config::DeviceSelector;
 use tasklet_runtime::gpu::{
     BufferId, GpuService, KernelArg, LaunchConfig, LeaseId, LeaseRequest, LocalGpu, ModuleId,
     SessionId,
@@ -835,6 +836,11 @@ fn main() {
     policy.workers.emu_memory = 256 << 20;
     policy.gpu.max_vram = LEASE_MAX;
     policy.gpu.max_leases = 2;
+    // One device: the pool, the books and the NVML reading the checks compare are its own (on a
+    // machine with several GPUs the host would otherwise lend them all).
+    if o.backend == BackendKind::Cuda && policy.devices.cuda.is_none() {
+        policy.devices.cuda = Some(vec![DeviceSelector::Index(0)]);
+    }
     let max_workers = policy.workers.max;
     let worker = WorkerCommand {
         program: o.worker.clone(),

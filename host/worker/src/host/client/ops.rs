@@ -200,13 +200,16 @@ impl Worker {
     /// driver waits for every running kernel to unload code, and a persistent kernel may run for
     /// as long as its lease.
     pub fn unload_module(&mut self, id: u32) -> Result<(), WorkerError> {
-        self.kernel_names.remove(&id);
         if self.persistent_running() > 0 {
+            self.kernel_names.remove(&id);
             self.deferred_unloads.push(id);
             return Ok(());
         }
         self.unload_deferred()?;
-        self.call_ok(&Request::UnloadModule { id })
+        // Its kernels keep their names until it is gone: a wait cut short names them.
+        self.call_ok(&Request::UnloadModule { id })?;
+        self.kernel_names.remove(&id);
+        Ok(())
     }
 
     /// Unloads the modules [`Worker::unload_module`] put off, once no persistent kernel runs.

@@ -149,12 +149,13 @@ fn exchange(a: &Actor, msgs: &[Vec<u8>]) -> Vec<u8> {
 fn an_actor_serves_messages_beside_normal_launches_until_asked_to_stop() {
     let mut w = emu_worker(64 << 20);
     let a = Actor::new(&mut w, 64);
+    // Loaded first: no module loads beside a persistent kernel (on every backend).
+    let iota = w.load_module(&kernel_source("iota")).unwrap();
     a.start(&mut w, "actor_scale", 1).unwrap();
     let s = a.control().snapshot();
     assert!(s.is_active && !s.has_terminated && s.exit == Exit::Running);
 
     // A normal launch and its sync go on while the actor runs: sync does not wait for it.
-    let iota = w.load_module(&kernel_source("iota")).unwrap();
     let out = w.alloc(1024 * 4).unwrap();
     let args = iota_args(&iota.kernels[0], out, 1024);
     let began = Instant::now();

@@ -32,7 +32,7 @@ struct control {
 };
 
 // Most messages a block takes at once: the block transforms them all between two barriers.
-#define BATCH 64u
+#define BATCH 256u
 // Empty polls before the poller sleeps between polls: a busy stream of messages is answered
 // without a sleep, an idle actor does not keep a core (or an SM's issue slots) busy.
 #define SPINS 256u
@@ -51,40 +51,62 @@ __device__ __forceinline__ void store_volatile(unsigned int* p, unsigned int v)
     *(volatile unsigned int*)p = v;
 }
 
-__device__ __forceinline__ float* slot(ring* r, unsigned int n, unsigned int message_size)
+// What the serving loop keeps of the rings, in shared memory. The rings live in host memory the
+// device reads across the bus (a read is a round trip of about a microsecond), so nothing is read
+// twice that cannot change: the geometry is fixed once a ring is made, and the kernel's own
+// counters (the inbox's tail, the outbox's head) change only when it writes them.
+struct view {
+    unsigned int in_capacity;
+    unsigned int in_size;
+    unsigned int out_capacity;
+    unsigned int out_size;
+    unsigned int in_tail;  // next message to take
+    unsigned int out_head; // next slot to fill
+    unsigned int out_tail; // the host's, as last read
+    unsigned int cmd;
+    unsigned int count;
+    unsigned long long processed;
+};
+
+__device__ __forceinline__ const float* slot_in(const ring* r, const view& v, unsigned int n)
 {
-    return (float*)((char*)r + 256 + (size_t)(n & (r->capacity - 1)) * message_size);
+    return (const float*)((const char*)r + 256 + (size_t)(n & (v.in_capacity - 1)) * v.in_size);
+}
+
+__device__ __forceinline__ float* slot_out(ring* r, const view& v, unsigned int n)
+{
+    return (float*)((char*)r + 256 + (size_t)(n & (v.out_capacity - 1)) * v.out_size);
 }
 
 // Thread 0: waits until there are messages to take and room to put their results, or until the
-// host asks the kernel to stop. Writes the command and the batch to shared memory.
-__device__ __forceinline__ void wait_for_work(ring* inbox, ring* outbox, control* ctl,
-                                              unsigned int* cmd, unsigned int* count)
+// host asks the kernel to stop. One read of the inbox's head per poll; the outbox's tail is read
+// again only when the room last seen is too small.
+__device__ __forceinline__ void wait_for_work(ring* inbox, ring* outbox, control* ctl, view& v)
 {
     unsigned int idle = 0;
     for (;;) {
-        unsigned int in_head = load_volatile(&inbox->head);
-        unsigned int in_tail = load_volatile(&inbox->tail);
-        unsigned int out_head = load_volatile(&outbox->head);
-        unsigned int out_tail = load_volatile(&outbox->tail);
-        unsigned int waiting = in_head - in_tail;
-        unsigned int room = outbox->capacity - (out_head - out_tail);
-        unsigned int n = min(min(waiting, room), BATCH);
-        if (waiting > inbox->capacity || room > outbox->capacity) {
+        unsigned int waiting = load_volatile(&inbox->head) - v.in_tail;
+        unsigned int room = v.out_capacity - (v.out_head - v.out_tail);
+        if (waiting > 0 && room < min(waiting, BATCH)) {
+            v.out_tail = load_volatile(&outbox->tail);
+            room = v.out_capacity - (v.out_head - v.out_tail);
+        }
+        if (waiting > v.in_capacity || room > v.out_capacity) {
             // The host broke a ring: count it and stop rather than read past the slots.
             atomicAdd(&ctl->errors_encountered, 1u);
-            *cmd = CMD_STOP;
+            v.cmd = CMD_STOP;
             return;
         }
+        unsigned int n = min(min(waiting, room), BATCH);
         if (n > 0) {
             // What the host wrote into the slots before it stored head is visible from here on.
             __threadfence_system();
-            *cmd = CMD_WORK;
-            *count = n;
+            v.cmd = CMD_WORK;
+            v.count = n;
             return;
         }
         if (load_volatile(&ctl->should_terminate) != 0) {
-            *cmd = CMD_STOP;
+            v.cmd = CMD_STOP;
             return;
         }
         if (idle < SPINS) {
@@ -95,54 +117,69 @@ __device__ __forceinline__ void wait_for_work(ring* inbox, ring* outbox, control
     }
 }
 
-// Thread 0: publishes `n` results and frees `n` inbox slots.
-__device__ __forceinline__ void publish(ring* inbox, ring* outbox, control* ctl, unsigned int n)
+// Thread 0: publishes `n` results, frees `n` inbox slots and counts them.
+__device__ __forceinline__ void publish(ring* inbox, ring* outbox, control* ctl, view& v,
+                                        unsigned int n)
 {
     // The results (written by every thread of the block, ordered before this by the barrier)
     // are visible before the new head is.
     __threadfence_system();
-    store_volatile(&outbox->head, load_volatile(&outbox->head) + n);
-    store_volatile(&inbox->tail, load_volatile(&inbox->tail) + n);
-    atomicAdd(&ctl->messages_processed, (unsigned long long)n);
+    v.out_head += n;
+    v.in_tail += n;
+    v.processed += n;
+    store_volatile(&outbox->head, v.out_head);
+    store_volatile(&inbox->tail, v.in_tail);
+    // Only this thread writes the count: a store, not an atomic across the bus.
+    *(volatile unsigned long long*)&ctl->messages_processed = v.processed;
 }
 
 // The actor loop; `fault_on_negative` makes a message whose first float is negative fault the
-// kernel (a handler that fails).
+// kernel (a handler that fails). One block serves the rings; any others return at once.
 __device__ __forceinline__ void serve(ring* inbox, ring* outbox, control* ctl, float factor,
                                       bool fault_on_negative)
 {
-    __shared__ unsigned int cmd;
-    __shared__ unsigned int count;
+    __shared__ view v;
+    if (blockIdx.x != 0) {
+        return;
+    }
+    if (threadIdx.x == 0) {
+        v.in_capacity = inbox->capacity;
+        v.in_size = inbox->message_size;
+        v.out_capacity = outbox->capacity;
+        v.out_size = outbox->message_size;
+        v.in_tail = load_volatile(&inbox->tail);
+        v.out_head = load_volatile(&outbox->head);
+        v.out_tail = load_volatile(&outbox->tail);
+        v.processed = *(volatile unsigned long long*)&ctl->messages_processed;
+    }
     for (;;) {
         if (threadIdx.x == 0) {
-            wait_for_work(inbox, outbox, ctl, &cmd, &count);
+            wait_for_work(inbox, outbox, ctl, v);
         }
         __syncthreads();
-        if (cmd == CMD_STOP) {
+        if (v.cmd == CMD_STOP) {
             return;
         }
-        unsigned int n = count;
-        unsigned int in_tail = load_volatile(&inbox->tail);
-        unsigned int out_head = load_volatile(&outbox->head);
-        unsigned int in_size = inbox->message_size;
-        unsigned int out_size = outbox->message_size;
-        unsigned int words = min(in_size, out_size) / 4;
-        for (unsigned int m = 0; m < n; m++) {
-            const float* in = slot(inbox, in_tail + m, in_size);
-            float* out = slot(outbox, out_head + m, out_size);
-            if (fault_on_negative && threadIdx.x == 0 && in[0] < 0.0f) {
+        // Every word of every message taken is independent: the block's loads are all in flight
+        // at once, so a batch costs about one round trip across the bus, not one per message.
+        unsigned int n = v.count;
+        unsigned int words = min(v.in_size, v.out_size) / 4;
+        unsigned int total = n * words;
+        for (unsigned int k = threadIdx.x; k < total; k += blockDim.x) {
+            unsigned int m = k / words;
+            unsigned int i = k - m * words;
+            float x = slot_in(inbox, v, v.in_tail + m)[i];
+            if (fault_on_negative && i == 0 && x < 0.0f) {
                 // A handler bug: a store through a pointer no allocation covers.
                 *(volatile unsigned int*)(size_t)(16 + m) = 1;
             }
-            for (unsigned int i = threadIdx.x; i < words; i += blockDim.x) {
-                out[i] = __fmaf_rn(in[i], factor, 1.0f);
-            }
+            slot_out(outbox, v, v.out_head + m)[i] = __fmaf_rn(x, factor, 1.0f);
         }
         __syncthreads();
         if (threadIdx.x == 0) {
-            publish(inbox, outbox, ctl, n);
+            publish(inbox, outbox, ctl, v, n);
         }
-        // Thread 0's next wait must not overwrite `cmd` before every thread has read it: the
+        // Thread 0's next wait must not change the view before every thread has read it: the
         // barrier at the top of the loop orders the next command after this one.
         __syncthreads();
     }

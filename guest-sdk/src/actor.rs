@@ -7,6 +7,10 @@
 //! documents (`ring`, `actor-arg.control`): head at byte 0, tail at 64, capacity at 128, message
 //! size at 132, slots from 256; its control block's `should_terminate` at byte 4.
 //!
+//! Load every module the lease needs before its persistent kernel starts: while one runs, a
+//! module load on the lease fails `load-failed` (a GPU's driver loads code only once every
+//! running kernel has ended). Everything else goes on beside it.
+//!
 //! ```no_run
 //! # let lease = tasklet_gpu::Lease::acquire(1 << 20, 10)?; let session = lease.session()?;
 //! # let module = session.load_ptx("")?;

@@ -32,7 +32,7 @@ pub fn measure(host: &Host, o: &Options) -> Result<(), String> {
         )
     };
     row(
-        "tasklet: `mem-copy-from` within a group lease (staged by the host)",
+        "tasklet: `mem-copy-from` within a group lease (staged through memory both workers map)",
         ours,
     );
     match native {

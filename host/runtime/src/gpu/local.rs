@@ -22,6 +22,7 @@ use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tasklet_worker::host::mapped::MappedArea;
 use tasklet_worker::{Launch, LoadedModule, ALLOC_GRANULE};
 
 mod actors;
@@ -35,7 +36,8 @@ mod reloads;
 /// less than a direct transfer's setup.
 pub const DIRECT_MIN_BYTES: usize = 64 << 10;
 
-/// The most bytes a copy between sessions holds in host memory at once.
+/// The most bytes a copy between sessions holds in host memory at once: the size of its
+/// staging memory.
 const COPY_PIECE: u64 = 4 << 20;
 
 /// One grantee's GPU state: its grant, its leases, and the sessions under them. Everything it
@@ -61,6 +63,10 @@ pub struct LocalGpu {
     holder_gone: Option<Arc<AtomicBool>>,
     /// Each lease's mapped memory, once it has rings or actors.
     areas: actors::Areas,
+    /// Where copies between sessions on different workers pass, made at the first: memory both
+    /// workers map, so each piece goes device to host and host to device by the workers' own
+    /// copies (DMA where they have page-locked it), with no copy by this process.
+    copy_staging: Option<MappedArea>,
 }
 
 /// What the service remembers of a session.
@@ -128,6 +134,7 @@ impl LocalGpu {
             run: None,
             holder_gone: None,
             areas: Default::default(),
+            copy_staging: None,
         }
     }
 
@@ -779,15 +786,26 @@ impl GpuService for LocalGpu {
         let (saddr, ssize) = ss.buffer(src.1)?;
         let to = span(daddr, dsize, dst.2, len)?;
         let from = span(saddr, ssize, src.2, len)?;
-        // Worker processes cannot reach each other's memory: the bytes pass through the host,
-        // a bounded piece at a time. The read waits for the source's kernels; the write is in
+        let (dlease, slease) = (Arc::clone(&ds.lease), Arc::clone(&ss.lease));
+        // Worker processes cannot reach each other's memory: the bytes pass through memory both
+        // map, a bounded piece at a time, the source's worker copying into it and the
+        // destination's out of it. The read waits for the source's kernels; the write is in
         // order before the destination's later work.
-        let mut piece = vec![0u8; len.min(COPY_PIECE) as usize];
+        if self.copy_staging.is_none() {
+            let area = MappedArea::create(COPY_PIECE as usize).map_err(|e| {
+                GpuError::CapacityExceeded(format!(
+                    "this host cannot make memory to stage a copy between devices through now: {e}"
+                ))
+            })?;
+            self.copy_staging = Some(area);
+        }
+        let staging = self.copy_staging.as_ref().expect("made just above");
         let mut done = 0u64;
         while done < len {
             let n = (len - done).min(COPY_PIECE) as usize;
-            self.run(&ss.lease, |w| w.read(from + done, &mut piece[..n]))?;
-            self.run(&ds.lease, |w| w.write(to + done, &piece[..n]))?;
+            let piece = staging.span(0, n).expect("a piece fits the staging memory");
+            self.run(&slease, |w| w.read_into(from + done, &piece))?;
+            self.run(&dlease, |w| w.write_from(to + done, &piece))?;
             done += n as u64;
         }
         Ok(())

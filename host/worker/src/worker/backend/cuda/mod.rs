@@ -363,6 +363,15 @@ impl Backend for CudaBackend {
         let (r, call) = self.device_free(addr);
         self.call(check(call, r), "freeing device memory")?;
         self.mem.remove(addr);
+        if self.dev.pooled {
+            // A pool gives freed memory back to the device only at a synchronisation: without
+            // one, an idle worker would keep what its last lease freed (NVML would count it).
+            // The stream is drained, so this waits for nothing (a persistent kernel runs on
+            // another stream).
+            // SAFETY: the worker's stream.
+            let r = unsafe { (self.drv.stream_synchronize)(self.dev.stream.0) };
+            self.call(check("cuStreamSynchronize", r), "freeing device memory")?;
+        }
         Ok(())
     }
 

@@ -37,6 +37,13 @@ struct control {
 // without a sleep, an idle actor does not keep a core (or an SM's issue slots) busy.
 #define SPINS 256u
 #define SLEEP_NS 2000u
+// Empty polls between two looks at should_terminate: each look is another read across the bus,
+// and a stop may take a little longer to be seen, a message not.
+#define TERMINATE_EVERY 64u
+// Words each thread loads before it stores any: loads across the bus are independent, and all of
+// them are in flight at once only if no store comes between them (a store could alias a later
+// load, so the compiler keeps them in order).
+#define UNROLL 16u
 
 #define CMD_WORK 0u
 #define CMD_STOP 1u
@@ -105,7 +112,7 @@ __device__ __forceinline__ void wait_for_work(ring* inbox, ring* outbox, control
             v.count = n;
             return;
         }
-        if (load_volatile(&ctl->should_terminate) != 0) {
+        if (idle % TERMINATE_EVERY == 0 && load_volatile(&ctl->should_terminate) != 0) {
             v.cmd = CMD_STOP;
             return;
         }
@@ -165,15 +172,29 @@ __device__ __forceinline__ void serve(ring* inbox, ring* outbox, control* ctl, f
         unsigned int n = v.count;
         unsigned int words = min(v.in_size, v.out_size) / 4;
         unsigned int total = n * words;
-        for (unsigned int k = threadIdx.x; k < total; k += blockDim.x) {
-            unsigned int m = k / words;
-            unsigned int i = k - m * words;
-            float x = slot_in(inbox, v, v.in_tail + m)[i];
-            if (fault_on_negative && i == 0 && x < 0.0f) {
-                // A handler bug: a store through a pointer no allocation covers.
-                *(volatile unsigned int*)(size_t)(16 + m) = 1;
+        for (unsigned int base = threadIdx.x; base < total; base += blockDim.x * UNROLL) {
+            float x[UNROLL];
+#pragma unroll
+            for (unsigned int u = 0; u < UNROLL; u++) {
+                unsigned int k = base + u * blockDim.x;
+                if (k < total) {
+                    unsigned int m = k / words;
+                    x[u] = slot_in(inbox, v, v.in_tail + m)[k - m * words];
+                }
             }
-            slot_out(outbox, v, v.out_head + m)[i] = __fmaf_rn(x, factor, 1.0f);
+#pragma unroll
+            for (unsigned int u = 0; u < UNROLL; u++) {
+                unsigned int k = base + u * blockDim.x;
+                if (k < total) {
+                    unsigned int m = k / words;
+                    unsigned int i = k - m * words;
+                    if (fault_on_negative && i == 0 && x[u] < 0.0f) {
+                        // A handler bug: a store through a pointer no allocation covers.
+                        *(volatile unsigned int*)(size_t)(16 + m) = 1;
+                    }
+                    slot_out(outbox, v, v.out_head + m)[i] = __fmaf_rn(x[u], factor, 1.0f);
+                }
+            }
         }
         __syncthreads();
         if (threadIdx.x == 0) {

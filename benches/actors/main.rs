@@ -168,17 +168,8 @@ fn probe_cuda() -> Result<String, String> {
 }
 
 fn cpu() -> String {
-    let model = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|t| {
-            t.lines().find_map(|l| {
-                l.strip_prefix("model name")
-                    .map(|r| r.trim_start_matches([' ', '\t', ':']).to_string())
-            })
-        })
-        .unwrap_or_else(|| "unknown".into());
     let n = std::thread::available_parallelism().map_or(0, |n| n.get());
-    format!("{model}, {n} vCPUs")
+    format!("{}, {n} vCPUs", tasklet_tests::cpu_model())
 }
 
 /// The figures of the three paths.

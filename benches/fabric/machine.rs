@@ -45,15 +45,7 @@ pub fn commit(given: Option<&str>, repo: &Path) -> String {
 
 /// The CPU's model name, from /proc/cpuinfo.
 pub fn cpu() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|info| {
-            info.lines()
-                .find_map(|l| l.strip_prefix("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, name)| name.trim().to_owned())
-        })
-        .unwrap_or_else(|| "unknown CPU".into())
+    tasklet_tests::cpu_model()
 }
 
 /// The 1-minute load average, from /proc/loadavg: on a shared machine, how busy it was.

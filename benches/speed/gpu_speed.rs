@@ -1118,15 +1118,7 @@ fn driver_version() -> String {
 }
 
 fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|t| {
-            t.lines().find_map(|l| {
-                l.strip_prefix("model name")
-                    .map(|r| r.trim_start_matches([' ', '\t', ':']).to_string())
-            })
-        })
-        .unwrap_or_else(|| "unknown".into())
+    tasklet_tests::cpu_model()
 }
 
 /// Now, UTC, as `YYYY-MM-DD HH:MM:SSZ`.

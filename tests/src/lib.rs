@@ -265,6 +265,20 @@ pub fn on_the_probed_gpu(mut policy: Policy, info: &WorkerInfo) -> Policy {
     policy
 }
 
+/// The CPU's model name, from /proc/cpuinfo (`unknown` where it says none): what benchmarks
+/// print about the machine they ran on.
+pub fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find_map(|l| l.strip_prefix("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, name)| name.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown".into())
+}
+
 /// Whether a process with this id exists (a worker the test's host started, or its zombie).
 pub fn pid_alive(pid: u32) -> bool {
     // SAFETY: signal 0 only checks whether the process exists.

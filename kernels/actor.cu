@@ -140,6 +140,54 @@ __device__ __forceinline__ void publish(ring* inbox, ring* outbox, control* ctl,
     *(volatile unsigned long long*)&ctl->messages_processed = v.processed;
 }
 
+__device__ __forceinline__ float scaled(float x, float factor)
+{
+    return __fmaf_rn(x, factor, 1.0f);
+}
+
+__device__ __forceinline__ float4 scaled(float4 x, float factor)
+{
+    return make_float4(scaled(x.x, factor), scaled(x.y, factor), scaled(x.z, factor),
+                       scaled(x.w, factor));
+}
+
+__device__ __forceinline__ float first(float x) { return x; }
+__device__ __forceinline__ float first(float4 x) { return x.x; }
+
+// Every thread: the batch's messages, `elems` elements of T each, from the inbox's slots to the
+// outbox's, each element scaled. A thread issues UNROLL loads before it stores any.
+template <typename T>
+__device__ __forceinline__ void transform(ring* inbox, ring* outbox, const view& v,
+                                          unsigned int elems, float factor,
+                                          bool fault_on_negative)
+{
+    unsigned int total = v.count * elems;
+    for (unsigned int base = threadIdx.x; base < total; base += blockDim.x * UNROLL) {
+        T x[UNROLL];
+#pragma unroll
+        for (unsigned int u = 0; u < UNROLL; u++) {
+            unsigned int k = base + u * blockDim.x;
+            if (k < total) {
+                unsigned int m = k / elems;
+                x[u] = ((const T*)slot_in(inbox, v, v.in_tail + m))[k - m * elems];
+            }
+        }
+#pragma unroll
+        for (unsigned int u = 0; u < UNROLL; u++) {
+            unsigned int k = base + u * blockDim.x;
+            if (k < total) {
+                unsigned int m = k / elems;
+                unsigned int i = k - m * elems;
+                if (fault_on_negative && i == 0 && first(x[u]) < 0.0f) {
+                    // A handler bug: a store through a pointer no allocation covers.
+                    *(volatile unsigned int*)(size_t)(16 + m) = 1;
+                }
+                ((T*)slot_out(outbox, v, v.out_head + m))[i] = scaled(x[u], factor);
+            }
+        }
+    }
+}
+
 // The actor loop; `fault_on_negative` makes a message whose first float is negative fault the
 // kernel (a handler that fails). One block serves the rings; any others return at once.
 __device__ __forceinline__ void serve(ring* inbox, ring* outbox, control* ctl, float factor,
@@ -168,37 +216,19 @@ __device__ __forceinline__ void serve(ring* inbox, ring* outbox, control* ctl, f
             return;
         }
         // Every word of every message taken is independent: the block's loads are all in flight
-        // at once, so a batch costs about one round trip across the bus, not one per message.
-        unsigned int n = v.count;
-        unsigned int words = min(v.in_size, v.out_size) / 4;
-        unsigned int total = n * words;
-        for (unsigned int base = threadIdx.x; base < total; base += blockDim.x * UNROLL) {
-            float x[UNROLL];
-#pragma unroll
-            for (unsigned int u = 0; u < UNROLL; u++) {
-                unsigned int k = base + u * blockDim.x;
-                if (k < total) {
-                    unsigned int m = k / words;
-                    x[u] = slot_in(inbox, v, v.in_tail + m)[k - m * words];
-                }
-            }
-#pragma unroll
-            for (unsigned int u = 0; u < UNROLL; u++) {
-                unsigned int k = base + u * blockDim.x;
-                if (k < total) {
-                    unsigned int m = k / words;
-                    unsigned int i = k - m * words;
-                    if (fault_on_negative && i == 0 && x[u] < 0.0f) {
-                        // A handler bug: a store through a pointer no allocation covers.
-                        *(volatile unsigned int*)(size_t)(16 + m) = 1;
-                    }
-                    slot_out(outbox, v, v.out_head + m)[i] = __fmaf_rn(x[u], factor, 1.0f);
-                }
-            }
+        // at once, so a batch costs about one round trip across the bus, not one per message;
+        // 16 bytes a load where every slot is 16-byte aligned.
+        unsigned int bytes = min(v.in_size, v.out_size);
+        bool aligned = (v.in_size | v.out_size | (unsigned int)(size_t)inbox |
+                        (unsigned int)(size_t)outbox) % 16 == 0;
+        if (aligned) {
+            transform<float4>(inbox, outbox, v, bytes / 16, factor, fault_on_negative);
+        } else {
+            transform<float>(inbox, outbox, v, bytes / 4, factor, fault_on_negative);
         }
         __syncthreads();
         if (threadIdx.x == 0) {
-            publish(inbox, outbox, ctl, v, n);
+            publish(inbox, outbox, ctl, v, v.count);
         }
         // Thread 0's next wait must not change the view before every thread has read it: the
         // barrier at the top of the loop orders the next command after this one.

@@ -13,7 +13,7 @@ pub const MESSAGE_BYTES: u32 = (WIDTH * 4) as u32;
 pub const SLOTS: u32 = 256;
 pub const FACTOR: f32 = 2.0;
 /// Threads of the one block every launch of the kernel runs.
-pub const THREADS: u32 = 64;
+pub const THREADS: u32 = 256;
 /// The longest any path waits for one answer (or one batch's next answer).
 pub const ANSWER_WAIT: Duration = Duration::from_secs(2);
 /// The longest a persistent kernel is given to return when asked.

@@ -31,10 +31,11 @@ const FACTOR: f32 = 2.0;
 const ANSWER_WAIT_US: u64 = 2_000_000;
 /// The longest the kernel is given to return when asked.
 const STOP_GRACE_MS: u32 = 2000;
-/// One block of 64 threads, as the persistent kernel runs and as its normal launch does.
+/// One block of 256 threads, as the persistent kernel runs and as its normal launch does: a
+/// batch of 256 messages of 256 bytes is then 16 loads of 16 bytes a thread, all in flight at once.
 const BLOCK: LaunchConfig = LaunchConfig {
     grid: (1, 1, 1),
-    block: (64, 1, 1),
+    block: (256, 1, 1),
     shared_mem_bytes: 0,
 };
 

@@ -381,7 +381,7 @@ impl Backend for CudaBackend {
         if data.is_empty() {
             return Ok(());
         }
-        let may_register = self.persistent.running_kernel().is_none();
+        let may_register = !self.persistent.running();
         for piece in self
             .host
             .pieces(self.drv, data.as_ptr(), data.len(), may_register)
@@ -409,7 +409,7 @@ impl Backend for CudaBackend {
         if out.is_empty() {
             return Ok(());
         }
-        let may_register = self.persistent.running_kernel().is_none();
+        let may_register = !self.persistent.running();
         for piece in self
             .host
             .pieces(self.drv, out.as_ptr(), out.len(), may_register)

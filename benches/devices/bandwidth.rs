@@ -1,20 +1,27 @@
-//! Copies on each device alone, then on both at once: a `MiB`-sized write (tasklet memory to
-//! device) and read (back), each device through its own lease and worker.
+//! Copies on each device alone, then on both at once: a `MiB`-sized write (to the device) and
+//! read (back), each device through its own lease and worker, from and into memory a worker maps
+//! as it maps a tasklet's linear memory (the node's staging memory): one DMA each way on cuda,
+//! as a tasklet's large `mem-write` and `mem-read-into` move.
 
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use tasklet_runtime::gpu::{BufferId, GpuService, LocalGpu, SessionId};
+use tasklet_runtime::guest_memory::staging::{StagingBuffer, StagingPool};
 use tasklet_runtime::Host;
 
 use crate::{gbps, median, new_gpu, session_on, verdict, Options, MIB};
 
-/// One device's lease, its buffer and the bytes written to it.
+/// One device's lease, its buffer, the bytes written to it (`source`, in mapped memory, and
+/// `data`, the same bytes to check against) and the mapped memory reads land in (`sink`).
 struct Copier {
     gpu: LocalGpu,
     session: SessionId,
     buffer: BufferId,
     data: Vec<u8>,
+    source: StagingBuffer,
+    sink: StagingBuffer,
+    zeros: Vec<u8>,
 }
 
 impl Copier {
@@ -26,37 +33,54 @@ impl Copier {
             .mem_alloc(session, bytes)
             .map_err(|e| format!("alloc on device {device}: {e}"))?;
         let data: Vec<u8> = (0..bytes).map(|i| (i * 31 + device as u64) as u8).collect();
+        let pool = StagingPool::new(data.len(), 2);
+        let take = || -> Result<StagingBuffer, String> {
+            pool.try_take()
+                .map_err(|e| format!("mapped memory: {e}"))?
+                .ok_or_else(|| "mapped memory: the pool is empty".to_string())
+        };
+        let mut source = take()?;
+        source.fill_from(&data);
+        let sink = take()?;
         Ok(Copier {
             gpu,
             session,
             buffer,
+            zeros: vec![0; data.len()],
             data,
+            source,
+            sink,
         })
     }
 
     fn write(&mut self) -> Result<Duration, String> {
         let t = Instant::now();
         self.gpu
-            .mem_write(self.session, self.buffer, 0, &self.data)
+            .mem_write(self.session, self.buffer, 0, self.source.as_ref())
             .map_err(|e| format!("write: {e}"))?;
         Ok(t.elapsed())
     }
 
+    /// A read into `sink`, cleared first (untimed) so that bytes left from the last read cannot
+    /// pass the check.
     fn read(&mut self) -> Result<Duration, String> {
+        let len = self.data.len();
+        self.sink.clear();
+        self.sink.fill_from(&self.zeros);
         let t = Instant::now();
-        let back = self
-            .gpu
-            .mem_read(self.session, self.buffer, 0, self.data.len() as u64)
+        let into = self.sink.guest_bytes(len);
+        self.gpu
+            .mem_read_into(self.session, self.buffer, 0, into)
             .map_err(|e| format!("read: {e}"))?;
         let took = t.elapsed();
-        if back != self.data {
+        if self.sink.as_ref() != self.data.as_slice() {
             return Err("the bytes read back differ from those written".into());
         }
         Ok(took)
     }
 
-    /// `reps` writes then `reps` reads (after one of each untimed), each begun when every
-    /// copier at `start` is ready.
+    /// `reps` writes then `reps` reads (after one of each untimed: the worker maps and, on cuda,
+    /// page-locks the memory on first use), each begun when every copier at `start` is ready.
     fn run(&mut self, reps: usize, start: &Barrier) -> Result<(Duration, Duration), String> {
         self.write()?;
         self.read()?;
@@ -76,7 +100,7 @@ impl Copier {
 
 pub fn measure(host: &Host, o: &Options) -> Result<(), String> {
     println!(
-        "## bandwidth: {} MiB copies on each device alone, then on both at once",
+        "## bandwidth: {} MiB copies on each device alone, then on both at once (from and into mapped memory, as a tasklet's)",
         o.mib
     );
     let bytes = o.mib * MIB;

@@ -6,7 +6,7 @@ use std::io::{Read, Write};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::{free_tcp_port, free_udp_port, repo, tasklet, text};
+use crate::support::{free_tcp_port, free_udp_port, repo, suite_backend, tasklet, text};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -49,7 +49,7 @@ fn certs_node_remote_run_inventory_and_drain() {
             "--certs",
             certs,
             "--backend",
-            "emu",
+            suite_backend(),
             "--store",
             dir.path().join("store").to_str().unwrap(),
             "--log-format",
@@ -75,8 +75,19 @@ fn certs_node_remote_run_inventory_and_drain() {
         assert!(inventory.status.success(), "{}", text(&inventory.stderr));
         let json = text(&inventory.stdout);
         assert!(
-            json.contains("\"backend\":\"emu\"") && json.contains("\"leases\":0"),
+            json.contains(&format!("\"backend\":\"{}\"", suite_backend()))
+                && json.contains("\"leases\":0"),
             "{json}"
+        );
+        // The node lends every device this machine's own inventory lends (both GPUs of a
+        // two-GPU machine), each once.
+        let here = tasklet(&["inventory", "--backend", suite_backend(), "--json"], b"");
+        assert!(here.status.success(), "{}", text(&here.stderr));
+        let lent_here = text(&here.stdout).matches("\"lent\":true").count();
+        let served = json.matches("\"uuid\":").count();
+        assert!(
+            lent_here >= 1 && served == lent_here,
+            "the node lends {served} devices, this machine's inventory {lent_here}: {json}"
         );
 
         let out = tasklet(
@@ -199,7 +210,7 @@ fn deploy_push_and_run_with_json_and_metrics() {
             "--certs",
             certs,
             "--backend",
-            "emu",
+            suite_backend(),
             "--policy",
             policy.to_str().unwrap(),
             "--store",

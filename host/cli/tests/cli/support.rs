@@ -31,6 +31,15 @@ pub fn tasklet(args: &[&str], stdin: &[u8]) -> Output {
     child.wait_with_output().unwrap()
 }
 
+/// The backend the tests' nodes serve: `cuda` with `TASKLET_TEST_BACKEND=cuda` (the GPU suite),
+/// else the emulator.
+pub fn suite_backend() -> &'static str {
+    match std::env::var("TASKLET_TEST_BACKEND").as_deref() {
+        Ok("cuda") => "cuda",
+        _ => "emu",
+    }
+}
+
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }

@@ -87,7 +87,7 @@ pub fn nodes_register_drain_and_leave() -> TestResult {
         })?;
         let device = &record.devices[0];
         check(
-            device.backend == "emu"
+            device.backend == crate::support::backend_for(&policy()).as_str()
                 && device.total_vram == status.devices[0].total_memory
                 && device.free_vram == device.total_vram
                 && !record.draining,

@@ -75,7 +75,7 @@ pub fn serve_node(args: &[String]) -> ! {
             .listen("127.0.0.1:0".parse().unwrap())
             .certs(&args[0])
             .policy(policy())
-            .backend(tasklet_runtime::BackendKind::Emu)
+            .backend(crate::support::backend_for(&policy()))
             .worker(worker())
             .idle_timeout(Duration::from_secs(3));
         let node = match (args.get(1), args.get(2)) {

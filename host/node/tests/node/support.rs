@@ -1,5 +1,6 @@
-//! What the tests share: a certificate folder, a node on 127.0.0.1 serving the emulator with
-//! this binary as its worker, clients of it, and a raw QUIC client that sends any bytes.
+//! What the tests share: a certificate folder, a node on 127.0.0.1 serving the suite's backend
+//! (the emulator, or the GPU with `TASKLET_TEST_BACKEND=cuda`) with this binary as its worker,
+//! clients of it, and a raw QUIC client that sends any bytes.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -41,12 +42,24 @@ pub fn policy() -> Policy {
     tasklet_tests::test_policy()
 }
 
+/// The backend a host with `policy` serves: the emulator when the policy lists emulated devices
+/// (placement over devices of known sizes), else the suite's (`TASKLET_TEST_BACKEND`), so that
+/// the GPU suite runs these tests with the node lending the machine's GPUs.
+pub fn backend_for(policy: &Policy) -> BackendKind {
+    if policy.devices.emu.is_some() {
+        BackendKind::Emu
+    } else {
+        tasklet_tests::backend()
+    }
+}
+
 /// A host on this machine, as `tasklet run` without `--node` has.
 pub fn local_host() -> Host {
+    let policy = policy();
     Host::new(HostConfig {
-        policy: policy(),
+        backend: backend_for(&policy),
+        policy,
         worker: worker(),
-        backend: BackendKind::Emu,
     })
     .expect("the local host starts")
 }
@@ -109,12 +122,13 @@ impl TestNode {
         let dir = certs.path().to_path_buf();
         let store = setup.store.then(|| tempfile::tempdir().expect("temp dir"));
         let store_dir = store.as_ref().map(|d| d.path().to_path_buf());
+        let backend = backend_for(&setup.policy);
         let node = runtime.block_on(async move {
             let mut builder = NodeBuilder::new()
                 .listen("127.0.0.1:0".parse().unwrap())
                 .certs(dir)
                 .policy(setup.policy)
-                .backend(BackendKind::Emu)
+                .backend(backend)
                 .worker(worker())
                 .idle_timeout(setup.idle_timeout)
                 .stall_timeout(setup.stall_timeout);

@@ -157,6 +157,11 @@ impl StagingBuffer {
         self.pool.size
     }
 
+    /// Counts nothing as filled, for filling again from the start (the bytes stay until then).
+    pub fn clear(&mut self) {
+        self.len = 0;
+    }
+
     /// Appends as much of `data` as fits; returns how many bytes that was.
     pub fn fill_from(&mut self, data: &[u8]) -> usize {
         let take = data.len().min(self.capacity() - self.len);

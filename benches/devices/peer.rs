@@ -1,6 +1,7 @@
-//! A copy between the two devices of one group lease (`mem-copy-from`), beside native cudarc in
-//! this process on the same two GPUs: `cuMemcpyPeer` (peer access on where the hardware allows)
-//! and a copy staged through pinned host memory.
+//! A copy between the two devices of one group lease (`mem-copy-from`: GPU to GPU where the
+//! workers can, else staged; the row says which), beside native cudarc in this process on the
+//! same two GPUs: `cuMemcpyPeer` (peer access on where the hardware allows) and a copy staged
+//! through pinned host memory.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,7 +18,19 @@ pub fn measure(host: &Host, o: &Options) -> Result<(), String> {
         o.mib
     );
     let bytes = o.mib * MIB;
+    let peer_before = host.leases().peer_copy_bytes();
     let ours = group_copy(host, o)?;
+    // Every copy went GPU to GPU, or none did (the workers could not): say which.
+    let path = if host.leases().peer_copy_bytes() > peer_before {
+        "GPU to GPU: the source's worker exports the buffer, the destination's maps it".to_string()
+    } else {
+        format!(
+            "staged through memory both workers map: {}",
+            host.leases()
+                .peer_copy_refusal()
+                .unwrap_or_else(|| "no reason given".into())
+        )
+    };
     let native = match o.backend {
         BackendKind::Cuda => Some(native(o.devices, bytes as usize, o.reps)),
         BackendKind::Emu => None,
@@ -32,7 +45,7 @@ pub fn measure(host: &Host, o: &Options) -> Result<(), String> {
         )
     };
     row(
-        "tasklet: `mem-copy-from` within a group lease (staged through memory both workers map)",
+        &format!("tasklet: `mem-copy-from` within a group lease ({path})"),
         ours,
     );
     match native {

@@ -323,8 +323,8 @@ impl LeaseBuilder {
     /// devices that meet the requirements (WIT `lease.acquire-group`): all granted, or none. The
     /// leases come in the order the host ranks their devices (the most memory free first, then
     /// the fewest leases, then the lowest index). Open a [`Session`] on each, one per device,
-    /// and move data between them with [`Session::copy_from`] (staged through the host's memory,
-    /// not a peer copy). A group cannot name a [`device`](LeaseBuilder::device): more than one
+    /// and move data between them with [`Session::copy_from`] (GPU to GPU where the GPUs allow,
+    /// else staged through the host's memory). A group cannot name a [`device`](LeaseBuilder::device): more than one
     /// lease with one set is [`InvalidArgument`](crate::Error::InvalidArgument), as is `count`
     /// 0. Fails with [`CapacityExceeded`](crate::Error::CapacityExceeded) when fewer devices
     /// than `count` meet the requirements with room for a lease (the message says how many

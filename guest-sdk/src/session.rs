@@ -101,9 +101,9 @@ impl<'l> Session<'l> {
 
     /// Copies the elements `src_range` of `src`, a buffer of *another* session of this tasklet
     /// (typically under a lease on another device), to `dst` of this session from element
-    /// `dst_elem_offset` on, after all earlier work of both sessions. The host stages the bytes
-    /// through its memory: a copy between devices, not a peer copy. Needs the `read` and `write`
-    /// rights. With `src` of this session it is [`Session::copy_range`].
+    /// `dst_elem_offset` on, after all earlier work of both sessions: GPU to GPU between the
+    /// leases of one group where the GPUs allow, else staged through the host's memory. Needs the
+    /// `read` and `write` rights. With `src` of this session it is [`Session::copy_range`].
     ///
     /// ```no_run
     /// use tasklet_gpu::Lease;

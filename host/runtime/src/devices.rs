@@ -87,11 +87,28 @@ pub fn plan(
     Ok(uuids
         .iter()
         .map(|uuid| SlotPlan {
-            binding: DeviceBinding::uuid(uuid.clone()),
+            binding: DeviceBinding::uuid(uuid.clone()).with_peers(peers_of(uuid, &uuids)),
             emu_memory,
             share: uuids.iter().filter(|u| same_uuid(u, uuid)).count() as u32,
         })
         .collect())
+}
+
+/// The other whole GPUs among `lent` that a worker of `uuid` also sees, each once, for copies
+/// between the GPUs of a group lease. None for a MIG instance: MIG instances have no peer
+/// access, and a process sees one at most.
+fn peers_of(uuid: &str, lent: &[String]) -> Vec<String> {
+    let whole = |u: &str| u.starts_with("GPU-");
+    if !whole(uuid) {
+        return Vec::new();
+    }
+    let mut peers: Vec<String> = Vec::new();
+    for u in lent {
+        if whole(u) && !same_uuid(u, uuid) && !peers.iter().any(|p| same_uuid(p, u)) {
+            peers.push(u.clone());
+        }
+    }
+    peers
 }
 
 /// A `[cuda] devices` entry's UUID.
@@ -196,6 +213,57 @@ mod tests {
             .unwrap();
             assert_eq!(uuids(&p), [(String::new(), 1)]);
         }
+    }
+
+    #[test]
+    fn whole_gpus_see_each_other_and_mig_instances_see_none() {
+        let two = "driver\t580.159\t13000\n\
+            gpu\t0\tNVIDIA H200\tGPU-aaaa0000-0000-0000-0000-000000000000\t9.0\t150000000000\t149000000000\t1000000000\tdisabled\t00000000:19:00.0\n\
+            gpu\t1\tNVIDIA H200\tGPU-eeee0000-0000-0000-0000-000000000000\t9.0\t150000000000\t149000000000\t1000000000\tdisabled\t00000000:3B:00.0\n";
+        let inv = Inventory::parse(two).unwrap();
+        let p = plan(
+            BackendKind::Cuda,
+            &DevicePolicy::default(),
+            0,
+            Ok(&inv),
+            None,
+        )
+        .unwrap();
+        let (a, e) = (
+            "GPU-aaaa0000-0000-0000-0000-000000000000",
+            "GPU-eeee0000-0000-0000-0000-000000000000",
+        );
+        assert_eq!(p[0].binding.peers, [e]);
+        assert_eq!(p[1].binding.peers, [a]);
+        assert_eq!(
+            p[0].binding.env(),
+            Some(("CUDA_VISIBLE_DEVICES", format!("{a},{e}")))
+        );
+        // Two slots of one GPU: no peer (the GPU itself is not its own peer).
+        let one = DevicePolicy {
+            emu: None,
+            cuda: Some(vec![DeviceSelector::Index(0), DeviceSelector::Index(0)]),
+        };
+        let p = plan(BackendKind::Cuda, &one, 0, Ok(&inv), None).unwrap();
+        assert!(p.iter().all(|s| s.binding.peers.is_empty()));
+        // Beside MIG instances, a whole GPU sees no instance, and an instance sees nothing.
+        let recorded = Inventory::parse(RECORDED).unwrap();
+        let p = plan(
+            BackendKind::Cuda,
+            &DevicePolicy::default(),
+            0,
+            Ok(&recorded),
+            None,
+        )
+        .unwrap();
+        assert!(p.iter().all(|s| s.binding.peers.is_empty()));
+        assert_eq!(
+            p[1].binding.env(),
+            Some((
+                "CUDA_VISIBLE_DEVICES",
+                "MIG-cccc0000-0000-0000-0000-000000000000".to_string()
+            ))
+        );
     }
 
     #[test]

@@ -174,6 +174,9 @@ pub struct Lease {
     pub device: u32,
     /// Bytes granted; allocations under the lease may hold at most this much at once.
     pub granted: u64,
+    /// One of a group of leases on distinct devices: its memory is allocated so that the other
+    /// workers of the group can copy out of it (see [`LeaseManager::copy_between`]).
+    pub grouped: bool,
     acquired: Instant,
     state: Mutex<LeaseState>,
     /// Device time charged to the lease, in nanoseconds.
@@ -304,11 +307,15 @@ pub struct LeaseManager {
 }
 
 /// Bytes moved between the device and tasklet memory directly (the worker mapping the guest's
-/// memory), since the host started: what shows the zero-copy path is taken.
+/// memory), and between the devices of group leases GPU to GPU, since the host started: what
+/// shows the zero-copy and peer paths are taken.
 #[derive(Debug, Default)]
 struct DirectTransfers {
     written: AtomicU64,
     read: AtomicU64,
+    peer: AtomicU64,
+    /// Why the last copy between workers that was not made GPU to GPU was not.
+    peer_refused: Mutex<Option<String>>,
 }
 
 struct Book {
@@ -456,7 +463,7 @@ impl LeaseManager {
         };
         let mut refused = Vec::new();
         for index in ranked {
-            match self.try_on(index, bytes, ttl, run, account)? {
+            match self.try_on(index, bytes, ttl, run, account, false)? {
                 Ok(lease) => return Ok(lease),
                 Err(why) => refused.push(why),
             }
@@ -500,7 +507,7 @@ impl LeaseManager {
             if taken.len() == count {
                 break;
             }
-            match self.try_on(index, bytes, ttl, run, account) {
+            match self.try_on(index, bytes, ttl, run, account, count > 1) {
                 Ok(Ok(lease)) => taken.push(lease),
                 Ok(Err(why)) => refused.push(why),
                 Err(e) => {
@@ -548,6 +555,7 @@ impl LeaseManager {
         ttl: Duration,
         run: Option<RunLimit>,
         account: &GpuAccount,
+        grouped: bool,
     ) -> Result<Result<Arc<Lease>, String>, GpuError> {
         let d = index as usize;
         {
@@ -562,7 +570,9 @@ impl LeaseManager {
             book.granted[d] += bytes;
         }
         match self.pools[d].acquire_by(run.map(|r| r.ends)) {
-            Ok(worker) => Ok(Ok(self.lease_on(index, worker, bytes, ttl, run, account))),
+            Ok(worker) => Ok(Ok(
+                self.lease_on(index, worker, bytes, ttl, run, account, grouped)
+            )),
             Err(e) => {
                 self.book().granted[d] -= bytes;
                 match (e, run) {
@@ -576,7 +586,8 @@ impl LeaseManager {
         }
     }
 
-    /// A new lease on device `index` served by `worker`.
+    /// A new lease on device `index` served by `worker`; `grouped` as [`Lease::grouped`].
+    #[allow(clippy::too_many_arguments)]
     fn lease_on(
         &self,
         index: u32,
@@ -585,6 +596,7 @@ impl LeaseManager {
         ttl: Duration,
         run: Option<RunLimit>,
         account: &GpuAccount,
+        grouped: bool,
     ) -> Arc<Lease> {
         let now = Instant::now();
         let gpu_seen = worker.gpu_time();
@@ -592,6 +604,7 @@ impl LeaseManager {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
             device: index,
             granted: bytes,
+            grouped,
             acquired: now,
             state: Mutex::new(LeaseState {
                 worker: Some(worker),
@@ -687,7 +700,11 @@ impl LeaseManager {
                 .worker
                 .as_mut()
                 .ok_or_else(|| WorkerError::Lost("the lease has no worker".into()))?;
-            let addr = worker.alloc(bytes)?;
+            let addr = if lease.grouped {
+                worker.alloc_shareable(bytes)?
+            } else {
+                worker.alloc(bytes)?
+            };
             st.used = after;
             Ok(addr)
         })?;
@@ -935,6 +952,91 @@ impl LeaseManager {
             self.direct.written.load(Ordering::Relaxed),
             self.direct.read.load(Ordering::Relaxed),
         )
+    }
+
+    /// Bytes copied between the workers of two leases GPU to GPU ([`LeaseManager::copy_peer`]),
+    /// since the host started.
+    pub fn peer_copy_bytes(&self) -> u64 {
+        self.direct.peer.load(Ordering::Relaxed)
+    }
+
+    /// Why the last copy between the workers of two leases was staged rather than made GPU to
+    /// GPU (the worker's one-line cause), if one was.
+    pub fn peer_copy_refusal(&self) -> Option<String> {
+        self.direct
+            .peer_refused
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Copies `len` bytes at `offset` of `src`'s allocation at `base` to `to` of `dst`'s memory,
+    /// GPU to GPU: `src`'s worker finishes its queued work and exports the allocation, `dst`'s
+    /// maps it, copies and unmaps it. `Ok(false)`, having copied nothing, when the two cannot (a
+    /// lease not of a group, the emulator, a driver or GPU pair without peer access): the caller
+    /// copies another way. The caller checks both ranges.
+    ///
+    /// `src` stays locked until the copy is done, so that neither its holder nor its expiry can
+    /// free the memory while another process maps it. The only other lock taken meanwhile is
+    /// `dst`'s (no one holds the books while waiting for a lease, nor two leases of one holder
+    /// in the other order: a holder's operations are one at a time).
+    pub fn copy_peer(
+        &self,
+        dst: &Lease,
+        to: u64,
+        src: &Lease,
+        base: u64,
+        offset: u64,
+        len: u64,
+    ) -> Result<bool, GpuError> {
+        let refused = |e: &WorkerError| match e {
+            WorkerError::Op {
+                kind: ErrorKind::Unsupported,
+                message,
+            } => Some(message.clone()),
+            _ => None,
+        };
+        let mut why: Option<String> = None;
+        let mut copied: Result<(), GpuError> = Ok(());
+        self.with_state(src, |st| {
+            let exporter = st
+                .worker
+                .as_mut()
+                .ok_or_else(|| WorkerError::Lost("the lease has no worker".into()))?;
+            let handle = match exporter.export(base) {
+                Ok(handle) => handle,
+                Err(e) => {
+                    why = Some(refused(&e).ok_or(e)?);
+                    return Ok(());
+                }
+            };
+            copied = self.with_state(dst, |st| {
+                let importer = st
+                    .worker
+                    .as_mut()
+                    .ok_or_else(|| WorkerError::Lost("the lease has no worker".into()))?;
+                if let Err(e) = importer.copy_from_peer(to, &handle, offset, len) {
+                    why = Some(refused(&e).ok_or(e)?);
+                }
+                Ok(())
+            });
+            Ok(())
+        })?;
+        copied?;
+        match why {
+            Some(why) => {
+                *self
+                    .direct
+                    .peer_refused
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner()) = Some(why);
+                Ok(false)
+            }
+            None => {
+                self.direct.peer.fetch_add(len, Ordering::Relaxed);
+                Ok(true)
+            }
+        }
     }
 
     pub(crate) fn count_direct(&self, written: usize, read: usize) {

@@ -124,3 +124,86 @@ fn tasklets_run_on_the_cuda_backend_over_a_fake_driver() {
     assert_gpu_error(&lines, 0, "load-failed", "line 7");
     assert_baseline(&host);
 }
+
+/// A copy between the two leases of a group, on the cuda backend over the fake driver, which
+/// shares `cuMemAlloc` memory between processes as the driver does (CUDA IPC): two device slots
+/// (UUIDs the fake ignores, so each worker sees the other's "GPU" as a peer), a group across
+/// them, a copy each way. With peer access the bytes go worker to worker — the source's worker
+/// exports its buffer, the destination's maps it — and are counted; with the fake refusing every
+/// handle (`FAKE_CUDA_NO_PEER`, GPUs without peer access) the same copies are staged, land
+/// alike, and the host keeps the driver's reason.
+#[test]
+fn a_groups_copy_goes_worker_to_worker_where_the_driver_shares_memory() {
+    use std::sync::Arc;
+    use tasklet_runtime::config::DeviceSelector;
+    use tasklet_runtime::gpu::{GpuService, LeaseRequest, LocalGpu};
+    use tasklet_runtime::DeviceRequirement;
+
+    let Some(dir) = fake_driver_dir() else { return };
+    for peer_access in [true, false] {
+        let mut policy = test_policy();
+        policy.workers.context_reserve = 16 << 20;
+        policy.devices.cuda = Some(vec![
+            DeviceSelector::Uuid("GPU-fake0000-aaaa".into()),
+            DeviceSelector::Uuid("GPU-fake0000-bbbb".into()),
+        ]);
+        let mut args = vec![format!("LD_LIBRARY_PATH={}", dir.display())];
+        if !peer_access {
+            args.push("FAKE_CUDA_NO_PEER=1".into());
+        }
+        args.push(env!("CARGO_BIN_EXE_tasklet-test-worker").into());
+        let host = Host::new(HostConfig {
+            policy,
+            worker: WorkerCommand {
+                program: "env".into(),
+                args,
+            },
+            backend: BackendKind::Cuda,
+        })
+        .expect("a host of two slots on the fake driver");
+        assert_eq!(host.devices().len(), 2);
+        let mut grant = host.policy().grant(&manifest("testing/probe"));
+        grant.gpu.max_leases = 2;
+        grant.gpu.max_vram = 64 << 20;
+        let mut gpu = LocalGpu::new(grant, Arc::clone(host.leases()));
+        let request = LeaseRequest {
+            min_vram: 8 << 20,
+            secs: 60,
+            device: None,
+        };
+        let group = gpu
+            .lease_acquire_group(request, &DeviceRequirement::default(), 2)
+            .expect("a group across the two slots");
+        let a = gpu.session_open(group[0]).expect("session");
+        let b = gpu.session_open(group[1]).expect("session");
+        let size: u64 = 1 << 20;
+        let ba = gpu.mem_alloc(a, size).expect("alloc");
+        let bb = gpu.mem_alloc(b, size).expect("alloc");
+        let data: Vec<u8> = (0..size).map(|i| (i * 5 + 1) as u8).collect();
+        gpu.mem_write(a, ba, 0, &data).expect("write");
+        let before = host.leases().peer_copy_bytes();
+        gpu.mem_copy_between((b, bb, 512), (a, ba, 0), size - 512)
+            .expect("copy to the second");
+        let back = gpu.mem_read(b, bb, 0, size).expect("read");
+        assert!(back[..512].iter().all(|&x| x == 0));
+        assert!(back[512..] == data[..(size - 512) as usize]);
+        gpu.mem_copy_between((a, ba, 0), (b, bb, 512), 4096)
+            .expect("copy to the first");
+        let first = gpu.mem_read(a, ba, 0, 4096).expect("read");
+        assert!(first[..] == data[..4096]);
+        let peer = host.leases().peer_copy_bytes() - before;
+        let refusal = host.leases().peer_copy_refusal();
+        if peer_access {
+            assert_eq!(peer, size - 512 + 4096, "staged: {refusal:?}");
+        } else {
+            assert_eq!(peer, 0);
+            let why = refusal.expect("a reason kept");
+            assert!(
+                why.contains("cuIpcOpenMemHandle") && why.contains("PEER_ACCESS_UNSUPPORTED"),
+                "{why}"
+            );
+        }
+        drop(gpu);
+        assert_baseline(&host);
+    }
+}

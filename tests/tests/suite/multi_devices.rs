@@ -332,3 +332,76 @@ fn a_tasklet_acquires_a_group_and_copies_between_its_devices() {
     assert_eq!(lines.len(), 5, "{lines:?}");
     assert_baseline(&host);
 }
+
+/// A copy between the two leases of a group (`mem-copy-from` across sessions) lands whole, at
+/// offsets, either way, in order after the source's earlier work. Where the workers can, it goes
+/// GPU to GPU — on cuda the source's worker exports its buffer and the destination's maps it for
+/// the copy (two GPUs: a peer copy; one GPU as two slots: a copy between two processes' memory
+/// on that GPU) — and the host counts the bytes; on the emulator it is staged through memory
+/// both workers map, and nothing is counted.
+#[test]
+fn a_copy_between_a_groups_devices_goes_gpu_to_gpu_where_it_can() {
+    let host = test_host!(group_policy());
+    let mut gpu = LocalGpu::new(grant(&host, 2), Arc::clone(host.leases()));
+    let group = gpu
+        .lease_acquire_group(request(8 * MIB), &DeviceRequirement::default(), 2)
+        .expect("a group of 2");
+    let a = gpu.session_open(group[0]).expect("session on the first");
+    let b = gpu.session_open(group[1]).expect("session on the second");
+    let size = 4 * MIB;
+    let ba = gpu.mem_alloc(a, size).expect("alloc on the first");
+    let bb = gpu.mem_alloc(b, size).expect("alloc on the second");
+    let data: Vec<u8> = (0..size).map(|i| (i * 7 + 3) as u8).collect();
+    gpu.mem_write(a, ba, 0, &data).expect("write");
+    let before = host.leases().peer_copy_bytes();
+
+    let there = 3 * MIB;
+    gpu.mem_copy_between((b, bb, 4096), (a, ba, 64), there)
+        .expect("copy to the second");
+    let back = gpu.mem_read(b, bb, 0, size).expect("read the second");
+    let (lo, hi) = (4096usize, 4096 + there as usize);
+    assert!(
+        back[..lo].iter().all(|&x| x == 0),
+        "before the copy: untouched"
+    );
+    assert!(
+        back[lo..hi] == data[64..64 + there as usize],
+        "the copied bytes"
+    );
+    assert!(
+        back[hi..].iter().all(|&x| x == 0),
+        "after the copy: untouched"
+    );
+
+    // Back the other way, over what the first holds.
+    gpu.mem_copy_between((a, ba, 0), (b, bb, 4096), MIB)
+        .expect("copy to the first");
+    let first = gpu.mem_read(a, ba, 0, 2 * MIB).expect("read the first");
+    assert!(first[..MIB as usize] == data[64..64 + MIB as usize]);
+    assert!(first[MIB as usize..] == data[MIB as usize..2 * MIB as usize]);
+
+    let peer = host.leases().peer_copy_bytes() - before;
+    match backend() {
+        BackendKind::Emu => assert_eq!(peer, 0, "the emulator stages copies between devices"),
+        BackendKind::Cuda => assert_eq!(
+            peer,
+            there + MIB,
+            "copies between the group's GPUs were staged: {:?}",
+            host.leases().peer_copy_refusal()
+        ),
+    }
+
+    // Past the end of either buffer: refused before any worker is asked, nothing copied.
+    for (dst, src) in [
+        ((b, bb, size - 8), (a, ba, 0)),
+        ((b, bb, 0), (a, ba, size - 8)),
+    ] {
+        let e = gpu
+            .mem_copy_between(dst, src, 16)
+            .expect_err("a range past a buffer's end");
+        assert_eq!(e.name(), "out-of-bounds", "{e}");
+    }
+    assert_eq!(host.leases().peer_copy_bytes() - before, peer);
+    drop(gpu);
+    assert_baseline(&host);
+}

@@ -787,10 +787,27 @@ impl GpuService for LocalGpu {
         let to = span(daddr, dsize, dst.2, len)?;
         let from = span(saddr, ssize, src.2, len)?;
         let (dlease, slease) = (Arc::clone(&ds.lease), Arc::clone(&ss.lease));
-        // Worker processes cannot reach each other's memory: the bytes pass through memory both
-        // map, a bounded piece at a time, the source's worker copying into it and the
-        // destination's out of it. The read waits for the source's kernels; the write is in
-        // order before the destination's later work.
+        if len == 0 {
+            return Ok(());
+        }
+        if Arc::ptr_eq(&dlease, &slease) {
+            // Two sessions of one lease: one worker, one copy on its device.
+            return self.run(&dlease, |w| w.copy(to, from, len));
+        }
+        // GPU to GPU where the leases' workers can (a group's, on GPUs with peer access): the
+        // source's worker finishes its work and exports the buffer, the destination's copies out
+        // of it and waits.
+        self.usage.check()?;
+        let peer = self
+            .manager
+            .copy_peer(&dlease, to, &slease, saddr, from - saddr, len)
+            .map_err(|e| self.usage.blame(&self.manager, &slease, e))?;
+        if peer {
+            return Ok(());
+        }
+        // Otherwise through memory both workers map, a bounded piece at a time, the source's
+        // worker copying into it and the destination's out of it. The read waits for the
+        // source's kernels; the write is in order before the destination's later work.
         if self.copy_staging.is_none() {
             let area = MappedArea::create(COPY_PIECE as usize).map_err(|e| {
                 GpuError::CapacityExceeded(format!(

@@ -75,6 +75,9 @@ const REQ_GRAPH_DESTROY: u8 = 21;
 const REQ_MAP_DEVICE: u8 = 22;
 const REQ_UNMAP_DEVICE: u8 = 23;
 const REQ_LAUNCH_PERSISTENT: u8 = 24;
+const REQ_ALLOC_SHAREABLE: u8 = 25;
+const REQ_EXPORT: u8 = 26;
+const REQ_COPY_FROM_PEER: u8 = 27;
 
 const OP_LAUNCH: u8 = 1;
 const OP_COPY: u8 = 2;
@@ -86,6 +89,7 @@ const RESP_MODULE: u8 = 3;
 const RESP_INFO: u8 = 4;
 const RESP_ERROR: u8 = 5;
 const RESP_GRAPH: u8 = 6;
+const RESP_EXPORTED: u8 = 7;
 
 /// Appends the encoding of `req` (with request id `id`) to `out`.
 pub fn encode_request(id: u64, req: &Request<'_>, out: &mut Vec<u8>) {
@@ -95,6 +99,26 @@ pub fn encode_request(id: u64, req: &Request<'_>, out: &mut Vec<u8>) {
         Request::Alloc { bytes } => {
             w.head(REQ_ALLOC, id);
             w.u64(*bytes);
+        }
+        Request::AllocShareable { bytes } => {
+            w.head(REQ_ALLOC_SHAREABLE, id);
+            w.u64(*bytes);
+        }
+        Request::Export { addr } => {
+            w.head(REQ_EXPORT, id);
+            w.u64(*addr);
+        }
+        Request::CopyFromPeer {
+            dst,
+            handle,
+            offset,
+            len,
+        } => {
+            w.head(REQ_COPY_FROM_PEER, id);
+            w.u64(*dst);
+            w.var_bytes(handle);
+            w.u64(*offset);
+            w.u64(*len);
         }
         Request::Free { addr } => {
             w.head(REQ_FREE, id);
@@ -340,6 +364,18 @@ pub fn decode_request(frame: &[u8]) -> Result<(u64, Request<'_>), DecodeError> {
         REQ_UNMAP_DEVICE => Request::UnmapDevice {
             addr: r.u64("device address")?,
         },
+        REQ_ALLOC_SHAREABLE => Request::AllocShareable {
+            bytes: r.u64("allocation size")?,
+        },
+        REQ_EXPORT => Request::Export {
+            addr: r.u64("device address")?,
+        },
+        REQ_COPY_FROM_PEER => Request::CopyFromPeer {
+            dst: r.u64("destination address")?,
+            handle: r.var_bytes("export handle")?,
+            offset: r.u64("source offset")?,
+            len: r.u64("copy length")?,
+        },
         REQ_LAUNCH_PERSISTENT => {
             let memory = r.u64("memory id")?;
             let control = r.u64("control block offset")?;
@@ -398,6 +434,10 @@ pub fn encode_response(id: u64, resp: &Response, out: &mut Vec<u8>) {
         Response::Graph { id: graph } => {
             w.head(RESP_GRAPH, id);
             w.u32(*graph);
+        }
+        Response::Exported { handle } => {
+            w.head(RESP_EXPORTED, id);
+            w.var_bytes(handle);
         }
         Response::Module {
             id: module,
@@ -490,6 +530,9 @@ pub fn decode_response(frame: &[u8]) -> Result<(u64, Response), DecodeError> {
         },
         RESP_GRAPH => Response::Graph {
             id: r.u32("graph id")?,
+        },
+        RESP_EXPORTED => Response::Exported {
+            handle: r.var_bytes("export handle")?.to_vec(),
         },
         RESP_MODULE => {
             let module = r.u32("module id")?;

@@ -10,14 +10,21 @@ pub struct WorkerCommand {
     pub args: Vec<String>,
 }
 
-/// The device a worker serves. On cuda, the worker's process sees only that device (as its
-/// device 0), through `CUDA_VISIBLE_DEVICES`; a UUID names one device however the driver orders
-/// them. Unbound, a worker serves device 0 of what its environment shows it. On emu, a pool's
-/// workers are bound to their device by their pool alone (each emulated device is its own size).
+/// The device a worker serves. On cuda, the worker's process sees that device as its device 0,
+/// through `CUDA_VISIBLE_DEVICES`; a UUID names one device however the driver orders them.
+/// Unbound, a worker serves device 0 of what its environment shows it. On emu, a pool's workers
+/// are bound to their device by their pool alone (each emulated device is its own size).
+///
+/// `peers` are the machine's other whole GPUs, which the worker sees after its own: it makes no
+/// context on them and its kernels reach none of their memory, but it can map memory another
+/// worker exports from them, so that a copy between the GPUs of a group lease goes GPU to GPU
+/// (`Request::CopyFromPeer`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DeviceBinding {
     /// `GPU-…` or `MIG-…`, as NVML reports it.
     pub uuid: Option<String>,
+    /// Other GPUs' `GPU-…` UUIDs, visible to the worker after its own.
+    pub peers: Vec<String>,
 }
 
 impl DeviceBinding {
@@ -25,12 +32,26 @@ impl DeviceBinding {
     pub fn uuid(uuid: impl Into<String>) -> DeviceBinding {
         DeviceBinding {
             uuid: Some(uuid.into()),
+            peers: Vec::new(),
         }
     }
 
-    /// The environment a bound worker is started with.
-    pub fn env(&self) -> Option<(&'static str, &str)> {
-        self.uuid.as_deref().map(|u| ("CUDA_VISIBLE_DEVICES", u))
+    /// The same binding, seeing `peers` too.
+    pub fn with_peers(mut self, peers: Vec<String>) -> DeviceBinding {
+        self.peers = peers;
+        self
+    }
+
+    /// The environment a bound worker is started with: its device first (the worker's device 0),
+    /// then its peers.
+    pub fn env(&self) -> Option<(&'static str, String)> {
+        let own = self.uuid.as_deref()?;
+        let mut visible = own.to_owned();
+        for peer in &self.peers {
+            visible.push(',');
+            visible.push_str(peer);
+        }
+        Some(("CUDA_VISIBLE_DEVICES", visible))
     }
 }
 

@@ -12,6 +12,29 @@ pub enum Request<'a> {
     Alloc {
         bytes: u64,
     },
+    /// As [`Request::Alloc`], memory another worker of the machine may copy from once it is
+    /// exported ([`Request::Export`]): a group lease's buffers (cuda: `cuMemAlloc`, which the
+    /// driver can share between processes, where `Alloc` may take memory from a pool).
+    AllocShareable {
+        bytes: u64,
+    },
+    /// Finish the queued work, then answer with [`Response::Exported`]: the handle through which
+    /// another worker copies out of the allocation starting at `addr` (made by
+    /// [`Request::AllocShareable`]). `unsupported` where this backend or allocation cannot.
+    Export {
+        addr: u64,
+    },
+    /// Copy `len` bytes from `offset` into the allocation another worker exported as `handle` to
+    /// `dst` of this worker's memory, and wait for the copy (cuda: the exporting process's memory
+    /// mapped here for the copy and unmapped after it; a peer copy between GPUs). `unsupported`
+    /// where this worker cannot map the memory (no peer access between the GPUs), so the host
+    /// stages the copy instead. The host checks the source range: the handle carries no size.
+    CopyFromPeer {
+        dst: u64,
+        handle: &'a [u8],
+        offset: u64,
+        len: u64,
+    },
     Free {
         addr: u64,
     },
@@ -145,6 +168,9 @@ impl Request<'_> {
         match self {
             Request::Ping => "ping",
             Request::Alloc { .. } => "alloc",
+            Request::AllocShareable { .. } => "alloc-shareable",
+            Request::Export { .. } => "export",
+            Request::CopyFromPeer { .. } => "copy-from-peer",
             Request::Free { .. } => "free",
             Request::Write { .. } => "write",
             Request::Read { .. } => "read",
@@ -228,6 +254,10 @@ pub enum Response {
     /// A graph made ready ([`Request::GraphCreate`]): the worker's id for it, never reused.
     Graph {
         id: u32,
+    },
+    /// An allocation exported ([`Request::Export`]): the handle another worker copies through.
+    Exported {
+        handle: Vec<u8>,
     },
     Error {
         kind: ErrorKind,

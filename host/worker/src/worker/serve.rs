@@ -300,6 +300,26 @@ fn dispatch(
                 message: e.message,
             },
         },
+        Request::AllocShareable { bytes } => match b.alloc_shareable(*bytes) {
+            Ok(addr) => Response::Allocated { addr },
+            Err(e) => Response::Error {
+                kind: e.kind,
+                message: e.message,
+            },
+        },
+        Request::Export { addr } => match b.export(*addr) {
+            Ok(handle) => Response::Exported { handle },
+            Err(e) => Response::Error {
+                kind: e.kind,
+                message: e.message,
+            },
+        },
+        Request::CopyFromPeer {
+            dst,
+            handle,
+            offset,
+            len,
+        } => done(b.copy_from_peer(*dst, handle, *offset, *len)),
         Request::Free { addr } => done(b.free(*addr)),
         Request::Write { addr, len } => {
             let cap = end.data_size();

@@ -56,14 +56,19 @@
 #include <stdio.h>
 #include <time.h>
 #include <pthread.h>
+#include <fcntl.h>
+#include <unistd.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
 
 typedef int CUresult;
 typedef int CUdevice;
 typedef void *CUcontext, *CUmodule, *CUfunction, *CUevent, *CUstream;
 typedef unsigned long long CUdeviceptr;
 
-enum { OK = 0, INVALID_VALUE = 1, OUT_OF_MEMORY = 2, INVALID_PTX = 218, UNSUPPORTED_PTX = 222,
-       NOT_FOUND = 500, NOT_READY = 600, ILLEGAL_ADDRESS = 700 };
+enum { OK = 0, INVALID_VALUE = 1, OUT_OF_MEMORY = 2, INVALID_CONTEXT = 201, INVALID_PTX = 218,
+       PEER_ACCESS_UNSUPPORTED = 217, UNSUPPORTED_PTX = 222, NOT_FOUND = 500, NOT_READY = 600,
+       ILLEGAL_ADDRESS = 700 };
 
 static int sticky = 0;       // a sticky error, once a kernel "faulted"
 static int spinning = 0;     // a never-ending kernel was launched
@@ -111,6 +116,8 @@ static const char *name_of(CUresult r) {
     case OK: return "CUDA_SUCCESS";
     case INVALID_VALUE: return "CUDA_ERROR_INVALID_VALUE";
     case OUT_OF_MEMORY: return "CUDA_ERROR_OUT_OF_MEMORY";
+    case INVALID_CONTEXT: return "CUDA_ERROR_INVALID_CONTEXT";
+    case PEER_ACCESS_UNSUPPORTED: return "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED";
     case INVALID_PTX: return "CUDA_ERROR_INVALID_PTX";
     case UNSUPPORTED_PTX: return "CUDA_ERROR_UNSUPPORTED_PTX_VERSION";
     case NOT_FOUND: return "CUDA_ERROR_NOT_FOUND";
@@ -158,18 +165,119 @@ CUresult cuCtxSynchronize(void) {
 }
 CUresult cuMemGetInfo_v2(size_t *f, size_t *t) { *f = (size_t)1 << 29; *t = (size_t)1 << 30; return OK; }
 
+// Memory shared between processes (CUDA IPC): cuMemAlloc_v2 memory lives in a memfd of its own
+// (up to MAX_SHARED live allocations; malloc past that, which cannot be exported), as the driver
+// exports only cuMemAlloc's memory, never a pool's. A handle names the exporter's process, the fd
+// and the size; cuIpcOpenMemHandle_v2 maps /proc/<pid>/fd/<fd> and refuses the exporter's own
+// handle (CUDA_ERROR_INVALID_CONTEXT, as the driver does), and with FAKE_CUDA_NO_PEER set it
+// refuses every handle (CUDA_ERROR_PEER_ACCESS_UNSUPPORTED: GPUs without peer access).
+#define MAX_SHARED 256
+static struct { uintptr_t p; size_t n; int fd; } shared[MAX_SHARED];
+static struct { uintptr_t p; size_t n; } opened[MAX_SHARED];
+static pthread_mutex_t shared_lock = PTHREAD_MUTEX_INITIALIZER;
+enum { IPC_MAGIC = 0x66616b65 };
+typedef struct { char reserved[64]; } CUipcMemHandle;
+struct ipc_handle { uint32_t magic; int32_t pid; int32_t fd; uint32_t pad; uint64_t n; };
+
+static void *alloc_bytes(size_t n) {
+    pthread_mutex_lock(&shared_lock);
+    int slot = -1;
+    for (int i = 0; i < MAX_SHARED && slot < 0; i++) if (!shared[i].p) slot = i;
+    void *m = 0;
+    if (slot >= 0 && n > 0) {
+        int fd = (int)syscall(SYS_memfd_create, "fake-cuda-alloc", 0);
+        if (fd >= 0 && ftruncate(fd, (off_t)n) == 0) {
+            void *q = mmap(0, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+            if (q != MAP_FAILED) { m = q; shared[slot].p = (uintptr_t)q; shared[slot].n = n; shared[slot].fd = fd; }
+        }
+        if (!m && fd >= 0) close(fd);
+    }
+    pthread_mutex_unlock(&shared_lock);
+    return m ? m : malloc(n);
+}
+static void free_bytes(void *m) {
+    pthread_mutex_lock(&shared_lock);
+    for (int i = 0; i < MAX_SHARED; i++)
+        if (shared[i].p == (uintptr_t)m) {
+            munmap(m, shared[i].n); close(shared[i].fd); shared[i].p = 0;
+            pthread_mutex_unlock(&shared_lock);
+            return;
+        }
+    pthread_mutex_unlock(&shared_lock);
+    free(m);
+}
+
 CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
     if (sticky) return sticky;
     if (n > ((size_t)1 << 30)) return OUT_OF_MEMORY;
-    void *m = malloc(n);
+    void *m = alloc_bytes(n);
     if (!m) return OUT_OF_MEMORY;
     memset(m, 0xAB, n); // what an earlier tenant left
     *p = (CUdeviceptr)(uintptr_t)m;
     return OK;
 }
-CUresult cuMemFree_v2(CUdeviceptr p) { wait_for_actors(); if (sticky) return sticky; free((void *)(uintptr_t)p); return OK; }
-CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream s) { (void)s; return cuMemAlloc_v2(p, n); }
-CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) { (void)s; if (sticky) return sticky; free((void *)(uintptr_t)p); return OK; }
+CUresult cuMemFree_v2(CUdeviceptr p) { wait_for_actors(); if (sticky) return sticky; free_bytes((void *)(uintptr_t)p); return OK; }
+CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream s) {
+    (void)s;
+    if (sticky) return sticky;
+    if (n > ((size_t)1 << 30)) return OUT_OF_MEMORY;
+    void *m = malloc(n);
+    if (!m) return OUT_OF_MEMORY;
+    memset(m, 0xAB, n);
+    *p = (CUdeviceptr)(uintptr_t)m;
+    return OK;
+}
+CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) { (void)s; if (sticky) return sticky; free_bytes((void *)(uintptr_t)p); return OK; }
+CUresult cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr p) {
+    if (sticky) return sticky;
+    pthread_mutex_lock(&shared_lock);
+    for (int i = 0; i < MAX_SHARED; i++)
+        if (shared[i].p && shared[i].p == (uintptr_t)p) {
+            struct ipc_handle ih = { IPC_MAGIC, (int32_t)getpid(), shared[i].fd, 0, shared[i].n };
+            memset(h, 0, sizeof *h);
+            memcpy(h, &ih, sizeof ih);
+            pthread_mutex_unlock(&shared_lock);
+            return OK;
+        }
+    pthread_mutex_unlock(&shared_lock);
+    return INVALID_VALUE; // not cuMemAlloc's memory (a pool's, or no allocation)
+}
+CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *p, CUipcMemHandle h, unsigned flags) {
+    (void)flags;
+    if (sticky) return sticky;
+    if (getenv("FAKE_CUDA_NO_PEER")) return PEER_ACCESS_UNSUPPORTED;
+    struct ipc_handle ih;
+    memcpy(&ih, &h, sizeof ih);
+    if (ih.magic != IPC_MAGIC) return INVALID_VALUE;
+    if (ih.pid == (int32_t)getpid()) return INVALID_CONTEXT;
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd/%d", ih.pid, ih.fd);
+    int fd = open(path, O_RDWR);
+    if (fd < 0) return INVALID_VALUE;
+    void *m = mmap(0, ih.n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED) return INVALID_VALUE;
+    pthread_mutex_lock(&shared_lock);
+    int slot = -1;
+    for (int i = 0; i < MAX_SHARED && slot < 0; i++) if (!opened[i].p) slot = i;
+    if (slot < 0) { pthread_mutex_unlock(&shared_lock); munmap(m, ih.n); return OUT_OF_MEMORY; }
+    opened[slot].p = (uintptr_t)m; opened[slot].n = ih.n;
+    pthread_mutex_unlock(&shared_lock);
+    *p = (CUdeviceptr)(uintptr_t)m;
+    return OK;
+}
+CUresult cuIpcCloseMemHandle(CUdeviceptr p) {
+    pthread_mutex_lock(&shared_lock);
+    for (int i = 0; i < MAX_SHARED; i++)
+        if (opened[i].p && opened[i].p == (uintptr_t)p) {
+            munmap((void *)opened[i].p, opened[i].n); opened[i].p = 0;
+            pthread_mutex_unlock(&shared_lock);
+            return OK;
+        }
+    pthread_mutex_unlock(&shared_lock);
+    return INVALID_VALUE;
+}
+CUresult cuMemcpyAsync(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { (void)st; if (sticky) return sticky; memmove((void *)(uintptr_t)d, (void *)(uintptr_t)s, n); return OK; }
 CUresult cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, CUstream s) { (void)s; if (sticky) return sticky; memset((void *)(uintptr_t)p, v, n); return OK; }
 // Host registrations (cuMemHostRegister), refusing overlaps as the driver does. Copies between
 // host and device must lie entirely inside one registration: the backend promises pinned DMA for

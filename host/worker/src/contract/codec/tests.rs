@@ -93,6 +93,14 @@ fn sample_requests() -> Vec<Request<'static>> {
             len: u64::MAX,
         },
         Request::UnmapDevice { addr: 1 << 32 },
+        Request::AllocShareable { bytes: 1 << 33 },
+        Request::Export { addr: u64::MAX },
+        Request::CopyFromPeer {
+            dst: 0x7000_0000,
+            handle: &[0xa5; 64],
+            offset: 4096,
+            len: 1 << 28,
+        },
         Request::LaunchPersistent {
             launch: Launch {
                 module: 2,
@@ -136,6 +144,9 @@ fn sample_responses() -> Vec<Response> {
         Response::Ok,
         Response::Allocated { addr: 0x1000 },
         Response::Graph { id: 42 },
+        Response::Exported {
+            handle: vec![7; 64],
+        },
         Response::Module {
             id: 1,
             kernels: vec![],

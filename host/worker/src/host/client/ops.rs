@@ -34,6 +34,45 @@ impl Worker {
         }
     }
 
+    /// As [`Worker::alloc`], memory [`Worker::export`] can hand to another worker.
+    pub fn alloc_shareable(&mut self, bytes: u64) -> Result<u64, WorkerError> {
+        match self.call(&Request::AllocShareable { bytes }, self.op_timeout)? {
+            Response::Allocated { addr } => Ok(addr),
+            other => Err(self.unexpected("alloc-shareable", &other)),
+        }
+    }
+
+    /// Waits for this worker's queued work, then returns the handle through which another worker
+    /// copies out of the allocation at `addr` ([`Worker::copy_from_peer`]). Fails `unsupported`
+    /// where the backend, the driver or the allocation (not made by
+    /// [`Worker::alloc_shareable`]) cannot be shared.
+    pub fn export(&mut self, addr: u64) -> Result<Vec<u8>, WorkerError> {
+        match self.call(&Request::Export { addr }, self.op_timeout)? {
+            Response::Exported { handle } => Ok(handle),
+            other => Err(self.unexpected("export", &other)),
+        }
+    }
+
+    /// Copies `len` bytes at `offset` of the allocation another worker exported as `handle` to
+    /// `dst`, and waits for the copy. The caller checks the source range (the worker cannot: the
+    /// handle says no size) and keeps the exporter's allocation alive until this returns. Fails
+    /// `unsupported` where this worker cannot reach the other's memory.
+    pub fn copy_from_peer(
+        &mut self,
+        dst: u64,
+        handle: &[u8],
+        offset: u64,
+        len: u64,
+    ) -> Result<(), WorkerError> {
+        let req = Request::CopyFromPeer {
+            dst,
+            handle,
+            offset,
+            len,
+        };
+        self.transfer(&req, usize::try_from(len).unwrap_or(usize::MAX))
+    }
+
     pub fn free(&mut self, addr: u64) -> Result<(), WorkerError> {
         self.call_ok(&Request::Free { addr })
     }

@@ -73,8 +73,38 @@ pub trait Backend {
     fn info(&self) -> WorkerInfo;
     /// Allocates `bytes` (> 0) of zeroed device memory; returns its device address.
     fn alloc(&mut self, bytes: u64) -> Result<u64, BackendError>;
-    /// Frees an allocation made by `alloc`, by its start address.
+    /// Frees an allocation made by `alloc` (or `alloc_shareable`), by its start address.
     fn free(&mut self, addr: u64) -> Result<(), BackendError>;
+    /// As [`Backend::alloc`], memory that [`Backend::export`] can hand to another worker of the
+    /// machine. By default plain `alloc`, whose memory then cannot be exported.
+    fn alloc_shareable(&mut self, bytes: u64) -> Result<u64, BackendError> {
+        self.alloc(bytes)
+    }
+    /// Waits for the queued work, then returns the handle through which another worker
+    /// ([`Backend::copy_from_peer`]) copies out of the allocation starting at `addr`.
+    fn export(&mut self, addr: u64) -> Result<Vec<u8>, BackendError> {
+        let _ = addr;
+        Err(BackendError::new(
+            ErrorKind::Unsupported,
+            "this backend shares no memory with other workers",
+        ))
+    }
+    /// Copies `len` bytes from `offset` of the allocation another worker exported as `handle`
+    /// to `dst`, and waits for the copy. `Unsupported` when this worker cannot reach that memory
+    /// (the caller then copies another way).
+    fn copy_from_peer(
+        &mut self,
+        dst: u64,
+        handle: &[u8],
+        offset: u64,
+        len: u64,
+    ) -> Result<(), BackendError> {
+        let _ = (dst, handle, offset, len);
+        Err(BackendError::new(
+            ErrorKind::Unsupported,
+            "this backend reaches no other worker's memory",
+        ))
+    }
     fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), BackendError>;
     fn read(&mut self, addr: u64, out: &mut [u8]) -> Result<(), BackendError>;
     fn copy(&mut self, dst: u64, src: u64, len: u64) -> Result<(), BackendError>;

@@ -84,6 +84,8 @@ macro_rules! driver_api {
             pub graphs: Option<GraphApi>,
             /// The stream-ordered allocator, where the driver has it (and it is not turned off).
             pub pools: Option<PoolApi>,
+            /// Memory shared between processes, where the driver has it.
+            pub ipc: Option<IpcApi>,
         }
 
         impl Driver {
@@ -91,6 +93,7 @@ macro_rules! driver_api {
                 Ok(Driver {
                     graphs: GraphApi::resolve(lib),
                     pools: PoolApi::resolve(lib),
+                    ipc: IpcApi::resolve(lib),
                     $( $field: {
                         // SAFETY: the symbol is the documented driver entry point of this exact
                         // signature (cuda.h, versioned names as cuda.h maps them); the library is
@@ -246,6 +249,43 @@ impl PoolApi {
             Some(PoolApi {
                 alloc_async: *lib.get(b"cuMemAllocAsync\0").ok()?,
                 free_async: *lib.get(b"cuMemFreeAsync\0").ok()?,
+            })
+        }
+    }
+}
+
+/// `CUipcMemHandle`: an allocation's handle as another process opens it, 64 opaque bytes.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct IpcMemHandle(pub [u8; IPC_HANDLE_BYTES]);
+
+pub const IPC_HANDLE_BYTES: usize = 64;
+
+/// `CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS`: open another GPU's memory with peer access turned on
+/// for it (the copy then goes GPU to GPU, over NVLink where there is one).
+pub const CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS: c_uint = 1;
+
+/// The entry points through which workers copy between each other's device memory (a copy
+/// between the GPUs of a group lease): one exports an allocation of `cuMemAlloc`, the other
+/// maps it for the copy (`cuMemcpyAsync` infers the direction from the unified addresses) and
+/// unmaps it. Optional: without them, copies between workers are staged through host memory.
+pub struct IpcApi {
+    pub get_mem_handle: unsafe extern "C" fn(*mut IpcMemHandle, CuDevicePtr) -> CuResult,
+    pub open_mem_handle: unsafe extern "C" fn(*mut CuDevicePtr, IpcMemHandle, c_uint) -> CuResult,
+    pub close_mem_handle: unsafe extern "C" fn(CuDevicePtr) -> CuResult,
+    pub memcpy_async: unsafe extern "C" fn(CuDevicePtr, CuDevicePtr, usize, CuStream) -> CuResult,
+}
+
+impl IpcApi {
+    fn resolve(lib: &'static libloading::Library) -> Option<IpcApi> {
+        // SAFETY: the documented entry points of exactly these signatures (cuda.h: the handle is
+        // passed by value, a 64-byte struct); the library stays loaded ('static).
+        unsafe {
+            Some(IpcApi {
+                get_mem_handle: *lib.get(b"cuIpcGetMemHandle\0").ok()?,
+                open_mem_handle: *lib.get(b"cuIpcOpenMemHandle_v2\0").ok()?,
+                close_mem_handle: *lib.get(b"cuIpcCloseMemHandle\0").ok()?,
+                memcpy_async: *lib.get(b"cuMemcpyAsync\0").ok()?,
             })
         }
     }

@@ -17,6 +17,8 @@ pub struct Alloc {
     pub requested: u64,
     /// Bytes counted against the cap (`requested` rounded up to [`crate::contract::ALLOC_GRANULE`]).
     pub accounted: u64,
+    /// Made to be exported to other workers (`cuMemAlloc`, never from a pool).
+    pub shareable: bool,
 }
 
 /// The worker's live allocations, by start address.
@@ -62,12 +64,13 @@ impl Allocations {
         Ok(accounted)
     }
 
-    pub fn insert(&mut self, addr: u64, requested: u64, accounted: u64) {
+    pub fn insert(&mut self, addr: u64, requested: u64, accounted: u64, shareable: bool) {
         self.map.insert(
             addr,
             Alloc {
                 requested,
                 accounted,
+                shareable,
             },
         );
         self.used += accounted;
@@ -86,12 +89,11 @@ impl Allocations {
     }
 
     /// Takes every allocation out (for reset), leaving the books empty.
-    pub fn drain(&mut self) -> Vec<u64> {
-        let addrs = self.map.keys().copied().collect();
-        self.map.clear();
+    pub fn drain(&mut self) -> Vec<(u64, Alloc)> {
+        let all = std::mem::take(&mut self.map).into_iter().collect();
         self.used = 0;
         self.requested = 0;
-        addrs
+        all
     }
 
     /// Checks that `addr..addr+len` lies inside one live allocation (as the emulator does), so a
@@ -162,8 +164,8 @@ mod tests {
         let mut a = Allocations::new(1 << 20);
         let acc = a.admit(100).unwrap();
         assert_eq!(acc, 512);
-        a.insert(0x1000, 100, acc);
-        a.insert(0x2000, 16, a.admit(16).unwrap());
+        a.insert(0x1000, 100, acc, false);
+        a.insert(0x2000, 16, a.admit(16).unwrap(), true);
         assert!(a.check_range(0x1000, 100).is_ok());
         assert!(a.check_range(0x1010, 10).is_ok());
         assert!(
@@ -182,7 +184,13 @@ mod tests {
         assert_eq!((a.used, a.requested), (512, 16));
         assert!(a.admit(0).is_err());
         assert_eq!(a.admit(1 << 21).unwrap_err().kind, ErrorKind::OutOfMemory);
-        assert_eq!(a.drain(), vec![0x2000]);
+        let left = a.drain();
+        assert_eq!(left.len(), 1);
+        assert_eq!(left[0].0, 0x2000);
+        assert!(
+            left[0].1.shareable,
+            "a drained allocation says how to free it"
+        );
         assert_eq!((a.used, a.requested, a.len()), (0, 0, 0));
     }
 }

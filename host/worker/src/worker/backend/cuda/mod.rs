@@ -316,54 +316,143 @@ impl Backend for CudaBackend {
     }
 
     fn alloc(&mut self, bytes: u64) -> Result<u64, BackendError> {
-        self.ready()?;
-        let accounted = self.mem.admit(bytes)?;
-        let size = usize::try_from(bytes).map_err(|_| {
-            BackendError::new(
-                ErrorKind::OutOfMemory,
-                format!("{bytes} bytes do not fit this host's address size"),
-            )
-        })?;
-        let mut addr: CuDevicePtr = 0;
-        let (r, call) = self.device_alloc(&mut addr, size);
-        if r == CUDA_ERROR_OUT_OF_MEMORY {
-            return Err(BackendError::new(
-                ErrorKind::OutOfMemory,
-                format!(
-                    "the device has no {bytes} bytes free ({call}: {})",
-                    self.drv.describe(r)
-                ),
-            ));
-        }
-        self.call(check(call, r), "allocating device memory")?;
-        // New memory reads as zeros whatever an earlier tenant left there: one lease must never
-        // see another's data.
-        // On the worker's stream: ordered before every later copy and kernel.
-        // SAFETY: the allocation just made, whole.
-        let r = unsafe { (self.drv.memset_d8_async)(addr, 0, size, self.dev.stream.0) };
-        if let Err(e) = self.call(check("cuMemsetD8Async", r), "zeroing new device memory") {
-            // Ours, unused.
-            self.device_free(addr);
-            return Err(e);
-        }
-        self.mem.insert(addr, bytes, accounted);
-        self.unchecked_async = true;
-        Ok(addr)
+        self.alloc_in(bytes, false)
     }
 
-    fn free(&mut self, addr: u64) -> Result<(), BackendError> {
-        self.ready()?;
-        if self.mem.get(addr).is_none() {
+    fn alloc_shareable(&mut self, bytes: u64) -> Result<u64, BackendError> {
+        self.alloc_in(bytes, true)
+    }
+
+    fn export(&mut self, addr: u64) -> Result<Vec<u8>, BackendError> {
+        // A barrier, as a read is: the other worker copies what the queued kernels wrote.
+        self.sync()?;
+        let Some(alloc) = self.mem.get(addr) else {
             return Err(BackendError::new(
                 ErrorKind::InvalidArgument,
                 format!("{addr:#x} is not the start of an allocation"),
             ));
+        };
+        if !alloc.shareable {
+            return Err(BackendError::new(
+                ErrorKind::Unsupported,
+                format!("the allocation at {addr:#x} was not made to be shared (a group lease's buffers are)"),
+            ));
         }
+        let Some(ipc) = &self.drv.ipc else {
+            return Err(BackendError::new(
+                ErrorKind::Unsupported,
+                "this CUDA driver shares no device memory between processes",
+            ));
+        };
+        let mut handle = IpcMemHandle([0; IPC_HANDLE_BYTES]);
+        // SAFETY: valid out-pointer; `addr` is a live `cuMemAlloc` allocation of ours.
+        let r = unsafe { (ipc.get_mem_handle)(&mut handle, addr) };
+        if r != CUDA_SUCCESS {
+            return Err(BackendError::new(
+                ErrorKind::Unsupported,
+                format!(
+                    "cannot export the allocation at {addr:#x} (cuIpcGetMemHandle: {})",
+                    self.drv.describe(r)
+                ),
+            ));
+        }
+        Ok(handle.0.to_vec())
+    }
+
+    fn copy_from_peer(
+        &mut self,
+        dst: u64,
+        handle: &[u8],
+        offset: u64,
+        len: u64,
+    ) -> Result<(), BackendError> {
+        self.ready()?;
+        self.mem.check_range(dst, len)?;
+        let handle: [u8; IPC_HANDLE_BYTES] = handle.try_into().map_err(|_| {
+            BackendError::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "an export handle is {IPC_HANDLE_BYTES} bytes, not {}",
+                    handle.len()
+                ),
+            )
+        })?;
+        let Some(ipc) = &self.drv.ipc else {
+            return Err(BackendError::new(
+                ErrorKind::Unsupported,
+                "this CUDA driver maps no other process's device memory",
+            ));
+        };
+        if len == 0 {
+            return Ok(());
+        }
+        let n = usize::try_from(len)
+            .map_err(|_| BackendError::new(ErrorKind::OutOfBounds, "copy too large"))?;
+        let mut base: CuDevicePtr = 0;
+        // SAFETY: valid out-pointer; the driver checks the handle (one of no live allocation, or
+        // of a GPU this process does not see, fails).
+        let r = unsafe {
+            (ipc.open_mem_handle)(
+                &mut base,
+                IpcMemHandle(handle),
+                CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS,
+            )
+        };
+        if r != CUDA_SUCCESS {
+            // No peer access between the GPUs, or the other GPU not visible here: the host
+            // stages the copy instead.
+            return Err(BackendError::new(
+                ErrorKind::Unsupported,
+                format!(
+                    "cannot map the other worker's memory (cuIpcOpenMemHandle: {})",
+                    self.drv.describe(r)
+                ),
+            ));
+        }
+        let stream = self.dev.stream.0;
+        let r1 = match base.checked_add(offset) {
+            // SAFETY: `dst..dst+n` lies in a live allocation of ours (checked); the source range
+            // lies in the mapped allocation (the host checked it against the buffer's size).
+            Some(src) => unsafe { (ipc.memcpy_async)(dst, src, n, stream) },
+            None => CUDA_ERROR_INVALID_VALUE,
+        };
+        let r2 = if r1 == CUDA_SUCCESS {
+            // SAFETY: the worker's stream.
+            unsafe { (self.drv.stream_synchronize)(stream) }
+        } else {
+            CUDA_SUCCESS
+        };
+        // Unmapped whatever happened: the exporter may free the memory once this returns.
+        // SAFETY: the mapping opened above; no work of ours uses it any more (synchronised, or
+        // never queued).
+        let r3 = unsafe { (ipc.close_mem_handle)(base) };
+        self.call(
+            check("cuMemcpyAsync", r1),
+            "copying from another worker's memory",
+        )?;
+        self.call(
+            check("cuStreamSynchronize", r2),
+            "copying from another worker's memory",
+        )?;
+        self.call(
+            check("cuIpcCloseMemHandle", r3),
+            "unmapping another worker's memory",
+        )
+    }
+
+    fn free(&mut self, addr: u64) -> Result<(), BackendError> {
+        self.ready()?;
+        let Some(alloc) = self.mem.get(addr) else {
+            return Err(BackendError::new(
+                ErrorKind::InvalidArgument,
+                format!("{addr:#x} is not the start of an allocation"),
+            ));
+        };
         // A live allocation of ours; no queued kernel uses it (drained).
-        let (r, call) = self.device_free(addr);
+        let (r, call) = self.device_free(addr, alloc.shareable);
         self.call(check(call, r), "freeing device memory")?;
         self.mem.remove(addr);
-        if self.dev.pooled {
+        if self.dev.pooled && !alloc.shareable {
             // A pool gives freed memory back to the device only at a synchronisation: without
             // one, an idle worker would keep what its last lease freed (NVML would count it).
             // The stream is drained, so this waits for nothing (a persistent kernel runs on
@@ -462,7 +551,7 @@ impl Backend for CudaBackend {
         }
         // Overlapping ranges (memmove, as the emulator does): stage through a scratch allocation.
         let mut tmp: CuDevicePtr = 0;
-        let (r, call) = self.device_alloc(&mut tmp, n);
+        let (r, call) = self.device_alloc(&mut tmp, n, false);
         if r == CUDA_ERROR_OUT_OF_MEMORY {
             return Err(BackendError::new(
                 ErrorKind::OutOfMemory,
@@ -482,7 +571,7 @@ impl Backend for CudaBackend {
         // SAFETY: the worker's stream.
         let r3 = unsafe { (self.drv.stream_synchronize)(stream) };
         // Ours, unused now.
-        let (r4, call) = self.device_free(tmp);
+        let (r4, call) = self.device_free(tmp, false);
         self.call(check("cuMemcpyDtoDAsync", r1), "copying device memory")?;
         self.call(check("cuMemcpyDtoDAsync", r2), "copying device memory")?;
         self.call(check("cuStreamSynchronize", r3), "copying device memory")?;
@@ -837,9 +926,9 @@ impl Backend for CudaBackend {
         self.device_maps.clear(self.drv, &mut self.host, true);
         self.destroy_user_graphs_of(None);
         let mut first: Option<BackendError> = None;
-        for addr in self.mem.drain() {
+        for (addr, alloc) in self.mem.drain() {
             // A live allocation of ours; the queue is drained.
-            let (r, call) = self.device_free(addr);
+            let (r, call) = self.device_free(addr, alloc.shareable);
             if let Err(e) = self.call(check(call, r), "freeing device memory at reset") {
                 first.get_or_insert(e);
             }
@@ -867,11 +956,55 @@ impl Backend for CudaBackend {
 }
 
 impl CudaBackend {
+    /// [`Backend::alloc`], shareable with other workers or not.
+    fn alloc_in(&mut self, bytes: u64, shareable: bool) -> Result<u64, BackendError> {
+        self.ready()?;
+        let accounted = self.mem.admit(bytes)?;
+        let size = usize::try_from(bytes).map_err(|_| {
+            BackendError::new(
+                ErrorKind::OutOfMemory,
+                format!("{bytes} bytes do not fit this host's address size"),
+            )
+        })?;
+        let mut addr: CuDevicePtr = 0;
+        let (r, call) = self.device_alloc(&mut addr, size, shareable);
+        if r == CUDA_ERROR_OUT_OF_MEMORY {
+            return Err(BackendError::new(
+                ErrorKind::OutOfMemory,
+                format!(
+                    "the device has no {bytes} bytes free ({call}: {})",
+                    self.drv.describe(r)
+                ),
+            ));
+        }
+        self.call(check(call, r), "allocating device memory")?;
+        // New memory reads as zeros whatever an earlier tenant left there: one lease must never
+        // see another's data.
+        // On the worker's stream: ordered before every later copy and kernel.
+        // SAFETY: the allocation just made, whole.
+        let r = unsafe { (self.drv.memset_d8_async)(addr, 0, size, self.dev.stream.0) };
+        if let Err(e) = self.call(check("cuMemsetD8Async", r), "zeroing new device memory") {
+            // Ours, unused.
+            self.device_free(addr, shareable);
+            return Err(e);
+        }
+        self.mem.insert(addr, bytes, accounted, shareable);
+        self.unchecked_async = true;
+        Ok(addr)
+    }
+
     /// Allocates `size` bytes of device memory into `addr`: from the stream-ordered allocator on
-    /// the worker's stream where the device has memory pools (see [`context::Device::pooled`]),
-    /// else `cuMemAlloc`. Returns the driver's answer and the call's name, for messages.
-    fn device_alloc(&self, addr: &mut CuDevicePtr, size: usize) -> (CuResult, &'static str) {
-        match (self.dev.pooled, &self.drv.pools) {
+    /// the worker's stream where the device has memory pools (see [`context::Device::pooled`])
+    /// and the memory is not to be `shareable` with other workers (the driver exports only
+    /// `cuMemAlloc`'s memory to other processes), else `cuMemAlloc`. Returns the driver's answer
+    /// and the call's name, for messages.
+    fn device_alloc(
+        &self,
+        addr: &mut CuDevicePtr,
+        size: usize,
+        shareable: bool,
+    ) -> (CuResult, &'static str) {
+        match (self.dev.pooled && !shareable, &self.drv.pools) {
             // SAFETY: valid out-pointer; the worker's stream, context current. Later work on the
             // stream sees the allocation; work on another stream only after a sync of this one
             // (a persistent launch syncs it first).
@@ -887,8 +1020,8 @@ impl CudaBackend {
     /// Frees an allocation [`CudaBackend::device_alloc`] made, once the worker's stream reaches
     /// the free where it came from a pool: a running persistent kernel (another stream) is not
     /// waited for, as `cuMemFree` would. The caller makes sure no kernel of ours still uses it.
-    fn device_free(&self, addr: CuDevicePtr) -> (CuResult, &'static str) {
-        match (self.dev.pooled, &self.drv.pools) {
+    fn device_free(&self, addr: CuDevicePtr, shareable: bool) -> (CuResult, &'static str) {
+        match (self.dev.pooled && !shareable, &self.drv.pools) {
             // SAFETY: an allocation of ours from the pool; ordered after the stream's work.
             (true, Some(p)) => (
                 unsafe { (p.free_async)(addr, self.dev.stream.0) },

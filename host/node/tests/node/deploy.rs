@@ -278,7 +278,9 @@ pub fn refused_pushes_say_why_and_the_connection_serves_on() -> TestResult {
         || err.to_string(),
     )?;
     let inventory = client.inventory().map_err(|e| e.to_string())?;
-    check(inventory.len() == 1, || format!("{inventory:?}"))?;
+    check(inventory.len() == node.devices(), || {
+        format!("{inventory:?}")
+    })?;
     Ok(())
 }
 

@@ -25,7 +25,9 @@ pub fn helper(args: &[&str]) -> Result<(Child, String), String> {
         let _ = BufReader::new(stdout).read_line(&mut line);
         let _ = tx.send(line);
     });
-    match rx.recv_timeout(WAIT) {
+    // A helper that serves a node says its address once the node's first workers are up: on a
+    // GPU under the load of other tests, that has taken longer than the waits of `WAIT`.
+    match rx.recv_timeout(4 * WAIT) {
         Ok(line) if !line.is_empty() => Ok((child, line.trim().to_owned())),
         _ => {
             let _ = child.kill();

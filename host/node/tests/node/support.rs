@@ -188,6 +188,11 @@ impl TestNode {
     }
 
     /// Waits (bounded) until the node holds no lease; the accounting then, and how long it took.
+    /// How many devices the node lends (the emulator's one, or every GPU of the machine).
+    pub fn devices(&self) -> usize {
+        self.node().control().status().devices.len()
+    }
+
     pub fn wait_for_baseline(&self, within: Duration) -> Result<Duration, String> {
         let start = Instant::now();
         while start.elapsed() < within {

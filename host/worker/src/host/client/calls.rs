@@ -231,7 +231,8 @@ impl Worker {
     }
 
     /// The error for a wait on the channel (for room, or for an answer) that ended badly; the
-    /// worker is lost (killed and reaped) in every case.
+    /// worker is lost (killed) in every case, and reaped here unless the wait was given up (its
+    /// caller's limit, or its holder gone), where the pool's reaper does it.
     pub(super) fn wait_failed(&mut self, op: &str, w: WaitError, timeout: Duration) -> WorkerError {
         match w {
             // The caller's limit came before the op's own deadline (which `timeout` measures).
@@ -251,6 +252,19 @@ impl Worker {
             }
             WaitError::Timeout => self.lose(format!("no answer to {op} within {timeout:?}")),
             WaitError::Dead(how) => {
+                // No one waits for the answer any more, and the process still runs (a kernel,
+                // most likely): killed and left to the pool's reaper, as at a wait limit. A
+                // process with a device context can take a second to end, and the caller is
+                // the connection's one thread, which has a lease to give back.
+                let gone = self
+                    .holder_gone
+                    .as_deref()
+                    .is_some_and(|gone| gone.load(Ordering::Acquire));
+                if gone && self.proc.poll().is_none() {
+                    let why = format!("worker process {how}");
+                    self.abandon(why.clone());
+                    return WorkerError::Lost(why);
+                }
                 let lost = self.lose(format!("worker process {how}"));
                 if self.proc.ended_by_watchdog() {
                     return WorkerError::op(

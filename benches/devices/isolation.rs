@@ -65,7 +65,7 @@ impl Probe {
 
 /// Each device's memory in use as NVML reports it (read by a worker, as the host reads it), or
 /// the host's books on the emulator.
-fn memory_in_use(host: &Host) -> Result<Vec<u64>, String> {
+pub fn memory_in_use(host: &Host) -> Result<Vec<u64>, String> {
     if host
         .devices()
         .iter()

@@ -19,7 +19,12 @@ pub fn measure(host: &Host, o: &Options) -> Result<(), String> {
     );
     let bytes = o.mib * MIB;
     let peer_before = host.leases().peer_copy_bytes();
+    let memory_before = crate::isolation::memory_in_use(host)?;
     let ours = group_copy(host, o)?;
+    // The workers stay warm for the next leases: a copy must leave nothing behind on either GPU
+    // (a worker that mapped the other GPU's memory keeps no context there).
+    crate::settle(host);
+    let memory_after = crate::isolation::memory_in_use(host)?;
     // Every copy went GPU to GPU, or none did (the workers could not): say which.
     let path = if host.leases().peer_copy_bytes() > peer_before {
         "GPU to GPU: the source's worker exports the buffer, the destination's maps it".to_string()
@@ -64,6 +69,13 @@ pub fn measure(host: &Host, o: &Options) -> Result<(), String> {
                 ours.as_secs_f64() / n.staged.as_secs_f64()
             );
         }
+    }
+    for (i, (b, a)) in memory_before.iter().zip(&memory_after).enumerate() {
+        println!(
+            "device {i}: {} MiB in use before the copies, {} MiB after (the workers kept warm)",
+            b / MIB,
+            a / MIB
+        );
     }
     println!();
     Ok(())

@@ -79,11 +79,14 @@ struct Options {
     seed: u64,
     backend: BackendKind,
     worker: PathBuf,
+    /// Leave NVML's device memory out of the checks: other processes use the GPU meanwhile (the
+    /// GPU suite's other tests), so its total says nothing about this soak's workers.
+    no_nvml: bool,
 }
 
 fn usage(why: &str) -> ! {
     eprintln!(
-        "soak: {why}\nusage: soak [--cycles N] [--tenants T] [--cycles-per-check K] [--seed S] [--backend emu|cuda] [--worker PATH]"
+        "soak: {why}\nusage: soak [--cycles N] [--tenants T] [--cycles-per-check K] [--seed S] [--backend emu|cuda] [--worker PATH] [--no-nvml]"
     );
     std::process::exit(2)
 }
@@ -98,6 +101,7 @@ fn options() -> Options {
             .map_or(1, |d| d.as_nanos() as u64),
         backend: BackendKind::Emu,
         worker: default_worker(),
+        no_nvml: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -122,6 +126,7 @@ fn options() -> Options {
                 }
             }
             "--worker" => o.worker = PathBuf::from(value()),
+            "--no-nvml" => o.no_nvml = true,
             "-h" | "--help" => usage("help"),
             other => usage(&format!("unknown argument {other}")),
         }
@@ -863,6 +868,12 @@ fn main() {
     let grant = host.policy().ceiling();
     let uuid = host.device().uuid.clone();
     let nvml_base = match o.backend {
+        BackendKind::Cuda if o.no_nvml => {
+            println!(
+                "soak: skipped: the NVML device-memory checks (--no-nvml: other processes use the GPU meanwhile)"
+            );
+            None
+        }
         // Once the warm workers have made their contexts.
         BackendKind::Cuda => {
             match settled_device_memory(&host, &worker, &uuid, u64::MAX).and_then(|_| {

@@ -152,15 +152,27 @@ fn a_groups_copy_goes_worker_to_worker_where_the_driver_shares_memory() {
             args.push("FAKE_CUDA_NO_PEER=1".into());
         }
         args.push(env!("CARGO_BIN_EXE_tasklet-test-worker").into());
-        let host = Host::new(HostConfig {
+        let host = match Host::new(HostConfig {
             policy,
             worker: WorkerCommand {
                 program: "env".into(),
                 args,
             },
             backend: BackendKind::Cuda,
-        })
-        .expect("a host of two slots on the fake driver");
+        }) {
+            Ok(host) => host,
+            // A machine whose NVML lists its GPUs places slots on them only, and the fake's are
+            // not among them; there the real driver's path is multi_devices' test.
+            Err(tasklet_runtime::HostError::Devices(
+                tasklet_runtime::devices::PlanError::NotFound(u),
+            )) => {
+                eprintln!(
+                    "skipped: this machine's NVML lists its GPUs, and the fake driver's {u} is not one of them"
+                );
+                return;
+            }
+            Err(e) => panic!("a host of two slots on the fake driver: {e}"),
+        };
         assert_eq!(host.devices().len(), 2);
         let mut grant = host.policy().grant(&manifest("testing/probe"));
         grant.gpu.max_leases = 2;

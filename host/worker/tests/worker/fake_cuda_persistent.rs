@@ -212,7 +212,17 @@ fn a_persistent_kernel_runs_beside_the_session_until_asked_to_end() {
     // `cuMemHostRegister`, `cuModuleUnload`): the stream-ordered allocator, a pageable copy and
     // an unload put off until the kernel has ended. A module load cannot be done any other way,
     // so it is refused at once.
+    // A group lease's shareable memory (`cuMemAlloc`'s, whose free waits too) is freed off the
+    // books at once and given back to the device once the kernel has ended; nor is it shared
+    // with another worker meanwhile (the host stages such a copy instead).
+    let shareable = w.alloc_shareable(4096).unwrap();
+    let kept = w.alloc_shareable(4096).unwrap();
     let t = Instant::now();
+    w.free(shareable).unwrap();
+    let (kind, message) = op_error(w.export(kept));
+    assert_eq!(kind, ErrorKind::Unsupported);
+    assert!(message.contains("persistent kernel runs"), "{message}");
+    w.free(kept).unwrap();
     w.free(out).unwrap();
     let guest = SharedMemory::create(1 << 20, 1 << 20, 0).unwrap();
     let buf = w.alloc(256).unwrap();

@@ -123,6 +123,9 @@ pub struct CudaBackend {
     device_maps: DeviceMaps,
     /// The persistent kernel, its stream and its watcher (`persistent`).
     persistent: Persistent,
+    /// Shareable allocations freed while a persistent kernel ran, given back to the device once
+    /// none runs: they are `cuMemAlloc`'s, and `cuMemFree` waits for every running kernel.
+    deferred_frees: Vec<CuDevicePtr>,
 }
 
 impl CudaBackend {
@@ -184,6 +187,7 @@ impl CudaBackend {
             report_only: false,
             device_maps: DeviceMaps::default(),
             persistent: Persistent::new(drv, ctx),
+            deferred_frees: Vec::new(),
         })
     }
 
@@ -338,6 +342,9 @@ impl Backend for CudaBackend {
                 format!("the allocation at {addr:#x} was not made to be shared (a group lease's buffers are)"),
             ));
         }
+        if self.persistent.running() {
+            return Err(beside_persistent());
+        }
         let Some(ipc) = &self.drv.ipc else {
             return Err(BackendError::new(
                 ErrorKind::Unsupported,
@@ -385,6 +392,9 @@ impl Backend for CudaBackend {
         };
         if len == 0 {
             return Ok(());
+        }
+        if self.persistent.running() {
+            return Err(beside_persistent());
         }
         let n = usize::try_from(len)
             .map_err(|_| BackendError::new(ErrorKind::OutOfBounds, "copy too large"))?;
@@ -448,6 +458,13 @@ impl Backend for CudaBackend {
                 format!("{addr:#x} is not the start of an allocation"),
             ));
         };
+        if alloc.shareable && self.persistent.running() {
+            // Off the books now; back to the device once the persistent kernel has ended.
+            self.mem.remove(addr);
+            self.deferred_frees.push(addr);
+            return Ok(());
+        }
+        self.free_deferred()?;
         // A live allocation of ours; no queued kernel uses it (drained).
         let (r, call) = self.device_free(addr, alloc.shareable);
         self.call(check(call, r), "freeing device memory")?;
@@ -926,6 +943,9 @@ impl Backend for CudaBackend {
         self.device_maps.clear(self.drv, &mut self.host, true);
         self.destroy_user_graphs_of(None);
         let mut first: Option<BackendError> = None;
+        if let Err(e) = self.free_deferred() {
+            first.get_or_insert(e);
+        }
         for (addr, alloc) in self.mem.drain() {
             // A live allocation of ours; the queue is drained.
             let (r, call) = self.device_free(addr, alloc.shareable);
@@ -959,6 +979,7 @@ impl CudaBackend {
     /// [`Backend::alloc`], shareable with other workers or not.
     fn alloc_in(&mut self, bytes: u64, shareable: bool) -> Result<u64, BackendError> {
         self.ready()?;
+        self.free_deferred()?;
         let accounted = self.mem.admit(bytes)?;
         let size = usize::try_from(bytes).map_err(|_| {
             BackendError::new(
@@ -991,6 +1012,19 @@ impl CudaBackend {
         self.mem.insert(addr, bytes, accounted, shareable);
         self.unchecked_async = true;
         Ok(addr)
+    }
+
+    /// Gives back to the device the shareable allocations freed while a persistent kernel ran,
+    /// once none runs.
+    fn free_deferred(&mut self) -> Result<(), BackendError> {
+        if self.deferred_frees.is_empty() || self.persistent.running() {
+            return Ok(());
+        }
+        for addr in std::mem::take(&mut self.deferred_frees) {
+            let (r, call) = self.device_free(addr, true);
+            self.call(check(call, r), "freeing device memory")?;
+        }
+        Ok(())
     }
 
     /// Allocates `size` bytes of device memory into `addr`: from the stream-ordered allocator on
@@ -1107,4 +1141,12 @@ impl Drop for CudaBackend {
             unsafe { (self.drv.stream_destroy)(self.dev.stream.0) };
         }
     }
+}
+
+/// Why a copy between workers is not made GPU to GPU while a persistent kernel runs here.
+fn beside_persistent() -> BackendError {
+    BackendError::new(
+        ErrorKind::Unsupported,
+        "a persistent kernel runs in this worker, and the driver may wait for it to share or map memory",
+    )
 }

@@ -404,6 +404,11 @@ fn spawner(s: Arc<Shared>) {
     let cfg = &s.cfg;
     let sweep_every = Duration::from_secs(1);
     let mut last_sweep = Instant::now();
+    // Workers killed and not yet ended. Each is reaped once it has ended, not waited for in
+    // turn: a process with a device context can take seconds to end (a GPU tearing down a
+    // context with a kernel running), and one such must not keep the others unreaped (zombies
+    // holding their slots) meanwhile.
+    let mut dying: Vec<Worker> = Vec::new();
     let mut g = s.lock();
     loop {
         if g.shutdown {
@@ -411,12 +416,26 @@ fn spawner(s: Arc<Shared>) {
         }
         if !g.reap.is_empty() {
             let dead = std::mem::take(&mut g.reap);
-            let slots = dead.iter().filter(|w| holds_slot(w, &s)).count();
             drop(g);
-            // Worker::drop kills and reaps; a leased one's token then gives its slot back.
-            drop(dead);
+            for mut w in dead {
+                w.abandon("given up by its pool".into());
+                dying.push(w);
+            }
+            g = s.lock();
+        }
+        let (ended, still): (Vec<Worker>, Vec<Worker>) = std::mem::take(&mut dying)
+            .into_iter()
+            .partition(|w| w.proc.poll().is_some());
+        dying = still;
+        if !ended.is_empty() {
+            let slots = ended.iter().filter(|w| holds_slot(w, &s)).count();
+            drop(g);
+            // Reaped already: dropping waits for nothing; a leased one's token then gives its
+            // slot back.
+            drop(ended);
             g = s.lock();
             g.dying = g.dying.saturating_sub(slots);
+            s.cv.notify_all();
             continue;
         }
         let now = Instant::now();
@@ -481,6 +500,10 @@ fn spawner(s: Arc<Shared>) {
                 wait = wait.min(t - now);
             }
         }
+        if !dying.is_empty() {
+            // Looked at again soon: a process's end wakes no one here.
+            wait = wait.min(Duration::from_millis(5));
+        }
         g =
             s.cv.wait_timeout(g, wait.max(Duration::from_millis(1)))
                 .unwrap_or_else(|p| p.into_inner())
@@ -492,6 +515,7 @@ fn spawner(s: Arc<Shared>) {
     drop(g);
     drop(idle);
     drop(reap);
+    drop(dying);
     for p in busy {
         if let Some(p) = p.upgrade() {
             p.kill();

@@ -12,7 +12,18 @@ use tasklet_tests::{
     assert_baseline, assert_gpu_error, load, manifest, probe_lines, run_ok, test_policy,
 };
 
+/// The fake driver's folder, built once per process: tests run at once, and one building the
+/// library while another's workers load it would hand them a half-written file.
 fn fake_driver_dir() -> Option<PathBuf> {
+    static BUILT: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    let dir = BUILT.get_or_init(build_fake_driver).clone();
+    if dir.is_none() {
+        eprintln!("skipped: no C compiler for the fake libcuda");
+    }
+    dir
+}
+
+fn build_fake_driver() -> Option<PathBuf> {
     let dir = std::env::temp_dir().join(format!("tasklet-fake-cuda-rt-{}", std::process::id()));
     std::fs::create_dir_all(&dir).ok()?;
     let src = concat!(
@@ -28,10 +39,7 @@ fn fake_driver_dir() -> Option<PathBuf> {
     {
         Ok(s) if s.success() => {}
         Ok(s) => panic!("building the fake libcuda failed: {s}"),
-        Err(_) => {
-            eprintln!("skipped: no C compiler for the fake libcuda");
-            return None;
-        }
+        Err(_) => return None,
     }
     let _ = std::os::unix::fs::symlink(&lib, dir.join("libcuda.so"));
     Some(dir)

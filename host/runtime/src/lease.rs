@@ -175,7 +175,7 @@ pub struct Lease {
     /// Bytes granted; allocations under the lease may hold at most this much at once.
     pub granted: u64,
     /// One of a group of leases on distinct devices: its memory is allocated so that the other
-    /// workers of the group can copy out of it (see [`LeaseManager::copy_between`]).
+    /// workers of the group can copy out of it (see [`LeaseManager::copy_peer`]).
     pub grouped: bool,
     acquired: Instant,
     state: Mutex<LeaseState>,
@@ -996,6 +996,11 @@ impl LeaseManager {
             } => Some(message.clone()),
             _ => None,
         };
+        if !(src.grouped && dst.grouped) {
+            // Only a group's buffers are allocated to be shared: no worker need be asked.
+            self.peer_refused("the two leases are not of one group (`lease.acquire-group`)".into());
+            return Ok(false);
+        }
         let mut why: Option<String> = None;
         let mut copied: Result<(), GpuError> = Ok(());
         self.with_state(src, |st| {
@@ -1025,11 +1030,7 @@ impl LeaseManager {
         copied?;
         match why {
             Some(why) => {
-                *self
-                    .direct
-                    .peer_refused
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner()) = Some(why);
+                self.peer_refused(why);
                 Ok(false)
             }
             None => {
@@ -1037,6 +1038,15 @@ impl LeaseManager {
                 Ok(true)
             }
         }
+    }
+
+    /// Keeps why a copy between workers is staged ([`LeaseManager::peer_copy_refusal`]).
+    fn peer_refused(&self, why: String) {
+        *self
+            .direct
+            .peer_refused
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(why);
     }
 
     pub(crate) fn count_direct(&self, written: usize, read: usize) {

@@ -328,8 +328,6 @@ impl Backend for CudaBackend {
     }
 
     fn export(&mut self, addr: u64) -> Result<Vec<u8>, BackendError> {
-        // A barrier, as a read is: the other worker copies what the queued kernels wrote.
-        self.sync()?;
         let Some(alloc) = self.mem.get(addr) else {
             return Err(BackendError::new(
                 ErrorKind::InvalidArgument,
@@ -351,6 +349,9 @@ impl Backend for CudaBackend {
                 "this CUDA driver shares no device memory between processes",
             ));
         };
+        // A barrier, as a read is: the other worker copies what the queued kernels wrote. Made
+        // only once the memory can be shared: a refused export costs the caller nothing more.
+        self.sync()?;
         let mut handle = IpcMemHandle([0; IPC_HANDLE_BYTES]);
         // SAFETY: valid out-pointer; `addr` is a live `cuMemAlloc` allocation of ours.
         let r = unsafe { (ipc.get_mem_handle)(&mut handle, addr) };

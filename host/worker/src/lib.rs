@@ -56,8 +56,8 @@ pub use host::guest_memory;
 pub use worker::{cpus, nvrtc};
 
 pub use contract::{
-    charged_bytes, BackendKind, DeviceBinding, ErrorKind, Launch, LaunchLimits, LimitExceeded,
-    LoadedModule, WorkerCommand, WorkerInfo, ALLOC_GRANULE,
+    charged_bytes, BackendKind, Compiled, DeviceBinding, ErrorKind, Launch, LaunchLimits,
+    LimitExceeded, LoadedModule, WorkerCommand, WorkerInfo, ALLOC_GRANULE,
 };
 pub use host::{probe, probe_cuda, Pool, PoolConfig, Worker, WorkerError};
 pub use tasklet_ptx::{KernelInfo, ParamInfo, ParamType, MAX_PARAM_BYTES};

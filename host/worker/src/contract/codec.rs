@@ -22,7 +22,7 @@
 
 use std::time::Duration;
 
-use super::messages::{GraphOp, Request, Response, WorkerInfo};
+use super::messages::{Compiled, GraphOp, Request, Response, WorkerInfo};
 use super::ErrorKind;
 use super::{Launch, LaunchLimits};
 use tasklet_ptx::{KernelInfo, ParamInfo, ParamType};
@@ -78,6 +78,8 @@ const REQ_LAUNCH_PERSISTENT: u8 = 24;
 const REQ_ALLOC_SHAREABLE: u8 = 25;
 const REQ_EXPORT: u8 = 26;
 const REQ_COPY_FROM_PEER: u8 = 27;
+const REQ_LOAD_MODULE_CACHED: u8 = 28;
+const REQ_LOAD_SOURCE_CACHED: u8 = 29;
 
 const OP_LAUNCH: u8 = 1;
 const OP_COPY: u8 = 2;
@@ -90,6 +92,7 @@ const RESP_INFO: u8 = 4;
 const RESP_ERROR: u8 = 5;
 const RESP_GRAPH: u8 = 6;
 const RESP_EXPORTED: u8 = 7;
+const RESP_CACHED_MODULE: u8 = 8;
 
 /// Appends the encoding of `req` (with request id `id`) to `out`.
 pub fn encode_request(id: u64, req: &Request<'_>, out: &mut Vec<u8>) {
@@ -147,10 +150,17 @@ pub fn encode_request(id: u64, req: &Request<'_>, out: &mut Vec<u8>) {
         Request::LoadSource { source, options } => {
             w.head(REQ_LOAD_SOURCE, id);
             w.bytes(source.as_bytes());
-            w.u32(len_u32(options.len()));
-            for o in options {
-                w.bytes(o.as_bytes());
-            }
+            w.options(options);
+        }
+        Request::LoadModuleCached { ptx, image } => {
+            w.head(REQ_LOAD_MODULE_CACHED, id);
+            w.bytes(ptx.as_bytes());
+            w.bytes(image);
+        }
+        Request::LoadSourceCached { source, options } => {
+            w.head(REQ_LOAD_SOURCE_CACHED, id);
+            w.bytes(source.as_bytes());
+            w.options(options);
         }
         Request::UnloadModule { id: module } => {
             w.head(REQ_UNLOAD_MODULE, id);
@@ -301,16 +311,18 @@ pub fn decode_request(frame: &[u8]) -> Result<(u64, Request<'_>), DecodeError> {
             len: r.u64("copy length")?,
         },
         REQ_LOAD_MODULE => Request::LoadModule { ptx: r.str("ptx")? },
-        REQ_LOAD_SOURCE => {
-            let source = r.str("source")?;
-            // Each option costs at least its 4-byte length, which bounds the count by the frame.
-            let n = r.count("option count", 4)?;
-            let mut options = Vec::with_capacity(n);
-            for _ in 0..n {
-                options.push(r.str("option")?);
-            }
-            Request::LoadSource { source, options }
-        }
+        REQ_LOAD_SOURCE => Request::LoadSource {
+            source: r.str("source")?,
+            options: r.options()?,
+        },
+        REQ_LOAD_MODULE_CACHED => Request::LoadModuleCached {
+            ptx: r.str("ptx")?,
+            image: r.bytes("module image")?,
+        },
+        REQ_LOAD_SOURCE_CACHED => Request::LoadSourceCached {
+            source: r.str("source")?,
+            options: r.options()?,
+        },
         REQ_UNLOAD_MODULE => Request::UnloadModule {
             id: r.u32("module id")?,
         },
@@ -445,17 +457,19 @@ pub fn encode_response(id: u64, resp: &Response, out: &mut Vec<u8>) {
         } => {
             w.head(RESP_MODULE, id);
             w.u32(*module);
-            w.u32(len_u32(kernels.len()));
-            for k in kernels {
-                w.bytes(k.name.as_bytes());
-                w.u32(len_u32(k.params.len()));
-                for p in &k.params {
-                    w.bytes(p.name.as_bytes());
-                    w.u32(p.size);
-                    w.u32(p.align);
-                    w.u8(param_flags(p));
-                }
-            }
+            w.kernels(kernels);
+        }
+        Response::CachedModule {
+            id: module,
+            kernels,
+            compiled,
+        } => {
+            w.head(RESP_CACHED_MODULE, id);
+            w.u32(*module);
+            w.kernels(kernels);
+            w.bytes(compiled.ptx.as_bytes());
+            w.bytes(&compiled.image);
+            w.u8(compiled.image_refused as u8);
         }
         Response::Info(i) => {
             w.head(RESP_INFO, id);
@@ -534,42 +548,28 @@ pub fn decode_response(frame: &[u8]) -> Result<(u64, Response), DecodeError> {
         RESP_EXPORTED => Response::Exported {
             handle: r.var_bytes("export handle")?.to_vec(),
         },
-        RESP_MODULE => {
-            let module = r.u32("module id")?;
-            // A kernel is at least a name length and a param count.
-            let n = r.count("kernel count", 8)?;
-            let mut kernels = Vec::with_capacity(n);
-            for _ in 0..n {
-                let name = r.str("kernel name")?.to_owned();
-                // A param is at least a name length, size, align and flag.
-                let np = r.count("param count", 13)?;
-                let mut params = Vec::with_capacity(np);
-                for _ in 0..np {
-                    let name = r.str("param name")?.to_owned();
-                    let size = r.u32("param size")?;
-                    let align = r.u32("param align")?;
-                    let flags = r.u8("param flags")?;
-                    let (pointer_sized, ty, used_as_address) =
-                        decode_param_flags(flags).ok_or(DecodeError::InvalidValue {
-                            what: "param flags",
-                            value: flags as u64,
-                        })?;
-                    params.push(ParamInfo {
-                        name,
-                        size,
-                        align,
-                        pointer_sized,
-                        ty,
-                        used_as_address,
-                    });
-                }
-                kernels.push(KernelInfo { name, params });
-            }
-            Response::Module {
-                id: module,
-                kernels,
-            }
-        }
+        RESP_MODULE => Response::Module {
+            id: r.u32("module id")?,
+            kernels: r.kernels()?,
+        },
+        RESP_CACHED_MODULE => Response::CachedModule {
+            id: r.u32("module id")?,
+            kernels: r.kernels()?,
+            compiled: Compiled {
+                ptx: r.str("compiled ptx")?.to_owned(),
+                image: r.bytes("module image")?.to_vec(),
+                image_refused: match r.u8("image refused flag")? {
+                    0 => false,
+                    1 => true,
+                    v => {
+                        return Err(DecodeError::InvalidValue {
+                            what: "image refused flag",
+                            value: v as u64,
+                        })
+                    }
+                },
+            },
+        },
         RESP_INFO => Response::Info(WorkerInfo {
             backend: r.str("backend name")?.to_owned(),
             device: r.str("device name")?.to_owned(),
@@ -696,6 +696,29 @@ impl Writer<'_> {
         self.var(b.len() as u64);
         self.0.extend_from_slice(b);
     }
+
+    /// A load-source's compiler options.
+    fn options(&mut self, options: &[&str]) {
+        self.u32(len_u32(options.len()));
+        for o in options {
+            self.bytes(o.as_bytes());
+        }
+    }
+
+    /// A loaded module's kernels, with their parameters.
+    fn kernels(&mut self, kernels: &[KernelInfo]) {
+        self.u32(len_u32(kernels.len()));
+        for k in kernels {
+            self.bytes(k.name.as_bytes());
+            self.u32(len_u32(k.params.len()));
+            for p in &k.params {
+                self.bytes(p.name.as_bytes());
+                self.u32(p.size);
+                self.u32(p.align);
+                self.u8(param_flags(p));
+            }
+        }
+    }
 }
 
 struct Reader<'a> {
@@ -798,6 +821,51 @@ impl<'a> Reader<'a> {
     fn var_bytes(&mut self, what: &'static str) -> Result<&'a [u8], DecodeError> {
         let n = self.var(what)?;
         self.take(what, n)
+    }
+
+    /// [`Writer::options`] read back.
+    fn options(&mut self) -> Result<Vec<&'a str>, DecodeError> {
+        // Each option costs at least its 4-byte length, which bounds the count by the frame.
+        let n = self.count("option count", 4)?;
+        let mut options = Vec::with_capacity(n);
+        for _ in 0..n {
+            options.push(self.str("option")?);
+        }
+        Ok(options)
+    }
+
+    /// [`Writer::kernels`] read back.
+    fn kernels(&mut self) -> Result<Vec<KernelInfo>, DecodeError> {
+        // A kernel is at least a name length and a param count.
+        let n = self.count("kernel count", 8)?;
+        let mut kernels = Vec::with_capacity(n);
+        for _ in 0..n {
+            let name = self.str("kernel name")?.to_owned();
+            // A param is at least a name length, size, align and flag.
+            let np = self.count("param count", 13)?;
+            let mut params = Vec::with_capacity(np);
+            for _ in 0..np {
+                let name = self.str("param name")?.to_owned();
+                let size = self.u32("param size")?;
+                let align = self.u32("param align")?;
+                let flags = self.u8("param flags")?;
+                let (pointer_sized, ty, used_as_address) =
+                    decode_param_flags(flags).ok_or(DecodeError::InvalidValue {
+                        what: "param flags",
+                        value: flags as u64,
+                    })?;
+                params.push(ParamInfo {
+                    name,
+                    size,
+                    align,
+                    pointer_sized,
+                    ty,
+                    used_as_address,
+                });
+            }
+            kernels.push(KernelInfo { name, params });
+        }
+        Ok(kernels)
     }
 
     /// A list count, refused when even `min_item` bytes per item would overrun the frame, so a

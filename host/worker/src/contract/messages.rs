@@ -60,6 +60,22 @@ pub enum Request<'a> {
         source: &'a str,
         options: Vec<&'a str>,
     },
+    /// As [`Request::LoadModule`], through the host's node-wide module cache: answered with
+    /// [`Response::CachedModule`], carrying what the load compiled (cuda: the cubin the driver's
+    /// linker made of `ptx`) for the host to keep. `image`, unless empty, is what an earlier load
+    /// of exactly `ptx` compiled on a device like this one: the worker loads it without compiling
+    /// (its kernel table still comes from `ptx`) and, should the device refuse it, compiles `ptx`
+    /// instead and says so. A module the worker's own cache holds is a lookup before all that.
+    LoadModuleCached {
+        ptx: &'a str,
+        image: &'a [u8],
+    },
+    /// As [`Request::LoadSource`], answered with [`Response::CachedModule`] carrying the PTX
+    /// NVRTC produced (and, on cuda, the cubin compiled from it), for the host to keep.
+    LoadSourceCached {
+        source: &'a str,
+        options: Vec<&'a str>,
+    },
     UnloadModule {
         id: u32,
     },
@@ -177,6 +193,8 @@ impl Request<'_> {
             Request::Copy { .. } => "copy",
             Request::LoadModule { .. } => "load-module",
             Request::LoadSource { .. } => "load-source",
+            Request::LoadModuleCached { .. } => "load-module-cached",
+            Request::LoadSourceCached { .. } => "load-source-cached",
             Request::UnloadModule { .. } => "unload-module",
             Request::Launch(_) => "launch",
             Request::Sync => "sync",
@@ -238,6 +256,21 @@ pub struct LoadedModule {
     pub kernels: Vec<KernelInfo>,
 }
 
+/// What a load compiled, for the host's node-wide module cache ([`Response::CachedModule`]).
+/// Empty fields where the load compiled nothing (a lookup in the worker's own cache, an image
+/// loaded as given, the emulator's PTX) or what it compiled does not fit the channel.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Compiled {
+    /// The PTX NVRTC produced (a CUDA C load only).
+    pub ptx: String,
+    /// The device code compiled from the PTX (cuda: a cubin), loadable on a device of the same
+    /// compute capability under the same driver.
+    pub image: Vec<u8>,
+    /// The image the request carried was refused by the device: the module was compiled from
+    /// its text instead, and the host drops that image.
+    pub image_refused: bool,
+}
+
 /// A response from worker to host. Owned: the host decodes it out of a buffer it reuses.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Response {
@@ -249,6 +282,13 @@ pub enum Response {
     Module {
         id: u32,
         kernels: Vec<KernelInfo>,
+    },
+    /// A module loaded through the host's cache ([`Request::LoadModuleCached`],
+    /// [`Request::LoadSourceCached`]): as [`Response::Module`], with what the load compiled.
+    CachedModule {
+        id: u32,
+        kernels: Vec<KernelInfo>,
+        compiled: Compiled,
     },
     Info(WorkerInfo),
     /// A graph made ready ([`Request::GraphCreate`]): the worker's id for it, never reused.

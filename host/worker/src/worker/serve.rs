@@ -10,7 +10,7 @@ use super::backend::{self, Backend, BackendError};
 use crate::contract::actor::{ControlBlock, CONTROL_BYTES};
 use crate::contract::channel::{Incoming, WorkerEnd};
 use crate::contract::codec::{decode_request, encode_response};
-use crate::contract::{quote, ErrorKind, Launch, Request, Response};
+use crate::contract::{quote, Compiled, ErrorKind, Launch, LoadedModule, Request, Response};
 
 /// Serves requests on `end` until the host closes it or `host_alive` says it is gone.
 ///
@@ -263,6 +263,33 @@ fn guarded(
         .unwrap_or_else(|p| error(ErrorKind::KernelFault, internal_error(&*p)))
 }
 
+/// The answer to a load through the host's module cache. What it compiled goes back only where
+/// the whole frame fits the data region: the module is loaded either way, and a frame too large
+/// would lose its id (the host then merely caches nothing).
+fn cached_module(cap: usize, loaded: Result<(LoadedModule, Compiled), BackendError>) -> Response {
+    let (m, mut compiled) = match loaded {
+        Ok(l) => l,
+        Err(e) => return error(e.kind, e.message),
+    };
+    // The frame's size as the codec lays it out: head, id, kernel list, the two byte strings, a
+    // flag. 32 bytes cover the head and fixed fields.
+    let kernels: usize = m
+        .kernels
+        .iter()
+        .map(|k| 8 + k.name.len() + k.params.iter().map(|p| 13 + p.name.len()).sum::<usize>())
+        .sum();
+    let frame = 32 + kernels + 8 + compiled.ptx.len() + compiled.image.len();
+    if frame > cap {
+        compiled.ptx.clear();
+        compiled.image.clear();
+    }
+    Response::CachedModule {
+        id: m.id,
+        kernels: m.kernels,
+        compiled,
+    }
+}
+
 fn error(kind: ErrorKind, message: String) -> Response {
     Response::Error { kind, message }
 }
@@ -356,6 +383,12 @@ fn dispatch(
                 message: e.message,
             },
         },
+        Request::LoadModuleCached { ptx, image } => {
+            cached_module(end.data_size(), b.load_module_cached(ptx, image))
+        }
+        Request::LoadSourceCached { source, options } => {
+            cached_module(end.data_size(), b.load_source_cached(source, options))
+        }
         Request::UnloadModule { id } => done(b.unload_module(*id)),
         Request::Launch(l) => done(b.launch(l)),
         Request::Sync => done(match end.call_seq() {

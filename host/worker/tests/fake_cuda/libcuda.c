@@ -325,9 +325,12 @@ CUresult cuMemHostUnregister(void *p) {
     return 713; // CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED
 }
 
+static void jit_log(const char *what); // with the linker, below
+
 CUresult cuModuleLoadDataEx(CUmodule *m, const void *image, unsigned n, int *opts, void **vals) {
     wait_for_actors();
     const char *ptx = image;
+    jit_log("jit");
     CUresult r = OK;
     const char *log = "";
     if (strstr(ptx, "bogus")) {
@@ -348,6 +351,93 @@ CUresult cuModuleLoadDataEx(CUmodule *m, const void *image, unsigned n, int *opt
     if (r) return r;
     struct module *mod = malloc(sizeof *mod);
     mod->ptx = strdup(ptx);
+    *m = mod;
+    return OK;
+}
+// The linker (cuLinkCreate_v2 / cuLinkAddData_v2 / cuLinkComplete / cuLinkDestroy) "compiles" PTX
+// to an image: a 64-byte ELF64 header, "FAKECUBIN\n", the PTX, a NUL. cuModuleLoadData loads such
+// an image as the PTX it holds, without JIT, and refuses anything else (CUDA_ERROR_INVALID_IMAGE).
+// PTX the JIT refuses (see above) is refused by cuLinkAddData_v2 alike, with the same log. With
+// FAKE_CUDA_BAD_CUBIN set, cuLinkComplete makes an image cuModuleLoadData refuses. With
+// FAKE_CUDA_JIT_LOG=<file>, each JIT (a PTX cuModuleLoadDataEx or cuLinkAddData_v2) appends
+// "jit <pid>" to that file and each image loaded by cuModuleLoadData "image <pid>", so a test sees
+// which worker process compiled and which loaded compiled code.
+static void jit_log(const char *what) {
+    const char *path = getenv("FAKE_CUDA_JIT_LOG");
+    if (!path) return;
+    char line[64];
+    int n = snprintf(line, sizeof line, "%s %d\n", what, (int)getpid());
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT, 0644);
+    if (fd < 0) return;
+    if (write(fd, line, (size_t)n) < 0) { /* a test then sees the line missing */ }
+    close(fd);
+}
+
+static const char IMAGE_MARK[] = "FAKECUBIN\n";
+enum { ELF_HEADER = 64, INVALID_IMAGE = 200 };
+struct link { char *ptx; char *image; size_t image_len; char *log; size_t log_cap; void **log_size; };
+
+CUresult cuLinkCreate_v2(unsigned n, int *opts, void **vals, void **state) {
+    struct link *l = calloc(1, sizeof *l);
+    for (unsigned i = 0; i + 1 < n; i++) {
+        if (opts[i] == 5 && opts[i + 1] == 6) { // error log buffer, its size
+            l->log = vals[i];
+            l->log_cap = (size_t)(uintptr_t)vals[i + 1];
+            l->log_size = &vals[i + 1];
+        }
+    }
+    *state = l;
+    return OK;
+}
+CUresult cuLinkAddData_v2(void *state, int type, void *data, size_t size, const char *name, unsigned n, int *opts,
+                          void **vals) {
+    (void)size; (void)name; (void)n; (void)opts; (void)vals;
+    struct link *l = state;
+    if (type != 1 || l->ptx) return INVALID_VALUE; // PTX, once
+    const char *ptx = data;
+    jit_log("jit");
+    CUresult r = OK;
+    if (strstr(ptx, "bogus")) {
+        r = INVALID_PTX;
+        if (l->log && l->log_cap) {
+            snprintf(l->log, l->log_cap, "%s", "ptxas application ptx input, line 7; error   : Not a name of any known instruction: 'bogus'");
+            *l->log_size = (void *)(uintptr_t)strlen(l->log);
+        }
+    } else if (strstr(ptx, ".version 99")) {
+        r = UNSUPPORTED_PTX;
+    }
+    if (r) return r;
+    l->ptx = strdup(ptx);
+    return OK;
+}
+CUresult cuLinkComplete(void *state, void **out, size_t *size) {
+    struct link *l = state;
+    if (!l->ptx) return INVALID_VALUE;
+    size_t mark = strlen(IMAGE_MARK), len = strlen(l->ptx);
+    l->image_len = ELF_HEADER + mark + len + 1;
+    l->image = calloc(1, l->image_len);
+    memcpy(l->image, "\x7f" "ELF\x02\x01\x01", 7);
+    memcpy(l->image + ELF_HEADER, getenv("FAKE_CUDA_BAD_CUBIN") ? "BADCUBIN!\n" : IMAGE_MARK, mark);
+    memcpy(l->image + ELF_HEADER + mark, l->ptx, len);
+    *out = l->image;
+    *size = l->image_len;
+    return OK;
+}
+CUresult cuLinkDestroy(void *state) {
+    struct link *l = state;
+    free(l->ptx);
+    free(l->image);
+    free(l);
+    return OK;
+}
+CUresult cuModuleLoadData(CUmodule *m, const void *image) {
+    wait_for_actors();
+    const char *img = image;
+    if (memcmp(img, "\x7f" "ELF", 4) != 0 || memcmp(img + ELF_HEADER, IMAGE_MARK, strlen(IMAGE_MARK)) != 0)
+        return INVALID_IMAGE;
+    jit_log("image");
+    struct module *mod = malloc(sizeof *mod);
+    mod->ptx = strdup(img + ELF_HEADER + strlen(IMAGE_MARK));
     *m = mod;
     return OK;
 }

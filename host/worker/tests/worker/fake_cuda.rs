@@ -1069,3 +1069,115 @@ fn a_long_run_of_launches_without_a_wait_is_timed_in_several_segments() {
     assert!(w.gpu_time() > Duration::ZERO);
     let _ = std::fs::remove_file(file);
 }
+
+/// Loads through the host's module cache, worker by worker: a load that compiles makes the PTX
+/// an image through the driver's linker; a second worker loads that image without JIT and its
+/// kernel runs; an image the device refuses is replaced by a JIT of the PTX, and said so; an
+/// image the linker made that the device refuses is never handed on; the worker's own cache
+/// answers first.
+#[test]
+fn a_cached_image_loads_in_another_worker_without_jit() {
+    let Some(cmd) = fake_command() else { return };
+    let log = std::env::temp_dir().join(format!("tasklet-fake-cuda-jit-{}", std::process::id()));
+    let _ = std::fs::remove_file(&log);
+    let spawn = |env: &[&str]| {
+        let mut cmd = cmd.clone();
+        cmd.args
+            .insert(0, format!("FAKE_CUDA_JIT_LOG={}", log.display()));
+        for (i, e) in env.iter().enumerate() {
+            cmd.args.insert(1 + i, (*e).into());
+        }
+        Worker::spawn(&cmd, BackendKind::Cuda, u64::MAX, Duration::from_secs(10))
+            .expect("a worker on the fake driver")
+    };
+    let events = || -> Vec<String> {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    };
+    let mut a = spawn(&[]);
+    let (ma, ca) = a.load_module_cached(IOTA_PTX, &[]).unwrap();
+    assert!(ca.image.starts_with(b"\x7fELF"), "the linker's image kept");
+    assert!(ca.ptx.is_empty() && !ca.image_refused);
+    let first = vec![format!("jit {}", a.pid()), format!("image {}", a.pid())];
+    assert_eq!(events(), first, "compiled, then its image loaded");
+
+    let mut b = spawn(&[]);
+    let (mb, cb) = b.load_module_cached(IOTA_PTX, &ca.image).unwrap();
+    assert_eq!(cb, tasklet_worker::Compiled::default(), "nothing compiled");
+    assert_eq!(mb.kernels, ma.kernels, "the kernel table from the PTX");
+    assert_eq!(
+        events(),
+        [first, vec![format!("image {}", b.pid())]].concat(),
+        "the second worker loaded the image, no JIT"
+    );
+    let out = b.alloc(4 * 64).unwrap();
+    let args = iota_args(out, 64);
+    b.launch(&launch(&mb, "iota", 64, &args, Duration::from_secs(5)))
+        .unwrap();
+    b.sync().unwrap();
+    let mut data = vec![0u8; 4 * 64];
+    b.read(out, &mut data).unwrap();
+    let vals: Vec<u32> = data
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    assert_eq!(vals, (1..=64).collect::<Vec<u32>>());
+
+    // The same text again on b: its own cache, before any image (here a bad one).
+    let (_, again) = b.load_module_cached(IOTA_PTX, b"not an image").unwrap();
+    assert_eq!(again, tasklet_worker::Compiled::default());
+    assert_eq!(events().len(), 3, "a lookup: {:?}", events());
+
+    // An image the device refuses, for text b has not loaded: compiled from the PTX instead.
+    let other = format!("{IOTA_PTX}\n// another text\n");
+    for bad in [
+        &b"not an image"[..],
+        &[0x7f, b'E', b'L', b'F', 2, 0, 0, 0][..],
+        &[][..],
+    ] {
+        let mut bad_image = ca.image.clone();
+        if !bad.is_empty() {
+            bad_image = bad.to_vec();
+        } else {
+            // A well-formed ELF the device refuses: the fake's mark overwritten.
+            bad_image[64] = b'X';
+        }
+        let mut c = spawn(&[]);
+        let (mc, cc) = c.load_module_cached(&other, &bad_image).unwrap();
+        assert!(cc.image_refused, "refusal reported");
+        assert!(cc.image.starts_with(b"\x7fELF"), "a fresh image made");
+        assert_eq!(mc.kernels[0].name, "iota");
+        let of_c: Vec<String> = events()
+            .into_iter()
+            .filter(|e| e.ends_with(&format!(" {}", c.pid())))
+            .collect();
+        assert_eq!(
+            of_c,
+            vec![format!("jit {}", c.pid()), format!("image {}", c.pid())],
+            "compiled from the PTX, its own image loaded"
+        );
+    }
+
+    // A linker whose image the device refuses: the load still JITs and nothing is handed on.
+    let mut d = spawn(&["FAKE_CUDA_BAD_CUBIN=1"]);
+    let (md, cd) = d.load_module_cached(&other, &[]).unwrap();
+    assert!(cd.image.is_empty() && !cd.image_refused, "{cd:?}");
+    assert_eq!(md.kernels[0].name, "iota");
+    let jits = events()
+        .iter()
+        .filter(|e| **e == format!("jit {}", d.pid()))
+        .count();
+    assert_eq!(jits, 2, "the link, then the JIT: {:?}", events());
+
+    // A load the JIT refuses is refused alike through the linker, with its log.
+    let (k, m) = op_error(d.load_module_cached(&format!("{IOTA_PTX}\nbogus\n"), &[]));
+    assert_eq!(k, ErrorKind::LoadFailed);
+    assert!(
+        m.contains("line 7") && m.contains("CUDA_ERROR_INVALID_PTX"),
+        "{m}"
+    );
+    let _ = std::fs::remove_file(&log);
+}

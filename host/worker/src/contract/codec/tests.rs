@@ -32,6 +32,18 @@ fn sample_requests() -> Vec<Request<'static>> {
             source: "",
             options: vec![],
         },
+        Request::LoadModuleCached {
+            ptx: ".version 8.0\n.target sm_80\n",
+            image: &[0x7f, b'E', b'L', b'F', 0, 1],
+        },
+        Request::LoadModuleCached {
+            ptx: "",
+            image: &[],
+        },
+        Request::LoadSourceCached {
+            source: "__global__ void k(){}",
+            options: vec!["-arch=sm_90", ""],
+        },
         Request::UnloadModule { id: 7 },
         Request::Launch(Launch {
             module: 3,
@@ -150,6 +162,23 @@ fn sample_responses() -> Vec<Response> {
         Response::Module {
             id: 1,
             kernels: vec![],
+        },
+        Response::CachedModule {
+            id: 3,
+            kernels: vec![KernelInfo {
+                name: "k".into(),
+                params: vec![],
+            }],
+            compiled: Compiled {
+                ptx: ".version 9.0\n".into(),
+                image: vec![0, 1, 2, 255],
+                image_refused: true,
+            },
+        },
+        Response::CachedModule {
+            id: 4,
+            kernels: vec![],
+            compiled: Compiled::default(),
         },
         Response::Module {
             id: 2,
@@ -542,4 +571,33 @@ fn long_error_messages_are_cut_on_char_boundaries() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+#[test]
+fn a_cached_modules_refused_flag_is_zero_or_one() {
+    let resp = Response::CachedModule {
+        id: 1,
+        kernels: vec![],
+        compiled: Compiled {
+            ptx: String::new(),
+            image: vec![1, 2, 3],
+            image_refused: false,
+        },
+    };
+    let mut buf = Vec::new();
+    encode_response(1, &resp, &mut buf);
+    *buf.last_mut().unwrap() = 2;
+    assert_eq!(
+        decode_response(&buf),
+        Err(DecodeError::InvalidValue {
+            what: "image refused flag",
+            value: 2
+        })
+    );
+    *buf.last_mut().unwrap() = 1;
+    let Ok((_, Response::CachedModule { compiled, .. })) = decode_response(&buf) else {
+        panic!("decodes")
+    };
+    assert!(compiled.image_refused);
+    assert_eq!(compiled.image, vec![1, 2, 3]);
 }

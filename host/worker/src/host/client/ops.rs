@@ -10,7 +10,7 @@ use super::Worker;
 use crate::contract::actor::{ControlBlock, CONTROL_BYTES};
 use crate::contract::channel::Answer;
 use crate::contract::messages::GraphOp;
-use crate::contract::{ErrorKind, Launch, LoadedModule, Request, Response, WorkerInfo};
+use crate::contract::{Compiled, ErrorKind, Launch, LoadedModule, Request, Response, WorkerInfo};
 use crate::host::error::WorkerError;
 use crate::host::guest_memory::GuestSpan;
 use crate::host::mapped::{ActorView, MappedArea, Piece, STATUS_AREA_BYTES};
@@ -224,6 +224,54 @@ impl Worker {
         match self.call(&Request::LoadSource { source, options }, self.op_timeout)? {
             Response::Module { id, kernels } => Ok(self.loaded(LoadedModule { id, kernels })),
             other => Err(self.unexpected("load-source", &other)),
+        }
+    }
+
+    /// Loads PTX through the host's module cache (`Request::LoadModuleCached`): `image`, unless
+    /// empty, is what an earlier load of exactly `ptx` compiled on a device like this worker's.
+    /// Returns the module and what this load compiled, for the cache. An image too large to
+    /// travel with the PTX is left behind (the worker compiles).
+    pub fn load_module_cached(
+        &mut self,
+        ptx: &str,
+        image: &[u8],
+    ) -> Result<(LoadedModule, Compiled), WorkerError> {
+        self.no_load_beside_persistent()?;
+        // Head and the two lengths: 32 bytes.
+        let image = if ptx.len() + image.len() + 32 > self.chan.data_size() {
+            &[][..]
+        } else {
+            image
+        };
+        match self.call(&Request::LoadModuleCached { ptx, image }, self.op_timeout)? {
+            Response::CachedModule {
+                id,
+                kernels,
+                compiled,
+            } => Ok((self.loaded(LoadedModule { id, kernels }), compiled)),
+            other => Err(self.unexpected("load-module-cached", &other)),
+        }
+    }
+
+    /// Compiles CUDA C and loads it, answering with the PTX NVRTC produced (and on cuda the
+    /// cubin made of it), for the host's module cache.
+    pub fn load_source_cached(
+        &mut self,
+        source: &str,
+        options: &[String],
+    ) -> Result<(LoadedModule, Compiled), WorkerError> {
+        self.no_load_beside_persistent()?;
+        let options = options.iter().map(String::as_str).collect();
+        match self.call(
+            &Request::LoadSourceCached { source, options },
+            self.op_timeout,
+        )? {
+            Response::CachedModule {
+                id,
+                kernels,
+                compiled,
+            } => Ok((self.loaded(LoadedModule { id, kernels }), compiled)),
+            other => Err(self.unexpected("load-source-cached", &other)),
         }
     }
 

@@ -23,7 +23,7 @@ use super::recorded::{self, Recorded};
 use super::{source, Backend, BackendError};
 use crate::contract::actor::ControlBlock;
 use crate::contract::messages::GraphOp;
-use crate::contract::{quote, ErrorKind, Launch, LaunchLimits, LoadedModule, WorkerInfo};
+use crate::contract::{quote, Compiled, ErrorKind, Launch, LaunchLimits, LoadedModule, WorkerInfo};
 use persistent::Persistent;
 pub use persistent::EMU_MAX_RESIDENT_CTAS;
 
@@ -286,6 +286,22 @@ impl Backend for EmuBackend {
     ) -> Result<LoadedModule, BackendError> {
         let ptx = source::compile(source, options, None)?;
         self.load_module(&ptx).map_err(source::in_compiled_ptx)
+    }
+
+    /// The emulator compiles no PTX, so a PTX load keeps nothing; a CUDA C load keeps the PTX
+    /// NVRTC produced, which a later load of the same source on any worker loads instead.
+    fn load_source_cached(
+        &mut self,
+        source: &str,
+        options: &[&str],
+    ) -> Result<(LoadedModule, Compiled), BackendError> {
+        let ptx = source::compile(source, options, None)?;
+        let loaded = self.load_module(&ptx).map_err(source::in_compiled_ptx)?;
+        let compiled = Compiled {
+            ptx,
+            ..Compiled::default()
+        };
+        Ok((loaded, compiled))
     }
 
     fn unload_module(&mut self, id: u32) -> Result<(), BackendError> {

@@ -47,7 +47,7 @@ use std::time::Duration;
 
 use crate::contract::actor::ControlBlock;
 use crate::contract::messages::GraphOp;
-use crate::contract::{BackendKind, ErrorKind, Launch, LoadedModule, WorkerInfo};
+use crate::contract::{BackendKind, Compiled, ErrorKind, Launch, LoadedModule, WorkerInfo};
 
 /// A refused or failed backend operation.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -112,6 +112,27 @@ pub trait Backend {
     /// Compiles CUDA C and loads it.
     fn load_source(&mut self, source: &str, options: &[&str])
         -> Result<LoadedModule, BackendError>;
+    /// [`Backend::load_module`] through the host's module cache (`Request::LoadModuleCached`):
+    /// `image`, unless empty, is what an earlier load of exactly `ptx` compiled on a device like
+    /// this one, loaded without compiling where the device takes it; the answer carries what this
+    /// load compiled. By default a plain load that compiles nothing to keep.
+    fn load_module_cached(
+        &mut self,
+        ptx: &str,
+        image: &[u8],
+    ) -> Result<(LoadedModule, Compiled), BackendError> {
+        let _ = image;
+        Ok((self.load_module(ptx)?, Compiled::default()))
+    }
+    /// [`Backend::load_source`] through the host's module cache: the answer carries the PTX
+    /// NVRTC produced, and what was compiled from it. By default a plain load.
+    fn load_source_cached(
+        &mut self,
+        source: &str,
+        options: &[&str],
+    ) -> Result<(LoadedModule, Compiled), BackendError> {
+        Ok((self.load_source(source, options)?, Compiled::default()))
+    }
     fn unload_module(&mut self, id: u32) -> Result<(), BackendError>;
     /// The name of kernel `kernel` (an index into its module's kernel list) of module `module`,
     /// if both exist: for messages about a launch, which names its kernel by index.

@@ -86,6 +86,8 @@ macro_rules! driver_api {
             pub pools: Option<PoolApi>,
             /// Memory shared between processes, where the driver has it.
             pub ipc: Option<IpcApi>,
+            /// The linker, through which a load keeps the code it compiled.
+            pub link: Option<LinkApi>,
         }
 
         impl Driver {
@@ -94,6 +96,7 @@ macro_rules! driver_api {
                     graphs: GraphApi::resolve(lib),
                     pools: PoolApi::resolve(lib),
                     ipc: IpcApi::resolve(lib),
+                    link: LinkApi::resolve(lib),
                     $( $field: {
                         // SAFETY: the symbol is the documented driver entry point of this exact
                         // signature (cuda.h, versioned names as cuda.h maps them); the library is
@@ -286,6 +289,50 @@ impl IpcApi {
                 open_mem_handle: *lib.get(b"cuIpcOpenMemHandle_v2\0").ok()?,
                 close_mem_handle: *lib.get(b"cuIpcCloseMemHandle\0").ok()?,
                 memcpy_async: *lib.get(b"cuMemcpyAsync\0").ok()?,
+            })
+        }
+    }
+}
+
+/// `CUlinkState`: a link in progress.
+pub type CuLinkState = *mut c_void;
+
+/// `CU_JIT_INPUT_PTX` (`CUjitInputType`): the data added to a link is PTX text.
+pub const CU_JIT_INPUT_PTX: c_int = 1;
+
+/// The driver's linker, through which a module's PTX is compiled to a cubin the worker keeps
+/// (for the host's node-wide module cache) before loading it, and the load of such a cubin.
+/// Optional: without them a load JITs as `cuModuleLoadDataEx` does and keeps nothing.
+pub struct LinkApi {
+    pub create:
+        unsafe extern "C" fn(c_uint, *mut c_int, *mut *mut c_void, *mut CuLinkState) -> CuResult,
+    pub add_data: unsafe extern "C" fn(
+        CuLinkState,
+        c_int,
+        *mut c_void,
+        usize,
+        *const c_char,
+        c_uint,
+        *mut c_int,
+        *mut *mut c_void,
+    ) -> CuResult,
+    pub complete: unsafe extern "C" fn(CuLinkState, *mut *mut c_void, *mut usize) -> CuResult,
+    pub destroy: unsafe extern "C" fn(CuLinkState) -> CuResult,
+    pub module_load_data: unsafe extern "C" fn(*mut CuModule, *const c_void) -> CuResult,
+}
+
+impl LinkApi {
+    fn resolve(lib: &'static libloading::Library) -> Option<LinkApi> {
+        // SAFETY: the documented entry points of exactly these signatures (cuda.h: the `_v2`
+        // names cuda.h maps cuLinkCreate and cuLinkAddData to; enums passed as int); the library
+        // stays loaded ('static).
+        unsafe {
+            Some(LinkApi {
+                create: *lib.get(b"cuLinkCreate_v2\0").ok()?,
+                add_data: *lib.get(b"cuLinkAddData_v2\0").ok()?,
+                complete: *lib.get(b"cuLinkComplete\0").ok()?,
+                destroy: *lib.get(b"cuLinkDestroy\0").ok()?,
+                module_load_data: *lib.get(b"cuModuleLoadData\0").ok()?,
             })
         }
     }

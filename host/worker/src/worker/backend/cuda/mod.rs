@@ -49,7 +49,7 @@ use std::time::{Duration, Instant};
 use super::{module_check, source, Backend, BackendError, BackendOptions};
 use crate::contract::actor::{ControlBlock, Exit};
 use crate::contract::messages::GraphOp;
-use crate::contract::{quote, ErrorKind, Launch, LoadedModule, WorkerInfo};
+use crate::contract::{quote, Compiled, ErrorKind, Launch, LoadedModule, WorkerInfo};
 use device_map::DeviceMaps;
 use driver::*;
 use errors::LoadTarget;
@@ -622,6 +622,52 @@ impl Backend for CudaBackend {
         // the driver JIT turns into this GPU's code).
         let ptx = source::compile(source, options, Some(self.dev.compute_capability))?;
         self.load_module(&ptx).map_err(source::in_compiled_ptx)
+    }
+
+    /// The worker's own cache first; then the host's image, loaded without JIT where the device
+    /// takes it; else the PTX compiled to a cubin (kept for the host) and loaded.
+    fn load_module_cached(
+        &mut self,
+        ptx: &str,
+        image: &[u8],
+    ) -> Result<(LoadedModule, Compiled), BackendError> {
+        self.usable()?;
+        if let Some((id, kernels)) = self.modules.lookup(ptx)? {
+            return Ok((LoadedModule { id, kernels }, Compiled::default()));
+        }
+        let target = self.load_target();
+        let header = module_check::check(ptx, &target.loader)?;
+        self.ready()?;
+        let image_refused = !image.is_empty();
+        if image_refused {
+            if let Some((id, kernels)) = self.modules.load_cached_image(self.drv, ptx, image)? {
+                return Ok((LoadedModule { id, kernels }, Compiled::default()));
+            }
+        }
+        match self.modules.load_keeping(self.drv, ptx, &header, &target) {
+            Ok((id, kernels, image)) => Ok((
+                LoadedModule { id, kernels },
+                Compiled {
+                    ptx: String::new(),
+                    image,
+                    image_refused,
+                },
+            )),
+            Err(e) => Err(self.fail(e)),
+        }
+    }
+
+    fn load_source_cached(
+        &mut self,
+        source: &str,
+        options: &[&str],
+    ) -> Result<(LoadedModule, Compiled), BackendError> {
+        self.usable()?;
+        let ptx = source::compile(source, options, Some(self.dev.compute_capability))?;
+        let (loaded, compiled) = self
+            .load_module_cached(&ptx, &[])
+            .map_err(source::in_compiled_ptx)?;
+        Ok((loaded, Compiled { ptx, ..compiled }))
     }
 
     fn unload_module(&mut self, id: u32) -> Result<(), BackendError> {

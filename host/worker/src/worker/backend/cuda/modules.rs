@@ -1,6 +1,17 @@
 //! Loaded modules: the driver JIT, kernel signatures, and a cache keyed by the PTX text so that
 //! loading the same PTX again in a lease is a lookup.
 //!
+//! This cache is the first lookup; the host's node-wide module cache (`tasklet-runtime`'s
+//! `module_cache`, docs/design.md "Module cache") is the second. A load through it
+//! (`Request::LoadModuleCached`) that finds nothing here either loads the image the host sent —
+//! the cubin an earlier load of exactly this PTX compiled, in this or another worker on a device
+//! of the same compute capability — with `cuModuleLoadData`, no JIT ([`Modules::load_cached_image`]),
+//! or compiles the PTX through the driver's linker to a cubin, loads that, and hands it to the
+//! host ([`Modules::load_keeping`]). An image the device refuses is compiled afresh from the PTX
+//! and reported refused; a cubin the linker made that the device refuses is not handed on. Only
+//! an ELF image whose header tables lie inside it ever reaches the driver ([`plausible_cubin`]).
+//! Either way the kernel table comes from the PTX, as for every load.
+//!
 //! Each `load_module` gets its own worker module id (ids are never reused). Ids whose PTX is the
 //! same share one `CUmodule` when the PTX declares no module-scope `.global` variables: such a
 //! module has no state a kernel can change, so sharing it is invisible. A module with `.global`
@@ -165,6 +176,64 @@ impl Modules {
     ) -> Result<(u32, Vec<KernelInfo>), BackendError> {
         let id = self.fresh_id()?;
         let module = jit(drv, ptx, header, target)?;
+        self.admit(drv, id, module, ptx)
+    }
+
+    /// As [`Modules::load`], keeping the code compiled for the host's node-wide cache: the PTX
+    /// goes through the driver's linker to a cubin, which is loaded and returned. Without the
+    /// linker, or should the device refuse the cubin it just made, the PTX is JIT-loaded as by
+    /// `load` and nothing is kept (an empty image): a bad image is never handed on.
+    pub fn load_keeping(
+        &mut self,
+        drv: &Driver,
+        ptx: &str,
+        header: &PtxHeader,
+        target: &LoadTarget,
+    ) -> Result<(u32, Vec<KernelInfo>, Vec<u8>), BackendError> {
+        let id = self.fresh_id()?;
+        if let Some(api) = &drv.link {
+            let cubin = link(drv, api, ptx, header, target)?;
+            // A cubin lacking a kernel the PTX declares is not the PTX's code: JIT instead.
+            if let Some(Ok((id, kernels))) =
+                load_image(api, &cubin).map(|module| self.admit(drv, id, module, ptx))
+            {
+                return Ok((id, kernels, cubin));
+            }
+        }
+        let module = jit(drv, ptx, header, target)?;
+        let (id, kernels) = self.admit(drv, id, module, ptx)?;
+        Ok((id, kernels, Vec::new()))
+    }
+
+    /// Loads `image`, what an earlier load of exactly `ptx` compiled (from the host's node-wide
+    /// cache), without JIT, under a new id; kernels from `ptx`, as every load. `Ok(None)` where
+    /// the device refuses the image or it lacks a kernel the PTX declares (the caller then
+    /// compiles the PTX), or without the driver's `cuModuleLoadData`.
+    pub fn load_cached_image(
+        &mut self,
+        drv: &Driver,
+        ptx: &str,
+        image: &[u8],
+    ) -> Result<Option<(u32, Vec<KernelInfo>)>, BackendError> {
+        let Some(api) = &drv.link else {
+            return Ok(None);
+        };
+        let id = self.fresh_id()?;
+        let Some(module) = load_image(api, image) else {
+            return Ok(None);
+        };
+        Ok(self.admit(drv, id, module, ptx).ok())
+    }
+
+    /// Resolves the kernels of `module`, just loaded from `ptx` (or from code compiled from
+    /// it), and files it under `id`, in the cache where it is shareable. Unloads it on failure.
+    fn admit(
+        &mut self,
+        drv: &Driver,
+        id: u32,
+        module: CuModule,
+        ptx: &str,
+    ) -> Result<(u32, Vec<KernelInfo>), BackendError> {
         let loaded = match resolve(drv, module, ptx) {
             Ok(l) => l,
             Err(e) => {
@@ -317,13 +386,7 @@ fn jit(
     if r == CUDA_SUCCESS {
         return Ok(module);
     }
-    let log = log_text(&error_log, values[1] as usize);
-    let info = log_text(&info_log, values[3] as usize);
-    let log = match (log.trim().is_empty(), info.trim().is_empty()) {
-        (true, _) => info,
-        (false, true) => log,
-        (false, false) => format!("{log}\n{info}"),
-    };
+    let log = jit_log(&error_log, &info_log, &values);
     Err(errors::load_error(
         drv,
         r,
@@ -332,6 +395,149 @@ fn jit(
         &target.loader,
         target.driver_version,
     ))
+}
+
+/// The PTX compiled to a cubin by the driver's linker (`cuLinkCreate` / `cuLinkAddData` /
+/// `cuLinkComplete`): the code `cuModuleLoadDataEx` would JIT, as bytes the worker can hand on.
+/// Refusals carry the JIT's logs and words, as [`jit`]'s do.
+fn link(
+    drv: &Driver,
+    api: &LinkApi,
+    ptx: &str,
+    header: &PtxHeader,
+    target: &LoadTarget,
+) -> Result<Vec<u8>, BackendError> {
+    let text = CString::new(ptx).map_err(|e| {
+        BackendError::new(
+            ErrorKind::LoadFailed,
+            format!("the PTX contains a NUL byte at offset {}", e.nul_position()),
+        )
+    })?;
+    let mut error_log = vec![0u8; LOG_BYTES];
+    let mut info_log = vec![0u8; LOG_BYTES];
+    let mut options: [c_int; 4] = [
+        J::CU_JIT_ERROR_LOG_BUFFER as c_int,
+        J::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES as c_int,
+        J::CU_JIT_INFO_LOG_BUFFER as c_int,
+        J::CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES as c_int,
+    ];
+    // As in `jit`; the driver writes the log sizes back while the link state lives, so the
+    // arrays outlive it (it is destroyed below).
+    let mut values: [*mut c_void; 4] = [
+        error_log.as_mut_ptr().cast(),
+        LOG_BYTES as *mut c_void,
+        info_log.as_mut_ptr().cast(),
+        LOG_BYTES as *mut c_void,
+    ];
+    let mut state: CuLinkState = std::ptr::null_mut();
+    // SAFETY: option arrays of equal length, alive until the state is destroyed; a valid out-pointer.
+    let r = unsafe {
+        (api.create)(
+            options.len() as u32,
+            options.as_mut_ptr(),
+            values.as_mut_ptr(),
+            &mut state,
+        )
+    };
+    let mut cubin = Vec::new();
+    let mut r = r;
+    if r == CUDA_SUCCESS {
+        let bytes = text.as_bytes_with_nul();
+        // SAFETY: a live link state; NUL-terminated PTX of `bytes.len()` bytes (the driver only
+        // reads it); a NUL-terminated name; no per-input options.
+        r = unsafe {
+            (api.add_data)(
+                state,
+                CU_JIT_INPUT_PTX,
+                bytes.as_ptr() as *mut c_void,
+                bytes.len(),
+                c"module.ptx".as_ptr(),
+                0,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            )
+        };
+        if r == CUDA_SUCCESS {
+            let mut out: *mut c_void = std::ptr::null_mut();
+            let mut size = 0usize;
+            // SAFETY: a live link state with its input added; valid out-pointers.
+            r = unsafe { (api.complete)(state, &mut out, &mut size) };
+            if r == CUDA_SUCCESS && !out.is_null() {
+                // SAFETY: the driver's cubin, `size` bytes, owned by the state until it is destroyed
+                // (below): copied out first.
+                cubin = unsafe { std::slice::from_raw_parts(out.cast::<u8>(), size) }.to_vec();
+            }
+        }
+        // SAFETY: the state made above, destroyed once.
+        unsafe { (api.destroy)(state) };
+    }
+    if r == CUDA_SUCCESS && !cubin.is_empty() {
+        return Ok(cubin);
+    }
+    let log = jit_log(&error_log, &info_log, &values);
+    Err(errors::load_error(
+        drv,
+        if r == CUDA_SUCCESS {
+            CUDA_ERROR_INVALID_IMAGE
+        } else {
+            r
+        },
+        &log,
+        header,
+        &target.loader,
+        target.driver_version,
+    ))
+}
+
+/// `cuModuleLoadData` of a compiled image; `None` where the device refuses it.
+fn load_image(api: &LinkApi, image: &[u8]) -> Option<CuModule> {
+    if !plausible_cubin(image) {
+        return None;
+    }
+    let mut module: CuModule = std::ptr::null_mut();
+    // SAFETY: a valid out-pointer; the image's bytes live across the call. The driver reads an
+    // image by its own format (a cubin's ELF header gives its size); bytes that are not one are
+    // refused (CUDA_ERROR_INVALID_IMAGE), which is what this answers for them.
+    let r = unsafe { (api.module_load_data)(&mut module, image.as_ptr().cast()) };
+    (r == CUDA_SUCCESS && !module.is_null()).then_some(module)
+}
+
+/// Whether `image` is an ELF64 file whose header tables lie inside it: what the linker makes
+/// for a GPU. Anything else the driver would take for PTX text and read up to a NUL byte,
+/// perhaps past the image's end; it is never passed to the driver.
+pub fn plausible_cubin(image: &[u8]) -> bool {
+    const HEADER: usize = 64;
+    if image.len() < HEADER || image[..5] != [0x7f, b'E', b'L', b'F', 2] {
+        return false;
+    }
+    let u16_at = |at: usize| u16::from_le_bytes([image[at], image[at + 1]]) as u64;
+    let u64_at = |at: usize| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&image[at..at + 8]);
+        u64::from_le_bytes(b)
+    };
+    // (table offset, entry size, entries) of the program and the section header tables.
+    let tables = [
+        (u64_at(0x20), u16_at(0x36), u16_at(0x38)),
+        (u64_at(0x28), u16_at(0x3a), u16_at(0x3c)),
+    ];
+    tables.iter().all(|&(off, size, n)| {
+        n == 0
+            || off
+                .checked_add(size * n)
+                .is_some_and(|end| end <= image.len() as u64)
+    })
+}
+
+/// The JIT's error log, and its info log where that says something too.
+fn jit_log(error_log: &[u8], info_log: &[u8], values: &[*mut c_void; 4]) -> String {
+    let log = log_text(error_log, values[1] as usize);
+    let info = log_text(info_log, values[3] as usize);
+    match (log.trim().is_empty(), info.trim().is_empty()) {
+        (true, _) => info,
+        (false, true) => log,
+        (false, false) => format!("{log}\n{info}"),
+    }
 }
 
 fn log_text(buf: &[u8], used: usize) -> String {
@@ -524,6 +730,29 @@ mod tests {
             .filter(|t| m.lookup(t).unwrap().is_some())
             .count();
         assert_eq!(kept, MAX_IDLE);
+    }
+
+    #[test]
+    fn only_an_elf_image_that_holds_its_tables_goes_to_the_driver() {
+        let mut elf = vec![0u8; 64];
+        elf[..5].copy_from_slice(&[0x7f, b'E', b'L', b'F', 2]);
+        assert!(plausible_cubin(&elf));
+        assert!(!plausible_cubin(&elf[..63]), "shorter than its header");
+        assert!(
+            !plausible_cubin(b".version 8.0\n.target sm_90\n"),
+            "PTX text"
+        );
+        assert!(!plausible_cubin(&[]));
+        // A section table of 2 entries of 64 bytes at 64: past the end, then inside it.
+        elf[0x28] = 64;
+        elf[0x3a] = 64;
+        elf[0x3c] = 2;
+        assert!(!plausible_cubin(&elf));
+        elf.resize(64 + 128, 0);
+        assert!(plausible_cubin(&elf));
+        // An offset near the top of 64 bits does not wrap.
+        elf[0x28..0x30].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(!plausible_cubin(&elf));
     }
 
     #[test]

@@ -32,6 +32,7 @@
 //! is killed instead of reused, the mismatch is logged, and [`Accounting::mismatches`] counts it.
 
 use crate::error::{quota, GpuError};
+use crate::module_cache::ModuleCache;
 use crate::placement::{self, Candidate, DeviceRequirement};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -304,6 +305,8 @@ pub struct LeaseManager {
     direct: DirectTransfers,
     /// Device time charged to each tenant's leases, in nanoseconds, since the host started.
     tenants: Mutex<BTreeMap<String, Arc<AtomicU64>>>,
+    /// What loading modules compiled, for every lease of the node (`crate::module_cache`).
+    modules: ModuleCache,
 }
 
 /// Bytes moved between the device and tasklet memory directly (the worker mapping the guest's
@@ -353,6 +356,7 @@ impl LeaseManager {
             mismatches: AtomicU64::new(0),
             direct: DirectTransfers::default(),
             tenants: Mutex::new(BTreeMap::new()),
+            modules: ModuleCache::default(),
         });
         let reaper_mgr = Arc::clone(&mgr);
         let handle = std::thread::Builder::new()
@@ -943,6 +947,12 @@ impl LeaseManager {
                 }
             })
             .collect()
+    }
+
+    /// The node-wide module cache every lease's loads go through ([`LeaseManager::load_module`],
+    /// [`LeaseManager::load_source`]).
+    pub fn module_cache(&self) -> &ModuleCache {
+        &self.modules
     }
 
     /// Bytes written to and read from devices straight from and into tasklet memory (no host

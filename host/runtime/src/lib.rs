@@ -20,6 +20,7 @@ pub mod guest_memory;
 mod host;
 pub mod lease;
 mod limits;
+pub mod module_cache;
 pub mod placement;
 mod runner;
 mod state;

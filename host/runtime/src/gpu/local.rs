@@ -313,6 +313,17 @@ impl LocalGpu {
             .map_err(|e| self.usage.blame(&self.manager, lease, e))
     }
 
+    /// [`LocalGpu::run`] for an operation the lease manager makes of worker calls itself (a
+    /// load through the node-wide module cache).
+    fn run_managed<T>(
+        &self,
+        lease: &Lease,
+        op: impl FnOnce(&LeaseManager) -> Result<T, GpuError>,
+    ) -> Result<T, GpuError> {
+        self.usage.check()?;
+        op(&self.manager).map_err(|e| self.usage.blame(&self.manager, lease, e))
+    }
+
     /// [`GpuService::launch`] past the right check, building the argument block in `block` and
     /// checking the launch against the device's limits before it goes to the worker. Returns
     /// the lease the launch was posted under.
@@ -831,7 +842,7 @@ impl GpuService for LocalGpu {
     fn module_load(&mut self, session: SessionId, ptx: &str) -> Result<ModuleId, GpuError> {
         self.need(Right::Load)?;
         let s = self.session(session)?;
-        let loaded = self.run(&s.lease, |w| w.load_module(ptx))?;
+        let loaded = self.run_managed(&s.lease, |m| m.load_module(&s.lease, ptx))?;
         self.add_module(session, loaded)
     }
 
@@ -843,7 +854,7 @@ impl GpuService for LocalGpu {
     ) -> Result<ModuleId, GpuError> {
         self.need(Right::Load)?;
         let s = self.session(session)?;
-        let loaded = self.run(&s.lease, |w| w.load_source(source, options))?;
+        let loaded = self.run_managed(&s.lease, |m| m.load_source(&s.lease, source, options))?;
         self.add_module(session, loaded)
     }
 
@@ -888,9 +899,11 @@ impl GpuService for LocalGpu {
         }
         let s = self.session(session)?;
         let loaded = match source {
-            super::ModuleSource::Ptx(ptx) => self.run(&s.lease, |w| w.load_module(ptx))?,
+            super::ModuleSource::Ptx(ptx) => {
+                self.run_managed(&s.lease, |m| m.load_module(&s.lease, ptx))?
+            }
             super::ModuleSource::Cuda { source, options } => {
-                self.run(&s.lease, |w| w.load_source(source, options))?
+                self.run_managed(&s.lease, |m| m.load_source(&s.lease, source, options))?
             }
         };
         let new = self.add_module(session, loaded)?;

@@ -14,7 +14,7 @@ use tasklet_tests::{
 
 /// The fake driver's folder, built once per process: tests run at once, and one building the
 /// library while another's workers load it would hand them a half-written file.
-fn fake_driver_dir() -> Option<PathBuf> {
+pub(crate) fn fake_driver_dir() -> Option<PathBuf> {
     static BUILT: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
     let dir = BUILT.get_or_init(build_fake_driver).clone();
     if dir.is_none() {

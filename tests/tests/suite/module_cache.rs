@@ -1,14 +1,23 @@
 //! Modules cached by content across leases: a stateless module one lease loaded is, on a GPU,
 //! loaded by the next lease on the same warm worker by a lookup (no JIT); a module with state is
-//! loaded afresh, so no lease sees another's variables.
+//! loaded afresh, so no lease sees another's variables. Across workers, the host's node-wide
+//! module cache: a lease whose worker never saw the text loads the code another lease's worker
+//! compiled (cuda: the cubin, no JIT; CUDA C: the PTX, no NVRTC).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tasklet_runtime::gpu::{GpuService, LeaseRequest, LocalGpu};
-use tasklet_tests::{assert_baseline, backend, manifest, say_skipped, test_host, CUDA};
+use tasklet_runtime::gpu::{
+    BufferId, GpuService, KernelArg, LaunchConfig, LeaseRequest, LocalGpu, ModuleId, SessionId,
+};
+use tasklet_runtime::module_cache::ModuleCacheStats;
+use tasklet_runtime::{BackendKind, Host, HostConfig, WorkerCommand};
+use tasklet_tests::{
+    assert_baseline, backend, host_on, manifest, say_skipped, test_host, test_policy, CUDA,
+};
 
 const IOTA_PTX: &str = include_str!("../../../kernels/iota.ptx");
+const IOTA_CU: &str = include_str!("../../../kernels/iota.cu");
 
 /// Leases one after another, each loading `ptx` once: the load's time in each.
 fn loads_in_successive_leases(
@@ -61,5 +70,179 @@ fn a_module_an_earlier_lease_loaded_loads_by_lookup() {
         cached * 3 < first,
         "a later lease's load ({cached:?}) should be a lookup, far below the first's JIT ({first:?})"
     );
+    assert_baseline(&host);
+}
+
+/// A service of two leases (two worker processes, both live), a session on each.
+fn two_sessions(host: &Host) -> (LocalGpu, SessionId, SessionId) {
+    let mut grant = host.policy().grant(&manifest("testing/probe"));
+    grant.gpu.max_leases = 2;
+    grant.gpu.max_vram = 64 << 20;
+    let mut gpu = LocalGpu::new(grant, Arc::clone(host.leases()));
+    let request = LeaseRequest {
+        min_vram: 8 << 20,
+        secs: 60,
+        device: None,
+    };
+    let a = gpu.lease_acquire(request).expect("lease");
+    let b = gpu.lease_acquire(request).expect("lease");
+    let sa = gpu.session_open(a).expect("session");
+    let sb = gpu.session_open(b).expect("session");
+    (gpu, sa, sb)
+}
+
+/// Runs `iota` of `module` over 64 elements in session `s` and checks every one.
+fn iota_runs(gpu: &mut LocalGpu, s: SessionId, module: ModuleId) {
+    let out: BufferId = gpu.mem_alloc(s, 4 * 64).expect("alloc");
+    let config = LaunchConfig {
+        grid: [1, 1, 1],
+        block: [64, 1, 1],
+        shared_mem_bytes: 0,
+    };
+    let args = [
+        KernelArg::Buffer {
+            buffer: out,
+            offset: 0,
+        },
+        KernelArg::U32(64),
+    ];
+    gpu.launch(s, module, "iota", &config, &args)
+        .expect("launch");
+    gpu.sync(s).expect("sync");
+    let data = gpu.mem_read(s, out, 0, 4 * 64).expect("read");
+    let vals: Vec<u32> = data
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    assert_eq!(vals, (1..=64).collect::<Vec<u32>>());
+}
+
+/// `b - a` of the counters, and `b`'s entries.
+fn moved(a: ModuleCacheStats, b: ModuleCacheStats) -> (u64, u64, usize) {
+    (b.hits - a.hits, b.misses - a.misses, b.entries)
+}
+
+/// On the cuda backend over the fake driver, which logs each JIT and each compiled image loaded
+/// with the pid of the worker that did it: two leases at once, hence two worker processes, load
+/// the same PTX; the second lease's worker loads the cubin the first's compiled — a hit on the
+/// host, no JIT in that worker — and its kernel runs right; a different text misses and compiles.
+#[test]
+fn a_second_worker_loads_the_cubin_the_first_compiled_without_jit() {
+    let Some(dir) = crate::fake_cuda::fake_driver_dir() else {
+        return;
+    };
+    let log = std::env::temp_dir().join(format!(
+        "tasklet-module-cache-jit-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    let _ = std::fs::remove_file(&log);
+    let events = || -> Vec<(String, u32)> {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| {
+                let (what, pid) = l.split_once(' ')?;
+                Some((what.to_owned(), pid.parse().ok()?))
+            })
+            .collect()
+    };
+    let mut policy = test_policy();
+    policy.workers.context_reserve = 16 << 20;
+    let host = Host::new(HostConfig {
+        policy,
+        worker: WorkerCommand {
+            program: "env".into(),
+            args: vec![
+                format!("LD_LIBRARY_PATH={}", dir.display()),
+                format!("FAKE_CUDA_JIT_LOG={}", log.display()),
+                env!("CARGO_BIN_EXE_tasklet-test-worker").into(),
+            ],
+        },
+        backend: BackendKind::Cuda,
+    })
+    .expect("a host on the fake driver");
+    let (mut gpu, sa, sb) = two_sessions(&host);
+    let pids = host.leases().worker_pids();
+    assert_eq!(pids.len(), 2, "two workers: {pids:?}");
+    let ours = |e: &Vec<(String, u32)>| -> Vec<(String, u32)> {
+        e.iter()
+            .filter(|(_, p)| pids.contains(p))
+            .cloned()
+            .collect()
+    };
+    let start = host.leases().module_cache_stats();
+
+    gpu.module_load(sa, IOTA_PTX).expect("load in a");
+    let after_a = host.leases().module_cache_stats();
+    assert_eq!(moved(start, after_a), (0, 1, 1), "a miss, kept");
+    let first = ours(&events());
+    assert_eq!(first.len(), 2, "a compiled, loaded its image: {first:?}");
+    assert_eq!(first[0].0, "jit");
+    let a_pid = first[0].1;
+
+    let mb = gpu.module_load(sb, IOTA_PTX).expect("load in b");
+    let after_b = host.leases().module_cache_stats();
+    assert_eq!(moved(after_a, after_b), (1, 0, 1), "a hit");
+    let second = ours(&events())[2..].to_vec();
+    let b_pid = *pids.iter().find(|p| **p != a_pid).expect("b's worker");
+    assert_eq!(
+        second,
+        vec![("image".to_owned(), b_pid)],
+        "b's worker loaded the image and compiled nothing"
+    );
+    iota_runs(&mut gpu, sb, mb);
+
+    gpu.module_load(sb, &format!("{IOTA_PTX}\n// another text\n"))
+        .expect("another text");
+    let after_other = host.leases().module_cache_stats();
+    assert_eq!(moved(after_b, after_other), (0, 1, 2), "a miss");
+    let third = ours(&events())[3..].to_vec();
+    assert_eq!(
+        third,
+        vec![("jit".to_owned(), b_pid), ("image".to_owned(), b_pid)]
+    );
+    drop(gpu);
+    assert_baseline(&host);
+    let _ = std::fs::remove_file(&log);
+}
+
+/// CUDA C on the emulator: two leases at once (two workers) load the same source; NVRTC runs
+/// once, in the first, and the second loads the PTX it produced (a hit) and runs it right.
+/// Other options are another key: a miss.
+#[test]
+fn cuda_c_compiles_once_across_two_leases() {
+    if let Err(e) = tasklet_worker::nvrtc::library() {
+        eprintln!("skipped: NVRTC not found ({e})");
+        return;
+    }
+    let host = host_on(
+        test_policy(),
+        env!("CARGO_BIN_EXE_tasklet-test-worker"),
+        BackendKind::Emu,
+    );
+    let (mut gpu, sa, sb) = two_sessions(&host);
+    let start = host.leases().module_cache_stats();
+    let ma = gpu.module_load_source(sa, IOTA_CU, &[]).expect("compile");
+    let after_a = host.leases().module_cache_stats();
+    assert_eq!(moved(start, after_a), (0, 1, 1), "compiled, kept");
+    let t = Instant::now();
+    let mb = gpu.module_load_source(sb, IOTA_CU, &[]).expect("cached");
+    let cached = t.elapsed();
+    let after_b = host.leases().module_cache_stats();
+    assert_eq!(moved(after_a, after_b), (1, 0, 1), "a hit: no NVRTC");
+    eprintln!("CUDA C load in the second lease: {cached:?}");
+    iota_runs(&mut gpu, sa, ma);
+    iota_runs(&mut gpu, sb, mb);
+    gpu.module_load_source(sb, IOTA_CU, &["-DUNUSED=1".to_owned()])
+        .expect("other options");
+    let after_other = host.leases().module_cache_stats();
+    assert_eq!(
+        moved(after_b, after_other),
+        (0, 1, 2),
+        "other options: a miss"
+    );
+    assert!(after_other.bytes > 0);
+    drop(gpu);
     assert_baseline(&host);
 }

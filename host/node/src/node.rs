@@ -240,6 +240,9 @@ impl NodeControl {
         self.shared.metrics.observe_devices(&self.shared.host);
         self.shared
             .metrics
+            .observe_module_cache(&self.shared.host.leases().module_cache_stats());
+        self.shared
+            .metrics
             .encode()
             .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
             .unwrap_or_default()

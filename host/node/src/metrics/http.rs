@@ -100,6 +100,9 @@ async fn answer(mut stream: TcpStream, shared: &Shared) {
             shared.metrics.observe_devices(&shared.host);
             shared
                 .metrics
+                .observe_module_cache(&shared.host.leases().module_cache_stats());
+            shared
+                .metrics
                 .observe_gpu_time(&shared.host.leases().gpu_time_by_tenant());
             match shared.metrics.encode() {
                 Ok(body) => response("200 OK", prometheus::TEXT_FORMAT, &body, head_only),

@@ -11,6 +11,10 @@
 //! Each device the node lends has its own series (`gpu_device_*`, labelled `device` by index and
 //! `uuid`): leases, memory granted and allocated, memory lent in all, and device time.
 //!
+//! The host's node-wide module cache is counted too (`tasklet_module_cache_*`): loads that found
+//! their compiled code there (hits), loads that compiled (misses), entries evicted, and what it
+//! holds now.
+//!
 //! Updating a counter is an atomic add: each connection resolves its tenant's series once
 //! ([`TenantMetrics`]), and its per-op series on first use, so the hot paths never hash labels.
 
@@ -22,6 +26,7 @@ use prometheus::{
     IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 use std::time::Duration;
+use tasklet_runtime::module_cache::ModuleCacheStats;
 use tasklet_runtime::{Accounting, Host};
 use tasklet_wire::Opcode;
 
@@ -66,6 +71,11 @@ pub struct NodeMetrics {
     deploy_runs_active: IntGauge,
     deploy_run_seconds: HistogramVec,
     deploy_load_seconds: HistogramVec,
+    module_cache_hits: IntCounter,
+    module_cache_misses: IntCounter,
+    module_cache_evictions: IntCounter,
+    module_cache_entries: IntGauge,
+    module_cache_bytes: IntGauge,
 }
 
 /// The counters at one moment, each summed over its labels.
@@ -244,6 +254,35 @@ impl NodeMetrics {
                 "Time getting a deployed tasklet ready took, by how: warm, cached or compiled.",
                 &["load"],
             )?,
+            module_cache_hits: registered(
+                &r,
+                IntCounter::new(
+                    "tasklet_module_cache_hits_total",
+                    "Module loads whose compiled code the node's module cache held (no JIT, no NVRTC).",
+                )?,
+            )?,
+            module_cache_misses: registered(
+                &r,
+                IntCounter::new(
+                    "tasklet_module_cache_misses_total",
+                    "Module loads the node's module cache held nothing for (the worker compiled).",
+                )?,
+            )?,
+            module_cache_evictions: registered(
+                &r,
+                IntCounter::new(
+                    "tasklet_module_cache_evictions_total",
+                    "Entries the node's module cache dropped to stay within its bounds.",
+                )?,
+            )?,
+            module_cache_entries: gauge(
+                "tasklet_module_cache_entries",
+                "Modules the node's module cache holds now.",
+            )?,
+            module_cache_bytes: gauge(
+                "tasklet_module_cache_bytes",
+                "Bytes of compiled code (PTX and images) the node's module cache holds now.",
+            )?,
             registry: r,
         })
     }
@@ -368,6 +407,21 @@ impl NodeMetrics {
                 counter.inc_by(behind);
             }
         }
+    }
+
+    /// Brings the module cache's counters up to the host's (which only grow) and sets its
+    /// gauges, just before a scrape.
+    pub(crate) fn observe_module_cache(&self, stats: &ModuleCacheStats) {
+        for (counter, now) in [
+            (&self.module_cache_hits, stats.hits),
+            (&self.module_cache_misses, stats.misses),
+            (&self.module_cache_evictions, stats.evictions),
+        ] {
+            counter.inc_by(now.saturating_sub(counter.get()));
+        }
+        let gauge = |value: usize| i64::try_from(value).unwrap_or(i64::MAX);
+        self.module_cache_entries.set(gauge(stats.entries));
+        self.module_cache_bytes.set(gauge(stats.bytes));
     }
 
     /// Brings `gpu_time_seconds_total` up to the host's per-tenant GPU time (which only grows),

@@ -283,6 +283,10 @@ fn main() -> ExitCode {
             metrics::gpu_time_is_counted_for_the_tenant_whose_kernels_ran,
         ),
         (
+            "metrics::the_module_cache_is_shared_by_connections_and_counted",
+            metrics::the_module_cache_is_shared_by_connections_and_counted,
+        ),
+        (
             "cluster::nodes_register_drain_and_leave",
             cluster::nodes_register_drain_and_leave,
         ),

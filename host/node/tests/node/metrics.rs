@@ -647,3 +647,49 @@ pub fn a_remote_group_is_counted_lease_by_lease() -> TestResult {
     )?;
     Ok(())
 }
+
+/// The node's module cache is shared by its connections and counted: the same CUDA C loaded by
+/// two tenants' connections at once (two leases, two workers) is compiled by NVRTC for the first
+/// and a hit for the second, and a scrape says so.
+pub fn the_module_cache_is_shared_by_connections_and_counted() -> TestResult {
+    const IOTA_CU: &str = include_str!("../../../../kernels/iota.cu");
+    if let Err(e) = tasklet_worker::nvrtc::library() {
+        eprintln!("skipped: NVRTC not found ({e})");
+        return Ok(());
+    }
+    let node = TestNode::with(Setup {
+        metrics: true,
+        ..Setup::default()
+    });
+    let mut held = Vec::new();
+    for tenant in ["dev", "team"] {
+        let mut gpu = RemoteGpu::new(node.client(tenant));
+        let lease = gpu.lease_acquire(LeaseRequest {
+            min_vram: 1 << 20,
+            secs: 60,
+            device: None,
+        })?;
+        let session = gpu.session_open(lease)?;
+        gpu.module_load_source(session, IOTA_CU, &[])?;
+        held.push(gpu);
+    }
+    let (samples, text) = scrape(&node)?;
+    expect(
+        &samples,
+        &text,
+        &[
+            ("tasklet_module_cache_misses_total", 1.0),
+            ("tasklet_module_cache_hits_total", 1.0),
+            ("tasklet_module_cache_evictions_total", 0.0),
+            ("tasklet_module_cache_entries", 1.0),
+        ],
+    )?;
+    let bytes = samples
+        .get("tasklet_module_cache_bytes")
+        .copied()
+        .unwrap_or(0.0);
+    check(bytes > 0.0, || text.clone())?;
+    drop(held);
+    node.wait_for_baseline(WAIT)?;
+    Ok(())
+}

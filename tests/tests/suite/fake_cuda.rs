@@ -227,3 +227,144 @@ fn a_groups_copy_goes_worker_to_worker_where_the_driver_shares_memory() {
         assert_baseline(&host);
     }
 }
+
+/// Copies on a stream wait only for the work that stream depends on, so on the cuda backend a
+/// copy runs beside a kernel of another stream; a copy on the kernel's own stream, on a stream
+/// that waited on an event recorded after it, or after a launch outside any stream waits for it.
+/// The fake driver's events read not-ready for 300 ms after they are recorded
+/// (`FAKE_CUDA_EVENT_LAG_US`), as the completion of a kernel that long would, so waiting for the
+/// kernel shows as time.
+#[test]
+fn a_copy_on_one_stream_runs_beside_a_kernel_on_another() {
+    use std::sync::Arc;
+    use tasklet_runtime::gpu::{
+        GpuService, KernelArg, KernelRef, LaunchConfig, LeaseRequest, LocalGpu, QueueOp,
+        QueueReply, StreamId,
+    };
+    const IOTA_PTX: &str = include_str!("../../../kernels/iota.ptx");
+    const LAG: Duration = Duration::from_millis(300);
+
+    let Some(dir) = fake_driver_dir() else { return };
+    let mut policy = test_policy();
+    policy.workers.context_reserve = 16 << 20;
+    policy.workers.kernel_deadline = Duration::from_secs(5);
+    let host = Host::new(HostConfig {
+        policy,
+        worker: WorkerCommand {
+            program: "env".into(),
+            args: vec![
+                format!("LD_LIBRARY_PATH={}", dir.display()),
+                "FAKE_CUDA_EVENT_LAG_US=300000".into(),
+                env!("CARGO_BIN_EXE_tasklet-test-worker").into(),
+            ],
+        },
+        backend: BackendKind::Cuda,
+    })
+    .expect("a host on the fake driver");
+    let grant = host.policy().grant(&manifest("testing/probe"));
+    let mut gpu = LocalGpu::new(grant, Arc::clone(host.leases()));
+    let lease = gpu
+        .lease_acquire(LeaseRequest {
+            min_vram: 4 << 20,
+            secs: 60,
+            device: None,
+        })
+        .expect("lease");
+    let s = gpu.session_open(lease).expect("session");
+    let m = gpu.module_load(s, IOTA_PTX).expect("iota loads");
+    let x = gpu.mem_alloc(s, 64).expect("alloc");
+    let y = gpu.mem_alloc(s, 64).expect("alloc");
+    let mut stream = || match gpu.queue_op(s, QueueOp::NewStream) {
+        Ok(QueueReply::Stream(id)) => id,
+        other => panic!("a new stream, got {other:?}"),
+    };
+    let (copies, compute, other): (StreamId, StreamId, StreamId) = (stream(), stream(), stream());
+    // New memory is zeroed on the worker's stream, which only a sync puts behind every copy.
+    gpu.sync(s).expect("sync");
+    gpu.stream_write(s, copies, y, 0, &[7; 64]).expect("write");
+    let config = LaunchConfig {
+        grid: [1, 1, 1],
+        block: [16, 1, 1],
+        shared_mem_bytes: 0,
+    };
+    let args = [
+        KernelArg::Buffer {
+            buffer: x,
+            offset: 0,
+        },
+        KernelArg::U32(16),
+    ];
+    let timed = |f: &mut dyn FnMut()| {
+        let t = Instant::now();
+        f();
+        t.elapsed()
+    };
+
+    gpu.stream_launch(s, compute, m, KernelRef::At(0), &config, &args)
+        .expect("launch on compute");
+    let beside = timed(&mut || {
+        assert_eq!(gpu.stream_read(s, copies, y, 0, 64).expect("read"), [7; 64]);
+        gpu.stream_write(s, copies, y, 0, &[9; 64]).expect("write");
+    });
+    assert!(
+        beside < LAG / 2,
+        "copies on another stream waited {beside:?} for the kernel"
+    );
+    let on_its_stream = timed(&mut || {
+        let got = gpu.stream_read(s, compute, x, 0, 64).expect("read");
+        assert_eq!(&got[..8], &[1, 0, 0, 0, 2, 0, 0, 0]);
+    });
+    assert!(
+        on_its_stream >= LAG * 2 / 3,
+        "a read on the kernel's stream returned after {on_its_stream:?}, before the kernel was done"
+    );
+
+    // An event recorded after the kernel (a record waits for all queued work), then waited on:
+    // the waiting stream's copies come after the kernel.
+    gpu.stream_launch(s, compute, m, KernelRef::At(0), &config, &args)
+        .expect("launch on compute");
+    let event = match gpu.queue_op(s, QueueOp::NewEvent) {
+        Ok(QueueReply::Event(id)) => id,
+        other => panic!("a new event, got {other:?}"),
+    };
+    let recorded = timed(&mut || {
+        gpu.queue_op(
+            s,
+            QueueOp::Record {
+                event,
+                stream: compute,
+            },
+        )
+        .expect("record");
+    });
+    assert!(recorded >= LAG * 2 / 3, "{recorded:?}");
+    gpu.queue_op(
+        s,
+        QueueOp::Wait {
+            stream: other,
+            event,
+        },
+    )
+    .expect("wait");
+    gpu.stream_read(s, other, x, 0, 64).expect("read");
+
+    // A launch outside any stream: every stream's later copies wait for it.
+    gpu.launch_kernel(s, m, KernelRef::At(0), &config, &args)
+        .expect("launch");
+    let after_default = timed(&mut || {
+        gpu.stream_read(s, copies, y, 0, 64).expect("read");
+    });
+    assert!(
+        after_default >= LAG * 2 / 3,
+        "a stream's read returned after {after_default:?}, before the session's launch was done"
+    );
+    // A stream is the session's own.
+    let foreign = StreamId(u64::MAX);
+    assert!(matches!(
+        gpu.stream_read(s, foreign, y, 0, 64),
+        Err(tasklet_runtime::GpuError::InvalidArgument(_))
+    ));
+    gpu.sync(s).expect("sync");
+    drop(gpu);
+    assert_baseline(&host);
+}

@@ -78,13 +78,11 @@ impl Rig {
         );
     }
 
-    /// `add_step` on `x` with the step in `step`, as a launch naming `stream` makes it (the
-    /// stream checked, then the session's launch).
+    /// `add_step` on `x` with the step in `step`, launched on `stream`.
     fn add_step_on(&mut self, stream: StreamId, x: BufferId, step: BufferId) {
-        self.op(QueueOp::CheckStream(stream));
         let args = [buf(x), buf(step), KernelArg::U32(N)];
         self.gpu
-            .launch_kernel(self.s, self.m, KernelRef::At(0), &config(), &args)
+            .stream_launch(self.s, stream, self.m, KernelRef::At(0), &config(), &args)
             .expect("launch");
     }
 }
@@ -114,10 +112,9 @@ fn work_ordered_by_events_across_streams_and_timed_between_them() {
     let x = r.gpu.mem_alloc(r.s, 4 * u64::from(N)).expect("alloc");
     let step = r.gpu.mem_alloc(r.s, 8).expect("alloc");
     let data: Vec<u8> = (0..N).flat_map(|i| i.to_le_bytes()).collect();
-    r.op(QueueOp::CheckStream(copies));
-    r.gpu.mem_write(r.s, x, 0, &data).expect("write");
+    r.gpu.stream_write(r.s, copies, x, 0, &data).expect("write");
     r.gpu
-        .mem_write(r.s, step, 0, &5u64.to_le_bytes())
+        .stream_write(r.s, copies, step, 0, &5u64.to_le_bytes())
         .expect("write step");
     r.op(QueueOp::Record {
         event: written,
@@ -206,19 +203,22 @@ fn a_fault_on_a_stream_surfaces_at_its_synchronize() {
     let faults = r.gpu.module_load(r.s, FAULTS_PTX).expect("faults loads");
     let stream = r.stream();
     let b = r.gpu.mem_alloc(r.s, 64).expect("alloc");
-    r.op(QueueOp::CheckStream(stream));
     let one = LaunchConfig {
         grid: [1, 1, 1],
         block: [1, 1, 1],
         shared_mem_bytes: 0,
     };
-    let launched = r.gpu.launch(
-        r.s,
-        faults,
-        "write_out_of_bounds",
-        &one,
-        &[buf(b), KernelArg::U64(1 << 40)],
-    );
+    let launched = r
+        .gpu
+        .stream_launch(
+            r.s,
+            stream,
+            faults,
+            KernelRef::Named("write_out_of_bounds"),
+            &one,
+            &[buf(b), KernelArg::U64(1 << 40)],
+        )
+        .map(drop);
     // The emulator runs the kernel at once and may report the fault here already.
     let synced: Result<(), GpuError> =
         launched.and_then(
@@ -230,6 +230,74 @@ fn a_fault_on_a_stream_surfaces_at_its_synchronize() {
     match synced {
         Err(GpuError::KernelFault(m)) => assert!(m.contains("write_out_of_bounds"), "{m}"),
         other => panic!("expected a kernel fault, got {other:?}"),
+    }
+    drop(r);
+    assert_baseline(&host);
+}
+
+/// On a GPU a copy on one stream runs beside a kernel on another: 16 MiB written and read back
+/// eight times on one stream while a kernel that never ends spins on another (a copy that waited
+/// for the kernel would wait until its deadline and fail with it); the kernel is then ended at
+/// its deadline, as any runaway is. The emulator keeps every stream in one order, so there the
+/// copy would wait: skipped.
+#[test]
+fn on_a_gpu_a_copy_on_one_stream_runs_beside_a_kernel_on_another() {
+    const PIECE: usize = 16 << 20;
+    const ROUNDS: usize = 8;
+    let host = test_host!();
+    if host.device().backend != "cuda" {
+        eprintln!("skipped: no CUDA device: streams overlap only on the cuda backend");
+        return;
+    }
+    let mut r = rig(&host);
+    let faults = r.gpu.module_load(r.s, FAULTS_PTX).expect("faults loads");
+    let (copies, compute) = (r.stream(), r.stream());
+    let flag = r.gpu.mem_alloc(r.s, 64).expect("alloc");
+    let data = r.gpu.mem_alloc(r.s, PIECE as u64).expect("alloc");
+    let pattern: Vec<u8> = (0..PIECE).map(|i| (i % 251) as u8).collect();
+    // Alone first (and new memory's zeroing done: only a sync puts it behind every copy).
+    r.gpu.sync(r.s).expect("sync");
+    let t = std::time::Instant::now();
+    r.gpu
+        .stream_write(r.s, copies, data, 0, &pattern)
+        .expect("write");
+    let alone = t.elapsed();
+
+    let one = LaunchConfig {
+        grid: [1, 1, 1],
+        block: [1, 1, 1],
+        shared_mem_bytes: 0,
+    };
+    r.gpu
+        .stream_launch(
+            r.s,
+            compute,
+            faults,
+            KernelRef::Named("spin_forever"),
+            &one,
+            &[buf(flag)],
+        )
+        .expect("launch");
+    let t = std::time::Instant::now();
+    for round in 0..ROUNDS {
+        r.gpu
+            .stream_write(r.s, copies, data, 0, &pattern)
+            .unwrap_or_else(|e| panic!("write {round} beside the kernel: {e}"));
+        let back = r
+            .gpu
+            .stream_read(r.s, copies, data, 0, PIECE as u64)
+            .unwrap_or_else(|e| panic!("read {round} beside the kernel: {e}"));
+        assert!(back == pattern, "round {round} read back other bytes");
+    }
+    let beside = t.elapsed();
+    eprintln!(
+        "streams: 16 MiB write alone {alone:?}; {ROUNDS} × (16 MiB write + read) beside a spinning kernel {beside:?} ({:.2} GB/s)",
+        (2 * ROUNDS * PIECE) as f64 / beside.as_secs_f64() / 1e9
+    );
+    // The kernel never ends: its stream's synchronize meets its deadline.
+    match r.gpu.queue_op(r.s, QueueOp::SyncStream(compute)) {
+        Err(GpuError::DeadlineExceeded(_)) => {}
+        other => panic!("the spinning kernel should meet its deadline, got {other:?}"),
     }
     drop(r);
     assert_baseline(&host);

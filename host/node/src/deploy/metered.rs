@@ -316,6 +316,41 @@ impl GpuService for MeteredGpu {
         self.gpu.queue_op(session, op)
     }
 
+    fn stream_launch(
+        &mut self,
+        session: SessionId,
+        stream: tasklet_runtime::gpu::StreamId,
+        module: ModuleId,
+        kernel: KernelRef<'_>,
+        config: &LaunchConfig,
+        args: &[KernelArg<'_>],
+    ) -> Result<u64, GpuError> {
+        self.gpu
+            .stream_launch(session, stream, module, kernel, config, args)
+    }
+
+    fn stream_write(
+        &mut self,
+        session: SessionId,
+        stream: tasklet_runtime::gpu::StreamId,
+        buffer: BufferId,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), GpuError> {
+        self.gpu.stream_write(session, stream, buffer, offset, data)
+    }
+
+    fn stream_read(
+        &mut self,
+        session: SessionId,
+        stream: tasklet_runtime::gpu::StreamId,
+        buffer: BufferId,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<u8>, GpuError> {
+        self.gpu.stream_read(session, stream, buffer, offset, len)
+    }
+
     fn actor_op(
         &mut self,
         session: SessionId,

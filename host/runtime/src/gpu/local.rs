@@ -7,6 +7,7 @@
 //! learns nothing about another's, and any id this service did not hand out is refused.
 
 use super::args::KernelEntry;
+use super::queues::StreamId;
 use super::types::{
     BufferId, DeviceInfo, GraphArg, GraphId, GuestBytes, KernelArg, KernelRef, KernelSignature,
     LaunchConfig, LeaseId, LeaseInfo, LeaseRequest, ModuleId, SessionId, MAX_LEASE_SESSIONS,
@@ -400,6 +401,64 @@ impl LocalGpu {
         Ok(*ordinal)
     }
 
+    /// [`GpuService::mem_write`], after the launches the worker is told (`after`: see
+    /// `tasklet_worker`'s copies; `None`, every launch so far).
+    fn write_after(
+        &mut self,
+        session: SessionId,
+        buffer: BufferId,
+        offset: u64,
+        data: &[u8],
+        after: Option<u64>,
+    ) -> Result<(), GpuError> {
+        self.need(Right::Write)?;
+        let (at, lease) = self.span(session, buffer, offset, data.len() as u64)?;
+        // Large data already in memory a worker maps (the tasklet's own linear memory) goes to
+        // the device in one copy by the worker, with no staging here.
+        let direct = if data.len() >= DIRECT_MIN_BYTES {
+            tasklet_worker::guest_memory::locate(data.as_ptr(), data.len())
+        } else {
+            None
+        };
+        match direct {
+            Some(span) => {
+                self.run(lease, |w| w.write_from_after(at, &span, after))?;
+                self.usage.wrote(span.len());
+                self.manager.count_direct(span.len(), 0);
+                Ok(())
+            }
+            None => self
+                .run(lease, |w| w.write_after(at, data, after))
+                .inspect(|_| self.usage.wrote(data.len())),
+        }
+    }
+
+    /// [`GpuService::mem_read`], after the launches the worker is told ([`LocalGpu::write_after`]).
+    fn read_after(
+        &mut self,
+        session: SessionId,
+        buffer: BufferId,
+        offset: u64,
+        len: u64,
+        after: Option<u64>,
+    ) -> Result<Vec<u8>, GpuError> {
+        self.need(Right::Read)?;
+        let (at, lease) = self.span(session, buffer, offset, len)?;
+        // The result must fit in the holder's memory: refuse before allocating it.
+        let limit = self.grant.limits.memory;
+        if len > limit {
+            return Err(out_of_bounds(format!(
+                "a read of {len} bytes cannot fit in the tasklet's {limit}-byte memory limit; read in pieces"
+            )));
+        }
+        let len =
+            usize::try_from(len).map_err(|_| out_of_bounds("read too large for this host"))?;
+        let mut out = vec![0u8; len];
+        self.run(lease, |w| w.read_after(at, &mut out, after))?;
+        self.usage.read(len);
+        Ok(out)
+    }
+
     fn add_module(
         &mut self,
         session: SessionId,
@@ -692,26 +751,7 @@ impl GpuService for LocalGpu {
         offset: u64,
         data: &[u8],
     ) -> Result<(), GpuError> {
-        self.need(Right::Write)?;
-        let (at, lease) = self.span(session, buffer, offset, data.len() as u64)?;
-        // Large data already in memory a worker maps (the tasklet's own linear memory) goes to
-        // the device in one copy by the worker, with no staging here.
-        let direct = if data.len() >= DIRECT_MIN_BYTES {
-            tasklet_worker::guest_memory::locate(data.as_ptr(), data.len())
-        } else {
-            None
-        };
-        match direct {
-            Some(span) => {
-                self.run(lease, |w| w.write_from(at, &span))?;
-                self.usage.wrote(span.len());
-                self.manager.count_direct(span.len(), 0);
-                Ok(())
-            }
-            None => self
-                .run(lease, |w| w.write(at, data))
-                .inspect(|_| self.usage.wrote(data.len())),
-        }
+        self.write_after(session, buffer, offset, data, None)
     }
 
     fn mem_read(
@@ -721,21 +761,46 @@ impl GpuService for LocalGpu {
         offset: u64,
         len: u64,
     ) -> Result<Vec<u8>, GpuError> {
-        self.need(Right::Read)?;
-        let (at, lease) = self.span(session, buffer, offset, len)?;
-        // The result must fit in the holder's memory: refuse before allocating it.
-        let limit = self.grant.limits.memory;
-        if len > limit {
-            return Err(out_of_bounds(format!(
-                "a read of {len} bytes cannot fit in the tasklet's {limit}-byte memory limit; read in pieces"
-            )));
-        }
-        let len =
-            usize::try_from(len).map_err(|_| out_of_bounds("read too large for this host"))?;
-        let mut out = vec![0u8; len];
-        self.run(lease, |w| w.read(at, &mut out))?;
-        self.usage.read(len);
-        Ok(out)
+        self.read_after(session, buffer, offset, len, None)
+    }
+
+    fn stream_launch(
+        &mut self,
+        session: SessionId,
+        stream: StreamId,
+        module: ModuleId,
+        kernel: KernelRef<'_>,
+        config: &LaunchConfig,
+        args: &[KernelArg<'_>],
+    ) -> Result<u64, GpuError> {
+        self.stream_needs(session, stream)?;
+        let ordinal = self.launch_counted(session, module, kernel, config, args)?;
+        self.stream_launched(session, stream, ordinal);
+        Ok(ordinal)
+    }
+
+    fn stream_write(
+        &mut self,
+        session: SessionId,
+        stream: StreamId,
+        buffer: BufferId,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), GpuError> {
+        let after = self.stream_needs(session, stream)?;
+        self.write_after(session, buffer, offset, data, Some(after))
+    }
+
+    fn stream_read(
+        &mut self,
+        session: SessionId,
+        stream: StreamId,
+        buffer: BufferId,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<u8>, GpuError> {
+        let after = self.stream_needs(session, stream)?;
+        self.read_after(session, buffer, offset, len, Some(after))
     }
 
     fn mem_read_into(
@@ -922,7 +987,7 @@ impl GpuService for LocalGpu {
         config: &LaunchConfig,
         args: &[KernelArg<'_>],
     ) -> Result<(), GpuError> {
-        self.launch_counted(session, module, KernelRef::Named(kernel), config, args)?;
+        self.launch_kernel(session, module, KernelRef::Named(kernel), config, args)?;
         Ok(())
     }
 
@@ -934,7 +999,9 @@ impl GpuService for LocalGpu {
         config: &LaunchConfig,
         args: &[KernelArg<'_>],
     ) -> Result<u64, GpuError> {
-        self.launch_counted(session, module, kernel, config, args)
+        let ordinal = self.launch_counted(session, module, kernel, config, args)?;
+        self.default_launched(session, ordinal);
+        Ok(ordinal)
     }
 
     fn launch_burst(
@@ -944,7 +1011,10 @@ impl GpuService for LocalGpu {
         kernel: KernelRef<'_>,
         burst: &super::Burst<'_>,
     ) -> Result<u64, GpuError> {
-        self.burst_counted(session, module, kernel, burst)
+        let first = self.burst_counted(session, module, kernel, burst)?;
+        let last = first.saturating_add(burst.counts.len().saturating_sub(1) as u64);
+        self.default_launched(session, last);
+        Ok(first)
     }
 
     fn graph_create(&mut self, session: SessionId) -> Result<GraphId, GpuError> {
@@ -1020,7 +1090,14 @@ impl GpuService for LocalGpu {
         graph: GraphId,
         times: u32,
     ) -> Result<(), GpuError> {
-        self.graph_run(session, graph, times)
+        self.graph_run(session, graph, times)?;
+        // A replay is no launch of its own: the worker places it before the next launch.
+        let next = self
+            .session(session)
+            .map(|s| self.launched.get(&s.lease_id).copied().unwrap_or(0))?
+            .saturating_add(1);
+        self.default_launched(session, next);
+        Ok(())
     }
 
     fn graph_drop(&mut self, session: SessionId, graph: GraphId) {

@@ -338,7 +338,6 @@ pub trait GpuService: Send {
         let _ = (session, graph);
     }
 
-    /// Waits for all work of the session; reports the first asynchronous failure since the last.
     /// An operation on the session's streams and events (contract 0.2; see [`QueueOp`]). A
     /// service without streams (the default) refuses every one as unsupported.
     fn queue_op(&mut self, session: SessionId, op: QueueOp) -> Result<QueueReply, GpuError> {
@@ -346,6 +345,51 @@ pub trait GpuService: Send {
         Err(crate::error::unsupported(
             "this GPU service has no streams or events; use the session's own queue and `sync`",
         ))
+    }
+
+    /// [`GpuService::launch_kernel`] queued on `stream` of the session (refused unless the
+    /// stream is the session's). By default the session's launch, which every stream's later
+    /// work then waits for: more order than asked, never less.
+    fn stream_launch(
+        &mut self,
+        session: SessionId,
+        stream: StreamId,
+        module: ModuleId,
+        kernel: KernelRef<'_>,
+        config: &LaunchConfig,
+        args: &[KernelArg<'_>],
+    ) -> Result<u64, GpuError> {
+        self.queue_op(session, QueueOp::CheckStream(stream))?;
+        self.launch_kernel(session, module, kernel, config, args)
+    }
+
+    /// [`GpuService::mem_write`] queued on `stream`: it waits only for the work the stream
+    /// depends on (its own, what the events it waited on follow, the session's work outside
+    /// streams), so it may run beside kernels of other streams. By default the session's write,
+    /// after everything.
+    fn stream_write(
+        &mut self,
+        session: SessionId,
+        stream: StreamId,
+        buffer: BufferId,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), GpuError> {
+        self.queue_op(session, QueueOp::CheckStream(stream))?;
+        self.mem_write(session, buffer, offset, data)
+    }
+
+    /// [`GpuService::mem_read`] queued on `stream`, ordered as [`GpuService::stream_write`].
+    fn stream_read(
+        &mut self,
+        session: SessionId,
+        stream: StreamId,
+        buffer: BufferId,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<u8>, GpuError> {
+        self.queue_op(session, QueueOp::CheckStream(stream))?;
+        self.mem_read(session, buffer, offset, len)
     }
 
     /// An operation on the session's rings and persistent kernels (contract 0.2; see
@@ -357,6 +401,7 @@ pub trait GpuService: Send {
         ))
     }
 
+    /// Waits for all work of the session; reports the first asynchronous failure since the last.
     fn sync(&mut self, session: SessionId) -> Result<(), GpuError>;
 
     /// The device time the lease's kernels have taken so far, every kernel finished by now

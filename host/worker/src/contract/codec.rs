@@ -127,15 +127,17 @@ pub fn encode_request(id: u64, req: &Request<'_>, out: &mut Vec<u8>) {
             w.head(REQ_FREE, id);
             w.u64(*addr);
         }
-        Request::Write { addr, len } => {
+        Request::Write { addr, len, after } => {
             w.head(REQ_WRITE, id);
             w.u64(*addr);
             w.u64(*len);
+            w.after(*after);
         }
-        Request::Read { addr, len } => {
+        Request::Read { addr, len, after } => {
             w.head(REQ_READ, id);
             w.u64(*addr);
             w.u64(*len);
+            w.after(*after);
         }
         Request::Copy { dst, src, len } => {
             w.head(REQ_COPY, id);
@@ -262,24 +264,28 @@ pub fn encode_request(id: u64, req: &Request<'_>, out: &mut Vec<u8>) {
             memory,
             offset,
             len,
+            after,
         } => {
             w.head(REQ_WRITE_FROM, id);
             w.u64(*addr);
             w.u64(*memory);
             w.u64(*offset);
             w.u64(*len);
+            w.after(*after);
         }
         Request::ReadInto {
             addr,
             memory,
             offset,
             len,
+            after,
         } => {
             w.head(REQ_READ_INTO, id);
             w.u64(*addr);
             w.u64(*memory);
             w.u64(*offset);
             w.u64(*len);
+            w.after(*after);
         }
     }
 }
@@ -300,10 +306,12 @@ pub fn decode_request(frame: &[u8]) -> Result<(u64, Request<'_>), DecodeError> {
         REQ_WRITE => Request::Write {
             addr: r.u64("write address")?,
             len: r.u64("write length")?,
+            after: r.after()?,
         },
         REQ_READ => Request::Read {
             addr: r.u64("read address")?,
             len: r.u64("read length")?,
+            after: r.after()?,
         },
         REQ_COPY => Request::Copy {
             dst: r.u64("copy destination")?,
@@ -416,12 +424,14 @@ pub fn decode_request(frame: &[u8]) -> Result<(u64, Request<'_>), DecodeError> {
             memory: r.u64("memory id")?,
             offset: r.u64("memory offset")?,
             len: r.u64("write length")?,
+            after: r.after()?,
         },
         REQ_READ_INTO => Request::ReadInto {
             addr: r.u64("read address")?,
             memory: r.u64("memory id")?,
             offset: r.u64("memory offset")?,
             len: r.u64("read length")?,
+            after: r.after()?,
         },
         tag => {
             return Err(DecodeError::UnknownTag {
@@ -719,6 +729,17 @@ impl Writer<'_> {
             }
         }
     }
+
+    /// A copy's `after`: 0 for none (every queued launch), else 1 and the ordinal.
+    fn after(&mut self, after: Option<u64>) {
+        match after {
+            None => self.u8(0),
+            Some(n) => {
+                self.u8(1);
+                self.u64(n);
+            }
+        }
+    }
 }
 
 struct Reader<'a> {
@@ -749,6 +770,18 @@ impl<'a> Reader<'a> {
 
     fn u8(&mut self, what: &'static str) -> Result<u8, DecodeError> {
         Ok(self.take(what, 1)?[0])
+    }
+
+    /// [`Writer::after`]'s encoding; any other flag is invalid.
+    fn after(&mut self) -> Result<Option<u64>, DecodeError> {
+        match self.u8("copy order")? {
+            0 => Ok(None),
+            1 => Ok(Some(self.u64("copy order's last launch")?)),
+            flag => Err(DecodeError::InvalidValue {
+                what: "copy order flag",
+                value: flag.into(),
+            }),
+        }
     }
 
     fn u32(&mut self, what: &'static str) -> Result<u32, DecodeError> {

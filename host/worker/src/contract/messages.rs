@@ -39,14 +39,22 @@ pub enum Request<'a> {
         addr: u64,
     },
     /// Payload: the first `len` bytes of the data region.
+    ///
+    /// `after`, on this and the other copies between host and device memory (`Read`,
+    /// `WriteFrom`, `ReadInto`): `None`, the copy waits for every queued launch, as every other op
+    /// does; `Some(n)`, it waits only for the launches numbered through `n` (0: none) and may run
+    /// beside the later ones (cuda: on a copy stream of its own), as a copy on a tenant's stream
+    /// that depends on no later kernel does. The copy is done when it is answered either way.
     Write {
         addr: u64,
         len: u64,
+        after: Option<u64>,
     },
     /// Result: the worker fills the first `len` bytes of the data region.
     Read {
         addr: u64,
         len: u64,
+        after: Option<u64>,
     },
     Copy {
         dst: u64,
@@ -100,6 +108,7 @@ pub enum Request<'a> {
         memory: u64,
         offset: u64,
         len: u64,
+        after: Option<u64>,
     },
     /// Read `len` bytes at device `addr` into attached guest memory `memory` at `offset`.
     ReadInto {
@@ -107,6 +116,7 @@ pub enum Request<'a> {
         memory: u64,
         offset: u64,
         len: u64,
+        after: Option<u64>,
     },
     /// Record `ops` as a graph, in order, and make it ready to replay (cuda: build and
     /// instantiate a CUDA graph). Answered with [`Response::Graph`].

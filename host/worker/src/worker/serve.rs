@@ -348,17 +348,17 @@ fn dispatch(
             len,
         } => done(b.copy_from_peer(*dst, handle, *offset, *len)),
         Request::Free { addr } => done(b.free(*addr)),
-        Request::Write { addr, len } => {
+        Request::Write { addr, len, after } => {
             let cap = end.data_size();
             match usize::try_from(*len).ok().and_then(|n| end.data(n)) {
-                Some(data) => done(b.write(*addr, data)),
+                Some(data) => done(ordered(b, *after).write(*addr, data)),
                 None => too_big("write", *len, cap),
             }
         }
-        Request::Read { addr, len } => {
+        Request::Read { addr, len, after } => {
             let cap = end.data_size();
             match usize::try_from(*len).ok().and_then(|n| end.data_mut(n)) {
-                Some(data) => done(b.read(*addr, data)),
+                Some(data) => done(ordered(b, *after).read(*addr, data)),
                 None => too_big("read", *len, cap),
             }
         }
@@ -480,11 +480,14 @@ fn dispatch(
             memory,
             offset,
             len,
+            after,
         } => match guest_range(b, guests, *memory, *offset, *len) {
             // SAFETY: `range` checked that `len` bytes at `p` lie in the mapping and in the
             // memfd's size; the slice lives only for this copy. The host (guest) may change the
             // bytes meanwhile, which can only change what is copied.
-            Ok((p, n)) => done(b.write(*addr, unsafe { std::slice::from_raw_parts(p, n) })),
+            Ok((p, n)) => {
+                done(ordered(b, *after).write(*addr, unsafe { std::slice::from_raw_parts(p, n) }))
+            }
             Err(e) => done(Err(e)),
         },
         Request::ReadInto {
@@ -492,12 +495,23 @@ fn dispatch(
             memory,
             offset,
             len,
+            after,
         } => match guest_range(b, guests, *memory, *offset, *len) {
             // SAFETY: as for `WriteFrom`; nothing else in this process refers to these bytes.
-            Ok((p, n)) => done(b.read(*addr, unsafe { std::slice::from_raw_parts_mut(p, n) })),
+            Ok((p, n)) => done(
+                ordered(b, *after).read(*addr, unsafe { std::slice::from_raw_parts_mut(p, n) }),
+            ),
             Err(e) => done(Err(e)),
         },
     }
+}
+
+/// `b`, told which launches its next copy waits for (the copies' `after`; none said: all).
+fn ordered(b: &mut dyn Backend, after: Option<u64>) -> &mut dyn Backend {
+    if let Some(last) = after {
+        b.copy_after(last);
+    }
+    b
 }
 
 /// The checked range of an attached guest memory, as a pointer and a length.

@@ -1181,3 +1181,83 @@ fn a_cached_image_loads_in_another_worker_without_jit() {
     );
     let _ = std::fs::remove_file(&log);
 }
+
+/// A copy told which launches it needs (`*_after`, as a copy on a tenant's stream is) waits for
+/// those only, and runs beside the later kernels; one told nothing waits for every launch. The
+/// fake's events read not-ready for 300 ms after they are recorded, as the completion of a
+/// kernel that long would: a copy that waits for the kernel takes that long, one that does not
+/// returns at once.
+#[test]
+fn a_copy_waits_only_for_the_launches_it_is_told() {
+    const LAG: Duration = Duration::from_millis(300);
+    let Some((mut w, _file)) = counting_worker(&["FAKE_CUDA_EVENT_LAG_US=300000"]) else {
+        return;
+    };
+    let m = w.load_module(IOTA_PTX).unwrap();
+    let out = w.alloc(4 * 16).unwrap();
+    let other = w.alloc(64).unwrap();
+    // The zeroing of new memory is ordered by the worker's stream alone: until a sync, every
+    // copy goes in order with everything.
+    w.sync().unwrap();
+    w.write(other, &[7; 64]).unwrap();
+    let timed = |f: &mut dyn FnMut()| {
+        let t = Instant::now();
+        f();
+        t.elapsed()
+    };
+
+    w.launch(&launch(
+        &m,
+        "iota",
+        16,
+        &iota_args(out, 16),
+        Duration::from_secs(5),
+    ))
+    .unwrap();
+    let mut back = [0u8; 64];
+    let beside = timed(&mut || {
+        w.read_after(other, &mut back, Some(0)).unwrap();
+        w.write_after(other, &[9; 64], Some(0)).unwrap();
+    });
+    assert_eq!(back, [7; 64]);
+    assert!(
+        beside < LAG / 2,
+        "a copy that needs no launch waited {beside:?} for the kernel"
+    );
+    let mut got = [0u8; 4 * 16];
+    let after_it = timed(&mut || w.read_after(out, &mut got, Some(1)).unwrap());
+    assert!(
+        after_it >= LAG * 2 / 3,
+        "a copy that needs launch #1 returned after {after_it:?}, before its kernel was done"
+    );
+    let vals: Vec<u32> = got
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    assert_eq!(vals, (1..=16).collect::<Vec<u32>>());
+
+    // Told nothing, a copy waits for every launch (#2 here).
+    w.launch(&launch(
+        &m,
+        "iota",
+        16,
+        &iota_args(out, 16),
+        Duration::from_secs(5),
+    ))
+    .unwrap();
+    let ordered = timed(&mut || w.read(other, &mut back).unwrap());
+    assert_eq!(back, [9; 64]);
+    assert!(ordered >= LAG * 2 / 3, "{ordered:?}");
+    // Told a launch before the running one (#2, done), it does not wait for #3.
+    w.launch(&launch(
+        &m,
+        "iota",
+        16,
+        &iota_args(out, 16),
+        Duration::from_secs(5),
+    ))
+    .unwrap();
+    let beside = timed(&mut || w.read_after(other, &mut back, Some(2)).unwrap());
+    assert!(beside < LAG / 2, "{beside:?}");
+    w.sync().unwrap();
+}

@@ -207,6 +207,7 @@ fn worker_answers_malformed_requests_with_errors_and_keeps_serving() {
         &Request::Write {
             addr: 0,
             len: u64::MAX,
+            after: None,
         },
         &mut frame,
     );

@@ -11,10 +11,17 @@ fn sample_requests() -> Vec<Request<'static>> {
         Request::Write {
             addr: 256,
             len: 4096,
+            after: None,
         },
         Request::Read {
             addr: u64::MAX,
             len: 0,
+            after: Some(0),
+        },
+        Request::Write {
+            addr: 512,
+            len: 1,
+            after: Some(u64::MAX),
         },
         Request::Copy {
             dst: 1,
@@ -141,12 +148,14 @@ fn sample_requests() -> Vec<Request<'static>> {
             memory: 3,
             offset: 65536,
             len: 1 << 28,
+            after: Some(7),
         },
         Request::ReadInto {
             addr: u64::MAX,
             memory: 0,
             offset: u64::MAX,
             len: 0,
+            after: None,
         },
     ]
 }
@@ -385,6 +394,23 @@ fn trailing_bytes_unknown_tags_and_bad_values() {
         decode_response(&buf),
         Ok((_, Response::Module { .. }))
     ));
+
+    // A copy's order flag other than 0 (none) or 1 (an ordinal follows).
+    let mut buf = Vec::new();
+    let write = Request::Write {
+        addr: 1,
+        len: 2,
+        after: None,
+    };
+    encode_request(1, &write, &mut buf);
+    *buf.last_mut().unwrap() = 2;
+    assert_eq!(
+        decode_request(&buf),
+        Err(DecodeError::InvalidValue {
+            what: "copy order flag",
+            value: 2
+        })
+    );
 }
 
 /// A launch frame as the host encodes it, for `empty()` with an argument block of `args`.

@@ -77,13 +77,29 @@ impl Worker {
         self.call_ok(&Request::Free { addr })
     }
 
-    /// Writes `data` at device address `addr`, through the data region in chunks of its size.
+    /// Writes `data` at device address `addr`, through the data region in chunks of its size,
+    /// after every launch so far.
     pub fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), WorkerError> {
+        self.write_after(addr, data, None)
+    }
+
+    /// [`Worker::write`] after only the launches numbered through `after` where it says (the
+    /// copies' `after`, [`Request::Write`]): the copy may run beside the later ones.
+    pub fn write_after(
+        &mut self,
+        addr: u64,
+        data: &[u8],
+        after: Option<u64>,
+    ) -> Result<(), WorkerError> {
         // The data region is free: the last call was answered, and launches never use it.
         self.usable()?;
         let chunk = self.chan.data_size();
         if data.is_empty() {
-            return self.call_ok(&Request::Write { addr, len: 0 });
+            return self.call_ok(&Request::Write {
+                addr,
+                len: 0,
+                after,
+            });
         }
         for (i, part) in data.chunks(chunk).enumerate() {
             let at = offset(addr, i * chunk)?;
@@ -93,23 +109,41 @@ impl Worker {
             self.call_ok(&Request::Write {
                 addr: at,
                 len: part.len() as u64,
+                after,
             })?;
         }
         Ok(())
     }
 
-    /// Reads `out.len()` bytes at device address `addr`, in chunks of the data region's size.
+    /// Reads `out.len()` bytes at device address `addr`, in chunks of the data region's size,
+    /// after every launch so far.
     pub fn read(&mut self, addr: u64, out: &mut [u8]) -> Result<(), WorkerError> {
+        self.read_after(addr, out, None)
+    }
+
+    /// [`Worker::read`] after only the launches numbered through `after` where it says
+    /// ([`Worker::write_after`]).
+    pub fn read_after(
+        &mut self,
+        addr: u64,
+        out: &mut [u8],
+        after: Option<u64>,
+    ) -> Result<(), WorkerError> {
         self.usable()?;
         let chunk = self.chan.data_size();
         if out.is_empty() {
-            return self.call_ok(&Request::Read { addr, len: 0 });
+            return self.call_ok(&Request::Read {
+                addr,
+                len: 0,
+                after,
+            });
         }
         for (i, part) in out.chunks_mut(chunk).enumerate() {
             let at = offset(addr, i * chunk)?;
             self.call_ok(&Request::Read {
                 addr: at,
                 len: part.len() as u64,
+                after,
             })?;
             self.chan
                 .read_data(part)
@@ -122,6 +156,17 @@ impl Worker {
     /// own mapping of the memory (one pinned DMA on cuda). Attaches the memory to this worker on
     /// first use (and detaches memories the host has dropped since). Errors as [`Worker::write`].
     pub fn write_from(&mut self, addr: u64, src: &GuestSpan) -> Result<(), WorkerError> {
+        self.write_from_after(addr, src, None)
+    }
+
+    /// [`Worker::write_from`] after only the launches numbered through `after` where it says
+    /// ([`Worker::write_after`]).
+    pub fn write_from_after(
+        &mut self,
+        addr: u64,
+        src: &GuestSpan,
+        after: Option<u64>,
+    ) -> Result<(), WorkerError> {
         self.usable()?;
         self.attach(src)?;
         let req = Request::WriteFrom {
@@ -129,6 +174,7 @@ impl Worker {
             memory: src.memory_id(),
             offset: src.offset() as u64,
             len: src.len() as u64,
+            after,
         };
         self.transfer(&req, src.len())
     }
@@ -137,6 +183,17 @@ impl Worker {
     /// place. Attaches as [`Worker::write_from`]; errors as [`Worker::read`]. On an error the span
     /// may hold part of the data.
     pub fn read_into(&mut self, addr: u64, dst: &GuestSpan) -> Result<(), WorkerError> {
+        self.read_into_after(addr, dst, None)
+    }
+
+    /// [`Worker::read_into`] after only the launches numbered through `after` where it says
+    /// ([`Worker::write_after`]).
+    pub fn read_into_after(
+        &mut self,
+        addr: u64,
+        dst: &GuestSpan,
+        after: Option<u64>,
+    ) -> Result<(), WorkerError> {
         self.usable()?;
         self.attach(dst)?;
         let req = Request::ReadInto {
@@ -144,6 +201,7 @@ impl Worker {
             memory: dst.memory_id(),
             offset: dst.offset() as u64,
             len: dst.len() as u64,
+            after,
         };
         self.transfer(&req, dst.len())
     }

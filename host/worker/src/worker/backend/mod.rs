@@ -107,6 +107,14 @@ pub trait Backend {
     }
     fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), BackendError>;
     fn read(&mut self, addr: u64, out: &mut [u8]) -> Result<(), BackendError>;
+    /// The next `write` or `read` (one copy between host and device memory) needs only the
+    /// launches numbered through `last` (0: none) finished, not every queued one, and may run
+    /// beside the later ones (the copies' `after`, [`crate::contract::messages::Request::Write`]).
+    /// A backend that runs its copies in order with everything else (the default) ignores it:
+    /// waiting for more than was asked is always allowed.
+    fn copy_after(&mut self, last: u64) {
+        let _ = last;
+    }
     fn copy(&mut self, dst: u64, src: u64, len: u64) -> Result<(), BackendError>;
     fn load_module(&mut self, ptx: &str) -> Result<LoadedModule, BackendError>;
     /// Compiles CUDA C and loads it.

@@ -1,6 +1,7 @@
-//! Contract 0.2's streams and events: handles over the service's ids. A launch or copy naming a
-//! stream is checked to be of the stream's session (by the service, through
-//! `QueueOp::CheckStream`) and then is the session operation of the same name.
+//! Contract 0.2's streams and events: handles over the service's ids. A launch, write or read
+//! naming a stream is the service's stream operation of that name, which checks the stream is
+//! the session's and orders the work by the stream; a copy naming one is checked (through
+//! `QueueOp::CheckStream`) and then is the session's copy.
 
 use super::*;
 use crate::gpu::{QueueOp, QueueReply};
@@ -39,10 +40,18 @@ impl GpuState<'_> {
 
     /// The stream's session, once the service has checked the stream is still the session's.
     fn stream_session(&mut self, stream: &Resource<StreamHandle>) -> GpuResult<gpu::SessionId> {
-        let s = self.table.get(stream)?;
-        let (session, id) = (s.session, s.id);
+        let (session, id) = self.stream_ids(stream)?;
         self.service.queue_op(session, QueueOp::CheckStream(id))?;
         Ok(session)
+    }
+
+    /// The stream's session and id, unchecked: for the service's stream operations, which check.
+    fn stream_ids(
+        &self,
+        stream: &Resource<StreamHandle>,
+    ) -> GpuResult<(gpu::SessionId, gpu::StreamId)> {
+        let s = self.table.get(stream)?;
+        Ok((s.session, s.id))
     }
 
     /// An event's id, refused unless it is of `session`.
@@ -77,12 +86,13 @@ impl HostGpuStream for GpuState<'_> {
         config: LaunchConfig,
         args: Vec<KernelArg>,
     ) -> GpuResult<u64> {
-        let session = self.stream_session(&this)?;
+        let (session, stream) = self.stream_ids(&this)?;
         let (module, index) = self.kernel_of(session, &kernel)?;
         let config = lift_config(&config);
         self.with_args(&args, relocations, lift_arg, |s, args| {
-            Ok(s.service.launch_kernel(
+            Ok(s.service.stream_launch(
                 session,
+                stream,
                 module,
                 gpu::KernelRef::At(index),
                 &config,
@@ -98,9 +108,11 @@ impl HostGpuStream for GpuState<'_> {
         offset: u64,
         data: Vec<u8>,
     ) -> GpuResult<()> {
-        let session = self.stream_session(&this)?;
+        let (session, stream) = self.stream_ids(&this)?;
         let buffer = self.buffer_id(&dst)?;
-        Ok(self.service.mem_write(session, buffer, offset, &data)?)
+        Ok(self
+            .service
+            .stream_write(session, stream, buffer, offset, &data)?)
     }
 
     fn mem_copy(
@@ -126,9 +138,11 @@ impl HostGpuStream for GpuState<'_> {
         offset: u64,
         len: u64,
     ) -> GpuResult<Vec<u8>> {
-        let session = self.stream_session(&this)?;
+        let (session, stream) = self.stream_ids(&this)?;
         let buffer = self.buffer_id(&src)?;
-        Ok(self.service.mem_read(session, buffer, offset, len)?)
+        Ok(self
+            .service
+            .stream_read(session, stream, buffer, offset, len)?)
     }
 
     fn record(

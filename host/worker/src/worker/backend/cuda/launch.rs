@@ -117,6 +117,13 @@ impl Members {
         }
     }
 
+    /// Where the group stands among the lease's launches: its first launch's ordinal, or for a
+    /// graph replay's group the ordinal the next launch after it gets. A wait for the launches
+    /// through `n` ([`Timeline::drain_through`]) needs every group at or below `n` finished.
+    fn position(&self) -> u64 {
+        self.ordinals[0]
+    }
+
     /// For messages: "launch #4 of kernel `a`", or "one of launches #4 to #6 (kernels `a`, `b`;
     /// 3 launched together)". Names are quoted in part ([`quote::name`]), and at most
     /// [`NAMES_SHOWN`] of them: a group's message repeats no more of a tenant's names than that.
@@ -683,6 +690,7 @@ impl Timeline {
         exec: CuGraphExec,
         deadline: Duration,
         label: &Arc<str>,
+        next_ordinal: u64,
     ) -> Result<(), BackendError> {
         let Some(api) = self.drv.graphs.as_ref() else {
             return Err(BackendError::new(
@@ -714,6 +722,8 @@ impl Timeline {
             open.deadlines = open.deadlines.saturating_add(deadline);
             open.members.n = 1;
             open.members.label = Some(Arc::clone(label));
+            // Not a launch of its own: it stands before the next one (`Members::position`).
+            open.members.ordinals[0] = next_ordinal;
         }
         q.kernels += 1;
         self.close(&mut q);
@@ -819,6 +829,13 @@ impl Timeline {
     /// Waits until every launch has finished, each group within its deadline.
     pub fn drain(&self) -> Result<(), BackendError> {
         self.wait_for(|q| q.items.is_empty())
+    }
+
+    /// Waits until the launches numbered through `last` have finished (0: none), each group
+    /// within its deadline; later ones may still run. Groups finish in order, so this holds once
+    /// the oldest unfinished group stands past `last` ([`Members::position`]).
+    pub fn drain_through(&self, last: u64) -> Result<(), BackendError> {
+        self.wait_for(|q| q.items.front().is_none_or(|g| g.members.position() > last))
     }
 
     /// [`Timeline::drain`] after [`Timeline::flush`] and a request to the device to store

@@ -126,6 +126,11 @@ pub struct CudaBackend {
     /// Shareable allocations freed while a persistent kernel ran, given back to the device once
     /// none runs: they are `cuMemAlloc`'s, and `cuMemFree` waits for every running kernel.
     deferred_frees: Vec<CuDevicePtr>,
+    /// The launches the next copy waits for, where the host said (`Backend::copy_after`).
+    copy_after: Option<u64>,
+    /// The stream copies that need not wait for every queued kernel go on (made at the first),
+    /// so the copy engine moves their bytes while the kernels run on the worker's stream.
+    copy_stream: Option<WorkStream>,
 }
 
 impl CudaBackend {
@@ -188,6 +193,8 @@ impl CudaBackend {
             device_maps: DeviceMaps::default(),
             persistent: Persistent::new(drv, ctx),
             deferred_frees: Vec::new(),
+            copy_after: None,
+            copy_stream: None,
         })
     }
 
@@ -483,12 +490,12 @@ impl Backend for CudaBackend {
     }
 
     fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), BackendError> {
-        self.ready()?;
+        let stream = self.copy_ready()?;
         self.mem.check_range(addr, data.len() as u64)?;
         if data.is_empty() {
             return Ok(());
         }
-        let may_register = !self.persistent.running();
+        let may_register = self.may_register();
         for piece in self
             .host
             .pieces(self.drv, data.as_ptr(), data.len(), may_register)
@@ -502,21 +509,21 @@ impl Backend for CudaBackend {
                     addr + piece.offset as u64,
                     chunk.as_ptr().cast::<c_void>(),
                     chunk.len(),
-                    self.dev.stream.0,
+                    stream,
                 )
             };
             self.call(check("cuMemcpyHtoDAsync", r), "writing device memory")?;
         }
-        self.finish_transfer("writing device memory")
+        self.finish_transfer(stream, "writing device memory")
     }
 
     fn read(&mut self, addr: u64, out: &mut [u8]) -> Result<(), BackendError> {
-        self.ready()?;
+        let stream = self.copy_ready()?;
         self.mem.check_range(addr, out.len() as u64)?;
         if out.is_empty() {
             return Ok(());
         }
-        let may_register = !self.persistent.running();
+        let may_register = self.may_register();
         for piece in self
             .host
             .pieces(self.drv, out.as_ptr(), out.len(), may_register)
@@ -529,12 +536,16 @@ impl Backend for CudaBackend {
                     chunk.as_mut_ptr().cast::<c_void>(),
                     addr + piece.offset as u64,
                     chunk.len(),
-                    self.dev.stream.0,
+                    stream,
                 )
             };
             self.call(check("cuMemcpyDtoHAsync", r), "reading device memory")?;
         }
-        self.finish_transfer("reading device memory")
+        self.finish_transfer(stream, "reading device memory")
+    }
+
+    fn copy_after(&mut self, last: u64) {
+        self.copy_after = Some(last);
     }
 
     fn map_host(&mut self, base: *mut u8, len: usize) -> Result<(), BackendError> {
@@ -1152,9 +1163,52 @@ impl CudaBackend {
 
     /// Waits for the copies just queued (and the zeroing before them) to complete: the host
     /// reads or reuses the memory they use as soon as the call returns.
-    fn finish_transfer(&mut self, what: &str) -> Result<(), BackendError> {
-        // SAFETY: the worker's stream; no kernel is queued on it (the caller drained them).
-        let r = unsafe { (self.drv.stream_synchronize)(self.dev.stream.0) };
+    /// Waits for what the next copy between host and device memory needs finished, and says
+    /// which stream it goes on. Where the host said which launches it needs
+    /// (`Backend::copy_after`), only those, and the copy goes on the copy stream beside the later
+    /// kernels; else, or while zeroing or a device-to-device copy on the worker's stream may
+    /// still run (no event tracks those: only the stream's order puts a copy after them), every
+    /// queued launch, and the worker's stream.
+    fn copy_ready(&mut self) -> Result<CuStream, BackendError> {
+        let after = self.copy_after.take();
+        let Some(last) = after.filter(|_| !self.unchecked_async) else {
+            self.ready()?;
+            return Ok(self.dev.stream.0);
+        };
+        self.usable().map_err(|e| self.fail(e))?;
+        self.timeline
+            .drain_through(last)
+            .map_err(|e| self.fail(e))?;
+        if self.timeline.pending() == 0 {
+            return Ok(self.dev.stream.0);
+        }
+        if let Some(stream) = self.copy_stream {
+            return Ok(stream.0);
+        }
+        let mut stream: CuStream = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer; this process's current context.
+        let r = unsafe { (self.drv.stream_create)(&mut stream, CU_STREAM_NON_BLOCKING) };
+        if r != CUDA_SUCCESS {
+            // The copy still works in order with everything else.
+            self.ready()?;
+            return Ok(self.dev.stream.0);
+        }
+        self.copy_stream = Some(WorkStream(stream));
+        Ok(stream)
+    }
+
+    /// Whether a copy may page-lock guest memory it has not locked yet: not while a kernel runs
+    /// (`cuMemHostRegister` waits for every running kernel of the context, so a copy beside
+    /// kernels would wait for them after all, and one beside a persistent kernel for ever); such
+    /// a copy goes through pageable memory instead.
+    fn may_register(&self) -> bool {
+        !self.persistent.running() && self.timeline.pending() == 0
+    }
+
+    fn finish_transfer(&mut self, stream: CuStream, what: &str) -> Result<(), BackendError> {
+        // SAFETY: the worker's stream or its copy stream; no kernel is queued on either that the
+        // copy must not wait for (`copy_ready`).
+        let r = unsafe { (self.drv.stream_synchronize)(stream) };
         self.call(check("cuStreamSynchronize", r), what)
     }
 
@@ -1184,8 +1238,12 @@ impl Drop for CudaBackend {
             self.device_maps
                 .clear(self.drv, &mut self.host, !self.persistent.running());
             self.host.clear(self.drv);
-            // SAFETY: ours, idle (nothing pending); nothing uses it after this.
+            // SAFETY: ours, idle (nothing pending); nothing uses them after this.
             unsafe { (self.drv.stream_destroy)(self.dev.stream.0) };
+            if let Some(copies) = self.copy_stream.take() {
+                // SAFETY: as above; every copy on it was waited for.
+                unsafe { (self.drv.stream_destroy)(copies.0) };
+            }
         }
     }
 }

@@ -503,7 +503,7 @@ impl CudaBackend {
         }
         for _ in 0..times {
             self.timeline
-                .launch_graph(exec, deadline, &label)
+                .launch_graph(exec, deadline, &label, self.next_ordinal)
                 .map_err(|e| self.fail(e))?;
         }
         Ok(())

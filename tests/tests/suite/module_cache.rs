@@ -122,6 +122,52 @@ fn moved(a: ModuleCacheStats, b: ModuleCacheStats) -> (u64, u64, usize) {
     (b.hits - a.hits, b.misses - a.misses, b.entries)
 }
 
+/// On a GPU: two leases at once (two worker processes) load a PTX text no earlier run loaded; the
+/// first compiles it (the driver's JIT, through its linker), the second loads that cubin from
+/// the host's cache (a hit) in far less time, and its kernel runs right.
+#[test]
+fn on_a_gpu_a_second_worker_loads_the_first_ones_cubin() {
+    if backend() != CUDA {
+        say_skipped(
+            "module_cache::on_a_gpu_a_second_worker_loads_the_first_ones_cubin",
+            "PTX loads on the emulator compile nothing to cache",
+        );
+        return;
+    }
+    let host = test_host!();
+    let nonce = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let ptx = format!("{IOTA_PTX}\n// module_cache across workers {nonce}\n");
+    let (mut gpu, sa, sb) = two_sessions(&host);
+    let start = host.leases().module_cache_stats();
+    let t = Instant::now();
+    gpu.module_load(sa, &ptx).expect("load in a");
+    let compiled = t.elapsed();
+    let after_a = host.leases().module_cache_stats();
+    let (hits, misses, _) = moved(start, after_a);
+    assert_eq!((hits, misses), (0, 1), "the first load is a miss");
+    let t = Instant::now();
+    let mb = gpu.module_load(sb, &ptx).expect("load in b");
+    let from_cache = t.elapsed();
+    let after_b = host.leases().module_cache_stats();
+    eprintln!(
+        "module_cache: first load (JIT to a cubin) {compiled:?}; the same text in another worker, from the node's cache {from_cache:?}"
+    );
+    assert_eq!(
+        moved(after_a, after_b).0,
+        1,
+        "the second worker's load is a hit"
+    );
+    iota_runs(&mut gpu, sb, mb);
+    assert!(
+        from_cache * 2 < compiled,
+        "loading the cached cubin ({from_cache:?}) should cost far less than compiling ({compiled:?})"
+    );
+    drop(gpu);
+    assert_baseline(&host);
+}
+
 /// On the cuda backend over the fake driver, which logs each JIT and each compiled image loaded
 /// with the pid of the worker that did it: two leases at once, hence two worker processes, load
 /// the same PTX; the second lease's worker loads the cubin the first's compiled — a hit on the

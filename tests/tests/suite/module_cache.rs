@@ -124,7 +124,9 @@ fn moved(a: ModuleCacheStats, b: ModuleCacheStats) -> (u64, u64, usize) {
 
 /// On a GPU: two leases at once (two worker processes) load a PTX text no earlier run loaded; the
 /// first compiles it (the driver's JIT, through its linker), the second loads that cubin from
-/// the host's cache (a hit) in far less time, and its kernel runs right.
+/// the host's cache (a hit) in far less time, and its kernel runs right. Three texts, the best
+/// time of each kind compared: on a GPU busy with other tests' contexts any driver call can
+/// stall for a while, both kinds alike.
 #[test]
 fn on_a_gpu_a_second_worker_loads_the_first_ones_cubin() {
     if backend() != CUDA {
@@ -135,34 +137,41 @@ fn on_a_gpu_a_second_worker_loads_the_first_ones_cubin() {
         return;
     }
     let host = test_host!();
-    let nonce = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    let ptx = format!("{IOTA_PTX}\n// module_cache across workers {nonce}\n");
     let (mut gpu, sa, sb) = two_sessions(&host);
-    let start = host.leases().module_cache_stats();
-    let t = Instant::now();
-    gpu.module_load(sa, &ptx).expect("load in a");
-    let compiled = t.elapsed();
-    let after_a = host.leases().module_cache_stats();
-    let (hits, misses, _) = moved(start, after_a);
-    assert_eq!((hits, misses), (0, 1), "the first load is a miss");
-    let t = Instant::now();
-    let mb = gpu.module_load(sb, &ptx).expect("load in b");
-    let from_cache = t.elapsed();
-    let after_b = host.leases().module_cache_stats();
+    let (mut compiled, mut cached) = (Vec::new(), Vec::new());
+    for round in 0..3 {
+        let nonce = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let ptx = format!("{IOTA_PTX}\n// module_cache across workers {nonce} {round}\n");
+        let start = host.leases().module_cache_stats();
+        let t = Instant::now();
+        gpu.module_load(sa, &ptx).expect("load in a");
+        compiled.push(t.elapsed());
+        let after_a = host.leases().module_cache_stats();
+        let (hits, misses, _) = moved(start, after_a);
+        assert_eq!((hits, misses), (0, 1), "the first load is a miss");
+        let t = Instant::now();
+        let mb = gpu.module_load(sb, &ptx).expect("load in b");
+        cached.push(t.elapsed());
+        let after_b = host.leases().module_cache_stats();
+        assert_eq!(
+            moved(after_a, after_b).0,
+            1,
+            "the second worker's load is a hit"
+        );
+        iota_runs(&mut gpu, sb, mb);
+    }
     eprintln!(
-        "module_cache: first load (JIT to a cubin) {compiled:?}; the same text in another worker, from the node's cache {from_cache:?}"
+        "module_cache: a new text's load (JIT to a cubin) {compiled:?}; the same text in another worker, from the node's cache {cached:?}"
     );
-    assert_eq!(
-        moved(after_a, after_b).0,
-        1,
-        "the second worker's load is a hit"
+    let (compiled, cached) = (
+        compiled.into_iter().min().unwrap_or_default(),
+        cached.into_iter().min().unwrap_or_default(),
     );
-    iota_runs(&mut gpu, sb, mb);
     assert!(
-        from_cache * 2 < compiled,
-        "loading the cached cubin ({from_cache:?}) should cost far less than compiling ({compiled:?})"
+        cached * 2 < compiled,
+        "loading the cached cubin (best {cached:?}) should cost far less than compiling (best {compiled:?})"
     );
     drop(gpu);
     assert_baseline(&host);

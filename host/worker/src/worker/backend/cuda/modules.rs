@@ -350,43 +350,23 @@ fn jit(
     header: &PtxHeader,
     target: &LoadTarget,
 ) -> Result<CuModule, BackendError> {
-    let text = CString::new(ptx).map_err(|e| {
-        BackendError::new(
-            ErrorKind::LoadFailed,
-            format!("the PTX contains a NUL byte at offset {}", e.nul_position()),
-        )
-    })?;
-    let mut error_log = vec![0u8; LOG_BYTES];
-    let mut info_log = vec![0u8; LOG_BYTES];
-    let mut options: [c_int; 4] = [
-        J::CU_JIT_ERROR_LOG_BUFFER as c_int,
-        J::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES as c_int,
-        J::CU_JIT_INFO_LOG_BUFFER as c_int,
-        J::CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES as c_int,
-    ];
-    // Size options are passed by value in the pointer slot (cuda.h: "option values are cast to
-    // void*"); the driver writes the bytes used back into them.
-    let mut values: [*mut c_void; 4] = [
-        error_log.as_mut_ptr().cast(),
-        LOG_BYTES as *mut c_void,
-        info_log.as_mut_ptr().cast(),
-        LOG_BYTES as *mut c_void,
-    ];
+    let text = c_text(ptx)?;
+    let mut logs = JitLogs::new();
     let mut module: CuModule = std::ptr::null_mut();
     // SAFETY: NUL-terminated image; option arrays of equal length; log buffers live across the call.
     let r = unsafe {
         (drv.module_load_data_ex)(
             &mut module,
             text.as_ptr().cast(),
-            options.len() as u32,
-            options.as_mut_ptr(),
-            values.as_mut_ptr(),
+            logs.options.len() as u32,
+            logs.options.as_mut_ptr(),
+            logs.values.as_mut_ptr(),
         )
     };
     if r == CUDA_SUCCESS {
         return Ok(module);
     }
-    let log = jit_log(&error_log, &info_log, &values);
+    let log = logs.text();
     Err(errors::load_error(
         drv,
         r,
@@ -407,35 +387,17 @@ fn link(
     header: &PtxHeader,
     target: &LoadTarget,
 ) -> Result<Vec<u8>, BackendError> {
-    let text = CString::new(ptx).map_err(|e| {
-        BackendError::new(
-            ErrorKind::LoadFailed,
-            format!("the PTX contains a NUL byte at offset {}", e.nul_position()),
-        )
-    })?;
-    let mut error_log = vec![0u8; LOG_BYTES];
-    let mut info_log = vec![0u8; LOG_BYTES];
-    let mut options: [c_int; 4] = [
-        J::CU_JIT_ERROR_LOG_BUFFER as c_int,
-        J::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES as c_int,
-        J::CU_JIT_INFO_LOG_BUFFER as c_int,
-        J::CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES as c_int,
-    ];
-    // As in `jit`; the driver writes the log sizes back while the link state lives, so the
-    // arrays outlive it (it is destroyed below).
-    let mut values: [*mut c_void; 4] = [
-        error_log.as_mut_ptr().cast(),
-        LOG_BYTES as *mut c_void,
-        info_log.as_mut_ptr().cast(),
-        LOG_BYTES as *mut c_void,
-    ];
+    let text = c_text(ptx)?;
+    // The driver writes the log sizes back while the link state lives, so the logs outlive it
+    // (it is destroyed below).
+    let mut logs = JitLogs::new();
     let mut state: CuLinkState = std::ptr::null_mut();
     // SAFETY: option arrays of equal length, alive until the state is destroyed; a valid out-pointer.
     let r = unsafe {
         (api.create)(
-            options.len() as u32,
-            options.as_mut_ptr(),
-            values.as_mut_ptr(),
+            logs.options.len() as u32,
+            logs.options.as_mut_ptr(),
+            logs.values.as_mut_ptr(),
             &mut state,
         )
     };
@@ -474,7 +436,7 @@ fn link(
     if r == CUDA_SUCCESS && !cubin.is_empty() {
         return Ok(cubin);
     }
-    let log = jit_log(&error_log, &info_log, &values);
+    let log = logs.text();
     Err(errors::load_error(
         drv,
         if r == CUDA_SUCCESS {
@@ -530,13 +492,60 @@ pub fn plausible_cubin(image: &[u8]) -> bool {
 }
 
 /// The JIT's error log, and its info log where that says something too.
-fn jit_log(error_log: &[u8], info_log: &[u8], values: &[*mut c_void; 4]) -> String {
-    let log = log_text(error_log, values[1] as usize);
-    let info = log_text(info_log, values[3] as usize);
-    match (log.trim().is_empty(), info.trim().is_empty()) {
-        (true, _) => info,
-        (false, true) => log,
-        (false, false) => format!("{log}\n{info}"),
+/// The PTX as the driver takes it: NUL-terminated, so a NUL inside is refused.
+fn c_text(ptx: &str) -> Result<CString, BackendError> {
+    CString::new(ptx).map_err(|e| {
+        BackendError::new(
+            ErrorKind::LoadFailed,
+            format!("the PTX contains a NUL byte at offset {}", e.nul_position()),
+        )
+    })
+}
+
+/// The JIT's error and info log buffers and the options that hand them to the driver (a module
+/// load's or a link's).
+struct JitLogs {
+    error: Vec<u8>,
+    info: Vec<u8>,
+    options: [c_int; 4],
+    /// Size options are passed by value in the pointer slot (cuda.h: "option values are cast to
+    /// void*"); the driver writes the bytes used back into them.
+    values: [*mut c_void; 4],
+}
+
+impl JitLogs {
+    fn new() -> JitLogs {
+        let mut error = vec![0u8; LOG_BYTES];
+        let mut info = vec![0u8; LOG_BYTES];
+        // The vectors' buffers stay where they are when the vectors move into the struct.
+        let values = [
+            error.as_mut_ptr().cast(),
+            LOG_BYTES as *mut c_void,
+            info.as_mut_ptr().cast(),
+            LOG_BYTES as *mut c_void,
+        ];
+        JitLogs {
+            error,
+            info,
+            options: [
+                J::CU_JIT_ERROR_LOG_BUFFER as c_int,
+                J::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES as c_int,
+                J::CU_JIT_INFO_LOG_BUFFER as c_int,
+                J::CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES as c_int,
+            ],
+            values,
+        }
+    }
+
+    /// What the driver wrote: the error log, the info log, or both.
+    fn text(&self) -> String {
+        let log = log_text(&self.error, self.values[1] as usize);
+        let info = log_text(&self.info, self.values[3] as usize);
+        match (log.trim().is_empty(), info.trim().is_empty()) {
+            (true, _) => info,
+            (false, true) => log,
+            (false, false) => format!("{log}\n{info}"),
+        }
     }
 }
 

@@ -25,6 +25,7 @@ into `array.array`s (or `bytes`); no numpy is needed.
 from componentize_py_types import Err as _Err
 
 from . import input
+from .actor import Actor, ActorStatus, PersistentLaunch, Ring
 from .buffer import BufferAt, DeviceBuffer
 from .burst import MAX_BURST_LAUNCHES, Burst
 from .call import GpuCall

@@ -5,12 +5,15 @@ from dataclasses import dataclass
 from wit_world.imports import sessions as _sessions
 
 from . import elements
+from .actor import PersistentLaunch, Ring
 from .buffer import DeviceBuffer
 from .burst import Burst
 from .errors import InvalidArgument, InvalidInput, host
 from .graph import Graph
 from .launch import Launch
 from .stream import Event, Stream
+
+_U32 = (1 << 32) - 1
 
 
 class Session:
@@ -89,6 +92,31 @@ class Session:
     def event(self):
         """A new event of this session, not yet recorded (at most 64 at once); see `Event`."""
         return Event(self, host(self.raw.new_event))
+
+    def ring_to_device(self, elem, width, capacity):
+        """A ring of `capacity` (a power of two) messages of `width` elements of type `elem` each,
+        that the tasklet sends and a kernel receives; see `Ring`. Needs the `persistent` right."""
+        return self._ring(_sessions.RingDirection.TO_DEVICE, elem, width, capacity)
+
+    def ring_from_device(self, elem, width, capacity):
+        """A ring of `capacity` (a power of two) messages of `width` elements of type `elem` each,
+        that a kernel sends and the tasklet receives; see `Ring`."""
+        return self._ring(_sessions.RingDirection.FROM_DEVICE, elem, width, capacity)
+
+    def _ring(self, direction, elem, width, capacity):
+        size = elements.size_of(elem) * width if isinstance(width, int) and not isinstance(width, bool) else 0
+        # A ring carries whole 4-byte words (the host would refuse it, later and with less to say).
+        if size <= 0 or size % 4 or size > _U32:
+            raise InvalidInput(f"a ring's message is a whole number of 4-byte words; {width!r} {elem} is not")
+        if not isinstance(capacity, int) or isinstance(capacity, bool) or not 0 <= capacity <= _U32:
+            raise InvalidInput(f"ring capacity {capacity!r} is not a whole number from 0 to {_U32}")
+        return Ring(self, host(self.raw.new_ring, direction, size, capacity), elem, width)
+
+    def launch_persistent(self, kernel, config=None):
+        """A persistent launch of `kernel` (a `Kernel` of this session's module):
+        `.ring(r)`, `.control()`, `.arg(x)` in parameter order, then `.start()` (an `Actor`); see
+        `PersistentLaunch`."""
+        return PersistentLaunch(self, kernel, config)
 
     def sync(self):
         """Waits for all work of this session; a launch's errors surface here at the latest."""

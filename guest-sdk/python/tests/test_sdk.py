@@ -1,6 +1,7 @@
 """The SDK's own logic under the host's CPython, against componentize-py's generated bindings
 (whose host calls are not reachable here): element types, input parsing, typed scalars, launch
-configurations, errors and the exported `run`; and what bursts, graphs and streams hand the host,
+configurations, errors and the exported `run`; and what bursts, graphs, streams, rings and
+persistent launches hand the host,
 against a fake session that records its calls. The examples run the rest on the emulator
 (tests/tests/suite/guest_languages.rs).
 
@@ -138,7 +139,8 @@ class FakeRaw:
 def fake_session():
     """A session over a fake raw session whose new graphs, streams and events are fakes too."""
     raw = FakeRaw(launch_burst=7, new_graph=lambda: FakeRaw(launch=0, copy=1, fill=2, scalar=3),
-                  new_stream=lambda: FakeRaw(launch=9, mem_read=b"\x02\0\0\0"), new_event=FakeRaw)
+                  new_stream=lambda: FakeRaw(launch=9, mem_read=b"\x02\0\0\0"), new_event=FakeRaw,
+                  new_ring=lambda: FakeRaw(capacity=4, send=1, recv=b""), launch_persistent=FakeRaw)
     return gpu.Session(None, raw)
 
 
@@ -311,6 +313,100 @@ class Streams(unittest.TestCase):
         with self.assertRaises(gpu.InvalidInput):
             stream.write(gpu.DeviceBuffer(session, "z", "u32", 1), [1, 2])
         self.assertEqual(stream.raw.calls, [])
+
+
+def raw_status(**fields):
+    status = dict(is_active=True, should_terminate=False, has_terminated=False, errors_encountered=0,
+                  messages_processed=0, failure=None)
+    status.update(fields)
+    return sessions.ActorStatus(**status)
+
+
+class Rings(unittest.TestCase):
+    def test_rings_carry_whole_messages_of_an_element_type(self):
+        session = fake_session()
+        inbox = session.ring_to_device("f32", 2, 4)
+        outbox = session.ring_from_device("u16", 2, 8)
+        self.assertEqual(session.raw.calls, [("new_ring", (sessions.RingDirection.TO_DEVICE, 8, 4)),
+                                             ("new_ring", (sessions.RingDirection.FROM_DEVICE, 4, 8))])
+        self.assertEqual((inbox.message_size, inbox.capacity), (8, 4))
+        self.assertEqual(inbox.send([1.0, 2.0, 3.0, 4.0]), 1)
+        self.assertEqual(inbox.send([]), 0)
+        self.assertEqual(inbox.raw.calls[-1], ("send", (array("f", [1, 2, 3, 4]).tobytes(),)))
+        outbox.raw.answers["recv"] = b"\x01\0\x02\0\x03\0\x04\0"
+        self.assertEqual([list(m) for m in outbox.recv(5, timeout=0.25)], [[1, 2], [3, 4]])
+        self.assertEqual(outbox.try_recv(1)[0].typecode, "H")
+        self.assertEqual(outbox.raw.calls, [("recv", (5, 250_000)), ("recv", (1, 0))])
+
+    def test_mistakes_are_refused_before_the_host_is_called(self):
+        session = fake_session()
+        for bad in (lambda: session.ring_to_device("u8", 3, 4), lambda: session.ring_to_device("f32", 0, 4),
+                    lambda: session.ring_from_device("f32", 1.5, 4), lambda: session.ring_to_device("u33", 1, 4),
+                    lambda: session.ring_to_device("f32", 1, -1), lambda: session.ring_to_device("f32", 1, 2**32)):
+            with self.assertRaises(gpu.InvalidInput):
+                bad()
+        self.assertEqual(session.raw.calls, [])
+        ring = session.ring_to_device("f32", 2, 4)
+        with self.assertRaises(gpu.InvalidInput) as e:
+            ring.send([1.0, 2.0, 3.0])
+        self.assertEqual(e.exception.message, "12 bytes are not whole messages of 2 f32 (8 bytes)")
+        for bad in (lambda: ring.recv(1, -1), lambda: ring.recv(1, "1"), lambda: ring.recv(-1), lambda: ring.recv(2**32)):
+            with self.assertRaises(gpu.InvalidInput):
+                bad()
+        self.assertEqual(ring.raw.calls, [])
+
+    def test_the_hosts_refusals_are_raised_as_their_exceptions(self):
+        session = fake_session()
+        session.raw.answers["new_ring"] = Err(types.GpuError_Unauthorized("the tasklet lacks the `persistent` right"))
+        with self.assertRaises(gpu.Unauthorized):
+            session.ring_to_device("f32", 64, 256)
+
+
+class Actors(unittest.TestCase):
+    def test_a_persistent_launch_hands_rings_the_control_block_and_args_in_order(self):
+        session = fake_session()
+        kernel = fake_kernel(session, "actor_scale")
+        inbox, outbox = session.ring_to_device("f32", 64, 256), session.ring_from_device("f32", 64, 256)
+        x = gpu.DeviceBuffer(session, "x", "f32", 4)
+        actor = (session.launch_persistent(kernel, gpu.LaunchConfig.linear(1, 64))
+                 .ring(inbox).ring(outbox).control().arg(gpu.f32(2.0)).args(x).start())
+        name, (raw_kernel, config, args) = session.raw.calls[-1]
+        self.assertEqual((name, raw_kernel, config.grid, config.block), ("launch_persistent", kernel.raw, (1, 1, 1), (64, 1, 1)))
+        self.assertEqual(args, [sessions.ActorArg_Ring(inbox.raw), sessions.ActorArg_Ring(outbox.raw),
+                                sessions.ActorArg_Control(), sessions.ActorArg_Arg(sessions.KernelArg_F32(2.0)),
+                                sessions.ActorArg_Arg(buffer_arg(x))])
+        self.assertIsInstance(actor, gpu.Actor)
+        actor.raw.answers.update(status=raw_status(messages_processed=2**40),
+                                 stop=raw_status(is_active=False, should_terminate=True, has_terminated=True))
+        self.assertEqual(actor.status().messages_processed, 2**40)
+        stopped = actor.stop(0.5)
+        self.assertEqual(stopped, gpu.ActorStatus(False, True, True, 0, 0, None))
+        actor.stop(3600)
+        actor.stop(float("inf"))
+        self.assertEqual(actor.raw.calls, [("status", ()), ("stop", (500,)), ("stop", (3_600_000,)), ("stop", (2**32 - 1,))])
+
+    def test_another_sessions_rings_kernels_and_buffers_are_refused_before_the_host_is_called(self):
+        session, other = fake_session(), fake_session()
+        theirs = other.ring_to_device("f32", 1, 4)
+        kernel = fake_kernel(session, "serve")
+        with self.assertRaises(gpu.InvalidArgument) as e:
+            session.launch_persistent(kernel).control().ring(theirs)
+        self.assertEqual(e.exception.message, 'persistent launch of "serve": argument 1 is a ring of another session')
+        with self.assertRaises(gpu.InvalidArgument) as e:
+            session.launch_persistent(kernel).arg(gpu.DeviceBuffer(other, "y", "u32", 1))
+        self.assertEqual(e.exception.message, 'persistent launch of "serve": argument 0 is a buffer of another session')
+        with self.assertRaises(gpu.InvalidArgument):
+            session.launch_persistent(fake_kernel(other))
+        with self.assertRaises(gpu.InvalidInput):
+            session.launch_persistent(kernel).ring(gpu.DeviceBuffer(session, "z", "u32", 1))
+        with self.assertRaises(gpu.InvalidInput) as e:
+            session.launch_persistent(kernel).control().start()
+        self.assertIn("has no LaunchConfig", e.exception.message)
+        actor = session.launch_persistent(kernel, gpu.LaunchConfig()).start()
+        with self.assertRaises(gpu.InvalidInput):
+            actor.stop(-1)
+        self.assertEqual([c[0] for c in session.raw.calls], ["launch_persistent"])
+        self.assertEqual(actor.raw.calls, [])
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@
 import { GpuError } from './errors.js';
 
 export * as input from './input.js';
+export { Actor, PersistentLaunch, Ring } from './actor.js';
 export { DeviceBuffer, BufferAt } from './buffer.js';
 export { Burst, MAX_BURST_LAUNCHES } from './burst.js';
 export { GpuCall } from './call.js';

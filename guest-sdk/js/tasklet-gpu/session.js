@@ -2,6 +2,7 @@
 
 import { Session as RawSession } from 'tasklet:gpu/sessions@0.2.0';
 
+import { PersistentLaunch, newRing } from './actor.js';
 import { DeviceBuffer } from './buffer.js';
 import { Burst } from './burst.js';
 import { check, nameOf, sizeOf, toBytes } from './elements.js';
@@ -99,6 +100,25 @@ export class Session {
   /** A new event of this session, not yet recorded (at most 64 at once); see `Event`. */
   event() {
     return new Event(this, host(() => this.raw.newEvent()));
+  }
+
+  /** A ring of `capacity` (a power of two) messages of `width` elements of type `elem` each, that
+   * the tasklet sends and a kernel receives; see `Ring`. Needs the `persistent` right. */
+  ringToDevice(elem, width, capacity) {
+    return newRing(this, 'to-device', elem, width, capacity);
+  }
+
+  /** A ring of `capacity` (a power of two) messages of `width` elements of type `elem` each, that
+   * a kernel sends and the tasklet receives; see `Ring`. */
+  ringFromDevice(elem, width, capacity) {
+    return newRing(this, 'from-device', elem, width, capacity);
+  }
+
+  /** A persistent launch of `kernel` (a `Kernel` of this session's module): `.ring(r)`,
+   * `.control()`, `.arg(x)` in parameter order, then `.start()` (an `Actor`); see
+   * `PersistentLaunch`. */
+  launchPersistent(kernel, config) {
+    return new PersistentLaunch(this, kernel, config);
   }
 
   /** Waits for all work of this session; a launch's errors surface here at the latest. */

@@ -1,5 +1,5 @@
 // The SDK's own logic under the host's Node.js (`node --test guest-sdk/js/tests`): what bursts,
-// graphs and streams hand the host, against fake sessions that record their calls, and what they
+// graphs, streams, rings and persistent launches hand the host, against fake sessions that record their calls, and what they
 // refuse before calling it. These modules import no generated binding, so they load outside a
 // component; the examples run the rest on the emulator (tests/tests/suite/guest_languages.rs).
 
@@ -7,8 +7,11 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
 import { DeviceBuffer } from '../tasklet-gpu/buffer.js';
+import { Actor, PersistentLaunch, Ring, newRing } from '../tasklet-gpu/actor.js';
 import { Burst, MAX_BURST_LAUNCHES } from '../tasklet-gpu/burst.js';
-import { GpuError, InvalidArgument, InvalidInput, OutOfBounds, host } from '../tasklet-gpu/errors.js';
+import {
+  GpuError, InvalidArgument, InvalidInput, OutOfBounds, Unauthorized, host,
+} from '../tasklet-gpu/errors.js';
 import { DeviceScalar, Graph, Node } from '../tasklet-gpu/graph.js';
 import { Launch, LaunchConfig, f32, u32 } from '../tasklet-gpu/launch.js';
 import { Event, Stream } from '../tasklet-gpu/stream.js';
@@ -162,4 +165,100 @@ test('a stream refuses foreign events, buffers and streams, and spans outside a 
   // The host's errors arrive as their classes here too.
   assert.throws(() => host(() => { throw { payload: { tag: 'unsupported', val: 'no streams' } }; }), (e) =>
     e.kind === 'unsupported' && e.message === 'no streams');
+});
+
+function ringSession() {
+  return { raw: fakeRaw({ newRing: () => fakeRaw({ capacity: 4, send: 1, recv: new Uint8Array(0) }), launchPersistent: () => fakeRaw() }) };
+}
+
+const rawStatus = (fields = {}) => ({
+  isActive: true, shouldTerminate: false, hasTerminated: false, errorsEncountered: 0,
+  messagesProcessed: 0n, failure: undefined, ...fields,
+});
+
+test('rings carry whole messages of an element type', () => {
+  const session = ringSession();
+  const inbox = newRing(session, 'to-device', 'f32', 2, 4);
+  const outbox = newRing(session, 'from-device', 'u16', 2, 8);
+  assert.deepEqual(session.raw.calls, [['newRing', ['to-device', 8, 4]], ['newRing', ['from-device', 4, 8]]]);
+  assert.ok(inbox instanceof Ring);
+  assert.deepEqual([inbox.messageSize, inbox.capacity], [8, 4]);
+  assert.equal(inbox.send([1, 2, 3, 4]), 1);
+  assert.equal(inbox.send(new Float32Array(0)), 0);
+  assert.deepEqual(inbox.raw.calls.at(-1), ['send', [new Uint8Array(new Float32Array([1, 2, 3, 4]).buffer)]]);
+  const answers = fakeRaw({ recv: new Uint8Array([1, 0, 2, 0, 3, 0, 4, 0]) });
+  outbox.raw = answers;
+  assert.deepEqual(outbox.recv(5, 250), [new Uint16Array([1, 2]), new Uint16Array([3, 4])]);
+  assert.ok(outbox.tryRecv(1)[0] instanceof Uint16Array);
+  assert.deepEqual(answers.calls, [['recv', [5, 250000n]], ['recv', [1, 0n]]]);
+});
+
+test('a ring\'s mistakes are refused before the host is called', () => {
+  const session = ringSession();
+  for (const bad of [
+    () => newRing(session, 'to-device', 'u8', 3, 4), () => newRing(session, 'to-device', 'f32', 0, 4),
+    () => newRing(session, 'from-device', 'f32', 1.5, 4), () => newRing(session, 'to-device', 'u33', 1, 4),
+    () => newRing(session, 'to-device', 'f32', 1, -1), () => newRing(session, 'to-device', 'f32', 1, 2 ** 32),
+  ]) {
+    assert.throws(bad, InvalidInput);
+  }
+  assert.deepEqual(session.raw.calls, []);
+  const ring = newRing(session, 'to-device', 'f32', 2, 4);
+  assert.throws(() => ring.send([1, 2, 3]), (e) =>
+    e instanceof InvalidInput && e.message === '12 bytes are not whole messages of 2 f32 (8 bytes)');
+  for (const bad of [() => ring.recv(1, -1), () => ring.recv(1, '1'), () => ring.recv(-1), () => ring.recv(2 ** 32)]) {
+    assert.throws(bad, InvalidInput);
+  }
+  assert.deepEqual(ring.raw.calls, []);
+  const refusal = Object.assign(new Error('refused'), {
+    payload: { tag: 'unauthorized', val: 'the tasklet lacks the `persistent` right' },
+  });
+  session.raw = fakeRaw({ newRing: refusal });
+  assert.throws(() => newRing(session, 'to-device', 'f32', 64, 256), Unauthorized);
+});
+
+test('a persistent launch hands rings, the control block and args in order', () => {
+  const session = ringSession();
+  const kernel = fakeKernel(session, 'actor_scale');
+  const [inbox, outbox] = [newRing(session, 'to-device', 'f32', 64, 256), newRing(session, 'from-device', 'f32', 64, 256)];
+  const x = new DeviceBuffer(session, 'x', 'f32', 4);
+  const actor = new PersistentLaunch(session, kernel, LaunchConfig.linear(1, 64))
+    .ring(inbox).ring(outbox).control().arg(f32(2)).args(x).start();
+  const [name, [rawKernel, config, args]] = session.raw.calls.at(-1);
+  assert.deepEqual([name, rawKernel, config.grid, config.block], ['launchPersistent', 'kernel actor_scale', [1, 1, 1], [64, 1, 1]]);
+  assert.deepEqual(args, [
+    { tag: 'ring', val: inbox.raw }, { tag: 'ring', val: outbox.raw }, { tag: 'control' },
+    { tag: 'arg', val: { tag: 'f32', val: 2 } }, { tag: 'arg', val: bufferArg(x) },
+  ]);
+  assert.ok(actor instanceof Actor);
+  actor.raw = fakeRaw({
+    status: rawStatus({ messagesProcessed: 2n ** 40n }),
+    stop: rawStatus({ isActive: false, shouldTerminate: true, hasTerminated: true }),
+  });
+  assert.equal(actor.status().messagesProcessed, 2n ** 40n);
+  assert.deepEqual(actor.stop(), {
+    isActive: false, shouldTerminate: true, hasTerminated: true, errorsEncountered: 0,
+    messagesProcessed: 0n, failure: undefined,
+  });
+  actor.stop(3600000);
+  actor.stop(Infinity);
+  assert.deepEqual(actor.raw.calls, [['status', []], ['stop', [500]], ['stop', [3600000]], ['stop', [2 ** 32 - 1]]]);
+});
+
+test('another session\'s rings, kernels and buffers are refused before the host is called', () => {
+  const [session, other] = [ringSession(), ringSession()];
+  const theirs = newRing(other, 'to-device', 'f32', 1, 4);
+  const kernel = fakeKernel(session, 'serve');
+  assert.throws(() => new PersistentLaunch(session, kernel).control().ring(theirs), (e) =>
+    e instanceof InvalidArgument && e.message === 'persistent launch of "serve": argument 1 is a ring of another session');
+  assert.throws(() => new PersistentLaunch(session, kernel).arg(new DeviceBuffer(other, 'y', 'u32', 1)), (e) =>
+    e instanceof InvalidArgument && e.message === 'persistent launch of "serve": argument 0 is a buffer of another session');
+  assert.throws(() => new PersistentLaunch(session, fakeKernel(other)), InvalidArgument);
+  assert.throws(() => new PersistentLaunch(session, kernel).ring(new DeviceBuffer(session, 'z', 'u32', 1)), InvalidInput);
+  assert.throws(() => new PersistentLaunch(session, kernel).control().start(), (e) =>
+    e instanceof InvalidInput && e.message.includes('has no LaunchConfig'));
+  const actor = new PersistentLaunch(session, kernel, new LaunchConfig()).start();
+  assert.throws(() => actor.stop(-1), InvalidInput);
+  assert.deepEqual(session.raw.calls.map((c) => c[0]), ['launchPersistent']);
+  assert.deepEqual(actor.raw.calls, []);
 });

@@ -111,7 +111,7 @@ export class Ring {
  * `failure` (why it ended, when it failed; else `undefined`). */
 function status(raw) {
   const { isActive, shouldTerminate, hasTerminated, errorsEncountered, messagesProcessed, failure } = raw;
-  return { isActive, shouldTerminate, hasTerminated, errorsEncountered, messagesProcessed, failure };
+  return { isActive, shouldTerminate, hasTerminated, errorsEncountered, messagesProcessed, failure: failure ?? undefined };
 }
 
 /** A persistent kernel, from `PersistentLaunch.start()`. One not stopped is stopped with its

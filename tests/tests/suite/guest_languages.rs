@@ -211,6 +211,39 @@ fn jacobi_matches_the_rust_example(tool: &Tool, guest: &str) {
     assert_baseline(&host);
 }
 
+/// `guest` (a port of tasklets/actor) against the Rust example: a persistent kernel started once
+/// with two rings and its control block serves every message (more than a ring's 256 slots, so the
+/// rings wrap), is stopped, and the output is the Rust example's byte for byte; so are its errors.
+fn actor_matches_the_rust_example(tool: &Tool, guest: &str) {
+    let host = test_host!();
+    let Some(guest) = build_and_load(&host, tool, guest) else {
+        return;
+    };
+    let rust = load(&host, manifest("actor"));
+    for input in ["1", "300", ""] {
+        let expected = run_ok(&host, &rust, input);
+        // Not vacuous: every answer came back right and the kernel returned when asked.
+        assert!(expected.starts_with("served "), "{expected}");
+        assert!(expected.ends_with("returned when asked\n"), "{expected}");
+        assert_eq!(run_ok(&host, &guest, input), expected, "input {input:?}");
+    }
+    for input in ["many", "-3"] {
+        let expected = failure(&host, &rust, input);
+        assert_eq!(failure(&host, &guest, input), expected, "input {input:?}");
+    }
+    assert_baseline(&host);
+}
+
+#[test]
+fn python_actor_serves_messages_through_rings_as_the_rust_example_does() {
+    actor_matches_the_rust_example(&COMPONENTIZE_PY, "python-actor");
+}
+
+#[test]
+fn js_actor_serves_messages_through_rings_as_the_rust_example_does() {
+    actor_matches_the_rust_example(&COMPONENTIZE_JS, "js-actor");
+}
+
 #[test]
 fn python_jacobi_as_a_graph_bursts_and_a_stream_matches_the_rust_example() {
     jacobi_matches_the_rust_example(&COMPONENTIZE_PY, "python-jacobi");
@@ -298,8 +331,9 @@ fn python_sdk_unit_tests_pass() {
     assert!(report.contains("OK"), "{report}");
 }
 
-/// The JavaScript SDK's own logic (guest-sdk/js/tests: bursts, graphs and streams against fake
-/// sessions) under the host's Node.js, which componentize-js needs anyway; no component is built.
+/// The JavaScript SDK's own logic (guest-sdk/js/tests: bursts, graphs, streams, rings and actors
+/// against fake sessions) under the host's Node.js, which componentize-js needs anyway; no
+/// component is built.
 #[test]
 fn js_sdk_unit_tests_pass() {
     let node_ok = Command::new("node")

@@ -124,9 +124,11 @@ fn moved(a: ModuleCacheStats, b: ModuleCacheStats) -> (u64, u64, usize) {
 
 /// On a GPU: two leases at once (two worker processes) load a PTX text no earlier run loaded; the
 /// first compiles it (the driver's JIT, through its linker), the second loads that cubin from
-/// the host's cache (a hit) in far less time, and its kernel runs right. Three texts, the best
-/// time of each kind compared: on a GPU busy with other tests' contexts any driver call can
-/// stall for a while, both kinds alike.
+/// the host's cache (a hit; the device took the image, so the entry stays) and its kernel runs
+/// right; three texts. The times are printed, not compared: alone on an H200 a new text took
+/// 8.5-13.5 ms and the cached cubin 0.32-0.50 ms, but under the whole suite every load on the
+/// machine took 64-92 ms alike. That the cached load compiles nothing is the fake driver's test
+/// below (it logs every JIT).
 #[test]
 fn on_a_gpu_a_second_worker_loads_the_first_ones_cubin() {
     if backend() != CUDA {
@@ -156,22 +158,14 @@ fn on_a_gpu_a_second_worker_loads_the_first_ones_cubin() {
         cached.push(t.elapsed());
         let after_b = host.leases().module_cache_stats();
         assert_eq!(
-            moved(after_a, after_b).0,
-            1,
-            "the second worker's load is a hit"
+            moved(after_a, after_b),
+            (1, 0, after_a.entries),
+            "the second worker's load is a hit, and its image was taken (a refused one is dropped)"
         );
         iota_runs(&mut gpu, sb, mb);
     }
     eprintln!(
         "module_cache: a new text's load (JIT to a cubin) {compiled:?}; the same text in another worker, from the node's cache {cached:?}"
-    );
-    let (compiled, cached) = (
-        compiled.into_iter().min().unwrap_or_default(),
-        cached.into_iter().min().unwrap_or_default(),
-    );
-    assert!(
-        cached * 2 < compiled,
-        "loading the cached cubin (best {cached:?}) should cost far less than compiling (best {compiled:?})"
     );
     drop(gpu);
     assert_baseline(&host);

@@ -1,8 +1,8 @@
 //! The warm pool: worker processes started ahead of demand (creating a CUDA context takes long
 //! beside any op), handed out one per lease, reset and reused when healthy, killed and replaced when not.
 //!
-//! One long-lived spawner thread forks every worker. That matters: `PR_SET_PDEATHSIG` fires when
-//! the *thread* that forked a process exits, so forking from whatever thread calls `acquire`
+//! One long-lived spawner thread starts every worker. That matters: `PR_SET_PDEATHSIG` fires when
+//! the *thread* that started a process exits, so starting from whatever thread calls `acquire`
 //! would kill workers when that thread ends. Start handshakes (which can take a while on a GPU)
 //! run on short-lived threads so several workers start at once.
 

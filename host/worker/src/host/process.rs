@@ -10,6 +10,19 @@ use std::sync::Mutex;
 use super::error::WorkerError;
 use crate::contract::{DeviceBinding, WorkerArgs, WorkerCommand, EXIT_DEADLINE};
 
+/// Held across each worker start: while it is held, that worker's fds are inheritable.
+static SPAWNS: Mutex<()> = Mutex::new(());
+
+/// Sets or clears `FD_CLOEXEC` on `fd`.
+fn close_on_exec(fd: RawFd, on: bool) -> io::Result<()> {
+    // SAFETY: plain fcntl on a fd of ours.
+    let r = unsafe { libc::fcntl(fd, libc::F_SETFD, if on { libc::FD_CLOEXEC } else { 0 }) };
+    if r == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// A worker's OS process: reaped by us (never by `std::process::Child`) so that a kill from the
 /// pool's shutdown and the owner's liveness checks agree on whether the pid is still ours.
 pub(crate) struct Proc {
@@ -31,8 +44,19 @@ impl Proc {
     /// Runs `program args… <args>` with the fds in `inherit` (close-on-exec in this process, as
     /// every fd the host makes) left open for the child alone. Stdin and stdout are null, stderr is
     /// the host's; the child leads its own process group, so a terminal's Ctrl-C goes to the host,
-    /// which decides; and it is killed when the *thread* that spawned it exits
-    /// (`PR_SET_PDEATHSIG`). A bound worker sees only its device ([`DeviceBinding::env`]).
+    /// which decides; and it is killed when the *thread* that spawned it exits (the worker arms
+    /// `PR_SET_PDEATHSIG` itself, and ends at once if its parent is already not the host it was
+    /// told). A bound worker sees only its device ([`DeviceBinding::env`]).
+    ///
+    /// Started without `fork`: `posix_spawn` (a `vfork`-like clone sharing this process's memory
+    /// until the exec) suspends only the spawning thread, where a `fork` of a host with many
+    /// threads and much memory mapped copies its page tables under the memory-map lock, so every
+    /// other thread that faults a page or maps memory meanwhile (other tenants' calls) stalls
+    /// with it, for longer the more the host has mapped. So no code
+    /// runs in the child before the exec: the inherited fds are made inheritable here, for the
+    /// spawn alone, under [`SPAWNS`], which every worker start takes (a worker never holds
+    /// another's channel); a child started meanwhile by other code of this process, not through
+    /// here, could inherit them too.
     pub(crate) fn spawn(
         command: &WorkerCommand,
         args: &WorkerArgs,
@@ -49,21 +73,18 @@ impl Proc {
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .process_group(0);
-        // SAFETY: runs between fork and exec; only async-signal-safe syscalls, no allocation.
-        unsafe {
-            cmd.pre_exec(move || {
-                for fd in inherit {
-                    if libc::fcntl(fd, libc::F_SETFD, 0) == -1 {
-                        return Err(io::Error::last_os_error());
-                    }
-                }
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) == -1 {
-                    return Err(io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        let child = cmd.spawn().map_err(|e| {
+        let spawned = {
+            let _one_at_a_time = SPAWNS.lock().unwrap_or_else(|p| p.into_inner());
+            let opened = inherit.iter().try_for_each(|&fd| close_on_exec(fd, false));
+            let spawned = opened.and_then(|()| cmd.spawn());
+            // Ours again alone, whatever happened (a fd that was never made inheritable is
+            // made close-on-exec again: no harm).
+            for fd in inherit {
+                let _ = close_on_exec(fd, true);
+            }
+            spawned
+        };
+        let child = spawned.map_err(|e| {
             WorkerError::Spawn(format!("cannot run {}: {e}", command.program.display()))
         })?;
         let pid = child.id() as i32;

@@ -28,8 +28,8 @@ pub fn serve_main(args: impl Iterator<Item = String>) -> i32 {
             return EXIT_USAGE;
         }
     };
-    // The pool also arms this between fork and exec; arming it again covers workers started
-    // some other way. Either way a host that dies takes its workers with it.
+    // A host that dies takes its workers with it; one that died before this was armed is seen
+    // by the parent check below.
     // SAFETY: plain prctl.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
     let host_alive = move || a.host_pid.is_none_or(|p| unsafe { libc::getppid() } == p);

@@ -607,14 +607,14 @@ fn kill_a_worker(host: &Host, rng: &mut Rng, tally: &Tally) {
     }
 }
 
-/// This process's children: (count, zombies, pids).
-fn children() -> (usize, usize, Vec<u32>) {
+/// This process's children: (count, the zombies among them, pids).
+fn children() -> (usize, Vec<u32>, Vec<u32>) {
     let me = std::process::id();
     let mut count = 0;
-    let mut zombies = 0;
+    let mut zombies = Vec::new();
     let mut pids = Vec::new();
     let Ok(dir) = std::fs::read_dir("/proc") else {
-        return (0, 0, pids);
+        return (0, Vec::new(), pids);
     };
     for entry in dir.flatten() {
         let Some(pid) = entry
@@ -638,11 +638,33 @@ fn children() -> (usize, usize, Vec<u32>) {
             count += 1;
             pids.push(pid);
             if state == "Z" {
-                zombies += 1;
+                zombies.push(pid);
             }
         }
     }
     (count, zombies, pids)
+}
+
+/// Where the host's pools hold each of `pids` (`ending`, `to reap`, `idle`, `leased`, or
+/// `nowhere`: a process no pool waits for), for a failure's message.
+fn held_where(host: &Host, pids: &[u32]) -> String {
+    let census: Vec<_> = host.pools().iter().map(|p| p.census()).collect();
+    let place = |pid: &u32| {
+        let lists = |c: &tasklet_worker::host::Census| {
+            [
+                ("ending", &c.ending),
+                ("to reap", &c.to_reap),
+                ("idle", &c.idle),
+                ("leased", &c.leased),
+            ]
+            .into_iter()
+            .find(|(_, l)| l.contains(pid))
+            .map(|(name, _)| name)
+        };
+        census.iter().find_map(lists).unwrap_or("nowhere")
+    };
+    let places: Vec<String> = pids.iter().map(|p| format!("{p} {}", place(p))).collect();
+    places.join(", ")
 }
 
 /// This process's open descriptors by what they are (`socket`, `memfd`, a device, …).
@@ -728,13 +750,15 @@ fn check_batch(host: &Host, batch: u64, bounds: &mut Bounds, tally: &Tally, max_
     let mut seen = children();
     eventually(Duration::from_secs(5), || {
         seen = children();
-        seen.1 == 0
+        seen.1.is_empty()
     });
     let (count, zombies, pids) = seen;
     bounds.max_children = bounds.max_children.max(count);
-    if count > max_workers || zombies > 0 {
+    if count > max_workers || !zombies.is_empty() {
         tally.fail(format!(
-            "batch {batch}: {count} child processes ({zombies} zombies) for a pool of at most {max_workers}: {pids:?}"
+            "batch {batch}: {count} child processes ({} zombies: {}) for a pool of at most {max_workers}: {pids:?}",
+            zombies.len(),
+            held_where(host, &zombies)
         ));
     }
     let (fds, rss) = (open_fds(), rss_bytes());

@@ -22,5 +22,5 @@ pub(crate) mod slot;
 
 pub use client::Worker;
 pub use error::WorkerError;
-pub use pool::{Pool, PoolConfig};
+pub use pool::{Census, Pool, PoolConfig};
 pub use probe::{probe, probe_cuda};

@@ -71,6 +71,9 @@ struct State {
     /// Of `busy`, the slots of leased workers given up and waiting in `reap`: they come back
     /// soon, so an acquire waits for them rather than failing.
     dying: usize,
+    /// The processes the spawner has killed and waits to see end (its own list's pids, for
+    /// [`Pool::census`]).
+    ending: Vec<u32>,
     shutdown: bool,
     /// Consecutive failed starts, the last one's message, a counter that waiting acquirers
     /// watch, and when the spawner may try again (exponential backoff).
@@ -339,6 +342,27 @@ impl Pool {
         s.cv.notify_all();
     }
 
+    /// Where the pool holds its workers' processes now: for tests and operators looking for a
+    /// process nobody waits for (a zombie the pool lost track of would be in none of these).
+    pub fn census(&self) -> Census {
+        let g = self.shared.lock();
+        let to_reap: Vec<u32> = g.reap.iter().map(Worker::pid).collect();
+        // A leased worker given up keeps its slot until it is reaped: it is counted where it is.
+        let leased = g
+            .busy_procs
+            .iter()
+            .filter_map(|p| p.upgrade().map(|p| p.pid() as u32))
+            .filter(|pid| !to_reap.contains(pid) && !g.ending.contains(pid))
+            .collect();
+        Census {
+            idle: g.idle.iter().map(Worker::pid).collect(),
+            leased,
+            to_reap,
+            ending: g.ending.clone(),
+            starting: g.starting,
+        }
+    }
+
     /// Workers leased out now.
     pub fn busy(&self) -> usize {
         self.shared.lock().busy
@@ -427,6 +451,9 @@ fn spawner(s: Arc<Shared>) {
             .into_iter()
             .partition(|w| w.proc.poll().is_some());
         dying = still;
+        if g.ending.len() != dying.len() {
+            g.ending = dying.iter().map(Worker::pid).collect();
+        }
         if !ended.is_empty() {
             let slots = ended.iter().filter(|w| holds_slot(w, &s)).count();
             drop(g);
@@ -521,6 +548,21 @@ fn spawner(s: Arc<Shared>) {
             p.kill();
         }
     }
+}
+
+/// Where a pool holds its workers' processes ([`Pool::census`]), by pid.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Census {
+    /// Started and waiting to be leased.
+    pub idle: Vec<u32>,
+    /// Leased out (the lease's holder has them).
+    pub leased: Vec<u32>,
+    /// Given up, for the spawner to kill.
+    pub to_reap: Vec<u32>,
+    /// Killed; the spawner reaps each as it ends.
+    pub ending: Vec<u32>,
+    /// Started, not yet through their handshake (no pid kept).
+    pub starting: usize,
 }
 
 /// Whether `w` holds one of `s`'s slots (it is leased from that pool).

@@ -243,3 +243,38 @@ fn limits_can_change_after_start() {
     );
     pool.release(w);
 }
+
+/// The census says where the pool holds each worker's process: idle, then leased, then (given
+/// up) on its way out until it is reaped, then nowhere.
+#[test]
+fn the_census_follows_a_worker_from_idle_to_reaped() {
+    let pool = Pool::start(pool_config(true, 1, 2)).unwrap();
+    wait_idle(&pool, 1);
+    let c = pool.census();
+    assert_eq!(c.idle.len(), 1, "{c:?}");
+    let pid = c.idle[0];
+    assert!(
+        c.leased.is_empty() && c.to_reap.is_empty() && c.ending.is_empty(),
+        "{c:?}"
+    );
+    let w = pool.acquire().unwrap();
+    assert_eq!(w.pid(), pid);
+    let c = pool.census();
+    assert_eq!(c.leased, vec![pid], "{c:?}");
+    assert!(!c.idle.contains(&pid), "{c:?}");
+    pool.discard(w);
+    let c = pool.census();
+    assert!(!c.leased.contains(&pid) && !c.idle.contains(&pid), "{c:?}");
+    assert!(
+        c.to_reap.contains(&pid) || c.ending.contains(&pid) || !pid_exists(pid),
+        "a given-up worker is on its way out or gone: {c:?}"
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let c = pool.census();
+            !pid_exists(pid) && !c.to_reap.contains(&pid) && !c.ending.contains(&pid)
+        }),
+        "{:?}",
+        pool.census()
+    );
+}

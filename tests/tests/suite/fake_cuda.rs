@@ -45,6 +45,18 @@ fn build_fake_driver() -> Option<PathBuf> {
     Some(dir)
 }
 
+/// The test worker on the fake driver in `dir`, with `env` (`NAME=value`, the fake's switches)
+/// set for it.
+pub(crate) fn fake_worker(dir: &std::path::Path, env: &[String]) -> WorkerCommand {
+    let mut args = vec![format!("LD_LIBRARY_PATH={}", dir.display())];
+    args.extend(env.iter().cloned());
+    args.push(env!("CARGO_BIN_EXE_tasklet-test-worker").into());
+    WorkerCommand {
+        program: "env".into(),
+        args,
+    }
+}
+
 #[test]
 fn tasklets_run_on_the_cuda_backend_over_a_fake_driver() {
     let Some(dir) = fake_driver_dir() else { return };
@@ -52,16 +64,9 @@ fn tasklets_run_on_the_cuda_backend_over_a_fake_driver() {
     policy.workers.kernel_deadline = Duration::from_millis(500);
     // The fake device has 1 GiB: a small context reserve keeps most of it lendable.
     policy.workers.context_reserve = 16 << 20;
-    let worker = WorkerCommand {
-        program: "env".into(),
-        args: vec![
-            format!("LD_LIBRARY_PATH={}", dir.display()),
-            env!("CARGO_BIN_EXE_tasklet-test-worker").into(),
-        ],
-    };
     let host = Host::new(HostConfig {
         policy,
-        worker,
+        worker: fake_worker(&dir, &[]),
         backend: BackendKind::Cuda,
     })
     .expect("a host on the fake driver");
@@ -155,17 +160,14 @@ fn a_groups_copy_goes_worker_to_worker_where_the_driver_shares_memory() {
             DeviceSelector::Uuid("GPU-fake0000-aaaa".into()),
             DeviceSelector::Uuid("GPU-fake0000-bbbb".into()),
         ]);
-        let mut args = vec![format!("LD_LIBRARY_PATH={}", dir.display())];
-        if !peer_access {
-            args.push("FAKE_CUDA_NO_PEER=1".into());
-        }
-        args.push(env!("CARGO_BIN_EXE_tasklet-test-worker").into());
+        let env: &[String] = if peer_access {
+            &[]
+        } else {
+            &["FAKE_CUDA_NO_PEER=1".into()]
+        };
         let host = match Host::new(HostConfig {
             policy,
-            worker: WorkerCommand {
-                program: "env".into(),
-                args,
-            },
+            worker: fake_worker(&dir, env),
             backend: BackendKind::Cuda,
         }) {
             Ok(host) => host,
@@ -250,14 +252,7 @@ fn a_copy_on_one_stream_runs_beside_a_kernel_on_another() {
     policy.workers.kernel_deadline = Duration::from_secs(5);
     let host = Host::new(HostConfig {
         policy,
-        worker: WorkerCommand {
-            program: "env".into(),
-            args: vec![
-                format!("LD_LIBRARY_PATH={}", dir.display()),
-                "FAKE_CUDA_EVENT_LAG_US=300000".into(),
-                env!("CARGO_BIN_EXE_tasklet-test-worker").into(),
-            ],
-        },
+        worker: fake_worker(&dir, &["FAKE_CUDA_EVENT_LAG_US=300000".into()]),
         backend: BackendKind::Cuda,
     })
     .expect("a host on the fake driver");

@@ -11,7 +11,7 @@ use tasklet_runtime::gpu::{
     BufferId, GpuService, KernelArg, LaunchConfig, LeaseRequest, LocalGpu, ModuleId, SessionId,
 };
 use tasklet_runtime::module_cache::ModuleCacheStats;
-use tasklet_runtime::{BackendKind, Host, HostConfig, WorkerCommand};
+use tasklet_runtime::{BackendKind, Host, HostConfig};
 use tasklet_tests::{
     assert_baseline, backend, host_on, manifest, say_skipped, test_host, test_policy, CUDA,
 };
@@ -200,14 +200,10 @@ fn a_second_worker_loads_the_cubin_the_first_compiled_without_jit() {
     policy.workers.context_reserve = 16 << 20;
     let host = Host::new(HostConfig {
         policy,
-        worker: WorkerCommand {
-            program: "env".into(),
-            args: vec![
-                format!("LD_LIBRARY_PATH={}", dir.display()),
-                format!("FAKE_CUDA_JIT_LOG={}", log.display()),
-                env!("CARGO_BIN_EXE_tasklet-test-worker").into(),
-            ],
-        },
+        worker: crate::fake_cuda::fake_worker(
+            &dir,
+            &[format!("FAKE_CUDA_JIT_LOG={}", log.display())],
+        ),
         backend: BackendKind::Cuda,
     })
     .expect("a host on the fake driver");

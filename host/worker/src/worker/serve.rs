@@ -82,6 +82,15 @@ pub fn serve_guests(
         let gpu_nanos = u64::try_from(backend.gpu_time().as_nanos()).unwrap_or(u64::MAX);
         end.set_gpu_time(gpu_nanos);
         if end.respond(&out).is_err() {
+            // What a load compiled goes back only where it fits: the module is loaded either
+            // way, and the host then merely caches nothing.
+            if let Some(smaller) = without_compiled(&resp) {
+                out.clear();
+                encode_response(id, &smaller, &mut out);
+                if end.respond(&out).is_ok() {
+                    continue;
+                }
+            }
             out.clear();
             encode_response(
                 id,
@@ -263,30 +272,38 @@ fn guarded(
         .unwrap_or_else(|p| error(ErrorKind::KernelFault, internal_error(&*p)))
 }
 
-/// The answer to a load through the host's module cache. What it compiled goes back only where
-/// the whole frame fits the data region: the module is loaded either way, and a frame too large
-/// would lose its id (the host then merely caches nothing).
-fn cached_module(cap: usize, loaded: Result<(LoadedModule, Compiled), BackendError>) -> Response {
-    let (m, mut compiled) = match loaded {
-        Ok(l) => l,
-        Err(e) => return error(e.kind, e.message),
-    };
-    // The frame's size as the codec lays it out: head, id, kernel list, the two byte strings, a
-    // flag. 32 bytes cover the head and fixed fields.
-    let kernels: usize = m
-        .kernels
-        .iter()
-        .map(|k| 8 + k.name.len() + k.params.iter().map(|p| 13 + p.name.len()).sum::<usize>())
-        .sum();
-    let frame = 32 + kernels + 8 + compiled.ptx.len() + compiled.image.len();
-    if frame > cap {
-        compiled.ptx.clear();
-        compiled.image.clear();
+/// The answer to a load through the host's module cache.
+fn cached_module(loaded: Result<(LoadedModule, Compiled), BackendError>) -> Response {
+    match loaded {
+        Ok((m, compiled)) => Response::CachedModule {
+            id: m.id,
+            kernels: m.kernels,
+            compiled,
+        },
+        Err(e) => error(e.kind, e.message),
     }
-    Response::CachedModule {
-        id: m.id,
-        kernels: m.kernels,
-        compiled,
+}
+
+/// `resp` without the code a load compiled (its refusal of the host's image kept), where it
+/// carries some: what to answer when the whole frame does not fit the channel.
+fn without_compiled(resp: &Response) -> Option<Response> {
+    match resp {
+        Response::CachedModule {
+            id,
+            kernels,
+            compiled,
+        } if !(compiled.ptx.is_empty() && compiled.image.is_empty()) => {
+            Some(Response::CachedModule {
+                id: *id,
+                kernels: kernels.clone(),
+                compiled: Compiled {
+                    ptx: String::new(),
+                    image: Vec::new(),
+                    image_refused: compiled.image_refused,
+                },
+            })
+        }
+        _ => None,
     }
 }
 
@@ -383,11 +400,9 @@ fn dispatch(
                 message: e.message,
             },
         },
-        Request::LoadModuleCached { ptx, image } => {
-            cached_module(end.data_size(), b.load_module_cached(ptx, image))
-        }
+        Request::LoadModuleCached { ptx, image } => cached_module(b.load_module_cached(ptx, image)),
         Request::LoadSourceCached { source, options } => {
-            cached_module(end.data_size(), b.load_source_cached(source, options))
+            cached_module(b.load_source_cached(source, options))
         }
         Request::UnloadModule { id } => done(b.unload_module(*id)),
         Request::Launch(l) => done(b.launch(l)),

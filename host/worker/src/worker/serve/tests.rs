@@ -340,3 +340,33 @@ fn a_posted_frame_that_is_not_a_launch_is_refused_at_the_next_call() {
         assert_eq!(h.call(&Request::Ping), Response::Ok);
     });
 }
+
+/// A cached load's answer too large for the channel goes back without the compiled code, its
+/// refusal of the host's image kept; other answers have no smaller form.
+#[test]
+fn an_answer_too_large_drops_only_the_compiled_code() {
+    let big = Response::CachedModule {
+        id: 3,
+        kernels: Vec::new(),
+        compiled: Compiled {
+            ptx: "ptx".into(),
+            image: vec![1; 16],
+            image_refused: true,
+        },
+    };
+    assert_eq!(
+        without_compiled(&big),
+        Some(Response::CachedModule {
+            id: 3,
+            kernels: Vec::new(),
+            compiled: Compiled {
+                ptx: String::new(),
+                image: Vec::new(),
+                image_refused: true,
+            },
+        })
+    );
+    let bare = without_compiled(&big).expect("smaller");
+    assert_eq!(without_compiled(&bare), None, "nothing left to drop");
+    assert_eq!(without_compiled(&Response::Ok), None);
+}

@@ -1161,8 +1161,6 @@ impl CudaBackend {
         }
     }
 
-    /// Waits for the copies just queued (and the zeroing before them) to complete: the host
-    /// reads or reuses the memory they use as soon as the call returns.
     /// Waits for what the next copy between host and device memory needs finished, and says
     /// which stream it goes on. Where the host said which launches it needs
     /// (`Backend::copy_after`), only those, and the copy goes on the copy stream beside the later
@@ -1205,6 +1203,9 @@ impl CudaBackend {
         !self.persistent.running() && self.timeline.pending() == 0
     }
 
+    /// Waits for the copies just queued on `stream` (and, on the worker's stream, the zeroing
+    /// before them) to complete: the host reads or reuses the memory they use as soon as the
+    /// call returns.
     fn finish_transfer(&mut self, stream: CuStream, what: &str) -> Result<(), BackendError> {
         // SAFETY: the worker's stream or its copy stream; no kernel is queued on either that the
         // copy must not wait for (`copy_ready`).

@@ -65,6 +65,9 @@ pub struct Worker {
     launches: u64,
     /// `sync`s answered through the completion word (see [`Worker::sync`]).
     signalled_syncs: u64,
+    /// Nothing was sent since an answer that waited for everything before it
+    /// (`Worker::settles`): a `sync` now is answered here, without a round trip.
+    settled: bool,
     /// Set while leased from a pool; tells the pool when the worker is dropped unreleased.
     pub(crate) lease: Option<LeaseToken>,
     /// The host's end of the control socket, which carries guest memories' fds.
@@ -162,6 +165,7 @@ impl Worker {
             last_launch: (0, 0),
             launches: 0,
             signalled_syncs: 0,
+            settled: false,
             lease: None,
             ctl,
             attached: HashMap::new(),

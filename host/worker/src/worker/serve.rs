@@ -368,7 +368,7 @@ fn dispatch(
         Request::Write { addr, len, after } => {
             let cap = end.data_size();
             match usize::try_from(*len).ok().and_then(|n| end.data(n)) {
-                Some(data) => done(ordered(b, *after).write(*addr, data)),
+                Some(data) => done(ordered(b, *after).write_staged(*addr, data)),
                 None => too_big("write", *len, cap),
             }
         }

@@ -78,6 +78,8 @@ static unsigned long launches = 0, records = 0, signals = 0, graph_launches = 0,
 // Records of timed events (no CU_EVENT_DISABLE_TIMING), and of those the ones on the first stream
 // created (the worker's stream: the context makes it before anything else).
 static unsigned long timed = 0, timed_first = 0;
+// cuStreamSynchronize calls on the worker's stream; cuStreamWaitEvent calls.
+static unsigned long work_syncs = 0, event_waits = 0;
 static void *first_stream = 0;
 
 static void write_counts(void) {
@@ -87,8 +89,8 @@ static void write_counts(void) {
     if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) return;
     FILE *f = fopen(tmp, "w");
     if (!f) return;
-    fprintf(f, "launches %lu records %lu signals %lu graphs %lu updates %lu timed %lu timed-first %lu\n", launches, records,
-            signals, graph_launches, node_updates, timed, timed_first);
+    fprintf(f, "launches %lu records %lu signals %lu graphs %lu updates %lu timed %lu timed-first %lu syncs %lu waits %lu\n",
+            launches, records, signals, graph_launches, node_updates, timed, timed_first, work_syncs, event_waits);
     fclose(f);
     rename(tmp, path);
 }
@@ -707,6 +709,10 @@ static int actor_runs(CUstream s) {
 }
 CUresult cuStreamQuery(CUstream s) { if (sticky) return sticky; return spinning || actor_runs(s) ? NOT_READY : OK; }
 CUresult cuStreamSynchronize(CUstream s) {
+    if (s == first_stream) {
+        work_syncs++;
+        write_counts();
+    }
     if (sticky) return sticky;
     while (spinning) {}
     while (actor_runs(s)) { struct timespec t = { 0, 100000 }; nanosleep(&t, 0); }
@@ -722,6 +728,8 @@ CUresult cuStreamCreate(CUstream *s, unsigned flags) {
 // recorded after it stay not-ready: cuEventRecord sees `spinning`).
 CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned flags) {
     (void)s; (void)e; (void)flags;
+    event_waits++;
+    write_counts();
     return sticky ? sticky : OK;
 }
 CUresult cuStreamDestroy_v2(CUstream s) { free(s); return OK; }

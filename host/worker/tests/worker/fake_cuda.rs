@@ -95,13 +95,17 @@ struct Counts {
     timed: u64,
     /// Records of timed events on the worker's own stream (where they would delay its kernels).
     timed_on_work_stream: u64,
+    /// Waits for the worker's stream (`cuStreamSynchronize`).
+    work_syncs: u64,
+    /// Device-side waits of one stream for an event (`cuStreamWaitEvent`).
+    event_waits: u64,
 }
 
 fn counts(file: &PathBuf) -> Counts {
     let s = std::fs::read_to_string(file).unwrap_or_default();
     let words: Vec<&str> = s.split_whitespace().collect();
     match words.as_slice() {
-        ["launches", l, "records", r, "signals", s, "graphs", g, "updates", u, "timed", t, "timed-first", tf] => {
+        ["launches", l, "records", r, "signals", s, "graphs", g, "updates", u, "timed", t, "timed-first", tf, "syncs", ws, "waits", ew] => {
             Counts {
                 launches: l.parse().unwrap(),
                 records: r.parse().unwrap(),
@@ -110,6 +114,8 @@ fn counts(file: &PathBuf) -> Counts {
                 updates: u.parse().unwrap(),
                 timed: t.parse().unwrap(),
                 timed_on_work_stream: tf.parse().unwrap(),
+                work_syncs: ws.parse().unwrap(),
+                event_waits: ew.parse().unwrap(),
             }
         }
         _ => Counts::default(),
@@ -126,6 +132,8 @@ fn since(a: Counts, b: Counts) -> Counts {
         updates: b.updates - a.updates,
         timed: b.timed - a.timed,
         timed_on_work_stream: b.timed_on_work_stream - a.timed_on_work_stream,
+        work_syncs: b.work_syncs - a.work_syncs,
+        event_waits: b.event_waits - a.event_waits,
     }
 }
 
@@ -1260,4 +1268,104 @@ fn a_copy_waits_only_for_the_launches_it_is_told() {
     let beside = timed(&mut || w.read_after(other, &mut back, Some(2)).unwrap());
     assert!(beside < LAG / 2, "{beside:?}");
     w.sync().unwrap();
+}
+
+/// A write of up to 64 KiB is answered once its bytes are staged, without waiting for the worker's
+/// stream; a larger one waits; a read waits; staging memory that fills up is freed by one wait.
+/// What the staged copies wrote is what the reads see, in order.
+#[test]
+fn a_small_write_is_answered_before_its_copy_runs() {
+    let Some((mut w, file)) = counting_worker(&[]) else {
+        return;
+    };
+    let small = w.alloc(4096).unwrap();
+    let big = w.alloc(128 << 10).unwrap();
+    w.sync().unwrap();
+
+    let before = counts(&file);
+    w.write(small, &[1; 4096]).unwrap();
+    assert_eq!(
+        since(before, counts(&file)).work_syncs,
+        0,
+        "a 4 KiB write waited for the stream"
+    );
+    w.write(big, &vec![2; 128 << 10]).unwrap();
+    assert_eq!(
+        since(before, counts(&file)).work_syncs,
+        1,
+        "a 128 KiB write is not staged"
+    );
+    let mut back = vec![0u8; 4096];
+    w.read(small, &mut back).unwrap();
+    assert_eq!(back, vec![1; 4096]);
+    assert_eq!(
+        since(before, counts(&file)).work_syncs,
+        2,
+        "a read waits for its stream"
+    );
+
+    // 1 MiB of staging holds sixteen 64 KiB writes: the seventeenth first waits for them.
+    let chunks = w.alloc(17 << 16).unwrap();
+    w.sync().unwrap();
+    let before = counts(&file);
+    for i in 0..17u64 {
+        w.write(chunks + (i << 16), &vec![i as u8 + 1; 1 << 16])
+            .unwrap();
+    }
+    assert_eq!(since(before, counts(&file)).work_syncs, 1);
+    let mut all = vec![0u8; 17 << 16];
+    w.read(chunks, &mut all).unwrap();
+    for (i, c) in all.chunks(1 << 16).enumerate() {
+        assert!(c.iter().all(|&b| b == i as u8 + 1), "chunk {i}");
+    }
+    w.sync().unwrap();
+}
+
+/// A copy on the copy stream, beside a kernel still running, follows the staged writes queued
+/// before that kernel: it is made to wait for their event on the device (one more
+/// `cuStreamWaitEvent` than the same launch and copy with nothing staged), not for the kernel.
+#[test]
+fn a_copy_beside_a_kernel_follows_the_staged_writes_before_it() {
+    const LAG: Duration = Duration::from_millis(300);
+    let Some((mut w, file)) = counting_worker(&["FAKE_CUDA_EVENT_LAG_US=300000"]) else {
+        return;
+    };
+    let m = w.load_module(IOTA_PTX).unwrap();
+    let out = w.alloc(4 * 16).unwrap();
+    let other = w.alloc(64).unwrap();
+    w.sync().unwrap();
+    // A launch, then a copy beside it: (event waits, the copy's time, the bytes read).
+    let beside = |w: &mut Worker| {
+        let before = counts(&file);
+        w.launch(&launch(
+            &m,
+            "iota",
+            16,
+            &iota_args(out, 16),
+            Duration::from_secs(5),
+        ))
+        .unwrap();
+        let t = Instant::now();
+        let mut back = [0u8; 64];
+        w.read_after(other, &mut back, Some(0)).unwrap();
+        let took = t.elapsed();
+        let waits = since(before, counts(&file)).event_waits;
+        w.sync().unwrap();
+        (waits, took, back)
+    };
+    w.write(other, &[5; 64]).unwrap();
+    w.sync().unwrap();
+    let (plain, took, back) = beside(&mut w);
+    assert_eq!(back, [5; 64]);
+    assert!(took < LAG / 2, "the copy waited {took:?} for the kernel");
+
+    w.write(other, &[6; 64]).unwrap();
+    let (staged, took, back) = beside(&mut w);
+    assert_eq!(back, [6; 64]);
+    assert!(took < LAG / 2, "the copy waited {took:?} for the kernel");
+    assert_eq!(
+        staged,
+        plain + 1,
+        "the copy stream did not wait for the staged write"
+    );
 }

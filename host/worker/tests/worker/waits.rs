@@ -240,3 +240,59 @@ fn on_cuda_a_module_load_or_unload_answered_from_the_cache_leaves_the_kernel_pen
     assert_eq!(op_kind(w.sync()), ErrorKind::DeadlineExceeded);
     assert!(w.gave_up());
 }
+
+/// A sync right after a sync or a read that waited for everything asks the worker nothing: it
+/// returns while the worker is stopped. Anything sent since (a write here) makes the next sync a
+/// real one, and a worker that died meanwhile is still reported.
+#[test]
+fn a_sync_with_nothing_sent_since_the_last_wait_asks_the_worker_nothing() {
+    let mut w = Worker::spawn(
+        &command(false),
+        BackendKind::Emu,
+        64 << 20,
+        Duration::from_secs(10),
+    )
+    .expect("spawn emu worker");
+    let buf = w.alloc(64).unwrap();
+    w.write(buf, &[3; 64]).unwrap();
+    let mut back = [0u8; 64];
+    w.read(buf, &mut back).unwrap();
+    assert_eq!(back, [3; 64]);
+    w.signal_for_test(libc::SIGSTOP);
+    let t = Instant::now();
+    w.sync().expect("answered without the worker");
+    w.sync().expect("and again");
+    assert!(
+        t.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        t.elapsed()
+    );
+    w.signal_for_test(libc::SIGCONT);
+
+    // A write since: the sync goes to the worker, which answers once it runs again.
+    w.write(buf, &[4; 64]).unwrap();
+    w.signal_for_test(libc::SIGSTOP);
+    w.set_wait_limit(Some(Instant::now() + Duration::from_millis(300)));
+    assert!(
+        w.sync().is_err(),
+        "a sync after a write was answered without the worker"
+    );
+    w.set_wait_limit(None);
+
+    // Settled again, then killed: the sync reports the lost worker.
+    let mut w = Worker::spawn(
+        &command(false),
+        BackendKind::Emu,
+        64 << 20,
+        Duration::from_secs(10),
+    )
+    .expect("spawn emu worker");
+    w.sync().unwrap();
+    let pid = w.pid();
+    kill9(pid);
+    wait_dead(pid);
+    assert!(
+        matches!(w.sync(), Err(WorkerError::Lost(_))),
+        "a dead worker's sync succeeded"
+    );
+}

@@ -69,19 +69,34 @@ impl Worker {
     pub(super) fn drains(&self, req: &Request<'_>) -> bool {
         match self.backend {
             BackendKind::Emu => true,
+            // A copy told which launches it follows (`after`) waits for those alone.
             BackendKind::Cuda => matches!(
                 req,
                 Request::Sync
                     | Request::Alloc { .. }
                     | Request::Free { .. }
-                    | Request::Write { .. }
-                    | Request::Read { .. }
-                    | Request::WriteFrom { .. }
-                    | Request::ReadInto { .. }
+                    | Request::Write { after: None, .. }
+                    | Request::Read { after: None, .. }
+                    | Request::WriteFrom { after: None, .. }
+                    | Request::ReadInto { after: None, .. }
                     | Request::Copy { .. }
                     | Request::Reset
             ),
         }
+    }
+
+    /// Whether the worker's answer to `req` means everything sent before it has run on the
+    /// device and reported how it went: a sync, a reset, or a read that waited for the whole
+    /// queue (the worker's stream is idle once it has copied the bytes back). A `sync` right
+    /// after such an answer has nothing left to wait for (see [`Worker::sync`]).
+    fn settles(req: &Request<'_>) -> bool {
+        matches!(
+            req,
+            Request::Sync
+                | Request::Reset
+                | Request::Read { after: None, .. }
+                | Request::ReadInto { after: None, .. }
+        )
     }
 
     pub(super) fn call_ok(&mut self, req: &Request<'_>) -> Result<(), WorkerError> {
@@ -139,6 +154,7 @@ impl Worker {
         if self.drains(req) {
             self.pending_until = None;
         }
+        self.settled = Self::settles(req);
         Ok(answered)
     }
 
@@ -153,6 +169,7 @@ impl Worker {
     /// Encodes `req` with a fresh id into `self.frame`; returns the id.
     pub(super) fn encode(&mut self, req: &Request<'_>) -> u64 {
         self.next_id += 1;
+        self.settled = false;
         self.frame.clear();
         encode_request(self.next_id, req, &mut self.frame);
         self.next_id

@@ -612,6 +612,12 @@ impl Worker {
     /// stored by the device itself once the kernels finished, before the worker's answer (see
     /// [`crate::contract::channel`]); a failure always comes as the worker's answer.
     pub fn sync(&mut self) -> Result<(), WorkerError> {
+        // Right after a sync or a whole-queue read nothing is left to wait for, and any fault
+        // was reported by that answer. The process is still looked at, so a worker that died
+        // meanwhile is reported as it would be by the worker's own answer.
+        if self.settled && self.usable().is_ok() && self.proc.poll().is_none() {
+            return Ok(());
+        }
         match self.call_answered(&Request::Sync, self.op_timeout, true)? {
             (_, Answer::Signalled) => {
                 self.signalled_syncs += 1;

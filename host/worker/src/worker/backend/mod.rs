@@ -106,6 +106,12 @@ pub trait Backend {
         ))
     }
     fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), BackendError>;
+    /// [`Backend::write`] of bytes in the channel's data region, which the host reuses once the
+    /// write is answered: a backend may copy them aside and answer before the device has them,
+    /// ordering the copy before everything that follows (cuda: small writes, `staging`).
+    fn write_staged(&mut self, addr: u64, data: &[u8]) -> Result<(), BackendError> {
+        self.write(addr, data)
+    }
     fn read(&mut self, addr: u64, out: &mut [u8]) -> Result<(), BackendError>;
     /// The next `write` or `read` (one copy between host and device memory) needs only the
     /// launches numbered through `last` (0: none) finished, not every queued one, and may run

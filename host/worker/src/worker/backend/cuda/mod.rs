@@ -10,12 +10,14 @@
 //! - `graphs`: runs of launches handed to the driver as one launch of a cached CUDA graph;
 //! - `signal`: the channel's completion word, stored by the device when a sync's kernels end;
 //! - `persistent`: persistent kernels, on a stream of their own, outside the launch queue;
+//! - `staging`: small writes answered before their copy has run;
 //! - `occupancy`: whether a grid can be resident all at once (persistent kernels need it);
 //! - `errors`: driver results → typed kinds with the driver's words.
 //!
 //! Ordering: everything runs on the worker's one (non-blocking) stream, so an allocation's
-//! zeroing, copies and kernels execute in the order the host sent them; writes and reads wait for
-//! their stream before they return (the host may reuse or read its memory then). Launches are
+//! zeroing, copies and kernels execute in the order the host sent them; reads and large writes
+//! wait for their stream before they return (the host may reuse or read its memory then), a small
+//! write only for its bytes to be staged (`staging`). Launches are
 //! asynchronous (posted: the worker queues the kernel and takes the next request, tracking
 //! launches in groups under one event, see `launch`); every other op except `info` first waits
 //! for the queued kernels, deadline-aware, so an op never blocks behind a runaway kernel: it fails
@@ -40,6 +42,7 @@ mod modules;
 mod occupancy;
 mod persistent;
 mod signal;
+mod staging;
 mod user_graphs;
 
 use std::ffi::c_void;
@@ -59,6 +62,7 @@ use memory::{Allocations, Pinned};
 use modules::Modules;
 use persistent::Persistent;
 use signal::CompletionWord;
+use staging::{Staging, STAGED_WRITE_MAX};
 
 pub use driver::NO_DRIVER;
 pub use launch::{GROUP_MAX, MAX_PENDING, WATCHDOG_GRACE};
@@ -105,6 +109,11 @@ pub struct CudaBackend {
     /// Asynchronous work outside the launch queue (zeroing of new memory, device-to-device
     /// copies) issued since the last `sync`: `sync` then also checks the stream itself.
     unchecked_async: bool,
+    /// Small writes' staging memory (made at the first; `None` after it could not be made:
+    /// `staging_refused`), and whether a staged copy may still be queued on the worker's stream.
+    staging: Option<Staging>,
+    staging_refused: bool,
+    staged: bool,
     /// The ordinal of the next launch handed over (`Backend::number_launches_from`).
     next_ordinal: u64,
     /// The last sync was answered through the completion word, so the host skips its response
@@ -184,6 +193,9 @@ impl CudaBackend {
             signal,
             host: HostMemory::default(),
             unchecked_async: false,
+            staging: None,
+            staging_refused: false,
+            staged: false,
             next_ordinal: 1,
             answered_by_word: false,
             reported: Instant::now(),
@@ -460,6 +472,10 @@ impl Backend for CudaBackend {
 
     fn free(&mut self, addr: u64) -> Result<(), BackendError> {
         self.ready()?;
+        if self.staged {
+            // A staged copy into this allocation may still be queued (nothing else is).
+            self.finish_transfer(self.dev.stream.0, "writing device memory")?;
+        }
         let Some(alloc) = self.mem.get(addr) else {
             return Err(BackendError::new(
                 ErrorKind::InvalidArgument,
@@ -495,26 +511,22 @@ impl Backend for CudaBackend {
         if data.is_empty() {
             return Ok(());
         }
-        let may_register = self.may_register();
-        for piece in self
-            .host
-            .pieces(self.drv, data.as_ptr(), data.len(), may_register)
-        {
-            let chunk = &data[piece.offset..piece.offset + piece.len];
-            // SAFETY: `chunk` is valid for its length (the data region or an attached guest
-            // memory; pinned when registration worked: DMA) until the stream is synchronised
-            // below; the range lies in one allocation.
-            let r = unsafe {
-                (self.drv.memcpy_htod_async)(
-                    addr + piece.offset as u64,
-                    chunk.as_ptr().cast::<c_void>(),
-                    chunk.len(),
-                    stream,
-                )
-            };
-            self.call(check("cuMemcpyHtoDAsync", r), "writing device memory")?;
+        self.write_on(stream, addr, data)
+    }
+
+    fn write_staged(&mut self, addr: u64, data: &[u8]) -> Result<(), BackendError> {
+        if data.is_empty() || data.len() > STAGED_WRITE_MAX {
+            return self.write(addr, data);
         }
-        self.finish_transfer(stream, "writing device memory")
+        let stream = self.copy_ready()?;
+        self.mem.check_range(addr, data.len() as u64)?;
+        // On the worker's stream nothing else is queued (`copy_ready`), so the copy runs at once
+        // and every later op on the stream follows it. On the copy stream (beside kernels) it
+        // is waited for: staging memory may not be page-locked while kernels run.
+        if stream == self.dev.stream.0 && self.stage_write(addr, data)? {
+            return Ok(());
+        }
+        self.write_on(stream, addr, data)
     }
 
     fn read(&mut self, addr: u64, out: &mut [u8]) -> Result<(), BackendError> {
@@ -997,6 +1009,10 @@ impl Backend for CudaBackend {
 
     fn reset(&mut self) -> Result<(), BackendError> {
         self.ready()?;
+        if self.staged {
+            // Staged copies may still be queued into the memory freed below.
+            self.finish_transfer(self.dev.stream.0, "writing device memory")?;
+        }
         // The worker unmapped each memory's mappings when it detached it; none is left behind.
         self.device_maps.clear(self.drv, &mut self.host, true);
         self.destroy_user_graphs_of(None);
@@ -1021,7 +1037,7 @@ impl Backend for CudaBackend {
         }
         // SAFETY: plain driver call; no kernel is queued, so this returns promptly.
         let r = unsafe { (self.drv.ctx_synchronize)() };
-        self.unchecked_async = false;
+        self.stream_idle();
         self.next_ordinal = 1;
         if let Err(e) = self.call(check("cuCtxSynchronize", r), "resetting the worker") {
             first.get_or_insert(e);
@@ -1140,25 +1156,110 @@ impl CudaBackend {
     /// The end of every sync: asynchronous work outside the launch queue (zeroing, device-to-device
     /// copies) finished without error too.
     fn check_unchecked_async(&mut self) -> Result<(), BackendError> {
-        if !self.unchecked_async {
-            // Every kernel's completion event reported success; writes and reads are synchronous.
+        if !self.unchecked_async && !self.staged {
+            // Every kernel's completion event reported success; reads and unstaged writes are
+            // synchronous.
             return Ok(());
         }
-        // Zeroing and device-to-device copies are not in the queue: check they finished without
-        // error too.
+        // Zeroing, device-to-device and staged copies are not in the queue: check they finished
+        // without error too.
         self.unchecked_async = false;
         // SAFETY: the worker's stream.
         let r = unsafe { (self.drv.stream_query)(self.dev.stream.0) };
-        match r {
-            CUDA_SUCCESS => Ok(()),
+        let r = match r {
             CUDA_ERROR_NOT_READY => {
                 // Only copies are left (the kernels are done), so this wait is bounded.
                 // SAFETY: as above.
-                let r = unsafe { (self.drv.stream_synchronize)(self.dev.stream.0) };
-                self.sync_result(r)
+                unsafe { (self.drv.stream_synchronize)(self.dev.stream.0) }
             }
-            r => self.sync_result(r),
+            r => r,
+        };
+        if r == CUDA_SUCCESS {
+            self.stream_idle();
         }
+        self.sync_result(r)
+    }
+
+    /// The worker's stream was seen idle and without error: nothing on it is left to check, and
+    /// the staging memory is free.
+    fn stream_idle(&mut self) {
+        self.unchecked_async = false;
+        self.staged = false;
+        if let Some(s) = &mut self.staging {
+            s.stream_idle();
+        }
+    }
+
+    /// Copies `data` (checked against the allocation) to `addr` on `stream` (`copy_ready`'s) and
+    /// waits for it.
+    fn write_on(&mut self, stream: CuStream, addr: u64, data: &[u8]) -> Result<(), BackendError> {
+        let may_register = self.may_register();
+        for piece in self
+            .host
+            .pieces(self.drv, data.as_ptr(), data.len(), may_register)
+        {
+            let chunk = &data[piece.offset..piece.offset + piece.len];
+            // SAFETY: `chunk` is valid for its length (the data region or an attached guest
+            // memory; pinned when registration worked: DMA) until the stream is synchronised
+            // below; the range lies in one allocation.
+            let r = unsafe {
+                (self.drv.memcpy_htod_async)(
+                    addr + piece.offset as u64,
+                    chunk.as_ptr().cast::<c_void>(),
+                    chunk.len(),
+                    stream,
+                )
+            };
+            self.call(check("cuMemcpyHtoDAsync", r), "writing device memory")?;
+        }
+        self.finish_transfer(stream, "writing device memory")
+    }
+
+    /// Queues a small write's copy from staging memory without waiting for it; false where
+    /// there is no staging memory (the caller copies and waits).
+    fn stage_write(&mut self, addr: u64, data: &[u8]) -> Result<bool, BackendError> {
+        if self.staging.is_none() {
+            // Page-locking waits for every running kernel (a persistent one may never end).
+            if self.staging_refused || !self.may_register() {
+                return Ok(false);
+            }
+            match Staging::open(self.drv) {
+                Ok(s) => self.staging = Some(s),
+                Err(why) => {
+                    eprintln!(
+                        "tasklet worker {}: {why}; every write waits for its copy",
+                        std::process::id()
+                    );
+                    self.staging_refused = true;
+                    return Ok(false);
+                }
+            }
+        }
+        let stream = self.dev.stream.0;
+        if !self
+            .staging
+            .as_ref()
+            .is_some_and(|s| s.has_room(data.len()))
+        {
+            // Only staged copies and zeroing are queued: a short wait frees all of it.
+            self.finish_transfer(stream, "writing device memory")?;
+        }
+        let Some(staging) = self.staging.as_mut() else {
+            return Ok(false);
+        };
+        let src = staging.stage(data);
+        // Before the copy is queued: an error below still leaves it to be checked.
+        self.staged = true;
+        // SAFETY: `src` holds `data.len()` bytes of page-locked staging memory that nothing
+        // overwrites until the stream is seen idle; the range lies in one allocation (checked).
+        let r = unsafe { (self.drv.memcpy_htod_async)(addr, src, data.len(), stream) };
+        self.call(check("cuMemcpyHtoDAsync", r), "writing device memory")?;
+        let r = staging_mark(self.drv, self.staging.as_ref(), stream);
+        if r != CUDA_SUCCESS {
+            // Nothing off the stream could wait for it: wait here instead.
+            self.finish_transfer(stream, "writing device memory")?;
+        }
+        Ok(true)
     }
 
     /// Waits for what the next copy between host and device memory needs finished, and says
@@ -1180,18 +1281,32 @@ impl CudaBackend {
         if self.timeline.pending() == 0 {
             return Ok(self.dev.stream.0);
         }
-        if let Some(stream) = self.copy_stream {
-            return Ok(stream.0);
+        let stream = match self.copy_stream {
+            Some(stream) => stream.0,
+            None => {
+                let mut stream: CuStream = std::ptr::null_mut();
+                // SAFETY: a valid out-pointer; this process's current context.
+                let r = unsafe { (self.drv.stream_create)(&mut stream, CU_STREAM_NON_BLOCKING) };
+                if r != CUDA_SUCCESS {
+                    // The copy still works in order with everything else.
+                    self.ready()?;
+                    return Ok(self.dev.stream.0);
+                }
+                self.copy_stream = Some(WorkStream(stream));
+                stream
+            }
+        };
+        if self.staged {
+            // Staged writes were queued on the worker's stream before its pending kernels: the
+            // copy follows them on the device, and waits for none of the kernels.
+            if let Some(staging) = &self.staging {
+                let r = staging.wait_on(self.drv, stream);
+                self.call(
+                    check("cuStreamWaitEvent", r),
+                    "ordering a copy after writes",
+                )?;
+            }
         }
-        let mut stream: CuStream = std::ptr::null_mut();
-        // SAFETY: a valid out-pointer; this process's current context.
-        let r = unsafe { (self.drv.stream_create)(&mut stream, CU_STREAM_NON_BLOCKING) };
-        if r != CUDA_SUCCESS {
-            // The copy still works in order with everything else.
-            self.ready()?;
-            return Ok(self.dev.stream.0);
-        }
-        self.copy_stream = Some(WorkStream(stream));
         Ok(stream)
     }
 
@@ -1210,7 +1325,11 @@ impl CudaBackend {
         // SAFETY: the worker's stream or its copy stream; no kernel is queued on either that the
         // copy must not wait for (`copy_ready`).
         let r = unsafe { (self.drv.stream_synchronize)(stream) };
-        self.call(check("cuStreamSynchronize", r), what)
+        self.call(check("cuStreamSynchronize", r), what)?;
+        if stream == self.dev.stream.0 {
+            self.stream_idle();
+        }
+        Ok(())
     }
 
     fn sync_result(&mut self, r: CuResult) -> Result<(), BackendError> {
@@ -1232,6 +1351,9 @@ impl Drop for CudaBackend {
         if self.poisoned.is_none() && self.timeline.pending() == 0 {
             if let Some(p) = self.pinned.take() {
                 p.unregister(self.drv);
+            }
+            if let Some(s) = self.staging.take() {
+                s.close(self.drv);
             }
             if let Some(w) = self.signal.take() {
                 w.unregister(self.drv);
@@ -1255,4 +1377,10 @@ fn beside_persistent() -> BackendError {
         ErrorKind::Unsupported,
         "a persistent kernel runs in this worker, and the driver may wait for it to share or map memory",
     )
+}
+
+/// Records the staging event after the copies queued on `stream` (a failure where there is no
+/// staging memory, which a staged write always has).
+fn staging_mark(drv: &Driver, staging: Option<&Staging>, stream: CuStream) -> CuResult {
+    staging.map_or(CUDA_ERROR_INVALID_VALUE, |s| s.mark(drv, stream))
 }

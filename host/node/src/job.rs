@@ -19,13 +19,16 @@ pub(crate) struct Job {
 }
 
 pub(crate) enum Work {
-    /// A whole request (a MEM_WRITE only when it carries no data).
+    /// A whole request (a MEM_WRITE or STREAM_WRITE only when it carries no data).
     Request(Request),
-    /// Consecutive bytes of a MEM_WRITE's data, written at `offset` of the buffer.
+    /// Consecutive bytes of a MEM_WRITE's (or STREAM_WRITE's) data, written at `offset` of the
+    /// buffer.
     WritePiece(WritePiece),
 }
 
 pub(crate) struct WritePiece {
+    /// The stream a STREAM_WRITE names; `None` for a MEM_WRITE.
+    pub stream: Option<u64>,
     pub session: SessionId,
     pub buffer: BufferId,
     pub offset: u64,

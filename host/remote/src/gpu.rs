@@ -5,9 +5,12 @@
 //! they are sent without waiting (gathered, and written at the next operation that waits or
 //! when enough have gathered), and their failures come back from the session's next `sync` or
 //! read, naming the op. Everything else is one round trip, streams and events too (QUEUE_OP:
-//! a record, wait, query or sync is a call), except the check before a stream's launch or copy,
-//! answered here for a stream this side made in the session, so that a stream's launches and
-//! writes pipeline as the session's do. The node checks every operation
+//! a record, wait, query or sync is a call). A launch, write or read on a stream is
+//! STREAM_LAUNCH, STREAM_WRITE or STREAM_READ, pipelined (the first two) as LAUNCH and
+//! MEM_WRITE are, so that the node runs a copy on one stream beside another stream's kernels as
+//! a local run does. The check that the stream is the session's costs no round trip for a stream
+//! this side made in the session; any other is asked of the node first (QUEUE_OP CHECK_STREAM),
+//! which refuses it in the words a local run gives. The node checks every operation
 //! itself; nothing is checked here that the node would not check again, except what only this
 //! side can know (a kernel's name, from the module's list).
 //!
@@ -135,6 +138,69 @@ impl RemoteGpu {
 
     fn call(&mut self, request: &Request) -> Result<(Reply, Vec<u8>), GpuError> {
         Ok(self.client.request(request)?)
+    }
+
+    /// Posts `data` as pipelined writes, each `request(offset into data, its length)`: one
+    /// request may carry no more than the node accepts in one message (HELLO said how much), so
+    /// a larger write goes as several, each at its own offset.
+    fn post_writes(
+        &mut self,
+        data: &[u8],
+        request: impl Fn(u64, u64) -> Request,
+    ) -> Result<(), GpuError> {
+        let most = usize::try_from(self.client.max_stream_bytes())
+            .unwrap_or(usize::MAX)
+            .max(1);
+        let mut at = 0usize;
+        loop {
+            let piece = &data[at..data.len().min(at.saturating_add(most))];
+            self.client
+                .post(&request(at as u64, piece.len() as u64), piece)?;
+            at += piece.len();
+            if at >= data.len() {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Refuses a stream that is not the session's, as a local run does, before an op on it is
+    /// sent: one this side made in the session and has not dropped is answered here, any other
+    /// by the node (see `queue_op`). The node checks the stream again when the op comes.
+    fn check_stream(&mut self, session: SessionId, stream: StreamId) -> Result<(), GpuError> {
+        self.queue_op(session, QueueOp::CheckStream(stream))
+            .map(drop)
+    }
+
+    /// LAUNCH's fields.
+    fn wire_launch(
+        &self,
+        session: SessionId,
+        module: ModuleId,
+        kernel: KernelRef<'_>,
+        config: &LaunchConfig,
+        args: &[KernelArg<'_>],
+    ) -> Result<wire::Launch, GpuError> {
+        Ok(wire::Launch {
+            session: wire::SessionId(session.0),
+            module: wire::ModuleId(module.0),
+            kernel: self.kernel_index(module, kernel)?,
+            grid: config.grid,
+            block: config.block,
+            shared_mem_bytes: config.shared_mem_bytes,
+            args: args.iter().map(to_wire_arg).collect(),
+        })
+    }
+
+    /// The ordinal of a launch just sent in `session`: numbered as the node's worker numbers
+    /// the launches under the lease, so long as the node refused none of them (a refused one is
+    /// reported at the next barrier).
+    fn numbered(&mut self, session: SessionId) -> u64 {
+        let lease = self.sessions.get(&session).copied();
+        lease.map_or(0, |lease| {
+            let n = self.launched.entry(lease).or_insert(0);
+            *n += 1;
+            *n
+        })
     }
 
     /// One GRAPH operation; what it made (a graph's id, a node's or a scalar's index), else 0.
@@ -521,26 +587,12 @@ impl GpuService for RemoteGpu {
         offset: u64,
         data: &[u8],
     ) -> Result<(), GpuError> {
-        // One MEM_WRITE may carry no more than the node accepts in one message (HELLO said how
-        // much); a larger write goes as several, each at its own offset.
-        let most = usize::try_from(self.client.max_stream_bytes())
-            .unwrap_or(usize::MAX)
-            .max(1);
-        let mut at = 0usize;
-        loop {
-            let piece = &data[at..data.len().min(at.saturating_add(most))];
-            let request = Request::MemWrite {
-                session: wire::SessionId(session.0),
-                buffer: wire::BufferId(buffer.0),
-                offset: offset.saturating_add(at as u64),
-                len: piece.len() as u64,
-            };
-            self.client.post(&request, piece)?;
-            at += piece.len();
-            if at >= data.len() {
-                return Ok(());
-            }
-        }
+        self.post_writes(data, |at, len| Request::MemWrite {
+            session: wire::SessionId(session.0),
+            buffer: wire::BufferId(buffer.0),
+            offset: offset.saturating_add(at),
+            len,
+        })
     }
 
     fn mem_read(
@@ -668,26 +720,67 @@ impl GpuService for RemoteGpu {
         config: &LaunchConfig,
         args: &[KernelArg<'_>],
     ) -> Result<u64, GpuError> {
-        let index = self.kernel_index(module, kernel)?;
-        let request = Request::Launch(wire::Launch {
-            session: wire::SessionId(session.0),
-            module: wire::ModuleId(module.0),
-            kernel: index,
-            grid: config.grid,
-            block: config.block,
-            shared_mem_bytes: config.shared_mem_bytes,
-            args: args.iter().map(to_wire_arg).collect(),
-        });
+        let launch = self.wire_launch(session, module, kernel, config, args)?;
+        self.client.post(&Request::Launch(launch), &[])?;
+        Ok(self.numbered(session))
+    }
+
+    fn stream_launch(
+        &mut self,
+        session: SessionId,
+        stream: StreamId,
+        module: ModuleId,
+        kernel: KernelRef<'_>,
+        config: &LaunchConfig,
+        args: &[KernelArg<'_>],
+    ) -> Result<u64, GpuError> {
+        self.check_stream(session, stream)?;
+        let launch = self.wire_launch(session, module, kernel, config, args)?;
+        let request = Request::StreamLaunch {
+            stream: stream.0,
+            launch,
+        };
         self.client.post(&request, &[])?;
-        // Numbered as the node's worker numbers the launches under the lease, so long as the
-        // node refused none of them (a refused one is reported at the next barrier).
-        let lease = self.sessions.get(&session).copied();
-        let ordinal = lease.map_or(0, |lease| {
-            let n = self.launched.entry(lease).or_insert(0);
-            *n += 1;
-            *n
-        });
-        Ok(ordinal)
+        Ok(self.numbered(session))
+    }
+
+    fn stream_write(
+        &mut self,
+        session: SessionId,
+        stream: StreamId,
+        buffer: BufferId,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), GpuError> {
+        self.check_stream(session, stream)?;
+        // Streamed as a MEM_WRITE's data is, in as many requests as the node's limit needs; the
+        // node writes them on the stream in order.
+        self.post_writes(data, |at, len| Request::StreamWrite {
+            stream: stream.0,
+            session: wire::SessionId(session.0),
+            buffer: wire::BufferId(buffer.0),
+            offset: offset.saturating_add(at),
+            len,
+        })
+    }
+
+    fn stream_read(
+        &mut self,
+        session: SessionId,
+        stream: StreamId,
+        buffer: BufferId,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<u8>, GpuError> {
+        self.check_stream(session, stream)?;
+        let (_, data) = self.call(&Request::StreamRead {
+            stream: stream.0,
+            session: wire::SessionId(session.0),
+            buffer: wire::BufferId(buffer.0),
+            offset,
+            len,
+        })?;
+        Ok(data)
     }
 
     fn launch_burst(

@@ -59,6 +59,12 @@ pub enum Opcode {
     MemCopyBetween = 0x060F,
     /// Session: one operation on its streams and events.
     QueueOp = 0x0610,
+    /// Session, pipelined (no reply): MEM_WRITE queued on one of the session's streams.
+    StreamWrite = 0x0611,
+    /// Session, pipelined (no reply): LAUNCH queued on one of the session's streams.
+    StreamLaunch = 0x0612,
+    /// Session: MEM_READ queued on one of the session's streams (the reply streams the bytes).
+    StreamRead = 0x0613,
     /// Store a deployment (manifest + streamed component).
     DeployPush = 0x0700,
     /// Whether a deployment is stored.
@@ -69,7 +75,7 @@ pub enum Opcode {
 
 impl Opcode {
     /// Every opcode, in numeric order.
-    pub const ALL: [Opcode; 29] = [
+    pub const ALL: [Opcode; 32] = [
         Opcode::GoAway,
         Opcode::Hello,
         Opcode::Grant,
@@ -96,6 +102,9 @@ impl Opcode {
         Opcode::Graph,
         Opcode::MemCopyBetween,
         Opcode::QueueOp,
+        Opcode::StreamWrite,
+        Opcode::StreamLaunch,
+        Opcode::StreamRead,
         Opcode::DeployPush,
         Opcode::DeployHas,
         Opcode::DeployRun,
@@ -135,6 +144,9 @@ impl Opcode {
             Opcode::Graph => "GRAPH",
             Opcode::MemCopyBetween => "MEM_COPY_BETWEEN",
             Opcode::QueueOp => "QUEUE_OP",
+            Opcode::StreamWrite => "STREAM_WRITE",
+            Opcode::StreamLaunch => "STREAM_LAUNCH",
+            Opcode::StreamRead => "STREAM_READ",
             Opcode::DeployPush => "DEPLOY_PUSH",
             Opcode::DeployHas => "DEPLOY_HAS",
             Opcode::DeployRun => "DEPLOY_RUN",
@@ -146,21 +158,28 @@ impl Opcode {
         self != Opcode::GoAway
     }
 
-    /// Whether the node answers a request of this kind. LAUNCH and MEM_WRITE are pipelined: they
-    /// get no reply, and their failures are reported by the session's next SYNC or MEM_READ.
+    /// Whether the node answers a request of this kind. LAUNCH and MEM_WRITE (and their stream
+    /// forms) are pipelined: they get no reply, and their failures are reported by the session's
+    /// next barrier.
     pub fn has_reply(self) -> bool {
         !self.is_pipelined() && self.is_request()
     }
 
     /// Whether this is a pipelined session op (no reply; errors surface at the next barrier).
     pub fn is_pipelined(self) -> bool {
-        matches!(self, Opcode::Launch | Opcode::MemWrite)
+        matches!(
+            self,
+            Opcode::Launch | Opcode::MemWrite | Opcode::StreamLaunch | Opcode::StreamWrite
+        )
     }
 
-    /// Whether this op waits for all earlier work of its session, and so reports the failure of
-    /// a pipelined op sent before it.
+    /// Whether this op reports the failure of a pipelined op of its session sent before it.
+    /// SYNC and MEM_READ wait for all earlier work of the session; STREAM_READ waits on the
+    /// device only for the work its stream depends on, but every earlier pipelined op of the
+    /// session has been accepted or refused by the time it runs, so it reports a refusal too
+    /// (a read must not return bytes a refused write on its stream never wrote).
     pub fn is_barrier(self) -> bool {
-        matches!(self, Opcode::Sync | Opcode::MemRead)
+        matches!(self, Opcode::Sync | Opcode::MemRead | Opcode::StreamRead)
     }
 }
 
@@ -222,5 +241,12 @@ mod tests {
         assert!(Opcode::MemCopyBetween.has_reply() && !Opcode::MemCopyBetween.is_barrier());
         assert!(Opcode::LeaseAllocGroup.has_reply());
         assert!(Opcode::QueueOp.has_reply() && !Opcode::QueueOp.is_barrier());
+        for op in [Opcode::StreamLaunch, Opcode::StreamWrite] {
+            assert!(op.is_request() && op.is_pipelined() && !op.has_reply());
+        }
+        assert!(Opcode::StreamRead.has_reply() && Opcode::StreamRead.is_barrier());
+        assert_eq!(Opcode::StreamWrite as u16, 0x0611);
+        assert_eq!(Opcode::StreamLaunch as u16, 0x0612);
+        assert_eq!(Opcode::StreamRead as u16, 0x0613);
     }
 }

@@ -135,7 +135,7 @@ impl ClientTracker {
             _ => Vec::new(),
         };
         let expected_len = match request {
-            Request::MemRead { len, .. } => Some(*len),
+            Request::MemRead { len, .. } | Request::StreamRead { len, .. } => Some(*len),
             Request::GpuSubmit(submit) => Some(submit.output_size),
             _ => None,
         };

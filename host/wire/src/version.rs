@@ -16,7 +16,8 @@
 /// Version 5: LAUNCH_BURST and GRAPH.
 /// Version 6: LEASE_ALLOC_GROUP and MEM_COPY_BETWEEN.
 /// Version 7: QUEUE_OP (streams and events).
-pub const PROTOCOL_VERSION: u8 = 7;
+/// Version 8: STREAM_WRITE, STREAM_LAUNCH and STREAM_READ (copies and launches on a stream).
+pub const PROTOCOL_VERSION: u8 = 8;
 
 /// The version HELLO and its reply are framed as, whatever version the two ends go on to speak.
 pub const HELLO_VERSION: u8 = 1;
@@ -44,14 +45,14 @@ mod tests {
 
     #[test]
     fn picks_the_common_version_or_none() {
-        assert_eq!(negotiate(7, 7), Some(7));
-        assert_eq!(negotiate(0, 8), Some(7));
-        // A peer of versions 1 to 6 shares no version with this one.
-        assert_eq!(negotiate(1, 6), None);
-        assert_eq!(negotiate(8, 9), None);
+        assert_eq!(negotiate(8, 8), Some(8));
+        assert_eq!(negotiate(0, 9), Some(8));
+        // A peer of versions 1 to 7 shares no version with this one.
+        assert_eq!(negotiate(1, 7), None);
+        assert_eq!(negotiate(9, 10), None);
         assert_eq!(negotiate(0, 0), None);
         // An empty (inverted) range offers nothing.
-        assert_eq!(negotiate(7, 1), None);
+        assert_eq!(negotiate(8, 1), None);
     }
 
     #[test]

@@ -40,9 +40,11 @@ pub(crate) struct Stream {
     pub budget: Arc<Semaphore>,
 }
 
-/// A MEM_WRITE whose data is arriving.
+/// A MEM_WRITE (or STREAM_WRITE) whose data is arriving.
 struct Writing {
     request_id: RequestId,
+    /// STREAM_WRITE's stream; `None` for a MEM_WRITE.
+    stream: Option<u64>,
     session: SessionId,
     buffer: BufferId,
     /// Where the next piece goes in the buffer.
@@ -121,7 +123,8 @@ struct Reader {
     requests: PerOp<IntCounter>,
     /// Keeps a runtime thread awake for the reply to a call (see `hot`).
     hot: Hot,
-    /// Whether the batch holds a request that is answered (anything but LAUNCH and MEM_WRITE).
+    /// Whether the batch holds a request that is answered (anything but a pipelined op: LAUNCH,
+    /// MEM_WRITE and their stream forms).
     calls: bool,
 }
 
@@ -208,6 +211,10 @@ impl Reader {
             Ok(deploy) => return self.deploy(request_id, opcode, deploy).await,
             Err(request) => request,
         };
+        let stream = match &request {
+            Request::StreamWrite { stream, .. } => Some(*stream),
+            _ => None,
+        };
         match (&request, request.streamed()) {
             (
                 Request::MemWrite {
@@ -215,11 +222,19 @@ impl Reader {
                     buffer,
                     offset,
                     len,
+                }
+                | Request::StreamWrite {
+                    session,
+                    buffer,
+                    offset,
+                    len,
+                    ..
                 },
                 Some((_, streamed)),
             ) if streamed > 0 => {
                 self.writing = Some(Writing {
                     request_id,
+                    stream,
                     session: *session,
                     buffer: *buffer,
                     offset: *offset,
@@ -284,8 +299,8 @@ impl Reader {
         }
         let mut rest = bytes;
         while !rest.is_empty() {
-            // The decoder only yields data a request announced, and only MEM_WRITE's reach here
-            // (a deploy request's go to its intake).
+            // The decoder only yields data a request announced, and only MEM_WRITE's and
+            // STREAM_WRITE's reach here (a deploy request's go to its intake).
             let Some(writing) = self.writing.as_mut() else {
                 return Err(protocol_error("data without a request".into()));
             };
@@ -297,6 +312,7 @@ impl Reader {
                 continue;
             }
             let piece = WritePiece {
+                stream: writing.stream,
                 session: writing.session,
                 buffer: writing.buffer,
                 offset: writing.offset,
@@ -346,7 +362,7 @@ impl Reader {
             }
         };
         if let Work::Request(request) = &work {
-            self.calls |= !matches!(request, Request::Launch(_) | Request::MemWrite { .. });
+            self.calls |= !request.opcode().is_pipelined();
         }
         self.batch.push(Job {
             request_id,
@@ -409,7 +425,9 @@ fn payload_bytes(request: &Request) -> usize {
                     .sum::<usize>()
                 + 4 * burst.counts.len()
         }
-        Request::Launch(launch) => launch.args.iter().map(arg_bytes).sum(),
+        Request::Launch(launch) | Request::StreamLaunch { launch, .. } => {
+            launch.args.iter().map(arg_bytes).sum()
+        }
         Request::Graph(graph) => match &graph.op {
             GraphOp::Launch { args, .. } | GraphOp::SetArgs { args, .. } => graph_args(args),
             _ => 0,

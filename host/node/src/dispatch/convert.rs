@@ -22,6 +22,12 @@ pub(super) fn module(id: wire::ModuleId) -> gpu::ModuleId {
     gpu::ModuleId(id.0)
 }
 
+/// A stream id of STREAM_LAUNCH, STREAM_WRITE or STREAM_READ (the service checks it is the
+/// session's, as QUEUE_OP's are).
+pub(super) fn stream(id: u64) -> gpu::StreamId {
+    gpu::StreamId(id)
+}
+
 /// What LEASE_ALLOC or LEASE_ALLOC_GROUP requires of a device, as the host places by it (the
 /// index travels in the request's own `device`).
 pub(super) fn requirements(r: wire::LeaseRequirements) -> tasklet_runtime::DeviceRequirement {

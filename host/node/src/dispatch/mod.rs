@@ -5,9 +5,14 @@
 //! quotas and the ownership of every id itself; ids from the wire mean something only to the
 //! `LocalGpu` of the connection that was handed them.
 //!
-//! Pipelined ops (LAUNCH, MEM_WRITE) are answered only when they fail, and then at the session's
-//! next barrier (SYNC, MEM_READ), which names the op; until that barrier the session's later
-//! pipelined ops are skipped, as on a device whose stream has faulted.
+//! Pipelined ops (LAUNCH, MEM_WRITE, STREAM_LAUNCH, STREAM_WRITE) are answered only when they
+//! fail, and then at the session's next barrier (SYNC, MEM_READ, STREAM_READ), which names the
+//! op; until that barrier the session's later pipelined ops are skipped, as on a device whose
+//! stream has faulted.
+//!
+//! The stream ops go to the service's `stream_launch`, `stream_write` and `stream_read`, which
+//! refuse a stream that is not the session's (another session's, another connection's, a dropped
+//! one) as QUEUE_OP does, and order a copy after only the work its stream depends on.
 
 mod book;
 mod convert;
@@ -97,7 +102,7 @@ impl Dispatcher {
                 }
                 let opcode = match &job.work {
                     Work::Request(request) => request.opcode(),
-                    Work::WritePiece(_) => Opcode::MemWrite,
+                    Work::WritePiece(piece) => piece_opcode(piece),
                 };
                 let start = Instant::now();
                 self.job(job);
@@ -159,7 +164,56 @@ impl Dispatcher {
         match request {
             Request::Launch(launch) => {
                 let session = convert::session(launch.session);
-                self.pipelined(request_id, Opcode::Launch, session, |d| d.launch(&launch));
+                self.pipelined(request_id, Opcode::Launch, session, |d| {
+                    d.launch(None, &launch)
+                });
+            }
+            Request::StreamLaunch { stream, launch } => {
+                let session = convert::session(launch.session);
+                let stream = convert::stream(stream);
+                self.pipelined(request_id, Opcode::StreamLaunch, session, |d| {
+                    d.launch(Some(stream), &launch)
+                });
+            }
+            Request::StreamWrite {
+                stream,
+                session,
+                buffer,
+                offset,
+                ..
+            } => {
+                // Only a STREAM_WRITE of no bytes comes whole: it checks the stream and the
+                // span, as an empty MEM_WRITE checks the span.
+                let (session, buffer) = (convert::session(session), convert::buffer(buffer));
+                let stream = convert::stream(stream);
+                self.pipelined(request_id, Opcode::StreamWrite, session, |d| {
+                    d.gpu().stream_write(session, stream, buffer, offset, &[])
+                });
+            }
+            Request::StreamRead {
+                stream,
+                session,
+                buffer,
+                offset,
+                len,
+            } => {
+                // A barrier as MEM_READ is for the session's refused pipelined ops (a refused
+                // write on the stream must not go unreported behind bytes it never wrote); on
+                // the device it waits only for what the stream depends on.
+                let session = convert::session(session);
+                if let Some(failure) = self.held.remove(&session) {
+                    return fail(&reply, request_id, opcode, Failure(failure));
+                }
+                let read = reads::Read {
+                    stream: Some(convert::stream(stream)),
+                    session,
+                    buffer: convert::buffer(buffer),
+                    offset,
+                    len,
+                };
+                if let Err(failure) = self.stream_read(&reply, request_id, read) {
+                    fail(&reply, request_id, opcode, failure);
+                }
             }
             Request::MemWrite {
                 session,
@@ -183,10 +237,14 @@ impl Dispatcher {
                 if let Some(failure) = self.held.remove(&session) {
                     return fail(&reply, request_id, opcode, Failure(failure));
                 }
-                let buffer = convert::buffer(buffer);
-                if let Err(failure) =
-                    self.stream_read(&reply, request_id, session, buffer, offset, len)
-                {
+                let read = reads::Read {
+                    stream: None,
+                    session,
+                    buffer: convert::buffer(buffer),
+                    offset,
+                    len,
+                };
+                if let Err(failure) = self.stream_read(&reply, request_id, read) {
                     fail(&reply, request_id, opcode, failure);
                 }
             }
@@ -440,6 +498,9 @@ impl Dispatcher {
             | Request::Launch(_)
             | Request::MemWrite { .. }
             | Request::MemRead { .. }
+            | Request::StreamLaunch { .. }
+            | Request::StreamWrite { .. }
+            | Request::StreamRead { .. }
             | Request::GpuSubmit(_) => {
                 return Err(Failure::new(
                     ErrorCode::Internal,
@@ -600,7 +661,12 @@ impl Dispatcher {
         }
     }
 
-    fn launch(&mut self, launch: &tasklet_wire::Launch) -> Result<(), tasklet_runtime::GpuError> {
+    /// A LAUNCH, or a STREAM_LAUNCH on `stream`.
+    fn launch(
+        &mut self,
+        stream: Option<gpu::StreamId>,
+        launch: &tasklet_wire::Launch,
+    ) -> Result<(), tasklet_runtime::GpuError> {
         let (session, module) = (
             convert::session(launch.session),
             convert::module(launch.module),
@@ -627,7 +693,20 @@ impl Dispatcher {
         };
         let relocations = convert::relocations(&launch.args);
         let args = convert::kernel_args(&launch.args, &relocations);
-        self.gpu().launch(session, module, &kernel, &config, &args)
+        match stream {
+            None => self.gpu().launch(session, module, &kernel, &config, &args),
+            Some(stream) => self
+                .gpu()
+                .stream_launch(
+                    session,
+                    stream,
+                    module,
+                    gpu::KernelRef::Named(&kernel),
+                    &config,
+                    &args,
+                )
+                .map(drop),
+        }
     }
 
     /// A LAUNCH_BURST, through the service's own burst: every launch checked before any is
@@ -760,17 +839,23 @@ impl Dispatcher {
         }
     }
 
-    /// A piece of a MEM_WRITE's data, gathered into staging memory (so the worker copies it to
-    /// the device itself) when it is large enough and a buffer comes free in time. The first
-    /// piece of a write longer than one piece checks that the whole write fits before anything
-    /// is written.
+    /// A piece of a MEM_WRITE's (or STREAM_WRITE's) data, gathered into staging memory (so the
+    /// worker copies it to the device itself) when it is large enough and a buffer comes free
+    /// in time. The first piece of a write longer than one piece checks that the whole write
+    /// fits before anything is written. A STREAM_WRITE's pieces are each written on its stream,
+    /// in order.
     fn write_piece(&mut self, request_id: RequestId, piece: WritePiece) {
         let session = convert::session(piece.session);
         let buffer = convert::buffer(piece.buffer);
-        self.pipelined(request_id, Opcode::MemWrite, session, |d| {
+        let stream = piece.stream.map(convert::stream);
+        let write = move |d: &mut Self, offset: u64, bytes: &[u8]| match stream {
+            None => d.gpu().mem_write(session, buffer, offset, bytes),
+            Some(stream) => d.gpu().stream_write(session, stream, buffer, offset, bytes),
+        };
+        self.pipelined(request_id, piece_opcode(&piece), session, |d| {
             let whole = piece.offset + piece.len as u64 == piece.end;
             if piece.first && !whole {
-                d.gpu().mem_write(session, buffer, piece.end, &[])?;
+                write(d, piece.end, &[])?;
             }
             let staged = (piece.len >= DIRECT_MIN_BYTES && piece.len <= d.staging.buffer_size())
                 .then(|| d.staging_buffer())
@@ -790,8 +875,16 @@ impl Dispatcher {
                     gathered.as_ref()
                 }
             };
-            d.gpu().mem_write(session, buffer, piece.offset, bytes)
+            write(d, piece.offset, bytes)
         });
+    }
+}
+
+/// The op whose data a write piece carries.
+fn piece_opcode(piece: &WritePiece) -> Opcode {
+    match piece.stream {
+        None => Opcode::MemWrite,
+        Some(_) => Opcode::StreamWrite,
     }
 }
 

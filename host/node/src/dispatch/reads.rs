@@ -1,6 +1,7 @@
-//! Replies that stream what they read from the device (MEM_READ, GPU_SUBMIT): the device is read
-//! in pieces, each sent as it is read, so a large read needs neither the whole of it in memory
-//! nor its whole time before the first byte leaves.
+//! Replies that stream what they read from the device (MEM_READ, STREAM_READ, GPU_SUBMIT): the
+//! device is read in pieces, each sent as it is read, so a large read needs neither the whole of
+//! it in memory nor its whole time before the first byte leaves. A STREAM_READ's pieces are each
+//! read on its stream, in order.
 //!
 //! A piece large enough for a direct transfer is read into the connection's staging memory (one
 //! copy by the worker, a DMA on cuda) and handed to the stream's writer as it is, without a
@@ -29,18 +30,27 @@ pub(super) const READ_PIECE: u64 = STAGING_PIECE as u64;
 const STAGING_WAIT: Duration = Duration::from_secs(1);
 const STAGING_SLICE: Duration = Duration::from_millis(50);
 
+/// A read of `len` bytes at `offset` of a session's buffer: on `stream` of the session
+/// (STREAM_READ), or after all of the session's work (MEM_READ, GPU_SUBMIT's output).
+pub(super) struct Read {
+    pub stream: Option<gpu::StreamId>,
+    pub session: gpu::SessionId,
+    pub buffer: gpu::BufferId,
+    pub offset: u64,
+    pub len: u64,
+}
+
 impl Dispatcher {
-    /// MEM_READ: the whole span is checked, and the first piece read, before the OK reply is
-    /// sent; a failure after that (the worker lost mid-read) can only close the connection.
+    /// MEM_READ or STREAM_READ: the whole span is checked, and the first piece read, before the
+    /// OK reply is sent; a failure after that (the worker lost mid-read) can only close the
+    /// connection.
     pub(super) fn stream_read(
         &mut self,
         to: &ReplyTo,
         request_id: RequestId,
-        session: gpu::SessionId,
-        buffer: gpu::BufferId,
-        offset: u64,
-        len: u64,
+        read: Read,
     ) -> Result<(), Failure> {
+        let (offset, len) = (read.offset, read.len);
         // The same refusal the host gives a read too large for the reader's memory, for the read
         // as a whole rather than for a piece of it.
         let limit = self.grant.limits.memory;
@@ -52,7 +62,8 @@ impl Dispatcher {
         }
         let first_len = len.min(READ_PIECE);
         if len > first_len {
-            let end = offset.checked_add(len).ok_or_else(|| {
+            // The span's end, checked before any piece is read.
+            offset.checked_add(len).ok_or_else(|| {
                 Failure::new(
                     ErrorCode::OutOfBounds,
                     format!(
@@ -61,35 +72,36 @@ impl Dispatcher {
                     ),
                 )
             })?;
-            self.gpu().mem_read(session, buffer, end, 0)?;
+            self.read_piece(&read, len, 0)?;
         }
-        let first = self.read_piece(session, buffer, offset, first_len)?;
-        let Some(mut data) = start_reply(to, request_id, &Reply::MemRead { len }) else {
+        let first = self.read_piece(&read, 0, first_len)?;
+        let reply = match read.stream {
+            None => Reply::MemRead { len },
+            Some(_) => Reply::StreamRead { len },
+        };
+        let Some(mut data) = start_reply(to, request_id, &reply) else {
             return Ok(());
         };
         send_piece(to, &mut data, first);
-        self.stream_rest(to, &mut data, session, buffer, offset, first_len, len);
+        self.stream_rest(to, &mut data, &read, first_len);
         Ok(())
     }
 
     /// Sends the rest of a streamed read whose first `sent` bytes are on their way, piece by
     /// piece. A failure now can only abort the stream (the OK reply has begun). Returns the bytes
     /// sent in all.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn stream_rest(
         &mut self,
         to: &ReplyTo,
         data: &mut DataEncoder,
-        session: gpu::SessionId,
-        buffer: gpu::BufferId,
-        offset: u64,
+        read: &Read,
         sent: u64,
-        len: u64,
     ) -> u64 {
+        let len = read.len;
         let mut at = sent;
         while at < len {
             let piece = (len - at).min(READ_PIECE);
-            match self.read_piece(session, buffer, offset + at, piece) {
+            match self.read_piece(read, at, piece) {
                 Ok(bytes) => send_piece(to, data, bytes),
                 Err(err) => {
                     abort(to, &err.to_string());
@@ -101,15 +113,20 @@ impl Dispatcher {
         len
     }
 
-    /// Reads `len` bytes (at most [`READ_PIECE`]) at `offset` of `buffer`: into staging memory
-    /// when the piece is large enough and a buffer comes free in time, else into a plain buffer.
-    pub(super) fn read_piece(
-        &mut self,
-        session: gpu::SessionId,
-        buffer: gpu::BufferId,
-        offset: u64,
-        len: u64,
-    ) -> Result<Bytes, GpuError> {
+    /// Reads `len` bytes (at most [`READ_PIECE`]) `at` bytes into `read`'s span: into staging
+    /// memory when the piece is large enough and a buffer comes free in time, else into a plain
+    /// buffer. A piece on a stream is read into a plain buffer: the service reads into memory
+    /// of its choosing only after all of the session's work.
+    pub(super) fn read_piece(&mut self, read: &Read, at: u64, len: u64) -> Result<Bytes, GpuError> {
+        let (session, buffer) = (read.session, read.buffer);
+        // `at` is within the span, whose end was checked not to overflow.
+        let offset = read.offset.saturating_add(at);
+        if let Some(stream) = read.stream {
+            return self
+                .gpu()
+                .stream_read(session, stream, buffer, offset, len)
+                .map(Bytes::from);
+        }
         let size = usize::try_from(len).unwrap_or(usize::MAX);
         if size >= DIRECT_MIN_BYTES && size <= self.staging.buffer_size() {
             if let Some(mut staged) = self.staging_buffer() {

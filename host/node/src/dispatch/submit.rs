@@ -15,7 +15,7 @@
 
 use super::book::{Region, SubmitModule};
 use super::errors::code_of;
-use super::reads::READ_PIECE;
+use super::reads::{Read, READ_PIECE};
 use super::{convert, Dispatcher};
 use crate::job::ReplyTo;
 use crate::reply::{fail, send_piece, start_reply, Failure};
@@ -141,15 +141,22 @@ impl Dispatcher {
             ));
         }
         let first_len = len.min(READ_PIECE);
+        let output = Read {
+            stream: None,
+            session,
+            buffer,
+            offset,
+            len,
+        };
         let first = self
-            .read_piece(session, buffer, offset, first_len)
+            .read_piece(&output, 0, first_len)
             .map_err(|err| failed(Step::Read, err))?;
         let Some(mut data) = start_reply(to, request_id, &Reply::GpuSubmit { output_len: len })
         else {
             return Ok(len);
         };
         send_piece(to, &mut data, first);
-        Ok(self.stream_rest(to, &mut data, session, buffer, offset, first_len, len))
+        Ok(self.stream_rest(to, &mut data, &output, first_len))
     }
 
     /// The lease's region, made at its first submission.

@@ -18,6 +18,7 @@ mod nats;
 mod oneshot;
 mod refusals;
 mod remote;
+mod stream_ops;
 mod streams;
 mod submit;
 mod support;
@@ -124,6 +125,26 @@ fn main() -> ExitCode {
         (
             "streams::a_client_of_version_6_is_told_at_hello",
             streams::a_client_of_version_6_is_told_at_hello,
+        ),
+        (
+            "stream_ops::writes_launches_and_reads_on_streams_give_the_local_bytes",
+            stream_ops::writes_launches_and_reads_on_streams_give_the_local_bytes,
+        ),
+        (
+            "stream_ops::a_stream_not_the_sessions_is_refused_for_each_stream_op",
+            stream_ops::a_stream_not_the_sessions_is_refused_for_each_stream_op,
+        ),
+        (
+            "stream_ops::the_node_refuses_a_foreign_stream_in_frames_that_skip_the_check",
+            stream_ops::the_node_refuses_a_foreign_stream_in_frames_that_skip_the_check,
+        ),
+        (
+            "stream_ops::malformed_stream_ops_close_only_their_connection",
+            stream_ops::malformed_stream_ops_close_only_their_connection,
+        ),
+        (
+            "stream_ops::a_client_of_version_7_is_told_at_hello",
+            stream_ops::a_client_of_version_7_is_told_at_hello,
         ),
         (
             "refusals::a_client_without_a_certificate_is_refused",

@@ -46,7 +46,7 @@ fn status_and_body(answer: &[u8]) -> Result<(u16, String), String> {
 }
 
 /// The samples of a scrape, by series (`name{labels}`), and the whole text.
-fn scrape(node: &TestNode) -> Result<(HashMap<String, f64>, String), String> {
+pub fn scrape(node: &TestNode) -> Result<(HashMap<String, f64>, String), String> {
     let addr = node.metrics_addr.ok_or("the node serves no metrics")?;
     let answer = exchange(addr, b"GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n")?;
     let (status, body) = status_and_body(&answer)?;

@@ -389,8 +389,10 @@ pub fn an_older_client_is_told_at_hello(version: u8, agent: &str) -> TestResult 
             agent: agent.into(),
         },
     )?;
-    let expected =
-        format!("this node speaks protocol version 7, the client offered {version} to {version}");
+    let expected = format!(
+        "this node speaks protocol version {}, the client offered {version} to {version}",
+        tasklet_wire::PROTOCOL_VERSION
+    );
     match answer {
         (Reply::Error { error, .. }, _) => check(
             error.code == tasklet_wire::ErrorCode::Unsupported && error.message == expected,

@@ -71,6 +71,10 @@ pub enum Reply {
     MemRead {
         len: u64,
     },
+    /// Streamed, as MEM_READ's: the `len` bytes read on the stream (the request's `len`).
+    StreamRead {
+        len: u64,
+    },
     Free,
     SessionOpen {
         session: SessionId,
@@ -127,6 +131,7 @@ impl Reply {
             Reply::ModuleLoad(_) => Opcode::ModuleLoad,
             Reply::Sync => Opcode::Sync,
             Reply::MemRead { .. } => Opcode::MemRead,
+            Reply::StreamRead { .. } => Opcode::StreamRead,
             Reply::Free => Opcode::Free,
             Reply::SessionOpen { .. } => Opcode::SessionOpen,
             Reply::SessionClose => Opcode::SessionClose,
@@ -148,7 +153,7 @@ impl Reply {
     pub fn streamed(&self) -> Option<(&'static str, u64)> {
         match self {
             Reply::GpuSubmit { output_len } => Some(("output_len", *output_len)),
-            Reply::MemRead { len } => Some(("len", *len)),
+            Reply::MemRead { len } | Reply::StreamRead { len } => Some(("len", *len)),
             Reply::DeployRun { output_len, .. } => Some(("output_len", *output_len)),
             _ => None,
         }
@@ -208,7 +213,9 @@ impl Reply {
                 w.u64(*remaining_ms);
             }
             Reply::LeaseAllocGroup { leases } => encode_group_leases(leases, w)?,
-            Reply::GpuSubmit { output_len: len } | Reply::MemRead { len } => w.u64(*len),
+            Reply::GpuSubmit { output_len: len }
+            | Reply::MemRead { len }
+            | Reply::StreamRead { len } => w.u64(*len),
             Reply::MemAlloc { buffer } => w.u64(buffer.0),
             Reply::ModuleLoad(module) | Reply::ModuleLoadSource(module) => module.encode(w)?,
             Reply::SessionOpen { session } => w.u64(session.0),
@@ -265,7 +272,11 @@ impl Reply {
         }
         let reply = match opcode {
             // Checked above; listed so that a new opcode must be placed here.
-            Opcode::GoAway | Opcode::Launch | Opcode::MemWrite => {
+            Opcode::GoAway
+            | Opcode::Launch
+            | Opcode::MemWrite
+            | Opcode::StreamLaunch
+            | Opcode::StreamWrite => {
                 return Err(DecodeError::WrongDirection {
                     opcode,
                     direction: "reply",
@@ -311,6 +322,7 @@ impl Reply {
             Opcode::ModuleLoad => Reply::ModuleLoad(LoadedModule::decode(&mut r)?),
             Opcode::Sync => Reply::Sync,
             Opcode::MemRead => Reply::MemRead { len: r.u64("len")? },
+            Opcode::StreamRead => Reply::StreamRead { len: r.u64("len")? },
             Opcode::Free => Reply::Free,
             Opcode::SessionOpen => Reply::SessionOpen {
                 session: SessionId(r.u64("session")?),
@@ -359,13 +371,13 @@ fn encode_error(error: &ErrorReply, opcode: Opcode, w: &mut Writer) -> Result<()
             if !opcode.is_barrier() {
                 return Err(EncodeError::InvalidValue {
                     field: "failed_op",
-                    reason: "only a SYNC or MEM_READ reply names a failed op",
+                    reason: "only a SYNC, MEM_READ or STREAM_READ reply names a failed op",
                 });
             }
             if !failed.opcode.is_pipelined() {
                 return Err(EncodeError::InvalidValue {
                     field: "failed_op.opcode",
-                    reason: "only LAUNCH and MEM_WRITE are pipelined",
+                    reason: "only LAUNCH, MEM_WRITE, STREAM_LAUNCH and STREAM_WRITE are pipelined",
                 });
             }
             w.bool(true);

@@ -117,6 +117,27 @@ pub enum Request {
     },
     /// One operation on the session's streams and events.
     QueueOp(Queue),
+    /// Pipelined, streamed: a MEM_WRITE queued on `stream`, one of the session's streams.
+    StreamWrite {
+        stream: u64,
+        session: SessionId,
+        buffer: BufferId,
+        offset: u64,
+        len: u64,
+    },
+    /// Pipelined: a LAUNCH queued on `stream`, one of the session's streams.
+    StreamLaunch {
+        stream: u64,
+        launch: Launch,
+    },
+    /// A MEM_READ queued on `stream`, one of the session's streams.
+    StreamRead {
+        stream: u64,
+        session: SessionId,
+        buffer: BufferId,
+        offset: u64,
+        len: u64,
+    },
     ModuleLoadSource {
         session: SessionId,
         source: String,
@@ -188,6 +209,30 @@ pub struct LaunchBurst {
     /// (argument index, its value in one launch), launch by launch.
     pub changes: Vec<(u32, KernelArg)>,
     pub counts: Vec<u32>,
+}
+
+impl Launch {
+    fn encode(&self, w: &mut Writer) -> Result<(), EncodeError> {
+        w.u64(self.session.0);
+        w.u64(self.module.0);
+        w.u32(self.kernel);
+        dims(w, self.grid);
+        dims(w, self.block);
+        w.u32(self.shared_mem_bytes);
+        encode_args(&self.args, w)
+    }
+
+    fn decode(r: &mut Reader) -> Result<Launch, DecodeError> {
+        Ok(Launch {
+            session: SessionId(r.u64("session")?),
+            module: ModuleId(r.u64("module")?),
+            kernel: r.u32("kernel")?,
+            grid: read_dims(r, "grid")?,
+            block: read_dims(r, "block")?,
+            shared_mem_bytes: r.u32("shared_mem_bytes")?,
+            args: decode_args(r)?,
+        })
+    }
 }
 
 impl LaunchBurst {
@@ -274,6 +319,9 @@ impl Request {
             Request::MemCopy { .. } => Opcode::MemCopy,
             Request::MemCopyBetween { .. } => Opcode::MemCopyBetween,
             Request::QueueOp(_) => Opcode::QueueOp,
+            Request::StreamWrite { .. } => Opcode::StreamWrite,
+            Request::StreamLaunch { .. } => Opcode::StreamLaunch,
+            Request::StreamRead { .. } => Opcode::StreamRead,
             Request::ModuleLoadSource { .. } => Opcode::ModuleLoadSource,
             Request::ModuleUnload { .. } => Opcode::ModuleUnload,
             Request::DeployPush { .. } => Opcode::DeployPush,
@@ -295,11 +343,13 @@ impl Request {
             | Request::MemCopy { session, .. }
             | Request::ModuleLoadSource { session, .. }
             | Request::ModuleUnload { session, .. }
+            | Request::StreamWrite { session, .. }
+            | Request::StreamRead { session, .. }
             | Request::MemCopyBetween {
                 dst_session: session,
                 ..
             } => Some(*session),
-            Request::Launch(launch) => Some(launch.session),
+            Request::Launch(launch) | Request::StreamLaunch { launch, .. } => Some(launch.session),
             Request::LaunchBurst(burst) => Some(burst.session),
             Request::Graph(graph) => Some(graph.session),
             Request::QueueOp(queue) => Some(queue.session),
@@ -310,7 +360,7 @@ impl Request {
     /// The bytes of streamed data that follow this request, and the field that announces them.
     pub fn streamed(&self) -> Option<(&'static str, u64)> {
         match self {
-            Request::MemWrite { len, .. } => Some(("len", *len)),
+            Request::MemWrite { len, .. } | Request::StreamWrite { len, .. } => Some(("len", *len)),
             Request::DeployPush { component_len, .. } => Some(("component_len", *component_len)),
             Request::DeployRun { input_len, .. } => Some(("input_len", *input_len)),
             _ => None,
@@ -391,14 +441,31 @@ impl Request {
             Request::LaunchBurst(burst) => burst.encode(w)?,
             Request::Graph(graph) => graph.encode(w)?,
             Request::QueueOp(queue) => queue.encode(w),
-            Request::Launch(launch) => {
-                w.u64(launch.session.0);
-                w.u64(launch.module.0);
-                w.u32(launch.kernel);
-                dims(w, launch.grid);
-                dims(w, launch.block);
-                w.u32(launch.shared_mem_bytes);
-                encode_args(&launch.args, w)?;
+            Request::Launch(launch) => launch.encode(w)?,
+            // A stream op is its stream, then the body of the op it queues on that stream.
+            Request::StreamLaunch { stream, launch } => {
+                w.u64(*stream);
+                launch.encode(w)?;
+            }
+            Request::StreamWrite {
+                stream,
+                session,
+                buffer,
+                offset,
+                len,
+            }
+            | Request::StreamRead {
+                stream,
+                session,
+                buffer,
+                offset,
+                len,
+            } => {
+                w.u64(*stream);
+                w.u64(session.0);
+                w.u64(buffer.0);
+                w.u64(*offset);
+                w.u64(*len);
             }
             Request::Sync { session } | Request::SessionClose { session } => w.u64(session.0),
             Request::Free { session, buffer } => {
@@ -535,15 +602,25 @@ impl Request {
             Opcode::LaunchBurst => Request::LaunchBurst(LaunchBurst::decode(&mut r)?),
             Opcode::Graph => Request::Graph(Graph::decode(&mut r)?),
             Opcode::QueueOp => Request::QueueOp(Queue::decode(&mut r)?),
-            Opcode::Launch => Request::Launch(Launch {
+            Opcode::Launch => Request::Launch(Launch::decode(&mut r)?),
+            Opcode::StreamLaunch => Request::StreamLaunch {
+                stream: r.u64("stream")?,
+                launch: Launch::decode(&mut r)?,
+            },
+            Opcode::StreamWrite => Request::StreamWrite {
+                stream: r.u64("stream")?,
                 session: SessionId(r.u64("session")?),
-                module: ModuleId(r.u64("module")?),
-                kernel: r.u32("kernel")?,
-                grid: read_dims(&mut r, "grid")?,
-                block: read_dims(&mut r, "block")?,
-                shared_mem_bytes: r.u32("shared_mem_bytes")?,
-                args: decode_args(&mut r)?,
-            }),
+                buffer: BufferId(r.u64("buffer")?),
+                offset: r.u64("offset")?,
+                len: r.u64("len")?,
+            },
+            Opcode::StreamRead => Request::StreamRead {
+                stream: r.u64("stream")?,
+                session: SessionId(r.u64("session")?),
+                buffer: BufferId(r.u64("buffer")?),
+                offset: r.u64("offset")?,
+                len: r.u64("len")?,
+            },
             Opcode::Sync => Request::Sync {
                 session: SessionId(r.u64("session")?),
             },

@@ -54,13 +54,13 @@ fn sync_body() -> Vec<u8> {
 #[test]
 fn unknown_version() {
     // 1 is the version HELLO's frames carry, and no other frame.
-    for version in [0, 1, 2, 3, 4, 5, 6, 8, 0xFF] {
+    for version in [0, 1, 2, 3, 4, 5, 6, 7, 9, 0xFF] {
         let bytes = frame(version, 0, Opcode::Sync as u16, 1, &sync_body());
         assert_eq!(
             to_node_error(&bytes),
             DecodeError::UnsupportedVersion {
                 version,
-                supported: 7
+                supported: 8
             }
         );
     }
@@ -85,7 +85,7 @@ fn unknown_flag_bits() {
 
 #[test]
 fn unknown_opcode() {
-    for opcode in [0x0003, 0x0205, 0x0611, 0x0703, 0xFFFF] {
+    for opcode in [0x0003, 0x0205, 0x0614, 0x0703, 0xFFFF] {
         let bytes = frame(PROTOCOL_VERSION, 0, opcode, 1, &[]);
         assert_eq!(to_node_error(&bytes), DecodeError::UnknownOpcode { opcode });
     }
@@ -123,6 +123,17 @@ fn frames_sent_the_wrong_way() {
             direction: "reply"
         }
     );
+    // Nor do they on a stream.
+    for opcode in [Opcode::StreamLaunch, Opcode::StreamWrite] {
+        let reply = frame(PROTOCOL_VERSION, REPLY, opcode as u16, 1, &[0, 0]);
+        assert_eq!(
+            to_client_error(&reply),
+            DecodeError::WrongDirection {
+                opcode,
+                direction: "reply"
+            }
+        );
+    }
     // GOAWAY is the node's alone.
     let goaway_request = frame(PROTOCOL_VERSION, 0, Opcode::GoAway as u16, 0, &[]);
     assert_eq!(
@@ -403,6 +414,71 @@ fn a_queue_op_of_an_unknown_tag_or_cut_short() {
 }
 
 #[test]
+fn stream_ops_cut_short_or_too_long() {
+    let body =
+        |fields: usize| -> Vec<u8> { (1..=fields as u64).flat_map(u64::to_be_bytes).collect() };
+    // STREAM_WRITE and STREAM_READ: stream, session, buffer, offset, len (five u64s).
+    for opcode in [Opcode::StreamWrite, Opcode::StreamRead] {
+        let op = |body: &[u8]| frame(PROTOCOL_VERSION, 0, opcode as u16, 1, body);
+        assert_eq!(
+            to_node_error(&op(&[0; 7])),
+            DecodeError::Truncated { field: "stream" }
+        );
+        assert_eq!(
+            to_node_error(&op(&body(4))),
+            DecodeError::Truncated { field: "len" }
+        );
+        let mut long = body(5);
+        long.push(0);
+        assert_eq!(
+            to_node_error(&op(&long)),
+            DecodeError::TrailingBytes { count: 1 }
+        );
+    }
+    // STREAM_LAUNCH: the stream, then a LAUNCH whose checks hold as LAUNCH's do.
+    let launch = |body: &[u8]| frame(PROTOCOL_VERSION, 0, Opcode::StreamLaunch as u16, 1, body);
+    assert_eq!(
+        to_node_error(&launch(&[])),
+        DecodeError::Truncated { field: "stream" }
+    );
+    assert_eq!(
+        to_node_error(&launch(&body(1))),
+        DecodeError::Truncated { field: "session" }
+    );
+    let launch_of = |args: &[u8]| {
+        let mut body = body(3);
+        body.extend_from_slice(&[0; 4 + 12 + 12 + 4]);
+        body.extend_from_slice(args);
+        body
+    };
+    // An argument count past the limit, refused before anything is reserved for it.
+    let many = (MAX_LAUNCH_ARGS as u32 + 1).to_be_bytes();
+    assert!(matches!(
+        to_node_error(&launch(&launch_of(&many))),
+        DecodeError::TooManyItems { .. }
+    ));
+    // An unknown argument tag.
+    let mut bad_tag = 1u32.to_be_bytes().to_vec();
+    bad_tag.push(9);
+    bad_tag.extend_from_slice(&[0; 16]);
+    assert!(matches!(
+        to_node_error(&launch(&launch_of(&bad_tag))),
+        DecodeError::InvalidValue { .. }
+    ));
+    let mut long = launch_of(&0u32.to_be_bytes());
+    long.push(0);
+    assert_eq!(
+        to_node_error(&launch(&long)),
+        DecodeError::TrailingBytes { count: 1 }
+    );
+    assert!(
+        decode_whole(Direction::ToNode, &launch(&launch_of(&0u32.to_be_bytes())))
+            .1
+            .is_ok()
+    );
+}
+
+#[test]
 fn a_queue_reply_of_an_unknown_answer() {
     // Status OK, then answer tag 5 (past ELAPSED's 4), or a READY whose flag is 2.
     let bytes = frame(
@@ -497,6 +573,36 @@ fn streamed_total_over_the_receivers_limit() {
     );
     // The same on the client's side, for a reply.
     let read = Reply::MemRead { len: u64::MAX };
+    assert_eq!(
+        to_client_error(&reply_bytes(1, &read)),
+        DecodeError::StreamTooLong {
+            field: "len",
+            len: u64::MAX,
+            limit: DEFAULT_MAX_STREAM_BYTES
+        }
+    );
+    // A write or a read on a stream announces its total as MEM_WRITE's and MEM_READ's do.
+    let write = Request::StreamWrite {
+        stream: 3,
+        session: SessionId(1),
+        buffer: BufferId(2),
+        offset: 0,
+        len: 4097,
+    };
+    let mut decoder = Decoder::for_node(DecoderConfig {
+        max_stream_bytes: 4096,
+    });
+    let (events, end) = decode_in_pieces(&mut decoder, &request_bytes(1, &write), &[5]);
+    assert!(events.is_empty());
+    assert_eq!(
+        end,
+        Err(DecodeError::StreamTooLong {
+            field: "len",
+            len: 4097,
+            limit: 4096
+        })
+    );
+    let read = Reply::StreamRead { len: u64::MAX };
     assert_eq!(
         to_client_error(&reply_bytes(1, &read)),
         DecodeError::StreamTooLong {
@@ -1212,7 +1318,7 @@ fn the_first_error_sticks() {
         err,
         DecodeError::UnsupportedVersion {
             version: 9,
-            supported: 7
+            supported: 8
         }
     );
     let good = frame(PROTOCOL_VERSION, 0, Opcode::Sync as u16, 1, &sync_body());
@@ -1388,6 +1494,40 @@ fn gpu_submit_input_over_its_cap() {
             field: "input",
             len: MAX_SUBMIT_INPUT as u64 + 1,
             limit: MAX_SUBMIT_INPUT as u64
+        }
+    );
+}
+
+#[test]
+fn a_stream_read_reports_a_stream_op_as_a_barrier_does() {
+    // STREAM_READ's failed reply may name a STREAM_WRITE or STREAM_LAUNCH (or a LAUNCH) that
+    // failed; a QUEUE_OP's may not, nor may any reply name STREAM_READ itself.
+    for opcode in [Opcode::StreamWrite, Opcode::StreamLaunch, Opcode::Launch] {
+        let named = error_body(7, b"no", Some((3, opcode as u16)));
+        let bytes = frame(
+            PROTOCOL_VERSION,
+            REPLY,
+            Opcode::StreamRead as u16,
+            9,
+            &named,
+        );
+        assert_eq!(decode_whole(Direction::ToClient, &bytes).1, Ok(()));
+        let bytes = frame(PROTOCOL_VERSION, REPLY, Opcode::QueueOp as u16, 9, &named);
+        assert_eq!(
+            to_client_error(&bytes),
+            DecodeError::InvalidValue {
+                field: "failed_op",
+                value: 1
+            }
+        );
+    }
+    let named = error_body(7, b"no", Some((3, Opcode::StreamRead as u16)));
+    let bytes = frame(PROTOCOL_VERSION, REPLY, Opcode::Sync as u16, 9, &named);
+    assert_eq!(
+        to_client_error(&bytes),
+        DecodeError::InvalidValue {
+            field: "failed_op.opcode",
+            value: Opcode::StreamRead as u16 as u64
         }
     );
 }

@@ -463,6 +463,53 @@ pub fn request() -> impl Strategy<Value = Request> {
             };
             Request::QueueOp(Queue { session, op })
         }),
+        (any::<u64>(), session(), buffer(), any::<u64>()).prop_map(
+            |(stream, session, buffer, offset)| Request::StreamWrite {
+                stream,
+                session,
+                buffer,
+                offset,
+                len: 0,
+            }
+        ),
+        (
+            any::<u64>(),
+            session(),
+            any::<u64>(),
+            any::<u32>(),
+            dims(),
+            vec(kernel_arg(), 0..4)
+        )
+            .prop_map(|(stream, session, module, kernel, grid, args)| {
+                Request::StreamLaunch {
+                    stream,
+                    launch: Launch {
+                        session,
+                        module: ModuleId(module),
+                        kernel,
+                        grid,
+                        block: grid,
+                        shared_mem_bytes: kernel,
+                        args,
+                    },
+                }
+            }),
+        (
+            any::<u64>(),
+            session(),
+            buffer(),
+            any::<u64>(),
+            any::<u64>()
+        )
+            .prop_map(
+                |(stream, session, buffer, offset, len)| Request::StreamRead {
+                    stream,
+                    session,
+                    buffer,
+                    offset,
+                    len,
+                }
+            ),
         session().prop_map(|session| Request::Sync { session }),
         (session(), buffer(), any::<u64>(), any::<u64>()).prop_map(
             |(session, buffer, offset, len)| Request::MemRead {
@@ -539,7 +586,7 @@ pub fn request_with_data() -> impl Strategy<Value = (Request, Vec<u8>)> {
     (request(), bytes(3000)).prop_map(|(mut request, data)| {
         let len = data.len() as u64;
         match &mut request {
-            Request::MemWrite { len: l, .. } => *l = len,
+            Request::MemWrite { len: l, .. } | Request::StreamWrite { len: l, .. } => *l = len,
             Request::DeployPush { component_len, .. } => *component_len = len,
             Request::DeployRun { input_len, .. } => *input_len = len,
             _ => return (request, Vec::new()),
@@ -558,7 +605,12 @@ pub fn error_reply(opcode: Opcode) -> impl Strategy<Value = ErrorReply> {
     let failed = proptest::option::of(
         (
             any::<u32>(),
-            prop_oneof![Just(Opcode::Launch), Just(Opcode::MemWrite)],
+            prop_oneof![
+                Just(Opcode::Launch),
+                Just(Opcode::MemWrite),
+                Just(Opcode::StreamLaunch),
+                Just(Opcode::StreamWrite)
+            ],
         )
             .prop_map(|(request_id, opcode)| FailedOp { request_id, opcode }),
     );
@@ -644,6 +696,7 @@ pub fn reply() -> impl Strategy<Value = Reply> {
         loaded_module().prop_map(Reply::ModuleLoad),
         Just(Reply::Sync),
         Just(Reply::MemRead { len: 0 }),
+        Just(Reply::StreamRead { len: 0 }),
         Just(Reply::Free),
         session().prop_map(|session| Reply::SessionOpen { session }),
         Just(Reply::SessionClose),
@@ -688,7 +741,7 @@ pub fn reply_with_data() -> impl Strategy<Value = (Reply, Vec<u8>)> {
             Reply::GpuSubmit { output_len } | Reply::DeployRun { output_len, .. } => {
                 *output_len = len
             }
-            Reply::MemRead { len: l } => *l = len,
+            Reply::MemRead { len: l } | Reply::StreamRead { len: l } => *l = len,
             _ => return (reply, Vec::new()),
         }
         (reply, data)

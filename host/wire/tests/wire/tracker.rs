@@ -314,3 +314,59 @@ fn forgetting_a_session_frees_its_ops() {
     assert_eq!(forgotten, [l, w]);
     tracker.start(&Request::GetInventory).unwrap();
 }
+
+#[test]
+fn a_read_on_a_stream_settles_the_stream_ops_before_it() {
+    let mut tracker = ClientTracker::new(16);
+    let on_stream = |request: Request| match request {
+        Request::Launch(launch) => Request::StreamLaunch { stream: 9, launch },
+        Request::MemWrite {
+            session,
+            buffer,
+            offset,
+            len,
+        } => Request::StreamWrite {
+            stream: 9,
+            session,
+            buffer,
+            offset,
+            len,
+        },
+        other => other,
+    };
+    let w = tracker.start(&on_stream(write(1))).unwrap();
+    let l = tracker.start(&on_stream(launch(1))).unwrap();
+    let plain = tracker.start(&launch(1)).unwrap();
+    assert_eq!(tracker.unsynced(SessionId(1)).len(), 3);
+    let read = Request::StreamRead {
+        stream: 9,
+        session: SessionId(1),
+        buffer: BufferId(4),
+        offset: 0,
+        len: 16,
+    };
+    let r = tracker.start(&read).unwrap();
+    assert!(tracker.unsynced(SessionId(1)).is_empty());
+    // Its reply announces the length asked for, or it is refused.
+    assert!(matches!(
+        tracker.complete(r, &Reply::StreamRead { len: 15 }),
+        Err(TrackError::LengthMismatch { .. })
+    ));
+    let failure = FailedOp {
+        request_id: l,
+        opcode: Opcode::StreamLaunch,
+    };
+    let done = tracker
+        .complete(
+            r,
+            &failed(
+                ErrorCode::InvalidArgument,
+                Opcode::StreamRead,
+                Some(failure),
+            ),
+        )
+        .unwrap();
+    let settled: Vec<RequestId> = done.settled.iter().map(|op| op.request_id).collect();
+    assert_eq!(settled, vec![w, l, plain]);
+    assert_eq!(done.failed.map(|op| op.request_id), Some(l));
+}

@@ -14,8 +14,8 @@
 //! cycles each (default 1), all at once (a batch); then, with nothing leased, the host is checked:
 //! - its accounting is back to zero exactly (no lease, no granted or used byte, no mismatch
 //!   between a lease's accounting and its worker's);
-//! - no worker serves a lease, every child process is a pooled worker (at most the pool's size)
-//!   and none is a zombie;
+//! - no worker serves a lease; within 5 s (killed workers end, and are reaped, while their
+//!   replacements start) there are at most the pool's size of child processes and no zombie;
 //! - open file descriptors and resident memory stay under the bound set by the first batches;
 //! - on cuda, every 400 cycles, the device memory NVML reports is back to its baseline once the
 //!   pool is back to its warm size.
@@ -607,14 +607,18 @@ fn kill_a_worker(host: &Host, rng: &mut Rng, tally: &Tally) {
     }
 }
 
-/// This process's children: (count, the zombies among them, pids).
-fn children() -> (usize, Vec<u32>, Vec<u32>) {
+/// A child process of this one, and its state as /proc shows it (`R`, `S`, `D`, `Z`, …).
+struct Child {
+    pid: u32,
+    state: char,
+}
+
+/// This process's children.
+fn children() -> Vec<Child> {
     let me = std::process::id();
-    let mut count = 0;
-    let mut zombies = Vec::new();
-    let mut pids = Vec::new();
+    let mut found = Vec::new();
     let Ok(dir) = std::fs::read_dir("/proc") else {
-        return (0, Vec::new(), pids);
+        return found;
     };
     for entry in dir.flatten() {
         let Some(pid) = entry
@@ -632,22 +636,18 @@ fn children() -> (usize, Vec<u32>, Vec<u32>) {
             continue;
         };
         let mut fields = rest.split_whitespace();
-        let state = fields.next().unwrap_or("");
+        let state = fields.next().and_then(|s| s.chars().next()).unwrap_or('?');
         let ppid: u32 = fields.next().and_then(|p| p.parse().ok()).unwrap_or(0);
         if ppid == me {
-            count += 1;
-            pids.push(pid);
-            if state == "Z" {
-                zombies.push(pid);
-            }
+            found.push(Child { pid, state });
         }
     }
-    (count, zombies, pids)
+    found
 }
 
-/// Where the host's pools hold each of `pids` (`ending`, `to reap`, `idle`, `leased`, or
-/// `nowhere`: a process no pool waits for), for a failure's message.
-fn held_where(host: &Host, pids: &[u32]) -> String {
+/// Where the host's pools hold each child (`ending`, `to reap`, `idle`, `leased`, or `nowhere`:
+/// a process no pool waits for) and its state, for a failure's message: "812 ending (Z)".
+fn held_where(host: &Host, children: &[Child]) -> String {
     let census: Vec<_> = host.pools().iter().map(|p| p.census()).collect();
     let place = |pid: &u32| {
         let lists = |c: &tasklet_worker::host::Census| {
@@ -663,7 +663,10 @@ fn held_where(host: &Host, pids: &[u32]) -> String {
         };
         census.iter().find_map(lists).unwrap_or("nowhere")
     };
-    let places: Vec<String> = pids.iter().map(|p| format!("{p} {}", place(p))).collect();
+    let places: Vec<String> = children
+        .iter()
+        .map(|c| format!("{} {} ({})", c.pid, place(&c.pid), c.state))
+        .collect();
     places.join(", ")
 }
 
@@ -746,19 +749,21 @@ fn check_batch(host: &Host, batch: u64, bounds: &mut Bounds, tally: &Tally, max_
             "batch {batch}: workers still serve leases: {serving:?}"
         ));
     }
-    // A killed worker is a zombie until the pool notices and reaps it: give it that long.
+    // A killed worker lives on while its process ends (on a GPU, tearing its context down takes
+    // a while, longer on a loaded machine), meanwhile its replacement may start, and it is a
+    // zombie until the pool reaps it: give all that time.
     let mut seen = children();
-    eventually(Duration::from_secs(5), || {
+    let settled = eventually(Duration::from_secs(5), || {
         seen = children();
-        seen.1.is_empty()
+        seen.len() <= max_workers && seen.iter().all(|c| c.state != 'Z')
     });
-    let (count, zombies, pids) = seen;
-    bounds.max_children = bounds.max_children.max(count);
-    if count > max_workers || !zombies.is_empty() {
+    bounds.max_children = bounds.max_children.max(seen.len());
+    if !settled {
+        let zombies = seen.iter().filter(|c| c.state == 'Z').count();
         tally.fail(format!(
-            "batch {batch}: {count} child processes ({} zombies: {}) for a pool of at most {max_workers}: {pids:?}",
-            zombies.len(),
-            held_where(host, &zombies)
+            "batch {batch}: {} child processes ({zombies} zombies) 5 s after the batch, for a pool of at most {max_workers}: {}",
+            seen.len(),
+            held_where(host, &seen)
         ));
     }
     let (fds, rss) = (open_fds(), rss_bytes());
@@ -969,7 +974,7 @@ fn main() {
                 started.elapsed(),
                 bounds.last_fds,
                 bounds.last_rss >> 20,
-                children().0,
+                children().len(),
                 tally.failed.load(Ordering::Relaxed)
             );
         }

@@ -60,7 +60,7 @@ pub(super) fn fake_command() -> Option<WorkerCommand> {
 
 /// A worker on the fake driver that reports its launch and event-record counts to a file;
 /// `env` goes into the worker's environment.
-fn counting_worker(env: &[&str]) -> Option<(Worker, PathBuf)> {
+pub(super) fn counting_worker(env: &[&str]) -> Option<(Worker, PathBuf)> {
     let mut cmd = fake_command()?;
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let file = std::env::temp_dir().join(format!(
@@ -80,7 +80,7 @@ fn counting_worker(env: &[&str]) -> Option<(Worker, PathBuf)> {
 
 /// What the fake driver has counted so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct Counts {
+pub(super) struct Counts {
     /// Kernels run, one by one or as graph nodes.
     launches: u64,
     /// Events recorded.
@@ -96,12 +96,12 @@ struct Counts {
     /// Records of timed events on the worker's own stream (where they would delay its kernels).
     timed_on_work_stream: u64,
     /// Waits for the worker's stream (`cuStreamSynchronize`).
-    work_syncs: u64,
+    pub(super) work_syncs: u64,
     /// Device-side waits of one stream for an event (`cuStreamWaitEvent`).
     event_waits: u64,
 }
 
-fn counts(file: &PathBuf) -> Counts {
+pub(super) fn counts(file: &PathBuf) -> Counts {
     let s = std::fs::read_to_string(file).unwrap_or_default();
     let words: Vec<&str> = s.split_whitespace().collect();
     match words.as_slice() {
@@ -123,7 +123,7 @@ fn counts(file: &PathBuf) -> Counts {
 }
 
 /// `b - a`, field by field.
-fn since(a: Counts, b: Counts) -> Counts {
+pub(super) fn since(a: Counts, b: Counts) -> Counts {
     Counts {
         launches: b.launches - a.launches,
         records: b.records - a.records,

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::fake_cuda::{fake_command, fake_worker, launch};
+use crate::fake_cuda::{counting_worker, counts, fake_command, fake_worker, launch, since};
 use crate::support::*;
 use tasklet_worker::contract::actor::{ControlBlock, Exit, CONTROL_BYTES};
 use tasklet_worker::guest_memory::SharedMemory;
@@ -570,5 +570,87 @@ fn on_a_gpu_a_persistent_kernel_polls_mapped_memory_until_asked_to_end() {
     w.load_module(&format!("{IOTA_PTX}\n// after\n")).unwrap();
     w.unmap_device(dev).unwrap();
     w.reset().unwrap();
+    drop(area);
+}
+
+/// A persistent kernel does not follow the worker's stream, and the tenant may tell it through a
+/// ring to read what it has just written: while one runs, even a small write is answered only
+/// once its copy is done (one wait for the worker's stream), not once it is staged.
+#[test]
+fn a_small_write_beside_a_persistent_kernel_is_on_the_device_when_answered() {
+    let Some((mut w, file)) = counting_worker(&[]) else {
+        return;
+    };
+    let (area, dev, control) = mapped_area(&mut w, true);
+    let m = w.load_module(ACTOR_PTX).unwrap();
+    let buf = w.alloc(64).unwrap();
+    // Staged (the staging memory is made now, while nothing runs).
+    w.write(buf, &[1; 64]).unwrap();
+    w.sync().unwrap();
+    let before = counts(&file);
+    w.write(buf, &[2; 64]).unwrap();
+    assert_eq!(since(before, counts(&file)).work_syncs, 0, "not staged");
+    let args = dev.to_le_bytes();
+    w.launch_persistent(&persistent(&m, "actor", 1, &args), &area, 0)
+        .unwrap();
+    let before = counts(&file);
+    w.write(buf, &[3; 64]).unwrap();
+    assert_eq!(
+        since(before, counts(&file)).work_syncs,
+        1,
+        "a write beside a persistent kernel was answered before its copy ran"
+    );
+    assert_eq!(stop(&control), Exit::Returned);
+    let mut back = [0u8; 64];
+    w.read(buf, &mut back).unwrap();
+    assert_eq!(back, [3; 64]);
+    drop(area);
+}
+
+/// While a persistent kernel may be running, a sync after a read that waited for everything
+/// still asks the worker: only its answer reports a fault under that kernel.
+#[test]
+fn a_sync_beside_a_persistent_kernel_asks_the_worker() {
+    let Some(mut w) = fake_worker() else { return };
+    let (area, dev, control) = mapped_area(&mut w, true);
+    let m = w.load_module(ACTOR_PTX).unwrap();
+    let buf = w.alloc(64).unwrap();
+    let args = dev.to_le_bytes();
+    w.launch_persistent(&persistent(&m, "actor", 1, &args), &area, 0)
+        .unwrap();
+    let mut back = [0u8; 64];
+    w.read(buf, &mut back).unwrap();
+    w.signal_for_test(libc::SIGSTOP);
+    w.set_wait_limit(Some(Instant::now() + Duration::from_millis(300)));
+    assert!(
+        w.sync().is_err(),
+        "a sync beside a persistent kernel was answered without the worker"
+    );
+    drop((control, area));
+}
+
+/// A persistent kernel seen ended by the host (its fault shows in its status first) makes the
+/// next sync go to the worker, which reports the fault, even right after a read.
+#[test]
+fn a_persistent_kernel_seen_ended_makes_the_next_sync_ask_the_worker() {
+    let Some(mut w) = fake_worker() else { return };
+    let (area, dev, control) = mapped_area(&mut w, true);
+    let m = w.load_module(ACTOR_PTX).unwrap();
+    let args = dev.to_le_bytes();
+    w.launch_persistent(&persistent(&m, "actor", 1, &args), &area, 0)
+        .unwrap();
+    assert_eq!(stop(&control), Exit::Returned);
+    let buf = w.alloc(64).unwrap();
+    let mut back = [0u8; 64];
+    w.read(buf, &mut back).unwrap();
+    assert!(eventually(Duration::from_secs(5), || w
+        .persistent_running()
+        == 0));
+    w.signal_for_test(libc::SIGSTOP);
+    w.set_wait_limit(Some(Instant::now() + Duration::from_millis(300)));
+    assert!(
+        w.sync().is_err(),
+        "a sync after a persistent kernel ended was answered without the worker"
+    );
     drop(area);
 }

@@ -296,3 +296,25 @@ fn a_sync_with_nothing_sent_since_the_last_wait_asks_the_worker_nothing() {
         "a dead worker's sync succeeded"
     );
 }
+
+/// An empty read copies nothing, so the worker waits for nothing before it answers: a sync after
+/// it still goes to the worker (which checks the stream's copies and zeroing).
+#[test]
+fn a_sync_after_an_empty_read_still_asks_the_worker() {
+    let mut w = Worker::spawn(
+        &command(false),
+        BackendKind::Emu,
+        64 << 20,
+        Duration::from_secs(10),
+    )
+    .expect("spawn emu worker");
+    let buf = w.alloc(64).unwrap();
+    w.write(buf, &[3; 64]).unwrap();
+    w.read(buf, &mut []).unwrap();
+    w.signal_for_test(libc::SIGSTOP);
+    w.set_wait_limit(Some(Instant::now() + Duration::from_millis(300)));
+    assert!(
+        w.sync().is_err(),
+        "a sync after an empty read was answered without the worker"
+    );
+}

@@ -88,15 +88,19 @@ impl Worker {
     /// Whether the worker's answer to `req` means everything sent before it has run on the
     /// device and reported how it went: a sync, a reset, or a read that waited for the whole
     /// queue (the worker's stream is idle once it has copied the bytes back). A `sync` right
-    /// after such an answer has nothing left to wait for (see [`Worker::sync`]).
+    /// after such an answer has nothing left to wait for (see [`Worker::sync`]). An empty read
+    /// copies nothing, so its stream is not waited for: it settles nothing.
     fn settles(req: &Request<'_>) -> bool {
-        matches!(
-            req,
-            Request::Sync
-                | Request::Reset
-                | Request::Read { after: None, .. }
-                | Request::ReadInto { after: None, .. }
-        )
+        match req {
+            Request::Sync | Request::Reset => true,
+            Request::Read {
+                after: None, len, ..
+            }
+            | Request::ReadInto {
+                after: None, len, ..
+            } => *len > 0,
+            _ => false,
+        }
     }
 
     pub(super) fn call_ok(&mut self, req: &Request<'_>) -> Result<(), WorkerError> {

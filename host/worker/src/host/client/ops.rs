@@ -573,7 +573,12 @@ impl Worker {
 
     /// Persistent kernels started on this worker and not seen ended.
     pub fn persistent_running(&mut self) -> usize {
+        let seen = self.persistent.len();
         self.persistent.retain(|p| !view_of(p).ended());
+        if self.persistent.len() < seen {
+            // One ended, perhaps faulting: only the worker's answer to the next sync says so.
+            self.settled = false;
+        }
         self.persistent.len()
     }
 
@@ -614,8 +619,13 @@ impl Worker {
     pub fn sync(&mut self) -> Result<(), WorkerError> {
         // Right after a sync or a whole-queue read nothing is left to wait for, and any fault
         // was reported by that answer. The process is still looked at, so a worker that died
-        // meanwhile is reported as it would be by the worker's own answer.
-        if self.settled && self.usable().is_ok() && self.proc.poll().is_none() {
+        // meanwhile is reported as it would be by the worker's own answer. A persistent kernel
+        // not seen ended may fault at any time, which only the worker's answer reports.
+        if self.settled
+            && self.persistent.is_empty()
+            && self.usable().is_ok()
+            && self.proc.poll().is_none()
+        {
             return Ok(());
         }
         match self.call_answered(&Request::Sync, self.op_timeout, true)? {

@@ -515,7 +515,10 @@ impl Backend for CudaBackend {
     }
 
     fn write_staged(&mut self, addr: u64, data: &[u8]) -> Result<(), BackendError> {
-        if data.is_empty() || data.len() > STAGED_WRITE_MAX {
+        // A running persistent kernel is not ordered by the worker's stream, and the tenant may
+        // tell it through a ring to read what it has just written: the bytes must be on the
+        // device when the write is answered.
+        if data.is_empty() || data.len() > STAGED_WRITE_MAX || self.persistent.running() {
             return self.write(addr, data);
         }
         let stream = self.copy_ready()?;

@@ -1342,7 +1342,7 @@ impl CudaBackend {
         let e = errors::async_error(
             self.drv,
             r,
-            "a device-to-device copy or the zeroing of new memory",
+            "a write, a device-to-device copy or the zeroing of new memory",
         );
         Err(self.fail(e))
     }

@@ -1356,7 +1356,14 @@ impl Drop for CudaBackend {
                 p.unregister(self.drv);
             }
             if let Some(s) = self.staging.take() {
-                s.close(self.drv);
+                // A staged copy may still read it: only once the stream is seen done with it (a
+                // process about to exit loses the mapping anyway).
+                // SAFETY: the worker's stream; only copies can be queued on it (nothing pending).
+                let idle = !self.staged
+                    || unsafe { (self.drv.stream_synchronize)(self.dev.stream.0) } == CUDA_SUCCESS;
+                if idle {
+                    s.close(self.drv);
+                }
             }
             if let Some(w) = self.signal.take() {
                 w.unregister(self.drv);

@@ -300,9 +300,21 @@ fn a_tasklet_reads_its_launchs_gpu_time_from_its_lease() {
     let t_small = probe_gpu_time(&host, small);
     let t_large = probe_gpu_time(&host, large);
     assert!(t_small > 0, "{t_small} ns");
-    assert!(
-        t_large > t_small,
-        "{t_large} ns for 16 times the work of {t_small} ns"
-    );
+    match backend() {
+        BackendKind::Emu => assert!(
+            t_large > t_small,
+            "{t_large} ns for 16 times the work of {t_small} ns"
+        ),
+        // Each run is a lease of its own, whose worker may first load the kernel onto the device
+        // (CUDA loads lazily), which its time includes: ~10-20 µs that vary from worker to worker,
+        // as much as the larger kernel's own time on a GPU like an H200 (2026-11-28: 19.7 µs small,
+        // 17.0 µs large). So here the larger run's time is checked against what its kernel must
+        // take at the least (writing 32 MiB at 8 TB/s, faster than any GPU's memory), and growth
+        // with work within one lease by the service-level test above.
+        BackendKind::Cuda => assert!(
+            t_large >= 4_000,
+            "{t_large} ns for a kernel that writes 32 MiB (small: {t_small} ns)"
+        ),
+    }
     assert_baseline(&host);
 }

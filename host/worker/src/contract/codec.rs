@@ -80,6 +80,7 @@ const REQ_EXPORT: u8 = 26;
 const REQ_COPY_FROM_PEER: u8 = 27;
 const REQ_LOAD_MODULE_CACHED: u8 = 28;
 const REQ_LOAD_SOURCE_CACHED: u8 = 29;
+const REQ_WRITE_INLINE: u8 = 30;
 
 const OP_LAUNCH: u8 = 1;
 const OP_COPY: u8 = 2;
@@ -132,6 +133,12 @@ pub fn encode_request(id: u64, req: &Request<'_>, out: &mut Vec<u8>) {
             w.u64(*addr);
             w.u64(*len);
             w.after(*after);
+        }
+        Request::WriteInline { addr, data, after } => {
+            w.head(REQ_WRITE_INLINE, id);
+            w.u64(*addr);
+            w.after(*after);
+            w.bytes(data);
         }
         Request::Read { addr, len, after } => {
             w.head(REQ_READ, id);
@@ -307,6 +314,11 @@ pub fn decode_request(frame: &[u8]) -> Result<(u64, Request<'_>), DecodeError> {
             addr: r.u64("write address")?,
             len: r.u64("write length")?,
             after: r.after()?,
+        },
+        REQ_WRITE_INLINE => Request::WriteInline {
+            addr: r.u64("write address")?,
+            after: r.after()?,
+            data: r.bytes("write data")?,
         },
         REQ_READ => Request::Read {
             addr: r.u64("read address")?,

@@ -50,6 +50,14 @@ pub enum Request<'a> {
         len: u64,
         after: Option<u64>,
     },
+    /// A small write carrying its bytes in the frame: *posted* (no response), so it lives in
+    /// the ring, not in the data region a later call uses. A failure is held and reported by the
+    /// next call, as a posted launch's is. `after` as on `Write`.
+    WriteInline {
+        addr: u64,
+        data: &'a [u8],
+        after: Option<u64>,
+    },
     /// Result: the worker fills the first `len` bytes of the data region.
     Read {
         addr: u64,
@@ -199,6 +207,7 @@ impl Request<'_> {
             Request::CopyFromPeer { .. } => "copy-from-peer",
             Request::Free { .. } => "free",
             Request::Write { .. } => "write",
+            Request::WriteInline { .. } => "write",
             Request::Read { .. } => "read",
             Request::Copy { .. } => "copy",
             Request::LoadModule { .. } => "load-module",

@@ -63,8 +63,8 @@ pub fn serve_guests(
             if deferred.is_none() {
                 deferred = serve_posted(end, backend, &mut frames, &mut launches);
             } else {
-                // Dropped, and counted: the host counted it when it posted it.
-                launches += 1;
+                // Dropped, and a launch counted: the host counted it when it posted it.
+                launches += launches_in(&frames[..1]);
             }
             continue;
         }
@@ -120,11 +120,12 @@ const NO_LAUNCH: Launch<'static> = Launch {
     deadline: Duration::ZERO,
 };
 
-/// Runs the posted launch in `frames[0]` together with the ones the host has already posted
-/// behind it (up to [`POSTED_BATCH`], when the worker is behind: [`WorkerEnd::behind`]), through
-/// [`Backend::launch_batch`]; the first error, if any, to hold until the next call. Launches
-/// behind a failed or malformed one are dropped, as they would be one by one. Every frame taken
-/// counts in `launches`.
+/// Runs the posted frame in `frames[0]` together with the ones the host has already posted
+/// behind it (up to [`POSTED_BATCH`], when the worker is behind: [`WorkerEnd::behind`]): runs of
+/// launches through [`Backend::launch_batch`], small writes (`WriteInline`) in between, in
+/// order; the first error, if any, to hold until the next call. Frames behind a failed or
+/// malformed one are dropped, as they would be one by one. Every launch taken counts in
+/// `launches` (a malformed frame counts as one: the host posts nothing else).
 fn serve_posted(
     end: &mut WorkerEnd,
     backend: &mut dyn Backend,
@@ -135,49 +136,117 @@ fn serve_posted(
     while end.behind() && taken < frames.len() && end.take_ready_posted(&mut frames[taken]) {
         taken += 1;
     }
-    let first = *launches + 1;
-    *launches += taken as u64;
     if taken == 1 {
         // The hot path of a launch followed by its sync: no batch to fill.
-        return match decode_launch(&frames[0]) {
-            Ok(l) => launch_batch(backend, &[l], first),
-            Err(why) => Some(launch_error(first, None, ErrorKind::InvalidArgument, &why)),
-        };
-    }
-    let mut batch = [NO_LAUNCH; POSTED_BATCH];
-    let mut n = 0;
-    let mut refused = None;
-    for frame in &frames[..taken] {
-        match decode_launch(frame) {
-            Ok(l) => {
-                batch[n] = l;
-                n += 1;
+        let first = *launches + 1;
+        return match decode_request(&frames[0]) {
+            Ok((_, Request::Launch(l))) => {
+                *launches += 1;
+                launch_batch(backend, &[l], first)
             }
-            Err(why) => {
-                let ordinal = first + n as u64;
-                refused = Some(launch_error(
-                    ordinal,
+            Ok((_, req)) => serve_posted_other(backend, &req, launches),
+            Err(e) => {
+                *launches += 1;
+                Some(launch_error(
+                    first,
                     None,
                     ErrorKind::InvalidArgument,
-                    &why,
-                ));
-                break;
+                    &format!("malformed posted request: {e}"),
+                ))
             }
+        };
+    }
+    let frames = &frames[..taken];
+    let mut batch = [NO_LAUNCH; POSTED_BATCH];
+    let mut n = 0;
+    // The ordinal of the batch's first launch.
+    let mut first = *launches + 1;
+    for (i, frame) in frames.iter().enumerate() {
+        let failed = match decode_request(frame) {
+            Ok((_, Request::Launch(l))) => {
+                batch[n] = l;
+                n += 1;
+                *launches += 1;
+                continue;
+            }
+            Ok((_, req)) => {
+                // Launches before a write run first.
+                let launched = launch_batch(backend, &batch[..n], first);
+                n = 0;
+                launched.or_else(|| serve_posted_other(backend, &req, launches))
+            }
+            Err(e) => {
+                *launches += 1;
+                let ordinal = *launches;
+                launch_batch(backend, &batch[..n], first).or_else(|| {
+                    Some(launch_error(
+                        ordinal,
+                        None,
+                        ErrorKind::InvalidArgument,
+                        &format!("malformed posted request: {e}"),
+                    ))
+                })
+            }
+        };
+        first = *launches + 1;
+        if failed.is_some() {
+            *launches += launches_in(&frames[i + 1..]);
+            return failed;
         }
     }
-    launch_batch(backend, &batch[..n], first).or(refused)
+    launch_batch(backend, &batch[..n], first)
 }
 
-/// A posted frame's launch, or why it is refused (an invalid argument).
-fn decode_launch(frame: &[u8]) -> Result<Launch<'_>, String> {
-    match decode_request(frame) {
-        Ok((_, Request::Launch(l))) => Ok(l),
-        Ok((_, req)) => Err(format!(
-            "a {} request was posted; only launches may be",
-            req.name()
-        )),
-        Err(e) => Err(format!("malformed posted request: {e}")),
+/// A posted frame other than a launch: a small write, run now; anything else is refused (and
+/// counted as a launch, as the host counts nothing else it posts).
+fn serve_posted_other(
+    backend: &mut dyn Backend,
+    req: &Request<'_>,
+    launches: &mut u64,
+) -> Option<Response> {
+    match req {
+        Request::WriteInline { addr, data, after } => {
+            let written = catch_unwind(AssertUnwindSafe(|| {
+                ordered(backend, *after).write_staged(*addr, data)
+            }))
+            .unwrap_or_else(|p| {
+                Err(BackendError::new(
+                    ErrorKind::KernelFault,
+                    internal_error(&*p),
+                ))
+            });
+            written.err().map(|e| {
+                error(
+                    e.kind,
+                    format!(
+                        "an earlier write of {} bytes to {addr:#x} failed: {}",
+                        data.len(),
+                        e.message
+                    ),
+                )
+            })
+        }
+        other => {
+            *launches += 1;
+            Some(launch_error(
+                *launches,
+                None,
+                ErrorKind::InvalidArgument,
+                &format!(
+                    "a {} request was posted; only launches and small writes may be",
+                    other.name()
+                ),
+            ))
+        }
     }
+}
+
+/// How many of `frames` count as launches: all but the small writes.
+fn launches_in(frames: &[Vec<u8>]) -> u64 {
+    frames
+        .iter()
+        .filter(|f| !matches!(decode_request(f), Ok((_, Request::WriteInline { .. }))))
+        .count() as u64
 }
 
 /// [`Backend::launch_batch`] of the launches numbered from `first`, with its panics caught (a
@@ -371,6 +440,9 @@ fn dispatch(
                 Some(data) => done(ordered(b, *after).write_staged(*addr, data)),
                 None => too_big("write", *len, cap),
             }
+        }
+        Request::WriteInline { addr, data, after } => {
+            done(ordered(b, *after).write_staged(*addr, data))
         }
         Request::Read { addr, len, after } => {
             let cap = end.data_size();

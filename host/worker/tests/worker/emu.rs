@@ -76,8 +76,17 @@ fn large_transfers_are_chunked() {
 fn bad_memory_ops_are_typed_and_harmless() {
     let mut w = emu_worker(1 << 20);
     let a = w.alloc(256).unwrap();
+    // A small write is posted: its refusal comes with the next call's answer, naming it.
+    w.write(a + 200, &[0u8; 100]).expect("posted");
+    let (kind, message) = op_error(w.sync());
+    assert_eq!(kind, ErrorKind::OutOfBounds, "{message}");
+    assert!(
+        message.contains("an earlier write of 100 bytes"),
+        "{message}"
+    );
+    // One over 8 KiB is answered.
     assert_eq!(
-        op_kind(w.write(a + 200, &[0u8; 100])),
+        op_kind(w.write(a + 200, &vec![0u8; 9 << 10])),
         ErrorKind::OutOfBounds
     );
     assert_eq!(op_kind(w.read(0x10, &mut [0u8; 4])), ErrorKind::OutOfBounds);
@@ -838,5 +847,74 @@ fn a_worker_killed_with_launches_queued_is_lost() {
         t.elapsed() < Duration::from_secs(2),
         "noticed after {:?}",
         t.elapsed()
+    );
+}
+
+/// Writes of up to 8 KiB are posted with their bytes, in the ring with the launches: they run in
+/// the order sent, many at once when the worker is behind, and one that fails is reported by the
+/// next call (not performed), naming the write; frames behind it are dropped, and launches among
+/// them still counted, so a later launch's error names it by the host's own count.
+#[test]
+fn small_writes_are_posted_in_order_with_launches_and_a_failure_is_held_for_the_next_call() {
+    let mut w = emu_worker(64 << 20);
+    let k = Linear::load(&mut w);
+    let n = 64u32;
+    let out = w.alloc(u64::from(n) * 4).unwrap();
+    let fill = k.fill_args(out, 3, n);
+    let words = |v: &[u32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+
+    // A write, a launch over it, a write over part of the launch's output: in that order.
+    w.write(out, &words(&[9; 64])).unwrap();
+    w.launch(&k.launch(&k.fill, &fill, n)).unwrap();
+    w.write(out + 8, &words(&[7, 7])).unwrap();
+    let mut want: Vec<u32> = (0..n).map(|i| i * 3).collect();
+    want[2] = 7;
+    want[3] = 7;
+    assert_eq!(read_u32s(&mut w, out, n), want);
+
+    // 300 posted writes of 128 bytes behind a launch the worker is still running: taken from
+    // the ring several at a time, each in place.
+    let many = w.alloc(300 * 128).unwrap();
+    w.launch(&k.launch(&k.fill, &fill, n)).unwrap();
+    for i in 0..300u32 {
+        w.write(many + u64::from(i) * 128, &words(&[i; 32]))
+            .unwrap();
+    }
+    let back = read_u32s(&mut w, many, 300 * 32);
+    for (i, chunk) in back.chunks(32).enumerate() {
+        assert!(chunk.iter().all(|&v| v == i as u32), "write {i}: {chunk:?}");
+    }
+
+    // Launches so far: 2. A write the worker refuses (no allocation there), a launch behind it
+    // (dropped, counted as #3), then a call: refused with the write's error, not performed.
+    let before = w.info().unwrap();
+    w.write(0x10, &[1; 64])
+        .expect("posted: its failure comes later");
+    let fill5 = k.fill_args(out, 5, n);
+    w.launch(&k.launch(&k.fill, &fill5, n)).unwrap();
+    let (kind, message) = op_error(w.alloc(64));
+    assert_eq!(kind, ErrorKind::OutOfBounds, "{message}");
+    assert!(
+        message.starts_with("an earlier write of 64 bytes to 0x10 failed: "),
+        "{message}"
+    );
+    assert_eq!(w.info().unwrap(), before, "the alloc was not performed");
+    assert!(!w.is_poisoned() && !w.is_lost());
+    // The next launch is #4, refused by the worker (over the block limit).
+    let add = k.add_args(out, out, out, n);
+    w.launch(&Launch {
+        block: [4096, 1, 1],
+        ..k.launch(&k.add, &add, n)
+    })
+    .unwrap();
+    let (_, message) = op_error(w.sync());
+    assert!(
+        message.starts_with("launch #4 of kernel `vector_add` failed: "),
+        "{message}"
+    );
+    assert_eq!(
+        read_u32s(&mut w, out, n),
+        (0..n).map(|i| i * 3).collect::<Vec<_>>(),
+        "the dropped launch did not run"
     );
 }

@@ -232,7 +232,13 @@ fn allocations_read_as_zeros_and_copies_are_bounded() {
         op_error(w.read(a + 4000, &mut buf[..200])).0,
         ErrorKind::OutOfBounds
     );
-    assert_eq!(op_error(w.write(a + 8192, &[1])).0, ErrorKind::OutOfBounds);
+    w.write(a + 8192, &[1])
+        .expect("posted: refused at the next call");
+    assert_eq!(op_error(w.sync()).0, ErrorKind::OutOfBounds);
+    assert_eq!(
+        op_error(w.write(a + 8192, &vec![1; 9 << 10])).0,
+        ErrorKind::OutOfBounds
+    );
     assert_eq!(op_error(w.copy(a, a + 4000, 200)).0, ErrorKind::OutOfBounds);
     assert_eq!(op_error(w.alloc(0)).0, ErrorKind::InvalidArgument);
     assert_eq!(op_error(w.alloc(2 << 30)).0, ErrorKind::OutOfMemory);
@@ -1350,7 +1356,9 @@ fn a_copy_beside_a_kernel_follows_the_staged_writes_before_it() {
         w.read_after(other, &mut back, Some(0)).unwrap();
         let took = t.elapsed();
         let waits = since(before, counts(&file)).event_waits;
-        w.sync().unwrap();
+        // Waits for the kernel in the worker too (the fake's completion store, which ends a
+        // sync at the host, does not wait for the fake's lagging events).
+        w.read(other, &mut [0; 64]).unwrap();
         (waits, took, back)
     };
     w.write(other, &[5; 64]).unwrap();

@@ -25,7 +25,7 @@ fn spinning(deadline: Duration) -> (Worker, LoadedModule, u64) {
     .expect("spawn emu worker");
     let m = w.load_module(FAULTS_PTX).expect("faults.ptx loads");
     let flag = w.alloc(4).expect("alloc");
-    let spare = w.alloc(4096).expect("alloc");
+    let spare = w.alloc(16 << 10).expect("alloc");
     w.launch(&Launch {
         module: m.id,
         kernel: kernel_index(&m, "spin_forever"),
@@ -45,7 +45,8 @@ type Op = fn(&mut Worker, &LoadedModule, u64) -> Result<(), WorkerError>;
 const WAITING_OPS: [(&str, Op); 9] = [
     ("sync", |w, _, _| w.sync()),
     ("read", |w, _, a| w.read(a, &mut [0; 4])),
-    ("write", |w, _, a| w.write(a, &[1; 4])),
+    // Over 8 KiB: a smaller write is posted, and waits for nothing.
+    ("write", |w, _, a| w.write(a, &[1; 9 << 10])),
     ("alloc", |w, _, _| w.alloc(64).map(drop)),
     ("free", |w, _, a| w.free(a)),
     ("copy", |w, _, a| w.copy(a, a + 8, 4)),

@@ -23,6 +23,16 @@ fn sample_requests() -> Vec<Request<'static>> {
             len: 1,
             after: Some(u64::MAX),
         },
+        Request::WriteInline {
+            addr: 4096,
+            data: &[1, 2, 3, 255],
+            after: Some(7),
+        },
+        Request::WriteInline {
+            addr: 0,
+            data: &[],
+            after: None,
+        },
         Request::Copy {
             dst: 1,
             src: 2,

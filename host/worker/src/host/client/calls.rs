@@ -17,7 +17,7 @@ pub(super) const EMU_REPORT_SLACK: Duration = Duration::from_millis(100);
 impl Worker {
     /// Posts the encoded frame: at once where the ring has room, without reading the clock; only a
     /// full ring, which must be waited on, needs a deadline.
-    pub(super) fn post_frame(&mut self) -> Result<(), WorkerError> {
+    pub(super) fn post_frame(&mut self, op: &str) -> Result<(), WorkerError> {
         self.update_linger();
         let (posted, timeout) = match self.chan.try_post(&self.frame) {
             Ok(true) => return Ok(()),
@@ -38,9 +38,9 @@ impl Worker {
             Ok(()) => Ok(()),
             Err(SendError::TooLarge(e)) => Err(WorkerError::op(
                 ErrorKind::InvalidArgument,
-                format!("launch request too large: {e}"),
+                format!("{op} request too large: {e}"),
             )),
-            Err(SendError::Wait(w)) => Err(self.wait_failed("launch", w, timeout)),
+            Err(SendError::Wait(w)) => Err(self.wait_failed(op, w, timeout)),
         }
     }
 

@@ -11,6 +11,11 @@ use crate::contract::actor::{ControlBlock, CONTROL_BYTES};
 use crate::contract::channel::Answer;
 use crate::contract::messages::GraphOp;
 use crate::contract::{Compiled, ErrorKind, Launch, LoadedModule, Request, Response, WorkerInfo};
+
+/// The largest write posted with its bytes in the ring ([`Worker::write`]): the bytes are
+/// copied once more than through the data region, which for more than this costs about what
+/// the answer's hand-off saves.
+pub const INLINE_WRITE_MAX: usize = 8 << 10;
 use crate::host::error::WorkerError;
 use crate::host::guest_memory::GuestSpan;
 use crate::host::mapped::{ActorView, MappedArea, Piece, STATUS_AREA_BYTES};
@@ -77,8 +82,10 @@ impl Worker {
         self.call_ok(&Request::Free { addr })
     }
 
-    /// Writes `data` at device address `addr`, through the data region in chunks of its size,
-    /// after every launch so far.
+    /// Writes `data` at device address `addr`, after every launch so far: up to
+    /// [`INLINE_WRITE_MAX`] bytes posted in the ring, without waiting for the worker (a failure
+    /// is reported by the next call that waits, naming the write); more through the data region
+    /// in chunks of its size, each answered.
     pub fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), WorkerError> {
         self.write_after(addr, data, None)
     }
@@ -91,8 +98,17 @@ impl Worker {
         data: &[u8],
         after: Option<u64>,
     ) -> Result<(), WorkerError> {
-        // The data region is free: the last call was answered, and launches never use it.
         self.usable()?;
+        // Beside a persistent kernel a write is answered once its bytes are on the device: the
+        // tenant may tell the kernel through a ring (no request to the worker) to read them.
+        if !data.is_empty() && data.len() <= INLINE_WRITE_MAX && self.persistent.is_empty() {
+            // Posted with its bytes, like a launch: the worker's error, if any, comes with the
+            // next call's answer. Larger writes are answered: copying their bytes through the
+            // ring would cost more than the answer's hand-off.
+            self.encode(&Request::WriteInline { addr, data, after });
+            return self.post_frame("write");
+        }
+        // The data region is free: the last call was answered, and posted frames never use it.
         let chunk = self.chan.data_size();
         if data.is_empty() {
             return self.call_ok(&Request::Write {
@@ -417,7 +433,7 @@ impl Worker {
         }
         self.usable()?;
         self.encode(&Request::Launch(l.clone()));
-        self.post_frame()?;
+        self.post_frame("launch")?;
         // The clock is read after posting (a kernel starts no earlier than that anyway), not on the
         // way to the worker.
         let now = Instant::now();

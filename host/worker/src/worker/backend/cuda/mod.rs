@@ -109,10 +109,9 @@ pub struct CudaBackend {
     /// Asynchronous work outside the launch queue (zeroing of new memory, device-to-device
     /// copies) issued since the last `sync`: `sync` then also checks the stream itself.
     unchecked_async: bool,
-    /// Small writes' staging memory (made at the first; `None` after it could not be made:
-    /// `staging_refused`), and whether a staged copy may still be queued on the worker's stream.
+    /// Small writes' staging memory (`None` where it could not be made), and whether a staged
+    /// copy may still be queued on the worker's stream.
     staging: Option<Staging>,
-    staging_refused: bool,
     staged: bool,
     /// The ordinal of the next launch handed over (`Backend::number_launches_from`).
     next_ordinal: u64,
@@ -164,6 +163,15 @@ impl CudaBackend {
             }
             None => None,
         };
+        // Made now, before any kernel runs: page-locking memory waits for every running kernel.
+        let staging = Staging::open(drv)
+            .map_err(|why| {
+                eprintln!(
+                    "tasklet worker {}: {why}; every write waits for its copy",
+                    std::process::id()
+                )
+            })
+            .ok();
         let signal = opts.completion_word.and_then(|addr| {
             CompletionWord::register(drv, addr)
                 .map_err(|why| {
@@ -193,8 +201,7 @@ impl CudaBackend {
             signal,
             host: HostMemory::default(),
             unchecked_async: false,
-            staging: None,
-            staging_refused: false,
+            staging,
             staged: false,
             next_ordinal: 1,
             answered_by_word: false,
@@ -515,21 +522,18 @@ impl Backend for CudaBackend {
     }
 
     fn write_staged(&mut self, addr: u64, data: &[u8]) -> Result<(), BackendError> {
-        // A running persistent kernel is not ordered by the worker's stream, and the tenant may
-        // tell it through a ring to read what it has just written: the bytes must be on the
-        // device when the write is answered.
-        if data.is_empty() || data.len() > STAGED_WRITE_MAX || self.persistent.running() {
+        if data.is_empty() || data.len() > STAGED_WRITE_MAX {
             return self.write(addr, data);
         }
         let stream = self.copy_ready()?;
         self.mem.check_range(addr, data.len() as u64)?;
         // On the worker's stream nothing else is queued (`copy_ready`), so the copy runs at once
-        // and every later op on the stream follows it. On the copy stream (beside kernels) it
-        // is waited for: staging memory may not be page-locked while kernels run.
-        if stream == self.dev.stream.0 && self.stage_write(addr, data)? {
-            return Ok(());
-        }
-        self.write_on(stream, addr, data)
+        // and every later op on the stream follows it. A copy beside kernels (on the copy
+        // stream), or beside a persistent kernel (which the worker's stream does not order, and
+        // which the tenant may tell through a ring to read what it has just written), is on the
+        // device when answered.
+        let wait = stream != self.dev.stream.0 || self.persistent.running();
+        self.stage_write(stream, addr, data, wait)
     }
 
     fn read(&mut self, addr: u64, out: &mut [u8]) -> Result<(), BackendError> {
@@ -1218,51 +1222,48 @@ impl CudaBackend {
         self.finish_transfer(stream, "writing device memory")
     }
 
-    /// Queues a small write's copy from staging memory without waiting for it; false where
-    /// there is no staging memory (the caller copies and waits).
-    fn stage_write(&mut self, addr: u64, data: &[u8]) -> Result<bool, BackendError> {
-        if self.staging.is_none() {
-            // Page-locking waits for every running kernel (a persistent one may never end).
-            if self.staging_refused || !self.may_register() {
-                return Ok(false);
-            }
-            match Staging::open(self.drv) {
-                Ok(s) => self.staging = Some(s),
-                Err(why) => {
-                    eprintln!(
-                        "tasklet worker {}: {why}; every write waits for its copy",
-                        std::process::id()
-                    );
-                    self.staging_refused = true;
-                    return Ok(false);
-                }
-            }
-        }
-        let stream = self.dev.stream.0;
-        if !self
-            .staging
-            .as_ref()
-            .is_some_and(|s| s.has_room(data.len()))
-        {
+    /// Copies a small write's bytes into staging memory and queues their copy on `stream`,
+    /// waiting for it only where `wait` says. Without staging memory (or room in it beside
+    /// running kernels), the copy goes from `data` itself and is waited for.
+    fn stage_write(
+        &mut self,
+        stream: CuStream,
+        addr: u64,
+        data: &[u8],
+        wait: bool,
+    ) -> Result<(), BackendError> {
+        let main = self.dev.stream.0;
+        let room = |b: &Self| b.staging.as_ref().is_some_and(|s| s.has_room(data.len()));
+        if self.staging.is_some() && !room(self) && stream == main {
             // Only staged copies and zeroing are queued: a short wait frees all of it.
-            self.finish_transfer(stream, "writing device memory")?;
+            self.finish_transfer(main, "writing device memory")?;
+        }
+        if !room(self) {
+            // Kernels queued behind the staged copies: waiting for those would wait for them.
+            return self.write_on(stream, addr, data);
         }
         let Some(staging) = self.staging.as_mut() else {
-            return Ok(false);
+            return self.write_on(stream, addr, data);
         };
         let src = staging.stage(data);
-        // Before the copy is queued: an error below still leaves it to be checked.
-        self.staged = true;
+        if stream == main {
+            // Before the copy is queued: an error below still leaves it to be checked.
+            self.staged = true;
+        }
         // SAFETY: `src` holds `data.len()` bytes of page-locked staging memory that nothing
-        // overwrites until the stream is seen idle; the range lies in one allocation (checked).
+        // overwrites until the worker's stream is seen idle; the range lies in one allocation
+        // (checked by the caller).
         let r = unsafe { (self.drv.memcpy_htod_async)(addr, src, data.len(), stream) };
         self.call(check("cuMemcpyHtoDAsync", r), "writing device memory")?;
+        if wait || stream != main {
+            return self.finish_transfer(stream, "writing device memory");
+        }
         let r = staging_mark(self.drv, self.staging.as_ref(), stream);
         if r != CUDA_SUCCESS {
             // Nothing off the stream could wait for it: wait here instead.
             self.finish_transfer(stream, "writing device memory")?;
         }
-        Ok(true)
+        Ok(())
     }
 
     /// Waits for what the next copy between host and device memory needs finished, and says

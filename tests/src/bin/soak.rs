@@ -645,8 +645,9 @@ fn children() -> Vec<Child> {
     found
 }
 
-/// Where the host's pools hold each child (`ending`, `to reap`, `idle`, `leased`, or `nowhere`:
-/// a process no pool waits for) and its state, for a failure's message: "812 ending (Z)".
+/// Where the host's pools hold each child (`ending`, `to reap`, `idle`, `leased`, `starting`, or
+/// `nowhere`: a process no pool waits for) and its state, for a failure's message: "812 ending
+/// (Z)".
 fn held_where(host: &Host, children: &[Child]) -> String {
     let census: Vec<_> = host.pools().iter().map(|p| p.census()).collect();
     let place = |pid: &u32| {
@@ -656,6 +657,7 @@ fn held_where(host: &Host, children: &[Child]) -> String {
                 ("to reap", &c.to_reap),
                 ("idle", &c.idle),
                 ("leased", &c.leased),
+                ("starting", &c.starting),
             ]
             .into_iter()
             .find(|(_, l)| l.contains(pid))

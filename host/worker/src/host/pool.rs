@@ -74,6 +74,8 @@ struct State {
     /// The processes the spawner has killed and waits to see end (its own list's pids, for
     /// [`Pool::census`]).
     ending: Vec<u32>,
+    /// The processes of the starts counted in `starting` (for [`Pool::census`]).
+    starting_pids: Vec<u32>,
     shutdown: bool,
     /// Consecutive failed starts, the last one's message, a counter that waiting acquirers
     /// watch, and when the spawner may try again (exponential backoff).
@@ -359,7 +361,7 @@ impl Pool {
             leased,
             to_reap,
             ending: g.ending.clone(),
-            starting: g.starting,
+            starting: g.starting_pids.clone(),
         }
     }
 
@@ -502,12 +504,17 @@ fn spawner(s: Arc<Shared>) {
                 Ok(st) => {
                     let s2 = s.clone();
                     let pid = st.pid();
+                    // Listed before its handshake can end (`finish_start` takes it off).
+                    s.lock().starting_pids.push(pid);
                     match thread::Builder::new()
                         .name(format!("tasklet-worker-start-{pid}"))
                         .spawn(move || finish_start(s2, st))
                     {
                         Ok(_) => None,
-                        Err(e) => Some(format!("cannot start a handshake thread: {e}")),
+                        Err(e) => {
+                            s.lock().starting_pids.retain(|&p| p != pid);
+                            Some(format!("cannot start a handshake thread: {e}"))
+                        }
                     }
                 }
                 Err(WorkerError::Spawn(m)) => Some(m),
@@ -561,8 +568,8 @@ pub struct Census {
     pub to_reap: Vec<u32>,
     /// Killed; the spawner reaps each as it ends.
     pub ending: Vec<u32>,
-    /// Started, not yet through their handshake (no pid kept).
-    pub starting: usize,
+    /// Spawned, not yet through their handshake.
+    pub starting: Vec<u32>,
 }
 
 /// Whether `w` holds one of `s`'s slots (it is leased from that pool).
@@ -571,9 +578,11 @@ fn holds_slot(w: &Worker, s: &Arc<Shared>) -> bool {
 }
 
 fn finish_start(s: Arc<Shared>, st: Starting) {
+    let pid = st.pid();
     let r = st.wait_ready(START_TIMEOUT);
     let mut g = s.lock();
     g.starting -= 1;
+    g.starting_pids.retain(|&p| p != pid);
     let surplus = match r {
         Ok(w) => {
             g.failures = 0;

@@ -262,6 +262,21 @@ fn the_census_follows_a_worker_from_idle_to_reaped() {
     let c = pool.census();
     assert_eq!(c.leased, vec![pid], "{c:?}");
     assert!(!c.idle.contains(&pid), "{c:?}");
+    // The replacement the spawner starts for the warm set is listed as starting (a process of
+    // its own) until its handshake, then idle.
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let c = pool.census();
+            assert!(
+                c.starting.iter().all(|&p| p != pid && pid_exists(p)),
+                "{c:?}"
+            );
+            c.idle.iter().any(|&p| p != pid)
+        }),
+        "{:?}",
+        pool.census()
+    );
+    assert!(pool.census().starting.is_empty());
     pool.discard(w);
     let c = pool.census();
     assert!(!c.leased.contains(&pid) && !c.idle.contains(&pid), "{c:?}");

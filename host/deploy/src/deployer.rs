@@ -76,7 +76,14 @@ impl Deployer {
 
     /// The manifest of deployment `digest`, as its runs see it (its `component` is
     /// `sha256:<component digest>`): what a node consults before deciding to run it.
+    ///
+    /// Taken from a warm tasklet of the deployment when there is one (a deployment's manifest
+    /// never changes, and a deleted one's warm tasklets are dropped): reading it back from the
+    /// store, verifying its digest and parsing it cost a warm run as much as the run itself.
     pub fn manifest(&self, digest: &Digest) -> Result<Manifest, Error> {
+        if let Some(manifest) = self.inner.warm.manifest(digest) {
+            return Ok(manifest);
+        }
         let deployment = self.inner.deployment(digest)?;
         self.inner.manifest(&deployment)
     }

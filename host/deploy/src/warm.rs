@@ -12,6 +12,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
+use tasklet_runtime::config::Manifest;
 use tasklet_runtime::Tasklet;
 use tasklet_store::Digest;
 
@@ -80,6 +81,15 @@ impl WarmSet {
         state.tasklets -= 1;
         state.bytes = state.bytes.saturating_sub(weight);
         Some(Linked { tasklet, weight })
+    }
+
+    /// The manifest of an idle tasklet of `deployment`, if one is warm: what the store holds for
+    /// it, parsed when it was loaded, so that a node deciding whether to run it reads no file.
+    /// The deployment is not counted as used.
+    pub(crate) fn manifest(&self, deployment: &Digest) -> Option<Manifest> {
+        let state = self.lock();
+        let idle = state.deployments.get(deployment)?;
+        idle.tasklets.last().map(|tasklet| tasklet.manifest.clone())
     }
 
     /// Keeps `linked` for the next run of `deployment`, then evicts what the bounds no longer

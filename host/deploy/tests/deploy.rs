@@ -141,6 +141,9 @@ fn push_then_run_round_trip() {
     assert_eq!(pushed.component, Digest::of(&iota().component));
     assert_eq!(compiled_entries(dir.path()).len(), 1, "compiled at push");
 
+    // Read from the store: nothing is warm yet.
+    assert_eq!(deployer.warm_tasklets(), 0);
+    let stored = deployer.manifest(&pushed.digest).expect("manifest");
     let first = run(&deployer, &host, &pushed.digest, "4");
     assert_output(&first, "1\n2\n3\n4\n");
     assert_eq!(first.digest, pushed.digest);
@@ -155,7 +158,9 @@ fn push_then_run_round_trip() {
     assert!(second.elapsed > Duration::ZERO);
     assert_eq!(deployer.warm_tasklets(), 1);
 
+    // Taken from the warm tasklet: the same as the store's.
     let manifest = deployer.manifest(&pushed.digest).expect("manifest");
+    assert_eq!(manifest, stored);
     assert_eq!(manifest.name, "iota");
     assert_eq!(
         manifest.component,
@@ -671,6 +676,9 @@ fn a_deleted_deployment_no_longer_runs() {
     let deleted = deployer.delete(&digest).unwrap();
     assert_eq!(deleted.removed_compiled, 1);
     assert_eq!(deployer.warm_tasklets(), 0);
+    // No warm tasklet answers for it either.
+    let err = deployer.manifest(&digest).unwrap_err();
+    assert!(err.is_not_found(), "{err:?}");
     let leases = Arc::clone(host.leases());
     let err = deployer
         .run(

@@ -16,6 +16,16 @@ use crate::contract::{Compiled, ErrorKind, Launch, LoadedModule, Request, Respon
 /// copied once more than through the data region, which for more than this costs about what
 /// the answer's hand-off saves.
 pub const INLINE_WRITE_MAX: usize = 8 << 10;
+
+/// `TASKLET_INLINE_WRITES=0` in the host's environment makes every write a call, answered (to
+/// compare both ways on one machine; see docs/performance.md, "Small transfers").
+pub const INLINE_WRITES_ENV: &str = "TASKLET_INLINE_WRITES";
+
+/// Whether small writes are posted (read once per process).
+fn inline_writes() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os(INLINE_WRITES_ENV).is_none_or(|v| v != "0"))
+}
 use crate::host::error::WorkerError;
 use crate::host::guest_memory::GuestSpan;
 use crate::host::mapped::{ActorView, MappedArea, Piece, STATUS_AREA_BYTES};
@@ -101,7 +111,11 @@ impl Worker {
         self.usable()?;
         // Beside a persistent kernel a write is answered once its bytes are on the device: the
         // tenant may tell the kernel through a ring (no request to the worker) to read them.
-        if !data.is_empty() && data.len() <= INLINE_WRITE_MAX && self.persistent.is_empty() {
+        if !data.is_empty()
+            && data.len() <= INLINE_WRITE_MAX
+            && self.persistent.is_empty()
+            && inline_writes()
+        {
             // Posted with its bytes, like a launch: the worker's error, if any, comes with the
             // next call's answer. Larger writes are answered: copying their bytes through the
             // ring would cost more than the answer's hand-off.

@@ -4,7 +4,9 @@
 //! One long-lived spawner thread starts every worker. That matters: `PR_SET_PDEATHSIG` fires when
 //! the *thread* that started a process exits, so starting from whatever thread calls `acquire`
 //! would kill workers when that thread ends. Start handshakes (which can take a while on a GPU)
-//! run on short-lived threads so several workers start at once.
+//! run on short-lived threads so several workers start at once. A reaper thread of its own kills
+//! the workers given up and reaps each as it ends, so that a spawn held up (a driver that stalls)
+//! leaves no zombie behind.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -43,6 +45,7 @@ pub struct PoolConfig {
 pub struct Pool {
     shared: Arc<Shared>,
     spawner: Mutex<Option<JoinHandle<()>>>,
+    reaper: Mutex<Option<JoinHandle<()>>>,
 }
 
 struct Shared {
@@ -66,12 +69,12 @@ struct State {
     starting: usize,
     /// Acquirers waiting for a worker; each counts toward what the spawner starts.
     waiters: usize,
-    /// Dead or surplus workers for the spawner to kill and reap off the callers' path.
+    /// Dead or surplus workers for the reaper to kill and reap off the callers' path.
     reap: Vec<Worker>,
     /// Of `busy`, the slots of leased workers given up and waiting in `reap`: they come back
     /// soon, so an acquire waits for them rather than failing.
     dying: usize,
-    /// The processes the spawner has killed and waits to see end (its own list's pids, for
+    /// The processes the reaper has killed and waits to see end (its own list's pids, for
     /// [`Pool::census`]).
     ending: Vec<u32>,
     /// The processes of the starts counted in `starting` (for [`Pool::census`]).
@@ -142,14 +145,23 @@ impl Pool {
             cv: Condvar::new(),
         });
         let s = shared.clone();
+        let reaper = thread::Builder::new()
+            .name("tasklet-worker-reaper".into())
+            .spawn(move || reaper(s))
+            .map_err(|e| WorkerError::Spawn(format!("cannot start the reaper thread: {e}")))?;
+        let pool = Pool {
+            shared: shared.clone(),
+            spawner: Mutex::new(None),
+            reaper: Mutex::new(Some(reaper)),
+        };
+        let s = shared;
+        // On failure `pool` is dropped, which stops the reaper.
         let handle = thread::Builder::new()
             .name("tasklet-worker-spawner".into())
             .spawn(move || spawner(s))
             .map_err(|e| WorkerError::Spawn(format!("cannot start the spawner thread: {e}")))?;
-        Ok(Arc::new(Pool {
-            shared,
-            spawner: Mutex::new(Some(handle)),
-        }))
+        *pool.spawner.lock().unwrap_or_else(|p| p.into_inner()) = Some(handle);
+        Ok(Arc::new(pool))
     }
 
     /// The configuration the pool started with (see [`Pool::limits`] for the sizes in force).
@@ -383,13 +395,13 @@ impl Pool {
             g.shutdown = true;
             self.shared.cv.notify_all();
         }
-        let h = self
-            .spawner
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        if let Some(h) = h {
-            let _ = h.join();
+        // Each kills and waits for what it holds as it stops: the spawner the idle and leased
+        // workers, the reaper those given up.
+        for thread in [&self.spawner, &self.reaper] {
+            let h = thread.lock().unwrap_or_else(|p| p.into_inner()).take();
+            if let Some(h) = h {
+                let _ = h.join();
+            }
         }
     }
 }
@@ -430,42 +442,10 @@ fn spawner(s: Arc<Shared>) {
     let cfg = &s.cfg;
     let sweep_every = Duration::from_secs(1);
     let mut last_sweep = Instant::now();
-    // Workers killed and not yet ended. Each is reaped once it has ended, not waited for in
-    // turn: a process with a device context can take seconds to end (a GPU tearing down a
-    // context with a kernel running), and one such must not keep the others unreaped (zombies
-    // holding their slots) meanwhile.
-    let mut dying: Vec<Worker> = Vec::new();
     let mut g = s.lock();
     loop {
         if g.shutdown {
             break;
-        }
-        if !g.reap.is_empty() {
-            let dead = std::mem::take(&mut g.reap);
-            drop(g);
-            for mut w in dead {
-                w.abandon("given up by its pool".into());
-                dying.push(w);
-            }
-            g = s.lock();
-        }
-        let (ended, still): (Vec<Worker>, Vec<Worker>) = std::mem::take(&mut dying)
-            .into_iter()
-            .partition(|w| w.proc.poll().is_some());
-        dying = still;
-        if g.ending.len() != dying.len() {
-            g.ending = dying.iter().map(Worker::pid).collect();
-        }
-        if !ended.is_empty() {
-            let slots = ended.iter().filter(|w| holds_slot(w, &s)).count();
-            drop(g);
-            // Reaped already: dropping waits for nothing; a leased one's token then gives its
-            // slot back.
-            drop(ended);
-            g = s.lock();
-            g.dying = g.dying.saturating_sub(slots);
-            s.cv.notify_all();
-            continue;
         }
         let now = Instant::now();
         if now.duration_since(last_sweep) >= sweep_every {
@@ -483,7 +463,11 @@ fn spawner(s: Arc<Shared>) {
                         (a, d)
                     });
             g.idle = alive;
-            g.reap.extend(dead);
+            if !dead.is_empty() {
+                g.reap.extend(dead);
+                // The reaper takes them.
+                s.cv.notify_all();
+            }
             continue;
         }
         let have = g.idle.len() + g.starting;
@@ -534,26 +518,74 @@ fn spawner(s: Arc<Shared>) {
                 wait = wait.min(t - now);
             }
         }
-        if !dying.is_empty() {
-            // Looked at again soon: a process's end wakes no one here.
-            wait = wait.min(Duration::from_millis(5));
-        }
         g =
             s.cv.wait_timeout(g, wait.max(Duration::from_millis(1)))
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
     }
     let idle = std::mem::take(&mut g.idle);
-    let reap = std::mem::take(&mut g.reap);
     let busy = std::mem::take(&mut g.busy_procs);
     drop(g);
     drop(idle);
-    drop(reap);
-    drop(dying);
     for p in busy {
         if let Some(p) = p.upgrade() {
             p.kill();
         }
+    }
+}
+
+/// Kills the workers given up (`State::reap`) and reaps each once it has ended, on a thread of
+/// its own: the spawner may be held up starting a worker (the spawn, a driver that stalls), and
+/// a killed worker must not stay a zombie holding its slot meanwhile. Each is reaped once it has
+/// ended, not waited for in turn: a process with a device context can take seconds to end (a GPU
+/// tearing down a context with a kernel running), and one such must not keep the others
+/// unreaped. No process is polled under the pool's lock.
+fn reaper(s: Arc<Shared>) {
+    // Workers killed and not yet seen ended.
+    let mut dying: Vec<Worker> = Vec::new();
+    let mut g = s.lock();
+    loop {
+        let dead = std::mem::take(&mut g.reap);
+        if g.shutdown {
+            drop(g);
+            // Dropping kills and waits for each.
+            drop(dead);
+            drop(dying);
+            return;
+        }
+        drop(g);
+        for mut w in dead {
+            w.abandon("given up by its pool".into());
+            dying.push(w);
+        }
+        let (ended, still): (Vec<Worker>, Vec<Worker>) = std::mem::take(&mut dying)
+            .into_iter()
+            .partition(|w| w.proc.poll().is_some());
+        dying = still;
+        let slots = ended.iter().filter(|w| holds_slot(w, &s)).count();
+        // Reaped already: dropping waits for nothing; a leased one's token then gives its slot
+        // back.
+        drop(ended);
+        g = s.lock();
+        g.ending = dying.iter().map(Worker::pid).collect();
+        if slots > 0 {
+            g.dying = g.dying.saturating_sub(slots);
+            s.cv.notify_all();
+        }
+        if !g.reap.is_empty() || g.shutdown {
+            continue;
+        }
+        // A process's end wakes no one: looked at again soon while any is ending; else woken
+        // when one is given up.
+        let wait = if dying.is_empty() {
+            Duration::from_secs(1)
+        } else {
+            Duration::from_millis(5)
+        };
+        g =
+            s.cv.wait_timeout(g, wait)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
     }
 }
 
@@ -564,9 +596,9 @@ pub struct Census {
     pub idle: Vec<u32>,
     /// Leased out (the lease's holder has them).
     pub leased: Vec<u32>,
-    /// Given up, for the spawner to kill.
+    /// Given up, for the reaper to kill.
     pub to_reap: Vec<u32>,
-    /// Killed; the spawner reaps each as it ends.
+    /// Killed; the reaper reaps each as it ends.
     pub ending: Vec<u32>,
     /// Spawned, not yet through their handshake.
     pub starting: Vec<u32>,

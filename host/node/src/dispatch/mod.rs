@@ -197,16 +197,10 @@ impl Dispatcher {
                 offset,
                 len,
             } => {
-                // A barrier as MEM_READ is for the session's refused pipelined ops (a refused
-                // write on the stream must not go unreported behind bytes it never wrote); on
-                // the device it waits only for what the stream depends on.
-                let session = convert::session(session);
-                if let Some(failure) = self.held.remove(&session) {
-                    return fail(&reply, request_id, opcode, Failure(failure));
-                }
+                // On the device it waits only for what the stream depends on.
                 let read = reads::Read {
                     stream: Some(convert::stream(stream)),
-                    session,
+                    session: convert::session(session),
                     buffer: convert::buffer(buffer),
                     offset,
                     len,
@@ -233,13 +227,9 @@ impl Dispatcher {
                 offset,
                 len,
             } => {
-                let session = convert::session(session);
-                if let Some(failure) = self.held.remove(&session) {
-                    return fail(&reply, request_id, opcode, Failure(failure));
-                }
                 let read = reads::Read {
                     stream: None,
-                    session,
+                    session: convert::session(session),
                     buffer: convert::buffer(buffer),
                     offset,
                     len,

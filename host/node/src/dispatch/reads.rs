@@ -43,13 +43,17 @@ pub(super) struct Read {
 impl Dispatcher {
     /// MEM_READ or STREAM_READ: the whole span is checked, and the first piece read, before the
     /// OK reply is sent; a failure after that (the worker lost mid-read) can only close the
-    /// connection.
+    /// connection. A barrier for the session's refused pipelined ops: one held is the read's
+    /// answer (a refused write must not go unreported behind bytes it never wrote).
     pub(super) fn stream_read(
         &mut self,
         to: &ReplyTo,
         request_id: RequestId,
         read: Read,
     ) -> Result<(), Failure> {
+        if let Some(failure) = self.held.remove(&read.session) {
+            return Err(Failure(failure));
+        }
         let (offset, len) = (read.offset, read.len);
         // The same refusal the host gives a read too large for the reader's memory, for the read
         // as a whole rather than for a piece of it.

@@ -147,12 +147,7 @@ fn serve_posted(
             Ok((_, req)) => serve_posted_other(backend, &req, launches),
             Err(e) => {
                 *launches += 1;
-                Some(launch_error(
-                    first,
-                    None,
-                    ErrorKind::InvalidArgument,
-                    &format!("malformed posted request: {e}"),
-                ))
+                Some(malformed(first, &e))
             }
         };
     }
@@ -178,14 +173,7 @@ fn serve_posted(
             Err(e) => {
                 *launches += 1;
                 let ordinal = *launches;
-                launch_batch(backend, &batch[..n], first).or_else(|| {
-                    Some(launch_error(
-                        ordinal,
-                        None,
-                        ErrorKind::InvalidArgument,
-                        &format!("malformed posted request: {e}"),
-                    ))
-                })
+                launch_batch(backend, &batch[..n], first).or_else(|| Some(malformed(ordinal, &e)))
             }
         };
         first = *launches + 1;
@@ -239,6 +227,16 @@ fn serve_posted_other(
             ))
         }
     }
+}
+
+/// The error held for a posted frame that cannot be decoded, counted as launch `ordinal`.
+fn malformed(ordinal: u64, e: &dyn std::fmt::Display) -> Response {
+    launch_error(
+        ordinal,
+        None,
+        ErrorKind::InvalidArgument,
+        &format!("malformed posted request: {e}"),
+    )
 }
 
 /// How many of `frames` count as launches: all but the small writes.

@@ -11,6 +11,9 @@ use crate::contract::actor::{ControlBlock, CONTROL_BYTES};
 use crate::contract::channel::Answer;
 use crate::contract::messages::GraphOp;
 use crate::contract::{Compiled, ErrorKind, Launch, LoadedModule, Request, Response, WorkerInfo};
+use crate::host::error::WorkerError;
+use crate::host::guest_memory::GuestSpan;
+use crate::host::mapped::{ActorView, MappedArea, Piece, STATUS_AREA_BYTES};
 
 /// The largest write posted with its bytes in the ring ([`Worker::write`]): the bytes are
 /// copied once more than through the data region, which for more than this costs about what
@@ -26,9 +29,6 @@ fn inline_writes() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var_os(INLINE_WRITES_ENV).is_none_or(|v| v != "0"))
 }
-use crate::host::error::WorkerError;
-use crate::host::guest_memory::GuestSpan;
-use crate::host::mapped::{ActorView, MappedArea, Piece, STATUS_AREA_BYTES};
 
 impl Worker {
     pub fn ping(&mut self) -> Result<(), WorkerError> {

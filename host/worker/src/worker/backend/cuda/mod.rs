@@ -527,13 +527,7 @@ impl Backend for CudaBackend {
         }
         let stream = self.copy_ready()?;
         self.mem.check_range(addr, data.len() as u64)?;
-        // On the worker's stream nothing else is queued (`copy_ready`), so the copy runs at once
-        // and every later op on the stream follows it. A copy beside kernels (on the copy
-        // stream), or beside a persistent kernel (which the worker's stream does not order, and
-        // which the tenant may tell through a ring to read what it has just written), is on the
-        // device when answered.
-        let wait = stream != self.dev.stream.0 || self.persistent.running();
-        self.stage_write(stream, addr, data, wait)
+        self.stage_write(stream, addr, data)
     }
 
     fn read(&mut self, addr: u64, out: &mut [u8]) -> Result<(), BackendError> {
@@ -1222,31 +1216,32 @@ impl CudaBackend {
         self.finish_transfer(stream, "writing device memory")
     }
 
-    /// Copies a small write's bytes into staging memory and queues their copy on `stream`,
-    /// waiting for it only where `wait` says. Without staging memory (or room in it beside
-    /// running kernels), the copy goes from `data` itself and is waited for.
+    /// Copies a small write's bytes into staging memory and queues their copy on `stream`
+    /// (`copy_ready`'s). On the worker's stream nothing else is queued then, so the copy runs at
+    /// once, every later op on the stream follows it, and it is not waited for. A copy beside
+    /// kernels (on the copy stream), or beside a persistent kernel (which the worker's stream
+    /// does not order, and which the tenant may tell through a ring to read what it has just
+    /// written), is waited for. Without staging memory (or room in it beside running kernels),
+    /// the copy goes from `data` itself and is waited for.
     fn stage_write(
         &mut self,
         stream: CuStream,
         addr: u64,
         data: &[u8],
-        wait: bool,
     ) -> Result<(), BackendError> {
         let main = self.dev.stream.0;
-        let room = |b: &Self| b.staging.as_ref().is_some_and(|s| s.has_room(data.len()));
-        if self.staging.is_some() && !room(self) && stream == main {
+        let full = |b: &Self| b.staging.as_ref().is_some_and(|s| !s.has_room(data.len()));
+        if stream == main && full(self) {
             // Only staged copies and zeroing are queued: a short wait frees all of it.
             self.finish_transfer(main, "writing device memory")?;
         }
-        if !room(self) {
-            // Kernels queued behind the staged copies: waiting for those would wait for them.
-            return self.write_on(stream, addr, data);
-        }
-        let Some(staging) = self.staging.as_mut() else {
+        // Beside kernels a full staging memory stays full: they are queued behind its copies.
+        let Some(staging) = self.staging.as_mut().filter(|s| s.has_room(data.len())) else {
             return self.write_on(stream, addr, data);
         };
         let src = staging.stage(data);
-        if stream == main {
+        let wait = stream != main || self.persistent.running();
+        if !wait {
             // Before the copy is queued: an error below still leaves it to be checked.
             self.staged = true;
         }
@@ -1255,10 +1250,13 @@ impl CudaBackend {
         // (checked by the caller).
         let r = unsafe { (self.drv.memcpy_htod_async)(addr, src, data.len(), stream) };
         self.call(check("cuMemcpyHtoDAsync", r), "writing device memory")?;
-        if wait || stream != main {
+        if wait {
             return self.finish_transfer(stream, "writing device memory");
         }
-        let r = staging_mark(self.drv, self.staging.as_ref(), stream);
+        let r = self
+            .staging
+            .as_ref()
+            .map_or(CUDA_ERROR_INVALID_VALUE, |s| s.mark(self.drv, stream));
         if r != CUDA_SUCCESS {
             // Nothing off the stream could wait for it: wait here instead.
             self.finish_transfer(stream, "writing device memory")?;
@@ -1300,16 +1298,14 @@ impl CudaBackend {
                 stream
             }
         };
-        if self.staged {
-            // Staged writes were queued on the worker's stream before its pending kernels: the
-            // copy follows them on the device, and waits for none of the kernels.
-            if let Some(staging) = &self.staging {
-                let r = staging.wait_on(self.drv, stream);
-                self.call(
-                    check("cuStreamWaitEvent", r),
-                    "ordering a copy after writes",
-                )?;
-            }
+        // Staged writes were queued on the worker's stream before its pending kernels: the copy
+        // follows them on the device, and waits for none of the kernels.
+        if let Some(staging) = self.staging.as_ref().filter(|_| self.staged) {
+            let r = staging.wait_on(self.drv, stream);
+            self.call(
+                check("cuStreamWaitEvent", r),
+                "ordering a copy after writes",
+            )?;
         }
         Ok(stream)
     }
@@ -1388,10 +1384,4 @@ fn beside_persistent() -> BackendError {
         ErrorKind::Unsupported,
         "a persistent kernel runs in this worker, and the driver may wait for it to share or map memory",
     )
-}
-
-/// Records the staging event after the copies queued on `stream` (a failure where there is no
-/// staging memory, which a staged write always has).
-fn staging_mark(drv: &Driver, staging: Option<&Staging>, stream: CuStream) -> CuResult {
-    staging.map_or(CUDA_ERROR_INVALID_VALUE, |s| s.mark(drv, stream))
 }

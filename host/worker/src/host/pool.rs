@@ -554,6 +554,7 @@ fn reaper(s: Arc<Shared>) {
             return;
         }
         drop(g);
+        let mut changed = !dead.is_empty();
         for mut w in dead {
             w.abandon("given up by its pool".into());
             dying.push(w);
@@ -562,12 +563,17 @@ fn reaper(s: Arc<Shared>) {
             .into_iter()
             .partition(|w| w.proc.poll().is_some());
         dying = still;
+        changed |= !ended.is_empty();
         let slots = ended.iter().filter(|w| holds_slot(w, &s)).count();
         // Reaped already: dropping waits for nothing; a leased one's token then gives its slot
         // back.
         drop(ended);
         g = s.lock();
-        g.ending = dying.iter().map(Worker::pid).collect();
+        if changed {
+            // Woken by every notice of the pool's condition, it rewrites the list only when it
+            // changed.
+            g.ending = dying.iter().map(Worker::pid).collect();
+        }
         if slots > 0 {
             g.dying = g.dying.saturating_sub(slots);
             s.cv.notify_all();

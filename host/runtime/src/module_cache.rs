@@ -251,6 +251,11 @@ impl LeaseManager {
         if device.backend != "cuda" {
             return self.with_worker(lease, |w| w.load_module(ptx));
         }
+        // A load of what this lease's worker already holds is answered by its client, with no
+        // hash of the text and no image to send.
+        if let Some(again) = self.with_worker(lease, |w| w.load_again(ptx))? {
+            return Ok(again);
+        }
         let key = ModuleKey::new(ModuleKind::Ptx, ptx, &[], &DeviceIdentity::of(device));
         let cache = self.module_cache();
         let image = cache.get(&key).map(|c| c.image).unwrap_or_default();

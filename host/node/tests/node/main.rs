@@ -131,6 +131,10 @@ fn main() -> ExitCode {
             stream_ops::writes_launches_and_reads_on_streams_give_the_local_bytes,
         ),
         (
+            "stream_ops::on_a_gpu_a_remote_copy_on_one_stream_runs_beside_a_kernel_on_another",
+            stream_ops::on_a_gpu_a_remote_copy_on_one_stream_runs_beside_a_kernel_on_another,
+        ),
+        (
             "stream_ops::a_stream_not_the_sessions_is_refused_for_each_stream_op",
             stream_ops::a_stream_not_the_sessions_is_refused_for_each_stream_op,
         ),

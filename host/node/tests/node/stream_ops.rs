@@ -160,6 +160,87 @@ pub fn writes_launches_and_reads_on_streams_give_the_local_bytes() -> TestResult
     Ok(())
 }
 
+const FAULTS_PTX: &str = include_str!("../../../../kernels/faults.ptx");
+
+/// On a GPU, a copy on one stream of a remote session runs beside a kernel on another, as it
+/// does locally: while `spin_forever` runs on one stream (it ends only at the node's kernel
+/// deadline, 4 s here), 2 MiB is written and read back 16 times on another, each read equal to
+/// what was written, all well before the deadline (a copy that waited for the kernel would wait
+/// for the deadline and fail with it). The kernel's stream then meets the deadline. The
+/// emulator keeps every stream in one order: skipped there.
+pub fn on_a_gpu_a_remote_copy_on_one_stream_runs_beside_a_kernel_on_another() -> TestResult {
+    const PIECE: usize = 2 << 20;
+    const ROUNDS: usize = 16;
+    let mut policy = policy();
+    policy.workers.kernel_deadline = std::time::Duration::from_secs(4);
+    if backend_for(&policy) != tasklet_runtime::BackendKind::Cuda {
+        println!("skipped: no CUDA device: streams overlap only on the cuda backend");
+        return Ok(());
+    }
+    let node = TestNode::with(Setup {
+        policy,
+        ..Setup::default()
+    });
+    let mut gpu = RemoteGpu::new(node.client("dev"));
+    let lease = gpu.lease_acquire(request())?;
+    let session = gpu.session_open(lease)?;
+    let copies = new_stream(&mut gpu, session)?;
+    let compute = new_stream(&mut gpu, session)?;
+    let faults = gpu.module_load(session, FAULTS_PTX)?;
+    let flag = gpu.mem_alloc(session, 64)?;
+    let data = gpu.mem_alloc(session, PIECE as u64)?;
+    let pattern: Vec<u8> = (0..PIECE).map(|i| (i % 251) as u8).collect();
+    gpu.sync(session)?;
+    let one = LaunchConfig {
+        grid: [1, 1, 1],
+        block: [1, 1, 1],
+        shared_mem_bytes: 0,
+    };
+    let arg = [KernelArg::Buffer {
+        buffer: flag,
+        offset: 0,
+    }];
+    let started = std::time::Instant::now();
+    gpu.stream_launch(
+        session,
+        compute,
+        faults,
+        KernelRef::Named("spin_forever"),
+        &one,
+        &arg,
+    )?;
+    for round in 0..ROUNDS {
+        gpu.stream_write(session, copies, data, 0, &pattern)
+            .map_err(|e| format!("write {round} beside the kernel: {e}"))?;
+        let back = gpu
+            .stream_read(session, copies, data, 0, PIECE as u64)
+            .map_err(|e| format!("read {round} beside the kernel: {e}"))?;
+        check(back == pattern, || {
+            format!("round {round} read back other bytes")
+        })?;
+    }
+    let beside = started.elapsed();
+    println!(
+        "remote streams: {ROUNDS} x (2 MiB write + read) beside a spinning kernel in {beside:?} ({:.2} GB/s)",
+        (2 * ROUNDS * PIECE) as f64 / beside.as_secs_f64() / 1e9
+    );
+    check(beside < std::time::Duration::from_secs(3), || {
+        format!("the copies took {beside:?}: they waited for the kernel")
+    })?;
+    match gpu.queue_op(session, QueueOp::SyncStream(compute)) {
+        Err(GpuError::DeadlineExceeded(_)) => {}
+        other => {
+            return Err(
+                format!("the spinning kernel should meet its deadline, got {other:?}").into(),
+            )
+        }
+    }
+    gpu.lease_drop(lease);
+    drop(gpu);
+    node.wait_for_baseline(WAIT)?;
+    Ok(())
+}
+
 /// `got` is refused `invalid-argument` with a message containing `says`.
 fn invalid<T: std::fmt::Debug>(what: &str, got: Result<T, GpuError>, says: &str) -> TestResult {
     check(

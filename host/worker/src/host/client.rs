@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use super::error::WorkerError;
 use super::guest_memory::Shared;
 use super::mapped::{MappedArea, Piece};
+use super::module_aliases::ModuleAliases;
 use super::process::Proc;
 use super::slot::LeaseToken;
 use crate::contract::channel::{HostEnd, SharedRegion, WaitError, DEFAULT_DATA_SIZE};
@@ -58,6 +59,9 @@ pub struct Worker {
     /// The kernels of every module loaded and not unloaded, by module id, in the order launches
     /// index them: only to name kernels in messages.
     kernel_names: HashMap<u32, Vec<String>>,
+    /// Shareable modules loaded, by text: a repeated load is answered here (see
+    /// [`Worker::load_module`]).
+    aliases: ModuleAliases,
     /// The module and kernel index of the latest launch, for messages about queued kernels.
     last_launch: (u32, u32),
     /// Launches posted since the worker started or was last reset: the latest one's ordinal, as
@@ -68,6 +72,9 @@ pub struct Worker {
     /// Nothing was sent since an answer that waited for everything before it
     /// (`Worker::settles`): a `sync` now is answered here, without a round trip.
     settled: bool,
+    /// Nothing was posted since the worker's last answer, which reported any failure held for
+    /// the next call: a load answered by the host hides none (see [`Worker::load_again`]).
+    nothing_posted: bool,
     /// Set while leased from a pool; tells the pool when the worker is dropped unreleased.
     pub(crate) lease: Option<LeaseToken>,
     /// The host's end of the control socket, which carries guest memories' fds.
@@ -162,10 +169,12 @@ impl Worker {
             holder_gone: None,
             pending_until: None,
             kernel_names: HashMap::new(),
+            aliases: ModuleAliases::default(),
             last_launch: (0, 0),
             launches: 0,
             signalled_syncs: 0,
             settled: false,
+            nothing_posted: false,
             lease: None,
             ctl,
             attached: HashMap::new(),

@@ -7,6 +7,7 @@
 //! - [`linger`]: how long a leased worker may spin for its next request;
 //! - [`probe`](mod@probe): whether a backend works here, asked of a short-lived worker;
 //! - [`guest_memory`]: tasklets' linear memories, which workers map to copy without the host;
+//! - `module_aliases`: repeated loads of a module the worker holds, answered by the host;
 //! - [`mapped`]: memory a lease's kernels share with the host (persistent kernels' rings);
 //! - [`error`]: what these fail with ([`WorkerError`]).
 
@@ -15,6 +16,7 @@ pub mod error;
 pub mod guest_memory;
 pub mod linger;
 pub mod mapped;
+pub(crate) mod module_aliases;
 pub mod pool;
 pub mod probe;
 pub(crate) mod process;

@@ -298,7 +298,10 @@ fn launches_pass_the_argument_block_and_reuse_cached_modules() {
         .collect();
     assert_eq!(&vals[..100], &(1..=100).collect::<Vec<u32>>()[..]);
     assert!(vals[100..].iter().all(|&v| v == 0));
-    // The same PTX again: a new id on the cached module; it outlives the first id.
+    // The same PTX again, asked of the worker (a launch posted since its last answer keeps the
+    // host from answering): a new id on the worker's cached module; it outlives the first id.
+    w.launch(&launch(&m, "iota", 128, &args, Duration::from_secs(5)))
+        .unwrap();
     let again = w.load_module(IOTA_PTX).unwrap();
     assert_ne!(again.id, m.id);
     w.unload_module(m.id).unwrap();

@@ -159,6 +159,7 @@ impl Worker {
             self.pending_until = None;
         }
         self.settled = Self::settles(req);
+        self.nothing_posted = true;
         Ok(answered)
     }
 
@@ -174,6 +175,7 @@ impl Worker {
     pub(super) fn encode(&mut self, req: &Request<'_>) -> u64 {
         self.next_id += 1;
         self.settled = false;
+        self.nothing_posted = false;
         self.frame.clear();
         encode_request(self.next_id, req, &mut self.frame);
         self.next_id

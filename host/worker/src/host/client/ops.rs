@@ -10,6 +10,7 @@ use super::Worker;
 use crate::contract::actor::{ControlBlock, CONTROL_BYTES};
 use crate::contract::channel::Answer;
 use crate::contract::messages::GraphOp;
+use crate::contract::modules::MAX_MODULES;
 use crate::contract::{Compiled, ErrorKind, Launch, LoadedModule, Request, Response, WorkerInfo};
 use crate::host::error::WorkerError;
 use crate::host::guest_memory::GuestSpan;
@@ -294,12 +295,49 @@ impl Worker {
     }
 
     /// Loads PTX. Launches name its kernels by their index in the answer's `kernels`.
+    ///
+    /// A load of exactly the text of a shareable module this worker holds (one without
+    /// module-scope `.global` variables, [`crate::contract::modules`]) is answered here with that
+    /// module's id, as the worker would answer it (see [`Worker::load_again`]).
     pub fn load_module(&mut self, ptx: &str) -> Result<LoadedModule, WorkerError> {
-        self.no_load_beside_persistent()?;
+        if let Some(again) = self.load_again(ptx)? {
+            return Ok(again);
+        }
+        self.room_for_a_module()?;
         match self.call(&Request::LoadModule { ptx }, self.op_timeout)? {
-            Response::Module { id, kernels } => Ok(self.loaded(LoadedModule { id, kernels })),
+            Response::Module { id, kernels } => {
+                Ok(self.loaded(Some(ptx), LoadedModule { id, kernels }))
+            }
             other => Err(self.unexpected("load-module", &other)),
         }
+    }
+
+    /// The module a load of `ptx` gets, answered without asking the worker where it holds a
+    /// shareable load of exactly this text and nothing was posted since its last answer (so no
+    /// failure is held for this call to report); `None` where the worker must be asked. Refused
+    /// as a load would be: beside a running persistent kernel, past the worker's module limit;
+    /// a worker that is lost or unusable is asked (and so reports it).
+    pub fn load_again(&mut self, ptx: &str) -> Result<Option<LoadedModule>, WorkerError> {
+        self.no_load_beside_persistent()?;
+        if !self.nothing_posted || self.usable().is_err() || self.proc.poll().is_some() {
+            return Ok(None);
+        }
+        self.room_for_a_module()?;
+        Ok(self.aliases.load_again(ptx))
+    }
+
+    /// Every load holds one of the worker's [`MAX_MODULES`] module ids, those answered by the
+    /// host included.
+    fn room_for_a_module(&self) -> Result<(), WorkerError> {
+        if self.kernel_names.len() + self.deferred_unloads.len() + self.aliases.extra()
+            < MAX_MODULES
+        {
+            return Ok(());
+        }
+        Err(WorkerError::op(
+            ErrorKind::OutOfMemory,
+            format!("a worker holds at most {MAX_MODULES} modules; unload one first"),
+        ))
     }
 
     pub fn load_source(
@@ -309,8 +347,9 @@ impl Worker {
     ) -> Result<LoadedModule, WorkerError> {
         self.no_load_beside_persistent()?;
         let options = options.iter().map(String::as_str).collect();
+        self.room_for_a_module()?;
         match self.call(&Request::LoadSource { source, options }, self.op_timeout)? {
-            Response::Module { id, kernels } => Ok(self.loaded(LoadedModule { id, kernels })),
+            Response::Module { id, kernels } => Ok(self.loaded(None, LoadedModule { id, kernels })),
             other => Err(self.unexpected("load-source", &other)),
         }
     }
@@ -324,7 +363,10 @@ impl Worker {
         ptx: &str,
         image: &[u8],
     ) -> Result<(LoadedModule, Compiled), WorkerError> {
-        self.no_load_beside_persistent()?;
+        if let Some(again) = self.load_again(ptx)? {
+            return Ok((again, Compiled::default()));
+        }
+        self.room_for_a_module()?;
         // Head and the two lengths: 32 bytes.
         let image = if ptx.len() + image.len() + 32 > self.chan.data_size() {
             &[][..]
@@ -336,7 +378,10 @@ impl Worker {
                 id,
                 kernels,
                 compiled,
-            } => Ok((self.loaded(LoadedModule { id, kernels }), compiled)),
+            } => Ok((
+                self.loaded(Some(ptx), LoadedModule { id, kernels }),
+                compiled,
+            )),
             other => Err(self.unexpected("load-module-cached", &other)),
         }
     }
@@ -349,6 +394,7 @@ impl Worker {
         options: &[String],
     ) -> Result<(LoadedModule, Compiled), WorkerError> {
         self.no_load_beside_persistent()?;
+        self.room_for_a_module()?;
         let options = options.iter().map(String::as_str).collect();
         match self.call(
             &Request::LoadSourceCached { source, options },
@@ -358,15 +404,19 @@ impl Worker {
                 id,
                 kernels,
                 compiled,
-            } => Ok((self.loaded(LoadedModule { id, kernels }), compiled)),
+            } => Ok((self.loaded(None, LoadedModule { id, kernels }), compiled)),
             other => Err(self.unexpected("load-source-cached", &other)),
         }
     }
 
-    /// Notes a loaded module's kernel names, for messages about its launches.
-    fn loaded(&mut self, m: LoadedModule) -> LoadedModule {
+    /// Notes a loaded module's kernel names, for messages about its launches, and, loaded from
+    /// the PTX `ptx`, its text for repeated loads.
+    fn loaded(&mut self, ptx: Option<&str>, m: LoadedModule) -> LoadedModule {
         let names = m.kernels.iter().map(|k| k.name.clone()).collect();
         self.kernel_names.insert(m.id, names);
+        if let Some(ptx) = ptx {
+            self.aliases.loaded(ptx, &m);
+        }
         m
     }
 
@@ -374,7 +424,13 @@ impl Worker {
     /// unloaded once none runs (at the next load or unload, or with the worker's reset): a GPU's
     /// driver waits for every running kernel to unload code, and a persistent kernel may run for
     /// as long as its lease.
+    ///
+    /// A module other loads still hold (see [`Worker::load_module`]) stays loaded: only its last
+    /// unload goes to the worker.
     pub fn unload_module(&mut self, id: u32) -> Result<(), WorkerError> {
+        if !self.aliases.unload(id) {
+            return Ok(());
+        }
         if self.persistent_running() > 0 {
             self.kernel_names.remove(&id);
             self.deferred_unloads.push(id);
@@ -682,6 +738,7 @@ impl Worker {
         // either way (unloaded, or with the worker).
         self.attached.clear();
         self.kernel_names.clear();
+        self.aliases.clear();
         // Unloaded by the reset with every other module of the lease.
         self.deferred_unloads.clear();
         self.launches = 0;

@@ -23,6 +23,7 @@ use super::recorded::{self, Recorded};
 use super::{source, Backend, BackendError};
 use crate::contract::actor::ControlBlock;
 use crate::contract::messages::GraphOp;
+use crate::contract::modules::MAX_MODULES;
 use crate::contract::{quote, Compiled, ErrorKind, Launch, LaunchLimits, LoadedModule, WorkerInfo};
 use persistent::Persistent;
 pub use persistent::EMU_MAX_RESIDENT_CTAS;
@@ -53,9 +54,6 @@ pub fn emu_step_limit(deadline: Duration, cores: u64) -> u64 {
     // `as` saturates.
     (steps as u64).clamp(1, u64::MAX - 1)
 }
-
-/// Modules a worker may hold at once: each costs host memory the device cap does not count.
-const MAX_MODULES: usize = 4096;
 
 /// Host memory mappings ([`Backend::map_device`]) a worker may hold at once: each is an entry in
 /// every launch's allocation table, which the device cap does not count.

@@ -32,11 +32,10 @@ use tasklet_ptx::{KernelInfo, PtxHeader};
 
 use super::driver::*;
 use super::errors::{self, LoadTarget};
+use crate::contract::modules::{declares_module_globals, MAX_MODULES};
 use crate::contract::{quote, ErrorKind};
 use crate::worker::backend::BackendError;
 
-/// Module ids a worker may hold at once (as the emulator).
-pub const MAX_MODULES: usize = 4096;
 /// Shared modules kept loaded with no id referring to them.
 const MAX_IDLE: usize = 32;
 /// Bytes of each JIT log buffer.
@@ -602,27 +601,6 @@ fn resolve(drv: &Driver, module: CuModule, ptx: &str) -> Result<Loaded, BackendE
     })
 }
 
-/// Whether the PTX declares module-scope `.global` variables (kernel-writable state).
-/// Conservative: anything it cannot rule out counts as yes.
-pub fn declares_module_globals(ptx: &str) -> bool {
-    if ptx.contains("/*") {
-        return true;
-    }
-    for line in ptx.lines() {
-        let code = line.split("//").next().unwrap_or("");
-        let mut words = code
-            .split_whitespace()
-            .skip_while(|w| matches!(*w, ".visible" | ".extern" | ".weak" | ".common"));
-        if words
-            .next()
-            .is_some_and(|w| w == ".global" || w.starts_with(".global"))
-        {
-            return true;
-        }
-    }
-    false
-}
-
 /// A fast 64-bit hash of the PTX text (the cache confirms hits by comparing the text).
 pub fn fast_hash(bytes: &[u8]) -> u64 {
     const K: u64 = 0x9e37_79b9_7f4a_7c15;
@@ -641,40 +619,6 @@ pub fn fast_hash(bytes: &[u8]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn module_globals_are_spotted() {
-        assert!(declares_module_globals(
-            ".version 8.0\n.target sm_80\n.global .align 4 .u32 counter;\n"
-        ));
-        assert!(declares_module_globals(
-            ".visible .global .align 4 .b8 table[16];"
-        ));
-        assert!(declares_module_globals(
-            "  .extern .global .u32 x; // comment"
-        ));
-        assert!(declares_module_globals(
-            "/* block comment */ .entry k() { ret; }"
-        ));
-        assert!(!declares_module_globals(
-            ".version 8.0\n.target sm_80\n.visible .entry k(.param .u64 p)\n{\n\tld.param.u64 %rd1, [p];\n\tcvta.to.global.u64 %rd2, %rd1;\n\tst.global.u32 [%rd2], 1;\n\tret;\n}\n// .global in a comment\n"
-        ));
-        assert!(!declares_module_globals(
-            ".const .align 4 .u32 c = 1;\n.shared .u32 s;"
-        ));
-    }
-
-    #[test]
-    fn every_committed_kernel_is_classified() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../kernels");
-        let misc = std::fs::read_to_string(dir.join("misc.ptx")).unwrap();
-        assert!(
-            declares_module_globals(&misc),
-            "misc.cu has a __device__ global"
-        );
-        let iota = std::fs::read_to_string(dir.join("iota.ptx")).unwrap();
-        assert!(!declares_module_globals(&iota));
-    }
 
     /// A module as `load` leaves it, without a driver: `module` stands for the handle.
     fn loaded(m: &mut Modules, ptx: &str, module: usize) -> u32 {

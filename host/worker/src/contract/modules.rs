@@ -1,0 +1,70 @@
+//! Which modules a worker shares, and how many it holds: the host answers a repeated load of
+//! a shared module itself (`Worker::load_module`), so both sides must agree on both.
+//!
+//! A worker gives each load its own module id, but loads of the same PTX text share one loaded
+//! module when the text declares no module-scope `.global` variables: such a module holds no
+//! state a kernel can change, so sharing it cannot be seen. A module with `.global` variables is
+//! loaded afresh every time, as CUDA itself does (each load has its own variables).
+
+/// Module ids a worker may hold at once, each load counted (shared or not).
+pub const MAX_MODULES: usize = 4096;
+
+/// Whether the PTX declares module-scope `.global` variables (kernel-writable state).
+/// Conservative: anything it cannot rule out counts as yes.
+pub fn declares_module_globals(ptx: &str) -> bool {
+    if ptx.contains("/*") {
+        return true;
+    }
+    for line in ptx.lines() {
+        let code = line.split("//").next().unwrap_or("");
+        let mut words = code
+            .split_whitespace()
+            .skip_while(|w| matches!(*w, ".visible" | ".extern" | ".weak" | ".common"));
+        if words
+            .next()
+            .is_some_and(|w| w == ".global" || w.starts_with(".global"))
+        {
+            return true;
+        }
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn module_globals_are_spotted() {
+        assert!(declares_module_globals(
+            ".version 8.0\n.target sm_80\n.global .align 4 .u32 counter;\n"
+        ));
+        assert!(declares_module_globals(
+            ".visible .global .align 4 .b8 table[16];"
+        ));
+        assert!(declares_module_globals(
+            "  .extern .global .u32 x; // comment"
+        ));
+        assert!(declares_module_globals(
+            "/* block comment */ .entry k() { ret; }"
+        ));
+        assert!(!declares_module_globals(
+            ".version 8.0\n.target sm_80\n.visible .entry k(.param .u64 p)\n{\n\tld.param.u64 %rd1, [p];\n\tcvta.to.global.u64 %rd2, %rd1;\n\tst.global.u32 [%rd2], 1;\n\tret;\n}\n// .global in a comment\n"
+        ));
+        assert!(!declares_module_globals(
+            ".const .align 4 .u32 c = 1;\n.shared .u32 s;"
+        ));
+    }
+
+    #[test]
+    fn every_committed_kernel_is_classified() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../kernels");
+        let misc = std::fs::read_to_string(dir.join("misc.ptx")).unwrap();
+        assert!(
+            declares_module_globals(&misc),
+            "misc.cu has a __device__ global"
+        );
+        let iota = std::fs::read_to_string(dir.join("iota.ptx")).unwrap();
+        assert!(!declares_module_globals(&iota));
+    }
+}

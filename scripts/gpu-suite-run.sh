@@ -15,6 +15,9 @@
 #                                     emulator-vs-GPU corpus diff (kernels/diff/), through CuPy and
 #                                     through the cuda backend: bench.txt, diff.txt. BENCH_PIN
 #                                     picks the CPUs (see run_bench; default: measured)
+#   bash .gpu-suite/run.sh writes-ab  gpu_speed's 4 KiB write + read + sync and cached module load,
+#                                     with small writes posted (the default) and answered
+#                                     (TASKLET_INLINE_WRITES=0) in turn, three times: writes-ab.txt
 #   bash .gpu-suite/run.sh fabric     the fabric benchmark (benches/fabric/): a node and its clients
 #                                     on this machine's loopback, on the cuda backend: fabric.txt
 #   bash .gpu-suite/run.sh actors     the persistent kernels' benchmark (benches/actors/): message
@@ -48,7 +51,7 @@ per_exe_timeout="${SUITE_TIMEOUT:-300}"
 phases=("${@:-cuda emu}")
 read -r -a phases <<<"${phases[*]}"
 mkdir -p "$logs"
-rm -f "$logs"/{env.txt,cuda.log,emu.log,inventory.txt,summary.txt,bench.txt,diff.txt,fabric.txt,soak.txt,guests.log,guests.txt,actors.txt,devices.txt}
+rm -f "$logs"/{env.txt,cuda.log,emu.log,inventory.txt,summary.txt,bench.txt,diff.txt,fabric.txt,writes-ab.txt,soak.txt,guests.log,guests.txt,actors.txt,devices.txt}
 
 say() { echo "gpu-suite: $*" >&2; }
 
@@ -266,6 +269,29 @@ run_bench() { # the speed table, then the corpus diff; neither counts towards pa
     echo "bench: see bench.txt and diff.txt" >>"$summary"
 }
 
+run_writes_ab() { # small writes posted (default) and answered (TASKLET_INLINE_WRITES=0), in turn
+    local pin="${BENCH_PIN:-auto}" args=() i mode
+    if [ "$pin" = auto ] && command -v taskset >/dev/null; then
+        read -r g h <<<"$(pick_cpus)"
+        [ -n "${h:-}" ] && pin="$g,$h" || pin=none
+    fi
+    [ "$pin" != none ] && [ "$pin" != auto ] && args=(--pin "$pin")
+    say "writes-ab: gpu_speed --only rw4k,module-load ${args[*]:-unpinned}, posted and answered writes in turn, 3 times"
+    {
+        for i in 1 2 3; do
+            for mode in posted answered; do
+                echo "== $mode small writes, run $i"
+                if [ "$mode" = answered ]; then export TASKLET_INLINE_WRITES=0; else unset TASKLET_INLINE_WRITES; fi
+                (cd "$repo" && timeout 150 "$work/tools/gpu_speed" "${args[@]}" --only rw4k,module-load --rounds 3)
+                echo "gpu_speed exit $?"
+            done
+        done
+        unset TASKLET_INLINE_WRITES
+    } >"$logs/writes-ab.txt" 2>&1
+    grep -E '^== |4 KiB write|module load of PTX already loaded \|' "$logs/writes-ab.txt" >&2
+    echo "writes-ab: see writes-ab.txt" >>"$summary"
+}
+
 run_fabric() { # the fabric table (node and clients here, over loopback); counts towards nothing
     local commit
     commit="$(head -1 "$here/COMMIT" 2>/dev/null | cut -c1-7)"
@@ -299,13 +325,14 @@ for phase in "${phases[@]}"; do
     case "$phase" in
         bench) run_bench ;;
         fabric) run_fabric ;;
+        writes-ab) run_writes_ab ;;
         soak) run_soak ;;
         actors) run_tool actors --backend cuda ;;
         devices) run_tool devices --backend cuda ${DEVICES:+--devices "$DEVICES"} ;;
         cuda | emu) : >"$summary.$phase"; run_pass "$phase" ;;
         guests) : >"$summary.guests"; run_pass cuda guests guest_languages:: ;;
         guest-stats) run_guest_stats ;;
-        *) say "unknown pass '$phase' (cuda, emu, guests, guest-stats, bench, fabric, actors, devices or soak)"; exit 2 ;;
+        *) say "unknown pass '$phase' (cuda, emu, guests, guest-stats, bench, writes-ab, fabric, actors, devices or soak)"; exit 2 ;;
     esac
 done
 

@@ -55,6 +55,7 @@ pub mod worker;
 pub use host::guest_memory;
 pub use worker::{cpus, nvrtc};
 
+pub use contract::marks::MAX_MARKS;
 pub use contract::modules::MAX_MODULES;
 pub use contract::{
     charged_bytes, BackendKind, Compiled, DeviceBinding, ErrorKind, Launch, LaunchLimits,

@@ -81,6 +81,10 @@ const REQ_COPY_FROM_PEER: u8 = 27;
 const REQ_LOAD_MODULE_CACHED: u8 = 28;
 const REQ_LOAD_SOURCE_CACHED: u8 = 29;
 const REQ_WRITE_INLINE: u8 = 30;
+const REQ_RECORD_MARK: u8 = 31;
+const REQ_MARK_ELAPSED: u8 = 32;
+const REQ_QUERY_MARK: u8 = 33;
+const REQ_WAIT_MARK: u8 = 34;
 
 const OP_LAUNCH: u8 = 1;
 const OP_COPY: u8 = 2;
@@ -94,6 +98,8 @@ const RESP_ERROR: u8 = 5;
 const RESP_GRAPH: u8 = 6;
 const RESP_EXPORTED: u8 = 7;
 const RESP_CACHED_MODULE: u8 = 8;
+const RESP_ELAPSED: u8 = 9;
+const RESP_MARK_DONE: u8 = 10;
 
 /// Appends the encoding of `req` (with request id `id`) to `out`.
 pub fn encode_request(id: u64, req: &Request<'_>, out: &mut Vec<u8>) {
@@ -294,6 +300,23 @@ pub fn encode_request(id: u64, req: &Request<'_>, out: &mut Vec<u8>) {
             w.u64(*len);
             w.after(*after);
         }
+        Request::RecordMark { mark } => {
+            w.head(REQ_RECORD_MARK, id);
+            w.u32(*mark);
+        }
+        Request::MarkElapsed { start, end } => {
+            w.head(REQ_MARK_ELAPSED, id);
+            w.u32(*start);
+            w.u32(*end);
+        }
+        Request::QueryMark { mark } => {
+            w.head(REQ_QUERY_MARK, id);
+            w.u32(*mark);
+        }
+        Request::WaitMark { mark } => {
+            w.head(REQ_WAIT_MARK, id);
+            w.u32(*mark);
+        }
     }
 }
 
@@ -396,6 +419,19 @@ pub fn decode_request(frame: &[u8]) -> Result<(u64, Request<'_>), DecodeError> {
         REQ_UNMAP_DEVICE => Request::UnmapDevice {
             addr: r.u64("device address")?,
         },
+        REQ_RECORD_MARK => Request::RecordMark {
+            mark: r.u32("mark")?,
+        },
+        REQ_MARK_ELAPSED => Request::MarkElapsed {
+            start: r.u32("start mark")?,
+            end: r.u32("end mark")?,
+        },
+        REQ_QUERY_MARK => Request::QueryMark {
+            mark: r.u32("mark")?,
+        },
+        REQ_WAIT_MARK => Request::WaitMark {
+            mark: r.u32("mark")?,
+        },
         REQ_ALLOC_SHAREABLE => Request::AllocShareable {
             bytes: r.u64("allocation size")?,
         },
@@ -472,6 +508,14 @@ pub fn encode_response(id: u64, resp: &Response, out: &mut Vec<u8>) {
         Response::Exported { handle } => {
             w.head(RESP_EXPORTED, id);
             w.var_bytes(handle);
+        }
+        Response::Elapsed { nanos } => {
+            w.head(RESP_ELAPSED, id);
+            w.u64(*nanos);
+        }
+        Response::MarkDone { done } => {
+            w.head(RESP_MARK_DONE, id);
+            w.u8(*done as u8);
         }
         Response::Module {
             id: module,
@@ -569,6 +613,21 @@ pub fn decode_response(frame: &[u8]) -> Result<(u64, Response), DecodeError> {
         },
         RESP_EXPORTED => Response::Exported {
             handle: r.var_bytes("export handle")?.to_vec(),
+        },
+        RESP_ELAPSED => Response::Elapsed {
+            nanos: r.u64("elapsed nanoseconds")?,
+        },
+        RESP_MARK_DONE => Response::MarkDone {
+            done: match r.u8("mark done flag")? {
+                0 => false,
+                1 => true,
+                v => {
+                    return Err(DecodeError::InvalidValue {
+                        what: "mark done flag",
+                        value: v as u64,
+                    })
+                }
+            },
         },
         RESP_MODULE => Response::Module {
             id: r.u32("module id")?,

@@ -177,6 +177,30 @@ pub enum Request<'a> {
         status_memory: u64,
         status: u64,
     },
+    /// Record mark `mark` (below [`super::marks::MAX_MARKS`]) behind everything sent before it:
+    /// *posted* (no response), like a launch; a failure is held for the next call. Recording it
+    /// again moves it (cuda: `cuEventRecord` of the mark's timed event on the worker's stream;
+    /// the emulator, which runs each launch before the next request, notes its device time).
+    RecordMark {
+        mark: u32,
+    },
+    /// Answered with [`Response::Elapsed`]: the device time between the latest records of
+    /// `start` and `end` (`end` recorded after `start`), once `end`'s work has finished: the
+    /// wait is for the work before `end` only. `InvalidArgument` for a mark never recorded.
+    MarkElapsed {
+        start: u32,
+        end: u32,
+    },
+    /// Answered with [`Response::MarkDone`] at once: whether the work before the latest record
+    /// of `mark` has finished (a mark never recorded has).
+    QueryMark {
+        mark: u32,
+    },
+    /// Answered once the work before the latest record of `mark` has finished (a kernel's fault
+    /// or missed deadline in it is the answer), not waiting for anything queued after it.
+    WaitMark {
+        mark: u32,
+    },
 }
 
 /// One operation of a recorded graph ([`Request::GraphCreate`]), run in the order given.
@@ -230,6 +254,10 @@ impl Request<'_> {
             Request::MapDevice { .. } => "map-device",
             Request::UnmapDevice { .. } => "unmap-device",
             Request::LaunchPersistent { .. } => "launch-persistent",
+            Request::RecordMark { .. } => "record-mark",
+            Request::MarkElapsed { .. } => "mark-elapsed",
+            Request::QueryMark { .. } => "query-mark",
+            Request::WaitMark { .. } => "wait-mark",
         }
     }
 }
@@ -317,6 +345,14 @@ pub enum Response {
     /// An allocation exported ([`Request::Export`]): the handle another worker copies through.
     Exported {
         handle: Vec<u8>,
+    },
+    /// The time between two marks ([`Request::MarkElapsed`]), in nanoseconds.
+    Elapsed {
+        nanos: u64,
+    },
+    /// Whether a mark's work has finished ([`Request::QueryMark`]).
+    MarkDone {
+        done: bool,
     },
     Error {
         kind: ErrorKind,

@@ -13,6 +13,7 @@
 //! - [`error_kind`]: why an operation failed, as one byte on the wire;
 //! - [`charging`]: the unit device memory is counted in, by the worker and the host alike;
 //! - [`modules`]: which loaded modules a worker shares, and how many ids it holds;
+//! - [`marks`]: the points in a worker's queue the host records and asks about (stream events);
 //! - [`quote`]: how much of a tenant's names and text an error message may repeat;
 //! - [`actor`]: the control blocks and rings a persistent kernel shares with the host.
 
@@ -25,6 +26,7 @@ pub mod control_socket;
 pub mod error_kind;
 pub mod launch;
 pub mod launch_limits;
+pub mod marks;
 pub mod messages;
 pub mod modules;
 pub mod quote;

@@ -11,6 +11,7 @@
 //! within the deadlines that queued kernels stretch.
 
 mod calls;
+mod marks;
 mod ops;
 
 use std::collections::HashMap;
@@ -90,6 +91,8 @@ pub struct Worker {
     /// waits for every running kernel to unload code, so they go once none runs (see
     /// [`Worker::unload_module`]).
     deferred_unloads: Vec<u32>,
+    /// The mark slots (stream events) handed out (see `marks`).
+    marks: marks::MarkSlots,
     /// Where the worker writes the status of persistent kernels: attached to the worker, never
     /// mapped for the device, so no kernel can write it (made at the first persistent launch).
     status_area: Option<Arc<MappedArea>>,
@@ -181,6 +184,7 @@ impl Worker {
             linger: 0,
             persistent: Vec::new(),
             deferred_unloads: Vec::new(),
+            marks: marks::MarkSlots::default(),
             status_area: None,
         }))
     }

@@ -10,7 +10,7 @@ use super::backend::{self, Backend, BackendError};
 use crate::contract::actor::{ControlBlock, CONTROL_BYTES};
 use crate::contract::channel::{Incoming, WorkerEnd};
 use crate::contract::codec::{decode_request, encode_response};
-use crate::contract::{quote, Compiled, ErrorKind, Launch, LoadedModule, Request, Response};
+use crate::contract::{marks, quote, Compiled, ErrorKind, Launch, LoadedModule, Request, Response};
 
 /// Serves requests on `end` until the host closes it or `host_alive` says it is gone.
 ///
@@ -122,8 +122,8 @@ const NO_LAUNCH: Launch<'static> = Launch {
 
 /// Runs the posted frame in `frames[0]` together with the ones the host has already posted
 /// behind it (up to [`POSTED_BATCH`], when the worker is behind: [`WorkerEnd::behind`]): runs of
-/// launches through [`Backend::launch_batch`], small writes (`WriteInline`) in between, in
-/// order; the first error, if any, to hold until the next call. Frames behind a failed or
+/// launches through [`Backend::launch_batch`], small writes (`WriteInline`) and mark records
+/// (`RecordMark`) in between, in order; the first error, if any, to hold until the next call. Frames behind a failed or
 /// malformed one are dropped, as they would be one by one. Every launch taken counts in
 /// `launches` (a malformed frame counts as one: the host posts nothing else).
 fn serve_posted(
@@ -185,8 +185,8 @@ fn serve_posted(
     launch_batch(backend, &batch[..n], first)
 }
 
-/// A posted frame other than a launch: a small write, run now; anything else is refused (and
-/// counted as a launch, as the host counts nothing else it posts).
+/// A posted frame other than a launch: a small write or a mark's record, made now; anything else
+/// is refused (and counted as a launch, as the host counts nothing else it posts).
 fn serve_posted_other(
     backend: &mut dyn Backend,
     req: &Request<'_>,
@@ -214,6 +214,21 @@ fn serve_posted_other(
                 )
             })
         }
+        Request::RecordMark { mark } => {
+            let recorded = catch_unwind(AssertUnwindSafe(|| record_mark(backend, *mark)))
+                .unwrap_or_else(|p| {
+                    Err(BackendError::new(
+                        ErrorKind::KernelFault,
+                        internal_error(&*p),
+                    ))
+                });
+            recorded.err().map(|e| {
+                error(
+                    e.kind,
+                    format!("an earlier record of mark {mark} failed: {}", e.message),
+                )
+            })
+        }
         other => {
             *launches += 1;
             Some(launch_error(
@@ -221,7 +236,7 @@ fn serve_posted_other(
                 None,
                 ErrorKind::InvalidArgument,
                 &format!(
-                    "a {} request was posted; only launches and small writes may be",
+                    "a {} request was posted; only launches, small writes and mark records may be",
                     other.name()
                 ),
             ))
@@ -239,12 +254,31 @@ fn malformed(ordinal: u64, e: &dyn std::fmt::Display) -> Response {
     )
 }
 
-/// How many of `frames` count as launches: all but the small writes.
+/// How many of `frames` count as launches: all but the small writes and mark records.
 fn launches_in(frames: &[Vec<u8>]) -> u64 {
     frames
         .iter()
-        .filter(|f| !matches!(decode_request(f), Ok((_, Request::WriteInline { .. }))))
+        .filter(|f| {
+            !matches!(
+                decode_request(f),
+                Ok((_, Request::WriteInline { .. } | Request::RecordMark { .. }))
+            )
+        })
         .count() as u64
+}
+
+/// [`Backend::record_mark`] of a mark checked against `MAX_MARKS` first.
+fn record_mark(b: &mut dyn Backend, mark: u32) -> Result<(), BackendError> {
+    checked_mark(mark)?;
+    b.record_mark(mark)
+}
+
+/// `mark`, refused past `MAX_MARKS`.
+fn checked_mark(mark: u32) -> Result<u32, BackendError> {
+    match marks::out_of_range(mark) {
+        Some(why) => Err(BackendError::new(ErrorKind::InvalidArgument, why)),
+        None => Ok(mark),
+    }
 }
 
 /// [`Backend::launch_batch`] of the launches numbered from `first`, with its panics caught (a
@@ -558,6 +592,24 @@ fn dispatch(
                 (Err(e), _) | (_, Err(e)) => done(Err(e)),
             }
         }
+        Request::RecordMark { mark } => done(record_mark(b, *mark)),
+        Request::MarkElapsed { start, end } => {
+            match checked_mark(*start).and_then(|_| checked_mark(*end)) {
+                Ok(_) => match b.mark_elapsed(*start, *end) {
+                    // Saturates at 584 years.
+                    Ok(d) => Response::Elapsed {
+                        nanos: u64::try_from(d.as_nanos()).unwrap_or(u64::MAX),
+                    },
+                    Err(e) => error(e.kind, e.message),
+                },
+                Err(e) => error(e.kind, e.message),
+            }
+        }
+        Request::QueryMark { mark } => match checked_mark(*mark).and_then(|m| b.mark_done(m)) {
+            Ok(done) => Response::MarkDone { done },
+            Err(e) => error(e.kind, e.message),
+        },
+        Request::WaitMark { mark } => done(checked_mark(*mark).and_then(|m| b.wait_mark(m))),
         Request::AttachMemory { id, capacity } => done(guests.attach(b, *id, *capacity)),
         Request::DetachMemory { id } => done(guests.detach(b, *id)),
         Request::WriteFrom {

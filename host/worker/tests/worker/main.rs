@@ -12,6 +12,7 @@ mod fake_cuda;
 mod fake_cuda_persistent;
 mod guest_memory;
 mod launch_checks;
+mod marks;
 mod module_loads;
 mod nvrtc;
 mod pool;

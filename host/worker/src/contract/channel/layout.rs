@@ -36,7 +36,8 @@ pub(super) const MAGIC: u64 = u64::from_le_bytes(*b"TASKLETW");
 /// own from the deadline). 9: info carries the device's launch limits. 10: the GPU-time word
 /// beside the response seq. 11: the linger word. 14: loads through the host's module cache.
 /// 15: copies say which launches they wait for. 16: small writes posted with their bytes.
-pub const VERSION: u32 = 16;
+/// 17: marks (stream events) recorded posted, and asked about.
+pub const VERSION: u32 = 17;
 pub(super) const HEADER: usize = 4096;
 
 pub(super) const OFF_MAGIC: usize = 0;

@@ -167,6 +167,13 @@ fn sample_requests() -> Vec<Request<'static>> {
             len: 0,
             after: None,
         },
+        Request::RecordMark { mark: 255 },
+        Request::MarkElapsed {
+            start: 0,
+            end: u32::MAX,
+        },
+        Request::QueryMark { mark: 3 },
+        Request::WaitMark { mark: 7 },
     ]
 }
 
@@ -178,6 +185,9 @@ fn sample_responses() -> Vec<Response> {
         Response::Exported {
             handle: vec![7; 64],
         },
+        Response::Elapsed { nanos: u64::MAX },
+        Response::MarkDone { done: true },
+        Response::MarkDone { done: false },
         Response::Module {
             id: 1,
             kernels: vec![],

@@ -741,6 +741,7 @@ impl Worker {
         self.aliases.clear();
         // Unloaded by the reset with every other module of the lease.
         self.deferred_unloads.clear();
+        self.forget_marks();
         self.launches = 0;
         r
     }

@@ -87,6 +87,9 @@ pub struct EmuBackend {
     persistent: Persistent,
     /// The most `gpu_time` said so far: it never goes back.
     gpu_time_said: Duration,
+    /// Each mark's latest record: the launches' executing time then (every launch before it has
+    /// run by the time the record is served). Grown to the highest mark recorded.
+    marks: Vec<Option<Duration>>,
 }
 
 impl EmuBackend {
@@ -108,7 +111,16 @@ impl EmuBackend {
             mapped: HashSet::new(),
             persistent: Persistent::default(),
             gpu_time_said: Duration::ZERO,
+            marks: Vec::new(),
         }
+    }
+
+    fn mark(&self, mark: u32) -> Result<Duration, BackendError> {
+        self.marks
+            .get(mark as usize)
+            .copied()
+            .flatten()
+            .ok_or_else(|| super::never_recorded(mark))
     }
 
     /// The module and kernel index of `l`, once it is checked against the device's limits.
@@ -492,6 +504,30 @@ impl Backend for EmuBackend {
         self.gpu_time_said
     }
 
+    fn record_mark(&mut self, mark: u32) -> Result<(), BackendError> {
+        let i = mark as usize;
+        if self.marks.len() <= i {
+            self.marks.resize(i + 1, None);
+        }
+        self.marks[i] = Some(self.executing);
+        Ok(())
+    }
+
+    /// The launches' executing time between the records: the emulator's device time (a
+    /// persistent kernel beside them does not count).
+    fn mark_elapsed(&mut self, start: u32, end: u32) -> Result<Duration, BackendError> {
+        Ok(self.mark(end)?.saturating_sub(self.mark(start)?))
+    }
+
+    /// Every launch before a record has run when the record is served.
+    fn mark_done(&mut self, _mark: u32) -> Result<bool, BackendError> {
+        Ok(true)
+    }
+
+    fn wait_mark(&mut self, _mark: u32) -> Result<(), BackendError> {
+        Ok(())
+    }
+
     fn reset(&mut self) -> Result<(), BackendError> {
         // Freeing memory a persistent kernel may be using would leave it reading freed memory,
         // or the host's memory once unmapped: the worker cannot be reused (the serving loop
@@ -503,6 +539,7 @@ impl Backend for EmuBackend {
             ));
         }
         self.executing = self.executing.saturating_add(self.persistent.reap());
+        self.marks.clear();
         self.mapped.clear();
         self.mem.clear();
         self.modules.clear();

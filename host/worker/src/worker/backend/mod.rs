@@ -303,10 +303,51 @@ pub trait Backend {
     fn gpu_time(&mut self) -> Duration {
         Duration::ZERO
     }
+    /// Records mark `mark` (checked below `MAX_MARKS` by the caller) behind everything handed
+    /// over so far, without waiting for it: every launch, copy and replay before it counts as its
+    /// work. Recording it again moves it.
+    fn record_mark(&mut self, mark: u32) -> Result<(), BackendError> {
+        let _ = mark;
+        Err(no_marks())
+    }
+    /// The device time between the latest records of `start` and `end` (`end` the later), once
+    /// `end`'s work has finished: the wait is for that work only, with its faults and deadlines.
+    /// `InvalidArgument` for a mark never recorded.
+    fn mark_elapsed(&mut self, start: u32, end: u32) -> Result<Duration, BackendError> {
+        let _ = (start, end);
+        Err(no_marks())
+    }
+    /// Whether the work before the latest record of `mark` has finished, without waiting (a mark
+    /// never recorded has).
+    fn mark_done(&mut self, mark: u32) -> Result<bool, BackendError> {
+        let _ = mark;
+        Err(no_marks())
+    }
+    /// Waits for the work before the latest record of `mark` only (a mark never recorded: none),
+    /// reporting a fault or missed deadline in it.
+    fn wait_mark(&mut self, mark: u32) -> Result<(), BackendError> {
+        let _ = mark;
+        Err(no_marks())
+    }
     /// The worker has nothing more to do for now and is about to wait for the host: finish
     /// anything batched (cuda: record the completion event of the open launch group, so the
     /// watchdog can see it).
     fn flush(&mut self) {}
+}
+
+fn no_marks() -> BackendError {
+    BackendError::new(
+        ErrorKind::Unsupported,
+        "this backend records no marks (stream events)",
+    )
+}
+
+/// A mark asked about that was never recorded: nothing to measure from or to.
+pub(crate) fn never_recorded(mark: u32) -> BackendError {
+    BackendError::new(
+        ErrorKind::InvalidArgument,
+        format!("mark {mark} was never recorded; record it before asking for the time since it"),
+    )
 }
 
 /// Options for opening a backend in a worker process.

@@ -37,6 +37,7 @@ mod errors;
 mod graphs;
 mod host_memory;
 mod launch;
+mod marks;
 mod memory;
 mod modules;
 mod occupancy;
@@ -139,6 +140,8 @@ pub struct CudaBackend {
     /// The stream copies that need not wait for every queued kernel go on (made at the first),
     /// so the copy engine moves their bytes while the kernels run on the worker's stream.
     copy_stream: Option<WorkStream>,
+    /// The stream events' CUDA events, by mark slot (`marks`).
+    marks: marks::Marks,
 }
 
 impl CudaBackend {
@@ -214,6 +217,7 @@ impl CudaBackend {
             deferred_frees: Vec::new(),
             copy_after: None,
             copy_stream: None,
+            marks: marks::Marks::default(),
         })
     }
 
@@ -871,6 +875,22 @@ impl Backend for CudaBackend {
         }
     }
 
+    fn record_mark(&mut self, mark: u32) -> Result<(), BackendError> {
+        self.record_mark_now(mark)
+    }
+
+    fn mark_elapsed(&mut self, start: u32, end: u32) -> Result<Duration, BackendError> {
+        self.mark_elapsed_now(start, end)
+    }
+
+    fn mark_done(&mut self, mark: u32) -> Result<bool, BackendError> {
+        self.mark_done_now(mark)
+    }
+
+    fn wait_mark(&mut self, mark: u32) -> Result<(), BackendError> {
+        self.wait_mark_now(mark)
+    }
+
     fn flush(&mut self) {
         self.timeline.flush();
     }
@@ -1038,6 +1058,8 @@ impl Backend for CudaBackend {
         }
         // SAFETY: plain driver call; no kernel is queued, so this returns promptly.
         let r = unsafe { (self.drv.ctx_synchronize)() };
+        // The stream is idle: no record can be pending on an event.
+        self.marks.clear(self.drv);
         self.stream_idle();
         self.next_ordinal = 1;
         if let Err(e) = self.call(check("cuCtxSynchronize", r), "resetting the worker") {
@@ -1368,6 +1390,7 @@ impl Drop for CudaBackend {
             self.device_maps
                 .clear(self.drv, &mut self.host, !self.persistent.running());
             self.host.clear(self.drv);
+            self.marks.clear(self.drv);
             // SAFETY: ours, idle (nothing pending); nothing uses them after this.
             unsafe { (self.drv.stream_destroy)(self.dev.stream.0) };
             if let Some(copies) = self.copy_stream.take() {

@@ -1,8 +1,10 @@
 //! Streams and events (contract 0.2) through a tasklet's GPU service on this node (`LocalGpu`)
 //! and through the probe tasklet (the SDK's `Stream` and `Event`), on the suite's backend: work
-//! queued on streams and ordered by events leaves what it would in order, the time between two
-//! events is the device time charged to the lease between them, a fault on a stream surfaces at
-//! its synchronize, and a stream or event is usable only in its own session, within its limits.
+//! queued on streams and ordered by events leaves what it would in order, a record waits for
+//! nothing (not even a kernel that never ends), the time between two events is the device time
+//! between them (on the emulator, what the lease was charged for the kernels between them), a
+//! fault on a stream surfaces at its synchronize, and a stream or event is usable only in its own
+//! session, within its limits (the lease's worker holds `MAX_MARKS` recorded events).
 
 use std::sync::Arc;
 
@@ -13,6 +15,7 @@ use tasklet_runtime::gpu::{
 };
 use tasklet_runtime::{GpuError, Host};
 use tasklet_tests::{assert_baseline, manifest, run_probe, test_host};
+use tasklet_worker::MAX_MARKS;
 
 use super::graphs::ADD_STEP_PTX;
 
@@ -95,8 +98,9 @@ fn refused(r: Result<impl std::fmt::Debug, GpuError>, says: &str) {
 }
 
 /// A write on one stream, an event recorded after it, a second stream waiting on the event and
-/// launching on what was written: the result is the ordered one; the events' elapsed time is the
-/// lease's device time between their records.
+/// launching on what was written: the result is the ordered one; the events' elapsed time is
+/// above zero, and on the emulator exactly the device time charged to the lease between their
+/// records (a GPU measures it with its own clock between the events).
 #[test]
 fn work_ordered_by_events_across_streams_and_timed_between_them() {
     let host = test_host!();
@@ -137,13 +141,14 @@ fn work_ordered_by_events_across_streams_and_timed_between_them() {
         event: end,
         stream: compute,
     });
-    let after = r.gpu.gpu_time(r.lease).expect("gpu time");
+    r.op(QueueOp::SyncEvent(end));
     assert_eq!(
         r.gpu.queue_op(r.s, QueueOp::Query(end)).expect("query"),
-        QueueReply::Ready(true)
+        QueueReply::Ready(true),
+        "the work before a record is done once the event is synchronized"
     );
-    r.op(QueueOp::SyncEvent(end));
     r.op(QueueOp::SyncStream(compute));
+    let after = r.gpu.gpu_time(r.lease).expect("gpu time");
 
     let elapsed = match r.gpu.queue_op(r.s, QueueOp::Elapsed { start, end }) {
         Ok(QueueReply::Elapsed(d)) => d,
@@ -153,11 +158,13 @@ fn work_ordered_by_events_across_streams_and_timed_between_them() {
         elapsed > std::time::Duration::ZERO,
         "three launches took no time"
     );
-    assert_eq!(
-        elapsed,
-        after - before,
-        "the time between the events is the device time charged to the lease between them"
-    );
+    if host.device().backend == "emu" {
+        assert_eq!(
+            elapsed,
+            after - before,
+            "the time between the events is the device time charged to the lease between them"
+        );
+    }
     refused(
         r.gpu.queue_op(
             r.s,
@@ -300,6 +307,219 @@ fn on_a_gpu_a_copy_on_one_stream_runs_beside_a_kernel_on_another() {
         Err(GpuError::DeadlineExceeded(_)) => {}
         other => panic!("the spinning kernel should meet its deadline, got {other:?}"),
     }
+    drop(r);
+    assert_baseline(&host);
+}
+
+/// A record is queued like a launch: behind a kernel that runs until its deadline it returns at
+/// once (it waits for nothing, where it once synchronized the lease), and the kernel's overrun
+/// comes back from the event's synchronize. On a GPU an event recorded before that kernel is
+/// complete, and its synchronize waits for nothing; the emulator answers every question after
+/// the work queued before it, so there it would wait for the kernel too.
+#[test]
+fn a_record_behind_a_spinning_kernel_returns_at_once() {
+    let host = test_host!();
+    let mut r = rig(&host);
+    let faults = r.gpu.module_load(r.s, FAULTS_PTX).expect("faults loads");
+    let compute = r.stream();
+    let (before, behind) = (r.event(), r.event());
+    let flag = r.gpu.mem_alloc(r.s, 64).expect("alloc");
+    r.op(QueueOp::Record {
+        event: before,
+        stream: compute,
+    });
+    let one = LaunchConfig {
+        grid: [1, 1, 1],
+        block: [1, 1, 1],
+        shared_mem_bytes: 0,
+    };
+    r.gpu
+        .stream_launch(
+            r.s,
+            compute,
+            faults,
+            KernelRef::Named("spin_forever"),
+            &one,
+            &[buf(flag)],
+        )
+        .expect("launch");
+    let t = std::time::Instant::now();
+    r.op(QueueOp::Record {
+        event: behind,
+        stream: compute,
+    });
+    let took = t.elapsed();
+    // The suite's kernel deadline is 2 s: a record that waited would take that long.
+    assert!(
+        took < std::time::Duration::from_millis(200),
+        "a record behind a spinning kernel took {took:?}"
+    );
+    if host.device().backend == "cuda" {
+        assert_eq!(
+            r.gpu.queue_op(r.s, QueueOp::Query(before)).expect("query"),
+            QueueReply::Ready(true)
+        );
+        assert_eq!(
+            r.gpu.queue_op(r.s, QueueOp::Query(behind)).expect("query"),
+            QueueReply::Ready(false),
+            "the kernel before the record still runs"
+        );
+        let t = std::time::Instant::now();
+        r.op(QueueOp::SyncEvent(before));
+        assert!(t.elapsed() < std::time::Duration::from_millis(200));
+    }
+    match r.gpu.queue_op(r.s, QueueOp::SyncEvent(behind)) {
+        Err(GpuError::DeadlineExceeded(m)) => assert!(m.contains("spin_forever"), "{m}"),
+        other => panic!("the spinning kernel should meet its deadline, got {other:?}"),
+    }
+    drop(r);
+    assert_baseline(&host);
+}
+
+/// The time between events recorded around launches is above zero and ordered: from the first
+/// to the last is at least from the first to the middle, and, on the emulator, exactly the sum
+/// of its parts and what the lease was charged for those kernels. A query says the work before
+/// an event is done once it is synchronized, and on the emulator (which runs every kernel before
+/// the next question) before too.
+#[test]
+fn the_time_between_events_around_kernels_is_ordered() {
+    let host = test_host!();
+    let mut r = rig(&host);
+    let compute = r.stream();
+    let (a, b, c) = (r.event(), r.event(), r.event());
+    let x = r.gpu.mem_alloc(r.s, 4 * u64::from(N)).expect("alloc");
+    let step = r.gpu.mem_alloc(r.s, 8).expect("alloc");
+    r.gpu.sync(r.s).expect("sync");
+    let before = r.gpu.gpu_time(r.lease).expect("gpu time");
+    r.op(QueueOp::Record {
+        event: a,
+        stream: compute,
+    });
+    r.add_step_on(compute, x, step);
+    r.op(QueueOp::Record {
+        event: b,
+        stream: compute,
+    });
+    for _ in 0..3 {
+        r.add_step_on(compute, x, step);
+    }
+    r.op(QueueOp::Record {
+        event: c,
+        stream: compute,
+    });
+    if host.device().backend == "emu" {
+        assert_eq!(
+            r.gpu.queue_op(r.s, QueueOp::Query(c)).expect("query"),
+            QueueReply::Ready(true),
+            "the emulator ran the kernels before the record"
+        );
+    }
+    let elapsed =
+        |r: &mut Rig, start, end| match r.gpu.queue_op(r.s, QueueOp::Elapsed { start, end }) {
+            Ok(QueueReply::Elapsed(d)) => d,
+            other => panic!("elapsed, got {other:?}"),
+        };
+    let ab = elapsed(&mut r, a, b);
+    let ac = elapsed(&mut r, a, c);
+    let bc = elapsed(&mut r, b, c);
+    assert_eq!(
+        r.gpu.queue_op(r.s, QueueOp::Query(c)).expect("query"),
+        QueueReply::Ready(true),
+        "the time to an event waits for the work before it"
+    );
+    assert!(ab > std::time::Duration::ZERO && bc > std::time::Duration::ZERO);
+    assert!(
+        ac >= ab,
+        "{ac:?} from the first event to the last, {ab:?} to the middle"
+    );
+    r.gpu.sync(r.s).expect("sync");
+    let charged = r.gpu.gpu_time(r.lease).expect("gpu time") - before;
+    if host.device().backend == "emu" {
+        assert_eq!(ac, ab + bc);
+        assert_eq!(ac, charged, "the four kernels' device time");
+    }
+    drop(r);
+    assert_baseline(&host);
+}
+
+/// The events a lease's sessions have recorded hold the worker's marks, `MAX_MARKS` at most: a
+/// record past them is refused, saying what to do, until an event (or a session) is dropped.
+#[test]
+fn recorded_events_are_bounded_by_the_workers_marks() {
+    let host = test_host!();
+    let mut r = rig(&host);
+    let stream = r.stream();
+    let sessions = (MAX_MARKS as usize).div_ceil(MAX_SESSION_EVENTS);
+    let mut recorded: Vec<(SessionId, EventId)> = Vec::new();
+    for i in 0..sessions {
+        let s = if i == 0 {
+            r.s
+        } else {
+            r.gpu.session_open(r.lease).expect("session")
+        };
+        let st = match r.gpu.queue_op(s, QueueOp::NewStream) {
+            Ok(QueueReply::Stream(id)) => id,
+            other => panic!("{other:?}"),
+        };
+        for _ in 0..MAX_SESSION_EVENTS {
+            let e = match r.gpu.queue_op(s, QueueOp::NewEvent) {
+                Ok(QueueReply::Event(id)) => id,
+                other => panic!("{other:?}"),
+            };
+            r.gpu
+                .queue_op(
+                    s,
+                    QueueOp::Record {
+                        event: e,
+                        stream: st,
+                    },
+                )
+                .expect("record");
+            recorded.push((s, e));
+        }
+    }
+    assert_eq!(recorded.len(), MAX_MARKS as usize);
+    let extra = r.gpu.session_open(r.lease).expect("session");
+    let st = match r.gpu.queue_op(extra, QueueOp::NewStream) {
+        Ok(QueueReply::Stream(id)) => id,
+        other => panic!("{other:?}"),
+    };
+    let e = match r.gpu.queue_op(extra, QueueOp::NewEvent) {
+        Ok(QueueReply::Event(id)) => id,
+        other => panic!("{other:?}"),
+    };
+    let record = QueueOp::Record {
+        event: e,
+        stream: st,
+    };
+    refused(r.gpu.queue_op(extra, record), "drop an event first");
+    // Recording an event again keeps its mark.
+    r.op(QueueOp::Record {
+        event: recorded[0].1,
+        stream,
+    });
+    let (s, dropped) = recorded[5];
+    r.gpu
+        .queue_op(s, QueueOp::DropEvent(dropped))
+        .expect("drop");
+    r.gpu.queue_op(extra, record).expect("a mark given back");
+    r.gpu.queue_op(extra, QueueOp::SyncEvent(e)).expect("sync");
+    // A dropped session gives its marks back.
+    let last = recorded.last().expect("recorded").0;
+    r.gpu.session_drop(last);
+    let e2 = match r.gpu.queue_op(extra, QueueOp::NewEvent) {
+        Ok(QueueReply::Event(id)) => id,
+        other => panic!("{other:?}"),
+    };
+    r.gpu
+        .queue_op(
+            extra,
+            QueueOp::Record {
+                event: e2,
+                stream: st,
+            },
+        )
+        .expect("a mark of the dropped session");
     drop(r);
     assert_baseline(&host);
 }

@@ -694,6 +694,7 @@ impl GpuService for LocalGpu {
         let Some(s) = self.sessions.remove(&session) else {
             return;
         };
+        self.drop_marks(&s.lease, &s.queues);
         // Free what the session still holds; if its lease already ended, that is done. Neither
         // waits on running kernels: a busy worker is given up, and with it the lease. Graphs go
         // first: an instantiated graph must not outlive the kernels it launches.

@@ -13,11 +13,15 @@
 //! the last such launch's ordinal and copies beside the later kernels (cuda: on a copy stream of
 //! its own), so a copy on one stream overlaps a kernel on another.
 //!
-//! Recording an event waits for all work queued before it and reads the device time the
-//! lease's worker has spent so far: the elapsed time between two events is the device time of
-//! the lease's work between their records (kernels; idle time does not count). A query is
-//! answered from the record (complete once recorded); a never-recorded event is complete, as on
-//! CUDA.
+//! Recording an event waits for nothing: it posts a mark behind the session's work so far to the
+//! lease's worker (a slot of the worker's, taken at the event's first record and given back when
+//! the event or its session is dropped), as a launch is posted, so a pipeline that records
+//! between its chunks keeps its overlap. `SyncEvent` waits for the work before the record only,
+//! `Query` asks the worker whether that work has finished (without waiting), and `Elapsed` waits
+//! for the end event's work and returns the device time between the two records: on a GPU, the
+//! device's clock between them (`cuEventElapsedTime`, time the stream sat idle included); on the
+//! emulator, which runs each kernel before the next request, the time its kernels between them
+//! took. A never-recorded event is complete, as on CUDA.
 
 use super::LocalGpu;
 use crate::error::{invalid, GpuError};
@@ -26,7 +30,6 @@ use crate::gpu::queues::{
 };
 use crate::gpu::types::SessionId;
 use rustc_hash::FxHashMap;
-use std::time::Duration;
 
 /// A session's streams and events.
 #[derive(Default)]
@@ -42,12 +45,12 @@ pub(super) struct Queues {
     barrier: u64,
 }
 
-/// An event's latest record: its place among the session's records, the lease's device time by
-/// then, and the last launch the work before it includes.
+/// An event's latest record: its place among the session's records, the worker's mark slot it
+/// was recorded into, and the last launch the work before it includes.
 #[derive(Debug, Clone, Copy)]
 struct Mark {
     seq: u64,
-    gpu_time: Duration,
+    slot: u32,
     through: u64,
 }
 
@@ -128,39 +131,54 @@ impl LocalGpu {
                 QueueReply::Event(id)
             }
             QueueOp::DropEvent(id) => {
-                self.queues_mut(session)?.events.remove(&id);
+                let lease = std::sync::Arc::clone(&s.lease);
+                if let Some(Some(mark)) = self.queues_mut(session)?.events.remove(&id) {
+                    // Given back only here: the worker's record of it is overwritten by the next.
+                    self.run(&lease, |w| {
+                        w.drop_mark(mark.slot);
+                        Ok(())
+                    })?;
+                }
                 QueueReply::Done
             }
             QueueOp::Record { event, stream } => {
                 let through = q.stream(stream)?;
-                q.event(event)?;
+                let held = q.event(event)?.map(|m| m.slot);
                 let lease = std::sync::Arc::clone(&s.lease);
-                // A ping after the sync: a sync the device signalled carries no time report.
-                let gpu_time = self.run(&lease, |w| {
-                    w.sync()?;
-                    w.ping()?;
-                    Ok(w.gpu_time())
+                // Posted behind the work so far: nothing is waited for.
+                let slot = self.run(&lease, |w| {
+                    let slot = match held {
+                        Some(slot) => slot,
+                        None => w.new_mark()?,
+                    };
+                    match w.record_mark(slot) {
+                        Ok(()) => Ok(slot),
+                        Err(e) => {
+                            if held.is_none() {
+                                w.drop_mark(slot);
+                            }
+                            Err(e)
+                        }
+                    }
                 })?;
-                self.usage.synced();
                 let q = self.queues_mut(session)?;
                 q.records += 1;
                 let seq = q.records;
-                q.events.insert(
-                    event,
-                    Some(Mark {
-                        seq,
-                        gpu_time,
-                        through,
-                    }),
-                );
+                q.events.insert(event, Some(Mark { seq, slot, through }));
                 QueueReply::Done
             }
-            QueueOp::Query(event) => {
-                q.event(event)?;
-                QueueReply::Ready(true)
-            }
+            QueueOp::Query(event) => match q.event(event)? {
+                Some(mark) => {
+                    let lease = std::sync::Arc::clone(&s.lease);
+                    QueueReply::Ready(self.run(&lease, |w| w.mark_done(mark.slot))?)
+                }
+                None => QueueReply::Ready(true),
+            },
             QueueOp::SyncEvent(event) => {
-                q.event(event)?;
+                if let Some(mark) = q.event(event)? {
+                    let lease = std::sync::Arc::clone(&s.lease);
+                    self.run(&lease, |w| w.wait_mark(mark.slot))?;
+                }
                 QueueReply::Done
             }
             QueueOp::Elapsed { start, end } => {
@@ -174,7 +192,8 @@ impl LocalGpu {
                         "the end event was recorded before the start event; swap them",
                     ));
                 }
-                QueueReply::Elapsed(b.gpu_time.saturating_sub(a.gpu_time))
+                let lease = std::sync::Arc::clone(&s.lease);
+                QueueReply::Elapsed(self.run(&lease, |w| w.mark_elapsed(a.slot, b.slot))?)
             }
         };
         Ok(reply)
@@ -212,6 +231,21 @@ impl LocalGpu {
         if let Ok(q) = self.queues_mut(session) {
             q.barrier = q.barrier.max(through);
         }
+    }
+
+    /// Gives the worker's mark slots of `queues`' events back (their session is dropped). A lease
+    /// that ended took its worker's slots with it.
+    pub(super) fn drop_marks(&self, lease: &crate::lease::Lease, queues: &Queues) {
+        let slots: Vec<u32> = queues.events.values().flatten().map(|m| m.slot).collect();
+        if slots.is_empty() {
+            return;
+        }
+        let _ = self.manager.with_worker(lease, |w| {
+            for slot in slots {
+                w.drop_mark(slot);
+            }
+            Ok(())
+        });
     }
 
     fn sync_session(&mut self, session: SessionId) -> Result<(), GpuError> {

@@ -316,10 +316,12 @@ impl Worker {
     /// shareable load of exactly this text and nothing was posted since its last answer (so no
     /// failure is held for this call to report); `None` where the worker must be asked. Refused
     /// as a load would be: beside a running persistent kernel, past the worker's module limit;
-    /// a worker that is lost or unusable is asked (and so reports it).
+    /// a worker known lost or unusable is asked (and so reports it). A worker that died since its
+    /// last answer is not looked for here (that is a system call per load): the
+    /// next op that asks it reports it.
     pub fn load_again(&mut self, ptx: &str) -> Result<Option<LoadedModule>, WorkerError> {
         self.no_load_beside_persistent()?;
-        if !self.nothing_posted || self.usable().is_err() || self.proc.poll().is_some() {
+        if !self.nothing_posted || self.usable().is_err() {
             return Ok(None);
         }
         self.room_for_a_module()?;

@@ -98,7 +98,8 @@ static void write_counts(void) {
 struct module { char *ptx; };
 struct function { char name[128]; };
 // A stream: persistent kernels launched on it so far, and those that ended.
-struct stream { unsigned started, finished; };
+// last_event_ms: when the latest event on it was recorded (a synchronize waits until it is reached).
+struct stream { unsigned started, finished; double last_event_ms; };
 // ms: when it was recorded (kernels run at launch); untimed: created with CU_EVENT_DISABLE_TIMING;
 // gate, target: recorded behind persistent kernel number `target` of stream `gate`, still running.
 struct event { int never; double ms; int untimed; struct stream *gate; unsigned target; };
@@ -683,6 +684,7 @@ CUresult cuEventRecord(CUevent e, CUstream s) {
     ((struct event *)e)->ms = now_ms();
     ((struct event *)e)->gate = st && st->started != st->finished ? st : 0;
     ((struct event *)e)->target = st ? st->started : 0;
+    if (st) st->last_event_ms = ((struct event *)e)->ms;
     records++;
     if (!((struct event *)e)->untimed) {
         timed++;
@@ -716,6 +718,9 @@ CUresult cuStreamSynchronize(CUstream s) {
     if (sticky) return sticky;
     while (spinning) {}
     while (actor_runs(s)) { struct timespec t = { 0, 100000 }; nanosleep(&t, 0); }
+    // Done means every event recorded on it reads done too (FAKE_CUDA_EVENT_LAG_US).
+    struct stream *st = s;
+    while (st && now_ms() < st->last_event_ms + event_lag_ms()) { struct timespec t = { 0, 100000 }; nanosleep(&t, 0); }
     return sticky ? sticky : OK;
 }
 CUresult cuStreamCreate(CUstream *s, unsigned flags) {

@@ -6,22 +6,7 @@ mod cooperative;
 mod persistent;
 
 use crate::support::*;
-use tasklet_worker::{BackendKind, ErrorKind, Launch, LoadedModule, Pool, Worker, WorkerError};
-
-fn kernel_source(name: &str) -> String {
-    let path = format!("{}/../../kernels/{name}.ptx", env!("CARGO_MANIFEST_DIR"));
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
-}
-
-fn emu_worker(device_memory: u64) -> Worker {
-    Worker::spawn(
-        &command(false),
-        BackendKind::Emu,
-        device_memory,
-        Duration::from_secs(10),
-    )
-    .expect("spawn emu worker")
-}
+use tasklet_worker::{ErrorKind, Launch, LoadedModule, Pool, Worker, WorkerError};
 
 /// The argument block for `iota(u32* out, u32 n)`, built from the kernel's declared layout.
 fn iota_args(k: &tasklet_worker::KernelInfo, out: u64, n: u32) -> Vec<u8> {

@@ -5,19 +5,9 @@ use std::time::Duration;
 
 use crate::support::*;
 use tasklet_worker::guest_memory::{locate, SharedMemory};
-use tasklet_worker::{BackendKind, ErrorKind, Launch, Worker, WorkerError};
+use tasklet_worker::{ErrorKind, Launch, WorkerError};
 
 const MIB: usize = 1 << 20;
-
-fn emu_worker() -> Worker {
-    Worker::spawn(
-        &command(false),
-        BackendKind::Emu,
-        512 << 20,
-        Duration::from_secs(10),
-    )
-    .expect("spawn")
-}
 
 fn pattern(len: usize, seed: u32) -> Vec<u8> {
     let mut s = seed | 1;
@@ -34,7 +24,7 @@ fn pattern(len: usize, seed: u32) -> Vec<u8> {
 #[test]
 fn write_from_and_read_into_round_trip() {
     let mem = SharedMemory::create(16 * MIB, 64 * MIB, 64 * 1024).unwrap();
-    let mut w = emu_worker();
+    let mut w = emu_worker(512 << 20);
     let n = 5 * MIB + 123;
     let data = pattern(n, 7);
     bytes(&mem, 4096 + 1, n).copy_from_slice(&data);
@@ -63,7 +53,7 @@ fn write_from_and_read_into_round_trip() {
 fn spans_across_64_mib_chunk_boundaries() {
     // 64 MiB is the cuda backend's registration chunk; the emulator must not care either.
     let mem = SharedMemory::create(80 * MIB, 80 * MIB, 0).unwrap();
-    let mut w = emu_worker();
+    let mut w = emu_worker(512 << 20);
     let (off, n) = (60 * MIB + 5, 9 * MIB);
     let data = pattern(n, 11);
     bytes(&mem, off, n).copy_from_slice(&data);
@@ -78,7 +68,7 @@ fn spans_across_64_mib_chunk_boundaries() {
 fn memory_grown_after_attach_is_usable_and_reads_as_zeros() {
     let mut mem = SharedMemory::create(MIB, 32 * MIB, 64 * 1024).unwrap();
     let base = mem.as_ptr();
-    let mut w = emu_worker();
+    let mut w = emu_worker(512 << 20);
     let dev = w.alloc(8 * MIB as u64).unwrap();
     bytes(&mem, 0, 16).copy_from_slice(&[9; 16]);
     w.write_from(dev, &span(&mem, 0, 16)).unwrap();
@@ -170,7 +160,7 @@ fn create_refuses_bad_geometry() {
 fn out_of_bounds_device_ranges_are_refused_and_write_nothing() {
     let mem = SharedMemory::create(MIB, MIB, 0).unwrap();
     bytes(&mem, 0, MIB).fill(0xab);
-    let mut w = emu_worker();
+    let mut w = emu_worker(512 << 20);
     let dev = w.alloc(4096).unwrap();
     assert_eq!(
         op_kind(w.write_from(dev, &span(&mem, 0, 8192))),
@@ -213,7 +203,7 @@ fn out_of_bounds_device_ranges_are_refused_and_write_nothing() {
 fn an_earlier_launch_error_is_reported_first_and_the_copy_not_performed() {
     let mem = SharedMemory::create(MIB, MIB, 0).unwrap();
     bytes(&mem, 0, 64).fill(5);
-    let mut w = emu_worker();
+    let mut w = emu_worker(512 << 20);
     let dev = w.alloc(64).unwrap();
     let launch = Launch {
         module: 999,
@@ -253,7 +243,7 @@ fn an_earlier_launch_error_is_reported_first_and_the_copy_not_performed() {
 #[test]
 fn two_workers_share_one_memory() {
     let mem = SharedMemory::create(4 * MIB, 4 * MIB, 0).unwrap();
-    let (mut a, mut b) = (emu_worker(), emu_worker());
+    let (mut a, mut b) = (emu_worker(512 << 20), emu_worker(512 << 20));
     let data = pattern(MIB, 5);
     bytes(&mem, 0, MIB).copy_from_slice(&data);
     let (da, db) = (a.alloc(MIB as u64).unwrap(), b.alloc(MIB as u64).unwrap());
@@ -275,7 +265,7 @@ fn two_workers_share_one_memory() {
 #[test]
 fn reset_detaches_and_the_next_transfer_attaches_again() {
     let mem = SharedMemory::create(MIB, MIB, 0).unwrap();
-    let mut w = emu_worker();
+    let mut w = emu_worker(512 << 20);
     let dev = w.alloc(4096).unwrap();
     w.write_from(dev, &span(&mem, 0, 4096)).unwrap();
     assert_eq!(w.attached_memories(), 1);
@@ -292,7 +282,7 @@ fn reset_detaches_and_the_next_transfer_attaches_again() {
 
 #[test]
 fn dropped_memories_are_detached_at_the_next_attach() {
-    let mut w = emu_worker();
+    let mut w = emu_worker(512 << 20);
     let dev = w.alloc(4096).unwrap();
     for i in 0..5u8 {
         let mem = SharedMemory::create(MIB, MIB, 0).unwrap();
@@ -312,7 +302,7 @@ fn dropped_memories_are_detached_at_the_next_attach() {
 #[test]
 fn a_worker_killed_mid_transfer_is_lost() {
     let mem = SharedMemory::create(8 * MIB, 8 * MIB, 0).unwrap();
-    let mut w = emu_worker();
+    let mut w = emu_worker(512 << 20);
     let dev = w.alloc(8 * MIB as u64).unwrap();
     w.write_from(dev, &span(&mem, 0, 4096)).unwrap();
     // Stopped, the worker cannot answer; killed while the host waits for the transfer.

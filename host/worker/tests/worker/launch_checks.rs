@@ -7,20 +7,10 @@ use std::time::Duration;
 
 use super::fake_cuda::{fake_worker, launch};
 use crate::support::*;
-use tasklet_worker::{BackendKind, ErrorKind, LaunchLimits, Worker};
+use tasklet_worker::{ErrorKind, LaunchLimits};
 
 const IOTA_PTX: &str = include_str!("../../../../kernels/iota.ptx");
 const FAULTS_PTX: &str = include_str!("../../../../kernels/faults.ptx");
-
-fn emu_worker() -> Worker {
-    Worker::spawn(
-        &command(false),
-        BackendKind::Emu,
-        64 << 20,
-        Duration::from_secs(10),
-    )
-    .expect("spawn emu worker")
-}
 
 fn iota_args(out: u64, n: u32) -> Vec<u8> {
     out.to_le_bytes()
@@ -31,7 +21,7 @@ fn iota_args(out: u64, n: u32) -> Vec<u8> {
 
 #[test]
 fn the_emulator_reports_and_enforces_an_sm_80_device() {
-    let mut w = emu_worker();
+    let mut w = emu_worker(64 << 20);
     let info = w.info().unwrap();
     assert_eq!(info.compute_capability, (8, 0));
     assert_eq!(info.launch_limits, LaunchLimits::SM_80);
@@ -118,7 +108,7 @@ const EMPTY: &str =
 fn modules_a_gpu_refuses_are_refused_alike_on_the_emulator_and_the_gpu() {
     let too_new = IOTA_PTX.replacen(".version 9.0", ".version 99.0", 1);
     let huge_token = huge_token();
-    let mut emu = emu_worker();
+    let mut emu = emu_worker(64 << 20);
     // The emulator: an sm_80 device whose driver compiles what CUDA 13.1 does.
     let refusals = [
         ("", EMPTY.to_owned()),

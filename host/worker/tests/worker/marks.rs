@@ -7,20 +7,10 @@ use std::time::{Duration, Instant};
 
 use crate::fake_cuda::{counting_worker, fake_worker, launch};
 use crate::support::*;
-use tasklet_worker::{BackendKind, ErrorKind, Launch, LoadedModule, Worker, MAX_MARKS};
+use tasklet_worker::{ErrorKind, Launch, LoadedModule, Worker, MAX_MARKS};
 
 const FAULTS_PTX: &str = include_str!("../../../../kernels/faults.ptx");
 const IOTA_PTX: &str = include_str!("../../../../kernels/iota.ptx");
-
-fn emu_worker() -> Worker {
-    Worker::spawn(
-        &command(false),
-        BackendKind::Emu,
-        64 << 20,
-        Duration::from_secs(10),
-    )
-    .expect("spawn emu worker")
-}
 
 /// `spin_forever` on a flag nobody sets, launched with `deadline`.
 fn spin(w: &mut Worker, deadline: Duration) -> LoadedModule {
@@ -63,7 +53,7 @@ fn iota_args(out: u64, n: u32) -> Vec<u8> {
 #[test]
 fn a_record_behind_a_spinning_kernel_returns_at_once_on_the_emulator() {
     let deadline = Duration::from_millis(1500);
-    let mut w = emu_worker();
+    let mut w = emu_worker(64 << 20);
     spin(&mut w, deadline);
     let mark = w.new_mark().expect("a mark");
     let t = Instant::now();
@@ -83,7 +73,7 @@ fn a_record_behind_a_spinning_kernel_returns_at_once_on_the_emulator() {
 #[test]
 fn the_time_between_marks_is_the_device_time_between_them_in_order() {
     const N: u32 = 1 << 14;
-    let mut w = emu_worker();
+    let mut w = emu_worker(64 << 20);
     let m = w.load_module(IOTA_PTX).expect("iota loads");
     let out = w.alloc(4 * u64::from(N)).expect("alloc");
     let args = iota_args(out, N);
@@ -133,7 +123,7 @@ fn the_time_between_marks_is_the_device_time_between_them_in_order() {
 /// no time to measure from, and is complete.
 #[test]
 fn the_mark_limit_bites_and_a_mark_never_recorded_is_refused_for_timing() {
-    let mut w = emu_worker();
+    let mut w = emu_worker(64 << 20);
     let held: Vec<u32> = (0..MAX_MARKS)
         .map(|_| w.new_mark().expect("a mark"))
         .collect();
@@ -172,7 +162,7 @@ fn the_mark_limit_bites_and_a_mark_never_recorded_is_refused_for_timing() {
 /// Records are not launches: a failed launch after some is still named by its own ordinal.
 #[test]
 fn records_do_not_count_as_launches() {
-    let mut w = emu_worker();
+    let mut w = emu_worker(64 << 20);
     let m = w.load_module(IOTA_PTX).expect("iota loads");
     let out = w.alloc(4 * 256).expect("alloc");
     let args = iota_args(out, 256);

@@ -7,22 +7,7 @@
 use std::time::{Duration, Instant};
 
 use crate::support::*;
-use tasklet_worker::{BackendKind, ErrorKind, Launch, LoadedModule, Worker, MAX_MODULES};
-
-fn kernel_source(name: &str) -> String {
-    let path = format!("{}/../../kernels/{name}.ptx", env!("CARGO_MANIFEST_DIR"));
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
-}
-
-fn emu_worker() -> Worker {
-    Worker::spawn(
-        &command(false),
-        BackendKind::Emu,
-        16 << 20,
-        Duration::from_secs(10),
-    )
-    .expect("spawn emu worker")
-}
+use tasklet_worker::{ErrorKind, Launch, LoadedModule, Worker, MAX_MODULES};
 
 /// Runs `iota` of module `m` over 64 u32s at `out` and syncs.
 fn run_iota(w: &mut Worker, m: &LoadedModule, out: u64) -> Result<(), tasklet_worker::WorkerError> {
@@ -45,7 +30,7 @@ fn run_iota(w: &mut Worker, m: &LoadedModule, out: u64) -> Result<(), tasklet_wo
 
 #[test]
 fn a_repeated_load_is_answered_by_the_host_and_only_the_last_unload_reaches_the_worker() {
-    let mut w = emu_worker();
+    let mut w = emu_worker(16 << 20);
     let iota = kernel_source("iota");
     let first = w.load_module(&iota).unwrap();
     let out = w.alloc(256).unwrap();
@@ -91,7 +76,7 @@ fn a_repeated_load_is_answered_by_the_host_and_only_the_last_unload_reaches_the_
 
 #[test]
 fn a_module_with_global_variables_is_loaded_afresh_each_time() {
-    let mut w = emu_worker();
+    let mut w = emu_worker(16 << 20);
     let misc = kernel_source("misc");
     let a = w.load_module(&misc).unwrap();
     w.sync().unwrap();
@@ -102,7 +87,7 @@ fn a_module_with_global_variables_is_loaded_afresh_each_time() {
 
 #[test]
 fn a_failure_held_for_the_next_call_is_reported_by_a_repeated_load() {
-    let mut w = emu_worker();
+    let mut w = emu_worker(16 << 20);
     let iota = kernel_source("iota");
     let m = w.load_module(&iota).unwrap();
     w.sync().unwrap();
@@ -124,7 +109,7 @@ fn a_failure_held_for_the_next_call_is_reported_by_a_repeated_load() {
 
 #[test]
 fn loads_answered_by_the_host_count_against_the_workers_module_limit() {
-    let mut w = emu_worker();
+    let mut w = emu_worker(16 << 20);
     let iota = kernel_source("iota");
     let first = w.load_module(&iota).unwrap();
     w.sync().unwrap();

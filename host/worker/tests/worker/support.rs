@@ -19,6 +19,23 @@ pub fn command(null_backend: bool) -> WorkerCommand {
     }
 }
 
+/// A worker process serving the emulator, with `device_memory` bytes of device memory.
+pub fn emu_worker(device_memory: u64) -> Worker {
+    Worker::spawn(
+        &command(false),
+        BackendKind::Emu,
+        device_memory,
+        Duration::from_secs(10),
+    )
+    .expect("spawn emu worker")
+}
+
+/// The text of `kernels/NAME.ptx`.
+pub fn kernel_source(name: &str) -> String {
+    let path = format!("{}/../../kernels/{name}.ptx", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
 pub fn null_worker(op_timeout: Duration) -> Worker {
     Worker::spawn(&command(true), BackendKind::Emu, 1 << 20, op_timeout).expect("spawn")
 }

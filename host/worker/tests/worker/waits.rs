@@ -6,28 +6,17 @@
 use std::time::{Duration, Instant};
 
 use crate::support::*;
-use tasklet_worker::{
-    BackendKind, ErrorKind, Launch, LoadedModule, Pool, Worker, WorkerCommand, WorkerError,
-};
+use tasklet_worker::{ErrorKind, Launch, LoadedModule, Pool, Worker, WorkerCommand, WorkerError};
 
 const FAULTS_PTX: &str = include_str!("../../../../kernels/faults.ptx");
 const IOTA_PTX: &str = include_str!("../../../../kernels/iota.ptx");
 
 /// An emulator worker with 64 MiB of device memory.
-fn emu_worker() -> Worker {
-    Worker::spawn(
-        &command(false),
-        BackendKind::Emu,
-        64 << 20,
-        Duration::from_secs(10),
-    )
-    .expect("spawn emu worker")
-}
 
 /// An emulator worker with `spin_forever` launched (with `deadline`) on a flag nobody sets, and a
 /// spare 4 KiB allocation: (worker, module, spare's address).
 fn spinning(deadline: Duration) -> (Worker, LoadedModule, u64) {
-    let mut w = emu_worker();
+    let mut w = emu_worker(64 << 20);
     let m = w.load_module(FAULTS_PTX).expect("faults.ptx loads");
     let flag = w.alloc(4).expect("alloc");
     let spare = w.alloc(16 << 10).expect("alloc");
@@ -252,7 +241,7 @@ fn on_cuda_a_module_load_or_unload_answered_from_the_cache_leaves_the_kernel_pen
 /// real one, and a worker that died meanwhile is still reported.
 #[test]
 fn a_sync_with_nothing_sent_since_the_last_wait_asks_the_worker_nothing() {
-    let mut w = emu_worker();
+    let mut w = emu_worker(64 << 20);
     let buf = w.alloc(64).unwrap();
     w.write(buf, &[3; 64]).unwrap();
     let mut back = [0u8; 64];
@@ -280,7 +269,7 @@ fn a_sync_with_nothing_sent_since_the_last_wait_asks_the_worker_nothing() {
     w.set_wait_limit(None);
 
     // Settled again, then killed: the sync reports the lost worker.
-    let mut w = emu_worker();
+    let mut w = emu_worker(64 << 20);
     w.sync().unwrap();
     let pid = w.pid();
     kill9(pid);
@@ -295,7 +284,7 @@ fn a_sync_with_nothing_sent_since_the_last_wait_asks_the_worker_nothing() {
 /// it still goes to the worker (which checks the stream's copies and zeroing).
 #[test]
 fn a_sync_after_an_empty_read_still_asks_the_worker() {
-    let mut w = emu_worker();
+    let mut w = emu_worker(64 << 20);
     let buf = w.alloc(64).unwrap();
     w.write(buf, &[3; 64]).unwrap();
     w.read(buf, &mut []).unwrap();

@@ -9,13 +9,9 @@ use tokio::sync::OwnedSemaphorePermit;
 pub(crate) struct Job {
     pub request_id: RequestId,
     pub work: Work,
-    /// Where the reply goes: the writer of the stream that carried the request.
-    pub reply: ReplyTo,
     /// The share of the connection's queue budget this job's bytes hold; returned when the job
     /// is done.
     pub _budget: Option<OwnedSemaphorePermit>,
-    /// Counts the request as unanswered until the job is done.
-    pub _unanswered: Unanswered,
 }
 
 pub(crate) enum Work {
@@ -59,4 +55,13 @@ pub(crate) use crate::outlet::ReplyTo;
 /// The jobs a stream decoded from one read, in order, handed to the GPU thread together: a
 /// burst of pipelined frames (a thousand LAUNCHes in one datagram train) then costs one channel
 /// send and at most one wake of the GPU thread, not one of each per frame.
-pub(crate) type Batch = Vec<Job>;
+pub(crate) struct Batch {
+    pub jobs: Vec<Job>,
+    /// Where the replies go: the writer of the stream that carried the requests. One for the
+    /// batch (its jobs all came on one stream), as is the count below: a job then takes no
+    /// reference counts of its own, each of which the stream's task would raise and the GPU
+    /// thread lower, passing their cache lines between two cores for every launch.
+    pub reply: ReplyTo,
+    /// Counts the batch's requests as unanswered until the batch is done.
+    pub _unanswered: Unanswered,
+}

@@ -55,14 +55,25 @@ pub(crate) struct Shared {
 }
 
 /// A request the node has taken off a stream, counted until its reply has been handed to the
-/// stream (when the job or deploy request carrying it is dropped). A drain waits for none to be
+/// stream (when the batch of jobs or the deploy request carrying it is dropped). A drain waits for none to be
 /// left, so that the reply to the request that ended the last lease or run is not cut off by the
-/// node closing its connections.
-pub(crate) struct Unanswered(Arc<AtomicUsize>);
+/// node closing its connections. One guard may count several requests (a batch's: `one_more`).
+pub(crate) struct Unanswered {
+    count: Arc<AtomicUsize>,
+    requests: usize,
+}
+
+impl Unanswered {
+    /// Counts one more request under this guard, until it is dropped.
+    pub fn one_more(&mut self) {
+        self.count.fetch_add(1, Ordering::AcqRel);
+        self.requests += 1;
+    }
+}
 
 impl Drop for Unanswered {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        self.count.fetch_sub(self.requests, Ordering::AcqRel);
     }
 }
 
@@ -117,7 +128,10 @@ impl Shared {
     /// Counts a request taken off a stream until the guard is dropped.
     pub fn taken(&self) -> Unanswered {
         self.unanswered.fetch_add(1, Ordering::AcqRel);
-        Unanswered(Arc::clone(&self.unanswered))
+        Unanswered {
+            count: Arc::clone(&self.unanswered),
+            requests: 1,
+        }
     }
 
     /// Requests taken and not yet answered, on every connection.
@@ -134,5 +148,30 @@ impl Shared {
     pub fn shut_down_host(&self) {
         self.host.leases().shutdown();
         self.host.leases().shutdown_pools();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A batch's guard counts every request taken under it, and gives them all back at once.
+    #[test]
+    fn one_guard_counts_a_batch_and_gives_it_all_back() {
+        let count = Arc::new(AtomicUsize::new(0));
+        count.fetch_add(1, Ordering::AcqRel);
+        let mut batch = Unanswered {
+            count: Arc::clone(&count),
+            requests: 1,
+        };
+        batch.one_more();
+        batch.one_more();
+        assert_eq!(count.load(Ordering::Acquire), 3);
+        drop(batch);
+        assert_eq!(
+            count.load(Ordering::Acquire),
+            0,
+            "the batch's three are answered"
+        );
     }
 }

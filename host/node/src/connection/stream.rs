@@ -13,7 +13,7 @@ use crate::caller::Caller;
 use crate::job::{Batch, Job, ReplyTo, Work, WritePiece};
 use crate::metrics::PerOp;
 use crate::outlet::outlet;
-use crate::shared::{Phase, Shared};
+use crate::shared::{Phase, Shared, Unanswered};
 use bytes::Bytes;
 use prometheus::IntCounter;
 use std::sync::Arc;
@@ -78,6 +78,7 @@ pub(crate) async fn serve(stream: Stream) {
         }),
         jobs,
         batch: Vec::new(),
+        unanswered: None,
         budget,
         reply: reply.clone(),
         writing: None,
@@ -112,7 +113,9 @@ struct Reader {
     decoder: Decoder,
     jobs: mpsc::Sender<Batch>,
     /// Jobs decoded from the current read, not yet handed to the GPU thread.
-    batch: Batch,
+    batch: Vec<Job>,
+    /// Counts the batch's requests as unanswered from the moment each is taken.
+    unanswered: Option<Unanswered>,
     budget: Arc<Semaphore>,
     reply: ReplyTo,
     writing: Option<Writing>,
@@ -364,22 +367,28 @@ impl Reader {
         if let Work::Request(request) = &work {
             self.calls |= !request.opcode().is_pipelined();
         }
+        match self.unanswered.as_mut() {
+            Some(unanswered) => unanswered.one_more(),
+            None => self.unanswered = Some(self.shared.taken()),
+        }
         self.batch.push(Job {
             request_id,
             work,
-            reply: self.reply.clone(),
             _budget: budget,
-            _unanswered: self.shared.taken(),
         });
         Ok(())
     }
 
     /// Hands the batch to the GPU thread.
     async fn hand_over(&mut self) {
-        if self.batch.is_empty() {
+        let Some(unanswered) = self.unanswered.take() else {
             return;
-        }
-        let batch = std::mem::take(&mut self.batch);
+        };
+        let batch = Batch {
+            jobs: std::mem::take(&mut self.batch),
+            reply: self.reply.clone(),
+            _unanswered: unanswered,
+        };
         let mark = self.hot.mark();
         // The GPU thread is gone only when the connection is.
         let _ = self.jobs.send(batch).await;

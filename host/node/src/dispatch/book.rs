@@ -2,6 +2,7 @@
 //! connection's leases (generations, GPU_SUBMIT regions) and modules (kernels by index).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use tasklet_ptx::KernelInfo;
 use tasklet_runtime::gpu::{BufferId, LeaseId, ModuleId, SessionId};
 
@@ -20,8 +21,9 @@ pub(super) struct LeaseEntry {
 
 pub(super) struct ModuleEntry {
     pub session: SessionId,
-    /// The module's kernels in the order LAUNCH indexes them.
-    pub kernels: Vec<String>,
+    /// The module's kernels in the order LAUNCH indexes them; shared, so that a launch takes its
+    /// kernel's name without copying it.
+    pub kernels: Vec<Arc<str>>,
 }
 
 /// A lease used by GPU_SUBMIT: one session on it, and one buffer holding all of its memory.

@@ -95,7 +95,15 @@ impl Dispatcher {
     pub fn run(mut self, mut queue: mpsc::Receiver<Batch>) {
         let mut waiter = poll::Waiter::new();
         while let Some(batch) = waiter.next(&mut queue) {
-            for job in batch {
+            // The batch's requests stay counted as unanswered until its last job is done.
+            let Batch {
+                jobs,
+                reply,
+                _unanswered,
+            } = batch;
+            // One clock reading per job: a job's end is the next one's start.
+            let mut start = Instant::now();
+            for job in jobs {
                 // A closed connection's queued work is dropped, not done.
                 if self.closed.load(Ordering::Acquire) {
                     break;
@@ -104,12 +112,13 @@ impl Dispatcher {
                     Work::Request(request) => request.opcode(),
                     Work::WritePiece(piece) => piece_opcode(piece),
                 };
-                let start = Instant::now();
-                self.job(job);
+                self.job(job, &reply);
+                let end = Instant::now();
                 let shared = &self.shared;
                 self.latency
                     .get(opcode, || shared.metrics.op_seconds(opcode))
-                    .observe(start.elapsed().as_secs_f64());
+                    .observe(end.duration_since(start).as_secs_f64());
+                start = end;
             }
         }
         let leases = self.book.leases.len() as u64;
@@ -139,12 +148,9 @@ impl Dispatcher {
         })
     }
 
-    fn job(&mut self, job: Job) {
+    fn job(&mut self, job: Job, reply: &ReplyTo) {
         let Job {
-            request_id,
-            work,
-            reply,
-            ..
+            request_id, work, ..
         } = job;
         let request = match work {
             Work::WritePiece(piece) => return self.write_piece(request_id, piece),
@@ -156,9 +162,9 @@ impl Dispatcher {
             (false, _) => {
                 let why =
                     format!("{opcode} before HELLO: HELLO is the first request of a connection");
-                return self.protocol_error(&reply, why);
+                return self.protocol_error(reply, why);
             }
-            (true, Opcode::Hello) => return self.protocol_error(&reply, "a second HELLO".into()),
+            (true, Opcode::Hello) => return self.protocol_error(reply, "a second HELLO".into()),
             (true, _) => {}
         }
         match request {
@@ -205,8 +211,8 @@ impl Dispatcher {
                     offset,
                     len,
                 };
-                if let Err(failure) = self.stream_read(&reply, request_id, read) {
-                    fail(&reply, request_id, opcode, failure);
+                if let Err(failure) = self.stream_read(reply, request_id, read) {
+                    fail(reply, request_id, opcode, failure);
                 }
             }
             Request::MemWrite {
@@ -234,11 +240,11 @@ impl Dispatcher {
                     offset,
                     len,
                 };
-                if let Err(failure) = self.stream_read(&reply, request_id, read) {
-                    fail(&reply, request_id, opcode, failure);
+                if let Err(failure) = self.stream_read(reply, request_id, read) {
+                    fail(reply, request_id, opcode, failure);
                 }
             }
-            Request::GpuSubmit(submit) => self.submit(&reply, request_id, submit),
+            Request::GpuSubmit(submit) => self.submit(reply, request_id, submit),
             Request::Hello {
                 min_version,
                 max_version,
@@ -249,7 +255,7 @@ impl Dispatcher {
                 self.hello.notify_one();
                 match negotiate(min_version, max_version) {
                     Some(version) => send(
-                        &reply,
+                        reply,
                         request_id,
                         &Reply::Hello {
                             version,
@@ -265,8 +271,8 @@ impl Dispatcher {
                                 tasklet_wire::PROTOCOL_VERSION
                             ),
                         );
-                        fail(&reply, request_id, opcode, Failure(error.clone()));
-                        close(&reply, error);
+                        fail(reply, request_id, opcode, Failure(error.clone()));
+                        close(reply, error);
                     }
                 }
             }
@@ -275,7 +281,7 @@ impl Dispatcher {
                     opcode,
                     error: failure.0,
                 });
-                send(&reply, request_id, &answer);
+                send(reply, request_id, &answer);
             }
         }
     }
@@ -642,7 +648,7 @@ impl Dispatcher {
             module,
             ModuleEntry {
                 session,
-                kernels: kernels.iter().map(|k| k.name.clone()).collect(),
+                kernels: kernels.iter().map(|k| Arc::from(k.name.as_str())).collect(),
             },
         );
         LoadedModule {
@@ -674,7 +680,7 @@ impl Dispatcher {
                     ))
                 })?,
             // The host says what is wrong with the module id in its own words.
-            _ => String::new(),
+            _ => Arc::from(""),
         };
         let config = LaunchConfig {
             grid: launch.grid,

@@ -10,7 +10,6 @@
 //! count of GPU threads polling at once in this process, at most a quarter of the cores (none on
 //! a machine of fewer than 4), so that many busy connections never spin against each other.
 
-use crate::job::Batch;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 use tasklet_spin::{Budget, Slots};
@@ -40,7 +39,7 @@ impl Waiter {
     }
 
     /// The next batch; `None` once every sender is gone.
-    pub fn next(&mut self, queue: &mut mpsc::Receiver<Batch>) -> Option<Batch> {
+    pub fn next<Batch>(&mut self, queue: &mut mpsc::Receiver<Batch>) -> Option<Batch> {
         match queue.try_recv() {
             Ok(batch) => return Some(batch),
             Err(TryRecvError::Disconnected) => return None,
@@ -57,7 +56,7 @@ impl Waiter {
 
     /// Polls the queue for up to the budget, if a polling slot is free: `Some` with what it
     /// found (a batch, or `None` for a closed queue), `None` if nothing came.
-    fn poll(&mut self, queue: &mut mpsc::Receiver<Batch>) -> Option<Option<Batch>> {
+    fn poll<Batch>(&mut self, queue: &mut mpsc::Receiver<Batch>) -> Option<Option<Batch>> {
         let budget = self.budget.get();
         if budget.is_zero() {
             return None;
@@ -92,7 +91,8 @@ mod tests {
 
     #[test]
     fn an_idle_queue_stops_the_polling_and_a_chatty_one_restores_it() {
-        let (send, mut queue) = mpsc::channel::<Batch>(4);
+        // Any batch will do: the wait does not look into it.
+        let (send, mut queue) = mpsc::channel::<Vec<()>>(4);
         let max = Duration::from_micros(200);
         let mut waiter = Waiter {
             budget: Budget::new(max, Duration::ZERO),

@@ -108,6 +108,31 @@ fn a_failure_held_for_the_next_call_is_reported_by_a_repeated_load() {
 }
 
 #[test]
+fn a_failure_held_past_a_free_is_reported_by_a_repeated_load() {
+    let mut w = emu_worker(16 << 20);
+    let iota = kernel_source("iota");
+    let m = w.load_module(&iota).unwrap();
+    let scratch = w.alloc(256).unwrap();
+    w.sync().unwrap();
+    w.launch(&Launch {
+        module: m.id,
+        kernel: 99,
+        grid: [1, 1, 1],
+        block: [1, 1, 1],
+        shared_mem_bytes: 0,
+        args: &[],
+        deadline: Duration::from_secs(10),
+    })
+    .unwrap();
+    // A free is performed beside the held error and leaves it for the op after it: its answer
+    // reports nothing, so the load after it is the worker's to answer.
+    w.free(scratch).unwrap();
+    let (kind, message) = op_error(w.load_module(&iota));
+    assert_eq!(kind, ErrorKind::InvalidArgument, "{message}");
+    assert!(message.contains("launch #1"), "{message}");
+}
+
+#[test]
 fn loads_answered_by_the_host_count_against_the_workers_module_limit() {
     let mut w = emu_worker(16 << 20);
     let iota = kernel_source("iota");

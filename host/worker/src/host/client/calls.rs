@@ -159,7 +159,9 @@ impl Worker {
             self.pending_until = None;
         }
         self.settled = Self::settles(req);
-        self.nothing_posted = true;
+        // A free is performed beside a held failure and leaves it for the next call: its answer
+        // reports none.
+        self.nothing_posted = !matches!(req, Request::Free { .. });
         Ok(answered)
     }
 

@@ -242,6 +242,46 @@ fn a_fault_on_a_stream_surfaces_at_its_synchronize() {
     assert_baseline(&host);
 }
 
+/// Dropping an event recorded on a lease that has since ended (a fault ended it) succeeds, as
+/// dropping a stream does: the lease took its worker's mark slots with it.
+#[test]
+fn an_event_recorded_on_a_lease_that_ended_drops() {
+    let host = test_host!();
+    let mut r = rig(&host);
+    let faults = r.gpu.module_load(r.s, FAULTS_PTX).expect("faults loads");
+    let stream = r.stream();
+    let event = r.event();
+    r.op(QueueOp::Record { event, stream });
+    let b = r.gpu.mem_alloc(r.s, 64).expect("alloc");
+    let one = LaunchConfig {
+        grid: [1, 1, 1],
+        block: [1, 1, 1],
+        shared_mem_bytes: 0,
+    };
+    let faulted = r
+        .gpu
+        .stream_launch(
+            r.s,
+            stream,
+            faults,
+            KernelRef::Named("write_out_of_bounds"),
+            &one,
+            &[buf(b), KernelArg::U64(1 << 40)],
+        )
+        .map(drop)
+        .and_then(|()| r.gpu.queue_op(r.s, QueueOp::SyncStream(stream)).map(drop));
+    assert!(
+        matches!(faulted, Err(GpuError::KernelFault(_))),
+        "{faulted:?}"
+    );
+    assert_eq!(
+        r.gpu.queue_op(r.s, QueueOp::DropEvent(event)),
+        Ok(QueueReply::Done)
+    );
+    drop(r);
+    assert_baseline(&host);
+}
+
 /// On a GPU a copy on one stream runs beside a kernel on another: 2 MiB written and read back
 /// 32 times on one stream while a kernel that never ends spins on another (a copy that waited
 /// for the kernel would wait until its deadline and fail with it); the kernel is then ended at

@@ -134,10 +134,11 @@ impl LocalGpu {
                 let lease = std::sync::Arc::clone(&s.lease);
                 if let Some(Some(mark)) = self.queues_mut(session)?.events.remove(&id) {
                     // Given back only here: the worker's record of it is overwritten by the next.
-                    self.run(&lease, |w| {
+                    // A drop never fails: a lease that ended took its worker's slots with it.
+                    let _ = self.manager.with_worker(&lease, |w| {
                         w.drop_mark(mark.slot);
                         Ok(())
-                    })?;
+                    });
                 }
                 QueueReply::Done
             }

@@ -134,6 +134,7 @@ impl Worker {
         let now = Instant::now();
         let timeout = timeout.saturating_add(self.queued_for(now));
         let deadline = self.limited(later(now, timeout));
+        let nothing_posted = self.nothing_posted;
         let id = self.encode(req);
         let (first, mark) = self.first_deadline(deadline);
         let proc = &self.proc;
@@ -159,9 +160,13 @@ impl Worker {
             self.pending_until = None;
         }
         self.settled = Self::settles(req);
-        // A free is performed beside a held failure and leaves it for the next call: its answer
-        // reports none.
-        self.nothing_posted = !matches!(req, Request::Free { .. });
+        // A free is performed beside a held failure and leaves it for the next call, and a ping
+        // or info is answered beside a persistent kernel's fault: their answers report none, so
+        // they leave the flag as they found it.
+        self.nothing_posted = match req {
+            Request::Free { .. } | Request::Ping | Request::Info => nothing_posted,
+            _ => true,
+        };
         Ok(answered)
     }
 

@@ -664,8 +664,10 @@ impl Worker {
         let seen = self.persistent.len();
         self.persistent.retain(|p| !view_of(p).ended());
         if self.persistent.len() < seen {
-            // One ended, perhaps faulting: only the worker's answer to the next sync says so.
+            // One ended, perhaps faulting: only the worker's answer to the next sync (or load)
+            // says so.
             self.settled = false;
+            self.nothing_posted = false;
         }
         self.persistent.len()
     }

@@ -274,6 +274,43 @@ fn an_actor_whose_handler_faults_says_where_in_its_control_block() {
     assert!(w.is_poisoned());
 }
 
+/// A worker whose actor faulted after `iota` (a shared module) was loaded: the fault is held
+/// for the worker's next op.
+fn faulted_beside_a_shared_module() -> (Worker, String) {
+    let mut w = emu_worker(64 << 20);
+    let iota = kernel_source("iota");
+    w.load_module(&iota).unwrap();
+    let a = Actor::new(&mut w, 16);
+    a.start(&mut w, "actor_fault", 1).unwrap();
+    let mut bad = message(0);
+    bad[..4].copy_from_slice(&(-1.0f32).to_le_bytes());
+    assert_eq!(a.inbox.1.push(&bad).unwrap(), 1);
+    assert!(
+        matches!(a.ended(BOUND), Some(Exit::Faulted(_))),
+        "the actor faults"
+    );
+    // The host sees it ended from the worker's status block, written just after.
+    assert!(eventually(BOUND, || w.persistent_running() == 0));
+    (w, iota)
+}
+
+/// A repeated load of a shared module is the worker's to answer once a persistent kernel was
+/// seen ended since its last answer (it may have faulted), and still after a ping, which the
+/// worker answers without reporting such a fault: it reports the fault.
+#[test]
+fn a_repeated_load_after_an_actor_faulted_reports_the_fault() {
+    let (mut w, iota) = faulted_beside_a_shared_module();
+    let (kind, message) = op_error(w.load_module(&iota));
+    assert_eq!(kind, ErrorKind::KernelFault, "{message}");
+    assert!(message.contains("actor_fault"), "{message}");
+
+    let (mut w, iota) = faulted_beside_a_shared_module();
+    w.ping().unwrap();
+    let (kind, message) = op_error(w.load_module(&iota));
+    assert_eq!(kind, ErrorKind::KernelFault, "{message}");
+    assert!(message.contains("actor_fault"), "{message}");
+}
+
 #[test]
 fn an_actor_that_ignores_termination_keeps_its_worker_from_being_reused() {
     let mut w = emu_worker(64 << 20);

@@ -81,6 +81,26 @@ impl Rig {
         );
     }
 
+    /// `spin_forever` of `faults` (a kernel that ends only at its deadline) on one thread of
+    /// `stream`, `flag` its argument.
+    fn spin_on(&mut self, stream: StreamId, faults: ModuleId, flag: BufferId) {
+        let one = LaunchConfig {
+            grid: [1, 1, 1],
+            block: [1, 1, 1],
+            shared_mem_bytes: 0,
+        };
+        self.gpu
+            .stream_launch(
+                self.s,
+                stream,
+                faults,
+                KernelRef::Named("spin_forever"),
+                &one,
+                &[buf(flag)],
+            )
+            .expect("launch");
+    }
+
     /// `add_step` on `x` with the step in `step`, launched on `stream`.
     fn add_step_on(&mut self, stream: StreamId, x: BufferId, step: BufferId) {
         let args = [buf(x), buf(step), KernelArg::U32(N)];
@@ -311,21 +331,7 @@ fn on_a_gpu_a_copy_on_one_stream_runs_beside_a_kernel_on_another() {
         .expect("write");
     let alone = t.elapsed();
 
-    let one = LaunchConfig {
-        grid: [1, 1, 1],
-        block: [1, 1, 1],
-        shared_mem_bytes: 0,
-    };
-    r.gpu
-        .stream_launch(
-            r.s,
-            compute,
-            faults,
-            KernelRef::Named("spin_forever"),
-            &one,
-            &[buf(flag)],
-        )
-        .expect("launch");
+    r.spin_on(compute, faults, flag);
     let t = std::time::Instant::now();
     for round in 0..ROUNDS {
         r.gpu
@@ -368,21 +374,7 @@ fn a_record_behind_a_spinning_kernel_returns_at_once() {
         event: before,
         stream: compute,
     });
-    let one = LaunchConfig {
-        grid: [1, 1, 1],
-        block: [1, 1, 1],
-        shared_mem_bytes: 0,
-    };
-    r.gpu
-        .stream_launch(
-            r.s,
-            compute,
-            faults,
-            KernelRef::Named("spin_forever"),
-            &one,
-            &[buf(flag)],
-        )
-        .expect("launch");
+    r.spin_on(compute, faults, flag);
     let t = std::time::Instant::now();
     r.op(QueueOp::Record {
         event: behind,

@@ -91,20 +91,8 @@ fn a_failure_held_for_the_next_call_is_reported_by_a_repeated_load() {
     let iota = kernel_source("iota");
     let m = w.load_module(&iota).unwrap();
     w.sync().unwrap();
-    // A launch the worker refuses (no such kernel), posted: its error waits for the next call.
-    w.launch(&Launch {
-        module: m.id,
-        kernel: 99,
-        grid: [1, 1, 1],
-        block: [1, 1, 1],
-        shared_mem_bytes: 0,
-        args: &[],
-        deadline: Duration::from_secs(10),
-    })
-    .unwrap();
-    let (kind, message) = op_error(w.load_module(&iota));
-    assert_eq!(kind, ErrorKind::InvalidArgument, "{message}");
-    assert!(message.contains("launch #1"), "{message}");
+    post_refused_launch(&mut w, &m);
+    held_launch_failure_reported(w.load_module(&iota));
 }
 
 #[test]
@@ -114,22 +102,11 @@ fn a_failure_held_past_a_free_is_reported_by_a_repeated_load() {
     let m = w.load_module(&iota).unwrap();
     let scratch = w.alloc(256).unwrap();
     w.sync().unwrap();
-    w.launch(&Launch {
-        module: m.id,
-        kernel: 99,
-        grid: [1, 1, 1],
-        block: [1, 1, 1],
-        shared_mem_bytes: 0,
-        args: &[],
-        deadline: Duration::from_secs(10),
-    })
-    .unwrap();
+    post_refused_launch(&mut w, &m);
     // A free is performed beside the held error and leaves it for the op after it: its answer
     // reports nothing, so the load after it is the worker's to answer.
     w.free(scratch).unwrap();
-    let (kind, message) = op_error(w.load_module(&iota));
-    assert_eq!(kind, ErrorKind::InvalidArgument, "{message}");
-    assert!(message.contains("launch #1"), "{message}");
+    held_launch_failure_reported(w.load_module(&iota));
 }
 
 #[test]
@@ -157,4 +134,26 @@ fn loads_answered_by_the_host_count_against_the_workers_module_limit() {
     assert_eq!(op_kind(w.load_module(&iota)), ErrorKind::OutOfMemory);
     // The worker still holds the one module, for every load.
     assert_eq!(w.info().unwrap().modules, 1);
+}
+
+/// Posts a launch the worker refuses (no such kernel): its error waits for the next call.
+fn post_refused_launch(w: &mut Worker, m: &LoadedModule) {
+    w.launch(&Launch {
+        module: m.id,
+        kernel: 99,
+        grid: [1, 1, 1],
+        block: [1, 1, 1],
+        shared_mem_bytes: 0,
+        args: &[],
+        deadline: Duration::from_secs(10),
+    })
+    .unwrap();
+}
+
+/// `got` is the failure of that launch (the worker's first), reported instead of the call.
+#[track_caller]
+fn held_launch_failure_reported(got: Result<LoadedModule, tasklet_worker::WorkerError>) {
+    let (kind, message) = op_error(got);
+    assert_eq!(kind, ErrorKind::InvalidArgument, "{message}");
+    assert!(message.contains("launch #1"), "{message}");
 }

@@ -81,23 +81,28 @@ impl Rig {
         );
     }
 
-    /// `spin_forever` of `faults` (a kernel that ends only at its deadline) on one thread of
-    /// `stream`, `flag` its argument.
-    fn spin_on(&mut self, stream: StreamId, faults: ModuleId, flag: BufferId) {
+    /// `kernel` of `module` on one thread of `stream`.
+    fn one_thread_on(
+        &mut self,
+        stream: StreamId,
+        module: ModuleId,
+        kernel: &str,
+        args: &[KernelArg<'_>],
+    ) -> Result<(), GpuError> {
         let one = LaunchConfig {
             grid: [1, 1, 1],
             block: [1, 1, 1],
             shared_mem_bytes: 0,
         };
         self.gpu
-            .stream_launch(
-                self.s,
-                stream,
-                faults,
-                KernelRef::Named("spin_forever"),
-                &one,
-                &[buf(flag)],
-            )
+            .stream_launch(self.s, stream, module, KernelRef::Named(kernel), &one, args)
+            .map(drop)
+    }
+
+    /// `spin_forever` of `faults` (a kernel that ends only at its deadline) on one thread of
+    /// `stream`, `flag` its argument.
+    fn spin_on(&mut self, stream: StreamId, faults: ModuleId, flag: BufferId) {
+        self.one_thread_on(stream, faults, "spin_forever", &[buf(flag)])
             .expect("launch");
     }
 
@@ -230,22 +235,12 @@ fn a_fault_on_a_stream_surfaces_at_its_synchronize() {
     let faults = r.gpu.module_load(r.s, FAULTS_PTX).expect("faults loads");
     let stream = r.stream();
     let b = r.gpu.mem_alloc(r.s, 64).expect("alloc");
-    let one = LaunchConfig {
-        grid: [1, 1, 1],
-        block: [1, 1, 1],
-        shared_mem_bytes: 0,
-    };
-    let launched = r
-        .gpu
-        .stream_launch(
-            r.s,
-            stream,
-            faults,
-            KernelRef::Named("write_out_of_bounds"),
-            &one,
-            &[buf(b), KernelArg::U64(1 << 40)],
-        )
-        .map(drop);
+    let launched = r.one_thread_on(
+        stream,
+        faults,
+        "write_out_of_bounds",
+        &[buf(b), KernelArg::U64(1 << 40)],
+    );
     // The emulator runs the kernel at once and may report the fault here already.
     let synced: Result<(), GpuError> =
         launched.and_then(
@@ -273,22 +268,13 @@ fn an_event_recorded_on_a_lease_that_ended_drops() {
     let event = r.event();
     r.op(QueueOp::Record { event, stream });
     let b = r.gpu.mem_alloc(r.s, 64).expect("alloc");
-    let one = LaunchConfig {
-        grid: [1, 1, 1],
-        block: [1, 1, 1],
-        shared_mem_bytes: 0,
-    };
     let faulted = r
-        .gpu
-        .stream_launch(
-            r.s,
+        .one_thread_on(
             stream,
             faults,
-            KernelRef::Named("write_out_of_bounds"),
-            &one,
+            "write_out_of_bounds",
             &[buf(b), KernelArg::U64(1 << 40)],
         )
-        .map(drop)
         .and_then(|()| r.gpu.queue_op(r.s, QueueOp::SyncStream(stream)).map(drop));
     assert!(
         matches!(faulted, Err(GpuError::KernelFault(_))),

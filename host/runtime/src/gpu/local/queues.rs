@@ -134,11 +134,7 @@ impl LocalGpu {
                 let lease = std::sync::Arc::clone(&s.lease);
                 if let Some(Some(mark)) = self.queues_mut(session)?.events.remove(&id) {
                     // Given back only here: the worker's record of it is overwritten by the next.
-                    // A drop never fails: a lease that ended took its worker's slots with it.
-                    let _ = self.manager.with_worker(&lease, |w| {
-                        w.drop_mark(mark.slot);
-                        Ok(())
-                    });
+                    self.give_back_marks(&lease, [mark.slot]);
                 }
                 QueueReply::Done
             }
@@ -234,17 +230,20 @@ impl LocalGpu {
         }
     }
 
-    /// Gives the worker's mark slots of `queues`' events back (their session is dropped). A lease
-    /// that ended took its worker's slots with it.
+    /// Gives the worker's mark slots of `queues`' events back (their session is dropped).
     pub(super) fn drop_marks(&self, lease: &crate::lease::Lease, queues: &Queues) {
-        let slots: Vec<u32> = queues.events.values().flatten().map(|m| m.slot).collect();
-        if slots.is_empty() {
+        self.give_back_marks(lease, queues.events.values().flatten().map(|m| m.slot));
+    }
+
+    /// Gives mark slots back to the lease's worker. Never fails: a lease that ended took its
+    /// worker's slots with it.
+    fn give_back_marks(&self, lease: &crate::lease::Lease, slots: impl IntoIterator<Item = u32>) {
+        let mut slots = slots.into_iter().peekable();
+        if slots.peek().is_none() {
             return;
         }
         let _ = self.manager.with_worker(lease, |w| {
-            for slot in slots {
-                w.drop_mark(slot);
-            }
+            slots.for_each(|slot| w.drop_mark(slot));
             Ok(())
         });
     }

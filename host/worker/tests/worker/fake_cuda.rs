@@ -1056,6 +1056,88 @@ fn a_tenant_that_only_launches_and_syncs_is_charged_as_it_goes() {
     );
 }
 
+/// Launch + sync pairs, each with the driver's counts of what it did: `(signals, timed
+/// records)` added by each pair.
+fn launch_sync_pairs(
+    w: &mut Worker,
+    file: &PathBuf,
+    m: &LoadedModule,
+    n: usize,
+) -> Vec<(u64, u64)> {
+    (0..n)
+        .map(|_| {
+            let before = counts(file);
+            w.launch(&launch(m, "empty", 1, &[], Duration::from_secs(5)))
+                .unwrap();
+            w.sync().unwrap();
+            let c = since(before, counts(file));
+            (c.signals, c.timed)
+        })
+        .collect()
+}
+
+#[test]
+fn a_sync_the_worker_sees_finished_times_its_kernels_with_no_timed_event() {
+    let Some((mut w, file)) = counting_worker(&[]) else {
+        return;
+    };
+    let m = w.load_module(FAULTS_PTX).unwrap();
+    w.sync().unwrap();
+    // A signalled sync whose word the worker sees, its last group's event reading done: the
+    // segment ends on the host's clock, with no timed event. (A sync the worker answers itself
+    // to report the time, one a millisecond at most, is timed on the device.)
+    let pairs = launch_sync_pairs(&mut w, &file, &m, 60);
+    let signalled: Vec<_> = pairs.iter().filter(|p| p.0 == 1).collect();
+    let untimed = signalled.iter().filter(|p| p.1 == 0).count();
+    assert!(
+        signalled.len() >= 10 && untimed * 2 > signalled.len(),
+        "(signals, timed records) by pair: {pairs:?}"
+    );
+    // Charged for the device's work, not for the time it sat idle between pairs.
+    w.ping().unwrap();
+    let before = w.gpu_time();
+    let idle = Duration::from_millis(300);
+    for _ in 0..2 {
+        w.launch(&launch(&m, "empty", 1, &[], Duration::from_secs(5)))
+            .unwrap();
+        w.sync().unwrap();
+        std::thread::sleep(idle);
+    }
+    w.ping().unwrap();
+    let charged = w.gpu_time() - before;
+    assert!(
+        charged > Duration::ZERO && charged < idle / 2,
+        "{charged:?} charged for two pairs {idle:?} apart"
+    );
+    let _ = std::fs::remove_file(file);
+}
+
+#[test]
+fn a_completion_word_seen_before_the_devices_event_is_not_taken_as_the_end() {
+    // The word lands at once, but the events read not-ready for 3 ms (as a word a kernel forged
+    // would, its kernels still running): the worker does not take the word's arrival as the
+    // end of the lease's work, and times the segment on the device.
+    let Some((mut w, file)) = counting_worker(&["FAKE_CUDA_EVENT_LAG_US=3000"]) else {
+        return;
+    };
+    let m = w.load_module(FAULTS_PTX).unwrap();
+    w.sync().unwrap();
+    let before = counts(&file);
+    let pairs = launch_sync_pairs(&mut w, &file, &m, 10);
+    w.ping().unwrap();
+    // (Counted over all the pairs: the host may see a sync's word while its worker is still
+    // recording, so a pair's last record can fall in the next pair's count.)
+    let c = since(before, counts(&file));
+    assert!(c.signals > 0, "{pairs:?}");
+    assert_eq!(
+        c.timed, 20,
+        "a clock and an end event for each pair: {c:?}; (signals, timed records) by pair: {pairs:?}"
+    );
+    w.ping().unwrap();
+    assert!(w.gpu_time() > Duration::ZERO);
+    let _ = std::fs::remove_file(file);
+}
+
 #[test]
 fn a_long_run_of_launches_without_a_wait_is_timed_in_several_segments() {
     let Some((mut w, file)) = counting_worker(&[]) else {

@@ -20,26 +20,36 @@
 //! closes it first, and the serving thread closes it before it idles, so it is never left open
 //! while nobody is looking.
 //!
-//! GPU time is measured on the device, off the path a launch + sync waits on. A timed event
-//! costs the device about 1.5 µs each time the stream reaches it, so the worker's stream carries
-//! only untimed events (the groups' completion events) and the sync's completion word; the timed
-//! events go on a second stream of the worker's, the *timing stream*, in pairs that bracket a
-//! *segment*: a run of launches the worker makes without idling or waiting in between. The
-//! segment's begin is recorded on the timing stream right after its first launch reached the
-//! driver (so neither the host's work on a launch nor the call itself is charged: the kernel
-//! starts about when the device reaches the begin); its end waits there (`cuStreamWaitEvent`) for
-//! the completion event of the segment's last group and is recorded behind it, after the sync's
-//! completion word is queued. A segment ends when the worker idles or waits, and also once it
-//! holds [`SEGMENT_GROUPS`] groups or has been open for [`SEGMENT_SPAN`]: a tenant that keeps the
-//! worker busy without ever waiting is still charged as its kernels finish, not at its next wait.
-//! The timing stream runs its events in order, so a begin never reads earlier than the end before
-//! it: a segment launched while the device is still busy with the one before starts being charged
-//! when that one ends, and the time the device sat idle between segments (the worker waiting for
-//! the host) is charged to no one. A segment's elapsed time is counted once its end is seen done:
-//! when an answer is written ([`Timeline::gpu_time`], never while the host waits on a sync) and by
-//! the watchdog, every [`WATCHDOG_PERIOD`]. It covers the segment's kernels and the gaps between
-//! their launches, which the worker makes back to back (microseconds). A segment whose events
-//! could not be recorded, or in which no launch reached the device, goes uncounted.
+//! GPU time is the time the device holds the lease's work: a *segment*, a run of launches the
+//! worker makes without idling or waiting in between, is charged from its first launch reaching
+//! the driver (so neither the host's work on a launch nor the call itself is charged) to its
+//! last kernel's end, less any part of that already charged to the segment before it (a segment
+//! launched while the device is still busy with the one before starts being charged when that
+//! one ends). The time the device sits idle between segments (the worker waiting for the host)
+//! is charged to no one. Begins and ends are read on the host's monotonic clock; how a segment's
+//! end is read depends on who sees it:
+//!
+//! - *Seen*: a sync whose completion word the worker saw within its spin, confirmed by the last
+//!   group's completion event reading done (the word alone is only a hint: a kernel of the lease
+//!   could forge it to be charged less). The end is the clock then, microseconds after the device
+//!   finished. No driver call is made for the time but that one query: a launch + sync pays
+//!   nothing else for its accounting.
+//! - *Timed on the device*, every other end (the worker idles, a wait, a long run, a sync whose
+//!   kernels outlast the spin): a timed *clock* event on a stream of its own that never waits,
+//!   so the device stamps it as it is recorded, and behind it the clock read just before; then
+//!   an end event on the *timing stream*, which waits (`cuStreamWaitEvent`) for the segment's
+//!   last completion event. The end's time is the clock read plus the device's time between the
+//!   two events. A timed event costs the device about 1.5 µs where a stream reaches it, so the
+//!   worker's own stream carries only untimed events (the groups' completion events) and the
+//!   sync's completion word.
+//!
+//! A segment also ends once it holds [`SEGMENT_GROUPS`] groups or has been open for
+//! [`SEGMENT_SPAN`]: a tenant that keeps the worker busy without ever waiting is still charged
+//! as its kernels finish, not at its next wait. Ended segments are counted in order (each
+//! starts being charged no earlier than the one before ended): when an answer is written
+//! ([`Timeline::gpu_time`], never while the host waits on a sync) and by the watchdog, every
+//! [`FOLD_PERIOD`] while there are some. A segment whose events could not be recorded, or in
+//! which no launch reached the device, goes uncounted.
 //!
 //! A wait (`sync`, and every op that must see the kernels finished first) polls the head event:
 //! tightly for [`SPIN`], then with sleeps growing to [`MAX_NAP`]. Past the head's deadline it
@@ -74,7 +84,7 @@ const MAX_NAP: Duration = Duration::from_millis(1);
 
 /// The groups' completion events: no timestamp (see the module's docs).
 const CU_EVENT_DISABLE_TIMING: c_uint = 2;
-/// The timing stream's events (flags 0: timed, not blocking sync).
+/// The clock and timing streams' events (flags 0: timed, not blocking sync).
 const CU_EVENT_TIMED: c_uint = 0;
 /// How long [`Timeline::gpu_time`] waits for the end of a segment whose kernels are known
 /// finished (it follows them by microseconds).
@@ -260,7 +270,7 @@ struct Queue {
     chains: Chains,
     /// Groups closed so far: the latest one's `seq`.
     closed: u64,
-    /// Timed events not in use (the timing stream's).
+    /// Timed events not in use (the clock and timing streams').
     free_timed: Vec<CuEvent>,
     /// The open segment (see the module's docs).
     segment: Option<Segment>,
@@ -272,20 +282,56 @@ struct Queue {
     gpu_nanos: u64,
 }
 
-/// An open segment: its begin, recorded on the timing stream after its first launch.
+/// An open segment (see the module's docs).
 struct Segment {
-    begin: CuEvent,
-    /// When it began (for [`SEGMENT_SPAN`]).
+    /// When its first launch had reached the driver: where its charge begins.
     since: Instant,
     /// Groups closed before it began (`Queue::closed`): its groups are the ones after.
     after: u64,
 }
 
-/// An ended segment: its begin and end events on the timing stream, and the last group it holds.
+/// An ended segment, not counted yet: when it began, how its end is read, and the last group
+/// it holds.
 struct Span {
-    begin: CuEvent,
-    end: CuEvent,
+    since: Instant,
+    end: SpanEnd,
     through: u64,
+}
+
+/// How an ended segment's end is read (see the module's docs).
+enum SpanEnd {
+    /// The worker saw its last group finished at this instant.
+    Seen(Instant),
+    /// `clock`, recorded on the clock stream at `at`, and `end`, recorded on the timing stream
+    /// behind the segment's last group: the end is `at` plus the device's time between them.
+    Timed {
+        clock: CuEvent,
+        at: Instant,
+        end: CuEvent,
+    },
+}
+
+impl Span {
+    /// Where the span ends on the host's clock: `Ok(None)` where it cannot be told (its events
+    /// report a fault); the driver's `CUDA_ERROR_NOT_READY` while its end is not done.
+    fn ends(&self, drv: &Driver) -> Result<Option<Instant>, CuResult> {
+        match self.end {
+            SpanEnd::Seen(at) => Ok(Some(at)),
+            SpanEnd::Timed { clock, at, end } => match elapsed(drv, clock, end) {
+                Ok(nanos) => Ok(at.checked_add(Duration::from_nanos(nanos))),
+                Err(CUDA_ERROR_NOT_READY) => Err(CUDA_ERROR_NOT_READY),
+                Err(_) => Ok(None),
+            },
+        }
+    }
+
+    /// Its timed events, for reuse.
+    fn events(&self) -> Option<[CuEvent; 2]> {
+        match self.end {
+            SpanEnd::Seen(_) => None,
+            SpanEnd::Timed { clock, end, .. } => Some([clock, end]),
+        }
+    }
 }
 
 // SAFETY: CUDA events are plain handles usable from any thread of the process.
@@ -387,12 +433,15 @@ pub struct Timeline {
     /// The latest group a signalled sync saw finished ([`Timeline::drain_signalled`]): for
     /// naming the launch a later fault came from, never for deadlines.
     signalled_done: AtomicU64,
-    /// Where the segments' timed events are recorded (see the module's docs).
+    /// Where the segments' end events wait for their kernels (see the module's docs).
     timing: WorkStream,
+    /// Where the segments' clock events are recorded: nothing on it ever waits.
+    clock: WorkStream,
     /// Held by whoever counts ended segments ([`Timeline::fold`]): the watchdog in the
     /// background, or the serving thread for an answer, which so never misses segments the
-    /// watchdog is counting at that moment.
-    folding: Mutex<()>,
+    /// watchdog is counting at that moment. It holds the instant up to which the device's time
+    /// is charged (the end of the last segment counted).
+    folding: Mutex<Option<Instant>>,
 }
 
 impl Timeline {
@@ -402,16 +451,19 @@ impl Timeline {
         ctx: CuContext,
         stream: WorkStream,
     ) -> Result<Arc<Timeline>, String> {
-        let mut timing: CuStream = std::ptr::null_mut();
-        // SAFETY: valid out-pointer; `ctx` is current on this thread.
-        let r = unsafe { (drv.stream_create)(&mut timing, CU_STREAM_NON_BLOCKING) };
-        if r != CUDA_SUCCESS {
-            return Err(format!(
-                "cuStreamCreate (the timing stream) failed: {}",
-                drv.describe(r)
-            ));
-        }
-        let timing = WorkStream(timing);
+        let new_stream = |what: &str| {
+            let mut s: CuStream = std::ptr::null_mut();
+            // SAFETY: valid out-pointer; `ctx` is current on this thread.
+            match unsafe { (drv.stream_create)(&mut s, CU_STREAM_NON_BLOCKING) } {
+                CUDA_SUCCESS => Ok(WorkStream(s)),
+                r => Err(format!(
+                    "cuStreamCreate (the {what} stream) failed: {}",
+                    drv.describe(r)
+                )),
+            }
+        };
+        let timing = new_stream("timing")?;
+        let clock = new_stream("clock")?;
         let t = Arc::new(Timeline {
             drv,
             stream,
@@ -431,7 +483,8 @@ impl Timeline {
             }),
             signalled_done: AtomicU64::new(0),
             timing,
-            folding: Mutex::new(()),
+            clock,
+            folding: Mutex::new(None),
         });
         // Events up front, so the first launches do not pay for them.
         {
@@ -493,65 +546,87 @@ impl Timeline {
         });
     }
 
-    /// Begins a segment unless one is open: its begin goes on the timing stream (see the
-    /// module's docs), called right after a launch reached the driver, so it costs neither the
-    /// worker's stream nor that launch anything.
+    /// Begins a segment unless one is open, called right after a launch reached the driver: a
+    /// clock read, no driver call.
     fn begin_segment(&self, q: &mut Queue) {
-        if q.segment.is_some() {
-            return;
-        }
-        let Some(begin) = self.timed_event(q) else {
-            return;
-        };
-        // SAFETY: a live event; the timing stream.
-        match unsafe { (self.drv.event_record)(begin, self.timing.0) } {
-            CUDA_SUCCESS => {
-                q.segment = Some(Segment {
-                    begin,
-                    since: Instant::now(),
-                    after: q.closed,
-                })
-            }
-            _ => q.free_timed.push(begin),
+        if q.segment.is_none() {
+            q.segment = Some(Segment {
+                since: Instant::now(),
+                after: q.closed,
+            });
         }
     }
 
     /// Ends the open segment, if any (its groups are closed: every caller closes the open group
-    /// first): its end waits on the timing stream for the completion event of the group closed
-    /// last and is recorded behind it. Nothing is queued on the worker's stream. Where that
-    /// cannot be done, or no group of it was closed, the segment goes uncounted.
+    /// first), timed on the device: its clock event, then its end behind the completion event
+    /// of the group closed last (see the module's docs). Nothing is queued on the worker's
+    /// stream. Where that cannot be done, or no group of it was closed, the segment goes
+    /// uncounted.
     fn end_segment(&self, q: &mut Queue) {
-        let Some(Segment { begin, after, .. }) = q.segment.take() else {
+        let Some(Segment { since, after }) = q.segment.take() else {
             return;
         };
         if q.closed == after {
-            q.free_timed.push(begin);
             return;
         }
-        let ended = q.last_completion.and_then(|last| {
-            let end = self.timed_event(q)?;
-            // SAFETY: live events; the timing stream. The wait is on the completion event's
-            // latest record, which is the segment's last group's or a later one's.
-            let r = unsafe {
-                match (self.drv.stream_wait_event)(self.timing.0, last, 0) {
+        let Some(last) = q.last_completion else {
+            return;
+        };
+        let Some(clock) = self.timed_event(q) else {
+            return;
+        };
+        let Some(end) = self.timed_event(q) else {
+            q.free_timed.push(clock);
+            return;
+        };
+        let at = Instant::now();
+        // SAFETY: live events; the clock and timing streams. The wait is on the completion
+        // event's latest record, which is the segment's last group's or a later one's.
+        let r = unsafe {
+            match (self.drv.event_record)(clock, self.clock.0) {
+                CUDA_SUCCESS => match (self.drv.stream_wait_event)(self.timing.0, last, 0) {
                     CUDA_SUCCESS => (self.drv.event_record)(end, self.timing.0),
                     r => r,
-                }
-            };
-            if r == CUDA_SUCCESS {
-                Some(end)
-            } else {
-                q.free_timed.push(end);
-                None
+                },
+                r => r,
             }
-        });
-        match ended {
-            Some(end) => q.spans.push_back(Span {
-                begin,
-                end,
+        };
+        if r == CUDA_SUCCESS {
+            q.spans.push_back(Span {
+                since,
+                end: SpanEnd::Timed { clock, at, end },
                 through: q.closed,
-            }),
-            None => q.free_timed.push(begin),
+            });
+        } else {
+            q.free_timed.extend([clock, end]);
+        }
+    }
+
+    /// Ends the open segment, if any, as seen finished now: its last group's completion event
+    /// reads done (see the module's docs). Where it does not yet, the segment is timed on the
+    /// device instead ([`Timeline::end_segment`]).
+    fn end_segment_seen(&self, q: &mut Queue) {
+        let Some(segment) = q.segment.as_ref() else {
+            return;
+        };
+        if q.closed == segment.after {
+            q.segment = None;
+            return;
+        }
+        // SAFETY: a live event created by this queue.
+        let done = q
+            .last_completion
+            .is_some_and(|last| unsafe { (self.drv.event_query)(last) } == CUDA_SUCCESS);
+        if !done {
+            return self.end_segment(q);
+        }
+        let at = Instant::now();
+        if let Some(Segment { since, .. }) = q.segment.take() {
+            q.spans.push_back(Span {
+                since,
+                end: SpanEnd::Seen(at),
+                through: q.closed,
+            });
         }
     }
 
@@ -620,15 +695,10 @@ impl Timeline {
     }
 
     /// Closes the open group (see [`Timeline::flush`]) but leaves its segment open: a sync
-    /// queues its completion word right behind the group's event, then ends the segment
-    /// ([`Timeline::end_segment_now`]), so the word waits on no driver call of the timing's.
+    /// queues its completion word right behind the group's event, and its wait
+    /// ([`Timeline::drain_signalled`]) ends the segment.
     pub fn close_group(&self) {
         self.close(&mut self.lock());
-    }
-
-    /// Ends the open segment ([`Timeline::close_group`]).
-    pub fn end_segment_now(&self) {
-        self.end_segment(&mut self.lock());
     }
 
     /// Launches `launches` in order on the worker's stream, adding each to the open group and
@@ -771,13 +841,14 @@ impl Timeline {
         Duration::from_nanos(self.lock().gpu_nanos)
     }
 
-    /// Counts the ended segments whose end is done, oldest first, without holding the queue's
-    /// lock while it reads their times (a driver call each: the serving thread's launches never
-    /// wait behind the watchdog's count). One whose kernels are known finished (no group up to
-    /// its last is queued, or a signalled sync saw them done) has its end a few microseconds
-    /// behind: that one is waited for, up to `wait`. Never blocks on running kernels.
+    /// Counts the ended segments whose end is known, oldest first, without holding the queue's
+    /// lock while it reads their times (a driver call each for those timed on the device: the
+    /// serving thread's launches never wait behind the watchdog's count). One whose kernels are
+    /// known finished (no group up to its last is queued, or a signalled sync saw them done) has
+    /// its end a few microseconds behind: that one is waited for, up to `wait`. Never blocks on
+    /// running kernels.
     fn fold(&self, wait: Duration) {
-        let _folding = self.folding.lock().unwrap_or_else(|p| p.into_inner());
+        let mut charged = self.folding.lock().unwrap_or_else(|p| p.into_inner());
         let (mut spans, known) = {
             let mut q = self.lock();
             if q.spans.is_empty() {
@@ -791,9 +862,17 @@ impl Timeline {
         let start = Instant::now();
         let (mut nanos, mut freed) = (0u64, Vec::new());
         while let Some(span) = spans.front() {
-            match elapsed(self.drv, span.begin, span.end) {
-                Ok(n) => nanos = nanos.saturating_add(n),
-                Err(CUDA_ERROR_NOT_READY) => {
+            match span.ends(self.drv) {
+                Ok(Some(end)) => {
+                    // Charged from its begin, or from where the segment before it ended, if
+                    // the device was still busy with that one then.
+                    let from = charged.map_or(span.since, |c| c.max(span.since));
+                    let took = end.saturating_duration_since(from);
+                    nanos =
+                        nanos.saturating_add(u64::try_from(took.as_nanos()).unwrap_or(u64::MAX));
+                    *charged = Some(charged.map_or(end, |c| c.max(end)));
+                }
+                Err(_) => {
                     if span.through <= known && start.elapsed() < wait {
                         std::hint::spin_loop();
                         continue;
@@ -801,10 +880,10 @@ impl Timeline {
                     break;
                 }
                 // A faulted context: the segment goes uncounted (the worker is poisoned).
-                Err(_) => {}
+                Ok(None) => {}
             }
             if let Some(span) = spans.pop_front() {
-                freed.extend([span.begin, span.end]);
+                freed.extend(span.events().into_iter().flatten());
             }
         }
         let mut q = self.lock();
@@ -856,13 +935,17 @@ impl Timeline {
         loop {
             if word.load(Acquire) == value {
                 // A hint, like the word itself: a forged word only misnames which of the lease's
-                // own launches a later fault came from.
+                // own launches a later fault came from, and the segment's end is taken from it
+                // only once the device's own event agrees.
                 self.signalled_done.store(through, Relaxed);
+                self.end_segment_seen(&mut self.lock());
                 return Ok(true);
             }
             std::hint::spin_loop();
             turns = turns.wrapping_add(1);
             if turns.is_multiple_of(64) && start.elapsed() >= SPIN {
+                // The kernels outlast the spin: their end is timed on the device.
+                self.end_segment(&mut self.lock());
                 return self.drain().map(|()| false);
             }
         }

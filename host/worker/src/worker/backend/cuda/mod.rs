@@ -846,12 +846,11 @@ impl Backend for CudaBackend {
         }
         // The open group's event goes first, so the word lands after it: once the word is seen,
         // the event is done too, and the next wait's look at it is cheap. Both driver calls are
-        // made while the kernels run. The GPU-time segment ends after the word is queued: its
-        // driver calls and its timed events (on the timing stream) are off the host's wait.
+        // made while the kernels run. The wait ends the GPU-time segment: as seen finished where
+        // the word comes within its spin, with no driver call of the timing's on the host's way.
         self.timeline.close_group();
         match word.store_when_done(self.drv, self.dev.stream, seq) {
             Ok(()) => {
-                self.timeline.end_segment_now();
                 let drained = self.timeline.drain_signalled(word.word(), seq);
                 // Past the spin, the host is more likely to read this answer than the word.
                 self.answered_by_word = drained.map_err(|e| self.fail(e))?;

@@ -46,6 +46,9 @@
 // With FAKE_CUDA_EVENT_LAG_US=<n>, an event reads not-ready until n µs after it was recorded (a
 // device that reaches an event some time after the host recorded it, as a real one does): a
 // backend that gives a group less time than that to complete is caught.
+// With FAKE_CUDA_FAULT_AFTER_MS=<n>, write_out_of_bounds runs n ms before its fault lands (a kernel
+// that works, then faults): until then it is a never-ending kernel (events behind it not-ready, the
+// completion word not stored), then the sticky CUDA_ERROR_ILLEGAL_ADDRESS.
 // Occupancy: min(32, 2048 / block threads) blocks of a kernel per multiprocessor (fewer where dynamic
 // shared memory is short), 132 multiprocessors.
 // Not thread-safe beyond what the backend needs (it serialises launches and queries itself).
@@ -505,6 +508,25 @@ static void start_actor(struct stream *s, const unsigned char *args, int faults)
     pthread_attr_destroy(&attr);
 }
 
+// FAKE_CUDA_FAULT_AFTER_MS (see the top): the kernel runs `ms`, then faults.
+static void *fault_main(void *p) {
+    long long ms = (long long)(intptr_t)p;
+    struct timespec t = { ms / 1000, (ms % 1000) * 1000000L };
+    nanosleep(&t, 0);
+    __atomic_store_n(&sticky, ILLEGAL_ADDRESS, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&spinning, 0, __ATOMIC_SEQ_CST);
+    return 0;
+}
+static void fault_later(long long ms) {
+    __atomic_store_n(&spinning, 1, __ATOMIC_SEQ_CST);
+    pthread_t t;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_create(&t, &attr, fault_main, (void *)(intptr_t)ms);
+    pthread_attr_destroy(&attr);
+}
+
 static CUresult run_kernel(struct function *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                            const unsigned char *args, size_t size, struct stream *s) {
     if (sticky) return sticky;
@@ -517,7 +539,8 @@ static CUresult run_kernel(struct function *fn, unsigned gx, unsigned gy, unsign
         for (uint32_t i = 0; i < n && i < threads; i++) ((uint32_t *)(uintptr_t)out)[i] = i + 1;
     } else if (!strcmp(fn->name, "write_out_of_bounds")) {
         if (size != 16) return INVALID_VALUE;
-        sticky = ILLEGAL_ADDRESS;
+        if (getenv("FAKE_CUDA_FAULT_AFTER_MS")) fault_later(atoll(getenv("FAKE_CUDA_FAULT_AFTER_MS")));
+        else sticky = ILLEGAL_ADDRESS;
     } else if (!strcmp(fn->name, "spin_forever")) {
         if (size != 8) return INVALID_VALUE;
         spinning = 1;
@@ -716,7 +739,7 @@ CUresult cuStreamSynchronize(CUstream s) {
         write_counts();
     }
     if (sticky) return sticky;
-    while (spinning) {}
+    while (__atomic_load_n(&spinning, __ATOMIC_ACQUIRE)) {}
     while (actor_runs(s)) { struct timespec t = { 0, 100000 }; nanosleep(&t, 0); }
     // Done means every event recorded on it reads done too (FAKE_CUDA_EVENT_LAG_US).
     struct stream *st = s;

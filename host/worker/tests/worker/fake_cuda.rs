@@ -453,6 +453,43 @@ fn a_fault_is_reported_at_sync_and_poisons_the_worker() {
 }
 
 #[test]
+fn a_kernel_that_faults_is_charged_the_time_it_ran() {
+    // The kernel works for 300 ms, then faults: the device can no longer report its segment's
+    // end, but it held the lease's work all that time. (Uncounted, a tenant would get a
+    // deadline's worth of GPU time free with each lease by faulting at the end.)
+    let Some((mut w, file)) = counting_worker(&["FAKE_CUDA_FAULT_AFTER_MS=300"]) else {
+        return;
+    };
+    let m = w.load_module(FAULTS_PTX).unwrap();
+    let buf = w.alloc(64).unwrap();
+    let args: Vec<u8> = buf
+        .to_le_bytes()
+        .into_iter()
+        .chain((1u64 << 40).to_le_bytes())
+        .collect();
+    w.ping().unwrap();
+    let before = w.gpu_time();
+    let t = Instant::now();
+    w.launch(&launch(
+        &m,
+        "write_out_of_bounds",
+        1,
+        &args,
+        Duration::from_secs(5),
+    ))
+    .unwrap();
+    assert_eq!(op_error(w.sync()).0, ErrorKind::KernelFault);
+    let ran = t.elapsed();
+    // The error's answer carries the time, counted up to when the worker saw the fault.
+    let charged = w.gpu_time() - before;
+    assert!(
+        charged >= Duration::from_millis(290) && charged <= ran,
+        "{charged:?} charged for a kernel that ran 300 ms, then faulted ({ran:?} from its launch to the answer)"
+    );
+    let _ = std::fs::remove_file(file);
+}
+
+#[test]
 fn a_sync_is_seen_through_the_devices_completion_store_before_the_worker_answers() {
     // The fake device's store of the sync's seq lands at once, and the driver call that asked for
     // it then takes 1.5 s to return, so the worker answers the sync that late (long enough that

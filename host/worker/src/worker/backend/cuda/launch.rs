@@ -48,8 +48,11 @@
 //! as its kernels finish, not at its next wait. Ended segments are counted in order (each
 //! starts being charged no earlier than the one before ended): when an answer is written
 //! ([`Timeline::gpu_time`], never while the host waits on a sync) and by the watchdog, every
-//! [`FOLD_PERIOD`] while there are some. A segment whose events could not be recorded, or in
-//! which no launch reached the device, goes uncounted.
+//! [`FOLD_PERIOD`] while there are some. A segment whose end the device cannot report because
+//! the context faulted is charged up to when the count sees the fault (within about a
+//! [`FOLD_PERIOD`] of it): its kernels held the device until then at the latest, and a kernel
+//! that faults at its end must not have its time free. A segment whose events could not be
+//! recorded, or in which no launch reached the device, goes uncounted.
 //!
 //! A wait (`sync`, and every op that must see the kernels finished first) polls the head event:
 //! tightly for [`SPIN`], then with sleeps growing to [`MAX_NAP`]. Past the head's deadline it
@@ -862,8 +865,13 @@ impl Timeline {
         let start = Instant::now();
         let (mut nanos, mut freed) = (0u64, Vec::new());
         while let Some(span) = spans.front() {
-            match span.ends(self.drv) {
-                Ok(Some(end)) => {
+            // Its end; where the context faulted, the fault is seen now: the kernels held the
+            // device until it at the latest, and a fault must not make their time free.
+            match span
+                .ends(self.drv)
+                .map(|end| end.unwrap_or_else(Instant::now))
+            {
+                Ok(end) => {
                     // Charged from its begin, or from where the segment before it ended, if
                     // the device was still busy with that one then.
                     let from = charged.map_or(span.since, |c| c.max(span.since));
@@ -879,8 +887,6 @@ impl Timeline {
                     }
                     break;
                 }
-                // A faulted context: the segment goes uncounted (the worker is poisoned).
-                Ok(None) => {}
             }
             if let Some(span) = spans.pop_front() {
                 freed.extend(span.events().into_iter().flatten());

@@ -91,7 +91,7 @@ pub(super) struct Counts {
     graphs: u64,
     /// Kernel nodes of instantiated graphs updated.
     updates: u64,
-    /// Records of timed events (the GPU-time segments' begins and ends).
+    /// Records of timed events (the clock and end events of GPU-time segments the device times).
     timed: u64,
     /// Records of timed events on the worker's own stream (where they would delay its kernels).
     timed_on_work_stream: u64,
@@ -725,8 +725,8 @@ fn a_burst_of_launches_shares_one_event_per_group() {
     // launch: [1] [7 | 8 | 1] [3].
     let c = stopped_burst(&mut w, &file, &m);
     assert_eq!(c.launches, 20);
-    // Each group records one completion event (untimed). GPU time: a timed begin and end per
-    // segment on the timing stream, none on the worker's stream; the burst is one segment, or
+    // Each group records one completion event (untimed). GPU time: a timed clock and end event
+    // per segment the device times, none on the worker's stream; the burst is one segment, or
     // a few where it took past `SEGMENT_SPAN` (here the fake driver writes a file per launch),
     // never more than one per group.
     assert_eq!(

@@ -294,12 +294,12 @@ pub trait Backend {
     }
     /// The time the device has spent on this worker's launches since the worker started, as far
     /// as it is known finished: never goes back, and is published with every response. The
-    /// emulator times each launch it executes; cuda brackets each run of launches made without
+    /// emulator times each launch it executes; cuda charges each run of launches made without
     /// an idle or a wait in between (cut every millisecond or so while the worker stays busy)
-    /// with a pair of timing events on a second stream, and adds their elapsed time once the
-    /// pair is seen finished (so the gaps between launches made back to back, microseconds,
-    /// count too; the device's idle time between runs does not). A backend that measures
-    /// nothing reports zero.
+    /// from its first launch to its last kernel's end, read on the host's clock where a sync
+    /// sees it, else stamped by the device (so the gaps between launches made back to back,
+    /// microseconds, count too; the device's idle time between runs does not). A backend that
+    /// measures nothing reports zero.
     fn gpu_time(&mut self) -> Duration {
         Duration::ZERO
     }

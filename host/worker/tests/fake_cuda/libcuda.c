@@ -40,15 +40,19 @@
 // Graphs: kernel nodes only, run in the order they were added (the backend builds chains); their
 // parameters, argument bytes included, are copied when a node is added or updated, as the driver does.
 // With FAKE_CUDA_SIGNAL_STALL_MS=<n>, cuStreamWriteValue32 stores its value at once and then takes
-// n ms to return (a worker held up after the device's store landed): the host must see the
-// worker's sync through the completion word, long before the worker answers. The counts file is
-// replaced whole (written beside it, then renamed), so a reader never sees it half written.
+// n ms to return (a worker held up after the device's store landed; behind a never-ending kernel it
+// stores nothing and still takes n ms): the host must see the worker's sync through the completion
+// word, long before the worker answers. The counts file is replaced whole (written beside it, then
+// renamed), so a reader never sees it half written.
 // With FAKE_CUDA_EVENT_LAG_US=<n>, an event reads not-ready until n µs after it was recorded (a
 // device that reaches an event some time after the host recorded it, as a real one does): a
 // backend that gives a group less time than that to complete is caught.
 // With FAKE_CUDA_FAULT_AFTER_MS=<n>, write_out_of_bounds runs n ms before its fault lands (a kernel
 // that works, then faults): until then it is a never-ending kernel (events behind it not-ready, the
-// completion word not stored), then the sticky CUDA_ERROR_ILLEGAL_ADDRESS.
+// completion word not stored), then the sticky CUDA_ERROR_ILLEGAL_ADDRESS, and from then on
+// cuEventRecord is refused with it too, as the driver refuses work queued after a fault. (A fault
+// without it stands for one that lands behind whatever the backend queues right after the kernel:
+// those records succeed.)
 // Occupancy: min(32, 2048 / block threads) blocks of a kernel per multiprocessor (fewer where dynamic
 // shared memory is short), 132 multiprocessors.
 // Not thread-safe beyond what the backend needs (it serialises launches and queries itself).
@@ -75,6 +79,7 @@ enum { OK = 0, INVALID_VALUE = 1, OUT_OF_MEMORY = 2, INVALID_CONTEXT = 201, INVA
 
 static int sticky = 0;       // a sticky error, once a kernel "faulted"
 static int spinning = 0;     // a never-ending kernel was launched
+static int landed = 0;       // a FAKE_CUDA_FAULT_AFTER_MS fault landed
 static int registered = 0;
 
 static unsigned long launches = 0, records = 0, signals = 0, graph_launches = 0, node_updates = 0;
@@ -514,6 +519,7 @@ static void *fault_main(void *p) {
     struct timespec t = { ms / 1000, (ms % 1000) * 1000000L };
     nanosleep(&t, 0);
     __atomic_store_n(&sticky, ILLEGAL_ADDRESS, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&landed, 1, __ATOMIC_SEQ_CST);
     __atomic_store_n(&spinning, 0, __ATOMIC_SEQ_CST);
     return 0;
 }
@@ -702,6 +708,7 @@ CUresult cuEventCreate(CUevent *e, unsigned flags) {
     return OK;
 }
 CUresult cuEventRecord(CUevent e, CUstream s) {
+    if (__atomic_load_n(&landed, __ATOMIC_ACQUIRE)) return sticky;
     struct stream *st = s;
     ((struct event *)e)->never = spinning;
     ((struct event *)e)->ms = now_ms();
@@ -770,11 +777,11 @@ CUresult cuStreamWriteValue32_v2(CUstream s, CUdeviceptr addr, unsigned value, u
         signals++;
         write_counts();
         __atomic_store_n((unsigned *)(uintptr_t)addr, value, __ATOMIC_RELEASE);
-        const char *stall = getenv("FAKE_CUDA_SIGNAL_STALL_MS");
-        if (stall) {
-            struct timespec t = { atoll(stall) / 1000, (atoll(stall) % 1000) * 1000000L };
-            nanosleep(&t, 0);
-        }
+    }
+    const char *stall = getenv("FAKE_CUDA_SIGNAL_STALL_MS");
+    if (stall) {
+        struct timespec t = { atoll(stall) / 1000, (atoll(stall) % 1000) * 1000000L };
+        nanosleep(&t, 0);
     }
     return OK;
 }

@@ -490,6 +490,45 @@ fn a_kernel_that_faults_is_charged_the_time_it_ran() {
 }
 
 #[test]
+fn a_kernel_that_faults_before_its_segment_ends_is_charged_the_time_it_ran() {
+    // The kernel faults 100 ms after its launch, while the worker is held up queueing the sync's
+    // completion store (300 ms): the segment's end can then not be recorded at all (the driver
+    // refuses every call after a fault), but the device held the lease's work until the fault.
+    let Some((mut w, file)) = counting_worker(&[
+        "FAKE_CUDA_FAULT_AFTER_MS=100",
+        "FAKE_CUDA_SIGNAL_STALL_MS=300",
+    ]) else {
+        return;
+    };
+    let m = w.load_module(FAULTS_PTX).unwrap();
+    let buf = w.alloc(64).unwrap();
+    let args: Vec<u8> = buf
+        .to_le_bytes()
+        .into_iter()
+        .chain((1u64 << 40).to_le_bytes())
+        .collect();
+    w.ping().unwrap();
+    let before = w.gpu_time();
+    let t = Instant::now();
+    w.launch(&launch(
+        &m,
+        "write_out_of_bounds",
+        1,
+        &args,
+        Duration::from_secs(5),
+    ))
+    .unwrap();
+    assert_eq!(op_error(w.sync()).0, ErrorKind::KernelFault);
+    let ran = t.elapsed();
+    let charged = w.gpu_time() - before;
+    assert!(
+        charged >= Duration::from_millis(90) && charged <= ran,
+        "{charged:?} charged for a kernel that ran 100 ms, then faulted ({ran:?} from its launch to the answer)"
+    );
+    let _ = std::fs::remove_file(file);
+}
+
+#[test]
 fn a_sync_is_seen_through_the_devices_completion_store_before_the_worker_answers() {
     // The fake device's store of the sync's seq lands at once, and the driver call that asked for
     // it then takes 1.5 s to return, so the worker answers the sync that late (long enough that

@@ -48,11 +48,12 @@
 //! as its kernels finish, not at its next wait. Ended segments are counted in order (each
 //! starts being charged no earlier than the one before ended): when an answer is written
 //! ([`Timeline::gpu_time`], never while the host waits on a sync) and by the watchdog, every
-//! [`FOLD_PERIOD`] while there are some. A segment whose end the device cannot report because
-//! the context faulted is charged up to when the count sees the fault (within about a
-//! [`FOLD_PERIOD`] of it): its kernels held the device until then at the latest, and a kernel
-//! that faults at its end must not have its time free. A segment whose events could not be
-//! recorded, or in which no launch reached the device, goes uncounted.
+//! [`FOLD_PERIOD`] while there are some. A segment whose end cannot be timed on the device
+//! because the context faulted (its events report the fault, or the driver refuses to record
+//! them) ends where the worker sees that (the count, within about a [`FOLD_PERIOD`] of the
+//! fault, or the end itself): its kernels held the device until then at the latest, and a
+//! kernel that faults at its end must not have its time free. A segment in which no launch
+//! reached the device goes uncounted.
 //!
 //! A wait (`sync`, and every op that must see the kernels finished first) polls the head event:
 //! tightly for [`SPIN`], then with sleeps growing to [`MAX_NAP`]. Past the head's deadline it
@@ -561,9 +562,10 @@ impl Timeline {
     }
 
     /// Ends the open segment, if any (its groups are closed: every caller closes the open group
-    /// first), timed on the device: its clock event, then its end behind the completion event
-    /// of the group closed last (see the module's docs). Nothing is queued on the worker's
-    /// stream. Where that cannot be done, or no group of it was closed, the segment goes
+    /// first), timed on the device ([`Timeline::record_end`]). Nothing is queued on the worker's
+    /// stream. Where that cannot be done, the segment ends now, on the host's clock: after a
+    /// fault the driver refuses every call, and the kernels held the device until then at the
+    /// latest. A segment of which no group was closed (no launch reached the device) goes
     /// uncounted.
     fn end_segment(&self, q: &mut Queue) {
         let Some(Segment { since, after }) = q.segment.take() else {
@@ -572,15 +574,25 @@ impl Timeline {
         if q.closed == after {
             return;
         }
-        let Some(last) = q.last_completion else {
-            return;
-        };
-        let Some(clock) = self.timed_event(q) else {
-            return;
-        };
+        let end = self
+            .record_end(q)
+            .unwrap_or_else(|| SpanEnd::Seen(Instant::now()));
+        q.spans.push_back(Span {
+            since,
+            end,
+            through: q.closed,
+        });
+    }
+
+    /// The open segment's end timed on the device: its clock event, then its end behind the
+    /// completion event of the group closed last (see the module's docs). None where a driver
+    /// call failed (its events go back to the pool) or that group has no event.
+    fn record_end(&self, q: &mut Queue) -> Option<SpanEnd> {
+        let last = q.last_completion?;
+        let clock = self.timed_event(q)?;
         let Some(end) = self.timed_event(q) else {
             q.free_timed.push(clock);
-            return;
+            return None;
         };
         let at = Instant::now();
         // SAFETY: live events; the clock and timing streams. The wait is on the completion
@@ -595,13 +607,10 @@ impl Timeline {
             }
         };
         if r == CUDA_SUCCESS {
-            q.spans.push_back(Span {
-                since,
-                end: SpanEnd::Timed { clock, at, end },
-                through: q.closed,
-            });
+            Some(SpanEnd::Timed { clock, at, end })
         } else {
             q.free_timed.extend([clock, end]);
+            None
         }
     }
 

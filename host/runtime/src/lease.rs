@@ -25,6 +25,8 @@
 //! difference since the last look is charged to the lease, to its tenant (node-wide, by name) and
 //! to its holder's account (one tasklet run, or one client's connection): so the leases' times
 //! always sum to their tenant's, and a holder's quota (`gpu-seconds`) sees every lease it held.
+//! A kernel stopped at its deadline, whose worker is killed before it can report the time, is
+//! charged the deadline it was given ([`Lease::gave_deadline`]) as its lease ends.
 //!
 //! Reconciliation: quotas are only real if the books match the device, so when a lease ends with a
 //! healthy worker, the worker is asked what it really holds (`info`) and that is compared with the lease's own accounting. A
@@ -40,7 +42,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tasklet_worker::{
-    charged_bytes, ErrorKind, LaunchLimits, Pool, Worker, WorkerError, ALLOC_GRANULE,
+    charged_bytes, BackendKind, ErrorKind, LaunchLimits, Pool, Worker, WorkerError, ALLOC_GRANULE,
 };
 
 /// A device as leases see it, described by the backend (a worker's `info`).
@@ -185,6 +187,9 @@ pub struct Lease {
     /// Who else each charge goes to: its tenant's and its holder's counters ([`GpuAccount`]),
     /// and its device's.
     charged_to: [Arc<AtomicU64>; 3],
+    /// The least deadline given a kernel under the lease, in nanoseconds (`u64::MAX`: none yet):
+    /// what a kernel stopped at its deadline ran at least ([`Lease::gave_deadline`]).
+    least_deadline: AtomicU64,
 }
 
 /// Where the GPU time of a lease is charged besides the lease itself: its tenant, node-wide, and
@@ -264,6 +269,23 @@ impl Lease {
     /// Why the lease ended, if it has.
     pub fn end_reason(&self) -> Option<EndReason> {
         self.lock().ended.clone()
+    }
+
+    /// Notes that a kernel launched under the lease may run until `deadline`: a kernel stopped at
+    /// its deadline is charged the least so noted as the lease ends, its worker, killed for it,
+    /// being unable to report the time (see the module's docs). The least, not the last: a
+    /// graph's kernels keep the deadline they were recorded with.
+    pub fn gave_deadline(&self, deadline: Duration) {
+        let nanos = u64::try_from(deadline.as_nanos()).unwrap_or(u64::MAX);
+        self.least_deadline.fetch_min(nanos, Ordering::Relaxed);
+    }
+
+    /// Charges a kernel stopped at its deadline, unreported, what it ran at least.
+    fn charge_stopped(&self) {
+        match self.least_deadline.load(Ordering::Relaxed) {
+            u64::MAX => {}
+            nanos => self.charge(Duration::from_nanos(nanos)),
+        }
     }
 
     /// Adds `d` to the lease, its tenant and its holder.
@@ -624,6 +646,7 @@ impl LeaseManager {
                 Arc::clone(&account.holder),
                 Arc::clone(&self.device_gpu[index as usize]),
             ],
+            least_deadline: AtomicU64::new(u64::MAX),
         });
         self.book().live.insert(lease.id, Arc::clone(&lease));
         self.wake.notify_all();
@@ -779,10 +802,24 @@ impl LeaseManager {
                             message,
                         },
                         _,
-                    ) => (
-                        Some(EndReason::Poisoned(message.clone())),
-                        WorkerError::Op { kind, message }.into(),
-                    ),
+                    ) => {
+                        // A kernel stopped at its deadline held the device at least that long,
+                        // and the lease ends here, once: charged for it, so that a quota cannot
+                        // be dodged by runaways on fresh leases. Only the emulator, stopping the
+                        // kernel itself at its step limit, reports that time (just charged); a
+                        // worker killed for the kernel, or a GPU's, where it still runs, none.
+                        let reported = st
+                            .worker
+                            .as_ref()
+                            .is_some_and(|w| w.backend() == BackendKind::Emu && !w.is_lost());
+                        if matches!(kind, ErrorKind::DeadlineExceeded) && !reported {
+                            lease.charge_stopped();
+                        }
+                        (
+                            Some(EndReason::Poisoned(message.clone())),
+                            WorkerError::Op { kind, message }.into(),
+                        )
+                    }
                     (e, _) => (None, e.into()),
                 };
                 drop(st);
@@ -829,6 +866,11 @@ impl LeaseManager {
             // What is asked of the worker from here answers to no run's end, nor to its holder.
             worker.set_wait_limit(None);
             worker.set_holder_gone(None);
+            // A kernel that ran past its deadline with no op to notice it (the lease dropped,
+            // expired or its holder gone after it) held the device that long all the same.
+            if worker.overran() {
+                lease.charge_stopped();
+            }
             // Its persistent kernels are asked to return and given a grace period; one still
             // running then ends with the worker, which is not reused.
             let stopped = worker.stop_persistent(grace);
@@ -893,7 +935,8 @@ impl LeaseManager {
     }
 
     /// Charges `d` of device time to `lease` (and its tenant and holder) that its worker could
-    /// not report: a kernel stopped at a deadline with its process.
+    /// not report (beyond a stopped kernel's deadline, which the lease charges itself: see
+    /// [`Lease::gave_deadline`]).
     pub fn charge_gpu(&self, lease: &Lease, d: Duration) {
         lease.charge(d);
     }

@@ -2,7 +2,9 @@
 //! a launch that does work is charged device time (on the emulator, about in proportion to the
 //! work), the leases' times sum to their tenant's and their holder's, and the `gpu-seconds` quota
 //! bites: the next operation after it is used fails `quota-exceeded` naming it, and a kernel that
-//! would run past it is stopped there. A tasklet reads its lease's time itself (`lease.gpu-time`).
+//! would run past it is stopped there. A kernel stopped at its deadline is charged the deadline,
+//! however its stop is seen (a wait, a later op, the lease's end), so runaways on fresh leases use
+//! the quota up. A tasklet reads its lease's time itself (`lease.gpu-time`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -266,6 +268,153 @@ fn a_kernel_that_would_run_past_the_quota_is_stopped_at_it() {
         device: None,
     });
     assert_quota_error(&next.unwrap_err(), "0.300 s");
+    drop(gpu);
+    assert_baseline(&host);
+}
+
+/// The kernel deadline of the runaway tests below: short, so that each takes about a second.
+const DEADLINE: Duration = Duration::from_millis(300);
+
+/// Longer than the cuda worker's watchdog takes to end its process past a deadline (250 ms) and
+/// the host's slack for the emulator to report one (100 ms).
+const PAST_DEADLINE: Duration = Duration::from_millis(800);
+
+/// The suite's policy with [`DEADLINE`] for kernels and `quota` as `gpu-seconds`.
+fn policy_with_deadline(quota: Option<Duration>) -> Policy {
+    let mut p = test_policy();
+    p.workers.kernel_deadline = DEADLINE;
+    p.gpu_time = quota;
+    p
+}
+
+/// A fresh lease and session with `spin_forever` launched (it spins until its flag is set,
+/// which nothing does), and nothing waiting for it yet.
+fn launch_runaway(gpu: &mut LocalGpu) -> Result<(LeaseId, SessionId), GpuError> {
+    let lease = gpu.lease_acquire(LeaseRequest {
+        min_vram: 1 << 20,
+        secs: 60,
+        device: None,
+    })?;
+    let s = gpu.session_open(lease)?;
+    let m = gpu.module_load(s, FAULTS_PTX)?;
+    let flag = gpu.mem_alloc(s, 4)?;
+    let config = LaunchConfig {
+        grid: [1, 1, 1],
+        block: [32, 1, 1],
+        shared_mem_bytes: 0,
+    };
+    let args = [KernelArg::Buffer {
+        buffer: flag,
+        offset: 0,
+    }];
+    gpu.launch(s, m, "spin_forever", &config, &args)?;
+    Ok((lease, s))
+}
+
+/// `tenant`'s GPU time on `host`, node-wide.
+fn tenant_time(host: &Host, tenant: &str) -> Duration {
+    host.leases()
+        .gpu_time_by_tenant()
+        .into_iter()
+        .find(|(t, _)| t == tenant)
+        .map(|(_, d)| d)
+        .unwrap_or_default()
+}
+
+/// The runaway's lease, its holder and its tenant were each charged its deadline, once.
+#[track_caller]
+fn assert_charged_a_deadline(host: &Host, gpu: &mut LocalGpu, lease: LeaseId, tenant: &str) {
+    let on_lease = gpu.gpu_time(lease).expect("an ended lease's time");
+    for (what, t) in [
+        ("lease", on_lease),
+        ("holder", gpu.usage().stats().gpu_time),
+        ("tenant", tenant_time(host, tenant)),
+    ] {
+        assert!(
+            t >= DEADLINE && t < 2 * DEADLINE,
+            "the {what} was charged {t:?} for a kernel stopped at its {DEADLINE:?} deadline"
+        );
+    }
+}
+
+#[test]
+fn a_kernel_stopped_at_its_deadline_is_charged_its_deadline() {
+    let host = test_host!(policy_with_deadline(None));
+    let tenant = "gpu-time-deadline";
+    let mut gpu = service(&host, tenant);
+    let (lease, s) = launch_runaway(&mut gpu).expect("runaway launched");
+    let e = gpu.sync(s).expect_err("the runaway is stopped");
+    assert_eq!(e.name(), "deadline-exceeded", "{e}");
+    assert_charged_a_deadline(&host, &mut gpu, lease, tenant);
+    drop(gpu);
+    assert_baseline(&host);
+}
+
+#[test]
+fn a_kernel_past_its_deadline_with_no_one_waiting_is_charged_at_the_next_op() {
+    let host = test_host!(policy_with_deadline(None));
+    let tenant = "gpu-time-unwaited";
+    let mut gpu = service(&host, tenant);
+    let (lease, s) = launch_runaway(&mut gpu).expect("runaway launched");
+    // cuda: the worker's watchdog ends its process; emu: the host's bound on the launch passes.
+    std::thread::sleep(DEADLINE + PAST_DEADLINE);
+    let e = gpu
+        .mem_alloc(s, 4)
+        .expect_err("the lease ended with the runaway");
+    assert_eq!(e.name(), "deadline-exceeded", "{e}");
+    assert_charged_a_deadline(&host, &mut gpu, lease, tenant);
+    drop(gpu);
+    assert_baseline(&host);
+}
+
+#[test]
+fn a_kernel_past_its_deadline_is_charged_when_its_lease_is_dropped_unasked() {
+    let host = test_host!(policy_with_deadline(None));
+    let tenant = "gpu-time-dropped";
+    let mut gpu = service(&host, tenant);
+    let (lease, _) = launch_runaway(&mut gpu).expect("runaway launched");
+    std::thread::sleep(DEADLINE + PAST_DEADLINE);
+    // Nothing asks the worker: the drop gives it up, its kernel charged all the same.
+    gpu.lease_drop(lease);
+    let holder = gpu.usage().stats().gpu_time;
+    let tenant_t = tenant_time(&host, tenant);
+    for (what, t) in [("holder", holder), ("tenant", tenant_t)] {
+        assert!(
+            t >= DEADLINE && t < 2 * DEADLINE,
+            "the {what} was charged {t:?} for a kernel past its {DEADLINE:?} deadline"
+        );
+    }
+    drop(gpu);
+    assert_baseline(&host);
+}
+
+#[test]
+fn runaways_on_fresh_leases_use_up_the_quota() {
+    // Two deadlines and a half: the third runaway is stopped at what is left, as the quota's.
+    let quota = DEADLINE * 5 / 2;
+    let host = test_host!(policy_with_deadline(Some(quota)));
+    let mut gpu = service(&host, "gpu-time-runaways");
+    let mut errors = Vec::new();
+    for _ in 0..3 {
+        let e = match launch_runaway(&mut gpu) {
+            Ok((lease, s)) => {
+                let e = gpu.sync(s).expect_err("the runaway is stopped");
+                gpu.lease_drop(lease);
+                e
+            }
+            Err(e) => e,
+        };
+        errors.push(e);
+    }
+    let names: Vec<&str> = errors.iter().map(|e| e.name()).collect();
+    assert_eq!(
+        names,
+        ["deadline-exceeded", "deadline-exceeded", "quota-exceeded"],
+        "{errors:?}"
+    );
+    assert_quota_error(&errors[2], "0.750 s");
+    assert!(gpu.usage().stats().gpu_time >= quota);
+    assert_quota_error(&launch_runaway(&mut gpu).unwrap_err(), "0.750 s");
     drop(gpu);
     assert_baseline(&host);
 }

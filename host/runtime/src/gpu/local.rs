@@ -349,7 +349,7 @@ impl LocalGpu {
             block: config.block,
             shared_mem_bytes: config.shared_mem_bytes,
             args: block,
-            deadline: self.usage.deadline(self.grant.kernel_deadline)?,
+            deadline: self.usage.deadline(&s.lease, self.grant.kernel_deadline)?,
         };
         self.run(&s.lease, |w| w.launch(&launch))
             .inspect(|_| self.usage.launched())?;

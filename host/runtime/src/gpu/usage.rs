@@ -4,10 +4,11 @@
 //!
 //! The device time comes from the lease manager, which charges every lease's reported time to
 //! the holder's [`GpuAccount`] as well; this file only reads it. A kernel may not outlast the
-//! quota: its deadline is cut to what is left ([`Usage::deadline`]), and a kernel stopped at such
-//! a deadline is charged what was left and reported as the quota's, not as a deadline's
-//! ([`Usage::blame`]). What is left is known as of the worker's last report, so kernels queued
-//! together before the quota is seen used may each run for what was left then.
+//! quota: its deadline is cut to what is left ([`Usage::deadline`]). A kernel stopped at its
+//! deadline, whichever, is charged that deadline by its lease, its worker being killed before it
+//! could report the time; one stopped at a deadline the quota cut is reported as the quota's, not
+//! as a deadline's ([`Usage::blame`]). What is left is known as of the worker's last report, so
+//! kernels queued together before the quota is seen used may each run for what was left then.
 
 use crate::error::{quota, GpuError};
 use crate::lease::{EndReason, GpuAccount, Lease, LeaseManager};
@@ -117,21 +118,29 @@ impl Usage {
         Ok(Some(cap - used))
     }
 
-    /// The deadline of a kernel launched now: `kernel_deadline`, cut to what is left of the
-    /// quota. Fails `quota-exceeded` once it is used.
-    pub(super) fn deadline(&self, kernel_deadline: Duration) -> Result<Duration, GpuError> {
-        match self.check()? {
+    /// The deadline of a kernel launched now under `lease`: `kernel_deadline`, cut to what is
+    /// left of the quota, and noted on the lease, which charges it to a kernel stopped at it
+    /// ([`Lease::gave_deadline`]). Fails `quota-exceeded` once the quota is used.
+    pub(super) fn deadline(
+        &self,
+        lease: &Lease,
+        kernel_deadline: Duration,
+    ) -> Result<Duration, GpuError> {
+        let deadline = match self.check()? {
             Some(left) if left < kernel_deadline => {
                 self.cut.set(true);
-                Ok(left)
+                left
             }
-            _ => Ok(kernel_deadline),
-        }
+            _ => kernel_deadline,
+        };
+        lease.gave_deadline(deadline);
+        Ok(deadline)
     }
 
     /// `err`, from an operation under `lease`, as the holder should see it: a kernel stopped at
-    /// a deadline the quota cut used up the quota (charged to the lease where its worker could
-    /// not report it) and fails `quota-exceeded`; anything else is left as it is.
+    /// a deadline the quota cut used up the quota (the lease charged the deadline; what is left
+    /// of the quota past that, if a cut on another lease left any, is charged here) and fails
+    /// `quota-exceeded`; anything else is left as it is.
     pub(super) fn blame(&self, manager: &LeaseManager, lease: &Lease, err: GpuError) -> GpuError {
         let stopped = matches!(err, GpuError::DeadlineExceeded(_))
             && matches!(lease.end_reason(), Some(EndReason::Poisoned(_)));

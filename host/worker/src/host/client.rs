@@ -217,6 +217,24 @@ impl Worker {
         self.pending_until.is_some()
     }
 
+    /// True when a launched kernel is known to have run past its deadline and no op has said so
+    /// yet (an op that does fails `DeadlineExceeded`): the worker's watchdog ended the process
+    /// (cuda), or (emu, which serves each launch before the next request) a launch is still
+    /// unserved past every queued kernel's deadline. Never waits: for a lease that ends without
+    /// asking its worker anything, to charge the kernel its deadline all the same.
+    pub fn overran(&mut self) -> bool {
+        let Some(due) = self.pending_until else {
+            return false;
+        };
+        if self.lost.is_some() || self.poisoned.is_some() {
+            return false;
+        }
+        if self.proc.poll().is_some() {
+            return self.proc.ended_by_watchdog();
+        }
+        self.backend == BackendKind::Emu && Instant::now() >= due && !self.chan.all_served()
+    }
+
     /// The device time this worker's launches have taken since it started, as it last reported
     /// (with each response; a sync the completion word answered reports at the next call).
     /// Never goes back; a lease is charged the difference over its time with the worker.

@@ -96,7 +96,7 @@ impl LocalGpu {
             blocks.extend_from_slice(&block);
             ends.push(blocks.len());
         }
-        let deadline = self.usage.deadline(self.grant.kernel_deadline)?;
+        let deadline = self.usage.deadline(&s.lease, self.grant.kernel_deadline)?;
         self.run(&s.lease, |w| {
             let mut start = 0;
             for &end in &ends {

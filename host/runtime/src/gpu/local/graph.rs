@@ -238,7 +238,7 @@ impl LocalGpu {
             kernel: index as u32,
             config: *config,
             block,
-            deadline: self.usage.deadline(self.grant.kernel_deadline)?,
+            deadline: self.usage.deadline(&s.lease, self.grant.kernel_deadline)?,
         };
         Ok((op, used))
     }

@@ -100,6 +100,7 @@ pub fn run(rig: &Rig, p: &Params, table: &mut Table, rounds: &mut String) -> Res
     let (mut rtt, mut ls_local, mut ls_remote) =
         (Samples::default(), Samples::default(), Samples::default());
     let (mut batch_local, mut batch_remote) = (Vec::new(), Vec::new());
+    let (mut posted_local, mut posted_remote) = (Vec::new(), Vec::new());
     // The node's GPU threads' own time (its gpu_op_seconds), summed over the remote turns:
     // what is left of a remote figure after it and the RTT is the hand-offs between threads.
     let mut node_pairs = NodeTime::default();
@@ -128,10 +129,14 @@ pub fn run(rig: &Rig, p: &Params, table: &mut Table, rounds: &mut String) -> Res
             for remote_turn in [remote_first, !remote_first] {
                 if remote_turn {
                     let before = NodeTime::read(rig);
-                    r_batch_remote.push(remote.launch_batch(ASYNC_LAUNCHES)?);
+                    let b = remote.launch_batch(ASYNC_LAUNCHES)?;
                     node_batches.add(before, NodeTime::read(rig));
+                    r_batch_remote.push(b.total);
+                    posted_remote.push(b.posted);
                 } else {
-                    r_batch_local.push(local.launch_batch(ASYNC_LAUNCHES)?);
+                    let b = local.launch_batch(ASYNC_LAUNCHES)?;
+                    r_batch_local.push(b.total);
+                    posted_local.push(b.posted);
                 }
             }
         }
@@ -197,6 +202,10 @@ pub fn run(rig: &Rig, p: &Params, table: &mut Table, rounds: &mut String) -> Res
             micros(local_batch) / ASYNC_LAUNCHES as f64
         ),
     );
+    table.info(
+        "of which its 1,000 launches returning (median)",
+        format!("{:.2} ms", micros(median_duration(&posted_local)) / 1e3),
+    );
     let bound = LATENCY_FACTOR * (micros(rtt_p50) + micros(local_batch));
     table.check(
         "remote 1,000 async launches + sync, all rounds pooled",
@@ -214,6 +223,10 @@ pub fn run(rig: &Rig, p: &Params, table: &mut Table, rounds: &mut String) -> Res
     table.info(
         "remote 1,000 async launches / its bound, round by round",
         spread(&batch_ratios, Want::AtMost),
+    );
+    table.info(
+        "of which its 1,000 launches returning at the client (median)",
+        format!("{:.2} ms", micros(median_duration(&posted_remote)) / 1e3),
     );
     table.info(
         "of which the node's GPU thread (gpu_op_seconds, mean)",

@@ -21,6 +21,15 @@ const ONE_THREAD: LaunchConfig = LaunchConfig {
 /// Long enough for the slowest phase on the slowest backend.
 const LEASE_SECS: u32 = 900;
 
+/// One async batch's times ([`Session::launch_batch`]).
+#[derive(Clone, Copy)]
+pub struct Batch {
+    /// The launches and the sync.
+    pub total: Duration,
+    /// Until the last launch returned.
+    pub posted: Duration,
+}
+
 /// A lease, a session on it and the module loaded: what every timed operation needs.
 pub struct Session {
     gpu: Box<dyn GpuService>,
@@ -102,14 +111,19 @@ impl Session {
         Ok(samples)
     }
 
-    /// `launches` launches of the empty kernel, then one sync: the time of the whole batch.
-    pub fn launch_batch(&mut self, launches: usize) -> Result<Duration, String> {
+    /// `launches` launches of the empty kernel, then one sync: the time of the whole batch, and
+    /// the time until its last launch returned (what the caller's side of the path costs).
+    pub fn launch_batch(&mut self, launches: usize) -> Result<Batch, String> {
         let t = Instant::now();
         for _ in 0..launches {
             self.launch()?;
         }
+        let posted = t.elapsed();
         self.sync()?;
-        Ok(t.elapsed())
+        Ok(Batch {
+            total: t.elapsed(),
+            posted,
+        })
     }
 
     fn bulk_buffer(&mut self, len: u64) -> Result<BufferId, String> {

@@ -26,7 +26,9 @@
 //! to its holder's account (one tasklet run, or one client's connection): so the leases' times
 //! always sum to their tenant's, and a holder's quota (`gpu-seconds`) sees every lease it held.
 //! A kernel stopped at its deadline, whose worker is killed before it can report the time, is
-//! charged the deadline it was given ([`Lease::gave_deadline`]) as its lease ends.
+//! charged the deadline it was given ([`Lease::gave_deadline`]) as its lease ends; on the
+//! emulator, one still running when its lease ends before then, the time it ran
+//! (`Worker::unreported_run`). Either once per lease.
 //!
 //! Reconciliation: quotas are only real if the books match the device, so when a lease ends with a
 //! healthy worker, the worker is asked what it really holds (`info`) and that is compared with the lease's own accounting. A
@@ -190,6 +192,9 @@ pub struct Lease {
     /// The least deadline given a kernel under the lease, in nanoseconds (`u64::MAX`: none yet):
     /// what a kernel stopped at its deadline ran at least ([`Lease::gave_deadline`]).
     least_deadline: AtomicU64,
+    /// A kernel's unreported time was charged ([`Lease::charge_unreported`]): once per lease,
+    /// however many paths see the same kernel stopped.
+    unreported_charged: AtomicBool,
 }
 
 /// Where the GPU time of a lease is charged besides the lease itself: its tenant, node-wide, and
@@ -284,7 +289,15 @@ impl Lease {
     fn charge_stopped(&self) {
         match self.least_deadline.load(Ordering::Relaxed) {
             u64::MAX => {}
-            nanos => self.charge(Duration::from_nanos(nanos)),
+            nanos => self.charge_unreported(Duration::from_nanos(nanos)),
+        }
+    }
+
+    /// Charges `d` that kernels killed with their worker ran and never reported: once, the first
+    /// path to see them stopped (a failing op, then the lease's end, see the same kernel).
+    fn charge_unreported(&self, d: Duration) {
+        if !self.unreported_charged.swap(true, Ordering::Relaxed) {
+            self.charge(d);
         }
     }
 
@@ -647,6 +660,7 @@ impl LeaseManager {
                 Arc::clone(&self.device_gpu[index as usize]),
             ],
             least_deadline: AtomicU64::new(u64::MAX),
+            unreported_charged: AtomicBool::new(false),
         });
         self.book().live.insert(lease.id, Arc::clone(&lease));
         self.wake.notify_all();
@@ -868,15 +882,27 @@ impl LeaseManager {
             worker.set_holder_gone(None);
             // A kernel that ran past its deadline with no op to notice it (the lease dropped,
             // expired or its holder gone after it) held the device that long all the same.
-            if worker.overran() {
+            let unreported = if worker.overran() {
                 lease.charge_stopped();
-            }
+                true
+            } else if let Some(ran) = worker.unreported_run() {
+                // Cut short before its deadline (the lease dropped, expired or given up while
+                // the kernel ran): killed with its worker, it reports nothing, and a runaway
+                // dropped just in time on a fresh lease each time would run free.
+                lease.charge_unreported(ran);
+                true
+            } else {
+                false
+            };
             // Its persistent kernels are asked to return and given a grace period; one still
             // running then ends with the worker, which is not reused.
             let stopped = worker.stop_persistent(grace);
             // One whose kernels may still run is given up by the pool without a question (any
-            // answer would wait for them).
+            // answer would wait for them), and one just charged for unreported kernels is given
+            // up too: an answer (the emulator reaching its step limit meanwhile) would report
+            // their time a second time.
             let keep = stopped
+                && !unreported
                 && (worker.has_pending_launches() || self.reconcile(lease, &mut worker, used));
             // The reconciling answer brought the worker's last report: the lease's final charge.
             lease.charge(worker.gpu_time().saturating_sub(gpu_seen));

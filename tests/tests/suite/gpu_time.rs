@@ -389,6 +389,30 @@ fn a_kernel_past_its_deadline_is_charged_when_its_lease_is_dropped_unasked() {
 }
 
 #[test]
+fn a_kernel_cut_short_by_its_lease_s_end_is_charged_what_it_ran() {
+    let host = test_host!(policy_with_deadline(None));
+    let tenant = "gpu-time-cut-short";
+    let mut gpu = service(&host, tenant);
+    let (lease, _) = launch_runaway(&mut gpu).expect("runaway launched");
+    // Dropped before the deadline: its worker is given up with the kernel still running, which
+    // reports none of its time; a fresh lease each time must not make that time free.
+    let ran = DEADLINE * 2 / 3;
+    std::thread::sleep(ran);
+    gpu.lease_drop(lease);
+    for (what, t) in [
+        ("holder", gpu.usage().stats().gpu_time),
+        ("tenant", tenant_time(&host, tenant)),
+    ] {
+        assert!(
+            t >= ran && t < DEADLINE + PAST_DEADLINE,
+            "the {what} was charged {t:?} for a kernel that ran {ran:?} before its lease was dropped"
+        );
+    }
+    drop(gpu);
+    assert_baseline(&host);
+}
+
+#[test]
 fn runaways_on_fresh_leases_use_up_the_quota() {
     // Two deadlines and a half: the third runaway is stopped at what is left, as the quota's.
     let quota = DEADLINE * 5 / 2;

@@ -57,6 +57,13 @@ pub struct Worker {
     /// one could have ended (see [`Worker::launch`]). Every op may take this much longer than
     /// `op_timeout`: its request waits in the ring behind them.
     pending_until: Option<Instant>,
+    /// When the launches pending now began to be posted (set with `pending_until` from none):
+    /// on the emulator, which runs them one after another and reports their time only with its
+    /// next answer, since when it has been busy with them (see [`Worker::unreported_run`]).
+    busy_since: Option<Instant>,
+    /// When the host gave the worker up with SIGKILL, not waiting for it (see `abandon`): where
+    /// anything it still ran stopped.
+    abandoned_at: Option<Instant>,
     /// The kernels of every module loaded and not unloaded, by module id, in the order launches
     /// index them: only to name kernels in messages.
     kernel_names: HashMap<u32, Vec<String>>,
@@ -171,6 +178,8 @@ impl Worker {
             gave_up: false,
             holder_gone: None,
             pending_until: None,
+            busy_since: None,
+            abandoned_at: None,
             kernel_names: HashMap::new(),
             aliases: ModuleAliases::default(),
             last_launch: (0, 0),
@@ -213,8 +222,32 @@ impl Worker {
             && self.chan.all_served()
         {
             self.pending_until = None;
+            self.busy_since = None;
         }
         self.pending_until.is_some()
+    }
+
+    /// On the emulator, how long launches that were still running, unreported, when the host
+    /// gave the worker up (or now, while it runs them) had kept it busy: the time a lease that
+    /// ends with them pays, none of it ever reported (the worker is killed for them). Counted
+    /// from the first of them posted to an idle worker (the emulator runs them back to back, and
+    /// any answer in between would have reported them), never past their bound. None elsewhere:
+    /// on cuda a launch not yet waited for may long have ended, its time reported by the worker.
+    /// Never waits.
+    pub fn unreported_run(&mut self) -> Option<Duration> {
+        let (Some(since), Some(due)) = (self.busy_since, self.pending_until) else {
+            return None;
+        };
+        if self.backend != BackendKind::Emu || self.poisoned.is_some() || self.chan.all_served() {
+            return None;
+        }
+        let until = match (&self.lost, self.abandoned_at) {
+            (Some(_), Some(at)) => at,
+            (None, _) if self.proc.poll().is_none() => Instant::now(),
+            // Died of something else, when is not known.
+            _ => return None,
+        };
+        Some(until.min(due).saturating_duration_since(since))
     }
 
     /// True when a launched kernel is known to have run past its deadline and no op has said so
@@ -340,6 +373,7 @@ impl Worker {
     pub(crate) fn abandon(&mut self, why: String) {
         self.chan.close();
         self.proc.signal(libc::SIGKILL);
+        self.abandoned_at.get_or_insert_with(Instant::now);
         self.lost = Some(why);
     }
 

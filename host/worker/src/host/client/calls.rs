@@ -158,6 +158,7 @@ impl Worker {
         )?;
         if self.drains(req) {
             self.pending_until = None;
+            self.busy_since = None;
         }
         self.settled = Self::settles(req);
         // A free is performed beside a held failure and leaves it for the next call, and a ping

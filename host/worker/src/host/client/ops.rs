@@ -510,6 +510,7 @@ impl Worker {
         // way to the worker.
         let now = Instant::now();
         let from = self.pending_until.map_or(now, |p| p.max(now));
+        self.busy_since.get_or_insert(now);
         self.pending_until = Some(later(from, self.launch_bound(l.deadline)));
         self.last_launch = (l.module, l.kernel);
         self.launches += 1;

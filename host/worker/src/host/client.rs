@@ -250,6 +250,12 @@ impl Worker {
         Some(until.min(due).saturating_duration_since(since))
     }
 
+    /// Whether the worker's watchdog announced that it ends the process over a kernel past its
+    /// deadline (the process may still be going away). Never waits.
+    pub fn deadline_exit_announced(&self) -> bool {
+        self.chan.deadline_exit_announced()
+    }
+
     /// True when a launched kernel is known to have run past its deadline and no op has said so
     /// yet (an op that does fails `DeadlineExceeded`): the worker's watchdog ended the process
     /// (cuda), or (emu, which serves each launch before the next request) a launch is still
@@ -264,6 +270,11 @@ impl Worker {
         }
         if self.proc.poll().is_some() {
             return self.proc.ended_by_watchdog();
+        }
+        // cuda: the watchdog says so before its exit, which can take the driver a second or
+        // more (it tears down a context whose kernel still runs).
+        if self.deadline_exit_announced() {
+            return true;
         }
         self.backend == BackendKind::Emu && Instant::now() >= due && !self.chan.all_served()
     }

@@ -650,6 +650,31 @@ fn a_runaway_nobody_waits_for_is_ended_by_the_watchdog() {
 }
 
 #[test]
+fn the_watchdog_announces_its_exit_to_the_host_before_it_ends_the_process() {
+    // On a GPU the process can take a second or more to go (the driver tears down a context
+    // whose kernel still runs): the host must know why before then, to charge the kernel.
+    let Some(mut w) = fake_worker() else { return };
+    let m = w.load_module(FAULTS_PTX).unwrap();
+    let flag = w.alloc(4).unwrap();
+    let args = flag.to_le_bytes();
+    assert!(!w.deadline_exit_announced());
+    w.launch(&launch(
+        &m,
+        "spin_forever",
+        32,
+        &args,
+        Duration::from_millis(200),
+    ))
+    .unwrap();
+    // The watchdog acts ~250 ms past the deadline.
+    assert!(
+        eventually(Duration::from_secs(3), || w.deadline_exit_announced()),
+        "announced in the channel"
+    );
+    assert!(w.overran());
+}
+
+#[test]
 fn a_worker_with_kernels_still_queued_is_replaced_not_reset() {
     let Some(command) = fake_command() else {
         return;

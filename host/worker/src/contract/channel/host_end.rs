@@ -8,7 +8,8 @@ use super::layout::{
     SharedRegion, TransportError, LOC_DATA, LOC_INLINE, LOC_MSG, MSG_AREA, OFF_CLOSED,
     OFF_GPU_TIME, OFF_HEAD, OFF_HOST_SLEEPING, OFF_HOST_WANTS_SPACE, OFF_LINGER, OFF_RESP_INLINE,
     OFF_RESP_LEN, OFF_RESP_LOC, OFF_RESP_SEQ, OFF_SIGNAL, OFF_STATE, OFF_TAIL, OFF_WORKER_SLEEPING,
-    RESP_INLINE, RESP_OFF, RING, RING_OFF, STATE_FAILED, STATE_READY, STATE_STARTING,
+    RESP_INLINE, RESP_OFF, RING, RING_OFF, STATE_DEADLINE_EXIT, STATE_FAILED, STATE_READY,
+    STATE_STARTING,
 };
 use super::ring::{
     record_size, stamp, KIND_CALL, KIND_CALL_IN_DATA, KIND_POSTED, KIND_WRAP, REC_HEADER,
@@ -477,6 +478,12 @@ impl HostEnd {
         // misreport its own lease's time, and never make it go back.
         self.gpu_time = self.gpu_time.max(r.u64_at(OFF_GPU_TIME).load(Relaxed));
         Ok(answer)
+    }
+
+    /// Whether the worker announced that its watchdog is ending it over a kernel past its
+    /// deadline (its process may still be going away).
+    pub fn deadline_exit_announced(&self) -> bool {
+        self.region.u32_at(OFF_STATE).load(Acquire) == STATE_DEADLINE_EXIT
     }
 
     /// The GPU time, in nanoseconds, the worker had measured since it started when it sent the

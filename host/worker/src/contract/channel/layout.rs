@@ -81,6 +81,9 @@ pub(super) const LOC_INLINE: u32 = 2;
 pub(super) const STATE_STARTING: u32 = 0;
 pub(super) const STATE_READY: u32 = 1;
 pub(super) const STATE_FAILED: u32 = 2;
+/// The worker's watchdog is ending the process over a kernel past its deadline (see
+/// [`super::worker_end::announce_deadline_exit`]).
+pub(super) const STATE_DEADLINE_EXIT: u32 = 3;
 
 const _: () = assert!(OFF_RESP_INLINE % 64 + RESP_INLINE <= 64);
 const _: () = assert!(

@@ -2,14 +2,16 @@
 //! the host how far it has got — refusing, never misreading, a ring the host could not have
 //! written.
 
+use std::sync::atomic::AtomicU32;
 use std::sync::atomic::Ordering::*;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::layout::{
     SharedRegion, TransportError, LOC_DATA, LOC_INLINE, LOC_MSG, MSG_AREA, OFF_CLOSED,
     OFF_GPU_TIME, OFF_HEAD, OFF_HOST_SLEEPING, OFF_HOST_WANTS_SPACE, OFF_LINGER, OFF_RESP_INLINE,
     OFF_RESP_LEN, OFF_RESP_LOC, OFF_RESP_SEQ, OFF_SIGNAL, OFF_STATE, OFF_TAIL, OFF_WORKER_SLEEPING,
-    RESP_INLINE, RESP_OFF, RING, RING_OFF, STATE_FAILED, STATE_READY,
+    RESP_INLINE, RESP_OFF, RING, RING_OFF, STATE_DEADLINE_EXIT, STATE_FAILED, STATE_READY,
 };
 use super::ring::{
     record_size, stamp, ALIGN, KIND_CALL, KIND_CALL_IN_DATA, KIND_POSTED, KIND_WRAP, REC_HEADER,
@@ -43,6 +45,25 @@ const SPIN_MAX: Duration = Duration::from_micros(50);
 
 /// The most the host's linger word may raise that ceiling to, whatever it says.
 const LINGER_MAX: Duration = Duration::from_millis(2);
+
+/// The state word of the channel this process serves (its address; 0 while none is open), for
+/// [`announce_deadline_exit`]. Behind a lock, so the channel is never unmapped between the
+/// watchdog reading the address and writing there.
+static SERVING_STATE: Mutex<usize> = Mutex::new(0);
+
+/// Tells the host, through the channel, that this process is about to end over a kernel past
+/// its deadline. The exit itself may take the driver a long while (it tears down a context
+/// whose kernel still runs): the host, reading this, knows why at once, and a lease that ends
+/// meanwhile charges the kernel its deadline. Called right before `_exit`.
+pub fn announce_deadline_exit() {
+    let state = SERVING_STATE.lock().unwrap_or_else(|p| p.into_inner());
+    if *state != 0 {
+        // SAFETY: the address of the open channel's state word, an aligned u32 of its mapping,
+        // which stays mapped while the lock is held (`WorkerEnd`'s drop clears it first).
+        let word = unsafe { AtomicU32::from_ptr(*state as *mut u32) };
+        word.store(STATE_DEADLINE_EXIT, Release);
+    }
+}
 
 /// The worker's end of the channel.
 pub struct WorkerEnd {
@@ -135,6 +156,7 @@ impl WorkerEnd {
         let s = self.region.u32_at(OFF_STATE);
         s.store(STATE_READY, Release);
         futex_wake(s);
+        *SERVING_STATE.lock().unwrap_or_else(|p| p.into_inner()) = s.as_ptr() as usize;
     }
 
     /// Announces that the worker could not start, with a message for the host.
@@ -406,3 +428,13 @@ impl WorkerEnd {
 
 #[cfg(test)]
 mod tests;
+
+impl Drop for WorkerEnd {
+    fn drop(&mut self) {
+        // Before the region is unmapped (its field drops after this).
+        let mut state = SERVING_STATE.lock().unwrap_or_else(|p| p.into_inner());
+        if *state == self.region.u32_at(OFF_STATE).as_ptr() as usize {
+            *state = 0;
+        }
+    }
+}

@@ -1053,6 +1053,8 @@ impl Timeline {
                         std::process::id(),
                         overran(&q.head_kernels(), q.head_budget())
                     );
+                    // The host reads why at once: the exit may take the driver a while.
+                    crate::contract::channel::worker_end::announce_deadline_exit();
                     // SAFETY: ends the process at once: no destructors or atexit handlers, which
                     // could block on the running kernel. The driver frees the context's memory.
                     unsafe { libc::_exit(crate::contract::EXIT_DEADLINE) };

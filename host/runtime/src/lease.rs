@@ -26,9 +26,9 @@
 //! to its holder's account (one tasklet run, or one client's connection): so the leases' times
 //! always sum to their tenant's, and a holder's quota (`gpu-seconds`) sees every lease it held.
 //! A kernel stopped at its deadline, whose worker is killed before it can report the time, is
-//! charged the deadline it was given ([`Lease::gave_deadline`]) as its lease ends; on the
-//! emulator, one still running when its lease ends before then, the time it ran
-//! (`Worker::unreported_run`). Either once per lease.
+//! charged the deadline it was given ([`Lease::gave_deadline`]) as its lease ends; one still
+//! running when its lease ends before then, the time it ran (`Worker::unreported_run`). Either
+//! once per lease.
 //!
 //! Reconciliation: quotas are only real if the books match the device, so when a lease ends with a
 //! healthy worker, the worker is asked what it really holds (`info`) and that is compared with the lease's own accounting. A

@@ -399,14 +399,6 @@ fn a_kernel_cut_short_by_its_lease_s_end_is_charged_what_it_ran() {
     let ran = DEADLINE * 2 / 3;
     std::thread::sleep(ran);
     gpu.lease_drop(lease);
-    if backend() == BackendKind::Cuda {
-        eprintln!(
-            "skipped: on cuda a kernel still running when its lease ends before its deadline is not charged (docs/operating.md, \"GPU time\")"
-        );
-        drop(gpu);
-        assert_baseline(&host);
-        return;
-    }
     for (what, t) in [
         ("holder", gpu.usage().stats().gpu_time),
         ("tenant", tenant_time(&host, tenant)),

@@ -59,7 +59,8 @@ pub struct Worker {
     pending_until: Option<Instant>,
     /// When the launches pending now began to be posted (set with `pending_until` from none):
     /// on the emulator, which runs them one after another and reports their time only with its
-    /// next answer, since when it has been busy with them (see [`Worker::unreported_run`]).
+    /// next answer, since when it has been busy with them; on cuda, the earliest their time can
+    /// be charged from (see [`Worker::unreported_run`]).
     busy_since: Option<Instant>,
     /// When the host gave the worker up with SIGKILL, not waiting for it (see `abandon`): where
     /// anything it still ran stopped.
@@ -227,20 +228,26 @@ impl Worker {
         self.pending_until.is_some()
     }
 
-    /// On the emulator, how long launches that were still running, unreported, when the host
-    /// gave the worker up (or now, while it runs them) had kept it busy: the time a lease that
-    /// ends with them pays, none of it ever reported (the worker is killed for them). Counted
-    /// from the first of them posted to an idle worker (the emulator runs them back to back, and
-    /// any answer in between would have reported them), never past their bound. None elsewhere:
-    /// on cuda a launch not yet waited for may long have ended, its time reported by the worker.
-    /// Never waits.
+    /// How long launches that were still running, unreported, when the host gave the worker up
+    /// (or now, while it runs them) had kept it busy: the time a lease that ends with them pays,
+    /// none of it ever reported (the worker is killed for them). Never past their bound. On the
+    /// emulator, counted from the first of them posted to an idle worker (it runs them back to
+    /// back, and any answer in between would have reported them); on cuda, from where the worker
+    /// says their device time is in no GPU time it reported (a launch not yet waited for may long
+    /// have ended, its time reported), never before the first of them was posted. Never waits.
     pub fn unreported_run(&mut self) -> Option<Duration> {
-        let (Some(since), Some(due)) = (self.busy_since, self.pending_until) else {
-            return None;
-        };
-        if self.backend != BackendKind::Emu || self.poisoned.is_some() || self.chan.all_served() {
+        let due = self.pending_until?;
+        if self.poisoned.is_some() {
             return None;
         }
+        let since = match (self.backend, self.busy_since) {
+            (BackendKind::Emu, Some(posted)) if !self.chan.all_served() => posted,
+            (BackendKind::Cuda, posted) => {
+                let since = self.chan.uncharged_since()?;
+                posted.map_or(since, |p| since.max(p))
+            }
+            _ => return None,
+        };
         let until = match (&self.lost, self.abandoned_at) {
             (Some(_), Some(at)) => at,
             (None, _) if self.proc.poll().is_none() => Instant::now(),

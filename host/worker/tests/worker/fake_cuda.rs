@@ -675,6 +675,45 @@ fn the_watchdog_announces_its_exit_to_the_host_before_it_ends_the_process() {
 }
 
 #[test]
+fn a_kernel_still_running_is_unreported_time_and_a_finished_one_is_not() {
+    // A lease that ends while its kernel runs gives the worker up, and is charged from where the
+    // worker says its device time is in no GPU time reported: a runaway dropped just before its
+    // deadline must not run free.
+    let Some(mut w) = fake_worker() else { return };
+    let m = w.load_module(FAULTS_PTX).unwrap();
+    // Finished work, waited for or not, leaves nothing unreported.
+    w.launch(&launch(&m, "empty", 1, &[], Duration::from_secs(5)))
+        .unwrap();
+    w.sync().unwrap();
+    w.launch(&launch(&m, "empty", 1, &[], Duration::from_secs(5)))
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(2), || w.unreported_run().is_none()),
+        "a finished launch not waited for is still unreported: {:?}",
+        w.unreported_run()
+    );
+    w.sync().unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(w.unreported_run(), None);
+
+    let flag = w.alloc(4).unwrap();
+    let args = flag.to_le_bytes();
+    let deadline = Duration::from_secs(2);
+    let t = Instant::now();
+    w.launch(&launch(&m, "spin_forever", 32, &args, deadline))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let ran = w
+        .unreported_run()
+        .expect("a running kernel's time is unreported");
+    assert!(
+        ran >= Duration::from_millis(300) && ran <= t.elapsed() && ran < deadline,
+        "unreported {ran:?} after {:?}",
+        t.elapsed()
+    );
+}
+
+#[test]
 fn a_worker_with_kernels_still_queued_is_replaced_not_reset() {
     let Some(command) = fake_command() else {
         return;

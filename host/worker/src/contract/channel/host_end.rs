@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 use super::layout::{
     SharedRegion, TransportError, LOC_DATA, LOC_INLINE, LOC_MSG, MSG_AREA, OFF_CLOSED,
     OFF_GPU_TIME, OFF_HEAD, OFF_HOST_SLEEPING, OFF_HOST_WANTS_SPACE, OFF_LINGER, OFF_RESP_INLINE,
-    OFF_RESP_LEN, OFF_RESP_LOC, OFF_RESP_SEQ, OFF_SIGNAL, OFF_STATE, OFF_TAIL, OFF_WORKER_SLEEPING,
-    RESP_INLINE, RESP_OFF, RING, RING_OFF, STATE_DEADLINE_EXIT, STATE_FAILED, STATE_READY,
-    STATE_STARTING,
+    OFF_RESP_LEN, OFF_RESP_LOC, OFF_RESP_SEQ, OFF_SIGNAL, OFF_STATE, OFF_TAIL, OFF_UNCHARGED,
+    OFF_WORKER_SLEEPING, RESP_INLINE, RESP_OFF, RING, RING_OFF, STATE_DEADLINE_EXIT, STATE_FAILED,
+    STATE_READY, STATE_STARTING,
 };
 use super::ring::{
     record_size, stamp, KIND_CALL, KIND_CALL_IN_DATA, KIND_POSTED, KIND_WRAP, REC_HEADER,
@@ -484,6 +484,19 @@ impl HostEnd {
     /// deadline (its process may still be going away).
     pub fn deadline_exit_announced(&self) -> bool {
         self.region.u32_at(OFF_STATE).load(Acquire) == STATE_DEADLINE_EXIT
+    }
+
+    /// From when, on the host's clock, the device time of the worker's launched-but-unfinished
+    /// work is in no GPU time it reported (see
+    /// [`super::worker_end::publish_uncharged_since`]); None while it has none. As untrusted as
+    /// the GPU time: the caller bounds it by what it posted.
+    pub fn uncharged_since(&self) -> Option<Instant> {
+        let nanos = self.region.u64_at(OFF_UNCHARGED).load(Acquire);
+        if nanos == 0 {
+            return None;
+        }
+        let now = super::worker_end::monotonic_nanos(Instant::now());
+        Instant::now().checked_sub(Duration::from_nanos(now.saturating_sub(nanos)))
     }
 
     /// The GPU time, in nanoseconds, the worker had measured since it started when it sent the

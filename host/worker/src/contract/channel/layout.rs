@@ -4,7 +4,7 @@
 //! 0        header page: magic/sizes, then atomics on their own cache lines
 //!          (ring head, worker-sleeping flag, ring tail, host-waiting-for-space flag,
 //!           response seq + frame location + GPU time, host-sleeping flag, start state,
-//!           closed flag, completion word, linger word)
+//!           closed flag, completion word, linger word, uncharged-since word)
 //! 4 KiB    request ring          (RING bytes)
 //!          response message area (MSG_AREA bytes)
 //!          data region           (data_size bytes: write payloads, read results, oversized frames)
@@ -36,8 +36,8 @@ pub(super) const MAGIC: u64 = u64::from_le_bytes(*b"TASKLETW");
 /// own from the deadline). 9: info carries the device's launch limits. 10: the GPU-time word
 /// beside the response seq. 11: the linger word. 14: loads through the host's module cache.
 /// 15: copies say which launches they wait for. 16: small writes posted with their bytes.
-/// 17: marks (stream events) recorded posted, and asked about.
-pub const VERSION: u32 = 17;
+/// 17: marks (stream events) recorded posted, and asked about. 18: the uncharged-since word.
+pub const VERSION: u32 = 18;
 pub(super) const HEADER: usize = 4096;
 
 pub(super) const OFF_MAGIC: usize = 0;
@@ -69,6 +69,11 @@ pub(super) const OFF_SIGNAL: usize = 576;
 /// (see [`super::worker_end`]): set by the host, which knows how many workers share the machine;
 /// read by the worker before each wait. Its own cache line: written rarely, read often.
 pub(super) const OFF_LINGER: usize = 640;
+/// CLOCK_MONOTONIC nanoseconds (u64; 0: none) from which the device time of the worker's
+/// launched-but-unfinished work is in no GPU time it reported (see
+/// [`super::worker_end::publish_uncharged_since`]): what a lease that ends with the worker given
+/// up is charged from. Its own cache line: the worker writes it, the host reads it only then.
+pub(super) const OFF_UNCHARGED: usize = 704;
 
 pub(super) const RING_OFF: usize = HEADER;
 pub(super) const RESP_OFF: usize = HEADER + RING;
@@ -95,6 +100,9 @@ const _: () =
     assert!(OFF_SIGNAL.is_multiple_of(64) && OFF_SIGNAL > OFF_CLOSED && OFF_SIGNAL + 64 <= HEADER);
 const _: () =
     assert!(OFF_LINGER.is_multiple_of(64) && OFF_LINGER > OFF_SIGNAL && OFF_LINGER + 64 <= HEADER);
+const _: () = assert!(
+    OFF_UNCHARGED.is_multiple_of(64) && OFF_UNCHARGED > OFF_LINGER && OFF_UNCHARGED + 64 <= HEADER
+);
 
 #[derive(Debug, thiserror::Error)]
 pub enum TransportError {

@@ -2,16 +2,17 @@
 //! the host how far it has got — refusing, never misreading, a ring the host could not have
 //! written.
 
-use std::sync::atomic::AtomicU32;
 use std::sync::atomic::Ordering::*;
+use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::layout::{
     SharedRegion, TransportError, LOC_DATA, LOC_INLINE, LOC_MSG, MSG_AREA, OFF_CLOSED,
     OFF_GPU_TIME, OFF_HEAD, OFF_HOST_SLEEPING, OFF_HOST_WANTS_SPACE, OFF_LINGER, OFF_RESP_INLINE,
-    OFF_RESP_LEN, OFF_RESP_LOC, OFF_RESP_SEQ, OFF_SIGNAL, OFF_STATE, OFF_TAIL, OFF_WORKER_SLEEPING,
-    RESP_INLINE, RESP_OFF, RING, RING_OFF, STATE_DEADLINE_EXIT, STATE_FAILED, STATE_READY,
+    OFF_RESP_LEN, OFF_RESP_LOC, OFF_RESP_SEQ, OFF_SIGNAL, OFF_STATE, OFF_TAIL, OFF_UNCHARGED,
+    OFF_WORKER_SLEEPING, RESP_INLINE, RESP_OFF, RING, RING_OFF, STATE_DEADLINE_EXIT, STATE_FAILED,
+    STATE_READY,
 };
 use super::ring::{
     record_size, stamp, ALIGN, KIND_CALL, KIND_CALL_IN_DATA, KIND_POSTED, KIND_WRAP, REC_HEADER,
@@ -63,6 +64,42 @@ pub fn announce_deadline_exit() {
         let word = unsafe { AtomicU32::from_ptr(*state as *mut u32) };
         word.store(STATE_DEADLINE_EXIT, Release);
     }
+}
+
+/// The uncharged-since word of the channel this process serves (its address; 0 while none is
+/// open), for [`publish_uncharged_since`], which the launch queue calls from the serving thread
+/// and the watchdog. Behind a lock for the same reason as [`SERVING_STATE`].
+static SERVING_UNCHARGED: Mutex<usize> = Mutex::new(0);
+
+/// Tells the host from when (`CLOCK_MONOTONIC` nanoseconds, see [`monotonic_nanos`]; 0: no
+/// such time) the device time of the launched-but-unfinished work is in no GPU time reported
+/// yet. A lease that ends while the work runs gives the worker up (its time would come only with
+/// an answer nobody waits for), and is charged from here to then: a runaway dropped just before
+/// its deadline does not run free.
+pub fn publish_uncharged_since(nanos: u64) {
+    let word = SERVING_UNCHARGED.lock().unwrap_or_else(|p| p.into_inner());
+    if *word != 0 {
+        // SAFETY: the address of the open channel's uncharged word, an aligned u64 of its
+        // mapping, which stays mapped while the lock is held (`WorkerEnd`'s drop clears it first).
+        let word = unsafe { AtomicU64::from_ptr(*word as *mut u64) };
+        word.store(nanos, Release);
+    }
+}
+
+/// `t` in `CLOCK_MONOTONIC` nanoseconds, the clock the host reads too (an `Instant` has no
+/// number of its own to share); at least 1, so that it never reads as none.
+pub fn monotonic_nanos(t: Instant) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-pointer; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    let now = (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64);
+    let ago = u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    now.saturating_sub(ago).max(1)
 }
 
 /// The worker's end of the channel.
@@ -157,6 +194,8 @@ impl WorkerEnd {
         s.store(STATE_READY, Release);
         futex_wake(s);
         *SERVING_STATE.lock().unwrap_or_else(|p| p.into_inner()) = s.as_ptr() as usize;
+        *SERVING_UNCHARGED.lock().unwrap_or_else(|p| p.into_inner()) =
+            self.region.u64_at(OFF_UNCHARGED).as_ptr() as usize;
     }
 
     /// Announces that the worker could not start, with a message for the host.
@@ -435,6 +474,11 @@ impl Drop for WorkerEnd {
         let mut state = SERVING_STATE.lock().unwrap_or_else(|p| p.into_inner());
         if *state == self.region.u32_at(OFF_STATE).as_ptr() as usize {
             *state = 0;
+        }
+        drop(state);
+        let mut word = SERVING_UNCHARGED.lock().unwrap_or_else(|p| p.into_inner());
+        if *word == self.region.u64_at(OFF_UNCHARGED).as_ptr() as usize {
+            *word = 0;
         }
     }
 }

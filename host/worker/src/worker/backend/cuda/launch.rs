@@ -55,6 +55,10 @@
 //! kernel that faults at its end must not have its time free. A segment in which no launch
 //! reached the device goes uncounted.
 //!
+//! A host that gives the worker up while its work runs (its lease ended) gets no report of it:
+//! the channel carries from when the launched-but-unfinished work is in no GPU time reported yet
+//! ([`Queue::publish_uncharged`]), and the lease is charged from there.
+//!
 //! A wait (`sync`, and every op that must see the kernels finished first) polls the head event:
 //! tightly for [`SPIN`], then with sleeps growing to [`MAX_NAP`]. Past the head's deadline it
 //! fails with `DeadlineExceeded` — the kernel is still running, and only ending the process stops
@@ -62,6 +66,7 @@
 //! the process itself [`WATCHDOG_GRACE`] after the deadline, with exit status
 //! [`crate::contract::EXIT_DEADLINE`], which the host reports as `DeadlineExceeded`.
 
+use crate::contract::channel::worker_end::{monotonic_nanos, publish_uncharged_since};
 use std::collections::VecDeque;
 use std::ffi::{c_uint, c_void};
 use std::fmt::Write as _;
@@ -284,6 +289,10 @@ struct Queue {
     spans: VecDeque<Span>,
     /// Device time of the segments counted so far, in nanoseconds (see the module's docs).
     gpu_nanos: u64,
+    /// Where the last segment counted in `gpu_nanos` ended (see [`Timeline::fold`]).
+    counted_through: Option<Instant>,
+    /// The uncharged-since word as last published (see [`Queue::publish_uncharged`]).
+    uncharged: u64,
 }
 
 /// An open segment (see the module's docs).
@@ -347,6 +356,46 @@ fn after(t: Instant, d: Duration) -> Instant {
 }
 
 impl Queue {
+    /// Publishes, for the host, from when the work launched and not seen finished is in no GPU
+    /// time reported (see [`publish_uncharged_since`]): a lease ended with the worker given up
+    /// while it runs is charged from there. Set as a segment begins with none unfinished (the
+    /// segments after it are charged no earlier than it, see [`Timeline::fold`]), moved up to
+    /// the end of the last segment in the GPU time an answer carries ([`Queue::reported`]: the
+    /// host never charges a reported segment twice), cleared once the work is seen finished.
+    fn publish_uncharged(&mut self, nanos: u64) {
+        if self.uncharged != nanos {
+            self.uncharged = nanos;
+            publish_uncharged_since(nanos);
+        }
+    }
+
+    /// A segment began at `since`: where its work's charge begins, unless unfinished work
+    /// already holds the word.
+    fn began(&mut self, since: Instant) {
+        if self.uncharged == 0 {
+            self.publish_uncharged(monotonic_nanos(since));
+        }
+    }
+
+    /// The GPU time an answer carries, having moved the word past the segments in it.
+    fn reported(&mut self) -> u64 {
+        if let Some(end) = self.counted_through.filter(|_| self.uncharged != 0) {
+            let end = monotonic_nanos(end);
+            if end > self.uncharged {
+                self.publish_uncharged(end);
+            }
+        }
+        self.gpu_nanos
+    }
+
+    /// No work is left unfinished where every closed group is done and no launch waits in the
+    /// open one.
+    fn all_done(&mut self) {
+        if self.open.as_ref().is_none_or(|o| o.members.n == 0) {
+            self.publish_uncharged(0);
+        }
+    }
+
     /// Pops every finished group off the front and says what the head is doing.
     ///
     /// The newest group is looked at first: the stream runs in order, so once its event is done
@@ -364,6 +413,7 @@ impl Queue {
                         }
                     }
                     self.last_done = now;
+                    self.all_done();
                     return Head::Idle;
                 }
             }
@@ -388,6 +438,7 @@ impl Queue {
                 err => return Head::Fault(err),
             }
         }
+        self.all_done();
         Head::Idle
     }
 
@@ -484,6 +535,8 @@ impl Timeline {
                 last_completion: None,
                 spans: VecDeque::new(),
                 gpu_nanos: 0,
+                counted_through: None,
+                uncharged: 0,
             }),
             signalled_done: AtomicU64::new(0),
             timing,
@@ -554,10 +607,12 @@ impl Timeline {
     /// clock read, no driver call.
     fn begin_segment(&self, q: &mut Queue) {
         if q.segment.is_none() {
+            let since = Instant::now();
             q.segment = Some(Segment {
-                since: Instant::now(),
+                since,
                 after: q.closed,
             });
+            q.began(since);
         }
     }
 
@@ -640,6 +695,8 @@ impl Timeline {
                 through: q.closed,
             });
         }
+        // The stream runs in order: every closed group is done.
+        q.all_done();
     }
 
     /// Closes the open group, if any: records its event after its kernels. A failure to record
@@ -850,7 +907,7 @@ impl Timeline {
         }
         drop(q);
         self.fold(FOLD_WAIT);
-        Duration::from_nanos(self.lock().gpu_nanos)
+        Duration::from_nanos(self.lock().reported())
     }
 
     /// Counts the ended segments whose end is known, oldest first, without holding the queue's
@@ -903,6 +960,7 @@ impl Timeline {
         }
         let mut q = self.lock();
         q.gpu_nanos = q.gpu_nanos.saturating_add(nanos);
+        q.counted_through = *charged;
         q.free_timed.extend(freed);
         // Those not counted yet go back before any ended meanwhile (in the same deque, which
         // keeps its room).
@@ -912,7 +970,7 @@ impl Timeline {
 
     /// The device time of the segments counted so far, without looking for more.
     pub fn gpu_time_seen(&self) -> Duration {
-        Duration::from_nanos(self.lock().gpu_nanos)
+        Duration::from_nanos(self.lock().reported())
     }
 
     /// Forgets every cached graph: they hold functions, so this comes before a module is unloaded.

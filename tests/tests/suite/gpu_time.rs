@@ -399,12 +399,15 @@ fn a_kernel_cut_short_by_its_lease_s_end_is_charged_what_it_ran() {
     let ran = DEADLINE * 2 / 3;
     std::thread::sleep(ran);
     gpu.lease_drop(lease);
+    // The kernel starts once the worker takes the posted launch, which may be a wake-up after
+    // the launch returned here (on an H200, 2026-11-29: charged 199.89 ms for this 200 ms).
+    let woke = Duration::from_millis(20);
     for (what, t) in [
         ("holder", gpu.usage().stats().gpu_time),
         ("tenant", tenant_time(&host, tenant)),
     ] {
         assert!(
-            t >= ran && t < DEADLINE + PAST_DEADLINE,
+            t + woke >= ran && t < DEADLINE + PAST_DEADLINE,
             "the {what} was charged {t:?} for a kernel that ran {ran:?} before its lease was dropped"
         );
     }

@@ -290,7 +290,9 @@ impl Worker {
     /// (with each response; a sync the completion word answered reports at the next call).
     /// Never goes back; a lease is charged the difference over its time with the worker.
     pub fn gpu_time(&self) -> Duration {
-        Duration::from_nanos(self.chan.gpu_time())
+        // Both only grow and neither exceeds what the worker measured: the larger is as much as
+        // it has said so far (its counted word also covers work no answer reported).
+        Duration::from_nanos(self.chan.gpu_time().max(self.chan.counted_gpu_time()))
     }
 
     /// True once a kernel faulted or ran past its deadline: every op now fails with that kind,

@@ -714,6 +714,28 @@ fn a_kernel_still_running_is_unreported_time_and_a_finished_one_is_not() {
 }
 
 #[test]
+fn work_that_finished_unreported_is_in_the_gpu_time_the_host_reads() {
+    // A launch never waited for: no answer carries its time, but the worker publishes what it
+    // counts, so a lease given up unasked (its holder dropped it) is still charged for it.
+    let Some(mut w) = fake_worker() else { return };
+    let m = w.load_module(IOTA_PTX).unwrap();
+    let out = w.alloc(4 * 1024).unwrap();
+    assert_eq!(w.gpu_time(), Duration::ZERO);
+    w.launch(&launch(
+        &m,
+        "iota",
+        1024,
+        &iota_args(out, 1024),
+        Duration::from_secs(5),
+    ))
+    .unwrap();
+    assert!(
+        eventually(Duration::from_secs(2), || w.gpu_time() > Duration::ZERO),
+        "the launch's time never reached the host without an answer"
+    );
+}
+
+#[test]
 fn a_worker_with_kernels_still_queued_is_replaced_not_reset() {
     let Some(command) = fake_command() else {
         return;

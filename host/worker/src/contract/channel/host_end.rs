@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering::*;
 use std::time::{Duration, Instant};
 
 use super::layout::{
-    SharedRegion, TransportError, LOC_DATA, LOC_INLINE, LOC_MSG, MSG_AREA, OFF_CLOSED,
+    SharedRegion, TransportError, LOC_DATA, LOC_INLINE, LOC_MSG, MSG_AREA, OFF_CLOSED, OFF_COUNTED,
     OFF_GPU_TIME, OFF_HEAD, OFF_HOST_SLEEPING, OFF_HOST_WANTS_SPACE, OFF_LINGER, OFF_RESP_INLINE,
     OFF_RESP_LEN, OFF_RESP_LOC, OFF_RESP_SEQ, OFF_SIGNAL, OFF_STATE, OFF_TAIL, OFF_UNCHARGED,
     OFF_WORKER_SLEEPING, RESP_INLINE, RESP_OFF, RING, RING_OFF, STATE_DEADLINE_EXIT, STATE_FAILED,
@@ -484,6 +484,13 @@ impl HostEnd {
     /// deadline (its process may still be going away).
     pub fn deadline_exit_announced(&self) -> bool {
         self.region.u32_at(OFF_STATE).load(Acquire) == STATE_DEADLINE_EXIT
+    }
+
+    /// The GPU time, in nanoseconds, the worker has counted so far, as it counts it (see
+    /// [`super::worker_end::publish_counted_gpu_time`]), answers or not. As untrusted as the
+    /// time in a response: a worker can only misreport its own lease's.
+    pub fn counted_gpu_time(&self) -> u64 {
+        self.region.u64_at(OFF_COUNTED).load(Acquire)
     }
 
     /// From when, on the host's clock, the device time of the worker's launched-but-unfinished

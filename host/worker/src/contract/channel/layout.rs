@@ -74,6 +74,11 @@ pub(super) const OFF_LINGER: usize = 640;
 /// [`super::worker_end::publish_uncharged_since`]): what a lease that ends with the worker given
 /// up is charged from. Its own cache line: the worker writes it, the host reads it only then.
 pub(super) const OFF_UNCHARGED: usize = 704;
+/// The GPU time (u64 nanoseconds, only growing) the worker has counted so far, published as it
+/// counts (see [`super::worker_end::publish_counted_gpu_time`]), not only with responses: a lease
+/// that ends with the worker given up unasked is still charged for work that finished unreported.
+/// Its own cache line, out of the response's: written about once a millisecond while kernels run.
+pub(super) const OFF_COUNTED: usize = 768;
 
 pub(super) const RING_OFF: usize = HEADER;
 pub(super) const RESP_OFF: usize = HEADER + RING;
@@ -102,6 +107,9 @@ const _: () =
     assert!(OFF_LINGER.is_multiple_of(64) && OFF_LINGER > OFF_SIGNAL && OFF_LINGER + 64 <= HEADER);
 const _: () = assert!(
     OFF_UNCHARGED.is_multiple_of(64) && OFF_UNCHARGED > OFF_LINGER && OFF_UNCHARGED + 64 <= HEADER
+);
+const _: () = assert!(
+    OFF_COUNTED.is_multiple_of(64) && OFF_COUNTED > OFF_UNCHARGED && OFF_COUNTED + 64 <= HEADER
 );
 
 #[derive(Debug, thiserror::Error)]

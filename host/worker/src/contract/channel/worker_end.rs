@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::layout::{
-    SharedRegion, TransportError, LOC_DATA, LOC_INLINE, LOC_MSG, MSG_AREA, OFF_CLOSED,
+    SharedRegion, TransportError, LOC_DATA, LOC_INLINE, LOC_MSG, MSG_AREA, OFF_CLOSED, OFF_COUNTED,
     OFF_GPU_TIME, OFF_HEAD, OFF_HOST_SLEEPING, OFF_HOST_WANTS_SPACE, OFF_LINGER, OFF_RESP_INLINE,
     OFF_RESP_LEN, OFF_RESP_LOC, OFF_RESP_SEQ, OFF_SIGNAL, OFF_STATE, OFF_TAIL, OFF_UNCHARGED,
     OFF_WORKER_SLEEPING, RESP_INLINE, RESP_OFF, RING, RING_OFF, STATE_DEADLINE_EXIT, STATE_FAILED,
@@ -70,6 +70,24 @@ pub fn announce_deadline_exit() {
 /// open), for [`publish_uncharged_since`], which the launch queue calls from the serving thread
 /// and the watchdog. Behind a lock for the same reason as [`SERVING_STATE`].
 static SERVING_UNCHARGED: Mutex<usize> = Mutex::new(0);
+
+/// The counted-GPU-time word of the channel this process serves (its address; 0 while none is
+/// open), for [`publish_counted_gpu_time`]. Behind a lock for the same reason as
+/// [`SERVING_STATE`].
+static SERVING_COUNTED: Mutex<usize> = Mutex::new(0);
+
+/// Tells the host the GPU time the worker has counted so far (nanoseconds; the word only grows),
+/// as it counts it: a lease that ends with the worker given up unasked is charged for work that
+/// finished without an answer to report it.
+pub fn publish_counted_gpu_time(nanos: u64) {
+    let word = SERVING_COUNTED.lock().unwrap_or_else(|p| p.into_inner());
+    if *word != 0 {
+        // SAFETY: the address of the open channel's counted word, an aligned u64 of its
+        // mapping, which stays mapped while the lock is held (`WorkerEnd`'s drop clears it first).
+        let word = unsafe { AtomicU64::from_ptr(*word as *mut u64) };
+        word.fetch_max(nanos, Release);
+    }
+}
 
 /// Tells the host from when (`CLOCK_MONOTONIC` nanoseconds, see [`monotonic_nanos`]; 0: no
 /// such time) the device time of the launched-but-unfinished work is in no GPU time reported
@@ -196,6 +214,8 @@ impl WorkerEnd {
         *SERVING_STATE.lock().unwrap_or_else(|p| p.into_inner()) = s.as_ptr() as usize;
         *SERVING_UNCHARGED.lock().unwrap_or_else(|p| p.into_inner()) =
             self.region.u64_at(OFF_UNCHARGED).as_ptr() as usize;
+        *SERVING_COUNTED.lock().unwrap_or_else(|p| p.into_inner()) =
+            self.region.u64_at(OFF_COUNTED).as_ptr() as usize;
     }
 
     /// Announces that the worker could not start, with a message for the host.
@@ -479,6 +499,11 @@ impl Drop for WorkerEnd {
         let mut word = SERVING_UNCHARGED.lock().unwrap_or_else(|p| p.into_inner());
         if *word == self.region.u64_at(OFF_UNCHARGED).as_ptr() as usize {
             *word = 0;
+        }
+        drop(word);
+        let mut counted = SERVING_COUNTED.lock().unwrap_or_else(|p| p.into_inner());
+        if *counted == self.region.u64_at(OFF_COUNTED).as_ptr() as usize {
+            *counted = 0;
         }
     }
 }

@@ -66,7 +66,9 @@
 //! the process itself [`WATCHDOG_GRACE`] after the deadline, with exit status
 //! [`crate::contract::EXIT_DEADLINE`], which the host reports as `DeadlineExceeded`.
 
-use crate::contract::channel::worker_end::{monotonic_nanos, publish_uncharged_since};
+use crate::contract::channel::worker_end::{
+    monotonic_nanos, publish_counted_gpu_time, publish_uncharged_since,
+};
 use std::collections::VecDeque;
 use std::ffi::{c_uint, c_void};
 use std::fmt::Write as _;
@@ -613,6 +615,11 @@ impl Timeline {
                 after: q.closed,
             });
             q.began(since);
+        } else if q.uncharged == 0 {
+            // The segment's earlier groups were seen done (a mark, a full group or a graph
+            // closed them, and an answer or the watchdog polled), which cleared the word: this
+            // launch's work is unreported from now, or a lease dropped while it runs pays nothing.
+            q.began(Instant::now());
         }
     }
 
@@ -961,6 +968,10 @@ impl Timeline {
         let mut q = self.lock();
         q.gpu_nanos = q.gpu_nanos.saturating_add(nanos);
         q.counted_through = *charged;
+        // Published as counted, not only with answers, and the uncharged word moved past it: a
+        // lease given up unasked is charged for work that finished with no answer to report it.
+        let counted = q.reported();
+        publish_counted_gpu_time(counted);
         q.free_timed.extend(freed);
         // Those not counted yet go back before any ended meanwhile (in the same deque, which
         // keeps its room).

@@ -1276,10 +1276,12 @@ fn a_sync_the_worker_sees_finished_times_its_kernels_with_no_timed_event() {
 
 #[test]
 fn a_completion_word_seen_before_the_devices_event_is_not_taken_as_the_end() {
-    // The word lands at once, but the events read not-ready for 3 ms (as a word a kernel forged
-    // would, its kernels still running): the worker does not take the word's arrival as the
-    // end of the lease's work, and times the segment on the device.
-    let Some((mut w, file)) = counting_worker(&["FAKE_CUDA_EVENT_LAG_US=3000"]) else {
+    // The word lands at once, but the events read not-ready for 100 ms (as a word a kernel
+    // forged would, its kernels still running): the worker does not take the word's arrival as
+    // the end of the lease's work, and times the segment on the device. (With 3 ms, a worker
+    // descheduled that long on a loaded CI machine saw the event done, rightly ending on its
+    // clock.)
+    let Some((mut w, file)) = counting_worker(&["FAKE_CUDA_EVENT_LAG_US=100000"]) else {
         return;
     };
     let m = w.load_module(FAULTS_PTX).unwrap();

@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 
 use super::layout::{
     SharedRegion, TransportError, LOC_DATA, LOC_INLINE, LOC_MSG, MSG_AREA, OFF_CLOSED, OFF_COUNTED,
-    OFF_GPU_TIME, OFF_HEAD, OFF_HOST_SLEEPING, OFF_HOST_WANTS_SPACE, OFF_LINGER, OFF_RESP_INLINE,
-    OFF_RESP_LEN, OFF_RESP_LOC, OFF_RESP_SEQ, OFF_SIGNAL, OFF_STATE, OFF_TAIL, OFF_UNCHARGED,
-    OFF_WORKER_SLEEPING, RESP_INLINE, RESP_OFF, RING, RING_OFF, STATE_DEADLINE_EXIT, STATE_FAILED,
-    STATE_READY,
+    OFF_GPU_TIME, OFF_HEAD, OFF_HOST_SLEEPING, OFF_HOST_WANTS_SPACE, OFF_LINGER, OFF_MAGIC,
+    OFF_RESP_INLINE, OFF_RESP_LEN, OFF_RESP_LOC, OFF_RESP_SEQ, OFF_SIGNAL, OFF_STATE, OFF_TAIL,
+    OFF_UNCHARGED, OFF_WORKER_SLEEPING, RESP_INLINE, RESP_OFF, RING, RING_OFF, STATE_DEADLINE_EXIT,
+    STATE_FAILED, STATE_READY,
 };
 use super::ring::{
     record_size, stamp, ALIGN, KIND_CALL, KIND_CALL_IN_DATA, KIND_POSTED, KIND_WRAP, REC_HEADER,
@@ -47,46 +47,43 @@ const SPIN_MAX: Duration = Duration::from_micros(50);
 /// The most the host's linger word may raise that ceiling to, whatever it says.
 const LINGER_MAX: Duration = Duration::from_millis(2);
 
-/// The state word of the channel this process serves (its address; 0 while none is open), for
-/// [`announce_deadline_exit`]. Behind a lock, so the channel is never unmapped between the
-/// watchdog reading the address and writing there.
-static SERVING_STATE: Mutex<usize> = Mutex::new(0);
+/// The header page of the channel this process serves (its address; 0 while none is open), for
+/// the words the launch queue's threads write outside any response ([`announce_deadline_exit`],
+/// [`publish_uncharged_since`], [`publish_counted_gpu_time`]). Behind a lock, so the channel is
+/// never unmapped between a thread reading the address and writing there.
+static SERVING_HEADER: Mutex<usize> = Mutex::new(0);
+
+/// Runs `write` on the open channel's header word at `off` (a u64 word's offset), if one is open.
+fn on_serving_u64(off: usize, write: impl FnOnce(&AtomicU64)) {
+    let header = SERVING_HEADER.lock().unwrap_or_else(|p| p.into_inner());
+    if *header != 0 {
+        // SAFETY: an aligned u64 word of the open channel's header page, which stays mapped
+        // while the lock is held (`WorkerEnd`'s drop clears the address first).
+        write(unsafe { AtomicU64::from_ptr((*header + off) as *mut u64) });
+    }
+}
 
 /// Tells the host, through the channel, that this process is about to end over a kernel past
 /// its deadline. The exit itself may take the driver a long while (it tears down a context
 /// whose kernel still runs): the host, reading this, knows why at once, and a lease that ends
 /// meanwhile charges the kernel its deadline. Called right before `_exit`.
 pub fn announce_deadline_exit() {
-    let state = SERVING_STATE.lock().unwrap_or_else(|p| p.into_inner());
-    if *state != 0 {
-        // SAFETY: the address of the open channel's state word, an aligned u32 of its mapping,
-        // which stays mapped while the lock is held (`WorkerEnd`'s drop clears it first).
-        let word = unsafe { AtomicU32::from_ptr(*state as *mut u32) };
+    let header = SERVING_HEADER.lock().unwrap_or_else(|p| p.into_inner());
+    if *header != 0 {
+        // SAFETY: the open channel's state word, an aligned u32 of its header page, mapped while
+        // the lock is held (as in `on_serving_u64`).
+        let word = unsafe { AtomicU32::from_ptr((*header + OFF_STATE) as *mut u32) };
         word.store(STATE_DEADLINE_EXIT, Release);
     }
 }
-
-/// The uncharged-since word of the channel this process serves (its address; 0 while none is
-/// open), for [`publish_uncharged_since`], which the launch queue calls from the serving thread
-/// and the watchdog. Behind a lock for the same reason as [`SERVING_STATE`].
-static SERVING_UNCHARGED: Mutex<usize> = Mutex::new(0);
-
-/// The counted-GPU-time word of the channel this process serves (its address; 0 while none is
-/// open), for [`publish_counted_gpu_time`]. Behind a lock for the same reason as
-/// [`SERVING_STATE`].
-static SERVING_COUNTED: Mutex<usize> = Mutex::new(0);
 
 /// Tells the host the GPU time the worker has counted so far (nanoseconds; the word only grows),
 /// as it counts it: a lease that ends with the worker given up unasked is charged for work that
 /// finished without an answer to report it.
 pub fn publish_counted_gpu_time(nanos: u64) {
-    let word = SERVING_COUNTED.lock().unwrap_or_else(|p| p.into_inner());
-    if *word != 0 {
-        // SAFETY: the address of the open channel's counted word, an aligned u64 of its
-        // mapping, which stays mapped while the lock is held (`WorkerEnd`'s drop clears it first).
-        let word = unsafe { AtomicU64::from_ptr(*word as *mut u64) };
-        word.fetch_max(nanos, Release);
-    }
+    on_serving_u64(OFF_COUNTED, |w| {
+        w.fetch_max(nanos, Release);
+    });
 }
 
 /// Tells the host from when (`CLOCK_MONOTONIC` nanoseconds, see [`monotonic_nanos`]; 0: no
@@ -95,13 +92,7 @@ pub fn publish_counted_gpu_time(nanos: u64) {
 /// an answer nobody waits for), and is charged from here to then: a runaway dropped just before
 /// its deadline does not run free.
 pub fn publish_uncharged_since(nanos: u64) {
-    let word = SERVING_UNCHARGED.lock().unwrap_or_else(|p| p.into_inner());
-    if *word != 0 {
-        // SAFETY: the address of the open channel's uncharged word, an aligned u64 of its
-        // mapping, which stays mapped while the lock is held (`WorkerEnd`'s drop clears it first).
-        let word = unsafe { AtomicU64::from_ptr(*word as *mut u64) };
-        word.store(nanos, Release);
-    }
+    on_serving_u64(OFF_UNCHARGED, |w| w.store(nanos, Release));
 }
 
 /// `t` in `CLOCK_MONOTONIC` nanoseconds, the clock the host reads too (an `Instant` has no
@@ -211,11 +202,12 @@ impl WorkerEnd {
         let s = self.region.u32_at(OFF_STATE);
         s.store(STATE_READY, Release);
         futex_wake(s);
-        *SERVING_STATE.lock().unwrap_or_else(|p| p.into_inner()) = s.as_ptr() as usize;
-        *SERVING_UNCHARGED.lock().unwrap_or_else(|p| p.into_inner()) =
-            self.region.u64_at(OFF_UNCHARGED).as_ptr() as usize;
-        *SERVING_COUNTED.lock().unwrap_or_else(|p| p.into_inner()) =
-            self.region.u64_at(OFF_COUNTED).as_ptr() as usize;
+        *SERVING_HEADER.lock().unwrap_or_else(|p| p.into_inner()) = self.header_address();
+    }
+
+    /// Where the channel's header page is mapped here ([`SERVING_HEADER`]).
+    fn header_address(&self) -> usize {
+        self.region.u32_at(OFF_MAGIC).as_ptr() as usize
     }
 
     /// Announces that the worker could not start, with a message for the host.
@@ -491,19 +483,9 @@ mod tests;
 impl Drop for WorkerEnd {
     fn drop(&mut self) {
         // Before the region is unmapped (its field drops after this).
-        let mut state = SERVING_STATE.lock().unwrap_or_else(|p| p.into_inner());
-        if *state == self.region.u32_at(OFF_STATE).as_ptr() as usize {
-            *state = 0;
-        }
-        drop(state);
-        let mut word = SERVING_UNCHARGED.lock().unwrap_or_else(|p| p.into_inner());
-        if *word == self.region.u64_at(OFF_UNCHARGED).as_ptr() as usize {
-            *word = 0;
-        }
-        drop(word);
-        let mut counted = SERVING_COUNTED.lock().unwrap_or_else(|p| p.into_inner());
-        if *counted == self.region.u64_at(OFF_COUNTED).as_ptr() as usize {
-            *counted = 0;
+        let mut header = SERVING_HEADER.lock().unwrap_or_else(|p| p.into_inner());
+        if *header == self.header_address() {
+            *header = 0;
         }
     }
 }

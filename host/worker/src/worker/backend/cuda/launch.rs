@@ -291,7 +291,8 @@ struct Queue {
     spans: VecDeque<Span>,
     /// Device time of the segments counted so far, in nanoseconds (see the module's docs).
     gpu_nanos: u64,
-    /// Where the last segment counted in `gpu_nanos` ended (see [`Timeline::fold`]).
+    /// Where the last segment counted in `gpu_nanos` ended: the device's time is charged up to
+    /// there (see [`Timeline::fold`], the only writer, which holds `Timeline::folding`).
     counted_through: Option<Instant>,
     /// The uncharged-since word as last published (see [`Queue::publish_uncharged`]).
     uncharged: u64,
@@ -496,9 +497,8 @@ pub struct Timeline {
     clock: WorkStream,
     /// Held by whoever counts ended segments ([`Timeline::fold`]): the watchdog in the
     /// background, or the serving thread for an answer, which so never misses segments the
-    /// watchdog is counting at that moment. It holds the instant up to which the device's time
-    /// is charged (the end of the last segment counted).
-    folding: Mutex<Option<Instant>>,
+    /// watchdog is counting at that moment.
+    folding: Mutex<()>,
 }
 
 impl Timeline {
@@ -543,7 +543,7 @@ impl Timeline {
             signalled_done: AtomicU64::new(0),
             timing,
             clock,
-            folding: Mutex::new(None),
+            folding: Mutex::new(()),
         });
         // Events up front, so the first launches do not pay for them.
         {
@@ -924,8 +924,8 @@ impl Timeline {
     /// its end a few microseconds behind: that one is waited for, up to `wait`. Never blocks on
     /// running kernels.
     fn fold(&self, wait: Duration) {
-        let mut charged = self.folding.lock().unwrap_or_else(|p| p.into_inner());
-        let (mut spans, known) = {
+        let _folding = self.folding.lock().unwrap_or_else(|p| p.into_inner());
+        let (mut spans, known, mut charged) = {
             let mut q = self.lock();
             if q.spans.is_empty() {
                 return;
@@ -933,7 +933,7 @@ impl Timeline {
             // The groups up to this one are known finished.
             let queued = q.items.front().map_or(q.closed, |g| g.seq - 1);
             let known = queued.max(self.signalled_done.load(Relaxed));
-            (std::mem::take(&mut q.spans), known)
+            (std::mem::take(&mut q.spans), known, q.counted_through)
         };
         let start = Instant::now();
         let (mut nanos, mut freed) = (0u64, Vec::new());
@@ -951,7 +951,7 @@ impl Timeline {
                     let took = end.saturating_duration_since(from);
                     nanos =
                         nanos.saturating_add(u64::try_from(took.as_nanos()).unwrap_or(u64::MAX));
-                    *charged = Some(charged.map_or(end, |c| c.max(end)));
+                    charged = Some(charged.map_or(end, |c| c.max(end)));
                 }
                 Err(_) => {
                     if span.through <= known && start.elapsed() < wait {
@@ -967,7 +967,7 @@ impl Timeline {
         }
         let mut q = self.lock();
         q.gpu_nanos = q.gpu_nanos.saturating_add(nanos);
-        q.counted_through = *charged;
+        q.counted_through = charged;
         // Published as counted, not only with answers, and the uncharged word moved past it: a
         // lease given up unasked is charged for work that finished with no answer to report it.
         let counted = q.reported();

@@ -282,7 +282,11 @@ impl Lease {
     /// graph's kernels keep the deadline they were recorded with.
     pub fn gave_deadline(&self, deadline: Duration) {
         let nanos = u64::try_from(deadline.as_nanos()).unwrap_or(u64::MAX);
-        self.least_deadline.fetch_min(nanos, Ordering::Relaxed);
+        // Every launch passes here, nearly always with the deadline already noted: a plain read
+        // then, not a locked read-modify-write.
+        if nanos < self.least_deadline.load(Ordering::Relaxed) {
+            self.least_deadline.fetch_min(nanos, Ordering::Relaxed);
+        }
     }
 
     /// Charges a kernel stopped at its deadline, unreported, what it ran at least.

@@ -291,3 +291,55 @@ fn cuda_c_compiles_once_across_two_leases() {
     drop(gpu);
     assert_baseline(&host);
 }
+
+/// In one session, repeated loads of the same text are modules of their own (each unloads on
+/// its own) that share the first load's kernels: whichever is unloaded, the others still
+/// launch and list the same kernels, and a load after the last unload starts afresh.
+#[test]
+fn repeated_loads_in_a_session_launch_after_any_of_them_is_unloaded() {
+    let host = test_host!();
+    let grant = host.policy().grant(&manifest("testing/probe"));
+    let mut gpu = LocalGpu::new(grant, Arc::clone(host.leases()));
+    let lease = gpu
+        .lease_acquire(LeaseRequest {
+            min_vram: 1 << 20,
+            secs: 60,
+            device: None,
+        })
+        .expect("lease");
+    let s = gpu.session_open(lease).expect("session");
+    let loads: Vec<ModuleId> = (0..3)
+        .map(|_| gpu.module_load(s, IOTA_PTX).expect("load"))
+        .collect();
+    let kernels = gpu.module_kernels(s, loads[0]);
+    assert!(kernels.iter().any(|k| k == "iota"), "{kernels:?}");
+    gpu.module_unload(s, loads[0]);
+    for &m in &loads[1..] {
+        assert_eq!(gpu.module_kernels(s, m), kernels);
+        iota_runs(&mut gpu, s, m);
+    }
+    gpu.module_unload(s, loads[2]);
+    iota_runs(&mut gpu, s, loads[1]);
+    gpu.module_unload(s, loads[1]);
+    let err = gpu
+        .launch(
+            s,
+            loads[1],
+            "iota",
+            &LaunchConfig {
+                grid: [1, 1, 1],
+                block: [1, 1, 1],
+                shared_mem_bytes: 0,
+            },
+            &[],
+        )
+        .expect_err("an unloaded module does not launch");
+    assert!(err.to_string().contains("unloaded"), "{err}");
+    let fresh = gpu
+        .module_load(s, IOTA_PTX)
+        .expect("load after the last unload");
+    assert_eq!(gpu.module_kernels(s, fresh), kernels);
+    iota_runs(&mut gpu, s, fresh);
+    drop(gpu);
+    assert_baseline(&host);
+}

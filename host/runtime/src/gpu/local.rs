@@ -29,6 +29,7 @@ use tasklet_worker::{Launch, LoadedModule, ALLOC_GRANULE};
 mod actors;
 mod burst;
 mod graph;
+mod kernel_tables;
 mod queues;
 mod reloads;
 
@@ -77,6 +78,8 @@ struct Session {
     /// Buffer → (device address, size).
     buffers: FxHashMap<BufferId, (u64, u64)>,
     modules: FxHashMap<ModuleId, Module>,
+    /// Its modules' kernel tables, one per worker module (repeated loads share one).
+    kernel_tables: kernel_tables::KernelTables,
     graphs: FxHashMap<GraphId, graph::Graph>,
     /// Bytes of launch arguments its graphs' recorded launches hold (at most
     /// [`super::MAX_SESSION_GRAPH_ARG_BYTES`]).
@@ -93,16 +96,7 @@ struct Session {
 /// A loaded module: the worker's id for it and its kernels in the worker's order.
 struct Module {
     id: u32,
-    kernels: Vec<KernelEntry>,
-}
-
-impl Module {
-    fn new(loaded: LoadedModule) -> Module {
-        Module {
-            id: loaded.id,
-            kernels: loaded.kernels.into_iter().map(KernelEntry::new).collect(),
-        }
-    }
+    kernels: Arc<[KernelEntry]>,
 }
 
 /// Unguessable, unique ids: a counter through a hash keyed at random for this service.
@@ -469,7 +463,14 @@ impl LocalGpu {
             .sessions
             .get_mut(&session)
             .ok_or_else(|| invalid(format!("no session {session} here")))?;
-        s.modules.insert(id, Module::new(loaded));
+        let kernels = s.kernel_tables.hold(&loaded);
+        s.modules.insert(
+            id,
+            Module {
+                id: loaded.id,
+                kernels,
+            },
+        );
         Ok(id)
     }
 }
@@ -678,6 +679,7 @@ impl GpuService for LocalGpu {
                 lease_id,
                 buffers: FxHashMap::default(),
                 modules: FxHashMap::default(),
+                kernel_tables: Default::default(),
                 graphs: FxHashMap::default(),
                 graph_arg_bytes: 0,
                 reloaded: Default::default(),
@@ -946,6 +948,7 @@ impl GpuService for LocalGpu {
             return;
         };
         if let Some(m) = s.modules.remove(&module) {
+            s.kernel_tables.release(m.id);
             s.reloaded.unloaded(module);
             let _ = self.manager.unload(&s.lease, m.id);
         }

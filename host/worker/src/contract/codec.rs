@@ -631,11 +631,11 @@ pub fn decode_response(frame: &[u8]) -> Result<(u64, Response), DecodeError> {
         },
         RESP_MODULE => Response::Module {
             id: r.u32("module id")?,
-            kernels: r.kernels()?,
+            kernels: r.kernels()?.into(),
         },
         RESP_CACHED_MODULE => Response::CachedModule {
             id: r.u32("module id")?,
-            kernels: r.kernels()?,
+            kernels: r.kernels()?.into(),
             compiled: Compiled {
                 ptx: r.str("compiled ptx")?.to_owned(),
                 image: r.bytes("module image")?.to_vec(),

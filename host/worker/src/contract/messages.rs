@@ -3,6 +3,7 @@
 //! Plain data, no encoding in sight: [`super::codec`] turns them into frames and back.
 
 use super::{ErrorKind, Launch, LaunchLimits};
+use std::sync::Arc;
 use tasklet_ptx::KernelInfo;
 
 /// A request from host to worker. Borrowed fields point into the frame it was decoded from.
@@ -299,8 +300,9 @@ pub struct WorkerInfo {
 pub struct LoadedModule {
     /// The worker's id for it: unique for the worker's lifetime (never reused, even after reset).
     pub id: u32,
-    /// Its kernels in source order, with their parameter layouts.
-    pub kernels: Vec<KernelInfo>,
+    /// Its kernels in source order, with their parameter layouts. Shared: a repeated load of
+    /// the same module (`host::module_aliases`) hands out this table, not a copy of it.
+    pub kernels: Arc<[KernelInfo]>,
 }
 
 /// What a load compiled, for the host's node-wide module cache ([`Response::CachedModule`]).
@@ -328,13 +330,13 @@ pub enum Response {
     },
     Module {
         id: u32,
-        kernels: Vec<KernelInfo>,
+        kernels: Arc<[KernelInfo]>,
     },
     /// A module loaded through the host's cache ([`Request::LoadModuleCached`],
     /// [`Request::LoadSourceCached`]): as [`Response::Module`], with what the load compiled.
     CachedModule {
         id: u32,
-        kernels: Vec<KernelInfo>,
+        kernels: Arc<[KernelInfo]>,
         compiled: Compiled,
     },
     Info(WorkerInfo),

@@ -29,6 +29,7 @@ use super::process::Proc;
 use super::slot::LeaseToken;
 use crate::contract::channel::{HostEnd, SharedRegion, WaitError, DEFAULT_DATA_SIZE};
 use crate::contract::{BackendKind, DeviceBinding, ErrorKind, WorkerArgs, WorkerCommand};
+use tasklet_ptx::KernelInfo;
 
 /// How long a worker process may take from spawn to ready (a CUDA context takes a while).
 pub const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -66,8 +67,8 @@ pub struct Worker {
     /// anything it still ran stopped.
     abandoned_at: Option<Instant>,
     /// The kernels of every module loaded and not unloaded, by module id, in the order launches
-    /// index them: only to name kernels in messages.
-    kernel_names: HashMap<u32, Vec<String>>,
+    /// index them: only to name kernels in messages. The module's own table, shared.
+    kernel_names: HashMap<u32, Arc<[KernelInfo]>>,
     /// Shareable modules loaded, by text: a repeated load is answered here (see
     /// [`Worker::load_module`]).
     aliases: ModuleAliases,
@@ -374,9 +375,9 @@ impl Worker {
         match self
             .kernel_names
             .get(&module)
-            .and_then(|names| names.get(kernel as usize))
+            .and_then(|kernels| kernels.get(kernel as usize))
         {
-            Some(name) => format!("`{name}`"),
+            Some(k) => format!("`{}`", k.name),
             None => format!("kernel {kernel} of module {module}"),
         }
     }

@@ -108,7 +108,7 @@ mod tests {
     fn module(id: u32) -> LoadedModule {
         LoadedModule {
             id,
-            kernels: Vec::new(),
+            kernels: Vec::new().into(),
         }
     }
 

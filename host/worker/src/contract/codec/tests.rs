@@ -190,14 +190,15 @@ fn sample_responses() -> Vec<Response> {
         Response::MarkDone { done: false },
         Response::Module {
             id: 1,
-            kernels: vec![],
+            kernels: vec![].into(),
         },
         Response::CachedModule {
             id: 3,
             kernels: vec![KernelInfo {
                 name: "k".into(),
                 params: vec![],
-            }],
+            }]
+            .into(),
             compiled: Compiled {
                 ptx: ".version 9.0\n".into(),
                 image: vec![0, 1, 2, 255],
@@ -206,7 +207,7 @@ fn sample_responses() -> Vec<Response> {
         },
         Response::CachedModule {
             id: 4,
-            kernels: vec![],
+            kernels: vec![].into(),
             compiled: Compiled::default(),
         },
         Response::Module {
@@ -237,7 +238,8 @@ fn sample_responses() -> Vec<Response> {
                     name: "empty".into(),
                     params: vec![],
                 },
-            ],
+            ]
+            .into(),
         },
         Response::Info(WorkerInfo {
             backend: "emu".into(),
@@ -398,7 +400,8 @@ fn trailing_bytes_unknown_tags_and_bad_values() {
                 ty: ParamType::Aggregate,
                 used_as_address: false,
             }],
-        }],
+        }]
+        .into(),
     };
     let mut buf = Vec::new();
     encode_response(1, &resp, &mut buf);
@@ -623,7 +626,7 @@ fn long_error_messages_are_cut_on_char_boundaries() {
 fn a_cached_modules_refused_flag_is_zero_or_one() {
     let resp = Response::CachedModule {
         id: 1,
-        kernels: vec![],
+        kernels: vec![].into(),
         compiled: Compiled {
             ptx: String::new(),
             image: vec![1, 2, 3],

@@ -414,8 +414,7 @@ impl Worker {
     /// Notes a loaded module's kernel names, for messages about its launches, and, loaded from
     /// the PTX `ptx`, its text for repeated loads.
     fn loaded(&mut self, ptx: Option<&str>, m: LoadedModule) -> LoadedModule {
-        let names = m.kernels.iter().map(|k| k.name.clone()).collect();
-        self.kernel_names.insert(m.id, names);
+        self.kernel_names.insert(m.id, Arc::clone(&m.kernels));
         if let Some(ptx) = ptx {
             self.aliases.loaded(ptx, &m);
         }

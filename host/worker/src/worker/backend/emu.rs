@@ -282,7 +282,7 @@ impl Backend for EmuBackend {
             .next_module
             .checked_add(1)
             .ok_or_else(|| BackendError::new(ErrorKind::OutOfMemory, "module ids exhausted"))?;
-        let kernels = module.kernels().to_vec();
+        let kernels = module.kernels().into();
         self.modules.insert(id, Arc::new(module));
         Ok(LoadedModule { id, kernels })
     }

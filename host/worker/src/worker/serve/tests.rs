@@ -347,7 +347,7 @@ fn a_posted_frame_that_is_not_a_launch_is_refused_at_the_next_call() {
 fn an_answer_too_large_drops_only_the_compiled_code() {
     let big = Response::CachedModule {
         id: 3,
-        kernels: Vec::new(),
+        kernels: Vec::new().into(),
         compiled: Compiled {
             ptx: "ptx".into(),
             image: vec![1; 16],
@@ -358,7 +358,7 @@ fn an_answer_too_large_drops_only_the_compiled_code() {
         without_compiled(&big),
         Some(Response::CachedModule {
             id: 3,
-            kernels: Vec::new(),
+            kernels: Vec::new().into(),
             compiled: Compiled {
                 ptx: String::new(),
                 image: Vec::new(),

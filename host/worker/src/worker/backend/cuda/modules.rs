@@ -57,7 +57,7 @@ pub struct Kernel {
 /// One `CUmodule`.
 struct Loaded {
     module: CuModule,
-    kernels: Vec<KernelInfo>,
+    kernels: Arc<[KernelInfo]>,
     functions: Vec<Kernel>,
     /// Worker ids referring to it.
     refs: u32,
@@ -139,7 +139,7 @@ impl Modules {
     }
 
     /// A cached module with exactly this text, as a new id. No driver call.
-    pub fn lookup(&mut self, ptx: &str) -> Result<Option<(u32, Vec<KernelInfo>)>, BackendError> {
+    pub fn lookup(&mut self, ptx: &str) -> Result<Option<(u32, Arc<[KernelInfo]>)>, BackendError> {
         let h = fast_hash(ptx.as_bytes());
         let Some(slots) = self.cache.get(&h) else {
             return Ok(None);
@@ -172,7 +172,7 @@ impl Modules {
         ptx: &str,
         header: &PtxHeader,
         target: &LoadTarget,
-    ) -> Result<(u32, Vec<KernelInfo>), BackendError> {
+    ) -> Result<(u32, Arc<[KernelInfo]>), BackendError> {
         let id = self.fresh_id()?;
         let module = jit(drv, ptx, header, target)?;
         self.admit(drv, id, module, ptx)
@@ -188,7 +188,7 @@ impl Modules {
         ptx: &str,
         header: &PtxHeader,
         target: &LoadTarget,
-    ) -> Result<(u32, Vec<KernelInfo>, Vec<u8>), BackendError> {
+    ) -> Result<(u32, Arc<[KernelInfo]>, Vec<u8>), BackendError> {
         let id = self.fresh_id()?;
         if let Some(api) = &drv.link {
             let cubin = link(drv, api, ptx, header, target)?;
@@ -213,7 +213,7 @@ impl Modules {
         drv: &Driver,
         ptx: &str,
         image: &[u8],
-    ) -> Result<Option<(u32, Vec<KernelInfo>)>, BackendError> {
+    ) -> Result<Option<(u32, Arc<[KernelInfo]>)>, BackendError> {
         let Some(api) = &drv.link else {
             return Ok(None);
         };
@@ -232,7 +232,7 @@ impl Modules {
         id: u32,
         module: CuModule,
         ptx: &str,
-    ) -> Result<(u32, Vec<KernelInfo>), BackendError> {
+    ) -> Result<(u32, Arc<[KernelInfo]>), BackendError> {
         let loaded = match resolve(drv, module, ptx) {
             Ok(l) => l,
             Err(e) => {
@@ -594,7 +594,7 @@ fn resolve(drv: &Driver, module: CuModule, ptx: &str) -> Result<Loaded, BackendE
     }
     Ok(Loaded {
         module,
-        kernels,
+        kernels: kernels.into(),
         functions,
         refs: 0,
         shared: None,
@@ -631,7 +631,7 @@ mod tests {
         }
         m.slots.push(Some(Loaded {
             module: module as CuModule,
-            kernels: Vec::new(),
+            kernels: Vec::new().into(),
             functions: Vec::new(),
             refs: 1,
             shared,

@@ -295,6 +295,9 @@ pub struct WorkerInfo {
     pub launch_limits: LaunchLimits,
 }
 
+/// A module's kernels in source order, with their parameters: shared, never copied per load.
+pub type KernelTable = Arc<[KernelInfo]>;
+
 /// A module as loaded into a worker: what a `load-module` or `load-source` is answered with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoadedModule {
@@ -302,7 +305,7 @@ pub struct LoadedModule {
     pub id: u32,
     /// Its kernels in source order, with their parameter layouts. Shared: a repeated load of
     /// the same module (`host::module_aliases`) hands out this table, not a copy of it.
-    pub kernels: Arc<[KernelInfo]>,
+    pub kernels: KernelTable,
 }
 
 /// What a load compiled, for the host's node-wide module cache ([`Response::CachedModule`]).
@@ -330,13 +333,13 @@ pub enum Response {
     },
     Module {
         id: u32,
-        kernels: Arc<[KernelInfo]>,
+        kernels: KernelTable,
     },
     /// A module loaded through the host's cache ([`Request::LoadModuleCached`],
     /// [`Request::LoadSourceCached`]): as [`Response::Module`], with what the load compiled.
     CachedModule {
         id: u32,
-        kernels: Arc<[KernelInfo]>,
+        kernels: KernelTable,
         compiled: Compiled,
     },
     Info(WorkerInfo),

@@ -36,4 +36,4 @@ pub use command_line::{BackendKind, DeviceBinding, WorkerArgs, WorkerCommand, EX
 pub use error_kind::ErrorKind;
 pub use launch::Launch;
 pub use launch_limits::{LaunchLimits, LimitExceeded};
-pub use messages::{Compiled, LoadedModule, Request, Response, WorkerInfo};
+pub use messages::{Compiled, KernelTable, LoadedModule, Request, Response, WorkerInfo};

@@ -28,8 +28,9 @@ use super::module_aliases::ModuleAliases;
 use super::process::Proc;
 use super::slot::LeaseToken;
 use crate::contract::channel::{HostEnd, SharedRegion, WaitError, DEFAULT_DATA_SIZE};
-use crate::contract::{BackendKind, DeviceBinding, ErrorKind, WorkerArgs, WorkerCommand};
-use tasklet_ptx::KernelInfo;
+use crate::contract::{
+    BackendKind, DeviceBinding, ErrorKind, KernelTable, WorkerArgs, WorkerCommand,
+};
 
 /// How long a worker process may take from spawn to ready (a CUDA context takes a while).
 pub const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -68,7 +69,7 @@ pub struct Worker {
     abandoned_at: Option<Instant>,
     /// The kernels of every module loaded and not unloaded, by module id, in the order launches
     /// index them: only to name kernels in messages. The module's own table, shared.
-    kernel_names: HashMap<u32, Arc<[KernelInfo]>>,
+    kernel_names: HashMap<u32, KernelTable>,
     /// Shareable modules loaded, by text: a repeated load is answered here (see
     /// [`Worker::load_module`]).
     aliases: ModuleAliases,

@@ -11,8 +11,6 @@ use tasklet_worker::{ErrorKind, Launch, LoadedModule, Pool, Worker, WorkerComman
 const FAULTS_PTX: &str = include_str!("../../../../kernels/faults.ptx");
 const IOTA_PTX: &str = include_str!("../../../../kernels/iota.ptx");
 
-/// An emulator worker with 64 MiB of device memory.
-
 /// An emulator worker with `spin_forever` launched (with `deadline`) on a flag nobody sets, and a
 /// spare 4 KiB allocation: (worker, module, spare's address).
 fn spinning(deadline: Duration) -> (Worker, LoadedModule, u64) {

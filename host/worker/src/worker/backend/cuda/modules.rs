@@ -28,12 +28,12 @@ use std::ffi::{c_int, c_void, CString};
 use std::sync::Arc;
 
 use cudarc::driver::sys::CUjit_option as J;
-use tasklet_ptx::{KernelInfo, PtxHeader};
+use tasklet_ptx::PtxHeader;
 
 use super::driver::*;
 use super::errors::{self, LoadTarget};
 use crate::contract::modules::{declares_module_globals, MAX_MODULES};
-use crate::contract::{quote, ErrorKind};
+use crate::contract::{quote, ErrorKind, KernelTable};
 use crate::worker::backend::BackendError;
 
 /// Shared modules kept loaded with no id referring to them.
@@ -57,7 +57,7 @@ pub struct Kernel {
 /// One `CUmodule`.
 struct Loaded {
     module: CuModule,
-    kernels: Arc<[KernelInfo]>,
+    kernels: KernelTable,
     functions: Vec<Kernel>,
     /// Worker ids referring to it.
     refs: u32,
@@ -139,7 +139,7 @@ impl Modules {
     }
 
     /// A cached module with exactly this text, as a new id. No driver call.
-    pub fn lookup(&mut self, ptx: &str) -> Result<Option<(u32, Arc<[KernelInfo]>)>, BackendError> {
+    pub fn lookup(&mut self, ptx: &str) -> Result<Option<(u32, KernelTable)>, BackendError> {
         let h = fast_hash(ptx.as_bytes());
         let Some(slots) = self.cache.get(&h) else {
             return Ok(None);
@@ -172,7 +172,7 @@ impl Modules {
         ptx: &str,
         header: &PtxHeader,
         target: &LoadTarget,
-    ) -> Result<(u32, Arc<[KernelInfo]>), BackendError> {
+    ) -> Result<(u32, KernelTable), BackendError> {
         let id = self.fresh_id()?;
         let module = jit(drv, ptx, header, target)?;
         self.admit(drv, id, module, ptx)
@@ -188,7 +188,7 @@ impl Modules {
         ptx: &str,
         header: &PtxHeader,
         target: &LoadTarget,
-    ) -> Result<(u32, Arc<[KernelInfo]>, Vec<u8>), BackendError> {
+    ) -> Result<(u32, KernelTable, Vec<u8>), BackendError> {
         let id = self.fresh_id()?;
         if let Some(api) = &drv.link {
             let cubin = link(drv, api, ptx, header, target)?;
@@ -213,7 +213,7 @@ impl Modules {
         drv: &Driver,
         ptx: &str,
         image: &[u8],
-    ) -> Result<Option<(u32, Arc<[KernelInfo]>)>, BackendError> {
+    ) -> Result<Option<(u32, KernelTable)>, BackendError> {
         let Some(api) = &drv.link else {
             return Ok(None);
         };
@@ -232,7 +232,7 @@ impl Modules {
         id: u32,
         module: CuModule,
         ptx: &str,
-    ) -> Result<(u32, Arc<[KernelInfo]>), BackendError> {
+    ) -> Result<(u32, KernelTable), BackendError> {
         let loaded = match resolve(drv, module, ptx) {
             Ok(l) => l,
             Err(e) => {

@@ -706,8 +706,10 @@ fn a_kernel_still_running_is_unreported_time_and_a_finished_one_is_not() {
     let ran = w
         .unreported_run()
         .expect("a running kernel's time is unreported");
+    // From when the worker took the launch, which is after `t` (it is posted, not answered):
+    // a loaded machine may wake the worker some milliseconds later.
     assert!(
-        ran >= Duration::from_millis(300) && ran <= t.elapsed() && ran < deadline,
+        ran >= Duration::from_millis(250) && ran <= t.elapsed() && ran < deadline,
         "unreported {ran:?} after {:?}",
         t.elapsed()
     );

@@ -370,6 +370,15 @@ impl Worker {
         Ok(())
     }
 
+    /// Whether the worker is still serving, as far as can be told without asking it: its life
+    /// lock where it holds one (no system call), else whether its process has ended.
+    pub fn still_serving(&self) -> bool {
+        match self.chan.worker_ended() {
+            Some(ended) => !ended,
+            None => self.proc.poll().is_none(),
+        }
+    }
+
     /// Kernel `kernel` of module `module` as messages name it: "`name`", or by its number when
     /// this worker loaded no such kernel.
     fn kernel_named(&self, (module, kernel): (u32, u32)) -> String {

@@ -266,12 +266,24 @@ fn a_sync_with_nothing_sent_since_the_last_wait_asks_the_worker_nothing() {
     );
     w.set_wait_limit(None);
 
-    // Settled again, then killed: the sync reports the lost worker.
+    // Settled again, then killed: the sync reports the lost worker. Its life lock tells so with
+    // no system call: the process is not reaped by that look (still a zombie), only by the sync.
     let mut w = emu_worker(64 << 20);
     w.sync().unwrap();
+    assert!(w.still_serving());
     let pid = w.pid();
     kill9(pid);
     wait_dead(pid);
+    assert!(
+        !w.still_serving(),
+        "the life lock did not say the worker ended"
+    );
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    assert!(
+        stat.rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        "told by reaping it, not by its life lock: {stat:?}"
+    );
     assert!(
         matches!(w.sync(), Err(WorkerError::Lost(_))),
         "a dead worker's sync succeeded"

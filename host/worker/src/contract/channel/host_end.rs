@@ -6,10 +6,10 @@ use std::time::{Duration, Instant};
 
 use super::layout::{
     SharedRegion, TransportError, LOC_DATA, LOC_INLINE, LOC_MSG, MSG_AREA, OFF_CLOSED, OFF_COUNTED,
-    OFF_GPU_TIME, OFF_HEAD, OFF_HOST_SLEEPING, OFF_HOST_WANTS_SPACE, OFF_LINGER, OFF_RESP_INLINE,
-    OFF_RESP_LEN, OFF_RESP_LOC, OFF_RESP_SEQ, OFF_SIGNAL, OFF_STATE, OFF_TAIL, OFF_UNCHARGED,
-    OFF_WORKER_SLEEPING, RESP_INLINE, RESP_OFF, RING, RING_OFF, STATE_DEADLINE_EXIT, STATE_FAILED,
-    STATE_READY, STATE_STARTING,
+    OFF_GPU_TIME, OFF_HEAD, OFF_HOST_SLEEPING, OFF_HOST_WANTS_SPACE, OFF_LIFE, OFF_LINGER,
+    OFF_RESP_INLINE, OFF_RESP_LEN, OFF_RESP_LOC, OFF_RESP_SEQ, OFF_SIGNAL, OFF_STATE, OFF_TAIL,
+    OFF_UNCHARGED, OFF_WORKER_SLEEPING, RESP_INLINE, RESP_OFF, RING, RING_OFF, STATE_DEADLINE_EXIT,
+    STATE_FAILED, STATE_READY, STATE_STARTING,
 };
 use super::ring::{
     record_size, stamp, KIND_CALL, KIND_CALL_IN_DATA, KIND_POSTED, KIND_WRAP, REC_HEADER,
@@ -478,6 +478,14 @@ impl HostEnd {
         // misreport its own lease's time, and never make it go back.
         self.gpu_time = self.gpu_time.max(r.u64_at(OFF_GPU_TIME).load(Relaxed));
         Ok(answer)
+    }
+
+    /// Whether the worker's serving thread has ended, as its life lock tells with no system call
+    /// (see [`super::life`]): `Some(true)` ended, `Some(false)` still serving, `None` not known
+    /// (the worker is not ready yet, or could not take the lock): ask the kernel. A worker can
+    /// only make itself look dead this way (which its host then treats it as).
+    pub fn worker_ended(&self) -> Option<bool> {
+        super::life::ended(self.region.u32_at(OFF_LIFE))
     }
 
     /// Whether the worker announced that its watchdog is ending it over a kernel past its

@@ -4,7 +4,8 @@
 //! 0        header page: magic/sizes, then atomics on their own cache lines
 //!          (ring head, worker-sleeping flag, ring tail, host-waiting-for-space flag,
 //!           response seq + frame location + GPU time, host-sleeping flag, start state,
-//!           closed flag, completion word, linger word, uncharged-since word)
+//!           closed flag, completion word, linger word, uncharged-since word, counted GPU
+//!           time, life lock)
 //! 4 KiB    request ring          (RING bytes)
 //!          response message area (MSG_AREA bytes)
 //!          data region           (data_size bytes: write payloads, read results, oversized frames)
@@ -37,7 +38,8 @@ pub(super) const MAGIC: u64 = u64::from_le_bytes(*b"TASKLETW");
 /// beside the response seq. 11: the linger word. 14: loads through the host's module cache.
 /// 15: copies say which launches they wait for. 16: small writes posted with their bytes.
 /// 17: marks (stream events) recorded posted, and asked about. 18: the uncharged-since word.
-pub const VERSION: u32 = 18;
+/// 19: the life lock.
+pub const VERSION: u32 = 19;
 pub(super) const HEADER: usize = 4096;
 
 pub(super) const OFF_MAGIC: usize = 0;
@@ -79,6 +81,10 @@ pub(super) const OFF_UNCHARGED: usize = 704;
 /// that ends with the worker given up unasked is still charged for work that finished unreported.
 /// Its own cache line, out of the response's: written about once a millisecond while kernels run.
 pub(super) const OFF_COUNTED: usize = 768;
+/// The life lock (see [`super::life`]): a robust mutex the worker's serving thread holds while it
+/// lives, whose word the kernel marks when that thread ends. Its own cache line: written by the
+/// worker once, and by the kernel once, read by the host.
+pub(super) const OFF_LIFE: usize = 832;
 
 pub(super) const RING_OFF: usize = HEADER;
 pub(super) const RESP_OFF: usize = HEADER + RING;
@@ -110,6 +116,11 @@ const _: () = assert!(
 );
 const _: () = assert!(
     OFF_COUNTED.is_multiple_of(64) && OFF_COUNTED > OFF_UNCHARGED && OFF_COUNTED + 64 <= HEADER
+);
+const _: () = assert!(
+    OFF_LIFE.is_multiple_of(64)
+        && OFF_LIFE >= OFF_COUNTED + 64
+        && OFF_LIFE + super::life::LIFE_BYTES <= HEADER
 );
 
 #[derive(Debug, thiserror::Error)]

@@ -4,6 +4,8 @@
 //! - [`layout`]: the region and where everything lies in it ([`SharedRegion`]);
 //! - [`ring`]: the request ring's records (header, stamp, padding, wrap);
 //! - `wake`: how a waiting side spins, then sleeps on a futex without losing a wake-up;
+//! - `life`: the life lock, which tells the host the worker's serving thread has ended without
+//!   a system call;
 //! - [`host_end`]: the host's end ([`HostEnd`]): posts and calls, waits for answers;
 //! - [`worker_end`]: the worker's end ([`WorkerEnd`]): takes records, answers calls.
 //!
@@ -45,6 +47,7 @@
 
 pub mod host_end;
 pub mod layout;
+mod life;
 pub mod ring;
 mod wake;
 pub mod worker_end;

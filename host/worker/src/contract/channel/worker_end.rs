@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 
 use super::layout::{
     SharedRegion, TransportError, LOC_DATA, LOC_INLINE, LOC_MSG, MSG_AREA, OFF_CLOSED, OFF_COUNTED,
-    OFF_GPU_TIME, OFF_HEAD, OFF_HOST_SLEEPING, OFF_HOST_WANTS_SPACE, OFF_LINGER, OFF_MAGIC,
-    OFF_RESP_INLINE, OFF_RESP_LEN, OFF_RESP_LOC, OFF_RESP_SEQ, OFF_SIGNAL, OFF_STATE, OFF_TAIL,
-    OFF_UNCHARGED, OFF_WORKER_SLEEPING, RESP_INLINE, RESP_OFF, RING, RING_OFF, STATE_DEADLINE_EXIT,
-    STATE_FAILED, STATE_READY,
+    OFF_GPU_TIME, OFF_HEAD, OFF_HOST_SLEEPING, OFF_HOST_WANTS_SPACE, OFF_LIFE, OFF_LINGER,
+    OFF_MAGIC, OFF_RESP_INLINE, OFF_RESP_LEN, OFF_RESP_LOC, OFF_RESP_SEQ, OFF_SIGNAL, OFF_STATE,
+    OFF_TAIL, OFF_UNCHARGED, OFF_WORKER_SLEEPING, RESP_INLINE, RESP_OFF, RING, RING_OFF,
+    STATE_DEADLINE_EXIT, STATE_FAILED, STATE_READY,
 };
 use super::ring::{
     record_size, stamp, ALIGN, KIND_CALL, KIND_CALL_IN_DATA, KIND_POSTED, KIND_WRAP, REC_HEADER,
@@ -197,8 +197,12 @@ impl WorkerEnd {
             })
     }
 
-    /// Announces that the worker is up.
+    /// Announces that the worker is up. Called on the serving thread, which takes the life lock
+    /// here and holds it for as long as it lives (see [`super::life`]).
     pub fn ready(&self) {
+        // SAFETY: the life lock's own bytes of the header page, 64-byte aligned; `ready` is
+        // called once, as the worker starts serving.
+        unsafe { super::life::hold(self.region.ptr_at(OFF_LIFE)) };
         let s = self.region.u32_at(OFF_STATE);
         s.store(STATE_READY, Release);
         futex_wake(s);

@@ -708,13 +708,14 @@ impl Worker {
     /// [`crate::contract::channel`]); a failure always comes as the worker's answer.
     pub fn sync(&mut self) -> Result<(), WorkerError> {
         // Right after a sync or a whole-queue read nothing is left to wait for, and any fault
-        // was reported by that answer. The process is still looked at, so a worker that died
-        // meanwhile is reported as it would be by the worker's own answer. A persistent kernel
-        // not seen ended may fault at any time, which only the worker's answer reports.
+        // was reported by that answer. The worker is still looked at, so one that died
+        // meanwhile is reported as it would be by its own answer: through its life lock, with
+        // no system call, where it holds one. A persistent kernel not seen ended may fault at
+        // any time, which only the worker's answer reports.
         if self.settled
             && self.persistent.is_empty()
             && self.usable().is_ok()
-            && self.proc.poll().is_none()
+            && self.still_serving()
         {
             return Ok(());
         }

@@ -209,7 +209,7 @@ impl Replayer {
                 let m = w
                     .load_module(&ptx)
                     .map_err(|e| format!("load {module_path}: {e}"))?;
-                (m.id, m.kernels.into_iter().map(|k| k.name).collect())
+                (m.id, m.kernels.iter().map(|k| k.name.clone()).collect())
             }
         };
         let kernel = names

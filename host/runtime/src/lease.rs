@@ -184,6 +184,11 @@ pub struct Lease {
     pub grouped: bool,
     acquired: Instant,
     state: Mutex<LeaseState>,
+    /// Bytes charged to the lease's allocations now. Changed only under `state`'s lock (by
+    /// allocations, frees and the lease's end), read without it: the node's inventory and
+    /// metrics read every lease's, and an operation holding a lease's lock can wait on its
+    /// kernels for as long as their deadline (another tenant's inventory must not wait that long).
+    used: AtomicU64,
     /// Device time charged to the lease, in nanoseconds.
     gpu_nanos: AtomicU64,
     /// Who else each charge goes to: its tenant's and its holder's counters ([`GpuAccount`]),
@@ -228,7 +233,6 @@ pub const LOCAL_TENANT: &str = "local";
 struct LeaseState {
     /// Present until the lease ends.
     worker: Option<Worker>,
-    used: u64,
     expires: Instant,
     ended: Option<EndReason>,
     /// The end of the run holding the lease, which bounds every wait under it.
@@ -249,15 +253,16 @@ impl Lease {
         self.lock().ended.is_none()
     }
 
+    /// Bytes charged to the lease's allocations now; never waits.
     pub fn used(&self) -> u64 {
-        self.lock().used
+        self.used.load(Ordering::Relaxed)
     }
 
     /// Usage and time left, read under one lock; `None` once the lease has ended or run out.
     pub fn snapshot(&self) -> Option<(u64, Duration)> {
         let st = self.lock();
         let remaining = st.expires.saturating_duration_since(Instant::now());
-        (st.ended.is_none() && !remaining.is_zero()).then_some((st.used, remaining))
+        (st.ended.is_none() && !remaining.is_zero()).then_some((self.used(), remaining))
     }
 
     pub fn worker_pid(&self) -> Option<u32> {
@@ -651,12 +656,12 @@ impl LeaseManager {
             acquired: now,
             state: Mutex::new(LeaseState {
                 worker: Some(worker),
-                used: 0,
                 expires: now + ttl,
                 ended: None,
                 run,
                 gpu_seen,
             }),
+            used: AtomicU64::new(0),
             gpu_nanos: AtomicU64::new(0),
             charged_to: [
                 self.tenant_counter(&account.tenant),
@@ -736,7 +741,7 @@ impl LeaseManager {
         let charge = charged_bytes(bytes);
         let mut over = None;
         let addr = self.with_state(lease, |st| {
-            let after = st.used.saturating_add(charge);
+            let after = lease.used().saturating_add(charge);
             if after > lease.granted {
                 over = Some(after);
                 return Ok(0);
@@ -750,7 +755,7 @@ impl LeaseManager {
             } else {
                 worker.alloc(bytes)?
             };
-            st.used = after;
+            lease.used.store(after, Ordering::Relaxed);
             Ok(addr)
         })?;
         match over {
@@ -773,7 +778,8 @@ impl LeaseManager {
                 .as_mut()
                 .ok_or_else(|| WorkerError::Lost("the lease has no worker".into()))?;
             briefly(worker, st.run, |w| w.free(addr))?;
-            st.used = st.used.saturating_sub(charged_bytes(bytes));
+            let left = lease.used().saturating_sub(charged_bytes(bytes));
+            lease.used.store(left, Ordering::Relaxed);
             Ok(())
         })
     }
@@ -877,7 +883,7 @@ impl LeaseManager {
                 return;
             }
             st.ended = Some(reason);
-            let used = std::mem::take(&mut st.used);
+            let used = lease.used.swap(0, Ordering::Relaxed);
             (st.worker.take(), used, st.gpu_seen)
         };
         if let Some(mut worker) = worker {

@@ -356,6 +356,43 @@ mod service {
             .map_or(Duration::ZERO, Duration::from_nanos)
     }
 
+    /// A sync waiting on one tenant's runaway kernel holds its lease for as long as the kernel's
+    /// deadline; the node's books (what inventory and metrics read, and placement of others'
+    /// leases) answer meanwhile without waiting for it.
+    #[test]
+    fn a_sync_waiting_on_a_runaway_holds_up_no_one_reading_the_books() {
+        let host = test_host!(policy_with_deadline(Duration::from_secs(3)));
+        let mut s = spinning(&host);
+        let mut gpu = s.gpu.take().expect("the service");
+        let session = s.session;
+        let waiting = std::thread::spawn(move || {
+            let r = gpu.sync(session);
+            (gpu, r)
+        });
+        // The sync is now waiting on the kernel.
+        std::thread::sleep(Duration::from_millis(300));
+        let (took, late) = with_lateness(|| {
+            let t = Instant::now();
+            let books = host.leases().accounting();
+            let devices = host.leases().device_usage();
+            assert_eq!(books.leases, 1, "{books:?}");
+            assert!(books.used_bytes >= 4096, "{books:?}");
+            assert_eq!(
+                devices.iter().map(|d| d.used_bytes).sum::<u64>(),
+                books.used_bytes
+            );
+            t.elapsed()
+        });
+        assert!(
+            took <= DROP_BOUND + late,
+            "reading the books took {took:?} while another lease's sync waited on its kernel"
+        );
+        let (gpu, r) = waiting.join().expect("the syncing thread");
+        assert_error(r, "deadline-exceeded", &["spin_forever"]);
+        drop(gpu);
+        given_up(&host, s.pid, "the runaway's lease");
+    }
+
     #[test]
     fn a_drop_while_a_kernel_runs_returns_within_50ms_and_gives_the_worker_up() {
         let host = test_host!(policy_with_deadline(Duration::from_secs(10)));

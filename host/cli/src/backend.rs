@@ -7,7 +7,7 @@
 
 use anyhow::{anyhow, Context, Result};
 use clap::ValueEnum;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use tasklet_runtime::{BackendKind, Host, HostConfig, HostError, Policy, WorkerCommand};
 use tasklet_worker::WorkerError;
 
@@ -38,10 +38,17 @@ pub struct Started {
     pub cuda_unusable: Option<String>,
 }
 
-/// This program, as a worker command (`tasklet worker …`).
+/// This program, as a worker command (`tasklet worker …`). Started through `/proc/self/exe`
+/// where there is one: that is the image this process runs even after the file at its path was
+/// replaced (a rebuild or an upgrade under a running node), and a worker must be built from the
+/// same source as its host (their channel refuses another version).
 pub fn worker_command() -> Result<WorkerCommand> {
-    let program =
-        std::env::current_exe().context("cannot find this program to start workers from")?;
+    let running = Path::new("/proc/self/exe");
+    let program = if running.exists() {
+        running.to_path_buf()
+    } else {
+        std::env::current_exe().context("cannot find this program to start workers from")?
+    };
     Ok(WorkerCommand {
         program,
         args: vec!["worker".into()],

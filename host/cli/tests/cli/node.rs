@@ -415,3 +415,94 @@ fn a_group_of_leases_runs_alike_here_and_through_a_node() {
         std::panic::resume_unwind(panic);
     }
 }
+
+/// The processes `pid` has started and not yet reaped (every thread's children).
+fn children(pid: u32) -> Vec<i32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|c| {
+            c.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<i32>>()
+        })
+        .collect()
+}
+
+/// A node goes on starting workers after the file of its program is replaced (a rebuild or an
+/// upgrade under a running node): its workers run the node's own image, not what that path holds
+/// now, which a host of another build could not speak to.
+#[test]
+fn a_node_whose_program_file_is_replaced_still_starts_workers() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    let certs = certs.to_str().unwrap();
+    let out = tasklet(&["certs", "init", certs], b"");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let program = dir.path().join("tasklet");
+    std::fs::copy(env!("CARGO_BIN_EXE_tasklet"), &program).unwrap();
+    let addr = format!("127.0.0.1:{}", free_udp_port());
+    let mut node = Command::new(&program)
+        .args(["node", "--listen", &addr, "--certs", certs])
+        .args(["--backend", suite_backend()])
+        .args(["--store", dir.path().join("store").to_str().unwrap()])
+        .current_dir(repo())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the node starts");
+    let result = std::panic::catch_unwind(|| {
+        let start = Instant::now();
+        let inventory = loop {
+            let out = tasklet(&["inventory", "--node", &addr, "--certs", certs], b"");
+            if out.status.success() || start.elapsed() > WAIT {
+                break out;
+            }
+        };
+        assert!(inventory.status.success(), "{}", text(&inventory.stderr));
+        // Replaced, as a rebuild does (a new file renamed over the old), by a program that is
+        // not a worker at all; then its warm workers are killed, so the next lease needs a new
+        // one.
+        let other = dir.path().join("tasklet.new");
+        std::fs::write(&other, "#!/bin/sh\nexit 97\n").unwrap();
+        std::fs::set_permissions(&other, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        std::fs::rename(&other, &program).unwrap();
+        let workers = children(node.id());
+        assert!(!workers.is_empty(), "the node has started no worker");
+        for w in &workers {
+            // SAFETY: plain kill(2) of the node's child.
+            unsafe { libc::kill(*w, libc::SIGKILL) };
+        }
+        let out = tasklet(
+            &["run", "--node", &addr, "--certs", certs, "tasklets/iota"],
+            b"3",
+        );
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert_eq!(text(&out.stdout), "1\n2\n3\n");
+        let now = children(node.id());
+        assert!(
+            now.iter().any(|p| !workers.contains(p)),
+            "no worker was started after the replacement: before {workers:?}, now {now:?}"
+        );
+    });
+    // SAFETY: plain kill(2) of our own child.
+    unsafe { libc::kill(node.id() as i32, libc::SIGTERM) };
+    let status = wait_exit(&mut node, WAIT);
+    if status.is_none() {
+        let _ = node.kill();
+    }
+    let mut logs = String::new();
+    let _ = node.stderr.take().unwrap().read_to_string(&mut logs);
+    if let Err(panic) = result {
+        eprintln!("node logs:\n{logs}");
+        std::panic::resume_unwind(panic);
+    }
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "node exit {status:?}; logs:\n{logs}"
+    );
+}

@@ -537,9 +537,7 @@ impl Dispatcher {
                 },
                 &requires,
             )
-            .inspect_err(|err| {
-                tracing::info!(connection = self.caller.connection, tenant = %self.caller.tenant, "refused a lease: {err}");
-            })?;
+            .inspect_err(|err| self.refused("a lease", 1, err))?;
         let info = self.gpu().lease_info(lease)?;
         self.book.leases.insert(
             lease,
@@ -581,9 +579,7 @@ impl Dispatcher {
                 &convert::requirements(group.requires),
                 count,
             )
-            .inspect_err(|err| {
-                tracing::info!(connection = self.caller.connection, tenant = %self.caller.tenant, count, "refused a group of leases: {err}");
-            })?;
+            .inspect_err(|err| self.refused("a group of leases", count, err))?;
         let mut granted = Vec::with_capacity(leases.len());
         for &lease in &leases {
             match self.gpu().lease_info(lease) {
@@ -631,6 +627,18 @@ impl Dispatcher {
         match self.book.leases.contains_key(&lease) {
             true => Ok(()),
             false => Err(no_lease(lease)),
+        }
+    }
+
+    /// Logs a refused lease (or group of `count`): at `info` where the request or the tenant's
+    /// grant is why, at `error` where the node itself could not serve it (a worker that does
+    /// not start): an operator must see that, every tenant's leases fail alike.
+    fn refused(&self, what: &str, count: u32, err: &tasklet_runtime::GpuError) {
+        let (connection, tenant) = (self.caller.connection, &self.caller.tenant);
+        if matches!(err, tasklet_runtime::GpuError::DeviceLost(_)) {
+            tracing::error!(connection, %tenant, count, "could not serve {what}: {err}");
+        } else {
+            tracing::info!(connection, %tenant, count, "refused {what}: {err}");
         }
     }
 

@@ -97,8 +97,8 @@ pub struct RunArgs {
     #[arg(long, short, value_name = "FILE")]
     pub input: Option<PathBuf>,
     /// Print JSON: {"run_id", "node", "addr", "digest", "status", "exit_code", "elapsed_us",
-    /// "output" (base64), "message"}; "node" and "addr" name the node that ran it. The exit
-    /// status is the same as without it.
+    /// "output" (base64), "message"}; "node" and "addr" name the node that ran it; "exit_code"
+    /// is this command's exit status, the same as without --json.
     #[arg(long)]
     pub json: bool,
 }
@@ -294,7 +294,7 @@ fn run_deployed(args: RunArgs) -> Result<ExitCode> {
             json_str(&placed.name),
             json_str(&placed.addr),
             run.exit.as_str(),
-            run.exit.code(),
+            code,
             run.elapsed.as_micros(),
         );
     } else {

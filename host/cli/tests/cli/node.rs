@@ -291,6 +291,16 @@ fn deploy_push_and_run_with_json_and_metrics() {
         let message = failed["message"].as_str().unwrap();
         assert!(message.starts_with("the tasklet failed: "), "{message}");
 
+        // It traps: exit 3, and the JSON's exit code is that exit status.
+        let out = run(
+            with(&["deploy", "run", "tasklets/testing/probe", "--json"]),
+            b"trap",
+        );
+        assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+        let trapped = json(&out);
+        assert_eq!(trapped["status"], "trapped", "{trapped}");
+        assert_eq!(trapped["exit_code"], 3, "{trapped}");
+
         // A digest the node does not have, for this tenant: exit 2, one line.
         let out = run(with(&["deploy", "run", &"0".repeat(64)]), b"");
         assert_eq!(out.status.code(), Some(2));
@@ -314,9 +324,10 @@ fn deploy_push_and_run_with_json_and_metrics() {
         // The metrics say so.
         let body = scrape(&metrics);
         for line in [
-            "tasklet_deploy_pushes_total{result=\"stored\",tenant=\"dev\"} 1",
+            "tasklet_deploy_pushes_total{result=\"stored\",tenant=\"dev\"} 2",
             "tasklet_deploy_runs_total{status=\"ok\",tenant=\"dev\"} 2",
             "tasklet_deploy_runs_total{status=\"failed\",tenant=\"dev\"} 1",
+            "tasklet_deploy_runs_total{status=\"trapped\",tenant=\"dev\"} 1",
             "tasklet_deploy_runs_total{status=\"refused\",tenant=\"dev\"} 1",
             "tasklet_deploy_pushes_total{result=\"refused\",tenant=\"guest\"} 1",
         ] {

@@ -76,8 +76,56 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", one_line(&e));
             ExitCode::from(2)
         }
+    }
+}
+
+/// The error and its causes on one line, as `{:#}` prints them, leaving out a cause whose text
+/// the line already holds: many errors name their cause in their own message too, which would
+/// print it twice ("cannot listen on …: Address already in use: Address already in use").
+fn one_line(e: &anyhow::Error) -> String {
+    let mut line = e.to_string();
+    for cause in e.chain().skip(1) {
+        let cause = cause.to_string();
+        if !line.contains(&cause) {
+            line.push_str(": ");
+            line.push_str(&cause);
+        }
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+
+    #[test]
+    fn a_cause_already_in_the_message_is_not_repeated() {
+        let io = std::io::Error::new(std::io::ErrorKind::AddrInUse, "Address already in use");
+        /// Names its cause in its message and gives it as its source, as thiserror's
+        /// `#[error("…: {source}")]` does.
+        #[derive(Debug)]
+        struct Listen {
+            source: std::io::Error,
+        }
+        impl std::fmt::Display for Listen {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "cannot listen on 127.0.0.1:1: {}", self.source)
+            }
+        }
+        impl std::error::Error for Listen {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.source)
+            }
+        }
+        let e = anyhow::Error::new(Listen { source: io }).context("starting the node");
+        assert_eq!(
+            one_line(&e),
+            "starting the node: cannot listen on 127.0.0.1:1: Address already in use"
+        );
+        let plain = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(one_line(&plain), "outer: inner");
     }
 }

@@ -138,10 +138,13 @@ async fn read_head(stream: &mut TcpStream) -> Asked {
             Ok(n) => n,
         };
         head.extend_from_slice(&buf[..n]);
-        if let Some(end) = find(&head, b"\r\n\r\n") {
-            return parse(&head[..end]);
+        // The limit is on the head with its closing blank line, however the reads fell.
+        match find(&head, b"\r\n\r\n") {
+            Some(end) if end + 4 <= MAX_HEAD => return parse(&head[..end]),
+            Some(_) => return Asked::Refused(Status::HeadTooLarge),
+            None => {}
         }
-        if head.len() > MAX_HEAD {
+        if head.len() >= MAX_HEAD {
             return Asked::Refused(Status::HeadTooLarge);
         }
     }

@@ -289,7 +289,18 @@ pub fn garbage_to_the_metrics_port_gets_4xx_and_the_node_serves_on() -> TestResu
         *byte = seed as u8;
     }
     random.extend_from_slice(b"\r\n\r\n");
-    let cases: [(&str, Vec<u8>, u16); 7] = [
+    // A request head of exactly the 8 KiB limit (its closing blank line included), and one
+    // byte over.
+    let head_of = |len: usize| {
+        let start = b"GET /metrics HTTP/1.1\r\nX-Pad: ";
+        let mut head = start.to_vec();
+        head.resize(len - 4, b'a');
+        head.extend_from_slice(b"\r\n\r\n");
+        head
+    };
+    let cases: [(&str, Vec<u8>, u16); 9] = [
+        ("a head of 8 KiB", head_of(8 << 10), 200),
+        ("a head one byte over 8 KiB", head_of((8 << 10) + 1), 431),
         ("garbage", b"garbage\r\n\r\n".to_vec(), 400),
         ("random bytes", random, 400),
         (

@@ -1,8 +1,9 @@
 //! Options every command that talks to a node shares, and connecting with them.
 
 use crate::cluster::NatsArgs;
-use anyhow::Result;
+use anyhow::{anyhow, Result};
 use std::path::{Path, PathBuf};
+use tasklet_cluster::Requirement;
 use tasklet_remote::{ConnectOptions, NodeClient};
 use tasklet_tls::Tenant;
 
@@ -52,4 +53,35 @@ pub fn connect(addr: &str, certs: &Path, tenant: &str) -> Result<NodeClient> {
     Ok(NodeClient::connect_with(&ConnectOptions::new(
         addr, certs, tenant,
     ))?)
+}
+
+/// `--requires` against the one node given: its inventory must have a device that meets it.
+pub fn check_node_meets(
+    client: &mut NodeClient,
+    addr: &str,
+    requirement: &Requirement,
+) -> Result<()> {
+    let devices = client.inventory()?;
+    let fits = devices.iter().any(|d| {
+        requirement.fits(&tasklet_cluster::DeviceRecord {
+            index: d.index,
+            name: d.name.clone(),
+            backend: d.backend.clone(),
+            uuid: d.uuid.clone(),
+            total_vram: d.total_memory,
+            free_vram: d.free_memory,
+            compute_capability: tasklet_cluster::ComputeCapability::new(
+                d.compute_capability.0,
+                d.compute_capability.1,
+            ),
+            leases: d.leases,
+        })
+    });
+    if !fits {
+        return Err(anyhow!(
+            "node {addr} has no device meeting --requires {requirement} ({} device(s))",
+            devices.len()
+        ));
+    }
+    Ok(())
 }

@@ -5,9 +5,9 @@ use crate::cluster::{NatsArgs, RegistryCacheArgs, RegistrySource};
 use crate::cmd::run::write_output;
 use crate::json::json_str;
 use crate::placement::{place, Placed, Tried};
-use crate::remote::{PlacedArgs, RemoteArgs};
+use crate::remote::{check_node_meets, PlacedArgs, RemoteArgs};
 use crate::source::{read_input, Source};
-use anyhow::{anyhow, bail, Context as _, Result};
+use anyhow::{bail, Context as _, Result};
 use base64::Engine as _;
 use clap::Subcommand;
 use std::path::{Path, PathBuf};
@@ -339,33 +339,6 @@ fn push_and_run(
         .deploy_run(&digest, input)
         .map_err(Tried::stateless)?;
     Ok((run, digest))
-}
-
-/// `--requires` against the one node given: its inventory must have a device that meets it.
-fn check_node_meets(client: &mut NodeClient, addr: &str, requirement: &Requirement) -> Result<()> {
-    let devices = client.inventory()?;
-    let fits = devices.iter().any(|d| {
-        requirement.fits(&tasklet_cluster::DeviceRecord {
-            index: d.index,
-            name: d.name.clone(),
-            backend: d.backend.clone(),
-            uuid: d.uuid.clone(),
-            total_vram: d.total_memory,
-            free_vram: d.free_memory,
-            compute_capability: tasklet_cluster::ComputeCapability::new(
-                d.compute_capability.0,
-                d.compute_capability.1,
-            ),
-            leases: d.leases,
-        })
-    });
-    if !fits {
-        return Err(anyhow!(
-            "node {addr} has no device meeting --requires {requirement} ({} device(s))",
-            devices.len()
-        ));
-    }
-    Ok(())
 }
 
 /// What `deploy run` was given.

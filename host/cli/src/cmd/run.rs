@@ -5,7 +5,7 @@ use crate::backend::HostArgs;
 use crate::cluster::{RegistryCacheArgs, RegistrySource};
 use crate::compile_cache::{self, CompileCache, CompileCacheArgs, Loaded};
 use crate::placement::{place_keeping_rest, Tried};
-use crate::remote::PlacedArgs;
+use crate::remote::{check_node_meets, PlacedArgs};
 use crate::source::{read_input, Source};
 use anyhow::{bail, Context, Result};
 use std::io::Write;
@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tasklet_cluster::Requirement;
 use tasklet_remote::RemoteGpu;
 use tasklet_runtime::gpu::{LocalGpu, UsageStats};
 use tasklet_runtime::{Manifest, Policy, RunError, Runner};
@@ -78,7 +79,14 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     let result = match (&args.remote.remote.node, nats) {
         (Some(_), Some(_)) => bail!("give --node (one node) or --nats (the cluster), not both"),
         (Some(addr), None) => {
-            let client = args.remote.remote.connect(addr)?;
+            let requirement: Option<Requirement> = match &args.remote.requires {
+                Some(text) => Some(text.parse()?),
+                None => None,
+            };
+            let mut client = args.remote.remote.connect(addr)?;
+            if let Some(requirement) = &requirement {
+                check_node_meets(&mut client, addr, requirement)?;
+            }
             run_remote(&args, client, manifest, &input)?
         }
         (None, Some(nats)) => {
@@ -111,6 +119,12 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
             run_with(&args, gpu, manifest, &input)?
         }
         (None, None) => {
+            if let Some(requires) = &args.remote.requires {
+                bail!(
+                    "--requires {requires} chooses or checks the node the GPU work goes to: give it with --node ADDR \
+                     or --nats URL (a run on this machine uses its own devices)"
+                );
+            }
             let host = args.host.start_host(false)?;
             let grant = host.policy().grant(&manifest);
             let cache = CompileCache::open(&args.compile, host.runner())?;

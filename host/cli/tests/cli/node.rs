@@ -112,6 +112,28 @@ fn certs_node_remote_run_inventory_and_drain() {
         assert!(out.status.success(), "{}", text(&out.stderr));
         assert_eq!(text(&out.stdout), "3\n-8\n");
 
+        // --requires is checked against the node's devices, and makes no sense without one.
+        let out = tasklet(
+            &[
+                "run",
+                "--node",
+                &addr,
+                "--certs",
+                certs,
+                "--requires",
+                "gpu:vram=100TiB",
+                "tasklets/iota",
+            ],
+            b"2",
+        );
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+        let err = text(&out.stderr);
+        assert!(err.contains("has no device meeting --requires"), "{err}");
+        let out = tasklet(&["run", "--requires", "gpu", "tasklets/iota"], b"2");
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+        let err = text(&out.stderr);
+        assert!(err.contains("give it with --node ADDR"), "{err}");
+
         // A tenant with no certificate here: one line, what is missing and how to make it.
         let out = tasklet(
             &[

@@ -29,6 +29,9 @@ pub const DEFAULT_LISTEN: SocketAddr =
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(30);
 pub const DEFAULT_MAX_CONNECTIONS: u64 = 256;
+/// Connections one tenant may hold at once by default: half the node's, so that one tenant
+/// cannot take them all.
+pub const DEFAULT_MAX_TENANT_CONNECTIONS: u64 = DEFAULT_MAX_CONNECTIONS / 2;
 
 /// Why a node could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -133,6 +136,7 @@ impl NodeBuilder {
                 stall_timeout: DEFAULT_STALL_TIMEOUT,
                 drain_timeout: None,
                 max_connections: DEFAULT_MAX_CONNECTIONS,
+                max_tenant_connections: DEFAULT_MAX_TENANT_CONNECTIONS,
                 max_stream_bytes: DEFAULT_MAX_STREAM_BYTES,
             },
         }
@@ -219,6 +223,14 @@ impl NodeBuilder {
     /// thread for its GPU work.
     pub fn max_connections(mut self, n: u64) -> Self {
         self.limits.max_connections = n.max(1);
+        self
+    }
+
+    /// Most connections one tenant may hold at once (default
+    /// [`DEFAULT_MAX_TENANT_CONNECTIONS`], half the node's): its next is closed at once with
+    /// `CAPACITY_EXCEEDED`, saying so, so that no tenant can take every connection.
+    pub fn max_tenant_connections(mut self, n: u64) -> Self {
+        self.limits.max_tenant_connections = n.max(1);
         self
     }
 

@@ -102,12 +102,13 @@ mod outlet;
 mod reply;
 mod shared;
 mod status;
+mod tenant_connections;
 mod transport;
 
 pub use authorize::{Authorization, Authorizer, Denied};
 pub use builder::{
     NodeBuilder, NodeError, DEFAULT_IDLE_TIMEOUT, DEFAULT_LISTEN, DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_STALL_TIMEOUT,
+    DEFAULT_MAX_TENANT_CONNECTIONS, DEFAULT_STALL_TIMEOUT,
 };
 pub use deploy::DeployOpenError;
 pub use metrics::{MetricsError, MetricsSnapshot, NodeMetrics};

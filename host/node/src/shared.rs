@@ -4,6 +4,7 @@
 use crate::authorize::Authorizer;
 use crate::deploy::Deployments;
 use crate::metrics::NodeMetrics;
+use crate::tenant_connections::TenantConnections;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,6 +34,8 @@ pub(crate) struct Limits {
     pub drain_timeout: Option<Duration>,
     /// Connections served at once; more are refused at the door.
     pub max_connections: u64,
+    /// Connections one tenant may hold at once; its next is closed at once, saying why.
+    pub max_tenant_connections: u64,
     /// The largest streamed total one message may announce.
     pub max_stream_bytes: u64,
 }
@@ -50,6 +53,8 @@ pub(crate) struct Shared {
     /// The phase, readable without a lock from the connections' GPU threads.
     draining: AtomicBool,
     next_connection: AtomicU64,
+    /// Connections open now, by tenant (at most `limits.max_tenant_connections` each).
+    pub tenant_connections: TenantConnections,
     /// Requests taken off a stream and not yet answered (see [`Unanswered`]).
     unanswered: Arc<AtomicUsize>,
 }
@@ -96,6 +101,7 @@ impl Shared {
             phase: watch::Sender::new(Phase::Serving),
             draining: AtomicBool::new(false),
             next_connection: AtomicU64::new(1),
+            tenant_connections: TenantConnections::default(),
             unanswered: Arc::new(AtomicUsize::new(0)),
         }
     }

@@ -204,9 +204,13 @@ pub(crate) fn refusal_or_loss(err: &quinn::ConnectionError) -> ClientError {
     if tasklet_tls::Refusal::from_connection_error(err, Side::Client).is_some() {
         return ClientError::Refused(explain(err, Side::Client));
     }
-    // A tenant the node's policy (or its authorizer) turns away after the handshake.
+    // A tenant the node's policy (or its authorizer) turns away after the handshake, or one
+    // that already holds its most connections.
     if let quinn::ConnectionError::ApplicationClosed(close) = err {
-        if close.error_code.into_inner() == tasklet_wire::ErrorCode::Unauthorized as u64 {
+        let code = close.error_code.into_inner();
+        if code == tasklet_wire::ErrorCode::Unauthorized as u64
+            || code == tasklet_wire::ErrorCode::CapacityExceeded as u64
+        {
             let reason = String::from_utf8_lossy(&close.reason);
             return ClientError::Refused(format!("the node refused this client: {reason}"));
         }

@@ -110,6 +110,17 @@ pub(crate) async fn serve(shared: Arc<Shared>, incoming: quinn::Incoming) {
         }
     };
 
+    let max = shared.limits.max_tenant_connections;
+    let Some(_tenant_slot) = shared.tenant_connections.open(tenant.as_str(), max) else {
+        shared.metrics.tenant_refused(tenant.as_str());
+        tracing::warn!(%remote, %tenant, "refused a connection: the tenant holds its most ({max})");
+        let message = format!(
+            "capacity-exceeded: tenant `{tenant}` already holds {max} connections to this node, its most; \
+             close one, or share one connection between threads"
+        );
+        connection.close(close_code(ErrorCode::CapacityExceeded), message.as_bytes());
+        return;
+    };
     let number = shared.connection_number();
     shared.metrics.connection_opened(tenant.as_str());
     tracing::info!(connection = number, %remote, %tenant, "connection open");

@@ -178,6 +178,40 @@ pub fn a_tenant_the_policy_does_not_list_is_refused() -> TestResult {
     Ok(())
 }
 
+/// A tenant holds at most its share of the node's connections: its next is closed at once,
+/// saying so, while another tenant still gets in; a closed one makes room again.
+pub fn a_tenant_past_its_connections_is_refused_and_others_get_in() -> TestResult {
+    let node = TestNode::with(Setup {
+        authorizer: Some(Box::new(|b| b.max_tenant_connections(2))),
+        ..Setup::default()
+    });
+    let first = connect(&node, node.certs_path(), "dev").map_err(|e| e.to_string())?;
+    let _second = connect(&node, node.certs_path(), "dev").map_err(|e| e.to_string())?;
+    let err = connect(&node, node.certs_path(), "dev")
+        .err()
+        .ok_or("a third connection of dev past its 2")?;
+    one_line(&err)?;
+    let text = err.to_string();
+    check(
+        text.contains("the node refused this client: capacity-exceeded")
+            && text.contains("already holds 2 connections"),
+        || text.clone(),
+    )?;
+    let mut team = connect(&node, node.certs_path(), "team").map_err(|e| e.to_string())?;
+    team.inventory().map_err(|e| e.to_string())?;
+    drop(first);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match connect(&node, node.certs_path(), "dev") {
+            Ok(_) => return Ok(()),
+            Err(e) if std::time::Instant::now() >= deadline => {
+                return Err(format!("dev was not let in again after closing one: {e}").into())
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
 pub fn an_authorizer_narrows_and_refuses() -> TestResult {
     let node = TestNode::with(Setup {
         authorizer: Some(Box::new(|builder: tasklet_node::NodeBuilder| {

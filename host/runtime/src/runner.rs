@@ -263,8 +263,11 @@ impl Runner {
                 Some(wasmtime::Trap::Interrupt) if stop.is_stopped() => RunError::Stopped,
                 Some(wasmtime::Trap::Interrupt) => RunError::WallTime(wall),
                 _ => match store.data().limits.refusal() {
-                    Some(why) => RunError::Trapped(format!("{e:?}\n(likely out of memory: {why})")),
-                    None => RunError::Trapped(format!("{e:?}")),
+                    Some(why) => RunError::Trapped(format!(
+                        "{} (likely out of memory: {why})",
+                        trap_line(&e)
+                    )),
+                    None => RunError::Trapped(trap_line(&e)),
                 },
             }
         });
@@ -323,4 +326,20 @@ impl Ticker {
             let _ = t.join();
         }
     }
+}
+
+/// A trap as one line: what trapped, and where (the innermost wasm frame, by name where the
+/// component keeps names), not the whole backtrace: failures are one line each. What the guest
+/// printed before it (a Rust panic's message) went to the tasklet's stderr already.
+fn trap_line(e: &wasmtime::Error) -> String {
+    let what = e.root_cause().to_string();
+    let what = what.strip_prefix("wasm trap: ").unwrap_or(&what);
+    let at = e
+        .downcast_ref::<wasmtime::WasmBacktrace>()
+        .and_then(|trace| trace.frames().first())
+        .map(|frame| match frame.func_name() {
+            Some(name) => format!(" in {name}"),
+            None => format!(" in wasm function {}", frame.func_index()),
+        });
+    format!("{what}{}", at.unwrap_or_default()).replace('\n', " ")
 }

@@ -322,6 +322,11 @@ fn deploy_push_and_run_with_json_and_metrics() {
         let trapped = json(&out);
         assert_eq!(trapped["status"], "trapped", "{trapped}");
         assert_eq!(trapped["exit_code"], 3, "{trapped}");
+        let message = trapped["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("unreachable") && !message.contains('\n'),
+            "a trap is one line saying what trapped: {message:?}"
+        );
 
         // A digest the node does not have, for this tenant: exit 2, one line.
         let out = run(with(&["deploy", "run", &"0".repeat(64)]), b"");

@@ -59,6 +59,12 @@ impl Source {
     /// The manifest of a folder, or of a component: its neighbour, else one granting the
     /// policy's defaults for a single lease.
     fn read(path: &Path) -> Result<Source> {
+        if !path.exists() {
+            bail!(
+                "{} does not exist: give a tasklet folder (with {MANIFEST_FILE}) or a component (.wasm)",
+                path.display()
+            );
+        }
         let file = if path.is_dir() {
             Some(path.join(MANIFEST_FILE))
         } else if path.file_name().is_some_and(|n| n == MANIFEST_FILE) {

@@ -52,6 +52,29 @@ fn a_failing_tasklet_exits_non_zero_with_the_cause() {
 }
 
 #[test]
+fn a_tasklet_that_does_not_exist_is_one_line_saying_so() {
+    for command in [
+        &["run", "tasklets/no-such-tasklet"][..],
+        &[
+            "deploy",
+            "push",
+            "tasklets/no-such-tasklet",
+            "--node",
+            "127.0.0.1:9",
+        ],
+    ] {
+        let out = tasklet(command, b"");
+        assert_eq!(out.status.code(), Some(2), "{command:?}");
+        let err = text(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{command:?}: {err}");
+        assert!(
+            err.contains("tasklets/no-such-tasklet does not exist"),
+            "{command:?}: {err}"
+        );
+    }
+}
+
+#[test]
 fn check_validates_and_shows_the_grant() {
     let out = tasklet(&["check", "tasklets/vector-add"], b"");
     assert!(out.status.success(), "{}", text(&out.stderr));

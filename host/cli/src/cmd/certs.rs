@@ -36,8 +36,9 @@ pub enum CertsCommand {
         /// The tenant's name: 1 to 63 of a-z, 0-9, '-', '_', '.'.
         #[arg(long, value_name = "NAME")]
         tenant: String,
-        /// Days the certificate is valid.
-        #[arg(long, value_name = "N", default_value_t = LEAF_DAYS)]
+        /// Days the certificate is valid, from 1.
+        #[arg(long, value_name = "N", default_value_t = LEAF_DAYS,
+              value_parser = clap::value_parser!(u32).range(1..))]
         days: u32,
     },
 }

@@ -13,7 +13,8 @@ use tasklet_runtime::gpu::{
 use tasklet_runtime::module_cache::ModuleCacheStats;
 use tasklet_runtime::{BackendKind, Host, HostConfig};
 use tasklet_tests::{
-    assert_baseline, backend, host_on, manifest, say_skipped, test_host, test_policy, CUDA,
+    assert_baseline, backend, host_on, manifest, probe_session, say_skipped, test_host,
+    test_policy, CUDA,
 };
 
 const IOTA_PTX: &str = include_str!("../../../kernels/iota.ptx");
@@ -298,16 +299,7 @@ fn cuda_c_compiles_once_across_two_leases() {
 #[test]
 fn repeated_loads_in_a_session_launch_after_any_of_them_is_unloaded() {
     let host = test_host!();
-    let grant = host.policy().grant(&manifest("testing/probe"));
-    let mut gpu = LocalGpu::new(grant, Arc::clone(host.leases()));
-    let lease = gpu
-        .lease_acquire(LeaseRequest {
-            min_vram: 1 << 20,
-            secs: 60,
-            device: None,
-        })
-        .expect("lease");
-    let s = gpu.session_open(lease).expect("session");
+    let (mut gpu, s) = probe_session(&host);
     let loads: Vec<ModuleId> = (0..3)
         .map(|_| gpu.module_load(s, IOTA_PTX).expect("load"))
         .collect();

@@ -3,6 +3,7 @@
 //! every wait bounded.
 
 use std::io::{Read, Write};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -22,13 +23,65 @@ fn wait_exit(child: &mut Child, within: Duration) -> Option<std::process::ExitSt
     None
 }
 
+/// A certificate folder made by `tasklet certs init` in `dir`: its path.
+fn certs_in(dir: &Path) -> String {
+    let certs = dir.join("certs");
+    let certs = certs.to_str().unwrap().to_owned();
+    let out = tasklet(&["certs", "init", &certs], b"");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    certs
+}
+
+/// `program node` on `addr` with the certificates in `certs`, the suite's backend, a store in
+/// `store` and `extra` arguments, from the checkout, its logs (JSON) kept for [`stop_node`].
+fn start_node(program: &Path, addr: &str, certs: &str, store: &Path, extra: &[&str]) -> Child {
+    Command::new(program)
+        .args(["node", "--listen", addr, "--certs", certs])
+        .args(["--backend", suite_backend(), "--log-format", "json"])
+        .args(["--store", store.to_str().unwrap()])
+        .args(extra)
+        .current_dir(repo())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the node starts")
+}
+
+/// Drains the node (SIGTERM) and waits for it, bounded (killed past that): how it exited
+/// (`None`: it had to be killed) and its logs.
+fn stop_node(mut node: Child) -> (Option<std::process::ExitStatus>, String) {
+    // SAFETY: plain kill(2) of our own child.
+    unsafe { libc::kill(node.id() as i32, libc::SIGTERM) };
+    let status = wait_exit(&mut node, WAIT);
+    if status.is_none() {
+        let _ = node.kill();
+    }
+    let mut logs = String::new();
+    let _ = node.stderr.take().unwrap().read_to_string(&mut logs);
+    (status, logs)
+}
+
+/// The first inventory of the node at `addr` (as tenant dev, with `certs`), retried until the
+/// node answers (bounded): it answers once its first worker is up.
+fn first_inventory(addr: &str, certs: &str, json: bool) -> Output {
+    let start = Instant::now();
+    let mut args = vec!["inventory", "--node", addr, "--certs", certs];
+    if json {
+        args.push("--json");
+    }
+    loop {
+        let out = tasklet(&args, b"");
+        if out.status.success() || start.elapsed() > WAIT {
+            break out;
+        }
+    }
+}
+
 #[test]
 fn certs_node_remote_run_inventory_and_drain() {
     let dir = tempfile::tempdir().unwrap();
-    let certs = dir.path().join("certs");
-    let certs = certs.to_str().unwrap();
-    let out = tasklet(&["certs", "init", certs], b"");
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    let certs = certs_in(dir.path());
+    let certs = certs.as_str();
     let out = tasklet(&["certs", "issue", certs, "--tenant", "team-7"], b"");
     assert!(out.status.success(), "{}", text(&out.stderr));
     // Initialising again would replace the CA: refused, saying so.
@@ -41,37 +94,10 @@ fn certs_node_remote_run_inventory_and_drain() {
     );
 
     let addr = format!("127.0.0.1:{}", free_udp_port());
-    let mut node = Command::new(env!("CARGO_BIN_EXE_tasklet"))
-        .args([
-            "node",
-            "--listen",
-            &addr,
-            "--certs",
-            certs,
-            "--backend",
-            suite_backend(),
-            "--store",
-            dir.path().join("store").to_str().unwrap(),
-            "--log-format",
-            "json",
-        ])
-        .current_dir(repo())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the node starts");
+    let program = Path::new(env!("CARGO_BIN_EXE_tasklet"));
+    let node = start_node(program, &addr, certs, &dir.path().join("store"), &[]);
     let result = std::panic::catch_unwind(|| {
-        // The node answers once its first worker is up; the first inventory waits for that.
-        let start = Instant::now();
-        let inventory = loop {
-            let out = tasklet(
-                &["inventory", "--node", &addr, "--certs", certs, "--json"],
-                b"",
-            );
-            if out.status.success() || start.elapsed() > WAIT {
-                break out;
-            }
-        };
+        let inventory = first_inventory(&addr, certs, true);
         assert!(inventory.status.success(), "{}", text(&inventory.stderr));
         let json = text(&inventory.stdout);
         assert!(
@@ -157,14 +183,7 @@ fn certs_node_remote_run_inventory_and_drain() {
         );
     });
     // SIGTERM drains: with no lease running, the node exits 0 at once.
-    // SAFETY: plain kill(2) of our own child.
-    unsafe { libc::kill(node.id() as i32, libc::SIGTERM) };
-    let status = wait_exit(&mut node, WAIT);
-    if status.is_none() {
-        let _ = node.kill();
-    }
-    let mut logs = String::new();
-    let _ = node.stderr.take().unwrap().read_to_string(&mut logs);
+    let (status, logs) = stop_node(node);
     if let Err(panic) = result {
         eprintln!("node logs:\n{logs}");
         std::panic::resume_unwind(panic);
@@ -213,10 +232,8 @@ fn scrape(addr: &str) -> String {
 #[test]
 fn deploy_push_and_run_with_json_and_metrics() {
     let dir = tempfile::tempdir().unwrap();
-    let certs = dir.path().join("certs");
-    let certs = certs.to_str().unwrap();
-    let out = tasklet(&["certs", "init", certs], b"");
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    let certs = certs_in(dir.path());
+    let certs = certs.as_str();
     let out = tasklet(&["certs", "issue", certs, "--tenant", "guest"], b"");
     assert!(out.status.success(), "{}", text(&out.stderr));
     let policy = dir.path().join("policy.toml");
@@ -379,10 +396,8 @@ fn deploy_push_and_run_with_json_and_metrics() {
 #[test]
 fn a_group_of_leases_runs_alike_here_and_through_a_node() {
     let dir = tempfile::tempdir().unwrap();
-    let certs = dir.path().join("certs");
-    let certs = certs.to_str().unwrap();
-    let out = tasklet(&["certs", "init", certs], b"");
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    let certs = certs_in(dir.path());
+    let certs = certs.as_str();
     let policy = dir.path().join("policy.toml");
     std::fs::write(&policy, "[emu]\ndevices = [\"64MiB\", \"32MiB\"]\n").unwrap();
     let policy = policy.to_str().unwrap();
@@ -476,30 +491,14 @@ fn children(pid: u32) -> Vec<i32> {
 #[test]
 fn a_node_whose_program_file_is_replaced_still_starts_workers() {
     let dir = tempfile::tempdir().unwrap();
-    let certs = dir.path().join("certs");
-    let certs = certs.to_str().unwrap();
-    let out = tasklet(&["certs", "init", certs], b"");
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    let certs = certs_in(dir.path());
+    let certs = certs.as_str();
     let program = dir.path().join("tasklet");
     std::fs::copy(env!("CARGO_BIN_EXE_tasklet"), &program).unwrap();
     let addr = format!("127.0.0.1:{}", free_udp_port());
-    let mut node = Command::new(&program)
-        .args(["node", "--listen", &addr, "--certs", certs])
-        .args(["--backend", suite_backend()])
-        .args(["--store", dir.path().join("store").to_str().unwrap()])
-        .current_dir(repo())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the node starts");
+    let node = start_node(&program, &addr, certs, &dir.path().join("store"), &[]);
     let result = std::panic::catch_unwind(|| {
-        let start = Instant::now();
-        let inventory = loop {
-            let out = tasklet(&["inventory", "--node", &addr, "--certs", certs], b"");
-            if out.status.success() || start.elapsed() > WAIT {
-                break out;
-            }
-        };
+        let inventory = first_inventory(&addr, certs, false);
         assert!(inventory.status.success(), "{}", text(&inventory.stderr));
         // Replaced, as a rebuild does (a new file renamed over the old), by a program that is
         // not a worker at all; then its warm workers are killed, so the next lease needs a new
@@ -527,14 +526,7 @@ fn a_node_whose_program_file_is_replaced_still_starts_workers() {
             "no worker was started after the replacement: before {workers:?}, now {now:?}"
         );
     });
-    // SAFETY: plain kill(2) of our own child.
-    unsafe { libc::kill(node.id() as i32, libc::SIGTERM) };
-    let status = wait_exit(&mut node, WAIT);
-    if status.is_none() {
-        let _ = node.kill();
-    }
-    let mut logs = String::new();
-    let _ = node.stderr.take().unwrap().read_to_string(&mut logs);
+    let (status, logs) = stop_node(node);
     if let Err(panic) = result {
         eprintln!("node logs:\n{logs}");
         std::panic::resume_unwind(panic);

@@ -178,6 +178,7 @@ pub(crate) async fn serve(shared: Arc<Shared>, incoming: quinn::Incoming) {
                         recv,
                         jobs: jobs.clone(),
                         budget: Arc::clone(&budget),
+                        closed: Arc::clone(&closed),
                     }));
                 }
                 Err(err) => break err.to_string(),

@@ -16,6 +16,7 @@ use crate::outlet::outlet;
 use crate::shared::{Phase, Shared, Unanswered};
 use bytes::Bytes;
 use prometheus::IntCounter;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tasklet_wire::{
     BufferId, Decoder, DecoderConfig, ErrorCode, ErrorReply, Event, Opcode, Request, RequestId,
@@ -38,6 +39,8 @@ pub(crate) struct Stream {
     pub recv: quinn::RecvStream,
     pub jobs: mpsc::Sender<Batch>,
     pub budget: Arc<Semaphore>,
+    /// Set once the connection is condemned: its GPU thread then serves nothing more.
+    pub closed: Arc<AtomicBool>,
 }
 
 /// A MEM_WRITE (or STREAM_WRITE) whose data is arriving.
@@ -65,6 +68,7 @@ pub(crate) async fn serve(stream: Stream) {
         mut recv,
         jobs,
         budget,
+        closed,
     } = stream;
     let hot = Hot::new();
     let (reply, writer) = outlet(connection.clone(), send, Arc::clone(&hot.written));
@@ -97,6 +101,9 @@ pub(crate) async fn serve(stream: Stream) {
         _ = phase.wait_for(|p| *p == Phase::Stopping) => Ok(()),
     };
     if let Err(error) = read {
+        // Nothing later on the connection is trusted: its queued and later requests, on every
+        // stream, are dropped from here, not served in the close's grace.
+        closed.store(true, Ordering::Release);
         caller.metrics.protocol_errors.inc();
         tracing::warn!(remote = %connection.remote_address(), "closing a connection: {}", error.message);
         reply.close_async(error).await;

@@ -135,6 +135,8 @@ impl Dispatcher {
     }
 
     fn protocol_error(&self, reply: &ReplyTo, why: String) {
+        // Nothing later on the connection is served (see `connection::stream`).
+        self.closed.store(true, Ordering::Release);
         self.caller.metrics.protocol_errors.inc();
         tracing::warn!(connection = self.caller.connection, tenant = %self.caller.tenant, "closing a connection: {why}");
         close(reply, ErrorReply::new(ErrorCode::ProtocolError, why));

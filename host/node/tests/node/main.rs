@@ -163,6 +163,10 @@ fn main() -> ExitCode {
             refusals::an_expired_certificate_is_refused,
         ),
         (
+            "malformed::nothing_is_served_after_a_goaway",
+            malformed::nothing_is_served_after_a_goaway,
+        ),
+        (
             "refusals::a_tenant_past_its_connections_is_refused_and_others_get_in",
             refusals::a_tenant_past_its_connections_is_refused_and_others_get_in,
         ),

@@ -160,3 +160,35 @@ pub fn garbage_closes_only_its_connection() -> TestResult {
     node.wait_for_baseline(WAIT)?;
     Ok(())
 }
+
+/// After the node said GOAWAY for a protocol error, nothing more on that connection is served:
+/// a lease asked for on another stream, in the moments before the close, is not granted.
+pub fn nothing_is_served_after_a_goaway() -> TestResult {
+    let node = TestNode::start();
+    let mut raw = RawClient::connect(&node, "dev");
+    raw.request(1, &hello())?;
+    raw.send_bytes(&[0xff; 64]);
+    match raw.next_reply() {
+        Err(e) if e.starts_with("GOAWAY PROTOCOL_ERROR") => {}
+        other => return Err(format!("no GOAWAY for garbage: {other:?}").into()),
+    }
+    // The close comes after a grace for the GOAWAY to arrive: ask within it.
+    let asked = raw.new_stream().and_then(|()| {
+        raw.request(
+            2,
+            &Request::LeaseAlloc {
+                min_bytes: 1 << 20,
+                seconds: 60,
+                device: None,
+                requires: Default::default(),
+            },
+        )
+    });
+    check(asked.is_err(), || {
+        format!("a lease was granted after the GOAWAY: {asked:?}")
+    })?;
+    check(node.accounting().leases == 0, || {
+        format!("{:?}", node.accounting())
+    })?;
+    Ok(())
+}

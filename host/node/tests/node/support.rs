@@ -279,6 +279,21 @@ impl RawClient {
         }
     }
 
+    /// Goes on on a new stream of the same connection (anything pending on the old one is
+    /// dropped).
+    pub fn new_stream(&mut self) -> Result<(), String> {
+        let connection = self.connection.clone();
+        let (send, recv) = self
+            .runtime
+            .block_on(async move { connection.open_bi().await })
+            .map_err(|e| e.to_string())?;
+        self.send = send;
+        self.recv = recv;
+        self.pending.clear();
+        self.decoder = Decoder::for_client(DecoderConfig::default());
+        Ok(())
+    }
+
     pub fn send_bytes(&mut self, bytes: &[u8]) {
         let send = &mut self.send;
         // A write may fail once the node has closed the connection; the tests look at that.

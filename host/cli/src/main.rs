@@ -5,6 +5,7 @@ mod build;
 mod cluster;
 mod cmd;
 mod compile_cache;
+mod interrupt;
 mod json;
 mod placement;
 mod remote;

@@ -141,7 +141,11 @@ impl Fallback for NextNodes {
             placed.name, placed.addr
         );
         self.current = placed.name;
-        Some(NodeClient::connect_with(&options))
+        let client = NodeClient::connect_with(&options);
+        if let Ok(client) = &client {
+            crate::interrupt::close_on_interrupt(client);
+        }
+        Some(client)
     }
 }
 
@@ -256,7 +260,10 @@ pub fn place_keeping_rest<T>(
         };
         attempts += 1;
         let tried = match NodeClient::connect_with(&options) {
-            Ok(client) => attempt(client, &placed),
+            Ok(client) => {
+                crate::interrupt::close_on_interrupt(&client);
+                attempt(client, &placed)
+            }
             // A certificate folder that cannot be used fails the same way everywhere.
             Err(err @ ClientError::Certs(_)) => return Err(err.into()),
             // Lost during the handshake (the node died as it answered): nothing was asked.

@@ -48,11 +48,13 @@ impl RemoteArgs {
     }
 }
 
+/// Connects to the node at `addr`; the connection is closed, telling the node, if the command
+/// is interrupted (see `interrupt`).
 pub fn connect(addr: &str, certs: &Path, tenant: &str) -> Result<NodeClient> {
     let tenant = Tenant::new(tenant)?;
-    Ok(NodeClient::connect_with(&ConnectOptions::new(
-        addr, certs, tenant,
-    ))?)
+    let client = NodeClient::connect_with(&ConnectOptions::new(addr, certs, tenant))?;
+    crate::interrupt::close_on_interrupt(&client);
+    Ok(client)
 }
 
 /// `--requires` against the one node given: its inventory must have a device that meets it.

@@ -40,6 +40,43 @@ pub struct LeaseGrant {
 /// }
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+/// Closes a [`NodeClient`]'s connection ([`NodeClient::closer`]) while the client lives; once
+/// the client is dropped it does nothing (and holds nothing of it: the connection closes with
+/// the client, as without a closer).
+#[derive(Clone)]
+pub struct Closer {
+    live: Arc<std::sync::Mutex<Option<Live>>>,
+}
+
+/// What a close needs of a live client.
+#[derive(Clone)]
+struct Live {
+    connection: quinn::Connection,
+    endpoint: quinn::Endpoint,
+    runtime: Arc<Runtime>,
+}
+
+impl Closer {
+    /// Closes the connection, telling the node `reason`, and waits (at most `within`) for the
+    /// close to be sent.
+    pub fn close(&self, reason: &str, within: std::time::Duration) {
+        let live = self
+            .live
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let Some(live) = live else {
+            return;
+        };
+        live.connection
+            .close(quinn::VarInt::from_u32(0), reason.as_bytes());
+        let endpoint = live.endpoint.clone();
+        let _ = live
+            .runtime
+            .block_on(async move { tokio::time::timeout(within, endpoint.wait_idle()).await });
+    }
+}
+
 pub struct NodeClient {
     // Declared before the runtime: the channel's streams go before the runtime that drives them.
     channel: Channel,
@@ -47,6 +84,8 @@ pub struct NodeClient {
     runtime: Arc<Runtime>,
     node: String,
     max_stream_bytes: u64,
+    /// Handed out by [`NodeClient::closer`]; emptied when the client is dropped.
+    closer: Closer,
 }
 
 impl NodeClient {
@@ -78,6 +117,13 @@ impl NodeClient {
                 .map_err(|err| crate::connect::refusal_or_loss(&err))?;
             Ok::<_, ClientError>((endpoint, connection, send, recv))
         })?;
+        let closer = Closer {
+            live: Arc::new(std::sync::Mutex::new(Some(Live {
+                connection: connection.clone(),
+                endpoint: endpoint.clone(),
+                runtime: Arc::clone(&runtime),
+            }))),
+        };
         let channel = Channel::new(Arc::clone(&runtime), connection, send, recv);
         let mut client = NodeClient {
             channel,
@@ -85,6 +131,7 @@ impl NodeClient {
             runtime,
             node: String::new(),
             max_stream_bytes: 0,
+            closer,
         };
         // TLS 1.3: a client whose certificate the node refuses learns it here, at its first
         // request, rather than from the handshake.
@@ -237,6 +284,13 @@ impl NodeClient {
         self.channel.connection()
     }
 
+    /// A handle that closes this client's connection from anywhere (another thread, a signal
+    /// handler's), so that the node frees what it holds at once rather than at its idle
+    /// timeout.
+    pub fn closer(&self) -> Closer {
+        self.closer.clone()
+    }
+
     pub(crate) fn runtime(&self) -> &Arc<Runtime> {
         &self.runtime
     }
@@ -257,6 +311,12 @@ impl NodeClient {
 
 impl Drop for NodeClient {
     fn drop(&mut self) {
+        // A closer handed out holds nothing of the client past here.
+        self.closer
+            .live
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
         let _ = self.channel.flush();
         self.channel.connection().close(0u32.into(), b"client done");
         let endpoint = self.endpoint.clone();

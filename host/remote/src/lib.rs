@@ -55,7 +55,7 @@ mod gpu;
 mod path;
 mod spin;
 
-pub use client::{LeaseGrant, NodeClient};
+pub use client::{Closer, LeaseGrant, NodeClient};
 pub use connect::{ConnectOptions, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT};
 pub use deploy::{deployment_digest, DeployExit, DeployPushed, DeployRun};
 pub use error::ClientError;

@@ -7,7 +7,9 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::{free_tcp_port, free_udp_port, repo, suite_backend, tasklet, text};
+use crate::support::{
+    free_tcp_port, free_udp_port, repo, suite_backend, tasklet, tasklet_started, text,
+};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -524,6 +526,82 @@ fn a_node_whose_program_file_is_replaced_still_starts_workers() {
         assert!(
             now.iter().any(|p| !workers.contains(p)),
             "no worker was started after the replacement: before {workers:?}, now {now:?}"
+        );
+    });
+    let (status, logs) = stop_node(node);
+    if let Err(panic) = result {
+        eprintln!("node logs:\n{logs}");
+        std::panic::resume_unwind(panic);
+    }
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "node exit {status:?}; logs:\n{logs}"
+    );
+}
+
+/// Leases on the node, from `inventory --json`.
+fn leases_on(addr: &str, certs: &str) -> usize {
+    let out = tasklet(
+        &["inventory", "--node", addr, "--certs", certs, "--json"],
+        b"",
+    );
+    let json = text(&out.stdout);
+    json.split("\"leases\":")
+        .skip(1)
+        .filter_map(|rest| {
+            rest.split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse::<usize>()
+                .ok()
+        })
+        .sum()
+}
+
+/// Ctrl-C on a client running against a node closes its connection, telling the node, which
+/// frees its lease at once rather than at its idle timeout (10 s); the client exits 130.
+#[test]
+fn an_interrupted_client_frees_its_lease_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = certs_in(dir.path());
+    let certs = certs.as_str();
+    let addr = format!("127.0.0.1:{}", free_udp_port());
+    let program = Path::new(env!("CARGO_BIN_EXE_tasklet"));
+    let node = start_node(program, &addr, certs, &dir.path().join("store"), &[]);
+    let result = std::panic::catch_unwind(|| {
+        let inventory = first_inventory(&addr, certs, false);
+        assert!(inventory.status.success(), "{}", text(&inventory.stderr));
+        let mut client = tasklet_started(
+            &[
+                "run",
+                "--node",
+                &addr,
+                "--certs",
+                certs,
+                "tasklets/testing/probe",
+            ],
+            b"hold 60",
+        );
+        let start = Instant::now();
+        while leases_on(&addr, certs) == 0 && start.elapsed() < WAIT {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(
+            leases_on(&addr, certs),
+            1,
+            "the client's lease never showed"
+        );
+        // SAFETY: plain kill(2) of our own child.
+        unsafe { libc::kill(client.id() as i32, libc::SIGINT) };
+        let status = wait_exit(&mut client, WAIT);
+        assert_eq!(status.and_then(|s| s.code()), Some(130), "{status:?}");
+        let stopped = Instant::now();
+        while leases_on(&addr, certs) != 0 && stopped.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let freed = stopped.elapsed();
+        assert!(
+            freed < Duration::from_secs(3),
+            "the lease was freed {freed:?} after the client ended, not at once"
         );
     });
     let (status, logs) = stop_node(node);

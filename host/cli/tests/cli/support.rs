@@ -15,6 +15,11 @@ pub fn repo() -> PathBuf {
 /// Its compiled cache, unless `--compile-cache` says otherwise, is the tests' own under the
 /// build's temp folder (target/tmp/), never the user's ~/.cache/tasklet.
 pub fn tasklet(args: &[&str], stdin: &[u8]) -> Output {
+    tasklet_started(args, stdin).wait_with_output().unwrap()
+}
+
+/// `tasklet` started with `args` and `stdin` (then closed), its output piped, not waited for.
+pub fn tasklet_started(args: &[&str], stdin: &[u8]) -> std::process::Child {
     let mut child = Command::new(env!("CARGO_BIN_EXE_tasklet"))
         .env(
             "TASKLET_COMPILE_CACHE",
@@ -28,7 +33,7 @@ pub fn tasklet(args: &[&str], stdin: &[u8]) -> Output {
         .spawn()
         .expect("tasklet starts");
     child.stdin.take().unwrap().write_all(stdin).unwrap();
-    child.wait_with_output().unwrap()
+    child
 }
 
 /// The backend the tests' nodes serve: `cuda` with `TASKLET_TEST_BACKEND=cuda` (the GPU suite),

@@ -216,7 +216,7 @@ impl Cause {
             Self::ClientCertWrongPurpose => "present a tenant's certificate from tenants/, not a node's",
             Self::ClientCertRejected(_) | Self::NodeCertRejected(_) => "issue certificates with `tasklet certs` from one folder",
             Self::NodeCertUnknownCa => "connect to the right node, or give the client the ca.pem of the node's certificate folder",
-            Self::NodeCertNameMismatch => "connect by a name or address the node's certificate lists, or reissue it with that name",
+            Self::NodeCertNameMismatch => "connect by a name or address the node's certificate lists, or reissue it with that name (`tasklet certs node DIR --name NAME`)",
             Self::NodeCertExpired => "renew the node's certificate from its CA, and check both machines' clocks",
             Self::NodeCertWrongPurpose => "the node must present its node.pem",
             Self::NoCommonProtocol => "run the same version of tasklet on the client and the node",

@@ -11,7 +11,8 @@ use tasklet_tls::{CertDir, Tenant, Validity, LEAF_DAYS};
 #[command(after_help = "Examples:\n  \
     tasklet certs init certs                      CA, node certificate (localhost, 127.0.0.1, ::1), tenant dev\n  \
     tasklet certs init certs --name gpu1.example  the node is also reached as gpu1.example\n  \
-    tasklet certs issue certs --tenant team-7     a client certificate for tenant team-7\n\n\
+    tasklet certs issue certs --tenant team-7     a client certificate for tenant team-7\n  \
+    tasklet certs node certs --name gpu1.example  a new node certificate that also names gpu1.example\n\n\
     A node needs ca.pem, node.pem and node.key; a client needs ca.pem and its tenant's two files under \
     tenants/. Keep ca.key where certificates are issued.")]
 pub struct CertsArgs {
@@ -36,6 +37,20 @@ pub enum CertsCommand {
         /// The tenant's name: 1 to 63 of a-z, 0-9, '-', '_', '.'.
         #[arg(long, value_name = "NAME")]
         tenant: String,
+        /// Days the certificate is valid, from 1.
+        #[arg(long, value_name = "N", default_value_t = LEAF_DAYS,
+              value_parser = clap::value_parser!(u32).range(1..))]
+        days: u32,
+    },
+    /// Issue the node a new certificate (and key) from the folder's CA: to add a name the node
+    /// is reached by, or to renew it. Clients keep working (they trust the CA); restart the node.
+    Node {
+        /// The folder `tasklet certs init` made.
+        dir: PathBuf,
+        /// A DNS name or IP address the node is reached by besides localhost, 127.0.0.1 and ::1
+        /// (repeatable; the old certificate's names are not kept: give them all).
+        #[arg(long = "name", value_name = "NAME")]
+        names: Vec<String>,
         /// Days the certificate is valid, from 1.
         #[arg(long, value_name = "N", default_value_t = LEAF_DAYS,
               value_parser = clap::value_parser!(u32).range(1..))]
@@ -80,6 +95,16 @@ pub fn run(args: CertsArgs) -> Result<ExitCode> {
             println!(
                 "give the client ca.pem and these two files (under tenants/), and run it with `--tenant {tenant}`"
             );
+        }
+        CertsCommand::Node { dir, names, days } => {
+            tasklet_tls::issue_node(&dir, &names, Validity::days(days)?)?;
+            let folder = CertDir::new(&dir);
+            println!(
+                "node:   {} {}",
+                folder.node_cert().display(),
+                folder.node_key().display()
+            );
+            println!("restart the node to serve it; its clients need nothing new");
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -100,6 +100,7 @@ fn certs_node_remote_run_inventory_and_drain() {
     let node = start_node(program, &addr, certs, &dir.path().join("store"), &[]);
     let result = std::panic::catch_unwind(|| {
         let inventory = first_inventory(&addr, certs, true);
+
         assert!(inventory.status.success(), "{}", text(&inventory.stderr));
         let json = text(&inventory.stdout);
         assert!(
@@ -564,6 +565,18 @@ fn an_interrupted_client_frees_its_lease_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let certs = certs_in(dir.path());
     let certs = certs.as_str();
+    // The node serves a certificate issued again from the same CA, with another name: its
+    // clients need nothing new.
+    let before = std::fs::read(Path::new(certs).join("node.pem")).unwrap();
+    let out = tasklet(&["certs", "node", certs, "--name", "gpu1.example"], b"");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("node.pem"),
+        "{}",
+        text(&out.stdout)
+    );
+    let after = std::fs::read(Path::new(certs).join("node.pem")).unwrap();
+    assert_ne!(before, after, "the node certificate was not replaced");
     let addr = format!("127.0.0.1:{}", free_udp_port());
     let program = Path::new(env!("CARGO_BIN_EXE_tasklet"));
     let node = start_node(program, &addr, certs, &dir.path().join("store"), &[]);

@@ -110,6 +110,9 @@ pub fn run(args: NodeArgs) -> Result<ExitCode> {
             }
         }
         if let Some(name) = name {
+            // The same rule with or without a cluster, so that a name works when one is added.
+            tasklet_cluster::NodeName::new(name.clone())
+                .with_context(|| format!("--name {name:?}"))?;
             builder = builder.name(name);
         }
         if let Some(addr) = args.metrics {

@@ -75,6 +75,21 @@ fn a_tasklet_that_does_not_exist_is_one_line_saying_so() {
 }
 
 #[test]
+fn a_node_name_is_checked_with_or_without_a_cluster() {
+    let out = tasklet(
+        &["node", "--name", "my node", "--listen", "127.0.0.1:9"],
+        b"",
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    let last = err.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("error: --name \"my node\"") && last.contains("only A-Z a-z 0-9 - _ ."),
+        "{err}"
+    );
+}
+
+#[test]
 fn check_validates_and_shows_the_grant() {
     let out = tasklet(&["check", "tasklets/vector-add"], b"");
     assert!(out.status.success(), "{}", text(&out.stderr));

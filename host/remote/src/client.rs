@@ -27,19 +27,6 @@ pub struct LeaseGrant {
     pub ttl_ms: u64,
 }
 
-/// A connection to a node. It runs a small Tokio runtime of its own on a background thread, so
-/// its callers stay synchronous; do not call it from inside an async runtime.
-///
-/// ```no_run
-/// use tasklet_remote::NodeClient;
-/// use tasklet_tls::Tenant;
-///
-/// let mut node = NodeClient::connect("localhost", "certs", &Tenant::new("dev")?)?;
-/// for device in node.inventory()? {
-///     println!("{} {} ({} bytes free)", device.index, device.name, device.free_memory);
-/// }
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
 /// Closes a [`NodeClient`]'s connection ([`NodeClient::closer`]) while the client lives; once
 /// the client is dropped it does nothing (and holds nothing of it: the connection closes with
 /// the client, as without a closer).
@@ -77,6 +64,19 @@ impl Closer {
     }
 }
 
+/// A connection to a node. It runs a small Tokio runtime of its own on a background thread, so
+/// its callers stay synchronous; do not call it from inside an async runtime.
+///
+/// ```no_run
+/// use tasklet_remote::NodeClient;
+/// use tasklet_tls::Tenant;
+///
+/// let mut node = NodeClient::connect("localhost", "certs", &Tenant::new("dev")?)?;
+/// for device in node.inventory()? {
+///     println!("{} {} ({} bytes free)", device.index, device.name, device.free_memory);
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct NodeClient {
     // Declared before the runtime: the channel's streams go before the runtime that drives them.
     channel: Channel,

@@ -9,6 +9,8 @@ use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use tasklet_node::{NodeBuilder, DEFAULT_LISTEN};
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -19,7 +21,7 @@ use tokio::signal::unix::{signal, SignalKind};
 /// [tenants.NAME] sections say what each tenant gets (with none, every certified tenant gets
 /// [tasklets]; with some, unlisted tenants are refused). SIGINT or SIGTERM drains the node: new
 /// leases are refused, running ones finish or expire, then it exits 0; a second signal stops it
-/// at once.
+/// at once, and it exits 1.
 ///
 /// Deployed tasklets (`tasklet deploy`) are kept in the --store folder; --metrics serves
 /// Prometheus text at http://ADDR/metrics.
@@ -91,6 +93,8 @@ pub fn run(args: NodeArgs) -> Result<ExitCode> {
         .enable_all()
         .build()
         .context("cannot start the node's runtime")?;
+    let forced = Arc::new(AtomicBool::new(false));
+    let forced_in = Arc::clone(&forced);
     runtime.block_on(async move {
         let mut builder = NodeBuilder::new()
             .listen(args.listen)
@@ -122,6 +126,7 @@ pub fn run(args: NodeArgs) -> Result<ExitCode> {
         let control = node.control();
         let mut interrupt = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
         let mut terminate = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
+        let stopped_by_force = Arc::clone(&forced_in);
         tokio::spawn(async move {
             let mut signals = 0;
             loop {
@@ -135,6 +140,7 @@ pub fn run(args: NodeArgs) -> Result<ExitCode> {
                     control.drain();
                 } else {
                     tracing::info!("second signal: stopping now");
+                    stopped_by_force.store(true, Ordering::Release);
                     control.stop();
                 }
             }
@@ -142,7 +148,12 @@ pub fn run(args: NodeArgs) -> Result<ExitCode> {
         node.serve().await?;
         Ok::<_, anyhow::Error>(())
     })?;
-    Ok(ExitCode::SUCCESS)
+    // A drain that ran its course is a clean stop; one cut short by a second signal is not, so
+    // that whatever supervises the node can tell.
+    Ok(match forced.load(Ordering::Acquire) {
+        false => ExitCode::SUCCESS,
+        true => ExitCode::FAILURE,
+    })
 }
 
 /// Where a node keeps deployed tasklets unless told: the user's state folder (XDG), or, with no

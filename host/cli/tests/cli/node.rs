@@ -627,3 +627,50 @@ fn an_interrupted_client_frees_its_lease_at_once() {
         "node exit {status:?}; logs:\n{logs}"
     );
 }
+
+/// SIGTERM drains a node that has a lease running (it waits for it); a second signal stops it
+/// at once, and it exits 1, not the 0 of a drain that ran its course.
+#[test]
+fn a_second_signal_stops_a_draining_node_at_once_and_it_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = certs_in(dir.path());
+    let certs = certs.as_str();
+    let addr = format!("127.0.0.1:{}", free_udp_port());
+    let program = Path::new(env!("CARGO_BIN_EXE_tasklet"));
+    let mut node = start_node(program, &addr, certs, &dir.path().join("store"), &[]);
+    let inventory = first_inventory(&addr, certs, false);
+    assert!(inventory.status.success(), "{}", text(&inventory.stderr));
+    let mut client = tasklet_started(
+        &[
+            "run",
+            "--node",
+            &addr,
+            "--certs",
+            certs,
+            "tasklets/testing/probe",
+        ],
+        b"hold 60",
+    );
+    let start = Instant::now();
+    while leases_on(&addr, certs) == 0 && start.elapsed() < WAIT {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // SAFETY: plain kill(2) of our own child.
+    unsafe { libc::kill(node.id() as i32, libc::SIGTERM) };
+    std::thread::sleep(Duration::from_millis(500));
+    let draining = node.try_wait().unwrap();
+    // SAFETY: as above.
+    unsafe { libc::kill(node.id() as i32, libc::SIGTERM) };
+    let status = wait_exit(&mut node, WAIT);
+    if status.is_none() {
+        let _ = node.kill();
+    }
+    if wait_exit(&mut client, WAIT).is_none() {
+        let _ = client.kill();
+    }
+    assert!(
+        draining.is_none(),
+        "the node did not wait for its running lease: {draining:?}"
+    );
+    assert_eq!(status.and_then(|s| s.code()), Some(1), "{status:?}");
+}

@@ -62,6 +62,20 @@ pub fn client_tls(dir: impl AsRef<Path>, tenant: &Tenant) -> Result<rustls::Clie
     let roots = roots(&dir)?;
     let (cert_path, key_path) = (dir.tenant_cert(tenant), dir.tenant_key(tenant));
     let (certs, key) = identity(&provider, &cert_path, &key_path, hint::TENANT)?;
+    // A file copied to the wrong name would act as another tenant, with its rights: say so
+    // rather than connect as someone the caller did not ask to be. (One naming no tenant is
+    // left for the node to refuse, in its own words.)
+    if let Ok(named) = crate::tenant_of(&certs) {
+        if named != *tenant {
+            return Err(Error::Malformed {
+                path: cert_path,
+                reason: format!(
+                    "it is tenant `{named}`'s certificate, not `{tenant}`'s: run with `--tenant {named}`, or put \
+                     `{tenant}`'s certificate and key here"
+                ),
+            });
+        }
+    }
     let mut config = rustls::ClientConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])?
         .with_root_certificates(roots)

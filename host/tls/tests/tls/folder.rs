@@ -63,6 +63,26 @@ fn init_writes_the_documented_layout_with_private_keys_0600() {
 }
 
 #[test]
+fn a_tenant_certificate_under_another_tenants_name_is_refused_saying_whose_it_is() {
+    let (_temp, dir) = init_folder(&[]);
+    let (dev, team) = (tenant("dev"), tenant("team-7"));
+    issue(dir.root(), &team, Validity::days(1).unwrap()).unwrap();
+    fs::copy(dir.tenant_cert(&team), dir.tenant_cert(&dev)).unwrap();
+    fs::copy(dir.tenant_key(&team), dir.tenant_key(&dev)).unwrap();
+    let Err(err) = client_config(dir.root(), &dev) else {
+        panic!("team-7's certificate was taken as dev's");
+    };
+    let text = err.to_string();
+    assert!(
+        text.contains("tenant `team-7`'s certificate, not `dev`'s")
+            && text.contains("--tenant team-7"),
+        "{text}"
+    );
+    // Its own name still works.
+    client_config(dir.root(), &team).expect("team-7's own files");
+}
+
+#[test]
 fn init_refuses_to_replace_a_ca() {
     let (_temp, dir) = init_folder(&[]);
     let ca_before = fs::read(dir.ca_cert()).unwrap();

@@ -558,6 +558,27 @@ fn leases_on(addr: &str, certs: &str) -> usize {
         .sum()
 }
 
+/// A `tasklet run --node` of the probe holding a lease (for a minute), started, and waited for
+/// (bounded) until the node shows its lease.
+fn client_holding_a_lease(addr: &str, certs: &str) -> Child {
+    let client = tasklet_started(
+        &[
+            "run",
+            "--node",
+            addr,
+            "--certs",
+            certs,
+            "tasklets/testing/probe",
+        ],
+        b"hold 60",
+    );
+    let start = Instant::now();
+    while leases_on(addr, certs) == 0 && start.elapsed() < WAIT {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    client
+}
+
 /// Ctrl-C on a client running against a node closes its connection, telling the node, which
 /// frees its lease at once rather than at its idle timeout (10 s); the client exits 130.
 #[test]
@@ -583,21 +604,7 @@ fn an_interrupted_client_frees_its_lease_at_once() {
     let result = std::panic::catch_unwind(|| {
         let inventory = first_inventory(&addr, certs, false);
         assert!(inventory.status.success(), "{}", text(&inventory.stderr));
-        let mut client = tasklet_started(
-            &[
-                "run",
-                "--node",
-                &addr,
-                "--certs",
-                certs,
-                "tasklets/testing/probe",
-            ],
-            b"hold 60",
-        );
-        let start = Instant::now();
-        while leases_on(&addr, certs) == 0 && start.elapsed() < WAIT {
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let mut client = client_holding_a_lease(&addr, certs);
         assert_eq!(
             leases_on(&addr, certs),
             1,
@@ -640,21 +647,7 @@ fn a_second_signal_stops_a_draining_node_at_once_and_it_exits_1() {
     let mut node = start_node(program, &addr, certs, &dir.path().join("store"), &[]);
     let inventory = first_inventory(&addr, certs, false);
     assert!(inventory.status.success(), "{}", text(&inventory.stderr));
-    let mut client = tasklet_started(
-        &[
-            "run",
-            "--node",
-            &addr,
-            "--certs",
-            certs,
-            "tasklets/testing/probe",
-        ],
-        b"hold 60",
-    );
-    let start = Instant::now();
-    while leases_on(&addr, certs) == 0 && start.elapsed() < WAIT {
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let mut client = client_holding_a_lease(&addr, certs);
     // SAFETY: plain kill(2) of our own child.
     unsafe { libc::kill(node.id() as i32, libc::SIGTERM) };
     std::thread::sleep(Duration::from_millis(500));

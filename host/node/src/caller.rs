@@ -4,7 +4,7 @@
 
 use crate::metrics::TenantMetrics;
 use std::sync::atomic::{AtomicBool, Ordering};
-use tasklet_runtime::config::Grant;
+use tasklet_runtime::config::{Grant, TenantTotals};
 use tasklet_tls::Tenant;
 
 pub(crate) struct Caller {
@@ -15,6 +15,9 @@ pub(crate) struct Caller {
     /// authorizer's answer, intersected. GRANT narrows the connection's own sessions within it;
     /// a deployment's run gets it narrowed by the deployment's manifest.
     pub ceiling: Grant,
+    /// What the tenant may hold at once, all its connections and runs together (the policy's
+    /// `tenant-max-*`).
+    pub totals: TenantTotals,
     /// Whether the tenant may push and run deployed tasklets; if not, why, naming the policy key.
     pub deploy: Result<(), String>,
     pub metrics: TenantMetrics,
@@ -28,6 +31,7 @@ impl Caller {
         tenant: Tenant,
         connection: u64,
         ceiling: Grant,
+        totals: TenantTotals,
         deploy: Result<(), String>,
         metrics: TenantMetrics,
     ) -> Caller {
@@ -35,6 +39,7 @@ impl Caller {
             tenant,
             connection,
             ceiling,
+            totals,
             deploy,
             metrics,
             greeted: AtomicBool::new(false),

@@ -102,7 +102,7 @@ mod outlet;
 mod reply;
 mod shared;
 mod status;
-mod tenant_connections;
+mod tenant_slots;
 mod transport;
 
 pub use authorize::{Authorization, Authorizer, Denied};

@@ -4,7 +4,7 @@
 use crate::authorize::Authorizer;
 use crate::deploy::Deployments;
 use crate::metrics::NodeMetrics;
-use crate::tenant_connections::TenantConnections;
+use crate::tenant_slots::TenantSlots;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,7 +54,9 @@ pub(crate) struct Shared {
     draining: AtomicBool,
     next_connection: AtomicU64,
     /// Connections open now, by tenant (at most `limits.max_tenant_connections` each).
-    pub tenant_connections: TenantConnections,
+    pub tenant_connections: TenantSlots,
+    /// Deployed runs under way, by tenant (at most each tenant's `tenant-max-runs`).
+    pub tenant_runs: TenantSlots,
     /// Requests taken off a stream and not yet answered (see [`Unanswered`]).
     unanswered: Arc<AtomicUsize>,
 }
@@ -101,7 +103,8 @@ impl Shared {
             phase: watch::Sender::new(Phase::Serving),
             draining: AtomicBool::new(false),
             next_connection: AtomicU64::new(1),
-            tenant_connections: TenantConnections::default(),
+            tenant_connections: TenantSlots::default(),
+            tenant_runs: TenantSlots::default(),
             unanswered: Arc::new(AtomicUsize::new(0)),
         }
     }

@@ -35,6 +35,7 @@
 //! worker that holds a different number of bytes than the lease thinks is not trusted again: it
 //! is killed instead of reused, the mismatch is logged, and [`Accounting::mismatches`] counts it.
 
+use crate::config::TenantTotals;
 use crate::error::{quota, GpuError};
 use crate::module_cache::ModuleCache;
 use crate::placement::{self, Candidate, DeviceRequirement};
@@ -200,24 +201,31 @@ pub struct Lease {
     /// A kernel's unreported time was charged ([`Lease::charge_unreported`]): once per lease,
     /// however many paths see the same kernel stopped.
     unreported_charged: AtomicBool,
+    /// The tenant whose totals the lease counts in, until it ends.
+    tenant: Arc<str>,
 }
 
 /// Where the GPU time of a lease is charged besides the lease itself: its tenant, node-wide, and
 /// its holder (a tasklet run, or a client's connection), whose `gpu-seconds` quota counts it.
+/// Also what the tenant may hold at once, all its holders together, which every acquire checks.
 #[derive(Debug, Clone)]
 pub struct GpuAccount {
     /// The tenant's name (`local` for runs on the host itself).
     pub tenant: String,
     /// The holder's counter, in nanoseconds; every lease it acquires adds to it.
     pub holder: Arc<AtomicU64>,
+    /// The tenant's `tenant-max-leases` and `tenant-max-vram` (its `runs` are the node's to
+    /// count).
+    pub totals: TenantTotals,
 }
 
 impl GpuAccount {
-    /// A fresh holder's account under `tenant`.
+    /// A fresh holder's account under `tenant`, with no totals.
     pub fn new(tenant: impl Into<String>) -> GpuAccount {
         GpuAccount {
             tenant: tenant.into(),
             holder: Arc::default(),
+            totals: TenantTotals::default(),
         }
     }
 
@@ -369,6 +377,61 @@ struct Book {
     live: HashMap<u64, Arc<Lease>>,
     /// Bytes granted on each device.
     granted: Vec<u64>,
+    /// What each tenant holds, every device together: reserved with the device's memory,
+    /// given back when the lease ends (or its worker could not be had).
+    tenants: HashMap<Arc<str>, TenantHeld>,
+}
+
+/// Leases and bytes a tenant holds (or has reserved) now.
+#[derive(Debug, Default, Clone, Copy)]
+struct TenantHeld {
+    leases: u32,
+    bytes: u64,
+}
+
+impl Book {
+    /// Reserves a lease of `bytes` for `account`'s tenant, unless that would take it past its
+    /// totals: then the error to fail the acquire with.
+    fn reserve_for_tenant(
+        &mut self,
+        account: &GpuAccount,
+        bytes: u64,
+    ) -> Result<Arc<str>, GpuError> {
+        let (tenant, held) = match self.tenants.get_key_value(account.tenant.as_str()) {
+            Some((name, held)) => (Arc::clone(name), *held),
+            None => (Arc::from(account.tenant.as_str()), TenantHeld::default()),
+        };
+        let totals = account.totals;
+        if let Some(max) = totals.leases.filter(|&max| held.leases >= max) {
+            return Err(quota(format!(
+                "tenant `{tenant}` already holds {} lease(s) on this node, all its connections and runs together, \
+                 the most its policy allows (tenant-max-leases = {max}); drop one first",
+                held.leases
+            )));
+        }
+        let after = held.bytes.saturating_add(bytes);
+        if let Some(max) = totals.vram.filter(|&max| after > max) {
+            return Err(quota(format!(
+                "a lease of {bytes} bytes would bring tenant `{tenant}` to {after} bytes of VRAM on this node, all its \
+                 connections and runs together, over its policy's {max} (tenant-max-vram); drop a lease or ask for less"
+            )));
+        }
+        let entry = self.tenants.entry(Arc::clone(&tenant)).or_default();
+        entry.leases += 1;
+        entry.bytes = after;
+        Ok(tenant)
+    }
+
+    /// Gives back what [`Book::reserve_for_tenant`] reserved.
+    fn release_for_tenant(&mut self, tenant: &str, bytes: u64) {
+        if let Some(held) = self.tenants.get_mut(tenant) {
+            held.leases = held.leases.saturating_sub(1);
+            held.bytes = held.bytes.saturating_sub(bytes);
+            if held.leases == 0 {
+                self.tenants.remove(tenant);
+            }
+        }
+    }
 }
 
 impl LeaseManager {
@@ -390,6 +453,7 @@ impl LeaseManager {
             book: Mutex::new(Book {
                 live: HashMap::new(),
                 granted: vec![0; devices.len()],
+                tenants: HashMap::new(),
             }),
             devices,
             pools,
@@ -606,6 +670,7 @@ impl LeaseManager {
         grouped: bool,
     ) -> Result<Result<Arc<Lease>, String>, GpuError> {
         let d = index as usize;
+        let tenant;
         {
             // Reserve the memory first, so two racing acquires cannot both pass the check.
             let mut book = self.book();
@@ -615,14 +680,19 @@ impl LeaseManager {
                     "device {index} has {free} bytes free for leases, {bytes} asked"
                 )));
             }
+            // The tenant's totals hold on every device alike: past them, the acquire fails.
+            tenant = book.reserve_for_tenant(account, bytes)?;
             book.granted[d] += bytes;
         }
         match self.pools[d].acquire_by(run.map(|r| r.ends)) {
             Ok(worker) => Ok(Ok(
-                self.lease_on(index, worker, bytes, ttl, run, account, grouped)
+                self.lease_on(index, worker, bytes, ttl, run, account, tenant, grouped)
             )),
             Err(e) => {
-                self.book().granted[d] -= bytes;
+                let mut book = self.book();
+                book.granted[d] -= bytes;
+                book.release_for_tenant(&tenant, bytes);
+                drop(book);
                 match (e, run) {
                     (WorkerError::NoCapacity(m), _) => {
                         Ok(Err(format!("device {index} has no free GPU worker: {m}")))
@@ -644,6 +714,7 @@ impl LeaseManager {
         ttl: Duration,
         run: Option<RunLimit>,
         account: &GpuAccount,
+        tenant: Arc<str>,
         grouped: bool,
     ) -> Arc<Lease> {
         let now = Instant::now();
@@ -670,6 +741,7 @@ impl LeaseManager {
             ],
             least_deadline: AtomicU64::new(u64::MAX),
             unreported_charged: AtomicBool::new(false),
+            tenant,
         });
         self.book().live.insert(lease.id, Arc::clone(&lease));
         self.wake.notify_all();
@@ -929,6 +1001,7 @@ impl LeaseManager {
         let mut book = self.book();
         if book.live.remove(&lease.id).is_some() {
             book.granted[lease.device as usize] -= lease.granted;
+            book.release_for_tenant(&lease.tenant, lease.granted);
         }
     }
 

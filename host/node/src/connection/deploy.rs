@@ -374,6 +374,16 @@ fn serve(shared: &Shared, caller: &Caller, job: Queued, stop: &RunStop) {
                         "the node is shutting down and takes no new DEPLOY_RUN; use another node",
                     ));
                 }
+                let max = caller.totals.runs.map_or(u64::MAX, u64::from);
+                let Some(_slot) = shared.tenant_runs.take(tenant, max) else {
+                    return Err(Failure::new(
+                        ErrorCode::QuotaExceeded,
+                        format!(
+                            "tenant `{tenant}` already has {max} deployed run(s) under way on this node, the most its \
+                             policy allows (tenant-max-runs); wait for one to end"
+                        ),
+                    ));
+                };
                 let _active = shared.metrics.deploy_run_started();
                 deployments.run(&shared.host, caller, &digest, &input, stop)
             });

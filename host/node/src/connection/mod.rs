@@ -111,7 +111,7 @@ pub(crate) async fn serve(shared: Arc<Shared>, incoming: quinn::Incoming) {
     };
 
     let max = shared.limits.max_tenant_connections;
-    let Some(_tenant_slot) = shared.tenant_connections.open(tenant.as_str(), max) else {
+    let Some(_tenant_slot) = shared.tenant_connections.take(tenant.as_str(), max) else {
         shared.metrics.tenant_refused(tenant.as_str());
         tracing::warn!(%remote, %tenant, "refused a connection: the tenant holds its most ({max})");
         let message = format!(
@@ -133,7 +133,15 @@ pub(crate) async fn serve(shared: Arc<Shared>, incoming: quinn::Incoming) {
         .tenant_may_deploy(tenant.as_str())
         .map_err(|refused| refused.to_string());
     let metrics = shared.metrics.tenant(tenant.as_str());
-    let caller = Arc::new(Caller::new(tenant.clone(), number, grant, deploy, metrics));
+    let totals = shared.host.policy().tenant_totals(tenant.as_str());
+    let caller = Arc::new(Caller::new(
+        tenant.clone(),
+        number,
+        grant,
+        totals,
+        deploy,
+        metrics,
+    ));
     // The connection's own: its buffers are attached only to its leases' workers.
     let staging = StagingPool::new(STAGING_PIECE, staging_buffers());
     let dispatcher = Dispatcher::new(

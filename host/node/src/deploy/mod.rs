@@ -149,14 +149,16 @@ impl Deployments {
         }
         let leases = Arc::clone(host.leases());
         let metrics = caller.metrics.clone();
-        let tenant = caller.tenant.clone();
+        let (tenant, totals) = (caller.tenant.clone(), caller.totals);
         self.deployer
             .run_until(
                 digest,
                 input,
                 |manifest| ceiling.narrowed(&manifest.limits, &manifest.gpu),
                 |grant| {
-                    let gpu = LocalGpu::new(grant, leases).with_tenant(tenant.as_str());
+                    let gpu = LocalGpu::new(grant, leases)
+                        .with_tenant(tenant.as_str())
+                        .with_tenant_totals(totals);
                     Box::new(MeteredGpu::new(gpu, metrics))
                 },
                 stop,

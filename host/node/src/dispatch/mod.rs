@@ -146,6 +146,7 @@ impl Dispatcher {
         self.gpu.get_or_insert_with(|| {
             LocalGpu::new(self.grant, Arc::clone(self.shared.host.leases()))
                 .with_tenant(self.caller.tenant.as_str())
+                .with_tenant_totals(self.caller.totals)
                 .with_holder_gone(Arc::clone(&self.closed))
         })
     }

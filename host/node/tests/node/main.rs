@@ -22,6 +22,7 @@ mod stream_ops;
 mod streams;
 mod submit;
 mod support;
+mod tenant_totals;
 
 use libtest_mimic::{Arguments, Trial};
 use std::process::ExitCode;
@@ -173,6 +174,14 @@ fn main() -> ExitCode {
         (
             "refusals::a_tenant_the_policy_does_not_list_is_refused",
             refusals::a_tenant_the_policy_does_not_list_is_refused,
+        ),
+        (
+            "tenant_totals::a_tenants_connections_together_hold_at_most_its_totals",
+            tenant_totals::a_tenants_connections_together_hold_at_most_its_totals,
+        ),
+        (
+            "tenant_totals::a_tenants_deployed_runs_count_in_its_totals",
+            tenant_totals::a_tenants_deployed_runs_count_in_its_totals,
         ),
         (
             "refusals::an_authorizer_narrows_and_refuses",

@@ -13,4 +13,4 @@ pub use devices::{DevicePolicy, DeviceSelector};
 pub use manifest::{GpuRequest, Limits, Manifest, ManifestError, MANIFEST_FILE};
 pub use policy::{DeployLimits, Grant, Policy, PolicyError, WorkerPolicy};
 pub use rights::{Right, Rights};
-pub use tenants::{DeployRefused, TenantCaps, UnlistedTenant};
+pub use tenants::{DeployRefused, TenantCaps, TenantTotals, UnlistedTenant};

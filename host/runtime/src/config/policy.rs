@@ -6,7 +6,7 @@
 use super::devices::{DevicePolicy, RawCuda, RawEmu};
 use super::manifest::{GpuRequest, Limits, Manifest};
 use super::rights::Rights;
-use super::tenants::TenantCaps;
+use super::tenants::{TenantCaps, TenantTotals};
 use super::value::{locate, Size, Time};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -34,6 +34,9 @@ pub struct Policy {
     pub gpu_time: Option<Duration>,
     /// `[emu] devices` and `[cuda] devices`: the devices the node lends, one pool each.
     pub devices: DevicePolicy,
+    /// `[tasklets] tenant-max-*`: what each tenant may hold at once, all its connections and
+    /// runs together (see [`Policy::tenant_totals`]).
+    pub totals: TenantTotals,
 }
 
 /// `[deploy]` and `[store]`: the limits of a node's deployed tasklets and of the store they are
@@ -114,6 +117,7 @@ impl Default for Policy {
             deploy_limits: DeployLimits::default(),
             gpu_time: None,
             devices: DevicePolicy::default(),
+            totals: TenantTotals::default(),
         }
     }
 }
@@ -161,6 +165,7 @@ impl Policy {
         set(&mut p.gpu.rights, t.rights);
         set(&mut p.deploy, t.deploy);
         p.gpu_time = t.gpu_seconds.map(|t| t.0);
+        p.totals = t.totals();
         let w = raw.workers;
         set(&mut p.workers.warm, w.warm);
         set(&mut p.workers.max, w.max);
@@ -271,9 +276,20 @@ struct RawTaskletCaps {
     rights: Option<Rights>,
     deploy: Option<bool>,
     gpu_seconds: Option<Time>,
+    tenant_max_leases: Option<u32>,
+    tenant_max_vram: Option<Size>,
+    tenant_max_runs: Option<u32>,
 }
 
 impl RawTaskletCaps {
+    fn totals(&self) -> TenantTotals {
+        TenantTotals {
+            leases: self.tenant_max_leases,
+            vram: self.tenant_max_vram.map(|s| s.0),
+            runs: self.tenant_max_runs,
+        }
+    }
+
     fn into_caps(self) -> TenantCaps {
         TenantCaps {
             max_memory: self.max_memory.map(|s| s.0),
@@ -285,6 +301,7 @@ impl RawTaskletCaps {
             rights: self.rights,
             deploy: self.deploy,
             gpu_time: self.gpu_seconds.map(|t| t.0),
+            totals: self.totals(),
         }
     }
 }

@@ -10,6 +10,13 @@
 //! `gpu-seconds`, in either section, caps the device time one tasklet's kernels may take (a
 //! tenant's section can only lower it).
 //!
+//! `tenant-max-leases`, `tenant-max-vram` and `tenant-max-runs`, in either section, cap what a
+//! tenant holds at once *all together*: every lease of all its connections and deployed runs,
+//! and its deployed runs under way ([`TenantTotals`]). The other caps bound each tasklet (each
+//! connection, each run) alone, so without these a tenant's many connections add up; the node
+//! also caps each tenant's connections. In `[tasklets]` they apply to each tenant; a tenant's
+//! section can only lower them.
+//!
 //! `deploy = true|false`, in either section, says whether tenants may push and run deployed
 //! tasklets on the node ([`Policy::tenant_may_deploy`]); like the caps, a tenant's section can
 //! only take the right away.
@@ -35,6 +42,31 @@ pub struct TenantCaps {
     pub deploy: Option<bool>,
     /// `gpu-seconds`: the most device time one of the tenant's tasklets may take.
     pub gpu_time: Option<Duration>,
+    /// `tenant-max-*`: the tenant's totals, under `[tasklets]`'s.
+    pub totals: TenantTotals,
+}
+
+/// What one tenant may hold at once on a node, all its holders together (its connections and
+/// its deployed runs); `None`: no cap beyond what each holder is granted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TenantTotals {
+    /// `tenant-max-leases`: leases held at once.
+    pub leases: Option<u32>,
+    /// `tenant-max-vram`: device memory granted to its leases at once, in bytes.
+    pub vram: Option<u64>,
+    /// `tenant-max-runs`: deployed runs under way at once.
+    pub runs: Option<u32>,
+}
+
+impl TenantTotals {
+    /// Each total the smaller of the two (`None` in one keeps the other's).
+    pub fn narrowed(self, other: TenantTotals) -> TenantTotals {
+        TenantTotals {
+            leases: at_most(self.leases, other.leases),
+            vram: at_most(self.vram, other.vram),
+            runs: at_most(self.runs, other.runs),
+        }
+    }
 }
 
 /// A tenant the policy does not let in: it lists tenants, and not this one.
@@ -110,6 +142,16 @@ impl Policy {
 }
 
 impl Policy {
+    /// What `tenant` may hold at once, all its connections and runs together: `[tasklets]`'s
+    /// `tenant-max-*`, lowered by its own section's. Whether the tenant gets in at all is
+    /// [`Policy::tenant_ceiling`]'s to say.
+    pub fn tenant_totals(&self, tenant: &str) -> TenantTotals {
+        match self.tenants.get(tenant) {
+            Some(caps) => self.totals.narrowed(caps.totals),
+            None => self.totals,
+        }
+    }
+
     /// Whether `tenant` may push and run deployed tasklets: `[tasklets] deploy` and then its
     /// `[tenants.NAME] deploy`, both `true` unless set otherwise. Whether the tenant gets in at
     /// all is [`Policy::tenant_ceiling`]'s to say.
@@ -129,7 +171,7 @@ impl Policy {
 }
 
 /// The smaller of two optional caps (`None`: no cap).
-fn at_most(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
+fn at_most<T: Ord>(a: Option<T>, b: Option<T>) -> Option<T> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
@@ -264,6 +306,37 @@ rights = ["alloc", "read", "launch", "load", "persistent"]
             Policy::parse("[tenants.dev]\nmax-vram = \"1GiB\"\nmax-gpus = 2\n").unwrap_err();
         assert_eq!(line, Some(3), "{msg}");
         assert!(msg.contains("max-gpus"), "{msg}");
+    }
+
+    #[test]
+    fn tenant_totals_come_from_tasklets_and_a_tenants_section_only_lowers_them() {
+        let p = Policy::parse(
+            "[tasklets]\ntenant-max-leases = 4\ntenant-max-vram = \"2GiB\"\n\
+             [tenants.dev]\n\
+             [tenants.small]\ntenant-max-leases = 1\ntenant-max-runs = 2\n\
+             [tenants.big]\ntenant-max-leases = 40\ntenant-max-vram = \"8GiB\"\n",
+        )
+        .unwrap();
+        let all = |leases, vram, runs| TenantTotals { leases, vram, runs };
+        assert_eq!(p.tenant_totals("dev"), all(Some(4), Some(2 << 30), None));
+        assert_eq!(
+            p.tenant_totals("small"),
+            all(Some(1), Some(2 << 30), Some(2))
+        );
+        assert_eq!(
+            p.tenant_totals("big"),
+            all(Some(4), Some(2 << 30), None),
+            "never widened"
+        );
+        // Unset everywhere: no totals.
+        let p = Policy::parse("[tenants.dev]\nmax-leases = 1\n").unwrap();
+        assert_eq!(p.tenant_totals("dev"), TenantTotals::default());
+        // A bad value names its key and line.
+        let (line, msg) =
+            Policy::parse("[tenants.dev]\nmax-leases = 1\ntenant-max-vram = \"lots\"\n")
+                .unwrap_err();
+        assert_eq!(line, Some(3), "{msg}");
+        assert!(msg.contains("tenant-max-vram"), "{msg}");
     }
 
     #[test]

@@ -144,6 +144,15 @@ impl LocalGpu {
         self
     }
 
+    /// This service with its leases counted in its tenant's `totals` (`tenant-max-leases`,
+    /// `tenant-max-vram`), with those of every other holder under the same tenant: an acquire
+    /// past them fails `quota-exceeded`. Given after [`LocalGpu::with_tenant`], before any
+    /// lease is acquired.
+    pub fn with_tenant_totals(mut self, totals: crate::config::TenantTotals) -> LocalGpu {
+        self.usage.set_totals(totals);
+        self
+    }
+
     /// This service with its leases' workers given up, mid-wait, once `gone` is set: a node
     /// passes the flag it sets when the connection this serves closes, so that a GPU call in
     /// progress (a sync on a kernel that may run until its deadline) ends within milliseconds

@@ -90,6 +90,11 @@ impl Usage {
         }
     }
 
+    /// Acquires under this usage count in the tenant's `totals`, all its holders together.
+    pub(super) fn set_totals(&mut self, totals: crate::config::TenantTotals) {
+        self.account.totals = totals;
+    }
+
     pub(super) fn account(&self) -> &GpuAccount {
         &self.account
     }

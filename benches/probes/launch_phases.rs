@@ -519,7 +519,7 @@ fn main() {
         &mut frame,
         &mut resp,
     ) {
-        Response::Module { id, kernels } => (id, empty_index(&kernels)),
+        Response::Module(m) => (m.id, empty_index(&m.kernels)),
         other => panic!("load-module answered {other:?}"),
     };
     let mut launch_frame = Vec::new();

@@ -168,6 +168,7 @@ pub struct Module {
     /// Argument-block size of each kernel, parallel to `kernels`.
     arg_sizes: Vec<u32>,
     module_data: memory::Region,
+    variable_bytes: u64,
 }
 
 impl Module {
@@ -177,6 +178,7 @@ impl Module {
         let toks = lexer::lex(ptx)?;
         let ast = parser::parse(&toks)?;
         let (prog, kernels) = lower::lower(&ast)?;
+        let variable_bytes = lower::variable_bytes(&ast)?;
         let module_data =
             memory::Region::zeroed(prog.module_data.len().max(8) as u64).map_err(|e| {
                 LoadError {
@@ -191,6 +193,7 @@ impl Module {
             kernels,
             arg_sizes,
             module_data,
+            variable_bytes,
         })
     }
 
@@ -198,6 +201,33 @@ impl Module {
     pub fn kernels(&self) -> &[KernelInfo] {
         &self.kernels
     }
+
+    /// Bytes of device memory the module's own `.global` variables take in each loaded copy
+    /// (as [`ModuleOutline::variable_bytes`]).
+    pub fn variable_bytes(&self) -> u64 {
+        self.variable_bytes
+    }
+}
+
+/// What a module declares, as a loader that does not run it needs it: its kernels (as
+/// [`entry_signatures`]) and the device memory its own variables take in each loaded copy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModuleOutline {
+    pub kernels: Vec<KernelInfo>,
+    /// Module-scope `.global` variables, each aligned as declared (and at least one byte):
+    /// what each loaded copy of the module holds of device memory beyond its code. `.const`
+    /// ones are left out (the constant bank, at most 64 KiB a module).
+    pub variable_bytes: u64,
+}
+
+/// [`entry_signatures`], with the bytes of the module's own variables.
+pub fn module_outline(ptx: &str) -> Result<ModuleOutline, LoadError> {
+    let toks = lexer::lex(ptx)?;
+    let ast = outline_ast(&toks)?;
+    Ok(ModuleOutline {
+        kernels: lower::entry_signatures(&ast)?,
+        variable_bytes: lower::variable_bytes(&ast)?,
+    })
 }
 
 /// Lists a module's `.entry` kernels and their parameters without validating (or even parsing)
@@ -211,14 +241,17 @@ impl Module {
 /// where the bodies parse (they need not validate).
 pub fn entry_signatures(ptx: &str) -> Result<Vec<KernelInfo>, LoadError> {
     let toks = lexer::lex(ptx)?;
-    // Bodies are parsed (not validated) where they can be, to see which parameters are used as
-    // addresses; a body this parser cannot read leaves that unknown (`used_as_address` false),
-    // and the module is read for its signatures alone.
-    let ast = match parser::parse(&toks) {
-        Ok(full) => full,
-        Err(_) => parser::parse_signatures(&toks)?,
-    };
-    lower::entry_signatures(&ast)
+    lower::entry_signatures(&outline_ast(&toks)?)
+}
+
+/// The module as [`entry_signatures`] reads it: bodies are parsed (not validated) where they
+/// can be, to see which parameters are used as addresses; a body this parser cannot read leaves
+/// that unknown (`used_as_address` false), and the module is read for its signatures alone.
+fn outline_ast(toks: &[lexer::Token<'_>]) -> Result<ast::ModuleAst, LoadError> {
+    match parser::parse(toks) {
+        Ok(full) => Ok(full),
+        Err(_) => parser::parse_signatures(toks),
+    }
 }
 
 /// The declared type of every parameter of every `.entry`, as PTX writes it (`.u64`, `.f32`,

@@ -45,7 +45,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tasklet_worker::{
-    charged_bytes, BackendKind, ErrorKind, LaunchLimits, Pool, Worker, WorkerError, ALLOC_GRANULE,
+    charged_bytes, BackendKind, ErrorKind, LaunchLimits, LoadedModule, Pool, Worker, WorkerError,
+    ALLOC_GRANULE,
 };
 
 /// A device as leases see it, described by the backend (a worker's `info`).
@@ -248,6 +249,10 @@ struct LeaseState {
     /// The worker's GPU time when the lease last charged for it (`Worker::gpu_time`, which
     /// counts from the worker's start, earlier leases included).
     gpu_seen: Duration,
+    /// What each loaded module's `.global` variables are charged (by the worker's module id;
+    /// none for a module without them): part of the lease's `used`, but not of what its worker
+    /// reports holding in allocations.
+    variables: HashMap<u32, u64>,
 }
 
 impl Lease {
@@ -731,6 +736,7 @@ impl LeaseManager {
                 ended: None,
                 run,
                 gpu_seen,
+                variables: HashMap::new(),
             }),
             used: AtomicU64::new(0),
             gpu_nanos: AtomicU64::new(0),
@@ -856,16 +862,60 @@ impl LeaseManager {
         })
     }
 
-    /// Unloads module `module` (the worker's id for it) under the lease; waits on running
-    /// kernels no longer than [`LeaseManager::free`] does.
+    /// Unloads module `module` (the worker's id for it) under the lease, and releases the
+    /// charge for its variables; waits on running kernels no longer than [`LeaseManager::free`]
+    /// does.
     pub fn unload(&self, lease: &Lease, module: u32) -> Result<(), GpuError> {
         self.with_state(lease, |st| {
             let worker = st
                 .worker
                 .as_mut()
                 .ok_or_else(|| WorkerError::Lost("the lease has no worker".into()))?;
-            briefly(worker, st.run, |w| w.unload_module(module))
+            briefly(worker, st.run, |w| w.unload_module(module))?;
+            if let Some(charge) = st.variables.remove(&module) {
+                let left = lease.used().saturating_sub(charge);
+                lease.used.store(left, Ordering::Relaxed);
+            }
+            Ok(())
         })
+    }
+
+    /// Charges a module just loaded under the lease for its `.global` variables, as an
+    /// allocation of their size: device memory each loaded copy holds. Past the lease's grant
+    /// the module is unloaded again and the load fails `quota-exceeded`, as an allocation would.
+    pub(crate) fn charge_variables(
+        &self,
+        lease: &Lease,
+        loaded: LoadedModule,
+    ) -> Result<LoadedModule, GpuError> {
+        if loaded.variable_bytes == 0 {
+            return Ok(loaded);
+        }
+        let charge = charged_bytes(loaded.variable_bytes);
+        let mut over = None;
+        self.with_state(lease, |st| {
+            let after = lease.used().saturating_add(charge);
+            if after > lease.granted {
+                over = Some(after);
+                let worker = st
+                    .worker
+                    .as_mut()
+                    .ok_or_else(|| WorkerError::Lost("the lease has no worker".into()))?;
+                return briefly(worker, st.run, |w| w.unload_module(loaded.id));
+            }
+            st.variables.insert(loaded.id, charge);
+            lease.used.store(after, Ordering::Relaxed);
+            Ok(())
+        })?;
+        match over {
+            Some(after) => Err(quota(format!(
+                "the module's .global variables take {} bytes of device memory in each loaded copy, which would bring \
+                 the lease to {after} of its {} granted bytes; acquire a larger lease, or declare smaller variables \
+                 (a buffer allocated by the tasklet does the same work)",
+                loaded.variable_bytes, lease.granted
+            ))),
+            None => Ok(loaded),
+        }
     }
 
     /// Runs `op` on the state of a live lease; a lost, poisoned or given-up worker ends the lease.
@@ -955,7 +1005,13 @@ impl LeaseManager {
                 return;
             }
             st.ended = Some(reason);
-            let used = lease.used.swap(0, Ordering::Relaxed);
+            // What the worker must report holding in allocations: the lease's charge less its
+            // modules' variables, which no allocation holds.
+            let variables: u64 = st.variables.drain().map(|(_, charge)| charge).sum();
+            let used = lease
+                .used
+                .swap(0, Ordering::Relaxed)
+                .saturating_sub(variables);
             (st.worker.take(), used, st.gpu_seen)
         };
         if let Some(mut worker) = worker {

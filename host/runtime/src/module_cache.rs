@@ -241,12 +241,31 @@ impl DeviceIdentity<'_> {
 }
 
 impl LeaseManager {
+    /// Loads PTX under `lease` (see [`LeaseManager::load_ptx_cached`]), its `.global`
+    /// variables charged to the lease ([`LeaseManager::charge_variables`]).
+    pub fn load_module(&self, lease: &Lease, ptx: &str) -> Result<LoadedModule, GpuError> {
+        let loaded = self.load_ptx_cached(lease, ptx)?;
+        self.charge_variables(lease, loaded)
+    }
+
+    /// Compiles CUDA C and loads it under `lease` (see [`LeaseManager::load_source_cached`]),
+    /// its `.global` variables charged to the lease.
+    pub fn load_source(
+        &self,
+        lease: &Lease,
+        source: &str,
+        options: &[String],
+    ) -> Result<LoadedModule, GpuError> {
+        let loaded = self.load_source_cached(lease, source, options)?;
+        self.charge_variables(lease, loaded)
+    }
+
     /// Loads PTX under `lease` through the node-wide cache: on cuda, the cubin an earlier load
     /// of exactly this text compiled on a device like the lease's, in any lease's worker, goes
     /// with it and the worker loads that, with no JIT; what the worker compiles is kept for the
     /// next. The emulator compiles no PTX (it interprets it): its loads go straight to the
     /// worker and are not counted.
-    pub fn load_module(&self, lease: &Lease, ptx: &str) -> Result<LoadedModule, GpuError> {
+    fn load_ptx_cached(&self, lease: &Lease, ptx: &str) -> Result<LoadedModule, GpuError> {
         let device = self.device_of(lease);
         if device.backend != "cuda" {
             return self.with_worker(lease, |w| w.load_module(ptx));
@@ -277,7 +296,7 @@ impl LeaseManager {
     /// load of exactly this source with these options compiled it on a device like the lease's,
     /// the worker loads the PTX NVRTC produced then (on cuda with the cubin made of it), and
     /// NVRTC is not run again; otherwise what the worker compiles is kept for the next.
-    pub fn load_source(
+    fn load_source_cached(
         &self,
         lease: &Lease,
         source: &str,

@@ -196,3 +196,73 @@ fn a_read_larger_than_the_tasklets_memory_is_refused_before_the_host_allocates_i
     assert_gpu_error(&lines, 0, "out-of-bounds", "memory limit");
     assert_baseline(&host);
 }
+
+/// A module whose `.global` variables take `bytes`, with a kernel that writes their last byte.
+fn module_with_variables(bytes: u64) -> String {
+    format!(
+        ".version 8.0\n.target sm_80\n.address_size 64\n\
+         .global .align 8 .b8 state[{bytes}];\n\
+         .visible .entry touch()\n{{\n\t.reg .b64 %rd<2>;\n\t.reg .b16 %rs<2>;\n\
+         \tmov.u64 %rd1, state;\n\tmov.u16 %rs1, 7;\n\tst.global.u8 [%rd1+{last}], %rs1;\n\tret;\n}}\n",
+        last = bytes - 1
+    )
+}
+
+/// A module's `.global` variables take device memory in each loaded copy, so they are charged
+/// to the lease like an allocation: a load past the lease's grant is refused (and holds
+/// nothing), an allocation that no longer fits beside them is refused, unloading gives their
+/// charge back, and a lease that ends with them loaded reconciles with its worker.
+#[test]
+fn module_variables_are_charged_to_the_lease() {
+    use tasklet_runtime::gpu::{GpuService, LaunchConfig, LeaseRequest, LocalGpu};
+    use tasklet_runtime::GpuError;
+    let host = test_host!();
+    let grant = host.policy().grant(&manifest("testing/probe"));
+    let mut gpu = LocalGpu::new(grant, Arc::clone(host.leases()));
+    let lease = gpu
+        .lease_acquire(LeaseRequest {
+            min_vram: 4 << 20,
+            secs: 60,
+            device: None,
+        })
+        .expect("a lease of 4 MiB");
+    let s = gpu.session_open(lease).expect("session");
+    let used = |gpu: &mut LocalGpu| gpu.lease_info(lease).expect("lease info").used_bytes;
+
+    let two = gpu
+        .module_load(s, &module_with_variables(2 << 20))
+        .expect("2 MiB of variables on a 4 MiB lease");
+    assert_eq!(used(&mut gpu), 2 << 20);
+    let one_block = LaunchConfig {
+        grid: [1, 1, 1],
+        block: [1, 1, 1],
+        shared_mem_bytes: 0,
+    };
+    gpu.launch(s, two, "touch", &one_block, &[])
+        .expect("launch");
+    gpu.sync(s)
+        .expect("the kernel writes its module's last byte");
+    match gpu.mem_alloc(s, 3 << 20) {
+        Err(GpuError::QuotaExceeded(_)) => {}
+        other => panic!("3 MiB beside 2 MiB of variables on 4 MiB: {other:?}"),
+    }
+    gpu.module_unload(s, two);
+    assert_eq!(used(&mut gpu), 0, "unloading gives the charge back");
+    let buffer = gpu.mem_alloc(s, 3 << 20).expect("3 MiB once they are gone");
+
+    match gpu.module_load(s, &module_with_variables(2 << 20)) {
+        Err(GpuError::QuotaExceeded(why)) => {
+            assert!(why.contains(".global variables"), "{why}")
+        }
+        other => panic!("2 MiB of variables beside 3 MiB: {other:?}"),
+    }
+    assert_eq!(used(&mut gpu), 3 << 20, "a refused load holds nothing");
+    gpu.module_load(s, &module_with_variables(1 << 20))
+        .expect("1 MiB fits beside 3 MiB");
+    assert_eq!(used(&mut gpu), 4 << 20);
+    // The lease ends holding a buffer and a module with variables: its worker reports the
+    // buffer alone, and that reconciles (no mismatch in the accounting).
+    let _ = buffer;
+    drop(gpu);
+    assert_baseline(&host);
+}

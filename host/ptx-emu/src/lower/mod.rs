@@ -36,7 +36,7 @@ use crate::{KernelInfo, LoadError};
 use function::FnLower;
 use layout::SharedCursor;
 
-pub(crate) use signatures::{entry_param_types, entry_signatures};
+pub(crate) use signatures::{entry_param_types, entry_signatures, variable_bytes};
 
 /// What a name stands for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,6 +1,6 @@
 //! `entry_signatures`: kernel parameter lists without validating instruction bodies.
 
-use tasklet_ptx::{entry_signatures, KernelInfo, Module, ParamInfo, ParamType};
+use tasklet_ptx::{entry_signatures, module_outline, KernelInfo, Module, ParamInfo, ParamType};
 
 #[test]
 fn matches_module_kernels_on_every_corpus_file() {
@@ -25,7 +25,39 @@ fn matches_module_kernels_on_every_corpus_file() {
         let sigs = entry_signatures(&src).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         assert!(!sigs.is_empty(), "{}", path.display());
         assert_eq!(sigs, full.kernels(), "{}", path.display());
+        let outline = module_outline(&src).unwrap();
+        assert_eq!(outline.kernels, sigs, "{}", path.display());
+        assert_eq!(
+            outline.variable_bytes,
+            full.variable_bytes(),
+            "{}",
+            path.display()
+        );
     }
+}
+
+/// A module's own `.global` variables are counted as laid out (aligned, each at least a byte),
+/// the same by the outline as by the emulator's loader; `.const` and `.shared` ones are not.
+#[test]
+fn an_outline_counts_the_modules_own_variables() {
+    let ptx = r#"
+.version 8.0
+.target sm_80
+.address_size 64
+.global .align 4 .b8 table[1000];
+.visible .global .align 8 .u64 counter;
+.const .align 4 .f32 weights[3] = {1.0, 2.0, 3.0};
+.extern .global .align 4 .b8 elsewhere[];
+.shared .align 4 .b8 scratch[4096];
+.visible .entry k(.param .u64 p) { ret; }
+"#;
+    let outline = module_outline(ptx).unwrap();
+    // table 0..1000, counter 1000..1008, elsewhere (no size) one byte.
+    assert_eq!(outline.variable_bytes, 1009);
+    assert_eq!(outline.kernels.len(), 1);
+    assert_eq!(Module::parse(ptx).unwrap().variable_bytes(), 1009);
+    let none = ".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry k() { ret; }\n";
+    assert_eq!(module_outline(none).unwrap().variable_bytes, 0);
 }
 
 const MMA_MODULE: &str = r#"

@@ -49,7 +49,7 @@ pub struct LeaseInfo {
     pub device: u32,
     /// The most the sessions under the lease may hold at once.
     pub granted_bytes: u64,
-    /// Held now by buffers under the lease.
+    /// Held now by buffers under the lease, and by the `.global` variables of its modules.
     pub used_bytes: u64,
     pub remaining_ms: u64,
 }

@@ -22,7 +22,7 @@
 
 use std::time::Duration;
 
-use super::messages::{Compiled, GraphOp, Request, Response, WorkerInfo};
+use super::messages::{Compiled, GraphOp, LoadedModule, Request, Response, WorkerInfo};
 use super::ErrorKind;
 use super::{Launch, LaunchLimits};
 use tasklet_ptx::{KernelInfo, ParamInfo, ParamType};
@@ -517,22 +517,13 @@ pub fn encode_response(id: u64, resp: &Response, out: &mut Vec<u8>) {
             w.head(RESP_MARK_DONE, id);
             w.u8(*done as u8);
         }
-        Response::Module {
-            id: module,
-            kernels,
-        } => {
+        Response::Module(module) => {
             w.head(RESP_MODULE, id);
-            w.u32(*module);
-            w.kernels(kernels);
+            w.module(module);
         }
-        Response::CachedModule {
-            id: module,
-            kernels,
-            compiled,
-        } => {
+        Response::CachedModule { module, compiled } => {
             w.head(RESP_CACHED_MODULE, id);
-            w.u32(*module);
-            w.kernels(kernels);
+            w.module(module);
             w.bytes(compiled.ptx.as_bytes());
             w.bytes(&compiled.image);
             w.u8(compiled.image_refused as u8);
@@ -629,13 +620,9 @@ pub fn decode_response(frame: &[u8]) -> Result<(u64, Response), DecodeError> {
                 }
             },
         },
-        RESP_MODULE => Response::Module {
-            id: r.u32("module id")?,
-            kernels: r.kernels()?.into(),
-        },
+        RESP_MODULE => Response::Module(r.module()?),
         RESP_CACHED_MODULE => Response::CachedModule {
-            id: r.u32("module id")?,
-            kernels: r.kernels()?.into(),
+            module: r.module()?,
             compiled: Compiled {
                 ptx: r.str("compiled ptx")?.to_owned(),
                 image: r.bytes("module image")?.to_vec(),
@@ -784,6 +771,13 @@ impl Writer<'_> {
         for o in options {
             self.bytes(o.as_bytes());
         }
+    }
+
+    /// A loaded module: its id, its variables' bytes, its kernels.
+    fn module(&mut self, module: &LoadedModule) {
+        self.u32(module.id);
+        self.u64(module.variable_bytes);
+        self.kernels(&module.kernels);
     }
 
     /// A loaded module's kernels, with their parameters.
@@ -936,6 +930,15 @@ impl<'a> Reader<'a> {
             options.push(self.str("option")?);
         }
         Ok(options)
+    }
+
+    /// [`Writer::module`] read back.
+    fn module(&mut self) -> Result<LoadedModule, DecodeError> {
+        Ok(LoadedModule {
+            id: self.u32("module id")?,
+            variable_bytes: self.u64("module variable bytes")?,
+            kernels: self.kernels()?.into(),
+        })
     }
 
     /// [`Writer::kernels`] read back.

@@ -306,6 +306,9 @@ pub struct LoadedModule {
     /// Its kernels in source order, with their parameter layouts. Shared: a repeated load of
     /// the same module (`host::module_aliases`) hands out this table, not a copy of it.
     pub kernels: KernelTable,
+    /// Device memory the module's own `.global` variables take in this load
+    /// (`tasklet_ptx::ModuleOutline::variable_bytes`): the host charges it to the lease.
+    pub variable_bytes: u64,
 }
 
 /// What a load compiled, for the host's node-wide module cache ([`Response::CachedModule`]).
@@ -331,15 +334,11 @@ pub enum Response {
     Allocated {
         addr: u64,
     },
-    Module {
-        id: u32,
-        kernels: KernelTable,
-    },
+    Module(LoadedModule),
     /// A module loaded through the host's cache ([`Request::LoadModuleCached`],
     /// [`Request::LoadSourceCached`]): as [`Response::Module`], with what the load compiled.
     CachedModule {
-        id: u32,
-        kernels: KernelTable,
+        module: LoadedModule,
         compiled: Compiled,
     },
     Info(WorkerInfo),

@@ -109,6 +109,7 @@ mod tests {
         LoadedModule {
             id,
             kernels: Vec::new().into(),
+            variable_bytes: 0,
         }
     }
 

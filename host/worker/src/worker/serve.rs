@@ -376,11 +376,7 @@ fn guarded(
 /// The answer to a load through the host's module cache.
 fn cached_module(loaded: Result<(LoadedModule, Compiled), BackendError>) -> Response {
     match loaded {
-        Ok((m, compiled)) => Response::CachedModule {
-            id: m.id,
-            kernels: m.kernels,
-            compiled,
-        },
+        Ok((module, compiled)) => Response::CachedModule { module, compiled },
         Err(e) => error(e.kind, e.message),
     }
 }
@@ -389,14 +385,11 @@ fn cached_module(loaded: Result<(LoadedModule, Compiled), BackendError>) -> Resp
 /// carries some: what to answer when the whole frame does not fit the channel.
 fn without_compiled(resp: &Response) -> Option<Response> {
     match resp {
-        Response::CachedModule {
-            id,
-            kernels,
-            compiled,
-        } if !(compiled.ptx.is_empty() && compiled.image.is_empty()) => {
+        Response::CachedModule { module, compiled }
+            if !(compiled.ptx.is_empty() && compiled.image.is_empty()) =>
+        {
             Some(Response::CachedModule {
-                id: *id,
-                kernels: kernels.clone(),
+                module: module.clone(),
                 compiled: Compiled {
                     ptx: String::new(),
                     image: Vec::new(),
@@ -485,20 +478,14 @@ fn dispatch(
         }
         Request::Copy { dst, src, len } => done(b.copy(*dst, *src, *len)),
         Request::LoadModule { ptx } => match b.load_module(ptx) {
-            Ok(m) => Response::Module {
-                id: m.id,
-                kernels: m.kernels,
-            },
+            Ok(m) => Response::Module(m),
             Err(e) => Response::Error {
                 kind: e.kind,
                 message: e.message,
             },
         },
         Request::LoadSource { source, options } => match b.load_source(source, options) {
-            Ok(m) => Response::Module {
-                id: m.id,
-                kernels: m.kernels,
-            },
+            Ok(m) => Response::Module(m),
             Err(e) => Response::Error {
                 kind: e.kind,
                 message: e.message,

@@ -67,6 +67,7 @@ mod tests {
                 params: Vec::new(),
             }]
             .into(),
+            variable_bytes: 0,
         }
     }
 

@@ -38,8 +38,8 @@ pub(super) const MAGIC: u64 = u64::from_le_bytes(*b"TASKLETW");
 /// beside the response seq. 11: the linger word. 14: loads through the host's module cache.
 /// 15: copies say which launches they wait for. 16: small writes posted with their bytes.
 /// 17: marks (stream events) recorded posted, and asked about. 18: the uncharged-since word.
-/// 19: the life lock.
-pub const VERSION: u32 = 19;
+/// 19: the life lock. 20: a loaded module's variable bytes.
+pub const VERSION: u32 = 20;
 pub(super) const HEADER: usize = 4096;
 
 pub(super) const OFF_MAGIC: usize = 0;

@@ -188,17 +188,21 @@ fn sample_responses() -> Vec<Response> {
         Response::Elapsed { nanos: u64::MAX },
         Response::MarkDone { done: true },
         Response::MarkDone { done: false },
-        Response::Module {
+        Response::Module(LoadedModule {
             id: 1,
             kernels: vec![].into(),
-        },
+            variable_bytes: 7,
+        }),
         Response::CachedModule {
-            id: 3,
-            kernels: vec![KernelInfo {
-                name: "k".into(),
-                params: vec![],
-            }]
-            .into(),
+            module: LoadedModule {
+                id: 3,
+                kernels: vec![KernelInfo {
+                    name: "k".into(),
+                    params: vec![],
+                }]
+                .into(),
+                variable_bytes: 7,
+            },
             compiled: Compiled {
                 ptx: ".version 9.0\n".into(),
                 image: vec![0, 1, 2, 255],
@@ -206,11 +210,14 @@ fn sample_responses() -> Vec<Response> {
             },
         },
         Response::CachedModule {
-            id: 4,
-            kernels: vec![].into(),
+            module: LoadedModule {
+                id: 4,
+                kernels: vec![].into(),
+                variable_bytes: 7,
+            },
             compiled: Compiled::default(),
         },
-        Response::Module {
+        Response::Module(LoadedModule {
             id: 2,
             kernels: vec![
                 KernelInfo {
@@ -240,7 +247,8 @@ fn sample_responses() -> Vec<Response> {
                 },
             ]
             .into(),
-        },
+            variable_bytes: 7,
+        }),
         Response::Info(WorkerInfo {
             backend: "emu".into(),
             device: "PTX emulator".into(),
@@ -388,7 +396,7 @@ fn trailing_bytes_unknown_tags_and_bad_values() {
     ));
 
     // A flags byte no parameter encodes to: an unknown type, or unknown flag bits.
-    let resp = Response::Module {
+    let resp = Response::Module(LoadedModule {
         id: 1,
         kernels: vec![KernelInfo {
             name: "k".into(),
@@ -402,7 +410,8 @@ fn trailing_bytes_unknown_tags_and_bad_values() {
             }],
         }]
         .into(),
-    };
+        variable_bytes: 7,
+    });
     let mut buf = Vec::new();
     encode_response(1, &resp, &mut buf);
     for bad in [0x50, 0x04, 0x08] {
@@ -532,6 +541,7 @@ fn forged_counts_do_not_allocate() {
     let mut buf = vec![RESP_MODULE];
     buf.push(1); // id 1, a one-byte varint
     buf.extend_from_slice(&1u32.to_le_bytes());
+    buf.extend_from_slice(&0u64.to_le_bytes()); // no variables
     buf.extend_from_slice(&u32::MAX.to_le_bytes());
     assert!(matches!(
         decode_response(&buf),
@@ -625,8 +635,11 @@ fn long_error_messages_are_cut_on_char_boundaries() {
 #[test]
 fn a_cached_modules_refused_flag_is_zero_or_one() {
     let resp = Response::CachedModule {
-        id: 1,
-        kernels: vec![].into(),
+        module: LoadedModule {
+            id: 1,
+            kernels: vec![].into(),
+            variable_bytes: 7,
+        },
         compiled: Compiled {
             ptx: String::new(),
             image: vec![1, 2, 3],

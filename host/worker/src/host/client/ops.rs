@@ -305,9 +305,7 @@ impl Worker {
         }
         self.room_for_a_module()?;
         match self.call(&Request::LoadModule { ptx }, self.op_timeout)? {
-            Response::Module { id, kernels } => {
-                Ok(self.loaded(Some(ptx), LoadedModule { id, kernels }))
-            }
+            Response::Module(module) => Ok(self.loaded(Some(ptx), module)),
             other => Err(self.unexpected("load-module", &other)),
         }
     }
@@ -351,7 +349,7 @@ impl Worker {
         let options = options.iter().map(String::as_str).collect();
         self.room_for_a_module()?;
         match self.call(&Request::LoadSource { source, options }, self.op_timeout)? {
-            Response::Module { id, kernels } => Ok(self.loaded(None, LoadedModule { id, kernels })),
+            Response::Module(module) => Ok(self.loaded(None, module)),
             other => Err(self.unexpected("load-source", &other)),
         }
     }
@@ -376,14 +374,9 @@ impl Worker {
             image
         };
         match self.call(&Request::LoadModuleCached { ptx, image }, self.op_timeout)? {
-            Response::CachedModule {
-                id,
-                kernels,
-                compiled,
-            } => Ok((
-                self.loaded(Some(ptx), LoadedModule { id, kernels }),
-                compiled,
-            )),
+            Response::CachedModule { module, compiled } => {
+                Ok((self.loaded(Some(ptx), module), compiled))
+            }
             other => Err(self.unexpected("load-module-cached", &other)),
         }
     }
@@ -402,11 +395,9 @@ impl Worker {
             &Request::LoadSourceCached { source, options },
             self.op_timeout,
         )? {
-            Response::CachedModule {
-                id,
-                kernels,
-                compiled,
-            } => Ok((self.loaded(None, LoadedModule { id, kernels }), compiled)),
+            Response::CachedModule { module, compiled } => {
+                Ok((self.loaded(None, module), compiled))
+            }
             other => Err(self.unexpected("load-source-cached", &other)),
         }
     }

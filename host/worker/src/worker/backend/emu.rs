@@ -283,8 +283,13 @@ impl Backend for EmuBackend {
             .checked_add(1)
             .ok_or_else(|| BackendError::new(ErrorKind::OutOfMemory, "module ids exhausted"))?;
         let kernels = module.kernels().into();
+        let variable_bytes = module.variable_bytes();
         self.modules.insert(id, Arc::new(module));
-        Ok(LoadedModule { id, kernels })
+        Ok(LoadedModule {
+            id,
+            kernels,
+            variable_bytes,
+        })
     }
 
     /// Compiles with NVRTC for `compute_80` unless the options name an architecture, and loads

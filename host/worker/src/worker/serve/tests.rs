@@ -346,8 +346,11 @@ fn a_posted_frame_that_is_not_a_launch_is_refused_at_the_next_call() {
 #[test]
 fn an_answer_too_large_drops_only_the_compiled_code() {
     let big = Response::CachedModule {
-        id: 3,
-        kernels: Vec::new().into(),
+        module: LoadedModule {
+            id: 3,
+            kernels: Vec::new().into(),
+            variable_bytes: 7,
+        },
         compiled: Compiled {
             ptx: "ptx".into(),
             image: vec![1; 16],
@@ -357,8 +360,11 @@ fn an_answer_too_large_drops_only_the_compiled_code() {
     assert_eq!(
         without_compiled(&big),
         Some(Response::CachedModule {
-            id: 3,
-            kernels: Vec::new().into(),
+            module: LoadedModule {
+                id: 3,
+                kernels: Vec::new().into(),
+                variable_bytes: 7,
+            },
             compiled: Compiled {
                 ptx: String::new(),
                 image: Vec::new(),

@@ -626,18 +626,17 @@ impl Backend for CudaBackend {
 
     fn load_module(&mut self, ptx: &str) -> Result<LoadedModule, BackendError> {
         self.usable()?;
-        if let Some((id, kernels)) = self.modules.lookup(ptx)? {
-            return Ok(LoadedModule { id, kernels });
+        if let Some(loaded) = self.modules.lookup(ptx)? {
+            return Ok(loaded);
         }
         // Refused before the driver sees it, in the emulator's words, where the driver would
         // refuse it anyway.
         let target = self.load_target();
         let header = module_check::check(ptx, &target.loader)?;
         self.ready()?;
-        match self.modules.load(self.drv, ptx, &header, &target) {
-            Ok((id, kernels)) => Ok(LoadedModule { id, kernels }),
-            Err(e) => Err(self.fail(e)),
-        }
+        self.modules
+            .load(self.drv, ptx, &header, &target)
+            .map_err(|e| self.fail(e))
     }
 
     fn load_source(
@@ -660,21 +659,21 @@ impl Backend for CudaBackend {
         image: &[u8],
     ) -> Result<(LoadedModule, Compiled), BackendError> {
         self.usable()?;
-        if let Some((id, kernels)) = self.modules.lookup(ptx)? {
-            return Ok((LoadedModule { id, kernels }, Compiled::default()));
+        if let Some(loaded) = self.modules.lookup(ptx)? {
+            return Ok((loaded, Compiled::default()));
         }
         let target = self.load_target();
         let header = module_check::check(ptx, &target.loader)?;
         self.ready()?;
         let image_refused = !image.is_empty();
         if image_refused {
-            if let Some((id, kernels)) = self.modules.load_cached_image(self.drv, ptx, image)? {
-                return Ok((LoadedModule { id, kernels }, Compiled::default()));
+            if let Some(loaded) = self.modules.load_cached_image(self.drv, ptx, image)? {
+                return Ok((loaded, Compiled::default()));
             }
         }
         match self.modules.load_keeping(self.drv, ptx, &header, &target) {
-            Ok((id, kernels, image)) => Ok((
-                LoadedModule { id, kernels },
+            Ok((loaded, image)) => Ok((
+                loaded,
                 Compiled {
                     ptx: String::new(),
                     image,

@@ -33,7 +33,7 @@ use tasklet_ptx::PtxHeader;
 use super::driver::*;
 use super::errors::{self, LoadTarget};
 use crate::contract::modules::{declares_module_globals, MAX_MODULES};
-use crate::contract::{quote, ErrorKind, KernelTable};
+use crate::contract::{quote, ErrorKind, KernelTable, LoadedModule};
 use crate::worker::backend::BackendError;
 
 /// Shared modules kept loaded with no id referring to them.
@@ -58,6 +58,8 @@ pub struct Kernel {
 struct Loaded {
     module: CuModule,
     kernels: KernelTable,
+    /// Device memory its `.global` variables take (`LoadedModule::variable_bytes`).
+    variable_bytes: u64,
     functions: Vec<Kernel>,
     /// Worker ids referring to it.
     refs: u32,
@@ -139,7 +141,7 @@ impl Modules {
     }
 
     /// A cached module with exactly this text, as a new id. No driver call.
-    pub fn lookup(&mut self, ptx: &str) -> Result<Option<(u32, KernelTable)>, BackendError> {
+    pub fn lookup(&mut self, ptx: &str) -> Result<Option<LoadedModule>, BackendError> {
         let h = fast_hash(ptx.as_bytes());
         let Some(slots) = self.cache.get(&h) else {
             return Ok(None);
@@ -161,7 +163,11 @@ impl Modules {
         }
         m.refs += 1;
         self.ids.insert(id, slot);
-        Ok(Some((id, m.kernels.clone())))
+        Ok(Some(LoadedModule {
+            id,
+            kernels: m.kernels.clone(),
+            variable_bytes: m.variable_bytes,
+        }))
     }
 
     /// JIT-loads `ptx` (not in the cache; its header `header` passed the module check) and
@@ -172,7 +178,7 @@ impl Modules {
         ptx: &str,
         header: &PtxHeader,
         target: &LoadTarget,
-    ) -> Result<(u32, KernelTable), BackendError> {
+    ) -> Result<LoadedModule, BackendError> {
         let id = self.fresh_id()?;
         let module = jit(drv, ptx, header, target)?;
         self.admit(drv, id, module, ptx)
@@ -188,20 +194,19 @@ impl Modules {
         ptx: &str,
         header: &PtxHeader,
         target: &LoadTarget,
-    ) -> Result<(u32, KernelTable, Vec<u8>), BackendError> {
+    ) -> Result<(LoadedModule, Vec<u8>), BackendError> {
         let id = self.fresh_id()?;
         if let Some(api) = &drv.link {
             let cubin = link(drv, api, ptx, header, target)?;
             // A cubin lacking a kernel the PTX declares is not the PTX's code: JIT instead.
-            if let Some(Ok((id, kernels))) =
+            if let Some(Ok(loaded)) =
                 load_image(api, &cubin).map(|module| self.admit(drv, id, module, ptx))
             {
-                return Ok((id, kernels, cubin));
+                return Ok((loaded, cubin));
             }
         }
         let module = jit(drv, ptx, header, target)?;
-        let (id, kernels) = self.admit(drv, id, module, ptx)?;
-        Ok((id, kernels, Vec::new()))
+        Ok((self.admit(drv, id, module, ptx)?, Vec::new()))
     }
 
     /// Loads `image`, what an earlier load of exactly `ptx` compiled (from the host's node-wide
@@ -213,7 +218,7 @@ impl Modules {
         drv: &Driver,
         ptx: &str,
         image: &[u8],
-    ) -> Result<Option<(u32, KernelTable)>, BackendError> {
+    ) -> Result<Option<LoadedModule>, BackendError> {
         let Some(api) = &drv.link else {
             return Ok(None);
         };
@@ -232,7 +237,7 @@ impl Modules {
         id: u32,
         module: CuModule,
         ptx: &str,
-    ) -> Result<(u32, KernelTable), BackendError> {
+    ) -> Result<LoadedModule, BackendError> {
         let loaded = match resolve(drv, module, ptx) {
             Ok(l) => l,
             Err(e) => {
@@ -243,7 +248,11 @@ impl Modules {
         };
         let shared = (!declares_module_globals(ptx))
             .then(|| (fast_hash(ptx.as_bytes()), Box::<str>::from(ptx)));
-        let kernels = loaded.kernels.clone();
+        let answer = LoadedModule {
+            id,
+            kernels: loaded.kernels.clone(),
+            variable_bytes: loaded.variable_bytes,
+        };
         let slot = match self.slots.iter().position(Option::is_none) {
             Some(s) => s,
             None => {
@@ -260,7 +269,7 @@ impl Modules {
             ..loaded
         });
         self.ids.insert(id, slot);
-        Ok((id, kernels))
+        Ok(answer)
     }
 
     /// Drops id `id`. Returns a module the caller must unload (after draining the queue), if this
@@ -556,12 +565,13 @@ fn log_text(buf: &[u8], used: usize) -> String {
 
 /// Reads the kernels' signatures and resolves each to a function.
 fn resolve(drv: &Driver, module: CuModule, ptx: &str) -> Result<Loaded, BackendError> {
-    let kernels = tasklet_ptx::entry_signatures(ptx).map_err(|e| {
+    let outline = tasklet_ptx::module_outline(ptx).map_err(|e| {
         BackendError::new(
             ErrorKind::LoadFailed,
             format!("the driver loaded the module, but its kernel signatures cannot be read (needed to lay out arguments): PTX line {}: {}", e.line, quote::text(&e.message)),
         )
     })?;
+    let kernels = outline.kernels;
     let mut functions = Vec::with_capacity(kernels.len());
     for k in &kernels {
         let cname = CString::new(k.name.as_str()).map_err(|_| {
@@ -595,6 +605,7 @@ fn resolve(drv: &Driver, module: CuModule, ptx: &str) -> Result<Loaded, BackendE
     Ok(Loaded {
         module,
         kernels: kernels.into(),
+        variable_bytes: outline.variable_bytes,
         functions,
         refs: 0,
         shared: None,
@@ -632,6 +643,7 @@ mod tests {
         m.slots.push(Some(Loaded {
             module: module as CuModule,
             kernels: Vec::new().into(),
+            variable_bytes: 0,
             functions: Vec::new(),
             refs: 1,
             shared,
@@ -648,7 +660,7 @@ mod tests {
         let plain = loaded(&mut m, PLAIN, 0x10);
         loaded(&mut m, STATEFUL, 0x20);
         // One lease: the plain module also loaded twice more (lookups) and once unloaded.
-        let again = m.lookup(PLAIN).unwrap().expect("a lookup").0;
+        let again = m.lookup(PLAIN).unwrap().expect("a lookup").id;
         assert_ne!(again, plain);
         assert_eq!(m.release(again).unwrap(), None);
 
@@ -661,7 +673,11 @@ mod tests {
         assert_eq!(m.len(), 0, "no id of the last lease lives on");
         assert!(m.kernel(plain, 0).is_err(), "the last lease's id is gone");
         // The next lease: the plain module by lookup under a new id, the stateful one not at all.
-        let next = m.lookup(PLAIN).unwrap().expect("kept for the next lease").0;
+        let next = m
+            .lookup(PLAIN)
+            .unwrap()
+            .expect("kept for the next lease")
+            .id;
         assert!(next > again);
         assert!(m.lookup(STATEFUL).unwrap().is_none());
         assert_eq!(m.release(next).unwrap(), None);

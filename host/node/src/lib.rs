@@ -100,6 +100,7 @@ mod metrics;
 mod node;
 mod outlet;
 mod reply;
+mod request_budgets;
 mod shared;
 mod status;
 mod tenant_slots;

@@ -234,13 +234,7 @@ impl NodeControl {
 
     /// Every metric in Prometheus's text format, as `/metrics` serves it.
     pub fn metrics_text(&self) -> String {
-        self.shared
-            .metrics
-            .observe_host(&self.shared.host.accounting());
-        self.shared.metrics.observe_devices(&self.shared.host);
-        self.shared
-            .metrics
-            .observe_module_cache(&self.shared.host.leases().module_cache_stats());
+        self.shared.observe_for_scrape();
         self.shared
             .metrics
             .encode()

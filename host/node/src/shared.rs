@@ -4,6 +4,7 @@
 use crate::authorize::Authorizer;
 use crate::deploy::Deployments;
 use crate::metrics::NodeMetrics;
+use crate::request_budgets::RequestBudgets;
 use crate::tenant_slots::TenantSlots;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -59,6 +60,8 @@ pub(crate) struct Shared {
     pub tenant_runs: TenantSlots,
     /// Requests taken off a stream and not yet answered (see [`Unanswered`]).
     unanswered: Arc<AtomicUsize>,
+    /// Each open connection's queue budget, to tell what client requests hold.
+    pub request_budgets: RequestBudgets,
 }
 
 /// A request the node has taken off a stream, counted until its reply has been handed to the
@@ -106,7 +109,21 @@ impl Shared {
             tenant_connections: TenantSlots::default(),
             tenant_runs: TenantSlots::default(),
             unanswered: Arc::new(AtomicUsize::new(0)),
+            request_budgets: RequestBudgets::new(crate::connection::QUEUE_BYTES),
         }
+    }
+
+    /// Brings the gauges and counters read from the host and the connections up to date, just
+    /// before the metrics are encoded.
+    pub fn observe_for_scrape(&self) {
+        let leases = self.host.leases();
+        self.metrics.observe_host(&self.host.accounting());
+        self.metrics.observe_devices(&self.host);
+        self.metrics
+            .observe_module_cache(&leases.module_cache_stats());
+        self.metrics.observe_gpu_time(&leases.gpu_time_by_tenant());
+        self.metrics
+            .observe_request_bytes(self.request_budgets.held());
     }
 
     /// Whether new leases are refused.

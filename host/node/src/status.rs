@@ -17,6 +17,9 @@ pub struct NodeStatus {
     pub connections: u64,
     /// Deployed runs in progress.
     pub runs: u64,
+    /// Bytes of client requests the node holds now: received (whole or in part) and not yet
+    /// served. At most 64 MiB a connection, whatever its clients send.
+    pub request_bytes: u64,
     /// New leases and runs are refused.
     pub draining: bool,
 }
@@ -28,6 +31,7 @@ impl NodeStatus {
             leases: shared.host.accounting().leases as u64,
             connections: shared.metrics.connections_open(),
             runs: shared.metrics.deploy_runs_active(),
+            request_bytes: shared.request_budgets.held(),
             draining: shared.draining(),
         }
     }

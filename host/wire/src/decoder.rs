@@ -175,6 +175,17 @@ impl Decoder {
     }
 
     /// Whether the decoder is in streamed data: between or inside the data frames of a message.
+    /// The length of the frame body being gathered, if one is: the decoder holds its bytes
+    /// until it is whole (at most [`MAX_FRAME_BODY`]), so a reader that bounds what a peer
+    /// may make it hold counts this much from the frame's first bytes. Streamed data is never
+    /// gathered (see [`Event::Data`]).
+    pub fn body_pending(&self) -> Option<u32> {
+        match &self.state {
+            State::Body { header, .. } => Some(header.len),
+            _ => None,
+        }
+    }
+
     pub fn in_data(&self) -> bool {
         self.due.is_some() || matches!(self.state, State::Chunk { .. })
     }

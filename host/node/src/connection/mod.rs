@@ -26,7 +26,7 @@ use std::time::Duration;
 use tasklet_runtime::guest_memory::staging::StagingPool;
 use tasklet_tls::{explain, peer_tenant};
 use tasklet_wire::ErrorCode;
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 /// Batches of jobs (each what one read of a stream held) queued for a connection's GPU thread
@@ -167,7 +167,7 @@ pub(crate) async fn serve(shared: Arc<Shared>, incoming: quinn::Incoming) {
         return;
     }
 
-    let budget = Arc::new(Semaphore::new(QUEUE_BYTES));
+    let budget = shared.request_budgets.open();
     let mut phase = shared.phase();
     let hello_deadline = tokio::time::sleep(shared.limits.stall_timeout);
     tokio::pin!(hello_deadline);

@@ -22,7 +22,7 @@ use tasklet_wire::{
     BufferId, Decoder, DecoderConfig, ErrorCode, ErrorReply, Event, Opcode, Request, RequestId,
     SessionId,
 };
-use tokio::sync::{mpsc, Semaphore, TryAcquireError};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore, TryAcquireError};
 
 /// The most bytes read from the stream at once.
 const READ_CHUNK: usize = 1 << 20;
@@ -91,6 +91,7 @@ pub(crate) async fn serve(stream: Stream) {
         requests: PerOp::new(),
         hot,
         calls: false,
+        gathering: None,
     };
     let mut phase = shared.phase();
     // A stopping node reads no more requests: the stream's writer then sends what was answered,
@@ -136,6 +137,11 @@ struct Reader {
     /// Whether the batch holds a request that is answered (anything but a pipelined op: LAUNCH,
     /// MEM_WRITE and their stream forms).
     calls: bool,
+    /// The queue budget a frame body the decoder is gathering holds, from its first read to the
+    /// read that completes it: the decoder keeps those bytes until the frame is whole, so a
+    /// client that starts large frames on many streams and never ends them cannot make the node
+    /// hold more than the budget.
+    gathering: Option<OwnedSemaphorePermit>,
 }
 
 impl Reader {
@@ -192,11 +198,19 @@ impl Reader {
                 .map_err(|err| protocol_error(err.to_string()))?;
             input = &input[used..];
             match event {
-                None => {}
+                None => {
+                    if let (None, Some(len)) = (&self.gathering, self.decoder.body_pending()) {
+                        self.gathering = self.take_budget(len as usize).await;
+                    }
+                }
                 Some(Event::Request {
                     request_id,
                     request,
-                }) => self.request(request_id, request).await?,
+                }) => {
+                    // The request now holds its bytes itself (see `queue`).
+                    self.gathering = None;
+                    self.request(request_id, request).await?
+                }
                 Some(Event::Data {
                     bytes: data,
                     remaining,
@@ -351,25 +365,13 @@ impl Reader {
         work: Work,
         bytes: usize,
     ) -> Result<(), ErrorReply> {
-        let permits = u32::try_from(bytes.min(QUEUE_BYTES)).unwrap_or(u32::MAX);
-        let budget = if permits == 0 {
-            None
-        } else {
-            let budget = Arc::clone(&self.budget);
-            match budget.try_acquire_many_owned(permits) {
-                Ok(permit) => Some(permit),
-                Err(TryAcquireError::NoPermits) => {
-                    // The budget comes back as the GPU thread finishes jobs, this batch's among
-                    // them: it goes before waiting.
-                    self.hand_over().await;
-                    match Arc::clone(&self.budget).acquire_many_owned(permits).await {
-                        Ok(permit) => Some(permit),
-                        Err(_) => return Ok(()),
-                    }
-                }
-                // Closed only when the connection is being torn down.
-                Err(TryAcquireError::Closed) => return Ok(()),
-            }
+        let budget = match bytes {
+            0 => None,
+            // `None` only when the connection is being torn down: nothing more is served.
+            _ => match self.take_budget(bytes).await {
+                Some(permit) => Some(permit),
+                None => return Ok(()),
+            },
         };
         if let Work::Request(request) = &work {
             self.calls |= !request.opcode().is_pipelined();
@@ -384,6 +386,28 @@ impl Reader {
             _budget: budget,
         });
         Ok(())
+    }
+
+    /// Takes `bytes` (at most the whole) of the connection's queue budget, waiting for it to
+    /// come back where it is spent; `None` once the connection is closed.
+    async fn take_budget(&mut self, bytes: usize) -> Option<OwnedSemaphorePermit> {
+        let permits = u32::try_from(bytes.min(QUEUE_BYTES)).unwrap_or(u32::MAX);
+        match Arc::clone(&self.budget).try_acquire_many_owned(permits) {
+            Ok(permit) => Some(permit),
+            Err(TryAcquireError::NoPermits) => {
+                // The budget comes back as the GPU thread finishes jobs, this batch's among
+                // them: it goes before waiting. A stalled client's frames that hold the rest
+                // end the connection at the stall timeout.
+                self.hand_over().await;
+                let connection = self.connection.clone();
+                tokio::select! {
+                    permit = Arc::clone(&self.budget).acquire_many_owned(permits) => permit.ok(),
+                    // A closed connection's streams wait for nothing more.
+                    _ = connection.closed() => None,
+                }
+            }
+            Err(TryAcquireError::Closed) => None,
+        }
     }
 
     /// Hands the batch to the GPU thread.

@@ -96,14 +96,7 @@ async fn answer(mut stream: TcpStream, shared: &Shared) {
     };
     let response = match asked {
         Asked::Metrics { head_only } => {
-            shared.metrics.observe_host(&shared.host.accounting());
-            shared.metrics.observe_devices(&shared.host);
-            shared
-                .metrics
-                .observe_module_cache(&shared.host.leases().module_cache_stats());
-            shared
-                .metrics
-                .observe_gpu_time(&shared.host.leases().gpu_time_by_tenant());
+            shared.observe_for_scrape();
             match shared.metrics.encode() {
                 Ok(body) => response("200 OK", prometheus::TEXT_FORMAT, &body, head_only),
                 Err(err) => {

@@ -76,6 +76,7 @@ pub struct NodeMetrics {
     module_cache_evictions: IntCounter,
     module_cache_entries: IntGauge,
     module_cache_bytes: IntGauge,
+    request_bytes_held: IntGauge,
 }
 
 /// The counters at one moment, each summed over its labels.
@@ -283,6 +284,10 @@ impl NodeMetrics {
                 "tasklet_module_cache_bytes",
                 "Bytes of compiled code (PTX and images) the node's module cache holds now.",
             )?,
+            request_bytes_held: gauge(
+                "tasklet_request_bytes_held",
+                "Bytes of client requests the node holds now, received whole or in part and not yet served (at most 64 MiB a connection).",
+            )?,
             registry: r,
         })
     }
@@ -422,6 +427,12 @@ impl NodeMetrics {
         let gauge = |value: usize| i64::try_from(value).unwrap_or(i64::MAX);
         self.module_cache_entries.set(gauge(stats.entries));
         self.module_cache_bytes.set(gauge(stats.bytes));
+    }
+
+    /// Sets the gauge of client request bytes held, just before a scrape.
+    pub(crate) fn observe_request_bytes(&self, held: u64) {
+        self.request_bytes_held
+            .set(i64::try_from(held).unwrap_or(i64::MAX));
     }
 
     /// Brings `gpu_time_seconds_total` up to the host's per-tenant GPU time (which only grows),

@@ -168,6 +168,10 @@ fn main() -> ExitCode {
             malformed::nothing_is_served_after_a_goaway,
         ),
         (
+            "malformed::unfinished_frames_hold_at_most_the_connections_budget",
+            malformed::unfinished_frames_hold_at_most_the_connections_budget,
+        ),
+        (
             "refusals::a_tenant_past_its_connections_is_refused_and_others_get_in",
             refusals::a_tenant_past_its_connections_is_refused_and_others_get_in,
         ),

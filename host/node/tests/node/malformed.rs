@@ -2,7 +2,8 @@
 //! node goes on serving everyone else.
 
 use crate::support::*;
-use tasklet_wire::{encode_request, ErrorCode, Opcode, Request};
+use std::time::{Duration, Instant};
+use tasklet_wire::{encode_request, ErrorCode, Opcode, Request, SessionId};
 
 /// A frame header from raw parts.
 fn header(version: u8, flags: u8, opcode: u16, request_id: u32, len: u32) -> Vec<u8> {
@@ -190,5 +191,60 @@ pub fn nothing_is_served_after_a_goaway() -> TestResult {
     check(node.accounting().leases == 0, || {
         format!("{:?}", node.accounting())
     })?;
+    Ok(())
+}
+
+/// Frames started on many streams and never finished hold at most the connection's queue
+/// budget (64 MiB), counted from their first bytes: the node reads no more of them once it is
+/// spent, serves other clients meanwhile, and closes the connection at the stall timeout, after
+/// which nothing is held.
+pub fn unfinished_frames_hold_at_most_the_connections_budget() -> TestResult {
+    const BUDGET: u64 = 64 << 20;
+    let node = TestNode::with(Setup {
+        stall_timeout: Duration::from_secs(3),
+        ..Setup::default()
+    });
+    let mut raw = RawClient::connect(&node, "dev");
+    raw.request(1, &hello())?;
+    let mut frame = Vec::new();
+    let load = Request::ModuleLoad {
+        session: SessionId(1),
+        ptx: vec![b'x'; 15 << 20],
+    };
+    encode_request(2, &load, &mut frame).map_err(|e| e.to_string())?;
+    // 8 streams × 15 MiB: twice the budget. What the node does not take stays in QUIC's window.
+    let _open: Vec<_> = (0..8)
+        .map(|_| raw.open_stream_with(&frame[..frame.len() - 1000]))
+        .collect::<Result<_, _>>()?;
+    let control = node.node().control();
+    let start = Instant::now();
+    let mut most = 0;
+    while start.elapsed() < Duration::from_secs(1) {
+        let held = control.status().request_bytes;
+        most = most.max(held);
+        check(held <= BUDGET, || {
+            format!("{held} bytes of unfinished frames held, past the {BUDGET}-byte budget")
+        })?;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    check(most >= 3 * (15 << 20), || {
+        format!("the unfinished frames were not counted: at most {most} bytes held")
+    })?;
+    let mut other = node.client("team");
+    other
+        .inventory()
+        .map_err(|e| format!("another client: {e}"))?;
+    let (_, reason) = raw.closed()?;
+    check(reason.contains("middle of a frame"), || reason.clone())?;
+    let start = Instant::now();
+    while control.status().request_bytes > 0 {
+        check(start.elapsed() < WAIT, || {
+            format!(
+                "{} bytes still held after the close",
+                control.status().request_bytes
+            )
+        })?;
+        std::thread::sleep(Duration::from_millis(20));
+    }
     Ok(())
 }

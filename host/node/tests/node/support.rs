@@ -294,6 +294,20 @@ impl RawClient {
         Ok(())
     }
 
+    /// Opens another stream of the connection and writes `bytes` on it, leaving it open for as
+    /// long as the caller keeps what this returns (a stream dropped is finished).
+    pub fn open_stream_with(
+        &self,
+        bytes: &[u8],
+    ) -> Result<(quinn::SendStream, quinn::RecvStream), String> {
+        let connection = self.connection.clone();
+        self.runtime.block_on(async move {
+            let (mut send, recv) = connection.open_bi().await.map_err(|e| e.to_string())?;
+            send.write_all(bytes).await.map_err(|e| e.to_string())?;
+            Ok((send, recv))
+        })
+    }
+
     pub fn send_bytes(&mut self, bytes: &[u8]) {
         let send = &mut self.send;
         // A write may fail once the node has closed the connection; the tests look at that.

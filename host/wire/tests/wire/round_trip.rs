@@ -240,3 +240,30 @@ fn the_strategies_cover_every_message_kind() {
         .collect();
     assert_eq!(seen_replies, all_replies);
 }
+
+/// A frame body cut over several reads is pending, with its announced length, from its first
+/// bytes to its last: what a node counts against a connection's budget meanwhile.
+#[test]
+fn a_body_gathered_over_reads_is_pending_with_its_length() {
+    let request = Request::ModuleLoad {
+        session: SessionId(7),
+        ptx: vec![b'x'; 100_000],
+    };
+    let mut out = Vec::new();
+    let _ = encode_request(3, &request, &mut out).unwrap();
+    let mut decoder = Decoder::for_node(DecoderConfig::default());
+    assert_eq!(decoder.body_pending(), None);
+    // The header and a little of the body.
+    let cut = limits::FRAME_HEADER_LEN + 10;
+    let (used, event) = decoder.decode(&out[..cut]).unwrap();
+    let (more, event2) = match event {
+        None if used < cut => decoder.decode(&out[used..cut]).unwrap(),
+        other => (0, other),
+    };
+    assert!(event2.is_none() && used + more == cut);
+    let body = u32::try_from(out.len() - limits::FRAME_HEADER_LEN).unwrap();
+    assert_eq!(decoder.body_pending(), Some(body));
+    let (_, event) = decoder.decode(&out[cut..]).unwrap();
+    assert!(matches!(event, Some(Event::Request { request_id: 3, .. })));
+    assert_eq!(decoder.body_pending(), None, "whole: nothing gathered");
+}

@@ -51,12 +51,14 @@ mod tests {
         let a = budgets.open();
         let b = budgets.open();
         let held_a = Arc::clone(&a).try_acquire_many_owned(30).unwrap();
-        let _held_b = Arc::clone(&b).try_acquire_many_owned(5).unwrap();
+        let held_b = Arc::clone(&b).try_acquire_many_owned(5).unwrap();
         assert_eq!(budgets.held(), 35);
         drop(held_a);
         assert_eq!(budgets.held(), 5);
         drop(b);
-        assert_eq!(budgets.held(), 0, "a closed connection holds nothing");
+        assert_eq!(budgets.held(), 5, "what a closed connection's requests hold until dropped");
+        drop(held_b);
+        assert_eq!(budgets.held(), 0);
         let _c = budgets.open();
         assert_eq!(
             budgets.open.lock().unwrap().len(),

@@ -41,8 +41,8 @@ pub(crate) struct WritePiece {
 
 /// What a stream's writer sends.
 pub(crate) enum Outgoing {
-    /// Encoded frames.
-    Bytes(Bytes),
+    /// Encoded frames, counted in the connection's queued reply bytes until written.
+    Bytes(Bytes, QueuedReply),
     /// Close the connection: GOAWAY with this error on the stream, then a QUIC close with the
     /// same code and message.
     Close(ErrorReply),
@@ -51,6 +51,7 @@ pub(crate) enum Outgoing {
 }
 
 pub(crate) use crate::outlet::ReplyTo;
+use crate::reply_budget::QueuedReply;
 
 /// The jobs a stream decoded from one read, in order, handed to the GPU thread together: a
 /// burst of pipelined frames (a thousand LAUNCHes in one datagram train) then costs one channel

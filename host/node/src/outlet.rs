@@ -24,6 +24,7 @@
 //! `TASKLET_NODE_HOT_HANDOFF=0` the hand-off alone, for comparison.
 
 use crate::job::Outgoing;
+use crate::reply_budget::ReplyBudget;
 use bytes::Bytes;
 use std::future::Future;
 use std::pin::pin;
@@ -82,6 +83,8 @@ struct Outlet {
 pub(crate) struct ReplyTo {
     queue: mpsc::Sender<Outgoing>,
     outlet: Arc<Outlet>,
+    /// The connection's queued reply bytes: a send that must queue waits for room there.
+    budget: Arc<ReplyBudget>,
 }
 
 /// The writer task's end.
@@ -92,11 +95,13 @@ pub(crate) struct Writer {
 }
 
 /// A stream's outlet: the senders' end, and the writer task's, which the stream spawns.
-/// `written` is counted up for every write.
+/// `written` is counted up for every write; what waits for the writer counts in `budget`, the
+/// connection's.
 pub(crate) fn outlet(
     connection: quinn::Connection,
     send: quinn::SendStream,
     written: Arc<AtomicU64>,
+    budget: Arc<ReplyBudget>,
 ) -> (ReplyTo, Writer) {
     let (tx, rx) = mpsc::channel(QUEUE);
     let outlet = Arc::new(Outlet {
@@ -113,6 +118,7 @@ pub(crate) fn outlet(
         ReplyTo {
             queue: tx,
             outlet: Arc::clone(&outlet),
+            budget,
         },
         Writer {
             connection,
@@ -143,7 +149,8 @@ impl ReplyTo {
                 }
             }
         }
-        self.queue_blocking(Outgoing::Bytes(bytes));
+        let queued = self.budget.hold(bytes.len());
+        self.queue_blocking(Outgoing::Bytes(bytes, queued));
     }
 
     /// Ends the connection: GOAWAY with `error`, then a close, after everything sent before.
@@ -270,7 +277,7 @@ impl Writer {
             }
             match out {
                 Outgoing::Flush => {}
-                Outgoing::Bytes(bytes) => {
+                Outgoing::Bytes(bytes, _queued) => {
                     outlet.written.fetch_add(1, Ordering::Release);
                     if send.write_chunk(bytes).await.is_err() {
                         return;
@@ -384,7 +391,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (connection, send, mut recv, _client) = runtime.block_on(pair(dir.path(), 4096));
         let written = Arc::new(AtomicU64::new(0));
-        let (reply, writer) = outlet(connection, send, Arc::clone(&written));
+        let (reply, writer) = outlet(connection, send, Arc::clone(&written), Arc::default());
         assert!(reply.outlet.direct, "on unless TASKLET_NODE_DIRECT_REPLY=0");
 
         // With no writer task running, a small reply still reaches the client.
@@ -455,7 +462,12 @@ mod tests {
             .unwrap();
         let dir = tempfile::tempdir().unwrap();
         let (connection, send, mut recv, _client) = runtime.block_on(pair(dir.path(), 8192));
-        let (reply, writer) = outlet(connection, send, Arc::new(AtomicU64::new(0)));
+        let (reply, writer) = outlet(
+            connection,
+            send,
+            Arc::new(AtomicU64::new(0)),
+            Arc::default(),
+        );
         let writer = runtime.spawn(writer.run());
         let stop = Arc::new(AtomicBool::new(false));
         let waiting: Vec<_> = (0..if waiters { 2 } else { 0 })
@@ -537,7 +549,12 @@ mod tests {
             .unwrap();
         let dir = tempfile::tempdir().unwrap();
         let (connection, send, mut recv, _client) = runtime.block_on(pair(dir.path(), 1 << 20));
-        let (reply, writer) = outlet(connection, send, Arc::new(AtomicU64::new(0)));
+        let (reply, writer) = outlet(
+            connection,
+            send,
+            Arc::new(AtomicU64::new(0)),
+            Arc::default(),
+        );
         assert!(reply.outlet.handoff, "on unless switched off");
         let put_from_a_thread = |bytes: Bytes| {
             let reply = reply.clone();

@@ -2,9 +2,9 @@
 //! the node's phase (serving, draining, stopping) and its metrics.
 
 use crate::authorize::Authorizer;
+use crate::connection_budgets::ConnectionBudgets;
 use crate::deploy::Deployments;
 use crate::metrics::NodeMetrics;
-use crate::request_budgets::RequestBudgets;
 use crate::tenant_slots::TenantSlots;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -60,8 +60,8 @@ pub(crate) struct Shared {
     pub tenant_runs: TenantSlots,
     /// Requests taken off a stream and not yet answered (see [`Unanswered`]).
     unanswered: Arc<AtomicUsize>,
-    /// Each open connection's queue budget, to tell what client requests hold.
-    pub request_budgets: RequestBudgets,
+    /// Each open connection's budgets, to tell what client traffic holds.
+    pub budgets: ConnectionBudgets,
 }
 
 /// A request the node has taken off a stream, counted until its reply has been handed to the
@@ -109,7 +109,7 @@ impl Shared {
             tenant_connections: TenantSlots::default(),
             tenant_runs: TenantSlots::default(),
             unanswered: Arc::new(AtomicUsize::new(0)),
-            request_budgets: RequestBudgets::new(crate::connection::QUEUE_BYTES),
+            budgets: ConnectionBudgets::new(crate::connection::QUEUE_BYTES),
         }
     }
 
@@ -123,7 +123,7 @@ impl Shared {
             .observe_module_cache(&leases.module_cache_stats());
         self.metrics.observe_gpu_time(&leases.gpu_time_by_tenant());
         self.metrics
-            .observe_request_bytes(self.request_budgets.held());
+            .observe_client_bytes(self.budgets.requests_held(), self.budgets.replies_queued());
     }
 
     /// Whether new leases are refused.

@@ -20,6 +20,9 @@ pub struct NodeStatus {
     /// Bytes of client requests the node holds now: received (whole or in part) and not yet
     /// served. At most 64 MiB a connection, whatever its clients send.
     pub request_bytes: u64,
+    /// Bytes of replies queued now for clients to take: at most 16 MiB a connection (besides
+    /// what QUIC keeps in flight), whether or not its client reads them.
+    pub reply_bytes: u64,
     /// New leases and runs are refused.
     pub draining: bool,
 }
@@ -31,7 +34,8 @@ impl NodeStatus {
             leases: shared.host.accounting().leases as u64,
             connections: shared.metrics.connections_open(),
             runs: shared.metrics.deploy_runs_active(),
-            request_bytes: shared.request_budgets.held(),
+            request_bytes: shared.budgets.requests_held(),
+            reply_bytes: shared.budgets.replies_queued(),
             draining: shared.draining(),
         }
     }

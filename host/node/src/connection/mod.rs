@@ -167,7 +167,7 @@ pub(crate) async fn serve(shared: Arc<Shared>, incoming: quinn::Incoming) {
         return;
     }
 
-    let budget = shared.request_budgets.open();
+    let budgets = shared.budgets.open();
     let mut phase = shared.phase();
     let hello_deadline = tokio::time::sleep(shared.limits.stall_timeout);
     tokio::pin!(hello_deadline);
@@ -185,7 +185,8 @@ pub(crate) async fn serve(shared: Arc<Shared>, incoming: quinn::Incoming) {
                         send,
                         recv,
                         jobs: jobs.clone(),
-                        budget: Arc::clone(&budget),
+                        budget: Arc::clone(&budgets.requests),
+                        replies: Arc::clone(&budgets.replies),
                         closed: Arc::clone(&closed),
                     }));
                 }

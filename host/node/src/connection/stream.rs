@@ -13,6 +13,7 @@ use crate::caller::Caller;
 use crate::job::{Batch, Job, ReplyTo, Work, WritePiece};
 use crate::metrics::PerOp;
 use crate::outlet::outlet;
+use crate::reply_budget::ReplyBudget;
 use crate::shared::{Phase, Shared, Unanswered};
 use bytes::Bytes;
 use prometheus::IntCounter;
@@ -39,6 +40,8 @@ pub(crate) struct Stream {
     pub recv: quinn::RecvStream,
     pub jobs: mpsc::Sender<Batch>,
     pub budget: Arc<Semaphore>,
+    /// The connection's queued reply bytes (see `reply_budget`).
+    pub replies: Arc<ReplyBudget>,
     /// Set once the connection is condemned: its GPU thread then serves nothing more.
     pub closed: Arc<AtomicBool>,
 }
@@ -68,10 +71,11 @@ pub(crate) async fn serve(stream: Stream) {
         mut recv,
         jobs,
         budget,
+        replies,
         closed,
     } = stream;
     let hot = Hot::new();
-    let (reply, writer) = outlet(connection.clone(), send, Arc::clone(&hot.written));
+    let (reply, writer) = outlet(connection.clone(), send, Arc::clone(&hot.written), replies);
     let writer = tokio::spawn(writer.run());
     let mut reader = Reader {
         shared: Arc::clone(&shared),

@@ -77,6 +77,7 @@ pub struct NodeMetrics {
     module_cache_entries: IntGauge,
     module_cache_bytes: IntGauge,
     request_bytes_held: IntGauge,
+    reply_bytes_queued: IntGauge,
 }
 
 /// The counters at one moment, each summed over its labels.
@@ -288,6 +289,10 @@ impl NodeMetrics {
                 "tasklet_request_bytes_held",
                 "Bytes of client requests the node holds now, received whole or in part and not yet served (at most 64 MiB a connection).",
             )?,
+            reply_bytes_queued: gauge(
+                "tasklet_reply_bytes_queued",
+                "Bytes of replies queued now for clients to take (at most 16 MiB a connection, besides QUIC's send window).",
+            )?,
             registry: r,
         })
     }
@@ -429,10 +434,12 @@ impl NodeMetrics {
         self.module_cache_bytes.set(gauge(stats.bytes));
     }
 
-    /// Sets the gauge of client request bytes held, just before a scrape.
-    pub(crate) fn observe_request_bytes(&self, held: u64) {
-        self.request_bytes_held
-            .set(i64::try_from(held).unwrap_or(i64::MAX));
+    /// Sets the gauges of client request bytes held and reply bytes queued, just before a
+    /// scrape.
+    pub(crate) fn observe_client_bytes(&self, requests: u64, replies: u64) {
+        let gauge = |value: u64| i64::try_from(value).unwrap_or(i64::MAX);
+        self.request_bytes_held.set(gauge(requests));
+        self.reply_bytes_queued.set(gauge(replies));
     }
 
     /// Brings `gpu_time_seconds_total` up to the host's per-tenant GPU time (which only grows),

@@ -172,6 +172,10 @@ fn main() -> ExitCode {
             malformed::unfinished_frames_hold_at_most_the_connections_budget,
         ),
         (
+            "malformed::unread_replies_hold_at_most_the_connections_reply_budget",
+            malformed::unread_replies_hold_at_most_the_connections_reply_budget,
+        ),
+        (
             "refusals::a_tenant_past_its_connections_is_refused_and_others_get_in",
             refusals::a_tenant_past_its_connections_is_refused_and_others_get_in,
         ),

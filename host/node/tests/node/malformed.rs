@@ -3,7 +3,7 @@
 
 use crate::support::*;
 use std::time::{Duration, Instant};
-use tasklet_wire::{encode_request, ErrorCode, Opcode, Request, SessionId};
+use tasklet_wire::{encode_request, ErrorCode, Opcode, Reply, Request, SessionId};
 
 /// A frame header from raw parts.
 fn header(version: u8, flags: u8, opcode: u16, request_id: u32, len: u32) -> Vec<u8> {
@@ -242,6 +242,95 @@ pub fn unfinished_frames_hold_at_most_the_connections_budget() -> TestResult {
             format!(
                 "{} bytes still held after the close",
                 control.status().request_bytes
+            )
+        })?;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+/// A client that asks for replies and never reads them holds at most 16 MiB of them queued in
+/// the node (besides what QUIC keeps in flight): the connection's thread waits for room, other
+/// clients are served meanwhile, and when the client goes its replies and lease go with it.
+pub fn unread_replies_hold_at_most_the_connections_reply_budget() -> TestResult {
+    const REPLY_BUDGET: u64 = 16 << 20;
+    // Reads of a staging buffer's size: once the connection's staging buffers are all held by
+    // unread replies, each piece is read into a buffer of its own.
+    const READ: u64 = 4 << 20;
+    let node = TestNode::start();
+    let mut raw = RawClient::connect(&node, "dev");
+    raw.request(1, &hello())?;
+    let lease = match raw.request(
+        2,
+        &Request::LeaseAlloc {
+            min_bytes: READ,
+            seconds: 60,
+            device: None,
+            requires: Default::default(),
+        },
+    )? {
+        (Reply::LeaseAlloc { lease, .. }, _) => lease,
+        other => return Err(format!("{other:?}").into()),
+    };
+    let session = match raw.request(3, &Request::SessionOpen { lease })? {
+        (Reply::SessionOpen { session }, _) => session,
+        other => return Err(format!("{other:?}").into()),
+    };
+    let buffer = match raw.request(
+        4,
+        &Request::MemAlloc {
+            session,
+            bytes: READ,
+        },
+    )? {
+        (Reply::MemAlloc { buffer }, _) => buffer,
+        other => return Err(format!("{other:?}").into()),
+    };
+    // 40 reads of 4 MiB never read back: 160 MiB of replies, far more than QUIC's window for
+    // the stream (16 MiB) and the node's budget together.
+    let mut asks = Vec::new();
+    for id in 0..40 {
+        let read = Request::MemRead {
+            session,
+            buffer,
+            offset: 0,
+            len: READ,
+        };
+        encode_request(10 + id, &read, &mut asks).map_err(|e| e.to_string())?;
+    }
+    raw.send_bytes(&asks);
+    let control = node.node().control();
+    // Until the queue has about filled (however slowly this machine reads the device), and 4 s
+    // more, in which each further read would add 4 MiB (a staging buffer is waited for 1 s):
+    // it never passes the budget.
+    let start = Instant::now();
+    let (mut most, mut full_at) = (0, None);
+    while full_at.is_none_or(|at: Instant| at.elapsed() < Duration::from_secs(4)) {
+        let queued = control.status().reply_bytes;
+        most = most.max(queued);
+        check(queued <= REPLY_BUDGET + 1024, || {
+            format!("{queued} bytes of unread replies queued, past the {REPLY_BUDGET}-byte budget")
+        })?;
+        if full_at.is_none() && queued >= REPLY_BUDGET - READ {
+            full_at = Some(Instant::now());
+        }
+        check(start.elapsed() < WAIT * 2, || {
+            format!("the unread replies were not counted: at most {most} bytes queued")
+        })?;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut other = node.client("team");
+    other
+        .inventory()
+        .map_err(|e| format!("another client: {e}"))?;
+    drop(raw);
+    node.wait_for_baseline(WAIT)?;
+    let start = Instant::now();
+    while control.status().reply_bytes > 0 {
+        check(start.elapsed() < WAIT, || {
+            format!(
+                "{} reply bytes still queued after the client went",
+                control.status().reply_bytes
             )
         })?;
         std::thread::sleep(Duration::from_millis(20));

@@ -161,7 +161,7 @@ pub(crate) async fn accept(
             component_len,
         } => {
             let push = gate(shared, caller, Opcode::DeployPush)
-                .and_then(|deployments| deployments.start_push(&manifest));
+                .and_then(|deployments| deployments.start_push(caller, &manifest));
             (Work::Push(push), component_len)
         }
         DeployRequest::Has { digest } => (Work::Has(from_wire(&digest)), 0),

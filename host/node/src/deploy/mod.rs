@@ -99,8 +99,27 @@ impl Deployments {
         self.deployer.store().root()
     }
 
-    /// Starts a push of `manifest`: refused at once if it is not a tasklet manifest.
-    pub fn start_push(&self, manifest: &[u8]) -> Result<Push, Failure> {
+    /// Starts a push of `manifest` by `caller`: refused at once if it is not a tasklet
+    /// manifest, or if the tenant holds as many deployments as its `tenant-max-deployments`
+    /// allows (before any of the push is stored: a push of one it holds already is refused too,
+    /// and DEPLOY_HAS tells a client it need not push).
+    pub fn start_push(&self, caller: &Caller, manifest: &[u8]) -> Result<Push, Failure> {
+        if let Some(max) = caller.totals.deployments {
+            let held = self
+                .owners
+                .count(&caller.tenant)
+                .map_err(|err| self.owners_failure(err))?;
+            if held >= max as usize {
+                return Err(Failure::new(
+                    ErrorCode::QuotaExceeded,
+                    format!(
+                        "tenant `{}` has pushed {held} deployment(s) to this node, the most its policy allows \
+                         (tenant-max-deployments = {max}); run one it has, or ask the operator to raise the limit",
+                        caller.tenant
+                    ),
+                ));
+            }
+        }
         self.deployer.start_push(manifest).map_err(failure)
     }
 

@@ -73,6 +73,15 @@ impl Owners {
         Ok(true)
     }
 
+    /// How many deployments `tenant` has pushed here (0 before its first).
+    pub fn count(&self, tenant: &Tenant) -> io::Result<usize> {
+        match self.dir.read_dir(tenant.as_str()) {
+            Ok(entries) => Ok(entries.count()),
+            Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(0),
+            Err(err) => Err(err),
+        }
+    }
+
     /// The folder, for messages.
     pub fn root(&self) -> &Path {
         &self.root

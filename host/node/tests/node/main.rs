@@ -192,6 +192,10 @@ fn main() -> ExitCode {
             tenant_totals::a_tenants_deployed_runs_count_in_its_totals,
         ),
         (
+            "tenant_totals::a_tenants_deployments_are_capped",
+            tenant_totals::a_tenants_deployments_are_capped,
+        ),
+        (
             "refusals::an_authorizer_narrows_and_refuses",
             refusals::an_authorizer_narrows_and_refuses,
         ),

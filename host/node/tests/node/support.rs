@@ -167,6 +167,11 @@ impl TestNode {
         self.addr.to_string()
     }
 
+    /// The node's store folder (a node started with `store: true`).
+    pub fn store_path(&self) -> &Path {
+        self._store.as_ref().expect("a node with a store").path()
+    }
+
     pub fn certs_path(&self) -> &Path {
         self.certs.path()
     }

@@ -139,3 +139,52 @@ pub fn a_tenants_deployed_runs_count_in_its_totals() -> TestResult {
     node.wait_for_baseline(WAIT)?;
     Ok(())
 }
+
+/// A tenant holds at most `tenant-max-deployments` deployments in the node's store: its next
+/// push is refused before anything of it is stored, what it has still runs, and another
+/// tenant still pushes.
+pub fn a_tenants_deployments_are_capped() -> TestResult {
+    let node = node_with(
+        "[tenants.dev]\ntenant-max-deployments = 2\n[tenants.team]\n",
+        true,
+    )?;
+    let mut client = node.client("dev");
+    let mut digests = Vec::new();
+    for name in ["iota", "scale"] {
+        let (manifest, component) = pushable(name);
+        let pushed = client
+            .deploy_push(&manifest, &component)
+            .map_err(|e| format!("push {name}: {e}"))?;
+        digests.push(pushed.digest);
+    }
+    let blobs = || {
+        std::fs::read_dir(node.store_path().join("blobs/sha256"))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    };
+    let stored = blobs();
+    check(stored >= 4, || {
+        format!("{stored} blobs for two deployments")
+    })?;
+    let (manifest, component) = pushable("testing/probe");
+    refused_naming(
+        client.deploy_push(&manifest, &component),
+        "tenant-max-deployments",
+    )?;
+    check(blobs() == stored, || {
+        format!(
+            "a refused push stored something: {stored} blobs before, {} after",
+            blobs()
+        )
+    })?;
+    let run = client
+        .deploy_run(&digests[0], b"4")
+        .map_err(|e| format!("a deployment it has: {e}"))?;
+    check(run.exit == tasklet_remote::DeployExit::Ok, || {
+        format!("{run:?}")
+    })?;
+    let mut team = node.client("team");
+    team.deploy_push(&manifest, &component)
+        .map_err(|e| format!("another tenant: {e}"))?;
+    Ok(())
+}

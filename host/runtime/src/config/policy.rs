@@ -279,6 +279,7 @@ struct RawTaskletCaps {
     tenant_max_leases: Option<u32>,
     tenant_max_vram: Option<Size>,
     tenant_max_runs: Option<u32>,
+    tenant_max_deployments: Option<u32>,
 }
 
 impl RawTaskletCaps {
@@ -287,6 +288,7 @@ impl RawTaskletCaps {
             leases: self.tenant_max_leases,
             vram: self.tenant_max_vram.map(|s| s.0),
             runs: self.tenant_max_runs,
+            deployments: self.tenant_max_deployments,
         }
     }
 

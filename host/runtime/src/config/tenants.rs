@@ -10,9 +10,10 @@
 //! `gpu-seconds`, in either section, caps the device time one tasklet's kernels may take (a
 //! tenant's section can only lower it).
 //!
-//! `tenant-max-leases`, `tenant-max-vram` and `tenant-max-runs`, in either section, cap what a
-//! tenant holds at once *all together*: every lease of all its connections and deployed runs,
-//! and its deployed runs under way ([`TenantTotals`]). The other caps bound each tasklet (each
+//! `tenant-max-leases`, `tenant-max-vram`, `tenant-max-runs` and `tenant-max-deployments`, in
+//! either section, cap what a tenant holds at once *all together*: every lease of all its
+//! connections and deployed runs, its deployed runs under way, and the deployments it pushed to
+//! the node's store ([`TenantTotals`]). The other caps bound each tasklet (each
 //! connection, each run) alone, so without these a tenant's many connections add up; the node
 //! also caps each tenant's connections. In `[tasklets]` they apply to each tenant; a tenant's
 //! section can only lower them.
@@ -56,6 +57,8 @@ pub struct TenantTotals {
     pub vram: Option<u64>,
     /// `tenant-max-runs`: deployed runs under way at once.
     pub runs: Option<u32>,
+    /// `tenant-max-deployments`: deployments it has pushed to the node's store.
+    pub deployments: Option<u32>,
 }
 
 impl TenantTotals {
@@ -65,6 +68,7 @@ impl TenantTotals {
             leases: at_most(self.leases, other.leases),
             vram: at_most(self.vram, other.vram),
             runs: at_most(self.runs, other.runs),
+            deployments: at_most(self.deployments, other.deployments),
         }
     }
 }
@@ -313,15 +317,23 @@ rights = ["alloc", "read", "launch", "load", "persistent"]
         let p = Policy::parse(
             "[tasklets]\ntenant-max-leases = 4\ntenant-max-vram = \"2GiB\"\n\
              [tenants.dev]\n\
-             [tenants.small]\ntenant-max-leases = 1\ntenant-max-runs = 2\n\
+             [tenants.small]\ntenant-max-leases = 1\ntenant-max-runs = 2\ntenant-max-deployments = 9\n\
              [tenants.big]\ntenant-max-leases = 40\ntenant-max-vram = \"8GiB\"\n",
         )
         .unwrap();
-        let all = |leases, vram, runs| TenantTotals { leases, vram, runs };
+        let all = |leases, vram, runs| TenantTotals {
+            leases,
+            vram,
+            runs,
+            deployments: None,
+        };
         assert_eq!(p.tenant_totals("dev"), all(Some(4), Some(2 << 30), None));
         assert_eq!(
             p.tenant_totals("small"),
-            all(Some(1), Some(2 << 30), Some(2))
+            TenantTotals {
+                deployments: Some(9),
+                ..all(Some(1), Some(2 << 30), Some(2))
+            }
         );
         assert_eq!(
             p.tenant_totals("big"),

@@ -97,6 +97,7 @@ mod deploy;
 mod dispatch;
 mod inventory;
 mod job;
+mod log_limit;
 mod metrics;
 mod node;
 mod outlet;

@@ -4,6 +4,7 @@
 use crate::authorize::Authorizer;
 use crate::connection_budgets::ConnectionBudgets;
 use crate::deploy::Deployments;
+use crate::log_limit::LogLimit;
 use crate::metrics::NodeMetrics;
 use crate::tenant_slots::TenantSlots;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -62,6 +63,10 @@ pub(crate) struct Shared {
     unanswered: Arc<AtomicUsize>,
     /// Each open connection's budgets, to tell what client traffic holds.
     pub budgets: ConnectionBudgets,
+    /// Lines logged for clients refused before they are known (a failed handshake, a
+    /// certificate naming no tenant): anyone who reaches the port can cause them, so at most 20
+    /// a minute; the metrics count every refusal.
+    pub unknown_clients_log: LogLimit,
 }
 
 /// A request the node has taken off a stream, counted until its reply has been handed to the
@@ -110,6 +115,7 @@ impl Shared {
             tenant_runs: TenantSlots::default(),
             unanswered: Arc::new(AtomicUsize::new(0)),
             budgets: ConnectionBudgets::new(crate::connection::QUEUE_BYTES),
+            unknown_clients_log: LogLimit::new(20, Duration::from_secs(60)),
         }
     }
 

@@ -71,7 +71,9 @@ pub(crate) async fn serve(shared: Arc<Shared>, incoming: quinn::Incoming) {
         Ok(connection) => connection,
         Err(err) => {
             shared.metrics.handshake_refused();
-            tracing::warn!(%remote, "handshake refused: {}", explain(&err, quinn::Side::Server));
+            if let Some(left_out) = shared.unknown_clients_log.admit() {
+                tracing::warn!(%remote, left_out, "handshake refused: {}", explain(&err, quinn::Side::Server));
+            }
             return;
         }
     };
@@ -80,7 +82,9 @@ pub(crate) async fn serve(shared: Arc<Shared>, incoming: quinn::Incoming) {
         Ok(tenant) => tenant,
         Err(err) => {
             shared.metrics.handshake_refused();
-            tracing::warn!(%remote, "refused a client: {err}");
+            if let Some(left_out) = shared.unknown_clients_log.admit() {
+                tracing::warn!(%remote, left_out, "refused a client: {err}");
+            }
             connection.close(
                 close_code(ErrorCode::Unauthorized),
                 err.to_string().as_bytes(),

@@ -64,21 +64,9 @@ pub fn check_node_meets(
     requirement: &Requirement,
 ) -> Result<()> {
     let devices = client.inventory()?;
-    let fits = devices.iter().any(|d| {
-        requirement.fits(&tasklet_cluster::DeviceRecord {
-            index: d.index,
-            name: d.name.clone(),
-            backend: d.backend.clone(),
-            uuid: d.uuid.clone(),
-            total_vram: d.total_memory,
-            free_vram: d.free_memory,
-            compute_capability: tasklet_cluster::ComputeCapability::new(
-                d.compute_capability.0,
-                d.compute_capability.1,
-            ),
-            leases: d.leases,
-        })
-    });
+    let fits = devices
+        .iter()
+        .any(|d| requirement.fits(&tasklet_cluster::DeviceRecord::from(d)));
     if !fits {
         return Err(anyhow!(
             "node {addr} has no device meeting --requires {requirement} ({} device(s))",

@@ -171,6 +171,25 @@ pub struct DeviceRecord {
     pub leases: u32,
 }
 
+impl From<&tasklet_wire::Device> for DeviceRecord {
+    /// A device as the node reports it (GET_INVENTORY), as records and placement see it.
+    fn from(d: &tasklet_wire::Device) -> DeviceRecord {
+        DeviceRecord {
+            index: d.index,
+            name: d.name.clone(),
+            backend: d.backend.clone(),
+            uuid: d.uuid.clone(),
+            total_vram: d.total_memory,
+            free_vram: d.free_memory,
+            compute_capability: ComputeCapability::new(
+                d.compute_capability.0,
+                d.compute_capability.1,
+            ),
+            leases: d.leases,
+        }
+    }
+}
+
 /// How busy a node is, beyond its leases.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Load {

@@ -11,8 +11,8 @@ use crate::status::NodeStatus;
 use std::sync::Arc;
 use std::time::Duration;
 use tasklet_cluster::{
-    Cluster, ComputeCapability, DeviceRecord, Heartbeat, Load, NatsConfig, NodeName, NodeRecord,
-    Registrar, RECORD_FORMAT,
+    Cluster, DeviceRecord, Heartbeat, Load, NatsConfig, NodeName, NodeRecord, Registrar,
+    RECORD_FORMAT,
 };
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -176,23 +176,7 @@ pub(crate) fn record(membership: &Membership, status: &NodeStatus) -> NodeRecord
         address: membership.address.clone(),
         cert_sha256: membership.cert_sha256.clone(),
         version: env!("CARGO_PKG_VERSION").to_owned(),
-        devices: status
-            .devices
-            .iter()
-            .map(|d| DeviceRecord {
-                index: d.index,
-                name: d.name.clone(),
-                backend: d.backend.clone(),
-                uuid: d.uuid.clone(),
-                total_vram: d.total_memory,
-                free_vram: d.free_memory,
-                compute_capability: ComputeCapability::new(
-                    d.compute_capability.0,
-                    d.compute_capability.1,
-                ),
-                leases: d.leases,
-            })
-            .collect(),
+        devices: status.devices.iter().map(DeviceRecord::from).collect(),
         load: Load {
             connections: saturate(status.connections),
             sessions: saturate(sessions),

@@ -337,6 +337,10 @@ fn main() -> ExitCode {
             metrics::gpu_time_is_counted_for_the_tenant_whose_kernels_ran,
         ),
         (
+            "metrics::runaways_through_the_node_are_charged_their_deadline_once",
+            metrics::runaways_through_the_node_are_charged_their_deadline_once,
+        ),
+        (
             "metrics::the_module_cache_is_shared_by_connections_and_counted",
             metrics::the_module_cache_is_shared_by_connections_and_counted,
         ),

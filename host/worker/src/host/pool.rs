@@ -227,7 +227,9 @@ impl Pool {
                 let mut found = None;
                 while let Some(w) = g.idle.pop_front() {
                     // Killed from outside while idle: skip it (the sweep would catch it later).
-                    if w.proc.poll().is_some() {
+                    // Its life lock tells at once; its process may take a second or more to end
+                    // while the driver tears its device context down.
+                    if !w.still_serving() {
                         g.reap.push(w);
                         continue;
                     }
@@ -455,7 +457,7 @@ fn spawner(s: Arc<Shared>) {
             let (alive, dead): (VecDeque<Worker>, Vec<Worker>) =
                 idle.into_iter()
                     .fold((VecDeque::new(), Vec::new()), |(mut a, mut d), w| {
-                        if w.proc.poll().is_none() {
+                        if w.still_serving() {
                             a.push_back(w)
                         } else {
                             d.push(w)

@@ -120,18 +120,31 @@ pub fn probe_session(
     tasklet_runtime::gpu::LocalGpu,
     tasklet_runtime::gpu::SessionId,
 ) {
+    let (gpu, _, session) = probe_lease_session(host, 1 << 20);
+    (gpu, session)
+}
+
+/// [`probe_session`] on a lease of `min_vram` bytes (for 60 s), with the lease's id.
+pub fn probe_lease_session(
+    host: &Host,
+    min_vram: u64,
+) -> (
+    tasklet_runtime::gpu::LocalGpu,
+    tasklet_runtime::gpu::LeaseId,
+    tasklet_runtime::gpu::SessionId,
+) {
     use tasklet_runtime::gpu::{GpuService, LeaseRequest, LocalGpu};
     let grant = host.policy().grant(&manifest("testing/probe"));
     let mut gpu = LocalGpu::new(grant, Arc::clone(host.leases()));
     let lease = gpu
         .lease_acquire(LeaseRequest {
-            min_vram: 1 << 20,
+            min_vram,
             secs: 60,
             device: None,
         })
         .expect("lease");
     let session = gpu.session_open(lease).expect("session");
-    (gpu, session)
+    (gpu, lease, session)
 }
 
 pub fn load(host: &Host, manifest: Manifest) -> Tasklet {

@@ -214,19 +214,10 @@ fn module_with_variables(bytes: u64) -> String {
 /// charge back, and a lease that ends with them loaded reconciles with its worker.
 #[test]
 fn module_variables_are_charged_to_the_lease() {
-    use tasklet_runtime::gpu::{GpuService, LaunchConfig, LeaseRequest, LocalGpu};
+    use tasklet_runtime::gpu::{GpuService, LaunchConfig, LocalGpu};
     use tasklet_runtime::GpuError;
     let host = test_host!();
-    let grant = host.policy().grant(&manifest("testing/probe"));
-    let mut gpu = LocalGpu::new(grant, Arc::clone(host.leases()));
-    let lease = gpu
-        .lease_acquire(LeaseRequest {
-            min_vram: 4 << 20,
-            secs: 60,
-            device: None,
-        })
-        .expect("a lease of 4 MiB");
-    let s = gpu.session_open(lease).expect("session");
+    let (mut gpu, lease, s) = tasklet_tests::probe_lease_session(&host, 4 << 20);
     let used = |gpu: &mut LocalGpu| gpu.lease_info(lease).expect("lease info").used_bytes;
 
     let two = gpu

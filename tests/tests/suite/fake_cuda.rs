@@ -238,10 +238,8 @@ fn a_groups_copy_goes_worker_to_worker_where_the_driver_shares_memory() {
 /// kernel shows as time.
 #[test]
 fn a_copy_on_one_stream_runs_beside_a_kernel_on_another() {
-    use std::sync::Arc;
     use tasklet_runtime::gpu::{
-        GpuService, KernelArg, KernelRef, LaunchConfig, LeaseRequest, LocalGpu, QueueOp,
-        QueueReply, StreamId,
+        GpuService, KernelArg, KernelRef, LaunchConfig, QueueOp, QueueReply, StreamId,
     };
     const IOTA_PTX: &str = include_str!("../../../kernels/iota.ptx");
     const LAG: Duration = Duration::from_millis(300);
@@ -256,16 +254,7 @@ fn a_copy_on_one_stream_runs_beside_a_kernel_on_another() {
         backend: BackendKind::Cuda,
     })
     .expect("a host on the fake driver");
-    let grant = host.policy().grant(&manifest("testing/probe"));
-    let mut gpu = LocalGpu::new(grant, Arc::clone(host.leases()));
-    let lease = gpu
-        .lease_acquire(LeaseRequest {
-            min_vram: 4 << 20,
-            secs: 60,
-            device: None,
-        })
-        .expect("lease");
-    let s = gpu.session_open(lease).expect("session");
+    let (mut gpu, _lease, s) = tasklet_tests::probe_lease_session(&host, 4 << 20);
     let m = gpu.module_load(s, IOTA_PTX).expect("iota loads");
     let x = gpu.mem_alloc(s, 64).expect("alloc");
     let y = gpu.mem_alloc(s, 64).expect("alloc");

@@ -4,15 +4,13 @@
 //! recorded arguments change between replays without recording again, and a graph holds only
 //! its session's own buffers, kernels and graphs, within its limits.
 
-use std::sync::Arc;
-
 use tasklet_runtime::gpu::{
-    BufferId, GpuService, GraphArg, GraphId, KernelArg, KernelRef, LaunchConfig, LeaseId,
-    LeaseRequest, LocalGpu, ModuleId, SessionId, MAX_GRAPH_NODES, MAX_GRAPH_REPLAYS,
-    MAX_GRAPH_SCALARS, MAX_LEASE_SESSIONS, MAX_SESSION_GRAPH_ARG_BYTES,
+    BufferId, GpuService, GraphArg, GraphId, KernelArg, KernelRef, LaunchConfig, LeaseId, LocalGpu,
+    ModuleId, SessionId, MAX_GRAPH_NODES, MAX_GRAPH_REPLAYS, MAX_GRAPH_SCALARS, MAX_LEASE_SESSIONS,
+    MAX_SESSION_GRAPH_ARG_BYTES,
 };
 use tasklet_runtime::{GpuError, Host};
-use tasklet_tests::{assert_baseline, manifest, run_probe, test_host};
+use tasklet_tests::{assert_baseline, run_probe, test_host};
 
 /// `add_step(unsigned* x, const unsigned long long* step, unsigned n)`: `x[i] = 3 x[i] + *step`
 /// (the low 32 bits of the step), so any change of order or of a step shows in the result. The
@@ -38,16 +36,7 @@ struct Rig {
 }
 
 fn rig(host: &Host) -> Rig {
-    let grant = host.policy().grant(&manifest("testing/probe"));
-    let mut gpu = LocalGpu::new(grant, Arc::clone(host.leases()));
-    let lease = gpu
-        .lease_acquire(LeaseRequest {
-            min_vram: 4 << 20,
-            secs: 60,
-            device: None,
-        })
-        .expect("lease");
-    let s = gpu.session_open(lease).expect("session");
+    let (mut gpu, lease, s) = tasklet_tests::probe_lease_session(host, 4 << 20);
     let m = gpu.module_load(s, ADD_STEP_PTX).expect("add_step loads");
     Rig { gpu, lease, s, m }
 }

@@ -6,15 +6,12 @@
 //! fault on a stream surfaces at its synchronize, and a stream or event is usable only in its own
 //! session, within its limits (the lease's worker holds `MAX_MARKS` recorded events).
 
-use std::sync::Arc;
-
 use tasklet_runtime::gpu::{
-    BufferId, EventId, GpuService, KernelArg, KernelRef, LaunchConfig, LeaseId, LeaseRequest,
-    LocalGpu, ModuleId, QueueOp, QueueReply, SessionId, StreamId, MAX_SESSION_EVENTS,
-    MAX_SESSION_STREAMS,
+    BufferId, EventId, GpuService, KernelArg, KernelRef, LaunchConfig, LeaseId, LocalGpu, ModuleId,
+    QueueOp, QueueReply, SessionId, StreamId, MAX_SESSION_EVENTS, MAX_SESSION_STREAMS,
 };
 use tasklet_runtime::{GpuError, Host};
-use tasklet_tests::{assert_baseline, manifest, run_probe, test_host};
+use tasklet_tests::{assert_baseline, run_probe, test_host};
 use tasklet_worker::MAX_MARKS;
 
 use super::graphs::ADD_STEP_PTX;
@@ -44,16 +41,7 @@ struct Rig {
 }
 
 fn rig(host: &Host) -> Rig {
-    let grant = host.policy().grant(&manifest("testing/probe"));
-    let mut gpu = LocalGpu::new(grant, Arc::clone(host.leases()));
-    let lease = gpu
-        .lease_acquire(LeaseRequest {
-            min_vram: 4 << 20,
-            secs: 60,
-            device: None,
-        })
-        .expect("lease");
-    let s = gpu.session_open(lease).expect("session");
+    let (mut gpu, lease, s) = tasklet_tests::probe_lease_session(host, 4 << 20);
     let m = gpu.module_load(s, ADD_STEP_PTX).expect("add_step loads");
     Rig { gpu, lease, s, m }
 }

@@ -709,7 +709,8 @@ pub fn the_module_cache_is_shared_by_connections_and_counted() -> TestResult {
 /// with a kernel that spins until the node's kernel deadline (2 s) stops it, one waiting in
 /// SYNC, the other asking only well after, put 2 × 2 s on their tenant's GPU time.
 pub fn runaways_through_the_node_are_charged_their_deadline_once() -> TestResult {
-    use tasklet_runtime::gpu::{GpuService, KernelArg, LaunchConfig, LeaseRequest};
+    use crate::oneshot::{launch_spin_forever, FAULTS_PTX, LEASE};
+    use tasklet_runtime::gpu::GpuService;
     use tasklet_runtime::GpuError;
     const DEADLINE: std::time::Duration = std::time::Duration::from_secs(2);
     let mut policy = policy();
@@ -719,51 +720,28 @@ pub fn runaways_through_the_node_are_charged_their_deadline_once() -> TestResult
         metrics: true,
         ..Setup::default()
     });
-    let faults = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../kernels/faults.ptx"),
-    )
-    .map_err(|e| e.to_string())?;
-    let runaway = |client: tasklet_remote::NodeClient, faults: String, wait: u64| {
+    let runaway = |client: tasklet_remote::NodeClient, wait: u64| {
         std::thread::spawn(move || -> Result<(), String> {
             let mut gpu = tasklet_remote::RemoteGpu::new(client);
-            let lease = gpu
-                .lease_acquire(LeaseRequest {
-                    min_vram: 1 << 20,
-                    secs: 60,
-                    device: None,
-                })
-                .map_err(|e| e.to_string())?;
-            let session = gpu.session_open(lease).map_err(|e| e.to_string())?;
-            let module = gpu
-                .module_load(session, &faults)
-                .map_err(|e| e.to_string())?;
-            let flag = gpu.mem_alloc(session, 4).map_err(|e| e.to_string())?;
-            gpu.launch(
-                session,
-                module,
-                "spin_forever",
-                &LaunchConfig {
-                    grid: [1, 1, 1],
-                    block: [32, 1, 1],
-                    shared_mem_bytes: 0,
-                },
-                &[KernelArg::Buffer {
-                    buffer: flag,
-                    offset: 0,
-                }],
-            )
-            .map_err(|e| e.to_string())?;
-            std::thread::sleep(std::time::Duration::from_millis(wait));
-            match gpu.sync(session) {
-                Err(GpuError::DeadlineExceeded(_)) => Ok(()),
+            let mut run = || -> Result<Result<(), GpuError>, GpuError> {
+                let lease = gpu.lease_acquire(LEASE)?;
+                let session = gpu.session_open(lease)?;
+                let module = gpu.module_load(session, FAULTS_PTX)?;
+                let flag = gpu.mem_alloc(session, 4)?;
+                launch_spin_forever(&mut gpu, session, module, flag)?;
+                std::thread::sleep(std::time::Duration::from_millis(wait));
+                Ok(gpu.sync(session))
+            };
+            match run() {
+                Ok(Err(GpuError::DeadlineExceeded(_))) => Ok(()),
                 other => Err(format!("expected deadline-exceeded, got {other:?}")),
             }
         })
     };
     let runs = [
-        runaway(node.client("dev"), faults.clone(), 0),
+        runaway(node.client("dev"), 0),
         // This one asks only well after the deadline stopped its kernel.
-        runaway(node.client("dev"), faults, 3500),
+        runaway(node.client("dev"), 3500),
     ];
     for run in runs {
         run.join().map_err(|_| "a client panicked")??;

@@ -16,7 +16,7 @@ use tasklet_runtime::gpu::{
 use tasklet_runtime::{GpuError, Manifest, RunError};
 use tasklet_wire::{ErrorCode, GpuSubmit, LeaseId, Reply, Request};
 
-const FAULTS_PTX: &str = include_str!("../../../../kernels/faults.ptx");
+pub const FAULTS_PTX: &str = include_str!("../../../../kernels/faults.ptx");
 const IOTA_PTX: &str = include_str!("../../../../kernels/iota.ptx");
 
 /// Parses as far as its entry's signature, then holds an instruction that does not exist: the
@@ -36,7 +36,7 @@ const BROKEN_BODY_PTX: &str = "\
 /// Not PTX at all: the client cannot read a signature, so the one-shot goes as session ops.
 const NOT_PTX: &str = ".version 8.0\n.target sm_80\nthis is not ptx";
 
-const LEASE: LeaseRequest = LeaseRequest {
+pub const LEASE: LeaseRequest = LeaseRequest {
     min_vram: 1 << 20,
     secs: 30,
     device: None,
@@ -259,7 +259,7 @@ pub fn a_client_that_leaves_mid_sync_frees_its_lease_at_once() -> TestResult {
 
 /// Launches `spin_forever` (a kernel that runs until its deadline) on one warp, `flag` its
 /// argument.
-fn launch_spin_forever(
+pub fn launch_spin_forever(
     gpu: &mut RemoteGpu,
     session: SessionId,
     module: ModuleId,

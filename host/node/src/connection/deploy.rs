@@ -146,9 +146,11 @@ impl TryFrom<Request> for DeployRequest {
 /// `None` returned; otherwise the intake its data is to be fed to, which queues it once the data
 /// has arrived. A request that fails a check is answered after its data has been read (and
 /// dropped), so the stream stays in step.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn accept(
     shared: &Shared,
     caller: &Caller,
+    connection: &quinn::Connection,
     lane: &Lane,
     budget: &Arc<Semaphore>,
     reply: &ReplyTo,
@@ -183,6 +185,7 @@ pub(crate) async fn accept(
         request_id,
         work,
         reply: reply.clone(),
+        connection: connection.clone(),
         budget: Arc::clone(budget),
         permit: None,
         held: 0,
@@ -230,6 +233,8 @@ pub(crate) struct Intake {
     request_id: RequestId,
     work: Work,
     reply: ReplyTo,
+    /// Watched while the data waits for budget: a closed connection's upload is dropped.
+    connection: quinn::Connection,
     budget: Arc<Semaphore>,
     permit: Option<OwnedSemaphorePermit>,
     /// Bytes of budget `permit` holds.
@@ -245,11 +250,16 @@ impl Intake {
         }
         let want = bytes.len().min(QUEUE_BYTES - self.held);
         if want > 0 {
-            let Ok(permit) = Arc::clone(&self.budget)
-                .acquire_many_owned(u32::try_from(want).unwrap_or(u32::MAX))
-                .await
-            else {
-                // Closed only when the connection is being torn down.
+            let permits = u32::try_from(want).unwrap_or(u32::MAX);
+            let taken = tokio::select! {
+                permit = Arc::clone(&self.budget).acquire_many_owned(permits) => permit.ok(),
+                // The budget may be held by this connection's other unfinished uploads, which
+                // no one will finish now: what this one holds goes, and the stream's reader
+                // (which fed it) finds the connection gone at its next read.
+                _ = self.connection.closed() => None,
+            };
+            let Some(permit) = taken else {
+                self.abandon();
                 return;
             };
             self.held += want;
@@ -274,6 +284,20 @@ impl Intake {
             self.permit = None;
             self.held = 0;
         }
+    }
+
+    /// Lets the request go: what it holds is freed, and the rest of its data is only read past.
+    fn abandon(&mut self) {
+        self.permit = None;
+        self.held = 0;
+        let gone = || Failure::new(ErrorCode::Internal, "the connection closed mid-request");
+        self.work = match self.work {
+            Work::Run { digest, .. } => Work::Run {
+                digest,
+                input: Err(gone()),
+            },
+            _ => Work::Push(Err(gone())),
+        };
     }
 
     fn failed(&self) -> bool {

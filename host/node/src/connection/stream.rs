@@ -305,6 +305,7 @@ impl Reader {
         self.intake = deploy::accept(
             shared,
             caller,
+            connection,
             lane,
             &self.budget,
             &self.reply,

@@ -176,6 +176,10 @@ fn main() -> ExitCode {
             malformed::unread_replies_hold_at_most_the_connections_reply_budget,
         ),
         (
+            "malformed::abandoned_uploads_past_the_budget_go_with_their_connection",
+            malformed::abandoned_uploads_past_the_budget_go_with_their_connection,
+        ),
+        (
             "refusals::a_tenant_past_its_connections_is_refused_and_others_get_in",
             refusals::a_tenant_past_its_connections_is_refused_and_others_get_in,
         ),

@@ -337,3 +337,85 @@ pub fn unread_replies_hold_at_most_the_connections_reply_budget() -> TestResult 
     }
     Ok(())
 }
+
+/// Uploads left unfinished past the connection's budget are let go with their connection:
+/// eight DEPLOY_PUSHes announcing 60 MiB each, their data sent a piece on each in turn, take the
+/// whole budget between them and all wait for more; when the client goes, the node frees their
+/// bytes and the connection's lease, counts the lease dropped, and drains at once.
+pub fn abandoned_uploads_past_the_budget_go_with_their_connection() -> TestResult {
+    const COMPONENT: u64 = 60 << 20;
+    const PIECE: usize = 1 << 20;
+    let node = TestNode::with(Setup {
+        store: true,
+        metrics: true,
+        ..Setup::default()
+    });
+    let mut raw = RawClient::connect(&node, "dev");
+    raw.request(1, &hello())?;
+    match raw.request(
+        2,
+        &Request::LeaseAlloc {
+            min_bytes: 1 << 20,
+            seconds: 60,
+            device: None,
+            requires: Default::default(),
+        },
+    )? {
+        (Reply::LeaseAlloc { .. }, _) => {}
+        other => return Err(format!("{other:?}").into()),
+    }
+    let (manifest, _) = pushable("iota");
+    let mut uploads = Vec::new();
+    for id in 0..8 {
+        let push = Request::DeployPush {
+            manifest: manifest.clone(),
+            component_len: COMPONENT,
+        };
+        let mut head = Vec::new();
+        let data = encode_request(10 + id, &push, &mut head)
+            .map_err(|e| e.to_string())?
+            .ok_or("a push streams its component")?;
+        let (send, recv) = raw.open_stream_with(&head)?;
+        uploads.push((send, recv, data));
+    }
+    // 14 MiB on each, a piece at a time on each in turn: 112 MiB, of which the budget takes 64
+    // and QUIC's windows hold the rest.
+    for _ in 0..14 {
+        for (send, _, data) in &mut uploads {
+            let mut piece = Vec::new();
+            data.encode(&[0u8; PIECE], &mut piece)
+                .map_err(|e| e.to_string())?;
+            raw.write_on(send, &piece)?;
+        }
+    }
+    let control = node.node().control();
+    let start = Instant::now();
+    while control.status().request_bytes < (64 << 20) - (1 << 20) {
+        check(start.elapsed() < WAIT, || {
+            format!("the uploads never took the budget: {:?}", control.status())
+        })?;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    raw.connection.close(0u32.into(), b"gone");
+    drop(uploads);
+    drop(raw);
+    let start = Instant::now();
+    loop {
+        let status = control.status();
+        if status.request_bytes == 0 && status.connections == 0 && node.accounting().leases == 0 {
+            break;
+        }
+        check(start.elapsed() < WAIT, || {
+            format!("the connection's uploads or lease outlived it: {status:?}")
+        })?;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (samples, text) = crate::metrics::scrape(&node)?;
+    let count = |name: &str| samples.get(&format!("{name}{{tenant=\"dev\"}}")).copied();
+    check(
+        count("gpu_lease_acquired") == Some(1.0) && count("gpu_lease_dropped") == Some(1.0),
+        || format!("acquired and dropped do not meet:\n{text}"),
+    )?;
+    node.drain_and_wait(Duration::from_secs(5))?;
+    Ok(())
+}

@@ -313,6 +313,13 @@ impl RawClient {
         })
     }
 
+    /// Writes `bytes` on a stream [`RawClient::open_stream_with`] opened.
+    pub fn write_on(&self, send: &mut quinn::SendStream, bytes: &[u8]) -> Result<(), String> {
+        self.runtime
+            .block_on(send.write_all(bytes))
+            .map_err(|e| e.to_string())
+    }
+
     pub fn send_bytes(&mut self, bytes: &[u8]) {
         let send = &mut self.send;
         // A write may fail once the node has closed the connection; the tests look at that.

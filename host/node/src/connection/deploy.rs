@@ -12,12 +12,11 @@
 
 use super::QUEUE_BYTES;
 use crate::caller::Caller;
-use crate::deploy::{exit_code, exit_message, failure, from_wire, to_wire};
+use crate::deploy::{exit_code, exit_message, failure, from_wire, to_wire, StartedPush};
 use crate::job::ReplyTo;
 use crate::reply::{fail, send, send_piece, start_reply, Failure};
 use crate::shared::{Shared, Unanswered};
 use std::sync::Arc;
-use tasklet_deploy::Push;
 use tasklet_runtime::RunStop;
 use tasklet_store::Digest;
 use tasklet_wire::{ErrorCode, Opcode, Reply, Request, RequestId};
@@ -42,7 +41,7 @@ pub(crate) struct Queued {
 }
 
 enum Work {
-    Push(Result<Push, Failure>),
+    Push(Result<StartedPush, Failure>),
     Has(Digest),
     Run {
         digest: Digest,
@@ -269,7 +268,7 @@ impl Intake {
             }
         }
         let refused = match &mut self.work {
-            Work::Push(Ok(push)) => push.write_chunk(bytes).err(),
+            Work::Push(Ok(started)) => started.push.write_chunk(bytes).err(),
             Work::Run {
                 input: Ok(input), ..
             } => {

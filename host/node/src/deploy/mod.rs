@@ -29,8 +29,9 @@ use crate::caller::Caller;
 use crate::reply::Failure;
 use metered::MeteredGpu;
 use owners::Owners;
+use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use tasklet_deploy::{DeployConfig, Deployer, ExitStatus, Push, RunOutcome};
 use tasklet_runtime::config::{Grant, Manifest};
 use tasklet_runtime::gpu::LocalGpu;
@@ -56,8 +57,37 @@ pub enum DeployOpenError {
 pub(crate) struct Deployments {
     deployer: Deployer,
     owners: Owners,
+    /// Pushes under way, by tenant: counted with the deployments a tenant has against its
+    /// `tenant-max-deployments`, under this lock, so that pushes made at once cannot all pass
+    /// the check.
+    pushing: Arc<Mutex<HashMap<String, u32>>>,
     /// Where a deployment this node lacks is fetched from (the cluster), if anywhere.
     source: Option<Arc<dyn DeploymentSource>>,
+}
+
+/// A push under way: its data goes to `push`; it counts as one of its tenant's deployments
+/// until it ends.
+pub(crate) struct StartedPush {
+    pub push: Push,
+    _counted: Option<PushUnderWay>,
+}
+
+/// A tenant's push counted under way until dropped.
+struct PushUnderWay {
+    pushing: Arc<Mutex<HashMap<String, u32>>>,
+    tenant: String,
+}
+
+impl Drop for PushUnderWay {
+    fn drop(&mut self) {
+        let mut pushing = self.pushing.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(n) = pushing.get_mut(&self.tenant) {
+            *n -= 1;
+            if *n == 0 {
+                pushing.remove(&self.tenant);
+            }
+        }
+    }
 }
 
 /// What a push did, as its tenant sees it.
@@ -84,6 +114,7 @@ impl Deployments {
         Ok(Deployments {
             deployer: Deployer::new(store, config)?,
             owners,
+            pushing: Arc::default(),
             source: None,
         })
     }
@@ -100,33 +131,54 @@ impl Deployments {
     }
 
     /// Starts a push of `manifest` by `caller`: refused at once if it is not a tasklet
-    /// manifest, or if the tenant holds as many deployments as its `tenant-max-deployments`
-    /// allows (before any of the push is stored: a push of one it holds already is refused too,
-    /// and DEPLOY_HAS tells a client it need not push).
-    pub fn start_push(&self, caller: &Caller, manifest: &[u8]) -> Result<Push, Failure> {
-        if let Some(max) = caller.totals.deployments {
-            let held = self
-                .owners
-                .count(&caller.tenant)
-                .map_err(|err| self.owners_failure(err))?;
-            if held >= max as usize {
-                return Err(Failure::new(
-                    ErrorCode::QuotaExceeded,
-                    format!(
-                        "tenant `{}` has pushed {held} deployment(s) to this node, the most its policy allows \
-                         (tenant-max-deployments = {max}); run one it has, or ask the operator to raise the limit",
-                        caller.tenant
-                    ),
-                ));
-            }
+    /// manifest, or if the tenant's deployments and pushes under way are as many as its
+    /// `tenant-max-deployments` allows (before any of the push is stored: a push of one it
+    /// holds already is refused too, and DEPLOY_HAS tells a client it need not push).
+    pub fn start_push(&self, caller: &Caller, manifest: &[u8]) -> Result<StartedPush, Failure> {
+        let counted = match caller.totals.deployments {
+            Some(max) => Some(self.count_push(caller, max)?),
+            None => None,
+        };
+        let push = self.deployer.start_push(manifest).map_err(failure)?;
+        Ok(StartedPush {
+            push,
+            _counted: counted,
+        })
+    }
+
+    /// Counts a push of `caller`'s under way if its deployments and pushes under way are fewer
+    /// than `max`. The count of its deployments is read under the same lock: a push that ends
+    /// records its deployment before it stops counting as under way.
+    fn count_push(&self, caller: &Caller, max: u32) -> Result<PushUnderWay, Failure> {
+        let mut pushing = self.pushing.lock().unwrap_or_else(PoisonError::into_inner);
+        let tenant = caller.tenant.as_str();
+        let stored = self
+            .owners
+            .count(&caller.tenant)
+            .map_err(|err| self.owners_failure(err))?;
+        let under_way = pushing.get(tenant).copied().unwrap_or(0) as usize;
+        if stored + under_way >= max as usize {
+            return Err(Failure::new(
+                ErrorCode::QuotaExceeded,
+                format!(
+                    "tenant `{tenant}` has {stored} deployment(s) on this node and {under_way} push(es) under way, the \
+                     most its policy allows (tenant-max-deployments = {max}); run one it has, or ask the operator to \
+                     raise the limit"
+                ),
+            ));
         }
-        self.deployer.start_push(manifest).map_err(failure)
+        *pushing.entry(tenant.to_owned()).or_insert(0) += 1;
+        Ok(PushUnderWay {
+            pushing: Arc::clone(&self.pushing),
+            tenant: tenant.to_owned(),
+        })
     }
 
     /// Completes a push (compiling the component unless the node has it) and records `tenant`
     /// as one that pushed it.
-    pub fn finish_push(&self, tenant: &Tenant, push: Push) -> Result<Pushed, Failure> {
-        let pushed = push.finish().map_err(failure)?;
+    pub fn finish_push(&self, tenant: &Tenant, started: StartedPush) -> Result<Pushed, Failure> {
+        // `started` counts as under way until the deployment is recorded, and is dropped after.
+        let pushed = started.push.finish().map_err(failure)?;
         let new = self
             .owners
             .add(tenant, &pushed.digest)

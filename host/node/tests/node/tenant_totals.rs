@@ -141,11 +141,11 @@ pub fn a_tenants_deployed_runs_count_in_its_totals() -> TestResult {
 }
 
 /// A tenant holds at most `tenant-max-deployments` deployments in the node's store: its next
-/// push is refused before anything of it is stored, what it has still runs, and another
-/// tenant still pushes.
+/// push is refused before anything of it is stored, what it has still runs, another tenant
+/// still pushes, and pushes made at once cannot pass the limit together.
 pub fn a_tenants_deployments_are_capped() -> TestResult {
     let node = node_with(
-        "[tenants.dev]\ntenant-max-deployments = 2\n[tenants.team]\n",
+        "[tenants.dev]\ntenant-max-deployments = 2\n[tenants.team]\ntenant-max-deployments = 3\n",
         true,
     )?;
     let mut client = node.client("dev");
@@ -186,5 +186,29 @@ pub fn a_tenants_deployments_are_capped() -> TestResult {
     let mut team = node.client("team");
     team.deploy_push(&manifest, &component)
         .map_err(|e| format!("another tenant: {e}"))?;
+
+    // Pushes made at once count each other: of 8 distinct deployments pushed together by a
+    // tenant allowed 3 (it has 1), 2 are stored.
+    let (manifest, component) = pushable("iota");
+    let text = String::from_utf8(manifest).map_err(|e| e.to_string())?;
+    let pushes: Vec<_> = (0..8)
+        .map(|i| {
+            let manifest = text
+                .replacen("name = \"iota\"", &format!("name = \"iota{i}\""), 1)
+                .into_bytes();
+            let (component, mut client) = (component.clone(), node.client("team"));
+            std::thread::spawn(move || client.deploy_push(&manifest, &component))
+        })
+        .collect();
+    let mut stored = 0;
+    for push in pushes {
+        match push.join().map_err(|_| "a push panicked")? {
+            Ok(_) => stored += 1,
+            refused => refused_naming(refused, "tenant-max-deployments")?,
+        }
+    }
+    check(stored == 2, || {
+        format!("{stored} of 8 pushes made at once were stored; 2 fit")
+    })?;
     Ok(())
 }

@@ -27,6 +27,7 @@ mod ir;
 mod lexer;
 mod lower;
 mod memory;
+mod module_memory;
 mod parser;
 
 use std::fmt;
@@ -177,8 +178,8 @@ impl Module {
     pub fn parse(ptx: &str) -> Result<Module, LoadError> {
         let toks = lexer::lex(ptx)?;
         let ast = parser::parse(&toks)?;
+        let variable_bytes = module_memory::variable_bytes(&toks)?;
         let (prog, kernels) = lower::lower(&ast)?;
-        let variable_bytes = lower::variable_bytes(&ast)?;
         let module_data =
             memory::Region::zeroed(prog.module_data.len().max(8) as u64).map_err(|e| {
                 LoadError {
@@ -214,9 +215,10 @@ impl Module {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModuleOutline {
     pub kernels: Vec<KernelInfo>,
-    /// Module-scope `.global` variables, each aligned as declared (and at least one byte):
-    /// what each loaded copy of the module holds of device memory beyond its code. `.const`
-    /// ones are left out (the constant bank, at most 64 KiB a module).
+    /// Its `.global` variables, at module scope and in function bodies, each aligned as
+    /// declared (and at least one byte): what each loaded copy of the module holds of device
+    /// memory beyond its code. `.const` ones are left out: a module whose `.const` variables
+    /// pass the 64 KiB constant bank is refused.
     pub variable_bytes: u64,
 }
 
@@ -226,7 +228,7 @@ pub fn module_outline(ptx: &str) -> Result<ModuleOutline, LoadError> {
     let ast = outline_ast(&toks)?;
     Ok(ModuleOutline {
         kernels: lower::entry_signatures(&ast)?,
-        variable_bytes: lower::variable_bytes(&ast)?,
+        variable_bytes: module_memory::variable_bytes(&toks)?,
     })
 }
 

@@ -198,6 +198,25 @@ fn space_of(w: &str) -> Option<StateSpace> {
 }
 
 /// Parses `<space> [attrs] .type name[dims] [= init] {, name...} ;` (the `;` optional when `in_params`).
+/// Every declaration in state space `space` (`.global`, `.const`) anywhere in the module: at
+/// module scope and in any function's body, at any depth. A directive word is one token of its
+/// own (an instruction's `ld.global.u32` is one word), so each such token starts a declaration;
+/// this reads the declarations alone, whether or not the bodies around them parse.
+pub(crate) fn declarations_in(toks: &[Token<'_>], space: &str) -> Result<Vec<VarDecl>, LoadError> {
+    let mut decls = Vec::new();
+    for (i, t) in toks.iter().enumerate() {
+        if t.tok == Tok::Word(space) {
+            let mut p = P {
+                toks,
+                i,
+                skip_bodies: true,
+            };
+            decls.extend(var_decl_list(&mut p, false)?);
+        }
+    }
+    Ok(decls)
+}
+
 fn var_decls(p: &mut P<'_, '_>) -> Result<Vec<VarDecl>, LoadError> {
     let decls = var_decl_list(p, false)?;
     p.expect(';')?;

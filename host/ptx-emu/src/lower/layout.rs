@@ -15,11 +15,11 @@ const MAX_SHARED_STATIC: u64 = 1 << 20;
 const MAX_MODULE_DATA: u64 = 1 << 30;
 const MAX_TPARAM: u64 = 1 << 20;
 
-pub(super) fn align_up(v: u64, a: u64) -> u64 {
+pub(crate) fn align_up(v: u64, a: u64) -> u64 {
     v.div_ceil(a.max(1)) * a.max(1)
 }
 
-pub(super) fn decl_size(d: &VarDecl) -> Result<u64, LoadError> {
+pub(crate) fn decl_size(d: &VarDecl) -> Result<u64, LoadError> {
     let el =
         type_size(&d.ty).ok_or_else(|| err(d.line, format!("unknown type `.{}`", d.ty)))? as u64;
     let mut n = el * d.vec as u64;
@@ -36,7 +36,7 @@ pub(super) fn decl_size(d: &VarDecl) -> Result<u64, LoadError> {
     Ok(n)
 }
 
-pub(super) fn decl_align(d: &VarDecl) -> u64 {
+pub(crate) fn decl_align(d: &VarDecl) -> u64 {
     d.align
         .map(|a| a as u64)
         .unwrap_or_else(|| type_size(&d.ty).unwrap_or(1) as u64 * d.vec as u64)

@@ -18,7 +18,7 @@ mod compare;
 mod control;
 mod data;
 mod function;
-mod layout;
+pub(crate) mod layout;
 mod link;
 mod mem;
 mod mods;
@@ -36,7 +36,7 @@ use crate::{KernelInfo, LoadError};
 use function::FnLower;
 use layout::SharedCursor;
 
-pub(crate) use signatures::{entry_param_types, entry_signatures, variable_bytes};
+pub(crate) use signatures::{entry_param_types, entry_signatures};
 
 /// What a name stands for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,7 +3,7 @@
 //! also serves modules whose bodies the emulator cannot run.
 
 use super::err;
-use super::layout::{align_up, decl_align, decl_size};
+use super::layout::{decl_align, decl_size};
 use crate::ast::{self, StateSpace};
 use crate::{KernelInfo, LoadError, ParamInfo, ParamType};
 
@@ -64,25 +64,6 @@ pub(crate) fn entry_signatures(m: &ast::ModuleAst) -> Result<Vec<KernelInfo>, Lo
         .filter(|f| f.is_entry && f.body.is_some())
         .map(kernel_info)
         .collect()
-}
-
-/// Bytes of device memory the module's own `.global` variables take in a loaded copy: its
-/// module-scope `.global` declarations, each aligned as declared and at least one byte, packed
-/// in order. `.const` variables are left out: the device's constant bank bounds them (64 KiB a
-/// module), and a module with none of the others is shared between loads (see the worker's
-/// `contract::modules`), so it costs nothing per load.
-pub(crate) fn variable_bytes(m: &ast::ModuleAst) -> Result<u64, LoadError> {
-    let mut end = 0u64;
-    for v in &m.vars {
-        if v.space != StateSpace::Global {
-            continue;
-        }
-        let at = align_up(end, decl_align(v));
-        end = at
-            .checked_add(decl_size(v)?.max(1))
-            .ok_or_else(|| err(v.line, "module variables too large"))?;
-    }
-    Ok(end)
 }
 
 /// Each defined entry's parameter declarations as PTX writes them (`.u64`, `.align 8 .b8[12]`),

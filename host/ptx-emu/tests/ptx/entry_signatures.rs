@@ -60,6 +60,57 @@ fn an_outline_counts_the_modules_own_variables() {
     assert_eq!(module_outline(none).unwrap().variable_bytes, 0);
 }
 
+/// `.global` variables declared in a function's body, in nested blocks and in a `.func`, take
+/// memory in each loaded copy as module-scope ones do, and are counted alike, also where the
+/// body is one the emulator cannot read.
+#[test]
+fn function_scope_globals_are_counted() {
+    let ptx = r#"
+.version 8.0
+.target sm_80
+.address_size 64
+.func helper() { .global .align 4 .b8 in_func[100]; ret; }
+.visible .entry k(.param .u64 p)
+{
+    .global .align 8 .b8 big[4096];
+    {
+        .global .align 16 .b8 nested[2][8];
+    }
+    ret;
+}
+"#;
+    // in_func 0..100, big at 104..4200, nested at 4208..4224.
+    assert_eq!(module_outline(ptx).unwrap().variable_bytes, 4224);
+    assert_eq!(Module::parse(ptx).unwrap().variable_bytes(), 4224);
+    let unreadable = ptx.replace("ret;\n}", "frobnicate.sync.aligned %r1;\n    ret;\n}");
+    assert!(Module::parse(&unreadable).is_err(), "a body the emulator cannot read");
+    assert_eq!(module_outline(&unreadable).unwrap().variable_bytes, 4224);
+}
+
+/// `.const` variables share the 64 KiB constant bank a module has on a GPU: more is refused,
+/// at module scope or in a body, naming the bank.
+#[test]
+fn const_variables_past_the_constant_bank_are_refused() {
+    let module = |decls: &str| {
+        format!(
+            ".version 8.0\n.target sm_80\n.address_size 64\n{decls}\n.visible .entry k() {{ ret; }}\n"
+        )
+    };
+    let fits = module(".const .align 4 .b8 table[65536];");
+    assert_eq!(module_outline(&fits).unwrap().variable_bytes, 0);
+    assert!(Module::parse(&fits).is_ok());
+    for past in [
+        module(".const .align 4 .b8 table[65537];"),
+        module(".const .b8 a[40000];\n.const .b8 b[40000];"),
+        ".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry k() { .const .b8 c[70000]; ret; }\n"
+            .to_owned(),
+    ] {
+        let err = module_outline(&past).unwrap_err();
+        assert!(err.message.contains("constant bank"), "{}", err.message);
+        assert!(Module::parse(&past).is_err());
+    }
+}
+
 const MMA_MODULE: &str = r#"
 .version 8.0
 .target sm_80

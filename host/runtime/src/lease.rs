@@ -402,29 +402,57 @@ impl Book {
         account: &GpuAccount,
         bytes: u64,
     ) -> Result<Arc<str>, GpuError> {
-        let (tenant, held) = match self.tenants.get_key_value(account.tenant.as_str()) {
-            Some((name, held)) => (Arc::clone(name), *held),
-            None => (Arc::from(account.tenant.as_str()), TenantHeld::default()),
+        self.room_for_tenant(account, 1, bytes)?;
+        let tenant = match self.tenants.get_key_value(account.tenant.as_str()) {
+            Some((name, _)) => Arc::clone(name),
+            None => Arc::from(account.tenant.as_str()),
         };
+        let entry = self.tenants.entry(Arc::clone(&tenant)).or_default();
+        entry.leases += 1;
+        entry.bytes = entry.bytes.saturating_add(bytes);
+        Ok(tenant)
+    }
+
+    /// Whether `account`'s tenant has room in its totals for `count` more leases of `bytes`
+    /// each; if not, the error saying which total and how far.
+    fn room_for_tenant(
+        &self,
+        account: &GpuAccount,
+        count: u32,
+        bytes: u64,
+    ) -> Result<(), GpuError> {
+        let tenant = &account.tenant;
+        let held = self
+            .tenants
+            .get(tenant.as_str())
+            .copied()
+            .unwrap_or_default();
         let totals = account.totals;
-        if let Some(max) = totals.leases.filter(|&max| held.leases >= max) {
+        let (asked, more) = match count {
+            1 => ("a lease".to_owned(), "one more".to_owned()),
+            n => (format!("{n} leases"), format!("{n} more")),
+        };
+        if let Some(max) = totals
+            .leases
+            .filter(|&max| held.leases.saturating_add(count) > max)
+        {
             return Err(quota(format!(
-                "tenant `{tenant}` already holds {} lease(s) on this node, all its connections and runs together, \
-                 the most its policy allows (tenant-max-leases = {max}); drop one first",
+                "tenant `{tenant}` holds {} lease(s) on this node, all its connections and runs together, and {more} \
+                 would pass the most its policy allows (tenant-max-leases = {max}); drop one first",
                 held.leases
             )));
         }
-        let after = held.bytes.saturating_add(bytes);
+        let after = held
+            .bytes
+            .saturating_add(bytes.saturating_mul(count.into()));
         if let Some(max) = totals.vram.filter(|&max| after > max) {
             return Err(quota(format!(
-                "a lease of {bytes} bytes would bring tenant `{tenant}` to {after} bytes of VRAM on this node, all its \
-                 connections and runs together, over its policy's {max} (tenant-max-vram); drop a lease or ask for less"
+                "{asked} of {bytes} bytes would bring tenant `{tenant}` to {after} bytes of VRAM on this node, all \
+                 its connections and runs together, over its policy's {max} (tenant-max-vram); drop a lease or ask \
+                 for less"
             )));
         }
-        let entry = self.tenants.entry(Arc::clone(&tenant)).or_default();
-        entry.leases += 1;
-        entry.bytes = after;
-        Ok(tenant)
+        Ok(())
     }
 
     /// Gives back what [`Book::reserve_for_tenant`] reserved.
@@ -609,6 +637,9 @@ impl LeaseManager {
     ) -> Result<Vec<Arc<Lease>>, GpuError> {
         let ranked = {
             let book = self.book();
+            // The whole group against the tenant's totals first: refused, it takes nothing,
+            // not even for a moment (each lease is reserved again as it is taken).
+            book.room_for_tenant(account, u32::try_from(count).unwrap_or(u32::MAX), bytes)?;
             let candidates = self.candidates(&book);
             placement::rank_group(&candidates, bytes, requires, count)
                 .map_err(GpuError::CapacityExceeded)?

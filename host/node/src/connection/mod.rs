@@ -72,6 +72,8 @@ pub(crate) async fn serve(shared: Arc<Shared>, incoming: quinn::Incoming) {
         Err(err) => {
             shared.metrics.handshake_refused();
             if let Some(left_out) = shared.unknown_clients_log.admit() {
+                // Only where lines were left out (an Option field is recorded when Some).
+                let left_out = (left_out > 0).then_some(left_out);
                 tracing::warn!(%remote, left_out, "handshake refused: {}", explain(&err, quinn::Side::Server));
             }
             return;
@@ -83,6 +85,7 @@ pub(crate) async fn serve(shared: Arc<Shared>, incoming: quinn::Incoming) {
         Err(err) => {
             shared.metrics.handshake_refused();
             if let Some(left_out) = shared.unknown_clients_log.admit() {
+                let left_out = (left_out > 0).then_some(left_out);
                 tracing::warn!(%remote, left_out, "refused a client: {err}");
             }
             connection.close(

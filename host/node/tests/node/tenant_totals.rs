@@ -53,6 +53,29 @@ pub fn a_tenants_connections_together_hold_at_most_its_totals() -> TestResult {
          [tenants.team]\ntenant-max-vram = \"3MiB\"\n",
         false,
     )?;
+    // A group past the total is refused whole, before any of it is taken, saying so.
+    {
+        use tasklet_runtime::gpu::{GpuService, LeaseRequest};
+        let mut gpu = tasklet_remote::RemoteGpu::new(node.client("dev"));
+        let group = gpu.lease_acquire_group(
+            LeaseRequest {
+                min_vram: 1 << 20,
+                secs: 10,
+                device: None,
+            },
+            &Default::default(),
+            3,
+        );
+        match group {
+            Err(tasklet_runtime::GpuError::QuotaExceeded(why)) => check(
+                why.contains("holds 0 lease(s)")
+                    && why.contains("3 more")
+                    && why.contains("tenant-max-leases"),
+                || why.clone(),
+            )?,
+            other => return Err(format!("a group of 3 past a total of 2: {other:?}").into()),
+        }
+    }
     let mut first = node.client("dev");
     let mut second = node.client("dev");
     let mut third = node.client("dev");

@@ -83,7 +83,10 @@ fn function_scope_globals_are_counted() {
     assert_eq!(module_outline(ptx).unwrap().variable_bytes, 4224);
     assert_eq!(Module::parse(ptx).unwrap().variable_bytes(), 4224);
     let unreadable = ptx.replace("ret;\n}", "frobnicate.sync.aligned %r1;\n    ret;\n}");
-    assert!(Module::parse(&unreadable).is_err(), "a body the emulator cannot read");
+    assert!(
+        Module::parse(&unreadable).is_err(),
+        "a body the emulator cannot read"
+    );
     assert_eq!(module_outline(&unreadable).unwrap().variable_bytes, 4224);
 }
 

@@ -400,6 +400,7 @@ impl Module {
                  the launch at least {ctas} threads"
             )));
         }
+        exec::check_all_at_once(&self.prog, kernel, params, self.arg_sizes[kernel], ctas)?;
         let workspace = memory.alloc(GRID_WORKSPACE_BYTES).map_err(|e| {
             ExecError::InvalidLaunch(format!("the grid's workspace for grid.sync: {e}"))
         })?;

@@ -200,12 +200,16 @@ fn space_of(w: &str) -> Option<StateSpace> {
 /// Parses `<space> [attrs] .type name[dims] [= init] {, name...} ;` (the `;` optional when `in_params`).
 /// Every declaration in state space `space` (`.global`, `.const`) anywhere in the module: at
 /// module scope and in any function's body, at any depth. A directive word is one token of its
-/// own (an instruction's `ld.global.u32` is one word), so each such token starts a declaration;
-/// this reads the declarations alone, whether or not the bodies around them parse.
+/// own (an instruction's `ld.global.u32` is one word), so each such token starts a declaration,
+/// but where it follows `.ptr` (a pointer parameter's attributes: `.param .u64 .ptr .global
+/// .align 1 p`); this reads the declarations alone, whether or not the bodies around them parse.
 pub(crate) fn declarations_in(toks: &[Token<'_>], space: &str) -> Result<Vec<VarDecl>, LoadError> {
     let mut decls = Vec::new();
     for (i, t) in toks.iter().enumerate() {
-        if t.tok == Tok::Word(space) {
+        let after_ptr = i
+            .checked_sub(1)
+            .is_some_and(|j| toks[j].tok == Tok::Word(".ptr"));
+        if t.tok == Tok::Word(space) && !after_ptr {
             let mut p = P {
                 toks,
                 i,

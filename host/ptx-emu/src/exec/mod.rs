@@ -32,9 +32,14 @@ use warp::Warp;
 
 /// Largest shared memory per block (static + dynamic), as on sm_90.
 const MAX_SHARED: u64 = 227 * 1024;
-/// Upper bound on the per-thread state one CTA may need (local and param areas), so a
-/// declaration cannot make the worker allocate unbounded host memory.
-const MAX_CTA_PRIVATE: u64 = 512 << 20;
+/// Upper bound on the state of its own one CTA holds in host memory while it runs (its warps'
+/// registers and predicates, their threads' local and call-parameter areas), so that a
+/// declaration (`.reg .b64 %r<1000000>`, a large `.local` array) cannot make the worker allocate
+/// unbounded memory for a lease of any size.
+const MAX_CTA_PRIVATE: u64 = 256 << 20;
+/// Upper bound on that state over the CTAs a launch runs at once: where each holds much, fewer
+/// run in parallel (at least one).
+const MAX_LAUNCH_PRIVATE: u64 = 512 << 20;
 /// Instructions a warp issues before the CTA scheduler moves to the next warp; lets warps that
 /// spin on each other's shared-memory writes make progress.
 const SLICE: u32 = 4096;
@@ -70,6 +75,8 @@ pub(crate) struct Launch<'a> {
 /// when it reads 0 there: the kernel was not launched cooperatively).
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Env {
+    /// A cooperative launch's workspace for `grid.sync` (0: a plain launch). A cooperative
+    /// launch runs every block at once, each on a thread of its own.
     pub grid_workspace: u64,
 }
 
@@ -151,6 +158,8 @@ struct Shape {
     nwarps: u32,
     shared_size: u64,
     entry_pc: u32,
+    /// Bytes of state of its own each CTA holds ([`MAX_CTA_PRIVATE`]).
+    private: u64,
 }
 
 /// Checks a launch's shape (dimensions, argument block, shared and per-thread memory, kernel)
@@ -162,6 +171,27 @@ pub(crate) fn check(
     arg_size: u32,
 ) -> Result<(), ExecError> {
     shape(prog, kernel, p, arg_size).map(drop)
+}
+
+/// [`check`], for a launch all of whose `ctas` blocks run at once (a cooperative one): their
+/// state together must fit what a launch's blocks may hold at once.
+pub(crate) fn check_all_at_once(
+    prog: &Program,
+    kernel: usize,
+    p: &LaunchParams<'_>,
+    arg_size: u32,
+    ctas: u64,
+) -> Result<(), ExecError> {
+    let private = shape(prog, kernel, p, arg_size)?.private;
+    let all = private.saturating_mul(ctas);
+    if all > MAX_LAUNCH_PRIVATE {
+        return Err(ExecError::InvalidLaunch(format!(
+            "a cooperative launch's {ctas} blocks, all resident at once, need {all} bytes of per-thread state \
+             ({private} a block), over the {MAX_LAUNCH_PRIVATE} bytes the emulator gives a launch; launch fewer \
+             blocks or fewer threads per block"
+        )));
+    }
+    Ok(())
 }
 
 fn shape(
@@ -206,11 +236,15 @@ fn shape(
     }
     let nthreads = bx * by * bz;
     let nwarps = nthreads.div_ceil(32);
-    let private = (prog.local_size as u64 + prog.tparam_size as u64) * nwarps as u64 * 32;
+    let per_thread = prog.local_size as u64 + prog.tparam_size as u64 + prog.num_regs as u64 * 8;
+    let per_warp = per_thread * 32 + prog.num_preds as u64 * 4;
+    let private = per_warp * nwarps as u64;
     if private > MAX_CTA_PRIVATE {
         return inv(format!(
-            "per-thread local memory ({} bytes) is too large for this block size",
-            prog.local_size
+            "a block of {nthreads} threads needs {private} bytes of per-thread state ({} registers, {} bytes of \
+             local memory and {} of call parameters a thread), over the {MAX_CTA_PRIVATE} bytes the emulator gives a \
+             block; use fewer threads per block, or fewer registers or less local memory",
+            prog.num_regs, prog.local_size, prog.tparam_size
         ));
     }
     let func = prog
@@ -225,6 +259,7 @@ fn shape(
         nwarps,
         shared_size,
         entry_pc: func.entry_pc,
+        private,
     })
 }
 
@@ -242,6 +277,7 @@ pub(crate) fn launch(
         nwarps,
         shared_size,
         entry_pc,
+        private,
     } = shape(prog, kernel, p, arg_size)?;
     let [gx, gy, gz] = p.grid;
     let n_ctas = gx as u64 * gy as u64 * gz as u64;
@@ -249,7 +285,13 @@ pub(crate) fn launch(
     static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     let cores = *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let threads = if p.threads == 0 { cores } else { p.threads };
-    let workers = (threads as u64).min(n_ctas).max(1) as usize;
+    // A plain launch runs fewer blocks at once where each holds much; a cooperative one runs
+    // them all (`check_all_at_once` bounded them).
+    let at_once = match env.grid_workspace {
+        0 => MAX_LAUNCH_PRIVATE / private.max(1),
+        _ => u64::MAX,
+    };
+    let workers = (threads as u64).min(n_ctas).min(at_once).max(1) as usize;
     let cx = Launch {
         prog,
         module_data,

@@ -82,6 +82,12 @@ fn function_scope_globals_are_counted() {
     // in_func 0..100, big at 104..4200, nested at 4208..4224.
     assert_eq!(module_outline(ptx).unwrap().variable_bytes, 4224);
     assert_eq!(Module::parse(ptx).unwrap().variable_bytes(), 4224);
+    // A pointer parameter's `.ptr .global` is no declaration.
+    let pointer = ".version 8.0\n.target sm_80\n.address_size 64\n\
+        .func f(.param .b64 .ptr .global .align 8 x) { ret; }\n\
+        .visible .entry k(.param .u64 .ptr .global .align 1 p) { ret; }\n";
+    assert_eq!(module_outline(pointer).unwrap().variable_bytes, 0);
+    assert_eq!(Module::parse(pointer).unwrap().variable_bytes(), 0);
     let unreadable = ptx.replace("ret;\n}", "frobnicate.sync.aligned %r1;\n    ret;\n}");
     assert!(
         Module::parse(&unreadable).is_err(),

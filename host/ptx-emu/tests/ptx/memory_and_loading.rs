@@ -219,3 +219,39 @@ fn debug_sections_and_line_info_are_skipped() {
     let m = Module::parse(&src).unwrap();
     assert_eq!(m.kernels().len(), 1);
 }
+
+/// A block's state of its own (registers, local memory) is bounded in host memory, whatever the
+/// kernel declares: 500,000 registers a thread take 128 MB a warp, so a block of 2 warps runs
+/// and one of 3 is refused before anything is allocated, naming what it would need.
+#[test]
+fn a_blocks_registers_and_local_memory_are_bounded() {
+    let ptx = "
+.version 8.0
+.target sm_80
+.address_size 64
+.visible .entry k(.param .u64 out)
+{
+    .reg .b64 %x<500000>;
+    .reg .b64 %rd<2>;
+    .reg .b32 %r<2>;
+    ld.param.u64 %rd1, [out];
+    mov.u32 %r1, 7;
+    st.global.u32 [%rd1], %r1;
+    ret;
+}
+";
+    let m = Module::parse(ptx).expect("parses");
+    let mem = DeviceMemory::new();
+    let out = mem.alloc(4).unwrap();
+    launch(&m, &mem, "k", [4, 1, 1], [64, 1, 1], &[A::U64(out)]).expect("two warps fit");
+    assert_eq!(download_u32(&mem, out, 1), [7]);
+    match launch(&m, &mem, "k", [1, 1, 1], [96, 1, 1], &[A::U64(out)]) {
+        Err(tasklet_ptx::ExecError::InvalidLaunch(why)) => {
+            assert!(
+                why.contains("per-thread state") && why.contains("(5000"),
+                "{why}"
+            )
+        }
+        other => panic!("three warps of 128 MB each: {other:?}"),
+    }
+}

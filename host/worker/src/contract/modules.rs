@@ -15,19 +15,14 @@ pub fn declares_module_globals(ptx: &str) -> bool {
     if ptx.contains("/*") {
         return true;
     }
-    for line in ptx.lines() {
+    // A `.global` directive is a word of its own anywhere in the code (an instruction's
+    // `ld.global.u32` is one word): at a line's start, after linkage words, after a brace.
+    let directive = |w: &str| w == ".global" || w.starts_with(".global");
+    ptx.lines().any(|line| {
         let code = line.split("//").next().unwrap_or("");
-        let mut words = code
-            .split_whitespace()
-            .skip_while(|w| matches!(*w, ".visible" | ".extern" | ".weak" | ".common"));
-        if words
-            .next()
-            .is_some_and(|w| w == ".global" || w.starts_with(".global"))
-        {
-            return true;
-        }
-    }
-    false
+        code.split(|c: char| c.is_whitespace() || matches!(c, '{' | '}' | ';' | '(' | ')' | ','))
+            .any(directive)
+    })
 }
 
 #[cfg(test)]
@@ -53,6 +48,13 @@ mod tests {
         ));
         assert!(!declares_module_globals(
             ".const .align 4 .u32 c = 1;\n.shared .u32 s;"
+        ));
+        // Not first on its line: after a brace, or in a body's block.
+        assert!(declares_module_globals(
+            ".visible .entry k() { .global .align 4 .u32 c;\n ret; }"
+        ));
+        assert!(declares_module_globals(
+            ".entry k()\n{\n\t{ .reg .b32 %r; .global .u32 hidden; }\n\tret;\n}"
         ));
     }
 

@@ -34,7 +34,7 @@ fn refused_naming<T: std::fmt::Debug>(result: Result<T, ClientError>, key: &str)
 fn lease_eventually(client: &mut NodeClient, bytes: u64) -> TestResult {
     let start = Instant::now();
     loop {
-        match client.lease_alloc(bytes, 10, None) {
+        match client.lease_alloc(bytes, 60, None) {
             Ok(_) => return Ok(()),
             Err(e) if start.elapsed() >= WAIT => {
                 return Err(format!("never granted again: {e}").into())
@@ -46,7 +46,8 @@ fn lease_eventually(client: &mut NodeClient, bytes: u64) -> TestResult {
 
 /// Two connections of a tenant allowed two leases in all hold one each; a third connection's
 /// lease is refused, another tenant's is not, and a closed connection gives its lease back to
-/// the tenant's total. VRAM adds up across connections the same way.
+/// the tenant's total. VRAM adds up across connections the same way. (Leases of 60 s: one that
+/// expired on a slow machine would free room and the refusals would not be seen.)
 pub fn a_tenants_connections_together_hold_at_most_its_totals() -> TestResult {
     let node = node_with(
         "[tenants.dev]\ntenant-max-leases = 2\n\
@@ -60,7 +61,7 @@ pub fn a_tenants_connections_together_hold_at_most_its_totals() -> TestResult {
         let group = gpu.lease_acquire_group(
             LeaseRequest {
                 min_vram: 1 << 20,
-                secs: 10,
+                secs: 60,
                 device: None,
             },
             &Default::default(),
@@ -80,14 +81,14 @@ pub fn a_tenants_connections_together_hold_at_most_its_totals() -> TestResult {
     let mut second = node.client("dev");
     let mut third = node.client("dev");
     first
-        .lease_alloc(1 << 20, 10, None)
+        .lease_alloc(1 << 20, 60, None)
         .map_err(|e| e.to_string())?;
     second
-        .lease_alloc(1 << 20, 10, None)
+        .lease_alloc(1 << 20, 60, None)
         .map_err(|e| e.to_string())?;
-    refused_naming(third.lease_alloc(1 << 20, 10, None), "tenant-max-leases")?;
+    refused_naming(third.lease_alloc(1 << 20, 60, None), "tenant-max-leases")?;
     let mut team = node.client("team");
-    team.lease_alloc(1 << 20, 10, None)
+    team.lease_alloc(1 << 20, 60, None)
         .map_err(|e| format!("another tenant: {e}"))?;
     drop(first);
     lease_eventually(&mut third, 1 << 20)?;
@@ -97,9 +98,9 @@ pub fn a_tenants_connections_together_hold_at_most_its_totals() -> TestResult {
     // team holds 1 MiB of its 3 MiB in all.
     let mut a = node.client("team");
     let mut b = node.client("team");
-    a.lease_alloc(1 << 20, 10, None)
+    a.lease_alloc(1 << 20, 60, None)
         .map_err(|e| e.to_string())?;
-    refused_naming(b.lease_alloc(2 << 20, 10, None), "tenant-max-vram")?;
+    refused_naming(b.lease_alloc(2 << 20, 60, None), "tenant-max-vram")?;
     // Within the total (once dev's closed connection has given its worker back).
     lease_eventually(&mut b, 1 << 20)?;
     drop((third, team, a, b));
@@ -132,7 +133,7 @@ pub fn a_tenants_deployed_runs_count_in_its_totals() -> TestResult {
         std::thread::sleep(Duration::from_millis(10));
     }
     refused_naming(client.deploy_run(&probe, b"lease 1"), "tenant-max-runs")?;
-    refused_naming(client.lease_alloc(1 << 20, 10, None), "tenant-max-leases")?;
+    refused_naming(client.lease_alloc(1 << 20, 60, None), "tenant-max-leases")?;
     let mut team = node.client("team");
     team.deploy_push(&manifest, &component)
         .map_err(|e| e.to_string())?;

@@ -260,18 +260,7 @@ pub fn unread_replies_hold_at_most_the_connections_reply_budget() -> TestResult 
     let node = TestNode::start();
     let mut raw = RawClient::connect(&node, "dev");
     raw.request(1, &hello())?;
-    let lease = match raw.request(
-        2,
-        &Request::LeaseAlloc {
-            min_bytes: READ,
-            seconds: 60,
-            device: None,
-            requires: Default::default(),
-        },
-    )? {
-        (Reply::LeaseAlloc { lease, .. }, _) => lease,
-        other => return Err(format!("{other:?}").into()),
-    };
+    let lease = raw.lease(2, READ)?;
     let session = match raw.request(3, &Request::SessionOpen { lease })? {
         (Reply::SessionOpen { session }, _) => session,
         other => return Err(format!("{other:?}").into()),
@@ -352,18 +341,7 @@ pub fn abandoned_uploads_past_the_budget_go_with_their_connection() -> TestResul
     });
     let mut raw = RawClient::connect(&node, "dev");
     raw.request(1, &hello())?;
-    match raw.request(
-        2,
-        &Request::LeaseAlloc {
-            min_bytes: 1 << 20,
-            seconds: 60,
-            device: None,
-            requires: Default::default(),
-        },
-    )? {
-        (Reply::LeaseAlloc { .. }, _) => {}
-        other => return Err(format!("{other:?}").into()),
-    }
+    raw.lease(2, 1 << 20)?;
     let (manifest, _) = pushable("iota");
     let mut uploads = Vec::new();
     for id in 0..8 {

@@ -344,18 +344,7 @@ pub fn the_node_refuses_a_foreign_stream_in_frames_that_skip_the_check() -> Test
     let node = TestNode::start();
     let mut raw = RawClient::connect(&node, "dev");
     raw.request(1, &hello())?;
-    let lease = match raw.request(
-        2,
-        &Request::LeaseAlloc {
-            min_bytes: 1 << 20,
-            seconds: 60,
-            device: None,
-            requires: Default::default(),
-        },
-    )? {
-        (Reply::LeaseAlloc { lease, .. }, _) => lease,
-        other => return Err(format!("lease: {other:?}").into()),
-    };
+    let lease = raw.lease(2, 1 << 20)?;
     let mut open = |id: RequestId| -> Result<tasklet_wire::SessionId, String> {
         match raw.request(id, &Request::SessionOpen { lease })? {
             (Reply::SessionOpen { session }, _) => Ok(session),

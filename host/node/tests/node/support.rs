@@ -313,6 +313,20 @@ impl RawClient {
         })
     }
 
+    /// A lease of `bytes` for 60 s (LEASE_ALLOC as request `id`).
+    pub fn lease(&mut self, id: RequestId, bytes: u64) -> Result<tasklet_wire::LeaseId, String> {
+        let alloc = Request::LeaseAlloc {
+            min_bytes: bytes,
+            seconds: 60,
+            device: None,
+            requires: Default::default(),
+        };
+        match self.request(id, &alloc)? {
+            (Reply::LeaseAlloc { lease, .. }, _) => Ok(lease),
+            other => Err(format!("lease: {other:?}")),
+        }
+    }
+
     /// Writes `bytes` on a stream [`RawClient::open_stream_with`] opened.
     pub fn write_on(&self, send: &mut quinn::SendStream, bytes: &[u8]) -> Result<(), String> {
         self.runtime

@@ -36,17 +36,30 @@ fn certs_in(dir: &Path) -> String {
 
 /// `program node` on `addr` with the certificates in `certs`, the suite's backend, a store in
 /// `store` and `extra` arguments, from the checkout, its logs (JSON) kept for [`stop_node`].
+///
+/// A program file a test has just written may be busy for a moment (`ETXTBSY`): a child another
+/// test thread forked meanwhile holds the writing descriptor until it execs. Tried again, a few
+/// times.
 fn start_node(program: &Path, addr: &str, certs: &str, store: &Path, extra: &[&str]) -> Child {
-    Command::new(program)
-        .args(["node", "--listen", addr, "--certs", certs])
-        .args(["--backend", suite_backend(), "--log-format", "json"])
-        .args(["--store", store.to_str().unwrap()])
-        .args(extra)
-        .current_dir(repo())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the node starts")
+    let mut tries = 0;
+    loop {
+        let started = Command::new(program)
+            .args(["node", "--listen", addr, "--certs", certs])
+            .args(["--backend", suite_backend(), "--log-format", "json"])
+            .args(["--store", store.to_str().unwrap()])
+            .args(extra)
+            .current_dir(repo())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn();
+        match started {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 50 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            started => return started.expect("the node starts"),
+        }
+    }
 }
 
 /// Drains the node (SIGTERM) and waits for it, bounded (killed past that): how it exited

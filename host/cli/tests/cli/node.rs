@@ -62,6 +62,21 @@ fn start_node(program: &Path, addr: &str, certs: &str, store: &Path, extra: &[&s
     }
 }
 
+/// Drains the node (see [`stop_node`]) after a test's checks ran on it (`result`): a failed
+/// check is raised again with the node's logs printed; else the node must have exited 0. Its logs.
+fn stopped_cleanly(node: Child, result: std::thread::Result<()>) -> String {
+    let (status, logs) = stop_node(node);
+    if let Err(panic) = result {
+        eprintln!("node logs:\n{logs}");
+        std::panic::resume_unwind(panic);
+    }
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "node exit {status:?}; logs:\n{logs}"
+    );
+    logs
+}
+
 /// Drains the node (SIGTERM) and waits for it, bounded (killed past that): how it exited
 /// (`None`: it had to be killed) and its logs.
 fn stop_node(mut node: Child) -> (Option<std::process::ExitStatus>, String) {
@@ -199,15 +214,7 @@ fn certs_node_remote_run_inventory_and_drain() {
         );
     });
     // SIGTERM drains: with no lease running, the node exits 0 at once.
-    let (status, logs) = stop_node(node);
-    if let Err(panic) = result {
-        eprintln!("node logs:\n{logs}");
-        std::panic::resume_unwind(panic);
-    }
-    assert!(
-        status.is_some_and(|s| s.success()),
-        "node exit {status:?}; logs:\n{logs}"
-    );
+    let logs = stopped_cleanly(node, result);
     for event in [
         "\"connection open\"",
         "\"lease acquired\"",
@@ -542,15 +549,7 @@ fn a_node_whose_program_file_is_replaced_still_starts_workers() {
             "no worker was started after the replacement: before {workers:?}, now {now:?}"
         );
     });
-    let (status, logs) = stop_node(node);
-    if let Err(panic) = result {
-        eprintln!("node logs:\n{logs}");
-        std::panic::resume_unwind(panic);
-    }
-    assert!(
-        status.is_some_and(|s| s.success()),
-        "node exit {status:?}; logs:\n{logs}"
-    );
+    stopped_cleanly(node, result);
 }
 
 /// Leases on the node, from `inventory --json`.
@@ -637,15 +636,7 @@ fn an_interrupted_client_frees_its_lease_at_once() {
             "the lease was freed {freed:?} after the client ended, not at once"
         );
     });
-    let (status, logs) = stop_node(node);
-    if let Err(panic) = result {
-        eprintln!("node logs:\n{logs}");
-        std::panic::resume_unwind(panic);
-    }
-    assert!(
-        status.is_some_and(|s| s.success()),
-        "node exit {status:?}; logs:\n{logs}"
-    );
+    stopped_cleanly(node, result);
 }
 
 /// SIGTERM drains a node that has a lease running (it waits for it); a second signal stops it

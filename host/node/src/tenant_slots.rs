@@ -21,13 +21,23 @@ impl TenantSlots {
     /// Counts one more slot of `tenant` if it holds fewer than `max`; `None` (nothing counted)
     /// when it already holds `max`.
     pub fn take(&self, tenant: &str, max: u64) -> Option<TenantSlot> {
+        self.take_checked(tenant, |held| if held >= max { Err(()) } else { Ok(()) })
+            .ok()
+    }
+
+    /// Counts one more slot of `tenant` if `check`, given the slots it holds now, allows it;
+    /// `check` runs under the lock the count is kept under, so that what it reads besides
+    /// (a count kept elsewhere that a slot's holder raises before it gives its slot back) is
+    /// seen together with the slots.
+    pub fn take_checked<E>(
+        &self,
+        tenant: &str,
+        check: impl FnOnce(u64) -> Result<(), E>,
+    ) -> Result<TenantSlot, E> {
         let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
-        let held = open.entry(tenant.to_owned()).or_insert(0);
-        if *held >= max {
-            return None;
-        }
-        *held += 1;
-        Some(TenantSlot {
+        check(open.get(tenant).copied().unwrap_or(0))?;
+        *open.entry(tenant.to_owned()).or_insert(0) += 1;
+        Ok(TenantSlot {
             open: Arc::clone(&self.open),
             tenant: tenant.to_owned(),
         })

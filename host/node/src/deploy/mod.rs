@@ -27,11 +27,11 @@ pub(crate) mod owners;
 
 use crate::caller::Caller;
 use crate::reply::Failure;
+use crate::tenant_slots::{TenantSlot, TenantSlots};
 use metered::MeteredGpu;
 use owners::Owners;
-use std::collections::HashMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use tasklet_deploy::{DeployConfig, Deployer, ExitStatus, Push, RunOutcome};
 use tasklet_runtime::config::{Grant, Manifest};
 use tasklet_runtime::gpu::LocalGpu;
@@ -60,7 +60,7 @@ pub(crate) struct Deployments {
     /// Pushes under way, by tenant: counted with the deployments a tenant has against its
     /// `tenant-max-deployments`, under this lock, so that pushes made at once cannot all pass
     /// the check.
-    pushing: Arc<Mutex<HashMap<String, u32>>>,
+    pushing: TenantSlots,
     /// Where a deployment this node lacks is fetched from (the cluster), if anywhere.
     source: Option<Arc<dyn DeploymentSource>>,
 }
@@ -69,25 +69,7 @@ pub(crate) struct Deployments {
 /// until it ends.
 pub(crate) struct StartedPush {
     pub push: Push,
-    _counted: Option<PushUnderWay>,
-}
-
-/// A tenant's push counted under way until dropped.
-struct PushUnderWay {
-    pushing: Arc<Mutex<HashMap<String, u32>>>,
-    tenant: String,
-}
-
-impl Drop for PushUnderWay {
-    fn drop(&mut self) {
-        let mut pushing = self.pushing.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(n) = pushing.get_mut(&self.tenant) {
-            *n -= 1;
-            if *n == 0 {
-                pushing.remove(&self.tenant);
-            }
-        }
-    }
+    _counted: Option<TenantSlot>,
 }
 
 /// What a push did, as its tenant sees it.
@@ -114,7 +96,7 @@ impl Deployments {
         Ok(Deployments {
             deployer: Deployer::new(store, config)?,
             owners,
-            pushing: Arc::default(),
+            pushing: TenantSlots::default(),
             source: None,
         })
     }
@@ -149,28 +131,24 @@ impl Deployments {
     /// Counts a push of `caller`'s under way if its deployments and pushes under way are fewer
     /// than `max`. The count of its deployments is read under the same lock: a push that ends
     /// records its deployment before it stops counting as under way.
-    fn count_push(&self, caller: &Caller, max: u32) -> Result<PushUnderWay, Failure> {
-        let mut pushing = self.pushing.lock().unwrap_or_else(PoisonError::into_inner);
+    fn count_push(&self, caller: &Caller, max: u32) -> Result<TenantSlot, Failure> {
         let tenant = caller.tenant.as_str();
-        let stored = self
-            .owners
-            .count(&caller.tenant)
-            .map_err(|err| self.owners_failure(err))?;
-        let under_way = pushing.get(tenant).copied().unwrap_or(0) as usize;
-        if stored + under_way >= max as usize {
-            return Err(Failure::new(
-                ErrorCode::QuotaExceeded,
-                format!(
-                    "tenant `{tenant}` has {stored} deployment(s) on this node and {under_way} push(es) under way, the \
-                     most its policy allows (tenant-max-deployments = {max}); run one it has, or ask the operator to \
-                     raise the limit"
-                ),
-            ));
-        }
-        *pushing.entry(tenant.to_owned()).or_insert(0) += 1;
-        Ok(PushUnderWay {
-            pushing: Arc::clone(&self.pushing),
-            tenant: tenant.to_owned(),
+        self.pushing.take_checked(tenant, |under_way| {
+            let stored = self
+                .owners
+                .count(&caller.tenant)
+                .map_err(|err| self.owners_failure(err))?;
+            if stored as u64 + under_way >= u64::from(max) {
+                return Err(Failure::new(
+                    ErrorCode::QuotaExceeded,
+                    format!(
+                        "tenant `{tenant}` has {stored} deployment(s) on this node and {under_way} push(es) under way, the \
+                         most its policy allows (tenant-max-deployments = {max}); run one it has, or ask the operator to \
+                         raise the limit"
+                    ),
+                ));
+            }
+            Ok(())
         })
     }
 

@@ -281,9 +281,11 @@ async fn serve_stream(mut send: quinn::SendStream, mut recv: quinn::RecvStream, 
         ECHO => {
             let mut message = [0u8; ECHO_BYTES];
             while recv.read_exact(&mut message).await.is_ok() {
+                tracing::trace!(name: "server-read", target: crate::timeline::TARGET, "");
                 if send.write_all(&message).await.is_err() {
                     return;
                 }
+                tracing::trace!(name: "server-written", target: crate::timeline::TARGET, "");
             }
         }
         UPLOAD => {
@@ -382,6 +384,30 @@ impl Client {
             }
             let _ = send.finish();
             Ok(samples)
+        })
+    }
+
+    /// `count` round trips as [`echo`](Self::echo) makes them, each between the timeline's
+    /// markers (at most `budget`).
+    pub fn echo_marked(&self, count: usize, budget: Duration) -> Result<(), String> {
+        let connection = self.connection.clone();
+        self.runtime.block_on(async move {
+            let (mut send, mut recv) = connection.open_bi().await.map_err(err)?;
+            send.write_all(&[ECHO]).await.map_err(err)?;
+            let message = [7u8; ECHO_BYTES];
+            let mut back = [0u8; ECHO_BYTES];
+            let start = Instant::now();
+            for _ in 0..count {
+                crate::timeline::begin();
+                send.write_all(&message).await.map_err(err)?;
+                recv.read_exact(&mut back).await.map_err(err)?;
+                crate::timeline::end();
+                if start.elapsed() > budget {
+                    break;
+                }
+            }
+            let _ = send.finish();
+            Ok(())
         })
     }
 

@@ -39,8 +39,10 @@
 //!   --pairs N                timed launch + sync pairs (and echoes) per path per round
 //!                            (default 500)
 //!   --batches N              async batches per path per round (default 3)
-//!   --only P[,P…]            only these phases: latency, bulk, deploy, crowd (default all; for
-//!                            profiling one)
+//!   --only P[,P…]            only these phases: latency, bulk, deploy, crowd, timeline (default
+//!                            all; for profiling one). timeline (last) marks each stage of a
+//!                            remote pair and batch, and of the bare echo, and prints where their
+//!                            time goes
 //! ```
 //!
 //! The program is its own GPU worker (`fabric worker …`, as the hosts start it). Environment:
@@ -59,6 +61,7 @@ mod rig;
 mod session;
 mod stats;
 mod table;
+mod timeline;
 
 use rig::Rig;
 use stats::{micros, Want};
@@ -130,7 +133,7 @@ impl Params {
 }
 
 /// The phases, in the order they run.
-const PHASES: [&str; 4] = ["latency", "bulk", "deploy", "crowd"];
+const PHASES: [&str; 5] = ["latency", "bulk", "deploy", "crowd", "timeline"];
 
 struct Options {
     params: Params,
@@ -142,7 +145,7 @@ struct Options {
 }
 
 fn usage() -> &'static str {
-    "usage: fabric [--backend auto|emu|cuda] [--commit HASH] [--quick] [--rounds R] [--bulk-rounds R] [--bulk-bytes B] [--clients N] [--lanes L] [--pairs N] [--batches N] [--only latency,bulk,deploy,crowd]"
+    "usage: fabric [--backend auto|emu|cuda] [--commit HASH] [--quick] [--rounds R] [--bulk-rounds R] [--bulk-bytes B] [--clients N] [--lanes L] [--pairs N] [--batches N] [--only latency,bulk,deploy,crowd,timeline]"
 }
 
 fn parse_options() -> Result<Options, String> {
@@ -313,6 +316,13 @@ fn main() -> ExitCode {
     if runs("crowd") {
         crowd(&rig, p, &mut table);
     }
+    let mut stages = String::new();
+    if runs("timeline") {
+        if let Err(e) = timeline::run(&rig, &mut stages) {
+            table.failed("timeline", &e);
+            ok = false;
+        }
+    }
     if let Err(e) = rig.stop() {
         eprintln!("{e}");
         ok = false;
@@ -329,6 +339,11 @@ fn main() -> ExitCode {
             p.pairs, p.batches
         );
         print!("{rounds}");
+    }
+    if !stages.is_empty() {
+        println!();
+        println!("where the time goes, stage by stage (medians; each stage after the one before):");
+        print!("{stages}");
     }
     if !settings.is_empty() {
         println!();

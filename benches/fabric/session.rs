@@ -111,6 +111,21 @@ impl Session {
         Ok(samples)
     }
 
+    /// `count` launch + sync pairs, each between the timeline's markers (at most `budget`).
+    pub fn launch_sync_marked(&mut self, count: usize, budget: Duration) -> Result<(), String> {
+        let start = Instant::now();
+        for _ in 0..count {
+            crate::timeline::begin();
+            self.launch()?;
+            self.sync()?;
+            crate::timeline::end();
+            if start.elapsed() > budget {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     /// `launches` launches of the empty kernel, then one sync: the time of the whole batch, and
     /// the time until its last launch returned (what the caller's side of the path costs).
     pub fn launch_batch(&mut self, launches: usize) -> Result<Batch, String> {

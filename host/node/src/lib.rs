@@ -60,6 +60,18 @@
 //! GOAWAY `PROTOCOL_ERROR`; the node serves its other connections on. See `docs/wire.md` for the
 //! protocol.
 //!
+//! # Timeline
+//!
+//! For profiling, the node marks each stage of a request's way through it with a TRACE event of
+//! target [`TIMELINE`], the event's name naming the stage: `read` (a stream's read returned
+//! bytes), `handed` (what they held went to the connection's GPU thread), `taken` (the GPU thread
+//! took it), `done` (the GPU thread finished one request), and where its reply went: `written`
+//! (handed to quinn by the GPU thread), `left` (left for a runtime thread kept awake for it),
+//! `written-hot` (written by that thread) or `written-queued` (by the stream's writer task). The
+//! events carry no fields; a subscriber that records when each came (the fabric benchmark's
+//! `timeline` phase) sees where the time goes. With TRACE off for the target (the default), each
+//! costs a load and a branch.
+//!
 //! # Embedding
 //!
 //! ```no_run
@@ -107,6 +119,9 @@ mod shared;
 mod status;
 mod tenant_slots;
 mod transport;
+
+/// The target of the node's [timeline](crate#timeline) events.
+pub const TIMELINE: &str = "tasklet_node::timeline";
 
 pub use authorize::{Authorization, Authorizer, Denied};
 pub use builder::{

@@ -140,6 +140,7 @@ impl ReplyTo {
                         // Left while the stream is held, so no other sender's direct write
                         // can come between and leave bytes of its own.
                         self.leave(bytes);
+                        tracing::trace!(name: "left", target: crate::TIMELINE, "");
                         drop(send);
                         self.wake_writer_unless_waited();
                     } else {
@@ -183,6 +184,7 @@ impl ReplyTo {
             write.poll(&mut Context::from_waker(Waker::noop()))
         };
         self.outlet.written.fetch_add(1, Ordering::Release);
+        tracing::trace!(name: "written", target: crate::TIMELINE, "");
         match attempt {
             Poll::Ready(Ok(_)) if chunks[0].is_empty() => {}
             // An error means the stream or connection is gone: nothing more to send.
@@ -249,7 +251,9 @@ impl HotWait {
     pub async fn write(&self) {
         let outlet = &self.reply.outlet;
         let mut send = outlet.send.lock().await;
-        let _ = write_rest(outlet, &mut send).await;
+        if write_rest(outlet, &mut send).await {
+            tracing::trace!(name: "written-hot", target: crate::TIMELINE, "");
+        }
     }
 }
 
@@ -282,6 +286,7 @@ impl Writer {
                     if send.write_chunk(bytes).await.is_err() {
                         return;
                     }
+                    tracing::trace!(name: "written-queued", target: crate::TIMELINE, "");
                     outlet.pending.fetch_sub(1, Ordering::AcqRel);
                 }
                 Outgoing::Close(error) => {

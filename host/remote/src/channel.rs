@@ -239,6 +239,7 @@ impl Channel {
         let Some(written) = block_until(&self.runtime, self.deadline, send.write_all(bytes)) else {
             return Err(self.out_of_time());
         };
+        tracing::trace!(name: "sent", target: crate::TIMELINE, "");
         written.map_err(|err| self.write_failed(err))
     }
 
@@ -394,7 +395,10 @@ impl Channel {
                 return Err(self.out_of_time());
             };
             match chunk {
-                Ok(Some(chunk)) => self.pending = chunk.bytes,
+                Ok(Some(chunk)) => {
+                    tracing::trace!(name: "read", target: crate::TIMELINE, "");
+                    self.pending = chunk.bytes
+                }
                 Ok(None) => return Err(self.stopped(Stop::Ended)),
                 Err(err) => return Err(self.stopped(Stop::Read(err))),
             }
@@ -583,7 +587,10 @@ impl Bulk {
                 }
             }
             match self.recv.read_chunk(READ_CHUNK, true).await {
-                Ok(Some(chunk)) => self.pending = chunk.bytes,
+                Ok(Some(chunk)) => {
+                    tracing::trace!(name: "read", target: crate::TIMELINE, "");
+                    self.pending = chunk.bytes
+                }
                 Ok(None) => return Err(Stop::Ended),
                 Err(err) => return Err(Stop::Read(err)),
             }

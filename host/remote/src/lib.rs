@@ -55,6 +55,11 @@ mod gpu;
 mod path;
 mod spin;
 
+/// The target of the client's timeline events, TRACE events whose names name the stage: `sent`
+/// (frames handed to quinn) and `read` (a read of the stream returned bytes). They carry no
+/// fields; the node marks its own stages the same way (`tasklet_node::TIMELINE`).
+pub const TIMELINE: &str = "tasklet_remote::timeline";
+
 pub use client::{Closer, LeaseGrant, NodeClient};
 pub use connect::{ConnectOptions, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT};
 pub use deploy::{deployment_digest, DeployExit, DeployPushed, DeployRun};

@@ -172,7 +172,10 @@ impl Reader {
                 read.await
             };
             match chunk {
-                Ok(Some(chunk)) => self.feed(chunk.bytes).await?,
+                Ok(Some(chunk)) => {
+                    tracing::trace!(name: "read", target: crate::TIMELINE, "");
+                    self.feed(chunk.bytes).await?
+                }
                 Ok(None) => {
                     return self
                         .decoder
@@ -428,6 +431,7 @@ impl Reader {
         let mark = self.hot.mark();
         // The GPU thread is gone only when the connection is.
         let _ = self.jobs.send(batch).await;
+        tracing::trace!(name: "handed", target: crate::TIMELINE, "");
         if std::mem::take(&mut self.calls) {
             self.hot.keep_awake(mark, &self.reply);
         }

@@ -95,6 +95,7 @@ impl Dispatcher {
     pub fn run(mut self, mut queue: mpsc::Receiver<Batch>) {
         let mut waiter = poll::Waiter::new();
         while let Some(batch) = waiter.next(&mut queue) {
+            tracing::trace!(name: "taken", target: crate::TIMELINE, "");
             // The batch's requests stay counted as unanswered until its last job is done.
             let Batch {
                 jobs,
@@ -113,6 +114,7 @@ impl Dispatcher {
                     Work::WritePiece(piece) => piece_opcode(piece),
                 };
                 self.job(job, &reply);
+                tracing::trace!(name: "done", target: crate::TIMELINE, "");
                 let end = Instant::now();
                 let shared = &self.shared;
                 self.latency

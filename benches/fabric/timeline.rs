@@ -1,0 +1,315 @@
+//! The timeline phase: where a remote launch + sync, and a remote 1,000-launch batch, spend
+//! their time, stage by stage, beside the bare echo's.
+//!
+//! The node and its client mark each stage of a request's way with a TRACE event (the node's
+//! `tasklet_node::TIMELINE`, the client's `tasklet_remote::TIMELINE`, the bare echo server's
+//! [`TARGET`] here); this phase installs a subscriber that records when each came, runs echoes,
+//! pairs and batches between markers of its own, and prints, for the commonest sequence of
+//! stages, each stage's median time after the one before. Everything runs in this process, so
+//! the node's and the client's clocks are one. Run last: once installed, the subscriber stays.
+
+use crate::rig::Rig;
+use crate::session::Session;
+use crate::{bare, progress};
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+use tracing::{Event, Metadata, Subscriber};
+use tracing_subscriber::layer::{Context, Layer};
+use tracing_subscriber::prelude::*;
+
+/// The benchmark's own markers, and the bare echo server's stages.
+pub const TARGET: &str = "fabric::timeline";
+
+/// Echoes, pairs and batches recorded.
+const ECHOES: usize = 2000;
+const PAIRS: usize = 2000;
+const BATCHES: usize = 20;
+
+/// The most events kept (a batch is about 2,100).
+const MOST_EVENTS: usize = 1 << 20;
+
+/// One recorded event: when, and which stage (its callsite's name and target).
+#[derive(Clone, Copy)]
+struct Mark {
+    at: Instant,
+    what: &'static Metadata<'static>,
+}
+
+impl Mark {
+    fn stage(&self) -> String {
+        let side = match self.what.target() {
+            tasklet_node::TIMELINE => "node",
+            tasklet_remote::TIMELINE => "client",
+            _ => "bench",
+        };
+        format!("{side} {}", self.what.name())
+    }
+}
+
+/// Records the timeline events while switched on.
+#[derive(Clone, Default)]
+struct Recorder {
+    on: Arc<AtomicBool>,
+    marks: Arc<Mutex<Vec<Mark>>>,
+}
+
+fn timeline_target(target: &str) -> bool {
+    target == tasklet_node::TIMELINE || target == tasklet_remote::TIMELINE || target == TARGET
+}
+
+impl<S: Subscriber> Layer<S> for Recorder {
+    fn on_event(&self, event: &Event<'_>, _: Context<'_, S>) {
+        if !self.on.load(Ordering::Relaxed) {
+            return;
+        }
+        let at = Instant::now();
+        let mut marks = self.marks.lock().unwrap_or_else(PoisonError::into_inner);
+        if marks.len() < MOST_EVENTS {
+            marks.push(Mark {
+                at,
+                what: event.metadata(),
+            });
+        }
+    }
+}
+
+impl Recorder {
+    /// Runs `f` with recording on; the marks it left.
+    fn record<T>(&self, f: impl FnOnce() -> T) -> (T, Vec<Mark>) {
+        self.marks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+        self.on.store(true, Ordering::SeqCst);
+        let out = f();
+        self.on.store(false, Ordering::SeqCst);
+        let marks = std::mem::take(&mut *self.marks.lock().unwrap_or_else(PoisonError::into_inner));
+        (out, marks)
+    }
+}
+
+/// Marks the start of one timed unit (an echo, a pair, a batch).
+pub fn begin() {
+    tracing::trace!(name: "begin", target: TARGET, "");
+}
+
+/// Marks its end.
+pub fn end() {
+    tracing::trace!(name: "end", target: TARGET, "");
+}
+
+pub fn run(rig: &Rig, out: &mut String) -> Result<(), String> {
+    progress("timeline: echoes, pairs and batches with each stage marked");
+    let recorder = Recorder::default();
+    let filtered = recorder
+        .clone()
+        .with_filter(tracing_subscriber::filter::filter_fn(|m| {
+            timeline_target(m.target())
+        }));
+    tracing_subscriber::registry()
+        .with(filtered)
+        .try_init()
+        .map_err(|e| format!("cannot install the timeline's subscriber: {e}"))?;
+
+    let setting = bare::Setting::fabric();
+    let server = bare::Server::start(&rig.runtime, &rig.certs(), &setting)?;
+    let echo = bare::Client::connect(server.addr()?, &rig.certs(), &setting)?;
+    let mut remote =
+        Session::open(rig.remote_gpu()?, 1 << 20).map_err(|e| format!("remote: {e}"))?;
+    // Warm both paths before recording.
+    echo.echo(100, 0, Duration::from_secs(5))?;
+    remote.launch_sync(100, 0, Duration::from_secs(5), Duration::ZERO)?;
+    remote.launch_batch(crate::ASYNC_LAUNCHES)?;
+
+    let (echoed, marks) = recorder.record(|| echo.echo_marked(ECHOES, Duration::from_secs(10)));
+    echoed?;
+    writeln!(out, "bare echo, {ECHOES} round trips:").unwrap();
+    out.push_str(&sequences(&units(&marks)));
+    let (paired, marks) =
+        recorder.record(|| remote.launch_sync_marked(PAIRS, Duration::from_secs(10)));
+    paired?;
+    writeln!(out, "remote launch + sync, {PAIRS} pairs:").unwrap();
+    out.push_str(&sequences(&units(&marks)));
+    let (batched, marks) = recorder.record(|| {
+        (0..BATCHES).try_for_each(|_| {
+            begin();
+            let batch = remote.launch_batch(crate::ASYNC_LAUNCHES);
+            end();
+            batch.map(|_| ())
+        })
+    });
+    batched?;
+    writeln!(
+        out,
+        "remote {} async launches + sync, {BATCHES} batches:",
+        crate::ASYNC_LAUNCHES
+    )
+    .unwrap();
+    out.push_str(&batches(&units(&marks)));
+    Ok(())
+}
+
+/// The marks between each `begin` and its `end`, without those two, and the unit's time.
+fn units(marks: &[Mark]) -> Vec<(Instant, Vec<Mark>, Duration)> {
+    let mut units = Vec::new();
+    let mut open: Option<(Instant, Vec<Mark>)> = None;
+    for mark in marks {
+        let bench = mark.what.target() == TARGET;
+        match (bench, mark.what.name()) {
+            (true, "begin") => open = Some((mark.at, Vec::new())),
+            (true, "end") => {
+                if let Some((start, inside)) = open.take() {
+                    units.push((start, inside, mark.at - start));
+                }
+            }
+            _ => {
+                if let Some((_, inside)) = open.as_mut() {
+                    inside.push(*mark);
+                }
+            }
+        }
+    }
+    units
+}
+
+fn median(mut values: Vec<Duration>) -> Duration {
+    if values.is_empty() {
+        return Duration::ZERO;
+    }
+    values.sort();
+    values[values.len() / 2]
+}
+
+fn us(d: Duration) -> String {
+    format!("{:.2} µs", d.as_secs_f64() * 1e6)
+}
+
+/// For the commonest sequences of stages (at most three), how many units took it, and each
+/// stage's median time after the one before.
+fn sequences(units: &[(Instant, Vec<Mark>, Duration)]) -> String {
+    let mut by_sequence: HashMap<Vec<String>, Vec<usize>> = HashMap::new();
+    for (i, (_, inside, _)) in units.iter().enumerate() {
+        let stages = inside.iter().map(Mark::stage).collect();
+        by_sequence.entry(stages).or_default().push(i);
+    }
+    let mut common: Vec<_> = by_sequence.into_iter().collect();
+    common.sort_by_key(|(_, members)| std::cmp::Reverse(members.len()));
+    let mut out = String::new();
+    writeln!(
+        out,
+        "  all: median {} ({} units, {} sequences of stages)",
+        us(median(units.iter().map(|u| u.2).collect())),
+        units.len(),
+        common.len()
+    )
+    .unwrap();
+    for (stages, members) in common.iter().take(3) {
+        writeln!(
+            out,
+            "  {} units ({:.0} %), median {}:",
+            members.len(),
+            100.0 * members.len() as f64 / units.len().max(1) as f64,
+            us(median(members.iter().map(|&i| units[i].2).collect()))
+        )
+        .unwrap();
+        let mut previous = "bench begin".to_string();
+        for (k, stage) in stages.iter().enumerate() {
+            let gaps = members
+                .iter()
+                .map(|&i| {
+                    let (start, inside, _) = &units[i];
+                    let before = if k == 0 { *start } else { inside[k - 1].at };
+                    inside[k].at - before
+                })
+                .collect();
+            writeln!(out, "    {previous} → {stage}: {}", us(median(gaps))).unwrap();
+            previous = stage.clone();
+        }
+        let last = members
+            .iter()
+            .map(|&i| {
+                let (start, inside, total) = &units[i];
+                (*start + *total) - inside.last().map_or(*start, |m| m.at)
+            })
+            .collect();
+        writeln!(out, "    {previous} → bench end: {}", us(median(last))).unwrap();
+    }
+    out
+}
+
+/// For batches: when (after the batch's start) the first and last of each stage came, medians
+/// over the batches, in the order of the first; and the node's GPU thread's idle time inside a
+/// batch (from a `done` that ended what it had taken to its next `taken`).
+fn batches(units: &[(Instant, Vec<Mark>, Duration)]) -> String {
+    let mut firsts: HashMap<String, Vec<Duration>> = HashMap::new();
+    let mut lasts: HashMap<String, Vec<Duration>> = HashMap::new();
+    let mut counts: HashMap<String, Vec<usize>> = HashMap::new();
+    let mut idle = Vec::new();
+    for (start, inside, _) in units {
+        let mut seen: HashMap<String, (Duration, Duration, usize)> = HashMap::new();
+        let mut waiting_since: Option<Instant> = None;
+        let mut gpu_idle = Duration::ZERO;
+        for (k, mark) in inside.iter().enumerate() {
+            let stage = mark.stage();
+            let at = mark.at - *start;
+            let entry = seen.entry(stage.clone()).or_insert((at, at, 0));
+            entry.1 = at;
+            entry.2 += 1;
+            match stage.as_str() {
+                "node done" => {
+                    // The GPU thread goes back to its queue when the next of its marks is not
+                    // another `done`.
+                    let next_done = inside[k + 1..]
+                        .iter()
+                        .map(Mark::stage)
+                        .find(|s| s == "node done" || s == "node taken");
+                    if next_done.as_deref() != Some("node done") {
+                        waiting_since = Some(mark.at);
+                    }
+                }
+                "node taken" => {
+                    if let Some(since) = waiting_since.take() {
+                        gpu_idle += mark.at - since;
+                    }
+                }
+                _ => {}
+            }
+        }
+        idle.push(gpu_idle);
+        for (stage, (first, last, count)) in seen {
+            firsts.entry(stage.clone()).or_default().push(first);
+            lasts.entry(stage.clone()).or_default().push(last);
+            counts.entry(stage).or_default().push(count);
+        }
+    }
+    let mut stages: Vec<(String, Duration)> = firsts
+        .iter()
+        .map(|(stage, at)| (stage.clone(), median(at.clone())))
+        .collect();
+    stages.sort_by_key(|(_, at)| *at);
+    let mut out = String::new();
+    writeln!(
+        out,
+        "  all: median {} ({} batches); the node's GPU thread idle inside a batch: median {}",
+        us(median(units.iter().map(|u| u.2).collect())),
+        units.len(),
+        us(median(idle))
+    )
+    .unwrap();
+    for (stage, first) in stages {
+        let mut n = counts[&stage].clone();
+        n.sort_unstable();
+        writeln!(
+            out,
+            "    {stage}: first at {}, last at {} (median count {})",
+            us(first),
+            us(median(lasts[&stage].clone())),
+            n[n.len() / 2]
+        )
+        .unwrap();
+    }
+    out
+}

@@ -19,7 +19,8 @@
 #                                     with small writes posted (the default) and answered
 #                                     (TASKLET_INLINE_WRITES=0) in turn, three times: writes-ab.txt
 #   bash .gpu-suite/run.sh fabric     the fabric benchmark (benches/fabric/): a node and its clients
-#                                     on this machine's loopback, on the cuda backend: fabric.txt
+#                                     on this machine's loopback, on the cuda backend: fabric.txt.
+#                                     FABRIC_ARGS adds options (e.g. "--only latency,timeline")
 #   bash .gpu-suite/run.sh actors     the persistent kernels' benchmark (benches/actors/): message
 #                                     round trips and batches, guest, host runtime and native
 #                                     cudarc side by side: actors.txt
@@ -298,7 +299,7 @@ run_fabric() { # the fabric table (node and clients here, over loopback); counts
     if grep -q 'uncommitted' "$here/COMMIT" 2>/dev/null; then commit="$commit-dirty"; fi
     say "fabric: the fabric benchmark on cuda (a few minutes)"
     {
-        (cd "$repo" && timeout 540 "$work/tools/fabric" --backend cuda --commit "${commit:-unknown}")
+        (cd "$repo" && timeout 540 "$work/tools/fabric" --backend cuda --commit "${commit:-unknown}" ${FABRIC_ARGS:-})
         echo "fabric exit $?"
     } >"$logs/fabric.txt" 2>&1
     grep -E '^[0-9]+ of [0-9]+ targets met|^fabric exit' "$logs/fabric.txt" >&2

@@ -6,6 +6,7 @@
 //! The data of a large reply is the exception: a task on the runtime's thread reads it (see
 //! [`BULK_READ`]).
 
+use crate::awake::Awake;
 use crate::error::ClientError;
 use crate::spin::Spin;
 use bytes::{Buf, Bytes, BytesMut};
@@ -74,6 +75,8 @@ pub(crate) struct Channel {
     deadline: Option<Instant>,
     /// How long a wait for a reply polls before parking.
     spin: Spin,
+    /// Keeps the runtime's thread awake while a call is out (see `awake`).
+    awake: Awake,
     /// Whether pipelined frames were written since the last call (see [`FIRST_GATHER_BYTES`]).
     posted_since_call: bool,
 }
@@ -114,6 +117,7 @@ impl Channel {
             broken: None,
             deadline: None,
             spin: Spin::new(),
+            awake: Awake::new(),
             posted_since_call: false,
         }
     }
@@ -183,9 +187,14 @@ impl Channel {
                 request.opcode()
             )));
         }
-        self.flush()?;
+        // Only for calls whose replies come soon enough that this thread polls for them.
+        if self.spin.polls() {
+            self.awake.call_out(&self.runtime);
+        }
+        let replied = self.flush().and_then(|()| self.await_reply(id));
+        self.awake.call_back();
         self.posted_since_call = false;
-        let (reply, data) = self.await_reply(id)?;
+        let (reply, data) = replied?;
         match reply {
             Reply::Error { opcode, error } => Err(ClientError::Failed { opcode, error }),
             reply => Ok((reply, data)),

@@ -45,6 +45,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod awake;
 mod channel;
 mod client;
 mod connect;

@@ -87,6 +87,11 @@ impl Spin {
         }
     }
 
+    /// Whether the next wait polls at all (its budget has not shrunk to nothing).
+    pub fn polls(&self) -> bool {
+        !self.budget.get().is_zero()
+    }
+
     /// After polling gave up: the reply came `waited` after the polling began. Within the
     /// ceiling, polling the whole ceiling would have caught it; past it (a long call, an idle
     /// stream), the budget halves, down to nothing.

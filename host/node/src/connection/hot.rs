@@ -1,53 +1,124 @@
-//! Keeping one of the node's runtime threads awake while the GPU thread makes a call's reply.
+//! Keeping one of the node's runtime threads awake while the GPU thread makes a call's reply,
+//! and for a while after it, when a stream's calls come back to back.
 //!
 //! The reply goes from the connection's GPU thread to quinn's connection task (directly, or
 //! through the stream's writer task: `outlet`), which runs on the runtime; if every runtime
 //! thread has parked meanwhile (a launch + sync takes the GPU thread about as long as a thread
-//! takes to park), one is woken for it, and that wake-up (on a virtual machine, a vCPU's too) is
-//! part of the round trip. After handing the GPU thread a batch that holds a call, the stream
-//! starts a task that yields until something was written to the stream or a budget runs out, so
-//! that a runtime thread is awake when the reply comes. While it waits, the stream's sends are
-//! handed to it (`outlet`): it writes the reply itself, and quinn's connection task, which that
-//! wakes, runs next on the same thread, where a wake from the GPU thread would go through the
-//! runtime's shared queue and a parked thread's wake-up. Bounded three ways: by a budget per
-//! stream that grows back to its ceiling when the reply came within it and halves when it did
-//! not (down to a floor, so that it can learn again), by a ceiling (`TASKLET_NODE_HOT_US`,
-//! default [`DEFAULT_HOT_US`]; 0 turns it off), and by the count of such tasks in this process,
-//! at most a quarter of the cores (none on a machine of fewer than 4).
+//! takes to park), one is woken for it, and that wake-up (on a virtual machine, a vCPU's wake-up
+//! too) is part of the round trip. So is the wake-up of a parked runtime thread by the next
+//! request's datagram. After handing the GPU thread a batch that holds a call, the stream has a
+//! task yield until something was written to the stream, so that a runtime thread is awake when
+//! the reply comes; while it waits, the stream's sends are handed to it (`outlet`): it writes the
+//! reply itself, and quinn's connection task, which that wakes, runs next on the same thread,
+//! where a wake from the GPU thread would go through the runtime's shared queue and a parked
+//! thread's wake-up. After the reply the task lingers, still yielding (so the runtime's thread
+//! polls the socket rather than parking), and the stream's next call, if it comes within the
+//! linger, is awaited by the same task.
+//!
+//! Bounded four ways: the wait for a reply by a budget per stream that grows back to its ceiling
+//! when the reply came within it and halves when it did not (down to a floor, so that it can
+//! learn again); the linger by a budget that goes back to its ceiling when the next call came
+//! within it and halves (down to nothing) when it did not; by their ceilings
+//! (`TASKLET_NODE_HOT_US`, default [`DEFAULT_HOT_US`], and `TASKLET_NODE_LINGER_US`, default
+//! [`DEFAULT_LINGER_US`]; 0 turns each off); and by the count of such tasks in this process, at
+//! most a quarter of the cores (none on a machine of fewer than 4).
 
 use crate::job::ReplyTo;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
-use tasklet_spin::Slots;
+use tasklet_spin::{Budget, Slot, Slots};
 
-/// The ceiling when `TASKLET_NODE_HOT_US` does not say.
+/// The ceiling of the wait for a reply when `TASKLET_NODE_HOT_US` does not say.
 pub const DEFAULT_HOT_US: u64 = 100;
 
-/// The least a budget shrinks to.
+/// The ceiling of the linger after a reply when `TASKLET_NODE_LINGER_US` does not say.
+pub const DEFAULT_LINGER_US: u64 = 200;
+
+/// The least the wait for a reply shrinks to.
 const FLOOR: Duration = Duration::from_micros(10);
+
+/// `awaited` when no call is awaited.
+const NONE: u64 = u64::MAX;
 
 /// Tasks keeping a runtime thread awake now, in this process.
 static HOT: Slots = Slots::new();
 
-fn ceiling() -> Duration {
-    static CEILING: OnceLock<Duration> = OnceLock::new();
-    *CEILING.get_or_init(|| tasklet_spin::ceiling_from_env("TASKLET_NODE_HOT_US", DEFAULT_HOT_US))
+fn ceilings() -> (Duration, Duration) {
+    static CEILINGS: OnceLock<(Duration, Duration)> = OnceLock::new();
+    *CEILINGS.get_or_init(|| {
+        (
+            tasklet_spin::ceiling_from_env("TASKLET_NODE_HOT_US", DEFAULT_HOT_US),
+            tasklet_spin::ceiling_from_env("TASKLET_NODE_LINGER_US", DEFAULT_LINGER_US),
+        )
+    })
 }
 
-/// A stream's side of it: what its writer has written, and its budget.
+/// A stream's side of it: what its writer has written, and the task's state.
 pub(super) struct Hot {
     /// Counted up for every piece put on the stream (by the outlet, either path).
     pub written: Arc<AtomicU64>,
-    /// In nanoseconds; shared with the task of the last call, which adjusts it.
-    budget: Arc<AtomicU64>,
+    state: Arc<State>,
+}
+
+/// What the stream and its task share.
+struct State {
+    /// Whether a task keeps a runtime thread awake for this stream now.
+    running: AtomicBool,
+    /// `written` when the awaited call was handed over: its reply is written once `written`
+    /// moves past it. [`NONE`] when no call is awaited.
+    awaited: AtomicU64,
+    /// When the awaited call was handed over, or the last reply came: nanoseconds after `epoch`.
+    since: AtomicU64,
+    epoch: Instant,
+    /// The two budgets, learnt by the task and by the stream.
+    budgets: Mutex<Budgets>,
+}
+
+#[derive(Clone, Copy)]
+struct Budgets {
+    /// How long a reply is waited for.
+    reply: Budget,
+    /// How long the task lingers after a reply.
+    linger: Budget,
+}
+
+impl State {
+    fn now(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    fn elapsed(&self) -> Duration {
+        Duration::from_nanos(
+            self.now()
+                .saturating_sub(self.since.load(Ordering::Acquire)),
+        )
+    }
+
+    fn budgets(&self) -> std::sync::MutexGuard<'_, Budgets> {
+        self.budgets.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 impl Hot {
     pub fn new() -> Hot {
+        let (reply, linger) = ceilings();
+        Hot::within(reply, linger)
+    }
+
+    fn within(reply: Duration, linger: Duration) -> Hot {
         Hot {
             written: Arc::new(AtomicU64::new(0)),
-            budget: Arc::new(AtomicU64::new(ceiling().as_nanos() as u64)),
+            state: Arc::new(State {
+                running: AtomicBool::new(false),
+                awaited: AtomicU64::new(NONE),
+                since: AtomicU64::new(0),
+                epoch: Instant::now(),
+                budgets: Mutex::new(Budgets {
+                    reply: Budget::new(reply, FLOOR.min(reply)),
+                    linger: Budget::new(linger, Duration::ZERO),
+                }),
+            }),
         }
     }
 
@@ -56,99 +127,184 @@ impl Hot {
         self.written.load(Ordering::Acquire)
     }
 
-    /// Starts keeping a runtime thread awake until something is written past `mark`, if the
-    /// budget, the ceiling and a free slot allow. Meanwhile the stream's sends are handed to
-    /// that thread to write (`outlet`).
+    /// Keeps a runtime thread awake until something is written past `mark` (and the linger
+    /// after), if the budget, the ceiling and a free slot allow; the task lingering after the
+    /// last reply takes this call on. Meanwhile the stream's sends are handed to that thread to
+    /// write (`outlet`).
     pub fn keep_awake(&self, mark: u64, reply: &ReplyTo) {
-        self.keep_awake_within(
-            mark,
-            Some(reply),
-            ceiling(),
-            tasklet_spin::spinners_allowed(),
-        );
+        self.keep_awake_within(mark, Some(reply), &HOT, tasklet_spin::spinners_allowed());
     }
 
-    fn keep_awake_within(&self, mark: u64, reply: Option<&ReplyTo>, max: Duration, allowed: usize) {
-        let budget = Duration::from_nanos(self.budget.load(Ordering::Relaxed)).min(max);
-        if budget.is_zero() {
+    fn keep_awake_within(
+        &self,
+        mark: u64,
+        reply: Option<&ReplyTo>,
+        slots: &'static Slots,
+        allowed: usize,
+    ) {
+        let state = &self.state;
+        {
+            let mut budgets = state.budgets();
+            // How soon this call came after the last reply teaches the linger.
+            if state.awaited.load(Ordering::Acquire) == NONE {
+                let gap = state.elapsed();
+                budgets.linger.waited(gap);
+            }
+            if budgets.reply.get().is_zero() {
+                return;
+            }
+        }
+        state.since.store(state.now(), Ordering::Release);
+        state.awaited.store(mark, Ordering::SeqCst);
+        if state.running.swap(true, Ordering::SeqCst) {
+            // The lingering task takes it on.
             return;
         }
-        let Some(slot) = HOT.take(allowed) else {
+        let Some(slot) = slots.take(allowed) else {
+            state.awaited.store(NONE, Ordering::SeqCst);
+            state.running.store(false, Ordering::SeqCst);
             return;
         };
-        let (written, shared_budget) = (Arc::clone(&self.written), Arc::clone(&self.budget));
         // Counted as waiting from now, before the task first runs, so that a reply that comes
         // first is handed to it.
         let wait = reply.map(ReplyTo::hot_wait);
-        tokio::spawn(async move {
-            let _slot = slot;
-            let start = Instant::now();
-            loop {
-                if let Some(wait) = wait.as_ref().filter(|wait| wait.ready()) {
-                    wait.write().await;
-                }
-                if written.load(Ordering::Acquire) != mark {
-                    shared_budget.store(max.as_nanos() as u64, Ordering::Relaxed);
-                    return;
-                }
-                if start.elapsed() >= budget {
-                    let less = (budget / 2).max(FLOOR);
-                    shared_budget.store(less.as_nanos() as u64, Ordering::Relaxed);
-                    return;
-                }
-                tokio::task::yield_now().await;
-            }
-        });
+        tokio::spawn(run(
+            Arc::clone(&self.written),
+            Arc::clone(state),
+            wait,
+            slot,
+        ));
     }
+}
+
+/// The task: yields while a reply is awaited or it lingers, writing what is handed to it.
+async fn run(
+    written: Arc<AtomicU64>,
+    state: Arc<State>,
+    wait: Option<crate::outlet::HotWait>,
+    slot: Slot,
+) {
+    let _slot = slot;
+    loop {
+        if let Some(wait) = wait.as_ref().filter(|wait| wait.ready()) {
+            wait.write().await;
+        }
+        if !still_needed(&written, &state) {
+            state.running.store(false, Ordering::SeqCst);
+            // A call handed over just now saw this task running and started none: this one
+            // goes on for it, unless another has started meanwhile.
+            if state.awaited.load(Ordering::SeqCst) == NONE
+                || state.running.swap(true, Ordering::SeqCst)
+            {
+                return;
+            }
+            continue;
+        }
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Whether the task goes on: a reply is awaited and its budget lasts, or it lingers.
+fn still_needed(written: &AtomicU64, state: &State) -> bool {
+    let awaited = state.awaited.load(Ordering::SeqCst);
+    let mut budgets = state.budgets();
+    if awaited == NONE {
+        return state.elapsed() < budgets.linger.get();
+    }
+    let waited = state.elapsed();
+    let replied = written.load(Ordering::Acquire) != awaited;
+    if !replied && waited < budgets.reply.get() {
+        return true;
+    }
+    // Replied, or out of budget: either way the wait is over, and the budget learns which.
+    if state
+        .awaited
+        .compare_exchange(awaited, NONE, Ordering::SeqCst, Ordering::SeqCst)
+        .is_err()
+    {
+        // Another call was handed over meanwhile: await it.
+        return true;
+    }
+    state.since.store(state.now(), Ordering::Release);
+    budgets
+        .reply
+        .waited(if replied { waited } else { Duration::MAX });
+    // Out of budget, the task does not linger: a long call is no back-to-back series.
+    replied && !budgets.linger.get().is_zero()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn budget(hot: &Hot) -> Duration {
-        Duration::from_nanos(hot.budget.load(Ordering::Relaxed))
+    /// The tests' own slots, apart from the node's.
+    static TEST_SLOTS: Slots = Slots::new();
+
+    fn budgets(hot: &Hot) -> Budgets {
+        *hot.state.budgets()
     }
 
     /// Waits (at most 10 s, for a loaded machine) until the task has given its slot back.
-    fn until_done() {
+    fn until_done(hot: &Hot) {
         let deadline = Instant::now() + Duration::from_secs(10);
-        while HOT.taken() != 0 && Instant::now() < deadline {
+        while (TEST_SLOTS.taken() != 0 || hot.state.running.load(Ordering::SeqCst))
+            && Instant::now() < deadline
+        {
             std::thread::sleep(Duration::from_millis(1));
         }
-        assert_eq!(HOT.taken(), 0, "the slot is given back");
+        assert_eq!(TEST_SLOTS.taken(), 0, "the slot is given back");
     }
 
     #[test]
-    fn it_stops_at_the_reply_or_the_budget_and_learns_from_which() {
+    fn it_stops_at_the_reply_or_the_budget_lingers_and_learns_from_which() {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
+            .enable_all()
             .build()
             .unwrap();
         let _in = runtime.enter();
         let max = Duration::from_millis(2);
-        let hot = Hot::new();
-        hot.budget.store(max.as_nanos() as u64, Ordering::Relaxed);
+        let linger = Duration::from_millis(20);
+        let hot = Hot::within(max, linger);
 
-        // No reply: the task gives up after its budget and halves it.
-        hot.keep_awake_within(hot.mark(), None, max, 1);
-        until_done();
-        assert_eq!(budget(&hot), max / 2);
+        // No reply: the task gives up after its budget and halves it, and does not linger.
+        let started = Instant::now();
+        hot.keep_awake_within(hot.mark(), None, &TEST_SLOTS, 1);
+        until_done(&hot);
+        assert_eq!(budgets(&hot).reply.get(), max / 2);
+        assert!(started.elapsed() < linger, "{:?}", started.elapsed());
 
         // The writer has written past the mark (written before the task starts, so that a
-        // loaded machine cannot run the task's whole budget out first): the whole ceiling again.
+        // loaded machine cannot run the task's whole budget out first): the whole ceiling again,
+        // and the task lingers after it.
         let mark = hot.mark();
         hot.written.fetch_add(1, Ordering::Release);
-        hot.keep_awake_within(mark, None, max, 1);
-        until_done();
-        assert_eq!(budget(&hot), max);
+        let started = Instant::now();
+        hot.keep_awake_within(mark, None, &TEST_SLOTS, 1);
+        std::thread::sleep(linger / 4);
+        assert!(hot.state.running.load(Ordering::SeqCst), "lingers");
+        // The next call within the linger is taken on by the same task.
+        let mark = hot.mark();
+        hot.keep_awake_within(mark, None, &TEST_SLOTS, 1);
+        assert_eq!(TEST_SLOTS.taken(), 1, "one task for the stream");
+        hot.written.fetch_add(1, Ordering::Release);
+        until_done(&hot);
+        assert!(started.elapsed() >= linger, "{:?}", started.elapsed());
+        assert_eq!(budgets(&hot).reply.get(), max);
+        assert_eq!(budgets(&hot).linger.get(), linger);
 
-        // No slot: nothing runs, nothing changes.
-        hot.budget
-            .store((max / 4).as_nanos() as u64, Ordering::Relaxed);
-        hot.keep_awake_within(hot.mark(), None, max, 0);
+        // A call long after the linger: the linger halves.
+        std::thread::sleep(linger * 2);
+        let mark = hot.mark();
+        hot.written.fetch_add(1, Ordering::Release);
+        hot.keep_awake_within(mark, None, &TEST_SLOTS, 1);
+        until_done(&hot);
+        assert_eq!(budgets(&hot).linger.get(), linger / 2);
+
+        // No slot: nothing runs.
+        hot.keep_awake_within(hot.mark(), None, &TEST_SLOTS, 0);
         std::thread::sleep(Duration::from_millis(20));
-        assert_eq!(HOT.taken(), 0);
-        assert_eq!(budget(&hot), max / 4);
+        assert_eq!(TEST_SLOTS.taken(), 0);
+        assert!(!hot.state.running.load(Ordering::SeqCst));
     }
 }

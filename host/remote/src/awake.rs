@@ -1,0 +1,207 @@
+//! Keeping the client runtime's thread awake while a call is out, and for a while after, when
+//! calls come back to back.
+//!
+//! A call's frames reach quinn from the calling thread, and quinn's connection task, woken to
+//! send them, runs on the client runtime's one thread; so does the read of the reply's datagram.
+//! When that thread has parked (in epoll), each of the two is the wake-up of a parked thread (on
+//! a virtual machine, a vCPU's too): two per round trip, besides the node's. While a call is out,
+//! a task on the runtime yields in a loop instead, so that the runtime's thread polls its socket
+//! and takes the woken connection task without parking; and it stays a while after the reply
+//! (the linger), so that the next call's write finds the thread awake.
+//!
+//! Bounded like every hot wait (see `tasklet_spin`): a call whose reply has not come within the
+//! ceiling (`TASKLET_CLIENT_AWAKE_US`, default [`DEFAULT_AWAKE_US`]; 0 turns this off) stops the
+//! task, and so does a linger that long with no call; a channel whose calling thread has stopped
+//! polling for replies (its calls take long: `spin`) starts none; and at most a quarter of the
+//! cores keep a runtime awake at once in this process (none on a machine of fewer than 4).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+use tasklet_spin::{Slot, Slots};
+use tokio::runtime::Runtime;
+
+/// The ceiling when `TASKLET_CLIENT_AWAKE_US` does not say.
+pub const DEFAULT_AWAKE_US: u64 = 300;
+
+/// Tasks keeping a client runtime awake now, in this process.
+static AWAKE: Slots = Slots::new();
+
+fn ceiling() -> Duration {
+    static CEILING: OnceLock<Duration> = OnceLock::new();
+    *CEILING
+        .get_or_init(|| tasklet_spin::ceiling_from_env("TASKLET_CLIENT_AWAKE_US", DEFAULT_AWAKE_US))
+}
+
+/// One channel's keeping awake.
+pub(crate) struct Awake {
+    state: Arc<State>,
+    ceiling: Duration,
+    slots: &'static Slots,
+    allowed: usize,
+}
+
+struct State {
+    /// Whether a task keeps the runtime awake now.
+    running: AtomicBool,
+    /// Whether a call is out.
+    out: AtomicBool,
+    /// When the last call went out, or its reply came, in nanoseconds after `epoch`.
+    changed: AtomicU64,
+    epoch: Instant,
+}
+
+impl State {
+    fn now(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    /// Whether the task has nothing more to wait for: the call out has taken longer than the
+    /// ceiling, or no call has gone out for that long.
+    fn done(&self, ceiling: Duration) -> bool {
+        let since = self
+            .now()
+            .saturating_sub(self.changed.load(Ordering::Acquire));
+        since >= ceiling.as_nanos() as u64
+    }
+}
+
+impl Awake {
+    pub fn new() -> Awake {
+        Awake::within(ceiling(), &AWAKE, tasklet_spin::spinners_allowed())
+    }
+
+    fn within(ceiling: Duration, slots: &'static Slots, allowed: usize) -> Awake {
+        Awake {
+            state: Arc::new(State {
+                running: AtomicBool::new(false),
+                out: AtomicBool::new(false),
+                changed: AtomicU64::new(0),
+                epoch: Instant::now(),
+            }),
+            ceiling,
+            slots,
+            allowed,
+        }
+    }
+
+    /// A call goes out: keeps the runtime's thread awake from now until its reply (and the
+    /// linger after), starting a task for it unless one runs, a slot is free, or it is off.
+    pub fn call_out(&self, runtime: &Runtime) {
+        if self.ceiling.is_zero() {
+            return;
+        }
+        let state = &self.state;
+        state.changed.store(state.now(), Ordering::Release);
+        state.out.store(true, Ordering::Release);
+        if state.running.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        match self.slots.take(self.allowed) {
+            Some(slot) => {
+                runtime.spawn(keep_awake(Arc::clone(state), self.ceiling, slot));
+            }
+            None => state.running.store(false, Ordering::Release),
+        }
+    }
+
+    /// The call's reply came (or the call ended otherwise): the task lingers for the next.
+    pub fn call_back(&self) {
+        let state = &self.state;
+        if state.out.swap(false, Ordering::AcqRel) {
+            state.changed.store(state.now(), Ordering::Release);
+        }
+    }
+
+    /// Whether a task keeps the runtime awake now.
+    #[cfg(test)]
+    fn running(&self) -> bool {
+        self.state.running.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for Awake {
+    fn drop(&mut self) {
+        // The task's next look ends it: nothing is out, and nothing will be.
+        self.state.out.store(false, Ordering::Release);
+        self.state.changed.store(0, Ordering::Release);
+    }
+}
+
+/// Yields until the state says there is nothing to wait for, so that the runtime's thread
+/// polls its sockets and its queue instead of parking.
+async fn keep_awake(state: Arc<State>, ceiling: Duration, slot: Slot) {
+    let _slot = slot;
+    loop {
+        tokio::task::yield_now().await;
+        if state.done(ceiling) {
+            state.running.store(false, Ordering::SeqCst);
+            // A call that went out just now saw this task running and started none: this one
+            // goes on for it, unless another has started meanwhile.
+            if state.done(ceiling) || state.running.swap(true, Ordering::SeqCst) {
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The tests' own slots, apart from what other tests of the crate take.
+    static TEST_SLOTS: Slots = Slots::new();
+
+    fn runtime() -> Runtime {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    /// Waits (at most 10 s, for a loaded machine) until no task keeps `awake`'s runtime awake.
+    fn until_stopped(awake: &Awake) -> Duration {
+        let start = Instant::now();
+        while awake.running() && start.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        assert!(!awake.running(), "the task stopped");
+        start.elapsed()
+    }
+
+    #[test]
+    fn a_call_keeps_the_runtime_awake_until_its_reply_and_the_linger_after() {
+        let runtime = runtime();
+        let ceiling = Duration::from_millis(20);
+        let awake = Awake::within(ceiling, &TEST_SLOTS, 1);
+        awake.call_out(&runtime);
+        assert!(awake.running());
+        // A second call while one runs starts no second task (one slot: it would be refused).
+        awake.call_out(&runtime);
+        assert_eq!(TEST_SLOTS.taken(), 1);
+        std::thread::sleep(Duration::from_millis(5));
+        awake.call_back();
+        // The linger: the task stops about a ceiling after the reply, not at once.
+        assert!(awake.running(), "lingers after the reply");
+        let stopped = until_stopped(&awake);
+        assert!(stopped >= ceiling / 2, "stopped after {stopped:?}");
+        assert_eq!(TEST_SLOTS.taken(), 0, "its slot is given back");
+
+        // A call whose reply does not come stops it after the ceiling too.
+        awake.call_out(&runtime);
+        assert!(awake.running());
+        until_stopped(&awake);
+    }
+
+    #[test]
+    fn nothing_runs_when_off_or_without_a_slot() {
+        let runtime = runtime();
+        let off = Awake::within(Duration::ZERO, &TEST_SLOTS, 1);
+        off.call_out(&runtime);
+        assert!(!off.running());
+        let no_slot = Awake::within(Duration::from_millis(20), &TEST_SLOTS, 0);
+        no_slot.call_out(&runtime);
+        assert!(!no_slot.running());
+    }
+}

@@ -7,7 +7,8 @@
 //!   a message; while data is due, it must be the next data frame of that message.
 //! - *body*: collecting a message's body (at most [`MAX_FRAME_BODY`] bytes, allocated as the bytes
 //!   come, not when the length is read); when complete it is decoded, and if the message
-//!   announces streamed data, that data is due from the next frame on.
+//!   announces streamed data, that data is due from the next frame on. A body that arrives whole
+//!   with its header is decoded where it lies, without this state.
 //! - *chunk*: inside a data frame; its bytes are handed to the caller as they arrive, never
 //!   buffered.
 //!
@@ -201,7 +202,20 @@ impl Decoder {
                 }
                 let header = FrameHeader::parse(bytes, self.direction)?;
                 let event = self.start_frame(header)?;
-                Ok((used, event))
+                // A message whose whole body came with its header is decoded where it lies,
+                // not gathered first.
+                let rest = &input[used..];
+                match &self.state {
+                    State::Body { header, body }
+                        if body.is_empty() && rest.len() >= header.len as usize =>
+                    {
+                        let header = *header;
+                        self.state = FRESH_HEADER;
+                        let event = self.finish_message(header, &rest[..header.len as usize])?;
+                        Ok((used + header.len as usize, Some(event)))
+                    }
+                    _ => Ok((used, event)),
+                }
             }
             State::Body { header, body } => {
                 let wanted = header.len as usize - body.len();

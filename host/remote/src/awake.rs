@@ -1,19 +1,21 @@
-//! Keeping the client runtime's thread awake while a call is out, and for a while after, when
-//! calls come back to back.
+//! Keeping the client runtime's thread awake while a call is out, while pipelined frames go out,
+//! and for a while after, when calls come back to back.
 //!
 //! A call's frames reach quinn from the calling thread, and quinn's connection task, woken to
 //! send them, runs on the client runtime's one thread; so does the read of the reply's datagram.
 //! When that thread has parked (in epoll), each of the two is the wake-up of a parked thread (on
-//! a virtual machine, a vCPU's too): two per round trip, besides the node's. While a call is out,
-//! a task on the runtime yields in a loop instead, so that the runtime's thread polls its socket
-//! and takes the woken connection task without parking; and it stays a while after the reply
-//! (the linger), so that the next call's write finds the thread awake.
+//! a virtual machine, a vCPU's too, 10–15 µs each on the H200 machines): two per round trip,
+//! besides the node's, and one for every write of pipelined frames. While a call is out, or
+//! pipelined frames are being written, a task on the runtime yields in a loop instead, so that
+//! the runtime's thread polls its socket and takes the woken connection task without parking;
+//! and it stays a while after (the linger), so that the next write finds the thread awake.
 //!
 //! Bounded like every hot wait (see `tasklet_spin`): a call whose reply has not come within the
 //! ceiling (`TASKLET_CLIENT_AWAKE_US`, default [`DEFAULT_AWAKE_US`]; 0 turns this off) stops the
-//! task, and so does a linger that long with no call; a channel whose calling thread has stopped
-//! polling for replies (its calls take long: `spin`) starts none; and at most a quarter of the
-//! cores keep a runtime awake at once in this process (none on a machine of fewer than 4).
+//! task, and so does a linger (`TASKLET_CLIENT_LINGER_US`, default [`DEFAULT_LINGER_US`]) with
+//! nothing written or answered; a channel whose calling thread has stopped polling for replies
+//! (its calls take long: `spin`) starts none; and at most a quarter of the cores keep a runtime
+//! awake at once in this process (none on a machine of fewer than 4).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -21,22 +23,35 @@ use std::time::{Duration, Instant};
 use tasklet_spin::{Slot, Slots};
 use tokio::runtime::Runtime;
 
-/// The ceiling when `TASKLET_CLIENT_AWAKE_US` does not say.
-pub const DEFAULT_AWAKE_US: u64 = 300;
+/// The ceiling of the wait for a reply when `TASKLET_CLIENT_AWAKE_US` does not say: the same as
+/// the calling thread's own (`spin`).
+pub const DEFAULT_AWAKE_US: u64 = crate::spin::DEFAULT_SPIN_US;
+
+/// The linger after a reply or a write when `TASKLET_CLIENT_LINGER_US` does not say.
+pub const DEFAULT_LINGER_US: u64 = 300;
 
 /// Tasks keeping a client runtime awake now, in this process.
 static AWAKE: Slots = Slots::new();
 
-fn ceiling() -> Duration {
-    static CEILING: OnceLock<Duration> = OnceLock::new();
-    *CEILING
-        .get_or_init(|| tasklet_spin::ceiling_from_env("TASKLET_CLIENT_AWAKE_US", DEFAULT_AWAKE_US))
+fn ceilings() -> Limits {
+    static CEILINGS: OnceLock<Limits> = OnceLock::new();
+    *CEILINGS.get_or_init(|| Limits {
+        out: tasklet_spin::ceiling_from_env("TASKLET_CLIENT_AWAKE_US", DEFAULT_AWAKE_US),
+        linger: tasklet_spin::ceiling_from_env("TASKLET_CLIENT_LINGER_US", DEFAULT_LINGER_US),
+    })
+}
+
+/// How long the task stays awake: while a call is out, and after the last write or reply.
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    out: Duration,
+    linger: Duration,
 }
 
 /// One channel's keeping awake.
 pub(crate) struct Awake {
     state: Arc<State>,
-    ceiling: Duration,
+    limits: Limits,
     slots: &'static Slots,
     allowed: usize,
 }
@@ -46,7 +61,7 @@ struct State {
     running: AtomicBool,
     /// Whether a call is out.
     out: AtomicBool,
-    /// When the last call went out, or its reply came, in nanoseconds after `epoch`.
+    /// When frames last went out, or a reply came, in nanoseconds after `epoch`.
     changed: AtomicU64,
     epoch: Instant,
 }
@@ -56,22 +71,26 @@ impl State {
         self.epoch.elapsed().as_nanos() as u64
     }
 
-    /// Whether the task has nothing more to wait for: the call out has taken longer than the
-    /// ceiling, or no call has gone out for that long.
-    fn done(&self, ceiling: Duration) -> bool {
+    /// Whether the task has nothing more to wait for: the call out has taken longer than its
+    /// ceiling, or nothing has gone out or come back for the linger.
+    fn done(&self, limits: Limits) -> bool {
         let since = self
             .now()
             .saturating_sub(self.changed.load(Ordering::Acquire));
-        since >= ceiling.as_nanos() as u64
+        let limit = match self.out.load(Ordering::Acquire) {
+            true => limits.out,
+            false => limits.linger,
+        };
+        since >= limit.as_nanos() as u64
     }
 }
 
 impl Awake {
     pub fn new() -> Awake {
-        Awake::within(ceiling(), &AWAKE, tasklet_spin::spinners_allowed())
+        Awake::within(ceilings(), &AWAKE, tasklet_spin::spinners_allowed())
     }
 
-    fn within(ceiling: Duration, slots: &'static Slots, allowed: usize) -> Awake {
+    fn within(limits: Limits, slots: &'static Slots, allowed: usize) -> Awake {
         Awake {
             state: Arc::new(State {
                 running: AtomicBool::new(false),
@@ -79,27 +98,36 @@ impl Awake {
                 changed: AtomicU64::new(0),
                 epoch: Instant::now(),
             }),
-            ceiling,
+            limits,
             slots,
             allowed,
         }
     }
 
     /// A call goes out: keeps the runtime's thread awake from now until its reply (and the
-    /// linger after), starting a task for it unless one runs, a slot is free, or it is off.
+    /// linger after), starting a task for it unless one runs, no slot is free, or this is off.
     pub fn call_out(&self, runtime: &Runtime) {
-        if self.ceiling.is_zero() {
+        if self.limits.out.is_zero() {
+            return;
+        }
+        self.state.out.store(true, Ordering::Release);
+        self.sent(runtime);
+    }
+
+    /// Frames go out (a call's, or pipelined ones): keeps the runtime's thread awake for the
+    /// linger after, or until the reply to a call that is out.
+    pub fn sent(&self, runtime: &Runtime) {
+        if self.limits.out.is_zero() {
             return;
         }
         let state = &self.state;
         state.changed.store(state.now(), Ordering::Release);
-        state.out.store(true, Ordering::Release);
         if state.running.swap(true, Ordering::AcqRel) {
             return;
         }
         match self.slots.take(self.allowed) {
             Some(slot) => {
-                runtime.spawn(keep_awake(Arc::clone(state), self.ceiling, slot));
+                runtime.spawn(keep_awake(Arc::clone(state), self.limits, slot));
             }
             None => state.running.store(false, Ordering::Release),
         }
@@ -130,15 +158,15 @@ impl Drop for Awake {
 
 /// Yields until the state says there is nothing to wait for, so that the runtime's thread
 /// polls its sockets and its queue instead of parking.
-async fn keep_awake(state: Arc<State>, ceiling: Duration, slot: Slot) {
+async fn keep_awake(state: Arc<State>, limits: Limits, slot: Slot) {
     let _slot = slot;
     loop {
         tokio::task::yield_now().await;
-        if state.done(ceiling) {
+        if state.done(limits) {
             state.running.store(false, Ordering::SeqCst);
             // A call that went out just now saw this task running and started none: this one
             // goes on for it, unless another has started meanwhile.
-            if state.done(ceiling) || state.running.swap(true, Ordering::SeqCst) {
+            if state.done(limits) || state.running.swap(true, Ordering::SeqCst) {
                 return;
             }
         }
@@ -173,8 +201,11 @@ mod tests {
     #[test]
     fn a_call_keeps_the_runtime_awake_until_its_reply_and_the_linger_after() {
         let runtime = runtime();
-        let ceiling = Duration::from_millis(20);
-        let awake = Awake::within(ceiling, &TEST_SLOTS, 1);
+        let limits = Limits {
+            out: Duration::from_millis(40),
+            linger: Duration::from_millis(20),
+        };
+        let awake = Awake::within(limits, &TEST_SLOTS, 1);
         awake.call_out(&runtime);
         assert!(awake.running());
         // A second call while one runs starts no second task (one slot: it would be refused).
@@ -182,25 +213,50 @@ mod tests {
         assert_eq!(TEST_SLOTS.taken(), 1);
         std::thread::sleep(Duration::from_millis(5));
         awake.call_back();
-        // The linger: the task stops about a ceiling after the reply, not at once.
+        // The linger: the task stops about a linger after the reply, not at once.
         assert!(awake.running(), "lingers after the reply");
         let stopped = until_stopped(&awake);
-        assert!(stopped >= ceiling / 2, "stopped after {stopped:?}");
+        assert!(stopped >= limits.linger / 2, "stopped after {stopped:?}");
         assert_eq!(TEST_SLOTS.taken(), 0, "its slot is given back");
 
-        // A call whose reply does not come stops it after the ceiling too.
+        // Pipelined frames going out keep it awake for the linger.
+        awake.sent(&runtime);
+        assert!(awake.running());
+        let stopped = until_stopped(&awake);
+        assert!(
+            stopped < limits.out,
+            "a linger, not a call's wait: {stopped:?}"
+        );
+
+        // A call whose reply does not come stops it after its ceiling.
+        let started = Instant::now();
         awake.call_out(&runtime);
         assert!(awake.running());
         until_stopped(&awake);
+        assert!(started.elapsed() >= limits.out, "{:?}", started.elapsed());
     }
 
     #[test]
     fn nothing_runs_when_off_or_without_a_slot() {
         let runtime = runtime();
-        let off = Awake::within(Duration::ZERO, &TEST_SLOTS, 1);
+        let off = Awake::within(
+            Limits {
+                out: Duration::ZERO,
+                linger: Duration::from_millis(20),
+            },
+            &TEST_SLOTS,
+            1,
+        );
         off.call_out(&runtime);
         assert!(!off.running());
-        let no_slot = Awake::within(Duration::from_millis(20), &TEST_SLOTS, 0);
+        let no_slot = Awake::within(
+            Limits {
+                out: Duration::from_millis(20),
+                linger: Duration::from_millis(20),
+            },
+            &TEST_SLOTS,
+            0,
+        );
         no_slot.call_out(&runtime);
         assert!(!no_slot.running());
     }

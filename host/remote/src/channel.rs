@@ -234,6 +234,9 @@ impl Channel {
         if self.gathered.is_empty() {
             return Ok(());
         }
+        if self.spin.polls() {
+            self.awake.sent(&self.runtime);
+        }
         let frames = std::mem::take(&mut self.gathered);
         let result = self.write(&frames);
         self.gathered = frames;

@@ -19,8 +19,10 @@ use std::time::{Duration, Instant};
 use tasklet_spin::{Budget, Slots};
 use tokio::runtime::Runtime;
 
-/// The polling ceiling when `TASKLET_CLIENT_SPIN_US` does not say.
-pub const DEFAULT_SPIN_US: u64 = 300;
+/// The polling ceiling when `TASKLET_CLIENT_SPIN_US` does not say: long enough for the sync
+/// after a thousand pipelined launches (about a millisecond of GPU work), as CUDA's own default
+/// sync spins before it yields.
+pub const DEFAULT_SPIN_US: u64 = 2000;
 
 /// Threads polling now, in this process.
 static POLLING: Slots = Slots::new();

@@ -29,8 +29,9 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 use tasklet_spin::{Budget, Slot, Slots};
 
-/// The ceiling of the wait for a reply when `TASKLET_NODE_HOT_US` does not say.
-pub const DEFAULT_HOT_US: u64 = 100;
+/// The ceiling of the wait for a reply when `TASKLET_NODE_HOT_US` does not say: long enough for
+/// the sync after a thousand pipelined launches (about a millisecond of GPU work).
+pub const DEFAULT_HOT_US: u64 = 1000;
 
 /// The ceiling of the linger after a reply when `TASKLET_NODE_LINGER_US` does not say.
 pub const DEFAULT_LINGER_US: u64 = 200;
@@ -132,36 +133,61 @@ impl Hot {
     /// last reply takes this call on. Meanwhile the stream's sends are handed to that thread to
     /// write (`outlet`).
     pub fn keep_awake(&self, mark: u64, reply: &ReplyTo) {
-        self.keep_awake_within(mark, Some(reply), &HOT, tasklet_spin::spinners_allowed());
+        self.keep_awake_within(
+            Some(mark),
+            Some(reply),
+            &HOT,
+            tasklet_spin::spinners_allowed(),
+        );
+    }
+
+    /// Pipelined requests (no call) were handed over: keeps a runtime thread awake for the
+    /// linger after, so that the next of a series of frames is read without a wake-up.
+    pub fn linger(&self, reply: &ReplyTo) {
+        self.keep_awake_within(None, Some(reply), &HOT, tasklet_spin::spinners_allowed());
     }
 
     fn keep_awake_within(
         &self,
-        mark: u64,
+        mark: Option<u64>,
         reply: Option<&ReplyTo>,
         slots: &'static Slots,
         allowed: usize,
     ) {
         let state = &self.state;
+        let awaiting = state.awaited.load(Ordering::Acquire) != NONE;
         {
             let mut budgets = state.budgets();
-            // How soon this call came after the last reply teaches the linger.
-            if state.awaited.load(Ordering::Acquire) == NONE {
+            // How soon this came after the last reply teaches the linger.
+            if !awaiting {
                 let gap = state.elapsed();
                 budgets.linger.waited(gap);
             }
-            if budgets.reply.get().is_zero() {
+            let budget = match mark {
+                Some(_) => budgets.reply.get(),
+                None => budgets.linger.get(),
+            };
+            if budget.is_zero() {
                 return;
             }
         }
-        state.since.store(state.now(), Ordering::Release);
-        state.awaited.store(mark, Ordering::SeqCst);
+        match mark {
+            Some(mark) => {
+                state.since.store(state.now(), Ordering::Release);
+                state.awaited.store(mark, Ordering::SeqCst);
+            }
+            // A call awaited goes on being awaited; else the linger starts again from now.
+            None if !awaiting => state.since.store(state.now(), Ordering::Release),
+            None => {}
+        }
         if state.running.swap(true, Ordering::SeqCst) {
-            // The lingering task takes it on.
+            // The running task takes it on.
             return;
         }
         let Some(slot) = slots.take(allowed) else {
-            state.awaited.store(NONE, Ordering::SeqCst);
+            if mark.is_some() {
+                state.awaited.store(NONE, Ordering::SeqCst);
+            }
             state.running.store(false, Ordering::SeqCst);
             return;
         };
@@ -269,7 +295,7 @@ mod tests {
 
         // No reply: the task gives up after its budget and halves it, and does not linger.
         let started = Instant::now();
-        hot.keep_awake_within(hot.mark(), None, &TEST_SLOTS, 1);
+        hot.keep_awake_within(Some(hot.mark()), None, &TEST_SLOTS, 1);
         until_done(&hot);
         assert_eq!(budgets(&hot).reply.get(), max / 2);
         assert!(started.elapsed() < linger, "{:?}", started.elapsed());
@@ -280,12 +306,12 @@ mod tests {
         let mark = hot.mark();
         hot.written.fetch_add(1, Ordering::Release);
         let started = Instant::now();
-        hot.keep_awake_within(mark, None, &TEST_SLOTS, 1);
+        hot.keep_awake_within(Some(mark), None, &TEST_SLOTS, 1);
         std::thread::sleep(linger / 4);
         assert!(hot.state.running.load(Ordering::SeqCst), "lingers");
         // The next call within the linger is taken on by the same task.
         let mark = hot.mark();
-        hot.keep_awake_within(mark, None, &TEST_SLOTS, 1);
+        hot.keep_awake_within(Some(mark), None, &TEST_SLOTS, 1);
         assert_eq!(TEST_SLOTS.taken(), 1, "one task for the stream");
         hot.written.fetch_add(1, Ordering::Release);
         until_done(&hot);
@@ -297,12 +323,20 @@ mod tests {
         std::thread::sleep(linger * 2);
         let mark = hot.mark();
         hot.written.fetch_add(1, Ordering::Release);
-        hot.keep_awake_within(mark, None, &TEST_SLOTS, 1);
+        hot.keep_awake_within(Some(mark), None, &TEST_SLOTS, 1);
         until_done(&hot);
         assert_eq!(budgets(&hot).linger.get(), linger / 2);
 
+        // Pipelined requests: the task lingers, awaiting nothing.
+        let started = Instant::now();
+        hot.keep_awake_within(None, None, &TEST_SLOTS, 1);
+        assert!(hot.state.running.load(Ordering::SeqCst));
+        until_done(&hot);
+        assert!(started.elapsed() >= linger / 2, "{:?}", started.elapsed());
+        assert_eq!(budgets(&hot).reply.get(), max, "no reply was awaited");
+
         // No slot: nothing runs.
-        hot.keep_awake_within(hot.mark(), None, &TEST_SLOTS, 0);
+        hot.keep_awake_within(Some(hot.mark()), None, &TEST_SLOTS, 0);
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!(TEST_SLOTS.taken(), 0);
         assert!(!hot.state.running.load(Ordering::SeqCst));

@@ -434,6 +434,8 @@ impl Reader {
         tracing::trace!(name: "handed", target: crate::TIMELINE, "");
         if std::mem::take(&mut self.calls) {
             self.hot.keep_awake(mark, &self.reply);
+        } else {
+            self.hot.linger(&self.reply);
         }
     }
 }

@@ -5,7 +5,8 @@
 //! `tasklet_node::TIMELINE`, the client's `tasklet_remote::TIMELINE`, the bare echo server's
 //! [`TARGET`] here); this phase installs a subscriber that records when each came, runs echoes,
 //! pairs and batches between markers of its own, and prints, for the commonest sequence of
-//! stages, each stage's median time after the one before. Everything runs in this process, so
+//! stages, each stage's median time after the one before; batches back to back, and each after a
+//! local batch (as the latency phase runs them). Everything runs in this process, so
 //! the node's and the client's clocks are one. Run last: once installed, the subscriber stays.
 
 use crate::rig::Rig;
@@ -144,7 +145,27 @@ pub fn run(rig: &Rig, out: &mut String) -> Result<(), String> {
     batched?;
     writeln!(
         out,
-        "remote {} async launches + sync, {BATCHES} batches:",
+        "remote {} async launches + sync, {BATCHES} batches back to back:",
+        crate::ASYNC_LAUNCHES
+    )
+    .unwrap();
+    out.push_str(&batches(&units(&marks)));
+    // As the latency phase runs them: each remote batch after a local one, during which the
+    // remote path's threads have nothing to do.
+    let mut local = Session::open(rig.local_gpu(), 1 << 20).map_err(|e| format!("local: {e}"))?;
+    let (batched, marks) = recorder.record(|| {
+        (0..BATCHES).try_for_each(|_| {
+            local.launch_batch(crate::ASYNC_LAUNCHES)?;
+            begin();
+            let batch = remote.launch_batch(crate::ASYNC_LAUNCHES);
+            end();
+            batch.map(|_| ())
+        })
+    });
+    batched?;
+    writeln!(
+        out,
+        "remote {} async launches + sync, {BATCHES} batches, each after a local batch:",
         crate::ASYNC_LAUNCHES
     )
     .unwrap();

@@ -31,7 +31,7 @@ use std::pin::pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::task::{Context, Poll, Waker};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tasklet_wire::{encode_goaway, ErrorReply};
 use tokio::sync::mpsc;
 
@@ -56,6 +56,53 @@ fn handoff_enabled() -> bool {
     *ON.get_or_init(|| direct_enabled() && switched_on("TASKLET_NODE_HOT_HANDOFF"))
 }
 
+/// A stream's writes: how many, and when the last was, for the runtime thread kept awake for a
+/// reply (`connection::hot`), which learns from when replies come.
+#[derive(Debug)]
+pub(crate) struct Writes {
+    count: AtomicU64,
+    /// Nanoseconds after `epoch`.
+    last: AtomicU64,
+    epoch: Instant,
+}
+
+impl Writes {
+    pub fn new() -> Writes {
+        Writes {
+            count: AtomicU64::new(0),
+            last: AtomicU64::new(0),
+            epoch: Instant::now(),
+        }
+    }
+
+    /// Something was put on the stream.
+    fn note(&self) {
+        self.last.store(self.now(), Ordering::SeqCst);
+        self.count.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Writes so far.
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::SeqCst)
+    }
+
+    /// When the last write was, in [`now`](Self::now)'s terms.
+    pub fn last(&self) -> u64 {
+        self.last.load(Ordering::SeqCst)
+    }
+
+    /// Nanoseconds since this count began.
+    pub fn now(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    /// Counts a write (tests of the hot wait).
+    #[cfg(test)]
+    pub fn note_for_test(&self) {
+        self.note();
+    }
+}
+
 /// What the senders and the writer task of one stream share.
 struct Outlet {
     /// The stream. Held by the writer task for each of its writes, and by a sender for its
@@ -73,7 +120,7 @@ struct Outlet {
     hot_waiters: AtomicUsize,
     /// Counted up for every write to the stream, by either path (the runtime thread kept awake
     /// for a reply watches it).
-    written: Arc<AtomicU64>,
+    written: Arc<Writes>,
     direct: bool,
     handoff: bool,
 }
@@ -100,7 +147,7 @@ pub(crate) struct Writer {
 pub(crate) fn outlet(
     connection: quinn::Connection,
     send: quinn::SendStream,
-    written: Arc<AtomicU64>,
+    written: Arc<Writes>,
     budget: Arc<ReplyBudget>,
 ) -> (ReplyTo, Writer) {
     let (tx, rx) = mpsc::channel(QUEUE);
@@ -183,7 +230,7 @@ impl ReplyTo {
             // writer task's own poll of the rest replaces it.
             write.poll(&mut Context::from_waker(Waker::noop()))
         };
-        self.outlet.written.fetch_add(1, Ordering::Release);
+        self.outlet.written.note();
         tracing::trace!(name: "written", target: crate::TIMELINE, "");
         match attempt {
             Poll::Ready(Ok(_)) if chunks[0].is_empty() => {}
@@ -246,13 +293,43 @@ impl HotWait {
         self.reply.outlet.rest_ready.load(Ordering::Acquire)
     }
 
-    /// Writes the bytes left to be written first, if any (waiting for the stream while the
-    /// writer task has it, and for QUIC's flow control).
-    pub async fn write(&self) {
+    /// Writes the bytes left to be written first, if any, without waiting: while the writer
+    /// task holds the stream, this tries again at the next call (and the writer takes them first
+    /// when it ends this wait); what QUIC's flow control does not take at once is left where it
+    /// was, so a client that withholds credit holds this thread no longer than its wait.
+    pub fn write(&self) {
         let outlet = &self.reply.outlet;
-        let mut send = outlet.send.lock().await;
-        if write_rest(outlet, &mut send).await {
-            tracing::trace!(name: "written-hot", target: crate::TIMELINE, "");
+        let Ok(mut send) = outlet.send.try_lock() else {
+            return;
+        };
+        let taken = {
+            let mut rest = outlet.rest.lock().unwrap_or_else(PoisonError::into_inner);
+            outlet.rest_ready.store(false, Ordering::SeqCst);
+            rest.take()
+        };
+        let Some(bytes) = taken else {
+            return;
+        };
+        let mut chunks = [bytes];
+        let attempt = {
+            let write = pin!(send.write_chunks(&mut chunks));
+            write.poll(&mut Context::from_waker(Waker::noop()))
+        };
+        outlet.written.note();
+        tracing::trace!(name: "written-hot", target: crate::TIMELINE, "");
+        match attempt {
+            Poll::Ready(Ok(_)) if chunks[0].is_empty() => {
+                outlet.pending.fetch_sub(1, Ordering::AcqRel);
+            }
+            // The stream or the connection is gone: nothing more to send.
+            Poll::Ready(Err(_)) => {}
+            // Blocked, or taken in part: the rest stays first in line, still counted pending.
+            Poll::Ready(Ok(_)) | Poll::Pending => {
+                let [unsent] = chunks;
+                let mut rest = outlet.rest.lock().unwrap_or_else(PoisonError::into_inner);
+                *rest = Some(unsent);
+                outlet.rest_ready.store(true, Ordering::SeqCst);
+            }
         }
     }
 }
@@ -282,7 +359,7 @@ impl Writer {
             match out {
                 Outgoing::Flush => {}
                 Outgoing::Bytes(bytes, _queued) => {
-                    outlet.written.fetch_add(1, Ordering::Release);
+                    outlet.written.note();
                     if send.write_chunk(bytes).await.is_err() {
                         return;
                     }
@@ -324,7 +401,7 @@ async fn write_rest(outlet: &Outlet, send: &mut quinn::SendStream) -> bool {
     let Some(rest) = rest else {
         return true;
     };
-    outlet.written.fetch_add(1, Ordering::Release);
+    outlet.written.note();
     if send.write_chunk(rest).await.is_err() {
         return false;
     }
@@ -395,7 +472,7 @@ mod tests {
             .unwrap();
         let dir = tempfile::tempdir().unwrap();
         let (connection, send, mut recv, _client) = runtime.block_on(pair(dir.path(), 4096));
-        let written = Arc::new(AtomicU64::new(0));
+        let written = Arc::new(Writes::new());
         let (reply, writer) = outlet(connection, send, Arc::clone(&written), Arc::default());
         assert!(reply.outlet.direct, "on unless TASKLET_NODE_DIRECT_REPLY=0");
 
@@ -444,7 +521,7 @@ mod tests {
         assert_eq!(got.len(), want.len());
         assert!(got == want, "the bytes arrive whole and in the order sent");
         runtime.block_on(writer).unwrap();
-        assert!(written.load(Ordering::Acquire) >= 3);
+        assert!(written.count() >= 3);
     }
 
     #[test]
@@ -467,12 +544,7 @@ mod tests {
             .unwrap();
         let dir = tempfile::tempdir().unwrap();
         let (connection, send, mut recv, _client) = runtime.block_on(pair(dir.path(), 8192));
-        let (reply, writer) = outlet(
-            connection,
-            send,
-            Arc::new(AtomicU64::new(0)),
-            Arc::default(),
-        );
+        let (reply, writer) = outlet(connection, send, Arc::new(Writes::new()), Arc::default());
         let writer = runtime.spawn(writer.run());
         let stop = Arc::new(AtomicBool::new(false));
         let waiting: Vec<_> = (0..if waiters { 2 } else { 0 })
@@ -485,7 +557,7 @@ mod tests {
                         // Waits of different lengths, some ending with bytes handed to them.
                         for _ in 0..(turn + n) % 5 {
                             if wait.ready() {
-                                wait.write().await;
+                                wait.write();
                             }
                             tokio::task::yield_now().await;
                         }
@@ -554,12 +626,7 @@ mod tests {
             .unwrap();
         let dir = tempfile::tempdir().unwrap();
         let (connection, send, mut recv, _client) = runtime.block_on(pair(dir.path(), 1 << 20));
-        let (reply, writer) = outlet(
-            connection,
-            send,
-            Arc::new(AtomicU64::new(0)),
-            Arc::default(),
-        );
+        let (reply, writer) = outlet(connection, send, Arc::new(Writes::new()), Arc::default());
         assert!(reply.outlet.handoff, "on unless switched off");
         let put_from_a_thread = |bytes: Bytes| {
             let reply = reply.clone();
@@ -582,7 +649,7 @@ mod tests {
         put_from_a_thread(first.clone());
         assert!(wait.ready(), "handed off, not written");
         assert_eq!(reply.outlet.pending.load(Ordering::Acquire), 1);
-        runtime.block_on(wait.write());
+        wait.write();
         assert!(!wait.ready());
         assert_eq!(reply.outlet.pending.load(Ordering::Acquire), 0);
         assert_eq!(read(&mut recv, first.len()), first);

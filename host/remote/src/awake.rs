@@ -12,23 +12,26 @@
 //!
 //! Bounded like every hot wait (see `tasklet_spin`): a call whose reply has not come within the
 //! ceiling (`TASKLET_CLIENT_AWAKE_US`, default [`DEFAULT_AWAKE_US`]; 0 turns this off) stops the
-//! task, and so does a linger (`TASKLET_CLIENT_LINGER_US`, default [`DEFAULT_LINGER_US`]) with
-//! nothing written or answered; a channel whose calling thread has stopped polling for replies
+//! task, and so does a linger with nothing written or answered, whose budget goes back to its
+//! ceiling (`TASKLET_CLIENT_LINGER_US`, default [`DEFAULT_LINGER_US`]; 0 turns it off) when the
+//! next write came within it and halves, down to nothing, when it did not; a channel whose
+//! calling thread has stopped polling for replies
 //! (its calls take long: `spin`) starts none; and at most a quarter of the cores keep a runtime
 //! awake at once in this process (none on a machine of fewer than 4).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
-use tasklet_spin::{Slot, Slots};
+use tasklet_spin::{Budget, Slot, Slots};
 use tokio::runtime::Runtime;
 
 /// The ceiling of the wait for a reply when `TASKLET_CLIENT_AWAKE_US` does not say: the same as
 /// the calling thread's own (`spin`).
 pub const DEFAULT_AWAKE_US: u64 = crate::spin::DEFAULT_SPIN_US;
 
-/// The linger after a reply or a write when `TASKLET_CLIENT_LINGER_US` does not say.
-pub const DEFAULT_LINGER_US: u64 = 300;
+/// The linger after a reply or a write when `TASKLET_CLIENT_LINGER_US` does not say: longer
+/// than a millisecond, after which a virtual machine's idle thread takes far longer to wake.
+pub const DEFAULT_LINGER_US: u64 = 2000;
 
 /// Tasks keeping a client runtime awake now, in this process.
 static AWAKE: Slots = Slots::new();
@@ -52,6 +55,8 @@ struct Limits {
 pub(crate) struct Awake {
     state: Arc<State>,
     limits: Limits,
+    /// The linger's budget.
+    linger: Mutex<Budget>,
     slots: &'static Slots,
     allowed: usize,
 }
@@ -64,6 +69,8 @@ struct State {
     /// When frames last went out, or a reply came, in nanoseconds after `epoch`.
     changed: AtomicU64,
     epoch: Instant,
+    /// How long the task lingers now, in nanoseconds (learnt by `sent`).
+    linger: AtomicU64,
 }
 
 impl State {
@@ -76,12 +83,12 @@ impl State {
     fn done(&self, limits: Limits) -> bool {
         let since = self
             .now()
-            .saturating_sub(self.changed.load(Ordering::Acquire));
-        let limit = match self.out.load(Ordering::Acquire) {
-            true => limits.out,
-            false => limits.linger,
+            .saturating_sub(self.changed.load(Ordering::SeqCst));
+        let limit = match self.out.load(Ordering::SeqCst) {
+            true => limits.out.as_nanos() as u64,
+            false => self.linger.load(Ordering::SeqCst),
         };
-        since >= limit.as_nanos() as u64
+        since >= limit
     }
 }
 
@@ -97,8 +104,10 @@ impl Awake {
                 out: AtomicBool::new(false),
                 changed: AtomicU64::new(0),
                 epoch: Instant::now(),
+                linger: AtomicU64::new(limits.linger.as_nanos() as u64),
             }),
             limits,
+            linger: Mutex::new(Budget::new(limits.linger, Duration::ZERO)),
             slots,
             allowed,
         }
@@ -107,52 +116,71 @@ impl Awake {
     /// A call goes out: keeps the runtime's thread awake from now until its reply (and the
     /// linger after), starting a task for it unless one runs, no slot is free, or this is off.
     pub fn call_out(&self, runtime: &Runtime) {
-        if self.limits.out.is_zero() {
-            return;
-        }
-        self.state.out.store(true, Ordering::Release);
-        self.sent(runtime);
+        self.wake(runtime, true);
     }
 
-    /// Frames go out (a call's, or pipelined ones): keeps the runtime's thread awake for the
-    /// linger after, or until the reply to a call that is out.
+    /// Pipelined frames go out: keeps the runtime's thread awake for the linger after, or
+    /// until the reply to a call that is out.
     pub fn sent(&self, runtime: &Runtime) {
+        self.wake(runtime, false);
+    }
+
+    fn wake(&self, runtime: &Runtime, call: bool) {
         if self.limits.out.is_zero() {
             return;
         }
         let state = &self.state;
-        state.changed.store(state.now(), Ordering::Release);
-        if state.running.swap(true, Ordering::AcqRel) {
+        let now = state.now();
+        // How soon this came after the last write or reply teaches the linger.
+        let linger = {
+            let mut budget = self.linger.lock().unwrap_or_else(PoisonError::into_inner);
+            if !state.out.load(Ordering::SeqCst) {
+                let gap = now.saturating_sub(state.changed.load(Ordering::SeqCst));
+                budget.waited(Duration::from_nanos(gap));
+            }
+            budget.get()
+        };
+        state
+            .linger
+            .store(linger.as_nanos() as u64, Ordering::SeqCst);
+        if !call && linger.is_zero() && !state.out.load(Ordering::SeqCst) {
+            return;
+        }
+        if call {
+            state.out.store(true, Ordering::SeqCst);
+        }
+        state.changed.store(now, Ordering::SeqCst);
+        if state.running.swap(true, Ordering::SeqCst) {
             return;
         }
         match self.slots.take(self.allowed) {
             Some(slot) => {
                 runtime.spawn(keep_awake(Arc::clone(state), self.limits, slot));
             }
-            None => state.running.store(false, Ordering::Release),
+            None => state.running.store(false, Ordering::SeqCst),
         }
     }
 
     /// The call's reply came (or the call ended otherwise): the task lingers for the next.
     pub fn call_back(&self) {
         let state = &self.state;
-        if state.out.swap(false, Ordering::AcqRel) {
-            state.changed.store(state.now(), Ordering::Release);
+        if state.out.swap(false, Ordering::SeqCst) {
+            state.changed.store(state.now(), Ordering::SeqCst);
         }
     }
 
     /// Whether a task keeps the runtime awake now.
     #[cfg(test)]
     fn running(&self) -> bool {
-        self.state.running.load(Ordering::Acquire)
+        self.state.running.load(Ordering::SeqCst)
     }
 }
 
 impl Drop for Awake {
     fn drop(&mut self) {
         // The task's next look ends it: nothing is out, and nothing will be.
-        self.state.out.store(false, Ordering::Release);
-        self.state.changed.store(0, Ordering::Release);
+        self.state.out.store(false, Ordering::SeqCst);
+        self.state.linger.store(0, Ordering::SeqCst);
     }
 }
 
@@ -234,6 +262,14 @@ mod tests {
         assert!(awake.running());
         until_stopped(&awake);
         assert!(started.elapsed() >= limits.out, "{:?}", started.elapsed());
+
+        // A write long after the last linger: the linger halves.
+        awake.call_back();
+        std::thread::sleep(limits.linger * 2);
+        awake.sent(&runtime);
+        let linger = awake.linger.lock().unwrap().get();
+        assert_eq!(linger, limits.linger / 2);
+        until_stopped(&awake);
     }
 
     #[test]

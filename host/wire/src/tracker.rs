@@ -20,10 +20,11 @@ use crate::RequestId;
 /// than there are ids, so a free one is always near.
 pub const MAX_TRACKED: usize = 1 << 20;
 
-/// Hashes the tracker's keys: request ids it picked itself (one after another) and session ids.
-/// A multiply by the golden ratio rather than SipHash: nothing the tracker inserts is chosen by
-/// the peer, so it needs no defence against chosen keys, and every pipelined op inserts and
-/// removes an id (SipHash made that a third of a pipelined launch's time in the client).
+/// Hashes the tracker's keys: request ids it picked itself (one after another) and session ids
+/// (the node's, one per session the client opened). A multiply by the golden ratio rather than
+/// SipHash: the peer cannot make the tracker insert keys of its choosing beyond the sessions the
+/// client asked for, so it needs no defence against chosen keys, and every pipelined op inserts
+/// and removes an id (SipHash made that a third of a pipelined launch's time in the client).
 #[derive(Default)]
 struct IdHasher(u64);
 

@@ -175,6 +175,7 @@ pub(crate) async fn serve(shared: Arc<Shared>, incoming: quinn::Incoming) {
     }
 
     let budgets = shared.budgets.open();
+    let hot = hot::ConnectionHot::default();
     let mut phase = shared.phase();
     let hello_deadline = tokio::time::sleep(shared.limits.stall_timeout);
     tokio::pin!(hello_deadline);
@@ -195,6 +196,7 @@ pub(crate) async fn serve(shared: Arc<Shared>, incoming: quinn::Incoming) {
                         budget: Arc::clone(&budgets.requests),
                         replies: Arc::clone(&budgets.replies),
                         closed: Arc::clone(&closed),
+                        hot: Arc::clone(&hot),
                     }));
                 }
                 Err(err) => break err.to_string(),

@@ -7,7 +7,7 @@
 //! the stall timeout.
 
 use super::deploy::{self, DeployRequest, Intake, Lane};
-use super::hot::Hot;
+use super::hot::{ConnectionHot, Hot};
 use super::{QUEUE_BYTES, STAGING_PIECE};
 use crate::caller::Caller;
 use crate::job::{Batch, Job, ReplyTo, Work, WritePiece};
@@ -44,6 +44,8 @@ pub(crate) struct Stream {
     pub replies: Arc<ReplyBudget>,
     /// Set once the connection is condemned: its GPU thread then serves nothing more.
     pub closed: Arc<AtomicBool>,
+    /// Whether one of the connection's streams keeps a runtime thread awake (see `hot`).
+    pub hot: ConnectionHot,
 }
 
 /// A MEM_WRITE (or STREAM_WRITE) whose data is arriving.
@@ -73,8 +75,9 @@ pub(crate) async fn serve(stream: Stream) {
         budget,
         replies,
         closed,
+        hot,
     } = stream;
-    let hot = Hot::new();
+    let hot = Hot::new(hot);
     let (reply, writer) = outlet(connection.clone(), send, Arc::clone(&hot.written), replies);
     let writer = tokio::spawn(writer.run());
     let mut reader = Reader {

@@ -361,8 +361,14 @@ impl Client {
     }
 
     /// Round trips of one [`ECHO_BYTES`] message on one stream, each timed: `warmup` untimed,
-    /// then up to `count`, for at most `budget`.
-    pub fn echo(&self, warmup: usize, count: usize, budget: Duration) -> Result<Samples, String> {
+    /// then up to `count`, for at most `budget`; `marked`: each between the timeline's markers.
+    pub fn echo(
+        &self,
+        warmup: usize,
+        count: usize,
+        budget: Duration,
+        marked: bool,
+    ) -> Result<Samples, String> {
         let connection = self.connection.clone();
         self.runtime.block_on(async move {
             let (mut send, mut recv) = connection.open_bi().await.map_err(err)?;
@@ -372,9 +378,15 @@ impl Client {
             let mut samples = Samples::with_capacity(count);
             let start = Instant::now();
             for i in 0..warmup + count {
+                if marked {
+                    crate::timeline::begin();
+                }
                 let t = Instant::now();
                 send.write_all(&message).await.map_err(err)?;
                 recv.read_exact(&mut back).await.map_err(err)?;
+                if marked {
+                    crate::timeline::end();
+                }
                 if i >= warmup {
                     samples.push(t.elapsed());
                 }
@@ -384,30 +396,6 @@ impl Client {
             }
             let _ = send.finish();
             Ok(samples)
-        })
-    }
-
-    /// `count` round trips as [`echo`](Self::echo) makes them, each between the timeline's
-    /// markers (at most `budget`).
-    pub fn echo_marked(&self, count: usize, budget: Duration) -> Result<(), String> {
-        let connection = self.connection.clone();
-        self.runtime.block_on(async move {
-            let (mut send, mut recv) = connection.open_bi().await.map_err(err)?;
-            send.write_all(&[ECHO]).await.map_err(err)?;
-            let message = [7u8; ECHO_BYTES];
-            let mut back = [0u8; ECHO_BYTES];
-            let start = Instant::now();
-            for _ in 0..count {
-                crate::timeline::begin();
-                send.write_all(&message).await.map_err(err)?;
-                recv.read_exact(&mut back).await.map_err(err)?;
-                crate::timeline::end();
-                if start.elapsed() > budget {
-                    break;
-                }
-            }
-            let _ = send.finish();
-            Ok(())
         })
     }
 

@@ -112,7 +112,7 @@ pub fn run(rig: &Rig, p: &Params, table: &mut Table, rounds: &mut String) -> Res
             (Samples::default(), Samples::default(), Samples::default());
         for block in ORDERS[round % ORDERS.len()] {
             match block {
-                Block::Echo => r_rtt = echo.echo(warmup, p.pairs, p.budget)?,
+                Block::Echo => r_rtt = echo.echo(warmup, p.pairs, p.budget, false)?,
                 Block::Local => {
                     r_local = local.launch_sync(warmup, p.pairs, p.budget, Duration::ZERO)?
                 }

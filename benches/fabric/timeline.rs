@@ -121,11 +121,11 @@ pub fn run(rig: &Rig, out: &mut String) -> Result<(), String> {
     let mut remote =
         Session::open(rig.remote_gpu()?, 1 << 20).map_err(|e| format!("remote: {e}"))?;
     // Warm both paths before recording.
-    echo.echo(100, 0, Duration::from_secs(5))?;
+    echo.echo(100, 0, Duration::from_secs(5), false)?;
     remote.launch_sync(100, 0, Duration::from_secs(5), Duration::ZERO)?;
     remote.launch_batch(crate::ASYNC_LAUNCHES)?;
 
-    let (echoed, marks) = recorder.record(|| echo.echo_marked(ECHOES, Duration::from_secs(10)));
+    let (echoed, marks) = recorder.record(|| echo.echo(0, ECHOES, Duration::from_secs(10), true));
     echoed?;
     writeln!(out, "bare echo, {ECHOES} round trips:").unwrap();
     out.push_str(&sequences(&units(&marks)));
@@ -134,15 +134,7 @@ pub fn run(rig: &Rig, out: &mut String) -> Result<(), String> {
     paired?;
     writeln!(out, "remote launch + sync, {PAIRS} pairs:").unwrap();
     out.push_str(&sequences(&units(&marks)));
-    let (batched, marks) = recorder.record(|| {
-        (0..BATCHES).try_for_each(|_| {
-            begin();
-            let batch = remote.launch_batch(crate::ASYNC_LAUNCHES);
-            end();
-            batch.map(|_| ())
-        })
-    });
-    batched?;
+    let marks = record_batches(&recorder, &mut remote, None)?;
     writeln!(
         out,
         "remote {} async launches + sync, {BATCHES} batches back to back:",
@@ -153,16 +145,7 @@ pub fn run(rig: &Rig, out: &mut String) -> Result<(), String> {
     // As the latency phase runs them: each remote batch after a local one, during which the
     // remote path's threads have nothing to do.
     let mut local = Session::open(rig.local_gpu(), 1 << 20).map_err(|e| format!("local: {e}"))?;
-    let (batched, marks) = recorder.record(|| {
-        (0..BATCHES).try_for_each(|_| {
-            local.launch_batch(crate::ASYNC_LAUNCHES)?;
-            begin();
-            let batch = remote.launch_batch(crate::ASYNC_LAUNCHES);
-            end();
-            batch.map(|_| ())
-        })
-    });
-    batched?;
+    let marks = record_batches(&recorder, &mut remote, Some(&mut local))?;
     writeln!(
         out,
         "remote {} async launches + sync, {BATCHES} batches, each after a local batch:",
@@ -171,6 +154,27 @@ pub fn run(rig: &Rig, out: &mut String) -> Result<(), String> {
     .unwrap();
     out.push_str(&batches(&units(&marks)));
     Ok(())
+}
+
+/// [`BATCHES`] remote batches, each between the markers and after a local batch on `before` if
+/// given: the marks they left.
+fn record_batches(
+    recorder: &Recorder,
+    remote: &mut Session,
+    mut before: Option<&mut Session>,
+) -> Result<Vec<Mark>, String> {
+    let (batched, marks) = recorder.record(|| {
+        (0..BATCHES).try_for_each(|_| {
+            if let Some(local) = before.as_mut() {
+                local.launch_batch(crate::ASYNC_LAUNCHES)?;
+            }
+            begin();
+            let batch = remote.launch_batch(crate::ASYNC_LAUNCHES);
+            end();
+            batch.map(|_| ())
+        })
+    });
+    batched.map(|()| marks)
 }
 
 /// The marks between each `begin` and its `end`, without those two, and the unit's time.

@@ -313,6 +313,14 @@ mod tests {
     /// The tests' own slots, apart from the node's.
     static TEST_SLOTS: Slots = Slots::new();
 
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
     fn budgets(hot: &Hot) -> Budgets {
         *lock(&hot.state.budgets)
     }
@@ -338,11 +346,7 @@ mod tests {
 
     #[test]
     fn it_stops_at_the_reply_or_the_budget_lingers_and_learns_from_which() {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
+        let runtime = runtime();
         let _in = runtime.enter();
         let max = Duration::from_millis(2);
         let linger = Duration::from_millis(20);
@@ -412,11 +416,7 @@ mod tests {
 
     #[test]
     fn a_stream_of_calls_cannot_stretch_the_wait_past_the_ceiling() {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
+        let runtime = runtime();
         let _in = runtime.enter();
         static SLOTS: Slots = Slots::new();
         let max = Duration::from_millis(20);

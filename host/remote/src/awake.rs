@@ -16,8 +16,9 @@
 //! ceiling (`TASKLET_CLIENT_LINGER_US`, default [`DEFAULT_LINGER_US`]; 0 turns it off) when the
 //! next write came within it and halves, down to nothing, when it did not; a channel whose
 //! calling thread has stopped polling for replies
-//! (its calls take long: `spin`) starts none; and at most a quarter of the cores keep a runtime
-//! awake at once in this process (none on a machine of fewer than 4).
+//! (its calls take long: `spin`) starts none; and the process's spinning threads, every kind of
+//! hot wait together, are at most a quarter of the cores (`tasklet_spin::SPINNERS`; none on a
+//! machine of fewer than 4).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
@@ -32,9 +33,6 @@ pub const DEFAULT_AWAKE_US: u64 = crate::spin::DEFAULT_SPIN_US;
 /// The linger after a reply or a write when `TASKLET_CLIENT_LINGER_US` does not say: longer
 /// than a millisecond, after which a virtual machine's idle thread takes far longer to wake.
 pub const DEFAULT_LINGER_US: u64 = 2000;
-
-/// Tasks keeping a client runtime awake now, in this process.
-static AWAKE: Slots = Slots::new();
 
 fn ceilings() -> Limits {
     static CEILINGS: OnceLock<Limits> = OnceLock::new();
@@ -94,7 +92,11 @@ impl State {
 
 impl Awake {
     pub fn new() -> Awake {
-        Awake::within(ceilings(), &AWAKE, tasklet_spin::spinners_allowed())
+        Awake::within(
+            ceilings(),
+            &tasklet_spin::SPINNERS,
+            tasklet_spin::spinners_allowed(),
+        )
     }
 
     fn within(limits: Limits, slots: &'static Slots, allowed: usize) -> Awake {

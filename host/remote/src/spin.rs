@@ -7,8 +7,9 @@
 //! three ways, like the node's GPU thread and the GPU workers: by a budget that grows while
 //! replies come within it and shrinks when they do not (a call that takes long, a kernel's sync,
 //! goes back to parking at once), by a ceiling ([`DEFAULT_SPIN_US`], or
-//! `TASKLET_CLIENT_SPIN_US`; 0 turns it off), and by the count of threads polling at once in
-//! this process, at most a quarter of the cores (none on a machine of fewer than 4).
+//! `TASKLET_CLIENT_SPIN_US`; 0 turns it off), and by the count of threads spinning at once in
+//! this process, every kind of hot wait together, at most a quarter of the cores
+//! (`tasklet_spin::SPINNERS`; none on a machine of fewer than 4).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -16,16 +17,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
-use tasklet_spin::{Budget, Slots};
+use tasklet_spin::Budget;
 use tokio::runtime::Runtime;
 
 /// The polling ceiling when `TASKLET_CLIENT_SPIN_US` does not say: long enough for the sync
 /// after a thousand pipelined launches (about a millisecond of GPU work), as CUDA's own default
 /// sync spins before it yields.
 pub const DEFAULT_SPIN_US: u64 = 2000;
-
-/// Threads polling now, in this process.
-static POLLING: Slots = Slots::new();
 
 fn ceiling() -> Duration {
     static CEILING: OnceLock<Duration> = OnceLock::new();
@@ -62,7 +60,7 @@ impl Spin {
         if budget.is_zero() {
             return None;
         }
-        let _slot = POLLING.take(allowed)?;
+        let _slot = tasklet_spin::SPINNERS.take(allowed)?;
         let _runtime = runtime.enter();
         let woken = Arc::new(Flag(AtomicBool::new(true)));
         let waker = Waker::from(Arc::clone(&woken));

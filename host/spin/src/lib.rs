@@ -12,9 +12,11 @@
 //! - a **budget** that adapts: back to the ceiling when the awaited thing came within it,
 //!   halved when it did not, so that a quiet connection stops spinning after a few requests:
 //!   [`Budget`];
-//! - a **count** of the threads of a process spinning at once for one kind of wait, at most a
-//!   quarter of the cores (none on a machine of fewer than 4), so that many busy connections
-//!   never spin against each other: [`Slots`].
+//! - a **count** of the threads of a process spinning at once, every kind of wait together
+//!   ([`SPINNERS`]), at most a quarter of the cores (none on a machine of fewer than 4), so that
+//!   many busy connections never spin against each other, and the kinds together never take more
+//!   (a process that serves a node and its clients at once, as the tests and the fabric
+//!   benchmark do, once had each kind take a quarter, and its workers starved): [`Slots`].
 //!
 //! The GPU workers' own spin (host/worker's channel) follows the same idea with its own rules,
 //! since it is set by the host through shared memory rather than in this process.
@@ -40,7 +42,11 @@ pub fn spinners_allowed() -> usize {
     *ALLOWED.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()) / 4)
 }
 
-/// The count of threads spinning now for one kind of wait; a `static` per kind.
+/// The threads of this process spinning now, every kind of wait together: each takes a slot of
+/// these, at most [`spinners_allowed`] at once.
+pub static SPINNERS: Slots = Slots::new();
+
+/// A count of threads spinning now ([`SPINNERS`]; tests make their own).
 pub struct Slots(AtomicUsize);
 
 impl Slots {

@@ -23,8 +23,9 @@
 //! ceiling when the next request came within it and halves (down to nothing) when it did not;
 //! the ceilings (`TASKLET_NODE_HOT_US`, default [`DEFAULT_HOT_US`], 0 turns all of this off;
 //! `TASKLET_NODE_LINGER_US`, default [`DEFAULT_LINGER_US`], 0 turns the linger off); one such
-//! task per connection, whatever its streams; and at most a quarter of the cores in this process
-//! (none on a machine of fewer than 4).
+//! task per connection, whatever its streams; and the process's spinning threads, every kind of
+//! hot wait together, at most a quarter of the cores (`tasklet_spin::SPINNERS`; none on a machine
+//! of fewer than 4).
 
 use crate::job::ReplyTo;
 use crate::outlet::{HotWait, Writes};
@@ -46,9 +47,6 @@ const FLOOR: Duration = Duration::from_micros(10);
 
 /// `awaited` when no call is awaited.
 const NONE: u64 = u64::MAX;
-
-/// Tasks keeping a runtime thread awake now, in this process.
-static HOT: Slots = Slots::new();
 
 fn ceilings() -> (Duration, Duration) {
     static CEILINGS: OnceLock<(Duration, Duration)> = OnceLock::new();
@@ -139,7 +137,7 @@ impl Hot {
         self.keep_awake_within(
             Some(mark),
             Some(reply),
-            &HOT,
+            &tasklet_spin::SPINNERS,
             tasklet_spin::spinners_allowed(),
         );
     }
@@ -147,7 +145,12 @@ impl Hot {
     /// Pipelined requests (no call) were handed over: keeps a runtime thread awake for the
     /// linger after, so that the next of a series of frames is read without a wake-up.
     pub fn linger(&self, reply: &ReplyTo) {
-        self.keep_awake_within(None, Some(reply), &HOT, tasklet_spin::spinners_allowed());
+        self.keep_awake_within(
+            None,
+            Some(reply),
+            &tasklet_spin::SPINNERS,
+            tasklet_spin::spinners_allowed(),
+        );
     }
 
     fn keep_awake_within(

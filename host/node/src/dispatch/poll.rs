@@ -7,12 +7,13 @@
 //! the thread parked. Polling is bounded three ways: by a budget that grows while batches come
 //! within it and shrinks when they do not (an idle connection goes back to parking at once), by
 //! a ceiling ([`DEFAULT_POLL_US`], or `TASKLET_NODE_POLL_US`; 0 turns polling off), and by the
-//! count of GPU threads polling at once in this process, at most a quarter of the cores (none on
-//! a machine of fewer than 4), so that many busy connections never spin against each other.
+//! count of threads spinning at once in this process, every kind of hot wait together
+//! (`tasklet_spin::SPINNERS`), at most a quarter of the cores (none on a machine of fewer than
+//! 4), so that many busy connections never spin against each other.
 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
-use tasklet_spin::{Budget, Slots};
+use tasklet_spin::Budget;
 use tokio::sync::mpsc::{self, error::TryRecvError};
 
 /// The poll ceiling when `TASKLET_NODE_POLL_US` does not say: longer than a millisecond, after
@@ -20,9 +21,6 @@ use tokio::sync::mpsc::{self, error::TryRecvError};
 /// millisecond of the client's own work found every thread on its way parked: 1.76 ms against
 /// 1.19 back to back, on an H200 machine).
 pub const DEFAULT_POLL_US: u64 = 2000;
-
-/// GPU threads polling now, in this process.
-static POLLING: Slots = Slots::new();
 
 fn ceiling() -> Duration {
     static CEILING: OnceLock<Duration> = OnceLock::new();
@@ -64,7 +62,7 @@ impl Waiter {
         if budget.is_zero() {
             return None;
         }
-        let _slot = POLLING.take(tasklet_spin::spinners_allowed())?;
+        let _slot = tasklet_spin::SPINNERS.take(tasklet_spin::spinners_allowed())?;
         let start = Instant::now();
         let mut turns = 0u32;
         loop {

@@ -30,9 +30,9 @@ use tokio::runtime::Runtime;
 /// the calling thread's own (`spin`).
 pub const DEFAULT_AWAKE_US: u64 = crate::spin::DEFAULT_SPIN_US;
 
-/// The linger after a reply or a write when `TASKLET_CLIENT_LINGER_US` does not say: longer
-/// than a millisecond, after which a virtual machine's idle thread takes far longer to wake.
-pub const DEFAULT_LINGER_US: u64 = 2000;
+/// The linger after a reply or a write when `TASKLET_CLIENT_LINGER_US` does not say: the next
+/// call of a series, or the next write of a batch.
+pub const DEFAULT_LINGER_US: u64 = 300;
 
 fn ceilings() -> Limits {
     static CEILINGS: OnceLock<Limits> = OnceLock::new();

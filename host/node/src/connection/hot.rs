@@ -38,9 +38,9 @@ use tasklet_spin::{Budget, Slot, Slots};
 /// the sync after a thousand pipelined launches (about a millisecond of GPU work).
 pub const DEFAULT_HOT_US: u64 = 1000;
 
-/// The ceiling of the linger when `TASKLET_NODE_LINGER_US` does not say: longer than a
-/// millisecond, after which a virtual machine's idle thread takes far longer to wake.
-pub const DEFAULT_LINGER_US: u64 = 2000;
+/// The ceiling of the linger when `TASKLET_NODE_LINGER_US` does not say: a client's next call
+/// after a round trip (see `dispatch::poll` on longer ones).
+pub const DEFAULT_LINGER_US: u64 = 200;
 
 /// The least the wait for a reply shrinks to.
 const FLOOR: Duration = Duration::from_micros(10);

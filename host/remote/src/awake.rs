@@ -55,6 +55,8 @@ pub(crate) struct Awake {
     limits: Limits,
     /// The linger's budget.
     linger: Mutex<Budget>,
+    /// Whether the next write carries a call ([`call_out`](Self::call_out)).
+    call_next: AtomicBool,
     slots: &'static Slots,
     allowed: usize,
 }
@@ -110,24 +112,22 @@ impl Awake {
             }),
             limits,
             linger: Mutex::new(Budget::new(limits.linger, Duration::ZERO)),
+            call_next: AtomicBool::new(false),
             slots,
             allowed,
         }
     }
 
-    /// A call goes out: keeps the runtime's thread awake from now until its reply (and the
-    /// linger after), starting a task for it unless one runs, no slot is free, or this is off.
-    pub fn call_out(&self, runtime: &Runtime) {
-        self.wake(runtime, true);
+    /// A call goes out: the write that carries it ([`sent`](Self::sent)) keeps the runtime's
+    /// thread awake until its reply (and the linger after).
+    pub fn call_out(&self) {
+        self.call_next.store(true, Ordering::SeqCst);
     }
 
-    /// Pipelined frames go out: keeps the runtime's thread awake for the linger after, or
-    /// until the reply to a call that is out.
+    /// Frames go out (a call's, or pipelined ones): keeps the runtime's thread awake until the
+    /// reply to a call that is out, and for the linger after, starting a task for it unless one
+    /// runs, no slot is free, or this is off.
     pub fn sent(&self, runtime: &Runtime) {
-        self.wake(runtime, false);
-    }
-
-    fn wake(&self, runtime: &Runtime, call: bool) {
         if self.limits.out.is_zero() {
             return;
         }
@@ -145,11 +145,10 @@ impl Awake {
         state
             .linger
             .store(linger.as_nanos() as u64, Ordering::SeqCst);
-        if !call && linger.is_zero() && !state.out.load(Ordering::SeqCst) {
-            return;
-        }
-        if call {
+        if self.call_next.swap(false, Ordering::SeqCst) {
             state.out.store(true, Ordering::SeqCst);
+        } else if linger.is_zero() && !state.out.load(Ordering::SeqCst) {
+            return;
         }
         state.changed.store(now, Ordering::SeqCst);
         if state.running.swap(true, Ordering::SeqCst) {
@@ -236,10 +235,12 @@ mod tests {
             linger: Duration::from_millis(20),
         };
         let awake = Awake::within(limits, &TEST_SLOTS, 1);
-        awake.call_out(&runtime);
+        awake.call_out();
+        awake.sent(&runtime);
         assert!(awake.running());
         // A second call while one runs starts no second task (one slot: it would be refused).
-        awake.call_out(&runtime);
+        awake.call_out();
+        awake.sent(&runtime);
         assert_eq!(TEST_SLOTS.taken(), 1);
         std::thread::sleep(Duration::from_millis(5));
         awake.call_back();
@@ -260,7 +261,8 @@ mod tests {
 
         // A call whose reply does not come stops it after its ceiling.
         let started = Instant::now();
-        awake.call_out(&runtime);
+        awake.call_out();
+        awake.sent(&runtime);
         assert!(awake.running());
         until_stopped(&awake);
         assert!(started.elapsed() >= limits.out, "{:?}", started.elapsed());
@@ -285,7 +287,8 @@ mod tests {
             &TEST_SLOTS,
             1,
         );
-        off.call_out(&runtime);
+        off.call_out();
+        off.sent(&runtime);
         assert!(!off.running());
         let no_slot = Awake::within(
             Limits {
@@ -295,7 +298,8 @@ mod tests {
             &TEST_SLOTS,
             0,
         );
-        no_slot.call_out(&runtime);
+        no_slot.call_out();
+        no_slot.sent(&runtime);
         assert!(!no_slot.running());
     }
 }

@@ -187,9 +187,10 @@ impl Channel {
                 request.opcode()
             )));
         }
-        // Only for calls whose replies come soon enough that this thread polls for them.
+        // Only for calls whose replies come soon enough that this thread polls for them; the
+        // flush that writes the call keeps the runtime awake for its reply.
         if self.spin.polls() {
-            self.awake.call_out(&self.runtime);
+            self.awake.call_out();
         }
         let replied = self.flush().and_then(|()| self.await_reply(id));
         self.awake.call_back();

@@ -117,7 +117,7 @@ impl Hot {
                 gave_up: Mutex::new(None),
                 budgets: Mutex::new(Budgets {
                     reply: Budget::new(reply, FLOOR.min(reply)),
-                    linger: Budget::new(linger.min(reply.max(linger)), Duration::ZERO),
+                    linger: Budget::new(linger, Duration::ZERO),
                 }),
             }),
             connection,

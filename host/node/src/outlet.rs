@@ -223,27 +223,14 @@ impl ReplyTo {
     /// is pending. What quinn does not take is left for the writer task, still under the lock,
     /// so nothing can be written between the two parts.
     fn write_direct(&self, send: &mut quinn::SendStream, bytes: Bytes) {
-        let mut chunks = [bytes];
-        let attempt = {
-            let write = pin!(send.write_chunks(&mut chunks));
-            // A noop waker: when quinn is blocked it keeps this waker for the stream, and the
-            // writer task's own poll of the rest replaces it.
-            write.poll(&mut Context::from_waker(Waker::noop()))
-        };
-        self.outlet.written.note();
+        let unsent = write_once(&self.outlet, send, bytes);
         tracing::trace!(name: "written", target: crate::TIMELINE, "");
-        match attempt {
-            Poll::Ready(Ok(_)) if chunks[0].is_empty() => {}
-            // An error means the stream or connection is gone: nothing more to send.
-            Poll::Ready(Err(_)) => {}
-            // Blocked, or taken in part: the rest goes to the writer task, first.
-            Poll::Ready(Ok(_)) | Poll::Pending => {
-                let [rest] = chunks;
-                self.leave(rest);
-                // Wakes a writer idle on its queue; a full queue means it is busy and takes the
-                // rest before its next item, and a closed one that it is gone.
-                let _ = self.queue.try_send(Outgoing::Flush);
-            }
+        // Blocked, or taken in part: the rest goes to the writer task, first.
+        if let Some(rest) = unsent {
+            self.leave(rest);
+            // Wakes a writer idle on its queue; a full queue means it is busy and takes the
+            // rest before its next item, and a closed one that it is gone.
+            let _ = self.queue.try_send(Outgoing::Flush);
         }
     }
 
@@ -310,25 +297,17 @@ impl HotWait {
         let Some(bytes) = taken else {
             return;
         };
-        let mut chunks = [bytes];
-        let attempt = {
-            let write = pin!(send.write_chunks(&mut chunks));
-            write.poll(&mut Context::from_waker(Waker::noop()))
-        };
-        outlet.written.note();
+        let unsent = write_once(outlet, &mut send, bytes);
         tracing::trace!(name: "written-hot", target: crate::TIMELINE, "");
-        match attempt {
-            Poll::Ready(Ok(_)) if chunks[0].is_empty() => {
-                outlet.pending.fetch_sub(1, Ordering::AcqRel);
-            }
-            // The stream or the connection is gone: nothing more to send.
-            Poll::Ready(Err(_)) => {}
-            // Blocked, or taken in part: the rest stays first in line, still counted pending.
-            Poll::Ready(Ok(_)) | Poll::Pending => {
-                let [unsent] = chunks;
+        // Blocked, or taken in part: the rest stays first in line, still counted pending.
+        match unsent {
+            Some(unsent) => {
                 let mut rest = outlet.rest.lock().unwrap_or_else(PoisonError::into_inner);
                 *rest = Some(unsent);
                 outlet.rest_ready.store(true, Ordering::SeqCst);
+            }
+            None => {
+                outlet.pending.fetch_sub(1, Ordering::AcqRel);
             }
         }
     }
@@ -387,6 +366,27 @@ impl Writer {
             // Until the client has everything: a connection closed sooner may lose the last
             // replies (QUIC drops what is unsent, and the client may drop what it has not read).
             let _ = tokio::time::timeout(FINISH_GRACE, send.stopped()).await;
+        }
+    }
+}
+
+/// One attempt, without waiting, to hand `bytes` to quinn, counted as a write: what quinn did
+/// not take (it is blocked, or took a part), or `None` when it took them all or the stream is
+/// gone (nothing more to send). A noop waker: when quinn is blocked it keeps this waker for the
+/// stream, and the writer task's own poll of the rest replaces it.
+fn write_once(outlet: &Outlet, send: &mut quinn::SendStream, bytes: Bytes) -> Option<Bytes> {
+    let mut chunks = [bytes];
+    let attempt = {
+        let write = pin!(send.write_chunks(&mut chunks));
+        write.poll(&mut Context::from_waker(Waker::noop()))
+    };
+    outlet.written.note();
+    match attempt {
+        Poll::Ready(Ok(_)) if chunks[0].is_empty() => None,
+        Poll::Ready(Err(_)) => None,
+        Poll::Ready(Ok(_)) | Poll::Pending => {
+            let [rest] = chunks;
+            Some(rest)
         }
     }
 }

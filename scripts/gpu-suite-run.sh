@@ -28,6 +28,10 @@
 #                                     latency while the other misbehaves, copies on both at once,
 #                                     copies between them beside native peer copies: devices.txt.
 #                                     DEVICES picks the two GPUs (default 0,1 where there are two)
+#   bash .gpu-suite/run.sh starts     hosts starting at once: `tasklet run` of the iota example,
+#                                     one alone three times, then 16 and 48 at once, with every GPU
+#                                     and with CUDA_VISIBLE_DEVICES=0; each one's wall time (how a
+#                                     machine's driver takes many workers' contexts at once): starts.txt
 #   bash .gpu-suite/run.sh soak       the soak (tests/src/bin/soak.rs) on cuda: SOAK_CYCLES cycles
 #                                     (default 10000, ~7 min on an H100) of random tenant lives, every
 #                                     batch checked for leaks (accounting, workers, descriptors,
@@ -40,6 +44,9 @@
 # (`tasklet inventory`, its --json, and a `tasklet run` smoke test), summary.txt (counts, failed
 # and skipped tests, per-executable results). TASKLET_REPO overrides the checkout (default: the
 # directory above this one). SUITE_TIMEOUT: seconds per test executable (default 300).
+# SUITE_ONLY: a pattern of test executables' names to run (e.g. 'node-*|suite-*'; default
+# every one), to split a pass over several commands. SUITE_THREADS: test threads each executable
+# runs (default: as many as the machine has cores; the `gpu` executable always one).
 #
 # The last line printed is `N passed, M failed` over both passes; an executable that crashed or
 # timed out without reporting counts as one failure. Exit status 0 only when M is 0.
@@ -52,7 +59,7 @@ per_exe_timeout="${SUITE_TIMEOUT:-300}"
 phases=("${@:-cuda emu}")
 read -r -a phases <<<"${phases[*]}"
 mkdir -p "$logs"
-rm -f "$logs"/{env.txt,cuda.log,emu.log,inventory.txt,summary.txt,bench.txt,diff.txt,fabric.txt,writes-ab.txt,soak.txt,guests.log,guests.txt,actors.txt,devices.txt}
+rm -f "$logs"/{env.txt,cuda.log,emu.log,inventory.txt,summary.txt,bench.txt,diff.txt,fabric.txt,writes-ab.txt,soak.txt,guests.log,guests.txt,actors.txt,devices.txt,starts.txt}
 
 say() { echo "gpu-suite: $*" >&2; }
 
@@ -141,9 +148,14 @@ run_pass() { # run_pass BACKEND [LABEL FILTER]: every test executable, or only t
         if [ -n "$filter" ]; then
             case "$name" in suite-*) args=("$filter") ;; *) continue ;; esac
         fi
+        # shellcheck disable=SC2254 # SUITE_ONLY is a pattern
+        if [ -n "${SUITE_ONLY:-}" ]; then
+            eval "case \"\$name\" in ${SUITE_ONLY}) ;; *) continue ;; esac"
+        fi
+        [ -n "${SUITE_THREADS:-}" ] && args+=("--test-threads=$SUITE_THREADS")
         # The `gpu` test binary (tests/tests/gpu.rs): the containment tests time latencies and
         # share one GPU, one at a time. The rest of the integration tests are the `suite` binary.
-        case "$name" in gpu-*) args=(--test-threads=1) ;; esac
+        case "$name" in gpu-*) args+=(--test-threads=1) ;; esac
         out="$work/out"
         local t0 t1
         t0=$(date +%s)
@@ -306,6 +318,40 @@ run_fabric() { # the fabric table (node and clients here, over loopback); counts
     echo "fabric: see fabric.txt" >>"$summary"
 }
 
+run_starts() { # hosts starting at once, with every GPU and with one; counts towards nothing
+    local t0 n i vis label
+    say "starts: tasklet run of the iota example, 1, 16 and 48 at once"
+    one() { # one VISIBLE: prints the run's wall time in ms and its exit status
+        local a b rc
+        a=$(date +%s%N)
+        if [ "$1" = all ]; then
+            (cd "$repo" && echo 5 | timeout 120 target/release/tasklet run tasklets/iota --backend cuda >/dev/null 2>&1)
+        else
+            (cd "$repo" && echo 5 | CUDA_VISIBLE_DEVICES="$1" timeout 120 target/release/tasklet run tasklets/iota --backend cuda >/dev/null 2>&1)
+        fi
+        rc=$?
+        b=$(date +%s%N)
+        echo "$(((b - a) / 1000000)) $rc"
+    }
+    {
+        echo "tasklet run tasklets/iota --backend cuda (input 5): wall ms per run, min / median / max, failures"
+        for vis in all 0; do
+            label="every GPU"
+            [ "$vis" = all ] || label="CUDA_VISIBLE_DEVICES=$vis"
+            for n in 1 1 1 16 48; do
+                : >"$work/starts"
+                t0=$(date +%s%N)
+                for i in $(seq "$n"); do one "$vis" >>"$work/starts" & done
+                wait
+                sort -n "$work/starts" | awk -v n="$n" -v label="$label" -v all="$((($(date +%s%N) - t0) / 1000000))" \
+                    '{ t[NR] = $1; if ($2 != 0) f++ } END { printf "%-26s %2d at once: %6d / %6d / %6d ms, %d failed, all done in %d ms\n", label, n, t[1], t[int((NR + 1) / 2)], t[NR], f, all }'
+            done
+        done
+    } >"$logs/starts.txt" 2>&1
+    cat "$logs/starts.txt" >&2
+    echo "starts: see starts.txt" >>"$summary"
+}
+
 run_soak() { # the long soak on cuda; its verdict counts as one test
     # 8 tenants, checked every 4 cycles each: about 25 cycles/s on an H100 (a killed or faulted
     # worker's replacement makes a CUDA context, which bounds the rate), so 10,000 in ~7 minutes.
@@ -328,12 +374,13 @@ for phase in "${phases[@]}"; do
         fabric) run_fabric ;;
         writes-ab) run_writes_ab ;;
         soak) run_soak ;;
+        starts) run_starts ;;
         actors) run_tool actors --backend cuda ;;
         devices) run_tool devices --backend cuda ${DEVICES:+--devices "$DEVICES"} ;;
         cuda | emu) : >"$summary.$phase"; run_pass "$phase" ;;
         guests) : >"$summary.guests"; run_pass cuda guests guest_languages:: ;;
         guest-stats) run_guest_stats ;;
-        *) say "unknown pass '$phase' (cuda, emu, guests, guest-stats, bench, writes-ab, fabric, actors, devices or soak)"; exit 2 ;;
+        *) say "unknown pass '$phase' (cuda, emu, guests, guest-stats, bench, writes-ab, fabric, actors, devices, starts or soak)"; exit 2 ;;
     esac
 done
 

@@ -31,8 +31,9 @@ use tokio::runtime::Runtime;
 pub const DEFAULT_AWAKE_US: u64 = crate::spin::DEFAULT_SPIN_US;
 
 /// The linger after a reply or a write when `TASKLET_CLIENT_LINGER_US` does not say: the next
-/// call of a series, or the next write of a batch.
-pub const DEFAULT_LINGER_US: u64 = 300;
+/// call of a series, the next write of a batch, or the next batch after a millisecond or two
+/// of the caller's own work.
+pub const DEFAULT_LINGER_US: u64 = 2000;
 
 fn ceilings() -> Limits {
     static CEILINGS: OnceLock<Limits> = OnceLock::new();

@@ -34,13 +34,15 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
 use tasklet_spin::{Budget, Slot, Slots};
 
-/// The ceiling of the wait for a reply when `TASKLET_NODE_HOT_US` does not say: long enough for
-/// the sync after a thousand pipelined launches (about a millisecond of GPU work).
-pub const DEFAULT_HOT_US: u64 = 1000;
+/// The ceiling of the wait for a reply when `TASKLET_NODE_HOT_US` does not say: the client's own
+/// wait for it (`TASKLET_CLIENT_SPIN_US`), long enough for the sync after a thousand pipelined
+/// launches that reached the node late (about a millisecond of GPU work after them).
+pub const DEFAULT_HOT_US: u64 = 2000;
 
 /// The ceiling of the linger when `TASKLET_NODE_LINGER_US` does not say: a client's next call
-/// after a round trip (see `dispatch::poll` on longer ones).
-pub const DEFAULT_LINGER_US: u64 = 200;
+/// after a round trip, or its next batch after a millisecond or two of its own work (see
+/// `dispatch::poll`).
+pub const DEFAULT_LINGER_US: u64 = 2000;
 
 /// The least the wait for a reply shrinks to.
 const FLOOR: Duration = Duration::from_micros(10);

@@ -16,13 +16,12 @@ use std::time::{Duration, Instant};
 use tasklet_spin::Budget;
 use tokio::sync::mpsc::{self, error::TryRecvError};
 
-/// The poll ceiling when `TASKLET_NODE_POLL_US` does not say. Longer polls take more wake-ups
-/// out of a remote batch that follows a millisecond of the client's own work (on an H200 machine
-/// such a batch found every thread on its way parked: 1.76 ms against 1.19 back to back). The
-/// two suite runs with 2 ms here and on the lingers (on two GPUs) had node tests whose workers
-/// did not start within 30 s, not yet explained, where the run with these values (one GPU)
-/// passed; raise it where the node's cores are to spare.
-pub const DEFAULT_POLL_US: u64 = 300;
+/// The poll ceiling when `TASKLET_NODE_POLL_US` does not say: a client's next batch after a
+/// millisecond or two of its own work. Shorter polls leave such a batch to find every thread on
+/// its way parked (on an H200 machine, a batch after a local one: 1.76 ms against 1.19 back to
+/// back, the wake-ups after a millisecond's idle far slower than after a round trip's); the
+/// budget halves while batches come further apart, so a quiet connection soon parks at once.
+pub const DEFAULT_POLL_US: u64 = 2000;
 
 fn ceiling() -> Duration {
     static CEILING: OnceLock<Duration> = OnceLock::new();

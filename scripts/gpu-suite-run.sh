@@ -46,7 +46,11 @@
 # directory above this one). SUITE_TIMEOUT: seconds per test executable (default 300).
 # SUITE_ONLY: a pattern of test executables' names to run (e.g. 'node-*|suite-*'; default
 # every one), to split a pass over several commands. SUITE_THREADS: test threads each executable
-# runs (default: as many as the machine has cores; the `gpu` executable always one).
+# runs (the `gpu` executable always one); default on cuda 16 divided by the count of GPUs (at
+# least 4), on emu as many as the machine has cores. Every test host starts a worker on each GPU,
+# and a machine starts CUDA workers one after another: ~0.8 s each per GPU it sees on the H200
+# machines, 16 `tasklet run`s at once taking 14 s on one GPU and 30 s on two (`starts`), where a
+# worker has 30 s to start.
 #
 # The last line printed is `N passed, M failed` over both passes; an executable that crashed or
 # timed out without reporting counts as one failure. Exit status 0 only when M is 0.
@@ -142,6 +146,14 @@ run_pass() { # run_pass BACKEND [LABEL FILTER]: every test executable, or only t
     local backend="$1" label="${2:-$1}" filter="${3:-}" log="$logs/${2:-$1}.log" pass=0 fail=0 skipped started
     started=$(date +%s)
     : >"$log"
+    local threads="${SUITE_THREADS:-}" gpus
+    if [ -z "$threads" ] && [ "$backend" = cuda ]; then
+        gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+        [ "${gpus:-0}" -ge 1 ] || gpus=1
+        threads=$((16 / gpus))
+        [ "$threads" -ge 4 ] || threads=4
+    fi
+    say "$label: $backend, ${threads:-one per core} test threads per executable"
     for exe in "$work"/tests/*; do
         local name args=() out rc p f
         name="$(basename "$exe")"
@@ -152,10 +164,12 @@ run_pass() { # run_pass BACKEND [LABEL FILTER]: every test executable, or only t
         if [ -n "${SUITE_ONLY:-}" ]; then
             eval "case \"\$name\" in ${SUITE_ONLY}) ;; *) continue ;; esac"
         fi
-        [ -n "${SUITE_THREADS:-}" ] && args+=("--test-threads=$SUITE_THREADS")
         # The `gpu` test binary (tests/tests/gpu.rs): the containment tests time latencies and
         # share one GPU, one at a time. The rest of the integration tests are the `suite` binary.
-        case "$name" in gpu-*) args+=(--test-threads=1) ;; esac
+        case "$name" in
+            gpu-*) args+=(--test-threads=1) ;;
+            *) [ -n "$threads" ] && args+=("--test-threads=$threads") ;;
+        esac
         out="$work/out"
         local t0 t1
         t0=$(date +%s)

@@ -181,11 +181,7 @@ fn a_second_worker_loads_the_cubin_the_first_compiled_without_jit() {
     let Some(dir) = crate::fake_cuda::fake_driver_dir() else {
         return;
     };
-    let log = std::env::temp_dir().join(format!(
-        "tasklet-module-cache-jit-{}-{:?}",
-        std::process::id(),
-        std::thread::current().id()
-    ));
+    let log = dir.join(format!("jit-log-{:?}", std::thread::current().id()));
     let _ = std::fs::remove_file(&log);
     let events = || -> Vec<(String, u32)> {
         std::fs::read_to_string(&log)

@@ -17,8 +17,8 @@ fn run_prints_the_output_and_says_which_backend() {
 
 #[test]
 fn run_reads_input_from_a_file() {
-    let dir = std::env::temp_dir().join(format!("tasklet-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let dir = scratch.path();
     let input = dir.join("in.txt");
     std::fs::write(&input, "2 1.5 -4").unwrap();
     let out = tasklet(
@@ -102,8 +102,8 @@ fn check_validates_and_shows_the_grant() {
 
 #[test]
 fn check_names_the_bad_key_and_line() {
-    let dir = std::env::temp_dir().join(format!("tasklet-check-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let dir = scratch.path();
     std::fs::write(
         dir.join("tasklet.toml"),
         "name = \"x\"\ncomponent = \"x.wasm\"\n[gpu]\nmax-vram = \"1 lightyear\"\n",
@@ -201,8 +201,8 @@ fn the_actor_example_serves_its_messages_through_a_persistent_kernel() {
 /// even while the tasklet only sends and receives messages (no launch, no sync).
 #[test]
 fn a_persistent_kernel_is_stopped_when_the_gpu_seconds_run_out() {
-    let dir = std::env::temp_dir().join(format!("tasklet-cli-quota-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let dir = scratch.path();
     let policy = dir.join("policy.toml");
     std::fs::write(&policy, "[tasklets]\ngpu-seconds = 1\n").unwrap();
     let started = std::time::Instant::now();

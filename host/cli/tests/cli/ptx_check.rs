@@ -51,8 +51,8 @@ fn every_corpus_file_checks_and_lists_its_kernels() {
 
 #[test]
 fn a_broken_file_fails_naming_file_and_line() {
-    let dir = std::env::temp_dir().join(format!("tasklet-ptx-check-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let dir = scratch.path();
     let bad = dir.join("bad.ptx");
     std::fs::write(
         &bad,
@@ -74,7 +74,6 @@ fn a_broken_file_fails_naming_file_and_line() {
     assert!(stderr.contains("frobnicate"), "{stderr}");
     assert!(stderr.contains("kernels/does-not-exist.ptx: "), "{stderr}");
     assert!(stderr.contains("2 of 3 files failed"), "{stderr}");
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]

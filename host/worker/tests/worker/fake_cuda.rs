@@ -19,11 +19,17 @@ use tasklet_worker::{
 const IOTA_PTX: &str = include_str!("../../../../kernels/iota.ptx");
 const FAULTS_PTX: &str = include_str!("../../../../kernels/faults.ptx");
 
+/// This test process's folder for the fake driver and the files its workers write (counts, JIT
+/// logs): under cargo's scratch folder for tests, not the machine's /tmp.
+fn scratch_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("fake-cuda-{}", std::process::id()))
+}
+
 /// Builds the fake driver once per test process; None (and a skip line) without `cc`.
 fn fake_driver_dir() -> Option<PathBuf> {
     static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
     DIR.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("tasklet-fake-cuda-{}", std::process::id()));
+        let dir = scratch_dir();
         std::fs::create_dir_all(&dir).ok()?;
         let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake_cuda/libcuda.c");
         let lib = dir.join("libcuda.so.1");
@@ -63,9 +69,8 @@ pub(super) fn fake_command() -> Option<WorkerCommand> {
 pub(super) fn counting_worker(env: &[&str]) -> Option<(Worker, PathBuf)> {
     let mut cmd = fake_command()?;
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let file = std::env::temp_dir().join(format!(
-        "tasklet-fake-cuda-counts-{}-{}",
-        std::process::id(),
+    let file = scratch_dir().join(format!(
+        "counts-{}",
         N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));
     cmd.args
@@ -1343,7 +1348,7 @@ fn a_long_run_of_launches_without_a_wait_is_timed_in_several_segments() {
 #[test]
 fn a_cached_image_loads_in_another_worker_without_jit() {
     let Some(cmd) = fake_command() else { return };
-    let log = std::env::temp_dir().join(format!("tasklet-fake-cuda-jit-{}", std::process::id()));
+    let log = scratch_dir().join("jit-log");
     let _ = std::fs::remove_file(&log);
     let spawn = |env: &[&str]| {
         let mut cmd = cmd.clone();

@@ -86,6 +86,49 @@ const DEFAULT_SHARED_LIMIT: u32 = 48 * 1024;
 const CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: i32 = 0;
 const CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: i32 = 8;
 
+/// How long each step of a worker's start took, printed to stderr (the host's) when
+/// `TASKLET_WORKER_START_TIMES` is set: a machine's driver may take a CUDA process's start
+/// one at a time and seconds each, and this says which step.
+struct StartSteps {
+    began: Instant,
+    last: Instant,
+    steps: Vec<(&'static str, Duration)>,
+}
+
+impl StartSteps {
+    fn new() -> StartSteps {
+        let now = Instant::now();
+        StartSteps {
+            began: now,
+            last: now,
+            steps: Vec::new(),
+        }
+    }
+
+    fn done(&mut self, step: &'static str) {
+        let now = Instant::now();
+        self.steps.push((step, now - self.last));
+        self.last = now;
+    }
+
+    fn report(&self, uuid: &str) {
+        if std::env::var_os("TASKLET_WORKER_START_TIMES").is_none() {
+            return;
+        }
+        let steps: Vec<String> = self
+            .steps
+            .iter()
+            .map(|(step, took)| format!("{step} {:.1} ms", took.as_secs_f64() * 1e3))
+            .collect();
+        eprintln!(
+            "tasklet worker {}: started on {uuid} in {:.1} ms: {}",
+            std::process::id(),
+            self.began.elapsed().as_secs_f64() * 1e3,
+            steps.join(", ")
+        );
+    }
+}
+
 /// 16-byte aligned scratch for argument blocks (parameters declared `.align 16`).
 #[derive(Clone, Copy)]
 #[repr(C, align(16))]
@@ -148,9 +191,13 @@ impl CudaBackend {
     /// Loads the driver, opens device 0 and its context, registers the data region, starts the
     /// watchdog. Errors are for people: the host shows them when the worker cannot start.
     pub fn open(opts: &BackendOptions) -> Result<CudaBackend, String> {
+        let mut steps = StartSteps::new();
         let drv = driver::driver()?;
+        steps.done("driver and cuInit");
         let dev = context::open(drv)?;
+        steps.done("context");
         let timeline = Timeline::start(drv, dev.ctx, dev.stream)?;
+        steps.done("watchdog");
         let pinned = match opts.data_region {
             Some((addr, len)) => {
                 match Pinned::register(drv, addr as *mut u8, len, 0, "data region") {
@@ -166,6 +213,7 @@ impl CudaBackend {
             }
             None => None,
         };
+        steps.done("data region pinned");
         // Made now, before any kernel runs: page-locking memory waits for every running kernel.
         let staging = Staging::open(drv)
             .map_err(|why| {
@@ -185,6 +233,8 @@ impl CudaBackend {
                 })
                 .ok()
         });
+        steps.done("staging and completion word");
+        steps.report(&dev.uuid);
         // Device printf output goes to this process's stdout; send it where emulated printf
         // goes (stderr, which is the host's).
         // SAFETY: plain dup2 of our own standard descriptors.

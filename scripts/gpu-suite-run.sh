@@ -29,7 +29,7 @@
 #                                     copies between them beside native peer copies: devices.txt.
 #                                     DEVICES picks the two GPUs (default 0,1 where there are two)
 #   bash .gpu-suite/run.sh starts     hosts starting at once: `tasklet run` of the iota example,
-#                                     one alone three times, then 16 and 48 at once, with every GPU
+#                                     one alone three times, then 16 at once, with every GPU
 #                                     and with CUDA_VISIBLE_DEVICES=0; each one's wall time (how a
 #                                     machine's driver takes many workers' contexts at once): starts.txt
 #   bash .gpu-suite/run.sh soak       the soak (tests/src/bin/soak.rs) on cuda: SOAK_CYCLES cycles
@@ -334,16 +334,20 @@ run_fabric() { # the fabric table (node and clients here, over loopback); counts
 
 run_starts() { # hosts starting at once, with every GPU and with one; counts towards nothing
     local t0 n i vis label
-    say "starts: tasklet run of the iota example, 1, 16 and 48 at once"
-    one() { # one VISIBLE: prints the run's wall time in ms and its exit status
-        local a b rc
+    say "starts: tasklet run of the iota example, 1 and 16 at once"
+    one() { # one VISIBLE: prints the run's wall time in ms and its exit status; its workers'
+        # start steps (TASKLET_WORKER_START_TIMES) go to $work/steps
+        local a b rc err
+        err="$(mktemp "$work/err.XXXXXX")"
         a=$(date +%s%N)
         if [ "$1" = all ]; then
-            (cd "$repo" && echo 5 | timeout 120 target/release/tasklet run tasklets/iota --backend cuda >/dev/null 2>&1)
+            (cd "$repo" && echo 5 | TASKLET_WORKER_START_TIMES=1 timeout 120 target/release/tasklet run tasklets/iota --backend cuda >/dev/null 2>"$err")
         else
-            (cd "$repo" && echo 5 | CUDA_VISIBLE_DEVICES="$1" timeout 120 target/release/tasklet run tasklets/iota --backend cuda >/dev/null 2>&1)
+            (cd "$repo" && echo 5 | CUDA_VISIBLE_DEVICES="$1" TASKLET_WORKER_START_TIMES=1 timeout 120 target/release/tasklet run tasklets/iota --backend cuda >/dev/null 2>"$err")
         fi
         rc=$?
+        grep 'started on' "$err" >>"$work/steps"
+        rm -f "$err"
         b=$(date +%s%N)
         echo "$(((b - a) / 1000000)) $rc"
     }
@@ -352,13 +356,17 @@ run_starts() { # hosts starting at once, with every GPU and with one; counts tow
         for vis in all 0; do
             label="every GPU"
             [ "$vis" = all ] || label="CUDA_VISIBLE_DEVICES=$vis"
-            for n in 1 1 1 16 48; do
+            for n in 1 1 1 16; do
                 : >"$work/starts"
+                : >"$work/steps"
                 t0=$(date +%s%N)
                 for i in $(seq "$n"); do one "$vis" >>"$work/starts" & done
                 wait
                 sort -n "$work/starts" | awk -v n="$n" -v label="$label" -v all="$((($(date +%s%N) - t0) / 1000000))" \
                     '{ t[NR] = $1; if ($2 != 0) f++ } END { printf "%-26s %2d at once: %6d / %6d / %6d ms, %d failed, all done in %d ms\n", label, n, t[1], t[int((NR + 1) / 2)], t[NR], f, all }'
+                # The workers' own start steps: every one of a lone run; of many, the fastest,
+                # the median and the slowest.
+                sort -t' ' -k8,8n "$work/steps" | awk '{ l[NR] = $0 } END { if (NR > 0) { print "    " l[1]; if (NR > 2) print "    " l[int((NR + 1) / 2)]; if (NR > 1) print "    " l[NR] } }'
             done
         done
     } >"$logs/starts.txt" 2>&1

@@ -25,8 +25,11 @@ use tasklet_wire::{
 };
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore, TryAcquireError};
 
-/// The most bytes read from the stream at once.
-const READ_CHUNK: usize = 1 << 20;
+/// The most pieces of the stream taken from quinn at once. Each piece is what one packet carried
+/// (up to a datagram's worth), and each take locks the connection's state, which its driver
+/// holds while it handles the next packets: a bulk transfer read a piece at a time takes that
+/// lock about 40,000 times for 256 MiB.
+const READ_BATCH: usize = 32;
 
 /// MEM_WRITE data is handed to the GPU thread in pieces of this size (the last one shorter):
 /// large enough that a piece costs the worker one copy, small enough that a transfer streams.
@@ -156,12 +159,13 @@ impl Reader {
     /// as GOAWAY. A connection that is gone is no error here.
     async fn read_all(&mut self, recv: &mut quinn::RecvStream) -> Result<(), ErrorReply> {
         let stall = self.shared.limits.stall_timeout;
+        let mut pieces: [Bytes; READ_BATCH] = Default::default();
         loop {
             // Between frames a client may be quiet as long as it likes (QUIC's idle timeout
             // watches the connection); inside one, only for the stall timeout.
             let mid_frame = self.decoder.finish().is_err();
-            let read = recv.read_chunk(READ_CHUNK, true);
-            let chunk = if mid_frame {
+            let read = recv.read_chunks(&mut pieces);
+            let taken = if mid_frame {
                 match tokio::time::timeout(stall, read).await {
                     Ok(read) => read,
                     Err(_) => {
@@ -174,10 +178,10 @@ impl Reader {
             } else {
                 read.await
             };
-            match chunk {
-                Ok(Some(chunk)) => {
+            match taken {
+                Ok(Some(count)) => {
                     tracing::trace!(name: "read", target: crate::TIMELINE, "");
-                    self.feed(chunk.bytes).await?
+                    self.feed(&mut pieces[..count]).await?
                 }
                 Ok(None) => {
                     return self
@@ -191,12 +195,20 @@ impl Reader {
         }
     }
 
-    /// Decodes one read and hands the GPU thread what it held, as one batch.
-    async fn feed(&mut self, bytes: Bytes) -> Result<(), ErrorReply> {
-        let fed = self.decode(&bytes).await;
-        // What came before a malformed frame is served, as it would have been frame by frame.
-        self.hand_over().await;
-        fed
+    /// Decodes one read's pieces, handing the GPU thread what each held as a batch of its own
+    /// (it starts on the first of a thousand pipelined launches while the reader decodes the
+    /// rest; a piece that completes no request hands over nothing). The pieces are taken, each
+    /// share of quinn's buffers let go as soon as it is decoded.
+    async fn feed(&mut self, pieces: &mut [Bytes]) -> Result<(), ErrorReply> {
+        for piece in pieces {
+            let piece = std::mem::take(piece);
+            let fed = self.decode(&piece).await;
+            // What came before a malformed frame is served, as it would have been frame by
+            // frame.
+            self.hand_over().await;
+            fed?;
+        }
+        Ok(())
     }
 
     async fn decode(&mut self, bytes: &Bytes) -> Result<(), ErrorReply> {

@@ -67,17 +67,37 @@ impl Host {
             inventory.as_ref().map_err(String::as_str),
             visible.as_deref(),
         )?;
-        let mut slots = Vec::with_capacity(plan.len());
-        for (index, slot) in plan.iter().enumerate() {
-            match start_slot(&config, index, slot, inventory.as_ref().ok()) {
-                Ok(s) => slots.push(s),
+        // Every device's pool starts its workers at once, then each is described from its first
+        // worker: a worker's start is mostly the driver's (about half a second on the H200
+        // machines), and one device's need not wait for another's.
+        let mut pools: Vec<Arc<Pool>> = Vec::with_capacity(plan.len());
+        let mut started = Ok(());
+        for slot in &plan {
+            match start_pool(&config, slot) {
+                Ok(pool) => pools.push(pool),
                 Err(e) => {
-                    for (pool, _) in &slots {
-                        pool.shutdown();
-                    }
-                    return Err(e);
+                    started = Err(e);
+                    break;
                 }
             }
+        }
+        let mut slots = Vec::with_capacity(plan.len());
+        if started.is_ok() {
+            for (index, (slot, pool)) in plan.iter().zip(&pools).enumerate() {
+                match describe_slot(&config, index, slot, pool, inventory.as_ref().ok()) {
+                    Ok(device) => slots.push((Arc::clone(pool), device)),
+                    Err(e) => {
+                        started = Err(e);
+                        break;
+                    }
+                }
+            }
+        }
+        if let Err(e) = started {
+            for pool in &pools {
+                pool.shutdown();
+            }
+            return Err(e);
         }
         let leases = LeaseManager::start_devices(slots);
         Ok(Host {
@@ -162,12 +182,8 @@ impl Host {
 
 /// Starts device slot `index`'s pool and asks one of its workers what the device is. This also
 /// proves the backend works there before anything is promised to a tasklet.
-fn start_slot(
-    config: &HostConfig,
-    index: usize,
-    slot: &SlotPlan,
-    inventory: Option<&Inventory>,
-) -> Result<(Arc<Pool>, Device), HostError> {
+/// Starts `slot`'s pool: its warm workers start in the background.
+fn start_pool(config: &HostConfig, slot: &SlotPlan) -> Result<Arc<Pool>, HostError> {
     let w = &config.policy.workers;
     let pool = Pool::start_bound(
         PoolConfig {
@@ -186,21 +202,25 @@ fn start_slot(
         },
         slot.binding.clone(),
     )?;
-    let info = {
-        let started = pool.acquire();
-        let info = started.and_then(|mut worker| {
-            let info = worker.info();
-            pool.release(worker);
-            info
-        });
-        match info {
-            Ok(info) => info,
-            Err(e) => {
-                pool.shutdown();
-                return Err(e.into());
-            }
-        }
-    };
+    Ok(pool)
+}
+
+/// Describes device `index` from a worker of its pool (waiting for the first to start), checks
+/// the worker is on the GPU the slot names, and sizes the pool to the device. The caller shuts
+/// the pool down on an error.
+fn describe_slot(
+    config: &HostConfig,
+    index: usize,
+    slot: &SlotPlan,
+    pool: &Arc<Pool>,
+    inventory: Option<&Inventory>,
+) -> Result<Device, HostError> {
+    let w = &config.policy.workers;
+    let info = pool.acquire().and_then(|mut worker| {
+        let info = worker.info();
+        pool.release(worker);
+        info
+    })?;
     // A worker bound to a GPU must not see another GPU of this machine (a MIG instance reports
     // its parent's UUID, so only GPU UUIDs are compared; a UUID NVML does not list is a driver
     // that ignores the binding, such as the tests' fake one, with no other GPU to confuse).
@@ -210,7 +230,6 @@ fn start_slot(
     if let Some(asked) = slot.binding.uuid.as_deref() {
         if asked.starts_with("GPU-") && other_gpu(&info.uuid) && !nvml::same_uuid(asked, &info.uuid)
         {
-            pool.shutdown();
             return Err(HostError::Binding {
                 index,
                 asked: asked.to_owned(),
@@ -247,7 +266,7 @@ fn start_slot(
         pinned_data: info.pinned_data,
         launch_limits: info.launch_limits,
     };
-    Ok((pool, device))
+    Ok(device)
 }
 
 /// How much of the device is lent and how many workers run, from the policy and the device.

@@ -44,7 +44,7 @@
 # (`tasklet inventory`, its --json, and a `tasklet run` smoke test), summary.txt (counts, failed
 # and skipped tests, per-executable results). TASKLET_REPO overrides the checkout (default: the
 # directory above this one). SUITE_TIMEOUT: seconds per test executable (default 300).
-# SUITE_ONLY: a pattern of test executables' names to run (e.g. 'node-*|suite-*'; default
+# SUITE_ONLY: a shell `case` pattern (evaluated as written) of test executables' names to run (e.g. 'node-*|suite-*'; default
 # every one), to split a pass over several commands. SUITE_THREADS: test threads each executable
 # runs (the `gpu` executable always one); default on cuda 16 divided by the count of GPUs (at
 # least 4), on emu as many as the machine has cores. Every test host starts workers on each GPU,
@@ -148,7 +148,11 @@ run_pass() { # run_pass BACKEND [LABEL FILTER]: every test executable, or only t
     : >"$log"
     local threads="${SUITE_THREADS:-}" gpus
     if [ -z "$threads" ] && [ "$backend" = cuda ]; then
-        gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+        if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
+            gpus=$(tr ',' '\n' <<<"$CUDA_VISIBLE_DEVICES" | grep -c .)
+        else
+            gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+        fi
         [ "${gpus:-0}" -ge 1 ] || gpus=1
         threads=$((16 / gpus))
         [ "$threads" -ge 4 ] || threads=4

@@ -53,6 +53,8 @@ pub struct Host {
 
 impl Host {
     pub fn new(config: HostConfig) -> Result<Host, HostError> {
+        // The engine first: once the pools run, a failure here would leave their workers up.
+        let runner = Runner::new()?;
         // Which devices: on cuda from NVML, read by a short-lived worker (the host process never
         // loads NVIDIA libraries).
         let inventory: Result<Inventory, String> = match config.backend {
@@ -101,7 +103,7 @@ impl Host {
         }
         let leases = LeaseManager::start_devices(slots);
         Ok(Host {
-            runner: Runner::new()?,
+            runner,
             leases,
             policy: config.policy,
         })

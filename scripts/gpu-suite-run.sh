@@ -44,13 +44,13 @@
 # (`tasklet inventory`, its --json, and a `tasklet run` smoke test), summary.txt (counts, failed
 # and skipped tests, per-executable results). TASKLET_REPO overrides the checkout (default: the
 # directory above this one). SUITE_TIMEOUT: seconds per test executable (default 300).
-# SUITE_ONLY: a shell `case` pattern (evaluated as written) of test executables' names to run (e.g. 'node-*|suite-*'; default
-# every one), to split a pass over several commands. SUITE_THREADS: test threads each executable
-# runs (the `gpu` executable always one); default on cuda 16 divided by the count of GPUs (at
-# least 4), on emu as many as the machine has cores. Every test host starts workers on each GPU,
-# and a machine's driver creates CUDA contexts one after another: on the H200 machines 16
-# `tasklet run`s at once took 14 s on one GPU and 30 s on two (`starts`), where a worker has
-# 30 s to start.
+# SUITE_ONLY: a shell `case` pattern (evaluated as written) of the test executables to run (e.g.
+# 'node-*|suite-*'; default every one), to split a pass over several commands. SUITE_THREADS: test
+# threads each executable runs (the `gpu` executable always one); default on cuda 16 divided by
+# the count of GPUs (at least 4), on emu as many as the machine has cores. Every test host starts
+# workers on each GPU, and a machine's driver creates CUDA contexts one after another: on the
+# H200 machines 16 `tasklet run`s at once took 14 s on one GPU and 30 s on two (`starts`), where
+# a worker has 30 s to start.
 #
 # The last line printed is `N passed, M failed` over both passes; an executable that crashed or
 # timed out without reporting counts as one failure. Exit status 0 only when M is 0.

@@ -73,34 +73,30 @@ impl Host {
         // worker: a worker's start is mostly the driver's (about half a second on the H200
         // machines), and one device's need not wait for another's.
         let mut pools: Vec<Arc<Pool>> = Vec::with_capacity(plan.len());
-        let mut started = Ok(());
-        for slot in &plan {
-            match start_pool(&config, slot) {
-                Ok(pool) => pools.push(pool),
-                Err(e) => {
-                    started = Err(e);
-                    break;
+        let described = plan
+            .iter()
+            .try_for_each(|slot| {
+                pools.push(start_pool(&config, slot)?);
+                Ok(())
+            })
+            .and_then(|()| {
+                (plan.iter().zip(&pools).enumerate())
+                    .map(|(index, (slot, pool))| {
+                        let device =
+                            describe_slot(&config, index, slot, pool, inventory.as_ref().ok())?;
+                        Ok((Arc::clone(pool), device))
+                    })
+                    .collect::<Result<Vec<_>, HostError>>()
+            });
+        let slots = match described {
+            Ok(slots) => slots,
+            Err(e) => {
+                for pool in &pools {
+                    pool.shutdown();
                 }
+                return Err(e);
             }
-        }
-        let mut slots = Vec::with_capacity(plan.len());
-        if started.is_ok() {
-            for (index, (slot, pool)) in plan.iter().zip(&pools).enumerate() {
-                match describe_slot(&config, index, slot, pool, inventory.as_ref().ok()) {
-                    Ok(device) => slots.push((Arc::clone(pool), device)),
-                    Err(e) => {
-                        started = Err(e);
-                        break;
-                    }
-                }
-            }
-        }
-        if let Err(e) = started {
-            for pool in &pools {
-                pool.shutdown();
-            }
-            return Err(e);
-        }
+        };
         let leases = LeaseManager::start_devices(slots);
         Ok(Host {
             runner,

@@ -44,6 +44,7 @@ mod occupancy;
 mod persistent;
 mod signal;
 mod staging;
+mod start_steps;
 mod user_graphs;
 
 use std::ffi::c_void;
@@ -64,6 +65,7 @@ use modules::Modules;
 use persistent::Persistent;
 use signal::CompletionWord;
 use staging::{Staging, STAGED_WRITE_MAX};
+use start_steps::StartSteps;
 
 pub use driver::NO_DRIVER;
 pub use launch::{GROUP_MAX, MAX_PENDING, WATCHDOG_GRACE};
@@ -85,49 +87,6 @@ pub const REPORT_EVERY: Duration = Duration::from_millis(1);
 const DEFAULT_SHARED_LIMIT: u32 = 48 * 1024;
 const CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: i32 = 0;
 const CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: i32 = 8;
-
-/// How long each step of a worker's start took, printed to stderr (the host's) when
-/// `TASKLET_WORKER_START_TIMES` is set: a machine's driver may take a CUDA process's start
-/// one at a time and seconds each, and this says which step.
-struct StartSteps {
-    began: Instant,
-    last: Instant,
-    steps: Vec<(&'static str, Duration)>,
-}
-
-impl StartSteps {
-    fn new() -> StartSteps {
-        let now = Instant::now();
-        StartSteps {
-            began: now,
-            last: now,
-            steps: Vec::new(),
-        }
-    }
-
-    fn done(&mut self, step: &'static str) {
-        let now = Instant::now();
-        self.steps.push((step, now - self.last));
-        self.last = now;
-    }
-
-    fn report(&self, uuid: &str) {
-        if std::env::var_os("TASKLET_WORKER_START_TIMES").is_none() {
-            return;
-        }
-        let steps: Vec<String> = self
-            .steps
-            .iter()
-            .map(|(step, took)| format!("{step} {:.1} ms", took.as_secs_f64() * 1e3))
-            .collect();
-        eprintln!(
-            "tasklet worker {}: started on {uuid} in {:.1} ms: {}",
-            std::process::id(),
-            self.began.elapsed().as_secs_f64() * 1e3,
-            steps.join(", ")
-        );
-    }
-}
 
 /// 16-byte aligned scratch for argument blocks (parameters declared `.align 16`).
 #[derive(Clone, Copy)]

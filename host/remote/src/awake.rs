@@ -15,10 +15,9 @@
 //! task, and so does a linger with nothing written or answered, whose budget goes back to its
 //! ceiling (`TASKLET_CLIENT_LINGER_US`, default [`DEFAULT_LINGER_US`]; 0 turns it off) when the
 //! next write came within it and halves, down to nothing, when it did not; a channel whose
-//! calling thread has stopped polling for replies
-//! (its calls take long: `spin`) starts none; and the process's spinning threads, every kind of
-//! hot wait together, are at most a quarter of the cores (`tasklet_spin::SPINNERS`; none on a
-//! machine of fewer than 4).
+//! calling thread has stopped polling for replies (its calls take long: `spin`) starts none; and
+//! the process's spinning threads, every kind of hot wait together, are at most a quarter of the
+//! cores (`tasklet_spin::SPINNERS`; none on a machine of fewer than 4).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};

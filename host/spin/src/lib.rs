@@ -14,9 +14,9 @@
 //!   [`Budget`];
 //! - a **count** of the threads of a process spinning at once, every kind of wait together
 //!   ([`SPINNERS`]), at most a quarter of the cores (none on a machine of fewer than 4), so that
-//!   many busy connections never spin against each other, and the kinds together never take more
-//!   (a process that serves a node and its clients at once, as the tests and the fabric
-//!   benchmark do, once had each kind take a quarter, and its workers starved): [`Slots`].
+//!   many busy connections never spin against each other, and the kinds together never take
+//!   more (a process may serve a node and its clients at once, as the tests and the fabric
+//!   benchmark do): [`Slots`].
 //!
 //! The GPU workers' own spin (host/worker's channel) follows the same idea with its own rules,
 //! since it is set by the host through shared memory rather than in this process.

@@ -341,14 +341,12 @@ run_starts() { # hosts starting at once, with every GPU and with one; counts tow
     say "starts: tasklet run of the iota example, 1 and 16 at once"
     one() { # one VISIBLE: prints the run's wall time in ms and its exit status; its workers'
         # start steps (TASKLET_WORKER_START_TIMES) go to $work/steps
-        local a b rc err
+        local a b rc err visible=()
+        [ "$1" = all ] || visible=("CUDA_VISIBLE_DEVICES=$1")
         err="$(mktemp "$work/err.XXXXXX")"
         a=$(date +%s%N)
-        if [ "$1" = all ]; then
-            (cd "$repo" && echo 5 | TASKLET_WORKER_START_TIMES=1 timeout 120 target/release/tasklet run tasklets/iota --backend cuda >/dev/null 2>"$err")
-        else
-            (cd "$repo" && echo 5 | CUDA_VISIBLE_DEVICES="$1" TASKLET_WORKER_START_TIMES=1 timeout 120 target/release/tasklet run tasklets/iota --backend cuda >/dev/null 2>"$err")
-        fi
+        (cd "$repo" && echo 5 | env "${visible[@]}" TASKLET_WORKER_START_TIMES=1 timeout 120 \
+            target/release/tasklet run tasklets/iota --backend cuda >/dev/null 2>"$err")
         rc=$?
         grep 'started on' "$err" >>"$work/steps"
         rm -f "$err"

@@ -25,8 +25,8 @@ pub(crate) fn fake_driver_dir() -> Option<PathBuf> {
 
 fn build_fake_driver() -> Option<PathBuf> {
     // Under cargo's scratch folder for tests, not the machine's /tmp.
-    let dir =
-        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("fake-cuda-{}", std::process::id()));
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("fake-cuda-{}", std::process::id()));
     std::fs::create_dir_all(&dir).ok()?;
     let src = concat!(
         env!("CARGO_MANIFEST_DIR"),

@@ -142,6 +142,7 @@ pub fn run(rig: &Rig, out: &mut String) -> Result<(), String> {
     )
     .unwrap();
     out.push_str(&batches(&units(&marks)));
+    out.push_str(&between(&marks));
     // As the latency phase runs them: each remote batch after a local one, during which the
     // remote path's threads have nothing to do.
     let mut local = Session::open(rig.local_gpu(), 1 << 20).map_err(|e| format!("local: {e}"))?;
@@ -153,6 +154,7 @@ pub fn run(rig: &Rig, out: &mut String) -> Result<(), String> {
     )
     .unwrap();
     out.push_str(&batches(&units(&marks)));
+    out.push_str(&between(&marks));
     Ok(())
 }
 
@@ -198,6 +200,41 @@ fn units(marks: &[Mark]) -> Vec<(Instant, Vec<Mark>, Duration)> {
         }
     }
     units
+}
+
+/// The marks between one unit's end and the next one's begin (the hot waits that stopped while
+/// the local batch ran, say): how many of each stage, and when after the unit's end (median).
+fn between(marks: &[Mark]) -> String {
+    let mut after: HashMap<String, Vec<Duration>> = HashMap::new();
+    let mut ended: Option<Instant> = None;
+    for mark in marks {
+        match (mark.what.target() == TARGET, mark.what.name()) {
+            (true, "begin") => ended = None,
+            (true, "end") => ended = Some(mark.at),
+            _ => {
+                if let Some(end) = ended {
+                    after.entry(mark.stage()).or_default().push(mark.at - end);
+                }
+            }
+        }
+    }
+    let mut stages: Vec<_> = after.into_iter().collect();
+    stages.sort_by_key(|(_, at)| median(at.clone()));
+    let mut out = String::from("  between the batches (after one's end, before the next's begin):");
+    if stages.is_empty() {
+        out.push_str(" nothing");
+    }
+    out.push('\n');
+    for (stage, at) in stages {
+        writeln!(
+            out,
+            "    {stage}: {} times, median {} after the end",
+            at.len(),
+            us(median(at))
+        )
+        .unwrap();
+    }
+    out
 }
 
 fn median(mut values: Vec<Duration>) -> Duration {

@@ -158,7 +158,10 @@ impl Awake {
             Some(slot) => {
                 runtime.spawn(keep_awake(Arc::clone(state), self.limits, slot));
             }
-            None => state.running.store(false, Ordering::SeqCst),
+            None => {
+                tracing::trace!(name: "awake-refused", target: crate::TIMELINE, "");
+                state.running.store(false, Ordering::SeqCst)
+            }
         }
     }
 
@@ -196,6 +199,7 @@ async fn keep_awake(state: Arc<State>, limits: Limits, slot: Slot) {
             // A call that went out just now saw this task running and started none: this one
             // goes on for it, unless another has started meanwhile.
             if state.done(limits) || state.running.swap(true, Ordering::SeqCst) {
+                tracing::trace!(name: "awake-ended", target: crate::TIMELINE, "");
                 return;
             }
         }

@@ -35,11 +35,23 @@ pub fn ceiling_from_env(var: &str, default_us: u64) -> Duration {
     Duration::from_micros(micros)
 }
 
-/// How many threads of this process may spin at once for one kind of wait: a quarter of the
-/// cores this process may use, none on a machine of fewer than 4.
+/// How many threads of this process may spin at once, every kind of wait together:
+/// `TASKLET_SPIN_THREADS` when it is set to a number (0: none), else a quarter of the cores this
+/// process may use, none on a machine of fewer than 4.
 pub fn spinners_allowed() -> usize {
     static ALLOWED: OnceLock<usize> = OnceLock::new();
-    *ALLOWED.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()) / 4)
+    *ALLOWED.get_or_init(|| {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        allowed_from(std::env::var("TASKLET_SPIN_THREADS").ok().as_deref(), cores)
+    })
+}
+
+/// The count of spinning threads allowed: `setting` when it is a number, else a quarter of
+/// `cores`.
+fn allowed_from(setting: Option<&str>, cores: usize) -> usize {
+    setting
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(cores / 4)
 }
 
 /// The threads of this process spinning now, every kind of wait together: each takes a slot of
@@ -166,6 +178,19 @@ mod tests {
         drop(second);
         assert_eq!(SLOTS.taken(), 0);
         assert!(SLOTS.take(0).is_none(), "none allowed: none taken");
+    }
+
+    #[test]
+    fn the_spinner_count_is_a_quarter_of_the_cores_unless_set() {
+        assert_eq!(allowed_from(None, 16), 4);
+        assert_eq!(allowed_from(None, 3), 0, "none below 4 cores");
+        assert_eq!(allowed_from(Some("8"), 16), 8);
+        assert_eq!(allowed_from(Some("0"), 16), 0, "0 turns every hot wait off");
+        assert_eq!(
+            allowed_from(Some("many"), 16),
+            4,
+            "not a number: the default"
+        );
     }
 
     #[test]

@@ -210,6 +210,7 @@ impl Hot {
             .is_ok();
         let slot = taken.then(|| slots.take(allowed)).flatten();
         let Some(slot) = slot else {
+            tracing::trace!(name: "hot-refused", target: crate::TIMELINE, "");
             if taken {
                 self.connection.store(false, Ordering::SeqCst);
             }
@@ -253,6 +254,7 @@ async fn run(
             if state.requests.load(Ordering::SeqCst) == requests
                 || state.running.swap(true, Ordering::SeqCst)
             {
+                tracing::trace!(name: "hot-ended", target: crate::TIMELINE, "");
                 break;
             }
             continue;

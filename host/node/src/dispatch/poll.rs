@@ -63,7 +63,10 @@ impl Waiter {
         if budget.is_zero() {
             return None;
         }
-        let _slot = tasklet_spin::SPINNERS.take(tasklet_spin::spinners_allowed())?;
+        let Some(_slot) = tasklet_spin::SPINNERS.take(tasklet_spin::spinners_allowed()) else {
+            tracing::trace!(name: "poll-refused", target: crate::TIMELINE, "");
+            return None;
+        };
         let start = Instant::now();
         let mut turns = 0u32;
         loop {
@@ -76,6 +79,7 @@ impl Waiter {
             turns = turns.wrapping_add(1);
             if turns.is_multiple_of(64) {
                 if start.elapsed() >= budget {
+                    tracing::trace!(name: "poll-ended", target: crate::TIMELINE, "");
                     return None;
                 }
                 // Let whatever else wants this core (the runtime's threads, a worker) have it.

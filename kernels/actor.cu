@@ -243,6 +243,161 @@ extern "C" __global__ void actor_scale(ring* inbox, ring* outbox, control* ctl, 
     serve(inbox, outbox, ctl, factor, false);
 }
 
+// --- Sequenced rings (layout 1, host/worker/src/contract/actor.rs): a slot is the message's
+// words, each a u64 with the message's number + 1 above the word's 4 bytes. A word read whole
+// with the number expected is that word's data, so the block reads the slots themselves, with
+// no head read before them: a message costs one read across the bus instead of two. Each word's
+// answer is written as soon as its word is seen; the block only agrees on how many messages
+// were whole, to move the inbox's tail (what frees slots for the host) and count them.
+
+#define LAYOUT_SEQUENCED 1u
+
+__device__ __forceinline__ unsigned long long load_word(const unsigned long long* p)
+{
+    return *(const volatile unsigned long long*)p;
+}
+
+__device__ __forceinline__ const unsigned long long* word_in(const ring* r, const view& v,
+                                                             unsigned int n, unsigned int w)
+{
+    return (const unsigned long long*)((const char*)r + 256 +
+                                       (size_t)(n & (v.in_capacity - 1)) * 2 * v.in_size) + w;
+}
+
+__device__ __forceinline__ unsigned long long* word_out(ring* r, const view& v, unsigned int n,
+                                                        unsigned int w)
+{
+    return (unsigned long long*)((char*)r + 256 +
+                                 (size_t)(n & (v.out_capacity - 1)) * 2 * v.out_size) + w;
+}
+
+// Each message (message_size / 4 floats) becomes out[i] = in[i] * factor + 1, over two sequenced
+// rings of the same message size, until the host sets should_terminate. One block; any block
+// size. A ring of another layout or size is counted in errors_encountered and the kernel returns.
+extern "C" __global__ void actor_scale_seq(ring* inbox, ring* outbox, control* ctl, float factor)
+{
+    __shared__ view v;
+    // The inbox's head as last read (a hint of how many messages to look at; the slots say
+    // which are there), and the first message of this pass not seen whole.
+    __shared__ unsigned int head_seen;
+    __shared__ unsigned int incomplete;
+    if (blockIdx.x != 0) {
+        return;
+    }
+    if (threadIdx.x == 0) {
+        v.in_capacity = inbox->capacity;
+        v.in_size = inbox->message_size;
+        v.out_capacity = outbox->capacity;
+        v.out_size = outbox->message_size;
+        v.in_tail = load_volatile(&inbox->tail);
+        v.out_head = load_volatile(&outbox->head);
+        v.out_tail = load_volatile(&outbox->tail);
+        v.processed = *(volatile unsigned long long*)&ctl->messages_processed;
+        head_seen = v.in_tail;
+        v.cmd = CMD_WORK;
+        unsigned int layouts = *(const volatile unsigned int*)((const char*)inbox + 136) &
+                               *(const volatile unsigned int*)((const char*)outbox + 136);
+        if (layouts != LAYOUT_SEQUENCED || v.in_size != v.out_size || v.in_size == 0) {
+            atomicAdd(&ctl->errors_encountered, 1u);
+            v.cmd = CMD_STOP;
+        }
+    }
+    __syncthreads();
+    if (v.cmd == CMD_STOP) {
+        return;
+    }
+    unsigned int words = v.in_size / 4;
+    unsigned int idle = 0;
+    for (;;) {
+        if (threadIdx.x == 0) {
+            // Messages to look at: as many as the head last said were put, at least one (a
+            // message may be whole before its head is stored), as far as the outbox has room.
+            // (A head the host broke only makes this look at fewer or more slots of the ring.)
+            unsigned int want = max(1u, min(min(head_seen - v.in_tail, BATCH), v.in_capacity));
+            unsigned int room = v.out_capacity - (v.out_head - v.out_tail);
+            if (room < want) {
+                v.out_tail = load_volatile(&outbox->tail);
+                room = v.out_capacity - (v.out_head - v.out_tail);
+            }
+            if (room > v.out_capacity) {
+                // The host broke a ring: count it and stop rather than read past the slots.
+                atomicAdd(&ctl->errors_encountered, 1u);
+                v.cmd = CMD_STOP;
+            } else if (idle % TERMINATE_EVERY == TERMINATE_EVERY - 1 &&
+                       load_volatile(&ctl->should_terminate) != 0) {
+                v.cmd = CMD_STOP;
+            } else {
+                v.cmd = CMD_WORK;
+            }
+            v.count = min(want, room);
+            incomplete = v.count;
+        }
+        __syncthreads();
+        if (v.cmd == CMD_STOP) {
+            return;
+        }
+        // The head's read goes out with the slots' (one round trip for both); it only tells the
+        // next pass how far to look.
+        unsigned int head = 0;
+        if (threadIdx.x == 0) {
+            head = load_volatile(&inbox->head);
+        }
+        unsigned int total = v.count * words;
+        bool answered = false;
+        for (unsigned int base = threadIdx.x; base < total; base += blockDim.x * UNROLL) {
+            unsigned long long x[UNROLL];
+#pragma unroll
+            for (unsigned int u = 0; u < UNROLL; u++) {
+                unsigned int k = base + u * blockDim.x;
+                if (k < total) {
+                    unsigned int m = k / words;
+                    x[u] = load_word(word_in(inbox, v, v.in_tail + m, k - m * words));
+                }
+            }
+#pragma unroll
+            for (unsigned int u = 0; u < UNROLL; u++) {
+                unsigned int k = base + u * blockDim.x;
+                if (k < total) {
+                    unsigned int m = k / words;
+                    unsigned int n = v.in_tail + m;
+                    if ((unsigned int)(x[u] >> 32) == n + 1) {
+                        float y = scaled(__uint_as_float((unsigned int)x[u]), factor);
+                        unsigned int out = v.out_head + m;
+                        *(volatile unsigned long long*)word_out(outbox, v, out, k - m * words) =
+                            ((unsigned long long)(out + 1) << 32) | __float_as_uint(y);
+                        answered = true;
+                    } else {
+                        atomicMin(&incomplete, m);
+                    }
+                }
+            }
+        }
+        if (answered) {
+            // Out to the host now, not whenever the device's write buffers drain.
+            __threadfence_system();
+        }
+        if (threadIdx.x == 0) {
+            head_seen = head;
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            unsigned int n = incomplete;
+            if (n > 0) {
+                v.in_tail += n;
+                v.out_head += n;
+                v.processed += n;
+                store_volatile(&inbox->tail, v.in_tail);
+                *(volatile unsigned long long*)&ctl->messages_processed = v.processed;
+                idle = 0;
+            } else if (idle++ >= SPINS) {
+                __nanosleep(SLEEP_NS);
+            }
+        }
+        // Thread 0's next look must not change the view before every thread has read it.
+        __syncthreads();
+    }
+}
+
 // As actor_scale, but a message whose first float is negative makes the kernel fault.
 extern "C" __global__ void actor_fault(ring* inbox, ring* outbox, control* ctl, float factor)
 {

@@ -8,17 +8,17 @@ use std::time::Instant;
 
 use tasklet_runtime::gpu::{
     ActorArg, ActorId, ActorOp, ActorReply, GpuService, KernelArg, KernelRef, LaunchConfig,
-    LeaseId, LeaseRequest, LocalGpu, ModuleId, RingDirection, RingId, SessionId,
+    LeaseId, LeaseRequest, LocalGpu, ModuleId, RingDirection, RingId, RingLayout, SessionId,
 };
 use tasklet_runtime::Host;
 use tasklet_tests::manifest;
 
 use crate::messages::{
     all_answer, answers, handler_control, handler_rings, message, ACTOR_PTX, ANSWER_AT,
-    ANSWER_WAIT, CONTROL_AT, FACTOR, HANDLER_BYTES, IN_AT, KERNEL, MESSAGE_BYTES, OUT_AT, SLOTS,
-    STOP_GRACE, THREADS, WARMUP,
+    ANSWER_WAIT, CONTROL_AT, FACTOR, HANDLER_BYTES, IN_AT, KERNEL, MESSAGE_BYTES, OUT_AT,
+    SEQUENCED_KERNEL, SLOTS, STOP_GRACE, THREADS, WARMUP,
 };
-use crate::stats::{lines, Lines};
+use crate::stats::{lines, ring_lines, Lines};
 use crate::Params;
 
 const BLOCK: LaunchConfig = LaunchConfig {
@@ -68,9 +68,12 @@ fn open(gpu: &mut LocalGpu, lease: LeaseId) -> Result<(SessionId, ModuleId), Str
 
 impl Direct<'_> {
     fn run(&mut self, p: &Params) -> Result<Lines, String> {
-        let (rtt, batches) = self.persistent(p)?;
+        let (rtt, batches) = self.persistent(p, RingLayout::Plain)?;
+        let (seq_rtt, seq_batches) = self.persistent(p, RingLayout::Sequenced)?;
         let (launch_sync, handler_rtt) = self.handler(p)?;
-        Ok(lines(rtt, batches, p.batch, launch_sync, handler_rtt))
+        let mut out = lines(rtt, batches, p.batch, launch_sync, handler_rtt);
+        out.extend(ring_lines("seq_", seq_rtt, seq_batches, p.batch));
+        Ok(out)
     }
 
     fn op(&mut self, op: ActorOp<'_>) -> Result<ActorReply, String> {
@@ -79,9 +82,10 @@ impl Direct<'_> {
             .map_err(|e| e.to_string())
     }
 
-    fn ring(&mut self, direction: RingDirection) -> Result<RingId, String> {
+    fn ring(&mut self, direction: RingDirection, layout: RingLayout) -> Result<RingId, String> {
         match self.op(ActorOp::NewRing {
             direction,
+            layout,
             message_size: MESSAGE_BYTES,
             capacity: SLOTS,
         })? {
@@ -91,9 +95,17 @@ impl Direct<'_> {
     }
 
     /// The round trips and the batches, with the kernel serving throughout; stopped after.
-    fn persistent(&mut self, p: &Params) -> Result<(Vec<u64>, Vec<u64>), String> {
-        let inbox = self.ring(RingDirection::ToDevice)?;
-        let outbox = self.ring(RingDirection::FromDevice)?;
+    fn persistent(
+        &mut self,
+        p: &Params,
+        layout: RingLayout,
+    ) -> Result<(Vec<u64>, Vec<u64>), String> {
+        let inbox = self.ring(RingDirection::ToDevice, layout)?;
+        let outbox = self.ring(RingDirection::FromDevice, layout)?;
+        let kernel = match layout {
+            RingLayout::Plain => KERNEL,
+            RingLayout::Sequenced => SEQUENCED_KERNEL,
+        };
         let args = [
             ActorArg::Ring(inbox),
             ActorArg::Ring(outbox),
@@ -102,7 +114,7 @@ impl Direct<'_> {
         ];
         let actor = match self.op(ActorOp::Launch {
             module: self.module,
-            kernel: KernelRef::Named(KERNEL),
+            kernel: KernelRef::Named(kernel),
             config: &BLOCK,
             args: &args,
         })? {

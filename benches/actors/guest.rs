@@ -51,7 +51,8 @@ pub fn settle(host: &Host) {
     }
 }
 
-/// `actor-rtt`, `actor-batch` and `handler-launch` in turn, their lines together.
+/// `actor-rtt`, `actor-batch`, their sequenced-ring forms and `handler-launch` in turn, their
+/// lines together.
 pub fn measure(host: &Host, p: &Params) -> Result<Lines, String> {
     let m = manifest("testing/gpubench");
     if !m.component.exists() {
@@ -67,6 +68,8 @@ pub fn measure(host: &Host, p: &Params) -> Result<Lines, String> {
     for command in [
         format!("actor-rtt {} {settle_word}", p.iters),
         format!("actor-batch {} {} {settle_word}", p.batch, p.batches),
+        format!("actor-rtt-seq {} {settle_word}", p.iters),
+        format!("actor-batch-seq {} {} {settle_word}", p.batch, p.batches),
         format!("handler-launch {} {settle_word}", p.iters),
     ] {
         let out = host

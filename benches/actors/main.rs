@@ -9,6 +9,11 @@
 //! - native: cudarc, the same PTX (`kernels/actor.ptx`, `actor_scale`) and the same ring layout
 //!   in pinned host memory mapped for the device, polled by this thread (CUDA only).
 //!
+//! Each path runs the round trips and batches twice: over plain rings (`actor_scale`: the kernel
+//! reads the inbox's head, then the slots) and over sequenced rings (`actor_scale_seq`: each
+//! word beside its message's number, so the kernel reads the slots alone), and prints the
+//! targets for both.
+//!
 //! Every path: a round trip is one 256-byte message (64 floats) sent and its answer received,
 //! one at a time; a batch is `B` messages sent at once and all `B` answers received; the normal
 //! kernel is `actor_scale` launched over one message in device memory (its control block asking
@@ -279,7 +284,7 @@ type Show = fn(Option<f64>) -> String;
 
 fn table(f: &Figures, p: &Params) -> String {
     let batch = format!("batch of {} sent, all answered", p.batch);
-    let rows: [(String, &str, Show); 8] = [
+    let rows: [(String, &str, Show); 13] = [
         (
             "round trip (send 1, receive 1), p50".into(),
             "actor_rtt_ns",
@@ -289,6 +294,31 @@ fn table(f: &Figures, p: &Params) -> String {
         (format!("{batch}, p50"), "actor_batch_ns", micros),
         (format!("{batch}, p99"), "actor_batch_p99_ns", micros),
         ("messages/s batched".into(), "actor_msgs_per_s", rate),
+        (
+            "sequenced rings: round trip, p50".into(),
+            "seq_actor_rtt_ns",
+            micros,
+        ),
+        (
+            "sequenced rings: round trip, p99".into(),
+            "seq_actor_rtt_p99_ns",
+            micros,
+        ),
+        (
+            format!("sequenced rings: {batch}, p50"),
+            "seq_actor_batch_ns",
+            micros,
+        ),
+        (
+            format!("sequenced rings: {batch}, p99"),
+            "seq_actor_batch_p99_ns",
+            micros,
+        ),
+        (
+            "sequenced rings: messages/s batched".into(),
+            "seq_actor_msgs_per_s",
+            rate,
+        ),
         (
             "handler as a normal kernel: launch + sync, p50".into(),
             "handler_launch_sync_ns",
@@ -334,9 +364,25 @@ fn verdict(met: Option<bool>) -> &'static str {
 }
 
 fn targets(f: &Figures, p: &Params, cuda: bool) -> String {
-    let rtt = f.get(GUEST, "actor_rtt_ns");
-    let mut s = String::from("targets (issue 20), guest figures:\n");
-    let native = f.get(NATIVE, "actor_rtt_ns");
+    let mut s = String::new();
+    for (rings, prefix) in [
+        ("plain rings (actor_scale)", ""),
+        ("sequenced rings (actor_scale_seq)", "seq_"),
+    ] {
+        s += &ring_targets(f, p, cuda, rings, prefix);
+    }
+    if !cuda {
+        s += "  (emulator figures: the targets are for a GPU)\n";
+    }
+    s
+}
+
+/// The targets for one kind of ring, from its figures (names after `prefix`).
+fn ring_targets(f: &Figures, p: &Params, cuda: bool, rings: &str, prefix: &str) -> String {
+    let key = |name: &str| format!("{prefix}{name}");
+    let rtt = f.get(GUEST, &key("actor_rtt_ns"));
+    let mut s = format!("targets (issue 20), guest figures, {rings}:\n");
+    let native = f.get(NATIVE, &key("actor_rtt_ns"));
     let vs_native = rtt.zip(native).map(|(g, n)| g / n);
     s += &format!(
         "  round trip ÷ native persistent kernel's: {} (target ≤ 1.2×): {}{}\n",
@@ -355,22 +401,19 @@ fn targets(f: &Figures, p: &Params, cuda: bool) -> String {
         vs_launch.map_or_else(|| "—".into(), |x| format!("{x:.2}×")),
         verdict(vs_launch.map(|x| x <= 0.4)),
     );
-    let msgs = f.get(GUEST, "actor_msgs_per_s");
+    let msgs = f.get(GUEST, &key("actor_msgs_per_s"));
     s += &format!(
         "  messages/s, batches of {}: {} (target ≥ 5 M/s): {}\n",
         p.batch,
         rate(msgs),
         verdict(msgs.map(|m| m >= 5e6)),
     );
-    if let (Some(g), Some(d)) = (rtt, f.get(DIRECT, "actor_rtt_ns")) {
+    if let (Some(g), Some(d)) = (rtt, f.get(DIRECT, &key("actor_rtt_ns"))) {
         s += &format!(
             "  the sandbox's share of a round trip (guest − host runtime): {:.2} µs of {:.2} µs\n",
             (g - d) / 1e3,
             g / 1e3
         );
-    }
-    if !cuda {
-        s += "  (emulator figures: the targets are for a GPU)\n";
     }
     s
 }

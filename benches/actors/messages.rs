@@ -6,6 +6,8 @@ use std::time::Duration;
 
 pub const ACTOR_PTX: &str = include_str!("../../kernels/actor.ptx");
 pub const KERNEL: &str = "actor_scale";
+/// The same handler over sequenced rings (each word beside its message's number).
+pub const SEQUENCED_KERNEL: &str = "actor_scale_seq";
 /// Floats in one message, and its bytes.
 pub const WIDTH: usize = 64;
 pub const MESSAGE_BYTES: u32 = (WIDTH * 4) as u32;

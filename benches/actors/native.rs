@@ -9,14 +9,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cudarc::driver::{result, sys, CudaContext, DriverError};
-use tasklet_worker::contract::actor::{ring_bytes, ControlBlock, Ring, CONTROL_BYTES};
+use tasklet_worker::contract::actor::{ring_bytes, ControlBlock, Ring, RingLayout, CONTROL_BYTES};
 
 use crate::messages::{
     all_answer, answers, handler_control, handler_rings, message, ACTOR_PTX, ANSWER_AT,
-    ANSWER_WAIT, CONTROL_AT, FACTOR, HANDLER_BYTES, IN_AT, KERNEL, MESSAGE_BYTES, OUT_AT, SLOTS,
-    STOP_GRACE, THREADS, WARMUP,
+    ANSWER_WAIT, CONTROL_AT, FACTOR, HANDLER_BYTES, IN_AT, KERNEL, MESSAGE_BYTES, OUT_AT,
+    SEQUENCED_KERNEL, SLOTS, STOP_GRACE, THREADS, WARMUP,
 };
-use crate::stats::{lines, Lines};
+use crate::stats::{lines, ring_lines, Lines};
 use crate::Params;
 
 /// Polls between clock reads while waiting for answers.
@@ -30,9 +30,11 @@ struct Native {
     stream: sys::CUstream,
     module: sys::CUmodule,
     function: sys::CUfunction,
-    /// The rings and the control block: host memory the device sees. Freed only once no kernel
+    /// `actor_scale_seq`, for sequenced rings.
+    sequenced: sys::CUfunction,
+    /// The rings and control blocks: host memory the device sees. Freed only once no kernel
     /// can use it (a kernel that did not stop leaves it allocated).
-    mapped: Option<*mut u8>,
+    mapped: Vec<*mut u8>,
     _ctx: Arc<CudaContext>,
 }
 
@@ -45,23 +47,34 @@ pub fn measure(p: &Params) -> Result<Lines, String> {
         .map_err(cuda("loading actor.ptx"))?;
     let function = unsafe { result::module::get_function(module, CString::new(KERNEL).unwrap()) }
         .map_err(cuda("actor_scale"))?;
+    let sequenced =
+        unsafe { result::module::get_function(module, CString::new(SEQUENCED_KERNEL).unwrap()) }
+            .map_err(cuda("actor_scale_seq"))?;
     let mut n = Native {
         stream,
         module,
         function,
-        mapped: None,
+        sequenced,
+        mapped: Vec::new(),
         _ctx: ctx,
     };
-    let (rtt, batches) = n.persistent(p)?;
+    let (rtt, batches) = n.persistent(p, RingLayout::Plain)?;
+    let (seq_rtt, seq_batches) = n.persistent(p, RingLayout::Sequenced)?;
     let (launch_sync, handler_rtt) = n.handler(p)?;
-    Ok(lines(rtt, batches, p.batch, launch_sync, handler_rtt))
+    let mut out = lines(rtt, batches, p.batch, launch_sync, handler_rtt);
+    out.extend(ring_lines("seq_", seq_rtt, seq_batches, p.batch));
+    Ok(out)
 }
 
 impl Native {
-    fn launch(&self, args: &mut [*mut c_void]) -> Result<(), DriverError> {
+    fn launch(
+        &self,
+        function: sys::CUfunction,
+        args: &mut [*mut c_void],
+    ) -> Result<(), DriverError> {
         unsafe {
             sys::cuLaunchKernel(
-                self.function,
+                function,
                 1,
                 1,
                 1,
@@ -77,22 +90,26 @@ impl Native {
         }
     }
 
-    fn persistent(&mut self, p: &Params) -> Result<(Vec<u64>, Vec<u64>), String> {
-        let ring = ring_bytes(SLOTS, MESSAGE_BYTES).expect("a small ring");
+    fn persistent(
+        &mut self,
+        p: &Params,
+        layout: RingLayout,
+    ) -> Result<(Vec<u64>, Vec<u64>), String> {
+        let ring = ring_bytes(layout, SLOTS, MESSAGE_BYTES).expect("a small ring");
         let bytes = 2 * ring + CONTROL_BYTES;
         let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
         let host = unsafe { result::malloc_host(bytes, flags) }.map_err(cuda("cuMemHostAlloc"))?
             as *mut u8;
         let mut device = 0;
         let r = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut device, host.cast(), 0) }.result();
-        self.mapped = Some(host);
+        self.mapped.push(host);
         r.map_err(cuda("cuMemHostGetDevicePointer"))?;
         // SAFETY: page-aligned, `bytes` long, kept until after the kernel has returned (Drop);
         // ring geometry as checked by `ring_bytes`.
         let (inbox, outbox, control) = unsafe {
             (
-                Ring::create(host, SLOTS, MESSAGE_BYTES),
-                Ring::create(host.add(ring), SLOTS, MESSAGE_BYTES),
+                Ring::create(host, layout, SLOTS, MESSAGE_BYTES),
+                Ring::create(host.add(ring), layout, SLOTS, MESSAGE_BYTES),
                 ControlBlock::at(host.add(2 * ring)),
             )
         };
@@ -109,7 +126,12 @@ impl Native {
             (&mut c as *mut u64).cast(),
             (&mut f as *mut f32).cast(),
         ];
-        self.launch(&mut args).map_err(cuda("persistent launch"))?;
+        let function = match layout {
+            RingLayout::Plain => self.function,
+            RingLayout::Sequenced => self.sequenced,
+        };
+        self.launch(function, &mut args)
+            .map_err(cuda("persistent launch"))?;
         let r = exchange(p, &inbox, &outbox);
         control.ask_to_terminate();
         self.wait_for_stream(STOP_GRACE)
@@ -179,7 +201,7 @@ impl Native {
                     .map_err(cuda("writing the message"))?;
             }
             let start = Instant::now();
-            self.launch(&mut args)
+            self.launch(self.function, &mut args)
                 .and_then(|()| unsafe { result::stream::synchronize(s) })
                 .map_err(cuda("launch + sync"))?;
             let t = start.elapsed();
@@ -194,7 +216,7 @@ impl Native {
             let start = Instant::now();
             unsafe {
                 result::memcpy_htod_async(buf, staged.as_mut_slice(), s)
-                    .and_then(|()| self.launch(&mut args))
+                    .and_then(|()| self.launch(self.function, &mut args))
                     .and_then(|()| {
                         result::memcpy_dtoh_async(answer.as_mut_slice(), buf + ANSWER_AT, s)
                     })
@@ -316,7 +338,7 @@ impl Drop for Native {
         let idle = self.wait_for_stream(Duration::ZERO).is_ok();
         unsafe {
             if idle {
-                if let Some(host) = self.mapped.take() {
+                for host in self.mapped.drain(..) {
                     let _ = result::free_host(host.cast());
                 }
                 let _ = result::module::unload(self.module);

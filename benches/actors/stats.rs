@@ -26,31 +26,45 @@ pub fn median(sorted: &[u64]) -> f64 {
 /// The lines of gpubench's `actor-rtt`, `actor-batch` and `handler-launch` from times in ns
 /// (each list unsorted; `batch` messages a batch).
 pub fn lines(
-    mut rtt: Vec<u64>,
-    mut batches: Vec<u64>,
+    rtt: Vec<u64>,
+    batches: Vec<u64>,
     batch: u32,
     mut launch_sync: Vec<u64>,
     mut handler_rtt: Vec<u64>,
 ) -> Lines {
-    for v in [&mut rtt, &mut batches, &mut launch_sync, &mut handler_rtt] {
+    for v in [&mut launch_sync, &mut handler_rtt] {
         v.sort_unstable();
     }
-    let per_batch = median(&batches);
-    vec![
-        ("actor_rtt_ns".into(), median(&rtt)),
-        ("actor_rtt_p99_ns".into(), percentile(&rtt, 99.0)),
-        ("actor_batch_ns".into(), per_batch),
-        ("actor_batch_p99_ns".into(), percentile(&batches, 99.0)),
-        (
-            "actor_msgs_per_s".into(),
-            (f64::from(batch) * 1e9 / per_batch).round(),
-        ),
+    let mut out = ring_lines("", rtt, batches, batch);
+    out.extend([
         ("handler_launch_sync_ns".into(), median(&launch_sync)),
         (
             "handler_launch_sync_p99_ns".into(),
             percentile(&launch_sync, 99.0),
         ),
         ("handler_rtt_ns".into(), median(&handler_rtt)),
+    ]);
+    out
+}
+
+/// The round-trip and batch lines alone, their names after `prefix` (gpubench's `seq_` for
+/// sequenced rings).
+pub fn ring_lines(prefix: &str, mut rtt: Vec<u64>, mut batches: Vec<u64>, batch: u32) -> Lines {
+    rtt.sort_unstable();
+    batches.sort_unstable();
+    let per_batch = median(&batches);
+    vec![
+        (format!("{prefix}actor_rtt_ns"), median(&rtt)),
+        (format!("{prefix}actor_rtt_p99_ns"), percentile(&rtt, 99.0)),
+        (format!("{prefix}actor_batch_ns"), per_batch),
+        (
+            format!("{prefix}actor_batch_p99_ns"),
+            percentile(&batches, 99.0),
+        ),
+        (
+            format!("{prefix}actor_msgs_per_s"),
+            (f64::from(batch) * 1e9 / per_batch).round(),
+        ),
     ]
 }
 

@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use cudarc::driver::sys::{self, CUdeviceptr, CUfunction, CUstream};
-use tasklet_worker::contract::actor::{ring_bytes, ControlBlock, Ring, CONTROL_BYTES};
+use tasklet_worker::contract::actor::{ring_bytes, ControlBlock, Ring, RingLayout, CONTROL_BYTES};
 
 #[allow(dead_code)]
 #[path = "../actors/messages.rs"]
@@ -168,13 +168,13 @@ fn want(k: u32) -> f32 {
 
 /// The product's rings under `actor_scale`.
 fn head_and_slots(gpu: &Gpu, n: u32, b: u32) -> Result<Times, String> {
-    let ring = ring_bytes(SLOTS, MESSAGE_BYTES).expect("a small ring");
+    let ring = ring_bytes(RingLayout::Plain, SLOTS, MESSAGE_BYTES).expect("a small ring");
     let mem = Mapped::new(2 * ring + CONTROL_BYTES)?;
     // SAFETY: page-aligned, long enough, never freed (the process ends after the probe).
     let (inbox, outbox, control) = unsafe {
         (
-            Ring::create(mem.host, SLOTS, MESSAGE_BYTES),
-            Ring::create(mem.host.add(ring), SLOTS, MESSAGE_BYTES),
+            Ring::create(mem.host, RingLayout::Plain, SLOTS, MESSAGE_BYTES),
+            Ring::create(mem.host.add(ring), RingLayout::Plain, SLOTS, MESSAGE_BYTES),
             ControlBlock::at(mem.host.add(2 * ring)),
         )
     };

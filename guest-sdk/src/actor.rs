@@ -107,19 +107,42 @@ impl<'l> Session<'l> {
     /// A ring of `capacity` (a power of two) messages of type `T` that the tasklet sends and a
     /// kernel receives. Needs the `persistent` right.
     pub fn ring_to_device<T: Pod>(&self, capacity: u32) -> Result<Ring<'_, T>> {
-        self.ring(raw::RingDirection::ToDevice, capacity)
+        self.ring_in(raw::RingDirection::ToDevice, false, capacity)
     }
 
     /// A ring of `capacity` (a power of two) messages of type `T` that a kernel sends and the
     /// tasklet receives.
     pub fn ring_from_device<T: Pod>(&self, capacity: u32) -> Result<Ring<'_, T>> {
-        self.ring(raw::RingDirection::FromDevice, capacity)
+        self.ring_in(raw::RingDirection::FromDevice, false, capacity)
     }
 
-    fn ring<T: Pod>(&self, direction: raw::RingDirection, capacity: u32) -> Result<Ring<'_, T>> {
-        let raw = self
-            .raw()
-            .new_ring(direction, message_size::<T>()?, capacity)?;
+    /// As [`ring_to_device`](Self::ring_to_device), with sequenced slots: each 4 bytes of a
+    /// message travel beside the message's number, so a kernel that reads a word whole knows
+    /// it has that word's bytes without reading the ring's head first: one bus round trip a
+    /// message instead of two on a GPU. The kernel must read the layout (`kernels/actor.cu`'s
+    /// `actor_scale_seq` does; the WIT's `new-sequenced-ring` has it byte by byte).
+    pub fn ring_to_device_sequenced<T: Pod>(&self, capacity: u32) -> Result<Ring<'_, T>> {
+        self.ring_in(raw::RingDirection::ToDevice, true, capacity)
+    }
+
+    /// As [`ring_from_device`](Self::ring_from_device), with sequenced slots (see
+    /// [`ring_to_device_sequenced`](Self::ring_to_device_sequenced)): the kernel writes each
+    /// word of an answer with the answer's number beside it, and stores no head.
+    pub fn ring_from_device_sequenced<T: Pod>(&self, capacity: u32) -> Result<Ring<'_, T>> {
+        self.ring_in(raw::RingDirection::FromDevice, true, capacity)
+    }
+
+    fn ring_in<T: Pod>(
+        &self,
+        direction: raw::RingDirection,
+        sequenced: bool,
+        capacity: u32,
+    ) -> Result<Ring<'_, T>> {
+        let size = message_size::<T>()?;
+        let raw = match sequenced {
+            false => self.raw().new_ring(direction, size, capacity)?,
+            true => self.raw().new_sequenced_ring(direction, size, capacity)?,
+        };
         Ok(Ring {
             session: self,
             raw,

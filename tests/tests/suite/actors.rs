@@ -11,8 +11,8 @@ use tasklet_runtime::config::Right;
 use tasklet_runtime::gpu::{
     ActorArg, ActorId, ActorOp, ActorReply, ActorStatus, BufferId, GpuService, KernelArg,
     KernelRef, LaunchConfig, LeaseId, LeaseRequest, LocalGpu, ModuleId, RingDirection, RingId,
-    SessionId, MAX_LEASE_MAPPED_BYTES, MAX_MESSAGE_BYTES, MAX_RECV_WAIT, MAX_SESSION_RINGS,
-    MAX_STOP_GRACE,
+    RingLayout, SessionId, MAX_LEASE_MAPPED_BYTES, MAX_MESSAGE_BYTES, MAX_RECV_WAIT,
+    MAX_SESSION_RINGS, MAX_STOP_GRACE,
 };
 use tasklet_runtime::lease::PERSISTENT_GRACE;
 use tasklet_runtime::{BackendKind, GpuError, Host, Manifest};
@@ -150,6 +150,7 @@ impl Rig {
             session,
             ActorOp::NewRing {
                 direction,
+                layout: RingLayout::Plain,
                 message_size: MESSAGE,
                 capacity,
             },
@@ -166,6 +167,7 @@ impl Rig {
     fn new_ring(&mut self, message_size: u32, capacity: u32) -> Result<ActorReply, GpuError> {
         self.op(ActorOp::NewRing {
             direction: RingDirection::ToDevice,
+            layout: RingLayout::Plain,
             message_size,
             capacity,
         })
@@ -336,6 +338,59 @@ fn refused<T: std::fmt::Debug>(r: Result<T, GpuError>, kind: &str, says: &str) {
         }
         other => panic!("expected {kind} saying {says:?}, got {other:?}"),
     }
+}
+
+/// actor_scale_seq serves sequenced rings (each word beside its message's number): 40 messages
+/// one at a time and 100 in batches through rings of 8 slots (so many laps, and batches larger
+/// than the ring), every answer checked and counted; asked to stop, it returns. Given plain rings
+/// it counts an error and returns rather than reading them as sequenced.
+#[test]
+fn an_actor_serves_sequenced_rings_and_refuses_plain_ones() {
+    let host = test_host!();
+    let mut r = rig(&host);
+    let sequenced = |r: &mut Rig, direction| match r.op(ActorOp::NewRing {
+        direction,
+        layout: RingLayout::Sequenced,
+        message_size: MESSAGE,
+        capacity: 8,
+    }) {
+        Ok(ActorReply::Ring(id)) => id,
+        other => panic!("a sequenced ring, got {other:?}"),
+    };
+    let inbox = sequenced(&mut r, RingDirection::ToDevice);
+    let outbox = sequenced(&mut r, RingDirection::FromDevice);
+    let actor = r
+        .start("actor_scale_seq", Some((inbox, outbox)), 1)
+        .expect("the actor starts");
+    for k in 0..40 {
+        let answers = r.exchange(inbox, outbox, &message(k));
+        check_answers(&answers, k);
+    }
+    for (first, count) in [(40, 8), (48, 3), (51, 20), (71, 69)] {
+        let batch: Vec<u8> = (first..first + count).flat_map(message).collect();
+        let answers = r.exchange(inbox, outbox, &batch);
+        check_answers(&answers, first);
+    }
+    let counted = eventually(BOUND, || r.status(actor).messages_processed == 140);
+    assert!(counted, "{:?}", r.status(actor));
+    let s = r.stop(actor, Duration::from_secs(5));
+    assert!(
+        s.has_terminated && s.failure.is_none() && s.errors_encountered == 0,
+        "{s:?}"
+    );
+    r.op(ActorOp::DropActor(actor)).expect("drop");
+
+    // Plain rings under the sequenced kernel: counted, and the kernel returns by itself.
+    let plain_in = r.ring(RingDirection::ToDevice);
+    let plain_out = r.ring(RingDirection::FromDevice);
+    let actor = r
+        .start("actor_scale_seq", Some((plain_in, plain_out)), 1)
+        .expect("the actor starts");
+    let s = r.ended(actor);
+    assert!(
+        s.errors_encountered == 1 && s.failure.is_none() && s.messages_processed == 0,
+        "{s:?}"
+    );
 }
 
 /// actor_scale serves 1200 messages (checked) and keeps count; a normal launch + sync on the same
@@ -519,6 +574,7 @@ fn an_actor_that_will_not_stop_is_ended_with_its_worker_and_lease() {
     refused(
         r.op(ActorOp::NewRing {
             direction: RingDirection::ToDevice,
+            layout: RingLayout::Plain,
             message_size: 4,
             capacity: 1,
         }),
@@ -808,6 +864,7 @@ fn rings_stay_within_their_limits() {
             other,
             ActorOp::NewRing {
                 direction: RingDirection::FromDevice,
+                layout: RingLayout::Plain,
                 message_size: big,
                 capacity: per_ring,
             },

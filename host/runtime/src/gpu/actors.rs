@@ -10,6 +10,10 @@
 use super::types::{KernelArg, KernelRef, LaunchConfig, ModuleId};
 use std::time::Duration;
 
+/// How a ring's slots hold its messages: plain bytes, or each 4 bytes beside the message's
+/// number (one bus round trip a message for a kernel reading host memory, instead of two).
+pub use tasklet_worker::contract::actor::RingLayout;
+
 /// A ring of a session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RingId(pub u64);
@@ -71,9 +75,10 @@ pub struct ActorStatus {
 #[derive(Debug, Clone, Copy)]
 pub enum ActorOp<'a> {
     /// A new ring of `capacity` messages (a power of two) of `message_size` bytes (a multiple
-    /// of 4) each.
+    /// of 4) each, its slots in `layout`.
     NewRing {
         direction: RingDirection,
+        layout: RingLayout,
         message_size: u32,
         capacity: u32,
     },

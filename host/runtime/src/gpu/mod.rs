@@ -17,7 +17,7 @@ mod types;
 mod usage;
 
 pub use actors::{
-    ActorArg, ActorId, ActorOp, ActorReply, ActorStatus, RingDirection, RingId,
+    ActorArg, ActorId, ActorOp, ActorReply, ActorStatus, RingDirection, RingId, RingLayout,
     MAX_LEASE_MAPPED_BYTES, MAX_MESSAGE_BYTES, MAX_RECV_WAIT, MAX_SESSION_RINGS, MAX_STOP_GRACE,
 };
 pub use args::submit_args_after_region;

@@ -490,7 +490,29 @@ mod v02 {
             message_size: u32,
             capacity: u32,
         ) -> GpuResult<Resource<crate::wit::RingHandle>> {
-            self.new_ring_of(&this, direction, message_size, capacity)
+            self.new_ring_of(
+                &this,
+                direction,
+                gpu::RingLayout::Plain,
+                message_size,
+                capacity,
+            )
+        }
+
+        fn new_sequenced_ring(
+            &mut self,
+            this: Resource<SessionHandle>,
+            direction: crate::wit::bindings::v02::tasklet::gpu::sessions::RingDirection,
+            message_size: u32,
+            capacity: u32,
+        ) -> GpuResult<Resource<crate::wit::RingHandle>> {
+            self.new_ring_of(
+                &this,
+                direction,
+                gpu::RingLayout::Sequenced,
+                message_size,
+                capacity,
+            )
         }
 
         fn launch_persistent(

@@ -31,14 +31,27 @@
 //!   +64  u32 tail                consumer: messages ever taken (wrapping)
 //!   +128 u32 capacity            host, at creation: slots, a power of two
 //!   +132 u32 message_size        host, at creation: bytes of one message, a multiple of 4
+//!   +136 u32 layout              host, at creation: LAYOUT_PLAIN or LAYOUT_SEQUENCED
 //!   +256 slots                   message n is at slot n % capacity
 //! ```
 //!
-//! A producer writes slot `head % capacity`, then (with release order: `st.release` or
+//! **Plain** slots (`LAYOUT_PLAIN`) are the message's bytes, `message_size` of them. A producer
+//! writes slot `head % capacity`, then (with release order: `st.release` or
 //! `__threadfence_system()` before the store on a GPU) stores `head + 1`; a consumer reads
-//! `head` (acquire), the slot, then stores `tail + 1`. The ring is full when `head - tail ==
-//! capacity`. Head and tail sit on cache lines of their own so that producer and consumer do not
-//! contend for one line.
+//! `head` (acquire), the slot, then stores `tail + 1`.
+//!
+//! **Sequenced** slots (`LAYOUT_SEQUENCED`) are `2 * message_size` bytes: each 4 bytes of the
+//! message travel in a little-endian u64 whose upper half is the message's number plus one
+//! (`n + 1`, wrapping), written and read whole. A consumer that reads the number it expects in a
+//! word has that word's bytes, with no head to read first and no fence between the slot and the
+//! head: on a GPU reading host memory across the bus, that is one bus round trip a message
+//! instead of two (benches/probes/actor_ll.rs). A message is there once every word of its slot
+//! carries its number. Producers still store `head` after the slots (the host does; a kernel may
+//! leave it), and consumers still store `tail`, which is what frees slots for the producer.
+//!
+//! Either way the ring is full when `head - tail == capacity` (for a sequenced ring the kernel
+//! producer counts its own head). Head and tail sit on cache lines of their own so that producer
+//! and consumer do not contend for one line.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -69,6 +82,37 @@ pub const OFF_HEAD: usize = 0;
 pub const OFF_TAIL: usize = 64;
 pub const OFF_CAPACITY: usize = 128;
 pub const OFF_MESSAGE_SIZE: usize = 132;
+pub const OFF_LAYOUT: usize = 136;
+
+/// `layout`: slots hold the messages' bytes.
+pub const LAYOUT_PLAIN: u32 = 0;
+/// `layout`: each 4 bytes of a message in a u64 with the message's number + 1 above them.
+pub const LAYOUT_SEQUENCED: u32 = 1;
+
+/// How a ring's slots hold its messages (the module's documentation has both layouts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RingLayout {
+    Plain,
+    Sequenced,
+}
+
+impl RingLayout {
+    /// The `layout` word of the ring's header.
+    pub fn word(self) -> u32 {
+        match self {
+            RingLayout::Plain => LAYOUT_PLAIN,
+            RingLayout::Sequenced => LAYOUT_SEQUENCED,
+        }
+    }
+
+    /// Bytes of one slot for messages of `message_size` bytes, if representable.
+    pub fn slot_bytes(self, message_size: u32) -> Option<usize> {
+        match self {
+            RingLayout::Plain => Some(message_size as usize),
+            RingLayout::Sequenced => (message_size as usize).checked_mul(2),
+        }
+    }
+}
 
 /// How a persistent kernel ended, as its control block says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -247,10 +291,11 @@ impl ControlBlock {
     }
 }
 
-/// Bytes a ring of `capacity` messages of `message_size` bytes takes, if that is representable.
-pub fn ring_bytes(capacity: u32, message_size: u32) -> Option<usize> {
+/// Bytes a ring of `capacity` messages of `message_size` bytes takes in `layout`, if that is
+/// representable.
+pub fn ring_bytes(layout: RingLayout, capacity: u32, message_size: u32) -> Option<usize> {
     (capacity as usize)
-        .checked_mul(message_size as usize)?
+        .checked_mul(layout.slot_bytes(message_size)?)?
         .checked_add(RING_HEADER)
 }
 
@@ -258,6 +303,7 @@ pub fn ring_bytes(capacity: u32, message_size: u32) -> Option<usize> {
 #[derive(Debug, Clone, Copy)]
 pub struct Ring {
     base: *mut u8,
+    layout: RingLayout,
     capacity: u32,
     message_size: u32,
 }
@@ -279,21 +325,41 @@ impl Ring {
     /// Writes a fresh ring's header (empty, with its geometry) and returns a view of it.
     ///
     /// # Safety
-    /// `base` is 64-aligned and `ring_bytes(capacity, message_size)` bytes from it stay mapped,
-    /// readable and writable while the view (or a copy) is used. `capacity` is a power of two and
-    /// `message_size` a multiple of 4, both above zero (the caller checked).
-    pub unsafe fn create(base: *mut u8, capacity: u32, message_size: u32) -> Ring {
+    /// `base` is 64-aligned and `ring_bytes(layout, capacity, message_size)` bytes from it stay
+    /// mapped, readable and writable while the view (or a copy) is used. `capacity` is a power
+    /// of two and `message_size` a multiple of 4, both above zero (the caller checked).
+    pub unsafe fn create(
+        base: *mut u8,
+        layout: RingLayout,
+        capacity: u32,
+        message_size: u32,
+    ) -> Ring {
         let ring = Ring {
             base,
+            layout,
             capacity,
             message_size,
         };
+        if layout == RingLayout::Sequenced {
+            // No word of a fresh ring may look like message 0's (number 1) or any other's of
+            // the first lap: zero is no message's number.
+            let slots = capacity as usize * 2 * message_size as usize;
+            for off in (0..slots).step_by(8) {
+                ring.u64_at(RING_HEADER + off).store(0, Ordering::Relaxed);
+            }
+        }
         ring.u32_at(OFF_HEAD).store(0, Ordering::Relaxed);
         ring.u32_at(OFF_TAIL).store(0, Ordering::Relaxed);
         ring.u32_at(OFF_CAPACITY).store(capacity, Ordering::Relaxed);
+        ring.u32_at(OFF_LAYOUT)
+            .store(layout.word(), Ordering::Relaxed);
         ring.u32_at(OFF_MESSAGE_SIZE)
             .store(message_size, Ordering::Release);
         ring
+    }
+
+    pub fn layout(&self) -> RingLayout {
+        self.layout
     }
 
     pub fn capacity(&self) -> u32 {
@@ -307,6 +373,12 @@ impl Ring {
     fn u32_at(&self, off: usize) -> &AtomicU32 {
         // SAFETY: `create`'s contract; every offset used is 4-aligned and inside the ring.
         unsafe { AtomicU32::from_ptr(self.base.add(off).cast()) }
+    }
+
+    fn u64_at(&self, off: usize) -> &AtomicU64 {
+        // SAFETY: `create`'s contract; the slots start 256 bytes in (64-aligned base) and every
+        // sequenced word is 8-aligned within them.
+        unsafe { AtomicU64::from_ptr(self.base.add(off).cast()) }
     }
 
     /// Messages waiting (put, not yet taken), checked against the capacity.
@@ -332,8 +404,11 @@ impl Ring {
         let room = (self.capacity - waiting) as usize;
         let n = (messages.len() / size).min(room);
         for (i, message) in messages.chunks_exact(size).take(n).enumerate() {
-            let slot = head.wrapping_add(i as u32) & (self.capacity - 1);
-            self.store_slot(slot, message);
+            let number = head.wrapping_add(i as u32);
+            match self.layout {
+                RingLayout::Plain => self.store_slot(number & (self.capacity - 1), message),
+                RingLayout::Sequenced => self.store_sequenced(number, message),
+            }
         }
         self.u32_at(OFF_HEAD)
             .store(head.wrapping_add(n as u32), Ordering::Release);
@@ -342,6 +417,9 @@ impl Ring {
 
     /// Consumer: takes up to `max` waiting messages, appended to `out`; how many.
     pub fn pop(&self, max: u32, out: &mut Vec<u8>) -> Result<u32, BrokenRing> {
+        if self.layout == RingLayout::Sequenced {
+            return Ok(self.pop_sequenced(max, out));
+        }
         let (_, tail, waiting) = self.waiting()?;
         let n = waiting.min(max);
         for i in 0..n {
@@ -355,7 +433,59 @@ impl Ring {
 
     /// Messages waiting now.
     pub fn len(&self) -> Result<u32, BrokenRing> {
+        if self.layout == RingLayout::Sequenced {
+            let tail = self.u32_at(OFF_TAIL).load(Ordering::Acquire);
+            return Ok((0..self.capacity)
+                .take_while(|&i| self.sequenced_there(tail.wrapping_add(i)))
+                .count() as u32);
+        }
         Ok(self.waiting()?.2)
+    }
+
+    /// The words of message `number` in its sequenced slot, each with the number above it.
+    fn store_sequenced(&self, number: u32, message: &[u8]) {
+        let base = self.sequenced_slot(number);
+        let tag = u64::from(number.wrapping_add(1)) << 32;
+        for (w, bytes) in message.chunks_exact(4).enumerate() {
+            let v = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+            self.u64_at(base + w * 8)
+                .store(tag | u64::from(v), Ordering::Release);
+        }
+    }
+
+    /// Where message `number`'s sequenced slot starts.
+    fn sequenced_slot(&self, number: u32) -> usize {
+        RING_HEADER + (number & (self.capacity - 1)) as usize * 2 * self.message_size as usize
+    }
+
+    /// Whether every word of message `number`'s slot carries its number.
+    fn sequenced_there(&self, number: u32) -> bool {
+        let base = self.sequenced_slot(number);
+        let want = number.wrapping_add(1);
+        (0..self.message_size as usize / 4)
+            .all(|w| (self.u64_at(base + w * 8).load(Ordering::Acquire) >> 32) as u32 == want)
+    }
+
+    /// Takes the messages whose slots are whole, from `tail` on, up to `max`; then stores the
+    /// new tail. A message is taken only once every word carries its number (checked before a
+    /// word is copied, so a slot seen whole is copied whole: its producer writes it once a lap,
+    /// and the next lap needs this tail).
+    fn pop_sequenced(&self, max: u32, out: &mut Vec<u8>) -> u32 {
+        let tail = self.u32_at(OFF_TAIL).load(Ordering::Acquire);
+        let mut n = 0;
+        while n < max.min(self.capacity) && self.sequenced_there(tail.wrapping_add(n)) {
+            let base = self.sequenced_slot(tail.wrapping_add(n));
+            for w in 0..self.message_size as usize / 4 {
+                let v = self.u64_at(base + w * 8).load(Ordering::Relaxed) as u32;
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+            n += 1;
+        }
+        if n > 0 {
+            self.u32_at(OFF_TAIL)
+                .store(tail.wrapping_add(n), Ordering::Release);
+        }
+        n
     }
 
     pub fn is_empty(&self) -> Result<bool, BrokenRing> {
@@ -393,7 +523,7 @@ mod tests {
     fn a_ring_carries_messages_in_order_and_says_when_it_is_full() {
         let mut mem = Box::new(Mem([0; 1024]));
         // SAFETY: 1024 bytes, 64-aligned, live for the test.
-        let ring = unsafe { Ring::create(mem.0.as_mut_ptr(), 4, 8) };
+        let ring = unsafe { Ring::create(mem.0.as_mut_ptr(), RingLayout::Plain, 4, 8) };
         let msgs: Vec<u8> = (0u8..48).collect();
         assert_eq!(ring.push(&msgs).unwrap(), 4, "room for four of six");
         let mut out = Vec::new();
@@ -408,10 +538,56 @@ mod tests {
     }
 
     #[test]
+    fn a_sequenced_ring_carries_numbered_words_and_takes_only_whole_messages() {
+        let mut mem = Box::new(Mem([0xff; 1024]));
+        // SAFETY: 1024 bytes (256 + 4 slots of 2 * 8), 64-aligned, live for the test.
+        let ring = unsafe { Ring::create(mem.0.as_mut_ptr(), RingLayout::Sequenced, 4, 8) };
+        let word = |slot: usize, w: usize| ring.u64_at(RING_HEADER + slot * 16 + w * 8);
+        assert_eq!(
+            word(0, 0).load(Ordering::Relaxed),
+            0,
+            "a fresh slot is no message"
+        );
+        let msgs: Vec<u8> = (0u8..48).collect();
+        assert_eq!(ring.push(&msgs).unwrap(), 4, "room for four of six");
+        assert_eq!(
+            word(1, 1).load(Ordering::Relaxed),
+            (2u64 << 32) | u64::from(u32::from_le_bytes([12, 13, 14, 15])),
+            "message 1's second word, number 2 above it"
+        );
+        assert_eq!(
+            ring.u32_at(OFF_LAYOUT).load(Ordering::Relaxed),
+            LAYOUT_SEQUENCED
+        );
+        assert_eq!(ring.len().unwrap(), 4);
+        let mut out = Vec::new();
+        assert_eq!(ring.pop(3, &mut out).unwrap(), 3);
+        assert_eq!(out, msgs[..24]);
+        // A message half there (its second word from the last lap) is not taken.
+        word(3, 1).store(0, Ordering::Relaxed);
+        out.clear();
+        assert_eq!(ring.pop(10, &mut out).unwrap(), 0);
+        assert_eq!(ring.len().unwrap(), 0);
+        word(3, 1).store((4u64 << 32) | 7, Ordering::Relaxed);
+        assert_eq!(ring.pop(10, &mut out).unwrap(), 1);
+        assert_eq!(out, [24, 25, 26, 27, 7, 0, 0, 0]);
+        // Around the ring: the next lap's numbers.
+        assert_eq!(ring.push(&msgs[32..]).unwrap(), 2);
+        out.clear();
+        assert_eq!(ring.pop(10, &mut out).unwrap(), 2);
+        assert_eq!(out, msgs[32..48]);
+        assert_eq!(
+            word(0, 0).load(Ordering::Relaxed) >> 32,
+            5,
+            "message 4 in slot 0"
+        );
+    }
+
+    #[test]
     fn a_ring_whose_counters_were_broken_is_refused() {
         let mut mem = Box::new(Mem([0; 1024]));
         // SAFETY: as above.
-        let ring = unsafe { Ring::create(mem.0.as_mut_ptr(), 4, 8) };
+        let ring = unsafe { Ring::create(mem.0.as_mut_ptr(), RingLayout::Plain, 4, 8) };
         ring.u32_at(OFF_HEAD).store(9, Ordering::Relaxed);
         assert!(ring.pop(1, &mut Vec::new()).is_err());
         assert!(ring.push(&[0; 8]).is_err());

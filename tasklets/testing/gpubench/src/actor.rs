@@ -6,6 +6,7 @@
 //! | --- | --- | --- |
 //! | `actor-rtt N` | `N` × (send one message, receive its answer), each timed | `actor_rtt_ns` (median), `actor_rtt_p99_ns` |
 //! | `actor-batch B R` | `R` × (send `B` messages, receive their `B` answers), each timed; `B` at most 256 | `actor_batch_ns` (median batch), `actor_batch_p99_ns`, `actor_msgs_per_s` (`B` / median batch) |
+//! | `actor-rtt-seq N`, `actor-batch-seq B R` | the same through sequenced rings (`actor_scale_seq`: each word beside its message's number) | the same names with `seq_` in front: `seq_actor_rtt_ns`, … |
 //! | `handler-launch N` | `N` × (launch `actor_scale` as a normal kernel over one message in device memory, then `sync`), each timed, the message put there untimed before each; then `N` × (write the message, launch, read the answer), each timed | `handler_launch_sync_ns` (median), `handler_launch_sync_p99_ns`, `handler_rtt_ns` (median write + launch + read) |
 //!
 //! Every answer is checked (after its clock read); a wrong one is `error mismatch`. An answer
@@ -61,15 +62,50 @@ fn mismatch(out: &mut Out, what: &str) -> Stopped {
     Stopped
 }
 
-/// A lease, a session, `actor_scale` resolved, and its two rings with the kernel serving them;
-/// stops the kernel after `f`, reporting a failure of its own.
-fn with_actor(out: &mut Out, f: impl FnOnce(&mut Out, &Ring, &Ring) -> Step) -> Step {
+/// Which rings the persistent kernel serves.
+#[derive(Clone, Copy)]
+pub(super) enum Rings {
+    /// `new-ring`'s, served by `actor_scale`.
+    Plain,
+    /// `new-sequenced-ring`'s, served by `actor_scale_seq`.
+    Sequenced,
+}
+
+impl Rings {
+    /// What the figures' names start with.
+    fn prefix(self) -> &'static str {
+        match self {
+            Rings::Plain => "",
+            Rings::Sequenced => "seq_",
+        }
+    }
+}
+
+/// A lease, a session, the kernel for `rings` resolved, and its two rings with the kernel
+/// serving them; stops the kernel after `f`, reporting a failure of its own.
+fn with_actor(
+    out: &mut Out,
+    rings: Rings,
+    f: impl FnOnce(&mut Out, &Ring, &Ring) -> Step,
+) -> Step {
     let lease = acquire(out, MIB)?;
     let session = out.check(Session::open(&lease))?;
     let module = out.check(session.module_load(ACTOR_PTX))?;
-    let kernel = out.check(module.kernel("actor_scale"))?;
-    let inbox = out.check(session.new_ring(RingDirection::ToDevice, MESSAGE_BYTES, SLOTS))?;
-    let outbox = out.check(session.new_ring(RingDirection::FromDevice, MESSAGE_BYTES, SLOTS))?;
+    let (kernel, inbox, outbox) = match rings {
+        Rings::Plain => (
+            module.kernel("actor_scale"),
+            session.new_ring(RingDirection::ToDevice, MESSAGE_BYTES, SLOTS),
+            session.new_ring(RingDirection::FromDevice, MESSAGE_BYTES, SLOTS),
+        ),
+        Rings::Sequenced => (
+            module.kernel("actor_scale_seq"),
+            session.new_sequenced_ring(RingDirection::ToDevice, MESSAGE_BYTES, SLOTS),
+            session.new_sequenced_ring(RingDirection::FromDevice, MESSAGE_BYTES, SLOTS),
+        ),
+    };
+    let kernel = out.check(kernel)?;
+    let inbox = out.check(inbox)?;
+    let outbox = out.check(outbox)?;
     let args = [
         ActorArg::Ring(&inbox),
         ActorArg::Ring(&outbox),
@@ -116,8 +152,8 @@ fn timeout(out: &mut Out, what: &str) -> Stopped {
     Stopped
 }
 
-pub(super) fn actor_rtt(out: &mut Out, n: u32) -> Step {
-    with_actor(out, |out, inbox, outbox| {
+pub(super) fn actor_rtt(out: &mut Out, rings: Rings, n: u32) -> Step {
+    with_actor(out, rings, |out, inbox, outbox| {
         let (mut request, mut answer) = (Vec::new(), Vec::new());
         let mut times = Vec::with_capacity(n as usize);
         out.settle();
@@ -143,13 +179,14 @@ pub(super) fn actor_rtt(out: &mut Out, n: u32) -> Step {
             }
         }
         times.sort_unstable();
-        out.line("actor_rtt_ns", median(&times));
-        out.line("actor_rtt_p99_ns", percentile(&times, 99.0));
+        let p = rings.prefix();
+        out.line(&format!("{p}actor_rtt_ns"), median(&times));
+        out.line(&format!("{p}actor_rtt_p99_ns"), percentile(&times, 99.0));
         Ok(())
     })
 }
 
-pub(super) fn actor_batch(out: &mut Out, batch: u32, batches: u32) -> Step {
+pub(super) fn actor_batch(out: &mut Out, rings: Rings, batch: u32, batches: u32) -> Step {
     if batch > SLOTS {
         out.error(
             "invalid-argument",
@@ -157,7 +194,7 @@ pub(super) fn actor_batch(out: &mut Out, batch: u32, batches: u32) -> Step {
         );
         return Err(Stopped);
     }
-    with_actor(out, |out, inbox, outbox| {
+    with_actor(out, rings, |out, inbox, outbox| {
         let (mut request, mut got) = (Vec::new(), Vec::new());
         let mut times = Vec::with_capacity(batches as usize);
         let mut k = 0u32;
@@ -196,10 +233,11 @@ pub(super) fn actor_batch(out: &mut Out, batch: u32, batches: u32) -> Step {
         }
         times.sort_unstable();
         let per_batch = median(&times).max(1);
-        out.line("actor_batch_ns", per_batch);
-        out.line("actor_batch_p99_ns", percentile(&times, 99.0));
+        let p = rings.prefix();
+        out.line(&format!("{p}actor_batch_ns"), per_batch);
+        out.line(&format!("{p}actor_batch_p99_ns"), percentile(&times, 99.0));
         out.line(
-            "actor_msgs_per_s",
+            &format!("{p}actor_msgs_per_s"),
             (f64::from(batch) * 1e9 / per_batch as f64).round() as u64,
         );
         Ok(())

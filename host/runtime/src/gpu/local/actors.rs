@@ -15,7 +15,7 @@ use super::LocalGpu;
 use crate::config::Right;
 use crate::error::{invalid, quota, GpuError};
 use crate::gpu::actors::{
-    ActorArg, ActorId, ActorOp, ActorReply, ActorStatus, RingDirection, RingId,
+    ActorArg, ActorId, ActorOp, ActorReply, ActorStatus, RingDirection, RingId, RingLayout,
     MAX_LEASE_MAPPED_BYTES, MAX_MESSAGE_BYTES, MAX_RECV_WAIT, MAX_SESSION_RINGS, MAX_STOP_GRACE,
 };
 use crate::gpu::types::{
@@ -158,9 +158,10 @@ impl LocalGpu {
         match op {
             ActorOp::NewRing {
                 direction,
+                layout,
                 message_size,
                 capacity,
-            } => self.new_ring(session, direction, message_size, capacity),
+            } => self.new_ring(session, direction, layout, message_size, capacity),
             ActorOp::Send { ring, messages } => {
                 self.police(session)?;
                 let s = self.live_session(session)?;
@@ -311,6 +312,7 @@ impl LocalGpu {
         &mut self,
         session: SessionId,
         direction: RingDirection,
+        layout: RingLayout,
         message_size: u32,
         capacity: u32,
     ) -> Result<ActorReply, GpuError> {
@@ -325,12 +327,16 @@ impl LocalGpu {
                 "a ring's capacity is a power of two (1, 2, 4, …); {capacity} is not"
             )));
         }
-        let bytes = ring_bytes(capacity, message_size)
+        let bytes = ring_bytes(layout, capacity, message_size)
             .filter(|&b| b <= MAX_LEASE_MAPPED_BYTES)
             .ok_or_else(|| {
+                let sequenced = match layout {
+                    RingLayout::Plain => "",
+                    RingLayout::Sequenced => " (sequenced: two bytes of slot a byte)",
+                };
                 quota(format!(
-                    "a ring of {capacity} messages of {message_size} bytes is larger than a lease's {} MiB of mapped \
-                     memory; make it smaller",
+                    "a ring of {capacity} messages of {message_size} bytes{sequenced} is larger than a lease's {} MiB \
+                     of mapped memory; make it smaller",
                     MAX_LEASE_MAPPED_BYTES >> 20
                 ))
             })?;
@@ -350,7 +356,8 @@ impl LocalGpu {
         })?;
         // SAFETY: the piece is `bytes` long, 256-aligned, inside the area, which the session's
         // lease keeps mapped while the ring is used; capacity and size were checked above.
-        let ring = unsafe { Ring::create(area.mapped.host_ptr(offset), capacity, message_size) };
+        let ring =
+            unsafe { Ring::create(area.mapped.host_ptr(offset), layout, capacity, message_size) };
         let mapped = Arc::clone(&area.mapped);
         let id = RingId(self.ids.fresh());
         let s = self

@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use super::{emu_worker, iota_args, kernel_source};
 use crate::support::*;
-use tasklet_worker::contract::actor::{ring_bytes, ControlBlock, Exit, Ring, CONTROL_BYTES};
+use tasklet_worker::contract::actor::{
+    ring_bytes, ControlBlock, Exit, Ring, RingLayout, CONTROL_BYTES,
+};
 use tasklet_worker::guest_memory::SharedMemory;
 use tasklet_worker::host::mapped::MappedArea;
 use tasklet_worker::{
@@ -36,11 +38,11 @@ impl Actor {
         let area = Arc::new(MappedArea::create(64 << 10).unwrap());
         let dev = w.map_device(&area.whole()).unwrap();
         let ring = |area: &MappedArea| {
-            let bytes = ring_bytes(capacity, MESSAGE).unwrap();
+            let bytes = ring_bytes(RingLayout::Plain, capacity, MESSAGE).unwrap();
             let off = area.take(bytes).unwrap();
             // SAFETY: a fresh 256-aligned piece of `bytes`, kept mapped by the Arc.
             (off, unsafe {
-                Ring::create(area.host_ptr(off), capacity, MESSAGE)
+                Ring::create(area.host_ptr(off), RingLayout::Plain, capacity, MESSAGE)
             })
         };
         let inbox = ring(&area);

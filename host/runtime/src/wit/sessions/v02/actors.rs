@@ -2,7 +2,7 @@
 //! the service's (`ActorOp`); a ring or actor handle of another session is refused there.
 
 use super::*;
-use crate::gpu::{ActorArg, ActorOp, ActorReply, RingDirection as Direction};
+use crate::gpu::{ActorArg, ActorOp, ActorReply, RingDirection as Direction, RingLayout};
 use crate::wit::bindings::v02::tasklet::gpu::sessions::{
     ActorArg as WitActorArg, ActorStatus, HostActor, HostRing, RingDirection,
 };
@@ -32,6 +32,7 @@ impl GpuState<'_> {
         &mut self,
         session: &Resource<SessionHandle>,
         direction: RingDirection,
+        layout: RingLayout,
         message_size: u32,
         capacity: u32,
     ) -> GpuResult<Resource<RingHandle>> {
@@ -42,6 +43,7 @@ impl GpuState<'_> {
         };
         let op = ActorOp::NewRing {
             direction,
+            layout,
             message_size,
             capacity,
         };

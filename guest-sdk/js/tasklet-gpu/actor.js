@@ -40,15 +40,19 @@ function span(ms, unit, max, what) {
 }
 
 /** A new ring of `session` (`Session.ringToDevice`, `ringFromDevice`): `direction` is the WIT
- * `ring-direction` (`'to-device'`, `'from-device'`). */
-export function newRing(session, direction, elem, width, capacity) {
+ * `ring-direction` (`'to-device'`, `'from-device'`); `sequenced`: each 4 bytes of a message beside
+ * the message's number (the WIT's `new-sequenced-ring`), which the kernel must read. */
+export function newRing(session, direction, elem, width, capacity, sequenced = false) {
   const size = Number.isInteger(width) ? sizeOf(elem) * width : 0;
   // A ring carries whole 4-byte words (the host would refuse it, later and with less to say).
   if (!(size > 0) || size % 4 !== 0 || size > U32_MAX) {
     throw new InvalidInput(`a ring's message is a whole number of 4-byte words; ${width} ${elem} is not`);
   }
   const slots = u32Count(capacity, 'ring capacity');
-  return new Ring(session, host(() => session.raw.newRing(direction, size, slots)), elem, width);
+  const raw = sequenced
+    ? host(() => session.raw.newSequencedRing(direction, size, slots))
+    : host(() => session.raw.newRing(direction, size, slots));
+  return new Ring(session, raw, elem, width);
 }
 
 /** A ring of messages of `width` elements of type `elem` each, from `session.ringToDevice` or

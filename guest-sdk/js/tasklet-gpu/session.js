@@ -103,15 +103,19 @@ export class Session {
   }
 
   /** A ring of `capacity` (a power of two) messages of `width` elements of type `elem` each, that
-   * the tasklet sends and a kernel receives; see `Ring`. Needs the `persistent` right. */
-  ringToDevice(elem, width, capacity) {
-    return newRing(this, 'to-device', elem, width, capacity);
+   * the tasklet sends and a kernel receives; see `Ring`. Needs the `persistent` right.
+   * `{ sequenced: true }`: each 4 bytes of a message travel beside the message's number, so a
+   * kernel reads the slots without reading the head first (one bus round trip a message on a
+   * GPU); the kernel must read that layout (the WIT's `new-sequenced-ring`). */
+  ringToDevice(elem, width, capacity, { sequenced = false } = {}) {
+    return newRing(this, 'to-device', elem, width, capacity, sequenced);
   }
 
   /** A ring of `capacity` (a power of two) messages of `width` elements of type `elem` each, that
-   * a kernel sends and the tasklet receives; see `Ring`. */
-  ringFromDevice(elem, width, capacity) {
-    return newRing(this, 'from-device', elem, width, capacity);
+   * a kernel sends and the tasklet receives; see `Ring`. `{ sequenced: true }`: as for
+   * `ringToDevice`. */
+  ringFromDevice(elem, width, capacity, { sequenced = false } = {}) {
+    return newRing(this, 'from-device', elem, width, capacity, sequenced);
   }
 
   /** A persistent launch of `kernel` (a `Kernel` of this session's module): `.ring(r)`,

@@ -181,6 +181,8 @@ test('rings carry whole messages of an element type', () => {
   const inbox = newRing(session, 'to-device', 'f32', 2, 4);
   const outbox = newRing(session, 'from-device', 'u16', 2, 8);
   assert.deepEqual(session.raw.calls, [['newRing', ['to-device', 8, 4]], ['newRing', ['from-device', 4, 8]]]);
+  newRing(session, 'from-device', 'f32', 1, 2, true);
+  assert.deepEqual(session.raw.calls.at(-1), ['newSequencedRing', ['from-device', 4, 2]]);
   assert.ok(inbox instanceof Ring);
   assert.deepEqual([inbox.messageSize, inbox.capacity], [8, 4]);
   assert.equal(inbox.send([1, 2, 3, 4]), 1);

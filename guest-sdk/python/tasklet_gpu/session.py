@@ -93,24 +93,29 @@ class Session:
         """A new event of this session, not yet recorded (at most 64 at once); see `Event`."""
         return Event(self, host(self.raw.new_event))
 
-    def ring_to_device(self, elem, width, capacity):
+    def ring_to_device(self, elem, width, capacity, sequenced=False):
         """A ring of `capacity` (a power of two) messages of `width` elements of type `elem` each,
-        that the tasklet sends and a kernel receives; see `Ring`. Needs the `persistent` right."""
-        return self._ring(_sessions.RingDirection.TO_DEVICE, elem, width, capacity)
+        that the tasklet sends and a kernel receives; see `Ring`. Needs the `persistent` right.
+        `sequenced=True`: each 4 bytes of a message travel beside the message's number, so a
+        kernel reads the slots without reading the head first (one bus round trip a message on
+        a GPU); the kernel must read that layout (the WIT's `new-sequenced-ring`)."""
+        return self._ring(_sessions.RingDirection.TO_DEVICE, elem, width, capacity, sequenced)
 
-    def ring_from_device(self, elem, width, capacity):
+    def ring_from_device(self, elem, width, capacity, sequenced=False):
         """A ring of `capacity` (a power of two) messages of `width` elements of type `elem` each,
-        that a kernel sends and the tasklet receives; see `Ring`."""
-        return self._ring(_sessions.RingDirection.FROM_DEVICE, elem, width, capacity)
+        that a kernel sends and the tasklet receives; see `Ring`. `sequenced=True`: as for
+        `ring_to_device`."""
+        return self._ring(_sessions.RingDirection.FROM_DEVICE, elem, width, capacity, sequenced)
 
-    def _ring(self, direction, elem, width, capacity):
+    def _ring(self, direction, elem, width, capacity, sequenced):
         size = elements.size_of(elem) * width if isinstance(width, int) and not isinstance(width, bool) else 0
         # A ring carries whole 4-byte words (the host would refuse it, later and with less to say).
         if size <= 0 or size % 4 or size > _U32:
             raise InvalidInput(f"a ring's message is a whole number of 4-byte words; {width!r} {elem} is not")
         if not isinstance(capacity, int) or isinstance(capacity, bool) or not 0 <= capacity <= _U32:
             raise InvalidInput(f"ring capacity {capacity!r} is not a whole number from 0 to {_U32}")
-        return Ring(self, host(self.raw.new_ring, direction, size, capacity), elem, width)
+        new = self.raw.new_sequenced_ring if sequenced else self.raw.new_ring
+        return Ring(self, host(new, direction, size, capacity), elem, width)
 
     def launch_persistent(self, kernel, config=None):
         """A persistent launch of `kernel` (a `Kernel` of this session's module):

@@ -333,6 +333,8 @@ class Rings(unittest.TestCase):
         self.assertEqual(inbox.send([1.0, 2.0, 3.0, 4.0]), 1)
         self.assertEqual(inbox.send([]), 0)
         self.assertEqual(inbox.raw.calls[-1], ("send", (array("f", [1, 2, 3, 4]).tobytes(),)))
+        session.ring_from_device("f32", 1, 2, sequenced=True)
+        self.assertEqual(session.raw.calls[-1], ("new_sequenced_ring", (sessions.RingDirection.FROM_DEVICE, 4, 2)))
         outbox.raw.answers["recv"] = b"\x01\0\x02\0\x03\0\x04\0"
         self.assertEqual([list(m) for m in outbox.recv(5, timeout=0.25)], [[1, 2], [3, 4]])
         self.assertEqual(outbox.try_recv(1)[0].typecode, "H")

@@ -821,6 +821,30 @@ fn rings_stay_within_their_limits() {
         "quota-exceeded",
         "larger than",
     );
+    // Sequenced slots take twice the bytes: a ring of half the lease's mapped memory fits plain,
+    // not sequenced.
+    let half = (MAX_LEASE_MAPPED_BYTES / 2) as u32 / MAX_MESSAGE_BYTES;
+    match r.new_ring(MAX_MESSAGE_BYTES, half) {
+        Ok(ActorReply::Ring(id)) => r.op(ActorOp::DropRing(id)).expect("drop"),
+        other => panic!("a plain ring of half the mapped memory: {other:?}"),
+    };
+    let sequenced = |r: &mut Rig, capacity| {
+        r.op(ActorOp::NewRing {
+            direction: RingDirection::ToDevice,
+            layout: RingLayout::Sequenced,
+            message_size: MAX_MESSAGE_BYTES,
+            capacity,
+        })
+    };
+    match sequenced(&mut r, half / 2) {
+        Ok(ActorReply::Ring(id)) => r.op(ActorOp::DropRing(id)).expect("drop"),
+        other => panic!("a sequenced ring of half the mapped memory: {other:?}"),
+    };
+    refused(
+        sequenced(&mut r, half),
+        "quota-exceeded",
+        "(sequenced: two bytes of slot a byte)",
+    );
     drop(r);
     assert_baseline(&host);
 

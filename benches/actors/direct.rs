@@ -142,6 +142,7 @@ impl Direct<'_> {
         for k in 0..WARMUP + p.iters {
             request.clear();
             message(k, &mut request);
+            crate::think(p.think_ns);
             let start = Instant::now();
             self.send(inbox, &request, 1)?;
             self.receive(outbox, 1, &mut answer)?;

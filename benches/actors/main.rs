@@ -35,6 +35,9 @@
 //!                    the guest and host-runtime paths' backend (default: cuda where there is a
 //!                    CUDA device, else emu)
 //!   --settle-ms MS   untimed pause in each tasklet command before its timing (GPU 500, emu 0)
+//!   --think-ns N     the host-runtime and native paths spin N ns between an answer and the next
+//!                    round trip's message, untimed (a client's own work; default 0); the guest
+//!                    path's own work between them is its loop's
 //! ```
 //!
 //! The counts may also come from `TASKLET_ACTORS_ITERS`, `TASKLET_ACTORS_BATCH` and
@@ -63,6 +66,20 @@ pub struct Params {
     pub batch: u32,
     pub batches: u32,
     pub settle_ms: u64,
+    /// How long the host-runtime and native paths spin between one round trip's answer and the
+    /// next message (a client's own work between messages; the guest path has none of its own).
+    pub think_ns: u64,
+}
+
+/// Spins for `ns` nanoseconds (a client's work between two round trips, untimed).
+pub fn think(ns: u64) {
+    if ns == 0 {
+        return;
+    }
+    let until = std::time::Instant::now() + std::time::Duration::from_nanos(ns);
+    while std::time::Instant::now() < until {
+        std::hint::spin_loop();
+    }
 }
 
 struct Options {
@@ -70,8 +87,7 @@ struct Options {
     backend: BackendKind,
 }
 
-const USAGE: &str =
-    "usage: actors [--iters N] [--batch B] [--batches R] [--backend emu|cuda] [--settle-ms MS]";
+const USAGE: &str = "usage: actors [--iters N] [--batch B] [--batches R] [--backend emu|cuda] [--settle-ms MS] [--think-ns N]";
 
 /// A count above zero from a flag's value or an environment variable's.
 fn count(text: &str, name: &str) -> Result<u32, String> {
@@ -84,6 +100,7 @@ fn count(text: &str, name: &str) -> Result<u32, String> {
 fn parse_options(cuda: bool) -> Result<Options, String> {
     let (mut iters, mut batch, mut batches, mut settle_ms, mut backend) =
         (None, None, None, None, None);
+    let mut think_ns = 0;
     for (var, slot) in [
         ("TASKLET_ACTORS_ITERS", &mut iters),
         ("TASKLET_ACTORS_BATCH", &mut batch),
@@ -111,6 +128,12 @@ fn parse_options(cuda: bool) -> Result<Options, String> {
                     v.parse::<u64>()
                         .map_err(|_| format!("--settle-ms: {v:?} is not a number"))?,
                 );
+            }
+            "--think-ns" => {
+                let v = value("--think-ns")?;
+                think_ns = v
+                    .parse::<u64>()
+                    .map_err(|_| format!("--think-ns: {v:?} is not a number"))?;
             }
             "--backend" => {
                 let v = value("--backend")?;
@@ -147,6 +170,7 @@ fn parse_options(cuda: bool) -> Result<Options, String> {
             batch,
             batches: batches.unwrap_or(if gpu { 1000 } else { 5 }),
             settle_ms: settle_ms.unwrap_or(if gpu { 500 } else { 0 }),
+            think_ns,
         },
         backend,
     })
@@ -242,6 +266,12 @@ fn main() {
         "counts:   {} round trips, {} batches of {} messages, {} launches of each normal-kernel loop (+10 untimed each)",
         p.iters, p.batches, p.batch, p.iters
     );
+    if p.think_ns > 0 {
+        println!(
+            "think:    the host-runtime and native paths spin {} ns before each round trip's message",
+            p.think_ns
+        );
+    }
     println!();
 
     let mut f = Figures::default();

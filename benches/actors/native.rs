@@ -242,6 +242,7 @@ fn exchange(p: &Params, inbox: &Ring, outbox: &Ring) -> Result<(Vec<u64>, Vec<u6
     for k in 0..WARMUP + p.iters {
         request.clear();
         message(k, &mut request);
+        crate::think(p.think_ns);
         let start = Instant::now();
         send(inbox, &request, 1)?;
         receive(outbox, 1, &mut answer)?;

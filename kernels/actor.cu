@@ -75,6 +75,19 @@ struct view {
     unsigned long long processed;
 };
 
+// Thread 0, once: the rings' geometry and the counters the kernel keeps from here on.
+__device__ __forceinline__ void read_view(ring* inbox, ring* outbox, control* ctl, view& v)
+{
+    v.in_capacity = inbox->capacity;
+    v.in_size = inbox->message_size;
+    v.out_capacity = outbox->capacity;
+    v.out_size = outbox->message_size;
+    v.in_tail = load_volatile(&inbox->tail);
+    v.out_head = load_volatile(&outbox->head);
+    v.out_tail = load_volatile(&outbox->tail);
+    v.processed = *(volatile unsigned long long*)&ctl->messages_processed;
+}
+
 __device__ __forceinline__ const float* slot_in(const ring* r, const view& v, unsigned int n)
 {
     return (const float*)((const char*)r + 256 + (size_t)(n & (v.in_capacity - 1)) * v.in_size);
@@ -198,14 +211,7 @@ __device__ __forceinline__ void serve(ring* inbox, ring* outbox, control* ctl, f
         return;
     }
     if (threadIdx.x == 0) {
-        v.in_capacity = inbox->capacity;
-        v.in_size = inbox->message_size;
-        v.out_capacity = outbox->capacity;
-        v.out_size = outbox->message_size;
-        v.in_tail = load_volatile(&inbox->tail);
-        v.out_head = load_volatile(&outbox->head);
-        v.out_tail = load_volatile(&outbox->tail);
-        v.processed = *(volatile unsigned long long*)&ctl->messages_processed;
+        read_view(inbox, outbox, ctl, v);
     }
     for (;;) {
         if (threadIdx.x == 0) {
@@ -285,14 +291,7 @@ extern "C" __global__ void actor_scale_seq(ring* inbox, ring* outbox, control* c
         return;
     }
     if (threadIdx.x == 0) {
-        v.in_capacity = inbox->capacity;
-        v.in_size = inbox->message_size;
-        v.out_capacity = outbox->capacity;
-        v.out_size = outbox->message_size;
-        v.in_tail = load_volatile(&inbox->tail);
-        v.out_head = load_volatile(&outbox->head);
-        v.out_tail = load_volatile(&outbox->tail);
-        v.processed = *(volatile unsigned long long*)&ctl->messages_processed;
+        read_view(inbox, outbox, ctl, v);
         head_seen = v.in_tail;
         v.cmd = CMD_WORK;
         unsigned int layouts = *(const volatile unsigned int*)((const char*)inbox + 136) &

@@ -5,7 +5,8 @@
 //! A parked thread pays a wake-up for the next batch (on a virtual machine, a vCPU's wake-up
 //! too), and a remote client's launch + sync pairs come a network round trip apart, each finding
 //! the thread parked. Polling is bounded three ways: by a budget that grows while batches come
-//! within it and shrinks when they do not (an idle connection goes back to parking at once), by
+//! within it and shrinks when two in a row do not (an idle connection soon goes back to parking
+//! at once), by
 //! a ceiling ([`DEFAULT_POLL_US`], or `TASKLET_NODE_POLL_US`; 0 turns polling off), and by the
 //! count of threads spinning at once in this process, every kind of hot wait together
 //! (`tasklet_spin::SPINNERS`), at most a quarter of the cores (none on a machine of fewer than

@@ -14,9 +14,9 @@ use tasklet_runtime::Host;
 use tasklet_tests::manifest;
 
 use crate::messages::{
-    all_answer, answers, handler_control, handler_rings, message, ACTOR_PTX, ANSWER_AT,
-    ANSWER_WAIT, CONTROL_AT, FACTOR, HANDLER_BYTES, IN_AT, KERNEL, MESSAGE_BYTES, OUT_AT,
-    SEQUENCED_KERNEL, SLOTS, STOP_GRACE, THREADS, WARMUP,
+    all_answer, answers, handler_control, handler_rings, message, persistent_kernel, ACTOR_PTX,
+    ANSWER_AT, ANSWER_WAIT, CONTROL_AT, FACTOR, HANDLER_BYTES, IN_AT, KERNEL, MESSAGE_BYTES,
+    OUT_AT, SLOTS, STOP_GRACE, THREADS, WARMUP,
 };
 use crate::stats::{lines, ring_lines, Lines};
 use crate::Params;
@@ -102,10 +102,6 @@ impl Direct<'_> {
     ) -> Result<(Vec<u64>, Vec<u64>), String> {
         let inbox = self.ring(RingDirection::ToDevice, layout)?;
         let outbox = self.ring(RingDirection::FromDevice, layout)?;
-        let kernel = match layout {
-            RingLayout::Plain => KERNEL,
-            RingLayout::Sequenced => SEQUENCED_KERNEL,
-        };
         let args = [
             ActorArg::Ring(inbox),
             ActorArg::Ring(outbox),
@@ -114,7 +110,7 @@ impl Direct<'_> {
         ];
         let actor = match self.op(ActorOp::Launch {
             module: self.module,
-            kernel: KernelRef::Named(kernel),
+            kernel: KernelRef::Named(persistent_kernel(layout)),
             config: &BLOCK,
             args: &args,
         })? {

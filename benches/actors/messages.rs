@@ -4,10 +4,19 @@
 
 use std::time::Duration;
 
+use tasklet_worker::contract::actor::RingLayout;
+
 pub const ACTOR_PTX: &str = include_str!("../../kernels/actor.ptx");
 pub const KERNEL: &str = "actor_scale";
-/// The same handler over sequenced rings (each word beside its message's number).
-pub const SEQUENCED_KERNEL: &str = "actor_scale_seq";
+
+/// The persistent kernel serving rings of `layout`: `actor_scale`, or the same handler over
+/// sequenced rings (each word beside its message's number).
+pub fn persistent_kernel(layout: RingLayout) -> &'static str {
+    match layout {
+        RingLayout::Plain => KERNEL,
+        RingLayout::Sequenced => "actor_scale_seq",
+    }
+}
 /// Floats in one message, and its bytes.
 pub const WIDTH: usize = 64;
 pub const MESSAGE_BYTES: u32 = (WIDTH * 4) as u32;

@@ -12,9 +12,9 @@ use cudarc::driver::{result, sys, CudaContext, DriverError};
 use tasklet_worker::contract::actor::{ring_bytes, ControlBlock, Ring, RingLayout, CONTROL_BYTES};
 
 use crate::messages::{
-    all_answer, answers, handler_control, handler_rings, message, ACTOR_PTX, ANSWER_AT,
-    ANSWER_WAIT, CONTROL_AT, FACTOR, HANDLER_BYTES, IN_AT, KERNEL, MESSAGE_BYTES, OUT_AT,
-    SEQUENCED_KERNEL, SLOTS, STOP_GRACE, THREADS, WARMUP,
+    all_answer, answers, handler_control, handler_rings, message, persistent_kernel, ACTOR_PTX,
+    ANSWER_AT, ANSWER_WAIT, CONTROL_AT, FACTOR, HANDLER_BYTES, IN_AT, KERNEL, MESSAGE_BYTES,
+    OUT_AT, SLOTS, STOP_GRACE, THREADS, WARMUP,
 };
 use crate::stats::{lines, ring_lines, Lines};
 use crate::Params;
@@ -30,8 +30,6 @@ struct Native {
     stream: sys::CUstream,
     module: sys::CUmodule,
     function: sys::CUfunction,
-    /// `actor_scale_seq`, for sequenced rings.
-    sequenced: sys::CUfunction,
     /// The rings and control blocks: host memory the device sees. Freed only once no kernel
     /// can use it (a kernel that did not stop leaves it allocated).
     mapped: Vec<*mut u8>,
@@ -47,14 +45,10 @@ pub fn measure(p: &Params) -> Result<Lines, String> {
         .map_err(cuda("loading actor.ptx"))?;
     let function = unsafe { result::module::get_function(module, CString::new(KERNEL).unwrap()) }
         .map_err(cuda("actor_scale"))?;
-    let sequenced =
-        unsafe { result::module::get_function(module, CString::new(SEQUENCED_KERNEL).unwrap()) }
-            .map_err(cuda("actor_scale_seq"))?;
     let mut n = Native {
         stream,
         module,
         function,
-        sequenced,
         mapped: Vec::new(),
         _ctx: ctx,
     };
@@ -126,10 +120,11 @@ impl Native {
             (&mut c as *mut u64).cast(),
             (&mut f as *mut f32).cast(),
         ];
-        let function = match layout {
-            RingLayout::Plain => self.function,
-            RingLayout::Sequenced => self.sequenced,
-        };
+        let name = persistent_kernel(layout);
+        let function = unsafe {
+            result::module::get_function(self.module, CString::new(name).expect("a name"))
+        }
+        .map_err(cuda(name))?;
         self.launch(function, &mut args)
             .map_err(cuda("persistent launch"))?;
         let r = exchange(p, &inbox, &outbox);

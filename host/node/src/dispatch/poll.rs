@@ -6,9 +6,8 @@
 //! too), and a remote client's launch + sync pairs come a network round trip apart, each finding
 //! the thread parked. Polling is bounded three ways: by a budget that grows while batches come
 //! within it and shrinks when two in a row do not (an idle connection soon goes back to parking
-//! at once), by
-//! a ceiling ([`DEFAULT_POLL_US`], or `TASKLET_NODE_POLL_US`; 0 turns polling off), and by the
-//! count of threads spinning at once in this process, every kind of hot wait together
+//! at once), by a ceiling ([`DEFAULT_POLL_US`], or `TASKLET_NODE_POLL_US`; 0 turns polling off),
+//! and by the count of threads spinning at once in this process, every kind of hot wait together
 //! (`tasklet_spin::SPINNERS`), at most a quarter of the cores (none on a machine of fewer than
 //! 4), so that many busy connections never spin against each other.
 
@@ -113,65 +112,60 @@ impl Waiter {
 mod tests {
     use super::*;
 
-    #[test]
-    fn an_idle_queue_stops_the_polling_and_a_chatty_one_restores_it() {
-        // Any batch will do: the wait does not look into it.
-        let (send, mut queue) = mpsc::channel::<Vec<()>>(4);
-        let max = Duration::from_micros(200);
-        let mut waiter = Waiter {
+    // Any batch will do: the wait does not look into it.
+    type Queue = (mpsc::Sender<Vec<()>>, mpsc::Receiver<Vec<()>>);
+
+    fn waiter(max: Duration) -> Waiter {
+        Waiter {
             budget: Budget::new(max, Duration::ZERO),
             missed: false,
-        };
-        // Batches far apart (an idle connection): the budget halves each time, down to nothing.
+        }
+    }
+
+    /// The waiter's next batch, sent 3 ms after it starts waiting (past every ceiling here).
+    fn after_a_pause(waiter: &mut Waiter, (send, queue): &mut Queue) {
+        let send = send.clone();
+        let late = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(3));
+            send.blocking_send(Vec::new())
+        });
+        assert!(waiter.next(queue).is_some());
+        late.join().unwrap().unwrap();
+    }
+
+    #[test]
+    fn an_idle_queue_stops_the_polling_and_a_chatty_one_restores_it() {
+        let mut q: Queue = mpsc::channel(4);
+        let mut waiter = waiter(Duration::from_micros(200));
+        // Batches far apart (an idle connection): the budget halves from the second on, down to
+        // nothing.
         for _ in 0..8 {
-            let send = send.clone();
-            let late = std::thread::spawn(move || {
-                std::thread::sleep(Duration::from_millis(3));
-                send.blocking_send(Vec::new())
-            });
-            assert!(waiter.next(&mut queue).is_some());
-            late.join().unwrap().unwrap();
+            after_a_pause(&mut waiter, &mut q);
         }
         assert_eq!(waiter.budget.get(), Duration::ZERO);
         // One that was already there: taken at once, the budget left alone.
-        send.blocking_send(Vec::new()).unwrap();
-        assert!(waiter.next(&mut queue).is_some());
+        q.0.blocking_send(Vec::new()).unwrap();
+        assert!(waiter.next(&mut q.1).is_some());
         assert_eq!(waiter.budget.get(), Duration::ZERO);
-        drop(send);
-        assert!(waiter.next(&mut queue).is_none(), "every sender gone");
+        drop(q.0);
+        assert!(waiter.next(&mut q.1).is_none(), "every sender gone");
     }
 
     #[test]
     fn one_pause_leaves_the_poll_whole_and_a_second_in_a_row_halves_it() {
-        let (send, mut queue) = mpsc::channel::<Vec<()>>(4);
+        let mut q: Queue = mpsc::channel(4);
         let max = Duration::from_micros(200);
-        let mut waiter = Waiter {
-            budget: Budget::new(max, Duration::ZERO),
-            missed: false,
-        };
-        let late = |send: &mpsc::Sender<Vec<()>>| {
-            let send = send.clone();
-            std::thread::spawn(move || {
-                std::thread::sleep(Duration::from_millis(3));
-                send.blocking_send(Vec::new())
-            })
-        };
+        let mut waiter = waiter(max);
         // A pause: the next batch still finds the poll at its ceiling.
-        let t = late(&send);
-        assert!(waiter.next(&mut queue).is_some());
-        t.join().unwrap().unwrap();
+        after_a_pause(&mut waiter, &mut q);
         assert_eq!(waiter.budget.get(), max);
         // A batch waiting already between two pauses: they are not in a row.
-        send.blocking_send(Vec::new()).unwrap();
-        assert!(waiter.next(&mut queue).is_some());
-        let t = late(&send);
-        assert!(waiter.next(&mut queue).is_some());
-        t.join().unwrap().unwrap();
+        q.0.blocking_send(Vec::new()).unwrap();
+        assert!(waiter.next(&mut q.1).is_some());
+        after_a_pause(&mut waiter, &mut q);
         assert_eq!(waiter.budget.get(), max);
         // A second pause in a row: halved.
-        let t = late(&send);
-        assert!(waiter.next(&mut queue).is_some());
-        t.join().unwrap().unwrap();
+        after_a_pause(&mut waiter, &mut q);
         assert_eq!(waiter.budget.get(), max / 2);
     }
 }

@@ -105,11 +105,11 @@ impl RingLayout {
         }
     }
 
-    /// Bytes of one slot for messages of `message_size` bytes, if representable.
-    pub fn slot_bytes(self, message_size: u32) -> Option<usize> {
+    /// Bytes of slot per byte of message.
+    fn slot_factor(self) -> usize {
         match self {
-            RingLayout::Plain => Some(message_size as usize),
-            RingLayout::Sequenced => (message_size as usize).checked_mul(2),
+            RingLayout::Plain => 1,
+            RingLayout::Sequenced => 2,
         }
     }
 }
@@ -295,7 +295,8 @@ impl ControlBlock {
 /// representable.
 pub fn ring_bytes(layout: RingLayout, capacity: u32, message_size: u32) -> Option<usize> {
     (capacity as usize)
-        .checked_mul(layout.slot_bytes(message_size)?)?
+        .checked_mul(message_size as usize)?
+        .checked_mul(layout.slot_factor())?
         .checked_add(RING_HEADER)
 }
 
@@ -343,8 +344,7 @@ impl Ring {
         if layout == RingLayout::Sequenced {
             // No word of a fresh ring may look like message 0's (number 1) or any other's of
             // the first lap: zero is no message's number.
-            let slots = capacity as usize * 2 * message_size as usize;
-            for off in (0..slots).step_by(8) {
+            for off in (0..capacity as usize * ring.slot_bytes()).step_by(8) {
                 ring.u64_at(RING_HEADER + off).store(0, Ordering::Relaxed);
             }
         }
@@ -356,10 +356,6 @@ impl Ring {
         ring.u32_at(OFF_MESSAGE_SIZE)
             .store(message_size, Ordering::Release);
         ring
-    }
-
-    pub fn layout(&self) -> RingLayout {
-        self.layout
     }
 
     pub fn capacity(&self) -> u32 {
@@ -453,9 +449,14 @@ impl Ring {
         }
     }
 
+    /// Bytes of one slot.
+    fn slot_bytes(&self) -> usize {
+        self.message_size as usize * self.layout.slot_factor()
+    }
+
     /// Where message `number`'s sequenced slot starts.
     fn sequenced_slot(&self, number: u32) -> usize {
-        RING_HEADER + (number & (self.capacity - 1)) as usize * 2 * self.message_size as usize
+        RING_HEADER + (number & (self.capacity - 1)) as usize * self.slot_bytes()
     }
 
     /// Whether every word of message `number`'s slot carries its number.
@@ -466,19 +467,29 @@ impl Ring {
             .all(|w| (self.u64_at(base + w * 8).load(Ordering::Acquire) >> 32) as u32 == want)
     }
 
+    /// Appends message `number`'s bytes to `out` if every word of its slot carries its number
+    /// (each word read once: a word with its number has its bytes); else leaves `out` as it was.
+    fn take_sequenced(&self, number: u32, out: &mut Vec<u8>) -> bool {
+        let base = self.sequenced_slot(number);
+        let want = number.wrapping_add(1);
+        let kept = out.len();
+        for w in 0..self.message_size as usize / 4 {
+            let word = self.u64_at(base + w * 8).load(Ordering::Acquire);
+            if (word >> 32) as u32 != want {
+                out.truncate(kept);
+                return false;
+            }
+            out.extend_from_slice(&(word as u32).to_le_bytes());
+        }
+        true
+    }
+
     /// Takes the messages whose slots are whole, from `tail` on, up to `max`; then stores the
-    /// new tail. A message is taken only once every word carries its number (checked before a
-    /// word is copied, so a slot seen whole is copied whole: its producer writes it once a lap,
-    /// and the next lap needs this tail).
+    /// new tail, which frees their slots for the producer's next lap.
     fn pop_sequenced(&self, max: u32, out: &mut Vec<u8>) -> u32 {
         let tail = self.u32_at(OFF_TAIL).load(Ordering::Acquire);
         let mut n = 0;
-        while n < max.min(self.capacity) && self.sequenced_there(tail.wrapping_add(n)) {
-            let base = self.sequenced_slot(tail.wrapping_add(n));
-            for w in 0..self.message_size as usize / 4 {
-                let v = self.u64_at(base + w * 8).load(Ordering::Relaxed) as u32;
-                out.extend_from_slice(&v.to_le_bytes());
-            }
+        while n < max.min(self.capacity) && self.take_sequenced(tail.wrapping_add(n), out) {
             n += 1;
         }
         if n > 0 {

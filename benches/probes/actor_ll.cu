@@ -83,3 +83,64 @@ extern "C" __global__ void actor_ll(const unsigned long long* inbox, unsigned lo
         }
     }
 }
+
+__device__ __forceinline__ unsigned long long global_ns()
+{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+// Replicated slots: whether reading a message more often shortens the wait of one that lands
+// just after a read was served. The inbox holds `copies` replicas of the ring, one after another
+// (copy c at c * capacity * words words); threads form `copies` groups of `words`, group c
+// polling copy c, its first read `stagger_ns * c` after group 0's, so that the groups' reads of
+// different addresses are in flight at staggered times (reads of one address are served one
+// after another). A thread answers its word of message n from whichever copy shows it first:
+// `next[w]` in shared memory is the first message whose word w is not yet answered, so a thread
+// whose copy is behind skips ahead; an answer written twice is the same value. One message in
+// flight per thread (round trips only). Returns once should_terminate is seen.
+extern "C" __global__ void actor_llc(const unsigned long long* inbox, unsigned long long* outbox,
+                                     unsigned int capacity, unsigned int words,
+                                     unsigned int copies, unsigned int stagger_ns, control* ctl,
+                                     float factor)
+{
+    __shared__ unsigned int next[256];
+    if (threadIdx.x < 256) {
+        next[threadIdx.x] = 0;
+    }
+    __syncthreads();
+    unsigned int c = threadIdx.x / words;
+    unsigned int w = threadIdx.x % words;
+    if (c >= copies || words > 256 || blockIdx.x != 0) {
+        return;
+    }
+    unsigned long long start = global_ns();
+    while (global_ns() - start < (unsigned long long)stagger_ns * c) {
+    }
+    const unsigned long long* mine = inbox + (size_t)c * capacity * words;
+    unsigned int n = 0;
+    unsigned int idle = 0;
+    for (;;) {
+        unsigned long long v = load_word(&mine[(size_t)(n & (capacity - 1)) * words + w]);
+        if ((unsigned int)(v >> 32) == n + 1) {
+            if (atomicMax(&next[w], n + 1) <= n) {
+                float y = __fmaf_rn(__uint_as_float((unsigned int)v), factor, 1.0f);
+                *(volatile unsigned long long*)&outbox[(size_t)(n & (capacity - 1)) * words + w] =
+                    ((unsigned long long)(n + 1) << 32) | __float_as_uint(y);
+            }
+            n++;
+            idle = 0;
+            continue;
+        }
+        unsigned int ahead = *(volatile unsigned int*)&next[w];
+        if (ahead > n) {
+            n = ahead;
+            continue;
+        }
+        if (idle++ % TERMINATE_EVERY == 0 &&
+            *(const volatile unsigned int*)&ctl->should_terminate != 0) {
+            return;
+        }
+    }
+}

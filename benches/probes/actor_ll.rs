@@ -11,6 +11,15 @@
 //!   fence. Twice the bytes per message; the same transform (`in * 2 + 1`).
 //! - **launch + sync** of `actor_scale` as a normal kernel over one message in device memory
 //!   (the actors benchmark's "handler as a normal kernel").
+//! - **the product's sequenced rings** (`Ring::push` / `Ring::pop` of the contract) under
+//!   `actor_scale_seq` of `kernels/actor.ptx`, and under `actor_seq_flags` of `actor_seq.cu`
+//!   beside this file: the same kernel with parts of its pass changed (the head read, the tail's
+//!   stores, the fence, the last barrier), round trips by the client's spin before each message,
+//!   and batches of 256.
+//! - **replicated slots** (`actor_llc`): the inbox holds 1, 2, 4 or 8 replicas of the ring,
+//!   each polled by its own group of threads, the groups' reads staggered; the round trip when
+//!   this thread spins 0 to 1,500 ns before each message, as a client doing its own work between
+//!   messages would (a message landing just after the kernel's read waits for the next read).
 //!
 //! Rings and control block in pinned host memory mapped for the device (`cuMemHostAlloc` with
 //! `DEVICEMAP`); this thread writes and polls them without sleeping. Messages of 64 floats,
@@ -37,6 +46,7 @@ use messages::{
 };
 
 const LL_PTX: &str = include_str!("actor_ll.ptx");
+const SEQ_PTX: &str = include_str!("actor_seq.ptx");
 /// Words of a self-validating slot: one per float.
 const WORDS: u32 = WIDTH as u32;
 const WAIT: Duration = Duration::from_secs(2);
@@ -52,6 +62,9 @@ struct Gpu {
     stream: CUstream,
     scale: CUfunction,
     ll: CUfunction,
+    llc: CUfunction,
+    seq: CUfunction,
+    seq_flags: CUfunction,
 }
 
 /// Pinned host memory mapped for the device: host pointer and device address.
@@ -119,6 +132,9 @@ impl Gpu {
                 stream,
                 scale: function(ACTOR_PTX, "actor_scale")?,
                 ll: function(LL_PTX, "actor_ll")?,
+                llc: function(LL_PTX, "actor_llc")?,
+                seq: function(ACTOR_PTX, "actor_scale_seq")?,
+                seq_flags: function(SEQ_PTX, "actor_seq_flags")?,
             })
         }
     }
@@ -313,6 +329,176 @@ fn self_validating(
     times
 }
 
+/// Round trips through the product's sequenced rings (`Ring::push` / `Ring::pop`), each next
+/// message sent `think_ns` after the answer, then `b` batches of `SLOTS` (no think): under
+/// `actor_scale_seq` itself, or with `flags` under `actor_seq_flags` of `actor_seq.cu`.
+fn sequenced(gpu: &Gpu, flags: Option<u32>, n: u32, b: u32, think_ns: u64) -> Result<Times, String> {
+    let layout = RingLayout::Sequenced;
+    let ring = ring_bytes(layout, SLOTS, MESSAGE_BYTES).expect("a small ring");
+    let mem = Mapped::new(2 * ring + CONTROL_BYTES)?;
+    // SAFETY: page-aligned, long enough, never freed (the process ends after the probe).
+    let (inbox, outbox, control) = unsafe {
+        (
+            Ring::create(mem.host, layout, SLOTS, MESSAGE_BYTES),
+            Ring::create(mem.host.add(ring), layout, SLOTS, MESSAGE_BYTES),
+            ControlBlock::at(mem.host.add(2 * ring)),
+        )
+    };
+    control.start();
+    let (mut a, mut o, mut c, mut f, mut fl) = (
+        mem.device,
+        mem.device + ring as u64,
+        mem.device + 2 * ring as u64,
+        FACTOR,
+        flags.unwrap_or(0),
+    );
+    let mut args: [*mut c_void; 5] = [
+        (&mut a as *mut u64).cast(),
+        (&mut o as *mut u64).cast(),
+        (&mut c as *mut u64).cast(),
+        (&mut f as *mut f32).cast(),
+        (&mut fl as *mut u32).cast(),
+    ];
+    match flags {
+        None => gpu.launch(gpu.seq, THREADS, &mut args[..4])?,
+        Some(_) => gpu.launch(gpu.seq_flags, THREADS, &mut args)?,
+    }
+    let (mut req, mut ans) = (Vec::new(), Vec::new());
+    let mut exchange = |first: u32, count: u32| -> Result<u64, String> {
+        req.clear();
+        ans.clear();
+        for j in 0..count {
+            message(first + j, &mut req);
+        }
+        if count == 1 {
+            let think_until = Instant::now() + Duration::from_nanos(think_ns);
+            while Instant::now() < think_until {
+                std::hint::spin_loop();
+            }
+        }
+        let start = Instant::now();
+        let sent = inbox.push(&req).map_err(|e| e.to_string())?;
+        if sent != count {
+            return Err(format!("{sent} of {count} fit"));
+        }
+        let until = start + WAIT;
+        let mut got = 0;
+        while got < count {
+            got += outbox
+                .pop(count - got, &mut ans)
+                .map_err(|e| e.to_string())?;
+            if got < count && Instant::now() > until {
+                return Err(format!("message {}: no answer within 2 s", first + got));
+            }
+        }
+        let t = start.elapsed().as_nanos() as u64;
+        for (j, a) in ans.chunks_exact(4).enumerate() {
+            let k = first + (j / WIDTH) as u32;
+            if f32::from_le_bytes([a[0], a[1], a[2], a[3]]) != want(k) {
+                return Err(format!("message {k}: a wrong answer"));
+            }
+        }
+        Ok(t)
+    };
+    let times = run(n, b, &mut exchange);
+    control.ask_to_terminate();
+    gpu.wait()?;
+    times
+}
+
+/// `actor_llc` over an inbox of `copies` replicas polled `stagger_ns` apart: `n` round trips,
+/// each next message sent `think_ns` after the answer to the last (spinning), as a client that
+/// does some work between messages would.
+fn replicated(
+    gpu: &Gpu,
+    n: u32,
+    copies: u32,
+    stagger_ns: u32,
+    think_ns: u64,
+) -> Result<Vec<u64>, String> {
+    let ring = (SLOTS * WORDS * 8) as usize;
+    let mem = Mapped::new((copies as usize + 1) * ring + CONTROL_BYTES)?;
+    let word = |base: usize, i: usize| -> &AtomicU64 {
+        // SAFETY: inside the mapping, 8-aligned; the device accesses it with 8-byte accesses.
+        unsafe { AtomicU64::from_ptr(mem.host.add(base + i * 8).cast()) }
+    };
+    let out_at = copies as usize * ring;
+    let control_at = out_at + ring;
+    let (mut a, mut o, mut cap, mut w, mut cp, mut st, mut c, mut f) = (
+        mem.device,
+        mem.device + out_at as u64,
+        SLOTS,
+        WORDS,
+        copies,
+        stagger_ns,
+        mem.device + control_at as u64,
+        FACTOR,
+    );
+    let mut args: [*mut c_void; 8] = [
+        (&mut a as *mut u64).cast(),
+        (&mut o as *mut u64).cast(),
+        (&mut cap as *mut u32).cast(),
+        (&mut w as *mut u32).cast(),
+        (&mut cp as *mut u32).cast(),
+        (&mut st as *mut u32).cast(),
+        (&mut c as *mut u64).cast(),
+        (&mut f as *mut f32).cast(),
+    ];
+    gpu.launch(gpu.llc, copies * WORDS, &mut args)?;
+    let mut times = Vec::with_capacity(n as usize);
+    let mut result = Ok(());
+    for m in 0..WARMUP + n {
+        let think_until = Instant::now() + Duration::from_nanos(think_ns);
+        while Instant::now() < think_until {
+            std::hint::spin_loop();
+        }
+        let start = Instant::now();
+        let v = ((m % 1024) as f32).to_bits() as u64 | (u64::from(m + 1) << 32);
+        let slot = (m % SLOTS) as usize * WORDS as usize;
+        for copy in 0..copies as usize {
+            for i in 0..WORDS as usize {
+                word(copy * ring, slot + i).store(v, Ordering::Release);
+            }
+        }
+        let until = start + WAIT;
+        let mut bad = false;
+        for i in (0..WORDS as usize).rev() {
+            let mut polls = 0u32;
+            let v = loop {
+                let v = word(out_at, slot + i).load(Ordering::Acquire);
+                if (v >> 32) as u32 == m + 1 {
+                    break Some(v);
+                }
+                polls = polls.wrapping_add(1);
+                if polls.is_multiple_of(256) && Instant::now() > until {
+                    break None;
+                }
+                std::hint::spin_loop();
+            };
+            match v {
+                Some(v) => bad |= f32::from_bits(v as u32) != want(m),
+                None => {
+                    result = Err(format!("message {m}: no answer within 2 s"));
+                    break;
+                }
+            }
+        }
+        let t = start.elapsed().as_nanos() as u64;
+        if bad {
+            result = Err(format!("message {m}: a wrong answer"));
+        }
+        if result.is_err() {
+            break;
+        }
+        if m >= WARMUP {
+            times.push(t);
+        }
+    }
+    word(control_at, 0).store(1 << 32, Ordering::Release); // should_terminate (bytes 4..8)
+    gpu.wait()?;
+    result.map(|()| times)
+}
+
 /// `n` round trips then `b` batches of `SLOTS` messages, each after `WARMUP` untimed ones.
 fn run(
     n: u32,
@@ -466,6 +652,78 @@ fn main() {
                     failed = true;
                 }
             }
+        }
+    }
+    // The product's sequenced rings under its kernel and variants of it.
+    let think = [0u64, 300, 700, 1500];
+    let variants: [(&str, Option<u32>); 12] = [
+        ("actor_scale_seq", None),
+        ("flags 0 (the same, copied)", Some(0)),
+        ("head behind tail fixed (128)", Some(128)),
+        ("128 + lazy tail (2)", Some(130)),
+        ("128 + no fence (4)", Some(132)),
+        ("128 + no end barrier (8)", Some(136)),
+        ("128 + 2 + 8", Some(138)),
+        ("no head read (1)", Some(1)),
+        ("1 + 2 + 4 + 8", Some(15)),
+        ("watcher warp (16) + 128 + 8", Some(152)),
+        ("head after a full pass (64) + 128 + 8", Some(200)),
+        ("64 + 128 + 2 + 8", Some(202)),
+    ];
+    println!();
+    println!("sequenced rings: round trips p50 / p99 in µs by the client's spin before each message; batches of {SLOTS}, messages/s (M):");
+    print!("| kernel |");
+    for t in think {
+        print!(" {t} ns |");
+    }
+    println!(" batches |");
+    println!("| --- |{} ---: |", " ---: |".repeat(think.len()));
+    for round in 0..2 {
+        for (name, flags) in variants {
+            print!("| {name} (round {}) |", round + 1);
+            let mut rate = String::new();
+            for (i, t) in think.into_iter().enumerate() {
+                let batches = if i == 0 { b } else { 0 };
+                match sequenced(&gpu, flags, n.min(5_000), batches, t) {
+                    Ok(mut v) => {
+                        print!(" {:.2} / {:.2} |", pct(&mut v.rtt, 50.0), pct(&mut v.rtt, 99.0));
+                        if i == 0 && !v.batches.is_empty() {
+                            rate = format!("{:.2}", f64::from(SLOTS) / pct(&mut v.batches, 50.0));
+                        }
+                    }
+                    Err(e) => {
+                        print!(" error: {e} |");
+                        failed = true;
+                    }
+                }
+            }
+            println!(" {rate} |");
+        }
+    }
+
+    // Replicated slots: the wait of a message that lands just after a read was served.
+    let replicas: [(u32, u32); 5] = [(1, 0), (2, 600), (4, 300), (4, 450), (8, 150)];
+    println!();
+    println!("replicated slots (actor_llc, round trips p50 / p99 in µs), by the client's spin before each message:");
+    print!("| copies, stagger |");
+    for t in think {
+        print!(" {t} ns |");
+    }
+    println!();
+    println!("| --- |{}", " ---: |".repeat(think.len()));
+    for round in 0..2 {
+        for (copies, stagger) in replicas {
+            print!("| {copies}, {stagger} ns (round {}) |", round + 1);
+            for t in think {
+                match replicated(&gpu, n.min(5_000), copies, stagger, t) {
+                    Ok(mut v) => print!(" {:.2} / {:.2} |", pct(&mut v, 50.0), pct(&mut v, 99.0)),
+                    Err(e) => {
+                        print!(" error: {e} |");
+                        failed = true;
+                    }
+                }
+            }
+            println!();
         }
     }
     if failed {

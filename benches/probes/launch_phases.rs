@@ -18,7 +18,10 @@
 //! - async launch throughput: bursts of 1000 launches and one wait, per launch, raw, straight into
 //!   the backend (one by one, and in batches of 16), and through the channel (which of host and
 //!   worker bounds it), with the time the worker spent inside the backend's `launch_batch` (the
-//!   rest is its serving loop and waiting) and how many launches it took together.
+//!   rest is its serving loop and waiting) and how many launches it took together;
+//! - the tail: p50 and p99 of the pairs timed one by one, natively on one thread, straight into
+//!   the backend, and through the channel (two threads), each p99 against native's: what the
+//!   hand-off between the tenant's side and the driver's does to the tail, with no wasm on the way.
 //!
 //! Needs a CUDA device; says "skipped: no CUDA device" and exits 0 without one.
 
@@ -273,6 +276,13 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// The 99th percentile of one round's samples.
+fn p99(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[(v.len() * 99).div_ceil(100).clamp(1, v.len()) - 1]
+}
+
 /// One `sync` waited for the way `Worker::sync` does: the completion word or the worker's answer.
 fn signalled_sync(host: &mut HostEnd, id: &mut u64, frame: &mut Vec<u8>, resp: &mut Vec<u8>) {
     let far = Instant::now() + Duration::from_secs(30);
@@ -348,6 +358,8 @@ fn main() {
     // same context, alternating with the backend round by round.
     let raw = Raw::new();
     let mut direct_rows: Vec<Vec<f64>> = vec![Vec::new(); 18];
+    // Each round's p99 of the rows timed pair by pair (launch + wait), for the tail's rows.
+    let mut direct_p99: Vec<Vec<f64>> = vec![Vec::new(); 18];
     // SAFETY: the word lies in the page the backend registered (device-mapped) at open.
     let word = unsafe { &*(word_addr as *const std::sync::atomic::AtomicU32) };
     let mut dev_word = 0u64;
@@ -466,6 +478,9 @@ fn main() {
                 t0.elapsed().as_secs_f64() * 1e6 / (BURST / batch.len() * batch.len()) as f64,
             );
         }
+        for (row, v) in direct_p99.iter_mut().zip(&t) {
+            row.push(if v.is_empty() { 0.0 } else { p99(v) });
+        }
         for (row, v) in direct_rows.iter_mut().zip(t) {
             row.push(median(v));
         }
@@ -539,6 +554,7 @@ fn main() {
     ];
     let mut phase_rounds: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
     let mut signalled_rounds = Vec::new();
+    let (mut whole_p99_rounds, mut signalled_p99_rounds) = (Vec::new(), Vec::new());
     let mut burst_rounds = Vec::new();
     let mut burst_in_launch_rounds = Vec::new();
     let mut burst_batch_rounds = Vec::new();
@@ -569,6 +585,7 @@ fn main() {
             }
             phases[5].push((t5 - t0) as f64 / 1e3);
         }
+        whole_p99_rounds.push(p99(&phases[5]));
         for (p, v) in phases.into_iter().enumerate() {
             phase_rounds[p].push(median(v));
         }
@@ -581,6 +598,7 @@ fn main() {
                 whole.push((now_ns() - t0) as f64 / 1e3);
             }
         }
+        signalled_p99_rounds.push(p99(&whole));
         signalled_rounds.push(median(whole));
         let mut bursts = Vec::with_capacity(BATCHES);
         let mut in_launch = Vec::with_capacity(BATCHES);
@@ -626,16 +644,16 @@ fn main() {
         "raw burst, a launch record decoded between",
         "backend direct: burst in batches of 16",
     ];
-    for (name, v) in direct_names.iter().zip(direct_rows) {
-        println!("| {name:<44} | {:>8.2} |", median(v));
+    for (name, v) in direct_names.iter().zip(&direct_rows) {
+        println!("| {name:<44} | {:>8.2} |", median(v.clone()));
     }
-    for (name, v) in names.iter().zip(phase_rounds) {
-        println!("| {name:<44} | {:>8.2} |", median(v));
+    for (name, v) in names.iter().zip(&phase_rounds) {
+        println!("| {name:<44} | {:>8.2} |", median(v.clone()));
     }
     println!(
         "| {:<44} | {:>8.2} |",
         "whole, host takes the GPU's completion word",
-        median(signalled_rounds)
+        median(signalled_rounds.clone())
     );
     println!(
         "| {:<44} | {:>8.2} |",
@@ -655,4 +673,41 @@ fn main() {
     println!(
         "({rounds} rounds × {iters} iterations; worker cpu {worker_cpu:?}, host cpu {host_cpu:?}; phases are medians each, so they need not add up to the whole)"
     );
+
+    // The tail: what the hand-off between two threads does to a pair's p99, with no wasm and
+    // no checks on the way (contract 0.2's p99 target compares a tasklet with one thread of
+    // native code).
+    let raw_p99 = median(direct_p99[2].clone());
+    println!();
+    println!(
+        "| {:<44} | {:>8} | {:>8} | {:>9} |",
+        "launch + wait, pair by pair", "p50 µs", "p99 µs", "p99 ÷ raw"
+    );
+    println!("|{:-<46}|{:-<10}|{:-<10}|{:-<11}|", "", "", "", "");
+    let tails = [
+        (direct_names[2], median(direct_rows[2].clone()), raw_p99),
+        (
+            direct_names[5],
+            median(direct_rows[5].clone()),
+            median(direct_p99[5].clone()),
+        ),
+        (
+            direct_names[8],
+            median(direct_rows[8].clone()),
+            median(direct_p99[8].clone()),
+        ),
+        (names[5], median(phase_rounds[5].clone()), median(whole_p99_rounds)),
+        (
+            "whole, host takes the GPU's completion word",
+            median(signalled_rounds.clone()),
+            median(signalled_p99_rounds),
+        ),
+    ];
+    for (name, p50, p99) in tails {
+        println!(
+            "| {name:<44} | {p50:>8.2} | {p99:>8.2} | {:>8.2}× |",
+            p99 / raw_p99
+        );
+    }
+    println!("(p99: the median over rounds of each round's p99)");
 }

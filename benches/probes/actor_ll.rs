@@ -332,7 +332,13 @@ fn self_validating(
 /// Round trips through the product's sequenced rings (`Ring::push` / `Ring::pop`), each next
 /// message sent `think_ns` after the answer, then `b` batches of `SLOTS` (no think): under
 /// `actor_scale_seq` itself, or with `flags` under `actor_seq_flags` of `actor_seq.cu`.
-fn sequenced(gpu: &Gpu, flags: Option<u32>, n: u32, b: u32, think_ns: u64) -> Result<Times, String> {
+fn sequenced(
+    gpu: &Gpu,
+    flags: Option<u32>,
+    n: u32,
+    b: u32,
+    think_ns: u64,
+) -> Result<Times, String> {
     let layout = RingLayout::Sequenced;
     let ring = ring_bytes(layout, SLOTS, MESSAGE_BYTES).expect("a small ring");
     let mem = Mapped::new(2 * ring + CONTROL_BYTES)?;
@@ -686,7 +692,11 @@ fn main() {
                 let batches = if i == 0 { b } else { 0 };
                 match sequenced(&gpu, flags, n.min(5_000), batches, t) {
                     Ok(mut v) => {
-                        print!(" {:.2} / {:.2} |", pct(&mut v.rtt, 50.0), pct(&mut v.rtt, 99.0));
+                        print!(
+                            " {:.2} / {:.2} |",
+                            pct(&mut v.rtt, 50.0),
+                            pct(&mut v.rtt, 99.0)
+                        );
                         if i == 0 && !v.batches.is_empty() {
                             rate = format!("{:.2}", f64::from(SLOTS) / pct(&mut v.batches, 50.0));
                         }

@@ -696,7 +696,11 @@ fn main() {
             median(direct_rows[8].clone()),
             median(direct_p99[8].clone()),
         ),
-        (names[5], median(phase_rounds[5].clone()), median(whole_p99_rounds)),
+        (
+            names[5],
+            median(phase_rounds[5].clone()),
+            median(whole_p99_rounds),
+        ),
         (
             "whole, host takes the GPU's completion word",
             median(signalled_rounds.clone()),

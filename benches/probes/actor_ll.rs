@@ -182,69 +182,6 @@ fn want(k: u32) -> f32 {
     (k % 1024) as f32 * FACTOR + 1.0
 }
 
-/// The product's rings under `actor_scale`.
-fn head_and_slots(gpu: &Gpu, n: u32, b: u32) -> Result<Times, String> {
-    let ring = ring_bytes(RingLayout::Plain, SLOTS, MESSAGE_BYTES).expect("a small ring");
-    let mem = Mapped::new(2 * ring + CONTROL_BYTES)?;
-    // SAFETY: page-aligned, long enough, never freed (the process ends after the probe).
-    let (inbox, outbox, control) = unsafe {
-        (
-            Ring::create(mem.host, RingLayout::Plain, SLOTS, MESSAGE_BYTES),
-            Ring::create(mem.host.add(ring), RingLayout::Plain, SLOTS, MESSAGE_BYTES),
-            ControlBlock::at(mem.host.add(2 * ring)),
-        )
-    };
-    control.start();
-    let (mut a, mut o, mut c, mut f) = (
-        mem.device,
-        mem.device + ring as u64,
-        mem.device + 2 * ring as u64,
-        FACTOR,
-    );
-    let mut args: [*mut c_void; 4] = [
-        (&mut a as *mut u64).cast(),
-        (&mut o as *mut u64).cast(),
-        (&mut c as *mut u64).cast(),
-        (&mut f as *mut f32).cast(),
-    ];
-    gpu.launch(gpu.scale, THREADS, &mut args)?;
-    let (mut req, mut ans) = (Vec::new(), Vec::new());
-    let mut exchange = |first: u32, count: u32| -> Result<u64, String> {
-        req.clear();
-        ans.clear();
-        for j in 0..count {
-            message(first + j, &mut req);
-        }
-        let start = Instant::now();
-        let sent = inbox.push(&req).map_err(|e| e.to_string())?;
-        if sent != count {
-            return Err(format!("{sent} of {count} fit"));
-        }
-        let until = start + WAIT;
-        let mut got = 0;
-        while got < count {
-            got += outbox
-                .pop(count - got, &mut ans)
-                .map_err(|e| e.to_string())?;
-            if got < count && Instant::now() > until {
-                return Err("no answer within 2 s".into());
-            }
-        }
-        let t = start.elapsed().as_nanos() as u64;
-        for (j, a) in ans.chunks_exact(4).enumerate() {
-            let k = first + (j / WIDTH) as u32;
-            if f32::from_le_bytes([a[0], a[1], a[2], a[3]]) != want(k) {
-                return Err(format!("message {k}: a wrong answer"));
-            }
-        }
-        Ok(t)
-    };
-    let times = run(n, b, &mut exchange);
-    control.ask_to_terminate();
-    gpu.wait()?;
-    times
-}
-
 /// `actor_ll` over self-validating rings, `threads` threads with loads in flight for `window`
 /// messages each; `fence`: a system fence after each run of answers.
 fn self_validating(
@@ -329,17 +266,31 @@ fn self_validating(
     times
 }
 
-/// Round trips through the product's sequenced rings (`Ring::push` / `Ring::pop`), each next
-/// message sent `think_ns` after the answer, then `b` batches of `SLOTS` (no think): under
-/// `actor_scale_seq` itself, or with `flags` under `actor_seq_flags` of `actor_seq.cu`.
-fn sequenced(
+/// Which kernel serves the product's rings (`tasklet_worker::contract::actor`).
+#[derive(Clone, Copy)]
+enum Product {
+    /// `actor_scale` over head-and-slots rings.
+    Plain,
+    /// `actor_scale_seq` over sequenced rings.
+    Sequenced,
+    /// `actor_seq_flags` of `actor_seq.cu` over sequenced rings, with these flags.
+    SequencedFlags(u32),
+}
+
+/// The product's rings (`Ring::push` / `Ring::pop`) under `kernel`: `n` round trips, each
+/// next message sent `think_ns` after the answer (spinning), then `b` batches of `SLOTS`.
+fn product_rings(
     gpu: &Gpu,
-    flags: Option<u32>,
+    kernel: Product,
     n: u32,
     b: u32,
     think_ns: u64,
 ) -> Result<Times, String> {
-    let layout = RingLayout::Sequenced;
+    let (layout, function, flags) = match kernel {
+        Product::Plain => (RingLayout::Plain, gpu.scale, None),
+        Product::Sequenced => (RingLayout::Sequenced, gpu.seq, None),
+        Product::SequencedFlags(f) => (RingLayout::Sequenced, gpu.seq_flags, Some(f)),
+    };
     let ring = ring_bytes(layout, SLOTS, MESSAGE_BYTES).expect("a small ring");
     let mem = Mapped::new(2 * ring + CONTROL_BYTES)?;
     // SAFETY: page-aligned, long enough, never freed (the process ends after the probe).
@@ -365,10 +316,8 @@ fn sequenced(
         (&mut f as *mut f32).cast(),
         (&mut fl as *mut u32).cast(),
     ];
-    match flags {
-        None => gpu.launch(gpu.seq, THREADS, &mut args[..4])?,
-        Some(_) => gpu.launch(gpu.seq_flags, THREADS, &mut args)?,
-    }
+    let given = if flags.is_some() { 5 } else { 4 };
+    gpu.launch(function, THREADS, &mut args[..given])?;
     let (mut req, mut ans) = (Vec::new(), Vec::new());
     let mut exchange = |first: u32, count: u32| -> Result<u64, String> {
         req.clear();
@@ -624,7 +573,7 @@ fn main() {
     let ways: Vec<Way> = vec![
         (
             "head and slots (actor_scale, 256 threads)",
-            Box::new(|| head_and_slots(&gpu, n, b)),
+            Box::new(|| product_rings(&gpu, Product::Plain, n, b, 0)),
         ),
         (
             "self-validating, 64 threads, 1 message in flight",
@@ -662,19 +611,25 @@ fn main() {
     }
     // The product's sequenced rings under its kernel and variants of it.
     let think = [0u64, 300, 700, 1500];
-    let variants: [(&str, Option<u32>); 12] = [
-        ("actor_scale_seq", None),
-        ("flags 0 (the same, copied)", Some(0)),
-        ("head behind tail fixed (128)", Some(128)),
-        ("128 + lazy tail (2)", Some(130)),
-        ("128 + no fence (4)", Some(132)),
-        ("128 + no end barrier (8)", Some(136)),
-        ("128 + 2 + 8", Some(138)),
-        ("no head read (1)", Some(1)),
-        ("1 + 2 + 4 + 8", Some(15)),
-        ("watcher warp (16) + 128 + 8", Some(152)),
-        ("head after a full pass (64) + 128 + 8", Some(200)),
-        ("64 + 128 + 2 + 8", Some(202)),
+    let variants: [(&str, Product); 12] = [
+        ("actor_scale_seq", Product::Sequenced),
+        (
+            "flags 0 (the pass before 9e435db)",
+            Product::SequencedFlags(0),
+        ),
+        ("head behind tail fixed (128)", Product::SequencedFlags(128)),
+        ("128 + lazy tail (2)", Product::SequencedFlags(130)),
+        ("128 + no fence (4)", Product::SequencedFlags(132)),
+        ("128 + no end barrier (8)", Product::SequencedFlags(136)),
+        ("128 + 2 + 8", Product::SequencedFlags(138)),
+        ("no head read (1)", Product::SequencedFlags(1)),
+        ("1 + 2 + 4 + 8", Product::SequencedFlags(15)),
+        ("watcher warp (16) + 128 + 8", Product::SequencedFlags(152)),
+        (
+            "head after a full pass (64) + 128 + 8: actor_scale_seq since 9e435db",
+            Product::SequencedFlags(200),
+        ),
+        ("64 + 128 + 2 + 8", Product::SequencedFlags(202)),
     ];
     println!();
     println!("sequenced rings: round trips p50 / p99 in µs by the client's spin before each message; batches of {SLOTS}, messages/s (M):");
@@ -685,12 +640,12 @@ fn main() {
     println!(" batches |");
     println!("| --- |{} ---: |", " ---: |".repeat(think.len()));
     for round in 0..2 {
-        for (name, flags) in variants {
+        for (name, kernel) in variants {
             print!("| {name} (round {}) |", round + 1);
             let mut rate = String::new();
             for (i, t) in think.into_iter().enumerate() {
                 let batches = if i == 0 { b } else { 0 };
-                match sequenced(&gpu, flags, n.min(5_000), batches, t) {
+                match product_rings(&gpu, kernel, n.min(5_000), batches, t) {
                     Ok(mut v) => {
                         print!(
                             " {:.2} / {:.2} |",

@@ -19,6 +19,10 @@ pub struct DeployConfig {
     /// The most bytes of compiled code those tasklets may account for (each is weighed by the
     /// size of its compiled form).
     pub warm_bytes: u64,
+    /// The most bytes of what one run prints (its stdout and stderr together, in the order
+    /// written) kept in its [`RunOutcome::printed`](crate::RunOutcome::printed); the rest is
+    /// dropped and counted. What a tenant's tasklet prints never reaches the host's own streams.
+    pub printed_bytes: usize,
 }
 
 impl DeployConfig {
@@ -29,6 +33,9 @@ impl DeployConfig {
     pub const DEFAULT_WARM_TASKLETS: usize = 64;
     /// The default [`warm_bytes`](Self::warm_bytes).
     pub const DEFAULT_WARM_BYTES: u64 = 1 << 30;
+    /// The default [`printed_bytes`](Self::printed_bytes): a panic's message and a few lines
+    /// of context.
+    pub const DEFAULT_PRINTED_BYTES: usize = 4 << 10;
 }
 
 impl Default for DeployConfig {
@@ -37,6 +44,7 @@ impl Default for DeployConfig {
             max_component_bytes: DeployConfig::DEFAULT_MAX_COMPONENT_BYTES,
             warm_tasklets: DeployConfig::DEFAULT_WARM_TASKLETS,
             warm_bytes: DeployConfig::DEFAULT_WARM_BYTES,
+            printed_bytes: DeployConfig::DEFAULT_PRINTED_BYTES,
         }
     }
 }

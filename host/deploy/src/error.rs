@@ -86,27 +86,5 @@ impl From<tasklet_store::Error> for Error {
     }
 }
 
-/// `text` on one line: each run of line breaks (and the whitespace around it) becomes one
-/// space. Engine and parser messages sometimes span lines; an error of this crate never does.
-pub(crate) fn one_line(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
-        if !out.is_empty() {
-            out.push(' ');
-        }
-        out.push_str(line);
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::one_line;
-
-    #[test]
-    fn one_line_joins_lines() {
-        assert_eq!(one_line("a\n\n  b  \nc"), "a b c");
-        assert_eq!(one_line("plain"), "plain");
-        assert_eq!(one_line(""), "");
-    }
-}
+/// Engine and parser messages sometimes span lines; an error of this crate never does.
+pub(crate) use tasklet_runtime::one_line;

@@ -131,7 +131,9 @@ pub(crate) fn compile_and_link(
 /// "cannot set up the wasm engine" for a component that does not compile).
 fn engine_message(e: HostError) -> String {
     match e {
-        HostError::Engine(message) | HostError::Component { message, .. } => one_line(&message),
+        HostError::Engine(message)
+        | HostError::Component { message, .. }
+        | HostError::Compile(message) => one_line(&message),
         other => one_line(&other.to_string()),
     }
 }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use tasklet_runtime::config::{Grant, Manifest};
 use tasklet_runtime::gpu::GpuService;
-use tasklet_runtime::{RunError, RunStop};
+use tasklet_runtime::{Captured, CapturedOutput, GuestOutput, RunError, RunStop};
 use tasklet_store::Digest;
 
 use crate::deployer::Deployer;
@@ -33,6 +33,10 @@ pub struct RunOutcome {
     /// How long the run itself took: instantiating, calling `run`, and tearing the instance
     /// down (every lease it held released).
     pub elapsed: Duration,
+    /// What the tasklet printed to stdout and stderr, as far as
+    /// [`DeployConfig::printed_bytes`](crate::DeployConfig::printed_bytes): for the caller to
+    /// show or log, as untrusted bytes.
+    pub printed: Captured,
 }
 
 /// How a run ended.
@@ -142,8 +146,15 @@ impl Deployer {
 
         linked.tasklet.grant = grant_for(&linked.tasklet.manifest);
         let gpu = gpu_for(linked.tasklet.grant);
+        let printed = CapturedOutput::new(inner.config.printed_bytes);
         let start = Instant::now();
-        let result = inner.runner.run_until(&linked.tasklet, input, gpu, stop);
+        let result = inner.runner.run_until(
+            &linked.tasklet,
+            input,
+            gpu,
+            stop,
+            &GuestOutput::Capture(printed.clone()),
+        );
         let elapsed = start.elapsed();
         inner.warm.give(*digest, linked, generation);
 
@@ -159,6 +170,7 @@ impl Deployer {
             load,
             load_time,
             elapsed,
+            printed: printed.take(),
         })
     }
 }

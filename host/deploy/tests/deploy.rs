@@ -277,13 +277,19 @@ fn a_bad_component_is_refused_and_nothing_is_stored() {
         })
         .collect();
     let core_module = b"\0asm\x01\0\0\0".to_vec();
-    for component in [random, core_module, Vec::new()] {
+    let cases = [
+        (random, "not WebAssembly"),
+        (core_module, "build the tasklet for wasm32-wasip2"),
+        (Vec::new(), "shorter than a WebAssembly preamble"),
+    ];
+    for (component, says) in cases {
         let err = deployer
             .push(&manifest, component.as_slice())
             .expect_err("refused");
         assert!(matches!(err, Error::InvalidComponent { .. }), "{err:?}");
         let message = err.to_string();
         assert!(!message.contains('\n'), "one line: {message:?}");
+        assert!(message.contains(says), "{says:?} not in {message:?}");
     }
     assert_eq!(store_files(dir.path()), Vec::<PathBuf>::new());
 }
@@ -503,6 +509,40 @@ fn each_way_a_run_ends_is_its_status() {
         probe_lines(&String::from_utf8_lossy(&outcome.output))[0].0,
         "ok"
     );
+    assert_baseline(&host);
+}
+
+/// What a run prints is kept in its outcome, never written to the host's streams, as far as
+/// the deployer's bound; the rest is counted. Each run starts with nothing printed.
+#[test]
+fn what_a_run_prints_is_captured_within_its_bound() {
+    let host = host();
+    let dir = TempDir::new().unwrap();
+    let deployer = deployer(dir.path());
+    let digest = push(&deployer, &probe());
+    let outcome = run(&deployer, &host, &digest, "trap");
+    let printed = String::from_utf8_lossy(&outcome.printed.bytes);
+    assert!(printed.contains("probe trap"), "{printed:?}");
+    assert_eq!(outcome.printed.dropped, 0);
+    let outcome = run(&deployer, &host, &digest, "lease 1");
+    assert_eq!(outcome.load, LoadKind::Warm);
+    assert!(outcome.printed.bytes.is_empty(), "{:?}", outcome.printed);
+
+    let dir = TempDir::new().unwrap();
+    let deployer = deployer_with(
+        dir.path(),
+        DeployConfig {
+            printed_bytes: 16,
+            ..DeployConfig::default()
+        },
+    );
+    let digest = push(&deployer, &probe());
+    let whole = printed.len() as u64;
+    let outcome = run(&deployer, &host, &digest, "trap");
+    assert_eq!(outcome.printed.bytes.len(), 16);
+    assert_eq!(outcome.printed.bytes[..], printed.as_bytes()[..16]);
+    assert_eq!(outcome.printed.dropped, whole - 16);
+    assert_eq!(outcome.status.as_str(), "trapped");
     assert_baseline(&host);
 }
 

@@ -416,6 +416,7 @@ fn deploy_config(limits: &DeployLimits) -> DeployConfig {
             .unwrap_or(default.max_component_bytes),
         warm_tasklets: limits.warm_tasklets.unwrap_or(default.warm_tasklets),
         warm_bytes: limits.warm_size.unwrap_or(default.warm_bytes),
+        printed_bytes: default.printed_bytes,
     }
 }
 

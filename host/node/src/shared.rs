@@ -67,6 +67,9 @@ pub(crate) struct Shared {
     /// certificate naming no tenant): anyone who reaches the port can cause them, so at most 20
     /// a minute; the metrics count every refusal.
     pub unknown_clients_log: LogLimit,
+    /// Lines logged with what deployed runs printed (each run's first bytes, escaped, under
+    /// its tenant and run id): a tenant decides how many runs print, so at most 20 a second.
+    pub printed_log: LogLimit,
 }
 
 /// A request the node has taken off a stream, counted until its reply has been handed to the
@@ -116,6 +119,7 @@ impl Shared {
             unanswered: Arc::new(AtomicUsize::new(0)),
             budgets: ConnectionBudgets::new(crate::connection::QUEUE_BYTES),
             unknown_clients_log: LogLimit::new(20, Duration::from_secs(60)),
+            printed_log: LogLimit::new(20, Duration::from_secs(1)),
         }
     }
 

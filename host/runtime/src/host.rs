@@ -30,6 +30,9 @@ pub enum HostError {
     Workers(#[from] WorkerError),
     #[error("cannot load component {path}: {message}")]
     Component { path: String, message: String },
+    /// A component's bytes that do not compile: why, in one line.
+    #[error("{0}")]
+    Compile(String),
     #[error("cannot lend the policy's devices: {0}")]
     Devices(#[from] PlanError),
     #[error("device {index}: the worker bound to {asked} reports device {found:?}; check `[cuda] devices` against `tasklet inventory`")]
@@ -38,6 +41,19 @@ pub enum HostError {
         asked: String,
         found: String,
     },
+}
+
+/// `text` on one line: each run of line breaks (and the whitespace around it) becomes one
+/// space. Engine and parser messages sometimes span lines; a one-line error must not.
+pub fn one_line(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(line);
+    }
+    out
 }
 
 /// How long the NVML inventory may take when a cuda host starts.
@@ -340,6 +356,13 @@ impl Drop for Host {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_line_joins_lines() {
+        assert_eq!(one_line("a\n\n  b  \nc"), "a b c");
+        assert_eq!(one_line("plain"), "plain");
+        assert_eq!(one_line(""), "");
+    }
 
     fn info(device_memory: u64) -> WorkerInfo {
         WorkerInfo {

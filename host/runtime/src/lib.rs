@@ -12,11 +12,13 @@
 //! ```
 //! Each layer depends only on those below it.
 
+pub mod component_bytes;
 pub mod config;
 pub mod devices;
 pub mod error;
 pub mod gpu;
 pub mod guest_memory;
+pub mod guest_output;
 mod host;
 pub mod lease;
 mod limits;
@@ -28,7 +30,8 @@ pub mod wit;
 
 pub use config::{Manifest, Policy};
 pub use error::GpuError;
-pub use host::{Host, HostConfig, HostError, Sizing};
+pub use guest_output::{Captured, CapturedOutput, GuestOutput};
+pub use host::{one_line, Host, HostConfig, HostError, Sizing};
 pub use lease::{Accounting, Device, DeviceUsage};
 pub use placement::DeviceRequirement;
 pub use runner::{RunError, RunStop, Runner, Tasklet, EPOCH_TICK};

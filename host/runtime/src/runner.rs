@@ -2,11 +2,14 @@
 //! once ([`Runner::load`]) and run many times, each run in a fresh store whose GPU operations go to
 //! the [`GpuService`] the caller gives it: this machine's workers, or a node across the network.
 
+use crate::component_bytes::{not_a_component, PREAMBLE_BYTES};
 use crate::config::{Grant, Manifest};
 use crate::gpu::GpuService;
-use crate::host::HostError;
+use crate::guest_output::GuestOutput;
+use crate::host::{one_line, HostError};
 use crate::state::TaskletState;
 use crate::wit::bindings;
+use std::io::Read as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -113,6 +116,15 @@ impl Runner {
 
     /// Compiles the manifest's component and links it, to run with `grant`.
     pub fn load(&self, manifest: Manifest, grant: Grant) -> Result<Tasklet, HostError> {
+        let mut preamble = Vec::with_capacity(PREAMBLE_BYTES);
+        let read = std::fs::File::open(&manifest.component)
+            .and_then(|f| f.take(PREAMBLE_BYTES as u64).read_to_end(&mut preamble));
+        if let (Ok(_), Some(why)) = (read, not_a_component(&preamble)) {
+            return Err(HostError::Component {
+                path: manifest.component.display().to_string(),
+                message: why.into(),
+            });
+        }
         let component = Component::from_file(&self.engine, &manifest.component)
             .map_err(|e| component_error(&manifest, e))?;
         self.link(manifest, grant, component)
@@ -134,12 +146,13 @@ impl Runner {
 
     /// Compiles a component's bytes into the form [`Runner::load_precompiled`] takes.
     pub fn precompile(&self, wasm: &[u8]) -> Result<Vec<u8>, HostError> {
+        let preamble = &wasm[..wasm.len().min(PREAMBLE_BYTES)];
+        if let Some(why) = not_a_component(preamble) {
+            return Err(HostError::Compile(why.into()));
+        }
         self.engine
             .precompile_component(wasm)
-            .map_err(|e| HostError::Component {
-                path: "the component".into(),
-                message: format!("{e:#}"),
-            })
+            .map_err(|e| HostError::Compile(one_line(&format!("{e:#}"))))
     }
 
     /// Links a component compiled by [`Runner::precompile`] (of an engine with the same
@@ -216,17 +229,18 @@ impl Runner {
         input: &[u8],
         gpu: Box<dyn GpuService>,
     ) -> Result<Vec<u8>, RunError> {
-        self.run_until(tasklet, input, gpu, &RunStop::new())
+        self.run_until(tasklet, input, gpu, &RunStop::new(), &GuestOutput::Inherit)
     }
 
     /// As [`Runner::run`], and stopped early, as [`RunError::Stopped`], once `stop` is: at once
-    /// if it already is.
+    /// if it already is; what the tasklet prints goes where `output` says.
     pub fn run_until(
         &self,
         tasklet: &Tasklet,
         input: &[u8],
         mut gpu: Box<dyn GpuService>,
         stop: &RunStop,
+        output: &GuestOutput,
     ) -> Result<Vec<u8>, RunError> {
         if stop.is_stopped() {
             return Err(RunError::Stopped);
@@ -237,7 +251,7 @@ impl Runner {
         if let Some(ends) = ends {
             gpu.run_ends_at(ends);
         }
-        let state = TaskletState::new(tasklet.grant, gpu);
+        let state = TaskletState::new(tasklet.grant, gpu, output);
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limits);
         // One call may carry as much data as the tasklet's memory can hold (wasmtime's default is
@@ -288,7 +302,7 @@ impl Runner {
 fn component_error(manifest: &Manifest, e: wasmtime::Error) -> HostError {
     HostError::Component {
         path: manifest.component.display().to_string(),
-        message: format!("{e:#}"),
+        message: one_line(&format!("{e:#}")),
     }
 }
 

@@ -2,6 +2,7 @@
 
 use crate::config::Grant;
 use crate::gpu::GpuService;
+use crate::guest_output::GuestOutput;
 use crate::limits::MemoryLimit;
 use crate::wit::{GpuState, GpuView};
 use wasmtime::component::ResourceTable;
@@ -15,13 +16,16 @@ pub struct TaskletState {
 }
 
 impl TaskletState {
-    pub fn new(grant: Grant, gpu: Box<dyn GpuService>) -> TaskletState {
+    pub fn new(grant: Grant, gpu: Box<dyn GpuService>, output: &GuestOutput) -> TaskletState {
         // A tasklet's output is its return value; what it prints is diagnostics, so both of its
-        // streams go to the host's stderr. No files, no sockets, no environment.
-        let wasi = WasiCtxBuilder::new()
-            .stdout(wasmtime_wasi::cli::stderr())
-            .inherit_stderr()
-            .build();
+        // streams go to the host's stderr, or both into the run's capture. No files, no
+        // sockets, no environment.
+        let mut wasi = WasiCtxBuilder::new();
+        match output {
+            GuestOutput::Inherit => wasi.stdout(wasmtime_wasi::cli::stderr()).inherit_stderr(),
+            GuestOutput::Capture(c) => wasi.stdout(c.clone()).stderr(c.clone()),
+        };
+        let wasi = wasi.build();
         let limits = MemoryLimit::new(grant.limits.memory);
         TaskletState {
             wasi,

@@ -7,11 +7,13 @@ use std::path::Path;
 use std::sync::Arc;
 
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+use rustls::client::danger::ServerCertVerifier as _;
+use rustls::client::WebPkiServerVerifier;
 use rustls::crypto::CryptoProvider;
 use rustls::server::WebPkiClientVerifier;
 use rustls::sign::CertifiedKey;
-use rustls::{InconsistentKeys, RootCertStore};
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::{CertificateError, InconsistentKeys, RootCertStore};
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 
 use crate::files;
 use crate::layout::hint;
@@ -45,8 +47,10 @@ pub fn server_tls(dir: impl AsRef<Path>) -> Result<rustls::ServerConfig, Error> 
     let dir = CertDir::new(dir.as_ref());
     let provider = provider();
     let roots = Arc::new(roots(&dir)?);
-    let chain = WebPkiClientVerifier::builder_with_provider(roots, provider.clone()).build()?;
+    let chain = WebPkiClientVerifier::builder_with_provider(Arc::clone(&roots), provider.clone())
+        .build()?;
     let (certs, key) = identity(&provider, &dir.node_cert(), &dir.node_key(), hint::FOLDER)?;
+    check_node_certificate(&provider, &roots, &certs, &dir.node_cert())?;
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])?
         .with_client_cert_verifier(Arc::new(TenantVerifier::new(chain)))
@@ -82,6 +86,57 @@ pub fn client_tls(dir: impl AsRef<Path>, tenant: &Tenant) -> Result<rustls::Clie
         .with_client_auth_cert(certs, key)?;
     config.alpn_protocols = vec![ALPN.to_vec()];
     Ok(config)
+}
+
+/// Whether the node's certificate is one its clients can accept, as a client checks it (signed
+/// by the folder's CA, for server authentication), so that a node with the wrong file fails to
+/// start, saying why, rather than refusing every client later.
+fn check_node_certificate(
+    provider: &Arc<CryptoProvider>,
+    roots: &Arc<RootCertStore>,
+    certs: &[CertificateDer<'static>],
+    path: &Path,
+) -> Result<(), Error> {
+    let verifier =
+        WebPkiServerVerifier::builder_with_provider(Arc::clone(roots), Arc::clone(provider))
+            .build()?;
+    let Some((end_entity, intermediates)) = certs.split_first() else {
+        return Ok(()); // `identity` found none already.
+    };
+    let name = ServerName::try_from("localhost").expect("a valid DNS name");
+    let verified =
+        verifier.verify_server_cert(end_entity, intermediates, &name, &[], UnixTime::now());
+    let reason = match verified {
+        Ok(_) => return Ok(()),
+        Err(rustls::Error::InvalidCertificate(e)) => match e {
+            CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. } => {
+                return Ok(())
+            }
+            CertificateError::UnknownIssuer | CertificateError::BadSignature => {
+                "it is not signed by the CA beside it (ca.pem), so every client would refuse the node: issue it \
+                 from this folder's CA with `tasklet certs node DIR --name NAME`, or put the CA that signed it in \
+                 ca.pem"
+                    .to_owned()
+            }
+            CertificateError::InvalidPurpose | CertificateError::InvalidPurposeContext { .. } => {
+                "it is not a node certificate (it is not for server authentication; a tenant's?): issue one with \
+                 `tasklet certs node DIR --name NAME`"
+                    .to_owned()
+            }
+            // Its names and its time are the clients' to judge (their clocks, the address they
+            // dialled), and each says so in one line at its handshake.
+            CertificateError::Expired
+            | CertificateError::ExpiredContext { .. }
+            | CertificateError::NotValidYet
+            | CertificateError::NotValidYetContext { .. } => return Ok(()),
+            other => format!("clients would refuse it: {other}"),
+        },
+        Err(other) => format!("clients would refuse it: {other}"),
+    };
+    Err(Error::Malformed {
+        path: path.to_owned(),
+        reason,
+    })
 }
 
 fn provider() -> Arc<CryptoProvider> {

@@ -5,6 +5,7 @@ use std::fmt;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use tasklet_runtime::component_bytes::{not_a_component, PREAMBLE_BYTES};
 use tasklet_runtime::config::units::format_size;
 use tasklet_runtime::{Manifest, Policy};
 
@@ -78,12 +79,6 @@ enum Component {
     Unusable(&'static str),
 }
 
-/// The preamble of a WebAssembly binary: the magic `\0asm`, then a version and a layer; a core
-/// module is version 1 of layer 0, a component version 0xd of layer 1.
-const WASM_MAGIC: [u8; 4] = *b"\0asm";
-const COMPONENT_VERSION_AND_LAYER: [u8; 4] = [0x0d, 0x00, 0x01, 0x00];
-const CORE_MODULE_VERSION_AND_LAYER: [u8; 4] = [0x01, 0x00, 0x00, 0x00];
-
 impl Component {
     /// Reads the start of the file at `path` (8 bytes): enough to tell a component from anything
     /// else without compiling it.
@@ -98,7 +93,7 @@ impl Component {
             Ok(m) => m.len(),
             Err(e) => return Component::Unreadable(e),
         };
-        let mut preamble = [0u8; 8];
+        let mut preamble = [0u8; PREAMBLE_BYTES];
         match file.read_exact(&mut preamble) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
@@ -106,17 +101,9 @@ impl Component {
             }
             Err(e) => return Component::Unreadable(e),
         }
-        let (magic, version) = preamble.split_at(4);
-        if magic != WASM_MAGIC {
-            Component::Unusable("it is not WebAssembly (no `\\0asm` at its start)")
-        } else if version == CORE_MODULE_VERSION_AND_LAYER {
-            Component::Unusable(
-                "it is a core WebAssembly module, not a component: build the tasklet for wasm32-wasip2",
-            )
-        } else if version != COMPONENT_VERSION_AND_LAYER {
-            Component::Unusable("it is WebAssembly of a version or layer this host does not run")
-        } else {
-            Component::Usable(size)
+        match not_a_component(&preamble) {
+            Some(why) => Component::Unusable(why),
+            None => Component::Usable(size),
         }
     }
 

@@ -101,3 +101,39 @@ fn a_component_is_ok() {
         "{stdout}"
     );
 }
+
+/// `tasklet run` of the same files says what `check` says, in one line, and exits 2 (the run
+/// could not start): not the wasm parser's account of the bytes it expected.
+#[test]
+fn run_refuses_what_is_not_a_component_in_one_line() {
+    let cases: [(&[u8], &str); 3] = [
+        (
+            b"\0asm\x01\0\0\0",
+            "a core WebAssembly module, not a component: build the tasklet for wasm32-wasip2",
+        ),
+        (
+            b"root:x:0:0:root:/root:/bin/bash\n",
+            "not WebAssembly (no `\\0asm` at its start)",
+        ),
+        (b"\0as", "shorter than a WebAssembly preamble"),
+    ];
+    for (bytes, says) in cases {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::write(dir.path().join("tasklet.toml"), MANIFEST).expect("manifest");
+        std::fs::write(dir.path().join("t.wasm"), bytes).expect("file");
+        let out = Command::new(env!("CARGO_BIN_EXE_tasklet"))
+            .args(["run", "--compile-cache", "off", "--backend", "emu"])
+            .arg(dir.path())
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("tasklet starts");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let error: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error")).collect();
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert_eq!(error.len(), 1, "{stderr}");
+        assert!(
+            error[0].starts_with("error: cannot ") && error[0].ends_with(says),
+            "{says:?} not in:\n{stderr}"
+        );
+    }
+}

@@ -437,6 +437,7 @@ fn serve(shared: &Shared, caller: &Caller, job: Queued, stop: &RunStop) {
                 elapsed_us = outcome.elapsed.as_micros() as u64,
                 "deployment ran"
             );
+            log_printed(shared, caller, &outcome);
             let output = match outcome.status.is_ok() {
                 true => outcome.output,
                 false => exit_message(&outcome.status).into_bytes(),
@@ -452,6 +453,28 @@ fn serve(shared: &Shared, caller: &Caller, job: Queued, stop: &RunStop) {
             }
         }
     }
+}
+
+/// What a run printed, in the node's log as one line: the tenant's bytes escaped (`{:?}`), so
+/// that they can neither forge a line nor break a JSON log; at most 20 such lines a second,
+/// the next one saying how many were left out.
+fn log_printed(shared: &Shared, caller: &Caller, outcome: &tasklet_deploy::RunOutcome) {
+    let printed = &outcome.printed;
+    if printed.bytes.is_empty() {
+        return;
+    }
+    let Some(left_out) = shared.printed_log.admit() else {
+        return;
+    };
+    tracing::info!(
+        connection = caller.connection,
+        tenant = caller.tenant.as_str(),
+        run = %outcome.run_id,
+        dropped_bytes = printed.dropped,
+        lines_left_out = left_out,
+        "tasklet printed: {:?}",
+        String::from_utf8_lossy(&printed.bytes)
+    );
 }
 
 /// The run's id as DEPLOY_RUN's reply carries it: all 128 of its random bits, the first byte

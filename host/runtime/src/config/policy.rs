@@ -7,7 +7,7 @@ use super::devices::{DevicePolicy, RawCuda, RawEmu};
 use super::manifest::{GpuRequest, Limits, Manifest};
 use super::rights::Rights;
 use super::tenants::{TenantCaps, TenantTotals};
-use super::value::{locate, Size, Time};
+use super::value::{key_line, locate, Size, Time};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -83,6 +83,10 @@ pub struct WorkerPolicy {
 /// roughly 300-600 MiB of device memory (local-memory stacks for every resident thread, the
 /// printf FIFO and malloc heap, loaded code).
 pub const DEFAULT_CONTEXT_RESERVE: u64 = 512 << 20;
+
+/// The most `[workers] max` may say: each worker is a process (on cuda with a device context),
+/// and a number past this is a typo, not a machine.
+pub const MAX_WORKERS: usize = 4096;
 
 /// Default `[tasklets] max-persistent`: each persistent kernel holds its worker's GPU for as
 /// long as its lease, so a node caps them well under its default 8 workers.
@@ -196,14 +200,55 @@ impl Policy {
             .map(|(name, t)| (name, t.into_caps()))
             .collect();
         p.devices = DevicePolicy::from_raw(raw.emu, raw.cuda).map_err(|m| (None, m))?;
-        if p.workers.max == 0 {
-            return Err((None, "`[workers] max` must be at least 1".into()));
-        }
-        if p.workers.kernel_deadline.is_zero() || p.workers.op_timeout.is_zero() {
+        let at = |table: &str, key: &str| key_line(text, table, key);
+        if p.workers.max == 0 || p.workers.max > MAX_WORKERS {
             return Err((
-                None,
-                "`[workers]` deadlines must be greater than zero".into(),
+                at("workers", "max"),
+                format!(
+                    "`[workers] max` is {}: it is from 1 to {MAX_WORKERS} (each worker is a process, on cuda with a \
+                     device context of its own)",
+                    p.workers.max
+                ),
             ));
+        }
+        if p.workers.warm > p.workers.max {
+            return Err((
+                at("workers", "warm").or(at("workers", "max")),
+                format!(
+                    "`[workers] warm` is {}, more than `max` ({}): the node never holds more workers than `max`; \
+                     make `warm` at most {}",
+                    p.workers.warm, p.workers.max, p.workers.max
+                ),
+            ));
+        }
+        for (key, zero) in [
+            ("kernel-deadline", p.workers.kernel_deadline.is_zero()),
+            ("op-timeout", p.workers.op_timeout.is_zero()),
+        ] {
+            if zero {
+                return Err((
+                    at("workers", key),
+                    format!("`[workers] {key}` must be greater than zero"),
+                ));
+            }
+        }
+        if p.gpu.max_lease_time.is_zero() {
+            return Err((
+                at("tasklets", "max-lease-secs"),
+                "`[tasklets] max-lease-secs` is zero: no lease could be held at all; give it a time such as \"10m\""
+                    .into(),
+            ));
+        }
+        for (name, caps) in &p.tenants {
+            if caps.max_lease_time.is_some_and(|t| t.is_zero()) {
+                return Err((
+                    at(&format!("tenants.{name}"), "max-lease-secs"),
+                    format!(
+                        "`[tenants.{name}] max-lease-secs` is zero: no lease of the tenant could be held; give it a \
+                         time such as \"10m\", or leave it out to keep `[tasklets]`'s"
+                    ),
+                ));
+            }
         }
         Ok(p)
     }
@@ -496,6 +541,34 @@ mod tests {
         let (line, msg) = Policy::parse("[emu]\ndevice = [\"1GiB\"]\n").unwrap_err();
         assert_eq!(line, Some(2), "{msg}");
         assert!(msg.contains("device"), "{msg}");
+    }
+
+    #[test]
+    fn worker_counts_and_times_out_of_range_are_errors_with_their_line() {
+        let (line, msg) = Policy::parse("[workers]\nmax = 4\nwarm = 100000\n").unwrap_err();
+        assert_eq!(line, Some(3), "{msg}");
+        assert!(msg.contains("more than `max` (4)"), "{msg}");
+        let (line, msg) = Policy::parse("[workers]\nwarm = 9\n").unwrap_err();
+        assert_eq!(line, Some(2), "the default max is 8: {msg}");
+        let (line, msg) = Policy::parse("# workers\n[workers]\nmax = 0\n").unwrap_err();
+        assert_eq!(line, Some(3), "{msg}");
+        assert!(msg.contains("from 1 to 4096"), "{msg}");
+        let (line, msg) = Policy::parse("[workers]\nmax = 5000\nwarm = 1\n").unwrap_err();
+        assert_eq!(line, Some(2), "{msg}");
+        let (line, msg) = Policy::parse("[workers]\nkernel-deadline = \"0s\"\n").unwrap_err();
+        assert_eq!(line, Some(2), "{msg}");
+        assert!(msg.contains("kernel-deadline"), "{msg}");
+        let (line, msg) =
+            Policy::parse("[tasklets]\nmax-vram = \"1GiB\"\nmax-lease-secs = \"0s\"\n")
+                .unwrap_err();
+        assert_eq!(line, Some(3), "{msg}");
+        assert!(msg.contains("no lease could be held"), "{msg}");
+        let (line, msg) =
+            Policy::parse("[tenants.dev]\nmax-lease-secs = 0\n[tenants.ops]\n").unwrap_err();
+        assert_eq!(line, Some(2), "{msg}");
+        assert!(msg.contains("[tenants.dev]"), "{msg}");
+        let p = Policy::parse("[workers]\nmax = 4096\nwarm = 4096\n").unwrap();
+        assert_eq!((p.workers.warm, p.workers.max), (4096, 4096));
     }
 
     #[test]

@@ -80,6 +80,26 @@ impl<'de> Deserialize<'de> for Rights {
     }
 }
 
+/// The line of `key` in table `[table]` of `source` (the first such key after the header), for
+/// errors found after parsing.
+pub(crate) fn key_line(source: &str, table: &str, key: &str) -> Option<u32> {
+    let header = format!("[{table}]");
+    let mut inside = false;
+    for (i, line) in source.lines().enumerate() {
+        let line = line.trim();
+        if line.starts_with('[') {
+            inside = line.split('#').next().map(str::trim) == Some(header.as_str());
+        } else if inside
+            && line
+                .split_once('=')
+                .is_some_and(|(k, _)| k.trim().trim_matches('"') == key)
+        {
+            return u32::try_from(i + 1).ok();
+        }
+    }
+    None
+}
+
 /// Turns a TOML error into (line, message) with the key named when the span points at a value.
 pub(crate) fn locate(source: &str, err: &toml::de::Error) -> (Option<u32>, String) {
     let message = err.message().trim().to_string();

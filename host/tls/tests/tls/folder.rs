@@ -322,3 +322,27 @@ fn a_key_that_is_not_the_certificates_is_a_typed_error() {
         "{err:?}"
     );
 }
+
+/// A node certificate its clients would refuse is refused when the node's configuration is
+/// made, naming the file and the fix, rather than by every client later: one of another CA, a
+/// tenant's certificate in the node's place.
+#[test]
+fn a_node_certificate_clients_would_refuse_is_refused_at_start() {
+    let (_temp, dir) = init_folder(&[]);
+    let (_other_temp, other) = init_folder(&[]);
+    fs::copy(other.node_cert(), dir.node_cert()).unwrap();
+    fs::copy(other.node_key(), dir.node_key()).unwrap();
+    let err = server_config(dir.root()).unwrap_err();
+    assert_malformed(err, &dir.node_cert(), "not signed by the CA beside it");
+
+    let (_temp, dir) = init_folder(&[]);
+    let dev = tenant("dev");
+    fs::copy(dir.tenant_cert(&dev), dir.node_cert()).unwrap();
+    fs::copy(dir.tenant_key(&dev), dir.node_key()).unwrap();
+    let err = server_config(dir.root()).unwrap_err();
+    assert_malformed(err, &dir.node_cert(), "not a node certificate");
+
+    // The folder `init` wrote, and one with more names, start.
+    let (_temp, dir) = init_folder(&["gpu-7.example".to_owned()]);
+    server_config(dir.root()).expect("the node's own certificate");
+}

@@ -271,10 +271,12 @@ impl Worker {
                 self.give_up(op)
             }
             WaitError::Timeout if self.pending_until.is_some() => {
+                // Said without the wait's length: on the emulator the wait ends when the queued
+                // kernels are due, well before `timeout`.
                 let msg = format!(
-                    "no answer to {op} within {timeout:?}, which covers every queued kernel's deadline: a kernel \
-                     (the last one launched was launch #{}, of {}) ran past its deadline and its worker did not \
-                     report it; the worker was killed",
+                    "no answer to {op} by the time every queued kernel was due: a kernel (the last one launched \
+                     was launch #{}, of {}) ran past its deadline and its worker did not report it; the worker was \
+                     killed",
                     self.launches,
                     self.kernel_named(self.last_launch)
                 );

@@ -260,7 +260,8 @@ extern "C" __global__ void actor_scale(ring* inbox, ring* outbox, control* ctl, 
 // batch may be waiting), not while the kernel waits for a next single message: a pass that
 // reads the head waits for that read too, and the head's line is the one the host stores last
 // (benches/probes/actor_ll.rs on an H200: round trips 0.4-3 us shorter without it, and p99s
-// that reached 19 us under 5).
+// that reached 19 us under 5). Without the head, how many slots a pass reads grows with what
+// the last one took, so a batch is taken in a few passes as the host writes it.
 
 #define LAYOUT_SEQUENCED 1u
 
@@ -316,17 +317,20 @@ extern "C" __global__ void actor_scale_seq(ring* inbox, ring* outbox, control* c
     }
     unsigned int words = v.in_size / 4;
     unsigned int idle = 0;
+    // Thread 0's: messages the next pass looks at without the head's word for it, twice what the
+    // last pass took (two after a pass that took none): a batch the host is still writing, its
+    // head not yet stored, is taken in passes that grow with it, and a wait for a single
+    // message reads two slots a pass.
+    unsigned int window = 2;
     for (;;) {
         if (threadIdx.x == 0) {
-            // Messages to look at: as many as the head last said were put, at least two (a
-            // message may be whole before its head is stored, and a second whole one says a
-            // batch may be waiting), as far as the outbox has room. A head behind the tail (its
-            // messages taken before it was seen) says none are. (A head the host broke only makes
-            // this look at fewer or more slots of the ring.)
+            // Messages to look at: the window, or as many as the head last said were put, as far
+            // as the ring and the outbox's room go. A head behind the tail (its messages taken
+            // before it was seen) says none are. (A head the host broke only makes this look at
+            // fewer or more slots of the ring.)
             int ahead = (int)(head_seen - v.in_tail);
-            unsigned int want = max(min(2u, v.in_capacity),
-                                    min(min(ahead > 0 ? (unsigned int)ahead : 0u, BATCH),
-                                        v.in_capacity));
+            unsigned int want = min(max(window, ahead > 0 ? (unsigned int)ahead : 0u),
+                                    min(BATCH, v.in_capacity));
             unsigned int room = v.out_capacity - (v.out_head - v.out_tail);
             if (room < want) {
                 v.out_tail = load_volatile(&outbox->tail);
@@ -397,6 +401,7 @@ extern "C" __global__ void actor_scale_seq(ring* inbox, ring* outbox, control* c
         if (threadIdx.x == 0) {
             unsigned int n = incomplete;
             read_head = n > 0 && n == v.count;
+            window = n == 0 ? 2u : min(2u * n, BATCH);
             if (n > 0) {
                 v.in_tail += n;
                 v.out_head += n;

@@ -611,7 +611,7 @@ fn main() {
     }
     // The product's sequenced rings under its kernel and variants of it.
     let think = [0u64, 300, 700, 1500];
-    let variants: [(&str, Product); 12] = [
+    let variants: [(&str, Product); 13] = [
         ("actor_scale_seq", Product::Sequenced),
         (
             "flags 0 (the pass before 9e435db)",
@@ -626,8 +626,12 @@ fn main() {
         ("1 + 2 + 4 + 8", Product::SequencedFlags(15)),
         ("watcher warp (16) + 128 + 8", Product::SequencedFlags(152)),
         (
-            "head after a full pass (64) + 128 + 8: actor_scale_seq since 9e435db",
+            "head after a full pass (64) + 128 + 8 (9e435db)",
             Product::SequencedFlags(200),
+        ),
+        (
+            "64 + 128 + 8 + a window twice the last pass's (256)",
+            Product::SequencedFlags(456),
         ),
         ("64 + 128 + 2 + 8", Product::SequencedFlags(202)),
     ];

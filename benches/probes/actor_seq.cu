@@ -8,7 +8,8 @@
 // pass's path (the pass's barriers name the other warps only); 64 the head read only in the
 // pass after one that found every message it looked at whole, at least two looked at; 128 a
 // head behind the tail (a message taken before its head was seen) read as no message ahead,
-// not as a full ring to look at.
+// not as a full ring to look at; 256 a pass looks at twice what the last one took (two after
+// none), the head's word or not.
 
 #include "../../kernels/actor.cu"
 
@@ -48,6 +49,7 @@ extern "C" __global__ void actor_seq_flags(ring* inbox, ring* outbox, control* c
     unsigned int words = v.in_size / 4;
     unsigned int idle = 0;
     unsigned int stored_tail = v.in_tail;
+    unsigned int window = 2;
     unsigned int quarter = max(1u, v.in_capacity / 4);
     for (;;) {
         if (threadIdx.x == 0) {
@@ -62,6 +64,9 @@ extern "C" __global__ void actor_seq_flags(ring* inbox, ring* outbox, control* c
             }
             if (flags & 64) {
                 want = max(want, min(2u, v.in_capacity));
+            }
+            if (flags & 256) {
+                want = min(max(want, window), min(BATCH, v.in_capacity));
             }
             unsigned int room = v.out_capacity - (v.out_head - v.out_tail);
             if (room < want) {
@@ -124,6 +129,7 @@ extern "C" __global__ void actor_seq_flags(ring* inbox, ring* outbox, control* c
         if (threadIdx.x == 0) {
             unsigned int n = incomplete;
             read_head = n > 0 && n == v.count;
+            window = n == 0 ? 2u : min(2u * n, BATCH);
             if (n > 0) {
                 v.in_tail += n;
                 v.out_head += n;

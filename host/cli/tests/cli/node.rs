@@ -264,6 +264,7 @@ fn deploy_push_and_run_with_json_and_metrics() {
 
     let addr = format!("127.0.0.1:{}", free_udp_port());
     let metrics = format!("127.0.0.1:{}", free_tcp_port());
+    let log_path = dir.path().join("node.log");
     let mut node = Command::new(env!("CARGO_BIN_EXE_tasklet"))
         .args([
             "node",
@@ -282,7 +283,7 @@ fn deploy_push_and_run_with_json_and_metrics() {
         ])
         .current_dir(repo())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(&log_path).unwrap())
         .spawn()
         .expect("the node starts");
     let node_args = ["--node", addr.as_str(), "--certs", certs];
@@ -366,6 +367,26 @@ fn deploy_push_and_run_with_json_and_metrics() {
         assert!(
             message.contains("unreachable") && !message.contains('\n'),
             "a trap is one line saying what trapped: {message:?}"
+        );
+        // What it printed (its panic's message) is in the node's log as one escaped line under
+        // the tenant and the run's id, and nowhere raw.
+        let run_id = trapped["run_id"].as_str().unwrap().to_owned();
+        let log = std::fs::read_to_string(&log_path).unwrap();
+        let printed: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("tasklet printed:"))
+            .collect();
+        assert!(
+            printed
+                .iter()
+                .any(|l| l.contains(&run_id) && l.contains("dev") && l.contains("probe trap\\n")),
+            "{log}"
+        );
+        assert!(
+            log.lines()
+                .filter(|l| l.contains("panicked at"))
+                .all(|l| l.contains("tasklet printed:")),
+            "the tasklet's own lines reached the node's log raw:\n{log}"
         );
 
         // A digest the node does not have, for this tenant: exit 2, one line.

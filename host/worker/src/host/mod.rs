@@ -17,6 +17,7 @@ pub mod guest_memory;
 pub mod linger;
 pub mod mapped;
 pub(crate) mod module_aliases;
+pub mod output;
 pub mod pool;
 pub mod probe;
 pub(crate) mod process;

@@ -8,6 +8,7 @@ use std::process::{Command, Stdio};
 use std::sync::Mutex;
 
 use super::error::WorkerError;
+use super::output;
 use crate::contract::{DeviceBinding, WorkerArgs, WorkerCommand, EXIT_DEADLINE};
 
 /// Held across each worker start: while it is held, that worker's fds are inheritable.
@@ -42,8 +43,8 @@ struct Exit {
 
 impl Proc {
     /// Runs `program args… <args>` with the fds in `inherit` (close-on-exec in this process, as
-    /// every fd the host makes) left open for the child alone. Stdin and stdout are null, stderr is
-    /// the host's; the child leads its own process group, so a terminal's Ctrl-C goes to the host,
+    /// every fd the host makes) left open for the child alone. Stdin and stdout are null; its
+    /// stderr is relayed to the host's by a thread of its own ([`output::relay`]); the child leads its own process group, so a terminal's Ctrl-C goes to the host,
     /// which decides; and it is killed when the *thread* that spawned it exits (the worker arms
     /// `PR_SET_PDEATHSIG` itself, and ends at once if its parent is already not the host it was
     /// told). A bound worker sees only its device ([`DeviceBinding::env`]).
@@ -71,7 +72,7 @@ impl Proc {
             .args(args.to_args())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::piped())
             .process_group(0);
         let spawned = {
             let _one_at_a_time = SPAWNS.lock().unwrap_or_else(|p| p.into_inner());
@@ -84,16 +85,29 @@ impl Proc {
             }
             spawned
         };
-        let child = spawned.map_err(|e| {
+        let mut child = spawned.map_err(|e| {
             WorkerError::Spawn(format!("cannot run {}: {e}", command.program.display()))
         })?;
         let pid = child.id() as i32;
+        let relayed = child.stderr.take().map(|stderr| {
+            std::thread::Builder::new()
+                .name(format!("worker-{pid}-output"))
+                .spawn(move || output::relay(pid, stderr, io::stderr()))
+        });
         // Reaped by pid here, never through the `Child`: dropping it neither waits nor kills.
         drop(child);
-        Ok(Proc {
+        let proc = Proc {
             pid,
             exited: Mutex::new(None),
-        })
+        };
+        if let Some(Err(e)) = relayed {
+            // Nothing would read its output: it would fail at its first line.
+            let _ = proc.kill();
+            return Err(WorkerError::Spawn(format!(
+                "cannot start the thread that relays worker {pid}'s output: {e}"
+            )));
+        }
+        Ok(proc)
     }
 
     pub(crate) fn pid(&self) -> i32 {

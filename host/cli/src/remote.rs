@@ -10,8 +10,8 @@ use tasklet_tls::Tenant;
 /// Where the node is and who this client is to it.
 #[derive(clap::Args, Debug)]
 pub struct RemoteArgs {
-    /// Run against the node at ADDR (HOST[:PORT], port 5701 by default) instead of this
-    /// machine's GPUs.
+    /// The node at ADDR (HOST[:PORT], port 5701 by default): `run` sends its GPU work there,
+    /// `inventory` asks it, `deploy` pushes to it and runs there.
     #[arg(long, value_name = "ADDR")]
     pub node: Option<String>,
     /// The certificate folder holding ca.pem and the tenant's certificate

@@ -300,6 +300,9 @@ impl NodeBuilder {
     pub fn build(self) -> Result<Node, NodeError> {
         let certs = self.certs.ok_or(NodeError::NoCerts)?;
         let server = transport::server_config(&certs, &self.limits)?;
+        if self.host.is_none() {
+            check_policy_tenants(&self.policy)?;
+        }
         let host = match self.host {
             Some(host) => host,
             None => Host::new(HostConfig {
@@ -308,12 +311,7 @@ impl NodeBuilder {
                 backend: self.backend,
             })?,
         };
-        for name in host.policy().tenants.keys() {
-            Tenant::new(name).map_err(|reason| NodeError::InvalidTenant {
-                name: name.clone(),
-                reason,
-            })?;
-        }
+        check_policy_tenants(host.policy())?;
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(NodeError::NoRuntime);
         }
@@ -405,6 +403,19 @@ fn membership(
         address,
         cert_sha256: tasklet_tls::node_fingerprint(certs)?,
     })
+}
+
+/// Whether every tenant `policy` names could be named by a client certificate (checked before
+/// a node starts workers, and by `tasklet check --policy`): a section no certificate can reach
+/// is a typo that would leave its tenant refused.
+pub fn check_policy_tenants(policy: &Policy) -> Result<(), NodeError> {
+    for name in policy.tenants.keys() {
+        Tenant::new(name).map_err(|reason| NodeError::InvalidTenant {
+            name: name.clone(),
+            reason,
+        })?;
+    }
+    Ok(())
 }
 
 /// The deployer's limits a policy's `[deploy]` section sets.

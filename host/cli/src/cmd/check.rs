@@ -26,6 +26,8 @@ pub fn run(args: CheckArgs) -> Result<ExitCode> {
         Some(p) => Policy::load(p)?,
         None => Policy::default(),
     };
+    // What `tasklet node` would refuse to start with.
+    tasklet_node::check_policy_tenants(&policy)?;
     let grant = policy.grant(&manifest);
     let component = Component::inspect(&manifest.component);
     let verdict = if component.is_usable() {

@@ -137,3 +137,28 @@ fn run_refuses_what_is_not_a_component_in_one_line() {
         );
     }
 }
+
+/// A policy naming a tenant no certificate can carry is refused by `check` as `tasklet node`
+/// refuses it at start: exit 2, one line naming the tenant.
+#[test]
+fn check_refuses_a_policy_tenant_no_certificate_can_carry() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("tasklet.toml"), MANIFEST).expect("manifest");
+    std::fs::write(dir.path().join("t.wasm"), b"\0asm\x0d\0\x01\0").expect("file");
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(&policy, "[tenants.Dev]\nmax-vram = \"1GiB\"\n").expect("policy");
+    let out = Command::new(env!("CARGO_BIN_EXE_tasklet"))
+        .args(["check"])
+        .arg(dir.path())
+        .arg("--policy")
+        .arg(&policy)
+        .output()
+        .expect("tasklet starts");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("names tenant \"Dev\", which no certificate can carry"),
+        "{stderr}"
+    );
+}

@@ -229,6 +229,12 @@ rights = ["alloc", "read", "launch"]
     }
 
     #[test]
+    fn a_missing_key_is_named_alone() {
+        let (_, msg) = Manifest::parse("component = \"t.wasm\"\n", Path::new(".")).unwrap_err();
+        assert_eq!(msg, "missing field `name`");
+    }
+
+    #[test]
     fn unknown_key_names_key_and_line() {
         let text = GOOD.replace("max-leases = 2", "max-leases = 2\nmax-gpus = 3");
         let (line, msg) = Manifest::parse(&text, Path::new(".")).unwrap_err();

@@ -109,10 +109,11 @@ pub(crate) fn locate(source: &str, err: &toml::de::Error) -> (Option<u32>, Strin
     let start = span.start.min(source.len());
     let line_no = source[..start].bytes().filter(|&b| b == b'\n').count() as u32 + 1;
     let line_text = source.lines().nth(line_no as usize - 1).unwrap_or("");
+    // A missing field's span is its table, whose first line names some other key.
     let key = line_text
         .split_once('=')
         .map(|(k, _)| k.trim())
-        .filter(|k| !k.is_empty() && !k.starts_with('['));
+        .filter(|k| !k.is_empty() && !k.starts_with('[') && !message.starts_with("missing field"));
     let message = match key {
         Some(key) if !message.contains(key) => format!("`{key}`: {message}"),
         _ => message,

@@ -7,6 +7,7 @@
 //! | `actor-rtt N` | `N` × (send one message, receive its answer), each timed | `actor_rtt_ns` (median), `actor_rtt_p99_ns` |
 //! | `actor-batch B R` | `R` × (send `B` messages, receive their `B` answers), each timed; `B` at most 256 | `actor_batch_ns` (median batch), `actor_batch_p99_ns`, `actor_msgs_per_s` (`B` / median batch) |
 //! | `actor-rtt-seq N`, `actor-batch-seq B R` | the same through sequenced rings (`actor_scale_seq`: each word beside its message's number) | the same names with `seq_` in front: `seq_actor_rtt_ns`, … |
+//! | `ring-calls N` | `N` sends of one message into a sequenced ring no kernel takes from (at most its 16,384 slots), then `N` receives from one no kernel runs for (each answered at once): what one call of each costs through the sandbox, no device involved | `ring_send_ns`, `ring_recv_ns` (means) |
 //! | `handler-launch N` | `N` × (launch `actor_scale` as a normal kernel over one message in device memory, then `sync`), each timed, the message put there untimed before each; then `N` × (write the message, launch, read the answer), each timed | `handler_launch_sync_ns` (median), `handler_launch_sync_p99_ns`, `handler_rtt_ns` (median write + launch + read) |
 //!
 //! Every answer is checked (after its clock read); a wrong one is `error mismatch`. An answer
@@ -184,6 +185,42 @@ pub(super) fn actor_rtt(out: &mut Out, rings: Rings, n: u32) -> Step {
         out.line(&format!("{p}actor_rtt_p99_ns"), percentile(&times, 99.0));
         Ok(())
     })
+}
+
+/// Slots of `ring-calls`'s inbox: every send fills one (16,384 × 512 bytes is half a lease's
+/// mapped memory).
+const CALL_SLOTS: u32 = 16_384;
+
+pub(super) fn ring_calls(out: &mut Out, n: u32) -> Step {
+    let lease = acquire(out, MIB)?;
+    let session = out.check(Session::open(&lease))?;
+    let inbox = session.new_sequenced_ring(RingDirection::ToDevice, MESSAGE_BYTES, CALL_SLOTS);
+    let inbox = out.check(inbox)?;
+    let outbox = session.new_sequenced_ring(RingDirection::FromDevice, MESSAGE_BYTES, 2);
+    let outbox = out.check(outbox)?;
+    let mut request = Vec::new();
+    message(0, &mut request);
+    let sends = n.clamp(1, CALL_SLOTS);
+    let start = Instant::now();
+    for _ in 0..sends {
+        if out.check(inbox.send(&request))? != 1 {
+            out.error("ring-calls", "a send into a ring with room put nothing");
+            return Err(Stopped);
+        }
+    }
+    let send_ns = nanos(start.elapsed()) / u64::from(sends);
+    let receives = n.max(1);
+    let start = Instant::now();
+    for _ in 0..receives {
+        if !out.check(outbox.recv(1, 0))?.is_empty() {
+            out.error("ring-calls", "a ring no kernel writes gave a message");
+            return Err(Stopped);
+        }
+    }
+    let recv_ns = nanos(start.elapsed()) / u64::from(receives);
+    out.line("ring_send_ns", send_ns);
+    out.line("ring_recv_ns", recv_ns);
+    Ok(())
 }
 
 pub(super) fn actor_batch(out: &mut Out, rings: Rings, batch: u32, batches: u32) -> Step {

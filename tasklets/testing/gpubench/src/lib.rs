@@ -23,7 +23,7 @@
 //! | `lease N` | `N` × (acquire a 1 MiB lease, drop it) | `lease_acquire_p50_ns`, `lease_acquire_p99_ns`, `lease_cycle_p50_ns`, `lease_cycle_p99_ns` (acquire + drop) |
 //! | `clock N` | `N` batches of 100 reads of the guest's monotonic clock (`Instant::now`, a WASI host call) | `clock_read_ns` (median batch / 100, one decimal) |
 //! | `module-load N` | `N` × load `faults.ptx` again in a session where it stays loaded (the new module is dropped untimed) | `module_load_ns` (median), `module_load_p99_ns` |
-//! | `actor-rtt N`, `actor-batch B R`, `actor-rtt-seq N`, `actor-batch-seq B R`, `handler-launch N` | a persistent kernel's message round trip and batches, and its handler as a normal kernel (see the `actor` module) | `actor_rtt_ns`, `actor_batch_ns`, `actor_msgs_per_s`, `handler_launch_sync_ns`, … |
+//! | `actor-rtt N`, `actor-batch B R`, `actor-rtt-seq N`, `actor-batch-seq B R`, `handler-launch N`, `ring-calls N` | a persistent kernel's message round trip and batches, and its handler as a normal kernel (see the `actor` module) | `actor_rtt_ns`, `actor_batch_ns`, `actor_msgs_per_s`, `handler_launch_sync_ns`, … |
 //!
 //! Any command also takes a word `settle=MS`: after its setup and before its warm-up it sleeps
 //! that many milliseconds (untimed), so that work the host starts in the background when a lease
@@ -97,11 +97,12 @@ fn run(input: Vec<u8>) -> Result<Vec<u8>, String> {
             actor::actor_batch(&mut out, Rings::Sequenced, count(command, a)?, count(command, b)?)
         }
         "handler-launch" => actor::handler_launch(&mut out, count(command, a)?),
+        "ring-calls" => actor::ring_calls(&mut out, count(command, a)?),
         _ => {
             return Err(format!(
                 "unknown command {command:?}; expected one of launch-sync N, launch-async N, burst N, graph K R, \
                  rw4k N, bulk BYTES REPS, lease N, module-load N, clock N, actor-rtt N, actor-batch B R, \
-                 actor-rtt-seq N, actor-batch-seq B R, handler-launch N"
+                 actor-rtt-seq N, actor-batch-seq B R, handler-launch N, ring-calls N"
             ))
         }
     };

@@ -107,8 +107,9 @@ fn the_benchmarks_full_size_bulk_fits_the_tasklet_and_one_call_carries_it() {
 fn the_actor_commands_print_their_figures() {
     let host = test_host!();
     let bench = load(&host, manifest("testing/gpubench"));
-    let cases: [(&str, &[&str]); 5] = [
+    let cases: [(&str, &[&str]); 6] = [
         ("actor-rtt 2", &["actor_rtt_ns", "actor_rtt_p99_ns"]),
+        ("ring-calls 20", &["ring_send_ns", "ring_recv_ns"]),
         (
             "actor-batch 8 2",
             &["actor_batch_ns", "actor_batch_p99_ns", "actor_msgs_per_s"],

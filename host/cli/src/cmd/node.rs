@@ -41,8 +41,8 @@ use tokio::signal::unix::{signal, SignalKind};
     In a cluster:\n  \
     tasklet node --listen 0.0.0.0:5701 --advertise gpu1.example:5701 --nats nats://nats.example:4222")]
 pub struct NodeArgs {
-    /// The UDP address to serve on.
-    #[arg(long, value_name = "ADDR", default_value_t = DEFAULT_LISTEN)]
+    /// The UDP address to serve on (IP:PORT, or HOST:PORT resolved once at start).
+    #[arg(long, value_name = "ADDR", default_value_t = DEFAULT_LISTEN, value_parser = local_address)]
     pub listen: SocketAddr,
     /// The certificate folder (ca.pem, node.pem, node.key) from `tasklet certs init`.
     #[arg(long, value_name = "DIR", default_value = "certs")]
@@ -62,14 +62,31 @@ pub struct NodeArgs {
     #[arg(long, value_name = "DIR")]
     pub store: Option<PathBuf>,
     /// Serve Prometheus metrics at http://ADDR/metrics (plain HTTP: bind it to an address only
-    /// your scraper reaches, e.g. 127.0.0.1:9101).
-    #[arg(long, value_name = "ADDR")]
+    /// your scraper reaches, e.g. 127.0.0.1:9101 or localhost:9101).
+    #[arg(long, value_name = "ADDR", value_parser = local_address)]
     pub metrics: Option<SocketAddr>,
     /// How log lines are written to stderr (RUST_LOG filters them; default info).
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
     #[command(flatten)]
     pub host: HostArgs,
+}
+
+/// An address to bind: `IP:PORT`, or `HOST:PORT` resolved now to its first address (for
+/// `localhost`, the resolver's order: `127.0.0.1` or `::1`).
+fn local_address(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = text.parse() {
+        return Ok(addr);
+    }
+    use std::net::ToSocketAddrs as _;
+    match text.to_socket_addrs() {
+        Ok(mut addrs) => addrs
+            .next()
+            .ok_or_else(|| format!("{text} resolves to no address")),
+        Err(e) => Err(format!(
+            "{text} is not an address to bind (IP:PORT or HOST:PORT, e.g. 127.0.0.1:9101): {e}"
+        )),
+    }
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -185,4 +202,25 @@ fn init_logs(format: LogFormat) {
         LogFormat::Text => logs.try_init(),
         LogFormat::Json => logs.json().try_init(),
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::local_address;
+
+    #[test]
+    fn a_bind_address_is_an_ip_and_port_or_a_host_name_and_port() {
+        assert_eq!(
+            local_address("127.0.0.1:9101"),
+            Ok("127.0.0.1:9101".parse().unwrap())
+        );
+        assert_eq!(local_address("[::]:5701"), Ok("[::]:5701".parse().unwrap()));
+        let resolved = local_address("localhost:9101").expect("localhost resolves");
+        assert!(
+            resolved.ip().is_loopback() && resolved.port() == 9101,
+            "{resolved}"
+        );
+        let err = local_address("localhost:x").unwrap_err();
+        assert!(err.contains("IP:PORT or HOST:PORT"), "{err}");
+    }
 }

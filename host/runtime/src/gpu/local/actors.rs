@@ -58,6 +58,9 @@ pub(super) struct Actors {
 /// trip through a persistent kernel takes microseconds on a GPU, and a sleep costs tens.
 const RECV_SPIN: Duration = Duration::from_micros(200);
 
+/// The most bytes a receive sets aside before anything came (more grows the vector as usual).
+const RECV_PRESIZE: usize = 64 << 10;
+
 /// Polls of a ring between two looks at everything else a receive watches (the lease alive, the
 /// quota, a kernel still running, the clock): a poll is a read of the ring's words, which sees an
 /// answer within a few dozen nanoseconds of its landing only if nothing else runs between polls
@@ -406,7 +409,9 @@ impl LocalGpu {
         // The view is polled without the session's books between looks; the area stays mapped
         // for as long as this holds it, whatever happens to the lease meanwhile.
         let (view, _mapped) = (r.ring, Arc::clone(&r._area));
-        let mut out = Vec::new();
+        // Room for what may come, so that taking it does not grow the vector step by step.
+        let room = (max as usize).saturating_mul(view.message_size() as usize);
+        let mut out = Vec::with_capacity(room.min(RECV_PRESIZE));
         let start = Instant::now();
         let mut until = start + wait;
         if let Some(run) = &self.run {

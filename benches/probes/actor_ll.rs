@@ -611,7 +611,7 @@ fn main() {
     }
     // The product's sequenced rings under its kernel and variants of it.
     let think = [0u64, 300, 700, 1500];
-    let variants: [(&str, Product); 13] = [
+    let variants: [(&str, Product); 15] = [
         ("actor_scale_seq", Product::Sequenced),
         (
             "flags 0 (the pass before 9e435db)",
@@ -634,6 +634,11 @@ fn main() {
             Product::SequencedFlags(456),
         ),
         ("64 + 128 + 2 + 8", Product::SequencedFlags(202)),
+        (
+            "256 + 64 + 128 + 8 + no fence (4)",
+            Product::SequencedFlags(460),
+        ),
+        ("256 + 64 + 128 + 8 + 4 + 2", Product::SequencedFlags(462)),
     ];
     println!();
     println!("sequenced rings: round trips p50 / p99 in µs by the client's spin before each message; batches of {SLOTS}, messages/s (M):");

@@ -15,6 +15,33 @@ fn run_prints_the_output_and_says_which_backend() {
     );
 }
 
+/// A kernel's `printf` reaches the host's stderr, behind its worker's pid (so that no line a
+/// kernel prints reads as one of the host's), before `run` exits.
+#[test]
+fn a_kernels_printf_reaches_stderr_behind_its_worker() {
+    let out = tasklet(
+        &[
+            "run",
+            "tasklets/testing/probe",
+            "--backend",
+            crate::support::suite_backend(),
+        ],
+        b"printf",
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "ok launch lookup\nok sync\n");
+    let stderr = text(&out.stderr);
+    let printed: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("lookup: n=1"))
+        .collect();
+    assert_eq!(printed.len(), 1, "{stderr}");
+    let (prefix, line) = printed[0].split_once(" | ").expect("behind a prefix");
+    let pid = prefix.strip_prefix("worker ").expect("`worker PID`");
+    assert!(pid.parse::<u32>().is_ok(), "{stderr}");
+    assert_eq!(line, "lookup: n=1 lut[5]=9 pi~3.142 ok");
+}
+
 #[test]
 fn run_reads_input_from_a_file() {
     let scratch = tempfile::tempdir().expect("temp dir");

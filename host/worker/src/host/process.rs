@@ -5,7 +5,8 @@ use std::io;
 use std::os::fd::RawFd;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
-use std::sync::Mutex;
+use std::sync::{mpsc, Mutex};
+use std::time::Duration;
 
 use super::error::WorkerError;
 use super::output;
@@ -31,7 +32,13 @@ pub(crate) struct Proc {
     /// Set once reaped, with how it ended. Holding this lock across kill+waitpid means nobody
     /// signals a pid after it was reaped (and possibly reused).
     exited: Mutex<Option<Exit>>,
+    /// Closed when the thread relaying its output has relayed the last of it.
+    relayed: Mutex<Option<mpsc::Receiver<()>>>,
 }
+
+/// How long [`Proc::kill`] waits for the relay of what the process wrote before it died: its
+/// last lines (a kernel's printf at exit) reach the host's stderr before the host goes on.
+const RELAY_DRAIN: Duration = Duration::from_secs(1);
 
 /// How a reaped process ended.
 #[derive(Debug, Clone)]
@@ -89,18 +96,23 @@ impl Proc {
             WorkerError::Spawn(format!("cannot run {}: {e}", command.program.display()))
         })?;
         let pid = child.id() as i32;
-        let relayed = child.stderr.take().map(|stderr| {
+        let (done, relayed) = mpsc::channel::<()>();
+        let relay = child.stderr.take().map(|stderr| {
             std::thread::Builder::new()
                 .name(format!("worker-{pid}-output"))
-                .spawn(move || output::relay(pid, stderr, io::stderr()))
+                .spawn(move || {
+                    output::relay(pid, stderr, io::stderr());
+                    drop(done);
+                })
         });
         // Reaped by pid here, never through the `Child`: dropping it neither waits nor kills.
         drop(child);
         let proc = Proc {
             pid,
             exited: Mutex::new(None),
+            relayed: Mutex::new(Some(relayed)),
         };
-        if let Some(Err(e)) = relayed {
+        if let Some(Err(e)) = relay {
             // Nothing would read its output: it would fail at its first line.
             let _ = proc.kill();
             return Err(WorkerError::Spawn(format!(
@@ -132,16 +144,30 @@ impl Proc {
             .is_some_and(|e| e.deadline)
     }
 
-    /// SIGKILL (if still running) and reap. Returns how it ended.
+    /// SIGKILL (if still running) and reap, then wait (up to [`RELAY_DRAIN`]) for the last of
+    /// its output to be relayed. Returns how it ended.
     pub(crate) fn kill(&self) -> String {
-        let mut g = self.exited.lock().unwrap_or_else(|p| p.into_inner());
-        if g.is_none() {
-            // SAFETY: the pid is our unreaped child (the lock guarantees it), so it is not reused.
-            unsafe { libc::kill(self.pid, libc::SIGKILL) };
-            *g = reap(self.pid, 0);
+        let how = {
+            let mut g = self.exited.lock().unwrap_or_else(|p| p.into_inner());
+            if g.is_none() {
+                // SAFETY: the pid is our unreaped child (the lock guarantees it), so it is not
+                // reused.
+                unsafe { libc::kill(self.pid, libc::SIGKILL) };
+                *g = reap(self.pid, 0);
+            }
+            g.as_ref()
+                .map_or_else(|| "killed".into(), |e| e.how.clone())
+        };
+        let relayed = self
+            .relayed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(relayed) = relayed {
+            // Disconnected once the relay has read to the end of the pipe (the process is gone).
+            let _ = relayed.recv_timeout(RELAY_DRAIN);
         }
-        g.as_ref()
-            .map_or_else(|| "killed".into(), |e| e.how.clone())
+        how
     }
 
     /// Sends `sig` if the process has not been reaped: SIGKILL to give a worker up without

@@ -16,6 +16,7 @@
 //! | `bad-ptx` | load a module whose line 7 is `bogus.instr %r1;` → `ok load <kernels>` |
 //! | `fault` | load `faults.ptx`; alloc 64; launch `write_out_of_bounds(buf, 1 << 40)` on 1×1 → `ok launch write_out_of_bounds`; sync → `ok sync` |
 //! | `spin` | load `faults.ptx`; alloc 4; launch `spin_forever(buf)` on 1×32 → `ok launch spin_forever`; sync → `ok sync` |
+//! | `printf` | load `misc.ptx`; alloc 4; launch `lookup(buf, 1)` on 1×1, which prints `lookup: n=1 lut[5]=9 pi~3.142 ok` with `printf` → `ok launch lookup`; sync → `ok sync` |
 //! | `hold <secs>` | lease 1 MiB for 60 s; session; alloc 4096; write it; sync and sleep 20 ms until an op fails or `<secs>` passed → `ok held` or the error |
 //! | `leases <n>` | acquire `n` leases of 1 MiB for 60 s, keeping them all → `ok lease <i> device=<d>` per acquire (failures do not stop it) |
 //! | `grow <mib>` | fill a `<mib>` MiB vector in linear memory → `ok grew <mib>` (or a trap past the memory limit) |
@@ -59,6 +60,7 @@ use tasklet_gpu::{input, Error, GpuCall};
 const IOTA_PTX: &str = include_str!("../../../../kernels/iota.ptx");
 const FAULTS_PTX: &str = include_str!("../../../../kernels/faults.ptx");
 const SCALE_PTX: &str = include_str!("../../../../kernels/scale.ptx");
+const MISC_PTX: &str = include_str!("../../../../kernels/misc.ptx");
 
 /// Valid up to line 6; line 7 is an instruction that does not exist.
 const BAD_PTX: &str = "\
@@ -90,6 +92,7 @@ fn run(input: Vec<u8>) -> Result<Vec<u8>, String> {
         "bad-ptx" => bad_ptx(&mut out),
         "fault" => fault(&mut out),
         "spin" => spin(&mut out),
+        "printf" => printf(&mut out),
         "hold" => hold(&mut out, input::argument(command, arg)?),
         "leases" => leases(&mut out, input::argument(command, arg)?),
         "grow" => grow(&mut out, input::argument(command, arg)?),
@@ -117,7 +120,7 @@ fn run(input: Vec<u8>) -> Result<Vec<u8>, String> {
         _ => {
             return Err(format!(
                 "unknown command {command:?}; expected one of alloc-past-lease, foreign-buffer, \
-                 expire, trap, oob-read, bad-ptx, fault, spin, hold <secs>, leases <n>, bench <n>, \
+                 expire, trap, oob-read, bad-ptx, fault, spin, printf, hold <secs>, leases <n>, bench <n>, \
                  verify <secs>, pattern <mib>, zeros <mib>, spin-big <mib>, lease <mib>, read-into <kib>, \
                  read-into-grown, read-into-misuse, spin-then <step>, one-shots <secs>, gpu-time <n>, burst <n>, burst-misuse, graph <n>, reload, streams <n>, actor <n>, actor-misuse"
             ))
@@ -316,6 +319,22 @@ fn fault(out: &mut Out) -> Step {
     out.step(
         session.launch(&module, "write_out_of_bounds", config(1, 1), &args),
         |_| "launch write_out_of_bounds".into(),
+    );
+    out.step(session.sync(), |_| "sync".into());
+    Ok(())
+}
+
+/// `lookup` of misc.ptx prints one line with `printf` (`lookup: n=1 lut[5]=9 pi~3.142 ok`),
+/// which the device prints when the worker next waits for it.
+fn printf(out: &mut Out) -> Step {
+    let lease = acquire(out, MIB, 10)?;
+    let session = out.setup(Session::open(&lease))?;
+    let module = out.setup(session.module_load(MISC_PTX))?;
+    let buf = out.setup(session.mem_alloc(4))?;
+    let args = [buffer_arg(&buf), KernelArg::U32(1)];
+    out.step(
+        session.launch(&module, "lookup", config(1, 1), &args),
+        |_| "launch lookup".into(),
     );
     out.step(session.sync(), |_| "sync".into());
     Ok(())

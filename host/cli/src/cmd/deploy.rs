@@ -148,10 +148,12 @@ fn push(args: PushArgs) -> Result<ExitCode> {
         eprintln!(
             "tasklet: {} {} on {place}",
             source.manifest.name,
-            if pushed.already_present {
-                "was already deployed"
-            } else {
-                "deployed"
+            match (pushed.already_present, pushed.uploaded) {
+                (true, false) => "was already deployed",
+                // The node had it recorded but not whole (its store had dropped a damaged
+                // copy): this upload restored it.
+                (true, true) => "uploaded again (the node's copy was missing)",
+                (false, _) => "deployed",
             },
         );
         println!("{}", pushed.digest);

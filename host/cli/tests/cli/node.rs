@@ -434,6 +434,83 @@ fn deploy_push_and_run_with_json_and_metrics() {
     assert!(status.is_some_and(|s| s.success()), "node exit {status:?}");
 }
 
+/// A deployment whose component went missing from the node's store is uploaded again by the
+/// next push, which says so (not "already deployed"), and runs again.
+#[test]
+fn a_push_restores_a_component_gone_from_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = certs_in(dir.path());
+    let store = dir.path().join("store");
+    let addr = format!("127.0.0.1:{}", free_udp_port());
+    let node = start_node(
+        Path::new(env!("CARGO_BIN_EXE_tasklet")),
+        &addr,
+        &certs,
+        &store,
+        &[],
+    );
+    let result = std::panic::catch_unwind(|| {
+        let push = |json: bool| {
+            let mut args = vec![
+                "deploy",
+                "push",
+                "tasklets/iota",
+                "--node",
+                &addr,
+                "--certs",
+                &certs,
+            ];
+            if json {
+                args.push("--json");
+            }
+            let start = Instant::now();
+            loop {
+                let out = tasklet(&args, b"");
+                if out.status.success() || start.elapsed() > WAIT {
+                    break out;
+                }
+            }
+        };
+        let first = push(false);
+        assert!(first.status.success(), "{}", text(&first.stderr));
+        assert!(
+            text(&first.stderr).contains("iota deployed on"),
+            "{}",
+            text(&first.stderr)
+        );
+        // Every blob gone, the deployment's record kept.
+        for blob in std::fs::read_dir(store.join("blobs/sha256")).unwrap() {
+            std::fs::remove_file(blob.unwrap().path()).unwrap();
+        }
+        let again = push(false);
+        assert!(again.status.success(), "{}", text(&again.stderr));
+        let said = text(&again.stderr);
+        assert!(
+            said.contains("iota uploaded again (the node's copy was missing)"),
+            "{said}"
+        );
+        assert_eq!(text(&again.stdout), text(&first.stdout), "the same digest");
+        let third = json(&push(true));
+        assert_eq!(third["already_present"], true, "{third}");
+        assert_eq!(third["uploaded"], false, "{third}");
+        let ran = tasklet(
+            &[
+                "deploy",
+                "run",
+                "tasklets/iota",
+                "--node",
+                &addr,
+                "--certs",
+                &certs,
+            ],
+            b"2",
+        );
+        assert!(ran.status.success(), "{}", text(&ran.stderr));
+        assert_eq!(text(&ran.stdout), "1\n2\n");
+    });
+    stopped_cleanly(node, result);
+}
+
 /// The same tasklet, unchanged, with its GPUs here and on a node of the same devices: sdk-check's
 /// `group` takes a group of 2 leases, copies between their sessions and prints the refusals of
 /// three more groups; `run --node` prints the same lines as a local run.

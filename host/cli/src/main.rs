@@ -61,6 +61,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let json = cli.command.prints_json();
     let result = match cli.command {
         Command::Worker { args } => {
             return ExitCode::from(tasklet_worker::serve_main(args.into_iter()) as u8)
@@ -77,8 +78,28 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {}", one_line(&e));
+            let line = one_line(&e);
+            eprintln!("error: {line}");
+            // A script reading `--json` gets the failure as JSON too, on stdout.
+            if json {
+                println!("{{\"error\":{}}}", json::json_str(&line));
+            }
             ExitCode::from(2)
+        }
+    }
+}
+
+impl Command {
+    /// Whether the command was asked for `--json` output.
+    fn prints_json(&self) -> bool {
+        match self {
+            Command::Inventory(args) => args.json,
+            Command::Nodes(args) => args.json,
+            Command::Deploy(args) => match &args.command {
+                cmd::deploy::DeployCommand::Push(args) => args.json,
+                cmd::deploy::DeployCommand::Run(args) => args.json,
+            },
+            _ => false,
         }
     }
 }

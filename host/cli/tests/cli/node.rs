@@ -398,6 +398,15 @@ fn deploy_push_and_run_with_json_and_metrics() {
             err.contains("NOT_FOUND") && err.contains("tasklet deploy push"),
             "{err}"
         );
+        // With --json, the refusal is JSON on stdout too.
+        let mut missing = with(&["deploy", "run", "--json"]);
+        missing.insert(2, "0".repeat(64));
+        let out = run(missing, b"");
+        assert_eq!(out.status.code(), Some(2));
+        let refused = json(&out);
+        let said = refused["error"].as_str().unwrap_or_default();
+        assert!(said.contains("NOT_FOUND"), "{refused}");
+        assert_eq!(format!("error: {said}\n"), text(&out.stderr));
 
         // A tenant the policy denies deploying: exit 2, naming the key.
         let guest = with(&["deploy", "push", "tasklets/iota", "--tenant", "guest"]);
@@ -416,7 +425,7 @@ fn deploy_push_and_run_with_json_and_metrics() {
             "tasklet_deploy_runs_total{status=\"ok\",tenant=\"dev\"} 2",
             "tasklet_deploy_runs_total{status=\"failed\",tenant=\"dev\"} 1",
             "tasklet_deploy_runs_total{status=\"trapped\",tenant=\"dev\"} 1",
-            "tasklet_deploy_runs_total{status=\"refused\",tenant=\"dev\"} 1",
+            "tasklet_deploy_runs_total{status=\"refused\",tenant=\"dev\"} 2",
             "tasklet_deploy_pushes_total{result=\"refused\",tenant=\"guest\"} 1",
         ] {
             assert!(body.lines().any(|l| l == line), "no {line:?} in:\n{body}");

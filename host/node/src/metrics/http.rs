@@ -131,6 +131,11 @@ async fn read_head(stream: &mut TcpStream) -> Asked {
             Ok(n) => n,
         };
         head.extend_from_slice(&buf[..n]);
+        // A request line starts with its method's capitals: anything else (a TLS hello, binary)
+        // is told so at once, not when its time is up.
+        if !head[0].is_ascii_uppercase() {
+            return Asked::Refused(Status::BadRequest);
+        }
         // The limit is on the head with its closing blank line, however the reads fell.
         match find(&head, b"\r\n\r\n") {
             Some(end) if end + 4 <= MAX_HEAD => return parse(&head[..end]),

@@ -1,8 +1,8 @@
 //! What a deployer is allowed to hold: its limits, and the names of the settings behind them.
 
-/// The node configuration key that sets [`DeployConfig::max_component_bytes`]; errors name it so
+/// The node policy's key that sets [`DeployConfig::max_component_bytes`]; errors name it so
 /// that whoever reads one knows what to raise.
-pub const MAX_COMPONENT_SETTING: &str = "deploy.max-component-size";
+pub const MAX_COMPONENT_SETTING: &str = "max-component-size` under `[deploy]";
 
 /// The most bytes a deployment's manifest may hold. A `tasklet.toml` is a few hundred bytes; the
 /// bound only keeps a client from making the node parse megabytes of it.

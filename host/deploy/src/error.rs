@@ -30,7 +30,7 @@ pub enum Error {
         message: String,
     },
     /// A pushed component grew past the deployer's limit; nothing of it was kept.
-    #[error("the component is larger than {limit} bytes, this node's limit; raise `{setting}` in the node's configuration, or push something smaller")]
+    #[error("the component is larger than {limit} bytes, this node's limit; raise `{setting}` in the node's policy, or push something smaller")]
     ComponentTooLarge {
         /// The limit, in bytes.
         limit: u64,

@@ -274,7 +274,9 @@ pub fn refused_pushes_say_why_and_the_connection_serves_on() -> TestResult {
         .expect_err("an oversized component");
     check(
         err.code() == Some(ErrorCode::QuotaExceeded)
-            && err.to_string().contains("deploy.max-component-size"),
+            && err
+                .to_string()
+                .contains("`max-component-size` under `[deploy]`"),
         || err.to_string(),
     )?;
     let inventory = client.inventory().map_err(|e| e.to_string())?;

@@ -41,7 +41,7 @@ pub struct Policy {
 
 /// `[deploy]` and `[store]`: the limits of a node's deployed tasklets and of the store they are
 /// kept in. Each left out (`None`) keeps the node's default; the node's errors name the key that
-/// raises the limit they hit (`deploy.max-component-size`, …).
+/// raises the limit they hit (`max-component-size` under `[deploy]`, …).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DeployLimits {
     /// `[deploy] max-component-size`: the largest component a push may carry.

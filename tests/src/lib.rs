@@ -1,6 +1,8 @@
 //! Shared support for the integration tests: hosts wired to the test worker binary, the built
 //! tasklets, and the baseline check every test ends with.
 
+pub mod guest_build;
+
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};

@@ -12,109 +12,33 @@
 //! (scripts/gpu-suite.sh builds them and carries them along; its run.sh puts them in place).
 
 use std::io::Write as _;
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::Instant;
 
 use tasklet_runtime::{Host, RunError, Tasklet};
-use tasklet_tests::{assert_baseline, load, manifest, repo, run_ok, tasklet_dir, test_host};
+use tasklet_tests::guest_build::{self, Built, Tool, COMPONENTIZE_JS, COMPONENTIZE_PY};
+use tasklet_tests::{assert_baseline, load, manifest, repo, run_ok, test_host};
 
-/// A language's build tool: how to find it, and the variable its build script takes it from.
-struct Tool {
-    /// Its command name, as the skip line says it.
-    name: &'static str,
-    /// Where `scripts/install-<name>.sh` puts it: under target/<name>/<version>/.
-    installed: &'static str,
-    /// The variable naming it for the tests, and for the examples' build.sh.
-    test_var: &'static str,
-    build_var: &'static str,
-}
-
-const COMPONENTIZE_PY: Tool = Tool {
-    name: "componentize-py",
-    installed: "componentize-py",
-    test_var: "TASKLET_COMPONENTIZE_PY",
-    build_var: "COMPONENTIZE_PY",
-};
-
-const COMPONENTIZE_JS: Tool = Tool {
-    name: "componentize-js",
-    installed: "node_modules/.bin/componentize-js",
-    test_var: "TASKLET_COMPONENTIZE_JS",
-    build_var: "COMPONENTIZE_JS",
-};
-
-impl Tool {
-    /// The tool to build with, if there is one: `$test_var`, else the newest installed under
-    /// target/, else one on PATH.
-    fn find(&self) -> Option<PathBuf> {
-        if let Some(tool) = std::env::var_os(self.test_var) {
-            return Some(PathBuf::from(tool));
-        }
-        let installed = repo().join("target").join(self.name);
-        let mut found: Vec<PathBuf> = std::fs::read_dir(installed)
-            .into_iter()
-            .flatten()
-            .flatten()
-            // An install in progress (or interrupted) is in a `.tmp` folder.
-            .filter(|e| !e.file_name().to_string_lossy().ends_with(".tmp"))
-            .map(|e| e.path().join(self.installed))
-            .filter(|p| p.is_file())
-            .collect();
-        found.sort();
-        if let Some(tool) = found.pop() {
-            return Some(tool);
-        }
-        let on_path = Command::new(self.name).arg("--version").output();
-        on_path
-            .is_ok_and(|o| o.status.success())
-            .then(|| PathBuf::from(self.name))
-    }
-}
-
-/// The variable saying the examples' components are prebuilt and in place.
-const PREBUILT_VAR: &str = "TASKLET_GUEST_PREBUILT";
-
-/// Builds the tasklet `name` with its build.sh and `tool` (nothing to do when it is up to date)
-/// and loads it; `None` (having said why) when the tool is not found. With
-/// `TASKLET_GUEST_PREBUILT=1`, loads the component already in place instead.
+/// Builds the tasklet `name` with `tool` (nothing to do when it is up to date, or prebuilt) and
+/// loads it; `None` (having said why) when the tool is not found.
 fn build_and_load(host: &Host, tool: &Tool, name: &str) -> Option<Tasklet> {
-    if std::env::var_os(PREBUILT_VAR).is_some_and(|v| v == "1") {
-        let manifest = manifest(name);
-        assert!(
-            manifest.component.is_file(),
-            "{PREBUILT_VAR}=1, yet {name}'s component {} is not there",
-            manifest.component.display()
-        );
-        let started = Instant::now();
-        let tasklet = load(host, manifest);
-        eprintln!(
-            "[guest-languages] {name}: prebuilt, compiled in {:?}",
-            started.elapsed()
-        );
-        return Some(tasklet);
-    }
-    let Some(path) = tool.find() else {
-        // Past the harness's capture, on a line of its own (the harness has printed "test
-        // name ... " without a newline).
-        let _ = writeln!(
-            std::io::stderr(),
-            "\nskipped: {0} not found (scripts/install-{0}.sh installs it): {name}",
-            tool.name
-        );
-        return None;
+    let built = match guest_build::build(tool, name) {
+        Ok(built) => built,
+        Err(skip) => {
+            // Past the harness's capture, on a line of its own (the harness has printed "test
+            // name ... " without a newline).
+            let _ = writeln!(std::io::stderr(), "\n{skip}");
+            return None;
+        }
     };
     let started = Instant::now();
-    let status = Command::new(tasklet_dir(name).join("build.sh"))
-        .env(tool.build_var, &path)
-        .status()
-        .unwrap_or_else(|e| panic!("cannot run {name}/build.sh: {e}"));
-    assert!(status.success(), "{name}/build.sh failed ({status})");
-    let built = started.elapsed();
-    let started = Instant::now();
     let tasklet = load(host, manifest(name));
+    let how = match built {
+        Built::Built(took) => format!("built in {took:?} (or up to date)"),
+        Built::Prebuilt => "prebuilt".to_owned(),
+    };
     eprintln!(
-        "[guest-languages] {name}: built in {built:?} (or up to date), compiled in {:?}",
+        "[guest-languages] {name}: {how}, compiled in {:?}",
         started.elapsed()
     );
     Some(tasklet)

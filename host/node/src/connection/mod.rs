@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tasklet_runtime::guest_memory::staging::StagingPool;
-use tasklet_tls::{explain, peer_tenant};
+use tasklet_tls::{peer_tenant, Refusal};
 use tasklet_wire::ErrorCode;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -65,6 +65,19 @@ pub(crate) fn close_code(code: ErrorCode) -> quinn::VarInt {
     quinn::VarInt::from(code as u32)
 }
 
+/// Why a handshake failed, in one line: what the certificates said, or, where it failed before
+/// they were looked at (QUIC-shaped datagrams from a scanner, another protocol, damage on the
+/// way), that, with QUIC's own words after.
+fn why_refused(err: &quinn::ConnectionError) -> String {
+    match Refusal::find(err, quinn::Side::Server) {
+        Some(refusal) => refusal.to_string(),
+        None => format!(
+            "not a handshake this node could complete (a client of another protocol, a scanner, or datagrams \
+             damaged on the way): {err}"
+        ),
+    }
+}
+
 pub(crate) async fn serve(shared: Arc<Shared>, incoming: quinn::Incoming) {
     let remote = incoming.remote_address();
     let connection = match incoming.await {
@@ -74,7 +87,7 @@ pub(crate) async fn serve(shared: Arc<Shared>, incoming: quinn::Incoming) {
             if let Some(left_out) = shared.unknown_clients_log.admit() {
                 // Only where lines were left out (an Option field is recorded when Some).
                 let left_out = (left_out > 0).then_some(left_out);
-                tracing::warn!(%remote, left_out, "handshake refused: {}", explain(&err, quinn::Side::Server));
+                tracing::warn!(%remote, left_out, "handshake refused: {}", why_refused(&err));
             }
             return;
         }
@@ -236,4 +249,21 @@ pub(crate) async fn serve(shared: Arc<Shared>, incoming: quinn::Incoming) {
     drop(jobs);
     shared.metrics.connection_closed();
     tracing::info!(connection = number, %remote, %tenant, reason = %why, "connection closed");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::why_refused;
+
+    #[test]
+    fn a_handshake_that_failed_before_the_certificates_says_so() {
+        // (quinn does not let a test make the transport error garbage ends in; a handshake that
+        // timed out takes the same way.)
+        let why = why_refused(&quinn::ConnectionError::TimedOut);
+        assert!(
+            why.starts_with("not a handshake this node could complete")
+                && why.ends_with("timed out"),
+            "{why}"
+        );
+    }
 }

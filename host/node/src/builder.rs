@@ -300,18 +300,21 @@ impl NodeBuilder {
     pub fn build(self) -> Result<Node, NodeError> {
         let certs = self.certs.ok_or(NodeError::NoCerts)?;
         let server = transport::server_config(&certs, &self.limits)?;
-        if self.host.is_none() {
-            check_policy_tenants(&self.policy)?;
-        }
         let host = match self.host {
-            Some(host) => host,
-            None => Host::new(HostConfig {
-                policy: self.policy,
-                worker: self.worker.ok_or(NodeError::NoWorker)?,
-                backend: self.backend,
-            })?,
+            Some(host) => {
+                check_policy_tenants(host.policy())?;
+                host
+            }
+            // Checked before any worker starts.
+            None => {
+                check_policy_tenants(&self.policy)?;
+                Host::new(HostConfig {
+                    policy: self.policy,
+                    worker: self.worker.ok_or(NodeError::NoWorker)?,
+                    backend: self.backend,
+                })?
+            }
         };
-        check_policy_tenants(host.policy())?;
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(NodeError::NoRuntime);
         }

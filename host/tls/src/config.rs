@@ -97,12 +97,12 @@ fn check_node_certificate(
     certs: &[CertificateDer<'static>],
     path: &Path,
 ) -> Result<(), Error> {
-    let verifier =
-        WebPkiServerVerifier::builder_with_provider(Arc::clone(roots), Arc::clone(provider))
-            .build()?;
     let Some((end_entity, intermediates)) = certs.split_first() else {
         return Ok(()); // `identity` found none already.
     };
+    let verifier =
+        WebPkiServerVerifier::builder_with_provider(Arc::clone(roots), Arc::clone(provider))
+            .build()?;
     let name = ServerName::try_from("localhost").expect("a valid DNS name");
     let verified =
         verifier.verify_server_cert(end_entity, intermediates, &name, &[], UnixTime::now());

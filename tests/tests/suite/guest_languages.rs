@@ -3,13 +3,9 @@
 //! built with componentize-js over `guest-sdk/js`), run through the same host as the Rust
 //! examples, and their outputs and errors compared with the Rust examples' on the same inputs.
 //!
-//! The tools come from `scripts/install-componentize-py.sh` and `scripts/install-componentize-js.sh`
-//! (under target/), or `$TASKLET_COMPONENTIZE_PY` / `$TASKLET_COMPONENTIZE_JS`, or PATH; without
-//! one, its tests print `skipped: componentize-py not found` (or `componentize-js`) and return.
-//!
-//! With `TASKLET_GUEST_PREBUILT=1` the examples are not built: their components must already be
-//! where their manifests say. That is how the GPU suite runs them on a machine without the tools
-//! (scripts/gpu-suite.sh builds them and carries them along; its run.sh puts them in place).
+//! The examples are built by `tasklet_tests::guest_build` (where the tools come from, and
+//! `TASKLET_GUEST_PREBUILT=1`, the GPU suite's way on a machine without them); without a tool,
+//! its tests print `skipped: componentize-py not found` (or `componentize-js`) and return.
 
 use std::io::Write as _;
 use std::process::Command;

@@ -82,16 +82,15 @@ fn read_line(from: &mut impl BufRead, line: &mut Vec<u8>) -> io::Result<Option<(
 /// `line` as text with every control character (a terminal's escape sequences, a carriage
 /// return that would overwrite the prefix) written as its escape.
 fn escaped(line: &[u8]) -> String {
-    String::from_utf8_lossy(line)
-        .chars()
-        .flat_map(|c| {
-            let escape = c.is_control().then(|| c.escape_default());
-            escape
-                .into_iter()
-                .flatten()
-                .chain((!c.is_control()).then_some(c))
-        })
-        .collect()
+    let mut out = String::with_capacity(line.len());
+    for c in String::from_utf8_lossy(line).chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// Bytes relayed in the current second, and those dropped since the last line relayed.

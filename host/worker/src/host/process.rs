@@ -51,10 +51,11 @@ struct Exit {
 impl Proc {
     /// Runs `program args… <args>` with the fds in `inherit` (close-on-exec in this process, as
     /// every fd the host makes) left open for the child alone. Stdin and stdout are null; its
-    /// stderr is relayed to the host's by a thread of its own ([`output::relay`]); the child leads its own process group, so a terminal's Ctrl-C goes to the host,
-    /// which decides; and it is killed when the *thread* that spawned it exits (the worker arms
-    /// `PR_SET_PDEATHSIG` itself, and ends at once if its parent is already not the host it was
-    /// told). A bound worker sees only its device ([`DeviceBinding::env`]).
+    /// stderr is relayed to the host's by a thread of its own ([`output::relay`]). The child
+    /// leads its own process group, so a terminal's Ctrl-C goes to the host, which decides; and
+    /// it is killed when the *thread* that spawned it exits (the worker arms `PR_SET_PDEATHSIG`
+    /// itself, and ends at once if its parent is already not the host it was told). A bound
+    /// worker sees only its device ([`DeviceBinding::env`]).
     ///
     /// Started without `fork`: `posix_spawn` (a `vfork`-like clone sharing this process's memory
     /// until the exec) suspends only the spawning thread, where a `fork` of a host with many

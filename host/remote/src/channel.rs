@@ -8,11 +8,13 @@
 
 use crate::awake::Awake;
 use crate::error::ClientError;
+use crate::frames::FramePool;
 use crate::spin::Spin;
 use bytes::{Buf, Bytes, BytesMut};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
+use tasklet_runtime::large_buffer;
 use tasklet_wire::limits::MAX_CHUNK;
 use tasklet_wire::tracker::MAX_TRACKED;
 use tasklet_wire::{
@@ -79,6 +81,8 @@ pub(crate) struct Channel {
     awake: Awake,
     /// Whether pipelined frames were written since the last call (see [`FIRST_GATHER_BYTES`]).
     posted_since_call: bool,
+    /// Where bulk writes build their frames.
+    frames: Arc<FramePool>,
 }
 
 /// Runs `future` on `runtime` until it is done or `deadline` passes (`None`: it passed).
@@ -119,6 +123,7 @@ impl Channel {
             spin: Spin::new(),
             awake: Awake::new(),
             posted_since_call: false,
+            frames: Arc::default(),
         }
     }
 
@@ -296,11 +301,8 @@ impl Channel {
                     break;
                 }
             };
-            let mut frame = BytesMut::with_capacity(header.len() + chunk.len());
-            frame.extend_from_slice(&header);
-            frame.extend_from_slice(chunk);
-            let Some(sent) = block_until(&self.runtime, self.deadline, frames.send(frame.freeze()))
-            else {
+            let frame = self.frames.frame(&header, chunk);
+            let Some(sent) = block_until(&self.runtime, self.deadline, frames.send(frame)) else {
                 task.abort();
                 return Err(self.out_of_time());
             };
@@ -358,7 +360,8 @@ impl Channel {
                         let streamed = r.streamed().map_or(0, |(_, len)| len);
                         reply = Some(r);
                         if streamed > 0 {
-                            data.reserve_exact(usize::try_from(streamed).unwrap_or(0));
+                            data =
+                                large_buffer::with_capacity(usize::try_from(streamed).unwrap_or(0));
                         }
                         if streamed > BULK_READ {
                             self.pending.advance(used);

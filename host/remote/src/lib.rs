@@ -52,6 +52,7 @@ mod connect;
 mod deploy;
 mod error;
 mod fallback;
+mod frames;
 mod gpu;
 mod path;
 mod spin;

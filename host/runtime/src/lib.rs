@@ -20,6 +20,7 @@ pub mod gpu;
 pub mod guest_memory;
 pub mod guest_output;
 mod host;
+pub mod large_buffer;
 pub mod lease;
 mod limits;
 pub mod module_cache;

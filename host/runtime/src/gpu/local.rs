@@ -456,7 +456,7 @@ impl LocalGpu {
         }
         let len =
             usize::try_from(len).map_err(|_| out_of_bounds("read too large for this host"))?;
-        let mut out = vec![0u8; len];
+        let mut out = crate::large_buffer::zeroed(len);
         self.run(lease, |w| w.read_after(at, &mut out, after))?;
         self.usage.read(len);
         Ok(out)

@@ -8,7 +8,6 @@
 
 use crate::awake::Awake;
 use crate::error::ClientError;
-use crate::frames::FramePool;
 use crate::spin::Spin;
 use bytes::{Buf, Bytes, BytesMut};
 use std::future::Future;
@@ -81,8 +80,6 @@ pub(crate) struct Channel {
     awake: Awake,
     /// Whether pipelined frames were written since the last call (see [`FIRST_GATHER_BYTES`]).
     posted_since_call: bool,
-    /// Where bulk writes build their frames.
-    frames: Arc<FramePool>,
 }
 
 /// Runs `future` on `runtime` until it is done or `deadline` passes (`None`: it passed).
@@ -123,7 +120,6 @@ impl Channel {
             spin: Spin::new(),
             awake: Awake::new(),
             posted_since_call: false,
-            frames: Arc::default(),
         }
     }
 
@@ -301,8 +297,11 @@ impl Channel {
                     break;
                 }
             };
-            let frame = self.frames.frame(&header, chunk);
-            let Some(sent) = block_until(&self.runtime, self.deadline, frames.send(frame)) else {
+            let mut frame = BytesMut::with_capacity(header.len() + chunk.len());
+            frame.extend_from_slice(&header);
+            frame.extend_from_slice(chunk);
+            let Some(sent) = block_until(&self.runtime, self.deadline, frames.send(frame.freeze()))
+            else {
                 task.abort();
                 return Err(self.out_of_time());
             };

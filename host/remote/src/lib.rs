@@ -52,7 +52,6 @@ mod connect;
 mod deploy;
 mod error;
 mod fallback;
-mod frames;
 mod gpu;
 mod path;
 mod spin;

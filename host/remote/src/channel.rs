@@ -8,12 +8,12 @@
 
 use crate::awake::Awake;
 use crate::error::ClientError;
+use crate::sink::Sink;
 use crate::spin::Spin;
 use bytes::{Buf, Bytes, BytesMut};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
-use tasklet_runtime::large_buffer;
 use tasklet_wire::limits::MAX_CHUNK;
 use tasklet_wire::tracker::MAX_TRACKED;
 use tasklet_wire::{
@@ -178,6 +178,17 @@ impl Channel {
     /// Sends a request and waits for its reply, and the reply's data if it streams any. A
     /// failed reply is [`ClientError::Failed`].
     pub fn call(&mut self, request: &Request) -> Result<(Reply, Vec<u8>), ClientError> {
+        let mut data = Vec::new();
+        let reply = self.call_into(request, &mut data)?;
+        Ok((reply, data))
+    }
+
+    /// [`Channel::call`], the reply's data going to `sink` as it arrives.
+    pub fn call_into(
+        &mut self,
+        request: &Request,
+        sink: &mut dyn Sink,
+    ) -> Result<Reply, ClientError> {
         self.usable()?;
         let id = self.tracker.start(request).map_err(|err| {
             ClientError::Setup(format!("cannot send {}: {err}", request.opcode()))
@@ -193,13 +204,12 @@ impl Channel {
         if self.spin.polls() {
             self.awake.call_out();
         }
-        let replied = self.flush().and_then(|()| self.await_reply(id));
+        let replied = self.flush().and_then(|()| self.await_reply(id, sink));
         self.awake.call_back();
         self.posted_since_call = false;
-        let (reply, data) = replied?;
-        match reply {
+        match replied? {
             Reply::Error { opcode, error } => Err(ClientError::Failed { opcode, error }),
-            reply => Ok((reply, data)),
+            reply => Ok(reply),
         }
     }
 
@@ -212,7 +222,8 @@ impl Channel {
     ) -> Result<(Reply, Vec<u8>), ClientError> {
         let id = self.post(request, data)?;
         self.flush()?;
-        let (reply, data) = self.await_reply(id)?;
+        let mut data = Vec::new();
+        let reply = self.await_reply(id, &mut data)?;
         match reply {
             Reply::Error { opcode, error } => Err(ClientError::Failed { opcode, error }),
             reply => Ok((reply, data)),
@@ -332,10 +343,9 @@ impl Channel {
         }
     }
 
-    /// Reads until the reply to `id` and all of its data have come.
-    fn await_reply(&mut self, id: RequestId) -> Result<(Reply, Vec<u8>), ClientError> {
+    /// Reads until the reply to `id` and all of its data have come, the data into `sink`.
+    fn await_reply(&mut self, id: RequestId, sink: &mut dyn Sink) -> Result<Reply, ClientError> {
         let mut reply: Option<Reply> = None;
-        let mut data = Vec::new();
         loop {
             while !self.pending.is_empty() {
                 let (used, event) = match self.decoder.decode(&self.pending) {
@@ -359,14 +369,15 @@ impl Channel {
                         let streamed = r.streamed().map_or(0, |(_, len)| len);
                         reply = Some(r);
                         if streamed > 0 {
-                            data =
-                                large_buffer::with_capacity(usize::try_from(streamed).unwrap_or(0));
+                            if let Err(err) = sink.expect(streamed) {
+                                return Err(self.fail(err));
+                            }
                         }
                         if streamed > BULK_READ {
                             self.pending.advance(used);
-                            self.read_bulk(&mut data)?;
+                            self.read_bulk(sink)?;
                             return match reply.take() {
-                                Some(reply) => Ok((reply, data)),
+                                Some(reply) => Ok(reply),
                                 None => Err(self.protocol("a reply lost its data".into())),
                             };
                         }
@@ -375,7 +386,9 @@ impl Channel {
                     Some(Event::Data {
                         bytes, remaining, ..
                     }) => {
-                        data.extend_from_slice(bytes);
+                        if let Err(err) = sink.put(bytes) {
+                            return Err(self.fail(err));
+                        }
                         remaining == 0
                     }
                     Some(Event::GoAway(error)) => return Err(self.stopped(Stop::GoAway(error))),
@@ -386,7 +399,7 @@ impl Channel {
                 self.pending.advance(used);
                 if done {
                     if let Some(reply) = reply.take() {
-                        return Ok((reply, data));
+                        return Ok(reply);
                     }
                 }
             }
@@ -420,10 +433,10 @@ impl Channel {
         }
     }
 
-    /// Reads the rest of a reply's data into `data`: a task on the runtime's thread reads and
+    /// Reads the rest of a reply's data into `sink`: a task on the runtime's thread reads and
     /// decodes it (see [`BULK_READ`]) and hands the data over in batches, which this thread copies
-    /// into `data` while the task reads on. What was read past the data stays pending.
-    fn read_bulk(&mut self, data: &mut Vec<u8>) -> Result<(), ClientError> {
+    /// into `sink` while the task reads on. What was read past the data stays pending.
+    fn read_bulk(&mut self, sink: &mut dyn Sink) -> Result<(), ClientError> {
         let Some(recv) = self.recv.take() else {
             return Err(self.fail(ClientError::Disconnected(LOST_READ.into())));
         };
@@ -446,7 +459,10 @@ impl Channel {
             // None: the task is done, and dropped its end.
             let Some(batch) = batch else { break };
             for piece in batch {
-                data.extend_from_slice(&piece);
+                if let Err(err) = sink.put(&piece) {
+                    task.abort();
+                    return Err(self.fail(err));
+                }
             }
         }
         let Some(joined) = block_until(&self.runtime, self.deadline, &mut task) else {

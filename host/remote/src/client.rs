@@ -274,6 +274,15 @@ impl NodeClient {
         self.channel.call(request)
     }
 
+    /// [`NodeClient::request`], the reply's data going to `sink` as it arrives.
+    pub(crate) fn request_into(
+        &mut self,
+        request: &Request,
+        sink: &mut dyn crate::sink::Sink,
+    ) -> Result<Reply, ClientError> {
+        self.channel.call_into(request, sink)
+    }
+
     /// Sends a pipelined request (LAUNCH, MEM_WRITE with `data`) without waiting: its failure
     /// comes back from the session's next SYNC or MEM_READ.
     pub fn post(&mut self, request: &Request, data: &[u8]) -> Result<RequestId, ClientError> {

@@ -618,8 +618,22 @@ impl GpuService for RemoteGpu {
         offset: u64,
         dst: GuestBytes,
     ) -> Result<(), GpuError> {
-        let data = self.mem_read(session, buffer, offset, dst.len() as u64)?;
-        dst.fill(&data)
+        // Straight into the tasklet's memory as the bytes arrive: no buffer of their own, no
+        // second copy.
+        let request = Request::MemRead {
+            session: wire::SessionId(session.0),
+            buffer: wire::BufferId(buffer.0),
+            offset,
+            len: dst.len() as u64,
+        };
+        let mut into = crate::sink::Guest::new(dst);
+        self.client.request_into(&request, &mut into)?;
+        if into.full() {
+            return Ok(());
+        }
+        Err(GpuError::DeviceLost(
+            "the node's answer to a read carried fewer bytes than asked for".into(),
+        ))
     }
 
     fn mem_copy(

@@ -54,6 +54,7 @@ mod error;
 mod fallback;
 mod gpu;
 mod path;
+mod sink;
 mod spin;
 
 /// The target of the client's timeline events, TRACE events whose names name the stage: `sent`

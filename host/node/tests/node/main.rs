@@ -72,6 +72,10 @@ fn main() -> ExitCode {
             remote::a_remote_modules_signatures_are_the_local_ones,
         ),
         (
+            "remote::reads_into_tasklet_memory_through_the_node_are_the_local_ones",
+            remote::reads_into_tasklet_memory_through_the_node_are_the_local_ones,
+        ),
+        (
             "groups::a_group_lands_on_distinct_devices_in_placement_order",
             groups::a_group_lands_on_distinct_devices_in_placement_order,
         ),

@@ -391,3 +391,57 @@ pub fn graphs_and_reloads_through_the_node_are_the_local_ones() -> TestResult {
     tasklet_tests::assert_baseline(&local);
     Ok(())
 }
+
+/// `mem-read-into` through the node fills the tasklet's memory in place as the bytes arrive:
+/// small reads, reads large enough to stream in batches, memory grown after the first read, and
+/// the refusals (out of bounds, a foreign buffer) that touch nothing. The same lines as on the
+/// local GPU.
+pub fn reads_into_tasklet_memory_through_the_node_are_the_local_ones() -> TestResult {
+    let node = TestNode::start();
+    let local = local_host();
+    let manifest = Manifest::load(&tasklet("testing/probe")).expect("manifest");
+    let compiled = local.load(manifest.clone()).expect("component loads");
+    let cases = [
+        ("read-into 1", "ok read-into 1024\n"),
+        ("read-into 1024", "ok read-into 1048576\n"),
+        ("read-into 8192", "ok read-into 8388608\n"),
+        ("read-into-grown", ""),
+        ("read-into-misuse", ""),
+    ];
+    for (input, expected) in cases {
+        let here = local
+            .run(&compiled, input.as_bytes())
+            .map_err(|e| format!("{input} local: {e}"))?;
+        let gpu =
+            RemoteGpu::for_manifest(node.client("dev"), &manifest).map_err(|e| e.to_string())?;
+        let there = local
+            .runner()
+            .run(&compiled, input.as_bytes(), Box::new(gpu))
+            .map_err(|e| format!("{input} remote: {e}"))?;
+        let (here_text, there_text) = (
+            String::from_utf8_lossy(&here).into_owned(),
+            String::from_utf8_lossy(&there).into_owned(),
+        );
+        // Error lines name handles (ids) that differ between the two GPUs: compare their kinds.
+        let kinds = |text: &str| -> Vec<String> {
+            text.lines()
+                .map(|l| l.split(' ').take(2).collect::<Vec<_>>().join(" "))
+                .collect()
+        };
+        let same = match input {
+            "read-into-misuse" => {
+                kinds(&here_text) == kinds(&there_text) && here_text.contains("ok untouched")
+            }
+            "read-into-grown" => {
+                here_text == there_text && there_text.contains("ok round-trip 16777216")
+            }
+            _ => here_text == there_text && there_text == expected,
+        };
+        check(same, || {
+            format!("{input}: local {here_text:?}, remote {there_text:?}")
+        })?;
+    }
+    node.wait_for_baseline(WAIT)?;
+    tasklet_tests::assert_baseline(&local);
+    Ok(())
+}

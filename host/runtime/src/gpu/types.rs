@@ -150,16 +150,29 @@ impl GuestBytes {
     /// Copies `data` (exactly `len` bytes) into the guest's bytes; fails, copying nothing, when
     /// the lengths differ or the memory is not one this host created.
     pub fn fill(&self, data: &[u8]) -> Result<(), GpuError> {
-        // SAFETY: `new`'s contract: the store's host call is running and no reference is live.
-        let filled = data.len() == self.len
-            && unsafe { crate::guest_memory::copy_into_guest(self.addr, data) };
-        if filled {
+        if data.len() != self.len {
+            return Err(vanished());
+        }
+        self.fill_at(0, data)
+    }
+
+    /// Copies `data` into the guest's bytes from `at` on (a read arriving in pieces); fails,
+    /// copying nothing, when it does not fit or the memory is not one this host created.
+    pub fn fill_at(&self, at: usize, data: &[u8]) -> Result<(), GpuError> {
+        let fits = at
+            .checked_add(data.len())
+            .is_some_and(|end| end <= self.len);
+        // SAFETY: `new`'s contract: the store's host call is running and no reference is live;
+        // `at..at + len` lies within the bytes it names.
+        if fits && unsafe { crate::guest_memory::copy_into_guest(self.addr + at, data) } {
             return Ok(());
         }
-        Err(GpuError::DeviceLost(
-            "the destination's memory vanished during mem-read-into".into(),
-        ))
+        Err(vanished())
     }
+}
+
+fn vanished() -> GpuError {
+    GpuError::DeviceLost("the destination's memory vanished during mem-read-into".into())
 }
 
 /// The kernel a launch names: by name, or by its place in the module's kernel list (a kernel

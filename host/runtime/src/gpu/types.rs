@@ -362,4 +362,21 @@ mod tests {
             "{changes:?}"
         );
     }
+
+    /// Bytes outside guest memory this host made, or past the end, are refused and left as
+    /// they were.
+    #[test]
+    fn guest_bytes_are_filled_only_where_they_are_guest_memory_and_fit() {
+        let mut plain = vec![9u8; 64];
+        // SAFETY: nothing else refers to `plain` while the value is used.
+        let bytes = unsafe { GuestBytes::new(plain.as_mut_ptr() as usize, plain.len()) };
+        assert!(bytes.fill_at(0, &[1; 8]).is_err(), "not a guest memory");
+        assert!(bytes.fill_at(60, &[1; 8]).is_err(), "past the end");
+        assert!(
+            bytes.fill_at(usize::MAX, &[1]).is_err(),
+            "an offset that overflows"
+        );
+        assert!(bytes.fill(&[1; 63]).is_err(), "a length that differs");
+        assert!(plain.iter().all(|&b| b == 9));
+    }
 }

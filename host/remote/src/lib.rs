@@ -59,8 +59,9 @@ mod spin;
 
 /// The target of the client's timeline events, TRACE events whose names name the stage: `sent`
 /// (frames handed to quinn) and `read` (a read of the stream returned bytes), and where the
-/// runtime thread kept awake stops: `awake-ended`, `awake-refused` (no spinning slot free). They
-/// carry no fields; the node marks its own stages the same way (`tasklet_node::TIMELINE`).
+/// runtime thread kept awake stops: `awake-ended`, `awake-refused` (no spinning slot free), and
+/// where the calling thread stops polling for a reply: `spin-ended`, `spin-refused`. They carry
+/// no fields; the node marks its own stages the same way (`tasklet_node::TIMELINE`).
 pub const TIMELINE: &str = "tasklet_remote::timeline";
 
 pub use client::{Closer, LeaseGrant, NodeClient};

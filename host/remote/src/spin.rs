@@ -60,7 +60,10 @@ impl Spin {
         if budget.is_zero() {
             return None;
         }
-        let _slot = tasklet_spin::SPINNERS.take(allowed)?;
+        let Some(_slot) = tasklet_spin::SPINNERS.take(allowed) else {
+            tracing::trace!(name: "spin-refused", target: crate::TIMELINE, "");
+            return None;
+        };
         let _runtime = runtime.enter();
         let woken = Arc::new(Flag(AtomicBool::new(true)));
         let waker = Waker::from(Arc::clone(&woken));
@@ -77,6 +80,7 @@ impl Spin {
             turns = turns.wrapping_add(1);
             if turns.is_multiple_of(64) {
                 if start.elapsed() >= budget {
+                    tracing::trace!(name: "spin-ended", target: crate::TIMELINE, "");
                     return None;
                 }
                 // Let the runtime's thread have this core if it needs it.

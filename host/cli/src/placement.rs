@@ -83,9 +83,10 @@ impl From<ClientError> for Tried {
 /// Errors after which the node cannot have started the work.
 fn before_anything_ran(err: &ClientError) -> bool {
     match err {
-        ClientError::Unreachable { .. } | ClientError::Refused(_) | ClientError::Address { .. } => {
-            true
-        }
+        ClientError::Unreachable { .. }
+        | ClientError::PortClosed { .. }
+        | ClientError::Refused(_)
+        | ClientError::Address { .. } => true,
         ClientError::Failed { .. } => matches!(
             err.code(),
             Some(ErrorCode::CapacityExceeded | ErrorCode::Draining)

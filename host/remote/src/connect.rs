@@ -139,11 +139,7 @@ pub(crate) async fn handshake(
 ) -> Result<(quinn::Endpoint, quinn::Connection), ClientError> {
     let target = target(&options.addr)?;
     let config = client_config(options)?;
-    let local: SocketAddr = match target.addr {
-        SocketAddr::V4(_) => ([0, 0, 0, 0], 0).into(),
-        SocketAddr::V6(_) => (std::net::Ipv6Addr::UNSPECIFIED, 0).into(),
-    };
-    let mut endpoint = client_endpoint(local)
+    let mut endpoint = client_endpoint(any_port_for(target.addr))
         .map_err(|err| ClientError::Setup(format!("cannot open a UDP socket: {err}")))?;
     endpoint.set_default_client_config(config);
     let connecting = endpoint
@@ -156,7 +152,15 @@ pub(crate) async fn handshake(
         addr: options.addr.clone(),
         seconds: options.connect_timeout.as_secs(),
     };
-    match tokio::time::timeout(options.connect_timeout, connecting).await {
+    let answered = tokio::select! {
+        answered = tokio::time::timeout(options.connect_timeout, connecting) => answered,
+        () = port_closed(target.addr) => {
+            return Err(ClientError::PortClosed {
+                addr: options.addr.clone(),
+            })
+        }
+    };
+    match answered {
         Ok(Ok(connection)) => {
             check_fingerprint(options, &connection)?;
             Ok((endpoint, connection))
@@ -166,6 +170,33 @@ pub(crate) async fn handshake(
         Ok(Err(err)) => Err(refusal_or_loss(&err)),
         Err(_) => Err(unreachable()),
     }
+}
+
+/// A local address of `addr`'s family, any port.
+fn any_port_for(addr: SocketAddr) -> SocketAddr {
+    match addr {
+        SocketAddr::V4(_) => ([0, 0, 0, 0], 0).into(),
+        SocketAddr::V6(_) => (std::net::Ipv6Addr::UNSPECIFIED, 0).into(),
+    }
+}
+
+/// Completes when the machine at `addr` refuses UDP to its port (an ICMP "port unreachable",
+/// which the kernel reports only to a socket connected to that address, and quinn's is not):
+/// nothing listens there, and the handshake would wait its whole timeout for nothing. It sends
+/// one byte, which no QUIC endpoint takes for a packet (a node drops it unanswered); where the
+/// machine or a firewall says nothing, this never completes and the handshake's timeout speaks.
+async fn port_closed(addr: SocketAddr) {
+    if let Ok(socket) = tokio::net::UdpSocket::bind(any_port_for(addr)).await {
+        if socket.connect(addr).await.is_ok() && socket.send(&[0]).await.is_ok() {
+            let mut answer = [0u8; 64];
+            if let Err(err) = socket.recv(&mut answer).await {
+                if err.kind() == std::io::ErrorKind::ConnectionRefused {
+                    return;
+                }
+            }
+        }
+    }
+    std::future::pending().await
 }
 
 /// The node's certificate is the one [`ConnectOptions::node_sha256`] names, when it names one.

@@ -17,6 +17,9 @@ pub enum ClientError {
     /// Nothing answered at the address in time.
     #[error("no node answered at {addr} within {seconds}s (is `tasklet node` running there, and does UDP reach its port?)")]
     Unreachable { addr: String, seconds: u64 },
+    /// The machine at the address refused UDP to its port at once: nothing listens there.
+    #[error("nothing listens at {addr}: its machine refused the port (is `tasklet node` running there, and on that port?)")]
+    PortClosed { addr: String },
     /// The TLS handshake was refused, by either side; the line says whose certificate and why.
     #[error("{0}")]
     Refused(String),

@@ -51,6 +51,7 @@ impl Fallback for NodeList {
 pub fn stateless_may_move(err: &ClientError) -> bool {
     match err {
         ClientError::Unreachable { .. }
+        | ClientError::PortClosed { .. }
         | ClientError::Refused(_)
         | ClientError::Address { .. }
         | ClientError::Disconnected(_) => true,

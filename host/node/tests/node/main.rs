@@ -212,6 +212,10 @@ fn main() -> ExitCode {
             refusals::a_node_of_another_ca_is_refused_by_the_client,
         ),
         (
+            "refusals::a_port_nothing_listens_on_is_named_at_once",
+            refusals::a_port_nothing_listens_on_is_named_at_once,
+        ),
+        (
             "refusals::the_manifests_grant_is_enforced_by_the_node",
             refusals::the_manifests_grant_is_enforced_by_the_node,
         ),

@@ -320,3 +320,47 @@ pub fn the_manifests_grant_is_enforced_by_the_node() -> TestResult {
     )?;
     Ok(())
 }
+
+/// A client pointed at a port nothing listens on (on loopback, whose kernel answers with an
+/// ICMP "port unreachable") is told so at once, in one line, not after the handshake's whole
+/// timeout; and the byte it probes with costs a node at the right port nothing: the same
+/// client connects there, and the node counts no refused handshake.
+pub fn a_port_nothing_listens_on_is_named_at_once() -> TestResult {
+    let node = TestNode::start();
+    let closed = {
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+        socket.local_addr().map_err(|e| e.to_string())?
+    };
+    for addr in [closed.to_string(), format!("[::1]:{}", closed.port())] {
+        let mut options = ConnectOptions::new(addr.clone(), node.certs_path(), tenant("dev"));
+        options.connect_timeout = Duration::from_secs(20);
+        let began = std::time::Instant::now();
+        let err = match NodeClient::connect_with(&options) {
+            Ok(_) => return Err(format!("connected to {addr}, where nothing listens").into()),
+            Err(err) => err,
+        };
+        let took = began.elapsed();
+        if addr.starts_with('[')
+            && matches!(err, ClientError::Setup(_) | ClientError::Address { .. })
+        {
+            println!("skipped: no IPv6 loopback here ({err})");
+            continue;
+        }
+        check(matches!(err, ClientError::PortClosed { .. }), || {
+            format!("{addr}: {err:?}")
+        })?;
+        check(took < Duration::from_secs(5), || {
+            format!("{addr}: told after {took:?}")
+        })?;
+        one_line(&err)?;
+        check(err.to_string().contains(&addr), || format!("{err}"))?;
+    }
+    let mut options = ConnectOptions::new(node.addr_text(), node.certs_path(), tenant("dev"));
+    options.connect_timeout = Duration::from_secs(5);
+    let client = NodeClient::connect_with(&options).map_err(|e| e.to_string())?;
+    drop(client);
+    let refused = node.node().control().metrics().handshakes_refused;
+    check(refused == 0, || {
+        format!("the probe byte counted as a refused handshake: {refused}")
+    })
+}

@@ -1,5 +1,25 @@
 //! `tasklet`: run, check and inspect GPU tasklets, here or on a node; serve a node.
 
+/// `println!` to stdout, a failed write (a closed pipe, a full disk) returned as the command's
+/// error rather than a panic.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*).map_err(crate::output_failed)?
+    }};
+}
+
+/// `print!` to stdout, as [`outln!`].
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let mut stdout = std::io::stdout().lock();
+        write!(stdout, $($arg)*)
+            .and_then(|()| stdout.flush())
+            .map_err(crate::output_failed)?
+    }};
+}
+
 mod backend;
 mod build;
 mod cluster;
@@ -82,7 +102,13 @@ fn main() -> ExitCode {
             eprintln!("error: {line}");
             // A script reading `--json` gets the failure as JSON too, on stdout.
             if json {
-                println!("{{\"error\":{}}}", json::json_str(&line));
+                // Where stdout is what failed, there is nothing more to say on it.
+                use std::io::Write as _;
+                let _ = writeln!(
+                    std::io::stdout().lock(),
+                    "{{\"error\":{}}}",
+                    json::json_str(&line)
+                );
             }
             ExitCode::from(2)
         }
@@ -102,6 +128,11 @@ impl Command {
             _ => false,
         }
     }
+}
+
+/// Why output could not be written, as a command's error.
+fn output_failed(err: std::io::Error) -> anyhow::Error {
+    anyhow::anyhow!("cannot write output: {err}")
 }
 
 /// The error and its causes on one line, as `{:#}` prints them, leaving out a cause whose text

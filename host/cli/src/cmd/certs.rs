@@ -63,22 +63,22 @@ pub fn run(args: CertsArgs) -> Result<ExitCode> {
         CertsCommand::Init { dir, names } => {
             let dir = tasklet_tls::init(&dir, &names)?;
             let tenant = Tenant::new(tasklet_tls::DEFAULT_TENANT)?;
-            println!(
+            outln!(
                 "CA:     {} (keep {} private)",
                 dir.ca_cert().display(),
                 dir.ca_key().display()
             );
-            println!(
+            outln!(
                 "node:   {} {}",
                 dir.node_cert().display(),
                 dir.node_key().display()
             );
-            println!(
+            outln!(
                 "tenant: {} {}",
                 dir.tenant_cert(&tenant).display(),
                 dir.tenant_key(&tenant).display()
             );
-            println!(
+            outln!(
                 "start a node with `tasklet node --certs {0}`; clients use `--certs {0}`",
                 dir.root().display()
             );
@@ -87,24 +87,24 @@ pub fn run(args: CertsArgs) -> Result<ExitCode> {
             let tenant = Tenant::new(&tenant)?;
             let cert = tasklet_tls::issue(&dir, &tenant, Validity::days(days)?)?;
             let folder = CertDir::new(&dir);
-            println!(
+            outln!(
                 "tenant {tenant}: {} {}",
                 cert.display(),
                 folder.tenant_key(&tenant).display()
             );
-            println!(
+            outln!(
                 "give the client ca.pem and these two files (under tenants/), and run it with `--tenant {tenant}`"
             );
         }
         CertsCommand::Node { dir, names, days } => {
             tasklet_tls::issue_node(&dir, &names, Validity::days(days)?)?;
             let folder = CertDir::new(&dir);
-            println!(
+            outln!(
                 "node:   {} {}",
                 folder.node_cert().display(),
                 folder.node_key().display()
             );
-            println!("restart the node to serve it; its clients need nothing new");
+            outln!("restart the node to serve it; its clients need nothing new");
         }
     }
     Ok(ExitCode::SUCCESS)

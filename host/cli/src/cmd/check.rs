@@ -35,20 +35,20 @@ pub fn run(args: CheckArgs) -> Result<ExitCode> {
     } else {
         "not usable"
     };
-    println!("{}: manifest ok, component {verdict}", manifest.name);
-    println!(
+    outln!("{}: manifest ok, component {verdict}", manifest.name);
+    outln!(
         "  component     {}: {component}",
         manifest.component.display()
     );
-    println!("  memory        {}", format_size(grant.limits.memory));
-    println!("  wall time     {:?}", grant.limits.wall_time);
+    outln!("  memory        {}", format_size(grant.limits.memory));
+    outln!("  wall time     {:?}", grant.limits.wall_time);
     if grant.gpu.max_leases == 0 {
-        println!("  gpu           none (no [gpu] section)");
+        outln!("  gpu           none (no [gpu] section)");
     } else {
-        println!("  max vram      {}", format_size(grant.gpu.max_vram));
-        println!("  max leases    {}", grant.gpu.max_leases);
-        println!("  max lease     {:?}", grant.gpu.max_lease_time);
-        println!("  rights        {}", grant.gpu.rights);
+        outln!("  max vram      {}", format_size(grant.gpu.max_vram));
+        outln!("  max leases    {}", grant.gpu.max_leases);
+        outln!("  max lease     {:?}", grant.gpu.max_lease_time);
+        outln!("  rights        {}", grant.gpu.rights);
         let missing: Vec<_> = manifest
             .gpu
             .rights
@@ -57,7 +57,7 @@ pub fn run(args: CheckArgs) -> Result<ExitCode> {
             .collect();
         if !missing.is_empty() {
             let names: Vec<_> = missing.iter().map(|r| r.name()).collect();
-            println!("  warning: the policy withholds {}", names.join(", "));
+            outln!("  warning: the policy withholds {}", names.join(", "));
         }
     }
     if component.is_usable() {

@@ -136,9 +136,11 @@ fn push(args: PushArgs) -> Result<ExitCode> {
         let node = node
             .as_ref()
             .map_or_else(|| "null".to_owned(), |(name, _)| json_str(name));
-        println!(
+        outln!(
             "{{\"node\":{node},\"digest\":\"{}\",\"already_present\":{},\"uploaded\":{}}}",
-            pushed.digest, pushed.already_present, pushed.uploaded
+            pushed.digest,
+            pushed.already_present,
+            pushed.uploaded
         );
     } else {
         let place = match &node {
@@ -156,7 +158,7 @@ fn push(args: PushArgs) -> Result<ExitCode> {
                 (false, _) => "deployed",
             },
         );
-        println!("{}", pushed.digest);
+        outln!("{}", pushed.digest);
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -290,7 +292,7 @@ fn run_deployed(args: RunArgs) -> Result<ExitCode> {
             DeployExit::Ok => base64::engine::general_purpose::STANDARD.encode(&run.output),
             _ => String::new(),
         };
-        println!(
+        outln!(
             "{{\"run_id\":\"{:032x}\",\"node\":{},\"addr\":{},\"digest\":\"{digest}\",\"status\":\"{}\",\"exit_code\":{},\"elapsed_us\":{},\"output\":\"{output}\",\"message\":{message}}}",
             run.run_id,
             json_str(&placed.name),

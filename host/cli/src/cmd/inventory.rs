@@ -102,15 +102,20 @@ pub fn run(args: InventoryArgs) -> Result<ExitCode> {
             }
         }
         out.push(']');
-        println!("{out}");
+        outln!("{out}");
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
+    outln!(
         "{:<6} {:<8} {:<12} {:<12} {:<6} {:<42} NAME",
-        "INDEX", "BACKEND", "MEMORY", "FREE", "CC", "UUID"
+        "INDEX",
+        "BACKEND",
+        "MEMORY",
+        "FREE",
+        "CC",
+        "UUID"
     );
     for d in lent {
-        println!(
+        outln!(
             "{:<6} {:<8} {:<12} {:<12} {:<6} {:<42} {}",
             d.index,
             d.backend,
@@ -121,7 +126,7 @@ pub fn run(args: InventoryArgs) -> Result<ExitCode> {
             d.name
         );
         if d.backend == "cuda" {
-            println!(
+            outln!(
                 "       device memory {}; lent {} (the rest is reserved for worker contexts, withheld by the policy or lent as another slot); {}",
                 rounded_size(d.device_memory),
                 rounded_size(d.total_memory),
@@ -130,15 +135,15 @@ pub fn run(args: InventoryArgs) -> Result<ExitCode> {
         }
     }
     if let Some(why) = &started.cuda_unusable {
-        println!("CUDA not used: {why}");
+        outln!("CUDA not used: {why}");
     }
     match &nvml {
-        Err(why) => println!("GPUs: none listed ({why})"),
+        Err(why) => outln!("GPUs: none listed ({why})"),
         Ok(inv) if inv.gpus.is_empty() => {
-            println!("GPUs: NVML (driver {}) lists none", inv.driver_version)
+            outln!("GPUs: NVML (driver {}) lists none", inv.driver_version)
         }
         Ok(inv) => {
-            println!(
+            outln!(
                 "GPUs (NVML, driver {}, CUDA {}):",
                 inv.driver_version,
                 cuda_version(inv.cuda_version)
@@ -148,7 +153,7 @@ pub fn run(args: InventoryArgs) -> Result<ExitCode> {
                 let cc = g
                     .compute_capability
                     .map_or("?".into(), |(a, b)| format!("{a}.{b}"));
-                println!(
+                outln!(
                     "  GPU {}  {}  {}  compute {cc}  memory {}, {} free  MIG {}{lent}",
                     g.index,
                     g.name,
@@ -158,7 +163,7 @@ pub fn run(args: InventoryArgs) -> Result<ExitCode> {
                     g.mig.as_str()
                 );
                 for m in &g.mig_instances {
-                    println!(
+                    outln!(
                         "    MIG {}  {}  {}  memory {}, {} free",
                         m.index,
                         m.name,
@@ -168,7 +173,7 @@ pub fn run(args: InventoryArgs) -> Result<ExitCode> {
                     );
                 }
                 if g.mig == MigMode::Enabled && g.mig_instances.is_empty() {
-                    println!("    (MIG enabled, no instances created)");
+                    outln!("    (MIG enabled, no instances created)");
                 }
             }
         }
@@ -203,16 +208,21 @@ fn remote(args: &InventoryArgs, addr: &str) -> Result<ExitCode> {
             );
         }
         out.push(']');
-        println!("{out}");
+        outln!("{out}");
         return Ok(ExitCode::SUCCESS);
     }
-    println!("node {addr}: {}", client.node_name());
-    println!(
+    outln!("node {addr}: {}", client.node_name());
+    outln!(
         "{:<6} {:<8} {:<12} {:<12} {:<7} {:<6} NAME",
-        "INDEX", "BACKEND", "MEMORY", "FREE", "LEASES", "CC"
+        "INDEX",
+        "BACKEND",
+        "MEMORY",
+        "FREE",
+        "LEASES",
+        "CC"
     );
     for d in &devices {
-        println!(
+        outln!(
             "{:<6} {:<8} {:<12} {:<12} {:<7} {:<6} {}",
             d.index,
             d.backend,

@@ -196,7 +196,11 @@ fn init_logs(format: LogFormat) {
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        // A log line that cannot be written (the reader of stderr went away) is dropped: said
+        // on stderr, as the default does, it would panic the task that logged (the signal
+        // watcher among them) and leave a node that serves nobody and cannot be stopped.
+        .log_internal_errors(false);
     // Another subscriber already set is the embedding program's choice: keep it.
     let _ = match format {
         LogFormat::Text => logs.try_init(),

@@ -42,11 +42,11 @@ pub fn run(args: NodesArgs) -> Result<ExitCode> {
                 Ok(value)
             })
             .collect::<Result<Vec<_>, serde_json::Error>>()?;
-        println!("{}", serde_json::Value::Array(records));
+        outln!("{}", serde_json::Value::Array(records));
     } else if nodes.is_empty() {
-        println!("no nodes registered at {}", config.display_url());
+        outln!("no nodes registered at {}", config.display_url());
     } else {
-        print!("{}", table(&nodes));
+        out!("{}", table(&nodes));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -28,11 +28,11 @@ pub enum PtxCommand {
 
 pub fn run(args: PtxArgs) -> Result<ExitCode> {
     match args.command {
-        PtxCommand::Check { files } => Ok(check(&files)),
+        PtxCommand::Check { files } => check(&files),
     }
 }
 
-fn check(files: &[PathBuf]) -> ExitCode {
+fn check(files: &[PathBuf]) -> Result<ExitCode> {
     let mut failed = 0usize;
     for path in files {
         let shown = path.display();
@@ -65,7 +65,7 @@ fn check(files: &[PathBuf]) -> ExitCode {
         // Declared types, for display; the module above already validated the same headers.
         let types = tasklet_ptx::entry_param_types(&src).unwrap_or_default();
         let kernels = module.kernels();
-        println!(
+        outln!(
             "{shown}: ok, {} kernel{}",
             kernels.len(),
             if kernels.len() == 1 { "" } else { "s" }
@@ -85,7 +85,7 @@ fn check(files: &[PathBuf]) -> ExitCode {
                     format!("{}: {ty} ({} B)", p.name, p.size)
                 })
                 .collect();
-            println!("  {}({})  args {size} B", k.name, params.join(", "));
+            outln!("  {}({})  args {size} B", k.name, params.join(", "));
         }
     }
     if failed > 0 {
@@ -94,8 +94,8 @@ fn check(files: &[PathBuf]) -> ExitCode {
             files.len(),
             if files.len() == 1 { "" } else { "s" }
         );
-        ExitCode::from(1)
+        Ok(ExitCode::from(1))
     } else {
-        ExitCode::SUCCESS
+        Ok(ExitCode::SUCCESS)
     }
 }

@@ -254,3 +254,35 @@ fn a_persistent_kernel_is_stopped_when_the_gpu_seconds_run_out() {
     // Well before the tasklet's 30 s wall time, which would otherwise end it.
     assert!(took < std::time::Duration::from_secs(20), "took {took:?}");
 }
+
+/// Output that cannot be written (stdout a full device, a closed pipe) is one `error:` line and
+/// exit 2, never a panic, for every command that prints a report.
+#[test]
+fn output_that_cannot_be_written_is_an_error_line_not_a_panic() {
+    let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
+        println!("skipped: no /dev/full on this machine");
+        return;
+    };
+    for args in [
+        &["check", "tasklets/iota"][..],
+        &["inventory"][..],
+        &["inventory", "--json"][..],
+        &["ptx", "check", "kernels/iota.ptx"][..],
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tasklet"))
+            .args(args)
+            .current_dir(crate::support::repo())
+            .stdout(full.try_clone().unwrap())
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
+        assert!(
+            errors.len() == 1 && errors[0].starts_with("error: cannot write output:"),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}

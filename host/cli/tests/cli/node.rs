@@ -778,3 +778,42 @@ fn a_second_signal_stops_a_draining_node_at_once_and_it_exits_1() {
     );
     assert_eq!(status.and_then(|s| s.code()), Some(1), "{status:?}");
 }
+
+/// A node whose log reader goes away (its stderr piped to a program that exited) goes on
+/// serving, and still drains and exits 0 on SIGTERM: log lines it cannot write are dropped.
+#[test]
+fn a_node_whose_log_reader_went_away_still_serves_and_drains() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = certs_in(dir.path());
+    let certs = certs.as_str();
+    let addr = format!("127.0.0.1:{}", free_udp_port());
+    let program = Path::new(env!("CARGO_BIN_EXE_tasklet"));
+    let mut node = start_node(program, &addr, certs, &dir.path().join("store"), &[]);
+    let inventory = first_inventory(&addr, certs, false);
+    assert!(inventory.status.success(), "{}", text(&inventory.stderr));
+    // The reader goes: every later log line fails to be written (EPIPE).
+    drop(node.stderr.take());
+    for _ in 0..3 {
+        let out = tasklet(&["inventory", "--node", &addr, "--certs", certs], b"");
+        assert!(
+            out.status.success(),
+            "with its log reader gone the node stopped serving: {}",
+            text(&out.stderr)
+        );
+        let run = tasklet(
+            &["run", "--node", &addr, "--certs", certs, "tasklets/iota"],
+            b"3",
+        );
+        assert_eq!(text(&run.stdout), "1\n2\n3\n", "{}", text(&run.stderr));
+    }
+    // SAFETY: plain kill(2) of our own child.
+    unsafe { libc::kill(node.id() as i32, libc::SIGTERM) };
+    let status = wait_exit(&mut node, WAIT);
+    if status.is_none() {
+        let _ = node.kill();
+    }
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "the node did not drain on SIGTERM with its log reader gone: {status:?}"
+    );
+}

@@ -95,23 +95,39 @@ fn main() -> ExitCode {
         Command::Deploy(args) => cmd::deploy::run(args),
         Command::Certs(args) => cmd::certs::run(args),
     };
+    // The watcher of Ctrl-C waits for these last lines before it ends the process.
+    let _ending = interrupt::finishing();
+    if interrupt::interrupted() {
+        let why = anyhow::anyhow!(
+            "interrupted (Ctrl-C): the connections to nodes were closed, which ends what they held there"
+        );
+        // A command that returned a result printed it already (a tasklet whose GPU calls
+        // failed once its node was gone ends normally); only a failure's JSON is still owed.
+        report(&why, json && result.is_err());
+        return ExitCode::from(130);
+    }
     match result {
         Ok(code) => code,
         Err(e) => {
-            let line = one_line(&e);
-            eprintln!("error: {line}");
-            // A script reading `--json` gets the failure as JSON too, on stdout.
-            if json {
-                // Where stdout is what failed, there is nothing more to say on it.
-                use std::io::Write as _;
-                let _ = writeln!(
-                    std::io::stdout().lock(),
-                    "{{\"error\":{}}}",
-                    json::json_str(&line)
-                );
-            }
+            report(&e, json);
             ExitCode::from(2)
         }
+    }
+}
+
+/// A command's error: one line on stderr, and under `--json` the same as JSON on stdout, so a
+/// script reading the output sees the failure too.
+fn report(e: &anyhow::Error, json: bool) {
+    let line = one_line(e);
+    eprintln!("error: {line}");
+    if json {
+        // Where stdout is what failed, there is nothing more to say on it.
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stdout().lock(),
+            "{{\"error\":{}}}",
+            json::json_str(&line)
+        );
     }
 }
 

@@ -817,3 +817,75 @@ fn a_node_whose_log_reader_went_away_still_serves_and_drains() {
         "the node did not drain on SIGTERM with its log reader gone: {status:?}"
     );
 }
+
+/// Ctrl-C on `deploy run --json` and on `run --node`: the command says it was interrupted, as
+/// JSON on stdout under `--json` (whole, every time), and exits 130.
+#[test]
+fn an_interrupted_client_says_so_and_its_json_is_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = certs_in(dir.path());
+    let certs = certs.as_str();
+    let addr = format!("127.0.0.1:{}", free_udp_port());
+    let program = Path::new(env!("CARGO_BIN_EXE_tasklet"));
+    let node = start_node(program, &addr, certs, &dir.path().join("store"), &[]);
+    let result = std::panic::catch_unwind(|| {
+        let inventory = first_inventory(&addr, certs, false);
+        assert!(inventory.status.success(), "{}", text(&inventory.stderr));
+        for round in 0..3 {
+            let json = round != 1;
+            let mut args = vec!["deploy", "run", "tasklets/testing/probe", "--node", &addr];
+            args.extend(["--certs", certs]);
+            if round == 1 {
+                args = vec![
+                    "run",
+                    "--node",
+                    &addr,
+                    "--certs",
+                    certs,
+                    "tasklets/testing/probe",
+                ];
+            }
+            if json {
+                args.push("--json");
+            }
+            let mut client = tasklet_started(&args, b"hold 60");
+            let start = Instant::now();
+            while leases_on(&addr, certs) == 0 && start.elapsed() < WAIT {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            // SAFETY: plain kill(2) of our own child.
+            unsafe { libc::kill(client.id() as i32, libc::SIGINT) };
+            let status = wait_exit(&mut client, WAIT);
+            if status.is_none() {
+                let _ = client.kill();
+            }
+            let out = client.wait_with_output().unwrap();
+            let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+            assert_eq!(
+                status.and_then(|s| s.code()),
+                Some(130),
+                "{args:?}: {stderr}"
+            );
+            assert!(
+                stderr
+                    .lines()
+                    .any(|l| l.starts_with("error: interrupted (Ctrl-C)")),
+                "{args:?}: {stderr}"
+            );
+            if json {
+                let value: serde_json::Value = serde_json::from_str(stdout.trim())
+                    .unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}): {stdout:?}"));
+                let said = value["error"].as_str().unwrap_or_default();
+                assert!(
+                    said.starts_with("interrupted (Ctrl-C)"),
+                    "{args:?}: {stdout}"
+                );
+            }
+            let freed = Instant::now();
+            while leases_on(&addr, certs) != 0 && freed.elapsed() < Duration::from_secs(10) {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    });
+    stopped_cleanly(node, result);
+}

@@ -2,22 +2,77 @@
 //! saying how to build one that cargo does not (a tasklet in Python or JavaScript).
 
 use anyhow::{bail, Context, Result};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::SystemTime;
 use tasklet_runtime::config::MANIFEST_FILE;
 
 pub const WASM_TARGET: &str = "wasm32-wasip2";
 
-/// Why a component needs building, if it does.
-pub fn staleness(dir: &Path, component: &Path) -> Option<&'static str> {
+/// Why a component needs building, if it does: it is missing, a file in its folder is newer,
+/// or a file its last build read from elsewhere (a kernel `include_str!`ed from `kernels/`, a
+/// crate of the workspace) is, as cargo's dependency file beside it lists them.
+pub fn staleness(dir: &Path, component: &Path) -> Option<String> {
     let Ok(built) = component.metadata().and_then(|m| m.modified()) else {
-        return Some("its component is missing");
+        return Some("its component is missing".into());
     };
-    match newest_source(dir) {
-        Some(newest) if newest > built => Some("its sources are newer than its component"),
-        _ => None,
+    if newest_source(dir).is_some_and(|newest| newest > built) {
+        return Some("its sources are newer than its component".into());
     }
+    let changed = built_from(component).into_iter().find(|file| {
+        file.metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|m| m > built)
+    })?;
+    Some(format!(
+        "{} changed since its last build",
+        changed.display()
+    ))
+}
+
+/// The files cargo's dependency file (`NAME.d` beside `NAME.wasm`) says the component was built
+/// from; none where there is no such file.
+fn built_from(component: &Path) -> Vec<PathBuf> {
+    let Ok(text) = std::fs::read_to_string(component.with_extension("d")) else {
+        return Vec::new();
+    };
+    // `target: dep dep …`, a space inside a path escaped as `\ `; the first line names the
+    // component itself.
+    let Some((_, deps)) = text.lines().next().and_then(|line| line.split_once(": ")) else {
+        return Vec::new();
+    };
+    let mut files = Vec::new();
+    let mut current = String::new();
+    let mut chars = deps.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' if chars.peek() == Some(&' ') => {
+                current.push(' ');
+                chars.next();
+            }
+            ' ' => {
+                if !current.is_empty() {
+                    files.push(PathBuf::from(std::mem::take(&mut current)));
+                }
+            }
+            c => current.push(c),
+        }
+    }
+    if !current.is_empty() {
+        files.push(PathBuf::from(current));
+    }
+    files
+}
+
+/// The target folder a component lies in (`…/target` of `…/target/wasm32-wasip2/release/x.wasm`),
+/// which the build is told, so that a `CARGO_TARGET_DIR` of the caller's does not send the new
+/// component elsewhere.
+fn target_dir_of(component: &Path) -> Option<&Path> {
+    let release = component.parent()?;
+    let target = release.parent()?;
+    (release.file_name()? == "release" && target.file_name()? == WASM_TARGET)
+        .then(|| target.parent())
+        .flatten()
 }
 
 /// Whether `dir` is a Cargo project, which `tasklet run` builds itself.
@@ -92,13 +147,18 @@ fn newest_file(dir: &Path, counts: impl Fn(&Path) -> bool) -> Option<SystemTime>
     newest
 }
 
-/// Builds the tasklet crate in `dir` for wasm32-wasip2 (release), installing the target first if
-/// rustup lacks it.
-pub fn build(dir: &Path) -> Result<()> {
+/// Builds the tasklet crate in `dir` for wasm32-wasip2 (release) into the target folder where
+/// its manifest expects `component`, installing the target first if rustup lacks it.
+pub fn build(dir: &Path, component: &Path) -> Result<()> {
     ensure_target()?;
-    let status = Command::new(cargo())
+    let mut cargo = Command::new(cargo());
+    cargo
         .args(["build", "--release", "--target", WASM_TARGET])
-        .current_dir(dir)
+        .current_dir(dir);
+    if let Some(target) = target_dir_of(component) {
+        cargo.arg("--target-dir").arg(target);
+    }
+    let status = cargo
         .status()
         .context("cannot run cargo to build the tasklet")?;
     if !status.success() {
@@ -137,4 +197,63 @@ pub fn ensure_target() -> Result<()> {
         bail!("`rustup target add {WASM_TARGET}` failed");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dependency_file_names_what_the_component_was_built_from() {
+        let dir = tempfile::tempdir().unwrap();
+        let component = dir.path().join("iota.wasm");
+        std::fs::write(
+            dir.path().join("iota.d"),
+            "/t/iota.wasm: /r/tasklets/iota/src/lib.rs /r/kernels/iota.ptx /r/a\\ b.rs\n\n/r/x.rs:\n",
+        )
+        .unwrap();
+        assert_eq!(
+            built_from(&component),
+            [
+                PathBuf::from("/r/tasklets/iota/src/lib.rs"),
+                PathBuf::from("/r/kernels/iota.ptx"),
+                PathBuf::from("/r/a b.rs"),
+            ]
+        );
+        assert!(built_from(&dir.path().join("none.wasm")).is_empty());
+    }
+
+    #[test]
+    fn a_file_built_from_elsewhere_that_changed_makes_the_component_stale() {
+        let dir = tempfile::tempdir().unwrap();
+        let folder = dir.path().join("tasklet");
+        std::fs::create_dir(&folder).unwrap();
+        std::fs::write(folder.join("lib.rs"), "").unwrap();
+        let kernel = dir.path().join("kernel.ptx");
+        std::fs::write(&kernel, "old").unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let component = dir.path().join("t.wasm");
+        std::fs::write(&component, "wasm").unwrap();
+        std::fs::write(
+            dir.path().join("t.d"),
+            format!("{}: {}\n", component.display(), kernel.display()),
+        )
+        .unwrap();
+        assert_eq!(staleness(&folder, &component), None);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(&kernel, "new").unwrap();
+        let why = staleness(&folder, &component).expect("stale");
+        assert!(why.contains("kernel.ptx"), "{why}");
+    }
+
+    #[test]
+    fn the_target_folder_is_the_one_the_component_lies_in() {
+        assert_eq!(
+            target_dir_of(Path::new(
+                "/r/tasklets/target/wasm32-wasip2/release/iota.wasm"
+            )),
+            Some(Path::new("/r/tasklets/target"))
+        );
+        assert_eq!(target_dir_of(Path::new("/r/built/iota.wasm")), None);
+    }
 }

@@ -30,7 +30,7 @@ impl Source {
                         "tasklet: building {} with cargo ({why})",
                         source.manifest.name
                     );
-                    build::build(path)?;
+                    build::build(path, component)?;
                 }
             } else if !component.exists() {
                 bail!(

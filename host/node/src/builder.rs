@@ -46,7 +46,7 @@ pub enum NodeError {
     Host(#[from] HostError),
     #[error("the node's policy names tenant {name:?}, which no certificate can carry: {reason}")]
     InvalidTenant { name: String, reason: InvalidTenant },
-    #[error("cannot listen on {addr}: {source}{}", hint(addr))]
+    #[error("cannot listen on {addr}: {source}{}", hint(addr, source))]
     Bind {
         addr: SocketAddr,
         source: std::io::Error,
@@ -60,7 +60,7 @@ pub enum NodeError {
     },
     #[error(transparent)]
     Metrics(#[from] MetricsError),
-    #[error("cannot serve metrics on {addr}: {source}")]
+    #[error("cannot serve metrics on {addr}: {source}{}", hint(addr, source))]
     MetricsBind {
         addr: SocketAddr,
         source: std::io::Error,
@@ -75,11 +75,21 @@ pub enum NodeError {
     Heartbeat(tasklet_cluster::Error),
 }
 
-fn hint(addr: &SocketAddr) -> &'static str {
-    if addr.is_ipv6() && addr.ip().is_unspecified() {
-        " (if this machine has no IPv6, listen on 0.0.0.0 instead)"
-    } else {
-        ""
+/// What to do about a bind that failed, as the end of its error line.
+fn hint(addr: &SocketAddr, source: &std::io::Error) -> String {
+    match source.kind() {
+        std::io::ErrorKind::AddrInUse => format!(
+            " (another process holds port {}, perhaps another node: stop it, or give this one another port)",
+            addr.port()
+        ),
+        std::io::ErrorKind::PermissionDenied if addr.port() < 1024 => format!(
+            " (port {} is privileged: use a port from 1024 up, or give the program the right to bind it)",
+            addr.port()
+        ),
+        _ if addr.is_ipv6() && addr.ip().is_unspecified() => {
+            " (if this machine has no IPv6, listen on 0.0.0.0 instead)".into()
+        }
+        _ => String::new(),
     }
 }
 
@@ -452,4 +462,31 @@ fn bind_metrics(addr: SocketAddr) -> Result<tokio::net::TcpListener, NodeError> 
     let listener = std::net::TcpListener::bind(addr).map_err(bind_error)?;
     listener.set_nonblocking(true).map_err(bind_error)?;
     tokio::net::TcpListener::from_std(listener).map_err(bind_error)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A port another process holds is named with what to do; the IPv6 hint is kept for the
+    /// failures it explains.
+    #[test]
+    fn a_bind_failure_says_what_to_do() {
+        let held = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let addr = held.local_addr().unwrap();
+        let source = std::net::UdpSocket::bind(addr).unwrap_err();
+        let text = NodeError::Bind { addr, source }.to_string();
+        assert!(
+            text.contains(&format!("another process holds port {}", addr.port())),
+            "{text}"
+        );
+        let any6: SocketAddr = "[::]:5701".parse().unwrap();
+        let unavailable = std::io::Error::from(std::io::ErrorKind::AddrNotAvailable);
+        let text = NodeError::Bind {
+            addr: any6,
+            source: unavailable,
+        }
+        .to_string();
+        assert!(text.contains("listen on 0.0.0.0 instead"), "{text}");
+    }
 }

@@ -232,6 +232,13 @@ impl Policy {
                 ));
             }
         }
+        if p.workers.emu_memory == 0 {
+            return Err((
+                at("workers", "emu-memory"),
+                "`[workers] emu-memory` is 0: the emulated device would have no memory to lend; give it a size such as \"4GiB\""
+                    .into(),
+            ));
+        }
         if p.gpu.max_lease_time.is_zero() {
             return Err((
                 at("tasklets", "max-lease-secs"),
@@ -567,6 +574,9 @@ mod tests {
             Policy::parse("[tenants.dev]\nmax-lease-secs = 0\n[tenants.ops]\n").unwrap_err();
         assert_eq!(line, Some(2), "{msg}");
         assert!(msg.contains("[tenants.dev]"), "{msg}");
+        let (line, msg) = Policy::parse("[workers]\nmax = 2\nemu-memory = \"0B\"\n").unwrap_err();
+        assert_eq!(line, Some(3), "{msg}");
+        assert!(msg.contains("emu-memory` is 0"), "{msg}");
         let p = Policy::parse("[workers]\nmax = 4096\nwarm = 4096\n").unwrap();
         assert_eq!((p.workers.warm, p.workers.max), (4096, 4096));
     }

@@ -53,7 +53,7 @@ pub enum NodeError {
     },
     #[error("a node is built and served inside a Tokio runtime (quinn needs one)")]
     NoRuntime,
-    #[error("cannot open the node's store {path}: {source}")]
+    #[error("the node's store: {source}")]
     Store {
         path: PathBuf,
         source: DeployOpenError,

@@ -18,6 +18,12 @@ pub enum Error {
         /// The failure.
         source: io::Error,
     },
+    /// The store's path names something that is not a folder.
+    #[error("the store's path {} is a file, not a folder: give a folder (it is made if missing)", root.display())]
+    NotAFolder {
+        /// The store's path.
+        root: PathBuf,
+    },
     /// An operation on a file or folder inside the store failed.
     #[error("cannot {op} {}: {source}; check the store folder's permissions and free space", path.display())]
     Io {

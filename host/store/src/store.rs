@@ -49,6 +49,9 @@ impl Store {
             root: root.clone(),
             source,
         };
+        if root.exists() && !root.is_dir() {
+            return Err(Error::NotAFolder { root });
+        }
         std::fs::create_dir_all(&root).map_err(open_error)?;
         let dir = Dir::open_ambient_dir(&root, ambient_authority()).map_err(open_error)?;
         let inner = Inner {

@@ -95,3 +95,22 @@ fn engine_fingerprints_never_become_paths() {
         "nothing beside the store's own folders"
     );
 }
+
+/// A store path that names a file is refused in one line saying so, and the file is left as
+/// it was.
+#[test]
+fn a_store_path_that_is_a_file_is_refused_saying_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("store");
+    std::fs::write(&file, b"mine").unwrap();
+    let err = match tasklet_store::Store::open(&file, tasklet_store::StoreConfig::default()) {
+        Ok(_) => panic!("a file opened as a store"),
+        Err(err) => err,
+    };
+    let text = err.to_string();
+    assert!(
+        text.contains("is a file, not a folder") && !text.contains('\n'),
+        "{text}"
+    );
+    assert_eq!(std::fs::read(&file).unwrap(), b"mine");
+}

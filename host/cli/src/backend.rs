@@ -32,6 +32,26 @@ pub struct HostArgs {
     pub policy: Option<PathBuf>,
 }
 
+impl HostArgs {
+    /// Refuses `--backend` (and `--policy` unless `policy_used`) where no host of this machine
+    /// serves the GPU work: with `--node` or `--nats` the node's own backend and policy decide,
+    /// and a flag that silently did nothing would mislead.
+    pub fn refuse_where_unused(&self, policy_used: bool) -> anyhow::Result<()> {
+        if self.backend != BackendChoice::Auto {
+            anyhow::bail!(
+                "--backend chooses this machine's backend, and with --node or --nats the node's own serves the \
+                 GPU work: leave it out (the node says which backend it has in `tasklet inventory --node`)"
+            );
+        }
+        if !policy_used && self.policy.is_some() {
+            anyhow::bail!(
+                "--policy caps this machine's host, and with --node the node's own policy decides: leave it out"
+            );
+        }
+        Ok(())
+    }
+}
+
 /// A started host and, when `auto` fell back to the emulator, why CUDA was not used.
 pub struct Started {
     pub host: Host,

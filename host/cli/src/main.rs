@@ -80,7 +80,10 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => return refused_arguments(err),
+    };
     let json = cli.command.prints_json();
     let result = match cli.command {
         Command::Worker { args } => {
@@ -115,20 +118,46 @@ fn main() -> ExitCode {
     }
 }
 
+/// Arguments clap refused (or `--help`, `--version`): its message on stderr as clap prints it,
+/// and where `--json` was asked for, the failure's first line as JSON on stdout too.
+fn refused_arguments(err: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(
+        err.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        err.exit();
+    }
+    let _ = err.print();
+    if std::env::args().skip(1).any(|a| a == "--json") {
+        let text = err.to_string();
+        let first = text.lines().next().unwrap_or_default();
+        let line = first.strip_prefix("error: ").unwrap_or(first);
+        report_json(line);
+    }
+    ExitCode::from(2)
+}
+
 /// A command's error: one line on stderr, and under `--json` the same as JSON on stdout, so a
 /// script reading the output sees the failure too.
 fn report(e: &anyhow::Error, json: bool) {
     let line = one_line(e);
     eprintln!("error: {line}");
     if json {
-        // Where stdout is what failed, there is nothing more to say on it.
-        use std::io::Write as _;
-        let _ = writeln!(
-            std::io::stdout().lock(),
-            "{{\"error\":{}}}",
-            json::json_str(&line)
-        );
+        report_json(&line);
     }
+}
+
+/// `{"error": line}` on stdout; where stdout is what failed, there is nothing more to say on it.
+fn report_json(line: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(
+        std::io::stdout().lock(),
+        "{{\"error\":{}}}",
+        json::json_str(line)
+    );
 }
 
 impl Command {

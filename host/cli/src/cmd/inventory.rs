@@ -33,6 +33,7 @@ const NVML_TIMEOUT: Duration = Duration::from_secs(20);
 
 pub fn run(args: InventoryArgs) -> Result<ExitCode> {
     if let Some(addr) = &args.remote.node {
+        args.host.refuse_where_unused(false)?;
         return remote(&args, addr);
     }
     let started = args.host.start(args.json)?;

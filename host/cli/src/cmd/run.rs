@@ -73,6 +73,10 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
              (its gpu_time_seconds_total metric, by tenant)"
         );
     }
+    if args.remote.remote.node.is_some() || nats.is_some() {
+        // The tasklet runs here under `--policy`'s limits; its GPU work is the node's.
+        args.host.refuse_where_unused(true)?;
+    }
     let mut usage = None;
     let mut loaded = None;
     let started = Instant::now();

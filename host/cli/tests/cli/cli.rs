@@ -286,3 +286,30 @@ fn output_that_cannot_be_written_is_an_error_line_not_a_panic() {
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
 }
+
+/// Under `--json` an argument the command does not take is a JSON error on stdout too; an
+/// option that would do nothing with `--node` is refused, saying why, before anything connects.
+#[test]
+fn argument_errors_are_json_under_json_and_options_unused_with_a_node_are_refused() {
+    let out = tasklet(&["inventory", "--json", "--bogus"], b"");
+    assert_eq!(out.status.code(), Some(2));
+    let value: serde_json::Value = serde_json::from_str(text(&out.stdout).trim())
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", text(&out.stdout)));
+    assert!(
+        value["error"].as_str().unwrap_or_default().contains("--bogus"),
+        "{value}"
+    );
+    // Nothing listens at this address: the refusal comes before any connection is tried.
+    for args in [
+        &["inventory", "--node", "127.0.0.1:9", "--backend", "emu"][..],
+        &["inventory", "--node", "127.0.0.1:9", "--policy", "nothing.toml"][..],
+        &["run", "--node", "127.0.0.1:9", "--backend", "emu", "tasklets/iota"][..],
+    ] {
+        let out = tasklet(args, b"3");
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("leave it out"), "{args:?}: {err}");
+    }
+    let help = tasklet(&["--version"], b"");
+    assert!(help.status.success() && text(&help.stdout).starts_with("tasklet "));
+}

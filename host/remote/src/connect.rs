@@ -65,13 +65,24 @@ pub(crate) fn target(text: &str) -> Result<Target, ClientError> {
         addr: text.to_owned(),
         reason: reason.to_owned(),
     };
+    if let Some((scheme, _)) = text.split_once("://") {
+        return Err(bad(&format!(
+            "a node's address is HOST[:PORT], with no {scheme}:// before it (the fabric speaks QUIC, not \
+             a URL's protocol)"
+        )));
+    }
     let (host, port) =
         split_host_port(text).ok_or_else(|| bad("expected HOST, HOST:PORT or [IPv6]:PORT"))?;
     let port = match port {
         None => DEFAULT_PORT,
-        Some(p) => p
-            .parse()
-            .map_err(|_| bad("the port is not a number from 0 to 65535"))?,
+        Some(p) => match p.parse::<u16>() {
+            Ok(0) | Err(_) => {
+                return Err(bad(&format!(
+                    "the port is not a number from 1 to 65535 (a node listens on {DEFAULT_PORT} unless told otherwise)"
+                )))
+            }
+            Ok(port) => port,
+        },
     };
     let addr = (host, port)
         .to_socket_addrs()
@@ -298,6 +309,8 @@ mod tests {
             "[::1]x",
             "host:port",
             "127.0.0.1:70000",
+            "127.0.0.1:0",
+            "http://localhost:5701",
         ] {
             let err = target(bad).unwrap_err().to_string();
             assert!(
@@ -305,5 +318,9 @@ mod tests {
                 "{err}"
             );
         }
+        let err = target("localhost:0").unwrap_err().to_string();
+        assert!(err.contains("from 1 to 65535"), "{err}");
+        let err = target("quic://localhost").unwrap_err().to_string();
+        assert!(err.contains("no quic://"), "{err}");
     }
 }

@@ -49,7 +49,7 @@ pub fn server_tls(dir: impl AsRef<Path>) -> Result<rustls::ServerConfig, Error> 
     let roots = Arc::new(roots(&dir)?);
     let chain = WebPkiClientVerifier::builder_with_provider(Arc::clone(&roots), provider.clone())
         .build()?;
-    let (certs, key) = identity(&provider, &dir.node_cert(), &dir.node_key(), hint::FOLDER)?;
+    let (certs, key) = identity(&provider, &dir.node_cert(), &dir.node_key(), hint::NODE)?;
     check_node_certificate(&provider, &roots, &certs, &dir.node_cert())?;
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])?

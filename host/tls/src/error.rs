@@ -60,7 +60,7 @@ pub enum Error {
         reason: String,
     },
     /// A private key is not the key of the certificate beside it.
-    #[error("{} is not the private key of {}", key.display(), cert.display())]
+    #[error("{} is not the private key of {}: copy the two files `tasklet certs` made together, or issue them anew", key.display(), cert.display())]
     KeyMismatch {
         /// The certificate.
         cert: PathBuf,
@@ -77,7 +77,7 @@ pub enum Error {
         name: String,
     },
     /// A validity period that ends before it starts, or lies outside what X.509 can express.
-    #[error("invalid validity period: {reason}")]
+    #[error("invalid validity period (`--days`): {reason}")]
     InvalidValidity {
         /// What is wrong with it.
         reason: &'static str,

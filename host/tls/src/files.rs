@@ -41,6 +41,11 @@ fn malformed(path: &Path, reason: impl Into<String>) -> Error {
     }
 }
 
+/// A reason a file is unusable, and where a good one comes from (the file's `hint`): the fix.
+fn with_fix(reason: String, hint: &str) -> String {
+    format!("{reason}; replace it with the one `tasklet certs` made ({hint})")
+}
+
 /// Why a PEM file yielded nothing usable, in words.
 fn pem_reason(what: &str, err: &pem::Error) -> String {
     match err {
@@ -57,9 +62,12 @@ pub(crate) fn read_certs(
     let bytes = read(path, hint)?;
     let certs = CertificateDer::pem_slice_iter(&bytes)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|err| malformed(path, pem_reason("certificate", &err)))?;
+        .map_err(|err| malformed(path, with_fix(pem_reason("certificate", &err), hint)))?;
     if certs.is_empty() {
-        return Err(malformed(path, "no PEM-encoded certificate found"));
+        return Err(malformed(
+            path,
+            with_fix("no PEM-encoded certificate found".into(), hint),
+        ));
     }
     for (index, cert) in certs.iter().enumerate() {
         if let Err(err) = x509_parser::parse_x509_certificate(cert) {
@@ -90,8 +98,18 @@ pub(crate) fn read_key(path: &Path, hint: &'static str) -> Result<PrivateKeyDer<
     let mut keys = PrivateKeyDer::pem_slice_iter(&bytes);
     let key = match keys.next() {
         Some(Ok(key)) => key,
-        Some(Err(err)) => return Err(malformed(path, pem_reason("private key", &err))),
-        None => return Err(malformed(path, "no PEM-encoded private key found")),
+        Some(Err(err)) => {
+            return Err(malformed(
+                path,
+                with_fix(pem_reason("private key", &err), hint),
+            ))
+        }
+        None => {
+            return Err(malformed(
+                path,
+                with_fix("no PEM-encoded private key found".into(), hint),
+            ))
+        }
     };
     if keys.next().is_some() {
         return Err(malformed(path, "expected one private key, found several"));

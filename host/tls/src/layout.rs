@@ -75,6 +75,9 @@ pub(crate) mod hint {
     /// `ca.pem`, `node.pem`, `node.key`.
     pub(crate) const FOLDER: &str =
         "`tasklet certs init DIR` makes a certificate folder; a client's holds a copy of its node's ca.pem";
+    /// `node.pem`, `node.key`.
+    pub(crate) const NODE: &str =
+        "the node's certificate: `tasklet certs init DIR` makes it, or `tasklet certs node DIR` anew in the folder that holds the CA's key";
     /// `ca.key`.
     pub(crate) const CA_KEY: &str =
         "issuing needs the CA's private key: run this on the folder `tasklet certs init` made";

@@ -74,6 +74,6 @@ pub fn fingerprint(cert: &CertificateDer<'_>) -> String {
 
 /// The [`fingerprint`] of the node certificate in `dir`, as the cluster registry publishes it.
 pub fn node_fingerprint(dir: impl AsRef<Path>) -> Result<String, Error> {
-    let cert = files::read_cert(&CertDir::new(dir.as_ref()).node_cert(), hint::FOLDER)?;
+    let cert = files::read_cert(&CertDir::new(dir.as_ref()).node_cert(), hint::NODE)?;
     Ok(fingerprint(&cert))
 }

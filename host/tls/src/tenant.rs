@@ -42,6 +42,11 @@ impl Tenant {
             name: name.to_owned(),
             reason,
         };
+        if name.chars().any(|c| c.is_ascii_uppercase()) {
+            return Err(invalid(
+                "it has an uppercase letter: a tenant's name is lowercase a-z, 0-9, '-', '_', '.'",
+            ));
+        }
         let mut chars = name.chars();
         match chars.next() {
             None => return Err(invalid("it is empty")),
@@ -125,6 +130,14 @@ mod tests {
         ] {
             let err = Tenant::new(name).unwrap_err();
             assert_eq!(err.name, name);
+        }
+    }
+
+    #[test]
+    fn an_uppercase_letter_anywhere_is_named_as_the_reason() {
+        for name in ["Team7", "team7X", "tEam"] {
+            let err = Tenant::new(name).unwrap_err().to_string();
+            assert!(err.contains("uppercase"), "{name}: {err}");
         }
     }
 

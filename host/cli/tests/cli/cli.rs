@@ -296,14 +296,30 @@ fn argument_errors_are_json_under_json_and_options_unused_with_a_node_are_refuse
     let value: serde_json::Value = serde_json::from_str(text(&out.stdout).trim())
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}", text(&out.stdout)));
     assert!(
-        value["error"].as_str().unwrap_or_default().contains("--bogus"),
+        value["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("--bogus"),
         "{value}"
     );
     // Nothing listens at this address: the refusal comes before any connection is tried.
     for args in [
         &["inventory", "--node", "127.0.0.1:9", "--backend", "emu"][..],
-        &["inventory", "--node", "127.0.0.1:9", "--policy", "nothing.toml"][..],
-        &["run", "--node", "127.0.0.1:9", "--backend", "emu", "tasklets/iota"][..],
+        &[
+            "inventory",
+            "--node",
+            "127.0.0.1:9",
+            "--policy",
+            "nothing.toml",
+        ][..],
+        &[
+            "run",
+            "--node",
+            "127.0.0.1:9",
+            "--backend",
+            "emu",
+            "tasklets/iota",
+        ][..],
     ] {
         let out = tasklet(args, b"3");
         let err = text(&out.stderr);

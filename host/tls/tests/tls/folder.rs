@@ -273,10 +273,16 @@ fn malformed_files_are_typed_errors_naming_the_file() {
     let err = server_config(dir.root()).unwrap_err();
     assert_malformed(err, &dir.node_key(), "no PEM-encoded private key");
 
-    // A certificate where the key should be.
+    // A certificate where the key should be: the reason, then where a good key comes from.
     fs::copy(dir.node_cert(), dir.tenant_key(&dev)).unwrap();
     let err = client_config(dir.root(), &dev).unwrap_err();
     assert_malformed(err, &dir.tenant_key(&dev), "no PEM-encoded private key");
+    let err = client_config(dir.root(), &dev).unwrap_err().to_string();
+    assert!(
+        err.contains("replace it with the one `tasklet certs` made"),
+        "{err}"
+    );
+    assert!(err.contains("tasklet certs issue"), "{err}");
 }
 
 #[test]
@@ -288,6 +294,7 @@ fn missing_and_unreadable_files_are_typed_errors_naming_the_file() {
         matches!(&err, Error::Missing { path, .. } if *path == dir.node_cert()),
         "{err:?}"
     );
+    assert!(err.to_string().contains("tasklet certs node"), "{err}");
     assert!(node_fingerprint(dir.root()).is_err());
 
     let stranger = tenant("stranger");

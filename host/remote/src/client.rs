@@ -88,6 +88,15 @@ pub struct NodeClient {
     closer: Closer,
 }
 
+/// What GET_INVENTORY says of a node.
+#[derive(Debug, Clone)]
+pub struct NodeInventory {
+    pub devices: Vec<Device>,
+    /// The node is draining: it refuses new leases, sessions and runs (`DRAINING`) and serves
+    /// what runs until it ends.
+    pub draining: bool,
+}
+
 impl NodeClient {
     /// Connects to the node at `addr` (`HOST[:PORT]`, port 5701 by default) as `tenant`, with
     /// the certificates in `certs`.
@@ -164,8 +173,13 @@ impl NodeClient {
 
     /// The node's devices, their free memory and running leases.
     pub fn inventory(&mut self) -> Result<Vec<Device>, ClientError> {
+        self.node_inventory().map(|inventory| inventory.devices)
+    }
+
+    /// The node's devices, and whether it is draining.
+    pub fn node_inventory(&mut self) -> Result<NodeInventory, ClientError> {
         match self.call(&Request::GetInventory)? {
-            Reply::Inventory { devices } => Ok(devices),
+            Reply::Inventory { devices, draining } => Ok(NodeInventory { devices, draining }),
             other => Err(unexpected(other)),
         }
     }

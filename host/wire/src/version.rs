@@ -17,7 +17,8 @@
 /// Version 6: LEASE_ALLOC_GROUP and MEM_COPY_BETWEEN.
 /// Version 7: QUEUE_OP (streams and events).
 /// Version 8: STREAM_WRITE, STREAM_LAUNCH and STREAM_READ (copies and launches on a stream).
-pub const PROTOCOL_VERSION: u8 = 8;
+/// Version 9: GET_INVENTORY's reply says whether the node is draining.
+pub const PROTOCOL_VERSION: u8 = 9;
 
 /// The version HELLO and its reply are framed as, whatever version the two ends go on to speak.
 pub const HELLO_VERSION: u8 = 1;
@@ -45,14 +46,14 @@ mod tests {
 
     #[test]
     fn picks_the_common_version_or_none() {
-        assert_eq!(negotiate(8, 8), Some(8));
-        assert_eq!(negotiate(0, 9), Some(8));
-        // A peer of versions 1 to 7 shares no version with this one.
-        assert_eq!(negotiate(1, 7), None);
-        assert_eq!(negotiate(9, 10), None);
+        assert_eq!(negotiate(9, 9), Some(9));
+        assert_eq!(negotiate(0, 10), Some(9));
+        // A peer of versions 1 to 8 shares no version with this one.
+        assert_eq!(negotiate(1, 8), None);
+        assert_eq!(negotiate(10, 11), None);
         assert_eq!(negotiate(0, 0), None);
         // An empty (inverted) range offers nothing.
-        assert_eq!(negotiate(8, 1), None);
+        assert_eq!(negotiate(9, 1), None);
     }
 
     #[test]

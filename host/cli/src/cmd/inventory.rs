@@ -185,7 +185,8 @@ pub fn run(args: InventoryArgs) -> Result<ExitCode> {
 /// A node's devices, as its GET_INVENTORY reply lists them.
 fn remote(args: &InventoryArgs, addr: &str) -> Result<ExitCode> {
     let mut client = args.remote.connect(addr)?;
-    let devices = client.inventory()?;
+    let inventory = client.node_inventory()?;
+    let (devices, draining) = (inventory.devices, inventory.draining);
     if args.json {
         let mut out = String::from("[");
         for (i, d) in devices.iter().enumerate() {
@@ -194,7 +195,7 @@ fn remote(args: &InventoryArgs, addr: &str) -> Result<ExitCode> {
             }
             let _ = write!(
                 out,
-                "{{\"node\":{},\"index\":{},\"name\":{},\"backend\":{},\"uuid\":{},\"total_memory\":{},\"free_memory\":{},\"leases\":{},\"compute_capability\":[{},{}],\"driver_version\":{}}}",
+                "{{\"node\":{},\"index\":{},\"name\":{},\"backend\":{},\"uuid\":{},\"total_memory\":{},\"free_memory\":{},\"leases\":{},\"compute_capability\":[{},{}],\"driver_version\":{},\"draining\":{draining}}}",
                 json_str(client.node_name()),
                 d.index,
                 json_str(&d.name),
@@ -212,7 +213,14 @@ fn remote(args: &InventoryArgs, addr: &str) -> Result<ExitCode> {
         outln!("{out}");
         return Ok(ExitCode::SUCCESS);
     }
-    outln!("node {addr}: {}", client.node_name());
+    if draining {
+        outln!(
+            "node {addr}: {} (draining: it refuses new leases and runs, and stops once what runs has ended)",
+            client.node_name()
+        );
+    } else {
+        outln!("node {addr}: {}", client.node_name());
+    }
     outln!(
         "{:<6} {:<8} {:<12} {:<12} {:<7} {:<6} NAME",
         "INDEX",

@@ -763,6 +763,12 @@ fn a_second_signal_stops_a_draining_node_at_once_and_it_exits_1() {
     unsafe { libc::kill(node.id() as i32, libc::SIGTERM) };
     std::thread::sleep(Duration::from_millis(500));
     let draining = node.try_wait().unwrap();
+    // Inventory still answers, and says so, in both forms.
+    let listed = tasklet(&["inventory", "--node", &addr, "--certs", certs], b"");
+    let listed_json = tasklet(
+        &["inventory", "--node", &addr, "--certs", certs, "--json"],
+        b"",
+    );
     // SAFETY: as above.
     unsafe { libc::kill(node.id() as i32, libc::SIGTERM) };
     let status = wait_exit(&mut node, WAIT);
@@ -775,6 +781,19 @@ fn a_second_signal_stops_a_draining_node_at_once_and_it_exits_1() {
     assert!(
         draining.is_none(),
         "the node did not wait for its running lease: {draining:?}"
+    );
+    assert!(
+        text(&listed.stdout).contains("(draining: "),
+        "{}{}",
+        text(&listed.stdout),
+        text(&listed.stderr)
+    );
+    let devices = json(&listed_json);
+    assert!(
+        devices
+            .as_array()
+            .is_some_and(|d| !d.is_empty() && d.iter().all(|d| d["draining"] == true)),
+        "{devices}"
     );
     assert_eq!(status.and_then(|s| s.code()), Some(1), "{status:?}");
 }

@@ -307,6 +307,7 @@ impl Dispatcher {
             }
             Request::GetInventory => Reply::Inventory {
                 devices: inventory::devices(&self.shared.host),
+                draining: self.shared.draining(),
             },
             Request::LeaseAlloc {
                 min_bytes,

@@ -253,9 +253,11 @@ pub fn a_drain_refuses_new_leases_while_a_session_finishes() -> TestResult {
     })?;
     let session = busy.session_open(lease)?;
     let buffer = busy.mem_alloc(session, 64)?;
+    let mut late = node.client("team");
+    let before = late.node_inventory().map_err(|e| e.to_string())?;
+    check(!before.draining, || "draining before the drain".into())?;
     node.node().drain();
 
-    let mut late = node.client("team");
     let refused = late
         .lease_alloc(1 << 20, 10, None)
         .err()
@@ -263,8 +265,11 @@ pub fn a_drain_refuses_new_leases_while_a_session_finishes() -> TestResult {
     check(refused.code() == Some(ErrorCode::Draining), || {
         refused.to_string()
     })?;
-    // Inventory still answers.
-    late.inventory().map_err(|e| e.to_string())?;
+    // Inventory still answers, and says the node drains.
+    let during = late.node_inventory().map_err(|e| e.to_string())?;
+    check(during.draining && !during.devices.is_empty(), || {
+        format!("{during:?}")
+    })?;
 
     // The running session goes on to its end.
     busy.mem_write(session, buffer, 0, b"still here")?;

@@ -31,6 +31,8 @@ pub enum Reply {
     Grant(Grant),
     Inventory {
         devices: Vec<Device>,
+        /// The node is draining: it refuses new leases, sessions and runs, and serves what runs.
+        draining: bool,
     },
     /// `generation` starts at 1 and grows by one with each renewal.
     LeaseAlloc {
@@ -181,7 +183,10 @@ impl Reply {
                 w.u64(*max_stream_bytes);
             }
             Reply::Grant(grant) => grant.encode(w)?,
-            Reply::Inventory { devices } => encode_devices(devices, w)?,
+            Reply::Inventory { devices, draining } => {
+                encode_devices(devices, w)?;
+                w.bool(*draining);
+            }
             Reply::LeaseAlloc {
                 lease,
                 generation,
@@ -290,6 +295,7 @@ impl Reply {
             Opcode::Grant => Reply::Grant(Grant::decode(&mut r)?),
             Opcode::GetInventory => Reply::Inventory {
                 devices: decode_devices(&mut r)?,
+                draining: r.bool("draining")?,
             },
             Opcode::LeaseAlloc => Reply::LeaseAlloc {
                 lease: LeaseId(r.u64("lease")?),

@@ -54,13 +54,13 @@ fn sync_body() -> Vec<u8> {
 #[test]
 fn unknown_version() {
     // 1 is the version HELLO's frames carry, and no other frame.
-    for version in [0, 1, 2, 3, 4, 5, 6, 7, 9, 0xFF] {
+    for version in [0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 0xFF] {
         let bytes = frame(version, 0, Opcode::Sync as u16, 1, &sync_body());
         assert_eq!(
             to_node_error(&bytes),
             DecodeError::UnsupportedVersion {
                 version,
-                supported: 8
+                supported: 9
             }
         );
     }
@@ -1312,13 +1312,13 @@ fn a_stream_that_ends_mid_frame() {
 #[test]
 fn the_first_error_sticks() {
     let mut decoder = Decoder::for_node(DecoderConfig::default());
-    let bad = frame(9, 0, Opcode::Sync as u16, 1, &sync_body());
+    let bad = frame(8, 0, Opcode::Sync as u16, 1, &sync_body());
     let err = decoder.decode(&bad).unwrap_err();
     assert_eq!(
         err,
         DecodeError::UnsupportedVersion {
-            version: 9,
-            supported: 8
+            version: 8,
+            supported: 9
         }
     );
     let good = frame(PROTOCOL_VERSION, 0, Opcode::Sync as u16, 1, &sync_body());

@@ -643,7 +643,8 @@ pub fn reply() -> impl Strategy<Value = Reply> {
             }
         }),
         grant().prop_map(Reply::Grant),
-        vec(device(), 0..4).prop_map(|devices| Reply::Inventory { devices }),
+        (vec(device(), 0..4), any::<bool>())
+            .prop_map(|(devices, draining)| Reply::Inventory { devices, draining }),
         (
             lease(),
             any::<u64>(),

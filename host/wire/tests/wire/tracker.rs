@@ -55,7 +55,13 @@ fn ids_start_at_1_and_replies_match_once() {
     assert_eq!(tracker.awaiting_reply(), 2);
 
     let done = tracker
-        .complete(a, &Reply::Inventory { devices: vec![] })
+        .complete(
+            a,
+            &Reply::Inventory {
+                devices: vec![],
+                draining: false,
+            },
+        )
         .unwrap();
     assert_eq!(
         done,
@@ -67,7 +73,13 @@ fn ids_start_at_1_and_replies_match_once() {
     );
     // A second reply to the same request, and a reply to one never sent.
     assert_eq!(
-        tracker.complete(a, &Reply::Inventory { devices: vec![] }),
+        tracker.complete(
+            a,
+            &Reply::Inventory {
+                devices: vec![],
+                draining: false
+            }
+        ),
         Err(TrackError::UnknownRequest { request_id: a })
     );
     assert_eq!(

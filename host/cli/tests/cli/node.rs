@@ -91,6 +91,18 @@ fn stop_node(mut node: Child) -> (Option<std::process::ExitStatus>, String) {
     (status, logs)
 }
 
+/// A node of the suite's backend on a free port of 127.0.0.1, with a certificate folder of its
+/// own in `dir`, answering: the node, its address and the folder.
+fn serving_node(dir: &Path) -> (Child, String, String) {
+    let certs = certs_in(dir);
+    let addr = format!("127.0.0.1:{}", free_udp_port());
+    let program = Path::new(env!("CARGO_BIN_EXE_tasklet"));
+    let node = start_node(program, &addr, &certs, &dir.join("store"), &[]);
+    let inventory = first_inventory(&addr, &certs, false);
+    assert!(inventory.status.success(), "{}", text(&inventory.stderr));
+    (node, addr, certs)
+}
+
 /// The first inventory of the node at `addr` (as tenant dev, with `certs`), retried until the
 /// node answers (bounded): it answers once its first worker is up.
 fn first_inventory(addr: &str, certs: &str, json: bool) -> Output {
@@ -751,13 +763,8 @@ fn an_interrupted_client_frees_its_lease_at_once() {
 #[test]
 fn a_second_signal_stops_a_draining_node_at_once_and_it_exits_1() {
     let dir = tempfile::tempdir().unwrap();
-    let certs = certs_in(dir.path());
-    let certs = certs.as_str();
-    let addr = format!("127.0.0.1:{}", free_udp_port());
-    let program = Path::new(env!("CARGO_BIN_EXE_tasklet"));
-    let mut node = start_node(program, &addr, certs, &dir.path().join("store"), &[]);
-    let inventory = first_inventory(&addr, certs, false);
-    assert!(inventory.status.success(), "{}", text(&inventory.stderr));
+    let (mut node, addr, certs) = serving_node(dir.path());
+    let (addr, certs) = (addr.as_str(), certs.as_str());
     let mut client = client_holding_a_lease(&addr, certs);
     // SAFETY: plain kill(2) of our own child.
     unsafe { libc::kill(node.id() as i32, libc::SIGTERM) };
@@ -803,13 +810,8 @@ fn a_second_signal_stops_a_draining_node_at_once_and_it_exits_1() {
 #[test]
 fn a_node_whose_log_reader_went_away_still_serves_and_drains() {
     let dir = tempfile::tempdir().unwrap();
-    let certs = certs_in(dir.path());
-    let certs = certs.as_str();
-    let addr = format!("127.0.0.1:{}", free_udp_port());
-    let program = Path::new(env!("CARGO_BIN_EXE_tasklet"));
-    let mut node = start_node(program, &addr, certs, &dir.path().join("store"), &[]);
-    let inventory = first_inventory(&addr, certs, false);
-    assert!(inventory.status.success(), "{}", text(&inventory.stderr));
+    let (mut node, addr, certs) = serving_node(dir.path());
+    let (addr, certs) = (addr.as_str(), certs.as_str());
     // The reader goes: every later log line fails to be written (EPIPE).
     drop(node.stderr.take());
     for _ in 0..3 {
@@ -842,14 +844,9 @@ fn a_node_whose_log_reader_went_away_still_serves_and_drains() {
 #[test]
 fn an_interrupted_client_says_so_and_its_json_is_whole() {
     let dir = tempfile::tempdir().unwrap();
-    let certs = certs_in(dir.path());
-    let certs = certs.as_str();
-    let addr = format!("127.0.0.1:{}", free_udp_port());
-    let program = Path::new(env!("CARGO_BIN_EXE_tasklet"));
-    let node = start_node(program, &addr, certs, &dir.path().join("store"), &[]);
+    let (node, addr, certs) = serving_node(dir.path());
+    let (addr, certs) = (addr.as_str(), certs.as_str());
     let result = std::panic::catch_unwind(|| {
-        let inventory = first_inventory(&addr, certs, false);
-        assert!(inventory.status.success(), "{}", text(&inventory.stderr));
         for round in 0..3 {
             let json = round != 1;
             let mut args = vec!["deploy", "run", "tasklets/testing/probe", "--node", &addr];

@@ -304,40 +304,51 @@ pub fn a_remote_modules_signatures_are_the_local_ones() -> TestResult {
     })
 }
 
+/// The probe tasklet's output on `input`, run here on the local GPU and here with its GPU on
+/// `node`: both as text.
+fn probe_here_and_there(
+    node: &TestNode,
+    local: &tasklet_runtime::Host,
+    input: &str,
+) -> Result<(String, String), String> {
+    let manifest = Manifest::load(&tasklet("testing/probe")).expect("manifest");
+    let compiled = local.load(manifest.clone()).expect("component loads");
+    let here = local
+        .run(&compiled, input.as_bytes())
+        .map_err(|e| format!("{input} local: {e}"))?;
+    let gpu = RemoteGpu::for_manifest(node.client("dev"), &manifest).map_err(|e| e.to_string())?;
+    let there = local
+        .runner()
+        .run(&compiled, input.as_bytes(), Box::new(gpu))
+        .map_err(|e| format!("{input} remote: {e}"))?;
+    Ok((
+        String::from_utf8_lossy(&here).into_owned(),
+        String::from_utf8_lossy(&there).into_owned(),
+    ))
+}
+
+/// Each line's first two words (`ok rows`, `error invalid-argument`): error lines name ids that
+/// differ between two GPUs.
+fn kinds(text: &str) -> Vec<String> {
+    text.lines()
+        .map(|l| l.split(' ').take(2).collect::<Vec<_>>().join(" "))
+        .collect()
+}
+
 /// A burst (contract 0.2's `launch-burst`) through the node, one LAUNCH_BURST: the same rows
 /// as on the local GPU, the same refusals of the whole burst (their kinds; their messages name
 /// ids that differ), the limit biting alike, and nothing of a refused burst run.
 pub fn a_burst_through_the_node_is_the_local_one() -> TestResult {
     let node = TestNode::start();
     let local = local_host();
-    let manifest = Manifest::load(&tasklet("testing/probe")).expect("manifest");
-    let compiled = local.load(manifest.clone()).expect("component loads");
-    let kinds = |out: &[u8]| -> Vec<String> {
-        String::from_utf8_lossy(out)
-            .lines()
-            .map(|l| l.split(' ').take(2).collect::<Vec<_>>().join(" "))
-            .collect()
-    };
     for input in ["burst 100", "burst-misuse", "burst 4097"] {
-        let here = local
-            .run(&compiled, input.as_bytes())
-            .map_err(|e| format!("{input} local: {e}"))?;
-        let gpu =
-            RemoteGpu::for_manifest(node.client("dev"), &manifest).map_err(|e| e.to_string())?;
-        let there = local
-            .runner()
-            .run(&compiled, input.as_bytes(), Box::new(gpu))
-            .map_err(|e| format!("{input} remote: {e}"))?;
-        let (here_text, there_text) = (
-            String::from_utf8_lossy(&here).into_owned(),
-            String::from_utf8_lossy(&there).into_owned(),
-        );
+        let (here, there) = probe_here_and_there(&node, &local, input)?;
         let same = match input {
-            "burst 100" => here == there && here_text == "ok burst 100 first 1\nok rows 100\n",
+            "burst 100" => here == there && here == "ok burst 100 first 1\nok rows 100\n",
             _ => kinds(&here) == kinds(&there) && !here.is_empty(),
         };
         check(same, || {
-            format!("{input}: local {here_text:?}, remote {there_text:?}")
+            format!("{input}: local {here:?}, remote {there:?}")
         })?;
     }
     node.wait_for_baseline(WAIT)?;
@@ -351,14 +362,6 @@ pub fn a_burst_through_the_node_is_the_local_one() -> TestResult {
 pub fn graphs_and_reloads_through_the_node_are_the_local_ones() -> TestResult {
     let node = TestNode::start();
     let local = local_host();
-    let manifest = Manifest::load(&tasklet("testing/probe")).expect("manifest");
-    let compiled = local.load(manifest.clone()).expect("component loads");
-    let kinds = |out: &[u8]| -> Vec<String> {
-        String::from_utf8_lossy(out)
-            .lines()
-            .map(|l| l.split(' ').take(2).collect::<Vec<_>>().join(" "))
-            .collect()
-    };
     let cases: [(&str, &[&str]); 2] = [
         ("graph 5", &["ok graph", "ok matches"]),
         (
@@ -367,24 +370,10 @@ pub fn graphs_and_reloads_through_the_node_are_the_local_ones() -> TestResult {
         ),
     ];
     for (input, expected) in cases {
-        let here = local
-            .run(&compiled, input.as_bytes())
-            .map_err(|e| format!("{input} local: {e}"))?;
-        let gpu =
-            RemoteGpu::for_manifest(node.client("dev"), &manifest).map_err(|e| e.to_string())?;
-        let there = local
-            .runner()
-            .run(&compiled, input.as_bytes(), Box::new(gpu))
-            .map_err(|e| format!("{input} remote: {e}"))?;
+        let (here, there) = probe_here_and_there(&node, &local, input)?;
         check(
             kinds(&here) == expected && kinds(&there) == expected,
-            || {
-                format!(
-                    "{input}: local {:?}, remote {:?}",
-                    String::from_utf8_lossy(&here),
-                    String::from_utf8_lossy(&there)
-                )
-            },
+            || format!("{input}: local {here:?}, remote {there:?}"),
         )?;
     }
     node.wait_for_baseline(WAIT)?;
@@ -399,8 +388,6 @@ pub fn graphs_and_reloads_through_the_node_are_the_local_ones() -> TestResult {
 pub fn reads_into_tasklet_memory_through_the_node_are_the_local_ones() -> TestResult {
     let node = TestNode::start();
     let local = local_host();
-    let manifest = Manifest::load(&tasklet("testing/probe")).expect("manifest");
-    let compiled = local.load(manifest.clone()).expect("component loads");
     let cases = [
         ("read-into 1", "ok read-into 1024\n"),
         ("read-into 1024", "ok read-into 1048576\n"),
@@ -409,36 +396,14 @@ pub fn reads_into_tasklet_memory_through_the_node_are_the_local_ones() -> TestRe
         ("read-into-misuse", ""),
     ];
     for (input, expected) in cases {
-        let here = local
-            .run(&compiled, input.as_bytes())
-            .map_err(|e| format!("{input} local: {e}"))?;
-        let gpu =
-            RemoteGpu::for_manifest(node.client("dev"), &manifest).map_err(|e| e.to_string())?;
-        let there = local
-            .runner()
-            .run(&compiled, input.as_bytes(), Box::new(gpu))
-            .map_err(|e| format!("{input} remote: {e}"))?;
-        let (here_text, there_text) = (
-            String::from_utf8_lossy(&here).into_owned(),
-            String::from_utf8_lossy(&there).into_owned(),
-        );
-        // Error lines name handles (ids) that differ between the two GPUs: compare their kinds.
-        let kinds = |text: &str| -> Vec<String> {
-            text.lines()
-                .map(|l| l.split(' ').take(2).collect::<Vec<_>>().join(" "))
-                .collect()
-        };
+        let (here, there) = probe_here_and_there(&node, &local, input)?;
         let same = match input {
-            "read-into-misuse" => {
-                kinds(&here_text) == kinds(&there_text) && here_text.contains("ok untouched")
-            }
-            "read-into-grown" => {
-                here_text == there_text && there_text.contains("ok round-trip 16777216")
-            }
-            _ => here_text == there_text && there_text == expected,
+            "read-into-misuse" => kinds(&here) == kinds(&there) && here.contains("ok untouched"),
+            "read-into-grown" => here == there && there.contains("ok round-trip 16777216"),
+            _ => here == there && there == expected,
         };
         check(same, || {
-            format!("{input}: local {here_text:?}, remote {there_text:?}")
+            format!("{input}: local {here:?}, remote {there:?}")
         })?;
     }
     node.wait_for_baseline(WAIT)?;

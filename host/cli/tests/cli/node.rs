@@ -765,15 +765,15 @@ fn a_second_signal_stops_a_draining_node_at_once_and_it_exits_1() {
     let dir = tempfile::tempdir().unwrap();
     let (mut node, addr, certs) = serving_node(dir.path());
     let (addr, certs) = (addr.as_str(), certs.as_str());
-    let mut client = client_holding_a_lease(&addr, certs);
+    let mut client = client_holding_a_lease(addr, certs);
     // SAFETY: plain kill(2) of our own child.
     unsafe { libc::kill(node.id() as i32, libc::SIGTERM) };
     std::thread::sleep(Duration::from_millis(500));
     let draining = node.try_wait().unwrap();
     // Inventory still answers, and says so, in both forms.
-    let listed = tasklet(&["inventory", "--node", &addr, "--certs", certs], b"");
+    let listed = tasklet(&["inventory", "--node", addr, "--certs", certs], b"");
     let listed_json = tasklet(
-        &["inventory", "--node", &addr, "--certs", certs, "--json"],
+        &["inventory", "--node", addr, "--certs", certs, "--json"],
         b"",
     );
     // SAFETY: as above.
@@ -815,14 +815,14 @@ fn a_node_whose_log_reader_went_away_still_serves_and_drains() {
     // The reader goes: every later log line fails to be written (EPIPE).
     drop(node.stderr.take());
     for _ in 0..3 {
-        let out = tasklet(&["inventory", "--node", &addr, "--certs", certs], b"");
+        let out = tasklet(&["inventory", "--node", addr, "--certs", certs], b"");
         assert!(
             out.status.success(),
             "with its log reader gone the node stopped serving: {}",
             text(&out.stderr)
         );
         let run = tasklet(
-            &["run", "--node", &addr, "--certs", certs, "tasklets/iota"],
+            &["run", "--node", addr, "--certs", certs, "tasklets/iota"],
             b"3",
         );
         assert_eq!(text(&run.stdout), "1\n2\n3\n", "{}", text(&run.stderr));
@@ -849,13 +849,13 @@ fn an_interrupted_client_says_so_and_its_json_is_whole() {
     let result = std::panic::catch_unwind(|| {
         for round in 0..3 {
             let json = round != 1;
-            let mut args = vec!["deploy", "run", "tasklets/testing/probe", "--node", &addr];
+            let mut args = vec!["deploy", "run", "tasklets/testing/probe", "--node", addr];
             args.extend(["--certs", certs]);
             if round == 1 {
                 args = vec![
                     "run",
                     "--node",
-                    &addr,
+                    addr,
                     "--certs",
                     certs,
                     "tasklets/testing/probe",
@@ -866,7 +866,7 @@ fn an_interrupted_client_says_so_and_its_json_is_whole() {
             }
             let mut client = tasklet_started(&args, b"hold 60");
             let start = Instant::now();
-            while leases_on(&addr, certs) == 0 && start.elapsed() < WAIT {
+            while leases_on(addr, certs) == 0 && start.elapsed() < WAIT {
                 std::thread::sleep(Duration::from_millis(50));
             }
             // SAFETY: plain kill(2) of our own child.
@@ -898,7 +898,7 @@ fn an_interrupted_client_says_so_and_its_json_is_whole() {
                 );
             }
             let freed = Instant::now();
-            while leases_on(&addr, certs) != 0 && freed.elapsed() < Duration::from_secs(10) {
+            while leases_on(addr, certs) != 0 && freed.elapsed() < Duration::from_secs(10) {
                 std::thread::sleep(Duration::from_millis(50));
             }
         }

@@ -106,16 +106,24 @@ fn serving_node(dir: &Path) -> (Child, String, String) {
 /// The first inventory of the node at `addr` (as tenant dev, with `certs`), retried until the
 /// node answers (bounded): it answers once its first worker is up.
 fn first_inventory(addr: &str, certs: &str, json: bool) -> Output {
-    let start = Instant::now();
     let mut args = vec!["inventory", "--node", addr, "--certs", certs];
     if json {
         args.push("--json");
     }
+    once_the_node_answers(&args, b"")
+}
+
+/// `tasklet ARGS` with `stdin`, tried again (a pause between tries, for at most [`WAIT`]) until
+/// it succeeds: a command on a node just started, which refuses until the node listens. The
+/// last try's output.
+fn once_the_node_answers(args: &[&str], stdin: &[u8]) -> Output {
+    let start = Instant::now();
     loop {
-        let out = tasklet(&args, b"");
+        let out = tasklet(args, stdin);
         if out.status.success() || start.elapsed() > WAIT {
-            break out;
+            return out;
         }
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
@@ -311,13 +319,9 @@ fn deploy_push_and_run_with_json_and_metrics() {
     };
     let result = std::panic::catch_unwind(|| {
         // The first push waits for the node to be up.
-        let start = Instant::now();
-        let pushed = loop {
-            let out = run(with(&["deploy", "push", "tasklets/iota", "--json"]), b"");
-            if out.status.success() || start.elapsed() > WAIT {
-                break out;
-            }
-        };
+        let first = with(&["deploy", "push", "tasklets/iota", "--json"]);
+        let first: Vec<&str> = first.iter().map(String::as_str).collect();
+        let pushed = once_the_node_answers(&first, b"");
         assert!(pushed.status.success(), "{}", text(&pushed.stderr));
         let pushed = json(&pushed);
         let digest = pushed["digest"].as_str().unwrap().to_owned();
@@ -484,13 +488,7 @@ fn a_push_restores_a_component_gone_from_the_store() {
             if json {
                 args.push("--json");
             }
-            let start = Instant::now();
-            loop {
-                let out = tasklet(&args, b"");
-                if out.status.success() || start.elapsed() > WAIT {
-                    break out;
-                }
-            }
+            once_the_node_answers(&args, b"")
         };
         let first = push(false);
         assert!(first.status.success(), "{}", text(&first.stderr));
@@ -581,23 +579,17 @@ fn a_group_of_leases_runs_alike_here_and_through_a_node() {
             "{here}"
         );
         // The first run waits for the node to be up.
-        let start = Instant::now();
-        let there = loop {
-            let out = tasklet(
-                &[
-                    "run",
-                    "--node",
-                    &addr,
-                    "--certs",
-                    certs,
-                    "tasklets/testing/sdk-check",
-                ],
-                b"group",
-            );
-            if out.status.success() || start.elapsed() > WAIT {
-                break out;
-            }
-        };
+        let there = once_the_node_answers(
+            &[
+                "run",
+                "--node",
+                &addr,
+                "--certs",
+                certs,
+                "tasklets/testing/sdk-check",
+            ],
+            b"group",
+        );
         assert!(there.status.success(), "{}", text(&there.stderr));
         assert_eq!(text(&there.stdout), here);
     });

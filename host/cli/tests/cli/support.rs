@@ -49,20 +49,42 @@ pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-/// A TCP port free a moment ago on 127.0.0.1.
+/// A TCP port free a moment ago on 127.0.0.1, from below the kernel's ephemeral range (see
+/// [`free_port`]).
 pub fn free_tcp_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    free_port(|port| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok())
 }
 
-/// A UDP port free a moment ago on 127.0.0.1.
+/// A UDP port free a moment ago on 127.0.0.1, from below the kernel's ephemeral range (see
+/// [`free_port`]).
 pub fn free_udp_port() -> u16 {
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    free_port(|port| std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok())
+}
+
+/// A port `bindable` says is free, picked below the kernel's ephemeral range: a port the kernel
+/// handed out for `:0` could be handed out again, between the test choosing it and its node
+/// binding it, to any socket another test opens (every client opens some), and the node would
+/// not start. Below that range the kernel hands out nothing by itself; each port is offered once
+/// per test process.
+fn free_port(bindable: impl Fn(u16) -> bool) -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32768);
+    let (low, span) = (ephemeral_low.saturating_sub(12_000).max(1024), 12_000u32);
+    // Each test process starts at a place of its own (test binaries of one run follow each
+    // other, and a node of the last may still hold its port).
+    let start = std::process::id().wrapping_mul(2_654_435_761) % span;
+    for _ in 0..span {
+        let port = low + (start + NEXT.fetch_add(1, Ordering::Relaxed)) % span;
+        let Ok(port) = u16::try_from(port) else {
+            continue;
+        };
+        if bindable(port) {
+            return port;
+        }
+    }
+    panic!("no free port in {low}..{}", low + span)
 }

@@ -8,7 +8,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, Once, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tasklet_remote::{Closer, NodeClient};
 
@@ -64,10 +64,7 @@ pub fn close_on_interrupt(client: &NodeClient) {
                     closer.close("the client was interrupted", CLOSE_WAIT);
                 }
                 // The command's thread, its call ended by the close, normally exits first.
-                let began = Instant::now();
-                while began.elapsed() < OWN_END {
-                    std::thread::sleep(Duration::from_millis(10));
-                }
+                std::thread::sleep(OWN_END);
                 let _ending = finishing();
                 std::process::exit(130);
             });

@@ -701,17 +701,21 @@ fn leases_on(addr: &str, certs: &str) -> usize {
 /// A `tasklet run --node` of the probe holding a lease (for a minute), started, and waited for
 /// (bounded) until the node shows its lease.
 fn client_holding_a_lease(addr: &str, certs: &str) -> Child {
-    let client = tasklet_started(
-        &[
-            "run",
-            "--node",
-            addr,
-            "--certs",
-            certs,
-            "tasklets/testing/probe",
-        ],
-        b"hold 60",
-    );
+    let args = [
+        "run",
+        "--node",
+        addr,
+        "--certs",
+        certs,
+        "tasklets/testing/probe",
+    ];
+    holding_a_lease(&args, addr, certs)
+}
+
+/// `tasklet ARGS` of the probe told to hold a lease for a minute, started, and waited for
+/// (bounded) until the node at `addr` shows a lease.
+fn holding_a_lease(args: &[&str], addr: &str, certs: &str) -> Child {
+    let client = tasklet_started(args, b"hold 60");
     let start = Instant::now();
     while leases_on(addr, certs) == 0 && start.elapsed() < WAIT {
         std::thread::sleep(Duration::from_millis(50));
@@ -873,11 +877,7 @@ fn an_interrupted_client_says_so_and_its_json_is_whole() {
             if json {
                 args.push("--json");
             }
-            let mut client = tasklet_started(&args, b"hold 60");
-            let start = Instant::now();
-            while leases_on(addr, certs) == 0 && start.elapsed() < WAIT {
-                std::thread::sleep(Duration::from_millis(50));
-            }
+            let mut client = holding_a_lease(&args, addr, certs);
             // SAFETY: plain kill(2) of our own child.
             unsafe { libc::kill(client.id() as i32, libc::SIGINT) };
             let status = wait_exit(&mut client, WAIT);

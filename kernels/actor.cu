@@ -284,6 +284,23 @@ __device__ __forceinline__ unsigned long long* word_out(ring* r, const view& v, 
                                  (size_t)(n & (v.out_capacity - 1)) * 2 * v.out_size) + w;
 }
 
+// The outbox's slots free for the next answers, from the kernel's head on, or a number above its
+// capacity when the counters are ones no ring can have. The host's tail may be ahead of that
+// head, by at most the capacity: a pass answers the messages it saw whole beyond the first it
+// did not, and counts only those before it, so the host can take answers (whole and right) that
+// a later pass counts; that pass rewrites them, the same, into slots the host has left.
+__device__ __forceinline__ unsigned int seq_room(const view& v)
+{
+    unsigned int used = v.out_head - v.out_tail;
+    if (used <= v.out_capacity) {
+        return v.out_capacity - used;
+    }
+    if (v.out_tail - v.out_head <= v.out_capacity) {
+        return v.out_capacity;
+    }
+    return 0xffffffffu;
+}
+
 // Each message (message_size / 4 floats) becomes out[i] = in[i] * factor + 1, over two sequenced
 // rings of the same message size, until the host sets should_terminate. One block; any block
 // size. A ring of another layout or size is counted in errors_encountered and the kernel returns.
@@ -331,10 +348,10 @@ extern "C" __global__ void actor_scale_seq(ring* inbox, ring* outbox, control* c
             int ahead = (int)(head_seen - v.in_tail);
             unsigned int want = min(max(window, ahead > 0 ? (unsigned int)ahead : 0u),
                                     min(BATCH, v.in_capacity));
-            unsigned int room = v.out_capacity - (v.out_head - v.out_tail);
+            unsigned int room = seq_room(v);
             if (room < want) {
                 v.out_tail = load_volatile(&outbox->tail);
-                room = v.out_capacity - (v.out_head - v.out_tail);
+                room = seq_room(v);
             }
             if (room > v.out_capacity) {
                 // The host broke a ring: count it and stop rather than read past the slots.

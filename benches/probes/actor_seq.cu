@@ -68,10 +68,10 @@ extern "C" __global__ void actor_seq_flags(ring* inbox, ring* outbox, control* c
             if (flags & 256) {
                 want = min(max(want, window), min(BATCH, v.in_capacity));
             }
-            unsigned int room = v.out_capacity - (v.out_head - v.out_tail);
+            unsigned int room = seq_room(v);
             if (room < want) {
                 v.out_tail = load_volatile(&outbox->tail);
-                room = v.out_capacity - (v.out_head - v.out_tail);
+                room = seq_room(v);
             }
             if (idle % TERMINATE_EVERY == TERMINATE_EVERY - 1 &&
                 load_volatile(&ctl->should_terminate) != 0) {

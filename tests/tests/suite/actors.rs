@@ -51,6 +51,28 @@ const BREAK_RINGS_PTX: &str = "\
 }
 ";
 
+/// Stores `set_head_value` into a ring's head (the header's first word), then returns.
+const SET_HEAD_PTX: &str = "\
+.version 7.0
+.target sm_50
+.address_size 64
+
+.visible .entry set_head(
+\t.param .u64 set_head_ring,
+\t.param .u32 set_head_value
+)
+{
+\t.reg .b32 %r<2>;
+\t.reg .b64 %rd<3>;
+
+\tld.param.u64 %rd1, [set_head_ring];
+\tld.param.u32 %r1, [set_head_value];
+\tcvta.to.global.u64 %rd2, %rd1;
+\tst.global.u32 [%rd2], %r1;
+\tret;
+}
+";
+
 /// Floats in one message.
 const FLOATS: usize = 16;
 const MESSAGE: u32 = (FLOATS * 4) as u32;
@@ -157,6 +179,18 @@ impl Rig {
         ) {
             Ok(ActorReply::Ring(id)) => id,
             other => panic!("a new ring, got {other:?}"),
+        }
+    }
+
+    fn sequenced_ring(&mut self, direction: RingDirection, capacity: u32) -> RingId {
+        match self.op(ActorOp::NewRing {
+            direction,
+            layout: RingLayout::Sequenced,
+            message_size: MESSAGE,
+            capacity,
+        }) {
+            Ok(ActorReply::Ring(id)) => id,
+            other => panic!("a sequenced ring, got {other:?}"),
         }
     }
 
@@ -348,17 +382,8 @@ fn refused<T: std::fmt::Debug>(r: Result<T, GpuError>, kind: &str, says: &str) {
 fn an_actor_serves_sequenced_rings_and_refuses_plain_ones() {
     let host = test_host!();
     let mut r = rig(&host);
-    let sequenced = |r: &mut Rig, direction| match r.op(ActorOp::NewRing {
-        direction,
-        layout: RingLayout::Sequenced,
-        message_size: MESSAGE,
-        capacity: 8,
-    }) {
-        Ok(ActorReply::Ring(id)) => id,
-        other => panic!("a sequenced ring, got {other:?}"),
-    };
-    let inbox = sequenced(&mut r, RingDirection::ToDevice);
-    let outbox = sequenced(&mut r, RingDirection::FromDevice);
+    let inbox = r.sequenced_ring(RingDirection::ToDevice, 8);
+    let outbox = r.sequenced_ring(RingDirection::FromDevice, 8);
     let actor = r
         .start("actor_scale_seq", Some((inbox, outbox)), 1)
         .expect("the actor starts");
@@ -391,6 +416,80 @@ fn an_actor_serves_sequenced_rings_and_refuses_plain_ones() {
         s.errors_encountered == 1 && s.failure.is_none() && s.messages_processed == 0,
         "{s:?}"
     );
+}
+
+/// A sequenced ring's consumer takes any whole answer, and actor_scale_seq answers a message it
+/// saw whole beyond one it did not yet, counting it in a later pass: the host's outbox tail may
+/// run ahead of the kernel's head, by at most the capacity, and the kernel serves on from there.
+/// Further ahead is a ring no kernel could have left: counted, and the kernel returns. Here the
+/// outbox's head is set `behind` its tail before the kernel starts, so the kernel numbers inbox
+/// message j's answer j - behind, and the host's first answers are those of messages behind on.
+#[test]
+fn a_sequenced_outbox_taken_ahead_of_its_kernel_is_served_up_to_its_capacity() {
+    const CAPACITY: u32 = 8;
+    let host = test_host!();
+    let mut r = rig(&host);
+    let set_head = r
+        .gpu
+        .module_load(r.s, SET_HEAD_PTX)
+        .expect("set_head loads");
+    for behind in [2, CAPACITY, CAPACITY + 1] {
+        let inbox = r.sequenced_ring(RingDirection::ToDevice, CAPACITY);
+        let outbox = r.sequenced_ring(RingDirection::FromDevice, CAPACITY);
+        let setter = match r.op(ActorOp::Launch {
+            module: set_head,
+            kernel: KernelRef::Named("set_head"),
+            config: &one_block(),
+            args: &[
+                ActorArg::Ring(outbox),
+                ActorArg::Arg(KernelArg::U32(behind.wrapping_neg())),
+            ],
+        }) {
+            Ok(ActorReply::Actor(id)) => id,
+            other => panic!("{other:?}"),
+        };
+        r.ended(setter);
+        r.op(ActorOp::DropActor(setter)).expect("drop");
+        let actor = r
+            .start("actor_scale_seq", Some((inbox, outbox)), 1)
+            .expect("the actor starts");
+        if behind > CAPACITY {
+            let s = r.ended(actor);
+            assert!(
+                s.errors_encountered == 1 && s.failure.is_none() && s.messages_processed == 0,
+                "{behind} behind: {s:?}"
+            );
+        } else {
+            let total = behind as usize + 4;
+            let messages: Vec<u8> = (0..total).flat_map(message).collect();
+            let (mut sent, mut got) = (0, Vec::new());
+            let began = Instant::now();
+            while got.len() < 4 * MESSAGE as usize {
+                assert!(
+                    began.elapsed() < BOUND,
+                    "{behind} behind: {} answers came back: {:?}",
+                    got.len() / MESSAGE as usize,
+                    r.status(actor)
+                );
+                if sent < messages.len() {
+                    sent += r.send(inbox, &messages[sent..]) as usize * MESSAGE as usize;
+                }
+                got.extend(r.recv(outbox, SLOTS, Duration::from_millis(50)));
+            }
+            check_answers(&got, behind as usize);
+            let s = r.stop(actor, Duration::from_secs(5));
+            assert!(
+                s.has_terminated
+                    && s.failure.is_none()
+                    && s.errors_encountered == 0
+                    && s.messages_processed == total as u64,
+                "{behind} behind: {s:?}"
+            );
+        }
+        r.op(ActorOp::DropActor(actor)).expect("drop");
+    }
+    drop(r);
+    assert_baseline(&host);
 }
 
 /// actor_scale serves 1200 messages (checked) and keeps count; a normal launch + sync on the same

@@ -50,7 +50,10 @@
 //! leave it), and consumers still store `tail`, which is what frees slots for the producer.
 //!
 //! Either way the ring is full when `head - tail == capacity` (for a sequenced ring the kernel
-//! producer counts its own head). Head and tail sit on cache lines of their own so that producer
+//! producer counts its own head). A sequenced consumer takes any whole message, so its tail may
+//! pass a producer's head that counts messages later than it writes them (actor_scale_seq
+//! answers a message seen whole beyond one not yet whole, and counts it in a later pass), by at
+//! most the capacity. Head and tail sit on cache lines of their own so that producer
 //! and consumer do not contend for one line.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};

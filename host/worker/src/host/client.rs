@@ -120,6 +120,14 @@ pub(crate) struct Persistent {
 /// A process that was spawned and has not said it is ready yet.
 pub(crate) struct Starting(Worker);
 
+/// Why a started worker did not become ready.
+pub(crate) struct StartFailure {
+    pub(crate) error: WorkerError,
+    /// It was killed from outside (SIGKILL or SIGTERM: an operator, the OOM killer) before it
+    /// was ready: no failure of its own, so another start may well succeed.
+    pub(crate) killed: bool,
+}
+
 impl Worker {
     /// Starts a worker process and waits until it is ready.
     ///
@@ -139,6 +147,7 @@ impl Worker {
             &DeviceBinding::default(),
         )?
         .wait_ready(START_TIMEOUT)
+        .map_err(|f| f.error)
     }
 
     /// Starts a worker process on the device `binding` names; [`Starting::wait_ready`] waits for it.
@@ -421,21 +430,28 @@ impl Starting {
     }
 
     /// Waits for the worker's start handshake; kills it on failure or timeout.
-    pub(crate) fn wait_ready(mut self, timeout: Duration) -> Result<Worker, WorkerError> {
+    pub(crate) fn wait_ready(mut self, timeout: Duration) -> Result<Worker, StartFailure> {
         let proc = self.0.proc.clone();
         let r = self
             .0
             .chan
             .wait_ready(Instant::now() + timeout, &mut || proc.poll());
+        let mut killed = false;
         let why = match r {
             Ok(()) => return Ok(self.0),
             Err(WaitError::Failed(m)) => m,
-            Err(WaitError::Dead(how)) => format!("worker process {how} before it was ready"),
+            Err(WaitError::Dead(how)) => {
+                killed = matches!(proc.killed_by(), Some(libc::SIGKILL | libc::SIGTERM));
+                format!("worker process {how} before it was ready")
+            }
             Err(WaitError::Timeout) => format!("worker not ready within {timeout:?}"),
             Err(WaitError::Protocol(m)) => format!("protocol violation during start: {m}"),
         };
         self.0.lose(why.clone());
-        Err(WorkerError::Spawn(why))
+        Err(StartFailure {
+            error: WorkerError::Spawn(why),
+            killed,
+        })
     }
 }
 

@@ -83,6 +83,9 @@ struct State {
     /// Consecutive failed starts, the last one's message, a counter that waiting acquirers
     /// watch, and when the spawner may try again (exponential backoff).
     failures: u32,
+    /// Consecutive starts killed from outside before they were ready (not counted in
+    /// `failures` up to [`MAX_KILLED_STARTS`]).
+    killed_starts: u32,
     last_error: String,
     error_gen: u64,
     retry_at: Option<Instant>,
@@ -113,6 +116,12 @@ impl Shared {
         self.st.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
+
+/// Starts killed from outside in a row (SIGKILL or SIGTERM before the worker was ready) that
+/// the pool replaces as if they had not happened: whoever waits for a worker waits for the next
+/// start. One more is a failed start like any other, so that something killing every worker
+/// (a memory limit's OOM killer) is reported rather than retried forever.
+const MAX_KILLED_STARTS: u32 = 4;
 
 fn backoff(failures: u32) -> Duration {
     Duration::from_millis(50u64.saturating_mul(1 << failures.min(16).saturating_sub(1)))
@@ -626,6 +635,7 @@ fn finish_start(s: Arc<Shared>, st: Starting) {
     let surplus = match r {
         Ok(w) => {
             g.failures = 0;
+            g.killed_starts = 0;
             g.retry_at = None;
             if g.shutdown {
                 Some(w)
@@ -638,11 +648,16 @@ fn finish_start(s: Arc<Shared>, st: Starting) {
                 None
             }
         }
-        Err(e) => {
+        Err(f) if f.killed && g.killed_starts < MAX_KILLED_STARTS => {
+            // Not the worker's failure: the spawner starts another for whoever waits.
+            g.killed_starts += 1;
+            None
+        }
+        Err(f) => {
             // The worker's own words (acquire wraps them in `WorkerError::Spawn` again).
             record_failure(
                 &mut g,
-                match e {
+                match f.error {
                     WorkerError::Spawn(m) => m,
                     other => other.to_string(),
                 },

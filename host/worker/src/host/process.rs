@@ -46,6 +46,8 @@ struct Exit {
     how: String,
     /// It exited with [`EXIT_DEADLINE`]: its watchdog ended it over a runaway kernel.
     deadline: bool,
+    /// The signal that ended it, if one did.
+    signal: Option<i32>,
 }
 
 impl Proc {
@@ -145,6 +147,16 @@ impl Proc {
             .is_some_and(|e| e.deadline)
     }
 
+    /// The signal that ended it, once it has ended by one (as [`Proc::poll`] or [`Proc::kill`]
+    /// saw it).
+    pub(crate) fn killed_by(&self) -> Option<i32> {
+        self.exited
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .and_then(|e| e.signal)
+    }
+
     /// SIGKILL (if still running) and reap, then wait (up to [`RELAY_DRAIN`]) for the last of
     /// its output to be relayed. Returns how it ended.
     pub(crate) fn kill(&self) -> String {
@@ -198,7 +210,12 @@ fn reap(pid: i32, flags: i32) -> Option<Exit> {
             } else {
                 format!("ended with wait status {status:#x}")
             };
-            return Some(Exit { how, deadline });
+            let signal = libc::WIFSIGNALED(status).then(|| libc::WTERMSIG(status));
+            return Some(Exit {
+                how,
+                deadline,
+                signal,
+            });
         }
         if r == 0 {
             return None;
@@ -210,6 +227,7 @@ fn reap(pid: i32, flags: i32) -> Option<Exit> {
                 return Some(Exit {
                     how: "exited (reaped elsewhere)".into(),
                     deadline: false,
+                    signal: None,
                 })
             }
         }

@@ -142,6 +142,82 @@ fn spawn_failure_reaches_acquire() {
     assert_eq!(pool.busy(), 0);
 }
 
+/// The pool's worker command run through a shell that first sleeps `secs`: a start slow
+/// enough to be killed while it starts (the shell execs the worker, which keeps its pid).
+fn slow_start(secs: &str) -> tasklet_worker::PoolConfig {
+    let mut cfg = pool_config(true, 0, 1);
+    let mut args = vec![
+        "-c".to_string(),
+        format!("sleep {secs}; exec \"$0\" \"$@\""),
+        cfg.command.program.to_string_lossy().into_owned(),
+    ];
+    args.extend(cfg.command.args.iter().cloned());
+    cfg.command = WorkerCommand {
+        program: "/bin/sh".into(),
+        args,
+    };
+    cfg
+}
+
+/// Kills (SIGKILL) each process the pool lists as starting, until `until` says stop or 20 s
+/// pass; the pids killed.
+fn kill_starts(
+    pool: &Arc<Pool>,
+    until: impl Fn(usize) -> bool + Send + 'static,
+) -> std::thread::JoinHandle<Vec<u32>> {
+    let pool = Arc::clone(pool);
+    std::thread::spawn(move || {
+        let (began, mut killed) = (Instant::now(), Vec::new());
+        while !until(killed.len()) && began.elapsed() < Duration::from_secs(20) {
+            for pid in pool.census().starting {
+                if !killed.contains(&pid) {
+                    kill9(pid);
+                    killed.push(pid);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        killed
+    })
+}
+
+/// A worker killed from outside while it starts (an operator, the OOM killer) is no failed
+/// start: the acquire waiting for it gets the next worker the pool starts.
+#[test]
+fn an_acquire_outlives_a_worker_killed_while_starting() {
+    let pool = Arc::new(Pool::start(slow_start("0.3")).unwrap());
+    let killer = kill_starts(&pool, |killed| killed == 1);
+    let mut w = pool.acquire().expect("the next start's worker");
+    let killed = killer.join().unwrap();
+    assert_eq!(killed.len(), 1, "{killed:?}");
+    assert_ne!(w.pid(), killed[0]);
+    w.ping().unwrap();
+}
+
+/// Something that kills every worker as it starts is reported, not retried forever: the
+/// acquire fails saying how the last one ended.
+#[test]
+fn workers_killed_at_every_start_fail_the_acquire_saying_so() {
+    let pool = Arc::new(Pool::start(slow_start("0.2")).unwrap());
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stopped = Arc::clone(&stop);
+    let killer = kill_starts(&pool, move |_| {
+        stopped.load(std::sync::atomic::Ordering::Relaxed)
+    });
+    let t = Instant::now();
+    let r = pool.acquire();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let killed = killer.join().unwrap();
+    match r {
+        Err(WorkerError::Spawn(m)) => {
+            assert!(m.contains("killed by signal 9 before it was ready"), "{m}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(killed.len() > 1, "{killed:?}");
+    assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
+}
+
 #[test]
 fn shutdown_kills_idle_and_leased_workers() {
     let pool = Pool::start(pool_config(true, 2, 2)).unwrap();

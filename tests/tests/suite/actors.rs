@@ -24,10 +24,11 @@ use super::graphs::ADD_STEP_PTX;
 
 const ACTOR_PTX: &str = include_str!("../../../kernels/actor.ptx");
 
-/// Stores a counter no ring can have into each of its two rings: the to-device ring's tail (the
-/// kernel's, as consumer) and the from-device ring's head (the kernel's, as producer), 2^30
-/// each, then returns.
-const BREAK_RINGS_PTX: &str = "\
+/// Kernels that write ring counters, run as persistent kernels that return at once:
+/// `break_rings` stores a counter no ring can have into each of its two rings (the to-device
+/// ring's tail, the kernel's as consumer, and the from-device ring's head, the kernel's as
+/// producer: 2^30 each); `set_head` stores `set_head_value` into a ring's head.
+const COUNTERS_PTX: &str = "\
 .version 7.0
 .target sm_50
 .address_size 64
@@ -49,13 +50,6 @@ const BREAK_RINGS_PTX: &str = "\
 \tst.global.u32 [%rd4], %r1;
 \tret;
 }
-";
-
-/// Stores `set_head_value` into a ring's head (the header's first word), then returns.
-const SET_HEAD_PTX: &str = "\
-.version 7.0
-.target sm_50
-.address_size 64
 
 .visible .entry set_head(
 \t.param .u64 set_head_ring,
@@ -431,8 +425,8 @@ fn a_sequenced_outbox_taken_ahead_of_its_kernel_is_served_up_to_its_capacity() {
     let mut r = rig(&host);
     let set_head = r
         .gpu
-        .module_load(r.s, SET_HEAD_PTX)
-        .expect("set_head loads");
+        .module_load(r.s, COUNTERS_PTX)
+        .expect("the counter kernels load");
     for behind in [2, CAPACITY, CAPACITY + 1] {
         let inbox = r.sequenced_ring(RingDirection::ToDevice, CAPACITY);
         let outbox = r.sequenced_ring(RingDirection::FromDevice, CAPACITY);
@@ -1246,8 +1240,8 @@ fn ring_counters_broken_by_a_kernel_are_a_kernel_fault() {
     let outbox = r.ring(RingDirection::FromDevice);
     let m = r
         .gpu
-        .module_load(r.s, BREAK_RINGS_PTX)
-        .expect("break_rings loads");
+        .module_load(r.s, COUNTERS_PTX)
+        .expect("the counter kernels load");
     let actor = match r.op(ActorOp::Launch {
         module: m,
         kernel: KernelRef::Named("break_rings"),

@@ -109,7 +109,11 @@ pub(crate) async fn serve(shared: Arc<Shared>, incoming: quinn::Incoming) {
         }
     };
     let grant = match shared.host.policy().tenant_ceiling(tenant.as_str()) {
-        Err(err) => Err(err.to_string()),
+        Err(err) => {
+            // The roster for the operator, not for the refused client.
+            tracing::info!(%tenant, listed = %err.listed.join(", "), "a tenant the policy does not list");
+            Err(err.to_string())
+        }
         Ok(ceiling) => match &shared.authorizer {
             None => Ok(ceiling),
             Some(authorizer) => authorizer

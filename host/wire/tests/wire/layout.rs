@@ -323,3 +323,18 @@ fn a_write_a_launch_and_a_read_on_a_stream() {
     );
     assert_eq!(out, expected);
 }
+
+/// docs/wire.md gives the frames' version byte in three places; each is this crate's.
+#[test]
+fn the_document_gives_the_protocols_version() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/wire.md"))
+        .expect("docs/wire.md");
+    let v = PROTOCOL_VERSION;
+    for said in [
+        format!("This document is version {v}."),
+        format!("| 0 | 1 | version | {v}; HELLO and its reply"),
+        format!("| version byte other than {v} (1 on HELLO's frames) |"),
+    ] {
+        assert!(doc.contains(&said), "docs/wire.md does not say {said:?}");
+    }
+}

@@ -78,8 +78,15 @@ impl Closer {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct NodeClient {
-    // Declared before the runtime: the channel's streams go before the runtime that drives them.
+    // Declared before the runtime: the channels' streams go before the runtime that drives them.
     channel: Channel,
+    /// The stream of the last transfer (DEPLOY_PUSH, DEPLOY_RUN), kept until the next one or
+    /// until after the close: a stream dropped just before the close leaves its last frames
+    /// queued, and quinn (0.11) holds a close behind queued frames while the congestion window
+    /// is full (as a young connection's path-MTU probes fill it), so the close would never leave
+    /// and the node would hold the connection until its idle timeout. Dropped after the close,
+    /// a stream queues nothing.
+    last_transfer: Option<Channel>,
     endpoint: quinn::Endpoint,
     runtime: Arc<Runtime>,
     node: String,
@@ -136,6 +143,7 @@ impl NodeClient {
         let channel = Channel::new(Arc::clone(&runtime), connection, send, recv);
         let mut client = NodeClient {
             channel,
+            last_transfer: None,
             endpoint,
             runtime,
             node: String::new(),
@@ -332,6 +340,13 @@ impl NodeClient {
     pub fn close(self) {}
 }
 
+impl NodeClient {
+    /// Keeps `channel`, a transfer's, in place of the last one (see `last_transfer`).
+    pub(crate) fn keep_transfer(&mut self, channel: Channel) {
+        self.last_transfer = Some(channel);
+    }
+}
+
 impl Drop for NodeClient {
     fn drop(&mut self) {
         // A closer handed out holds nothing of the client past here.
@@ -340,12 +355,14 @@ impl Drop for NodeClient {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take();
-        let _ = self.channel.flush();
+        // Pipelined frames still gathered are not sent: the close ends what they would do, and
+        // frames queued just before it could hold it back (see `last_transfer`).
         self.channel.connection().close(0u32.into(), b"client done");
         let endpoint = self.endpoint.clone();
         self.runtime.block_on(async move {
             let _ = tokio::time::timeout(CLOSE_GRACE, endpoint.wait_idle()).await;
         });
+        self.last_transfer.take();
     }
 }
 

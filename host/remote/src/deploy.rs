@@ -136,7 +136,7 @@ impl NodeClient {
             manifest: manifest.to_vec(),
             component_len: self.streamable(component.len(), "the component")?,
         };
-        match self.transfer()?.call_with(&request, component)?.0 {
+        match self.transfer_call(&request, component)?.0 {
             Reply::DeployPush {
                 digest,
                 already_present,
@@ -164,7 +164,7 @@ impl NodeClient {
             digest: *digest,
             input_len: self.streamable(input.len(), "the input")?,
         };
-        let (reply, output) = self.transfer()?.call_with(&request, input)?;
+        let (reply, output) = self.transfer_call(&request, input)?;
         match reply {
             Reply::DeployRun {
                 run_id,
@@ -181,17 +181,20 @@ impl NodeClient {
         }
     }
 
-    /// A stream of its own for one transfer.
-    fn transfer(&self) -> Result<Channel, ClientError> {
+    /// Sends `request` with `data` on a stream of its own and waits for its reply. The stream
+    /// is kept until the next transfer or the client's close (see [`NodeClient::keep_transfer`]).
+    fn transfer_call(
+        &mut self,
+        request: &Request,
+        data: &[u8],
+    ) -> Result<(Reply, Vec<u8>), ClientError> {
         let connection = self.connection().clone();
         let opened = self.runtime().block_on(connection.open_bi());
         let (send, recv) = opened.map_err(|err| crate::connect::refusal_or_loss(&err))?;
-        Ok(Channel::new(
-            Arc::clone(self.runtime()),
-            connection,
-            send,
-            recv,
-        ))
+        let mut channel = Channel::new(Arc::clone(self.runtime()), connection, send, recv);
+        let replied = channel.call_with(request, data);
+        self.keep_transfer(channel);
+        replied
     }
 
     /// `len` as a streamed total, if the node takes that many bytes in one message.

@@ -446,6 +446,29 @@ fn deploy_push_and_run_with_json_and_metrics() {
         ] {
             assert!(body.lines().any(|l| l == line), "no {line:?} in:\n{body}");
         }
+
+        // Commands that end right after their run tell the node they are gone: their
+        // connections end at once, not at the node's 10 s idle timeout.
+        for _ in 0..10 {
+            let out = run(with(&["deploy", "run", &digest]), b"2");
+            assert!(out.status.success(), "{}", text(&out.stderr));
+        }
+        let began = std::time::Instant::now();
+        let gone = loop {
+            let body = scrape(&metrics);
+            if body.lines().any(|l| l == "tasklet_connections_open 0") {
+                break true;
+            }
+            if began.elapsed() > Duration::from_secs(3) {
+                break false;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert!(
+            gone,
+            "connections still open 3 s after their commands ended:\n{}",
+            scrape(&metrics)
+        );
     });
     // SAFETY: plain kill(2) of our own child.
     unsafe { libc::kill(node.id() as i32, libc::SIGTERM) };

@@ -432,6 +432,16 @@ impl Book {
             1 => ("a lease".to_owned(), "one more".to_owned()),
             n => (format!("{n} leases"), format!("{n} more")),
         };
+        if totals.leases == Some(0) {
+            return Err(quota(format!(
+                "tenant `{tenant}` may hold no leases on this node: its policy sets tenant-max-leases = 0"
+            )));
+        }
+        if totals.vram == Some(0) {
+            return Err(quota(format!(
+                "tenant `{tenant}` may hold no VRAM on this node: its policy sets tenant-max-vram = 0"
+            )));
+        }
         if let Some(max) = totals
             .leases
             .filter(|&max| held.leases.saturating_add(count) > max)

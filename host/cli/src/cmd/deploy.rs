@@ -152,9 +152,12 @@ fn push(args: PushArgs) -> Result<ExitCode> {
             source.manifest.name,
             match (pushed.already_present, pushed.uploaded) {
                 (true, false) => "was already deployed",
-                // The node had it recorded but not whole (its store had dropped a damaged
-                // copy): this upload restored it.
-                (true, true) => "uploaded again (the node's copy was missing)",
+                // The node did not have it for this tenant when asked, and had it when the
+                // upload ended: its store had dropped a damaged copy (this upload restored
+                // it), or another push of the same finished first.
+                (true, true) => {
+                    "uploaded again (the node's copy was missing, or another push of it finished first)"
+                }
                 (false, _) => "deployed",
             },
         );

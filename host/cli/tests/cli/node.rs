@@ -528,7 +528,7 @@ fn a_push_restores_a_component_gone_from_the_store() {
         assert!(again.status.success(), "{}", text(&again.stderr));
         let said = text(&again.stderr);
         assert!(
-            said.contains("iota uploaded again (the node's copy was missing)"),
+            said.contains("iota uploaded again (the node's copy was missing"),
             "{said}"
         );
         assert_eq!(text(&again.stdout), text(&first.stdout), "the same digest");

@@ -196,6 +196,10 @@ fn main() -> ExitCode {
             tenant_totals::a_tenants_connections_together_hold_at_most_its_totals,
         ),
         (
+            "tenant_totals::a_total_of_zero_says_the_policy_allows_none",
+            tenant_totals::a_total_of_zero_says_the_policy_allows_none,
+        ),
+        (
             "tenant_totals::a_tenants_deployed_runs_count_in_its_totals",
             tenant_totals::a_tenants_deployed_runs_count_in_its_totals,
         ),

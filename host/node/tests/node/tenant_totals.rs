@@ -236,3 +236,35 @@ pub fn a_tenants_deployments_are_capped() -> TestResult {
     })?;
     Ok(())
 }
+
+/// A total of zero refuses every lease, saying the policy allows none (not "drop one first",
+/// which nothing could satisfy).
+pub fn a_total_of_zero_says_the_policy_allows_none() -> TestResult {
+    let node = node_with(
+        "[tenants.dev]\ntenant-max-leases = 0\n[tenants.team]\ntenant-max-vram = \"0\"\n",
+        false,
+    )?;
+    for (tenant, says) in [
+        (
+            "dev",
+            "may hold no leases on this node: its policy sets tenant-max-leases = 0",
+        ),
+        (
+            "team",
+            "may hold no VRAM on this node: its policy sets tenant-max-vram = 0",
+        ),
+    ] {
+        let err = node
+            .client(tenant)
+            .lease_alloc(1 << 20, 60, None)
+            .err()
+            .ok_or_else(|| format!("{tenant} got a lease past a total of 0"))?;
+        check(
+            err.code() == Some(ErrorCode::QuotaExceeded)
+                && err.to_string().contains(says)
+                && !err.to_string().contains("first"),
+            || err.to_string(),
+        )?;
+    }
+    Ok(())
+}

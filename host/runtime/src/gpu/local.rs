@@ -192,7 +192,8 @@ impl LocalGpu {
         let grant = self.grant.gpu;
         if grant.max_leases == 0 {
             return Err(unauthorized(
-                "this tasklet may not lease GPUs: its manifest has no [gpu] section, or the node policy grants no leases",
+                "this tasklet may not lease GPUs: its manifest has no [gpu] section, or the node policy grants it no leases \
+                 (max-leases = 0 under [tasklets] or under its tenant's [tenants.NAME])",
             ));
         }
         let lent = self.manager.devices().len();

@@ -69,10 +69,15 @@ impl Inner {
         let compiled = match self
             .store
             .compiled()
-            .get(&deployment.component.digest, &self.engine)?
+            .get(&deployment.component.digest, &self.engine)
         {
-            Lookup::Hit(bytes) => bytes,
-            Lookup::Miss | Lookup::Discarded { .. } => return Ok(None),
+            Ok(Lookup::Hit(bytes)) => bytes,
+            Ok(Lookup::Miss | Lookup::Discarded { .. }) => return Ok(None),
+            // A cache that cannot be read costs this run a compile, not the run.
+            Err(err) => {
+                tracing::warn!("the compiled cache failed, compiling instead: {err}");
+                return Ok(None);
+            }
         };
         // SAFETY: entries under this engine fingerprint are what `Runner::precompile` of such an
         // engine made (this crate puts them, as does anything else the node lets share its
@@ -99,10 +104,13 @@ impl Inner {
                 message,
             })?;
         // A failure to cache (a full disk) costs the next cold run a compile; this run goes on.
-        let _ = self
-            .store
-            .compiled()
-            .put(&deployment.component.digest, &self.engine, &compiled);
+        if let Err(err) =
+            self.store
+                .compiled()
+                .put(&deployment.component.digest, &self.engine, &compiled)
+        {
+            tracing::warn!("the compiled cache failed, the run goes on uncached: {err}");
+        }
         Ok(Linked {
             tasklet,
             weight: compiled.len() as u64,

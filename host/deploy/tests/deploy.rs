@@ -433,6 +433,25 @@ fn a_damaged_compiled_entry_is_compiled_anew() {
     assert_baseline(&host);
 }
 
+/// A compiled cache that cannot be read (here a folder where its entry should be) costs the run
+/// a compile, not the run; so does one that cannot be written.
+#[test]
+fn a_compiled_entry_that_cannot_be_read_costs_a_compile_not_the_run() {
+    let host = host();
+    let dir = TempDir::new().unwrap();
+    let digest = push(&deployer(dir.path()), &iota());
+    let entries = compiled_entries(dir.path());
+    assert_eq!(entries.len(), 1);
+    std::fs::remove_file(&entries[0]).unwrap();
+    std::fs::create_dir(&entries[0]).unwrap();
+    for _ in 0..2 {
+        let outcome = run(&deployer(dir.path()), &host, &digest, "3");
+        assert_eq!(outcome.load, LoadKind::Compiled);
+        assert_output(&outcome, "1\n2\n3\n");
+    }
+    assert_baseline(&host);
+}
+
 #[test]
 fn run_ids_are_unique_and_unguessable_in_form() {
     let host = host();

@@ -62,7 +62,16 @@ impl Area {
                     path: self.path_of(name),
                 })
             }
-            Err(err) => return Err(self.error("open", name, err)),
+            Err(err) => {
+                // A symbolic link (which the store does not follow out of its folder), or
+                // anything else the store never writes.
+                if matches!(self.dir.symlink_metadata(name), Ok(m) if !m.is_file()) {
+                    return Err(Error::NotAFile {
+                        path: self.path_of(name),
+                    });
+                }
+                return Err(self.error("open", name, err));
+            }
         };
         let metadata = file
             .metadata()

@@ -341,9 +341,16 @@ pub(crate) fn exit_message(status: &ExitStatus) -> String {
     error.to_string()
 }
 
-/// A deployer's error as the client is told it.
+/// A deployer's error as the client is told it. A store that failed (a file damaged,
+/// unreadable or not what the store wrote) is the node's trouble, not the tenant's: the node's
+/// log gets the whole error, at WARN, naming the file, and the client a line that names none of
+/// the node's paths.
 pub(crate) fn failure(err: tasklet_deploy::Error) -> Failure {
     use tasklet_deploy::Error;
+    if let Error::Store(store) = &err {
+        tracing::warn!("the deployment store failed: {store}");
+        return Failure::new(ErrorCode::Internal, store_failure(store));
+    }
     let code = match &err {
         Error::ManifestTooLarge { .. }
         | Error::InvalidManifest { .. }
@@ -358,6 +365,25 @@ pub(crate) fn failure(err: tasklet_deploy::Error) -> Failure {
     Failure::new(code, err.to_string())
 }
 
+/// What a client is told of a store's failure.
+fn store_failure(err: &tasklet_store::Error) -> String {
+    match err {
+        tasklet_store::Error::Corrupt { removed: true, .. } => {
+            "the node's stored copy of this deployment was damaged on disk and has been removed: push it again"
+                .to_owned()
+        }
+        tasklet_store::Error::Corrupt { removed: false, .. } => {
+            "the node's stored copy of this deployment is damaged on disk and the node could not remove it: \
+             its operator must (the node's log names the file)"
+                .to_owned()
+        }
+        tasklet_store::Error::NotFound { .. } => err.to_string(),
+        _ => "the node's store cannot read or write this deployment (the node's log says why): \
+              ask the node's operator, or try another node"
+            .to_owned(),
+    }
+}
+
 /// The store's digest of a digest from the wire (both are the 32 bytes of a SHA-256).
 pub(crate) fn from_wire(digest: &tasklet_wire::Digest) -> Digest {
     Digest::from_bytes(digest.0)
@@ -365,4 +391,44 @@ pub(crate) fn from_wire(digest: &tasklet_wire::Digest) -> Digest {
 
 pub(crate) fn to_wire(digest: &Digest) -> tasklet_wire::Digest {
     tasklet_wire::Digest(*digest.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    /// A store's failure reaches the client as the node's trouble, naming none of its files.
+    #[test]
+    fn a_store_failure_names_no_path_of_the_node() {
+        let path = PathBuf::from("/srv/tasklet/store/blobs/sha256/ab");
+        let digest = tasklet_store::Digest::of(b"x");
+        for (err, says) in [
+            (
+                tasklet_store::Error::Corrupt {
+                    path: path.clone(),
+                    actual: digest,
+                    removed: true,
+                },
+                "has been removed: push it again",
+            ),
+            (
+                tasklet_store::Error::NotAFile { path: path.clone() },
+                "the node's log says why",
+            ),
+            (
+                tasklet_store::Error::Io {
+                    op: "open",
+                    path: path.clone(),
+                    source: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+                },
+                "the node's log says why",
+            ),
+        ] {
+            let failure = failure(tasklet_deploy::Error::Store(err));
+            let text = format!("{failure:?}");
+            assert!(text.contains("Internal") && text.contains(says), "{text}");
+            assert!(!text.contains("/srv/tasklet"), "{text}");
+        }
+    }
 }

@@ -84,6 +84,9 @@ impl Node {
             membership,
         } = self;
         tracing::info!(addr = %endpoint.local_addr().map_or("?".into(), |a| a.to_string()), node = %shared.name, "serving");
+        for line in shared.host.policy().tenant_caps_above_the_ceiling() {
+            tracing::warn!("policy: {line}");
+        }
         if let Some(deployments) = &shared.deployments {
             tracing::info!(store = %deployments.root().display(), "serving deployments");
         }

@@ -146,6 +146,74 @@ impl Policy {
 }
 
 impl Policy {
+    /// The caps of `[tenants.*]` sections set above `[tasklets]`'s, one line each: a tenant's
+    /// section can only narrow, so each is cut to `[tasklets]`'s value, and a node says so at
+    /// start (a typo in a policy should not go unseen).
+    pub fn tenant_caps_above_the_ceiling(&self) -> Vec<String> {
+        let ceiling = self.ceiling();
+        let mut lines = Vec::new();
+        for (tenant, caps) in &self.tenants {
+            let mut above = |key: &str, set: Option<String>, cap: String| {
+                if let Some(set) = set {
+                    lines.push(format!(
+                        "[tenants.{tenant}] {key} = {set} is above [tasklets]'s {cap}: the tenant gets {cap}"
+                    ));
+                }
+            };
+            let over = |set: Option<u64>, cap: u64| set.filter(|&v| v > cap).map(|v| v.to_string());
+            let over_time = |set: Option<Duration>, cap: Duration| {
+                set.filter(|&v| v > cap).map(|v| format!("{v:?}"))
+            };
+            above(
+                "max-memory",
+                over(caps.max_memory, ceiling.limits.memory),
+                ceiling.limits.memory.to_string(),
+            );
+            above(
+                "max-wall-time",
+                over_time(caps.max_wall_time, ceiling.limits.wall_time),
+                format!("{:?}", ceiling.limits.wall_time),
+            );
+            above(
+                "max-vram",
+                over(caps.max_vram, ceiling.gpu.max_vram),
+                ceiling.gpu.max_vram.to_string(),
+            );
+            above(
+                "max-leases",
+                over(
+                    caps.max_leases.map(u64::from),
+                    ceiling.gpu.max_leases.into(),
+                ),
+                ceiling.gpu.max_leases.to_string(),
+            );
+            above(
+                "max-lease-time",
+                over_time(caps.max_lease_time, ceiling.gpu.max_lease_time),
+                format!("{:?}", ceiling.gpu.max_lease_time),
+            );
+            above(
+                "max-persistent",
+                over(
+                    caps.max_persistent.map(u64::from),
+                    ceiling.gpu.max_persistent.into(),
+                ),
+                ceiling.gpu.max_persistent.to_string(),
+            );
+            if let (Some(set), Some(cap)) = (caps.gpu_time, ceiling.gpu_time) {
+                above("gpu-seconds", over_time(Some(set), cap), format!("{cap:?}"));
+            }
+            if let Some(rights) = caps.rights {
+                if rights.intersect(ceiling.gpu.rights) != rights {
+                    lines.push(format!(
+                        "[tenants.{tenant}] rights name some that [tasklets] does not grant: the tenant gets only those both grant"
+                    ));
+                }
+            }
+        }
+        lines
+    }
+
     /// What `tenant` may hold at once, all its connections and runs together: `[tasklets]`'s
     /// `tenant-max-*`, lowered by its own section's. Whether the tenant gets in at all is
     /// [`Policy::tenant_ceiling`]'s to say.
@@ -284,6 +352,32 @@ rights = ["alloc", "read", "launch", "load", "persistent"]
         assert_eq!(g.gpu.max_persistent, 1);
         assert_eq!(dev.intersect(&g).gpu.max_persistent, 1);
         assert_eq!(g.intersect(&dev).gpu.max_persistent, 1);
+    }
+
+    #[test]
+    fn caps_above_the_ceiling_are_named() {
+        let p = Policy::parse(
+            "[tasklets]\nmax-vram = \"4MiB\"\nmax-leases = 2\n[tenants.bob]\nmax-vram = \"8GiB\"\nmax-leases = 1\n[tenants.dev]\n",
+        )
+        .unwrap();
+        let lines = p.tenant_caps_above_the_ceiling();
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(
+            lines[0]
+                .starts_with("[tenants.bob] max-vram = 8589934592 is above [tasklets]'s 4194304"),
+            "{lines:?}"
+        );
+        let lines = Policy::parse(TWO_TENANTS)
+            .unwrap()
+            .tenant_caps_above_the_ceiling();
+        assert!(
+            lines.iter().all(|l| l.starts_with("[tenants.team-7]"))
+                && lines
+                    .iter()
+                    .any(|l| l.contains("max-leases = 8 is above [tasklets]'s 4"))
+                && lines.iter().any(|l| l.contains("rights name some")),
+            "{lines:?}"
+        );
     }
 
     #[test]

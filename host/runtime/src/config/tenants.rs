@@ -188,7 +188,7 @@ impl Policy {
                 ceiling.gpu.max_leases.to_string(),
             );
             above(
-                "max-lease-time",
+                "max-lease-secs",
                 over_time(caps.max_lease_time, ceiling.gpu.max_lease_time),
                 format!("{:?}", ceiling.gpu.max_lease_time),
             );

@@ -295,24 +295,3 @@ fn concurrent_puts_of_the_same_content_both_succeed_with_one_blob() {
         assert_eq!(t.store.read_blob(&puts[0].digest).unwrap(), *bytes);
     }
 }
-
-#[test]
-fn a_link_where_a_blob_should_be_is_not_followed_out_of_the_store() {
-    let t = open_default();
-    let bytes = content(9, 1_000);
-    let put = t.store.put_blob(&bytes, None).unwrap();
-    let outside = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(outside.path(), b"not the store's").unwrap();
-    let path = t.blob_path(&put.digest);
-    std::fs::remove_file(&path).unwrap();
-    std::os::unix::fs::symlink(outside.path(), &path).unwrap();
-    match t.store.open_blob(&put.digest) {
-        Err(err @ Error::NotAFile { .. }) => {
-            assert!(err.to_string().contains("is not a regular file"), "{err}")
-        }
-        other => panic!("{:?}", other.map(|_| "a reader")),
-    }
-    // The next push writes the blob anew in its place.
-    assert!(!t.store.put_blob(&bytes, None).unwrap().already_present);
-    assert_eq!(t.store.read_blob(&put.digest).unwrap(), bytes);
-}

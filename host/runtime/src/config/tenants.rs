@@ -150,58 +150,57 @@ impl Policy {
     /// section can only narrow, so each is cut to `[tasklets]`'s value, and a node says so at
     /// start (a typo in a policy should not go unseen).
     pub fn tenant_caps_above_the_ceiling(&self) -> Vec<String> {
+        // Each cap: the tenant's value where it is above the ceiling's, and the ceiling's.
+        let number = |set: Option<u64>, cap: u64| {
+            (
+                set.filter(|&v| v > cap).map(|v| v.to_string()),
+                cap.to_string(),
+            )
+        };
+        let time = |set: Option<Duration>, cap: Duration| {
+            (
+                set.filter(|&v| v > cap).map(|v| format!("{v:?}")),
+                format!("{cap:?}"),
+            )
+        };
         let ceiling = self.ceiling();
         let mut lines = Vec::new();
         for (tenant, caps) in &self.tenants {
-            let mut above = |key: &str, set: Option<String>, cap: String| {
+            let mut checked = vec![
+                ("max-memory", number(caps.max_memory, ceiling.limits.memory)),
+                (
+                    "max-wall-time",
+                    time(caps.max_wall_time, ceiling.limits.wall_time),
+                ),
+                ("max-vram", number(caps.max_vram, ceiling.gpu.max_vram)),
+                (
+                    "max-leases",
+                    number(
+                        caps.max_leases.map(u64::from),
+                        ceiling.gpu.max_leases.into(),
+                    ),
+                ),
+                (
+                    "max-lease-secs",
+                    time(caps.max_lease_time, ceiling.gpu.max_lease_time),
+                ),
+                (
+                    "max-persistent",
+                    number(
+                        caps.max_persistent.map(u64::from),
+                        ceiling.gpu.max_persistent.into(),
+                    ),
+                ),
+            ];
+            if let Some(cap) = ceiling.gpu_time {
+                checked.push(("gpu-seconds", time(caps.gpu_time, cap)));
+            }
+            for (key, (set, cap)) in checked {
                 if let Some(set) = set {
                     lines.push(format!(
                         "[tenants.{tenant}] {key} = {set} is above [tasklets]'s {cap}: the tenant gets {cap}"
                     ));
                 }
-            };
-            let over = |set: Option<u64>, cap: u64| set.filter(|&v| v > cap).map(|v| v.to_string());
-            let over_time = |set: Option<Duration>, cap: Duration| {
-                set.filter(|&v| v > cap).map(|v| format!("{v:?}"))
-            };
-            above(
-                "max-memory",
-                over(caps.max_memory, ceiling.limits.memory),
-                ceiling.limits.memory.to_string(),
-            );
-            above(
-                "max-wall-time",
-                over_time(caps.max_wall_time, ceiling.limits.wall_time),
-                format!("{:?}", ceiling.limits.wall_time),
-            );
-            above(
-                "max-vram",
-                over(caps.max_vram, ceiling.gpu.max_vram),
-                ceiling.gpu.max_vram.to_string(),
-            );
-            above(
-                "max-leases",
-                over(
-                    caps.max_leases.map(u64::from),
-                    ceiling.gpu.max_leases.into(),
-                ),
-                ceiling.gpu.max_leases.to_string(),
-            );
-            above(
-                "max-lease-secs",
-                over_time(caps.max_lease_time, ceiling.gpu.max_lease_time),
-                format!("{:?}", ceiling.gpu.max_lease_time),
-            );
-            above(
-                "max-persistent",
-                over(
-                    caps.max_persistent.map(u64::from),
-                    ceiling.gpu.max_persistent.into(),
-                ),
-                ceiling.gpu.max_persistent.to_string(),
-            );
-            if let (Some(set), Some(cap)) = (caps.gpu_time, ceiling.gpu_time) {
-                above("gpu-seconds", over_time(Some(set), cap), format!("{cap:?}"));
             }
             if let Some(rights) = caps.rights {
                 if rights.intersect(ceiling.gpu.rights) != rights {

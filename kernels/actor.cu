@@ -424,6 +424,9 @@ extern "C" __global__ void actor_scale_seq(ring* inbox, ring* outbox, control* c
                 v.out_head += n;
                 v.processed += n;
                 store_volatile(&inbox->tail, v.in_tail);
+                // The host reads no head of a sequenced ring; a kernel started next on these
+                // rings does, and answers on from it, in step with the inbox's tail.
+                store_volatile(&outbox->head, v.out_head);
                 *(volatile unsigned long long*)&ctl->messages_processed = v.processed;
                 idle = 0;
             } else if (idle++ >= SPINS) {

@@ -412,6 +412,41 @@ fn an_actor_serves_sequenced_rings_and_refuses_plain_ones() {
     );
 }
 
+/// A second actor_scale_seq started on the rings the first one served answers on from where
+/// that one stopped (it keeps the outbox's head, which the next reads), every answer its own
+/// message's.
+#[test]
+fn a_sequenced_actor_started_again_on_its_rings_answers_on() {
+    let host = test_host!();
+    let mut r = rig(&host);
+    let inbox = r.sequenced_ring(RingDirection::ToDevice, 8);
+    let outbox = r.sequenced_ring(RingDirection::FromDevice, 8);
+    let mut next = 0;
+    for (singles, batch) in [(5, 12), (3, 20)] {
+        let actor = r
+            .start("actor_scale_seq", Some((inbox, outbox)), 1)
+            .expect("the actor starts");
+        for k in next..next + singles {
+            check_answers(&r.exchange(inbox, outbox, &message(k)), k);
+        }
+        next += singles;
+        let messages: Vec<u8> = (next..next + batch).flat_map(message).collect();
+        check_answers(&r.exchange(inbox, outbox, &messages), next);
+        next += batch;
+        let s = r.stop(actor, Duration::from_secs(5));
+        assert!(
+            s.has_terminated
+                && s.failure.is_none()
+                && s.errors_encountered == 0
+                && s.messages_processed == (singles + batch) as u64,
+            "{s:?}"
+        );
+        r.op(ActorOp::DropActor(actor)).expect("drop");
+    }
+    drop(r);
+    assert_baseline(&host);
+}
+
 /// A sequenced ring's consumer takes any whole answer, and actor_scale_seq answers a message it
 /// saw whole beyond one it did not yet, counting it in a later pass: the host's outbox tail may
 /// run ahead of the kernel's head, by at most the capacity, and the kernel serves on from there.

@@ -139,10 +139,15 @@ impl Push {
         let component = Digest::of(&self.component);
         let mut manifest = self.manifest;
         manifest.component = component_path(&component);
-        let cached = matches!(
-            inner.store.compiled().get(&component, &inner.engine)?,
-            Lookup::Hit(_)
-        );
+        // The compiled cache only saves work: one that cannot be read means a compile, one that
+        // cannot be written a compile at the next cold run (as for runs, in `load`).
+        let cached = match inner.store.compiled().get(&component, &inner.engine) {
+            Ok(lookup) => matches!(lookup, Lookup::Hit(_)),
+            Err(err) => {
+                tracing::warn!("the compiled cache failed, compiling instead: {err}");
+                false
+            }
+        };
         let mut compiled = None;
         if !cached {
             let start = Instant::now();
@@ -154,10 +159,11 @@ impl Push {
             .store
             .push_deployment(&self.manifest_bytes, &self.component)?;
         if let Some((bytes, _)) = &compiled {
-            inner
-                .store
-                .compiled()
-                .put(&component, &inner.engine, bytes)?;
+            if let Err(err) = inner.store.compiled().put(&component, &inner.engine, bytes) {
+                tracing::warn!(
+                    "the compiled cache failed, the deployment is stored uncached: {err}"
+                );
+            }
         }
         Ok(Pushed {
             digest: pushed.deployment.digest,

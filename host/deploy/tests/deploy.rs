@@ -433,8 +433,8 @@ fn a_damaged_compiled_entry_is_compiled_anew() {
     assert_baseline(&host);
 }
 
-/// A compiled cache that cannot be read (here a folder where its entry should be) costs the run
-/// a compile, not the run; so does one that cannot be written.
+/// A compiled cache that cannot be read (here a folder where its entry should be) costs a push or
+/// a run a compile, not the push or the run; so does one that cannot be written.
 #[test]
 fn a_compiled_entry_that_cannot_be_read_costs_a_compile_not_the_run() {
     let host = host();
@@ -444,6 +444,8 @@ fn a_compiled_entry_that_cannot_be_read_costs_a_compile_not_the_run() {
     assert_eq!(entries.len(), 1);
     std::fs::remove_file(&entries[0]).unwrap();
     std::fs::create_dir(&entries[0]).unwrap();
+    // Nor the push of it again.
+    assert_eq!(push(&deployer(dir.path()), &iota()), digest);
     for _ in 0..2 {
         let outcome = run(&deployer(dir.path()), &host, &digest, "3");
         assert_eq!(outcome.load, LoadKind::Compiled);

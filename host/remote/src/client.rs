@@ -341,9 +341,9 @@ impl NodeClient {
 }
 
 impl NodeClient {
-    /// Keeps `channel`, a transfer's, in place of the last one (see `last_transfer`).
-    pub(crate) fn keep_transfer(&mut self, channel: Channel) {
-        self.last_transfer = Some(channel);
+    /// Keeps `channel`, a transfer's (or none), in place of the last one (see `last_transfer`).
+    pub(crate) fn keep_transfer(&mut self, channel: Option<Channel>) {
+        self.last_transfer = channel;
     }
 }
 

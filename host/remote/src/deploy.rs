@@ -188,12 +188,15 @@ impl NodeClient {
         request: &Request,
         data: &[u8],
     ) -> Result<(Reply, Vec<u8>), ClientError> {
+        // The last transfer's stream goes now, not when this one is kept: its last frames
+        // then leave with this request, long before any close.
+        self.keep_transfer(None);
         let connection = self.connection().clone();
         let opened = self.runtime().block_on(connection.open_bi());
         let (send, recv) = opened.map_err(|err| crate::connect::refusal_or_loss(&err))?;
         let mut channel = Channel::new(Arc::clone(self.runtime()), connection, send, recv);
         let replied = channel.call_with(request, data);
-        self.keep_transfer(channel);
+        self.keep_transfer(Some(channel));
         replied
     }
 

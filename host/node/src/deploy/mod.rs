@@ -347,9 +347,19 @@ pub(crate) fn exit_message(status: &ExitStatus) -> String {
 /// the node's paths.
 pub(crate) fn failure(err: tasklet_deploy::Error) -> Failure {
     use tasklet_deploy::Error;
-    if let Error::Store(store) = &err {
-        tracing::warn!("the deployment store failed: {store}");
-        return Failure::new(ErrorCode::Internal, store_failure(store));
+    match &err {
+        // What was pushed, not the store, is at fault: said as it is (no path in either).
+        Error::Store(store @ tasklet_store::Error::TooLarge { .. }) => {
+            return Failure::new(ErrorCode::QuotaExceeded, store.to_string())
+        }
+        Error::Store(store @ tasklet_store::Error::DigestMismatch { .. }) => {
+            return Failure::new(ErrorCode::InvalidArgument, store.to_string())
+        }
+        Error::Store(store) => {
+            tracing::warn!("the deployment store failed: {store}");
+            return Failure::new(ErrorCode::Internal, store_failure(store));
+        }
+        _ => {}
     }
     let code = match &err {
         Error::ManifestTooLarge { .. }
@@ -430,5 +440,17 @@ mod tests {
             assert!(text.contains("Internal") && text.contains(says), "{text}");
             assert!(!text.contains("/srv/tasklet"), "{text}");
         }
+        // A blob past the store's limit is the push's: QUOTA_EXCEEDED naming the key.
+        let failure = failure(tasklet_deploy::Error::Store(
+            tasklet_store::Error::TooLarge {
+                limit: 10,
+                setting: "max-blob-size",
+            },
+        ));
+        let text = format!("{failure:?}");
+        assert!(
+            text.contains("QuotaExceeded") && text.contains("max-blob-size"),
+            "{text}"
+        );
     }
 }

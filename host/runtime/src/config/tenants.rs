@@ -195,12 +195,40 @@ impl Policy {
             if let Some(cap) = ceiling.gpu_time {
                 checked.push(("gpu-seconds", time(caps.gpu_time, cap)));
             }
+            let totals = [
+                (
+                    "tenant-max-leases",
+                    caps.totals.leases.map(u64::from),
+                    self.totals.leases.map(u64::from),
+                ),
+                ("tenant-max-vram", caps.totals.vram, self.totals.vram),
+                (
+                    "tenant-max-runs",
+                    caps.totals.runs.map(u64::from),
+                    self.totals.runs.map(u64::from),
+                ),
+                (
+                    "tenant-max-deployments",
+                    caps.totals.deployments.map(u64::from),
+                    self.totals.deployments.map(u64::from),
+                ),
+            ];
+            for (key, set, cap) in totals {
+                if let Some(cap) = cap {
+                    checked.push((key, number(set, cap)));
+                }
+            }
             for (key, (set, cap)) in checked {
                 if let Some(set) = set {
                     lines.push(format!(
                         "[tenants.{tenant}] {key} = {set} is above [tasklets]'s {cap}: the tenant gets {cap}"
                     ));
                 }
+            }
+            if caps.deploy == Some(true) && !self.deploy {
+                lines.push(format!(
+                    "[tenants.{tenant}] deploy = true cannot give back what [tasklets] deploy = false takes: the tenant may not deploy"
+                ));
             }
             if let Some(rights) = caps.rights {
                 if rights.intersect(ceiling.gpu.rights) != rights {
@@ -356,11 +384,18 @@ rights = ["alloc", "read", "launch", "load", "persistent"]
     #[test]
     fn caps_above_the_ceiling_are_named() {
         let p = Policy::parse(
-            "[tasklets]\nmax-vram = \"4MiB\"\nmax-leases = 2\n[tenants.bob]\nmax-vram = \"8GiB\"\nmax-leases = 1\n[tenants.dev]\n",
+            "[tasklets]\nmax-vram = \"4MiB\"\nmax-leases = 2\ntenant-max-runs = 2\ndeploy = false\n\
+             [tenants.bob]\nmax-vram = \"8GiB\"\nmax-leases = 1\n\
+             [tenants.dev]\ntenant-max-runs = 3\ndeploy = true\n",
         )
         .unwrap();
         let lines = p.tenant_caps_above_the_ceiling();
-        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert!(
+            lines[1].starts_with("[tenants.dev] tenant-max-runs = 3 is above [tasklets]'s 2")
+                && lines[2].starts_with("[tenants.dev] deploy = true cannot give back"),
+            "{lines:?}"
+        );
         assert!(
             lines[0]
                 .starts_with("[tenants.bob] max-vram = 8589934592 is above [tasklets]'s 4194304"),

@@ -432,35 +432,34 @@ impl Book {
             1 => ("a lease".to_owned(), "one more".to_owned()),
             n => (format!("{n} leases"), format!("{n} more")),
         };
-        if totals.leases == Some(0) {
-            return Err(quota(format!(
-                "tenant `{tenant}` may hold no leases on this node: its policy sets tenant-max-leases = 0"
-            )));
-        }
-        if totals.vram == Some(0) {
-            return Err(quota(format!(
-                "tenant `{tenant}` may hold no VRAM on this node: its policy sets tenant-max-vram = 0"
-            )));
-        }
+        // A total of zero is the policy allowing none: said so, not "drop one first".
         if let Some(max) = totals
             .leases
-            .filter(|&max| held.leases.saturating_add(count) > max)
+            .filter(|&max| max == 0 || held.leases.saturating_add(count) > max)
         {
-            return Err(quota(format!(
-                "tenant `{tenant}` holds {} lease(s) on this node, all its connections and runs together, and {more} \
-                 would pass the most its policy allows (tenant-max-leases = {max}); drop one first",
-                held.leases
-            )));
+            return Err(quota(if max == 0 {
+                format!("tenant `{tenant}` may hold no leases on this node: its policy sets tenant-max-leases = 0")
+            } else {
+                format!(
+                    "tenant `{tenant}` holds {} lease(s) on this node, all its connections and runs together, and {more} \
+                     would pass the most its policy allows (tenant-max-leases = {max}); drop one first",
+                    held.leases
+                )
+            }));
         }
         let after = held
             .bytes
             .saturating_add(bytes.saturating_mul(count.into()));
-        if let Some(max) = totals.vram.filter(|&max| after > max) {
-            return Err(quota(format!(
-                "{asked} of {bytes} bytes would bring tenant `{tenant}` to {after} bytes of VRAM on this node, all \
-                 its connections and runs together, over its policy's {max} (tenant-max-vram); drop a lease or ask \
-                 for less"
-            )));
+        if let Some(max) = totals.vram.filter(|&max| max == 0 || after > max) {
+            return Err(quota(if max == 0 {
+                format!("tenant `{tenant}` may hold no VRAM on this node: its policy sets tenant-max-vram = 0")
+            } else {
+                format!(
+                    "{asked} of {bytes} bytes would bring tenant `{tenant}` to {after} bytes of VRAM on this node, all \
+                     its connections and runs together, over its policy's {max} (tenant-max-vram); drop a lease or ask \
+                     for less"
+                )
+            }));
         }
         Ok(())
     }

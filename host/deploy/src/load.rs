@@ -66,18 +66,8 @@ impl Inner {
         deployment: &Deployment,
         manifest: &Manifest,
     ) -> Result<Option<Linked>, Error> {
-        let compiled = match self
-            .store
-            .compiled()
-            .get(&deployment.component.digest, &self.engine)
-        {
-            Ok(Lookup::Hit(bytes)) => bytes,
-            Ok(Lookup::Miss | Lookup::Discarded { .. }) => return Ok(None),
-            // A cache that cannot be read costs this run a compile, not the run.
-            Err(err) => {
-                tracing::warn!("the compiled cache failed, compiling instead: {err}");
-                return Ok(None);
-            }
+        let Some(compiled) = self.cached_compiled(&deployment.component.digest) else {
+            return Ok(None);
         };
         // SAFETY: entries under this engine fingerprint are what `Runner::precompile` of such an
         // engine made (this crate puts them, as does anything else the node lets share its
@@ -95,6 +85,29 @@ impl Inner {
         }))
     }
 
+    /// Component `component`'s compiled form, if the store's compiled cache holds a good one.
+    /// The cache only saves work: one that cannot be read is a miss (a compile), said in the
+    /// node's log, never a failed push or run.
+    pub(crate) fn cached_compiled(&self, component: &Digest) -> Option<Vec<u8>> {
+        match self.store.compiled().get(component, &self.engine) {
+            Ok(Lookup::Hit(bytes)) => Some(bytes),
+            Ok(Lookup::Miss | Lookup::Discarded { .. }) => None,
+            Err(err) => {
+                tracing::warn!("the compiled cache failed, compiling instead: {err}");
+                None
+            }
+        }
+    }
+
+    /// Puts `compiled` into the compiled cache for `component`. One that cannot be written (a
+    /// full disk) costs the next cold run a compile, said in the node's log; what is under way
+    /// goes on.
+    pub(crate) fn cache_compiled(&self, component: &Digest, compiled: &[u8]) {
+        if let Err(err) = self.store.compiled().put(component, &self.engine, compiled) {
+            tracing::warn!("the compiled cache failed, going on uncached: {err}");
+        }
+    }
+
     /// Compiles the deployment's component, caches the result and links it.
     fn compile(&self, deployment: &Deployment, manifest: Manifest) -> Result<Linked, Error> {
         let wasm = self.store.read_blob(&deployment.component.digest)?;
@@ -103,14 +116,7 @@ impl Inner {
                 digest: deployment.digest,
                 message,
             })?;
-        // A failure to cache (a full disk) costs the next cold run a compile; this run goes on.
-        if let Err(err) =
-            self.store
-                .compiled()
-                .put(&deployment.component.digest, &self.engine, &compiled)
-        {
-            tracing::warn!("the compiled cache failed, the run goes on uncached: {err}");
-        }
+        self.cache_compiled(&deployment.component.digest, &compiled);
         Ok(Linked {
             tasklet,
             weight: compiled.len() as u64,

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tasklet_runtime::config::Manifest;
-use tasklet_store::{Digest, Lookup, MAX_BLOB_SETTING};
+use tasklet_store::{Digest, MAX_BLOB_SETTING};
 
 use crate::config::{MAX_COMPONENT_SETTING, MAX_MANIFEST_BYTES};
 use crate::deployer::{Deployer, Inner};
@@ -139,15 +139,7 @@ impl Push {
         let component = Digest::of(&self.component);
         let mut manifest = self.manifest;
         manifest.component = component_path(&component);
-        // The compiled cache only saves work: one that cannot be read means a compile, one that
-        // cannot be written a compile at the next cold run (as for runs, in `load`).
-        let cached = match inner.store.compiled().get(&component, &inner.engine) {
-            Ok(lookup) => matches!(lookup, Lookup::Hit(_)),
-            Err(err) => {
-                tracing::warn!("the compiled cache failed, compiling instead: {err}");
-                false
-            }
-        };
+        let cached = inner.cached_compiled(&component).is_some();
         let mut compiled = None;
         if !cached {
             let start = Instant::now();
@@ -159,11 +151,7 @@ impl Push {
             .store
             .push_deployment(&self.manifest_bytes, &self.component)?;
         if let Some((bytes, _)) = &compiled {
-            if let Err(err) = inner.store.compiled().put(&component, &inner.engine, bytes) {
-                tracing::warn!(
-                    "the compiled cache failed, the deployment is stored uncached: {err}"
-                );
-            }
+            inner.cache_compiled(&component, bytes);
         }
         Ok(Pushed {
             digest: pushed.deployment.digest,

@@ -710,15 +710,19 @@ fn leases_on(addr: &str, certs: &str) -> usize {
 /// A `tasklet run --node` of the probe holding a lease (for a minute), started, and waited for
 /// (bounded) until the node shows its lease.
 fn client_holding_a_lease(addr: &str, certs: &str) -> Child {
-    let args = [
+    holding_a_lease(&probe_on_node(addr, certs), addr, certs)
+}
+
+/// `tasklet run --node ADDR --certs CERTS` of the probe tasklet.
+fn probe_on_node<'a>(addr: &'a str, certs: &'a str) -> [&'a str; 6] {
+    [
         "run",
         "--node",
         addr,
         "--certs",
         certs,
         "tasklets/testing/probe",
-    ];
-    holding_a_lease(&args, addr, certs)
+    ]
 }
 
 /// `tasklet ARGS` of the probe told to hold a lease for a minute, started, and waited for
@@ -874,14 +878,7 @@ fn an_interrupted_client_says_so_and_its_json_is_whole() {
             let mut args = vec!["deploy", "run", "tasklets/testing/probe", "--node", addr];
             args.extend(["--certs", certs]);
             if round == 1 {
-                args = vec![
-                    "run",
-                    "--node",
-                    addr,
-                    "--certs",
-                    certs,
-                    "tasklets/testing/probe",
-                ];
+                args = probe_on_node(addr, certs).to_vec();
             }
             if json {
                 args.push("--json");

@@ -178,7 +178,7 @@ mod tests {
             data: true,
             ..header(Direction::ToClient, Opcode::MemRead, 5)
         };
-        assert_eq!(h.to_bytes(), [9, 0x03, 0x06, 0x06, 1, 2, 3, 4, 0, 0, 0, 5]);
+        assert_eq!(h.to_bytes(), [10, 0x03, 0x06, 0x06, 1, 2, 3, 4, 0, 0, 0, 5]);
         assert_eq!(
             FrameHeader::parse(&h.to_bytes(), Direction::ToClient),
             Ok(h)
@@ -188,14 +188,14 @@ mod tests {
     #[test]
     fn rejections_in_order() {
         let good = header(Direction::ToNode, Opcode::Sync, 8).to_bytes();
-        for version in [0, 1, 2, 3, 4, 5, 6, 7, 8, 10] {
+        for version in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 11] {
             let mut bad = good;
             bad[0] = version;
             assert_eq!(
                 FrameHeader::parse(&bad, Direction::ToNode),
                 Err(DecodeError::UnsupportedVersion {
                     version,
-                    supported: 9
+                    supported: 10
                 })
             );
         }

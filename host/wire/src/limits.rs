@@ -80,3 +80,6 @@ pub const MAX_MANIFEST_BYTES: usize = 64 << 10;
 
 /// Characters of a digest: SHA-256 in lowercase hex.
 pub const DIGEST_HEX_LEN: usize = 64;
+
+/// Most branches of one FORK: the streams one transfer may be spread over.
+pub const MAX_BRANCHES: u8 = 16;

@@ -71,11 +71,18 @@ pub enum Opcode {
     DeployHas = 0x0701,
     /// Run a stored deployment on streamed input; the reply streams its output.
     DeployRun = 0x0702,
+    /// No reply: the streams' branches of a fork come after what this stream carried before it,
+    /// and what it carries after it comes after all of them (a transfer spread over streams).
+    Fork = 0x0800,
+    /// No reply: what follows on this stream, up to its BRANCH_END, is a branch of a fork.
+    Branch = 0x0801,
+    /// No reply: the end of this stream's branch.
+    BranchEnd = 0x0802,
 }
 
 impl Opcode {
     /// Every opcode, in numeric order.
-    pub const ALL: [Opcode; 32] = [
+    pub const ALL: [Opcode; 35] = [
         Opcode::GoAway,
         Opcode::Hello,
         Opcode::Grant,
@@ -108,6 +115,9 @@ impl Opcode {
         Opcode::DeployPush,
         Opcode::DeployHas,
         Opcode::DeployRun,
+        Opcode::Fork,
+        Opcode::Branch,
+        Opcode::BranchEnd,
     ];
 
     /// The opcode with this number, if there is one.
@@ -150,6 +160,9 @@ impl Opcode {
             Opcode::DeployPush => "DEPLOY_PUSH",
             Opcode::DeployHas => "DEPLOY_HAS",
             Opcode::DeployRun => "DEPLOY_RUN",
+            Opcode::Fork => "FORK",
+            Opcode::Branch => "BRANCH",
+            Opcode::BranchEnd => "BRANCH_END",
         }
     }
 
@@ -160,9 +173,15 @@ impl Opcode {
 
     /// Whether the node answers a request of this kind. LAUNCH and MEM_WRITE (and their stream
     /// forms) are pipelined: they get no reply, and their failures are reported by the session's
-    /// next barrier.
+    /// next barrier. FORK, BRANCH and BRANCH_END only order a connection's streams: they are
+    /// never answered, and a misuse of them ends the connection.
     pub fn has_reply(self) -> bool {
-        !self.is_pipelined() && self.is_request()
+        !self.is_pipelined() && !self.is_fork_marker() && self.is_request()
+    }
+
+    /// Whether this is FORK, BRANCH or BRANCH_END.
+    pub fn is_fork_marker(self) -> bool {
+        matches!(self, Opcode::Fork | Opcode::Branch | Opcode::BranchEnd)
     }
 
     /// Whether this is a pipelined session op (no reply; errors surface at the next barrier).
@@ -248,5 +267,8 @@ mod tests {
         assert_eq!(Opcode::StreamWrite as u16, 0x0611);
         assert_eq!(Opcode::StreamLaunch as u16, 0x0612);
         assert_eq!(Opcode::StreamRead as u16, 0x0613);
+        for op in [Opcode::Fork, Opcode::Branch, Opcode::BranchEnd] {
+            assert!(op.is_request() && !op.has_reply() && !op.is_pipelined() && !op.is_barrier());
+        }
     }
 }

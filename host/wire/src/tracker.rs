@@ -147,6 +147,10 @@ impl ClientTracker {
         let request_id = self
             .next_free_id()
             .ok_or(TrackError::TooManyOutstanding { limit: self.limit })?;
+        // A fork marker is never answered nor named by a reply: its id is free again at once.
+        if opcode.is_fork_marker() {
+            return Ok(request_id);
+        }
         self.in_use.insert(request_id);
         if opcode.is_pipelined() {
             if let Some(session) = session {

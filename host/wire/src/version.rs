@@ -18,7 +18,8 @@
 /// Version 7: QUEUE_OP (streams and events).
 /// Version 8: STREAM_WRITE, STREAM_LAUNCH and STREAM_READ (copies and launches on a stream).
 /// Version 9: GET_INVENTORY's reply says whether the node is draining.
-pub const PROTOCOL_VERSION: u8 = 9;
+/// Version 10: FORK, BRANCH and BRANCH_END (a transfer spread over several streams).
+pub const PROTOCOL_VERSION: u8 = 10;
 
 /// The version HELLO and its reply are framed as, whatever version the two ends go on to speak.
 pub const HELLO_VERSION: u8 = 1;
@@ -46,14 +47,14 @@ mod tests {
 
     #[test]
     fn picks_the_common_version_or_none() {
-        assert_eq!(negotiate(9, 9), Some(9));
-        assert_eq!(negotiate(0, 10), Some(9));
-        // A peer of versions 1 to 8 shares no version with this one.
-        assert_eq!(negotiate(1, 8), None);
-        assert_eq!(negotiate(10, 11), None);
+        assert_eq!(negotiate(10, 10), Some(10));
+        assert_eq!(negotiate(0, 11), Some(10));
+        // A peer of versions 1 to 9 shares no version with this one.
+        assert_eq!(negotiate(1, 9), None);
+        assert_eq!(negotiate(11, 12), None);
         assert_eq!(negotiate(0, 0), None);
         // An empty (inverted) range offers nothing.
-        assert_eq!(negotiate(9, 1), None);
+        assert_eq!(negotiate(10, 1), None);
     }
 
     #[test]

@@ -14,6 +14,7 @@
 //! every lease the connection held.
 
 mod deploy;
+mod forks;
 mod hot;
 mod stream;
 
@@ -193,6 +194,7 @@ pub(crate) async fn serve(shared: Arc<Shared>, incoming: quinn::Incoming) {
 
     let budgets = shared.budgets.open();
     let hot = hot::ConnectionHot::default();
+    let forks = Arc::new(forks::Forks::default());
     let mut phase = shared.phase();
     let hello_deadline = tokio::time::sleep(shared.limits.stall_timeout);
     tokio::pin!(hello_deadline);
@@ -214,6 +216,7 @@ pub(crate) async fn serve(shared: Arc<Shared>, incoming: quinn::Incoming) {
                         replies: Arc::clone(&budgets.replies),
                         closed: Arc::clone(&closed),
                         hot: Arc::clone(&hot),
+                        forks: Arc::clone(&forks),
                     }));
                 }
                 Err(err) => break err.to_string(),

@@ -7,6 +7,7 @@
 //! the stall timeout.
 
 use super::deploy::{self, DeployRequest, Intake, Lane};
+use super::forks::{self, Forks};
 use super::hot::{ConnectionHot, Hot};
 use super::{QUEUE_BYTES, STAGING_PIECE};
 use crate::caller::Caller;
@@ -49,6 +50,8 @@ pub(crate) struct Stream {
     pub closed: Arc<AtomicBool>,
     /// Whether one of the connection's streams keeps a runtime thread awake (see `hot`).
     pub hot: ConnectionHot,
+    /// The connection's forks (see `forks`).
+    pub forks: Arc<Forks>,
 }
 
 /// A MEM_WRITE (or STREAM_WRITE) whose data is arriving.
@@ -79,6 +82,7 @@ pub(crate) async fn serve(stream: Stream) {
         replies,
         closed,
         hot,
+        forks,
     } = stream;
     let hot = Hot::new(hot);
     let (reply, writer) = outlet(connection.clone(), send, Arc::clone(&hot.written), replies);
@@ -102,6 +106,8 @@ pub(crate) async fn serve(stream: Stream) {
         hot,
         calls: false,
         gathering: None,
+        forks,
+        branch: None,
     };
     let mut phase = shared.phase();
     // A stopping node reads no more requests: the stream's writer then sends what was answered,
@@ -152,6 +158,9 @@ struct Reader {
     /// client that starts large frames on many streams and never ends them cannot make the node
     /// hold more than the budget.
     gathering: Option<OwnedSemaphorePermit>,
+    forks: Arc<Forks>,
+    /// The fork whose branch this stream is carrying, between its BRANCH and BRANCH_END.
+    branch: Option<u64>,
 }
 
 impl Reader {
@@ -182,6 +191,13 @@ impl Reader {
                 Ok(Some(count)) => {
                     tracing::trace!(name: "read", target: crate::TIMELINE, "");
                     self.feed(&mut pieces[..count]).await?
+                }
+                // A branch left open would hold its FORK's stream for the connection's life.
+                Ok(None) | Err(quinn::ReadError::Reset(_)) if self.branch.is_some() => {
+                    return Err(protocol_error(format!(
+                        "the stream ended inside a branch of fork {}",
+                        self.branch.unwrap_or_default()
+                    )))
                 }
                 Ok(None) => {
                     return self
@@ -253,6 +269,9 @@ impl Reader {
         self.requests
             .get(opcode, || shared.metrics.requests(tenant, opcode))
             .inc();
+        if opcode.is_fork_marker() {
+            return self.fork_marker(request).await;
+        }
         let request = match DeployRequest::try_from(request) {
             Ok(deploy) => return self.deploy(request_id, opcode, deploy).await,
             Err(request) => request,
@@ -295,6 +314,67 @@ impl Reader {
                 let bytes = payload_bytes(&request);
                 self.queue(request_id, Work::Request(request), bytes).await
             }
+        }
+    }
+
+    /// FORK, BRANCH or BRANCH_END (see `forks`): what this stream read before goes to the GPU
+    /// thread first; then a FORK waits for its branches, a BRANCH for its FORK.
+    async fn fork_marker(&mut self, request: Request) -> Result<(), ErrorReply> {
+        let opcode = request.opcode();
+        if !self.caller.greeted() {
+            return Err(protocol_error(format!(
+                "{opcode} before HELLO's reply: HELLO is the first request of a connection"
+            )));
+        }
+        self.hand_over().await;
+        let stall = self.shared.limits.stall_timeout;
+        let waited = match (request, self.branch) {
+            (Request::Fork { .. }, Some(open)) => {
+                return Err(protocol_error(format!(
+                    "FORK inside a branch of fork {open}"
+                )))
+            }
+            (Request::Fork { fork, branches }, None) => {
+                self.forks
+                    .fork(fork, branches, stall, &self.connection)
+                    .await
+            }
+            (Request::Branch { .. }, Some(open)) => {
+                return Err(protocol_error(format!(
+                    "BRANCH inside a branch of fork {open}"
+                )))
+            }
+            (Request::Branch { fork }, None) => {
+                let waited = self.forks.branch(fork, stall, &self.connection).await;
+                self.branch = Some(fork);
+                waited
+            }
+            (Request::BranchEnd { fork }, Some(open)) if open == fork => {
+                self.forks.branch_end(fork);
+                self.branch = None;
+                Ok(())
+            }
+            (Request::BranchEnd { fork }, open) => {
+                let inside = match open {
+                    Some(open) => format!("inside a branch of fork {open}"),
+                    None => "outside any branch".into(),
+                };
+                return Err(protocol_error(format!(
+                    "BRANCH_END of fork {fork} {inside}"
+                )));
+            }
+            (other, _) => {
+                return Err(protocol_error(format!(
+                    "{} is not a fork marker",
+                    other.opcode()
+                )))
+            }
+        };
+        match waited {
+            Ok(()) => Ok(()),
+            Err(forks::Stop::Broken(why)) => Err(protocol_error(why)),
+            // Nothing more is served; the stream ends with its connection.
+            Err(forks::Stop::Closed) => Ok(()),
         }
     }
 

@@ -31,6 +31,7 @@ use book::{Book, LeaseEntry, ModuleEntry};
 use errors::code_of;
 use prometheus::Histogram;
 use std::collections::HashMap;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -41,6 +42,7 @@ use tasklet_runtime::guest_memory::staging::{StagingBuffer, StagingPool};
 use tasklet_wire::{
     negotiate, ErrorCode, ErrorReply, FailedOp, LoadedModule, Opcode, Reply, Request, RequestId,
 };
+use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{mpsc, Notify};
 
 /// Sessions whose failed pipelined op awaits its barrier, at most: past this a client that
@@ -94,25 +96,51 @@ impl Dispatcher {
     /// connection's leases end with its `LocalGpu`.
     pub fn run(mut self, mut queue: mpsc::Receiver<Batch>) {
         let mut waiter = poll::Waiter::new();
-        while let Some(batch) = waiter.next(&mut queue) {
+        let mut open = reads::OpenReads::default();
+        loop {
+            // While reads are open, a piece of one is sent between looks at the queue.
+            let batch = if open.is_empty() {
+                waiter.next(&mut queue)
+            } else {
+                match queue.try_recv() {
+                    Ok(batch) => Some(batch),
+                    Err(TryRecvError::Empty) => {
+                        self.step_reads(&mut open);
+                        continue;
+                    }
+                    Err(TryRecvError::Disconnected) => None,
+                }
+            };
+            let Some(batch) = batch else { break };
             tracing::trace!(name: "taken", target: crate::TIMELINE, "");
-            // The batch's requests stay counted as unanswered until its last job is done.
+            // The batch's requests stay counted as unanswered until its last job is done (its
+            // open reads sent).
             let Batch {
                 jobs,
                 reply,
                 _unanswered,
             } = batch;
+            let unanswered = Rc::new(_unanswered);
             // One clock reading per job: a job's end is the next one's start.
             let mut start = Instant::now();
             for job in jobs {
                 // A closed connection's queued work is dropped, not done.
                 if self.closed.load(Ordering::Acquire) {
+                    open.clear();
                     break;
                 }
                 let opcode = match &job.work {
                     Work::Request(request) => request.opcode(),
                     Work::WritePiece(piece) => piece_opcode(piece),
                 };
+                // (Before HELLO a read is a protocol error, which `job` says.)
+                if let Some(read) = reads::interleaved(&job.work).filter(|_| self.said_hello) {
+                    self.open_read(&reply, job.request_id, read, &unanswered, &mut open);
+                    start = Instant::now();
+                    continue;
+                }
+                // Anything but a read goes after every read before it.
+                self.finish_reads(&mut open);
                 self.job(job, &reply);
                 tracing::trace!(name: "done", target: crate::TIMELINE, "");
                 let end = Instant::now();
@@ -491,9 +519,13 @@ impl Dispatcher {
                 }
                 Reply::QueueOp(convert::queue_answer(self.gpu().queue_op(session, op)?))
             }
-            // Handled by `job` before it gets here, or (deployments) never sent to the GPU
-            // thread: a stream serves those itself (see `connection::deploy`).
-            Request::DeployPush { .. }
+            // Handled by `job` before it gets here, or (deployments, fork markers) never sent
+            // to the GPU thread: a stream serves those itself (see `connection::deploy`,
+            // `connection::forks`).
+            Request::Fork { .. }
+            | Request::Branch { .. }
+            | Request::BranchEnd { .. }
+            | Request::DeployPush { .. }
             | Request::DeployHas { .. }
             | Request::DeployRun { .. }
             | Request::Hello { .. }

@@ -12,14 +12,18 @@
 use super::Dispatcher;
 use crate::connection::STAGING_PIECE;
 use crate::job::ReplyTo;
-use crate::reply::{abort, send_piece, start_reply, Failure};
+use crate::job::Work;
+use crate::reply::{abort, fail, send_piece, start_reply, Failure};
+use crate::shared::Unanswered;
 use bytes::Bytes;
+use std::collections::VecDeque;
+use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tasklet_runtime::gpu::{self, GpuService, DIRECT_MIN_BYTES};
 use tasklet_runtime::guest_memory::staging::StagingBuffer;
 use tasklet_runtime::GpuError;
-use tasklet_wire::{DataEncoder, ErrorCode, Reply, RequestId};
+use tasklet_wire::{DataEncoder, ErrorCode, Opcode, Reply, Request, RequestId};
 
 /// Bytes read from the device at once: a buffer of staging memory.
 pub(super) const READ_PIECE: u64 = STAGING_PIECE as u64;
@@ -29,6 +33,39 @@ pub(super) const READ_PIECE: u64 = STAGING_PIECE as u64;
 /// whether the connection closed.
 const STAGING_WAIT: Duration = Duration::from_secs(1);
 const STAGING_SLICE: Duration = Duration::from_millis(50);
+
+/// MEM_READs whose replies are streaming, sent a piece each in turn. The parts of a read spread
+/// over several streams (docs/wire.md, "One transfer over several streams") come to the GPU
+/// thread one after another; were each sent whole before the next began, only one stream would
+/// move at a time, waiting on QUIC for the staging buffers of its pieces. Reads change nothing on
+/// the device, so they may go side by side; any other job waits until every open read is sent
+/// (see `Dispatcher::run`).
+#[derive(Default)]
+pub(super) struct OpenReads {
+    reads: VecDeque<OpenRead>,
+}
+
+impl OpenReads {
+    pub fn is_empty(&self) -> bool {
+        self.reads.is_empty()
+    }
+
+    /// Drops every open read (the connection closed: their streams are gone).
+    pub fn clear(&mut self) {
+        self.reads.clear();
+    }
+}
+
+struct OpenRead {
+    to: ReplyTo,
+    data: DataEncoder,
+    read: Read,
+    /// Bytes sent so far.
+    sent: u64,
+    began: Instant,
+    /// The batch that carried the read stays counted as unanswered until its reads are sent.
+    _batch: Rc<Unanswered>,
+}
 
 /// A read of `len` bytes at `offset` of a session's buffer: on `stream` of the session
 /// (STREAM_READ), or after all of the session's work (MEM_READ, GPU_SUBMIT's output).
@@ -41,16 +78,91 @@ pub(super) struct Read {
 }
 
 impl Dispatcher {
-    /// MEM_READ or STREAM_READ: the whole span is checked, and the first piece read, before the
-    /// OK reply is sent; a failure after that (the worker lost mid-read) can only close the
-    /// connection. A barrier for the session's refused pipelined ops: one held is the read's
-    /// answer (a refused write must not go unreported behind bytes it never wrote).
+    /// MEM_READ or STREAM_READ, all of it: see [`Dispatcher::begin_read`].
     pub(super) fn stream_read(
         &mut self,
         to: &ReplyTo,
         request_id: RequestId,
         read: Read,
     ) -> Result<(), Failure> {
+        if let Some((mut data, sent)) = self.begin_read(to, request_id, &read)? {
+            self.stream_rest(to, &mut data, &read, sent);
+        }
+        Ok(())
+    }
+
+    /// A MEM_READ of several pieces, begun and left open in `open` to be sent a piece at a time
+    /// between other reads' pieces (see [`OpenReads`]).
+    pub(super) fn open_read(
+        &mut self,
+        to: &ReplyTo,
+        request_id: RequestId,
+        read: Read,
+        batch: &Rc<Unanswered>,
+        open: &mut OpenReads,
+    ) {
+        let began = Instant::now();
+        match self.begin_read(to, request_id, &read) {
+            Err(failure) => fail(to, request_id, Opcode::MemRead, failure),
+            Ok(None) => {}
+            Ok(Some((data, sent))) => open.reads.push_back(OpenRead {
+                to: to.clone(),
+                data,
+                read,
+                sent,
+                began,
+                _batch: Rc::clone(batch),
+            }),
+        }
+    }
+
+    /// Sends the next piece of the first open read, which then goes to the back of the line
+    /// (or is done).
+    pub(super) fn step_reads(&mut self, open: &mut OpenReads) {
+        let Some(mut next) = open.reads.pop_front() else {
+            return;
+        };
+        let piece = (next.read.len - next.sent).min(READ_PIECE);
+        match self.read_piece(&next.read, next.sent, piece) {
+            Ok(bytes) => {
+                send_piece(&next.to, &mut next.data, bytes);
+                next.sent += piece;
+            }
+            Err(err) => {
+                abort(&next.to, &err.to_string());
+                next.sent = next.read.len;
+            }
+        }
+        if next.sent < next.read.len && !self.closed.load(Ordering::Acquire) {
+            open.reads.push_back(next);
+            return;
+        }
+        let shared = &self.shared;
+        self.latency
+            .get(Opcode::MemRead, || {
+                shared.metrics.op_seconds(Opcode::MemRead)
+            })
+            .observe(next.began.elapsed().as_secs_f64());
+    }
+
+    /// Sends every open read to its end.
+    pub(super) fn finish_reads(&mut self, open: &mut OpenReads) {
+        while !open.reads.is_empty() {
+            self.step_reads(open);
+        }
+    }
+
+    /// MEM_READ or STREAM_READ: the whole span is checked, and the first piece read, before the
+    /// OK reply is sent; a failure after that (the worker lost mid-read) can only close the
+    /// connection. A barrier for the session's refused pipelined ops: one held is the read's
+    /// answer (a refused write must not go unreported behind bytes it never wrote). Returns the
+    /// reply's data encoder and the bytes sent, `None` when the reply could not begin.
+    fn begin_read(
+        &mut self,
+        to: &ReplyTo,
+        request_id: RequestId,
+        read: &Read,
+    ) -> Result<Option<(DataEncoder, u64)>, Failure> {
         if let Some(failure) = self.held.remove(&read.session) {
             return Err(Failure(failure));
         }
@@ -76,19 +188,18 @@ impl Dispatcher {
                     ),
                 )
             })?;
-            self.read_piece(&read, len, 0)?;
+            self.read_piece(read, len, 0)?;
         }
-        let first = self.read_piece(&read, 0, first_len)?;
+        let first = self.read_piece(read, 0, first_len)?;
         let reply = match read.stream {
             None => Reply::MemRead { len },
             Some(_) => Reply::StreamRead { len },
         };
         let Some(mut data) = start_reply(to, request_id, &reply) else {
-            return Ok(());
+            return Ok(None);
         };
         send_piece(to, &mut data, first);
-        self.stream_rest(to, &mut data, &read, first_len);
-        Ok(())
+        Ok(Some((data, first_len)))
     }
 
     /// Sends the rest of a streamed read whose first `sent` bytes are on their way, piece by
@@ -162,5 +273,24 @@ impl Dispatcher {
                 return None;
             }
         }
+    }
+}
+
+/// The read a job is, when it is one [`OpenReads`] takes: a MEM_READ of more than one piece.
+pub(super) fn interleaved(work: &Work) -> Option<Read> {
+    match work {
+        Work::Request(Request::MemRead {
+            session,
+            buffer,
+            offset,
+            len,
+        }) if *len > READ_PIECE => Some(Read {
+            stream: None,
+            session: super::convert::session(*session),
+            buffer: super::convert::buffer(*buffer),
+            offset: *offset,
+            len: *len,
+        }),
+        _ => None,
     }
 }

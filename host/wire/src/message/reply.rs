@@ -281,7 +281,10 @@ impl Reply {
             | Opcode::Launch
             | Opcode::MemWrite
             | Opcode::StreamLaunch
-            | Opcode::StreamWrite => {
+            | Opcode::StreamWrite
+            | Opcode::Fork
+            | Opcode::Branch
+            | Opcode::BranchEnd => {
                 return Err(DecodeError::WrongDirection {
                     opcode,
                     direction: "reply",

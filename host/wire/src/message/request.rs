@@ -13,9 +13,9 @@ use crate::codec::{Reader, Writer};
 use crate::error::{DecodeError, EncodeError};
 use crate::ids::{BufferId, Digest, LeaseId, ModuleId, SessionId};
 use crate::limits::{
-    MAX_ARG_BYTES, MAX_BURST_CHANGES, MAX_BURST_LAUNCHES, MAX_COMPILE_OPTION, MAX_COMPILE_OPTIONS,
-    MAX_MANIFEST_BYTES, MAX_MODULE_BYTES, MAX_NAME, MAX_PEER_NAME, MAX_SOURCE_BYTES,
-    MAX_SUBMIT_INPUT,
+    MAX_ARG_BYTES, MAX_BRANCHES, MAX_BURST_CHANGES, MAX_BURST_LAUNCHES, MAX_COMPILE_OPTION,
+    MAX_COMPILE_OPTIONS, MAX_MANIFEST_BYTES, MAX_MODULE_BYTES, MAX_NAME, MAX_PEER_NAME,
+    MAX_SOURCE_BYTES, MAX_SUBMIT_INPUT,
 };
 use crate::opcode::Opcode;
 
@@ -129,6 +129,21 @@ pub enum Request {
     StreamLaunch {
         stream: u64,
         launch: Launch,
+    },
+    /// No reply: the next `branches` branches of `fork` (BRANCH … BRANCH_END, each on another
+    /// stream) are served after what this stream carried before this, and what it carries after
+    /// this is served after all of them.
+    Fork {
+        fork: u64,
+        branches: u8,
+    },
+    /// No reply: what follows on this stream up to its BRANCH_END is one branch of `fork`.
+    Branch {
+        fork: u64,
+    },
+    /// No reply: the end of this stream's branch of `fork`.
+    BranchEnd {
+        fork: u64,
     },
     /// A MEM_READ queued on `stream`, one of the session's streams.
     StreamRead {
@@ -327,6 +342,9 @@ impl Request {
             Request::DeployPush { .. } => Opcode::DeployPush,
             Request::DeployHas { .. } => Opcode::DeployHas,
             Request::DeployRun { .. } => Opcode::DeployRun,
+            Request::Fork { .. } => Opcode::Fork,
+            Request::Branch { .. } => Opcode::Branch,
+            Request::BranchEnd { .. } => Opcode::BranchEnd,
         }
     }
 
@@ -532,6 +550,17 @@ impl Request {
                 digest.encode(w)?;
                 w.u64(*input_len);
             }
+            Request::Fork { fork, branches } => {
+                if !(1..=MAX_BRANCHES).contains(branches) {
+                    return Err(EncodeError::InvalidValue {
+                        field: "branches",
+                        reason: "a fork has 1 to MAX_BRANCHES branches",
+                    });
+                }
+                w.u64(*fork);
+                w.u8(*branches);
+            }
+            Request::Branch { fork } | Request::BranchEnd { fork } => w.u64(*fork),
         }
         Ok(())
     }
@@ -685,6 +714,23 @@ impl Request {
             Opcode::DeployRun => Request::DeployRun {
                 digest: Digest::decode(&mut r)?,
                 input_len: r.u64("input_len")?,
+            },
+            Opcode::Fork => {
+                let fork = r.u64("fork")?;
+                let branches = r.u8("branches")?;
+                if !(1..=MAX_BRANCHES).contains(&branches) {
+                    return Err(DecodeError::InvalidValue {
+                        field: "branches",
+                        value: branches.into(),
+                    });
+                }
+                Request::Fork { fork, branches }
+            }
+            Opcode::Branch => Request::Branch {
+                fork: r.u64("fork")?,
+            },
+            Opcode::BranchEnd => Request::BranchEnd {
+                fork: r.u64("fork")?,
             },
         };
         r.finish()?;

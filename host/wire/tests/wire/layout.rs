@@ -24,11 +24,11 @@ fn sync_and_its_ok_reply() {
     .unwrap();
     assert_eq!(
         out,
-        hex("09 00 06 05 00 00 00 05 00 00 00 08  00 00 00 00 00 00 00 07")
+        hex("0a 00 06 05 00 00 00 05 00 00 00 08  00 00 00 00 00 00 00 07")
     );
     out.clear();
     let _ = encode_reply(5, &Reply::Sync, &mut out).unwrap();
-    assert_eq!(out, hex("09 01 06 05 00 00 00 05 00 00 00 02  00 00"));
+    assert_eq!(out, hex("0a 01 06 05 00 00 00 05 00 00 00 02  00 00"));
 }
 
 #[test]
@@ -52,7 +52,7 @@ fn a_sync_that_reports_a_failed_launch() {
         &mut out,
     )
     .unwrap();
-    let expected = hex("09 01 06 05 00 00 00 05 00 00 00 12
+    let expected = hex("0a 01 06 05 00 00 00 05 00 00 00 12
          00 0c  00 00 00 05 66 61 75 6c 74  01 00 00 00 03 06 04");
     assert_eq!(out, expected);
 }
@@ -68,10 +68,10 @@ fn a_mem_write_and_its_data() {
     let mut out = Vec::new();
     let mut data = encode_request(2, &write, &mut out).unwrap().unwrap();
     data.encode(b"hello", &mut out).unwrap();
-    let expected = hex("09 00 06 02 00 00 00 02 00 00 00 20
+    let expected = hex("0a 00 06 02 00 00 00 02 00 00 00 20
          00 00 00 00 00 00 00 01  00 00 00 00 00 00 00 02
          00 00 00 00 00 00 00 00  00 00 00 00 00 00 00 05
-         09 02 06 02 00 00 00 02 00 00 00 05  68 65 6c 6c 6f");
+         0a 02 06 02 00 00 00 02 00 00 00 05  68 65 6c 6c 6f");
     assert_eq!(out, expected);
 }
 
@@ -94,7 +94,7 @@ fn a_launch_with_typed_arguments() {
     });
     let mut out = Vec::new();
     let _ = encode_request(9, &launch, &mut out).unwrap();
-    let expected = hex("09 00 06 04 00 00 00 09 00 00 00 4a
+    let expected = hex("0a 00 06 04 00 00 00 09 00 00 00 4a
          00 00 00 00 00 00 00 01  00 00 00 00 00 00 00 03  00 00 00 00
          00 00 00 04 00 00 00 01 00 00 00 01  00 00 01 00 00 00 00 01 00 00 00 01
          00 00 00 00
@@ -110,7 +110,7 @@ fn goaway() {
     encode_goaway(&ErrorReply::new(ErrorCode::Draining, "bye"), &mut out).unwrap();
     assert_eq!(
         out,
-        hex("09 01 00 00 00 00 00 00 00 00 00 0a  00 13  00 00 00 03 62 79 65  00")
+        hex("0a 01 00 00 00 00 00 00 00 00 00 0a  00 13  00 00 00 03 62 79 65  00")
     );
 }
 
@@ -125,11 +125,11 @@ fn a_deploy_run_reply_carries_the_whole_run_id() {
     let mut out = Vec::new();
     let mut data = encode_reply(9, &reply, &mut out).unwrap().unwrap();
     data.encode(b"ok", &mut out).unwrap();
-    let expected = hex("09 01 07 02 00 00 00 09 00 00 00 26
+    let expected = hex("0a 01 07 02 00 00 00 09 00 00 00 26
          00 00
          00 11 22 33 44 55 66 77 88 99 aa bb cc dd ee ff
          00 00 00 00  00 00 00 00 00 00 00 2a  00 00 00 00 00 00 00 02
-         09 03 07 02 00 00 00 09 00 00 00 02  6f 6b");
+         0a 03 07 02 00 00 00 09 00 00 00 02  6f 6b");
     assert_eq!(out, expected);
 }
 
@@ -147,7 +147,7 @@ fn a_gpu_submit_whose_kernel_faulted() {
         &mut out,
     )
     .unwrap();
-    let expected = hex("09 01 06 00 00 00 00 05 00 00 00 0f
+    let expected = hex("0a 01 06 00 00 00 00 05 00 00 00 0f
          00 04  00 00 00 05 66 61 75 6c 74  00  01 00 0c");
     assert_eq!(out, expected);
 }
@@ -182,7 +182,7 @@ fn a_group_of_two_leases_and_its_reply() {
     });
     let mut out = Vec::new();
     let _ = encode_request(3, &group, &mut out).unwrap();
-    let expected = hex("09 00 02 04 00 00 00 03 00 00 00 15
+    let expected = hex("0a 00 02 04 00 00 00 03 00 00 00 15
          00 00 00 00 00 10 00 00  00 00 00 3c  00  00 00 00 00  00 00 00 02");
     assert_eq!(out, expected);
     let lease = |lease, device| GroupLease {
@@ -196,7 +196,7 @@ fn a_group_of_two_leases_and_its_reply() {
     };
     out.clear();
     let _ = encode_reply(3, &reply, &mut out).unwrap();
-    let expected = hex("09 01 02 04 00 00 00 03 00 00 00 3e  00 00  00 00 00 02
+    let expected = hex("0a 01 02 04 00 00 00 03 00 00 00 3e  00 00  00 00 00 02
          00 00 00 00 00 00 00 07  00 00 00 00  00 00 00 00 00 10 00 00  00 00 00 00 00 00 ea 60
          00 00 00 00 00 00 00 08  00 00 00 01  00 00 00 00 00 10 00 00  00 00 00 00 00 00 ea 60");
     assert_eq!(out, expected);
@@ -215,14 +215,14 @@ fn a_copy_between_two_sessions() {
     };
     let mut out = Vec::new();
     let _ = encode_request(4, &copy, &mut out).unwrap();
-    let expected = hex("09 00 06 0f 00 00 00 04 00 00 00 38
+    let expected = hex("0a 00 06 0f 00 00 00 04 00 00 00 38
          00 00 00 00 00 00 00 02  00 00 00 00 00 00 00 05  00 00 00 00 00 00 00 00
          00 00 00 00 00 00 00 01  00 00 00 00 00 00 00 03  00 00 00 00 00 00 00 10
          00 00 00 00 00 00 00 40");
     assert_eq!(out, expected);
     out.clear();
     let _ = encode_reply(4, &Reply::MemCopyBetween, &mut out).unwrap();
-    assert_eq!(out, hex("09 01 06 0f 00 00 00 04 00 00 00 02  00 00"));
+    assert_eq!(out, hex("0a 01 06 0f 00 00 00 04 00 00 00 02  00 00"));
 }
 
 #[test]
@@ -237,12 +237,12 @@ fn a_record_on_a_stream_and_the_time_between_two_events() {
     });
     let mut out = Vec::new();
     let _ = encode_request(6, &record, &mut out).unwrap();
-    let expected = hex("09 00 06 10 00 00 00 06 00 00 00 19
+    let expected = hex("0a 00 06 10 00 00 00 06 00 00 00 19
          00 00 00 00 00 00 00 02  07  00 00 00 00 00 00 00 09  00 00 00 00 00 00 00 04");
     assert_eq!(out, expected);
     out.clear();
     let _ = encode_reply(6, &Reply::QueueOp(QueueAnswer::Done), &mut out).unwrap();
-    assert_eq!(out, hex("09 01 06 10 00 00 00 06 00 00 00 03  00 00  00"));
+    assert_eq!(out, hex("0a 01 06 10 00 00 00 06 00 00 00 03  00 00  00"));
     // A new stream (tag 0, no fields) and its reply: answer tag 1, the stream's id 4.
     let new_stream = Request::QueueOp(Queue {
         session: SessionId(2),
@@ -252,20 +252,20 @@ fn a_record_on_a_stream_and_the_time_between_two_events() {
     let _ = encode_request(7, &new_stream, &mut out).unwrap();
     assert_eq!(
         out,
-        hex("09 00 06 10 00 00 00 07 00 00 00 09  00 00 00 00 00 00 00 02  00")
+        hex("0a 00 06 10 00 00 00 07 00 00 00 09  00 00 00 00 00 00 00 02  00")
     );
     out.clear();
     let _ = encode_reply(7, &Reply::QueueOp(QueueAnswer::Stream(4)), &mut out).unwrap();
     assert_eq!(
         out,
-        hex("09 01 06 10 00 00 00 07 00 00 00 0b  00 00  01  00 00 00 00 00 00 00 04")
+        hex("0a 01 06 10 00 00 00 07 00 00 00 0b  00 00  01  00 00 00 00 00 00 00 04")
     );
     // The time between two events: answer tag 4, 1500 ns.
     out.clear();
     let _ = encode_reply(8, &Reply::QueueOp(QueueAnswer::ElapsedNs(1500)), &mut out).unwrap();
     assert_eq!(
         out,
-        hex("09 01 06 10 00 00 00 08 00 00 00 0b  00 00  04  00 00 00 00 00 00 05 dc")
+        hex("0a 01 06 10 00 00 00 08 00 00 00 0b  00 00  04  00 00 00 00 00 00 05 dc")
     );
 }
 
@@ -283,10 +283,10 @@ fn a_write_a_launch_and_a_read_on_a_stream() {
     let mut out = Vec::new();
     let mut data = encode_request(2, &write, &mut out).unwrap().unwrap();
     data.encode(b"hello", &mut out).unwrap();
-    let expected = hex("09 00 06 11 00 00 00 02 00 00 00 28
+    let expected = hex("0a 00 06 11 00 00 00 02 00 00 00 28
          00 00 00 00 00 00 00 04  00 00 00 00 00 00 00 01  00 00 00 00 00 00 00 02
          00 00 00 00 00 00 00 00  00 00 00 00 00 00 00 05
-         09 02 06 11 00 00 00 02 00 00 00 05  68 65 6c 6c 6f");
+         0a 02 06 11 00 00 00 02 00 00 00 05  68 65 6c 6c 6f");
     assert_eq!(out, expected);
 
     // STREAM_LAUNCH of request 9: stream 4, then LAUNCH's fields (session 1, module 3, kernel 0,
@@ -305,7 +305,7 @@ fn a_write_a_launch_and_a_read_on_a_stream() {
     };
     out.clear();
     assert!(encode_request(9, &launch, &mut out).unwrap().is_none());
-    let expected = hex("09 00 06 12 00 00 00 09 00 00 00 3c
+    let expected = hex("0a 00 06 12 00 00 00 09 00 00 00 3c
          00 00 00 00 00 00 00 04  00 00 00 00 00 00 00 01  00 00 00 00 00 00 00 03  00 00 00 00
          00 00 00 01 00 00 00 01 00 00 00 01   00 00 00 01 00 00 00 01 00 00 00 01   00 00 00 00
          00 00 00 00");
@@ -318,8 +318,8 @@ fn a_write_a_launch_and_a_read_on_a_stream() {
         .unwrap();
     data.encode(b"ok", &mut out).unwrap();
     let expected = hex(
-        "09 01 06 13 00 00 00 03 00 00 00 0a  00 00  00 00 00 00 00 00 00 02
-         09 03 06 13 00 00 00 03 00 00 00 02  6f 6b",
+        "0a 01 06 13 00 00 00 03 00 00 00 0a  00 00  00 00 00 00 00 00 00 02
+         0a 03 06 13 00 00 00 03 00 00 00 02  6f 6b",
     );
     assert_eq!(out, expected);
 }

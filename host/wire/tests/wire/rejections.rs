@@ -54,13 +54,13 @@ fn sync_body() -> Vec<u8> {
 #[test]
 fn unknown_version() {
     // 1 is the version HELLO's frames carry, and no other frame.
-    for version in [0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 0xFF] {
+    for version in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 0xFF] {
         let bytes = frame(version, 0, Opcode::Sync as u16, 1, &sync_body());
         assert_eq!(
             to_node_error(&bytes),
             DecodeError::UnsupportedVersion {
                 version,
-                supported: 9
+                supported: 10
             }
         );
     }
@@ -375,6 +375,47 @@ fn a_copy_between_sessions_cut_short() {
         to_node_error(&bytes),
         DecodeError::Truncated { field: "dst" }
     );
+}
+
+#[test]
+fn a_fork_of_no_branches_or_too_many_and_markers_answered() {
+    for branches in [0u8, MAX_BRANCHES + 1, 0xFF] {
+        let mut body = 9u64.to_be_bytes().to_vec();
+        body.push(branches);
+        let fork = frame(PROTOCOL_VERSION, 0, Opcode::Fork as u16, 1, &body);
+        assert_eq!(
+            to_node_error(&fork),
+            DecodeError::InvalidValue {
+                field: "branches",
+                value: branches.into()
+            }
+        );
+        let mut out = Vec::new();
+        assert!(matches!(
+            encode_request(1, &Request::Fork { fork: 9, branches }, &mut out),
+            Err(EncodeError::InvalidValue {
+                field: "branches",
+                ..
+            })
+        ));
+        assert!(out.is_empty(), "nothing written for a fork refused");
+    }
+    let cut = frame(PROTOCOL_VERSION, 0, Opcode::Branch as u16, 1, &[0; 7]);
+    assert_eq!(
+        to_node_error(&cut),
+        DecodeError::Truncated { field: "fork" }
+    );
+    // FORK, BRANCH and BRANCH_END are never answered, not even with a failure.
+    for opcode in [Opcode::Fork, Opcode::Branch, Opcode::BranchEnd] {
+        let reply = frame(PROTOCOL_VERSION, REPLY, opcode as u16, 1, &[0, 0]);
+        assert_eq!(
+            to_client_error(&reply),
+            DecodeError::WrongDirection {
+                opcode,
+                direction: "reply"
+            }
+        );
+    }
 }
 
 #[test]
@@ -1318,7 +1359,7 @@ fn the_first_error_sticks() {
         err,
         DecodeError::UnsupportedVersion {
             version: 8,
-            supported: 9
+            supported: 10
         }
     );
     let good = frame(PROTOCOL_VERSION, 0, Opcode::Sync as u16, 1, &sync_body());

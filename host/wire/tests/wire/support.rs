@@ -578,6 +578,10 @@ pub fn request() -> impl Strategy<Value = Request> {
             digest,
             input_len: 0
         }),
+        (any::<u64>(), 1..=tasklet_wire::limits::MAX_BRANCHES)
+            .prop_map(|(fork, branches)| Request::Fork { fork, branches }),
+        any::<u64>().prop_map(|fork| Request::Branch { fork }),
+        any::<u64>().prop_map(|fork| Request::BranchEnd { fork }),
     ]
 }
 

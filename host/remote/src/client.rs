@@ -311,6 +311,20 @@ impl NodeClient {
         self.channel.post(request, data)
     }
 
+    /// A write spread over several streams (see `channel::spread`).
+    pub(crate) fn post_spread(&mut self, parts: &[(Request, &[u8])]) -> Result<(), ClientError> {
+        self.channel.post_spread(parts)
+    }
+
+    /// A read spread over several streams, into `into` (see `channel::spread`).
+    pub(crate) fn call_spread(
+        &mut self,
+        parts: &[(Request, usize)],
+        into: &mut dyn crate::sink::Spread,
+    ) -> Result<(), ClientError> {
+        self.channel.call_spread(parts, into)
+    }
+
     pub(crate) fn connection(&self) -> &quinn::Connection {
         self.channel.connection()
     }

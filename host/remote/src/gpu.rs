@@ -64,6 +64,9 @@ pub struct RemoteGpu {
     /// The streams the node made for each open session here and that were not dropped: a
     /// launch or copy naming one is checked here (see `queue_op`), without a round trip.
     streams: HashMap<SessionId, HashSet<StreamId>>,
+    /// The size of each buffer allocated here in each open session and not freed: a transfer is
+    /// spread over several streams only where its span is known to fit (see `spread`).
+    buffers: HashMap<SessionId, HashMap<BufferId, u64>>,
     /// LAUNCHes sent under each lease: the latest one's ordinal.
     launched: HashMap<LeaseId, u64>,
     /// The leases held on this connection: while there are any, the service stays on its node.
@@ -89,6 +92,7 @@ impl RemoteGpu {
             modules: HashMap::new(),
             sessions: HashMap::new(),
             streams: HashMap::new(),
+            buffers: HashMap::new(),
             launched: HashMap::new(),
             leases: HashSet::new(),
             asked: None,
@@ -161,6 +165,45 @@ impl RemoteGpu {
                 return Ok(());
             }
         }
+    }
+
+    /// The parts a transfer of `len` bytes at `offset` of `buffer` is spread over (see
+    /// `channel::spread`): `None` when it goes whole, as a small one does, or one whose span
+    /// this side does not know to fit (the node then refuses it whole, in its own words).
+    fn spread(
+        &self,
+        session: SessionId,
+        buffer: BufferId,
+        offset: u64,
+        len: u64,
+    ) -> Option<Vec<(u64, u64)>> {
+        let size = *self.buffers.get(&session)?.get(&buffer)?;
+        let fits = offset.checked_add(len).is_some_and(|end| end <= size);
+        if !fits {
+            return None;
+        }
+        crate::channel::spread_parts(len, self.client.max_stream_bytes())
+    }
+
+    /// A read's parts as MEM_READs, each with where its bytes go in the read's result.
+    fn read_parts(
+        &self,
+        session: SessionId,
+        buffer: BufferId,
+        offset: u64,
+        len: u64,
+    ) -> Option<Vec<(Request, usize)>> {
+        let parts = self.spread(session, buffer, offset, len)?;
+        let read = |(at, len): (u64, u64)| {
+            let request = Request::MemRead {
+                session: wire::SessionId(session.0),
+                buffer: wire::BufferId(buffer.0),
+                offset: offset + at,
+                len,
+            };
+            (request, at as usize)
+        };
+        Some(parts.into_iter().map(read).collect())
     }
 
     /// Refuses a stream that is not the session's, as a local run does, before an op on it is
@@ -316,6 +359,7 @@ impl RemoteGpu {
             self.modules.clear();
             self.sessions.clear();
             self.streams.clear();
+            self.buffers.clear();
             self.launched.clear();
             return true;
         }
@@ -538,6 +582,8 @@ impl GpuService for RemoteGpu {
         let sessions = &self.sessions;
         self.streams
             .retain(|session, _| sessions.contains_key(session));
+        self.buffers
+            .retain(|session, _| sessions.contains_key(session));
         // Whatever the answer, the lease is gone for the caller (an ended one too).
         let _ = self.client.mem_free(wire::LeaseId(lease.0));
     }
@@ -558,6 +604,7 @@ impl GpuService for RemoteGpu {
     fn session_drop(&mut self, session: SessionId) {
         self.sessions.remove(&session);
         self.streams.remove(&session);
+        self.buffers.remove(&session);
         let _ = self.call(&Request::SessionClose {
             session: wire::SessionId(session.0),
         });
@@ -568,12 +615,22 @@ impl GpuService for RemoteGpu {
             session: wire::SessionId(session.0),
             bytes,
         })? {
-            (Reply::MemAlloc { buffer }, _) => Ok(BufferId(buffer.0)),
+            (Reply::MemAlloc { buffer }, _) => {
+                let buffer = BufferId(buffer.0);
+                if self.sessions.contains_key(&session) {
+                    let sizes = self.buffers.entry(session).or_default();
+                    sizes.insert(buffer, bytes);
+                }
+                Ok(buffer)
+            }
             (other, _) => Err(unexpected(other).into()),
         }
     }
 
     fn mem_free(&mut self, session: SessionId, buffer: BufferId) {
+        if let Some(sizes) = self.buffers.get_mut(&session) {
+            sizes.remove(&buffer);
+        }
         let _ = self.call(&Request::Free {
             session: wire::SessionId(session.0),
             buffer: wire::BufferId(buffer.0),
@@ -587,6 +644,21 @@ impl GpuService for RemoteGpu {
         offset: u64,
         data: &[u8],
     ) -> Result<(), GpuError> {
+        if let Some(parts) = self.spread(session, buffer, offset, data.len() as u64) {
+            let parts: Vec<(Request, &[u8])> = parts
+                .into_iter()
+                .map(|(at, len)| {
+                    let request = Request::MemWrite {
+                        session: wire::SessionId(session.0),
+                        buffer: wire::BufferId(buffer.0),
+                        offset: offset + at,
+                        len,
+                    };
+                    (request, &data[at as usize..(at + len) as usize])
+                })
+                .collect();
+            return Ok(self.client.post_spread(&parts)?);
+        }
         self.post_writes(data, |at, len| Request::MemWrite {
             session: wire::SessionId(session.0),
             buffer: wire::BufferId(buffer.0),
@@ -602,6 +674,12 @@ impl GpuService for RemoteGpu {
         offset: u64,
         len: u64,
     ) -> Result<Vec<u8>, GpuError> {
+        if let Some(parts) = self.read_parts(session, buffer, offset, len) {
+            // Fresh pages from the kernel, zero already: no write before the read's own.
+            let mut data = tasklet_runtime::large_buffer::zeroed(len as usize);
+            self.client.call_spread(&parts, &mut data)?;
+            return Ok(data);
+        }
         let (_, data) = self.call(&Request::MemRead {
             session: wire::SessionId(session.0),
             buffer: wire::BufferId(buffer.0),
@@ -627,7 +705,13 @@ impl GpuService for RemoteGpu {
             len: dst.len() as u64,
         };
         let mut into = crate::sink::Guest::new(dst);
-        self.client.request_into(&request, &mut into)?;
+        let len = into.len() as u64;
+        match self.read_parts(session, buffer, offset, len) {
+            Some(parts) => self.client.call_spread(&parts, &mut into)?,
+            None => {
+                self.client.request_into(&request, &mut into)?;
+            }
+        }
         if into.full() {
             return Ok(());
         }

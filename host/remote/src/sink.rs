@@ -24,20 +24,62 @@ impl Sink for Vec<u8> {
     }
 }
 
+/// Where the parts of a read spread over several streams go (see `channel::spread`): each part's
+/// bytes at their own place, the parts in any order.
+pub(crate) trait Spread {
+    /// Puts `bytes` at `at`; an error when they do not fit.
+    fn put_at(&mut self, at: usize, bytes: &[u8]) -> Result<(), ClientError>;
+}
+
+/// Bytes already as long as the read (`large_buffer::zeroed`, which costs no write).
+impl Spread for Vec<u8> {
+    fn put_at(&mut self, at: usize, bytes: &[u8]) -> Result<(), ClientError> {
+        let end = at.checked_add(bytes.len()).filter(|end| *end <= self.len());
+        let Some(end) = end else {
+            return Err(ClientError::Protocol(format!(
+                "the node answered a read of {} bytes with more",
+                self.len()
+            )));
+        };
+        self[at..end].copy_from_slice(bytes);
+        Ok(())
+    }
+}
+
+impl Spread for Guest {
+    fn put_at(&mut self, at: usize, bytes: &[u8]) -> Result<(), ClientError> {
+        self.dst
+            .fill_at(at, bytes)
+            .map_err(|err| ClientError::Setup(err.to_string()))?;
+        self.spread += bytes.len();
+        Ok(())
+    }
+}
+
 /// A tasklet's bytes, filled from the start, exactly.
 pub(crate) struct Guest {
     dst: GuestBytes,
     at: usize,
+    /// Bytes put in parts ([`Spread`]).
+    spread: usize,
 }
 
 impl Guest {
     pub fn new(dst: GuestBytes) -> Guest {
-        Guest { dst, at: 0 }
+        Guest {
+            dst,
+            at: 0,
+            spread: 0,
+        }
     }
 
-    /// Whether every byte was filled.
+    pub fn len(&self) -> usize {
+        self.dst.len()
+    }
+
+    /// Whether every byte was filled (from the start, or in parts).
     pub fn full(&self) -> bool {
-        self.at == self.dst.len()
+        self.at.max(self.spread) == self.dst.len()
     }
 }
 

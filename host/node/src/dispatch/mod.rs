@@ -897,7 +897,10 @@ impl Dispatcher {
         self.pipelined(request_id, piece_opcode(&piece), session, |d| {
             let whole = piece.offset + piece.len as u64 == piece.end;
             if piece.first && !whole {
-                write(d, piece.end, &[])?;
+                let len = piece.end - piece.offset;
+                d.gpu().check_span(session, buffer, piece.offset, len)?;
+                // A stream write's stream is checked too, as a write of no bytes checks it.
+                write(d, piece.offset, &[])?;
             }
             let staged = (piece.len >= DIRECT_MIN_BYTES && piece.len <= d.staging.buffer_size())
                 .then(|| d.staging_buffer())

@@ -9,6 +9,7 @@
 
 mod cluster;
 mod deploy;
+mod forks;
 mod groups;
 mod isolation;
 mod lifecycle;
@@ -74,6 +75,22 @@ fn main() -> ExitCode {
         (
             "remote::reads_into_tasklet_memory_through_the_node_are_the_local_ones",
             remote::reads_into_tasklet_memory_through_the_node_are_the_local_ones,
+        ),
+        (
+            "forks::spread_transfers_keep_the_sessions_order",
+            forks::spread_transfers_keep_the_sessions_order,
+        ),
+        (
+            "forks::a_refusal_before_a_spread_read_is_reported_by_the_read",
+            forks::a_refusal_before_a_spread_read_is_reported_by_the_read,
+        ),
+        (
+            "forks::a_branch_before_its_fork_waits_for_it",
+            forks::a_branch_before_its_fork_waits_for_it,
+        ),
+        (
+            "forks::every_misuse_of_a_fork_is_a_protocol_error",
+            forks::every_misuse_of_a_fork_is_a_protocol_error,
         ),
         (
             "groups::a_group_lands_on_distinct_devices_in_placement_order",

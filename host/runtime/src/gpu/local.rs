@@ -292,6 +292,19 @@ impl LocalGpu {
             .ok_or_else(|| invalid(format!("no session {id} here")))
     }
 
+    /// Whether `offset..offset+len` lies within one of the session's buffers: the refusal a
+    /// transfer of that span gets, in its words, before any of its bytes is moved (a node
+    /// checks a write arriving in pieces with it).
+    pub fn check_span(
+        &self,
+        session: SessionId,
+        buffer: BufferId,
+        offset: u64,
+        len: u64,
+    ) -> Result<(), GpuError> {
+        self.span(session, buffer, offset, len).map(drop)
+    }
+
     /// The device address of `offset..offset+len` of one of the session's buffers, and the lease
     /// to run under: the checks every transfer passes, whichever way its bytes travel. The
     /// lease's liveness is checked when the operation runs.

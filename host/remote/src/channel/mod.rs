@@ -6,6 +6,10 @@
 //! The data of a large reply is the exception: a task on the runtime's thread reads it (see
 //! [`BULK_READ`]).
 
+mod spread;
+
+pub(crate) use spread::parts as spread_parts;
+
 use crate::awake::Awake;
 use crate::error::ClientError;
 use crate::sink::Sink;
@@ -80,6 +84,10 @@ pub(crate) struct Channel {
     awake: Awake,
     /// Whether pipelined frames were written since the last call (see [`FIRST_GATHER_BYTES`]).
     posted_since_call: bool,
+    /// Streams a transfer is spread over (see `spread`), opened when first needed.
+    branches: Vec<spread::Branch>,
+    /// The number of the next FORK.
+    next_fork: u64,
 }
 
 /// Runs `future` on `runtime` until it is done or `deadline` passes (`None`: it passed).
@@ -120,6 +128,8 @@ impl Channel {
             spin: Spin::new(),
             awake: Awake::new(),
             posted_since_call: false,
+            branches: Vec::new(),
+            next_fork: 1,
         }
     }
 
@@ -440,14 +450,12 @@ impl Channel {
         let Some(recv) = self.recv.take() else {
             return Err(self.fail(ClientError::Disconnected(LOST_READ.into())));
         };
-        let bulk = Bulk {
+        let bulk = Bulk::new(
             recv,
-            decoder: std::mem::replace(&mut self.decoder, client_decoder()),
-            pending: std::mem::take(&mut self.pending),
-            pieces: Default::default(),
-            next: 0,
-            taken: 0,
-        };
+            std::mem::replace(&mut self.decoder, client_decoder()),
+            std::mem::take(&mut self.pending),
+            0,
+        );
         let (batches, mut handed) = tokio::sync::mpsc::channel(HAND_OVER_BATCHES);
         let mut task = self.runtime.spawn(bulk.run(batches));
         loop {
@@ -456,8 +464,11 @@ impl Channel {
                 task.abort();
                 return Err(self.out_of_time());
             };
-            // None: the task is done, and dropped its end.
-            let Some(batch) = batch else { break };
+            // None: the task is done, and dropped its end. (A reply is handed over only by a
+            // read begun before it.)
+            let Some((_, Handed::Data(batch))) = batch else {
+                break;
+            };
             for piece in batch {
                 if let Err(err) = sink.put(&piece) {
                     task.abort();
@@ -571,16 +582,41 @@ struct Bulk {
     pieces: [Bytes; READ_BATCH],
     next: usize,
     taken: usize,
+    /// Whether the reply itself is still to come (a branch's read, see `spread`), rather than
+    /// only its data.
+    awaiting_reply: bool,
+    /// Which of several reads at once this is, as the calling thread is told.
+    index: usize,
 }
 
-/// What a bulk read hands the calling thread at a time: the data of the frames decoded, as
-/// slices of what quinn read (no copy on the runtime's thread).
-type Batch = Vec<Bytes>;
+/// What a bulk read hands the calling thread: the reply, when the read began before it, and then
+/// the data of the frames decoded, as slices of what quinn read (no copy on the runtime's
+/// thread), in batches.
+enum Handed {
+    Reply(RequestId, Reply),
+    Data(Vec<Bytes>),
+}
 
 impl Bulk {
-    /// Decodes data frames, handing their bytes over in batches, until the reply's data has all
-    /// come.
-    async fn run(mut self, out: tokio::sync::mpsc::Sender<Batch>) -> (Bulk, Result<(), Stop>) {
+    fn new(recv: quinn::RecvStream, decoder: Decoder, pending: Bytes, index: usize) -> Bulk {
+        Bulk {
+            recv,
+            decoder,
+            pending,
+            pieces: Default::default(),
+            next: 0,
+            taken: 0,
+            awaiting_reply: false,
+            index,
+        }
+    }
+
+    /// Decodes data frames (the reply before them, if it is awaited), handing what they carry
+    /// over, until the reply's data has all come.
+    async fn run(
+        mut self,
+        out: tokio::sync::mpsc::Sender<(usize, Handed)>,
+    ) -> (Bulk, Result<(), Stop>) {
         let outcome = self.read(&out).await;
         // What came after the reply's data, for the channel's next reply: rarely more than the
         // rest of one piece.
@@ -595,8 +631,8 @@ impl Bulk {
         (self, outcome)
     }
 
-    async fn read(&mut self, out: &tokio::sync::mpsc::Sender<Batch>) -> Result<(), Stop> {
-        let mut batch = Batch::new();
+    async fn read(&mut self, out: &tokio::sync::mpsc::Sender<(usize, Handed)>) -> Result<(), Stop> {
+        let mut batch = Vec::new();
         let mut batched = 0;
         loop {
             while !self.pending.is_empty() {
@@ -606,6 +642,16 @@ impl Bulk {
                     .map_err(|err| Stop::Protocol(err.to_string()))?;
                 let done = match event {
                     None => false,
+                    Some(Event::Reply { request_id, reply }) if self.awaiting_reply => {
+                        self.awaiting_reply = false;
+                        let streamed = reply.streamed().map_or(0, |(_, len)| len);
+                        let reply = Handed::Reply(request_id, reply);
+                        // The calling thread is gone only when the read was abandoned.
+                        if out.send((self.index, reply)).await.is_err() {
+                            return Ok(());
+                        }
+                        streamed == 0
+                    }
                     Some(Event::Data {
                         bytes, remaining, ..
                     }) => {
@@ -628,9 +674,9 @@ impl Bulk {
                     }
                 };
                 self.pending.advance(used);
-                if done || batched >= HAND_OVER_BYTES {
-                    // The calling thread is gone only when the read was abandoned.
-                    if out.send(std::mem::take(&mut batch)).await.is_err() {
+                if !batch.is_empty() && (done || batched >= HAND_OVER_BYTES) {
+                    let data = Handed::Data(std::mem::take(&mut batch));
+                    if out.send((self.index, data)).await.is_err() {
                         return Ok(());
                     }
                     batched = 0;

@@ -1,0 +1,345 @@
+//! A transfer spread over several streams (FORK, BRANCH, BRANCH_END): the session's order kept,
+//! a refusal reported where it would be on one stream, and every misuse of the markers a
+//! protocol error that closes only its connection.
+
+use crate::metrics::scrape;
+use crate::support::*;
+use std::time::Duration;
+use tasklet_remote::RemoteGpu;
+use tasklet_runtime::gpu::{GpuService, LeaseRequest};
+use tasklet_runtime::GpuError;
+use tasklet_wire::{encode_request, ErrorCode, Reply, Request};
+
+const MIB: u64 = 1 << 20;
+
+/// Large enough that the client spreads it (`SPREAD_MIN` is 32 MiB).
+const SPREAD: u64 = 40 * MIB;
+
+fn pattern(len: u64, seed: u64) -> Vec<u8> {
+    (0..len).map(|i| (i * 7 + i / 4093 + seed) as u8).collect()
+}
+
+/// Whether this process's client spreads transfers at all (`TASKLET_TRANSFER_STREAMS=1`: not).
+fn spreading() -> bool {
+    std::env::var("TASKLET_TRANSFER_STREAMS").map_or(true, |v| v.trim() != "1")
+}
+
+/// A spread write, then a small write over its first bytes, a copy and a spread read: each sees
+/// what came before it in the session, as on one stream.
+pub fn spread_transfers_keep_the_sessions_order() -> TestResult {
+    let node = TestNode::with(Setup {
+        metrics: true,
+        ..Setup::default()
+    });
+    let mut gpu = RemoteGpu::new(node.client("dev"));
+    let lease = gpu.lease_acquire(LeaseRequest {
+        min_vram: 2 * SPREAD + MIB,
+        secs: 60,
+        device: None,
+    })?;
+    let session = gpu.session_open(lease)?;
+    let (a, b) = (
+        gpu.mem_alloc(session, SPREAD)?,
+        gpu.mem_alloc(session, SPREAD)?,
+    );
+    let data = pattern(SPREAD, 0);
+    gpu.mem_write(session, a, 0, &data)?;
+    // On the session's own stream, after the FORK: it lands after every part.
+    gpu.mem_write(session, a, 0, b"after the parts")?;
+    gpu.mem_copy(session, (b, 0), (a, 0), SPREAD)?;
+    let mut expected = data.clone();
+    expected[..15].copy_from_slice(b"after the parts");
+    let back = gpu.mem_read(session, b, 0, SPREAD)?;
+    check(back == expected, || {
+        let first = back.iter().zip(&expected).position(|(x, y)| x != y);
+        format!("the copy read back differs from byte {first:?} on")
+    })?;
+    // A spread read of part of a buffer, after a pipelined write the first part overlaps.
+    gpu.mem_write(session, b, MIB, b"just before")?;
+    let tail = gpu.mem_read(session, b, MIB, SPREAD - MIB)?;
+    check(tail.starts_with(b"just before"), || {
+        "a spread read did not see the write sent before it".into()
+    })?;
+    check(tail[11..] == expected[MIB as usize + 11..], || {
+        "a spread read of a span came back changed".into()
+    })?;
+    if spreading() {
+        let (samples, text) = scrape(&node)?;
+        let count = |op: &str| {
+            samples
+                .get(&format!(
+                    "tasklet_requests_total{{op=\"{op}\",tenant=\"dev\"}}"
+                ))
+                .copied()
+                .unwrap_or(0.0)
+        };
+        // Three transfers spread (a write, two reads), each over 4 streams.
+        check(
+            count("FORK") == 3.0 && count("BRANCH") == 12.0 && count("BRANCH_END") == 12.0,
+            || format!("the transfers were not spread as expected; the scrape:\n{text}"),
+        )?;
+    } else {
+        println!("skipped the spread count: TASKLET_TRANSFER_STREAMS=1 sends every transfer on one stream");
+    }
+    drop(gpu);
+    node.wait_for_baseline(WAIT)?;
+    Ok(())
+}
+
+/// A refused write before a spread read is reported by the read, naming the write, and the
+/// session goes on; a write too large for its buffer is refused whole, in the local words.
+pub fn a_refusal_before_a_spread_read_is_reported_by_the_read() -> TestResult {
+    let node = TestNode::start();
+    let mut gpu = RemoteGpu::new(node.client("dev"));
+    let lease = gpu.lease_acquire(LeaseRequest {
+        min_vram: 2 * SPREAD + MIB,
+        secs: 60,
+        device: None,
+    })?;
+    let session = gpu.session_open(lease)?;
+    let (a, b) = (
+        gpu.mem_alloc(session, SPREAD)?,
+        gpu.mem_alloc(session, SPREAD)?,
+    );
+    let data = pattern(SPREAD, 3);
+    gpu.mem_write(session, b, 0, &data)?;
+    // Does not fit: sent whole, refused at the node.
+    gpu.mem_write(session, a, 8, &data)?;
+    match gpu.mem_read(session, b, 0, SPREAD) {
+        Err(GpuError::OutOfBounds(why)) => check(
+            why.contains("reported for MEM_WRITE")
+                && why.contains(&format!("bytes 8..{}", SPREAD + 8)),
+            || format!("the refusal says {why:?}"),
+        )?,
+        other => return Err(format!("the read after a refused write: {other:?}").into()),
+    }
+    let back = gpu.mem_read(session, b, 0, SPREAD)?;
+    check(back == data, || {
+        "the read after the refusal came back changed".into()
+    })?;
+    // Nothing of the refused write landed.
+    let untouched = gpu.mem_read(session, a, 0, SPREAD)?;
+    check(untouched.iter().all(|&x| x == 0), || {
+        "a write that did not fit changed its buffer".into()
+    })?;
+    drop(gpu);
+    node.wait_for_baseline(WAIT)?;
+    Ok(())
+}
+
+/// A raw connection that said HELLO, with a session holding one buffer of `size` bytes.
+fn raw_session(node: &TestNode, size: u64) -> Result<(RawClient, Request, Request), String> {
+    let mut raw = RawClient::connect(node, "dev");
+    raw.request(1, &hello())?;
+    let lease = raw.lease(2, size)?;
+    let session = match raw.request(3, &Request::SessionOpen { lease })? {
+        (Reply::SessionOpen { session }, _) => session,
+        other => return Err(format!("session: {other:?}")),
+    };
+    let buffer = match raw.request(
+        4,
+        &Request::MemAlloc {
+            session,
+            bytes: size,
+        },
+    )? {
+        (Reply::MemAlloc { buffer }, _) => buffer,
+        other => return Err(format!("alloc: {other:?}")),
+    };
+    let write = |len| Request::MemWrite {
+        session,
+        buffer,
+        offset: 0,
+        len,
+    };
+    let read = Request::MemRead {
+        session,
+        buffer,
+        offset: 0,
+        len: size,
+    };
+    Ok((raw, write(size), read))
+}
+
+fn frames(requests: &[(u32, Request)], data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (id, request) in requests {
+        if let Ok(Some(mut encoder)) = encode_request(*id, request, &mut out) {
+            encoder.encode(data, &mut out).expect("the data announced");
+        }
+    }
+    out
+}
+
+/// A branch that comes before its FORK waits for it: the FORK's stream's write, sent before the
+/// FORK, is served before the branch's, and the read after it sees the branch's.
+pub fn a_branch_before_its_fork_waits_for_it() -> TestResult {
+    let node = TestNode::start();
+    let size = MIB;
+    let (mut raw, write, read) = raw_session(&node, size)?;
+    let first = pattern(size, 1);
+    let branch_data = pattern(size, 2);
+    // The session's stream: a write of `first`, not yet followed by the FORK.
+    raw.send_bytes(&frames(&[(5, write.clone())], &first));
+    let branch = frames(
+        &[
+            (6, Request::Branch { fork: 77 }),
+            (7, write),
+            (8, Request::BranchEnd { fork: 77 }),
+        ],
+        &branch_data,
+    );
+    let _stream = raw.open_stream_with(&branch)?;
+    std::thread::sleep(Duration::from_millis(300));
+    raw.send_bytes(&frames(
+        &[(
+            9,
+            Request::Fork {
+                fork: 77,
+                branches: 1,
+            },
+        )],
+        &[],
+    ));
+    let (reply, data) = raw.request(10, &read)?;
+    check(matches!(reply, Reply::MemRead { .. }), || {
+        format!("the read: {reply:?}")
+    })?;
+    check(data == branch_data, || {
+        "the read after the FORK did not see its branch's write over the earlier one".into()
+    })?;
+    Ok(())
+}
+
+/// Each misuse of FORK, BRANCH and BRANCH_END closes its connection with PROTOCOL_ERROR naming
+/// it; the node serves a new connection after each.
+pub fn every_misuse_of_a_fork_is_a_protocol_error() -> TestResult {
+    let node = TestNode::start();
+    let stall = Setup::default().stall_timeout.as_secs_f64();
+    type Misuse = fn(&mut RawClient) -> Result<Vec<(quinn::SendStream, quinn::RecvStream)>, String>;
+    let cases: [(&str, Misuse, String); 6] = [
+        (
+            "a BRANCH_END outside a branch",
+            |raw| {
+                raw.send_bytes(&frames(&[(5, Request::BranchEnd { fork: 1 })], &[]));
+                Ok(Vec::new())
+            },
+            "BRANCH_END of fork 1 outside any branch".into(),
+        ),
+        (
+            "a FORK inside a branch",
+            |raw| {
+                raw.send_bytes(&frames(
+                    &[(
+                        5,
+                        Request::Fork {
+                            fork: 2,
+                            branches: 1,
+                        },
+                    )],
+                    &[],
+                ));
+                let branch = frames(
+                    &[
+                        (6, Request::Branch { fork: 2 }),
+                        (
+                            7,
+                            Request::Fork {
+                                fork: 3,
+                                branches: 1,
+                            },
+                        ),
+                    ],
+                    &[],
+                );
+                Ok(vec![raw.open_stream_with(&branch)?])
+            },
+            "FORK inside a branch of fork 2".into(),
+        ),
+        (
+            "a BRANCH whose FORK never comes",
+            |raw| {
+                let branch = frames(&[(6, Request::Branch { fork: 4 })], &[]);
+                Ok(vec![raw.open_stream_with(&branch)?])
+            },
+            format!("BRANCH of fork 4 whose FORK did not come within {stall}s"),
+        ),
+        (
+            "a FORK whose branches do not all begin",
+            |raw| {
+                raw.send_bytes(&frames(
+                    &[(
+                        5,
+                        Request::Fork {
+                            fork: 5,
+                            branches: 2,
+                        },
+                    )],
+                    &[],
+                ));
+                let branch = frames(&[(6, Request::Branch { fork: 5 })], &[]);
+                Ok(vec![raw.open_stream_with(&branch)?])
+            },
+            format!("FORK 5 announced 2 branches, and not all of them began within {stall}s"),
+        ),
+        (
+            "more BRANCHes than the FORK announced",
+            |raw| {
+                raw.send_bytes(&frames(
+                    &[(
+                        5,
+                        Request::Fork {
+                            fork: 6,
+                            branches: 1,
+                        },
+                    )],
+                    &[],
+                ));
+                let branch = frames(&[(6, Request::Branch { fork: 6 })], &[]);
+                Ok(vec![
+                    raw.open_stream_with(&branch)?,
+                    raw.open_stream_with(&branch)?,
+                ])
+            },
+            "more BRANCHes of fork 6 than the 1 it may have".into(),
+        ),
+        (
+            "a stream that ends inside a branch",
+            |raw| {
+                raw.send_bytes(&frames(
+                    &[(
+                        5,
+                        Request::Fork {
+                            fork: 7,
+                            branches: 1,
+                        },
+                    )],
+                    &[],
+                ));
+                let branch = frames(&[(6, Request::Branch { fork: 7 })], &[]);
+                let (mut send, recv) = raw.open_stream_with(&branch)?;
+                send.finish().map_err(|e| e.to_string())?;
+                Ok(vec![(send, recv)])
+            },
+            "the stream ended inside a branch of fork 7".into(),
+        ),
+    ];
+    for (what, misuse, said) in cases {
+        let mut raw = RawClient::connect(&node, "dev");
+        raw.request(1, &hello())
+            .map_err(|e| format!("{what}: {e}"))?;
+        let _streams = misuse(&mut raw).map_err(|e| format!("{what}: {e}"))?;
+        let (code, reason) = raw.closed().map_err(|e| format!("{what}: {e}"))?;
+        check(
+            code == ErrorCode::ProtocolError as u64 && reason.contains(&said),
+            || format!("{what}: closed with {code} {reason:?}, not PROTOCOL_ERROR saying {said:?}"),
+        )?;
+        // The node goes on serving.
+        let mut other = RawClient::connect(&node, "dev");
+        other
+            .request(1, &hello())
+            .map_err(|e| format!("after {what}: {e}"))?;
+    }
+    node.wait_for_baseline(WAIT)?;
+    Ok(())
+}

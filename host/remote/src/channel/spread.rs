@@ -355,3 +355,35 @@ async fn read_part(
     };
     (branch, outcome)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parts_cover_the_transfer_in_order_or_it_goes_whole() {
+        let most = 1 << 30;
+        assert_eq!(
+            parts(SPREAD_MIN - 1, most),
+            None,
+            "small transfers go whole"
+        );
+        let len = SPREAD_MIN * 3 + 5;
+        match (streams(), parts(len, most)) {
+            (1, None) => {}
+            (count, Some(parts)) => {
+                assert_eq!(parts.len(), count);
+                let mut at = 0;
+                for (offset, part) in &parts {
+                    assert_eq!(*offset, at, "{parts:?}");
+                    assert!(part.abs_diff(len / count as u64) <= 1, "{parts:?}");
+                    at += part;
+                }
+                assert_eq!(at, len);
+                // A part over the node's limit on one message: whole (the node then says so).
+                assert_eq!(super::parts(len, len / count as u64 - 1), None);
+            }
+            (count, None) => panic!("{count} streams, and a {len}-byte transfer not spread"),
+        }
+    }
+}

@@ -6,7 +6,7 @@ use crate::metrics::scrape;
 use crate::support::*;
 use std::time::Duration;
 use tasklet_remote::RemoteGpu;
-use tasklet_runtime::gpu::{GpuService, LeaseRequest};
+use tasklet_runtime::gpu::{BufferId, GpuService, LeaseRequest, SessionId};
 use tasklet_runtime::GpuError;
 use tasklet_wire::{encode_request, ErrorCode, Reply, Request};
 
@@ -24,13 +24,10 @@ fn spreading() -> bool {
     std::env::var("TASKLET_TRANSFER_STREAMS").map_or(true, |v| v.trim() != "1")
 }
 
-/// A spread write, then a small write over its first bytes, a copy and a spread read: each sees
-/// what came before it in the session, as on one stream.
-pub fn spread_transfers_keep_the_sessions_order() -> TestResult {
-    let node = TestNode::with(Setup {
-        metrics: true,
-        ..Setup::default()
-    });
+/// A session on the node holding two buffers of [`SPREAD`] bytes.
+fn two_buffers(
+    node: &TestNode,
+) -> Result<(RemoteGpu, SessionId, BufferId, BufferId), libtest_mimic::Failed> {
     let mut gpu = RemoteGpu::new(node.client("dev"));
     let lease = gpu.lease_acquire(LeaseRequest {
         min_vram: 2 * SPREAD + MIB,
@@ -42,6 +39,17 @@ pub fn spread_transfers_keep_the_sessions_order() -> TestResult {
         gpu.mem_alloc(session, SPREAD)?,
         gpu.mem_alloc(session, SPREAD)?,
     );
+    Ok((gpu, session, a, b))
+}
+
+/// A spread write, then a small write over its first bytes, a copy and a spread read: each sees
+/// what came before it in the session, as on one stream.
+pub fn spread_transfers_keep_the_sessions_order() -> TestResult {
+    let node = TestNode::with(Setup {
+        metrics: true,
+        ..Setup::default()
+    });
+    let (mut gpu, session, a, b) = two_buffers(&node)?;
     let data = pattern(SPREAD, 0);
     gpu.mem_write(session, a, 0, &data)?;
     // On the session's own stream, after the FORK: it lands after every part.
@@ -90,17 +98,7 @@ pub fn spread_transfers_keep_the_sessions_order() -> TestResult {
 /// session goes on; a write too large for its buffer is refused whole, in the local words.
 pub fn a_refusal_before_a_spread_read_is_reported_by_the_read() -> TestResult {
     let node = TestNode::start();
-    let mut gpu = RemoteGpu::new(node.client("dev"));
-    let lease = gpu.lease_acquire(LeaseRequest {
-        min_vram: 2 * SPREAD + MIB,
-        secs: 60,
-        device: None,
-    })?;
-    let session = gpu.session_open(lease)?;
-    let (a, b) = (
-        gpu.mem_alloc(session, SPREAD)?,
-        gpu.mem_alloc(session, SPREAD)?,
-    );
+    let (mut gpu, session, a, b) = two_buffers(&node)?;
     let data = pattern(SPREAD, 3);
     gpu.mem_write(session, b, 0, &data)?;
     // Does not fit: sent whole, refused at the node.

@@ -176,6 +176,11 @@ pub(crate) fn outlet(
 }
 
 impl ReplyTo {
+    /// Whether `other` puts its replies on the same stream as this.
+    pub fn same_stream(&self, other: &ReplyTo) -> bool {
+        Arc::ptr_eq(&self.outlet, &other.outlet)
+    }
+
     /// Puts `bytes` on the stream after everything sent before: directly when nothing is
     /// queued, else through the writer task (blocking while its queue is full). Called from the
     /// node's own threads, never from an async task.

@@ -4,15 +4,16 @@
 //! before the FORK. The GPU thread takes batches in the order they were handed over, so that is
 //! the order it serves them in.
 //!
-//! Every wait here is bounded by the stall timeout but one: a branch that has begun may take as
-//! long as its transfer does (its own stream's stall timeout watches its frames).
+//! The waits have no deadline of their own: a FORK's stream may be held up behind its session's
+//! earlier work (a long kernel, a full queue) for as long as the device takes, and a branch that
+//! has begun may take as long as its transfer does. A wait ends when the connection does (the
+//! idle timeout closes one whose client went away); what a waiting stream holds is its task and
+//! an entry of at most [`MAX_FORKS`].
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::Duration;
 use tasklet_wire::limits::MAX_BRANCHES;
 use tokio::sync::Notify;
-use tokio::time::Instant;
 
 /// Forks a connection may have waiting at once (FORKs waiting for their branches, BRANCHes
 /// waiting for their FORK): a client cannot make the node remember more.
@@ -49,7 +50,6 @@ impl Forks {
         &self,
         fork: u64,
         branches: u8,
-        stall: Duration,
         connection: &quinn::Connection,
     ) -> Result<(), Stop> {
         self.change(fork, |entry| {
@@ -64,38 +64,17 @@ impl Forks {
             entry.announced = Some(branches);
             Ok(())
         })?;
-        let began = self
-            .wait(Some(Instant::now() + stall), connection, |table| {
-                table.get(&fork).is_some_and(|f| f.begun >= branches)
+        let ended = self
+            .wait(connection, |table| {
+                table.get(&fork).is_some_and(|f| f.ended >= branches)
             })
             .await;
-        let ended = match began {
-            Ok(()) => self.wait(None, connection, |table| {
-                table.get(&fork).is_some_and(|f| f.ended >= branches)
-            }),
-            Err(stop) => {
-                self.forget(fork);
-                return Err(match stop {
-                    Stop::Broken(_) => Stop::Broken(format!(
-                        "FORK {fork} announced {branches} branches, and not all of them began within {}s",
-                        stall.as_secs_f64()
-                    )),
-                    closed => closed,
-                });
-            }
-        };
-        let ended = ended.await;
         self.forget(fork);
         ended
     }
 
     /// A BRANCH of `fork` was read: counted as begun. Returns once the fork's FORK has come.
-    pub async fn branch(
-        &self,
-        fork: u64,
-        stall: Duration,
-        connection: &quinn::Connection,
-    ) -> Result<(), Stop> {
+    pub async fn branch(&self, fork: u64, connection: &quinn::Connection) -> Result<(), Stop> {
         self.change(fork, |entry| {
             let most = entry.announced.unwrap_or(MAX_BRANCHES);
             if entry.begun >= most {
@@ -104,21 +83,10 @@ impl Forks {
             entry.begun += 1;
             Ok(())
         })?;
-        let opened = self
-            .wait(Some(Instant::now() + stall), connection, |table| {
-                table.get(&fork).is_some_and(|f| f.announced.is_some())
-            })
-            .await;
-        match opened {
-            Err(Stop::Broken(_)) => {
-                self.forget(fork);
-                Err(Stop::Broken(format!(
-                    "BRANCH of fork {fork} whose FORK did not come within {}s",
-                    stall.as_secs_f64()
-                )))
-            }
-            other => other,
-        }
+        self.wait(connection, |table| {
+            table.get(&fork).is_some_and(|f| f.announced.is_some())
+        })
+        .await
     }
 
     /// The BRANCH_END of a branch of `fork` that began, its jobs handed over.
@@ -156,11 +124,9 @@ impl Forks {
         self.changed.notify_waiters();
     }
 
-    /// Waits until `done` holds of the table, until `deadline` (`Stop::Broken`, the caller
-    /// says why), or until the connection closes (`Stop::Closed`).
+    /// Waits until `done` holds of the table, or until the connection closes.
     async fn wait(
         &self,
-        deadline: Option<Instant>,
         connection: &quinn::Connection,
         done: impl Fn(&HashMap<u64, Fork>) -> bool,
     ) -> Result<(), Stop> {
@@ -172,15 +138,8 @@ impl Forks {
             if done(&self.table.lock().unwrap_or_else(|e| e.into_inner())) {
                 return Ok(());
             }
-            let timeout = async {
-                match deadline {
-                    Some(at) => tokio::time::sleep_until(at).await,
-                    None => std::future::pending().await,
-                }
-            };
             tokio::select! {
                 _ = changed => {}
-                _ = timeout => return Err(Stop::Broken(String::new())),
                 _ = connection.closed() => return Err(Stop::Closed),
             }
         }

@@ -327,7 +327,6 @@ impl Reader {
             )));
         }
         self.hand_over().await;
-        let stall = self.shared.limits.stall_timeout;
         let waited = match (request, self.branch) {
             (Request::Fork { .. }, Some(open)) => {
                 return Err(protocol_error(format!(
@@ -335,9 +334,7 @@ impl Reader {
                 )))
             }
             (Request::Fork { fork, branches }, None) => {
-                self.forks
-                    .fork(fork, branches, stall, &self.connection)
-                    .await
+                self.forks.fork(fork, branches, &self.connection).await
             }
             (Request::Branch { .. }, Some(open)) => {
                 return Err(protocol_error(format!(
@@ -345,7 +342,7 @@ impl Reader {
                 )))
             }
             (Request::Branch { fork }, None) => {
-                let waited = self.forks.branch(fork, stall, &self.connection).await;
+                let waited = self.forks.branch(fork, &self.connection).await;
                 self.branch = Some(fork);
                 waited
             }

@@ -113,6 +113,8 @@ impl Dispatcher {
             };
             let Some(batch) = batch else { break };
             tracing::trace!(name: "taken", target: crate::TIMELINE, "");
+            // Open reads move on however fast new batches come.
+            self.step_reads(&mut open);
             // The batch's requests stay counted as unanswered until its last job is done (its
             // open reads sent).
             let Batch {
@@ -139,8 +141,12 @@ impl Dispatcher {
                     start = Instant::now();
                     continue;
                 }
-                // Anything but a read goes after every read before it.
-                self.finish_reads(&mut open);
+                // Anything but a read goes after every read before it, and is timed from
+                // there.
+                if !open.is_empty() {
+                    self.finish_reads(&mut open);
+                    start = Instant::now();
+                }
                 self.job(job, &reply);
                 tracing::trace!(name: "done", target: crate::TIMELINE, "");
                 let end = Instant::now();
@@ -897,10 +903,11 @@ impl Dispatcher {
         self.pipelined(request_id, piece_opcode(&piece), session, |d| {
             let whole = piece.offset + piece.len as u64 == piece.end;
             if piece.first && !whole {
+                // In a local write's order: the right, the session, the buffer and the stream
+                // (a write of no bytes at its start, which every buffer has), then the span.
+                write(d, 0, &[])?;
                 let len = piece.end - piece.offset;
                 d.gpu().check_span(session, buffer, piece.offset, len)?;
-                // A stream write's stream is checked too, as a write of no bytes checks it.
-                write(d, piece.offset, &[])?;
             }
             let staged = (piece.len >= DIRECT_MIN_BYTES && piece.len <= d.staging.buffer_size())
                 .then(|| d.staging_buffer())

@@ -34,12 +34,13 @@ pub(super) const READ_PIECE: u64 = STAGING_PIECE as u64;
 const STAGING_WAIT: Duration = Duration::from_secs(1);
 const STAGING_SLICE: Duration = Duration::from_millis(50);
 
-/// MEM_READs whose replies are streaming, sent a piece each in turn. The parts of a read spread
-/// over several streams (docs/wire.md, "One transfer over several streams") come to the GPU
-/// thread one after another; were each sent whole before the next began, only one stream would
-/// move at a time, waiting on QUIC for the staging buffers of its pieces. Reads change nothing on
-/// the device, so they may go side by side; any other job waits until every open read is sent
-/// (see `Dispatcher::run`).
+/// MEM_READs whose replies are streaming, at most one a stream, sent a piece each in turn (and a
+/// piece for every batch the GPU thread takes, so that new reads do not hold back open ones).
+/// The parts of a read spread over several streams (docs/wire.md, "One transfer over several
+/// streams") come to the GPU thread one after another; were each sent whole before the next
+/// began, only one stream would move at a time, waiting on QUIC for the staging buffers of its
+/// pieces. Reads change nothing on the device, so they may go side by side; any other job waits
+/// until every open read is sent (see `Dispatcher::run`).
 #[derive(Default)]
 pub(super) struct OpenReads {
     reads: VecDeque<OpenRead>,
@@ -92,7 +93,8 @@ impl Dispatcher {
     }
 
     /// A MEM_READ of several pieces, begun and left open in `open` to be sent a piece at a time
-    /// between other reads' pieces (see [`OpenReads`]).
+    /// between other streams' reads' pieces (see [`OpenReads`]). A read open on the same stream
+    /// is sent to its end first: a reply's data frames follow it with nothing between.
     pub(super) fn open_read(
         &mut self,
         to: &ReplyTo,
@@ -101,9 +103,15 @@ impl Dispatcher {
         batch: &Rc<Unanswered>,
         open: &mut OpenReads,
     ) {
+        while open.reads.iter().any(|r| r.to.same_stream(to)) {
+            self.step_reads(open);
+        }
         let began = Instant::now();
         match self.begin_read(to, request_id, &read) {
-            Err(failure) => fail(to, request_id, Opcode::MemRead, failure),
+            Err(failure) => {
+                fail(to, request_id, Opcode::MemRead, failure);
+                self.observe_read(began);
+            }
             Ok(None) => {}
             Ok(Some((data, sent))) => open.reads.push_back(OpenRead {
                 to: to.clone(),
@@ -137,12 +145,17 @@ impl Dispatcher {
             open.reads.push_back(next);
             return;
         }
+        self.observe_read(next.began);
+    }
+
+    /// An open read's time, from its start to its last piece (or its refusal).
+    fn observe_read(&mut self, began: Instant) {
         let shared = &self.shared;
         self.latency
             .get(Opcode::MemRead, || {
                 shared.metrics.op_seconds(Opcode::MemRead)
             })
-            .observe(next.began.elapsed().as_secs_f64());
+            .observe(began.elapsed().as_secs_f64());
     }
 
     /// Sends every open read to its end.

@@ -93,6 +93,14 @@ fn main() -> ExitCode {
             forks::every_misuse_of_a_fork_is_a_protocol_error,
         ),
         (
+            "forks::forks_and_branches_wait_for_each_other_until_the_connection_ends",
+            forks::forks_and_branches_wait_for_each_other_until_the_connection_ends,
+        ),
+        (
+            "forks::large_reads_pipelined_on_one_stream_come_back_whole",
+            forks::large_reads_pipelined_on_one_stream_come_back_whole,
+        ),
+        (
             "groups::a_group_lands_on_distinct_devices_in_placement_order",
             groups::a_group_lands_on_distinct_devices_in_placement_order,
         ),

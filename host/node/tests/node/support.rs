@@ -403,6 +403,29 @@ impl RawClient {
         }
     }
 
+    /// The one reply on a stream [`RawClient::open_stream_with`] opened, and its data, read
+    /// once the node has ended the stream (the caller finished its side).
+    pub fn reply_on(&self, recv: &mut quinn::RecvStream) -> Result<(Reply, Vec<u8>), String> {
+        let bytes = self
+            .runtime
+            .block_on(async { tokio::time::timeout(WAIT, recv.read_to_end(1 << 30)).await })
+            .map_err(|_| "the stream did not end in time".to_string())?
+            .map_err(|e| e.to_string())?;
+        let mut decoder = Decoder::for_client(DecoderConfig::default());
+        let (mut reply, mut data, mut at) = (None, Vec::new(), 0);
+        while at < bytes.len() {
+            let (used, event) = decoder.decode(&bytes[at..]).map_err(|e| e.to_string())?;
+            at += used;
+            match event {
+                Some(Event::Reply { reply: r, .. }) => reply = Some(r),
+                Some(Event::Data { bytes, .. }) => data.extend_from_slice(bytes),
+                Some(other) => return Err(format!("not a reply: {other:?}")),
+                None => {}
+            }
+        }
+        Ok((reply.ok_or("no reply on the stream")?, data))
+    }
+
     /// Waits (bounded) for the connection to be closed; its close code and reason.
     pub fn closed(&self) -> Result<(u64, String), String> {
         let connection = self.connection.clone();

@@ -72,6 +72,9 @@ pub(super) struct Branch {
 /// What a branch's task hands back: the branch (to keep), and how its part went.
 type Joined<E> = (Branch, Result<(), E>);
 
+/// A spread read's parts' request ids, and their tasks.
+type StartedReads = (Vec<RequestId>, Vec<JoinHandle<Joined<Stop>>>);
+
 impl Channel {
     /// Sends `parts` (each a MEM_WRITE and its data, all of one session), each on a branch
     /// stream of its own; returns once their data is with QUIC, as a write on this stream does.
@@ -94,7 +97,11 @@ impl Channel {
                 (branch, Ok(()))
             }));
         }
-        let sent = self.feed_parts(fork, parts, &queues);
+        // Once the FORK is out, a part that cannot be sent leaves the node waiting for it: the
+        // channel is done for (the node closes the connection).
+        let sent = self
+            .feed_parts(fork, parts, &queues)
+            .map_err(|err| self.fail(err));
         drop(queues);
         let joined = self.join(tasks);
         let written = joined.and_then(|written| {
@@ -174,20 +181,10 @@ impl Channel {
         let branches = self.take_branches(parts.len())?;
         let fork = self.fork(parts.len())?;
         let (handed, mut arriving) = mpsc::channel(super::HAND_OVER_BATCHES * parts.len());
-        let mut ids = Vec::with_capacity(parts.len());
-        let mut tasks = Vec::with_capacity(parts.len());
-        for (index, ((request, _), branch)) in parts.iter().zip(branches).enumerate() {
-            let mut frames = self.marker(&Request::Branch { fork })?;
-            let id = self.start(request)?;
-            encode_request(id, request, &mut frames).map_err(|err| {
-                ClientError::Setup(format!("cannot encode {}: {err}", request.opcode()))
-            })?;
-            frames.extend_from_slice(&self.marker(&Request::BranchEnd { fork })?);
-            ids.push(id);
-            let handed = handed.clone();
-            tasks.push(self.runtime.spawn(read_part(branch, frames, index, handed)));
-        }
-        drop(handed);
+        // As for a write: once the FORK is out, every part goes, or the channel is done for.
+        let (ids, tasks) = self
+            .start_reads(fork, parts, branches, handed)
+            .map_err(|err| self.fail(err))?;
         let mut at: Vec<usize> = parts.iter().map(|(_, at)| *at).collect();
         let mut failed = None;
         loop {
@@ -231,6 +228,31 @@ impl Channel {
             None => Ok(()),
             Some(err) => Err(err),
         }
+    }
+
+    /// Starts each part's task on its branch: the part's frames written, then its reply read
+    /// and handed over. Returns the parts' request ids and the tasks.
+    fn start_reads(
+        &mut self,
+        fork: u64,
+        parts: &[(Request, usize)],
+        branches: Vec<Branch>,
+        handed: mpsc::Sender<(usize, Handed)>,
+    ) -> Result<StartedReads, ClientError> {
+        let mut ids = Vec::with_capacity(parts.len());
+        let mut tasks = Vec::with_capacity(parts.len());
+        for (index, ((request, _), branch)) in parts.iter().zip(branches).enumerate() {
+            let mut frames = self.marker(&Request::Branch { fork })?;
+            let id = self.start(request)?;
+            encode_request(id, request, &mut frames).map_err(|err| {
+                ClientError::Setup(format!("cannot encode {}: {err}", request.opcode()))
+            })?;
+            frames.extend_from_slice(&self.marker(&Request::BranchEnd { fork })?);
+            ids.push(id);
+            let handed = handed.clone();
+            tasks.push(self.runtime.spawn(read_part(branch, frames, index, handed)));
+        }
+        Ok((ids, tasks))
     }
 
     /// `count` branch streams, opened where the channel has fewer; they come back with

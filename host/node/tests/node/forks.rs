@@ -7,7 +7,7 @@ use crate::support::*;
 use std::time::Duration;
 use tasklet_remote::RemoteGpu;
 use tasklet_runtime::gpu::{BufferId, GpuService, LeaseRequest, SessionId};
-use tasklet_runtime::GpuError;
+use tasklet_runtime::{GpuError, Manifest};
 use tasklet_wire::{encode_request, ErrorCode, Reply, Request};
 
 const MIB: u64 = 1 << 20;
@@ -401,5 +401,42 @@ pub fn large_reads_pipelined_on_one_stream_come_back_whole() -> TestResult {
             )
         },
     )?;
+    Ok(())
+}
+
+/// A tasklet's 40 MiB write, read into its own memory and read as a list, through the node:
+/// each spread over the client's streams, the bytes checked by the tasklet itself.
+pub fn a_tasklets_large_transfers_through_the_node_are_spread() -> TestResult {
+    let node = TestNode::with(Setup {
+        metrics: true,
+        ..Setup::default()
+    });
+    let local = local_host();
+    let manifest = Manifest::load(&tasklet("testing/gpubench")).map_err(|e| e.to_string())?;
+    let compiled = local.load(manifest.clone()).map_err(|e| e.to_string())?;
+    let gpu = RemoteGpu::for_manifest(node.client("dev"), &manifest).map_err(|e| e.to_string())?;
+    let input = format!("bulk {SPREAD} 1");
+    let out = local
+        .runner()
+        .run(&compiled, input.as_bytes(), Box::new(gpu))
+        .map_err(|e| format!("gpubench remote: {e}"))?;
+    let out = String::from_utf8_lossy(&out);
+    check(
+        out.starts_with(&format!("bulk_bytes {SPREAD}\n")) && !out.contains("error"),
+        || format!("gpubench {input:?} through the node printed {out:?}"),
+    )?;
+    if spreading() {
+        let (samples, text) = scrape(&node)?;
+        let forks = samples
+            .get("tasklet_requests_total{op=\"FORK\",tenant=\"dev\"}")
+            .copied()
+            .unwrap_or(0.0);
+        // The write, the read into the tasklet's memory and the read of a list, at least (the
+        // tasklet may warm up with more).
+        check(forks >= 3.0, || {
+            format!("{forks} transfers spread, not 3 or more; the scrape:\n{text}")
+        })?;
+    }
+    node.wait_for_baseline(WAIT)?;
     Ok(())
 }

@@ -101,6 +101,10 @@ fn main() -> ExitCode {
             forks::large_reads_pipelined_on_one_stream_come_back_whole,
         ),
         (
+            "forks::a_tasklets_large_transfers_through_the_node_are_spread",
+            forks::a_tasklets_large_transfers_through_the_node_are_spread,
+        ),
+        (
             "groups::a_group_lands_on_distinct_devices_in_placement_order",
             groups::a_group_lands_on_distinct_devices_in_placement_order,
         ),

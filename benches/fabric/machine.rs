@@ -56,6 +56,22 @@ pub fn load() -> String {
         .unwrap_or_else(|| "?".into())
 }
 
+/// The most UDP socket buffer the kernel grants a program (`net.core.rmem_max`, `wmem_max`): what
+/// the fabric's 4 MiB and the bare settings' 8 MiB asks are cut to. Small buffers overflow when a
+/// receiving thread is late, and a lost packet halves the sender's rate.
+pub fn socket_limits() -> String {
+    let read = |name: &str| {
+        std::fs::read_to_string(format!("/proc/sys/net/core/{name}"))
+            .map(|v| v.trim().to_owned())
+            .unwrap_or_else(|_| "?".into())
+    };
+    format!(
+        "socket buffers the kernel grants at most: receive {} bytes, send {} bytes",
+        read("rmem_max"),
+        read("wmem_max")
+    )
+}
+
 pub fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }

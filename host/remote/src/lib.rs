@@ -64,6 +64,7 @@ mod spin;
 /// no fields; the node marks its own stages the same way (`tasklet_node::TIMELINE`).
 pub const TIMELINE: &str = "tasklet_remote::timeline";
 
+pub use channel::transfer_streams;
 pub use client::{Closer, LeaseGrant, NodeClient, NodeInventory};
 pub use connect::{ConnectOptions, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT};
 pub use deploy::{deployment_digest, DeployExit, DeployPushed, DeployRun};

@@ -9,6 +9,7 @@
 mod spread;
 
 pub(crate) use spread::parts as spread_parts;
+pub use spread::streams as transfer_streams;
 
 use crate::awake::Awake;
 use crate::error::ClientError;

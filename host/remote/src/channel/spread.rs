@@ -28,8 +28,9 @@ pub(crate) const SPREAD_MIN: u64 = 32 << 20;
 /// transfer on the channel's own stream), read once.
 const STREAMS: usize = 4;
 
-/// The streams a large transfer is spread over (1: not spread).
-pub(crate) fn streams() -> usize {
+/// The streams a client's write or read of 32 MiB or more is spread over (1: not
+/// spread): `TASKLET_TRANSFER_STREAMS` (1 to 16), else 4.
+pub fn streams() -> usize {
     static STREAMS_SET: OnceLock<usize> = OnceLock::new();
     *STREAMS_SET.get_or_init(|| {
         std::env::var("TASKLET_TRANSFER_STREAMS")

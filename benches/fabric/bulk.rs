@@ -52,6 +52,9 @@ impl Bare {
     }
 }
 
+/// The streams the side-by-side spread path sends each transfer over.
+const SPREAD_STREAMS: usize = 4;
+
 /// One path's transfers: a session with its buffer, and the rates so far.
 struct Path {
     session: Session,
@@ -113,11 +116,18 @@ pub fn run(rig: &Rig, p: &Params, table: &mut Table, settings: &mut String) -> R
     let client = rig.client()?;
     let watch = client.path_watch();
     let mut remote = open(Box::new(RemoteGpu::new(client)), "remote")?;
+    // The same transfers spread over several streams (FORK/BRANCH), on a connection of their
+    // own, beside the client's default.
+    let client = rig.client()?;
+    let spread_watch = client.path_watch();
+    let spread_gpu = RemoteGpu::new(client).with_transfer_streams(SPREAD_STREAMS);
+    let mut spread_path = open(Box::new(spread_gpu), "spread")?;
     let mut local = open(rig.local_gpu(), "local")?;
     for round in 0..p.bulk_reps {
         let paths_first = round % 2 == 0;
         if paths_first {
             remote.transfer(&data, "remote", round == 0)?;
+            spread_path.transfer(&data, "spread", round == 0)?;
             local.transfer(&data, "local", round == 0)?;
         }
         let n = bares.len();
@@ -126,6 +136,7 @@ pub fn run(rig: &Rig, p: &Params, table: &mut Table, settings: &mut String) -> R
         }
         if !paths_first {
             local.transfer(&data, "local", round == 0)?;
+            spread_path.transfer(&data, "spread", round == 0)?;
             remote.transfer(&data, "remote", round == 0)?;
         }
     }
@@ -158,6 +169,13 @@ pub fn run(rig: &Rig, p: &Params, table: &mut Table, settings: &mut String) -> R
         range(&remote.writes),
         range(&remote.reads),
         watch.read()
+    );
+    let _ = writeln!(
+        settings,
+        "| the fabric spread over {SPREAD_STREAMS} streams: remote write / read | {} | {} | {} |",
+        range(&spread_path.writes),
+        range(&spread_path.reads),
+        spread_watch.read()
     );
     // A setting counts only with a transfer in every round, so that its median is comparable.
     let complete = |b: &&Bare| b.ups.len() == p.bulk_reps && b.failed.is_none();
@@ -224,6 +242,16 @@ pub fn run(rig: &Rig, p: &Params, table: &mut Table, settings: &mut String) -> R
             "≥ 1 GB/s (on a GPU machine)".into(),
         );
     }
+    table.info(
+        format!("remote {mib} MiB write / read spread over {SPREAD_STREAMS} streams, side by side"),
+        format!(
+            "{} / {} ({:.2}× / {:.2}× of the remote path's)",
+            gbps(median(&spread_path.writes)),
+            gbps(median(&spread_path.reads)),
+            median(&spread_path.writes) / median(&remote.writes),
+            median(&spread_path.reads) / median(&remote.reads),
+        ),
+    );
     if let Some(fabric) = fabric {
         table.info(
             format!("remote {mib} MiB write / read vs bare with the fabric's own settings"),

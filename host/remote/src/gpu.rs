@@ -64,6 +64,8 @@ pub struct RemoteGpu {
     /// The streams the node made for each open session here and that were not dropped: a
     /// launch or copy naming one is checked here (see `queue_op`), without a round trip.
     streams: HashMap<SessionId, HashSet<StreamId>>,
+    /// The streams a write or read of 32 MiB or more is spread over (1: not spread).
+    transfer_streams: usize,
     /// The size of each buffer allocated here in each open session and not freed: a transfer is
     /// spread over several streams only where its span is known to fit (see `spread`).
     buffers: HashMap<SessionId, HashMap<BufferId, u64>>,
@@ -93,6 +95,7 @@ impl RemoteGpu {
             sessions: HashMap::new(),
             streams: HashMap::new(),
             buffers: HashMap::new(),
+            transfer_streams: crate::channel::transfer_streams(),
             launched: HashMap::new(),
             leases: HashSet::new(),
             asked: None,
@@ -106,6 +109,16 @@ impl RemoteGpu {
     /// requirement of the same field takes its place).
     pub fn with_requirements(mut self, requires: wire::LeaseRequirements) -> RemoteGpu {
         self.requires = requires;
+        self
+    }
+
+    /// The service, spreading each write or read of 32 MiB or more over `streams` streams of
+    /// its connection (1 to 16; 1: none), in place of `TASKLET_TRANSFER_STREAMS`' count (or 1).
+    /// The session's order holds either way (docs/wire.md, "One transfer over several
+    /// streams"); it is worth more than one where a stream's 16 MiB flow-control window per
+    /// round trip bounds a transfer (a long path).
+    pub fn with_transfer_streams(mut self, streams: usize) -> RemoteGpu {
+        self.transfer_streams = crate::channel::clamp_streams(streams);
         self
     }
 
@@ -182,7 +195,8 @@ impl RemoteGpu {
         if !fits {
             return None;
         }
-        crate::channel::spread_parts(len, self.client.max_stream_bytes())
+        let most = self.client.max_stream_bytes();
+        crate::channel::spread_parts(len, most, self.transfer_streams)
     }
 
     /// A read's parts as MEM_READs, each with where its bytes go in the read's result.

@@ -19,16 +19,14 @@ fn pattern(len: u64, seed: u64) -> Vec<u8> {
     (0..len).map(|i| (i * 7 + i / 4093 + seed) as u8).collect()
 }
 
-/// Whether this process's client spreads transfers at all (`TASKLET_TRANSFER_STREAMS=1`: not).
-fn spreading() -> bool {
-    tasklet_remote::transfer_streams() > 1
-}
+/// The streams these tests' clients spread a transfer over.
+const STREAMS: usize = 4;
 
 /// A session on the node holding two buffers of [`SPREAD`] bytes.
 fn two_buffers(
     node: &TestNode,
 ) -> Result<(RemoteGpu, SessionId, BufferId, BufferId), libtest_mimic::Failed> {
-    let mut gpu = RemoteGpu::new(node.client("dev"));
+    let mut gpu = RemoteGpu::new(node.client("dev")).with_transfer_streams(STREAMS);
     let lease = gpu.lease_acquire(LeaseRequest {
         min_vram: 2 * SPREAD + MIB,
         secs: 60,
@@ -71,25 +69,21 @@ pub fn spread_transfers_keep_the_sessions_order() -> TestResult {
     check(tail[11..] == expected[MIB as usize + 11..], || {
         "a spread read of a span came back changed".into()
     })?;
-    if spreading() {
-        let (samples, text) = scrape(&node)?;
-        let count = |op: &str| {
-            samples
-                .get(&format!(
-                    "tasklet_requests_total{{op=\"{op}\",tenant=\"dev\"}}"
-                ))
-                .copied()
-                .unwrap_or(0.0)
-        };
-        // Three transfers spread (a write, two reads), each over the client's streams.
-        let branches = 3.0 * tasklet_remote::transfer_streams() as f64;
-        check(
-            count("FORK") == 3.0 && count("BRANCH") == branches && count("BRANCH_END") == branches,
-            || format!("the transfers were not spread as expected; the scrape:\n{text}"),
-        )?;
-    } else {
-        println!("skipped the spread count: TASKLET_TRANSFER_STREAMS=1 sends every transfer on one stream");
-    }
+    let (samples, text) = scrape(&node)?;
+    let count = |op: &str| {
+        samples
+            .get(&format!(
+                "tasklet_requests_total{{op=\"{op}\",tenant=\"dev\"}}"
+            ))
+            .copied()
+            .unwrap_or(0.0)
+    };
+    // Three transfers spread (a write, two reads), each over the client's streams.
+    let branches = (3 * STREAMS) as f64;
+    check(
+        count("FORK") == 3.0 && count("BRANCH") == branches && count("BRANCH_END") == branches,
+        || format!("the transfers were not spread as expected; the scrape:\n{text}"),
+    )?;
     drop(gpu);
     node.wait_for_baseline(WAIT)?;
     Ok(())
@@ -415,7 +409,9 @@ pub fn a_tasklets_large_transfers_through_the_node_are_spread() -> TestResult {
     let local = local_host();
     let manifest = Manifest::load(&tasklet("testing/gpubench")).map_err(|e| e.to_string())?;
     let compiled = local.load(manifest.clone()).map_err(|e| e.to_string())?;
-    let gpu = RemoteGpu::for_manifest(node.client("dev"), &manifest).map_err(|e| e.to_string())?;
+    let gpu = RemoteGpu::for_manifest(node.client("dev"), &manifest)
+        .map_err(|e| e.to_string())?
+        .with_transfer_streams(STREAMS);
     let input = format!("bulk {SPREAD} 1");
     let out = local
         .runner()
@@ -426,18 +422,16 @@ pub fn a_tasklets_large_transfers_through_the_node_are_spread() -> TestResult {
         out.starts_with(&format!("bulk_bytes {SPREAD}\n")) && !out.contains("error"),
         || format!("gpubench {input:?} through the node printed {out:?}"),
     )?;
-    if spreading() {
-        let (samples, text) = scrape(&node)?;
-        let forks = samples
-            .get("tasklet_requests_total{op=\"FORK\",tenant=\"dev\"}")
-            .copied()
-            .unwrap_or(0.0);
-        // The write, the read into the tasklet's memory and the read of a list, at least (the
-        // tasklet may warm up with more).
-        check(forks >= 3.0, || {
-            format!("{forks} transfers spread, not 3 or more; the scrape:\n{text}")
-        })?;
-    }
+    let (samples, text) = scrape(&node)?;
+    let forks = samples
+        .get("tasklet_requests_total{op=\"FORK\",tenant=\"dev\"}")
+        .copied()
+        .unwrap_or(0.0);
+    // The write, the read into the tasklet's memory and the read of a list, at least (the
+    // tasklet may warm up with more).
+    check(forks >= 3.0, || {
+        format!("{forks} transfers spread, not 3 or more; the scrape:\n{text}")
+    })?;
     node.wait_for_baseline(WAIT)?;
     Ok(())
 }

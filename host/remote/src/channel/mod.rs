@@ -8,6 +8,7 @@
 
 mod spread;
 
+pub(crate) use spread::clamp_streams;
 pub(crate) use spread::parts as spread_parts;
 pub use spread::streams as transfer_streams;
 

@@ -19,33 +19,36 @@ use tasklet_wire::{encode_request, Decoder, Reply, Request, RequestId};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-/// Transfers of at least this many bytes are spread, when the channel has more than one stream
-/// to spread them over: each part then still moves many MiB, and a smaller transfer's time is
-/// mostly its round trip, which spreading does not shorten.
+/// Transfers of at least this many bytes are spread, when the client is set to spread them: each
+/// part then still moves many MiB, and a smaller transfer's time is mostly its round trip, which
+/// spreading does not shorten.
 pub(crate) const SPREAD_MIN: u64 = 32 << 20;
 
-/// Streams a transfer is spread over unless `TASKLET_TRANSFER_STREAMS` says (1: none, every
-/// transfer on the channel's own stream), read once.
-const STREAMS: usize = 4;
-
-/// The streams a client's write or read of 32 MiB or more is spread over (1: not
-/// spread): `TASKLET_TRANSFER_STREAMS` (1 to 16), else 4.
+/// The streams a client spreads a write or read of 32 MiB or more over unless told otherwise:
+/// `TASKLET_TRANSFER_STREAMS` (1 to 16), read once, else 1 (not spread). On loopback spreading
+/// measured no faster (an H200 machine: within its noise, and the spread transfers lost packets
+/// one stream did not) and slower on 2 cores (4 streams 20–45 % below one); a stream's
+/// flow-control window (16 MiB) per round trip is what it lifts, on long paths.
 pub fn streams() -> usize {
-    static STREAMS_SET: OnceLock<usize> = OnceLock::new();
-    *STREAMS_SET.get_or_init(|| {
+    static STREAMS: OnceLock<usize> = OnceLock::new();
+    *STREAMS.get_or_init(|| {
         std::env::var("TASKLET_TRANSFER_STREAMS")
             .ok()
             .and_then(|v| v.trim().parse::<usize>().ok())
-            .unwrap_or(STREAMS)
-            .clamp(1, usize::from(MAX_BRANCHES))
+            .map_or(1, clamp_streams)
     })
 }
 
-/// `len` bytes cut into the parts a spread transfer sends (offset into the transfer, length),
-/// each at most `most` bytes (the node's limit on one message's data); `None` when the transfer
-/// goes whole on the channel's stream.
-pub(crate) fn parts(len: u64, most: u64) -> Option<Vec<(u64, u64)>> {
-    let count = streams() as u64;
+/// `count` within 1 to 16 (`MAX_BRANCHES`).
+pub fn clamp_streams(count: usize) -> usize {
+    count.clamp(1, usize::from(MAX_BRANCHES))
+}
+
+/// `len` bytes cut into the parts a transfer spread over `count` streams sends (offset into the
+/// transfer, length), each at most `most` bytes (the node's limit on one message's data);
+/// `None` when the transfer goes whole on the channel's stream.
+pub(crate) fn parts(len: u64, most: u64, count: usize) -> Option<Vec<(u64, u64)>> {
+    let count = count as u64;
     if count < 2 || len < SPREAD_MIN || len.div_ceil(count) > most {
         return None;
     }
@@ -387,26 +390,27 @@ mod tests {
     fn parts_cover_the_transfer_in_order_or_it_goes_whole() {
         let most = 1 << 30;
         assert_eq!(
-            parts(SPREAD_MIN - 1, most),
+            parts(SPREAD_MIN - 1, most, 4),
             None,
             "small transfers go whole"
         );
         let len = SPREAD_MIN * 3 + 5;
-        match (streams(), parts(len, most)) {
-            (1, None) => {}
-            (count, Some(parts)) => {
-                assert_eq!(parts.len(), count);
-                let mut at = 0;
-                for (offset, part) in &parts {
-                    assert_eq!(*offset, at, "{parts:?}");
-                    assert!(part.abs_diff(len / count as u64) <= 1, "{parts:?}");
-                    at += part;
-                }
-                assert_eq!(at, len);
-                // A part over the node's limit on one message: whole (the node then says so).
-                assert_eq!(super::parts(len, len / count as u64 - 1), None);
+        assert_eq!(parts(len, most, 1), None, "one stream: whole");
+        for count in [2, 3, 4, 16] {
+            let Some(parts) = parts(len, most, count) else {
+                panic!("{count} streams, and a {len}-byte transfer not spread");
+            };
+            assert_eq!(parts.len(), count);
+            let mut at = 0;
+            for (offset, part) in &parts {
+                assert_eq!(*offset, at, "{parts:?}");
+                assert!(part.abs_diff(len / count as u64) <= 1, "{parts:?}");
+                at += part;
             }
-            (count, None) => panic!("{count} streams, and a {len}-byte transfer not spread"),
+            assert_eq!(at, len);
+            // A part over the node's limit on one message: whole (the node then says so).
+            assert_eq!(super::parts(len, len / count as u64 - 1, count), None);
         }
+        assert_eq!((clamp_streams(0), clamp_streams(17)), (1, 16));
     }
 }

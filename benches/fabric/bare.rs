@@ -27,13 +27,15 @@ pub const ECHO_BYTES: usize = 32;
 const PAYLOAD_BYTES: usize = 16 << 20;
 const WRITE_CHUNK: usize = 1 << 20;
 
-/// The flow-control windows the node and its client share (`tasklet_tls::transport`): a
-/// stream's receive window, the connection's receive and send windows.
-pub const FABRIC_WINDOWS: Windows = Windows {
-    stream: tasklet_tls::transport::STREAM_WINDOW,
-    connection: tasklet_tls::transport::CONNECTION_WINDOW,
-    send: tasklet_tls::transport::CONNECTION_WINDOW as u64,
-};
+/// The flow-control windows the node and its client use (`tasklet_tls::transport`, in this
+/// process): a stream's receive window, the connection's receive and send windows.
+pub fn fabric_windows() -> Windows {
+    Windows {
+        stream: tasklet_tls::transport::stream_window(),
+        connection: tasklet_tls::transport::CONNECTION_WINDOW,
+        send: tasklet_tls::transport::CONNECTION_WINDOW as u64,
+    }
+}
 
 /// Windows large enough that a 256 MiB transfer is never waiting for credit on loopback.
 const WIDE_WINDOWS: Windows = Windows {
@@ -93,10 +95,10 @@ impl Setting {
     pub fn fabric() -> Setting {
         Setting {
             name: "fabric's settings (as node and client)",
-            windows: Some(FABRIC_WINDOWS),
+            windows: Some(fabric_windows()),
             gso: true,
             datagrams: Datagrams::Discover(tasklet_tls::transport::MAX_DATAGRAM),
-            socket_buffers: Some(tasklet_tls::transport::SOCKET_BUFFER),
+            socket_buffers: Some(tasklet_tls::transport::socket_buffer()),
             streams: 1,
         }
     }

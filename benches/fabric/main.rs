@@ -289,7 +289,12 @@ fn main() -> ExitCode {
         tasklet_remote::transfer_streams(),
         p.clients
     );
-    println!("{}", machine::socket_limits());
+    println!(
+        "the fabric's transport: a stream window of {} MiB, {} MiB socket buffers asked; {}",
+        tasklet_tls::transport::stream_window() >> 20,
+        tasklet_tls::transport::socket_buffer() >> 20,
+        machine::socket_limits()
+    );
     println!();
 
     let mut table = Table::default();

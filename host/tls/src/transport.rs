@@ -21,6 +21,7 @@
 
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
+use std::sync::OnceLock;
 
 /// The largest datagram either end sends or accepts, in bytes of UDP payload. quinn hands the
 /// kernel up to 10 datagrams in one segmentation-offload (GSO) send, which must fit in one UDP
@@ -28,15 +29,44 @@ use std::net::{SocketAddr, UdpSocket};
 /// carries it.
 pub const MAX_DATAGRAM: u16 = 6400;
 
-/// Bytes a peer may send on one stream ahead of what was read.
+/// Bytes a peer may send on one stream ahead of what was read, unless
+/// `TASKLET_QUIC_STREAM_WINDOW_MIB` says (see [`stream_window`]).
 pub const STREAM_WINDOW: u32 = 16 << 20;
 
 /// Bytes a peer may send on all streams of a connection ahead of what was read, and bytes this
 /// end keeps unacknowledged in flight.
 pub const CONNECTION_WINDOW: u32 = 64 << 20;
 
-/// The UDP send and receive buffer asked of the kernel for each end's socket.
+/// The UDP send and receive buffer asked of the kernel for each end's socket, unless
+/// `TASKLET_QUIC_SOCKET_BUFFER_MIB` says (see [`socket_buffer`]).
 pub const SOCKET_BUFFER: usize = 4 << 20;
+
+/// The stream window this process uses: `TASKLET_QUIC_STREAM_WINDOW_MIB` (1 MiB up to the
+/// connection window), read once, else [`STREAM_WINDOW`]. Node and client each use their own
+/// process's: what a peer may send on a stream is what the receiving end allows.
+pub fn stream_window() -> u32 {
+    static WINDOW: OnceLock<u32> = OnceLock::new();
+    *WINDOW.get_or_init(|| {
+        mib_from_env("TASKLET_QUIC_STREAM_WINDOW_MIB", CONNECTION_WINDOW as usize)
+            .map_or(STREAM_WINDOW, |bytes| bytes as u32)
+    })
+}
+
+/// The socket buffers this process asks for: `TASKLET_QUIC_SOCKET_BUFFER_MIB` (1 to 64 MiB), read
+/// once, else [`SOCKET_BUFFER`].
+pub fn socket_buffer() -> usize {
+    static BUFFER: OnceLock<usize> = OnceLock::new();
+    *BUFFER.get_or_init(|| {
+        mib_from_env("TASKLET_QUIC_SOCKET_BUFFER_MIB", 64 << 20).unwrap_or(SOCKET_BUFFER)
+    })
+}
+
+/// `name`'s value, a whole count of MiB, as bytes within 1 MiB..=`most`; `None` when unset or
+/// not a number.
+fn mib_from_env(name: &str, most: usize) -> Option<usize> {
+    let mib: usize = std::env::var(name).ok()?.trim().parse().ok()?;
+    Some(mib.saturating_mul(1 << 20).clamp(1 << 20, most))
+}
 
 /// A UDP socket bound to `addr` for a node's or a client's endpoint, with [`SOCKET_BUFFER`]
 /// asked for each way. A kernel that gives less (its `net.core.rmem_max` / `wmem_max`) is no
@@ -44,8 +74,8 @@ pub const SOCKET_BUFFER: usize = 4 << 20;
 pub fn socket(addr: SocketAddr) -> io::Result<UdpSocket> {
     let socket = UdpSocket::bind(addr)?;
     let state = quinn::udp::UdpSocketState::new((&socket).into())?;
-    let _ = state.set_recv_buffer_size((&socket).into(), SOCKET_BUFFER);
-    let _ = state.set_send_buffer_size((&socket).into(), SOCKET_BUFFER);
+    let _ = state.set_recv_buffer_size((&socket).into(), socket_buffer());
+    let _ = state.set_send_buffer_size((&socket).into(), socket_buffer());
     Ok(socket)
 }
 
@@ -57,7 +87,7 @@ pub fn transport_config() -> quinn::TransportConfig {
     let mut transport = quinn::TransportConfig::default();
     transport
         .mtu_discovery_config(Some(discovery))
-        .stream_receive_window(STREAM_WINDOW.into())
+        .stream_receive_window(stream_window().into())
         .receive_window(CONNECTION_WINDOW.into())
         .send_window(CONNECTION_WINDOW.into());
     transport
@@ -75,6 +105,23 @@ pub fn endpoint_config() -> quinn::EndpointConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_window_or_buffer_in_mib_is_held_within_its_bounds() {
+        // A name of this test's own: nothing else reads it.
+        let name = "TASKLET_TLS_TRANSPORT_TEST_MIB";
+        for (value, bytes) in [
+            ("8", Some(8 << 20)),
+            (" 0 ", Some(1 << 20)),
+            ("1000", Some(64 << 20)),
+            ("x", None),
+        ] {
+            std::env::set_var(name, value);
+            assert_eq!(mib_from_env(name, 64 << 20), bytes, "{value:?}");
+        }
+        std::env::remove_var(name);
+        assert_eq!(mib_from_env(name, 64 << 20), None);
+    }
 
     #[test]
     fn the_datagram_bound_fits_a_gso_batch_and_is_accepted() {

@@ -281,12 +281,15 @@ fn main() -> ExitCode {
         device.map_or(String::new(), |d| format!(" ({d})")),
     );
     println!(
-        "node on 127.0.0.1 in this process (2 runtime threads, as `tasklet node`); {} latency rounds of {} pairs, {} bulk rounds of {} MiB transfers ({} streams each), {} clients",
+        "node on 127.0.0.1 in this process (2 runtime threads, as `tasklet node`); {} latency rounds of {} pairs, {} bulk rounds of {} MiB transfers (the remote path's on {}), {} clients",
         p.rounds,
         p.pairs,
         p.bulk_reps,
         p.bulk_bytes / MIB,
-        tasklet_remote::transfer_streams(),
+        match tasklet_remote::transfer_streams() {
+            1 => "one stream".to_owned(),
+            n => format!("{n} streams"),
+        },
         p.clients
     );
     println!(

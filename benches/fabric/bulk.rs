@@ -163,20 +163,19 @@ pub fn run(rig: &Rig, p: &Params, table: &mut Table, settings: &mut String) -> R
             range(&b.downs)
         );
     }
-    let _ = writeln!(
-        settings,
-        "| the fabric: remote write / read | {} | {} | {} |",
-        range(&remote.writes),
-        range(&remote.reads),
-        watch.read()
-    );
-    let _ = writeln!(
-        settings,
-        "| the fabric spread over {SPREAD_STREAMS} streams: remote write / read | {} | {} | {} |",
-        range(&spread_path.writes),
-        range(&spread_path.reads),
-        spread_watch.read()
-    );
+    let spread_name = format!("the fabric spread over {SPREAD_STREAMS} streams");
+    for (name, path, watch) in [
+        ("the fabric", &remote, &watch),
+        (spread_name.as_str(), &spread_path, &spread_watch),
+    ] {
+        let _ = writeln!(
+            settings,
+            "| {name}: remote write / read | {} | {} | {} |",
+            range(&path.writes),
+            range(&path.reads),
+            watch.read()
+        );
+    }
     // A setting counts only with a transfer in every round, so that its median is comparable.
     let complete = |b: &&Bare| b.ups.len() == p.bulk_reps && b.failed.is_none();
     let best = |of: fn(&Bare) -> &Vec<f64>| {

@@ -320,12 +320,7 @@ impl Reader {
     /// FORK, BRANCH or BRANCH_END (see `forks`): what this stream read before goes to the GPU
     /// thread first; then a FORK waits for its branches, a BRANCH for its FORK.
     async fn fork_marker(&mut self, request: Request) -> Result<(), ErrorReply> {
-        let opcode = request.opcode();
-        if !self.caller.greeted() {
-            return Err(protocol_error(format!(
-                "{opcode} before HELLO's reply: HELLO is the first request of a connection"
-            )));
-        }
+        self.greeted_before(request.opcode())?;
         self.hand_over().await;
         let waited = match (request, self.branch) {
             (Request::Fork { .. }, Some(open)) => {
@@ -375,6 +370,17 @@ impl Reader {
         }
     }
 
+    /// Nothing but HELLO may come before HELLO's reply. The GPU thread checks the requests it
+    /// serves; the stream checks those it serves itself (deploy requests, fork markers).
+    fn greeted_before(&self, opcode: Opcode) -> Result<(), ErrorReply> {
+        if self.caller.greeted() {
+            return Ok(());
+        }
+        Err(protocol_error(format!(
+            "{opcode} before HELLO's reply: HELLO is the first request of a connection"
+        )))
+    }
+
     /// Hands a deploy request to the stream's deploy lane (started by the first).
     async fn deploy(
         &mut self,
@@ -385,13 +391,7 @@ impl Reader {
         // The GPU thread's jobs and the deploy lane's are not ordered with each other; what
         // came before on this stream is on its way to the GPU thread before this goes.
         self.hand_over().await;
-        // Nothing but HELLO may come before HELLO's reply; the GPU thread checks the requests it
-        // serves, and these it does not see.
-        if !self.caller.greeted() {
-            return Err(protocol_error(format!(
-                "{opcode} before HELLO's reply: HELLO is the first request of a connection"
-            )));
-        }
+        self.greeted_before(opcode)?;
         let (shared, caller) = (&self.shared, &self.caller);
         let connection = &self.connection;
         let lane = self.lane.get_or_insert_with(|| {

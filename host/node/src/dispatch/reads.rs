@@ -130,17 +130,9 @@ impl Dispatcher {
         let Some(mut next) = open.reads.pop_front() else {
             return;
         };
-        let piece = (next.read.len - next.sent).min(READ_PIECE);
-        match self.read_piece(&next.read, next.sent, piece) {
-            Ok(bytes) => {
-                send_piece(&next.to, &mut next.data, bytes);
-                next.sent += piece;
-            }
-            Err(err) => {
-                abort(&next.to, &err.to_string());
-                next.sent = next.read.len;
-            }
-        }
+        next.sent = self
+            .send_piece_at(&next.to, &mut next.data, &next.read, next.sent)
+            .unwrap_or(next.read.len);
         if next.sent < next.read.len && !self.closed.load(Ordering::Acquire) {
             open.reads.push_back(next);
             return;
@@ -225,20 +217,37 @@ impl Dispatcher {
         read: &Read,
         sent: u64,
     ) -> u64 {
-        let len = read.len;
         let mut at = sent;
-        while at < len {
-            let piece = (len - at).min(READ_PIECE);
-            match self.read_piece(read, at, piece) {
-                Ok(bytes) => send_piece(to, data, bytes),
-                Err(err) => {
-                    abort(to, &err.to_string());
-                    return at;
-                }
+        while at < read.len {
+            match self.send_piece_at(to, data, read, at) {
+                Some(next) => at = next,
+                None => return at,
             }
-            at += piece;
         }
-        len
+        read.len
+    }
+
+    /// Reads and sends the piece of `read` that starts `at` bytes in; the bytes sent after it,
+    /// or `None` when the read failed (the reply had begun, so the connection is closed, saying
+    /// why).
+    fn send_piece_at(
+        &mut self,
+        to: &ReplyTo,
+        data: &mut DataEncoder,
+        read: &Read,
+        at: u64,
+    ) -> Option<u64> {
+        let piece = (read.len - at).min(READ_PIECE);
+        match self.read_piece(read, at, piece) {
+            Ok(bytes) => {
+                send_piece(to, data, bytes);
+                Some(at + piece)
+            }
+            Err(err) => {
+                abort(to, &err.to_string());
+                None
+            }
+        }
     }
 
     /// Reads `len` bytes (at most [`READ_PIECE`]) `at` bytes into `read`'s span: into staging

@@ -156,14 +156,10 @@ impl Channel {
     /// Sends a pipelined request (LAUNCH, or a MEM_WRITE with `data`); it gets no reply.
     pub fn post(&mut self, request: &Request, data: &[u8]) -> Result<RequestId, ClientError> {
         self.usable()?;
-        let id = self.tracker.start(request).map_err(|err| {
-            ClientError::Setup(format!("cannot send {}: {err}", request.opcode()))
-        })?;
+        let id = self.start(request)?;
         // An op that cannot be encoded was never sent; the id it took is settled by the
         // session's next barrier like any other.
-        let mut data_encoder = encode_request(id, request, &mut self.gathered).map_err(|err| {
-            ClientError::Setup(format!("cannot encode {}: {err}", request.opcode()))
-        })?;
+        let mut data_encoder = encode(id, request, &mut self.gathered)?;
         if let Some(encoder) = data_encoder.as_mut() {
             if data.len() + self.gathered.len() <= GATHER_BYTES {
                 encoder
@@ -202,15 +198,8 @@ impl Channel {
         sink: &mut dyn Sink,
     ) -> Result<Reply, ClientError> {
         self.usable()?;
-        let id = self.tracker.start(request).map_err(|err| {
-            ClientError::Setup(format!("cannot send {}: {err}", request.opcode()))
-        })?;
-        if let Err(err) = encode_request(id, request, &mut self.gathered) {
-            return Err(ClientError::Setup(format!(
-                "cannot encode {}: {err}",
-                request.opcode()
-            )));
-        }
+        let id = self.start(request)?;
+        encode(id, request, &mut self.gathered)?;
         // Only for calls whose replies come soon enough that this thread polls for them; the
         // flush that writes the call keeps the runtime awake for its reply.
         if self.spin.polls() {
@@ -240,6 +229,13 @@ impl Channel {
             Reply::Error { opcode, error } => Err(ClientError::Failed { opcode, error }),
             reply => Ok((reply, data)),
         }
+    }
+
+    /// Takes `request`'s id from the tracker.
+    fn start(&mut self, request: &Request) -> Result<RequestId, ClientError> {
+        self.tracker
+            .start(request)
+            .map_err(|err| ClientError::Setup(format!("cannot send {}: {err}", request.opcode())))
     }
 
     fn usable(&self) -> Result<(), ClientError> {
@@ -313,18 +309,14 @@ impl Channel {
         });
         let mut refused = None;
         for chunk in data.chunks(MAX_CHUNK as usize) {
-            let header = match encoder.chunk_header(chunk.len()) {
-                Ok(header) => header,
+            let frame = match data_frame(encoder, chunk) {
+                Ok(frame) => frame,
                 Err(err) => {
-                    refused = Some(ClientError::Setup(err.to_string()));
+                    refused = Some(err);
                     break;
                 }
             };
-            let mut frame = BytesMut::with_capacity(header.len() + chunk.len());
-            frame.extend_from_slice(&header);
-            frame.extend_from_slice(chunk);
-            let Some(sent) = block_until(&self.runtime, self.deadline, frames.send(frame.freeze()))
-            else {
+            let Some(sent) = block_until(&self.runtime, self.deadline, frames.send(frame)) else {
                 task.abort();
                 return Err(self.out_of_time());
             };
@@ -548,6 +540,28 @@ impl Channel {
         self.broken.get_or_insert(message);
         error
     }
+}
+
+/// Encodes `request` as `id` onto `out`; the encoder of its data, if it streams any.
+fn encode(
+    id: RequestId,
+    request: &Request,
+    out: &mut Vec<u8>,
+) -> Result<Option<DataEncoder>, ClientError> {
+    encode_request(id, request, out)
+        .map_err(|err| ClientError::Setup(format!("cannot encode {}: {err}", request.opcode())))
+}
+
+/// A data frame: `chunk` (at most `MAX_CHUNK` bytes) behind its header, copied into a frame of
+/// its own for the runtime's thread to write.
+fn data_frame(encoder: &mut DataEncoder, chunk: &[u8]) -> Result<Bytes, ClientError> {
+    let header = encoder
+        .chunk_header(chunk.len())
+        .map_err(|err| ClientError::Setup(err.to_string()))?;
+    let mut frame = BytesMut::with_capacity(header.len() + chunk.len());
+    frame.extend_from_slice(&header);
+    frame.extend_from_slice(chunk);
+    Ok(frame.freeze())
 }
 
 const LOST_READ: &str = "a read from the node was lost";

@@ -9,13 +9,15 @@
 //! request id comes from the channel's tracker, so that a barrier on the channel's own stream
 //! settles a spread write's parts as it settles any other write.
 
-use super::{block_until, client_decoder, Bulk, Channel, Handed, Stop, WRITE_FRAMES};
+use super::{
+    block_until, client_decoder, data_frame, encode, Bulk, Channel, Handed, Stop, WRITE_FRAMES,
+};
 use crate::error::ClientError;
 use crate::sink::Spread;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use std::sync::OnceLock;
 use tasklet_wire::limits::{MAX_BRANCHES, MAX_CHUNK};
-use tasklet_wire::{encode_request, Decoder, Reply, Request, RequestId};
+use tasklet_wire::{Decoder, Reply, Request, RequestId};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -128,9 +130,7 @@ impl Channel {
         for ((request, _), queue) in parts.iter().zip(queues) {
             let mut head = self.marker(&Request::Branch { fork })?;
             let id = self.start(request)?;
-            let encoder = encode_request(id, request, &mut head).map_err(|err| {
-                ClientError::Setup(format!("cannot encode {}: {err}", request.opcode()))
-            })?;
+            let encoder = encode(id, request, &mut head)?;
             encoders.push(encoder);
             self.queue(queue, head.into())?;
         }
@@ -145,13 +145,8 @@ impl Channel {
                 if chunk.is_empty() {
                     continue;
                 }
-                let header = encoder
-                    .chunk_header(chunk.len())
-                    .map_err(|err| ClientError::Setup(err.to_string()))?;
-                let mut frame = BytesMut::with_capacity(header.len() + chunk.len());
-                frame.extend_from_slice(&header);
-                frame.extend_from_slice(chunk);
-                self.queue(queue, frame.freeze())?;
+                let frame = data_frame(encoder, chunk)?;
+                self.queue(queue, frame)?;
                 more = true;
             }
             if !more {
@@ -248,9 +243,7 @@ impl Channel {
         for (index, ((request, _), branch)) in parts.iter().zip(branches).enumerate() {
             let mut frames = self.marker(&Request::Branch { fork })?;
             let id = self.start(request)?;
-            encode_request(id, request, &mut frames).map_err(|err| {
-                ClientError::Setup(format!("cannot encode {}: {err}", request.opcode()))
-            })?;
+            encode(id, request, &mut frames)?;
             frames.extend_from_slice(&self.marker(&Request::BranchEnd { fork })?);
             ids.push(id);
             let handed = handed.clone();
@@ -294,16 +287,8 @@ impl Channel {
     fn marker(&mut self, marker: &Request) -> Result<Vec<u8>, ClientError> {
         let id = self.start(marker)?;
         let mut frame = Vec::new();
-        encode_request(id, marker, &mut frame).map_err(|err| {
-            ClientError::Setup(format!("cannot encode {}: {err}", marker.opcode()))
-        })?;
+        encode(id, marker, &mut frame)?;
         Ok(frame)
-    }
-
-    fn start(&mut self, request: &Request) -> Result<RequestId, ClientError> {
-        self.tracker
-            .start(request)
-            .map_err(|err| ClientError::Setup(format!("cannot send {}: {err}", request.opcode())))
     }
 
     /// Hands `frame` to a branch's task; an error only when the wait passed the deadline (a

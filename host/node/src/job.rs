@@ -33,9 +33,9 @@ pub(crate) struct WritePiece {
     pub chunks: Vec<Bytes>,
     /// Their length in all.
     pub len: usize,
-    /// Where the whole write ends in the buffer: the first piece of a write checks the whole
-    /// span, so a write that does not fit changes nothing.
-    pub end: u64,
+    /// The write's bytes from `offset` on, this piece's among them: the first piece of a write
+    /// checks the whole span, so a write that does not fit changes nothing.
+    pub rest: u64,
     pub first: bool,
 }
 
@@ -65,4 +65,9 @@ pub(crate) struct Batch {
     pub reply: ReplyTo,
     /// Counts the batch's requests as unanswered until the batch is done.
     pub _unanswered: Unanswered,
+    /// The jobs came from inside a branch of a fork (see `connection::forks`): a stream hands
+    /// over what it read at every fork marker, so a batch is all inside one branch or all
+    /// outside any. Only a branch's large reads are sent beside other streams' (see
+    /// `dispatch::reads`).
+    pub branch: bool,
 }

@@ -6,10 +6,14 @@ use crate::shared::Limits;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
+use tasklet_wire::limits::MAX_BRANCHES;
 
 /// Bidirectional streams a client may have open at once: a control stream, one per session it
-/// runs in parallel, one per transfer.
-const MAX_STREAMS: u32 = 16;
+/// runs in parallel, one per deployment transfer, and the branches of a transfer spread over
+/// several streams (up to `MAX_BRANCHES`, which the Rust client opens once and keeps). A stream
+/// past them waits (QUIC) until one ends. Each may hold the undecoded rest of one read while it
+/// waits (for a fork, for queue budget): at most its flow-control window.
+const MAX_STREAMS: u32 = MAX_BRANCHES as u32 + 8;
 
 pub(crate) fn server_config(
     certs: &Path,

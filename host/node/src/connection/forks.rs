@@ -7,8 +7,15 @@
 //! The waits have no deadline of their own: a FORK's stream may be held up behind its session's
 //! earlier work (a long kernel, a full queue) for as long as the device takes, and a branch that
 //! has begun may take as long as its transfer does. A wait ends when the connection does (the
-//! idle timeout closes one whose client went away); what a waiting stream holds is its task and
-//! an entry of at most [`MAX_FORKS`].
+//! idle timeout closes one whose client went away); what a waiting stream holds is its task, an
+//! entry of at most [`MAX_FORKS`], and the undecoded rest of its last read (at most its
+//! flow-control window), as a stream waiting for queue budget does.
+//!
+//! A branch's stream is not read while it waits for its FORK, so its data waits in QUIC's
+//! flow-control windows: a client that sends branches' data before its FORK has been given
+//! credit (the Rust client writes the FORK first) can fill the connection's window with it and
+//! stall its own connection. A BRANCH naming a fork that has already ended begins a new fork of
+//! that number, which a FORK may come for.
 
 use std::collections::HashMap;
 use std::sync::Mutex;

@@ -63,7 +63,8 @@ struct Writing {
     buffer: BufferId,
     /// Where the next piece goes in the buffer.
     offset: u64,
-    end: u64,
+    /// The write's bytes from `offset` on, this piece's among them.
+    rest: u64,
     /// The piece being gathered: its bytes as read, and their length.
     chunks: Vec<Bytes>,
     piece_len: usize,
@@ -303,7 +304,7 @@ impl Reader {
                     session: *session,
                     buffer: *buffer,
                     offset: *offset,
-                    end: offset.saturating_add(*len),
+                    rest: *len,
                     chunks: Vec::new(),
                     piece_len: 0,
                     first: true,
@@ -440,13 +441,16 @@ impl Reader {
                 session: writing.session,
                 buffer: writing.buffer,
                 offset: writing.offset,
-                end: writing.end,
+                rest: writing.rest,
                 first: writing.first,
                 chunks: std::mem::take(&mut writing.chunks),
                 len: std::mem::take(&mut writing.piece_len),
             };
             let (request_id, len) = (writing.request_id, piece.len);
-            writing.offset += len as u64;
+            // A write whose end would pass the largest offset is refused at its first piece,
+            // before anything is written: the later pieces' offsets are never used.
+            writing.offset = writing.offset.wrapping_add(len as u64);
+            writing.rest -= len as u64;
             writing.first = false;
             if last {
                 self.writing = None;
@@ -519,6 +523,7 @@ impl Reader {
             jobs: std::mem::take(&mut self.batch),
             reply: self.reply.clone(),
             _unanswered: unanswered,
+            branch: self.branch.is_some(),
         };
         let mark = self.hot.mark();
         // The GPU thread is gone only when the connection is.

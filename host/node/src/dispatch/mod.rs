@@ -121,6 +121,7 @@ impl Dispatcher {
                 jobs,
                 reply,
                 _unanswered,
+                branch,
             } = batch;
             let unanswered = Rc::new(_unanswered);
             // One clock reading per job: a job's end is the next one's start.
@@ -136,7 +137,8 @@ impl Dispatcher {
                     Work::WritePiece(piece) => piece_opcode(piece),
                 };
                 // (Before HELLO a read is a protocol error, which `job` says.)
-                if let Some(read) = reads::interleaved(&job.work).filter(|_| self.said_hello) {
+                let interleaved = reads::interleaved(&job.work).filter(|_| branch);
+                if let Some(read) = interleaved.filter(|_| self.said_hello) {
                     self.open_read(&reply, job.request_id, read, &unanswered, &mut open);
                     start = Instant::now();
                     continue;
@@ -901,13 +903,12 @@ impl Dispatcher {
             Some(stream) => d.gpu().stream_write(session, stream, buffer, offset, bytes),
         };
         self.pipelined(request_id, piece_opcode(&piece), session, |d| {
-            let whole = piece.offset + piece.len as u64 == piece.end;
-            if piece.first && !whole {
+            if piece.first && piece.rest > piece.len as u64 {
                 // In a local write's order: the right, the session, the buffer and the stream
                 // (a write of no bytes at its start, which every buffer has), then the span.
                 write(d, 0, &[])?;
-                let len = piece.end - piece.offset;
-                d.gpu().check_span(session, buffer, piece.offset, len)?;
+                d.gpu()
+                    .check_span(session, buffer, piece.offset, piece.rest)?;
             }
             let staged = (piece.len >= DIRECT_MIN_BYTES && piece.len <= d.staging.buffer_size())
                 .then(|| d.staging_buffer())

@@ -34,13 +34,19 @@ pub(super) const READ_PIECE: u64 = STAGING_PIECE as u64;
 const STAGING_WAIT: Duration = Duration::from_secs(1);
 const STAGING_SLICE: Duration = Duration::from_millis(50);
 
-/// MEM_READs whose replies are streaming, at most one a stream, sent a piece each in turn (and a
-/// piece for every batch the GPU thread takes, so that new reads do not hold back open ones).
-/// The parts of a read spread over several streams (docs/wire.md, "One transfer over several
-/// streams") come to the GPU thread one after another; were each sent whole before the next
-/// began, only one stream would move at a time, waiting on QUIC for the staging buffers of its
-/// pieces. Reads change nothing on the device, so they may go side by side; any other job waits
-/// until every open read is sent (see `Dispatcher::run`).
+/// MEM_READs of branches whose replies are streaming, at most one a stream, sent a piece each in
+/// turn (and a piece for every batch the GPU thread takes, so that new reads do not hold back
+/// open ones). The parts of a read spread over several streams (docs/wire.md, "One transfer
+/// over several streams") come to the GPU thread one after another; were each sent whole before
+/// the next began, only one stream would move at a time, waiting on QUIC for the staging
+/// buffers of its pieces. Reads change nothing on the device, so they may go side by side; any
+/// other job waits until every open read is sent (see `Dispatcher::run`).
+///
+/// Only a branch's reads: a client reads a spread read's streams side by side, as it sent them,
+/// but one that sends large reads on two streams of its own may read one reply to its end
+/// before it starts on the other, and interleaved, the other's pieces would fill that stream's
+/// flow-control window and the connection's reply budget, and hold the GPU thread (and the
+/// first reply) until the connection ends.
 #[derive(Default)]
 pub(super) struct OpenReads {
     reads: VecDeque<OpenRead>,
@@ -298,7 +304,8 @@ impl Dispatcher {
     }
 }
 
-/// The read a job is, when it is one [`OpenReads`] takes: a MEM_READ of more than one piece.
+/// The read a job is, when it is one [`OpenReads`] takes (from a branch): a MEM_READ of more
+/// than one piece.
 pub(super) fn interleaved(work: &Work) -> Option<Read> {
     match work {
         Work::Request(Request::MemRead {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tasklet_remote::RemoteGpu;
 use tasklet_runtime::gpu::{BufferId, GpuService, LeaseRequest, SessionId};
 use tasklet_runtime::{GpuError, Manifest};
-use tasklet_wire::{encode_request, ErrorCode, Reply, Request};
+use tasklet_wire::{encode_request, ErrorCode, Opcode, Reply, Request};
 
 const MIB: u64 = 1 << 20;
 
@@ -432,6 +432,128 @@ pub fn a_tasklets_large_transfers_through_the_node_are_spread() -> TestResult {
     check(forks >= 3.0, || {
         format!("{forks} transfers spread, not 3 or more; the scrape:\n{text}")
     })?;
+    node.wait_for_baseline(WAIT)?;
+    Ok(())
+}
+
+/// A client spreading over the most streams a fork may have (16), besides its session's stream
+/// and the ones it keeps for deployments: the node lets it open them all, and the transfers
+/// come back whole. (With the node allowing 16 streams a connection, the sixteenth branch was
+/// never opened and the write waited forever.)
+pub fn a_transfer_spreads_over_the_most_branches_a_fork_may_have() -> TestResult {
+    let node = TestNode::start();
+    let most = usize::from(tasklet_wire::limits::MAX_BRANCHES);
+    let mut client = node.client("dev");
+    client.set_deadline(Some(std::time::Instant::now() + WAIT));
+    let mut gpu = RemoteGpu::new(client).with_transfer_streams(most);
+    let lease = gpu.lease_acquire(LeaseRequest {
+        min_vram: SPREAD + MIB,
+        secs: 60,
+        device: None,
+    })?;
+    let session = gpu.session_open(lease)?;
+    let buffer = gpu.mem_alloc(session, SPREAD)?;
+    let data = pattern(SPREAD, 3);
+    gpu.mem_write(session, buffer, 0, &data)?;
+    let back = gpu.mem_read(session, buffer, 0, SPREAD)?;
+    check(back == data, || {
+        let first = back.iter().zip(&data).position(|(x, y)| x != y);
+        format!("spread over {most} streams, the read differs from byte {first:?} on")
+    })?;
+    drop(gpu);
+    node.wait_for_baseline(WAIT)?;
+    Ok(())
+}
+
+/// Large reads on two streams of a raw client, not in any fork, read one reply to its end
+/// before the other: each is sent whole in turn, so the first is never held behind the
+/// second's unread data. (Interleaved piece by piece, the second's pieces filled its stream's
+/// window and the connection's 16 MiB reply budget, and the GPU thread, holding the first
+/// reply, waited on them until the connection ended.)
+pub fn large_reads_on_two_streams_may_be_read_one_after_the_other() -> TestResult {
+    // Larger than a stream's window and the reply budget together, twice over.
+    let size = 96 * MIB;
+    let node = TestNode::start();
+    let (mut raw, write, read) = raw_session(&node, size)?;
+    let session = match &write {
+        Request::MemWrite { session, .. } => *session,
+        _ => unreachable!("raw_session's write"),
+    };
+    let data = pattern(size, 9);
+    raw.send_bytes(&frames(&[(5, write)], &data));
+    raw.request(6, &Request::Sync { session })?;
+    let (mut first, mut first_recv) = raw.open_stream_with(&frames(&[(7, read.clone())], &[]))?;
+    // The first read under way (and held: nothing reads it yet) before the second comes.
+    std::thread::sleep(Duration::from_millis(300));
+    let (mut second, mut second_recv) = raw.open_stream_with(&frames(&[(8, read)], &[]))?;
+    let _ = (first.finish(), second.finish());
+    for (what, recv) in [
+        ("the first", &mut first_recv),
+        ("the second", &mut second_recv),
+    ] {
+        let (reply, back) = raw
+            .reply_on(recv)
+            .map_err(|e| format!("{what} read: {e}"))?;
+        check(
+            matches!(reply, Reply::MemRead { .. }) && back == data,
+            || format!("{what} read: {reply:?} with {} bytes", back.len()),
+        )?;
+    }
+    drop((first, second));
+    raw.connection.close(0u32.into(), b"done");
+    node.wait_for_baseline(WAIT)?;
+    Ok(())
+}
+
+/// Writes of several pieces whose end would pass the largest offset (a raw client's; the
+/// Rust client's own check refuses them before sending) are refused whole, reported at the
+/// next barrier in the local words, and the connection goes on.
+pub fn a_write_whose_end_would_wrap_is_refused_and_the_session_goes_on() -> TestResult {
+    let node = TestNode::start();
+    let size = 8 * MIB;
+    let (mut raw, write, read) = raw_session(&node, size)?;
+    let (session, buffer) = match &write {
+        Request::MemWrite {
+            session, buffer, ..
+        } => (*session, *buffer),
+        _ => unreachable!("raw_session's write"),
+    };
+    let data = pattern(size, 4);
+    let mut id = 10;
+    for offset in [u64::MAX - 10, u64::MAX - size + 1, u64::MAX] {
+        let wraps = Request::MemWrite {
+            session,
+            buffer,
+            offset,
+            len: size,
+        };
+        raw.send_bytes(&frames(&[(id, wraps)], &data));
+        match raw.request(id + 1, &Request::Sync { session })? {
+            (Reply::Error { opcode, error }, _) => {
+                let words = format!(
+                    "bytes {offset}..{} are outside the buffer's {size} bytes",
+                    u128::from(offset) + u128::from(size)
+                );
+                check(
+                    error.code == ErrorCode::OutOfBounds
+                        && error.message == words
+                        && error
+                            .failed_op
+                            .is_some_and(|op| op.opcode == Opcode::MemWrite),
+                    || format!("at {offset}: {opcode:?} {error:?}"),
+                )?
+            }
+            other => return Err(format!("at {offset}: {other:?}").into()),
+        }
+        id += 2;
+    }
+    raw.send_bytes(&frames(&[(id, write)], &data));
+    let (reply, back) = raw.request(id + 1, &read)?;
+    check(
+        matches!(reply, Reply::MemRead { .. }) && back == data,
+        || format!("after the refusals: {reply:?}, {} bytes", back.len()),
+    )?;
+    raw.connection.close(0u32.into(), b"done");
     node.wait_for_baseline(WAIT)?;
     Ok(())
 }

@@ -105,6 +105,18 @@ fn main() -> ExitCode {
             forks::a_tasklets_large_transfers_through_the_node_are_spread,
         ),
         (
+            "forks::a_transfer_spreads_over_the_most_branches_a_fork_may_have",
+            forks::a_transfer_spreads_over_the_most_branches_a_fork_may_have,
+        ),
+        (
+            "forks::large_reads_on_two_streams_may_be_read_one_after_the_other",
+            forks::large_reads_on_two_streams_may_be_read_one_after_the_other,
+        ),
+        (
+            "forks::a_write_whose_end_would_wrap_is_refused_and_the_session_goes_on",
+            forks::a_write_whose_end_would_wrap_is_refused_and_the_session_goes_on,
+        ),
+        (
             "groups::a_group_lands_on_distinct_devices_in_placement_order",
             groups::a_group_lands_on_distinct_devices_in_placement_order,
         ),

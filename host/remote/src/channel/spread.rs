@@ -103,11 +103,10 @@ impl Channel {
                 (branch, Ok(()))
             }));
         }
-        // Once the FORK is out, a part that cannot be sent leaves the node waiting for it: the
-        // channel is done for (the node closes the connection).
+        // Once the FORK is out, a part that cannot be sent would leave the node waiting for it.
         let sent = self
             .feed_parts(fork, parts, &queues)
-            .map_err(|err| self.fail(err));
+            .map_err(|err| self.abandon(err));
         drop(queues);
         let joined = self.join(tasks);
         let written = joined.and_then(|written| {
@@ -180,10 +179,10 @@ impl Channel {
         let branches = self.take_branches(parts.len())?;
         let fork = self.fork(parts.len())?;
         let (handed, mut arriving) = mpsc::channel(super::HAND_OVER_BATCHES * parts.len());
-        // As for a write: once the FORK is out, every part goes, or the channel is done for.
+        // As for a write: once the FORK is out, every part goes, or the connection is closed.
         let (ids, tasks) = self
             .start_reads(fork, parts, branches, handed)
-            .map_err(|err| self.fail(err))?;
+            .map_err(|err| self.abandon(err))?;
         let mut at: Vec<usize> = parts.iter().map(|(_, at)| *at).collect();
         let mut failed = None;
         loop {
@@ -211,8 +210,9 @@ impl Channel {
                 Handed::Data(pieces) => {
                     for piece in pieces {
                         if let Err(err) = into.put_at(at[index], &piece) {
+                            // The other parts' data would wait for readers that are gone.
                             tasks.iter().for_each(JoinHandle::abort);
-                            return Err(self.fail(err));
+                            return Err(self.abandon(err));
                         }
                         at[index] += piece.len();
                     }
@@ -281,6 +281,16 @@ impl Channel {
         self.gathered.extend_from_slice(&frame);
         self.flush()?;
         Ok(fork)
+    }
+
+    /// A spread transfer that cannot go on once its FORK is out leaves the node waiting for
+    /// branches that will not come (or sending data no one reads): the connection is closed, so
+    /// that the node ends what it held for it at once, and every later call fails as
+    /// disconnected.
+    fn abandon(&mut self, error: ClientError) -> ClientError {
+        self.connection
+            .close(0u32.into(), b"a spread transfer could not be completed");
+        self.fail(error)
     }
 
     /// A FORK, BRANCH or BRANCH_END, encoded.

@@ -132,11 +132,19 @@ impl RemoteGpu {
     /// The service over `client`'s connection, its grant narrowed to what `manifest` asks for
     /// (the node cuts it down to the tenant's policy too): the same grant a local run of the
     /// tasklet gets, checked by the node.
-    pub fn for_manifest(
-        mut client: NodeClient,
-        manifest: &Manifest,
-    ) -> Result<RemoteGpu, ClientError> {
-        let asked = manifest_grant(manifest);
+    pub fn for_manifest(client: NodeClient, manifest: &Manifest) -> Result<RemoteGpu, ClientError> {
+        RemoteGpu::asking(client, manifest_grant(manifest))
+    }
+
+    /// The service over `client`'s connection, its grant narrowed to `grant` (a manifest's
+    /// grant under this machine's policy, as `Policy::grant` makes it; the node cuts it down to
+    /// the tenant's policy too): a run here under `--policy` keeps that policy's GPU caps when
+    /// its GPU work goes elsewhere.
+    pub fn for_grant(client: NodeClient, grant: &HostGrant) -> Result<RemoteGpu, ClientError> {
+        RemoteGpu::asking(client, host_grant_to_wire(grant))
+    }
+
+    fn asking(mut client: NodeClient, asked: wire::Grant) -> Result<RemoteGpu, ClientError> {
         let grant = client.grant(&asked)?;
         let mut gpu = RemoteGpu::new(client);
         gpu.grant = Some(grant);

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tasklet_cluster::Requirement;
 use tasklet_remote::RemoteGpu;
+use tasklet_runtime::config::Grant;
 use tasklet_runtime::gpu::{LocalGpu, UsageStats};
 use tasklet_runtime::{Manifest, Policy, RunError, Runner};
 
@@ -74,7 +75,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         );
     }
     if args.remote.remote.node.is_some() || nats.is_some() {
-        // The tasklet runs here under `--policy`'s limits; its GPU work is the node's.
+        // The tasklet runs here under `--policy`'s grant; its GPU work is the node's.
         args.host.refuse_where_unused(true)?;
     }
     let mut usage = None;
@@ -83,6 +84,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     let result = match (&args.remote.remote.node, nats) {
         (Some(_), Some(_)) => bail!("give --node (one node) or --nats (the cluster), not both"),
         (Some(addr), None) => {
+            let grant = local_grant(&args, &manifest)?;
             let requirement: Option<Requirement> = match &args.remote.requires {
                 Some(text) => Some(text.parse()?),
                 None => None,
@@ -91,9 +93,11 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
             if let Some(requirement) = &requirement {
                 check_node_meets(&mut client, addr, requirement)?;
             }
-            run_remote(&args, client, manifest, &input)?
+            let gpu = RemoteGpu::for_grant(client, &grant)?;
+            run_with(&args, gpu, manifest, grant, &input)?
         }
         (None, Some(nats)) => {
+            let grant = local_grant(&args, &manifest)?;
             let requirement = match &args.remote.requires {
                 Some(text) => text.parse()?,
                 None => Default::default(),
@@ -113,14 +117,14 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
                             .map(|cc| (cc.major, cc.minor)),
                         ..Default::default()
                     };
-                    RemoteGpu::for_manifest(client, &manifest)
+                    RemoteGpu::for_grant(client, &grant)
                         .map(|gpu| gpu.with_requirements(requires))
                         .map_err(Tried::from)
                 },
             )?;
             eprintln!("tasklet: GPU work on {} ({})", placed.name, placed.addr);
             let gpu = gpu.with_fallback(Box::new(rest));
-            run_with(&args, gpu, manifest, &input)?
+            run_with(&args, gpu, manifest, grant, &input)?
         }
         (None, None) => {
             if let Some(requires) = &args.remote.requires {
@@ -208,30 +212,27 @@ pub fn write_output(output: &[u8]) -> Result<()> {
         .context("cannot write output")
 }
 
-/// Runs the tasklet here with its GPU on the node `client` is connected to. The wasm's own
-/// limits (memory, wall time) are this machine's policy's; the GPU grant is the node's.
-fn run_remote(
-    args: &RunArgs,
-    client: tasklet_remote::NodeClient,
-    manifest: Manifest,
-    input: &[u8],
-) -> Result<Result<Vec<u8>, RunError>> {
-    let gpu = RemoteGpu::for_manifest(client, &manifest)?;
-    run_with(args, gpu, manifest, input)
-}
-
-fn run_with(
-    args: &RunArgs,
-    gpu: RemoteGpu,
-    manifest: Manifest,
-    input: &[u8],
-) -> Result<Result<Vec<u8>, RunError>> {
+/// What `--policy` (else the default policy) grants the tasklet on this machine: with --node or
+/// --nats its limits, and the GPU caps the node is asked for (which it narrows further to the
+/// tenant's), as a local run would have them.
+fn local_grant(args: &RunArgs, manifest: &Manifest) -> Result<Grant> {
     let policy = match &args.host.policy {
         Some(path) => Policy::load(path)?,
         None => Policy::default(),
     };
+    Ok(policy.grant(manifest))
+}
+
+/// Runs the tasklet here under `grant` (this machine's policy's, for the manifest), its GPU work
+/// on the node `gpu` is connected to (which asked the node for the same grant).
+fn run_with(
+    args: &RunArgs,
+    gpu: RemoteGpu,
+    manifest: Manifest,
+    grant: Grant,
+    input: &[u8],
+) -> Result<Result<Vec<u8>, RunError>> {
     let runner = Runner::new()?;
-    let grant = policy.grant(&manifest);
     let cache = CompileCache::open(&args.compile, &runner)?;
     let (tasklet, _) = compile_cache::load(&runner, cache.as_ref(), manifest, grant)?;
     Ok(runner.run(&tasklet, input, Box::new(gpu)))

@@ -626,6 +626,77 @@ fn a_group_of_leases_runs_alike_here_and_through_a_node() {
     }
 }
 
+/// `run --node --policy FILE` runs the tasklet under the policy's grant, its GPU caps
+/// included: the node is asked for no more, so a right or VRAM the policy withholds is refused
+/// there as it would be here, in the same words.
+#[test]
+fn a_remote_run_keeps_its_policys_gpu_caps() {
+    let dir = tempfile::tempdir().unwrap();
+    let (node, addr, certs) = serving_node(dir.path());
+    let result = std::panic::catch_unwind(|| {
+        let cases = [
+            (
+                "no-launch.toml",
+                "[tasklets]\nrights = [\"alloc\", \"read\", \"write\", \"load\"]\n",
+                &b"3"[..],
+                "missing right `launch`",
+            ),
+            (
+                "small.toml",
+                "[tasklets]\nmax-vram = \"1MiB\"\n",
+                &b"1000000"[..],
+                "quota-exceeded",
+            ),
+        ];
+        for (name, text_of_policy, input, refused) in cases {
+            let policy = dir.path().join(name);
+            std::fs::write(&policy, text_of_policy).unwrap();
+            let policy = policy.to_str().unwrap();
+            let here = tasklet(
+                &[
+                    "run",
+                    "--backend",
+                    "emu",
+                    "--policy",
+                    policy,
+                    "tasklets/iota",
+                ],
+                input,
+            );
+            let there = tasklet(
+                &[
+                    "run",
+                    "--node",
+                    &addr,
+                    "--certs",
+                    &certs,
+                    "--policy",
+                    policy,
+                    "tasklets/iota",
+                ],
+                input,
+            );
+            for (where_, out) in [("here", &here), ("on the node", &there)] {
+                let stderr = text(&out.stderr);
+                assert_eq!(out.status.code(), Some(1), "{name} {where_}: {stderr}");
+                assert!(stderr.contains(refused), "{name} {where_}: {stderr}");
+            }
+        }
+        // Without the policy the same run goes through on the node.
+        let out = tasklet(
+            &["run", "--node", &addr, "--certs", &certs, "tasklets/iota"],
+            b"3",
+        );
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert_eq!(text(&out.stdout), "1\n2\n3\n");
+    });
+    let (status, log) = stop_node(node);
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+    assert!(status.is_some_and(|s| s.success()), "{log}");
+}
+
 /// The processes `pid` has started and not yet reaped (every thread's children).
 fn children(pid: u32) -> Vec<i32> {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {

@@ -174,7 +174,7 @@ impl LocalGpu {
         }
         let name = right.name();
         Err(unauthorized(format!(
-            "missing right `{name}`: add \"{name}\" to `rights` under [gpu] in the tasklet's manifest (the node policy must allow it too)"
+            "missing right `{name}`: add \"{name}\" to `rights` under [gpu] in the tasklet's manifest; if it is there, a policy withholds it (`--policy` of the run, or on a node its policy's section for your tenant)"
         )))
     }
 

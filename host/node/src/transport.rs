@@ -19,6 +19,7 @@ pub(crate) fn server_config(
     certs: &Path,
     limits: &Limits,
 ) -> Result<quinn::ServerConfig, NodeError> {
+    tasklet_tls::check_node_unexpired(certs)?;
     let mut server = tasklet_tls::server_config(certs)?;
     let mut transport = tasklet_tls::transport::transport_config();
     transport

@@ -42,6 +42,31 @@ pub fn client_config(dir: impl AsRef<Path>, tenant: &Tenant) -> Result<quinn::Cl
     Ok(quinn::ClientConfig::new(Arc::new(tls)))
 }
 
+/// Whether the node's certificate in `dir` is still valid by this machine's clock: a node whose
+/// certificate has expired would refuse every client at its handshake, so a node starting
+/// checks it first and says how to renew it. (One not valid *yet* is left to the clients'
+/// clocks: a certificate issued on a machine whose clock runs ahead.)
+pub fn check_node_unexpired(dir: impl AsRef<Path>) -> Result<(), Error> {
+    let path = CertDir::new(dir.as_ref()).node_cert();
+    let der = files::read_cert(&path, hint::NODE)?;
+    let malformed = |reason: String| Error::Malformed {
+        path: path.clone(),
+        reason,
+    };
+    let (_, cert) = x509_parser::parse_x509_certificate(&der)
+        .map_err(|err| malformed(format!("not valid X.509 ({err})")))?;
+    let not_after = cert.validity().not_after;
+    let now = time::OffsetDateTime::now_utc().unix_timestamp();
+    if not_after.timestamp() >= now {
+        return Ok(());
+    }
+    let date = not_after.to_datetime().date().to_string();
+    Err(malformed(format!(
+        "it expired on {date} (UTC), so every client would refuse the node: renew it from this folder's CA \
+         with `tasklet certs node DIR --name NAME` (clients keep working: they trust the CA)"
+    )))
+}
+
 /// The rustls configuration under [`server_config`], for callers that wrap it themselves.
 pub fn server_tls(dir: impl AsRef<Path>) -> Result<rustls::ServerConfig, Error> {
     let dir = CertDir::new(dir.as_ref());

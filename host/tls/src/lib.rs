@@ -82,7 +82,9 @@ mod validity;
 mod verifier;
 
 pub use authority::{init, issue, issue_node, DEFAULT_TENANT};
-pub use config::{client_config, client_tls, server_config, server_tls, ALPN};
+pub use config::{
+    check_node_unexpired, client_config, client_tls, server_config, server_tls, ALPN,
+};
 pub use error::Error;
 pub use layout::CertDir;
 pub use peer::{fingerprint, node_fingerprint, peer_tenant, tenant_of, PeerTenantError};

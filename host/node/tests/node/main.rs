@@ -209,6 +209,10 @@ fn main() -> ExitCode {
             refusals::an_expired_certificate_is_refused,
         ),
         (
+            "refusals::a_node_with_an_expired_certificate_does_not_start",
+            refusals::a_node_with_an_expired_certificate_does_not_start,
+        ),
+        (
             "malformed::nothing_is_served_after_a_goaway",
             malformed::nothing_is_served_after_a_goaway,
         ),

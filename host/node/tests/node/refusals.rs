@@ -143,6 +143,46 @@ pub fn an_expired_certificate_is_refused() -> TestResult {
     Ok(())
 }
 
+/// A node whose own certificate has expired would refuse every client at the handshake: it does
+/// not start, and says which file and how to renew it; renewed, it starts.
+pub fn a_node_with_an_expired_certificate_does_not_start() -> TestResult {
+    let certs = certs();
+    let now = SystemTime::now();
+    let day = Duration::from_secs(86_400);
+    let expired = Validity::between(now - 2 * day, now - day).unwrap();
+    tasklet_tls::issue_node(certs.path(), &[], expired).unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let build = || {
+        runtime.block_on(async {
+            tasklet_node::NodeBuilder::new()
+                .listen("127.0.0.1:0".parse().unwrap())
+                .certs(certs.path())
+                .policy(policy())
+                .backend(backend_for(&policy()))
+                .worker(worker())
+                .build()
+                .map(|node| node.start())
+        })
+    };
+    let err = build()
+        .err()
+        .ok_or("a node with an expired certificate started")?;
+    let text = err.to_string();
+    check(
+        !text.contains('\n')
+            && text.contains("node.pem")
+            && text.contains("expired on")
+            && text.contains("tasklet certs node DIR --name NAME"),
+        || text.clone(),
+    )?;
+    tasklet_tls::issue_node(certs.path(), &[], Validity::days(1).unwrap()).unwrap();
+    let node = build().map_err(|e| format!("renewed: {e}"))?;
+    drop(node);
+    Ok(())
+}
+
 pub fn a_tenant_the_policy_does_not_list_is_refused() -> TestResult {
     let mut policy = policy();
     policy.tenants = Policy::parse("[tenants.dev]\nmax-leases = 1\n")

@@ -111,6 +111,9 @@ fn main() -> ExitCode {
     }
     match result {
         Ok(code) => code,
+        Err(e) if e.downcast_ref::<OutputClosed>().is_some() => {
+            ExitCode::from(OUTPUT_CLOSED_STATUS)
+        }
         Err(e) => {
             report(&e, json);
             ExitCode::from(2)
@@ -177,8 +180,27 @@ impl Command {
 
 /// Why output could not be written, as a command's error.
 fn output_failed(err: std::io::Error) -> anyhow::Error {
+    if err.kind() == std::io::ErrorKind::BrokenPipe {
+        return anyhow::Error::new(OutputClosed);
+    }
     anyhow::anyhow!("cannot write output: {err}")
 }
+
+/// Whoever read the output stopped reading (`| head -1`): nothing is wrong that a line on
+/// stderr would help with, and the command ends as one killed by SIGPIPE does, with status 141.
+#[derive(Debug)]
+struct OutputClosed;
+
+impl std::fmt::Display for OutputClosed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the output's reader went away")
+    }
+}
+
+impl std::error::Error for OutputClosed {}
+
+/// The status of a command whose output's reader went away: 128 + SIGPIPE.
+const OUTPUT_CLOSED_STATUS: u8 = 141;
 
 /// The error and its causes on one line, as `{:#}` prints them, leaving out a cause whose text
 /// the line already holds: many errors name their cause in their own message too, which would

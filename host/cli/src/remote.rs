@@ -30,8 +30,9 @@ pub struct PlacedArgs {
     pub remote: RemoteArgs,
     #[command(flatten)]
     pub nats: NatsArgs,
-    /// What the node must offer: gpu[:vram=SIZE][,cc>=MAJOR.MINOR][,backend=NAME]. With
-    /// --nats it chooses the node; with --node it is checked against that node's devices.
+    /// What the node must offer: gpu[:vram=SIZE][,cc>=MAJOR.MINOR][,backend=NAME], quoted
+    /// for the shell (--requires 'gpu:vram=8GiB,cc>=9.0'). With --nats it chooses the node;
+    /// with --node it is checked against that node's devices.
     #[arg(long, value_name = "REQUIREMENT")]
     pub requires: Option<String>,
     /// With --nats: the most nodes tried, in the placement's order, when one refuses for

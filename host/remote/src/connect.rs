@@ -159,16 +159,20 @@ pub(crate) async fn handshake(
             addr: options.addr.clone(),
             reason: err.to_string(),
         })?;
+    // What was tried, the port included when the address given left it to the default.
+    let tried = if options.addr.ends_with(&format!(":{}", target.addr.port())) {
+        options.addr.clone()
+    } else {
+        format!("{} (port {})", options.addr, target.addr.port())
+    };
     let unreachable = || ClientError::Unreachable {
-        addr: options.addr.clone(),
+        addr: tried.clone(),
         seconds: options.connect_timeout.as_secs(),
     };
     let answered = tokio::select! {
         answered = tokio::time::timeout(options.connect_timeout, connecting) => answered,
         () = port_closed(target.addr) => {
-            return Err(ClientError::PortClosed {
-                addr: options.addr.clone(),
-            })
+            return Err(ClientError::PortClosed { addr: tried.clone() })
         }
     };
     match answered {

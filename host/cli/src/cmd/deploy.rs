@@ -136,10 +136,12 @@ fn push(args: PushArgs) -> Result<ExitCode> {
         let node = node
             .as_ref()
             .map_or_else(|| "null".to_owned(), |(name, _)| json_str(name));
+        // Present *before* this push: one that had to upload (the node's copy was missing
+        // when asked) was not, whatever the node said once the upload ended.
         outln!(
             "{{\"node\":{node},\"digest\":\"{}\",\"already_present\":{},\"uploaded\":{}}}",
             pushed.digest,
-            pushed.already_present,
+            pushed.already_present && !pushed.uploaded,
             pushed.uploaded
         );
     } else {

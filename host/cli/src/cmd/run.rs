@@ -7,7 +7,7 @@ use crate::compile_cache::{self, CompileCache, CompileCacheArgs, Loaded};
 use crate::placement::{place_keeping_rest, Tried};
 use crate::remote::{check_node_meets, PlacedArgs};
 use crate::source::{read_input, Source};
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -209,7 +209,7 @@ pub fn write_output(output: &[u8]) -> Result<()> {
     let mut out = std::io::stdout().lock();
     out.write_all(output)
         .and_then(|_| out.flush())
-        .context("cannot write output")
+        .map_err(crate::output_failed)
 }
 
 /// What `--policy` (else the default policy) grants the tasklet on this machine: with --node or

@@ -287,6 +287,47 @@ fn output_that_cannot_be_written_is_an_error_line_not_a_panic() {
     }
 }
 
+/// Output whose reader went away before it was written (`tasklet inventory | head -0`): no
+/// error line, and the status of a program that SIGPIPE ended (141), for every command that
+/// prints.
+#[test]
+fn output_whose_reader_went_away_ends_quietly_with_141() {
+    for (args, stdin) in [
+        (&["check", "tasklets/iota"][..], &b""[..]),
+        (&["inventory", "--json"][..], &b""[..]),
+        (&["ptx", "check", "kernels/iota.ptx"][..], &b""[..]),
+        (&["run", "--backend", "emu", "tasklets/iota"][..], &b"3"[..]),
+    ] {
+        // A pipe whose reading end is closed before the command starts: its first write fails.
+        let mut ends = [0; 2];
+        // SAFETY: pipe(2) into a two-element array; both ends are ours to close.
+        assert_eq!(unsafe { libc::pipe(ends.as_mut_ptr()) }, 0);
+        // SAFETY: the reading end, closed once, never used again.
+        unsafe { libc::close(ends[0]) };
+        // SAFETY: the writing end, owned from here on by the `File` (closed when it drops).
+        let write_end = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(ends[1]) };
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tasklet"))
+            .args(args)
+            .current_dir(crate::support::repo())
+            .stdin(std::process::Stdio::piped())
+            .stdout(write_end)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        {
+            use std::io::Write as _;
+            let _ = child.stdin.take().unwrap().write_all(stdin);
+        }
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(141), "{args:?}: {err}");
+        assert!(
+            !err.contains("error:") && !err.contains("panicked"),
+            "{args:?}: {err}"
+        );
+    }
+}
+
 /// Under `--json` an argument the command does not take is a JSON error on stdout too; an
 /// option that would do nothing with `--node` is refused, saying why, before anything connects.
 #[test]

@@ -535,6 +535,13 @@ fn a_push_restores_a_component_gone_from_the_store() {
         let third = json(&push(true));
         assert_eq!(third["already_present"], true, "{third}");
         assert_eq!(third["uploaded"], false, "{third}");
+        // A push that restores a missing copy says so in JSON too: it was not there before.
+        for blob in std::fs::read_dir(store.join("blobs/sha256")).unwrap() {
+            std::fs::remove_file(blob.unwrap().path()).unwrap();
+        }
+        let restoring = json(&push(true));
+        assert_eq!(restoring["already_present"], false, "{restoring}");
+        assert_eq!(restoring["uploaded"], true, "{restoring}");
         let ran = tasklet(
             &[
                 "deploy",

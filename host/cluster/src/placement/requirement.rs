@@ -74,7 +74,7 @@ impl fmt::Display for Requirement {
 
 /// A requirement that does not parse, with what to write instead.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid requirement {text:?}: {problem}; write gpu[:vram=8GiB][,cc>=9.0][,backend=cuda]")]
+#[error("invalid requirement {text:?}: {problem}; write gpu[:vram=8GiB][,cc>=9.0][,backend=cuda], quoted for the shell ('gpu:cc>=9.0': unquoted, `>` redirects)")]
 pub struct RequirementError {
     /// The text given (cut at 80 characters).
     pub text: String,

@@ -91,7 +91,11 @@ impl Inner {
     pub(crate) fn cached_compiled(&self, component: &Digest) -> Option<Vec<u8>> {
         match self.store.compiled().get(component, &self.engine) {
             Ok(Lookup::Hit(bytes)) => Some(bytes),
-            Ok(Lookup::Miss | Lookup::Discarded { .. }) => None,
+            Ok(Lookup::Miss) => None,
+            Ok(Lookup::Discarded { reason }) => {
+                tracing::warn!("the compiled cache's entry for {component} was damaged and is removed, compiling instead: {reason}");
+                None
+            }
             Err(err) => {
                 tracing::warn!("the compiled cache failed, compiling instead: {err}");
                 None

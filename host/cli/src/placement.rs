@@ -29,7 +29,7 @@ use std::collections::{HashMap, VecDeque};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
-use tasklet_cluster::{choose, LiveNode, NatsConfig, Requirement};
+use tasklet_cluster::{choose, DeviceRecord, LiveNode, NatsConfig, Requirement};
 use tasklet_remote::{ClientError, ConnectOptions, Fallback, NodeClient};
 use tasklet_tls::Tenant;
 use tasklet_wire::ErrorCode;
@@ -313,6 +313,26 @@ pub fn place_keeping_rest<T>(
     ))
 }
 
+/// A node's devices as a requirement sees them, in a few words each: `cuda 80 GiB free, cc 9.0
+/// + …`, or `no devices`.
+pub(crate) fn devices_offered(devices: &[DeviceRecord]) -> String {
+    if devices.is_empty() {
+        return "no devices".to_owned();
+    }
+    let each: Vec<String> = devices
+        .iter()
+        .map(|d| {
+            format!(
+                "{} {} free, cc {}",
+                d.backend,
+                crate::backend::rounded_size(d.free_vram),
+                d.compute_capability
+            )
+        })
+        .collect();
+    each.join(" + ")
+}
+
 /// One line: nothing meets the requirement, and what the live nodes offer.
 fn nobody_meets(requirement: &Requirement, nats: &NatsConfig, nodes: &[LiveNode]) -> String {
     if nodes.is_empty() {
@@ -325,25 +345,8 @@ fn nobody_meets(requirement: &Requirement, nats: &NatsConfig, nodes: &[LiveNode]
         .iter()
         .map(|node| {
             let r = &node.record;
-            let devices: Vec<String> = r
-                .devices
-                .iter()
-                .map(|d| {
-                    format!(
-                        "{} {} free, cc {}",
-                        d.backend,
-                        crate::backend::rounded_size(d.free_vram),
-                        d.compute_capability
-                    )
-                })
-                .collect();
-            let devices = if devices.is_empty() {
-                "no devices".to_owned()
-            } else {
-                devices.join(" + ")
-            };
             let draining = if r.draining { ", draining" } else { "" };
-            format!("{} ({devices}{draining})", r.name)
+            format!("{} ({}{draining})", r.name, devices_offered(&r.devices))
         })
         .collect();
     format!(

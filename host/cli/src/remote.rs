@@ -37,7 +37,13 @@ pub struct PlacedArgs {
     pub requires: Option<String>,
     /// With --nats: the most nodes tried, in the placement's order, when one refuses for
     /// capacity or cannot be reached before the run starts.
-    #[arg(long, value_name = "N", default_value_t = 3, requires = "nats")]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 3,
+        requires = "nats",
+        conflicts_with = "node"
+    )]
     pub tries: usize,
 }
 
@@ -64,14 +70,15 @@ pub fn check_node_meets(
     addr: &str,
     requirement: &Requirement,
 ) -> Result<()> {
-    let devices = client.inventory()?;
-    let fits = devices
+    let devices: Vec<tasklet_cluster::DeviceRecord> = client
+        .inventory()?
         .iter()
-        .any(|d| requirement.fits(&tasklet_cluster::DeviceRecord::from(d)));
-    if !fits {
+        .map(tasklet_cluster::DeviceRecord::from)
+        .collect();
+    if !devices.iter().any(|d| requirement.fits(d)) {
         return Err(anyhow!(
-            "node {addr} has no device meeting --requires {requirement} ({} device(s))",
-            devices.len()
+            "node {addr} has no device meeting --requires {requirement}; it offers: {}",
+            crate::placement::devices_offered(&devices)
         ));
     }
     Ok(())

@@ -49,6 +49,9 @@ use tasklet_worker::{
     ALLOC_GRANULE,
 };
 
+/// How a device refuses a lease when every worker of its pool is leased.
+const NO_FREE_WORKER: &str = "has no free GPU worker";
+
 /// A device as leases see it, described by the backend (a worker's `info`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Device {
@@ -622,8 +625,14 @@ impl LeaseManager {
                 Err(why) => refused.push(why),
             }
         }
+        // Asking for less helps where memory ran short, not where every worker is leased.
+        let fix = if refused.iter().all(|why| why.contains(NO_FREE_WORKER)) {
+            "retry later: a worker comes free when a lease ends (`[workers] max` in the node's policy sets how many leases run at once)"
+        } else {
+            "ask for less or retry later"
+        };
         Err(GpuError::CapacityExceeded(format!(
-            "{}; ask for less or retry later",
+            "{}; {fix}",
             refused.join("; ")
         )))
     }
@@ -740,7 +749,7 @@ impl LeaseManager {
                 drop(book);
                 match (e, run) {
                     (WorkerError::NoCapacity(m), _) => {
-                        Ok(Err(format!("device {index} has no free GPU worker: {m}")))
+                        Ok(Err(format!("device {index} {NO_FREE_WORKER}: {m}")))
                     }
                     (_, Some(run)) if Instant::now() >= run.ends => Err(run.exceeded()),
                     (other, _) => Err(other.into()),

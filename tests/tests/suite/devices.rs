@@ -164,6 +164,7 @@ fn each_device_has_its_own_pool_books_and_placement() {
         "{e}"
     );
     assert!(e.message().contains("free"), "{e}");
+    assert!(e.message().contains("ask for less"), "{e}");
     let future = DeviceRequirement {
         min_compute_capability: Some((99, 0)),
         ..DeviceRequirement::default()
@@ -500,5 +501,32 @@ fn a_copy_between_devices_moves_the_bytes_and_is_checked() {
         .expect_err("another holder's session");
     assert_eq!(e.name(), "invalid-argument", "{e}");
     drop((gpu, other));
+    assert_baseline(&host);
+}
+
+/// A lease past the pool's workers (the suite's policy: 4 a device) is refused at once, saying
+/// to retry once a lease ends, not to ask for less (which would not help); one comes free when
+/// a lease ends.
+#[test]
+fn a_lease_past_every_worker_says_to_retry_when_one_ends() {
+    let host = test_host!();
+    let any = DeviceRequirement::default();
+    let max = host.policy().workers.max;
+    let held: Vec<Arc<Lease>> = (0..max)
+        .map(|_| acquire(&host, MIB, &any).expect("a worker of the pool"))
+        .collect();
+    let e = refused(acquire(&host, MIB, &any));
+    assert_eq!(e.name(), "capacity-exceeded", "{e}");
+    assert!(
+        e.message().contains("has no free GPU worker")
+            && e.message()
+                .contains("retry later: a worker comes free when a lease ends")
+            && !e.message().contains("ask for less"),
+        "{e}"
+    );
+    for lease in &held {
+        host.leases().end(lease, EndReason::Dropped);
+    }
+    drop(held);
     assert_baseline(&host);
 }

@@ -119,7 +119,7 @@ impl RunLimit {
     fn exceeded(&self) -> GpuError {
         GpuError::DeadlineExceeded(format!(
             "the tasklet reached its wall-time limit of {:?} while waiting for the GPU; raise `wall-time` under \
-             [limits] if it needs longer",
+             [limits] if it needs longer (a policy's `max-wall-time` caps it)",
             self.wall_time
         ))
     }

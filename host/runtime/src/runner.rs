@@ -28,7 +28,7 @@ pub enum RunError {
     Failed(String),
     #[error("the tasklet trapped: {0}")]
     Trapped(String),
-    #[error("the tasklet ran past its wall-time limit of {0:?}; raise `wall-time` under [limits] if it needs longer")]
+    #[error("the tasklet ran past its wall-time limit of {0:?}; raise `wall-time` under [limits] if it needs longer (a policy's `max-wall-time` caps it)")]
     WallTime(Duration),
     #[error("cannot instantiate the tasklet: {0}")]
     Instantiate(String),

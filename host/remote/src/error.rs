@@ -60,7 +60,7 @@ impl From<ClientError> for GpuError {
             // The only deadline a GPU service is given is its run's end.
             return GpuError::DeadlineExceeded(
                 "the tasklet reached its wall-time limit while waiting for the node's GPU; raise \
-                 `wall-time` under [limits] if it needs longer"
+                 `wall-time` under [limits] if it needs longer (a policy's `max-wall-time` caps it)"
                     .into(),
             );
         }

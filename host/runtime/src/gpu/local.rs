@@ -260,7 +260,8 @@ impl LocalGpu {
             if held.saturating_add(asked) > grant.max_vram {
                 return Err(quota(format!(
                     "a group of {count} leases of {bytes} bytes would bring this tasklet to {} bytes of VRAM, over \
-                     its grant of {} (max-vram)",
+                     its grant of {} (max-vram: the manifest's [gpu] max-vram, cut down by a policy's, the run's \
+                     --policy or on a node its section for your tenant)",
                     held.saturating_add(asked),
                     grant.max_vram
                 )));

@@ -16,7 +16,15 @@ use tasklet_runtime::Device;
 use tasklet_worker::nvml::{self, Gpu, Inventory, MigMode};
 
 /// List the devices this node lends to tasklets, and the GPUs NVML sees.
+///
+/// With --node, the devices that node lends, their free memory and running leases, and whether
+/// it is draining; --backend and --policy choose this machine's host, so they are refused with
+/// --node rather than ignored.
 #[derive(clap::Args, Debug)]
+#[command(after_help = "Examples:\n  \
+    tasklet inventory                                   this machine's devices\n  \
+    tasklet inventory --backend emu --policy node.toml  as a node with that policy would lend them\n  \
+    tasklet inventory --node gpu1:5701 --certs certs --json  what node gpu1 lends, as JSON")]
 pub struct InventoryArgs {
     /// Print JSON instead of a table: an array of devices, the lent ones first by index
     /// (`"lent": true`), then any GPU NVML lists that this node does not lend.

@@ -539,6 +539,18 @@ fn a_push_restores_a_component_gone_from_the_store() {
         for blob in std::fs::read_dir(store.join("blobs/sha256")).unwrap() {
             std::fs::remove_file(blob.unwrap().path()).unwrap();
         }
+        let digest = text(&first.stdout).trim().to_owned();
+        let missing = tasklet(
+            &["deploy", "run", &digest, "--node", &addr, "--certs", &certs],
+            b"3",
+        );
+        let said = text(&missing.stderr);
+        assert!(
+            !missing.status.success()
+                && said.contains("missing its blob")
+                && said.contains("push it again"),
+            "{said}"
+        );
         let restoring = json(&push(true));
         assert_eq!(restoring["already_present"], false, "{restoring}");
         assert_eq!(restoring["uploaded"], true, "{restoring}");

@@ -387,7 +387,10 @@ fn store_failure(err: &tasklet_store::Error) -> String {
              its operator must (the node's log names the file)"
                 .to_owned()
         }
-        tasklet_store::Error::NotFound { .. } => err.to_string(),
+        // The deployment's record is there, a file it names is not (removed from the disk).
+        tasklet_store::Error::NotFound { what, .. } => format!(
+            "the node's stored copy of this deployment is missing its {what} (gone from the node's disk): push it again"
+        ),
         _ => "the node's store cannot read or write this deployment (the node's log says why): \
               ask the node's operator, or try another node"
             .to_owned(),

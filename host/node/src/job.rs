@@ -2,6 +2,8 @@
 
 use crate::shared::Unanswered;
 use bytes::Bytes;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 use tasklet_wire::{BufferId, ErrorReply, Request, RequestId, SessionId};
 use tokio::sync::OwnedSemaphorePermit;
 
@@ -37,6 +39,10 @@ pub(crate) struct WritePiece {
     /// checks the whole span, so a write that does not fit changes nothing.
     pub rest: u64,
     pub first: bool,
+    /// Set by the GPU thread when the write's first piece is refused (it does not fit): the
+    /// write's later pieces are dropped, whatever the session's failure held meanwhile (a
+    /// barrier on another stream may have reported and cleared it).
+    pub refused: Arc<AtomicBool>,
 }
 
 /// What a stream's writer sends.

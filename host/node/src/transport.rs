@@ -19,8 +19,9 @@ pub(crate) fn server_config(
     certs: &Path,
     limits: &Limits,
 ) -> Result<quinn::ServerConfig, NodeError> {
-    tasklet_tls::check_node_unexpired(certs)?;
     let mut server = tasklet_tls::server_config(certs)?;
+    // After the folder's other checks, which name what is missing first (ca.pem before all).
+    tasklet_tls::check_node_unexpired(certs)?;
     let mut transport = tasklet_tls::transport::transport_config();
     transport
         .max_concurrent_bidi_streams(MAX_STREAMS.into())

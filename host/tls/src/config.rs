@@ -48,12 +48,16 @@ pub fn client_config(dir: impl AsRef<Path>, tenant: &Tenant) -> Result<quinn::Cl
 /// clocks: a certificate issued on a machine whose clock runs ahead.)
 pub fn check_node_unexpired(dir: impl AsRef<Path>) -> Result<(), Error> {
     let path = CertDir::new(dir.as_ref()).node_cert();
-    let der = files::read_cert(&path, hint::NODE)?;
+    // The node's own certificate comes first; a chain may follow it.
+    let chain = files::read_certs(&path, hint::NODE)?;
+    let Some(der) = chain.first() else {
+        return Ok(()); // Starting reports a file without a certificate, in its own words.
+    };
     let malformed = |reason: String| Error::Malformed {
         path: path.clone(),
         reason,
     };
-    let (_, cert) = x509_parser::parse_x509_certificate(&der)
+    let (_, cert) = x509_parser::parse_x509_certificate(der)
         .map_err(|err| malformed(format!("not valid X.509 ({err})")))?;
     let not_after = cert.validity().not_after;
     let now = time::OffsetDateTime::now_utc().unix_timestamp();

@@ -25,7 +25,8 @@ use tasklet_runtime::{Manifest, Policy, RunError, Runner};
 /// its sources. Given a .wasm, the tasklet.toml beside it is used if there is one.
 ///
 /// With --node the tasklet still runs here, unchanged, and its GPU operations go to the node,
-/// which grants the manifest's [gpu] request as far as its policy allows the tenant. With --nats
+/// which grants the manifest's [gpu] request (cut down by --policy's caps, when given) as far as
+/// its policy allows the tenant. With --nats
 /// the node is chosen from the cluster as `deploy run` chooses it (--requires, default any
 /// device); a node that cannot be reached or refuses the grant for capacity is left for the
 /// next. When the node is lost mid-run, a one-shot GPU call (the SDK's GpuCall) not yet answered
@@ -39,7 +40,7 @@ use tasklet_runtime::{Manifest, Policy, RunError, Runner};
     tasklet run --nats nats://127.0.0.1:4222 --requires gpu:vram=1GiB tasklets/iota <<< 10\n  \
     tasklet run --stats tasklets/iota <<< 10                      GPU time, launches, bytes moved, peak VRAM on stderr\n\n\
     Exit status: 0 ok, 1 the tasklet failed, 2 it could not be run (bad manifest, no node, refused), \
-    3 it trapped or ran out of time.")]
+    3 it trapped or ran out of time, 141 the output's reader went away (| head).")]
 pub struct RunArgs {
     /// A tasklet folder (with tasklet.toml) or a component (.wasm).
     pub tasklet: PathBuf,
@@ -93,7 +94,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
             if let Some(requirement) = &requirement {
                 check_node_meets(&mut client, addr, requirement)?;
             }
-            let gpu = RemoteGpu::for_grant(client, &grant)?;
+            let gpu = remote_gpu(&args, client, &manifest, &grant)?;
             run_with(&args, gpu, manifest, grant, &input)?
         }
         (None, Some(nats)) => {
@@ -117,7 +118,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
                             .map(|cc| (cc.major, cc.minor)),
                         ..Default::default()
                     };
-                    RemoteGpu::for_grant(client, &grant)
+                    remote_gpu(&args, client, &manifest, &grant)
                         .map(|gpu| gpu.with_requirements(requires))
                         .map_err(Tried::from)
                 },
@@ -221,6 +222,22 @@ fn local_grant(args: &RunArgs, manifest: &Manifest) -> Result<Grant> {
         None => Policy::default(),
     };
     Ok(policy.grant(manifest))
+}
+
+/// The GPU service on `client`'s node for a run here: with --policy the node is asked for that
+/// policy's grant (`grant`: its rights and caps kept, as a run here would have them); without,
+/// for the manifest's, which the node's policy for the tenant alone cuts down (this machine's
+/// defaults are for its own devices).
+fn remote_gpu(
+    args: &RunArgs,
+    client: tasklet_remote::NodeClient,
+    manifest: &Manifest,
+    grant: &Grant,
+) -> Result<RemoteGpu, tasklet_remote::ClientError> {
+    match &args.host.policy {
+        Some(_) => RemoteGpu::for_grant(client, grant),
+        None => RemoteGpu::for_manifest(client, manifest),
+    }
 }
 
 /// Runs the tasklet here under `grant` (this machine's policy's, for the manifest), its GPU work

@@ -65,6 +65,8 @@ struct Writing {
     offset: u64,
     /// The write's bytes from `offset` on, this piece's among them.
     rest: u64,
+    /// Shared with its pieces (see `WritePiece::refused`).
+    refused: Arc<AtomicBool>,
     /// The piece being gathered: its bytes as read, and their length.
     chunks: Vec<Bytes>,
     piece_len: usize,
@@ -308,6 +310,7 @@ impl Reader {
                     chunks: Vec::new(),
                     piece_len: 0,
                     first: true,
+                    refused: Arc::default(),
                 });
                 Ok(())
             }
@@ -443,6 +446,7 @@ impl Reader {
                 offset: writing.offset,
                 rest: writing.rest,
                 first: writing.first,
+                refused: Arc::clone(&writing.refused),
                 chunks: std::mem::take(&mut writing.chunks),
                 len: std::mem::take(&mut writing.piece_len),
             };

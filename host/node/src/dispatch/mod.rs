@@ -869,32 +869,36 @@ impl Dispatcher {
     }
 
     /// Runs a pipelined op unless an earlier one of its session failed; holds its failure for
-    /// the session's next barrier.
+    /// the session's next barrier. Whether it ran and succeeded.
     fn pipelined(
         &mut self,
         request_id: RequestId,
         opcode: Opcode,
         session: gpu::SessionId,
         op: impl FnOnce(&mut Self) -> Result<(), tasklet_runtime::GpuError>,
-    ) {
+    ) -> bool {
         if self.held.contains_key(&session) {
-            return;
+            return false;
         }
-        if let Err(err) = op(self) {
-            if self.held.len() < MAX_HELD {
-                let mut failure = ErrorReply::new(code_of(&err), err.into_message());
-                failure.failed_op = Some(FailedOp { request_id, opcode });
-                self.held.insert(session, failure);
-            }
+        let Err(err) = op(self) else { return true };
+        if self.held.len() < MAX_HELD {
+            let mut failure = ErrorReply::new(code_of(&err), err.into_message());
+            failure.failed_op = Some(FailedOp { request_id, opcode });
+            self.held.insert(session, failure);
         }
+        false
     }
 
     /// A piece of a MEM_WRITE's (or STREAM_WRITE's) data, gathered into staging memory (so the
     /// worker copies it to the device itself) when it is large enough and a buffer comes free
     /// in time. The first piece of a write longer than one piece checks that the whole write
     /// fits before anything is written. A STREAM_WRITE's pieces are each written on its stream,
-    /// in order.
+    /// in order. Once a piece is refused (or skipped for an earlier failure), the write's later
+    /// pieces are dropped.
     fn write_piece(&mut self, request_id: RequestId, piece: WritePiece) {
+        if piece.refused.load(Ordering::Relaxed) {
+            return;
+        }
         let session = convert::session(piece.session);
         let buffer = convert::buffer(piece.buffer);
         let stream = piece.stream.map(convert::stream);
@@ -902,7 +906,8 @@ impl Dispatcher {
             None => d.gpu().mem_write(session, buffer, offset, bytes),
             Some(stream) => d.gpu().stream_write(session, stream, buffer, offset, bytes),
         };
-        self.pipelined(request_id, piece_opcode(&piece), session, |d| {
+        let refused = Arc::clone(&piece.refused);
+        let ran = self.pipelined(request_id, piece_opcode(&piece), session, |d| {
             if piece.first && piece.rest > piece.len as u64 {
                 // In a local write's order: the right, the session, the buffer and the stream
                 // (a write of no bytes at its start, which every buffer has), then the span.
@@ -930,6 +935,9 @@ impl Dispatcher {
             };
             write(d, piece.offset, bytes)
         });
+        if !ran {
+            refused.store(true, Ordering::Relaxed);
+        }
     }
 }
 

@@ -557,3 +557,59 @@ pub fn a_write_whose_end_would_wrap_is_refused_and_the_session_goes_on() -> Test
     node.wait_for_baseline(WAIT)?;
     Ok(())
 }
+
+/// A write refused at its first piece drops its later pieces, even when a barrier on another
+/// stream reports the refusal (and so clears it) while the rest of the write's data is still
+/// arriving: a wrapping write's later pieces would otherwise land at small offsets.
+pub fn a_refused_write_drops_its_later_pieces_whatever_a_barrier_reports_meanwhile() -> TestResult {
+    let node = TestNode::start();
+    let size = 8 * MIB;
+    let (mut raw, write, read) = raw_session(&node, size)?;
+    let (session, buffer) = match &write {
+        Request::MemWrite {
+            session, buffer, ..
+        } => (*session, *buffer),
+        _ => unreachable!("raw_session's write"),
+    };
+    // Wraps past the largest offset: its second piece would land 4 MiB - 11 bytes in.
+    let wraps = Request::MemWrite {
+        session,
+        buffer,
+        offset: u64::MAX - 10,
+        len: size,
+    };
+    let data = vec![0xee; size as usize];
+    let (half, rest) = data.split_at(size as usize / 2);
+    let mut head = Vec::new();
+    let mut encoder = encode_request(10, &wraps, &mut head)
+        .map_err(|e| e.to_string())?
+        .ok_or("a write carries data")?;
+    encoder.encode(half, &mut head).map_err(|e| e.to_string())?;
+    raw.send_bytes(&head);
+    // The first piece refused, a SYNC on another stream reports it.
+    let mut sync = Vec::new();
+    encode_request(20, &Request::Sync { session }, &mut sync).map_err(|e| e.to_string())?;
+    std::thread::sleep(Duration::from_millis(200));
+    let (mut other, mut other_recv) = raw.open_stream_with(&sync)?;
+    let _ = other.finish();
+    match raw.reply_on(&mut other_recv)? {
+        (Reply::Error { error, .. }, _) => check(error.code == ErrorCode::OutOfBounds, || {
+            format!("{error:?}")
+        })?,
+        other => return Err(format!("the SYNC beside the write: {other:?}").into()),
+    }
+    let mut tail = Vec::new();
+    encoder.encode(rest, &mut tail).map_err(|e| e.to_string())?;
+    raw.send_bytes(&tail);
+    let (reply, back) = raw.request(11, &read)?;
+    check(
+        matches!(reply, Reply::MemRead { .. }) && back.iter().all(|&b| b == 0),
+        || {
+            let landed = back.iter().position(|&b| b != 0);
+            format!("{reply:?}: the refused write's bytes landed from {landed:?} on")
+        },
+    )?;
+    raw.connection.close(0u32.into(), b"done");
+    node.wait_for_baseline(WAIT)?;
+    Ok(())
+}

@@ -117,6 +117,10 @@ fn main() -> ExitCode {
             forks::a_write_whose_end_would_wrap_is_refused_and_the_session_goes_on,
         ),
         (
+            "forks::a_refused_write_drops_its_later_pieces_whatever_a_barrier_reports_meanwhile",
+            forks::a_refused_write_drops_its_later_pieces_whatever_a_barrier_reports_meanwhile,
+        ),
+        (
             "groups::a_group_lands_on_distinct_devices_in_placement_order",
             groups::a_group_lands_on_distinct_devices_in_placement_order,
         ),

@@ -114,7 +114,9 @@ impl Channel {
                 .into_iter()
                 .try_for_each(|outcome| outcome.map_err(|err| self.write_failed(err)))
         });
-        written.and(sent)
+        // The cause first: a part that could not be sent closed the connection (`abandon`),
+        // which the branches' writes then fail with.
+        sent.and(written)
     }
 
     /// Puts each part's frames on its branch's queue: a BRANCH and the request first, then the

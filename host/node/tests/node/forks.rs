@@ -473,7 +473,13 @@ pub fn a_transfer_spreads_over_the_most_branches_a_fork_may_have() -> TestResult
 pub fn large_reads_on_two_streams_may_be_read_one_after_the_other() -> TestResult {
     // Larger than a stream's window and the reply budget together, twice over.
     let size = 96 * MIB;
-    let node = TestNode::start();
+    // 96 MiB each way through a debug build, beside the other tests on a busy CI machine: the
+    // suite's 2 s stall and 3 s idle timeouts would be about that machine, not this order.
+    let node = TestNode::with(Setup {
+        idle_timeout: Duration::from_secs(30),
+        stall_timeout: Duration::from_secs(30),
+        ..Setup::default()
+    });
     let (mut raw, write, read) = raw_session(&node, size)?;
     let session = match &write {
         Request::MemWrite { session, .. } => *session,

@@ -154,6 +154,16 @@ fn raw_session(node: &TestNode, size: u64) -> Result<(RawClient, Request, Reques
     Ok((raw, write(size), read))
 }
 
+/// The session and buffer of `raw_session`'s write.
+fn target(write: &Request) -> (tasklet_wire::SessionId, tasklet_wire::BufferId) {
+    match write {
+        Request::MemWrite {
+            session, buffer, ..
+        } => (*session, *buffer),
+        _ => unreachable!("raw_session's write"),
+    }
+}
+
 fn frames(requests: &[(u32, Request)], data: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     for (id, request) in requests {
@@ -361,10 +371,7 @@ pub fn large_reads_pipelined_on_one_stream_come_back_whole() -> TestResult {
         },
         _ => unreachable!("raw_session's read"),
     };
-    let session = match &write {
-        Request::MemWrite { session, .. } => *session,
-        _ => unreachable!("raw_session's write"),
-    };
+    let (session, _) = target(&write);
     raw.send_bytes(&frames(&[(5, write)], &data));
     // Across streams there is no order: the write is done before the other stream's read.
     raw.request(9, &Request::Sync { session })?;
@@ -481,10 +488,7 @@ pub fn large_reads_on_two_streams_may_be_read_one_after_the_other() -> TestResul
         ..Setup::default()
     });
     let (mut raw, write, read) = raw_session(&node, size)?;
-    let session = match &write {
-        Request::MemWrite { session, .. } => *session,
-        _ => unreachable!("raw_session's write"),
-    };
+    let (session, _) = target(&write);
     let data = pattern(size, 9);
     raw.send_bytes(&frames(&[(5, write)], &data));
     raw.request(6, &Request::Sync { session })?;
@@ -518,12 +522,7 @@ pub fn a_write_whose_end_would_wrap_is_refused_and_the_session_goes_on() -> Test
     let node = TestNode::start();
     let size = 8 * MIB;
     let (mut raw, write, read) = raw_session(&node, size)?;
-    let (session, buffer) = match &write {
-        Request::MemWrite {
-            session, buffer, ..
-        } => (*session, *buffer),
-        _ => unreachable!("raw_session's write"),
-    };
+    let (session, buffer) = target(&write);
     let data = pattern(size, 4);
     let mut id = 10;
     for offset in [u64::MAX - 10, u64::MAX - size + 1, u64::MAX] {
@@ -571,12 +570,7 @@ pub fn a_refused_write_drops_its_later_pieces_whatever_a_barrier_reports_meanwhi
     let node = TestNode::start();
     let size = 8 * MIB;
     let (mut raw, write, read) = raw_session(&node, size)?;
-    let (session, buffer) = match &write {
-        Request::MemWrite {
-            session, buffer, ..
-        } => (*session, *buffer),
-        _ => unreachable!("raw_session's write"),
-    };
+    let (session, buffer) = target(&write);
     // Wraps past the largest offset: its second piece would land 4 MiB - 11 bytes in.
     let wraps = Request::MemWrite {
         session,

@@ -537,11 +537,15 @@ fn a_kernel_that_faults_before_its_segment_ends_is_charged_the_time_it_ran() {
 fn a_sync_is_seen_through_the_devices_completion_store_before_the_worker_answers() {
     // The fake device's store of the sync's seq lands at once, and the driver call that asked for
     // it then takes 1.5 s to return, so the worker answers the sync that late (long enough that
-    // a loaded machine's scheduling cannot blur the two).
+    // a loaded machine's scheduling cannot blur the two). The kernel's event reads done only
+    // 300 ms after its launch: a worker that saw it done before the sync came (the host's thread
+    // descheduled between the two, on a loaded machine) would rightly answer the sync itself,
+    // with nothing left to signal.
     let Some(mut cmd) = fake_command() else {
         return;
     };
     cmd.args.insert(0, "FAKE_CUDA_SIGNAL_STALL_MS=1500".into());
+    cmd.args.insert(0, "FAKE_CUDA_EVENT_LAG_US=300000".into());
     let mut w = Worker::spawn(&cmd, BackendKind::Cuda, u64::MAX, Duration::from_secs(10))
         .expect("a worker on the fake driver");
     let m = w.load_module(IOTA_PTX).unwrap();

@@ -136,9 +136,12 @@ impl Dispatcher {
                     Work::Request(request) => request.opcode(),
                     Work::WritePiece(piece) => piece_opcode(piece),
                 };
-                // (Before HELLO a read is a protocol error, which `job` says.)
-                let interleaved = reads::interleaved(&job.work).filter(|_| branch);
-                if let Some(read) = interleaved.filter(|_| self.said_hello) {
+                // Only a branch's reads go side by side (see `reads::OpenReads`); before HELLO a
+                // read is a protocol error, which `job` says.
+                let interleaved = (branch && self.said_hello)
+                    .then(|| reads::interleaved(&job.work))
+                    .flatten();
+                if let Some(read) = interleaved {
                     self.open_read(&reply, job.request_id, read, &unanswered, &mut open);
                     start = Instant::now();
                     continue;
@@ -906,7 +909,6 @@ impl Dispatcher {
             None => d.gpu().mem_write(session, buffer, offset, bytes),
             Some(stream) => d.gpu().stream_write(session, stream, buffer, offset, bytes),
         };
-        let refused = Arc::clone(&piece.refused);
         let ran = self.pipelined(request_id, piece_opcode(&piece), session, |d| {
             if piece.first && piece.rest > piece.len as u64 {
                 // In a local write's order: the right, the session, the buffer and the stream
@@ -936,7 +938,7 @@ impl Dispatcher {
             write(d, piece.offset, bytes)
         });
         if !ran {
-            refused.store(true, Ordering::Relaxed);
+            piece.refused.store(true, Ordering::Relaxed);
         }
     }
 }

@@ -293,6 +293,7 @@ async fn serve_stream(mut send: quinn::SendStream, mut recv: quinn::RecvStream, 
         UPLOAD => {
             let mut received = 0u64;
             while let Ok(Some(chunk)) = recv.read_chunk(usize::MAX, false).await {
+                tracing::trace!(name: "server-upload-read", target: crate::timeline::TARGET, "");
                 received += chunk.bytes.len() as u64;
             }
             if send.write_all(&received.to_be_bytes()).await.is_ok() {

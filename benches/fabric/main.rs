@@ -329,7 +329,7 @@ fn main() -> ExitCode {
     }
     let mut stages = String::new();
     if runs("timeline") {
-        if let Err(e) = timeline::run(&rig, &mut stages) {
+        if let Err(e) = timeline::run(&rig, p.bulk_bytes, &mut stages) {
             table.failed("timeline", &e);
             ok = false;
         }

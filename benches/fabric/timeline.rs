@@ -6,8 +6,10 @@
 //! [`TARGET`] here); this phase installs a subscriber that records when each came, runs echoes,
 //! pairs and batches between markers of its own, and prints, for the commonest sequence of
 //! stages, each stage's median time after the one before; batches back to back, and each after a
-//! local batch (as the latency phase runs them). Everything runs in this process, so
-//! the node's and the client's clocks are one. Run last: once installed, the subscriber stays.
+//! local batch (as the latency phase runs them); then bulk transfers: bare uploads beside remote
+//! writes of the same size, where each side's reading stalled and what the node's GPU thread
+//! spent on the pieces. Everything runs in this process, so the node's and the client's clocks
+//! are one. Run last: once installed, the subscriber stays.
 
 use crate::rig::Rig;
 use crate::session::Session;
@@ -29,7 +31,13 @@ const ECHOES: usize = 2000;
 const PAIRS: usize = 2000;
 const BATCHES: usize = 20;
 
-/// The most events kept (a batch is about 2,100).
+/// Bulk transfers recorded each way.
+const TRANSFERS: usize = 3;
+
+/// A pause between two reads of a transfer's stream longer than this counts as a stall.
+const STALL: Duration = Duration::from_micros(500);
+
+/// The most events kept (a batch is about 2,100; a bare 256 MiB upload about 45,000).
 const MOST_EVENTS: usize = 1 << 20;
 
 /// One recorded event: when, and which stage (its callsite's name and target).
@@ -102,7 +110,7 @@ pub fn end() {
     tracing::trace!(name: "end", target: TARGET, "");
 }
 
-pub fn run(rig: &Rig, out: &mut String) -> Result<(), String> {
+pub fn run(rig: &Rig, bulk_bytes: u64, out: &mut String) -> Result<(), String> {
     progress("timeline: echoes, pairs and batches with each stage marked");
     let recorder = Recorder::default();
     let filtered = recorder
@@ -155,7 +163,150 @@ pub fn run(rig: &Rig, out: &mut String) -> Result<(), String> {
     .unwrap();
     out.push_str(&batches(&units(&marks)));
     out.push_str(&between(&marks));
+    drop((remote, local));
+    bulk(rig, bulk_bytes, &recorder, &echo, out)
+}
+
+/// [`TRANSFERS`] bare uploads under the fabric's settings, then as many remote writes of the
+/// same size, recorded: for each, where its reading side stalled and where the time went.
+fn bulk(
+    rig: &Rig,
+    bytes: u64,
+    recorder: &Recorder,
+    bare: &bare::Client,
+    out: &mut String,
+) -> Result<(), String> {
+    let budget = Duration::from_secs(120);
+    let data = crate::pattern(bytes);
+    let mut remote =
+        Session::open(rig.remote_gpu()?, bytes + crate::MIB).map_err(|e| format!("remote: {e}"))?;
+    // Warm both: the first transfer of a connection grows its windows and finds its datagrams.
+    bare.upload(bytes, 1, budget)?;
+    remote.bulk_write(&data)?;
+    let (uploaded, marks) = recorder.record(|| {
+        (0..TRANSFERS).try_for_each(|_| {
+            begin();
+            let up = bare.upload(bytes, 1, budget);
+            end();
+            up.map(|_| ())
+        })
+    });
+    uploaded?;
+    let mib = bytes / crate::MIB;
+    writeln!(
+        out,
+        "bare upload of {mib} MiB under the fabric's settings, {TRANSFERS} transfers:"
+    )
+    .unwrap();
+    out.push_str(&transfers(&units(&marks), "bench server-upload-read"));
+    let (written, marks) = recorder.record(|| {
+        (0..TRANSFERS).try_for_each(|_| {
+            begin();
+            let write = remote.bulk_write(&data);
+            end();
+            write.map(|_| ())
+        })
+    });
+    written?;
+    writeln!(
+        out,
+        "remote write of {mib} MiB + sync, {TRANSFERS} transfers:"
+    )
+    .unwrap();
+    out.push_str(&transfers(&units(&marks), "node read"));
     Ok(())
+}
+
+/// For transfers: the reading side's reads (`reads`, the stage of each read of the stream),
+/// the pauses between them longer than [`STALL`], the time spent inside each pair of stages
+/// that brackets work (the node's reader waiting for queue budget, its GPU thread gathering
+/// each piece and writing it), and each stage's first and last time and count; medians over
+/// the transfers.
+fn transfers(units: &[(Instant, Vec<Mark>, Duration)], reads: &str) -> String {
+    let mut out = String::new();
+    let mut stalls = Vec::new();
+    let mut stalled = Vec::new();
+    let mut longest = Vec::new();
+    let mut reading = Vec::new();
+    for (start, inside, _) in units {
+        let at: Vec<Instant> = inside
+            .iter()
+            .filter(|m| m.stage() == reads)
+            .map(|m| m.at)
+            .collect();
+        let gaps: Vec<Duration> = at.windows(2).map(|w| w[1] - w[0]).collect();
+        let long: Vec<Duration> = gaps.iter().copied().filter(|g| *g > STALL).collect();
+        stalls.push(Duration::from_nanos(long.len() as u64));
+        stalled.push(long.iter().sum::<Duration>());
+        longest.push(gaps.iter().max().copied().unwrap_or_default());
+        reading.push(at.first().map_or(Duration::ZERO, |first| *first - *start));
+    }
+    writeln!(
+        out,
+        "  all: median {}; the first read {} in; {} pauses between reads over {} (median), {} in all, the longest {}",
+        ms(median(units.iter().map(|u| u.2).collect())),
+        us(median(reading)),
+        median(stalls).as_nanos(),
+        us(STALL),
+        ms(median(stalled)),
+        ms(median(longest)),
+    )
+    .unwrap();
+    for (from, to, what) in [
+        (
+            "node budget-wait",
+            "node budget-got",
+            "the node's reader waiting for queue budget",
+        ),
+        (
+            "node taken",
+            "node piece-gathered",
+            "the GPU thread gathering pieces",
+        ),
+        (
+            "node piece-gathered",
+            "node piece-written",
+            "the GPU thread writing pieces",
+        ),
+    ] {
+        let (mut counts, mut sums) = (Vec::new(), Vec::new());
+        for (_, inside, _) in units {
+            let (count, sum) = bracketed(inside, from, to);
+            counts.push(Duration::from_nanos(count));
+            sums.push(sum);
+        }
+        if median(counts.clone()).is_zero() {
+            continue;
+        }
+        writeln!(
+            out,
+            "  {what}: {} in all over {} spans",
+            ms(median(sums)),
+            median(counts).as_nanos()
+        )
+        .unwrap();
+    }
+    out.push_str(&batches(units));
+    out
+}
+
+/// How many `to` marks follow a `from` (with no other `to` between), and the time from each
+/// `from` to its `to`, summed.
+fn bracketed(marks: &[Mark], from: &str, to: &str) -> (u64, Duration) {
+    let (mut count, mut sum) = (0, Duration::ZERO);
+    let mut open: Option<Instant> = None;
+    for mark in marks {
+        let stage = mark.stage();
+        if stage == from {
+            open.get_or_insert(mark.at);
+        } else if stage == to {
+            if let Some(since) = open.take() {
+                count += 1;
+                sum += mark.at - since;
+            }
+        }
+    }
+    (count, sum)
 }
 
 /// [`BATCHES`] remote batches, each between the markers and after a local batch on `before` if
@@ -247,6 +398,10 @@ fn median(mut values: Vec<Duration>) -> Duration {
 
 fn us(d: Duration) -> String {
     format!("{:.2} µs", d.as_secs_f64() * 1e6)
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1e3)
 }
 
 /// For the commonest sequences of stages (at most three), how many units took it, and each

@@ -155,11 +155,9 @@ fn push(args: PushArgs) -> Result<ExitCode> {
             match (pushed.already_present, pushed.uploaded) {
                 (true, false) => "was already deployed",
                 // The node did not have it for this tenant when asked, and had it when the
-                // upload ended: its store had dropped a damaged copy (this upload restored
-                // it), or another push of the same finished first.
-                (true, true) => {
-                    "uploaded again (the node's copy was missing, or another push of it finished first)"
-                }
+                // upload ended: another push of the same finished first. (A push that put
+                // back a copy the node had lost is no different from a first one.)
+                (true, true) => "uploaded, though another push of it finished first",
                 (false, _) => "deployed",
             },
         );

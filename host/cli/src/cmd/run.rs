@@ -152,23 +152,21 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     };
     let wall_time = started.elapsed();
     let code = match result {
-        Ok(output) => {
-            write_output(&output)?;
-            ExitCode::SUCCESS
-        }
+        Ok(output) => write_output(&output).map(|()| ExitCode::SUCCESS),
         Err(e) => {
             eprintln!("error: {e}");
-            ExitCode::from(match e {
+            Ok(ExitCode::from(match e {
                 RunError::Failed(_) => 1,
                 _ => 3,
-            })
+            }))
         }
     };
+    // The stats are on stderr: a reader of stdout that went away does not lose them.
     if args.stats {
         let (stats, run_time) = usage.unwrap_or((UsageStats::default(), wall_time));
         eprintln!("{}", stats_line(&stats, run_time, loaded.as_ref()));
     }
-    Ok(code)
+    code
 }
 
 /// `--stats`' line: one `key=value` per figure, in seconds and bytes, for people and scripts

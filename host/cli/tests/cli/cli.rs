@@ -296,7 +296,10 @@ fn output_whose_reader_went_away_ends_quietly_with_141() {
         (&["check", "tasklets/iota"][..], &b""[..]),
         (&["inventory", "--json"][..], &b""[..]),
         (&["ptx", "check", "kernels/iota.ptx"][..], &b""[..]),
-        (&["run", "--backend", "emu", "tasklets/iota"][..], &b"3"[..]),
+        (
+            &["run", "--stats", "--backend", "emu", "tasklets/iota"][..],
+            &b"3"[..],
+        ),
     ] {
         // A pipe whose reading end is closed before the command starts: its first write fails.
         let mut ends = [0; 2];
@@ -325,6 +328,10 @@ fn output_whose_reader_went_away_ends_quietly_with_141() {
             !err.contains("error:") && !err.contains("panicked"),
             "{args:?}: {err}"
         );
+        // What goes to stderr is still said.
+        if args.contains(&"--stats") {
+            assert!(err.contains("stats: gpu-time="), "{args:?}: {err}");
+        }
     }
 }
 

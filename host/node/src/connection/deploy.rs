@@ -349,10 +349,10 @@ fn serve(shared: &Shared, caller: &Caller, job: Queued, stop: &RunStop) {
             let pushed = push.and_then(|push| deployments.finish_push(&caller.tenant, push));
             match pushed {
                 Ok(pushed) => {
-                    let result = if pushed.already_present {
-                        "present"
-                    } else {
-                        "stored"
+                    let result = match (pushed.already_present, pushed.restored) {
+                        (true, _) => "present",
+                        (false, true) => "restored",
+                        (false, false) => "stored",
                     };
                     shared.metrics.deploy_pushed(tenant, result);
                     tracing::info!(

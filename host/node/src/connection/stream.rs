@@ -507,12 +507,15 @@ impl Reader {
                 // them: it goes before waiting. A stalled client's frames that hold the rest
                 // end the connection at the stall timeout.
                 self.hand_over().await;
+                tracing::trace!(name: "budget-wait", target: crate::TIMELINE, "");
                 let connection = self.connection.clone();
-                tokio::select! {
+                let permit = tokio::select! {
                     permit = Arc::clone(&self.budget).acquire_many_owned(permits) => permit.ok(),
                     // A closed connection's streams wait for nothing more.
                     _ = connection.closed() => None,
-                }
+                };
+                tracing::trace!(name: "budget-got", target: crate::TIMELINE, "");
+                permit
             }
             Err(TryAcquireError::Closed) => None,
         }

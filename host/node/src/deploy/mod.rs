@@ -75,8 +75,12 @@ pub(crate) struct StartedPush {
 /// What a push did, as its tenant sees it.
 pub(crate) struct Pushed {
     pub digest: Digest,
-    /// The tenant had pushed this deployment before.
+    /// The tenant had pushed this deployment before and the node held it whole: the push
+    /// changed nothing.
     pub already_present: bool,
+    /// The tenant had pushed it before, but the store had lost a blob of it (removed as damaged,
+    /// or deleted) and this push put it back.
+    pub restored: bool,
     /// The node compiled the component for this push (no tenant had pushed it before).
     pub compiled: bool,
 }
@@ -163,7 +167,8 @@ impl Deployments {
             .map_err(|err| self.owners_failure(err))?;
         Ok(Pushed {
             digest: pushed.digest,
-            already_present: !new,
+            already_present: !new && pushed.already_present,
+            restored: !new && !pushed.already_present,
             compiled: pushed.compiled_in.is_some(),
         })
     }

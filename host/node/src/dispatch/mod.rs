@@ -935,7 +935,10 @@ impl Dispatcher {
                     gathered.as_ref()
                 }
             };
-            write(d, piece.offset, bytes)
+            tracing::trace!(name: "piece-gathered", target: crate::TIMELINE, "");
+            let written = write(d, piece.offset, bytes);
+            tracing::trace!(name: "piece-written", target: crate::TIMELINE, "");
+            written
         });
         if !ran {
             piece.refused.store(true, Ordering::Relaxed);

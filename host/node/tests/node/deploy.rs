@@ -117,6 +117,23 @@ pub fn a_push_is_idempotent_and_an_unknown_digest_is_not_found() -> TestResult {
         client.deploy_has(&digest).map_err(|e| e.to_string())?,
         || "absent after its push".into(),
     )?;
+    // A push that puts back a blob the store lost changed something: not "already present".
+    let blobs = node.store_path().join("blobs/sha256");
+    for blob in std::fs::read_dir(&blobs).map_err(|e| e.to_string())? {
+        std::fs::remove_file(blob.map_err(|e| e.to_string())?.path()).map_err(|e| e.to_string())?;
+    }
+    check(
+        !client.deploy_has(&digest).map_err(|e| e.to_string())?,
+        || "present without its blobs".into(),
+    )?;
+    let restored = client
+        .deploy_push(&manifest, &component)
+        .map_err(|e| e.to_string())?;
+    check(!restored.already_present, || format!("{restored:?}"))?;
+    let ran = client
+        .deploy_run(&digest, b"3")
+        .map_err(|e| e.to_string())?;
+    check(ran.exit == DeployExit::Ok, || format!("{ran:?}"))?;
 
     let unknown = Digest([7; 32]);
     check(

@@ -304,6 +304,7 @@ impl Channel {
                 if let Err(err) = send.write_chunk(frame).await {
                     return (send, Err(err));
                 }
+                tracing::trace!(name: "frame-sent", target: crate::TIMELINE, "");
             }
             (send, Ok(()))
         });
@@ -316,6 +317,7 @@ impl Channel {
                     break;
                 }
             };
+            tracing::trace!(name: "frame-copied", target: crate::TIMELINE, "");
             let Some(sent) = block_until(&self.runtime, self.deadline, frames.send(frame)) else {
                 task.abort();
                 return Err(self.out_of_time());

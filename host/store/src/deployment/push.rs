@@ -18,7 +18,8 @@ use super::{record, BlobRef, Deployment};
 pub struct Pushed {
     /// The deployment; its `digest` is the one to print.
     pub deployment: Deployment,
-    /// Whether the store already held this deployment (the push then changed nothing).
+    /// Whether the store already held this deployment whole (the push then changed nothing);
+    /// `false` when the push restored a blob removed since.
     pub already_present: bool,
 }
 
@@ -99,9 +100,10 @@ impl DeploymentWriter {
         };
         let already_present = {
             let _namespace = self.inner.namespace();
-            component.place(&self.inner.blobs)?;
-            self.manifest.place(&self.inner.blobs)?;
-            record.place(&self.inner.deployments)?
+            let component = component.place(&self.inner.blobs)?;
+            let manifest = self.manifest.place(&self.inner.blobs)?;
+            let record = record.place(&self.inner.deployments)?;
+            component && manifest && record
         };
         Ok(Pushed {
             deployment,

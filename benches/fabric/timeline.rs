@@ -183,11 +183,14 @@ fn bulk(
     // Warm both: the first transfer of a connection grows its windows and finds its datagrams.
     bare.upload(bytes, 1, budget)?;
     remote.bulk_write(&data)?;
+    let mut faults = Vec::new();
     let (uploaded, marks) = recorder.record(|| {
         (0..TRANSFERS).try_for_each(|_| {
+            let before = minor_faults();
             begin();
             let up = bare.upload(bytes, 1, budget);
             end();
+            faults.push(minor_faults().saturating_sub(before));
             up.map(|_| ())
         })
     });
@@ -199,11 +202,15 @@ fn bulk(
     )
     .unwrap();
     out.push_str(&transfers(&units(&marks), "bench server-upload-read"));
+    writeln!(out, "  page faults (this process): {faults:?}").unwrap();
+    faults.clear();
     let (written, marks) = recorder.record(|| {
         (0..TRANSFERS).try_for_each(|_| {
+            let before = minor_faults();
             begin();
             let write = remote.bulk_write(&data);
             end();
+            faults.push(minor_faults().saturating_sub(before));
             write.map(|_| ())
         })
     });
@@ -214,7 +221,18 @@ fn bulk(
     )
     .unwrap();
     out.push_str(&transfers(&units(&marks), "node read"));
+    writeln!(out, "  page faults (this process): {faults:?}").unwrap();
     Ok(())
+}
+
+/// The process's minor page faults so far (`/proc/self/stat`'s tenth field; 0 where unread).
+fn minor_faults() -> u64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The command name (field 2) is in parentheses and may hold spaces: count after it.
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().nth(7))
+        .and_then(|field| field.parse().ok())
+        .unwrap_or(0)
 }
 
 /// For transfers: the reading side's reads (`reads`, the stage of each read of the stream),

@@ -156,6 +156,10 @@ pub fn build(dir: &Path, component: &Path) -> Result<()> {
         .args(["build", "--release", "--target", WASM_TARGET])
         .current_dir(dir);
     if let Some(target) = target_dir_of(component) {
+        // A relative `component` is relative to this process's folder, and cargo runs in `dir`:
+        // the folder is made absolute here, or the build would land a second `dir` deep.
+        let target = std::path::absolute(target)
+            .with_context(|| format!("cannot resolve {}", target.display()))?;
         cargo.arg("--target-dir").arg(target);
     }
     let status = cargo

@@ -311,10 +311,9 @@ impl RemoteGpu {
                     Some(i) => Ok(i as u32),
                     None => {
                         let names: Vec<&str> = kernels.iter().map(|k| k.name.as_str()).collect();
-                        Err(GpuError::LaunchFailed(format!(
-                            "no kernel named {kernel:?} in the module; it has: {}",
-                            names.join(", ")
-                        )))
+                        let asked =
+                            format!("no kernel named {}", tasklet_runtime::error::quoted(kernel));
+                        Err(tasklet_runtime::error::no_such_kernel(&asked, &names))
                     }
                 },
             },

@@ -162,6 +162,15 @@ pub fn quoted(input: &str) -> String {
     format!("{:?}… ({} bytes)", &input[..end], input.len())
 }
 
+/// A launch of a kernel the module does not have (`asked`: `no kernel named "x"`, or `no
+/// kernel #3`), naming the ones it has: one message wherever the module is looked in.
+pub fn no_such_kernel(asked: &str, names: &[&str]) -> GpuError {
+    GpuError::LaunchFailed(format!(
+        "{asked} in the module; it has: {}",
+        quoted(&names.join(", "))
+    ))
+}
+
 /// Most bytes of guest input an error quotes.
 pub const QUOTE_MAX: usize = 64;
 

@@ -8,6 +8,7 @@ use tasklet_runtime::gpu::{
     GpuService, KernelArg, KernelParam, LaunchConfig, LeaseRequest, LocalGpu, ModuleSource,
     ParamKind, Submit, SubmitArg,
 };
+use tasklet_runtime::GpuError;
 use tasklet_tests::{assert_baseline, load, manifest, probe_lines, repo, run_ok, test_host};
 
 const SCALE_PTX: &str = include_str!("../../../kernels/scale.ptx");
@@ -133,7 +134,12 @@ fn submit_refuses_what_a_session_would() {
     let mut past = scale_call(&input, &args, 4);
     past.output_offset = 1 << 20;
     let err = gpu.submit(&past).unwrap_err();
-    assert!(err.to_string().contains("outside the buffer"), "{err}");
+    assert!(
+        matches!(err, GpuError::OutOfBounds(_))
+            && err.to_string().contains("outside the lease's")
+            && err.to_string().contains("nothing was launched"),
+        "{err}"
+    );
     // A buffer of a session: a one-shot has none.
     let buffer = [SubmitArg::Value(KernelArg::Buffer {
         buffer: tasklet_runtime::gpu::BufferId(1),

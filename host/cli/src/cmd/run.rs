@@ -154,7 +154,11 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     let code = match result {
         Ok(output) => write_output(&output).map(|()| ExitCode::SUCCESS),
         Err(e) => {
-            eprintln!("error: {e}");
+            // Interrupted, the run failed because its connections were closed: the one line
+            // that says so is the interruption's, which follows.
+            if !crate::interrupt::interrupted() {
+                eprintln!("error: {e}");
+            }
             Ok(ExitCode::from(match e {
                 RunError::Failed(_) => 1,
                 _ => 3,

@@ -157,6 +157,48 @@ fn a_folder_with_a_prebuilt_component_and_no_cargo_project_runs_it_as_is() {
     assert!(stderr.contains("build.sh"), "{stderr}");
 }
 
+/// A tasklet crate named by a relative path is built where its manifest says its component
+/// lies (relative to the folder `tasklet` runs in), not relative to the crate's own folder,
+/// where cargo runs: the README's first command names `tasklets/iota` so on a fresh checkout.
+#[test]
+fn a_crate_named_by_a_relative_path_is_built_where_its_manifest_says() {
+    let dir = temp_dir("relative");
+    let crate_dir = dir.path().join("tiny");
+    std::fs::create_dir_all(crate_dir.join("src")).unwrap();
+    std::fs::write(
+        crate_dir.join("Cargo.toml"),
+        "[package]\nname = \"tiny\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n\
+         [lib]\ncrate-type = [\"cdylib\"]\n\n[workspace]\n",
+    )
+    .unwrap();
+    std::fs::write(crate_dir.join("src/lib.rs"), "").unwrap();
+    std::fs::write(
+        crate_dir.join("tasklet.toml"),
+        "name = \"tiny\"\ncomponent = \"target/wasm32-wasip2/release/tiny.wasm\"\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tasklet"))
+        .args(["run", "--backend", "emu", "tiny"])
+        .current_dir(dir.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert!(
+        crate_dir
+            .join("target/wasm32-wasip2/release/tiny.wasm")
+            .is_file(),
+        "not built where its manifest says: {stderr}"
+    );
+    assert!(
+        !crate_dir.join("tiny").exists(),
+        "built a folder too deep: {stderr}"
+    );
+    // It exports no tasklet, which the run then says; what it does not say is that the
+    // component it just built is missing.
+    assert!(!stderr.contains("cannot read component"), "{stderr}");
+}
+
 /// `wasm` with a custom section appended that makes it `len` bytes long: the same component,
 /// another digest. A component may carry custom sections at its top level.
 fn padded(wasm: &[u8], len: usize) -> Vec<u8> {

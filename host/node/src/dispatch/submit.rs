@@ -8,9 +8,10 @@
 //! the end of that 8-byte pointer, and are split into the kernel's parameters by the module's
 //! own signature. Each step fails with its own status: UNAUTHORIZED (not this connection's
 //! lease, or a right the grant lacks), LOAD_FAILED, LAUNCH_FAILED (refused, faulted or past its
-//! deadline), READ_FAILED; LEASE_EXPIRED when the lease has ended; an input that does not fit
-//! the region (or a grant without the `write` right) keeps the host's own status (OUT_OF_BOUNDS,
-//! UNAUTHORIZED). A step's failure that has a status of its own (a kernel that faulted:
+//! deadline), READ_FAILED (an output range outside the region, refused before anything runs,
+//! with OUT_OF_BOUNDS as its cause); LEASE_EXPIRED when the lease has ended; an input that does
+//! not fit the region is OUT_OF_BOUNDS, also before anything runs, and a grant without the
+//! `write` right keeps the host's own status (UNAUTHORIZED). A step's failure that has a status of its own (a kernel that faulted:
 //! KERNEL_FAULT) sends that as the reply's `cause`, so a client reports it as a session would.
 
 use super::book::{Region, SubmitModule};
@@ -83,6 +84,15 @@ impl Dispatcher {
             ));
         }
         let (session, buffer, size) = self.region(lease)?;
+        // Both spans are checked before anything is written or launched: a submission that
+        // cannot return its output changes nothing and spends none of the lease's GPU time.
+        let (offset, len) = (submit.output_offset, submit.output_size);
+        gpu::check_region_spans(size, submit.input.len() as u64, offset, len).map_err(
+            |outside| match outside {
+                gpu::OutsideRegion::Input(err) => Failure::from(err),
+                gpu::OutsideRegion::Output(err) => failed(Step::Read, err),
+            },
+        )?;
         let kernel = self.submit_module(lease, session, submit)?;
         let params = &kernel.params;
         // The first parameter is the region's address: a pointer, 8 bytes.
@@ -129,17 +139,6 @@ impl Dispatcher {
         gpu.launch(session, module, &kernel.name, &config, &args)
             .and_then(|()| gpu.sync(session))
             .map_err(|err| failed(Step::Launch, err))?;
-
-        let (offset, len) = (submit.output_offset, submit.output_size);
-        if offset.checked_add(len).is_none_or(|end| end > size) {
-            return Err(Failure::new(
-                ErrorCode::ReadFailed,
-                format!(
-                    "output bytes {offset}..{} are outside the lease's {size}-byte region",
-                    offset as u128 + len as u128
-                ),
-            ));
-        }
         let first_len = len.min(READ_PIECE);
         let output = Read {
             stream: None,

@@ -81,7 +81,7 @@ fn kind(result: &Result<Vec<u8>, GpuError>) -> String {
 
 /// A kernel that faults, a module whose body does not load (one GPU_SUBMIT) and one that is not
 /// PTX (session ops), as one-shots here and on the node: the same error kinds, the fault's
-/// `kernel-fault` included (not `launch-failed`).
+/// `kernel-fault` included (not `launch-failed`), in the same words.
 pub fn one_shots_fail_alike_here_and_on_the_node() -> TestResult {
     let node = TestNode::start();
     let host = local_host();
@@ -138,13 +138,42 @@ pub fn one_shots_fail_alike_here_and_on_the_node() -> TestResult {
         let here = local.submit(&call);
         let there = remote.submit(&call);
         println!("{what}: here {here:?}, on the node {there:?}");
-        check(kind(&here) == expected && kind(&there) == expected, || {
-            format!("{what}: here {here:?}, on the node {there:?}; expected {expected}")
-        })?;
+        // The same kind, and the same words.
+        check(
+            kind(&here) == expected
+                && kind(&there) == expected
+                && here.as_ref().err().map(ToString::to_string)
+                    == there.as_ref().err().map(ToString::to_string),
+            || format!("{what}: here {here:?}, on the node {there:?}; expected {expected}"),
+        )?;
     }
-    // The fault and the broken body went as GPU_SUBMITs, the rest as session ops.
+    // An output past the region: refused before the launch, here and there in the same words.
+    let iota_args = [
+        SubmitArg::Region { offset: 0 },
+        SubmitArg::Value(KernelArg::U32(1)),
+    ];
+    let past = Submit {
+        lease: LEASE,
+        module: ModuleSource::Ptx(IOTA_PTX),
+        kernel: "iota",
+        config,
+        args: &iota_args,
+        input: &[],
+        output_offset: 1 << 40,
+        output_size: 4,
+    };
+    let (here, there) = (local.submit(&past), remote.submit(&past));
+    let words = |r: &Result<Vec<u8>, GpuError>| r.as_ref().err().map(ToString::to_string);
+    check(
+        matches!(here, Err(GpuError::OutOfBounds(_)))
+            && words(&here) == words(&there)
+            && words(&here).is_some_and(|w| w.contains("nothing was launched")),
+        || format!("an output past the region: here {here:?}, on the node {there:?}"),
+    )?;
+    // The fault, the broken body and the output past the region went as GPU_SUBMITs, the rest
+    // as session ops.
     let submits = node.node().control().metrics().gpu_submit_total - submits_before;
-    check(submits == 2, || format!("{submits} GPU_SUBMITs"))?;
+    check(submits == 3, || format!("{submits} GPU_SUBMITs"))?;
     drop(local);
     drop(remote);
     node.wait_for_baseline(WAIT)?;

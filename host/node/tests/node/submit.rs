@@ -133,7 +133,7 @@ pub fn gpu_submit_runs_one_kernel_and_reports_each_status() -> TestResult {
 
 /// GPU_SUBMIT's `input` lands at the start of the region before the launch: a kernel that scales
 /// its input in place returns the scaled input; an input that does not fit the region is refused
-/// with OUT_OF_BOUNDS before anything runs.
+/// with OUT_OF_BOUNDS, and an output range past it with READ_FAILED, before anything runs.
 pub fn gpu_submit_writes_its_input_before_the_launch() -> TestResult {
     const SCALE_PTX: &str = include_str!("../../../../kernels/scale.ptx");
     let node = TestNode::start();
@@ -167,6 +167,34 @@ pub fn gpu_submit_writes_its_input_before_the_launch() -> TestResult {
         .ok_or("an input past the region was taken")?;
     check(err.code() == Some(ErrorCode::OutOfBounds), || {
         err.to_string()
+    })?;
+
+    // An output range past the region is refused before the input is written or the kernel
+    // runs: READ_FAILED, its cause OUT_OF_BOUNDS, and the region as the first submission left it.
+    submit.input = vec![0xee; 64];
+    submit.output_offset = lease.granted_bytes - 4;
+    let err = client
+        .gpu_submit(&submit)
+        .err()
+        .ok_or("an output past the region was read")?;
+    let cause = match &err {
+        ClientError::Failed { error, .. } => error.cause,
+        _ => None,
+    };
+    check(
+        err.code() == Some(ErrorCode::ReadFailed) && cause == Some(ErrorCode::OutOfBounds),
+        || err.to_string(),
+    )?;
+    // Scaling by 1 reads the region back as it is.
+    submit.input.clear();
+    submit.output_offset = 0;
+    submit.args[..4].copy_from_slice(&1.0f32.to_le_bytes());
+    let out = client.gpu_submit(&submit).map_err(|e| e.to_string())?;
+    check(out == want, || {
+        format!(
+            "the refused submission changed the region: {:?}",
+            &out[..16]
+        )
     })?;
     drop(client);
     node.wait_for_baseline(WAIT)?;

@@ -527,10 +527,7 @@ impl Session {
                 KernelRef::Named(name) => format!("no kernel named {}", quoted(name)),
                 KernelRef::At(i) => format!("no kernel #{i}"),
             };
-            return Err(GpuError::LaunchFailed(format!(
-                "{asked} in the module; it has: {}",
-                quoted(&names.join(", "))
-            )));
+            return Err(crate::error::no_such_kernel(&asked, &names));
         };
         Ok((m, index))
     }

@@ -23,7 +23,7 @@ pub use actors::{
 pub use args::submit_args_after_region;
 pub use local::{LocalGpu, DIRECT_MIN_BYTES};
 pub use queues::{EventId, QueueOp, QueueReply, StreamId, MAX_SESSION_EVENTS, MAX_SESSION_STREAMS};
-pub use submit::submit_in_session;
+pub use submit::{check_region_spans, submit_in_session, OutsideRegion};
 pub use types::{
     check_burst_size, BufferId, Burst, BurstArg, DeviceInfo, GraphArg, GraphId, GuestBytes,
     KernelArg, KernelParam, KernelRef, KernelSignature, LaunchConfig, LeaseId, LeaseInfo,

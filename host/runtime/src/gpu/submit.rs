@@ -5,7 +5,43 @@
 
 use super::types::{BufferId, KernelArg, ModuleSource, SessionId, Submit, SubmitArg};
 use super::GpuService;
-use crate::error::{invalid, GpuError};
+use crate::error::{invalid, out_of_bounds, GpuError};
+
+/// A one-shot's span that lies outside its region (see [`check_region_spans`]).
+#[derive(Debug)]
+pub enum OutsideRegion {
+    /// Its input, written at the region's start.
+    Input(GpuError),
+    /// Its output, read back after the kernel.
+    Output(GpuError),
+}
+
+/// Checks a one-shot's input and output spans against its region of `region_bytes` before
+/// anything is written or launched, so that a call that could not return its output changes
+/// nothing and spends no GPU time. Both a local one-shot and a node's GPU_SUBMIT check here, in
+/// the same words.
+pub fn check_region_spans(
+    region_bytes: u64,
+    input_len: u64,
+    output_offset: u64,
+    output_size: u64,
+) -> Result<(), OutsideRegion> {
+    if input_len > region_bytes {
+        return Err(OutsideRegion::Input(out_of_bounds(format!(
+            "input bytes 0..{input_len} are outside the lease's {region_bytes}-byte region; nothing was launched"
+        ))));
+    }
+    if output_offset
+        .checked_add(output_size)
+        .is_none_or(|end| end > region_bytes)
+    {
+        return Err(OutsideRegion::Output(out_of_bounds(format!(
+            "output bytes {output_offset}..{} are outside the lease's {region_bytes}-byte region; nothing was launched",
+            output_offset as u128 + output_size as u128
+        ))));
+    }
+    Ok(())
+}
 
 /// Runs `call` through `gpu`'s session operations. The lease acquired for it is ended before
 /// this returns, whether the call succeeded or not.
@@ -36,6 +72,13 @@ fn in_lease<G: GpuService + ?Sized>(
 ) -> Result<Vec<u8>, GpuError> {
     // The region is all of the lease's memory, as GPU_SUBMIT defines it on a node.
     let region_bytes = gpu.lease_info(lease)?.granted_bytes;
+    check_region_spans(
+        region_bytes,
+        call.input.len() as u64,
+        call.output_offset,
+        call.output_size,
+    )
+    .map_err(|(OutsideRegion::Input(err) | OutsideRegion::Output(err))| err)?;
     let session = gpu.session_open(lease)?;
     let result = in_session(gpu, session, region_bytes, call);
     gpu.session_drop(session);

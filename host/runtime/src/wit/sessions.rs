@@ -689,12 +689,8 @@ mod v02 {
             let signatures = self.service.module_signatures(session, module);
             let Some(index) = signatures.iter().position(|k| k.name == name) else {
                 let names: Vec<&str> = signatures.iter().map(|k| k.name.as_str()).collect();
-                return Err(crate::error::GpuError::LaunchFailed(format!(
-                    "no kernel named {} in the module; it has: {}",
-                    crate::error::quoted(&name),
-                    crate::error::quoted(&names.join(", "))
-                ))
-                .into());
+                let asked = format!("no kernel named {}", crate::error::quoted(&name));
+                return Err(crate::error::no_such_kernel(&asked, &names).into());
             };
             let mut signatures = signatures;
             let signature = signatures.swap_remove(index);

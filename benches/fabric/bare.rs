@@ -5,7 +5,7 @@
 //! One bidirectional stream does one thing, named by its first byte: [`ECHO`] answers every
 //! [`ECHO_BYTES`]-byte message with itself until the client finishes; [`UPLOAD`] takes
 //! everything the client sends and answers its count (8 bytes, big-endian); [`DOWNLOAD`] reads
-//! a count and sends that many bytes.
+//! a count (and whether the bytes are [`Data::Distinct`]) and sends that many bytes.
 
 use crate::stats::Samples;
 use bytes::Bytes;
@@ -23,9 +23,57 @@ const DOWNLOAD: u8 = b'D';
 /// An echo message: about a SYNC request or its reply on the node's wire.
 pub const ECHO_BYTES: usize = 32;
 
-/// What bulk data is written from: slices of one buffer, handed to quinn without copying.
-const PAYLOAD_BYTES: usize = 16 << 20;
+/// Bulk data is handed to quinn in slices of this size, without copying.
 const WRITE_CHUNK: usize = 1 << 20;
+
+/// What a bare transfer's bytes are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Data {
+    /// As long as the transfer, each byte sent once, from memory written before the transfer
+    /// began: as a remote write sends a tasklet's buffer and a remote read the device's bytes.
+    Distinct,
+    /// One [`WRITE_CHUNK`] buffer sent again and again, which stays in the sender's cache: what
+    /// quinn moves when memory costs it nothing.
+    Resent,
+}
+
+/// The bytes a transfer of `len` sends: the first `len` of one process-wide buffer (made, or
+/// grown, at the first transfer that needs more, so its making is not timed after that), or the
+/// first [`WRITE_CHUNK`] of it for [`Data::Resent`].
+fn payload(len: u64, data: Data) -> Bytes {
+    static PAYLOAD: std::sync::Mutex<Bytes> = std::sync::Mutex::new(Bytes::new());
+    let want = match data {
+        Data::Distinct => len.max(WRITE_CHUNK as u64),
+        Data::Resent => WRITE_CHUNK as u64,
+    };
+    let mut payload = PAYLOAD
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if (payload.len() as u64) < want {
+        // Not zeros: a zeroed allocation may be the kernel's one shared zero page.
+        *payload = Bytes::from(crate::pattern(want));
+    }
+    payload.clone()
+}
+
+/// `len` bytes of `payload` from `start`, as slices of at most [`WRITE_CHUNK`]: each a new part
+/// of it, or for [`Data::Resent`] its first chunk again.
+fn chunks(payload: &Bytes, data: Data, start: u64, len: u64) -> impl Iterator<Item = Bytes> + '_ {
+    let mut at = start;
+    let end = start + len;
+    std::iter::from_fn(move || {
+        if at >= end {
+            return None;
+        }
+        let n = (end - at).min(WRITE_CHUNK as u64) as usize;
+        let from = match data {
+            Data::Distinct => at as usize,
+            Data::Resent => 0,
+        };
+        at += n as u64;
+        Some(payload.slice(from..from + n))
+    })
+}
 
 /// The flow-control windows the node and its client use (`tasklet_tls::transport`, in this
 /// process): a stream's receive window, the connection's receive and send windows.
@@ -87,6 +135,8 @@ pub struct Setting {
     pub socket_buffers: Option<usize>,
     /// Streams a transfer is split over, all at once on one connection.
     pub streams: usize,
+    /// What the transfers' bytes are.
+    pub data: Data,
 }
 
 impl Setting {
@@ -100,6 +150,7 @@ impl Setting {
             datagrams: Datagrams::Discover(tasklet_tls::transport::MAX_DATAGRAM),
             socket_buffers: Some(tasklet_tls::transport::socket_buffer()),
             streams: 1,
+            data: Data::Distinct,
         }
     }
 
@@ -135,6 +186,11 @@ impl Setting {
             Setting {
                 name: "fabric's settings, 4 streams",
                 streams: 4,
+                ..fabric.clone()
+            },
+            Setting {
+                name: "fabric's settings, one 1 MiB buffer re-sent",
+                data: Data::Resent,
                 ..fabric.clone()
             },
             Setting {
@@ -243,17 +299,15 @@ impl Server {
             quinn::Endpoint::new(setting.endpoint_config(), Some(config), socket, runtime)
                 .map_err(|e| format!("cannot start the bare server: {e}"))
         })?;
-        let payload = Bytes::from(vec![0x5a; PAYLOAD_BYTES]);
         let accepting = endpoint.clone();
         runtime.spawn(async move {
             while let Some(incoming) = accepting.accept().await {
-                let payload = payload.clone();
                 tokio::spawn(async move {
                     let Ok(connection) = incoming.await else {
                         return;
                     };
                     while let Ok((send, recv)) = connection.accept_bi().await {
-                        tokio::spawn(serve_stream(send, recv, payload.clone()));
+                        tokio::spawn(serve_stream(send, recv));
                     }
                 });
             }
@@ -274,7 +328,7 @@ impl Drop for Server {
     }
 }
 
-async fn serve_stream(mut send: quinn::SendStream, mut recv: quinn::RecvStream, payload: Bytes) {
+async fn serve_stream(mut send: quinn::SendStream, mut recv: quinn::RecvStream) {
     let mut kind = [0u8; 1];
     if recv.read_exact(&mut kind).await.is_err() {
         return;
@@ -301,17 +355,21 @@ async fn serve_stream(mut send: quinn::SendStream, mut recv: quinn::RecvStream, 
             }
         }
         DOWNLOAD => {
-            let mut count = [0u8; 8];
-            if recv.read_exact(&mut count).await.is_err() {
+            let mut request = [0u8; 9];
+            if recv.read_exact(&mut request).await.is_err() {
                 return;
             }
-            let mut left = u64::from_be_bytes(count);
-            while left > 0 {
-                let n = left.min(WRITE_CHUNK as u64) as usize;
-                if send.write_chunk(payload.slice(..n)).await.is_err() {
+            let len = u64::from_be_bytes(request[..8].try_into().unwrap_or_default());
+            let data = if request[8] == 1 {
+                Data::Distinct
+            } else {
+                Data::Resent
+            };
+            let payload = payload(len, data);
+            for chunk in chunks(&payload, data, 0, len) {
+                if send.write_chunk(chunk).await.is_err() {
                     return;
                 }
-                left -= n as u64;
             }
             let _ = send.finish();
         }
@@ -325,7 +383,7 @@ pub struct Client {
     connection: quinn::Connection,
     endpoint: quinn::Endpoint,
     runtime: Runtime,
-    payload: Bytes,
+    data: Data,
 }
 
 impl Client {
@@ -359,7 +417,7 @@ impl Client {
             connection,
             endpoint,
             runtime,
-            payload: Bytes::from(vec![0xa5; PAYLOAD_BYTES]),
+            data: setting.data,
         })
     }
 
@@ -406,21 +464,22 @@ impl Client {
     /// has counted them all (at most `budget`).
     pub fn upload(&self, bytes: u64, streams: usize, budget: Duration) -> Result<Duration, String> {
         let connection = self.connection.clone();
-        let payload = self.payload.clone();
+        let data = self.data;
+        let payload = payload(bytes, data);
         self.within(budget, async move {
             let start = Instant::now();
             let mut tasks = Vec::new();
+            let mut from = 0;
             for share in shares(bytes, streams) {
                 let connection = connection.clone();
                 let payload = payload.clone();
+                let at = from;
+                from += share;
                 tasks.push(tokio::spawn(async move {
                     let (mut send, mut recv) = connection.open_bi().await.map_err(err)?;
                     send.write_all(&[UPLOAD]).await.map_err(err)?;
-                    let mut left = share;
-                    while left > 0 {
-                        let n = left.min(WRITE_CHUNK as u64) as usize;
-                        send.write_chunk(payload.slice(..n)).await.map_err(err)?;
-                        left -= n as u64;
+                    for chunk in chunks(&payload, data, at, share) {
+                        send.write_chunk(chunk).await.map_err(err)?;
                     }
                     send.finish().map_err(err)?;
                     let mut count = [0u8; 8];
@@ -450,6 +509,9 @@ impl Client {
         budget: Duration,
     ) -> Result<Duration, String> {
         let connection = self.connection.clone();
+        let distinct = u8::from(self.data == Data::Distinct);
+        // Made before the clock starts (the server takes the same buffer).
+        drop(payload(bytes, self.data));
         self.within(budget, async move {
             let start = Instant::now();
             let mut tasks = Vec::new();
@@ -459,6 +521,7 @@ impl Client {
                     let (mut send, mut recv) = connection.open_bi().await.map_err(err)?;
                     let mut request = vec![DOWNLOAD];
                     request.extend_from_slice(&share.to_be_bytes());
+                    request.push(distinct);
                     send.write_all(&request).await.map_err(err)?;
                     send.finish().map_err(err)?;
                     let mut received = 0u64;

@@ -122,7 +122,8 @@ fn main() -> ExitCode {
 }
 
 /// Arguments clap refused (or `--help`, `--version`): its message on stderr as clap prints it,
-/// and where `--json` was asked for, the failure's first line as JSON on stdout too.
+/// and where `--json` was asked for, the failure as JSON on stdout too: its first paragraph on
+/// one line (`… were not provided: <TASKLET|DIGEST>`), without the usage that follows.
 fn refused_arguments(err: clap::Error) -> ExitCode {
     use clap::error::ErrorKind;
     if matches!(
@@ -136,9 +137,13 @@ fn refused_arguments(err: clap::Error) -> ExitCode {
     let _ = err.print();
     if std::env::args().skip(1).any(|a| a == "--json") {
         let text = err.to_string();
-        let first = text.lines().next().unwrap_or_default();
-        let line = first.strip_prefix("error: ").unwrap_or(first);
-        report_json(line);
+        let paragraph: Vec<&str> = text
+            .lines()
+            .map(str::trim)
+            .take_while(|line| !line.is_empty())
+            .collect();
+        let joined = paragraph.join(" ");
+        report_json(joined.strip_prefix("error: ").unwrap_or(&joined));
     }
     ExitCode::from(2)
 }

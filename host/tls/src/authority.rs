@@ -131,7 +131,7 @@ pub fn issue_node(
 /// The folder's CA, ready to sign: its certificate, and its key checked against it.
 fn load_issuer(dir: &CertDir) -> Result<Issuer<'static, KeyPair>, Error> {
     let (cert_path, key_path) = (dir.ca_cert(), dir.ca_key());
-    let cert = files::read_cert(&cert_path, hint::FOLDER)?;
+    let cert = files::read_cert(&cert_path, hint::CA_FOLDER)?;
     let key_der = files::read_key(&key_path, hint::CA_KEY)?;
     let key = KeyPair::try_from(&key_der).map_err(|err| Error::Malformed {
         path: key_path.clone(),

@@ -75,7 +75,7 @@ pub fn check_node_unexpired(dir: impl AsRef<Path>) -> Result<(), Error> {
 pub fn server_tls(dir: impl AsRef<Path>) -> Result<rustls::ServerConfig, Error> {
     let dir = CertDir::new(dir.as_ref());
     let provider = provider();
-    let roots = Arc::new(roots(&dir)?);
+    let roots = Arc::new(roots(&dir, hint::NODE_FOLDER)?);
     let chain = WebPkiClientVerifier::builder_with_provider(Arc::clone(&roots), provider.clone())
         .build()?;
     let (certs, key) = identity(&provider, &dir.node_cert(), &dir.node_key(), hint::NODE)?;
@@ -92,7 +92,7 @@ pub fn server_tls(dir: impl AsRef<Path>) -> Result<rustls::ServerConfig, Error> 
 pub fn client_tls(dir: impl AsRef<Path>, tenant: &Tenant) -> Result<rustls::ClientConfig, Error> {
     let dir = CertDir::new(dir.as_ref());
     let provider = provider();
-    let roots = roots(&dir)?;
+    let roots = roots(&dir, hint::CLIENT_FOLDER)?;
     let (cert_path, key_path) = (dir.tenant_cert(tenant), dir.tenant_key(tenant));
     let (certs, key) = identity(&provider, &cert_path, &key_path, hint::TENANT)?;
     // A file copied to the wrong name would act as another tenant, with its rights: say so
@@ -173,9 +173,10 @@ fn provider() -> Arc<CryptoProvider> {
 }
 
 /// The folder's CA as the only trust anchor.
-fn roots(dir: &CertDir) -> Result<RootCertStore, Error> {
+/// The CA in `dir`; `hint` says, should it be missing, what the folder should hold for its user.
+fn roots(dir: &CertDir, hint: &'static str) -> Result<RootCertStore, Error> {
     let path = dir.ca_cert();
-    let ca = files::read_cert(&path, hint::FOLDER)?;
+    let ca = files::read_cert(&path, hint)?;
     let mut roots = RootCertStore::empty();
     roots.add(ca).map_err(|err| Error::Malformed {
         path,

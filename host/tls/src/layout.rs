@@ -72,9 +72,15 @@ impl CertDir {
 
 /// Where each file comes from, for errors about a missing one.
 pub(crate) mod hint {
-    /// `ca.pem`, `node.pem`, `node.key`.
-    pub(crate) const FOLDER: &str =
-        "`tasklet certs init DIR` makes a certificate folder; a client's holds a copy of its node's ca.pem";
+    /// `ca.pem` of a node's folder.
+    pub(crate) const NODE_FOLDER: &str =
+        "a node's folder holds ca.pem, node.pem and node.key: `tasklet certs init DIR` makes one";
+    /// `ca.pem` of a client's folder.
+    pub(crate) const CLIENT_FOLDER: &str =
+        "a client's folder holds a copy of its node's ca.pem and its tenant's certificate (tenants/NAME.pem, .key): `tasklet certs init DIR` makes one for tenant dev";
+    /// `ca.pem` of the folder a certificate is issued from.
+    pub(crate) const CA_FOLDER: &str =
+        "issuing needs the CA: run this on the folder `tasklet certs init` made";
     /// `node.pem`, `node.key`.
     pub(crate) const NODE: &str =
         "the node's certificate: `tasklet certs init DIR` makes it, or `tasklet certs node DIR` anew in the folder that holds the CA's key";

@@ -111,17 +111,21 @@ pub fn run(args: DeployArgs) -> Result<ExitCode> {
 }
 
 fn push(args: PushArgs) -> Result<ExitCode> {
+    // Where to, before a tasklet is built for it.
+    let to = Where::of(
+        &args.target.node,
+        args.nats.config("tasklet deploy push"),
+        "deploy push needs where to: --node ADDR, or --nats URL",
+    )?;
     let source = Source::load(&args.tasklet)?;
     let component = source.component()?;
-    let (node, pushed) = match (&args.target.node, args.nats.config("tasklet deploy push")) {
-        (Some(_), Some(_)) => bail!("give --node (one node) or --nats (the cluster), not both"),
-        (None, None) => bail!("deploy push needs where to: --node ADDR, or --nats URL"),
-        (Some(addr), None) => {
+    let (node, pushed) = match to {
+        Where::Node(addr) => {
             let mut client = args.target.connect(addr)?;
             let pushed = ensure_pushed(&mut client, &source, &component)?;
             (Some((client.node_name().to_owned(), addr.clone())), pushed)
         }
-        (None, Some(nats)) => {
+        Where::Cluster(nats) => {
             let tenant = Tenant::new(&args.target.tenant)?;
             let published = publish(&nats, tenant.as_str(), source.text.as_bytes(), &component)?;
             let pushed = Ensured {
@@ -220,7 +224,42 @@ fn ensure_pushed(client: &mut NodeClient, source: &Source, component: &[u8]) -> 
     })
 }
 
+/// Where a deploy command goes: one node, or the cluster.
+enum Where<'a> {
+    Node(&'a String),
+    Cluster(tasklet_cluster::NatsConfig),
+}
+
+impl<'a> Where<'a> {
+    /// From `--node` and `--nats`: one of them; `neither` says what to give when none is.
+    fn of(
+        node: &'a Option<String>,
+        nats: Option<tasklet_cluster::NatsConfig>,
+        neither: &str,
+    ) -> Result<Self> {
+        match (node, nats) {
+            (Some(_), Some(_)) => {
+                bail!("give --node (one node) or --nats (the cluster), not both")
+            }
+            (None, None) => bail!("{neither}"),
+            (Some(addr), None) => Ok(Where::Node(addr)),
+            (None, Some(nats)) => Ok(Where::Cluster(nats)),
+        }
+    }
+}
+
 fn run_deployed(args: RunArgs) -> Result<ExitCode> {
+    let target = &args.target;
+    // Where to, and what is required there, before a tasklet is built for it.
+    let to = Where::of(
+        &target.remote.node,
+        target.nats.config("tasklet deploy run"),
+        "deploy run needs where to run: --node ADDR, or --nats URL [--requires gpu…]",
+    )?;
+    let requirement: Option<Requirement> = match &target.requires {
+        Some(text) => Some(text.parse()?),
+        None => None,
+    };
     // A path that exists is a tasklet, even one whose name looks like a digest.
     let path = Path::new(&args.tasklet);
     let named = if path.exists() {
@@ -236,20 +275,8 @@ fn run_deployed(args: RunArgs) -> Result<ExitCode> {
         );
     };
     let input = read_input(args.input.as_ref())?;
-    let requirement: Option<Requirement> = match &args.target.requires {
-        Some(text) => Some(text.parse()?),
-        None => None,
-    };
-    let target = &args.target;
-    let (run, digest, placed) = match (
-        &target.remote.node,
-        target.nats.config("tasklet deploy run"),
-    ) {
-        (Some(_), Some(_)) => bail!("give --node (one node) or --nats (the cluster), not both"),
-        (None, None) => {
-            bail!("deploy run needs where to run: --node ADDR, or --nats URL [--requires gpu…]")
-        }
-        (Some(addr), None) => {
+    let (run, digest, placed) = match to {
+        Where::Node(addr) => {
             let mut client = target.remote.connect(addr)?;
             if let Some(requirement) = &requirement {
                 check_node_meets(&mut client, addr, requirement)?;
@@ -266,7 +293,7 @@ fn run_deployed(args: RunArgs) -> Result<ExitCode> {
             )?;
             (run, digest, placed)
         }
-        (None, Some(nats)) => {
+        Where::Cluster(nats) => {
             let requirement = requirement.unwrap_or_default();
             let registry = RegistrySource::new(nats, &args.registry_cache)?;
             let ((run, digest), placed) = place(

@@ -350,6 +350,18 @@ fn argument_errors_are_json_under_json_and_options_unused_with_a_node_are_refuse
             .contains("--bogus"),
         "{value}"
     );
+    // A missing argument is named in the JSON too, not only in the lines under it on stderr.
+    let out = tasklet(&["deploy", "run", "--json"], b"");
+    assert_eq!(out.status.code(), Some(2));
+    let value: serde_json::Value = serde_json::from_str(text(&out.stdout).trim())
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", text(&out.stdout)));
+    let said = value["error"].as_str().unwrap_or_default();
+    assert!(
+        said.contains("not provided")
+            && said.contains("<TASKLET|DIGEST>")
+            && !said.contains("Usage"),
+        "{value}"
+    );
     // Nothing listens at this address: the refusal comes before any connection is tried.
     for args in [
         &["inventory", "--node", "127.0.0.1:9", "--backend", "emu"][..],

@@ -163,20 +163,7 @@ fn a_folder_with_a_prebuilt_component_and_no_cargo_project_runs_it_as_is() {
 #[test]
 fn a_crate_named_by_a_relative_path_is_built_where_its_manifest_says() {
     let dir = temp_dir("relative");
-    let crate_dir = dir.path().join("tiny");
-    std::fs::create_dir_all(crate_dir.join("src")).unwrap();
-    std::fs::write(
-        crate_dir.join("Cargo.toml"),
-        "[package]\nname = \"tiny\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n\
-         [lib]\ncrate-type = [\"cdylib\"]\n\n[workspace]\n",
-    )
-    .unwrap();
-    std::fs::write(crate_dir.join("src/lib.rs"), "").unwrap();
-    std::fs::write(
-        crate_dir.join("tasklet.toml"),
-        "name = \"tiny\"\ncomponent = \"target/wasm32-wasip2/release/tiny.wasm\"\n",
-    )
-    .unwrap();
+    let crate_dir = tiny_crate(dir.path());
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_tasklet"))
         .args(["run", "--backend", "emu", "tiny"])
         .current_dir(dir.path())
@@ -197,6 +184,58 @@ fn a_crate_named_by_a_relative_path_is_built_where_its_manifest_says() {
     // It exports no tasklet, which the run then says; what it does not say is that the
     // component it just built is missing.
     assert!(!stderr.contains("cannot read component"), "{stderr}");
+}
+
+/// A tasklet crate `tiny` in `parent` (no dependencies: it builds in a second), its component
+/// not built yet; its folder.
+fn tiny_crate(parent: &Path) -> PathBuf {
+    let crate_dir = parent.join("tiny");
+    std::fs::create_dir_all(crate_dir.join("src")).unwrap();
+    std::fs::write(
+        crate_dir.join("Cargo.toml"),
+        "[package]\nname = \"tiny\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n\
+         [lib]\ncrate-type = [\"cdylib\"]\n\n[workspace]\n",
+    )
+    .unwrap();
+    std::fs::write(crate_dir.join("src/lib.rs"), "").unwrap();
+    std::fs::write(
+        crate_dir.join("tasklet.toml"),
+        "name = \"tiny\"\ncomponent = \"target/wasm32-wasip2/release/tiny.wasm\"\n",
+    )
+    .unwrap();
+    crate_dir
+}
+
+/// `deploy push` and `deploy run` without where to (or with both places) say so before they
+/// build the tasklet: no minute of compiling for a one-line usage error.
+#[test]
+fn deploy_commands_check_where_to_before_building() {
+    let dir = temp_dir("where");
+    let crate_dir = tiny_crate(dir.path());
+    let path = crate_dir.to_str().unwrap();
+    for args in [
+        &["deploy", "push", path][..],
+        &["deploy", "run", path, "--json"][..],
+        &[
+            "deploy",
+            "run",
+            path,
+            "--node",
+            "127.0.0.1:1",
+            "--nats",
+            "nats://127.0.0.1:1",
+        ][..],
+    ] {
+        let out = tasklet(args, b"");
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains("--node"), "{args:?}: {stderr}");
+        assert!(!stderr.contains("building"), "{args:?}: {stderr}");
+        assert!(
+            !crate_dir.join("target").exists(),
+            "{args:?} built the tasklet first: {stderr}"
+        );
+    }
 }
 
 /// `wasm` with a custom section appended that makes it `len` bytes long: the same component,

@@ -183,19 +183,8 @@ fn bulk(
     // Warm both: the first transfer of a connection grows its windows and finds its datagrams.
     bare.upload(bytes, 1, budget)?;
     remote.bulk_write(&data)?;
-    let mut faults = Vec::new();
-    let (uploaded, marks) = recorder.record(|| {
-        (0..TRANSFERS).try_for_each(|_| {
-            let before = minor_faults();
-            begin();
-            let up = bare.upload(bytes, 1, budget);
-            end();
-            faults.push(minor_faults().saturating_sub(before));
-            up.map(|_| ())
-        })
-    });
-    uploaded?;
     let mib = bytes / crate::MIB;
+    let (marks, faults) = record_transfers(recorder, || bare.upload(bytes, 1, budget).map(drop))?;
     writeln!(
         out,
         "bare upload of {mib} MiB under the fabric's settings, {TRANSFERS} transfers:"
@@ -203,18 +192,7 @@ fn bulk(
     .unwrap();
     out.push_str(&transfers(&units(&marks), "bench server-upload-read"));
     writeln!(out, "  page faults (this process): {faults:?}").unwrap();
-    faults.clear();
-    let (written, marks) = recorder.record(|| {
-        (0..TRANSFERS).try_for_each(|_| {
-            let before = minor_faults();
-            begin();
-            let write = remote.bulk_write(&data);
-            end();
-            faults.push(minor_faults().saturating_sub(before));
-            write.map(|_| ())
-        })
-    });
-    written?;
+    let (marks, faults) = record_transfers(recorder, || remote.bulk_write(&data).map(drop))?;
     writeln!(
         out,
         "remote write of {mib} MiB + sync, {TRANSFERS} transfers:"
@@ -223,6 +201,26 @@ fn bulk(
     out.push_str(&transfers(&units(&marks), "node read"));
     writeln!(out, "  page faults (this process): {faults:?}").unwrap();
     Ok(())
+}
+
+/// [`TRANSFERS`] runs of `transfer`, each between the markers, recorded: their marks, and the
+/// process's page faults during each.
+fn record_transfers(
+    recorder: &Recorder,
+    mut transfer: impl FnMut() -> Result<(), String>,
+) -> Result<(Vec<Mark>, Vec<u64>), String> {
+    let mut faults = Vec::new();
+    let (done, marks) = recorder.record(|| {
+        (0..TRANSFERS).try_for_each(|_| {
+            let before = minor_faults();
+            begin();
+            let done = transfer();
+            end();
+            faults.push(minor_faults().saturating_sub(before));
+            done
+        })
+    });
+    done.map(|()| (marks, faults))
 }
 
 /// The process's minor page faults so far (`/proc/self/stat`'s tenth field; 0 where unread).

@@ -80,7 +80,7 @@ pub(crate) mod hint {
         "a client's folder holds a copy of its node's ca.pem and its tenant's certificate (tenants/NAME.pem, .key): `tasklet certs init DIR` makes one for tenant dev";
     /// `ca.pem` of the folder a certificate is issued from.
     pub(crate) const CA_FOLDER: &str =
-        "issuing needs the CA: run this on the folder `tasklet certs init` made";
+        "issuing needs the CA: run this on the folder `tasklet certs init DIR` made";
     /// `node.pem`, `node.key`.
     pub(crate) const NODE: &str =
         "the node's certificate: `tasklet certs init DIR` makes it, or `tasklet certs node DIR` anew in the folder that holds the CA's key";

@@ -5,7 +5,8 @@
 //! One bidirectional stream does one thing, named by its first byte: [`ECHO`] answers every
 //! [`ECHO_BYTES`]-byte message with itself until the client finishes; [`UPLOAD`] takes
 //! everything the client sends and answers its count (8 bytes, big-endian); [`DOWNLOAD`] reads
-//! a count (and whether the bytes are [`Data::Distinct`]) and sends that many bytes.
+//! a count, where in the payload its stream's share starts, and whether the bytes are
+//! [`Data::Distinct`], and sends that many bytes.
 
 use crate::stats::Samples;
 use bytes::Bytes;
@@ -355,18 +356,21 @@ async fn serve_stream(mut send: quinn::SendStream, mut recv: quinn::RecvStream) 
             }
         }
         DOWNLOAD => {
-            let mut request = [0u8; 9];
+            // The count, the stream's start in the payload, and whether the data is distinct.
+            let mut request = [0u8; 17];
             if recv.read_exact(&mut request).await.is_err() {
                 return;
             }
-            let len = u64::from_be_bytes(request[..8].try_into().unwrap_or_default());
-            let data = if request[8] == 1 {
+            let word =
+                |at: usize| u64::from_be_bytes(request[at..at + 8].try_into().unwrap_or_default());
+            let (len, start) = (word(0), word(8));
+            let data = if request[16] == 1 {
                 Data::Distinct
             } else {
                 Data::Resent
             };
-            let payload = payload(len, data);
-            for chunk in chunks(&payload, data, 0, len) {
+            let payload = payload(start.saturating_add(len), data);
+            for chunk in chunks(&payload, data, start, len) {
                 if send.write_chunk(chunk).await.is_err() {
                     return;
                 }
@@ -515,12 +519,16 @@ impl Client {
         self.within(budget, async move {
             let start = Instant::now();
             let mut tasks = Vec::new();
+            let mut from = 0u64;
             for share in shares(bytes, streams) {
                 let connection = connection.clone();
+                let at = from;
+                from += share;
                 tasks.push(tokio::spawn(async move {
                     let (mut send, mut recv) = connection.open_bi().await.map_err(err)?;
                     let mut request = vec![DOWNLOAD];
                     request.extend_from_slice(&share.to_be_bytes());
+                    request.extend_from_slice(&at.to_be_bytes());
                     request.push(distinct);
                     send.write_all(&request).await.map_err(err)?;
                     send.finish().map_err(err)?;

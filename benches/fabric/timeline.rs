@@ -306,15 +306,15 @@ fn transfers(units: &[(Instant, Vec<Mark>, Duration)], reads: &str) -> String {
     out
 }
 
-/// How many `to` marks follow a `from` (with no other `to` between), and the time from each
-/// `from` to its `to`, summed.
+/// How many `to` marks follow a `from` (with no other `to` between), and the time from the last
+/// `from` before each `to` to it, summed.
 fn bracketed(marks: &[Mark], from: &str, to: &str) -> (u64, Duration) {
     let (mut count, mut sum) = (0, Duration::ZERO);
     let mut open: Option<Instant> = None;
     for mark in marks {
         let stage = mark.stage();
         if stage == from {
-            open.get_or_insert(mark.at);
+            open = Some(mark.at);
         } else if stage == to {
             if let Some(since) = open.take() {
                 count += 1;

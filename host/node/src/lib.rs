@@ -71,7 +71,9 @@
 //! The hot waits mark where they start and stop: `poll-began`, `poll-ended` and `poll-refused`
 //! (the GPU thread began polling for its next batch, its poll ran out of budget, or it found no
 //! spinning slot free), `hot-ended` and `hot-refused` (the runtime thread kept awake for a
-//! stream). The events carry no fields; a subscriber that records when each came (the fabric
+//! stream). A MEM_WRITE's pieces mark `budget-wait` and `budget-got` (a stream's reader waiting
+//! for the connection's queue budget), `piece-gathered` and `piece-written` (the GPU thread
+//! gathered a piece's bytes, and the worker wrote them). The events carry no fields; a subscriber that records when each came (the fabric
 //! benchmark's `timeline` phase) sees where the time goes. With TRACE off for the target (the default), each
 //! costs a load and a branch.
 //!

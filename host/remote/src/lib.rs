@@ -60,7 +60,9 @@ mod spin;
 /// The target of the client's timeline events, TRACE events whose names name the stage: `sent`
 /// (frames handed to quinn) and `read` (a read of the stream returned bytes), and where the
 /// runtime thread kept awake stops: `awake-ended`, `awake-refused` (no spinning slot free), and
-/// where the calling thread stops polling for a reply: `spin-ended`, `spin-refused`. They carry
+/// where the calling thread stops polling for a reply: `spin-ended`, `spin-refused`; a bulk
+/// write's frames mark `frame-copied` (the calling thread framed a chunk) and `frame-sent`
+/// (quinn took it). They carry
 /// no fields; the node marks its own stages the same way (`tasklet_node::TIMELINE`).
 pub const TIMELINE: &str = "tasklet_remote::timeline";
 

@@ -982,7 +982,10 @@ fn an_interrupted_client_says_so_and_its_json_is_whole() {
                 args.push("--json");
             }
             let mut client = if round == 3 {
-                // Sweeps enough to outlast the wait for its lease many times over.
+                // Built first (a short local run), so that the wait below is for the lease and
+                // not for cargo; then sweeps enough to outlast that wait many times over.
+                let built = tasklet(&["run", "--backend", "emu", "tasklets/jacobi"], b"8 2");
+                assert!(built.status.success(), "{}", text(&built.stderr));
                 with_a_lease(&args, b"100000 8192", addr, certs)
             } else {
                 holding_a_lease(&args, addr, certs)

@@ -83,9 +83,18 @@ impl Dispatcher {
                 format!("lease {lease} is not one of this connection's"),
             ));
         }
-        let (session, buffer, size) = self.region(lease)?;
-        // Both spans are checked before anything is written or launched: a submission that
-        // cannot return its output changes nothing and spends none of the lease's GPU time.
+        // Both spans are checked before anything is made, written or launched: a submission
+        // that cannot return its output changes nothing (not even the region a lease's first
+        // submission allocates) and spends none of the lease's GPU time.
+        let size = match self.book.leases.get(&lease).and_then(|e| e.region.as_ref()) {
+            Some(region) => region.size,
+            None => {
+                self.gpu()
+                    .lease_info(lease)
+                    .map_err(|err| failed(Step::Load, err))?
+                    .granted_bytes
+            }
+        };
         let (offset, len) = (submit.output_offset, submit.output_size);
         gpu::check_region_spans(size, submit.input.len() as u64, offset, len).map_err(
             |outside| match outside {
@@ -93,6 +102,7 @@ impl Dispatcher {
                 gpu::OutsideRegion::Output(err) => failed(Step::Read, err),
             },
         )?;
+        let (session, buffer, _) = self.region(lease)?;
         let kernel = self.submit_module(lease, session, submit)?;
         let params = &kernel.params;
         // The first parameter is the region's address: a pointer, 8 bytes.
@@ -258,14 +268,17 @@ impl Dispatcher {
                 kernels
             }
         };
+        let names: Vec<String> = kernels.iter().map(|k| k.name.clone()).collect();
         kernels
             .into_iter()
             .find(|k| k.name == submit.kernel)
             .ok_or_else(|| {
-                Failure::new(
-                    ErrorCode::LaunchFailed,
-                    format!("the module has no kernel named {:?}", submit.kernel),
-                )
+                let asked = format!(
+                    "no kernel named {}",
+                    tasklet_runtime::error::quoted(&submit.kernel)
+                );
+                let names: Vec<&str> = names.iter().map(String::as_str).collect();
+                Failure::from(tasklet_runtime::error::no_such_kernel(&asked, &names))
             })
     }
 }

@@ -309,6 +309,10 @@ fn main() -> ExitCode {
             submit::gpu_submit_writes_its_input_before_the_launch,
         ),
         (
+            "submit::a_refused_first_submission_leaves_the_lease_untouched",
+            submit::a_refused_first_submission_leaves_the_lease_untouched,
+        ),
+        (
             "oneshot::a_client_of_another_version_is_told_at_hello",
             oneshot::a_client_of_another_version_is_told_at_hello,
         ),

@@ -2,7 +2,7 @@
 
 use crate::support::*;
 use tasklet_remote::ClientError;
-use tasklet_wire::{ErrorCode, GpuSubmit, LeaseId};
+use tasklet_wire::{ErrorCode, GpuSubmit, LeaseId, Reply, Request};
 
 const IOTA_PTX: &str = include_str!("../../../../kernels/iota.ptx");
 const FAULTS_PTX: &str = include_str!("../../../../kernels/faults.ptx");
@@ -195,6 +195,50 @@ pub fn gpu_submit_writes_its_input_before_the_launch() -> TestResult {
             "the refused submission changed the region: {:?}",
             &out[..16]
         )
+    })?;
+    drop(client);
+    node.wait_for_baseline(WAIT)?;
+    Ok(())
+}
+
+/// A lease's first submission, refused for an output range past the region, makes no region:
+/// the lease's memory is all still there for a session to allocate.
+pub fn a_refused_first_submission_leaves_the_lease_untouched() -> TestResult {
+    const SCALE_PTX: &str = include_str!("../../../../kernels/scale.ptx");
+    let node = TestNode::start();
+    let mut client = node.client("dev");
+    let lease = client
+        .lease_alloc(64 << 10, 60, None)
+        .map_err(|e| e.to_string())?;
+    let mut args = 1.0f32.to_le_bytes().to_vec();
+    args.extend_from_slice(&4u32.to_le_bytes());
+    let past = GpuSubmit {
+        lease: lease.lease,
+        ptx: SCALE_PTX.as_bytes().to_vec(),
+        kernel: "scale".into(),
+        grid: [1, 1, 1],
+        block: [4, 1, 1],
+        args,
+        output_size: 16,
+        output_offset: lease.granted_bytes,
+        input: Vec::new(),
+    };
+    let refused = status(client.gpu_submit(&past));
+    check(refused == Some(ErrorCode::ReadFailed), || {
+        format!("{refused:?}")
+    })?;
+    let (reply, _) = client
+        .request(&Request::SessionOpen { lease: lease.lease })
+        .map_err(|e| e.to_string())?;
+    let Reply::SessionOpen { session } = reply else {
+        return Err(format!("{reply:?}").into());
+    };
+    let whole = client.request(&Request::MemAlloc {
+        session,
+        bytes: lease.granted_bytes,
+    });
+    check(matches!(whole, Ok((Reply::MemAlloc { .. }, _))), || {
+        format!("the lease's memory is not all there after a refused submission: {whole:?}")
     })?;
     drop(client);
     node.wait_for_baseline(WAIT)?;

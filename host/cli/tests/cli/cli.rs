@@ -260,7 +260,7 @@ fn a_persistent_kernel_is_stopped_when_the_gpu_seconds_run_out() {
 #[test]
 fn output_that_cannot_be_written_is_an_error_line_not_a_panic() {
     let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
-        println!("skipped: no /dev/full on this machine");
+        crate::support::say_skipped("no /dev/full on this machine");
         return;
     };
     for args in [

@@ -61,7 +61,7 @@ fn json(out: &Output) -> serde_json::Value {
 #[test]
 fn nodes_register_list_and_take_placed_work() {
     let Some(nats_server) = nats_binary() else {
-        println!("skipped: nats-server not found (run scripts/install-nats.sh)");
+        crate::support::say_skipped("nats-server not found (run scripts/install-nats.sh)");
         return;
     };
     let dir = tempfile::tempdir().unwrap();

@@ -169,7 +169,9 @@ fn a_crate_named_by_a_relative_path_is_built_where_its_manifest_says() {
         .output()
         .is_err()
     {
-        println!("skipped: no Rust toolchain ({rustc} not found): building a tasklet needs one");
+        crate::support::say_skipped(&format!(
+            "no Rust toolchain ({rustc} not found): building a tasklet needs one"
+        ));
         return;
     }
     let dir = temp_dir("relative");

@@ -93,3 +93,9 @@ fn free_port(bindable: impl Fn(u16) -> bool) -> u16 {
     }
     panic!("no free port in {low}..{}", low + span)
 }
+
+/// Says that a test did not run, and why, past the test harness's output capture (which hides
+/// a passing test's `println!`), on a line of its own.
+pub fn say_skipped(why: &str) {
+    let _ = writeln!(std::io::stderr(), "\nskipped: {why}");
+}

@@ -28,7 +28,7 @@ fn output_of(run: &serde_json::Value) -> Vec<u8> {
 #[test]
 fn a_deployment_pushed_once_runs_on_every_node_for_its_tenant_only() {
     let Some(binary) = nats_binary() else {
-        println!("skipped: nats-server not found (run scripts/install-nats.sh)");
+        crate::support::say_skipped("nats-server not found (run scripts/install-nats.sh)");
         return;
     };
     let dir = tempfile::tempdir().unwrap();

@@ -43,7 +43,7 @@ fn json(out: &Output) -> serde_json::Value {
 #[test]
 fn placement_moves_past_nodes_that_cannot_take_it_and_the_cached_view_is_a_hint() {
     let Some(binary) = nats_binary() else {
-        println!("skipped: nats-server not found (run scripts/install-nats.sh)");
+        crate::support::say_skipped("nats-server not found (run scripts/install-nats.sh)");
         return;
     };
     let dir = tempfile::tempdir().unwrap();

@@ -36,7 +36,7 @@ struct Ran {
 #[test]
 fn a_killed_node_fails_its_session_and_no_stateless_call() {
     let Some(binary) = nats_binary() else {
-        println!("skipped: nats-server not found (run scripts/install-nats.sh)");
+        crate::support::say_skipped("nats-server not found (run scripts/install-nats.sh)");
         return;
     };
     let dir = tempfile::tempdir().unwrap();

@@ -69,7 +69,7 @@ fn leases_released(node: &Node) -> usize {
 #[test]
 fn one_shots_move_off_a_killed_node_and_its_session_fails() {
     let Some(binary) = nats_binary() else {
-        println!("skipped: nats-server not found (run scripts/install-nats.sh)");
+        crate::support::say_skipped("nats-server not found (run scripts/install-nats.sh)");
         return;
     };
     let dir = tempfile::tempdir().unwrap();

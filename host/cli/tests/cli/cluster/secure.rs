@@ -10,7 +10,7 @@ use crate::support::{tasklet, text};
 #[test]
 fn nats_with_tls_and_a_password_lets_only_the_right_credentials_in() {
     let Some(binary) = nats_binary() else {
-        println!("skipped: nats-server not found (run scripts/install-nats.sh)");
+        crate::support::say_skipped("nats-server not found (run scripts/install-nats.sh)");
         return;
     };
     let dir = tempfile::tempdir().unwrap();

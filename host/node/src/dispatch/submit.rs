@@ -268,17 +268,20 @@ impl Dispatcher {
                 kernels
             }
         };
-        let names: Vec<String> = kernels.iter().map(|k| k.name.clone()).collect();
-        kernels
-            .into_iter()
-            .find(|k| k.name == submit.kernel)
-            .ok_or_else(|| {
+        let mut kernels = kernels;
+        match kernels.iter().position(|k| k.name == submit.kernel) {
+            Some(found) => Ok(kernels.swap_remove(found)),
+            // The names are gathered only for the refusal, not on every submission.
+            None => {
                 let asked = format!(
                     "no kernel named {}",
                     tasklet_runtime::error::quoted(&submit.kernel)
                 );
-                let names: Vec<&str> = names.iter().map(String::as_str).collect();
-                Failure::from(tasklet_runtime::error::no_such_kernel(&asked, &names))
-            })
+                let names: Vec<&str> = kernels.iter().map(|k| k.name.as_str()).collect();
+                Err(Failure::from(tasklet_runtime::error::no_such_kernel(
+                    &asked, &names,
+                )))
+            }
+        }
     }
 }

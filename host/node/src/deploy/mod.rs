@@ -199,7 +199,7 @@ impl Deployments {
             let manifest = self.deployer.manifest(digest).map_err(failure)?;
             admit(host, &ceiling, &manifest)?;
         } else if !self.fetch(host, &ceiling, &caller.tenant, digest)? {
-            return Err(failure(tasklet_deploy::Error::NotFound { digest: *digest }));
+            return Err(self.not_found(digest));
         }
         let leases = Arc::clone(host.leases());
         let metrics = caller.metrics.clone();
@@ -274,6 +274,21 @@ impl Deployments {
             .map_err(|err| self.owners_failure(err))?;
         tracing::info!(tenant = tenant.as_str(), %digest, "deployment fetched from the cluster");
         Ok(true)
+    }
+
+    /// Deployment `digest` is neither here for the tenant nor, for a node in a cluster, in the
+    /// cluster's store: where to push it so that this node finds it.
+    fn not_found(&self, digest: &Digest) -> Failure {
+        match self.source {
+            None => failure(tasklet_deploy::Error::NotFound { digest: *digest }),
+            Some(_) => Failure::new(
+                ErrorCode::NotFound,
+                format!(
+                    "no deployment {digest} of this tenant on this node nor in its cluster: push it with \
+                     `tasklet deploy push TASKLET --nats URL` (or `--node ADDR`), and use the digest that prints"
+                ),
+            ),
+        }
     }
 
     fn owned(&self, tenant: &Tenant, digest: &Digest) -> Result<bool, Failure> {

@@ -17,7 +17,7 @@
 mod book;
 mod convert;
 mod errors;
-mod poll;
+pub(crate) mod poll;
 mod reads;
 mod submit;
 

@@ -113,11 +113,11 @@ fn a_deployment_pushed_once_runs_on_every_node_for_its_tenant_only() {
             b"5",
         );
         assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
-        assert!(
-            text(&out.stderr).contains("NOT_FOUND"),
-            "{}",
-            text(&out.stderr)
-        );
+        let said = text(&out.stderr);
+        assert!(said.contains("NOT_FOUND"), "{said}");
+        // Each node says where a push would let it find the deployment: a node of a cluster
+        // names the cluster's push.
+        assert!(said.contains("deploy push TASKLET --nats URL"), "{said}");
     }
     // Once it pushed the same tasklet itself (nothing to upload), it runs it.
     let theirs = json(&tasklet(

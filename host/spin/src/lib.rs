@@ -91,31 +91,6 @@ impl Default for Slots {
 /// A slot held while spinning.
 pub struct Slot(&'static Slots);
 
-impl Slot {
-    /// Spins in this slot until `probe` gives something or `budget` has passed (then `None`),
-    /// handing the core to whatever else wants it (the runtime's threads, a worker) now and
-    /// then.
-    pub fn spin<T>(&self, budget: Duration, mut probe: impl FnMut() -> Option<T>) -> Option<T> {
-        let start = std::time::Instant::now();
-        let mut turns = 0u32;
-        loop {
-            if let Some(found) = probe() {
-                return Some(found);
-            }
-            std::hint::spin_loop();
-            turns = turns.wrapping_add(1);
-            if turns.is_multiple_of(64) {
-                if start.elapsed() >= budget {
-                    return None;
-                }
-                if turns.is_multiple_of(1024) {
-                    std::thread::yield_now();
-                }
-            }
-        }
-    }
-}
-
 impl Drop for Slot {
     fn drop(&mut self) {
         self.0 .0.fetch_sub(1, Ordering::AcqRel);
@@ -169,24 +144,6 @@ impl Budget {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_spin_ends_with_what_it_awaited_or_at_its_budget() {
-        static SLOTS: Slots = Slots::new();
-        let slot = SLOTS.take(1).expect("a free slot");
-        assert!(SLOTS.take(1).is_none(), "one slot, taken");
-        let mut probes = 0;
-        let found = slot.spin(Duration::from_secs(5), || {
-            probes += 1;
-            (probes == 3).then_some("it")
-        });
-        assert_eq!((found, probes), (Some("it"), 3));
-        let start = std::time::Instant::now();
-        assert_eq!(slot.spin(Duration::from_millis(2), || None::<()>), None);
-        assert!(start.elapsed() >= Duration::from_millis(2));
-        drop(slot);
-        assert_eq!(SLOTS.taken(), 0);
-    }
 
     #[test]
     fn a_budget_halves_down_to_nothing_and_comes_back_whole() {

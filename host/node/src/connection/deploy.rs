@@ -6,14 +6,6 @@
 //! and the connection's sessions go on meanwhile. A run's own GPU work goes to a `LocalGpu` of
 //! its own (see `crate::deploy`).
 //!
-//! A blocking thread that served a request looks at the stream's queue for a while before it
-//! goes back to the pool, when the machine has cores to spare (the GPU thread's poll, see
-//! `dispatch::poll`): a client's next run comes a round trip after its last one's reply, and a
-//! run served on that same thread, whose vCPU stayed awake, finds its caches as the last run
-//! left them. One that went back to the pool runs on a thread, and often a vCPU, gone cold (on
-//! an H200 machine a tiny run's instantiate + call took 43–73 µs so, against 32–35 µs back to
-//! back in one thread).
-//!
 //! The data a request announces is held whole (a component is compiled whole, a tasklet gets
 //! its input whole), within the connection's queue budget: a client cannot make the node hold
 //! more of its bytes at once than the budget, whatever it announces.
@@ -21,14 +13,11 @@
 use super::QUEUE_BYTES;
 use crate::caller::Caller;
 use crate::deploy::{exit_code, exit_message, failure, from_wire, to_wire, StartedPush};
-use crate::dispatch::poll::try_next;
 use crate::job::ReplyTo;
 use crate::reply::{fail, send, send_piece, start_reply, Failure};
 use crate::shared::{Shared, Unanswered};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 use tasklet_runtime::RunStop;
-use tasklet_spin::{Budget, Slots};
 use tasklet_store::Digest;
 use tasklet_wire::{ErrorCode, Opcode, Reply, Request, RequestId};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
@@ -105,80 +94,14 @@ async fn drive(
             stop.stop();
         })
     };
-    let mut budget = Budget::new(crate::dispatch::poll::ceiling(), Duration::ZERO);
-    // When the last blocking thread stopped looking at the queue, if it did.
-    let mut cold_since: Option<Instant> = None;
     while let Some(job) = queue.recv().await {
-        if let Some(since) = cold_since.take() {
-            budget.waited(since.elapsed());
-        }
         if connection.close_reason().is_some() {
             continue;
         }
         let (shared, caller, stop) = (Arc::clone(&shared), Arc::clone(&caller), stop.clone());
-        let connection = connection.clone();
-        let served = tokio::task::spawn_blocking(move || {
-            serve(&shared, &caller, job, &stop);
-            let spinners = (&tasklet_spin::SPINNERS, tasklet_spin::spinners_allowed());
-            let ended = serve_while_hot(&mut queue, &mut budget, spinners, |job| {
-                if connection.close_reason().is_none() {
-                    serve(&shared, &caller, job, &stop);
-                }
-            });
-            (queue, budget, ended)
-        })
-        .await;
-        match served {
-            Ok((back, learnt, ended)) => {
-                (queue, budget) = (back, learnt);
-                match ended {
-                    Hot::Cold(since) => cold_since = Some(since),
-                    Hot::Closed => break,
-                }
-            }
-            // The request's reply is lost with its thread; the lane cannot go on without its
-            // queue (a run cannot panic the thread: wasm traps are errors).
-            Err(_) => break,
-        }
+        let _ = tokio::task::spawn_blocking(move || serve(&shared, &caller, job, &stop)).await;
     }
     watch.abort();
-}
-
-/// How a blocking thread's look at a lane's queue ended.
-enum Hot {
-    /// Nothing came within the budget (or no core was spare to spin on): the thread goes back
-    /// to the pool at this instant.
-    Cold(Instant),
-    /// The lane's sender is gone: the stream ended.
-    Closed,
-}
-
-/// Serves the requests waiting in `queue`, and those that come while this thread spins for
-/// them, each within `budget` of the last one, when one of `spinners`' slots (`tasklet_spin`:
-/// the slots, how many may be taken) is free.
-fn serve_while_hot<T>(
-    queue: &mut mpsc::Receiver<T>,
-    budget: &mut Budget,
-    (slots, allowed): (&'static Slots, usize),
-    mut serve: impl FnMut(T),
-) -> Hot {
-    loop {
-        let began = Instant::now();
-        let next = try_next(queue).or_else(|| match budget.get() {
-            spin if spin.is_zero() => None,
-            spin => slots
-                .take(allowed)
-                .and_then(|slot| slot.spin(spin, || try_next(queue))),
-        });
-        match next {
-            Some(Some(job)) => {
-                budget.waited(began.elapsed());
-                serve(job);
-            }
-            Some(None) => return Hot::Closed,
-            None => return Hot::Cold(began),
-        }
-    }
 }
 
 /// A deploy request, as the reader hands it over.
@@ -558,58 +481,4 @@ fn log_printed(shared: &Shared, caller: &Caller, outcome: &tasklet_deploy::RunOu
 /// highest (so that it prints as `RunId` displays it, the spelling of the node's log).
 fn wire_run_id(id: &tasklet_deploy::RunId) -> u128 {
     u128::from_be_bytes(*id.as_bytes())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn served_while_hot(
-        queue: &mut mpsc::Receiver<u32>,
-        spin: Duration,
-        spinners: (&'static Slots, usize),
-    ) -> (Vec<u32>, Hot) {
-        let mut budget = Budget::new(spin, Duration::ZERO);
-        let mut served = Vec::new();
-        let ended = serve_while_hot(queue, &mut budget, spinners, |n| served.push(n));
-        (served, ended)
-    }
-
-    #[test]
-    fn a_thread_serves_what_comes_while_it_spins_until_the_stream_ends() {
-        static SLOTS: Slots = Slots::new();
-        let (send, mut queue) = mpsc::channel(8);
-        // Requests 1 ms apart, well within the budget: all served on this thread, in order.
-        let sender = std::thread::spawn(move || {
-            for n in 0..5 {
-                std::thread::sleep(Duration::from_millis(1));
-                send.blocking_send(n).unwrap();
-            }
-        });
-        let (served, ended) = served_while_hot(&mut queue, Duration::from_secs(5), (&SLOTS, 1));
-        sender.join().unwrap();
-        assert_eq!(served, [0, 1, 2, 3, 4]);
-        assert!(matches!(ended, Hot::Closed), "the sender is gone");
-        assert_eq!(SLOTS.taken(), 0, "the slot is given back");
-    }
-
-    #[test]
-    fn a_thread_goes_cold_when_nothing_comes_within_its_budget_or_it_may_not_spin() {
-        static SLOTS: Slots = Slots::new();
-        let (send, mut queue) = mpsc::channel(4);
-        send.blocking_send(7).unwrap();
-        // What waits already is served; then nothing for 2 ms.
-        let began = Instant::now();
-        let (served, ended) = served_while_hot(&mut queue, Duration::from_millis(2), (&SLOTS, 1));
-        assert_eq!(served, [7]);
-        assert!(matches!(ended, Hot::Cold(_)));
-        assert!(began.elapsed() >= Duration::from_millis(2));
-        // No spinning slot (a machine of fewer than 4 cores): cold at once, after what waits.
-        send.blocking_send(8).unwrap();
-        let began = Instant::now();
-        let (served, ended) = served_while_hot(&mut queue, Duration::from_secs(5), (&SLOTS, 0));
-        assert_eq!(served, [8]);
-        assert!(matches!(ended, Hot::Cold(_)));
-        assert!(began.elapsed() < Duration::from_secs(1));
-    }
 }

@@ -17,7 +17,7 @@
 mod book;
 mod convert;
 mod errors;
-pub(crate) mod poll;
+mod poll;
 mod reads;
 mod submit;
 

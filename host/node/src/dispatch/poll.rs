@@ -23,9 +23,7 @@ use tokio::sync::mpsc::{self, error::TryRecvError};
 /// budget halves while batches come further apart, so a quiet connection soon parks at once.
 pub const DEFAULT_POLL_US: u64 = 2000;
 
-/// The ceiling of a connection's polls: its GPU thread's for the next batch, a deploy lane's
-/// for the next request.
-pub(crate) fn ceiling() -> Duration {
+fn ceiling() -> Duration {
     static CEILING: OnceLock<Duration> = OnceLock::new();
     *CEILING.get_or_init(|| tasklet_spin::ceiling_from_env("TASKLET_NODE_POLL_US", DEFAULT_POLL_US))
 }
@@ -81,26 +79,32 @@ impl Waiter {
         if budget.is_zero() {
             return None;
         }
-        let Some(slot) = tasklet_spin::SPINNERS.take(tasklet_spin::spinners_allowed()) else {
+        let Some(_slot) = tasklet_spin::SPINNERS.take(tasklet_spin::spinners_allowed()) else {
             tracing::trace!(name: "poll-refused", target: crate::TIMELINE, "");
             return None;
         };
         tracing::trace!(name: "poll-began", target: crate::TIMELINE, "");
-        let polled = slot.spin(budget, || try_next(queue));
-        if polled.is_none() {
-            tracing::trace!(name: "poll-ended", target: crate::TIMELINE, "");
+        let start = Instant::now();
+        let mut turns = 0u32;
+        loop {
+            match queue.try_recv() {
+                Ok(batch) => return Some(Some(batch)),
+                Err(TryRecvError::Disconnected) => return Some(None),
+                Err(TryRecvError::Empty) => {}
+            }
+            std::hint::spin_loop();
+            turns = turns.wrapping_add(1);
+            if turns.is_multiple_of(64) {
+                if start.elapsed() >= budget {
+                    tracing::trace!(name: "poll-ended", target: crate::TIMELINE, "");
+                    return None;
+                }
+                // Let whatever else wants this core (the runtime's threads, a worker) have it.
+                if turns.is_multiple_of(1024) {
+                    std::thread::yield_now();
+                }
+            }
         }
-        polled
-    }
-}
-
-/// What `queue` holds now: `Some` with its next item, or `None` for a closed queue; `None` if it
-/// is empty.
-pub(crate) fn try_next<T>(queue: &mut mpsc::Receiver<T>) -> Option<Option<T>> {
-    match queue.try_recv() {
-        Ok(item) => Some(Some(item)),
-        Err(TryRecvError::Disconnected) => Some(None),
-        Err(TryRecvError::Empty) => None,
     }
 }
 

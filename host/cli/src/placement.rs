@@ -5,8 +5,9 @@
 //!
 //! 1. **Before the call started** — the node could not be reached, its certificate was refused
 //!    or is not the one its record names, it refused with `CAPACITY_EXCEEDED` or `DRAINING`,
-//!    or the connection was lost before the request went out (during a push): nothing ran
-//!    there, so any call, a session included, goes to the next node ([`Tried::Refused`]).
+//!    or with `UNAUTHORIZED` (its policy does not let this tenant do it: nodes' policies may
+//!    differ), or the connection was lost before the request went out (during a push): nothing
+//!    ran there, so any call, a session included, goes to the next node ([`Tried::Refused`]).
 //! 2. **A stateless call in flight** — a deployed run whose connection was lost (the node
 //!    died, or stopped answering within the idle timeout) before it answered: the run, if it
 //!    began, ended with its connection and left nothing behind (a tasklet's only effect is its
@@ -89,7 +90,7 @@ fn before_anything_ran(err: &ClientError) -> bool {
         | ClientError::Address { .. } => true,
         ClientError::Failed { .. } => matches!(
             err.code(),
-            Some(ErrorCode::CapacityExceeded | ErrorCode::Draining)
+            Some(ErrorCode::CapacityExceeded | ErrorCode::Draining | ErrorCode::Unauthorized)
         ),
         _ => false,
     }
@@ -295,8 +296,12 @@ pub fn place_keeping_rest<T>(
                 err
             }
             Err(Tried::Lost(err)) => {
+                let next = match attempts < tries {
+                    true => "; running it on the next node",
+                    false => "",
+                };
                 eprintln!(
-                    "tasklet: node {} ({}) was lost before it answered ({err}); running it on the next node",
+                    "tasklet: node {} ({}) was lost before it answered ({err}){next}",
                     placed.name, placed.addr
                 );
                 err
@@ -393,16 +398,17 @@ mod tests {
             "next node"
         );
         assert_eq!(kind(Tried::from(failed(ErrorCode::Draining))), "next node");
+        // This node's policy refuses the tenant what it asked; another node's may not.
+        assert_eq!(
+            kind(Tried::stateless(failed(ErrorCode::Unauthorized))),
+            "next node"
+        );
         assert_eq!(kind(Tried::stateless(unreachable())), "next node");
         // 2. A stateless call lost in flight runs again; a session's loss is its answer.
         assert_eq!(kind(Tried::stateless(lost())), "run again on the next node");
         assert_eq!(kind(Tried::from(lost())), "the answer");
         // 3. Any other answer of the node is final, stateless or not.
-        for code in [
-            ErrorCode::NotFound,
-            ErrorCode::Internal,
-            ErrorCode::Unauthorized,
-        ] {
+        for code in [ErrorCode::NotFound, ErrorCode::Internal] {
             assert_eq!(kind(Tried::stateless(failed(code))), "the answer");
             assert_eq!(kind(Tried::from(failed(code))), "the answer");
         }

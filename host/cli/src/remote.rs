@@ -35,12 +35,14 @@ pub struct PlacedArgs {
     /// with --node it is checked against that node's devices.
     #[arg(long, value_name = "REQUIREMENT")]
     pub requires: Option<String>,
-    /// With --nats: the most nodes tried, in the placement's order, when one refuses for
-    /// capacity or cannot be reached before the run starts.
+    /// With --nats: the most nodes tried (1 or more), in the placement's order, when one
+    /// refuses (capacity, a drain, its policy for the tenant) or cannot be reached before the
+    /// run starts.
     #[arg(
         long,
         value_name = "N",
         default_value_t = 3,
+        value_parser = at_least_one,
         requires = "nats",
         conflicts_with = "node"
     )]
@@ -82,4 +84,13 @@ pub fn check_node_meets(
         ));
     }
     Ok(())
+}
+
+/// A count of 1 or more (`--tries`).
+fn at_least_one(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(0) => Err("give 1 or more: the node placed first is always tried".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("{text:?} is not a count: {e}")),
+    }
 }

@@ -71,6 +71,8 @@ pub enum NodeError {
     ClusterName(RecordError),
     #[error("the node listens on {listen}, which clients cannot connect to: give the address they reach it at with NodeBuilder::advertise (`tasklet node --advertise HOST:PORT`)")]
     NoAdvertise { listen: SocketAddr },
+    #[error("the advertised address {addr:?} cannot be connected to: {why} (give HOST:PORT, as clients reach the node, e.g. gpu1.example:5701)")]
+    BadAdvertise { addr: String, why: &'static str },
     #[error(transparent)]
     Heartbeat(tasklet_cluster::Error),
 }
@@ -405,7 +407,13 @@ fn membership(
     let name =
         NodeName::new(name.ok_or(NodeError::NoClusterName)?).map_err(NodeError::ClusterName)?;
     let address = match advertise {
-        Some(addr) => addr,
+        Some(addr) => {
+            check_advertised(&addr).map_err(|why| NodeError::BadAdvertise {
+                addr: addr.clone(),
+                why,
+            })?;
+            addr
+        }
         None if listen.ip().is_unspecified() => return Err(NodeError::NoAdvertise { listen }),
         None => listen.to_string(),
     };
@@ -416,6 +424,30 @@ fn membership(
         address,
         cert_sha256: tasklet_tls::node_fingerprint(certs)?,
     })
+}
+
+/// Why clients could not connect to `addr` as a node's record gives it, if they could not: it
+/// must be `HOST:PORT` (`[IPv6]:PORT`), the port 1 to 65535, the host not a wildcard address.
+fn check_advertised(addr: &str) -> Result<(), &'static str> {
+    let (host, port) = addr.rsplit_once(':').ok_or("it has no port")?;
+    match port.parse::<u16>() {
+        Ok(0) | Err(_) => return Err("its port is not a number from 1 to 65535"),
+        Ok(_) => {}
+    }
+    let bare = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    if bare.is_empty() {
+        return Err("it has no host");
+    }
+    match bare.parse::<std::net::IpAddr>() {
+        Ok(ip) if ip.is_unspecified() => Err("it is a wildcard address, which only binds"),
+        Ok(std::net::IpAddr::V6(_)) if !host.starts_with('[') => {
+            Err("an IPv6 address needs brackets: [ADDR]:PORT")
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Whether every tenant `policy` names could be named by a client certificate (checked before
@@ -467,6 +499,30 @@ fn bind_metrics(addr: SocketAddr) -> Result<tokio::net::TcpListener, NodeError> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_advertised_address_is_one_a_client_can_connect_to() {
+        for good in [
+            "gpu1.example:5701",
+            "127.0.0.1:5701",
+            "[::1]:5701",
+            "localhost:1",
+        ] {
+            assert_eq!(check_advertised(good), Ok(()), "{good}");
+        }
+        for bad in [
+            "nohostport",
+            "host:99999",
+            "host:0",
+            "host:x",
+            ":5701",
+            "0.0.0.0:5701",
+            "[::]:5701",
+            "::1:5701",
+        ] {
+            assert!(check_advertised(bad).is_err(), "{bad}");
+        }
+    }
 
     /// A port another process holds is named with what to do; the IPv6 hint is kept for the
     /// failures it explains.

@@ -82,6 +82,18 @@ pub enum Error {
         problem: &'static str,
     },
 
+    /// Another live node's record holds this node's name (its key in the registry).
+    #[error(
+        "another live node has the name {name} in the registry at {url} (it is at {address}): \
+         give this node its own name (`tasklet node --name`), or stop that node first (a stopped \
+         node's record goes at once, a killed one's within its TTL)"
+    )]
+    NameTaken {
+        name: String,
+        address: String,
+        url: String,
+    },
+
     /// A NATS or JetStream request failed or timed out after the connection was made.
     #[error("NATS at {url}: {operation} failed ({cause}); the server may be down or overloaded")]
     Request {

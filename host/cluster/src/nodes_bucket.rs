@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use async_nats::jetstream::context::{PublishError, PublishErrorKind};
 use async_nats::jetstream::message::PublishMessage;
 use async_nats::jetstream::stream::StorageType;
 use async_nats::jetstream::{self, kv};
@@ -106,26 +107,56 @@ impl NodesBucket {
     }
 
     /// Writes `json` under `name`, to be removed by the server `ttl` after this write unless
-    /// written again.
-    pub(crate) async fn put(&self, name: &NodeName, json: Bytes, ttl: Duration) -> Result<u64> {
+    /// written again; with `after`, only if the key's last write is still that one (its
+    /// sequence). The write's sequence, or `None` when the key was written since `after`.
+    pub(crate) async fn put(
+        &self,
+        name: &NodeName,
+        json: Bytes,
+        ttl: Duration,
+        after: Option<u64>,
+    ) -> Result<Option<u64>> {
         let message = PublishMessage::build().payload(json).ttl(ttl);
+        self.publish(name, message, after, "writing a node record")
+            .await
+    }
+
+    /// Removes `name`'s record now, leaving a tombstone that expires in turn; with `after`,
+    /// only if the key's last write is still that one. Whether it was removed.
+    pub(crate) async fn remove(&self, name: &NodeName, after: Option<u64>) -> Result<bool> {
+        let message = PublishMessage::build()
+            .header("KV-Operation", "PURGE")
+            .header("Nats-Rollup", "sub")
+            .ttl(TOMBSTONE_TTL);
+        let removed = self
+            .publish(name, message, after, "removing a node record")
+            .await?;
+        Ok(removed.is_some())
+    }
+
+    async fn publish(
+        &self,
+        name: &NodeName,
+        mut message: PublishMessage,
+        after: Option<u64>,
+        operation: &'static str,
+    ) -> Result<Option<u64>> {
+        if let Some(sequence) = after {
+            message = message.expected_last_subject_sequence(sequence);
+        }
+        let failed = |e: PublishError| Error::request(self.cluster.url(), operation, e);
         let ack = self
             .cluster
             .jetstream
             .send_publish(subject(name), message)
             .await
-            .map_err(|e| Error::request(self.cluster.url(), "writing a node record", e))?
-            .await
-            .map_err(|e| Error::request(self.cluster.url(), "writing a node record", e))?;
-        Ok(ack.sequence)
-    }
-
-    /// Removes `name`'s record now, leaving a tombstone that expires in turn.
-    pub(crate) async fn remove(&self, name: &NodeName) -> Result<()> {
-        self.kv
-            .purge_with_ttl(name.as_str(), TOMBSTONE_TTL)
-            .await
-            .map_err(|e| Error::request(self.cluster.url(), "removing a node record", e))
+            .map_err(failed)?
+            .await;
+        match ack {
+            Ok(ack) => Ok(Some(ack.sequence)),
+            Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => Ok(None),
+            Err(e) => Err(failed(e)),
+        }
     }
 }
 

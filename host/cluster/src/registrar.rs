@@ -1,6 +1,8 @@
 //! A node's side of the registry: its record written on every heartbeat until it stops.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use async_nats::jetstream::kv;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -58,6 +60,12 @@ const STOP_WAIT: Duration = Duration::from_secs(10);
 /// bucket vanished with the server's storage, it is created again. [`Registrar::stop`] removes
 /// the record at once; dropping a registrar without stopping it stops the writes, and the
 /// record expires as a crashed node's would.
+///
+/// A name is one live node's: a registrar does not start while another node's live record (at
+/// another address, or with another certificate) holds the name ([`Error::NameTaken`]). Two
+/// that started at once anyway each log a warning when the other's write is found under the
+/// name, and a stop removes the record only if this node's write is still the last (it never
+/// removes the other's).
 pub struct Registrar {
     name: NodeName,
     shared: Arc<Shared>,
@@ -70,6 +78,8 @@ struct Shared {
     draining: AtomicBool,
     refresh: Notify,
     status: watch::Sender<RegistrarStatus>,
+    /// The stream sequence of this node's last write of its record (0: none yet).
+    last_write: AtomicU64,
 }
 
 impl Registrar {
@@ -86,8 +96,10 @@ impl Registrar {
             draining: AtomicBool::new(false),
             refresh: Notify::new(),
             status: watch::Sender::new(RegistrarStatus::default()),
+            last_write: AtomicU64::new(0),
         });
         let bucket = NodesBucket::open_or_create(cluster).await?;
+        check_name_free(cluster, &bucket, &source.record(), heartbeat).await?;
         let mut writer = Writer {
             cluster: cluster.clone(),
             bucket: Some(bucket.clone()),
@@ -95,6 +107,7 @@ impl Registrar {
             source: Box::new(source),
             heartbeat,
             shared: shared.clone(),
+            contested: false,
         };
         writer.write().await?;
         tracing::info!(node = %name, url = cluster.url(), "registered with the cluster");
@@ -145,8 +158,18 @@ impl Registrar {
                 task.abort();
             }
         }
-        self.bucket.remove(&self.name).await?;
-        tracing::info!(node = %self.name, "left the cluster");
+        let ours = match self.shared.last_write.load(Ordering::Acquire) {
+            0 => None,
+            sequence => Some(sequence),
+        };
+        if self.bucket.remove(&self.name, ours).await? {
+            tracing::info!(node = %self.name, "left the cluster");
+        } else {
+            tracing::warn!(
+                node = %self.name,
+                "left the cluster; another node wrote the record of this name since, and it is left in place"
+            );
+        }
         Ok(())
     }
 }
@@ -168,6 +191,9 @@ struct Writer {
     source: Box<dyn RecordSource>,
     heartbeat: Heartbeat,
     shared: Arc<Shared>,
+    /// Another node's write was found under this name, and said so: not again until this
+    /// node's writes are the only ones again.
+    contested: bool,
 }
 
 impl Writer {
@@ -224,10 +250,38 @@ impl Writer {
                 .bucket
                 .insert(NodesBucket::open_or_create(&self.cluster).await?),
         };
-        bucket
-            .put(&self.name, json.into(), self.heartbeat.ttl)
-            .await
-            .map(drop)
+        let json = bytes::Bytes::from(json);
+        let last = match self.shared.last_write.load(Ordering::Acquire) {
+            0 => None,
+            sequence => Some(sequence),
+        };
+        let written = match bucket
+            .put(&self.name, json.clone(), self.heartbeat.ttl, last)
+            .await?
+        {
+            Some(sequence) => {
+                self.contested = false;
+                sequence
+            }
+            // Written since this node's last write: by the server (the record expired while
+            // NATS was away), or by another node of this name.
+            None => {
+                if let Some(other) = other_holder(&bucket.kv, &record, self.heartbeat).await {
+                    if !self.contested {
+                        tracing::warn!(
+                            node = %self.name,
+                            other = other.as_str(),
+                            "another node writes the record of this name: each live node needs its own name (`tasklet node --name`)"
+                        );
+                        self.contested = true;
+                    }
+                }
+                let unconditional = bucket.put(&self.name, json, self.heartbeat.ttl, None);
+                unconditional.await?.unwrap_or(0)
+            }
+        };
+        self.shared.last_write.store(written, Ordering::Release);
+        Ok(())
     }
 
     /// Updates the status, logging only the changes between registered and not.
@@ -251,6 +305,35 @@ impl Writer {
             }
         });
     }
+}
+
+/// Refuses a start while another live node's record holds `ours`'s name.
+async fn check_name_free(
+    cluster: &Cluster,
+    bucket: &NodesBucket,
+    ours: &NodeRecord,
+    heartbeat: Heartbeat,
+) -> Result<()> {
+    match other_holder(&bucket.kv, ours, heartbeat).await {
+        None => Ok(()),
+        Some(address) => Err(Error::NameTaken {
+            name: ours.name.to_string(),
+            address,
+            url: cluster.url().into(),
+        }),
+    }
+}
+
+/// The address of another node whose live record holds `ours`'s name: one at another address
+/// or with another certificate (this node's own record, left by a run that was killed, is
+/// not another's). `None` when there is none, or the record cannot be read now (the write
+/// that follows says why).
+async fn other_holder(kv: &kv::Store, ours: &NodeRecord, heartbeat: Heartbeat) -> Option<String> {
+    let entry = kv.entry(ours.name.as_str()).await.ok()??;
+    let node = crate::registry::live(&entry, heartbeat.stale_after)?;
+    let theirs = &node.record;
+    (theirs.address != ours.address || theirs.cert_sha256 != ours.cert_sha256)
+        .then(|| theirs.address.clone())
 }
 
 fn unix_ms() -> u64 {

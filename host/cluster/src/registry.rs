@@ -262,7 +262,7 @@ async fn delete_consumer(cluster: &Cluster, name: &str) {
 }
 
 /// The node in `entry` if it is a fresh, well-formed record.
-fn live(entry: &Entry, stale_after: Duration) -> Option<LiveNode> {
+pub(crate) fn live(entry: &Entry, stale_after: Duration) -> Option<LiveNode> {
     if entry.operation != Operation::Put {
         return None;
     }

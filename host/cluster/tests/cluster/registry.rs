@@ -143,6 +143,55 @@ async fn draining_is_published_at_once_and_stop_removes_the_record() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_is_one_live_nodes_and_a_stop_removes_only_its_own_record() {
+    let server = nats_or_skip!();
+    let cluster = connect(&server).await;
+    let slow = Heartbeat {
+        interval: Duration::from_secs(5),
+        ttl: Duration::from_secs(15),
+        stale_after: Duration::from_secs(20),
+    };
+    let first = Registrar::start(&cluster, slow, || record("twin", 8))
+        .await
+        .expect("register");
+    // Another node (another address) of the same name is refused, naming the holder.
+    let elsewhere = || {
+        let mut other = record("twin", 8);
+        other.address = "127.0.0.1:5702".into();
+        other
+    };
+    let err = match Registrar::start(&cluster, slow, elsewhere).await {
+        Err(err) => err.to_string(),
+        Ok(_) => panic!("a second live node of one name registered"),
+    };
+    assert!(
+        err.contains("another live node has the name twin") && err.contains("127.0.0.1:5701"),
+        "{err}"
+    );
+    // The same node again (same address and certificate, as after a kill and restart) is not
+    // another: it registers, and its write is now the record's last.
+    let again = Registrar::start(&cluster, slow, || record("twin", 4))
+        .await
+        .expect("the same node registers again");
+    let registry = Registry::open(&cluster).await.expect("open");
+    // The first one's stop leaves the record its successor wrote.
+    first.stop().await.expect("stop");
+    let node = registry
+        .get(&tasklet_cluster::NodeName::new("twin").unwrap())
+        .await
+        .expect("get")
+        .expect("the successor's record is left in place");
+    assert_eq!(node.record.devices[0].free_vram, 4 << 30);
+    again.stop().await.expect("stop");
+    assert!(registry.list().await.expect("list").is_empty());
+    // With the name free, the other node registers.
+    let other = Registrar::start(&cluster, slow, elsewhere)
+        .await
+        .expect("a free name registers");
+    other.stop().await.expect("stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refresh_publishes_a_change_before_the_next_heartbeat() {
     let server = nats_or_skip!();
     let cluster = connect(&server).await;

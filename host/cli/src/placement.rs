@@ -287,7 +287,10 @@ pub fn place_keeping_rest<T>(
                 };
                 return Ok((answer, placed, rest));
             }
-            Err(Tried::Final(err)) => return Err(err),
+            // The node's answer: which node gave it matters to whoever reads it.
+            Err(Tried::Final(err)) => {
+                return Err(err.context(format!("node {} ({})", placed.name, placed.addr)))
+            }
             Err(Tried::Refused(err)) => {
                 eprintln!(
                     "tasklet: node {} ({}) did not take it: {err}",

@@ -118,6 +118,13 @@ fn a_deployment_pushed_once_runs_on_every_node_for_its_tenant_only() {
         // Each node says where a push would let it find the deployment: a node of a cluster
         // names the cluster's push.
         assert!(said.contains("deploy push TASKLET --nats URL"), "{said}");
+        // Through the cluster, the line names the node whose answer it is.
+        if target[0] == "--nats" {
+            assert!(
+                said.contains("error: node a (") || said.contains("error: node b ("),
+                "{said}"
+            );
+        }
     }
     // Once it pushed the same tasklet itself (nothing to upload), it runs it.
     let theirs = json(&tasklet(

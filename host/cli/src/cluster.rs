@@ -15,7 +15,7 @@ pub const CACHE_ENV: &str = "TASKLET_REGISTRY_CACHE";
 #[derive(clap::Args, Debug, Clone)]
 pub struct NatsArgs {
     /// The cluster's NATS (nats://HOST:PORT or tls://HOST:PORT; several separated by commas).
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", value_parser = nats_urls)]
     pub nats: Option<String>,
     /// A NATS credentials file (user JWT and NKey seed, as `nsc` writes them).
     #[arg(long, value_name = "FILE", requires = "nats")]
@@ -30,6 +30,28 @@ pub struct NatsArgs {
     /// The key (PEM) of --nats-cert.
     #[arg(long, value_name = "FILE", requires = "nats_cert")]
     pub nats_key: Option<PathBuf>,
+}
+
+/// `--nats`: one URL or several separated by commas, each `HOST:PORT` or with a scheme NATS
+/// speaks (nats, tls, ws, wss), checked here so that a mistyped one fails at once instead of
+/// in a node's background retries.
+fn nats_urls(text: &str) -> Result<String, String> {
+    for url in text.split(',') {
+        let url = url.trim();
+        if url.is_empty() {
+            return Err(
+                "give a NATS URL, e.g. nats://127.0.0.1:4222 (several: separated by commas)".into(),
+            );
+        }
+        if let Some((scheme, _)) = url.split_once("://") {
+            if !["nats", "tls", "ws", "wss"].contains(&scheme.to_ascii_lowercase().as_str()) {
+                return Err(format!(
+                    "{url:?} is not a NATS URL ({scheme}:// is not a scheme NATS speaks): write nats://HOST:PORT or tls://HOST:PORT"
+                ));
+            }
+        }
+    }
+    Ok(text.to_owned())
 }
 
 impl NatsArgs {
@@ -195,6 +217,21 @@ mod tests {
         assert_eq!(cache_setting(" 2s ").unwrap(), Some(Duration::from_secs(2)));
         for bad in ["", "2", "soon", "11s", "-1s", "1.5s"] {
             assert!(cache_setting(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_nats_url_is_checked_before_anything_connects() {
+        for good in [
+            "nats://127.0.0.1:4222",
+            "tls://nats.example:4222",
+            "127.0.0.1:4222",
+            "nats://a:1,nats://b:2",
+        ] {
+            assert_eq!(nats_urls(good).as_deref(), Ok(good));
+        }
+        for bad in ["", " ", "http://127.0.0.1:4222", "nats://a:1,,nats://b:2"] {
+            assert!(nats_urls(bad).is_err(), "{bad:?}");
         }
     }
 }

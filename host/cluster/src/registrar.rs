@@ -1,11 +1,10 @@
 //! A node's side of the registry: its record written on every heartbeat until it stops.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-
-use async_nats::jetstream::kv;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use async_nats::jetstream::kv;
 use tokio::sync::{oneshot, watch, Notify};
 use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, timeout, Instant};

@@ -137,8 +137,8 @@ async fn read_head(stream: &mut TcpStream) -> Asked {
             return Asked::Refused(Status::BadRequest);
         }
         // The limit is on the head with its closing blank line, however the reads fell.
-        match find(&head, b"\r\n\r\n") {
-            Some(end) if end + 4 <= MAX_HEAD => return parse(&head[..end]),
+        match head_end(&head) {
+            Some((end, blank)) if end + blank <= MAX_HEAD => return parse(&head[..end]),
             Some(_) => return Asked::Refused(Status::HeadTooLarge),
             None => {}
         }
@@ -148,8 +148,18 @@ async fn read_head(stream: &mut TcpStream) -> Asked {
     }
 }
 
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
+/// Where a head's lines end, and how many bytes the blank line after them takes with the
+/// newline before it: lines end in CRLF, or in a bare LF, which HTTP/1.1 lets a server accept
+/// (RFC 9112, section 2.2) and `printf 'GET /metrics HTTP/1.1\n\n'` sends.
+fn head_end(head: &[u8]) -> Option<(usize, usize)> {
+    head.iter().enumerate().find_map(|(at, &b)| {
+        let after = &head[at + 1..];
+        match b {
+            b'\n' if after.starts_with(b"\n") => Some((at, 2)),
+            b'\n' if after.starts_with(b"\r\n") => Some((at, 3)),
+            _ => None,
+        }
+    })
 }
 
 /// Reads a request head: its request line decides; header lines need only be text.
@@ -157,7 +167,8 @@ fn parse(head: &[u8]) -> Asked {
     let Ok(head) = std::str::from_utf8(head) else {
         return Asked::Refused(Status::BadRequest);
     };
-    let request_line = head.split("\r\n").next().unwrap_or_default();
+    let request_line = head.split('\n').next().unwrap_or_default();
+    let request_line = request_line.strip_suffix('\r').unwrap_or(request_line);
     let mut parts = request_line.split(' ');
     let (Some(method), Some(target), Some(version), None) =
         (parts.next(), parts.next(), parts.next(), parts.next())
@@ -200,6 +211,18 @@ fn response(status: &str, content_type: &str, body: &[u8], head_only: bool) -> V
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_head_ends_at_its_blank_line_whether_lines_end_in_crlf_or_lf() {
+        let parsed = |head: &[u8]| head_end(head).map(|(end, _)| parse(&head[..end]));
+        let metrics = Some(Asked::Metrics { head_only: false });
+        assert_eq!(parsed(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"), metrics);
+        assert_eq!(parsed(b"GET /metrics HTTP/1.1\n\n"), metrics);
+        assert_eq!(parsed(b"GET /metrics HTTP/1.1\nHost: x\n\n"), metrics);
+        assert_eq!(head_end(b"GET /metrics HTTP/1.1\r\n\r\n"), Some((22, 3)));
+        assert_eq!(head_end(b"GET /metrics HTTP/1.1\n\n"), Some((21, 2)));
+        assert_eq!(head_end(b"GET /metrics HTTP/1.1\r\nHost: x\r\n"), None);
+    }
 
     #[test]
     fn requests_are_read_by_their_request_line() {

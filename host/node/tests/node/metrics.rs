@@ -298,8 +298,13 @@ pub fn garbage_to_the_metrics_port_gets_4xx_and_the_node_serves_on() -> TestResu
         head.extend_from_slice(b"\r\n\r\n");
         head
     };
-    let cases: [(&str, Vec<u8>, u16); 9] = [
+    let cases: [(&str, Vec<u8>, u16); 10] = [
         ("a head of 8 KiB", head_of(8 << 10), 200),
+        (
+            "lines ending in a bare LF",
+            b"GET /metrics HTTP/1.1\nHost: x\n\n".to_vec(),
+            200,
+        ),
         ("a head one byte over 8 KiB", head_of((8 << 10) + 1), 431),
         ("garbage", b"garbage\r\n\r\n".to_vec(), 400),
         ("random bytes", random, 400),

@@ -123,6 +123,8 @@ impl FromStr for Requirement {
                 if std::mem::replace(&mut backend, true) {
                     return Err(duplicate("backend"));
                 }
+                // Backend names are lowercase; `Emu` means the same as `emu`.
+                let name = name.to_ascii_lowercase();
                 if name.is_empty()
                     || !name
                         .bytes()
@@ -132,7 +134,7 @@ impl FromStr for Requirement {
                         "backend {name:?} is not a backend name (cuda, emu)"
                     )));
                 }
-                requirement.backend = Some(name.to_string());
+                requirement.backend = Some(name);
             } else if constraint.is_empty() {
                 return Err(fail(
                     "a constraint is empty (two commas, or one at the end)".into(),
@@ -189,6 +191,7 @@ mod tests {
             }
         );
         assert_eq!(parse("gpu:backend=cuda").backend.as_deref(), Some("cuda"));
+        assert_eq!(parse("gpu:backend=Emu").backend.as_deref(), Some("emu"));
         assert_eq!(
             parse(" GPU : vram = 512MiB , cc >= 8.6 ").min_free_vram,
             512 << 20

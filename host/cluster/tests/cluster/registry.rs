@@ -10,7 +10,7 @@ use tasklet_cluster::{
     choose, Heartbeat, Registrar, Registry, RegistryEvent, Requirement, NODES_BUCKET,
 };
 
-use crate::support::{connect, eventually, fast, nats_or_skip, record};
+use crate::support::{connect, eventually, fast, nats_or_skip, record, slow};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn registered_nodes_are_listed_and_placed_by_free_vram() {
@@ -102,12 +102,8 @@ async fn a_node_that_stops_refreshing_is_gone_within_ten_seconds() {
 async fn draining_is_published_at_once_and_stop_removes_the_record() {
     let server = nats_or_skip!();
     let cluster = connect(&server).await;
-    // A slow heartbeat: what shows up quickly came from set_draining, not from a beat.
-    let slow = Heartbeat {
-        interval: Duration::from_secs(5),
-        ttl: Duration::from_secs(15),
-        stale_after: Duration::from_secs(20),
-    };
+    // What shows up quickly came from set_draining, not from a beat.
+    let slow = slow();
     let registrar = Registrar::start(&cluster, slow, || record("drainer", 8))
         .await
         .expect("register");
@@ -146,11 +142,7 @@ async fn draining_is_published_at_once_and_stop_removes_the_record() {
 async fn a_name_is_one_live_nodes_and_a_stop_removes_only_its_own_record() {
     let server = nats_or_skip!();
     let cluster = connect(&server).await;
-    let slow = Heartbeat {
-        interval: Duration::from_secs(5),
-        ttl: Duration::from_secs(15),
-        stale_after: Duration::from_secs(20),
-    };
+    let slow = slow();
     let first = Registrar::start(&cluster, slow, || record("twin", 8))
         .await
         .expect("register");
@@ -200,11 +192,7 @@ async fn refresh_publishes_a_change_before_the_next_heartbeat() {
         let free_gib = free_gib.clone();
         move || record("busy", free_gib.load(Ordering::Relaxed))
     };
-    let slow = Heartbeat {
-        interval: Duration::from_secs(5),
-        ttl: Duration::from_secs(15),
-        stale_after: Duration::from_secs(20),
-    };
+    let slow = slow();
     let registrar = Registrar::start(&cluster, slow, source)
         .await
         .expect("register");

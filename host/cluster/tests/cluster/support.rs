@@ -145,6 +145,16 @@ pub fn fast() -> Heartbeat {
     }
 }
 
+/// A slow heartbeat: what shows up within a second came from a write the test asked for (a
+/// drain, a refresh, a start), not from a beat.
+pub fn slow() -> Heartbeat {
+    Heartbeat {
+        interval: Duration::from_secs(5),
+        ttl: Duration::from_secs(15),
+        stale_after: Duration::from_secs(20),
+    }
+}
+
 /// An emulator node's record with `free_gib` free of 16 GiB.
 pub fn record(name: &str, free_gib: u64) -> NodeRecord {
     NodeRecord {

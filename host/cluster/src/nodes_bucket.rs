@@ -116,35 +116,12 @@ impl NodesBucket {
         ttl: Duration,
         after: Option<u64>,
     ) -> Result<Option<u64>> {
-        let message = PublishMessage::build().payload(json).ttl(ttl);
-        self.publish(name, message, after, "writing a node record")
-            .await
-    }
-
-    /// Removes `name`'s record now, leaving a tombstone that expires in turn; with `after`,
-    /// only if the key's last write is still that one. Whether it was removed.
-    pub(crate) async fn remove(&self, name: &NodeName, after: Option<u64>) -> Result<bool> {
-        let message = PublishMessage::build()
-            .header("KV-Operation", "PURGE")
-            .header("Nats-Rollup", "sub")
-            .ttl(TOMBSTONE_TTL);
-        let removed = self
-            .publish(name, message, after, "removing a node record")
-            .await?;
-        Ok(removed.is_some())
-    }
-
-    async fn publish(
-        &self,
-        name: &NodeName,
-        mut message: PublishMessage,
-        after: Option<u64>,
-        operation: &'static str,
-    ) -> Result<Option<u64>> {
+        let mut message = PublishMessage::build().payload(json).ttl(ttl);
         if let Some(sequence) = after {
             message = message.expected_last_subject_sequence(sequence);
         }
-        let failed = |e: PublishError| Error::request(self.cluster.url(), operation, e);
+        let failed =
+            |e: PublishError| Error::request(self.cluster.url(), "writing a node record", e);
         let ack = self
             .cluster
             .jetstream
@@ -156,6 +133,28 @@ impl NodesBucket {
             Ok(ack) => Ok(Some(ack.sequence)),
             Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => Ok(None),
             Err(e) => Err(failed(e)),
+        }
+    }
+
+    /// Removes `name`'s record now, leaving a tombstone that expires in turn; with `after`,
+    /// only if the key's last write is still that one. Whether it was removed.
+    pub(crate) async fn remove(&self, name: &NodeName, after: Option<u64>) -> Result<bool> {
+        let purged = match after {
+            Some(revision) => {
+                self.kv
+                    .purge_expect_revision_with_ttl(name.as_str(), revision, TOMBSTONE_TTL)
+                    .await
+            }
+            None => self.kv.purge_with_ttl(name.as_str(), TOMBSTONE_TTL).await,
+        };
+        match purged {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => Ok(false),
+            Err(e) => Err(Error::request(
+                self.cluster.url(),
+                "removing a node record",
+                e,
+            )),
         }
     }
 }

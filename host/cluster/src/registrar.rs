@@ -90,7 +90,8 @@ impl Registrar {
         source: impl RecordSource,
     ) -> Result<Registrar> {
         heartbeat.validate()?;
-        let name = source.record().name;
+        let first = source.record();
+        let name = first.name.clone();
         let shared = Arc::new(Shared {
             draining: AtomicBool::new(false),
             refresh: Notify::new(),
@@ -98,7 +99,7 @@ impl Registrar {
             last_write: AtomicU64::new(0),
         });
         let bucket = NodesBucket::open_or_create(cluster).await?;
-        check_name_free(cluster, &bucket, &source.record(), heartbeat).await?;
+        check_name_free(cluster, &bucket, &first, heartbeat).await?;
         let mut writer = Writer {
             cluster: cluster.clone(),
             bucket: Some(bucket.clone()),

@@ -73,9 +73,9 @@
 //! spinning slot free), `hot-ended` and `hot-refused` (the runtime thread kept awake for a
 //! stream). A MEM_WRITE's pieces mark `budget-wait` and `budget-got` (a stream's reader waiting
 //! for the connection's queue budget), `piece-gathered` and `piece-written` (the GPU thread
-//! gathered a piece's bytes, and the worker wrote them). The events carry no fields; a subscriber that records when each came (the fabric
-//! benchmark's `timeline` phase) sees where the time goes. With TRACE off for the target (the default), each
-//! costs a load and a branch.
+//! gathered a piece's bytes, and the worker wrote them). The events carry no fields; a
+//! subscriber that records when each came (the fabric benchmark's `timeline` phase) sees where
+//! the time goes. With TRACE off for the target (the default), each costs a load and a branch.
 //!
 //! # Embedding
 //!

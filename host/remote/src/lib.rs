@@ -62,8 +62,8 @@ mod spin;
 /// runtime thread kept awake stops: `awake-ended`, `awake-refused` (no spinning slot free), and
 /// where the calling thread stops polling for a reply: `spin-ended`, `spin-refused`; a bulk
 /// write's frames mark `frame-copied` (the calling thread framed a chunk) and `frame-sent`
-/// (quinn took it). They carry
-/// no fields; the node marks its own stages the same way (`tasklet_node::TIMELINE`).
+/// (quinn took it). They carry no fields; the node marks its own stages the same way
+/// (`tasklet_node::TIMELINE`).
 pub const TIMELINE: &str = "tasklet_remote::timeline";
 
 pub use channel::transfer_streams;

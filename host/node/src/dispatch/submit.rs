@@ -233,7 +233,7 @@ impl Dispatcher {
             .get(&lease)
             .and_then(|e| e.region.as_ref())
             .and_then(|r| r.module.as_ref());
-        let kernels = match cached {
+        let mut kernels = match cached {
             Some(m) if m.ptx == submit.ptx => m.kernels.clone(),
             _ => {
                 let text = std::str::from_utf8(&submit.ptx).map_err(|err| {
@@ -268,7 +268,6 @@ impl Dispatcher {
                 kernels
             }
         };
-        let mut kernels = kernels;
         match kernels.iter().position(|k| k.name == submit.kernel) {
             Some(found) => Ok(kernels.swap_remove(found)),
             // The names are gathered only for the refusal, not on every submission.

@@ -6,6 +6,25 @@ use tasklet_wire::{ErrorCode, GpuSubmit, LeaseId, Reply, Request};
 
 const IOTA_PTX: &str = include_str!("../../../../kernels/iota.ptx");
 const FAULTS_PTX: &str = include_str!("../../../../kernels/faults.ptx");
+const SCALE_PTX: &str = include_str!("../../../../kernels/scale.ptx");
+
+/// A GPU_SUBMIT of `scale` on `lease`: its `count` floats from the region's start multiplied
+/// by `factor` in place, `threads` threads, `output_size` bytes read back from the start.
+fn scale(lease: LeaseId, factor: f32, count: u32, threads: u32, output_size: u64) -> GpuSubmit {
+    let mut args = factor.to_le_bytes().to_vec();
+    args.extend_from_slice(&count.to_le_bytes());
+    GpuSubmit {
+        lease,
+        ptx: SCALE_PTX.as_bytes().to_vec(),
+        kernel: "scale".into(),
+        grid: [threads.div_ceil(256), 1, 1],
+        block: [threads.min(256), 1, 1],
+        args,
+        output_size,
+        output_offset: 0,
+        input: Vec::new(),
+    }
+}
 
 fn iota(lease: LeaseId, n: u32) -> GpuSubmit {
     GpuSubmit {
@@ -135,7 +154,6 @@ pub fn gpu_submit_runs_one_kernel_and_reports_each_status() -> TestResult {
 /// its input in place returns the scaled input; an input that does not fit the region is refused
 /// with OUT_OF_BOUNDS, and an output range past it with READ_FAILED, before anything runs.
 pub fn gpu_submit_writes_its_input_before_the_launch() -> TestResult {
-    const SCALE_PTX: &str = include_str!("../../../../kernels/scale.ptx");
     let node = TestNode::start();
     let mut client = node.client("dev");
     // A small lease, so that an input one byte past its region still fits GPU_SUBMIT's cap.
@@ -143,19 +161,8 @@ pub fn gpu_submit_writes_its_input_before_the_launch() -> TestResult {
         .lease_alloc(64 << 10, 60, None)
         .map_err(|e| e.to_string())?;
     let xs: Vec<f32> = (0..300).map(|i| i as f32 * 0.5).collect();
-    let mut args = 3.0f32.to_le_bytes().to_vec();
-    args.extend_from_slice(&(xs.len() as u32).to_le_bytes());
-    let mut submit = GpuSubmit {
-        lease: lease.lease,
-        ptx: SCALE_PTX.as_bytes().to_vec(),
-        kernel: "scale".into(),
-        grid: [2, 1, 1],
-        block: [256, 1, 1],
-        args,
-        output_size: 4 * xs.len() as u64,
-        output_offset: 0,
-        input: xs.iter().flat_map(|x| x.to_le_bytes()).collect(),
-    };
+    let mut submit = scale(lease.lease, 3.0, xs.len() as u32, 512, 4 * xs.len() as u64);
+    submit.input = xs.iter().flat_map(|x| x.to_le_bytes()).collect();
     let out = client.gpu_submit(&submit).map_err(|e| e.to_string())?;
     let want: Vec<u8> = xs.iter().flat_map(|x| (x * 3.0).to_le_bytes()).collect();
     check(out == want, || format!("{:?}", &out[..16]))?;
@@ -204,25 +211,13 @@ pub fn gpu_submit_writes_its_input_before_the_launch() -> TestResult {
 /// A lease's first submission, refused for an output range past the region, makes no region:
 /// the lease's memory is all still there for a session to allocate.
 pub fn a_refused_first_submission_leaves_the_lease_untouched() -> TestResult {
-    const SCALE_PTX: &str = include_str!("../../../../kernels/scale.ptx");
     let node = TestNode::start();
     let mut client = node.client("dev");
     let lease = client
         .lease_alloc(64 << 10, 60, None)
         .map_err(|e| e.to_string())?;
-    let mut args = 1.0f32.to_le_bytes().to_vec();
-    args.extend_from_slice(&4u32.to_le_bytes());
-    let past = GpuSubmit {
-        lease: lease.lease,
-        ptx: SCALE_PTX.as_bytes().to_vec(),
-        kernel: "scale".into(),
-        grid: [1, 1, 1],
-        block: [4, 1, 1],
-        args,
-        output_size: 16,
-        output_offset: lease.granted_bytes,
-        input: Vec::new(),
-    };
+    let mut past = scale(lease.lease, 1.0, 4, 4, 16);
+    past.output_offset = lease.granted_bytes;
     let refused = status(client.gpu_submit(&past));
     check(refused == Some(ErrorCode::ReadFailed), || {
         format!("{refused:?}")

@@ -1,13 +1,14 @@
 //! Warm runs of a deployed tiny tasklet: the probe tasklet told `grow 0`, which touches no GPU
-//! and allocates nothing, so that a run is the node's instantiate + call + teardown and the
-//! round trip. The node reports each run's own time (DEPLOY_RUN's `elapsed_us`, from just
-//! before instantiation to just after teardown).
+//! and allocates nothing, so that a run is the node's instantiate + call and the round trip
+//! (the node tears the instance down after it has answered). The node reports each run's own
+//! time (DEPLOY_RUN's `elapsed_us`, from just before instantiation to the run's leases given
+//! back).
 
 use crate::stats::Samples;
 use std::time::{Duration, Instant};
 use tasklet_remote::{DeployExit, Digest, NodeClient};
 use tasklet_runtime::gpu::GpuService;
-use tasklet_runtime::{Manifest, Policy, Runner};
+use tasklet_runtime::{GuestOutput, Manifest, Policy, RunStop, Runner};
 
 /// The tasklet (under `tasklets/`) and the input of a tiny run, and what it answers.
 pub const TINY_TASKLET: &str = "testing/probe";
@@ -17,7 +18,7 @@ const TINY_OUTPUT: &[u8] = b"ok grew 0\n";
 /// What a series of runs measured.
 #[derive(Debug, Default)]
 pub struct Runs {
-    /// Each run's time on the node (instantiate + call + teardown).
+    /// Each run's time on the node (instantiate + call).
     pub node: Samples,
     /// Each run's time at the client (request to the end of the reply's output).
     pub client: Samples,
@@ -98,15 +99,24 @@ pub fn one_at_a_time(
     Ok(runs)
 }
 
-/// The same tiny run without a node: `Runner::run` in this process (a new store, instantiate,
-/// call, teardown), each run's GPU service from `gpu`, as the node makes one per run. Each run
-/// timed: `warmup` untimed, then up to `count`, for at most `budget`.
+/// The same tiny run without a node, each run's two parts timed apart.
+#[derive(Debug, Default)]
+pub struct InProcess {
+    /// Instantiate + call: what the node's figure times.
+    pub run: Samples,
+    /// The instance's teardown, which the node does after it has answered.
+    pub teardown: Samples,
+}
+
+/// The same tiny run without a node: `Runner::run_leaving_teardown` in this process (a new
+/// store, instantiate, call), then its teardown, each run's GPU service from `gpu`, as the node
+/// makes one per run. `warmup` untimed, then up to `count`, for at most `budget`.
 pub fn in_process(
     gpu: impl Fn() -> Box<dyn GpuService>,
     warmup: usize,
     count: usize,
     budget: Duration,
-) -> Result<Samples, String> {
+) -> Result<InProcess, String> {
     let dir = tasklet_tests::tasklet_dir(TINY_TASKLET);
     let manifest = Manifest::load(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let runner = Runner::new().map_err(|e| format!("the runner: {e}"))?;
@@ -114,17 +124,29 @@ pub fn in_process(
     let tasklet = runner
         .load(manifest, grant)
         .map_err(|e| format!("loading the tiny tasklet: {e}"))?;
-    let mut samples = Samples::with_capacity(count);
+    let mut samples = InProcess {
+        run: Samples::with_capacity(count),
+        teardown: Samples::with_capacity(count),
+    };
     let start = Instant::now();
     for i in 0..warmup + count {
         let t = Instant::now();
-        let output = runner
-            .run(&tasklet, TINY_INPUT, gpu())
-            .map_err(|e| format!("the tiny run: {e}"))?;
-        let took = t.elapsed();
+        let (output, teardown) = runner.run_leaving_teardown(
+            &tasklet,
+            TINY_INPUT,
+            gpu(),
+            &RunStop::new(),
+            &GuestOutput::Inherit,
+        );
+        let ran = t.elapsed();
+        let t = Instant::now();
+        drop(teardown);
+        let torn_down = t.elapsed();
+        let output = output.map_err(|e| format!("the tiny run: {e}"))?;
         check(DeployExit::Ok, &output)?;
         if i >= warmup {
-            samples.push(took);
+            samples.run.push(ran);
+            samples.teardown.push(torn_down);
         }
         if start.elapsed() > budget {
             break;

@@ -437,8 +437,13 @@ fn deployed(rig: &Rig, p: &Params, table: &mut Table) -> Result<(), String> {
     );
     let local = deploy::in_process(|| rig.local_gpu(), 50, p.deploy_runs, p.budget)?;
     table.info(
-        "the same run in this process, no node (Runner::run)",
-        format!("p50 {} · p99 {}", us(local.p50()), us(local.p99())),
+        "the same run in this process, no node: instantiate + call",
+        format!(
+            "p50 {} · p99 {} (then its teardown: p50 {}, done after the node's reply)",
+            us(local.run.p50()),
+            us(local.run.p99()),
+            us(local.teardown.p50())
+        ),
     );
     table.info(
         "deploy run at the client, one at a time",

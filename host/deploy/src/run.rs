@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use tasklet_runtime::config::{Grant, Manifest};
 use tasklet_runtime::gpu::GpuService;
-use tasklet_runtime::{Captured, CapturedOutput, GuestOutput, RunError, RunStop};
+use tasklet_runtime::{Captured, CapturedOutput, GuestOutput, RunError, RunStop, Teardown};
 use tasklet_store::Digest;
 
 use crate::deployer::Deployer;
@@ -30,8 +30,9 @@ pub struct RunOutcome {
     /// How long getting the linked tasklet took (finding a warm one; or reading, compiling and
     /// linking).
     pub load_time: Duration,
-    /// How long the run itself took: instantiating, calling `run`, and tearing the instance
-    /// down (every lease it held released).
+    /// How long the run itself took: instantiating, calling `run`, and giving back every
+    /// lease it held. Not its instance's teardown, which [`Deployer::run_until`] does after
+    /// (and a node after it has answered).
     pub elapsed: Duration,
     /// What the tasklet printed to stdout and stderr, as far as
     /// [`DeployConfig::printed_bytes`](crate::DeployConfig::printed_bytes): for the caller to
@@ -138,6 +139,23 @@ impl Deployer {
         gpu_for: impl FnOnce(Grant) -> Box<dyn GpuService>,
         stop: &RunStop,
     ) -> Result<RunOutcome, Error> {
+        let (outcome, teardown) =
+            self.run_leaving_teardown(digest, input, grant_for, gpu_for, stop)?;
+        drop(teardown);
+        Ok(outcome)
+    }
+
+    /// As [`Deployer::run_until`], with the run's instance left to the caller to tear down
+    /// (see [`Teardown`]), as a node does once it has answered. Every lease of the run is given
+    /// back by the time this returns.
+    pub fn run_leaving_teardown(
+        &self,
+        digest: &Digest,
+        input: &[u8],
+        grant_for: impl FnOnce(&Manifest) -> Grant,
+        gpu_for: impl FnOnce(Grant) -> Box<dyn GpuService>,
+        stop: &RunStop,
+    ) -> Result<(RunOutcome, Teardown), Error> {
         let inner = &self.inner;
         let run_id = RunId::random()?;
         let start = Instant::now();
@@ -148,7 +166,7 @@ impl Deployer {
         let gpu = gpu_for(linked.tasklet.grant);
         let printed = CapturedOutput::new(inner.config.printed_bytes);
         let start = Instant::now();
-        let result = inner.runner.run_until(
+        let (result, teardown) = inner.runner.run_leaving_teardown(
             &linked.tasklet,
             input,
             gpu,
@@ -162,7 +180,7 @@ impl Deployer {
             Ok(output) => (ExitStatus::Ok, output),
             Err(e) => (ExitStatus::from(e), Vec::new()),
         };
-        Ok(RunOutcome {
+        let outcome = RunOutcome {
             run_id,
             digest: *digest,
             status,
@@ -171,6 +189,7 @@ impl Deployer {
             load_time,
             elapsed,
             printed: printed.take(),
-        })
+        };
+        Ok((outcome, teardown))
     }
 }

@@ -632,6 +632,33 @@ fn a_stopped_run_ends_at_once_and_frees_its_lease() {
     assert_baseline(&host);
 }
 
+/// A run's leases are back, and its device memory free, before the run's instance is torn
+/// down: however the run ended (returned holding its lease with a kernel still running,
+/// trapped, returned holding several), what it held is free while its teardown is still
+/// the caller's to do (a node answers in between).
+#[test]
+fn a_runs_leases_are_given_back_before_its_teardown() {
+    let host = host();
+    let dir = TempDir::new().unwrap();
+    let deployer = deployer(dir.path());
+    let probe = push(&deployer, &probe());
+    for input in ["spin-then return", "trap", "leases 3", "lease 1"] {
+        let leases = Arc::clone(host.leases());
+        let (outcome, teardown) = deployer
+            .run_leaving_teardown(
+                &probe,
+                input.as_bytes(),
+                |manifest| host.policy().grant(manifest),
+                |grant| Box::new(LocalGpu::new(grant, leases)),
+                &RunStop::new(),
+            )
+            .unwrap_or_else(|e| panic!("run: {e}"));
+        assert_ne!(outcome.status.as_str(), "instantiate", "{input}");
+        assert_baseline(&host);
+        drop(teardown);
+    }
+}
+
 #[test]
 fn every_run_has_the_grant_its_caller_gives_warm_or_not() {
     let host = host();

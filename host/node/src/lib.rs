@@ -133,7 +133,7 @@ pub use builder::{
     check_policy_tenants, NodeBuilder, NodeError, DEFAULT_IDLE_TIMEOUT, DEFAULT_LISTEN,
     DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_TENANT_CONNECTIONS, DEFAULT_STALL_TIMEOUT,
 };
-pub use deploy::DeployOpenError;
+pub use deploy::{DeployOpenError, StoreLockError};
 pub use metrics::{MetricsError, MetricsSnapshot, NodeMetrics};
 pub use node::{Node, NodeControl, RunningNode};
 pub use status::NodeStatus;

@@ -363,6 +363,14 @@ impl NodeClient {
 
 impl Drop for NodeClient {
     fn drop(&mut self) {
+        self.close_now();
+    }
+}
+
+impl NodeClient {
+    /// Closes the connection now, as dropping the client does (the node ends its leases at
+    /// once); any call after fails `disconnected`.
+    pub(crate) fn close_now(&mut self) {
         // A closer handed out holds nothing of the client past here.
         self.closer
             .live

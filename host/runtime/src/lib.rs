@@ -35,5 +35,5 @@ pub use guest_output::{Captured, CapturedOutput, GuestOutput};
 pub use host::{one_line, Host, HostConfig, HostError, Sizing};
 pub use lease::{Accounting, Device, DeviceUsage};
 pub use placement::DeviceRequirement;
-pub use runner::{RunError, RunStop, Runner, Tasklet, EPOCH_TICK};
+pub use runner::{RunError, RunStop, Runner, Tasklet, Teardown, EPOCH_TICK};
 pub use tasklet_worker::{BackendKind, WorkerCommand, WorkerInfo};

@@ -9,6 +9,7 @@ use crate::guest_output::GuestOutput;
 use crate::host::{one_line, HostError};
 use crate::state::TaskletState;
 use crate::wit::bindings;
+use std::fmt;
 use std::io::Read as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -238,12 +239,29 @@ impl Runner {
         &self,
         tasklet: &Tasklet,
         input: &[u8],
-        mut gpu: Box<dyn GpuService>,
+        gpu: Box<dyn GpuService>,
         stop: &RunStop,
         output: &GuestOutput,
     ) -> Result<Vec<u8>, RunError> {
+        let (result, teardown) = self.run_leaving_teardown(tasklet, input, gpu, stop, output);
+        drop(teardown);
+        result
+    }
+
+    /// As [`Runner::run_until`], but the run's instance is left to the caller to tear down
+    /// (see [`Teardown`]): a node answers first. The GPU service has ended (every lease of the
+    /// run given back) by the time this returns, as with `run_until`.
+    pub fn run_leaving_teardown(
+        &self,
+        tasklet: &Tasklet,
+        input: &[u8],
+        mut gpu: Box<dyn GpuService>,
+        stop: &RunStop,
+        output: &GuestOutput,
+    ) -> (Result<Vec<u8>, RunError>, Teardown) {
         if stop.is_stopped() {
-            return Err(RunError::Stopped);
+            gpu.end();
+            return (Err(RunError::Stopped), Teardown { _store: None });
         }
         let wall = tasklet.grant.limits.wall_time;
         let started = Instant::now();
@@ -253,6 +271,32 @@ impl Runner {
         }
         let state = TaskletState::new(tasklet.grant, gpu, output);
         let mut store = Store::new(&self.engine, state);
+        let result = self.call(tasklet, input, &mut store, ends, stop);
+        // Past the limit the guest may have returned an error a cut-short GPU call gave it, or
+        // its output, before the next epoch check trapped it: either way it ran out of time.
+        let out_of_time = ends.is_some_and(|ends| Instant::now() >= ends);
+        store.data_mut().end_gpu();
+        let teardown = Teardown {
+            _store: Some(store),
+        };
+        let result = match result {
+            Err(RunError::Stopped) => Err(RunError::Stopped),
+            _ if out_of_time => Err(RunError::WallTime(wall)),
+            result => result,
+        };
+        (result, teardown)
+    }
+
+    /// Instantiates `tasklet` in `store` and calls its `run` on `input`.
+    fn call(
+        &self,
+        tasklet: &Tasklet,
+        input: &[u8],
+        store: &mut Store<TaskletState>,
+        ends: Option<Instant>,
+        stop: &RunStop,
+    ) -> Result<Vec<u8>, RunError> {
+        let wall = tasklet.grant.limits.wall_time;
         store.limiter(|s| &mut s.limits);
         // One call may carry as much data as the tasklet's memory can hold (wasmtime's default is
         // 128 MiB): a bulk mem-write is bounded by the memory limit, not by a second, smaller one.
@@ -270,9 +314,9 @@ impl Runner {
         });
         let instance = tasklet
             .pre
-            .instantiate(&mut store)
+            .instantiate(&mut *store)
             .map_err(|e| RunError::Instantiate(format!("{e:#}")))?;
-        let result = instance.call_run(&mut store, input).map_err(|e| {
+        let result = instance.call_run(&mut *store, input).map_err(|e| {
             match e.downcast_ref::<wasmtime::Trap>() {
                 Some(wasmtime::Trap::Interrupt) if stop.is_stopped() => RunError::Stopped,
                 Some(wasmtime::Trap::Interrupt) => RunError::WallTime(wall),
@@ -285,17 +329,23 @@ impl Runner {
                 },
             }
         });
-        // Past the limit the guest may have returned an error a cut-short GPU call gave it, or
-        // its output, before the next epoch check trapped it: either way it ran out of time.
-        let out_of_time = ends.is_some_and(|ends| Instant::now() >= ends);
-        drop(store);
-        if matches!(result, Err(RunError::Stopped)) {
-            return Err(RunError::Stopped);
-        }
-        if out_of_time {
-            return Err(RunError::WallTime(wall));
-        }
         result?.map_err(RunError::Failed)
+    }
+}
+
+/// What is left of a run once its call returned and its GPU service ended: its instance, its
+/// linear memory and its WASI state. Dropping it tears them down: for a tiny run about a
+/// third of its time (scrubbing the memory for the next instance), which a node spends after
+/// it has answered rather than before.
+#[must_use = "dropping it is the run's teardown"]
+pub struct Teardown {
+    // Never read: held to be dropped.
+    _store: Option<Store<TaskletState>>,
+}
+
+impl fmt::Debug for Teardown {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Teardown")
     }
 }
 

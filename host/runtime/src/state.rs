@@ -36,6 +36,13 @@ impl TaskletState {
     }
 }
 
+impl TaskletState {
+    /// Tells the run's GPU service the run is over (see [`GpuService::end`]).
+    pub(crate) fn end_gpu(&mut self) {
+        self.gpu.end();
+    }
+}
+
 impl WasiView for TaskletState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
         WasiCtxView {

@@ -1026,3 +1026,45 @@ fn an_interrupted_client_says_so_and_its_json_is_whole() {
     });
     stopped_cleanly(node, result);
 }
+
+/// One store folder, one node: a second node given the first's store (on another port) exits
+/// at once saying the folder is in use and by which process, and the first serves on; once the
+/// first is killed (SIGKILL: no clean exit), a node started on that folder serves.
+#[test]
+fn a_second_node_on_a_store_in_use_is_refused_until_the_first_is_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut first, addr, certs) = serving_node(dir.path());
+    let store = dir.path().join("store");
+    let program = Path::new(env!("CARGO_BIN_EXE_tasklet"));
+    let second_addr = format!("127.0.0.1:{}", free_udp_port());
+    let mut second = start_node(program, &second_addr, &certs, &store, &[]);
+    let status = wait_exit(&mut second, Duration::from_secs(20));
+    if status.is_none() {
+        // Serving on the same folder: its logs end only with it.
+        let _ = second.kill();
+    }
+    let mut logs = String::new();
+    let _ = second.stderr.take().unwrap().read_to_string(&mut logs);
+    let first_pid = first.id();
+    let result = std::panic::catch_unwind(|| {
+        assert_eq!(status.and_then(|s| s.code()), Some(2), "{logs}");
+        let expected = format!("is in use by another running node (process {first_pid})");
+        assert!(
+            logs.contains(&expected) && logs.contains("--store DIR"),
+            "{logs}"
+        );
+        let inventory = tasklet(&["inventory", "--node", &addr, "--certs", &certs], b"");
+        assert!(inventory.status.success(), "{}", text(&inventory.stderr));
+    });
+    first.kill().unwrap();
+    let _ = first.wait();
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+    let third = start_node(program, &second_addr, &certs, &store, &[]);
+    let result = std::panic::catch_unwind(|| {
+        let inventory = first_inventory(&second_addr, &certs, false);
+        assert!(inventory.status.success(), "{}", text(&inventory.stderr));
+    });
+    stopped_cleanly(third, result);
+}

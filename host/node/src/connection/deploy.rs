@@ -410,8 +410,8 @@ fn serve(shared: &Shared, caller: &Caller, job: Queued, stop: &RunStop) {
                 let _active = shared.metrics.deploy_run_started();
                 deployments.run(&shared.host, caller, &digest, &input, stop)
             });
-            let outcome = match outcome {
-                Ok(outcome) => outcome,
+            let (outcome, teardown) = match outcome {
+                Ok(ran) => ran,
                 Err(failure) => {
                     shared.metrics.deploy_ran(tenant, "refused", None);
                     tracing::info!(connection = caller.connection, tenant, %digest, "run refused: {}", failure.0.message);
@@ -451,6 +451,9 @@ fn serve(shared: &Shared, caller: &Caller, job: Queued, stop: &RunStop) {
             if let Some(mut data) = start_reply(&reply, request_id, &answer) {
                 send_piece(&reply, &mut data, output);
             }
+            // After the answer, so that the client does not wait for the instance's memory to
+            // be scrubbed; the stream's lane takes its next request once this is done.
+            drop(teardown);
         }
     }
 }

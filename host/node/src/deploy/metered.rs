@@ -37,14 +37,19 @@ impl MeteredGpu {
 
 impl Drop for MeteredGpu {
     fn drop(&mut self) {
-        // The LocalGpu ends these with itself, right after.
-        self.metrics.lease_dropped.inc_by(self.live.len() as u64);
+        self.end();
     }
 }
 
 impl GpuService for MeteredGpu {
     fn run_ends_at(&mut self, ends: std::time::Instant) {
         self.gpu.run_ends_at(ends);
+    }
+
+    fn end(&mut self) {
+        self.gpu.end();
+        self.metrics.lease_dropped.inc_by(self.live.len() as u64);
+        self.live.clear();
     }
 
     fn devices(&mut self) -> Vec<DeviceInfo> {

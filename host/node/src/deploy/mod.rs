@@ -24,6 +24,7 @@
 
 mod metered;
 pub(crate) mod owners;
+mod store_lock;
 
 use crate::caller::Caller;
 use crate::reply::Failure;
@@ -32,10 +33,12 @@ use metered::MeteredGpu;
 use owners::Owners;
 use std::path::Path;
 use std::sync::Arc;
+use store_lock::StoreLock;
+pub use store_lock::StoreLockError;
 use tasklet_deploy::{DeployConfig, Deployer, ExitStatus, Push, RunOutcome};
 use tasklet_runtime::config::{Grant, Manifest};
 use tasklet_runtime::gpu::LocalGpu;
-use tasklet_runtime::{Host, RunError, RunStop};
+use tasklet_runtime::{Host, RunError, RunStop, Teardown};
 use tasklet_store::{DeploymentSource, Digest, SourceError, Store, StoreConfig};
 use tasklet_tls::Tenant;
 use tasklet_wire::ErrorCode;
@@ -47,6 +50,8 @@ pub enum DeployOpenError {
     Store(#[from] tasklet_store::Error),
     #[error(transparent)]
     Deployer(#[from] tasklet_deploy::Error),
+    #[error(transparent)]
+    Locked(#[from] StoreLockError),
     #[error("cannot open the deployments' owner records in {path}: {source}")]
     Owners {
         path: std::path::PathBuf,
@@ -63,6 +68,8 @@ pub(crate) struct Deployments {
     pushing: TenantSlots,
     /// Where a deployment this node lacks is fetched from (the cluster), if anywhere.
     source: Option<Arc<dyn DeploymentSource>>,
+    /// This node's hold on the store's folder, for as long as it runs.
+    _lock: StoreLock,
 }
 
 /// A push under way: its data goes to `push`; it counts as one of its tenant's deployments
@@ -93,6 +100,7 @@ impl Deployments {
         config: DeployConfig,
     ) -> Result<Deployments, DeployOpenError> {
         let store = Store::open(root, store)?;
+        let lock = StoreLock::take(root)?;
         let owners = Owners::open(root).map_err(|source| DeployOpenError::Owners {
             path: root.join(owners::OWNERS),
             source,
@@ -102,6 +110,7 @@ impl Deployments {
             owners,
             pushing: TenantSlots::default(),
             source: None,
+            _lock: lock,
         })
     }
 
@@ -185,7 +194,8 @@ impl Deployments {
     }
 
     /// Runs deployment `digest` for `caller` on `input`, its GPU work on `host`'s leases;
-    /// stopped early once `stop` is (its client went away).
+    /// stopped early once `stop` is (its client went away). Its leases are given back by the
+    /// time this returns; its instance is the caller's to tear down, once it has answered.
     pub fn run(
         &self,
         host: &Host,
@@ -193,7 +203,7 @@ impl Deployments {
         digest: &Digest,
         input: &[u8],
         stop: &RunStop,
-    ) -> Result<RunOutcome, Failure> {
+    ) -> Result<(RunOutcome, Teardown), Failure> {
         let ceiling = caller.ceiling;
         if self.owned(&caller.tenant, digest)? {
             let manifest = self.deployer.manifest(digest).map_err(failure)?;
@@ -205,7 +215,7 @@ impl Deployments {
         let metrics = caller.metrics.clone();
         let (tenant, totals) = (caller.tenant.clone(), caller.totals);
         self.deployer
-            .run_until(
+            .run_leaving_teardown(
                 digest,
                 input,
                 |manifest| ceiling.narrowed(&manifest.limits, &manifest.gpu),

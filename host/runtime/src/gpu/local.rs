@@ -559,9 +559,7 @@ impl Drop for LocalGpu {
     /// leased goes back, at once: a lease whose kernels may still run has its worker given up
     /// rather than waited for.
     fn drop(&mut self) {
-        for lease in self.leases.values() {
-            self.manager.end(lease, EndReason::TaskletEnded);
-        }
+        self.end();
     }
 }
 
@@ -574,6 +572,12 @@ impl GpuService for LocalGpu {
         self.run = Some(run);
         for lease in self.leases.values() {
             self.manager.bind_to_run(lease, run);
+        }
+    }
+
+    fn end(&mut self) {
+        for (_, lease) in self.leases.drain() {
+            self.manager.end(&lease, EndReason::TaskletEnded);
         }
     }
 

@@ -52,6 +52,15 @@ pub trait GpuService: Send {
     /// the service that waits is told.
     fn run_ends_at(&mut self, ends: Instant);
 
+    /// The run is over: give back everything it holds (every lease, at once), as dropping the
+    /// service would. The runner says so when the tasklet's call returns, before its instance
+    /// is torn down, so that what the run held is free by the time anyone hears it ended,
+    /// however much later the instance goes. Nothing but dropping follows.
+    ///
+    /// Required, as `run_ends_at` is: a service that kept its leases until it is dropped would
+    /// hold them past the run's answer.
+    fn end(&mut self);
+
     /// The devices the tasklet may lease (none when it may lease nothing).
     fn devices(&mut self) -> Vec<DeviceInfo>;
 

@@ -99,6 +99,11 @@ pub enum LogFormat {
 pub fn run(args: NodeArgs) -> Result<ExitCode> {
     init_logs(args.log_format);
     let store = args.store.clone().unwrap_or_else(default_store);
+    // Arguments, then the certificates, before the backend: a node that cannot serve is
+    // refused before a GPU worker starts (the node reads the certificates again when built).
+    let nats = args.nats.config("tasklet node");
+    let name = node_name(args.name.clone(), nats.is_some())?;
+    tasklet_tls::server_tls(&args.certs).map_err(tasklet_node::NodeError::Certs)?;
     let started = args.host.start(true)?;
     tracing::info!("{}", describe(&started.host));
     if let Some(why) = &started.cuda_unusable {
@@ -118,22 +123,13 @@ pub fn run(args: NodeArgs) -> Result<ExitCode> {
             .certs(&args.certs)
             .host(started.host)
             .store(store);
-        let mut name = args.name;
-        if let Some(config) = args.nats.config("tasklet node") {
-            if name.is_none() {
-                name = Some(hostname().ok_or_else(|| {
-                    anyhow!("cannot read this machine's host name for the node's name: give one with --name")
-                })?);
-            }
+        if let Some(config) = nats {
             builder = builder.nats(config);
             if let Some(addr) = args.advertise {
                 builder = builder.advertise(addr);
             }
         }
         if let Some(name) = name {
-            // The same rule with or without a cluster, so that a name works when one is added.
-            tasklet_cluster::NodeName::new(name.clone())
-                .with_context(|| format!("--name {name:?}"))?;
             builder = builder.name(name);
         }
         if let Some(addr) = args.metrics {
@@ -171,6 +167,28 @@ pub fn run(args: NodeArgs) -> Result<ExitCode> {
         false => ExitCode::SUCCESS,
         true => ExitCode::FAILURE,
     })
+}
+
+/// The node's name: `--name`, or in a cluster this machine's host name. Either follows the
+/// registry's rule, with or without a cluster, so that a name works when one is added.
+fn node_name(given: Option<String>, in_cluster: bool) -> Result<Option<String>> {
+    match given {
+        Some(name) => {
+            tasklet_cluster::NodeName::new(name.clone())
+                .with_context(|| format!("--name {name:?}"))?;
+            Ok(Some(name))
+        }
+        None if in_cluster => {
+            let name = hostname().ok_or_else(|| {
+                anyhow!("cannot read this machine's host name for the node's name: give one with --name")
+            })?;
+            tasklet_cluster::NodeName::new(name.clone()).with_context(|| {
+                format!("this machine's host name {name:?} cannot be the node's name: give one with --name")
+            })?;
+            Ok(Some(name))
+        }
+        None => Ok(None),
+    }
 }
 
 /// Where a node keeps deployed tasklets unless told: the user's state folder (XDG), or, with no

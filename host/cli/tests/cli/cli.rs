@@ -116,6 +116,35 @@ fn a_node_name_is_checked_with_or_without_a_cluster() {
     );
 }
 
+/// A node whose certificate folder cannot serve says so before it starts its backend: one
+/// line, the fix in it, no worker started first.
+#[test]
+fn a_node_without_certificates_is_refused_before_its_backend_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-certs");
+    let store = dir.path().join("store");
+    let out = tasklet(
+        &[
+            "node",
+            "--listen",
+            "127.0.0.1:9",
+            "--certs",
+            missing.to_str().unwrap(),
+            "--store",
+            store.to_str().unwrap(),
+        ],
+        b"",
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("error: cannot use the node's certificates:")
+            && err.contains("`tasklet certs init DIR` makes one"),
+        "{err}"
+    );
+}
+
 #[test]
 fn check_validates_and_shows_the_grant() {
     let out = tasklet(&["check", "tasklets/vector-add"], b"");

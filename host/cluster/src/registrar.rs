@@ -42,6 +42,10 @@ pub struct RegistrarStatus {
     pub failures: u32,
     /// Why the last failed write failed.
     pub last_error: Option<String>,
+    /// Where another live node that writes this name's record is (two nodes started under
+    /// one name at the same moment): set when one of its writes is found, cleared once this
+    /// node's writes are the only ones again.
+    pub contested_by: Option<String>,
 }
 
 /// Refreshes between two heartbeats come at most this often, however often they are asked
@@ -255,33 +259,44 @@ impl Writer {
             0 => None,
             sequence => Some(sequence),
         };
-        let written = match bucket
+        let (written, other) = match bucket
             .put(&self.name, json.clone(), self.heartbeat.ttl, last)
             .await?
         {
-            Some(sequence) => {
-                self.contested = false;
-                sequence
-            }
+            Some(sequence) => (sequence, None),
             // Written since this node's last write: by the server (the record expired while
             // NATS was away), or by another node of this name.
             None => {
-                if let Some(other) = other_holder(&bucket.kv, &record, self.heartbeat).await {
-                    if !self.contested {
-                        tracing::warn!(
-                            node = %self.name,
-                            other = other.as_str(),
-                            "another node writes the record of this name: each live node needs its own name (`tasklet node --name`)"
-                        );
-                        self.contested = true;
-                    }
-                }
+                let other = other_holder(&bucket.kv, &record, self.heartbeat).await;
                 let unconditional = bucket.put(&self.name, json, self.heartbeat.ttl, None);
-                unconditional.await?.unwrap_or(0)
+                (unconditional.await?.unwrap_or(0), other)
             }
         };
+        self.note_contest(other);
         self.shared.last_write.store(written, Ordering::Release);
         Ok(())
+    }
+
+    /// Notes whether another node writes this name (`other`: where it is), warning once when
+    /// one starts to.
+    fn note_contest(&mut self, other: Option<String>) {
+        if let (Some(other), false) = (&other, self.contested) {
+            tracing::warn!(
+                node = %self.name,
+                other = other.as_str(),
+                "another node writes the record of this name: each live node needs its own name (`tasklet node --name`)"
+            );
+        }
+        self.contested = other.is_some();
+        self.shared
+            .status
+            .send_if_modified(|status| match status.contested_by == other {
+                true => false,
+                false => {
+                    status.contested_by = other;
+                    true
+                }
+            });
     }
 
     /// Updates the status, logging only the changes between registered and not.

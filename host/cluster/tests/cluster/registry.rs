@@ -183,6 +183,61 @@ async fn a_name_is_one_live_nodes_and_a_stop_removes_only_its_own_record() {
     other.stop().await.expect("stop");
 }
 
+/// Two nodes of one name that both got past the start's check (started at the same moment):
+/// a registered node that finds the other's write under its name says where that node is in
+/// its status (and warns, once), writes its own record back at its next heartbeat, and drops
+/// the contest once its writes are the only ones again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_finds_another_writing_its_name_says_so_and_writes_its_record_back() {
+    let server = nats_or_skip!();
+    let cluster = connect(&server).await;
+    let registrar = Registrar::start(&cluster, fast(), || record("twin", 8))
+        .await
+        .expect("register");
+    assert_eq!(registrar.status().contested_by, None);
+    // The other node's write, as its registrar would make it: live, at another address.
+    let raw = async_nats::jetstream::new(async_nats::connect(server.url()).await.unwrap());
+    let kv = raw
+        .get_key_value(NODES_BUCKET)
+        .await
+        .expect("the registry's bucket");
+    let mut other = record("twin", 2);
+    other.address = "127.0.0.1:5702".into();
+    other.heartbeat_unix_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    kv.put("twin", other.to_json().unwrap().into())
+        .await
+        .expect("the other node's write");
+    eventually(
+        Duration::from_secs(5),
+        "the registrar names the other writer",
+        || async {
+            (registrar.status().contested_by.as_deref() == Some("127.0.0.1:5702")).then_some(())
+        },
+    )
+    .await;
+    let registry = Registry::open(&cluster).await.expect("open");
+    let name = tasklet_cluster::NodeName::new("twin").unwrap();
+    eventually(
+        Duration::from_secs(5),
+        "this node's record written back",
+        || async {
+            let node = registry.get(&name).await.ok()??;
+            (node.record.address == "127.0.0.1:5701").then_some(())
+        },
+    )
+    .await;
+    // Nobody else writes now: the next heartbeats are this node's alone.
+    eventually(Duration::from_secs(5), "the contest dropped", || async {
+        registrar.status().contested_by.is_none().then_some(())
+    })
+    .await;
+    assert!(registrar.status().registered);
+    registrar.stop().await.expect("stop");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refresh_publishes_a_change_before_the_next_heartbeat() {
     let server = nats_or_skip!();

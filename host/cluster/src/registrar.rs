@@ -43,8 +43,8 @@ pub struct RegistrarStatus {
     /// Why the last failed write failed.
     pub last_error: Option<String>,
     /// Where another live node that writes this name's record is (two nodes started under
-    /// one name at the same moment): set when one of its writes is found, cleared once this
-    /// node's writes are the only ones again.
+    /// one name at the same moment): set when one of its writes is found, cleared once none
+    /// has been found for as long as a record stays live (the heartbeat's `stale_after`).
     pub contested_by: Option<String>,
 }
 
@@ -111,7 +111,7 @@ impl Registrar {
             source: Box::new(source),
             heartbeat,
             shared: shared.clone(),
-            contested: false,
+            contested: None,
         };
         writer.write().await?;
         tracing::info!(node = %name, url = cluster.url(), "registered with the cluster");
@@ -195,9 +195,9 @@ struct Writer {
     source: Box<dyn RecordSource>,
     heartbeat: Heartbeat,
     shared: Arc<Shared>,
-    /// Another node's write was found under this name, and said so: not again until this
-    /// node's writes are the only ones again.
-    contested: bool,
+    /// When another node's write was last found under this name. It was said once; not
+    /// again until none has been found for `stale_after`.
+    contested: Option<Instant>,
 }
 
 impl Writer {
@@ -277,26 +277,39 @@ impl Writer {
         Ok(())
     }
 
-    /// Notes whether another node writes this name (`other`: where it is), warning once when
-    /// one starts to.
+    /// Notes what this write found: another node writing this name (`other`: where it is),
+    /// warned of once, or none. Two nodes' writes interleave (each also writes between
+    /// heartbeats), so a write that found none ends the contest only once none has been
+    /// found for `stale_after`.
     fn note_contest(&mut self, other: Option<String>) {
-        if let (Some(other), false) = (&other, self.contested) {
-            tracing::warn!(
-                node = %self.name,
-                other = other.as_str(),
-                "another node writes the record of this name: each live node needs its own name (`tasklet node --name`)"
-            );
-        }
-        self.contested = other.is_some();
-        self.shared
-            .status
-            .send_if_modified(|status| match status.contested_by == other {
-                true => false,
-                false => {
-                    status.contested_by = other;
-                    true
+        let now = Instant::now();
+        let over = self
+            .contested
+            .is_some_and(|seen| now.duration_since(seen) >= self.heartbeat.stale_after);
+        match other {
+            Some(other) => {
+                if self.contested.is_none() {
+                    tracing::warn!(
+                        node = %self.name,
+                        other = other.as_str(),
+                        "another node writes the record of this name: each live node needs its own name (`tasklet node --name`)"
+                    );
                 }
-            });
+                self.contested = Some(now);
+                self.shared.status.send_if_modified(|status| {
+                    let changed = status.contested_by.as_ref() != Some(&other);
+                    status.contested_by = Some(other);
+                    changed
+                });
+            }
+            None if over => {
+                self.contested = None;
+                self.shared
+                    .status
+                    .send_modify(|status| status.contested_by = None);
+            }
+            None => {}
+        }
     }
 
     /// Updates the status, logging only the changes between registered and not.

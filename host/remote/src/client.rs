@@ -372,11 +372,16 @@ impl NodeClient {
     /// once); any call after fails `disconnected`.
     pub(crate) fn close_now(&mut self) {
         // A closer handed out holds nothing of the client past here.
-        self.closer
+        let live = self
+            .closer
             .live
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take();
+        if live.is_none() {
+            // Closed already (a service's end, then its drop): its wait was had.
+            return;
+        }
         // Pipelined frames still gathered are not sent: the close ends what they would do, and
         // frames queued just before it could hold it back (see `last_transfer`).
         self.channel.connection().close(0u32.into(), b"client done");

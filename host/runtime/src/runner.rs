@@ -280,7 +280,7 @@ impl Runner {
             _store: Some(store),
         };
         let result = match result {
-            Err(RunError::Stopped) => Err(RunError::Stopped),
+            Err(e @ (RunError::Stopped | RunError::Instantiate(_))) => Err(e),
             _ if out_of_time => Err(RunError::WallTime(wall)),
             result => result,
         };
@@ -335,8 +335,8 @@ impl Runner {
 
 /// What is left of a run once its call returned and its GPU service ended: its instance, its
 /// linear memory and its WASI state. Dropping it tears them down: for a tiny run about a
-/// third of its time (scrubbing the memory for the next instance), which a node spends after
-/// it has answered rather than before.
+/// quarter of its time (scrubbing the memory for the next instance), which a node spends
+/// after it has answered rather than before.
 #[must_use = "dropping it is the run's teardown"]
 pub struct Teardown {
     // Never read: held to be dropped.

@@ -594,6 +594,8 @@ fn a_group_of_leases_runs_alike_here_and_through_a_node() {
             "emu",
             "--policy",
             policy,
+            "--store",
+            dir.path().join("store").to_str().unwrap(),
         ])
         .current_dir(repo())
         .stdout(Stdio::null())

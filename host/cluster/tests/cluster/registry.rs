@@ -186,7 +186,7 @@ async fn a_name_is_one_live_nodes_and_a_stop_removes_only_its_own_record() {
 /// Two nodes of one name that both got past the start's check (started at the same moment):
 /// a registered node that finds the other's write under its name says where that node is in
 /// its status (and warns, once), writes its own record back at its next heartbeat, and drops
-/// the contest once its writes are the only ones again.
+/// the contest once no other write has been found for as long as a record stays live.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_finds_another_writing_its_name_says_so_and_writes_its_record_back() {
     let server = nats_or_skip!();
@@ -229,8 +229,14 @@ async fn a_node_that_finds_another_writing_its_name_says_so_and_writes_its_recor
         },
     )
     .await;
-    // Nobody else writes now: the next heartbeats are this node's alone.
-    eventually(Duration::from_secs(5), "the contest dropped", || async {
+    // Nobody else writes now: once no other write has been found for `stale_after` (5 s),
+    // the contest is over.
+    assert_eq!(
+        registrar.status().contested_by.as_deref(),
+        Some("127.0.0.1:5702"),
+        "the contest holds while the other's record could still be live"
+    );
+    eventually(Duration::from_secs(10), "the contest dropped", || async {
         registrar.status().contested_by.is_none().then_some(())
     })
     .await;

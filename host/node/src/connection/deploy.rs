@@ -398,7 +398,7 @@ fn serve(shared: &Shared, caller: &Caller, job: Queued, stop: &RunStop) {
                     ));
                 }
                 let max = caller.totals.runs.map_or(u64::MAX, u64::from);
-                let Some(_slot) = shared.tenant_runs.take(tenant, max) else {
+                let Some(slot) = shared.tenant_runs.take(tenant, max) else {
                     return Err(Failure::new(
                         ErrorCode::QuotaExceeded,
                         format!(
@@ -408,9 +408,11 @@ fn serve(shared: &Shared, caller: &Caller, job: Queued, stop: &RunStop) {
                     ));
                 };
                 let _active = shared.metrics.deploy_run_started();
-                deployments.run(&shared.host, caller, &digest, &input, stop)
+                let (outcome, teardown) =
+                    deployments.run(&shared.host, caller, &digest, &input, stop)?;
+                Ok((outcome, teardown, slot))
             });
-            let (outcome, teardown) = match outcome {
+            let (outcome, teardown, slot) = match outcome {
                 Ok(ran) => ran,
                 Err(failure) => {
                     shared.metrics.deploy_ran(tenant, "refused", None);
@@ -452,8 +454,11 @@ fn serve(shared: &Shared, caller: &Caller, job: Queued, stop: &RunStop) {
                 send_piece(&reply, &mut data, output);
             }
             // After the answer, so that the client does not wait for the instance's memory to
-            // be scrubbed; the stream's lane takes its next request once this is done.
+            // be scrubbed; the stream's lane takes its next request once this is done. The run
+            // counts against the tenant's runs until its instance is gone: a client that does
+            // not read its answer holds a slot, not memory beside it.
             drop(teardown);
+            drop(slot);
         }
     }
 }

@@ -66,6 +66,16 @@ impl StoreLock {
                     holder,
                 });
             }
+            // A file system without locks (some network and FUSE mounts): the node runs
+            // unguarded rather than not at all, and says so.
+            Err(TryLockError::Error(source))
+                if source.kind() == std::io::ErrorKind::Unsupported =>
+            {
+                tracing::warn!(
+                    path = %path.display(),
+                    "the store's file system cannot lock files: nothing keeps a second node off this store folder"
+                );
+            }
             Err(TryLockError::Error(source)) => return Err(io(source)),
         }
         // Who holds it, for the next one's message; the lock is what counts, not this.

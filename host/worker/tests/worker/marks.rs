@@ -220,6 +220,9 @@ fn on_cuda_the_time_between_marks_is_the_events_and_waits_for_the_end() {
     let args = iota_args(out, 16);
     let (a, b) = (w.new_mark().unwrap(), w.new_mark().unwrap());
     w.record_mark(a).unwrap();
+    // A query is answered after the record before it: the worker has stamped `a` before the
+    // 50 ms start (a record alone may still be on its way to it).
+    w.mark_done(a).unwrap();
     std::thread::sleep(Duration::from_millis(50));
     w.launch(&launch(&m, "iota", 16, &args, Duration::from_secs(5)))
         .unwrap();

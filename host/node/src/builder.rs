@@ -394,6 +394,16 @@ impl NodeBuilder {
     }
 }
 
+/// Checks the certificate folder at `dir` as [`NodeBuilder::build`] does before anything else
+/// (its files, that they belong together, that the node's certificate has not expired): for a
+/// daemon that refuses a folder the node cannot serve with before it starts its host.
+pub fn check_certs(dir: impl AsRef<std::path::Path>) -> Result<(), NodeError> {
+    let dir = dir.as_ref();
+    tasklet_tls::server_tls(dir)?;
+    tasklet_tls::check_node_unexpired(dir)?;
+    Ok(())
+}
+
 /// Who the node is in the cluster, checked before it serves.
 fn membership(
     nats: NatsConfig,

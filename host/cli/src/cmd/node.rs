@@ -103,7 +103,7 @@ pub fn run(args: NodeArgs) -> Result<ExitCode> {
     // refused before a GPU worker starts (the node reads the certificates again when built).
     let nats = args.nats.config("tasklet node");
     let name = node_name(args.name.clone(), nats.is_some())?;
-    tasklet_tls::server_tls(&args.certs).map_err(tasklet_node::NodeError::Certs)?;
+    tasklet_node::check_certs(&args.certs)?;
     let started = args.host.start(true)?;
     tracing::info!("{}", describe(&started.host));
     if let Some(why) = &started.cuda_unusable {

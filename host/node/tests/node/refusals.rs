@@ -179,7 +179,9 @@ pub fn a_node_with_an_expired_certificate_does_not_start() -> TestResult {
     )?;
     // The check a daemon makes before it starts its host says the same.
     let checked = tasklet_node::check_certs(certs.path()).map_err(|e| e.to_string());
-    check(checked.as_ref().err() == Some(&text), || format!("{checked:?}"))?;
+    check(checked.as_ref().err() == Some(&text), || {
+        format!("{checked:?}")
+    })?;
     tasklet_tls::issue_node(certs.path(), &[], Validity::days(1).unwrap()).unwrap();
     tasklet_node::check_certs(certs.path()).map_err(|e| format!("renewed: {e}"))?;
     let node = build().map_err(|e| format!("renewed: {e}"))?;

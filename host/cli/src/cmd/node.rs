@@ -57,8 +57,9 @@ pub struct NodeArgs {
     /// [default: --listen, unless that is a wildcard such as 0.0.0.0]
     #[arg(long, value_name = "HOST:PORT", requires = "nats")]
     pub advertise: Option<String>,
-    /// The folder deployed tasklets are kept in (created if need be) [default:
-    /// $XDG_STATE_HOME/tasklet/store, else ~/.local/state/tasklet/store, else ./tasklet-store]
+    /// The folder deployed tasklets are kept in (created if need be; one node's at a time, so
+    /// give each node on a machine its own) [default: $XDG_STATE_HOME/tasklet/store, else
+    /// ~/.local/state/tasklet/store, else ./tasklet-store]
     #[arg(long, value_name = "DIR")]
     pub store: Option<PathBuf>,
     /// Serve Prometheus metrics at http://ADDR/metrics (plain HTTP: bind it to an address only

@@ -100,11 +100,13 @@ pub enum LogFormat {
 pub fn run(args: NodeArgs) -> Result<ExitCode> {
     init_logs(args.log_format);
     let store = args.store.clone().unwrap_or_else(default_store);
-    // Arguments, then the certificates, before the backend: a node that cannot serve is
-    // refused before a GPU worker starts (the node reads the certificates again when built).
+    // Arguments, then the certificates and the store folder, before the backend: a node that
+    // cannot serve is refused before a GPU worker starts (the node checks both again when
+    // built).
     let nats = args.nats.config("tasklet node");
     let name = node_name(args.name.clone(), nats.is_some())?;
     tasklet_node::check_certs(&args.certs)?;
+    tasklet_node::check_store(&store)?;
     let started = args.host.start(true)?;
     tracing::info!("{}", describe(&started.host));
     if let Some(why) = &started.cuda_unusable {

@@ -1030,7 +1030,8 @@ fn an_interrupted_client_says_so_and_its_json_is_whole() {
 }
 
 /// One store folder, one node: a second node given the first's store (on another port) exits
-/// at once saying the folder is in use and by which process, and the first serves on; once the
+/// at once saying the folder is in use and by which process, in one line before it starts a
+/// backend, and the first serves on; once the
 /// first is killed (SIGKILL: no clean exit), a node started on that folder serves.
 #[test]
 fn a_second_node_on_a_store_in_use_is_refused_until_the_first_is_gone() {
@@ -1054,6 +1055,11 @@ fn a_second_node_on_a_store_in_use_is_refused_until_the_first_is_gone() {
         assert!(
             logs.contains(&expected) && logs.contains("--store DIR"),
             "{logs}"
+        );
+        assert_eq!(
+            logs.lines().count(),
+            1,
+            "refused before its backend: {logs}"
         );
         let inventory = tasklet(&["inventory", "--node", &addr, "--certs", &certs], b"");
         assert!(inventory.status.success(), "{}", text(&inventory.stderr));

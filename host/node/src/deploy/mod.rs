@@ -59,6 +59,11 @@ pub enum DeployOpenError {
     },
 }
 
+/// Whether the store folder at `root` (an existing folder) is free for this node to take.
+pub(crate) fn check_unlocked(root: &Path) -> Result<(), StoreLockError> {
+    StoreLock::take(root).map(drop)
+}
+
 pub(crate) struct Deployments {
     deployer: Deployer,
     owners: Owners,

@@ -101,6 +101,10 @@ pub fn run(rig: &Rig, p: &Params, table: &mut Table, rounds: &mut String) -> Res
         (Samples::default(), Samples::default(), Samples::default());
     let (mut batch_local, mut batch_remote) = (Vec::new(), Vec::new());
     let (mut posted_local, mut posted_remote) = (Vec::new(), Vec::new());
+    // Each batch by the path of the batch right before it ([remote?][after a remote?]): whether
+    // a batch pays for following the other path's (its threads parked, the GPU switching
+    // between the two leases' contexts) shows as the difference.
+    let mut by_before: [[Vec<Duration>; 2]; 2] = Default::default();
     // The node's GPU threads' own time (its gpu_op_seconds), summed over the remote turns:
     // what is left of a remote figure after it and the RTT is the hand-offs between threads.
     let mut node_pairs = NodeTime::default();
@@ -124,20 +128,28 @@ pub fn run(rig: &Rig, p: &Params, table: &mut Table, rounds: &mut String) -> Res
             }
         }
         let (mut r_batch_local, mut r_batch_remote) = (Vec::new(), Vec::new());
+        // The first batch of a round follows pairs, not a batch.
+        let mut last_remote: Option<bool> = None;
         for batch in 0..p.batches {
             let remote_first = (round + batch) % 2 == 1;
             for remote_turn in [remote_first, !remote_first] {
-                if remote_turn {
+                let total = if remote_turn {
                     let before = NodeTime::read(rig);
                     let b = remote.launch_batch(ASYNC_LAUNCHES)?;
                     node_batches.add(before, NodeTime::read(rig));
                     r_batch_remote.push(b.total);
                     posted_remote.push(b.posted);
+                    b.total
                 } else {
                     let b = local.launch_batch(ASYNC_LAUNCHES)?;
                     r_batch_local.push(b.total);
                     posted_local.push(b.posted);
+                    b.total
+                };
+                if let Some(after_remote) = last_remote {
+                    by_before[usize::from(remote_turn)][usize::from(after_remote)].push(total);
                 }
+                last_remote = Some(remote_turn);
             }
         }
         per_round.push(Round {
@@ -231,6 +243,24 @@ pub fn run(rig: &Rig, p: &Params, table: &mut Table, rounds: &mut String) -> Res
     table.info(
         "of which the node's GPU thread (gpu_op_seconds, mean)",
         format!("{:.2} ms per batch", micros(node_batches.per_sync()) / 1e3),
+    );
+    let after = |batches: &[Duration]| match batches {
+        [] => "—".to_owned(),
+        _ => format!(
+            "{:.2} ms ({})",
+            micros(median_duration(batches)) / 1e3,
+            batches.len()
+        ),
+    };
+    table.info(
+        "batches by the one before: remote after local / after remote; local after remote / after local",
+        format!(
+            "{} / {}; {} / {}",
+            after(&by_before[1][0]),
+            after(&by_before[1][1]),
+            after(&by_before[0][1]),
+            after(&by_before[0][0]),
+        ),
     );
 
     let _ = writeln!(

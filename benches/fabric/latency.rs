@@ -65,8 +65,7 @@ struct NodeTime {
 
 impl NodeTime {
     fn read(rig: &Rig) -> NodeTime {
-        let (launch, _) = rig.node_op_time("LAUNCH");
-        let (sync, syncs) = rig.node_op_time("SYNC");
+        let [(launch, _), (sync, syncs)] = rig.node_op_times(["LAUNCH", "SYNC"]);
         NodeTime {
             seconds: launch + sync,
             syncs,
@@ -130,13 +129,16 @@ pub fn run(rig: &Rig, p: &Params, table: &mut Table, rounds: &mut String) -> Res
         let (mut r_batch_local, mut r_batch_remote) = (Vec::new(), Vec::new());
         // The first batch of a round follows pairs, not a batch.
         let mut last_remote: Option<bool> = None;
+        // The node's time is read around all of the round's batches, not around each remote
+        // one: only the remote batches use the node in between, and a reading (the node's
+        // metrics rendered) right before a remote batch would leave the remote path's threads
+        // that much longer to fall asleep than the local path's.
+        let before_batches = NodeTime::read(rig);
         for batch in 0..p.batches {
             let remote_first = (round + batch) % 2 == 1;
             for remote_turn in [remote_first, !remote_first] {
                 let total = if remote_turn {
-                    let before = NodeTime::read(rig);
                     let b = remote.launch_batch(ASYNC_LAUNCHES)?;
-                    node_batches.add(before, NodeTime::read(rig));
                     r_batch_remote.push(b.total);
                     posted_remote.push(b.posted);
                     b.total
@@ -152,6 +154,7 @@ pub fn run(rig: &Rig, p: &Params, table: &mut Table, rounds: &mut String) -> Res
                 last_remote = Some(remote_turn);
             }
         }
+        node_batches.add(before_batches, NodeTime::read(rig));
         per_round.push(Round {
             rtt: r_rtt.p50(),
             local: r_local.p50(),

@@ -109,25 +109,28 @@ impl Rig {
         Ok(Box::new(RemoteGpu::new(self.client()?)))
     }
 
-    /// The node's own time for requests of `op` (an opcode's name, e.g. `SYNC`) so far, from
-    /// its `gpu_op_seconds` histogram: the seconds its connections' GPU threads spent on them,
-    /// and how many there were.
-    pub fn node_op_time(&self, op: &str) -> (f64, u64) {
+    /// The node's own time for requests of each of `ops` (opcodes' names, e.g. `SYNC`) so far,
+    /// from its `gpu_op_seconds` histogram: the seconds its connections' GPU threads spent on
+    /// them, and how many there were.
+    pub fn node_op_times<const N: usize>(&self, ops: [&str; N]) -> [(f64, u64); N] {
         let Some(node) = &self.node else {
-            return (0.0, 0);
+            return [(0.0, 0); N];
         };
+        // One rendering for all of them: it is the node's whole metrics text.
         let text = node.control().metrics_text();
-        let label = format!("{{op=\"{op}\"}}");
-        let value = |series: &str| {
-            text.lines()
-                .find_map(|line| line.strip_prefix(series)?.strip_prefix(label.as_str()))
-                .and_then(|rest| rest.trim().parse::<f64>().ok())
-                .unwrap_or(0.0)
-        };
-        (
-            value("gpu_op_seconds_sum"),
-            value("gpu_op_seconds_count") as u64,
-        )
+        ops.map(|op| {
+            let label = format!("{{op=\"{op}\"}}");
+            let value = |series: &str| {
+                text.lines()
+                    .find_map(|line| line.strip_prefix(series)?.strip_prefix(label.as_str()))
+                    .and_then(|rest| rest.trim().parse::<f64>().ok())
+                    .unwrap_or(0.0)
+            };
+            (
+                value("gpu_op_seconds_sum"),
+                value("gpu_op_seconds_count") as u64,
+            )
+        })
     }
 
     /// Stops the node (every connection closed, every lease ended, every worker stopped).

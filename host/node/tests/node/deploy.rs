@@ -494,3 +494,30 @@ pub fn a_killed_clients_run_is_stopped() -> TestResult {
     )?;
     Ok(())
 }
+
+/// The store check a daemon makes before it starts its host (`check_store`) refuses a folder a
+/// running node holds, naming that node's process, in the node's own words; a free folder
+/// passes, is created, and is let go again so that the node built next can take it.
+pub fn check_store_refuses_a_store_a_running_node_holds() -> TestResult {
+    let node = node_with_store();
+    let err = tasklet_node::check_store(node.store_path())
+        .err()
+        .ok_or("check_store passed the store a running node holds")?;
+    let text = err.to_string();
+    let holder = format!(
+        "in use by another running node (process {})",
+        std::process::id()
+    );
+    check(
+        !text.contains('\n') && text.contains(&holder) && text.contains("--store DIR"),
+        || text.clone(),
+    )?;
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let store = dir.path().join("new-store");
+    tasklet_node::check_store(&store).map_err(|e| format!("a free folder: {e}"))?;
+    check(store.is_dir(), || {
+        "check_store did not create the folder".into()
+    })?;
+    tasklet_node::check_store(&store).map_err(|e| format!("checked twice: {e}"))?;
+    Ok(())
+}

@@ -382,6 +382,10 @@ fn main() -> ExitCode {
             deploy::a_killed_clients_run_is_stopped,
         ),
         (
+            "deploy::check_store_refuses_a_store_a_running_node_holds",
+            deploy::check_store_refuses_a_store_a_running_node_holds,
+        ),
+        (
             "metrics::counters_move_as_the_ops_say",
             metrics::counters_move_as_the_ops_say,
         ),

@@ -2,7 +2,7 @@
 
 use crate::authorize::Authorizer;
 use crate::cluster::Membership;
-use crate::deploy::{DeployOpenError, Deployments, StoreLockError};
+use crate::deploy::{DeployOpenError, Deployments};
 use crate::metrics::{MetricsError, NodeMetrics};
 use crate::node::Node;
 use crate::shared::{Limits, Shared};
@@ -409,17 +409,10 @@ pub fn check_certs(dir: impl AsRef<std::path::Path>) -> Result<(), NodeError> {
 /// before it starts its host. The folder is let go again at once; `build` takes it for good.
 pub fn check_store(dir: impl AsRef<std::path::Path>) -> Result<(), NodeError> {
     let dir = dir.as_ref();
-    let store = |source: DeployOpenError| NodeError::Store {
+    crate::deploy::check_unlocked(dir).map_err(|source| NodeError::Store {
         path: dir.to_path_buf(),
         source,
-    };
-    std::fs::create_dir_all(dir).map_err(|source| {
-        store(DeployOpenError::Locked(StoreLockError::Io {
-            path: dir.to_path_buf(),
-            source,
-        }))
-    })?;
-    crate::deploy::check_unlocked(dir).map_err(|e| store(e.into()))
+    })
 }
 
 /// Who the node is in the cluster, checked before it serves.

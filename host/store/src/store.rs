@@ -49,10 +49,7 @@ impl Store {
             root: root.clone(),
             source,
         };
-        if root.exists() && !root.is_dir() {
-            return Err(Error::NotAFolder { root });
-        }
-        std::fs::create_dir_all(&root).map_err(open_error)?;
+        Store::make_folder(&root)?;
         let dir = Dir::open_ambient_dir(&root, ambient_authority()).map_err(open_error)?;
         let inner = Inner {
             blobs: Area::create(&dir, &root, BLOBS)?,
@@ -67,6 +64,22 @@ impl Store {
         inner.remove_stale_temp_files()?;
         Ok(Store {
             inner: Arc::new(inner),
+        })
+    }
+
+    /// Makes the store's folder at `root` if it is missing, as [`Store::open`] does first, and
+    /// touches nothing in it: for a caller that must hold the folder (a lock file in it) before
+    /// the store is opened, since opening tidies it (removes stale temporary files).
+    pub fn make_folder(root: impl AsRef<Path>) -> Result<(), Error> {
+        let root = root.as_ref();
+        if root.exists() && !root.is_dir() {
+            return Err(Error::NotAFolder {
+                root: root.to_path_buf(),
+            });
+        }
+        std::fs::create_dir_all(root).map_err(|source| Error::Open {
+            root: root.to_path_buf(),
+            source,
         })
     }
 

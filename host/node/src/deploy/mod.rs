@@ -59,9 +59,12 @@ pub enum DeployOpenError {
     },
 }
 
-/// Whether the store folder at `root` (an existing folder) is free for this node to take.
-pub(crate) fn check_unlocked(root: &Path) -> Result<(), StoreLockError> {
-    StoreLock::take(root).map(drop)
+/// Whether the store folder at `root` (made if missing) is free for this node to take; let go
+/// again at once.
+pub(crate) fn check_unlocked(root: &Path) -> Result<(), DeployOpenError> {
+    Store::make_folder(root)?;
+    StoreLock::take(root)?;
+    Ok(())
 }
 
 pub(crate) struct Deployments {
@@ -104,8 +107,11 @@ impl Deployments {
         store: StoreConfig,
         config: DeployConfig,
     ) -> Result<Deployments, DeployOpenError> {
-        let store = Store::open(root, store)?;
+        // The lock first: opening the store tidies it (removes temporary files an hour
+        // untouched), which a node refused the folder must not do to the node holding it.
+        Store::make_folder(root)?;
         let lock = StoreLock::take(root)?;
+        let store = Store::open(root, store)?;
         let owners = Owners::open(root).map_err(|source| DeployOpenError::Owners {
             path: root.join(owners::OWNERS),
             source,

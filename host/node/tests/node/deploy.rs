@@ -496,10 +496,42 @@ pub fn a_killed_clients_run_is_stopped() -> TestResult {
 }
 
 /// The store check a daemon makes before it starts its host (`check_store`) refuses a folder a
-/// running node holds, naming that node's process, in the node's own words; a free folder
-/// passes, is created, and is let go again so that the node built next can take it.
+/// running node holds, naming that node's process, in the node's own words, as building a
+/// second node on it does — which leaves the running node's files alone, even a temporary file
+/// old enough for a store being opened to remove; a free folder passes, is created, and is let
+/// go again so that the node built next can take it.
 pub fn check_store_refuses_a_store_a_running_node_holds() -> TestResult {
     let node = node_with_store();
+    let stale = node
+        .store_path()
+        .join("tmp")
+        .join("push-of-the-running-node");
+    let file = std::fs::File::create(&stale).map_err(|e| e.to_string())?;
+    let two_hours_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(2 * 3600);
+    file.set_modified(two_hours_ago)
+        .map_err(|e| e.to_string())?;
+    drop(file);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let second = runtime.block_on(async {
+        tasklet_node::NodeBuilder::new()
+            .listen("127.0.0.1:0".parse().unwrap())
+            .certs(node.certs_path())
+            .policy(policy())
+            .backend(backend_for(&policy()))
+            .worker(worker())
+            .store(node.store_path())
+            .build()
+            .map(|node| node.start())
+    });
+    let built = second
+        .err()
+        .ok_or("a second node was built on the store a running node holds")?
+        .to_string();
+    check(stale.exists(), || {
+        format!("the second node removed the running node's temporary file ({built})")
+    })?;
     let err = tasklet_node::check_store(node.store_path())
         .err()
         .ok_or("check_store passed the store a running node holds")?;
@@ -512,6 +544,7 @@ pub fn check_store_refuses_a_store_a_running_node_holds() -> TestResult {
         !text.contains('\n') && text.contains(&holder) && text.contains("--store DIR"),
         || text.clone(),
     )?;
+    check(built == text, || format!("built: {built}\nchecked: {text}"))?;
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let store = dir.path().join("new-store");
     tasklet_node::check_store(&store).map_err(|e| format!("a free folder: {e}"))?;

@@ -1,16 +1,56 @@
-//! Ctrl-C (SIGINT) while connected to nodes: every connection this command opened is closed,
-//! telling its node, so that the node frees the leases it held for it at once rather than at its
-//! idle timeout; then the command exits 130, as a shell reports a command ended by SIGINT.
+//! A signal to stop (SIGINT from Ctrl-C, SIGTERM from `kill`, `timeout` or a service manager,
+//! SIGHUP from a closed terminal) while connected to nodes: every connection this command opened
+//! is closed, telling its node, so that the node frees the leases it held for it at once rather
+//! than at its idle timeout; then the command exits 128 + the signal's number, as a shell reports
+//! a command the signal ended.
 //!
 //! The command's own thread, whose call the close ends, says so itself (`interrupted`, as JSON
-//! too under `--json`) and exits 130; the watcher exits only if it does not within a second,
-//! and never in the middle of what it prints (see [`finishing`]).
+//! too under `--json`) and exits; the watcher exits only if it does not within a second, and
+//! never in the middle of what it prints (see [`finishing`]).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Mutex, MutexGuard, Once, PoisonError};
 use std::time::Duration;
 
 use tasklet_remote::{Closer, NodeClient};
+
+/// A signal that stopped the command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    Interrupt,
+    Terminate,
+    Hangup,
+}
+
+impl Stop {
+    fn number(self) -> u8 {
+        match self {
+            Stop::Interrupt => 2,
+            Stop::Terminate => 15,
+            Stop::Hangup => 1,
+        }
+    }
+
+    fn from_number(n: u8) -> Option<Stop> {
+        [Stop::Interrupt, Stop::Terminate, Stop::Hangup]
+            .into_iter()
+            .find(|s| s.number() == n)
+    }
+
+    /// The exit status a shell shows for a command this signal ended.
+    pub fn exit_status(self) -> u8 {
+        128 + self.number()
+    }
+
+    /// How the signal is named to the user.
+    pub fn name(self) -> &'static str {
+        match self {
+            Stop::Interrupt => "interrupted (Ctrl-C)",
+            Stop::Terminate => "terminated (SIGTERM)",
+            Stop::Hangup => "hung up (SIGHUP)",
+        }
+    }
+}
 
 /// The most one close waits for its packet to leave.
 const CLOSE_WAIT: Duration = Duration::from_millis(200);
@@ -18,8 +58,8 @@ const CLOSE_WAIT: Duration = Duration::from_millis(200);
 static OPEN: Mutex<Vec<Closer>> = Mutex::new(Vec::new());
 static WATCH: Once = Once::new();
 
-/// Set once SIGINT came.
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+/// The number of the signal that came ([`Stop::number`]); 0 before one did.
+static STOPPED_BY: AtomicU8 = AtomicU8::new(0);
 
 /// Held by whoever ends the process: the command's thread while it prints its last words, the
 /// watcher when it exits.
@@ -28,9 +68,27 @@ static ENDING: Mutex<()> = Mutex::new(());
 /// How long the watcher leaves the command's thread to end by itself after the close.
 const OWN_END: Duration = Duration::from_secs(1);
 
-/// Whether the command was interrupted.
+/// The signal that stopped the command, if one did.
+pub fn stopped_by() -> Option<Stop> {
+    Stop::from_number(STOPPED_BY.load(Ordering::Acquire))
+}
+
+/// Whether a signal stopped the command.
 pub fn interrupted() -> bool {
-    INTERRUPTED.load(Ordering::Acquire)
+    stopped_by().is_some()
+}
+
+/// The first of SIGINT, SIGTERM and SIGHUP to come; `None` if they cannot be watched.
+async fn stop_signal() -> Option<Stop> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut interrupt = signal(SignalKind::interrupt()).ok()?;
+    let mut terminate = signal(SignalKind::terminate()).ok()?;
+    let mut hangup = signal(SignalKind::hangup()).ok()?;
+    tokio::select! {
+        _ = interrupt.recv() => Some(Stop::Interrupt),
+        _ = terminate.recv() => Some(Stop::Terminate),
+        _ = hangup.recv() => Some(Stop::Hangup),
+    }
 }
 
 /// Taken by the command's thread before it prints its result or error and returns: the watcher
@@ -39,7 +97,7 @@ pub fn finishing() -> MutexGuard<'static, ()> {
     ENDING.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Closes `client`'s connection if the command is interrupted.
+/// Closes `client`'s connection if a signal stops the command.
 pub fn close_on_interrupt(client: &NodeClient) {
     OPEN.lock()
         .unwrap_or_else(PoisonError::into_inner)
@@ -54,10 +112,10 @@ pub fn close_on_interrupt(client: &NodeClient) {
                 else {
                     return;
                 };
-                if runtime.block_on(tokio::signal::ctrl_c()).is_err() {
+                let Some(stop) = runtime.block_on(stop_signal()) else {
                     return;
-                }
-                INTERRUPTED.store(true, Ordering::Release);
+                };
+                STOPPED_BY.store(stop.number(), Ordering::Release);
                 let open =
                     std::mem::take(&mut *OPEN.lock().unwrap_or_else(PoisonError::into_inner));
                 for closer in open {
@@ -66,10 +124,10 @@ pub fn close_on_interrupt(client: &NodeClient) {
                 // The command's thread, its call ended by the close, normally exits first.
                 std::thread::sleep(OWN_END);
                 let _ending = finishing();
-                std::process::exit(130);
+                std::process::exit(i32::from(stop.exit_status()));
             });
-        // Without the watcher SIGINT keeps its default (the process ends at once), which is
-        // only less tidy.
+        // Without the watcher the signals keep their defaults (the process ends at once),
+        // which is only less tidy.
         drop(watcher);
     });
 }

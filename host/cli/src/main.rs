@@ -98,16 +98,17 @@ fn main() -> ExitCode {
         Command::Deploy(args) => cmd::deploy::run(args),
         Command::Certs(args) => cmd::certs::run(args),
     };
-    // The watcher of Ctrl-C waits for these last lines before it ends the process.
+    // The watcher of stop signals waits for these last lines before it ends the process.
     let _ending = interrupt::finishing();
-    if interrupt::interrupted() {
+    if let Some(stop) = interrupt::stopped_by() {
         let why = anyhow::anyhow!(
-            "interrupted (Ctrl-C): the connections to nodes were closed, which ends what they held there"
+            "{}: the connections to nodes were closed, which ends what they held there",
+            stop.name()
         );
         // A command that returned a result printed it already (a tasklet whose GPU calls
         // failed once its node was gone ends normally); only a failure's JSON is still owed.
         report(&why, json && result.is_err());
-        return ExitCode::from(130);
+        return ExitCode::from(stop.exit_status());
     }
     match result {
         Ok(code) => code,

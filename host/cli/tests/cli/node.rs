@@ -833,7 +833,8 @@ fn with_a_lease(args: &[&str], stdin: &[u8], addr: &str, certs: &str) -> Child {
 }
 
 /// Ctrl-C on a client running against a node closes its connection, telling the node, which
-/// frees its lease at once rather than at its idle timeout (10 s); the client exits 130.
+/// frees its lease at once rather than at its idle timeout (10 s); the client exits 130. SIGTERM
+/// (`kill`, `timeout`, a service manager) does the same, and the client exits 143 saying so.
 #[test]
 fn an_interrupted_client_frees_its_lease_at_once() {
     let dir = tempfile::tempdir().unwrap();
@@ -857,25 +858,36 @@ fn an_interrupted_client_frees_its_lease_at_once() {
     let result = std::panic::catch_unwind(|| {
         let inventory = first_inventory(&addr, certs, false);
         assert!(inventory.status.success(), "{}", text(&inventory.stderr));
-        let mut client = client_holding_a_lease(&addr, certs);
-        assert_eq!(
-            leases_on(&addr, certs),
-            1,
-            "the client's lease never showed"
-        );
-        // SAFETY: plain kill(2) of our own child.
-        unsafe { libc::kill(client.id() as i32, libc::SIGINT) };
-        let status = wait_exit(&mut client, WAIT);
-        assert_eq!(status.and_then(|s| s.code()), Some(130), "{status:?}");
-        let stopped = Instant::now();
-        while leases_on(&addr, certs) != 0 && stopped.elapsed() < Duration::from_secs(10) {
-            std::thread::sleep(Duration::from_millis(50));
+        for (signal, status, said) in [
+            (libc::SIGINT, 130, "error: interrupted (Ctrl-C)"),
+            (libc::SIGTERM, 143, "error: terminated (SIGTERM)"),
+        ] {
+            let mut client = client_holding_a_lease(&addr, certs);
+            assert_eq!(
+                leases_on(&addr, certs),
+                1,
+                "the client's lease never showed"
+            );
+            // SAFETY: plain kill(2) of our own child.
+            unsafe { libc::kill(client.id() as i32, signal) };
+            let exited = wait_exit(&mut client, WAIT);
+            if exited.is_none() {
+                let _ = client.kill();
+            }
+            let out = client.wait_with_output().unwrap();
+            let stderr = text(&out.stderr);
+            assert_eq!(exited.and_then(|s| s.code()), Some(status), "{stderr}");
+            assert!(stderr.contains(said), "{stderr}");
+            let stopped = Instant::now();
+            while leases_on(&addr, certs) != 0 && stopped.elapsed() < Duration::from_secs(10) {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let freed = stopped.elapsed();
+            assert!(
+                freed < Duration::from_secs(3),
+                "the lease was freed {freed:?} after the client ended ({said}), not at once"
+            );
         }
-        let freed = stopped.elapsed();
-        assert!(
-            freed < Duration::from_secs(3),
-            "the lease was freed {freed:?} after the client ended, not at once"
-        );
     });
     stopped_cleanly(node, result);
 }

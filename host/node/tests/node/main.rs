@@ -237,6 +237,10 @@ fn main() -> ExitCode {
             refusals::a_tenant_past_its_connections_is_refused_and_others_get_in,
         ),
         (
+            "refusals::a_full_node_refuses_a_connection_and_the_client_says_why",
+            refusals::a_full_node_refuses_a_connection_and_the_client_says_why,
+        ),
+        (
             "refusals::a_tenant_the_policy_does_not_list_is_refused",
             refusals::a_tenant_the_policy_does_not_list_is_refused,
         ),

@@ -259,6 +259,40 @@ pub fn a_tenant_past_its_connections_is_refused_and_others_get_in() -> TestResul
     }
 }
 
+/// A node that serves as many connections as it may turns the next away at the door, and the
+/// client says so in one line (the node is full, not this tenant refused); a closed one makes
+/// room again.
+pub fn a_full_node_refuses_a_connection_and_the_client_says_why() -> TestResult {
+    let node = TestNode::with(Setup {
+        authorizer: Some(Box::new(|b| b.max_connections(2))),
+        ..Setup::default()
+    });
+    let first = connect(&node, node.certs_path(), "dev").map_err(|e| e.to_string())?;
+    let _second = connect(&node, node.certs_path(), "team").map_err(|e| e.to_string())?;
+    let err = connect(&node, node.certs_path(), "team")
+        .err()
+        .ok_or("a third connection past the node's 2")?;
+    one_line(&err)?;
+    let text = err.to_string();
+    check(
+        text.contains("the node refused the connection")
+            && text.contains("serves as many connections as it may")
+            && text.contains("try again later or another node"),
+        || text.clone(),
+    )?;
+    drop(first);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match connect(&node, node.certs_path(), "team") {
+            Ok(_) => return Ok(()),
+            Err(e) if std::time::Instant::now() >= deadline => {
+                return Err(format!("no room again after closing one: {e}").into())
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
 pub fn an_authorizer_narrows_and_refuses() -> TestResult {
     let node = TestNode::with(Setup {
         authorizer: Some(Box::new(|builder: tasklet_node::NodeBuilder| {

@@ -1,17 +1,21 @@
-//! Byte sizes as people write them in requirements: `8GiB`, `512MiB`, `16GB`, `4096`.
+//! Byte sizes as people write them in requirements: `8GiB`, `512MiB`, `16GB`, `4096` — spelled
+//! as manifests and policies spell them (`tasklet_runtime`'s sizes), so that one size means the
+//! same everywhere.
 
-/// Units accepted after the number, matched without regard to case. Binary units are powers of
-/// 1024, decimal ones powers of 1000: `8GiB` is what a GPU's "8 GB" usually means.
-const UNITS: [(&str, u64); 9] = [
-    ("b", 1),
-    ("kib", 1 << 10),
-    ("mib", 1 << 20),
-    ("gib", 1 << 30),
-    ("tib", 1 << 40),
-    ("kb", 1_000),
-    ("mb", 1_000_000),
-    ("gb", 1_000_000_000),
-    ("tb", 1_000_000_000_000),
+/// Units accepted after the number, as written (case matters: `Gb` would be gigabits). Binary
+/// units are powers of 1024, decimal ones powers of 1000: `8GiB` is what a GPU's "8 GB" usually
+/// means.
+const UNITS: [(&str, u64); 10] = [
+    ("B", 1),
+    ("KiB", 1 << 10),
+    ("MiB", 1 << 20),
+    ("GiB", 1 << 30),
+    ("TiB", 1 << 40),
+    ("KB", 1_000),
+    ("kB", 1_000),
+    ("MB", 1_000_000),
+    ("GB", 1_000_000_000),
+    ("TB", 1_000_000_000_000),
 ];
 
 /// Why a size was refused (the caller says which text).
@@ -26,10 +30,10 @@ impl SizeError {
     pub(crate) fn explain(self) -> &'static str {
         match self {
             SizeError::NoNumber => {
-                "it does not start with a whole number (write 1536MiB, not 1.5GiB)"
+                "it is not a whole number followed by a unit (write 1536MiB, not 1.5GiB)"
             }
             SizeError::UnknownUnit => {
-                "its unit is not one of B, KiB, MiB, GiB, TiB, KB, MB, GB, TB"
+                "its unit is not one of B, KiB, MiB, GiB, TiB, KB, MB, GB, TB (as written: Gb or gib is not GiB)"
             }
             SizeError::TooLarge => "it is larger than 2^64 bytes",
         }
@@ -43,6 +47,10 @@ pub(crate) fn parse_size(text: &str) -> Result<u64, SizeError> {
         return Err(SizeError::NoNumber);
     }
     let (number, unit) = text.split_at(digits);
+    // A fraction: said as such, not as a unit "." nobody meant.
+    if unit.starts_with(['.', ',']) {
+        return Err(SizeError::NoNumber);
+    }
     let number: u64 = number.parse().map_err(|_| SizeError::TooLarge)?;
     let unit = unit.trim_start();
     let multiplier = if unit.is_empty() {
@@ -50,7 +58,7 @@ pub(crate) fn parse_size(text: &str) -> Result<u64, SizeError> {
     } else {
         UNITS
             .iter()
-            .find(|(name, _)| name.eq_ignore_ascii_case(unit))
+            .find(|(name, _)| *name == unit)
             .map(|&(_, multiplier)| multiplier)
             .ok_or(SizeError::UnknownUnit)?
     };
@@ -74,7 +82,7 @@ mod tests {
     #[test]
     fn units() {
         assert_eq!(parse_size("8GiB"), Ok(8 << 30));
-        assert_eq!(parse_size("8gib"), Ok(8 << 30));
+        assert_eq!(parse_size("16kB"), Ok(16_000));
         assert_eq!(parse_size("512MiB"), Ok(512 << 20));
         assert_eq!(parse_size("16GB"), Ok(16_000_000_000));
         assert_eq!(parse_size("4096"), Ok(4096));
@@ -86,7 +94,9 @@ mod tests {
     fn refusals() {
         assert_eq!(parse_size(""), Err(SizeError::NoNumber));
         assert_eq!(parse_size("GiB"), Err(SizeError::NoNumber));
-        assert_eq!(parse_size("1.5GiB"), Err(SizeError::UnknownUnit));
+        assert_eq!(parse_size("1.5GiB"), Err(SizeError::NoNumber));
+        assert_eq!(parse_size("8Gb"), Err(SizeError::UnknownUnit));
+        assert_eq!(parse_size("8gib"), Err(SizeError::UnknownUnit));
         assert_eq!(parse_size("8 gigs"), Err(SizeError::UnknownUnit));
         assert_eq!(parse_size("99999999999999999999"), Err(SizeError::TooLarge));
         assert_eq!(parse_size("16777216TiB"), Err(SizeError::TooLarge));

@@ -9,6 +9,9 @@ use std::time::Duration;
 
 pub const MANIFEST_FILE: &str = "tasklet.toml";
 
+/// The longest tasklet name a manifest may give.
+const MAX_NAME_CHARS: usize = 64;
+
 /// A validated manifest.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Manifest {
@@ -145,6 +148,17 @@ impl Manifest {
         if raw.name.trim().is_empty() {
             return Err((line_of("name"), "`name` must not be empty".into()));
         }
+        // The name is printed to terminals and written to a node's logs: nothing in it may
+        // move a cursor, start a line or color what follows.
+        if raw.name.chars().count() > MAX_NAME_CHARS || raw.name.chars().any(char::is_control) {
+            return Err((
+                line_of("name"),
+                format!(
+                    "`name` \"{}\" must be at most {MAX_NAME_CHARS} characters, none of them a control character (a newline, tab or escape)",
+                    raw.name.chars().take(MAX_NAME_CHARS).collect::<String>().escape_debug()
+                ),
+            ));
+        }
         let defaults = Limits::default();
         let limits = Limits {
             memory: raw.limits.memory.map_or(defaults.memory, |s| s.0),
@@ -226,6 +240,22 @@ rights = ["alloc", "read", "launch"]
         assert_eq!(m.gpu.max_leases, 2);
         assert!(m.gpu.rights.contains(super::super::rights::Right::Launch));
         assert!(!m.gpu.rights.contains(super::super::rights::Right::Write));
+    }
+
+    #[test]
+    fn a_name_with_control_characters_or_too_long_is_refused_on_its_line() {
+        for bad in ["iota\\nINFO fake", "red\\u001b[31m", &"n".repeat(65)] {
+            let text = GOOD.replace("name = \"iota\"", &format!("name = \"{bad}\""));
+            let (line, msg) = Manifest::parse(&text, Path::new(".")).unwrap_err();
+            assert_eq!(line, Some(2), "{msg}");
+            assert!(msg.contains("must be at most 64 characters"), "{msg}");
+            assert!(!msg.chars().any(char::is_control), "{msg:?}");
+        }
+        let ok = GOOD.replace("name = \"iota\"", "name = \"my tasklet v1.2\"");
+        assert_eq!(
+            Manifest::parse(&ok, Path::new(".")).unwrap().name,
+            "my tasklet v1.2"
+        );
     }
 
     #[test]

@@ -18,7 +18,7 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         "TB" => 1_000_000_000_000,
         other => {
             return Err(format!(
-            "unknown size unit {other:?} in {text:?}; use B, KiB, MiB, GiB or TiB (e.g. \"64MiB\")"
+            "unknown size unit {other:?} in {text:?}; use B, KiB, MiB, GiB or TiB, or KB, MB, GB, TB (e.g. \"64MiB\")"
         ))
         }
     };

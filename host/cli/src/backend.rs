@@ -84,29 +84,7 @@ fn why(e: &HostError) -> String {
     }
 }
 
-/// Bytes as a person reads them, rounded to one decimal in the largest binary unit that fits:
-/// `140.4 GiB`, `256 MiB`, `512 B`. For reading only: a size that must stay exact (one to write
-/// back into a manifest) is `tasklet_runtime::config::units::format_size`'s (`256MiB`, `1000B`).
-pub fn rounded_size(bytes: u64) -> String {
-    const UNITS: [(&str, u64); 4] = [
-        ("TiB", 1 << 40),
-        ("GiB", 1 << 30),
-        ("MiB", 1 << 20),
-        ("KiB", 1 << 10),
-    ];
-    for (name, scale) in UNITS {
-        if bytes >= scale {
-            let v = bytes as f64 / scale as f64;
-            let whole = bytes / scale;
-            return if whole * scale == bytes {
-                format!("{whole} {name}")
-            } else {
-                format!("{v:.1} {name}")
-            };
-        }
-    }
-    format!("{bytes} B")
-}
+pub use tasklet_runtime::config::units::rounded_size;
 
 /// One line describing the device a host serves (the first, and how many more), for stderr.
 pub fn describe(host: &Host) -> String {

@@ -249,7 +249,10 @@ fn nodes_register_list_and_take_placed_work() {
     assert_eq!(fell_back["node"], "big", "{fell_back}");
     let stderr = text(&out.stderr);
     assert!(
-        stderr.contains("node liar") && stderr.contains("CAPACITY_EXCEEDED"),
+        stderr.contains("node liar")
+            && stderr.contains("CAPACITY_EXCEEDED")
+            && stderr.contains("has 128 MiB of device memory free")
+            && stderr.contains("may ask for 256 MiB"),
         "{stderr}"
     );
     assert!(

@@ -36,6 +36,7 @@ use std::sync::Arc;
 use store_lock::StoreLock;
 pub use store_lock::StoreLockError;
 use tasklet_deploy::{DeployConfig, Deployer, ExitStatus, Push, RunOutcome};
+use tasklet_runtime::config::units::rounded_size;
 use tasklet_runtime::config::{Grant, Manifest};
 use tasklet_runtime::gpu::LocalGpu;
 use tasklet_runtime::{Host, RunError, RunStop, Teardown};
@@ -340,8 +341,10 @@ fn admit(host: &Host, ceiling: &Grant, manifest: &Manifest) -> Result<(), Failur
         return Err(Failure::new(
             ErrorCode::CapacityExceeded,
             format!(
-                "this node has {free} bytes of device memory free and the tasklet may ask \
-                 for {wanted} (its manifest's max-vram): try another node or later"
+                "this node has {} of device memory free and the tasklet may ask for {} (its \
+                 manifest's max-vram, within the tenant's policy): try another node or later",
+                rounded_size(free),
+                rounded_size(wanted)
             ),
         ));
     }

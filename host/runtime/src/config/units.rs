@@ -78,6 +78,29 @@ pub fn format_size(bytes: u64) -> String {
     format!("{bytes}B")
 }
 
+/// Bytes as a person reads them, rounded to one decimal in the largest binary unit that fits:
+/// `140.4 GiB`, `256 MiB`, `512 B`. For reading only: a size that must stay exact (one to write
+/// back into a manifest) is [`format_size`]'s (`256MiB`, `1000B`).
+pub fn rounded_size(bytes: u64) -> String {
+    const UNITS: [(&str, u64); 4] = [
+        ("TiB", 1 << 40),
+        ("GiB", 1 << 30),
+        ("MiB", 1 << 20),
+        ("KiB", 1 << 10),
+    ];
+    for (name, scale) in UNITS {
+        if bytes >= scale {
+            let whole = bytes / scale;
+            return if whole * scale == bytes {
+                format!("{whole} {name}")
+            } else {
+                format!("{:.1} {name}", bytes as f64 / scale as f64)
+            };
+        }
+    }
+    format!("{bytes} B")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

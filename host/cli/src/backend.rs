@@ -123,10 +123,19 @@ impl HostArgs {
 
     /// Starts a host on the chosen backend, saying on stderr (unless `quiet`) which and why.
     pub fn start(&self, quiet: bool) -> Result<Started> {
-        let policy = match &self.policy {
+        self.start_with(self.load_policy()?, quiet)
+    }
+
+    /// `--policy`'s file read, or the default policy.
+    pub fn load_policy(&self) -> Result<Policy> {
+        Ok(match &self.policy {
             Some(path) => Policy::load(path)?,
             None => Policy::default(),
-        };
+        })
+    }
+
+    /// [`HostArgs::start`] with the policy already read.
+    pub fn start_with(&self, policy: Policy, quiet: bool) -> Result<Started> {
         let worker = worker_command()?;
         let start = |backend| {
             Host::new(HostConfig {

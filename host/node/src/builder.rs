@@ -415,6 +415,25 @@ pub fn check_store(dir: impl AsRef<std::path::Path>) -> Result<(), NodeError> {
     })
 }
 
+/// Checks that the node's addresses can be bound now, as [`NodeBuilder::build`] binds them (the
+/// QUIC socket on `listen`, the metrics port on `metrics`), and lets them go again: for a daemon
+/// that refuses a port another process holds before it starts its host.
+pub fn check_addresses(listen: SocketAddr, metrics: Option<SocketAddr>) -> Result<(), NodeError> {
+    drop(
+        tasklet_tls::transport::socket(listen).map_err(|source| NodeError::Bind {
+            addr: listen,
+            source,
+        })?,
+    );
+    if let Some(addr) = metrics {
+        drop(
+            std::net::TcpListener::bind(addr)
+                .map_err(|source| NodeError::MetricsBind { addr, source })?,
+        );
+    }
+    Ok(())
+}
+
 /// Who the node is in the cluster, checked before it serves.
 fn membership(
     nats: NatsConfig,

@@ -130,8 +130,9 @@ pub const TIMELINE: &str = "tasklet_node::timeline";
 
 pub use authorize::{Authorization, Authorizer, Denied};
 pub use builder::{
-    check_certs, check_policy_tenants, check_store, NodeBuilder, NodeError, DEFAULT_IDLE_TIMEOUT,
-    DEFAULT_LISTEN, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_TENANT_CONNECTIONS, DEFAULT_STALL_TIMEOUT,
+    check_addresses, check_certs, check_policy_tenants, check_store, NodeBuilder, NodeError,
+    DEFAULT_IDLE_TIMEOUT, DEFAULT_LISTEN, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_TENANT_CONNECTIONS,
+    DEFAULT_STALL_TIMEOUT,
 };
 pub use deploy::{DeployOpenError, StoreLockError};
 pub use metrics::{MetricsError, MetricsSnapshot, NodeMetrics};

@@ -100,14 +100,17 @@ pub enum LogFormat {
 pub fn run(args: NodeArgs) -> Result<ExitCode> {
     init_logs(args.log_format);
     let store = args.store.clone().unwrap_or_else(default_store);
-    // Arguments, then the certificates and the store folder, before the backend: a node that
-    // cannot serve is refused before a GPU worker starts (the node checks both again when
-    // built).
+    // Arguments, the policy, the certificates, the store folder and the ports before the
+    // backend: a node that cannot serve is refused before a GPU worker starts (the node checks
+    // them again when built).
     let nats = args.nats.config("tasklet node");
     let name = node_name(args.name.clone(), nats.is_some())?;
+    let policy = args.host.load_policy()?;
+    tasklet_node::check_policy_tenants(&policy)?;
     tasklet_node::check_certs(&args.certs)?;
     tasklet_node::check_store(&store)?;
-    let started = args.host.start(true)?;
+    tasklet_node::check_addresses(args.listen, args.metrics)?;
+    let started = args.host.start_with(policy, true)?;
     tracing::info!("{}", describe(&started.host));
     if let Some(why) = &started.cuda_unusable {
         tracing::info!("CUDA not used: {why}");

@@ -145,6 +145,49 @@ fn a_node_without_certificates_is_refused_before_its_backend_starts() {
     );
 }
 
+/// A node whose policy names a tenant no certificate can carry, whose QUIC port or whose
+/// metrics port another process holds, says so in one line before it starts its backend.
+#[test]
+fn a_node_that_cannot_serve_says_why_before_its_backend_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    let c = certs.to_str().unwrap();
+    assert!(tasklet(&["certs", "init", c], b"").status.success());
+    let store = dir.path().join("store");
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(&policy, "[tenants.\"Bob Smith\"]\nmax-leases = 1\n").unwrap();
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let held_udp = udp.local_addr().unwrap().to_string();
+    let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let held_tcp = tcp.local_addr().unwrap().to_string();
+    let free = "127.0.0.1:0";
+    let base = ["node", "--certs", c, "--store", store.to_str().unwrap()];
+    let cases: [(Vec<&str>, &str); 3] = [
+        (
+            vec!["--listen", free, "--policy", policy.to_str().unwrap()],
+            "error: the node's policy names tenant \"Bob Smith\"",
+        ),
+        (vec!["--listen", &held_udp], "another process holds port"),
+        (
+            vec!["--listen", free, "--metrics", &held_tcp],
+            "another process holds port",
+        ),
+    ];
+    for (args, said) in cases {
+        let mut all = base.to_vec();
+        all.extend(args.iter().copied());
+        let out = tasklet(&all, b"");
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{all:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{all:?}: before its backend: {err}");
+        assert!(
+            err.starts_with("error: ") && err.contains(said),
+            "{all:?}: {err}"
+        );
+    }
+    drop((udp, tcp));
+}
+
 #[test]
 fn check_validates_and_shows_the_grant() {
     let out = tasklet(&["check", "tasklets/vector-add"], b"");

@@ -41,8 +41,9 @@ use tokio::signal::unix::{signal, SignalKind};
     In a cluster:\n  \
     tasklet node --listen 0.0.0.0:5701 --advertise gpu1.example:5701 --nats nats://nats.example:4222")]
 pub struct NodeArgs {
-    /// The UDP address to serve on (IP:PORT, or HOST:PORT resolved once at start).
-    #[arg(long, value_name = "ADDR", default_value_t = DEFAULT_LISTEN, value_parser = local_address)]
+    /// The UDP address to serve on (IP[:PORT], or HOST[:PORT] resolved once at start; the port
+    /// defaults to 5701, as a client's --node does).
+    #[arg(long, value_name = "ADDR", default_value_t = DEFAULT_LISTEN, value_parser = listen_address)]
     pub listen: SocketAddr,
     /// The certificate folder (ca.pem, node.pem, node.key) from `tasklet certs init`.
     #[arg(long, value_name = "DIR", default_value = "certs")]
@@ -64,7 +65,7 @@ pub struct NodeArgs {
     pub store: Option<PathBuf>,
     /// Serve Prometheus metrics at http://ADDR/metrics (plain HTTP: bind it to an address only
     /// your scraper reaches, e.g. 127.0.0.1:9101 or localhost:9101).
-    #[arg(long, value_name = "ADDR", value_parser = local_address)]
+    #[arg(long, value_name = "ADDR", value_parser = metrics_address)]
     pub metrics: Option<SocketAddr>,
     /// How log lines are written to stderr (RUST_LOG filters them; default info).
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
@@ -73,19 +74,45 @@ pub struct NodeArgs {
     pub host: HostArgs,
 }
 
-/// An address to bind: `IP:PORT`, or `HOST:PORT` resolved now to its first address (for
-/// `localhost`, the resolver's order: `127.0.0.1` or `::1`).
-fn local_address(text: &str) -> Result<SocketAddr, String> {
-    if let Ok(addr) = text.parse() {
+/// `--listen`: an address to bind, its port 5701 unless given.
+fn listen_address(text: &str) -> Result<SocketAddr, String> {
+    let bracketless = text
+        .strip_prefix('[')
+        .and_then(|t| t.strip_suffix(']'))
+        .unwrap_or(text);
+    if let Ok(ip) = bracketless.parse::<std::net::IpAddr>() {
+        return Ok(SocketAddr::new(ip, tasklet_wire::DEFAULT_PORT));
+    }
+    let with_port = match text.rsplit_once(':') {
+        Some((_, port)) if port.parse::<u16>().is_ok() => text.to_owned(),
+        _ => format!("{text}:{}", tasklet_wire::DEFAULT_PORT),
+    };
+    bind_address(
+        text,
+        &with_port,
+        "IP[:PORT] or HOST[:PORT], e.g. 0.0.0.0:5701 or [::]:5701",
+    )
+}
+
+/// `--metrics`: an address to bind, port included.
+fn metrics_address(text: &str) -> Result<SocketAddr, String> {
+    bind_address(text, text, "IP:PORT or HOST:PORT, e.g. 127.0.0.1:9101")
+}
+
+/// `address` (what `given` says, a port added) as an address to bind: an IP and port, or a host
+/// name and port resolved now to its first address (for `localhost`, the resolver's order:
+/// `127.0.0.1` or `::1`).
+fn bind_address(given: &str, address: &str, spelled: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = address.parse() {
         return Ok(addr);
     }
     use std::net::ToSocketAddrs as _;
-    match text.to_socket_addrs() {
+    match address.to_socket_addrs() {
         Ok(mut addrs) => addrs
             .next()
-            .ok_or_else(|| format!("{text} resolves to no address")),
+            .ok_or_else(|| format!("{given} resolves to no address")),
         Err(e) => Err(format!(
-            "{text} is not an address to bind (IP:PORT or HOST:PORT, e.g. 127.0.0.1:9101): {e}"
+            "{given} is not an address to bind ({spelled}): {e}"
         )),
     }
 }
@@ -234,21 +261,54 @@ fn init_logs(format: LogFormat) {
 
 #[cfg(test)]
 mod tests {
-    use super::local_address;
+    use super::{listen_address, metrics_address};
 
     #[test]
     fn a_bind_address_is_an_ip_and_port_or_a_host_name_and_port() {
         assert_eq!(
-            local_address("127.0.0.1:9101"),
+            metrics_address("127.0.0.1:9101"),
             Ok("127.0.0.1:9101".parse().unwrap())
         );
-        assert_eq!(local_address("[::]:5701"), Ok("[::]:5701".parse().unwrap()));
-        let resolved = local_address("localhost:9101").expect("localhost resolves");
+        assert_eq!(
+            metrics_address("[::]:5701"),
+            Ok("[::]:5701".parse().unwrap())
+        );
+        let resolved = metrics_address("localhost:9101").expect("localhost resolves");
         assert!(
             resolved.ip().is_loopback() && resolved.port() == 9101,
             "{resolved}"
         );
-        let err = local_address("localhost:x").unwrap_err();
+        let err = metrics_address("localhost:x").unwrap_err();
         assert!(err.contains("IP:PORT or HOST:PORT"), "{err}");
+        // The metrics port has no default.
+        let err = metrics_address("127.0.0.1").unwrap_err();
+        assert!(
+            err.starts_with("127.0.0.1 is not an address to bind"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_listen_address_without_a_port_takes_5701_as_a_client_does() {
+        for (given, meant) in [
+            ("127.0.0.1", "127.0.0.1:5701"),
+            ("0.0.0.0", "0.0.0.0:5701"),
+            ("::1", "[::1]:5701"),
+            ("[::]", "[::]:5701"),
+            ("127.0.0.1:9000", "127.0.0.1:9000"),
+            ("[::1]:9000", "[::1]:9000"),
+        ] {
+            assert_eq!(listen_address(given), Ok(meant.parse().unwrap()), "{given}");
+        }
+        let resolved = listen_address("localhost").expect("localhost resolves");
+        assert!(
+            resolved.ip().is_loopback() && resolved.port() == 5701,
+            "{resolved}"
+        );
+        let err = listen_address("127.0.0.1:x").unwrap_err();
+        assert!(
+            err.starts_with("127.0.0.1:x is not an address to bind (IP[:PORT]"),
+            "{err}"
+        );
     }
 }

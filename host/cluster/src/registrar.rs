@@ -71,6 +71,8 @@ const STOP_WAIT: Duration = Duration::from_secs(10);
 /// removes the other's).
 pub struct Registrar {
     name: NodeName,
+    /// The connection the record is written over (for [`Registrar::connected`]).
+    cluster: Cluster,
     shared: Arc<Shared>,
     bucket: NodesBucket,
     stop: Option<oneshot::Sender<()>>,
@@ -121,6 +123,7 @@ impl Registrar {
         let task = tokio::spawn(writer.run(stopped));
         Ok(Registrar {
             name,
+            cluster: cluster.clone(),
             shared,
             bucket,
             stop: Some(stop),
@@ -143,6 +146,12 @@ impl Registrar {
     /// should see, such as a lease taken). Calls in a burst give one write.
     pub fn refresh(&self) {
         self.shared.refresh.notify_one();
+    }
+
+    /// Whether the connection to NATS is up now (it reconnects by itself when not): a stop
+    /// while it is down cannot remove the record, which then expires by itself.
+    pub fn connected(&self) -> bool {
+        self.cluster.is_connected()
     }
 
     /// How the writes are going.

@@ -21,6 +21,9 @@ use tokio::task::JoinHandle;
 /// itself within the heartbeat's TTL.
 const LEAVE_WAIT: Duration = Duration::from_secs(5);
 
+/// The same, when the connection to NATS is down at the stop.
+const LEAVE_WAIT_UNREACHABLE: Duration = Duration::from_millis(500);
+
 /// How often the registry task looks at the lease books for a change to write.
 const BOOKS_CHECK: Duration = Duration::from_millis(100);
 
@@ -95,13 +98,19 @@ async fn run(shared: Arc<Shared>, membership: Membership) {
             }
         }
     }
-    match tokio::time::timeout(LEAVE_WAIT, registrar.stop()).await {
+    // With NATS unreachable now, the removal would only wait out its time: the stop is not
+    // held up for a record that expires by itself anyway.
+    let wait = match registrar.connected() {
+        true => LEAVE_WAIT,
+        false => LEAVE_WAIT_UNREACHABLE,
+    };
+    match tokio::time::timeout(wait, registrar.stop()).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => tracing::warn!(
             "could not remove this node's registry record ({e}); it expires by itself"
         ),
         Err(_) => tracing::warn!(
-            "removing this node's registry record took over {LEAVE_WAIT:?}; it expires by itself"
+            "removing this node's registry record took over {wait:?}; it expires by itself"
         ),
     }
 }

@@ -247,3 +247,24 @@ pub fn a_node_serves_without_nats_and_registers_when_it_comes() -> TestResult {
     println!("registered {took:?} after NATS came up");
     Ok(())
 }
+
+/// A node whose NATS went away after it registered stops without waiting out the removal of a
+/// record it cannot reach (which expires by itself): well under the 5 s it waits with NATS up.
+pub fn a_node_whose_nats_is_gone_stops_at_once() -> TestResult {
+    let nats = nats_or_skip!();
+    let url = nats.url();
+    let node = member(&url, "orphan");
+    until(node.runtime(), &url, WAIT, "registered", |nodes| {
+        named(nodes, "orphan").is_some()
+    })?;
+    drop(nats);
+    // The node's connection sees the server's socket close at once; a moment for it to say so.
+    std::thread::sleep(Duration::from_millis(500));
+    let start = Instant::now();
+    drop(node);
+    let took = start.elapsed();
+    println!("stopped {took:?} after the stop with NATS gone");
+    check(took < Duration::from_secs(3), || {
+        format!("the stop took {took:?} with NATS gone")
+    })
+}

@@ -437,6 +437,10 @@ fn main() -> ExitCode {
             "cluster::a_node_serves_without_nats_and_registers_when_it_comes",
             cluster::a_node_serves_without_nats_and_registers_when_it_comes,
         ),
+        (
+            "cluster::a_node_whose_nats_is_gone_stops_at_once",
+            cluster::a_node_whose_nats_is_gone_stops_at_once,
+        ),
     ];
     let trials = tests
         .into_iter()

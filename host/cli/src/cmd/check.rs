@@ -11,7 +11,14 @@ use tasklet_runtime::{Manifest, Policy};
 
 /// Validate a tasklet's manifest and its component, and print what this node's policy grants it.
 /// Exits with 1 when the component is missing, unreadable or not a WebAssembly component.
+///
+/// A manifest's errors name the key and the line; with --policy the grant is what a node run
+/// with that policy gives the tasklet (the intersection of the two), and a policy a node would
+/// refuse to start with is refused here too.
 #[derive(clap::Args, Debug)]
+#[command(after_help = "Examples:\n  \
+    tasklet check tasklets/vector-add                             the manifest, its component, the default grant\n  \
+    tasklet check tasklets/iota/tasklet.toml --policy node.toml   the grant under a node's policy")]
 pub struct CheckArgs {
     /// A tasklet folder (with tasklet.toml) or a manifest file.
     pub tasklet: PathBuf,

@@ -2,6 +2,7 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use rcgen::{Issuer, KeyPair, PublicKeyData};
 
@@ -81,7 +82,7 @@ pub fn init(dir: impl AsRef<Path>, extra_names: &[String]) -> Result<CertDir, Er
 /// use somewhere, and a new one is a deliberate step.
 pub fn issue(dir: impl AsRef<Path>, tenant: &Tenant, validity: Validity) -> Result<PathBuf, Error> {
     let dir = CertDir::new(dir.as_ref());
-    let issuer = load_issuer(&dir)?;
+    let issuer = load_issuer(&dir, &validity)?;
     let (cert_path, key_path) = (dir.tenant_cert(tenant), dir.tenant_key(tenant));
     for existing in [&key_path, &cert_path] {
         if existing.exists() {
@@ -121,15 +122,17 @@ pub fn issue_node(
 ) -> Result<(), Error> {
     let dir = CertDir::new(dir.as_ref());
     let params = profiles::node(extra_names, &validity)?;
-    let issuer = load_issuer(&dir)?;
+    let issuer = load_issuer(&dir, &validity)?;
     let key = KeyPair::generate()?;
     let cert = params.signed_by(&key, &issuer)?;
     files::replace(&dir.node_key(), key.serialize_pem().as_bytes(), PRIVATE)?;
     files::replace(&dir.node_cert(), cert.pem().as_bytes(), PUBLIC)
 }
 
-/// The folder's CA, ready to sign: its certificate, and its key checked against it.
-fn load_issuer(dir: &CertDir) -> Result<Issuer<'static, KeyPair>, Error> {
+/// The folder's CA, ready to sign a certificate valid for `validity`: its certificate, and its
+/// key checked against it; refused if that certificate would outlive the CA (every peer would
+/// refuse it from the day the CA expires).
+fn load_issuer(dir: &CertDir, validity: &Validity) -> Result<Issuer<'static, KeyPair>, Error> {
     let (cert_path, key_path) = (dir.ca_cert(), dir.ca_key());
     let cert = files::read_cert(&cert_path, hint::CA_FOLDER)?;
     let key_der = files::read_key(&key_path, hint::CA_KEY)?;
@@ -152,7 +155,22 @@ fn load_issuer(dir: &CertDir) -> Result<Issuer<'static, KeyPair>, Error> {
             key: key_path,
         });
     }
+    let ca_ends = parsed.validity().not_after.timestamp();
+    if unix(validity.not_after()) > ca_ends {
+        return Err(Error::OutlivesCa {
+            ca: cert_path,
+            ca_ends: parsed.validity().not_after.to_string(),
+            // Whole days that still fit, a second's margin for the time it takes to ask again.
+            days_left: (ca_ends - unix(SystemTime::now()) - 1).max(0) / 86_400,
+        });
+    }
     Issuer::from_ca_cert_der(&cert, key).map_err(|err| not_a_ca(err.to_string()))
+}
+
+/// Seconds from the Unix epoch to `time` (0 before it).
+fn unix(time: SystemTime) -> i64 {
+    time.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
 fn ca_exists(dir: &CertDir, existing: PathBuf) -> Error {

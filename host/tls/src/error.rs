@@ -82,6 +82,18 @@ pub enum Error {
         /// What is wrong with it.
         reason: &'static str,
     },
+    /// A certificate asked for would still be valid after its CA expires.
+    #[error(
+        "the certificate would outlive its CA ({} expires on {ca_ends}, {days_left} days from now): \
+         give `--days {days_left}` or fewer, or make a new CA with `tasklet certs init` in another folder",
+        ca.display()
+    )]
+    OutlivesCa {
+        ca: PathBuf,
+        /// When the CA expires, as the certificate says.
+        ca_ends: String,
+        days_left: i64,
+    },
     /// Making or signing a certificate failed.
     #[error("cannot generate a certificate: {0}")]
     Generate(#[from] rcgen::Error),

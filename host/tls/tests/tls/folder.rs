@@ -353,3 +353,27 @@ fn a_node_certificate_clients_would_refuse_is_refused_at_start() {
     let (_temp, dir) = init_folder(&["gpu-7.example".to_owned()]);
     server_config(dir.root()).expect("the node's own certificate");
 }
+
+/// A certificate that would still be valid after its CA expires (useless from that day) is
+/// refused, saying how many days are left to give; one within the CA's life is issued.
+#[test]
+fn a_certificate_that_would_outlive_its_ca_is_refused_saying_the_days_left() {
+    let (_temp, dir) = init_folder(&[]);
+    let too_long = Validity::days(tasklet_tls::CA_DAYS + 1).unwrap();
+    for err in [
+        issue(dir.root(), &tenant("eve"), too_long).unwrap_err(),
+        tasklet_tls::issue_node(dir.root(), &[], too_long).unwrap_err(),
+    ] {
+        assert!(matches!(err, Error::OutlivesCa { .. }), "{err}");
+        let text = err.to_string();
+        let left = tasklet_tls::CA_DAYS - 1;
+        assert!(
+            text.contains("would outlive its CA") && text.contains(&format!("--days {left}")),
+            "{text}"
+        );
+    }
+    assert!(!CertDir::new(dir.root())
+        .tenant_cert(&tenant("eve"))
+        .exists());
+    issue(dir.root(), &tenant("eve"), Validity::days(30).unwrap()).unwrap();
+}

@@ -201,7 +201,8 @@ impl Cause {
                 format!("TLS alert {alert:?}")
             }
             Self::NoCommonProtocol => format!(
-                "the client and the node have no protocol version in common; this build speaks {}",
+                "the client and the node have no protocol version in common; this build speaks {} \
+                 (the other side offered another version of it, or another protocol altogether)",
                 String::from_utf8_lossy(crate::ALPN)
             ),
         }
@@ -219,7 +220,7 @@ impl Cause {
             Self::NodeCertNameMismatch => "connect by a name or address the node's certificate lists, or reissue it with that name (`tasklet certs node DIR --name NAME`)",
             Self::NodeCertExpired => "renew the node's certificate from its CA, and check both machines' clocks",
             Self::NodeCertWrongPurpose => "the node must present its node.pem",
-            Self::NoCommonProtocol => "run the same version of tasklet on the client and the node",
+            Self::NoCommonProtocol => "if both are tasklet, run the same version of it on the client and the node",
         }
     }
 }

@@ -734,7 +734,8 @@ fn children(pid: u32) -> Vec<i32> {
 
 /// A node goes on starting workers after the file of its program is replaced (a rebuild or an
 /// upgrade under a running node): its workers run the node's own image, not what that path holds
-/// now, which a host of another build could not speak to.
+/// now, which a host of another build could not speak to. They are listed (`ps`) under the
+/// program's path, not the `/proc/self/exe` they are started through.
 #[test]
 fn a_node_whose_program_file_is_replaced_still_starts_workers() {
     let dir = tempfile::tempdir().unwrap();
@@ -747,6 +748,22 @@ fn a_node_whose_program_file_is_replaced_still_starts_workers() {
     let result = std::panic::catch_unwind(|| {
         let inventory = first_inventory(&addr, certs, false);
         assert!(inventory.status.success(), "{}", text(&inventory.stderr));
+        let start = Instant::now();
+        let mut named = Vec::new();
+        while named.is_empty() && start.elapsed() < WAIT {
+            named = children(node.id())
+                .iter()
+                .filter_map(|w| std::fs::read(format!("/proc/{w}/cmdline")).ok())
+                .filter(|line| !line.is_empty())
+                .map(|line| String::from_utf8_lossy(&line).replace('\0', " "))
+                .collect();
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let expected = format!("{} worker ", program.display());
+        assert!(
+            !named.is_empty() && named.iter().all(|line| line.starts_with(&expected)),
+            "workers listed as {named:?}, not under {expected:?}"
+        );
         // Replaced, as a rebuild does (a new file renamed over the old), by a program that is
         // not a worker at all; then its warm workers are killed, so the next lease needs a new
         // one.

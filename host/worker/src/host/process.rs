@@ -4,6 +4,7 @@
 use std::io;
 use std::os::fd::RawFd;
 use std::os::unix::process::CommandExt;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{mpsc, Mutex};
 use std::time::Duration;
@@ -75,6 +76,14 @@ impl Proc {
         binding: &DeviceBinding,
     ) -> Result<Proc, WorkerError> {
         let mut cmd = Command::new(&command.program);
+        // A host that starts its workers through `/proc/self/exe` (the image it runs, even once
+        // its file was replaced) would list them in `ps` under that name: they go under the
+        // program's own path instead, so that `ps | grep tasklet` finds them beside their host.
+        if command.program == Path::new("/proc/self/exe") {
+            if let Ok(exe) = std::env::current_exe() {
+                cmd.arg0(exe);
+            }
+        }
         if let Some((key, value)) = binding.env() {
             cmd.env(key, value);
         }

@@ -136,6 +136,22 @@ async fn read_head(stream: &mut TcpStream) -> Asked {
         if !head[0].is_ascii_uppercase() {
             return Asked::Refused(Status::BadRequest);
         }
+        // So is a request line with a byte no request line holds (a control or a non-ASCII
+        // byte) or, once it is whole, one that is not `METHOD /path HTTP/1.x`: what follows it
+        // cannot mend it.
+        let line_end = head.iter().position(|&b| b == b'\n');
+        let line = &head[..line_end.unwrap_or(head.len())];
+        if line
+            .iter()
+            .any(|&b| !(b' '..=b'~').contains(&b) && b != b'\r')
+        {
+            return Asked::Refused(Status::BadRequest);
+        }
+        if let Some(end) = line_end {
+            if parse(&head[..end]) == Asked::Refused(Status::BadRequest) {
+                return Asked::Refused(Status::BadRequest);
+            }
+        }
         // The limit is on the head with its closing blank line, however the reads fell.
         match head_end(&head) {
             Some((end, blank)) if end + blank <= MAX_HEAD => return parse(&head[..end]),

@@ -342,27 +342,33 @@ pub fn garbage_to_the_metrics_port_gets_4xx_and_the_node_serves_on() -> TestResu
         })?;
     }
 
-    // A TLS client hello (what `curl https://…` sends), the connection kept open: refused at
-    // once, not after the head's time is up.
-    let mut stream = TcpStream::connect_timeout(&addr, WAIT).map_err(|e| e.to_string())?;
-    stream
-        .set_read_timeout(Some(WAIT))
-        .map_err(|e| e.to_string())?;
-    let start = Instant::now();
-    stream
-        .write_all(&[
-            0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03,
-        ])
-        .map_err(|e| e.to_string())?;
-    let mut answer = Vec::new();
-    stream
-        .read_to_end(&mut answer)
-        .map_err(|e| format!("a TLS hello: {e}"))?;
-    let (status, _) = status_and_body(&answer)?;
-    check(
-        status == 400 && start.elapsed() < Duration::from_secs(2),
-        || format!("a TLS hello: {status} after {:?}", start.elapsed()),
-    )?;
+    // A TLS client hello (what `curl https://…` sends), and garbage that starts as a method
+    // would, the connection kept open: refused at once, not after the head's time is up.
+    let hello: &[u8] = &[
+        0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03,
+    ];
+    for (what, bytes) in [
+        ("a TLS hello", hello),
+        ("a capital, then binary", b"O\x01\xfe\x00garbage"),
+        ("a request line of garbage", b"GET \xff\xfe\n"),
+        ("a request line that is not one", b"GET /metrics\r\n"),
+    ] {
+        let mut stream = TcpStream::connect_timeout(&addr, WAIT).map_err(|e| e.to_string())?;
+        stream
+            .set_read_timeout(Some(WAIT))
+            .map_err(|e| e.to_string())?;
+        let start = Instant::now();
+        stream.write_all(bytes).map_err(|e| e.to_string())?;
+        let mut answer = Vec::new();
+        stream
+            .read_to_end(&mut answer)
+            .map_err(|e| format!("{what}: {e}"))?;
+        let (status, _) = status_and_body(&answer)?;
+        check(
+            status == 400 && start.elapsed() < Duration::from_secs(2),
+            || format!("{what}: {status} after {:?}", start.elapsed()),
+        )?;
+    }
 
     // Silent clients: those past the number answered at once are closed at once; the others
     // are told 408 when their time is up.

@@ -62,15 +62,17 @@ fn split_number(text: &str) -> Result<(u64, &str), String> {
     Ok((number, text[digits..].trim_start()))
 }
 
+/// The binary units sizes are written in, largest first.
+const BINARY_UNITS: [(&str, u64); 4] = [
+    ("TiB", 1 << 40),
+    ("GiB", 1 << 30),
+    ("MiB", 1 << 20),
+    ("KiB", 1 << 10),
+];
+
 /// Formats a byte count the way a person would write it back into a manifest.
 pub fn format_size(bytes: u64) -> String {
-    const UNITS: [(&str, u64); 4] = [
-        ("TiB", 1 << 40),
-        ("GiB", 1 << 30),
-        ("MiB", 1 << 20),
-        ("KiB", 1 << 10),
-    ];
-    for (name, scale) in UNITS {
+    for (name, scale) in BINARY_UNITS {
         if bytes >= scale && bytes.is_multiple_of(scale) {
             return format!("{}{name}", bytes / scale);
         }
@@ -82,13 +84,7 @@ pub fn format_size(bytes: u64) -> String {
 /// `140.4 GiB`, `256 MiB`, `512 B`. For reading only: a size that must stay exact (one to write
 /// back into a manifest) is [`format_size`]'s (`256MiB`, `1000B`).
 pub fn rounded_size(bytes: u64) -> String {
-    const UNITS: [(&str, u64); 4] = [
-        ("TiB", 1 << 40),
-        ("GiB", 1 << 30),
-        ("MiB", 1 << 20),
-        ("KiB", 1 << 10),
-    ];
-    for (name, scale) in UNITS {
+    for (name, scale) in BINARY_UNITS {
         if bytes >= scale {
             let whole = bytes / scale;
             return if whole * scale == bytes {
@@ -104,6 +100,14 @@ pub fn rounded_size(bytes: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rounded_sizes_read_as_a_person_reads_them() {
+        assert_eq!(rounded_size(256 << 20), "256 MiB");
+        assert_eq!(rounded_size((3 << 30) + (1 << 29)), "3.5 GiB");
+        assert_eq!(rounded_size(512), "512 B");
+        assert_eq!(rounded_size(4 << 40), "4 TiB");
+    }
 
     #[test]
     fn sizes() {

@@ -146,7 +146,7 @@ impl HostArgs {
         };
         let say = |line: String| {
             if !quiet {
-                eprintln!("tasklet: {line}");
+                errln!("tasklet: {line}");
             }
         };
         match self.backend {

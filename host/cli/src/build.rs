@@ -192,7 +192,7 @@ pub fn ensure_target() -> Result<()> {
     {
         return Ok(());
     }
-    eprintln!("tasklet: installing the {WASM_TARGET} target with rustup (once)");
+    errln!("tasklet: installing the {WASM_TARGET} target with rustup (once)");
     let status = Command::new("rustup")
         .args(["target", "add", WASM_TARGET])
         .status()

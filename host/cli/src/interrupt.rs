@@ -78,16 +78,42 @@ pub fn interrupted() -> bool {
     stopped_by().is_some()
 }
 
-/// The first of SIGINT, SIGTERM and SIGHUP to come; `None` if they cannot be watched.
+/// The first of SIGINT, SIGTERM and SIGHUP to come, of those this process does not ignore
+/// (`nohup` ignores SIGHUP, a script's background job SIGINT: they stay ignored).
 async fn stop_signal() -> Option<Stop> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut interrupt = signal(SignalKind::interrupt()).ok()?;
-    let mut terminate = signal(SignalKind::terminate()).ok()?;
-    let mut hangup = signal(SignalKind::hangup()).ok()?;
+    use tokio::signal::unix::{signal, Signal, SignalKind};
+    let watch = |kind: SignalKind| match ignored(kind.as_raw_value()) {
+        true => None,
+        false => signal(kind).ok(),
+    };
+    async fn next(signal: &mut Option<Signal>) {
+        match signal {
+            Some(signal) => {
+                signal.recv().await;
+            }
+            None => std::future::pending().await,
+        }
+    }
+    let mut interrupt = watch(SignalKind::interrupt());
+    let mut terminate = watch(SignalKind::terminate());
+    let mut hangup = watch(SignalKind::hangup());
+    if interrupt.is_none() && terminate.is_none() && hangup.is_none() {
+        return None;
+    }
     tokio::select! {
-        _ = interrupt.recv() => Some(Stop::Interrupt),
-        _ = terminate.recv() => Some(Stop::Terminate),
-        _ = hangup.recv() => Some(Stop::Hangup),
+        () = next(&mut interrupt) => Some(Stop::Interrupt),
+        () = next(&mut terminate) => Some(Stop::Terminate),
+        () = next(&mut hangup) => Some(Stop::Hangup),
+    }
+}
+
+/// Whether `signal` is ignored in this process (inherited SIG_IGN).
+fn ignored(signal: libc::c_int) -> bool {
+    // SAFETY: with a null new action, sigaction(2) only writes the current one into `old`.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(signal, std::ptr::null(), &mut old) == 0
+            && old.sa_sigaction == libc::SIG_IGN
     }
 }
 
@@ -97,11 +123,21 @@ pub fn finishing() -> MutexGuard<'static, ()> {
     ENDING.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Closes `client`'s connection if a signal stops the command.
+/// Closes `client`'s connection if a signal stops the command (at once if one already did:
+/// nothing is asked of a node after the stop).
 pub fn close_on_interrupt(client: &NodeClient) {
-    OPEN.lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .push(client.closer());
+    {
+        let mut open = OPEN.lock().unwrap_or_else(PoisonError::into_inner);
+        // Read under the lock the watcher empties the list under: a client registered after
+        // the watcher took the list sees the signal here.
+        if interrupted() {
+            client
+                .closer()
+                .close("the client was interrupted", CLOSE_WAIT);
+            return;
+        }
+        open.push(client.closer());
+    }
     WATCH.call_once(|| {
         let watcher = std::thread::Builder::new()
             .name("tasklet-interrupt".into())
@@ -115,9 +151,11 @@ pub fn close_on_interrupt(client: &NodeClient) {
                 let Some(stop) = runtime.block_on(stop_signal()) else {
                     return;
                 };
-                STOPPED_BY.store(stop.number(), Ordering::Release);
-                let open =
-                    std::mem::take(&mut *OPEN.lock().unwrap_or_else(PoisonError::into_inner));
+                let open = {
+                    let mut open = OPEN.lock().unwrap_or_else(PoisonError::into_inner);
+                    STOPPED_BY.store(stop.number(), Ordering::Release);
+                    std::mem::take(&mut *open)
+                };
                 for closer in open {
                     closer.close("the client was interrupted", CLOSE_WAIT);
                 }

@@ -20,6 +20,15 @@ macro_rules! out {
     }};
 }
 
+/// `eprintln!` that never panics: a line for stderr that cannot be written (a terminal hung up,
+/// a closed pipe) is dropped, so that the command still ends as it would have, with its status.
+macro_rules! errln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+    }};
+}
+
 mod backend;
 mod build;
 mod cluster;
@@ -153,7 +162,7 @@ fn refused_arguments(err: clap::Error) -> ExitCode {
 /// script reading the output sees the failure too.
 fn report(e: &anyhow::Error, json: bool) {
     let line = one_line(e);
-    eprintln!("error: {line}");
+    errln!("error: {line}");
     if json {
         report_json(&line);
     }

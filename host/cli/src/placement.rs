@@ -119,11 +119,13 @@ struct Refresh {
 impl Fallback for NextNodes {
     fn next_node(&mut self, why: &str) -> Option<Result<NodeClient, ClientError>> {
         self.failed.note(&self.current);
+        // Stopped by a signal: the lost node was closed by this client, not lost.
+        if crate::interrupt::interrupted() {
+            return None;
+        }
         if self.rest.is_empty() {
             let refresh = self.refresh.take()?;
-            eprintln!(
-                "tasklet: {why}; no node of the placement is left, reading the registry again"
-            );
+            errln!("tasklet: {why}; no node of the placement is left, reading the registry again");
             match refresh.registry.live() {
                 Ok(nodes) => {
                     self.rest = candidates(
@@ -134,13 +136,14 @@ impl Fallback for NextNodes {
                         &refresh.tenant,
                     );
                 }
-                Err(e) => eprintln!("tasklet: cannot read the registry again: {e:#}"),
+                Err(e) => errln!("tasklet: cannot read the registry again: {e:#}"),
             }
         }
         let (placed, options) = self.rest.pop_front()?;
-        eprintln!(
+        errln!(
             "tasklet: {why}; its stateless GPU calls go on on node {} ({})",
-            placed.name, placed.addr
+            placed.name,
+            placed.addr
         );
         self.current = placed.name;
         let client = NodeClient::connect_with(&options);
@@ -248,13 +251,18 @@ pub fn place_keeping_rest<T>(
     let (mut attempts, mut read_again) = (0, false);
     let mut refusals = String::new();
     while attempts < tries {
+        // Stopped by a signal: no other node is asked (the last one's connection was closed by
+        // this client, which is why it failed).
+        if crate::interrupt::interrupted() {
+            break;
+        }
         let Some((placed, options)) = queue.pop_front() else {
             if read_again {
                 break;
             }
             // Every candidate failed: the view may be older than the cluster.
             read_again = true;
-            eprintln!("tasklet: no node of the placement took it; reading the registry again");
+            errln!("tasklet: no node of the placement took it; reading the registry again");
             let nodes = registry.live()?;
             queue = candidates(requirement, &nodes, &failed, &remote.certs, &tenant);
             total += queue.len();
@@ -272,6 +280,11 @@ pub fn place_keeping_rest<T>(
             Err(lost @ ClientError::Disconnected(_)) => Err(Tried::Refused(lost)),
             Err(err) => Err(err.into()),
         };
+        // Stopped by a signal while the node was asked: it failed because this client closed
+        // its connection, and says nothing more (the command says it was stopped).
+        if tried.is_err() && crate::interrupt::interrupted() {
+            bail!("stopped by a signal while node {} was asked", placed.name);
+        }
         let err = match tried {
             Ok(answer) => {
                 let rest = NextNodes {
@@ -292,9 +305,10 @@ pub fn place_keeping_rest<T>(
                 return Err(err.context(format!("node {} ({})", placed.name, placed.addr)))
             }
             Err(Tried::Refused(err)) => {
-                eprintln!(
+                errln!(
                     "tasklet: node {} ({}) did not take it: {err}",
-                    placed.name, placed.addr
+                    placed.name,
+                    placed.addr
                 );
                 err
             }
@@ -303,9 +317,10 @@ pub fn place_keeping_rest<T>(
                     true => "; running it on the next node",
                     false => "",
                 };
-                eprintln!(
+                errln!(
                     "tasklet: node {} ({}) was lost before it answered ({err}){next}",
-                    placed.name, placed.addr
+                    placed.name,
+                    placed.addr
                 );
                 err
             }

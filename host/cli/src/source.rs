@@ -26,7 +26,7 @@ impl Source {
             let component = &source.manifest.component;
             if build::is_cargo_project(path) {
                 if let Some(why) = build::staleness(path, component) {
-                    eprintln!(
+                    errln!(
                         "tasklet: building {} with cargo ({why})",
                         source.manifest.name
                     );
@@ -40,7 +40,7 @@ impl Source {
                     build::how_to_build(path)
                 );
             } else if build::sources_newer(path, component) {
-                eprintln!(
+                errln!(
                     "tasklet: note: files in {} are newer than its component; {}",
                     path.display(),
                     build::how_to_build(path)
@@ -91,7 +91,7 @@ impl Source {
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_else(|| "tasklet".into());
-        eprintln!("tasklet: no {MANIFEST_FILE} beside {}; granting one lease of up to 256MiB for 60s with every right", path.display());
+        errln!("tasklet: no {MANIFEST_FILE} beside {}; granting one lease of up to 256MiB for 60s with every right", path.display());
         let text = format!(
             "name = {name:?}\ncomponent = {:?}\n[gpu]\nmax-vram = \"256MiB\"\nmax-leases = 1\nmax-lease-secs = \"60s\"\nrights = [\"alloc\", \"write\", \"read\", \"load\", \"launch\"]\n",
             path.display().to_string()

@@ -70,7 +70,7 @@ pub fn run(args: CheckArgs) -> Result<ExitCode> {
     if component.is_usable() {
         return Ok(ExitCode::SUCCESS);
     }
-    eprintln!(
+    errln!(
         "{}: {}: {component}",
         manifest.name,
         manifest.component.display()

@@ -153,7 +153,7 @@ fn push(args: PushArgs) -> Result<ExitCode> {
             Some((_, addr)) => addr.clone(),
             None => format!("the cluster, for tenant {}", args.target.tenant),
         };
-        eprintln!(
+        errln!(
             "tasklet: {} {} on {place}",
             source.manifest.name,
             match (pushed.already_present, pushed.uploaded) {
@@ -212,7 +212,7 @@ fn ensure_pushed(client: &mut NodeClient, source: &Source, component: &[u8]) -> 
     if pushed.digest != digest {
         // The node's digest is the one that names the deployment there; a client computing
         // another would only ever upload again, so say so.
-        eprintln!(
+        errln!(
             "tasklet: warning: the node names this deployment {} where this client computed {digest}",
             pushed.digest
         );
@@ -304,7 +304,7 @@ fn run_deployed(args: RunArgs) -> Result<ExitCode> {
                 |mut client, placed| push_and_run(&mut client, &named, &input, placed),
             )?;
             if !args.json {
-                eprintln!("tasklet: ran on {} ({})", placed.name, placed.addr);
+                errln!("tasklet: ran on {} ({})", placed.name, placed.addr);
             }
             (run, digest, placed)
         }
@@ -334,7 +334,7 @@ fn run_deployed(args: RunArgs) -> Result<ExitCode> {
     } else {
         match run.message() {
             None => write_output(&run.output)?,
-            Some(message) => eprintln!("error: {message}"),
+            Some(message) => errln!("error: {message}"),
         }
     }
     Ok(ExitCode::from(code))
@@ -361,9 +361,11 @@ fn push_and_run(
                 }
             })?;
             if ensured.uploaded {
-                eprintln!(
+                errln!(
                     "tasklet: pushed {} to {} ({})",
-                    source.manifest.name, placed.addr, ensured.digest
+                    source.manifest.name,
+                    placed.addr,
+                    ensured.digest
                 );
             }
             ensured.digest

@@ -40,7 +40,7 @@ fn check(files: &[PathBuf]) -> Result<ExitCode> {
             Ok(b) => match String::from_utf8(b) {
                 Ok(s) => s,
                 Err(e) => {
-                    eprintln!(
+                    errln!(
                         "{shown}: not UTF-8 text (byte {})",
                         e.utf8_error().valid_up_to()
                     );
@@ -49,7 +49,7 @@ fn check(files: &[PathBuf]) -> Result<ExitCode> {
                 }
             },
             Err(e) => {
-                eprintln!("{shown}: {e}");
+                errln!("{shown}: {e}");
                 failed += 1;
                 continue;
             }
@@ -57,7 +57,7 @@ fn check(files: &[PathBuf]) -> Result<ExitCode> {
         let module = match tasklet_ptx::Module::parse(&src) {
             Ok(m) => m,
             Err(e) => {
-                eprintln!("{shown}:{}: {}", e.line, e.message);
+                errln!("{shown}:{}: {}", e.line, e.message);
                 failed += 1;
                 continue;
             }
@@ -89,7 +89,7 @@ fn check(files: &[PathBuf]) -> Result<ExitCode> {
         }
     }
     if failed > 0 {
-        eprintln!(
+        errln!(
             "{failed} of {} file{} failed",
             files.len(),
             if files.len() == 1 { "" } else { "s" }

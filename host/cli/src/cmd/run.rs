@@ -123,7 +123,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
                         .map_err(Tried::from)
                 },
             )?;
-            eprintln!("tasklet: GPU work on {} ({})", placed.name, placed.addr);
+            errln!("tasklet: GPU work on {} ({})", placed.name, placed.addr);
             let gpu = gpu.with_fallback(Box::new(rest));
             run_with(&args, gpu, manifest, grant, &input)?
         }
@@ -157,7 +157,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
             // Interrupted, the run failed because its connections were closed: the one line
             // that says so is the interruption's, which follows.
             if !crate::interrupt::interrupted() {
-                eprintln!("error: {e}");
+                errln!("error: {e}");
             }
             Ok(ExitCode::from(match e {
                 RunError::Failed(_) => 1,
@@ -168,7 +168,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     // The stats are on stderr: a reader of stdout that went away does not lose them.
     if args.stats {
         let (stats, run_time) = usage.unwrap_or((UsageStats::default(), wall_time));
-        eprintln!("{}", stats_line(&stats, run_time, loaded.as_ref()));
+        errln!("{}", stats_line(&stats, run_time, loaded.as_ref()));
     }
     code
 }

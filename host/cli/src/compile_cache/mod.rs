@@ -117,7 +117,7 @@ impl CompileCache {
                 sources: SourceDigests::new(&dir),
             })),
             Err(e) => {
-                eprintln!("tasklet: no compiled cache ({e}); compiling on every run");
+                errln!("tasklet: no compiled cache ({e}); compiling on every run");
                 Ok(None)
             }
         }
@@ -197,7 +197,7 @@ pub fn load(
         }
     };
     if let LoadKind::Discarded(why) = &kind {
-        eprintln!(
+        errln!(
             "tasklet: compiling {} again: its cached form was discarded ({why})",
             path.display()
         );
@@ -211,12 +211,12 @@ pub fn load(
     // A cache that cannot take it (a full disk, a read-only folder) costs the next run a compile.
     match compiled.put(&digest, &cache.engine, &bytes) {
         Ok(put) if put.stored => {}
-        Ok(_) => eprintln!(
+        Ok(_) => errln!(
             "tasklet: {} compiled is {} bytes, more than the compiled cache holds; not cached",
             path.display(),
             bytes.len()
         ),
-        Err(e) => eprintln!("tasklet: could not cache the compiled component: {e}"),
+        Err(e) => errln!("tasklet: could not cache the compiled component: {e}"),
     }
     tracing::info!(component = %digest, took = ?loaded.took, cache = loaded.kind.as_str(), "compiled");
     Ok((tasklet, loaded))

@@ -909,6 +909,61 @@ fn an_interrupted_client_frees_its_lease_at_once() {
     stopped_cleanly(node, result);
 }
 
+/// A client started with SIGHUP ignored (`nohup`, `trap '' HUP`) keeps running through a
+/// SIGHUP, its lease held; SIGTERM still stops it, freeing the lease at once.
+#[test]
+fn a_client_that_ignores_sighup_runs_on_through_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let (node, addr, certs) = serving_node(dir.path());
+    let (addr, certs) = (addr.as_str(), certs.as_str());
+    let result = std::panic::catch_unwind(|| {
+        let mut client = Command::new("sh")
+            .args(["-c", "trap '' HUP; exec \"$0\" \"$@\""])
+            .arg(env!("CARGO_BIN_EXE_tasklet"))
+            .args(probe_on_node(addr, certs))
+            .env(
+                "TASKLET_COMPILE_CACHE",
+                Path::new(env!("CARGO_TARGET_TMPDIR")).join("tasklet-cli-tests-compile-cache"),
+            )
+            .current_dir(crate::support::repo())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        client.stdin.take().unwrap().write_all(b"hold 60").unwrap();
+        let start = Instant::now();
+        while leases_on(addr, certs) == 0 && start.elapsed() < WAIT {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(leases_on(addr, certs), 1, "the client's lease never showed");
+        // SAFETY: plain kill(2) of our own child (the shell exec'd the client in its place).
+        unsafe { libc::kill(client.id() as i32, libc::SIGHUP) };
+        std::thread::sleep(Duration::from_millis(700));
+        assert!(
+            client.try_wait().unwrap().is_none(),
+            "the client ended on a SIGHUP it ignores"
+        );
+        assert_eq!(leases_on(addr, certs), 1, "the lease went with the SIGHUP");
+        // SAFETY: as above.
+        unsafe { libc::kill(client.id() as i32, libc::SIGTERM) };
+        let exited = wait_exit(&mut client, WAIT);
+        if exited.is_none() {
+            let _ = client.kill();
+        }
+        assert_eq!(exited.and_then(|s| s.code()), Some(143));
+        let stopped = Instant::now();
+        while leases_on(addr, certs) != 0 && stopped.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(
+            stopped.elapsed() < Duration::from_secs(3),
+            "the lease outlived the client"
+        );
+    });
+    stopped_cleanly(node, result);
+}
+
 /// SIGTERM drains a node that has a lease running (it waits for it); a second signal stops it
 /// at once, and it exits 1, not the 0 of a drain that ran its course.
 #[test]

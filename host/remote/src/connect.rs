@@ -244,19 +244,21 @@ fn check_fingerprint(
     }
 }
 
+/// What a client is told when the node turned its connection away at the door: it serves its
+/// most connections, or it is stopping (its endpoint refuses new connections while it closes).
+const NODE_FULL: &str = "the node refused the connection: it serves as many connections as it \
+    may (its max-connections, summed over every tenant), or it is stopping: try again later or \
+    another node";
+
 /// A connection error as the client reports it: a refused handshake explained in one line, or
 /// the loss of the connection.
-/// What a client is told when the node turned its connection away at the door.
-const NODE_FULL: &str = "the node refused the connection: it serves as many connections as it \
-    may (its max-connections, summed over every tenant), so it takes no new one now: try again \
-    later or another node";
-
 pub(crate) fn refusal_or_loss(err: &quinn::ConnectionError) -> ClientError {
     if tasklet_tls::Refusal::from_connection_error(err, Side::Client).is_some() {
         return ClientError::Refused(explain(err, Side::Client));
     }
-    // A node that serves as many connections as it may turns new ones away before their
-    // handshake (QUIC's CONNECTION_REFUSED); nothing of this client's was there.
+    // A node that serves as many connections as it may, or one that is stopping, turns new
+    // ones away before their handshake (QUIC's CONNECTION_REFUSED); nothing of this client's
+    // was there.
     if let quinn::ConnectionError::ConnectionClosed(close) = err {
         if close.error_code == quinn::TransportErrorCode::CONNECTION_REFUSED {
             return ClientError::Refused(NODE_FULL.into());

@@ -83,10 +83,20 @@ fn listen_address(text: &str) -> Result<SocketAddr, String> {
     if let Ok(ip) = bracketless.parse::<std::net::IpAddr>() {
         return Ok(SocketAddr::new(ip, tasklet_wire::DEFAULT_PORT));
     }
-    let with_port = match text.rsplit_once(':') {
-        Some((_, port)) if port.parse::<u16>().is_ok() => text.to_owned(),
-        _ => format!("{text}:{}", tasklet_wire::DEFAULT_PORT),
+    let (host, with_port) = match text.rsplit_once(':') {
+        Some((host, port)) if port.parse::<u16>().is_ok() => (host, text.to_owned()),
+        _ => (text, format!("{text}:{}", tasklet_wire::DEFAULT_PORT)),
     };
+    // Digits and dots that are no IP address (a port alone, `5701`; `1.2`) are not handed to
+    // the resolver, which would read them as an address of the old inet_aton forms.
+    if host.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+        && host.parse::<std::net::Ipv4Addr>().is_err()
+    {
+        return Err(format!(
+            "{text} is not an address to bind (IP[:PORT] or HOST[:PORT], e.g. 0.0.0.0:5701 or \
+             [::]:5701; a port alone is not one)"
+        ));
+    }
     bind_address(
         text,
         &with_port,
@@ -305,6 +315,13 @@ mod tests {
             resolved.ip().is_loopback() && resolved.port() == 5701,
             "{resolved}"
         );
+        for not_one in ["5701", "1.2", "1.2:80", ""] {
+            let err = listen_address(not_one).unwrap_err();
+            assert!(
+                err.contains("is not an address to bind"),
+                "{not_one}: {err}"
+            );
+        }
         let err = listen_address("127.0.0.1:x").unwrap_err();
         assert!(
             err.starts_with("127.0.0.1:x is not an address to bind (IP[:PORT]"),

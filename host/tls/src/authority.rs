@@ -160,8 +160,8 @@ fn load_issuer(dir: &CertDir, validity: &Validity) -> Result<Issuer<'static, Key
         return Err(Error::OutlivesCa {
             ca: cert_path,
             ca_ends: parsed.validity().not_after.to_string(),
-            // Whole days that still fit, a second's margin for the time it takes to ask again.
-            days_left: (ca_ends - unix(SystemTime::now()) - 1).max(0) / 86_400,
+            // Whole days that still fit, an hour's margin for the time it takes to ask again.
+            days_left: (ca_ends - unix(SystemTime::now()) - 3600).max(0) / 86_400,
         });
     }
     Issuer::from_ca_cert_der(&cert, key).map_err(|err| not_a_ca(err.to_string()))

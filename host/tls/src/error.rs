@@ -84,14 +84,22 @@ pub enum Error {
     },
     /// A certificate asked for would still be valid after its CA expires.
     #[error(
-        "the certificate would outlive its CA ({} expires on {ca_ends}, {days_left} days from now): \
-         give `--days {days_left}` or fewer, or make a new CA with `tasklet certs init` in another folder",
-        ca.display()
+        "the certificate would outlive its CA ({} expires on {ca_ends}): {}",
+        ca.display(),
+        match days_left {
+            0 => "less than a day of the CA is left: make a new CA with `tasklet certs init` in \
+                  another folder and issue every certificate from it"
+                .to_owned(),
+            n => format!(
+                "give `--days {n}` or fewer, or make a new CA with `tasklet certs init` in another folder"
+            ),
+        }
     )]
     OutlivesCa {
         ca: PathBuf,
         /// When the CA expires, as the certificate says.
         ca_ends: String,
+        /// Whole days a certificate issued now may last within the CA's life (0: less than one).
         days_left: i64,
     },
     /// Making or signing a certificate failed.

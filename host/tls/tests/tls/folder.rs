@@ -376,4 +376,15 @@ fn a_certificate_that_would_outlive_its_ca_is_refused_saying_the_days_left() {
         .tenant_cert(&tenant("eve"))
         .exists());
     issue(dir.root(), &tenant("eve"), Validity::days(30).unwrap()).unwrap();
+    // With less than a day of the CA left, no `--days` would do: a new CA is the advice.
+    let last_day = Error::OutlivesCa {
+        ca: "certs/ca.pem".into(),
+        ca_ends: "Dec  1 00:00:00 2036 +00:00".into(),
+        days_left: 0,
+    }
+    .to_string();
+    assert!(
+        last_day.contains("less than a day of the CA is left") && !last_day.contains("--days"),
+        "{last_day}"
+    );
 }

@@ -12,6 +12,18 @@ pub const MANIFEST_FILE: &str = "tasklet.toml";
 /// The longest tasklet name a manifest may give.
 const MAX_NAME_CHARS: usize = 64;
 
+/// Whether `c` would move, break or reorder the text around a name printed in it: a control
+/// character, a line or paragraph separator, or a bidirectional formatting character.
+fn moves_text(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{2028}' | '\u{2029}' | '\u{200E}' | '\u{200F}' | '\u{061C}'
+        )
+        || ('\u{202A}'..='\u{202E}').contains(&c)
+        || ('\u{2066}'..='\u{2069}').contains(&c)
+}
+
 /// A validated manifest.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Manifest {
@@ -150,11 +162,11 @@ impl Manifest {
         }
         // The name is printed to terminals and written to a node's logs: nothing in it may
         // move a cursor, start a line or color what follows.
-        if raw.name.chars().count() > MAX_NAME_CHARS || raw.name.chars().any(char::is_control) {
+        if raw.name.chars().count() > MAX_NAME_CHARS || raw.name.chars().any(moves_text) {
             return Err((
                 line_of("name"),
                 format!(
-                    "`name` \"{}\" must be at most {MAX_NAME_CHARS} characters, none of them a control character (a newline, tab or escape)",
+                    "`name` \"{}\" must be at most {MAX_NAME_CHARS} characters, none of them a control character (a newline, tab or escape) or one that reorders or breaks text (U+2028, U+202E, …)",
                     raw.name.chars().take(MAX_NAME_CHARS).collect::<String>().escape_debug()
                 ),
             ));
@@ -244,12 +256,18 @@ rights = ["alloc", "read", "launch"]
 
     #[test]
     fn a_name_with_control_characters_or_too_long_is_refused_on_its_line() {
-        for bad in ["iota\\nINFO fake", "red\\u001b[31m", &"n".repeat(65)] {
+        for bad in [
+            "iota\\nINFO fake",
+            "red\\u001b[31m",
+            "evil\\u202Etxt.exe",
+            "two\\u2028lines",
+            &"n".repeat(65),
+        ] {
             let text = GOOD.replace("name = \"iota\"", &format!("name = \"{bad}\""));
             let (line, msg) = Manifest::parse(&text, Path::new(".")).unwrap_err();
             assert_eq!(line, Some(2), "{msg}");
             assert!(msg.contains("must be at most 64 characters"), "{msg}");
-            assert!(!msg.chars().any(char::is_control), "{msg:?}");
+            assert!(!msg.chars().any(moves_text), "{msg:?}");
         }
         let ok = GOOD.replace("name = \"iota\"", "name = \"my tasklet v1.2\"");
         assert_eq!(

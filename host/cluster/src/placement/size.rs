@@ -42,8 +42,13 @@ impl SizeError {
 
 /// Parses a whole number followed by an optional unit.
 pub(crate) fn parse_size(text: &str) -> Result<u64, SizeError> {
-    let digits = text.bytes().take_while(u8::is_ascii_digit).count();
-    if digits == 0 {
+    // As manifests read sizes: blanks around it ignored, `_` between digits allowed.
+    let text = text.trim();
+    let digits = text
+        .bytes()
+        .take_while(|b| b.is_ascii_digit() || *b == b'_')
+        .count();
+    if !text.starts_with(|c: char| c.is_ascii_digit()) {
         return Err(SizeError::NoNumber);
     }
     let (number, unit) = text.split_at(digits);
@@ -51,6 +56,7 @@ pub(crate) fn parse_size(text: &str) -> Result<u64, SizeError> {
     if unit.starts_with(['.', ',']) {
         return Err(SizeError::NoNumber);
     }
+    let number: String = number.chars().filter(|&c| c != '_').collect();
     let number: u64 = number.parse().map_err(|_| SizeError::TooLarge)?;
     let unit = unit.trim_start();
     let multiplier = if unit.is_empty() {
@@ -83,6 +89,8 @@ mod tests {
     fn units() {
         assert_eq!(parse_size("8GiB"), Ok(8 << 30));
         assert_eq!(parse_size("16kB"), Ok(16_000));
+        assert_eq!(parse_size("8_192MiB"), Ok(8192 << 20));
+        assert_eq!(parse_size(" 8GiB "), Ok(8 << 30));
         assert_eq!(parse_size("512MiB"), Ok(512 << 20));
         assert_eq!(parse_size("16GB"), Ok(16_000_000_000));
         assert_eq!(parse_size("4096"), Ok(4096));

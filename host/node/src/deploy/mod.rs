@@ -36,7 +36,7 @@ use std::sync::Arc;
 use store_lock::StoreLock;
 pub use store_lock::StoreLockError;
 use tasklet_deploy::{DeployConfig, Deployer, ExitStatus, Push, RunOutcome};
-use tasklet_runtime::config::units::rounded_size;
+use tasklet_runtime::config::units::{format_size, rounded_size};
 use tasklet_runtime::config::{Grant, Manifest};
 use tasklet_runtime::gpu::LocalGpu;
 use tasklet_runtime::{Host, RunError, RunStop, Teardown};
@@ -338,17 +338,27 @@ fn admit(host: &Host, ceiling: &Grant, manifest: &Manifest) -> Result<(), Failur
     let grant = ceiling.narrowed(&manifest.limits, &manifest.gpu);
     let (wanted, free) = (grant.gpu.max_vram, host.free_memory());
     if grant.gpu.max_leases > 0 && wanted > free {
+        let (free, wanted) = sizes_told_apart(free, wanted);
         return Err(Failure::new(
             ErrorCode::CapacityExceeded,
             format!(
-                "this node has {} of device memory free and the tasklet may ask for {} (its \
-                 manifest's max-vram, within the tenant's policy): try another node or later",
-                rounded_size(free),
-                rounded_size(wanted)
+                "this node has {free} of device memory free and the tasklet may ask for \
+                 {wanted} (its manifest's max-vram, within the tenant's policy): try another node \
+                 or later"
             ),
         ));
     }
     Ok(())
+}
+
+/// Two sizes for one message: rounded for reading, unless rounding would make them look the
+/// same (4095 MiB and 4 GiB both read 4.0 GiB), then exact.
+fn sizes_told_apart(a: u64, b: u64) -> (String, String) {
+    let same = |x: &str, y: &str| x.replace(".0 ", " ") == y.replace(".0 ", " ");
+    match (rounded_size(a), rounded_size(b)) {
+        (x, y) if same(&x, &y) && a != b => (format_size(a), format_size(b)),
+        rounded => rounded,
+    }
 }
 
 /// A deployment's manifest as pushed (`tasklet.toml` text), if it parses: admission reads its
@@ -453,6 +463,18 @@ pub(crate) fn to_wire(digest: &Digest) -> tasklet_wire::Digest {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_in_a_refusal_are_rounded_unless_that_hides_the_difference() {
+        assert_eq!(
+            sizes_told_apart(128 << 20, 256 << 20),
+            ("128 MiB".to_owned(), "256 MiB".to_owned())
+        );
+        assert_eq!(
+            sizes_told_apart(4095 << 20, 4 << 30),
+            ("4095MiB".to_owned(), "4GiB".to_owned())
+        );
+    }
     use std::path::PathBuf;
 
     /// A store's failure reaches the client as the node's trouble, naming none of its files.

@@ -84,13 +84,17 @@ pub fn format_size(bytes: u64) -> String {
 /// `140.4 GiB`, `256 MiB`, `512 B`. For reading only: a size that must stay exact (one to write
 /// back into a manifest) is [`format_size`]'s (`256MiB`, `1000B`).
 pub fn rounded_size(bytes: u64) -> String {
-    for (name, scale) in BINARY_UNITS {
+    for (i, (name, scale)) in BINARY_UNITS.into_iter().enumerate() {
         if bytes >= scale {
             let whole = bytes / scale;
-            return if whole * scale == bytes {
-                format!("{whole} {name}")
-            } else {
-                format!("{:.1} {name}", bytes as f64 / scale as f64)
+            if whole * scale == bytes {
+                return format!("{whole} {name}");
+            }
+            let rounded = format!("{:.1}", bytes as f64 / scale as f64);
+            // Just under the next unit rounds up to it: 1.0 GiB, not 1024.0 MiB.
+            return match (rounded.as_str(), i.checked_sub(1)) {
+                ("1024.0", Some(up)) => format!("1.0 {}", BINARY_UNITS[up].0),
+                _ => format!("{rounded} {name}"),
             };
         }
     }
@@ -107,6 +111,8 @@ mod tests {
         assert_eq!(rounded_size((3 << 30) + (1 << 29)), "3.5 GiB");
         assert_eq!(rounded_size(512), "512 B");
         assert_eq!(rounded_size(4 << 40), "4 TiB");
+        assert_eq!(rounded_size((1 << 30) - 1), "1.0 GiB");
+        assert_eq!(rounded_size((1 << 10) - 1), "1023 B");
     }
 
     #[test]

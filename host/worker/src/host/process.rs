@@ -81,7 +81,9 @@ impl Proc {
         // program's own path instead, so that `ps | grep tasklet` finds them beside their host.
         if command.program == Path::new("/proc/self/exe") {
             if let Ok(exe) = std::env::current_exe() {
-                cmd.arg0(exe);
+                // Once the file was replaced the kernel names it `PATH (deleted)`.
+                let exe = exe.to_string_lossy();
+                cmd.arg0(exe.strip_suffix(" (deleted)").unwrap_or(&exe));
             }
         }
         if let Some((key, value)) = binding.env() {

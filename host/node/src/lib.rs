@@ -4,7 +4,12 @@
 //!
 //! `tasklet node` is a thin command over this crate; another daemon embeds a node the same way:
 //! build one with [`NodeBuilder`], serve it on its own Tokio runtime, and drain or stop it with a
-//! [`NodeControl`]. What a node does, in layers each using only those below it:
+//! [`NodeControl`]. [`NodeBuilder::build`] checks everything it needs before it serves; a daemon
+//! that starts its [`Host`](tasklet_runtime::Host) (hence GPU workers) first can make the same
+//! checks before that, each failing with the error `build` would give: [`check_policy_tenants`],
+//! [`check_certs`], [`check_store`] (no other running node holds the folder) and
+//! [`check_addresses`] (both ports free). What a node does, in layers each using only those
+//! below it:
 //!
 //! ```text
 //! Node           the endpoint's accept loop; drain and stop; /metrics    (node, metrics::http)

@@ -2,6 +2,7 @@
 //! text, and loopback ports to hand it.
 
 use std::io::Write;
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
@@ -20,7 +21,18 @@ pub fn tasklet(args: &[&str], stdin: &[u8]) -> Output {
 
 /// `tasklet` started with `args` and `stdin` (then closed), its output piped, not waited for.
 pub fn tasklet_started(args: &[&str], stdin: &[u8]) -> std::process::Child {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tasklet"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tasklet"));
+    // As a terminal starts it: with SIGINT not ignored. A non-interactive shell's background job
+    // (how CI may run the tests) ignores it, and the client keeps a signal it was started
+    // ignoring ignored, as `nohup` expects of SIGHUP.
+    // SAFETY: signal(2) is async-signal-safe, as what runs between fork and exec must be.
+    unsafe {
+        command.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let mut child = command
         .env(
             "TASKLET_COMPILE_CACHE",
             Path::new(env!("CARGO_TARGET_TMPDIR")).join("tasklet-cli-tests-compile-cache"),

@@ -2,7 +2,6 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use rcgen::{Issuer, KeyPair, PublicKeyData};
 
@@ -156,21 +155,17 @@ fn load_issuer(dir: &CertDir, validity: &Validity) -> Result<Issuer<'static, Key
         });
     }
     let ca_ends = parsed.validity().not_after.timestamp();
-    if unix(validity.not_after()) > ca_ends {
+    let (_, ends) = validity.x509_times()?;
+    if ends.unix_timestamp() > ca_ends {
+        let now = time::OffsetDateTime::now_utc().unix_timestamp();
         return Err(Error::OutlivesCa {
             ca: cert_path,
             ca_ends: parsed.validity().not_after.to_string(),
             // Whole days that still fit, an hour's margin for the time it takes to ask again.
-            days_left: (ca_ends - unix(SystemTime::now()) - 3600).max(0) / 86_400,
+            days_left: (ca_ends - now - 3600).max(0) / 86_400,
         });
     }
     Issuer::from_ca_cert_der(&cert, key).map_err(|err| not_a_ca(err.to_string()))
-}
-
-/// Seconds from the Unix epoch to `time` (0 before it).
-fn unix(time: SystemTime) -> i64 {
-    time.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
 fn ca_exists(dir: &CertDir, existing: PathBuf) -> Error {

@@ -63,9 +63,15 @@ pub enum DeployOpenError {
 /// Whether the store folder at `root` (made if missing) is free for this node to take; let go
 /// again at once.
 pub(crate) fn check_unlocked(root: &Path) -> Result<(), DeployOpenError> {
+    take_folder(root).map(drop)
+}
+
+/// The store folder at `root`, made if missing, held by this node. Taken before the store is
+/// opened: opening tidies it (removes temporary files an hour untouched), which a node refused
+/// the folder must not do to the node holding it.
+fn take_folder(root: &Path) -> Result<StoreLock, DeployOpenError> {
     Store::make_folder(root)?;
-    StoreLock::take(root)?;
-    Ok(())
+    Ok(StoreLock::take(root)?)
 }
 
 pub(crate) struct Deployments {
@@ -108,10 +114,7 @@ impl Deployments {
         store: StoreConfig,
         config: DeployConfig,
     ) -> Result<Deployments, DeployOpenError> {
-        // The lock first: opening the store tidies it (removes temporary files an hour
-        // untouched), which a node refused the folder must not do to the node holding it.
-        Store::make_folder(root)?;
-        let lock = StoreLock::take(root)?;
+        let lock = take_folder(root)?;
         let store = Store::open(root, store)?;
         let owners = Owners::open(root).map_err(|source| DeployOpenError::Owners {
             path: root.join(owners::OWNERS),
@@ -463,6 +466,7 @@ pub(crate) fn to_wire(digest: &Digest) -> tasklet_wire::Digest {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::PathBuf;
 
     #[test]
     fn sizes_in_a_refusal_are_rounded_unless_that_hides_the_difference() {
@@ -475,7 +479,6 @@ mod tests {
             ("4095MiB".to_owned(), "4GiB".to_owned())
         );
     }
-    use std::path::PathBuf;
 
     /// A store's failure reaches the client as the node's trouble, naming none of its files.
     #[test]

@@ -1,8 +1,10 @@
 //! The latency phase: the bare echo (the round-trip floor), launch + sync and 1,000-launch async
 //! batches, local and remote, measured in many short rounds. Each round runs all three blocks
 //! (echo, local pairs, remote pairs) in one of the six orders, so every path takes every
-//! position equally often, then its async batches, local and remote alternating. Load that comes
-//! and goes on the machine lands on the bound (echo, local) and on the remote figure alike.
+//! position equally often, then its async batches: a block of local ones and a block of remote
+//! ones, which goes first alternating by round, each block's first batch untimed (as each block
+//! of pairs follows untimed pairs). Load that comes and goes on the machine lands on the bound
+//! (echo, local) and on the remote figure alike.
 //!
 //! The targets are read two ways, both printed: from the medians of all rounds' samples pooled
 //! (the definition), and round by round (each round's remote figure against the bound
@@ -100,10 +102,8 @@ pub fn run(rig: &Rig, p: &Params, table: &mut Table, rounds: &mut String) -> Res
         (Samples::default(), Samples::default(), Samples::default());
     let (mut batch_local, mut batch_remote) = (Vec::new(), Vec::new());
     let (mut posted_local, mut posted_remote) = (Vec::new(), Vec::new());
-    // Each batch by the path of the batch right before it ([remote?][after a remote?]): whether
-    // a batch pays for following the other path's (its threads parked, the GPU switching
-    // between the two leases' contexts) shows as the difference.
-    let mut by_before: [[Vec<Duration>; 2]; 2] = Default::default();
+    // Each block's untimed first batch, right after the other path's block ([remote?]).
+    let mut first_of_block: [Vec<Duration>; 2] = Default::default();
     // The node's GPU threads' own time (its gpu_op_seconds), summed over the remote turns:
     // what is left of a remote figure after it and the RTT is the hand-offs between threads.
     let mut node_pairs = NodeTime::default();
@@ -127,31 +127,33 @@ pub fn run(rig: &Rig, p: &Params, table: &mut Table, rounds: &mut String) -> Res
             }
         }
         let (mut r_batch_local, mut r_batch_remote) = (Vec::new(), Vec::new());
-        // The first batch of a round follows pairs, not a batch.
-        let mut last_remote: Option<bool> = None;
         // The node's time is read around all of the round's batches, not around each remote
         // one: only the remote batches use the node in between, and a reading (the node's
         // metrics rendered) right before a remote batch would leave the remote path's threads
         // that much longer to fall asleep than the local path's.
         let before_batches = NodeTime::read(rig);
-        for batch in 0..p.batches {
-            let remote_first = (round + batch) % 2 == 1;
-            for remote_turn in [remote_first, !remote_first] {
-                let total = if remote_turn {
-                    let b = remote.launch_batch(ASYNC_LAUNCHES)?;
-                    r_batch_remote.push(b.total);
-                    posted_remote.push(b.posted);
-                    b.total
+        // Each path's batches in a block of their own, the block's first batch untimed, as
+        // each block of pairs follows untimed pairs: every timed batch follows one of its own
+        // path. The first batch pays for following the other path's block (its threads parked,
+        // the GPU turning from the other lease's context); it is kept apart and printed.
+        let remote_first = round % 2 == 1;
+        for remote_turn in [remote_first, !remote_first] {
+            for batch in 0..=p.batches {
+                let (session, timed, posted) = if remote_turn {
+                    (&mut remote, &mut r_batch_remote, &mut posted_remote)
                 } else {
-                    let b = local.launch_batch(ASYNC_LAUNCHES)?;
-                    r_batch_local.push(b.total);
-                    posted_local.push(b.posted);
-                    b.total
+                    (&mut local, &mut r_batch_local, &mut posted_local)
                 };
-                if let Some(after_remote) = last_remote {
-                    by_before[usize::from(remote_turn)][usize::from(after_remote)].push(total);
+                let b = session.launch_batch(ASYNC_LAUNCHES)?;
+                // Round 0's first block follows pairs, not the other path's batches.
+                if batch == 0 {
+                    if round > 0 || remote_turn != remote_first {
+                        first_of_block[usize::from(remote_turn)].push(b.total);
+                    }
+                } else {
+                    timed.push(b.total);
+                    posted.push(b.posted);
                 }
-                last_remote = Some(remote_turn);
             }
         }
         node_batches.add(before_batches, NodeTime::read(rig));
@@ -247,7 +249,7 @@ pub fn run(rig: &Rig, p: &Params, table: &mut Table, rounds: &mut String) -> Res
         "of which the node's GPU thread (gpu_op_seconds, mean)",
         format!("{:.2} ms per batch", micros(node_batches.per_sync()) / 1e3),
     );
-    let after = |batches: &[Duration]| match batches {
+    let first = |batches: &[Duration]| match batches {
         [] => "—".to_owned(),
         _ => format!(
             "{:.2} ms ({})",
@@ -256,13 +258,11 @@ pub fn run(rig: &Rig, p: &Params, table: &mut Table, rounds: &mut String) -> Res
         ),
     };
     table.info(
-        "batches by the one before: remote after local / after remote; local after remote / after local",
+        "a block's untimed first batch, after the other path's block: remote / local",
         format!(
-            "{} / {}; {} / {}",
-            after(&by_before[1][0]),
-            after(&by_before[1][1]),
-            after(&by_before[0][1]),
-            after(&by_before[0][0]),
+            "{} / {}",
+            first(&first_of_block[1]),
+            first(&first_of_block[0]),
         ),
     );
 

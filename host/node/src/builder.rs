@@ -355,6 +355,7 @@ impl NodeBuilder {
             }
         };
         let metrics = NodeMetrics::new()?;
+        metrics.known_tenants(host.policy().tenants.keys());
         let scrapes = match self.metrics {
             None => None,
             Some(addr) => Some(bind_metrics(addr)?),

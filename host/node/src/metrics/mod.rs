@@ -297,6 +297,29 @@ impl NodeMetrics {
         })
     }
 
+    /// Starts the tenant-labelled counters of each tenant the policy names at 0, so that a
+    /// scrape shows them (and rates over them start) before the tenant's first event: a
+    /// labelled series does not exist until a label value is used. Tenants an authorizer lets
+    /// in that the policy does not name appear with their first event.
+    pub(crate) fn known_tenants<'a>(&self, tenants: impl IntoIterator<Item = &'a String>) {
+        for tenant in tenants {
+            let label = [tenant.as_str()];
+            for family in [
+                &self.connections,
+                &self.tenants_refused,
+                &self.protocol_errors,
+                &self.gpu_submit_total,
+                &self.gpu_submit_errors,
+                &self.gpu_submit_output_bytes,
+                &self.gpu_lease_acquired,
+                &self.gpu_lease_dropped,
+            ] {
+                family.with_label_values(&label);
+            }
+            self.gpu_time_seconds.with_label_values(&label);
+        }
+    }
+
     /// The series of one tenant, resolved once for its connection.
     pub(crate) fn tenant(&self, tenant: &str) -> TenantMetrics {
         let of = |family: &IntCounterVec| family.with_label_values(&[tenant]);

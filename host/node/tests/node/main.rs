@@ -394,6 +394,10 @@ fn main() -> ExitCode {
             metrics::counters_move_as_the_ops_say,
         ),
         (
+            "metrics::the_policys_tenants_are_counted_from_zero",
+            metrics::the_policys_tenants_are_counted_from_zero,
+        ),
+        (
             "metrics::each_device_is_lent_and_has_its_own_series",
             metrics::each_device_is_lent_and_has_its_own_series,
         ),

@@ -94,6 +94,44 @@ fn iota(lease: LeaseId, n: u32, kernel: &str) -> GpuSubmit {
     }
 }
 
+/// Each tenant the policy names has its tenant-labelled counters at 0 from the first scrape,
+/// before it ever connects; a tenant the policy does not name has none until its first event.
+pub fn the_policys_tenants_are_counted_from_zero() -> TestResult {
+    let mut policy = policy();
+    policy.tenants = tasklet_runtime::Policy::parse("[tenants.dev]\n[tenants.team]\n")
+        .map_err(|(_, e)| e)?
+        .tenants;
+    let node = TestNode::with(Setup {
+        policy,
+        metrics: true,
+        ..Setup::default()
+    });
+    let (samples, text) = scrape(&node)?;
+    for family in [
+        "tasklet_connections_total",
+        "tasklet_tenants_refused_total",
+        "tasklet_protocol_errors_total",
+        "gpu_submit_total",
+        "gpu_submit_errors",
+        "gpu_submit_output_bytes",
+        "gpu_lease_acquired",
+        "gpu_lease_dropped",
+        "gpu_time_seconds_total",
+    ] {
+        check(text.contains(&format!("# TYPE {family} counter")), || {
+            format!("no TYPE line for {family}:\n{text}")
+        })?;
+        for tenant in ["dev", "team"] {
+            let series = format!("{family}{{tenant=\"{tenant}\"}}");
+            check(samples.get(&series) == Some(&0.0), || {
+                format!("{series} is {:?}, not 0:\n{text}", samples.get(&series))
+            })?;
+        }
+        check(!text.contains("tenant=\"ops\""), || text.clone())?;
+    }
+    Ok(())
+}
+
 /// Leases, submissions, pushes, runs, connections and requests, each counted for its tenant;
 /// leases held and VRAM allocated while they are; everything back to zero after.
 pub fn counters_move_as_the_ops_say() -> TestResult {

@@ -88,6 +88,6 @@ pub use config::{DeployConfig, MAX_COMPONENT_SETTING, MAX_MANIFEST_BYTES};
 pub use deployer::Deployer;
 pub use error::Error;
 pub use load::LoadKind;
-pub use push::{Push, Pushed};
+pub use push::{Compiled, Push, Pushed};
 pub use run::{ExitStatus, RunOutcome};
 pub use run_id::RunId;

@@ -132,32 +132,34 @@ impl Push {
     /// This compiles: seconds of CPU for a large component. An async caller runs it where
     /// blocking is allowed.
     pub fn finish(self) -> Result<Pushed, Error> {
+        self.compile()?.store()
+    }
+
+    /// The first half of [`finish`](Push::finish): compiles and links the component (unless
+    /// the compiled cache already holds it), storing nothing. For a caller that records who
+    /// pushed what under a lock of its own around [`Compiled::store`], so that concurrent
+    /// pushes of one deployment are told apart by which stored it first, without holding the
+    /// lock while compiling.
+    pub fn compile(self) -> Result<Compiled, Error> {
         if self.failed {
             return Err(Error::PushClosed);
         }
-        let inner = &self.inner;
         let component = Digest::of(&self.component);
         let mut manifest = self.manifest;
         manifest.component = component_path(&component);
-        let cached = inner.cached_compiled(&component).is_some();
         let mut compiled = None;
-        if !cached {
+        if self.inner.cached_compiled(&component).is_none() {
             let start = Instant::now();
-            let (_, bytes) = compile_and_link(inner, &self.component, manifest)
+            let (_, bytes) = compile_and_link(&self.inner, &self.component, manifest)
                 .map_err(|message| Error::InvalidComponent { message })?;
             compiled = Some((bytes, start.elapsed()));
         }
-        let pushed = inner
-            .store
-            .push_deployment(&self.manifest_bytes, &self.component)?;
-        if let Some((bytes, _)) = &compiled {
-            inner.cache_compiled(&component, bytes);
-        }
-        Ok(Pushed {
-            digest: pushed.deployment.digest,
-            component,
-            already_present: pushed.already_present,
-            compiled_in: compiled.map(|(_, took)| took),
+        Ok(Compiled {
+            inner: self.inner,
+            manifest_bytes: self.manifest_bytes,
+            component: self.component,
+            digest: component,
+            compiled,
         })
     }
 
@@ -166,5 +168,34 @@ impl Push {
             limit: self.limit.bytes,
             setting: self.limit.setting,
         }
+    }
+}
+
+/// A push whose component is compiled and linked, not yet stored (see [`Push::compile`]).
+pub struct Compiled {
+    inner: Arc<Inner>,
+    manifest_bytes: Vec<u8>,
+    component: Vec<u8>,
+    digest: Digest,
+    /// The compiled form and how long compiling took; `None` when the cache held it.
+    compiled: Option<(Vec<u8>, Duration)>,
+}
+
+impl Compiled {
+    /// Stores the deployment and caches the compiled form.
+    pub fn store(self) -> Result<Pushed, Error> {
+        let pushed = self
+            .inner
+            .store
+            .push_deployment(&self.manifest_bytes, &self.component)?;
+        if let Some((bytes, _)) = &self.compiled {
+            self.inner.cache_compiled(&self.digest, bytes);
+        }
+        Ok(Pushed {
+            digest: pushed.deployment.digest,
+            component: self.digest,
+            already_present: pushed.already_present,
+            compiled_in: self.compiled.map(|(_, took)| took),
+        })
     }
 }

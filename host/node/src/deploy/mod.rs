@@ -32,7 +32,7 @@ use crate::tenant_slots::{TenantSlot, TenantSlots};
 use metered::MeteredGpu;
 use owners::Owners;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use store_lock::StoreLock;
 pub use store_lock::StoreLockError;
 use tasklet_deploy::{DeployConfig, Deployer, ExitStatus, Push, RunOutcome};
@@ -83,6 +83,10 @@ pub(crate) struct Deployments {
     pushing: TenantSlots,
     /// Where a deployment this node lacks is fetched from (the cluster), if anywhere.
     source: Option<Arc<dyn DeploymentSource>>,
+    /// Held while a push stores its deployment and records its tenant, so that of concurrent
+    /// pushes of one deployment the one that stored it is told apart from the others (which
+    /// found it present), and none is taken for one that put back what the store had lost.
+    recording: Mutex<()>,
     /// This node's hold on the store's folder, for as long as it runs.
     _lock: StoreLock,
 }
@@ -125,6 +129,7 @@ impl Deployments {
             owners,
             pushing: TenantSlots::default(),
             source: None,
+            recording: Mutex::new(()),
             _lock: lock,
         })
     }
@@ -184,11 +189,19 @@ impl Deployments {
     /// as one that pushed it.
     pub fn finish_push(&self, tenant: &Tenant, started: StartedPush) -> Result<Pushed, Failure> {
         // `started` counts as under way until the deployment is recorded, and is dropped after.
-        let pushed = started.push.finish().map_err(failure)?;
-        let new = self
-            .owners
-            .add(tenant, &pushed.digest)
-            .map_err(|err| self.owners_failure(err))?;
+        let compiled = started.push.compile().map_err(failure)?;
+        let (pushed, new) = {
+            let _recording = self
+                .recording
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let pushed = compiled.store().map_err(failure)?;
+            let new = self
+                .owners
+                .add(tenant, &pushed.digest)
+                .map_err(|err| self.owners_failure(err))?;
+            (pushed, new)
+        };
         Ok(Pushed {
             digest: pushed.digest,
             already_present: !new && pushed.already_present,

@@ -398,6 +398,10 @@ fn main() -> ExitCode {
             metrics::the_policys_tenants_are_counted_from_zero,
         ),
         (
+            "metrics::pushes_made_at_once_are_one_stored_and_the_rest_present",
+            metrics::pushes_made_at_once_are_one_stored_and_the_rest_present,
+        ),
+        (
             "metrics::each_device_is_lent_and_has_its_own_series",
             metrics::each_device_is_lent_and_has_its_own_series,
         ),

@@ -132,6 +132,63 @@ pub fn the_policys_tenants_are_counted_from_zero() -> TestResult {
     Ok(())
 }
 
+/// Pushes of one deployment by one tenant made at once: one stored it, the others found it
+/// present; none is counted as putting back what the store had lost (`restored`).
+pub fn pushes_made_at_once_are_one_stored_and_the_rest_present() -> TestResult {
+    const PUSHES: usize = 6;
+    let node = TestNode::with(Setup {
+        store: true,
+        metrics: true,
+        ..Setup::default()
+    });
+    let (manifest, component) = pushable("iota");
+    let mut clients: Vec<_> = (0..PUSHES).map(|_| node.client("dev")).collect();
+    let start = std::sync::Barrier::new(PUSHES);
+    let answers: Vec<Result<bool, String>> = std::thread::scope(|scope| {
+        let pushes: Vec<_> = clients
+            .iter_mut()
+            .map(|client| {
+                let (manifest, component, start) = (&manifest, &component, &start);
+                scope.spawn(move || {
+                    start.wait();
+                    client
+                        .deploy_push(manifest, component)
+                        .map(|pushed| pushed.already_present)
+                        .map_err(|e| e.to_string())
+                })
+            })
+            .collect();
+        pushes
+            .into_iter()
+            .map(|push| {
+                push.join()
+                    .unwrap_or_else(|_| Err("a push panicked".into()))
+            })
+            .collect()
+    });
+    let present = answers
+        .into_iter()
+        .collect::<Result<Vec<bool>, String>>()?
+        .into_iter()
+        .filter(|&present| present)
+        .count();
+    check(present == PUSHES - 1, || {
+        format!("{present} of {PUSHES} pushes were told the node had it")
+    })?;
+    let (samples, text) = scrape(&node)?;
+    let pushes =
+        |result: &str| format!("tasklet_deploy_pushes_total{{result=\"{result}\",tenant=\"dev\"}}");
+    expect(
+        &samples,
+        &text,
+        &[
+            (&pushes("stored"), 1.0),
+            (&pushes("present"), (PUSHES - 1) as f64),
+            (&pushes("restored"), 0.0),
+        ],
+    )
+}
+
 /// Leases, submissions, pushes, runs, connections and requests, each counted for its tenant;
 /// leases held and VRAM allocated while they are; everything back to zero after.
 pub fn counters_move_as_the_ops_say() -> TestResult {

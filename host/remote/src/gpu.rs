@@ -1126,10 +1126,21 @@ impl GpuService for RemoteGpu {
     }
 
     fn submit(&mut self, call: &Submit<'_>) -> Result<Vec<u8>, GpuError> {
-        let Some((ptx, args)) = self.as_gpu_submit(call)? else {
-            return self.stateless(|gpu| submit_in_session(gpu, call));
-        };
-        self.stateless(|gpu| gpu.gpu_submit(call, ptx, &args))
+        match self.as_gpu_submit(call) {
+            Ok(Some((ptx, args))) => self.stateless(|gpu| gpu.gpu_submit(call, ptx, &args)),
+            Ok(None) => self.stateless(|gpu| submit_in_session(gpu, call)),
+            // Arguments that do not fit the kernel go as session operations too, so that what
+            // a local one-shot reports before its launch (a region span, a module that does
+            // not load) is reported first here as well. When the launch is what failed, on
+            // these arguments, the error is the one found here: a local one-shot's words, without
+            // the note of which pipelined request the node reported it for.
+            Err(refused) => match self.stateless(|gpu| submit_in_session(gpu, call)) {
+                Err(GpuError::InvalidArgument(launch)) if matches!(&refused, GpuError::InvalidArgument(words) if launch.starts_with(words.as_str())) => {
+                    Err(refused)
+                }
+                other => other,
+            },
+        }
     }
 }
 

@@ -170,6 +170,49 @@ pub fn one_shots_fail_alike_here_and_on_the_node() -> TestResult {
             && words(&here).is_some_and(|w| w.contains("nothing was launched")),
         || format!("an output past the region: here {here:?}, on the node {there:?}"),
     )?;
+    // Arguments that do not fit the kernel (iota's count left out, one too many for broken),
+    // alone, with an output past the region, and with a body that does not load: reported in the order a local one-shot
+    // meets them (the span, the load, then the arguments), in the same words.
+    let too_few = [SubmitArg::Region { offset: 0 }];
+    let too_many = [
+        SubmitArg::Region { offset: 0 },
+        SubmitArg::Value(KernelArg::U32(1)),
+    ];
+    for (what, ptx, kernel, output_offset) in [
+        ("too few arguments", IOTA_PTX, "iota", 0),
+        (
+            "too few arguments, an output past the region",
+            IOTA_PTX,
+            "iota",
+            1 << 40,
+        ),
+        (
+            "too many arguments, a body that does not load",
+            BROKEN_BODY_PTX,
+            "broken",
+            0,
+        ),
+    ] {
+        let call = Submit {
+            lease: LEASE,
+            module: ModuleSource::Ptx(ptx),
+            kernel,
+            config,
+            args: if kernel == "iota" {
+                &too_few
+            } else {
+                &too_many
+            },
+            input: &[],
+            output_offset,
+            output_size: 4,
+        };
+        let (here, there) = (local.submit(&call), remote.submit(&call));
+        println!("{what}: here {here:?}, on the node {there:?}");
+        check(here.is_err() && words(&here) == words(&there), || {
+            format!("{what}: here {here:?}, on the node {there:?}")
+        })?;
+    }
     // The fault, the broken body and the output past the region went as GPU_SUBMITs, the rest
     // as session ops.
     let submits = node.node().control().metrics().gpu_submit_total - submits_before;

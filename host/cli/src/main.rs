@@ -114,8 +114,8 @@ fn main() -> ExitCode {
             "{}: the connections to nodes were closed, which ends what they held there",
             stop.name()
         );
-        // A command that returned a result printed it already (a tasklet whose GPU calls
-        // failed once its node was gone ends normally); only a failure's JSON is still owed.
+        // A command that returned a result printed what it owed already (`run` prints nothing
+        // of a tasklet that ended after the signal); only a failure's JSON is still owed.
         report(&why, json && result.is_err());
         return ExitCode::from(stop.exit_status());
     }

@@ -152,6 +152,10 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     };
     let wall_time = started.elapsed();
     let code = match result {
+        // Stopped by a signal, the tasklet ended because its connections were closed: what it
+        // wrote then is no result (a local run the signal ends prints nothing), and the one
+        // line that says why it stopped is the interruption's, which follows.
+        Ok(_) if crate::interrupt::interrupted() => Ok(ExitCode::SUCCESS),
         Ok(output) => write_output(&output).map(|()| ExitCode::SUCCESS),
         Err(e) => {
             // Interrupted, the run failed because its connections were closed: the one line

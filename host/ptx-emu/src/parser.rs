@@ -10,7 +10,15 @@ struct P<'a, 't> {
     i: usize,
     /// Signatures only: function bodies are skipped by brace matching, not parsed.
     skip_bodies: bool,
+    /// How deep the operand or initializer being parsed is nested (see [`MAX_NESTING`]).
+    depth: u32,
 }
+
+/// The deepest operands (`{…}`, `(…)`, `!`, `a|b`) and initializers (`{…}`) may nest. They are
+/// parsed by recursion, and so are the trees they make when lowered and dropped: without a
+/// bound, a few kilobytes of `((((…` would overflow the parsing thread's stack and abort its
+/// process. PTX that compilers write nests two or three deep.
+pub(crate) const MAX_NESTING: u32 = 32;
 
 const LINKAGE: &[&str] = &[".visible", ".extern", ".weak", ".common"];
 
@@ -56,6 +64,23 @@ impl<'a> P<'a, '_> {
             Tok::Word(w) => Ok(w),
             t => Err(err(line, format!("expected a name, found {}", show(t)))),
         }
+    }
+    /// Runs `parse` one level of nesting deeper, refusing past [`MAX_NESTING`].
+    fn nested<T>(
+        &mut self,
+        line: u32,
+        parse: impl FnOnce(&mut Self) -> Result<T, LoadError>,
+    ) -> Result<T, LoadError> {
+        if self.depth >= MAX_NESTING {
+            return Err(err(
+                line,
+                format!("operands or initializers nested more than {MAX_NESTING} deep"),
+            ));
+        }
+        self.depth += 1;
+        let parsed = parse(self);
+        self.depth -= 1;
+        parsed
     }
     fn int(&mut self) -> Result<u64, LoadError> {
         let line = self.line();
@@ -118,6 +143,7 @@ fn parse_module(toks: &[Token<'_>], skip_bodies: bool) -> Result<ModuleAst, Load
         toks,
         i: 0,
         skip_bodies,
+        depth: 0,
     };
     let mut m = ModuleAst::default();
     while let Some(t) = p.peek() {
@@ -214,6 +240,7 @@ pub(crate) fn declarations_in(toks: &[Token<'_>], space: &str) -> Result<Vec<Var
                 toks,
                 i,
                 skip_bodies: true,
+                depth: 0,
             };
             decls.extend(var_decl_list(&mut p, false)?);
         }
@@ -317,7 +344,8 @@ fn initializer(p: &mut P<'_, '_>, out: &mut Vec<InitElem>) -> Result<(), LoadErr
             return Ok(());
         }
         loop {
-            initializer(p, out)?;
+            let line = p.line();
+            p.nested(line, |p| initializer(p, out))?;
             if p.eat('}') {
                 return Ok(());
             }
@@ -562,7 +590,7 @@ fn operand(p: &mut P<'_, '_>) -> Result<Operand, LoadError> {
             let mut items = Vec::new();
             if !p.eat(close) {
                 loop {
-                    items.push(operand(p)?);
+                    items.push(p.nested(line, operand)?);
                     if p.eat(close) {
                         break;
                     }
@@ -575,7 +603,7 @@ fn operand(p: &mut P<'_, '_>) -> Result<Operand, LoadError> {
                 Operand::List(items)
             })
         }
-        Tok::Punct('!') => Ok(Operand::Not(Box::new(operand(p)?))),
+        Tok::Punct('!') => Ok(Operand::Not(Box::new(p.nested(line, operand)?))),
         Tok::Punct('-') => match p.next()? {
             Tok::Int(v) => Ok(Operand::Int(v.wrapping_neg())),
             Tok::Float(v) => Ok(Operand::Float(-v)),
@@ -593,7 +621,7 @@ fn operand(p: &mut P<'_, '_>) -> Result<Operand, LoadError> {
         Tok::Word("_") => Ok(Operand::Sink),
         Tok::Word(w) => {
             if p.eat('|') {
-                let second = operand(p)?;
+                let second = p.nested(line, operand)?;
                 return Ok(Operand::Pair(
                     Box::new(Operand::Name(w.to_string())),
                     Box::new(second),

@@ -317,6 +317,10 @@ fn main() -> ExitCode {
             submit::a_refused_first_submission_leaves_the_lease_untouched,
         ),
         (
+            "submit::a_module_nested_without_end_fails_to_load_and_the_node_serves_on",
+            submit::a_module_nested_without_end_fails_to_load_and_the_node_serves_on,
+        ),
+        (
             "oneshot::a_client_of_another_version_is_told_at_hello",
             oneshot::a_client_of_another_version_is_told_at_hello,
         ),

@@ -239,3 +239,66 @@ pub fn a_refused_first_submission_leaves_the_lease_untouched() -> TestResult {
     node.wait_for_baseline(WAIT)?;
     Ok(())
 }
+
+/// A module whose operands nest without end (a few kilobytes of `((((…`), as a GPU_SUBMIT and
+/// as a MODULE_LOAD: each fails to load, naming the nesting, and the node serves on: another
+/// connection's lease and session work after it. (Parsed by recursion without a bound, it
+/// overflowed the connection thread's stack and aborted the node.)
+pub fn a_module_nested_without_end_fails_to_load_and_the_node_serves_on() -> TestResult {
+    let node = TestNode::start();
+    let mut other = node.client("dev");
+    let held = other
+        .lease_alloc(64 << 10, 60, None)
+        .map_err(|e| e.to_string())?;
+    let deep = 5_000;
+    let ptx = format!(
+        ".version 7.0\n.target sm_80\n.address_size 64\n.visible .entry e(.param .u64 p)\n{{\n.reg .b32 %r<2>;\nmov.u32 %r1, {}1{};\nret;\n}}\n",
+        "(".repeat(deep),
+        ")".repeat(deep)
+    );
+    let mut client = node.client("dev");
+    let lease = client
+        .lease_alloc(64 << 10, 60, None)
+        .map_err(|e| e.to_string())?;
+    let submitted = client.gpu_submit(&GpuSubmit {
+        lease: lease.lease,
+        ptx: ptx.clone().into_bytes(),
+        kernel: "e".into(),
+        grid: [1, 1, 1],
+        block: [1, 1, 1],
+        args: Vec::new(),
+        output_size: 0,
+        output_offset: 0,
+        input: Vec::new(),
+    });
+    let failed = |error: Option<&ClientError>| {
+        error.is_some_and(|e| {
+            e.code() == Some(ErrorCode::LoadFailed) && e.to_string().contains("nested")
+        })
+    };
+    check(failed(submitted.as_ref().err()), || {
+        format!("GPU_SUBMIT of a module nested {deep} deep: {submitted:?}")
+    })?;
+    let (reply, _) = client
+        .request(&Request::SessionOpen { lease: lease.lease })
+        .map_err(|e| e.to_string())?;
+    let Reply::SessionOpen { session } = reply else {
+        return Err(format!("{reply:?}").into());
+    };
+    let loaded = client.request(&Request::ModuleLoad {
+        session,
+        ptx: ptx.into_bytes(),
+    });
+    check(failed(loaded.as_ref().err()), || {
+        format!("MODULE_LOAD of a module nested {deep} deep: {loaded:?}")
+    })?;
+    // The node, and the other connection's lease, are still there.
+    let out = other
+        .gpu_submit(&iota(held.lease, 8))
+        .map_err(|e| e.to_string())?;
+    check(out.len() == 32, || format!("{} bytes", out.len()))?;
+    drop(client);
+    drop(other);
+    node.wait_for_baseline(WAIT)?;
+    Ok(())
+}

@@ -179,6 +179,74 @@ fn malformed_ptx_is_a_load_error_naming_the_line() {
     }
 }
 
+/// Operands and initializers nested without end (a few kilobytes of `((((…`, `!!!!…`, `{{{{…`)
+/// are a load error naming the line, from the module parser and from `entry_signatures` (which
+/// a node runs on its connection's thread) alike, never a stack overflow that aborts the process:
+/// parsed here on a thread with a small stack, where 600 levels overflowed before the bound.
+/// Nesting up to the bound still parses.
+#[test]
+fn operands_nested_without_end_are_a_load_error_not_a_stack_overflow() {
+    let body = |inst: &str| {
+        format!("{HEAD}.visible .entry k(\n.param .u64 p\n)\n{{\n.reg .b32 %r<4>;\n.reg .pred %p<2>;\n{inst}\nret;\n}}\n")
+    };
+    let deep = 5_000;
+    let cases = [
+        body(&format!(
+            "mov.u32 %r1, {}1{};",
+            "(".repeat(deep),
+            ")".repeat(deep)
+        )),
+        body(&format!(
+            "mov.u32 %r1, {}1{};",
+            "{".repeat(deep),
+            "}".repeat(deep)
+        )),
+        body(&format!("mov.pred %p1, {}%p0;", "!".repeat(deep))),
+        body(&format!("mov.u32 %r1, {};", vec!["%r2"; deep].join("|"))),
+        format!(
+            "{HEAD}.global .u32 g[1] = {}1{};\n",
+            "{".repeat(deep),
+            "}".repeat(deep)
+        ),
+    ];
+    let parsed = std::thread::Builder::new()
+        .stack_size(256 << 10)
+        .spawn(move || {
+            cases
+                .iter()
+                .map(|src| {
+                    let module = Module::parse(src).err().map(|e| (e.line, e.message));
+                    let signatures = tasklet_ptx::entry_signatures(src).err().map(|e| e.message);
+                    (module, signatures)
+                })
+                .collect::<Vec<_>>()
+        })
+        .unwrap()
+        .join()
+        .expect("the parser overflowed its stack or panicked");
+    for (module, signatures) in parsed {
+        let (line, message) = module.expect("a module nested 5,000 deep loaded");
+        assert!(line == 10 || line == 4, "line {line}: {message}");
+        assert!(message.contains("nested more than 32 deep"), "{message}");
+        // `entry_signatures` reads a body it cannot parse for the signatures alone: the
+        // nesting in a body leaves them readable, the one in a module-level initializer not.
+        if let Some(signatures) = signatures {
+            assert!(
+                signatures.contains("nested more than 32 deep"),
+                "{signatures}"
+            );
+        }
+    }
+    // 32 levels are within the bound: the parser takes them (lowering then judges the operand).
+    let within = body(&format!(
+        "mov.u32 %r1, {}1{};",
+        "(".repeat(31),
+        ")".repeat(31)
+    ));
+    let (_, message) = load_err(&within);
+    assert!(!message.contains("nested"), "{message}");
+}
+
 #[test]
 fn an_unsupported_instruction_in_an_unlaunched_kernel_still_fails_the_load() {
     let mut src = kernel_src("vector_add");

@@ -217,8 +217,9 @@ impl NodeBuilder {
         self
     }
 
-    /// The longest a client may take to say HELLO after its handshake, or to finish a frame it
-    /// has begun (default [`DEFAULT_STALL_TIMEOUT`]); past it the connection is closed.
+    /// The longest a client may take to say HELLO after its handshake, or go without sending a
+    /// byte of a frame it has begun (default [`DEFAULT_STALL_TIMEOUT`]); past it the connection
+    /// is closed.
     pub fn stall_timeout(mut self, timeout: Duration) -> Self {
         self.limits.stall_timeout = timeout;
         self

@@ -29,7 +29,9 @@ pub(crate) struct Limits {
     /// A connection that hears nothing from its client for this long is closed (QUIC's idle
     /// timeout; clients send keep-alives well within it).
     pub idle_timeout: Duration,
-    /// Longest a client may take to say HELLO, or to finish a frame it has started.
+    /// Longest a client may take to say HELLO, or go without sending a byte of a frame it has
+    /// started (or of a message's data still due). A frame that trickles in is not cut short:
+    /// it holds no more than a client that is quiet between frames does.
     pub stall_timeout: Duration,
     /// Longest a drain waits for running leases before closing their connections anyway;
     /// `None`: until they end or expire.

@@ -208,7 +208,16 @@ impl Reader {
                         .finish()
                         .map_err(|err| protocol_error(err.to_string()))
                 }
-                // The connection or the stream is gone: nothing to answer.
+                // A stream the client reset between frames is gone: nothing to answer. Reset
+                // inside a frame, or with a message's data still due, it is malformed as a
+                // stream that ends there is: a pipelined op cut short must not pass for done
+                // at the next barrier.
+                Err(quinn::ReadError::Reset(code)) => {
+                    return self.decoder.finish().map_err(|err| {
+                        protocol_error(format!("{err} (the client reset it, code {code})"))
+                    })
+                }
+                // The connection is gone: nothing to answer.
                 Err(_) => return Ok(()),
             }
         }

@@ -217,6 +217,10 @@ fn main() -> ExitCode {
             refusals::a_node_with_an_expired_certificate_does_not_start,
         ),
         (
+            "malformed::a_stream_reset_inside_a_frame_is_malformed_and_between_frames_is_not",
+            malformed::a_stream_reset_inside_a_frame_is_malformed_and_between_frames_is_not,
+        ),
+        (
             "malformed::nothing_is_served_after_a_goaway",
             malformed::nothing_is_served_after_a_goaway,
         ),

@@ -162,6 +162,51 @@ pub fn garbage_closes_only_its_connection() -> TestResult {
     Ok(())
 }
 
+/// A stream the client resets inside a frame is malformed, as one that ends there is: the
+/// connection is closed with PROTOCOL_ERROR. Reset between frames it is merely gone: the
+/// connection serves on.
+pub fn a_stream_reset_inside_a_frame_is_malformed_and_between_frames_is_not() -> TestResult {
+    let node = TestNode::start();
+    let mut frame = Vec::new();
+    encode_request(
+        2,
+        &Request::LeaseAlloc {
+            min_bytes: 1 << 20,
+            seconds: 60,
+            device: None,
+            requires: Default::default(),
+        },
+        &mut frame,
+    )
+    .map_err(|e| e.to_string())?;
+    let mut cut = RawClient::connect(&node, "dev");
+    cut.send_bytes(&hello_bytes());
+    cut.next_reply().map_err(|e| format!("HELLO: {e}"))?;
+    cut.send_bytes(&frame[..frame.len() - 3]);
+    // Time for the bytes to reach the node before the reset, which drops what is unsent.
+    std::thread::sleep(Duration::from_millis(300));
+    cut.reset();
+    let (code, reason) = cut.closed()?;
+    check(
+        code == ErrorCode::ProtocolError as u64 && reason.contains("reset"),
+        || format!("a stream reset inside a frame: closed with {code}: {reason}"),
+    )?;
+
+    let mut between = RawClient::connect(&node, "dev");
+    between.send_bytes(&hello_bytes());
+    between.next_reply().map_err(|e| format!("HELLO: {e}"))?;
+    between.reset();
+    std::thread::sleep(Duration::from_millis(300));
+    between.new_stream()?;
+    let lease = between.lease(3, 1 << 20);
+    check(lease.is_ok(), || {
+        format!("after a stream reset between frames: {lease:?}")
+    })?;
+    drop(between);
+    node.wait_for_baseline(WAIT)?;
+    Ok(())
+}
+
 /// After the node said GOAWAY for a protocol error, nothing more on that connection is served:
 /// a lease asked for on another stream, in the moments before the close, is not granted.
 pub fn nothing_is_served_after_a_goaway() -> TestResult {

@@ -344,6 +344,11 @@ impl RawClient {
         let _ = self.send.finish();
     }
 
+    /// Abandons the stream (RESET_STREAM): what was written and not yet sent is dropped.
+    pub fn reset(&mut self) {
+        let _ = self.send.reset(quinn::VarInt::from_u32(7));
+    }
+
     pub fn request(
         &mut self,
         id: RequestId,

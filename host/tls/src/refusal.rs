@@ -29,7 +29,8 @@ pub enum Cause {
     ClientCertUnknownCa,
     /// The client's certificate has expired (or is not valid yet).
     ClientCertExpired,
-    /// The client's certificate is signed by the CA but names no tenant.
+    /// The client's certificate is signed by the CA but names no tenant, several, or one by a
+    /// name no tenant may have (the node's alert does not tell these apart).
     ClientCertNoTenant,
     /// The client presented a certificate that is not for client authentication (a node's).
     ClientCertWrongPurpose,
@@ -191,7 +192,9 @@ impl Cause {
             Self::ClientCertExpired | Self::NodeCertExpired => {
                 "it has expired or is not valid yet".into()
             }
-            Self::ClientCertNoTenant => "it names no tenant".into(),
+            Self::ClientCertNoTenant => {
+                "it names no tenant, or several, or one by a name no tenant may have".into()
+            }
             Self::ClientCertWrongPurpose => "it is not a client certificate".into(),
             Self::NodeCertWrongPurpose => "it is not a node certificate".into(),
             Self::NodeCertNameMismatch => {

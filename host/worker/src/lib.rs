@@ -56,7 +56,7 @@ pub use host::guest_memory;
 pub use worker::{cpus, nvrtc};
 
 pub use contract::marks::MAX_MARKS;
-pub use contract::modules::MAX_MODULES;
+pub use contract::modules::{MAX_MODULES, MAX_MODULE_TEXT_BYTES};
 pub use contract::{
     charged_bytes, BackendKind, Compiled, DeviceBinding, ErrorKind, Launch, LaunchLimits,
     LimitExceeded, LoadedModule, WorkerCommand, WorkerInfo, ALLOC_GRANULE,

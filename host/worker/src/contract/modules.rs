@@ -9,6 +9,14 @@
 /// Module ids a worker may hold at once, each load counted (shared or not).
 pub const MAX_MODULES: usize = 4096;
 
+/// Bytes of module text (PTX; for a CUDA C load, the larger of its source and the PTX NVRTC
+/// made of it) a worker may hold loaded at once. A loaded module costs its worker memory no
+/// lease's grant counts, several times its text (the emulator's parsed module; on a GPU the
+/// driver's compiled code, in device memory too), so without this bound the module limit alone
+/// would let one lease hold gigabytes of the machine's memory. Each load the worker makes is
+/// counted; a repeated load of a shared module that the host answers is not counted again.
+pub const MAX_MODULE_TEXT_BYTES: usize = 128 << 20;
+
 /// Whether the PTX declares module-scope `.global` variables (kernel-writable state).
 /// Conservative: anything it cannot rule out counts as yes.
 pub fn declares_module_globals(ptx: &str) -> bool {

@@ -70,6 +70,11 @@ pub struct Worker {
     /// The kernels of every module loaded and not unloaded, by module id, in the order launches
     /// index them: only to name kernels in messages. The module's own table, shared.
     kernel_names: HashMap<u32, KernelTable>,
+    /// The text each module the worker holds loaded was made of, by module id, in bytes, and
+    /// their sum: held within [`MAX_MODULE_TEXT_BYTES`](crate::contract::modules::MAX_MODULE_TEXT_BYTES)
+    /// (a module unloaded while a persistent kernel runs counts until the worker unloads it).
+    module_text: HashMap<u32, usize>,
+    module_text_bytes: usize,
     /// Shareable modules loaded, by text: a repeated load is answered here (see
     /// [`Worker::load_module`]).
     aliases: ModuleAliases,
@@ -193,6 +198,8 @@ impl Worker {
             busy_since: None,
             abandoned_at: None,
             kernel_names: HashMap::new(),
+            module_text: HashMap::new(),
+            module_text_bytes: 0,
             aliases: ModuleAliases::default(),
             last_launch: (0, 0),
             launches: 0,

@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use crate::support::*;
-use tasklet_worker::{ErrorKind, Launch, LoadedModule, Worker, MAX_MODULES};
+use tasklet_worker::{ErrorKind, Launch, LoadedModule, Worker, MAX_MODULES, MAX_MODULE_TEXT_BYTES};
 
 /// Runs `iota` of module `m` over 64 u32s at `out` and syncs.
 fn run_iota(w: &mut Worker, m: &LoadedModule, out: u64) -> Result<(), tasklet_worker::WorkerError> {
@@ -134,6 +134,56 @@ fn loads_answered_by_the_host_count_against_the_workers_module_limit() {
     assert_eq!(op_kind(w.load_module(&iota)), ErrorKind::OutOfMemory);
     // The worker still holds the one module, for every load.
     assert_eq!(w.info().unwrap().modules, 1);
+}
+
+/// `iota`'s text with a comment making it exactly `len` bytes, distinct for each `tag`.
+fn padded_iota(tag: usize, len: usize) -> String {
+    let mut text = format!("// module {tag}\n{}", kernel_source("iota"));
+    let line = format!("// {}\n", "x".repeat(1021));
+    while text.len() + line.len() <= len {
+        text.push_str(&line);
+    }
+    text.push_str(&" ".repeat(len - text.len()));
+    text
+}
+
+/// The text of the modules a worker holds is bounded: distinct loads of 4 MiB each fill its
+/// 128 MiB and the next is refused before the worker is asked, saying so; a repeated load of a
+/// text it holds (answered by the host) still goes through; an unload makes room again, and a
+/// reset empties it.
+#[test]
+fn the_text_of_the_modules_a_worker_holds_is_bounded() {
+    const EACH: usize = 4 << 20;
+    let fit = MAX_MODULE_TEXT_BYTES / EACH;
+    let mut w = emu_worker(16 << 20);
+    let mut held = Vec::new();
+    for tag in 0..fit {
+        held.push(w.load_module(&padded_iota(tag, EACH)).unwrap().id);
+    }
+    let (kind, message) = op_error(w.load_module(&padded_iota(fit, EACH)));
+    assert_eq!(kind, ErrorKind::OutOfMemory, "{message}");
+    assert!(
+        message.contains(&format!(
+            "at most {} MiB of text",
+            MAX_MODULE_TEXT_BYTES >> 20
+        )),
+        "{message}"
+    );
+    assert_eq!(w.info().unwrap().modules as usize, fit);
+    // The text of a module it holds, loaded again, takes no more.
+    w.load_module(&padded_iota(0, EACH)).unwrap();
+    // One unloaded makes room for one (the repeated load above holds the first one's id).
+    w.unload_module(held.pop().unwrap()).unwrap();
+    w.load_module(&padded_iota(fit, EACH)).unwrap();
+    assert_eq!(
+        op_kind(w.load_module(&padded_iota(fit + 1, EACH))),
+        ErrorKind::OutOfMemory
+    );
+    // A reset unloads them all.
+    w.reset().unwrap();
+    for tag in 0..fit {
+        w.load_module(&padded_iota(100 + tag, EACH)).unwrap();
+    }
 }
 
 /// Posts a launch the worker refuses (no such kernel): its error waits for the next call.

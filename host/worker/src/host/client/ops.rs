@@ -10,7 +10,7 @@ use super::Worker;
 use crate::contract::actor::{ControlBlock, CONTROL_BYTES};
 use crate::contract::channel::Answer;
 use crate::contract::messages::GraphOp;
-use crate::contract::modules::MAX_MODULES;
+use crate::contract::modules::{MAX_MODULES, MAX_MODULE_TEXT_BYTES};
 use crate::contract::{Compiled, ErrorKind, Launch, LoadedModule, Request, Response, WorkerInfo};
 use crate::host::error::WorkerError;
 use crate::host::guest_memory::GuestSpan;
@@ -303,9 +303,9 @@ impl Worker {
         if let Some(again) = self.load_again(ptx)? {
             return Ok(again);
         }
-        self.room_for_a_module()?;
+        self.room_for_a_module(ptx.len())?;
         match self.call(&Request::LoadModule { ptx }, self.op_timeout)? {
-            Response::Module(module) => Ok(self.loaded(Some(ptx), module)),
+            Response::Module(module) => Ok(self.loaded(Some(ptx), ptx.len(), module)),
             other => Err(self.unexpected("load-module", &other)),
         }
     }
@@ -322,22 +322,36 @@ impl Worker {
         if !self.nothing_posted || self.usable().is_err() {
             return Ok(None);
         }
-        self.room_for_a_module()?;
+        // A repeated load of a shared module takes an id, and no more text.
+        self.room_for_a_module(0)?;
         Ok(self.aliases.load_again(ptx))
     }
 
     /// Every load holds one of the worker's [`MAX_MODULES`] module ids, those answered by the
-    /// host included.
-    fn room_for_a_module(&self) -> Result<(), WorkerError> {
+    /// host included; a load the worker makes of `text_len` bytes of text holds that much of
+    /// its [`MAX_MODULE_TEXT_BYTES`].
+    fn room_for_a_module(&self, text_len: usize) -> Result<(), WorkerError> {
         if self.kernel_names.len() + self.deferred_unloads.len() + self.aliases.extra()
-            < MAX_MODULES
+            >= MAX_MODULES
         {
-            return Ok(());
+            return Err(WorkerError::op(
+                ErrorKind::OutOfMemory,
+                format!("a worker holds at most {MAX_MODULES} modules; unload one first"),
+            ));
         }
-        Err(WorkerError::op(
-            ErrorKind::OutOfMemory,
-            format!("a worker holds at most {MAX_MODULES} modules; unload one first"),
-        ))
+        if self.module_text_bytes.saturating_add(text_len) > MAX_MODULE_TEXT_BYTES {
+            return Err(WorkerError::op(
+                ErrorKind::OutOfMemory,
+                format!(
+                    "a worker holds modules made of at most {} MiB of text; this lease's hold {:.1} MiB and this one \
+                     is {:.1} MiB: unload modules no longer needed first",
+                    MAX_MODULE_TEXT_BYTES >> 20,
+                    self.module_text_bytes as f64 / (1 << 20) as f64,
+                    text_len as f64 / (1 << 20) as f64
+                ),
+            ));
+        }
+        Ok(())
     }
 
     pub fn load_source(
@@ -347,9 +361,9 @@ impl Worker {
     ) -> Result<LoadedModule, WorkerError> {
         self.no_load_beside_persistent()?;
         let options = options.iter().map(String::as_str).collect();
-        self.room_for_a_module()?;
+        self.room_for_a_module(source.len())?;
         match self.call(&Request::LoadSource { source, options }, self.op_timeout)? {
-            Response::Module(module) => Ok(self.loaded(None, module)),
+            Response::Module(module) => Ok(self.loaded(None, source.len(), module)),
             other => Err(self.unexpected("load-source", &other)),
         }
     }
@@ -366,7 +380,7 @@ impl Worker {
         if let Some(again) = self.load_again(ptx)? {
             return Ok((again, Compiled::default()));
         }
-        self.room_for_a_module()?;
+        self.room_for_a_module(ptx.len())?;
         // Head and the two lengths: 32 bytes.
         let image = if ptx.len() + image.len() + 32 > self.chan.data_size() {
             &[][..]
@@ -375,7 +389,7 @@ impl Worker {
         };
         match self.call(&Request::LoadModuleCached { ptx, image }, self.op_timeout)? {
             Response::CachedModule { module, compiled } => {
-                Ok((self.loaded(Some(ptx), module), compiled))
+                Ok((self.loaded(Some(ptx), ptx.len(), module), compiled))
             }
             other => Err(self.unexpected("load-module-cached", &other)),
         }
@@ -389,23 +403,28 @@ impl Worker {
         options: &[String],
     ) -> Result<(LoadedModule, Compiled), WorkerError> {
         self.no_load_beside_persistent()?;
-        self.room_for_a_module()?;
+        self.room_for_a_module(source.len())?;
         let options = options.iter().map(String::as_str).collect();
         match self.call(
             &Request::LoadSourceCached { source, options },
             self.op_timeout,
         )? {
             Response::CachedModule { module, compiled } => {
-                Ok((self.loaded(None, module), compiled))
+                let text_len = source.len().max(compiled.ptx.len());
+                Ok((self.loaded(None, text_len, module), compiled))
             }
             other => Err(self.unexpected("load-source-cached", &other)),
         }
     }
 
-    /// Notes a loaded module's kernel names, for messages about its launches, and, loaded from
-    /// the PTX `ptx`, its text for repeated loads.
-    fn loaded(&mut self, ptx: Option<&str>, m: LoadedModule) -> LoadedModule {
+    /// Notes a loaded module's kernel names, for messages about its launches, the `text_len`
+    /// bytes of text it holds, and, loaded from the PTX `ptx`, its text for repeated loads.
+    fn loaded(&mut self, ptx: Option<&str>, text_len: usize, m: LoadedModule) -> LoadedModule {
         self.kernel_names.insert(m.id, Arc::clone(&m.kernels));
+        if let Some(old) = self.module_text.insert(m.id, text_len) {
+            self.module_text_bytes -= old;
+        }
+        self.module_text_bytes += text_len;
         if let Some(ptx) = ptx {
             self.aliases.loaded(ptx, &m);
         }
@@ -432,6 +451,7 @@ impl Worker {
         // Its kernels keep their names until it is gone: a wait cut short names them.
         self.call_ok(&Request::UnloadModule { id })?;
         self.kernel_names.remove(&id);
+        self.text_unloaded(id);
         Ok(())
     }
 
@@ -439,8 +459,16 @@ impl Worker {
     fn unload_deferred(&mut self) -> Result<(), WorkerError> {
         while let Some(id) = self.deferred_unloads.pop() {
             self.call_ok(&Request::UnloadModule { id })?;
+            self.text_unloaded(id);
         }
         Ok(())
+    }
+
+    /// The worker no longer holds module `id`'s text.
+    fn text_unloaded(&mut self, id: u32) {
+        if let Some(len) = self.module_text.remove(&id) {
+            self.module_text_bytes -= len;
+        }
     }
 
     /// A module cannot be loaded while a persistent kernel runs on the worker: a GPU's driver
@@ -737,6 +765,8 @@ impl Worker {
         self.aliases.clear();
         // Unloaded by the reset with every other module of the lease.
         self.deferred_unloads.clear();
+        self.module_text.clear();
+        self.module_text_bytes = 0;
         self.forget_marks();
         self.launches = 0;
         r

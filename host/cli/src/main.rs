@@ -55,13 +55,14 @@ use std::process::ExitCode;
         `tasklet node` serves a machine's GPUs to others over QUIC with mutual TLS; `tasklet run --node ADDR` \
         runs a tasklet here with its GPU work there, and `tasklet deploy run --node ADDR` runs it on the node.",
     after_help = "Examples:\n  tasklet run tasklets/iota <<< 10        build (if needed) and run the iota example\n  \
-        tasklet run tasklets/scale --input nums.txt\n  tasklet check tasklets/vector-add        validate a manifest and show the grant\n  \
+        tasklet run tasklets/scale <<< '2 1 2 3'  1 2 3 times 2, on the GPU\n  tasklet check tasklets/vector-add        validate a manifest and show the grant\n  \
         tasklet inventory --json\n\n\
         A node and a remote run:\n  tasklet certs init certs                 a CA, the node's certificate, tenant dev\n  \
         tasklet node --backend emu               serve (Ctrl-C drains and exits)\n  \
         tasklet run --node localhost tasklets/iota <<< 10\n  tasklet inventory --node localhost\n  \
         tasklet deploy run tasklets/iota --node localhost <<< 10   the tasklet runs on the node\n\n\
-        A cluster (NATS with JetStream):\n  tasklet node --nats nats://127.0.0.1:4222 --advertise 10.0.0.5:5701\n  \
+        A cluster (NATS with JetStream; the node's certificate names the address it advertises):\n  \
+        tasklet certs node certs --name 10.0.0.5\n  tasklet node --nats nats://127.0.0.1:4222 --advertise 10.0.0.5:5701\n  \
         tasklet nodes --nats nats://127.0.0.1:4222\n  \
         tasklet deploy run tasklets/iota --nats nats://127.0.0.1:4222 --requires gpu:vram=1GiB <<< 10"
 )]

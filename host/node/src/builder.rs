@@ -69,8 +69,14 @@ pub enum NodeError {
     NoClusterName,
     #[error("the node's name cannot be its key in the cluster registry: {0}")]
     ClusterName(RecordError),
-    #[error("the node listens on {listen}, which clients cannot connect to: give the address they reach it at with NodeBuilder::advertise (`tasklet node --advertise HOST:PORT`)")]
+    #[error("the node listens on {listen}, which clients cannot connect to: give the address they reach it at (`tasklet node --advertise HOST:PORT`; NodeBuilder::advertise)")]
     NoAdvertise { listen: SocketAddr },
+    #[error("the node would advertise {addr}, but its certificate is not valid for {host} (it names {}), so clients would refuse it: issue it again with that name, `tasklet certs node CERTS --name {host}`, or advertise a name it has", names.join(", "))]
+    AdvertiseNotCertified {
+        addr: String,
+        host: String,
+        names: Vec<String>,
+    },
     #[error("the advertised address {addr:?} cannot be connected to: {why} (give HOST:PORT, as clients reach the node, e.g. gpu1.example:5701)")]
     BadAdvertise { addr: String, why: &'static str },
     #[error(transparent)]
@@ -448,17 +454,7 @@ fn membership(
     heartbeat.validate().map_err(NodeError::Heartbeat)?;
     let name =
         NodeName::new(name.ok_or(NodeError::NoClusterName)?).map_err(NodeError::ClusterName)?;
-    let address = match advertise {
-        Some(addr) => {
-            check_advertised(&addr).map_err(|why| NodeError::BadAdvertise {
-                addr: addr.clone(),
-                why,
-            })?;
-            addr
-        }
-        None if listen.ip().is_unspecified() => return Err(NodeError::NoAdvertise { listen }),
-        None => listen.to_string(),
-    };
+    let address = check_advertise(listen, advertise.as_deref(), certs)?;
     Ok(Membership {
         nats,
         heartbeat,
@@ -466,6 +462,66 @@ fn membership(
         address,
         cert_sha256: tasklet_tls::node_fingerprint(certs)?,
     })
+}
+
+/// The address a node in a cluster gives clients in its record, checked as
+/// [`NodeBuilder::build`] checks it: `advertise` if given (`HOST:PORT`, not a wildcard), else
+/// `listen` unless that is a wildcard; and the node certificate in `certs` must be valid for its
+/// host, or every client the registry sends would refuse the node. For a daemon that refuses
+/// such a node before it starts its host.
+pub fn check_advertise(
+    listen: SocketAddr,
+    advertise: Option<&str>,
+    certs: impl AsRef<std::path::Path>,
+) -> Result<String, NodeError> {
+    let address = match advertise {
+        Some(addr) => {
+            check_advertised(addr).map_err(|why| NodeError::BadAdvertise {
+                addr: addr.to_owned(),
+                why,
+            })?;
+            addr.to_owned()
+        }
+        None if listen.ip().is_unspecified() => return Err(NodeError::NoAdvertise { listen }),
+        None => listen.to_string(),
+    };
+    let host = address
+        .rsplit_once(':')
+        .map_or(address.as_str(), |(host, _)| host);
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    let names = tasklet_tls::node_names(certs)?;
+    if !names.iter().any(|name| certifies(name, host)) {
+        return Err(NodeError::AdvertiseNotCertified {
+            addr: address.clone(),
+            host: host.to_owned(),
+            names,
+        });
+    }
+    Ok(address)
+}
+
+/// Whether a certificate naming `name` is valid for `host`: the same IP address, or the same
+/// DNS name (letters' case aside; a `*.` name covers one label).
+fn certifies(name: &str, host: &str) -> bool {
+    if let (Ok(a), Ok(b)) = (
+        name.parse::<std::net::IpAddr>(),
+        host.parse::<std::net::IpAddr>(),
+    ) {
+        return a == b;
+    }
+    let (name, host) = (
+        name.trim_end_matches('.').to_ascii_lowercase(),
+        host.trim_end_matches('.').to_ascii_lowercase(),
+    );
+    match name.strip_prefix("*.") {
+        Some(parent) => host
+            .split_once('.')
+            .is_some_and(|(label, rest)| !label.is_empty() && rest == parent),
+        None => name == host,
+    }
 }
 
 /// Why clients could not connect to `addr` as a node's record gives it, if they could not: it
@@ -541,6 +597,31 @@ fn bind_metrics(addr: SocketAddr) -> Result<tokio::net::TcpListener, NodeError> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_certificate_name_covers_a_host_as_a_client_checks_it() {
+        for (name, host) in [
+            ("localhost", "localhost"),
+            ("LocalHost", "localhost"),
+            ("gpu1.example", "GPU1.example."),
+            ("::1", "::1"),
+            ("::1", "0:0:0:0:0:0:0:1"),
+            ("127.0.0.1", "127.0.0.1"),
+            ("*.example", "gpu1.example"),
+        ] {
+            assert!(certifies(name, host), "{name} covers {host}");
+        }
+        for (name, host) in [
+            ("localhost", "127.0.0.1"),
+            ("127.0.0.1", "127.0.0.2"),
+            ("gpu1.example", "gpu2.example"),
+            ("*.example", "a.b.example"),
+            ("*.example", "example"),
+            ("*.example", ".example"),
+        ] {
+            assert!(!certifies(name, host), "{name} does not cover {host}");
+        }
+    }
 
     #[test]
     fn an_advertised_address_is_one_a_client_can_connect_to() {

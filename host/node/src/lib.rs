@@ -7,8 +7,10 @@
 //! [`NodeControl`]. [`NodeBuilder::build`] checks everything it needs before it serves; a daemon
 //! that starts its [`Host`](tasklet_runtime::Host) (hence GPU workers) first can make the same
 //! checks before that, each failing with the error `build` would give: [`check_policy_tenants`],
-//! [`check_certs`], [`check_store`] (no other running node holds the folder) and
-//! [`check_addresses`] (both ports free). What a node does, in layers each using only those
+//! [`check_certs`], [`check_store`] (no other running node holds the folder),
+//! [`check_addresses`] (both ports free) and, for a node in a cluster, [`check_advertise`] (the
+//! address its record gives clients, which its certificate must name). What a node does, in
+//! layers each using only those
 //! below it:
 //!
 //! ```text
@@ -135,9 +137,9 @@ pub const TIMELINE: &str = "tasklet_node::timeline";
 
 pub use authorize::{Authorization, Authorizer, Denied};
 pub use builder::{
-    check_addresses, check_certs, check_policy_tenants, check_store, NodeBuilder, NodeError,
-    DEFAULT_IDLE_TIMEOUT, DEFAULT_LISTEN, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_TENANT_CONNECTIONS,
-    DEFAULT_STALL_TIMEOUT,
+    check_addresses, check_advertise, check_certs, check_policy_tenants, check_store, NodeBuilder,
+    NodeError, DEFAULT_IDLE_TIMEOUT, DEFAULT_LISTEN, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_TENANT_CONNECTIONS, DEFAULT_STALL_TIMEOUT,
 };
 pub use deploy::{DeployOpenError, StoreLockError};
 pub use metrics::{MetricsError, MetricsSnapshot, NodeMetrics};

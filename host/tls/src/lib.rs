@@ -87,7 +87,9 @@ pub use config::{
 };
 pub use error::Error;
 pub use layout::CertDir;
-pub use peer::{fingerprint, node_fingerprint, peer_tenant, tenant_of, PeerTenantError};
+pub use peer::{
+    fingerprint, node_fingerprint, node_names, peer_tenant, tenant_of, PeerTenantError,
+};
 pub use refusal::{explain, Cause, Refusal};
 pub use tenant::{InvalidTenant, Tenant};
 pub use validity::{Validity, CA_DAYS, LEAF_DAYS};

@@ -72,6 +72,39 @@ pub fn fingerprint(cert: &CertificateDer<'_>) -> String {
     sha256_hex(cert)
 }
 
+/// The names the node certificate in `dir` is valid for (its DNS names and IP addresses, as
+/// written: `localhost`, `127.0.0.1`, `::1`, `gpu1.example`): what clients may connect to it by.
+pub fn node_names(dir: impl AsRef<Path>) -> Result<Vec<String>, Error> {
+    let path = CertDir::new(dir.as_ref()).node_cert();
+    let cert = files::read_cert(&path, hint::NODE)?;
+    let malformed = |reason: String| Error::Malformed {
+        path: path.clone(),
+        reason,
+    };
+    let (_, parsed) = x509_parser::parse_x509_certificate(&cert)
+        .map_err(|err| malformed(format!("not a certificate: {err}")))?;
+    let names = parsed
+        .subject_alternative_name()
+        .map_err(|err| malformed(format!("its names cannot be read: {err}")))?;
+    Ok(names
+        .iter()
+        .flat_map(|ext| ext.value.general_names.iter())
+        .filter_map(|name| match name {
+            GeneralName::DNSName(dns) => Some((*dns).to_owned()),
+            GeneralName::IPAddress(bytes) => match bytes.len() {
+                4 => <[u8; 4]>::try_from(*bytes)
+                    .ok()
+                    .map(|b| std::net::Ipv4Addr::from(b).to_string()),
+                16 => <[u8; 16]>::try_from(*bytes)
+                    .ok()
+                    .map(|b| std::net::Ipv6Addr::from(b).to_string()),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect())
+}
+
 /// The [`fingerprint`] of the node certificate in `dir`, as the cluster registry publishes it.
 pub fn node_fingerprint(dir: impl AsRef<Path>) -> Result<String, Error> {
     let cert = files::read_cert(&CertDir::new(dir.as_ref()).node_cert(), hint::NODE)?;

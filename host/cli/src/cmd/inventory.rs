@@ -22,9 +22,10 @@ use tasklet_worker::nvml::{self, Gpu, Inventory, MigMode};
 /// --node rather than ignored.
 #[derive(clap::Args, Debug)]
 #[command(after_help = "Examples:\n  \
-    tasklet inventory                                   this machine's devices\n  \
-    tasklet inventory --backend emu --policy node.toml  as a node with that policy would lend them\n  \
-    tasklet inventory --node gpu1:5701 --certs certs --json  what node gpu1 lends, as JSON")]
+    tasklet inventory                                    this machine's devices\n  \
+    tasklet inventory --backend emu --policy policy.toml  as a node with that policy would lend them\n  \
+    tasklet inventory --node gpu1:5701 --certs certs --json  what node gpu1 lends, as JSON\n\n\
+    (policy.toml: a node policy, as docs/operating.md writes one)")]
 pub struct InventoryArgs {
     /// Print JSON instead of a table: an array of devices, the lent ones first by index
     /// (`"lent": true`), then any GPU NVML lists that this node does not lend.

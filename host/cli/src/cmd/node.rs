@@ -38,7 +38,8 @@ use tokio::signal::unix::{signal, SignalKind};
     --store /var/lib/tasklet/store --metrics 127.0.0.1:9101\n\n\
     Then, from a client: tasklet run --node HOST tasklets/iota; tasklet deploy run tasklets/iota --node HOST; \
     tasklet inventory --node HOST; curl http://127.0.0.1:9101/metrics\n\n\
-    In a cluster:\n  \
+    In a cluster (the node's certificate must name the host it advertises):\n  \
+    tasklet certs node certs --name gpu1.example\n  \
     tasklet node --listen 0.0.0.0:5701 --advertise gpu1.example:5701 --nats nats://nats.example:4222")]
 pub struct NodeArgs {
     /// The UDP address to serve on (IP[:PORT], or HOST[:PORT] resolved once at start; the port
@@ -147,6 +148,9 @@ pub fn run(args: NodeArgs) -> Result<ExitCode> {
     tasklet_node::check_certs(&args.certs)?;
     tasklet_node::check_store(&store)?;
     tasklet_node::check_addresses(args.listen, args.metrics)?;
+    if nats.is_some() {
+        tasklet_node::check_advertise(args.listen, args.advertise.as_deref(), &args.certs)?;
+    }
     let started = args.host.start_with(policy, true)?;
     tracing::info!("{}", describe(&started.host));
     if let Some(why) = &started.cuda_unusable {

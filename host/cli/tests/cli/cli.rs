@@ -146,7 +146,9 @@ fn a_node_without_certificates_is_refused_before_its_backend_starts() {
 }
 
 /// A node whose policy names a tenant no certificate can carry, whose QUIC port or whose
-/// metrics port another process holds, says so in one line before it starts its backend.
+/// metrics port another process holds, or (in a cluster) whose advertised address clients
+/// cannot use, a wildcard or a host its certificate does not name, says so in one line before
+/// it starts its backend (and before it looks for NATS, here a port nothing serves).
 #[test]
 fn a_node_that_cannot_serve_says_why_before_its_backend_starts() {
     let dir = tempfile::tempdir().unwrap();
@@ -162,7 +164,8 @@ fn a_node_that_cannot_serve_says_why_before_its_backend_starts() {
     let held_tcp = tcp.local_addr().unwrap().to_string();
     let free = "127.0.0.1:0";
     let base = ["node", "--certs", c, "--store", store.to_str().unwrap()];
-    let cases: [(Vec<&str>, &str); 3] = [
+    let nats = ["--nats", "nats://127.0.0.1:9", "--name", "n1"];
+    let cases: [(Vec<&str>, &str); 6] = [
         (
             vec!["--listen", free, "--policy", policy.to_str().unwrap()],
             "error: the node's policy names tenant \"Bob Smith\"",
@@ -171,6 +174,18 @@ fn a_node_that_cannot_serve_says_why_before_its_backend_starts() {
         (
             vec!["--listen", free, "--metrics", &held_tcp],
             "another process holds port",
+        ),
+        (
+            [&["--listen", "0.0.0.0:0"][..], &nats].concat(),
+            "which clients cannot connect to: give the address they reach it at (`tasklet node --advertise HOST:PORT`",
+        ),
+        (
+            [&["--listen", free, "--advertise", "127.0.0.2:5701"][..], &nats].concat(),
+            "its certificate is not valid for 127.0.0.2 (it names localhost, 127.0.0.1, ::1), so clients would refuse it: issue it again with that name, `tasklet certs node CERTS --name 127.0.0.2`",
+        ),
+        (
+            [&["--listen", free, "--advertise", "gpu1.example:5701"][..], &nats].concat(),
+            "not valid for gpu1.example",
         ),
     ];
     for (args, said) in cases {

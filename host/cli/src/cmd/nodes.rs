@@ -13,6 +13,7 @@ use tasklet_cluster::LiveNode;
 /// (killed, cut off from NATS) is gone within 10 s. A draining node is listed, marked so; it
 /// is never chosen for new work.
 #[derive(clap::Args, Debug)]
+#[command(mut_arg("nats", |arg| arg.required(true)))]
 #[command(after_help = "Examples:\n  \
     tasklet nodes --nats nats://127.0.0.1:4222\n  \
     tasklet nodes --nats tls://nats.example:4222 --nats-ca ca.pem --nats-creds user.creds --json")]

@@ -65,6 +65,12 @@ pub(crate) fn target(text: &str) -> Result<Target, ClientError> {
         addr: text.to_owned(),
         reason: reason.to_owned(),
     };
+    if text.trim().is_empty() {
+        return Err(ClientError::Address {
+            addr: "(empty)".to_owned(),
+            reason: "no address was given: expected HOST, HOST:PORT or [IPv6]:PORT".to_owned(),
+        });
+    }
     if let Some((scheme, _)) = text.split_once("://") {
         return Err(bad(&format!(
             "a node's address is HOST[:PORT], with no {scheme}:// before it (the fabric speaks QUIC, not \
@@ -320,8 +326,12 @@ mod tests {
 
     #[test]
     fn malformed_addresses_say_what_is_expected() {
+        let err = target("").unwrap_err().to_string();
+        assert!(
+            err.starts_with("cannot reach node (empty): no address was given"),
+            "{err}"
+        );
         for bad in [
-            "",
             ":5701",
             "[::1",
             "[::1]x",

@@ -12,6 +12,7 @@ use anyhow::Result;
 use std::fmt::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
+use tasklet_runtime::config::units::sizes_told_apart;
 use tasklet_runtime::Device;
 use tasklet_worker::nvml::{self, Gpu, Inventory, MigMode};
 
@@ -240,12 +241,14 @@ fn remote(args: &InventoryArgs, addr: &str) -> Result<ExitCode> {
         "CC"
     );
     for d in &devices {
+        // A lease's few MiB stay visible: 4095MiB free of 4GiB, not 4.0 GiB of 4 GiB.
+        let (total, free) = sizes_told_apart(d.total_memory, d.free_memory);
         outln!(
             "{:<6} {:<8} {:<12} {:<12} {:<7} {:<6} {}",
             d.index,
             d.backend,
-            rounded_size(d.total_memory),
-            rounded_size(d.free_memory),
+            total,
+            free,
             d.leases,
             format!("{}.{}", d.compute_capability.0, d.compute_capability.1),
             d.name

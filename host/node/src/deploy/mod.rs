@@ -36,7 +36,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use store_lock::StoreLock;
 pub use store_lock::StoreLockError;
 use tasklet_deploy::{DeployConfig, Deployer, ExitStatus, Push, RunOutcome};
-use tasklet_runtime::config::units::{format_size, rounded_size};
+use tasklet_runtime::config::units::sizes_told_apart;
 use tasklet_runtime::config::{Grant, Manifest};
 use tasklet_runtime::gpu::LocalGpu;
 use tasklet_runtime::{Host, RunError, RunStop, Teardown};
@@ -367,16 +367,6 @@ fn admit(host: &Host, ceiling: &Grant, manifest: &Manifest) -> Result<(), Failur
     Ok(())
 }
 
-/// Two sizes for one message: rounded for reading, unless rounding would make them look the
-/// same (4095 MiB and 4 GiB both read 4.0 GiB), then exact.
-fn sizes_told_apart(a: u64, b: u64) -> (String, String) {
-    let same = |x: &str, y: &str| x.replace(".0 ", " ") == y.replace(".0 ", " ");
-    match (rounded_size(a), rounded_size(b)) {
-        (x, y) if same(&x, &y) && a != b => (format_size(a), format_size(b)),
-        rounded => rounded,
-    }
-}
-
 /// A deployment's manifest as pushed (`tasklet.toml` text), if it parses: admission reads its
 /// limits and GPU request.
 fn pushed_manifest(bytes: &[u8]) -> Option<Manifest> {
@@ -480,18 +470,6 @@ pub(crate) fn to_wire(digest: &Digest) -> tasklet_wire::Digest {
 mod tests {
     use super::*;
     use std::path::PathBuf;
-
-    #[test]
-    fn sizes_in_a_refusal_are_rounded_unless_that_hides_the_difference() {
-        assert_eq!(
-            sizes_told_apart(128 << 20, 256 << 20),
-            ("128 MiB".to_owned(), "256 MiB".to_owned())
-        );
-        assert_eq!(
-            sizes_told_apart(4095 << 20, 4 << 30),
-            ("4095MiB".to_owned(), "4GiB".to_owned())
-        );
-    }
 
     /// A store's failure reaches the client as the node's trouble, naming none of its files.
     #[test]

@@ -101,9 +101,35 @@ pub fn rounded_size(bytes: u64) -> String {
     format!("{bytes} B")
 }
 
+/// Two sizes shown side by side: rounded for reading, unless rounding would make them look
+/// the same (4095 MiB and 4 GiB both read 4.0 GiB), then exact.
+pub fn sizes_told_apart(a: u64, b: u64) -> (String, String) {
+    let same = |x: &str, y: &str| x.replace(".0 ", " ") == y.replace(".0 ", " ");
+    match (rounded_size(a), rounded_size(b)) {
+        (x, y) if same(&x, &y) && a != b => (format_size(a), format_size(b)),
+        rounded => rounded,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_side_by_side_are_rounded_unless_that_hides_the_difference() {
+        assert_eq!(
+            sizes_told_apart(128 << 20, 256 << 20),
+            ("128 MiB".to_owned(), "256 MiB".to_owned())
+        );
+        assert_eq!(
+            sizes_told_apart(4095 << 20, 4 << 30),
+            ("4095MiB".to_owned(), "4GiB".to_owned())
+        );
+        assert_eq!(
+            sizes_told_apart(4 << 30, 4 << 30),
+            ("4 GiB".to_owned(), "4 GiB".to_owned())
+        );
+    }
 
     #[test]
     fn rounded_sizes_read_as_a_person_reads_them() {

@@ -773,10 +773,11 @@ impl Writer<'_> {
         }
     }
 
-    /// A loaded module: its id, its variables' bytes, its kernels.
+    /// A loaded module: its id, its variables' bytes, its text's bytes, its kernels.
     fn module(&mut self, module: &LoadedModule) {
         self.u32(module.id);
         self.u64(module.variable_bytes);
+        self.u64(module.text_bytes);
         self.kernels(&module.kernels);
     }
 
@@ -937,6 +938,7 @@ impl<'a> Reader<'a> {
         Ok(LoadedModule {
             id: self.u32("module id")?,
             variable_bytes: self.u64("module variable bytes")?,
+            text_bytes: self.u64("module text bytes")?,
             kernels: self.kernels()?.into(),
         })
     }

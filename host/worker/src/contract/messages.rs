@@ -309,6 +309,10 @@ pub struct LoadedModule {
     /// Device memory the module's own `.global` variables take in this load
     /// (`tasklet_ptx::ModuleOutline::variable_bytes`): the host charges it to the lease.
     pub variable_bytes: u64,
+    /// Bytes of the PTX this load holds loaded in the worker (for a CUDA C load, the PTX NVRTC
+    /// made of it): the host holds a worker's modules within
+    /// [`MAX_MODULE_TEXT_BYTES`](crate::contract::modules::MAX_MODULE_TEXT_BYTES).
+    pub text_bytes: u64,
 }
 
 /// What a load compiled, for the host's node-wide module cache ([`Response::CachedModule`]).

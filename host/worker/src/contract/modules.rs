@@ -17,6 +17,10 @@ pub const MAX_MODULES: usize = 4096;
 /// counted; a repeated load of a shared module that the host answers is not counted again.
 pub const MAX_MODULE_TEXT_BYTES: usize = 128 << 20;
 
+/// The most PTX NVRTC may make of one CUDA C load, as a load of PTX itself is bounded by the
+/// data region it travels in: a few kilobytes of source can unroll into any amount of it.
+pub const MAX_COMPILED_PTX_BYTES: usize = 8 << 20;
+
 /// Whether the PTX declares module-scope `.global` variables (kernel-writable state).
 /// Conservative: anything it cannot rule out counts as yes.
 pub fn declares_module_globals(ptx: &str) -> bool {

@@ -110,6 +110,7 @@ mod tests {
             id,
             kernels: Vec::new().into(),
             variable_bytes: 0,
+            text_bytes: 0,
         }
     }
 

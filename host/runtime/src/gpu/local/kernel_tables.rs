@@ -68,6 +68,7 @@ mod tests {
             }]
             .into(),
             variable_bytes: 0,
+            text_bytes: 0,
         }
     }
 

@@ -192,6 +192,7 @@ fn sample_responses() -> Vec<Response> {
             id: 1,
             kernels: vec![].into(),
             variable_bytes: 7,
+            text_bytes: 11,
         }),
         Response::CachedModule {
             module: LoadedModule {
@@ -202,6 +203,7 @@ fn sample_responses() -> Vec<Response> {
                 }]
                 .into(),
                 variable_bytes: 7,
+                text_bytes: 11,
             },
             compiled: Compiled {
                 ptx: ".version 9.0\n".into(),
@@ -214,6 +216,7 @@ fn sample_responses() -> Vec<Response> {
                 id: 4,
                 kernels: vec![].into(),
                 variable_bytes: 7,
+                text_bytes: 11,
             },
             compiled: Compiled::default(),
         },
@@ -248,6 +251,7 @@ fn sample_responses() -> Vec<Response> {
             ]
             .into(),
             variable_bytes: 7,
+            text_bytes: 11,
         }),
         Response::Info(WorkerInfo {
             backend: "emu".into(),
@@ -411,6 +415,7 @@ fn trailing_bytes_unknown_tags_and_bad_values() {
         }]
         .into(),
         variable_bytes: 7,
+        text_bytes: 11,
     });
     let mut buf = Vec::new();
     encode_response(1, &resp, &mut buf);
@@ -639,6 +644,7 @@ fn a_cached_modules_refused_flag_is_zero_or_one() {
             id: 1,
             kernels: vec![].into(),
             variable_bytes: 7,
+            text_bytes: 11,
         },
         compiled: Compiled {
             ptx: String::new(),

@@ -363,6 +363,7 @@ impl Worker {
         let options = options.iter().map(String::as_str).collect();
         self.room_for_a_module(source.len())?;
         match self.call(&Request::LoadSource { source, options }, self.op_timeout)? {
+            // The module's text is the PTX NVRTC made, as the worker counts it.
             Response::Module(module) => Ok(self.loaded(None, source.len(), module)),
             other => Err(self.unexpected("load-source", &other)),
         }
@@ -410,16 +411,17 @@ impl Worker {
             self.op_timeout,
         )? {
             Response::CachedModule { module, compiled } => {
-                let text_len = source.len().max(compiled.ptx.len());
-                Ok((self.loaded(None, text_len, module), compiled))
+                Ok((self.loaded(None, source.len(), module), compiled))
             }
             other => Err(self.unexpected("load-source-cached", &other)),
         }
     }
 
     /// Notes a loaded module's kernel names, for messages about its launches, the `text_len`
-    /// bytes of text it holds, and, loaded from the PTX `ptx`, its text for repeated loads.
+    /// bytes of text it holds (at least what the worker says it loaded), and, loaded from the
+    /// PTX `ptx`, its text for repeated loads.
     fn loaded(&mut self, ptx: Option<&str>, text_len: usize, m: LoadedModule) -> LoadedModule {
+        let text_len = text_len.max(usize::try_from(m.text_bytes).unwrap_or(usize::MAX));
         self.kernel_names.insert(m.id, Arc::clone(&m.kernels));
         if let Some(old) = self.module_text.insert(m.id, text_len) {
             self.module_text_bytes -= old;
@@ -457,8 +459,11 @@ impl Worker {
 
     /// Unloads the modules [`Worker::unload_module`] put off, once no persistent kernel runs.
     fn unload_deferred(&mut self) -> Result<(), WorkerError> {
-        while let Some(id) = self.deferred_unloads.pop() {
+        // Each taken off the list only once the worker has unloaded it: one answered with an
+        // earlier failure (held for the next call) is still loaded, and stays listed.
+        while let Some(&id) = self.deferred_unloads.last() {
             self.call_ok(&Request::UnloadModule { id })?;
+            self.deferred_unloads.pop();
             self.text_unloaded(id);
         }
         Ok(())

@@ -289,6 +289,7 @@ impl Backend for EmuBackend {
             id,
             kernels,
             variable_bytes,
+            text_bytes: ptx.len() as u64,
         })
     }
 

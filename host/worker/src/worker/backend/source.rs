@@ -2,6 +2,7 @@
 //! loads as it loads any PTX. Only the architecture differs between backends.
 
 use super::BackendError;
+use crate::contract::modules::MAX_COMPILED_PTX_BYTES;
 use crate::contract::{quote, ErrorKind};
 use crate::worker::nvrtc::{self, NvrtcError};
 
@@ -20,14 +21,26 @@ pub(super) fn compile(
         || nvrtc::DEFAULT_ARCH_OPTION.to_owned(),
         |(major, minor)| format!("--gpu-architecture=compute_{major}{minor}"),
     );
-    nvrtc::compile_for(source, &options, &default_arch).map_err(|e| match e {
+    let ptx = nvrtc::compile_for(source, &options, &default_arch).map_err(|e| match e {
         NvrtcError::NotFound { .. } => BackendError::new(
             ErrorKind::Unsupported,
             format!("compiling CUDA C needs NVRTC, which this node does not have: {e}; or load PTX instead"),
         ),
         // NVRTC's log quotes the source (and a refused option is echoed): only its start.
         other => BackendError::new(ErrorKind::LoadFailed, quote::text(&other.to_string()).to_string()),
-    })
+    })?;
+    if ptx.len() > MAX_COMPILED_PTX_BYTES {
+        return Err(BackendError::new(
+            ErrorKind::LoadFailed,
+            format!(
+                "NVRTC made {:.1} MiB of PTX of this source, more than the {} MiB one module may have; \
+                 split the source into several modules",
+                ptx.len() as f64 / (1 << 20) as f64,
+                MAX_COMPILED_PTX_BYTES >> 20
+            ),
+        ));
+    }
+    Ok(ptx)
 }
 
 /// An error from loading the PTX that NVRTC made of a source, saying so.

@@ -350,6 +350,7 @@ fn an_answer_too_large_drops_only_the_compiled_code() {
             id: 3,
             kernels: Vec::new().into(),
             variable_bytes: 7,
+            text_bytes: 0,
         },
         compiled: Compiled {
             ptx: "ptx".into(),
@@ -364,6 +365,7 @@ fn an_answer_too_large_drops_only_the_compiled_code() {
                 id: 3,
                 kernels: Vec::new().into(),
                 variable_bytes: 7,
+                text_bytes: 0,
             },
             compiled: Compiled {
                 ptx: String::new(),

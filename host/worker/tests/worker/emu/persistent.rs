@@ -14,6 +14,7 @@ use tasklet_worker::guest_memory::SharedMemory;
 use tasklet_worker::host::mapped::MappedArea;
 use tasklet_worker::{
     ErrorKind, Launch, LoadedModule, Worker, EMU_MAX_DEVICE_MAPPINGS, EMU_MAX_RESIDENT_CTAS,
+    MAX_MODULE_TEXT_BYTES,
 };
 
 /// Floats in one message.
@@ -449,4 +450,48 @@ fn a_kernel_cannot_pretend_through_its_control_block_that_it_ended() {
     assert_eq!(view.block().snapshot().exit, Exit::Returned);
     assert_eq!(w.persistent_running(), 0);
     w.reset().unwrap();
+}
+
+/// A module unloaded while a persistent kernel ran is unloaded once none runs; when that
+/// unload is answered with a failure held for the next call (a refused launch), the module
+/// stays listed, is unloaded at the next chance, and no module or text is left held: after
+/// every module the host knows of is unloaded, the worker holds none and a full 128 MiB of
+/// distinct 4 MiB loads fits again.
+#[test]
+fn a_deferred_unload_answered_with_a_held_failure_is_tried_again() {
+    const EACH: usize = 4 << 20;
+    let padded = |tag: usize| {
+        let mut text = format!("// module {tag}\n{}", kernel_source("iota"));
+        let line = format!("// {}\n", "x".repeat(1021));
+        while text.len() + line.len() <= EACH {
+            text.push_str(&line);
+        }
+        text.push_str(&" ".repeat(EACH - text.len()));
+        text
+    };
+    let mut w = emu_worker(64 << 20);
+    let actor = Actor::new(&mut w, 8);
+    let deferred = w.load_module(&padded(1)).unwrap();
+    actor.start(&mut w, "actor_scale", 1).unwrap();
+    w.unload_module(deferred.id).unwrap();
+    // A launch the worker refuses (no such kernel), posted: its failure is held for the next
+    // call, which is the deferred unload.
+    w.launch(&Launch {
+        module: actor.module.id,
+        kernel: 99,
+        grid: [1, 1, 1],
+        block: [1, 1, 1],
+        shared_mem_bytes: 0,
+        args: &[],
+        deadline: Duration::from_secs(10),
+    })
+    .unwrap();
+    assert!(w.stop_persistent(BOUND));
+    let after = w.load_module(&padded(2));
+    assert!(after.is_err(), "the held failure is reported: {after:?}");
+    w.unload_module(actor.module.id).unwrap();
+    assert_eq!(w.info().unwrap().modules, 0, "a module was left loaded");
+    for tag in 0..MAX_MODULE_TEXT_BYTES / EACH {
+        w.load_module(&padded(100 + tag)).unwrap();
+    }
 }

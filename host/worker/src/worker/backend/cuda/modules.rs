@@ -167,6 +167,7 @@ impl Modules {
             id,
             kernels: m.kernels.clone(),
             variable_bytes: m.variable_bytes,
+            text_bytes: ptx.len() as u64,
         }))
     }
 
@@ -252,6 +253,7 @@ impl Modules {
             id,
             kernels: loaded.kernels.clone(),
             variable_bytes: loaded.variable_bytes,
+            text_bytes: ptx.len() as u64,
         };
         let slot = match self.slots.iter().position(Option::is_none) {
             Some(s) => s,

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tasklet_runtime::config::Manifest;
-use tasklet_store::{Digest, MAX_BLOB_SETTING};
+use tasklet_store::{Deployment, Digest, MAX_BLOB_SETTING};
 
 use crate::config::{MAX_COMPONENT_SETTING, MAX_MANIFEST_BYTES};
 use crate::deployer::{Deployer, Inner};
@@ -182,6 +182,13 @@ pub struct Compiled {
 }
 
 impl Compiled {
+    /// The digest storing it gives the deployment (see [`Pushed::digest`]).
+    pub fn deployment_digest(&self) -> Digest {
+        Deployment::of(&self.manifest_bytes, &self.component)
+            .0
+            .digest
+    }
+
     /// Stores the deployment and caches the compiled form.
     pub fn store(self) -> Result<Pushed, Error> {
         let pushed = self

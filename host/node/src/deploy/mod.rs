@@ -24,6 +24,7 @@
 
 mod metered;
 pub(crate) mod owners;
+mod recording;
 mod store_lock;
 
 use crate::caller::Caller;
@@ -31,8 +32,9 @@ use crate::reply::Failure;
 use crate::tenant_slots::{TenantSlot, TenantSlots};
 use metered::MeteredGpu;
 use owners::Owners;
+use recording::Recording;
 use std::path::Path;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use store_lock::StoreLock;
 pub use store_lock::StoreLockError;
 use tasklet_deploy::{DeployConfig, Deployer, ExitStatus, Push, RunOutcome};
@@ -83,10 +85,8 @@ pub(crate) struct Deployments {
     pushing: TenantSlots,
     /// Where a deployment this node lacks is fetched from (the cluster), if anywhere.
     source: Option<Arc<dyn DeploymentSource>>,
-    /// Held while a push stores its deployment and records its tenant, so that of concurrent
-    /// pushes of one deployment the one that stored it is told apart from the others (which
-    /// found it present), and none is taken for one that put back what the store had lost.
-    recording: Mutex<()>,
+    /// Held, for one deployment, while a push or a fetch stores it and records its tenant.
+    recording: Recording,
     /// This node's hold on the store's folder, for as long as it runs.
     _lock: StoreLock,
 }
@@ -129,7 +129,7 @@ impl Deployments {
             owners,
             pushing: TenantSlots::default(),
             source: None,
-            recording: Mutex::new(()),
+            recording: Recording::default(),
             _lock: lock,
         })
     }
@@ -191,10 +191,7 @@ impl Deployments {
         // `started` counts as under way until the deployment is recorded, and is dropped after.
         let compiled = started.push.compile().map_err(failure)?;
         let (pushed, new) = {
-            let _recording = self
-                .recording
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
+            let _held = self.recording.hold(compiled.deployment_digest());
             let pushed = compiled.store().map_err(failure)?;
             let new = self
                 .owners
@@ -294,10 +291,15 @@ impl Deployments {
         if let Some(manifest) = pushed_manifest(&fetched.manifest) {
             admit(host, ceiling, &manifest)?;
         }
-        let pushed = self
+        // Stored and recorded as a push is (see `finish_push`).
+        let mut push = self
             .deployer
-            .push(&fetched.manifest, &fetched.component[..])
+            .start_push(&fetched.manifest)
             .map_err(failure)?;
+        push.write_chunk(&fetched.component).map_err(failure)?;
+        let compiled = push.compile().map_err(failure)?;
+        let _held = self.recording.hold(compiled.deployment_digest());
+        let pushed = compiled.store().map_err(failure)?;
         if pushed.digest != *digest {
             return Err(Failure::new(
                 ErrorCode::Internal,

@@ -256,6 +256,11 @@ struct LeaseState {
     /// none for a module without them): part of the lease's `used`, but not of what its worker
     /// reports holding in allocations.
     variables: HashMap<u32, u64>,
+    /// A failure a release (free, unload) was answered with in its place: an earlier launch's,
+    /// which the worker holds for its next call. The release was then made again; the failure
+    /// is owed to the lease's next operation ([`LeaseManager::with_worker`]), which returns it
+    /// instead of being performed, as the worker would have.
+    owed: Option<WorkerError>,
 }
 
 impl Lease {
@@ -786,6 +791,7 @@ impl LeaseManager {
                 run,
                 gpu_seen,
                 variables: HashMap::new(),
+                owed: None,
             }),
             used: AtomicU64::new(0),
             gpu_nanos: AtomicU64::new(0),
@@ -854,9 +860,14 @@ impl LeaseManager {
         lease: &Lease,
         op: impl FnOnce(&mut Worker) -> Result<T, WorkerError>,
     ) -> Result<T, GpuError> {
-        self.with_state(lease, |st| match st.worker.as_mut() {
-            Some(worker) => op(worker),
-            None => Err(WorkerError::Lost("the lease has no worker".into())),
+        self.with_state(lease, |st| {
+            if let Some(owed) = st.owed.take() {
+                return Err(owed);
+            }
+            match st.worker.as_mut() {
+                Some(worker) => op(worker),
+                None => Err(WorkerError::Lost("the lease has no worker".into())),
+            }
         })
     }
 
@@ -904,7 +915,8 @@ impl LeaseManager {
                 .worker
                 .as_mut()
                 .ok_or_else(|| WorkerError::Lost("the lease has no worker".into()))?;
-            briefly(worker, st.run, |w| w.free(addr))?;
+            let owed = release(worker, st.run, |w| w.free(addr))?;
+            st.owed = st.owed.take().or(owed);
             let left = lease.used().saturating_sub(charged_bytes(bytes));
             lease.used.store(left, Ordering::Relaxed);
             Ok(())
@@ -920,7 +932,8 @@ impl LeaseManager {
                 .worker
                 .as_mut()
                 .ok_or_else(|| WorkerError::Lost("the lease has no worker".into()))?;
-            briefly(worker, st.run, |w| w.unload_module(module))?;
+            let owed = release(worker, st.run, |w| w.unload_module(module))?;
+            st.owed = st.owed.take().or(owed);
             if let Some(charge) = st.variables.remove(&module) {
                 let left = lease.used().saturating_sub(charge);
                 lease.used.store(left, Ordering::Relaxed);
@@ -1388,6 +1401,28 @@ impl LeaseManager {
 /// Runs `op`, a release (free, unload), without waiting on the worker's running kernels for
 /// longer than [`RELEASE_GRACE`] (or past the run's end, where that comes first): while launches
 /// may be pending, the worker's waits are bounded by that, and by the run's end alone again after.
+/// A release (`op`: a free, an unload) under [`briefly`], made again when what answered it was
+/// a failure held for the next call (an earlier launch's, reported by the sync before it or by
+/// the worker in its place): that failure is returned, to be owed to the lease's next
+/// operation, once the release is done. A release that fails again fails (one failing on its
+/// own, an unknown address, is tried twice: harmless).
+fn release(
+    w: &mut Worker,
+    run: Option<RunLimit>,
+    mut op: impl FnMut(&mut Worker) -> Result<(), WorkerError>,
+) -> Result<Option<WorkerError>, WorkerError> {
+    match briefly(w, run, &mut op) {
+        Ok(()) => Ok(None),
+        // A fault or a missed deadline ends the lease instead; and a worker given up on (its
+        // wait cut short) is asked nothing more.
+        Err(held @ WorkerError::Op { kind, .. }) if !kind.poisons_worker() && !w.gave_up() => {
+            op(w)?;
+            Ok(Some(held))
+        }
+        Err(e) => Err(e),
+    }
+}
+
 fn briefly<T>(
     w: &mut Worker,
     run: Option<RunLimit>,

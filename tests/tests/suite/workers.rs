@@ -113,3 +113,50 @@ fn a_worker_holding_other_than_its_lease_accounts_for_is_replaced_not_reused() {
     let a = host.accounting();
     assert_eq!((a.leases, a.granted_bytes, a.used_bytes), (0, 0, 0));
 }
+
+/// A release answered with an earlier launch's failure (the worker holds it for its next call)
+/// is made all the same, and the failure is owed to the lease's next operation: a free after a
+/// launch the worker refused frees the buffer, and the sync after it reports the launch, once.
+#[test]
+fn a_free_answered_with_a_launchs_failure_frees_and_the_next_call_reports_it() {
+    let host = test_host!();
+    let leases = host.leases();
+    let lease = leases
+        .acquire(1 << 20, Duration::from_secs(60))
+        .expect("lease");
+    let iota = include_str!("../../../kernels/iota.ptx");
+    let module = leases
+        .with_worker(&lease, |w| w.load_module(iota))
+        .expect("load");
+    let addr = leases.alloc(&lease, 4096).expect("alloc");
+    // A launch of a kernel the module lacks: the worker refuses it and holds the failure.
+    leases
+        .with_worker(&lease, |w| {
+            w.launch(&tasklet_worker::Launch {
+                module: module.id,
+                kernel: 99,
+                grid: [1, 1, 1],
+                block: [1, 1, 1],
+                shared_mem_bytes: 0,
+                args: &[],
+                deadline: Duration::from_secs(10),
+            })
+        })
+        .expect("posted");
+    leases.free(&lease, addr, 4096).expect("the free is made");
+    let info = leases.with_worker(&lease, |w| w.info());
+    let failure = info
+        .as_ref()
+        .err()
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    assert!(failure.contains("launch #1"), "{info:?}");
+    let info = leases
+        .with_worker(&lease, |w| w.info())
+        .expect("reported once");
+    assert_eq!(info.allocations, 0, "{info:?}");
+    assert_eq!(lease.used(), 0);
+    leases.unload(&lease, module.id).expect("unload");
+    leases.end(&lease, tasklet_runtime::lease::EndReason::Dropped);
+    assert_baseline(&host);
+}

@@ -258,8 +258,9 @@ struct LeaseState {
     variables: HashMap<u32, u64>,
     /// A failure a release (free, unload) was answered with in its place: an earlier launch's,
     /// which the worker holds for its next call. The release was then made again; the failure
-    /// is owed to the lease's next operation ([`LeaseManager::with_worker`]), which returns it
-    /// instead of being performed, as the worker would have.
+    /// is owed to the next operation the lease's holder asks for
+    /// ([`LeaseManager::with_worker_owing`]), which returns it instead of being performed, as
+    /// the worker would have.
     owed: Option<WorkerError>,
 }
 
@@ -856,6 +857,22 @@ impl LeaseManager {
     /// The operation sees the worker only: memory that counts against the lease goes through
     /// [`LeaseManager::alloc`] and [`LeaseManager::free`].
     pub fn with_worker<T>(
+        &self,
+        lease: &Lease,
+        op: impl FnOnce(&mut Worker) -> Result<T, WorkerError>,
+    ) -> Result<T, GpuError> {
+        self.with_state(lease, |st| match st.worker.as_mut() {
+            Some(worker) => op(worker),
+            None => Err(WorkerError::Lost("the lease has no worker".into())),
+        })
+    }
+
+    /// [`LeaseManager::with_worker`] for an operation the lease's holder asked for: a failure
+    /// owed to the lease (an earlier launch's, which a release was answered with; see
+    /// [`LeaseManager::free`]) is returned instead, the operation not performed, as the worker
+    /// answers a call after a failed launch. The host's own calls (liveness checks, releases it
+    /// makes of its own accord) use `with_worker` and leave the failure owed.
+    pub fn with_worker_owing<T>(
         &self,
         lease: &Lease,
         op: impl FnOnce(&mut Worker) -> Result<T, WorkerError>,

@@ -329,7 +329,7 @@ impl LocalGpu {
     ) -> Result<T, GpuError> {
         self.usage.check()?;
         self.manager
-            .with_worker(lease, op)
+            .with_worker_owing(lease, op)
             .map_err(|e| self.usage.blame(&self.manager, lease, e))
     }
 

@@ -371,12 +371,7 @@ pub fn the_manifests_grant_is_enforced_by_the_node() -> TestResult {
         .lease_alloc(1 << 20, 5, None)
         .map_err(|e| e.to_string())?
         .lease;
-    let (reply, _) = client
-        .request(&tasklet_wire::Request::SessionOpen { lease })
-        .map_err(|e| e.to_string())?;
-    let tasklet_wire::Reply::SessionOpen { session } = reply else {
-        return Err(format!("{reply:?}").into());
-    };
+    let session = session_on(&mut client, lease)?;
     let load = tasklet_wire::Request::ModuleLoad {
         session,
         ptx: b"".to_vec(),

@@ -222,12 +222,7 @@ pub fn a_refused_first_submission_leaves_the_lease_untouched() -> TestResult {
     check(refused == Some(ErrorCode::ReadFailed), || {
         format!("{refused:?}")
     })?;
-    let (reply, _) = client
-        .request(&Request::SessionOpen { lease: lease.lease })
-        .map_err(|e| e.to_string())?;
-    let Reply::SessionOpen { session } = reply else {
-        return Err(format!("{reply:?}").into());
-    };
+    let session = session_on(&mut client, lease.lease)?;
     let whole = client.request(&Request::MemAlloc {
         session,
         bytes: lease.granted_bytes,
@@ -279,12 +274,7 @@ pub fn a_module_nested_without_end_fails_to_load_and_the_node_serves_on() -> Tes
     check(failed(submitted.as_ref().err()), || {
         format!("GPU_SUBMIT of a module nested {deep} deep: {submitted:?}")
     })?;
-    let (reply, _) = client
-        .request(&Request::SessionOpen { lease: lease.lease })
-        .map_err(|e| e.to_string())?;
-    let Reply::SessionOpen { session } = reply else {
-        return Err(format!("{reply:?}").into());
-    };
+    let session = session_on(&mut client, lease.lease)?;
     let loaded = client.request(&Request::ModuleLoad {
         session,
         ptx: ptx.into_bytes(),

@@ -543,3 +543,17 @@ pub fn running(pid: u32) -> bool {
             .is_some_and(|state| state != "Z" && state != "X"),
     }
 }
+
+/// A session on `lease`, opened over `client`'s connection (SESSION_OPEN).
+pub fn session_on(
+    client: &mut NodeClient,
+    lease: tasklet_wire::LeaseId,
+) -> Result<tasklet_wire::SessionId, String> {
+    match client
+        .request(&Request::SessionOpen { lease })
+        .map_err(|e| e.to_string())?
+    {
+        (Reply::SessionOpen { session }, _) => Ok(session),
+        (other, _) => Err(format!("SESSION_OPEN answered {other:?}")),
+    }
+}

@@ -136,17 +136,6 @@ fn loads_answered_by_the_host_count_against_the_workers_module_limit() {
     assert_eq!(w.info().unwrap().modules, 1);
 }
 
-/// `iota`'s text with a comment making it exactly `len` bytes, distinct for each `tag`.
-fn padded_iota(tag: usize, len: usize) -> String {
-    let mut text = format!("// module {tag}\n{}", kernel_source("iota"));
-    let line = format!("// {}\n", "x".repeat(1021));
-    while text.len() + line.len() <= len {
-        text.push_str(&line);
-    }
-    text.push_str(&" ".repeat(len - text.len()));
-    text
-}
-
 /// The text of the modules a worker holds is bounded: distinct loads of 4 MiB each fill its
 /// 128 MiB and the next is refused before the worker is asked, saying so; a repeated load of a
 /// text it holds (answered by the host) still goes through; an unload makes room again, and a
@@ -184,20 +173,6 @@ fn the_text_of_the_modules_a_worker_holds_is_bounded() {
     for tag in 0..fit {
         w.load_module(&padded_iota(100 + tag, EACH)).unwrap();
     }
-}
-
-/// Posts a launch the worker refuses (no such kernel): its error waits for the next call.
-fn post_refused_launch(w: &mut Worker, m: &LoadedModule) {
-    w.launch(&Launch {
-        module: m.id,
-        kernel: 99,
-        grid: [1, 1, 1],
-        block: [1, 1, 1],
-        shared_mem_bytes: 0,
-        args: &[],
-        deadline: Duration::from_secs(10),
-    })
-    .unwrap();
 }
 
 /// `got` is the failure of that launch (the worker's first), reported instead of the call.

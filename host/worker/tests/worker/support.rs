@@ -137,3 +137,28 @@ pub fn posted_error(w: &mut Worker, l: &Launch<'_>) -> (ErrorKind, String) {
         .expect("a posted launch returns before the worker checks it");
     op_error(w.sync())
 }
+
+/// `iota`'s text with a comment making it exactly `len` bytes, distinct for each `tag`.
+pub fn padded_iota(tag: usize, len: usize) -> String {
+    let mut text = format!("// module {tag}\n{}", kernel_source("iota"));
+    let line = format!("// {}\n", "x".repeat(1021));
+    while text.len() + line.len() <= len {
+        text.push_str(&line);
+    }
+    text.push_str(&" ".repeat(len - text.len()));
+    text
+}
+
+/// Posts a launch the worker refuses (no such kernel): its error waits for the next call.
+pub fn post_refused_launch(w: &mut Worker, m: &LoadedModule) {
+    w.launch(&Launch {
+        module: m.id,
+        kernel: 99,
+        grid: [1, 1, 1],
+        block: [1, 1, 1],
+        shared_mem_bytes: 0,
+        args: &[],
+        deadline: Duration::from_secs(10),
+    })
+    .unwrap();
+}

@@ -460,15 +460,7 @@ fn a_kernel_cannot_pretend_through_its_control_block_that_it_ended() {
 #[test]
 fn a_deferred_unload_answered_with_a_held_failure_is_tried_again() {
     const EACH: usize = 4 << 20;
-    let padded = |tag: usize| {
-        let mut text = format!("// module {tag}\n{}", kernel_source("iota"));
-        let line = format!("// {}\n", "x".repeat(1021));
-        while text.len() + line.len() <= EACH {
-            text.push_str(&line);
-        }
-        text.push_str(&" ".repeat(EACH - text.len()));
-        text
-    };
+    let padded = |tag: usize| padded_iota(tag, EACH);
     let mut w = emu_worker(64 << 20);
     let actor = Actor::new(&mut w, 8);
     let deferred = w.load_module(&padded(1)).unwrap();
@@ -476,16 +468,7 @@ fn a_deferred_unload_answered_with_a_held_failure_is_tried_again() {
     w.unload_module(deferred.id).unwrap();
     // A launch the worker refuses (no such kernel), posted: its failure is held for the next
     // call, which is the deferred unload.
-    w.launch(&Launch {
-        module: actor.module.id,
-        kernel: 99,
-        grid: [1, 1, 1],
-        block: [1, 1, 1],
-        shared_mem_bytes: 0,
-        args: &[],
-        deadline: Duration::from_secs(10),
-    })
-    .unwrap();
+    post_refused_launch(&mut w, &actor.module);
     assert!(w.stop_persistent(BOUND));
     let after = w.load_module(&padded(2));
     assert!(after.is_err(), "the held failure is reported: {after:?}");

@@ -542,11 +542,12 @@ fn varints_past_their_type_are_refused() {
 
 #[test]
 fn forged_counts_do_not_allocate() {
-    // A module response that claims 4 billion kernels in a 20-byte frame.
+    // A module response that claims 4 billion kernels in a 28-byte frame.
     let mut buf = vec![RESP_MODULE];
     buf.push(1); // id 1, a one-byte varint
     buf.extend_from_slice(&1u32.to_le_bytes());
     buf.extend_from_slice(&0u64.to_le_bytes()); // no variables
+    buf.extend_from_slice(&0u64.to_le_bytes()); // no text
     buf.extend_from_slice(&u32::MAX.to_le_bytes());
     assert!(matches!(
         decode_response(&buf),

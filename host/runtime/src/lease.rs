@@ -932,8 +932,9 @@ impl LeaseManager {
                 .worker
                 .as_mut()
                 .ok_or_else(|| WorkerError::Lost("the lease has no worker".into()))?;
-            let owed = release(worker, st.run, |w| w.free(addr))?;
+            let (owed, freed) = release(worker, st.run, |w| w.free(addr));
             st.owed = st.owed.take().or(owed);
+            freed?;
             let left = lease.used().saturating_sub(charged_bytes(bytes));
             lease.used.store(left, Ordering::Relaxed);
             Ok(())
@@ -949,8 +950,9 @@ impl LeaseManager {
                 .worker
                 .as_mut()
                 .ok_or_else(|| WorkerError::Lost("the lease has no worker".into()))?;
-            let owed = release(worker, st.run, |w| w.unload_module(module))?;
+            let (owed, unloaded) = release(worker, st.run, |w| w.unload_module(module));
             st.owed = st.owed.take().or(owed);
+            unloaded?;
             if let Some(charge) = st.variables.remove(&module) {
                 let left = lease.used().saturating_sub(charge);
                 lease.used.store(left, Ordering::Relaxed);
@@ -1415,31 +1417,31 @@ impl LeaseManager {
     }
 }
 
-/// Runs `op`, a release (free, unload), without waiting on the worker's running kernels for
-/// longer than [`RELEASE_GRACE`] (or past the run's end, where that comes first): while launches
-/// may be pending, the worker's waits are bounded by that, and by the run's end alone again after.
 /// A release (`op`: a free, an unload) under [`briefly`], made again when what answered it was
 /// a failure held for the next call (an earlier launch's, reported by the sync before it or by
-/// the worker in its place): that failure is returned, to be owed to the lease's next
-/// operation, once the release is done. A release that fails again fails (one failing on its
-/// own, an unknown address, is tried twice: harmless).
+/// the worker in its place): that failure is returned first, to be owed to the lease's next
+/// operation, beside the release's own outcome. The second try is under `briefly` too (a
+/// failed sync drained nothing, so kernels may still run). A release that fails on its own
+/// (an unknown address) is tried twice: harmless.
 fn release(
     w: &mut Worker,
     run: Option<RunLimit>,
     mut op: impl FnMut(&mut Worker) -> Result<(), WorkerError>,
-) -> Result<Option<WorkerError>, WorkerError> {
+) -> (Option<WorkerError>, Result<(), WorkerError>) {
     match briefly(w, run, &mut op) {
-        Ok(()) => Ok(None),
+        Ok(()) => (None, Ok(())),
         // A fault or a missed deadline ends the lease instead; and a worker given up on (its
         // wait cut short) is asked nothing more.
         Err(held @ WorkerError::Op { kind, .. }) if !kind.poisons_worker() && !w.gave_up() => {
-            op(w)?;
-            Ok(Some(held))
+            (Some(held), briefly(w, run, &mut op))
         }
-        Err(e) => Err(e),
+        Err(e) => (None, Err(e)),
     }
 }
 
+/// Runs `op`, a release (free, unload), without waiting on the worker's running kernels for
+/// longer than [`RELEASE_GRACE`] (or past the run's end, where that comes first): while launches
+/// may be pending, the worker's waits are bounded by that, and by the run's end alone again after.
 fn briefly<T>(
     w: &mut Worker,
     run: Option<RunLimit>,

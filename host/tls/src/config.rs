@@ -117,6 +117,31 @@ pub fn client_tls(dir: impl AsRef<Path>, tenant: &Tenant) -> Result<rustls::Clie
     Ok(config)
 }
 
+/// Whether a client connecting to the node by `host` (a DNS name or an IP address, as a
+/// cluster record or `--node` gives it) would accept the node certificate in `dir` for that
+/// name, checked as a client checks it. `Ok(false)` for a host it is not valid for, or one no
+/// client could name; other faults of the certificate are [`server_tls`]'s to report.
+pub fn node_valid_for(dir: impl AsRef<Path>, host: &str) -> Result<bool, Error> {
+    let dir = CertDir::new(dir.as_ref());
+    let provider = provider();
+    let roots = roots(&dir, hint::NODE_FOLDER)?;
+    let (certs, _) = identity(&provider, &dir.node_cert(), &dir.node_key(), hint::NODE)?;
+    let Some((end_entity, intermediates)) = certs.split_first() else {
+        return Ok(false);
+    };
+    let Ok(name) = ServerName::try_from(host.to_owned()) else {
+        return Ok(false);
+    };
+    let verifier =
+        WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider).build()?;
+    match verifier.verify_server_cert(end_entity, intermediates, &name, &[], UnixTime::now()) {
+        Err(rustls::Error::InvalidCertificate(
+            CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+        )) => Ok(false),
+        _ => Ok(true),
+    }
+}
+
 /// Whether the node's certificate is one its clients can accept, as a client checks it (signed
 /// by the folder's CA, for server authentication), so that a node with the wrong file fails to
 /// start, saying why, rather than refusing every client later.

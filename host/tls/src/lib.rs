@@ -83,7 +83,8 @@ mod verifier;
 
 pub use authority::{init, issue, issue_node, DEFAULT_TENANT};
 pub use config::{
-    check_node_unexpired, client_config, client_tls, server_config, server_tls, ALPN,
+    check_node_unexpired, client_config, client_tls, node_valid_for, server_config, server_tls,
+    ALPN,
 };
 pub use error::Error;
 pub use layout::CertDir;

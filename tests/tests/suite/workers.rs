@@ -115,52 +115,58 @@ fn a_worker_holding_other_than_its_lease_accounts_for_is_replaced_not_reused() {
 }
 
 /// A release answered with an earlier launch's failure (the worker holds it for its next call)
-/// is made all the same, and the failure is owed to the lease's next operation: a free after a
-/// launch the worker refused frees the buffer, and the sync after it reports the launch, once.
+/// is made all the same, and the failure is owed to the holder's next operation: an unload
+/// after a launch the worker refused unloads the module, the host's own calls leave the failure
+/// owed, and the holder's next call reports the launch, once.
 #[test]
-fn a_free_answered_with_a_launchs_failure_frees_and_the_next_call_reports_it() {
+fn an_unload_answered_with_a_launchs_failure_unloads_and_the_next_call_reports_it() {
     let host = test_host!();
     let leases = host.leases();
     let lease = leases
         .acquire(1 << 20, Duration::from_secs(60))
         .expect("lease");
     let iota = include_str!("../../../kernels/iota.ptx");
-    let module = leases
-        .with_worker(&lease, |w| w.load_module(iota))
-        .expect("load");
-    let addr = leases.alloc(&lease, 4096).expect("alloc");
-    // A launch of a kernel the module lacks: the worker refuses it and holds the failure.
-    leases
-        .with_worker(&lease, |w| {
-            w.launch(&tasklet_worker::Launch {
-                module: module.id,
-                kernel: 99,
-                grid: [1, 1, 1],
-                block: [1, 1, 1],
-                shared_mem_bytes: 0,
-                args: &[],
-                deadline: Duration::from_secs(10),
+    // The launch still pending at the unload (the sync before it takes the failure), and taken
+    // by the worker by then (the unload is answered with it).
+    for pause in [Duration::ZERO, Duration::from_millis(50)] {
+        let module = leases
+            .with_worker(&lease, |w| w.load_module(iota))
+            .expect("load");
+        // A launch of a kernel the module lacks: the worker refuses it and holds the failure,
+        // which answers the next call but a free (here the unload, whether the launch is still
+        // pending, when the sync before the unload takes it, or not).
+        leases
+            .with_worker(&lease, |w| {
+                w.launch(&tasklet_worker::Launch {
+                    module: module.id,
+                    kernel: 99,
+                    grid: [1, 1, 1],
+                    block: [1, 1, 1],
+                    shared_mem_bytes: 0,
+                    args: &[],
+                    deadline: Duration::from_secs(10),
+                })
             })
-        })
-        .expect("posted");
-    leases.free(&lease, addr, 4096).expect("the free is made");
-    // The host's own calls leave it owed; the holder's next call gets it, once.
-    leases
-        .with_worker(&lease, |w| w.ping())
-        .expect("a host's call");
-    let info = leases.with_worker_owing(&lease, |w| w.info());
-    let failure = info
-        .as_ref()
-        .err()
-        .map(ToString::to_string)
-        .unwrap_or_default();
-    assert!(failure.contains("launch #1"), "{info:?}");
-    let info = leases
-        .with_worker_owing(&lease, |w| w.info())
-        .expect("reported once");
-    assert_eq!(info.allocations, 0, "{info:?}");
-    assert_eq!(lease.used(), 0);
-    leases.unload(&lease, module.id).expect("unload");
+            .expect("posted");
+        std::thread::sleep(pause);
+        leases
+            .unload(&lease, module.id)
+            .expect("the unload is made");
+        leases
+            .with_worker(&lease, |w| w.ping())
+            .expect("a host's call leaves it owed");
+        let info = leases.with_worker_owing(&lease, |w| w.info());
+        let failure = info
+            .as_ref()
+            .err()
+            .map(ToString::to_string)
+            .unwrap_or_default();
+        assert!(failure.contains("of kernel 99 of module"), "{info:?}");
+        let info = leases
+            .with_worker_owing(&lease, |w| w.info())
+            .expect("reported once");
+        assert_eq!(info.modules, 0, "{info:?}");
+    }
     leases.end(&lease, tasklet_runtime::lease::EndReason::Dropped);
     assert_baseline(&host);
 }

@@ -10,8 +10,8 @@ use crate::common::{init_folder, tenant};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::CertificateDer;
 use tasklet_tls::{
-    client_config, fingerprint, issue, node_fingerprint, server_config, tenant_of, CertDir, Error,
-    PeerTenantError, Validity,
+    client_config, fingerprint, issue, node_fingerprint, node_names, node_valid_for, server_config,
+    tenant_of, CertDir, Error, PeerTenantError, Validity,
 };
 use x509_parser::extensions::GeneralName;
 
@@ -386,5 +386,36 @@ fn a_certificate_that_would_outlive_its_ca_is_refused_saying_the_days_left() {
     assert!(
         last_day.contains("less than a day of the CA is left") && !last_day.contains("--days"),
         "{last_day}"
+    );
+}
+
+/// The names a node certificate is valid for, as a client judges them and as they are listed
+/// for a person: `init`'s three, plus those given (a DNS name, an IP address), and no other.
+#[test]
+fn a_node_certificate_is_valid_for_its_names_alone() {
+    let (_temp, dir) = init_folder(&["gpu1.example".to_owned(), "10.0.0.7".to_owned()]);
+    for host in [
+        "localhost",
+        "LocalHost",
+        "127.0.0.1",
+        "::1",
+        "gpu1.example",
+        "10.0.0.7",
+    ] {
+        assert!(node_valid_for(dir.root(), host).unwrap(), "{host}");
+    }
+    for host in [
+        "127.0.0.2",
+        "gpu2.example",
+        "a.gpu1.example",
+        "10.0.0.8",
+        "not a name",
+        "",
+    ] {
+        assert!(!node_valid_for(dir.root(), host).unwrap(), "{host}");
+    }
+    assert_eq!(
+        node_names(dir.root()).unwrap(),
+        ["localhost", "127.0.0.1", "::1", "gpu1.example", "10.0.0.7"]
     );
 }

@@ -424,9 +424,10 @@ impl Worker {
         let text_len = text_len.max(usize::try_from(m.text_bytes).unwrap_or(usize::MAX));
         self.kernel_names.insert(m.id, Arc::clone(&m.kernels));
         if let Some(old) = self.module_text.insert(m.id, text_len) {
-            self.module_text_bytes -= old;
+            self.module_text_bytes = self.module_text_bytes.saturating_sub(old);
         }
-        self.module_text_bytes += text_len;
+        // Saturating: the worker's figure is not trusted to be small.
+        self.module_text_bytes = self.module_text_bytes.saturating_add(text_len);
         if let Some(ptx) = ptx {
             self.aliases.loaded(ptx, &m);
         }
@@ -472,7 +473,7 @@ impl Worker {
     /// The worker no longer holds module `id`'s text.
     fn text_unloaded(&mut self, id: u32) {
         if let Some(len) = self.module_text.remove(&id) {
-            self.module_text_bytes -= len;
+            self.module_text_bytes = self.module_text_bytes.saturating_sub(len);
         }
     }
 

@@ -861,10 +861,7 @@ impl LeaseManager {
         lease: &Lease,
         op: impl FnOnce(&mut Worker) -> Result<T, WorkerError>,
     ) -> Result<T, GpuError> {
-        self.with_state(lease, |st| match st.worker.as_mut() {
-            Some(worker) => op(worker),
-            None => Err(WorkerError::Lost("the lease has no worker".into())),
-        })
+        self.with_state(lease, |st| worker_op(st, op))
     }
 
     /// [`LeaseManager::with_worker`] for an operation the lease's holder asked for: a failure
@@ -877,14 +874,9 @@ impl LeaseManager {
         lease: &Lease,
         op: impl FnOnce(&mut Worker) -> Result<T, WorkerError>,
     ) -> Result<T, GpuError> {
-        self.with_state(lease, |st| {
-            if let Some(owed) = st.owed.take() {
-                return Err(owed);
-            }
-            match st.worker.as_mut() {
-                Some(worker) => op(worker),
-                None => Err(WorkerError::Lost("the lease has no worker".into())),
-            }
+        self.with_state(lease, |st| match st.owed.take() {
+            Some(owed) => Err(owed),
+            None => worker_op(st, op),
         })
     }
 
@@ -1414,6 +1406,17 @@ impl LeaseManager {
         for pool in &self.pools {
             pool.shutdown();
         }
+    }
+}
+
+/// `op` on the lease's worker; `Lost` when the lease has none.
+fn worker_op<T>(
+    st: &mut LeaseState,
+    op: impl FnOnce(&mut Worker) -> Result<T, WorkerError>,
+) -> Result<T, WorkerError> {
+    match st.worker.as_mut() {
+        Some(worker) => op(worker),
+        None => Err(WorkerError::Lost("the lease has no worker".into())),
     }
 }
 

@@ -67,6 +67,7 @@ fn nodes_register_list_and_take_placed_work() {
     let dir = tempfile::tempdir().unwrap();
     let mut server = LocalServer::new(free_tcp_port(), dir.path().join("js"));
     server.start_timeout = WAIT;
+    server.log = Some(dir.path().join("nats.log"));
     let url = server.url();
     let mut processes = Processes(Vec::new());
     processes
@@ -75,7 +76,13 @@ fn nodes_register_list_and_take_placed_work() {
 
     // Before any node: said so, not an error.
     let out = tasklet(&["nodes", "--nats", &url], b"");
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}(nats-server {:?}; its log ends:\n{})",
+        text(&out.stderr),
+        processes.0[0].try_wait(),
+        server.log_tail(20)
+    );
     assert!(
         text(&out.stdout).starts_with("no nodes registered"),
         "{}",

@@ -933,6 +933,26 @@ impl LeaseManager {
         })
     }
 
+    /// Makes a release the host makes of its own accord with the holder still there (a graph's
+    /// worker form destroyed), waiting as any call does; where the worker answered it with an
+    /// earlier launch's failure instead, it is made again and that failure stays owed to the
+    /// holder's next operation, as for [`LeaseManager::free`].
+    pub fn release_with(
+        &self,
+        lease: &Lease,
+        op: impl FnMut(&mut Worker) -> Result<(), WorkerError>,
+    ) -> Result<(), GpuError> {
+        self.with_state(lease, |st| {
+            let worker = st
+                .worker
+                .as_mut()
+                .ok_or_else(|| WorkerError::Lost("the lease has no worker".into()))?;
+            let (owed, done) = owing_held(worker, op);
+            st.owed = st.owed.take().or(owed);
+            done
+        })
+    }
+
     /// Unloads module `module` (the worker's id for it) under the lease, and releases the
     /// charge for its variables; waits on running kernels no longer than [`LeaseManager::free`]
     /// does.
@@ -1420,23 +1440,35 @@ fn worker_op<T>(
     }
 }
 
-/// A release (`op`: a free, an unload) under [`briefly`], made again when what answered it was
-/// a failure held for the next call (an earlier launch's, reported by the sync before it or by
-/// the worker in its place): that failure is returned first, to be owed to the lease's next
-/// operation, beside the release's own outcome. The second try is under `briefly` too (a
-/// failed sync drained nothing, so kernels may still run). A release that fails on its own
-/// (an unknown address) is tried twice: harmless.
+/// A release (`op`: a free, an unload) under [`briefly`], made again where what answered it
+/// was a failure held for the next call (see [`owing_held`]). The second try is under `briefly`
+/// too (a failed sync drained nothing, so kernels may still run).
 fn release(
     w: &mut Worker,
     run: Option<RunLimit>,
     mut op: impl FnMut(&mut Worker) -> Result<(), WorkerError>,
 ) -> (Option<WorkerError>, Result<(), WorkerError>) {
-    match briefly(w, run, &mut op) {
+    owing_held(w, |w| briefly(w, run, &mut op))
+}
+
+/// Runs `op`, a release, and runs it again where its answer was a failure held for the next
+/// call (an earlier launch's, reported by a sync before it or by the worker in its place, which
+/// then did not perform it): that failure is returned first, to be owed to the lease's next
+/// operation, beside the release's own outcome. A release that fails on its own fails alike
+/// twice, and is owed nothing.
+fn owing_held(
+    w: &mut Worker,
+    mut op: impl FnMut(&mut Worker) -> Result<(), WorkerError>,
+) -> (Option<WorkerError>, Result<(), WorkerError>) {
+    match op(w) {
         Ok(()) => (None, Ok(())),
         // A fault or a missed deadline ends the lease instead; and a worker given up on (its
         // wait cut short) is asked nothing more.
-        Err(held @ WorkerError::Op { kind, .. }) if !kind.poisons_worker() && !w.gave_up() => {
-            (Some(held), briefly(w, run, &mut op))
+        Err(first @ WorkerError::Op { kind, .. }) if !kind.poisons_worker() && !w.gave_up() => {
+            match op(w) {
+                Err(again) if again.to_string() == first.to_string() => (None, Err(again)),
+                again => (Some(first), again),
+            }
         }
         Err(e) => (None, Err(e)),
     }

@@ -170,3 +170,74 @@ fn an_unload_answered_with_a_launchs_failure_unloads_and_the_next_call_reports_i
     leases.end(&lease, tasklet_runtime::lease::EndReason::Dropped);
     assert_baseline(&host);
 }
+
+/// The host's own release of a graph's worker form (a graph dropped, or its session) answered
+/// with an earlier launch's failure is made all the same, and the failure is owed to the
+/// holder's next operation; a release that fails on its own (a graph the worker does not hold)
+/// is owed nothing.
+#[test]
+fn a_graph_destroyed_beside_a_launchs_failure_is_destroyed_and_the_next_call_reports_it() {
+    use tasklet_worker::contract::messages::GraphOp;
+    use tasklet_worker::Launch;
+    let host = test_host!();
+    let leases = host.leases();
+    let lease = leases
+        .acquire(1 << 20, Duration::from_secs(60))
+        .expect("lease");
+    let iota = include_str!("../../../kernels/iota.ptx");
+    let module = leases
+        .with_worker(&lease, |w| w.load_module(iota))
+        .expect("load");
+    let buffer = leases.alloc(&lease, 4096).expect("alloc");
+    let graph = leases
+        .with_worker(&lease, |w| {
+            w.graph_create(&[GraphOp::Fill {
+                addr: buffer,
+                len: 4096,
+                value: 7,
+            }])
+        })
+        .expect("graph");
+    // A launch the worker refuses (its module has no kernel 99): the failure is held for the
+    // next call, which the graph's destroy is.
+    leases
+        .with_worker(&lease, |w| {
+            w.launch(&Launch {
+                module: module.id,
+                kernel: 99,
+                grid: [1, 1, 1],
+                block: [1, 1, 1],
+                shared_mem_bytes: 0,
+                args: &[],
+                deadline: Duration::from_secs(10),
+            })
+        })
+        .expect("posted");
+    leases
+        .release_with(&lease, |w| w.graph_destroy(graph))
+        .expect("the graph is destroyed");
+    let info = leases.with_worker_owing(&lease, |w| w.info());
+    let failure = info
+        .as_ref()
+        .err()
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    assert!(failure.contains("of kernel 99 of module"), "{info:?}");
+    let replay = leases.with_worker_owing(&lease, |w| {
+        w.graph_replay(graph, 1, &[], Duration::from_secs(10))
+    });
+    assert!(
+        replay.is_err(),
+        "the destroyed graph replayed: it was not destroyed"
+    );
+    // Its own failure (destroyed already): an error, and nothing owed for it.
+    assert!(leases
+        .release_with(&lease, |w| w.graph_destroy(graph))
+        .is_err());
+    leases
+        .with_worker_owing(&lease, |w| w.info())
+        .expect("nothing owed");
+    leases.free(&lease, buffer, 4096).expect("free");
+    leases.end(&lease, tasklet_runtime::lease::EndReason::Dropped);
+    assert_baseline(&host);
+}

@@ -729,7 +729,7 @@ impl GpuService for LocalGpu {
         for id in graph::worker_graphs(&s) {
             if self
                 .manager
-                .with_worker(&s.lease, |w| w.graph_destroy(id))
+                .release_with(&s.lease, |w| w.graph_destroy(id))
                 .is_err()
             {
                 return;

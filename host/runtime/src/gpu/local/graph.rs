@@ -181,7 +181,7 @@ impl LocalGpu {
             }
             let _ = self
                 .manager
-                .with_worker(&s.lease, |w| w.graph_destroy(worker_graph));
+                .release_with(&s.lease, |w| w.graph_destroy(worker_graph));
         }
     }
 
@@ -496,7 +496,7 @@ impl LocalGpu {
         // Its recorded arguments' room goes back to the session.
         s.graph_arg_bytes -= g.nodes.iter().map(Node::arg_bytes).sum::<usize>();
         if let Some(id) = g.worker {
-            let _ = self.manager.with_worker(&s.lease, |w| w.graph_destroy(id));
+            let _ = self.manager.release_with(&s.lease, |w| w.graph_destroy(id));
         }
         if let Some(buffer) = g.scalars {
             crate::gpu::GpuService::mem_free(self, session, buffer);

@@ -50,10 +50,20 @@ impl Cluster {
         let url = config.display_url();
         let servers: Vec<&str> = config.url.split(',').map(str::trim).collect();
         let options = options(config, &servers).await?;
-        let client = options
-            .connect(servers.as_slice())
-            .await
-            .map_err(|e| connect_error(&url, e))?;
+        let client = match options.connect(servers.as_slice()).await {
+            Ok(client) => client,
+            Err(e) => {
+                let error = connect_error(&url, e);
+                return Err(match error {
+                    Error::Unreachable { url, cause }
+                        if cause.contains("timed out") && accepts_connections(&servers).await =>
+                    {
+                        Error::NotNats { url, cause }
+                    }
+                    error => error,
+                });
+            }
+        };
 
         let info = client.server_info();
         if !server_at_least(&info.version, MIN_SERVER) {
@@ -169,6 +179,23 @@ async fn options(config: &NatsConfig, servers: &[&str]) -> Result<ConnectOptions
         options = options.add_client_certificate(cert.clone(), key.clone());
     }
     Ok(options)
+}
+
+/// Whether something accepts TCP connections at one of `servers` (each tried for at most a
+/// second): what tells a port that answers with something other than NATS from one where
+/// nothing listens, when the client library only timed out.
+async fn accepts_connections(servers: &[&str]) -> bool {
+    for server in servers {
+        let Ok(addr) = server.parse::<ServerAddr>() else {
+            continue;
+        };
+        let host = addr.host().trim_start_matches('[').trim_end_matches(']');
+        let connect = tokio::net::TcpStream::connect((host, addr.port()));
+        if let Ok(Ok(_)) = tokio::time::timeout(Duration::from_secs(1), connect).await {
+            return true;
+        }
+    }
+    false
 }
 
 /// The wait before connection attempt `attempts` (1 for the first). The client library waits

@@ -16,6 +16,15 @@ pub enum Error {
     )]
     Unreachable { url: String, cause: String },
 
+    /// Something accepts connections at the URL but did not speak NATS in time: another
+    /// service's port, or a NATS server's monitoring or cluster port.
+    #[error(
+        "something at {url} accepts connections but did not answer as a NATS server ({cause}): \
+         give the server's client port (4222 unless its config says otherwise), not its \
+         monitoring (8222) or cluster (6222) port or another service's"
+    )]
+    NotNats { url: String, cause: String },
+
     /// The URL is not one NATS can use.
     #[error("invalid NATS URL {url:?} ({cause}): write it as nats://HOST:PORT or tls://HOST:PORT")]
     InvalidUrl { url: String, cause: String },

@@ -16,6 +16,30 @@ async fn nothing_listening_is_unreachable_and_says_how_to_start_a_server() {
     assert!(!message.contains('\n'), "{message}");
 }
 
+/// A port that accepts connections and says nothing (another service's, here a silent one):
+/// not "unreachable", which would send the user looking for a server that is there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_port_that_is_not_nats_is_told_apart_from_nothing_listening() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("nats://{}", listener.local_addr().unwrap());
+    // Accepted and held open, silent, as an HTTP server waiting for a request does.
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            open.push(stream);
+        }
+    });
+    let mut config = NatsConfig::new(&url);
+    config.connect_timeout = std::time::Duration::from_millis(500);
+    let err = Cluster::connect(&config).await.unwrap_err();
+    held.abort();
+    let message = err.to_string();
+    assert!(matches!(err, Error::NotNats { .. }), "{err:?}");
+    assert!(message.contains(&url), "{message}");
+    assert!(message.contains("client port"), "{message}");
+    assert!(!message.contains('\n'), "{message}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_password_in_the_url_never_shows() {
     let url = format!("nats://alice:hunter2@127.0.0.1:{}", free_port());

@@ -125,6 +125,7 @@ fn main() -> ExitCode {
         Err(e) if e.downcast_ref::<OutputClosed>().is_some() => {
             ExitCode::from(OUTPUT_CLOSED_STATUS)
         }
+        Err(e) if e.downcast_ref::<ReportedInLog>().is_some() => ExitCode::from(2),
         Err(e) => {
             report(&e, json);
             ExitCode::from(2)
@@ -215,13 +216,27 @@ impl std::fmt::Display for OutputClosed {
 
 impl std::error::Error for OutputClosed {}
 
+/// A failure the command wrote as a line of its structured log already (`tasklet node
+/// --log-format json`), where a plain `error:` line would be the one line of stderr a reader of
+/// the log cannot parse.
+#[derive(Debug)]
+struct ReportedInLog;
+
+impl std::fmt::Display for ReportedInLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("reported in the log")
+    }
+}
+
+impl std::error::Error for ReportedInLog {}
+
 /// The status of a command whose output's reader went away: 128 + SIGPIPE.
 const OUTPUT_CLOSED_STATUS: u8 = 141;
 
 /// The error and its causes on one line, as `{:#}` prints them, leaving out a cause whose text
 /// the line already holds: many errors name their cause in their own message too, which would
 /// print it twice ("cannot listen on …: Address already in use: Address already in use").
-fn one_line(e: &anyhow::Error) -> String {
+pub(crate) fn one_line(e: &anyhow::Error) -> String {
     let mut line = e.to_string();
     for cause in e.chain().skip(1) {
         let cause = cause.to_string();

@@ -136,7 +136,21 @@ pub enum LogFormat {
 }
 
 pub fn run(args: NodeArgs) -> Result<ExitCode> {
-    init_logs(args.log_format);
+    let format = args.log_format;
+    init_logs(format);
+    match serve(args) {
+        // In JSON, the failure is a log line like the rest (level ERROR), not a line of text
+        // among them; the exit status says it as for text.
+        Err(e) if format == LogFormat::Json => {
+            tracing::error!("{}", crate::one_line(&e));
+            Err(anyhow::Error::new(crate::ReportedInLog))
+        }
+        result => result,
+    }
+}
+
+/// The node, from its arguments' checks to the end of its drain.
+fn serve(args: NodeArgs) -> Result<ExitCode> {
     let store = args.store.clone().unwrap_or_else(default_store);
     // Arguments, the policy, the certificates, the store folder and the ports before the
     // backend: a node that cannot serve is refused before a GPU worker starts (the node checks

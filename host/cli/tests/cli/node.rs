@@ -1163,3 +1163,41 @@ fn a_second_node_on_a_store_in_use_is_refused_until_the_first_is_gone() {
     });
     stopped_cleanly(third, result);
 }
+
+/// A node that cannot start says why in its log's format: with `--log-format json` as a log line
+/// like its others (level ERROR), not as a line of text a reader of the log cannot parse. Either
+/// way one line, and the exit status 2.
+#[test]
+fn a_node_that_cannot_start_says_why_in_its_log_format() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-certs");
+    for format in ["json", "text"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_tasklet"))
+            .args(["node", "--listen", "127.0.0.1:0", "--log-format", format])
+            .arg("--certs")
+            .arg(&missing)
+            .arg("--store")
+            .arg(dir.path().join("store"))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{format}");
+        let err = text(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{format}: {err}");
+        let said = match format {
+            "json" => {
+                let line: serde_json::Value = serde_json::from_str(err.trim())
+                    .unwrap_or_else(|e| panic!("not a JSON line ({e}): {err}"));
+                assert_eq!(line["level"], "ERROR", "{line}");
+                line["fields"]["message"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned()
+            }
+            _ => err
+                .strip_prefix("error: ")
+                .unwrap_or_else(|| panic!("{err}"))
+                .to_owned(),
+        };
+        assert!(said.contains("tasklet certs init"), "{format}: {said}");
+    }
+}

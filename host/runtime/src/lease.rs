@@ -264,6 +264,15 @@ struct LeaseState {
     owed: Option<WorkerError>,
 }
 
+impl LeaseState {
+    /// The lease's worker; `Lost` once the lease has none (it ended).
+    fn worker(&mut self) -> Result<&mut Worker, WorkerError> {
+        self.worker
+            .as_mut()
+            .ok_or_else(|| WorkerError::Lost("the lease has no worker".into()))
+    }
+}
+
 impl Lease {
     fn lock(&self) -> MutexGuard<'_, LeaseState> {
         // A panic while holding the lock cannot leave the state half-updated in a way that matters
@@ -893,10 +902,7 @@ impl LeaseManager {
                 over = Some(after);
                 return Ok(0);
             }
-            let worker = st
-                .worker
-                .as_mut()
-                .ok_or_else(|| WorkerError::Lost("the lease has no worker".into()))?;
+            let worker = st.worker()?;
             let addr = if lease.grouped {
                 worker.alloc_shareable(bytes)?
             } else {
@@ -920,11 +926,8 @@ impl LeaseManager {
     /// is given up and the lease ends (its memory, and its charge, go with it).
     pub fn free(&self, lease: &Lease, addr: u64, bytes: u64) -> Result<(), GpuError> {
         self.with_state(lease, |st| {
-            let worker = st
-                .worker
-                .as_mut()
-                .ok_or_else(|| WorkerError::Lost("the lease has no worker".into()))?;
-            let (owed, freed) = release(worker, st.run, |w| w.free(addr));
+            let run = st.run;
+            let (owed, freed) = release(st.worker()?, run, |w| w.free(addr));
             st.owed = st.owed.take().or(owed);
             freed?;
             let left = lease.used().saturating_sub(charged_bytes(bytes));
@@ -943,11 +946,7 @@ impl LeaseManager {
         op: impl FnMut(&mut Worker) -> Result<(), WorkerError>,
     ) -> Result<(), GpuError> {
         self.with_state(lease, |st| {
-            let worker = st
-                .worker
-                .as_mut()
-                .ok_or_else(|| WorkerError::Lost("the lease has no worker".into()))?;
-            let (owed, done) = owing_held(worker, op);
+            let (owed, done) = owing_held(st.worker()?, op);
             st.owed = st.owed.take().or(owed);
             done
         })
@@ -958,11 +957,8 @@ impl LeaseManager {
     /// does.
     pub fn unload(&self, lease: &Lease, module: u32) -> Result<(), GpuError> {
         self.with_state(lease, |st| {
-            let worker = st
-                .worker
-                .as_mut()
-                .ok_or_else(|| WorkerError::Lost("the lease has no worker".into()))?;
-            let (owed, unloaded) = release(worker, st.run, |w| w.unload_module(module));
+            let run = st.run;
+            let (owed, unloaded) = release(st.worker()?, run, |w| w.unload_module(module));
             st.owed = st.owed.take().or(owed);
             unloaded?;
             if let Some(charge) = st.variables.remove(&module) {
@@ -990,11 +986,8 @@ impl LeaseManager {
             let after = lease.used().saturating_add(charge);
             if after > lease.granted {
                 over = Some(after);
-                let worker = st
-                    .worker
-                    .as_mut()
-                    .ok_or_else(|| WorkerError::Lost("the lease has no worker".into()))?;
-                return briefly(worker, st.run, |w| w.unload_module(loaded.id));
+                let run = st.run;
+                return briefly(st.worker()?, run, |w| w.unload_module(loaded.id));
             }
             st.variables.insert(loaded.id, charge);
             lease.used.store(after, Ordering::Relaxed);
@@ -1315,10 +1308,7 @@ impl LeaseManager {
         let mut why: Option<String> = None;
         let mut copied: Result<(), GpuError> = Ok(());
         self.with_state(src, |st| {
-            let exporter = st
-                .worker
-                .as_mut()
-                .ok_or_else(|| WorkerError::Lost("the lease has no worker".into()))?;
+            let exporter = st.worker()?;
             let handle = match exporter.export(base) {
                 Ok(handle) => handle,
                 Err(e) => {
@@ -1327,10 +1317,7 @@ impl LeaseManager {
                 }
             };
             copied = self.with_state(dst, |st| {
-                let importer = st
-                    .worker
-                    .as_mut()
-                    .ok_or_else(|| WorkerError::Lost("the lease has no worker".into()))?;
+                let importer = st.worker()?;
                 if let Err(e) = importer.copy_from_peer(to, &handle, offset, len) {
                     why = Some(refused(&e).ok_or(e)?);
                 }
@@ -1434,10 +1421,7 @@ fn worker_op<T>(
     st: &mut LeaseState,
     op: impl FnOnce(&mut Worker) -> Result<T, WorkerError>,
 ) -> Result<T, WorkerError> {
-    match st.worker.as_mut() {
-        Some(worker) => op(worker),
-        None => Err(WorkerError::Lost("the lease has no worker".into())),
-    }
+    op(st.worker()?)
 }
 
 /// A release (`op`: a free, an unload) under [`briefly`], made again where what answered it

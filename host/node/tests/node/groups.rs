@@ -9,7 +9,7 @@ use tasklet_runtime::gpu::{GpuService, LeaseId, LeaseRequest};
 use tasklet_runtime::{
     BackendKind, DeviceRequirement, GpuError, Host, HostConfig, Manifest, Policy,
 };
-use tasklet_wire::{encode_request, ErrorCode, LeaseGroup, LeaseRequirements, Opcode, Request};
+use tasklet_wire::{encode_request, LeaseGroup, LeaseRequirements, Opcode, Request};
 
 const MIB: u64 = 1 << 20;
 
@@ -357,24 +357,7 @@ pub fn malformed_groups_and_copies_close_only_their_connection() -> TestResult {
         raw.next_reply()
             .map_err(|e| format!("{what}: HELLO: {e}"))?;
         raw.send_bytes(&bytes);
-        match raw.next_reply() {
-            Err(e) if e.starts_with("GOAWAY PROTOCOL_ERROR") => {
-                check(e.contains(named), || format!("{what}: {e}"))?;
-            }
-            other => {
-                // The GOAWAY may be lost to the close itself; the close code says the same.
-                let (code, reason) = raw
-                    .closed()
-                    .map_err(|e| format!("{what}: {e} (after {other:?})"))?;
-                check(code == ErrorCode::ProtocolError as u64, || {
-                    format!("{what}: closed with {code}: {reason}")
-                })?;
-            }
-        }
-        let (code, reason) = raw.closed().map_err(|e| format!("{what}: {e}"))?;
-        check(code == ErrorCode::ProtocolError as u64, || {
-            format!("{what}: closed with {code}: {reason}")
-        })?;
+        raw.closed_for_breaking_the_protocol(what, named)?;
         let per_device = leases_per_device(&node)?;
         check(per_device.iter().sum::<u32>() == 1, || {
             format!("after {what}: {per_device:?}")

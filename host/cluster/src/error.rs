@@ -17,11 +17,12 @@ pub enum Error {
     Unreachable { url: String, cause: String },
 
     /// Something accepts connections at the URL but did not speak NATS in time: another
-    /// service's port, or a NATS server's monitoring or cluster port.
+    /// service's port, a NATS server's monitoring or cluster port, or an overloaded server.
     #[error(
-        "something at {url} accepts connections but did not answer as a NATS server ({cause}): \
-         give the server's client port (4222 unless its config says otherwise), not its \
-         monitoring (8222) or cluster (6222) port or another service's"
+        "something at {url} accepts connections but did not answer as a NATS server in time \
+         ({cause}): give the server's client port (4222 unless its config says otherwise), not \
+         its monitoring (8222) or cluster (6222) port or another service's; if it is that port, \
+         the server is overloaded"
     )]
     NotNats { url: String, cause: String },
 

@@ -20,8 +20,8 @@ use tokio::signal::unix::{signal, SignalKind};
 /// Clients prove their tenant with a certificate from the folder's CA; the policy's
 /// [tenants.NAME] sections say what each tenant gets (with none, every certified tenant gets
 /// [tasklets]; with some, unlisted tenants are refused). SIGINT or SIGTERM drains the node: new
-/// leases are refused, running ones finish or expire, then it exits 0; a second signal stops it
-/// at once, and it exits 1.
+/// leases are refused, running ones finish or expire, then it exits 0; a second signal (0.2 s
+/// or more after the first) stops it at once, and it exits 1.
 ///
 /// Deployed tasklets (`tasklet deploy`) are kept in the --store folder; --metrics serves
 /// Prometheus text at http://ADDR/metrics.
@@ -128,6 +128,10 @@ fn bind_address(given: &str, address: &str, spelled: &str) -> Result<SocketAddr,
     }
 }
 
+/// Signals this soon after the first are the same stop, not a second one: a person pressing
+/// Ctrl-C twice takes longer.
+const SAME_STOP: std::time::Duration = std::time::Duration::from_millis(200);
+
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
     Text,
@@ -202,20 +206,27 @@ fn serve(args: NodeArgs) -> Result<ExitCode> {
         let mut terminate = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
         let stopped_by_force = Arc::clone(&forced_in);
         tokio::spawn(async move {
-            let mut signals = 0;
+            let mut first: Option<std::time::Instant> = None;
             loop {
                 tokio::select! {
                     _ = interrupt.recv() => {}
                     _ = terminate.recv() => {}
                 }
-                signals += 1;
-                if signals == 1 {
-                    tracing::info!("signal: draining (a second signal stops at once)");
-                    control.drain();
-                } else {
-                    tracing::info!("second signal: stopping now");
-                    stopped_by_force.store(true, Ordering::Release);
-                    control.stop();
+                match first {
+                    None => {
+                        first = Some(std::time::Instant::now());
+                        tracing::info!("signal: draining (a second signal stops at once)");
+                        control.drain();
+                    }
+                    // One stop sent twice: `timeout` signals its command and then its process
+                    // group, the command included, and a terminal's Ctrl-C reaches the node and
+                    // whatever started it alike.
+                    Some(at) if at.elapsed() < SAME_STOP => {}
+                    Some(_) => {
+                        tracing::info!("second signal: stopping now");
+                        stopped_by_force.store(true, Ordering::Release);
+                        control.stop();
+                    }
                 }
             }
         });

@@ -1201,3 +1201,37 @@ fn a_node_that_cannot_start_says_why_in_its_log_format() {
         assert!(said.contains("tasklet certs init"), "{format}: {said}");
     }
 }
+
+/// Two signals in a row, as `timeout` sends them (to its command, then to its process group),
+/// are one stop: the node drains, waiting for its running lease, and exits 0 once it is done.
+#[test]
+fn a_signal_sent_twice_at_once_drains_the_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut node, addr, certs) = serving_node(dir.path());
+    let mut client = client_holding_a_lease(&addr, &certs);
+    // Apart enough for the node to take them as two (signals not yet taken are one), well
+    // within what it counts as one stop.
+    for _ in 0..2 {
+        // SAFETY: plain kill(2) of our own child.
+        unsafe { libc::kill(node.id() as i32, libc::SIGTERM) };
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let draining = node.try_wait().unwrap();
+    // The client lets go of its lease (closing its connection, as Ctrl-C does): the drain ran
+    // its course.
+    // SAFETY: as above.
+    unsafe { libc::kill(client.id() as i32, libc::SIGINT) };
+    let status = wait_exit(&mut node, WAIT);
+    if status.is_none() {
+        let _ = node.kill();
+    }
+    if wait_exit(&mut client, WAIT).is_none() {
+        let _ = client.kill();
+    }
+    assert!(
+        draining.is_none(),
+        "the node stopped at once, not waiting for its running lease: {draining:?}"
+    );
+    assert_eq!(status.and_then(|s| s.code()), Some(0), "{status:?}");
+}

@@ -198,6 +198,46 @@ fn a_crate_named_by_a_relative_path_is_built_where_its_manifest_says() {
     assert!(!stderr.contains("cannot read component"), "{stderr}");
 }
 
+/// A file of a tasklet crate's folder that its build does not read (here its manifest, edited)
+/// makes the next run build it, once: cargo leaves the component as it was, and the run after
+/// does not build again.
+#[test]
+fn a_file_the_build_does_not_read_makes_one_build_not_one_each_run() {
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    if std::process::Command::new(&rustc)
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        crate::support::say_skipped(&format!(
+            "no Rust toolchain ({rustc} not found): building a tasklet needs one"
+        ));
+        return;
+    }
+    let dir = temp_dir("untouched");
+    let crate_dir = tiny_crate(dir.path());
+    let run = || {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tasklet"))
+            .args(["run", "--backend", "emu", "tiny"])
+            .current_dir(dir.path())
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        text(&out.stderr)
+    };
+    let first = run();
+    assert!(first.contains("building tiny"), "{first}");
+    // The manifest edited after the build (a second later: file times may be that coarse).
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let manifest = crate_dir.join("tasklet.toml");
+    let text_then = std::fs::read_to_string(&manifest).unwrap();
+    std::fs::write(&manifest, text_then + "# edited\n").unwrap();
+    let second = run();
+    assert!(second.contains("building tiny"), "{second}");
+    let third = run();
+    assert!(!third.contains("building"), "built again: {third}");
+}
+
 /// A tasklet crate `tiny` in `parent` (no dependencies: it builds in a second), its component
 /// not built yet; its folder.
 fn tiny_crate(parent: &Path) -> PathBuf {

@@ -120,6 +120,19 @@ fn split_host_port(text: &str) -> Option<(&str, Option<&str>)> {
     }
 }
 
+/// `[HOST]:PORT` where `text` is an IPv6 address without brackets whose last group could be
+/// meant as a port (`::1:5701`): it reads as one address, and nothing may answer there.
+fn port_in_bare_ipv6(text: &str) -> Option<String> {
+    if text.starts_with('[') || text.parse::<std::net::Ipv6Addr>().is_err() {
+        return None;
+    }
+    let (host, port) = text.rsplit_once(':')?;
+    let port_like = !port.is_empty()
+        && port.bytes().all(|b| b.is_ascii_digit())
+        && port.parse::<u16>().is_ok_and(|p| p > 0);
+    (port_like && host.parse::<std::net::Ipv6Addr>().is_ok()).then(|| format!("[{host}]:{port}"))
+}
+
 /// The client's QUIC configuration: the folder's TLS, the transport settings shared with the
 /// node (`tasklet_tls::transport`: datagram sizes, windows for bulk transfers), keep-alives
 /// within the idle timeout.
@@ -166,7 +179,13 @@ pub(crate) async fn handshake(
             reason: err.to_string(),
         })?;
     // What was tried, the port included when the address given left it to the default.
-    let tried = if options.addr.ends_with(&format!(":{}", target.addr.port())) {
+    let tried = if let Some(meant) = port_in_bare_ipv6(&options.addr) {
+        format!(
+            "[{}]:{} (read as one IPv6 address, the port left to the default; for a port, write {meant})",
+            options.addr,
+            target.addr.port()
+        )
+    } else if options.addr.ends_with(&format!(":{}", target.addr.port())) {
         options.addr.clone()
     } else {
         format!("{} (port {})", options.addr, target.addr.port())
@@ -322,6 +341,24 @@ mod tests {
         assert_eq!(t.addr.port(), 5701);
         let t = target("localhost:6000").unwrap();
         assert_eq!((t.addr.port(), t.server_name.as_str()), (6000, "localhost"));
+    }
+
+    #[test]
+    fn a_port_written_into_a_bare_ipv6_address_is_pointed_out() {
+        assert_eq!(port_in_bare_ipv6("::1:5701").as_deref(), Some("[::1]:5701"));
+        assert_eq!(
+            port_in_bare_ipv6("fd00::7:7000").as_deref(),
+            Some("[fd00::7]:7000")
+        );
+        for plain in [
+            "::1",
+            "[::1]:5701",
+            "127.0.0.1:5701",
+            "localhost",
+            "2001:db8::1",
+        ] {
+            assert_eq!(port_in_bare_ipv6(plain), None, "{plain}");
+        }
     }
 
     #[test]

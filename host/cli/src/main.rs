@@ -55,7 +55,7 @@ use std::process::ExitCode;
         `tasklet node` serves a machine's GPUs to others over QUIC with mutual TLS; `tasklet run --node ADDR` \
         runs a tasklet here with its GPU work there, and `tasklet deploy run --node ADDR` runs it on the node.",
     after_help = "Examples:\n  tasklet run tasklets/iota <<< 10        build (if needed) and run the iota example\n  \
-        tasklet run tasklets/scale <<< '2 1 2 3'  1 2 3 times 2, on the GPU\n  tasklet check tasklets/vector-add        validate a manifest and show the grant\n  \
+        tasklet run tasklets/scale <<< '2 1 2 3'  1 2 3 times 2, on the GPU\n  tasklet check tasklets/scale             validate its manifest and component, show the grant\n  \
         tasklet inventory --json\n\n\
         A node and a remote run:\n  tasklet certs init certs                 a CA, the node's certificate, tenant dev\n  \
         tasklet node --backend emu               serve (Ctrl-C drains and exits)\n  \

@@ -17,7 +17,7 @@ use tasklet_runtime::{Manifest, Policy};
 /// refuse to start with is refused here too.
 #[derive(clap::Args, Debug)]
 #[command(after_help = "Examples:\n  \
-    tasklet check tasklets/vector-add                               the manifest, its component, the default grant\n  \
+    tasklet check tasklets/iota                                     the manifest, its component (built by a first `tasklet run`), the default grant\n  \
     tasklet check tasklets/iota/tasklet.toml --policy policy.toml   the grant under a node's policy\n\n\
     (policy.toml: a node policy, as docs/operating.md writes one)")]
 pub struct CheckArgs {

@@ -83,6 +83,16 @@ impl Default for GpuRequest {
 /// Why a manifest was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
+    /// Neither a tasklet folder nor a manifest file is at the path given.
+    #[error(
+        "{path} does not exist: give a tasklet folder (with tasklet.toml) or its manifest file"
+    )]
+    Missing { path: PathBuf },
+    /// A folder without a manifest.
+    #[error(
+        "{dir} has no tasklet.toml: give a tasklet folder (with tasklet.toml) or its manifest file"
+    )]
+    NoManifest { dir: PathBuf },
     #[error("cannot read {path}: {source}")]
     Io {
         path: PathBuf,
@@ -137,9 +147,15 @@ impl Manifest {
         } else {
             path.to_path_buf()
         };
-        let text = std::fs::read_to_string(&file).map_err(|source| ManifestError::Io {
-            path: file.clone(),
-            source,
+        let text = std::fs::read_to_string(&file).map_err(|source| match source.kind() {
+            std::io::ErrorKind::NotFound if path.is_dir() => ManifestError::NoManifest {
+                dir: path.to_path_buf(),
+            },
+            std::io::ErrorKind::NotFound => ManifestError::Missing { path: file.clone() },
+            _ => ManifestError::Io {
+                path: file.clone(),
+                source,
+            },
         })?;
         let dir = file.parent().unwrap_or(Path::new("."));
         Manifest::parse(&text, dir).map_err(|(line, message)| ManifestError::Invalid {
@@ -225,6 +241,21 @@ fn max_persistent(g: &RawGpu) -> Result<u32, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_missing_path_or_manifest_says_what_to_give() {
+        let dir = std::env::temp_dir().join(format!("tasklet-no-manifest-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let err = Manifest::load(&dir.join("nope")).unwrap_err();
+        assert!(matches!(err, ManifestError::Missing { .. }), "{err:?}");
+        assert!(err
+            .to_string()
+            .contains("does not exist: give a tasklet folder"));
+        let err = Manifest::load(&dir).unwrap_err();
+        let _ = std::fs::remove_dir(&dir);
+        assert!(matches!(err, ManifestError::NoManifest { .. }), "{err:?}");
+        assert!(err.to_string().contains("has no tasklet.toml"));
+    }
 
     const GOOD: &str = r#"
 name = "iota"

@@ -50,6 +50,15 @@ fn with_fix(reason: String, hint: &str) -> String {
 fn pem_reason(what: &str, err: &pem::Error) -> String {
     match err {
         pem::Error::NoItemsFound => format!("no PEM-encoded {what} found"),
+        // Its own words show the markers as lists of byte values.
+        pem::Error::MissingSectionEnd { end_marker } => format!(
+            "not a valid PEM file (no `-----END {}-----` line: cut short?)",
+            String::from_utf8_lossy(end_marker)
+        ),
+        pem::Error::IllegalSectionStart { line } => format!(
+            "not a valid PEM file (a section begins with a malformed line, `{}`)",
+            String::from_utf8_lossy(line).escape_debug()
+        ),
         other => format!("not a valid PEM file ({other})"),
     }
 }

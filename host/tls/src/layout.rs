@@ -74,10 +74,10 @@ impl CertDir {
 pub(crate) mod hint {
     /// `ca.pem` of a node's folder.
     pub(crate) const NODE_FOLDER: &str =
-        "a node's folder holds ca.pem, node.pem and node.key: `tasklet certs init DIR` makes one";
+        "a node's folder (`--certs DIR`, ./certs unless given) holds ca.pem, node.pem and node.key: name the folder it is in, or make one with `tasklet certs init DIR`";
     /// `ca.pem` of a client's folder.
     pub(crate) const CLIENT_FOLDER: &str =
-        "a client's folder holds a copy of its node's ca.pem and its tenant's certificate (tenants/NAME.pem, .key): `tasklet certs init DIR` makes one for tenant dev";
+        "a client's folder (`--certs DIR`, ./certs unless given) holds a copy of its node's ca.pem and its tenant's certificate (tenants/NAME.pem, .key): name the folder they are in, or, for a node of your own, make one with `tasklet certs init DIR` (tenant dev)";
     /// `ca.pem` of the folder a certificate is issued from.
     pub(crate) const CA_FOLDER: &str =
         "issuing needs the CA: run this on the folder `tasklet certs init DIR` made";

@@ -140,7 +140,8 @@ fn a_node_without_certificates_is_refused_before_its_backend_starts() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(
         err.starts_with("error: cannot use the node's certificates:")
-            && err.contains("`tasklet certs init DIR` makes one"),
+            && err.contains("--certs DIR")
+            && err.contains("make one with `tasklet certs init DIR`"),
         "{err}"
     );
 }

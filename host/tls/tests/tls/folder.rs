@@ -258,7 +258,12 @@ fn malformed_files_are_typed_errors_naming_the_file() {
     truncated.truncate(good_ca.len() / 2);
     fs::write(dir.ca_cert(), &truncated).unwrap();
     let err = client_config(dir.root(), &dev).unwrap_err();
-    assert_malformed(err, &dir.ca_cert(), "not a valid PEM file");
+    // The missing end line in words, not as the list of its bytes.
+    assert_malformed(
+        err,
+        &dir.ca_cert(),
+        "not a valid PEM file (no `-----END CERTIFICATE-----` line: cut short?)",
+    );
 
     fs::write(
         dir.ca_cert(),

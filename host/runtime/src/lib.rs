@@ -26,6 +26,7 @@ mod limits;
 pub mod module_cache;
 pub mod placement;
 mod runner;
+mod sleep;
 mod state;
 pub mod wit;
 

@@ -105,6 +105,8 @@ impl Runner {
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
             .map_err(|e| HostError::Engine(format!("{e:#}")))?;
+        crate::sleep::add_to_linker(&mut linker)
+            .map_err(|e| HostError::Engine(format!("{e:#}")))?;
         crate::wit::add_to_linker(&mut linker).map_err(|e| HostError::Engine(format!("{e:#}")))?;
 
         let ticker = Ticker::start(engine.clone());
@@ -269,7 +271,11 @@ impl Runner {
         if let Some(ends) = ends {
             gpu.run_ends_at(ends);
         }
-        let state = TaskletState::new(tasklet.grant, gpu, output);
+        let bounds = crate::sleep::RunBounds {
+            ends,
+            stop: stop.clone(),
+        };
+        let state = TaskletState::new(tasklet.grant, gpu, output, bounds);
         let mut store = Store::new(&self.engine, state);
         let result = self.call(tasklet, input, &mut store, ends, stop);
         // Past the limit the guest may have returned an error a cut-short GPU call gave it, or

@@ -4,6 +4,7 @@ use crate::config::Grant;
 use crate::gpu::GpuService;
 use crate::guest_output::GuestOutput;
 use crate::limits::MemoryLimit;
+use crate::sleep::RunBounds;
 use crate::wit::{GpuState, GpuView};
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
@@ -13,10 +14,16 @@ pub struct TaskletState {
     table: ResourceTable,
     gpu: Box<dyn GpuService>,
     pub(crate) limits: MemoryLimit,
+    bounds: RunBounds,
 }
 
 impl TaskletState {
-    pub fn new(grant: Grant, gpu: Box<dyn GpuService>, output: &GuestOutput) -> TaskletState {
+    pub(crate) fn new(
+        grant: Grant,
+        gpu: Box<dyn GpuService>,
+        output: &GuestOutput,
+        bounds: RunBounds,
+    ) -> TaskletState {
         // A tasklet's output is its return value; what it prints is diagnostics, so both of its
         // streams go to the host's stderr, or both into the run's capture. No files, no
         // sockets, no environment.
@@ -32,7 +39,13 @@ impl TaskletState {
             table: ResourceTable::new(),
             gpu,
             limits,
+            bounds,
         }
+    }
+
+    /// What bounds the run's sleeps (see `sleep`).
+    pub(crate) fn run_bounds(&self) -> &RunBounds {
+        &self.bounds
     }
 }
 

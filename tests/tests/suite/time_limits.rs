@@ -520,3 +520,59 @@ mod service {
         assert_baseline(&host);
     }
 }
+
+/// A tasklet asleep (`std::thread::sleep`: a wait on the WASI clock, a host call that epoch
+/// interruption cannot cut short) ends at its wall-time limit as one that computes does, and
+/// one stopped from outside within a tick or so of the stop, not when its sleep is over.
+#[test]
+fn a_sleeping_tasklet_ends_at_its_wall_time_limit_and_when_stopped() {
+    use std::sync::Arc;
+    use tasklet_runtime::{gpu::LocalGpu, GuestOutput, RunStop};
+    let host = test_host!();
+    let wall = Duration::from_millis(500);
+    let mut m = manifest("testing/probe");
+    m.limits.wall_time = wall;
+    let probe = load(&host, m);
+    let started = Instant::now();
+    let r = host.run(&probe, b"sleep 30");
+    let took = started.elapsed();
+    assert!(
+        matches!(r, Err(RunError::WallTime(limit)) if limit == wall),
+        "{r:?}"
+    );
+    assert!(took < wall + WALL_TIME_SLACK, "a 30 s sleep ran {took:?}");
+
+    // A sleep shorter than the limit sleeps its time.
+    let lines = lines_of(host.run(&probe, b"sleep 0.1"));
+    let slept: u64 = match lines.first() {
+        Some((ok, slept, ms)) if ok == "ok" && slept == "slept" => ms.parse().unwrap(),
+        other => panic!("{other:?}"),
+    };
+    assert!((100..400).contains(&slept), "slept {slept} ms");
+
+    let probe = load(&host, manifest("testing/probe"));
+    let stop = RunStop::new();
+    let stopper = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            stop.stop();
+            Instant::now()
+        })
+    };
+    let gpu = LocalGpu::new(probe.grant, Arc::clone(host.leases()));
+    let r = host.runner().run_until(
+        &probe,
+        b"sleep 30",
+        Box::new(gpu),
+        &stop,
+        &GuestOutput::Inherit,
+    );
+    let late = stopper.join().unwrap().elapsed();
+    assert!(matches!(r, Err(RunError::Stopped)), "{r:?}");
+    assert!(
+        late < Duration::from_millis(200),
+        "ended {late:?} after its stop"
+    );
+    assert_baseline(&host);
+}

@@ -18,6 +18,7 @@
 //! | `spin` | load `faults.ptx`; alloc 4; launch `spin_forever(buf)` on 1×32 → `ok launch spin_forever`; sync → `ok sync` |
 //! | `printf` | load `misc.ptx`; alloc 4; launch `lookup(buf, 1)` on 1×1, which prints `lookup: n=1 lut[5]=9 pi~3.142 ok` with `printf` → `ok launch lookup`; sync → `ok sync` |
 //! | `hold <secs>` | lease 1 MiB for 60 s; session; alloc 4096; write it; sync and sleep 20 ms until an op fails or `<secs>` passed → `ok held` or the error |
+//! | `sleep <secs>` | `std::thread::sleep` for `<secs>` (a wait on the WASI monotonic clock, no GPU) → `ok slept <ms>` (in whole milliseconds) |
 //! | `leases <n>` | acquire `n` leases of 1 MiB for 60 s, keeping them all → `ok lease <i> device=<d>` per acquire (failures do not stop it) |
 //! | `grow <mib>` | fill a `<mib>` MiB vector in linear memory → `ok grew <mib>` (or a trap past the memory limit) |
 //! | `verify <secs>` | lease 1 MiB; session; load `iota`; alloc 16 KiB; until `<secs>` pass: zero it, launch `iota(buf, n)` with `n` varying, sync, read it all and check `i + 1` below `n` and zeros above, sleep 5 ms → `ok verified <rounds>`, or the first failing step's `error` line, or `error wrong-result <where>` |
@@ -94,6 +95,7 @@ fn run(input: Vec<u8>) -> Result<Vec<u8>, String> {
         "spin" => spin(&mut out),
         "printf" => printf(&mut out),
         "hold" => hold(&mut out, input::argument(command, arg)?),
+        "sleep" => nap(&mut out, input::argument(command, arg)?),
         "leases" => leases(&mut out, input::argument(command, arg)?),
         "grow" => grow(&mut out, input::argument(command, arg)?),
         "tiny-allocs" => tiny_allocs(&mut out),
@@ -120,7 +122,7 @@ fn run(input: Vec<u8>) -> Result<Vec<u8>, String> {
         _ => {
             return Err(format!(
                 "unknown command {command:?}; expected one of alloc-past-lease, foreign-buffer, \
-                 expire, trap, oob-read, bad-ptx, fault, spin, printf, hold <secs>, leases <n>, bench <n>, \
+                 expire, trap, oob-read, bad-ptx, fault, spin, printf, hold <secs>, sleep <secs>, leases <n>, bench <n>, \
                  verify <secs>, pattern <mib>, zeros <mib>, spin-big <mib>, lease <mib>, read-into <kib>, \
                  read-into-grown, read-into-misuse, spin-then <step>, one-shots <secs>, gpu-time <n>, burst <n>, burst-misuse, graph <n>, reload, streams <n>, actor <n>, actor-misuse"
             ))
@@ -492,6 +494,14 @@ fn hold(out: &mut Out, secs: f64) -> Step {
         sleep(Duration::from_millis(20));
     }
     out.ok("held");
+    Ok(())
+}
+
+fn nap(out: &mut Out, secs: f64) -> Step {
+    let limit = seconds(out, "sleep", secs)?;
+    let start = Instant::now();
+    sleep(limit);
+    out.ok(&format!("slept {}", start.elapsed().as_millis()));
     Ok(())
 }
 

@@ -32,6 +32,12 @@ pub const DEFAULT_MAX_CONNECTIONS: u64 = 256;
 /// Connections one tenant may hold at once by default: half the node's, so that one tenant
 /// cannot take them all.
 pub const DEFAULT_MAX_TENANT_CONNECTIONS: u64 = DEFAULT_MAX_CONNECTIONS / 2;
+/// Deploy requests (pushes, runs) served at once by default, each on a blocking thread of the
+/// node's tokio runtime: half the 512 such threads tokio allows unless told, so that the node's
+/// own blocking work (its shutdown among it) always finds one.
+pub const DEFAULT_MAX_DEPLOY_JOBS: u64 = 256;
+/// Deploy requests one tenant may have served at once by default: half the node's.
+pub const DEFAULT_MAX_TENANT_DEPLOY_JOBS: u64 = DEFAULT_MAX_DEPLOY_JOBS / 2;
 
 /// Why a node could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -156,6 +162,8 @@ impl NodeBuilder {
                 max_connections: DEFAULT_MAX_CONNECTIONS,
                 max_tenant_connections: DEFAULT_MAX_TENANT_CONNECTIONS,
                 max_stream_bytes: DEFAULT_MAX_STREAM_BYTES,
+                max_deploy_jobs: DEFAULT_MAX_DEPLOY_JOBS,
+                max_tenant_deploy_jobs: DEFAULT_MAX_TENANT_DEPLOY_JOBS,
             },
         }
     }
@@ -250,6 +258,23 @@ impl NodeBuilder {
     /// `CAPACITY_EXCEEDED`, saying so, so that no tenant can take every connection.
     pub fn max_tenant_connections(mut self, n: u64) -> Self {
         self.limits.max_tenant_connections = n.max(1);
+        self
+    }
+
+    /// Most deploy requests (pushes, runs, DEPLOY_HAS) served at once, over every tenant
+    /// (default [`DEFAULT_MAX_DEPLOY_JOBS`]): each holds a blocking thread of the tokio runtime
+    /// the node runs on, so keep it below that runtime's `max_blocking_threads`. One more is
+    /// answered `CAPACITY_EXCEEDED` at once, so that a placed run moves to another node.
+    pub fn max_deploy_jobs(mut self, n: u64) -> Self {
+        self.limits.max_deploy_jobs = n.max(1);
+        self
+    }
+
+    /// Most deploy requests one tenant may have served at once (default
+    /// [`DEFAULT_MAX_TENANT_DEPLOY_JOBS`], half the node's); its next is answered
+    /// `CAPACITY_EXCEEDED` at once. A policy's `tenant-max-runs` bounds its runs besides.
+    pub fn max_tenant_deploy_jobs(mut self, n: u64) -> Self {
+        self.limits.max_tenant_deploy_jobs = n.max(1);
         self
     }
 

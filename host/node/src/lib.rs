@@ -139,7 +139,8 @@ pub use authorize::{Authorization, Authorizer, Denied};
 pub use builder::{
     check_addresses, check_advertise, check_certs, check_policy_tenants, check_store, NodeBuilder,
     NodeError, DEFAULT_IDLE_TIMEOUT, DEFAULT_LISTEN, DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_MAX_TENANT_CONNECTIONS, DEFAULT_STALL_TIMEOUT,
+    DEFAULT_MAX_DEPLOY_JOBS, DEFAULT_MAX_TENANT_CONNECTIONS, DEFAULT_MAX_TENANT_DEPLOY_JOBS,
+    DEFAULT_STALL_TIMEOUT,
 };
 pub use deploy::{DeployOpenError, StoreLockError};
 pub use metrics::{MetricsError, MetricsSnapshot, NodeMetrics};

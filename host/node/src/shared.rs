@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tasklet_runtime::Host;
-use tokio::sync::watch;
+use tokio::sync::{watch, Semaphore};
 
 /// Where a node is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +42,10 @@ pub(crate) struct Limits {
     pub max_tenant_connections: u64,
     /// The largest streamed total one message may announce.
     pub max_stream_bytes: u64,
+    /// Deploy requests (pushes, runs) served at once, over every tenant; more are refused.
+    pub max_deploy_jobs: u64,
+    /// Deploy requests one tenant may have served at once.
+    pub max_tenant_deploy_jobs: u64,
 }
 
 pub(crate) struct Shared {
@@ -61,6 +65,12 @@ pub(crate) struct Shared {
     pub tenant_connections: TenantSlots,
     /// Deployed runs under way, by tenant (at most each tenant's `tenant-max-runs`).
     pub tenant_runs: TenantSlots,
+    /// Deploy requests being served, each on a blocking thread (at most
+    /// `limits.max_deploy_jobs`), and by tenant (`limits.max_tenant_deploy_jobs` each).
+    pub deploy_jobs: Arc<Semaphore>,
+    pub tenant_deploy_jobs: TenantSlots,
+    /// Pushes compiling at once: each holds many times its component's size while it compiles.
+    pub compiles: Arc<Semaphore>,
     /// Requests taken off a stream and not yet answered (see [`Unanswered`]).
     unanswered: Arc<AtomicUsize>,
     /// Each open connection's budgets, to tell what client traffic holds.
@@ -97,6 +107,11 @@ impl Drop for Unanswered {
     }
 }
 
+/// Pushes compiled at once: one per core the machine has, at least two.
+fn max_compiles() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get().max(2))
+}
+
 impl Shared {
     pub fn new(
         host: Host,
@@ -118,6 +133,11 @@ impl Shared {
             next_connection: AtomicU64::new(1),
             tenant_connections: TenantSlots::default(),
             tenant_runs: TenantSlots::default(),
+            deploy_jobs: Arc::new(Semaphore::new(
+                usize::try_from(limits.max_deploy_jobs).unwrap_or(usize::MAX),
+            )),
+            tenant_deploy_jobs: TenantSlots::default(),
+            compiles: Arc::new(Semaphore::new(max_compiles())),
             unanswered: Arc::new(AtomicUsize::new(0)),
             budgets: ConnectionBudgets::new(crate::connection::QUEUE_BYTES),
             unknown_clients_log: LogLimit::new(20, Duration::from_secs(60)),

@@ -16,6 +16,7 @@ use crate::deploy::{exit_code, exit_message, failure, from_wire, to_wire, Starte
 use crate::job::ReplyTo;
 use crate::reply::{fail, send, send_piece, start_reply, Failure};
 use crate::shared::{Shared, Unanswered};
+use crate::tenant_slots::TenantSlot;
 use std::sync::Arc;
 use tasklet_runtime::RunStop;
 use tasklet_store::Digest;
@@ -98,10 +99,61 @@ async fn drive(
         if connection.close_reason().is_some() {
             continue;
         }
+        let held = match take_deploy_job(&shared, &caller) {
+            Ok(held) => held,
+            Err(failure) => {
+                tracing::info!(connection = caller.connection, tenant = %caller.tenant, "deploy request refused: {}", failure.0.message);
+                fail(&job.reply, job.request_id, job.work.opcode(), failure);
+                continue;
+            }
+        };
+        // A push waits its turn to compile (in the order its stream carried it), holding no
+        // blocking thread meanwhile.
+        let compiling = match job.work {
+            Work::Push(Ok(_)) => Arc::clone(&shared.compiles).acquire_owned().await.ok(),
+            _ => None,
+        };
         let (shared, caller, stop) = (Arc::clone(&shared), Arc::clone(&caller), stop.clone());
-        let _ = tokio::task::spawn_blocking(move || serve(&shared, &caller, job, &stop)).await;
+        let _ = tokio::task::spawn_blocking(move || {
+            let _held = (held, compiling);
+            serve(&shared, &caller, job, &stop)
+        })
+        .await;
     }
     watch.abort();
+}
+
+/// A place among the deploy requests being served: one of the tenant's, one of the node's.
+/// Refused at once, `CAPACITY_EXCEEDED` (a placed run moves to another node), when either is
+/// taken: each holds a blocking thread of the node's runtime until it is answered.
+fn take_deploy_job(
+    shared: &Shared,
+    caller: &Caller,
+) -> Result<(TenantSlot, OwnedSemaphorePermit), Failure> {
+    let tenant = caller.tenant.as_str();
+    let max = shared.limits.max_tenant_deploy_jobs;
+    let slot = shared.tenant_deploy_jobs.take(tenant, max).ok_or_else(|| {
+        Failure::new(
+            ErrorCode::CapacityExceeded,
+            format!(
+                "tenant `{tenant}` has {max} deploy requests (pushes, runs) being served on this node at once, its \
+                 most; wait for one to end, or use another node"
+            ),
+        )
+    })?;
+    let permit = Arc::clone(&shared.deploy_jobs)
+        .try_acquire_owned()
+        .map_err(|_| {
+            Failure::new(
+                ErrorCode::CapacityExceeded,
+                format!(
+                    "this node serves {} deploy requests at once, its most over every tenant: try again later or \
+                     another node",
+                    shared.limits.max_deploy_jobs
+                ),
+            )
+        })?;
+    Ok((slot, permit))
 }
 
 /// A deploy request, as the reader hands it over.

@@ -2,6 +2,7 @@
 //! with its own deployments and rights.
 
 use crate::support::*;
+use std::time::{Duration, Instant};
 use tasklet_remote::{deployment_digest, ClientError, DeployExit, Digest, NodeClient};
 use tasklet_runtime::{Manifest, Policy};
 use tasklet_wire::{encode_request, ErrorCode, Request};
@@ -552,5 +553,73 @@ pub fn check_store_refuses_a_store_a_running_node_holds() -> TestResult {
         "check_store did not create the folder".into()
     })?;
     tasklet_node::check_store(&store).map_err(|e| format!("checked twice: {e}"))?;
+    Ok(())
+}
+
+/// Deploy requests being served are bounded by tenant and over the node (each holds a blocking
+/// thread until answered): past either bound the next is answered CAPACITY_EXCEEDED at once,
+/// saying which, while those under way go on; once they end, requests are served again.
+pub fn deploy_requests_being_served_are_bounded_by_tenant_and_node() -> TestResult {
+    let node = TestNode::with(Setup {
+        store: true,
+        authorizer: Some(Box::new(|builder: tasklet_node::NodeBuilder| {
+            builder.max_tenant_deploy_jobs(2).max_deploy_jobs(3)
+        })),
+        ..Setup::default()
+    });
+    let probe = push(&mut node.client("dev"), "testing/probe")?;
+    push(&mut node.client("team"), "testing/probe")?;
+    let control = node.node().control();
+    // Runs asleep for a while, each on a connection of its own: they hold their places.
+    let sleeper = |tenant: &str| {
+        let mut client = node.client(tenant);
+        std::thread::spawn(move || client.deploy_run(&probe, b"sleep 3"))
+    };
+    let until_running = |runs: u64| -> TestResult {
+        let start = Instant::now();
+        while control.status().runs < runs {
+            check(start.elapsed() < WAIT, || {
+                format!("{runs} runs never ran at once")
+            })?;
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(())
+    };
+    let mut asleep = vec![sleeper("dev"), sleeper("dev")];
+    until_running(2)?;
+    let refused = |tenant: &str, said: &str| -> TestResult {
+        let err = node
+            .client(tenant)
+            .deploy_run(&probe, b"lease 1")
+            .err()
+            .ok_or_else(|| format!("{tenant}'s run was served past the bound ({said})"))?;
+        check(
+            err.code() == Some(ErrorCode::CapacityExceeded) && err.to_string().contains(said),
+            || format!("{tenant}: {err}"),
+        )
+    };
+    refused("dev", "tenant `dev` has 2 deploy requests")?;
+    asleep.push(sleeper("team"));
+    until_running(3)?;
+    refused("team", "this node serves 3 deploy requests at once")?;
+    for run in asleep {
+        let ran = run
+            .join()
+            .map_err(|_| "a sleeper panicked")?
+            .map_err(|e| e.to_string())?;
+        check(
+            String::from_utf8_lossy(&ran.output).starts_with("ok slept"),
+            || format!("{ran:?}"),
+        )?;
+    }
+    let again = node
+        .client("team")
+        .deploy_run(&probe, b"lease 1")
+        .map_err(|e| format!("once the others ended: {e}"))?;
+    check(
+        String::from_utf8_lossy(&again.output).starts_with("ok"),
+        || format!("{again:?}"),
+    )?;
+    node.wait_for_baseline(WAIT)?;
     Ok(())
 }

@@ -353,6 +353,10 @@ fn main() -> ExitCode {
             metrics::a_tasklet_one_shot_is_one_gpu_submit,
         ),
         (
+            "deploy::deploy_requests_being_served_are_bounded_by_tenant_and_node",
+            deploy::deploy_requests_being_served_are_bounded_by_tenant_and_node,
+        ),
+        (
             "deploy::a_pushed_tasklet_runs_as_it_does_locally",
             deploy::a_pushed_tasklet_runs_as_it_does_locally,
         ),

@@ -7,6 +7,7 @@ use super::devices::{DevicePolicy, RawCuda, RawEmu};
 use super::manifest::{GpuRequest, Limits, Manifest};
 use super::rights::Rights;
 use super::tenants::{TenantCaps, TenantTotals};
+use super::units;
 use super::value::{key_line, locate, Size, Time};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -87,6 +88,10 @@ pub const DEFAULT_CONTEXT_RESERVE: u64 = 512 << 20;
 /// The most `[workers] max` may say: each worker is a process (on cuda with a device context),
 /// and a number past this is a typo, not a machine.
 pub const MAX_WORKERS: usize = 4096;
+
+/// The least linear memory a policy may grant a tasklet: a component's memory starts at about
+/// 1.1 MiB (a Rust one's stack and data), so less than this lets none run.
+pub const MIN_TASKLET_MEMORY: u64 = 2 << 20;
 
 /// Default `[tasklets] max-persistent`: each persistent kernel holds its worker's GPU for as
 /// long as its lease, so a node caps them well under its default 8 workers.
@@ -246,7 +251,35 @@ impl Policy {
                     .into(),
             ));
         }
+        // Limits no tasklet could run within: every run would fail, in words a manifest cannot
+        // mend.
+        let runs_within = |table: &str, memory: Option<u64>, wall: Option<Duration>| {
+            if let Some(memory) = memory.filter(|&m| m < MIN_TASKLET_MEMORY) {
+                return Err((
+                    at(table, "max-memory"),
+                    format!(
+                        "`[{table}] max-memory` is {}: no tasklet runs in that (a component's linear memory starts at \
+                         about 1.1 MiB); give at least {}",
+                        units::format_size(memory),
+                        units::format_size(MIN_TASKLET_MEMORY)
+                    ),
+                ));
+            }
+            if wall.is_some_and(|w| w.is_zero()) {
+                return Err((
+                    at(table, "max-wall-time"),
+                    format!("`[{table}] max-wall-time` is zero: every run would be out of time at once; give it a time such as \"30s\""),
+                ));
+            }
+            Ok(())
+        };
+        runs_within("tasklets", Some(p.limits.memory), Some(p.limits.wall_time))?;
         for (name, caps) in &p.tenants {
+            runs_within(
+                &format!("tenants.{name}"),
+                caps.max_memory,
+                caps.max_wall_time,
+            )?;
             if caps.max_lease_time.is_some_and(|t| t.is_zero()) {
                 return Err((
                     at(&format!("tenants.{name}"), "max-lease-secs"),
@@ -579,6 +612,18 @@ mod tests {
         assert!(msg.contains("emu-memory` is 0"), "{msg}");
         let p = Policy::parse("[workers]\nmax = 4096\nwarm = 4096\n").unwrap();
         assert_eq!((p.workers.warm, p.workers.max), (4096, 4096));
+        // Limits no tasklet could run within.
+        let (line, msg) = Policy::parse("[tasklets]\nmax-wall-time = \"0s\"\n").unwrap_err();
+        assert_eq!(line, Some(2), "{msg}");
+        assert!(msg.contains("max-wall-time` is zero"), "{msg}");
+        let (line, msg) = Policy::parse("[tasklets]\nmax-memory = 1\n").unwrap_err();
+        assert_eq!(line, Some(2), "{msg}");
+        assert!(msg.contains("give at least 2MiB"), "{msg}");
+        let (line, msg) =
+            Policy::parse("[tenants.ops]\n[tenants.dev]\nmax-memory = \"1MiB\"\n").unwrap_err();
+        assert_eq!(line, Some(3), "{msg}");
+        assert!(msg.contains("[tenants.dev] max-memory"), "{msg}");
+        Policy::parse("[tasklets]\nmax-memory = \"2MiB\"\nmax-wall-time = \"1s\"\n").unwrap();
     }
 
     #[test]

@@ -14,6 +14,9 @@ pub(crate) const COMPILED: &str = "compiled";
 /// Files being written; each is renamed into one of the folders above once complete.
 pub(crate) const TMP: &str = "tmp";
 
+/// The folders the store makes at its root, each its own (never a link to elsewhere).
+pub const TOP_FOLDERS: [&str; 4] = ["blobs", "deployments", COMPILED, TMP];
+
 /// The name of a blob or a deployment record in its folder.
 pub(crate) fn digest_name(digest: &Digest) -> String {
     digest.to_hex()

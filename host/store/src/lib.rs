@@ -116,5 +116,6 @@ pub use deployment::{
 };
 pub use digest::{Digest, InvalidDigest, DIGEST_HEX_LEN};
 pub use error::Error;
+pub use layout::TOP_FOLDERS;
 pub use source::{DeploymentSource, FetchedDeployment, SourceError};
 pub use store::Store;

@@ -60,6 +60,18 @@ pub enum DeployOpenError {
         path: std::path::PathBuf,
         source: std::io::Error,
     },
+    /// Something at one of the store's own names that is not what the store keeps there: a
+    /// link (the store never follows one out of its folder), or a file where a folder goes.
+    #[error(
+        "{} is {found}, where the store keeps a {kept} of its own: remove it (the node makes it again), or give \
+         the node another store folder",
+        path.display()
+    )]
+    NotItsOwn {
+        path: std::path::PathBuf,
+        found: &'static str,
+        kept: &'static str,
+    },
 }
 
 /// Whether the store folder at `root` (made if missing) is free for this node to take; let go
@@ -73,7 +85,37 @@ pub(crate) fn check_unlocked(root: &Path) -> Result<(), DeployOpenError> {
 /// the folder must not do to the node holding it.
 fn take_folder(root: &Path) -> Result<StoreLock, DeployOpenError> {
     Store::make_folder(root)?;
+    check_layout(root)?;
     Ok(StoreLock::take(root)?)
+}
+
+/// Refuses a store folder whose own names hold something else: a link (to a file elsewhere,
+/// which the lock or a record would then be written through) or a file where a folder goes.
+/// What is missing is made later.
+fn check_layout(root: &Path) -> Result<(), DeployOpenError> {
+    let folders = tasklet_store::TOP_FOLDERS
+        .into_iter()
+        .chain([owners::OWNERS]);
+    let names = folders
+        .map(|name| (name, "folder"))
+        .chain([(store_lock::LOCK_FILE, "file")]);
+    for (name, kept) in names {
+        let path = root.join(name);
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        let found = if meta.file_type().is_symlink() {
+            "a symbolic link"
+        } else if kept == "folder" && !meta.is_dir() {
+            "not a folder"
+        } else if kept == "file" && !meta.is_file() {
+            "not a file"
+        } else {
+            continue;
+        };
+        return Err(DeployOpenError::NotItsOwn { path, found, kept });
+    }
+    Ok(())
 }
 
 pub(crate) struct Deployments {
@@ -472,6 +514,49 @@ pub(crate) fn to_wire(digest: &Digest) -> tasklet_wire::Digest {
 mod tests {
     use super::*;
     use std::path::PathBuf;
+
+    /// Links at the store's own names (where the lock or a record would be written through to
+    /// a file elsewhere) and files where its folders go are refused before anything is
+    /// written; what is missing is fine.
+    #[test]
+    fn a_store_whose_own_names_hold_links_or_files_is_refused() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let elsewhere = dir.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        std::fs::write(elsewhere.join("victim"), "victim").unwrap();
+        let root = dir.path().join("store");
+        std::fs::create_dir(&root).unwrap();
+        check_layout(&root).expect("an empty store folder is fine");
+        for (name, plant) in [
+            ("owners", "link"),
+            ("blobs", "link"),
+            ("node.lock", "link"),
+            ("tmp", "file"),
+            ("node.lock", "folder"),
+        ] {
+            let at = root.join(name);
+            match plant {
+                "link" => std::os::unix::fs::symlink(elsewhere.join("victim"), &at).unwrap(),
+                "file" => std::fs::write(&at, "").unwrap(),
+                _ => std::fs::create_dir(&at).unwrap(),
+            }
+            let err = check_layout(&root).expect_err(name).to_string();
+            assert!(
+                err.contains(&at.display().to_string()) && err.contains("remove it"),
+                "{name} ({plant}): {err}"
+            );
+            assert!(take_folder(&root).is_err(), "{name} ({plant}) taken");
+            match plant {
+                "folder" => std::fs::remove_dir(&at).unwrap(),
+                _ => std::fs::remove_file(&at).unwrap(),
+            }
+        }
+        assert_eq!(
+            std::fs::read_to_string(elsewhere.join("victim")).unwrap(),
+            "victim"
+        );
+        take_folder(&root).expect("the store, mended, is taken");
+    }
 
     /// A store's failure reaches the client as the node's trouble, naming none of its files.
     #[test]

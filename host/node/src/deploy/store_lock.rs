@@ -6,6 +6,7 @@
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read as _, Seek as _, Write as _};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// The lock file's name in the store's folder.
@@ -46,11 +47,13 @@ impl StoreLock {
             path: path.clone(),
             source,
         };
+        // Never through a link: the lock's holder writes its pid into the file.
         let mut file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(&path)
             .map_err(io)?;
         match file.try_lock() {

@@ -379,13 +379,16 @@ impl Deployments {
             .map_err(|err| self.owners_failure(err))
     }
 
+    /// The tenant is told the node's trouble, naming none of its files; the node's log says
+    /// which, and why, at WARN.
     fn owners_failure(&self, err: std::io::Error) -> Failure {
+        tracing::warn!(
+            "the deployments' owner records in {} failed: {err}",
+            self.owners.root().display()
+        );
         Failure::new(
             ErrorCode::Internal,
-            format!(
-                "the node cannot read or write its deployments' owner records in {}: {err}",
-                self.owners.root().display()
-            ),
+            "the node cannot read or write its deployments' owner records (the node's log says why)",
         )
     }
 }

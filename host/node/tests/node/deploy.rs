@@ -623,3 +623,29 @@ pub fn deploy_requests_being_served_are_bounded_by_tenant_and_node() -> TestResu
     node.wait_for_baseline(WAIT)?;
     Ok(())
 }
+
+/// A tenant's owner records that cannot be written (here a file planted where its folder goes,
+/// after the node started) refuse its push `INTERNAL`, naming none of the node's files; another
+/// tenant's push goes on.
+pub fn owner_records_that_fail_name_no_file_of_the_node() -> TestResult {
+    let node = node_with_store();
+    std::fs::create_dir_all(node.store_path().join("owners")).map_err(|e| e.to_string())?;
+    std::fs::write(node.store_path().join("owners/dev"), "planted").map_err(|e| e.to_string())?;
+    let (manifest, component) = pushable("iota");
+    let err = node
+        .client("dev")
+        .deploy_push(&manifest, &component)
+        .err()
+        .ok_or("the push was recorded through a file")?;
+    let said = err.to_string();
+    let store = node.store_path().display().to_string();
+    check(
+        err.code() == Some(ErrorCode::Internal)
+            && said.contains("owner records (the node's log says why)")
+            && !said.contains(&store)
+            && !said.contains("os error"),
+        || said.clone(),
+    )?;
+    push(&mut node.client("team"), "iota")?;
+    Ok(())
+}

@@ -353,6 +353,10 @@ fn main() -> ExitCode {
             metrics::a_tasklet_one_shot_is_one_gpu_submit,
         ),
         (
+            "deploy::owner_records_that_fail_name_no_file_of_the_node",
+            deploy::owner_records_that_fail_name_no_file_of_the_node,
+        ),
+        (
             "deploy::deploy_requests_being_served_are_bounded_by_tenant_and_node",
             deploy::deploy_requests_being_served_are_bounded_by_tenant_and_node,
         ),

@@ -183,6 +183,11 @@ fn check_node_certificate(
             | CertificateError::ExpiredContext { .. }
             | CertificateError::NotValidYet
             | CertificateError::NotValidYetContext { .. } => return Ok(()),
+            CertificateError::Other(other) if format!("{other:?}").contains("CaUsedAsEndEntity") => {
+                "it is a CA's certificate, not a node's (ca.pem copied over it?): issue the node's with \
+                 `tasklet certs node DIR --name NAME`"
+                    .to_owned()
+            }
             other => format!("clients would refuse it: {other}"),
         },
         Err(other) => format!("clients would refuse it: {other}"),
@@ -210,6 +215,11 @@ fn roots(dir: &CertDir, hint: &'static str) -> Result<RootCertStore, Error> {
     Ok(roots)
 }
 
+/// Whether `cert` says it is a CA's (one that parses; one that does not is judged elsewhere).
+fn is_ca(cert: &CertificateDer<'_>) -> bool {
+    x509_parser::parse_x509_certificate(cert).is_ok_and(|(_, parsed)| parsed.is_ca())
+}
+
 /// A certificate chain and its private key, checked against each other here so that a bad key
 /// is reported with its file's name rather than as a bare rustls error.
 fn identity(
@@ -229,6 +239,19 @@ fn identity(
         })?;
     match CertifiedKey::new(certs.clone(), signing_key).keys_match() {
         Ok(()) | Err(rustls::Error::InconsistentKeys(InconsistentKeys::Unknown)) => {}
+        // The first certificate is the one the key must match: a CA's there (a chain written
+        // the wrong way round, or ca.pem copied over the file) is the fault, not the key.
+        Err(rustls::Error::InconsistentKeys(InconsistentKeys::KeyMismatch))
+            if certs.first().is_some_and(|c| is_ca(c)) =>
+        {
+            return Err(Error::Malformed {
+                path: cert_path.to_owned(),
+                reason: format!(
+                    "its first certificate is a CA's, where the holder's own must come first (a CA's may follow): \
+                     {hint}"
+                ),
+            })
+        }
         Err(rustls::Error::InconsistentKeys(InconsistentKeys::KeyMismatch)) => {
             return Err(Error::KeyMismatch {
                 cert: cert_path.to_owned(),

@@ -82,7 +82,10 @@ pub(crate) fn read_certs(
         if let Err(err) = x509_parser::parse_x509_certificate(cert) {
             return Err(malformed(
                 path,
-                format!("certificate {} is not valid X.509 ({err})", index + 1),
+                with_fix(
+                    format!("certificate {} is not valid X.509 ({err})", index + 1),
+                    hint,
+                ),
             ));
         }
     }

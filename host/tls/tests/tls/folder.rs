@@ -274,9 +274,11 @@ fn malformed_files_are_typed_errors_naming_the_file() {
     assert_malformed(err, &dir.ca_cert(), "not valid X.509");
     fs::write(dir.ca_cert(), &good_ca).unwrap();
 
+    let good_node_key = fs::read(dir.node_key()).unwrap();
     fs::write(dir.node_key(), "").unwrap();
     let err = server_config(dir.root()).unwrap_err();
     assert_malformed(err, &dir.node_key(), "no PEM-encoded private key");
+    fs::write(dir.node_key(), &good_node_key).unwrap();
 
     // A certificate where the key should be: the reason, then where a good key comes from.
     fs::copy(dir.node_cert(), dir.tenant_key(&dev)).unwrap();
@@ -288,6 +290,28 @@ fn malformed_files_are_typed_errors_naming_the_file() {
         "{err}"
     );
     assert!(err.contains("tasklet certs issue"), "{err}");
+
+    // The CA's certificate before the node's own in node.pem: the order is the fault, not the
+    // key; and the CA's alone in it (with the CA's key) is not a node's.
+    let good_node = fs::read(dir.node_cert()).unwrap();
+    fs::write(
+        dir.node_cert(),
+        [good_ca.clone(), good_node.clone()].concat(),
+    )
+    .unwrap();
+    let err = server_config(dir.root()).unwrap_err();
+    assert_malformed(err, &dir.node_cert(), "its first certificate is a CA's");
+    fs::write(dir.node_cert(), &good_ca).unwrap();
+    fs::copy(dir.root().join("ca.key"), dir.node_key()).unwrap();
+    let err = server_config(dir.root()).unwrap_err();
+    assert_malformed(
+        err,
+        &dir.node_cert(),
+        "it is a CA's certificate, not a node's",
+    );
+    fs::write(dir.node_cert(), &good_node).unwrap();
+    fs::write(dir.node_key(), &good_node_key).unwrap();
+    server_config(dir.root()).expect("mended");
 }
 
 #[test]

@@ -38,10 +38,7 @@ pub enum Error {
     Unauthorized { url: String, cause: String },
 
     /// TLS to the server failed (a certificate not trusted, TLS required on one side only).
-    #[error(
-        "TLS to NATS at {url} failed ({cause}): give the CA that signed the server's \
-         certificate, or use nats:// for a server without TLS"
-    )]
+    #[error("TLS to NATS at {url} failed ({cause}): {}", tls_fix(cause))]
     Tls { url: String, cause: String },
 
     /// The server asks for a client certificate and was given none it accepts.
@@ -170,4 +167,18 @@ impl Error {
 /// messages here are one line.
 pub(crate) fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// What to do about a failed TLS handshake with NATS, by what failed.
+fn tls_fix(cause: &str) -> &'static str {
+    if cause.contains("InvalidContentType") || cause.contains("corrupt message") {
+        // What answered is not TLS: a server without it, at a tls:// URL or with TLS flags.
+        "the server does not speak TLS: use nats:// and leave out --nats-ca, --nats-cert and --nats-key"
+    } else if cause.contains("UnknownIssuer") || cause.contains("BadSignature") {
+        "give the CA that signed the server's certificate (--nats-ca FILE)"
+    } else if cause.contains("NotValidForName") {
+        "connect by a name the server's certificate holds"
+    } else {
+        "check the server's certificate and the CA given with --nats-ca"
+    }
 }

@@ -281,8 +281,10 @@ fn default_store() -> PathBuf {
 }
 
 fn init_logs(format: LogFormat) {
+    // The NATS client logs each failed reconnection at INFO (once a second while NATS is
+    // down), which the node's own lines about its registration already say once.
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,async_nats=warn"));
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())

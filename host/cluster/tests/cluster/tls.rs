@@ -58,3 +58,16 @@ async fn tls_with_the_operators_ca() {
     assert_eq!(nodes.len(), 1);
     registrar.stop().await.expect("stop");
 }
+
+/// `tls://` at a server without TLS: the failure says to use nats://, not to give a CA.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_at_a_server_without_it_says_to_use_nats() {
+    let server = nats_or_skip!(jetstream: true);
+    let url = format!("tls://127.0.0.1:{}", server.port());
+    let err = Cluster::connect(&NatsConfig::new(&url)).await.unwrap_err();
+    assert!(matches!(err, Error::Tls { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains("does not speak TLS: use nats://"),
+        "{err}"
+    );
+}

@@ -134,7 +134,11 @@ impl NodeClient {
     ) -> Result<DeployPushed, ClientError> {
         let request = Request::DeployPush {
             manifest: manifest.to_vec(),
-            component_len: self.streamable(component.len(), "the component")?,
+            component_len: self.streamable(
+                component.len(),
+                "the component",
+                "; a node takes at most its policy's [deploy] max-component-size besides, 64 MiB unless set",
+            )?,
         };
         match self.transfer_call(&request, component)?.0 {
             Reply::DeployPush {
@@ -162,7 +166,11 @@ impl NodeClient {
     pub fn deploy_run(&mut self, digest: &Digest, input: &[u8]) -> Result<DeployRun, ClientError> {
         let request = Request::DeployRun {
             digest: *digest,
-            input_len: self.streamable(input.len(), "the input")?,
+            input_len: self.streamable(
+                input.len(),
+                "the input",
+                "; a node takes at most 64 MiB of input for a run besides",
+            )?,
         };
         let (reply, output) = self.transfer_call(&request, input)?;
         match reply {
@@ -201,13 +209,21 @@ impl NodeClient {
     }
 
     /// `len` as a streamed total, if the node takes that many bytes in one message.
-    fn streamable(&self, len: usize, what: &str) -> Result<u64, ClientError> {
+    fn streamable(
+        &self,
+        len: usize,
+        what: &'static str,
+        also: &'static str,
+    ) -> Result<u64, ClientError> {
         let len = len as u64;
         let limit = self.max_stream_bytes();
         if len > limit {
-            return Err(ClientError::Setup(format!(
-                "{what} is {len} bytes; the node takes at most {limit} in one message"
-            )));
+            return Err(ClientError::TooLarge {
+                what,
+                len,
+                limit,
+                also,
+            });
         }
         Ok(len)
     }

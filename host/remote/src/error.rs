@@ -39,6 +39,18 @@ pub enum ClientError {
     /// A call that may go to any of several nodes had none to go to.
     #[error("no node to run it on: the list of nodes is empty")]
     NoNode,
+    /// What a request would carry is larger than one message may be: refused before anything
+    /// is sent.
+    #[error(
+        "{what} is {len} bytes, more than one message to a node carries ({limit} bytes){also}"
+    )]
+    TooLarge {
+        what: &'static str,
+        len: u64,
+        limit: u64,
+        /// What else bounds it, where something does (a node's own setting).
+        also: &'static str,
+    },
 }
 
 impl ClientError {

@@ -146,7 +146,11 @@ fn load_issuer(dir: &CertDir, validity: &Validity) -> Result<Issuer<'static, Key
     let (_, parsed) = x509_parser::parse_x509_certificate(&cert)
         .map_err(|err| not_a_ca(format!("not valid X.509 ({err})")))?;
     if !parsed.is_ca() {
-        return Err(not_a_ca("not a CA certificate".to_owned()));
+        return Err(not_a_ca(
+            "not a CA certificate (a node's or a tenant's copied over it?): issue from the folder \
+             `tasklet certs init DIR` made, whose ca.pem and ca.key are the CA's"
+                .to_owned(),
+        ));
     }
     if parsed.public_key().raw != key.subject_public_key_info().as_slice() {
         return Err(Error::KeyMismatch {

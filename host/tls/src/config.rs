@@ -183,11 +183,6 @@ fn check_node_certificate(
             | CertificateError::ExpiredContext { .. }
             | CertificateError::NotValidYet
             | CertificateError::NotValidYetContext { .. } => return Ok(()),
-            CertificateError::Other(other) if format!("{other:?}").contains("CaUsedAsEndEntity") => {
-                "it is a CA's certificate, not a node's (ca.pem copied over it?): issue the node's with \
-                 `tasklet certs node DIR --name NAME`"
-                    .to_owned()
-            }
             other => format!("clients would refuse it: {other}"),
         },
         Err(other) => format!("clients would refuse it: {other}"),
@@ -229,6 +224,17 @@ fn identity(
     hint: &'static str,
 ) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), Error> {
     let certs = files::read_certs(cert_path, hint)?;
+    // The first certificate is the holder's own; a CA's there (ca.pem copied over the file, a
+    // chain written the wrong way round) would be refused by every peer at the handshake.
+    if certs.first().is_some_and(|c| is_ca(c)) {
+        return Err(Error::Malformed {
+            path: cert_path.to_owned(),
+            reason: format!(
+                "its first certificate is a CA's, where the holder's own must come first (a CA's may follow): \
+                 {hint}"
+            ),
+        });
+    }
     let key = files::read_key(key_path, hint)?;
     let signing_key = provider
         .key_provider
@@ -239,19 +245,6 @@ fn identity(
         })?;
     match CertifiedKey::new(certs.clone(), signing_key).keys_match() {
         Ok(()) | Err(rustls::Error::InconsistentKeys(InconsistentKeys::Unknown)) => {}
-        // The first certificate is the one the key must match: a CA's there (a chain written
-        // the wrong way round, or ca.pem copied over the file) is the fault, not the key.
-        Err(rustls::Error::InconsistentKeys(InconsistentKeys::KeyMismatch))
-            if certs.first().is_some_and(|c| is_ca(c)) =>
-        {
-            return Err(Error::Malformed {
-                path: cert_path.to_owned(),
-                reason: format!(
-                    "its first certificate is a CA's, where the holder's own must come first (a CA's may follow): \
-                     {hint}"
-                ),
-            })
-        }
         Err(rustls::Error::InconsistentKeys(InconsistentKeys::KeyMismatch)) => {
             return Err(Error::KeyMismatch {
                 cert: cert_path.to_owned(),

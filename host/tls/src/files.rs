@@ -23,7 +23,8 @@ pub(crate) const PUBLIC: u32 = 0o644;
 /// not be read.
 fn read(path: &Path, hint: &'static str) -> Result<Vec<u8>, Error> {
     fs::read(path).map_err(|source| match source.kind() {
-        io::ErrorKind::NotFound => Error::Missing {
+        // A file given where the folder goes is a folder without the file.
+        io::ErrorKind::NotFound | io::ErrorKind::NotADirectory => Error::Missing {
             path: path.to_owned(),
             hint,
         },

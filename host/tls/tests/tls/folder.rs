@@ -292,7 +292,7 @@ fn malformed_files_are_typed_errors_naming_the_file() {
     assert!(err.contains("tasklet certs issue"), "{err}");
 
     // The CA's certificate before the node's own in node.pem: the order is the fault, not the
-    // key; and the CA's alone in it (with the CA's key) is not a node's.
+    // key; and the CA's alone in it (with the CA's key) is not a node's either, nor a tenant's.
     let good_node = fs::read(dir.node_cert()).unwrap();
     fs::write(
         dir.node_cert(),
@@ -304,11 +304,17 @@ fn malformed_files_are_typed_errors_naming_the_file() {
     fs::write(dir.node_cert(), &good_ca).unwrap();
     fs::copy(dir.root().join("ca.key"), dir.node_key()).unwrap();
     let err = server_config(dir.root()).unwrap_err();
+    assert_malformed(err, &dir.node_cert(), "its first certificate is a CA's");
+    // And a tenant's alike.
+    let dev_cert = fs::read(dir.tenant_cert(&dev)).unwrap();
+    fs::write(dir.tenant_cert(&dev), &good_ca).unwrap();
+    let err = client_config(dir.root(), &dev).unwrap_err();
     assert_malformed(
         err,
-        &dir.node_cert(),
-        "it is a CA's certificate, not a node's",
+        &dir.tenant_cert(&dev),
+        "its first certificate is a CA's",
     );
+    fs::write(dir.tenant_cert(&dev), &dev_cert).unwrap();
     fs::write(dir.node_cert(), &good_node).unwrap();
     fs::write(dir.node_key(), &good_node_key).unwrap();
     server_config(dir.root()).expect("mended");

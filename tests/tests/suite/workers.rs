@@ -136,17 +136,7 @@ fn an_unload_answered_with_a_launchs_failure_unloads_and_the_next_call_reports_i
         // which answers the next call but a free (here the unload, whether the launch is still
         // pending, when the sync before the unload takes it, or not).
         leases
-            .with_worker(&lease, |w| {
-                w.launch(&tasklet_worker::Launch {
-                    module: module.id,
-                    kernel: 99,
-                    grid: [1, 1, 1],
-                    block: [1, 1, 1],
-                    shared_mem_bytes: 0,
-                    args: &[],
-                    deadline: Duration::from_secs(10),
-                })
-            })
+            .with_worker(&lease, |w| post_refused_launch(w, &module))
             .expect("posted");
         std::thread::sleep(pause);
         leases
@@ -178,7 +168,6 @@ fn an_unload_answered_with_a_launchs_failure_unloads_and_the_next_call_reports_i
 #[test]
 fn a_graph_destroyed_beside_a_launchs_failure_is_destroyed_and_the_next_call_reports_it() {
     use tasklet_worker::contract::messages::GraphOp;
-    use tasklet_worker::Launch;
     let host = test_host!();
     let leases = host.leases();
     let lease = leases
@@ -201,17 +190,7 @@ fn a_graph_destroyed_beside_a_launchs_failure_is_destroyed_and_the_next_call_rep
     // A launch the worker refuses (its module has no kernel 99): the failure is held for the
     // next call, which the graph's destroy is.
     leases
-        .with_worker(&lease, |w| {
-            w.launch(&Launch {
-                module: module.id,
-                kernel: 99,
-                grid: [1, 1, 1],
-                block: [1, 1, 1],
-                shared_mem_bytes: 0,
-                args: &[],
-                deadline: Duration::from_secs(10),
-            })
-        })
+        .with_worker(&lease, |w| post_refused_launch(w, &module))
         .expect("posted");
     leases
         .release_with(&lease, |w| w.graph_destroy(graph))
@@ -240,4 +219,21 @@ fn a_graph_destroyed_beside_a_launchs_failure_is_destroyed_and_the_next_call_rep
     leases.free(&lease, buffer, 4096).expect("free");
     leases.end(&lease, tasklet_runtime::lease::EndReason::Dropped);
     assert_baseline(&host);
+}
+
+/// Posts a launch the worker refuses (its module has no kernel 99): the worker holds the
+/// failure for its next call.
+fn post_refused_launch(
+    w: &mut tasklet_worker::Worker,
+    module: &tasklet_worker::LoadedModule,
+) -> Result<(), tasklet_worker::WorkerError> {
+    w.launch(&tasklet_worker::Launch {
+        module: module.id,
+        kernel: 99,
+        grid: [1, 1, 1],
+        block: [1, 1, 1],
+        shared_mem_bytes: 0,
+        args: &[],
+        deadline: Duration::from_secs(10),
+    })
 }

@@ -162,16 +162,7 @@ fn a_folder_with_a_prebuilt_component_and_no_cargo_project_runs_it_as_is() {
 /// where cargo runs: the README's first command names `tasklets/iota` so on a fresh checkout.
 #[test]
 fn a_crate_named_by_a_relative_path_is_built_where_its_manifest_says() {
-    // The packaged GPU suite runs where there is no Rust toolchain to build with.
-    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
-    if std::process::Command::new(&rustc)
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        crate::support::say_skipped(&format!(
-            "no Rust toolchain ({rustc} not found): building a tasklet needs one"
-        ));
+    if !can_build() {
         return;
     }
     let dir = temp_dir("relative");
@@ -203,15 +194,7 @@ fn a_crate_named_by_a_relative_path_is_built_where_its_manifest_says() {
 /// does not build again.
 #[test]
 fn a_file_the_build_does_not_read_makes_one_build_not_one_each_run() {
-    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
-    if std::process::Command::new(&rustc)
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        crate::support::say_skipped(&format!(
-            "no Rust toolchain ({rustc} not found): building a tasklet needs one"
-        ));
+    if !can_build() {
         return;
     }
     let dir = temp_dir("untouched");
@@ -236,6 +219,22 @@ fn a_file_the_build_does_not_read_makes_one_build_not_one_each_run() {
     assert!(second.contains("building tiny"), "{second}");
     let third = run();
     assert!(!third.contains("building"), "built again: {third}");
+}
+
+/// Whether a Rust toolchain is here to build a tasklet with; says `skipped: …` when not (the
+/// packaged GPU suite runs where there is none).
+fn can_build() -> bool {
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let found = std::process::Command::new(&rustc)
+        .arg("--version")
+        .output()
+        .is_ok();
+    if !found {
+        crate::support::say_skipped(&format!(
+            "no Rust toolchain ({rustc} not found): building a tasklet needs one"
+        ));
+    }
+    found
 }
 
 /// A tasklet crate `tiny` in `parent` (no dependencies: it builds in a second), its component

@@ -2,8 +2,9 @@
 //! saying how to build one that cargo does not (a tasklet in Python or JavaScript).
 
 use anyhow::{bail, Context, Result};
+use std::io::Read as _;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::SystemTime;
 use tasklet_runtime::config::MANIFEST_FILE;
 
@@ -162,9 +163,21 @@ pub fn build(dir: &Path, component: &Path) -> Result<()> {
             .with_context(|| format!("cannot resolve {}", target.display()))?;
         cargo.arg("--target-dir").arg(target);
     }
+    // What cargo made is read from its messages (stdout); its progress and diagnostics still go
+    // to stderr as people read them.
+    cargo
+        .arg("--message-format=json-render-diagnostics")
+        .stdout(Stdio::piped());
     let started = SystemTime::now();
-    let status = cargo
-        .status()
+    let mut child = cargo
+        .spawn()
+        .context("cannot run cargo to build the tasklet")?;
+    let mut messages = String::new();
+    if let Some(mut out) = child.stdout.take() {
+        let _ = out.read_to_string(&mut messages);
+    }
+    let status = child
+        .wait()
         .context("cannot run cargo to build the tasklet")?;
     if !status.success() {
         bail!(
@@ -175,14 +188,31 @@ pub fn build(dir: &Path, component: &Path) -> Result<()> {
     // Cargo leaves a component its sources do not need rebuilt as it was: one older than a
     // file of the folder it does not build from (the manifest, a README, an input) would be
     // built again on every run. Cargo has judged everything as of the build's start: the
-    // component counts from then (a file saved during the build is still newer).
-    if staleness(dir, component).is_some() {
+    // component counts from then (a file saved during the build is still newer). Only a
+    // component cargo says it made: one it does not make stays stale, and says so each run.
+    if staleness(dir, component).is_some() && made(&messages, component) {
         let _ = std::fs::File::options()
             .write(true)
             .open(component)
             .and_then(|file| file.set_modified(started));
     }
     Ok(())
+}
+
+/// Whether cargo's JSON `messages` name `component` among the files a build made (fresh or
+/// not).
+fn made(messages: &str, component: &Path) -> bool {
+    let Ok(component) = component.canonicalize() else {
+        return false;
+    };
+    messages
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|message| message["reason"] == "compiler-artifact")
+        .filter_map(|message| message["filenames"].as_array().cloned())
+        .flatten()
+        .filter_map(|name| name.as_str().map(PathBuf::from))
+        .any(|name| name.canonicalize().is_ok_and(|name| name == component))
 }
 
 fn cargo() -> String {

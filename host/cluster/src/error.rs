@@ -22,7 +22,7 @@ pub enum Error {
         "something at {url} accepts connections but did not answer as a NATS server in time \
          ({cause}): give the server's client port (4222 unless its config says otherwise), not \
          its monitoring (8222) or cluster (6222) port or another service's; if it is that port, \
-         the server is overloaded"
+         the server is overloaded, or down behind a proxy that answers for it"
     )]
     NotNats { url: String, cause: String },
 

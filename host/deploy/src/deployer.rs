@@ -6,6 +6,7 @@ use tasklet_runtime::config::Manifest;
 use tasklet_runtime::{HostError, Runner};
 use tasklet_store::{Deleted, Deployment, Digest, Store};
 
+use crate::compile_gate::CompileGate;
 use crate::config::DeployConfig;
 use crate::error::{one_line, Error};
 use crate::manifest;
@@ -27,6 +28,8 @@ pub(crate) struct Inner {
     pub(crate) engine: String,
     pub(crate) config: DeployConfig,
     pub(crate) warm: WarmSet,
+    /// Every compile passes it (see `compile_gate`).
+    pub(crate) compiles: CompileGate,
 }
 
 impl Deployer {
@@ -54,6 +57,7 @@ impl Deployer {
                 engine,
                 config,
                 warm: WarmSet::new(config.warm_tasklets, config.warm_bytes),
+                compiles: CompileGate::per_core(),
             }),
         }
     }

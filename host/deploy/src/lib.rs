@@ -74,6 +74,7 @@
 //! # }
 //! ```
 
+mod compile_gate;
 mod config;
 mod deployer;
 mod error;

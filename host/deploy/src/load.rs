@@ -137,7 +137,10 @@ pub(crate) fn compile_and_link(
     wasm: &[u8],
     manifest: Manifest,
 ) -> Result<(Tasklet, Vec<u8>), String> {
-    let compiled = inner.runner.precompile(wasm).map_err(engine_message)?;
+    let compiled = {
+        let _compiling = inner.compiles.enter();
+        inner.runner.precompile(wasm).map_err(engine_message)?
+    };
     let grant = asked_for(&manifest);
     // SAFETY: `compiled` is what this runner's `precompile` just returned, untouched.
     let tasklet = unsafe { inner.runner.load_precompiled(manifest, grant, &compiled) }

@@ -69,8 +69,6 @@ pub(crate) struct Shared {
     /// `limits.max_deploy_jobs`), and by tenant (`limits.max_tenant_deploy_jobs` each).
     pub deploy_jobs: Arc<Semaphore>,
     pub tenant_deploy_jobs: TenantSlots,
-    /// Pushes compiling at once: each holds many times its component's size while it compiles.
-    pub compiles: Arc<Semaphore>,
     /// Requests taken off a stream and not yet answered (see [`Unanswered`]).
     unanswered: Arc<AtomicUsize>,
     /// Each open connection's budgets, to tell what client traffic holds.
@@ -107,11 +105,6 @@ impl Drop for Unanswered {
     }
 }
 
-/// Pushes compiled at once: one per core the machine has, at least two.
-fn max_compiles() -> usize {
-    std::thread::available_parallelism().map_or(2, |n| n.get().max(2))
-}
-
 impl Shared {
     pub fn new(
         host: Host,
@@ -134,10 +127,11 @@ impl Shared {
             tenant_connections: TenantSlots::default(),
             tenant_runs: TenantSlots::default(),
             deploy_jobs: Arc::new(Semaphore::new(
-                usize::try_from(limits.max_deploy_jobs).unwrap_or(usize::MAX),
+                usize::try_from(limits.max_deploy_jobs)
+                    .unwrap_or(usize::MAX)
+                    .min(Semaphore::MAX_PERMITS),
             )),
             tenant_deploy_jobs: TenantSlots::default(),
-            compiles: Arc::new(Semaphore::new(max_compiles())),
             unanswered: Arc::new(AtomicUsize::new(0)),
             budgets: ConnectionBudgets::new(crate::connection::QUEUE_BYTES),
             unknown_clients_log: LogLimit::new(20, Duration::from_secs(60)),

@@ -39,11 +39,18 @@ pub enum RunError {
 }
 
 /// Stops a run early, from any thread: e.g. a node's run whose client went away. The tasklet's
-/// wasm code traps at its next epoch check, within [`EPOCH_TICK`] of the stop; a host call under
-/// way (a GPU call, a sleep) finishes first, bounded as always by the run's wall time. Cloning
-/// shares the signal.
+/// wasm code traps at its next epoch check, within [`EPOCH_TICK`] of the stop, and a sleep ends
+/// at once; a GPU call under way finishes first, bounded as always by the run's wall time.
+/// Cloning shares the signal.
 #[derive(Debug, Clone, Default)]
-pub struct RunStop(Arc<AtomicBool>);
+pub struct RunStop(Arc<StopSignal>);
+
+#[derive(Debug, Default)]
+struct StopSignal {
+    stopped: AtomicBool,
+    /// Wakes the run's sleeps (see `sleep`).
+    woken: tokio::sync::Notify,
+}
 
 impl RunStop {
     pub fn new() -> RunStop {
@@ -52,11 +59,23 @@ impl RunStop {
 
     /// Stops every run given this signal (or a clone of it), now and from now on.
     pub fn stop(&self) {
-        self.0.store(true, Ordering::Relaxed);
+        self.0.stopped.store(true, Ordering::Release);
+        self.0.woken.notify_waiters();
     }
 
     pub fn is_stopped(&self) -> bool {
-        self.0.load(Ordering::Relaxed)
+        self.0.stopped.load(Ordering::Acquire)
+    }
+
+    /// Once the signal is given: [`RunStop::stop`] wakes it, and it is ready at once after.
+    pub(crate) async fn stopped(&self) {
+        let woken = self.0.woken.notified();
+        tokio::pin!(woken);
+        // Registered before the flag is read, so that a stop between the two wakes it.
+        woken.as_mut().enable();
+        if !self.is_stopped() {
+            woken.await;
+        }
     }
 }
 

@@ -2,8 +2,8 @@
 //! waits on is a subscription to `wasi:clocks/monotonic-clock`; a wait on it is a host call,
 //! which epoch interruption cannot cut short, so a tasklet asleep would outlive its wall-time
 //! limit, and a stop, by as long as it asked to sleep. Here every such subscription is ready by
-//! the run's end at the latest, and within [`EPOCH_TICK`] of a stop: the tasklet wakes, and its
-//! next epoch check traps it as it traps one that computes.
+//! the run's end at the latest, and at a stop: the tasklet wakes, and its next epoch check
+//! traps it as it traps one that computes.
 //!
 //! The interface is linked again over wasmtime-wasi's own (see [`add_to_linker`]); reading the
 //! clock is still wasmtime-wasi's.
@@ -16,7 +16,7 @@ use wasmtime_wasi::clocks::{WasiClocksCtxView, WasiClocksView};
 use wasmtime_wasi::p2::bindings::clocks::monotonic_clock::{self, Host};
 use wasmtime_wasi::p2::{subscribe, DynPollable, Pollable};
 
-use crate::runner::{RunStop, EPOCH_TICK};
+use crate::runner::RunStop;
 use crate::state::TaskletState;
 
 /// What bounds a run's sleeps: its end (none without a wall-time limit) and its stop.
@@ -79,7 +79,7 @@ impl Host for BoundedClock<'_> {
             until: Instant::now().checked_add(Duration::from_nanos(duration)),
             ends: self.bounds.ends.map(Instant::from_std),
             stop: self.bounds.stop.clone(),
-            yielded: false,
+            yielded: duration != 0,
         };
         let sleep = self.clocks.table.push(sleep)?;
         subscribe(self.clocks.table, sleep)
@@ -92,27 +92,29 @@ struct Sleep {
     until: Option<Instant>,
     ends: Option<Instant>,
     stop: RunStop,
-    /// Whether a subscription already due has given the runtime a turn (once, as wasmtime-wasi's
-    /// own does, so that a guest polling in a loop with a zero timeout starves nothing).
+    /// Whether a zero-length subscription has given the runtime a turn: once, as wasmtime-wasi's
+    /// own does, so that a guest polling in a loop with a zero timeout starves nothing.
     yielded: bool,
 }
 
 #[wasmtime_wasi::async_trait]
 impl Pollable for Sleep {
     async fn ready(&mut self) {
-        loop {
-            let now = Instant::now();
-            let due = [self.until, self.ends].into_iter().flatten().min();
-            if self.stop.is_stopped() || due.is_some_and(|due| due <= now) {
-                if !self.yielded {
-                    self.yielded = true;
-                    tokio::task::yield_now().await;
-                }
-                return;
+        if !self.yielded {
+            self.yielded = true;
+            tokio::task::yield_now().await;
+            return;
+        }
+        let due = [self.until, self.ends].into_iter().flatten().min();
+        let timer = async {
+            match due {
+                Some(due) => tokio::time::sleep_until(due).await,
+                None => std::future::pending().await,
             }
-            // A stop has no wake-up of its own: looked at every tick.
-            let tick = now + EPOCH_TICK;
-            tokio::time::sleep_until(due.map_or(tick, |due| due.min(tick))).await;
+        };
+        tokio::select! {
+            () = timer => {}
+            () = self.stop.stopped() => {}
         }
     }
 }

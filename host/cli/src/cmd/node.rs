@@ -145,7 +145,8 @@ pub fn run(args: NodeArgs) -> Result<ExitCode> {
     match serve(args) {
         // In JSON, the failure is a log line like the rest (level ERROR), not a line of text
         // among them; the exit status says it as for text.
-        Err(e) if format == LogFormat::Json => {
+        // (Unless RUST_LOG leaves errors out: then as a line of text, not nothing.)
+        Err(e) if format == LogFormat::Json && tracing::enabled!(tracing::Level::ERROR) => {
             tracing::error!("{}", crate::one_line(&e));
             Err(anyhow::Error::new(crate::ReportedInLog))
         }

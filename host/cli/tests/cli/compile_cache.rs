@@ -219,6 +219,25 @@ fn a_file_the_build_does_not_read_makes_one_build_not_one_each_run() {
     assert!(second.contains("building tiny"), "{second}");
     let third = run();
     assert!(!third.contains("building"), "built again: {third}");
+
+    // A manifest naming a component cargo does not make: every run says it builds (and then
+    // that the component is missing), never silenced by a build that made something else.
+    std::fs::write(
+        &manifest,
+        "name = \"tiny\"\ncomponent = \"target/wasm32-wasip2/release/other.wasm\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        crate_dir.join("target/wasm32-wasip2/release/other.wasm"),
+        b"\0asm",
+    )
+    .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    std::fs::write(crate_dir.join("README"), "newer than other.wasm").unwrap();
+    for _ in 0..2 {
+        let again = run();
+        assert!(again.contains("building tiny"), "{again}");
+    }
 }
 
 /// Whether a Rust toolchain is here to build a tasklet with; says `skipped: …` when not (the

@@ -99,23 +99,23 @@ async fn drive(
         if connection.close_reason().is_some() {
             continue;
         }
+        // A request that failed as it came in is answered its own failure, not a full node's.
+        let failed = matches!(
+            job.work,
+            Work::Push(Err(_)) | Work::Run { input: Err(_), .. }
+        );
         let held = match take_deploy_job(&shared, &caller) {
-            Ok(held) => held,
+            _ if failed => None,
+            Ok(held) => Some(held),
             Err(failure) => {
                 tracing::info!(connection = caller.connection, tenant = %caller.tenant, "deploy request refused: {}", failure.0.message);
                 fail(&job.reply, job.request_id, job.work.opcode(), failure);
                 continue;
             }
         };
-        // A push waits its turn to compile (in the order its stream carried it), holding no
-        // blocking thread meanwhile.
-        let compiling = match job.work {
-            Work::Push(Ok(_)) => Arc::clone(&shared.compiles).acquire_owned().await.ok(),
-            _ => None,
-        };
         let (shared, caller, stop) = (Arc::clone(&shared), Arc::clone(&caller), stop.clone());
         let _ = tokio::task::spawn_blocking(move || {
-            let _held = (held, compiling);
+            let _held = held;
             serve(&shared, &caller, job, &stop)
         })
         .await;

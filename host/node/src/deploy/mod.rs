@@ -63,14 +63,14 @@ pub enum DeployOpenError {
     /// Something at one of the store's own names that is not what the store keeps there: a
     /// link (the store never follows one out of its folder), or a file where a folder goes.
     #[error(
-        "{} is {found}, where the store keeps a {kept} of its own: remove it (the node makes it again), or give \
-         the node another store folder",
+        "{} is {found}, where the store keeps a {kept} of its own: {fix}, or give the node another store folder",
         path.display()
     )]
     NotItsOwn {
         path: std::path::PathBuf,
         found: &'static str,
         kept: &'static str,
+        fix: &'static str,
     },
 }
 
@@ -104,16 +104,32 @@ fn check_layout(root: &Path) -> Result<(), DeployOpenError> {
         let Ok(meta) = std::fs::symlink_metadata(&path) else {
             continue;
         };
-        let found = if meta.file_type().is_symlink() {
-            "a symbolic link"
+        use std::os::unix::fs::MetadataExt;
+        let (found, fix) = if meta.file_type().is_symlink() {
+            (
+                "a symbolic link",
+                "put what it points to in its place (moved, not linked), or remove it if that is nothing the store needs",
+            )
         } else if kept == "folder" && !meta.is_dir() {
-            "not a folder"
+            ("not a folder", "remove it (the node makes the folder)")
         } else if kept == "file" && !meta.is_file() {
-            "not a file"
+            ("not a file", "remove it (the node makes the file)")
+        } else if kept == "file" && meta.nlink() > 1 {
+            // Its holder truncates it and writes its pid: a hard link would carry that to the
+            // other name's file.
+            (
+                "a file with other names (hard links)",
+                "remove it (the node makes the file)",
+            )
         } else {
             continue;
         };
-        return Err(DeployOpenError::NotItsOwn { path, found, kept });
+        return Err(DeployOpenError::NotItsOwn {
+            path,
+            found,
+            kept,
+            fix,
+        });
     }
     Ok(())
 }
@@ -536,10 +552,12 @@ mod tests {
             ("node.lock", "link"),
             ("tmp", "file"),
             ("node.lock", "folder"),
+            ("node.lock", "hard link"),
         ] {
             let at = root.join(name);
             match plant {
                 "link" => std::os::unix::fs::symlink(elsewhere.join("victim"), &at).unwrap(),
+                "hard link" => std::fs::hard_link(elsewhere.join("victim"), &at).unwrap(),
                 "file" => std::fs::write(&at, "").unwrap(),
                 _ => std::fs::create_dir(&at).unwrap(),
             }

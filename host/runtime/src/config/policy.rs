@@ -89,9 +89,10 @@ pub const DEFAULT_CONTEXT_RESERVE: u64 = 512 << 20;
 /// and a number past this is a typo, not a machine.
 pub const MAX_WORKERS: usize = 4096;
 
-/// The least linear memory a policy may grant a tasklet: a component's memory starts at about
-/// 1.1 MiB (a Rust one's stack and data), so less than this lets none run.
-pub const MIN_TASKLET_MEMORY: u64 = 2 << 20;
+/// The least linear memory a policy may grant a tasklet: one WebAssembly page, in less than
+/// which no component runs (a Rust one needs about 1.1 MiB; a small hand-written one may live
+/// in a page).
+pub const MIN_TASKLET_MEMORY: u64 = 64 << 10;
 
 /// Default `[tasklets] max-persistent`: each persistent kernel holds its worker's GPU for as
 /// long as its lease, so a node caps them well under its default 8 workers.
@@ -258,8 +259,8 @@ impl Policy {
                 return Err((
                     at(table, "max-memory"),
                     format!(
-                        "`[{table}] max-memory` is {}: no tasklet runs in that (a component's linear memory starts at \
-                         about 1.1 MiB); give at least {}",
+                        "`[{table}] max-memory` is {}: no tasklet runs in less than one page of linear memory ({}; a \
+                         Rust component needs about 1.1 MiB); give it a size such as \"64MiB\"",
                         units::format_size(memory),
                         units::format_size(MIN_TASKLET_MEMORY)
                     ),
@@ -618,12 +619,15 @@ mod tests {
         assert!(msg.contains("max-wall-time` is zero"), "{msg}");
         let (line, msg) = Policy::parse("[tasklets]\nmax-memory = 1\n").unwrap_err();
         assert_eq!(line, Some(2), "{msg}");
-        assert!(msg.contains("give at least 2MiB"), "{msg}");
+        assert!(
+            msg.contains("less than one page of linear memory (64KiB"),
+            "{msg}"
+        );
         let (line, msg) =
-            Policy::parse("[tenants.ops]\n[tenants.dev]\nmax-memory = \"1MiB\"\n").unwrap_err();
+            Policy::parse("[tenants.ops]\n[tenants.dev]\nmax-memory = \"32KiB\"\n").unwrap_err();
         assert_eq!(line, Some(3), "{msg}");
         assert!(msg.contains("[tenants.dev] max-memory"), "{msg}");
-        Policy::parse("[tasklets]\nmax-memory = \"2MiB\"\nmax-wall-time = \"1s\"\n").unwrap();
+        Policy::parse("[tasklets]\nmax-memory = \"64KiB\"\nmax-wall-time = \"1s\"\n").unwrap();
     }
 
     #[test]

@@ -51,8 +51,21 @@ impl Source {
     }
 
     /// The component's bytes.
+    /// The component's bytes, to push. One larger than a message to a node may carry is
+    /// refused before it is read.
     pub fn component(&self) -> Result<Vec<u8>> {
         let path = &self.manifest.component;
+        let limit = tasklet_wire::limits::DEFAULT_MAX_STREAM_BYTES;
+        if let Ok(meta) = std::fs::metadata(path) {
+            if meta.len() > limit {
+                bail!(
+                    "component {} is {} bytes, more than a push carries ({limit} bytes); a node takes at most its \
+                     policy's [deploy] max-component-size besides, 64 MiB unless set",
+                    path.display(),
+                    meta.len()
+                );
+            }
+        }
         std::fs::read(path).with_context(|| format!("cannot read component {}", path.display()))
     }
 

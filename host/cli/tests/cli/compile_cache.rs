@@ -395,3 +395,41 @@ fn a_component_rewritten_in_place_is_never_served_its_old_compiled_form() {
     let (out, how) = run_cached(target, "2", &cache, &[]);
     assert_eq!((out.as_str(), how.as_str()), ("1\n2\n", "hit"));
 }
+
+/// A component larger than a push carries is refused before it is read (a sparse file here),
+/// naming both bounds; nothing connects.
+#[test]
+fn a_component_too_large_to_push_is_refused_before_it_is_read() {
+    let dir = temp_dir("too-large");
+    let dir = dir.path();
+    let big = std::fs::File::create(dir.join("big.wasm")).unwrap();
+    big.set_len(tasklet_wire::limits::DEFAULT_MAX_STREAM_BYTES + 1)
+        .unwrap();
+    std::fs::write(
+        dir.join("tasklet.toml"),
+        "name = \"big\"\ncomponent = \"big.wasm\"\n",
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let out = tasklet(
+        &[
+            "deploy",
+            "push",
+            dir.to_str().unwrap(),
+            "--node",
+            "127.0.0.1:9",
+        ],
+        b"",
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("more than a push carries") && stderr.contains("max-component-size"),
+        "{stderr}"
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "took {:?}",
+        started.elapsed()
+    );
+}

@@ -542,15 +542,15 @@ fn a_sleeping_tasklet_ends_at_its_wall_time_limit_and_when_stopped() {
     );
     assert!(took < wall + WALL_TIME_SLACK, "a 30 s sleep ran {took:?}");
 
-    // A sleep shorter than the limit sleeps its time.
+    // A sleep well within the limit (the manifest's 30 s) sleeps its time, no less.
+    let probe = load(&host, manifest("testing/probe"));
     let lines = lines_of(host.run(&probe, b"sleep 0.1"));
     let slept: u64 = match lines.first() {
         Some((ok, slept, ms)) if ok == "ok" && slept == "slept" => ms.parse().unwrap(),
         other => panic!("{other:?}"),
     };
-    assert!((100..400).contains(&slept), "slept {slept} ms");
+    assert!((100..5_000).contains(&slept), "slept {slept} ms");
 
-    let probe = load(&host, manifest("testing/probe"));
     let stop = RunStop::new();
     let stopper = {
         let stop = stop.clone();

@@ -573,7 +573,7 @@ pub fn deploy_requests_being_served_are_bounded_by_tenant_and_node() -> TestResu
     // Runs asleep for a while, each on a connection of its own: they hold their places.
     let sleeper = |tenant: &str| {
         let mut client = node.client(tenant);
-        std::thread::spawn(move || client.deploy_run(&probe, b"sleep 3"))
+        std::thread::spawn(move || client.deploy_run(&probe, b"sleep 5"))
     };
     let until_running = |runs: u64| -> TestResult {
         let start = Instant::now();
@@ -585,8 +585,10 @@ pub fn deploy_requests_being_served_are_bounded_by_tenant_and_node() -> TestResu
         }
         Ok(())
     };
-    let mut asleep = vec![sleeper("dev"), sleeper("dev")];
-    until_running(2)?;
+    // All three at once, so that they are surely all asleep together however slowly they
+    // start: two of dev's (its cap) and one of team's (the node's cap of three).
+    let asleep = vec![sleeper("dev"), sleeper("dev"), sleeper("team")];
+    until_running(3)?;
     let refused = |tenant: &str, said: &str| -> TestResult {
         let err = node
             .client(tenant)
@@ -599,8 +601,6 @@ pub fn deploy_requests_being_served_are_bounded_by_tenant_and_node() -> TestResu
         )
     };
     refused("dev", "tenant `dev` has 2 deploy requests")?;
-    asleep.push(sleeper("team"));
-    until_running(3)?;
     refused("team", "this node serves 3 deploy requests at once")?;
     for run in asleep {
         let ran = run

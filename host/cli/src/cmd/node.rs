@@ -68,7 +68,8 @@ pub struct NodeArgs {
     /// your scraper reaches, e.g. 127.0.0.1:9101 or localhost:9101).
     #[arg(long, value_name = "ADDR", value_parser = metrics_address)]
     pub metrics: Option<SocketAddr>,
-    /// How log lines are written to stderr (RUST_LOG filters them; default info).
+    /// How log lines are written to stderr (RUST_LOG filters them; default info, the NATS
+    /// client's at warn; with json a failure to start is an ERROR line too).
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
     #[command(flatten)]

@@ -136,7 +136,7 @@ fn take_deploy_job(
         Failure::new(
             ErrorCode::CapacityExceeded,
             format!(
-                "tenant `{tenant}` has {max} deploy requests (pushes, runs) being served on this node at once, its \
+                "tenant `{tenant}` has {max} deploy requests (pushes, checks, runs) being served on this node at once, its \
                  most; wait for one to end, or use another node"
             ),
         )

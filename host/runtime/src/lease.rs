@@ -271,6 +271,25 @@ impl LeaseState {
             .as_mut()
             .ok_or_else(|| WorkerError::Lost("the lease has no worker".into()))
     }
+
+    /// Makes a release (`op`: a free, an unload, a graph's destroy), each try under [`briefly`]
+    /// where `bounded` (a failed sync drained nothing, so kernels may still run at the second);
+    /// a failure held for the next call that answered it in its place is owed to the holder's
+    /// next operation (see [`owing_held`]). The release's own outcome.
+    fn release(
+        &mut self,
+        bounded: bool,
+        mut op: impl FnMut(&mut Worker) -> Result<(), WorkerError>,
+    ) -> Result<(), WorkerError> {
+        let run = self.run;
+        let worker = self.worker()?;
+        let (owed, done) = match bounded {
+            true => owing_held(worker, |w| briefly(w, run, &mut op)),
+            false => owing_held(worker, op),
+        };
+        self.owed = self.owed.take().or(owed);
+        done
+    }
 }
 
 impl Lease {
@@ -870,7 +889,7 @@ impl LeaseManager {
         lease: &Lease,
         op: impl FnOnce(&mut Worker) -> Result<T, WorkerError>,
     ) -> Result<T, GpuError> {
-        self.with_state(lease, |st| worker_op(st, op))
+        self.with_state(lease, |st| op(st.worker()?))
     }
 
     /// [`LeaseManager::with_worker`] for an operation the lease's holder asked for: a failure
@@ -885,7 +904,7 @@ impl LeaseManager {
     ) -> Result<T, GpuError> {
         self.with_state(lease, |st| match st.owed.take() {
             Some(owed) => Err(owed),
-            None => worker_op(st, op),
+            None => op(st.worker()?),
         })
     }
 
@@ -926,10 +945,7 @@ impl LeaseManager {
     /// is given up and the lease ends (its memory, and its charge, go with it).
     pub fn free(&self, lease: &Lease, addr: u64, bytes: u64) -> Result<(), GpuError> {
         self.with_state(lease, |st| {
-            let run = st.run;
-            let (owed, freed) = release(st.worker()?, run, |w| w.free(addr));
-            st.owed = st.owed.take().or(owed);
-            freed?;
+            st.release(true, |w| w.free(addr))?;
             let left = lease.used().saturating_sub(charged_bytes(bytes));
             lease.used.store(left, Ordering::Relaxed);
             Ok(())
@@ -945,11 +961,7 @@ impl LeaseManager {
         lease: &Lease,
         op: impl FnMut(&mut Worker) -> Result<(), WorkerError>,
     ) -> Result<(), GpuError> {
-        self.with_state(lease, |st| {
-            let (owed, done) = owing_held(st.worker()?, op);
-            st.owed = st.owed.take().or(owed);
-            done
-        })
+        self.with_state(lease, |st| st.release(false, op))
     }
 
     /// Unloads module `module` (the worker's id for it) under the lease, and releases the
@@ -957,10 +969,7 @@ impl LeaseManager {
     /// does.
     pub fn unload(&self, lease: &Lease, module: u32) -> Result<(), GpuError> {
         self.with_state(lease, |st| {
-            let run = st.run;
-            let (owed, unloaded) = release(st.worker()?, run, |w| w.unload_module(module));
-            st.owed = st.owed.take().or(owed);
-            unloaded?;
+            st.release(true, |w| w.unload_module(module))?;
             if let Some(charge) = st.variables.remove(&module) {
                 let left = lease.used().saturating_sub(charge);
                 lease.used.store(left, Ordering::Relaxed);
@@ -1414,25 +1423,6 @@ impl LeaseManager {
             pool.shutdown();
         }
     }
-}
-
-/// `op` on the lease's worker; `Lost` when the lease has none.
-fn worker_op<T>(
-    st: &mut LeaseState,
-    op: impl FnOnce(&mut Worker) -> Result<T, WorkerError>,
-) -> Result<T, WorkerError> {
-    op(st.worker()?)
-}
-
-/// A release (`op`: a free, an unload) under [`briefly`], made again where what answered it
-/// was a failure held for the next call (see [`owing_held`]). The second try is under `briefly`
-/// too (a failed sync drained nothing, so kernels may still run).
-fn release(
-    w: &mut Worker,
-    run: Option<RunLimit>,
-    mut op: impl FnMut(&mut Worker) -> Result<(), WorkerError>,
-) -> (Option<WorkerError>, Result<(), WorkerError>) {
-    owing_held(w, |w| briefly(w, run, &mut op))
 }
 
 /// Runs `op`, a release, and runs it again where its answer was a failure held for the next

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 use wasmtime::component::{HasData, Linker, Resource};
-use wasmtime_wasi::clocks::{WasiClocksCtxView, WasiClocksView};
+use wasmtime_wasi::clocks::WasiClocksCtxView;
 use wasmtime_wasi::p2::bindings::clocks::monotonic_clock::{self, Host};
 use wasmtime_wasi::p2::{subscribe, DynPollable, Pollable};
 
@@ -20,7 +20,6 @@ use crate::runner::RunStop;
 use crate::state::TaskletState;
 
 /// What bounds a run's sleeps: its end (none without a wall-time limit) and its stop.
-#[derive(Clone, Default)]
 pub(crate) struct RunBounds {
     pub ends: Option<std::time::Instant>,
     pub stop: RunStop,
@@ -31,11 +30,8 @@ pub(crate) struct RunBounds {
 pub(crate) fn add_to_linker(linker: &mut Linker<TaskletState>) -> wasmtime::Result<()> {
     linker.allow_shadowing(true);
     let linked = monotonic_clock::add_to_linker::<TaskletState, BoundedClocks>(linker, |state| {
-        let bounds = state.run_bounds().clone();
-        BoundedClock {
-            clocks: state.clocks(),
-            bounds,
-        }
+        let (clocks, bounds) = state.bounded_clock();
+        BoundedClock { clocks, bounds }
     });
     linker.allow_shadowing(false);
     linked
@@ -50,7 +46,7 @@ impl HasData for BoundedClocks {
 /// The monotonic clock as a run sees it.
 struct BoundedClock<'a> {
     clocks: WasiClocksCtxView<'a>,
-    bounds: RunBounds,
+    bounds: &'a RunBounds,
 }
 
 impl Host for BoundedClock<'_> {

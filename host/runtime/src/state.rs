@@ -7,6 +7,7 @@ use crate::limits::MemoryLimit;
 use crate::sleep::RunBounds;
 use crate::wit::{GpuState, GpuView};
 use wasmtime::component::ResourceTable;
+use wasmtime_wasi::clocks::WasiClocksCtxView;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 pub struct TaskletState {
@@ -43,9 +44,13 @@ impl TaskletState {
         }
     }
 
-    /// What bounds the run's sleeps (see `sleep`).
-    pub(crate) fn run_bounds(&self) -> &RunBounds {
-        &self.bounds
+    /// The run's clocks and what bounds its sleeps (see `sleep`), borrowed together.
+    pub(crate) fn bounded_clock(&mut self) -> (WasiClocksCtxView<'_>, &RunBounds) {
+        let clocks = WasiClocksCtxView {
+            ctx: self.wasi.clocks(),
+            table: &mut self.table,
+        };
+        (clocks, &self.bounds)
     }
 }
 

@@ -145,13 +145,7 @@ fn an_unload_answered_with_a_launchs_failure_unloads_and_the_next_call_reports_i
         leases
             .with_worker(&lease, |w| w.ping())
             .expect("a host's call leaves it owed");
-        let info = leases.with_worker_owing(&lease, |w| w.info());
-        let failure = info
-            .as_ref()
-            .err()
-            .map(ToString::to_string)
-            .unwrap_or_default();
-        assert!(failure.contains("of kernel 99 of module"), "{info:?}");
+        assert_owed_refused_launch(leases, &lease);
         let info = leases
             .with_worker_owing(&lease, |w| w.info())
             .expect("reported once");
@@ -195,13 +189,7 @@ fn a_graph_destroyed_beside_a_launchs_failure_is_destroyed_and_the_next_call_rep
     leases
         .release_with(&lease, |w| w.graph_destroy(graph))
         .expect("the graph is destroyed");
-    let info = leases.with_worker_owing(&lease, |w| w.info());
-    let failure = info
-        .as_ref()
-        .err()
-        .map(ToString::to_string)
-        .unwrap_or_default();
-    assert!(failure.contains("of kernel 99 of module"), "{info:?}");
+    assert_owed_refused_launch(leases, &lease);
     let replay = leases.with_worker_owing(&lease, |w| {
         w.graph_replay(graph, 1, &[], Duration::from_secs(10))
     });
@@ -236,4 +224,19 @@ fn post_refused_launch(
         args: &[],
         deadline: Duration::from_secs(10),
     })
+}
+
+/// The holder's next call reports the launch [`post_refused_launch`] posted, in its place.
+#[track_caller]
+fn assert_owed_refused_launch(
+    leases: &tasklet_runtime::lease::LeaseManager,
+    lease: &tasklet_runtime::lease::Lease,
+) {
+    let info = leases.with_worker_owing(lease, |w| w.info());
+    let failure = info
+        .as_ref()
+        .err()
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    assert!(failure.contains("of kernel 99 of module"), "{info:?}");
 }

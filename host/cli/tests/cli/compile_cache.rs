@@ -167,13 +167,7 @@ fn a_crate_named_by_a_relative_path_is_built_where_its_manifest_says() {
     }
     let dir = temp_dir("relative");
     let crate_dir = tiny_crate(dir.path());
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tasklet"))
-        .args(["run", "--backend", "emu", "tiny"])
-        .current_dir(dir.path())
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
-    let stderr = text(&out.stderr);
+    let stderr = run_tiny(dir.path());
     assert!(
         crate_dir
             .join("target/wasm32-wasip2/release/tiny.wasm")
@@ -199,15 +193,7 @@ fn a_file_the_build_does_not_read_makes_one_build_not_one_each_run() {
     }
     let dir = temp_dir("untouched");
     let crate_dir = tiny_crate(dir.path());
-    let run = || {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tasklet"))
-            .args(["run", "--backend", "emu", "tiny"])
-            .current_dir(dir.path())
-            .stdin(std::process::Stdio::null())
-            .output()
-            .unwrap();
-        text(&out.stderr)
-    };
+    let run = || run_tiny(dir.path());
     let first = run();
     assert!(first.contains("building tiny"), "{first}");
     // The manifest edited after the build (a second later: file times may be that coarse).
@@ -254,6 +240,18 @@ fn can_build() -> bool {
         ));
     }
     found
+}
+
+/// `tasklet run tiny` in `parent` (the folder `tiny_crate` made it in), on the emulator, no
+/// input: what it said on stderr.
+fn run_tiny(parent: &Path) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tasklet"))
+        .args(["run", "--backend", "emu", "tiny"])
+        .current_dir(parent)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    text(&out.stderr)
 }
 
 /// A tasklet crate `tiny` in `parent` (no dependencies: it builds in a second), its component

@@ -987,13 +987,7 @@ fn a_second_signal_stops_a_draining_node_at_once_and_it_exits_1() {
     );
     // SAFETY: as above.
     unsafe { libc::kill(node.id() as i32, libc::SIGTERM) };
-    let status = wait_exit(&mut node, WAIT);
-    if status.is_none() {
-        let _ = node.kill();
-    }
-    if wait_exit(&mut client, WAIT).is_none() {
-        let _ = client.kill();
-    }
+    let status = node_exit_then_client(&mut node, &mut client);
     assert!(
         draining.is_none(),
         "the node did not wait for its running lease: {draining:?}"
@@ -1222,16 +1216,23 @@ fn a_signal_sent_twice_at_once_drains_the_node() {
     // its course.
     // SAFETY: as above.
     unsafe { libc::kill(client.id() as i32, libc::SIGINT) };
-    let status = wait_exit(&mut node, WAIT);
-    if status.is_none() {
-        let _ = node.kill();
-    }
-    if wait_exit(&mut client, WAIT).is_none() {
-        let _ = client.kill();
-    }
+    let status = node_exit_then_client(&mut node, &mut client);
     assert!(
         draining.is_none(),
         "the node stopped at once, not waiting for its running lease: {draining:?}"
     );
     assert_eq!(status.and_then(|s| s.code()), Some(0), "{status:?}");
+}
+
+/// The node's exit status once it exits (bounded; killed if it does not), then the client's
+/// end (killed if it does not): neither is left behind, whatever a test checks after.
+fn node_exit_then_client(node: &mut Child, client: &mut Child) -> Option<std::process::ExitStatus> {
+    let status = wait_exit(node, WAIT);
+    if status.is_none() {
+        let _ = node.kill();
+    }
+    if wait_exit(client, WAIT).is_none() {
+        let _ = client.kill();
+    }
+    status
 }

@@ -104,10 +104,10 @@ async fn drive(
             job.work,
             Work::Push(Err(_)) | Work::Run { input: Err(_), .. }
         );
-        let held = match take_deploy_job(&shared, &caller) {
-            _ if failed => None,
-            Ok(held) => Some(held),
-            Err(failure) => {
+        let held = match (!failed).then(|| take_deploy_job(&shared, &caller)) {
+            None => None,
+            Some(Ok(held)) => Some(held),
+            Some(Err(failure)) => {
                 tracing::info!(connection = caller.connection, tenant = %caller.tenant, "deploy request refused: {}", failure.0.message);
                 fail(&job.reply, job.request_id, job.work.opcode(), failure);
                 continue;
